@@ -1,0 +1,1 @@
+"""argo_workflows."""

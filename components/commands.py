@@ -1,0 +1,71 @@
+"""How a task becomes a command line: shared by every backend so all of them run the same thing.
+
+    python -m components.run <module:function> --input NAME=DIR --output NAME=DIR --param NAME=VALUE
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from components.dsl import Pipeline, PipelineParamRef, Task, iter_param_args
+
+STEP_MODULE = "components.run"
+
+
+def format_value(value: Any) -> str:
+    """Parameter value as text, exact for floats (repr round-trips), lower-case for bools."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def task_params(task: Task, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The task's parameters with pipeline parameters replaced by ``values``."""
+    out = {}
+    for key, arg in iter_param_args(task):
+        out[key] = values[arg.name] if isinstance(arg, PipelineParamRef) else arg
+    return out
+
+
+def step_args(
+    task: Task,
+    *,
+    inputs: Mapping[str, str],
+    outputs: Mapping[str, str],
+    params: Mapping[str, Any],
+) -> list[str]:
+    """Arguments after ``python``: ``-m components.run REF --input ... --output ... --param ...``."""
+    args = ["-m", STEP_MODULE, task.step.ref]
+    args += [f"--input={k}={v}" for k, v in inputs.items()]
+    args += [f"--output={k}={v}" for k, v in outputs.items()]
+    args += [f"--param={k}={format_value(v)}" for k, v in params.items()]
+    return args
+
+
+def pipeline_values(pipe: Pipeline, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Every pipeline parameter (user and telemetry) with its default unless overridden."""
+    return {name: overrides.get(name, p.default) for name, p in pipe.all_params.items()}
+
+
+def run_logged(cmd: Sequence[str], *, env: Mapping[str, str], log_path: Path, cwd: str | Path | None = None) -> tuple[int, str]:
+    """Run a command with its output appended to ``log_path``; returns (exit code, last error line)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("a", encoding="utf-8") as log:
+        log.write(f"$ {' '.join(cmd)}\n")
+        log.flush()
+        rc = subprocess.call(list(cmd), env=dict(env), stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
+    return rc, last_error_line(log_path.read_text(encoding="utf-8", errors="replace"))
+
+
+def last_error_line(text: str) -> str:
+    """The most telling line of a failed step's output: its ``llmpack: error:`` line, else the last one."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "llmpack: error:" in line:
+            return line.split("llmpack: error:", 1)[1].strip()
+    return lines[-1] if lines else "no output"

@@ -1,0 +1,205 @@
+"""GPU prices and the cost formulas of DESIGN.md.
+
+Price per GPU-hour, first found wins: the ``--price-per-gpu-hour`` flag, the
+``LLMPACK_PRICE_PER_GPU_HOUR`` env var, a user price YAML (``--price-file`` or
+``LLMPACK_PRICE_FILE``, same format as ``components/prices.yaml``), the shipped table.
+An unknown GPU type with no price is reported as unknown, never guessed.
+
+``cost_usd = gpu_count x billed seconds x price / 3600``, billed from container start
+(local: process start) to finish, plus node provisioning time when a node was brought up.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from components.errors import InputError
+from components.telemetry import TRAIN_STEP, StepTimes
+
+SHIPPED_TABLE = Path(__file__).with_name("prices.yaml")
+PRICE_ENV = "LLMPACK_PRICE_PER_GPU_HOUR"
+PRICE_FILE_ENV = "LLMPACK_PRICE_FILE"
+PROVIDER_ENV = "LLMPACK_PRICE_PROVIDER"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Price:
+    gpu_type: str
+    per_gpu_hour: float
+    source: str  # "flag", "env", "file:<path>", or "<source>@<as_of>" from the shipped table
+    provider: str = ""
+    as_of: str = ""
+
+
+def parse_price(text: Any, where: str) -> float:
+    """A price from a flag, env var or file: a finite number >= 0, else a one-line error."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: price {text!r} is not a number") from None
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise InputError(f"{where}: price {text!r} must be a finite number >= 0")
+    return value
+
+
+def _load_table(path: Path) -> list[dict[str, Any]]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read price file ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise InputError(f"{path}{line}: not valid YAML") from None
+    entries = data.get("prices") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise InputError(f"{path}: expected a top-level 'prices:' list")
+    out = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or "gpu" not in entry or "per_gpu_hour" not in entry:
+            raise InputError(f"{path}: prices[{i}] needs 'gpu' and 'per_gpu_hour'")
+        entry = {k: (str(v) if k in ("as_of", "source", "provider", "gpu") else v) for k, v in entry.items()}
+        entry["per_gpu_hour"] = parse_price(entry["per_gpu_hour"], f"{path}: prices[{i}].per_gpu_hour")
+        out.append(entry)
+    return out
+
+
+@lru_cache(maxsize=1)
+def shipped_table() -> tuple[dict[str, Any], ...]:
+    return tuple(_load_table(SHIPPED_TABLE))
+
+
+def known_gpu_types() -> list[str]:
+    return sorted({e["gpu"] for e in shipped_table()})
+
+
+def _pick(entries: list[dict[str, Any]] | tuple[dict[str, Any], ...], gpu_type: str, provider: str | None) -> dict[str, Any] | None:
+    matches = [e for e in entries if e["gpu"] == gpu_type]
+    if provider:
+        matches = [e for e in matches if e.get("provider") == provider] or []
+    return matches[0] if matches else None
+
+
+def resolve_price(
+    gpu_type: str | None,
+    *,
+    flag: Any = None,
+    price_file: str | None = None,
+    provider: str | None = None,
+    env: dict[str, str] | None = None,
+) -> Price | None:
+    """The price per GPU-hour for ``gpu_type``, or None when it is unknown."""
+    env = dict(os.environ) if env is None else env
+    if not gpu_type:
+        return None
+    if flag is not None:
+        return Price(gpu_type=gpu_type, per_gpu_hour=parse_price(flag, "--price-per-gpu-hour"), source="flag")
+    if env.get(PRICE_ENV):
+        return Price(gpu_type=gpu_type, per_gpu_hour=parse_price(env[PRICE_ENV], PRICE_ENV), source="env")
+    provider = provider or env.get(PROVIDER_ENV) or None
+    user_file = price_file or env.get(PRICE_FILE_ENV)
+    if user_file:
+        entry = _pick(_load_table(Path(user_file)), gpu_type, provider)
+        if entry:
+            return Price(
+                gpu_type=gpu_type,
+                per_gpu_hour=entry["per_gpu_hour"],
+                source=f"file:{Path(user_file).name}",
+                provider=entry.get("provider", ""),
+                as_of=entry.get("as_of", ""),
+            )
+    entry = _pick(shipped_table(), gpu_type, provider)
+    if entry:
+        return Price(
+            gpu_type=gpu_type,
+            per_gpu_hour=entry["per_gpu_hour"],
+            source=f"{entry['source']}@{entry['as_of']}",
+            provider=entry.get("provider", ""),
+            as_of=entry["as_of"],
+        )
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuUse:
+    """How many GPUs a step holds; its timings come from telemetry."""
+
+    step: str
+    gpus: int
+    cpu: float = 1.0
+
+
+def billed_seconds(times: StepTimes) -> float | None:
+    """Container start (local: process start) to finish, plus provisioning when a node came up."""
+    start, end = times.start, times.events.get("finished")
+    if start is None or end is None:
+        return None
+    billed = end - start
+    created, node_ready = times.events.get("pod_created"), times.events.get("node_ready")
+    if created is not None and node_ready is not None and node_ready > created:
+        billed += node_ready - created
+    return billed
+
+
+def cost_metrics(
+    steps: dict[str, StepTimes],
+    uses: list[GpuUse],
+    price: Price | None,
+) -> dict[str, float | None]:
+    """gpu_hours, cost_usd, usd_per_1m_tokens and goodput for one pipeline run."""
+    gpu_seconds = 0.0
+    for use in uses:
+        if use.gpus <= 0 or use.step not in steps:
+            continue
+        billed = billed_seconds(steps[use.step])
+        if billed is not None:
+            gpu_seconds += use.gpus * billed
+    train = steps.get(TRAIN_STEP)
+    train_s = train.metrics.get("train_s") if train else None
+    tokens = train.metrics.get("train_tokens") if train else None
+    train_gpus = next((u.gpus for u in uses if u.step == TRAIN_STEP), 0)
+    cost = None if price is None else gpu_seconds * price.per_gpu_hour / 3600.0
+    return {
+        "gpu_hours": gpu_seconds / 3600.0,
+        "cost_usd": cost,
+        "usd_per_1m_tokens": None if cost is None or not tokens else cost / tokens * 1e6,
+        "goodput": None if not gpu_seconds or train_s is None else train_s * train_gpus / gpu_seconds,
+    }
+
+
+def cpu_to_gpu_ratio(uses: list[GpuUse]) -> float | None:
+    """CPU cores requested per GPU on the training step (a common GPU-node sizing figure)."""
+    train = next((u for u in uses if u.step == TRAIN_STEP), None)
+    if train is None or train.gpus <= 0:
+        return None
+    return train.cpu / train.gpus
+
+
+def cost_tags(uses: list[GpuUse], price: Price | None) -> dict[str, str]:
+    gpu_uses = [u for u in uses if u.gpus > 0]
+    ratio = cpu_to_gpu_ratio(uses)
+    return {
+        "llmpack.gpu_type": price.gpu_type if price else "unknown",
+        "llmpack.gpu_count": str(max((u.gpus for u in gpu_uses), default=0)),
+        "llmpack.price_per_gpu_hour": "unknown" if price is None else f"{price.per_gpu_hour:g}",
+        "llmpack.price_source": "unknown" if price is None else price.source,
+        "llmpack.cpu_to_gpu_ratio": "n/a" if ratio is None else f"{ratio:g}",
+    }
+
+
+# Dense bf16 peaks (TFLOP/s) for MFU, matched against torch.cuda.get_device_name().
+PEAK_TFLOPS = (("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("A100", 312.0))
+
+
+def peak_flops(device_name: str) -> float | None:
+    for marker, tflops in PEAK_TFLOPS:
+        if marker.lower() in device_name.lower():
+            return tflops * 1e12
+    return None

@@ -1,0 +1,56 @@
+"""Loading a base model: the built-in ``tiny`` one, a local HF directory, or a hub id."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from components.data import HF_ID
+from components.errors import InputError
+from components.tiny import TINY, build_tiny_model
+
+MODEL_META = "llmpack-model.json"
+
+
+def check_model_ref(model: str) -> None:
+    """Fail fast, with one line, on a model reference that cannot be a model."""
+    if model == TINY:
+        return
+    path = Path(model).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise InputError(f"model {model}: not a directory")
+        config = path / "config.json"
+        if not config.is_file():
+            raise InputError(f"model {model}: not a model directory (no config.json)")
+        try:
+            cfg = json.loads(config.read_text())
+        except (OSError, json.JSONDecodeError):
+            raise InputError(f"{config}: not valid JSON") from None
+        if not isinstance(cfg, dict) or "model_type" not in cfg:
+            raise InputError(f"{config}: missing field 'model_type'")
+        return
+    if model.startswith((".", "/", "~")) or not HF_ID.match(model):
+        raise InputError(f"model {model}: no such directory (and not a Hugging Face id)")
+
+
+def load_base_model(model: str) -> Any:
+    if model == TINY:
+        return build_tiny_model()
+    check_model_ref(model)
+    from transformers import AutoModelForCausalLM
+
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(str(Path(model).expanduser()) if Path(model).expanduser().exists() else model)
+    except Exception as exc:  # noqa: BLE001 - one line for the user
+        raise InputError(f"model {model}: cannot load with AutoModelForCausalLM ({type(exc).__name__}: {exc})".split("\n")[0]) from None
+    return loaded
+
+
+def device_and_dtype() -> tuple[Any, Any]:
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.device("cuda"), torch.bfloat16
+    return torch.device("cpu"), None

@@ -1,0 +1,196 @@
+"""Run one step in this process: the entry point every orchestrator's task calls.
+
+    python -m components.run components.steps.finetune:finetune \\
+        --input dataset=DIR --output model=DIR --param max_steps=60 --param submitted_at=...
+
+Records ``process_started`` from the OS, calls the step function with its artifacts and typed
+parameters, records ``finished``, writes every record to the JSONL file beside the step's first
+output, and uploads them to MLflow (a failure there is a warning; the JSONL keeps them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from components.dsl import TELEMETRY_PARAMS, Step
+from components.errors import InputError, StepFailed
+from components.telemetry import EVENTS_FILE, EventLog, Record, RunContext, make_record, process_start_time
+
+INJECT_ENV = "LLMPACK_INJECT_START_DELAY"  # "finetune=2.0[,step=s]": delay a step's process start
+_INJECTED_ENV = "_LLMPACK_INJECTED"
+MLFLOW_LOGGING_ENV = "LLMPACK_MLFLOW_LOGGING"  # "0" turns the MLflow sink off (JSONL stays)
+
+
+class StepTelemetry:
+    """The running step's telemetry; steps reach it with :func:`emit` and :func:`metric`."""
+
+    def __init__(self, ctx: RunContext, step: str, events_path: Path) -> None:
+        self.ctx = ctx
+        self.step = step
+        self.log = EventLog(events_path)
+        self.records: list[Record] = []
+
+    def _add(self, kind: str, name: str, value: float) -> None:
+        rec = make_record(self.ctx, kind, self.step, name, value)
+        self.records.append(rec)
+        self.log.append(rec)
+
+    def event(self, name: str, ts: float | None = None) -> None:
+        self._add("event", name, time.time() if ts is None else ts)
+
+    def metric(self, name: str, value: float) -> None:
+        self._add("metric", name, value)
+
+
+_current: StepTelemetry | None = None
+
+
+def current() -> StepTelemetry | None:
+    """The running step's telemetry, or None outside a step run."""
+    return _current
+
+
+def emit(name: str, ts: float | None = None) -> None:
+    """Record a timeline event for the running step (no-op when called outside a step run)."""
+    if _current is not None:
+        _current.event(name, ts)
+
+
+def metric(name: str, value: float) -> None:
+    """Record a step metric (train_s, tokens_per_s, eval_loss...) for the running step."""
+    if _current is not None:
+        _current.metric(name, value)
+
+
+def load_step(ref: str) -> Step:
+    module, _, attr = ref.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise InputError(f"step {ref!r}: cannot import ({exc})") from None
+    if not isinstance(obj, Step):
+        raise InputError(f"step {ref!r}: not a @step")
+    return obj
+
+
+def coerce(value: str, typ: type, where: str) -> Any:
+    try:
+        if typ is bool:
+            if value.lower() in ("true", "1", "yes"):
+                return True
+            if value.lower() in ("false", "0", "no", ""):
+                return False
+            raise ValueError(value)
+        return typ(value)
+    except ValueError:
+        raise InputError(f"{where}: {value!r} is not a valid {typ.__name__}") from None
+
+
+def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InputError(f"{flag} {item!r}: expected NAME=VALUE")
+        out[key] = value
+    return out
+
+
+def _maybe_inject_delay(step: Step, argv: Sequence[str]) -> int | None:
+    """Fault injection: sleep, then start the step as a fresh process (so process_started moves)."""
+    spec = os.environ.get(INJECT_ENV, "")
+    if not spec or os.environ.get(_INJECTED_ENV):
+        return None
+    delays = dict(part.split("=", 1) for part in spec.split(",") if "=" in part)
+    if step.name not in delays:
+        return None
+    time.sleep(float(delays[step.name]))
+    env = {**os.environ, _INJECTED_ENV: "1"}
+    return subprocess.call([sys.executable, "-m", "components.run", *argv], env=env)
+
+
+def _upload(tel: StepTelemetry) -> None:
+    if os.environ.get(MLFLOW_LOGGING_ENV, "1") == "0":
+        return
+    try:
+        from components import tracking
+
+        mc = tracking.client()
+        run_id = tracking.open_pipeline_run(mc, tel.ctx)
+        tracking.log_records(mc, run_id, tel.records)
+    except Exception as exc:  # noqa: BLE001 - the JSONL file keeps everything
+        print(f"llmpack: warning: MLflow logging failed ({type(exc).__name__}: {exc}); events kept in JSONL",
+              file=sys.stderr)
+
+
+def run(argv: Sequence[str]) -> int:
+    started = process_start_time()
+    parser = argparse.ArgumentParser(prog="python -m components.run", description="Run one llmpack step.")
+    parser.add_argument("step", help="module:function of the @step")
+    parser.add_argument("--input", action="append", default=[], metavar="NAME=DIR")
+    parser.add_argument("--output", action="append", default=[], metavar="NAME=DIR")
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    args = parser.parse_args(argv)
+
+    global _current
+    step = load_step(args.step)
+    delayed = _maybe_inject_delay(step, argv)
+    if delayed is not None:
+        return delayed
+
+    inputs, outputs, raw = _pairs(args.input, "--input"), _pairs(args.output, "--output"), _pairs(args.param, "--param")
+    known = {**step.params, **TELEMETRY_PARAMS}
+    for key in raw:
+        if key not in known:
+            raise InputError(f"step {step.name!r}: unknown parameter {key!r}")
+    values = {k: coerce(v, known[k].type, f"step {step.name!r} parameter {k!r}") for k, v in raw.items()}
+    for name in step.inputs:
+        if name not in inputs:
+            raise InputError(f"step {step.name!r}: missing --input {name}=DIR")
+        if not Path(inputs[name]).is_dir():
+            raise InputError(f"step {step.name!r}: input {name!r} directory {inputs[name]} does not exist")
+    for name in step.outputs:
+        if name not in outputs:
+            raise InputError(f"step {step.name!r}: missing --output {name}=DIR")
+        Path(outputs[name]).mkdir(parents=True, exist_ok=True)
+
+    telemetry_values = {k: values.pop(k, p.default) for k, p in TELEMETRY_PARAMS.items()}
+    ctx = RunContext(**telemetry_values)
+    first_out = Path(outputs[next(iter(step.outputs))])
+    tel = StepTelemetry(ctx, step.name, first_out / EVENTS_FILE)
+    _current = tel
+    tel.event("process_started", started)
+
+    kwargs: dict[str, Any] = dict(values)
+    for name, typ in step.inputs.items():
+        kwargs[name] = typ(inputs[name])
+    for name, typ in step.outputs.items():
+        kwargs[name] = typ(outputs[name])
+    try:
+        step.func(**kwargs)
+    finally:
+        tel.event("finished")
+        _upload(tel)
+        _current = None
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(argv)
+    except (InputError, StepFailed) as exc:
+        print(f"llmpack: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except Exception:  # noqa: BLE001 - a crash in a step: show where, exit 1
+        traceback.print_exc()
+        return 1

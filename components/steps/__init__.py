@@ -1,0 +1,1 @@
+"""The five reusable steps of the fine-tuning pipeline."""

@@ -1,0 +1,229 @@
+"""finetune: LoRA (peft) or full fine-tuning of a causal LM on packed sequences.
+
+Read it top to bottom: load data, build the model, the optimizer and the schedule, resume from
+the newest checkpoint if one exists, then the loop. Checkpoints (trainable weights, optimizer,
+scheduler, RNG states, data position) are written atomically every ``checkpoint_every`` steps
+and when SIGTERM arrives, so a preempted GPU node loses at most one interval.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Output, Resources, Retry, step
+from components.errors import InputError
+from components.modeling import MODEL_META, device_and_dtype, load_base_model
+from components.runtime import emit, metric
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+COMPLETE = "COMPLETE"
+
+
+def lr_at(step: int, *, lr: float, warmup: int, total: int) -> float:
+    """Linear warmup to ``lr``, then cosine decay to 10% of it."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
+
+
+def batch_indices(position: int, batch_size: int, n: int, seed: int) -> list[int]:
+    """Which blocks micro-batch number ``position`` takes: a fresh seeded permutation per epoch."""
+    import numpy as np
+
+    per_epoch = max(1, n // batch_size)
+    epoch, offset = divmod(position, per_epoch)
+    order = np.random.default_rng(seed + epoch).permutation(n)
+    return order[offset * batch_size : (offset + 1) * batch_size].tolist()
+
+
+def newest_checkpoint(root: Path) -> Path | None:
+    done = sorted(p for p in root.glob("step-*") if (p / COMPLETE).exists())
+    return done[-1] if done else None
+
+
+def save_checkpoint(root: Path, step_no: int, model: Any, optimizer: Any) -> Path:
+    """Write to a temporary directory, then rename: a checkpoint is complete or absent."""
+    import numpy as np
+    import torch
+
+    final = root / f"step-{step_no:08d}"
+    tmp = root / f".tmp-step-{step_no:08d}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    trainable = {k: v.detach().cpu() for k, v in model.named_parameters() if v.requires_grad}
+    torch.save(
+        {
+            "step": step_no,
+            "trainable": trainable,
+            "optimizer": optimizer.state_dict(),
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "numpy": np.random.get_state(),
+            },
+        },
+        tmp / "state.pt",
+    )
+    (tmp / COMPLETE).write_text(str(step_no))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in sorted(p for p in root.glob("step-*") if p != final)[:-1]:
+        shutil.rmtree(old, ignore_errors=True)  # keep the newest two
+    return final
+
+
+def load_checkpoint(path: Path, model: Any, optimizer: Any) -> int:
+    import numpy as np
+    import torch
+
+    state = torch.load(path / "state.pt", weights_only=False)
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in state["trainable"].items():
+            params[name].copy_(value)
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"]["torch"])
+    if torch.cuda.is_available() and state["rng"]["cuda"]:
+        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    np.random.set_state(state["rng"]["numpy"])
+    return int(state["step"])
+
+
+@step(
+    execution=Execution(
+        resources=Resources(cpu=8, memory="64Gi", gpu_type="nvidia-h100-80gb", gpus=1),
+        retry=Retry(limit=2, backoff_s=30, factor=2, max_backoff_s=300),
+        timeout_s=6 * 3600,
+        node_selector={"nvidia.com/gpu.present": "true"},
+        tolerations=(GPU_TOLERATION,),
+    )
+)
+def finetune(
+    tokens: Input[Dataset],
+    model: Output[Model],
+    base_model: str = "tiny",
+    method: str = "lora",
+    max_steps: int = 60,
+    batch_size: int = 8,
+    grad_accum: int = 1,
+    lr: float = 3e-3,
+    warmup_steps: int = 6,
+    weight_decay: float = 0.0,
+    lora_r: int = 16,
+    lora_alpha: int = 32,
+    seed: int = 0,
+    checkpoint_every: int = 0,
+    checkpoint_dir: str = "",
+) -> None:
+    """Fine-tune with LoRA (default) or fully; AdamW, warmup + cosine, resumable."""
+    import numpy as np
+    import torch
+
+    if max_steps <= 0:
+        raise InputError(f"max_steps is {max_steps}; must be > 0")
+    if method not in ("lora", "full"):
+        raise InputError(f"method {method!r}: use 'lora' or 'full'")
+    if batch_size <= 0 or grad_accum <= 0:
+        raise InputError("batch_size and grad_accum must be > 0")
+
+    # ---- determinism and device
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    device, amp_dtype = device_and_dtype()
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True)
+
+    # ---- data: packed blocks, prompt tokens already masked (-100)
+    src = Path(tokens.path)
+    input_ids = torch.from_numpy(np.load(src / "train_input_ids.npy"))
+    labels = torch.from_numpy(np.load(src / "train_labels.npy"))
+    seq_len = input_ids.shape[1]
+
+    # ---- model
+    net = load_base_model(base_model)
+    if method == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
+        net = get_peft_model(net, config)
+        net.peft_config["default"].base_model_name_or_path = base_model
+    net.to(device)
+    net.train()
+    emit("model_loaded")
+    n_params = sum(p.numel() for p in net.parameters())
+    trainable = [p for p in net.parameters() if p.requires_grad]
+
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
+    ckpt_root = Path(checkpoint_dir) if checkpoint_dir else Path(model.path) / "checkpoints"
+    start_step = 0
+    resume = newest_checkpoint(ckpt_root)
+    if resume is not None:
+        start_step = load_checkpoint(resume, net, optimizer)
+        print(f"finetune: resumed from {resume} at step {start_step}", flush=True)
+
+    stop = {"sigterm": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(sigterm=True))
+
+    # ---- the loop
+    tokens_seen = 0
+    log_path = Path(model.path) / "train_log.jsonl"
+    t0 = time.perf_counter()
+    first_done = False
+    with log_path.open("a") as log:
+        for step_no in range(start_step, max_steps):
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step_no, lr=lr, warmup=warmup_steps, total=max_steps)
+            loss_sum = 0.0
+            for micro in range(grad_accum):
+                idx = batch_indices(step_no * grad_accum + micro, batch_size, len(input_ids), seed)
+                x, y = input_ids[idx].to(device), labels[idx].to(device)
+                with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                    loss = net(input_ids=x, labels=y).loss / grad_accum
+                loss.backward()
+                loss_sum += loss.item()
+                tokens_seen += x.numel()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if not first_done:
+                emit("first_step")
+                first_done = True
+            log.write(json.dumps({"step": step_no + 1, "loss": round(loss_sum, 6), "lr": optimizer.param_groups[0]["lr"]}) + "\n")
+            done = step_no + 1
+            if stop["sigterm"] or (checkpoint_every and done % checkpoint_every == 0 and done < max_steps):
+                save_checkpoint(ckpt_root, done, net, optimizer)
+            if stop["sigterm"]:
+                print(f"finetune: SIGTERM at step {done}; checkpoint written, exiting for a retry", flush=True)
+                raise SystemExit(143)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    train_s = time.perf_counter() - t0
+
+    # ---- outputs
+    out = Path(model.path)
+    weights_dir = out / ("adapter" if method == "lora" else "full")
+    net.save_pretrained(weights_dir, safe_serialization=True)
+    (out / MODEL_META).write_text(
+        json.dumps({"base_model": base_model, "method": method, "seq_len": int(seq_len), "steps": max_steps, "seed": seed}, indent=2, sort_keys=True)
+        + "\n"
+    )
+    shutil.rmtree(ckpt_root, ignore_errors=True) if not checkpoint_dir else None
+    tokens_per_s = tokens_seen / train_s if train_s > 0 else float("nan")
+    metric("train_s", train_s)
+    metric("train_tokens", tokens_seen)
+    metric("tokens_per_s", tokens_per_s)
+    metric("final_loss", loss_sum)
+    metric("params", n_params)
+    if device.type == "cuda":
+        from components.cost import peak_flops
+
+        peak = peak_flops(torch.cuda.get_device_name())
+        if peak:
+            metric("mfu", 6 * n_params * tokens_per_s / peak)

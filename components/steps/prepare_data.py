@@ -1,0 +1,31 @@
+"""prepare_data: load instruction rows (built-in, JSONL or HF id), validate, split by seed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from components.data import load_rows, split_rows, write_jsonl
+from components.dsl import Dataset, Execution, Output, Resources, step
+from components.runtime import metric
+
+
+@step(execution=Execution(resources=Resources(cpu=1, memory="2Gi")))
+def prepare_data(
+    dataset: Output[Dataset],
+    data: str = "builtin",
+    seed: int = 0,
+    eval_fraction: float = 0.1,
+    skip_bad_rows: bool = False,
+    builtin_size: int = 2000,
+) -> None:
+    """Load instruction/response rows, validate every row, and split train/eval by seed."""
+    rows, skipped = load_rows(data, seed=seed, skip_bad_rows=skip_bad_rows, builtin_size=builtin_size)
+    train, evaluation = split_rows(rows, seed=seed, eval_fraction=eval_fraction)
+    out = Path(dataset.path)
+    write_jsonl(out / "train.jsonl", train)
+    write_jsonl(out / "eval.jsonl", evaluation)
+    meta = {"source": data, "rows": len(rows), "train": len(train), "eval": len(evaluation), "skipped": skipped}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    metric("rows", len(rows))
+    metric("skipped_rows", skipped)

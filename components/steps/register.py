@@ -1,0 +1,45 @@
+"""register: log the adapter (or full weights) to MLflow and register a model version."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from components.dsl import Execution, Input, Metrics, Model, Output, Resources, step
+from components.modeling import MODEL_META
+from components.runtime import MLFLOW_LOGGING_ENV, current
+
+
+@step(execution=Execution(resources=Resources(cpu=1, memory="2Gi")))
+def register(
+    model: Input[Model],
+    metrics: Input[Metrics],
+    registration: Output[Metrics],
+    model_name: str = "llmpack-finetuned",
+) -> None:
+    """Log the weights to the pipeline run in MLflow and register them as a model version."""
+    from components import tracking
+
+    tel = current()
+    meta = json.loads((Path(model.path) / MODEL_META).read_text())
+    evaluation = json.loads((Path(metrics.path) / "metrics.json").read_text())
+    weights = Path(model.path) / ("adapter" if meta["method"] == "lora" else "full")
+    record = {"model_name": model_name, "weights": weights.name, "base_model": meta["base_model"], "registered": False}
+    if os.environ.get(MLFLOW_LOGGING_ENV, "1") != "0" and tel is not None:
+        mc = tracking.client()
+        run_id = tracking.open_pipeline_run(mc, tel.ctx)
+        mc.log_artifacts(run_id, str(weights), artifact_path=f"model/{weights.name}")
+        mc.log_artifact(run_id, str(Path(model.path) / MODEL_META), artifact_path="model")
+        mc.log_artifact(run_id, str(Path(metrics.path) / "metrics.json"), artifact_path="evaluation")
+        source = f"{mc.get_run(run_id).info.artifact_uri}/model"
+        try:
+            mc.create_registered_model(model_name)
+        except Exception:  # noqa: BLE001 - already registered
+            pass
+        tags = {**tel.ctx.tags(), "llmpack.base_model": meta["base_model"], "llmpack.method": meta["method"],
+                "llmpack.eval_loss": f"{evaluation['eval_loss']:.6f}"}
+        version = mc.create_model_version(model_name, source=source, run_id=run_id, tags=tags)
+        record.update(registered=True, version=str(version.version), run_id=run_id, source=source)
+    (Path(registration.path) / "registration.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+

@@ -1,0 +1,96 @@
+"""tokenize: rows -> fixed-length packed sequences, prompt tokens masked out of the loss."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from components.data import read_split
+from components.dsl import Dataset, Execution, Input, Output, Resources, step
+from components.errors import InputError
+from components.tiny import PAD_ID, TINY, ByteTokenizer
+
+IGNORE = -100
+
+
+def pair_ids(tokenizer: Any, row: dict[str, Any]) -> tuple[list[int], list[int]]:
+    """(prompt ids, response ids) for one row, with the model's chat template when it has one."""
+    if isinstance(tokenizer, ByteTokenizer):
+        return tokenizer.encode_pair(row["prompt"], row["response"])
+    messages = row.get("messages") or [
+        {"role": "user", "content": row["prompt"]},
+        {"role": "assistant", "content": row["response"]},
+    ]
+    if getattr(tokenizer, "chat_template", None):
+        prompt = list(tokenizer.apply_chat_template(messages[:-1], add_generation_prompt=True, tokenize=True, return_dict=False))
+        full = list(tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False))
+        if full[: len(prompt)] != prompt:
+            raise InputError("tokenizer chat template does not extend the prompt; cannot mask prompt tokens")
+        return prompt, full[len(prompt) :]
+    prompt = list(tokenizer(row["prompt"] + "\n")["input_ids"])
+    response = list(tokenizer(row["response"], add_special_tokens=False)["input_ids"])
+    if tokenizer.eos_token_id is not None:
+        response.append(tokenizer.eos_token_id)
+    return prompt, response
+
+
+def pack(pairs: list[tuple[list[int], list[int]]], seq_len: int, pad_id: int, *, keep_tail: bool) -> tuple[list[list[int]], list[list[int]]]:
+    """Concatenate examples into one stream and cut it into ``seq_len`` blocks (no padding waste).
+
+    Labels are the token ids with prompt tokens set to -100. The last partial block is dropped
+    for training and padded (labels -100) for evaluation, so evaluation sees every token.
+    """
+    ids: list[int] = []
+    labels: list[int] = []
+    for prompt, response in pairs:
+        ids += prompt + response
+        labels += [IGNORE] * len(prompt) + response
+    blocks, block_labels = [], []
+    for start in range(0, len(ids), seq_len):
+        chunk, lab = ids[start : start + seq_len], labels[start : start + seq_len]
+        if len(chunk) < seq_len:
+            if not keep_tail:
+                break
+            lab = lab + [IGNORE] * (seq_len - len(chunk))
+            chunk = chunk + [pad_id] * (seq_len - len(chunk))
+        blocks.append(chunk)
+        block_labels.append(lab)
+    return blocks, block_labels
+
+
+def load_tokenizer(model: str) -> Any:
+    if model == TINY:
+        return ByteTokenizer()
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(model)
+    except Exception as exc:  # noqa: BLE001 - one line for the user
+        raise InputError(f"model {model!r}: cannot load its tokenizer ({type(exc).__name__})") from None
+
+
+@step(execution=Execution(resources=Resources(cpu=2, memory="4Gi")))
+def tokenize(dataset: Input[Dataset], tokens: Output[Dataset], model: str = "tiny", seq_len: int = 128) -> None:
+    """Tokenize (byte-level for tiny, the model's own tokenizer otherwise) and pack to seq_len."""
+    import numpy as np
+
+    from components.runtime import metric
+
+    if seq_len < 8:
+        raise InputError(f"seq_len {seq_len} is too small (minimum 8)")
+    tokenizer = load_tokenizer(model)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    out = Path(tokens.path)
+    counts = {}
+    for split, keep_tail in (("train", False), ("eval", True)):
+        pairs = [pair_ids(tokenizer, row) for row in read_split(Path(dataset.path) / f"{split}.jsonl")]
+        blocks, labels = pack(pairs, seq_len, pad_id, keep_tail=keep_tail)
+        if not blocks:
+            raise InputError(f"{split} split has fewer than {seq_len} tokens; lower seq_len or add data")
+        np.save(out / f"{split}_input_ids.npy", np.asarray(blocks, dtype=np.int64))
+        np.save(out / f"{split}_labels.npy", np.asarray(labels, dtype=np.int64))
+        counts[split] = len(blocks)
+    meta = {"model": model, "seq_len": seq_len, "pad_id": int(pad_id), "train_blocks": counts["train"], "eval_blocks": counts["eval"]}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    metric("train_tokens_available", counts["train"] * seq_len)

@@ -1,0 +1,1 @@
+"""kfp_pipelines."""

@@ -1,0 +1,43 @@
+"""The ``direct`` path: every step as a plain subprocess on this machine, in DAG order.
+
+It is the reference the orchestrators are compared against: no orchestrator, just the steps.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from components.commands import run_logged, step_args, task_params
+from components.dsl import OutputRef, Pipeline
+from components.errors import RunFailed
+
+
+def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Mapping[str, str], log: IO[str] | None = None) -> dict[str, Path]:
+    """Run the pipeline; returns the artifact directories as ``{"task.output": path}``."""
+    artifacts: dict[str, Path] = {}
+    for task in pipe.task_order():
+        inputs = {
+            name: str(artifacts[f"{ref.task}.{ref.output}"])
+            for name, ref in task.arguments.items()
+            if isinstance(ref, OutputRef)
+        }
+        outputs = {name: workdir / task.name / name for name in task.step.outputs}
+        cmd = [sys.executable, *step_args(task, inputs=inputs, outputs={k: str(v) for k, v in outputs.items()},
+                                          params=task_params(task, values))]
+        retry = task.step.execution.retry
+        for attempt in range(retry.limit + 1):
+            rc, last = run_logged(cmd, env=env, log_path=workdir / "logs" / f"{task.name}.log")
+            if rc == 0:
+                break
+            if rc == 2 or attempt == retry.limit:  # bad input is not retried
+                raise RunFailed(task.name, last)
+            time.sleep(min(retry.backoff_s * retry.factor**attempt, retry.max_backoff_s, 1.0))
+        for name, path in outputs.items():
+            artifacts[f"{task.name}.{name}"] = path
+    if log is not None:
+        print(f"direct: {len(pipe.tasks)} steps done in {workdir}", file=log)
+    return artifacts

@@ -1,0 +1,1 @@
+"""mlflow_projects."""
