@@ -28,6 +28,9 @@ from components.telemetry import EVENTS_FILE, EventLog, Record, RunContext, make
 INJECT_ENV = "LLMPACK_INJECT_START_DELAY"  # "finetune=2.0[,step=s]": delay a step's process start
 _INJECTED_ENV = "_LLMPACK_INJECTED"
 MLFLOW_LOGGING_ENV = "LLMPACK_MLFLOW_LOGGING"  # "0" turns the MLflow sink off (JSONL stays)
+# Set by the llmpack client when it uploads every step's JSONL itself after the run (local mode):
+# the steps then skip their own upload, so the sink's cost is not measured as orchestrator overhead.
+CLIENT_UPLOADS_ENV = "LLMPACK_CLIENT_UPLOADS"
 
 
 class StepTelemetry:
@@ -119,7 +122,7 @@ def _maybe_inject_delay(step: Step, argv: Sequence[str]) -> int | None:
 
 
 def _upload(tel: StepTelemetry) -> None:
-    if os.environ.get(MLFLOW_LOGGING_ENV, "1") == "0":
+    if os.environ.get(MLFLOW_LOGGING_ENV, "1") == "0" or os.environ.get(CLIENT_UPLOADS_ENV) == "1":
         return
     try:
         from components import tracking

@@ -91,13 +91,12 @@ def process_start_time(pid: int | None = None) -> float:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         # Field 22 (starttime, clock ticks since boot); the command name may contain spaces.
-        fields = stat[stat.rindex(")") + 2 :].split()
-        start_ticks = int(fields[19])
-        btime = next(
-            int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
-        )
-        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, StopIteration, IndexError):
+        start_ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
+        # Ticks count on the boot clock: convert through "now" on both clocks (btime is whole
+        # seconds and drifts with NTP, so it is not used). Resolution: one tick (10 ms).
+        since_start = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - since_start
+    except (OSError, ValueError, IndexError, AttributeError):
         return time.time()
 
 

@@ -95,11 +95,16 @@ def log_records(mc: MlflowClient, run_id: str, records: list[Record]) -> int:
     return len(new)
 
 
-def log_summary(mc: MlflowClient, run_id: str, metrics: dict[str, Any], tags: dict[str, str]) -> None:
-    from mlflow.entities import Metric, RunTag
+def log_summary(
+    mc: MlflowClient, run_id: str, metrics: dict[str, Any], tags: dict[str, str], params: dict[str, Any] | None = None
+) -> None:
+    """Derived metrics, tags and (once) the run's parameters."""
+    from mlflow.entities import Metric, Param, RunTag
 
     values = [Metric(k, float(v), 0, 0) for k, v in metrics.items() if v is not None]
-    mc.log_batch(run_id, metrics=values, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    present = set(mc.get_run(run_id).data.params)
+    new_params = [Param(k, str(v)) for k, v in (params or {}).items() if k not in present]
+    mc.log_batch(run_id, metrics=values, params=new_params, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
 
 def records_from_run(metrics: dict[str, float], ctx: RunContext) -> list[Record]:

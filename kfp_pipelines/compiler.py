@@ -1,0 +1,246 @@
+"""Compile the pipeline object to a KFP v2 pipeline (IR YAML), one lightweight component per task.
+
+How a task becomes a KFP component
+----------------------------------
+For every task of :class:`components.dsl.Pipeline` (in DAG order) this module writes the source
+text of a small Python function whose signature is the step's typed interface: each input
+artifact as ``Input[Dataset|Model|Metrics]``, each output as ``Output[...]``, each parameter the
+task wires (user parameters, then the telemetry parameters every task receives) as ``int``,
+``float``, ``str`` or ``bool``. Its body creates the output directories and calls the installed
+pack, :func:`components.runtime.main`, with exactly the argument list every other backend runs
+(the one :func:`components.commands.step_args` builds: ``REF --input=n=DIR --output=n=DIR
+--param=k=v``, values formatted by :func:`components.commands.format_value`). The source is
+compiled with a registered :mod:`linecache` entry, so ``kfp.dsl.component`` (which reads the
+function's source with :func:`inspect.getsource`) embeds that text in the IR. Nothing is written
+by hand per step: add a step to ``components/pipeline.py`` and it appears here.
+
+Components are built with ``install_kfp_package=False`` and ``packages_to_install=[]``: the
+step's image (``execution.image``) carries kfp and llmpack, and the same compiled package runs
+on a cluster and under ``kfp.local.SubprocessRunner`` (which runs it in this Python).
+
+Per task the compiled pipeline carries, from the step's :class:`components.dsl.Execution`:
+CPU and memory requests and limits, ``nvidia.com/gpu`` accelerator type and limit, the retry
+policy, and (kfp-kubernetes platform config) the node selector, tolerations, a pod timeout
+(``activeDeadlineSeconds``), a non-root security context, the MLflow tracking URI from the
+optional Secret ``llmpack-mlflow`` (key ``tracking-uri``, never a literal), and the static pod
+labels ``llmpack.io/step``, ``llmpack.io/gpu-type``, ``llmpack.io/gpu-count``,
+``llmpack.io/orchestrator=kfp``, ``llmpack.io/pipeline``. Caching is off: every run is a
+measurement.
+
+Limits of the KFP format, and what we do about them
+---------------------------------------------------
+* Pod labels in KFP are static strings fixed at compile time (kfp-kubernetes ``add_pod_label``
+  takes no pipeline parameter), so the per-run values ``run_group``, ``pipeline_run`` and
+  ``mode`` cannot be pod labels here. They reach every step as pipeline parameters and end up
+  as MLflow tags (``llmpack.run_group``...). For cost attribution by run, use the pod labels KFP
+  itself sets (``pipeline/runid``) together with the ``llmpack.pipeline_run`` tag, or Argo.
+* KFP's ``backoff_max_duration`` is the total window within which retries may start (Argo's
+  ``backoff.maxDuration``), not a cap on one wait. Mapping the step's ``max_backoff_s`` to it
+  would stop a GPU step preempted after an hour from ever being retried, so the window is set
+  to cover every attempt: ``(limit + 1) * timeout_s`` plus the capped waits. The per-wait cap
+  itself has no IR field; with the shipped settings no wait reaches it.
+* ``submitted_at`` defaults to 0.0: a run created with ``kfp run submit`` directly has no client
+  timestamp (``llmpack submit kfp`` passes one). ``orchestrator`` defaults to ``kfp`` and
+  ``mode`` to ``cluster``, what the committed YAML is for; local runs pass ``mode=local``.
+"""
+
+from __future__ import annotations
+
+import keyword
+import linecache
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from components.dsl import TELEMETRY_PARAMS, OutputRef, Pipeline, PipelineParamRef, Task, iter_param_args
+
+ORCHESTRATOR = "kfp"
+GPU_RESOURCE = "nvidia.com/gpu"
+MLFLOW_SECRET = "llmpack-mlflow"
+MLFLOW_SECRET_KEY = "tracking-uri"
+MLFLOW_ENV = "MLFLOW_TRACKING_URI"
+RUN_AS_USER = 1000
+RUN_AS_GROUP = 1000
+LABEL_PREFIX = "llmpack.io/"
+# Defaults of the telemetry parameters in the compiled pipeline (the rest keep TELEMETRY_PARAMS').
+TELEMETRY_DEFAULTS = {"orchestrator": ORCHESTRATOR, "mode": "cluster"}
+
+# Names the generated body uses; a step parameter with one of these names is refused.
+_BODY_NAMES = {"_llmpack_os", "_llmpack_sys", "_llmpack_fmt", "_llmpack_main", "_llmpack_argv", "_llmpack_code"}
+_TYPE_NAMES = {int: "int", float: "float", str: "str", bool: "bool"}
+_SOURCE_PREFIX = "<llmpack-kfp-component "
+
+
+def function_name(task_name: str) -> str:
+    """The Python name of a task's component function; KFP turns it back into the task name."""
+    name = task_name.replace("-", "_")
+    if not name.isidentifier() or keyword.iskeyword(name):
+        name = f"step_{name}"
+    return name
+
+
+def component_source(task: Task) -> str:
+    """The Python source of the task's lightweight component function (embedded in the IR)."""
+    step = task.step
+    params = [(key, step.params[key].type if key in step.params else TELEMETRY_PARAMS[key].type)
+              for key, _ in iter_param_args(task)]
+    names = [*step.inputs, *step.outputs, *(k for k, _ in params)]
+    clash = _BODY_NAMES.intersection(names)
+    if clash:
+        raise ValueError(f"step {step.name!r}: parameter name {sorted(clash)[0]!r} is reserved by the KFP backend")
+
+    sig = [f"    {n}: Input[{a.__name__}]," for n, a in step.inputs.items()]
+    sig += [f"    {n}: Output[{a.__name__}]," for n, a in step.outputs.items()]
+    sig += [f"    {n}: {_TYPE_NAMES[t]}," for n, t in params]
+    doc = (step.description or f"llmpack step {step.name}").replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    body = [
+        f'    """{doc}"""',
+        "    import os as _llmpack_os",
+        "    import sys as _llmpack_sys",
+        "",
+        "    from components.commands import format_value as _llmpack_fmt",
+        "    from components.runtime import main as _llmpack_main",
+        "",
+    ]
+    body += [f"    _llmpack_os.makedirs({n}.path, exist_ok=True)" for n in step.outputs]
+    body.append(f"    _llmpack_argv = [{step.ref!r}]")
+    body += [f"    _llmpack_argv.append({f'--input={n}='!r} + {n}.path)" for n in step.inputs]
+    body += [f"    _llmpack_argv.append({f'--output={n}='!r} + {n}.path)" for n in step.outputs]
+    body += [f"    _llmpack_argv.append({f'--param={n}='!r} + _llmpack_fmt({n}))" for n, _ in params]
+    body += [
+        "    _llmpack_code = _llmpack_main(_llmpack_argv)",
+        "    if _llmpack_code:",
+        "        _llmpack_sys.exit(_llmpack_code)",
+    ]
+    return "\n".join([f"def {function_name(task.name)}(", *sig, "):", *body]) + "\n"
+
+
+def _define(source: str, name: str, label: str) -> Callable[..., Any]:
+    """Execute generated source with a linecache entry, so inspect.getsource finds it."""
+    from kfp.dsl import Dataset, Input, Metrics, Model, Output
+
+    filename = f"{_SOURCE_PREFIX}{label}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace: dict[str, Any] = {
+        "__name__": "kfp_pipelines._generated",
+        "Input": Input, "Output": Output, "Dataset": Dataset, "Model": Model, "Metrics": Metrics,
+    }
+    exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102 - our own generated source
+    return namespace[name]
+
+
+def build_component(task: Task) -> Any:
+    """The KFP lightweight component (a ``PythonComponent``) that runs ``task``."""
+    from kfp import dsl
+
+    func = _define(component_source(task), function_name(task.name), task.name)
+    return dsl.component(func, base_image=task.step.execution.image, packages_to_install=[],
+                         install_kfp_package=False)
+
+
+def cpu_quantity(cpu: float) -> str:
+    return str(int(cpu)) if float(cpu).is_integer() else f"{round(cpu * 1000)}m"
+
+
+def retry_window_s(task: Task) -> int:
+    """Total seconds within which every attempt of the task can start (see module docstring)."""
+    ex = task.step.execution
+    r = ex.retry
+    waits = sum(min(r.backoff_s * r.factor**n, r.max_backoff_s) for n in range(r.limit))
+    return (r.limit + 1) * ex.timeout_s + waits
+
+
+def pod_labels(pipe: Pipeline, task: Task) -> dict[str, str]:
+    res = task.step.execution.resources
+    return {
+        f"{LABEL_PREFIX}pipeline": pipe.name,
+        f"{LABEL_PREFIX}step": task.step.name,
+        f"{LABEL_PREFIX}gpu-type": res.gpu_type or "none",
+        f"{LABEL_PREFIX}gpu-count": str(res.gpus),
+        f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR,
+    }
+
+
+def configure_task(pipe: Pipeline, task: Task, kt: Any) -> None:
+    """Apply the step's execution needs to a KFP ``PipelineTask``."""
+    from kfp import kubernetes
+
+    ex = task.step.execution
+    res = ex.resources
+    kt.set_caching_options(False)
+    kt.set_cpu_request(cpu_quantity(res.cpu)).set_cpu_limit(cpu_quantity(res.cpu))
+    kt.set_memory_request(res.memory).set_memory_limit(res.memory)
+    if res.gpus > 0:
+        kt.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(res.gpus)
+    if ex.retry.limit > 0:
+        kt.set_retry(
+            num_retries=ex.retry.limit,
+            backoff_duration=f"{ex.retry.backoff_s}s",
+            backoff_factor=float(ex.retry.factor),
+            backoff_max_duration=f"{retry_window_s(task)}s",
+        )
+    for key, value in sorted(ex.node_selector.items()):
+        kubernetes.add_node_selector(kt, label_key=key, label_value=value)
+    for tol in ex.tolerations:
+        kubernetes.add_toleration(kt, key=tol.key, operator=tol.operator, value=tol.value, effect=tol.effect)
+    for key, value in pod_labels(pipe, task).items():
+        kubernetes.add_pod_label(kt, label_key=key, label_value=value)
+    if ex.timeout_s > 0:
+        kubernetes.set_timeout(kt, seconds=ex.timeout_s)
+    kubernetes.set_security_context(kt, run_as_user=RUN_AS_USER, run_as_group=RUN_AS_GROUP, run_as_non_root=True)
+    kubernetes.use_secret_as_env(kt, secret_name=MLFLOW_SECRET, secret_key_to_env={MLFLOW_SECRET_KEY: MLFLOW_ENV},
+                                 optional=True)
+
+
+def pipeline_signature(pipe: Pipeline) -> Any:
+    """The KFP pipeline function's signature: every user and telemetry parameter with its default."""
+    import inspect
+
+    return inspect.Signature([
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=p.type,
+                          default=TELEMETRY_DEFAULTS.get(name, p.default))
+        for name, p in pipe.all_params.items()
+    ])
+
+
+def build_kfp_pipeline(pipe: Pipeline) -> Any:
+    """Turn the pipeline object into a KFP v2 pipeline (a ``GraphComponent``)."""
+    from kfp import dsl
+
+    pipe.validate()
+    order = pipe.task_order()
+    components = {task.name: build_component(task) for task in order}
+    signature = pipeline_signature(pipe)
+
+    def pipeline_func(*args: Any) -> None:
+        values = dict(zip(signature.parameters, args))
+        kfp_tasks: dict[str, Any] = {}
+        for task in order:
+            kwargs: dict[str, Any] = {}
+            for name, arg in task.arguments.items():
+                if isinstance(arg, OutputRef):
+                    kwargs[name] = kfp_tasks[arg.task].outputs[arg.output]
+            for name, arg in iter_param_args(task):
+                kwargs[name] = values[arg.name] if isinstance(arg, PipelineParamRef) else arg
+            kt = components[task.name](**kwargs)
+            for dep in task.depends_on:
+                kt.after(kfp_tasks[dep])
+            configure_task(pipe, task, kt)
+            kfp_tasks[task.name] = kt
+
+    pipeline_func.__name__ = pipe.name.replace("-", "_")
+    pipeline_func.__qualname__ = pipeline_func.__name__
+    pipeline_func.__doc__ = pipe.description or None
+    pipeline_func.__signature__ = signature  # type: ignore[attr-defined]
+    pipeline_func.__annotations__ = {name: p.annotation for name, p in signature.parameters.items()}
+    return dsl.pipeline(name=pipe.name, description=pipe.description or None)(pipeline_func)
+
+
+def compile_pipeline(pipe: Pipeline, path: str | Path) -> Path:
+    """Compile the pipeline object to KFP IR YAML at ``path``; returns the path."""
+    from kfp import compiler
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    compiler.Compiler().compile(build_kfp_pipeline(pipe), package_path=str(path))
+    return path

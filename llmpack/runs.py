@@ -1,0 +1,259 @@
+"""One pipeline run on one backend, locally: validate, submit, wait, measure, summarise.
+
+The sequence is the same for every backend, which is what makes them comparable:
+
+1. validate every input before anything is written (bad input: one line, exit 2);
+2. create the pipeline run's MLflow record with its tags, take ``submitted_at``;
+3. hand the pipeline to the backend (direct, kfp.local, the Argo local executor, ``mlflow run``);
+4. read every step's JSONL events, derive the DESIGN.md metrics and cost, log them to MLflow;
+5. move the staging directory to its final name (``<pipeline_run>`` or ``<pipeline_run>.failed``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from components import cost, telemetry, tracking
+from components.commands import pipeline_values
+from components.data import BUILTIN, load_rows
+from components.dsl import Pipeline
+from components.errors import InputError, RunFailed
+from components.modeling import check_model_ref
+from components.runtime import CLIENT_UPLOADS_ENV
+from llmpack.progress import watch
+
+BACKENDS: dict[str, str] = {
+    "direct": "llmpack.direct",
+    "kfp": "kfp_pipelines.local",
+    "argo": "argo_workflows.local",
+    "mlflow": "mlflow_projects.local",
+}
+
+
+@dataclass(kw_only=True)
+class RunOptions:
+    backend: str = "direct"
+    model: str = "tiny"
+    data: str = BUILTIN
+    max_steps: int = 60
+    seed: int = 0
+    output_dir: Path = Path("llmpack-runs")
+    tracking_uri: str | None = None
+    gpu_type: str | None = None
+    gpus: int | None = None
+    price_per_gpu_hour: str | None = None
+    price_file: str | None = None
+    run_group: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # other pipeline parameters
+
+
+def new_id(prefix: str) -> str:
+    """A DNS-1123-safe id: prefix, UTC time, random suffix."""
+    return f"{prefix}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def validate(opts: RunOptions) -> None:
+    """Every check that can fail on the user's input, before anything is written."""
+    if opts.backend not in BACKENDS:
+        raise InputError(f"--backend {opts.backend!r}: choose one of {', '.join(BACKENDS)}")
+    if opts.max_steps <= 0:
+        raise InputError(f"--max-steps {opts.max_steps}: must be a positive number of steps")
+    if opts.gpus is not None and opts.gpus < 0:
+        raise InputError(f"--gpus {opts.gpus}: must be >= 0")
+    if opts.gpu_type is not None and opts.gpus == 0:
+        raise InputError(f"--gpu-type {opts.gpu_type!r} with --gpus 0: give a GPU count > 0 or drop --gpu-type")
+    if opts.price_per_gpu_hour is not None:
+        cost.parse_price(opts.price_per_gpu_hour, "--price-per-gpu-hour")
+    check_model_ref(opts.model)
+    if opts.data != BUILTIN:
+        load_rows(opts.data, seed=opts.seed)  # validates every row; names file and line
+    out = Path(opts.output_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--output-dir {out}: exists and is not a directory")
+
+
+def apply_gpu_overrides(pipe: Pipeline, gpu_type: str | None, gpus: int | None) -> Pipeline:
+    """``--gpu-type``/``--gpus`` replace the GPU spec of every GPU step (a copy; the pipeline is untouched)."""
+    if gpu_type is None and gpus is None:
+        return pipe
+    tasks = {}
+    for name, task in pipe.tasks.items():
+        res = task.step.execution.resources
+        if res.gpus > 0:
+            res = replace(res, gpu_type=gpu_type or res.gpu_type, gpus=res.gpus if gpus is None else gpus)
+            if res.gpus == 0:
+                res = replace(res, gpu_type=None)
+            task = replace(task, step=replace(task.step, execution=replace(task.step.execution, resources=res)))
+        tasks[name] = task
+    return replace(pipe, tasks=tasks).validate()
+
+
+def gpu_uses(pipe: Pipeline) -> list[cost.GpuUse]:
+    return [
+        cost.GpuUse(step=t.name, gpus=t.step.execution.resources.gpus, cpu=t.step.execution.resources.cpu)
+        for t in pipe.task_order()
+    ]
+
+
+def resolve_price(pipe: Pipeline, opts: RunOptions) -> cost.Price | None:
+    gpu_types = sorted({t.step.execution.resources.gpu_type for t in pipe.tasks.values() if t.step.execution.resources.gpus > 0})
+    if len(gpu_types) > 1:
+        raise InputError(f"the pipeline mixes GPU types {gpu_types}; cost needs one (use --gpu-type)")
+    if not gpu_types:
+        return None
+    price = cost.resolve_price(gpu_types[0], flag=opts.price_per_gpu_hour, price_file=opts.price_file)
+    if price is None:
+        raise InputError(
+            f"--gpu-type {gpu_types[0]!r}: no known price; pass --price-per-gpu-hour or a price file "
+            f"(known: {', '.join(cost.known_gpu_types())})"
+        )
+    return price
+
+
+def prepare(opts: RunOptions, pipe: Pipeline | None = None) -> tuple[Pipeline, cost.Price | None]:
+    from components.pipeline import build
+
+    validate(opts)
+    pipe = apply_gpu_overrides(pipe or build(), opts.gpu_type, opts.gpus)
+    return pipe, resolve_price(pipe, opts)
+
+
+def connect_tracking(uri: str) -> Any:
+    """An MLflow client whose store answers; an unreachable tracking URI is bad input (exit 2)."""
+    mc = tracking.client(uri)
+    try:
+        tracking.experiment_id(mc)
+    except Exception as exc:  # noqa: BLE001 - one line for the user
+        raise InputError(f"MLflow tracking URI {uri} does not answer ({type(exc).__name__})") from None
+    return mc
+
+
+def summarize(
+    *,
+    pipe: Pipeline,
+    ctx: telemetry.RunContext,
+    records: list[telemetry.Record],
+    finished_at: float,
+    price: cost.Price | None,
+) -> tuple[dict[str, float | None], dict[str, str]]:
+    """The derived metrics and tags of one pipeline run from its step records."""
+    steps = telemetry.group_by_step(records)
+    uses = gpu_uses(pipe)
+    metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=finished_at)
+    metrics.update(cost.cost_metrics(steps, uses, price))
+    metrics = {k: telemetry.clean_number(v) for k, v in metrics.items()}
+    tags = {**ctx.tags(), **cost.cost_tags(uses, price)}
+    return metrics, tags
+
+
+def run_pipeline(
+    opts: RunOptions,
+    pipe: Pipeline | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    progress: Callable[[str, int, float], None] | None = None,
+) -> dict[str, Any]:
+    """Run the pipeline once; returns the ``llmpack run --json`` summary (status may be failed)."""
+    pipe, price = prepare(opts, pipe)
+    uri = tracking.tracking_uri(opts.tracking_uri)
+    mc = connect_tracking(uri)
+    backend = importlib.import_module(BACKENDS[opts.backend])
+
+    run_group = opts.run_group or new_id("rg")
+    pipeline_run = new_id(opts.backend)
+    out_root = Path(opts.output_dir).resolve()
+    staging = out_root / f".{pipeline_run}.partial"
+    staging.mkdir(parents=True)
+    step_env = {
+        **os.environ,
+        **(env or {}),
+        "MLFLOW_TRACKING_URI": uri,
+        "PYTHONUNBUFFERED": "1",
+        CLIENT_UPLOADS_ENV: "1",  # we upload every step's JSONL after the run (idempotent keys)
+    }
+    if opts.model == "tiny":
+        step_env.setdefault("HF_HUB_OFFLINE", "1")
+
+    overrides = {"model": opts.model, "data": opts.data, "seed": opts.seed, "max_steps": opts.max_steps, **opts.params}
+    if opts.data != BUILTIN and Path(opts.data).expanduser().exists():
+        overrides["data"] = str(Path(opts.data).expanduser().resolve())
+    if opts.model != "tiny" and Path(opts.model).expanduser().exists():
+        overrides["model"] = str(Path(opts.model).expanduser().resolve())
+
+    submitted_at = time.time()
+    ctx = telemetry.RunContext(
+        run_group=run_group, pipeline_run=pipeline_run, orchestrator=opts.backend, mode="local", submitted_at=submitted_at
+    )
+    values = pipeline_values(pipe, {**overrides, **{k: getattr(ctx, k) for k in ("submitted_at", "run_group", "pipeline_run", "orchestrator", "mode")}})
+    uses = gpu_uses(pipe)
+    run_id = tracking.open_pipeline_run(mc, ctx, {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name})
+
+    error: str | None = None
+    failed_step: str | None = None
+    artifacts: dict[str, Path] = {}
+    try:
+        with watch(staging, progress) if progress else nullcontext():
+            artifacts = backend.run_local(pipe, values, staging, step_env)
+    except RunFailed as exc:
+        error, failed_step = str(exc), exc.step
+    except InputError as exc:
+        error = str(exc)
+    finished_at = time.time()
+
+    records = telemetry.read_records(telemetry.find_event_files(staging))
+    metrics, tags = summarize(pipe=pipe, ctx=ctx, records=records, finished_at=finished_at, price=price)
+    status = "failed" if error else "succeeded"
+    tags["llmpack.status"] = status
+    try:
+        tracking.log_records(mc, run_id, records)
+        tracking.log_summary(mc, run_id, metrics, tags, params=overrides)
+        mc.set_terminated(run_id, "FAILED" if error else "FINISHED", end_time=int(finished_at * 1000))
+    except Exception as exc:  # noqa: BLE001 - the JSONL stays the source of truth
+        print(f"llmpack: warning: MLflow summary logging failed ({type(exc).__name__}); events kept in JSONL")
+
+    events_file = staging / "events.jsonl"
+    with events_file.open("w", encoding="utf-8") as fh:
+        for rec in sorted(records, key=lambda r: (r.kind != "event", r.value if r.kind == "event" else 0.0, r.key)):
+            fh.write(json.dumps(rec.__dict__, sort_keys=True) + "\n")
+
+    final = out_root / (pipeline_run + (".failed" if error else ""))
+    rel = {key: path.resolve().relative_to(staging) for key, path in artifacts.items() if path.resolve().is_relative_to(staging)}
+    summary: dict[str, Any] = {
+        "run_group": run_group,
+        "pipeline_run": pipeline_run,
+        "orchestrator": opts.backend,
+        "mode": "local",
+        "status": status,
+        "error": error,
+        "failed_step": failed_step,
+        "submitted_at": submitted_at,
+        "finished_at": finished_at,
+        "metrics": metrics,
+        "tags": tags,
+        "artifacts": {
+            "run_dir": str(final),
+            "events_file": str(final / "events.jsonl"),
+            "mlflow_run_id": run_id,
+            "tracking_uri": uri,
+            **{f"{key}_dir": str(final / path) for key, path in sorted(rel.items())},
+        },
+    }
+    model_key = "finetune.model"
+    if model_key in rel:
+        summary["artifacts"]["model_dir"] = str(final / rel[model_key])
+    (staging / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    return summary
