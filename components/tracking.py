@@ -68,8 +68,10 @@ def open_pipeline_run(mc: MlflowClient, ctx: RunContext, extra_tags: dict[str, s
     """The pipeline run's MLflow run id, created (with its tags) when it does not exist yet."""
     run_id = find_pipeline_run(mc, ctx.pipeline_run)
     if run_id is None:
-        tags = {**ctx.tags(), RECORD_TAG: "pipeline", "mlflow.runName": ctx.pipeline_run, **(extra_tags or {})}
-        run = mc.create_run(experiment_id(mc), start_time=int(ctx.submitted_at * 1000) or None, tags=tags)
+        tags = {**ctx.tags(), RECORD_TAG: "pipeline", **(extra_tags or {})}
+        run = mc.create_run(
+            experiment_id(mc), start_time=int(ctx.submitted_at * 1000) or None, tags=tags, run_name=ctx.pipeline_run
+        )
         run_id = run.info.run_id
         mc.log_param(run_id, "submitted_at", repr(ctx.submitted_at))
     elif extra_tags:

@@ -1,1 +1,3 @@
-"""llmpack."""
+"""llmpack: the CLI, side-by-side comparison, reports and the Kubernetes pod watcher."""
+
+__version__ = "0.1.0"

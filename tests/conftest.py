@@ -1,0 +1,42 @@
+"""Shared fixtures: an isolated MLflow sqlite store and helpers to run the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One sqlite MLflow store for the session (creating one costs a couple of seconds)."""
+    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    return f"sqlite:///{db}"
+
+
+@pytest.fixture()
+def step_env(tracking_uri: str) -> dict[str, str]:
+    return {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def llmpack(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """Run the real ``llmpack`` console entry point in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "llmpack", *args],
+        cwd=cwd,
+        env=env or dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def run_step(ref: str, *args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "components.run", ref, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )

@@ -1,0 +1,84 @@
+"""Telemetry records, the JSONL sink and the derived metrics, with fixed timestamps."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from components import telemetry, tracking
+from components.telemetry import RunContext, make_record
+
+CTX = RunContext(run_group="rg-1", pipeline_run="pr-1", orchestrator="kfp", mode="local", submitted_at=1000.0)
+
+
+def records() -> list[telemetry.Record]:
+    ev = [
+        ("prepare-data", "process_started", 1001.0), ("prepare-data", "finished", 1002.0),
+        ("tokenize", "process_started", 1003.0), ("tokenize", "finished", 1004.0),
+        ("finetune", "process_started", 1006.0), ("finetune", "model_loaded", 1008.0),
+        ("finetune", "first_step", 1009.5), ("finetune", "finished", 1030.0),
+        ("evaluate", "process_started", 1031.0), ("evaluate", "finished", 1035.0),
+    ]
+    out = [make_record(CTX, "event", s, n, v) for s, n, v in ev]
+    out += [make_record(CTX, "metric", "finetune", "train_s", 20.0), make_record(CTX, "metric", "finetune", "tokens_per_s", 500.0),
+            make_record(CTX, "metric", "evaluate", "eval_loss", 2.0), make_record(CTX, "metric", "evaluate", "base_eval_loss", 3.0)]
+    return out
+
+
+def test_derived_metrics_from_fixed_timestamps() -> None:
+    steps = telemetry.group_by_step(records())
+    m = telemetry.derive_metrics(steps, submitted_at=1000.0, finished_at=1036.0)
+    assert m["spinup_s"] == 6.0
+    assert m["time_to_first_step_s"] == 9.5
+    assert m["total_s"] == 36.0
+    assert m["pipeline_overhead_s"] == 36.0 - (1 + 1 + 24 + 4)
+    assert m["queue_s"] is None and m["provision_s"] is None
+    assert (m["train_s"], m["tokens_per_s"], m["eval_loss"], m["base_eval_loss"]) == (20.0, 500.0, 2.0, 3.0)
+
+
+def test_cluster_events_take_precedence_for_spinup() -> None:
+    recs = records() + [make_record(CTX, "event", "finetune", n, v) for n, v in
+                        (("pod_created", 1002.0), ("pod_scheduled", 1002.5), ("node_ready", 1004.0), ("container_started", 1005.0))]
+    m = telemetry.derive_metrics(telemetry.group_by_step(recs), submitted_at=1000.0)
+    assert m["spinup_s"] == 5.0
+    assert m["queue_s"] == 0.5
+    assert m["provision_s"] == 2.0
+    assert m["total_s"] == 35.0  # no client finish time: the last step's finish
+
+
+def test_jsonl_roundtrip_and_idempotent_keys(tmp_path: Path) -> None:
+    log = telemetry.EventLog(tmp_path / "a" / telemetry.EVENTS_FILE)
+    for rec in records():
+        log.append(rec)
+    log.append(make_record(CTX, "event", "finetune", "process_started", 1007.0))  # a retry
+    back = telemetry.read_records(telemetry.find_event_files(tmp_path))
+    assert len(back) == len(records())
+    assert telemetry.group_by_step(back)["finetune"].events["process_started"] == 1007.0
+
+
+def test_process_start_time_comes_from_the_os() -> None:
+    t0 = time.time()
+    code = "import time; time.sleep(0.5); from components.telemetry import process_start_time as p; print(p())"
+    started = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    # The process began before its 0.5 s sleep, not when Python got to the call.
+    assert t0 - 0.05 <= started <= t0 + 0.4
+
+
+def test_mlflow_upload_is_idempotent(tracking_uri: str) -> None:
+    mc = tracking.client(tracking_uri)
+    ctx = RunContext(run_group="rg-x", pipeline_run=f"pr-{time.time_ns()}", orchestrator="argo", mode="local", submitted_at=1000.0)
+    run_id = tracking.open_pipeline_run(mc, ctx, {"llmpack.gpu_type": "nvidia-l4"})
+    assert tracking.open_pipeline_run(mc, ctx) == run_id  # found again by tag
+    recs = [make_record(ctx, "event", "finetune", "first_step", 1009.5)]
+    assert tracking.log_records(mc, run_id, recs) == 1
+    assert tracking.log_records(mc, run_id, recs) == 0
+    history = mc.get_metric_history(run_id, "event.finetune.first_step")
+    assert len(history) == 1 and history[0].value == pytest.approx(1009.5)
+    run = mc.get_run(run_id)
+    assert run.data.tags["llmpack.orchestrator"] == "argo" and run.data.tags["llmpack.gpu_type"] == "nvidia-l4"
+    rebuilt = tracking.records_from_run(run.data.metrics, ctx)
+    assert rebuilt[0].step == "finetune" and rebuilt[0].name == "first_step"
