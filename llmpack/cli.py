@@ -128,5 +128,87 @@ def compile(out: Path) -> None:  # noqa: A001 - the command's name
         click.echo(str(path))
 
 
+@main.command()
+@click.option("--backends", default="direct,kfp,argo,mlflow", show_default=True, help="Comma-separated paths to compare.")
+@click.option("--repeats", type=int, default=1, show_default=True, help="Runs per path (interleaved).")
+@click.option("--local/--cluster", "local", default=True, help="Local paths (default) or a cluster (see README).")
+@run_options
+@click.option("--report", "report_dir", type=click.Path(path_type=Path), default=Path("llmpack-report"), show_default=True,
+              help="Report directory (report.md, report.html, report.json, PNG charts).")
+@click.option("--no-report", is_flag=True, help="Skip writing the report.")
+@click.option("--control-plane-cost", "control_plane", multiple=True, metavar="ORCH=USD",
+              help="Monthly control-plane cost per orchestrator, for the break-even (repeatable).")
+@click.option("--control-plane-costs", "control_plane_file", default=None, help="YAML of monthly control-plane costs.")
+@click.option("--inject-start-delay", type=float, default=None, metavar="SECONDS",
+              help="Fault injection: delay the finetune step's process start (instrument accuracy check).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout; progress goes to stderr.")
+def compare(backends: str, repeats: int, local: bool, report_dir: Path, no_report: bool, control_plane: tuple[str, ...],
+            control_plane_file: str | None, inject_start_delay: float | None, as_json: bool, params: tuple[str, ...],
+            **kwargs: Any) -> None:
+    """Run the pipeline through several paths side by side and compare them.
+
+    With no arguments: the tiny model on built-in data through direct, kfp, argo and mlflow,
+    locally and sequentially, then a table and a report in ./llmpack-report.
+    """
+    from llmpack import compare as cmp
+    from llmpack.display import compare_table, run_with_progress
+    from llmpack.report import parse_control_plane, write_report
+    from llmpack.runs import RunOptions
+
+    if not local:
+        raise InputError("--cluster: cluster comparison needs `llmpack submit` endpoints; see the README's cluster walkthrough")
+    names = cmp.parse_backends(backends)
+    costs = parse_control_plane(control_plane, control_plane_file)
+    if report_dir.exists() and not report_dir.is_dir():
+        raise InputError(f"--report {report_dir}: exists and is not a directory")
+    if inject_start_delay is not None and inject_start_delay < 0:
+        raise InputError("--inject-start-delay: must be >= 0")
+    env = {"LLMPACK_INJECT_START_DELAY": f"finetune={inject_start_delay}"} if inject_start_delay else None
+    opts = RunOptions(params=parse_params(params), **kwargs)
+    result = cmp.compare(opts, names, repeats, run_one=lambda o, label: run_with_progress(o, label, env=env))
+    if not no_report:
+        write_report(result, report_dir, costs)
+        click.echo(f"report: {report_dir / 'report.html'}", err=True)
+    if as_json:
+        click.echo(json.dumps(result, sort_keys=True))
+    else:
+        compare_table(result)
+    if result["failed"]:
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--run-group", required=True, help="The run group to report (llmpack.run_group tag).")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=Path("llmpack-report"), show_default=True)
+@click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")
+@click.option("--control-plane-cost", "control_plane", multiple=True, metavar="ORCH=USD")
+@click.option("--control-plane-costs", "control_plane_file", default=None)
+def report(run_group: str, out: Path, tracking_uri: str | None, control_plane: tuple[str, ...], control_plane_file: str | None) -> None:
+    """Rebuild a comparison report from MLflow alone (cluster runs logged from anywhere)."""
+    from components import tracking
+    from llmpack import compare as cmp
+    from llmpack.report import parse_control_plane, runs_from_mlflow, write_report
+    from llmpack.runs import connect_tracking
+
+    costs = parse_control_plane(control_plane, control_plane_file)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
+    uri = tracking.tracking_uri(tracking_uri)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
+        raise InputError(f"MLflow tracking URI {uri}: no such database")
+    runs = runs_from_mlflow(connect_tracking(uri), run_group)
+    result = {
+        "run_group": run_group,
+        "backends": list(dict.fromkeys(r["orchestrator"] for r in runs)),
+        "percentile_method": cmp.PERCENTILE_METHOD,
+        "runs": runs,
+        "failed": [{"pipeline_run": r["pipeline_run"], "orchestrator": r["orchestrator"], "error": r["error"]}
+                   for r in runs if r["status"] != "succeeded"],
+        "summary": cmp.summarize_runs(runs),
+    }
+    write_report(result, out, costs)
+    click.echo(str(out / "report.html"))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -215,6 +215,8 @@ def run_pipeline(
     metrics, tags = summarize(pipe=pipe, ctx=ctx, records=records, finished_at=finished_at, price=price)
     status = "failed" if error else "succeeded"
     tags["llmpack.status"] = status
+    if error:
+        tags["llmpack.error"] = error[:4000]
     try:
         tracking.log_records(mc, run_id, records)
         tracking.log_summary(mc, run_id, metrics, tags, params=overrides)
@@ -241,6 +243,7 @@ def run_pipeline(
         "finished_at": finished_at,
         "metrics": metrics,
         "tags": tags,
+        "events": {step: dict(st.events) for step, st in telemetry.group_by_step(records).items()},
         "artifacts": {
             "run_dir": str(final),
             "events_file": str(final / "events.jsonl"),
