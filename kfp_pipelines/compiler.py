@@ -46,6 +46,7 @@ Limits of the KFP format, and what we do about them
 
 from __future__ import annotations
 
+import hashlib
 import keyword
 import linecache
 from collections.abc import Callable
@@ -119,7 +120,8 @@ def _define(source: str, name: str, label: str) -> Callable[..., Any]:
     """Execute generated source with a linecache entry, so inspect.getsource finds it."""
     from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
-    filename = f"{_SOURCE_PREFIX}{label}>"
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    filename = f"{_SOURCE_PREFIX}{label} {digest}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     namespace: dict[str, Any] = {
         "__name__": "kfp_pipelines._generated",
@@ -213,7 +215,7 @@ def build_kfp_pipeline(pipe: Pipeline) -> Any:
     signature = pipeline_signature(pipe)
 
     def pipeline_func(*args: Any) -> None:
-        values = dict(zip(signature.parameters, args))
+        values = dict(zip(signature.parameters, args, strict=True))
         kfp_tasks: dict[str, Any] = {}
         for task in order:
             kwargs: dict[str, Any] = {}

@@ -1,0 +1,204 @@
+"""Run the compiled KFP pipeline on this machine with ``kfp.local.SubprocessRunner``.
+
+:func:`run_local` has the contract of :func:`llmpack.direct.run_local`. It compiles the pipeline
+object to ``WORKDIR/pipeline.yaml`` with :func:`kfp_pipelines.compiler.compile_pipeline` (for the
+shipped pipeline that file equals the committed ``kfp_pipelines/finetune.yaml``), loads it back
+with ``kfp.components.load_component_from_file`` and runs that package with kfp.local, the
+pipeline root being ``WORKDIR/kfp-root``. Every task runs the component's own command (KFP's
+executor, then the step) as a subprocess of this Python, never a container.
+
+kfp.local keeps process-wide state (its config singleton, the root logger, a patched
+``builtins.print``) and its tasks inherit ``os.environ``, so the run happens in a child process
+(``python -m kfp_pipelines.local``) whose environment is exactly ``env``. That keeps the caller's
+process untouched and lets several backends run side by side. Its output, ANSI colours removed,
+goes to ``WORKDIR/logs/kfp.log``, and each task's part of it to ``WORKDIR/logs/<task>.log``
+as with the direct backend.
+
+kfp.local honours the compiled retry policy. Locally each wait between attempts is capped at
+:data:`LOCAL_MAX_BACKOFF_S` (the direct backend does the same); retry counts are unchanged.
+kfp.local ignores resources, placement and the Kubernetes platform config (it warns, in the log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from components.commands import last_error_line, pipeline_values
+from components.dsl import Pipeline
+from components.errors import RunFailed
+
+LOCAL_MAX_BACKOFF_S = 1.0
+LOG_NAME = "kfp.log"
+PACKAGE_NAME = "pipeline.yaml"
+ROOT_NAME = "kfp-root"
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_EXECUTING = re.compile(r"Executing task '([^']+)'")
+_FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")
+_INNER_FAILED = re.compile(r"Inner task failed: '([^']+)'")
+_KFP_LOGGER_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} - [A-Z]+ - ")
+
+
+def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Mapping[str, str],
+              log: IO[str] | None = None) -> dict[str, Path]:
+    """Run the pipeline with kfp.local; returns the artifact directories as ``{"task.output": path}``."""
+    from kfp_pipelines.compiler import compile_pipeline
+
+    workdir = Path(workdir).resolve()
+    logs = workdir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    package = compile_pipeline(pipe, workdir / PACKAGE_NAME)
+    root = workdir / ROOT_NAME
+    args_path = workdir / "kfp-arguments.json"
+    args_path.write_text(json.dumps(_arguments(pipe, values), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    cmd = [sys.executable, "-m", "kfp_pipelines.local", str(package), "--pipeline-root", str(root),
+           "--arguments", str(args_path)]
+    rc, statuses, inner_failed = _run_child(cmd, env=env, logs=logs)
+
+    failed = [task for task, status in statuses.items() if status != "SUCCESS"]
+    if rc != 0 or failed:
+        step = inner_failed or (failed[-1] if failed else "")
+        if step:
+            task_log = logs / f"{step}.log"
+            text = task_log.read_text(encoding="utf-8", errors="replace") if task_log.exists() else ""
+            raise RunFailed(step, last_error_line(_step_output(text)))
+        kfp_log = (logs / LOG_NAME).read_text(encoding="utf-8", errors="replace")
+        raise RunFailed("kfp", f"kfp.local exited with code {rc}: {last_error_line(kfp_log)}")
+
+    artifacts = _artifact_dirs(pipe, root)
+    if log is not None:
+        print(f"kfp: {len(pipe.tasks)} steps done in {workdir}", file=log)
+    return artifacts
+
+
+def _step_output(text: str) -> str:
+    """A task's log without kfp.local's own lines: what the task's process printed."""
+    return "\n".join(line for line in text.splitlines() if not _KFP_LOGGER_LINE.match(line))
+
+
+def _arguments(pipe: Pipeline, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The pipeline arguments, each of its parameter's type (an int given for a float is a float)."""
+    full = pipeline_values(pipe, values)
+    out: dict[str, Any] = {}
+    for name, param in pipe.all_params.items():
+        value = full[name]
+        if param.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        out[name] = value
+    return out
+
+
+def _run_child(cmd: Sequence[str], *, env: Mapping[str, str], logs: Path) -> tuple[int, dict[str, str], str]:
+    """Run the kfp.local child; split its output into kfp.log and one log per task."""
+    statuses: dict[str, str] = {}
+    inner_failed = ""
+    task_files: dict[str, IO[str]] = {}
+    current: IO[str] | None = None
+    child_env = {**env, "PYTHONUNBUFFERED": "1"}
+    try:
+        with (logs / LOG_NAME).open("a", encoding="utf-8") as main_log:
+            main_log.write(f"$ {' '.join(cmd)}\n")
+            main_log.flush()
+            with subprocess.Popen(list(cmd), env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, encoding="utf-8", errors="replace", bufsize=1) as proc:
+                assert proc.stdout is not None
+                for raw in proc.stdout:
+                    line = _ANSI.sub("", raw)
+                    main_log.write(line)
+                    main_log.flush()
+                    started = _EXECUTING.search(line)
+                    if started:
+                        name = started.group(1)
+                        if name not in task_files:
+                            task_files[name] = (logs / f"{name}.log").open("a", encoding="utf-8")
+                        current = task_files[name]
+                    if current is not None:
+                        current.write(line)
+                        current.flush()
+                    finished = _FINISHED.search(line)
+                    if finished:
+                        statuses[finished.group(1)] = finished.group(2)
+                        current = None
+                    inner = _INNER_FAILED.search(line)
+                    if inner:
+                        inner_failed = inner.group(1)
+                rc = proc.wait()
+    finally:
+        for fh in task_files.values():
+            fh.close()
+    return rc, statuses, inner_failed
+
+
+def _artifact_dirs(pipe: Pipeline, root: Path) -> dict[str, Path]:
+    """Where kfp.local put each output: ``ROOT/<pipeline>-<timestamp>/<task>/<output>``."""
+    runs = sorted(p for p in root.glob(f"{pipe.name}-*") if p.is_dir())
+    if len(runs) != 1:
+        raise RunFailed("kfp", f"expected one kfp.local run under {root}, found {len(runs)}")
+    artifacts: dict[str, Path] = {}
+    for task in pipe.task_order():
+        for name in task.step.outputs:
+            path = runs[0] / task.name / name
+            if not path.is_dir():
+                raise RunFailed(task.name, f"output {name!r} missing at {path}")
+            artifacts[f"{task.name}.{name}"] = path
+    return artifacts
+
+
+# --------------------------------------------------------------------------- the child process
+
+
+class _CappedTime:
+    """``time`` for kfp.local's retry loop, with each sleep capped at LOCAL_MAX_BACKOFF_S."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        time.sleep(min(seconds, LOCAL_MAX_BACKOFF_S))
+
+
+def _child(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kfp_pipelines.local",
+                                     description="Run a compiled KFP pipeline package with kfp.local.")
+    parser.add_argument("package", help="compiled pipeline YAML")
+    parser.add_argument("--pipeline-root", required=True)
+    parser.add_argument("--arguments", required=True, help="JSON file: the pipeline arguments")
+    args = parser.parse_args(argv)
+
+    import kfp.local
+    from kfp import components
+
+    try:
+        from kfp.local.orchestrator import task_executor
+
+        if hasattr(task_executor, "time"):
+            task_executor.time = _CappedTime()  # type: ignore[assignment]
+    except ImportError:  # an older kfp: retries without the local cap
+        pass
+
+    arguments = json.loads(Path(args.arguments).read_text(encoding="utf-8"))
+    kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=args.pipeline_root,
+                   raise_on_error=True)
+    pipeline = components.load_component_from_file(args.package)
+    try:
+        pipeline(**arguments)
+    except RuntimeError as exc:
+        print(f"kfp.local: {exc}", flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(_child())
