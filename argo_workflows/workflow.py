@@ -1,0 +1,253 @@
+"""Build the Argo Workflow for a pipeline object with Hera.
+
+    hera generate yaml argo_workflows/workflow.py --to argo_workflows/finetune.yaml
+    argo submit argo_workflows/finetune.yaml -p max_steps=200 -p run_group=...
+
+:func:`build_workflow` compiles any :class:`components.dsl.Pipeline` (never a hand-written copy):
+one DAG task and one container template per pipeline task, each running the same command line
+every backend runs (:func:`components.commands.step_args`), with Argo placeholders where the
+values and artifact directories go. The module-level ``w`` is the fine-tuning pipeline, for the
+``hera`` CLI; ``argo_workflows/finetune.yaml`` is its committed output.
+
+Cluster mapping of a step's :class:`components.dsl.Execution`:
+
+- resources: CPU and memory requests, ``nvidia.com/gpu`` requests and limits (Hera ``gpus=``);
+- placement: node selector, tolerations;
+- retries: ``retryStrategy`` with ``retryPolicy: Always`` (a preempted or evicted pod is an
+  Argo *error*, not a failure, and must be retried too), exponential backoff whose per-retry
+  ceiling is ``backoff.cap``, written only where it binds (Argo's ``maxDuration`` is a deadline
+  from the *first* attempt, which would forbid retrying a long training run preempted after that
+  deadline, so it is not set),
+  and ``expression: asInt(lastRetry.exitCode) != 2`` so that bad input (exit code 2) fails at once,
+  as on every other path;
+- timeout: ``activeDeadlineSeconds`` per attempt;
+- pod labels ``llmpack.io/...`` for cost attribution, non-root unprivileged pods, and the MLflow
+  tracking URI from the optional Secret ``llmpack-mlflow`` (key ``tracking-uri``), never a literal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.commands import format_value, step_args
+from components.dsl import OutputRef, Pipeline, PipelineParamRef, Retry, Task, iter_param_args
+from components.telemetry import TRAIN_STEP
+
+ORCHESTRATOR = "argo"
+IN_DIR = "/tmp/llmpack/in"
+OUT_DIR = "/tmp/llmpack/out"
+RUN_AS_USER = 1000
+MLFLOW_SECRET = "llmpack-mlflow"
+MLFLOW_SECRET_KEY = "tracking-uri"
+LABEL_PREFIX = "llmpack.io/"
+NO_RETRY_EXIT_CODE = 2  # components.errors.InputError: bad input is not retried
+# Defaults of the compiled Workflow that differ from the pipeline's: it is what `argo submit` runs.
+ARGO_DEFAULTS: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "mode": "cluster"}
+FINETUNE_BUCKETS = [30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0]
+
+
+def in_path(name: str) -> str:
+    return f"{IN_DIR}/{name}"
+
+
+def out_path(name: str) -> str:
+    return f"{OUT_DIR}/{name}"
+
+
+def cpu_quantity(cpu: float) -> str:
+    """Cores as a Kubernetes quantity: ``8``, ``0.5`` -> ``500m``."""
+    if float(cpu).is_integer():
+        return str(int(cpu))
+    return f"{round(cpu * 1000)}m"
+
+
+def cap_binds(retry: Retry) -> bool:
+    """Whether ``max_backoff_s`` shortens any wait within ``limit`` retries (only then is ``cap`` written).
+
+    ``backoff.cap`` is a recent Argo field; leaving it out where it changes nothing keeps the
+    YAML acceptable to older controllers and to ``argo submit``'s strict schema check.
+    """
+    return any(retry.backoff_s * retry.factor**n > retry.max_backoff_s for n in range(retry.limit))
+
+
+def workflow_defaults(pipe: Pipeline) -> dict[str, str]:
+    """Every workflow argument with the default the compiled Workflow carries."""
+    return {
+        name: format_value(ARGO_DEFAULTS.get(name, p.default)) for name, p in pipe.all_params.items()
+    }
+
+
+def pod_labels(task: Task) -> dict[str, str]:
+    res = task.step.execution.resources
+    return {
+        f"{LABEL_PREFIX}step": task.step.name,
+        f"{LABEL_PREFIX}task": task.name,
+        f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR,
+        f"{LABEL_PREFIX}mode": "{{workflow.parameters.mode}}",
+        f"{LABEL_PREFIX}gpu-type": res.gpu_type or "none",
+        f"{LABEL_PREFIX}gpu-count": str(res.gpus),
+        f"{LABEL_PREFIX}run-group": "{{workflow.parameters.run_group}}",
+        f"{LABEL_PREFIX}pipeline-run": "{{workflow.parameters.pipeline_run}}",
+    }
+
+
+def _finetune_metrics(task: Task) -> list[Any]:
+    """Argo's own view of the training node: its duration, live while it runs and when it ends.
+
+    Argo knows when the node started (pod created) but not when the container started, so the
+    exact ``spinup_s`` comes from the step's telemetry (MLflow, JSONL) and the pod watcher; these
+    give Prometheus the node's wall time, spin-up included, labelled for cost attribution.
+    """
+    from hera.workflows import Gauge, Histogram, Label
+
+    res = task.step.execution.resources
+    labels = [
+        Label(key="step", value=task.step.name),
+        Label(key="orchestrator", value=ORCHESTRATOR),
+        Label(key="gpu_type", value=res.gpu_type or "none"),
+        Label(key="gpu_count", value=str(res.gpus)),
+    ]
+    return [
+        Gauge(
+            name="llmpack_finetune_node_seconds",
+            help="Seconds since the finetune node started (pod pending, image pull, spin-up, training), live.",
+            labels=labels,
+            realtime=True,
+            value="{{duration}}",
+        ),
+        Histogram(
+            name="llmpack_finetune_node_duration_seconds",
+            help="Wall time of the finetune node (pod pending, image pull, spin-up, training) by status.",
+            labels=[*labels, Label(key="status", value="{{status}}")],
+            buckets=FINETUNE_BUCKETS,
+            value="{{duration}}",
+        ),
+    ]
+
+
+def _container(task: Task) -> Any:
+    from hera.workflows import Artifact, Container, Parameter, Resources, RetryStrategy, SecretEnv
+    from hera.workflows.models import Backoff, Capabilities, IntOrString, SecurityContext, Toleration
+
+    step = task.step
+    ex = step.execution
+    res = ex.resources
+    param_names = [key for key, _ in iter_param_args(task)]
+    args = step_args(
+        task,
+        inputs={name: f"{{{{inputs.artifacts.{name}.path}}}}" for name in step.inputs},
+        outputs={name: f"{{{{outputs.artifacts.{name}.path}}}}" for name in step.outputs},
+        params={name: f"{{{{inputs.parameters.{name}}}}}" for name in param_names},
+    )
+    retry = None
+    if ex.retry.limit > 0:
+        retry = RetryStrategy(
+            limit=ex.retry.limit,
+            retry_policy="Always",
+            expression=f"asInt(lastRetry.exitCode) != {NO_RETRY_EXIT_CODE}",
+            backoff=Backoff(
+                duration=f"{ex.retry.backoff_s}s",
+                factor=IntOrString(root=ex.retry.factor),
+                cap=f"{ex.retry.max_backoff_s}s" if cap_binds(ex.retry) else None,
+            ),
+        )
+    return Container(
+        name=task.name,
+        image=ex.image,
+        command=["python"],
+        args=args,
+        inputs=[
+            *(Parameter(name=name) for name in param_names),
+            *(Artifact(name=name, path=in_path(name)) for name in step.inputs),
+        ],
+        outputs=[Artifact(name=name, path=out_path(name)) for name in step.outputs],
+        env=[
+            SecretEnv(
+                name="MLFLOW_TRACKING_URI",
+                secret_name=MLFLOW_SECRET,
+                secret_key=MLFLOW_SECRET_KEY,
+                optional=True,
+            )
+        ],
+        resources=Resources(
+            cpu_request=cpu_quantity(res.cpu),
+            memory_request=res.memory,
+            gpus=res.gpus if res.gpus > 0 else None,
+        ),
+        security_context=SecurityContext(
+            run_as_non_root=True,
+            run_as_user=RUN_AS_USER,
+            allow_privilege_escalation=False,
+            privileged=False,
+            capabilities=Capabilities(drop=["ALL"]),
+        ),
+        node_selector=dict(ex.node_selector) or None,
+        tolerations=[
+            Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect) for t in ex.tolerations
+        ]
+        or None,
+        retry_strategy=retry,
+        active_deadline_seconds=ex.timeout_s,
+        labels=pod_labels(task),
+        annotations={"workflows.argoproj.io/description": step.description} if step.description else None,
+        metrics=_finetune_metrics(task) if step.name == TRAIN_STEP else None,
+    )
+
+
+def _dag_task(task: Task) -> Any:
+    from hera.workflows import Artifact, Parameter
+    from hera.workflows import Task as HeraTask
+
+    params = []
+    for key, value in iter_param_args(task):
+        if isinstance(value, PipelineParamRef):
+            params.append(Parameter(name=key, value=f"{{{{workflow.parameters.{value.name}}}}}"))
+        else:
+            params.append(Parameter(name=key, value=format_value(value)))
+    artifacts = [
+        Artifact(name=name, from_=f"{{{{tasks.{ref.task}.outputs.artifacts.{ref.output}}}}}")
+        for name, ref in task.arguments.items()
+        if isinstance(ref, OutputRef)
+    ]
+    return HeraTask(
+        name=task.name,
+        template=task.name,
+        arguments=[*params, *artifacts],
+        dependencies=task.upstream() or None,
+    )
+
+
+def build_workflow(pipe: Pipeline) -> Any:
+    """The Argo Workflow (a ``hera.workflows.Workflow``) for a validated pipeline object."""
+    from hera.workflows import DAG, Parameter, Workflow
+    from hera.workflows.models import PodSecurityContext, SeccompProfile
+
+    pipe.validate()
+    order = pipe.task_order()
+    dag = DAG(name=pipe.name, tasks=[_dag_task(t) for t in order])
+    defaults = workflow_defaults(pipe)
+    return Workflow(
+        generate_name=f"{pipe.name}-",
+        labels={f"{LABEL_PREFIX}pipeline": pipe.name, f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR},
+        annotations={"workflows.argoproj.io/description": pipe.description} if pipe.description else None,
+        entrypoint=pipe.name,
+        arguments=[Parameter(name=name, value=value) for name, value in defaults.items()],
+        security_context=PodSecurityContext(
+            run_as_non_root=True,
+            run_as_user=RUN_AS_USER,
+            run_as_group=RUN_AS_USER,
+            fs_group=RUN_AS_USER,
+            seccomp_profile=SeccompProfile(type="RuntimeDefault"),
+        ),
+        templates=[dag, *(_container(t) for t in order)],
+    )
+
+
+def _module_workflow() -> Any:
+    from components.pipeline import build
+
+    return build_workflow(build())
+
+
+# For `hera generate yaml argo_workflows/workflow.py`: the fine-tuning pipeline's Workflow.
+w = _module_workflow()

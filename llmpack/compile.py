@@ -1,0 +1,55 @@
+"""``llmpack compile``: the three native artifacts, from the one pipeline object.
+
+Written into a temporary directory first and moved into place only when all three compiled,
+so a failure never leaves a half-written set.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from components.dsl import Pipeline
+from components.errors import InputError
+
+KFP_FILE = Path("kfp_pipelines/finetune.yaml")
+ARGO_FILE = Path("argo_workflows/finetune.yaml")
+MLFLOW_DIR = Path("mlflow_projects")
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
+    probe = out if out.exists() else next((p for p in out.parents if p.exists()), Path("."))
+    if not os.access(probe, os.W_OK):
+        raise InputError(f"--out {out}: directory {probe} is not writable")
+
+
+def compile_all(out: Path, pipe: Pipeline | None = None) -> list[Path]:
+    """Compile KFP, Argo and MLflow artifacts under ``out``; returns the files written."""
+    from argo_workflows.workflow import build_workflow
+    from components.pipeline import build
+    from kfp_pipelines.compiler import compile_pipeline
+    from mlflow_projects.compiler import write_project
+
+    out = Path(out)
+    _check_out(out)
+    pipe = pipe or build()
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".llmpack-compile-", dir=out))
+    try:
+        compile_pipeline(pipe, tmp / KFP_FILE)
+        (tmp / ARGO_FILE).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / ARGO_FILE).write_text(build_workflow(pipe).to_yaml())
+        write_project(pipe, tmp / MLFLOW_DIR)
+        written = []
+        for src in sorted(p for p in tmp.rglob("*") if p.is_file()):
+            dest = out / src.relative_to(tmp)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dest)
+            written.append(dest)
+        return written
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
