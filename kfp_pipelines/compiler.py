@@ -49,7 +49,8 @@ from __future__ import annotations
 import hashlib
 import keyword
 import linecache
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -238,11 +239,35 @@ def build_kfp_pipeline(pipe: Pipeline) -> Any:
     return dsl.pipeline(name=pipe.name, description=pipe.description or None)(pipeline_func)
 
 
+@contextmanager
+def _pyyaml_default_str_style() -> Iterator[None]:
+    """PyYAML's own string style while kfp dumps the IR.
+
+    Importing Hera registers a process-wide ``str`` representer (block style for multi-line
+    strings). Without this guard the KFP YAML would depend on whether Hera was imported first;
+    with it, ``llmpack compile`` writes exactly what ``kfp dsl compile`` writes.
+    """
+    import yaml
+
+    classes = [yaml.representer.SafeRepresenter, yaml.representer.Representer, yaml.SafeDumper, yaml.Dumper]
+    saved = [(cls, cls.__dict__.get("yaml_representers")) for cls in classes]
+    for cls, reps in saved:
+        if reps is not None and str in reps:
+            cls.yaml_representers = {**reps, str: yaml.representer.SafeRepresenter.represent_str}
+    try:
+        yield
+    finally:
+        for cls, reps in saved:
+            if reps is not None:
+                cls.yaml_representers = reps
+
+
 def compile_pipeline(pipe: Pipeline, path: str | Path) -> Path:
     """Compile the pipeline object to KFP IR YAML at ``path``; returns the path."""
     from kfp import compiler
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(build_kfp_pipeline(pipe), package_path=str(path))
+    with _pyyaml_default_str_style():
+        compiler.Compiler().compile(build_kfp_pipeline(pipe), package_path=str(path))
     return path

@@ -37,8 +37,11 @@ def compile_all(out: Path, pipe: Pipeline | None = None) -> list[Path]:
     out = Path(out)
     _check_out(out)
     pipe = pipe or build()
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".llmpack-compile-", dir=out))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".llmpack-compile-", dir=out))
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot write there ({exc.strerror})") from None
     try:
         compile_pipeline(pipe, tmp / KFP_FILE)
         (tmp / ARGO_FILE).parent.mkdir(parents=True, exist_ok=True)

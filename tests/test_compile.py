@@ -1,0 +1,67 @@
+"""``llmpack compile``: all three native artifacts from the one pipeline object."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from components.dsl import Dataset, Input, Metrics, Output, pipeline, step
+from components.pipeline import finetune_pipeline
+from llmpack.compile import compile_all
+from tests.conftest import REPO, llmpack
+
+
+@step()
+def toy_audit(dataset: Input[Dataset], report: Output[Metrics], threshold: float = 0.5) -> None:
+    """A toy extra step that audits the prepared data."""
+
+
+def test_compile_matches_the_committed_golden_files(tmp_path: Path) -> None:
+    written = compile_all(tmp_path)
+    assert written
+    for path in written:
+        rel = path.relative_to(tmp_path)
+        committed = REPO / rel
+        assert committed.exists(), f"{rel} is compiled but not committed (run `make golden`)"
+        assert path.read_bytes() == committed.read_bytes(), f"{rel} differs from the committed golden copy"
+
+
+def test_a_toy_extra_step_appears_in_all_three_outputs(tmp_path: Path) -> None:
+    base = finetune_pipeline()
+
+    @pipeline(name="llm-finetune-audit")
+    def with_audit(model: str = "tiny", data: str = "builtin", seed: int = 0) -> None:
+        from components.steps.prepare_data import prepare_data
+
+        prepared = prepare_data(data=data, seed=seed)
+        toy_audit(dataset=prepared.outputs["dataset"], threshold=0.9)
+
+    pipe = with_audit()
+    assert "toy-audit" not in base.tasks
+    compile_all(tmp_path, pipe)
+    kfp = list(yaml.safe_load_all((tmp_path / "kfp_pipelines/finetune.yaml").read_text()))[0]
+    assert "toy-audit" in kfp["root"]["dag"]["tasks"]
+    argo = yaml.safe_load((tmp_path / "argo_workflows/finetune.yaml").read_text())
+    dag = next(t for t in argo["spec"]["templates"] if "dag" in t)
+    assert "toy-audit" in [t["name"] for t in dag["dag"]["tasks"]]
+    mlproject = yaml.safe_load((tmp_path / "mlflow_projects/finetune/MLproject").read_text())
+    assert "toy_audit" in mlproject["entry_points"]
+    spec = json.loads((tmp_path / "mlflow_projects/finetune/pipeline.json").read_text())
+    assert "toy-audit" in json.dumps(spec)
+
+
+def test_compile_out_onto_a_file_is_one_line(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("keep")
+    r = llmpack("compile", "--out", str(f), cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip() == f"llmpack: error: --out {f}: exists and is not a directory"
+    assert f.read_text() == "keep"
+
+
+def test_compile_out_unwritable_is_one_line(tmp_path: Path) -> None:
+    r = llmpack("compile", "--out", "/sys/llmpack-out", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--out /sys/llmpack-out" in lines[0] and "Traceback" not in r.stderr
