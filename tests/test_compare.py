@@ -1,0 +1,192 @@
+"""``llmpack compare``: the JSON schema, the statistics, the report, and the instrument's accuracy."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from components.errors import InputError
+from llmpack.compare import DEFAULT_BACKENDS, parse_backends, percentile, summarize_runs
+from llmpack.report import break_even, leaders, write_report
+from llmpack.runs import RunOptions, run_pipeline
+from tests.conftest import llmpack
+
+FAST = ("--max-steps", "3")
+
+
+def test_percentile_is_numpy_linear() -> None:
+    import numpy as np
+
+    xs = [3.0, 1.0, 4.0, 1.5, 9.0, 2.6]
+    for q in (50, 90, 99):
+        assert percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+
+
+def test_p99_is_not_pretended_below_ten_runs() -> None:
+    runs = [{"orchestrator": "kfp", "status": "succeeded", "metrics": {"total_s": float(i)}} for i in range(9)]
+    s = summarize_runs(runs)["kfp"]["total_s"]
+    assert s["n"] == 9 and s["p99"] is None and "p99 not estimated" in s["p99_note"]
+    runs.append({"orchestrator": "kfp", "status": "succeeded", "metrics": {"total_s": 9.0}})
+    assert summarize_runs(runs)["kfp"]["total_s"]["p99"] == pytest.approx(8.91)
+
+
+def test_break_even_finds_where_the_cheapest_flips() -> None:
+    def run(orch: str, cost: float) -> dict:
+        return {"orchestrator": orch, "status": "succeeded", "metrics": {"cost_usd": cost, "train_s": 3600.0},
+                "tags": {"llmpack.gpu_count": "1"}}
+
+    # kfp: $500/month control plane, $4/training GPU-hour; argo: $100/month, $6/training GPU-hour.
+    be = break_even([run("kfp", 4.0), run("argo", 6.0)], {"kfp": 500.0, "argo": 100.0})
+    assert be["segments"][0]["cheapest"] == "argo"
+    assert be["segments"][0]["to_gpu_hours"] == pytest.approx(200.0)
+    assert be["segments"][1]["cheapest"] == "kfp"
+    assert "argo is cheapest up to 200 training GPU-hours/month, then kfp" in be["sentence"]
+    assert "kfp $500/month" in be["sentence"]
+
+
+def test_unknown_backend_and_bad_repeats_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="unknown backend 'nosuch'"):
+        parse_backends("kfp,nosuch")
+    for args, message in (
+        (("--repeats", "0"), "--repeats 0: must be at least 1"),
+        (("--backends", "kfp,nosuch"), "--backends: unknown backend 'nosuch'"),
+    ):
+        r = llmpack("compare", *args, "--output-dir", str(tmp_path / "runs"), cwd=tmp_path)
+        assert r.returncode == 2 and r.stderr.strip().startswith(f"llmpack: error: {message}"), r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "runs").exists()
+    f = tmp_path / "afile"
+    f.write_text("x")
+    r = llmpack("compare", "--report", str(f), cwd=tmp_path)
+    assert r.returncode == 2 and "exists and is not a directory" in r.stderr and f.read_text() == "x"
+
+
+def test_unreachable_tracking_uri_is_one_line(tmp_path: Path) -> None:
+    r = llmpack("run", "--tracking-uri", "http://127.0.0.1:9", "--output-dir", str(tmp_path / "runs"), cwd=tmp_path,
+                env={**__import__("os").environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "2"})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("llmpack: error: MLflow tracking URI http://127.0.0.1:9 does not answer")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_report_for_a_missing_run_group(tmp_path: Path, tracking_uri: str) -> None:
+    from components import tracking
+
+    tracking.experiment_id(tracking.client(tracking_uri))  # the store exists; the group does not
+    r = llmpack("report", "--run-group", "rg-nope", "--tracking-uri", tracking_uri, "--out", str(tmp_path / "rep"), cwd=tmp_path)
+    assert r.returncode == 2 and "run group 'rg-nope': no llmpack runs" in r.stderr
+    assert not (tmp_path / "rep").exists()
+
+
+@pytest.fixture(scope="module")
+def repeated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    root = tmp_path_factory.mktemp("compare")
+    r = llmpack("compare", "--repeats", "3", "--json", *FAST, "--report", str(root / "report"),
+                "--control-plane-cost", "kfp=450", "--control-plane-cost", "argo=120", "--control-plane-cost", "mlflow=200",
+                "--tracking-uri", f"sqlite:///{root / 'mlflow.db'}", cwd=root, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return root, json.loads(r.stdout)
+
+
+@pytest.mark.slow
+def test_compare_json_schema(repeated: tuple[Path, dict]) -> None:
+    _, out = repeated
+    assert set(out) >= {"run_group", "runs", "summary", "percentile_method"}
+    assert len(out["runs"]) == 3 * len(DEFAULT_BACKENDS)
+    assert set(out["summary"]) == set(DEFAULT_BACKENDS)
+    for run in out["runs"]:
+        assert run["run_group"] == out["run_group"] and run["status"] == "succeeded"
+        assert set(run) >= {"pipeline_run", "orchestrator", "mode", "metrics", "tags", "artifacts"}
+        m = run["metrics"]
+        assert m["time_to_first_step_s"] > m["spinup_s"] > 0
+        gpus = int(run["tags"]["llmpack.gpu_count"])
+        price = float(run["tags"]["llmpack.price_per_gpu_hour"])
+        billed_h = m["gpu_hours"] / gpus
+        assert m["cost_usd"] == pytest.approx(gpus * billed_h * price, rel=1e-9)
+    for orch, metrics in out["summary"].items():
+        for name, stats in metrics.items():
+            assert set(stats) >= {"p50", "p90", "p99", "n"}, (orch, name)
+            assert stats["n"] == 3 and stats["p99"] is None
+
+
+@pytest.mark.slow
+def test_all_paths_give_identical_weights_and_metrics(repeated: tuple[Path, dict]) -> None:
+    _, out = repeated
+    weights = {Path(r["artifacts"]["model_dir"], "adapter", "adapter_model.safetensors").read_bytes() for r in out["runs"]}
+    assert len(weights) == 1, "every path and repeat must produce byte-identical adapter weights"
+    assert len({(r["metrics"]["eval_loss"], r["metrics"]["base_eval_loss"]) for r in out["runs"]}) == 1
+
+
+@pytest.mark.slow
+def test_report_files_and_rebuild_from_mlflow(repeated: tuple[Path, dict]) -> None:
+    root, out = repeated
+    rep = root / "report"
+    for name in ("report.md", "report.html", "report.json", "timeline.png", "spinup_boxplot.png", "cost_per_run.png"):
+        assert (rep / name).stat().st_size > 0, name
+    html = (rep / "report.html").read_text()
+    assert "data:image/png;base64," in html and "http://" not in html and "https://" not in html
+    md = (rep / "report.md").read_text()
+    assert "cheapest up to" in md or "cheapest at every volume" in md
+    rebuilt = root / "rebuilt"
+    r = llmpack("report", "--run-group", out["run_group"], "--tracking-uri", f"sqlite:///{root / 'mlflow.db'}",
+                "--out", str(rebuilt), cwd=root)
+    assert r.returncode == 0, r.stderr
+    again = json.loads((rebuilt / "report.json").read_text())
+    assert len(again["runs"]) == len(out["runs"])
+    for orch in DEFAULT_BACKENDS:
+        assert again["summary"][orch]["spinup_s"]["p50"] == pytest.approx(out["summary"][orch]["spinup_s"]["p50"])
+    assert again["leaders"] == leaders(out["summary"])
+
+
+def test_a_failed_path_keeps_the_others(tmp_path: Path) -> None:
+    bad = tmp_path / "one.jsonl"
+    bad.write_text('{"prompt": "a", "response": "b"}\n' * 2)  # valid, but too few tokens to pack
+    r = llmpack("compare", "--backends", "direct,argo", "--data", str(bad), "--json", *FAST, "--report", str(tmp_path / "rep"),
+                "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, timeout=600)
+    assert r.returncode == 1
+    out = json.loads(r.stdout)
+    assert {f["orchestrator"] for f in out["failed"]} == {"direct", "argo"}
+    assert all("fewer than" in f["error"] for f in out["failed"])
+    assert (tmp_path / "rep" / "report.html").exists()
+
+
+def _spinups(backend: str, root: Path, delay: float | None, uri: str) -> tuple[float, float]:
+    env = {"LLMPACK_INJECT_START_DELAY": f"finetune={delay}"} if delay else None
+    s = run_pipeline(RunOptions(backend=backend, max_steps=1, output_dir=root, tracking_uri=uri), env=env)
+    assert s["status"] == "succeeded", s["error"]
+    return s["metrics"]["spinup_s"], s["metrics"]["time_to_first_step_s"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", DEFAULT_BACKENDS)
+def test_injected_start_delay_is_measured_on_every_path(backend: str, tmp_path: Path, tracking_uri: str) -> None:
+    """Delay the finetune process start by 2 s: spin-up and time-to-first-step grow by 2 s (±0.2 s).
+
+    Baseline and injected runs alternate, three pairs, medians compared, so a single noisy
+    run on a shared machine does not decide the outcome.
+    """
+    base, injected = [], []
+    for _ in range(3):
+        base.append(_spinups(backend, tmp_path, None, tracking_uri))
+        injected.append(_spinups(backend, tmp_path, 2.0, tracking_uri))
+    d_spin = statistics.median(i[0] for i in injected) - statistics.median(b[0] for b in base)
+    d_ttfs = statistics.median(i[1] for i in injected) - statistics.median(b[1] for b in base)
+    assert d_spin == pytest.approx(2.0, abs=0.2), (base, injected)
+    assert d_ttfs == pytest.approx(2.0, abs=0.2), (base, injected)
+
+
+def test_report_is_atomic_and_replaces_an_old_one(tmp_path: Path) -> None:
+    runs = [{"orchestrator": "kfp", "pipeline_run": "kfp-1", "status": "succeeded", "submitted_at": 0.0,
+             "metrics": {"spinup_s": 1.0, "time_to_first_step_s": 2.0, "total_s": 3.0, "cost_usd": 0.1},
+             "tags": {"llmpack.gpu_count": "1", "llmpack.price_per_gpu_hour": "6.88", "llmpack.price_source": "x"},
+             "events": {"finetune": {"process_started": 1.0, "model_loaded": 1.5, "first_step": 2.0, "finished": 3.0}}}]
+    result = {"run_group": "rg", "runs": runs, "failed": [], "percentile_method": "t7", "summary": summarize_runs(runs)}
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "stale.txt").write_text("old")
+    write_report(result, out)
+    assert not (out / "stale.txt").exists() and (out / "report.html").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
