@@ -108,17 +108,23 @@ def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
     return out
 
 
-def _maybe_inject_delay(step: Step, argv: Sequence[str]) -> int | None:
-    """Fault injection: sleep, then start the step as a fresh process (so process_started moves)."""
+def _maybe_inject_delay(step: Step, started: float) -> int | None:
+    """Fault injection: the step's process starts ``delay`` seconds later, doing the same work.
+
+    The process that got here sleeps until its own OS start time + delay, then runs its own
+    original command line again (``sys.orig_argv``: for KFP that is kfp's executor, for the
+    others ``python -m components.run``) and passes its exit code on. So the measured
+    ``process_started`` moves by the delay and everything after it does the same work.
+    """
     spec = os.environ.get(INJECT_ENV, "")
     if not spec or os.environ.get(_INJECTED_ENV):
         return None
     delays = dict(part.split("=", 1) for part in spec.split(",") if "=" in part)
     if step.name not in delays:
         return None
-    time.sleep(float(delays[step.name]))
+    time.sleep(max(0.0, started + float(delays[step.name]) - time.time()))
     env = {**os.environ, _INJECTED_ENV: "1"}
-    return subprocess.call([sys.executable, "-m", "components.run", *argv], env=env)
+    return subprocess.call([sys.executable, *sys.orig_argv[1:]], env=env)
 
 
 def _upload(tel: StepTelemetry) -> None:
@@ -146,7 +152,7 @@ def run(argv: Sequence[str]) -> int:
 
     global _current
     step = load_step(args.step)
-    delayed = _maybe_inject_delay(step, argv)
+    delayed = _maybe_inject_delay(step, started)
     if delayed is not None:
         return delayed
 

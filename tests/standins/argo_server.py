@@ -1,0 +1,289 @@
+"""A stand-in Argo Server (Workflows REST API) on 127.0.0.1, for Hera's ``WorkflowsService``.
+
+It speaks what ``argo submit`` and Hera's ``WorkflowsService`` send to an Argo Server (the
+gRPC gateway's JSON, camelCase Kubernetes objects, errors as ``{"code": <gRPC code>, "message"}``):
+
+- ``POST /api/v1/workflows/{namespace}`` with a ``WorkflowCreateRequest``
+  (``{"namespace", "workflow", "serverDryRun"?, "createOptions"?}``): the Workflow is checked as
+  the server's validation does for the things a compiler can get wrong (``kind``/``apiVersion``,
+  an ``entrypoint`` naming a template, every DAG task's template exists, every
+  ``{{workflow.parameters.X}}`` is a declared argument, argument names are unique), then stored
+  with ``metadata.name`` from ``generateName`` plus five random characters, ``uid``,
+  ``resourceVersion``, ``creationTimestamp`` and the ``workflows.argoproj.io/creator`` label the
+  server adds. An unknown namespace is 404 ``namespaces "x" not found`` (the Kubernetes API's
+  answer, passed through); a namespace in ``forbidden_namespaces`` is 403.
+- ``GET /api/v1/workflows/{namespace}/{name}``: the Workflow with a ``status`` that moves one
+  phase along ``phases`` (default ``Pending, Running, Succeeded``) per read, or as
+  :meth:`ArgoServerStandIn.set_phase` sets it; 404 for an unknown name.
+- ``GET /api/v1/workflows/{namespace}``: a ``WorkflowList``; ``GET /api/v1/version``.
+
+Auth: with ``token`` set, ``Authorization: Bearer <token>`` is required, else 401 ``token not
+valid``, as the server answers in ``--auth-mode=client``. Every request is recorded in
+:attr:`ArgoServerStandIn.requests` without its ``Authorization`` header.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import secrets
+import string
+import threading
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, UNAUTHENTICATED = 3, 5, 6, 7, 16
+TERMINAL = {"Succeeded", "Failed", "Error"}
+_PARAM_REF = re.compile(r"\{\{\s*workflow\.parameters\.([A-Za-z0-9_.-]+)\s*\}\}")
+
+
+@dataclass
+class RecordedRequest:
+    """One request the stand-in received (the Authorization header is never kept)."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any = None
+    authorized: bool = True
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def error_body(code: int, message: str) -> dict[str, Any]:
+    return {"code": code, "message": message}
+
+
+def validate_workflow(wf: Any) -> str | None:
+    """The server-side checks a compiled Workflow can fail; returns the server's message or None."""
+    if not isinstance(wf, dict):
+        return "workflow is required"
+    if wf.get("apiVersion") != "argoproj.io/v1alpha1" or wf.get("kind") != "Workflow":
+        return f"invalid workflow: apiVersion/kind must be argoproj.io/v1alpha1/Workflow, got {wf.get('apiVersion')}/{wf.get('kind')}"
+    meta = wf.get("metadata") or {}
+    if not meta.get("name") and not meta.get("generateName"):
+        return "workflow must have a name or generateName"
+    spec = wf.get("spec") or {}
+    templates = {t.get("name"): t for t in spec.get("templates") or []}
+    entry = spec.get("entrypoint")
+    if not entry:
+        return "spec.entrypoint is required"
+    if entry not in templates:
+        return f"spec.entrypoint template '{entry}' not found"
+    names = [p.get("name") for p in (spec.get("arguments") or {}).get("parameters") or []]
+    if len(names) != len(set(names)):
+        return "spec.arguments.parameters: duplicate parameter names"
+    declared = set(names)
+    for tmpl in templates.values():
+        for task in (tmpl.get("dag") or {}).get("tasks") or []:
+            if task.get("template") not in templates:
+                return f"templates.{tmpl['name']}.tasks.{task.get('name')} template '{task.get('template')}' not found"
+    for ref in _PARAM_REF.findall(json.dumps(spec)):
+        if ref not in declared:
+            return f"failed to resolve {{{{workflow.parameters.{ref}}}}}"
+    return None
+
+
+class ArgoServerStandIn:
+    """The stand-in Argo Server. Use as a context manager, or ``start()`` / ``close()``."""
+
+    def __init__(
+        self,
+        *,
+        token: str | None = "argo-standin-token",
+        namespaces: Iterable[str] = ("argo", "llmpack"),
+        forbidden_namespaces: Iterable[str] = (),
+        phases: Iterable[str] = ("Pending", "Running", "Succeeded"),
+        version: str = "v3.6.2",
+    ) -> None:
+        self.token = token
+        self.namespaces = set(namespaces)
+        self.forbidden_namespaces = set(forbidden_namespaces)
+        self.phases = list(phases)
+        self.version = version
+        self.requests: list[RecordedRequest] = []
+        self.workflows: dict[tuple[str, str], dict[str, Any]] = {}
+        self._reads: dict[tuple[str, str], int] = {}
+        self._rv = 5000
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> ArgoServerStandIn:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="argo-standin", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> ArgoServerStandIn:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "not started"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def recorded(self, method: str | None = None, path_contains: str = "") -> list[RecordedRequest]:
+        return [r for r in list(self.requests) if (method is None or r.method == method) and path_contains in r.path]
+
+    # ------------------------------------------------------------------ state
+
+    def set_phase(self, namespace: str, name: str, phase: str, message: str | None = None) -> None:
+        with self._lock:
+            key = (namespace, name)
+            self._set_phase(self.workflows[key], phase, message)
+            self._reads[key] = len(self.phases)
+
+    def _set_phase(self, wf: dict[str, Any], phase: str, message: str | None = None) -> None:
+        status = wf.setdefault("status", {})
+        if status.get("phase") == phase and message is None:
+            return
+        now = _now()
+        status["phase"] = phase
+        status.setdefault("startedAt", now)
+        n_tasks = sum(len((t.get("dag") or {}).get("tasks") or []) for t in wf["spec"].get("templates") or [])
+        done = n_tasks if phase == "Succeeded" else 0
+        status["progress"] = f"{done}/{n_tasks}"
+        if phase in TERMINAL:
+            status["finishedAt"] = now
+        if message:
+            status["message"] = message
+        wf["metadata"].setdefault("labels", {})["workflows.argoproj.io/phase"] = phase
+        if phase in TERMINAL:
+            wf["metadata"]["labels"]["workflows.argoproj.io/completed"] = "true"
+        self._rv += 1
+        wf["metadata"]["resourceVersion"] = str(self._rv)
+
+    def _create(self, namespace: str, body: Any) -> tuple[int, dict[str, Any]]:
+        if namespace in self.forbidden_namespaces:
+            return 403, error_body(
+                PERMISSION_DENIED,
+                f'workflows.argoproj.io is forbidden: User "system:serviceaccount:argo:argo-server" cannot create '
+                f'resource "workflows" in API group "argoproj.io" in the namespace "{namespace}"',
+            )
+        if namespace not in self.namespaces:
+            return 404, error_body(NOT_FOUND, f'namespaces "{namespace}" not found')
+        if not isinstance(body, dict):
+            return 400, error_body(INVALID_ARGUMENT, "the request body is not a WorkflowCreateRequest")
+        wf = copy.deepcopy(body.get("workflow"))
+        problem = validate_workflow(wf)
+        if problem:
+            return 400, error_body(INVALID_ARGUMENT, problem)
+        meta = wf["metadata"]
+        if meta.get("namespace") and meta["namespace"] != namespace:
+            return 400, error_body(INVALID_ARGUMENT, f"workflow namespace {meta['namespace']} does not match {namespace}")
+        if not meta.get("name"):
+            alphabet = string.ascii_lowercase + string.digits
+            meta["name"] = meta["generateName"] + "".join(secrets.choice(alphabet) for _ in range(5))
+        key = (namespace, meta["name"])
+        with self._lock:
+            if key in self.workflows:
+                return 409, error_body(ALREADY_EXISTS, f'workflows.argoproj.io "{meta["name"]}" already exists')
+            self._rv += 1
+            meta.update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=str(self._rv), generation=1,
+                        creationTimestamp=_now())
+            meta.setdefault("labels", {})["workflows.argoproj.io/creator"] = "system-serviceaccount-argo-argo-server"
+            if body.get("serverDryRun"):
+                return 200, wf
+            self.workflows[key] = wf
+            self._reads[key] = 0
+            return 200, copy.deepcopy(wf)
+
+    def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        key = (namespace, name)
+        with self._lock:
+            wf = self.workflows.get(key)
+            if wf is None:
+                return None
+            n = self._reads[key]
+            if n < len(self.phases):
+                self._set_phase(wf, self.phases[n])
+            self._reads[key] = n + 1
+            return copy.deepcopy(wf)
+
+
+def _make_handler(api: ArgoServerStandIn) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "argo-server-standin/" + api.version
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+        def _json(self, code: int, obj: Any) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._handle("GET")
+
+        def do_POST(self) -> None:
+            self._handle("POST")
+
+        def _handle(self, method: str) -> None:
+            parts = urlsplit(self.path)
+            query = dict(parse_qsl(parts.query, keep_blank_values=True))
+            body: Any = None
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = raw.decode("utf-8", "replace")
+            auth = self.headers.get("Authorization") or ""
+            authorized = api.token is None or auth == f"Bearer {api.token}"
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("authorization", "cookie")}
+            api.requests.append(RecordedRequest(method, parts.path, query, body, authorized, headers))
+            if not authorized:
+                return self._json(401, error_body(UNAUTHENTICATED, "token not valid. see https://argo-workflows.readthedocs.io/en/latest/faq/"))
+            rest = parts.path.strip("/").split("/")
+            if rest[:2] != ["api", "v1"]:
+                return self._json(404, error_body(NOT_FOUND, "Not Found"))
+            rest = rest[2:]
+            if rest == ["version"] and method == "GET":
+                return self._json(200, {"version": api.version, "buildDate": "2025-01-01T00:00:00Z", "gitCommit": "0" * 40,
+                                        "gitTag": api.version, "gitTreeState": "clean", "goVersion": "go1.23.4",
+                                        "compiler": "gc", "platform": "linux/amd64"})
+            if len(rest) == 2 and rest[0] == "workflows":
+                ns = rest[1]
+                if method == "POST":
+                    return self._json(*api._create(ns, body))
+                if ns not in api.namespaces:
+                    return self._json(404, error_body(NOT_FOUND, f'namespaces "{ns}" not found'))
+                with api._lock:
+                    items = [copy.deepcopy(w) for (n, _), w in api.workflows.items() if n == ns]
+                return self._json(200, {"metadata": {"resourceVersion": str(api._rv)}, "items": items})
+            if len(rest) == 3 and rest[0] == "workflows" and method == "GET":
+                wf = api._read(rest[1], rest[2])
+                if wf is None:
+                    return self._json(404, error_body(NOT_FOUND, f'workflows.argoproj.io "{rest[2]}" not found'))
+                return self._json(200, wf)
+            return self._json(404, error_body(NOT_FOUND, "Not Found"))
+
+    return Handler
