@@ -210,5 +210,92 @@ def report(run_group: str, out: Path, tracking_uri: str | None, control_plane: t
     click.echo(str(out / "report.html"))
 
 
+@main.group()
+def submit() -> None:
+    """Submit the compiled pipeline to a cluster through each orchestrator's own client.
+
+    \b
+    Tokens come from the environment, never flags: KFP_TOKEN or KF_PIPELINES_SA_TOKEN_PATH,
+    ARGO_TOKEN, and your kubeconfig for the MLflow Job. They are never printed or logged.
+    """
+
+
+def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--model", default=None, help="Model (a path inside the image/volume, or an HF id)."),
+        click.option("--data", default=None, help="Data (a path inside the image/volume, builtin, or an HF dataset id)."),
+        click.option("--max-steps", type=int, default=None),
+        click.option("--seed", type=int, default=None),
+        click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter."),
+        click.option("--run-group", default=None, help="Join an existing run group (default: a new one)."),
+        click.option("--tracking-uri", default=None, help="MLflow tracking server for the run record."),
+        click.option("--price-per-gpu-hour", default=None),
+        click.option("--price-file", default=None),
+        click.option("--namespace", default=None),
+        click.option("--wait/--no-wait", default=False, help="Wait for the run to finish."),
+        click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True, help="Seconds to wait with --wait."),
+        click.option("--json", "as_json", is_flag=True, help="Print the submission summary as JSON."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _submit(orchestrator: str, conn: dict[str, Any], *, model: str | None, data: str | None, max_steps: int | None,
+            seed: int | None, params: tuple[str, ...], wait: bool, wait_timeout: float, as_json: bool, **kw: Any) -> None:
+    from llmpack import submit as sub
+
+    values: dict[str, Any] = dict(parse_params(params))
+    for key, value in (("model", model), ("data", data), ("max_steps", max_steps), ("seed", seed)):
+        if value is not None:
+            values[key] = value
+    if max_steps is not None and max_steps <= 0:
+        raise InputError(f"--max-steps {max_steps}: must be a positive number of steps")
+    summary = sub.submit(orchestrator, params=values, **conn, **kw)
+    for warning in summary.get("warnings", []):
+        click.echo(f"llmpack: warning: {warning}", err=True)
+    if wait:
+        summary["result"] = sub.wait_for_completion(summary, timeout_s=wait_timeout, **conn)
+    if as_json:
+        click.echo(json.dumps(summary, sort_keys=True, default=str))
+    else:
+        click.echo(f"{orchestrator}: submitted {summary['pipeline_run']} (run group {summary['run_group']}, "
+                   f"server id {summary.get('server_id')})")
+        if wait:
+            click.echo(f"{orchestrator}: {summary['result']['status']}")
+    if wait and summary["result"]["status"] != "succeeded":
+        sys.exit(1)
+
+
+@submit.command("kfp")
+@click.option("--host", default=None, help="KFP API endpoint (default: KFP_HOST).")
+@click.option("--experiment", default="llmpack", show_default=True)
+@click.option("--package", "package_path", default=None, help="Compiled package (default: kfp_pipelines/finetune.yaml).")
+@submit_options
+def submit_kfp(host: str | None, namespace: str | None, **kw: Any) -> None:
+    """Create a KFP run from the compiled package (like `kfp run submit -f kfp_pipelines/finetune.yaml`)."""
+    _submit("kfp", {"host": host, "namespace": namespace}, **kw)
+
+
+@submit.command("argo")
+@click.option("--host", default=None, help="Argo Server host:port (default: ARGO_SERVER).")
+@click.option("--workflow", "workflow_path", default=None, help="Compiled Workflow (default: argo_workflows/finetune.yaml).")
+@submit_options
+def submit_argo(host: str | None, namespace: str | None, **kw: Any) -> None:
+    """Create an Argo Workflow from the compiled YAML (what `argo submit` does; Hera has no submit)."""
+    _submit("argo", {"host": host, "namespace": namespace}, **kw)
+
+
+@submit.command("mlflow")
+@click.option("--kubeconfig", default=None)
+@click.option("--context", default=None)
+@click.option("--image", default=None, help="Prebuilt step image (default: the project's docker_env image).")
+@click.option("--cluster-tracking-uri", default=None, help="Tracking URI as seen from inside the cluster.")
+@submit_options
+def submit_mlflow(kubeconfig: str | None, context: str | None, namespace: str | None, **kw: Any) -> None:
+    """Create the MLflow run and its Kubernetes Job from the compiled finetune-k8s project."""
+    _submit("mlflow", {"kubeconfig": kubeconfig, "context": context, "namespace": namespace}, **kw)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

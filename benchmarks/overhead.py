@@ -1,0 +1,63 @@
+"""Pipeline overhead per path: wall time over the sum of step compute time, and per-step gaps.
+
+    python benchmarks/overhead.py [--repeats N] [--max-steps N] [--backends direct,kfp,argo,mlflow]
+
+Runs the tiny default pipeline through each path sequentially (the same code, data and seed),
+then prints, per path (medians over the repeats): wall time, the sum of step compute time
+(each step's ``finished - process_started``), their ratio, and the gaps between steps: from
+submit to the first step's process start, between one step's finish and the next one's start,
+and from the last finish until the client saw the run complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+from llmpack.runs import RunOptions, run_pipeline
+
+
+def gaps(summary: dict) -> list[float]:
+    steps = sorted(summary["events"].values(), key=lambda ev: ev["process_started"])
+    out = [steps[0]["process_started"] - summary["submitted_at"]]
+    out += [b["process_started"] - a["finished"] for a, b in zip(steps, steps[1:])]
+    out.append(summary["finished_at"] - steps[-1]["finished"])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-steps", type=int, default=60)
+    parser.add_argument("--backends", default="direct,kfp,argo,mlflow")
+    args = parser.parse_args()
+    backends = args.backends.split(",")
+    root = Path(tempfile.mkdtemp(prefix="llmpack-overhead-"))
+    rows: dict[str, list[tuple[float, float, list[float]]]] = {b: [] for b in backends}
+    for i in range(args.repeats):
+        for backend in backends:
+            s = run_pipeline(RunOptions(backend=backend, max_steps=args.max_steps, output_dir=root / "runs",
+                                        tracking_uri=f"sqlite:///{root / 'mlflow.db'}"))
+            if s["status"] != "succeeded":
+                raise SystemExit(f"{backend}: {s['error']}")
+            compute = sum(ev["finished"] - ev["process_started"] for ev in s["events"].values())
+            rows[backend].append((s["metrics"]["total_s"], compute, gaps(s)))
+            print(f"run {i + 1}/{args.repeats} {backend}: wall {s['metrics']['total_s']:.2f}s", flush=True)
+    print()
+    print(f"{'path':<8} {'wall s':>8} {'steps s':>8} {'wall/steps':>10} {'overhead s':>10} {'submit->1st':>11} "
+          f"{'mean gap':>9} {'max gap':>8} {'end gap':>8}")
+    for backend, values in rows.items():
+        wall = statistics.median(v[0] for v in values)
+        comp = statistics.median(v[1] for v in values)
+        first = statistics.median(v[2][0] for v in values)
+        between = [g for v in values for g in v[2][1:-1]]
+        end = statistics.median(v[2][-1] for v in values)
+        print(f"{backend:<8} {wall:>8.2f} {comp:>8.2f} {wall / comp:>10.2f} {wall - comp:>10.2f} {first:>11.2f} "
+              f"{statistics.mean(between):>9.2f} {max(between):>8.2f} {end:>8.2f}")
+    print(f"\n(medians over {args.repeats} run(s) per path; max_steps={args.max_steps}; tiny model, built-in data)")
+
+
+if __name__ == "__main__":
+    main()
