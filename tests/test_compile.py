@@ -65,3 +65,14 @@ def test_compile_out_unwritable_is_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "--out /sys/llmpack-out" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_the_custom_step_example_compiles_everywhere(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(REPO / "examples" / "custom_step.py"), str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "data-report" in (tmp_path / "kfp_pipelines/finetune.yaml").read_text()
+    assert "data-report" in (tmp_path / "argo_workflows/finetune.yaml").read_text()
+    assert "data_report" in (tmp_path / "mlflow_projects/finetune/MLproject").read_text()

@@ -1,0 +1,42 @@
+"""Add your own step to the pipeline and compile it to all three orchestrators.
+
+    python examples/custom_step.py build/custom
+
+A step is a typed function; calling it inside a @pipeline wires it. The same object compiles
+to KFP, Argo and MLflow: the new step appears in all three outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from components import Dataset, Input, Metrics, Output, pipeline, step
+from components.steps.finetune import finetune
+from components.steps.prepare_data import prepare_data
+from components.steps.tokenize import tokenize
+
+
+@step()
+def data_report(dataset: Input[Dataset], report: Output[Metrics], max_rows: int = 5) -> None:
+    """Write a small report of the prepared data: row counts and a few examples."""
+    meta = json.loads((Path(dataset.path) / "meta.json").read_text())
+    rows = (Path(dataset.path) / "train.jsonl").read_text().splitlines()[:max_rows]
+    (Path(report.path) / "data_report.json").write_text(json.dumps({"meta": meta, "examples": rows}, indent=2))
+
+
+@pipeline(name="finetune-with-report")
+def with_report(model: str = "tiny", data: str = "builtin", seed: int = 0, max_steps: int = 30) -> None:
+    prepared = prepare_data(data=data, seed=seed)
+    data_report(dataset=prepared.outputs["dataset"])
+    tokens = tokenize(dataset=prepared.outputs["dataset"], model=model)
+    finetune(tokens=tokens.outputs["tokens"], base_model=model, max_steps=max_steps, seed=seed)
+
+
+if __name__ == "__main__":
+    from llmpack.compile import compile_all
+
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "build/custom")
+    for path in compile_all(out, with_report()):
+        print(path)
