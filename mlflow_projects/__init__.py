@@ -1,1 +1,9 @@
-"""mlflow_projects."""
+"""MLflow Projects backend: the pipeline compiled to MLproject directories and run with ``mlflow run``.
+
+* :mod:`mlflow_projects.compiler` -- ``write_project(pipe, out_dir)`` writes ``finetune/`` (local,
+  ``--env-manager local``) and ``finetune-k8s/`` (``--backend kubernetes``); the committed copies
+  beside this file are golden files.
+* :mod:`mlflow_projects.driver` -- the generic ``main`` entry point, copied into each project as
+  ``main.py``: runs the steps as nested child runs in DAG order, from ``pipeline.json``.
+* :mod:`mlflow_projects.local` -- ``run_local``: the backend interface of ``llmpack.direct``.
+"""

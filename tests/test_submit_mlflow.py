@@ -1,0 +1,236 @@
+"""``llmpack submit mlflow``: an MLflow run plus a Kubernetes Job from the compiled MLflow project,
+created with the real ``kubernetes`` client against the stand-in Kubernetes API on 127.0.0.1."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import shlex
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from standins.k8s_api import KubeAPIStandIn
+
+from components import tracking
+from components.errors import InputError
+from llmpack import submit
+
+REPO = Path(__file__).resolve().parents[1]
+PROJECT = REPO / "mlflow_projects" / "finetune-k8s"
+TEMPLATE = PROJECT / "kubernetes_job_template.yaml"
+TOKEN = "k8s-standin-token"
+BAD_TOKEN = "wrong-token-Kq55xKube0SECRET"
+ENV = ("KUBECONFIG", "KUBE_MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_URI", "KUBERNETES_SERVICE_HOST",
+       "KUBERNETES_SERVICE_PORT", "LLMPACK_IMAGE", "LLMPACK_PRICE_PER_GPU_HOUR")
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.kube/config of the user's
+
+
+@pytest.fixture()
+def kube():
+    with KubeAPIStandIn(token=TOKEN, namespaces=("default", "llmpack")) as api:
+        yield api
+
+
+def write_kubeconfig(path: Path, server: str, token: str, namespace: str = "llmpack") -> str:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "standin", "cluster": {"server": server}}],
+        "users": [{"name": "runner", "user": {"token": token}}],
+        "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "runner", "namespace": namespace}}],
+        "current-context": "standin",
+    }))
+    return str(path)
+
+
+@pytest.fixture()
+def kubeconfig(kube: KubeAPIStandIn, tmp_path: Path) -> str:
+    return write_kubeconfig(tmp_path / "kubeconfig", kube.url, TOKEN)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def main_command(params: dict[str, str]) -> list[str]:
+    """The ``main`` entry point's command from the committed MLproject, filled in by hand."""
+    entry = yaml.safe_load((PROJECT / "MLproject").read_text())["entry_points"]["main"]
+    values = {name: str(p.get("default", "")) for name, p in entry["parameters"].items()}
+    values.update(params)
+    return shlex.split(entry["command"].format(**{k: shlex.quote(v) for k, v in values.items()}))
+
+
+def test_submit_creates_the_job_from_the_compiled_template(kube: KubeAPIStandIn, kubeconfig: str,
+                                                           tracking_uri: str) -> None:
+    before = time.time()
+    summary = submit.submit_mlflow(kubeconfig=kubeconfig, tracking_uri=tracking_uri,
+                                   params={"model": "tiny", "data": "builtin", "max_steps": 7, "seed": 3})
+    after = time.time()
+    assert before <= summary["submitted_at"] <= after
+
+    (post,) = kube.recorded("POST", "/apis/batch/v1/namespaces/llmpack/jobs")
+    job = post.body
+    assert job["metadata"]["name"] == summary["job_name"] == summary["pipeline_run"] == summary["server_id"]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    # GPU, image, command, MLflow run id: what the Job needs to run `main` in the pipeline's MLflow run.
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    assert container["image"] == "ghcr.io/llmpack/llmpack:0.1.0" == summary["image"]
+    assert container["workingDir"] == submit.PROJECT_DIR_IN_IMAGE
+    assert container["name"] == "llm-finetune"
+    expected_params = {
+        "model": "tiny", "data": "builtin", "max_steps": "7", "seed": "3",
+        "submitted_at": repr(summary["submitted_at"]), "run_group": summary["run_group"],
+        "pipeline_run": summary["pipeline_run"], "orchestrator": "mlflow", "mode": "cluster",
+    }
+    assert container["command"] == main_command(expected_params) == summary["command"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["MLFLOW_RUN_ID"]["value"] == summary["mlflow_run_id"]
+    assert env["MLFLOW_EXPERIMENT_ID"]["value"] == summary["mlflow_experiment_id"]
+    assert "value" not in env["MLFLOW_TRACKING_URI"]  # a local sqlite URI is not given to the cluster...
+    assert summary["warnings"] and "KUBE_MLFLOW_TRACKING_URI" in summary["warnings"][0]  # ...and the user is told
+    labels = {"llmpack.io/run-group": summary["run_group"], "llmpack.io/pipeline-run": summary["pipeline_run"]}
+    assert labels.items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert labels.items() <= job["metadata"]["labels"].items()
+
+    # Everything else is the committed template, as compiled.
+    template = yaml.safe_load(TEMPLATE.read_text())
+    sent = copy.deepcopy(job)
+    # (The stand-in stores the recorded body itself, with the fields the API server sets.)
+    sent.pop("status", None)
+    for key in ("uid", "resourceVersion", "creationTimestamp"):
+        sent["metadata"].pop(key, None)
+    for meta in (sent["metadata"], sent["spec"]["template"]["metadata"]):
+        for key in labels:
+            meta["labels"].pop(key)
+    sent["metadata"]["name"] = template["metadata"]["name"]
+    c = sent["spec"]["template"]["spec"]["containers"][0]
+    tc = template["spec"]["template"]["spec"]["containers"][0]
+    for key in ("name", "image", "command"):
+        c[key] = tc[key]
+    del c["workingDir"]
+    c["env"] = c["env"][: len(tc["env"])]
+    assert sent == template
+
+    # The MLflow record: the pipeline run, mode=cluster, with the cost tags.
+    run = tracking.client(tracking_uri).get_run(summary["mlflow_run_id"])
+    tags = run.data.tags
+    assert tags["llmpack.mode"] == "cluster" and tags["llmpack.orchestrator"] == "mlflow"
+    assert tags["llmpack.pipeline_run"] == summary["pipeline_run"] and tags["llmpack.run_group"] == summary["run_group"]
+    assert tags["llmpack.record"] == "pipeline" and tags["mlflow.project.backend"] == "kubernetes"
+    assert tags["llmpack.gpu_type"] == "nvidia-h100-80gb" and tags["llmpack.gpu_count"] == "1"
+    assert float(tags["llmpack.price_per_gpu_hour"]) > 0 and tags["llmpack.price_source"]
+    assert tags["llmpack.cpu_to_gpu_ratio"] == "8"
+    assert float(run.data.params["submitted_at"]) == summary["submitted_at"]
+    assert run.info.start_time == int(summary["submitted_at"] * 1000)
+    assert tracking.find_pipeline_run(tracking.client(tracking_uri), summary["pipeline_run"]) == summary["mlflow_run_id"]
+    assert all(r.authorized for r in kube.requests)
+    assert TOKEN not in repr(summary)
+
+
+def test_cluster_tracking_uri_is_appended_last(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBE_MLFLOW_TRACKING_URI", "http://mlflow.llmpack.svc:5000")
+    summary = submit.submit_mlflow(kubeconfig=kubeconfig, tracking_uri=tracking_uri, image="registry.example/llmpack:9")
+    job = kube.jobs[("llmpack", summary["job_name"])]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    # Kubernetes keeps the last entry of a repeated name: the cluster's URI wins over the Secret's.
+    last = [e for e in container["env"] if e["name"] == "MLFLOW_TRACKING_URI"][-1]
+    assert last == {"name": "MLFLOW_TRACKING_URI", "value": "http://mlflow.llmpack.svc:5000"}
+    assert container["image"] == "registry.example/llmpack:9"
+    assert summary["warnings"] == []
+
+
+def test_wait_for_completion_follows_the_job_and_ends_the_mlflow_run(kube: KubeAPIStandIn, kubeconfig: str,
+                                                                      tracking_uri: str) -> None:
+    summary = submit.submit_mlflow(kubeconfig=kubeconfig, tracking_uri=tracking_uri)
+    name = summary["job_name"]
+    pending = submit.wait_for_completion(summary, kubeconfig=kubeconfig, poll_s=0.01, timeout_s=0.1)
+    assert pending["status"] == "timeout" and pending["state"] == "Pending"
+    kube.set_job_status("llmpack", name, {"startTime": "2026-01-01T00:00:00Z", "active": 1})
+    running = submit.wait_for_completion(summary, kubeconfig=kubeconfig, poll_s=0.01, timeout_s=0.1)
+    assert running["state"] == "Running"
+    kube.set_job_status("llmpack", name, {"startTime": "2026-01-01T00:00:00Z", "succeeded": 1, "conditions": [
+        {"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-01T00:10:00Z"}]})
+    done = submit.wait_for_completion(summary, kubeconfig=kubeconfig, poll_s=0.01, timeout_s=5)
+    assert done["status"] == "succeeded" and done["state"] == "Complete"
+    assert tracking.client(tracking_uri).get_run(summary["mlflow_run_id"]).info.status == "FINISHED"
+
+
+def test_wait_reports_a_failed_job(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str) -> None:
+    summary = submit.submit_mlflow(kubeconfig=kubeconfig, tracking_uri=tracking_uri)
+    kube.set_job_status("llmpack", summary["job_name"], {"startTime": "2026-01-01T00:00:00Z", "failed": 1, "conditions": [
+        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+         "message": "Container llm-finetune for pod llmpack/x-abc failed with exit code 1 matching FailJob rule"}]})
+    result = submit.wait_for_completion_mlflow(summary["job_name"], namespace="llmpack", kubeconfig=kubeconfig,
+                                               mlflow_run_id=summary["mlflow_run_id"], tracking_uri=tracking_uri,
+                                               poll_s=0.01, timeout_s=5)
+    assert result["status"] == "failed" and "exit code 1" in result["error"]
+    assert tracking.client(tracking_uri).get_run(summary["mlflow_run_id"]).info.status == "FAILED"
+
+
+def test_bad_token_is_one_line_without_the_token(kube: KubeAPIStandIn, tmp_path: Path, tracking_uri: str,
+                                                 capsys: pytest.CaptureFixture[str],
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    config = write_kubeconfig(tmp_path / "bad", kube.url, BAD_TOKEN)
+    with pytest.raises(InputError) as info:
+        submit.submit_mlflow(kubeconfig=config, tracking_uri=tracking_uri, pipeline_run="mlflow-bad-token-1")
+    message = str(info.value)
+    assert "401" in message and "\n" not in message
+    out, err = capsys.readouterr()
+    for text in (message, out, err, caplog.text):
+        assert BAD_TOKEN not in text
+    assert kube.jobs == {}
+    # A submission that never reached the cluster leaves no active pipeline record behind.
+    assert tracking.find_pipeline_run(tracking.client(tracking_uri), "mlflow-bad-token-1") is None
+
+
+def test_unreachable_api_server(tmp_path: Path, tracking_uri: str) -> None:
+    config = write_kubeconfig(tmp_path / "closed", f"http://127.0.0.1:{closed_port()}", BAD_TOKEN)
+    start = time.monotonic()
+    with pytest.raises(InputError, match="unreachable") as info:
+        submit.submit_mlflow(kubeconfig=config, tracking_uri=tracking_uri)
+    assert time.monotonic() - start < 10
+    assert BAD_TOKEN not in str(info.value)
+
+
+def test_no_cluster_configured(tracking_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    with pytest.raises(InputError, match="no Kubernetes cluster configured"):
+        submit.submit_mlflow(tracking_uri=tracking_uri)
+    with pytest.raises(InputError, match="--kubeconfig .*: no such file"):
+        submit.submit_mlflow(kubeconfig=str(tmp_path / "missing"), tracking_uri=tracking_uri)
+
+
+def test_namespace_not_found(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str) -> None:
+    with pytest.raises(InputError, match="namespace 'team-z' not found"):
+        submit.submit_mlflow(kubeconfig=kubeconfig, tracking_uri=tracking_uri, namespace="team-z")
+    assert kube.jobs == {}
+
+
+def test_forbidden(tmp_path: Path, tracking_uri: str) -> None:
+    with KubeAPIStandIn(token=TOKEN, forbidden=("jobs",)) as api:
+        config = write_kubeconfig(tmp_path / "kc", api.url, TOKEN)
+        with pytest.raises(InputError, match="403 Forbidden.*cannot create"):
+            submit.submit_mlflow(kubeconfig=config, tracking_uri=tracking_uri)
+
+
+def test_bad_parameters_fail_before_any_request(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str) -> None:
+    with pytest.raises(InputError, match="unknown pipeline parameter"):
+        submit.submit_mlflow(kubeconfig=kubeconfig, tracking_uri=tracking_uri, params={"steps": 3})
+    with pytest.raises(InputError, match="--run-group"):
+        submit.submit_mlflow(kubeconfig=kubeconfig, tracking_uri=tracking_uri, run_group="Run Group!")
+    assert kube.requests == []
