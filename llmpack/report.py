@@ -248,6 +248,9 @@ def chart_boxes(runs: list[dict[str, Any]], path: Path) -> None:
             for patch, o in zip(box["boxes"], orchs):
                 patch.set_facecolor(_colour(o))
                 patch.set_alpha(0.6)
+            for i, (values, o) in enumerate(zip(data, orchs), start=1):
+                xs = [i + 0.12 * ((j % 5) - 2) / 2 for j in range(len(values))]
+                ax.scatter(xs, values, color=_colour(o), edgecolor="black", linewidth=0.5, s=28, zorder=3)
             medians = [sorted(d)[len(d) // 2] if d else float("inf") for d in data]
             best = medians.index(min(medians))
             ax.get_xticklabels()[best].set_fontweight("bold")
