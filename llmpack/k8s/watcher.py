@@ -1,0 +1,714 @@
+"""Watch the pods of one run group with the real ``kubernetes`` client; return their phases.
+
+One ``kubernetes.watch.Watch().stream(CoreV1Api.list_namespaced_pod, ...)`` per label selector:
+``llmpack.io/run-group=<id>`` (Argo and MLflow pods carry it), plus, when KFP run ids are given,
+``pipelines.kubeflow.org/v2_component=true,!llmpack.io/run-group,pipeline/runid in (...)``: KFP
+pod labels are fixed at compile time, so KFP's pods (its driver pods and the step executors)
+are found by the run id KFP puts on them.
+
+- Memory is proportional to pods, not events: the watcher keeps the latest state of each pod,
+  trimmed to the fields the analysis reads (:func:`~llmpack.k8s.podphases.slim_pod`).
+- Watch expiry (an ``ERROR`` event or HTTP status 410 Gone) is survived: re-list for a fresh
+  ``resourceVersion`` and resume; pods missing from the re-list were deleted meanwhile and keep
+  their last known state.
+- Nodes are read once each, when a pod lands on them (a GPU node may be scaled away before the
+  run ends); image-pull events are listed every ``events_every_s`` and at the end (events expire
+  after an hour), keeping only ``Pulling``/``Pulled`` of our pods.
+- It stops when ``until(rows)`` is true (default: :func:`all_terminated`), at ``timeout_s``, or
+  on :meth:`PodWatcher.stop` from another thread, and returns
+  :func:`~llmpack.k8s.podphases.analyze` rows (plus ``deleted``).
+
+Errors a user can act on (unreachable endpoint, 401/403, unknown namespace, no kubeconfig and no
+endpoint) raise :class:`components.errors.InputError` with one line; no message ever carries the
+token. ``kubernetes`` is imported inside the functions, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from components.errors import InputError
+from llmpack.k8s import RUN_GROUP_LABEL
+from llmpack.k8s.podphases import (
+    KFP_RUN_ID_LABEL,
+    KFP_V2_LABEL,
+    TERMINAL_PHASES,
+    analyze,
+    is_terminal,
+    slim_event,
+    slim_node,
+    slim_pod,
+)
+
+# KFP's pods (drivers and executors) that do not carry our run-group label; narrowed by run id.
+KFP_SELECTOR = f"{KFP_V2_LABEL}=true,!{RUN_GROUP_LABEL}"
+SANDBOX_CONDITIONS = ("PodReadyToStartContainers", "PodHasNetwork")
+
+Rows = list[dict[str, Any]]
+
+
+# --------------------------------------------------------------------------- API client
+
+
+def build_api_client(
+    *,
+    host: str | None = None,
+    token: str | None = None,
+    token_file: str | os.PathLike[str] | None = None,
+    ca_cert: str | os.PathLike[str] | None = None,
+    verify_ssl: bool = True,
+    kubeconfig: str | os.PathLike[str] | None = None,
+    context: str | None = None,
+) -> Any:
+    """A ``kubernetes.client.ApiClient``: an explicit endpoint, else a kubeconfig, else in-cluster.
+
+    - ``host`` (+ ``token`` or ``token_file``, ``ca_cert``, ``verify_ssl``):
+      ``Configuration(host=..., api_key={"authorization": "Bearer ..."})``.
+    - else ``kubeconfig`` (or ``$KUBECONFIG``, or ``~/.kube/config`` when it exists), with ``context``
+      (the file is never written back);
+    - else the in-cluster service account (``KUBERNETES_SERVICE_HOST`` set).
+
+    Raises :class:`InputError` (one line, never the token) when none is usable.
+    """
+    from kubernetes import client, config
+
+    if host:
+        if not str(host).startswith(("http://", "https://")):
+            raise InputError(f"Kubernetes host {host!r} must be an http:// or https:// URL")
+        if token_file and not token:
+            try:
+                token = Path(token_file).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise InputError(f"{token_file}: cannot read the token file ({exc.strerror or exc})") from None
+        token = (token or "").strip().removeprefix("Bearer ").strip() or None
+        cfg = client.Configuration(host=str(host).rstrip("/"), api_key={"authorization": f"Bearer {token}"} if token else None)
+        cfg.verify_ssl = verify_ssl
+        if ca_cert:
+            if not Path(ca_cert).is_file():
+                raise InputError(f"{ca_cert}: CA certificate file not found")
+            cfg.ssl_ca_cert = str(ca_cert)
+        return client.ApiClient(cfg)
+
+    path = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
+    if path is None:  # as kubernetes.config.load_config: the default kubeconfig first, then in-cluster
+        default = Path(os.path.expanduser("~/.kube/config"))
+        path = str(default) if default.is_file() else None
+    if path is not None:
+        if not Path(path).is_file():
+            raise InputError(f"{path}: kubeconfig not found")
+        cfg = client.Configuration()
+        try:
+            config.load_kube_config(config_file=str(path), context=context, client_configuration=cfg, persist_config=False)
+        except config.ConfigException as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid kubeconfig"
+            raise InputError(f"{path}: {_scrub(first, _tokens_of(cfg))}") from None
+        except Exception as exc:  # YAML errors quote the file, which may hold credentials: name the type only
+            raise InputError(f"{path}: not a usable kubeconfig ({type(exc).__name__})") from None
+        return client.ApiClient(cfg)
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        cfg = client.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+        except config.ConfigException as exc:
+            raise InputError(f"in-cluster Kubernetes config: {str(exc).splitlines()[0]}") from None
+        return client.ApiClient(cfg)
+    raise InputError(
+        "no Kubernetes endpoint: give a host and token, or a kubeconfig (--kubeconfig, $KUBECONFIG or ~/.kube/config)"
+    )
+
+
+def _tokens_of(cfg: Any) -> list[str]:
+    tokens = []
+    for value in (getattr(cfg, "api_key", None) or {}).values():
+        if value:
+            tokens.append(str(value))
+            tokens.append(str(value).removeprefix("Bearer ").strip())
+    return [t for t in tokens if len(t) >= 4]
+
+
+def _scrub(message: str, tokens: Iterable[str]) -> str:
+    for token in sorted(set(tokens), key=len, reverse=True):
+        message = message.replace(token, "***")
+    return message
+
+
+def api_error(exc: BaseException, api_client: Any, doing: str) -> InputError:
+    """One line for a failed API call: what we tried, where, what the server (or network) said."""
+    from kubernetes.client.exceptions import ApiException
+
+    host = getattr(getattr(api_client, "configuration", None), "host", "?")
+    if isinstance(exc, ApiException):
+        status = exc.status
+        if status == 401:
+            msg = f"Kubernetes API at {host}: 401 Unauthorized: the token or kubeconfig credentials were rejected"
+        elif status == 403:
+            msg = f"Kubernetes API at {host}: 403 Forbidden: not allowed to {doing} (needs get, list and watch on pods)"
+        elif status == 0:  # the client wraps urllib3's SSLError as status 0, "SSLError\n<detail>"
+            lines = (exc.reason or "").strip().splitlines()
+            detail = " ".join(lines[1:]).strip()[:200] or (lines[0] if lines else "SSLError")
+            msg = f"Kubernetes API at {host}: TLS error while trying to {doing} ({detail})"
+        else:
+            msg = f"Kubernetes API at {host}: {status} {_status_message(exc) or exc.reason or ''} while trying to {doing}"
+    else:
+        msg = f"cannot reach the Kubernetes API at {host} ({_network_reason(exc)}) while trying to {doing}"
+    return InputError(_scrub(" ".join(msg.split()), _tokens_of(getattr(api_client, "configuration", None))))
+
+
+def _status_message(exc: Any) -> str:
+    try:
+        body = json.loads(exc.body)
+    except (TypeError, ValueError):
+        return ""
+    return str(body.get("message", "")) if isinstance(body, dict) else ""
+
+
+def _network_reason(exc: BaseException) -> str:
+    import ssl
+
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ssl.SSLError):
+            return f"TLS error: {str(cur).splitlines()[0][:160]}"
+        if isinstance(cur, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cur, TimeoutError) or "Timeout" in type(cur).__name__:
+            return "timed out"
+        if "NameResolution" in type(cur).__name__ or "gaierror" in type(cur).__name__:
+            return "host name not resolved"
+        reason = getattr(cur, "reason", None)
+        cur = reason if isinstance(reason, BaseException) else (cur.__cause__ or cur.__context__)
+    text = str(exc).lower()
+    if "refused" in text:
+        return "connection refused"
+    return type(exc).__name__
+
+
+def _is_network_error(exc: BaseException) -> bool:
+    import urllib3
+
+    return isinstance(exc, urllib3.exceptions.HTTPError | OSError)
+
+
+# --------------------------------------------------------------------------- stop conditions
+
+
+def all_terminated(*, steps: Iterable[str] = (), min_pods: int = 1) -> Callable[[Rows], bool]:
+    """Stop when ``min_pods`` pods were seen, all are done, and each of ``steps`` has a done pod.
+
+    Between two steps every pod may be done while the next is not yet created: pass the
+    pipeline's step names (or call :meth:`PodWatcher.stop` when the orchestrator reports the
+    run finished) so the watch does not end early.
+    """
+    wanted = set(steps)
+
+    def done(rows: Rows) -> bool:
+        if len(rows) < min_pods or not all(is_terminal(r) for r in rows):
+            return False
+        have = {r["step"] for r in rows if r.get("role") != "driver" and is_terminal(r)}
+        return wanted <= have
+
+    done.requires_all_terminal = True  # type: ignore[attr-defined]  # lets the watcher skip the analysis
+    return done
+
+
+# --------------------------------------------------------------------------- the watcher
+
+
+def _read_json(resp: Any) -> Any:
+    """The JSON body of an unpreloaded urllib3 response; the connection goes back to the pool."""
+    try:
+        return json.loads(resp.data)
+    finally:
+        resp.release_conn()
+
+
+def _never(rows: Rows) -> bool:
+    return False
+
+
+def _rv_int(obj: Mapping[str, Any]) -> int | None:
+    try:
+        return int(obj["metadata"]["resourceVersion"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+class PodWatcher:
+    """Watches the pods of run group ``run_group`` in ``namespace``; :meth:`run` returns their rows.
+
+    ``api_client`` is a ``kubernetes.client.ApiClient`` (see :func:`build_api_client`).
+    ``kfp_runs`` (KFP run id -> pipeline_run, or just run ids) adds a second watch for the pods
+    of those KFP runs, drivers and executors: KFP pod labels are fixed at compile time, so KFP
+    pods carry no ``llmpack.io/run-group``; KFP sets ``pipeline/runid`` on them, and the run id
+    comes back from ``kfp.Client`` at submit. ``window_s`` is the server-side
+    ``timeoutSeconds`` of each watch request (the watch resumes from the last resourceVersion
+    after each); ``request_timeout_s`` bounds connects and non-watch calls.
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        namespace: str,
+        run_group: str,
+        *,
+        kfp_runs: Mapping[str, str | None] | Iterable[str] = (),
+        window_s: int = 60,
+        request_timeout_s: float = 15.0,
+        events_every_s: float = 300.0,
+        max_failures: int = 5,
+    ) -> None:
+        if not run_group:
+            raise InputError("the pod watcher needs a run group id (label llmpack.io/run-group)")
+        self.api_client = api_client
+        self.namespace = namespace
+        self.run_group = run_group
+        if isinstance(kfp_runs, Mapping):
+            self.kfp_runs: dict[str, str | None] = dict(kfp_runs)
+        else:
+            self.kfp_runs = dict.fromkeys(kfp_runs)
+        self.selectors = [f"{RUN_GROUP_LABEL}={run_group}"]
+        if self.kfp_runs:
+            self.selectors.append(f"{KFP_SELECTOR},{KFP_RUN_ID_LABEL} in ({','.join(sorted(self.kfp_runs))})")
+        self.window_s = max(1, int(window_s))
+        self.request_timeout_s = request_timeout_s
+        self.events_every_s = events_every_s
+        self.max_failures = max_failures
+        self.warnings: list[str] = []
+        self.stats = {"events": 0, "lists": 0, "relists": 0, "watches": 0, "expired": 0}
+        self.stopped_by: str | None = None
+        self._lock = threading.Condition()
+        self._pods: dict[str, dict[str, Any]] = {}
+        self._members: list[set[str]] = [set() for _ in self.selectors]
+        self._deleted: set[str] = set()
+        self._nodes: dict[str, dict[str, Any]] = {}
+        self._nodes_wanted: set[str] = set()
+        self._nodes_denied = False
+        self._events: dict[str, dict[str, Any]] = {}
+        self._events_denied = False
+        self._version = 0
+        self._stop_requested = False
+        self._stopping = False
+        self._error: BaseException | None = None
+        self._threads: list[threading.Thread] = []
+        self._watches: list[Any] = []
+        self._bg: threading.Thread | None = None
+        self._bg_error: BaseException | None = None
+        self._result: Rows | None = None
+
+    # ------------------------------------------------------------------ public
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return now (thread-safe)."""
+        with self._lock:
+            self._stop_requested = True
+            self._lock.notify_all()
+
+    def rows(self) -> Rows:
+        """The current rows (analysis of the latest state of every pod seen so far)."""
+        with self._lock:
+            pods = list(self._pods.items())
+            nodes = list(self._nodes.values())
+            events = list(self._events.values())
+            deleted = set(self._deleted)
+        rows = analyze([p for _, p in pods], nodes, events, run_group=self.run_group, runs=self.kfp_runs)
+        deleted_names = {(p["metadata"].get("namespace") or "", p["metadata"]["name"]) for k, p in pods if k in deleted}
+        for row in rows:
+            row["deleted"] = (row["namespace"], row["pod"]) in deleted_names
+        return rows
+
+    def _some_pod_running(self) -> bool:
+        """Cheap check on the stored pods (no analysis): one that is neither finished nor deleted."""
+        with self._lock:
+            return any(
+                p["status"].get("phase") not in TERMINAL_PHASES and key not in self._deleted for key, p in self._pods.items()
+            )
+
+    @property
+    def pod_count(self) -> int:
+        with self._lock:
+            return len(self._pods)
+
+    def run(
+        self,
+        *,
+        until: Callable[[Rows], bool] | None = None,
+        timeout_s: float | None = None,
+        poll_s: float = 0.1,
+        eval_every_s: float = 0.2,
+    ) -> Rows:
+        """Watch until ``until(rows)`` (default :func:`all_terminated`), ``timeout_s``, or :meth:`stop`.
+
+        Returns the final rows; ``stopped_by`` says why ("condition", "deadline" or "stop").
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._prepare()
+        return self._loop(until or all_terminated(), deadline, poll_s, eval_every_s)
+
+    def start(self, *, until: Callable[[Rows], bool] | None = None, timeout_s: float | None = None) -> PodWatcher:
+        """Check access and list now (errors raise here), then watch in a background thread.
+
+        For a caller that learns from the orchestrator when the run is over: submit, ``start()``,
+        wait for the run, then :meth:`finish`. ``until`` defaults to never (only :meth:`finish`,
+        :meth:`stop` or ``timeout_s`` end it), since pods come and go between steps.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._prepare()
+
+        def target() -> None:
+            try:
+                self._result = self._loop(until or _never, deadline, 0.1, 0.2)
+            except BaseException as exc:  # re-raised by finish()
+                self._bg_error = exc
+
+        self._bg = threading.Thread(target=target, name="pod-watcher", daemon=True)
+        self._bg.start()
+        return self
+
+    def finish(self, timeout_s: float = 30.0) -> Rows:
+        """Stop a :meth:`start`-ed watch and return its rows (or raise its error)."""
+        if self._bg is None:
+            raise RuntimeError("finish() without start()")
+        self.stop()
+        self._bg.join(timeout_s)
+        if self._bg_error is not None:
+            raise self._bg_error
+        if self._result is None:
+            raise RuntimeError(f"the pod watcher did not stop within {timeout_s} s")
+        return self._result
+
+    def _prepare(self) -> None:
+        self._check_namespace()
+        rvs = [self._initial_list(i, sel) for i, sel in enumerate(self.selectors)]
+        self._fetch_nodes()
+        self._refresh_events()
+        for i, sel in enumerate(self.selectors):
+            thread = threading.Thread(target=self._watch_loop, args=(i, sel, rvs[i]), name=f"pod-watch-{i}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _loop(self, until: Callable[[Rows], bool], deadline: float | None, poll_s: float, eval_every_s: float) -> Rows:
+        quick_no = self._some_pod_running if getattr(until, "requires_all_terminal", False) else None
+        seen_version, last_eval, last_events = -1, 0.0, time.monotonic()
+        try:
+            while True:
+                with self._lock:
+                    if not (self._stop_requested or self._error) and self._version == seen_version:
+                        self._lock.wait(poll_s)  # woken by the next pod event
+                    version, error, stop_requested = self._version, self._error, self._stop_requested
+                throttle = eval_every_s - (time.monotonic() - last_eval)
+                if version != seen_version and throttle > 0 and not (error or stop_requested):
+                    time.sleep(min(throttle, poll_s))  # batch the events of a burst into one evaluation
+                if error is not None:
+                    raise error
+                if stop_requested:
+                    self.stopped_by = "stop"
+                    break
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    self.stopped_by = "deadline"
+                    break
+                self._fetch_nodes()
+                if now - last_events >= self.events_every_s:
+                    self._refresh_events()
+                    last_events = now
+                if until is _never:
+                    seen_version = version
+                elif version != seen_version and now - last_eval >= eval_every_s:
+                    seen_version, last_eval = version, now
+                    if quick_no is not None and quick_no():
+                        continue
+                    began = time.monotonic()
+                    done = until(self.rows())
+                    # the analysis is O(pods): keep it under a tenth of the time on big run groups
+                    eval_every_s = max(eval_every_s, 10 * (time.monotonic() - began))
+                    if done:
+                        self.stopped_by = "condition"
+                        break
+        finally:
+            self._shutdown()
+        self._fetch_nodes()
+        self._refresh_events()
+        return self.rows()
+
+    # ------------------------------------------------------------------ API calls
+
+    def _core(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api_client)
+
+    def _timeout(self, read_s: float | None = None) -> tuple[float, float]:
+        return (self.request_timeout_s, read_s if read_s is not None else self.request_timeout_s)
+
+    def _check_namespace(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            _read_json(self._core().read_namespace(self.namespace, _preload_content=False, _request_timeout=self._timeout()))
+        except ApiException as exc:
+            if exc.status == 404:
+                host = self.api_client.configuration.host
+                raise InputError(f"namespace {self.namespace!r} not found on the Kubernetes API at {host}") from None
+            if exc.status == 403:  # namespaced credentials often cannot read Namespace objects: go on
+                return
+            raise api_error(exc, self.api_client, f"read namespace {self.namespace!r}") from None
+        except Exception as exc:
+            if _is_network_error(exc):
+                raise api_error(exc, self.api_client, f"read namespace {self.namespace!r}") from None
+            raise
+
+    def _list_pods(self, selector: str) -> tuple[list[dict[str, Any]], str]:
+        """All pods for a selector (paged), and the list's resourceVersion."""
+        from kubernetes.client.exceptions import ApiException
+
+        items: list[dict[str, Any]] = []
+        token, rv = None, ""
+        while True:
+            kwargs: dict[str, Any] = {"label_selector": selector, "limit": 500}
+            if token:
+                kwargs["_continue"] = token
+            try:
+                resp = self._core().list_namespaced_pod(
+                    self.namespace, _preload_content=False, _request_timeout=self._timeout(), **kwargs
+                )
+            except ApiException as exc:
+                if exc.status == 410 and token:  # the continue token expired: start over
+                    items, token = [], None
+                    continue
+                raise
+            data = _read_json(resp)
+            items.extend(data.get("items") or ())
+            meta = data.get("metadata") or {}
+            rv = meta.get("resourceVersion") or rv
+            token = meta.get("continue")
+            if not token:
+                self.stats["lists"] += 1
+                return items, rv
+
+    def _initial_list(self, index: int, selector: str) -> str:
+        try:
+            items, rv = self._list_pods(selector)
+        except Exception as exc:
+            if _is_network_error(exc) or type(exc).__name__ == "ApiException":
+                raise api_error(exc, self.api_client, f"list pods in namespace {self.namespace!r}") from None
+            raise
+        with self._lock:
+            for obj in items:
+                self._apply_locked(index, "ADDED", obj)
+        return rv
+
+    def _relist(self, index: int, selector: str) -> str:
+        items, rv = self._list_pods(selector)
+        with self._lock:
+            fresh = set()
+            for obj in items:
+                fresh.add(self._apply_locked(index, "MODIFIED", obj))
+            for key in self._members[index] - fresh:
+                self._deleted.add(key)  # deleted while we were not watching: keep the last state
+            self._version += 1
+            self._lock.notify_all()
+        self.stats["relists"] += 1
+        return rv
+
+    def _fetch_nodes(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        with self._lock:
+            wanted = sorted(self._nodes_wanted - set(self._nodes))
+        if not wanted or self._nodes_denied:
+            return
+        for name in wanted:
+            try:
+                resp = self._core().read_node(name, _preload_content=False, _request_timeout=self._timeout())
+                node = slim_node(_read_json(resp))
+            except ApiException as exc:
+                if exc.status == 403:
+                    self._nodes_denied = True
+                    self.warnings.append(
+                        "not allowed to read nodes: instance type, GPU product and node_ready are unknown"
+                    )
+                    return
+                if exc.status == 404:  # scaled away already
+                    with self._lock:
+                        self._nodes_wanted.discard(name)
+                    continue
+                self.warnings.append(f"node {name}: {exc.status} {exc.reason}")
+                continue
+            except Exception as exc:
+                if _is_network_error(exc):
+                    continue  # try again on the next round
+                raise
+            with self._lock:
+                self._nodes[name] = node
+
+    def _refresh_events(self) -> None:
+        """Pulling/Pulled events of our pods (events expire after an hour: called periodically)."""
+        from kubernetes.client.exceptions import ApiException
+
+        if self._events_denied:
+            return
+        with self._lock:
+            ours = {(p["metadata"].get("namespace") or "", p["metadata"]["name"]) for p in self._pods.values()}
+        if not ours:
+            return
+        token = None
+        try:
+            while True:
+                kwargs: dict[str, Any] = {"field_selector": "involvedObject.kind=Pod", "limit": 500}
+                if token:
+                    kwargs["_continue"] = token
+                resp = self._core().list_namespaced_event(
+                    self.namespace, _preload_content=False, _request_timeout=self._timeout(), **kwargs
+                )
+                data = _read_json(resp)
+                kept = {}
+                for ev in data.get("items") or ():
+                    obj = ev.get("involvedObject") or {}
+                    if ev.get("reason") in ("Pulling", "Pulled") and (obj.get("namespace") or "", obj.get("name")) in ours:
+                        meta = ev.get("metadata") or {}
+                        kept[meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"] = slim_event(ev)
+                with self._lock:
+                    self._events.update(kept)
+                token = (data.get("metadata") or {}).get("continue")
+                if not token:
+                    return
+        except ApiException as exc:
+            if exc.status == 403:
+                self._events_denied = True
+                self.warnings.append("not allowed to list events: image pull times are unknown")
+                return
+            if exc.status == 410:
+                return  # continue token expired; the next refresh starts over
+            self.warnings.append(f"events: {exc.status} {exc.reason}")
+        except Exception as exc:
+            if not _is_network_error(exc):
+                raise
+
+    # ------------------------------------------------------------------ state
+
+    def _apply_locked(self, index: int, etype: str, raw: Mapping[str, Any]) -> str:
+        slim = slim_pod(raw)
+        meta = slim["metadata"]
+        key = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
+        prev = self._pods.get(key)
+        if prev is not None:
+            new_rv, old_rv = _rv_int(slim), _rv_int(prev)
+            if new_rv is not None and old_rv is not None and new_rv < old_rv:
+                return key  # an older state, from the other selector's stream
+            _keep_sandbox_time(prev, slim)
+        self._pods[key] = slim
+        self._members[index].add(key)
+        if etype == "DELETED":
+            self._deleted.add(key)
+        node = slim["spec"].get("nodeName")
+        if node and node not in self._nodes:
+            self._nodes_wanted.add(node)
+        self._version += 1
+        self._lock.notify_all()
+        return key
+
+    def _watch_loop(self, index: int, selector: str, rv: str) -> None:
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        core = self._core()
+        # Watch takes the event type from the function's docstring and builds a V1Pod model for every
+        # event. We read only event["raw_object"] (the JSON as sent), so hand it the same function
+        # through a partial, which has no typed docstring: Watch then skips the per-event model
+        # building, as documented ("If it cannot be determined, 'object' value will be the same as
+        # 'raw_object'"). We track the resourceVersion ourselves.
+        list_pods = functools.partial(core.list_namespaced_pod)
+        w = watch.Watch()
+        self._watches.append(w)
+        failures = 0
+        while not self._stopping:
+            try:
+                self.stats["watches"] += 1
+                stream = w.stream(
+                    list_pods,
+                    self.namespace,
+                    label_selector=selector,
+                    resource_version=rv,
+                    timeout_seconds=self.window_s,
+                    allow_watch_bookmarks=True,
+                    _request_timeout=self._timeout(self.window_s + self.request_timeout_s),
+                )
+                for event in stream:
+                    failures = 0
+                    obj = event["raw_object"]
+                    new_rv = (obj.get("metadata") or {}).get("resourceVersion") if isinstance(obj, dict) else None
+                    if event["type"] != "BOOKMARK":
+                        with self._lock:
+                            self._apply_locked(index, event["type"], obj)
+                            self.stats["events"] += 1
+                    rv = new_rv or rv
+                    if self._stopping:
+                        w.stop()
+            except ApiException as exc:
+                if self._stopping:
+                    return
+                if exc.status == 410:  # Expired / Gone: the resourceVersion is too old
+                    self.stats["expired"] += 1
+                    try:
+                        rv = self._relist(index, selector)
+                    except Exception as relist_exc:
+                        if not self._retry(relist_exc, failures := failures + 1):
+                            return
+                    continue
+                if exc.status in (401, 403) or not self._retry(exc, failures := failures + 1):
+                    self._fail(api_error(exc, self.api_client, f"watch pods in namespace {self.namespace!r}"))
+                    return
+            except Exception as exc:
+                if self._stopping:
+                    return
+                if not _is_network_error(exc) or not self._retry(exc, failures := failures + 1):
+                    self._fail(
+                        api_error(exc, self.api_client, f"watch pods in namespace {self.namespace!r}")
+                        if _is_network_error(exc)
+                        else exc
+                    )
+                    return
+
+    def _retry(self, exc: BaseException, failures: int) -> bool:
+        if failures > self.max_failures:
+            if _is_network_error(exc) or type(exc).__name__ == "ApiException":
+                self._fail(api_error(exc, self.api_client, f"watch pods in namespace {self.namespace!r}"))
+            else:
+                self._fail(exc)
+            return False
+        time.sleep(min(5.0, 0.1 * 2**failures))
+        return True
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            if self._error is None:
+                self._error = exc
+            self._lock.notify_all()
+
+    def _shutdown(self) -> None:
+        self._stopping = True
+        for w in list(self._watches):
+            w.stop()
+        for thread in self._threads:
+            thread.join(0.05)
+
+
+def _keep_sandbox_time(prev: Mapping[str, Any], new: dict[str, Any]) -> None:
+    """A finished pod's sandbox is torn down and PodReadyToStartContainers turns False: keep when it was ready."""
+    old = {c.get("type"): c for c in prev["status"].get("conditions") or ()}
+    conditions: Sequence[dict[str, Any]] = new["status"].get("conditions") or []
+    for i, cond in enumerate(conditions):
+        ctype = cond.get("type")
+        if ctype in SANDBOX_CONDITIONS and cond.get("status") != "True":
+            before = old.get(ctype)
+            if before is not None and before.get("status") == "True":
+                new["status"]["conditions"][i] = dict(before)
