@@ -297,5 +297,27 @@ def submit_mlflow(kubeconfig: str | None, context: str | None, namespace: str | 
     _submit("mlflow", {"kubeconfig": kubeconfig, "context": context, "namespace": namespace}, **kw)
 
 
+@main.command()
+@click.option("--pods", required=True, type=str, help="`kubectl get pods -o json` dump.")
+@click.option("--nodes", default=None, type=str, help="`kubectl get nodes -o json` dump (for provisioning and GPU product).")
+@click.option("--events", default=None, type=str, help="`kubectl get events -o json` dump (for image pull times).")
+@click.option("--run-group", default=None, help="Keep only this run group's pods.")
+@click.option("--kfp-run", "kfp_runs", multiple=True, metavar="RUN_ID=PIPELINE_RUN",
+              help="Attribute a KFP run's pods (KFP pods carry no llmpack run labels).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON list, one object per pod.")
+def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | None, kfp_runs: tuple[str, ...], as_json: bool) -> None:
+    """Pod-level phases (queue, provision, image pull, container start) from kubectl dumps, offline."""
+    from llmpack.k8s.podphases import format_table, timeline_from_files
+
+    runs = {}
+    for item in kfp_runs:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InputError(f"--kfp-run {item!r}: expected RUN_ID=PIPELINE_RUN")
+        runs[key] = value
+    rows = timeline_from_files(pods, nodes=nodes, events=events, run_group=run_group, runs=runs or None)
+    click.echo(json.dumps(rows, indent=2, sort_keys=True) if as_json else format_table(rows))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
