@@ -22,7 +22,7 @@ from llmpack.runs import RunOptions, run_pipeline
 def gaps(summary: dict) -> list[float]:
     steps = sorted(summary["events"].values(), key=lambda ev: ev["process_started"])
     out = [steps[0]["process_started"] - summary["submitted_at"]]
-    out += [b["process_started"] - a["finished"] for a, b in zip(steps, steps[1:])]
+    out += [b["process_started"] - a["finished"] for a, b in zip(steps, steps[1:], strict=False)]
     out.append(summary["finished_at"] - steps[-1]["finished"])
     return out
 

@@ -217,7 +217,7 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
                 ax.text(ev["process_started"] - t0, y + 0.42, "finetune", fontsize=7, va="bottom")
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels([f"{r['orchestrator']} · {r['pipeline_run'][-6:]}" for r in lanes])
-    for tick, run in zip(ax.get_yticklabels(), lanes):
+    for tick, run in zip(ax.get_yticklabels(), lanes, strict=False):
         tick.set_color(_colour(run["orchestrator"]))
     ax.invert_yaxis()
     ax.set_xlabel("seconds since submit")
@@ -245,10 +245,10 @@ def chart_boxes(runs: list[dict[str, Any]], path: Path) -> None:
         if any(data):
             box = ax.boxplot(data, patch_artist=True, showmeans=False)
             ax.set_xticks(range(1, len(orchs) + 1), orchs)
-            for patch, o in zip(box["boxes"], orchs):
+            for patch, o in zip(box["boxes"], orchs, strict=False):
                 patch.set_facecolor(_colour(o))
                 patch.set_alpha(0.6)
-            for i, (values, o) in enumerate(zip(data, orchs), start=1):
+            for i, (values, o) in enumerate(zip(data, orchs, strict=False), start=1):
                 xs = [i + 0.12 * ((j % 5) - 2) / 2 for j in range(len(values))]
                 ax.scatter(xs, values, color=_colour(o), edgecolor="black", linewidth=0.5, s=28, zorder=3)
             medians = [sorted(d)[len(d) // 2] if d else float("inf") for d in data]

@@ -214,7 +214,8 @@ def finetune(
         json.dumps({"base_model": base_model, "method": method, "seq_len": int(seq_len), "steps": max_steps, "seed": seed}, indent=2, sort_keys=True)
         + "\n"
     )
-    shutil.rmtree(ckpt_root, ignore_errors=True) if not checkpoint_dir else None
+    if not checkpoint_dir:  # checkpoints inside the output are scratch once the weights are saved
+        shutil.rmtree(ckpt_root, ignore_errors=True)
     tokens_per_s = tokens_seen / train_s if train_s > 0 else float("nan")
     metric("train_s", train_s)
     metric("train_tokens", tokens_seen)

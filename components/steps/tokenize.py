@@ -9,7 +9,7 @@ from typing import Any
 from components.data import read_split
 from components.dsl import Dataset, Execution, Input, Output, Resources, step
 from components.errors import InputError
-from components.tiny import PAD_ID, TINY, ByteTokenizer
+from components.tiny import TINY, ByteTokenizer
 
 IGNORE = -100
 
