@@ -37,8 +37,9 @@ def client(uri: str | None = None) -> MlflowClient:
     return MlflowClient(tracking_uri=tracking_uri(uri))
 
 
-def experiment_id(mc: MlflowClient) -> str:
-    name = os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT)
+def experiment_id(mc: MlflowClient, name: str | None = None) -> str:
+    """The llmpack experiment's id, created with its artifacts beside a sqlite database."""
+    name = name or os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT)
     exp = mc.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id

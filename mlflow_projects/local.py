@@ -47,21 +47,7 @@ def experiment_id(env: Mapping[str, str]) -> str:
     from components import tracking
 
     mc = tracking.client(env.get("MLFLOW_TRACKING_URI"))
-    name = env.get(tracking.EXPERIMENT_ENV, tracking.DEFAULT_EXPERIMENT)
-    exp = mc.get_experiment_by_name(name)
-    if exp is not None:
-        return exp.experiment_id
-    uri = str(mc.tracking_uri)
-    location = None
-    if uri.startswith("sqlite:///"):
-        location = (Path(uri[len("sqlite:///") :]).parent / "mlartifacts").as_uri()
-    try:
-        return mc.create_experiment(name, artifact_location=location)
-    except Exception:  # noqa: BLE001 - lost a creation race: read it back
-        exp = mc.get_experiment_by_name(name)
-        if exp is None:
-            raise
-        return exp.experiment_id
+    return tracking.experiment_id(mc, env.get(tracking.EXPERIMENT_ENV, tracking.DEFAULT_EXPERIMENT))
 
 
 def run_local(
