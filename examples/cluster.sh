@@ -5,6 +5,7 @@ set -euo pipefail
 
 # 0. The step image and the MLflow secret the compiled artifacts reference.
 docker build -t ghcr.io/YOUR_ORG/llmpack:0.1.0 . && docker push ghcr.io/YOUR_ORG/llmpack:0.1.0
+llmpack compile --image ghcr.io/YOUR_ORG/llmpack:0.1.0
 kubectl create namespace llmpack
 kubectl -n llmpack create secret generic llmpack-mlflow --from-literal=tracking-uri=http://mlflow.mlflow.svc:5000
 

@@ -120,11 +120,12 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
 @main.command()
 @click.option("--out", "out", type=click.Path(path_type=Path), default=Path("."), show_default=True,
               help="Directory to write kfp_pipelines/finetune.yaml, argo_workflows/finetune.yaml, mlflow_projects/finetune*/ into.")
-def compile(out: Path) -> None:  # noqa: A001 - the command's name
+@click.option("--image", default=None, help="Step image for every step (default: each step's spec, ghcr.io/llmpack/llmpack:0.1.0).")
+def compile(out: Path, image: str | None) -> None:  # noqa: A001 - the command's name
     """Compile the pipeline to KFP v2 IR, an Argo Workflow (Hera) and MLflow Projects."""
     from llmpack.compile import compile_all
 
-    for path in compile_all(out):
+    for path in compile_all(out, image=image):
         click.echo(str(path))
 
 

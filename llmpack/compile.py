@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from components.dsl import Pipeline
@@ -27,7 +28,16 @@ def _check_out(out: Path) -> None:
         raise InputError(f"--out {out}: directory {probe} is not writable")
 
 
-def compile_all(out: Path, pipe: Pipeline | None = None) -> list[Path]:
+def with_image(pipe: Pipeline, image: str) -> Pipeline:
+    """A copy of the pipeline whose every step runs in ``image``."""
+    tasks = {
+        name: replace(t, step=replace(t.step, execution=replace(t.step.execution, image=image)))
+        for name, t in pipe.tasks.items()
+    }
+    return replace(pipe, tasks=tasks)
+
+
+def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = None) -> list[Path]:
     """Compile KFP, Argo and MLflow artifacts under ``out``; returns the files written."""
     from argo_workflows.workflow import build_workflow
     from components.pipeline import build
@@ -37,6 +47,8 @@ def compile_all(out: Path, pipe: Pipeline | None = None) -> list[Path]:
     out = Path(out)
     _check_out(out)
     pipe = pipe or build()
+    if image:
+        pipe = with_image(pipe, image)
     try:
         out.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".llmpack-compile-", dir=out))
