@@ -134,6 +134,7 @@ def compile(out: Path, image: str | None) -> None:  # noqa: A001 - the command's
 @click.option("--repeats", type=int, default=1, show_default=True, help="Runs per path (interleaved).")
 @click.option("--local/--cluster", "local", default=True, help="Local paths (default) or a cluster (see README).")
 @run_options
+@click.option("--run-group", default=None, help="Join this run group (default: a new one).")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path), default=Path("llmpack-report"), show_default=True,
               help="Report directory (report.md, report.html, report.json, PNG charts).")
 @click.option("--no-report", is_flag=True, help="Skip writing the report.")
@@ -143,8 +144,20 @@ def compile(out: Path, image: str | None) -> None:  # noqa: A001 - the command's
 @click.option("--inject-start-delay", type=float, default=None, metavar="SECONDS",
               help="Fault injection: delay the finetune step's process start (instrument accuracy check).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout; progress goes to stderr.")
+@click.option("--concurrency", type=int, default=1, show_default=True, help="--cluster: submissions in flight at once.")
+@click.option("--kfp-host", default=None, help="--cluster: KFP API endpoint (default KFP_HOST; token from KFP_TOKEN).")
+@click.option("--argo-host", default=None, help="--cluster: Argo Server host:port (default ARGO_SERVER; token from ARGO_TOKEN).")
+@click.option("--namespace", default=None, help="--cluster: namespace for Argo workflows and the MLflow Job (default llmpack).")
+@click.option("--kubeconfig", default=None, help="--cluster: kubeconfig for the pod watcher and the MLflow Job.")
+@click.option("--context", default=None, help="--cluster: kubeconfig context.")
+@click.option("--image", default=None, help="--cluster: prebuilt step image for the MLflow Job.")
+@click.option("--cluster-tracking-uri", default=None, help="--cluster: MLflow tracking URI as seen from inside the cluster.")
+@click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True, help="--cluster: seconds to wait per run.")
+@click.option("--poll", "poll_s", type=float, default=10.0, show_default=True, help="--cluster: status poll interval, seconds.")
 def compare(backends: str, repeats: int, local: bool, report_dir: Path, no_report: bool, control_plane: tuple[str, ...],
             control_plane_file: str | None, inject_start_delay: float | None, as_json: bool, params: tuple[str, ...],
+            concurrency: int, kfp_host: str | None, argo_host: str | None, namespace: str | None, kubeconfig: str | None,
+            context: str | None, image: str | None, cluster_tracking_uri: str | None, wait_timeout: float, poll_s: float,
             **kwargs: Any) -> None:
     """Run the pipeline through several paths side by side and compare them.
 
@@ -156,12 +169,20 @@ def compare(backends: str, repeats: int, local: bool, report_dir: Path, no_repor
     from llmpack.report import parse_control_plane, write_report
     from llmpack.runs import RunOptions
 
-    if not local:
-        raise InputError("--cluster: cluster comparison needs `llmpack submit` endpoints; see the README's cluster walkthrough")
+    cluster = {"concurrency": concurrency, "kfp_host": kfp_host, "argo_host": argo_host, "namespace": namespace,
+               "kubeconfig": kubeconfig, "context": context, "image": image, "cluster_tracking_uri": cluster_tracking_uri,
+               "timeout_s": wait_timeout, "poll_s": poll_s}
     names = cmp.parse_backends(backends)
     costs = parse_control_plane(control_plane, control_plane_file)
     if report_dir.exists() and not report_dir.is_dir():
         raise InputError(f"--report {report_dir}: exists and is not a directory")
+    if not local:
+        result = _compare_cluster(names, repeats, params, cluster, kwargs, inject_start_delay)
+        if not no_report:
+            write_report(result, report_dir, costs)
+            click.echo(f"report: {report_dir / 'report.html'}", err=True)
+        click.echo(json.dumps(result, sort_keys=True, default=str)) if as_json else compare_table(result)
+        sys.exit(1 if result["failed"] else 0)
     if inject_start_delay is not None and inject_start_delay < 0:
         raise InputError("--inject-start-delay: must be >= 0")
     env = {"LLMPACK_INJECT_START_DELAY": f"finetune={inject_start_delay}"} if inject_start_delay else None
@@ -176,6 +197,42 @@ def compare(backends: str, repeats: int, local: bool, report_dir: Path, no_repor
         compare_table(result)
     if result["failed"]:
         sys.exit(1)
+
+
+def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cluster: dict[str, Any],
+                     kwargs: dict[str, Any], inject_start_delay: float | None) -> dict[str, Any]:
+    """``compare --cluster``: submit every path to one cluster, watch its pods, measure."""
+    import os
+
+    from llmpack.cluster import compare_cluster
+    from llmpack.display import err
+
+    if "direct" in names:
+        raise InputError("--cluster: 'direct' has no cluster path; use --backends kfp,argo,mlflow")
+    for flag, value in (("--gpu-type", kwargs.get("gpu_type")), ("--gpus", kwargs.get("gpus")),
+                        ("--inject-start-delay", inject_start_delay)):
+        if value is not None:
+            raise InputError(f"{flag}: not with --cluster (the compiled artifacts fix the GPU spec; the node's GPU prices the run)")
+    values = dict(parse_params(params))
+    for key in ("model", "data", "max_steps", "seed"):
+        values[key] = kwargs[key]
+    ns = cluster["namespace"]
+
+    def progress(label: str, message: str, elapsed: float) -> None:
+        err.print(f"[bold]{label}[/] · {message} · {elapsed:5.1f}s")
+
+    return compare_cluster(
+        backends=names, repeats=repeats, concurrency=cluster["concurrency"], params=values,
+        run_group=kwargs.get("run_group"),
+        kfp={"host": cluster["kfp_host"]},
+        argo={"host": cluster["argo_host"], **({"namespace": ns} if ns else {})},
+        mlflow={"kubeconfig": cluster["kubeconfig"], "context": cluster["context"], "image": cluster["image"],
+                "cluster_tracking_uri": cluster["cluster_tracking_uri"], **({"namespace": ns} if ns else {})},
+        k8s={"kubeconfig": cluster["kubeconfig"], "context": cluster["context"],
+             "host": os.environ.get("LLMPACK_K8S_HOST"), "token": os.environ.get("LLMPACK_K8S_TOKEN")},
+        tracking_uri=kwargs.get("tracking_uri"), price_per_gpu_hour=kwargs.get("price_per_gpu_hour"),
+        price_file=kwargs.get("price_file"), timeout_s=cluster["timeout_s"], poll_s=cluster["poll_s"], progress=progress,
+    )
 
 
 @main.command()

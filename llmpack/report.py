@@ -23,9 +23,11 @@ from components.telemetry import ALL_EVENTS
 PALETTE = {"direct": "#7f7f7f", "kfp": "#1f77b4", "argo": "#ff7f0e", "mlflow": "#2ca02c"}
 PHASES = (
     # (label, from event, to event, colour)
+    # A pod is bound to a new node only once the node is Ready: provisioning spans creation to
+    # node ready and is drawn over the queue span; pull + container start follows scheduling.
     ("queue", "pod_created", "pod_scheduled", "#c7c7c7"),
-    ("provision", "pod_scheduled", "node_ready", "#9467bd"),
-    ("pull + container start", "node_ready|pod_scheduled", "container_started", "#8c564b"),
+    ("provision", "pod_created", "node_ready", "#9467bd"),
+    ("pull + container start", "pod_scheduled", "container_started", "#8c564b"),
     ("process start-up", "container_started|process_started", "model_loaded", "#bcbd22"),
     ("to first step", "model_loaded", "first_step", "#d62728"),
     ("compute", "first_step|model_loaded|process_started", "finished", "#17becf"),
@@ -316,6 +318,7 @@ def _cell(stats: dict[str, Any], with_p90: bool) -> str:
 
 def markdown(result: dict[str, Any], lead: dict[str, str | None], be: dict[str, Any] | None) -> str:
     summary = result["summary"]
+    priced = next((r["tags"] for r in result["runs"] if r["status"] == "succeeded"), result["runs"][0]["tags"])
     lines = [
         f"# llmpack comparison — run group `{result['run_group']}`",
         "",
@@ -346,8 +349,7 @@ def markdown(result: dict[str, Any], lead: dict[str, str | None], be: dict[str, 
         "![cost per run](cost_per_run.png)",
         "",
         "Cost: GPU count x billed seconds (container start, or process start locally, to finish) x price per GPU-hour / 3600; "
-        f"price {result['runs'][0]['tags'].get('llmpack.price_per_gpu_hour')} USD/GPU-hour from "
-        f"{result['runs'][0]['tags'].get('llmpack.price_source')}.",
+        f"price {priced.get('llmpack.price_per_gpu_hour')} USD/GPU-hour from {priced.get('llmpack.price_source')}.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,737 @@
+"""``llmpack compare --cluster``: the same pipeline through KFP, Argo and MLflow on one cluster.
+
+Every selected path is submitted with the same parameters and resources (the committed compiled
+artifacts, through :mod:`llmpack.submit`) into one run group, ``repeats`` times, interleaved
+(kfp, argo, mlflow, kfp, ...), at most ``concurrency`` runs in flight (1: one after the other,
+so runs do not compete for GPUs). Per run:
+
+1. a :class:`~llmpack.k8s.watcher.PodWatcher` is started *before* the submission for Argo and
+   MLflow (their pods carry ``llmpack.io/run-group``); KFP pods carry only KFP's
+   ``pipeline/runid``, known once the run is created, so the KFP run's watcher starts right
+   after the submission, with that run id (its first list picks up every pod already created,
+   with the times the API server stamped on them, so nothing is lost);
+2. the run is submitted and waited for (:func:`llmpack.submit.wait_for_completion`), with live
+   progress from the watched pods (``step · queued / starting / running``);
+3. the watcher's rows become the cluster events (``pod_created``, ``pod_scheduled``,
+   ``node_ready``, ``container_started``; :func:`~llmpack.k8s.podphases.to_step_records`), which
+   are uploaded to the run's MLflow record (idempotent keys);
+4. the run's records are read back from MLflow (on a cluster the steps log their own
+   ``process_started``, ``model_loaded``, ``first_step``, ``finished`` and ``metric.*`` there),
+   the DESIGN.md metrics are derived and logged with the tags.
+
+Decisions (where DESIGN.md is silent):
+
+- ``total_s`` ends at the last thing the run did that the cluster or the steps timestamped
+  (the latest pod container finish or step ``finished``), not when this client's poll noticed
+  the end, which would add up to ``poll_s`` of noise to every run.
+- Cost bills what the cluster bills: every GPU pod of the run (retries too) from its main
+  container's start to its finish, plus node provisioning when a node was brought up for it.
+  The MLflow Job is one pod sized to the largest step, so it is billed for the whole pipeline
+  at that GPU count. Where the watcher saw no pod for a GPU step, the step's own events are
+  billed (:func:`components.cost.billed_seconds`).
+- The GPU type is what the finetune pod's node reports: ``nvidia.com/gpu.product`` (NVIDIA GPU
+  feature discovery) mapped by :data:`GPU_PRODUCTS`, else the node's instance type
+  (:data:`INSTANCE_TYPES`, which also gives the cloud provider whose list price applies), else
+  the pipeline spec's GPU type. A product that maps to nothing is reported under its own name
+  (``nvidia-h100-pcie``): a price flag, env var or price file can price it; the shipped table
+  cannot, and the cost is then unknown, never guessed. Tag ``llmpack.gpu_type_source`` says
+  which it was.
+- Bad input for the whole comparison (unknown path, bad parameter or price, no Kubernetes
+  access, MLflow not answering, an orchestrator with no endpoint configured) is an
+  :class:`~components.errors.InputError` before anything is submitted. A path whose server
+  refuses the submission (401, unreachable...) fails on its own: its runs are ``failed`` with
+  that one-line error and the other paths go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from components import cost, telemetry, tracking
+from components.errors import InputError
+
+ORCHESTRATORS = ("kfp", "argo", "mlflow")
+MODE = "cluster"
+DEFAULT_TIMEOUT_S = 24 * 3600.0
+DEFAULT_POLL_S = 10.0
+DEFAULT_NAMESPACE = "llmpack"  # Argo Workflows and the MLflow Job (where Secret llmpack-mlflow lives)
+DEFAULT_KFP_POD_NAMESPACE = "kubeflow"  # single-user KFP runs its pods there; multi-user: the profile
+
+# (label, message, elapsed seconds since this run started)
+Progress = Callable[[str, str, float], None]
+
+# Options each path takes (passed to llmpack.submit), and those its wait needs too.
+SUBMIT_OPTIONS = {
+    "kfp": ("host", "token", "namespace", "experiment", "package_path", "service_account", "pod_namespace"),
+    "argo": ("host", "token", "namespace", "workflow_path", "service_account"),
+    "mlflow": ("project_dir", "image", "project_dir_in_image", "namespace", "kubeconfig", "context",
+               "cluster_tracking_uri"),
+}
+WAIT_OPTIONS = {"kfp": ("host", "token", "namespace"), "argo": ("host", "token", "namespace"),
+                "mlflow": ("kubeconfig", "context", "namespace")}
+K8S_OPTIONS = ("host", "token", "token_file", "ca_cert", "verify_ssl", "kubeconfig", "context")
+
+
+# --------------------------------------------------------------------------- GPU type from the node
+
+# ``nvidia.com/gpu.product`` (GPU feature discovery: the NVML device name with spaces as '-')
+# -> the price table's GPU type. Only products whose price the table means: an H100 PCIe or NVL,
+# an A100 PCIe are other products at other prices, and stay unknown.
+GPU_PRODUCTS = {
+    "NVIDIA-H200": "nvidia-h200",
+    "NVIDIA-H100-80GB-HBM3": "nvidia-h100-80gb",
+    "NVIDIA-H100-SXM5-80GB": "nvidia-h100-80gb",
+    "NVIDIA-A100-SXM4-80GB": "nvidia-a100-80gb",
+    "NVIDIA-A100-SXM4-40GB": "nvidia-a100-40gb",
+    "NVIDIA-L4": "nvidia-l4",
+    "NVIDIA-A10G": "nvidia-a10g",
+    "TESLA-T4": "nvidia-t4",
+    "TESLA-V100-SXM2-16GB": "nvidia-v100",
+}
+
+# ``node.kubernetes.io/instance-type`` (full match, case-insensitive) -> (GPU type, provider).
+INSTANCE_TYPES = (
+    (r"p5en\.48xlarge|p5e\.48xlarge", "nvidia-h200", "aws"),
+    (r"p5\.(4|48)xlarge", "nvidia-h100-80gb", "aws"),
+    (r"p4de\.24xlarge", "nvidia-a100-80gb", "aws"),
+    (r"p4d\.24xlarge", "nvidia-a100-40gb", "aws"),
+    (r"g6\.\d*x?large", "nvidia-l4", "aws"),
+    (r"g5\.\d*x?large", "nvidia-a10g", "aws"),
+    (r"g4dn\.\d*x?large", "nvidia-t4", "aws"),
+    (r"p3\.(2|8|16)xlarge", "nvidia-v100", "aws"),
+    (r"a3-ultragpu-\d+g", "nvidia-h200", "gcp"),
+    (r"a3-(high|mega|edge)gpu-\d+g", "nvidia-h100-80gb", "gcp"),
+    (r"a2-ultragpu-\d+g", "nvidia-a100-80gb", "gcp"),
+    (r"a2-(high|mega)gpu-\d+g", "nvidia-a100-40gb", "gcp"),
+    (r"g2-standard-\d+", "nvidia-l4", "gcp"),
+    (r"standard_nd96isr_h100_v5", "nvidia-h100-80gb", "azure"),
+    (r"standard_nd96amsr_a100_v4", "nvidia-a100-80gb", "azure"),
+    (r"standard_nd96asr_v4", "nvidia-a100-40gb", "azure"),
+    (r"standard_nc\d+as_t4_v3", "nvidia-t4", "azure"),
+)
+
+
+def normalize_product(product: str) -> str:
+    """``nvidia.com/gpu.product`` without GFD's time-slicing suffix, upper case."""
+    text = re.sub(r"[\s_]+", "-", product.strip()).upper()
+    return text.removesuffix("-SHARED")
+
+
+def gpu_type_for_product(product: str | None) -> str | None:
+    """The price table's GPU type for a node's ``nvidia.com/gpu.product``, or None when unknown.
+
+    A MIG slice (``...-MIG-1g.10gb``) is not a whole GPU: unknown.
+    """
+    if not product:
+        return None
+    key = normalize_product(product)
+    if "-MIG-" in key:
+        return None
+    return GPU_PRODUCTS.get(key)
+
+
+def gpu_type_for_instance(instance_type: str | None) -> tuple[str, str] | None:
+    """(GPU type, provider) for a node's instance type, or None when it is not a known GPU instance."""
+    if not instance_type:
+        return None
+    for pattern, gpu_type, provider in INSTANCE_TYPES:
+        if re.fullmatch(pattern, instance_type.strip(), flags=re.IGNORECASE):
+            return gpu_type, provider
+    for entry in cost.shipped_table():  # the table's own instances, exactly as written there
+        if str(entry.get("instance", "")).lower() == instance_type.strip().lower():
+            return entry["gpu"], entry.get("provider", "")
+    return None
+
+
+def provider_for_instance(instance_type: str | None) -> str | None:
+    found = gpu_type_for_instance(instance_type)
+    return found[1] if found else None
+
+
+@dataclass(frozen=True)
+class NodeGpu:
+    """What GPU a run trained on, and how we know."""
+
+    gpu_type: str | None
+    provider: str | None
+    source: str
+    gpu_product: str | None = None
+    instance_type: str | None = None
+
+
+def node_gpu(row: Mapping[str, Any] | None, spec_gpu_type: str | None) -> NodeGpu:
+    """The GPU type of the finetune pod's node (row from the watcher), else the spec's."""
+    product = (row or {}).get("gpu_product")
+    instance = (row or {}).get("instance_type")
+    provider = provider_for_instance(instance)
+    mapped = gpu_type_for_product(product)
+    if mapped:
+        return NodeGpu(mapped, provider, f"node nvidia.com/gpu.product={product}", product, instance)
+    if product and "-MIG-" not in normalize_product(product):
+        # A GPU the table does not price: under its own name, so a price file or flag can price it.
+        return NodeGpu(normalize_product(product).lower(), provider, f"node nvidia.com/gpu.product={product}",
+                       product, instance)
+    by_instance = gpu_type_for_instance(instance)
+    if by_instance and not product:
+        return NodeGpu(by_instance[0], by_instance[1], f"node instance type {instance}", product, instance)
+    if product:  # MIG
+        return NodeGpu(None, provider, f"node nvidia.com/gpu.product={product} (MIG slice: no per-GPU price)",
+                       product, instance)
+    return NodeGpu(spec_gpu_type, None, "pipeline spec", product, instance)
+
+
+def resolve_node_price(gpu: NodeGpu, *, flag: Any = None, price_file: str | None = None) -> cost.Price | None:
+    """The price per GPU-hour of the node's GPU (flag, env, price file, shipped table; see cost).
+
+    The provider comes from ``LLMPACK_PRICE_PROVIDER`` when set, else from the node's instance
+    type; a provider the table has no entry for falls back to the table's default provider.
+    """
+    if not gpu.gpu_type:
+        return None
+    provider = None if os.environ.get(cost.PROVIDER_ENV) else gpu.provider
+    price = cost.resolve_price(gpu.gpu_type, flag=flag, price_file=price_file, provider=provider)
+    if price is None and provider:
+        price = cost.resolve_price(gpu.gpu_type, flag=flag, price_file=price_file)
+    return price
+
+
+# --------------------------------------------------------------------------- metrics and cost
+
+
+def _row_billed_s(row: Mapping[str, Any]) -> float | None:
+    start, end = row.get("container_started"), row.get("finished")
+    if start is None or end is None:
+        return None
+    billed = end - start
+    created, ready = row.get("created"), row.get("node_ready")
+    if created is not None and ready is not None and ready > created:
+        billed += ready - created
+    return billed
+
+
+def cluster_cost(
+    steps: Mapping[str, telemetry.StepTimes],
+    rows: Iterable[Mapping[str, Any]],
+    uses: list[cost.GpuUse],
+    orchestrator: str,
+    price: cost.Price | None,
+) -> dict[str, float | None]:
+    """gpu_hours, cost_usd, usd_per_1m_tokens, goodput from the run's GPU pods (see the module doc)."""
+    gpus_by_step = {u.step: u.gpus for u in uses}
+    job_gpus = max(gpus_by_step.values(), default=0)
+    gpu_seconds, billed_steps = 0.0, set()
+    for row in rows:
+        if row.get("role") == "driver":
+            continue
+        step = row.get("step")
+        if orchestrator == "mlflow" and step == "main":
+            gpus, covers = job_gpus, {s for s, g in gpus_by_step.items() if g > 0}
+        else:
+            gpus, covers = gpus_by_step.get(step or "", 0), {step}
+        billed = _row_billed_s(row) if gpus > 0 else None
+        if billed is None:
+            continue
+        gpu_seconds += gpus * billed
+        billed_steps |= covers
+    for use in uses:
+        if use.gpus > 0 and use.step not in billed_steps and use.step in steps:
+            billed = cost.billed_seconds(steps[use.step])
+            if billed is not None:
+                gpu_seconds += use.gpus * billed
+    train = steps.get(telemetry.TRAIN_STEP)
+    train_s = train.metrics.get("train_s") if train else None
+    tokens = train.metrics.get("train_tokens") if train else None
+    train_gpus = gpus_by_step.get(telemetry.TRAIN_STEP, 0)
+    usd = None if price is None else gpu_seconds * price.per_gpu_hour / 3600.0
+    return {
+        "gpu_hours": gpu_seconds / 3600.0,
+        "cost_usd": usd,
+        "usd_per_1m_tokens": None if usd is None or not tokens else usd / tokens * 1e6,
+        "goodput": None if not gpu_seconds or train_s is None else train_s * train_gpus / gpu_seconds,
+    }
+
+
+def run_end(steps: Mapping[str, telemetry.StepTimes], rows: Iterable[Mapping[str, Any]], fallback: float | None) -> float | None:
+    """The last timestamped moment of the run: a pod's container finish or a step's ``finished``."""
+    ends = [s.events["finished"] for s in steps.values() if "finished" in s.events]
+    ends += [r["finished"] for r in rows if r.get("finished") is not None]
+    return max(ends) if ends else fallback
+
+
+def _mine(rows: Iterable[Mapping[str, Any]], pipeline_run: str) -> list[dict[str, Any]]:
+    return [dict(r) for r in rows if r.get("pipeline_run") == pipeline_run]
+
+
+def describe(rows: list[dict[str, Any]]) -> str:
+    """One progress line from a run's pods: the newest step pod's state and steps done."""
+    pods = [r for r in rows if r.get("role") != "driver"]
+    if not pods:
+        return "waiting for pods"
+    done = {r["step"] for r in pods if r.get("phase") == "Succeeded"}
+    latest = max(pods, key=lambda r: r.get("created") or 0.0)
+    step = latest.get("step") or latest["pod"]
+    if latest.get("phase") in ("Succeeded", "Failed"):
+        state = "done" if latest["phase"] == "Succeeded" else "failed"
+    elif latest.get("container_started") is not None:
+        state = "running"
+    elif latest.get("scheduled") is not None:
+        state = "starting (image pull, init)"
+    else:
+        state = "queued (waiting for a node)"
+    return f"{step} · {state} · {len(done)} steps done"
+
+
+# --------------------------------------------------------------------------- the comparison
+
+
+@dataclass
+class _Plan:
+    orchestrator: str
+    label: str
+    pipeline_run: str
+
+
+@dataclass
+class _Session:
+    run_group: str
+    values: dict[str, Any]
+    conf: dict[str, dict[str, Any]]
+    k8s: dict[str, Any]
+    uri: str
+    price_flag: Any
+    price_file: str | None
+    timeout_s: float
+    poll_s: float
+    progress: Progress | None
+    pipe: Any
+    submit_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # ------------------------------------------------------------------ helpers
+
+    def notify(self, label: str, message: str, t0: float) -> None:
+        if self.progress is not None:
+            with contextlib.suppress(Exception):  # a display error must not lose a run
+                self.progress(label, message, time.monotonic() - t0)
+
+    def pod_namespace(self, orch: str) -> str:
+        conf = self.conf[orch]
+        if orch == "kfp":
+            return conf.get("pod_namespace") or conf.get("namespace") or DEFAULT_KFP_POD_NAMESPACE
+        if orch == "argo":
+            return conf.get("namespace") or os.environ.get("ARGO_NAMESPACE") or DEFAULT_NAMESPACE
+        return conf.get("namespace") or DEFAULT_NAMESPACE
+
+    def api_client(self) -> Any:
+        from llmpack.k8s.watcher import build_api_client
+
+        return build_api_client(**self.k8s)
+
+    def start_watcher(self, namespace: str, kfp_runs: Mapping[str, str] | None = None) -> Any:
+        from llmpack.k8s.watcher import PodWatcher
+
+        api_client = self.api_client()
+        try:
+            watcher = PodWatcher(api_client, namespace, self.run_group, kfp_runs=dict(kfp_runs or {}),
+                                 window_s=max(1, int(min(60.0, self.timeout_s))))
+            return watcher.start(timeout_s=self.timeout_s + 120.0)
+        except BaseException:
+            api_client.close()
+            raise
+
+    # ------------------------------------------------------------------ one run
+
+    def secrets(self) -> tuple[str, ...]:
+        values = [c.get("token") for c in self.conf.values()] + [self.k8s.get("token")]
+        return tuple(str(v) for v in values if v)
+
+    def run(self, plan: _Plan) -> dict[str, Any]:
+        """One run, start to end; whatever goes wrong, a record (failed, with one line) comes back."""
+        from llmpack.submit import _one_line
+
+        t0 = time.monotonic()
+        try:
+            return self._run(plan, t0)
+        except Exception as exc:  # noqa: BLE001 - one path's surprise must not lose the others
+            error = _one_line(f"{type(exc).__name__}: {exc}", self.secrets())
+            self.notify(plan.label, f"failed: {error}", t0)
+            return {**self._blank(plan), "error": error,
+                    "tags": {**self._blank(plan)["tags"], "llmpack.status": "failed", "llmpack.error": error}}
+
+    def _blank(self, plan: _Plan) -> dict[str, Any]:
+        return {
+            "run_group": self.run_group,
+            "pipeline_run": plan.pipeline_run,
+            "orchestrator": plan.orchestrator,
+            "mode": MODE,
+            "status": "failed",
+            "error": None,
+            "failed_step": None,
+            "submitted_at": None,
+            "finished_at": None,
+            "state": None,
+            "metrics": {},
+            "tags": {"llmpack.run_group": self.run_group, "llmpack.pipeline_run": plan.pipeline_run,
+                     "llmpack.orchestrator": plan.orchestrator, "llmpack.mode": MODE},
+            "events": {},
+            "artifacts": {},
+            "pods": [],
+            "warnings": [],
+        }
+
+    def _run(self, plan: _Plan, t0: float) -> dict[str, Any]:
+        live: list[Any] = []  # watchers started and not finished yet: finished whatever happens
+        try:
+            return self._run_watched(plan, t0, live)
+        finally:
+            for watcher in live:
+                with contextlib.suppress(Exception):
+                    watcher.finish(5.0)
+                with contextlib.suppress(Exception):
+                    watcher.api_client.close()
+
+    def _run_watched(self, plan: _Plan, t0: float, live: list[Any]) -> dict[str, Any]:
+        from llmpack import submit
+
+        orch = plan.orchestrator
+        conf = self.conf[orch]
+        record = self._blank(plan)
+        watcher = None
+        self.notify(plan.label, "submitting", t0)
+        if orch != "kfp":  # Argo and MLflow pods carry the run group: watch before they exist
+            watcher = self._safe_start(self.pod_namespace(orch), None, record, live)
+        try:
+            kwargs = {k: v for k, v in conf.items() if k != "pod_namespace"}
+            with self.submit_lock:  # client libraries swap sys.stdout while they construct
+                summary = submit.submit(orch, params=self.values, run_group=self.run_group,
+                                        pipeline_run=plan.pipeline_run, tracking_uri=self.uri,
+                                        price_per_gpu_hour=self.price_flag, price_file=self.price_file, **kwargs)
+        except InputError as exc:
+            record["error"] = str(exc)
+            record["tags"].update({"llmpack.status": "failed", "llmpack.error": str(exc)})
+            self._stop(watcher, record, live)
+            self.notify(plan.label, f"failed: {exc}", t0)
+            return record
+
+        record["submitted_at"] = summary["submitted_at"]
+        record["warnings"] += list(summary.get("warnings") or ())
+        record["artifacts"] = {k: summary[k] for k in ("server_id", "url", "namespace", "mlflow_run_id", "tracking_uri")
+                               if summary.get(k) is not None}
+        if orch == "kfp":  # KFP pods carry only KFP's run id, known now (the first list finds what exists)
+            watcher = self._safe_start(self.pod_namespace(orch), {summary["run_id"]: plan.pipeline_run}, record, live)
+        elif summary.get("namespace") and watcher is not None and summary["namespace"] != watcher.namespace:
+            self._stop(watcher, record, live)
+            watcher = self._safe_start(summary["namespace"], None, record, live)
+        self.notify(plan.label, "submitted", t0)
+
+        stop_progress = threading.Event()
+        ticker = None
+        if self.progress is not None and watcher is not None:
+            ticker = threading.Thread(target=self._tick, args=(plan, watcher, t0, stop_progress), daemon=True)
+            ticker.start()
+        wait_kwargs = {k: conf[k] for k in WAIT_OPTIONS[orch] if conf.get(k) is not None}
+        try:
+            result = submit.wait_for_completion(summary, timeout_s=self.timeout_s, poll_s=self.poll_s, **wait_kwargs)
+        except InputError as exc:
+            result = {"status": "error", "state": "unknown", "error": str(exc)}
+        finally:
+            stop_progress.set()
+            if ticker is not None:
+                ticker.join(5.0)
+        rows = self._stop(watcher, record, live)
+        self._measure(plan, summary, result, rows, record)
+        mark = "succeeded" if record["status"] == "succeeded" else f"failed: {record['error']}"
+        self.notify(plan.label, mark, t0)
+        return record
+
+    def _safe_start(self, namespace: str, kfp_runs: Mapping[str, str] | None, record: dict[str, Any],
+                    live: list[Any]) -> Any:
+        """A started watcher, or None with a warning (the run is still measured from its own events)."""
+        try:
+            watcher = self.start_watcher(namespace, kfp_runs)
+        except InputError as exc:
+            record["warnings"].append(f"pod watcher: {exc}")
+            return None
+        live.append(watcher)
+        return watcher
+
+    def _stop(self, watcher: Any, record: dict[str, Any], live: list[Any]) -> list[dict[str, Any]]:
+        if watcher is None:
+            return []
+        with contextlib.suppress(ValueError):
+            live.remove(watcher)
+        try:
+            rows = watcher.finish()
+        except Exception as exc:  # noqa: BLE001 - the run's own events still count
+            record["warnings"].append(f"pod watcher: {exc}")
+            return []
+        finally:
+            with contextlib.suppress(Exception):
+                watcher.api_client.close()
+        record["warnings"] += [f"pod watcher: {w}" for w in watcher.warnings]
+        return rows
+
+    def _tick(self, plan: _Plan, watcher: Any, t0: float, stop: threading.Event) -> None:
+        while not stop.wait(min(1.0, max(0.2, self.poll_s))):
+            try:
+                text = describe(_mine(watcher.rows(), plan.pipeline_run))
+            except Exception:  # noqa: BLE001 - progress is best effort
+                continue
+            self.notify(plan.label, text, t0)
+
+    def _measure(self, plan: _Plan, summary: Mapping[str, Any], result: Mapping[str, Any],
+                 rows: list[dict[str, Any]], record: dict[str, Any]) -> None:
+        from llmpack.k8s.podphases import to_step_records
+        from llmpack.runs import gpu_uses
+
+        orch = plan.orchestrator
+        ctx = telemetry.RunContext(run_group=self.run_group, pipeline_run=plan.pipeline_run, orchestrator=orch,
+                                   mode=MODE, submitted_at=float(summary["submitted_at"]))
+        mine = _mine(rows, plan.pipeline_run)
+        k8s_records = to_step_records(mine, ctx)
+        status = "succeeded" if result.get("status") == "succeeded" else "failed"
+        error = None
+        if status != "succeeded":
+            if result.get("status") == "timeout":
+                error = f"did not finish within {self.timeout_s:g} s (last state {result.get('state')})"
+            else:
+                error = result.get("error") or f"{orch} run ended {result.get('state') or result.get('status')}"
+        failed = sorted((r for r in mine if r.get("phase") == "Failed" and r.get("role") != "driver"),
+                        key=lambda r: r.get("created") or 0.0)
+
+        records = list(k8s_records)
+        mc, run_id = None, summary.get("mlflow_run_id")
+        try:
+            mc = tracking.client(self.uri)
+            if run_id is None:
+                run_id = tracking.open_pipeline_run(mc, ctx)
+            tracking.log_records(mc, run_id, k8s_records)
+            records = tracking.records_from_run(mc.get_run(run_id).data.metrics, ctx)
+        except Exception as exc:  # noqa: BLE001 - the pod events are still reported
+            record["warnings"].append(f"MLflow at {self.uri}: {type(exc).__name__}: {exc}")
+
+        steps = telemetry.group_by_step(records)
+        if mc is not None and mine and not any("process_started" in st.events for st in steps.values()):
+            record["warnings"].append(
+                f"no step events in MLflow at {self.uri}: do the steps log to this tracking server "
+                "(Secret llmpack-mlflow, key tracking-uri)? Only the pod phases are measured"
+            )
+        end = run_end(steps, mine, result.get("finished_at"))
+        uses = gpu_uses(self.pipe)
+        finetune_rows = [r for r in mine if r.get("step") in (telemetry.TRAIN_STEP, "main") and r.get("role") != "driver"]
+        finetune_row = min(finetune_rows, key=lambda r: r.get("created") or 0.0) if finetune_rows else None
+        spec_types = sorted({t.step.execution.resources.gpu_type for t in self.pipe.tasks.values()
+                             if t.step.execution.resources.gpus > 0})
+        gpu = node_gpu(finetune_row, spec_types[0] if spec_types else None)
+        price = resolve_node_price(gpu, flag=self.price_flag, price_file=self.price_file)
+
+        metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=end)
+        metrics.update(cluster_cost(steps, mine, uses, orch, price))
+        metrics = {k: telemetry.clean_number(v) for k, v in metrics.items()}
+        tags = {
+            **ctx.tags(),
+            **cost.cost_tags(uses, price),
+            "llmpack.pipeline": self.pipe.name,
+            "llmpack.gpu_type": gpu.gpu_type or "unknown",
+            "llmpack.gpu_type_source": gpu.source,
+            "llmpack.status": status,
+        }
+        if gpu.gpu_product:
+            tags["llmpack.gpu_product"] = gpu.gpu_product
+        if gpu.instance_type:
+            tags["llmpack.instance_type"] = gpu.instance_type
+        if error:
+            tags["llmpack.error"] = error[:4000]
+        if mc is not None and run_id is not None:
+            try:
+                tracking.log_summary(mc, run_id, metrics, tags, params=self.values)
+                mc.set_terminated(run_id, "FINISHED" if status == "succeeded" else "FAILED",
+                                  end_time=int(end * 1000) if end else None)
+            except Exception as exc:  # noqa: BLE001
+                record["warnings"].append(f"MLflow summary logging failed ({type(exc).__name__})")
+
+        record.update(
+            status=status,
+            error=error,
+            failed_step=failed[0]["step"] if failed else None,
+            finished_at=end,
+            state=result.get("state"),
+            metrics=metrics,
+            tags=tags,
+            events={step: dict(st.events) for step, st in steps.items() if st.events},
+            pods=mine,
+        )
+        if run_id is not None:
+            record["artifacts"]["mlflow_run_id"] = run_id
+            record["artifacts"]["tracking_uri"] = self.uri
+
+
+def _parse_backends(backends: Iterable[str] | str) -> list[str]:
+    names = [b.strip() for b in backends.split(",")] if isinstance(backends, str) else [str(b).strip() for b in backends]
+    names = [n for n in names if n]
+    if not names:
+        raise InputError("--backends: give at least one of " + ", ".join(ORCHESTRATORS))
+    for name in names:
+        if name not in ORCHESTRATORS:
+            raise InputError(f"--backends: {name!r} cannot run on a cluster (choose from {', '.join(ORCHESTRATORS)})")
+    return list(dict.fromkeys(names))
+
+
+def _options(name: str, given: Mapping[str, Any] | None, allowed: Iterable[str]) -> dict[str, Any]:
+    out = {k: v for k, v in dict(given or {}).items() if v is not None}
+    unknown = sorted(set(out) - set(allowed))
+    if unknown:
+        raise InputError(f"{name} options: unknown {', '.join(unknown)} (known: {', '.join(allowed)})")
+    return out
+
+
+def _check_pod_access(api_client: Any, namespace: str) -> None:
+    """The watcher's access, before anything is submitted: the namespace exists, pods can be listed."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from llmpack.k8s.watcher import api_error
+
+    core = client.CoreV1Api(api_client)
+    try:
+        core.read_namespace(namespace, _request_timeout=15)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise InputError(f"namespace {namespace!r} not found on the Kubernetes API at "
+                             f"{api_client.configuration.host}") from None
+        if exc.status != 403:  # namespaced credentials often cannot read Namespace objects
+            raise api_error(exc, api_client, f"read namespace {namespace!r}") from None
+    except Exception as exc:  # noqa: BLE001 - unreachable: one line
+        raise api_error(exc, api_client, f"read namespace {namespace!r}") from None
+    try:
+        core.list_namespaced_pod(namespace, limit=1, _request_timeout=15)
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, api_client, f"list pods in namespace {namespace!r}") from None
+
+
+def _preflight(session: _Session, backends: list[str]) -> None:
+    from llmpack import submit
+
+    for orch in backends:
+        conf = session.conf[orch]
+        if orch == "kfp":
+            submit._kfp_connection(conf.get("host"), conf.get("token"))  # noqa: SLF001 - same package
+        elif orch == "argo":
+            submit._argo_connection(conf.get("host"), conf.get("token"), conf.get("namespace"))  # noqa: SLF001
+        else:
+            submit._kube_api_client(conf.get("kubeconfig"), conf.get("context")).close()  # noqa: SLF001
+    api_client = session.api_client()
+    try:
+        for namespace in dict.fromkeys(session.pod_namespace(o) for o in backends):
+            _check_pod_access(api_client, namespace)
+    finally:
+        api_client.close()
+
+
+def compare_cluster(
+    *,
+    backends: Iterable[str] | str = ORCHESTRATORS,
+    repeats: int = 1,
+    concurrency: int = 1,
+    params: Mapping[str, Any] | None = None,
+    run_group: str | None = None,
+    kfp: Mapping[str, Any] | None = None,
+    argo: Mapping[str, Any] | None = None,
+    mlflow: Mapping[str, Any] | None = None,
+    k8s: Mapping[str, Any] | None = None,
+    tracking_uri: str | None = None,
+    price_per_gpu_hour: Any = None,
+    price_file: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    poll_s: float = DEFAULT_POLL_S,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Submit every path ``repeats`` times to one cluster, wait, measure; the ``compare()`` result.
+
+    ``kfp`` / ``argo`` / ``mlflow``: each path's :mod:`llmpack.submit` options (``host``,
+    ``token``, ``namespace``... see :data:`SUBMIT_OPTIONS`; KFP's ``pod_namespace`` is where
+    its pods run: default its profile ``namespace``, else ``kubeflow``). ``k8s``: how the pod
+    watcher reaches the Kubernetes API (:func:`~llmpack.k8s.watcher.build_api_client` options;
+    default the MLflow path's kubeconfig, else ``KUBECONFIG``/``~/.kube/config``/in-cluster).
+    ``timeout_s``: how long to wait for each run (then it is failed, "did not finish"; it is not
+    cancelled). ``poll_s``: how often the orchestrator is asked. ``progress(label, message,
+    elapsed_s)`` is called from the worker threads: "submitting", "submitted", the pods' state
+    ("finetune · queued (waiting for a node) · 2 steps done"), then "succeeded" or "failed: ...".
+    """
+    from llmpack.compare import PERCENTILE_METHOD, summarize_runs
+    from llmpack.runs import connect_tracking, new_id
+    from llmpack.submit import _check_id, _pipeline, user_parameters
+
+    names = _parse_backends(backends)
+    if not isinstance(repeats, int) or repeats < 1:
+        raise InputError(f"--repeats {repeats}: must be at least 1")
+    if not isinstance(concurrency, int) or concurrency < 1:
+        raise InputError(f"--concurrency {concurrency}: must be at least 1")
+    if not (timeout_s > 0 and math.isfinite(timeout_s)):
+        raise InputError(f"--timeout {timeout_s}: must be a positive number of seconds")
+    if not (poll_s > 0 and math.isfinite(poll_s)):
+        raise InputError(f"--poll {poll_s}: must be a positive number of seconds")
+    if price_per_gpu_hour is not None:
+        cost.parse_price(price_per_gpu_hour, "--price-per-gpu-hour")
+    if price_file is not None:
+        cost.resolve_price("check", price_file=price_file, env={})  # reads and checks the file now
+    pipe = _pipeline()
+    values = user_parameters(pipe, params)
+    conf = {
+        "kfp": _options("kfp", kfp, SUBMIT_OPTIONS["kfp"]),
+        "argo": _options("argo", argo, SUBMIT_OPTIONS["argo"]),
+        "mlflow": _options("mlflow", mlflow, SUBMIT_OPTIONS["mlflow"]),
+    }
+    k8s_opts = _options("k8s", k8s, K8S_OPTIONS)
+    if not k8s_opts.get("host") and not k8s_opts.get("kubeconfig") and conf["mlflow"].get("kubeconfig"):
+        k8s_opts.setdefault("kubeconfig", conf["mlflow"]["kubeconfig"])
+        if conf["mlflow"].get("context"):
+            k8s_opts.setdefault("context", conf["mlflow"]["context"])
+    group = _check_id(run_group, "--run-group") if run_group else new_id("rg")
+    uri = tracking.tracking_uri(tracking_uri)
+    connect_tracking(uri)  # answers, before anything is submitted
+
+    session = _Session(run_group=group, values=values, conf=conf, k8s=k8s_opts, uri=uri,
+                       price_flag=price_per_gpu_hour, price_file=price_file, timeout_s=float(timeout_s),
+                       poll_s=float(poll_s), progress=progress, pipe=pipe)
+    _preflight(session, names)
+
+    plans = []
+    for i in range(repeats):
+        for orch in names:
+            label = f"{orch} ({i + 1}/{repeats})" if repeats > 1 else orch
+            plans.append(_Plan(orchestrator=orch, label=label, pipeline_run=new_id(orch)))
+
+    stdout = sys.stdout  # kfp/hera construction swaps sys.stdout; threads must not leave it swapped
+    try:
+        if concurrency == 1:
+            runs = [session.run(plan) for plan in plans]
+        else:
+            with ThreadPoolExecutor(max_workers=min(concurrency, len(plans)), thread_name_prefix="llmpack-run") as pool:
+                runs = list(pool.map(session.run, plans))
+    finally:
+        sys.stdout = stdout
+    return {
+        "run_group": group,
+        "backends": names,
+        "repeats": repeats,
+        "concurrency": concurrency,
+        "mode": MODE,
+        "percentile_method": PERCENTILE_METHOD,
+        "runs": runs,
+        "failed": [
+            {"pipeline_run": r["pipeline_run"], "orchestrator": r["orchestrator"], "error": r["error"]}
+            for r in runs
+            if r["status"] != "succeeded"
+        ],
+        "summary": summarize_runs(runs),
+    }

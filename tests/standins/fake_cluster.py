@@ -1,0 +1,556 @@
+"""One fake cluster out of the three stand-ins: KFP, Argo and MLflow runs that "run" on Kubernetes.
+
+When the KFP stand-in receives a run, the Argo stand-in a Workflow, or the Kubernetes stand-in
+a Job, :class:`FakeCluster` plays what the cluster would do, into the Kubernetes stand-in:
+
+- **KFP** (v2 on Argo): a root DAG driver pod, then per step a ``system-container-driver`` pod
+  and a ``system-container-impl`` executor pod, labelled as KFP labels them
+  (``pipelines.kubeflow.org/v2_component``, ``pipeline/runid``, the Argo workflow) plus the
+  compiled ``podMetadata`` labels of the step (no per-run labels: KFP cannot set them); in the
+  KFP pod namespace (``kubeflow``).
+- **Argo**: one pod per DAG task (Argo's ``init``/``wait``/``main`` containers), with the
+  template's ``metadata.labels`` from the submitted Workflow, ``{{workflow.parameters.X}}``
+  filled in (so ``llmpack.io/run-group`` and ``llmpack.io/pipeline-run`` are the run's).
+- **MLflow**: the Job's one pod (``job-name`` labels, the pod template's labels, its container
+  with ``MLFLOW_RUN_ID``), which runs every step in turn.
+
+The finetune pod waits for a GPU node that the autoscaler brings up (a node object created
+after the pod, Ready some seconds later, labelled with ``nvidia.com/gpu.product`` and the
+instance type); its image is pulled there (``Pulling``/``Pulled`` events with the pull time in
+the message). CPU steps land on an old CPU node where the image is already present. Then each
+step's in-container events are written to the run's MLflow record the way the steps do on a real
+cluster (:func:`components.tracking.open_pipeline_run` + ``log_records``, by ``pipeline_run``):
+``process_started``, ``model_loaded``, ``first_step``, ``finished`` and the step metrics; and
+the orchestrator reports the run finished (KFP ``SUCCEEDED``, Argo ``Succeeded``, the Job's
+``Complete`` condition), or failed at ``fail={orchestrator: step}``.
+
+Time is virtual and compressed: every timestamp is anchored at the run's ``submitted_at`` and
+laid out with :class:`Timings` (seconds, whole seconds where Kubernetes stamps whole seconds),
+while the states are played out as fast as ``pace_s`` allows, so a run takes well under a
+second of wall time. The timestamps are consistent: pod_created < pod_scheduled (< node_ready
+before it for the GPU node) < container_started < process_started < model_loaded < first_step
+< finished. :attr:`FakeCluster.scripts` keeps every run's timestamps for the test to compare.
+
+The KFP and Argo stand-ins have no hook for a new run; a thread polls their stored runs and
+workflows every few milliseconds. The Kubernetes stand-in's ``on_job_created`` hook is used for
+Jobs.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from components import tracking
+from components.telemetry import RunContext, make_record
+from standins.k8s_api import _iso, iter_pod_states, node_object, pull_events
+
+STEPS = ("prepare-data", "tokenize", "finetune", "evaluate", "register")
+GPU_STEPS = ("finetune", "evaluate")
+IMAGE = "ghcr.io/llmpack/llmpack:0.1.0"
+KFP_LAUNCHER = "ghcr.io/kubeflow/kfp-launcher:2.5.0"
+KFP_DRIVER = "ghcr.io/kubeflow/kfp-driver:2.5.0"
+_PARAM_REF = re.compile(r"\{\{\s*workflow\.parameters\.([A-Za-z0-9_.-]+)\s*\}\}")
+
+
+@dataclass
+class Timings:
+    """Virtual durations, in seconds (compressed: a real GPU node takes minutes, not seconds)."""
+
+    first_pod_s: int = 2          # submit -> the first pod object
+    step_gap_s: int = 1           # a pod's end -> the controller creates the next pod
+    kfp_driver_s: int = 2         # a KFP driver pod's run time
+    schedule_s: int = 1           # created -> scheduled, on a node that is there
+    node_create_s: int = 1        # GPU pod created -> the autoscaler's node object
+    node_ready_s: int = 6         # node object -> Ready
+    bind_s: int = 1               # node Ready -> pod scheduled on it
+    init_s: int = 1               # scheduled -> init containers done
+    pull_s: int = 4               # image pull on the new GPU node
+    start_s: int = 1              # image there -> container started
+    process_s: float = 0.35       # container started -> the step's process started
+    load_s: Mapping[str, float] = field(default_factory=lambda: {"finetune": 1.3, "evaluate": 0.9})
+    first_step_s: float = 0.8     # model loaded -> first optimizer step
+    compute_s: Mapping[str, float] = field(default_factory=lambda: {
+        "prepare-data": 1.15, "tokenize": 1.65, "finetune": 5.6, "evaluate": 2.2, "register": 0.85})
+    mlflow_child_s: float = 0.55  # MLflow main: one step's end -> the next step's process start
+
+
+@dataclass
+class RunScript:
+    """What the fake cluster did for one run (times are epoch seconds)."""
+
+    orchestrator: str
+    pipeline_run: str
+    run_group: str
+    submitted_at: float
+    namespace: str
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)      # step (MLflow: "main") -> times
+    drivers: list[dict[str, Any]] = field(default_factory=list)
+    node: dict[str, Any] = field(default_factory=dict)                 # the GPU node brought up
+    events: dict[str, dict[str, float]] = field(default_factory=dict)  # step -> in-container events
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    failed_step: str | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def _floor(t: float) -> int:
+    return int(math.floor(t))
+
+
+class FakeCluster:
+    """Makes the stand-ins one cluster; use as a context manager, or ``start()`` / ``close()``."""
+
+    def __init__(
+        self,
+        kube: Any,
+        *,
+        tracking_uri: str,
+        kfp: Any = None,
+        argo: Any = None,
+        kfp_namespace: str = "kubeflow",
+        gpu_product: str | None = "NVIDIA-H200",
+        instance_type: str = "p5en.48xlarge",
+        cpu_instance_type: str = "m6i.4xlarge",
+        timings: Timings | None = None,
+        pace_s: float = 0.002,
+        fail: Mapping[str, str] | None = None,
+    ) -> None:
+        self.kube, self.kfp, self.argo = kube, kfp, argo
+        self.tracking_uri = tracking_uri
+        self.kfp_namespace = kfp_namespace
+        self.gpu_product = gpu_product
+        self.instance_type = instance_type
+        self.timings = timings or Timings()
+        self.pace_s = pace_s
+        self.fail = dict(fail or {})
+        self.scripts: dict[str, RunScript] = {}
+        self.errors: list[BaseException] = []
+        self._seen: set[Any] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._nodes = 0
+        self._mc: Any = None
+        # The orchestrators report the end when the pods are done, not after N reads.
+        if kfp is not None:
+            kfp.run_states = ["PENDING", "RUNNING"]
+        if argo is not None:
+            argo.phases = ["Pending", "Running"]
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> FakeCluster:
+        now = time.time()
+        self.kube.add_node(node_object("ip-10-0-1-23.ec2.internal", created=now - 86400, ready=now - 86300,
+                                       instance_type="m6i.4xlarge"))
+        self.kube.on_job_created = self._on_job
+        if self.kfp is not None or self.argo is not None:
+            self._spawn(self._poll, "fake-cluster-poll")
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        self.kube.on_job_created = None
+        for thread in list(self._threads):
+            thread.join(5.0)
+
+    def __enter__(self) -> FakeCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        """Until every run seen so far has been played out (raises what a player raised)."""
+        end = time.monotonic() + timeout
+        for script in list(self.scripts.values()):
+            script.done.wait(max(0.0, end - time.monotonic()))
+        if self.errors:
+            raise self.errors[0]
+
+    def _spawn(self, target: Any, name: str, *args: Any) -> None:
+        def run() -> None:
+            try:
+                target(*args)
+            except BaseException as exc:  # surfaced by wait_idle()
+                self.errors.append(exc)
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _client(self) -> Any:
+        with self._lock:
+            if self._mc is None:
+                self._mc = tracking.client(self.tracking_uri)
+            return self._mc
+
+    # ------------------------------------------------------------------ observing submissions
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.005):
+            if self.kfp is not None:
+                with self.kfp._lock:
+                    runs = [copy.deepcopy(r) for k, r in self.kfp.runs.items() if ("kfp", k) not in self._seen]
+                for run in runs:
+                    self._seen.add(("kfp", run["run_id"]))
+                    self._spawn(self._play_kfp, f"fake-kfp-{run['run_id'][:8]}", run)
+            if self.argo is not None:
+                with self.argo._lock:
+                    wfs = [copy.deepcopy(w) for k, w in self.argo.workflows.items() if ("argo", k) not in self._seen]
+                for wf in wfs:
+                    self._seen.add(("argo", (wf["metadata"]["namespace"], wf["metadata"]["name"])))
+                    self._spawn(self._play_argo, f"fake-argo-{wf['metadata']['name']}", wf)
+
+    def _on_job(self, job: dict[str, Any]) -> None:
+        self._spawn(self._play_mlflow, f"fake-job-{job['metadata']['name']}", job)
+
+    # ------------------------------------------------------------------ scripting
+
+    def _new_gpu_node(self, pod_created: int) -> dict[str, Any]:
+        with self._lock:
+            self._nodes += 1
+            n = self._nodes
+        t = self.timings
+        created = pod_created + t.node_create_s
+        return {"name": f"ip-10-2-{n}-{n * 7 % 250}.ec2.internal", "created": created, "ready": created + t.node_ready_s}
+
+    def _step_events(self, script: RunScript, step: str, process_started: float) -> float:
+        """The in-container events of one step from its process start; returns ``finished``."""
+        t = self.timings
+        ev = {"process_started": round(process_started, 6)}
+        cursor = process_started
+        if step in t.load_s:
+            cursor += t.load_s[step]
+            ev["model_loaded"] = round(cursor, 6)
+        if step == "finetune":
+            cursor += t.first_step_s
+            ev["first_step"] = round(cursor, 6)
+        cursor += t.compute_s[step]
+        ev["finished"] = round(cursor, 6)
+        script.events[step] = ev
+        if step == "prepare-data":
+            script.metrics[step] = {"rows": 512.0}
+        elif step == "finetune":
+            train_s = round(ev["finished"] - ev["first_step"] + 0.4, 6)
+            tokens = 60 * 8 * 128.0
+            script.metrics[step] = {"train_s": train_s, "train_tokens": tokens, "tokens_per_s": tokens / train_s}
+        elif step == "evaluate":
+            script.metrics[step] = {"eval_loss": 1.25, "base_eval_loss": 3.5, "perplexity": math.exp(1.25)}
+        return ev["finished"]
+
+    def _pod_times(self, script: RunScript, created: int, gpu: bool, first_gpu: bool) -> dict[str, Any]:
+        """created/scheduled/initialized/started for one pod; a new GPU node for the first GPU pod."""
+        t = self.timings
+        times: dict[str, Any] = {"created": created}
+        if gpu and first_gpu:
+            node = self._new_gpu_node(created)
+            script.node = node
+            times.update(node=node["name"], node_created=node["created"], node_ready=node["ready"],
+                         scheduled=node["ready"] + t.bind_s)
+            times["initialized"] = times["scheduled"] + t.init_s
+            times["pulling"] = times["initialized"]
+            times["pulled"] = times["pulling"] + t.pull_s
+            times["pull_s"] = t.pull_s
+            times["started"] = times["pulled"] + t.start_s
+        else:
+            times["node"] = script.node["name"] if gpu else "ip-10-0-1-23.ec2.internal"
+            times["scheduled"] = created + t.schedule_s
+            times["initialized"] = times["scheduled"] + t.init_s
+            times["pull_s"] = 0
+            times["started"] = times["initialized"] + t.start_s
+        return times
+
+    def _script_steps(self, script: RunScript, kfp: bool) -> int:
+        """Per-step pods of KFP / Argo one after the other; returns the last pod's end."""
+        t = self.timings
+        cursor = _floor(script.submitted_at) + t.first_pod_s
+        if kfp:
+            root = {"name": "root", "created": cursor, "scheduled": cursor + 1, "initialized": cursor + 2,
+                    "started": cursor + 3, "finished": cursor + 3 + t.kfp_driver_s}
+            script.drivers.append(root)
+            cursor = root["finished"] + t.step_gap_s
+        first_gpu = True
+        for step in STEPS:
+            if kfp:
+                drv = {"name": step, "created": cursor, "scheduled": cursor + 1, "initialized": cursor + 2,
+                       "started": cursor + 3, "finished": cursor + 3 + t.kfp_driver_s}
+                script.drivers.append(drv)
+                cursor = drv["finished"] + t.step_gap_s
+            gpu = step in GPU_STEPS
+            times = self._pod_times(script, cursor, gpu, first_gpu and gpu)
+            first_gpu = first_gpu and not gpu
+            finished = self._step_events(script, step, times["started"] + t.process_s)
+            times["finished"] = _floor(finished) + 1
+            times["failed"] = self.fail.get(script.orchestrator) == step
+            script.pods[step] = times
+            cursor = times["finished"] + t.step_gap_s
+            if times["failed"]:
+                script.failed_step = step
+                break
+        return cursor
+
+    # ------------------------------------------------------------------ playing
+
+    def _pod_actions(self, states: list[dict[str, Any]], times: dict[str, Any], *, namespace: str,
+                     container: str, node: dict[str, Any] | None) -> list[tuple[float, int, str, Any]]:
+        """(virtual time, order, kind, object) for a pod's states, its node and its image events."""
+        name = states[0]["metadata"]["name"]
+        when = [times["created"], times["scheduled"], times["initialized"], times["started"], times["finished"]]
+        actions: list[tuple[float, int, str, Any]] = [(w, 2, "pod", s) for w, s in zip(when, states, strict=True)]
+        if node is not None:
+            obj = node_object(node["name"], created=node["created"], ready=node["ready"],
+                              instance_type=self.instance_type, gpu_product=self.gpu_product)
+            if self.gpu_product is None:
+                obj["metadata"]["labels"].update({"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "8"})
+            actions.append((node["created"], 0, "node", obj))
+        if times.get("pull_s"):
+            for ev in pull_events(name, namespace=namespace, container=container, image=IMAGE,
+                                  pulling=times["pulling"], pulled=times["pulled"],
+                                  message_seconds=f"{times['pull_s']}s"):
+                actions.append((times["started"], 1, "event", ev))
+        else:
+            actions.append((times["started"], 1, "event", _present_event(states[0], namespace, container, times["started"])))
+        return actions
+
+    def _play(self, script: RunScript, actions: list[tuple[float, int, str, Any]], finish: Any) -> None:
+        try:
+            for _, _, kind, obj in sorted(actions, key=lambda a: (a[0], a[1])):
+                if self._stop.is_set():
+                    return
+                if kind == "pod":
+                    self.kube.apply_pod(obj)
+                elif kind == "node":
+                    self.kube.add_node(obj)
+                elif kind == "event":
+                    self.kube.add_event(obj)
+                elif kind == "mlflow":
+                    self._log_step(script, obj)
+                if self.pace_s:
+                    time.sleep(self.pace_s)
+            finish()
+        finally:
+            script.done.set()
+
+    def _log_step(self, script: RunScript, step: str) -> None:
+        """What the step's runtime uploads at its end: its events and metrics, to the pipeline record."""
+        ctx = RunContext(run_group=script.run_group, pipeline_run=script.pipeline_run,
+                         orchestrator=script.orchestrator, mode="cluster", submitted_at=script.submitted_at)
+        mc = self._client()
+        # The client creates the record right after the orchestrator accepted the run; a step
+        # starts seconds later on a real cluster. Wait for it rather than race it.
+        end = time.monotonic() + 10.0
+        run_id = tracking.find_pipeline_run(mc, script.pipeline_run)
+        while run_id is None and time.monotonic() < end:
+            time.sleep(0.02)
+            run_id = tracking.find_pipeline_run(mc, script.pipeline_run)
+        if run_id is None:
+            run_id = tracking.open_pipeline_run(mc, ctx)
+        records = [make_record(ctx, "event", step, k, v) for k, v in script.events[step].items()]
+        records += [make_record(ctx, "metric", step, k, v) for k, v in script.metrics.get(step, {}).items()]
+        tracking.log_records(mc, run_id, records)
+
+    def _mlflow_actions(self, script: RunScript, steps: list[str]) -> list[tuple[float, int, str, Any]]:
+        return [(script.events[s]["finished"], 3, "mlflow", s) for s in steps]
+
+    # KFP ----------------------------------------------------------------
+
+    def _play_kfp(self, run: dict[str, Any]) -> None:
+        params = (run.get("runtime_config") or {}).get("parameters") or {}
+        spec = run.get("pipeline_spec") or {}
+        platform = spec.get("platform_spec") or {}
+        executors = (((platform.get("platforms") or {}).get("kubernetes") or {}).get("deploymentSpec") or {}).get(
+            "executors") or {}
+        ns = self.kfp_namespace
+        script = RunScript("kfp", str(params["pipeline_run"]), str(params["run_group"]), float(params["submitted_at"]), ns)
+        self.scripts[script.pipeline_run] = script
+        wf = f"llm-finetune-{_suffix(run['run_id'], 5)}"
+        base = {"pipeline/runid": run["run_id"], "pipelines.kubeflow.org/v2_component": "true",
+                "workflows.argoproj.io/workflow": wf}
+        self._script_steps(script, kfp=True)
+        actions: list[tuple[float, int, str, Any]] = []
+        for drv in script.drivers:
+            kind = "system-dag-driver" if drv["name"] == "root" else "system-container-driver"
+            node_name = f"{wf}.root-driver" if drv["name"] == "root" else f"{wf}.root.{drv['name']}-driver"
+            pod = f"{wf}-{kind}-{_hash_digits(script.pipeline_run + node_name)}"
+            states = self._states(pod, ns, dict(base), {"workflows.argoproj.io/node-name": node_name,
+                                                        "pipelines.kubeflow.org/v2_component": "true"},
+                                  {**drv, "node": "ip-10-0-1-23.ec2.internal"}, argo=True, image=KFP_DRIVER)
+            for st in states:
+                st["spec"]["containers"][-1]["command"] = ["driver"]
+            actions += self._pod_actions(states, {**drv, "pull_s": 0}, namespace=ns, container="main", node=None)
+        for step, times in script.pods.items():
+            labels = dict(((executors.get(f"exec-{step}") or {}).get("podMetadata") or {}).get("labels") or {})
+            labels.setdefault("llmpack.io/step", step)
+            labels.update(base)
+            node_name = f"{wf}.root.{step}.executor"
+            pod = f"{wf}-system-container-impl-{_hash_digits(script.pipeline_run + node_name)}"
+            states = self._states(pod, ns, labels, {"workflows.argoproj.io/node-name": node_name,
+                                                    "pipelines.kubeflow.org/v2_component": "true"},
+                                  times, argo=True, image=IMAGE, gpu=step in GPU_STEPS)
+            node = script.node if step == "finetune" else None
+            actions += self._pod_actions(states, times, namespace=ns, container="main", node=node)
+        actions += self._mlflow_actions(script, list(script.pods))
+
+        def finish() -> None:
+            if script.failed_step:
+                self.kfp.set_run_state(run["run_id"], "FAILED", f"task {script.failed_step} failed: exit code 1")
+            else:
+                self.kfp.set_run_state(run["run_id"], "SUCCEEDED")
+
+        self._play(script, actions, finish)
+
+    # Argo ---------------------------------------------------------------
+
+    def _play_argo(self, wf: dict[str, Any]) -> None:
+        args = {p["name"]: p.get("value") for p in (wf["spec"].get("arguments") or {}).get("parameters") or []}
+        ns, name = wf["metadata"]["namespace"], wf["metadata"]["name"]
+        script = RunScript("argo", str(args["pipeline_run"]), str(args["run_group"]), float(args["submitted_at"]), ns)
+        self.scripts[script.pipeline_run] = script
+        templates = {t["name"]: t for t in wf["spec"].get("templates") or []}
+        dag = templates[wf["spec"]["entrypoint"]].get("dag") or {}
+        task_template = {t["name"]: t["template"] for t in dag.get("tasks") or []}
+
+        def fill(value: str) -> str:
+            return _PARAM_REF.sub(lambda m: str(args.get(m.group(1), "")), str(value))
+
+        self._script_steps(script, kfp=False)
+        actions: list[tuple[float, int, str, Any]] = []
+        for step, times in script.pods.items():
+            tmpl = templates[task_template.get(step, step)]
+            meta = tmpl.get("metadata") or {}
+            labels = {k: fill(v) for k, v in (meta.get("labels") or {}).items()}
+            labels["workflows.argoproj.io/workflow"] = name
+            annotations = {k: fill(v) for k, v in (meta.get("annotations") or {}).items()}
+            annotations["workflows.argoproj.io/node-name"] = f"{name}.{step}"
+            pod = f"{name}-{tmpl['name']}-{_hash_digits(name + step)}"
+            states = self._states(pod, ns, labels, annotations, times, argo=True, image=IMAGE, gpu=step in GPU_STEPS)
+            node = script.node if step == "finetune" else None
+            actions += self._pod_actions(states, times, namespace=ns, container="main", node=node)
+        actions += self._mlflow_actions(script, list(script.pods))
+
+        def finish() -> None:
+            if script.failed_step:
+                self.argo.set_phase(ns, name, "Failed", f"child '{name}-{script.failed_step}' failed")
+            else:
+                self.argo.set_phase(ns, name, "Succeeded")
+
+        self._play(script, actions, finish)
+
+    # MLflow -------------------------------------------------------------
+
+    def _play_mlflow(self, job: dict[str, Any]) -> None:
+        t = self.timings
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        template = job["spec"]["template"]
+        container = template["spec"]["containers"][0]
+        params = command_params(container["command"])
+        script = RunScript("mlflow", params["pipeline_run"], params["run_group"], float(params["submitted_at"]), ns)
+        self.scripts[script.pipeline_run] = script
+        created = _floor(script.submitted_at) + t.first_pod_s
+        times = self._pod_times(script, created, gpu=True, first_gpu=True)
+        cursor = times["started"] + t.process_s  # python main.py
+        ran = []
+        for step in STEPS:
+            finished = self._step_events(script, step, cursor + t.mlflow_child_s)
+            ran.append(step)
+            cursor = finished
+            if self.fail.get("mlflow") == step:
+                script.failed_step = step
+                break
+        times["finished"] = _floor(cursor) + 1
+        times["failed"] = script.failed_step is not None
+        script.pods["main"] = times
+        pod = f"{name}-{_suffix(name, 5)}"
+        uid = job["metadata"].get("uid", "")
+        labels = {**(template.get("metadata") or {}).get("labels", {}), "job-name": name,
+                  "batch.kubernetes.io/job-name": name, "controller-uid": uid, "batch.kubernetes.io/controller-uid": uid}
+        states = self._states(pod, ns, labels, {}, times, argo=False, image=container["image"], main=container["name"],
+                              gpu=True)
+        for st in states:
+            st["spec"]["containers"] = [copy.deepcopy(container)]
+        actions = self._pod_actions(states, times, namespace=ns, container=container["name"], node=script.node)
+        actions += self._mlflow_actions(script, ran)
+        self.kube.set_job_status(ns, name, {"startTime": _iso(created), "active": 1})
+
+        def finish() -> None:
+            if script.failed_step:
+                cond = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                        "message": f"Job has reached the specified backoff limit (step {script.failed_step} failed)"}
+                self.kube.set_job_status(ns, name, {"startTime": _iso(created), "failed": 1, "conditions": [cond]})
+            else:
+                cond = {"type": "Complete", "status": "True", "lastTransitionTime": _iso(times["finished"])}
+                self.kube.set_job_status(ns, name, {"startTime": _iso(created), "succeeded": 1,
+                                                    "completionTime": _iso(times["finished"]), "conditions": [cond]})
+
+        self._play(script, actions, finish)
+
+    # ------------------------------------------------------------------ pods
+
+    def _states(self, pod: str, namespace: str, labels: dict[str, str], annotations: dict[str, str],
+                times: Mapping[str, Any], *, argo: bool, image: str, main: str = "main",
+                gpu: bool = False) -> list[dict[str, Any]]:
+        states = list(iter_pod_states(
+            pod, namespace=namespace, labels=labels, annotations=annotations, created=times["created"],
+            scheduled=times["scheduled"], node=times["node"], sandbox=times["scheduled"], initialized=times["initialized"],
+            started=times["started"], finished=times["finished"], failed=bool(times.get("failed")), main=main, argo=argo,
+            image=image,
+        ))
+        assert len(states) == 5, pod
+        for st in states:
+            res = st["spec"]["containers"][-1].setdefault("resources", {})
+            if not gpu:
+                res["limits"] = {k: v for k, v in (res.get("limits") or {}).items() if k != "nvidia.com/gpu"}
+            if argo and any(k.startswith("pipelines.kubeflow.org") for k in labels):
+                st["spec"]["initContainers"].append({"name": "kfp-launcher", "image": KFP_LAUNCHER})
+        return states
+
+
+def _present_event(pod: dict[str, Any], namespace: str, container: str, when: float) -> dict[str, Any]:
+    name = pod["metadata"]["name"]
+    t = _iso(when)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name}.present.{container}", "namespace": namespace},
+        "involvedObject": {"kind": "Pod", "name": name, "namespace": namespace, "uid": pod["metadata"]["uid"],
+                           "fieldPath": f"spec.containers{{{container}}}"},
+        "reason": "Pulled",
+        "message": f'Container image "{IMAGE}" already present on machine',
+        "type": "Normal",
+        "count": 1,
+        "eventTime": None,
+        "firstTimestamp": t,
+        "lastTimestamp": t,
+        "source": {"component": "kubelet"},
+    }
+
+
+def _suffix(seed: str, n: int) -> str:
+    import hashlib
+
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    digest = hashlib.sha256(seed.encode()).digest()
+    return "".join(alphabet[b % len(alphabet)] for b in digest[:n])
+
+
+def _hash_digits(seed: str) -> str:
+    import hashlib
+
+    return str(int(hashlib.sha256(seed.encode()).hexdigest()[:8], 16))
+
+
+def command_params(command: list[str]) -> dict[str, str]:
+    """The ``--param=NAME=VALUE`` arguments of the MLflow ``main`` command (an argv, already split)."""
+    out = {}
+    for arg in command:
+        if arg.startswith("--param="):
+            key, _, value = arg[len("--param="):].partition("=")
+            out[key] = value
+    return out
