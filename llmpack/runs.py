@@ -195,7 +195,8 @@ def run_pipeline(
     ctx = telemetry.RunContext(
         run_group=run_group, pipeline_run=pipeline_run, orchestrator=opts.backend, mode="local", submitted_at=submitted_at
     )
-    values = pipeline_values(pipe, {**overrides, **{k: getattr(ctx, k) for k in ("submitted_at", "run_group", "pipeline_run", "orchestrator", "mode")}})
+    telemetry_values = {k: getattr(ctx, k) for k in ("submitted_at", "run_group", "pipeline_run", "orchestrator", "mode")}
+    values = pipeline_values(pipe, {**overrides, **telemetry_values})
     uses = gpu_uses(pipe)
     run_id = tracking.open_pipeline_run(mc, ctx, {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name})
 
@@ -209,6 +210,9 @@ def run_pipeline(
         error, failed_step = str(exc), exc.step
     except InputError as exc:
         error = str(exc)
+    except BaseException:  # a crash or Ctrl-C: keep what there is, but never as a complete run
+        os.replace(staging, out_root / f"{pipeline_run}.failed")
+        raise
     finished_at = time.time()
 
     records = telemetry.read_records(telemetry.find_event_files(staging))
