@@ -134,6 +134,7 @@ class GpuUse:
     step: str
     gpus: int
     cpu: float = 1.0
+    gpu_type: str | None = None
 
 
 def billed_seconds(times: StepTimes) -> float | None:
@@ -185,8 +186,9 @@ def cpu_to_gpu_ratio(uses: list[GpuUse]) -> float | None:
 def cost_tags(uses: list[GpuUse], price: Price | None) -> dict[str, str]:
     gpu_uses = [u for u in uses if u.gpus > 0]
     ratio = cpu_to_gpu_ratio(uses)
+    spec_type = next((u.gpu_type for u in gpu_uses if u.gpu_type), None)
     return {
-        "llmpack.gpu_type": price.gpu_type if price else "unknown",
+        "llmpack.gpu_type": price.gpu_type if price else (spec_type or ("unknown" if gpu_uses else "none")),
         "llmpack.gpu_count": str(max((u.gpus for u in gpu_uses), default=0)),
         "llmpack.price_per_gpu_hour": "unknown" if price is None else f"{price.per_gpu_hour:g}",
         "llmpack.price_source": "unknown" if price is None else price.source,

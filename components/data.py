@@ -133,7 +133,7 @@ def split_rows(rows: list[dict[str, Any]], *, seed: int, eval_fraction: float) -
         raise InputError(f"need at least 2 rows to split into train and eval, got {len(rows)}")
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
-    n_eval = max(1, int(round(len(rows) * eval_fraction)))
+    n_eval = min(max(1, int(round(len(rows) * eval_fraction))), len(rows) - 1)
     shuffled = [rows[i] for i in order]
     return shuffled[:-n_eval], shuffled[-n_eval:]
 

@@ -74,7 +74,7 @@ DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def is_dns1123_label(name: str) -> bool:
-    return len(name) <= 63 and bool(DNS1123_LABEL.match(name))
+    return len(name) <= 63 and bool(DNS1123_LABEL.fullmatch(name))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,6 +190,8 @@ def step(
             if art is not None:
                 (inputs if art[0] == "in" else outputs)[pname] = art[1]
             elif ann in PARAM_TYPES.values():
+                if pname in ("submitted_at", "run_group", "pipeline_run", "orchestrator", "mode"):
+                    raise PipelineValidationError(f"step {step_name!r}: parameter {pname!r} is reserved for telemetry")
                 params[pname] = Param(name=pname, type=ann, default=p.default)
             else:
                 raise PipelineValidationError(

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -120,10 +120,14 @@ def read_records(paths: Iterable[str | os.PathLike[str]]) -> list[Record]:
         p = Path(path)
         if not p.exists():
             continue
-        for line in p.read_text(encoding="utf-8").splitlines():
-            if line.strip():
+        for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
+            if not line.strip():
+                continue
+            try:
                 rec = Record(**json.loads(line))
-                by_key[rec.key] = rec
+            except (json.JSONDecodeError, TypeError):
+                continue  # a line cut short by a killed step: the rest of the file still counts
+            by_key[rec.key] = rec
     return list(by_key.values())
 
 
@@ -160,14 +164,6 @@ def group_by_step(records: Iterable[Record]) -> dict[str, StepTimes]:
         st = steps.setdefault(rec.step, StepTimes(step=rec.step, events={}, metrics={}))
         (st.events if rec.kind == "event" else st.metrics)[rec.name] = rec.value
     return steps
-
-
-def iter_step_names(records: Iterable[Record]) -> Iterator[str]:
-    seen: set[str] = set()
-    for rec in records:
-        if rec.step not in seen:
-            seen.add(rec.step)
-            yield rec.step
 
 
 def _sub(a: float | None, b: float | None) -> float | None:

@@ -31,6 +31,17 @@ def tracking_uri(explicit: str | None = None) -> str:
     return f"sqlite:///{Path('mlflow.db').resolve()}"
 
 
+def redact_uri(uri: str) -> str:
+    """A tracking URI safe to print: ``https://user:pass@host`` becomes ``https://***@host``."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if parts.username or parts.password:
+        netloc = "***@" + (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+        return parts._replace(netloc=netloc).geturl()
+    return uri
+
+
 def client(uri: str | None = None) -> MlflowClient:
     from mlflow.tracking import MlflowClient
 

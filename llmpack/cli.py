@@ -16,6 +16,7 @@ import click
 
 from components.errors import InputError
 
+OWN_FLAGS = {"model": "--model", "data": "--data", "seed": "--seed", "max_steps": "--max-steps"}
 GPU_HELP = "GPU type for the GPU steps' cost and placement (e.g. nvidia-h100-80gb)."
 
 
@@ -40,6 +41,8 @@ class OneLineErrors(click.Group):
             fail("aborted", 1)
         except InputError as exc:
             fail(str(exc))
+        except OSError as exc:  # a path we could not read or write: one line, not a traceback
+            fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
@@ -58,6 +61,7 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--price-per-gpu-hour", default=None, help="Override the price (USD per GPU-hour)."),
         click.option("--price-file", default=None, type=str, help="A price YAML like components/prices.yaml."),
         click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter, e.g. --param lr=0.001."),
+        click.option("--run-group", default=None, help="Join this run group (default: a new one)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -74,6 +78,8 @@ def parse_params(items: tuple[str, ...]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep:
             raise InputError(f"--param {item!r}: expected NAME=VALUE")
+        if key in OWN_FLAGS:
+            raise InputError(f"--param {key}: use {OWN_FLAGS[key]} (it is validated there)")
         if key not in known:
             raise InputError(f"--param {key!r}: unknown pipeline parameter (known: {', '.join(known)})")
         out[key] = coerce(value, known[key].type, f"--param {key}")
@@ -134,7 +140,6 @@ def compile(out: Path, image: str | None) -> None:  # noqa: A001 - the command's
 @click.option("--repeats", type=int, default=1, show_default=True, help="Runs per path (interleaved).")
 @click.option("--local/--cluster", "local", default=True, help="Local paths (default) or a cluster (see README).")
 @run_options
-@click.option("--run-group", default=None, help="Join this run group (default: a new one).")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path), default=Path("llmpack-report"), show_default=True,
               help="Report directory (report.md, report.html, report.json, PNG charts).")
 @click.option("--no-report", is_flag=True, help="Skip writing the report.")
@@ -244,6 +249,7 @@ def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cl
 def report(run_group: str, out: Path, tracking_uri: str | None, control_plane: tuple[str, ...], control_plane_file: str | None) -> None:
     """Rebuild a comparison report from MLflow alone (cluster runs logged from anywhere)."""
     from components import tracking
+    from components.dsl import is_dns1123_label
     from llmpack import compare as cmp
     from llmpack.report import parse_control_plane, runs_from_mlflow, write_report
     from llmpack.runs import connect_tracking
@@ -251,9 +257,11 @@ def report(run_group: str, out: Path, tracking_uri: str | None, control_plane: t
     costs = parse_control_plane(control_plane, control_plane_file)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
+    if not is_dns1123_label(run_group):
+        raise InputError(f"--run-group {run_group!r}: must be a DNS-1123 label (lower-case letters, digits, '-')")
     uri = tracking.tracking_uri(tracking_uri)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
-        raise InputError(f"MLflow tracking URI {uri}: no such database")
+        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: no such database")
     runs = runs_from_mlflow(connect_tracking(uri), run_group)
     result = {
         "run_group": run_group,

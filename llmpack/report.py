@@ -78,7 +78,7 @@ def runs_from_mlflow(mc: Any, run_group: str) -> list[dict[str, Any]]:
             }
         )
     if not runs:
-        raise InputError(f"run group {run_group!r}: no llmpack runs in MLflow at {mc.tracking_uri}")
+        raise InputError(f"run group {run_group!r}: no llmpack runs in MLflow at {tracking.redact_uri(str(mc.tracking_uri))}")
     return runs
 
 
@@ -416,9 +416,11 @@ img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 
 def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str, float] | None = None) -> Path:
     """Write the whole report into ``out_dir`` atomically (a temp dir renamed at the end)."""
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).resolve()
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"report directory {out_dir}: exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "report.json").exists():
+        raise InputError(f"report directory {out_dir}: not empty and not an llmpack report; choose another")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
     try:
@@ -433,6 +435,7 @@ def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str,
         (tmp / "report.json").write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n")
         (tmp / "report.md").write_text(markdown(result, lead, be))
         (tmp / "report.html").write_text(html_page(result, lead, be, charts))
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
             os.replace(out_dir, old)

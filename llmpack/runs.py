@@ -16,6 +16,7 @@ import json
 import os
 import secrets
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -27,7 +28,7 @@ from typing import Any
 from components import cost, telemetry, tracking
 from components.commands import pipeline_values
 from components.data import BUILTIN, load_rows
-from components.dsl import Pipeline
+from components.dsl import Pipeline, is_dns1123_label
 from components.errors import InputError, RunFailed
 from components.modeling import check_model_ref
 from components.runtime import CLIENT_UPLOADS_ENV
@@ -75,12 +76,19 @@ def validate(opts: RunOptions) -> None:
         raise InputError(f"--gpu-type {opts.gpu_type!r} with --gpus 0: give a GPU count > 0 or drop --gpu-type")
     if opts.price_per_gpu_hour is not None:
         cost.parse_price(opts.price_per_gpu_hour, "--price-per-gpu-hour")
+    if not 0 <= opts.seed < 2**32:
+        raise InputError(f"--seed {opts.seed}: must be between 0 and 2**32 - 1")
+    if opts.run_group is not None and not is_dns1123_label(opts.run_group):
+        raise InputError(f"--run-group {opts.run_group!r}: must be a DNS-1123 label (lower-case letters, digits, '-')")
     check_model_ref(opts.model)
     if opts.data != BUILTIN:
         load_rows(opts.data, seed=opts.seed)  # validates every row; names file and line
     out = Path(opts.output_dir)
     if out.exists() and not out.is_dir():
         raise InputError(f"--output-dir {out}: exists and is not a directory")
+    probe = next((p for p in [out, *out.resolve().parents] if p.exists()), None)
+    if probe is None or not os.access(probe, os.W_OK) or str(probe.resolve()).startswith(("/proc", "/sys")):
+        raise InputError(f"--output-dir {out}: cannot be created there")
 
 
 def apply_gpu_overrides(pipe: Pipeline, gpu_type: str | None, gpus: int | None) -> Pipeline:
@@ -101,7 +109,8 @@ def apply_gpu_overrides(pipe: Pipeline, gpu_type: str | None, gpus: int | None) 
 
 def gpu_uses(pipe: Pipeline) -> list[cost.GpuUse]:
     return [
-        cost.GpuUse(step=t.name, gpus=t.step.execution.resources.gpus, cpu=t.step.execution.resources.cpu)
+        cost.GpuUse(step=t.name, gpus=t.step.execution.resources.gpus, cpu=t.step.execution.resources.cpu,
+                    gpu_type=t.step.execution.resources.gpu_type)
         for t in pipe.task_order()
     ]
 
@@ -135,7 +144,7 @@ def connect_tracking(uri: str) -> Any:
     try:
         tracking.experiment_id(mc)
     except Exception as exc:  # noqa: BLE001 - one line for the user
-        raise InputError(f"MLflow tracking URI {uri} does not answer ({type(exc).__name__})") from None
+        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)} does not answer ({type(exc).__name__})") from None
     return mc
 
 
@@ -174,7 +183,6 @@ def run_pipeline(
     pipeline_run = new_id(opts.backend)
     out_root = Path(opts.output_dir).resolve()
     staging = out_root / f".{pipeline_run}.partial"
-    staging.mkdir(parents=True)
     step_env = {
         **os.environ,
         **(env or {}),
@@ -199,6 +207,7 @@ def run_pipeline(
     values = pipeline_values(pipe, {**overrides, **telemetry_values})
     uses = gpu_uses(pipe)
     run_id = tracking.open_pipeline_run(mc, ctx, {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name})
+    staging.mkdir(parents=True)
 
     error: str | None = None
     failed_step: str | None = None
@@ -215,6 +224,21 @@ def run_pipeline(
         raise
     finished_at = time.time()
 
+    try:
+        return _finish(pipe=pipe, opts=opts, ctx=ctx, price=price, mc=mc, run_id=run_id, uri=uri, staging=staging,
+                       out_root=out_root, artifacts=artifacts, error=error, failed_step=failed_step,
+                       finished_at=finished_at, overrides=overrides)
+    except BaseException:
+        if staging.exists():
+            os.replace(staging, out_root / f"{pipeline_run}.failed")
+        raise
+
+
+def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, price: cost.Price | None, mc: Any,
+            run_id: str, uri: str, staging: Path, out_root: Path, artifacts: dict[str, Path], error: str | None,
+            failed_step: str | None, finished_at: float, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Measure, log to MLflow, write the summary, and move the staging directory into place."""
+    run_group, pipeline_run, submitted_at = ctx.run_group, ctx.pipeline_run, ctx.submitted_at
     records = telemetry.read_records(telemetry.find_event_files(staging))
     metrics, tags = summarize(pipe=pipe, ctx=ctx, records=records, finished_at=finished_at, price=price)
     status = "failed" if error else "succeeded"
@@ -226,7 +250,7 @@ def run_pipeline(
         tracking.log_summary(mc, run_id, metrics, tags, params=overrides)
         mc.set_terminated(run_id, "FAILED" if error else "FINISHED", end_time=int(finished_at * 1000))
     except Exception as exc:  # noqa: BLE001 - the JSONL stays the source of truth
-        print(f"llmpack: warning: MLflow summary logging failed ({type(exc).__name__}); events kept in JSONL")
+        print(f"llmpack: warning: MLflow summary logging failed ({type(exc).__name__}); events kept in JSONL", file=sys.stderr)
 
     events_file = staging / "events.jsonl"
     with events_file.open("w", encoding="utf-8") as fh:
@@ -252,7 +276,7 @@ def run_pipeline(
             "run_dir": str(final),
             "events_file": str(final / "events.jsonl"),
             "mlflow_run_id": run_id,
-            "tracking_uri": uri,
+            "tracking_uri": tracking.redact_uri(uri),
             **{f"{key}_dir": str(final / path) for key, path in sorted(rel.items())},
         },
     }

@@ -106,3 +106,12 @@ def test_help_is_fast_and_lists_commands(tmp_path: Path) -> None:
     assert r.returncode == 0
     for cmd in ("run", "compile"):
         assert cmd in r.stdout
+
+
+def test_flags_cannot_be_bypassed_through_param_and_ids_are_checked(tmp_path: Path) -> None:
+    assert "--param max_steps: use --max-steps" in _bad(tmp_path, "--param", "max_steps=0")
+    assert "--param data: use --data" in _bad(tmp_path, "--param", "data=x.jsonl")
+    assert "--run-group 'Bad_Group'" in _bad(tmp_path, "--run-group", "Bad_Group")
+    assert "--seed -1" in _bad(tmp_path, "--seed", "-1")
+    r = llmpack("report", "--run-group", "a'b", cwd=tmp_path)
+    assert r.returncode == 2 and "DNS-1123" in r.stderr and "Traceback" not in r.stderr

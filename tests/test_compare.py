@@ -188,7 +188,20 @@ def test_report_is_atomic_and_replaces_an_old_one(tmp_path: Path) -> None:
     result = {"run_group": "rg", "runs": runs, "failed": [], "percentile_method": "t7", "summary": summarize_runs(runs)}
     out = tmp_path / "rep"
     out.mkdir()
+    (out / "report.json").write_text("{}")  # an earlier llmpack report
     (out / "stale.txt").write_text("old")
     write_report(result, out)
     assert not (out / "stale.txt").exists() and (out / "report.html").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_report_never_replaces_a_directory_that_is_not_a_report(tmp_path: Path) -> None:
+    runs = [{"orchestrator": "kfp", "pipeline_run": "kfp-1", "status": "succeeded", "submitted_at": 0.0,
+             "metrics": {"total_s": 3.0}, "tags": {}, "events": {}}]
+    result = {"run_group": "rg", "runs": runs, "failed": [], "percentile_method": "t7", "summary": summarize_runs(runs)}
+    precious = tmp_path / "notes"
+    precious.mkdir()
+    (precious / "thesis.txt").write_text("keep me")
+    with pytest.raises(InputError, match="not empty and not an llmpack report"):
+        write_report(result, precious)
+    assert (precious / "thesis.txt").read_text() == "keep me"

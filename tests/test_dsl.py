@@ -122,7 +122,7 @@ def test_unknown_parameter_is_named() -> None:
         unknown()
 
 
-@pytest.mark.parametrize("name", ["Bad_Name", "-x", "x" * 64, "a.b", ""])
+@pytest.mark.parametrize("name", ["Bad_Name", "-x", "x" * 64, "a.b", "", "abc\n"])
 def test_invalid_dns1123_names(name: str) -> None:
     assert not is_dns1123_label(name)
     with pytest.raises(PipelineValidationError, match="not a valid DNS-1123 label"):

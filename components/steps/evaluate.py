@@ -52,6 +52,8 @@ def evaluate(
     import torch
 
     device, amp_dtype = device_and_dtype()
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True)
     src = Path(tokens.path)
     input_ids = torch.from_numpy(np.load(src / "eval_input_ids.npy"))
     labels = torch.from_numpy(np.load(src / "eval_labels.npy"))

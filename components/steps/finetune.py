@@ -44,12 +44,15 @@ def batch_indices(position: int, batch_size: int, n: int, seed: int) -> list[int
     return order[offset * batch_size : (offset + 1) * batch_size].tolist()
 
 
-def newest_checkpoint(root: Path) -> Path | None:
+def newest_checkpoint(root: Path, fingerprint: str | None = None) -> Path | None:
+    """The newest complete checkpoint, of this very run's settings when ``fingerprint`` is given."""
     done = sorted(p for p in root.glob("step-*") if (p / COMPLETE).exists())
+    if fingerprint is not None:
+        done = [p for p in done if (p / COMPLETE).read_text().strip().endswith(fingerprint)]
     return done[-1] if done else None
 
 
-def save_checkpoint(root: Path, step_no: int, model: Any, optimizer: Any) -> Path:
+def save_checkpoint(root: Path, step_no: int, model: Any, optimizer: Any, fingerprint: str = "") -> Path:
     """Write to a temporary directory, then rename: a checkpoint is complete or absent."""
     import numpy as np
     import torch
@@ -72,7 +75,7 @@ def save_checkpoint(root: Path, step_no: int, model: Any, optimizer: Any) -> Pat
         },
         tmp / "state.pt",
     )
-    (tmp / COMPLETE).write_text(str(step_no))
+    (tmp / COMPLETE).write_text(f"{step_no} {fingerprint}")
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     for old in sorted(p for p in root.glob("step-*") if p != final)[:-1]:
@@ -163,8 +166,17 @@ def finetune(
 
     optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
     ckpt_root = Path(checkpoint_dir) if checkpoint_dir else Path(model.path) / "checkpoints"
+    # A checkpoint is only resumed by a run with the same settings and data (a shared
+    # checkpoint_dir must not hand one run's state to another).
+    import hashlib
+
+    fingerprint = hashlib.sha256(
+        json.dumps([base_model, method, max_steps, batch_size, grad_accum, lr, warmup_steps, weight_decay, lora_r,
+                    lora_alpha, seed]).encode()
+        + hashlib.sha256(input_ids.numpy().tobytes()).digest()
+    ).hexdigest()[:16]
     start_step = 0
-    resume = newest_checkpoint(ckpt_root)
+    resume = newest_checkpoint(ckpt_root, fingerprint)
     if resume is not None:
         start_step = load_checkpoint(resume, net, optimizer)
         print(f"finetune: resumed from {resume} at step {start_step}", flush=True)
@@ -174,9 +186,12 @@ def finetune(
 
     # ---- the loop
     tokens_seen = 0
+    loss_sum = float("nan")  # stays NaN when a resumed run has no step left to take
     log_path = Path(model.path) / "train_log.jsonl"
     t0 = time.perf_counter()
     first_done = False
+    if start_step >= max_steps:
+        emit("first_step")  # nothing left to train: the resumed state is the result
     with log_path.open("a") as log:
         for step_no in range(start_step, max_steps):
             for group in optimizer.param_groups:
@@ -198,7 +213,7 @@ def finetune(
             log.write(json.dumps({"step": step_no + 1, "loss": round(loss_sum, 6), "lr": optimizer.param_groups[0]["lr"]}) + "\n")
             done = step_no + 1
             if stop["sigterm"] or (checkpoint_every and done % checkpoint_every == 0 and done < max_steps):
-                save_checkpoint(ckpt_root, done, net, optimizer)
+                save_checkpoint(ckpt_root, done, net, optimizer, fingerprint)
             if stop["sigterm"]:
                 print(f"finetune: SIGTERM at step {done}; checkpoint written, exiting for a retry", flush=True)
                 raise SystemExit(143)
@@ -227,4 +242,5 @@ def finetune(
 
         peak = peak_flops(torch.cuda.get_device_name())
         if peak:
-            metric("mfu", 6 * n_params * tokens_per_s / peak)
+            flops_per_token = (6 if method == "full" else 4) * n_params  # LoRA: no frozen-weight gradients
+            metric("mfu", flops_per_token * tokens_per_s / peak)

@@ -37,7 +37,8 @@ def register(
             mc.create_registered_model(model_name)
         except Exception:  # noqa: BLE001 - already registered
             pass
-        tags = {**tel.ctx.tags(), "llmpack.base_model": meta["base_model"], "llmpack.method": meta["method"],
+        run_tags = {k: v for k, v in mc.get_run(run_id).data.tags.items() if k.startswith("llmpack.") and k != "llmpack.record"}
+        tags = {**run_tags, **tel.ctx.tags(), "llmpack.base_model": meta["base_model"], "llmpack.method": meta["method"],
                 "llmpack.eval_loss": f"{evaluation['eval_loss']:.6f}"}
         version = mc.create_model_version(model_name, source=source, run_id=run_id, tags=tags)
         record.update(registered=True, version=str(version.version), run_id=run_id, source=source)
