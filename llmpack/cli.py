@@ -263,15 +263,7 @@ def report(run_group: str, out: Path, tracking_uri: str | None, control_plane: t
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
         raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: no such database")
     runs = runs_from_mlflow(connect_tracking(uri), run_group)
-    result = {
-        "run_group": run_group,
-        "backends": list(dict.fromkeys(r["orchestrator"] for r in runs)),
-        "percentile_method": cmp.PERCENTILE_METHOD,
-        "runs": runs,
-        "failed": [{"pipeline_run": r["pipeline_run"], "orchestrator": r["orchestrator"], "error": r["error"]}
-                   for r in runs if r["status"] != "succeeded"],
-        "summary": cmp.summarize_runs(runs),
-    }
+    result = cmp.comparison(run_group, list(dict.fromkeys(r["orchestrator"] for r in runs)), runs)
     write_report(result, out, costs)
     click.echo(str(out / "report.html"))
 

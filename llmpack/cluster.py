@@ -667,7 +667,7 @@ def compare_cluster(
     elapsed_s)`` is called from the worker threads: "submitting", "submitted", the pods' state
     ("finetune · queued (waiting for a node) · 2 steps done"), then "succeeded" or "failed: ...".
     """
-    from llmpack.compare import PERCENTILE_METHOD, summarize_runs
+    from llmpack.compare import comparison
     from llmpack.runs import connect_tracking, new_id
     from llmpack.submit import _check_id, _pipeline, user_parameters
 
@@ -720,18 +720,4 @@ def compare_cluster(
                 runs = list(pool.map(session.run, plans))
     finally:
         sys.stdout = stdout
-    return {
-        "run_group": group,
-        "backends": names,
-        "repeats": repeats,
-        "concurrency": concurrency,
-        "mode": MODE,
-        "percentile_method": PERCENTILE_METHOD,
-        "runs": runs,
-        "failed": [
-            {"pipeline_run": r["pipeline_run"], "orchestrator": r["orchestrator"], "error": r["error"]}
-            for r in runs
-            if r["status"] != "succeeded"
-        ],
-        "summary": summarize_runs(runs),
-    }
+    return comparison(group, names, runs, repeats=repeats, concurrency=concurrency, mode=MODE)

@@ -77,6 +77,23 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, 
     return out
 
 
+def comparison(run_group: str, backends: list[str], runs: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """The result of a comparison: its runs, the failed ones with their errors, the statistics."""
+    return {
+        "run_group": run_group,
+        "backends": backends,
+        **extra,
+        "percentile_method": PERCENTILE_METHOD,
+        "runs": runs,
+        "failed": [
+            {"pipeline_run": r["pipeline_run"], "orchestrator": r["orchestrator"], "error": r["error"]}
+            for r in runs
+            if r["status"] != "succeeded"
+        ],
+        "summary": summarize_runs(runs),
+    }
+
+
 def compare(
     opts: RunOptions,
     backends: list[str],
@@ -97,16 +114,4 @@ def compare(
         for backend in backends:
             label = f"{backend} ({i + 1}/{repeats})" if repeats > 1 else backend
             runs.append(run_one(replace(opts, backend=backend, run_group=run_group), label))
-    return {
-        "run_group": run_group,
-        "backends": backends,
-        "repeats": repeats,
-        "percentile_method": PERCENTILE_METHOD,
-        "runs": runs,
-        "failed": [
-            {"pipeline_run": r["pipeline_run"], "orchestrator": r["orchestrator"], "error": r["error"]}
-            for r in runs
-            if r["status"] != "succeeded"
-        ],
-        "summary": summarize_runs(runs),
-    }
+    return comparison(run_group, backends, runs, repeats=repeats)
