@@ -8,19 +8,22 @@ subprocess. What it does, in Argo's terms:
 - workflow arguments: the YAML's defaults, overridden by ``arguments`` (unknown names and values
   outside an ``enum`` are refused, as ``argo submit -p`` does);
 - placeholders: ``{{workflow.parameters.*}}``, ``{{workflow.name}}``, ``{{workflow.uid}}``,
-  ``{{inputs.parameters.*}}``, ``{{inputs.artifacts.*.path}}``, ``{{outputs.artifacts.*.path}}``,
+  ``{{workflow.creationTimestamp}}`` (RFC 3339, when the run was planned), ``{{workflow.status}}``
+  (in the exit handler: ``Succeeded`` or ``Failed``), ``{{inputs.parameters.*}}``, ``{{inputs.artifacts.*.path}}``, ``{{outputs.artifacts.*.path}}``,
   ``{{retries}}`` and, in a DAG task's artifact ``from``, ``{{tasks.*.outputs.artifacts.*}}``;
 - artifacts: directories under ``workdir`` (``workdir/<task>/<artifact>``); an input artifact is
   its producer's directory;
 - ``retryStrategy``: ``limit``, ``retryPolicy`` (a non-zero exit is a *failure*: retried under
   ``Always`` and ``OnFailure``), ``expression`` of the form ``asInt(lastRetry.exitCode) OP N``,
   and ``backoff`` (capped at one second locally);
+- ``spec.onExit``: a container template without inputs, run after the DAG whether it succeeded
+  or failed (not after an interrupt: then the caller closes what is open);
 - literal ``env`` values; ``secretKeyRef`` variables are the cluster's, so locally the caller's
   environment stands in for them.
 
 Cluster-only fields (image, resources, node selector, tolerations, security contexts, metadata,
 metrics, ``activeDeadlineSeconds``...) are accepted and have no local effect. Anything else
-(``steps`` or ``script`` templates, loops, ``when``, ``depends``, exit handlers, volumes, other
+(``steps`` or ``script`` templates, loops, ``when``, ``depends``, task-level hooks, volumes, other
 placeholders...) is refused before anything runs, with one line naming the feature and where it is.
 """
 
@@ -32,6 +35,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
@@ -60,7 +64,7 @@ DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 # Keys the executor understands (run) or knows to have no local effect (cluster-only).
 # Any other key is refused: running a Workflow while silently dropping part of it would lie.
 WORKFLOW_KEYS = {"apiVersion", "kind", "metadata", "spec", "status"}
-SPEC_RUN = {"entrypoint", "arguments", "templates"}
+SPEC_RUN = {"entrypoint", "arguments", "templates", "onExit"}
 SPEC_CLUSTER = {
     "securityContext", "serviceAccountName", "nodeSelector", "tolerations", "affinity", "podGC",
     "ttlStrategy", "metrics", "podMetadata", "imagePullSecrets", "priorityClassName", "podPriorityClassName",
@@ -287,7 +291,7 @@ class LocalWorkflow:
         self.name = str(meta.get("name") or meta.get("generateName") or "workflow").rstrip("-")
         spec = doc.get("spec") or {}
         _check_keys(spec, SPEC_RUN, SPEC_CLUSTER, "spec",
-                    {"onExit": "exit handlers", "hooks": "lifecycle hooks", "templateDefaults": "templateDefaults",
+                    {"hooks": "lifecycle hooks", "templateDefaults": "templateDefaults",
                      "volumes": "volumes", "volumeClaimTemplates": "volumeClaimTemplates",
                      "workflowTemplateRef": "workflowTemplateRef", "suspend": "suspend", "shutdown": "shutdown",
                      "retryStrategy": "workflow-level retryStrategy", "podSpecPatch": "podSpecPatch"})
@@ -332,6 +336,14 @@ class LocalWorkflow:
                 raise InputError(f"{PREFIX}: {task.where}: duplicate task name {task.name!r}")
             self.tasks[task.name] = task
         self.order = self._order()
+        self.on_exit: _Template | None = None
+        if spec.get("onExit"):
+            name = str(spec["onExit"])
+            if name not in self.templates:
+                raise InputError(f"{PREFIX}: spec.onExit: no container template {name!r}")
+            self.on_exit = self.templates[name]
+            if self.on_exit.params or self.on_exit.in_artifacts:
+                raise _unsupported(f"an exit handler template with inputs ({name!r})", "spec.onExit")
 
     def _order(self) -> list[_DagTask]:
         """Tasks in dependency order; every reference checked."""
@@ -429,10 +441,10 @@ def load_workflow(text_or_path: str | Path) -> LocalWorkflow:
 
 
 class _PlannedTask:
-    """One DAG task with every placeholder resolved, ready to run."""
+    """One DAG task (or the exit handler) with every placeholder resolved, ready to run."""
 
-    def __init__(self, task: _DagTask, tmpl: _Template, scope: dict[str, str], outputs: dict[str, Path]) -> None:
-        self.task = task
+    def __init__(self, name: str, tmpl: _Template, scope: dict[str, str], outputs: dict[str, Path]) -> None:
+        self.name = name
         self.tmpl = tmpl
         self.scope = scope
         self.outputs = outputs
@@ -453,13 +465,19 @@ class _PlannedTask:
         return {**base, **extra}
 
 
-def plan(wf: LocalWorkflow, arguments: Mapping[str, Any], workdir: Path) -> list[_PlannedTask]:
-    """Resolve the whole run before any of it starts (nothing here depends on a task's result)."""
+def plan(wf: LocalWorkflow, arguments: Mapping[str, Any], workdir: Path) -> tuple[list[_PlannedTask], _PlannedTask | None]:
+    """Resolve the whole run before any of it starts (nothing here depends on a task's result).
+
+    Returns the DAG's tasks in order and the exit handler (its ``{{workflow.status}}`` is set
+    when it runs).
+    """
     values = wf.workflow_values(arguments)
-    uid = hashlib.sha256(repr(sorted(values.items())).encode()).hexdigest()[:12]
+    created = datetime.now(timezone.utc)
+    uid = hashlib.sha256(f"{sorted(values.items())!r}{created.timestamp()}".encode()).hexdigest()[:12]
     global_scope = {f"workflow.parameters.{k}": v for k, v in values.items()}
     global_scope["workflow.name"] = f"{wf.name}-local-{uid[:5]}"
     global_scope["workflow.uid"] = uid
+    global_scope["workflow.creationTimestamp"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
 
     planned: list[_PlannedTask] = []
     artifacts: dict[str, Path] = {}
@@ -489,8 +507,11 @@ def plan(wf: LocalWorkflow, arguments: Mapping[str, Any], workdir: Path) -> list
         for name, path in outputs.items():
             scope[f"outputs.artifacts.{name}.path"] = str(path)
             artifacts[f"{task.name}.{name}"] = path
-        planned.append(_PlannedTask(task, tmpl, scope, outputs))
-    return planned
+        planned.append(_PlannedTask(task.name, tmpl, scope, outputs))
+    on_exit = None
+    if wf.on_exit is not None:
+        on_exit = _PlannedTask(wf.on_exit.name, wf.on_exit, {**global_scope, "workflow.status": "Running"}, {})
+    return planned, on_exit
 
 
 def run_workflow_yaml(
@@ -506,10 +527,24 @@ def run_workflow_yaml(
     Everything is checked and resolved first; a task that fails raises :class:`RunFailed`.
     """
     workdir = Path(workdir)
-    steps = plan(load_workflow(text_or_path), arguments, workdir)
+    steps, on_exit = plan(load_workflow(text_or_path), arguments, workdir)
+    status = "Failed"
+    try:
+        artifacts = _run_dag(steps, workdir, env)
+        status = "Succeeded"
+    finally:
+        if on_exit is not None and sys.exc_info()[0] in (None, RunFailed, InputError):
+            on_exit.scope["workflow.status"] = status
+            run_logged(on_exit.command(0), env=on_exit.env(env, 0), log_path=workdir / "logs" / f"{on_exit.name}.log")
+    if log is not None:
+        print(f"argo: {len(steps)} tasks done in {workdir}", file=log)
+    return artifacts
+
+
+def _run_dag(steps: list[_PlannedTask], workdir: Path, env: Mapping[str, str]) -> dict[str, Path]:
     artifacts: dict[str, Path] = {}
     for step in steps:
-        name, retry = step.task.name, step.tmpl.retry
+        name, retry = step.name, step.tmpl.retry
         log_path = workdir / "logs" / f"{name}.log"
         for attempt in range(retry.limit + 1):
             rc, last = run_logged(step.command(attempt), env=step.env(env, attempt), log_path=log_path)
@@ -522,8 +557,6 @@ def run_workflow_yaml(
             if not path.is_dir():
                 raise RunFailed(name, f"output artifact {out!r} was not written to {path}")
             artifacts[f"{name}.{out}"] = path
-    if log is not None:
-        print(f"argo: {len(steps)} tasks done in {workdir}", file=log)
     return artifacts
 
 

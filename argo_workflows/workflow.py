@@ -23,6 +23,15 @@ Cluster mapping of a step's :class:`components.dsl.Execution`:
 - timeout: ``activeDeadlineSeconds`` per attempt;
 - pod labels ``llmpack.io/...`` for cost attribution, non-root unprivileged pods, and the MLflow
   tracking URI from the optional Secret ``llmpack-mlflow`` (key ``tracking-uri``), never a literal.
+
+The run closes its own record: ``spec.onExit`` runs the ``close-record`` template
+(:mod:`components.record`) after the DAG, whatever its outcome, with ``{{workflow.status}}``,
+``{{workflow.name}}`` (the run id an empty ``pipeline_run`` falls back to; every step gets it
+too) and ``{{workflow.creationTimestamp}}`` (the submit time when no client passed one).
+
+Argo's int-or-string fields (``activeDeadlineSeconds``, ``retryStrategy.limit``,
+``backoff.factor``) are written as strings: the Workflow CRD accepts both forms, and Argo's
+published JSON schema (used by IDEs and schema stores) accepts only the string form.
 """
 
 from __future__ import annotations
@@ -30,7 +39,8 @@ from __future__ import annotations
 from typing import Any
 
 from components.commands import format_value, step_args
-from components.dsl import OutputRef, Pipeline, PipelineParamRef, Retry, Task, iter_param_args
+from components.dsl import TELEMETRY_PARAMS, OutputRef, Pipeline, PipelineParamRef, Retry, Task, iter_param_args
+from components.record import CLOSE_TASK, gpu_uses, record_args, uses_json
 from components.telemetry import TRAIN_STEP
 
 ORCHESTRATOR = "argo"
@@ -43,6 +53,7 @@ LABEL_PREFIX = "llmpack.io/"
 NO_RETRY_EXIT_CODE = 2  # components.errors.InputError: bad input is not retried
 # Defaults of the compiled Workflow that differ from the pipeline's: it is what `argo submit` runs.
 ARGO_DEFAULTS: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "mode": "cluster"}
+RUN_ID = "{{workflow.name}}"
 FINETUNE_BUCKETS = [30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0]
 
 
@@ -138,16 +149,16 @@ def _container(task: Task) -> Any:
         inputs={name: f"{{{{inputs.artifacts.{name}.path}}}}" for name in step.inputs},
         outputs={name: f"{{{{outputs.artifacts.{name}.path}}}}" for name in step.outputs},
         params={name: f"{{{{inputs.parameters.{name}}}}}" for name in param_names},
-    )
+    ) + [f"--param=orchestrator_run_id={RUN_ID}"]
     retry = None
     if ex.retry.limit > 0:
         retry = RetryStrategy(
-            limit=ex.retry.limit,
+            limit=IntOrString(root=str(ex.retry.limit)),
             retry_policy="Always",
             expression=f"asInt(lastRetry.exitCode) != {NO_RETRY_EXIT_CODE}",
             backoff=Backoff(
                 duration=f"{ex.retry.backoff_s}s",
-                factor=IntOrString(root=ex.retry.factor),
+                factor=IntOrString(root=format_value(ex.retry.factor)),
                 cap=f"{ex.retry.max_backoff_s}s" if cap_binds(ex.retry) else None,
             ),
         )
@@ -187,7 +198,7 @@ def _container(task: Task) -> Any:
         ]
         or None,
         retry_strategy=retry,
-        active_deadline_seconds=ex.timeout_s,
+        active_deadline_seconds=str(ex.timeout_s),
         labels=pod_labels(task),
         annotations={"workflows.argoproj.io/description": step.description} if step.description else None,
         metrics=_finetune_metrics(task) if step.name == TRAIN_STEP else None,
@@ -217,6 +228,36 @@ def _dag_task(task: Task) -> Any:
     )
 
 
+def _close_container(pipe: Pipeline) -> Any:
+    """The ``onExit`` template: close the run's record with the workflow's final status."""
+    from hera.workflows import Container, Resources, SecretEnv
+    from hera.workflows.models import Capabilities, SecurityContext
+
+    image = next((t.step.execution.image for t in pipe.task_order()), None)
+    args = record_args(
+        status="{{workflow.status}}",
+        uses=uses_json(gpu_uses(pipe)),
+        run_id=RUN_ID,
+        created_at="{{workflow.creationTimestamp}}",
+        params={name: f"{{{{workflow.parameters.{name}}}}}" for name in TELEMETRY_PARAMS},
+    )
+    return Container(
+        name=CLOSE_TASK,
+        image=image,
+        command=["python"],
+        args=args,
+        env=[SecretEnv(name="MLFLOW_TRACKING_URI", secret_name=MLFLOW_SECRET, secret_key=MLFLOW_SECRET_KEY,
+                       optional=True)],
+        resources=Resources(cpu_request="250m", memory_request="512Mi"),
+        security_context=SecurityContext(run_as_non_root=True, run_as_user=RUN_AS_USER,
+                                         allow_privilege_escalation=False, privileged=False,
+                                         capabilities=Capabilities(drop=["ALL"])),
+        labels={f"{LABEL_PREFIX}step": CLOSE_TASK, f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR,
+                f"{LABEL_PREFIX}run-group": "{{workflow.parameters.run_group}}",
+                f"{LABEL_PREFIX}pipeline-run": "{{workflow.parameters.pipeline_run}}"},
+    )
+
+
 def build_workflow(pipe: Pipeline) -> Any:
     """The Argo Workflow (a ``hera.workflows.Workflow``) for a validated pipeline object."""
     from hera.workflows import DAG, Parameter, Workflow
@@ -231,6 +272,7 @@ def build_workflow(pipe: Pipeline) -> Any:
         labels={f"{LABEL_PREFIX}pipeline": pipe.name, f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR},
         annotations={"workflows.argoproj.io/description": pipe.description} if pipe.description else None,
         entrypoint=pipe.name,
+        on_exit=CLOSE_TASK,
         arguments=[Parameter(name=name, value=value) for name, value in defaults.items()],
         security_context=PodSecurityContext(
             run_as_non_root=True,
@@ -239,7 +281,7 @@ def build_workflow(pipe: Pipeline) -> Any:
             fs_group=RUN_AS_USER,
             seccomp_profile=SeccompProfile(type="RuntimeDefault"),
         ),
-        templates=[dag, *(_container(t) for t in order)],
+        templates=[dag, *(_container(t) for t in order), _close_container(pipe)],
     )
 
 

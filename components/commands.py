@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -58,8 +60,41 @@ def run_logged(cmd: Sequence[str], *, env: Mapping[str, str], log_path: Path, cw
     with log_path.open("a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
-        rc = subprocess.call(list(cmd), env=dict(env), stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
+        proc = subprocess.Popen(list(cmd), env=dict(env), stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
+                                start_new_session=True)
+        rc = wait_or_end_group(proc)
     return rc, last_error_line(log_path.read_text(encoding="utf-8", errors="replace"))
+
+
+def wait_or_end_group(proc: subprocess.Popen[Any], grace_s: float = 15.0) -> int:
+    """Wait for a child started with ``start_new_session=True``; if we are interrupted, end its whole group.
+
+    The child leads its own process group, so an interrupt of ours (Ctrl-C, SIGTERM, a timeout)
+    reaches every process it started too (``mlflow run``'s driver, kfp.local's executors): first
+    SIGINT, so each closes its records as KILLED, then SIGKILL for whatever is left after
+    ``grace_s``. Nothing keeps running, or holding a GPU, after the client is gone.
+    """
+    try:
+        return proc.wait()
+    except BaseException:
+        end_group(proc, grace_s)
+        raise
+
+
+def end_group(proc: subprocess.Popen[Any], grace_s: float = 15.0) -> None:
+    """SIGINT to the child's process group, then SIGKILL after ``grace_s`` (see :func:`wait_or_end_group`)."""
+    for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except BaseException:  # a second Ctrl-C while waiting: go straight to SIGKILL
+            continue
 
 
 def last_error_line(text: str) -> str:

@@ -281,6 +281,12 @@ TELEMETRY_PARAMS: dict[str, Param] = {
     "mode": Param(name="mode", type=str, default="local"),
 }
 
+# Filled by each orchestrator, not by users: its own id of the run (KFP job id, Argo workflow
+# name, MLflow run id), which an empty ``pipeline_run`` falls back to.
+RUNTIME_PARAMS: dict[str, Param] = {
+    "orchestrator_run_id": Param(name="orchestrator_run_id", type=str, default=""),
+}
+
 
 @dataclass(kw_only=True)
 class Pipeline:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from components.dsl import TELEMETRY_PARAMS, Step
+from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step
 from components.errors import InputError, StepFailed
 from components.telemetry import EVENTS_FILE, EventLog, Record, RunContext, make_record, process_start_time
 
@@ -157,7 +157,7 @@ def run(argv: Sequence[str]) -> int:
         return delayed
 
     inputs, outputs, raw = _pairs(args.input, "--input"), _pairs(args.output, "--output"), _pairs(args.param, "--param")
-    known = {**step.params, **TELEMETRY_PARAMS}
+    known = {**step.params, **TELEMETRY_PARAMS, **RUNTIME_PARAMS}
     for key in raw:
         if key not in known:
             raise InputError(f"step {step.name!r}: unknown parameter {key!r}")
@@ -173,6 +173,10 @@ def run(argv: Sequence[str]) -> int:
         Path(outputs[name]).mkdir(parents=True, exist_ok=True)
 
     telemetry_values = {k: values.pop(k, p.default) for k, p in TELEMETRY_PARAMS.items()}
+    orchestrator_run_id = values.pop("orchestrator_run_id", "")
+    # A run started by the orchestrator's own CLI has no client-chosen id: use the orchestrator's.
+    telemetry_values["pipeline_run"] = telemetry_values["pipeline_run"] or orchestrator_run_id
+    telemetry_values["run_group"] = telemetry_values["run_group"] or telemetry_values["pipeline_run"]
     ctx = RunContext(**telemetry_values)
     first_out = Path(outputs[next(iter(step.outputs))])
     tel = StepTelemetry(ctx, step.name, first_out / EVENTS_FILE)

@@ -49,7 +49,13 @@ def client(uri: str | None = None) -> MlflowClient:
 
 
 def experiment_id(mc: MlflowClient, name: str | None = None) -> str:
-    """The llmpack experiment's id, created with its artifacts beside a sqlite database."""
+    """The llmpack experiment's id, created with its artifacts beside a sqlite database.
+
+    Inside ``mlflow run`` (``MLFLOW_EXPERIMENT_ID`` set, no ``LLMPACK_EXPERIMENT``) it is the
+    experiment that run lives in, so the record is the run ``mlflow run`` printed.
+    """
+    if name is None and not os.environ.get(EXPERIMENT_ENV) and os.environ.get("MLFLOW_EXPERIMENT_ID"):
+        return os.environ["MLFLOW_EXPERIMENT_ID"]
     name = name or os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT)
     exp = mc.get_experiment_by_name(name)
     if exp is not None:

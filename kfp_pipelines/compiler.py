@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from components.dsl import TELEMETRY_PARAMS, OutputRef, Pipeline, PipelineParamRef, Task, iter_param_args
+from components.record import CLOSE_TASK, gpu_uses, uses_json
 
 ORCHESTRATOR = "kfp"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -94,6 +95,7 @@ def component_source(task: Task) -> str:
     sig = [f"    {n}: Input[{a.__name__}]," for n, a in step.inputs.items()]
     sig += [f"    {n}: Output[{a.__name__}]," for n, a in step.outputs.items()]
     sig += [f"    {n}: {_TYPE_NAMES[t]}," for n, t in params]
+    sig.append("    orchestrator_run_id: str = '',")
     doc = (step.description or f"llmpack step {step.name}").replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
     body = [
         f'    """{doc}"""',
@@ -109,6 +111,7 @@ def component_source(task: Task) -> str:
     body += [f"    _llmpack_argv.append({f'--input={n}='!r} + {n}.path)" for n in step.inputs]
     body += [f"    _llmpack_argv.append({f'--output={n}='!r} + {n}.path)" for n in step.outputs]
     body += [f"    _llmpack_argv.append({f'--param={n}='!r} + _llmpack_fmt({n}))" for n, _ in params]
+    body.append("    _llmpack_argv.append('--param=orchestrator_run_id=' + orchestrator_run_id)")
     body += [
         "    _llmpack_code = _llmpack_main(_llmpack_argv)",
         "    if _llmpack_code:",
@@ -117,9 +120,47 @@ def component_source(task: Task) -> str:
     return "\n".join([f"def {function_name(task.name)}(", *sig, "):", *body]) + "\n"
 
 
+def close_record_source(pipe: Pipeline) -> str:
+    """The exit handler's component: :mod:`components.record` with the run's final status.
+
+    The orchestrator's own job id and create time come in as KFP placeholders: the KFP backend
+    resolves ``{{$.pipeline_job_uuid}}`` from 2.5.0 and ``{{$.pipeline_job_create_time_utc}}``
+    from 2.17.0 (2.16.x passes an empty string, older ones the literal text, kfp.local too);
+    an unresolved create time falls back to the earliest pod/process time of the run.
+    """
+    telemetry = list(TELEMETRY_PARAMS)
+    sig = ["    status: PipelineTaskFinalStatus,"]
+    sig += [f"    {n}: {_TYPE_NAMES[TELEMETRY_PARAMS[n].type]}," for n in telemetry]
+    sig += ["    orchestrator_run_id: str = '',", "    orchestrator_created_at: str = '',"]
+    body = [
+        '    """Close the pipeline run record: derive its metrics and cost, end it with the run status."""',
+        "    import sys as _llmpack_sys",
+        "",
+        "    from components.commands import format_value as _llmpack_fmt",
+        "    from components.record import main as _llmpack_main",
+        "",
+        "    _llmpack_argv = ['--status=' + status.state, "
+        f"{'--uses=' + uses_json(gpu_uses(pipe))!r}, "
+        "'--run-id=' + orchestrator_run_id, '--created-at=' + orchestrator_created_at]",
+        *(f"    _llmpack_argv.append({f'--param={n}='!r} + _llmpack_fmt({n}))" for n in telemetry),
+        "    _llmpack_code = _llmpack_main(_llmpack_argv)",
+        "    if _llmpack_code:",
+        "        _llmpack_sys.exit(_llmpack_code)",
+    ]
+    return "\n".join([f"def {function_name(CLOSE_TASK)}(", *sig, "):", *body]) + "\n"
+
+
+def build_close_component(pipe: Pipeline) -> Any:
+    from kfp import dsl
+
+    image = next((t.step.execution.image for t in pipe.task_order()), None)
+    func = _define(close_record_source(pipe), function_name(CLOSE_TASK), CLOSE_TASK)
+    return dsl.component(func, base_image=image, packages_to_install=[], install_kfp_package=False)
+
+
 def _define(source: str, name: str, label: str) -> Callable[..., Any]:
     """Execute generated source with a linecache entry, so inspect.getsource finds it."""
-    from kfp.dsl import Dataset, Input, Metrics, Model, Output
+    from kfp.dsl import Dataset, Input, Metrics, Model, Output, PipelineTaskFinalStatus
 
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     filename = f"{_SOURCE_PREFIX}{label} {digest}>"
@@ -127,6 +168,7 @@ def _define(source: str, name: str, label: str) -> Callable[..., Any]:
     namespace: dict[str, Any] = {
         "__name__": "kfp_pipelines._generated",
         "Input": Input, "Output": Output, "Dataset": Dataset, "Model": Model, "Metrics": Metrics,
+        "PipelineTaskFinalStatus": PipelineTaskFinalStatus,
     }
     exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102 - our own generated source
     return namespace[name]
@@ -195,6 +237,19 @@ def configure_task(pipe: Pipeline, task: Task, kt: Any) -> None:
                                  optional=True)
 
 
+def configure_close_task(kt: Any) -> None:
+    """The summarizing task: small, never cached, non-root, MLflow URI from the same optional Secret."""
+    from kfp import kubernetes
+
+    kt.set_caching_options(False)
+    kt.set_cpu_request("250m").set_cpu_limit("1").set_memory_request("512Mi").set_memory_limit("1Gi")
+    kubernetes.add_pod_label(kt, label_key=f"{LABEL_PREFIX}step", label_value=CLOSE_TASK)
+    kubernetes.add_pod_label(kt, label_key=f"{LABEL_PREFIX}orchestrator", label_value=ORCHESTRATOR)
+    kubernetes.set_security_context(kt, run_as_user=RUN_AS_USER, run_as_group=RUN_AS_GROUP, run_as_non_root=True)
+    kubernetes.use_secret_as_env(kt, secret_name=MLFLOW_SECRET, secret_key_to_env={MLFLOW_SECRET_KEY: MLFLOW_ENV},
+                                 optional=True)
+
+
 def pipeline_signature(pipe: Pipeline) -> Any:
     """The KFP pipeline function's signature: every user and telemetry parameter with its default."""
     import inspect
@@ -213,23 +268,29 @@ def build_kfp_pipeline(pipe: Pipeline) -> Any:
     pipe.validate()
     order = pipe.task_order()
     components = {task.name: build_component(task) for task in order}
+    close_component = build_close_component(pipe)
     signature = pipeline_signature(pipe)
 
     def pipeline_func(*args: Any) -> None:
         values = dict(zip(signature.parameters, args, strict=True))
-        kfp_tasks: dict[str, Any] = {}
-        for task in order:
-            kwargs: dict[str, Any] = {}
-            for name, arg in task.arguments.items():
-                if isinstance(arg, OutputRef):
-                    kwargs[name] = kfp_tasks[arg.task].outputs[arg.output]
-            for name, arg in iter_param_args(task):
-                kwargs[name] = values[arg.name] if isinstance(arg, PipelineParamRef) else arg
-            kt = components[task.name](**kwargs)
-            for dep in task.depends_on:
-                kt.after(kfp_tasks[dep])
-            configure_task(pipe, task, kt)
-            kfp_tasks[task.name] = kt
+        close = close_component(**{n: values[n] for n in TELEMETRY_PARAMS},
+                                orchestrator_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                                orchestrator_created_at=dsl.PIPELINE_JOB_CREATE_TIME_UTC_PLACEHOLDER)
+        configure_close_task(close)
+        with dsl.ExitHandler(close, name="llmpack-run"):
+            kfp_tasks: dict[str, Any] = {}
+            for task in order:
+                kwargs: dict[str, Any] = {"orchestrator_run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER}
+                for name, arg in task.arguments.items():
+                    if isinstance(arg, OutputRef):
+                        kwargs[name] = kfp_tasks[arg.task].outputs[arg.output]
+                for name, arg in iter_param_args(task):
+                    kwargs[name] = values[arg.name] if isinstance(arg, PipelineParamRef) else arg
+                kt = components[task.name](**kwargs)
+                for dep in task.depends_on:
+                    kt.after(kfp_tasks[dep])
+                configure_task(pipe, task, kt)
+                kfp_tasks[task.name] = kt
 
     pipeline_func.__name__ = pipe.name.replace("-", "_")
     pipeline_func.__qualname__ = pipeline_func.__name__

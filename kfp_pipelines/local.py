@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from components.commands import last_error_line, pipeline_values
+from components.commands import end_group, last_error_line, pipeline_values
 from components.dsl import Pipeline
 from components.errors import RunFailed
 
@@ -100,43 +100,56 @@ def _arguments(pipe: Pipeline, values: Mapping[str, Any]) -> dict[str, Any]:
 
 def _run_child(cmd: Sequence[str], *, env: Mapping[str, str], logs: Path) -> tuple[int, dict[str, str], str]:
     """Run the kfp.local child; split its output into kfp.log and one log per task."""
-    statuses: dict[str, str] = {}
-    inner_failed = ""
     task_files: dict[str, IO[str]] = {}
-    current: IO[str] | None = None
     child_env = {**env, "PYTHONUNBUFFERED": "1"}
     try:
         with (logs / LOG_NAME).open("a", encoding="utf-8") as main_log:
             main_log.write(f"$ {' '.join(cmd)}\n")
             main_log.flush()
+            # Its own process group, so an interrupt of ours ends kfp.local's executors too.
             with subprocess.Popen(list(cmd), env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, encoding="utf-8", errors="replace", bufsize=1) as proc:
-                assert proc.stdout is not None
-                for raw in proc.stdout:
-                    line = _ANSI.sub("", raw)
-                    main_log.write(line)
-                    main_log.flush()
-                    started = _EXECUTING.search(line)
-                    if started:
-                        name = started.group(1)
-                        if name not in task_files:
-                            task_files[name] = (logs / f"{name}.log").open("a", encoding="utf-8")
-                        current = task_files[name]
-                    if current is not None:
-                        current.write(line)
-                        current.flush()
-                    finished = _FINISHED.search(line)
-                    if finished:
-                        statuses[finished.group(1)] = finished.group(2)
-                        current = None
-                    inner = _INNER_FAILED.search(line)
-                    if inner:
-                        inner_failed = inner.group(1)
+                                  text=True, encoding="utf-8", errors="replace", bufsize=1,
+                                  start_new_session=True) as proc:
+                try:
+                    statuses, inner_failed = _split_output(proc, main_log, logs, task_files)
+                except BaseException:
+                    end_group(proc)
+                    raise
                 rc = proc.wait()
     finally:
         for fh in task_files.values():
             fh.close()
     return rc, statuses, inner_failed
+
+
+def _split_output(proc: subprocess.Popen[str], main_log: IO[str], logs: Path,
+                  task_files: dict[str, IO[str]]) -> tuple[dict[str, str], str]:
+    """Copy the child's output to kfp.log and each task's lines to ``<task>.log``; collect task statuses."""
+    statuses: dict[str, str] = {}
+    inner_failed = ""
+    current: IO[str] | None = None
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        line = _ANSI.sub("", raw)
+        main_log.write(line)
+        main_log.flush()
+        started = _EXECUTING.search(line)
+        if started:
+            name = started.group(1)
+            if name not in task_files:
+                task_files[name] = (logs / f"{name}.log").open("a", encoding="utf-8")
+            current = task_files[name]
+        if current is not None:
+            current.write(line)
+            current.flush()
+        finished = _FINISHED.search(line)
+        if finished:
+            statuses[finished.group(1)] = finished.group(2)
+            current = None
+        inner = _INNER_FAILED.search(line)
+        if inner:
+            inner_failed = inner.group(1)
+    return statuses, inner_failed
 
 
 def _artifact_dirs(pipe: Pipeline, root: Path) -> dict[str, Path]:

@@ -11,13 +11,31 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from components.commands import run_logged, step_args, task_params
-from components.dsl import OutputRef, Pipeline
+from components.commands import format_value, run_logged, step_args, task_params
+from components.dsl import TELEMETRY_PARAMS, OutputRef, Pipeline
 from components.errors import RunFailed
+from components.record import CLOSE_TASK, gpu_uses, record_args, uses_json
 
 
 def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Mapping[str, str], log: IO[str] | None = None) -> dict[str, Path]:
-    """Run the pipeline; returns the artifact directories as ``{"task.output": path}``."""
+    """Run the pipeline, then its summarizing task; returns the artifact directories as ``{"task.output": path}``."""
+    status = "Failed"
+    try:
+        artifacts = _run_steps(pipe, values, workdir, env)
+        status = "Succeeded"
+    except KeyboardInterrupt:
+        status = "Canceled"
+        raise
+    finally:
+        close = record_args(status=status, uses=uses_json(gpu_uses(pipe)), run_id="", created_at="",
+                            params={k: format_value(values[k]) for k in TELEMETRY_PARAMS})
+        run_logged([sys.executable, *close], env=env, log_path=workdir / "logs" / f"{CLOSE_TASK}.log")
+    if log is not None:
+        print(f"direct: {len(pipe.tasks)} steps done in {workdir}", file=log)
+    return artifacts
+
+
+def _run_steps(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Mapping[str, str]) -> dict[str, Path]:
     artifacts: dict[str, Path] = {}
     for task in pipe.task_order():
         inputs = {
@@ -38,6 +56,4 @@ def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Map
             time.sleep(min(retry.backoff_s * retry.factor**attempt, retry.max_backoff_s, 1.0))
         for name, path in outputs.items():
             artifacts[f"{task.name}.{name}"] = path
-    if log is not None:
-        print(f"direct: {len(pipe.tasks)} steps done in {workdir}", file=log)
     return artifacts

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from components import cost, telemetry, tracking
+from components import cost, record, telemetry, tracking
 from components.commands import pipeline_values
 from components.data import BUILTIN, load_rows
 from components.dsl import Pipeline, is_dns1123_label
@@ -107,14 +107,6 @@ def apply_gpu_overrides(pipe: Pipeline, gpu_type: str | None, gpus: int | None) 
     return replace(pipe, tasks=tasks).validate()
 
 
-def gpu_uses(pipe: Pipeline) -> list[cost.GpuUse]:
-    return [
-        cost.GpuUse(step=t.name, gpus=t.step.execution.resources.gpus, cpu=t.step.execution.resources.cpu,
-                    gpu_type=t.step.execution.resources.gpu_type)
-        for t in pipe.task_order()
-    ]
-
-
 def resolve_price(pipe: Pipeline, opts: RunOptions) -> cost.Price | None:
     gpu_types = sorted({t.step.execution.resources.gpu_type for t in pipe.tasks.values() if t.step.execution.resources.gpus > 0})
     if len(gpu_types) > 1:
@@ -148,22 +140,8 @@ def connect_tracking(uri: str) -> Any:
     return mc
 
 
-def summarize(
-    *,
-    pipe: Pipeline,
-    ctx: telemetry.RunContext,
-    records: list[telemetry.Record],
-    finished_at: float,
-    price: cost.Price | None,
-) -> tuple[dict[str, float | None], dict[str, str]]:
-    """The derived metrics and tags of one pipeline run from its step records."""
-    steps = telemetry.group_by_step(records)
-    uses = gpu_uses(pipe)
-    metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=finished_at)
-    metrics.update(cost.cost_metrics(steps, uses, price))
-    metrics = {k: telemetry.clean_number(v) for k, v in metrics.items()}
-    tags = {**ctx.tags(), **cost.cost_tags(uses, price)}
-    return metrics, tags
+def _telemetry_values(ctx: telemetry.RunContext) -> dict[str, Any]:
+    return {k: getattr(ctx, k) for k in ("submitted_at", "run_group", "pipeline_run", "orchestrator", "mode")}
 
 
 def run_pipeline(
@@ -189,7 +167,12 @@ def run_pipeline(
         "MLFLOW_TRACKING_URI": uri,
         "PYTHONUNBUFFERED": "1",
         CLIENT_UPLOADS_ENV: "1",  # we upload every step's JSONL after the run (idempotent keys)
+        record.RECORDS_DIR_ENV: str(staging),  # where the run's summarizing task finds the step records
     }
+    if opts.price_per_gpu_hour is not None:  # the summarizing task prices the run as we do
+        step_env[cost.PRICE_ENV] = str(opts.price_per_gpu_hour)
+    if opts.price_file:
+        step_env[cost.PRICE_FILE_ENV] = str(Path(opts.price_file).resolve())
     if opts.model == "tiny":
         step_env.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -203,9 +186,8 @@ def run_pipeline(
     ctx = telemetry.RunContext(
         run_group=run_group, pipeline_run=pipeline_run, orchestrator=opts.backend, mode="local", submitted_at=submitted_at
     )
-    telemetry_values = {k: getattr(ctx, k) for k in ("submitted_at", "run_group", "pipeline_run", "orchestrator", "mode")}
-    values = pipeline_values(pipe, {**overrides, **telemetry_values})
-    uses = gpu_uses(pipe)
+    values = pipeline_values(pipe, {**overrides, **_telemetry_values(ctx)})
+    uses = record.gpu_uses(pipe)
     run_id = tracking.open_pipeline_run(mc, ctx, {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name})
     staging.mkdir(parents=True)
 
@@ -227,7 +209,7 @@ def run_pipeline(
     try:
         return _finish(pipe=pipe, opts=opts, ctx=ctx, price=price, mc=mc, run_id=run_id, uri=uri, staging=staging,
                        out_root=out_root, artifacts=artifacts, error=error, failed_step=failed_step,
-                       finished_at=finished_at, overrides=overrides)
+                       finished_at=finished_at, overrides=overrides, step_env=step_env)
     except BaseException:
         if staging.exists():
             os.replace(staging, out_root / f"{pipeline_run}.failed")
@@ -236,11 +218,22 @@ def run_pipeline(
 
 def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, price: cost.Price | None, mc: Any,
             run_id: str, uri: str, staging: Path, out_root: Path, artifacts: dict[str, Path], error: str | None,
-            failed_step: str | None, finished_at: float, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Measure, log to MLflow, write the summary, and move the staging directory into place."""
+            failed_step: str | None, finished_at: float, overrides: dict[str, Any],
+            step_env: dict[str, str]) -> dict[str, Any]:
+    """Upload what the run's summarizing task derived, write the summary, move the staging directory into place.
+
+    Every path ends with the summarizing task (:mod:`components.record`); it wrote its summary
+    into the staging directory. Only when it never ran (the orchestrator itself failed) is the
+    same function called here, with the time the backend returned as the end of the run.
+    """
     run_group, pipeline_run, submitted_at = ctx.run_group, ctx.pipeline_run, ctx.submitted_at
     records = telemetry.read_records(telemetry.find_event_files(staging))
-    metrics, tags = summarize(pipe=pipe, ctx=ctx, records=records, finished_at=finished_at, price=price)
+    closed = record.read_summary(staging)
+    if closed is None or closed.get("pipeline_run") != pipeline_run:
+        closed = record.close(values=_telemetry_values(ctx), status="Failed" if error else "Succeeded",
+                              uses=record.gpu_uses(pipe), finished_at=finished_at, records_dir=staging, env=step_env)
+    metrics, tags = closed["metrics"], dict(closed["tags"])
+    finished_at = closed["finished_at"]
     status = "failed" if error else "succeeded"
     tags["llmpack.status"] = status
     if error:

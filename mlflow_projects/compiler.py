@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from components.commands import format_value, step_args
+from components.record import gpu_uses, uses_json
 from components.dsl import (
     TELEMETRY_PARAMS,
     OutputRef,
@@ -257,6 +258,7 @@ def pipeline_spec(pipe: Pipeline, *, kubernetes: bool) -> dict[str, Any]:
             for name, p in pipe.all_params.items()
         ],
         "tasks": tasks,
+        "uses": json.loads(uses_json(gpu_uses(pipe))),
     }
 
 

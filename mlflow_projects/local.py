@@ -4,8 +4,8 @@ Same contract as :func:`llmpack.direct.run_local`. The project is generated from
 ``workdir/project`` (so a pipeline with an extra step runs that step too) and run as a user runs
 it: the ``mlflow run ... -e main --env-manager local -P k=v ...`` command line, as a subprocess,
 its output in ``workdir/logs/mlflow.log``. MLflow creates the parent run and one child run per
-step; those carry ``llmpack.pipeline_run`` / ``llmpack.orchestrator`` tags but never
-``llmpack.record``, which marks the one pipeline-run record the llmpack client owns.
+step. The parent is the pipeline run's record the llmpack client opened (``mlflow run
+--run-id``), so the run id MLflow prints is the record, as with a plain ``mlflow run``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,13 @@ def mlflow_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "mlflow"]
 
 
+def record_run_id(env: Mapping[str, str], pipeline_run: str) -> str | None:
+    """The MLflow run the client opened as this pipeline run's record, if any."""
+    from components import tracking
+
+    return tracking.find_pipeline_run(tracking.client(env.get("MLFLOW_TRACKING_URI")), pipeline_run)
+
+
 def experiment_id(env: Mapping[str, str]) -> str:
     """The llmpack experiment, created as :func:`components.tracking.experiment_id` creates it.
 
@@ -66,8 +73,9 @@ def run_local(
         "-e", "main",
         "--env-manager", "local",
         "--experiment-id", experiment_id(run_env),
-        "--run-name", f"{values.get('pipeline_run') or pipe.name}-main",
     ]
+    record = record_run_id(run_env, str(values.get("pipeline_run") or "")) if values.get("pipeline_run") else None
+    cmd += ["--run-id", record] if record else ["--run-name", f"{values.get('pipeline_run') or pipe.name}-main"]
     for name in pipe.all_params:
         cmd += ["-P", f"{name}={format_value(values[name])}"]
     cmd += ["-P", f"artifacts_dir={artifacts}"]

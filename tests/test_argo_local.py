@@ -242,7 +242,7 @@ REFUSALS = [
     (_with_param, "unsupported feature withParam loops at templates[0].dag.tasks[0].withParam"),
     (_when, "unsupported feature when-conditions at templates[0].dag.tasks[4].when"),
     (_depends, "unsupported feature depends expressions at templates[0].dag.tasks[4].depends"),
-    (_exit_handler, "unsupported feature exit handlers at spec.onExit"),
+    (_exit_handler, "unsupported feature an exit handler template with inputs ('register') at spec.onExit"),
     (_placeholder, "unsupported feature placeholder {{workflow.namespace}} at templates[5].container.args["),
     (_output_parameter_reference, "unsupported feature placeholder {{tasks.evaluate.outputs.parameters.name}}"),
     (_expression_placeholder, "unsupported feature expression placeholder"),

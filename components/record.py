@@ -1,0 +1,280 @@
+"""The pipeline run closes its own record: the summarizing task every compiled path ends with.
+
+    python -m components.record --status=Succeeded --uses='[...]' --run-id=ID --created-at=TS \\
+        --param=submitted_at=0.0 --param=run_group= --param=pipeline_run= --param=orchestrator=argo --param=mode=cluster
+
+Each path runs it once, whether the steps succeeded or failed: KFP as the ``dsl.ExitHandler``
+task, Argo as ``spec.onExit``, MLflow in ``main``'s final block, ``direct`` after its last step.
+It reads the run's step records (the JSONL files under ``LLMPACK_RECORDS_DIR`` when the run's
+artifacts are on this machine, and the ``event.*`` / ``metric.*`` values steps logged to the
+MLflow record), derives every DESIGN.md metric and cost tag with :func:`summarize` — the one
+function ``llmpack`` itself uses — logs them on the pipeline's record and ends it FINISHED,
+FAILED or KILLED.
+
+Decisions
+---------
+* **Submit time.** The client's ``submitted_at`` when one was passed (``client``); else the
+  orchestrator's own record of when the run was created (``orchestrator``: Argo's
+  ``{{workflow.creationTimestamp}}``, KFP's ``{{$.pipeline_job_create_time_utc}}`` where the
+  backend resolves it, the start of the MLflow run ``mlflow run`` created); else the earliest
+  timestamp the run's own pods or processes carry (``first_pod``); else ``none``, and no metric
+  measured from submit is logged. Tag ``llmpack.submit_time_source`` says which.
+* **Run identity.** An empty ``pipeline_run`` becomes the orchestrator's own run id (KFP job
+  id, Argo workflow name, MLflow run id), so two native submissions never share a record; an
+  empty ``run_group`` becomes the ``pipeline_run``.
+* **End of the run.** ``finished_at`` is when this task's process started: the moment the
+  orchestrator handed over to its exit handler. ``total_s`` therefore counts every hand-over the
+  orchestrator made, and not the summarizing itself.
+* **Who writes.** When an llmpack client drives a local run (``LLMPACK_CLIENT_UPLOADS=1``) this
+  task derives the summary and writes ``llmpack-record.json`` into ``LLMPACK_RECORDS_DIR``; the
+  client uploads it with the step records after the run (so the MLflow import is not measured
+  as pipeline time). Otherwise this task uploads whatever the steps could not, logs the summary
+  and closes the MLflow record itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from components import cost, telemetry
+from components.errors import InputError
+from components.runtime import CLIENT_UPLOADS_ENV, MLFLOW_LOGGING_ENV
+from components.telemetry import Record, RunContext
+
+RECORDS_DIR_ENV = "LLMPACK_RECORDS_DIR"
+RECORD_FILE = "llmpack-record.json"
+MODULE = "components.record"
+CLOSE_TASK = "close-record"  # the summarizing task's name on every path (a step may not take it)
+
+SubmitTimeSource = Literal["client", "orchestrator", "first_pod", "none"]
+RecordStatus = Literal["FINISHED", "FAILED", "KILLED"]
+
+# Every spelling of a run's end state the orchestrators hand to their exit handlers.
+_STATUS: dict[str, RecordStatus] = {
+    "succeeded": "FINISHED", "success": "FINISHED", "finished": "FINISHED",
+    "failed": "FAILED", "failure": "FAILED", "error": "FAILED",
+    "canceled": "KILLED", "cancelled": "KILLED", "killed": "KILLED", "terminated": "KILLED",
+}
+_EARLIEST = ("pod_created", "pod_scheduled", "container_started", "process_started")
+
+
+def record_status(orchestrator_status: str) -> RecordStatus:
+    """MLflow's run status for the orchestrator's final state (unknown states count as FAILED)."""
+    return _STATUS.get(orchestrator_status.strip().lower(), "FAILED")
+
+
+def parse_timestamp(text: str | float | None) -> float | None:
+    """Epoch seconds from an RFC 3339 time or a number; None for empty or unresolved placeholders."""
+    if text is None:
+        return None
+    if isinstance(text, (int, float)):
+        return float(text) if text > 0 else None
+    text = text.strip()
+    if not text or "{{" in text:
+        return None
+    try:
+        value = float(text)
+        return value if value > 0 else None
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed.timestamp() if parsed.tzinfo else None
+
+
+def resolve_submit_time(
+    submitted_at: float, orchestrator_created_at: str | float | None, records: Iterable[Record]
+) -> tuple[float, SubmitTimeSource]:
+    """The run's submit time and where it came from (see the module docstring)."""
+    if submitted_at > 0:
+        return submitted_at, "client"
+    created = parse_timestamp(orchestrator_created_at)
+    if created is not None:
+        return created, "orchestrator"
+    firsts = [r.value for r in records if r.kind == "event" and r.name in _EARLIEST]
+    if firsts:
+        return min(firsts), "first_pod"
+    return 0.0, "none"
+
+
+def gpu_uses(pipe: Any) -> list[cost.GpuUse]:
+    """What each task of a pipeline object holds, for cost."""
+    return [
+        cost.GpuUse(step=t.name, gpus=t.step.execution.resources.gpus, cpu=t.step.execution.resources.cpu,
+                    gpu_type=t.step.execution.resources.gpu_type)
+        for t in pipe.task_order()
+    ]
+
+
+def uses_json(uses: Sequence[cost.GpuUse]) -> str:
+    """The GPU uses as the compact JSON the summarizing task takes (``--uses``)."""
+    return json.dumps([asdict(u) for u in uses if u.gpus > 0], separators=(",", ":"), sort_keys=True)
+
+
+def parse_uses(text: str) -> list[cost.GpuUse]:
+    try:
+        return [cost.GpuUse(**item) for item in json.loads(text or "[]")]
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"--uses: not a JSON list of GPU uses ({exc})") from None
+
+
+def price_for(uses: Sequence[cost.GpuUse], env: Mapping[str, str] | None = None) -> cost.Price | None:
+    """The price of the pipeline's one GPU type (flag-less: env var, price file, shipped table)."""
+    types = sorted({u.gpu_type for u in uses if u.gpus > 0 and u.gpu_type})
+    return cost.resolve_price(types[0], env=dict(os.environ if env is None else env)) if len(types) == 1 else None
+
+
+def summarize(
+    *,
+    ctx: RunContext,
+    records: list[Record],
+    uses: list[cost.GpuUse],
+    price: cost.Price | None,
+    finished_at: float,
+) -> tuple[dict[str, float | None], dict[str, str]]:
+    """The derived metrics and tags of one pipeline run from its step records."""
+    steps = telemetry.group_by_step(records)
+    metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=finished_at)
+    if ctx.submitted_at <= 0:  # nothing to measure from: better no number than one from 1970
+        for key in ("spinup_s", "time_to_first_step_s", "total_s", "pipeline_overhead_s"):
+            metrics[key] = None
+    metrics.update(cost.cost_metrics(steps, uses, price))
+    metrics = {k: telemetry.clean_number(v) for k, v in metrics.items()}
+    tags = {**ctx.tags(), **cost.cost_tags(uses, price)}
+    return metrics, tags
+
+
+def identity(values: Mapping[str, Any], orchestrator_run_id: str) -> tuple[str, str]:
+    """``(run_group, pipeline_run)``: empty ones filled from the orchestrator's own run id."""
+    pipeline_run = str(values.get("pipeline_run") or "") or orchestrator_run_id
+    return str(values.get("run_group") or "") or pipeline_run, pipeline_run
+
+
+def close(
+    *,
+    values: Mapping[str, Any],
+    status: str,
+    uses: list[cost.GpuUse],
+    orchestrator_run_id: str = "",
+    orchestrator_created_at: str | float | None = None,
+    finished_at: float | None = None,
+    records_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Derive the run's metrics and tags, log them on its record and end it; returns the summary.
+
+    Args:
+        values: the telemetry parameters (submitted_at, run_group, pipeline_run, orchestrator, mode).
+        status: the orchestrator's final state (``Succeeded``, ``FAILED``, ``CANCELED``...).
+        uses: the GPU each task holds (from the compiled pipeline).
+        orchestrator_run_id: the orchestrator's own run id, for an empty ``pipeline_run``.
+        orchestrator_created_at: when the orchestrator created the run (RFC 3339 or epoch).
+        finished_at: the run's end; default: now (the command line passes when its process started).
+        records_dir: a directory whose ``llmpack-events.jsonl`` files are the run's step records.
+        env: the environment (price, tracking URI, client mode); default ``os.environ``.
+    """
+    env = dict(os.environ if env is None else env)
+    finished_at = time.time() if finished_at is None else finished_at
+    run_group, pipeline_run = identity(values, orchestrator_run_id)
+    if not pipeline_run:
+        raise InputError("pipeline_run: empty, and the orchestrator gave no run id to use instead")
+    base = RunContext(run_group=run_group, pipeline_run=pipeline_run, orchestrator=str(values.get("orchestrator") or ""),
+                      mode=str(values.get("mode") or ""), submitted_at=0.0)
+    records = telemetry.read_records(telemetry.find_event_files(records_dir)) if records_dir else []
+    client_uploads = env.get(CLIENT_UPLOADS_ENV) == "1"
+    mlflow_on = not client_uploads and env.get(MLFLOW_LOGGING_ENV, "1") != "0"
+    mc = run_id = None
+    if mlflow_on:
+        from components import tracking
+
+        mc = tracking.client(env.get("MLFLOW_TRACKING_URI"))
+        run_id = tracking.open_pipeline_run(mc, base)
+        logged = tracking.records_from_run(mc.get_run(run_id).data.metrics, base)
+        records = list({r.key: r for r in [*logged, *records]}.values())
+
+    submitted_at, source = resolve_submit_time(float(values.get("submitted_at") or 0.0), orchestrator_created_at, records)
+    ctx = RunContext(run_group=run_group, pipeline_run=pipeline_run, orchestrator=base.orchestrator, mode=base.mode,
+                     submitted_at=submitted_at)
+    price = price_for(uses, env)
+    metrics, tags = summarize(ctx=ctx, records=records, uses=uses, price=price, finished_at=finished_at)
+    final = record_status(status)
+    tags.update({"llmpack.submit_time_source": source, "llmpack.record": "pipeline",
+                 "llmpack.status": "succeeded" if final == "FINISHED" else final.lower()})
+    summary = {"pipeline_run": pipeline_run, "run_group": run_group, "status": final, "submitted_at": submitted_at,
+               "submit_time_source": source, "finished_at": finished_at, "metrics": metrics, "tags": tags}
+    if records_dir is not None:
+        write_json_atomic(Path(records_dir) / RECORD_FILE, summary)
+    if mc is not None and run_id is not None:
+        from components import tracking
+
+        tracking.log_records(mc, run_id, records)
+        tracking.log_summary(mc, run_id, metrics, tags, params={"submitted_at": repr(submitted_at)})
+        mc.set_terminated(run_id, final, end_time=int(time.time() * 1000))
+        summary["mlflow_run_id"] = run_id
+    return summary
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to ``path`` through a temporary file and a rename: never half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_summary(records_dir: Path) -> dict[str, Any] | None:
+    """The summary the summarizing task wrote into ``records_dir``, if it ran."""
+    path = Path(records_dir) / RECORD_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def record_args(*, status: str, uses: str, run_id: str, created_at: str, params: Mapping[str, str]) -> list[str]:
+    """Arguments after ``python``: the summarizing task's command line (every backend runs this)."""
+    args = ["-m", MODULE, f"--status={status}", f"--uses={uses}", f"--run-id={run_id}", f"--created-at={created_at}"]
+    return args + [f"--param={k}={v}" for k, v in params.items()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    started = telemetry.process_start_time()
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description="Close a pipeline run's record.")
+    parser.add_argument("--status", required=True, help="the orchestrator's final state of the run")
+    parser.add_argument("--uses", default="[]", help="JSON list of the GPU each task holds")
+    parser.add_argument("--run-id", default="", help="the orchestrator's own run id")
+    parser.add_argument("--created-at", default="", help="when the orchestrator created the run (RFC 3339 or epoch)")
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        values = dict(item.partition("=")[::2] for item in args.param)
+        records_dir = os.environ.get(RECORDS_DIR_ENV)
+        summary = close(values=values, status=args.status, uses=parse_uses(args.uses), orchestrator_run_id=args.run_id,
+                        orchestrator_created_at=args.created_at, finished_at=started,
+                        records_dir=Path(records_dir) if records_dir else None)
+    except InputError as exc:
+        print(f"llmpack: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the steps' JSONL keeps everything; the run's own status stands
+        print(f"llmpack: warning: could not close the run's record ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 0
+    m = summary["metrics"]
+    print(f"llmpack: record {summary['pipeline_run']} {summary['status']}: spinup_s={m.get('spinup_s')} "
+          f"time_to_first_step_s={m.get('time_to_first_step_s')} cost_usd={m.get('cost_usd')} "
+          f"(submit time from {summary['submit_time_source']})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
