@@ -5,6 +5,8 @@
   writes, committed as ``argo_workflows/finetune.yaml`` (``argo submit`` it on a cluster).
 - :mod:`argo_workflows.local`: runs a compiled Workflow YAML's DAG on this machine
   (``llmpack run --backend argo --local``).
+- :mod:`argo_workflows.submit`: ``submit(...)`` / ``wait_for_completion(summary)`` against an Argo
+  Server with Hera's ``WorkflowsService`` (``llmpack submit argo``; Hera has no submit command).
 
 Hera is imported only by the functions that need it.
 """

@@ -59,8 +59,8 @@ from typing import Any
 
 from components import cost, telemetry, tracking
 from components.errors import InputError
+from llmpack.backends import ORCHESTRATORS, cluster_submitter
 
-ORCHESTRATORS = ("kfp", "argo", "mlflow")
 MODE = "cluster"
 DEFAULT_TIMEOUT_S = 24 * 3600.0
 DEFAULT_POLL_S = 10.0
@@ -356,13 +356,13 @@ class _Session:
 
     def run(self, plan: _Plan) -> dict[str, Any]:
         """One run, start to end; whatever goes wrong, a record (failed, with one line) comes back."""
-        from llmpack.submit import _one_line
+        from components.remote import one_line
 
         t0 = time.monotonic()
         try:
             return self._run(plan, t0)
         except Exception as exc:  # noqa: BLE001 - one path's surprise must not lose the others
-            error = _one_line(f"{type(exc).__name__}: {exc}", self.secrets())
+            error = one_line(f"{type(exc).__name__}: {exc}", self.secrets())
             self.notify(plan.label, f"failed: {error}", t0)
             return {**self._blank(plan), "error": error,
                     "tags": {**self._blank(plan)["tags"], "llmpack.status": "failed", "llmpack.error": error}}
@@ -619,16 +619,8 @@ def _check_pod_access(api_client: Any, namespace: str) -> None:
 
 
 def _preflight(session: _Session, backends: list[str]) -> None:
-    from llmpack import submit
-
     for orch in backends:
-        conf = session.conf[orch]
-        if orch == "kfp":
-            submit._kfp_connection(conf.get("host"), conf.get("token"))  # noqa: SLF001 - same package
-        elif orch == "argo":
-            submit._argo_connection(conf.get("host"), conf.get("token"), conf.get("namespace"))  # noqa: SLF001
-        else:
-            submit._kube_api_client(conf.get("kubeconfig"), conf.get("context")).close()  # noqa: SLF001
+        cluster_submitter(orch).check_connection(session.conf[orch])
     api_client = session.api_client()
     try:
         for namespace in dict.fromkeys(session.pod_namespace(o) for o in backends):
@@ -657,7 +649,7 @@ def compare_cluster(
 ) -> dict[str, Any]:
     """Submit every path ``repeats`` times to one cluster, wait, measure; the ``compare()`` result.
 
-    ``kfp`` / ``argo`` / ``mlflow``: each path's :mod:`llmpack.submit` options (``host``,
+    ``kfp`` / ``argo`` / ``mlflow``: each path's ``submit`` options (``<package>.submit``; ``host``,
     ``token``, ``namespace``... see :data:`SUBMIT_OPTIONS`; KFP's ``pod_namespace`` is where
     its pods run: default its profile ``namespace``, else ``kubeflow``). ``k8s``: how the pod
     watcher reaches the Kubernetes API (:func:`~llmpack.k8s.watcher.build_api_client` options;
@@ -667,9 +659,8 @@ def compare_cluster(
     elapsed_s)`` is called from the worker threads: "submitting", "submitted", the pods' state
     ("finetune · queued (waiting for a node) · 2 steps done"), then "succeeded" or "failed: ...".
     """
+    from components.submission import check_id, connect_tracking, new_id, shipped_pipeline, user_parameters
     from llmpack.compare import comparison
-    from llmpack.runs import connect_tracking, new_id
-    from llmpack.submit import _check_id, _pipeline, user_parameters
 
     names = _parse_backends(backends)
     if not isinstance(repeats, int) or repeats < 1:
@@ -684,7 +675,7 @@ def compare_cluster(
         cost.parse_price(price_per_gpu_hour, "--price-per-gpu-hour")
     if price_file is not None:
         cost.resolve_price("check", price_file=price_file, env={})  # reads and checks the file now
-    pipe = _pipeline()
+    pipe = shipped_pipeline()
     values = user_parameters(pipe, params)
     conf = {
         "kfp": _options("kfp", kfp, SUBMIT_OPTIONS["kfp"]),
@@ -696,7 +687,7 @@ def compare_cluster(
         k8s_opts.setdefault("kubeconfig", conf["mlflow"]["kubeconfig"])
         if conf["mlflow"].get("context"):
             k8s_opts.setdefault("context", conf["mlflow"]["context"])
-    group = _check_id(run_group, "--run-group") if run_group else new_id("rg")
+    group = check_id(run_group, "--run-group") if run_group else new_id("rg")
     uri = tracking.tracking_uri(tracking_uri)
     connect_tracking(uri)  # answers, before anything is submitted
 

@@ -11,9 +11,10 @@ from dataclasses import replace
 from typing import Any
 
 from components.errors import InputError
-from llmpack.runs import BACKENDS, RunOptions, new_id, prepare
+from llmpack.backends import BACKENDS
+from llmpack.runs import RunOptions, new_id, prepare
 
-DEFAULT_BACKENDS = ("direct", "kfp", "argo", "mlflow")
+DEFAULT_BACKENDS = tuple(BACKENDS)
 SUMMARY_METRICS = (
     "spinup_s",
     "time_to_first_step_s",

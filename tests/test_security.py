@@ -39,7 +39,9 @@ from standins.argo_server import ArgoServerStandIn
 from standins.k8s_api import KubeAPIStandIn
 from standins.kfp_api import KFPAPIStandIn
 
-from llmpack import submit
+from argo_workflows import submit as argo_submit
+from kfp_pipelines import submit as kfp_submit
+from mlflow_projects import submit as mlflow_submit
 
 REPO = Path(__file__).resolve().parents[1]
 KFP_YAML = REPO / "kfp_pipelines" / "finetune.yaml"
@@ -314,8 +316,8 @@ def submitted(tmp_path_factory: pytest.TempPathFactory, tracking_uri: str) -> di
         with KFPAPIStandIn(token=TOKENS["kfp"]) as kfp_api, ArgoServerStandIn(token=TOKENS["argo"]) as argo, \
                 KubeAPIStandIn(token=TOKENS["k8s"]) as kube:
             params = {"max_steps": 5, "model": "tiny", "data": "builtin", "seed": 1}
-            submit.submit_kfp(host=kfp_api.url, token=TOKENS["kfp"], params=params)
-            submit.submit_argo(host=argo.url, token=TOKENS["argo"], params=params)
+            kfp_submit.submit(host=kfp_api.url, token=TOKENS["kfp"], params=params)
+            argo_submit.submit(host=argo.url, token=TOKENS["argo"], params=params)
             kubeconfig = tmp / "kubeconfig"
             kubeconfig.write_text(yaml.safe_dump({
                 "apiVersion": "v1", "kind": "Config", "current-context": "c",
@@ -323,7 +325,7 @@ def submitted(tmp_path_factory: pytest.TempPathFactory, tracking_uri: str) -> di
                 "users": [{"name": "u", "user": {"token": TOKENS["k8s"]}}],
                 "contexts": [{"name": "c", "context": {"cluster": "s", "user": "u"}}],
             }))
-            submit.submit_mlflow(kubeconfig=str(kubeconfig), tracking_uri=tracking_uri, params=params,
+            mlflow_submit.submit(kubeconfig=str(kubeconfig), tracking_uri=tracking_uri, params=params,
                                  cluster_tracking_uri="http://mlflow.llmpack.svc:5000")
             return {
                 "kfp": kfp_api.recorded("POST", "/apis/v2beta1/runs")[0].body,

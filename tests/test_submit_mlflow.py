@@ -17,6 +17,7 @@ from standins.k8s_api import KubeAPIStandIn
 from components import tracking
 from components.errors import InputError
 from llmpack import submit
+from mlflow_projects import submit as mlflow_submit
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "mlflow_projects" / "finetune-k8s"
@@ -74,7 +75,7 @@ def main_command(params: dict[str, str]) -> list[str]:
 def test_submit_creates_the_job_from_the_compiled_template(kube: KubeAPIStandIn, kubeconfig: str,
                                                            tracking_uri: str) -> None:
     before = time.time()
-    summary = submit.submit_mlflow(kubeconfig=kubeconfig, tracking_uri=tracking_uri,
+    summary = mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri,
                                    params={"model": "tiny", "data": "builtin", "max_steps": 7, "seed": 3})
     after = time.time()
     assert before <= summary["submitted_at"] <= after
@@ -88,7 +89,7 @@ def test_submit_creates_the_job_from_the_compiled_template(kube: KubeAPIStandIn,
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert container["resources"]["requests"]["nvidia.com/gpu"] == "1"
     assert container["image"] == "ghcr.io/llmpack/llmpack:0.1.0" == summary["image"]
-    assert container["workingDir"] == submit.PROJECT_DIR_IN_IMAGE
+    assert container["workingDir"] == mlflow_submit.PROJECT_DIR_IN_IMAGE
     assert container["name"] == "llm-finetune"
     expected_params = {
         "model": "tiny", "data": "builtin", "max_steps": "7", "seed": "3",
@@ -143,7 +144,7 @@ def test_submit_creates_the_job_from_the_compiled_template(kube: KubeAPIStandIn,
 def test_cluster_tracking_uri_is_appended_last(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBE_MLFLOW_TRACKING_URI", "http://mlflow.llmpack.svc:5000")
-    summary = submit.submit_mlflow(kubeconfig=kubeconfig, tracking_uri=tracking_uri, image="registry.example/llmpack:9")
+    summary = mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri, image="registry.example/llmpack:9")
     job = kube.jobs[("llmpack", summary["job_name"])]
     container = job["spec"]["template"]["spec"]["containers"][0]
     # Kubernetes keeps the last entry of a repeated name: the cluster's URI wins over the Secret's.
@@ -155,7 +156,7 @@ def test_cluster_tracking_uri_is_appended_last(kube: KubeAPIStandIn, kubeconfig:
 
 def test_wait_for_completion_follows_the_job_and_ends_the_mlflow_run(kube: KubeAPIStandIn, kubeconfig: str,
                                                                       tracking_uri: str) -> None:
-    summary = submit.submit_mlflow(kubeconfig=kubeconfig, tracking_uri=tracking_uri)
+    summary = mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri)
     name = summary["job_name"]
     pending = submit.wait_for_completion(summary, kubeconfig=kubeconfig, poll_s=0.01, timeout_s=0.1)
     assert pending["status"] == "timeout" and pending["state"] == "Pending"
@@ -170,11 +171,11 @@ def test_wait_for_completion_follows_the_job_and_ends_the_mlflow_run(kube: KubeA
 
 
 def test_wait_reports_a_failed_job(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str) -> None:
-    summary = submit.submit_mlflow(kubeconfig=kubeconfig, tracking_uri=tracking_uri)
+    summary = mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri)
     kube.set_job_status("llmpack", summary["job_name"], {"startTime": "2026-01-01T00:00:00Z", "failed": 1, "conditions": [
         {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
          "message": "Container llm-finetune for pod llmpack/x-abc failed with exit code 1 matching FailJob rule"}]})
-    result = submit.wait_for_completion_mlflow(summary["job_name"], namespace="llmpack", kubeconfig=kubeconfig,
+    result = mlflow_submit.wait_for_job(summary["job_name"], namespace="llmpack", kubeconfig=kubeconfig,
                                                mlflow_run_id=summary["mlflow_run_id"], tracking_uri=tracking_uri,
                                                poll_s=0.01, timeout_s=5)
     assert result["status"] == "failed" and "exit code 1" in result["error"]
@@ -187,7 +188,7 @@ def test_bad_token_is_one_line_without_the_token(kube: KubeAPIStandIn, tmp_path:
     caplog.set_level(logging.DEBUG)
     config = write_kubeconfig(tmp_path / "bad", kube.url, BAD_TOKEN)
     with pytest.raises(InputError) as info:
-        submit.submit_mlflow(kubeconfig=config, tracking_uri=tracking_uri, pipeline_run="mlflow-bad-token-1")
+        mlflow_submit.submit(kubeconfig=config, tracking_uri=tracking_uri, pipeline_run="mlflow-bad-token-1")
     message = str(info.value)
     assert "401" in message and "\n" not in message
     out, err = capsys.readouterr()
@@ -202,7 +203,7 @@ def test_unreachable_api_server(tmp_path: Path, tracking_uri: str) -> None:
     config = write_kubeconfig(tmp_path / "closed", f"http://127.0.0.1:{closed_port()}", BAD_TOKEN)
     start = time.monotonic()
     with pytest.raises(InputError, match="unreachable") as info:
-        submit.submit_mlflow(kubeconfig=config, tracking_uri=tracking_uri)
+        mlflow_submit.submit(kubeconfig=config, tracking_uri=tracking_uri)
     assert time.monotonic() - start < 10
     assert BAD_TOKEN not in str(info.value)
 
@@ -210,14 +211,14 @@ def test_unreachable_api_server(tmp_path: Path, tracking_uri: str) -> None:
 def test_no_cluster_configured(tracking_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
     with pytest.raises(InputError, match="no Kubernetes cluster configured"):
-        submit.submit_mlflow(tracking_uri=tracking_uri)
+        mlflow_submit.submit(tracking_uri=tracking_uri)
     with pytest.raises(InputError, match="--kubeconfig .*: no such file"):
-        submit.submit_mlflow(kubeconfig=str(tmp_path / "missing"), tracking_uri=tracking_uri)
+        mlflow_submit.submit(kubeconfig=str(tmp_path / "missing"), tracking_uri=tracking_uri)
 
 
 def test_namespace_not_found(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str) -> None:
     with pytest.raises(InputError, match="namespace 'team-z' not found"):
-        submit.submit_mlflow(kubeconfig=kubeconfig, tracking_uri=tracking_uri, namespace="team-z")
+        mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri, namespace="team-z")
     assert kube.jobs == {}
 
 
@@ -225,12 +226,12 @@ def test_forbidden(tmp_path: Path, tracking_uri: str) -> None:
     with KubeAPIStandIn(token=TOKEN, forbidden=("jobs",)) as api:
         config = write_kubeconfig(tmp_path / "kc", api.url, TOKEN)
         with pytest.raises(InputError, match="403 Forbidden.*cannot create"):
-            submit.submit_mlflow(kubeconfig=config, tracking_uri=tracking_uri)
+            mlflow_submit.submit(kubeconfig=config, tracking_uri=tracking_uri)
 
 
 def test_bad_parameters_fail_before_any_request(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str) -> None:
     with pytest.raises(InputError, match="unknown pipeline parameter"):
-        submit.submit_mlflow(kubeconfig=kubeconfig, tracking_uri=tracking_uri, params={"steps": 3})
+        mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri, params={"steps": 3})
     with pytest.raises(InputError, match="--run-group"):
-        submit.submit_mlflow(kubeconfig=kubeconfig, tracking_uri=tracking_uri, run_group="Run Group!")
+        mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri, run_group="Run Group!")
     assert kube.requests == []

@@ -27,9 +27,8 @@ from typing import Any
 
 from components.errors import InputError
 from components.telemetry import Record, RunContext, make_record
+from llmpack.backends import ORCHESTRATORS
 from llmpack.k8s import LABEL_PREFIX, ORCHESTRATOR_LABEL, PIPELINE_RUN_LABEL, RUN_GROUP_LABEL, STEP_LABEL
-
-ORCHESTRATORS = ("kfp", "argo", "mlflow")
 
 # Orchestrators' own labels and annotations.
 KFP_V2_LABEL = "pipelines.kubeflow.org/v2_component"

@@ -32,31 +32,15 @@ import string
 import threading
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+
+from standins.base import StandInHandler, StandInServer
+from standins.base import utc_now as _now
 
 INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, UNAUTHENTICATED = 3, 5, 6, 7, 16
 TERMINAL = {"Succeeded", "Failed", "Error"}
 _PARAM_REF = re.compile(r"\{\{\s*workflow\.parameters\.([A-Za-z0-9_.-]+)\s*\}\}")
-
-
-@dataclass
-class RecordedRequest:
-    """One request the stand-in received (the Authorization header is never kept)."""
-
-    method: str
-    path: str
-    query: dict[str, str]
-    body: Any = None
-    authorized: bool = True
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def error_body(code: int, message: str) -> dict[str, Any]:
@@ -93,8 +77,10 @@ def validate_workflow(wf: Any) -> str | None:
     return None
 
 
-class ArgoServerStandIn:
+class ArgoServerStandIn(StandInServer):
     """The stand-in Argo Server. Use as a context manager, or ``start()`` / ``close()``."""
+
+    thread_name = "argo-standin"
 
     def __init__(
         self,
@@ -105,47 +91,18 @@ class ArgoServerStandIn:
         phases: Iterable[str] = ("Pending", "Running", "Succeeded"),
         version: str = "v3.6.2",
     ) -> None:
-        self.token = token
+        super().__init__(token=token)
         self.namespaces = set(namespaces)
         self.forbidden_namespaces = set(forbidden_namespaces)
         self.phases = list(phases)
         self.version = version
-        self.requests: list[RecordedRequest] = []
         self.workflows: dict[tuple[str, str], dict[str, Any]] = {}
         self._reads: dict[tuple[str, str], int] = {}
         self._rv = 5000
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    # ------------------------------------------------------------------ lifecycle
-
-    def start(self) -> ArgoServerStandIn:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="argo-standin", daemon=True)
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> ArgoServerStandIn:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def recorded(self, method: str | None = None, path_contains: str = "") -> list[RecordedRequest]:
-        return [r for r in list(self.requests) if (method is None or r.method == method) and path_contains in r.path]
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
 
     # ------------------------------------------------------------------ state
 
@@ -224,42 +181,11 @@ class ArgoServerStandIn:
 
 
 def _make_handler(api: ArgoServerStandIn) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    class Handler(StandInHandler):
         server_version = "argo-server-standin/" + api.version
 
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
-            pass
-
-        def _json(self, code: int, obj: Any) -> None:
-            data = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            self._handle("GET")
-
-        def do_POST(self) -> None:
-            self._handle("POST")
-
         def _handle(self, method: str) -> None:
-            parts = urlsplit(self.path)
-            query = dict(parse_qsl(parts.query, keep_blank_values=True))
-            body: Any = None
-            length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                raw = self.rfile.read(length)
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    body = raw.decode("utf-8", "replace")
-            auth = self.headers.get("Authorization") or ""
-            authorized = api.token is None or auth == f"Bearer {api.token}"
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("authorization", "cookie")}
-            api.requests.append(RecordedRequest(method, parts.path, query, body, authorized, headers))
+            parts, query, body, authorized = self._receive(api, method)
             if not authorized:
                 return self._json(401, error_body(UNAUTHENTICATED, "token not valid. see https://argo-workflows.readthedocs.io/en/latest/faq/"))
             rest = parts.path.strip("/").split("/")

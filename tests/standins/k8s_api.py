@@ -36,11 +36,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+
+from standins import base
+from standins.base import StandInHandler, StandInServer
 
 # --------------------------------------------------------------------------- selectors
 
@@ -131,24 +133,13 @@ def status_object(code: int, reason: str, message: str, details: dict[str, Any] 
     return obj
 
 
-def _now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _uid_for(*parts: str) -> str:
     return str(uuid.UUID(hashlib.md5("/".join(parts).encode()).hexdigest()))
 
 
 @dataclass
-class RecordedRequest:
+class RecordedRequest(base.RecordedRequest):
     """One request the stand-in received (the Authorization header is never kept)."""
-
-    method: str
-    path: str
-    query: dict[str, str]
-    body: Any = None
-    authorized: bool = True
-    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_watch(self) -> bool:
@@ -164,8 +155,12 @@ class _Entry:
     line: bytes  # the watch event, serialized once
 
 
-class KubeAPIStandIn:
+class KubeAPIStandIn(StandInServer):
     """The stand-in API server. Use as a context manager, or ``start()`` / ``close()``."""
+
+    thread_name = "k8s-standin"
+    poll_interval_s = 0.05
+    request_type = RecordedRequest
 
     def __init__(
         self,
@@ -177,11 +172,10 @@ class KubeAPIStandIn:
         start_rv: int = 1000,
         bookmarks: bool = True,
     ) -> None:
-        self.token = token
+        super().__init__(token=token)
         self.namespaces = set(namespaces)
         self.forbidden = set(forbidden)  # resource names: "pods", "nodes", "events", "namespaces", "jobs"
         self.bookmarks = bookmarks
-        self.requests: list[RecordedRequest] = []
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.on_job_created: Callable[[dict[str, Any]], None] | None = None
         self.expired_sent = 0  # 410 ERROR events sent
@@ -198,48 +192,19 @@ class KubeAPIStandIn:
         self._log_rvs: list[int] = []
         self._open_watches = 0
         self._closing = False
-        self._server: ThreadingHTTPServer | None = None
-        self._port: int | None = None
-        self._thread: threading.Thread | None = None
         self._players: list[threading.Thread] = []
         self.player_errors: list[BaseException] = []
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> KubeAPIStandIn:
-        handler = _make_handler(self)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._port = self._server.server_address[1]
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="k8s-standin", daemon=True
-        )
-        self._thread.start()
-        return self
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
 
     def close(self) -> None:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> KubeAPIStandIn:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def port(self) -> int:
-        assert self._port is not None, "not started"
-        return self._port
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().close()
 
     @property
     def resource_version(self) -> int:
@@ -250,11 +215,6 @@ class KubeAPIStandIn:
     def open_watches(self) -> int:
         with self._cond:
             return self._open_watches
-
-    def recorded(self, method: str | None = None, path_contains: str = "") -> list[RecordedRequest]:
-        return [
-            r for r in list(self.requests) if (method is None or r.method == method) and path_contains in r.path
-        ]
 
     # ------------------------------------------------------------------ state changes (each is a watch event)
 
@@ -272,7 +232,7 @@ class KubeAPIStandIn:
         meta = obj.setdefault("metadata", {})
         meta.setdefault("namespace", "default")
         meta.setdefault("uid", _uid_for("pod", meta["namespace"], meta["name"]))
-        meta.setdefault("creationTimestamp", _now_rfc3339())
+        meta.setdefault("creationTimestamp", base.utc_now())
         obj.setdefault("kind", "Pod")
         obj.setdefault("apiVersion", "v1")
         key = (meta["namespace"], meta["name"])
@@ -292,7 +252,7 @@ class KubeAPIStandIn:
             obj = copy.deepcopy(obj)
             self._rv += 1
             obj["metadata"]["resourceVersion"] = str(self._rv)
-            obj["metadata"].setdefault("deletionTimestamp", _now_rfc3339())
+            obj["metadata"].setdefault("deletionTimestamp", base.utc_now())
             self._append("DELETED", obj)
 
     def add_node(self, node: Mapping[str, Any]) -> None:
@@ -555,7 +515,7 @@ class KubeAPIStandIn:
                 namespace=namespace,
                 uid=str(uuid.uuid4()),
                 resourceVersion=str(self._rv),
-                creationTimestamp=_now_rfc3339(),
+                creationTimestamp=base.utc_now(),
             )
             body.setdefault("apiVersion", "batch/v1")
             body.setdefault("kind", "Job")
@@ -602,9 +562,9 @@ _RESOURCE = {
 
 
 def _make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    class Handler(StandInHandler):
         server_version = "kube-apiserver-standin/1.31"
+        unrecorded_headers = ("authorization",)
 
         def setup(self) -> None:
             super().setup()
@@ -612,50 +572,20 @@ def _make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
             # client's delayed ACKs hold each small watch chunk back for tens of milliseconds.
             self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
-            pass
-
         def handle(self) -> None:
             try:
                 super().handle()
             except (ConnectionResetError, BrokenPipeError):  # the client went away: not an error here
                 self.close_connection = True
 
-        def _json(self, code: int, obj: Any) -> None:
-            data = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
         def _status(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
             self._json(code, status_object(code, reason, message, details))
-
-        def do_GET(self) -> None:
-            self._handle("GET")
-
-        def do_POST(self) -> None:
-            self._handle("POST")
 
         def do_DELETE(self) -> None:
             self._handle("DELETE")
 
         def _handle(self, method: str) -> None:
-            parts = urlsplit(self.path)
-            query = dict(parse_qsl(parts.query, keep_blank_values=True))
-            body = None
-            length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                raw = self.rfile.read(length)
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    body = raw.decode("utf-8", "replace")
-            auth = self.headers.get("Authorization") or ""
-            authorized = api.token is None or auth == f"Bearer {api.token}"
-            headers = {k: v for k, v in self.headers.items() if k.lower() != "authorization"}
-            api.requests.append(RecordedRequest(method, parts.path, query, body, authorized, headers))
+            parts, query, body, authorized = self._receive(api, method)
             if not authorized:
                 self._status(401, "Unauthorized", "Unauthorized")
                 return

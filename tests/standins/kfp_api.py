@@ -35,32 +35,16 @@ import json
 import threading
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+
+from standins.base import StandInHandler, StandInServer
+from standins.base import utc_now as _now
 
 # gRPC status codes the gateway maps to HTTP statuses.
 INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, UNAUTHENTICATED = 3, 5, 7, 16
 TERMINAL = {"SUCCEEDED", "FAILED", "SKIPPED", "CANCELED"}
 _EPOCH = "1970-01-01T00:00:00Z"
-
-
-@dataclass
-class RecordedRequest:
-    """One request the stand-in received (the Authorization header is never kept)."""
-
-    method: str
-    path: str
-    query: dict[str, str]
-    body: Any = None
-    authorized: bool = True
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def error_body(code: int, message: str) -> dict[str, Any]:
@@ -112,8 +96,10 @@ def _parse_pipeline_spec(body: Any) -> tuple[dict[str, Any] | None, str | None]:
     return spec, None
 
 
-class KFPAPIStandIn:
+class KFPAPIStandIn(StandInServer):
     """The stand-in KFP API server. Use as a context manager, or ``start()`` / ``close()``."""
+
+    thread_name = "kfp-standin"
 
     def __init__(
         self,
@@ -124,47 +110,18 @@ class KFPAPIStandIn:
         run_states: Iterable[str] = ("PENDING", "RUNNING", "SUCCEEDED"),
         tag_name: str = "2.5.0",
     ) -> None:
-        self.token = token
+        super().__init__(token=token)
         self.multi_user = multi_user
         self.namespaces = set(namespaces)
         self.run_states = list(run_states)
         self.tag_name = tag_name
-        self.requests: list[RecordedRequest] = []
         self.experiments: dict[str, dict[str, Any]] = {}
         self.runs: dict[str, dict[str, Any]] = {}
         self._reads: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    # ------------------------------------------------------------------ lifecycle
-
-    def start(self) -> KFPAPIStandIn:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="kfp-standin", daemon=True)
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> KFPAPIStandIn:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def recorded(self, method: str | None = None, path_contains: str = "") -> list[RecordedRequest]:
-        return [r for r in list(self.requests) if (method is None or r.method == method) and path_contains in r.path]
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
 
     # ------------------------------------------------------------------ state
 
@@ -294,42 +251,11 @@ def _filter_match(obj: dict[str, Any], flt: str | None) -> bool:
 
 
 def _make_handler(api: KFPAPIStandIn) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    class Handler(StandInHandler):
         server_version = "ml-pipeline-standin/" + api.tag_name
 
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
-            pass
-
-        def _json(self, code: int, obj: Any) -> None:
-            data = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            self._handle("GET")
-
-        def do_POST(self) -> None:
-            self._handle("POST")
-
         def _handle(self, method: str) -> None:
-            parts = urlsplit(self.path)
-            query = dict(parse_qsl(parts.query, keep_blank_values=True))
-            body: Any = None
-            length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                raw = self.rfile.read(length)
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    body = raw.decode("utf-8", "replace")
-            auth = self.headers.get("Authorization") or ""
-            authorized = api.token is None or auth == f"Bearer {api.token}"
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("authorization", "cookie")}
-            api.requests.append(RecordedRequest(method, parts.path, query, body, authorized, headers))
+            parts, query, body, authorized = self._receive(api, method)
             if not authorized:
                 return self._json(401, error_body(UNAUTHENTICATED, "Unauthenticated: the request has no valid bearer token"))
             path = parts.path.rstrip("/")

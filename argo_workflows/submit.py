@@ -1,0 +1,273 @@
+"""Submit the compiled Argo Workflow to an Argo Server with Hera's ``WorkflowsService``, and wait for it.
+
+Hera has no submit command; this is it. ``llmpack submit argo`` and ``llmpack compare --cluster``
+come here through :mod:`llmpack.backends` (the :class:`components.backend.ClusterSubmitter`
+contract). What every submission shares (the parameters, ids, ``submitted_at``, cost tags, the
+MLflow record) is :mod:`components.submission`.
+
+:func:`submit`
+    ``argo_workflows/finetune.yaml`` is loaded into Hera's Argo models
+    (``hera.workflows.models.Workflow``, :func:`load_workflow`), its ``spec.arguments.parameters``
+    get the run's values, two per-run labels are added to the Workflow's metadata
+    (``llmpack.io/run-group``, ``llmpack.io/pipeline-run``; the step pods get them from the
+    compiled pod labels), and ``WorkflowsService.create_workflow`` POSTs
+    ``/api/v1/workflows/{namespace}``, as ``argo submit`` does. The rest of the Workflow is sent
+    exactly as compiled. Endpoint: ``--host`` or ``ARGO_SERVER`` (``host:port`` as the ``argo``
+    CLI takes it: https unless ``ARGO_SECURE=false``; ``ARGO_INSECURE_SKIP_VERIFY=true`` skips
+    TLS verification; ``ARGO_BASE_HREF`` is appended); token: ``--token`` or ``ARGO_TOKEN``
+    (with or without ``Bearer``); namespace: ``--namespace``, ``ARGO_NAMESPACE``, else
+    ``llmpack`` (where the Secret ``llmpack-mlflow`` lives, as for the MLflow Job).
+    ``tracking_uri`` (or ``MLFLOW_TRACKING_URI``), when set, also creates the pipeline run's
+    MLflow record with the cost tags, after the Workflow is created.
+
+:func:`wait_for_completion` / :func:`wait_for_workflow`
+    Poll the Workflow until its phase is Succeeded, Failed or Error, or the timeout passes.
+
+Hera's quirks, each wrapped once: its service sends no request timeout (:func:`_session`), and it
+serializes with pydantic's deprecated ``.json()`` (the warning is silenced around the call).
+Errors (no server configured, unreachable, 401/403, namespace not found, a Workflow the server
+refuses, an argument the compiled Workflow does not declare) are
+:class:`components.errors.InputError` with one line naming what to fix (:func:`_error`). Tokens are
+never printed, logged, put in a summary or in an error message.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from components.commands import format_value
+from components.dsl import TELEMETRY_PARAMS
+from components.errors import InputError
+from components.remote import POLL_S, REQUEST_TIMEOUT_S, WAIT_TIMEOUT_S, is_unreachable, normalize_host, one_line, poll
+from components.submission import (
+    PIPELINE_RUN_LABEL,
+    RUN_GROUP_LABEL,
+    check_id,
+    cost_tags,
+    optional_tracking,
+    record_fields,
+    run_context,
+    run_ids,
+    shipped_pipeline,
+    telemetry_values,
+    user_parameters,
+)
+
+ORCHESTRATOR = "argo"
+DEFAULT_NAMESPACE = "llmpack"
+WORKFLOW_PATH = Path(__file__).with_name("finetune.yaml")
+TERMINAL = {"Succeeded": "succeeded", "Failed": "failed", "Error": "error"}
+
+
+def connection(host: str | None, token: str | None, namespace: str | None,
+               env: Mapping[str, str]) -> tuple[str, str | None, str, bool]:
+    """``(server URL, token or None, namespace, verify TLS)`` from the flags, else the ``argo`` CLI's environment."""
+    host = host or env.get("ARGO_SERVER")
+    if not host:
+        raise InputError(
+            "no Argo Server configured: pass --host or set ARGO_SERVER "
+            "(e.g. https://localhost:2746 after `kubectl -n argo port-forward svc/argo-server 2746`)"
+        )
+    secure = env.get("ARGO_SECURE", "true").lower() not in ("false", "0", "no")
+    verify = env.get("ARGO_INSECURE_SKIP_VERIFY", "false").lower() not in ("true", "1", "yes")
+    host_url = normalize_host(host, default_scheme="https" if secure else "http")
+    base = env.get("ARGO_BASE_HREF", "").strip("/")
+    if base:
+        host_url = f"{host_url}/{base}"
+    if token is None:
+        token = env.get("ARGO_TOKEN") or None
+    ns = namespace or env.get("ARGO_NAMESPACE") or DEFAULT_NAMESPACE
+    check_id(ns, "--namespace")
+    return host_url, token, ns, verify
+
+
+def check_connection(options: Mapping[str, Any]) -> None:
+    """A server is configured and the namespace is a valid name; nothing is sent."""
+    connection(options.get("host"), options.get("token"), options.get("namespace"), os.environ)
+
+
+def _session(timeout_s: float) -> Any:
+    import requests
+
+    class _TimeoutSession(requests.Session):
+        """Hera's service sends no timeout; a request to a silent server must not hang forever."""
+
+        def request(self, method: str, url: str, **kwargs: Any) -> Any:  # type: ignore[override]
+            kwargs.setdefault("timeout", timeout_s)
+            return super().request(method, url, **kwargs)
+
+    return _TimeoutSession()
+
+
+def _service(host_url: str, token: str | None, namespace: str, verify: bool, timeout_s: float) -> Any:
+    from hera.workflows import WorkflowsService
+
+    return WorkflowsService(host=host_url, token=token, namespace=namespace, verify_ssl=verify,
+                            session=_session(timeout_s))
+
+
+def _error(exc: BaseException, host: str, namespace: str, token: str | None) -> InputError:
+    """Hera's (or ``requests``') exception as one line that names the fix."""
+    from hera.exceptions import BadRequest, Forbidden, HeraException, NotFound, Unauthorized
+
+    text = str(exc)
+    inner = re.match(r"^Server returned status code \d+ with message: `(.*)`$", text, re.S)
+    message = one_line(inner.group(1) if inner else text, (token,))
+    if isinstance(exc, Unauthorized):
+        return InputError(f"Argo Server at {host} rejected the credentials (401 Unauthorized): check --token / ARGO_TOKEN")
+    if isinstance(exc, Forbidden):
+        return InputError(
+            f"Argo Server at {host} refused access to namespace {namespace!r} (403 Forbidden): "
+            "check that the token's service account may create Workflows there"
+        )
+    if isinstance(exc, NotFound):
+        if "namespace" in message.lower():
+            return InputError(f"Argo Server at {host}: namespace {namespace!r} not found")
+        return InputError(f"Argo Server at {host}: not found (404): is --host the Argo Server? ({message})")
+    if isinstance(exc, BadRequest):
+        return InputError(f"Argo Server at {host} refused the Workflow (400): {message}")
+    if isinstance(exc, HeraException):
+        return InputError(f"Argo Server at {host}: {message}")
+    if is_unreachable(exc):
+        return InputError(f"Argo Server at {host} is unreachable ({type(exc).__name__})")
+    return InputError(f"Argo Server at {host}: {type(exc).__name__}: {message}")
+
+
+def load_workflow(path: str | os.PathLike[str] | None = None) -> Any:
+    """The compiled Workflow YAML as Hera's Argo model (``hera.workflows.models.Workflow``)."""
+    import yaml
+    from hera.workflows.models import Workflow as WorkflowModel
+    from pydantic import ValidationError
+
+    path = Path(path) if path else WORKFLOW_PATH
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"--workflow {path}: cannot read ({exc.strerror})") from None
+    except yaml.YAMLError:
+        raise InputError(f"--workflow {path}: not YAML") from None
+    if not isinstance(doc, dict) or doc.get("kind") != "Workflow":
+        raise InputError(f"--workflow {path}: not an Argo Workflow (kind is {doc.get('kind') if isinstance(doc, dict) else None!r})")
+    try:
+        return WorkflowModel.model_validate(doc)
+    except ValidationError as exc:
+        raise InputError(f"--workflow {path}: not a valid Argo Workflow ({exc.error_count()} errors)") from None
+
+
+def _set_arguments(wf: Any, values: Mapping[str, Any], path: str) -> None:
+    params = {p.name: p for p in ((wf.spec.arguments.parameters or []) if wf.spec.arguments else [])}
+    for key, value in values.items():
+        if key not in params:
+            raise InputError(f"--workflow {path}: the compiled Workflow has no argument {key!r}")
+        params[key].value = format_value(value)
+
+
+def submit(
+    *,
+    params: Mapping[str, Any] | None = None,
+    run_group: str | None = None,
+    pipeline_run: str | None = None,
+    host: str | None = None,
+    token: str | None = None,
+    namespace: str | None = None,
+    workflow_path: str | os.PathLike[str] | None = None,
+    service_account: str | None = None,
+    tracking_uri: str | None = None,
+    price_per_gpu_hour: str | None = None,
+    price_file: str | None = None,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Create the compiled Argo Workflow on an Argo Server (Hera's ``create_workflow``); returns the summary.
+
+    Args (besides those every submitter takes, see :meth:`components.backend.ClusterSubmitter.submit`):
+        host, token, namespace: the Argo Server, its bearer token, the Workflow's namespace (default: see above).
+        workflow_path: the compiled Workflow (default: the committed ``argo_workflows/finetune.yaml``).
+        service_account: ``spec.serviceAccountName`` of the Workflow.
+    """
+    from hera.workflows.models import WorkflowCreateRequest
+
+    pipe = shipped_pipeline()
+    values = user_parameters(pipe, params)
+    path = Path(workflow_path) if workflow_path else WORKFLOW_PATH
+    wf = load_workflow(path)
+    host_url, secret, ns, verify = connection(host, token, namespace, os.environ)
+    run_group, pipeline_run = run_ids(ORCHESTRATOR, run_group, pipeline_run)
+    tags = cost_tags(pipe, price_per_gpu_hour, price_file)
+    uri, mc = optional_tracking(tracking_uri, os.environ)
+
+    _set_arguments(wf, {**values, **dict.fromkeys(TELEMETRY_PARAMS, "")}, str(path))  # every name declared
+    wf.metadata.labels = {**(wf.metadata.labels or {}), RUN_GROUP_LABEL: run_group, PIPELINE_RUN_LABEL: pipeline_run}
+    if service_account:
+        wf.spec.service_account_name = service_account
+    service = _service(host_url, secret, ns, verify, timeout_s)
+    try:
+        ctx = run_context(ORCHESTRATOR, run_group, pipeline_run)
+        arguments = {**values, **telemetry_values(ctx)}
+        _set_arguments(wf, arguments, str(path))
+        with warnings.catch_warnings():  # Hera serializes with pydantic's deprecated .json()
+            warnings.simplefilter("ignore", DeprecationWarning)
+            created = service.create_workflow(WorkflowCreateRequest(workflow=wf, namespace=ns), namespace=ns)
+    except Exception as exc:  # noqa: BLE001 - one line for the user
+        raise _error(exc, host_url, ns, secret) from None
+    finally:
+        service.close()
+
+    name = created.metadata.name
+    summary: dict[str, Any] = {
+        **telemetry_values(ctx),
+        "server_id": name,
+        "workflow_name": name,
+        "uid": created.metadata.uid,
+        "namespace": ns,
+        "host": host_url,
+        "url": f"{host_url}/workflows/{ns}/{name}",
+        "workflow": str(path),
+        "parameters": {k: format_value(v) for k, v in arguments.items()},
+        "tags": tags,
+    }
+    summary.update(record_fields(mc, uri, ctx, {**tags, "llmpack.argo.workflow": name}))
+    return summary
+
+
+def wait_for_workflow(
+    name: str,
+    *,
+    host: str | None = None,
+    token: str | None = None,
+    namespace: str | None = None,
+    timeout_s: float = WAIT_TIMEOUT_S,
+    poll_s: float = POLL_S,
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Poll a Workflow until its phase is Succeeded, Failed or Error (or ``timeout_s`` passes)."""
+    host_url, secret, ns, verify = connection(host, token, namespace, os.environ)
+    service = _service(host_url, secret, ns, verify, request_timeout_s)
+
+    def read() -> tuple[str | None, dict[str, Any]]:
+        try:
+            wf = service.get_workflow(name, namespace=ns)
+        except Exception as exc:  # noqa: BLE001 - one line for the user
+            raise _error(exc, host_url, ns, secret) from None
+        status = wf.status
+        phase = (status.phase if status else None) or "Pending"
+        details: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "workflow_name": name, "namespace": ns, "state": phase}
+        if status is not None and status.message:
+            details["error"] = one_line(status.message, (secret,))
+        return TERMINAL.get(phase), details
+
+    try:
+        return poll(read, timeout_s=timeout_s, poll_s=poll_s)
+    finally:
+        service.close()
+
+
+def wait_for_completion(summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """:func:`wait_for_workflow` on the Workflow of a :func:`submit` summary (its host and namespace unless given)."""
+    kwargs.setdefault("host", summary.get("host"))
+    kwargs.setdefault("namespace", summary.get("namespace"))
+    return wait_for_workflow(summary["workflow_name"], **kwargs)

@@ -1,0 +1,141 @@
+"""What every cluster submission settles, whichever orchestrator it goes to.
+
+``llmpack submit kfp|argo|mlflow`` (:mod:`kfp_pipelines.submit`, :mod:`argo_workflows.submit`,
+:mod:`mlflow_projects.submit`) submits the *committed compiled artifact* (or one the user
+names), never a re-authored copy, with the run's parameters: the user's (``model``, ``data``,
+``max_steps``, ``seed``...), checked here against the pipeline object, and the telemetry ones
+(``submitted_at``, ``run_group``, ``pipeline_run``, ``orchestrator``, ``mode="cluster"``).
+``submitted_at`` is ``time.time()`` taken by the client just before the request that starts the
+run (:func:`run_context`).
+
+Also here: the run ids (DNS-1123 labels, generated when not given), the per-run Kubernetes labels,
+the DESIGN.md cost tags of the pipeline as compiled, and the pipeline run's MLflow record.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from components import cost, telemetry, tracking
+from components.dsl import TELEMETRY_PARAMS, Pipeline, is_dns1123_label
+from components.errors import InputError
+
+MODE = "cluster"
+RUN_GROUP_LABEL = "llmpack.io/run-group"
+PIPELINE_RUN_LABEL = "llmpack.io/pipeline-run"
+
+
+def new_id(prefix: str) -> str:
+    """A DNS-1123-safe id: prefix, UTC time, random suffix."""
+    return f"{prefix}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def check_id(value: str, flag: str) -> str:
+    """``value`` when it is a DNS-1123 label, else an :class:`InputError` naming ``flag``."""
+    if not is_dns1123_label(value):
+        raise InputError(f"{flag} {value!r}: must be a DNS-1123 label (lower-case letters, digits, '-'; at most 63)")
+    return value
+
+
+def run_ids(orchestrator: str, run_group: str | None, pipeline_run: str | None) -> tuple[str, str]:
+    """``(run_group, pipeline_run)``: the given ones checked, the missing ones new."""
+    group = check_id(run_group, "--run-group") if run_group else new_id("rg")
+    run = check_id(pipeline_run, "--pipeline-run") if pipeline_run else new_id(orchestrator)
+    return group, run
+
+
+def shipped_pipeline() -> Pipeline:
+    """The pipeline object the committed compiled artifacts were compiled from."""
+    from components.pipeline import build
+
+    return build()
+
+
+def user_parameters(pipe: Pipeline, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The user's pipeline parameters, type-checked (strings from a command line are coerced)."""
+    from components.runtime import coerce
+
+    out: dict[str, Any] = {}
+    for key, value in (params or {}).items():
+        if value is None:
+            continue
+        if key in TELEMETRY_PARAMS:
+            raise InputError(f"parameter {key!r} is set by llmpack submit, not by the user")
+        param = pipe.params.get(key)
+        if param is None:
+            raise InputError(f"parameter {key!r}: unknown pipeline parameter (known: {', '.join(pipe.params)})")
+        if isinstance(value, str) and param.type is not str:
+            value = coerce(value, param.type, f"parameter {key}")
+        elif param.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        elif not isinstance(value, param.type) or (param.type is int and isinstance(value, bool)):
+            raise InputError(f"parameter {key!r} is {param.type.__name__}, got {type(value).__name__} {value!r}")
+        out[key] = value
+    if "max_steps" in out and out["max_steps"] <= 0:
+        raise InputError(f"parameter max_steps {out['max_steps']}: must be a positive number of steps")
+    return out
+
+
+def cost_tags(pipe: Pipeline, price_per_gpu_hour: str | None, price_file: str | None) -> dict[str, str]:
+    """The cost tags of DESIGN.md for the pipeline as compiled (an unknown price is reported as unknown)."""
+    uses = [
+        cost.GpuUse(step=t.name, gpus=t.step.execution.resources.gpus, cpu=t.step.execution.resources.cpu,
+                    gpu_type=t.step.execution.resources.gpu_type)
+        for t in pipe.task_order()
+    ]
+    gpu_types = sorted({t.step.execution.resources.gpu_type for t in pipe.tasks.values() if t.step.execution.resources.gpus})
+    if len(gpu_types) > 1:
+        raise InputError(f"the pipeline mixes GPU types {gpu_types}; cost needs one")
+    price = cost.resolve_price(gpu_types[0], flag=price_per_gpu_hour, price_file=price_file) if gpu_types else None
+    return {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name}
+
+
+def run_context(orchestrator: str, run_group: str, pipeline_run: str) -> telemetry.RunContext:
+    """The run's context, ``submitted_at`` taken now: call it just before the request that starts the run."""
+    return telemetry.RunContext(run_group=run_group, pipeline_run=pipeline_run, orchestrator=orchestrator, mode=MODE,
+                                submitted_at=time.time())
+
+
+def telemetry_values(ctx: telemetry.RunContext) -> dict[str, Any]:
+    """The telemetry pipeline parameters of the run (and the first fields of its summary)."""
+    return {
+        "submitted_at": ctx.submitted_at,
+        "run_group": ctx.run_group,
+        "pipeline_run": ctx.pipeline_run,
+        "orchestrator": ctx.orchestrator,
+        "mode": ctx.mode,
+    }
+
+
+def connect_tracking(uri: str) -> Any:
+    """An MLflow client whose store answers; an unreachable tracking URI is bad input (exit 2)."""
+    mc = tracking.client(uri)
+    try:
+        tracking.experiment_id(mc)
+    except Exception as exc:  # noqa: BLE001 - one line for the user
+        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)} does not answer ({type(exc).__name__})") from None
+    return mc
+
+
+def optional_tracking(tracking_uri: str | None, env: Mapping[str, str]) -> tuple[str | None, Any]:
+    """``(uri, client)`` when ``tracking_uri`` or ``MLFLOW_TRACKING_URI`` names a store that answers, else ``(None, None)``."""
+    uri = tracking_uri or env.get("MLFLOW_TRACKING_URI")
+    return (uri, connect_tracking(uri)) if uri else (None, None)
+
+
+def open_record(mc: Any, ctx: telemetry.RunContext, tags: Mapping[str, str]) -> tuple[str, str]:
+    """The pipeline run's MLflow record (created with its tags); returns (run id, experiment id)."""
+    run_id = tracking.open_pipeline_run(mc, ctx, dict(tags))
+    return run_id, mc.get_run(run_id).info.experiment_id
+
+
+def record_fields(mc: Any, uri: str | None, ctx: telemetry.RunContext, tags: Mapping[str, str]) -> dict[str, Any]:
+    """Open the record when there is a tracking store; the summary fields that name it (none without a store)."""
+    if mc is None:
+        return {}
+    run_id, experiment_id = open_record(mc, ctx, tags)
+    return {"mlflow_run_id": run_id, "mlflow_experiment_id": experiment_id, "tracking_uri": tracking.tracking_uri(uri)}

@@ -1,0 +1,294 @@
+"""Submit the compiled KFP pipeline to a Kubeflow Pipelines API with ``kfp.Client``, and wait for it.
+
+``llmpack submit kfp`` and ``llmpack compare --cluster`` come here through :mod:`llmpack.backends`
+(the :class:`components.backend.ClusterSubmitter` contract). What every submission shares (the
+parameters, ids, ``submitted_at``, cost tags, the MLflow record) is :mod:`components.submission`.
+
+:func:`submit`
+    ``kfp.Client(host=..., existing_token=...)``, then ``create_run_from_pipeline_package`` on
+    ``kfp_pipelines/finetune.yaml`` (pipeline spec and platform spec, as ``kfp run submit``
+    sends them), run name = ``pipeline_run``. The experiment is resolved (get or create) first
+    and passed by id, so ``submitted_at`` is not skewed by the experiment look-up. One healthz
+    call with a timeout comes first (:func:`_preflight`): ``kfp.Client``'s own healthz retries
+    five times, five seconds apart, on any error, which would turn a wrong token into a
+    25-second hang. Endpoint: ``--host``, ``KFP_HOST``, ``KF_PIPELINES_ENDPOINT``; token:
+    ``--token``, ``KFP_TOKEN``, or the file named by ``KF_PIPELINES_SA_TOKEN_PATH``;
+    ``--namespace`` is the Kubeflow profile namespace of a multi-user deployment (leave it out on
+    single-user KFP; on multi-user KFP without it, the namespace kfp keeps in its context file).
+    ``tracking_uri`` (or ``MLFLOW_TRACKING_URI``), when set, also creates the pipeline run's
+    MLflow record with the cost tags, after the run is created (the steps find and extend it).
+
+:func:`wait_for_completion` / :func:`wait_for_run`
+    Poll the run until it is SUCCEEDED, FAILED, SKIPPED or CANCELED, or the timeout passes.
+
+Errors (no endpoint configured, endpoint unreachable, 401/403, namespace not found, a parameter
+the compiled package does not declare) are :class:`components.errors.InputError` with one line
+naming what to fix (:func:`_error`). Tokens are never printed, logged, put in a summary or in an
+error message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from components.dsl import TELEMETRY_PARAMS
+from components.errors import InputError
+from components.remote import (
+    POLL_S,
+    REQUEST_TIMEOUT_S,
+    WAIT_TIMEOUT_S,
+    is_unreachable,
+    normalize_host,
+    one_line,
+    poll,
+    quiet,
+    server_message,
+)
+from components.submission import (
+    cost_tags,
+    optional_tracking,
+    record_fields,
+    run_context,
+    run_ids,
+    shipped_pipeline,
+    telemetry_values,
+    user_parameters,
+)
+from kfp_pipelines import PACKAGE_PATH
+
+ORCHESTRATOR = "kfp"
+DEFAULT_EXPERIMENT = "llmpack"
+TERMINAL = {"SUCCEEDED": "succeeded", "FAILED": "failed", "SKIPPED": "skipped", "CANCELED": "canceled"}
+
+
+def connection(host: str | None, token: str | None, env: Mapping[str, str]) -> tuple[str, str | None]:
+    """``(API URL, token or None)`` from the flags, else the environment ``kfp`` itself reads."""
+    host = host or env.get("KFP_HOST") or env.get("KF_PIPELINES_ENDPOINT")
+    if not host:
+        raise InputError(
+            "no KFP endpoint configured: pass --host or set KFP_HOST "
+            "(e.g. http://localhost:8888 after `kubectl port-forward -n kubeflow svc/ml-pipeline 8888`)"
+        )
+    if token is None:
+        token = env.get("KFP_TOKEN") or None
+    if token is None and env.get("KF_PIPELINES_SA_TOKEN_PATH"):
+        path = Path(env["KF_PIPELINES_SA_TOKEN_PATH"])
+        try:
+            token = path.read_text(encoding="utf-8").strip() or None
+        except OSError as exc:
+            raise InputError(f"KF_PIPELINES_SA_TOKEN_PATH {path}: cannot read ({exc.strerror})") from None
+    return normalize_host(host), token
+
+
+def check_connection(options: Mapping[str, Any]) -> None:
+    """An endpoint is configured (and a token file named by the environment reads); nothing is sent."""
+    connection(options.get("host"), options.get("token"), os.environ)
+
+
+def _error(exc: BaseException, host: str, namespace: str | None, token: str | None) -> InputError:
+    """kfp's (or ``kfp_server_api``'s) exception as one line that names the fix."""
+    import kfp_server_api
+
+    if isinstance(exc, kfp_server_api.ApiException):
+        status = exc.status or 0
+        message = one_line(server_message(exc.body) or exc.reason or "", (token,))
+        if status == 0:
+            return InputError(f"KFP at {host} is unreachable ({one_line(exc.reason, (token,))})")
+        if status == 401:
+            return InputError(f"KFP at {host} rejected the credentials (401 Unauthorized): check --token / KFP_TOKEN")
+        if status == 403:
+            if namespace:
+                return InputError(
+                    f"KFP at {host} refused namespace {namespace!r} (403 Forbidden): the namespace (Kubeflow profile) "
+                    "does not exist or this token may not use it"
+                )
+            return InputError(f"KFP at {host} refused the request (403 Forbidden): check --token / KFP_TOKEN")
+        if status == 404 and namespace and "namespace" in message.lower():
+            return InputError(f"KFP at {host}: namespace {namespace!r} not found")
+        if status == 404:
+            return InputError(f"KFP at {host}: no KFP v2beta1 API there (404): is --host the KFP API endpoint?")
+        if "single-user mode" in message:
+            return InputError(f"KFP at {host} is a single-user deployment: drop --namespace ({message})")
+        return InputError(f"KFP at {host} answered {status} {exc.reason or ''}: {message}".rstrip(": "))
+    if is_unreachable(exc):
+        return InputError(f"KFP at {host} is unreachable ({type(exc).__name__})")
+    return InputError(f"KFP at {host}: {type(exc).__name__}: {one_line(exc, (token,))}")
+
+
+def _context_namespace() -> str | None:
+    """The namespace ``kfp`` keeps in ``~/.config/kfp/context.json`` (``set_user_namespace``), if any."""
+    import json
+
+    import kfp
+
+    try:
+        with open(kfp.Client._LOCAL_KFP_CONTEXT, encoding="utf-8") as fh:  # noqa: SLF001 - kfp's own file
+            return json.load(fh).get("namespace") or None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _preflight(host: str, token: str | None, namespace: str | None, timeout_s: float) -> str | None:
+    """One healthz call with a timeout (``kfp.Client``'s own retries 5 x 5 s on any error).
+
+    Returns the namespace to use: ``namespace``, else on a multi-user deployment kfp's context one.
+    """
+    import kfp_server_api
+
+    config = kfp_server_api.Configuration(host=host)
+    config.retries = 0  # one attempt: an unreachable host is reported at once
+    if token:
+        config.api_key["authorization"] = token
+        config.api_key_prefix["authorization"] = "Bearer"
+    api_client = kfp_server_api.ApiClient(config)
+    try:
+        health = kfp_server_api.HealthzServiceApi(api_client).healthz_service_get_healthz(_request_timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - one line for the user
+        raise _error(exc, host, namespace, token) from None
+    finally:
+        with contextlib.suppress(Exception):
+            api_client.close()
+    if health.multi_user and not namespace:
+        namespace = _context_namespace()
+        if not namespace:
+            raise InputError(f"KFP at {host} is multi-user: pass --namespace (your Kubeflow profile namespace)")
+    return namespace
+
+
+def _client(host: str, token: str | None, namespace: str | None) -> Any:
+    import kfp
+
+    with quiet():
+        return kfp.Client(host=host, existing_token=token, namespace=namespace or "kubeflow")
+
+
+def _root_parameters(package: Path) -> dict[str, str]:
+    """Root input parameters of a compiled KFP package: name -> parameterType."""
+    import yaml
+
+    try:
+        with package.open(encoding="utf-8") as fh:
+            spec = next(yaml.safe_load_all(fh))
+    except OSError as exc:
+        raise InputError(f"--package {package}: cannot read ({exc.strerror})") from None
+    except yaml.YAMLError:
+        raise InputError(f"--package {package}: not a KFP pipeline YAML") from None
+    try:
+        params = spec["root"]["inputDefinitions"]["parameters"]
+    except (KeyError, TypeError):
+        raise InputError(f"--package {package}: no root.inputDefinitions.parameters (not a compiled KFP pipeline)") from None
+    return {name: p.get("parameterType", "") for name, p in params.items()}
+
+
+def submit(
+    *,
+    params: Mapping[str, Any] | None = None,
+    run_group: str | None = None,
+    pipeline_run: str | None = None,
+    host: str | None = None,
+    token: str | None = None,
+    namespace: str | None = None,
+    experiment: str = DEFAULT_EXPERIMENT,
+    package_path: str | os.PathLike[str] | None = None,
+    service_account: str | None = None,
+    tracking_uri: str | None = None,
+    price_per_gpu_hour: str | None = None,
+    price_file: str | None = None,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Create a KFP run of the compiled pipeline; returns the submission summary.
+
+    Args (besides those every submitter takes, see :meth:`components.backend.ClusterSubmitter.submit`):
+        host, token: the KFP API endpoint and bearer token (default: the environment, see above).
+        namespace: the Kubeflow profile namespace (multi-user KFP only).
+        experiment: the KFP experiment, got or created by name.
+        package_path: the compiled package (default: the committed ``kfp_pipelines/finetune.yaml``).
+        service_account: the Kubernetes service account the run's pods use.
+    """
+    pipe = shipped_pipeline()
+    values = user_parameters(pipe, params)
+    package = Path(package_path) if package_path else PACKAGE_PATH
+    declared = _root_parameters(package)
+    for key in [*values, *TELEMETRY_PARAMS]:
+        if key not in declared:
+            raise InputError(f"--package {package}: the compiled pipeline has no parameter {key!r}")
+    host_url, secret = connection(host, token, os.environ)
+    run_group, pipeline_run = run_ids(ORCHESTRATOR, run_group, pipeline_run)
+    tags = cost_tags(pipe, price_per_gpu_hour, price_file)
+    uri, mc = optional_tracking(tracking_uri, os.environ)
+
+    namespace = _preflight(host_url, secret, namespace, timeout_s)
+    try:
+        client = _client(host_url, secret, namespace)
+        with quiet():
+            exp = client.create_experiment(name=experiment, namespace=namespace)
+        ctx = run_context(ORCHESTRATOR, run_group, pipeline_run)
+        arguments = {**values, **telemetry_values(ctx)}
+        with quiet():
+            result = client.create_run_from_pipeline_package(
+                str(package),
+                arguments=arguments,
+                run_name=pipeline_run,
+                experiment_id=exp.experiment_id,
+                service_account=service_account,
+            )
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line for the user
+        raise _error(exc, host_url, namespace, secret) from None
+
+    summary: dict[str, Any] = {
+        **telemetry_values(ctx),
+        "server_id": result.run_id,
+        "run_id": result.run_id,
+        "experiment": experiment,
+        "experiment_id": exp.experiment_id,
+        "namespace": namespace,
+        "host": host_url,
+        "url": f"{host_url}/#/runs/details/{result.run_id}",
+        "package": str(package),
+        "parameters": arguments,
+        "tags": tags,
+    }
+    summary.update(record_fields(mc, uri, ctx, {**tags, "llmpack.kfp.run_id": result.run_id}))
+    return summary
+
+
+def wait_for_run(
+    run_id: str,
+    *,
+    host: str | None = None,
+    token: str | None = None,
+    namespace: str | None = None,
+    timeout_s: float = WAIT_TIMEOUT_S,
+    poll_s: float = POLL_S,
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Poll a KFP run until it is SUCCEEDED, FAILED, SKIPPED or CANCELED (or ``timeout_s`` passes)."""
+    host_url, secret = connection(host, token, os.environ)
+    namespace = _preflight(host_url, secret, namespace, request_timeout_s)
+    client = _client(host_url, secret, namespace)
+
+    def read() -> tuple[str | None, dict[str, Any]]:
+        try:
+            run = client._run_api.run_service_get_run(run_id=run_id, _request_timeout=request_timeout_s)  # noqa: SLF001
+        except Exception as exc:  # noqa: BLE001 - one line for the user
+            raise _error(exc, host_url, namespace, secret) from None
+        state = str(run.state or "RUNTIME_STATE_UNSPECIFIED")
+        details: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "run_id": run_id, "state": state}
+        if run.error is not None:
+            details["error"] = one_line(getattr(run.error, "message", None) or run.error, (secret,))
+        return TERMINAL.get(state.upper()), details
+
+    return poll(read, timeout_s=timeout_s, poll_s=poll_s)
+
+
+def wait_for_completion(summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """:func:`wait_for_run` on the run of a :func:`submit` summary (its host and namespace unless given)."""
+    kwargs.setdefault("host", summary.get("host"))
+    kwargs.setdefault("namespace", summary.get("namespace"))
+    return wait_for_run(summary["run_id"], **kwargs)

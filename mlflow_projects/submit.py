@@ -1,0 +1,410 @@
+"""Submit the compiled MLflow project to Kubernetes as MLflow's Kubernetes backend does, and wait for it.
+
+``llmpack submit mlflow`` and ``llmpack compare --cluster`` come here through
+:mod:`llmpack.backends` (the :class:`components.backend.ClusterSubmitter` contract). What every
+submission shares (the parameters, ids, ``submitted_at``, cost tags, the MLflow record) is
+:mod:`components.submission`.
+
+Why not ``mlflow run --backend kubernetes``
+    That backend (``mlflow.projects.run(backend="kubernetes")``) always builds an image FROM
+    ``docker_env.image`` with a local Docker daemon and pushes it to the config's
+    ``repository-uri``, even with ``--build-image`` off (mlflow/mlflow#8118): no use on a machine
+    without Docker or push rights, and it puts an image build and push inside the measured submit
+    time. So :func:`submit` does what that backend does *after* the push, with the prebuilt step
+    image.
+
+:func:`submit`
+    Creates the MLflow run that ``main`` runs in (the pipeline record,
+    :func:`components.tracking.open_pipeline_run`, ``mode=cluster``, with the cost tags), fills
+    the compiled ``mlflow_projects/finetune-k8s/kubernetes_job_template.yaml`` the way MLflow's
+    ``_get_kubernetes_job_definition`` does (:func:`build_mlflow_job`: name, container name,
+    image, the ``main`` entry point's command as MLflow's project loader computes it,
+    ``MLFLOW_RUN_ID`` / ``MLFLOW_EXPERIMENT_ID`` / ``MLFLOW_TRACKING_URI`` appended to env), and
+    creates the Job with the real ``kubernetes`` client (``BatchV1Api.create_namespaced_job``).
+    Differences from MLflow's backend, on purpose: the image is the prebuilt step image
+    (``docker_env.image``; the project directory is in it at :data:`PROJECT_DIR_IN_IMAGE`, see
+    the Dockerfile), so the container's ``workingDir`` is set there instead of MLflow's
+    ``/mlflow/projects/code``; the Job is named after ``pipeline_run`` and carries the per-run
+    labels; the command is the entry point's argv (MLflow shell-quotes each token again, which
+    corrupts values with spaces); ``MLFLOW_TRACKING_URI`` is appended only when the cluster can
+    use it (``KUBE_MLFLOW_TRACKING_URI``, ``--cluster-tracking-uri``, or this client's URI when it
+    is a server without credentials in it), otherwise the Job keeps the Secret's value and the
+    summary carries a warning. ``submitted_at`` is taken before the MLflow run is created, as
+    ``mlflow run`` creates its run before it submits the Job: the record is part of this path's
+    submit overhead. A Job the cluster refuses deletes the record again (a submission that never
+    reached the cluster is not a run). Cluster access: ``--kubeconfig`` / ``KUBECONFIG`` /
+    ``~/.kube/config`` (``kubernetes.config.load_kube_config``), else the in-cluster service
+    account (:func:`kube_api_client`).
+
+:func:`wait_for_completion` / :func:`wait_for_job`
+    Poll the Job until it is Complete or Failed, or the timeout passes; then end the MLflow run
+    as ``mlflow run`` does (FINISHED or FAILED, unless ``main`` already ended it).
+
+Errors (no cluster configured, API unreachable, 401/403, namespace not found, a Job name in use,
+a parameter the project's ``main`` does not declare) are :class:`components.errors.InputError`
+with one line naming what to fix (:func:`_kube_error`). Tokens are never printed, logged, put in a
+summary or in an error message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from components import tracking
+from components.commands import format_value
+from components.dsl import TELEMETRY_PARAMS
+from components.errors import InputError
+from components.remote import POLL_S, REQUEST_TIMEOUT_S, WAIT_TIMEOUT_S, is_unreachable, one_line, poll, server_message
+from components.submission import (
+    PIPELINE_RUN_LABEL,
+    RUN_GROUP_LABEL,
+    check_id,
+    connect_tracking,
+    cost_tags,
+    open_record,
+    run_context,
+    run_ids,
+    shipped_pipeline,
+    telemetry_values,
+    user_parameters,
+)
+
+ORCHESTRATOR = "mlflow"
+PROJECT_DIR = Path(__file__).with_name("finetune-k8s")
+# Where the Dockerfile puts the repository (WORKDIR /opt/llmpack; COPY mlflow_projects/ ...).
+PROJECT_DIR_IN_IMAGE = "/opt/llmpack/mlflow_projects/finetune-k8s"
+
+
+# --------------------------------------------------------------------------- the Kubernetes API
+
+
+def kube_api_client(kubeconfig: str | None, context: str | None) -> Any:
+    """An ApiClient from kubeconfig (``--kubeconfig``, ``KUBECONFIG``, ``~/.kube/config``), else in-cluster."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    cfg = client.Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG") or None
+    if kubeconfig and not Path(kubeconfig).expanduser().is_file():
+        raise InputError(f"--kubeconfig {kubeconfig}: no such file")
+    try:
+        config.load_kube_config(config_file=path, context=context, client_configuration=cfg, persist_config=False)
+    except (ConfigException, OSError, TypeError) as exc:
+        if context or kubeconfig:
+            raise InputError(f"kubeconfig: {one_line(exc)}") from None
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+        except ConfigException:
+            raise InputError(
+                "no Kubernetes cluster configured: set KUBECONFIG, pass --kubeconfig, or run inside a pod"
+            ) from None
+    cfg.retries = 0  # one attempt: an unreachable API server is reported at once
+    return client.ApiClient(cfg)
+
+
+def check_connection(options: Mapping[str, Any]) -> None:
+    """The kubeconfig (or the in-cluster service account) loads; nothing is sent."""
+    kube_api_client(options.get("kubeconfig"), options.get("context")).close()
+
+
+def _kube_error(exc: BaseException, host: str, namespace: str, secrets: tuple[str | None, ...]) -> InputError:
+    """The ``kubernetes`` client's exception as one line that names the fix."""
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(exc, ApiException):
+        message = one_line(server_message(exc.body) or exc.reason or "", secrets)
+        if exc.status == 401:
+            return InputError(f"Kubernetes API at {host} rejected the credentials (401 Unauthorized): check the kubeconfig")
+        if exc.status == 403:
+            return InputError(f"Kubernetes API at {host} refused (403 Forbidden): {message}")
+        if exc.status == 404 and "namespace" in message.lower():
+            return InputError(f"Kubernetes API at {host}: namespace {namespace!r} not found")
+        if exc.status == 409:
+            return InputError(f"Kubernetes API at {host}: {message} (pass another --pipeline-run)")
+        return InputError(f"Kubernetes API at {host} answered {exc.status} {exc.reason or ''}: {message}".rstrip(": "))
+    if is_unreachable(exc):
+        return InputError(f"Kubernetes API at {host} is unreachable ({type(exc).__name__})")
+    return InputError(f"Kubernetes API at {host}: {type(exc).__name__}: {one_line(exc, secrets)}")
+
+
+def _api_secrets(api_client: Any) -> tuple[str | None, ...]:
+    cfg = api_client.configuration
+    return (*(cfg.api_key or {}).values(), getattr(cfg, "password", None))
+
+
+# --------------------------------------------------------------------------- the project and its Job
+
+
+def _load_project(project_dir: Path) -> Any:
+    from mlflow.exceptions import MlflowException
+    from mlflow.projects._project_spec import load_project
+
+    if not (project_dir / "MLproject").is_file():
+        raise InputError(f"--project {project_dir}: no MLproject file")
+    try:
+        return load_project(str(project_dir))
+    except (MlflowException, OSError) as exc:
+        raise InputError(f"--project {project_dir}: {one_line(exc)}") from None
+
+
+def _job_template(project_dir: Path) -> dict[str, Any]:
+    import json
+
+    import yaml
+
+    config_path = project_dir / "kubernetes_config.json"
+    name = "kubernetes_job_template.yaml"
+    if config_path.is_file():
+        try:
+            name = json.loads(config_path.read_text(encoding="utf-8")).get("kube-job-template-path") or name
+        except ValueError:
+            raise InputError(f"{config_path}: not valid JSON") from None
+    path = project_dir / name
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    if not isinstance(doc, dict) or doc.get("kind") != "Job":
+        raise InputError(f"{path}: not a Kubernetes Job template")
+    return doc
+
+
+def _cluster_tracking_uri(explicit: str | None, local_uri: str) -> tuple[str | None, str | None]:
+    """The tracking URI to give the Job, and a warning when there is none the cluster can use."""
+    if explicit:
+        return explicit, None
+    if os.environ.get("KUBE_MLFLOW_TRACKING_URI"):
+        return os.environ["KUBE_MLFLOW_TRACKING_URI"], None
+    parts = urlsplit(local_uri)
+    if parts.scheme in ("http", "https", "databricks") and not parts.username and not parts.password:
+        return local_uri, None
+    shown = local_uri if not (parts.username or parts.password) else f"{parts.scheme}://***@{parts.hostname}"
+    return None, (
+        f"tracking URI {shown} is not one the cluster can use: the Job keeps the tracking-uri of Secret "
+        "llmpack-mlflow, and the MLflow run it is given must exist there; set KUBE_MLFLOW_TRACKING_URI "
+        "(or --cluster-tracking-uri) to the tracking server the cluster reaches and submit with --tracking-uri "
+        "pointing at the same server"
+    )
+
+
+def build_mlflow_job(
+    template: Mapping[str, Any],
+    *,
+    project_name: str,
+    job_name: str,
+    namespace: str,
+    image: str,
+    command: list[str],
+    working_dir: str,
+    env: Mapping[str, str],
+    labels: Mapping[str, str],
+) -> dict[str, Any]:
+    """The Job MLflow's Kubernetes backend would create, from the compiled template (a copy)."""
+    job = copy.deepcopy(dict(template))
+    job["metadata"] = {**job.get("metadata", {}), "name": job_name, "namespace": namespace}
+    job["metadata"]["labels"] = {**job["metadata"].get("labels", {}), **labels}
+    pod = job["spec"]["template"]
+    pod.setdefault("metadata", {})["labels"] = {**pod["metadata"].get("labels", {}), **labels}
+    container = pod["spec"]["containers"][0]
+    container["name"] = project_name
+    container["image"] = image
+    container["command"] = list(command)
+    container["workingDir"] = working_dir
+    container["env"] = [*container.get("env", []), *({"name": k, "value": v} for k, v in env.items())]
+    return job
+
+
+def _entry_point_argv(entry: Any, parameters: Mapping[str, str]) -> list[str]:
+    """The entry point's command as MLflow computes it, split into argv (the container's ``command``)."""
+    import shlex
+
+    from mlflow.exceptions import MlflowException
+
+    try:
+        command = entry.compute_command(dict(parameters), None)
+    except MlflowException as exc:
+        raise InputError(f"MLflow entry point main: {one_line(exc)}") from None
+    return shlex.split(command)
+
+
+# --------------------------------------------------------------------------- submit and wait
+
+
+def submit(
+    *,
+    params: Mapping[str, Any] | None = None,
+    run_group: str | None = None,
+    pipeline_run: str | None = None,
+    project_dir: str | os.PathLike[str] | None = None,
+    image: str | None = None,
+    project_dir_in_image: str = PROJECT_DIR_IN_IMAGE,
+    namespace: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    tracking_uri: str | None = None,
+    cluster_tracking_uri: str | None = None,
+    price_per_gpu_hour: str | None = None,
+    price_file: str | None = None,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Create the MLflow run and the Kubernetes Job that runs the project's ``main`` in it.
+
+    Args (besides those every submitter takes, see :meth:`components.backend.ClusterSubmitter.submit`;
+    ``pipeline_run`` names the Job):
+        project_dir: the compiled project (default: the committed ``mlflow_projects/finetune-k8s``).
+        image: the prebuilt step image (default: the project's ``docker_env`` image).
+        project_dir_in_image: the Job's ``workingDir``: where the image holds the project.
+        namespace: the Job's namespace (default: the template's, else ``default``).
+        kubeconfig, context: cluster access (default: ``KUBECONFIG``, ``~/.kube/config``, in-cluster).
+        tracking_uri: here the record is always made: default ``MLFLOW_TRACKING_URI``, else MLflow's sqlite file.
+        cluster_tracking_uri: the same store as the Job reaches it (default ``KUBE_MLFLOW_TRACKING_URI``).
+    """
+    from kubernetes import client as k8s
+
+    pipe = shipped_pipeline()
+    values = user_parameters(pipe, params)
+    project_path = Path(project_dir) if project_dir else PROJECT_DIR
+    project = _load_project(project_path)
+    try:
+        entry = project.get_entry_point("main")
+    except Exception:  # noqa: BLE001 - MLflow raises ExecutionException
+        raise InputError(f"--project {project_path}: no 'main' entry point") from None
+    for key in [*values, *TELEMETRY_PARAMS]:
+        if key not in entry.parameters:
+            raise InputError(f"--project {project_path}: the main entry point has no parameter {key!r}")
+    template = _job_template(project_path)
+    image = image or (project.docker_env or {}).get("image")
+    if not image:
+        raise InputError(f"--project {project_path}: no docker_env image; pass --image")
+    ns = namespace or template.get("metadata", {}).get("namespace") or "default"
+    check_id(ns, "--namespace")
+    run_group, pipeline_run = run_ids(ORCHESTRATOR, run_group, pipeline_run)
+    tags = cost_tags(pipe, price_per_gpu_hour, price_file)
+    api_client = kube_api_client(kubeconfig, context)
+    kube_host = api_client.configuration.host
+    secrets = _api_secrets(api_client)
+
+    uri = tracking.tracking_uri(tracking_uri)
+    mc = connect_tracking(uri)
+    job_uri, warning = _cluster_tracking_uri(cluster_tracking_uri, uri)
+    tracking.experiment_id(mc)  # created before the clock starts
+
+    ctx = run_context(ORCHESTRATOR, run_group, pipeline_run)
+    arguments = {**values, **telemetry_values(ctx)}
+    run_tags = {
+        **tags,
+        "mlflow.source.type": "PROJECT",
+        "mlflow.source.name": str(project_path),
+        "mlflow.project.entryPoint": "main",
+        "mlflow.project.backend": "kubernetes",
+        "mlflow.project.env": "docker",
+        "mlflow.docker.image.name": image,
+        "llmpack.k8s.namespace": ns,
+        "llmpack.k8s.job": pipeline_run,
+    }
+    run_id, experiment_id = open_record(mc, ctx, run_tags)
+    command = _entry_point_argv(entry, {k: format_value(v) for k, v in arguments.items()})
+    env = {"MLFLOW_RUN_ID": run_id, "MLFLOW_EXPERIMENT_ID": str(experiment_id)}
+    if job_uri:
+        env["MLFLOW_TRACKING_URI"] = job_uri
+    job = build_mlflow_job(
+        template,
+        project_name=project.name or pipe.name,
+        job_name=pipeline_run,
+        namespace=ns,
+        image=image,
+        command=command,
+        working_dir=project_dir_in_image,
+        env=env,
+        labels={RUN_GROUP_LABEL: run_group, PIPELINE_RUN_LABEL: pipeline_run},
+    )
+    try:
+        created = k8s.BatchV1Api(api_client).create_namespaced_job(namespace=ns, body=job, _request_timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - one line for the user
+        error = _kube_error(exc, kube_host, ns, secrets)
+        with contextlib.suppress(Exception):  # a submission that never reached the cluster is not a run
+            mc.delete_run(run_id)
+        raise error from None
+    finally:
+        api_client.close()
+
+    return {
+        **telemetry_values(ctx),
+        "server_id": created.metadata.name,
+        "job_name": created.metadata.name,
+        "uid": created.metadata.uid,
+        "namespace": ns,
+        "host": kube_host,
+        "image": image,
+        "command": command,
+        "mlflow_run_id": run_id,
+        "mlflow_experiment_id": str(experiment_id),
+        "tracking_uri": uri,
+        "job_tracking_uri": job_uri,
+        "project": str(project_path),
+        "parameters": {k: format_value(v) for k, v in arguments.items()},
+        "tags": tags,
+        "warnings": [warning] if warning else [],
+    }
+
+
+def wait_for_job(
+    job_name: str,
+    *,
+    namespace: str,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    mlflow_run_id: str | None = None,
+    tracking_uri: str | None = None,
+    timeout_s: float = WAIT_TIMEOUT_S,
+    poll_s: float = POLL_S,
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Poll the Job until it is Complete or Failed; then end the MLflow run as ``mlflow run`` does."""
+    from kubernetes import client as k8s
+
+    api_client = kube_api_client(kubeconfig, context)
+    host, secrets = api_client.configuration.host, _api_secrets(api_client)
+    batch = k8s.BatchV1Api(api_client)
+
+    def read() -> tuple[str | None, dict[str, Any]]:
+        try:
+            job = batch.read_namespaced_job_status(job_name, namespace, _request_timeout=request_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - one line for the user
+            raise _kube_error(exc, host, namespace, secrets) from None
+        status = job.status
+        details: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "job_name": job_name, "namespace": namespace,
+                                   "state": "Pending" if status is None or status.start_time is None else "Running"}
+        for cond in (status.conditions or []) if status else []:
+            if cond.status == "True" and cond.type in ("Complete", "Failed"):
+                details["state"] = cond.type
+                if cond.type == "Failed":
+                    details["error"] = one_line(cond.message or cond.reason or "Job failed", secrets)
+                return ("succeeded" if cond.type == "Complete" else "failed"), details
+        return None, details
+
+    try:
+        result = poll(read, timeout_s=timeout_s, poll_s=poll_s)
+    finally:
+        api_client.close()
+    if mlflow_run_id and result["status"] in ("succeeded", "failed"):
+        mc = tracking.client(tracking_uri)
+        run = mc.get_run(mlflow_run_id)
+        if run.info.status in ("RUNNING", "SCHEDULED"):
+            mc.set_terminated(mlflow_run_id, "FINISHED" if result["status"] == "succeeded" else "FAILED")
+        result["mlflow_run_id"] = mlflow_run_id
+    return result
+
+
+def wait_for_completion(summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """:func:`wait_for_job` on the Job of a :func:`submit` summary (its namespace, MLflow run and store unless given)."""
+    kwargs.setdefault("namespace", summary.get("namespace"))
+    kwargs.setdefault("mlflow_run_id", summary.get("mlflow_run_id"))
+    kwargs.setdefault("tracking_uri", summary.get("tracking_uri"))
+    return wait_for_job(summary["job_name"], **kwargs)
