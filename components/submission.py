@@ -82,11 +82,9 @@ def user_parameters(pipe: Pipeline, params: Mapping[str, Any] | None) -> dict[st
 
 def cost_tags(pipe: Pipeline, price_per_gpu_hour: str | None, price_file: str | None) -> dict[str, str]:
     """The cost tags of DESIGN.md for the pipeline as compiled (an unknown price is reported as unknown)."""
-    uses = [
-        cost.GpuUse(step=t.name, gpus=t.step.execution.resources.gpus, cpu=t.step.execution.resources.cpu,
-                    gpu_type=t.step.execution.resources.gpu_type)
-        for t in pipe.task_order()
-    ]
+    from components.record import gpu_uses
+
+    uses = gpu_uses(pipe)
     gpu_types = sorted({t.step.execution.resources.gpu_type for t in pipe.tasks.values() if t.step.execution.resources.gpus})
     if len(gpu_types) > 1:
         raise InputError(f"the pipeline mixes GPU types {gpu_types}; cost needs one")
