@@ -27,3 +27,17 @@ class RunFailed(RuntimeError):
     def __init__(self, step: str, message: str) -> None:
         super().__init__(f"step {step!r} failed: {message}")
         self.step = step
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the client: open records end KILLED, exit 128 + signal (130, 143).
+
+    ``kept`` collects the run directories moved aside as ``<run>.failed`` on the way out, so the
+    message can name them.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by signal {signum}")
+        self.signum = signum
+        self.exit_code = 128 + signum
+        self.kept: list[str] = []

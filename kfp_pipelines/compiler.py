@@ -123,15 +123,18 @@ def component_source(task: Task) -> str:
 def close_record_source(pipe: Pipeline) -> str:
     """The exit handler's component: :mod:`components.record` with the run's final status.
 
-    The orchestrator's own job id and create time come in as KFP placeholders: the KFP backend
-    resolves ``{{$.pipeline_job_uuid}}`` from 2.5.0 and ``{{$.pipeline_job_create_time_utc}}``
-    from 2.17.0 (2.16.x passes an empty string, older ones the literal text, kfp.local too);
-    an unresolved create time falls back to the earliest pod/process time of the run.
+    Its submit time falls back to the earliest pod/process time of the run (``first_pod``), not
+    to ``dsl.PIPELINE_JOB_CREATE_TIME_UTC_PLACEHOLDER``: the KFP backend resolves that one only
+    from 2.17.0 (driver flag ``--pipeline_job_create_time_utc``, kubeflow/pipelines #13474;
+    2.16.x passes an empty string, older backends the literal text), and kfp.local 2.17 cannot
+    run a package that carries it at all (``IndexError`` in its placeholder parser), which would
+    break the plain ``kfp.local`` path. The job id, ``{{$.pipeline_job_uuid}}``, is resolved by
+    the backend from 2.5.0 and by kfp.local: it is the run id an empty ``pipeline_run`` takes.
     """
     telemetry = list(TELEMETRY_PARAMS)
     sig = ["    status: PipelineTaskFinalStatus,"]
     sig += [f"    {n}: {_TYPE_NAMES[TELEMETRY_PARAMS[n].type]}," for n in telemetry]
-    sig += ["    orchestrator_run_id: str = '',", "    orchestrator_created_at: str = '',"]
+    sig += ["    orchestrator_run_id: str = '',"]
     body = [
         '    """Close the pipeline run record: derive its metrics and cost, end it with the run status."""',
         "    import sys as _llmpack_sys",
@@ -141,7 +144,7 @@ def close_record_source(pipe: Pipeline) -> str:
         "",
         "    _llmpack_argv = ['--status=' + status.state, "
         f"{'--uses=' + uses_json(gpu_uses(pipe))!r}, "
-        "'--run-id=' + orchestrator_run_id, '--created-at=' + orchestrator_created_at]",
+        "'--run-id=' + orchestrator_run_id]",
         *(f"    _llmpack_argv.append({f'--param={n}='!r} + _llmpack_fmt({n}))" for n in telemetry),
         "    _llmpack_code = _llmpack_main(_llmpack_argv)",
         "    if _llmpack_code:",
@@ -274,8 +277,7 @@ def build_kfp_pipeline(pipe: Pipeline) -> Any:
     def pipeline_func(*args: Any) -> None:
         values = dict(zip(signature.parameters, args, strict=True))
         close = close_component(**{n: values[n] for n in TELEMETRY_PARAMS},
-                                orchestrator_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                                orchestrator_created_at=dsl.PIPELINE_JOB_CREATE_TIME_UTC_PLACEHOLDER)
+                                orchestrator_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
         configure_close_task(close)
         with dsl.ExitHandler(close, name="llmpack-run"):
             kfp_tasks: dict[str, Any] = {}

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from components.errors import InputError
+from components.errors import InputError, Interrupted
 
 OWN_FLAGS = {"model": "--model", "data": "--data", "seed": "--seed", "max_steps": "--max-steps"}
 GPU_HELP = "GPU type for the GPU steps' cost and placement (e.g. nvidia-h100-80gb)."
@@ -30,20 +30,44 @@ class OneLineErrors(click.Group):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         kwargs["standalone_mode"] = False
+        _raise_on_sigterm()
         try:
             rv = super().main(*args, **kwargs)
+        except (KeyboardInterrupt, Interrupted) as exc:
+            _interrupted(exc)
         except click.exceptions.NoArgsIsHelpError as exc:  # pragma: no cover - plain `llmpack`
             click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
             sys.exit(0)
         except click.UsageError as exc:
             fail(exc.format_message().replace("\n", " "))
-        except click.exceptions.Abort:
+        except click.exceptions.Abort as exc:
+            if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+                _interrupted(exc.__cause__)
             fail("aborted", 1)
         except InputError as exc:
             fail(str(exc))
         except OSError as exc:  # a path we could not read or write: one line, not a traceback
             fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _raise_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C does (records closed KILLED, children ended), then exits 143."""
+    import signal
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise Interrupted(signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _interrupted(exc: BaseException) -> None:
+    """One line naming what was kept and how to remove it; exit 130 (SIGINT) or 143 (SIGTERM)."""
+    kept = exc.kept if isinstance(exc, Interrupted) else [a for a in exc.args if isinstance(a, str)]
+    code = exc.exit_code if isinstance(exc, Interrupted) else 130
+    where = f"; kept {', '.join(kept)} (remove with: rm -rf {' '.join(kept)})" if kept else ""
+    click.echo(f"llmpack: interrupted: open MLflow records ended KILLED{where}", err=True)
+    sys.exit(code)
 
 
 def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -250,9 +274,9 @@ def report(run_group: str, out: Path, tracking_uri: str | None, control_plane: t
     """Rebuild a comparison report from MLflow alone (cluster runs logged from anywhere)."""
     from components import tracking
     from components.dsl import is_dns1123_label
+    from components.submission import connect_tracking
     from llmpack import compare as cmp
     from llmpack.report import parse_control_plane, runs_from_mlflow, write_report
-    from llmpack.runs import connect_tracking
 
     costs = parse_control_plane(control_plane, control_plane_file)
     if out.exists() and not out.is_dir():

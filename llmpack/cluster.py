@@ -490,8 +490,8 @@ class _Session:
 
     def _measure(self, plan: _Plan, summary: Mapping[str, Any], result: Mapping[str, Any],
                  rows: list[dict[str, Any]], record: dict[str, Any]) -> None:
+        from components.record import gpu_uses
         from llmpack.k8s.podphases import to_step_records
-        from llmpack.runs import gpu_uses
 
         orch = plan.orchestrator
         ctx = telemetry.RunContext(run_group=self.run_group, pipeline_run=plan.pipeline_run, orchestrator=orch,

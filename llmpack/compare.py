@@ -11,8 +11,9 @@ from dataclasses import replace
 from typing import Any
 
 from components.errors import InputError
+from components.submission import new_id
 from llmpack.backends import BACKENDS
-from llmpack.runs import RunOptions, new_id, prepare
+from llmpack.runs import RunOptions, prepare
 
 DEFAULT_BACKENDS = tuple(BACKENDS)
 SUMMARY_METRICS = (

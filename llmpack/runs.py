@@ -11,17 +11,14 @@ The sequence is the same for every backend, which is what makes them comparable:
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
-import secrets
 import shutil
 import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +26,12 @@ from components import cost, record, telemetry, tracking
 from components.commands import pipeline_values
 from components.data import BUILTIN, load_rows
 from components.dsl import Pipeline, is_dns1123_label
-from components.errors import InputError, RunFailed
+from components.errors import InputError, Interrupted, RunFailed
 from components.modeling import check_model_ref
 from components.runtime import CLIENT_UPLOADS_ENV
+from components.submission import connect_tracking, new_id, telemetry_values
+from llmpack.backends import local_runner
 from llmpack.progress import watch
-
-BACKENDS: dict[str, str] = {
-    "direct": "llmpack.direct",
-    "kfp": "kfp_pipelines.local",
-    "argo": "argo_workflows.local",
-    "mlflow": "mlflow_projects.local",
-}
 
 
 @dataclass(kw_only=True)
@@ -59,15 +51,9 @@ class RunOptions:
     params: dict[str, Any] = field(default_factory=dict)  # other pipeline parameters
 
 
-def new_id(prefix: str) -> str:
-    """A DNS-1123-safe id: prefix, UTC time, random suffix."""
-    return f"{prefix}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-
-
 def validate(opts: RunOptions) -> None:
     """Every check that can fail on the user's input, before anything is written."""
-    if opts.backend not in BACKENDS:
-        raise InputError(f"--backend {opts.backend!r}: choose one of {', '.join(BACKENDS)}")
+    local_runner(opts.backend)  # an unknown --backend is refused here, before anything is written
     if opts.max_steps <= 0:
         raise InputError(f"--max-steps {opts.max_steps}: must be a positive number of steps")
     if opts.gpus is not None and opts.gpus < 0:
@@ -130,20 +116,6 @@ def prepare(opts: RunOptions, pipe: Pipeline | None = None) -> tuple[Pipeline, c
     return pipe, resolve_price(pipe, opts)
 
 
-def connect_tracking(uri: str) -> Any:
-    """An MLflow client whose store answers; an unreachable tracking URI is bad input (exit 2)."""
-    mc = tracking.client(uri)
-    try:
-        tracking.experiment_id(mc)
-    except Exception as exc:  # noqa: BLE001 - one line for the user
-        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)} does not answer ({type(exc).__name__})") from None
-    return mc
-
-
-def _telemetry_values(ctx: telemetry.RunContext) -> dict[str, Any]:
-    return {k: getattr(ctx, k) for k in ("submitted_at", "run_group", "pipeline_run", "orchestrator", "mode")}
-
-
 def run_pipeline(
     opts: RunOptions,
     pipe: Pipeline | None = None,
@@ -155,7 +127,7 @@ def run_pipeline(
     pipe, price = prepare(opts, pipe)
     uri = tracking.tracking_uri(opts.tracking_uri)
     mc = connect_tracking(uri)
-    backend = importlib.import_module(BACKENDS[opts.backend])
+    backend = local_runner(opts.backend)
 
     run_group = opts.run_group or new_id("rg")
     pipeline_run = new_id(opts.backend)
@@ -186,7 +158,7 @@ def run_pipeline(
     ctx = telemetry.RunContext(
         run_group=run_group, pipeline_run=pipeline_run, orchestrator=opts.backend, mode="local", submitted_at=submitted_at
     )
-    values = pipeline_values(pipe, {**overrides, **_telemetry_values(ctx)})
+    values = pipeline_values(pipe, {**overrides, **telemetry_values(ctx)})
     uses = record.gpu_uses(pipe)
     run_id = tracking.open_pipeline_run(mc, ctx, {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name})
     staging.mkdir(parents=True)
@@ -201,8 +173,8 @@ def run_pipeline(
         error, failed_step = str(exc), exc.step
     except InputError as exc:
         error = str(exc)
-    except BaseException:  # a crash or Ctrl-C: keep what there is, but never as a complete run
-        os.replace(staging, out_root / f"{pipeline_run}.failed")
+    except BaseException as exc:  # a crash or Ctrl-C: keep what there is, but never as a complete run
+        _abandon(exc, mc=mc, run_id=run_id, staging=staging, kept=out_root / f"{pipeline_run}.failed")
         raise
     finished_at = time.time()
 
@@ -210,10 +182,28 @@ def run_pipeline(
         return _finish(pipe=pipe, opts=opts, ctx=ctx, price=price, mc=mc, run_id=run_id, uri=uri, staging=staging,
                        out_root=out_root, artifacts=artifacts, error=error, failed_step=failed_step,
                        finished_at=finished_at, overrides=overrides, step_env=step_env)
-    except BaseException:
-        if staging.exists():
-            os.replace(staging, out_root / f"{pipeline_run}.failed")
+    except BaseException as exc:
+        _abandon(exc, mc=mc, run_id=run_id, staging=staging, kept=out_root / f"{pipeline_run}.failed")
         raise
+
+
+def _abandon(exc: BaseException, *, mc: Any, run_id: str, staging: Path, kept: Path) -> None:
+    """A run cut short (crash, Ctrl-C, SIGTERM): its record ends KILLED or FAILED, its directory is kept as ``.failed``."""
+    interrupted = isinstance(exc, (KeyboardInterrupt, Interrupted))
+    try:
+        records = telemetry.read_records(telemetry.find_event_files(staging)) if staging.exists() else []
+        tracking.log_records(mc, run_id, records)
+        tracking.set_tags(mc, run_id, {"llmpack.status": "killed" if interrupted else "failed",
+                                       "llmpack.error": "interrupted" if interrupted else type(exc).__name__})
+        mc.set_terminated(run_id, "KILLED" if interrupted else "FAILED")
+    except Exception as log_exc:  # noqa: BLE001 - the JSONL in the kept directory has everything
+        print(f"llmpack: warning: could not close the MLflow record ({type(log_exc).__name__})", file=sys.stderr)
+    if staging.exists():
+        os.replace(staging, kept)
+    if isinstance(exc, Interrupted):
+        exc.kept.append(str(kept))
+    elif isinstance(exc, KeyboardInterrupt):
+        exc.args = (*exc.args, str(kept))
 
 
 def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, price: cost.Price | None, mc: Any,
@@ -230,7 +220,7 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, pric
     records = telemetry.read_records(telemetry.find_event_files(staging))
     closed = record.read_summary(staging)
     if closed is None or closed.get("pipeline_run") != pipeline_run:
-        closed = record.close(values=_telemetry_values(ctx), status="Failed" if error else "Succeeded",
+        closed = record.close(values=telemetry_values(ctx), status="Failed" if error else "Succeeded",
                               uses=record.gpu_uses(pipe), finished_at=finished_at, records_dir=staging, env=step_env)
     metrics, tags = closed["metrics"], dict(closed["tags"])
     finished_at = closed["finished_at"]

@@ -34,7 +34,6 @@ from typing import Any
 import yaml
 
 from components.commands import format_value, step_args
-from components.record import gpu_uses, uses_json
 from components.dsl import (
     TELEMETRY_PARAMS,
     OutputRef,
@@ -45,6 +44,7 @@ from components.dsl import (
     iter_param_args,
 )
 from components.errors import PipelineValidationError
+from components.record import gpu_uses, uses_json
 
 LOCAL_DIR = "finetune"
 K8S_DIR = "finetune-k8s"
