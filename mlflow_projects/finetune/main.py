@@ -18,6 +18,13 @@ MLflow's multistep pattern, with run ids passed explicitly (no fluent active-run
   the image again; there each entry point's command is run in place, as MLflow's local backend
   runs it (same command, same ``MLFLOW_RUN_ID`` environment).
 
+The run ``mlflow run`` created for ``main`` *is* the pipeline run's record (tag
+``llmpack.record=pipeline``): the steps log their events to it and, in ``main``'s final block,
+:func:`components.record.close` derives the metrics and cost tags and ends it FINISHED, FAILED
+or KILLED (SIGINT or SIGTERM of ``main``: exit code 130 or 143). Without a client's
+``submitted_at``, the run's own start time is the submit time; an empty ``pipeline_run`` is
+``mlflow-<run id>``.
+
 A child that fails is retried per its step spec (unless it failed with an ``llmpack: error:``
 line: bad input or a failed quality gate are not transient); then ``main`` fails with the
 child's ``llmpack: error:`` line. Each step's output is kept in ``<run dir>/logs/<task>.log``
@@ -123,13 +130,46 @@ def absolute_tracking_uri(uri: str, base_dir: str) -> str:
 
 
 def fill_telemetry(values: dict[str, str], parent: Any) -> None:
-    """A run started with plain ``mlflow run`` has no llmpack client: take its ids from MLflow."""
+    """A run started with plain ``mlflow run`` has no llmpack client: take its ids from MLflow.
+
+    ``submitted_at`` stays as given: the summary takes the run's start time as the orchestrator's
+    submit time when it is 0 (``llmpack.submit_time_source=orchestrator``).
+    """
     if not values.get("pipeline_run"):
         values["pipeline_run"] = f"mlflow-{parent.info.run_id[:12]}"
     if not values.get("run_group"):
         values["run_group"] = values["pipeline_run"]
-    if float(values.get("submitted_at") or 0) == 0.0:
-        values["submitted_at"] = repr(parent.info.start_time / 1000.0)
+
+
+class Interrupted(BaseException):
+    """SIGTERM reached main: end the run's record KILLED, exit 128 + signal (Ctrl-C: 130)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.exit_code = 128 + signum
+
+
+def raise_on_signals() -> None:
+    import signal
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise Interrupted(signum)
+
+    # SIGINT stays Python's KeyboardInterrupt, which mlflow.projects turns into cancelling the step's run.
+    signal.signal(signal.SIGTERM, handler)
+
+
+def close_record(spec: Mapping[str, Any], values: Mapping[str, str], parent: Any, status: str, run_dir: Path) -> None:
+    """The final block: derive the run's metrics and cost, log them on the record, end it."""
+    from components import record
+
+    records_dir = os.environ.get(record.RECORDS_DIR_ENV) or str(run_dir)
+    try:
+        record.close(values=values, status=status, uses=record.parse_uses(json.dumps(spec.get("uses", []))),
+                     orchestrator_run_id=parent.info.run_id, orchestrator_created_at=parent.info.start_time / 1000.0,
+                     records_dir=Path(records_dir))
+    except Exception as exc:  # noqa: BLE001 - the steps' JSONL keeps everything; the run's own status stands
+        print(f"llmpack: warning: could not close the run's record ({type(exc).__name__}: {exc})", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- step output
@@ -318,14 +358,19 @@ def main(argv: list[str] | None = None) -> int:
     import mlflow
     from mlflow.entities import RunTag
 
+    raise_on_signals()
     parent, owned = open_parent(os.environ.get("MLFLOW_EXPERIMENT_ID"))
     fill_telemetry(values, parent)
     run_dir = root / values["pipeline_run"]
     run_dir.mkdir(parents=True, exist_ok=True)
     mc = mlflow.MlflowClient()
     mc.log_batch(parent.info.run_id, tags=[
+        RunTag("llmpack.record", "pipeline"),
+        RunTag("llmpack.pipeline", spec["pipeline"]),
         RunTag("llmpack.pipeline_run", values["pipeline_run"]),
+        RunTag("llmpack.run_group", values["run_group"]),
         RunTag("llmpack.orchestrator", values["orchestrator"]),
+        RunTag("llmpack.mode", values["mode"]),
         RunTag("llmpack.artifacts", str(run_dir)),
     ])
     summary: dict[str, Any] = {
@@ -351,10 +396,14 @@ def main(argv: list[str] | None = None) -> int:
         summary.update(status="FAILED", failed_step=exc.task, error=exc.message)
         print(f"{ERROR_MARK} {exc}", file=sys.stderr, flush=True)
         rc = 1
+    except (Interrupted, KeyboardInterrupt) as exc:
+        summary.update(status="KILLED", error="interrupted")
+        rc = getattr(exc, "exit_code", 130)
     finally:
         if summary["status"] == "RUNNING":
             summary["status"] = "FAILED"
         status_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        close_record(spec, values, parent, summary["status"], run_dir)
         if owned:
             mc.set_terminated(parent.info.run_id, summary["status"])
     return rc
