@@ -281,6 +281,9 @@ TELEMETRY_PARAMS: dict[str, Param] = {
     "mode": Param(name="mode", type=str, default="local"),
 }
 
+# The summarizing task every compiled path ends with (components.record): no step may take its name.
+CLOSE_TASK = "close-record"
+
 # Filled by each orchestrator, not by users: its own id of the run (KFP job id, Argo workflow
 # name, MLflow run id), which an empty ``pipeline_run`` falls back to.
 RUNTIME_PARAMS: dict[str, Param] = {
@@ -352,6 +355,8 @@ def _validate_task(pipe: Pipeline, task: Task) -> None:
     where = f"task {task.name!r}"
     if not is_dns1123_label(task.name):
         raise PipelineValidationError(f"{where}: name is not a valid DNS-1123 label")
+    if task.name == CLOSE_TASK:
+        raise PipelineValidationError(f"{where}: name is reserved for the run's summarizing task; rename the task")
     res = step_.execution.resources
     if res.gpus < 0:
         raise PipelineValidationError(f"{where}: resources.gpus is {res.gpus}; must be >= 0")

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from components import cost, telemetry
+from components.dsl import CLOSE_TASK as CLOSE_TASK  # re-exported: every backend names the task by it
 from components.errors import InputError
 from components.runtime import CLIENT_UPLOADS_ENV, MLFLOW_LOGGING_ENV
 from components.telemetry import Record, RunContext
@@ -53,7 +54,6 @@ from components.telemetry import Record, RunContext
 RECORDS_DIR_ENV = "LLMPACK_RECORDS_DIR"
 RECORD_FILE = "llmpack-record.json"
 MODULE = "components.record"
-CLOSE_TASK = "close-record"  # the summarizing task's name on every path (a step may not take it)
 
 SubmitTimeSource = Literal["client", "orchestrator", "first_pod", "none"]
 RecordStatus = Literal["FINISHED", "FAILED", "KILLED"]

@@ -105,10 +105,11 @@ def test_gpu_placement_retries_and_deadline():
     assert res["requests"]["cpu"] == "8" and res["requests"]["memory"] == "64Gi"
     assert ft["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert ft["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert ft["activeDeadlineSeconds"] == 6 * 3600
+    # int-or-string fields as strings: the CRD takes both, Argo's published JSON schema only strings
+    assert ft["activeDeadlineSeconds"] == str(6 * 3600)
     rs = ft["retryStrategy"]
-    assert rs["limit"] == 2 and rs["retryPolicy"] == "Always"
-    assert rs["backoff"] == {"duration": "30s", "factor": 2}  # 30s, 60s: the 300s cap never binds
+    assert rs["limit"] == "2" and rs["retryPolicy"] == "Always"
+    assert rs["backoff"] == {"duration": "30s", "factor": "2"}  # 30s, 60s: the 300s cap never binds
     assert "maxDuration" not in rs["backoff"]  # a deadline from the first attempt: would block late retries
     assert rs["expression"] == "asInt(lastRetry.exitCode) != 2"
     # CPU steps ask for no GPU and carry no retry strategy (their Retry.limit is 0).

@@ -1,0 +1,257 @@
+"""The pipeline closes its own record: submit-time sources, run identity, status, and each native path.
+
+The slow tests start the run the way a user of each tool does, with no llmpack client involved:
+``mlflow run``, kfp's own loader + ``kfp.local``, and the compiled Argo YAML on the local executor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components import record, telemetry
+from components.cost import GpuUse
+from components.telemetry import RunContext, make_record
+
+REPO = Path(__file__).resolve().parents[1]
+MLFLOW_CLI = Path(sys.executable).with_name("mlflow")
+LLMPACK_CLI = Path(sys.executable).with_name("llmpack")
+HEADLINE = ("spinup_s", "time_to_first_step_s", "total_s", "cost_usd", "gpu_hours", "goodput", "eval_loss")
+
+
+def _rec(step: str, name: str, value: float, kind: str = "event") -> telemetry.Record:
+    ctx = RunContext(run_group="g", pipeline_run="p", orchestrator="kfp", mode="cluster", submitted_at=0.0)
+    return make_record(ctx, kind, step, name, value)
+
+
+# --------------------------------------------------------------------------- pure rules
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2026-01-09T12:34:56Z", 1767962096.0),
+    ("2026-01-09T14:34:56+02:00", 1767962096.0),
+    ("1767962096.5", 1767962096.5),
+    ("", None),
+    ("{{$.pipeline_job_create_time_utc}}", None),  # an older KFP backend passes the literal text
+    ("{{workflow.creationTimestamp}}", None),
+    ("2026-01-09T12:34:56", None),  # no zone: refused rather than guessed
+    ("yesterday", None),
+    ("0", None),
+])
+def test_parse_timestamp(text: str, expected: float | None):
+    assert record.parse_timestamp(text) == expected
+
+
+def test_submit_time_prefers_the_client_then_the_orchestrator_then_the_first_pod():
+    records = [_rec("prepare-data", "process_started", 105.0), _rec("finetune", "pod_created", 103.0),
+               _rec("finetune", "first_step", 200.0)]
+    assert record.resolve_submit_time(100.0, "2026-01-09T12:34:56Z", records) == (100.0, "client")
+    assert record.resolve_submit_time(0.0, "2026-01-09T12:34:56Z", records) == (1767962096.0, "orchestrator")
+    assert record.resolve_submit_time(0.0, "{{workflow.creationTimestamp}}", records) == (103.0, "first_pod")
+    assert record.resolve_submit_time(0.0, None, []) == (0.0, "none")
+
+
+def test_without_a_submit_time_no_metric_is_measured_from_1970():
+    records = [_rec("finetune", "process_started", 10.0), _rec("finetune", "first_step", 12.0),
+               _rec("finetune", "finished", 20.0)]
+    ctx = RunContext(run_group="g", pipeline_run="p", orchestrator="kfp", mode="cluster", submitted_at=0.0)
+    metrics, _ = record.summarize(ctx=ctx, records=records, uses=[], price=None, finished_at=21.0)
+    assert metrics["spinup_s"] is None and metrics["time_to_first_step_s"] is None and metrics["total_s"] is None
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ("Succeeded", "FINISHED"), ("SUCCEEDED", "FINISHED"), ("Failed", "FAILED"), ("Error", "FAILED"),
+    ("FAILED", "FAILED"), ("CANCELED", "KILLED"), ("Cancelled", "KILLED"), ("KILLED", "KILLED"), ("weird", "FAILED"),
+])
+def test_orchestrator_states_map_to_mlflow_statuses(given: str, expected: str):
+    assert record.record_status(given) == expected
+
+
+def test_an_empty_pipeline_run_takes_the_orchestrator_run_id():
+    assert record.identity({"pipeline_run": "", "run_group": ""}, "llm-finetune-x7k2p") == (
+        "llm-finetune-x7k2p", "llm-finetune-x7k2p")
+    assert record.identity({"pipeline_run": "mine", "run_group": "g"}, "other") == ("g", "mine")
+
+
+def test_close_writes_the_summary_from_the_jsonl_without_mlflow(tmp_path: Path):
+    """Client mode: the summary file is derived from the step records, nothing is sent to MLflow."""
+    log = telemetry.EventLog(tmp_path / "finetune" / "model" / telemetry.EVENTS_FILE)
+    ctx = RunContext(run_group="g", pipeline_run="p1", orchestrator="argo", mode="local", submitted_at=0.0)
+    for name, value in (("process_started", 1000.0), ("first_step", 1004.0), ("finished", 1010.0)):
+        log.append(make_record(ctx, "event", "finetune", name, value))
+    log.append(make_record(ctx, "metric", "finetune", "train_s", 6.0))
+    uses = [GpuUse(step="finetune", gpus=2, cpu=16, gpu_type="nvidia-h100-80gb")]
+    env = {record.CLIENT_UPLOADS_ENV: "1", "LLMPACK_PRICE_PER_GPU_HOUR": "3.6"}
+    summary = record.close(values={"pipeline_run": "p1", "run_group": "g", "orchestrator": "argo", "mode": "local",
+                                   "submitted_at": "0.0"},
+                           status="Succeeded", uses=uses, orchestrator_created_at="1970-01-01T00:16:38Z",
+                           finished_at=1011.0, records_dir=tmp_path, env=env)
+    assert summary == record.read_summary(tmp_path)
+    assert summary["status"] == "FINISHED" and summary["submit_time_source"] == "orchestrator"
+    m = summary["metrics"]
+    assert m["spinup_s"] == pytest.approx(2.0) and m["time_to_first_step_s"] == pytest.approx(6.0)
+    assert m["cost_usd"] == pytest.approx(2 * 10.0 * 3.6 / 3600)
+    assert summary["tags"]["llmpack.price_source"] == "env"
+    assert summary["tags"]["llmpack.submit_time_source"] == "orchestrator"
+
+
+def test_the_command_line_runs_as_compiled(tmp_path: Path):
+    """What every compiled exit handler runs: ``python -m components.record ...``."""
+    args = record.record_args(status="Failed", uses=record.uses_json([GpuUse(step="finetune", gpus=1, gpu_type="x")]),
+                              run_id="wf-abc", created_at="", params={"submitted_at": "0.0", "pipeline_run": "",
+                                                                      "run_group": "", "orchestrator": "argo",
+                                                                      "mode": "cluster"})
+    env = {**os.environ, record.CLIENT_UPLOADS_ENV: "1", record.RECORDS_DIR_ENV: str(tmp_path)}
+    proc = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    summary = record.read_summary(tmp_path)
+    assert summary["pipeline_run"] == "wf-abc" and summary["status"] == "FAILED"
+    assert summary["submit_time_source"] == "none"
+
+
+# --------------------------------------------------------------------------- compiled artifacts
+
+
+def test_every_compiled_path_ends_with_the_summarizing_task():
+    argo = yaml.safe_load((REPO / "argo_workflows" / "finetune.yaml").read_text())
+    assert argo["spec"]["onExit"] == record.CLOSE_TASK
+    (close,) = [t for t in argo["spec"]["templates"] if t["name"] == record.CLOSE_TASK]
+    args = close["container"]["args"]
+    assert "--status={{workflow.status}}" in args and "--created-at={{workflow.creationTimestamp}}" in args
+    assert "--run-id={{workflow.name}}" in args
+    steps = [t for t in argo["spec"]["templates"] if "container" in t and t["name"] != record.CLOSE_TASK]
+    assert all("--param=orchestrator_run_id={{workflow.name}}" in t["container"]["args"] for t in steps)
+
+    kfp = yaml.safe_load_all((REPO / "kfp_pipelines" / "finetune.yaml").read_text())
+    spec = next(iter(kfp))
+    root = spec["root"]["dag"]["tasks"]
+    exit_task = root[record.CLOSE_TASK]
+    assert exit_task["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
+    assert "taskFinalStatus" in exit_task["inputs"]["parameters"]["status"]
+
+    pipeline_json = json.loads((REPO / "mlflow_projects" / "finetune" / "pipeline.json").read_text())
+    assert pipeline_json["uses"] == [{"cpu": 8, "gpu_type": "nvidia-h100-80gb", "gpus": 1, "step": "finetune"},
+                                     {"cpu": 8, "gpu_type": "nvidia-h100-80gb", "gpus": 1, "step": "evaluate"}]
+
+
+def test_a_step_may_not_take_the_summarizing_tasks_name():
+    from dataclasses import replace
+
+    from components.dsl import Task
+    from components.errors import PipelineValidationError
+    from components.pipeline import build
+
+    pipe = build()
+    clash = Task(name=record.CLOSE_TASK, step=pipe.tasks["register"].step, arguments={})
+    with pytest.raises(PipelineValidationError, match="reserved for the run's summarizing task"):
+        replace(pipe, tasks={**pipe.tasks, record.CLOSE_TASK: clash}).validate()
+
+
+# --------------------------------------------------------------------------- native paths, no client
+
+
+def _records(tracking_db: Path) -> list:
+    from mlflow.tracking import MlflowClient
+
+    mc = MlflowClient(f"sqlite:///{tracking_db}")
+    return mc.search_runs([e.experiment_id for e in mc.search_experiments()])
+
+
+def _assert_closed_record(runs: list, orchestrator: str, source: str) -> object:
+    assert not [r for r in runs if r.info.status == "RUNNING"], "a record was left RUNNING"
+    (rec,) = [r for r in runs if r.data.tags.get("llmpack.record") == "pipeline"]
+    m, tags = rec.data.metrics, rec.data.tags
+    assert rec.info.status == "FINISHED"
+    assert tags["llmpack.orchestrator"] == orchestrator and tags["llmpack.submit_time_source"] == source
+    assert tags["llmpack.gpu_type"] == "nvidia-h100-80gb" and tags["llmpack.price_source"].startswith("aws")
+    assert all(key in m for key in HEADLINE), sorted(m)
+    assert 0 < m["spinup_s"] < m["time_to_first_step_s"] < m["total_s"]
+    assert m["cost_usd"] > 0 and m["eval_loss"] < m["base_eval_loss"]
+    return rec
+
+
+def _native_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LLMPACK_"))}
+    env.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+               MLFLOW_TRACKING_URI="sqlite:///mlflow.db", HF_HUB_OFFLINE="1")
+    return env
+
+
+@pytest.mark.slow
+def test_mlflow_run_as_typed_leaves_the_printed_run_as_a_complete_record(tmp_path: Path):
+    """``mlflow run mlflow_projects/finetune --env-manager local -P max_steps=5``: its run is the record."""
+    cmd = [str(MLFLOW_CLI), "run", str(REPO / "mlflow_projects" / "finetune"), "--env-manager", "local",
+           "-P", "max_steps=5"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=_native_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = [line.split("'")[1] for line in proc.stderr.splitlines() if "=== Run (ID '" in line and "succeeded" in line]
+    runs = _records(tmp_path / "mlflow.db")
+    rec = _assert_closed_record(runs, "mlflow", "orchestrator")
+    assert rec.info.run_id == printed[-1]  # the run id MLflow printed last is the pipeline's record
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == rec.info.run_id]
+    assert len(children) == 5
+    assert rec.data.tags["llmpack.pipeline_run"] == f"mlflow-{rec.info.run_id[:12]}"
+
+
+@pytest.mark.slow
+def test_plain_kfp_local_leaves_a_complete_record(tmp_path: Path):
+    """kfp's own loader + kfp.local on the committed package, no llmpack code driving it."""
+    script = (
+        "import kfp.local\n"
+        "from kfp import components\n"
+        "kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root='kfp-root')\n"
+        f"components.load_component_from_file({str(REPO / 'kfp_pipelines' / 'finetune.yaml')!r})"
+        "(max_steps=5, mode='local')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_native_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rec = _assert_closed_record(_records(tmp_path / "mlflow.db"), "kfp", "first_pod")
+    assert rec.data.tags["llmpack.pipeline_run"]  # kfp.local's job id: never empty, never shared
+
+
+@pytest.mark.slow
+def test_compiled_argo_yaml_takes_its_submit_time_from_the_workflow(tmp_path: Path):
+    """The committed Workflow on the local executor, no client: submit time = creationTimestamp."""
+    from argo_workflows.local import run_workflow_yaml
+
+    env = {**_native_env(), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    started = time.time()
+    run_workflow_yaml(REPO / "argo_workflows" / "finetune.yaml", {"max_steps": 5, "mode": "local"}, tmp_path / "wf", env)
+    rec = _assert_closed_record(_records(tmp_path / "mlflow.db"), "argo", "orchestrator")
+    assert rec.data.tags["llmpack.pipeline_run"].startswith("llm-finetune-local-")
+    submitted = float(rec.data.params["submitted_at"])
+    assert started - 1.0 <= submitted <= started + 1.0  # RFC 3339: whole seconds
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code", "backend"), [(signal.SIGINT, 130, "direct"), (signal.SIGTERM, 143, "mlflow")])
+def test_an_interrupted_run_exits_with_the_signal_and_leaves_nothing_running(tmp_path: Path, sig: int, code: int,
+                                                                              backend: str):
+    env = {**_native_env(), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    proc = subprocess.Popen([str(LLMPACK_CLI), "run", "--backend", backend, "--max-steps", "200"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((tmp_path / "llmpack-runs").rglob("finetune.log")):
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(sig)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err[-2000:]
+    (kept,) = (tmp_path / "llmpack-runs").glob("*.failed")
+    assert f"kept {kept}" in err and "rm -rf" in err
+    assert "Traceback" not in err
+    runs = _records(tmp_path / "mlflow.db")
+    assert runs and not [r for r in runs if r.info.status == "RUNNING"]
+    (rec,) = [r for r in runs if r.data.tags.get("llmpack.record") == "pipeline"]
+    assert rec.info.status == "KILLED"
+    leftover = subprocess.run(["pgrep", "-f", str(kept.with_suffix(""))], capture_output=True, text=True)
+    assert not leftover.stdout.strip(), "a step process outlived the client"
