@@ -580,3 +580,34 @@ def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Map
     path.write_text(compile_yaml(pipe), encoding="utf-8")
     arguments = {name: values[name] for name in pipe.all_params if name in values}
     return run_workflow_yaml(path, arguments, workdir, env, log=log)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m argo_workflows.local WORKFLOW.yaml -p NAME=VALUE ...``: what ``argo submit`` does, on this machine."""
+    import argparse
+    import os
+
+    parser = argparse.ArgumentParser(prog="python -m argo_workflows.local",
+                                     description="Run a compiled Argo Workflow's DAG on this machine (no cluster).")
+    parser.add_argument("workflow", type=Path, help="the Workflow YAML (e.g. argo_workflows/finetune.yaml)")
+    parser.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
+                        help="a workflow argument, as `argo submit -p`")
+    parser.add_argument("--workdir", type=Path, default=Path("argo-local"), help="where artifacts and logs go")
+    args = parser.parse_args(argv)
+    try:
+        arguments = {}
+        for item in args.parameter:
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise InputError(f"-p {item!r}: expected NAME=VALUE")
+            arguments[name] = value
+        artifacts = run_workflow_yaml(args.workflow, arguments, args.workdir.resolve(), dict(os.environ), log=sys.stderr)
+    except (InputError, RunFailed) as exc:
+        print(f"llmpack: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, InputError) else 1
+    print(f"argo: artifacts in {args.workdir} ({len(artifacts)} outputs)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
