@@ -13,7 +13,8 @@ llmpack run --backend mlflow --data examples/sample.jsonl --param seq_len=32
 llmpack compare --repeats 3 --report llmpack-report \
   --control-plane-cost kfp=450 --control-plane-cost argo=120 --control-plane-cost mlflow=200
 
-# The native tools on the committed artifacts, locally:
+# The native tools on the committed artifacts, locally. `kfp dsl compile` and `hera generate yaml`
+# import the pack: run them where it is installed (`pip install -e .`, or the .venv of `make install`).
 kfp dsl compile --py kfp_pipelines/pipeline.py --output /tmp/finetune.yaml   # == kfp_pipelines/finetune.yaml
 hera generate yaml argo_workflows/workflow.py --to /tmp/finetune-argo.yaml    # == argo_workflows/finetune.yaml
 mlflow run mlflow_projects/finetune --env-manager local -P max_steps=10 --experiment-name llmpack-native

@@ -148,11 +148,20 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
 
 
 @main.command()
-@click.option("--out", "out", type=click.Path(path_type=Path), default=Path("."), show_default=True,
-              help="Directory to write kfp_pipelines/finetune.yaml, argo_workflows/finetune.yaml, mlflow_projects/finetune*/ into.")
+# The default is llmpack.compile.DEFAULT_OUT, spelled out so that `llmpack --help` imports nothing more.
+@click.option("--out", "out", type=click.Path(path_type=Path), default=Path("build/llmpack"), show_default=True,
+              help="Directory to write kfp_pipelines/finetune.yaml, argo_workflows/finetune.yaml, mlflow_projects/finetune*/ "
+                   "into. `--out .` in the repository root rewrites the committed (golden) copies.")
 @click.option("--image", default=None, help="Step image for every step (default: each step's spec, ghcr.io/llmpack/llmpack:0.1.0).")
 def compile(out: Path, image: str | None) -> None:  # noqa: A001 - the command's name
-    """Compile the pipeline to KFP v2 IR, an Argo Workflow (Hera) and MLflow Projects."""
+    """Compile the pipeline to KFP v2 IR, an Argo Workflow (Hera) and MLflow Projects.
+
+    \b
+    Run it in the repository root and type the native commands there too: the MLflow
+    Kubernetes config names its job template relative to that directory.
+      llmpack compile --image ghcr.io/YOUR_ORG/llmpack:0.1.0     into build/llmpack/
+      llmpack compile --out .                                    regenerate the committed copies
+    """
     from llmpack.compile import compile_all
 
     for path in compile_all(out, image=image):

@@ -2,6 +2,13 @@
 
 Written into a temporary directory first and moved into place only when all three compiled,
 so a failure never leaves a half-written set.
+
+Where (decision): ``--out`` defaults to :data:`DEFAULT_OUT` (``build/llmpack``, gitignored), never
+the checkout itself, because the committed artifacts there are golden files: a compile with
+``--image`` over them made ``make test`` fail. Regenerating the committed copies is explicit:
+``llmpack compile --out .`` (or ``make golden``). The MLflow project records its paths as typed
+from the directory ``llmpack compile`` runs in (``mlflow_projects.compiler``, "Where ``mlflow
+run`` is typed"): ``--out build/llmpack`` gives ``build/llmpack/mlflow_projects/...``.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from components.errors import InputError
 KFP_FILE = Path("kfp_pipelines/finetune.yaml")
 ARGO_FILE = Path("argo_workflows/finetune.yaml")
 MLFLOW_DIR = Path("mlflow_projects")
+DEFAULT_OUT = Path("build/llmpack")
 
 
 def _check_out(out: Path) -> None:
@@ -58,7 +66,7 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         compile_pipeline(pipe, tmp / KFP_FILE)
         (tmp / ARGO_FILE).parent.mkdir(parents=True, exist_ok=True)
         (tmp / ARGO_FILE).write_text(build_workflow(pipe).to_yaml())
-        write_project(pipe, tmp / MLFLOW_DIR)
+        write_project(pipe, tmp / MLFLOW_DIR, typed_dir=(out / MLFLOW_DIR).as_posix())
         written = []
         for src in sorted(p for p in tmp.rglob("*") if p.is_file()):
             dest = out / src.relative_to(tmp)

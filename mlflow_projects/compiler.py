@@ -20,6 +20,24 @@
 MLflow's Kubernetes backend runs one entry point as one Job, so ``main`` runs the whole
 pipeline in one pod, each step a child run in it; the Job therefore asks for the largest
 step's GPUs, CPU and memory.
+
+Where ``mlflow run`` is typed (decision)
+    MLflow opens ``kube-job-template-path`` of the backend config as given, relative to the
+    directory ``mlflow run`` is typed in, not to the config file or the project
+    (``mlflow.projects._parse_kubernetes_config``). Every documented command is typed from the
+    directory ``llmpack compile`` ran in (the repository root), so the compiler writes the
+    template's path as that directory sees it: ``typed_dir`` (default ``mlflow_projects``, the
+    committed copies; ``llmpack compile --out DIR`` passes ``DIR/mlflow_projects``, absolute when
+    ``DIR`` is). The MLproject comments show the commands with the same paths.
+
+Pinning llmpack for ``--env-manager virtualenv|uv`` (decision)
+    ``python_env.yaml`` does not name a bare ``llmpack``: that name is not ours on PyPI, and pip
+    would install whatever is published under it. It pins ``llmpack @ file://${LLMPACK_SOURCE}``:
+    pip (and uv) expand ``${VAR}`` in requirements files, and MLflow hands the dependencies to
+    ``pip install -r`` as a requirements file written in a temporary directory
+    (``mlflow.utils.virtualenv._create_virtualenv``), so a relative path cannot work but an
+    absolute one from the environment does. Unset, the URL stays ``file://${LLMPACK_SOURCE}`` and
+    the install fails: nothing is fetched from an index in its place.
 """
 
 from __future__ import annotations
@@ -50,6 +68,9 @@ LOCAL_DIR = "finetune"
 K8S_DIR = "finetune-k8s"
 IMAGE_ENV = "LLMPACK_IMAGE"
 ORCHESTRATOR = "mlflow"
+TYPED_DIR = "mlflow_projects"  # the projects' parent as typed on the command line (see the docstring)
+JOB_TEMPLATE = "kubernetes_job_template.yaml"
+SOURCE_ENV = "LLMPACK_SOURCE"  # python_env.yaml installs llmpack from this checkout (see the docstring)
 DRIVER = Path(__file__).with_name("driver.py")
 
 # MLflow checks only `path` and `uri` parameters; the others are labels for the reader (MLflow's own
@@ -184,25 +205,26 @@ def _indent(text: str, n: int) -> str:
     return "".join(pad + line if line.strip() else line for line in text.splitlines(keepends=True))
 
 
-def render_mlproject(pipe: Pipeline, *, kubernetes: bool, image: str | None = None) -> str:
+def render_mlproject(pipe: Pipeline, *, kubernetes: bool, image: str | None = None, typed_dir: str = TYPED_DIR) -> str:
     mode = "cluster" if kubernetes else "local"
-    project_dir = K8S_DIR if kubernetes else LOCAL_DIR
+    project_dir = f"{typed_dir}/{K8S_DIR if kubernetes else LOCAL_DIR}"
     lines = [HEADER, f"# Pipeline {pipe.name!r}: {pipe.description}\n#\n"]
     if kubernetes:
         lines.append(
-            "# The whole pipeline as one Kubernetes Job (kubernetes_job_template.yaml), each step a child run:\n"
-            f"#   cd mlflow_projects/{project_dir}\n"
-            "#   mlflow run . --backend kubernetes --backend-config kubernetes_config.json -P max_steps=200\n"
-            "# (kube-job-template-path in kubernetes_config.json is relative to where you type `mlflow run`.)\n"
+            "# The whole pipeline as one Kubernetes Job (kubernetes_job_template.yaml), each step a child run,\n"
+            "# typed in the directory `llmpack compile` ran in (for the committed copies: the repository root):\n"
+            f"#   mlflow run {project_dir} --backend kubernetes \\\n"
+            f"#     --backend-config {project_dir}/kubernetes_config.json -P max_steps=200\n"
+            "# (MLflow opens kube-job-template-path in kubernetes_config.json relative to where you type `mlflow run`.)\n"
             "# MLflow builds an image FROM docker_env.image with this directory in it and pushes it to the\n"
             "# config's repository-uri; docker_env.image is the step image built from the repository's Dockerfile.\n"
         )
     else:
         lines.append(
             "# The whole pipeline, each step a child run of the main run, in the current environment:\n"
-            f"#   mlflow run mlflow_projects/{project_dir} --env-manager local -P max_steps=3\n"
+            f"#   mlflow run {project_dir} --env-manager local -P max_steps=3\n"
             "# One step:\n"
-            f"#   mlflow run mlflow_projects/{project_dir} -e prepare_data --env-manager local -P out_dataset=$PWD/data\n"
+            f"#   mlflow run {project_dir} -e prepare_data --env-manager local -P out_dataset=$PWD/data\n"
             "# Artifacts go to <artifacts_dir>/<pipeline_run>/<task>/<output>; a relative artifacts_dir is taken\n"
             "# from the directory you run `mlflow run` in.\n"
         )
@@ -438,7 +460,8 @@ def render_job_template(pipe: Pipeline) -> str:
         + "# MLflow's Kubernetes backend sets metadata.name, the container's name, image and command, and appends\n"
         "# MLFLOW_RUN_ID, MLFLOW_EXPERIMENT_ID and MLFLOW_TRACKING_URI to env. Kubernetes keeps the last entry of\n"
         "# a repeated name, so the appended MLFLOW_TRACKING_URI (the submitter's, or KUBE_MLFLOW_TRACKING_URI when\n"
-        "# set) wins over the Secret's; credentials stay in the Secret (username/password/token, optional keys).\n"
+        "# set) wins over the Secret's. It is a literal value in the Job spec: use a URI without credentials; they\n"
+        "# stay in the Secret (username/password/token, optional keys). `llmpack submit mlflow` appends no URI.\n"
         f"# Needs, in namespace {NAMESPACE!r}: Secret {TRACKING_SECRET!r} and PersistentVolumeClaim {ARTIFACTS_PVC!r}.\n"
         + _dump(kubernetes_job_template(pipe))
     )
@@ -452,11 +475,12 @@ def image_repository(image: str) -> str:
     return name[:colon] if colon > slash else name
 
 
-def kubernetes_config(image: str) -> dict[str, Any]:
+def kubernetes_config(image: str, *, typed_dir: str = TYPED_DIR) -> dict[str, Any]:
+    """The ``--backend-config``; its template path is relative to where ``mlflow run`` is typed."""
     return {
         "kube-context": None,
         "repository-uri": f"{image_repository(image)}-mlflow-project",
-        "kube-job-template-path": "kubernetes_job_template.yaml",
+        "kube-job-template-path": f"{typed_dir}/{K8S_DIR}/{JOB_TEMPLATE}",
     }
 
 
@@ -478,39 +502,40 @@ def pipeline_image(pipe: Pipeline, image: str | None = None) -> str:
 # --------------------------------------------------------------------------- files
 
 
-PYTHON_ENV = """\
+PYTHON_ENV = f"""\
 # For `mlflow run --env-manager virtualenv` (or uv): a fresh environment with llmpack installed from
-# your package index (or `PIP_FIND_LINKS=dist` after `pip wheel --no-deps -w dist .`).
-# `--env-manager local` uses the current environment instead, where llmpack is installed.
+# your checkout: `{SOURCE_ENV}=/abs/path/to/llmpack mlflow run ...` (pip expands ${{{SOURCE_ENV}}}).
+# Pinned to a file URL on purpose: `llmpack` on a package index is not ours, so it is never looked up
+# there; with {SOURCE_ENV} unset the install fails. `--env-manager local` uses the current environment.
 python: "3.11"
 build_dependencies:
   - pip
 dependencies:
-  - llmpack
+  - llmpack @ file://${{{SOURCE_ENV}}}
 """
 
 
-def render_local_project(pipe: Pipeline) -> dict[str, str]:
+def render_local_project(pipe: Pipeline, *, typed_dir: str = TYPED_DIR) -> dict[str, str]:
     """File name -> text of the ``finetune/`` project."""
     _check_names(pipe)
     return {
-        "MLproject": render_mlproject(pipe, kubernetes=False),
+        "MLproject": render_mlproject(pipe, kubernetes=False, typed_dir=typed_dir),
         "python_env.yaml": HEADER + PYTHON_ENV,
         "pipeline.json": json.dumps(pipeline_spec(pipe, kubernetes=False), indent=2) + "\n",
         "main.py": DRIVER.read_text(encoding="utf-8"),
     }
 
 
-def render_k8s_project(pipe: Pipeline, *, image: str | None = None) -> dict[str, str]:
+def render_k8s_project(pipe: Pipeline, *, image: str | None = None, typed_dir: str = TYPED_DIR) -> dict[str, str]:
     """File name -> text of the ``finetune-k8s/`` project."""
     _check_names(pipe)
     img = pipeline_image(pipe, image)
     return {
-        "MLproject": render_mlproject(pipe, kubernetes=True, image=img),
+        "MLproject": render_mlproject(pipe, kubernetes=True, image=img, typed_dir=typed_dir),
         "pipeline.json": json.dumps(pipeline_spec(pipe, kubernetes=True), indent=2) + "\n",
         "main.py": DRIVER.read_text(encoding="utf-8"),
-        "kubernetes_config.json": json.dumps(kubernetes_config(img), indent=2) + "\n",
-        "kubernetes_job_template.yaml": render_job_template(pipe),
+        "kubernetes_config.json": json.dumps(kubernetes_config(img, typed_dir=typed_dir), indent=2) + "\n",
+        JOB_TEMPLATE: render_job_template(pipe),
     }
 
 
@@ -528,18 +553,23 @@ def _write(files: Mapping[str, str], project_dir: Path) -> Path:
     return project_dir
 
 
-def write_local_project(pipe: Pipeline, project_dir: str | os.PathLike[str]) -> Path:
-    return _write(render_local_project(pipe), Path(project_dir))
+def write_local_project(pipe: Pipeline, project_dir: str | os.PathLike[str], *, typed_dir: str = TYPED_DIR) -> Path:
+    return _write(render_local_project(pipe, typed_dir=typed_dir), Path(project_dir))
 
 
-def write_k8s_project(pipe: Pipeline, project_dir: str | os.PathLike[str], *, image: str | None = None) -> Path:
-    return _write(render_k8s_project(pipe, image=image), Path(project_dir))
+def write_k8s_project(pipe: Pipeline, project_dir: str | os.PathLike[str], *, image: str | None = None,
+                      typed_dir: str = TYPED_DIR) -> Path:
+    return _write(render_k8s_project(pipe, image=image, typed_dir=typed_dir), Path(project_dir))
 
 
-def write_project(pipe: Pipeline, out_dir: str | os.PathLike[str], *, image: str | None = None) -> dict[str, Path]:
-    """Write ``out_dir/finetune/`` and ``out_dir/finetune-k8s/``; returns their paths."""
+def write_project(pipe: Pipeline, out_dir: str | os.PathLike[str], *, image: str | None = None,
+                  typed_dir: str = TYPED_DIR) -> dict[str, Path]:
+    """Write ``out_dir/finetune/`` and ``out_dir/finetune-k8s/``; returns their paths.
+
+    ``typed_dir`` is ``out_dir`` as the user types it in ``mlflow run`` (see the module docstring).
+    """
     out = Path(out_dir)
     return {
-        "local": write_local_project(pipe, out / LOCAL_DIR),
-        "kubernetes": write_k8s_project(pipe, out / K8S_DIR, image=image),
+        "local": write_local_project(pipe, out / LOCAL_DIR, typed_dir=typed_dir),
+        "kubernetes": write_k8s_project(pipe, out / K8S_DIR, image=image, typed_dir=typed_dir),
     }

@@ -19,17 +19,21 @@ Why not ``mlflow run --backend kubernetes``
     the compiled ``mlflow_projects/finetune-k8s/kubernetes_job_template.yaml`` the way MLflow's
     ``_get_kubernetes_job_definition`` does (:func:`build_mlflow_job`: name, container name,
     image, the ``main`` entry point's command as MLflow's project loader computes it,
-    ``MLFLOW_RUN_ID`` / ``MLFLOW_EXPERIMENT_ID`` / ``MLFLOW_TRACKING_URI`` appended to env), and
-    creates the Job with the real ``kubernetes`` client (``BatchV1Api.create_namespaced_job``).
+    ``MLFLOW_RUN_ID`` / ``MLFLOW_EXPERIMENT_ID`` appended to env), and creates the Job with the
+    real ``kubernetes`` client (``BatchV1Api.create_namespaced_job``).
     Differences from MLflow's backend, on purpose: the image is the prebuilt step image
     (``docker_env.image``; the project directory is in it at :data:`PROJECT_DIR_IN_IMAGE`, see
     the Dockerfile), so the container's ``workingDir`` is set there instead of MLflow's
     ``/mlflow/projects/code``; the Job is named after ``pipeline_run`` and carries the per-run
     labels; the command is the entry point's argv (MLflow shell-quotes each token again, which
-    corrupts values with spaces); ``MLFLOW_TRACKING_URI`` is appended only when the cluster can
-    use it (``KUBE_MLFLOW_TRACKING_URI``, ``--cluster-tracking-uri``, or this client's URI when it
-    is a server without credentials in it), otherwise the Job keeps the Secret's value and the
-    summary carries a warning. ``submitted_at`` is taken before the MLflow run is created, as
+    corrupts values with spaces); ``MLFLOW_TRACKING_URI`` is never appended: MLflow's backend
+    appends the submitter's URI (or ``KUBE_MLFLOW_TRACKING_URI``) as a literal value, readable by
+    anyone who may read Jobs, where this path leaves the template's reference to the Secret
+    (``valueFrom.secretKeyRef``, as every other compiled artifact has it) the only tracking URI.
+    So the record is made in the store the Secret names: submit with ``--tracking-uri`` set to
+    that server; ``--cluster-tracking-uri`` / ``KUBE_MLFLOW_TRACKING_URI`` say how the cluster
+    reaches it (the summary's ``job_tracking_uri``, nothing more); a record made in a local store
+    the cluster cannot reach gets a warning. ``submitted_at`` is taken before the MLflow run is created, as
     ``mlflow run`` creates its run before it submits the Job: the record is part of this path's
     submit overhead. A Job the cluster refuses deletes the record again (a submission that never
     reached the cluster is not a run). Cluster access: ``--kubeconfig`` / ``KUBECONFIG`` /
@@ -79,6 +83,8 @@ ORCHESTRATOR = "mlflow"
 PROJECT_DIR = Path(__file__).with_name("finetune-k8s")
 # Where the Dockerfile puts the repository (WORKDIR /opt/llmpack; COPY mlflow_projects/ ...).
 PROJECT_DIR_IN_IMAGE = "/opt/llmpack/mlflow_projects/finetune-k8s"
+# What the Job takes from Secret llmpack-mlflow by reference and never as a literal env value.
+SECRET_ONLY_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
 
 
 # --------------------------------------------------------------------------- the Kubernetes API
@@ -153,43 +159,64 @@ def _load_project(project_dir: Path) -> Any:
         raise InputError(f"--project {project_dir}: {one_line(exc)}") from None
 
 
-def _job_template(project_dir: Path) -> dict[str, Any]:
+def _job_template(project_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """The compiled Job template: the one beside ``kubernetes_config.json``, where the compiler writes it.
+
+    ``kube-job-template-path`` in the config is relative to where ``mlflow run`` is typed
+    (``mlflow_projects.compiler``); it is followed only when no template of that name lies beside the config.
+    """
     import json
 
     import yaml
 
     config_path = project_dir / "kubernetes_config.json"
-    name = "kubernetes_job_template.yaml"
+    path = project_dir / "kubernetes_job_template.yaml"
     if config_path.is_file():
         try:
-            name = json.loads(config_path.read_text(encoding="utf-8")).get("kube-job-template-path") or name
+            configured = json.loads(config_path.read_text(encoding="utf-8")).get("kube-job-template-path")
         except ValueError:
             raise InputError(f"{config_path}: not valid JSON") from None
-    path = project_dir / name
+        if configured:
+            beside = project_dir / Path(configured).name
+            path = beside if beside.is_file() else Path(configured)
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
     if not isinstance(doc, dict) or doc.get("kind") != "Job":
         raise InputError(f"{path}: not a Kubernetes Job template")
-    return doc
+    return path, doc
 
 
-def _cluster_tracking_uri(explicit: str | None, local_uri: str) -> tuple[str | None, str | None]:
-    """The tracking URI to give the Job, and a warning when there is none the cluster can use."""
-    if explicit:
-        return explicit, None
-    if os.environ.get("KUBE_MLFLOW_TRACKING_URI"):
-        return os.environ["KUBE_MLFLOW_TRACKING_URI"], None
+def _tracking_secret(path: Path, template: Mapping[str, Any]) -> str:
+    """The Secret the template's container takes ``MLFLOW_TRACKING_URI`` from: the Job's only tracking URI."""
+    try:
+        env = template["spec"]["template"]["spec"]["containers"][0].get("env") or []
+    except (KeyError, IndexError, TypeError, AttributeError):
+        env = []
+    for entry in env:
+        if isinstance(entry, dict) and entry.get("name") == "MLFLOW_TRACKING_URI":
+            ref = (entry.get("valueFrom") or {}).get("secretKeyRef") or {}
+            if ref.get("name") and ref.get("key"):
+                return f"{ref['name']} (key {ref['key']})"
+    raise InputError(f"{path}: the container takes no MLFLOW_TRACKING_URI from a Secret (env valueFrom.secretKeyRef), "
+                     "and this path never writes the URI into the Job: recompile with `llmpack compile`")
+
+
+def _cluster_tracking_uri(explicit: str | None, local_uri: str, secret: str) -> tuple[str | None, str | None]:
+    """How the cluster reaches the tracking store (for the summary only), and a warning when the record is out of its reach.
+
+    The Job's URI always comes from the Secret; a record made in a local store (sqlite, a file)
+    cannot be the run the Job's ``main`` continues.
+    """
     parts = urlsplit(local_uri)
-    if parts.scheme in ("http", "https", "databricks") and not parts.username and not parts.password:
-        return local_uri, None
-    shown = local_uri if not (parts.username or parts.password) else f"{parts.scheme}://***@{parts.hostname}"
-    return None, (
-        f"tracking URI {shown} is not one the cluster can use: the Job keeps the tracking-uri of Secret "
-        "llmpack-mlflow, and the MLflow run it is given must exist there; set KUBE_MLFLOW_TRACKING_URI "
-        "(or --cluster-tracking-uri) to the tracking server the cluster reaches and submit with --tracking-uri "
-        "pointing at the same server"
+    declared = explicit or os.environ.get("KUBE_MLFLOW_TRACKING_URI") or None
+    if parts.scheme in ("http", "https", "databricks"):
+        return declared or (None if parts.username or parts.password else local_uri), None
+    return declared, (
+        f"tracking URI {local_uri} is not a server the cluster can reach: the Job takes its tracking URI from "
+        f"Secret {secret} and looks for its MLflow run there; submit with --tracking-uri set to that server "
+        "(KUBE_MLFLOW_TRACKING_URI / --cluster-tracking-uri only say how the cluster reaches it)"
     )
 
 
@@ -205,7 +232,14 @@ def build_mlflow_job(
     env: Mapping[str, str],
     labels: Mapping[str, str],
 ) -> dict[str, Any]:
-    """The Job MLflow's Kubernetes backend would create, from the compiled template (a copy)."""
+    """The Job MLflow's Kubernetes backend would create, from the compiled template (a copy).
+
+    ``env`` may not carry the tracking URI or credentials (:data:`SECRET_ONLY_ENV`): in a Job they
+    are literal values anyone who may read Jobs reads; the template takes them from the Secret.
+    """
+    literal = sorted(set(env) & set(SECRET_ONLY_ENV))
+    if literal:
+        raise ValueError(f"build_mlflow_job: {', '.join(literal)} only by reference to the Secret, never as a literal")
     job = copy.deepcopy(dict(template))
     job["metadata"] = {**job.get("metadata", {}), "name": job_name, "namespace": namespace}
     job["metadata"]["labels"] = {**job["metadata"].get("labels", {}), **labels}
@@ -263,7 +297,8 @@ def submit(
         namespace: the Job's namespace (default: the template's, else ``default``).
         kubeconfig, context: cluster access (default: ``KUBECONFIG``, ``~/.kube/config``, in-cluster).
         tracking_uri: here the record is always made: default ``MLFLOW_TRACKING_URI``, else MLflow's sqlite file.
-        cluster_tracking_uri: the same store as the Job reaches it (default ``KUBE_MLFLOW_TRACKING_URI``).
+        cluster_tracking_uri: the same store as the cluster reaches it (default ``KUBE_MLFLOW_TRACKING_URI``);
+            reported as ``job_tracking_uri``, never put into the Job (its URI comes from the Secret).
     """
     from kubernetes import client as k8s
 
@@ -278,7 +313,8 @@ def submit(
     for key in [*values, *TELEMETRY_PARAMS]:
         if key not in entry.parameters:
             raise InputError(f"--project {project_path}: the main entry point has no parameter {key!r}")
-    template = _job_template(project_path)
+    template_path, template = _job_template(project_path)
+    secret = _tracking_secret(template_path, template)
     image = image or (project.docker_env or {}).get("image")
     if not image:
         raise InputError(f"--project {project_path}: no docker_env image; pass --image")
@@ -292,7 +328,7 @@ def submit(
 
     uri = tracking.tracking_uri(tracking_uri)
     mc = connect_tracking(uri)
-    job_uri, warning = _cluster_tracking_uri(cluster_tracking_uri, uri)
+    job_uri, warning = _cluster_tracking_uri(cluster_tracking_uri, uri, secret)
     tracking.experiment_id(mc)  # created before the clock starts
 
     ctx = run_context(ORCHESTRATOR, run_group, pipeline_run)
@@ -310,9 +346,7 @@ def submit(
     }
     run_id, experiment_id = open_record(mc, ctx, run_tags)
     command = _entry_point_argv(entry, {k: format_value(v) for k, v in arguments.items()})
-    env = {"MLFLOW_RUN_ID": run_id, "MLFLOW_EXPERIMENT_ID": str(experiment_id)}
-    if job_uri:
-        env["MLFLOW_TRACKING_URI"] = job_uri
+    env = {"MLFLOW_RUN_ID": run_id, "MLFLOW_EXPERIMENT_ID": str(experiment_id)}  # the URI: from the Secret
     job = build_mlflow_job(
         template,
         project_name=project.name or pipe.name,

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from components.dsl import Dataset, Input, Metrics, Output, pipeline, step
 from components.pipeline import finetune_pipeline
-from llmpack.compile import compile_all
+from llmpack.compile import DEFAULT_OUT, compile_all
 from tests.conftest import REPO, llmpack
 
 
@@ -18,11 +19,12 @@ def toy_audit(dataset: Input[Dataset], report: Output[Metrics], threshold: float
     """A toy extra step that audits the prepared data."""
 
 
-def test_compile_matches_the_committed_golden_files(tmp_path: Path) -> None:
-    written = compile_all(tmp_path)
+def test_compile_matches_the_committed_golden_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # `llmpack compile --out .`, as in the repository root
+    written = compile_all(Path("."))
     assert written
     for path in written:
-        rel = path.relative_to(tmp_path)
+        rel = path
         committed = REPO / rel
         assert committed.exists(), f"{rel} is compiled but not committed (run `make golden`)"
         assert path.read_bytes() == committed.read_bytes(), f"{rel} differs from the committed golden copy"
@@ -42,14 +44,39 @@ def test_a_toy_extra_step_appears_in_all_three_outputs(tmp_path: Path) -> None:
     assert "toy-audit" not in base.tasks
     compile_all(tmp_path, pipe)
     kfp = list(yaml.safe_load_all((tmp_path / "kfp_pipelines/finetune.yaml").read_text()))[0]
-    assert "toy-audit" in kfp["root"]["dag"]["tasks"]
+    # The steps run inside the KFP exit handler (close-record runs after them, whatever happened).
+    assert "toy-audit" in kfp["components"]["comp-exit-handler-1"]["dag"]["tasks"]
     argo = yaml.safe_load((tmp_path / "argo_workflows/finetune.yaml").read_text())
     dag = next(t for t in argo["spec"]["templates"] if "dag" in t)
     assert "toy-audit" in [t["name"] for t in dag["dag"]["tasks"]]
     mlproject = yaml.safe_load((tmp_path / "mlflow_projects/finetune/MLproject").read_text())
     assert "toy_audit" in mlproject["entry_points"]
+    # An absolute --out: the MLflow job template path works wherever `mlflow run` is typed.
+    config = json.loads((tmp_path / "mlflow_projects/finetune-k8s/kubernetes_config.json").read_text())
+    assert config["kube-job-template-path"] == str(tmp_path / "mlflow_projects/finetune-k8s/kubernetes_job_template.yaml")
     spec = json.loads((tmp_path / "mlflow_projects/finetune/pipeline.json").read_text())
     assert "toy-audit" in json.dumps(spec)
+
+
+def test_compile_writes_to_build_by_default_and_leaves_the_golden_files_alone(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`llmpack compile --image X` as the walkthrough types it: build/llmpack/, never the committed copies."""
+    from mlflow.projects import _parse_kubernetes_config
+
+    r = llmpack("compile", "--image", "registry.example/team/llmpack:9", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / DEFAULT_OUT
+    assert DEFAULT_OUT == Path("build/llmpack") and "build/" in (REPO / ".gitignore").read_text().split()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build"]
+    assert "registry.example/team/llmpack:9" in (out / "argo_workflows/finetune.yaml").read_text()
+    assert "registry.example/team/llmpack:9" in (out / "kfp_pipelines/finetune.yaml").read_text()
+    # MLflow opens the job template relative to where `mlflow run` is typed: here, as `llmpack compile` was.
+    config_file = "build/llmpack/mlflow_projects/finetune-k8s/kubernetes_config.json"
+    config = json.loads((tmp_path / config_file).read_text())
+    assert config["kube-job-template-path"] == "build/llmpack/mlflow_projects/finetune-k8s/kubernetes_job_template.yaml"
+    assert f"--backend-config {config_file}" in (out / "mlflow_projects/finetune-k8s/MLproject").read_text()
+    monkeypatch.chdir(tmp_path)
+    assert _parse_kubernetes_config(config)["kube-job-template"]["kind"] == "Job"
 
 
 def test_compile_out_onto_a_file_is_one_line(tmp_path: Path) -> None:

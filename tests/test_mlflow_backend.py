@@ -93,7 +93,24 @@ def test_mlflow_loads_the_project(directory: Path):
         assert project.env_type == env_type.PYTHON
         assert Path(project.env_config_path).name == "python_env.yaml"
         env = yaml.safe_load((directory / "python_env.yaml").read_text())
-        assert env["dependencies"] == ["llmpack"]
+        assert env["dependencies"] == ["llmpack @ file://${LLMPACK_SOURCE}"]
+
+
+def test_python_env_never_takes_llmpack_from_a_package_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """No bare ``llmpack`` (a name on PyPI that is not ours): pip reads the pin as this checkout's file URL."""
+    from packaging.requirements import Requirement
+    from pip._internal.network.session import PipSession
+    from pip._internal.req.req_file import parse_requirements
+
+    deps = yaml.safe_load((LOCAL / "python_env.yaml").read_text())["dependencies"]
+    for dep in deps:
+        assert Requirement(dep.replace("${LLMPACK_SOURCE}", "/x")).url, f"{dep!r} would be looked up on an index"
+    # As MLflow's virtualenv manager hands them to pip: a requirements file in a temporary directory.
+    req_file = tmp_path / "requirements.txt"
+    req_file.write_text("\n".join(deps))
+    monkeypatch.setenv("LLMPACK_SOURCE", str(REPO))
+    (parsed,) = parse_requirements(str(req_file), session=PipSession())
+    assert parsed.requirement == f"llmpack @ file://{REPO}"
 
 
 @pytest.mark.parametrize("directory", [LOCAL, K8S], ids=["local", "k8s"])
@@ -199,7 +216,9 @@ def test_mlflow_fills_the_job_template_into_a_valid_job():
     config = json.loads((K8S / "kubernetes_config.json").read_text())
     assert config["repository-uri"] and "kube-context" in config
     cwd = os.getcwd()
-    os.chdir(K8S)  # the template path in the config is relative to where `mlflow run` is typed
+    # The template path is relative to where `mlflow run` is typed: the repository root, as documented.
+    assert config["kube-job-template-path"] == "mlflow_projects/finetune-k8s/kubernetes_job_template.yaml"
+    os.chdir(REPO)
     try:
         parsed = _parse_kubernetes_config(config)
     finally:
@@ -266,11 +285,13 @@ def test_mlflow_kubernetes_backend_submits_the_job(tmp_path: Path, monkeypatch: 
         monkeypatch.setattr(kubernetes.client.Configuration, "_default", kubernetes.client.Configuration._default)
         # read once, when kubernetes is imported: point it at the stand-in for this test
         monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
-        config = {**json.loads((K8S / "kubernetes_config.json").read_text()),
-                  "kube-job-template-path": str(K8S / "kubernetes_job_template.yaml")}
+        config = json.loads((K8S / "kubernetes_config.json").read_text())
+        # As the README types it, from the repository root: the config file and its template path as committed.
+        monkeypatch.chdir(REPO)
         mlflow.set_tracking_uri(uri)
         try:
-            submitted = mlflow.projects.run(str(K8S), entry_point="main", backend="kubernetes", backend_config=config,
+            submitted = mlflow.projects.run("mlflow_projects/finetune-k8s", entry_point="main", backend="kubernetes",
+                                            backend_config="mlflow_projects/finetune-k8s/kubernetes_config.json",
                                             parameters={"max_steps": "200", "pipeline_run": "k8s-1"},
                                             synchronous=False)
         finally:
@@ -289,6 +310,7 @@ def test_mlflow_kubernetes_backend_submits_the_job(tmp_path: Path, monkeypatch: 
     env = [(e["name"], e.get("value")) for e in container["env"]]
     uris = [i for i, (n, _v) in enumerate(env) if n == "MLFLOW_TRACKING_URI"]
     assert len(uris) == 2 and env[uris[0]][1] is None  # the Secret's, then MLflow's (the last one wins)
+    # MLflow's own backend writes the URI into the Job as a literal (documented in mlflow_projects/README.md).
     assert env[uris[1]] == ("MLFLOW_TRACKING_URI", "http://mlflow.mlflow:5000")
     assert ("MLFLOW_RUN_ID", submitted.run_id) in env
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"

@@ -4,8 +4,10 @@ created with the real ``kubernetes`` client against the stand-in Kubernetes API 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import shlex
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -100,8 +102,8 @@ def test_submit_creates_the_job_from_the_compiled_template(kube: KubeAPIStandIn,
     env = {e["name"]: e for e in container["env"]}
     assert env["MLFLOW_RUN_ID"]["value"] == summary["mlflow_run_id"]
     assert env["MLFLOW_EXPERIMENT_ID"]["value"] == summary["mlflow_experiment_id"]
-    assert "value" not in env["MLFLOW_TRACKING_URI"]  # a local sqlite URI is not given to the cluster...
-    assert summary["warnings"] and "KUBE_MLFLOW_TRACKING_URI" in summary["warnings"][0]  # ...and the user is told
+    assert "value" not in env["MLFLOW_TRACKING_URI"]  # the tracking URI only from the Secret...
+    assert summary["warnings"] and "Secret llmpack-mlflow" in summary["warnings"][0]  # ...and a local record is flagged
     labels = {"llmpack.io/run-group": summary["run_group"], "llmpack.io/pipeline-run": summary["pipeline_run"]}
     assert labels.items() <= job["spec"]["template"]["metadata"]["labels"].items()
     assert labels.items() <= job["metadata"]["labels"].items()
@@ -141,17 +143,39 @@ def test_submit_creates_the_job_from_the_compiled_template(kube: KubeAPIStandIn,
     assert TOKEN not in repr(summary)
 
 
-def test_cluster_tracking_uri_is_appended_last(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KUBE_MLFLOW_TRACKING_URI", "http://mlflow.llmpack.svc:5000")
+def test_the_tracking_uri_is_never_a_literal_in_the_job(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unlike MLflow's own backend, which appends KUBE_MLFLOW_TRACKING_URI (or the submitter's URI) as a value."""
+    cluster_uri = "http://mlflow.llmpack.svc:5000"
+    monkeypatch.setenv("KUBE_MLFLOW_TRACKING_URI", cluster_uri)
     summary = mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri, image="registry.example/llmpack:9")
     job = kube.jobs[("llmpack", summary["job_name"])]
     container = job["spec"]["template"]["spec"]["containers"][0]
-    # Kubernetes keeps the last entry of a repeated name: the cluster's URI wins over the Secret's.
-    last = [e for e in container["env"] if e["name"] == "MLFLOW_TRACKING_URI"][-1]
-    assert last == {"name": "MLFLOW_TRACKING_URI", "value": "http://mlflow.llmpack.svc:5000"}
+    (uri,) = [e for e in container["env"] if e["name"] == "MLFLOW_TRACKING_URI"]
+    assert uri == {"name": "MLFLOW_TRACKING_URI",
+                   "valueFrom": {"secretKeyRef": {"name": "llmpack-mlflow", "key": "tracking-uri"}}}
+    for e in container["env"]:
+        assert "value" not in e or e["name"] not in mlflow_submit.SECRET_ONLY_ENV, e
+    assert cluster_uri not in json.dumps(job) and tracking_uri not in json.dumps(job)
+    assert summary["job_tracking_uri"] == cluster_uri  # what the user said the Secret holds, reported only
     assert container["image"] == "registry.example/llmpack:9"
-    assert summary["warnings"] == []
+    with pytest.raises(ValueError, match="MLFLOW_TRACKING_URI"):
+        mlflow_submit.build_mlflow_job(yaml.safe_load(TEMPLATE.read_text()), project_name="p", job_name="j",
+                                       namespace="llmpack", image="i", command=["c"], working_dir="/w",
+                                       env={"MLFLOW_TRACKING_URI": cluster_uri}, labels={})
+
+
+def test_job_template_is_the_one_beside_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The config's template path is relative to where `mlflow run` is typed; this path reads the project's own."""
+    project = tmp_path / "elsewhere" / "finetune-k8s"
+    shutil.copytree(PROJECT, project)
+    monkeypatch.chdir(tmp_path)  # where mlflow_projects/finetune-k8s/... does not exist
+    path, template = mlflow_submit._job_template(project)
+    assert path == project / "kubernetes_job_template.yaml" and template["kind"] == "Job"
+    container = template["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [e for e in container["env"] if e["name"] != "MLFLOW_TRACKING_URI"]
+    with pytest.raises(InputError, match="no MLFLOW_TRACKING_URI from a Secret"):
+        mlflow_submit._tracking_secret(path, template)
 
 
 def test_wait_for_completion_follows_the_job_and_ends_the_mlflow_run(kube: KubeAPIStandIn, kubeconfig: str,
