@@ -65,8 +65,9 @@ def _interrupted(exc: BaseException) -> None:
     """One line naming what was kept and how to remove it; exit 130 (SIGINT) or 143 (SIGTERM)."""
     kept = exc.kept if isinstance(exc, Interrupted) else [a for a in exc.args if isinstance(a, str)]
     code = exc.exit_code if isinstance(exc, Interrupted) else 130
-    where = f"; kept {', '.join(kept)} (remove with: rm -rf {' '.join(kept)})" if kept else ""
-    click.echo(f"llmpack: interrupted: open MLflow records ended KILLED{where}", err=True)
+    where = (f"; the run's MLflow record ended KILLED; kept {', '.join(kept)} (remove with: rm -rf {' '.join(kept)})"
+             if kept else "")
+    click.echo(f"llmpack: interrupted{where}", err=True)
     sys.exit(code)
 
 

@@ -596,29 +596,3 @@ def test_local_run_matches_direct(tmp_path: Path):
     assert all(r.info.status == "FINISHED" for r in [parent, *children])
 
 
-@pytest.mark.slow
-def test_committed_project_runs_as_a_user_types_it(tmp_path: Path):
-    """``mlflow run mlflow_projects/finetune --env-manager local -P max_steps=3`` in a fresh directory."""
-    from mlflow.tracking import MlflowClient
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    env.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-               MLFLOW_TRACKING_URI="sqlite:///mlflow.db", HF_HUB_OFFLINE="1")  # relative, as users write it
-    cmd = [str(MLFLOW_CLI), "run", str(LOCAL), "--env-manager", "local", "-P", "max_steps=3"]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (run_dir,) = (tmp_path / "llmpack-artifacts").iterdir()  # relative to where `mlflow run` was typed
-    assert (run_dir / "finetune" / "model" / "adapter" / "adapter_model.safetensors").exists()
-    status = json.loads((run_dir / driver.STATUS_FILE).read_text())
-    assert status["status"] == "FINISHED"
-    assert not list(LOCAL.glob("mlflow.db")) and not (LOCAL / "llmpack-artifacts").exists()
-
-    mc = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    runs = mc.search_runs([e.experiment_id for e in mc.search_experiments()])
-    parent = mc.get_run(status["parent_run_id"])
-    assert parent.info.status == "FINISHED"
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert len(children) == 5
-    records = [r for r in runs if r.data.tags.get("llmpack.record") == "pipeline"]
-    assert [r.data.tags["llmpack.pipeline_run"] for r in records] == [run_dir.name]
-    assert records[0].data.tags["llmpack.orchestrator"] == "mlflow"

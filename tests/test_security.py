@@ -20,9 +20,10 @@ What a format cannot express (asserted below, so a change in the format shows up
   and ``wait`` executor containers Argo injects get theirs from the workflow controller's
   ``executor`` configuration (``workflow-controller-configmap``), outside the Workflow. Argo's
   executor needs the service account token, so ``automountServiceAccountToken`` is not disabled.
-* MLflow: the Job template expresses everything; MLflow's backend (and ``llmpack submit mlflow``)
-  append ``MLFLOW_RUN_ID``/``MLFLOW_EXPERIMENT_ID``/``MLFLOW_TRACKING_URI`` as literal env values:
-  ids and a URL, never credentials (a tracking URI with ``user:password@`` is not appended).
+* MLflow: the Job template expresses everything. ``llmpack submit mlflow`` appends
+  ``MLFLOW_RUN_ID``/``MLFLOW_EXPERIMENT_ID`` as literal env values (ids) and takes the tracking
+  URI from the Secret by reference; MLflow's own Kubernetes backend also writes
+  ``MLFLOW_TRACKING_URI`` literally (documented: use a URI without credentials there).
 """
 
 from __future__ import annotations
@@ -354,7 +355,8 @@ def test_submitted_mlflow_job_is_non_root_unprivileged(submitted: dict[str, Any]
     assert job_problems(job) == []
     assert credential_findings(as_text(job)) == []
     literal = {e["name"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e}
-    assert {"MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TRACKING_URI"} <= literal
+    assert {"MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID"} <= literal
+    assert "MLFLOW_TRACKING_URI" not in literal  # by reference to the Secret, never a literal value
 
 
 def test_no_client_token_leaks_into_any_submitted_body(submitted: dict[str, Any]) -> None:

@@ -239,12 +239,19 @@ def step_parameters(task: Mapping[str, Any], values: Mapping[str, str], run_dir:
 def run_entry_point(
     spec: Mapping[str, Any], entry_point: str, params: dict[str, str], run_id: str, experiment_id: str
 ) -> None:
-    """Run one entry point in the child run ``run_id``; raises ``ExecutionException`` on failure."""
+    """Run one entry point in the child run ``run_id``; raises ``ExecutionException`` on failure.
+
+    The step runs in a process group of its own (MLflow's local backend starts it with
+    ``setsid``; the in-container runner does the same). If ``main`` is interrupted while it
+    waits, the step's whole group is ended (SIGTERM: a training step checkpoints first) and its
+    run is marked KILLED, so nothing outlives ``main`` and no child run stays RUNNING.
+    """
     import mlflow
     from mlflow.exceptions import ExecutionException
 
+    mc = mlflow.MlflowClient()
     if spec["runner"] == "projects":
-        mlflow.projects.run(
+        submitted = mlflow.projects.run(
             uri=str(HERE),
             entry_point=entry_point,
             parameters=params,
@@ -252,19 +259,48 @@ def run_entry_point(
             backend="local",
             env_manager="local",
             run_id=run_id,
-            synchronous=True,
+            synchronous=False,
         )
-        return
-    # In place, inside the project's docker_env image: what MLflow's local backend does, minus docker.
-    from mlflow.projects.utils import get_entry_point_command, get_run_env_vars, load_project
+        ended = submitted.wait
+        cancel = submitted.cancel
+    else:
+        # In place, inside the project's docker_env image: what MLflow's local backend does, minus docker.
+        from mlflow.projects.utils import get_entry_point_command, get_run_env_vars, load_project
 
-    command = " ".join(get_entry_point_command(load_project(str(HERE)), entry_point, params, None))
-    print(f"=== Running command '{command}' in run with ID '{run_id}' ===", file=sys.stderr, flush=True)
-    env = {**os.environ, **get_run_env_vars(run_id, experiment_id)}
-    rc = subprocess.call(["bash", "-c", command], cwd=str(HERE), env=env)
-    mlflow.MlflowClient().set_terminated(run_id, "FINISHED" if rc == 0 else "FAILED")
-    if rc != 0:
+        command = " ".join(get_entry_point_command(load_project(str(HERE)), entry_point, params, None))
+        print(f"=== Running command '{command}' in run with ID '{run_id}' ===", file=sys.stderr, flush=True)
+        env = {**os.environ, **get_run_env_vars(run_id, experiment_id)}
+        proc = subprocess.Popen(["bash", "-c", command], cwd=str(HERE), env=env, start_new_session=True)
+
+        def ended() -> bool:
+            return proc.wait() == 0
+
+        def cancel() -> None:
+            end_process_group(proc)
+    try:
+        ok = ended()
+    except BaseException:
+        cancel()
+        mc.set_terminated(run_id, "KILLED")
+        raise
+    mc.set_terminated(run_id, "FINISHED" if ok else "FAILED")
+    if not ok:
         raise ExecutionException(f"Run (ID '{run_id}') failed")
+
+
+def end_process_group(proc: subprocess.Popen[Any], grace_s: float = 15.0) -> None:
+    """SIGTERM to the step's process group, SIGKILL after ``grace_s``."""
+    import signal
+
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait_s)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def run_task(
