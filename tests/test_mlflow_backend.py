@@ -476,8 +476,9 @@ def test_toy_run_through_mlflow_run(toy_pipe: Pipeline, toy_env: dict[str, str],
     assert sorted((r.data.tags["llmpack.step"], r.info.status) for r in children) == [
         ("toy-flaky", "FAILED"), ("toy-flaky", "FINISHED"), ("toy-make", "FINISHED")]
     assert parent.info.status == "FINISHED"
+    # The run `mlflow run` created for main is the pipeline's record; its steps are child runs.
+    assert [r.info.run_id for r in runs if r.data.tags.get("llmpack.record") == "pipeline"] == [parent.info.run_id]
     for r in runs:
-        assert "llmpack.record" not in r.data.tags  # only the client's pipeline record carries it
         assert r.data.tags["llmpack.pipeline_run"] == "toy-1"
         assert r.data.tags["llmpack.orchestrator"] == "mlflow"
     make = next(r for r in children if r.data.tags["llmpack.step"] == "toy-make")
