@@ -309,6 +309,12 @@ def submit() -> None:
     \b
     Tokens come from the environment, never flags: KFP_TOKEN or KF_PIPELINES_SA_TOKEN_PATH,
     ARGO_TOKEN, and your kubeconfig for the MLflow Job. They are never printed or logged.
+
+    \b
+    The run closes its own MLflow record on the cluster (KFP exit handler, Argo onExit, MLflow
+    main), as it does when started with `kfp run create`, `argo submit`, Hera's
+    Workflow.create() or `mlflow run`; submitting here adds the exact submit time.
+    Hera users: `from argo_workflows.pipeline import finetune_workflow`, then .create().
     """
 
 
