@@ -30,8 +30,20 @@ def finetune_pipeline(
     min_improvement: float = 0.0,
     model_name: str = "llmpack-finetuned",
     checkpoint_every: int = 0,
+    skip_bad_rows: bool = False,
+    eval_fraction: float = 0.1,
+    grad_accum: int = 1,
+    warmup_steps: int = 6,
+    weight_decay: float = 0.0,
+    lora_r: int = 16,
+    lora_alpha: int = 32,
+    eval_batch_size: int = 16,
+    builtin_size: int = 2000,
+    checkpoint_dir: str = "",
 ):
-    prepared = prepare_data(data=data, seed=seed)
+    prepared = prepare_data(
+        data=data, seed=seed, skip_bad_rows=skip_bad_rows, eval_fraction=eval_fraction, builtin_size=builtin_size
+    )
     tokens = tokenize(dataset=prepared.outputs["dataset"], model=model, seq_len=seq_len)
     tuned = finetune(
         tokens=tokens.outputs["tokens"],
@@ -39,11 +51,18 @@ def finetune_pipeline(
         method=method,
         max_steps=max_steps,
         batch_size=batch_size,
+        grad_accum=grad_accum,
         lr=lr,
+        warmup_steps=warmup_steps,
+        weight_decay=weight_decay,
+        lora_r=lora_r,
+        lora_alpha=lora_alpha,
         seed=seed,
         checkpoint_every=checkpoint_every,
+        checkpoint_dir=checkpoint_dir,
     )
-    scored = evaluate(tokens=tokens.outputs["tokens"], model=tuned.outputs["model"], min_improvement=min_improvement)
+    scored = evaluate(tokens=tokens.outputs["tokens"], model=tuned.outputs["model"], min_improvement=min_improvement,
+                      batch_size=eval_batch_size)
     register(model=tuned.outputs["model"], metrics=scored.outputs["metrics"], model_name=model_name)
 
 
