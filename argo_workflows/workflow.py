@@ -88,15 +88,16 @@ def workflow_defaults(pipe: Pipeline) -> dict[str, str]:
     }
 
 
-def pod_labels(task: Task) -> dict[str, str]:
-    res = task.step.execution.resources
+def pod_labels(task: Task | None) -> dict[str, str]:
+    """The ``llmpack.io/`` labels of a task's pods (``None``: the summarizing task, which holds no GPU)."""
+    res = task.step.execution.resources if task else None
     return {
-        f"{LABEL_PREFIX}step": task.step.name,
-        f"{LABEL_PREFIX}task": task.name,
+        f"{LABEL_PREFIX}step": task.step.name if task else CLOSE_TASK,
+        f"{LABEL_PREFIX}task": task.name if task else CLOSE_TASK,
         f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR,
         f"{LABEL_PREFIX}mode": "{{workflow.parameters.mode}}",
-        f"{LABEL_PREFIX}gpu-type": res.gpu_type or "none",
-        f"{LABEL_PREFIX}gpu-count": str(res.gpus),
+        f"{LABEL_PREFIX}gpu-type": (res.gpu_type if res else None) or "none",
+        f"{LABEL_PREFIX}gpu-count": str(res.gpus if res else 0),
         f"{LABEL_PREFIX}run-group": "{{workflow.parameters.run_group}}",
         f"{LABEL_PREFIX}pipeline-run": "{{workflow.parameters.pipeline_run}}",
     }
@@ -252,9 +253,7 @@ def _close_container(pipe: Pipeline) -> Any:
         security_context=SecurityContext(run_as_non_root=True, run_as_user=RUN_AS_USER,
                                          allow_privilege_escalation=False, privileged=False,
                                          capabilities=Capabilities(drop=["ALL"])),
-        labels={f"{LABEL_PREFIX}step": CLOSE_TASK, f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR,
-                f"{LABEL_PREFIX}run-group": "{{workflow.parameters.run_group}}",
-                f"{LABEL_PREFIX}pipeline-run": "{{workflow.parameters.pipeline_run}}"},
+        labels=pod_labels(None),
     )
 
 

@@ -141,21 +141,18 @@ def fill_telemetry(values: dict[str, str], parent: Any) -> None:
         values["run_group"] = values["pipeline_run"]
 
 
-class Interrupted(BaseException):
-    """SIGTERM reached main: end the run's record KILLED, exit 128 + signal (Ctrl-C: 130)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"signal {signum}")
-        self.exit_code = 128 + signum
+_SIGNAL_RECEIVED: list[int] = []
 
 
 def raise_on_signals() -> None:
+    """SIGTERM unwinds like Ctrl-C: a KeyboardInterrupt, which mlflow.projects answers by cancelling
+    the running step; ``main`` then ends the record KILLED and exits 128 + the signal's number."""
     import signal
 
     def handler(signum: int, _frame: Any) -> None:
-        raise Interrupted(signum)
+        _SIGNAL_RECEIVED.append(signum)
+        raise KeyboardInterrupt
 
-    # SIGINT stays Python's KeyboardInterrupt, which mlflow.projects turns into cancelling the step's run.
     signal.signal(signal.SIGTERM, handler)
 
 
@@ -243,27 +240,20 @@ def run_entry_point(
 
     The step runs in a process group of its own (MLflow's local backend starts it with
     ``setsid``; the in-container runner does the same). If ``main`` is interrupted while it
-    waits, the step's whole group is ended (SIGTERM: a training step checkpoints first) and its
-    run is marked KILLED, so nothing outlives ``main`` and no child run stays RUNNING.
+    waits (SIGINT, or SIGTERM, which :func:`raise_on_signals` turns into KeyboardInterrupt),
+    the step's whole group is ended (MLflow's ``_wait_for`` cancels it; a training step
+    checkpoints on SIGTERM) and its run is marked KILLED: nothing outlives ``main``.
     """
     import mlflow
     from mlflow.exceptions import ExecutionException
 
     mc = mlflow.MlflowClient()
-    if spec["runner"] == "projects":
-        submitted = mlflow.projects.run(
-            uri=str(HERE),
-            entry_point=entry_point,
-            parameters=params,
-            experiment_id=experiment_id,
-            backend="local",
-            env_manager="local",
-            run_id=run_id,
-            synchronous=False,
-        )
-        ended = submitted.wait
-        cancel = submitted.cancel
-    else:
+    try:
+        if spec["runner"] == "projects":
+            mlflow.projects.run(uri=str(HERE), entry_point=entry_point, parameters=params,
+                                experiment_id=experiment_id, backend="local", env_manager="local",
+                                run_id=run_id, synchronous=True)
+            return
         # In place, inside the project's docker_env image: what MLflow's local backend does, minus docker.
         from mlflow.projects.utils import get_entry_point_command, get_run_env_vars, load_project
 
@@ -271,21 +261,17 @@ def run_entry_point(
         print(f"=== Running command '{command}' in run with ID '{run_id}' ===", file=sys.stderr, flush=True)
         env = {**os.environ, **get_run_env_vars(run_id, experiment_id)}
         proc = subprocess.Popen(["bash", "-c", command], cwd=str(HERE), env=env, start_new_session=True)
-
-        def ended() -> bool:
-            return proc.wait() == 0
-
-        def cancel() -> None:
+        try:
+            rc = proc.wait()
+        except BaseException:
             end_process_group(proc)
-    try:
-        ok = ended()
-    except BaseException:
-        cancel()
+            raise
+        mc.set_terminated(run_id, "FINISHED" if rc == 0 else "FAILED")
+        if rc != 0:
+            raise ExecutionException(f"Run (ID '{run_id}') failed")
+    except KeyboardInterrupt:
         mc.set_terminated(run_id, "KILLED")
         raise
-    mc.set_terminated(run_id, "FINISHED" if ok else "FAILED")
-    if not ok:
-        raise ExecutionException(f"Run (ID '{run_id}') failed")
 
 
 def end_process_group(proc: subprocess.Popen[Any], grace_s: float = 15.0) -> None:
@@ -432,9 +418,9 @@ def main(argv: list[str] | None = None) -> int:
         summary.update(status="FAILED", failed_step=exc.task, error=exc.message)
         print(f"{ERROR_MARK} {exc}", file=sys.stderr, flush=True)
         rc = 1
-    except (Interrupted, KeyboardInterrupt) as exc:
+    except KeyboardInterrupt:
         summary.update(status="KILLED", error="interrupted")
-        rc = getattr(exc, "exit_code", 130)
+        rc = 128 + (_SIGNAL_RECEIVED[0] if _SIGNAL_RECEIVED else 2)
     finally:
         if summary["status"] == "RUNNING":
             summary["status"] = "FAILED"

@@ -178,7 +178,7 @@ def test_backoff_cap_is_written_only_where_it_binds(retry: Retry, cap: str | Non
     doc = yaml.safe_load(build_workflow(toy()).to_yaml())
     backoff = _templates(doc)["toy-retry"]["retryStrategy"]["backoff"]
     assert backoff.get("cap") == cap
-    assert backoff["duration"] == f"{retry.backoff_s}s" and backoff["factor"] == retry.factor
+    assert backoff["duration"] == f"{retry.backoff_s}s" and backoff["factor"] == str(retry.factor)  # int-or-string
 
 
 # --------------------------------------------------------------------------- the hera CLI

@@ -234,10 +234,10 @@ def _workflow_template(doc):
 
 
 REFUSALS = [
-    (_steps_template, "unsupported feature steps templates at templates[6].steps"),
+    (_steps_template, "unsupported feature steps templates at templates[7].steps"),
     (_script_template, "unsupported feature script templates at templates[5].script"),
-    (_resource_template, "unsupported feature resource templates at templates[6].resource"),
-    (_suspend_template, "unsupported feature suspend templates at templates[6].suspend"),
+    (_resource_template, "unsupported feature resource templates at templates[7].resource"),
+    (_suspend_template, "unsupported feature suspend templates at templates[7].suspend"),
     (_with_items, "unsupported feature withItems loops at templates[0].dag.tasks[0].withItems"),
     (_with_param, "unsupported feature withParam loops at templates[0].dag.tasks[0].withParam"),
     (_when, "unsupported feature when-conditions at templates[0].dag.tasks[4].when"),

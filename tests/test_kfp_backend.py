@@ -16,6 +16,7 @@ from components.commands import pipeline_values, step_args, task_params
 from components.dsl import Dataset, Input, Metrics, Model, Output, pipeline, step
 from components.errors import RunFailed
 from components.pipeline import build
+from components.record import CLOSE_TASK
 from components.steps.evaluate import evaluate
 from components.steps.finetune import finetune
 from components.steps.prepare_data import prepare_data
@@ -52,6 +53,13 @@ def ir(compiled: Path) -> tuple[dict, dict]:
 # --------------------------------------------------------------------------- the compiled artifact
 
 
+def body_tasks(spec: dict) -> dict:
+    """The pipeline's tasks: inside the exit handler whose exit task closes the run's record."""
+    root = spec["root"]["dag"]["tasks"]
+    assert set(root) == {"exit-handler-1", CLOSE_TASK}
+    return spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+
+
 def test_golden_matches_fresh_compile(compiled: Path) -> None:
     _check_golden(PACKAGE_PATH, compiled.read_text(encoding="utf-8"))
 
@@ -85,7 +93,7 @@ def test_parameters_and_defaults(ir: tuple[dict, dict]) -> None:
 def test_tasks_are_the_pipeline_steps(ir: tuple[dict, dict]) -> None:
     spec, _ = ir
     pipe = build()
-    tasks = spec["root"]["dag"]["tasks"]
+    tasks = body_tasks(spec)
     assert set(tasks) == set(pipe.tasks)
     for name, task in pipe.tasks.items():
         assert tasks[name]["taskInfo"]["name"] == name
@@ -93,7 +101,8 @@ def test_tasks_are_the_pipeline_steps(ir: tuple[dict, dict]) -> None:
         assert tasks[name]["cachingOptions"] == {}, "caching must be off: every run is a measurement"
         image = spec["deploymentSpec"]["executors"][f"exec-{name}"]["container"]["image"]
         assert image == task.step.execution.image
-    assert tasks["finetune"]["inputs"]["parameters"]["base_model"] == {"componentInputParameter": "model"}
+    # inside the exit handler, KFP passes pipeline parameters through as channels
+    assert tasks["finetune"]["inputs"]["parameters"]["base_model"] == {"componentInputParameter": "pipelinechannel--model"}
 
 
 def test_component_runs_the_pack_without_installing(ir: tuple[dict, dict]) -> None:
@@ -101,7 +110,8 @@ def test_component_runs_the_pack_without_installing(ir: tuple[dict, dict]) -> No
     for name, executor in spec["deploymentSpec"]["executors"].items():
         command = "\n".join(executor["container"]["command"])
         assert "pip install" not in command, name
-        assert "from components.runtime import main" in command
+        entry = "components.record" if name == f"exec-{CLOSE_TASK}" else "components.runtime"
+        assert f"from {entry} import main" in command
         assert "_llmpack_main(_llmpack_argv)" in command
 
 
@@ -120,7 +130,7 @@ def test_gpu_and_resources(ir: tuple[dict, dict]) -> None:
 
 def test_retry_policy(ir: tuple[dict, dict]) -> None:
     spec, _ = ir
-    tasks = spec["root"]["dag"]["tasks"]
+    tasks = body_tasks(spec)
     policy = tasks["finetune"]["retryPolicy"]
     retry = finetune.execution.retry
     assert policy["maxRetryCount"] == retry.limit == 2
@@ -134,7 +144,7 @@ def test_retry_policy(ir: tuple[dict, dict]) -> None:
 def test_platform_spec(ir: tuple[dict, dict]) -> None:
     _, k8s = ir
     pipe = build()
-    assert set(k8s) == {f"exec-{name}" for name in pipe.tasks}
+    assert set(k8s) == {f"exec-{name}" for name in [*pipe.tasks, CLOSE_TASK]}
     ft = k8s["exec-finetune"]
     assert ft["nodeSelector"]["labels"] == {"nvidia.com/gpu.present": "true"}
     assert ft["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -197,7 +207,8 @@ def test_component_argv_is_the_shared_command_line(monkeypatch: pytest.MonkeyPat
         kwargs |= {n: kinds[t](uri=outputs[n]) for n, t in task.step.outputs.items()}
         kwargs |= task_params(task, values)
         func(**kwargs)
-        assert seen[-1] == step_args(task, inputs=inputs, outputs=outputs, params=task_params(task, values))[2:]
+        shared = step_args(task, inputs=inputs, outputs=outputs, params=task_params(task, values))[2:]
+        assert seen[-1] == [*shared, "--param=orchestrator_run_id="]  # KFP fills the job id on a cluster
         assert all(Path(p).is_dir() for p in outputs.values())
 
 
@@ -237,7 +248,7 @@ def test_added_step_appears_in_compiled_output(tmp_path: Path) -> None:
     pipe = finetune_plus()
     path = compile_pipeline(pipe, tmp_path / "plus.yaml")
     spec, platform = yaml.safe_load_all(path.read_text(encoding="utf-8"))
-    tasks = spec["root"]["dag"]["tasks"]
+    tasks = body_tasks(spec)
     assert set(tasks) == {"prepare-data", "tokenize", "finetune", "evaluate", "register", "summarize"}
     summ = tasks["summarize"]
     assert sorted(summ["dependentTasks"]) == ["evaluate", "register"]
