@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib
 import json
-import shlex
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
