@@ -17,6 +17,7 @@ import click
 from components.errors import InputError, Interrupted
 
 OWN_FLAGS = {"model": "--model", "data": "--data", "seed": "--seed", "max_steps": "--max-steps"}
+DEFAULT_REPORTS = Path("llmpack-report")  # where timestamped reports go when no directory is named
 GPU_HELP = "GPU type for the GPU steps' cost and placement (e.g. nvidia-h100-80gb)."
 
 
@@ -171,17 +172,25 @@ def compile(out: Path, image: str | None) -> None:  # noqa: A001 - the command's
 
 @main.command()
 @click.option("--backends", default="direct,kfp,argo,mlflow", show_default=True, help="Comma-separated paths to compare.")
-@click.option("--repeats", type=int, default=1, show_default=True, help="Runs per path (interleaved).")
+@click.option("--repeats", type=int, default=1, show_default=True,
+              help="Runs per path (interleaved). Verdicts (faster/cheaper) need at least 5 runs per path.")
 @click.option("--local/--cluster", "local", default=True, help="Local paths (default) or a cluster (see README).")
 @run_options
-@click.option("--report", "report_dir", type=click.Path(path_type=Path), default=Path("llmpack-report"), show_default=True,
-              help="Report directory (report.md, report.html, report.json, PNG charts).")
+@click.option("--baseline", default=None,
+              help="The path the others are judged against (default: direct locally; none on a cluster).")
+@click.option("--report", "report_dir", type=click.Path(path_type=Path), default=None,
+              help="Write the report (report.md, report.html, report.json, PNG charts) into exactly DIR; refused before "
+                   "any run if DIR holds a report, unless --force. Default: a new llmpack-report/<UTC time>-<run group>/, "
+                   "with llmpack-report/latest pointing at it.")
+@click.option("--force", is_flag=True, help="Replace the report in --report DIR.")
 @click.option("--no-report", is_flag=True, help="Skip writing the report.")
 @click.option("--control-plane-cost", "control_plane", multiple=True, metavar="ORCH=USD",
-              help="Monthly control-plane cost per orchestrator, for the break-even (repeatable).")
+              help="Monthly control-plane cost per orchestrator, for the break-even (repeatable; kfp, argo, mlflow).")
 @click.option("--control-plane-costs", "control_plane_file", default=None, help="YAML of monthly control-plane costs.")
-@click.option("--inject-start-delay", type=float, default=None, metavar="SECONDS",
-              help="Fault injection: delay the finetune step's process start (instrument accuracy check).")
+@click.option("--inject-start-delay", default=None, metavar="SECONDS|PATH=SECONDS[,...]",
+              help="Fault injection: delay the finetune step's process start on every path (2) or on some (argo=3); "
+                   "a known difference the verdicts must find.")
+@click.option("--wide", is_flag=True, help="Every column in the table (p50/p90/p99 and costs); the default fits 80 columns.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout; progress goes to stderr.")
 @click.option("--concurrency", type=int, default=1, show_default=True, help="--cluster: submissions in flight at once.")
 @click.option("--kfp-host", default=None, help="--cluster: KFP API endpoint (default KFP_HOST; token from KFP_TOKEN).")
@@ -193,49 +202,84 @@ def compile(out: Path, image: str | None) -> None:  # noqa: A001 - the command's
 @click.option("--cluster-tracking-uri", default=None, help="--cluster: MLflow tracking URI as seen from inside the cluster.")
 @click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True, help="--cluster: seconds to wait per run.")
 @click.option("--poll", "poll_s", type=float, default=10.0, show_default=True, help="--cluster: status poll interval, seconds.")
-def compare(backends: str, repeats: int, local: bool, report_dir: Path, no_report: bool, control_plane: tuple[str, ...],
-            control_plane_file: str | None, inject_start_delay: float | None, as_json: bool, params: tuple[str, ...],
-            concurrency: int, kfp_host: str | None, argo_host: str | None, namespace: str | None, kubeconfig: str | None,
-            context: str | None, image: str | None, cluster_tracking_uri: str | None, wait_timeout: float, poll_s: float,
-            **kwargs: Any) -> None:
+def compare(backends: str, repeats: int, local: bool, baseline: str | None, report_dir: Path | None, force: bool, no_report: bool,
+            control_plane: tuple[str, ...], control_plane_file: str | None, inject_start_delay: str | None, wide: bool,
+            as_json: bool, params: tuple[str, ...], concurrency: int, kfp_host: str | None, argo_host: str | None,
+            namespace: str | None, kubeconfig: str | None, context: str | None, image: str | None,
+            cluster_tracking_uri: str | None, wait_timeout: float, poll_s: float, **kwargs: Any) -> None:
     """Run the pipeline through several paths side by side and compare them.
 
     With no arguments: the tiny model on built-in data through direct, kfp, argo and mlflow,
-    locally and sequentially, then a table and a report in ./llmpack-report.
+    locally and sequentially, then a table and a report in ./llmpack-report/<time>-<run group>/
+    (./llmpack-report/latest points at the newest; a second compare never replaces a report). A path is named faster or cheaper than the
+    baseline only when the 95% bootstrap CI of the difference in medians excludes 0.
     """
     from llmpack import compare as cmp
-    from llmpack.display import compare_table, run_with_progress
-    from llmpack.report import parse_control_plane, write_report
+    from llmpack.display import compare_table, err, library_logs_to, run_with_progress
+    from llmpack.report import check_control_plane, parse_control_plane
     from llmpack.runs import RunOptions
 
     cluster = {"concurrency": concurrency, "kfp_host": kfp_host, "argo_host": argo_host, "namespace": namespace,
                "kubeconfig": kubeconfig, "context": context, "image": image, "cluster_tracking_uri": cluster_tracking_uri,
                "timeout_s": wait_timeout, "poll_s": poll_s}
+    # Every input is checked here, before the first run starts.
     names = cmp.parse_backends(backends)
     costs = parse_control_plane(control_plane, control_plane_file)
-    if report_dir.exists() and not report_dir.is_dir():
-        raise InputError(f"--report {report_dir}: exists and is not a directory")
-    if not local:
-        result = _compare_cluster(names, repeats, params, cluster, kwargs, inject_start_delay)
-        if not no_report:
-            write_report(result, report_dir, costs)
-            click.echo(f"report: {report_dir / 'report.html'}", err=True)
-        click.echo(json.dumps(result, sort_keys=True, default=str)) if as_json else compare_table(result)
-        sys.exit(1 if result["failed"] else 0)
-    if inject_start_delay is not None and inject_start_delay < 0:
-        raise InputError("--inject-start-delay: must be >= 0")
-    env = {"LLMPACK_INJECT_START_DELAY": f"finetune={inject_start_delay}"} if inject_start_delay else None
-    opts = RunOptions(params=parse_params(params), **kwargs)
-    result = cmp.compare(opts, names, repeats, run_one=lambda o, label: run_with_progress(o, label, env=env))
+    check_control_plane(costs, names)
+    base = (baseline if baseline is not None else cmp.default_baseline(names)) if local else baseline
+    cmp.check_baseline(base, names)
     if not no_report:
-        write_report(result, report_dir, costs)
-        click.echo(f"report: {report_dir / 'report.html'}", err=True)
+        check_report_target(report_dir, "--report", force=force)
+    delays = cmp.parse_start_delays(inject_start_delay, names)
+    output_dir = Path(kwargs["output_dir"])
+
+    def started(run_group: str) -> None:
+        err.print(f"run group [bold]{run_group}[/] (rebuild its report: llmpack report --run-group {run_group})")
+
+    with library_logs_to(output_dir / "llmpack-client.log"):
+        if not local:
+            result = cmp.with_baseline(_compare_cluster(names, repeats, params, cluster, kwargs, inject_start_delay), base)
+        else:
+            opts = RunOptions(params=parse_params(params), **kwargs)
+            result = cmp.compare(opts, names, repeats, baseline=base, on_start=started,
+                                 run_one=lambda o, label: run_with_progress(o, label, env=cmp.start_delay_env(delays, o.backend)))
+        if delays:
+            result["injected_start_delay_s"] = delays
+        if not no_report:
+            click.echo(f"report: {_write_report(result, report_dir, costs, force=force)}", err=True)
     if as_json:
-        click.echo(json.dumps(result, sort_keys=True))
+        click.echo(json.dumps(result, sort_keys=True, default=str))
     else:
-        compare_table(result)
+        compare_table(result, wide=wide)
     if result["failed"]:
         sys.exit(1)
+
+
+def _write_report(result: dict[str, Any], target: Path | None, costs: dict[str, float], *, force: bool) -> Path:
+    """Into ``target`` exactly (replacing a report only with ``force``), or else a new timestamped
+    directory under :data:`DEFAULT_REPORTS` with ``latest`` pointed at it. Returns report.html."""
+    from llmpack.report import link_latest, new_report_dir, write_report
+
+    if target is not None:
+        return write_report(result, target, costs, replace=force) / "report.html"
+    out = write_report(result, new_report_dir(DEFAULT_REPORTS, result["run_group"]), costs)
+    link_latest(DEFAULT_REPORTS, out)
+    return out / "report.html"
+
+
+def check_report_target(target: Path | None, flag: str, *, force: bool) -> None:
+    """Before any run: the report can be written, and no existing report would be replaced without ``--force``."""
+    from llmpack.report import check_report_parent
+
+    if target is None:
+        check_report_parent(DEFAULT_REPORTS, flag)
+        return
+    check_report_parent(target, flag)
+    if target.is_dir() and any(target.iterdir()):
+        if not (target / "report.json").exists():
+            raise InputError(f"{flag} {target}: not empty and not an llmpack report; choose another directory")
+        if not force:
+            raise InputError(f"{flag} {target}: holds a report already; pass --force to replace it, or choose another directory")
 
 
 def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cluster: dict[str, Any],
@@ -275,31 +319,38 @@ def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cl
 
 
 @main.command()
-@click.option("--run-group", required=True, help="The run group to report (llmpack.run_group tag).")
-@click.option("--out", "out", type=click.Path(path_type=Path), default=Path("llmpack-report"), show_default=True)
+@click.option("--run-group", required=True, help="The run group to report (llmpack.run_group tag; compare prints it).")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+              help="Write the report into exactly OUT (an existing report there only with --force). "
+                   "Default: a new llmpack-report/<UTC time>-<run group>/, with llmpack-report/latest pointing at it.")
+@click.option("--force", is_flag=True, help="Replace the report in --out OUT.")
 @click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")
+@click.option("--baseline", default=None, help="The path the others are judged against (default: direct when present).")
 @click.option("--control-plane-cost", "control_plane", multiple=True, metavar="ORCH=USD")
 @click.option("--control-plane-costs", "control_plane_file", default=None)
-def report(run_group: str, out: Path, tracking_uri: str | None, control_plane: tuple[str, ...], control_plane_file: str | None) -> None:
+def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | None, baseline: str | None,
+           control_plane: tuple[str, ...], control_plane_file: str | None) -> None:
     """Rebuild a comparison report from MLflow alone (cluster runs logged from anywhere)."""
     from components import tracking
     from components.dsl import is_dns1123_label
     from components.submission import connect_tracking
     from llmpack import compare as cmp
-    from llmpack.report import parse_control_plane, runs_from_mlflow, write_report
+    from llmpack.display import library_logs_to
+    from llmpack.report import check_control_plane, parse_control_plane, runs_from_mlflow
 
     costs = parse_control_plane(control_plane, control_plane_file)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a directory")
+    check_report_target(out, "--out", force=force)
     if not is_dns1123_label(run_group):
         raise InputError(f"--run-group {run_group!r}: must be a DNS-1123 label (lower-case letters, digits, '-')")
     uri = tracking.tracking_uri(tracking_uri)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
         raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: no such database")
-    runs = runs_from_mlflow(connect_tracking(uri), run_group)
-    result = cmp.comparison(run_group, list(dict.fromkeys(r["orchestrator"] for r in runs)), runs)
-    write_report(result, out, costs)
-    click.echo(str(out / "report.html"))
+    with library_logs_to(None):
+        runs = runs_from_mlflow(connect_tracking(uri), run_group)
+        names = list(dict.fromkeys(r["orchestrator"] for r in runs))
+        check_control_plane(costs, names)
+        result = cmp.comparison(run_group, names, runs, **({"baseline": baseline} if baseline else {}))
+        click.echo(str(_write_report(result, out, costs, force=force)))
 
 
 @main.group()

@@ -7,11 +7,13 @@ One failed path does not lose the others' results: it is listed as failed with i
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from typing import Any
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from components.errors import InputError
 from components.submission import new_id
+from llmpack import stats
 from llmpack.backends import BACKENDS
 from llmpack.runs import RunOptions, prepare
 
@@ -79,8 +81,99 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, 
     return out
 
 
-def comparison(run_group: str, backends: list[str], runs: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    """The result of a comparison: its runs, the failed ones with their errors, the statistics."""
+@dataclass(frozen=True, kw_only=True)
+class Headline:
+    """A headline measure: lower is better for every one of them."""
+
+    metric: str
+    label: str
+    unit: Literal["s", "$"]
+    lower: str  # the path's word when its median is significantly below the baseline's
+    higher: str
+
+
+HEADLINES = (
+    Headline(metric="time_to_first_step_s", label="time to first step", unit="s", lower="faster", higher="slower"),
+    Headline(metric="spinup_s", label="spin-up", unit="s", lower="faster", higher="slower"),
+    Headline(metric="total_s", label="total", unit="s", lower="faster", higher="slower"),
+    Headline(metric="cost_usd", label="cost per run", unit="$", lower="cheaper", higher="costlier"),
+)
+
+
+def quantity(value: float | None, unit: str, *, signed: bool = False) -> str:
+    """The one number format of the terminal, the JSON texts and the report: ``12.3 s``, ``$0.00412``."""
+    if value is None:
+        return "-"
+    sign = "+" if signed and value > 0 else "-" if value < 0 else ""
+    v = abs(value)
+    if unit == "$":
+        return f"{sign}${v:.3g}" if v < 1 else f"{sign}${v:,.2f}"
+    return f"{sign}{v:.2f} {unit}" if v < 100 else f"{sign}{v:,.0f} {unit}"
+
+
+def default_baseline(backends: list[str]) -> str | None:
+    """``direct`` when it is compared (locally); otherwise no baseline unless the user names one."""
+    return "direct" if "direct" in backends else None
+
+
+def check_baseline(baseline: str | None, backends: list[str]) -> None:
+    if baseline is not None and baseline not in backends:
+        raise InputError(f"--baseline {baseline!r}: not among the compared paths ({', '.join(backends)})")
+
+
+def _values(runs: list[dict[str, Any]], orch: str, metric: str) -> list[float]:
+    return [float(r["metrics"][metric]) for r in runs if r["orchestrator"] == orch and r["status"] == "succeeded"
+            and r["metrics"].get(metric) is not None]
+
+
+def verdicts(runs: list[dict[str, Any]], backends: list[str], baseline: str | None) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{metric: {path: {value, n, delta, ci95, n_baseline, verdict, text}}}`` for the headline measures.
+
+    A path is named faster/slower or cheaper/costlier than the baseline only when the bootstrap CI
+    of the difference in medians excludes 0 (:mod:`llmpack.stats`); otherwise the verdict says
+    "no clear difference" or "too few runs", with n.
+    """
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for h in HEADLINES:
+        per_path: dict[str, dict[str, Any]] = {}
+        base = _values(runs, baseline, h.metric) if baseline else []
+        for orch in backends:
+            values = _values(runs, orch, h.metric)
+            entry: dict[str, Any] = {"value": statistics.median(values) if values else None, "n": len(values),
+                                     "baseline": baseline, "delta": None, "ci95": None, "n_baseline": len(base)}
+            if baseline is None:
+                entry["verdict"], entry["text"] = "no baseline", f"{orch}: {h.label} {quantity(entry['value'], h.unit)} (n={len(values)})"
+            elif orch == baseline:
+                entry["verdict"], entry["text"] = "baseline", f"{orch} is the baseline: {h.label} {quantity(entry['value'], h.unit)} (n={len(values)})"
+            elif not values or not base:
+                entry["verdict"], entry["text"] = "too few runs", f"{orch} vs {baseline}: no succeeded runs to compare {h.label}"
+            else:
+                d = stats.bootstrap_median_diff(values, base)
+                word = {"lower": h.lower, "higher": h.higher}.get(d.verdict, d.verdict)
+                entry.update(delta=d.delta, ci95=None if d.ci_low is None else [d.ci_low, d.ci_high], verdict=word)
+                entry["text"] = _verdict_text(h, orch, baseline, d, word)
+            per_path[orch] = entry
+        out[h.metric] = per_path
+    return out
+
+
+def _verdict_text(h: Headline, orch: str, baseline: str, d: stats.Difference, word: str) -> str:
+    n = f"n={d.n} vs {d.n_baseline}"
+    ci = "" if d.ci_low is None else (f"95% CI {quantity(d.ci_low, h.unit, signed=True)} to "
+                                      f"{quantity(d.ci_high, h.unit, signed=True)}")
+    if word == "too few runs":
+        return (f"{orch} vs {baseline}: too few runs for a verdict on {h.label} ({n}; need {stats.MIN_N} each, "
+                f"--repeats {stats.MIN_N}); Δ {quantity(d.delta, h.unit, signed=True)}")
+    if word == "no clear difference":
+        return f"{orch} vs {baseline}: no clear difference in {h.label} ({n}; Δ {quantity(d.delta, h.unit, signed=True)}, {ci})"
+    return f"{orch} is {word} than {baseline} on {h.label} by {quantity(abs(d.delta), h.unit)} ({ci}; {n})"
+
+
+def comparison(run_group: str, backends: list[str], runs: list[dict[str, Any]], *, baseline: Any = "default",
+               **extra: Any) -> dict[str, Any]:
+    """The result of a comparison: its runs, the failed ones with their errors, the statistics and verdicts."""
+    base = default_baseline(backends) if baseline == "default" else baseline
+    check_baseline(base, backends)
     return {
         "run_group": run_group,
         "backends": backends,
@@ -93,7 +186,16 @@ def comparison(run_group: str, backends: list[str], runs: list[dict[str, Any]], 
             if r["status"] != "succeeded"
         ],
         "summary": summarize_runs(runs),
+        "baseline": base,
+        "verdict_method": stats.METHOD,
+        "verdicts": verdicts(runs, backends, base),
     }
+
+
+def with_baseline(result: dict[str, Any], baseline: str | None) -> dict[str, Any]:
+    """The same comparison judged against another baseline (``--baseline`` on a cluster)."""
+    check_baseline(baseline, result["backends"])
+    return {**result, "baseline": baseline, "verdicts": verdicts(result["runs"], result["backends"], baseline)}
 
 
 def compare(
@@ -102,13 +204,21 @@ def compare(
     repeats: int,
     *,
     run_one: Any = None,
+    baseline: Any = "default",
+    on_start: Any = None,
 ) -> dict[str, Any]:
-    """Run every backend ``repeats`` times (interleaved: a, b, c, a, b, c...) in one run group."""
+    """Run every backend ``repeats`` times (interleaved: a, b, c, a, b, c...) in one run group.
+
+    ``on_start(run_group)`` is called once every input is checked, before the first run.
+    """
     if repeats < 1:
         raise InputError(f"--repeats {repeats}: must be at least 1")
+    check_baseline(default_baseline(backends) if baseline == "default" else baseline, backends)
     for backend in backends:
         prepare(replace(opts, backend=backend))  # all input checks before the first run starts
     run_group = opts.run_group or new_id("rg")
+    if on_start is not None:
+        on_start(run_group)
     if run_one is None:
         from llmpack.runs import run_pipeline as run_one
     runs = []
@@ -116,4 +226,34 @@ def compare(
         for backend in backends:
             label = f"{backend} ({i + 1}/{repeats})" if repeats > 1 else backend
             runs.append(run_one(replace(opts, backend=backend, run_group=run_group), label))
-    return comparison(run_group, backends, runs, repeats=repeats)
+    return comparison(run_group, backends, runs, baseline=baseline, repeats=repeats)
+
+
+def parse_start_delays(text: str | None, backends: list[str]) -> dict[str, float]:
+    """``--inject-start-delay``: ``2`` (every path) or ``argo=3[,kfp=1]`` (those paths) -> {path: seconds}."""
+    if text is None or not text.strip():
+        return {}
+    out: dict[str, float] = {}
+    items = [i.strip() for i in text.split(",") if i.strip()]
+    for item in items:
+        name, sep, value = item.rpartition("=")
+        if sep and name not in backends:
+            raise InputError(f"--inject-start-delay {item!r}: {name!r} is not among the compared paths ({', '.join(backends)})")
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise InputError(f"--inject-start-delay {item!r}: expected SECONDS or PATH=SECONDS, e.g. argo=3") from None
+        if not 0 <= seconds < 3600:
+            raise InputError(f"--inject-start-delay {item!r}: seconds must be >= 0 and < 3600")
+        if not sep and len(items) > 1:
+            raise InputError(f"--inject-start-delay {text!r}: give either SECONDS for every path or PATH=SECONDS items")
+        for path in ([name] if sep else backends):
+            out[path] = seconds
+    return {p: s for p, s in out.items() if s > 0}
+
+
+def start_delay_env(delays: dict[str, float], backend: str) -> dict[str, str] | None:
+    """The step environment that delays ``backend``'s finetune process start (None: no injection)."""
+    from components.runtime import INJECT_ENV
+
+    return {INJECT_ENV: f"finetune={delays[backend]}"} if backend in delays else None

@@ -2,14 +2,71 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 err = Console(stderr=True)
-out = Console(width=None if sys.stdout.isatty() else 160)
+# A pipe gets the full width (160) unless COLUMNS says otherwise; a terminal gets its own width.
+out = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
+
+# Libraries that log INFO lines or warn at the client (MLflow's database set-up, alembic, kfp, hera).
+LIBRARY_LOGGERS = ("mlflow", "alembic", "sqlalchemy", "huey", "kfp", "hera", "urllib3", "git", "py.warnings")
+
+
+class _LazyFileHandler(logging.FileHandler):
+    """A log file created at the first line, so input refused before any run leaves nothing behind."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, encoding="utf-8", delay=True)
+
+    def _open(self) -> Any:
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
+@contextmanager
+def library_logs_to(path: Path | None) -> Iterator[None]:
+    """Library log lines and Python warnings go to ``path`` (appended), not the terminal.
+
+    MLflow installs its own stderr handler when imported, so it is imported first and its
+    handlers are taken over; everything is restored afterwards. ``path=None``: only WARNING and
+    above reach stderr.
+    """
+    import warnings
+
+    import mlflow  # noqa: F401 - configures its loggers on import; take them over after that
+
+    if path is not None:
+        handler: logging.Handler = _LazyFileHandler(path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
+    saved = {}
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        saved[name] = (logger.handlers[:], logger.propagate)
+        logger.handlers, logger.propagate = [handler], False
+    logging.captureWarnings(True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            yield
+    finally:
+        logging.captureWarnings(False)
+        for name, (handlers, propagate) in saved.items():
+            logger = logging.getLogger(name)
+            logger.handlers, logger.propagate = handlers, propagate
+        handler.close()
 
 
 def fmt(value: Any, digits: int = 2) -> str:
@@ -88,8 +145,81 @@ SINGLE_COLUMNS = (
 )
 
 
-def compare_table(result: dict[str, Any]) -> None:
-    """p50/p90/p99 of the timing metrics, p50 of the rest, a row per orchestrator."""
+def compare_table(result: dict[str, Any], *, wide: bool = False, console: Console | None = None) -> None:
+    """The medians of the headline measures in 80 columns, then one verdict line per path; ``wide``: every column."""
+    console = console or out
+    if wide:
+        _wide_table(result, console)
+    else:
+        _narrow_table(result, console)
+    _verdict_lines(result, console)
+    console.print(f"[dim]percentiles: {result['percentile_method']}; p99 needs n >= 10 runs per path.[/]")
+    for f in result["failed"]:
+        console.print(f"[red]{f['orchestrator']} {f['pipeline_run']} failed:[/] {f['error']}")
+
+
+def _narrow_table(result: dict[str, Any], console: Console) -> None:
+    from llmpack.compare import HEADLINES, quantity
+
+    table = Table(title=f"llmpack compare · {result['run_group']}", title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 1), pad_edge=False)
+    table.add_column("path", no_wrap=True)
+    table.add_column("n", justify="right", no_wrap=True)
+    short = {"time_to_first_step_s": "to 1st step", "spinup_s": "spin-up", "total_s": "total", "cost_usd": "cost/run"}
+    for h in HEADLINES:
+        table.add_column(f"{short[h.metric]}\np50", justify="right", no_wrap=True)
+    verdicts = result.get("verdicts", {})
+    for orch in result["backends"]:
+        n = result["summary"].get(orch, {}).get("total_s", {}).get("n", 0)
+        if n == 0:
+            table.add_row(orch, "0", "[red]failed[/]", *[""] * (len(HEADLINES) - 1))
+            continue
+        cells = []
+        for h in HEADLINES:
+            e = verdicts.get(h.metric, {}).get(orch, {})
+            mark = {h.lower: " ▼", h.higher: " ▲"}.get(e.get("verdict", ""), "")
+            cells.append(quantity(e.get("value"), h.unit) + mark)
+        table.add_row(orch, str(n), *cells)
+    console.print(table)
+    if result.get("baseline"):
+        console.print(f"[dim]▼/▲: lower/higher than {result['baseline']} beyond noise (95% CI of Δ median excludes 0).[/]")
+
+
+def _verdict_lines(result: dict[str, Any], console: Console) -> None:
+    """Per path, what differs from the baseline beyond noise, and what does not (with n)."""
+    from llmpack.compare import HEADLINES, quantity
+
+    baseline = result.get("baseline")
+    if not baseline:
+        console.print("no baseline: no path is named faster or cheaper (name one with --baseline PATH).")
+        return
+    verdicts = result.get("verdicts", {})
+    for orch in result["backends"]:
+        if orch == baseline:
+            continue
+        named, unclear, few = [], [], []
+        for h in HEADLINES:
+            e = verdicts.get(h.metric, {}).get(orch)
+            if e is None or e["value"] is None:
+                continue
+            if e["verdict"] in (h.lower, h.higher):
+                lo, hi = (quantity(v, h.unit, signed=True) for v in e["ci95"])
+                named.append(f"{e['verdict']} on {h.label} by {quantity(abs(e['delta']), h.unit)} (95% CI {lo} to {hi})")
+            elif e["verdict"] == "too few runs":
+                few.append(h.label)
+            else:
+                unclear.append(h.label)
+        n = f"n={verdicts.get('total_s', {}).get(orch, {}).get('n', 0)} vs {verdicts.get('total_s', {}).get(baseline, {}).get('n', 0)}"
+        parts = [", ".join(named) + f" ({n})"] if named else []
+        if unclear:
+            parts.append(f"no clear difference in {', '.join(unclear)} ({n})")
+        if few:
+            parts.append(f"too few runs for a verdict on {', '.join(few)} ({n}; use --repeats 5 or more)")
+        if parts:
+            console.print(f"[bold]{orch}[/] vs {baseline}: " + "; ".join(parts), soft_wrap=False)
+
+
+def _wide_table(result: dict[str, Any], console: Console) -> None:
     table = Table(title=f"llmpack compare · run group {result['run_group']}", title_justify="left")
     table.add_column("orchestrator")
     table.add_column("n", justify="right")
@@ -112,7 +242,4 @@ def compare_table(result: dict[str, Any]) -> None:
         for key, _ in SINGLE_COLUMNS:
             cells.append(fmt(stats[key]["p50"], 6 if key == "cost_usd" else 3 if key == "goodput" else 2))
         table.add_row(orch, str(n), *cells)
-    out.print(table)
-    out.print(f"[dim]percentiles: {result['percentile_method']}; p99 needs n >= 10 runs per path.[/]")
-    for f in result["failed"]:
-        out.print(f"[red]{f['orchestrator']} {f['pipeline_run']} failed:[/] {f['error']}")
+    console.print(table)

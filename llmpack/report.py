@@ -13,6 +13,7 @@ import html
 import json
 import os
 import shutil
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -85,42 +86,71 @@ def runs_from_mlflow(mc: Any, run_group: str) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- analysis
 
 
-def leaders(summary: dict[str, dict[str, dict[str, Any]]]) -> dict[str, str | None]:
-    """Which orchestrator is best on the headline measures (by median)."""
-
-    def best(metric: str, high: bool = False) -> str | None:
-        scored = [(v[metric]["p50"], o) for o, v in summary.items() if v.get(metric, {}).get("p50") is not None]
-        if not scored:
-            return None
-        return (max if high else min)(scored)[1]
-
-    return {
-        "first_to_training": best("time_to_first_step_s"),
-        "fastest_spinup": best("spinup_s"),
-        "cheapest": best("cost_usd"),
-        "least_overhead": best("pipeline_overhead_s"),
-    }
+def _unit_costs(runs: list[dict[str, Any]], orch: str) -> list[float]:
+    """USD per training GPU-hour of each succeeded run of ``orch``: cost_usd / (train_s x GPUs / 3600)."""
+    out = []
+    for r in runs:
+        if r["orchestrator"] != orch or r["status"] != "succeeded":
+            continue
+        cost = r["metrics"].get("cost_usd") or 0.0
+        train_h = (r["metrics"].get("train_s") or 0.0) * float(r["tags"].get("llmpack.gpu_count", 0) or 0) / 3600
+        if cost > 0 and train_h > 0:
+            out.append(cost / train_h)
+    return out
 
 
 def break_even(
     runs: list[dict[str, Any]], control_plane_usd_month: dict[str, float]
 ) -> dict[str, Any] | None:
-    """Where the cheapest orchestrator flips as training GPU-hours per month grow.
+    """Where the cheapest orchestrator flips as training GPU-hours per month grow, when it is beyond noise.
 
     Monthly cost of orchestrator o at H training GPU-hours: ``C_o + H * u_o``, where ``C_o`` is
-    its control-plane cost per month (given) and ``u_o`` its measured USD per training
-    GPU-hour: Σ cost_usd / Σ (train_s x GPUs / 3600) over its succeeded runs.
+    its control-plane cost per month (given; an orchestrator compared but not priced counts $0,
+    and the sentence says so) and ``u_o`` its measured USD per training GPU-hour (median over
+    its succeeded runs). The statement is made only when every pair's ``u`` differs beyond noise
+    (:mod:`llmpack.stats`); otherwise the sentence says which pair does not, and why no
+    break-even is claimed.
     """
-    unit: dict[str, float] = {}
-    for orch in control_plane_usd_month:
-        mine = [r for r in runs if r["orchestrator"] == orch and r["status"] == "succeeded"]
-        cost = sum(r["metrics"].get("cost_usd") or 0.0 for r in mine)
-        train_h = sum((r["metrics"].get("train_s") or 0.0) * float(r["tags"].get("llmpack.gpu_count", 0) or 0) / 3600 for r in mine)
-        if cost > 0 and train_h > 0:
-            unit[orch] = cost / train_h
-    if len(unit) < 2:
+    from llmpack import stats
+    from llmpack.compare import quantity
+
+    if not control_plane_usd_month:
         return None
-    fixed = {o: control_plane_usd_month[o] for o in unit}
+    compared = {r["orchestrator"] for r in runs if r["status"] == "succeeded" and r["orchestrator"] != "direct"}
+    per_run = {o: _unit_costs(runs, o) for o in sorted(compared | set(control_plane_usd_month))}
+    per_run = {o: v for o, v in per_run.items() if v}
+    unit = {o: statistics.median(v) for o, v in per_run.items()}
+    fixed = {o: control_plane_usd_month.get(o, 0.0) for o in unit}
+    assumed = sorted(o for o in unit if o not in control_plane_usd_month)
+    inputs = ", ".join(f"{o} ${fixed[o]:,.0f}/month{' (not given: $0)' if o in assumed else ''} + "
+                       f"{quantity(unit[o], '$')}/training GPU-hour (n={len(per_run[o])})" for o in sorted(unit))
+    base = {"unit_usd_per_train_gpu_hour": unit, "control_plane_usd_month": fixed, "assumed_zero": assumed,
+            "segments": [], "significant": False}
+    if len(unit) < 2:
+        given = ", ".join(f"{o} ${c:,.0f}/month" for o, c in sorted(control_plane_usd_month.items()))
+        return {**base, "sentence": f"Control-plane costs {given}: a break-even needs measured runs of at least two "
+                                    f"orchestrators (have: {', '.join(sorted(unit)) or 'none'})."}
+    unclear = []
+    for a in sorted(unit):
+        for b in sorted(unit):
+            if a < b:
+                d = stats.bootstrap_median_diff(per_run[a], per_run[b])
+                if d.verdict not in ("lower", "higher"):
+                    unclear.append((a, b, d))
+    if unclear:
+        a, b, d = unclear[0]
+        why = ("too few runs" if d.verdict == "too few runs" else "no clear difference")
+        ci = "" if d.ci_low is None else f", 95% CI {quantity(d.ci_low, '$', signed=True)} to {quantity(d.ci_high, '$', signed=True)}"
+        sentence = (f"No break-even claimed: {a} and {b} cost the same per training GPU-hour within noise ({why}: "
+                    f"Δ {quantity(d.delta, '$', signed=True)}{ci}, n={d.n} vs {d.n_baseline}")
+        if len(unclear) > 1:
+            sentence += f"; {len(unclear) - 1} more pair(s) likewise"
+        if len(unclear) == len(unit) * (len(unit) - 1) // 2:
+            low = min(fixed, key=lambda o: (fixed[o], o))
+            sentence += f"), so the control-plane cost decides: {low} (${fixed[low]:,.0f}/month) is cheapest"
+        else:
+            sentence += ")"
+        return {**base, "sentence": sentence + f". Inputs: {inputs}."}
 
     def cheapest(h: float) -> str:
         return min(unit, key=lambda o: (fixed[o] + h * unit[o], o))
@@ -142,17 +172,105 @@ def break_even(
             segments.append({"from_gpu_hours": start, "to_gpu_hours": h, "cheapest": current})
             start, current = h, after
     segments.append({"from_gpu_hours": start, "to_gpu_hours": None, "cheapest": current})
-    inputs = ", ".join(f"{o} ${fixed[o]:,.0f}/month + ${unit[o]:,.2f}/training GPU-hour" for o in sorted(unit))
     if len(segments) == 1:
         sentence = f"{segments[0]['cheapest']} is cheapest at every volume (inputs: {inputs})."
     else:
         parts = [f"{s['cheapest']} is cheapest up to {s['to_gpu_hours']:,.0f} training GPU-hours/month" for s in segments[:-1]]
         sentence = "; ".join(parts) + f", then {segments[-1]['cheapest']} (inputs: {inputs})."
-    return {"unit_usd_per_train_gpu_hour": unit, "control_plane_usd_month": fixed, "segments": segments, "sentence": sentence}
+    return {**base, "segments": segments, "significant": True, "sentence": sentence}
+
+
+def gpu_steps() -> dict[str, int]:
+    """The pipeline's GPU steps and their GPU counts (from the one pipeline object)."""
+    from components.pipeline import build
+
+    return {t.name: t.step.execution.resources.gpus for t in build().task_order() if t.step.execution.resources.gpus > 0}
+
+
+def cost_split(run: dict[str, Any], steps: dict[str, int]) -> dict[str, float] | None:
+    """``{compute_usd, overhead_usd}`` of one run: what the GPU cost while it trained or evaluated, and while it did not.
+
+    Compute is each GPU step's ``model_loaded`` to ``finished`` (training or evaluating);
+    overhead is the rest of the billed GPU time: container start, imports, model load,
+    node provisioning, hand-overs. The two add up to ``cost_usd``.
+    """
+    from components.cost import billed_seconds
+    from components.telemetry import StepTimes
+
+    cost = run["metrics"].get("cost_usd")
+    if cost is None or run["status"] != "succeeded":
+        return None
+    billed = compute = 0.0
+    for step, gpus in steps.items():
+        ev = run.get("events", {}).get(step, {})
+        b = billed_seconds(StepTimes(step=step, events=ev, metrics={})) if ev else None
+        if b is None:
+            continue
+        billed += gpus * b
+        if "model_loaded" in ev and "finished" in ev:
+            compute += gpus * max(0.0, ev["finished"] - ev["model_loaded"])
+    if billed <= 0:
+        return None
+    share = min(1.0, compute / billed)
+    return {"compute_usd": cost * share, "overhead_usd": cost * (1 - share)}
+
+
+def report_facts(result: dict[str, Any]) -> dict[str, str]:
+    """Price, its source, GPU type and mode: what every cost figure in the report rests on."""
+    ok = [r for r in result["runs"] if r["status"] == "succeeded"] or result["runs"]
+    tags = ok[0]["tags"] if ok else {}
+    modes = sorted({r.get("mode", "unknown") for r in result["runs"]}) or ["unknown"]
+    mode = "/".join(modes)
+    price = tags.get("llmpack.price_per_gpu_hour", "unknown")
+    return {
+        "mode": mode,
+        "gpu_type": str(tags.get("llmpack.gpu_type", "unknown")),
+        "gpu_count": str(tags.get("llmpack.gpu_count", "?")),
+        "price_per_gpu_hour": str(price),
+        "price_source": str(tags.get("llmpack.price_source", "unknown")),
+        "cost_note": ("local run: cost is a projection (these step durations priced as if on the GPU type above; "
+                      "no GPU was billed)") if mode == "local" else "cluster run: billed GPU time at the price above",
+    }
+
+
+def summary_sentence(result: dict[str, Any], be: dict[str, Any] | None) -> str:
+    """The plain-language answer on top of the report: only differences beyond noise, with their CI."""
+    from llmpack.compare import HEADLINES
+
+    baseline = result.get("baseline")
+    verdicts = result.get("verdicts", {})
+    where = "On this cluster" if result.get("mode") == "cluster" or any(r.get("mode") == "cluster" for r in result["runs"]) \
+        else "On this machine"
+    if not [r for r in result["runs"] if r["status"] == "succeeded"]:
+        return "No run succeeded; nothing to compare."
+    if baseline is None:
+        return (f"{where}: no baseline, so no path is named faster or cheaper (name one with --baseline PATH); "
+                "the medians are below.")
+    parts = []
+    for h in (HEADLINES[0], HEADLINES[3]):
+        per_path = verdicts.get(h.metric, {})
+        named = [e["text"] for o, e in per_path.items() if e["verdict"] in (h.lower, h.higher)]
+        rest = [o for o, e in per_path.items() if o != baseline and e["verdict"] not in (h.lower, h.higher)]
+        if named:
+            parts.append("; ".join(named))
+        if rest:
+            ns = sorted({per_path[o]["n"] for o in rest})
+            n_text = f"n={'/'.join(map(str, ns))} vs {per_path[baseline]['n'] if baseline in per_path else 0}"
+            reason = ("too few runs for a verdict" if all(per_path[o]["verdict"] == "too few runs" for o in rest)
+                      else "no clear difference")
+            parts.append(f"{', '.join(rest)}: {reason} from {baseline} on {h.label} ({n_text})")
+    text = f"{where}, against {baseline}: " + ". ".join(parts) + "."
+    if be and be.get("significant"):
+        text += " At your volumes: " + be["sentence"]
+    return text
 
 
 def parse_control_plane(items: tuple[str, ...] | list[str], path: str | None = None) -> dict[str, float]:
-    """``--control-plane-cost kfp=450`` flags and/or a YAML ``{kfp: 450, argo: 120}``."""
+    """``--control-plane-cost kfp=450`` flags and/or a YAML ``{kfp: 450, argo: 120}`` (flags win).
+
+    Names must be orchestrators exactly as ``--backends`` spells them (``direct`` has no control
+    plane); amounts must be finite and >= 0. Anything else is one line, before any run starts.
+    """
     out: dict[str, float] = {}
     if path:
         import yaml
@@ -164,22 +282,42 @@ def parse_control_plane(items: tuple[str, ...] | list[str], path: str | None = N
         if not isinstance(data, dict):
             raise InputError(f"{path}: expected a mapping like 'kfp: 450'")
         for key, value in data.items():
-            out[str(key)] = _usd(value, f"{path}: {key}")
+            out[_orchestrator(str(key), f"{path}: {key}")] = _usd(value, f"{path}: {key}")
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise InputError(f"--control-plane-cost {item!r}: expected ORCHESTRATOR=USD_PER_MONTH")
-        out[key] = _usd(value, f"--control-plane-cost {key}")
+            raise InputError(f"--control-plane-cost {item!r}: expected ORCHESTRATOR=USD_PER_MONTH, e.g. kfp=450")
+        out[_orchestrator(key.strip(), f"--control-plane-cost {item}")] = _usd(value.strip(), f"--control-plane-cost {item}")
     return out
+
+
+def check_control_plane(costs: dict[str, float], backends: list[str], where: str = "--control-plane-cost") -> None:
+    """Every priced orchestrator must be one that is compared (a typo would otherwise price nothing)."""
+    for orch in costs:
+        if orch not in backends:
+            raise InputError(f"{where} {orch}: {orch} is not among the compared paths ({', '.join(backends)})")
+
+
+def _orchestrator(name: str, where: str) -> str:
+    from llmpack.backends import ORCHESTRATORS
+
+    if name in ORCHESTRATORS:
+        return name
+    if name == "direct":
+        raise InputError(f"{where}: direct has no control plane (give one of {', '.join(ORCHESTRATORS)})")
+    hint = next((f"; did you mean {o!r}?" for o in ORCHESTRATORS if o == name.lower()), "")
+    raise InputError(f"{where}: unknown orchestrator {name!r} (choose from {', '.join(ORCHESTRATORS)}){hint}")
 
 
 def _usd(value: Any, where: str) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise InputError(f"{where}: {value!r} is not a number") from None
-    if v < 0 or v != v:
-        raise InputError(f"{where}: must be >= 0")
+        raise InputError(f"{where}: {value!r} is not a number of USD per month") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise InputError(f"{where}: {value!r} is not a number of USD per month")
+    if v < 0:
+        raise InputError(f"{where}: must be >= 0 USD per month")
     return v
 
 
@@ -196,22 +334,34 @@ def _phase_spans(events: dict[str, float]) -> list[tuple[str, float, float, str]
     return spans
 
 
-def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
+    """One lane per run from submit (0 s); the legend lists only the phases drawn."""
+    plt = _pyplot()
     from matplotlib.patches import Patch
 
     lanes = [r for r in runs if r.get("events")]
-    fig, ax = plt.subplots(figsize=(11, 2.2 + 0.45 * max(1, len(lanes))))
+    fig, ax = plt.subplots(figsize=(11, 2.4 + 0.45 * max(1, len(lanes))))
+    seen: dict[str, str] = {}
+    gap = False
     for y, run in enumerate(lanes):
         t0 = run["submitted_at"]
         steps = sorted(run["events"].items(), key=lambda kv: min(kv[1].values()))
         first_start = min((min(ev.values()) for _, ev in steps), default=t0)
-        ax.barh(y, first_start - t0, left=0, color="#eeeeee", edgecolor="#bbbbbb", height=0.7)
+        if first_start > t0:
+            gap = True
+            ax.barh(y, first_start - t0, left=0, color="#eeeeee", edgecolor="#bbbbbb", height=0.7)
         for step, ev in steps:
-            for _label, s, e, colour in _phase_spans(ev):
+            for label, s, e, colour in _phase_spans(ev):
+                seen.setdefault(label, colour)
                 ax.barh(y, e - s, left=s - t0, color=colour, height=0.7, edgecolor="white", linewidth=0.4)
             if "first_step" in ev:
                 ax.plot(ev["first_step"] - t0, y, marker="v", color="black", markersize=7)
@@ -222,11 +372,14 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
     for tick, run in zip(ax.get_yticklabels(), lanes, strict=False):
         tick.set_color(_colour(run["orchestrator"]))
     ax.invert_yaxis()
+    ax.set_xlim(left=0)
     ax.set_xlabel("seconds since submit")
     ax.set_title("Timeline per run: each step's phases; gaps are orchestrator overhead; ▼ = first training step")
-    handles = [Patch(color="#eeeeee", label="submit → first step process")] + [Patch(color=c, label=lbl) for lbl, _, _, c in PHASES]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.18 if len(lanes) > 3 else -0.35),
-              fontsize=7, ncol=4, frameon=False)
+    handles = ([Patch(color="#eeeeee", label="submit → first step process")] if gap else []) + [
+        Patch(color=c, label=lbl) for lbl, _, _, c in PHASES if lbl in seen]
+    if handles:
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.18 if len(lanes) > 3 else -0.35),
+                  fontsize=8, ncol=4, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -234,10 +387,9 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
 
 
 def chart_boxes(runs: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Spin-up and time to first step per path from 0 s, every run a dot, the median labelled."""
+    plt = _pyplot()
+    from llmpack.compare import quantity
 
     orchs = list(dict.fromkeys(r["orchestrator"] for r in runs if r["status"] == "succeeded"))
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -246,16 +398,18 @@ def chart_boxes(runs: list[dict[str, Any]], path: Path) -> None:
                  and r["metrics"].get(metric) is not None] for o in orchs]
         if any(data):
             box = ax.boxplot(data, patch_artist=True, showmeans=False)
-            ax.set_xticks(range(1, len(orchs) + 1), orchs)
+            ax.set_xticks(range(1, len(orchs) + 1), [f"{o}\nn={len(d)}" for o, d in zip(orchs, data, strict=False)])
             for patch, o in zip(box["boxes"], orchs, strict=False):
                 patch.set_facecolor(_colour(o))
                 patch.set_alpha(0.6)
             for i, (values, o) in enumerate(zip(data, orchs, strict=False), start=1):
                 xs = [i + 0.12 * ((j % 5) - 2) / 2 for j in range(len(values))]
                 ax.scatter(xs, values, color=_colour(o), edgecolor="black", linewidth=0.5, s=28, zorder=3)
-            medians = [sorted(d)[len(d) // 2] if d else float("inf") for d in data]
-            best = medians.index(min(medians))
-            ax.get_xticklabels()[best].set_fontweight("bold")
+                if values:
+                    med = statistics.median(values)
+                    ax.annotate(quantity(med, "s"), (i + 0.3, med), fontsize=8, va="center")
+        ax.set_ylim(bottom=0)
+        ax.set_xlim(0.5, len(orchs) + 0.9)
         ax.set_title(title + " — lower is better")
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -263,22 +417,33 @@ def chart_boxes(runs: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def chart_cost(runs: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def chart_cost(runs: list[dict[str, Any]], path: Path, splits: dict[str, dict[str, float] | None]) -> None:
+    """Cost per run from $0, split into compute and overhead, each bar labelled with its total."""
+    plt = _pyplot()
+    from llmpack.compare import quantity
 
     ok = [r for r in runs if r["status"] == "succeeded" and r["metrics"].get("cost_usd") is not None]
     ok.sort(key=lambda r: r["metrics"]["cost_usd"])
-    fig, ax = plt.subplots(figsize=(11, 0.9 + 0.4 * max(1, len(ok))))
+    fig, ax = plt.subplots(figsize=(11, 1.4 + 0.4 * max(1, len(ok))))
     for y, r in enumerate(ok):
-        ax.barh(y, r["metrics"]["cost_usd"], color=_colour(r["orchestrator"]), alpha=0.85)
+        total = r["metrics"]["cost_usd"]
+        split = splits.get(r["pipeline_run"])
+        if split:
+            ax.barh(y, split["compute_usd"], color=_colour(r["orchestrator"]), alpha=0.9,
+                    label="compute (training, evaluating)" if y == 0 else None)
+            ax.barh(y, split["overhead_usd"], left=split["compute_usd"], color=_colour(r["orchestrator"]), alpha=0.35,
+                    hatch="//", edgecolor="white", label="overhead (start-up, model load, hand-overs)" if y == 0 else None)
+        else:
+            ax.barh(y, total, color=_colour(r["orchestrator"]), alpha=0.85)
+        ax.annotate(quantity(total, "$"), (total, y), xytext=(4, 0), textcoords="offset points", fontsize=8, va="center")
     ax.set_yticks(range(len(ok)))
     ax.set_yticklabels([f"{r['orchestrator']} · {r['pipeline_run'][-6:]}" for r in ok])
     ax.invert_yaxis()
+    ax.set_xlim(left=0, right=max([r["metrics"]["cost_usd"] for r in ok], default=1) * 1.18 or 1)
     ax.set_xlabel("cost per run, USD (GPU-seconds billed x price)")
-    ax.set_title("Cost per run — cheapest at the top")
+    ax.set_title("Cost per run — cheapest at the top; solid = compute, hatched = overhead")
+    if any(splits.values()):
+        ax.legend(loc="lower right", fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -303,7 +468,7 @@ def _num(v: Any, digits: int = 3) -> str:
     if v is None:
         return "-"
     if isinstance(v, float) and v != 0 and abs(v) < 10**-digits:
-        return f"{v:.2e}"
+        return f"{v:.3g}"
     return f"{v:,.{digits}f}" if isinstance(v, float) else str(v)
 
 
@@ -316,13 +481,42 @@ def _cell(stats: dict[str, Any], with_p90: bool) -> str:
     return text
 
 
-def markdown(result: dict[str, Any], lead: dict[str, str | None], be: dict[str, Any] | None) -> str:
+def _cost_lines(result: dict[str, Any], splits: dict[str, dict[str, float] | None]) -> list[tuple[str, str]]:
+    """Per path: median compute and overhead cost per run, and the overhead share."""
+    from llmpack.compare import quantity
+
+    out = []
+    for orch in result.get("backends") or dict.fromkeys(r["orchestrator"] for r in result["runs"]):
+        mine = [splits[r["pipeline_run"]] for r in result["runs"] if r["orchestrator"] == orch and splits.get(r["pipeline_run"])]
+        if not mine:
+            continue
+        compute = statistics.median(s["compute_usd"] for s in mine)
+        overhead = statistics.median(s["overhead_usd"] for s in mine)
+        share = overhead / (compute + overhead) if compute + overhead else 0.0
+        out.append((orch, f"compute {quantity(compute, '$')} + overhead {quantity(overhead, '$')} per run "
+                          f"({share:.0%} overhead; medians, n={len(mine)})"))
+    return out
+
+
+def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
+             splits: dict[str, dict[str, float] | None]) -> str:
     summary = result["summary"]
-    priced = next((r["tags"] for r in result["runs"] if r["status"] == "succeeded"), result["runs"][0]["tags"])
     lines = [
         f"# llmpack comparison — run group `{result['run_group']}`",
         "",
-        _headline(lead),
+        sentence,
+        "",
+        f"Mode: {facts['mode']} · GPU: {facts['gpu_count']}x {facts['gpu_type']} · price: ${facts['price_per_gpu_hour']}/GPU-hour "
+        f"({facts['price_source']}) · {facts['cost_note']}.",
+        "",
+        "## Verdicts against the baseline" + (f" ({result.get('baseline')})" if result.get("baseline") else ""),
+        "",
+    ]
+    for per_path in result.get("verdicts", {}).values():
+        lines += [f"- {e['text']}" for e in per_path.values()]
+    lines += [
+        "",
+        f"Method: {result.get('verdict_method', '')}.",
         "",
         f"Cells are p50 / p90 over n runs ({result['percentile_method']}); p99 needs n >= 10 and is "
         "reported in report.json only when estimated.",
@@ -337,6 +531,8 @@ def markdown(result: dict[str, Any], lead: dict[str, str | None], be: dict[str, 
     if failed:
         lines += ["", "## Failed runs", ""]
         lines += [f"- **{r['orchestrator']}** `{r['pipeline_run']}`: {r.get('error') or r['status']}" for r in failed]
+    lines += ["", "## What the money went on", ""]
+    lines += [f"- **{o}**: {text}" for o, text in _cost_lines(result, splits)] or ["- no priced runs"]
     lines += ["", "## Break-even", "", be["sentence"] if be else "No control-plane costs given (use --control-plane-cost kfp=USD ...)."]
     lines += [
         "",
@@ -349,92 +545,174 @@ def markdown(result: dict[str, Any], lead: dict[str, str | None], be: dict[str, 
         "![cost per run](cost_per_run.png)",
         "",
         "Cost: GPU count x billed seconds (container start, or process start locally, to finish) x price per GPU-hour / 3600; "
-        f"price {priced.get('llmpack.price_per_gpu_hour')} USD/GPU-hour from {priced.get('llmpack.price_source')}.",
+        "compute = each GPU step's model loaded to finished, overhead = the rest of the billed time.",
     ]
     return "\n".join(lines) + "\n"
 
 
-def _headline(lead: dict[str, str | None]) -> str:
-    parts = []
-    if lead["first_to_training"]:
-        parts.append(f"**{lead['first_to_training']}** reached the first training step first")
-    if lead["cheapest"]:
-        parts.append(f"**{lead['cheapest']}** cost least")
-    return (" and ".join(parts) + " (medians).") if parts else "No succeeded runs."
+def _card(label: str, unit: str, per_path: dict[str, dict[str, Any]]) -> str:
+    """One headline card: per path, its median, Δ vs baseline with the CI, n, and the verdict."""
+    from llmpack.compare import quantity
+
+    rows = []
+    for orch, e in per_path.items():
+        if e["verdict"] in ("baseline", "no baseline"):
+            delta = "baseline" if e["verdict"] == "baseline" else ""
+        elif e["delta"] is None:
+            delta = "—"
+        else:
+            ci = f" <span class=ci>[{quantity(e['ci95'][0], unit, signed=True)}, {quantity(e['ci95'][1], unit, signed=True)}]</span>" \
+                if e["ci95"] else ""
+            delta = f"Δ {quantity(e['delta'], unit, signed=True)}{ci}"
+        verdict = e["verdict"] if e["verdict"] not in ("baseline", "no baseline") else ""
+        strong = " strong" if verdict in ("faster", "slower", "cheaper", "costlier") else ""
+        rows.append(
+            f"<tr><th>{_badge(orch)}</th><td class=v>{html.escape(quantity(e['value'], unit))}</td>"
+            f"<td class=d>{delta}</td><td class=n>n={e['n']}</td><td class='w{strong}'>{html.escape(verdict)}</td></tr>")
+    return f'<div class="card"><div class="label">{html.escape(label)}</div><table class="ct">{"".join(rows)}</table></div>'
 
 
-def html_page(md_result: dict[str, Any], lead: dict[str, str | None], be: dict[str, Any] | None, charts: dict[str, Path]) -> str:
-    summary = md_result["summary"]
+def _badge(orch: str | None) -> str:
+    if not orch:
+        return "—"
+    return f'<span class="badge" style="background:{_colour(orch)}">{html.escape(orch)}</span>'
+
+
+def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
+              charts: dict[str, Path], splits: dict[str, dict[str, float] | None]) -> str:
+    from llmpack.compare import HEADLINES
+
+    summary = result["summary"]
 
     def img(name: str) -> str:
         data = base64.b64encode(charts[name].read_bytes()).decode()
         return f'<img alt="{name}" src="data:image/png;base64,{data}">'
 
-    def badge(orch: str | None) -> str:
-        if not orch:
-            return "—"
-        return f'<span class="badge" style="background:{_colour(orch)}">{html.escape(orch)}</span>'
-
     rows = []
     for orch, stats in summary.items():
         cells = "".join(f"<td>{html.escape(_cell(stats.get(k, {}), True))}</td>" for k, _ in TABLE_COLUMNS)
-        rows.append(f"<tr><th>{badge(orch)}</th><td>{stats['total_s']['n']}</td>{cells}</tr>")
+        rows.append(f"<tr><th>{_badge(orch)}</th><td>{stats['total_s']['n']}</td>{cells}</tr>")
     failed = "".join(
-        f"<li>{badge(r['orchestrator'])} <code>{html.escape(r['pipeline_run'])}</code>: {html.escape(str(r.get('error')))}</li>"
-        for r in md_result["runs"]
+        f"<li>{_badge(r['orchestrator'])} <code>{html.escape(r['pipeline_run'])}</code>: {html.escape(str(r.get('error')))}</li>"
+        for r in result["runs"]
         if r["status"] != "succeeded"
     )
+    verdicts = result.get("verdicts", {})
+    cards = "".join(_card(h.label, h.unit, verdicts[h.metric]) for h in HEADLINES if h.metric in verdicts)
+    costs = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in _cost_lines(result, splits))
+    baseline = result.get("baseline")
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>llmpack comparison {html.escape(md_result['run_group'])}</title>
+<html lang="en"><head><meta charset="utf-8"><title>llmpack comparison {html.escape(result['run_group'])}</title>
 <style>
-body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;color:#222}}
-.hero{{display:flex;gap:1.5em;margin:1em 0}} .card{{flex:1;border:1px solid #ddd;border-radius:8px;padding:1em;text-align:center}}
-.card .label{{color:#666;font-size:.9em}} .badge{{color:#fff;border-radius:4px;padding:.15em .5em;font-weight:600}}
-.card .badge{{font-size:1.6em}} table{{border-collapse:collapse;width:100%;font-size:.9em}}
-td,th{{border-bottom:1px solid #eee;padding:.35em .5em;text-align:right}} th:first-child{{text-align:left}}
+body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}}
+.summary{{font-size:1.15em;line-height:1.45;background:#f6f8fa;border-left:4px solid #1f77b4;padding:.8em 1em;margin:1em 0}}
+.facts{{display:flex;flex-wrap:wrap;gap:.4em 1.5em;color:#444;font-size:.95em;margin:.5em 0}} .facts b{{color:#222}}
+.hero{{display:grid;grid-template-columns:repeat(auto-fit,minmax(320px,1fr));gap:1em;margin:1em 0}}
+.card{{border:1px solid #ddd;border-radius:8px;padding:.8em 1em;min-width:0}}
+.card .label{{color:#555;font-size:.95em;font-weight:600;margin-bottom:.4em}}
+.ct{{width:100%;border-collapse:collapse;font-size:.9em}} .ct td,.ct th{{border:0;padding:.2em .3em;text-align:left;white-space:nowrap}}
+.ct td.v{{font-weight:600;text-align:right}} .ct td.n{{color:#666}} .ci{{color:#666;font-size:.9em}}
+.ct td.w{{color:#666}} .ct td.w.strong{{color:#111;font-weight:700}}
+.badge{{color:#fff;border-radius:4px;padding:.1em .45em;font-weight:600;display:inline-block}}
+table.num{{border-collapse:collapse;width:100%;font-size:.9em}}
+table.num td,table.num th{{border-bottom:1px solid #eee;padding:.35em .5em;text-align:right}} table.num th:first-child{{text-align:left}}
 img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 </style></head><body>
 <h1>llmpack comparison</h1>
-<p class="note">run group <code>{html.escape(md_result['run_group'])}</code></p>
-<div class="hero">
-<div class="card"><div class="label">first to reach training</div>{badge(lead['first_to_training'])}</div>
-<div class="card"><div class="label">cheapest</div>{badge(lead['cheapest'])}</div>
-<div class="card"><div class="label">least pipeline overhead</div>{badge(lead['least_overhead'])}</div>
-</div>
+<p class="summary">{html.escape(sentence)}</p>
+<div class="facts"><span>mode <b>{html.escape(facts['mode'])}</b></span>
+<span>GPU <b>{html.escape(facts['gpu_count'])}&times; {html.escape(facts['gpu_type'])}</b></span>
+<span>price <b>${html.escape(facts['price_per_gpu_hour'])}/GPU-hour</b></span>
+<span>price source <b>{html.escape(facts['price_source'])}</b></span>
+<span>baseline <b>{html.escape(baseline or 'none')}</b></span>
+<span>run group <code>{html.escape(result['run_group'])}</code></span></div>
+<p class="note">{html.escape(facts['cost_note'])}.</p>
+<div class="hero">{cards}</div>
+<p class="note">Δ = median of the path − median of the baseline, [95% CI]. {html.escape(result.get('verdict_method', ''))}.</p>
 {img('timeline')}
 {img('spinup_boxplot')}
+<h2>What the money went on</h2>
+<ul>{costs or '<li>no priced runs</li>'}</ul>
 {img('cost_per_run')}
+<h2>Break-even</h2><p>{html.escape(be['sentence']) if be else 'No control-plane costs given (use --control-plane-cost kfp=USD ...).'}</p>
 <h2>Numbers</h2>
-<p class="note">p50 / p90 ({html.escape(md_result['percentile_method'])}); p99 only with n &ge; 10 (see report.json).</p>
-<table><tr><th>orchestrator</th><th>n</th>{''.join(f'<th>{html.escape(h)}</th>' for _, h in TABLE_COLUMNS)}</tr>
+<p class="note">p50 / p90 ({html.escape(result['percentile_method'])}); p99 only with n &ge; 10 (see report.json).</p>
+<table class="num"><tr><th>orchestrator</th><th>n</th>{''.join(f'<th>{html.escape(h)}</th>' for _, h in TABLE_COLUMNS)}</tr>
 {''.join(rows)}</table>
 {('<h2>Failed runs</h2><ul>' + failed + '</ul>') if failed else ''}
-<h2>Break-even</h2><p>{html.escape(be['sentence']) if be else 'No control-plane costs given.'}</p>
 </body></html>
 """
 
 
-def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str, float] | None = None) -> Path:
-    """Write the whole report into ``out_dir`` atomically (a temp dir renamed at the end)."""
+def new_report_dir(parent: Path, run_group: str, now: float | None = None) -> Path:
+    """``PARENT/<UTC yyyymmdd-HHMMSS>-<run group>``: every compare gets its own report, none is replaced."""
+    import time
+
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    path = Path(parent) / f"{stamp}-{run_group}"
+    i = 1
+    while path.exists():
+        i += 1
+        path = Path(parent) / f"{stamp}-{run_group}-{i}"
+    return path
+
+
+def check_report_parent(parent: Path, flag: str) -> None:
+    """Before any run: the report parent is a directory we can write in (or can be created)."""
+    parent = Path(parent)
+    if parent.exists() and not parent.is_dir():
+        raise InputError(f"{flag} {parent}: exists and is not a directory")
+    probe = next((p for p in [parent, *parent.resolve().parents] if p.exists()), None)
+    if probe is None or not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"{flag} {parent}: cannot write a report there (no write permission)")
+
+
+def link_latest(parent: Path, report_dir: Path) -> None:
+    """``PARENT/latest`` points at the newest report (a relative symlink, replaced atomically)."""
+    link = Path(parent) / "latest"
+    tmp = Path(parent) / f".latest-{os.getpid()}"
+    try:
+        if tmp.is_symlink():
+            tmp.unlink()
+        os.symlink(report_dir.name, tmp)
+        os.replace(tmp, link)
+    except OSError:  # a file system without symlinks: the printed path is enough
+        if tmp.is_symlink():
+            tmp.unlink()
+
+
+def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str, float] | None = None, *,
+                 replace: bool = False) -> Path:
+    """Write the whole report into ``out_dir`` atomically (a temp dir renamed at the end).
+
+    An existing report there is replaced only with ``replace=True``; a directory that is not a
+    report is never touched.
+    """
     out_dir = Path(out_dir).resolve()
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"report directory {out_dir}: exists and is not a directory")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "report.json").exists():
-        raise InputError(f"report directory {out_dir}: not empty and not an llmpack report; choose another")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        if not (out_dir / "report.json").exists():
+            raise InputError(f"report directory {out_dir}: not empty and not an llmpack report; choose another")
+        if not replace:
+            raise InputError(f"report directory {out_dir}: holds a report already; choose another")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
     try:
         runs = result["runs"]
-        lead = leaders(result["summary"])
         be = break_even(runs, control_plane) if control_plane else None
+        steps = gpu_steps()
+        splits = {r["pipeline_run"]: cost_split(r, steps) for r in runs}
+        facts = report_facts(result)
+        sentence = summary_sentence(result, be)
         charts = {"timeline": tmp / "timeline.png", "spinup_boxplot": tmp / "spinup_boxplot.png", "cost_per_run": tmp / "cost_per_run.png"}
         chart_timeline(runs, charts["timeline"])
         chart_boxes(runs, charts["spinup_boxplot"])
-        chart_cost(runs, charts["cost_per_run"])
-        full = {**result, "leaders": lead, "break_even": be}
+        chart_cost(runs, charts["cost_per_run"], splits)
+        full = {**result, "summary_sentence": sentence, "facts": facts, "cost_split": splits, "break_even": be}
         (tmp / "report.json").write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n")
-        (tmp / "report.md").write_text(markdown(result, lead, be))
-        (tmp / "report.html").write_text(html_page(result, lead, be, charts))
+        (tmp / "report.md").write_text(markdown(result, facts, sentence, be, splits))
+        (tmp / "report.html").write_text(html_page(result, facts, sentence, be, charts, splits))
         os.chmod(tmp, 0o755)  # mkdtemp makes it private
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")

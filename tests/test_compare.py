@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
 import pytest
 
 from components.errors import InputError
-from llmpack.compare import DEFAULT_BACKENDS, parse_backends, percentile, summarize_runs
-from llmpack.report import break_even, leaders, write_report
+from llmpack.compare import DEFAULT_BACKENDS, comparison, parse_backends, parse_start_delays, percentile, summarize_runs
+from llmpack.report import break_even, parse_control_plane, write_report
 from llmpack.runs import RunOptions, run_pipeline
 from tests.conftest import llmpack
+from tests.synthetic_runs import runs as synthetic_runs
 
 FAST = ("--max-steps", "3")
 
@@ -33,18 +35,105 @@ def test_p99_is_not_pretended_below_ten_runs() -> None:
     assert summarize_runs(runs)["kfp"]["total_s"]["p99"] == pytest.approx(8.91)
 
 
-def test_break_even_finds_where_the_cheapest_flips() -> None:
-    def run(orch: str, cost: float) -> dict:
-        return {"orchestrator": orch, "status": "succeeded", "metrics": {"cost_usd": cost, "train_s": 3600.0},
-                "tags": {"llmpack.gpu_count": "1"}}
+def _priced(orch: str, cost: float, n: int = 5) -> list[dict]:
+    # n runs of one training GPU-hour each, costs spread by +-1% around ``cost``.
+    return [{"orchestrator": orch, "status": "succeeded", "metrics": {"cost_usd": cost * (1 + (i - n // 2) / 100), "train_s": 3600.0},
+             "tags": {"llmpack.gpu_count": "1"}} for i in range(n)]
 
+
+def test_break_even_finds_where_the_cheapest_flips() -> None:
     # kfp: $500/month control plane, $4/training GPU-hour; argo: $100/month, $6/training GPU-hour.
-    be = break_even([run("kfp", 4.0), run("argo", 6.0)], {"kfp": 500.0, "argo": 100.0})
+    be = break_even(_priced("kfp", 4.0) + _priced("argo", 6.0), {"kfp": 500.0, "argo": 100.0})
+    assert be["significant"] is True
     assert be["segments"][0]["cheapest"] == "argo"
     assert be["segments"][0]["to_gpu_hours"] == pytest.approx(200.0)
     assert be["segments"][1]["cheapest"] == "kfp"
     assert "argo is cheapest up to 200 training GPU-hours/month, then kfp" in be["sentence"]
     assert "kfp $500/month" in be["sentence"]
+
+
+def test_break_even_within_noise_is_not_claimed() -> None:
+    # 19.99 vs 19.82 $/GPU-h with 1% noise and one run each: the case. No break-even sentence.
+    be = break_even(_priced("kfp", 19.99, n=1) + _priced("argo", 19.82, n=1), {"kfp": 450.0, "argo": 120.0})
+    assert be["significant"] is False and not be["segments"]
+    assert be["sentence"].startswith("No break-even claimed") and "too few runs" in be["sentence"]
+    noisy = [dict(r, metrics={"cost_usd": c, "train_s": 3600.0}) for r, c in
+             zip(_priced("kfp", 1.0) + _priced("argo", 1.0), [20.0, 19.5, 20.5, 19.8, 20.2, 19.9, 20.4, 19.6, 20.1, 19.7], strict=True)]
+    be = break_even(noisy, {"kfp": 450.0, "argo": 120.0})
+    assert be["significant"] is False and "no clear difference" in be["sentence"]
+    assert "control-plane cost decides: argo ($120/month)" in be["sentence"]
+
+
+def test_a_single_paths_control_plane_cost_is_used() -> None:
+    be = break_even(_priced("kfp", 4.0) + _priced("argo", 6.0), {"kfp": 450.0})
+    assert be is not None and be["assumed_zero"] == ["argo"] and be["control_plane_usd_month"]["kfp"] == 450.0
+    assert "argo $0/month (not given: $0)" in be["sentence"] and "cheapest up to 225 training GPU-hours/month" in be["sentence"]
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("airflow=100", "unknown orchestrator 'airflow'"),
+    ("Argo=120", "did you mean 'argo'"),
+    ("kfp=-5", "must be >= 0"),
+    ("kfp=lots", "is not a number"),
+    ("kfp=nan", "is not a number"),
+    ("kfp", "expected ORCHESTRATOR=USD_PER_MONTH"),
+    ("direct=0", "direct has no control plane"),
+])
+def test_bad_control_plane_costs_are_refused_before_any_run(flag: str, message: str, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        parse_control_plane([flag])
+    r = llmpack("compare", "--control-plane-cost", flag, "--output-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "llmpack-report").exists()
+
+
+def test_a_cost_for_a_path_not_compared_is_refused(tmp_path: Path) -> None:
+    r = llmpack("compare", "--backends", "direct,argo", "--control-plane-cost", "kfp=450",
+                "--output-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 2 and "kfp is not among the compared paths (direct, argo)" in r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_inject_start_delay_learns_the_per_path_form() -> None:
+    assert parse_start_delays("2", ["direct", "argo"]) == {"direct": 2.0, "argo": 2.0}
+    assert parse_start_delays("argo=3", ["direct", "argo"]) == {"argo": 3.0}
+    assert parse_start_delays("argo=3,direct=0.5", ["direct", "argo"]) == {"argo": 3.0, "direct": 0.5}
+    assert parse_start_delays(None, ["direct"]) == {}
+    for bad, message in (("kfp=3", "not among the compared paths"), ("argo=x", "expected SECONDS"),
+                         ("-1", ">= 0"), ("2,argo=3", "either SECONDS")):
+        with pytest.raises(InputError, match=message):
+            parse_start_delays(bad, ["direct", "argo"])
+
+
+def test_a_second_compare_never_silently_replaces_a_report(tmp_path: Path) -> None:
+    rep = tmp_path / "rep"
+    rep.mkdir()
+    (rep / "report.json").write_text("{}")
+    r = llmpack("compare", "--report", str(rep), "--output-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 2 and "holds a report already; pass --force" in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists() and (rep / "report.json").read_text() == "{}"
+    f = tmp_path / "afile"
+    f.write_text("x")
+    r = llmpack("compare", "--report", str(f / "rep"), "--output-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 2 and "cannot write a report there" in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_default_reports_are_timestamped_and_latest_points_at_the_newest(tmp_path: Path) -> None:
+    from llmpack.cli import _write_report
+
+    result = comparison("rg-synthetic", ["direct", "argo"], synthetic_runs(n=2, paths=("direct", "argo")))
+    import llmpack.cli as cli
+
+    old = cli.DEFAULT_REPORTS
+    cli.DEFAULT_REPORTS = tmp_path / "llmpack-report"
+    try:
+        first = _write_report(result, None, {}, force=False)
+        second = _write_report(result, None, {}, force=False)
+    finally:
+        cli.DEFAULT_REPORTS = old
+    assert first != second and first.exists() and second.exists()
+    assert (tmp_path / "llmpack-report" / "latest").resolve() == second.parent.resolve()
 
 
 def test_unknown_backend_and_bad_repeats_are_one_line(tmp_path: Path) -> None:
@@ -138,7 +227,8 @@ def test_report_files_and_rebuild_from_mlflow(repeated: tuple[Path, dict]) -> No
     assert len(again["runs"]) == len(out["runs"])
     for orch in DEFAULT_BACKENDS:
         assert again["summary"][orch]["spinup_s"]["p50"] == pytest.approx(out["summary"][orch]["spinup_s"]["p50"])
-    assert again["leaders"] == leaders(out["summary"])
+    assert {m: {o: e["verdict"] for o, e in p.items()} for m, p in again["verdicts"].items()} == \
+        {m: {o: e["verdict"] for o, e in p.items()} for m, p in out["verdicts"].items()}
 
 
 def test_a_failed_path_keeps_the_others(tmp_path: Path) -> None:
@@ -180,7 +270,7 @@ def test_injected_start_delay_is_measured_on_every_path(backend: str, tmp_path: 
     assert statistics.median(d_ttfs) == pytest.approx(2.0, abs=0.2), d_ttfs
 
 
-def test_report_is_atomic_and_replaces_an_old_one(tmp_path: Path) -> None:
+def test_report_is_atomic_and_replaces_an_old_one_only_when_asked(tmp_path: Path) -> None:
     runs = [{"orchestrator": "kfp", "pipeline_run": "kfp-1", "status": "succeeded", "submitted_at": 0.0,
              "metrics": {"spinup_s": 1.0, "time_to_first_step_s": 2.0, "total_s": 3.0, "cost_usd": 0.1},
              "tags": {"llmpack.gpu_count": "1", "llmpack.price_per_gpu_hour": "6.88", "llmpack.price_source": "x"},
@@ -190,7 +280,10 @@ def test_report_is_atomic_and_replaces_an_old_one(tmp_path: Path) -> None:
     out.mkdir()
     (out / "report.json").write_text("{}")  # an earlier llmpack report
     (out / "stale.txt").write_text("old")
-    write_report(result, out)
+    with pytest.raises(InputError, match="holds a report already"):
+        write_report(result, out)
+    assert (out / "stale.txt").exists()
+    write_report(result, out, replace=True)
     assert not (out / "stale.txt").exists() and (out / "report.html").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
