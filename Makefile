@@ -30,3 +30,10 @@ golden: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/import_time.py
 	$(BIN)/python benchmarks/overhead.py
+
+# Renders a synthetic report.html in headless Chromium and checks the screenshot is not blank
+# (not part of `make test`/CI: Chromium is a large install). Needs `apt-get install -y chromium`.
+.PHONY: report-screenshot
+report-screenshot: $(BIN)/.installed
+	LLMPACK_SCREENSHOT=1 LLMPACK_SCREENSHOT_OUT=$(CURDIR)/build/report-screenshot.png \
+		$(BIN)/python -m pytest -q tests/test_report_render.py -k chromium

@@ -377,11 +377,12 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
     ax.set_title("Timeline per run: each step's phases; gaps are orchestrator overhead; ▼ = first training step")
     handles = ([Patch(color="#eeeeee", label="submit → first step process")] if gap else []) + [
         Patch(color=c, label=lbl) for lbl, _, _, c in PHASES if lbl in seen]
-    if handles:
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.18 if len(lanes) > 3 else -0.35),
-                  fontsize=8, ncol=4, frameon=False)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
+    if handles:
+        fig.legend(handles=handles, loc="lower center", fontsize=8, ncol=len(handles), frameon=False)
+        fig.tight_layout(rect=(0, 0.9 / fig.get_figheight(), 1, 1))
+    else:
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -561,7 +562,7 @@ def _card(label: str, unit: str, per_path: dict[str, dict[str, Any]]) -> str:
         elif e["delta"] is None:
             delta = "—"
         else:
-            ci = f" <span class=ci>[{quantity(e['ci95'][0], unit, signed=True)}, {quantity(e['ci95'][1], unit, signed=True)}]</span>" \
+            ci = f" <span class=ci>95% CI [{quantity(e['ci95'][0], unit, signed=True)}, {quantity(e['ci95'][1], unit, signed=True)}]</span>" \
                 if e["ci95"] else ""
             delta = f"Δ {quantity(e['delta'], unit, signed=True)}{ci}"
         verdict = e["verdict"] if e["verdict"] not in ("baseline", "no baseline") else ""
@@ -607,11 +608,12 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
 body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}}
 .summary{{font-size:1.15em;line-height:1.45;background:#f6f8fa;border-left:4px solid #1f77b4;padding:.8em 1em;margin:1em 0}}
 .facts{{display:flex;flex-wrap:wrap;gap:.4em 1.5em;color:#444;font-size:.95em;margin:.5em 0}} .facts b{{color:#222}}
-.hero{{display:grid;grid-template-columns:repeat(auto-fit,minmax(320px,1fr));gap:1em;margin:1em 0}}
+.hero{{display:grid;grid-template-columns:repeat(auto-fit,minmax(440px,1fr));gap:1em;margin:1em 0}}
 .card{{border:1px solid #ddd;border-radius:8px;padding:.8em 1em;min-width:0}}
 .card .label{{color:#555;font-size:.95em;font-weight:600;margin-bottom:.4em}}
-.ct{{width:100%;border-collapse:collapse;font-size:.9em}} .ct td,.ct th{{border:0;padding:.2em .3em;text-align:left;white-space:nowrap}}
-.ct td.v{{font-weight:600;text-align:right}} .ct td.n{{color:#666}} .ci{{color:#666;font-size:.9em}}
+.ct{{width:100%;border-collapse:collapse;font-size:.9em}} .ct td,.ct th{{border:0;padding:.25em .4em;text-align:left;vertical-align:top}}
+.ct th,.ct td.v,.ct td.n,.ct td.w{{white-space:nowrap}} .ct td.v{{font-weight:600;text-align:right}} .ct td.n{{color:#666}}
+.ct td.d{{width:100%}} .ci{{display:block;color:#666;font-size:.85em}}
 .ct td.w{{color:#666}} .ct td.w.strong{{color:#111;font-weight:700}}
 .badge{{color:#fff;border-radius:4px;padding:.1em .45em;font-weight:600;display:inline-block}}
 table.num{{border-collapse:collapse;width:100%;font-size:.9em}}

@@ -1,0 +1,115 @@
+"""The report and the terminal on synthetic runs: the first glance tells the truth, and nothing is cut off."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from llmpack.compare import comparison
+from llmpack.display import compare_table, library_logs_to
+from llmpack.report import chart_timeline, cost_split, gpu_steps, write_report
+from tests.synthetic_runs import runs
+
+PATHS = ["direct", "kfp", "argo", "mlflow"]
+
+
+def _result(**kw: object) -> dict:
+    return comparison("rg-synthetic", PATHS, runs({"argo": 3.0}, **kw))
+
+
+def test_report_html_states_price_source_gpu_mode_and_the_verdicts(tmp_path: Path) -> None:
+    out = write_report(_result(), tmp_path / "rep", {"kfp": 450.0, "argo": 120.0})
+    page = (out / "report.html").read_text()
+    for fact in ("6.88/GPU-hour", "shipped@2025-01-01", "nvidia-h100-80gb", "mode <b>local</b>", "cost is a projection",
+                 "baseline <b>direct</b>"):
+        assert fact in page, fact
+    assert "argo is slower than direct on time to first step by" in page  # the summary sentence
+    assert "kfp, mlflow: no clear difference from direct on time to first step (n=5 vs 5)" in page
+    assert page.count("n=5") >= 16 and "95% CI [" in page  # every card row: value, Δ with CI, n
+    assert "What the money went on" in page and "least pipeline overhead" not in page
+
+
+def test_cost_splits_into_compute_and_overhead_that_add_up() -> None:
+    run = runs(n=1, paths=("kfp",))[0]
+    split = cost_split(run, gpu_steps())
+    assert split is not None and split["compute_usd"] > 0 and split["overhead_usd"] > 0
+    assert split["compute_usd"] + split["overhead_usd"] == pytest.approx(run["metrics"]["cost_usd"])
+
+
+def test_timeline_legend_lists_only_phases_that_occur(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib.figure
+
+    labels: list[str] = []
+    original = matplotlib.figure.Figure.legend
+
+    def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        labels.extend(h.get_label() for h in kwargs.get("handles", []))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "legend", spy)
+    chart_timeline(runs(n=1, paths=("direct",)), tmp_path / "t.png")
+    assert "to first step" in labels and "compute" in labels
+    assert "queue" not in labels and "provision" not in labels and "pull + container start" not in labels
+
+
+@pytest.mark.parametrize("kind", ["planted", "one run", "failed path"])
+def test_the_compare_table_fits_80_columns_without_truncation(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    if kind == "planted":
+        result = _result()
+    elif kind == "one run":
+        result = comparison("rg-synthetic", PATHS, runs({"argo": 3.0}, n=1))
+    else:
+        rs = runs(n=2)
+        for r in rs:
+            if r["orchestrator"] == "mlflow":
+                r["status"], r["error"] = "failed", "finetune: exited 1 with a rather long error message that wraps"
+        result = comparison("rg-synthetic", PATHS, rs)
+    buf = io.StringIO()
+    console = Console(width=80, file=buf, force_terminal=False)
+    compare_table(result, console=console)
+    text = buf.getvalue()
+    assert "…" not in text, text
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    for orch in PATHS:
+        assert orch in text
+    if kind == "planted":
+        assert "8.01 s ▲" in text or "▲" in text
+
+
+def test_library_info_lines_and_warnings_go_to_the_log_file(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    import warnings
+
+    log = tmp_path / "runs" / "llmpack-client.log"
+    with library_logs_to(log):
+        logging.getLogger("mlflow.store.db.utils").info("Creating initial MLflow database tables...")
+        warnings.warn("a library deprecation", DeprecationWarning, stacklevel=1)
+    captured = capfd.readouterr()
+    assert "Creating initial" not in captured.err + captured.out and "deprecation" not in captured.err
+    text = log.read_text()
+    assert "Creating initial MLflow database tables" in text and "a library deprecation" in text
+
+
+@pytest.mark.skipif(not os.environ.get("LLMPACK_SCREENSHOT"), reason="make report-screenshot (needs Chromium)")
+def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    """Not in CI (Chromium is ~300 MB); `make report-screenshot` runs it."""
+    from PIL import Image
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    assert browser, "install Chromium (apt-get install -y chromium)"
+    out = write_report(_result(), tmp_path / "rep", {"kfp": 450.0, "argo": 120.0})
+    png = Path(os.environ.get("LLMPACK_SCREENSHOT_OUT", tmp_path / "report.png"))
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={png}",
+                    "--window-size=1280,2000", (out / "report.html").as_uri()], check=True, capture_output=True, timeout=120)
+    img = Image.open(png).convert("L")
+    lo, hi = img.getextrema()
+    assert hi - lo > 100, "the screenshot is blank"
+    colours = len(set(img.resize((128, 200)).getdata()))
+    assert colours > 20, "the screenshot is nearly uniform"
