@@ -179,7 +179,7 @@ def run_pipeline(
     finished_at = time.time()
 
     try:
-        return _finish(pipe=pipe, opts=opts, ctx=ctx, price=price, mc=mc, run_id=run_id, uri=uri, staging=staging,
+        return _finish(pipe=pipe, opts=opts, ctx=ctx, mc=mc, run_id=run_id, uri=uri, staging=staging,
                        out_root=out_root, artifacts=artifacts, error=error, failed_step=failed_step,
                        finished_at=finished_at, overrides=overrides, step_env=step_env)
     except BaseException as exc:
@@ -206,7 +206,7 @@ def _abandon(exc: BaseException, *, mc: Any, run_id: str, staging: Path, kept: P
         exc.args = (*exc.args, str(kept))
 
 
-def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, price: cost.Price | None, mc: Any,
+def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: Any,
             run_id: str, uri: str, staging: Path, out_root: Path, artifacts: dict[str, Path], error: str | None,
             failed_step: str | None, finished_at: float, overrides: dict[str, Any],
             step_env: dict[str, str]) -> dict[str, Any]:
