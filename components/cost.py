@@ -7,12 +7,15 @@ An unknown GPU type with no price is reported as unknown, never guessed.
 
 ``cost_usd = gpu_count x billed seconds x price / 3600``, billed from container start
 (local: process start) to finish, plus node provisioning time when a node was brought up.
+On a cluster, :func:`bill_nodes` bills GPU nodes instead, the way clouds bill them (node
+Ready to removal, or last pod + the autoscaler's scale-down delay; see ``llmpack.cluster``).
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -205,3 +208,107 @@ def peak_flops(device_name: str) -> float | None:
         if marker.lower() in device_name.lower():
             return tflops * 1e12
     return None
+
+
+# --------------------------------------------------------------------------- node billing (clusters)
+
+DEFAULT_SCALE_DOWN_DELAY_S = 600.0  # cluster-autoscaler --scale-down-unneeded-time, Karpenter consolidation alike
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSpan:
+    """A GPU node as the pod watcher saw it (UTC epoch seconds; None where unknown).
+
+    ``removed``: when the node went away (its ``deletionTimestamp``, the cluster-autoscaler's
+    ``ToBeDeletedByClusterAutoscaler`` taint, or when a re-read first found it gone); None when
+    the watcher did not see it go.
+    """
+
+    name: str
+    gpus: int
+    created: float | None
+    ready: float | None
+    removed: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodSpan:
+    """One GPU pod of a pipeline run, on ``node``."""
+
+    run: str
+    node: str
+    gpus: int
+    created: float | None
+    scheduled: float | None
+    started: float | None
+    finished: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeBill:
+    """A run's share of its nodes: GPU-seconds billed, and the (share-weighted) GPUs whose
+    scale-down delay is in it (so a report can re-bill another delay linearly)."""
+
+    gpu_seconds: float
+    tail_gpus: float
+    nodes: tuple[str, ...]
+
+
+def _node_window(node: NodeSpan, pods: list[PodSpan], scale_down_delay_s: float) -> tuple[float, bool] | None:
+    """Seconds the node is billed for these pods, and whether the scale-down delay is in them."""
+    created = [p.created for p in pods if p.created is not None]
+    provisioned = node.created is not None and bool(created) and node.created > min(created)
+    if provisioned:
+        start = node.ready if node.ready is not None else node.created
+    else:  # already running: ours from the first bind (the scheduler's PodScheduled), else container start
+        binds = [p.scheduled if p.scheduled is not None else p.started for p in pods]
+        start = min((b for b in binds if b is not None), default=None)
+    ends = [t for p in pods for t in (p.finished, p.started, p.scheduled) if t is not None]
+    if start is None or not ends:
+        return None
+    last = max(ends)
+    if node.removed is not None:
+        return max(0.0, max(node.removed, last) - start), False
+    return max(0.0, last + scale_down_delay_s - start), True
+
+
+def bill_nodes(
+    nodes: Mapping[str, NodeSpan],
+    pods: Iterable[PodSpan],
+    *,
+    scale_down_delay_s: float = DEFAULT_SCALE_DOWN_DELAY_S,
+) -> dict[str, NodeBill]:
+    """Per run: GPU-seconds of the nodes its GPU pods ran on, billed the way clouds bill nodes.
+
+    Per node: from Ready (a node created after the first of these pods was brought up for
+    them), or from the first pod's scheduling (a node that was already running), to its
+    removal, or, when the removal was not seen, to the last pod's finish plus
+    ``scale_down_delay_s`` (the autoscaler keeps an empty node that long); times the node's
+    GPU count. A node several runs used is shared in proportion to their pod GPU-seconds
+    (GPUs x container start to finish; equally when none is known). Pods on a node not in
+    ``nodes`` are not billed here (the caller falls back to container time).
+    """
+    by_node: dict[str, list[PodSpan]] = {}
+    for pod in pods:
+        if pod.gpus > 0 and pod.node in nodes:
+            by_node.setdefault(pod.node, []).append(pod)
+    seconds: dict[str, float] = {}
+    tails: dict[str, float] = {}
+    used: dict[str, list[str]] = {}
+    for name, mine in sorted(by_node.items()):
+        node = nodes[name]
+        window = _node_window(node, mine, scale_down_delay_s)
+        if window is None:
+            continue
+        billed_s, tail = window
+        weight: dict[str, float] = {}
+        for p in mine:
+            held = p.finished - p.started if p.finished is not None and p.started is not None else 0.0
+            weight[p.run] = weight.get(p.run, 0.0) + p.gpus * max(0.0, held)
+        total = sum(weight.values())
+        for run, w in weight.items():
+            share = w / total if total > 0 else 1.0 / len(weight)
+            seconds[run] = seconds.get(run, 0.0) + share * node.gpus * billed_s
+            tails[run] = tails.get(run, 0.0) + (share * node.gpus if tail else 0.0)
+            used.setdefault(run, []).append(name)
+    return {run: NodeBill(gpu_seconds=seconds[run], tail_gpus=tails[run], nodes=tuple(used[run])) for run in seconds}

@@ -202,11 +202,15 @@ def compile(out: Path, image: str | None) -> None:  # noqa: A001 - the command's
 @click.option("--cluster-tracking-uri", default=None, help="--cluster: MLflow tracking URI as seen from inside the cluster.")
 @click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True, help="--cluster: seconds to wait per run.")
 @click.option("--poll", "poll_s", type=float, default=10.0, show_default=True, help="--cluster: status poll interval, seconds.")
+@click.option("--scale-down-delay-s", "scale_down_delay_s", type=float, default=None,
+              help="--cluster: seconds the autoscaler keeps an empty GPU node (default 600); billed after a node's "
+                   "last pod when its removal was not seen.")
 def compare(backends: str, repeats: int, local: bool, baseline: str | None, report_dir: Path | None, force: bool, no_report: bool,
             control_plane: tuple[str, ...], control_plane_file: str | None, inject_start_delay: str | None, wide: bool,
             as_json: bool, params: tuple[str, ...], concurrency: int, kfp_host: str | None, argo_host: str | None,
             namespace: str | None, kubeconfig: str | None, context: str | None, image: str | None,
-            cluster_tracking_uri: str | None, wait_timeout: float, poll_s: float, **kwargs: Any) -> None:
+            cluster_tracking_uri: str | None, wait_timeout: float, poll_s: float, scale_down_delay_s: float | None,
+            **kwargs: Any) -> None:
     """Run the pipeline through several paths side by side and compare them.
 
     With no arguments: the tiny model on built-in data through direct, kfp, argo and mlflow,
@@ -221,7 +225,9 @@ def compare(backends: str, repeats: int, local: bool, baseline: str | None, repo
 
     cluster = {"concurrency": concurrency, "kfp_host": kfp_host, "argo_host": argo_host, "namespace": namespace,
                "kubeconfig": kubeconfig, "context": context, "image": image, "cluster_tracking_uri": cluster_tracking_uri,
-               "timeout_s": wait_timeout, "poll_s": poll_s}
+               "timeout_s": wait_timeout, "poll_s": poll_s, "scale_down_delay_s": scale_down_delay_s}
+    if local and scale_down_delay_s is not None:
+        raise InputError("--scale-down-delay-s: only with --cluster (local runs bill no nodes)")
     # Every input is checked here, before the first run starts.
     names = cmp.parse_backends(backends)
     costs = parse_control_plane(control_plane, control_plane_file)
@@ -315,6 +321,7 @@ def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cl
              "host": os.environ.get("LLMPACK_K8S_HOST"), "token": os.environ.get("LLMPACK_K8S_TOKEN")},
         tracking_uri=kwargs.get("tracking_uri"), price_per_gpu_hour=kwargs.get("price_per_gpu_hour"),
         price_file=kwargs.get("price_file"), timeout_s=cluster["timeout_s"], poll_s=cluster["poll_s"], progress=progress,
+        **({} if cluster["scale_down_delay_s"] is None else {"scale_down_delay_s": cluster["scale_down_delay_s"]}),
     )
 
 
@@ -328,8 +335,11 @@ def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cl
 @click.option("--baseline", default=None, help="The path the others are judged against (default: direct when present).")
 @click.option("--control-plane-cost", "control_plane", multiple=True, metavar="ORCH=USD")
 @click.option("--control-plane-costs", "control_plane_file", default=None)
+@click.option("--scale-down-delay-s", "scale_down_delay_s", type=float, default=None,
+              help="Re-bill cluster runs as if the autoscaler kept an empty GPU node this many seconds "
+                   "(default: the delay they were billed with).")
 def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | None, baseline: str | None,
-           control_plane: tuple[str, ...], control_plane_file: str | None) -> None:
+           control_plane: tuple[str, ...], control_plane_file: str | None, scale_down_delay_s: float | None) -> None:
     """Rebuild a comparison report from MLflow alone (cluster runs logged from anywhere)."""
     from components import tracking
     from components.dsl import is_dns1123_label
@@ -340,6 +350,10 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
 
     costs = parse_control_plane(control_plane, control_plane_file)
     check_report_target(out, "--out", force=force)
+    if scale_down_delay_s is not None:
+        from llmpack.cluster import check_scale_down_delay
+
+        check_scale_down_delay(scale_down_delay_s, "--scale-down-delay-s")
     if not is_dns1123_label(run_group):
         raise InputError(f"--run-group {run_group!r}: must be a DNS-1123 label (lower-case letters, digits, '-')")
     uri = tracking.tracking_uri(tracking_uri)
@@ -347,6 +361,10 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
         raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: no such database")
     with library_logs_to(None):
         runs = runs_from_mlflow(connect_tracking(uri), run_group)
+        if scale_down_delay_s is not None:
+            from llmpack.cluster import rebill
+
+            rebill(runs, scale_down_delay_s)
         names = list(dict.fromkeys(r["orchestrator"] for r in runs))
         check_control_plane(costs, names)
         result = cmp.comparison(run_group, names, runs, **({"baseline": baseline} if baseline else {}))

@@ -24,11 +24,28 @@ Decisions (where DESIGN.md is silent):
 - ``total_s`` ends at the last thing the run did that the cluster or the steps timestamped
   (the latest pod container finish or step ``finished``), not when this client's poll noticed
   the end, which would add up to ``poll_s`` of noise to every run.
-- Cost bills what the cluster bills: every GPU pod of the run (retries too) from its main
-  container's start to its finish, plus node provisioning when a node was brought up for it.
-  The MLflow Job is one pod sized to the largest step, so it is billed for the whole pipeline
-  at that GPU count. Where the watcher saw no pod for a GPU step, the step's own events are
-  billed (:func:`components.cost.billed_seconds`).
+- ``gpu_hours`` is GPU time held by the run's containers: every GPU pod (retries too) from
+  its main container's start to its finish, plus node provisioning when a node was brought up
+  for it. The MLflow Job is one pod sized to the largest step, so it counts for the whole
+  pipeline at that GPU count. Where the watcher saw no pod for a GPU step, the step's own
+  events count (:func:`components.cost.billed_seconds`).
+- ``cost_usd`` bills GPU nodes the way clouds do (:func:`components.cost.bill_nodes`): each
+  node a GPU pod of the run ran on, from Ready (a node brought up for the pods) or from the
+  first pod's scheduling (a node that was already running), to its removal, or, when the pod
+  watcher did not see the removal (the usual case: it stops when the run ends, and the
+  autoscaler waits first), to the last pod's finish plus the scale-down delay
+  (``scale_down_delay_s``, default 600 s, cluster-autoscaler's ``--scale-down-unneeded-time``);
+  times the node's GPU count (``nvidia.com/gpu`` capacity, else GFD's label, else the pods'
+  largest request); the price is the node GPU's. A node several runs of the comparison used is
+  billed once and shared in proportion to their pod GPU-seconds; pods of other workloads are
+  not watched, so compare on a node pool of your own. Metrics: ``node_gpu_hours`` (the run's
+  share), ``node_tail_gpus`` (the share-weighted GPUs the delay was billed on: ``llmpack
+  report --scale-down-delay-s`` re-bills another delay from it), ``cost_compute_usd`` (the GPU
+  steps' GPUs from ``model_loaded`` to ``finished``: training and evaluating) and
+  ``cost_overhead_usd`` (the rest: provisioning, image pull, start-up, hand-overs, the
+  scale-down tail and GPUs of the node no step asked for); ``goodput`` divides by the node
+  GPU-seconds. Tag ``llmpack.cost_basis`` is ``node``; ``container`` (the container time
+  above, priced) where no node of the run could be read (no RBAC ``get`` on nodes).
 - The GPU type is what the finetune pod's node reports: ``nvidia.com/gpu.product`` (NVIDIA GPU
   feature discovery) mapped by :data:`GPU_PRODUCTS`, else the node's instance type
   (:data:`INSTANCE_TYPES`, which also gives the cloud provider whose list price applies), else
@@ -261,6 +278,135 @@ def cluster_cost(
     }
 
 
+def _pod_gpus(row: Mapping[str, Any], gpus_by_step: Mapping[str, int]) -> int:
+    """GPUs a pod row holds: its step's; the MLflow Job's one pod, the largest step's."""
+    if row.get("role") == "driver":
+        return 0
+    if row.get("orchestrator") == "mlflow" and row.get("step") == "main":
+        return max(gpus_by_step.values(), default=0)
+    return gpus_by_step.get(row.get("step") or "", 0)
+
+
+def pod_spans(rows: Iterable[Mapping[str, Any]], gpus_by_step: Mapping[str, int]) -> list[cost.PodSpan]:
+    """The GPU pods among watcher rows (one per pod, by namespace and name), for node billing."""
+    seen: dict[tuple[str, str], cost.PodSpan] = {}
+    for row in rows:
+        gpus = _pod_gpus(row, gpus_by_step)
+        if gpus <= 0 or not row.get("node") or not row.get("pipeline_run"):
+            continue
+        seen[(row.get("namespace") or "", row["pod"])] = cost.PodSpan(
+            run=row["pipeline_run"], node=row["node"], gpus=gpus, created=row.get("created"),
+            scheduled=row.get("scheduled"), started=row.get("container_started"), finished=row.get("finished"))
+    return list(seen.values())
+
+
+def node_spans(facts: Iterable[Mapping[str, Any]], pods: Iterable[cost.PodSpan]) -> dict[str, cost.NodeSpan]:
+    """Nodes from the watchers' :meth:`~llmpack.k8s.watcher.PodWatcher.nodes`, several views merged
+    (a removal any of them saw counts); GPU count unknown: the largest GPU request of its pods."""
+    largest: dict[str, int] = {}
+    for p in pods:
+        largest[p.node] = max(largest.get(p.node, 0), p.gpus)
+    merged: dict[str, dict[str, Any]] = {}
+    for f in facts:
+        name = f.get("name")
+        if not name:
+            continue
+        have = merged.setdefault(name, dict(f))
+        for key in ("gpus", "created", "ready", "removed"):
+            if have.get(key) is None and f.get(key) is not None:
+                have[key] = f[key]
+    return {name: cost.NodeSpan(name=name, gpus=int(f.get("gpus") or largest.get(name, 0)), created=f.get("created"),
+                                ready=f.get("ready"), removed=f.get("removed"))
+            for name, f in merged.items()}
+
+
+def _compute_gpu_seconds(events: Mapping[str, Mapping[str, float]], gpus_by_step: Mapping[str, int]) -> float:
+    """GPU-seconds the GPU steps spent training or evaluating: ``model_loaded`` to ``finished``."""
+    total = 0.0
+    for step, gpus in gpus_by_step.items():
+        ev = events.get(step) or {}
+        if gpus > 0 and "model_loaded" in ev and "finished" in ev:
+            total += gpus * max(0.0, ev["finished"] - ev["model_loaded"])
+    return total
+
+
+def node_cost(
+    bill: cost.NodeBill,
+    events: Mapping[str, Mapping[str, float]],
+    gpus_by_step: Mapping[str, int],
+    per_gpu_hour: float | None,
+    *,
+    train_s: float | None,
+    train_tokens: float | None,
+) -> dict[str, float | None]:
+    """The node-billed metrics of one run (see the module doc); costs None when the price is unknown."""
+    node_s = bill.gpu_seconds
+    usd = None if per_gpu_hour is None else node_s * per_gpu_hour / 3600.0
+    compute = None if usd is None else min(usd, _compute_gpu_seconds(events, gpus_by_step) * per_gpu_hour / 3600.0)
+    train_gpus = gpus_by_step.get(telemetry.TRAIN_STEP, 0)
+    return {
+        "node_gpu_hours": node_s / 3600.0,
+        "node_tail_gpus": bill.tail_gpus,
+        "cost_usd": usd,
+        "cost_compute_usd": compute,
+        "cost_overhead_usd": None if usd is None or compute is None else usd - compute,
+        "usd_per_1m_tokens": None if usd is None or not train_tokens else usd / train_tokens * 1e6,
+        "goodput": None if not node_s or train_s is None else train_s * train_gpus / node_s,
+    }
+
+
+def _price_of(tags: Mapping[str, str]) -> float | None:
+    try:
+        return float(tags.get("llmpack.price_per_gpu_hour", ""))
+    except ValueError:
+        return None
+
+
+def rebill(runs: list[dict[str, Any]], scale_down_delay_s: float) -> list[dict[str, Any]]:
+    """``llmpack report --scale-down-delay-s``: node-billed runs re-billed with another delay, in place.
+
+    Billed seconds are linear in the delay (it is added once per node whose removal was not
+    seen), so ``node_gpu_hours`` moves by ``node_tail_gpus x (new - old delay)``; the compute
+    part stays, the overhead takes the difference.
+    """
+    check_scale_down_delay(scale_down_delay_s, "--scale-down-delay-s")
+    for run in runs:
+        m, tags = run["metrics"], run["tags"]
+        if tags.get("llmpack.cost_basis") != "node" or m.get("node_gpu_hours") is None:
+            continue
+        try:
+            old = float(tags.get("llmpack.scale_down_delay_s", ""))
+        except ValueError:
+            continue
+        node_h = m["node_gpu_hours"] + (m.get("node_tail_gpus") or 0.0) * (scale_down_delay_s - old) / 3600.0
+        price = _price_of(tags)
+        usd = None if price is None else node_h * price
+        if usd is not None and m.get("cost_usd"):
+            if m.get("usd_per_1m_tokens") is not None:
+                m["usd_per_1m_tokens"] = m["usd_per_1m_tokens"] * usd / m["cost_usd"]
+        if m.get("goodput") is not None and node_h > 0:
+            m["goodput"] = m["goodput"] * m["node_gpu_hours"] / node_h
+        m["node_gpu_hours"] = node_h
+        if usd is not None:
+            m["cost_usd"] = usd
+            if m.get("cost_compute_usd") is not None:
+                m["cost_compute_usd"] = min(usd, m["cost_compute_usd"])
+                m["cost_overhead_usd"] = usd - m["cost_compute_usd"]
+        tags["llmpack.scale_down_delay_s"] = f"{scale_down_delay_s:g}"
+    return runs
+
+
+def check_scale_down_delay(value: Any, flag: str) -> float:
+    """Seconds >= 0, finite; else a one-line error naming the flag."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{flag} {value!r}: not a number of seconds") from None
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise InputError(f"{flag} {value!r}: must be a finite number of seconds >= 0")
+    return seconds
+
+
 def run_end(steps: Mapping[str, telemetry.StepTimes], rows: Iterable[Mapping[str, Any]], fallback: float | None) -> float | None:
     """The last timestamped moment of the run: a pod's container finish or a step's ``finished``."""
     ends = [s.events["finished"] for s in steps.values() if "finished" in s.events]
@@ -314,6 +460,7 @@ class _Session:
     poll_s: float
     progress: Progress | None
     pipe: Any
+    scale_down_delay_s: float = cost.DEFAULT_SCALE_DOWN_DELAY_S
     submit_lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ------------------------------------------------------------------ helpers
@@ -478,6 +625,7 @@ class _Session:
             with contextlib.suppress(Exception):
                 watcher.api_client.close()
         record["warnings"] += [f"pod watcher: {w}" for w in watcher.warnings]
+        record.setdefault("nodes", []).extend(watcher.nodes())
         return rows
 
     def _tick(self, plan: _Plan, watcher: Any, t0: float, stop: threading.Event) -> None:
@@ -536,6 +684,16 @@ class _Session:
 
         metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=end)
         metrics.update(cluster_cost(steps, mine, uses, orch, price))
+        gpus_by_step = {u.step: u.gpus for u in uses}
+        pods = pod_spans(rows, gpus_by_step)
+        bill = cost.bill_nodes(node_spans(record.get("nodes", ()), pods), pods,
+                               scale_down_delay_s=self.scale_down_delay_s).get(plan.pipeline_run)
+        if bill is not None:
+            train = steps.get(telemetry.TRAIN_STEP)
+            metrics.update(node_cost(bill, {s: st.events for s, st in steps.items()}, gpus_by_step,
+                                     None if price is None else price.per_gpu_hour,
+                                     train_s=train.metrics.get("train_s") if train else None,
+                                     train_tokens=train.metrics.get("train_tokens") if train else None))
         metrics = {k: telemetry.clean_number(v) for k, v in metrics.items()}
         tags = {
             **ctx.tags(),
@@ -544,6 +702,8 @@ class _Session:
             "llmpack.gpu_type": gpu.gpu_type or "unknown",
             "llmpack.gpu_type_source": gpu.source,
             "llmpack.status": status,
+            "llmpack.cost_basis": "node" if bill is not None else "container",
+            "llmpack.scale_down_delay_s": f"{self.scale_down_delay_s:g}",
         }
         if gpu.gpu_product:
             tags["llmpack.gpu_product"] = gpu.gpu_product
@@ -573,6 +733,45 @@ class _Session:
         if run_id is not None:
             record["artifacts"]["mlflow_run_id"] = run_id
             record["artifacts"]["tracking_uri"] = self.uri
+
+
+def _bill_across_runs(session: _Session, runs: list[dict[str, Any]]) -> None:
+    """Bill each node once over the whole comparison, in place (and in MLflow).
+
+    Each run was billed from its own watcher's view. A node that a later run reused within the
+    scale-down delay (or that runs shared, with ``concurrency`` > 1) was then billed twice
+    over the overlap; billed over every run's pods together it is billed once and shared.
+    """
+    from components.record import gpu_uses
+
+    gpus_by_step = {u.step: u.gpus for u in gpu_uses(session.pipe)}
+    pods = pod_spans((p for r in runs for p in r.get("pods") or ()), gpus_by_step)
+    facts = [f for r in runs for f in r.get("nodes") or ()]
+    bills = cost.bill_nodes(node_spans(facts, pods), pods, scale_down_delay_s=session.scale_down_delay_s)
+    for run in runs:
+        m, tags = run.get("metrics") or {}, run.get("tags") or {}
+        bill = bills.get(run["pipeline_run"])
+        if bill is None or tags.get("llmpack.cost_basis") != "node":
+            continue
+        if math.isclose(bill.gpu_seconds / 3600.0, m.get("node_gpu_hours") or 0.0, rel_tol=1e-12, abs_tol=1e-12):
+            continue
+        old_usd, old_per_1m = m.get("cost_usd"), m.get("usd_per_1m_tokens")
+        tokens = old_usd / old_per_1m * 1e6 if old_usd and old_per_1m else None
+        new = node_cost(bill, run.get("events") or {}, gpus_by_step, _price_of(tags), train_s=m.get("train_s"),
+                        train_tokens=tokens)
+        new = {k: telemetry.clean_number(v) for k, v in new.items()}
+        m.update({k: v for k, v in new.items() if v is not None or k in m})
+        run_id = (run.get("artifacts") or {}).get("mlflow_run_id")
+        if run_id is None:
+            continue
+        try:
+            from mlflow.entities import Metric
+
+            stamp = int(time.time() * 1000)  # later than the first summary (logged at 0): the latest value
+            tracking.client(session.uri).log_batch(
+                run_id, metrics=[Metric(k, float(v), stamp, 0) for k, v in new.items() if v is not None])
+        except Exception as exc:  # noqa: BLE001 - the result still carries the figures
+            run.setdefault("warnings", []).append(f"MLflow: node cost not updated ({type(exc).__name__})")
 
 
 def _parse_backends(backends: Iterable[str] | str) -> list[str]:
@@ -646,6 +845,7 @@ def compare_cluster(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     poll_s: float = DEFAULT_POLL_S,
     progress: Progress | None = None,
+    scale_down_delay_s: float = cost.DEFAULT_SCALE_DOWN_DELAY_S,
 ) -> dict[str, Any]:
     """Submit every path ``repeats`` times to one cluster, wait, measure; the ``compare()`` result.
 
@@ -658,6 +858,8 @@ def compare_cluster(
     cancelled). ``poll_s``: how often the orchestrator is asked. ``progress(label, message,
     elapsed_s)`` is called from the worker threads: "submitting", "submitted", the pods' state
     ("finetune · queued (waiting for a node) · 2 steps done"), then "succeeded" or "failed: ...".
+    ``scale_down_delay_s``: how long the autoscaler keeps an empty GPU node; billed after the
+    last pod on a node whose removal the watcher did not see (see the module doc).
     """
     from components.submission import check_id, connect_tracking, new_id, shipped_pipeline, user_parameters
     from llmpack.compare import comparison
@@ -671,6 +873,7 @@ def compare_cluster(
         raise InputError(f"--timeout {timeout_s}: must be a positive number of seconds")
     if not (poll_s > 0 and math.isfinite(poll_s)):
         raise InputError(f"--poll {poll_s}: must be a positive number of seconds")
+    scale_down_delay_s = check_scale_down_delay(scale_down_delay_s, "--scale-down-delay-s")
     if price_per_gpu_hour is not None:
         cost.parse_price(price_per_gpu_hour, "--price-per-gpu-hour")
     if price_file is not None:
@@ -693,7 +896,7 @@ def compare_cluster(
 
     session = _Session(run_group=group, values=values, conf=conf, k8s=k8s_opts, uri=uri,
                        price_flag=price_per_gpu_hour, price_file=price_file, timeout_s=float(timeout_s),
-                       poll_s=float(poll_s), progress=progress, pipe=pipe)
+                       poll_s=float(poll_s), progress=progress, pipe=pipe, scale_down_delay_s=scale_down_delay_s)
     _preflight(session, names)
 
     plans = []
@@ -711,4 +914,5 @@ def compare_cluster(
                 runs = list(pool.map(session.run, plans))
     finally:
         sys.stdout = stdout
+    _bill_across_runs(session, runs)
     return comparison(group, names, runs, repeats=repeats, concurrency=concurrency, mode=MODE)

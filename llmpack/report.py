@@ -109,7 +109,9 @@ def break_even(
     and the sentence says so) and ``u_o`` its measured USD per training GPU-hour (median over
     its succeeded runs). The statement is made only when every pair's ``u`` differs beyond noise
     (:mod:`llmpack.stats`); otherwise the sentence says which pair does not, and why no
-    break-even is claimed.
+    break-even is claimed. Every sentence ends saying what ``u_o`` is made of (the cost basis
+    the runs were billed on: GPU nodes on a cluster, containers locally), since that is where
+    the volume at which the cheapest path flips comes from.
     """
     from llmpack import stats
     from llmpack.compare import quantity
@@ -124,12 +126,23 @@ def break_even(
     assumed = sorted(o for o in unit if o not in control_plane_usd_month)
     inputs = ", ".join(f"{o} ${fixed[o]:,.0f}/month{' (not given: $0)' if o in assumed else ''} + "
                        f"{quantity(unit[o], '$')}/training GPU-hour (n={len(per_run[o])})" for o in sorted(unit))
+    billed = [r for r in runs if r["status"] == "succeeded" and r["orchestrator"] in unit]
+    delays = sorted({r["tags"].get("llmpack.scale_down_delay_s", "?") for r in billed
+                     if r["tags"].get("llmpack.cost_basis") == "node"})
+    if delays:
+        basis = (" Cost per training GPU-hour is each run's cost_usd / (train_s × GPUs): GPU nodes billed as clouds bill "
+                 "them, from node Ready (or the first pod's scheduling on a node already up) to the node's removal, or "
+                 f"to the last pod's finish + the autoscaler's scale-down delay ({', '.join(delays)} s) when the removal "
+                 "was not seen, × the node's GPUs; a node's idle GPUs and that delay weigh most on short runs.")
+    else:
+        basis = (" Cost per training GPU-hour is each run's cost_usd / (train_s × GPUs): GPU time from container "
+                 "start to finish (plus node provisioning) at the listed price.")
     base = {"unit_usd_per_train_gpu_hour": unit, "control_plane_usd_month": fixed, "assumed_zero": assumed,
-            "segments": [], "significant": False}
+            "segments": [], "significant": False, "cost_basis": basis.strip()}
     if len(unit) < 2:
         given = ", ".join(f"{o} ${c:,.0f}/month" for o, c in sorted(control_plane_usd_month.items()))
         return {**base, "sentence": f"Control-plane costs {given}: a break-even needs measured runs of at least two "
-                                    f"orchestrators (have: {', '.join(sorted(unit)) or 'none'})."}
+                                    f"orchestrators (have: {', '.join(sorted(unit)) or 'none'})." + basis}
     unclear = []
     for a in sorted(unit):
         for b in sorted(unit):
@@ -150,7 +163,7 @@ def break_even(
             sentence += f"), so the control-plane cost decides: {low} (${fixed[low]:,.0f}/month) is cheapest"
         else:
             sentence += ")"
-        return {**base, "sentence": sentence + f". Inputs: {inputs}."}
+        return {**base, "sentence": sentence + f". Inputs: {inputs}." + basis}
 
     def cheapest(h: float) -> str:
         return min(unit, key=lambda o: (fixed[o] + h * unit[o], o))
@@ -177,7 +190,7 @@ def break_even(
     else:
         parts = [f"{s['cheapest']} is cheapest up to {s['to_gpu_hours']:,.0f} training GPU-hours/month" for s in segments[:-1]]
         sentence = "; ".join(parts) + f", then {segments[-1]['cheapest']} (inputs: {inputs})."
-    return {**base, "segments": segments, "significant": True, "sentence": sentence}
+    return {**base, "segments": segments, "significant": True, "sentence": sentence + basis}
 
 
 def gpu_steps() -> dict[str, int]:

@@ -99,6 +99,15 @@ def expected_gpu_seconds(script) -> float:
     return (ft["finished"] - ft["started"] + ft["node_ready"] - ft["created"]) + (ev["finished"] - ev["started"])
 
 
+def expected_node_gpu_seconds(script, scale_down_delay_s: float = 600.0) -> float:
+    """What a cloud bills: the GPU node's 8 GPUs from Ready to its removal, or, not seen removed,
+    to the last pod's finish on it plus the autoscaler's scale-down delay."""
+    node = script.node
+    last = max(p["finished"] for p in script.pods.values() if p.get("node") == node["name"])
+    end = node["removed"] if "removed" in node else last + scale_down_delay_s
+    return 8 * (end - node["ready"])
+
+
 # --------------------------------------------------------------------------- the whole comparison
 
 
@@ -152,10 +161,18 @@ def test_compare_cluster_measures_every_path_with_the_cluster_phases(fake: Clust
         assert tags["llmpack.instance_type"] == "p5en.48xlarge"
         assert float(tags["llmpack.price_per_gpu_hour"]) == H200_AWS
         assert tags["llmpack.price_source"] == "aws-pricelist@2026-08"
+        # GPU-hours are the containers' (plus provisioning); the cost is the node's time, the way a
+        # cloud bills it: 8 GPUs from Ready to the last pod's finish + 600 s scale-down delay
+        # (the watcher stopped with the run, before the autoscaler removed the node).
         gpu_s = expected_gpu_seconds(script)
         assert m["gpu_hours"] == pytest.approx(gpu_s / 3600, abs=0.01 / 3600)
-        assert m["cost_usd"] == pytest.approx(gpu_s * H200_AWS / 3600, abs=1e-6)
-        assert m["cost_usd"] > (gpu_s - m["provision_s"]) * H200_AWS / 3600  # provisioning is billed
+        node_s = expected_node_gpu_seconds(script)
+        assert tags["llmpack.cost_basis"] == "node" and tags["llmpack.scale_down_delay_s"] == "600"
+        assert m["node_gpu_hours"] == pytest.approx(node_s / 3600, abs=1e-9)
+        assert m["node_tail_gpus"] == 8
+        assert m["cost_usd"] == pytest.approx(node_s * H200_AWS / 3600, abs=1e-6)
+        assert m["cost_compute_usd"] + m["cost_overhead_usd"] == pytest.approx(m["cost_usd"])
+        assert 0 < m["cost_compute_usd"] < gpu_s * H200_AWS / 3600 < m["cost_usd"]
         assert m["usd_per_1m_tokens"] == pytest.approx(m["cost_usd"] / script.metrics["finetune"]["train_tokens"] * 1e6)
 
     # KFP's own driver pods were watched (found by the run id KFP put on them), and are not steps.
@@ -191,6 +208,31 @@ def test_compare_cluster_measures_every_path_with_the_cluster_phases(fake: Clust
         assert again["events"] == run["events"]
         assert again["metrics"] == {k: v for k, v in run["metrics"].items() if v is not None}
         assert run["tags"].items() <= again["tags"].items()
+
+    # llmpack report --scale-down-delay-s 60: the same runs re-billed with a 1-minute delay.
+    for again in cluster.rebill(list(rebuilt.values()), 60):
+        script = fake.fake.scripts[again["pipeline_run"]]
+        assert again["metrics"]["cost_usd"] == pytest.approx(expected_node_gpu_seconds(script, 60) * H200_AWS / 3600)
+
+
+def test_compare_cluster_bills_the_node_until_its_removal_when_seen(tmp_path: Path, tracking_uri: str) -> None:
+    c = Cluster(tmp_path, tracking_uri, scale_down_s=30)
+    try:
+        result = cluster.compare_cluster(**c.options(backends="argo", scale_down_delay_s=120))
+        c.fake.wait_idle()
+    finally:
+        c.close()
+    (run,) = result["runs"]
+    assert run["status"] == "succeeded", (run["error"], run["warnings"])
+    script = c.fake.scripts[run["pipeline_run"]]
+    m = run["metrics"]
+    node_s = expected_node_gpu_seconds(script)  # Ready -> the deletionTimestamp the watcher read at the end
+    assert node_s == 8 * (script.pods["evaluate"]["finished"] + 30 - script.node["ready"])
+    assert m["node_tail_gpus"] == 0 and m["node_gpu_hours"] == pytest.approx(node_s / 3600)
+    assert m["cost_usd"] == pytest.approx(node_s * H200_AWS / 3600)
+    assert run["tags"]["llmpack.scale_down_delay_s"] == "120"  # not billed: the removal was seen
+    with pytest.raises(InputError, match="--scale-down-delay-s"):
+        cluster.compare_cluster(**c.options(scale_down_delay_s=-5))
 
 
 def test_one_path_refused_keeps_the_others(tmp_path: Path, tracking_uri: str) -> None:

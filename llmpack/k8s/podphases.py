@@ -38,6 +38,9 @@ ARGO_NODE_NAME = "workflows.argoproj.io/node-name"
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # NVIDIA GPU feature discovery
+GPU_RESOURCE = "nvidia.com/gpu"
+SCALE_DOWN_TAINT = "ToBeDeletedByClusterAutoscaler"  # value: unix seconds when the autoscaler began removing it
 
 # KFP v2 on Argo: the templates its compiler emits (pod names are <workflow>-<template>-<hash>).
 KFP_DRIVER_TEMPLATES = ("system-dag-driver", "system-container-driver")
@@ -869,23 +872,72 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def slim_node(node: Mapping[str, Any]) -> dict[str, Any]:
+    """What the phases and node billing read: labels, Ready, GPU capacity, and signs of removal."""
     meta = node.get("metadata") or {}
     labels = meta.get("labels") or {}
-    keep = (*INSTANCE_TYPE_LABELS, GPU_PRODUCT_LABEL)
-    return {
-        "metadata": {
-            "name": meta.get("name"),
-            "creationTimestamp": meta.get("creationTimestamp"),
-            "labels": {k: labels[k] for k in keep if k in labels},
-        },
-        "status": {
-            "conditions": [
-                {k: c.get(k) for k in ("type", "status", "lastTransitionTime")}
-                for c in _get(node, "status", "conditions") or ()
-                if c.get("type") == "Ready"
-            ]
-        },
+    keep = (*INSTANCE_TYPE_LABELS, GPU_PRODUCT_LABEL, GPU_COUNT_LABEL)
+    slim_meta = {
+        "name": meta.get("name"),
+        "creationTimestamp": meta.get("creationTimestamp"),
+        "labels": {k: labels[k] for k in keep if k in labels},
     }
+    if meta.get("deletionTimestamp"):
+        slim_meta["deletionTimestamp"] = meta["deletionTimestamp"]
+    taints = [{k: t.get(k) for k in ("key", "value", "timeAdded")} for t in _get(node, "spec", "taints") or ()
+              if isinstance(t, Mapping) and t.get("key") == SCALE_DOWN_TAINT]
+    capacity = _get(node, "status", "capacity") or {}
+    status: dict[str, Any] = {
+        "conditions": [
+            {k: c.get(k) for k in ("type", "status", "lastTransitionTime")}
+            for c in _get(node, "status", "conditions") or ()
+            if c.get("type") == "Ready"
+        ]
+    }
+    if GPU_RESOURCE in capacity:
+        status["capacity"] = {GPU_RESOURCE: capacity[GPU_RESOURCE]}
+    return {"metadata": slim_meta, **({"spec": {"taints": taints}} if taints else {}), "status": status}
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _lenient_time(value: Any) -> float | None:
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
+def node_facts(node: Mapping[str, Any]) -> dict[str, Any]:
+    """``name``, ``gpus`` (``status.capacity`` of ``nvidia.com/gpu``, else GFD's
+    ``nvidia.com/gpu.count`` label, else None), ``created``, ``ready`` and ``removed`` (epoch s).
+
+    ``removed`` is the node's ``deletionTimestamp`` (a node with a finalizer, as Karpenter sets,
+    stays visible while its instance terminates), else the time in the cluster-autoscaler's
+    ``ToBeDeletedByClusterAutoscaler`` taint (set just before it deletes the node), else None.
+    Unparsable times are None here (billing falls back), never an error.
+    """
+    meta = node.get("metadata") or {}
+    gpus = _int_or_none((_get(node, "status", "capacity") or {}).get(GPU_RESOURCE))
+    if gpus is None:
+        gpus = _int_or_none((meta.get("labels") or {}).get(GPU_COUNT_LABEL))
+    ready = None
+    cond = _condition(node, "Ready")
+    if cond is not None and str(cond.get("status")) == "True":
+        ready = _lenient_time(cond.get("lastTransitionTime"))
+    removed = _lenient_time(meta.get("deletionTimestamp"))
+    if removed is None:
+        for taint in _get(node, "spec", "taints") or ():
+            if isinstance(taint, Mapping) and taint.get("key") == SCALE_DOWN_TAINT:
+                removed = _lenient_time(taint.get("timeAdded"))
+                if removed is None and _int_or_none(taint.get("value")) is not None:
+                    removed = float(int(str(taint["value"])))  # the autoscaler writes unix seconds
+    return {"name": meta.get("name"), "gpus": gpus, "created": _lenient_time(meta.get("creationTimestamp")),
+            "ready": ready, "removed": removed}
 
 
 def slim_event(event: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,13 @@ are found by the run id KFP puts on them.
   ``resourceVersion`` and resume; pods missing from the re-list were deleted meanwhile and keep
   their last known state.
 - Nodes are read once each, when a pod lands on them (a GPU node may be scaled away before the
-  run ends); image-pull events are listed every ``events_every_s`` and at the end (events expire
+  run ends), and re-read every ``nodes_every_s`` and at the end, to see a node's removal for
+  node billing (:meth:`PodWatcher.nodes`): its ``deletionTimestamp`` or the autoscaler's
+  ``ToBeDeletedByClusterAutoscaler`` taint, or, when a re-read finds it gone (404), the time of
+  that re-read (an upper bound, at most ``nodes_every_s`` late). Nodes are read, not watched: a
+  node watch needs list/watch on every node of the cluster, a read needs get on the few we
+  use. A watcher stopped at the run's end rarely sees a removal (the autoscaler waits its
+  scale-down delay first); the billing then adds that delay. Image-pull events are listed every ``events_every_s`` and at the end (events expire
   after an hour), keeping only ``Pulling``/``Pulled`` of our pods.
 - It stops when ``until(rows)`` is true (default: :func:`all_terminated`), at ``timeout_s``, or
   on :meth:`PodWatcher.stop` from another thread, and returns
@@ -42,6 +48,7 @@ from llmpack.k8s.podphases import (
     TERMINAL_PHASES,
     analyze,
     is_terminal,
+    node_facts,
     slim_event,
     slim_node,
     slim_pod,
@@ -264,6 +271,7 @@ class PodWatcher:
         window_s: int = 60,
         request_timeout_s: float = 15.0,
         events_every_s: float = 300.0,
+        nodes_every_s: float = 60.0,
         max_failures: int = 5,
     ) -> None:
         if not run_group:
@@ -281,6 +289,7 @@ class PodWatcher:
         self.window_s = max(1, int(window_s))
         self.request_timeout_s = request_timeout_s
         self.events_every_s = events_every_s
+        self.nodes_every_s = nodes_every_s
         self.max_failures = max_failures
         self.warnings: list[str] = []
         self.stats = {"events": 0, "lists": 0, "relists": 0, "watches": 0, "expired": 0}
@@ -292,6 +301,7 @@ class PodWatcher:
         self._nodes: dict[str, dict[str, Any]] = {}
         self._nodes_wanted: set[str] = set()
         self._nodes_denied = False
+        self._nodes_gone: dict[str, float] = {}
         self._events: dict[str, dict[str, Any]] = {}
         self._events_denied = False
         self._version = 0
@@ -324,6 +334,20 @@ class PodWatcher:
         for row in rows:
             row["deleted"] = (row["namespace"], row["pod"]) in deleted_names
         return rows
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Facts of every node our pods ran on (:func:`~llmpack.k8s.podphases.node_facts`),
+        ``removed`` filled in from a re-read that found the node gone."""
+        with self._lock:
+            nodes = list(self._nodes.values())
+            gone = dict(self._nodes_gone)
+        out = []
+        for node in nodes:
+            facts = node_facts(node)
+            if facts["removed"] is None and facts["name"] in gone:
+                facts["removed"] = gone[facts["name"]]
+            out.append(facts)
+        return out
 
     def _some_pod_running(self) -> bool:
         """Cheap check on the stored pods (no analysis): one that is neither finished nor deleted."""
@@ -398,6 +422,7 @@ class PodWatcher:
     def _loop(self, until: Callable[[Rows], bool], deadline: float | None, poll_s: float, eval_every_s: float) -> Rows:
         quick_no = self._some_pod_running if getattr(until, "requires_all_terminal", False) else None
         seen_version, last_eval, last_events = -1, 0.0, time.monotonic()
+        last_nodes = last_events
         try:
             while True:
                 with self._lock:
@@ -420,6 +445,9 @@ class PodWatcher:
                 if now - last_events >= self.events_every_s:
                     self._refresh_events()
                     last_events = now
+                if now - last_nodes >= self.nodes_every_s:
+                    self._recheck_nodes()
+                    last_nodes = now
                 if until is _never:
                     seen_version = version
                 elif version != seen_version and now - last_eval >= eval_every_s:
@@ -436,6 +464,7 @@ class PodWatcher:
         finally:
             self._shutdown()
         self._fetch_nodes()
+        self._recheck_nodes()
         self._refresh_events()
         return self.rows()
 
@@ -546,6 +575,29 @@ class PodWatcher:
             except Exception as exc:
                 if _is_network_error(exc):
                     continue  # try again on the next round
+                raise
+            with self._lock:
+                self._nodes[name] = node
+
+    def _recheck_nodes(self) -> None:
+        """Re-read the nodes already read, to see them being removed (see the module doc)."""
+        from kubernetes.client.exceptions import ApiException
+
+        with self._lock:
+            names = sorted(n for n, node in self._nodes.items()
+                           if n not in self._nodes_gone and node_facts(node)["removed"] is None)
+        for name in names:
+            try:
+                resp = self._core().read_node(name, _preload_content=False, _request_timeout=self._timeout())
+                node = slim_node(_read_json(resp))
+            except ApiException as exc:
+                if exc.status == 404:
+                    with self._lock:
+                        self._nodes_gone.setdefault(name, time.time())
+                continue  # 403 and others: keep what was read
+            except Exception as exc:
+                if _is_network_error(exc):
+                    continue
                 raise
             with self._lock:
                 self._nodes[name] = node

@@ -17,7 +17,12 @@ a Job, :class:`FakeCluster` plays what the cluster would do, into the Kubernetes
 The finetune pod waits for a GPU node that the autoscaler brings up (a node object created
 after the pod, Ready some seconds later, labelled with ``nvidia.com/gpu.product`` and the
 instance type); its image is pulled there (``Pulling``/``Pulled`` events with the pull time in
-the message). CPU steps land on an old CPU node where the image is already present. Then each
+the message). CPU steps land on an old CPU node where the image is already present. With
+``scale_down_s``, the autoscaler removes the GPU node that long after the last pod on it
+finished: the node gets a ``deletionTimestamp`` (and the cluster-autoscaler's
+``ToBeDeletedByClusterAutoscaler`` taint) before the orchestrator reports the run done, as a
+node with a finalizer shows while its instance terminates; without it the node outlives the
+run, as under a real autoscaler's scale-down delay. Then each
 step's in-container events are written to the run's MLflow record the way the steps do on a real
 cluster (:func:`components.tracking.open_pipeline_run` + ``log_records``, by ``pipeline_run``):
 ``process_started``, ``model_loaded``, ``first_step``, ``finished`` and the step metrics; and
@@ -120,6 +125,7 @@ class FakeCluster:
         timings: Timings | None = None,
         pace_s: float = 0.002,
         fail: Mapping[str, str] | None = None,
+        scale_down_s: int | None = None,
     ) -> None:
         self.kube, self.kfp, self.argo = kube, kfp, argo
         self.tracking_uri = tracking_uri
@@ -129,6 +135,7 @@ class FakeCluster:
         self.timings = timings or Timings()
         self.pace_s = pace_s
         self.fail = dict(fail or {})
+        self.scale_down_s = scale_down_s
         self.scripts: dict[str, RunScript] = {}
         self.errors: list[BaseException] = []
         self._seen: set[Any] = set()
@@ -319,7 +326,25 @@ class FakeCluster:
             actions.append((times["started"], 1, "event", _present_event(states[0], namespace, container, times["started"])))
         return actions
 
+    def _removal(self, script: RunScript) -> list[tuple[float, int, str, Any]]:
+        """The GPU node's removal, ``scale_down_s`` after the last pod on it finished (see the module doc)."""
+        if self.scale_down_s is None or not script.node:
+            return []
+        node = script.node
+        last = max(p["finished"] for p in script.pods.values() if p.get("node") == node["name"])
+        node["removed"] = last + self.scale_down_s
+        obj = node_object(node["name"], created=node["created"], ready=node["ready"],
+                          instance_type=self.instance_type, gpu_product=self.gpu_product)
+        if self.gpu_product is None:  # as _pod_actions
+            obj["metadata"]["labels"].update({"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "8"})
+        obj["metadata"]["deletionTimestamp"] = _iso(node["removed"])
+        obj["metadata"]["finalizers"] = ["karpenter.sh/termination"]
+        obj["spec"]["taints"] = [{"key": "ToBeDeletedByClusterAutoscaler", "value": str(node["removed"]),
+                                  "effect": "NoSchedule"}]
+        return [(node["removed"], 0, "node", obj)]
+
     def _play(self, script: RunScript, actions: list[tuple[float, int, str, Any]], finish: Any) -> None:
+        actions = actions + self._removal(script)
         try:
             for _, _, kind, obj in sorted(actions, key=lambda a: (a[0], a[1])):
                 if self._stop.is_set():
