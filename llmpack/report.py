@@ -213,6 +213,9 @@ def cost_split(run: dict[str, Any], steps: dict[str, int]) -> dict[str, float] |
     cost = run["metrics"].get("cost_usd")
     if cost is None or run["status"] != "succeeded":
         return None
+    measured = run["metrics"].get("cost_compute_usd"), run["metrics"].get("cost_overhead_usd")
+    if None not in measured:  # a cluster run billed by node (components.cost.bill_nodes) carries its own split
+        return {"compute_usd": float(measured[0]), "overhead_usd": float(measured[1])}
     billed = compute = 0.0
     for step, gpus in steps.items():
         ev = run.get("events", {}).get(step, {})

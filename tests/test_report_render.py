@@ -113,3 +113,10 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert hi - lo > 100, "the screenshot is blank"
     colours = len(set(img.resize((128, 200)).getdata()))
     assert colours > 20, "the screenshot is nearly uniform"
+
+
+def test_a_node_billed_run_keeps_its_own_cost_split() -> None:
+    """A cluster run billed by node carries cost_compute_usd / cost_overhead_usd: the report uses them."""
+    run = runs(n=1, paths=("kfp",))[0]
+    run["metrics"].update(cost_usd=11.08, cost_compute_usd=0.04, cost_overhead_usd=11.04)
+    assert cost_split(run, gpu_steps()) == {"compute_usd": 0.04, "overhead_usd": 11.04}
