@@ -13,6 +13,7 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 err = Console(stderr=True)
 # A pipe gets the full width (160) unless COLUMNS says otherwise; a terminal gets its own width.
@@ -79,15 +80,30 @@ def fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+def status_text(name: str, step: str, elapsed: float, width: int) -> Text:
+    """``kfp · finetune 23/60 · 1,234 tok/s · ETA 0:12 ·  41.2s``, cut to ``width`` columns, never wrapped.
+
+    Cut here because rich wraps a ``Text(no_wrap=True)`` anyway: ``Console.print`` passes its own
+    ``no_wrap=False``, which wins.
+    """
+    line = Text.assemble((name, "bold"), f" · {step} · {elapsed:5.1f}s")
+    line.truncate(width, overflow="ellipsis")
+    return line
+
+
 def run_with_progress(opts: Any, label: str | None = None, **kwargs: Any) -> dict[str, Any]:  # noqa: D401
-    """Run one pipeline with a live ``backend · step · elapsed`` line on stderr."""
+    """Run one pipeline with a live ``backend · step · elapsed`` line on stderr.
+
+    While the training step runs, the step part is its own ``finetune 23/60 · 1,234 tok/s · ETA 0:12``
+    (see :mod:`llmpack.progress`). The line never wraps: on a narrow terminal its end is cut.
+    """
     from llmpack.runs import run_pipeline
 
     name = label or opts.backend
     with err.status(f"[bold]{name}[/] starting", spinner="dots") as status:
 
         def update(step: str, done: int, elapsed: float) -> None:
-            status.update(f"[bold]{name}[/] · {step} · {done} steps done · {elapsed:5.1f}s")
+            status.update(status_text(name, step, elapsed, width=err.width - 2))  # 2: the spinner and a space
 
         summary = run_pipeline(opts, progress=update, **kwargs)
     mark = "[green]ok[/]" if summary["status"] == "succeeded" else f"[red]failed[/] ({summary['error']})"

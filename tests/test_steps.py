@@ -15,9 +15,10 @@ import pytest
 
 from components.data import builtin_rows, read_jsonl, split_rows
 from components.errors import InputError
-from components.steps.finetune import batch_indices, lr_at, newest_checkpoint
+from components.steps.finetune import PROGRESS_FILE, batch_indices, lr_at, newest_checkpoint
 from components.steps.tokenize import IGNORE, pack
 from components.tiny import ByteTokenizer
+from llmpack.progress import read_train_progress
 from tests.conftest import run_step
 
 PREP = "components.steps.prepare_data:prepare_data"
@@ -145,6 +146,9 @@ def test_finetune_resumes_from_a_checkpoint_with_identical_result(tokens: Path, 
     events = (straight / "llmpack-events.jsonl").read_text()
     for name in ("process_started", "model_loaded", "first_step", "finished", "tokens_per_s", "train_s"):
         assert f'"{name}"' in events
+    progress = read_train_progress(straight / PROGRESS_FILE)  # what `llmpack` shows while it trains
+    assert progress is not None and (progress.step, progress.max_steps, progress.eta_s) == (6, 6, 0.0)
+    assert progress.tokens_per_s is not None and progress.tokens_per_s > 0
 
     # A run cut short after checkpointing at step 3 (max_steps=3 would change the schedule,
     # so SIGTERM it instead once the step-3 checkpoint exists), then restarted.

@@ -4,6 +4,9 @@ Read it top to bottom: load data, build the model, the optimizer and the schedul
 the newest checkpoint if one exists, then the loop. Checkpoints (trainable weights, optimizer,
 scheduler, RNG states, data position) are written atomically every ``checkpoint_every`` steps
 and when SIGTERM arrives, so a preempted GPU node loses at most one interval.
+
+While it trains, ``llmpack-progress.json`` beside the step's events says how far it is (step k of
+N, tokens/s, ETA), so ``llmpack`` shows the same live progress whichever orchestrator ran it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from components.runtime import emit, metric
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 COMPLETE = "COMPLETE"
+PROGRESS_FILE = "llmpack-progress.json"
 
 
 def lr_at(step: int, *, lr: float, warmup: int, total: int) -> float:
@@ -98,6 +102,34 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any) -> int:
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])
     np.random.set_state(state["rng"]["numpy"])
     return int(state["step"])
+
+
+class ProgressFile:
+    """Step k of N, tokens/s and ETA in a tiny JSON file, replaced atomically at most every ``every_s``.
+
+    The throttle and the missing fsync are deliberate: a watcher only needs a recent value, and
+    the loop must not wait on the disk.
+    """
+
+    def __init__(self, path: Path, *, start_step: int, max_steps: int, every_s: float = 0.5) -> None:
+        self.path, self.start_step, self.max_steps, self.every_s = path, start_step, max_steps, every_s
+        self.written_at = -math.inf
+        self._write({"step": start_step, "max_steps": max_steps, "tokens_per_s": None, "eta_s": None})
+
+    def update(self, step_no: int, tokens: int, elapsed_s: float) -> None:
+        """Record ``step_no`` steps done; written only when ``every_s`` has passed, and at the last step."""
+        if time.monotonic() - self.written_at < self.every_s and step_no < self.max_steps:
+            return
+        s_per_step = elapsed_s / max(1, step_no - self.start_step)
+        self._write({"step": step_no, "max_steps": self.max_steps,
+                     "tokens_per_s": tokens / elapsed_s if elapsed_s > 0 else None,
+                     "eta_s": s_per_step * (self.max_steps - step_no)})
+
+    def _write(self, state: dict[str, Any]) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(json.dumps({**state, "updated_at": time.time()}))
+        os.replace(tmp, self.path)  # a reader sees the old file or the new one, never half of one
+        self.written_at = time.monotonic()
 
 
 @step(
@@ -188,6 +220,7 @@ def finetune(
     tokens_seen = 0
     loss_sum = float("nan")  # stays NaN when a resumed run has no step left to take
     log_path = Path(model.path) / "train_log.jsonl"
+    progress = ProgressFile(Path(model.path) / PROGRESS_FILE, start_step=start_step, max_steps=max_steps)
     t0 = time.perf_counter()
     first_done = False
     if start_step >= max_steps:
@@ -212,6 +245,7 @@ def finetune(
                 first_done = True
             log.write(json.dumps({"step": step_no + 1, "loss": round(loss_sum, 6), "lr": optimizer.param_groups[0]["lr"]}) + "\n")
             done = step_no + 1
+            progress.update(done, tokens_seen, time.perf_counter() - t0)  # loss.item() above already waited for the GPU
             if stop["sigterm"] or (checkpoint_every and done % checkpoint_every == 0 and done < max_steps):
                 save_checkpoint(ckpt_root, done, net, optimizer, fingerprint)
             if stop["sigterm"]:
