@@ -252,24 +252,41 @@ def _spinups(backend: str, root: Path, delay: float | None, uri: str) -> tuple[f
     return s["metrics"]["spinup_s"], s["metrics"]["time_to_first_step_s"]
 
 
+def _noise_tolerance(diffs: list[float], floor: float) -> float:
+    """``floor``, widened to three standard errors of the median of ``diffs`` (from their MAD)."""
+    med = statistics.median(diffs)
+    mad = statistics.median(abs(d - med) for d in diffs)
+    return max(floor, 3 * 1.4826 * mad * 1.2533 / len(diffs) ** 0.5)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", DEFAULT_BACKENDS)
 def test_injected_start_delay_is_measured_on_every_path(backend: str, tmp_path: Path, tracking_uri: str) -> None:
-    """Delay the finetune process start by 2 s: spin-up and time-to-first-step grow by 2 s (±0.2 s).
+    """Delay the finetune process start by 2 s: spin-up grows by 2 s and the work after the start does not change.
 
     One discarded warm-up run (cold caches make the first run of a path an outlier), then four
-    baseline/injected pairs back to back; the median of the per-pair differences is compared,
-    so a single noisy run on a shared 2-core machine does not decide the outcome.
+    baseline/injected pairs, their order alternating so a drift in load does not side with one.
+    Two per-pair medians are judged. Δspin-up must be 2 s: that is what the injection moves.
+    Δ(time-to-first-step − spin-up), the work after the process start, must be 0: with the
+    spin-up of the same pair subtracted, the launcher's latency cancels and only the step's own
+    run time is left. The floor (0.2 s) is the issue's quiet-machine spread of Δtime-to-first-step
+    (2.02..2.24 s); under load the run time of a step varies by seconds, so the tolerance widens
+    to three standard errors of the median estimated from the pairs' own spread (MAD): a noisy
+    run is not reported as a bias, a bias that stands out of this run's noise is. (Measured at
+    load 4-5 with benchmarks/injection_bias.py: the work after the start was 5-10 s longer when
+    injected, in both orders, with a small spread: a real bias of the injection, which fails here.)
     """
+    delay = 2.0
     _spinups(backend, tmp_path, None, tracking_uri)
-    d_spin, d_ttfs = [], []
-    for _ in range(4):
-        base = _spinups(backend, tmp_path, None, tracking_uri)
-        injected = _spinups(backend, tmp_path, 2.0, tracking_uri)
+    d_spin, d_work = [], []
+    for i in range(4):
+        order = (None, delay) if i % 2 == 0 else (delay, None)
+        got = {d: _spinups(backend, tmp_path, d, tracking_uri) for d in order}
+        base, injected = got[None], got[delay]
         d_spin.append(injected[0] - base[0])
-        d_ttfs.append(injected[1] - base[1])
-    assert statistics.median(d_spin) == pytest.approx(2.0, abs=0.2), d_spin
-    assert statistics.median(d_ttfs) == pytest.approx(2.0, abs=0.2), d_ttfs
+        d_work.append((injected[1] - injected[0]) - (base[1] - base[0]))
+    assert statistics.median(d_spin) == pytest.approx(delay, abs=_noise_tolerance(d_spin, 0.2)), d_spin
+    assert statistics.median(d_work) == pytest.approx(0.0, abs=_noise_tolerance(d_work, 0.2)), (d_spin, d_work)
 
 
 def test_report_is_atomic_and_replaces_an_old_one_only_when_asked(tmp_path: Path) -> None:
