@@ -133,13 +133,14 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout; progress goes to stderr.")
 def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwargs: Any) -> None:
     """Run the fine-tuning pipeline once through one backend on this machine."""
-    from llmpack.display import run_with_progress, summary_table
+    from llmpack.display import library_logs_to, run_with_progress, summary_table
     from llmpack.runs import RunOptions
 
     if not local:
         raise InputError("--cluster: use `llmpack submit kfp|argo|mlflow` or `llmpack compare --cluster`")
     opts = RunOptions(backend=backend, params=parse_params(params), **kwargs)
-    summary = run_with_progress(opts)
+    with library_logs_to(Path(opts.output_dir) / "llmpack-client.log"):  # MLflow's INFO lines: not the terminal
+        summary = run_with_progress(opts)
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True))
     else:

@@ -125,18 +125,15 @@ RUN_COLUMNS = (
 
 
 def summary_table(summaries: list[dict[str, Any]]) -> None:
+    """One column per run, one row per measure: narrow enough for 80 columns whatever the values."""
     table = Table(title="llmpack run", title_justify="left")
-    table.add_column("orchestrator")
-    table.add_column("status")
-    for _, header in RUN_COLUMNS:
-        table.add_column(header, justify="right")
+    table.add_column("measure")
     for s in summaries:
-        m = s["metrics"]
-        table.add_row(
-            s["orchestrator"],
-            s["status"],
-            *[fmt(m.get(key), 6 if key == "cost_usd" else 3 if "loss" in key else 2) for key, _ in RUN_COLUMNS],
-        )
+        table.add_column(s["orchestrator"], justify="right")
+    table.add_row("status", *[s["status"] for s in summaries])
+    for key, header in RUN_COLUMNS:
+        digits = 6 if key == "cost_usd" else 3 if "loss" in key else 2
+        table.add_row(header, *[fmt(s["metrics"].get(key), digits) for s in summaries])
     out.print(table)
     for s in summaries:
         tags = s["tags"]
