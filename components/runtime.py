@@ -141,8 +141,22 @@ def _upload(tel: StepTelemetry) -> None:
               file=sys.stderr)
 
 
+def _fixed_thread_math() -> None:
+    """Ask MKL and OpenMP for the thread count they are given, never fewer chosen at run time.
+
+    Byte-identical weights across paths rest on every run doing its reductions the same way.
+    MKL_DYNAMIC / OMP_DYNAMIC (on by default) let the libraries pick fewer threads per call;
+    a fresh-clone CI run saw one of twelve identical runs end 6.8e-7 away from the others, and
+    this is the one knob that can vary between otherwise identical runs. Set before torch is
+    imported (the steps import it lazily); a user's own setting wins.
+    """
+    os.environ.setdefault("MKL_DYNAMIC", "FALSE")
+    os.environ.setdefault("OMP_DYNAMIC", "FALSE")
+
+
 def run(argv: Sequence[str]) -> int:
     started = process_start_time()
+    _fixed_thread_math()
     parser = argparse.ArgumentParser(prog="python -m components.run", description="Run one llmpack step.")
     parser.add_argument("step", help="module:function of the @step")
     parser.add_argument("--input", action="append", default=[], metavar="NAME=DIR")
