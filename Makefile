@@ -1,4 +1,6 @@
-# The two Quickstart commands: `make compare` (the main job) and `make test`.
+# The two Quickstart commands: `make compare` (the main job) and `make test` (the quick suite:
+# everything but the tests marked `slow`, which run whole pipelines). `make test-full` runs every
+# test; CI (.ci/run) runs `make test`, then `make test-slow`, so it executes the full suite.
 # Both create .venv and install everything on first use (CPU torch 2.13.0 first; GPU users
 # install CUDA torch the usual way before `pip install -e .`).
 PYTHON ?= python3
@@ -12,13 +14,19 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $@
 
-.PHONY: install compare test lint golden bench
+.PHONY: install compare test test-slow test-full lint golden bench
 install: $(BIN)/.installed
 
 compare: $(BIN)/.installed
 	$(BIN)/llmpack compare
 
 test: $(BIN)/.installed
+	$(BIN)/python -m pytest -m "not slow"
+
+test-slow: $(BIN)/.installed
+	$(BIN)/python -m pytest -m slow
+
+test-full: $(BIN)/.installed
 	$(BIN)/python -m pytest
 
 lint: $(BIN)/.installed
