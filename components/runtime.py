@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import subprocess
 import sys
 import time
 import traceback
@@ -26,7 +25,6 @@ from components.errors import InputError, StepFailed
 from components.telemetry import EVENTS_FILE, EventLog, Record, RunContext, make_record, process_start_time
 
 INJECT_ENV = "LLMPACK_INJECT_START_DELAY"  # "finetune=2.0[,step=s]": delay a step's process start
-_INJECTED_ENV = "_LLMPACK_INJECTED"
 MLFLOW_LOGGING_ENV = "LLMPACK_MLFLOW_LOGGING"  # "0" turns the MLflow sink off (JSONL stays)
 # Set by the llmpack client when it uploads every step's JSONL itself after the run (local mode):
 # the steps then skip their own upload, so the sink's cost is not measured as orchestrator overhead.
@@ -108,23 +106,28 @@ def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
     return out
 
 
-def _maybe_inject_delay(step: Step, started: float) -> int | None:
+def _injected_start_delay(step: Step) -> float:
     """Fault injection: the step's process starts ``delay`` seconds later, doing the same work.
 
-    The process that got here sleeps until its own OS start time + delay, then runs its own
-    original command line again (``sys.orig_argv``: for KFP that is kfp's executor, for the
-    others ``python -m components.run``) and passes its exit code on. So the measured
-    ``process_started`` moves by the delay and everything after it does the same work.
+    The process sleeps ``delay`` seconds where it stands and records its start that much later
+    than the OS says; the seconds actually slept are returned (0.0 without injection). Nothing
+    else differs from a run without injection: the same process, warm or cold alike, does the
+    same work before the sleep and after it, so time to first step moves by exactly the sleep.
+    (The first version re-ran the command line after the sleep; the second process's start-up
+    ran beside the first's page cache and tear-down, which biased the work after the start by
+    +0.2 s on a quiet machine and by -2 to +10 s under load: issue 12 item 6.)
     """
     spec = os.environ.get(INJECT_ENV, "")
-    if not spec or os.environ.get(_INJECTED_ENV):
-        return None
     delays = dict(part.split("=", 1) for part in spec.split(",") if "=" in part)
     if step.name not in delays:
-        return None
-    time.sleep(max(0.0, started + float(delays[step.name]) - time.time()))
-    env = {**os.environ, _INJECTED_ENV: "1"}
-    return subprocess.call([sys.executable, *sys.orig_argv[1:]], env=env)
+        return 0.0
+    try:
+        delay = float(delays[step.name])
+    except ValueError:
+        raise InputError(f"{INJECT_ENV}={spec!r}: {delays[step.name]!r} is not a number of seconds") from None
+    t0 = time.monotonic()
+    time.sleep(max(0.0, delay))
+    return time.monotonic() - t0
 
 
 def _upload(tel: StepTelemetry) -> None:
@@ -166,9 +169,7 @@ def run(argv: Sequence[str]) -> int:
 
     global _current
     step = load_step(args.step)
-    delayed = _maybe_inject_delay(step, started)
-    if delayed is not None:
-        return delayed
+    injected = _injected_start_delay(step)
 
     inputs, outputs, raw = _pairs(args.input, "--input"), _pairs(args.output, "--output"), _pairs(args.param, "--param")
     known = {**step.params, **TELEMETRY_PARAMS, **RUNTIME_PARAMS}
@@ -195,7 +196,9 @@ def run(argv: Sequence[str]) -> int:
     first_out = Path(outputs[next(iter(step.outputs))])
     tel = StepTelemetry(ctx, step.name, first_out / EVENTS_FILE)
     _current = tel
-    tel.event("process_started", started)
+    tel.event("process_started", started + injected)
+    if injected:
+        tel.metric("injected_start_delay_s", injected)
 
     kwargs: dict[str, Any] = dict(values)
     for name, typ in step.inputs.items():
