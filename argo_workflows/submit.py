@@ -43,7 +43,17 @@ from typing import Any
 from components.commands import format_value
 from components.dsl import TELEMETRY_PARAMS
 from components.errors import InputError
-from components.remote import POLL_S, REQUEST_TIMEOUT_S, WAIT_TIMEOUT_S, is_unreachable, normalize_host, one_line, poll
+from components.remote import (
+    POLL_S,
+    REQUEST_TIMEOUT_S,
+    WAIT_TIMEOUT_S,
+    is_unreachable,
+    normalize_host,
+    one_line,
+    poll,
+    tls_failure,
+    tls_verify,
+)
 from components.submission import (
     PIPELINE_RUN_LABEL,
     RUN_GROUP_LABEL,
@@ -64,9 +74,13 @@ WORKFLOW_PATH = Path(__file__).with_name("finetune.yaml")
 TERMINAL = {"Succeeded": "succeeded", "Failed": "failed", "Error": "error"}
 
 
-def connection(host: str | None, token: str | None, namespace: str | None,
-               env: Mapping[str, str]) -> tuple[str, str | None, str, bool]:
-    """``(server URL, token or None, namespace, verify TLS)`` from the flags, else the ``argo`` CLI's environment."""
+def connection(host: str | None, token: str | None, namespace: str | None, env: Mapping[str, str], *,
+               ca_cert: str | None = None, insecure_skip_tls_verify: bool = False) -> tuple[str, str | None, str, bool | str]:
+    """``(server URL, token or None, namespace, TLS verify)`` from the flags, else the ``argo`` CLI's environment.
+
+    TLS verify is requests' ``verify``: True, a CA file (``--ca-cert``) or False
+    (``--insecure-skip-tls-verify``, or the argo CLI's ``ARGO_INSECURE_SKIP_VERIFY=true``).
+    """
     host = host or env.get("ARGO_SERVER")
     if not host:
         raise InputError(
@@ -74,7 +88,8 @@ def connection(host: str | None, token: str | None, namespace: str | None,
             "(e.g. https://localhost:2746 after `kubectl -n argo port-forward svc/argo-server 2746`)"
         )
     secure = env.get("ARGO_SECURE", "true").lower() not in ("false", "0", "no")
-    verify = env.get("ARGO_INSECURE_SKIP_VERIFY", "false").lower() not in ("true", "1", "yes")
+    env_insecure = env.get("ARGO_INSECURE_SKIP_VERIFY", "false").lower() in ("true", "1", "yes")
+    verify = tls_verify(ca_cert, insecure_skip_tls_verify or (env_insecure and not ca_cert))
     host_url = normalize_host(host, default_scheme="https" if secure else "http")
     base = env.get("ARGO_BASE_HREF", "").strip("/")
     if base:
@@ -88,7 +103,8 @@ def connection(host: str | None, token: str | None, namespace: str | None,
 
 def check_connection(options: Mapping[str, Any]) -> None:
     """A server is configured and the namespace is a valid name; nothing is sent."""
-    connection(options.get("host"), options.get("token"), options.get("namespace"), os.environ)
+    connection(options.get("host"), options.get("token"), options.get("namespace"), os.environ,
+               ca_cert=options.get("ca_cert"), insecure_skip_tls_verify=bool(options.get("insecure_skip_tls_verify")))
 
 
 def _session(timeout_s: float) -> Any:
@@ -104,10 +120,11 @@ def _session(timeout_s: float) -> Any:
     return _TimeoutSession()
 
 
-def _service(host_url: str, token: str | None, namespace: str, verify: bool, timeout_s: float) -> Any:
+def _service(host_url: str, token: str | None, namespace: str, verify: bool | str, timeout_s: float) -> Any:
     from hera.workflows import WorkflowsService
 
-    return WorkflowsService(host=host_url, token=token, namespace=namespace, verify_ssl=verify,
+    # Hera hands verify_ssl to requests as ``verify``, which takes a CA bundle path as well as a bool.
+    return WorkflowsService(host=host_url, token=token, namespace=namespace, verify_ssl=verify,  # type: ignore[arg-type]
                             session=_session(timeout_s))
 
 
@@ -133,6 +150,8 @@ def _error(exc: BaseException, host: str, namespace: str, token: str | None) -> 
         return InputError(f"Argo Server at {host} refused the Workflow (400): {message}")
     if isinstance(exc, HeraException):
         return InputError(f"Argo Server at {host}: {message}")
+    if tls_failure(exc, host):
+        return InputError(f"Argo Server at {tls_failure(exc, host)}")
     if is_unreachable(exc):
         return InputError(f"Argo Server at {host} is unreachable ({type(exc).__name__})")
     return InputError(f"Argo Server at {host}: {type(exc).__name__}: {message}")
@@ -181,6 +200,8 @@ def submit(
     price_per_gpu_hour: str | None = None,
     price_file: str | None = None,
     timeout_s: float = REQUEST_TIMEOUT_S,
+    ca_cert: str | None = None,
+    insecure_skip_tls_verify: bool = False,
 ) -> dict[str, Any]:
     """Create the compiled Argo Workflow on an Argo Server (Hera's ``create_workflow``); returns the summary.
 
@@ -188,6 +209,7 @@ def submit(
         host, token, namespace: the Argo Server, its bearer token, the Workflow's namespace (default: see above).
         workflow_path: the compiled Workflow (default: the committed ``argo_workflows/finetune.yaml``).
         service_account: ``spec.serviceAccountName`` of the Workflow.
+        ca_cert, insecure_skip_tls_verify: how the server's certificate is checked (on by default).
     """
     from hera.workflows.models import WorkflowCreateRequest
 
@@ -195,7 +217,8 @@ def submit(
     values = user_parameters(pipe, params)
     path = Path(workflow_path) if workflow_path else WORKFLOW_PATH
     wf = load_workflow(path)
-    host_url, secret, ns, verify = connection(host, token, namespace, os.environ)
+    host_url, secret, ns, verify = connection(host, token, namespace, os.environ, ca_cert=ca_cert,
+                                              insecure_skip_tls_verify=insecure_skip_tls_verify)
     run_group, pipeline_run = run_ids(ORCHESTRATOR, run_group, pipeline_run)
     tags = cost_tags(pipe, price_per_gpu_hour, price_file)
     uri, mc = optional_tracking(tracking_uri, os.environ)
@@ -243,9 +266,12 @@ def wait_for_workflow(
     timeout_s: float = WAIT_TIMEOUT_S,
     poll_s: float = POLL_S,
     request_timeout_s: float = REQUEST_TIMEOUT_S,
+    ca_cert: str | None = None,
+    insecure_skip_tls_verify: bool = False,
 ) -> dict[str, Any]:
     """Poll a Workflow until its phase is Succeeded, Failed or Error (or ``timeout_s`` passes)."""
-    host_url, secret, ns, verify = connection(host, token, namespace, os.environ)
+    host_url, secret, ns, verify = connection(host, token, namespace, os.environ, ca_cert=ca_cert,
+                                              insecure_skip_tls_verify=insecure_skip_tls_verify)
     service = _service(host_url, secret, ns, verify, request_timeout_s)
 
     def read() -> tuple[str | None, dict[str, Any]]:

@@ -15,7 +15,10 @@ import re
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
+
+from components.errors import InputError
 
 REQUEST_TIMEOUT_S = 30.0  # one request to an orchestrator's API
 WAIT_TIMEOUT_S = 24 * 3600.0  # how long a wait for a run's end lasts by default
@@ -70,6 +73,44 @@ def is_unreachable(exc: BaseException) -> bool:
         return isinstance(exc, (requests.ConnectionError, requests.Timeout))
     except ImportError:  # pragma: no cover - requests comes with hera
         return False
+
+
+def tls_verify(ca_cert: str | None = None, insecure_skip_tls_verify: bool = False) -> bool | str:
+    """How a client checks the server's certificate: ``True`` (the system's CAs), a CA file, or ``False``.
+
+    Verification is on unless ``--insecure-skip-tls-verify`` says otherwise, by name; ``--ca-cert``
+    trusts one more CA (a cluster's own, as ``kubectl``'s ``certificate-authority`` does).
+    """
+    if ca_cert and insecure_skip_tls_verify:
+        raise InputError("--ca-cert and --insecure-skip-tls-verify: give one or the other")
+    if insecure_skip_tls_verify:
+        return False
+    if ca_cert:
+        path = Path(ca_cert).expanduser()
+        if not path.is_file():
+            raise InputError(f"--ca-cert {ca_cert}: no such file")
+        try:
+            path.read_bytes()
+        except OSError as exc:
+            raise InputError(f"--ca-cert {ca_cert}: cannot read ({exc.strerror})") from None
+        return str(path)
+    return True
+
+
+def tls_failure(exc: BaseException, host: str) -> str | None:
+    """One line for a certificate the client would not trust, else None (the exception is not about TLS)."""
+    text, seen = "", exc
+    for _ in range(8):  # the SSL error is wrapped by urllib3 / requests / the client library
+        if seen is None:
+            break
+        text += f" {type(seen).__name__} {seen}"
+        seen = seen.__cause__ or seen.__context__ or (seen.args[0] if seen.args and isinstance(seen.args[0], BaseException) else None)
+    if "CERTIFICATE_VERIFY_FAILED" not in text and "certificate verify failed" not in text:
+        return None
+    why = re.search(r"certificate verify failed: ([^(\)'\"]+)", text)
+    reason = why.group(1).strip() if why else "untrusted certificate"
+    return (f"{host}: TLS certificate not trusted ({reason}): pass --ca-cert FILE with the server's CA, "
+            "or --insecure-skip-tls-verify to skip the check")
 
 
 @contextlib.contextmanager

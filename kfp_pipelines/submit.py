@@ -47,6 +47,8 @@ from components.remote import (
     poll,
     quiet,
     server_message,
+    tls_failure,
+    tls_verify,
 )
 from components.submission import (
     cost_tags,
@@ -87,6 +89,7 @@ def connection(host: str | None, token: str | None, env: Mapping[str, str]) -> t
 def check_connection(options: Mapping[str, Any]) -> None:
     """An endpoint is configured (and a token file named by the environment reads); nothing is sent."""
     connection(options.get("host"), options.get("token"), os.environ)
+    tls_verify(options.get("ca_cert"), bool(options.get("insecure_skip_tls_verify")))
 
 
 def _error(exc: BaseException, host: str, namespace: str | None, token: str | None) -> InputError:
@@ -96,6 +99,8 @@ def _error(exc: BaseException, host: str, namespace: str | None, token: str | No
     if isinstance(exc, kfp_server_api.ApiException):
         status = exc.status or 0
         message = one_line(server_message(exc.body) or exc.reason or "", (token,))
+        if status == 0 and tls_failure(exc, host):
+            return InputError(f"KFP at {tls_failure(exc, host)}")
         if status == 0:
             return InputError(f"KFP at {host} is unreachable ({one_line(exc.reason, (token,))})")
         if status == 401:
@@ -114,6 +119,8 @@ def _error(exc: BaseException, host: str, namespace: str | None, token: str | No
         if "single-user mode" in message:
             return InputError(f"KFP at {host} is a single-user deployment: drop --namespace ({message})")
         return InputError(f"KFP at {host} answered {status} {exc.reason or ''}: {message}".rstrip(": "))
+    if tls_failure(exc, host):
+        return InputError(f"KFP at {tls_failure(exc, host)}")
     if is_unreachable(exc):
         return InputError(f"KFP at {host} is unreachable ({type(exc).__name__})")
     return InputError(f"KFP at {host}: {type(exc).__name__}: {one_line(exc, (token,))}")
@@ -132,7 +139,8 @@ def _context_namespace() -> str | None:
         return None
 
 
-def _preflight(host: str, token: str | None, namespace: str | None, timeout_s: float) -> str | None:
+def _preflight(host: str, token: str | None, namespace: str | None, timeout_s: float,
+               verify: bool | str = True) -> str | None:
     """One healthz call with a timeout (``kfp.Client``'s own retries 5 x 5 s on any error).
 
     Returns the namespace to use: ``namespace``, else on a multi-user deployment kfp's context one.
@@ -141,6 +149,9 @@ def _preflight(host: str, token: str | None, namespace: str | None, timeout_s: f
 
     config = kfp_server_api.Configuration(host=host)
     config.retries = 0  # one attempt: an unreachable host is reported at once
+    config.verify_ssl = verify is not False
+    if isinstance(verify, str):
+        config.ssl_ca_cert = verify
     if token:
         config.api_key["authorization"] = token
         config.api_key_prefix["authorization"] = "Bearer"
@@ -159,11 +170,12 @@ def _preflight(host: str, token: str | None, namespace: str | None, timeout_s: f
     return namespace
 
 
-def _client(host: str, token: str | None, namespace: str | None) -> Any:
+def _client(host: str, token: str | None, namespace: str | None, verify: bool | str = True) -> Any:
     import kfp
 
     with quiet():
-        return kfp.Client(host=host, existing_token=token, namespace=namespace or "kubeflow")
+        return kfp.Client(host=host, existing_token=token, namespace=namespace or "kubeflow",
+                          ssl_ca_cert=verify if isinstance(verify, str) else None, verify_ssl=verify is not False)
 
 
 def _root_parameters(package: Path) -> dict[str, str]:
@@ -199,6 +211,8 @@ def submit(
     price_per_gpu_hour: str | None = None,
     price_file: str | None = None,
     timeout_s: float = REQUEST_TIMEOUT_S,
+    ca_cert: str | None = None,
+    insecure_skip_tls_verify: bool = False,
 ) -> dict[str, Any]:
     """Create a KFP run of the compiled pipeline; returns the submission summary.
 
@@ -208,6 +222,8 @@ def submit(
         experiment: the KFP experiment, got or created by name.
         package_path: the compiled package (default: the committed ``kfp_pipelines/finetune.yaml``).
         service_account: the Kubernetes service account the run's pods use.
+        ca_cert, insecure_skip_tls_verify: how the server's certificate is checked (see
+            :func:`components.remote.tls_verify`; on by default).
     """
     pipe = shipped_pipeline()
     values = user_parameters(pipe, params)
@@ -217,13 +233,14 @@ def submit(
         if key not in declared:
             raise InputError(f"--package {package}: the compiled pipeline has no parameter {key!r}")
     host_url, secret = connection(host, token, os.environ)
+    verify = tls_verify(ca_cert, insecure_skip_tls_verify)
     run_group, pipeline_run = run_ids(ORCHESTRATOR, run_group, pipeline_run)
     tags = cost_tags(pipe, price_per_gpu_hour, price_file)
     uri, mc = optional_tracking(tracking_uri, os.environ)
 
-    namespace = _preflight(host_url, secret, namespace, timeout_s)
+    namespace = _preflight(host_url, secret, namespace, timeout_s, verify)
     try:
-        client = _client(host_url, secret, namespace)
+        client = _client(host_url, secret, namespace, verify)
         with quiet():
             exp = client.create_experiment(name=experiment, namespace=namespace)
         ctx = run_context(ORCHESTRATOR, run_group, pipeline_run)
@@ -267,11 +284,14 @@ def wait_for_run(
     timeout_s: float = WAIT_TIMEOUT_S,
     poll_s: float = POLL_S,
     request_timeout_s: float = REQUEST_TIMEOUT_S,
+    ca_cert: str | None = None,
+    insecure_skip_tls_verify: bool = False,
 ) -> dict[str, Any]:
     """Poll a KFP run until it is SUCCEEDED, FAILED, SKIPPED or CANCELED (or ``timeout_s`` passes)."""
     host_url, secret = connection(host, token, os.environ)
-    namespace = _preflight(host_url, secret, namespace, request_timeout_s)
-    client = _client(host_url, secret, namespace)
+    verify = tls_verify(ca_cert, insecure_skip_tls_verify)
+    namespace = _preflight(host_url, secret, namespace, request_timeout_s, verify)
+    client = _client(host_url, secret, namespace, verify)
 
     def read() -> tuple[str | None, dict[str, Any]]:
         try:

@@ -94,6 +94,27 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+TLS_OPTIONS = (
+    click.option("--ca-cert", default=None, metavar="FILE",
+                 help="Trust this CA for the orchestrator's API (TLS verification is on by default)."),
+    click.option("--insecure-skip-tls-verify", is_flag=True,
+                 help="Do not verify the API server's certificate (test clusters only; says so on stderr)."),
+)
+
+
+def tls_connection(ca_cert: str | None, insecure_skip_tls_verify: bool) -> dict[str, Any]:
+    """The TLS part of a connection, checked now (before anything is sent); warns when verification is off."""
+    from components.remote import tls_verify
+
+    tls_verify(ca_cert, insecure_skip_tls_verify)
+    if insecure_skip_tls_verify:
+        import urllib3
+
+        click.echo("llmpack: warning: --insecure-skip-tls-verify: the server's certificate is not checked", err=True)
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # said once, above, not per request
+    return {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}
+
+
 def parse_params(items: tuple[str, ...]) -> dict[str, Any]:
     from components.pipeline import build
     from components.runtime import coerce
@@ -134,11 +155,12 @@ def main() -> None:
 def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwargs: Any) -> None:
     """Run the fine-tuning pipeline once through one backend on this machine."""
     from llmpack.display import library_logs_to, run_with_progress, summary_table
-    from llmpack.runs import RunOptions
+    from llmpack.runs import RunOptions, prepare
 
     if not local:
         raise InputError("--cluster: use `llmpack submit kfp|argo|mlflow` or `llmpack compare --cluster`")
     opts = RunOptions(backend=backend, params=parse_params(params), **kwargs)
+    prepare(opts)  # bad input fails here, in a second, not after MLflow's 4-second import below
     with library_logs_to(Path(opts.output_dir) / "llmpack-client.log"):  # MLflow's INFO lines: not the terminal
         summary = run_with_progress(opts)
     if as_json:
@@ -199,6 +221,8 @@ def compile(out: Path, image: str | None) -> None:  # noqa: A001 - the command's
 @click.option("--namespace", default=None, help="--cluster: namespace for Argo workflows and the MLflow Job (default llmpack).")
 @click.option("--kubeconfig", default=None, help="--cluster: kubeconfig for the pod watcher and the MLflow Job.")
 @click.option("--context", default=None, help="--cluster: kubeconfig context.")
+@TLS_OPTIONS[0]
+@TLS_OPTIONS[1]
 @click.option("--image", default=None, help="--cluster: prebuilt step image for the MLflow Job.")
 @click.option("--cluster-tracking-uri", default=None, help="--cluster: MLflow tracking URI as seen from inside the cluster.")
 @click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True, help="--cluster: seconds to wait per run.")
@@ -211,7 +235,7 @@ def compare(backends: str, repeats: int, local: bool, baseline: str | None, repo
             as_json: bool, params: tuple[str, ...], concurrency: int, kfp_host: str | None, argo_host: str | None,
             namespace: str | None, kubeconfig: str | None, context: str | None, image: str | None,
             cluster_tracking_uri: str | None, wait_timeout: float, poll_s: float, scale_down_delay_s: float | None,
-            **kwargs: Any) -> None:
+            ca_cert: str | None, insecure_skip_tls_verify: bool, **kwargs: Any) -> None:
     """Run the pipeline through several paths side by side and compare them.
 
     With no arguments: the tiny model on built-in data through direct, kfp, argo and mlflow,
@@ -222,13 +246,18 @@ def compare(backends: str, repeats: int, local: bool, baseline: str | None, repo
     from llmpack import compare as cmp
     from llmpack.display import compare_table, err, library_logs_to, run_with_progress
     from llmpack.report import check_control_plane, parse_control_plane
-    from llmpack.runs import RunOptions
+    from llmpack.runs import RunOptions, prepare
 
     cluster = {"concurrency": concurrency, "kfp_host": kfp_host, "argo_host": argo_host, "namespace": namespace,
                "kubeconfig": kubeconfig, "context": context, "image": image, "cluster_tracking_uri": cluster_tracking_uri,
-               "timeout_s": wait_timeout, "poll_s": poll_s, "scale_down_delay_s": scale_down_delay_s}
+               "timeout_s": wait_timeout, "poll_s": poll_s, "scale_down_delay_s": scale_down_delay_s,
+               "tls": {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}}
     if local and scale_down_delay_s is not None:
         raise InputError("--scale-down-delay-s: only with --cluster (local runs bill no nodes)")
+    if local and (ca_cert or insecure_skip_tls_verify):
+        raise InputError("--ca-cert / --insecure-skip-tls-verify: only with --cluster (local runs talk to no server)")
+    if not local:
+        tls_connection(ca_cert, insecure_skip_tls_verify)
     # Every input is checked here, before the first run starts.
     names = cmp.parse_backends(backends)
     costs = parse_control_plane(control_plane, control_plane_file)
@@ -239,6 +268,9 @@ def compare(backends: str, repeats: int, local: bool, baseline: str | None, repo
         check_report_target(report_dir, "--report", force=force)
     delays = cmp.parse_start_delays(inject_start_delay, names)
     output_dir = Path(kwargs["output_dir"])
+    opts = RunOptions(params=parse_params(params), **kwargs)
+    if local:
+        prepare(opts)  # data, model, price: refused before MLflow's slow import (compare() checks every path again)
 
     def started(run_group: str) -> None:
         err.print(f"run group [bold]{run_group}[/] (rebuild its report: llmpack report --run-group {run_group})")
@@ -247,7 +279,6 @@ def compare(backends: str, repeats: int, local: bool, baseline: str | None, repo
         if not local:
             result = cmp.with_baseline(_compare_cluster(names, repeats, params, cluster, kwargs, inject_start_delay), base)
         else:
-            opts = RunOptions(params=parse_params(params), **kwargs)
             result = cmp.compare(opts, names, repeats, baseline=base, on_start=started,
                                  run_one=lambda o, label: run_with_progress(o, label, env=cmp.start_delay_env(delays, o.backend)))
         if delays:
@@ -306,7 +337,7 @@ def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cl
     values = dict(parse_params(params))
     for key in ("model", "data", "max_steps", "seed"):
         values[key] = kwargs[key]
-    ns = cluster["namespace"]
+    ns, tls = cluster["namespace"], cluster["tls"]
 
     def progress(label: str, message: str, elapsed: float) -> None:
         err.print(f"[bold]{label}[/] · {message} · {elapsed:5.1f}s")
@@ -314,12 +345,13 @@ def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cl
     return compare_cluster(
         backends=names, repeats=repeats, concurrency=cluster["concurrency"], params=values,
         run_group=kwargs.get("run_group"),
-        kfp={"host": cluster["kfp_host"]},
-        argo={"host": cluster["argo_host"], **({"namespace": ns} if ns else {})},
+        kfp={"host": cluster["kfp_host"], **tls},
+        argo={"host": cluster["argo_host"], **({"namespace": ns} if ns else {}), **tls},
         mlflow={"kubeconfig": cluster["kubeconfig"], "context": cluster["context"], "image": cluster["image"],
-                "cluster_tracking_uri": cluster["cluster_tracking_uri"], **({"namespace": ns} if ns else {})},
+                "cluster_tracking_uri": cluster["cluster_tracking_uri"], **({"namespace": ns} if ns else {}), **tls},
         k8s={"kubeconfig": cluster["kubeconfig"], "context": cluster["context"],
-             "host": os.environ.get("LLMPACK_K8S_HOST"), "token": os.environ.get("LLMPACK_K8S_TOKEN")},
+             "host": os.environ.get("LLMPACK_K8S_HOST"), "token": os.environ.get("LLMPACK_K8S_TOKEN"),
+             "ca_cert": tls["ca_cert"], "verify_ssl": not tls["insecure_skip_tls_verify"]},
         tracking_uri=kwargs.get("tracking_uri"), price_per_gpu_hour=kwargs.get("price_per_gpu_hour"),
         price_file=kwargs.get("price_file"), timeout_s=cluster["timeout_s"], poll_s=cluster["poll_s"], progress=progress,
         **({} if cluster["scale_down_delay_s"] is None else {"scale_down_delay_s": cluster["scale_down_delay_s"]}),
@@ -400,6 +432,7 @@ def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--price-per-gpu-hour", default=None),
         click.option("--price-file", default=None),
         click.option("--namespace", default=None),
+        *TLS_OPTIONS,
         click.option("--wait/--no-wait", default=False, help="Wait for the run to finish."),
         click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True, help="Seconds to wait with --wait."),
         click.option("--json", "as_json", is_flag=True, help="Print the submission summary as JSON."),
@@ -410,8 +443,11 @@ def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _submit(orchestrator: str, conn: dict[str, Any], *, model: str | None, data: str | None, max_steps: int | None,
-            seed: int | None, params: tuple[str, ...], wait: bool, wait_timeout: float, as_json: bool, **kw: Any) -> None:
+            seed: int | None, params: tuple[str, ...], wait: bool, wait_timeout: float, as_json: bool,
+            ca_cert: str | None, insecure_skip_tls_verify: bool, **kw: Any) -> None:
     from llmpack import submit as sub
+
+    conn = {**conn, **tls_connection(ca_cert, insecure_skip_tls_verify)}
 
     values: dict[str, Any] = dict(parse_params(params))
     for key, value in (("model", model), ("data", data), ("max_steps", max_steps), ("seed", seed)):
@@ -489,3 +525,10 @@ def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | 
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+# Tracking outages and housekeeping (issue 11): `llmpack sync RUN_DIR`, `llmpack clean`.
+from llmpack.clean import clean as _clean_command  # noqa: E402 - registered after the group is complete
+from llmpack.sync import sync as _sync_command  # noqa: E402
+
+main.add_command(_sync_command)
+main.add_command(_clean_command)

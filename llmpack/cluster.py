@@ -94,8 +94,9 @@ SUBMIT_OPTIONS = {
     "mlflow": ("project_dir", "image", "project_dir_in_image", "namespace", "kubeconfig", "context",
                "cluster_tracking_uri"),
 }
-WAIT_OPTIONS = {"kfp": ("host", "token", "namespace"), "argo": ("host", "token", "namespace"),
-                "mlflow": ("kubeconfig", "context", "namespace")}
+_TLS = ("ca_cert", "insecure_skip_tls_verify")
+WAIT_OPTIONS = {"kfp": ("host", "token", "namespace", *_TLS), "argo": ("host", "token", "namespace", *_TLS),
+                "mlflow": ("kubeconfig", "context", "namespace", *_TLS)}
 K8S_OPTIONS = ("host", "token", "token_file", "ca_cert", "verify_ssl", "kubeconfig", "context")
 
 

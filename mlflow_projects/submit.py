@@ -64,7 +64,17 @@ from components import tracking
 from components.commands import format_value
 from components.dsl import TELEMETRY_PARAMS
 from components.errors import InputError
-from components.remote import POLL_S, REQUEST_TIMEOUT_S, WAIT_TIMEOUT_S, is_unreachable, one_line, poll, server_message
+from components.remote import (
+    POLL_S,
+    REQUEST_TIMEOUT_S,
+    WAIT_TIMEOUT_S,
+    is_unreachable,
+    one_line,
+    poll,
+    server_message,
+    tls_failure,
+    tls_verify,
+)
 from components.submission import (
     PIPELINE_RUN_LABEL,
     RUN_GROUP_LABEL,
@@ -90,8 +100,15 @@ SECRET_ONLY_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TR
 # --------------------------------------------------------------------------- the Kubernetes API
 
 
-def kube_api_client(kubeconfig: str | None, context: str | None) -> Any:
-    """An ApiClient from kubeconfig (``--kubeconfig``, ``KUBECONFIG``, ``~/.kube/config``), else in-cluster."""
+def kube_api_client(kubeconfig: str | None, context: str | None, *, ca_cert: str | None = None,
+                    insecure_skip_tls_verify: bool = False) -> Any:
+    """An ApiClient from kubeconfig (``--kubeconfig``, ``KUBECONFIG``, ``~/.kube/config``), else in-cluster.
+
+    TLS is the kubeconfig's (``certificate-authority``, ``insecure-skip-tls-verify``), as for
+    kubectl; ``--ca-cert`` / ``--insecure-skip-tls-verify`` override it, as kubectl's flags do.
+    Exec credential plugins (``users[].user.exec``: EKS, GKE, AKS, OIDC) run as kubectl runs them.
+    """
+    verify = tls_verify(ca_cert, insecure_skip_tls_verify)
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
@@ -111,12 +128,17 @@ def kube_api_client(kubeconfig: str | None, context: str | None) -> Any:
                 "no Kubernetes cluster configured: set KUBECONFIG, pass --kubeconfig, or run inside a pod"
             ) from None
     cfg.retries = 0  # one attempt: an unreachable API server is reported at once
+    if verify is False:
+        cfg.verify_ssl = False
+    elif isinstance(verify, str):
+        cfg.ssl_ca_cert = verify
     return client.ApiClient(cfg)
 
 
 def check_connection(options: Mapping[str, Any]) -> None:
     """The kubeconfig (or the in-cluster service account) loads; nothing is sent."""
-    kube_api_client(options.get("kubeconfig"), options.get("context")).close()
+    kube_api_client(options.get("kubeconfig"), options.get("context"), ca_cert=options.get("ca_cert"),
+                    insecure_skip_tls_verify=bool(options.get("insecure_skip_tls_verify"))).close()
 
 
 def _kube_error(exc: BaseException, host: str, namespace: str, secrets: tuple[str | None, ...]) -> InputError:
@@ -134,6 +156,8 @@ def _kube_error(exc: BaseException, host: str, namespace: str, secrets: tuple[st
         if exc.status == 409:
             return InputError(f"Kubernetes API at {host}: {message} (pass another --pipeline-run)")
         return InputError(f"Kubernetes API at {host} answered {exc.status} {exc.reason or ''}: {message}".rstrip(": "))
+    if tls_failure(exc, host):
+        return InputError(f"Kubernetes API at {tls_failure(exc, host)}")
     if is_unreachable(exc):
         return InputError(f"Kubernetes API at {host} is unreachable ({type(exc).__name__})")
     return InputError(f"Kubernetes API at {host}: {type(exc).__name__}: {one_line(exc, secrets)}")
@@ -286,6 +310,8 @@ def submit(
     price_per_gpu_hour: str | None = None,
     price_file: str | None = None,
     timeout_s: float = REQUEST_TIMEOUT_S,
+    ca_cert: str | None = None,
+    insecure_skip_tls_verify: bool = False,
 ) -> dict[str, Any]:
     """Create the MLflow run and the Kubernetes Job that runs the project's ``main`` in it.
 
@@ -322,7 +348,7 @@ def submit(
     check_id(ns, "--namespace")
     run_group, pipeline_run = run_ids(ORCHESTRATOR, run_group, pipeline_run)
     tags = cost_tags(pipe, price_per_gpu_hour, price_file)
-    api_client = kube_api_client(kubeconfig, context)
+    api_client = kube_api_client(kubeconfig, context, ca_cert=ca_cert, insecure_skip_tls_verify=insecure_skip_tls_verify)
     kube_host = api_client.configuration.host
     secrets = _api_secrets(api_client)
 
@@ -399,11 +425,13 @@ def wait_for_job(
     timeout_s: float = WAIT_TIMEOUT_S,
     poll_s: float = POLL_S,
     request_timeout_s: float = REQUEST_TIMEOUT_S,
+    ca_cert: str | None = None,
+    insecure_skip_tls_verify: bool = False,
 ) -> dict[str, Any]:
     """Poll the Job until it is Complete or Failed; then end the MLflow run as ``mlflow run`` does."""
     from kubernetes import client as k8s
 
-    api_client = kube_api_client(kubeconfig, context)
+    api_client = kube_api_client(kubeconfig, context, ca_cert=ca_cert, insecure_skip_tls_verify=insecure_skip_tls_verify)
     host, secrets = api_client.configuration.host, _api_secrets(api_client)
     batch = k8s.BatchV1Api(api_client)
 

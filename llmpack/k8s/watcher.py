@@ -79,7 +79,7 @@ def build_api_client(
     - ``host`` (+ ``token`` or ``token_file``, ``ca_cert``, ``verify_ssl``):
       ``Configuration(host=..., api_key={"authorization": "Bearer ..."})``.
     - else ``kubeconfig`` (or ``$KUBECONFIG``, or ``~/.kube/config`` when it exists), with ``context``
-      (the file is never written back);
+      (the file is never written back; ``ca_cert`` / ``verify_ssl=False`` override its TLS settings);
     - else the in-cluster service account (``KUBERNETES_SERVICE_HOST`` set).
 
     Raises :class:`InputError` (one line, never the token) when none is usable.
@@ -118,6 +118,12 @@ def build_api_client(
             raise InputError(f"{path}: {_scrub(first, _tokens_of(cfg))}") from None
         except Exception as exc:  # YAML errors quote the file, which may hold credentials: name the type only
             raise InputError(f"{path}: not a usable kubeconfig ({type(exc).__name__})") from None
+        if not verify_ssl:  # kubectl's --insecure-skip-tls-verify / --certificate-authority override the file
+            cfg.verify_ssl = False
+        elif ca_cert:
+            if not Path(ca_cert).is_file():
+                raise InputError(f"{ca_cert}: CA certificate file not found")
+            cfg.ssl_ca_cert = str(ca_cert)
         return client.ApiClient(cfg)
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         cfg = client.Configuration()

@@ -9,6 +9,7 @@ with :meth:`StandInHandler._receive` (parse, authenticate, record) and answers w
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -43,8 +44,9 @@ class StandInServer:
     poll_interval_s = 0.5  # how often serve_forever checks for shutdown
     request_type: type[RecordedRequest] = RecordedRequest
 
-    def __init__(self, *, token: str | None) -> None:
+    def __init__(self, *, token: str | None, tls: ssl.SSLContext | None = None) -> None:
         self.token = token  # None: no auth
+        self.tls = tls  # a server-side context: serve https (see tests/test_tls.py for a self-signed one)
         self.requests: list[RecordedRequest] = []
         self._server: ThreadingHTTPServer | None = None
         self._port: int | None = None
@@ -57,6 +59,8 @@ class StandInServer:
     def start(self: S) -> S:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self.handler())
         self._server.daemon_threads = True
+        if self.tls is not None:  # the handshake happens at accept(); a client that refuses it is dropped there
+            self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
         self._port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": self.poll_interval_s},
                                         name=self.thread_name, daemon=True)
@@ -82,7 +86,7 @@ class StandInServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls is not None else 'http'}://127.0.0.1:{self.port}"
 
     def recorded(self, method: str | None = None, path_contains: str = "") -> list[RecordedRequest]:
         return [r for r in list(self.requests) if (method is None or r.method == method) and path_contains in r.path]
