@@ -49,6 +49,7 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess
 
 def measure() -> dict[str, str]:
     sections: dict[str, str] = {}
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         _, imports = timed([sys.executable, str(REPO / "benchmarks" / "import_time.py")], work)
@@ -62,6 +63,7 @@ def measure() -> dict[str, str]:
         (work / "compare").mkdir()
         compare_wall, compare = timed([str(BIN / "llmpack"), "compare", *COMPARE_ARGS], work / "compare")
         _, overhead = timed([sys.executable, str(REPO / "benchmarks" / "overhead.py"), "--repeats", "3"], work)
+    load_after = os.getloadavg()[0]
 
     table_text = compare.stdout.rstrip("\n")
     sections["compare"] = (
@@ -79,6 +81,9 @@ def measure() -> dict[str, str]:
         f"vs {metrics['base_eval_loss']:.2f} base |",
         f"| `llmpack compare` (four paths) | `time llmpack compare` | {compare_wall:.0f} s wall for all four paths "
         "(goal: under 3 minutes) |",
+        "",
+        f"(Measured {time.strftime('%Y-%m-%d', time.gmtime())}; 1-minute load average {load_before:.1f} before, "
+        f"{load_after:.1f} after: the machine is shared, so wall times move with it.)",
     ])
     lines = overhead.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("path "))
