@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from components import yamltext
 from components.errors import InputError
 from components.telemetry import ALL_EVENTS
 
@@ -275,6 +276,11 @@ def summary_sentence(result: dict[str, Any], be: dict[str, Any] | None) -> str:
             reason = ("too few runs for a verdict" if all(per_path[o]["verdict"] == "too few runs" for o in rest)
                       else "no clear difference")
             parts.append(f"{', '.join(rest)}: {reason} from {baseline} on {h.label} ({n_text})")
+    # Spin-up and total are named too, but only where they stand out of the noise.
+    also = [e["text"] for h in (HEADLINES[1], HEADLINES[2]) for e in verdicts.get(h.metric, {}).values()
+            if e["verdict"] in (h.lower, h.higher)]
+    if also:
+        parts.append("Beyond noise: " + "; ".join(also))
     text = f"{where}, against {baseline}: " + ". ".join(parts) + "."
     if be and be.get("significant"):
         text += " At your volumes: " + be["sentence"]
@@ -289,16 +295,18 @@ def parse_control_plane(items: tuple[str, ...] | list[str], path: str | None = N
     """
     out: dict[str, float] = {}
     if path:
-        import yaml
-
         try:
-            data = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise InputError(f"{path}: cannot read control-plane costs ({type(exc).__name__})") from None
+            text = Path(path).read_bytes().decode("utf-8")
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read control-plane costs ({exc.strerror or type(exc).__name__})") from None
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: not UTF-8 text; expected control-plane costs like 'kfp: 450'") from None
+        data = yamltext.safe_load(text, path)
         if not isinstance(data, dict):
             raise InputError(f"{path}: expected a mapping like 'kfp: 450'")
         for key, value in data.items():
-            out[_orchestrator(str(key), f"{path}: {key}")] = _usd(value, f"{path}: {key}")
+            shown = str(key) if str(key).isprintable() else repr(key)  # a key with a newline must not break the line
+            out[_orchestrator(str(key), f"{path}: {shown}")] = _usd(value, f"{path}: {shown}")
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
@@ -326,6 +334,8 @@ def _orchestrator(name: str, where: str) -> str:
 
 
 def _usd(value: Any, where: str) -> float:
+    if isinstance(value, bool):  # YAML's yes/true would otherwise be 1 USD
+        raise InputError(f"{where}: {value!r} is not a number of USD per month")
     try:
         v = float(value)
     except (TypeError, ValueError):

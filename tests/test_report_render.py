@@ -36,6 +36,19 @@ def test_report_html_states_price_source_gpu_mode_and_the_verdicts(tmp_path: Pat
     assert "What the money went on" in page and "least pipeline overhead" not in page
 
 
+def test_summary_names_a_spinup_difference_that_time_to_first_step_hides() -> None:
+    """A delay planted before the finetune start, with the work after it noisy: spin-up shows it, ttfs may not."""
+    from llmpack.report import summary_sentence
+
+    planted = runs({"argo": 3.0})
+    noise = iter([-9.0, 7.0, 0.0, 11.0, -4.0, 6.0, -8.0, 3.0, 9.0, -6.0] * 4)
+    for r in planted:  # bury time to first step in noise (seconds, like step imports under load)
+        r["metrics"]["time_to_first_step_s"] += next(noise)
+    text = summary_sentence(comparison("rg-synthetic", ["direct", "argo"], planted), None)
+    assert "argo: no clear difference from direct on time to first step" in text, text
+    assert "Beyond noise: argo is slower than direct on spin-up by 2.9" in text, text
+
+
 def test_cost_splits_into_compute_and_overhead_that_add_up() -> None:
     run = runs(n=1, paths=("kfp",))[0]
     split = cost_split(run, gpu_steps())
