@@ -39,6 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
+from components import yamltext
 from components.commands import format_value, run_logged
 from components.dsl import Pipeline
 from components.errors import InputError, RunFailed
@@ -421,23 +422,32 @@ def _validate_model(doc: Mapping[str, Any]) -> None:
 
 def load_workflow(text_or_path: str | Path) -> LocalWorkflow:
     """Parse and check a Workflow from YAML text or a file path."""
-    import yaml
-
     # A path, or one line that cannot be a Workflow document (it would need "key: value").
     if isinstance(text_or_path, Path) or ("\n" not in text_or_path and ": " not in text_or_path):
-        path = Path(text_or_path)
-        if not path.is_file():
-            raise InputError(f"{PREFIX}: workflow file {path} does not exist")
-        text = path.read_text(encoding="utf-8")
+        text = _read_workflow_file(Path(text_or_path))
     else:
         text = text_or_path
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise InputError(f"{PREFIX}: cannot parse the Workflow YAML ({str(exc).splitlines()[0]})") from None
+    docs = [d for d in yamltext.safe_load(text, f"{PREFIX}: cannot parse the Workflow YAML", documents=True) if d is not None]
+    if any(isinstance(d, Mapping) and "pipelineInfo" in d for d in docs):
+        raise InputError(f"{PREFIX}: this is a KFP pipeline package, not an Argo Workflow "
+                         "(run it with `llmpack run --backend kfp`)")
     if len(docs) != 1:
         raise InputError(f"{PREFIX}: expected one Workflow document, found {len(docs)}")
     return LocalWorkflow(docs[0])
+
+
+def _read_workflow_file(path: Path) -> str:
+    """The Workflow file's text, or one line saying why it cannot be read."""
+    if not path.exists():
+        raise InputError(f"{PREFIX}: workflow file {path} does not exist")
+    if not path.is_file():
+        raise InputError(f"{PREFIX}: workflow file {path} is not a regular file (a directory?)")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise InputError(f"{PREFIX}: workflow file {path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{PREFIX}: workflow file {path} is not UTF-8 text") from None
 
 
 class _PlannedTask:

@@ -21,6 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from components import yamltext
 from components.errors import InputError
 from components.telemetry import TRAIN_STEP, StepTimes
 
@@ -51,25 +52,33 @@ def parse_price(text: Any, where: str) -> float:
 
 
 def _load_table(path: Path) -> list[dict[str, Any]]:
-    import yaml
-
+    """A price YAML's entries, each checked; anything else is one line naming the file (and line or entry)."""
+    if path.exists() and not path.is_file() and not path.is_dir():  # a pipe: every step re-reads the file
+        raise InputError(f"{path}: not a regular file (a pipe or device?); save the prices to a file first")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
-        raise InputError(f"{path}: cannot read price file ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise InputError(f"{path}{line}: not valid YAML") from None
+        raise InputError(f"{path}: cannot read price file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text; expected a price YAML like components/prices.yaml") from None
+    data = yamltext.safe_load(text, str(path))
     entries = data.get("prices") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise InputError(f"{path}: expected a top-level 'prices:' list")
     out = []
     for i, entry in enumerate(entries):
+        where = f"{path}: prices[{i}]"
         if not isinstance(entry, dict) or "gpu" not in entry or "per_gpu_hour" not in entry:
-            raise InputError(f"{path}: prices[{i}] needs 'gpu' and 'per_gpu_hour'")
+            raise InputError(f"{where} needs 'gpu' and 'per_gpu_hour'")
+        if not isinstance(entry["gpu"], str) or not entry["gpu"].strip():
+            raise InputError(f"{where}.gpu: {entry['gpu']!r} is not a GPU type name")
+        for key in ("as_of", "source", "provider"):
+            if isinstance(entry.get(key), (dict, list)):
+                raise InputError(f"{where}.{key}: expected a single value, got a {type(entry[key]).__name__}")
+        if isinstance(entry["per_gpu_hour"], bool):  # YAML's yes/true would otherwise be a price of 1
+            raise InputError(f"{where}.per_gpu_hour: price {entry['per_gpu_hour']!r} is not a number")
         entry = {k: (str(v) if k in ("as_of", "source", "provider", "gpu") else v) for k, v in entry.items()}
-        entry["per_gpu_hour"] = parse_price(entry["per_gpu_hour"], f"{path}: prices[{i}].per_gpu_hour")
+        entry["per_gpu_hour"] = parse_price(entry["per_gpu_hour"], f"{where}.per_gpu_hour")
         out.append(entry)
     return out
 
@@ -106,10 +115,15 @@ def resolve_price(
         return Price(gpu_type=gpu_type, per_gpu_hour=parse_price(flag, "--price-per-gpu-hour"), source="flag")
     if env.get(PRICE_ENV):
         return Price(gpu_type=gpu_type, per_gpu_hour=parse_price(env[PRICE_ENV], PRICE_ENV), source="env")
-    provider = provider or env.get(PROVIDER_ENV) or None
     user_file = price_file or env.get(PRICE_FILE_ENV)
+    user_table = _load_table(Path(user_file)) if user_file else []
+    if not provider and env.get(PROVIDER_ENV):
+        provider = env[PROVIDER_ENV]
+        known = sorted({e.get("provider", "") for e in (*user_table, *shipped_table())} - {""})
+        if provider not in known:
+            raise InputError(f"{PROVIDER_ENV}={provider!r}: no price list from that provider (known: {', '.join(known)})")
     if user_file:
-        entry = _pick(_load_table(Path(user_file)), gpu_type, provider)
+        entry = _pick(user_table, gpu_type, provider)
         if entry:
             return Price(
                 gpu_type=gpu_type,

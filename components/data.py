@@ -6,7 +6,10 @@ as well so a real tokenizer can apply its chat template.
 
 from __future__ import annotations
 
+import codecs
+import errno
 import json
+import os
 import random
 import re
 from pathlib import Path
@@ -44,6 +47,17 @@ def builtin_rows(n: int = 2000, seed: int = 0) -> list[dict[str, str]]:
     return rows
 
 
+def _text(value: Any, field: str, where: str) -> str:
+    """A string field that can be written back as UTF-8 (JSON's ``\\ud800`` escapes can make one that cannot)."""
+    if not isinstance(value, str):
+        raise InputError(f"{where}: field {field!r} must be a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{where}: field {field!r} holds a lone surrogate escape (\\ud800-\\udfff), not text") from None
+    return value
+
+
 def _normalise(obj: Any, where: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
@@ -54,6 +68,8 @@ def _normalise(obj: Any, where: str) -> dict[str, Any]:
         for j, m in enumerate(msgs):
             if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
                 raise InputError(f"{where}: messages[{j}] needs string 'role' and 'content'")
+            _text(m["role"], f"messages[{j}].role", where)
+            _text(m["content"], f"messages[{j}].content", where)
         if msgs[-1]["role"] != "assistant":
             raise InputError(f"{where}: the last message must have role 'assistant'")
         prompt = "\n".join(f"{m['role']}: {m['content']}" for m in msgs[:-1])
@@ -61,35 +77,66 @@ def _normalise(obj: Any, where: str) -> dict[str, Any]:
     for key in ("prompt", "response"):
         if key not in obj:
             raise InputError(f"{where}: missing field {key!r} (need 'prompt' and 'response', or 'messages')")
-        if not isinstance(obj[key], str):
-            raise InputError(f"{where}: field {key!r} must be a string")
+        _text(obj[key], key, where)
     if not obj["response"]:
         raise InputError(f"{where}: field 'response' is empty")
     return {"prompt": obj["prompt"], "response": obj["response"]}
 
 
-def read_jsonl(path: str | Path, *, skip_bad_rows: bool = False) -> tuple[list[dict[str, Any]], int]:
-    """Read and validate every row; returns (rows, skipped). Errors name file and line."""
-    p = Path(path)
+def _read_bytes(p: Path) -> bytes:
+    """The file's bytes, or one line saying why not (missing, a broken link, a directory, a pipe, unreadable).
+
+    A FIFO or device is refused: validation would drain it and the prepare_data step would find
+    it empty (or wait forever).
+    """
+    if p.is_symlink() and not p.exists():
+        try:
+            p.resolve(strict=True)
+        except RuntimeError:  # Python 3.11: a symlink loop
+            raise InputError(f"{p}: symbolic link loop") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise InputError(f"{p}: symbolic link loop") from None
+        raise InputError(f"{p}: broken symbolic link (to {os.readlink(p)})")
     if not p.exists():
         raise InputError(f"{p}: no such file")
     if p.is_dir():
         raise InputError(f"{p}: is a directory, expected a JSONL file")
+    if not p.is_file():
+        raise InputError(f"{p}: not a regular file (a pipe or device?); save the data to a file first")
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from None
+
+
+def read_jsonl(path: str | Path, *, skip_bad_rows: bool = False) -> tuple[list[dict[str, Any]], int]:
+    """Read and validate every row; returns (rows, skipped). Errors name file and line.
+
+    Lines end at ``\\n`` only (JSON Lines): U+2028 and friends inside a JSON string are text, not
+    line breaks, so ``str.splitlines`` is not used. A leading UTF-8 byte order mark is ignored.
+    """
+    p = Path(path)
+    data = _read_bytes(p)
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
     rows: list[dict[str, Any]] = []
     skipped = 0
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{p}: not UTF-8 text") from None
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
         where = f"{p}:{lineno}"
         try:
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{where}: not UTF-8 text (byte {exc.start + 1} of the line)") from None
+            if not line.strip():
+                continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InputError(f"{where}: malformed JSON ({exc.msg})") from None
+            except RecursionError:
+                raise InputError(f"{where}: JSON nested too deeply") from None
             rows.append(_normalise(obj, where))
         except InputError:
             if not skip_bad_rows:

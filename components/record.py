@@ -198,9 +198,18 @@ def close(
     if mlflow_on:
         from components import tracking
 
+        # One bounded wait for both halves (read what the steps logged, then log the summary).
+        retry = tracking.upload_retry(env)
+        until = time.monotonic() + retry.max_wait_s
         mc = tracking.client(env.get("MLFLOW_TRACKING_URI"))
-        run_id = tracking.open_pipeline_run(mc, base)
-        logged = tracking.records_from_run(mc.get_run(run_id).data.metrics, base)
+        opened = mc
+
+        def read_logged() -> tuple[str, dict[str, float]]:
+            rid = tracking.open_pipeline_run(opened, base)
+            return rid, opened.get_run(rid).data.metrics
+
+        run_id, logged_metrics = tracking.with_retries(read_logged, retry, until=until)
+        logged = tracking.records_from_run(logged_metrics, base)
         records = list({r.key: r for r in [*logged, *records]}.values())
 
     submitted_at, source = resolve_submit_time(float(values.get("submitted_at") or 0.0), orchestrator_created_at, records)
@@ -218,9 +227,9 @@ def close(
     if mc is not None and run_id is not None:
         from components import tracking
 
-        tracking.log_records(mc, run_id, records)
-        tracking.log_summary(mc, run_id, metrics, tags, params={"submitted_at": repr(submitted_at)})
-        mc.set_terminated(run_id, final, end_time=int(time.time() * 1000))
+        upload = tracking.RunUpload(ctx=ctx, records=records, metrics=metrics, tags=tags, status=final,
+                                    params={"submitted_at": repr(submitted_at)}, finished_at=time.time())
+        tracking.upload_run(mc, upload, retry, run_id=run_id, until=until)
         summary["mlflow_run_id"] = run_id
     return summary
 

@@ -131,14 +131,15 @@ def _injected_start_delay(step: Step) -> float:
 
 
 def _upload(tel: StepTelemetry) -> None:
+    """Log the step's records on the run's record; bounded (``LLMPACK_TRACKING_MAX_WAIT_S``), a failure only warns."""
     if os.environ.get(MLFLOW_LOGGING_ENV, "1") == "0" or os.environ.get(CLIENT_UPLOADS_ENV) == "1":
         return
     try:
         from components import tracking
 
         mc = tracking.client()
-        run_id = tracking.open_pipeline_run(mc, tel.ctx)
-        tracking.log_records(mc, run_id, tel.records)
+        tracking.with_retries(lambda: tracking.log_records(mc, tracking.open_pipeline_run(mc, tel.ctx), tel.records),
+                              tracking.upload_retry())
     except Exception as exc:  # noqa: BLE001 - the JSONL file keeps everything
         print(f"llmpack: warning: MLflow logging failed ({type(exc).__name__}: {exc}); events kept in JSONL",
               file=sys.stderr)

@@ -111,7 +111,11 @@ def telemetry_values(ctx: telemetry.RunContext) -> dict[str, Any]:
 
 def connect_tracking(uri: str) -> Any:
     """An MLflow client whose store answers; an unreachable tracking URI is bad input (exit 2)."""
-    mc = tracking.client(uri)
+    try:
+        mc = tracking.client(uri)  # an unsupported scheme fails here, before any request
+    except Exception as exc:  # noqa: BLE001 - MLflow's many store errors: one line for the user
+        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: MLflow cannot open it ({type(exc).__name__}); "
+                         "use http(s)://, sqlite:///PATH, file:///PATH or databricks") from None
     try:
         tracking.experiment_id(mc)
     except Exception as exc:  # noqa: BLE001 - one line for the user

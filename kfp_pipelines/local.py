@@ -32,9 +32,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from components import yamltext
 from components.commands import end_group, last_error_line, pipeline_values
 from components.dsl import Pipeline
-from components.errors import RunFailed
+from components.errors import InputError, RunFailed
 
 LOCAL_MAX_BACKOFF_S = 1.0
 LOG_NAME = "kfp.log"
@@ -181,6 +182,46 @@ class _CappedTime:
         time.sleep(min(seconds, LOCAL_MAX_BACKOFF_S))
 
 
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise InputError(f"{what} {path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{what} {path}: not UTF-8 text") from None
+
+
+def _read_arguments(path: Path) -> dict[str, Any]:
+    """``--arguments``: a JSON object of pipeline arguments, or one line saying what is wrong."""
+    try:
+        arguments = json.loads(_read_text(path, "--arguments"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--arguments {path}: line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise InputError(f"--arguments {path}: JSON nested too deeply") from None
+    if not isinstance(arguments, dict):
+        raise InputError(f"--arguments {path}: expected a JSON object of pipeline arguments")
+    return arguments
+
+
+def _load_package(path: Path, components: Any) -> Any:
+    """The compiled pipeline package as a kfp component; anything that is not one is one line (exit 2).
+
+    kfp's loader answers a foreign YAML with a KeyError or a protobuf ParseError and a traceback,
+    so the document's kind is checked here first and the loader's own complaint cut to one line.
+    """
+    first = next(iter(yamltext.safe_load(_read_text(path, "package"), f"package {path}", documents=True)), None)
+    if not isinstance(first, dict) or "pipelineInfo" not in first or "root" not in first:
+        kind = first.get("kind") if isinstance(first, dict) else None
+        what = f"it is a {kind}" if isinstance(kind, str) else "no pipelineInfo and root"
+        raise InputError(f"package {path}: not a compiled KFP pipeline ({what})")
+    try:
+        return components.load_component_from_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - kfp's loader raises many types for a broken spec: one line
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        raise InputError(f"package {path}: kfp cannot load it ({type(exc).__name__}: {detail})") from None
+
+
 def _child(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kfp_pipelines.local",
                                      description="Run a compiled KFP pipeline package with kfp.local.")
@@ -200,10 +241,14 @@ def _child(argv: Sequence[str] | None = None) -> int:
     except ImportError:  # an older kfp: retries without the local cap
         pass
 
-    arguments = json.loads(Path(args.arguments).read_text(encoding="utf-8"))
+    try:
+        arguments = _read_arguments(Path(args.arguments))
+        pipeline = _load_package(Path(args.package), components)
+    except InputError as exc:
+        print(f"llmpack: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=args.pipeline_root,
                    raise_on_error=True)
-    pipeline = components.load_component_from_file(args.package)
     try:
         pipeline(**arguments)
     except RuntimeError as exc:

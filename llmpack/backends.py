@@ -42,7 +42,8 @@ ORCHESTRATORS: tuple[str, ...] = tuple(name for name, b in BACKENDS.items() if b
 def local_runner(name: str) -> LocalRunner:
     """The module that runs backend ``name`` on this machine."""
     if name not in BACKENDS:
-        raise InputError(f"--backend {name!r}: choose one of {', '.join(BACKENDS)}")
+        hint = f"; did you mean {name.lower()!r}?" if name.lower() in BACKENDS else ""
+        raise InputError(f"--backend {name!r}: choose one of {', '.join(BACKENDS)}{hint}")
     return cast(LocalRunner, importlib.import_module(BACKENDS[name].local))
 
 

@@ -22,8 +22,17 @@ GPU_HELP = "GPU type for the GPU steps' cost and placement (e.g. nvidia-h100-80g
 
 
 def fail(message: str, code: int = 2) -> None:
+    message = " ".join(message.splitlines())  # one line even when a value quoted in it holds a newline
     click.echo(f"llmpack: error: {message}", err=True)
     sys.exit(code)
+
+
+def echo_out(text: str) -> None:
+    """A command's result on stdout; stdout on a full disk is one line naming it, not a bare errno."""
+    try:
+        click.echo(text)
+    except OSError as exc:
+        raise InputError(f"standard output: cannot write the result ({exc.strerror or exc})") from None
 
 
 class OneLineErrors(click.Group):
@@ -116,7 +125,7 @@ def tls_connection(ca_cert: str | None, insecure_skip_tls_verify: bool) -> dict[
 
 
 def parse_params(items: tuple[str, ...]) -> dict[str, Any]:
-    from components.pipeline import build
+    from components.pipeline import build, check_param
     from components.runtime import coerce
 
     known = build().params
@@ -130,6 +139,7 @@ def parse_params(items: tuple[str, ...]) -> dict[str, Any]:
         if key not in known:
             raise InputError(f"--param {key!r}: unknown pipeline parameter (known: {', '.join(known)})")
         out[key] = coerce(value, known[key].type, f"--param {key}")
+        check_param(key, out[key], f"--param {key}")
     return out
 
 
@@ -190,7 +200,7 @@ def compile(out: Path, image: str | None) -> None:  # noqa: A001 - the command's
     from llmpack.compile import compile_all
 
     for path in compile_all(out, image=image):
-        click.echo(str(path))
+        echo_out(str(path))
 
 
 @main.command()
@@ -260,6 +270,7 @@ def compare(backends: str, repeats: int, local: bool, baseline: str | None, repo
         tls_connection(ca_cert, insecure_skip_tls_verify)
     # Every input is checked here, before the first run starts.
     names = cmp.parse_backends(backends)
+    cmp.check_repeats(repeats)
     costs = parse_control_plane(control_plane, control_plane_file)
     check_control_plane(costs, names)
     base = (baseline if baseline is not None else cmp.default_baseline(names)) if local else baseline
@@ -375,8 +386,7 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
            control_plane: tuple[str, ...], control_plane_file: str | None, scale_down_delay_s: float | None) -> None:
     """Rebuild a comparison report from MLflow alone (cluster runs logged from anywhere)."""
     from components import tracking
-    from components.dsl import is_dns1123_label
-    from components.submission import connect_tracking
+    from components.submission import check_id, connect_tracking
     from llmpack import compare as cmp
     from llmpack.display import library_logs_to
     from llmpack.report import check_control_plane, parse_control_plane, runs_from_mlflow
@@ -387,8 +397,7 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
         from llmpack.cluster import check_scale_down_delay
 
         check_scale_down_delay(scale_down_delay_s, "--scale-down-delay-s")
-    if not is_dns1123_label(run_group):
-        raise InputError(f"--run-group {run_group!r}: must be a DNS-1123 label (lower-case letters, digits, '-')")
+    check_id(run_group, "--run-group")
     uri = tracking.tracking_uri(tracking_uri)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
         raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: no such database")
@@ -520,7 +529,7 @@ def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | 
             raise InputError(f"--kfp-run {item!r}: expected RUN_ID=PIPELINE_RUN")
         runs[key] = value
     rows = timeline_from_files(pods, nodes=nodes, events=events, run_group=run_group, runs=runs or None)
-    click.echo(json.dumps(rows, indent=2, sort_keys=True) if as_json else format_table(rows))
+    echo_out(json.dumps(rows, indent=2, sort_keys=True) if as_json else format_table(rows))
 
 
 if __name__ == "__main__":  # pragma: no cover

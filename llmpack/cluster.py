@@ -88,13 +88,13 @@ DEFAULT_KFP_POD_NAMESPACE = "kubeflow"  # single-user KFP runs its pods there; m
 Progress = Callable[[str, str, float], None]
 
 # Options each path takes (passed to llmpack.submit), and those its wait needs too.
-SUBMIT_OPTIONS = {
-    "kfp": ("host", "token", "namespace", "experiment", "package_path", "service_account", "pod_namespace"),
-    "argo": ("host", "token", "namespace", "workflow_path", "service_account"),
-    "mlflow": ("project_dir", "image", "project_dir_in_image", "namespace", "kubeconfig", "context",
-               "cluster_tracking_uri"),
-}
 _TLS = ("ca_cert", "insecure_skip_tls_verify")
+SUBMIT_OPTIONS = {
+    "kfp": ("host", "token", "namespace", "experiment", "package_path", "service_account", "pod_namespace", *_TLS),
+    "argo": ("host", "token", "namespace", "workflow_path", "service_account", *_TLS),
+    "mlflow": ("project_dir", "image", "project_dir_in_image", "namespace", "kubeconfig", "context",
+               "cluster_tracking_uri", *_TLS),
+}
 WAIT_OPTIONS = {"kfp": ("host", "token", "namespace", *_TLS), "argo": ("host", "token", "namespace", *_TLS),
                 "mlflow": ("kubeconfig", "context", "namespace", *_TLS)}
 K8S_OPTIONS = ("host", "token", "token_file", "ca_cert", "verify_ssl", "kubeconfig", "context")

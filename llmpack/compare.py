@@ -198,6 +198,11 @@ def with_baseline(result: dict[str, Any], baseline: str | None) -> dict[str, Any
     return {**result, "baseline": baseline, "verdicts": verdicts(result["runs"], result["backends"], baseline)}
 
 
+def check_repeats(repeats: int) -> None:
+    if repeats < 1:
+        raise InputError(f"--repeats {repeats}: must be at least 1")
+
+
 def compare(
     opts: RunOptions,
     backends: list[str],
@@ -211,8 +216,7 @@ def compare(
 
     ``on_start(run_group)`` is called once every input is checked, before the first run.
     """
-    if repeats < 1:
-        raise InputError(f"--repeats {repeats}: must be at least 1")
+    check_repeats(repeats)
     check_baseline(default_baseline(backends) if baseline == "default" else baseline, backends)
     for backend in backends:
         prepare(replace(opts, backend=backend))  # all input checks before the first run starts

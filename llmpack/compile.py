@@ -14,6 +14,7 @@ run`` is typed"): ``--out build/llmpack`` gives ``build/llmpack/mlflow_projects/
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import replace
@@ -36,8 +37,25 @@ def _check_out(out: Path) -> None:
         raise InputError(f"--out {out}: directory {probe} is not writable")
 
 
+# A container image reference as Docker's distribution/reference grammar spells it (simplified):
+# [registry[:port]/]path[:tag][@digest], path components lower-case.
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REF = re.compile(
+    rf"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
+    r"(?::\w[\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+
+
+def check_image(image: str) -> None:
+    """``--image`` must be an image reference a container runtime accepts."""
+    if not IMAGE_REF.fullmatch(image):
+        hint = "; repository paths are lower-case" if IMAGE_REF.fullmatch(image.lower()) else ""
+        raise InputError(f"--image {image!r}: not a container image reference (e.g. ghcr.io/your-org/llmpack:0.1.0){hint}")
+
+
 def with_image(pipe: Pipeline, image: str) -> Pipeline:
     """A copy of the pipeline whose every step runs in ``image``."""
+    check_image(image)
     tasks = {
         name: replace(t, step=replace(t.step, execution=replace(t.step.execution, image=image)))
         for name, t in pipe.tasks.items()
@@ -47,26 +65,37 @@ def with_image(pipe: Pipeline, image: str) -> Pipeline:
 
 def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = None) -> list[Path]:
     """Compile KFP, Argo and MLflow artifacts under ``out``; returns the files written."""
+    out = Path(out)
+    _check_out(out)
+    if image is not None:
+        check_image(image)  # before the compilers' slow imports: bad input fails at once
+
     from argo_workflows.workflow import build_workflow
     from components.pipeline import build
     from kfp_pipelines.compiler import compile_pipeline
     from mlflow_projects.compiler import write_project
 
-    out = Path(out)
-    _check_out(out)
     pipe = pipe or build()
-    if image:
+    if image is not None:
         pipe = with_image(pipe, image)
+    created = [p for p in (out, *out.parents) if not p.exists()]  # removed again if nothing lands in them
     try:
         out.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".llmpack-compile-", dir=out))
     except OSError as exc:
+        _remove_empty(created)
         raise InputError(f"--out {out}: cannot write there ({exc.strerror})") from None
     try:
-        compile_pipeline(pipe, tmp / KFP_FILE)
-        (tmp / ARGO_FILE).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / ARGO_FILE).write_text(build_workflow(pipe).to_yaml())
-        write_project(pipe, tmp / MLFLOW_DIR, typed_dir=(out / MLFLOW_DIR).as_posix())
+        try:
+            compile_pipeline(pipe, tmp / KFP_FILE)
+            (tmp / ARGO_FILE).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / ARGO_FILE).write_text(build_workflow(pipe).to_yaml())
+            write_project(pipe, tmp / MLFLOW_DIR, typed_dir=(out / MLFLOW_DIR).as_posix())
+        except OSError as exc:  # a full disk or a quota: nothing has reached ``out`` yet
+            shutil.rmtree(tmp, ignore_errors=True)
+            _remove_empty(created)
+            raise InputError(f"--out {out}: cannot write the compiled artifacts ({exc.strerror or exc}); "
+                             "nothing was written") from None
         written = []
         for src in sorted(p for p in tmp.rglob("*") if p.is_file()):
             dest = out / src.relative_to(tmp)
@@ -76,3 +105,12 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         return written
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _remove_empty(created: list[Path]) -> None:
+    """Remove the directories this compile created (innermost first) while they are empty."""
+    for path in created:
+        try:
+            path.rmdir()
+        except OSError:
+            return

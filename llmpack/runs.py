@@ -7,6 +7,18 @@ The sequence is the same for every backend, which is what makes them comparable:
 3. hand the pipeline to the backend (direct, kfp.local, the Argo local executor, ``mlflow run``);
 4. read every step's JSONL events, derive the DESIGN.md metrics and cost, log them to MLflow;
 5. move the staging directory to its final name (``<pipeline_run>`` or ``<pipeline_run>.failed``).
+
+A tracking outage never holds up training. At the start the store is asked once (no retries);
+an HTTP server that does not answer is taken for down and the run goes on without its record,
+and without the register step's model registration (that step would wait for the store, then
+fail the run). After the run every record is uploaded with the bounded retry of
+:func:`components.tracking.with_retries`; when that fails too, ``summary.json`` says
+``"tracking": "not sent"`` and one line names ``llmpack sync RUN_DIR``, which sends the run
+directory's ``events.jsonl`` and ``summary.json`` later (:mod:`llmpack.sync`). The register
+step's own MLflow calls are bounded through MLflow's retry settings
+(:func:`components.tracking.mlflow_http_env`); an outage that outlasts them while that step runs
+fails it, as any failure to register does. A URI that answers "no" (4xx) or a local store that
+cannot be opened is still bad input (exit 2).
 """
 
 from __future__ import annotations
@@ -25,11 +37,11 @@ from typing import Any
 from components import cost, record, telemetry, tracking
 from components.commands import pipeline_values
 from components.data import BUILTIN, load_rows
-from components.dsl import Pipeline, is_dns1123_label
+from components.dsl import Pipeline
 from components.errors import InputError, Interrupted, RunFailed
 from components.modeling import check_model_ref
-from components.runtime import CLIENT_UPLOADS_ENV
-from components.submission import connect_tracking, new_id, telemetry_values
+from components.runtime import CLIENT_UPLOADS_ENV, MLFLOW_LOGGING_ENV
+from components.submission import check_id, new_id, telemetry_values
 from llmpack.backends import local_runner
 from llmpack.progress import watch
 
@@ -64,11 +76,12 @@ def validate(opts: RunOptions) -> None:
         cost.parse_price(opts.price_per_gpu_hour, "--price-per-gpu-hour")
     if not 0 <= opts.seed < 2**32:
         raise InputError(f"--seed {opts.seed}: must be between 0 and 2**32 - 1")
-    if opts.run_group is not None and not is_dns1123_label(opts.run_group):
-        raise InputError(f"--run-group {opts.run_group!r}: must be a DNS-1123 label (lower-case letters, digits, '-')")
+    if opts.run_group is not None:
+        check_id(opts.run_group, "--run-group")
     check_model_ref(opts.model)
     if opts.data != BUILTIN:
-        load_rows(opts.data, seed=opts.seed)  # validates every row; names file and line
+        skip = str(opts.params.get("skip_bad_rows", False)).lower() in ("true", "1", "yes")
+        load_rows(opts.data, seed=opts.seed, skip_bad_rows=skip)  # validates every row; names file and line
     out = Path(opts.output_dir)
     if out.exists() and not out.is_dir():
         raise InputError(f"--output-dir {out}: exists and is not a directory")
@@ -126,7 +139,8 @@ def run_pipeline(
     """Run the pipeline once; returns the ``llmpack run --json`` summary (status may be failed)."""
     pipe, price = prepare(opts, pipe)
     uri = tracking.tracking_uri(opts.tracking_uri)
-    mc = connect_tracking(uri)
+    retry = tracking.upload_retry()
+    mc, reachable = connect_or_defer(uri)
     backend = local_runner(opts.backend)
 
     run_group = opts.run_group or new_id("rg")
@@ -140,7 +154,10 @@ def run_pipeline(
         "PYTHONUNBUFFERED": "1",
         CLIENT_UPLOADS_ENV: "1",  # we upload every step's JSONL after the run (idempotent keys)
         record.RECORDS_DIR_ENV: str(staging),  # where the run's summarizing task finds the step records
+        **tracking.mlflow_http_env(retry, os.environ),  # the register step's own MLflow calls: bounded too
     }
+    if not reachable:  # the register step would wait for the store, then fail the run: it is skipped
+        step_env[MLFLOW_LOGGING_ENV] = "0"
     if opts.price_per_gpu_hour is not None:  # the summarizing task prices the run as we do
         step_env[cost.PRICE_ENV] = str(opts.price_per_gpu_hour)
     if opts.price_file:
@@ -160,7 +177,8 @@ def run_pipeline(
     )
     values = pipeline_values(pipe, {**overrides, **telemetry_values(ctx)})
     uses = record.gpu_uses(pipe)
-    run_id = tracking.open_pipeline_run(mc, ctx, {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name})
+    record_tags = {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name}
+    run_id = _open_record(mc, ctx, record_tags) if reachable else None
     staging.mkdir(parents=True)
 
     error: str | None = None
@@ -174,42 +192,109 @@ def run_pipeline(
     except InputError as exc:
         error = str(exc)
     except BaseException as exc:  # a crash or Ctrl-C: keep what there is, but never as a complete run
-        _abandon(exc, mc=mc, run_id=run_id, staging=staging, kept=out_root / f"{pipeline_run}.failed")
+        _abandon(exc, mc=mc, run_id=run_id, ctx=ctx, uri=uri, record_tags=record_tags, overrides=overrides,
+                 staging=staging, kept=out_root / f"{pipeline_run}.failed")
         raise
     finished_at = time.time()
 
     try:
-        return _finish(pipe=pipe, opts=opts, ctx=ctx, mc=mc, run_id=run_id, uri=uri, staging=staging,
+        return _finish(pipe=pipe, opts=opts, ctx=ctx, mc=mc, run_id=run_id, uri=uri, retry=retry, staging=staging,
                        out_root=out_root, artifacts=artifacts, error=error, failed_step=failed_step,
-                       finished_at=finished_at, overrides=overrides, step_env=step_env)
+                       finished_at=finished_at, overrides=overrides, step_env=step_env, record_tags=record_tags)
     except BaseException as exc:
-        _abandon(exc, mc=mc, run_id=run_id, staging=staging, kept=out_root / f"{pipeline_run}.failed")
+        _abandon(exc, mc=mc, run_id=run_id, ctx=ctx, uri=uri, record_tags=record_tags, overrides=overrides,
+                 staging=staging, kept=out_root / f"{pipeline_run}.failed")
         raise
 
 
-def _abandon(exc: BaseException, *, mc: Any, run_id: str, staging: Path, kept: Path) -> None:
-    """A run cut short (crash, Ctrl-C, SIGTERM): its record ends KILLED or FAILED, its directory is kept as ``.failed``."""
-    interrupted = isinstance(exc, (KeyboardInterrupt, Interrupted))
+# One try, no retries, a 5 s request timeout: at the start of a run the store is asked, not waited for.
+_AT_START = tracking.UploadRetry(max_wait_s=0.0, request_timeout_s=5)
+
+
+def connect_or_defer(uri: str) -> tuple[Any, bool]:
+    """``(client, reachable)``: an HTTP store that does not answer now is an outage (the run goes on,
+    its records are sent after it); a store that answers "no" (4xx) or a local store that cannot be
+    opened is bad input."""
     try:
-        records = telemetry.read_records(telemetry.find_event_files(staging)) if staging.exists() else []
-        tracking.log_records(mc, run_id, records)
-        tracking.set_tags(mc, run_id, {"llmpack.status": "killed" if interrupted else "failed",
-                                       "llmpack.error": "interrupted" if interrupted else type(exc).__name__})
-        mc.set_terminated(run_id, "KILLED" if interrupted else "FAILED")
-    except Exception as log_exc:  # noqa: BLE001 - the JSONL in the kept directory has everything
-        print(f"llmpack: warning: could not close the MLflow record ({type(log_exc).__name__})", file=sys.stderr)
+        mc = tracking.client(uri)
+        tracking.with_retries(lambda: tracking.experiment_id(mc), _AT_START)
+    except tracking.TrackingUnavailable as exc:
+        if uri.startswith(("http://", "https://")):
+            return mc, False
+        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)} does not answer ({type(exc.cause).__name__})") from None
+    except Exception as exc:  # noqa: BLE001 - one line for the user
+        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)} does not answer ({type(exc).__name__})") from None
+    return mc, True
+
+
+def _open_record(mc: Any, ctx: telemetry.RunContext, tags: dict[str, str]) -> str | None:
+    """The run's record opened now, or None when the store went away since it answered (opened after the run)."""
+    try:
+        return tracking.with_retries(lambda: tracking.open_pipeline_run(mc, ctx, tags), _AT_START)
+    except tracking.TrackingUnavailable:
+        return None
+
+
+def sync_hint(run_dir: Path) -> str:
+    """The one line a run prints when its records could not be sent."""
+    return (f"llmpack: warning: tracking server unreachable; records kept in {run_dir}; "
+            f"send them later with: llmpack sync {run_dir}")
+
+
+def write_run_files(run_dir: Path, records: list[telemetry.Record], summary: dict[str, Any]) -> None:
+    """``events.jsonl`` (every step's records, in time order) and ``summary.json``: what ``llmpack sync`` reads."""
+    with (run_dir / "events.jsonl").open("w", encoding="utf-8") as fh:
+        for rec in sorted(records, key=lambda r: (r.kind != "event", r.value if r.kind == "event" else 0.0, r.key)):
+            fh.write(json.dumps(rec.__dict__, sort_keys=True) + "\n")
+    record.write_json_atomic(run_dir / "summary.json", summary)
+
+
+def _abandon(exc: BaseException, *, mc: Any, run_id: str | None, ctx: telemetry.RunContext, uri: str,
+             record_tags: dict[str, str], overrides: dict[str, Any], staging: Path, kept: Path) -> None:
+    """A run cut short (crash, Ctrl-C, SIGTERM): its record ends KILLED or FAILED, its directory is kept as ``.failed``.
+
+    One try at the store, no waiting (the user asked to stop). When it fails, or the record was
+    never opened, the kept directory gets ``events.jsonl`` and a ``summary.json`` saying so, and
+    one line names ``llmpack sync``.
+    """
+    interrupted = isinstance(exc, (KeyboardInterrupt, Interrupted))
+    status = "killed" if interrupted else "failed"
+    error = "interrupted" if interrupted else type(exc).__name__
+    records = telemetry.read_records(telemetry.find_event_files(staging)) if staging.exists() else []
+    sent = False
+    if run_id is not None:
+        try:
+            def close() -> None:
+                tracking.log_records(mc, run_id, records)
+                tracking.set_tags(mc, run_id, {"llmpack.status": status, "llmpack.error": error})
+                mc.set_terminated(run_id, "KILLED" if interrupted else "FAILED")
+
+            tracking.with_retries(close, _AT_START)
+            sent = True
+        except Exception:  # noqa: BLE001 - the JSONL in the kept directory has everything
+            sent = False
     if staging.exists():
+        if not sent and not (staging / "summary.json").exists():
+            write_run_files(staging, records, {
+                **telemetry_values(ctx), "status": status, "error": error, "failed_step": None,
+                "finished_at": time.time(), "metrics": {}, "params": overrides, "tracking": "not sent",
+                "tags": {**ctx.tags(), **record_tags, "llmpack.status": status, "llmpack.error": error},
+                "artifacts": {"run_dir": str(kept), "events_file": str(kept / "events.jsonl"), "mlflow_run_id": run_id,
+                              "tracking_uri": tracking.redact_uri(uri)},
+            })
         os.replace(staging, kept)
+    if not sent:
+        print(sync_hint(kept), file=sys.stderr)
     if isinstance(exc, Interrupted):
         exc.kept.append(str(kept))
     elif isinstance(exc, KeyboardInterrupt):
         exc.args = (*exc.args, str(kept))
 
 
-def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: Any,
-            run_id: str, uri: str, staging: Path, out_root: Path, artifacts: dict[str, Path], error: str | None,
+def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: Any, run_id: str | None, uri: str,
+            retry: tracking.UploadRetry, staging: Path, out_root: Path, artifacts: dict[str, Path], error: str | None,
             failed_step: str | None, finished_at: float, overrides: dict[str, Any],
-            step_env: dict[str, str]) -> dict[str, Any]:
+            step_env: dict[str, str], record_tags: dict[str, str]) -> dict[str, Any]:
     """Upload what the run's summarizing task derived, write the summary, move the staging directory into place.
 
     Every path ends with the summarizing task (:mod:`components.record`); it wrote its summary
@@ -222,23 +307,20 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
     if closed is None or closed.get("pipeline_run") != pipeline_run:
         closed = record.close(values=telemetry_values(ctx), status="Failed" if error else "Succeeded",
                               uses=record.gpu_uses(pipe), finished_at=finished_at, records_dir=staging, env=step_env)
-    metrics, tags = closed["metrics"], dict(closed["tags"])
+    metrics, tags = closed["metrics"], {**record_tags, **closed["tags"]}
     finished_at = closed["finished_at"]
     status = "failed" if error else "succeeded"
     tags["llmpack.status"] = status
     if error:
         tags["llmpack.error"] = error[:4000]
+    upload = tracking.RunUpload(ctx=ctx, records=records, metrics=metrics, tags=tags,
+                                params={**overrides, "submitted_at": repr(submitted_at)},
+                                status="FAILED" if error else "FINISHED", finished_at=finished_at)
     try:
-        tracking.log_records(mc, run_id, records)
-        tracking.log_summary(mc, run_id, metrics, tags, params=overrides)
-        mc.set_terminated(run_id, "FAILED" if error else "FINISHED", end_time=int(finished_at * 1000))
-    except Exception as exc:  # noqa: BLE001 - the JSONL stays the source of truth
-        print(f"llmpack: warning: MLflow summary logging failed ({type(exc).__name__}); events kept in JSONL", file=sys.stderr)
-
-    events_file = staging / "events.jsonl"
-    with events_file.open("w", encoding="utf-8") as fh:
-        for rec in sorted(records, key=lambda r: (r.kind != "event", r.value if r.kind == "event" else 0.0, r.key)):
-            fh.write(json.dumps(rec.__dict__, sort_keys=True) + "\n")
+        run_id, _ = tracking.upload_run(mc, upload, retry, run_id=run_id)
+        sent = True
+    except Exception:  # noqa: BLE001 - an outage or a refusal: the JSONL stays the source of truth, llmpack sync sends it
+        sent = False
 
     final = out_root / (pipeline_run + (".failed" if error else ""))
     rel = {key: path.resolve().relative_to(staging) for key, path in artifacts.items() if path.resolve().is_relative_to(staging)}
@@ -254,6 +336,8 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
         "finished_at": finished_at,
         "metrics": metrics,
         "tags": tags,
+        "params": overrides,
+        "tracking": "sent" if sent else "not sent",
         "events": {step: dict(st.events) for step, st in telemetry.group_by_step(records).items()},
         "artifacts": {
             "run_dir": str(final),
@@ -266,8 +350,10 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
     model_key = "finetune.model"
     if model_key in rel:
         summary["artifacts"]["model_dir"] = str(final / rel[model_key])
-    (staging / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    write_run_files(staging, records, summary)
     if final.exists():
         shutil.rmtree(final)
     os.replace(staging, final)
+    if not sent:
+        print(sync_hint(final), file=sys.stderr)
     return summary

@@ -156,11 +156,36 @@ def test_unknown_backend_and_bad_repeats_are_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and "exists and is not a directory" in r.stderr and f.read_text() == "x"
 
 
-def test_unreachable_tracking_uri_is_one_line(tmp_path: Path) -> None:
-    r = llmpack("run", "--tracking-uri", "http://127.0.0.1:9", "--output-dir", str(tmp_path / "runs"), cwd=tmp_path,
-                env={**__import__("os").environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "2"})
+def test_a_tracking_uri_that_is_not_mlflow_is_one_line_before_any_run(tmp_path: Path) -> None:
+    """A server that answers, but with 404 to MLflow's API (a wrong URL), is bad input: exit 2 before any step.
+
+    (A server that does not answer is an outage, not bad input: the run goes on and says how to
+    send its records later; tests/test_tracking_outage.py.)
+    """
+    import http.server
+    import threading
+
+    class NotMLflow(http.server.BaseHTTPRequestHandler):
+        def _404(self) -> None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = _404
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotMLflow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        uri = f"http://127.0.0.1:{server.server_address[1]}"
+        r = llmpack("run", "--tracking-uri", uri, "--output-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    finally:
+        server.shutdown()
     assert r.returncode == 2, r.stderr
-    assert r.stderr.strip().splitlines()[-1].startswith("llmpack: error: MLflow tracking URI http://127.0.0.1:9 does not answer")
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("llmpack: error:") and uri in lines[0], r.stderr
     assert not (tmp_path / "runs").exists()
 
 

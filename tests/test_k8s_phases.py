@@ -5,11 +5,12 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components.cost import billed_seconds
@@ -528,3 +529,83 @@ def test_load_dump_kinds():
 def test_analyze_rejects_non_objects_with_index():
     with pytest.raises(podphases.DumpError, match=r"^pods\[1\]: not an object$"):
         analyze([copy.deepcopy(_items(PODS)[0]), "x"])
+
+
+# --------------------------------------------------------------------------- hostile dumps (properties)
+
+_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12))
+_json = st.recursive(_leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                    st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                     max_leaves=8)
+
+
+def _paths(obj: object, prefix: tuple = ()) -> Iterator[tuple]:
+    """Every path into a parsed JSON document (dict keys and list indexes)."""
+    yield prefix
+    children = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in children:
+        yield from _paths(value, (*prefix, key))
+
+
+_DUMPS = {"pods": json.loads(PODS.read_text()), "nodes": json.loads(NODES.read_text()),
+          "events": json.loads(EVENTS.read_text())}
+_DUMP_PATHS = [(kind, path) for kind, doc in _DUMPS.items() for path in _paths(doc["items"]) if path]
+
+
+def _replace(doc: object, path: tuple, value: object) -> None:
+    for key in path[:-1]:
+        try:
+            doc = doc[key]
+        except (KeyError, IndexError, TypeError):  # an earlier edit removed this path
+            return
+    if isinstance(doc, (dict, list)) and (isinstance(doc, dict) or (isinstance(path[-1], int) and path[-1] < len(doc))):
+        doc[path[-1]] = value
+
+
+@settings(max_examples=150, deadline=None)
+@given(edits=st.lists(st.tuples(st.sampled_from(_DUMP_PATHS), _json), min_size=1, max_size=3))
+def test_any_field_of_any_json_type_gives_rows_or_one_line_naming_file_and_item(
+        edits: list[tuple[tuple[str, tuple], object]], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Replace up to three fields anywhere in the recorded dumps with any JSON value: never a traceback."""
+    docs = copy.deepcopy(_DUMPS)
+    for (kind, path), value in edits:
+        _replace(docs[kind]["items"], path, value)
+    base = tmp_path_factory.getbasetemp()
+    files = {kind: base / f"{kind}.json" for kind in docs}
+    for kind, doc in docs.items():
+        files[kind].write_text(json.dumps(doc))
+    try:
+        rows = timeline_from_files(files["pods"], files["nodes"], files["events"])
+    except InputError as exc:
+        message = str(exc)
+        assert "\n" not in message, message
+        assert any(message.startswith(f"{files[kind]}: ") for kind in files), message
+        return
+    for row in rows:
+        assert tuple(row) == ROW_FIELDS or set(ROW_FIELDS) <= set(row)
+    format_table(rows)
+    json.dumps(rows)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.one_of(st.binary(max_size=200), _json.map(lambda v: json.dumps(v).encode()),
+                      st.dictionaries(st.sampled_from(["kind", "items", "apiVersion", "metadata"]), _json)
+                      .map(lambda v: json.dumps(v).encode())))
+def test_load_dump_of_any_bytes_gives_items_or_one_line(data: bytes, tmp_path_factory: pytest.TempPathFactory) -> None:
+    path = tmp_path_factory.getbasetemp() / "dump.json"
+    path.write_bytes(data)
+    for kind in ("pods", "nodes", "events"):
+        try:
+            items = load_dump(path, kind)
+        except InputError as exc:
+            assert "\n" not in str(exc) and str(exc).startswith(f"{path}: "), str(exc)
+        else:
+            assert isinstance(items, list) and all(isinstance(i, dict) for i in items)
+
+
+@given(st.text(max_size=60))
+def test_kubelet_messages_and_go_durations_never_raise(text: str) -> None:
+    seconds = pull_seconds_from_message(text)
+    assert seconds is None or seconds >= 0
+    duration = parse_go_duration(text)
+    assert duration is None or duration >= 0

@@ -206,11 +206,7 @@ class _Where:
 
     def __init__(self, kind: str, index: int, obj: Mapping[str, Any]) -> None:
         self.kind, self.index = kind, index
-        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-        name = meta.get("name") if isinstance(meta, Mapping) else None
-        ns = meta.get("namespace") if isinstance(meta, Mapping) else None
-        noun = {"pods": "pod", "nodes": "node", "events": "event"}[kind]
-        self.label = f"({noun} {ns + '/' if ns else ''}{name})" if name else ""
+        self.label = _label_of(kind, obj) if isinstance(obj, Mapping) else ""
 
     def error(self, detail: str) -> DumpError:
         return DumpError(self.kind, self.index, f"{self.label}: {detail}" if self.label else f": {detail}")
@@ -430,12 +426,86 @@ class _PullIndex:
 # --------------------------------------------------------------------------- analysis
 
 
-def _check_objects(kind: str, objs: Sequence[Any]) -> None:
+# The fields analysis reads and the JSON type each must have where present (null counts as absent).
+# A dump from kubectl always fits; a hand-edited or foreign one gets one line naming the field.
+_SHAPES: dict[str, tuple[tuple[str, type], ...]] = {
+    "common": (("metadata", Mapping), ("metadata.name", str), ("metadata.namespace", str), ("metadata.uid", str),
+               ("metadata.labels", Mapping), ("metadata.annotations", Mapping), ("spec", Mapping),
+               ("status", Mapping), ("status.conditions", list)),
+    "pods": (("spec.nodeName", str), ("spec.containers", list), ("status.phase", str),
+             ("status.containerStatuses", list)),
+    "nodes": (),
+    "events": (("involvedObject", Mapping), ("regarding", Mapping), ("involvedObject.name", str),
+               ("regarding.name", str), ("involvedObject.namespace", str), ("regarding.namespace", str),
+               ("involvedObject.uid", str), ("regarding.uid", str), ("involvedObject.fieldPath", str),
+               ("regarding.fieldPath", str)),
+}
+_CONTAINER_SHAPE: tuple[tuple[str, type], ...] = (("name", str), ("image", str), ("command", list), ("env", list))
+
+
+_JSON_NAMES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"), (str, "string"), (int, "number"), (float, "number"), (Mapping, "object"), (list, "array"),
+)
+
+
+def _a(name: str) -> str:
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _json_name(value: Any) -> str:
+    """``string``, ``object``, ``number``...: the JSON type of a parsed value."""
+    if value is None:
+        return "null"
+    return next((name for typ, name in _JSON_NAMES if isinstance(value, typ)), type(value).__name__)
+
+
+def _wrong_type(obj: Any, fields: Iterable[tuple[str, type]], prefix: str = "") -> str | None:
+    for path, typ in fields:
+        value = _get(obj, *path.split("."))
+        if value is not None and not isinstance(value, typ):
+            expected = next(name for t, name in _JSON_NAMES if t is typ)
+            return f"{prefix}{path} is {_a(_json_name(value))}, expected {_a(expected)}"
+    return None
+
+
+def shape_problem(kind: str, obj: Mapping[str, Any]) -> str | None:
+    """What makes ``obj`` unfit for analysis as one of ``kind`` (a field of the wrong JSON type), or None."""
+    problem = _wrong_type(obj, (*_SHAPES["common"], *_SHAPES[kind]))
+    if problem:
+        return problem
+    for field in ("labels", "annotations"):
+        for key, value in (_get(obj, "metadata", field) or {}).items():
+            if not isinstance(value, str):
+                return f"metadata.{field}[{key!r}] is {_a(_json_name(value))}, expected a string"
+    if kind == "pods":
+        for j, container in enumerate(_get(obj, "spec", "containers") or ()):
+            if not isinstance(container, Mapping):
+                return f"spec.containers[{j}] is {_a(_json_name(container))}, expected an object"
+            problem = _wrong_type(container, _CONTAINER_SHAPE, f"spec.containers[{j}].")
+            if problem:
+                return problem
+    return None
+
+
+def _label_of(kind: str, obj: Mapping[str, Any]) -> str:
+    """``(pod ns/name)`` when the object has a string name, else nothing."""
+    name, ns = _get(obj, "metadata", "name"), _get(obj, "metadata", "namespace")
+    if not isinstance(name, str) or not name:
+        return ""
+    noun = {"pods": "pod", "nodes": "node", "events": "event"}[kind]
+    return f"({noun} {ns + '/' if isinstance(ns, str) and ns else ''}{name})"
+
+
+def _check_objects(kind: str, objs: Sequence[Any], *, named: bool = True) -> None:
     for i, obj in enumerate(objs):
         if not isinstance(obj, Mapping):
             raise DumpError(kind, i, ": not an object")
-        if not _get(obj, "metadata", "name"):
+        if named and not _get(obj, "metadata", "name"):
             raise DumpError(kind, i, ": missing metadata.name")
+        problem = shape_problem(kind, obj)
+        if problem:
+            label = _label_of(kind, obj)
+            raise DumpError(kind, i, f"{label}: {problem}" if label else f": {problem}")
 
 
 def _workflow_keys(pod: Mapping[str, Any]) -> set[tuple[str, str]]:
@@ -522,6 +592,7 @@ def analyze(
     nodes, events = list(nodes or ()), list(events or ())
     _check_objects("pods", pods)
     _check_objects("nodes", nodes)
+    _check_objects("events", events, named=False)
     node_by_name = {n["metadata"]["name"]: (i, n) for i, n in enumerate(nodes)}
     pulls = _PullIndex(events)
     rows = []
@@ -680,6 +751,8 @@ def load_dump(path: str | Path, kind: str = "pods") -> list[dict[str, Any]]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{name}: line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise InputError(f"{name}: JSON nested too deeply to be 'kubectl get {kind} -o json' output") from None
     expected = _KIND[kind]
     if isinstance(data, dict) and data.get("kind") == expected and "items" not in data:
         items: Any = [data]
@@ -701,6 +774,10 @@ def load_dump(path: str | Path, kind: str = "pods") -> list[dict[str, Any]]:
             raise InputError(f"{name}: items[{i}] is a {item_kind}, expected a {expected} (is this the {kind} dump?)")
         if not _get(item, "metadata", "name"):
             raise InputError(f"{name}: items[{i}]: missing metadata.name")
+        problem = shape_problem(kind, item)
+        if problem:
+            label = _label_of(kind, item)
+            raise InputError(f"{name}: items[{i}]{' ' + label if label else ''}: {problem}")
     return items
 
 

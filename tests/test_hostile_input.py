@@ -1,0 +1,609 @@
+"""Hostile input on every surface: one line naming the problem, exit 2, nothing half-written.
+
+Each row of :data:`CASES` builds its input in a fresh directory and runs the real command there
+(``llmpack``, or a local runner's ``python -m`` entry point) in a subprocess. A row passes when the
+command exits 2 with exactly one non-empty stderr line, ``llmpack: error: ...``, that contains the
+row's ``expect`` text, prints nothing on stdout, and leaves the directory exactly as it found it.
+Every row fails during validation, before any pipeline step could start.
+
+The table of what was observed is ``docs/hostile-input.md``; ``LLMPACK_REGEN_GOLDEN=1`` rewrites it
+(``make golden``). Hypothesis properties of the JSONL reader and the price and control-plane
+loaders are at the end; the pod-phase parser's are in ``tests/test_k8s_phases.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from components import cost
+from components.data import read_jsonl
+from components.errors import InputError
+from llmpack.report import parse_control_plane
+from tests.conftest import REPO
+
+TABLE = REPO / "docs" / "hostile-input.md"
+REGEN_ENV = "LLMPACK_REGEN_GOLDEN"
+FIXTURES = REPO / "tests" / "fixtures" / "k8s"
+PROGRAMS = {"llmpack": "llmpack", "argo": "argo_workflows.local", "kfp": "kfp_pipelines.local", "step": "components.run"}
+# Root reads mode-000 files anyway: the unreadable cases run it without the capabilities that allow that.
+DROP_READ_CAPS = ("setpriv", "--bounding-set=-dac_override,-dac_read_search")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """One hostile input: the files to build, the command to run on them, and what its one line must say."""
+
+    id: str
+    surface: str
+    input: str  # the table's description of the input (markdown)
+    argv: tuple[str, ...]
+    expect: str  # a part of the error line that names the problem
+    program: Literal["llmpack", "argo", "kfp", "step"] = "llmpack"
+    files: Mapping[str, str | bytes] = field(default_factory=dict)
+    setup: Callable[[Path], None] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    unreadable: tuple[str, ...] = ()  # made mode 000
+    full_disk: str | None = None  # a directory made a full 64 KiB tmpfs (or, where none can be mounted, simulated)
+    stdout: Literal["pipe", "/dev/full"] = "pipe"
+
+
+ROW = '{"prompt": "Add: 1+2", "response": "3"}\n'
+POD_DUMP = json.loads((FIXTURES / "pods.json").read_text(encoding="utf-8"))
+KFP_PACKAGE = (REPO / "kfp_pipelines" / "finetune.yaml").read_text(encoding="utf-8")
+ARGO_WORKFLOW = (REPO / "argo_workflows" / "finetune.yaml").read_text(encoding="utf-8")
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+
+
+def pods_with(edit: Callable[[list[dict]], None]) -> str:
+    """The recorded pod dump with one hostile edit."""
+    doc = json.loads(json.dumps(POD_DUMP))
+    edit(doc["items"])
+    return json.dumps(doc)
+
+
+def _set(path: str, value: object, index: int = 1) -> Callable[[list[dict]], None]:
+    def edit(items: list[dict]) -> None:
+        obj = items[index]
+        *parents, last = path.split(".")
+        for key in parents:
+            obj = obj[key]
+        obj[last] = value
+
+    return edit
+
+
+def fifo(name: str) -> Callable[[Path], None]:
+    return lambda d: os.mkfifo(d / name)
+
+
+def symlink(name: str, target: str) -> Callable[[Path], None]:
+    return lambda d: os.symlink(target, d / name)
+
+
+def run(*args: str) -> tuple[str, ...]:
+    """``llmpack run`` with an output directory whose absence afterwards shows nothing was started."""
+    return ("run", *args, "--output-dir", "runs")
+
+
+def compare(*args: str) -> tuple[str, ...]:
+    return ("compare", *args, "--output-dir", "runs", "--report", "report")
+
+
+PRICES = "prices:\n  - {gpu: nvidia-l4, per_gpu_hour: 0.8, source: contract, as_of: 2026-11}\n"
+
+CASES: tuple[Case, ...] = (
+    # ------------------------------------------------------------------ JSONL data
+    Case(id="jsonl-latin1", surface="JSONL data", input="`run --data latin1.jsonl`: line 2 is Latin-1, not UTF-8",
+         files={"latin1.jsonl": ROW.encode() + '{"prompt": "café", "response": "x"}\n'.encode("latin-1")},
+         argv=run("--data", "latin1.jsonl"), expect="latin1.jsonl:2: not UTF-8 text"),
+    Case(id="jsonl-deep", surface="JSONL data", input="`run --data deep.jsonl`: a value nested 100,000 deep",
+         files={"deep.jsonl": DEEP_JSON + "\n"}, argv=run("--data", "deep.jsonl"),
+         expect="deep.jsonl:1: JSON nested too deeply"),
+    Case(id="jsonl-surrogate", surface="JSONL data", input='`run --data s.jsonl`: `"\\ud800"` (a lone surrogate) in a prompt',
+         files={"s.jsonl": ROW + '{"prompt": "\\ud800", "response": "x"}\n'}, argv=run("--data", "s.jsonl"),
+         expect="s.jsonl:2: field 'prompt' holds a lone surrogate"),
+    Case(id="jsonl-number-response", surface="JSONL data", input="`run --data n.jsonl`: `\"response\": 1e999`",
+         files={"n.jsonl": '{"prompt": "a", "response": 1e999}\n'}, argv=run("--data", "n.jsonl"),
+         expect="n.jsonl:1: field 'response' must be a string"),
+    Case(id="jsonl-fifo", surface="JSONL data", input="`run --data pipe.jsonl`: a named pipe, not a file",
+         setup=fifo("pipe.jsonl"), argv=run("--data", "pipe.jsonl"), expect="pipe.jsonl: not a regular file"),
+    Case(id="jsonl-spaces-unicode", surface="paths", input="`run --data 'my data/dätä ü.jsonl'`: spaces and unicode, row 3 bad",
+         files={"my data/dätä ü.jsonl": ROW * 2 + '{"prompt": "x"}\n'}, argv=run("--data", "my data/dätä ü.jsonl"),
+         expect="my data/dätä ü.jsonl:3: missing field 'response'"),
+    Case(id="jsonl-dangling-symlink", surface="symlinks", input="`run --data link.jsonl`: a symlink to a missing file",
+         setup=symlink("link.jsonl", "gone.jsonl"), argv=run("--data", "link.jsonl"),
+         expect="link.jsonl: broken symbolic link (to gone.jsonl)"),
+    Case(id="jsonl-symlink-loop", surface="symlinks", input="`run --data loop.jsonl`: a symlink to itself",
+         setup=symlink("loop.jsonl", "loop.jsonl"), argv=run("--data", "loop.jsonl"), expect="loop.jsonl: symbolic link loop"),
+    Case(id="jsonl-unreadable", surface="unreadable files", input="`run --data secret.jsonl`: mode 000",
+         files={"secret.jsonl": ROW * 2}, unreadable=("secret.jsonl",), argv=run("--data", "secret.jsonl"),
+         expect="secret.jsonl: cannot read (Permission denied)"),
+    Case(id="jsonl-compare", surface="JSONL data", input="`compare --data rows.jsonl`: line 2 cut short",
+         files={"rows.jsonl": ROW + '{"prompt": "a", "resp\n'}, argv=compare("--data", "rows.jsonl"),
+         expect="rows.jsonl:2: malformed JSON"),
+    # ------------------------------------------------------------------ --param
+    Case(id="param-nan", surface="--param", input="`run --param lr=nan`", argv=run("--param", "lr=nan"),
+         expect="--param lr: nan is not allowed; must be a finite number > 0"),
+    Case(id="param-fraction", surface="--param", input="`run --param eval_fraction=1.5`", argv=run("--param", "eval_fraction=1.5"),
+         expect="--param eval_fraction: 1.5 is not allowed; must be between 0 and 1"),
+    Case(id="param-method", surface="--param", input="`compare --param method=qlora`", argv=compare("--param", "method=qlora"),
+         expect="--param method: 'qlora' is not allowed; must be 'lora' or 'full'"),
+    Case(id="param-type", surface="--param", input="`run --param batch_size=8.5`", argv=run("--param", "batch_size=8.5"),
+         expect="--param batch_size: '8.5' is not a valid int"),
+    Case(id="param-unknown", surface="--param", input="`run --param learning_rate=0.1` (unknown name)",
+         argv=run("--param", "learning_rate=0.1"), expect="--param 'learning_rate': unknown pipeline parameter"),
+    Case(id="param-telemetry", surface="--param", input="`run --param run_group=x` (a telemetry value, not a parameter)",
+         argv=run("--param", "run_group=x"), expect="--param 'run_group': unknown pipeline parameter"),
+    Case(id="param-no-equals", surface="--param", input="`run --param lr`", argv=run("--param", "lr"),
+         expect="--param 'lr': expected NAME=VALUE"),
+    Case(id="param-submit", surface="--param", input="`submit kfp --param seq_len=4` (checked before any request)",
+         argv=("submit", "kfp", "--host", "http://127.0.0.1:9", "--param", "seq_len=4"),
+         expect="--param seq_len: 4 is not allowed; must be at least 8"),
+    # ------------------------------------------------------------------ price YAML
+    Case(id="price-latin1", surface="price YAML", input="`run --price-file p.yaml`: Latin-1 bytes",
+         files={"p.yaml": "# café\n".encode("latin-1") + PRICES.encode()}, argv=run("--price-file", "p.yaml"),
+         expect="p.yaml: not UTF-8 text"),
+    Case(id="price-syntax", surface="price YAML", input="`run --price-file p.yaml`: an unclosed `[` on line 2",
+         files={"p.yaml": "prices:\n  - [gpu: nvidia-l4\n"}, argv=run("--price-file", "p.yaml"), expect="p.yaml: not valid YAML (line 3: expected ',' or ']'"),
+    Case(id="price-negative", surface="price YAML", input="`run --price-file p.yaml`: `per_gpu_hour: -1`",
+         files={"p.yaml": PRICES.replace("0.8", "-1")}, argv=run("--price-file", "p.yaml"),
+         expect="p.yaml: prices[0].per_gpu_hour: price -1 must be a finite number >= 0"),
+    Case(id="price-bool", surface="price YAML", input="`run --price-file p.yaml`: `per_gpu_hour: yes`",
+         files={"p.yaml": PRICES.replace("0.8", "yes")}, argv=run("--price-file", "p.yaml"),
+         expect="p.yaml: prices[0].per_gpu_hour: price True is not a number"),
+    Case(id="price-gpu-list", surface="price YAML", input="`run --price-file p.yaml`: `gpu: [a, b]`",
+         files={"p.yaml": PRICES.replace("nvidia-l4", "[a, b]")}, argv=run("--price-file", "p.yaml"),
+         expect="p.yaml: prices[0].gpu: ['a', 'b'] is not a GPU type name"),
+    Case(id="price-no-list", surface="price YAML", input="`run --price-file p.yaml`: `prices: {}`",
+         files={"p.yaml": "prices: {}\n"}, argv=run("--price-file", "p.yaml"), expect="p.yaml: expected a top-level 'prices:' list"),
+    Case(id="price-dir", surface="price YAML", input="`run --price-file prices/`: a directory",
+         setup=lambda d: (d / "prices").mkdir(), argv=run("--price-file", "prices"),
+         expect="prices: cannot read price file (Is a directory)"),
+    Case(id="price-unreadable", surface="unreadable files", input="`run --price-file 'my prices.yaml'`: mode 000",
+         files={"my prices.yaml": PRICES}, unreadable=("my prices.yaml",), argv=run("--price-file", "my prices.yaml"),
+         expect="my prices.yaml: cannot read price file (Permission denied)"),
+    # ------------------------------------------------------------------ control-plane costs
+    Case(id="cp-yaml-case", surface="control-plane YAML", input="`compare --control-plane-costs cp.yaml`: `Argo: 120`",
+         files={"cp.yaml": "Argo: 120\n"}, argv=compare("--control-plane-costs", "cp.yaml"),
+         expect="cp.yaml: Argo: unknown orchestrator 'Argo' (choose from kfp, argo, mlflow); did you mean 'argo'?"),
+    Case(id="cp-yaml-unknown", surface="control-plane YAML", input="`compare --control-plane-costs cp.yaml`: `airflow: 100`",
+         files={"cp.yaml": "airflow: 100\n"}, argv=compare("--control-plane-costs", "cp.yaml"),
+         expect="cp.yaml: airflow: unknown orchestrator 'airflow'"),
+    Case(id="cp-yaml-negative", surface="control-plane YAML", input="`compare --control-plane-costs cp.yaml`: `kfp: -450`",
+         files={"cp.yaml": "kfp: -450\n"}, argv=compare("--control-plane-costs", "cp.yaml"),
+         expect="cp.yaml: kfp: must be >= 0 USD per month"),
+    Case(id="cp-yaml-bool", surface="control-plane YAML", input="`compare --control-plane-costs cp.yaml`: `kfp: yes`",
+         files={"cp.yaml": "kfp: yes\n"}, argv=compare("--control-plane-costs", "cp.yaml"),
+         expect="cp.yaml: kfp: True is not a number of USD per month"),
+    Case(id="cp-yaml-latin1", surface="control-plane YAML", input="`compare --control-plane-costs cp.yaml`: Latin-1 bytes",
+         files={"cp.yaml": "# coût\nkfp: 450\n".encode("latin-1")}, argv=compare("--control-plane-costs", "cp.yaml"),
+         expect="cp.yaml: not UTF-8 text"),
+    Case(id="cp-yaml-syntax", surface="control-plane YAML", input="`compare --control-plane-costs cp.yaml`: `kfp: [450`",
+         files={"cp.yaml": "kfp: [450\n"}, argv=compare("--control-plane-costs", "cp.yaml"), expect="cp.yaml: not valid YAML (line 2"),
+    Case(id="cp-yaml-list", surface="control-plane YAML", input="`compare --control-plane-costs cp.yaml`: a list",
+         files={"cp.yaml": "- kfp: 450\n"}, argv=compare("--control-plane-costs", "cp.yaml"),
+         expect="cp.yaml: expected a mapping like 'kfp: 450'"),
+    Case(id="cp-flag-inf", surface="control-plane flags", input="`compare --control-plane-cost kfp=1e400`",
+         argv=compare("--control-plane-cost", "kfp=1e400"), expect="'1e400' is not a number of USD per month"),
+    Case(id="cp-flag-empty", surface="control-plane flags", input="`compare --control-plane-cost mlflow=`",
+         argv=compare("--control-plane-cost", "mlflow="), expect="--control-plane-cost mlflow=: '' is not a number"),
+    # ------------------------------------------------------------------ flags
+    Case(id="flag-backend-case", surface="flags", input="`run --backend KFP`", argv=run("--backend", "KFP"),
+         expect="--backend 'KFP': choose one of direct, kfp, argo, mlflow; did you mean 'kfp'?"),
+    Case(id="flag-backends-case", surface="flags", input="`compare --backends kfp,Argo`", argv=compare("--backends", "kfp,Argo"),
+         expect="--backends: unknown backend 'Argo'"),
+    Case(id="flag-repeats-negative", surface="flags", input="`compare --repeats -1`", argv=compare("--repeats", "-1"),
+         expect="--repeats -1: must be at least 1"),
+    Case(id="flag-price-negative", surface="flags", input="`run --price-per-gpu-hour -2`", argv=run("--price-per-gpu-hour", "-2"),
+         expect="--price-per-gpu-hour: price '-2' must be a finite number >= 0"),
+    Case(id="flag-delay-negative", surface="flags", input="`compare --inject-start-delay=-1`", argv=compare("--inject-start-delay=-1"),
+         expect="--inject-start-delay '-1': seconds must be >= 0"),
+    Case(id="flag-image", surface="flags", input="`compile --image 'my image:latest'`",
+         argv=("compile", "--out", "out", "--image", "my image:latest"), expect="--image 'my image:latest': not a container image"),
+    Case(id="flag-output-dir-file", surface="paths", input="`run --output-dir 'rüns 1'`: an existing file",
+         files={"rüns 1": "keep me\n"}, argv=("run", "--output-dir", "rüns 1"), expect="--output-dir rüns 1: exists and is not a directory"),
+    # ------------------------------------------------------------------ kubectl dumps
+    Case(id="pods-labels-list", surface="kubectl dumps", input="`timeline --pods pods.json`: `metadata.labels` is a list",
+         files={"pods.json": pods_with(_set("metadata.labels", ["a"]))}, argv=("timeline", "--pods", "pods.json"),
+         expect="pods.json: items[1] (pod llmpack/llm-finetune-7tq4m-system-container-impl-1183460071): metadata.labels is an array"),
+    Case(id="pods-name-number", surface="kubectl dumps", input="`timeline --pods pods.json`: `metadata.name: 7`",
+         files={"pods.json": pods_with(_set("metadata.name", 7, 0))}, argv=("timeline", "--pods", "pods.json"),
+         expect="pods.json: items[0]: metadata.name is a number, expected a string"),
+    Case(id="pods-statuses-object", surface="kubectl dumps", input="`timeline --pods pods.json`: `containerStatuses` is an object",
+         files={"pods.json": pods_with(_set("status.containerStatuses", {"main": {}}))}, argv=("timeline", "--pods", "pods.json"),
+         expect="status.containerStatuses is an object, expected an array"),
+    Case(id="pods-deep", surface="kubectl dumps", input="`timeline --pods pods.json`: nested 100,000 deep",
+         files={"pods.json": '{"items": ' + DEEP_JSON + "}"}, argv=("timeline", "--pods", "pods.json"),
+         expect="pods.json: JSON nested too deeply"),
+    Case(id="pods-utf16", surface="kubectl dumps", input="`timeline --pods pods.json`: saved as UTF-16",
+         files={"pods.json": json.dumps(POD_DUMP).encode("utf-16")}, argv=("timeline", "--pods", "pods.json"),
+         expect="pods.json: not UTF-8 text"),
+    Case(id="events-dir", surface="kubectl dumps", input="`timeline --events events/`: a directory",
+         files={"pods.json": json.dumps(POD_DUMP)}, setup=lambda d: (d / "events").mkdir(),
+         argv=("timeline", "--pods", "pods.json", "--events", "events"),
+         expect="events: is a directory, expected a 'kubectl get events -o json' file"),
+    Case(id="pods-unreadable", surface="unreadable files", input="`timeline --pods pods.json`: mode 000",
+         files={"pods.json": json.dumps(POD_DUMP)}, unreadable=("pods.json",), argv=("timeline", "--pods", "pods.json"),
+         expect="pods.json: cannot read (Permission denied)"),
+    Case(id="timeline-stdout-full", surface="full disk", input="`timeline --json > /dev/full`: stdout on a full device",
+         files={"pods.json": json.dumps(POD_DUMP)}, stdout="/dev/full", argv=("timeline", "--pods", "pods.json", "--json"),
+         expect="standard output: cannot write the result (No space left on device)"),
+    # ------------------------------------------------------------------ compiled YAML to a local runner
+    Case(id="argo-kfp-package", surface="compiled YAML, local runner", program="argo",
+         input="`python -m argo_workflows.local pipeline.yaml`: the KFP package", files={"pipeline.yaml": KFP_PACKAGE},
+         argv=("pipeline.yaml", "--workdir", "wd"), expect="this is a KFP pipeline package, not an Argo Workflow"),
+    Case(id="argo-two-docs", surface="compiled YAML, local runner", program="argo",
+         input="`python -m argo_workflows.local wf.yaml`: two Workflows in one file",
+         files={"wf.yaml": ARGO_WORKFLOW + "---\n" + ARGO_WORKFLOW}, argv=("wf.yaml", "--workdir", "wd"),
+         expect="expected one Workflow document, found 2"),
+    Case(id="argo-utf16", surface="compiled YAML, local runner", program="argo",
+         input="`python -m argo_workflows.local wf.yaml`: saved as UTF-16", files={"wf.yaml": ARGO_WORKFLOW.encode("utf-16")},
+         argv=("wf.yaml", "--workdir", "wd"), expect="workflow file wf.yaml is not UTF-8 text"),
+    Case(id="argo-dir", surface="compiled YAML, local runner", program="argo",
+         input="`python -m argo_workflows.local wf/`: a directory", setup=lambda d: (d / "wf").mkdir(),
+         argv=("wf", "--workdir", "wd"), expect="workflow file wf is not a regular file"),
+    Case(id="argo-unknown-param", surface="compiled YAML, local runner", program="argo",
+         input="`python -m argo_workflows.local wf.yaml -p learning_rate=1`", files={"wf.yaml": ARGO_WORKFLOW},
+         argv=("wf.yaml", "-p", "learning_rate=1", "--workdir", "wd"), expect="unknown workflow parameter 'learning_rate'"),
+    Case(id="argo-unreadable", surface="unreadable files", program="argo",
+         input="`python -m argo_workflows.local wf.yaml`: mode 000", files={"wf.yaml": ARGO_WORKFLOW}, unreadable=("wf.yaml",),
+         argv=("wf.yaml", "--workdir", "wd"), expect="workflow file wf.yaml: cannot read (Permission denied)"),
+    Case(id="kfp-argo-yaml", surface="compiled YAML, local runner", program="kfp",
+         input="`python -m kfp_pipelines.local wf.yaml`: the Argo Workflow as a KFP package",
+         files={"wf.yaml": ARGO_WORKFLOW, "args.json": "{}"},
+         argv=("wf.yaml", "--pipeline-root", "root", "--arguments", "args.json"),
+         expect="package wf.yaml: not a compiled KFP pipeline (it is a Workflow)"),
+    Case(id="kfp-bad-arguments", surface="compiled YAML, local runner", program="kfp",
+         input="`python -m kfp_pipelines.local pipeline.yaml --arguments args.json`: not JSON",
+         files={"pipeline.yaml": KFP_PACKAGE, "args.json": "lr: 0.1\n"},
+         argv=("pipeline.yaml", "--pipeline-root", "root", "--arguments", "args.json"),
+         expect="--arguments args.json: line 1 column 1: not valid JSON"),
+    Case(id="step-unknown-param", surface="compiled YAML, local runner", program="step",
+         input="`python -m components.run …prepare_data --param nosuch=1`",
+         argv=("components.steps.prepare_data:prepare_data", "--output", "dataset=out", "--param", "nosuch=1"),
+         expect="step 'prepare-data': unknown parameter 'nosuch'"),
+    # ------------------------------------------------------------------ environment variables
+    Case(id="env-price", surface="env vars", input="`LLMPACK_PRICE_PER_GPU_HOUR=cheap llmpack run`",
+         env={"LLMPACK_PRICE_PER_GPU_HOUR": "cheap"}, argv=run(), expect="LLMPACK_PRICE_PER_GPU_HOUR: price 'cheap' is not a number"),
+    Case(id="env-price-file", surface="env vars", input="`LLMPACK_PRICE_FILE=missing.yaml llmpack run`",
+         env={"LLMPACK_PRICE_FILE": "missing.yaml"}, argv=run(),
+         expect="missing.yaml: cannot read price file (No such file or directory)"),
+    Case(id="env-provider", surface="env vars", input="`LLMPACK_PRICE_PROVIDER=acme llmpack run`",
+         env={"LLMPACK_PRICE_PROVIDER": "acme"}, argv=run(), expect="LLMPACK_PRICE_PROVIDER='acme': no price list from that provider"),
+    Case(id="env-tracking-uri", surface="env vars", input="`MLFLOW_TRACKING_URI=nosuch://x llmpack report`",
+         env={"MLFLOW_TRACKING_URI": "nosuch://x"}, argv=("report", "--run-group", "rg-x", "--out", "report"),
+         expect="MLflow tracking URI nosuch://x: MLflow cannot open it"),
+    # ------------------------------------------------------------------ run-group ids
+    Case(id="rg-too-long", surface="run-group ids", input="`run --run-group` of 64 characters", argv=run("--run-group", "r" * 64),
+         expect="--run-group 'rrrr"),
+    Case(id="rg-unicode", surface="run-group ids", input="`compare --run-group rg-ü`", argv=compare("--run-group", "rg-ü"),
+         expect="--run-group 'rg-ü': must be a DNS-1123 label"),
+    Case(id="rg-space-submit", surface="run-group ids", input="`submit argo --run-group 'x y'` (checked before any request)",
+         argv=("submit", "argo", "--host", "127.0.0.1:9", "--run-group", "x y"), expect="--run-group 'x y': must be a DNS-1123 label"),
+    Case(id="rg-empty-report", surface="run-group ids", input="`report --run-group ''`", argv=("report", "--run-group", ""),
+         expect="--run-group '': must be a DNS-1123 label"),
+    # ------------------------------------------------------------------ a full disk
+    Case(id="compile-full-disk", surface="full disk", input="`compile --out 'full/out dir'` on a full 64 KiB file system",
+         full_disk="full", argv=("compile", "--out", "full/out dir"),
+         expect="--out full/out dir: cannot write the compiled artifacts (No space left on device); nothing was written"),
+)
+
+
+# --------------------------------------------------------------------------- running a case
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observed:
+    returncode: int
+    stdout: str
+    stderr: str
+    before: dict[str, tuple[int, int, int]]
+    after: dict[str, tuple[int, int, int]]
+    skipped: str = ""
+
+
+# Where no tmpfs can be mounted: every write under the "full" directory fails as a full disk would.
+_SIMULATED_FULL_DISK = """
+import builtins, errno, io, os, sys
+full, argv = os.path.abspath(sys.argv[1]), sys.argv[2:]
+real_open = io.open
+def open_on_full_disk(file, mode="r", *args, **kwargs):
+    if isinstance(file, (str, os.PathLike)) and any(c in mode for c in "wax+") and \\
+            os.path.abspath(os.fspath(file)).startswith(full + os.sep):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(file))
+    return real_open(file, mode, *args, **kwargs)
+builtins.open = io.open = open_on_full_disk
+sys.argv = ["llmpack", *argv]
+from llmpack.cli import main
+main()
+"""
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
+    """Every path under ``root`` (links not followed) with its mode, and a file's size and modification time.
+
+    A directory's own times change when something is created in it and removed again, which leaves
+    nothing behind; only its existence and mode count.
+    """
+    out = {}
+    for path in sorted(root.rglob("*")):
+        info = path.lstat()
+        is_dir = stat.S_ISDIR(info.st_mode)
+        out[str(path.relative_to(root))] = (info.st_mode, 0 if is_dir else info.st_size, 0 if is_dir else info.st_mtime_ns)
+    return out
+
+
+def _env(case: Case) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMPACK_", "MLFLOW_", "KFP_", "ARGO_"))}
+    return {**env, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **case.env}
+
+
+def _mount_full_disk(path: Path) -> bool:
+    """A 64 KiB tmpfs at ``path`` (too small for the compiled artifacts); False where mounting is not allowed."""
+    path.mkdir(parents=True)
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return False
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)], capture_output=True).returncode:
+        return False
+    return True
+
+
+def _drop_read_caps() -> tuple[str, ...] | None:
+    """The command prefix under which mode 000 means unreadable (None: it cannot be arranged here)."""
+    if os.geteuid() != 0:
+        return ()
+    return DROP_READ_CAPS if shutil.which(DROP_READ_CAPS[0]) else None
+
+
+def run_case(case: Case, root: Path) -> Observed:
+    root.mkdir(parents=True)
+    for name, content in case.files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
+    if case.setup is not None:
+        case.setup(root)
+    prefix: tuple[str, ...] = ()
+    if case.unreadable:
+        caps = _drop_read_caps()
+        if caps is None:
+            return Observed(returncode=0, stdout="", stderr="", before={}, after={}, skipped="root without setpriv")
+        prefix = caps
+        for name in case.unreadable:
+            (root / name).chmod(0)
+    command = [*prefix, sys.executable, "-m", PROGRAMS[case.program], *case.argv]
+    mounted = False
+    if case.full_disk is not None:
+        mounted = _mount_full_disk(root / case.full_disk)
+        if not mounted:
+            command = [sys.executable, "-c", _SIMULATED_FULL_DISK, str(root / case.full_disk), *case.argv]
+    before = _snapshot(root)
+    try:
+        with open(case.stdout if case.stdout != "pipe" else os.devnull, "w") as sink:
+            proc = subprocess.run(command, cwd=root, env=_env(case), text=True, timeout=120, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE if case.stdout == "pipe" else sink, stderr=subprocess.PIPE)
+        after = _snapshot(root)
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(root / case.full_disk)], check=True)
+        for name in case.unreadable:
+            (root / name).chmod(stat.S_IRUSR | stat.S_IWUSR)
+    return Observed(returncode=proc.returncode, stdout=proc.stdout or "", stderr=proc.stderr, before=before, after=after)
+
+
+@pytest.fixture(scope="module")
+def observed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Observed]:
+    """The selected cases (all of them when the table is checked), a few at a time: each is a short-lived process."""
+    items = [item for item in request.session.items if item.module is request.module]
+    wanted = {item.callspec.params["case"].id for item in items if hasattr(item, "callspec") and "case" in item.callspec.params}
+    if any(item.name == test_hostile_input_table_golden.__name__ for item in items):
+        wanted = {case.id for case in CASES}
+    root = tmp_path_factory.mktemp("hostile")
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {case.id: pool.submit(run_case, case, root / case.id) for case in CASES if case.id in wanted}
+        results = {name: future.result() for name, future in futures.items()}
+    return {name: _normalised(result, root / name) for name, result in results.items()}
+
+
+def _normalised(result: Observed, root: Path) -> Observed:
+    def norm(text: str) -> str:
+        for form in {str(root.resolve()), str(root)}:
+            text = text.replace(form, "$TMP")
+        return text
+
+    return Observed(returncode=result.returncode, stdout=norm(result.stdout), stderr=norm(result.stderr),
+                    before=result.before, after=result.after, skipped=result.skipped)
+
+
+def error_line(result: Observed) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in result.stderr, result.stderr
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{result.stderr}"
+    return lines[0]
+
+
+def test_enough_cases_on_every_surface() -> None:
+    assert len(CASES) >= 30
+    assert len({c.id for c in CASES}) == len(CASES)
+    surfaces = {c.surface for c in CASES}
+    for surface in ("JSONL data", "--param", "price YAML", "control-plane YAML", "control-plane flags", "flags",
+                    "kubectl dumps", "compiled YAML, local runner", "env vars", "run-group ids", "paths", "symlinks",
+                    "unreadable files", "full disk"):
+        assert surface in surfaces, surface
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_input_is_one_line_exit_2_nothing_written(case: Case, observed: dict[str, Observed]) -> None:
+    result = observed[case.id]
+    if result.skipped:
+        pytest.skip(result.skipped)
+    line = error_line(result)
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert line.startswith("llmpack: error: "), line
+    assert case.expect in line, line
+    assert result.stdout.strip() == "", result.stdout
+    changed = sorted(name for name in {*result.before, *result.after} if result.before.get(name) != result.after.get(name))
+    assert not changed, f"the command left its directory changed (half-written output?): {changed}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_table(observed: Mapping[str, Observed]) -> str:
+    lines = [
+        "# Hostile input: every surface, one line, exit 2",
+        "",
+        "Generated by `tests/test_hostile_input.py` from what each command actually printed; regenerate with",
+        "`LLMPACK_REGEN_GOLDEN=1 pytest tests/test_hostile_input.py` (or `make golden`). Each input is built in a",
+        "fresh directory (`$TMP`), the command runs there, and the row passes only when it exits 2 with exactly",
+        "this one line on stderr, prints nothing on stdout, and leaves the directory exactly as it was (no run",
+        "directory, report, compiled file or work directory, not even an empty one). Every row fails during",
+        "validation, before any pipeline step starts. Unreadable files are mode 000 (as root, run without",
+        "`CAP_DAC_OVERRIDE`); the full disk is a 64 KiB tmpfs (simulated at the write call where none can be",
+        "mounted).",
+        "",
+        "| surface | input | message (stderr) | exit code |",
+        "|---|---|---|---|",
+    ]
+    for case in CASES:
+        result = observed[case.id]
+        message = error_line(result) if not result.skipped else f"(skipped: {result.skipped})"
+        lines.append(f"| {case.surface} | {_cell(case.input)} | {_cell(message)} | {result.returncode} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_hostile_input_table_golden(observed: dict[str, Observed]) -> None:
+    if any(r.skipped for r in observed.values()):
+        pytest.skip("some cases cannot be arranged here; the table is kept as it is")
+    fresh = render_table(observed)
+    if os.environ.get(REGEN_ENV) == "1":
+        TABLE.parent.mkdir(exist_ok=True)
+        TABLE.write_text(fresh, encoding="utf-8")
+    assert TABLE.exists(), f"{TABLE} is missing; run with {REGEN_ENV}=1 to create it"
+    assert TABLE.read_text(encoding="utf-8") == fresh, (
+        f"{TABLE.relative_to(REPO)} is stale; regenerate it with {REGEN_ENV}=1 pytest tests/test_hostile_input.py"
+    )
+
+
+# --------------------------------------------------------------------------- properties
+
+PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20))
+json_values = st.recursive(json_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                                 st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+                           max_leaves=12)
+good_rows = st.one_of(
+    st.fixed_dictionaries({"prompt": st.text(max_size=30), "response": st.text(min_size=1, max_size=30)}),
+    st.fixed_dictionaries({"messages": st.lists(st.fixed_dictionaries({"role": st.sampled_from(["system", "user"]),
+                                                                        "content": st.text(max_size=20)}), max_size=3)
+                                       .map(lambda m: [*m, {"role": "assistant", "content": "ok"}])}),
+)
+jsonl_lines = st.one_of(
+    good_rows.map(lambda r: json.dumps(r, ensure_ascii=False).encode("utf-8")),
+    json_values.map(lambda v: json.dumps(v).encode("utf-8")),
+    st.binary(max_size=40).filter(lambda b: b"\n" not in b),
+    st.text(max_size=40).map(lambda t: t.replace("\n", " ").encode("utf-8", "surrogatepass")),
+)
+
+
+@PROPERTY
+@given(lines=st.lists(jsonl_lines, max_size=6), skip=st.booleans())
+def test_jsonl_reader_gives_rows_or_one_line_naming_file_and_line(
+        lines: list[bytes], skip: bool, tmp_path_factory: pytest.TempPathFactory) -> None:
+    path = tmp_path_factory.getbasetemp() / "property.jsonl"
+    path.write_bytes(b"\n".join(lines))
+    try:
+        rows, skipped = read_jsonl(path, skip_bad_rows=skip)
+    except InputError as exc:
+        message = str(exc)
+        assert "\n" not in message and message.startswith(f"{path}")
+        line = re.match(re.escape(str(path)) + r":(\d+): ", message)
+        if line:
+            assert not skip and 1 <= int(line.group(1)) <= max(1, len(lines))
+        return
+    assert rows and all(isinstance(r["prompt"], str) and isinstance(r["response"], str) and r["response"] for r in rows)
+    assert len(rows) + skipped <= len(lines)
+    for row in rows:  # every kept row can be written back as UTF-8 (the prepare_data step does)
+        json.dumps(row, ensure_ascii=False).encode("utf-8")
+
+
+@PROPERTY
+@given(rows=st.lists(st.fixed_dictionaries({"prompt": st.text(max_size=30), "response": st.text(min_size=1, max_size=30)}),
+                     min_size=1, max_size=5), crlf=st.booleans())
+def test_any_text_round_trips_through_the_jsonl_reader(
+        rows: list[dict[str, str]], crlf: bool, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Line separators inside strings (U+2028, U+0085, \\x1c...) are text, not line breaks; CRLF files read the same."""
+    path = tmp_path_factory.getbasetemp() / "roundtrip.jsonl"
+    end = "\r\n" if crlf else "\n"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + end for r in rows), encoding="utf-8", newline="")
+    assert read_jsonl(path) == (rows, 0)
+
+
+# YAML-ish token soup: flow and block syntax, anchors, explicit tags PyYAML cannot always build.
+YAML_TOKENS = ("prices:", "\n", "  - ", "- ", "{", "}", "[", "]", ": ", ", ", "gpu", "per_gpu_hour", "provider", "nvidia-l4",
+               "1.5", "-1", "0", "1e400", ".nan", "yes", "~", "null", "!!int ", "!!float ", "!!timestamp ", "!!bool ",
+               "!!binary ", "!!set ", "&a ", "*a", "? ", "'", '"', "# ", "|", ">", "\t", "kfp", "Argo", "x")
+yaml_soup = st.lists(st.sampled_from(YAML_TOKENS), max_size=30).map("".join)
+
+yaml_texts = st.one_of(
+    st.text(max_size=80),
+    yaml_soup,
+    st.sampled_from(["!!int x", "!!float abc", "!!timestamp x", "!!bool maybe", "[" * 800])
+    .map(lambda bad: f"prices:\n  - {{gpu: nvidia-l4, per_gpu_hour: {bad}}}\n"),
+    json_values.map(lambda v: yaml.safe_dump({"prices": v})),
+    st.lists(st.dictionaries(st.sampled_from(["gpu", "per_gpu_hour", "source", "as_of", "provider"]), json_values, max_size=5),
+             max_size=3).map(lambda v: yaml.safe_dump({"prices": v})),
+    st.lists(st.fixed_dictionaries({"gpu": st.text(max_size=12), "per_gpu_hour": json_scalars}), max_size=3)
+    .map(lambda v: yaml.safe_dump({"prices": v})),
+)
+
+
+@PROPERTY
+@given(text=yaml_texts, gpu=st.sampled_from(["nvidia-l4", "acme-x1000"]))
+def test_price_loader_gives_a_price_or_one_line_naming_the_file(
+        text: str, gpu: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    path = tmp_path_factory.getbasetemp() / "prices.yaml"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        price = cost.resolve_price(gpu, price_file=str(path), env={})
+    except InputError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(str(path)), str(exc)
+        return
+    if price is not None:
+        assert isinstance(price.per_gpu_hour, float) and 0 <= price.per_gpu_hour < float("inf")
+        assert isinstance(price.source, str)
+
+
+@PROPERTY
+@given(text=st.one_of(st.text(max_size=60), yaml_soup, json_values.map(yaml.safe_dump),
+                      st.dictionaries(st.sampled_from(["kfp", "argo", "mlflow", "direct", "Argo"]), json_scalars)
+                      .map(yaml.safe_dump)))
+def test_control_plane_loader_gives_costs_or_one_line_naming_the_file(
+        text: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    path = tmp_path_factory.getbasetemp() / "control-plane.yaml"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        costs = parse_control_plane([], str(path))
+    except InputError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(str(path)), str(exc)
+        return
+    assert set(costs) <= {"kfp", "argo", "mlflow"}
+    assert all(isinstance(v, float) and 0 <= v < float("inf") for v in costs.values())
