@@ -15,6 +15,8 @@ from typing import Any
 import click
 
 from components.errors import InputError, Interrupted
+from llmpack.clean import clean as clean_command
+from llmpack.sync import sync as sync_command
 
 OWN_FLAGS = {"model": "--model", "data": "--data", "seed": "--seed", "max_steps": "--max-steps"}
 DEFAULT_REPORTS = Path("llmpack-report")  # where timestamped reports go when no directory is named
@@ -532,12 +534,9 @@ def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | 
     echo_out(json.dumps(rows, indent=2, sort_keys=True) if as_json else format_table(rows))
 
 
+# Tracking outages and housekeeping (issue 11): `llmpack sync RUN_DIR`, `llmpack clean`.
+main.add_command(sync_command)
+main.add_command(clean_command)
+
 if __name__ == "__main__":  # pragma: no cover
     main()
-
-# Tracking outages and housekeeping (issue 11): `llmpack sync RUN_DIR`, `llmpack clean`.
-from llmpack.clean import clean as _clean_command  # noqa: E402 - registered after the group is complete
-from llmpack.sync import sync as _sync_command  # noqa: E402
-
-main.add_command(_sync_command)
-main.add_command(_clean_command)
