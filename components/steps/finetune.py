@@ -5,18 +5,29 @@ the newest checkpoint if one exists, then the loop. Checkpoints (trainable weigh
 scheduler, RNG states, data position) are written atomically every ``checkpoint_every`` steps
 and when SIGTERM arrives, so a preempted GPU node loses at most one interval.
 
+A SIGKILL can land anywhere, a checkpoint write included, so a checkpoint is trusted only when
+it proves itself whole: ``manifest.json`` (each file's size and sha256) is written after the
+files and before the rename that publishes the directory, and ``newest_checkpoint`` skips any
+``step-*`` directory whose files do not match it (one half removed when the process was killed
+while replacing or pruning it). ``.tmp-*`` directories are writes that never reached their
+rename: never resumed from, removed by the next write of that step or a later one.
+``benchmarks/chaos_sigkill.py`` kills the step at random moments and checks each restart ends
+byte-identical to an uninterrupted run.
+
 While it trains, ``llmpack-progress.json`` beside the step's events says how far it is (step k of
 N, tokens/s, ETA), so ``llmpack`` shows the same live progress whichever orchestrator ran it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +37,12 @@ from components.modeling import MODEL_META, device_and_dtype, load_base_model
 from components.runtime import emit, metric
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-COMPLETE = "COMPLETE"
+MANIFEST = "manifest.json"
+STATE_FILE = "state.pt"
 PROGRESS_FILE = "llmpack-progress.json"
+# Test hook for benchmarks/chaos_sigkill.py, not a setting: seconds save_checkpoint sleeps after
+# writing the state and before the manifest and the rename, so a kill can be aimed at that window.
+CHAOS_CHECKPOINT_PAUSE_ENV = "LLMPACK_CHAOS_CHECKPOINT_PAUSE_S"
 
 
 def lr_at(step: int, *, lr: float, warmup: int, total: int) -> float:
@@ -48,22 +63,103 @@ def batch_indices(position: int, batch_size: int, n: int, seed: int) -> list[int
     return order[offset * batch_size : (offset + 1) * batch_size].tolist()
 
 
-def newest_checkpoint(root: Path, fingerprint: str | None = None) -> Path | None:
-    """The newest complete checkpoint, of this very run's settings when ``fingerprint`` is given."""
-    done = sorted(p for p in root.glob("step-*") if (p / COMPLETE).exists())
-    if fingerprint is not None:
-        done = [p for p in done if (p / COMPLETE).read_text().strip().endswith(fingerprint)]
-    return done[-1] if done else None
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
-def save_checkpoint(root: Path, step_no: int, model: Any, optimizer: Any, fingerprint: str = "") -> Path:
-    """Write to a temporary directory, then rename: a checkpoint is complete or absent."""
+def _fsync(path: Path) -> None:
+    """Flush a file's (or a directory's entries') data to the disk, not just to the page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_manifest(path: Path) -> dict[str, Any] | None:
+    """A checkpoint directory's manifest, or None when it has no readable one."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why ``path`` is not a complete checkpoint; None when every file matches its manifest."""
+    manifest = read_manifest(path)
+    if manifest is None:
+        return f"no valid {MANIFEST}"
+    if STATE_FILE not in manifest["files"]:
+        return f"{MANIFEST} lists no {STATE_FILE}"
+    for name, want in manifest["files"].items():
+        file = path / name
+        if not isinstance(want, dict):
+            return f"{MANIFEST} entry for {name} is not an object"
+        if not file.is_file():
+            return f"{name} is missing"
+        if file.stat().st_size != want.get("bytes"):
+            return f"{name} has {file.stat().st_size} bytes, the manifest says {want.get('bytes')}"
+        if _sha256(file) != want.get("sha256"):
+            return f"{name} does not match the sha256 in the manifest"
+    return None
+
+
+def newest_checkpoint(
+    root: Path, fingerprint: str | None = None, on_skip: Callable[[Path, str], None] | None = None
+) -> Path | None:
+    """The newest complete checkpoint, of this very run's settings when ``fingerprint`` is given.
+
+    Newest first, the first ``step-*`` directory whose files match its manifest wins; each
+    incomplete one passed over is reported to ``on_skip(path, why)``.
+    """
+    for path in sorted(root.glob("step-*"), reverse=True):
+        manifest = read_manifest(path)
+        if manifest is not None and fingerprint is not None and manifest.get("fingerprint") != fingerprint:
+            continue  # another run's checkpoint in a shared checkpoint_dir
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        if on_skip is not None:
+            on_skip(path, problem)
+    return None
+
+
+def write_manifest(path: Path, step_no: int, fingerprint: str) -> None:
+    """List every file in ``path`` with its size and sha256, after flushing them to disk."""
+    files = {}
+    for file in sorted(p for p in path.iterdir() if p.is_file() and p.name != MANIFEST):
+        _fsync(file)
+        files[file.name] = {"bytes": file.stat().st_size, "sha256": _sha256(file)}
+    manifest = path / MANIFEST
+    manifest.write_text(json.dumps({"step": step_no, "fingerprint": fingerprint, "files": files}, indent=2) + "\n")
+    _fsync(manifest)
+
+
+def prune_checkpoints(root: Path, newest: Path) -> None:
+    """Keep the newest two checkpoints; remove older ones and unfinished writes of earlier steps."""
+    for old in sorted(p for p in root.glob("step-*") if p != newest)[:-1]:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in root.glob(".tmp-step-*"):
+        if stale.name < f".tmp-{newest.name}":  # ".tmp-step-00000004-<pid>" sorts before ".tmp-step-00000006"
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def save_checkpoint(
+    root: Path, step_no: int, model: Any, optimizer: Any, fingerprint: str = "", *, chaos_pause_s: float = 0.0
+) -> Path:
+    """Write to a temporary directory, manifest last, then rename: a checkpoint is complete or absent."""
     import numpy as np
     import torch
 
     final = root / f"step-{step_no:08d}"
     tmp = root / f".tmp-step-{step_no:08d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    for stale in root.glob(f".tmp-step-{step_no:08d}-*"):  # a killed attempt's unfinished write of this step
+        shutil.rmtree(stale, ignore_errors=True)
     tmp.mkdir(parents=True)
     trainable = {k: v.detach().cpu() for k, v in model.named_parameters() if v.requires_grad}
     torch.save(
@@ -77,21 +173,24 @@ def save_checkpoint(root: Path, step_no: int, model: Any, optimizer: Any, finger
                 "numpy": np.random.get_state(),
             },
         },
-        tmp / "state.pt",
+        tmp / STATE_FILE,
     )
-    (tmp / COMPLETE).write_text(f"{step_no} {fingerprint}")
-    shutil.rmtree(final, ignore_errors=True)
+    if chaos_pause_s > 0:
+        time.sleep(chaos_pause_s)  # test hook (CHAOS_CHECKPOINT_PAUSE_ENV): a window to kill the write in
+    write_manifest(tmp, step_no, fingerprint)
+    shutil.rmtree(final, ignore_errors=True)  # this step's leftover: torn (not resumed from) or another run's
     os.replace(tmp, final)
-    for old in sorted(p for p in root.glob("step-*") if p != final)[:-1]:
-        shutil.rmtree(old, ignore_errors=True)  # keep the newest two
+    _fsync(root)  # the rename itself survives a node crash
+    prune_checkpoints(root, final)
     return final
 
 
 def load_checkpoint(path: Path, model: Any, optimizer: Any) -> int:
+    """Restore weights, optimizer and RNG states from a checkpoint ``newest_checkpoint`` chose; its step."""
     import numpy as np
     import torch
 
-    state = torch.load(path / "state.pt", weights_only=False)
+    state = torch.load(path / STATE_FILE, weights_only=False)
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, value in state["trainable"].items():
@@ -102,6 +201,10 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any) -> int:
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])
     np.random.set_state(state["rng"]["numpy"])
     return int(state["step"])
+
+
+def _report_skipped(path: Path, why: str) -> None:
+    print(f"finetune: skipping incomplete checkpoint {path} ({why})", flush=True)
 
 
 class ProgressFile:
@@ -168,6 +271,7 @@ def finetune(
         raise InputError(f"method {method!r}: use 'lora' or 'full'")
     if batch_size <= 0 or grad_accum <= 0:
         raise InputError("batch_size and grad_accum must be > 0")
+    chaos_pause_s = float(os.environ.get(CHAOS_CHECKPOINT_PAUSE_ENV) or 0)  # a test hook, 0 in real runs
 
     # ---- determinism and device
     torch.manual_seed(seed)
@@ -197,20 +301,20 @@ def finetune(
     trainable = [p for p in net.parameters() if p.requires_grad]
 
     optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
-    ckpt_root = Path(checkpoint_dir) if checkpoint_dir else Path(model.path) / "checkpoints"
-    # A checkpoint is only resumed by a run with the same settings and data (a shared
-    # checkpoint_dir must not hand one run's state to another).
-    import hashlib
 
+    # ---- resume: the newest checkpoint of these very settings and data whose files all match
+    # its manifest (a shared checkpoint_dir must not hand one run's state to another)
+    ckpt_root = Path(checkpoint_dir) if checkpoint_dir else Path(model.path) / "checkpoints"
     fingerprint = hashlib.sha256(
         json.dumps([base_model, method, max_steps, batch_size, grad_accum, lr, warmup_steps, weight_decay, lora_r,
                     lora_alpha, seed]).encode()
         + hashlib.sha256(input_ids.numpy().tobytes()).digest()
     ).hexdigest()[:16]
     start_step = 0
-    resume = newest_checkpoint(ckpt_root, fingerprint)
+    resume = newest_checkpoint(ckpt_root, fingerprint, on_skip=_report_skipped)
     if resume is not None:
         start_step = load_checkpoint(resume, net, optimizer)
+        metric("resumed_from_step", start_step)
         print(f"finetune: resumed from {resume} at step {start_step}", flush=True)
 
     stop = {"sigterm": False}
@@ -225,7 +329,7 @@ def finetune(
     first_done = False
     if start_step >= max_steps:
         emit("first_step")  # nothing left to train: the resumed state is the result
-    with log_path.open("a") as log:
+    with log_path.open("a", buffering=1) as log:  # line-buffered: a killed run's log ends at its last whole step
         for step_no in range(start_step, max_steps):
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step_no, lr=lr, warmup=warmup_steps, total=max_steps)
@@ -247,7 +351,7 @@ def finetune(
             done = step_no + 1
             progress.update(done, tokens_seen, time.perf_counter() - t0)  # loss.item() above already waited for the GPU
             if stop["sigterm"] or (checkpoint_every and done % checkpoint_every == 0 and done < max_steps):
-                save_checkpoint(ckpt_root, done, net, optimizer, fingerprint)
+                save_checkpoint(ckpt_root, done, net, optimizer, fingerprint, chaos_pause_s=chaos_pause_s)
             if stop["sigterm"]:
                 print(f"finetune: SIGTERM at step {done}; checkpoint written, exiting for a retry", flush=True)
                 raise SystemExit(143)
