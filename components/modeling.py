@@ -12,6 +12,11 @@ from components.tiny import TINY, build_tiny_model
 
 MODEL_META = "llmpack-model.json"
 
+# Tuned models kept in this process by the step that trained them, by output directory: when
+# finetune and evaluate run fused (``--fuse gpu|all``), evaluate takes the model from here
+# instead of loading the base weights again. In an unfused run the process ends after finetune.
+_kept: dict[Path, Any] = {}
+
 
 def check_model_ref(model: str) -> None:
     """Fail fast, with one line, on a model reference that cannot be a model."""
@@ -54,3 +59,13 @@ def device_and_dtype() -> tuple[Any, Any]:
     if torch.cuda.is_available():
         return torch.device("cuda"), torch.bfloat16
     return torch.device("cpu"), None
+
+
+def keep_tuned(model_dir: str | Path, net: Any) -> None:
+    """Hand the trained model (as saved in ``model_dir``) to a later step in this process."""
+    _kept[Path(model_dir).resolve()] = net
+
+
+def take_tuned(model_dir: str | Path) -> Any | None:
+    """The model :func:`keep_tuned` kept for ``model_dir`` in this process (once), else None."""
+    return _kept.pop(Path(model_dir).resolve(), None)

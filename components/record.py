@@ -109,12 +109,10 @@ def resolve_submit_time(
 
 
 def gpu_uses(pipe: Any) -> list[cost.GpuUse]:
-    """What each task of a pipeline object holds, for cost."""
-    return [
-        cost.GpuUse(step=t.name, gpus=t.step.execution.resources.gpus, cpu=t.step.execution.resources.cpu,
-                    gpu_type=t.step.execution.resources.gpu_type)
-        for t in pipe.task_order()
-    ]
+    """What each task of a pipeline object holds, for cost (a fused task's members: what it holds)."""
+    from components.fusion import gpu_uses as uses_of
+
+    return uses_of(pipe)
 
 
 def uses_json(uses: Sequence[cost.GpuUse]) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step
 from components.errors import InputError, StepFailed
+from components.fusion import FusedStep, member_paths, member_values
 from components.telemetry import EVENTS_FILE, EventLog, Record, RunContext, make_record, process_start_time
 
 INJECT_ENV = "LLMPACK_INJECT_START_DELAY"  # "finetune=2.0[,step=s]": delay a step's process start
@@ -168,9 +169,8 @@ def run(argv: Sequence[str]) -> int:
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args(argv)
 
-    global _current
     step = load_step(args.step)
-    injected = _injected_start_delay(step)
+    injected = 0.0 if isinstance(step, FusedStep) else _injected_start_delay(step)  # fused: per member
 
     inputs, outputs, raw = _pairs(args.input, "--input"), _pairs(args.output, "--output"), _pairs(args.param, "--param")
     known = {**step.params, **TELEMETRY_PARAMS, **RUNTIME_PARAMS}
@@ -194,10 +194,30 @@ def run(argv: Sequence[str]) -> int:
     telemetry_values["pipeline_run"] = telemetry_values["pipeline_run"] or orchestrator_run_id
     telemetry_values["run_group"] = telemetry_values["run_group"] or telemetry_values["pipeline_run"]
     ctx = RunContext(**telemetry_values)
+
+    if not isinstance(step, FusedStep):
+        run_step(step, ctx, inputs, outputs, values, started=started + injected, injected=injected)
+        return 0
+    # A fused step: its members one after the other in this process, each with its own record.
+    # A later member starts when the one before it handed over; a planted delay applies per member.
+    paths = {**inputs, **outputs}
+    for n, member in enumerate(step.members):
+        handed_over = started if n == 0 else time.time()
+        delay = _injected_start_delay(member.step)
+        m_inputs, m_outputs = member_paths(member, paths)
+        run_step(member.step, ctx, m_inputs, m_outputs, member_values(member, values, step.params),
+                 started=handed_over + delay, injected=delay)
+    return 0
+
+
+def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[str, str], values: dict[str, Any],
+             *, started: float, injected: float = 0.0) -> None:
+    """Call one authored step with its artifacts and parameters, recording its telemetry around it."""
+    global _current
     first_out = Path(outputs[next(iter(step.outputs))])
     tel = StepTelemetry(ctx, step.name, first_out / EVENTS_FILE)
     _current = tel
-    tel.event("process_started", started + injected)
+    tel.event("process_started", started)
     if injected:
         tel.metric("injected_start_delay_s", injected)
 
@@ -205,6 +225,7 @@ def run(argv: Sequence[str]) -> int:
     for name, typ in step.inputs.items():
         kwargs[name] = typ(inputs[name])
     for name, typ in step.outputs.items():
+        Path(outputs[name]).mkdir(parents=True, exist_ok=True)
         kwargs[name] = typ(outputs[name])
     try:
         step.func(**kwargs)
@@ -212,7 +233,6 @@ def run(argv: Sequence[str]) -> int:
         tel.event("finished")
         _upload(tel)
         _current = None
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -99,6 +99,9 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--price-file", default=None, type=str, help="A price YAML like components/prices.yaml."),
         click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter, e.g. --param lr=0.001."),
         click.option("--run-group", default=None, help="Join this run group (default: a new one)."),
+        click.option("--fuse", default="none", show_default=True, metavar="none|gpu|all",
+                     help="Package steps into fewer processes/pods: gpu = finetune+evaluate in one (the tuned model "
+                          "stays in memory), all = every step in one. Same outputs; less spin-up."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -190,7 +193,12 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
               help="Directory to write kfp_pipelines/finetune.yaml, argo_workflows/finetune.yaml, mlflow_projects/finetune*/ "
                    "into. `--out .` in the repository root rewrites the committed (golden) copies.")
 @click.option("--image", default=None, help="Step image for every step (default: each step's spec, ghcr.io/llmpack/llmpack:0.1.0).")
-def compile(out: Path, image: str | None) -> None:  # noqa: A001 - the command's name
+@click.option("--fuse", default="none", show_default=True, metavar="none|gpu|all",
+              help="Fewer pods, same steps: gpu = finetune+evaluate in one pod, all = every step in one pod.")
+@click.option("--prepull", is_flag=True,
+              help="Also write prepull/llmpack-prepull-daemonset.yaml: pulls the step image onto every GPU node ahead "
+                   "of a run (kubectl apply -f it once).")
+def compile(out: Path, image: str | None, fuse: str, prepull: bool) -> None:  # noqa: A001 - the command's name
     """Compile the pipeline to KFP v2 IR, an Argo Workflow (Hera) and MLflow Projects.
 
     \b
@@ -198,10 +206,12 @@ def compile(out: Path, image: str | None) -> None:  # noqa: A001 - the command's
     Kubernetes config names its job template relative to that directory.
       llmpack compile --image ghcr.io/YOUR_ORG/llmpack:0.1.0     into build/llmpack/
       llmpack compile --out .                                    regenerate the committed copies
+      llmpack compile --fuse gpu --out build/fuse-gpu            finetune and evaluate in one pod
+      llmpack compile --prepull && kubectl apply -f build/llmpack/prepull/llmpack-prepull-daemonset.yaml
     """
     from llmpack.compile import compile_all
 
-    for path in compile_all(out, image=image):
+    for path in compile_all(out, image=image, fuse=fuse, prepull=prepull):
         echo_out(str(path))
 
 
@@ -209,10 +219,15 @@ def compile(out: Path, image: str | None) -> None:  # noqa: A001 - the command's
 @click.option("--backends", default="direct,kfp,argo,mlflow", show_default=True, help="Comma-separated paths to compare.")
 @click.option("--repeats", type=int, default=1, show_default=True,
               help="Runs per path (interleaved). Verdicts (faster/cheaper) need at least 5 runs per path.")
+@click.option("--warmup", type=int, default=None,
+              help="Runs per path before measuring, not counted (default: 1 with --repeats > 1, else 0).")
 @click.option("--local/--cluster", "local", default=True, help="Local paths (default) or a cluster (see README).")
 @run_options
+@click.option("--variants", default=None, metavar="default,fuse-gpu,fuse-all",
+              help="Run each path in these packagings side by side (labelled argo, argo+fuse-gpu...); see --fuse.")
 @click.option("--baseline", default=None,
-              help="The path the others are judged against (default: direct locally; none on a cluster).")
+              help="The path the others are judged against (default: direct locally, or a single backend's default "
+                   "packaging with --variants; none on a cluster).")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path), default=None,
               help="Write the report (report.md, report.html, report.json, PNG charts) into exactly DIR; refused before "
                    "any run if DIR holds a report, unless --force. Default: a new llmpack-report/<UTC time>-<run group>/, "
@@ -242,7 +257,8 @@ def compile(out: Path, image: str | None) -> None:  # noqa: A001 - the command's
 @click.option("--scale-down-delay-s", "scale_down_delay_s", type=float, default=None,
               help="--cluster: seconds the autoscaler keeps an empty GPU node (default 600); billed after a node's "
                    "last pod when its removal was not seen.")
-def compare(backends: str, repeats: int, local: bool, baseline: str | None, report_dir: Path | None, force: bool, no_report: bool,
+def compare(backends: str, repeats: int, warmup: int | None, local: bool, variants: str | None, baseline: str | None,
+            report_dir: Path | None, force: bool, no_report: bool,
             control_plane: tuple[str, ...], control_plane_file: str | None, inject_start_delay: str | None, wide: bool,
             as_json: bool, params: tuple[str, ...], concurrency: int, kfp_host: str | None, argo_host: str | None,
             namespace: str | None, kubeconfig: str | None, context: str | None, image: str | None,
@@ -255,6 +271,7 @@ def compare(backends: str, repeats: int, local: bool, baseline: str | None, repo
     (./llmpack-report/latest points at the newest; a second compare never replaces a report). A path is named faster or cheaper than the
     baseline only when the 95% bootstrap CI of the difference in medians excludes 0.
     """
+    from components import fusion
     from llmpack import compare as cmp
     from llmpack.display import compare_table, err, library_logs_to, run_with_progress
     from llmpack.report import check_control_plane, parse_control_plane
@@ -273,10 +290,19 @@ def compare(backends: str, repeats: int, local: bool, baseline: str | None, repo
     # Every input is checked here, before the first run starts.
     names = cmp.parse_backends(backends)
     cmp.check_repeats(repeats)
+    if warmup is not None:
+        cmp.check_warmup(warmup)
+        if warmup and not local:
+            raise InputError("--warmup: local runs only (on a cluster, warm nodes with llmpack compile --prepull)")
+    modes = cmp.parse_variants(variants)
+    if modes and not local:
+        raise InputError("--variants: local runs only for now (compile fused artifacts with llmpack compile --fuse)")
+    fusion.check_mode(kwargs["fuse"])
+    labels = [fusion.path_label(b, f) for f in (modes or [kwargs["fuse"]]) for b in names]
     costs = parse_control_plane(control_plane, control_plane_file)
     check_control_plane(costs, names)
-    base = (baseline if baseline is not None else cmp.default_baseline(names)) if local else baseline
-    cmp.check_baseline(base, names)
+    base = (baseline if baseline is not None else cmp.default_baseline(labels)) if local else baseline
+    cmp.check_baseline(base, labels)
     if not no_report:
         check_report_target(report_dir, "--report", force=force)
     delays = cmp.parse_start_delays(inject_start_delay, names)
@@ -292,7 +318,7 @@ def compare(backends: str, repeats: int, local: bool, baseline: str | None, repo
         if not local:
             result = cmp.with_baseline(_compare_cluster(names, repeats, params, cluster, kwargs, inject_start_delay), base)
         else:
-            result = cmp.compare(opts, names, repeats, baseline=base, on_start=started,
+            result = cmp.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes or None, warmup=warmup,
                                  run_one=lambda o, label: run_with_progress(o, label, env=cmp.start_delay_env(delays, o.backend)))
         if delays:
             result["injected_start_delay_s"] = delays
@@ -344,7 +370,8 @@ def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cl
     if "direct" in names:
         raise InputError("--cluster: 'direct' has no cluster path; use --backends kfp,argo,mlflow")
     for flag, value in (("--gpu-type", kwargs.get("gpu_type")), ("--gpus", kwargs.get("gpus")),
-                        ("--inject-start-delay", inject_start_delay)):
+                        ("--inject-start-delay", inject_start_delay),
+                        ("--fuse", None if kwargs.get("fuse") == "none" else kwargs.get("fuse"))):
         if value is not None:
             raise InputError(f"{flag}: not with --cluster (the compiled artifacts fix the GPU spec; the node's GPU prices the run)")
     values = dict(parse_params(params))
@@ -409,8 +436,8 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
             from llmpack.cluster import rebill
 
             rebill(runs, scale_down_delay_s)
-        names = list(dict.fromkeys(r["orchestrator"] for r in runs))
-        check_control_plane(costs, names)
+        check_control_plane(costs, list(dict.fromkeys(r["orchestrator"] for r in runs)))
+        names = list(dict.fromkeys(cmp.path_of(r) for r in runs))
         result = cmp.comparison(run_group, names, runs, **({"baseline": baseline} if baseline else {}))
         click.echo(str(_write_report(result, out, costs, force=force)))
 

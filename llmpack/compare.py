@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from components.errors import InputError
+from components.fusion import path_label, path_of
 from components.submission import new_id
 from llmpack import stats
 from llmpack.backends import BACKENDS
@@ -33,6 +34,24 @@ SUMMARY_METRICS = (
 )
 PERCENTILE_METHOD = "linear interpolation between closest ranks (numpy 'linear', Hyndman-Fan type 7)"
 MIN_N_FOR_P99 = 10
+
+
+# ``--variants``: how the steps are packaged (components.fusion), compared side by side per path.
+VARIANTS = {"default": "none", "fuse-gpu": "gpu", "fuse-all": "all"}
+
+
+def parse_variants(text: str | None) -> list[str]:
+    """``default,fuse-gpu,fuse-all`` -> the fusion modes, in order (None: the default packaging only)."""
+    if text is None:
+        return []
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    if not names:
+        raise InputError(f"--variants: give at least one of {', '.join(VARIANTS)}")
+    for name in names:
+        if name not in VARIANTS:
+            hint = f"; did you mean {name.lower()!r}?" if name.lower() in VARIANTS else ""
+            raise InputError(f"--variants: unknown variant {name!r} (choose from {', '.join(VARIANTS)}){hint}")
+    return [VARIANTS[n] for n in dict.fromkeys(names)]
 
 
 def parse_backends(text: str) -> list[str]:
@@ -62,8 +81,8 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, 
     ``p99_note`` saying so.
     """
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for orch in dict.fromkeys(r["orchestrator"] for r in runs):
-        ok = [r for r in runs if r["orchestrator"] == orch and r["status"] == "succeeded"]
+    for orch in dict.fromkeys(path_of(r) for r in runs):
+        ok = [r for r in runs if path_of(r) == orch and r["status"] == "succeeded"]
         per_metric: dict[str, dict[str, Any]] = {}
         for metric in SUMMARY_METRICS:
             values = [r["metrics"][metric] for r in ok if r["metrics"].get(metric) is not None]
@@ -112,8 +131,17 @@ def quantity(value: float | None, unit: str, *, signed: bool = False) -> str:
 
 
 def default_baseline(backends: list[str]) -> str | None:
-    """``direct`` when it is compared (locally); otherwise no baseline unless the user names one."""
-    return "direct" if "direct" in backends else None
+    """``direct`` when it is compared (locally); otherwise no baseline unless the user names one.
+
+    Comparing variants of one backend only (``--backends argo --variants ...``), its default
+    packaging is the baseline.
+    """
+    if "direct" in backends:
+        return "direct"
+    bases = {b.split("+", 1)[0] for b in backends}
+    if len(bases) == 1 and len(backends) > 1 and next(iter(bases)) in backends:
+        return next(iter(bases))
+    return None
 
 
 def check_baseline(baseline: str | None, backends: list[str]) -> None:
@@ -122,7 +150,7 @@ def check_baseline(baseline: str | None, backends: list[str]) -> None:
 
 
 def _values(runs: list[dict[str, Any]], orch: str, metric: str) -> list[float]:
-    return [float(r["metrics"][metric]) for r in runs if r["orchestrator"] == orch and r["status"] == "succeeded"
+    return [float(r["metrics"][metric]) for r in runs if path_of(r) == orch and r["status"] == "succeeded"
             and r["metrics"].get(metric) is not None]
 
 
@@ -181,7 +209,7 @@ def comparison(run_group: str, backends: list[str], runs: list[dict[str, Any]], 
         "percentile_method": PERCENTILE_METHOD,
         "runs": runs,
         "failed": [
-            {"pipeline_run": r["pipeline_run"], "orchestrator": r["orchestrator"], "error": r["error"]}
+            {"pipeline_run": r["pipeline_run"], "orchestrator": path_of(r), "error": r["error"]}
             for r in runs
             if r["status"] != "succeeded"
         ],
@@ -211,26 +239,55 @@ def compare(
     run_one: Any = None,
     baseline: Any = "default",
     on_start: Any = None,
+    variants: list[str] | None = None,
+    warmup: int | None = None,
 ) -> dict[str, Any]:
-    """Run every backend ``repeats`` times (interleaved: a, b, c, a, b, c...) in one run group.
+    """Run every path ``repeats`` times (interleaved: a, b, c, a, b, c...) in one run group.
 
-    ``on_start(run_group)`` is called once every input is checked, before the first run.
+    A path is a backend, or with ``variants`` (fusion modes) each backend in each packaging
+    (``direct``, ``direct+fuse-gpu``...). ``on_start(run_group)`` is called once every input is
+    checked, before the first run.
+
+    ``warmup`` runs of every path come first and are not counted (default: 1 when ``repeats`` > 1,
+    as hyperfine does): the first run on a machine loads torch and transformers from a cold page
+    cache. Measured on a quiet 2-core machine: the first run's finetune took 9.3 s from process
+    start to a loaded model, the next four 6.0-6.3 s, enough to hide a planted 3 s difference in
+    a 5-run bootstrap. Warm-up runs go to their own run group (``<run group>-warmup``), so
+    ``llmpack report --run-group`` never mixes them in.
     """
     check_repeats(repeats)
-    check_baseline(default_baseline(backends) if baseline == "default" else baseline, backends)
-    for backend in backends:
-        prepare(replace(opts, backend=backend))  # all input checks before the first run starts
+    paths = [(b, f) for f in (variants or [opts.fuse]) for b in backends]
+    labels = [path_label(b, f) for b, f in paths]
+    check_baseline(default_baseline(labels) if baseline == "default" else baseline, labels)
+    for backend, fuse in paths:
+        prepare(replace(opts, backend=backend, fuse=fuse))  # all input checks before the first run starts
     run_group = opts.run_group or new_id("rg")
     if on_start is not None:
         on_start(run_group)
     if run_one is None:
         from llmpack.runs import run_pipeline as run_one
+    warm = default_warmup(repeats) if warmup is None else check_warmup(warmup)
+    for i in range(warm):
+        for (backend, fuse), name in zip(paths, labels, strict=True):
+            run_one(replace(opts, backend=backend, fuse=fuse, run_group=f"{run_group[:56]}-warmup"),
+                    f"{name} (warm-up{f' {i + 1}/{warm}' if warm > 1 else ''}, not counted)")
     runs = []
     for i in range(repeats):
-        for backend in backends:
-            label = f"{backend} ({i + 1}/{repeats})" if repeats > 1 else backend
-            runs.append(run_one(replace(opts, backend=backend, run_group=run_group), label))
-    return comparison(run_group, backends, runs, baseline=baseline, repeats=repeats)
+        for (backend, fuse), name in zip(paths, labels, strict=True):
+            label = f"{name} ({i + 1}/{repeats})" if repeats > 1 else name
+            runs.append(run_one(replace(opts, backend=backend, fuse=fuse, run_group=run_group), label))
+    return comparison(run_group, labels, runs, baseline=baseline, repeats=repeats, warmup=warm)
+
+
+def default_warmup(repeats: int) -> int:
+    """Warm-up runs per path when not given: one when the runs are repeated (for verdicts), else none."""
+    return 1 if repeats > 1 else 0
+
+
+def check_warmup(warmup: int) -> int:
+    if not 0 <= warmup <= 10:
+        raise InputError(f"--warmup {warmup}: must be between 0 and 10 runs per path")
+    return warmup
 
 
 def parse_start_delays(text: str | None, backends: list[str]) -> dict[str, float]:

@@ -63,10 +63,20 @@ def with_image(pipe: Pipeline, image: str) -> Pipeline:
     return replace(pipe, tasks=tasks)
 
 
-def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = None) -> list[Path]:
-    """Compile KFP, Argo and MLflow artifacts under ``out``; returns the files written."""
+def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = None, fuse: str = "none",
+                prepull: bool = False) -> list[Path]:
+    """Compile KFP, Argo and MLflow artifacts under ``out``; returns the files written.
+
+    ``fuse`` (:mod:`components.fusion`): ``gpu`` or ``all`` compiles fewer tasks (pods) that run
+    the same steps; the artifacts keep their file names, so write them to their own ``--out``.
+    ``prepull`` also writes the image pre-pull DaemonSet (:mod:`llmpack.prepull`).
+    """
+    from components.fusion import check_mode
+    from components.fusion import fuse as fuse_steps
+
     out = Path(out)
     _check_out(out)
+    check_mode(fuse)
     if image is not None:
         check_image(image)  # before the compilers' slow imports: bad input fails at once
 
@@ -75,7 +85,7 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
     from kfp_pipelines.compiler import compile_pipeline
     from mlflow_projects.compiler import write_project
 
-    pipe = pipe or build()
+    pipe = fuse_steps(pipe or build(), fuse)
     if image is not None:
         pipe = with_image(pipe, image)
     created = [p for p in (out, *out.parents) if not p.exists()]  # removed again if nothing lands in them
@@ -91,6 +101,11 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
             (tmp / ARGO_FILE).parent.mkdir(parents=True, exist_ok=True)
             (tmp / ARGO_FILE).write_text(build_workflow(pipe).to_yaml())
             write_project(pipe, tmp / MLFLOW_DIR, typed_dir=(out / MLFLOW_DIR).as_posix())
+            if prepull:
+                from llmpack.prepull import PREPULL_FILE, daemonset_yaml
+
+                (tmp / PREPULL_FILE).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / PREPULL_FILE).write_text(daemonset_yaml(pipe))
         except OSError as exc:  # a full disk or a quota: nothing has reached ``out`` yet
             shutil.rmtree(tmp, ignore_errors=True)
             _remove_empty(created)

@@ -20,6 +20,7 @@ from typing import Any
 
 from components import yamltext
 from components.errors import InputError
+from components.fusion import path_of
 from components.telemetry import ALL_EVENTS
 
 PALETTE = {"direct": "#7f7f7f", "kfp": "#1f77b4", "argo": "#ff7f0e", "mlflow": "#2ca02c"}
@@ -37,7 +38,8 @@ PHASES = (
 
 
 def _colour(orch: str) -> str:
-    return PALETTE.get(orch, "#444444")
+    """A path's colour; a fused variant (``argo+fuse-gpu``) takes its backend's."""
+    return PALETTE.get(orch, PALETTE.get(orch.split("+", 1)[0], "#444444"))
 
 
 # --------------------------------------------------------------------------- loading
@@ -91,7 +93,7 @@ def _unit_costs(runs: list[dict[str, Any]], orch: str) -> list[float]:
     """USD per training GPU-hour of each succeeded run of ``orch``: cost_usd / (train_s x GPUs / 3600)."""
     out = []
     for r in runs:
-        if r["orchestrator"] != orch or r["status"] != "succeeded":
+        if path_of(r) != orch or r["status"] != "succeeded":
             continue
         cost = r["metrics"].get("cost_usd") or 0.0
         train_h = (r["metrics"].get("train_s") or 0.0) * float(r["tags"].get("llmpack.gpu_count", 0) or 0) / 3600
@@ -119,15 +121,19 @@ def break_even(
 
     if not control_plane_usd_month:
         return None
-    compared = {r["orchestrator"] for r in runs if r["status"] == "succeeded" and r["orchestrator"] != "direct"}
+    compared = {path_of(r) for r in runs if r["status"] == "succeeded" and r["orchestrator"] != "direct"}
     per_run = {o: _unit_costs(runs, o) for o in sorted(compared | set(control_plane_usd_month))}
     per_run = {o: v for o, v in per_run.items() if v}
     unit = {o: statistics.median(v) for o, v in per_run.items()}
-    fixed = {o: control_plane_usd_month.get(o, 0.0) for o in unit}
-    assumed = sorted(o for o in unit if o not in control_plane_usd_month)
+
+    def monthly(o: str) -> float | None:  # a fused variant runs on its backend's control plane
+        return control_plane_usd_month.get(o, control_plane_usd_month.get(o.split("+", 1)[0]))
+
+    fixed = {o: monthly(o) or 0.0 for o in unit}
+    assumed = sorted(o for o in unit if monthly(o) is None)
     inputs = ", ".join(f"{o} ${fixed[o]:,.0f}/month{' (not given: $0)' if o in assumed else ''} + "
                        f"{quantity(unit[o], '$')}/training GPU-hour (n={len(per_run[o])})" for o in sorted(unit))
-    billed = [r for r in runs if r["status"] == "succeeded" and r["orchestrator"] in unit]
+    billed = [r for r in runs if r["status"] == "succeeded" and path_of(r) in unit]
     delays = sorted({r["tags"].get("llmpack.scale_down_delay_s", "?") for r in billed
                      if r["tags"].get("llmpack.cost_basis") == "node"})
     if delays:
@@ -394,9 +400,9 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
             if step == "finetune" and "process_started" in ev:
                 ax.text(ev["process_started"] - t0, y + 0.42, "finetune", fontsize=7, va="bottom")
     ax.set_yticks(range(len(lanes)))
-    ax.set_yticklabels([f"{r['orchestrator']} · {r['pipeline_run'][-6:]}" for r in lanes])
+    ax.set_yticklabels([f"{path_of(r)} · {r['pipeline_run'][-6:]}" for r in lanes])
     for tick, run in zip(ax.get_yticklabels(), lanes, strict=False):
-        tick.set_color(_colour(run["orchestrator"]))
+        tick.set_color(_colour(path_of(run)))
     ax.invert_yaxis()
     ax.set_xlim(left=0)
     ax.set_xlabel("seconds since submit")
@@ -418,10 +424,10 @@ def chart_boxes(runs: list[dict[str, Any]], path: Path) -> None:
     plt = _pyplot()
     from llmpack.compare import quantity
 
-    orchs = list(dict.fromkeys(r["orchestrator"] for r in runs if r["status"] == "succeeded"))
+    orchs = list(dict.fromkeys(path_of(r) for r in runs if r["status"] == "succeeded"))
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for ax, metric, title in ((axes[0], "spinup_s", "Spin-up (s)"), (axes[1], "time_to_first_step_s", "Time to first training step (s)")):
-        data = [[r["metrics"][metric] for r in runs if r["orchestrator"] == o and r["status"] == "succeeded"
+        data = [[r["metrics"][metric] for r in runs if path_of(r) == o and r["status"] == "succeeded"
                  and r["metrics"].get(metric) is not None] for o in orchs]
         if any(data):
             box = ax.boxplot(data, patch_artist=True, showmeans=False)
@@ -456,12 +462,12 @@ def chart_cost(runs: list[dict[str, Any]], path: Path, splits: dict[str, dict[st
         total = r["metrics"]["cost_usd"]
         split = splits.get(r["pipeline_run"])
         if split:
-            ax.barh(y, split["compute_usd"], color=_colour(r["orchestrator"]), alpha=0.9,
+            ax.barh(y, split["compute_usd"], color=_colour(path_of(r)), alpha=0.9,
                     label="compute (training, evaluating)" if y == 0 else None)
-            ax.barh(y, split["overhead_usd"], left=split["compute_usd"], color=_colour(r["orchestrator"]), alpha=0.35,
+            ax.barh(y, split["overhead_usd"], left=split["compute_usd"], color=_colour(path_of(r)), alpha=0.35,
                     hatch="//", edgecolor="white", label="overhead (start-up, model load, hand-overs)" if y == 0 else None)
         else:
-            ax.barh(y, total, color=_colour(r["orchestrator"]), alpha=0.85)
+            ax.barh(y, total, color=_colour(path_of(r)), alpha=0.85)
         ax.annotate(quantity(total, "$"), (total, y), xytext=(4, 0), textcoords="offset points", fontsize=8, va="center")
     ax.set_yticks(range(len(ok)))
     ax.set_yticklabels([f"{r['orchestrator']} · {r['pipeline_run'][-6:]}" for r in ok])
@@ -513,8 +519,8 @@ def _cost_lines(result: dict[str, Any], splits: dict[str, dict[str, float] | Non
     from llmpack.compare import quantity
 
     out = []
-    for orch in result.get("backends") or dict.fromkeys(r["orchestrator"] for r in result["runs"]):
-        mine = [splits[r["pipeline_run"]] for r in result["runs"] if r["orchestrator"] == orch and splits.get(r["pipeline_run"])]
+    for orch in result.get("backends") or dict.fromkeys(path_of(r) for r in result["runs"]):
+        mine = [splits[r["pipeline_run"]] for r in result["runs"] if path_of(r) == orch and splits.get(r["pipeline_run"])]
         if not mine:
             continue
         compute = statistics.median(s["compute_usd"] for s in mine)

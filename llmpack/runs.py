@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from components import cost, record, telemetry, tracking
+from components import cost, fusion, record, telemetry, tracking
 from components.commands import pipeline_values
 from components.data import BUILTIN, load_rows
 from components.dsl import Pipeline
@@ -61,11 +61,13 @@ class RunOptions:
     price_file: str | None = None
     run_group: str | None = None
     params: dict[str, Any] = field(default_factory=dict)  # other pipeline parameters
+    fuse: str = "none"  # components.fusion: none | gpu | all (how the steps are packaged, not what they compute)
 
 
 def validate(opts: RunOptions) -> None:
     """Every check that can fail on the user's input, before anything is written."""
     local_runner(opts.backend)  # an unknown --backend is refused here, before anything is written
+    fusion.check_mode(opts.fuse)
     if opts.max_steps <= 0:
         raise InputError(f"--max-steps {opts.max_steps}: must be a positive number of steps")
     if opts.gpus is not None and opts.gpus < 0:
@@ -125,7 +127,7 @@ def prepare(opts: RunOptions, pipe: Pipeline | None = None) -> tuple[Pipeline, c
     from components.pipeline import build
 
     validate(opts)
-    pipe = apply_gpu_overrides(pipe or build(), opts.gpu_type, opts.gpus)
+    pipe = fusion.fuse(apply_gpu_overrides(pipe or build(), opts.gpu_type, opts.gpus), opts.fuse)
     return pipe, resolve_price(pipe, opts)
 
 
@@ -177,7 +179,7 @@ def run_pipeline(
     )
     values = pipeline_values(pipe, {**overrides, **telemetry_values(ctx)})
     uses = record.gpu_uses(pipe)
-    record_tags = {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name}
+    record_tags = {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name, fusion.FUSE_TAG: opts.fuse}
     run_id = _open_record(mc, ctx, record_tags) if reachable else None
     staging.mkdir(parents=True)
 
@@ -186,7 +188,7 @@ def run_pipeline(
     artifacts: dict[str, Path] = {}
     try:
         with watch(staging, progress) if progress else nullcontext():
-            artifacts = backend.run_local(pipe, values, staging, step_env)
+            artifacts = fusion.unfused_artifacts(pipe, backend.run_local(pipe, values, staging, step_env))
     except RunFailed as exc:
         error, failed_step = str(exc), exc.step
     except InputError as exc:
@@ -328,6 +330,7 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
         "run_group": run_group,
         "pipeline_run": pipeline_run,
         "orchestrator": opts.backend,
+        "fuse": opts.fuse,
         "mode": "local",
         "status": status,
         "error": error,

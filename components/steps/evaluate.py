@@ -9,7 +9,7 @@ from typing import Any
 
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Metrics, Model, Output, Resources, step
 from components.errors import StepFailed
-from components.modeling import MODEL_META, device_and_dtype, load_base_model
+from components.modeling import MODEL_META, device_and_dtype, load_base_model, take_tuned
 from components.runtime import emit, metric
 
 
@@ -59,18 +59,27 @@ def evaluate(
     labels = torch.from_numpy(np.load(src / "eval_labels.npy"))
     meta = json.loads((Path(model.path) / MODEL_META).read_text())
 
-    base = load_base_model(meta["base_model"]).to(device)
-    emit("model_loaded")
-    base_loss = mean_token_loss(base, input_ids, labels, batch_size, device, amp_dtype)
-    if meta["method"] == "lora":
-        from peft import PeftModel
-
-        tuned = PeftModel.from_pretrained(base, str(Path(model.path) / "adapter")).to(device)
+    kept = take_tuned(model.path)  # fused with finetune: the tuned model is still in memory
+    if kept is not None and meta["method"] == "lora":
+        emit("model_loaded")
+        with kept.disable_adapter():  # the frozen base weights, exactly as loaded before training
+            base_loss = mean_token_loss(kept, input_ids, labels, batch_size, device, amp_dtype)
+        eval_loss = mean_token_loss(kept, input_ids, labels, batch_size, device, amp_dtype)
     else:
-        from transformers import AutoModelForCausalLM
+        base = load_base_model(meta["base_model"]).to(device)
+        emit("model_loaded")
+        base_loss = mean_token_loss(base, input_ids, labels, batch_size, device, amp_dtype)
+        if kept is not None:  # full fine-tuning: the tuned weights replaced the base ones in memory
+            tuned = kept
+        elif meta["method"] == "lora":
+            from peft import PeftModel
 
-        tuned = AutoModelForCausalLM.from_pretrained(str(Path(model.path) / "full")).to(device)
-    eval_loss = mean_token_loss(tuned, input_ids, labels, batch_size, device, amp_dtype)
+            tuned = PeftModel.from_pretrained(base, str(Path(model.path) / "adapter")).to(device)
+        else:
+            from transformers import AutoModelForCausalLM
+
+            tuned = AutoModelForCausalLM.from_pretrained(str(Path(model.path) / "full")).to(device)
+        eval_loss = mean_token_loss(tuned, input_ids, labels, batch_size, device, amp_dtype)
     result = {
         "base_eval_loss": base_loss,
         "eval_loss": eval_loss,

@@ -33,7 +33,7 @@ from typing import Any
 
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Output, Resources, Retry, step
 from components.errors import InputError
-from components.modeling import MODEL_META, device_and_dtype, load_base_model
+from components.modeling import MODEL_META, device_and_dtype, keep_tuned, load_base_model
 from components.runtime import emit, metric
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -318,7 +318,7 @@ def finetune(
         print(f"finetune: resumed from {resume} at step {start_step}", flush=True)
 
     stop = {"sigterm": False}
-    signal.signal(signal.SIGTERM, lambda *_: stop.update(sigterm=True))
+    previous_sigterm = signal.signal(signal.SIGTERM, lambda *_: stop.update(sigterm=True))
 
     # ---- the loop
     tokens_seen = 0
@@ -358,11 +358,13 @@ def finetune(
     if device.type == "cuda":
         torch.cuda.synchronize()
     train_s = time.perf_counter() - t0
+    signal.signal(signal.SIGTERM, previous_sigterm)  # a step fused after this one gets the default back
 
     # ---- outputs
     out = Path(model.path)
     weights_dir = out / ("adapter" if method == "lora" else "full")
     net.save_pretrained(weights_dir, safe_serialization=True)
+    keep_tuned(out, net)  # for evaluate, when it runs fused in this process
     (out / MODEL_META).write_text(
         json.dumps({"base_model": base_model, "method": method, "seq_len": int(seq_len), "steps": max_steps, "seed": seed}, indent=2, sort_keys=True)
         + "\n"

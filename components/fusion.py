@@ -1,0 +1,269 @@
+"""Step fusion: run several tasks of the pipeline in one process (one pod), computing the same thing.
+
+    llmpack run --fuse gpu      # finetune and evaluate in one process: the tuned model stays in memory
+    llmpack run --fuse all      # every step in one process: one pod per run
+
+:func:`fuse` turns a :class:`~components.dsl.Pipeline` into another pipeline in which each group
+of tasks is one task whose step is a :class:`FusedStep`. The backends compile it like any other
+pipeline (nothing in them knows about fusion); the step process (:mod:`components.runtime`)
+sees a :class:`FusedStep` and runs its members one after the other, each with its own
+telemetry, so the record still shows every authored step's events (``process_started`` of a
+later member is the moment the one before it handed over: the hand-over the fusion removed).
+
+How a fused task is wired (decisions):
+
+* **Artifacts** keep their place: each member output becomes the fused step's output
+  ``<task>_<output>`` (``finetune_model``), each input coming from outside the group becomes
+  the fused step's input under the producer's name (``tokenize_tokens``). Every directory the
+  unfused run writes is written, with the same files, so adapters and metrics compare byte for
+  byte and :func:`unfused_artifacts` maps the runner's keys back (``finetune.model``).
+* **Parameters**: a member argument wired to a pipeline parameter becomes a fused parameter of
+  that pipeline parameter's name (``max_steps``; evaluate's ``batch_size`` is ``eval_batch_size``),
+  so there is no name clash; constant arguments stay in the member.
+* **Execution** is the group's most demanding: the heaviest member's resources (GPUs, then CPU),
+  its image, the largest retry limit, the sum of timeouts, the merged node selectors and
+  tolerations. A fused-all pod holds the GPU for every step, and :func:`components.record.gpu_uses`
+  bills it that way.
+* **Identity in another process**: the step process imports the fused step by reference,
+  ``components.fusion:<task>__<task>`` (module ``__getattr__`` below), rebuilt from
+  :func:`components.pipeline.build`; only the wiring matters there, not the execution settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from components.dsl import (
+    Artifact,
+    Execution,
+    OutputRef,
+    Param,
+    Pipeline,
+    PipelineParamRef,
+    Resources,
+    Retry,
+    Step,
+    Task,
+)
+from components.errors import InputError
+
+FUSE_MODES = ("none", "gpu", "all")
+ALL_STEPS_TASK = "all-steps"  # the one task of a fully fused pipeline
+FUSE_TAG = "llmpack.fuse"  # the pipeline record's tag: how its steps were packaged
+
+
+@dataclass(frozen=True, kw_only=True)
+class Member:
+    """One authored task inside a fused step, with its arguments as the pipeline wired them."""
+
+    task: str
+    step: Step
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FusedStep(Step):
+    """Several authored steps run in one process, in order."""
+
+    members: tuple[Member, ...] = field(default=())
+
+    @property
+    def ref(self) -> str:
+        return f"{__name__}:{fused_attr([m.task for m in self.members])}"
+
+
+def fused_attr(tasks: list[str]) -> str:
+    """The module attribute that names a fused step: its tasks, ``-`` as ``_``, joined by ``__``."""
+    return "__".join(t.replace("-", "_") for t in tasks)
+
+
+def artifact_name(ref: OutputRef) -> str:
+    """A fused step's name for one member artifact: ``<task>_<output>`` as a Python identifier."""
+    return f"{ref.task}_{ref.output}".replace("-", "_")
+
+
+def check_mode(mode: str) -> str:
+    if mode not in FUSE_MODES:
+        hint = f"; did you mean {mode.lower()!r}?" if mode.lower() in FUSE_MODES else ""
+        raise InputError(f"--fuse {mode!r}: choose one of {', '.join(FUSE_MODES)}{hint}")
+    return mode
+
+
+def groups(pipe: Pipeline, mode: str) -> list[list[Task]]:
+    """The task groups ``mode`` fuses: runs of consecutive GPU tasks (``gpu``) or every task (``all``)."""
+    order = pipe.task_order()
+    if check_mode(mode) == "none":
+        return []
+    if mode == "all":
+        return [order] if len(order) > 1 else []
+    found: list[list[Task]] = []
+    run: list[Task] = []
+    for task in [*order, None]:
+        if task is not None and task.step.execution.resources.gpus > 0:
+            run.append(task)
+            continue
+        if len(run) > 1:
+            found.append(run)
+        run = []
+    return found
+
+
+def fuse(pipe: Pipeline, mode: str) -> Pipeline:
+    """A copy of ``pipe`` with each group of ``mode`` as one task (``none``: ``pipe`` itself)."""
+    fused = pipe
+    for group in groups(pipe, mode):
+        fused = _fuse_group(fused, [t.name for t in group], ALL_STEPS_TASK if len(group) == len(pipe.tasks) else None)
+    return fused
+
+
+def _fuse_group(pipe: Pipeline, names: list[str], task_name: str | None) -> Pipeline:
+    members = [pipe.tasks[n] for n in names]
+    inside = set(names)
+    params: dict[str, Param] = {}
+    inputs: dict[str, type[Artifact]] = {}
+    outputs: dict[str, type[Artifact]] = {}
+    arguments: dict[str, Any] = {}
+    for task in members:
+        for key, value in task.arguments.items():
+            if isinstance(value, PipelineParamRef):
+                params[value.name] = replace(pipe.all_params[value.name])
+                arguments[value.name] = value
+            elif isinstance(value, OutputRef) and value.task not in inside:
+                inputs[artifact_name(value)] = task.step.inputs[key]
+                arguments[artifact_name(value)] = value
+        for out, typ in task.step.outputs.items():
+            outputs[artifact_name(OutputRef(task.name, out))] = typ
+    name = task_name or "-".join(names)
+    step = FusedStep(
+        name=name,
+        func=_not_called,
+        params=params,
+        inputs=inputs,
+        outputs=outputs,
+        execution=_merged_execution([t.step.execution for t in members]),
+        description=f"{', '.join(names)} in one process",
+        members=tuple(Member(task=t.name, step=t.step, arguments=dict(t.arguments)) for t in members),
+    )
+    fused_task = Task(name=name, step=step, arguments=arguments,
+                      depends_on=[d for t in members for d in t.depends_on if d not in inside])
+    tasks: dict[str, Task] = {}
+    for tname, task in pipe.tasks.items():
+        if tname in inside:
+            if tname == names[0]:
+                tasks[name] = fused_task
+            continue
+        tasks[tname] = replace(task, arguments={k: _redirect(v, inside, name) for k, v in task.arguments.items()},
+                               depends_on=[name if d in inside else d for d in task.depends_on])
+    return replace(pipe, tasks=tasks).validate()
+
+
+def _redirect(value: Any, inside: set[str], fused_task: str) -> Any:
+    if isinstance(value, OutputRef) and value.task in inside:
+        return OutputRef(fused_task, artifact_name(value))
+    return value
+
+
+def _not_called(**_: Any) -> None:
+    raise RuntimeError("a fused step runs its members (components.runtime), never this function")
+
+
+def _merged_execution(executions: list[Execution]) -> Execution:
+    heaviest = max(executions, key=lambda e: (e.resources.gpus, e.resources.cpu))
+    selector: dict[str, str] = {}
+    tolerations = []
+    for ex in sorted(executions, key=lambda e: e is not heaviest):
+        selector = {**ex.node_selector, **selector}
+        tolerations += [t for t in ex.tolerations if t not in tolerations]
+    retry = max((e.retry for e in executions), key=lambda r: r.limit, default=Retry())
+    return Execution(
+        image=heaviest.image,
+        resources=Resources(**{f: getattr(heaviest.resources, f) for f in ("cpu", "memory", "gpu_type", "gpus")}),
+        retry=retry,
+        timeout_s=sum(e.timeout_s for e in executions),
+        node_selector=selector,
+        tolerations=tuple(tolerations),
+    )
+
+
+def path_label(backend: str, fuse: str) -> str:
+    """What a compared path is called: ``argo``, or ``argo+fuse-gpu`` for a fused variant."""
+    return backend if fuse in ("none", "") else f"{backend}+fuse-{fuse}"
+
+
+def path_of(run: dict[str, Any]) -> str:
+    """The compared path a run summary belongs to (its orchestrator and, when fused, the variant)."""
+    fuse = run.get("fuse") or (run.get("tags") or {}).get("llmpack.fuse") or "none"
+    return path_label(run["orchestrator"], fuse)
+
+
+def gpu_uses(pipe: Pipeline) -> list[Any]:
+    """What each authored step holds, for cost: a fused step's members hold the fused pod's resources.
+
+    The cost of a fused task is then the sum over its members of process start to finish, which
+    is the pod's time (the members follow each other with no gap): a fused-all pod bills its GPU
+    for data preparation and registration too, as it holds it.
+    """
+    from components.cost import GpuUse
+
+    uses = []
+    for t in pipe.task_order():
+        res = t.step.execution.resources
+        names = [m.task for m in t.step.members] if isinstance(t.step, FusedStep) else [t.name]
+        uses += [GpuUse(step=n, gpus=res.gpus, cpu=res.cpu, gpu_type=res.gpu_type) for n in names]
+    return uses
+
+
+def unfused_artifacts(pipe: Pipeline, artifacts: dict[str, Path]) -> dict[str, Path]:
+    """A runner's ``{"task.output": dir}`` with fused keys as the authored ones (``finetune.model``)."""
+    out: dict[str, Path] = {}
+    for key, path in artifacts.items():
+        task, _, output = key.partition(".")
+        step = pipe.tasks[task].step if task in pipe.tasks else None
+        if isinstance(step, FusedStep):
+            for m in step.members:
+                for name in m.step.outputs:
+                    if artifact_name(OutputRef(m.task, name)) == output:
+                        out[f"{m.task}.{name}"] = path
+        else:
+            out[key] = path
+    return out
+
+
+def member_paths(member: Member, paths: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The member's ``--input`` and ``--output`` directories, from the fused step's (by artifact name)."""
+    inputs = {k: paths[artifact_name(v)] for k, v in member.arguments.items() if isinstance(v, OutputRef)}
+    outputs = {k: paths[artifact_name(OutputRef(member.task, k))] for k in member.step.outputs}
+    return inputs, outputs
+
+
+def member_values(member: Member, fused_values: dict[str, Any], fused_params: dict[str, Param]) -> dict[str, Any]:
+    """The member's parameter values: pipeline-wired ones from the fused step's, constants as authored."""
+    values: dict[str, Any] = {}
+    for key, arg in member.arguments.items():
+        if key not in member.step.params:
+            continue
+        if isinstance(arg, PipelineParamRef):
+            values[key] = fused_values[arg.name] if arg.name in fused_values else fused_params[arg.name].default
+        else:
+            values[key] = arg
+    return values
+
+
+def __getattr__(name: str) -> FusedStep:
+    """``components.fusion:finetune__evaluate``: the fused step of those tasks of the built-in pipeline."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from components.pipeline import build
+
+    pipe = build()
+    by_attr = {t.replace("-", "_"): t for t in pipe.tasks}
+    parts = name.split("__")
+    if len(parts) < 2 or any(p not in by_attr for p in parts):
+        raise AttributeError(f"no fused step {name!r} in pipeline {pipe.name!r}")
+    names = [by_attr[p] for p in parts]
+    fused = _fuse_group(pipe, names, ALL_STEPS_TASK if len(names) == len(pipe.tasks) else None)
+    step = next(t.step for t in fused.tasks.values() if isinstance(t.step, FusedStep))
+    assert isinstance(step, FusedStep)
+    return step
