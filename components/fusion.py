@@ -23,7 +23,7 @@ How a fused task is wired (decisions):
 * **Execution** is the group's most demanding: the heaviest member's resources (GPUs, then CPU),
   its image, the largest retry limit, the sum of timeouts, the merged node selectors and
   tolerations. A fused-all pod holds the GPU for every step, and :func:`components.record.gpu_uses`
-  bills it that way.
+  bills it that way (each member holds the fused pod's resources).
 * **Identity in another process**: the step process imports the fused step by reference,
   ``components.fusion:<task>__<task>`` (module ``__getattr__`` below), rebuilt from
   :func:`components.pipeline.build`; only the wiring matters there, not the execution settings.
@@ -42,7 +42,6 @@ from components.dsl import (
     Param,
     Pipeline,
     PipelineParamRef,
-    Resources,
     Retry,
     Step,
     Task,
@@ -114,11 +113,11 @@ def fuse(pipe: Pipeline, mode: str) -> Pipeline:
     """A copy of ``pipe`` with each group of ``mode`` as one task (``none``: ``pipe`` itself)."""
     fused = pipe
     for group in groups(pipe, mode):
-        fused = _fuse_group(fused, [t.name for t in group], ALL_STEPS_TASK if len(group) == len(pipe.tasks) else None)
+        fused = _fuse_group(fused, [t.name for t in group])
     return fused
 
 
-def _fuse_group(pipe: Pipeline, names: list[str], task_name: str | None) -> Pipeline:
+def _fuse_group(pipe: Pipeline, names: list[str]) -> Pipeline:
     members = [pipe.tasks[n] for n in names]
     inside = set(names)
     params: dict[str, Param] = {}
@@ -135,7 +134,7 @@ def _fuse_group(pipe: Pipeline, names: list[str], task_name: str | None) -> Pipe
                 arguments[artifact_name(value)] = value
         for out, typ in task.step.outputs.items():
             outputs[artifact_name(OutputRef(task.name, out))] = typ
-    name = task_name or "-".join(names)
+    name = ALL_STEPS_TASK if len(names) == len(pipe.tasks) else "-".join(names)
     step = FusedStep(
         name=name,
         func=_not_called,
@@ -179,7 +178,7 @@ def _merged_execution(executions: list[Execution]) -> Execution:
     retry = max((e.retry for e in executions), key=lambda r: r.limit, default=Retry())
     return Execution(
         image=heaviest.image,
-        resources=Resources(**{f: getattr(heaviest.resources, f) for f in ("cpu", "memory", "gpu_type", "gpus")}),
+        resources=heaviest.resources,
         retry=retry,
         timeout_s=sum(e.timeout_s for e in executions),
         node_selector=selector,
@@ -194,25 +193,8 @@ def path_label(backend: str, fuse: str) -> str:
 
 def path_of(run: dict[str, Any]) -> str:
     """The compared path a run summary belongs to (its orchestrator and, when fused, the variant)."""
-    fuse = run.get("fuse") or (run.get("tags") or {}).get("llmpack.fuse") or "none"
+    fuse = run.get("fuse") or (run.get("tags") or {}).get(FUSE_TAG) or "none"
     return path_label(run["orchestrator"], fuse)
-
-
-def gpu_uses(pipe: Pipeline) -> list[Any]:
-    """What each authored step holds, for cost: a fused step's members hold the fused pod's resources.
-
-    The cost of a fused task is then the sum over its members of process start to finish, which
-    is the pod's time (the members follow each other with no gap): a fused-all pod bills its GPU
-    for data preparation and registration too, as it holds it.
-    """
-    from components.cost import GpuUse
-
-    uses = []
-    for t in pipe.task_order():
-        res = t.step.execution.resources
-        names = [m.task for m in t.step.members] if isinstance(t.step, FusedStep) else [t.name]
-        uses += [GpuUse(step=n, gpus=res.gpus, cpu=res.cpu, gpu_type=res.gpu_type) for n in names]
-    return uses
 
 
 def unfused_artifacts(pipe: Pipeline, artifacts: dict[str, Path]) -> dict[str, Path]:
@@ -263,7 +245,7 @@ def __getattr__(name: str) -> FusedStep:
     if len(parts) < 2 or any(p not in by_attr for p in parts):
         raise AttributeError(f"no fused step {name!r} in pipeline {pipe.name!r}")
     names = [by_attr[p] for p in parts]
-    fused = _fuse_group(pipe, names, ALL_STEPS_TASK if len(names) == len(pipe.tasks) else None)
+    fused = _fuse_group(pipe, names)
     step = next(t.step for t in fused.tasks.values() if isinstance(t.step, FusedStep))
     assert isinstance(step, FusedStep)
     return step

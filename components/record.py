@@ -109,10 +109,20 @@ def resolve_submit_time(
 
 
 def gpu_uses(pipe: Any) -> list[cost.GpuUse]:
-    """What each task of a pipeline object holds, for cost (a fused task's members: what it holds)."""
-    from components.fusion import gpu_uses as uses_of
+    """What each authored step of a pipeline object holds, for cost.
 
-    return uses_of(pipe)
+    A fused task's members each hold the fused pod's resources (:mod:`components.fusion`): their
+    times follow each other with no gap, so their sum is the pod's time, and a fused-all pod bills
+    its GPU for data preparation and registration too, as it holds it.
+    """
+    from components.fusion import FusedStep
+
+    uses = []
+    for t in pipe.task_order():
+        res = t.step.execution.resources
+        names = [m.task for m in t.step.members] if isinstance(t.step, FusedStep) else [t.name]
+        uses += [cost.GpuUse(step=n, gpus=res.gpus, cpu=res.cpu, gpu_type=res.gpu_type) for n in names]
+    return uses
 
 
 def uses_json(uses: Sequence[cost.GpuUse]) -> str:

@@ -225,7 +225,6 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
     for name, typ in step.inputs.items():
         kwargs[name] = typ(inputs[name])
     for name, typ in step.outputs.items():
-        Path(outputs[name]).mkdir(parents=True, exist_ok=True)
         kwargs[name] = typ(outputs[name])
     try:
         step.func(**kwargs)
