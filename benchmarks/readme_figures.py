@@ -9,7 +9,10 @@ a fresh temporary directory (so the MLflow database is created as a first-time u
 
 * ``compare``: ``llmpack compare --control-plane-cost ...`` at 80 columns, its wall time and output;
 * ``table``: the measured-figures table (``import_time.py``, ``time llmpack run``, ``time llmpack compare``);
-* ``overhead``: ``python benchmarks/overhead.py --repeats 3``.
+* ``overhead``: ``python benchmarks/overhead.py --repeats 3``;
+* ``spinup``: ``python benchmarks/spinup.py --pairs 5`` (about 7 minutes more).
+
+``--sections spinup`` (comma-separated) measures only those.
 
 Run it on a quiet machine: the figures are wall times.
 """
@@ -45,6 +48,18 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return wall, proc
+
+
+def measure_spinup() -> str:
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        _, spinup = timed([sys.executable, str(REPO / "benchmarks" / "spinup.py"), "--pairs", "5"], Path(tmp))
+    load_after = os.getloadavg()[0]
+    lines = spinup.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("path "))
+    return ("```\n" + "\n".join(lines[start:]).rstrip() + "\n```\n\n"
+            f"(Measured {time.strftime('%Y-%m-%d', time.gmtime())}; 1-minute load average {load_before:.1f} before, "
+            f"{load_after:.1f} after.)")
 
 
 def measure() -> dict[str, str]:
@@ -103,8 +118,16 @@ def rewrite(text: str, sections: dict[str, str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="print the figures; do not rewrite README.md")
+    parser.add_argument("--sections", default="compare,table,overhead,spinup",
+                        help="comma-separated sections to measure (default: all)")
     args = parser.parse_args()
-    sections = measure()
+    wanted = {s.strip() for s in args.sections.split(",") if s.strip()}
+    unknown = wanted - {"compare", "table", "overhead", "spinup"}
+    if unknown:
+        parser.error(f"--sections: unknown {', '.join(sorted(unknown))}")
+    sections = {k: v for k, v in measure().items() if k in wanted} if wanted & {"compare", "table", "overhead"} else {}
+    if "spinup" in wanted:
+        sections["spinup"] = measure_spinup()
     for name, body in sections.items():
         print(f"--- {name}\n{body}\n")
     if not args.check:
