@@ -15,7 +15,9 @@ subprocess. What it does, in Argo's terms:
   its producer's directory;
 - ``retryStrategy``: ``limit``, ``retryPolicy`` (a non-zero exit is a *failure*: retried under
   ``Always`` and ``OnFailure``), ``expression`` of the form ``asInt(lastRetry.exitCode) OP N``,
-  and ``backoff`` (capped at one second locally);
+  and ``backoff`` (capped at one second locally); each attempt's process gets its ``{{retries}}``
+  in ``LLMPACK_ATTEMPT``, so its records are its own and every attempt is billed (the step would
+  count its attempts in its own JSONL anyway: retries here reuse the task's output directory);
 - ``spec.onExit``: a container template without inputs, run after the DAG whether it succeeded
   or failed (not after an interrupt: then the caller closes what is open);
 - literal ``env`` values; ``secretKeyRef`` variables are the cluster's, so locally the caller's
@@ -43,6 +45,7 @@ from components import yamltext
 from components.commands import format_value, run_logged
 from components.dsl import Pipeline
 from components.errors import InputError, RunFailed
+from components.telemetry import ATTEMPT_ENV
 
 WORKFLOW_FILE = "workflow.yaml"
 COMMITTED_YAML = Path(__file__).with_name("finetune.yaml")
@@ -557,7 +560,9 @@ def _run_dag(steps: list[_PlannedTask], workdir: Path, env: Mapping[str, str]) -
         name, retry = step.name, step.tmpl.retry
         log_path = workdir / "logs" / f"{name}.log"
         for attempt in range(retry.limit + 1):
-            rc, last = run_logged(step.command(attempt), env=step.env(env, attempt), log_path=log_path)
+            # ``{{retries}}`` for the attempt, as Argo resolves it; LLMPACK_ATTEMPT tells the step (every attempt billed)
+            rc, last = run_logged(step.command(attempt), env={**step.env(env, attempt), ATTEMPT_ENV: str(attempt)},
+                                  log_path=log_path)
             if rc == 0:
                 break
             if not retry.should_retry(attempt, rc):

@@ -6,7 +6,8 @@ Price per GPU-hour, first found wins: the ``--price-per-gpu-hour`` flag, the
 An unknown GPU type with no price is reported as unknown, never guessed.
 
 ``cost_usd = gpu_count x billed seconds x price / 3600``, billed from container start
-(local: process start) to finish, plus node provisioning time when a node was brought up.
+(local: process start) to finish, plus node provisioning time when a node was brought up;
+summed over every attempt of a retried step (:func:`cost_metrics`).
 On a cluster, :func:`bill_nodes` bills GPU nodes instead, the way clouds bill them (node
 Ready to removal, or last pod + the autoscaler's scale-down delay; see ``llmpack.cluster``).
 """
@@ -166,19 +167,52 @@ def billed_seconds(times: StepTimes) -> float | None:
     return billed
 
 
+@dataclass(frozen=True, kw_only=True)
+class AttemptBill:
+    """One retried attempt of a step (not the last one) and what its GPUs cost."""
+
+    step: str
+    attempt: int
+    billed_s: float | None  # container (local: process) start to finish; None when it left no finish
+    gpu_hours: float
+    cost_usd: float | None
+
+
+def retried_attempts(steps: Mapping[str, StepTimes], uses: list[GpuUse], price: Price | None) -> list[AttemptBill]:
+    """Every attempt that was retried (all but each step's last), GPU steps priced, in step then attempt order."""
+    gpus = {u.step: u.gpus for u in uses}
+    out = []
+    for name, st in steps.items():
+        for a in st.retried:
+            billed = billed_seconds(a)
+            hours = max(0, gpus.get(name, 0)) * (billed or 0.0) / 3600.0
+            out.append(AttemptBill(step=name, attempt=a.attempt, billed_s=billed, gpu_hours=hours,
+                                   cost_usd=None if price is None else hours * price.per_gpu_hour))
+    return out
+
+
 def cost_metrics(
     steps: dict[str, StepTimes],
     uses: list[GpuUse],
     price: Price | None,
 ) -> dict[str, float | None]:
-    """gpu_hours, cost_usd, usd_per_1m_tokens and goodput for one pipeline run."""
+    """gpu_hours, cost_usd, usd_per_1m_tokens and goodput for one pipeline run, every attempt billed.
+
+    A retried step's earlier attempts held their GPUs too: they are in ``gpu_hours`` and
+    ``cost_usd``, and in goodput's denominator (training GPU-seconds, the last attempt's
+    ``train_s``, over every billed GPU-second). ``retries`` counts the retried attempts of all
+    steps; ``retry_gpu_hours`` and ``retry_cost_usd`` are their share of the bill.
+    """
     gpu_seconds = 0.0
     for use in uses:
         if use.gpus <= 0 or use.step not in steps:
             continue
-        billed = billed_seconds(steps[use.step])
-        if billed is not None:
-            gpu_seconds += use.gpus * billed
+        for attempt in steps[use.step].all_attempts:
+            billed = billed_seconds(attempt)
+            if billed is not None:
+                gpu_seconds += use.gpus * billed
+    retried = retried_attempts(steps, uses, price)
+    retry_hours = sum(a.gpu_hours for a in retried)
     train = steps.get(TRAIN_STEP)
     train_s = train.metrics.get("train_s") if train else None
     tokens = train.metrics.get("train_tokens") if train else None
@@ -189,6 +223,9 @@ def cost_metrics(
         "cost_usd": cost,
         "usd_per_1m_tokens": None if cost is None or not tokens else cost / tokens * 1e6,
         "goodput": None if not gpu_seconds or train_s is None else train_s * train_gpus / gpu_seconds,
+        "retries": float(len(retried)),
+        "retry_gpu_hours": retry_hours,
+        "retry_cost_usd": None if price is None else retry_hours * price.per_gpu_hour,
     }
 
 

@@ -25,6 +25,10 @@ Decisions
 * **End of the run.** ``finished_at`` is when this task's process started: the moment the
   orchestrator handed over to its exit handler. ``total_s`` therefore counts every hand-over the
   orchestrator made, and not the summarizing itself.
+* **Every attempt counts.** A retried step's earlier attempts are billed with its last one:
+  ``gpu_hours``, ``cost_usd`` and ``goodput`` sum over every attempt (:func:`cost.cost_metrics`),
+  ``retries``, ``retry_gpu_hours`` and ``retry_cost_usd`` say how much of that the retries were,
+  and the summary's ``retried_attempts`` lists each one (step, attempt, seconds, GPU-hours, cost).
 * **Who writes.** When an llmpack client drives a local run (``LLMPACK_CLIENT_UPLOADS=1``) this
   task derives the summary and writes ``llmpack-record.json`` into ``LLMPACK_RECORDS_DIR``; the
   client uploads it with the step records after the run (so the MLflow import is not measured
@@ -163,6 +167,14 @@ def summarize(
     return metrics, tags
 
 
+def retried_attempts(records: Iterable[Record], uses: list[cost.GpuUse], price: cost.Price | None) -> list[dict[str, Any]]:
+    """The run's retried attempts (every attempt of a step but its last) with their GPU time and cost,
+    as JSON-ready dicts: ``summary["retried_attempts"]``, what the report lists."""
+    steps = telemetry.group_by_step(records)
+    return [{k: telemetry.clean_number(v) if isinstance(v, float) else v for k, v in asdict(a).items()}
+            for a in cost.retried_attempts(steps, uses, price)]
+
+
 def identity(values: Mapping[str, Any], orchestrator_run_id: str) -> tuple[str, str]:
     """``(run_group, pipeline_run)``: empty ones filled from the orchestrator's own run id."""
     pipeline_run = str(values.get("pipeline_run") or "") or orchestrator_run_id
@@ -229,7 +241,8 @@ def close(
     tags.update({"llmpack.submit_time_source": source, "llmpack.record": "pipeline",
                  "llmpack.status": "succeeded" if final == "FINISHED" else final.lower()})
     summary = {"pipeline_run": pipeline_run, "run_group": run_group, "status": final, "submitted_at": submitted_at,
-               "submit_time_source": source, "finished_at": finished_at, "metrics": metrics, "tags": tags}
+               "submit_time_source": source, "finished_at": finished_at, "metrics": metrics, "tags": tags,
+               "retried_attempts": retried_attempts(records, uses, price)}
     if records_dir is not None:
         write_json_atomic(Path(records_dir) / RECORD_FILE, summary)
     if mc is not None and run_id is not None:

@@ -17,9 +17,11 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from components import telemetry
 from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step
 from components.errors import InputError, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
@@ -215,6 +217,7 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
     """Call one authored step with its artifacts and parameters, recording its telemetry around it."""
     global _current
     first_out = Path(outputs[next(iter(step.outputs))])
+    ctx = replace(ctx, attempt=telemetry.attempt_number(ctx, step.name, first_out / EVENTS_FILE))  # its records: this attempt's
     tel = StepTelemetry(ctx, step.name, first_out / EVENTS_FILE)
     _current = tel
     tel.event("process_started", started)
@@ -225,8 +228,10 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
     for name, typ in step.inputs.items():
         kwargs[name] = typ(inputs[name])
     for name, typ in step.outputs.items():
+        Path(outputs[name]).mkdir(parents=True, exist_ok=True)
         kwargs[name] = typ(outputs[name])
     try:
+        telemetry.fail_if_injected(step.name, ctx.attempt)  # LLMPACK_INJECT_FAILURES (tests of retries)
         step.func(**kwargs)
     finally:
         tel.event("finished")

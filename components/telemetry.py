@@ -4,6 +4,29 @@ The contract (see DESIGN.md): every record carries ``run_group``, ``pipeline_run
 ``orchestrator`` and ``mode``; times are UTC epoch seconds as floats; each record has an
 idempotency ``key`` so that uploading a JSONL file twice never duplicates anything.
 
+Every attempt counts (issue 11). A retried step's records carry its ``attempt`` (0 for the
+first, 1 for the first retry, ...), and the attempt is part of the record's ``key`` and MLflow
+name, so a retry never replaces the records of the attempt before it:
+
+* keys: attempt 0 keeps the first wave's ``<pipeline_run>/<step>/<kind>/<name>`` (records
+  written before attempts existed, and their uploads, stay idempotent); a retry's key ends in
+  ``/attempt<N>``; MLflow names likewise: ``event.finetune.process_started`` and
+  ``event.finetune.process_started.attempt1``. A reader that does not know attempts sees the
+  first attempt's records, never a mix.
+* how a step knows its attempt (:func:`attempt_number`): the larger of what the orchestrator
+  says (``LLMPACK_ATTEMPT``, set by the direct path, the Argo local executor from its
+  ``{{retries}}``, and the MLflow driver from its retry loop) and how many attempts of this step
+  of this run its own JSONL file already holds. The file is the fallback that needs no
+  orchestrator: kfp.local retries a task in the same output directory and offers no attempt
+  number, and a step restarted by hand (a preempted node, the chaos benchmark) counts too.
+  On a cluster a retry is a fresh pod with an empty directory: there the pod watcher numbers
+  a step's pods by creation (:func:`llmpack.k8s.podphases.to_step_records`).
+* derivation (:func:`group_by_step`): a step's events and metrics are those of its last attempt
+  (per name, the latest attempt that has it), its ``attempts`` every attempt on its own;
+  ``spinup_s`` is the first attempt's start (the orchestrator's spin-up, which a step's own crash
+  does not change), step compute sums every attempt, and cost, GPU-hours and goodput bill every
+  attempt (:func:`components.cost.cost_metrics`).
+
 This module is import-light (stdlib only). MLflow is imported by :mod:`components.tracking`.
 """
 
@@ -12,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -19,6 +43,9 @@ from pathlib import Path
 from typing import Any
 
 EVENTS_FILE = "llmpack-events.jsonl"
+ATTEMPT_ENV = "LLMPACK_ATTEMPT"  # the orchestrator's attempt number of the running step (0: first)
+FAIL_ENV = "LLMPACK_INJECT_FAILURES"  # "finetune=1[:S][,step=N[:S]]": fail a step's first N attempts after S s
+_ATTEMPT_SUFFIX = re.compile(r"^(.*)\.attempt(\d+)$")
 
 # Per-step events, in the order they happen.
 CLUSTER_EVENTS = ("pod_created", "pod_scheduled", "node_ready", "container_started")
@@ -38,6 +65,7 @@ class RunContext:
     orchestrator: str
     mode: str
     submitted_at: float
+    attempt: int = 0  # the running step's attempt (0: first); see attempt_number
 
     def tags(self) -> dict[str, str]:
         return {
@@ -61,16 +89,30 @@ class Record:
     pipeline_run: str
     orchestrator: str
     mode: str
+    attempt: int = 0
 
     @property
     def mlflow_key(self) -> str:
-        """The MLflow metric name this record is stored under."""
-        return f"{self.kind}.{self.step}.{self.name}"
+        """The MLflow metric name this record is stored under (a retry's ends in ``.attempt<N>``)."""
+        return f"{self.kind}.{self.step}.{self.name}" + (f".attempt{self.attempt}" if self.attempt else "")
 
 
-def make_record(ctx: RunContext, kind: str, step: str, name: str, value: float) -> Record:
+def record_key(pipeline_run: str, step: str, kind: str, name: str, attempt: int = 0) -> str:
+    """The idempotency key: attempt 0 keeps the first wave's form, a retry's ends in ``/attempt<N>``."""
+    return f"{pipeline_run}/{step}/{kind}/{name}" + (f"/attempt{attempt}" if attempt else "")
+
+
+def split_mlflow_name(name: str) -> tuple[str, int]:
+    """``("process_started", 1)`` from ``process_started.attempt1``; ``(name, 0)`` without a suffix."""
+    match = _ATTEMPT_SUFFIX.match(name)
+    return (match.group(1), int(match.group(2))) if match else (name, 0)
+
+
+def make_record(ctx: RunContext, kind: str, step: str, name: str, value: float, attempt: int | None = None) -> Record:
+    """A record of ``ctx``'s run; ``attempt`` defaults to the context's (the running step's attempt)."""
+    attempt = ctx.attempt if attempt is None else attempt
     return Record(
-        key=f"{ctx.pipeline_run}/{step}/{kind}/{name}",
+        key=record_key(ctx.pipeline_run, step, kind, name, attempt),
         kind=kind,
         step=step,
         name=name,
@@ -79,6 +121,7 @@ def make_record(ctx: RunContext, kind: str, step: str, name: str, value: float) 
         pipeline_run=ctx.pipeline_run,
         orchestrator=ctx.orchestrator,
         mode=ctx.mode,
+        attempt=attempt,
     )
 
 
@@ -114,7 +157,8 @@ class EventLog:
 
 
 def read_records(paths: Iterable[str | os.PathLike[str]]) -> list[Record]:
-    """Read JSONL files; a later record with the same key replaces an earlier one (retries)."""
+    """Read JSONL files; a later record with the same key replaces an earlier one (a duplicate
+    upload or a rewrite; a retry has keys of its own)."""
     by_key: dict[str, Record] = {}
     for path in paths:
         p = Path(path)
@@ -135,14 +179,70 @@ def find_event_files(root: str | os.PathLike[str]) -> list[Path]:
     return sorted(Path(root).rglob(EVENTS_FILE))
 
 
+def attempt_number(ctx: RunContext, step: str, events_path: str | os.PathLike[str],
+                   env: dict[str, str] | None = None) -> int:
+    """The attempt of ``step`` starting now: the larger of ``LLMPACK_ATTEMPT`` (what the orchestrator
+    says) and the number of attempts of this step of ``ctx``'s run in its own JSONL file (see the
+    module docstring for which path gives which)."""
+    env = dict(os.environ) if env is None else env
+    try:
+        told = max(0, int(env.get(ATTEMPT_ENV, "") or 0))
+    except ValueError:
+        told = 0
+    seen = [r.attempt for r in read_records([events_path])
+            if r.step == step and r.pipeline_run == ctx.pipeline_run and r.kind == "event" and r.name == "process_started"]
+    return max(told, max(seen, default=-1) + 1)
+
+
+def injected_failure(step: str, attempt: int, env: dict[str, str] | None = None) -> float | None:
+    """Fault injection for retries: ``LLMPACK_INJECT_FAILURES=finetune=1:2.5`` makes the first
+    attempt of finetune hold its process (and its GPU) 2.5 s, then crash (exit 1, which every path
+    retries). Returns the seconds to hold before failing, or None when this attempt runs normally."""
+    env = dict(os.environ) if env is None else env
+    for part in env.get(FAIL_ENV, "").split(","):
+        name, sep, spec = part.partition("=")
+        if not sep or name.strip() != step:
+            continue
+        count, _, hold = spec.partition(":")
+        try:
+            if attempt < int(count):
+                return max(0.0, float(hold or 0.0))
+        except ValueError:
+            raise ValueError(f"{FAIL_ENV}={env[FAIL_ENV]!r}: expected STEP=N[:SECONDS]") from None
+    return None
+
+
+def fail_if_injected(step: str, attempt: int) -> None:
+    """Called by the step runtime inside the step: crash this attempt when :func:`injected_failure` says so."""
+    hold = injected_failure(step, attempt)
+    if hold is not None:
+        time.sleep(hold)
+        raise RuntimeError(f"{FAIL_ENV}: step {step!r} attempt {attempt} failed on purpose")
+
+
 # --------------------------------------------------------------------------- derivation
 
 
 @dataclass(frozen=True, kw_only=True)
 class StepTimes:
+    """A step's events and metrics: its last attempt's (per name, the latest attempt that has it),
+    with every attempt on its own in ``attempts`` (in order; empty when built by hand)."""
+
     step: str
     events: dict[str, float]
     metrics: dict[str, float]
+    attempt: int = 0
+    attempts: tuple[StepTimes, ...] = ()
+
+    @property
+    def all_attempts(self) -> tuple[StepTimes, ...]:
+        """Every attempt, first to last (just this one when no attempts were recorded apart)."""
+        return self.attempts or (self,)
+
+    @property
+    def retried(self) -> tuple[StepTimes, ...]:
+        """The attempts before the last one: the retried ones."""
+        return self.all_attempts[:-1]
 
     def get(self, name: str) -> float | None:
         return self.events.get(name)
@@ -153,16 +253,41 @@ class StepTimes:
         return self.events.get("container_started", self.events.get("process_started"))
 
     @property
+    def first_start(self) -> float | None:
+        """The first attempt's start: the orchestrator's spin-up, whatever the step did after."""
+        return next((a.start for a in self.all_attempts if a.start is not None), None)
+
+    @property
     def compute_s(self) -> float | None:
         s, f = self.events.get("process_started"), self.events.get("finished")
         return None if s is None or f is None else f - s
 
+    @property
+    def total_compute_s(self) -> float | None:
+        """Step compute over every attempt (a failed attempt's compute is not orchestrator overhead)."""
+        if not self.attempts:
+            return self.compute_s
+        known = [a.compute_s for a in self.attempts if a.compute_s is not None]
+        return sum(known) if known else None
+
 
 def group_by_step(records: Iterable[Record]) -> dict[str, StepTimes]:
-    steps: dict[str, StepTimes] = {}
+    """Per step, its attempts' records; the step's own view is its last attempt's (module docstring)."""
+    by_attempt: dict[str, dict[int, StepTimes]] = {}
     for rec in records:
-        st = steps.setdefault(rec.step, StepTimes(step=rec.step, events={}, metrics={}))
+        attempts = by_attempt.setdefault(rec.step, {})
+        st = attempts.setdefault(rec.attempt, StepTimes(step=rec.step, events={}, metrics={}, attempt=rec.attempt))
         (st.events if rec.kind == "event" else st.metrics)[rec.name] = rec.value
+    steps: dict[str, StepTimes] = {}
+    for step, attempts in by_attempt.items():
+        ordered = tuple(attempts[n] for n in sorted(attempts))
+        events: dict[str, float] = {}
+        metrics: dict[str, float] = {}
+        for a in ordered:  # later attempts win, name by name
+            events.update(a.events)
+            metrics.update(a.metrics)
+        steps[step] = StepTimes(step=step, events=events, metrics=metrics, attempt=ordered[-1].attempt,
+                                attempts=ordered if len(ordered) > 1 else ())
     return steps
 
 
@@ -182,9 +307,9 @@ def derive_metrics(
     finishes = [s.events["finished"] for s in steps.values() if "finished" in s.events]
     end = finished_at if finished_at is not None else (max(finishes) if finishes else None)
     total = _sub(end, submitted_at)
-    computes = [s.compute_s for s in steps.values() if s.compute_s is not None]
+    computes = [c for c in (s.total_compute_s for s in steps.values()) if c is not None]
     return {
-        "spinup_s": _sub(train.start, submitted_at),
+        "spinup_s": _sub(train.first_start, submitted_at),
         "time_to_first_step_s": _sub(train.get("first_step"), submitted_at),
         "queue_s": _sub(train.get("pod_scheduled"), train.get("pod_created")),
         "provision_s": _sub(train.get("node_ready"), train.get("pod_created")),

@@ -3,7 +3,7 @@
 A pipeline run's record is the MLflow run tagged ``llmpack.record=pipeline`` and
 ``llmpack.pipeline_run=<id>`` in the experiment ``llmpack`` (``LLMPACK_EXPERIMENT``).
 Steps log their events there as metrics named ``event.<step>.<name>`` and step metrics as
-``metric.<step>.<name>``; the client adds the derived metrics. Uploads are idempotent: a key
+``metric.<step>.<name>`` (a retried step's later attempts: ``....<name>.attempt<N>``); the client adds the derived metrics. Uploads are idempotent: a key
 already present is not logged again.
 
 Outages
@@ -156,14 +156,15 @@ def log_summary(
 
 def records_from_run(metrics: dict[str, float], ctx: RunContext) -> list[Record]:
     """Rebuild step records from a run's ``event.*`` / ``metric.*`` metrics (for reports)."""
-    from components.telemetry import make_record
+    from components.telemetry import make_record, split_mlflow_name
 
     out = []
     for key, value in metrics.items():
         kind, _, rest = key.partition(".")
         step, _, name = rest.partition(".")
         if kind in ("event", "metric") and step and name:
-            out.append(make_record(ctx, kind, step, name, value))
+            name, attempt = split_mlflow_name(name)  # a retry's: ``<name>.attempt<N>``
+            out.append(make_record(ctx, kind, step, name, value, attempt))
     return out
 
 

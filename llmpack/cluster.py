@@ -26,7 +26,10 @@ Decisions (where DESIGN.md is silent):
   the end, which would add up to ``poll_s`` of noise to every run.
 - ``gpu_hours`` is GPU time held by the run's containers: every GPU pod (retries too) from
   its main container's start to its finish, plus node provisioning when a node was brought up
-  for it. The MLflow Job is one pod sized to the largest step, so it counts for the whole
+  for it. Every attempt counts: a step's pods are its attempts, numbered by creation
+  (:func:`~llmpack.k8s.podphases.to_step_records`); ``retries``, ``retry_gpu_hours`` and
+  ``retry_cost_usd`` say how much of the bill the pods before each step's last one were, and the
+  run's ``retried_attempts`` lists them. The MLflow Job is one pod sized to the largest step, so it counts for the whole
   pipeline at that GPU count. Where the watcher saw no pod for a GPU step, the step's own
   events count (:func:`components.cost.billed_seconds`).
 - ``cost_usd`` bills GPU nodes the way clouds do (:func:`components.cost.bill_nodes`): each
@@ -245,13 +248,18 @@ def cluster_cost(
     price: cost.Price | None,
 ) -> dict[str, float | None]:
     """gpu_hours, cost_usd, usd_per_1m_tokens, goodput from the run's GPU pods (see the module doc)."""
+    rows = list(rows)
     gpus_by_step = {u.step: u.gpus for u in uses}
     job_gpus = max(gpus_by_step.values(), default=0)
-    gpu_seconds, billed_steps = 0.0, set()
+    gpu_seconds, retry_seconds, billed_steps = 0.0, 0.0, set()
+    attempts = pod_attempts(rows)
+    retried = 0
     for row in rows:
         if row.get("role") == "driver":
             continue
         step = row.get("step")
+        was_retried = not attempts.get(id(row), (0, True))[1]
+        retried += was_retried
         if orchestrator == "mlflow" and step == "main":
             gpus, covers = job_gpus, {s for s, g in gpus_by_step.items() if g > 0}
         else:
@@ -260,12 +268,16 @@ def cluster_cost(
         if billed is None:
             continue
         gpu_seconds += gpus * billed
+        retry_seconds += gpus * billed if was_retried else 0.0
         billed_steps |= covers
     for use in uses:
         if use.gpus > 0 and use.step not in billed_steps and use.step in steps:
-            billed = cost.billed_seconds(steps[use.step])
-            if billed is not None:
-                gpu_seconds += use.gpus * billed
+            retried += len(steps[use.step].retried)
+            for attempt in steps[use.step].all_attempts:
+                billed = cost.billed_seconds(attempt)
+                if billed is not None:
+                    gpu_seconds += use.gpus * billed
+                    retry_seconds += use.gpus * billed if attempt in steps[use.step].retried else 0.0
     train = steps.get(telemetry.TRAIN_STEP)
     train_s = train.metrics.get("train_s") if train else None
     tokens = train.metrics.get("train_tokens") if train else None
@@ -276,7 +288,45 @@ def cluster_cost(
         "cost_usd": usd,
         "usd_per_1m_tokens": None if usd is None or not tokens else usd / tokens * 1e6,
         "goodput": None if not gpu_seconds or train_s is None else train_s * train_gpus / gpu_seconds,
+        "retries": float(retried),
+        "retry_gpu_hours": retry_seconds / 3600.0,
+        "retry_cost_usd": None if price is None else retry_seconds * price.per_gpu_hour / 3600.0,
     }
+
+
+def pod_attempts(rows: Iterable[Mapping[str, Any]]) -> dict[int, tuple[int, bool]]:
+    """Per executor pod row (by ``id``): its attempt (the step's pods numbered by creation, as
+    :func:`~llmpack.k8s.podphases.to_step_records` numbers them) and whether it is the step's last."""
+    by_step: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if row.get("role") != "driver" and row.get("step"):
+            by_step.setdefault(row["step"], []).append(row)
+    out: dict[int, tuple[int, bool]] = {}
+    for mine in by_step.values():
+        mine.sort(key=lambda r: (math.inf if r.get("created") is None else float(r["created"]), str(r.get("pod") or "")))
+        for n, row in enumerate(mine):
+            out[id(row)] = (n, n == len(mine) - 1)
+    return out
+
+
+def retried_pods(rows: Iterable[Mapping[str, Any]], uses: list[cost.GpuUse], orchestrator: str,
+                 price: cost.Price | None) -> list[dict[str, Any]]:
+    """The run's retried attempts on the cluster: every executor pod but each step's last, with its
+    container time, GPU-hours and cost (the shape of ``components.record.retried_attempts``)."""
+    rows = list(rows)
+    gpus_by_step = {u.step: u.gpus for u in uses}
+    attempts = pod_attempts(rows)
+    out = []
+    for row in rows:
+        attempt, last = attempts.get(id(row), (0, True))
+        if last:
+            continue
+        gpus = _pod_gpus(row, gpus_by_step)
+        billed = _row_billed_s(row)
+        hours = gpus * (billed or 0.0) / 3600.0
+        out.append({"step": row["step"], "attempt": attempt, "billed_s": billed, "gpu_hours": hours,
+                    "cost_usd": None if price is None else hours * price.per_gpu_hour, "pod": row.get("pod")})
+    return sorted(out, key=lambda a: (a["step"], a["attempt"]))
 
 
 def _pod_gpus(row: Mapping[str, Any], gpus_by_step: Mapping[str, int]) -> int:
@@ -729,6 +779,7 @@ class _Session:
             metrics=metrics,
             tags=tags,
             events={step: dict(st.events) for step, st in steps.items() if st.events},
+            retried_attempts=retried_pods(mine, uses, orch, price),
             pods=mine,
         )
         if run_id is not None:

@@ -142,6 +142,7 @@ def summary_table(summaries: list[dict[str, Any]]) -> None:
             f"${tags.get('llmpack.price_per_gpu_hour')}/GPU-h ({tags.get('llmpack.price_source')}); "
             f"model: {s['artifacts'].get('model_dir', '-')}[/]"
         )
+    _retry_lines(summaries, out)
 
 
 COMPARE_COLUMNS = (
@@ -169,6 +170,15 @@ def compare_table(result: dict[str, Any], *, wide: bool = False, console: Consol
     console.print(f"[dim]percentiles: {result['percentile_method']}; p99 needs n >= 10 runs per path.[/]")
     for f in result["failed"]:
         console.print(f"[red]{f['orchestrator']} {f['pipeline_run']} failed:[/] {f['error']}")
+    _retry_lines(result["runs"], console)
+
+
+def _retry_lines(runs: list[dict[str, Any]], console: Console) -> None:
+    """Retried attempts and what they cost (every attempt is billed: they are in the cost and goodput)."""
+    from llmpack.report import retry_lines
+
+    for path, text in retry_lines(runs):
+        console.print(f"[yellow]{path} retried:[/] {text}", soft_wrap=False)
 
 
 def _narrow_table(result: dict[str, Any], console: Console) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 from components import yamltext
 from components.errors import InputError
 from components.fusion import path_of
-from components.telemetry import ALL_EVENTS
+from components.telemetry import ALL_EVENTS, group_by_step
 
 PALETTE = {"direct": "#7f7f7f", "kfp": "#1f77b4", "argo": "#ff7f0e", "mlflow": "#2ca02c"}
 PHASES = (
@@ -59,12 +59,7 @@ def runs_from_mlflow(mc: Any, run_group: str) -> list[dict[str, Any]]:
     for r in found:
         tags = {k: v for k, v in r.data.tags.items() if k.startswith("llmpack.")}
         metrics: dict[str, Any] = {k: v for k, v in r.data.metrics.items() if "." not in k}
-        events: dict[str, dict[str, float]] = {}
-        for key, value in r.data.metrics.items():
-            kind, _, rest = key.partition(".")
-            step, _, name = rest.partition(".")
-            if kind == "event" and name in ALL_EVENTS:
-                events.setdefault(step, {})[name] = value
+        events, retried = _attempts_from_metrics(r.data.metrics, tags)
         status = tags.get("llmpack.status") or ("succeeded" if r.info.status == "FINISHED" else r.info.status.lower())
         runs.append(
             {
@@ -78,12 +73,69 @@ def runs_from_mlflow(mc: Any, run_group: str) -> list[dict[str, Any]]:
                 "metrics": metrics,
                 "tags": tags,
                 "events": events,
+                "retried_attempts": retried,
                 "artifacts": {"mlflow_run_id": r.info.run_id},
             }
         )
     if not runs:
         raise InputError(f"run group {run_group!r}: no llmpack runs in MLflow at {tracking.redact_uri(str(mc.tracking_uri))}")
     return runs
+
+
+def _attempts_from_metrics(metrics: dict[str, float], tags: dict[str, str]) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
+    """From a pipeline record's ``event.*`` / ``metric.*`` values: each step's events (its last
+    attempt's) and the retried attempts, priced at the record's price tag (a GPU step's GPUs from
+    the pipeline spec)."""
+    from components import cost, record, tracking
+    from components.telemetry import RunContext
+
+    ctx = RunContext(run_group=tags.get("llmpack.run_group", ""), pipeline_run=tags.get("llmpack.pipeline_run", ""),
+                     orchestrator=tags.get("llmpack.orchestrator", ""), mode=tags.get("llmpack.mode", ""), submitted_at=0.0)
+    records = tracking.records_from_run(metrics, ctx)
+    steps = group_by_step(records)
+    events = {step: {n: v for n, v in st.events.items() if n in ALL_EVENTS} for step, st in steps.items()}
+    events = {step: ev for step, ev in events.items() if ev}
+    try:
+        per_hour = float(tags.get("llmpack.price_per_gpu_hour", ""))
+        price: cost.Price | None = cost.Price(gpu_type=tags.get("llmpack.gpu_type", ""), per_gpu_hour=per_hour,
+                                              source=tags.get("llmpack.price_source", ""))
+    except ValueError:
+        price = None
+    uses = [cost.GpuUse(step=step, gpus=gpus) for step, gpus in gpu_steps().items()]
+    return events, record.retried_attempts(records, uses, price)
+
+
+def retried_attempts(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """A run's retried attempts (``{step, attempt, billed_s, gpu_hours, cost_usd}``), from its summary."""
+    return list(run.get("retried_attempts") or [])
+
+
+def retry_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Per run with retries, ``(path, text)``: each retried attempt, its seconds and what its GPUs cost.
+
+    Those seconds are in the run's ``gpu_hours``, ``cost_usd`` and goodput (every attempt is billed);
+    this says how much of the bill the retries were.
+    """
+    from llmpack.compare import quantity
+
+    out = []
+    for r in runs:
+        retried = retried_attempts(r)
+        if not retried:
+            continue
+        parts = []
+        for a in retried:
+            held = quantity(a.get("billed_s"), "s") if a.get("billed_s") is not None else "no finish recorded"
+            what = f", {a['gpu_hours']:.4g} GPU-h" if a.get("gpu_hours") else ""
+            priced = f", {quantity(a['cost_usd'], '$')}" if a.get("cost_usd") else ""
+            parts.append(f"{a['step']} attempt {int(a['attempt']) + 1} failed after {held}{what}{priced}")
+        total = r["metrics"].get("retry_cost_usd")
+        share = ""
+        if total is not None and r["metrics"].get("cost_usd"):
+            share = f" ({quantity(total, '$')} of {quantity(r['metrics']['cost_usd'], '$')} billed, in the cost)"
+        out.append((path_of(r), f"{r['pipeline_run']} [{r['status']}]: {len(retried)} retried attempt"
+                                f"{'s' if len(retried) != 1 else ''}: " + "; ".join(parts) + share))
+    return out
 
 
 # --------------------------------------------------------------------------- analysis
@@ -212,7 +264,7 @@ def cost_split(run: dict[str, Any], steps: dict[str, int]) -> dict[str, float] |
 
     Compute is each GPU step's ``model_loaded`` to ``finished`` (training or evaluating);
     overhead is the rest of the billed GPU time: container start, imports, model load,
-    node provisioning, hand-overs. The two add up to ``cost_usd``.
+    node provisioning, hand-overs, and every retried attempt whole. The two add up to ``cost_usd``.
     """
     from components.cost import billed_seconds
     from components.telemetry import StepTimes
@@ -232,6 +284,7 @@ def cost_split(run: dict[str, Any], steps: dict[str, int]) -> dict[str, float] |
         billed += gpus * b
         if "model_loaded" in ev and "finished" in ev:
             compute += gpus * max(0.0, ev["finished"] - ev["model_loaded"])
+    billed += 3600.0 * sum(a.get("gpu_hours") or 0.0 for a in retried_attempts(run))  # GPUs held by failed attempts
     if billed <= 0:
         return None
     share = min(1.0, compute / billed)
@@ -566,6 +619,10 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         lines += [f"- **{r['orchestrator']}** `{r['pipeline_run']}`: {r.get('error') or r['status']}" for r in failed]
     lines += ["", "## What the money went on", ""]
     lines += [f"- **{o}**: {text}" for o, text in _cost_lines(result, splits)] or ["- no priced runs"]
+    retries = retry_lines(result["runs"])
+    if retries:
+        lines += ["", "## Retried attempts", "", "Every attempt is billed: these are in the runs' cost, GPU-hours and goodput.", ""]
+        lines += [f"- **{o}** {text}" for o, text in retries]
     lines += ["", "## Break-even", "", be["sentence"] if be else "No control-plane costs given (use --control-plane-cost kfp=USD ...)."]
     lines += [
         "",
@@ -633,6 +690,10 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
     verdicts = result.get("verdicts", {})
     cards = "".join(_card(h.label, h.unit, verdicts[h.metric]) for h in HEADLINES if h.metric in verdicts)
     costs = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in _cost_lines(result, splits))
+    retries = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in retry_lines(result["runs"]))
+    if retries:
+        retries = ("<h2>Retried attempts</h2><p class=note>Every attempt is billed: these are in the runs' cost, "
+                   f"GPU-hours and goodput.</p><ul>{retries}</ul>")
     baseline = result.get("baseline")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>llmpack comparison {html.escape(result['run_group'])}</title>
@@ -667,6 +728,7 @@ img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 {img('spinup_boxplot')}
 <h2>What the money went on</h2>
 <ul>{costs or '<li>no priced runs</li>'}</ul>
+{retries}
 {img('cost_per_run')}
 <h2>Break-even</h2><p>{html.escape(be['sentence']) if be else 'No control-plane costs given (use --control-plane-cost kfp=USD ...).'}</p>
 <h2>Numbers</h2>

@@ -342,6 +342,7 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
         "params": overrides,
         "tracking": "sent" if sent else "not sent",
         "events": {step: dict(st.events) for step, st in telemetry.group_by_step(records).items()},
+        "retried_attempts": closed.get("retried_attempts", []),  # every attempt billed: the retried ones, priced
         "artifacts": {
             "run_dir": str(final),
             "events_file": str(final / "events.jsonl"),

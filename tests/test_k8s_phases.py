@@ -226,13 +226,19 @@ def test_to_step_records_filters_steps_and_runs(rows):
     assert to_step_records(rows.values(), _ctx("kfp", "kfp-other")) == []
 
 
-def test_to_step_records_first_attempt_wins():
+def test_to_step_records_numbers_every_attempt_by_pod_creation():
     base = {k: None for k in ROW_FIELDS} | {"orchestrator": "argo", "role": "executor", "step": "finetune", "pipeline_run": "p"}
     first = base | {"pod": "a", "created": 100.0, "scheduled": 101.0, "container_started": 110.0}
     retry = base | {"pod": "b", "created": 500.0, "scheduled": 501.0, "container_started": 505.0}
     ctx = RunContext(run_group="g", pipeline_run="p", orchestrator="argo", mode="cluster", submitted_at=90.0)
     records = to_step_records([retry, first], ctx)
-    assert [r.value for r in records] == [100.0, 101.0, 110.0]
+    assert [(r.attempt, r.value) for r in records] == [(0, 100.0), (0, 101.0), (0, 110.0), (1, 500.0), (1, 501.0), (1, 505.0)]
+    assert records[0].key == "p/finetune/event/pod_created" and records[3].key == "p/finetune/event/pod_created/attempt1"
+    assert records[3].mlflow_key == "event.finetune.pod_created.attempt1"
+    finetune = group_by_step(records)["finetune"]
+    assert finetune.events["container_started"] == 505.0  # the step's own view: its last attempt
+    assert finetune.first_start == 110.0  # spin-up: the first attempt's start, a retry does not move it
+    assert [a.attempt for a in finetune.retried] == [0]
 
 
 # --------------------------------------------------------------------------- parsing

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import math
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -696,30 +697,38 @@ def to_step_records(
     label or, for KFP pods, from the ``runs`` given to :func:`analyze`; rows with none match on
     orchestrator). A pod's step is renamed through ``aliases`` (default
     :data:`DEFAULT_STEP_ALIASES`: the MLflow Job's ``main`` pod counts as ``finetune``). Per step
-    (all, or ``steps``) the first-created executor pod counts: a retried pod does not move
-    ``pod_created``. KFP driver pods are the orchestrator's overhead, not a step, and give no
-    records; ``node_ready`` only appears when a node was provisioned for the pod.
+    (all, or ``steps``) every executor pod counts, numbered by creation: the first-created is
+    attempt 0, a retried pod attempt 1, and so on (records keyed by attempt: a retry never moves
+    the first pod's ``pod_created``, and every attempt is billed; see
+    :mod:`components.telemetry`). On a cluster this numbering is the attempt's authority: a retry
+    is a fresh pod whose step cannot count its attempts in its own JSONL. KFP driver pods are the
+    orchestrator's overhead, not a step, and give no records; ``node_ready`` only appears when a
+    node was provisioned for the pod.
     """
     aliases = DEFAULT_STEP_ALIASES if aliases is None else aliases
     wanted = None if steps is None else set(steps)
-    first: dict[str, Mapping[str, Any]] = {}
+    pods: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         step = aliases.get(row.get("step") or "", row.get("step"))
         if not step or row.get("role") == "driver" or not _row_matches(row, ctx):
             continue
         if wanted is not None and step not in wanted:
             continue
-        created = row.get("created")
-        best = first.get(step)
-        if best is None or (created is not None and (best.get("created") is None or created < best["created"])):
-            first[step] = row
+        pods.setdefault(step, []).append(row)
+    ordered = {step: sorted(mine, key=_creation_order) for step, mine in pods.items()}
     records = []
-    for step in sorted(first, key=lambda s: (first[s].get("created") or 0.0, s)):
-        row = first[step]
-        for event, field in STEP_EVENT_FIELDS:
-            if row.get(field) is not None:
-                records.append(make_record(ctx, "event", step, event, row[field]))
+    for step in sorted(ordered, key=lambda s: (ordered[s][0].get("created") or 0.0, s)):
+        for attempt, row in enumerate(ordered[step]):
+            for event, field in STEP_EVENT_FIELDS:
+                if row.get(field) is not None:
+                    records.append(make_record(ctx, "event", step, event, row[field], attempt))
     return records
+
+
+def _creation_order(row: Mapping[str, Any]) -> tuple[float, str]:
+    """Pods in the order they were created (one never seen created last), then by name."""
+    created = row.get("created")
+    return (math.inf if created is None else float(created), str(row.get("pod") or ""))
 
 
 # --------------------------------------------------------------------------- dumps (files)

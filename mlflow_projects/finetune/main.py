@@ -27,7 +27,9 @@ or KILLED (SIGINT or SIGTERM of ``main``: exit code 130 or 143). Without a clien
 
 A child that fails is retried per its step spec (unless it failed with an ``llmpack: error:``
 line: bad input or a failed quality gate are not transient); then ``main`` fails with the
-child's ``llmpack: error:`` line. Each step's output is kept in ``<run dir>/logs/<task>.log``
+child's ``llmpack: error:`` line. Each attempt is a child run of its own (tag ``llmpack.attempt``)
+and its step is told the attempt in ``LLMPACK_ATTEMPT``, so the attempt's records keep their own
+keys on the pipeline's record and every attempt is billed (``components.telemetry``). Each step's output is kept in ``<run dir>/logs/<task>.log``
 and a summary in ``<run dir>/llmpack-mlflow-run.json``.
 
 Artifacts of a pipeline run live in ``<artifacts_dir>/<pipeline_run>/<task>/<output>``; a
@@ -54,6 +56,7 @@ HERE = Path(__file__).resolve().parent
 SPEC_FILE = "pipeline.json"
 STATUS_FILE = "llmpack-mlflow-run.json"
 ERROR_MARK = "llmpack: error:"
+ATTEMPT_ENV = "LLMPACK_ATTEMPT"  # components.telemetry.ATTEMPT_ENV (this file imports only MLflow)
 
 
 class MainError(Exception):
@@ -327,6 +330,7 @@ def run_task(
                      tags=[RunTag(mt.MLFLOW_PROJECT_ENV, "local")])
         record["attempts"].append(child_id)
         start = log_path.stat().st_size if log_path.exists() else 0
+        os.environ[ATTEMPT_ENV] = str(attempt)  # the step's process inherits it: its records are this attempt's
         try:
             with tee_output(log_path):
                 run_entry_point(spec, task["entry_point"], params, child_id, parent.info.experiment_id)
