@@ -12,6 +12,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -178,7 +179,7 @@ def _retry_lines(runs: list[dict[str, Any]], console: Console) -> None:
     from llmpack.report import retry_lines
 
     for path, text in retry_lines(runs):
-        console.print(f"[yellow]{path} retried:[/] {text}", soft_wrap=False)
+        console.print(f"[yellow]{escape(path)} retried:[/] {escape(text)}")
 
 
 def _narrow_table(result: dict[str, Any], console: Console) -> None:

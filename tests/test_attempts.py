@@ -273,7 +273,9 @@ def test_direct_bills_the_failed_attempt(toy_pipe: Pipeline, toy_dir: Path, tmp_
     work = tmp_path / "work"
     out = run_local(toy_pipe, _values(toy_pipe, "direct"), work, _env(toy_dir, work))
     assert (out["finetune.model"] / "weights.txt").read_text() == "HELLO"
-    assert (work / "logs" / "finetune.log").read_text().count("failed on purpose") == 1
+    log = (work / "logs" / "finetune.log").read_text()
+    assert log.count("RuntimeError: LLMPACK_INJECT_FAILURES: step 'finetune' attempt 0 failed on purpose") == 1
+    assert "attempt 1 failed" not in log
     check_every_attempt_billed(work)
 
 
