@@ -13,7 +13,7 @@ equal the default's, byte for byte, and exits 1 when one does not.
 
 Pods per run on a cluster are what the compiled artifacts create: one per task (KFP adds its
 driver pods; MLflow's Kubernetes path is one Job pod whatever the fusion); ``tests/test_fusion.py``
-checks the compiled task counts.
+checks the compiled task counts and ``tests/test_fusion_cluster.py`` the pods on the loopback cluster.
 """
 
 from __future__ import annotations

@@ -237,10 +237,18 @@ def _env(toy_dir: Path, workdir: Path, **extra: str) -> dict[str, str]:
             "MLFLOW_TRACKING_URI": f"sqlite:///{workdir.parent / 'mlflow.db'}", **extra}
 
 
-def check_every_attempt_billed(workdir: Path, summary: dict[str, Any] | None = None) -> None:
-    """The failed attempt's seconds are in gpu_hours and cost; goodput is below the last attempt's alone."""
+def check_every_attempt_billed(workdir: Path, summary: dict[str, Any] | None = None,
+                               other_gpu_steps: tuple[str, ...] = ()) -> None:
+    """The failed attempt's seconds are in gpu_hours and cost; goodput is below the last attempt's alone.
+
+    ``other_gpu_steps``: steps besides finetune that hold a GPU (one attempt each), billed too.
+    """
     records = telemetry.read_records(telemetry.find_event_files(workdir))
-    finetune = telemetry.group_by_step(records)["finetune"]
+    steps = telemetry.group_by_step(records)
+    finetune = steps["finetune"]
+    others = [cost.billed_seconds(steps[s]) for s in other_gpu_steps]
+    assert all(o is not None for o in others)
+    other_s = sum(o for o in others if o is not None)
     assert [a.attempt for a in finetune.all_attempts] == [0, 1], records
     failed, last = finetune.all_attempts
     failed_s, last_s = cost.billed_seconds(failed), cost.billed_seconds(last)
@@ -250,14 +258,14 @@ def check_every_attempt_billed(workdir: Path, summary: dict[str, Any] | None = N
     summary = summary or record.read_summary(workdir)
     assert summary is not None, "the summarizing task wrote no record"
     m = summary["metrics"]
-    assert m["gpu_hours"] * 3600 == pytest.approx(failed_s + last_s, abs=1e-6)
-    assert m["cost_usd"] == pytest.approx((failed_s + last_s) * H100.per_gpu_hour / 3600, rel=1e-9)
+    assert m["gpu_hours"] * 3600 == pytest.approx(failed_s + last_s + other_s, abs=1e-6)
+    assert m["cost_usd"] == pytest.approx((failed_s + last_s + other_s) * H100.per_gpu_hour / 3600, rel=1e-9)
     assert m["retries"] == 1.0
     assert m["retry_gpu_hours"] * 3600 == pytest.approx(failed_s, abs=1e-6)
     assert m["retry_cost_usd"] == pytest.approx(failed_s * H100.per_gpu_hour / 3600, rel=1e-9)
     train_s = finetune.metrics["train_s"]
-    assert m["goodput"] == pytest.approx(train_s / (failed_s + last_s), rel=1e-9)
-    assert m["goodput"] < train_s / last_s  # lower than the successful attempt alone
+    assert m["goodput"] == pytest.approx(train_s / (failed_s + last_s + other_s), rel=1e-9)
+    assert m["goodput"] < train_s / (last_s + other_s)  # lower than with the successful attempt alone
     (a,) = summary["retried_attempts"]
     assert (a["step"], a["attempt"]) == ("finetune", 0) and a["billed_s"] == pytest.approx(failed_s, abs=1e-6)
 
@@ -325,7 +333,7 @@ def test_llmpack_run_of_the_real_pipeline_bills_the_failed_finetune(tmp_path: Pa
                       tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     summary = run_pipeline(opts, env={"LLMPACK_INJECT_FAILURES": f"finetune=1:{FAIL_HOLD_S}"})
     assert summary["status"] == "succeeded", summary.get("error")
-    check_every_attempt_billed(Path(summary["artifacts"]["run_dir"]), summary)
+    check_every_attempt_billed(Path(summary["artifacts"]["run_dir"]), summary, other_gpu_steps=("evaluate",))
     ((path, text),) = retry_lines([summary])
     assert path == "direct" and "finetune attempt 1 failed after" in text
     # The MLflow record has both attempts under their own names, and the report rebuilt from it lists the retry.

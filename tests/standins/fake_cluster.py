@@ -3,21 +3,33 @@
 When the KFP stand-in receives a run, the Argo stand-in a Workflow, or the Kubernetes stand-in
 a Job, :class:`FakeCluster` plays what the cluster would do, into the Kubernetes stand-in:
 
-- **KFP** (v2 on Argo): a root DAG driver pod, then per step a ``system-container-driver`` pod
+- **KFP** (v2 on Argo): a root DAG driver pod, then per task a ``system-container-driver`` pod
   and a ``system-container-impl`` executor pod, labelled as KFP labels them
   (``pipelines.kubeflow.org/v2_component``, ``pipeline/runid``, the Argo workflow) plus the
-  compiled ``podMetadata`` labels of the step (no per-run labels: KFP cannot set them); in the
-  KFP pod namespace (``kubeflow``).
-- **Argo**: one pod per DAG task (Argo's ``init``/``wait``/``main`` containers), with the
-  template's ``metadata.labels`` from the submitted Workflow, ``{{workflow.parameters.X}}``
-  filled in (so ``llmpack.io/run-group`` and ``llmpack.io/pipeline-run`` are the run's).
+  compiled ``podMetadata`` labels of the task's executor (no per-run labels: KFP cannot set
+  them); in the KFP pod namespace (``kubeflow``). The tasks are those of the submitted
+  ``pipeline_spec`` (the exit handler's DAG unwrapped, the exit task ``close-record`` left out).
+- **Argo**: one pod per task of the entrypoint DAG (Argo's ``init``/``wait``/``main``
+  containers), with the task template's ``metadata.labels`` from the submitted Workflow,
+  ``{{workflow.parameters.X}}`` filled in (so ``llmpack.io/run-group`` and
+  ``llmpack.io/pipeline-run`` are the run's).
 - **MLflow**: the Job's one pod (``job-name`` labels, the pod template's labels, its container
   with ``MLFLOW_RUN_ID``), which runs every step in turn.
 
-The finetune pod waits for a GPU node that the autoscaler brings up (a node object created
+Tasks run in dependency order. A task whose container runs a fused step
+(``components.fusion:finetune__evaluate``, see :mod:`components.fusion`) is one pod in which its
+member steps (``finetune``, ``evaluate``) run one after the other, each logging its own step
+events, a member's ``process_started`` being the previous member's ``finished``; the pod's main
+container carries the task's command and arguments. A pod is a GPU pod when any of its members is
+a GPU step. :attr:`RunScript.tasks` maps each pod (task) to its member steps.
+
+The first GPU pod waits for a GPU node that the autoscaler brings up (a node object created
 after the pod, Ready some seconds later, labelled with ``nvidia.com/gpu.product`` and the
 instance type); its image is pulled there (``Pulling``/``Pulled`` events with the pull time in
-the message). CPU steps land on an old CPU node where the image is already present. With
+the message), unless ``prepulled``: the node comes up with the image already on it (a node image
+with the step image baked in, a pre-pull DaemonSet done before the node is Ready), so the kubelet
+reports it ``already present on machine`` and the container starts without a pull. CPU steps
+land on an old CPU node where the image is already present. With
 ``scale_down_s``, the autoscaler removes the GPU node that long after the last pod on it
 finished: the node gets a ``deletionTimestamp`` (and the cluster-autoscaler's
 ``ToBeDeletedByClusterAutoscaler`` taint) before the orchestrator reports the run done, as a
@@ -62,6 +74,8 @@ IMAGE = "ghcr.io/llmpack/llmpack:0.1.0"
 KFP_LAUNCHER = "ghcr.io/kubeflow/kfp-launcher:2.5.0"
 KFP_DRIVER = "ghcr.io/kubeflow/kfp-driver:2.5.0"
 _PARAM_REF = re.compile(r"\{\{\s*workflow\.parameters\.([A-Za-z0-9_.-]+)\s*\}\}")
+_FUSED_REF = re.compile(r"components\.fusion:([A-Za-z0-9_]+)")  # components.fusion:finetune__evaluate
+_DEFAULT_COMPUTE_S = 1.0  # a step Timings.compute_s does not name (a custom step)
 
 
 @dataclass
@@ -95,17 +109,125 @@ class RunScript:
     run_group: str
     submitted_at: float
     namespace: str
-    pods: dict[str, dict[str, Any]] = field(default_factory=dict)      # step (MLflow: "main") -> times
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)      # task (MLflow: "main") -> times
+    tasks: dict[str, tuple[str, ...]] = field(default_factory=dict)    # task (MLflow: "main") -> its steps
     drivers: list[dict[str, Any]] = field(default_factory=list)
     node: dict[str, Any] = field(default_factory=dict)                 # the GPU node brought up
     events: dict[str, dict[str, float]] = field(default_factory=dict)  # step -> in-container events
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
-    failed_step: str | None = None
+    failed_step: str | None = None   # the step that failed (a member, for a fused task)
+    failed_task: str | None = None   # the task (pod) it failed in
     done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class PlannedTask:
+    """One task of a submitted workflow: one pod that runs ``members`` (authored steps) in order."""
+
+    name: str
+    members: tuple[str, ...]
+    source: str                          # the Argo template / the KFP executor label of the task
+    command: tuple[str, ...] = ()        # its container's command + args (as compiled)
+
+    @property
+    def fused(self) -> bool:
+        return self.members != (self.name,)
+
+    @property
+    def gpu(self) -> bool:
+        return any(m in GPU_STEPS for m in self.members)
 
 
 def _floor(t: float) -> int:
     return int(math.floor(t))
+
+
+def fused_members(command: list[Any] | tuple[Any, ...], task: str) -> tuple[str, ...]:
+    """The steps a task's container runs: a fused step's members, else the task itself.
+
+    ``components.fusion:finetune__evaluate`` -> ``("finetune", "evaluate")`` (the attribute split
+    on ``__``, ``_`` as ``-``: :func:`components.fusion.fused_attr` reversed).
+    """
+    m = _FUSED_REF.search(" ".join(str(c) for c in command))
+    if m is None:
+        return (task,)
+    return tuple(p.replace("_", "-") for p in m.group(1).split("__") if p)
+
+
+def _in_order(names: list[str], deps: Mapping[str, set[str]], members: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """``names`` in dependency order; ties (and a cycle, which a compiled pipeline has not) by the
+    authored order of their first member step, then as listed."""
+    rank = {s: i for i, s in enumerate(STEPS)}
+
+    def key(n: str) -> tuple[int, int]:
+        return (rank.get((members.get(n) or (n,))[0], len(rank)), names.index(n))
+
+    known, done, out = set(names), set(), []
+    pending = list(names)
+    while pending:
+        ready = [n for n in pending if (deps.get(n, set()) & known) <= done] or pending
+        first = min(ready, key=key)
+        out.append(first)
+        done.add(first)
+        pending.remove(first)
+    return out
+
+
+def _default_tasks() -> list[PlannedTask]:
+    """What the fake played before it read workflows: one task per authored step."""
+    return [PlannedTask(step, (step,), step) for step in STEPS]
+
+
+def argo_tasks(wf: Mapping[str, Any]) -> list[PlannedTask]:
+    """The container tasks of a Workflow's entrypoint DAG, in dependency order."""
+    templates = {t["name"]: t for t in wf["spec"].get("templates") or []}
+    dag = (templates.get(wf["spec"].get("entrypoint")) or {}).get("dag") or {}
+    deps: dict[str, set[str]] = {}
+    planned: dict[str, PlannedTask] = {}
+    for task in dag.get("tasks") or []:
+        name, tmpl = task["name"], templates.get(task.get("template") or task["name"]) or {}
+        container = tmpl.get("container") or tmpl.get("script")
+        if container is None:  # a nested DAG, a suspend, a resource template: no step pod of ours
+            continue
+        command = tuple(str(c) for c in [*(container.get("command") or []), *(container.get("args") or [])])
+        planned[name] = PlannedTask(name, fused_members(command, name), tmpl["name"], command)
+        deps[name] = set(task.get("dependencies") or []) | set(re.findall(r"[A-Za-z0-9][A-Za-z0-9-]*",
+                                                                          str(task.get("depends") or "")))
+    if not planned:
+        return _default_tasks()
+    members = {n: p.members for n, p in planned.items()}
+    return [planned[n] for n in _in_order(list(planned), deps, members)]
+
+
+def kfp_tasks(pipeline_spec: Mapping[str, Any]) -> list[PlannedTask]:
+    """The container tasks of a KFP run's ``pipeline_spec`` (bare, or ``{"pipeline_spec", "platform_spec"}``),
+    DAG components (the exit handler) unwrapped, exit tasks left out, in dependency order."""
+    spec = pipeline_spec.get("pipeline_spec") if "pipeline_spec" in pipeline_spec else pipeline_spec
+    spec = spec or {}
+    components = spec.get("components") or {}
+    executors = (spec.get("deploymentSpec") or {}).get("executors") or {}
+    deps: dict[str, set[str]] = {}
+    planned: dict[str, PlannedTask] = {}
+
+    def walk(dag: Mapping[str, Any]) -> None:
+        for name, task in (dag.get("tasks") or {}).items():
+            if (task.get("triggerPolicy") or {}).get("strategy") == "ALL_UPSTREAM_TASKS_COMPLETED":
+                continue  # an exit task (close-record): not a step, not played (as before)
+            comp = components.get((task.get("componentRef") or {}).get("name", "")) or {}
+            if "dag" in comp:
+                walk(comp["dag"])
+                continue
+            label = comp.get("executorLabel") or f"exec-{name}"
+            container = (executors.get(label) or {}).get("container") or {}
+            command = tuple(str(c) for c in [*(container.get("command") or []), *(container.get("args") or [])])
+            planned[name] = PlannedTask(name, fused_members(command, name), label, command)
+            deps[name] = set(task.get("dependentTasks") or [])
+
+    walk((spec.get("root") or {}).get("dag") or {})
+    if not planned:
+        return [PlannedTask(step, (step,), f"exec-{step}") for step in STEPS]
+    members = {n: p.members for n, p in planned.items()}
+    return [planned[n] for n in _in_order(list(planned), deps, members)]
 
 
 class FakeCluster:
@@ -126,6 +248,7 @@ class FakeCluster:
         pace_s: float = 0.002,
         fail: Mapping[str, str] | None = None,
         scale_down_s: int | None = None,
+        prepulled: bool = False,
     ) -> None:
         self.kube, self.kfp, self.argo = kube, kfp, argo
         self.tracking_uri = tracking_uri
@@ -136,6 +259,7 @@ class FakeCluster:
         self.pace_s = pace_s
         self.fail = dict(fail or {})
         self.scale_down_s = scale_down_s
+        self.prepulled = prepulled  # GPU nodes come up with the image on them: no pull
         self.scripts: dict[str, RunScript] = {}
         self.errors: list[BaseException] = []
         self._seen: set[Any] = set()
@@ -239,7 +363,7 @@ class FakeCluster:
         if step == "finetune":
             cursor += t.first_step_s
             ev["first_step"] = round(cursor, 6)
-        cursor += t.compute_s[step]
+        cursor += t.compute_s.get(step, _DEFAULT_COMPUTE_S)
         ev["finished"] = round(cursor, 6)
         script.events[step] = ev
         if step == "prepare-data":
@@ -262,10 +386,14 @@ class FakeCluster:
             times.update(node=node["name"], node_created=node["created"], node_ready=node["ready"],
                          scheduled=node["ready"] + t.bind_s)
             times["initialized"] = times["scheduled"] + t.init_s
-            times["pulling"] = times["initialized"]
-            times["pulled"] = times["pulling"] + t.pull_s
-            times["pull_s"] = t.pull_s
-            times["started"] = times["pulled"] + t.start_s
+            if self.prepulled:  # the image came with the node: "already present on machine"
+                times["pull_s"] = 0
+                times["started"] = times["initialized"] + t.start_s
+            else:
+                times["pulling"] = times["initialized"]
+                times["pulled"] = times["pulling"] + t.pull_s
+                times["pull_s"] = t.pull_s
+                times["started"] = times["pulled"] + t.start_s
         else:
             times["node"] = script.node["name"] if gpu else "ip-10-0-1-23.ec2.internal"
             times["scheduled"] = created + t.schedule_s
@@ -274,8 +402,12 @@ class FakeCluster:
             times["started"] = times["initialized"] + t.start_s
         return times
 
-    def _script_steps(self, script: RunScript, kfp: bool) -> int:
-        """Per-step pods of KFP / Argo one after the other; returns the last pod's end."""
+    def _script_steps(self, script: RunScript, kfp: bool, tasks: list[PlannedTask]) -> int:
+        """Per-task pods of KFP / Argo one after the other; returns the last pod's end.
+
+        A fused task's members run back to back in its one pod: each member's process starts
+        when the one before it finished (the hand-over the fusion keeps in one process).
+        """
         t = self.timings
         cursor = _floor(script.submitted_at) + t.first_pod_s
         if kfp:
@@ -284,24 +416,35 @@ class FakeCluster:
             script.drivers.append(root)
             cursor = root["finished"] + t.step_gap_s
         first_gpu = True
-        for step in STEPS:
+        failing = self.fail.get(script.orchestrator)
+        for task in tasks:
             if kfp:
-                drv = {"name": step, "created": cursor, "scheduled": cursor + 1, "initialized": cursor + 2,
+                drv = {"name": task.name, "created": cursor, "scheduled": cursor + 1, "initialized": cursor + 2,
                        "started": cursor + 3, "finished": cursor + 3 + t.kfp_driver_s}
                 script.drivers.append(drv)
                 cursor = drv["finished"] + t.step_gap_s
-            gpu = step in GPU_STEPS
-            times = self._pod_times(script, cursor, gpu, first_gpu and gpu)
-            first_gpu = first_gpu and not gpu
-            finished = self._step_events(script, step, times["started"] + t.process_s)
+            times = self._pod_times(script, cursor, task.gpu, first_gpu and task.gpu)
+            first_gpu = first_gpu and not task.gpu
+            finished = times["started"] + t.process_s
+            ran: list[str] = []
+            for member in task.members:
+                finished = self._step_events(script, member, finished)
+                ran.append(member)
+                if member == failing:
+                    script.failed_step, script.failed_task = member, task.name
+                    break
             times["finished"] = _floor(finished) + 1
-            times["failed"] = self.fail.get(script.orchestrator) == step
-            script.pods[step] = times
+            times["failed"] = script.failed_task == task.name
+            script.pods[task.name] = times
+            script.tasks[task.name] = tuple(ran)
             cursor = times["finished"] + t.step_gap_s
             if times["failed"]:
-                script.failed_step = step
                 break
         return cursor
+
+    def _ran(self, script: RunScript) -> list[str]:
+        """The steps that ran, in order (a fused pod's members in its place)."""
+        return [step for task in script.pods for step in script.tasks.get(task, (task,))]
 
     # ------------------------------------------------------------------ playing
 
@@ -398,7 +541,8 @@ class FakeCluster:
         wf = f"llm-finetune-{_suffix(run['run_id'], 5)}"
         base = {"pipeline/runid": run["run_id"], "pipelines.kubeflow.org/v2_component": "true",
                 "workflows.argoproj.io/workflow": wf}
-        self._script_steps(script, kfp=True)
+        planned = {task.name: task for task in kfp_tasks(spec)}
+        self._script_steps(script, kfp=True, tasks=list(planned.values()))
         actions: list[tuple[float, int, str, Any]] = []
         for drv in script.drivers:
             kind = "system-dag-driver" if drv["name"] == "root" else "system-container-driver"
@@ -411,21 +555,23 @@ class FakeCluster:
                 st["spec"]["containers"][-1]["command"] = ["driver"]
             actions += self._pod_actions(states, {**drv, "pull_s": 0}, namespace=ns, container="main", node=None)
         for step, times in script.pods.items():
-            labels = dict(((executors.get(f"exec-{step}") or {}).get("podMetadata") or {}).get("labels") or {})
+            task = planned[step]
+            labels = dict(((executors.get(task.source) or {}).get("podMetadata") or {}).get("labels") or {})
             labels.setdefault("llmpack.io/step", step)
             labels.update(base)
             node_name = f"{wf}.root.{step}.executor"
             pod = f"{wf}-system-container-impl-{_hash_digits(script.pipeline_run + node_name)}"
             states = self._states(pod, ns, labels, {"workflows.argoproj.io/node-name": node_name,
                                                     "pipelines.kubeflow.org/v2_component": "true"},
-                                  times, argo=True, image=IMAGE, gpu=step in GPU_STEPS)
-            node = script.node if step == "finetune" else None
+                                  times, argo=True, image=IMAGE, gpu=task.gpu)
+            self._fused_command(states, task)
+            node = script.node if "node_created" in times else None
             actions += self._pod_actions(states, times, namespace=ns, container="main", node=node)
-        actions += self._mlflow_actions(script, list(script.pods))
+        actions += self._mlflow_actions(script, self._ran(script))
 
         def finish() -> None:
             if script.failed_step:
-                self.kfp.set_run_state(run["run_id"], "FAILED", f"task {script.failed_step} failed: exit code 1")
+                self.kfp.set_run_state(run["run_id"], "FAILED", f"task {script.failed_task} failed: exit code 1")
             else:
                 self.kfp.set_run_state(run["run_id"], "SUCCEEDED")
 
@@ -439,30 +585,31 @@ class FakeCluster:
         script = RunScript("argo", str(args["pipeline_run"]), str(args["run_group"]), float(args["submitted_at"]), ns)
         self.scripts[script.pipeline_run] = script
         templates = {t["name"]: t for t in wf["spec"].get("templates") or []}
-        dag = templates[wf["spec"]["entrypoint"]].get("dag") or {}
-        task_template = {t["name"]: t["template"] for t in dag.get("tasks") or []}
+        planned = {task.name: task for task in argo_tasks(wf)}
 
         def fill(value: str) -> str:
             return _PARAM_REF.sub(lambda m: str(args.get(m.group(1), "")), str(value))
 
-        self._script_steps(script, kfp=False)
+        self._script_steps(script, kfp=False, tasks=list(planned.values()))
         actions: list[tuple[float, int, str, Any]] = []
         for step, times in script.pods.items():
-            tmpl = templates[task_template.get(step, step)]
+            task = planned[step]
+            tmpl = templates[task.source]
             meta = tmpl.get("metadata") or {}
             labels = {k: fill(v) for k, v in (meta.get("labels") or {}).items()}
             labels["workflows.argoproj.io/workflow"] = name
             annotations = {k: fill(v) for k, v in (meta.get("annotations") or {}).items()}
             annotations["workflows.argoproj.io/node-name"] = f"{name}.{step}"
             pod = f"{name}-{tmpl['name']}-{_hash_digits(name + step)}"
-            states = self._states(pod, ns, labels, annotations, times, argo=True, image=IMAGE, gpu=step in GPU_STEPS)
-            node = script.node if step == "finetune" else None
+            states = self._states(pod, ns, labels, annotations, times, argo=True, image=IMAGE, gpu=task.gpu)
+            self._fused_command(states, task)
+            node = script.node if "node_created" in times else None
             actions += self._pod_actions(states, times, namespace=ns, container="main", node=node)
-        actions += self._mlflow_actions(script, list(script.pods))
+        actions += self._mlflow_actions(script, self._ran(script))
 
         def finish() -> None:
             if script.failed_step:
-                self.argo.set_phase(ns, name, "Failed", f"child '{name}-{script.failed_step}' failed")
+                self.argo.set_phase(ns, name, "Failed", f"child '{name}-{script.failed_task}' failed")
             else:
                 self.argo.set_phase(ns, name, "Succeeded")
 
@@ -487,11 +634,12 @@ class FakeCluster:
             ran.append(step)
             cursor = finished
             if self.fail.get("mlflow") == step:
-                script.failed_step = step
+                script.failed_step, script.failed_task = step, "main"
                 break
         times["finished"] = _floor(cursor) + 1
         times["failed"] = script.failed_step is not None
         script.pods["main"] = times
+        script.tasks["main"] = tuple(ran)
         pod = f"{name}-{_suffix(name, 5)}"
         uid = job["metadata"].get("uid", "")
         labels = {**(template.get("metadata") or {}).get("labels", {}), "job-name": name,
@@ -517,6 +665,16 @@ class FakeCluster:
         self._play(script, actions, finish)
 
     # ------------------------------------------------------------------ pods
+
+    @staticmethod
+    def _fused_command(states: list[dict[str, Any]], task: PlannedTask) -> None:
+        """A fused pod's main container runs the task's compiled command (naming its members);
+        unfused pods keep the stand-in's generic one, as they always had."""
+        if not task.fused or not task.command:
+            return
+        for st in states:
+            main = st["spec"]["containers"][-1]
+            main["command"], main["args"] = list(task.command[:1]), list(task.command[1:])
 
     def _states(self, pod: str, namespace: str, labels: dict[str, str], annotations: dict[str, str],
                 times: Mapping[str, Any], *, argo: bool, image: str, main: str = "main",

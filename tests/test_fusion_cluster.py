@@ -1,0 +1,274 @@
+"""Step fusion on the loopback cluster: ``llmpack compile --fuse gpu|all`` artifacts submitted through
+the real clients (kfp.Client, Hera, the kubernetes client) to the stand-ins, played by
+:class:`standins.fake_cluster.FakeCluster`, whose pods are counted through the Kubernetes API.
+
+Issue 10's done-when: step pods per run (KFP's driver pods aside) 5 -> 4 (``--fuse gpu``) and 1
+(``--fuse all``); the MLflow Job is one pod whatever the fusion. Item 4: on a node whose image is
+pre-pulled, the pod watcher's ``image_pull_s`` of the GPU pod is 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from standins.argo_server import ArgoServerStandIn
+from standins.fake_cluster import STEPS, FakeCluster, fused_members
+from standins.k8s_api import KubeAPIStandIn
+from standins.kfp_api import KFPAPIStandIn
+
+from llmpack import cluster, submit
+from llmpack.compile import compile_all
+from llmpack.k8s.podphases import orchestrator_of, role_of
+
+K8S_TOKEN = "k8s-standin-token-f1"
+KFP_TOKEN = "kfp-standin-token-f1"
+ARGO_TOKEN = "argo-standin-token-f1"
+ENV = ("KFP_HOST", "KFP_TOKEN", "KF_PIPELINES_ENDPOINT", "KF_PIPELINES_SA_TOKEN_PATH", "ARGO_SERVER", "ARGO_TOKEN",
+       "ARGO_NAMESPACE", "ARGO_SECURE", "ARGO_BASE_HREF", "KUBECONFIG", "KUBE_MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_URI",
+       "KUBERNETES_SERVICE_HOST", "LLMPACK_IMAGE", "LLMPACK_PRICE_PER_GPU_HOUR", "LLMPACK_PRICE_FILE",
+       "LLMPACK_PRICE_PROVIDER")
+MODES = ("none", "gpu", "all")
+# What each compiled variant runs: pod (task) -> the authored steps it runs, in order.
+TASKS: dict[str, dict[str, tuple[str, ...]]] = {
+    "none": {s: (s,) for s in STEPS},
+    "gpu": {"prepare-data": ("prepare-data",), "tokenize": ("tokenize",), "finetune-evaluate": ("finetune", "evaluate"),
+            "register": ("register",)},
+    "all": {"all-steps": STEPS},
+}
+GPU_PODS = {"none": {"finetune", "evaluate"}, "gpu": {"finetune-evaluate"}, "all": {"all-steps"}}
+PARAMS = {"max_steps": 7, "seed": 3}
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import kfp
+
+    for name in ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``llmpack compile [--fuse gpu|all] --out DIR`` (through :func:`compile_all`), once per module."""
+    out = {}
+    for mode in MODES:
+        out[mode] = tmp_path_factory.mktemp(f"fuse-{mode}") / "compiled"
+        compile_all(out[mode], fuse=mode)
+    return out
+
+
+class LoopbackCluster:
+    """The three stand-ins made one cluster by :class:`FakeCluster` (as in test_compare_cluster)."""
+
+    def __init__(self, tmp_path: Path, tracking_uri: str, **fake_options: Any) -> None:
+        self.kube = KubeAPIStandIn(token=K8S_TOKEN, namespaces=("default", "llmpack", "kubeflow")).start()
+        self.kfp = KFPAPIStandIn(token=KFP_TOKEN).start()
+        self.argo = ArgoServerStandIn(token=ARGO_TOKEN).start()
+        self.kubeconfig = tmp_path / "kubeconfig"
+        self.kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "standin", "cluster": {"server": self.kube.url}}],
+            "users": [{"name": "runner", "user": {"token": K8S_TOKEN}}],
+            "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "runner", "namespace": "llmpack"}}],
+            "current-context": "standin",
+        }))
+        self.tracking_uri = tracking_uri
+        self.fake = FakeCluster(self.kube, kfp=self.kfp, argo=self.argo, tracking_uri=tracking_uri,
+                                **fake_options).start()
+
+    def connection(self, orchestrator: str) -> dict[str, Any]:
+        return {"kfp": {"host": self.kfp.url, "token": KFP_TOKEN},
+                "argo": {"host": self.argo.url, "token": ARGO_TOKEN, "namespace": "llmpack"},
+                "mlflow": {"kubeconfig": str(self.kubeconfig)}}[orchestrator]
+
+    def run(self, orchestrator: str, compiled: Path) -> dict[str, Any]:
+        """Submit one compiled variant through the real client, wait for its end; the summary."""
+        artifact = {"kfp": {"package_path": str(compiled / "kfp_pipelines" / "finetune.yaml")},
+                    "argo": {"workflow_path": str(compiled / "argo_workflows" / "finetune.yaml")},
+                    "mlflow": {"project_dir": str(compiled / "mlflow_projects" / "finetune-k8s")}}[orchestrator]
+        summary = submit.submit(orchestrator, params=PARAMS, tracking_uri=self.tracking_uri,
+                                **self.connection(orchestrator), **artifact)
+        done = submit.wait_for_completion(summary, **self.connection(orchestrator), poll_s=0.02, timeout_s=30)
+        assert done["status"] == "succeeded", done
+        self.fake.wait_idle()
+        return summary
+
+    def pods(self, orchestrator: str, summary: dict[str, Any]) -> list[dict[str, Any]]:
+        """The run's pods as the Kubernetes API lists them (KFP: by the run id KFP puts on its pods)."""
+        from kubernetes import client
+
+        from llmpack.k8s.watcher import build_api_client
+
+        core = client.CoreV1Api(build_api_client(host=self.kube.url, token=K8S_TOKEN))
+        if orchestrator == "kfp":
+            ns, selector = "kubeflow", f"pipeline/runid={summary['run_id']}"
+        else:
+            ns, selector = "llmpack", f"llmpack.io/pipeline-run={summary['pipeline_run']}"
+        items = core.list_namespaced_pod(ns, label_selector=selector, _preload_content=False)
+        return yaml.safe_load(items.data)["items"]
+
+    def close(self) -> None:
+        self.fake.close()
+        for server in (self.kfp, self.argo, self.kube):
+            server.close()
+
+
+@pytest.fixture()
+def loopback(tmp_path: Path, tracking_uri: str) -> Iterator[LoopbackCluster]:
+    c = LoopbackCluster(tmp_path, tracking_uri)
+    yield c
+    c.close()
+
+
+def step_pods(pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``llmpack.io/step`` -> pod, for the pods that run step code (KFP's driver pods aside)."""
+    out = {}
+    for pod in pods:
+        if role_of(pod, orchestrator_of(pod)) == "driver":
+            continue
+        step = pod["metadata"]["labels"]["llmpack.io/step"]
+        assert step not in out, f"two pods for {step}"
+        out[step] = pod
+    return out
+
+
+def gpu_limit(pod: dict[str, Any]) -> str | None:
+    main = next(c for c in pod["spec"]["containers"] if c["name"] not in ("wait", "init"))
+    return ((main.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu")
+
+
+# --------------------------------------------------------------------------- the done-when: pods per run
+
+
+def test_fused_member_names_come_from_the_fusion_ref() -> None:
+    assert fused_members(["python", "-m", "components.run", "components.fusion:finetune__evaluate", "--x=1"],
+                         "finetune-evaluate") == ("finetune", "evaluate")
+    assert fused_members(["components.fusion:prepare_data__tokenize__finetune__evaluate__register"],
+                         "all-steps") == STEPS
+    assert fused_members(["python", "-m", "components.run", "components.steps.tokenize:tokenize"],
+                         "tokenize") == ("tokenize",)
+
+
+@pytest.mark.parametrize("orchestrator", ["argo", "kfp"])
+def test_step_pods_per_run_5_4_1(orchestrator: str, compiled: dict[str, Path], loopback: LoopbackCluster) -> None:
+    counts = {}
+    for mode in MODES:
+        summary = loopback.run(orchestrator, compiled[mode])
+        script = loopback.fake.scripts[summary["pipeline_run"]]
+        pods = loopback.pods(orchestrator, summary)
+        steps = step_pods(pods)
+        counts[mode] = len(steps)
+
+        # The pods are the compiled tasks, labelled from the submitted template / executor...
+        assert set(steps) == set(TASKS[mode]), (mode, sorted(steps))
+        assert script.tasks == TASKS[mode]
+        # ...the pods that run a GPU step ask for the GPU and run on the GPU node brought up for them.
+        assert {s for s, p in steps.items() if gpu_limit(p)} == GPU_PODS[mode], mode
+        assert {s for s, p in steps.items() if p["spec"]["nodeName"] == script.node["name"]} == GPU_PODS[mode]
+        # A fused pod runs the compiled fused step (its container says which).
+        for task, members in TASKS[mode].items():
+            args = " ".join(next(c for c in steps[task]["spec"]["containers"] if c["name"] == "main").get("args") or [])
+            assert ("components.fusion:" in args) == (len(members) > 1), (mode, task)
+
+        # Every authored step still ran and logged its events, members back to back in their pod.
+        assert list(script.events) == list(STEPS)
+        for task, members in TASKS[mode].items():
+            pod = script.pods[task]
+            first, last = script.events[members[0]], script.events[members[-1]]
+            assert pod["started"] < first["process_started"] and last["finished"] <= pod["finished"]
+            for before, after in zip(members, members[1:], strict=False):
+                assert script.events[after]["process_started"] == script.events[before]["finished"]
+        drivers = [p for p in pods if role_of(p, orchestrator_of(p)) == "driver"]
+        # KFP: a root DAG driver plus one container driver per task; Argo has none.
+        assert len(drivers) == (1 + len(TASKS[mode]) if orchestrator == "kfp" else 0)
+    assert counts == {"none": 5, "gpu": 4, "all": 1}
+
+
+def test_mlflow_job_is_one_pod_whatever_the_fusion(compiled: dict[str, Path], loopback: LoopbackCluster) -> None:
+    for mode in MODES:
+        summary = loopback.run("mlflow", compiled[mode])
+        pods = loopback.pods("mlflow", summary)
+        assert len(pods) == 1, (mode, [p["metadata"]["name"] for p in pods])
+        assert pods[0]["metadata"]["labels"]["job-name"] == summary["job_name"]
+        assert list(loopback.fake.scripts[summary["pipeline_run"]].events) == list(STEPS)
+
+
+def test_a_failing_member_fails_its_fused_pod(compiled: dict[str, Path], tmp_path: Path, tracking_uri: str) -> None:
+    c = LoopbackCluster(tmp_path, tracking_uri, fail={"argo": "finetune"})
+    try:
+        summary = submit.submit("argo", params=PARAMS, tracking_uri=tracking_uri, **c.connection("argo"),
+                                workflow_path=str(compiled["gpu"] / "argo_workflows" / "finetune.yaml"))
+        done = submit.wait_for_completion(summary, **c.connection("argo"), poll_s=0.02, timeout_s=30)
+        c.fake.wait_idle()
+        steps = step_pods(c.pods("argo", summary))
+    finally:
+        c.close()
+    assert done["status"] == "failed" and "finetune-evaluate" in done["error"]
+    script = c.fake.scripts[summary["pipeline_run"]]
+    assert (script.failed_step, script.failed_task) == ("finetune", "finetune-evaluate")
+    assert script.tasks["finetune-evaluate"] == ("finetune",)  # evaluate never started
+    assert set(steps) == {"prepare-data", "tokenize", "finetune-evaluate"}
+    assert steps["finetune-evaluate"]["status"]["phase"] == "Failed"
+
+
+# --------------------------------------------------------------------------- item 4: a pre-pulled GPU node
+
+
+@pytest.mark.parametrize("prepulled", [False, True])
+def test_image_pull_on_the_gpu_node_is_zero_when_prepulled(prepulled: bool, tmp_path: Path, tracking_uri: str) -> None:
+    c = LoopbackCluster(tmp_path, tracking_uri, prepulled=prepulled)
+    try:
+        result = cluster.compare_cluster(
+            backends="argo,kfp", params=PARAMS, tracking_uri=tracking_uri, timeout_s=30, poll_s=0.05,
+            argo={"host": c.argo.url, "token": ARGO_TOKEN}, kfp={"host": c.kfp.url, "token": KFP_TOKEN},
+            mlflow={"kubeconfig": str(c.kubeconfig)}, k8s={"host": c.kube.url, "token": K8S_TOKEN})
+        c.fake.wait_idle()
+    finally:
+        c.close()
+    for run in result["runs"]:
+        assert run["status"] == "succeeded", (run["orchestrator"], run["error"], run["warnings"])
+        # The pod watcher's rows (Pulling/Pulled events, or "already present on machine").
+        rows = {p["step"]: p for p in run["pods"] if p["role"] == "executor"}
+        gpu = rows["finetune"]
+        expected = 0 if prepulled else c.fake.timings.pull_s
+        assert gpu["image_pull_s"] == expected, (run["orchestrator"], gpu)
+        assert gpu["node_ready"] is not None  # still a node brought up for the pod: only the pull is gone
+        assert all(r["image_pull_s"] == 0 for s, r in rows.items() if s != "finetune")
+        script = c.fake.scripts[run["pipeline_run"]]
+        ft = script.pods["finetune"]
+        assert ft["started"] - ft["initialized"] == c.fake.timings.start_s + (0 if prepulled else c.fake.timings.pull_s)
+
+
+def test_prepulled_fused_gpu_pod_through_the_pod_watcher(compiled: dict[str, Path], tmp_path: Path,
+                                                          tracking_uri: str) -> None:
+    """The fused GPU pod, watched by :class:`~llmpack.k8s.watcher.PodWatcher` (started before the submission)."""
+    from llmpack.k8s.watcher import PodWatcher, build_api_client
+
+    pulls = {}
+    for prepulled in (False, True):
+        (tmp_path / str(prepulled)).mkdir()
+        c = LoopbackCluster(tmp_path / str(prepulled), tracking_uri, prepulled=prepulled)
+        try:
+            run_group = f"rg-fuse-pull-{str(prepulled).lower()}"
+            watcher = PodWatcher(build_api_client(host=c.kube.url, token=K8S_TOKEN), "llmpack", run_group).start()
+            summary = submit.submit("argo", params=PARAMS, tracking_uri=tracking_uri, run_group=run_group,
+                                    workflow_path=str(compiled["gpu"] / "argo_workflows" / "finetune.yaml"),
+                                    **c.connection("argo"))
+            assert submit.wait_for_completion(summary, **c.connection("argo"), poll_s=0.02,
+                                              timeout_s=30)["status"] == "succeeded"
+            c.fake.wait_idle()
+            rows = watcher.finish()
+        finally:
+            c.close()
+        by_step = {r["step"]: r for r in rows}
+        assert set(by_step) == set(TASKS["gpu"])
+        pulls[prepulled] = by_step["finetune-evaluate"]["image_pull_s"]
+        assert by_step["finetune-evaluate"]["node_ready"] is not None
+    assert pulls == {False: 4, True: 0}
+
