@@ -21,6 +21,8 @@ Cluster mapping of a step's :class:`components.dsl.Execution`:
   and ``expression: asInt(lastRetry.exitCode) != 2`` so that bad input (exit code 2) fails at once,
   as on every other path;
 - timeout: ``activeDeadlineSeconds`` per attempt;
+- ``cache_pvc`` (``llmpack compile --cache-pvc``): volume ``hf-cache`` from that PVC at
+  ``HF_CACHE_MOUNT``, with ``HF_HOME`` pointing there;
 - pod labels ``llmpack.io/...`` for cost attribution, non-root unprivileged pods, and the MLflow
   tracking URI from the optional Secret ``llmpack-mlflow`` (key ``tracking-uri``), never a literal.
 
@@ -39,7 +41,16 @@ from __future__ import annotations
 from typing import Any
 
 from components.commands import format_value, step_args
-from components.dsl import TELEMETRY_PARAMS, OutputRef, Pipeline, PipelineParamRef, Retry, Task, iter_param_args
+from components.dsl import (
+    HF_CACHE_MOUNT,
+    TELEMETRY_PARAMS,
+    OutputRef,
+    Pipeline,
+    PipelineParamRef,
+    Retry,
+    Task,
+    iter_param_args,
+)
 from components.record import CLOSE_TASK, gpu_uses, record_args, uses_json
 from components.telemetry import TRAIN_STEP
 
@@ -50,6 +61,7 @@ RUN_AS_USER = 1000
 MLFLOW_SECRET = "llmpack-mlflow"
 MLFLOW_SECRET_KEY = "tracking-uri"
 LABEL_PREFIX = "llmpack.io/"
+HF_CACHE_VOLUME = "hf-cache"  # the --cache-pvc volume, mounted at components.dsl.HF_CACHE_MOUNT
 NO_RETRY_EXIT_CODE = 2  # components.errors.InputError: bad input is not retried
 # Defaults of the compiled Workflow that differ from the pipeline's: it is what `argo submit` runs.
 ARGO_DEFAULTS: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "mode": "cluster"}
@@ -138,7 +150,7 @@ def _finetune_metrics(task: Task) -> list[Any]:
 
 
 def _container(task: Task) -> Any:
-    from hera.workflows import Artifact, Container, Parameter, Resources, RetryStrategy, SecretEnv
+    from hera.workflows import Artifact, Container, Env, ExistingVolume, Parameter, Resources, RetryStrategy, SecretEnv
     from hera.workflows.models import Backoff, Capabilities, IntOrString, SecurityContext, Toleration
 
     step = task.step
@@ -179,8 +191,11 @@ def _container(task: Task) -> Any:
                 secret_name=MLFLOW_SECRET,
                 secret_key=MLFLOW_SECRET_KEY,
                 optional=True,
-            )
+            ),
+            *([Env(name="HF_HOME", value=HF_CACHE_MOUNT)] if ex.cache_pvc else []),
         ],
+        volumes=[ExistingVolume(name=HF_CACHE_VOLUME, claim_name=ex.cache_pvc, mount_path=HF_CACHE_MOUNT)]
+        if ex.cache_pvc else None,
         resources=Resources(
             cpu_request=cpu_quantity(res.cpu),
             memory_request=res.memory,

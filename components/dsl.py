@@ -107,6 +107,9 @@ class Resources:
 
 GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
 
+# Where a step with ``Execution.cache_pvc`` mounts that PersistentVolumeClaim; HF_HOME points there.
+HF_CACHE_MOUNT = "/var/cache/llmpack/huggingface"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Execution:
@@ -118,6 +121,11 @@ class Execution:
     timeout_s: int = 3600
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
+    # The step loads models, tokenizers or datasets through the Hugging Face cache (HF_HOME).
+    hf_cache: bool = False
+    # Name of a PersistentVolumeClaim mounted at HF_CACHE_MOUNT as that cache, on steps with
+    # ``hf_cache``; set at compile time (``llmpack compile --cache-pvc``), None: no volume.
+    cache_pvc: str | None = None
 
 
 # --------------------------------------------------------------------------- steps

@@ -183,6 +183,8 @@ def _merged_execution(executions: list[Execution]) -> Execution:
         timeout_s=sum(e.timeout_s for e in executions),
         node_selector=selector,
         tolerations=tuple(tolerations),
+        hf_cache=any(e.hf_cache for e in executions),
+        cache_pvc=next((e.cache_pvc for e in executions if e.cache_pvc), None),
     )
 
 

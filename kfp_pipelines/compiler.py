@@ -24,8 +24,9 @@ policy, and (kfp-kubernetes platform config) the node selector, tolerations, a p
 (``activeDeadlineSeconds``), a non-root security context, the MLflow tracking URI from the
 optional Secret ``llmpack-mlflow`` (key ``tracking-uri``, never a literal), and the static pod
 labels ``llmpack.io/step``, ``llmpack.io/gpu-type``, ``llmpack.io/gpu-count``,
-``llmpack.io/orchestrator=kfp``, ``llmpack.io/pipeline``. Caching is off: every run is a
-measurement.
+``llmpack.io/orchestrator=kfp``, ``llmpack.io/pipeline``, and with ``cache_pvc`` (``llmpack
+compile --cache-pvc``) that PVC mounted at ``HF_CACHE_MOUNT`` with ``HF_HOME`` pointing there.
+Caching is off: every run is a measurement.
 
 Limits of the KFP format, and what we do about them
 ---------------------------------------------------
@@ -54,7 +55,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from components.dsl import TELEMETRY_PARAMS, OutputRef, Pipeline, PipelineParamRef, Task, iter_param_args
+from components.dsl import (
+    HF_CACHE_MOUNT,
+    TELEMETRY_PARAMS,
+    OutputRef,
+    Pipeline,
+    PipelineParamRef,
+    Task,
+    iter_param_args,
+)
 from components.record import CLOSE_TASK, gpu_uses, uses_json
 
 ORCHESTRATOR = "kfp"
@@ -238,6 +247,9 @@ def configure_task(pipe: Pipeline, task: Task, kt: Any) -> None:
     kubernetes.set_security_context(kt, run_as_user=RUN_AS_USER, run_as_group=RUN_AS_GROUP, run_as_non_root=True)
     kubernetes.use_secret_as_env(kt, secret_name=MLFLOW_SECRET, secret_key_to_env={MLFLOW_SECRET_KEY: MLFLOW_ENV},
                                  optional=True)
+    if ex.cache_pvc:
+        kubernetes.mount_pvc(kt, pvc_name=ex.cache_pvc, mount_path=HF_CACHE_MOUNT)
+        kt.set_env_variable("HF_HOME", HF_CACHE_MOUNT)
 
 
 def configure_close_task(kt: Any) -> None:

@@ -63,13 +63,37 @@ def with_image(pipe: Pipeline, image: str) -> Pipeline:
     return replace(pipe, tasks=tasks)
 
 
+# A PersistentVolumeClaim name: a DNS-1123 subdomain.
+PVC_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def check_cache_pvc(name: str) -> None:
+    """``--cache-pvc`` must be a PersistentVolumeClaim name (a DNS-1123 subdomain)."""
+    if len(name) > 253 or not PVC_NAME.fullmatch(name):
+        raise InputError(f"--cache-pvc {name!r}: not a PersistentVolumeClaim name "
+                         "(lower-case letters, digits, '-' and '.')")
+
+
+def with_cache_pvc(pipe: Pipeline, name: str) -> Pipeline:
+    """A copy of the pipeline whose steps that load from the Hugging Face cache mount PVC ``name`` as it."""
+    check_cache_pvc(name)
+    tasks = {
+        tname: replace(t, step=replace(t.step, execution=replace(t.step.execution, cache_pvc=name)))
+        if t.step.execution.hf_cache else t
+        for tname, t in pipe.tasks.items()
+    }
+    return replace(pipe, tasks=tasks)
+
+
 def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = None, fuse: str = "none",
-                prepull: bool = False) -> list[Path]:
+                prepull: bool = False, cache_pvc: str | None = None) -> list[Path]:
     """Compile KFP, Argo and MLflow artifacts under ``out``; returns the files written.
 
     ``fuse`` (:mod:`components.fusion`): ``gpu`` or ``all`` compiles fewer tasks (pods) that run
     the same steps; the artifacts keep their file names, so write them to their own ``--out``.
     ``prepull`` also writes the image pre-pull DaemonSet (:mod:`llmpack.prepull`).
+    ``cache_pvc`` mounts that PersistentVolumeClaim as the Hugging Face cache (HF_HOME) on every
+    step that loads a model, tokenizer or dataset (:func:`with_cache_pvc`).
     """
     from components.fusion import check_mode
     from components.fusion import fuse as fuse_steps
@@ -79,6 +103,8 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
     check_mode(fuse)
     if image is not None:
         check_image(image)  # before the compilers' slow imports: bad input fails at once
+    if cache_pvc is not None:
+        check_cache_pvc(cache_pvc)
 
     from argo_workflows.workflow import build_workflow
     from components.pipeline import build
@@ -88,6 +114,8 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
     pipe = fuse_steps(pipe or build(), fuse)
     if image is not None:
         pipe = with_image(pipe, image)
+    if cache_pvc is not None:
+        pipe = with_cache_pvc(pipe, cache_pvc)
     created = [p for p in (out, *out.parents) if not p.exists()]  # removed again if nothing lands in them
     try:
         out.mkdir(parents=True, exist_ok=True)

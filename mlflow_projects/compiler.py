@@ -19,7 +19,8 @@
 
 MLflow's Kubernetes backend runs one entry point as one Job, so ``main`` runs the whole
 pipeline in one pod, each step a child run in it; the Job therefore asks for the largest
-step's GPUs, CPU and memory.
+step's GPUs, CPU and memory. With ``cache_pvc`` on any step (``llmpack compile --cache-pvc``) the pod
+mounts that PVC at ``HF_CACHE_MOUNT`` and ``HF_HOME`` points there instead of ``/tmp``.
 
 Where ``mlflow run`` is typed (decision)
     MLflow opens ``kube-job-template-path`` of the backend config as given, relative to the
@@ -53,6 +54,7 @@ import yaml
 
 from components.commands import format_value, step_args
 from components.dsl import (
+    HF_CACHE_MOUNT,
     TELEMETRY_PARAMS,
     OutputRef,
     Pipeline,
@@ -83,6 +85,7 @@ NAMESPACE = "llmpack"
 TRACKING_SECRET = "llmpack-mlflow"  # keys: tracking-uri; optional username, password, token
 ARTIFACTS_PVC = "llmpack-artifacts"
 ARTIFACTS_MOUNT = "/mnt/llmpack"
+HF_CACHE_VOLUME = "hf-cache"  # the --cache-pvc volume, mounted at components.dsl.HF_CACHE_MOUNT
 K8S_ARTIFACTS_DIR = f"{ARTIFACTS_MOUNT}/artifacts"
 LOCAL_ARTIFACTS_DIR = "llmpack-artifacts"
 RUN_AS = 1000
@@ -348,6 +351,15 @@ def pipeline_needs(pipe: Pipeline) -> dict[str, Any]:
     }
 
 
+def cache_pvc(pipe: Pipeline) -> str | None:
+    """The Hugging Face cache PVC (``llmpack compile --cache-pvc``) the one Job pod mounts, if any step has one."""
+    names = sorted({t.step.execution.cache_pvc for t in pipe.task_order() if t.step.execution.cache_pvc})
+    if len(names) > 1:
+        raise PipelineValidationError(f"cache_pvc: steps name different PVCs ({', '.join(names)}); "
+                                      "MLflow runs every step in one Kubernetes Job")
+    return names[0] if names else None
+
+
 def pod_labels(pipe: Pipeline, needs: Mapping[str, Any], extra: Mapping[str, str] | None = None) -> dict[str, str]:
     labels = {
         "app.kubernetes.io/name": "llmpack",
@@ -375,6 +387,7 @@ def kubernetes_job_template(
     """
     needs = pipeline_needs(pipe)
     labels = pod_labels(pipe, needs, extra_labels)
+    hf_pvc = cache_pvc(pipe)
     amounts: dict[str, str] = {"cpu": _cpu(needs["cpu"]), "memory": needs["memory"]}
     if needs["gpus"]:
         amounts[GPU_RESOURCE] = str(needs["gpus"])
@@ -410,7 +423,7 @@ def kubernetes_job_template(
             secret_env("MLFLOW_TRACKING_PASSWORD", "password", True),
             secret_env("MLFLOW_TRACKING_TOKEN", "token", True),
             {"name": "HOME", "value": "/tmp"},
-            {"name": "HF_HOME", "value": "/tmp/huggingface"},
+            {"name": "HF_HOME", "value": HF_CACHE_MOUNT if hf_pvc else "/tmp/huggingface"},
             {"name": "PYTHONUNBUFFERED", "value": "1"},
         ],
         "resources": {"requests": dict(amounts), "limits": dict(amounts)},
@@ -434,6 +447,9 @@ def kubernetes_job_template(
         {"name": "tmp", "emptyDir": {}},
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
     ]
+    if hf_pvc:  # llmpack compile --cache-pvc: the Hugging Face cache outlives the pod
+        pod_spec["containers"][0]["volumeMounts"].append({"name": HF_CACHE_VOLUME, "mountPath": HF_CACHE_MOUNT})
+        pod_spec["volumes"].append({"name": HF_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": hf_pvc}})
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -462,7 +478,9 @@ def render_job_template(pipe: Pipeline) -> str:
         "# a repeated name, so the appended MLFLOW_TRACKING_URI (the submitter's, or KUBE_MLFLOW_TRACKING_URI when\n"
         "# set) wins over the Secret's. It is a literal value in the Job spec: use a URI without credentials; they\n"
         "# stay in the Secret (username/password/token, optional keys). `llmpack submit mlflow` appends no URI.\n"
-        f"# Needs, in namespace {NAMESPACE!r}: Secret {TRACKING_SECRET!r} and PersistentVolumeClaim {ARTIFACTS_PVC!r}.\n"
+        f"# Needs, in namespace {NAMESPACE!r}: Secret {TRACKING_SECRET!r} and PersistentVolumeClaim {ARTIFACTS_PVC!r}"
+        + (f" (artifacts) and {cache_pvc(pipe)!r} (the Hugging Face cache)" if cache_pvc(pipe) else "")
+        + ".\n"
         + _dump(kubernetes_job_template(pipe))
     )
 

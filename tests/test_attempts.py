@@ -326,8 +326,8 @@ def test_mlflow_run_bills_the_failed_attempt(toy_pipe: Pipeline, toy_dir: Path, 
 @pytest.mark.slow
 def test_llmpack_run_of_the_real_pipeline_bills_the_failed_finetune(tmp_path: Path) -> None:
     """The whole pipeline on the direct path; finetune crashes once, 1 s after its start."""
-    from llmpack.runs import RunOptions, run_pipeline
     from llmpack.report import retry_lines
+    from llmpack.runs import RunOptions, run_pipeline
 
     opts = RunOptions(backend="direct", max_steps=4, output_dir=tmp_path / "runs",
                       tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")

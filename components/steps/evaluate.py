@@ -38,6 +38,7 @@ def mean_token_loss(net: Any, input_ids: Any, labels: Any, batch_size: int, devi
         resources=Resources(cpu=8, memory="64Gi", gpu_type="nvidia-h100-80gb", gpus=1),
         node_selector={"nvidia.com/gpu.present": "true"},
         tolerations=(GPU_TOLERATION,),
+        hf_cache=True,
     )
 )
 def evaluate(

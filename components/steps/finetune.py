@@ -242,6 +242,7 @@ class ProgressFile:
         timeout_s=6 * 3600,
         node_selector={"nvidia.com/gpu.present": "true"},
         tolerations=(GPU_TOLERATION,),
+        hf_cache=True,
     )
 )
 def finetune(

@@ -10,7 +10,7 @@ from components.dsl import Dataset, Execution, Output, Resources, step
 from components.runtime import metric
 
 
-@step(execution=Execution(resources=Resources(cpu=1, memory="2Gi")))
+@step(execution=Execution(resources=Resources(cpu=1, memory="2Gi"), hf_cache=True))
 def prepare_data(
     dataset: Output[Dataset],
     data: str = "builtin",

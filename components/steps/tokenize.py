@@ -70,7 +70,7 @@ def load_tokenizer(model: str) -> Any:
         raise InputError(f"model {model!r}: cannot load its tokenizer ({type(exc).__name__})") from None
 
 
-@step(execution=Execution(resources=Resources(cpu=2, memory="4Gi")))
+@step(execution=Execution(resources=Resources(cpu=2, memory="4Gi"), hf_cache=True))
 def tokenize(dataset: Input[Dataset], tokens: Output[Dataset], model: str = "tiny", seq_len: int = 128) -> None:
     """Tokenize (byte-level for tiny, the model's own tokenizer otherwise) and pack to seq_len."""
     import numpy as np
