@@ -77,9 +77,10 @@ def _interrupted(exc: BaseException) -> None:
     """One line naming what was kept and how to remove it; exit 130 (SIGINT) or 143 (SIGTERM)."""
     kept = exc.kept if isinstance(exc, Interrupted) else [a for a in exc.args if isinstance(a, str)]
     code = exc.exit_code if isinstance(exc, Interrupted) else 130
-    where = (f"; the run's MLflow record ended KILLED; kept {', '.join(kept)} (remove with: rm -rf {' '.join(kept)})"
-             if kept else "")
-    click.echo(f"llmpack: interrupted{where}", err=True)
+    where = (f"; the run's MLflow record ended KILLED; kept {', '.join(kept)} (remove with: rm -rf {' '.join(kept)}, "
+             "or later: llmpack clean)" if kept else "")
+    notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", []))  # what goes on elsewhere (a cluster run)
+    click.echo(f"llmpack: interrupted{where}{notes}", err=True)
     sys.exit(code)
 
 
@@ -198,7 +199,11 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
 @click.option("--prepull", is_flag=True,
               help="Also write prepull/llmpack-prepull-daemonset.yaml: pulls the step image onto every GPU node ahead "
                    "of a run (kubectl apply -f it once).")
-def compile(out: Path, image: str | None, fuse: str, prepull: bool) -> None:  # noqa: A001 - the command's name
+@click.option("--cache-pvc", "cache_pvc", default=None, metavar="NAME",
+              help="Mount PersistentVolumeClaim NAME as the Hugging Face cache (HF_HOME) on every step that loads a "
+                   "model, tokenizer or dataset, so later runs skip the download. The PVC must exist in the namespace.")
+def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A001 - the command's name
+            cache_pvc: str | None) -> None:
     """Compile the pipeline to KFP v2 IR, an Argo Workflow (Hera) and MLflow Projects.
 
     \b
@@ -208,10 +213,11 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool) -> None:  # 
       llmpack compile --out .                                    regenerate the committed copies
       llmpack compile --fuse gpu --out build/fuse-gpu            finetune and evaluate in one pod
       llmpack compile --prepull && kubectl apply -f build/llmpack/prepull/llmpack-prepull-daemonset.yaml
+      llmpack compile --cache-pvc hf-models                      weights cached on PVC hf-models
     """
     from llmpack.compile import compile_all
 
-    for path in compile_all(out, image=image, fuse=fuse, prepull=prepull):
+    for path in compile_all(out, image=image, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc):
         echo_out(str(path))
 
 
@@ -497,7 +503,11 @@ def _submit(orchestrator: str, conn: dict[str, Any], *, model: str | None, data:
     for warning in summary.get("warnings", []):
         click.echo(f"llmpack: warning: {warning}", err=True)
     if wait:
-        summary["result"] = sub.wait_for_completion(summary, timeout_s=wait_timeout, **conn)
+        try:
+            summary["result"] = sub.wait_for_completion(summary, timeout_s=wait_timeout, **conn)
+        except (KeyboardInterrupt, Interrupted) as exc:  # stop waiting; the run is the cluster's (as with argo submit --wait)
+            exc.add_note(sub.still_running(summary))
+            raise
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True, default=str))
     else:

@@ -29,3 +29,14 @@ def wait_for_completion(summary: Mapping[str, Any], **kwargs: Any) -> dict[str, 
     if orchestrator not in ORCHESTRATORS:
         raise InputError(f"summary orchestrator {orchestrator!r}: not a cluster submission")
     return cluster_submitter(str(orchestrator)).wait_for_completion(summary, **kwargs)
+
+
+def still_running(summary: Mapping[str, Any]) -> str:
+    """What an interrupted wait leaves: the run goes on on the cluster, closes its own record, and how to stop it."""
+    ns = summary.get("namespace") or "default"
+    server_id = summary.get("server_id")
+    stop = {"kfp": f"kfp.Client(host=...).terminate_run({server_id!r}) or the KFP UI",
+            "argo": f"argo stop {server_id} -n {ns}",
+            "mlflow": f"kubectl delete job {server_id} -n {ns}"}.get(str(summary.get("orchestrator")), "its orchestrator")
+    return (f"{summary.get('orchestrator')} run {summary.get('pipeline_run')} (server id {server_id}) keeps running on "
+            f"the cluster and closes its own MLflow record; stop it with: {stop}")

@@ -34,7 +34,7 @@ from typing import Any
 
 import click
 
-from components.errors import InputError
+from components.errors import InputError, Interrupted
 
 SUMMARY_FILE = "summary.json"
 EVENTS_FILE = "events.jsonl"
@@ -153,6 +153,10 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
             click.echo(f"llmpack: error: {exc}; nothing changed in {run_dir}; run this again when it is back", err=True)
             sys.exit(EXIT_NOT_SENT)
         except InputError:
+            raise
+        except (KeyboardInterrupt, Interrupted) as exc:  # exit 130/143 in the CLI; a second sync completes it
+            exc.add_note(f"{run_dir} is unchanged; run `llmpack sync {run_dir}` again to send the rest "
+                         "(it is idempotent: nothing is sent twice)")
             raise
         except Exception as exc:  # noqa: BLE001 - the store refused (4xx, bad URI): one line, not a traceback
             message = str(exc).splitlines()[0] if str(exc) else ""
