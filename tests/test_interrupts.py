@@ -160,7 +160,10 @@ def test_compare_interrupted_in_its_second_path(tmp_path: Path) -> None:
     proc = subprocess.Popen([str(LLMPACK_CLI), "compare", "--backends", "direct,argo", "--max-steps", "30"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     runs = tmp_path / "llmpack-runs"
-    _out, err = _interrupt_when(proc, lambda: any("argo" in p.name for p in runs.rglob("finetune.log")),
+    def argo_trains() -> bool:  # the argo run's finetune step has started (its staging dir: .argo-...partial)
+        return any(str(p.relative_to(runs)).lstrip(".").startswith("argo-") for p in runs.rglob("finetune.log"))
+
+    _out, err = _interrupt_when(proc, argo_trains,
                                 signal.SIGTERM, timeout_s=600)
     assert proc.returncode == 143, err[-2000:]
     assert "Traceback" not in err
