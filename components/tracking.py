@@ -72,7 +72,37 @@ def redact_uri(uri: str) -> str:
 def client(uri: str | None = None) -> MlflowClient:
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=tracking_uri(uri))
+    uri = tracking_uri(uri)
+    _create_sqlite_whole(uri)
+    return MlflowClient(tracking_uri=uri)
+
+
+def _create_sqlite_whole(uri: str) -> None:
+    """A new sqlite store appears whole or not at all.
+
+    MLflow creates a sqlite database by running its schema migrations in place; a Ctrl-C in
+    those seconds left a half-migrated file that every later run refused ("duplicate column
+    name"). So a store that does not exist yet is migrated in a temporary file beside it and
+    linked into place (a link, not a rename: a store another process created meanwhile wins).
+    """
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri[len("sqlite:///"):])
+    if path.exists() or not path.parent.is_dir() or str(path) == ":memory:":
+        return
+    from mlflow.tracking import MlflowClient
+
+    # A name of its own each time: MLflow caches stores by URI, and a cached one would not migrate again.
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        MlflowClient(tracking_uri=f"sqlite:///{tmp}")  # runs the migrations
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    finally:
+        for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):
+            leftover.unlink(missing_ok=True)
 
 
 def experiment_id(mc: MlflowClient, name: str | None = None) -> str:

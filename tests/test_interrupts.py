@@ -176,3 +176,27 @@ def test_compare_interrupted_in_its_second_path(tmp_path: Path) -> None:
     assert pipelines == {"direct": "FINISHED", "argo": "KILLED"}
     leftover = subprocess.run(["pgrep", "-f", str(kept.with_suffix(""))], capture_output=True, text=True)
     assert not leftover.stdout.strip(), "a step process outlived the client"
+
+
+# --------------------------------------------------------------------------- a new sqlite store
+
+
+def test_a_new_sqlite_store_appears_whole_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C during MLflow's first-time migrations left a half-migrated mlflow.db that every later
+    run refused; now the store is migrated beside it and linked into place only when whole."""
+    from components import tracking
+
+    db = tmp_path / "mlflow.db"
+
+    def interrupted_link(src: str, dst: str) -> None:
+        assert Path(src).stat().st_size > 0 and not Path(dst).exists()  # migrated, not yet in place
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "link", interrupted_link)
+        with pytest.raises(KeyboardInterrupt):
+            tracking.client(f"sqlite:///{db}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing half-written, no temporary left
+    mc = tracking.client(f"sqlite:///{db}")
+    assert tracking.experiment_id(mc) and db.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
