@@ -97,12 +97,21 @@ class Retry:
 
 @dataclass(frozen=True, kw_only=True)
 class Resources:
-    """CPU in cores, memory as a Kubernetes quantity, GPUs by type and count."""
+    """CPU in cores, memory as a Kubernetes quantity, GPUs by type and count, per node.
+
+    ``nodes`` above 1 makes the step a gang of that many pods (a Kubeflow Trainer ``TrainJob`` on
+    a cluster), each with these resources; cost counts ``nodes * gpus`` GPUs.
+    """
 
     cpu: float = 1.0
     memory: str = "2Gi"
     gpu_type: str | None = None
     gpus: int = 0
+    nodes: int = 1
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus * self.nodes
 
 
 GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
@@ -368,6 +377,8 @@ def _validate_task(pipe: Pipeline, task: Task) -> None:
     res = step_.execution.resources
     if res.gpus < 0:
         raise PipelineValidationError(f"{where}: resources.gpus is {res.gpus}; must be >= 0")
+    if res.nodes < 1:
+        raise PipelineValidationError(f"{where}: resources.nodes is {res.nodes}; must be >= 1")
     if res.gpu_type and res.gpus == 0:
         raise PipelineValidationError(
             f"{where}: resources.gpu_type is {res.gpu_type!r} but resources.gpus is 0"

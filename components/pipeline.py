@@ -45,6 +45,7 @@ def finetune_pipeline(
     eval_batch_size: int = 16,
     builtin_size: int = 2000,
     checkpoint_dir: str = "",
+    nproc_per_node: int = 1,
 ):
     prepared = prepare_data(
         data=data, seed=seed, skip_bad_rows=skip_bad_rows, eval_fraction=eval_fraction, builtin_size=builtin_size
@@ -65,6 +66,7 @@ def finetune_pipeline(
         seed=seed,
         checkpoint_every=checkpoint_every,
         checkpoint_dir=checkpoint_dir,
+        nproc_per_node=nproc_per_node,
     )
     scored = evaluate(tokens=tokens.outputs["tokens"], model=tuned.outputs["model"], min_improvement=min_improvement,
                       batch_size=eval_batch_size)
@@ -94,6 +96,7 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "lora_alpha": (lambda v: v >= 1, "at least 1"),
     "eval_batch_size": (lambda v: v >= 1, "at least 1"),
     "builtin_size": (lambda v: v >= 2, "at least 2 (a train and an eval row)"),
+    "nproc_per_node": (lambda v: 1 <= v <= 64, "between 1 and 64 (processes of finetune; torchrun above 1)"),
 }
 
 

@@ -125,7 +125,7 @@ def gpu_uses(pipe: Any) -> list[cost.GpuUse]:
     for t in pipe.task_order():
         res = t.step.execution.resources
         names = [m.task for m in t.step.members] if isinstance(t.step, FusedStep) else [t.name]
-        uses += [cost.GpuUse(step=n, gpus=res.gpus, cpu=res.cpu, gpu_type=res.gpu_type) for n in names]
+        uses += [cost.GpuUse(step=n, gpus=res.total_gpus, cpu=res.cpu, gpu_type=res.gpu_type) for n in names]
     return uses
 
 

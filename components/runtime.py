@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 import time
 import traceback
@@ -21,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from components import telemetry
+from components import distributed, telemetry
 from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step
 from components.errors import InputError, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
@@ -37,11 +38,12 @@ CLIENT_UPLOADS_ENV = "LLMPACK_CLIENT_UPLOADS"
 class StepTelemetry:
     """The running step's telemetry; steps reach it with :func:`emit` and :func:`metric`."""
 
-    def __init__(self, ctx: RunContext, step: str, events_path: Path) -> None:
+    def __init__(self, ctx: RunContext, step: str, events_path: Path, rank: int | None = None) -> None:
         self.ctx = ctx
         self.step = step
         self.log = EventLog(events_path)
         self.records: list[Record] = []
+        self.rank = rank  # a rank of a distributed step (components.distributed): its events end in .rank<R>
 
     def _add(self, kind: str, name: str, value: float) -> None:
         rec = make_record(self.ctx, kind, self.step, name, value)
@@ -49,10 +51,16 @@ class StepTelemetry:
         self.log.append(rec)
 
     def event(self, name: str, ts: float | None = None) -> None:
+        """This process's event: a rank's is ``<name>.rank<R>``, a single process's the step's own."""
+        self._add("event", name if self.rank is None else f"{name}.rank{self.rank}", time.time() if ts is None else ts)
+
+    def step_event(self, name: str, ts: float | None = None) -> None:
+        """The step's own event, whichever rank records it."""
         self._add("event", name, time.time() if ts is None else ts)
 
     def metric(self, name: str, value: float) -> None:
-        self._add("metric", name, value)
+        """Rank 0's metrics (reduced over ranks by the step) are the step's; another rank's end in .rank<R>."""
+        self._add("metric", name if not self.rank else f"{name}.rank{self.rank}", value)
 
 
 _current: StepTelemetry | None = None
@@ -67,6 +75,12 @@ def emit(name: str, ts: float | None = None) -> None:
     """Record a timeline event for the running step (no-op when called outside a step run)."""
     if _current is not None:
         _current.event(name, ts)
+
+
+def emit_step(name: str, ts: float | None = None) -> None:
+    """Record the step's own event from a rank (a gang's ``first_step``: see components.distributed)."""
+    if _current is not None:
+        _current.step_event(name, ts)
 
 
 def metric(name: str, value: float) -> None:
@@ -172,7 +186,8 @@ def run(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
 
     step = load_step(args.step)
-    injected = 0.0 if isinstance(step, FusedStep) else _injected_start_delay(step)  # fused: per member
+    # fused: per member; a rank under our launcher: the launcher slept it
+    injected = 0.0 if isinstance(step, FusedStep) or distributed.under_our_launcher() else _injected_start_delay(step)
 
     inputs, outputs, raw = _pairs(args.input, "--input"), _pairs(args.output, "--output"), _pairs(args.param, "--param")
     known = {**step.params, **TELEMETRY_PARAMS, **RUNTIME_PARAMS}
@@ -197,9 +212,16 @@ def run(argv: Sequence[str]) -> int:
     telemetry_values["run_group"] = telemetry_values["run_group"] or telemetry_values["pipeline_run"]
     ctx = RunContext(**telemetry_values)
 
+    nproc = int(values.get(distributed.NPROC_PARAM, 1))
+    distributed.check_nproc(nproc, f"step {step.name!r} parameter {distributed.NPROC_PARAM!r}")
     if not isinstance(step, FusedStep):
+        if nproc > 1 and not distributed.is_rank():  # this process launches the ranks (components.distributed)
+            return launch_ranks(step, ctx, outputs, argv, nproc, started=started + injected, injected=injected)
         run_step(step, ctx, inputs, outputs, values, started=started + injected, injected=injected)
         return 0
+    if nproc > 1:
+        raise InputError(f"step {step.name!r}: {distributed.NPROC_PARAM}={nproc} in a fused step; "
+                         "run the many-process step unfused (no --fuse)")
     # A fused step: its members one after the other in this process, each with its own record.
     # A later member starts when the one before it handed over; a planted delay applies per member.
     paths = {**inputs, **outputs}
@@ -217,9 +239,16 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
     """Call one authored step with its artifacts and parameters, recording its telemetry around it."""
     global _current
     first_out = Path(outputs[next(iter(step.outputs))])
-    ctx = replace(ctx, attempt=telemetry.attempt_number(ctx, step.name, first_out / EVENTS_FILE))  # its records: this attempt's
-    tel = StepTelemetry(ctx, step.name, first_out / EVENTS_FILE)
+    world = distributed.world_from_env() if distributed.is_rank() else distributed.World()
+    launched = world.distributed and distributed.under_our_launcher()
+    attempt = (int(os.environ.get(telemetry.ATTEMPT_ENV) or 0) if launched  # the launcher counted it
+               else telemetry.attempt_number(ctx, step.name, first_out / EVENTS_FILE))
+    ctx = replace(ctx, attempt=attempt)  # its records: this attempt's
+    tel = StepTelemetry(ctx, step.name, first_out / EVENTS_FILE, rank=world.rank if world.distributed else None)
     _current = tel
+    own_ends = world.distributed and world.main and not launched  # no launcher of ours (a TrainJob): rank 0 has them
+    if own_ends:
+        tel.step_event("process_started", started)
     tel.event("process_started", started)
     if injected:
         tel.metric("injected_start_delay_s", injected)
@@ -235,8 +264,38 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
         step.func(**kwargs)
     finally:
         tel.event("finished")
-        _upload(tel)
+        if own_ends:
+            tel.step_event("finished")
+        if not launched:  # the launcher uploads every rank's records once
+            _upload(tel)
         _current = None
+
+
+def launch_ranks(step: Step, ctx: RunContext, outputs: dict[str, str], argv: Sequence[str], nproc: int,
+                 *, started: float, injected: float = 0.0) -> int:
+    """This process launches ``nproc`` ranks of ``step`` (torchrun) and records the step around them."""
+    global _current
+    first_out = Path(outputs[next(iter(step.outputs))])
+    first_out.mkdir(parents=True, exist_ok=True)
+    ctx = replace(ctx, attempt=telemetry.attempt_number(ctx, step.name, first_out / EVENTS_FILE))
+    tel = StepTelemetry(ctx, step.name, first_out / EVENTS_FILE)
+    _current = tel
+    try:
+        tel.event("process_started", started)
+        if injected:
+            tel.metric("injected_start_delay_s", injected)
+        rc = distributed.launch(nproc, argv, attempt=ctx.attempt)
+        tel.event("finished")
+        tel.records = [r for r in telemetry.read_records([first_out / EVENTS_FILE])  # every rank's, this attempt's
+                       if r.step == step.name and r.pipeline_run == ctx.pipeline_run and r.attempt == ctx.attempt]
+        _upload(tel)
+    finally:
+        _current = None
+    if rc in (128 + signal.SIGTERM, 128 + signal.SIGINT):
+        return rc
+    if rc != 0:
+        raise StepFailed(f"step {step.name!r}: a rank of {nproc} failed (torchrun exit {rc}); see the ranks' output above")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,7 +18,8 @@ from components.errors import InputError, Interrupted
 from llmpack.clean import clean as clean_command
 from llmpack.sync import sync as sync_command
 
-OWN_FLAGS = {"model": "--model", "data": "--data", "seed": "--seed", "max_steps": "--max-steps"}
+OWN_FLAGS = {"model": "--model", "data": "--data", "seed": "--seed", "max_steps": "--max-steps",
+             "nproc_per_node": "--nproc-per-node"}
 DEFAULT_REPORTS = Path("llmpack-report")  # where timestamped reports go when no directory is named
 GPU_HELP = "GPU type for the GPU steps' cost and placement (e.g. nvidia-h100-80gb)."
 
@@ -95,7 +96,13 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Where each run's directory is written (atomically)."),
         click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."),
         click.option("--gpu-type", default=None, help=GPU_HELP),
-        click.option("--gpus", type=int, default=None, help="GPUs per GPU step (default: the step spec's)."),
+        click.option("--gpus", type=int, default=None, help="GPUs of the finetune step, per node (default: its spec's, 1); "
+                     "above 1 it runs one rank per GPU (torchrun, DDP). 0: every GPU step on CPUs."),
+        click.option("--nodes", type=int, default=None, help="Nodes of the finetune step (default 1; above 1: a Kubeflow "
+                     "Trainer TrainJob gang, on a cluster only)."),
+        click.option("--nproc-per-node", "nproc_per_node", type=int, default=None,
+                     help="Processes of the finetune step on this machine (torchrun; Gloo on CPU, NCCL on GPU); "
+                          "default: --gpus when above 1, else 1."),
         click.option("--price-per-gpu-hour", default=None, help="Override the price (USD per GPU-hour)."),
         click.option("--price-file", default=None, type=str, help="A price YAML like components/prices.yaml."),
         click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter, e.g. --param lr=0.001."),
@@ -202,8 +209,12 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
 @click.option("--cache-pvc", "cache_pvc", default=None, metavar="NAME",
               help="Mount PersistentVolumeClaim NAME as the Hugging Face cache (HF_HOME) on every step that loads a "
                    "model, tokenizer or dataset, so later runs skip the download. The PVC must exist in the namespace.")
+@click.option("--gpus", type=int, default=None, help="GPUs of the finetune pod (per node); above 1 it runs torchrun "
+              "with one rank per GPU (DDP).")
+@click.option("--nodes", type=int, default=None, help="Nodes for finetune; above 1 every path creates a Kubeflow Trainer "
+              "TrainJob (written to OUT/trainjob/ too).")
 def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A001 - the command's name
-            cache_pvc: str | None) -> None:
+            cache_pvc: str | None, gpus: int | None, nodes: int | None) -> None:
     """Compile the pipeline to KFP v2 IR, an Argo Workflow (Hera) and MLflow Projects.
 
     \b
@@ -214,10 +225,11 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
       llmpack compile --fuse gpu --out build/fuse-gpu            finetune and evaluate in one pod
       llmpack compile --prepull && kubectl apply -f build/llmpack/prepull/llmpack-prepull-daemonset.yaml
       llmpack compile --cache-pvc hf-models                      weights cached on PVC hf-models
+      llmpack compile --gpus 4 --out build/4gpu                  finetune: torchrun, 4 ranks in one pod
     """
     from llmpack.compile import compile_all
 
-    for path in compile_all(out, image=image, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc):
+    for path in compile_all(out, image=image, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes):
         echo_out(str(path))
 
 
@@ -376,6 +388,7 @@ def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cl
     if "direct" in names:
         raise InputError("--cluster: 'direct' has no cluster path; use --backends kfp,argo,mlflow")
     for flag, value in (("--gpu-type", kwargs.get("gpu_type")), ("--gpus", kwargs.get("gpus")),
+                        ("--nodes", kwargs.get("nodes")), ("--nproc-per-node", kwargs.get("nproc_per_node")),
                         ("--inject-start-delay", inject_start_delay),
                         ("--fuse", None if kwargs.get("fuse") == "none" else kwargs.get("fuse"))):
         if value is not None:

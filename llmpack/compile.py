@@ -85,13 +85,37 @@ def with_cache_pvc(pipe: Pipeline, name: str) -> Pipeline:
     return replace(pipe, tasks=tasks)
 
 
+def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None) -> Pipeline:
+    """A copy of the pipeline whose finetune step asks for ``gpus`` GPUs on each of ``nodes`` nodes.
+
+    Above one GPU the finetune pod runs one rank per GPU: the compiled ``nproc_per_node``
+    parameter defaults to ``gpus`` (components.distributed launches torchrun in the pod).
+    """
+    from components import distributed
+    from llmpack.runs import apply_gpu_overrides
+
+    if gpus is not None and gpus < 1:
+        raise InputError(f"--gpus {gpus}: the finetune pod needs at least 1 GPU")
+    if gpus is not None:
+        distributed.check_nproc(gpus, "--gpus")
+    if nodes is not None and nodes < 1:
+        raise InputError(f"--nodes {nodes}: must be >= 1")
+    pipe = apply_gpu_overrides(pipe, None, gpus, nodes)
+    if gpus is not None and gpus > 1:
+        param = pipe.params[distributed.NPROC_PARAM]
+        pipe = replace(pipe, params={**pipe.params, distributed.NPROC_PARAM: replace(param, default=gpus)})
+    return pipe
+
+
 def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = None, fuse: str = "none",
-                prepull: bool = False, cache_pvc: str | None = None) -> list[Path]:
+                prepull: bool = False, cache_pvc: str | None = None, gpus: int | None = None,
+                nodes: int | None = None) -> list[Path]:
     """Compile KFP, Argo and MLflow artifacts under ``out``; returns the files written.
 
     ``fuse`` (:mod:`components.fusion`): ``gpu`` or ``all`` compiles fewer tasks (pods) that run
     the same steps; the artifacts keep their file names, so write them to their own ``--out``.
     ``prepull`` also writes the image pre-pull DaemonSet (:mod:`llmpack.prepull`).
+    ``gpus``/``nodes`` size the finetune step (:func:`with_gpus`).
     ``cache_pvc`` mounts that PersistentVolumeClaim as the Hugging Face cache (HF_HOME) on every
     step that loads a model, tokenizer or dataset (:func:`with_cache_pvc`).
     """
@@ -111,7 +135,9 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
     from kfp_pipelines.compiler import compile_pipeline
     from mlflow_projects.compiler import write_project
 
-    pipe = fuse_steps(pipe or build(), fuse)
+    if (gpus or 1) > 1 and fuse != "none":
+        raise InputError(f"--gpus {gpus} with --fuse {fuse}: the many-process finetune runs unfused; drop --fuse")
+    pipe = fuse_steps(with_gpus(pipe or build(), gpus, nodes), fuse)
     if image is not None:
         pipe = with_image(pipe, image)
     if cache_pvc is not None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from components import cost, fusion, record, telemetry, tracking
+from components import cost, distributed, fusion, record, telemetry, tracking
 from components.commands import pipeline_values
 from components.data import BUILTIN, load_rows
 from components.dsl import Pipeline
@@ -42,6 +42,7 @@ from components.errors import InputError, Interrupted, RunFailed
 from components.modeling import check_model_ref
 from components.runtime import CLIENT_UPLOADS_ENV, MLFLOW_LOGGING_ENV
 from components.submission import check_id, new_id, telemetry_values
+from components.telemetry import TRAIN_STEP
 from llmpack.backends import local_runner
 from llmpack.progress import watch
 
@@ -57,6 +58,8 @@ class RunOptions:
     tracking_uri: str | None = None
     gpu_type: str | None = None
     gpus: int | None = None
+    nodes: int | None = None  # nodes of the training step (a TrainJob gang on a cluster; locally only 1)
+    nproc_per_node: int | None = None  # finetune's processes (torchrun); default: --gpus when above 1, else 1
     price_per_gpu_hour: str | None = None
     price_file: str | None = None
     run_group: str | None = None
@@ -72,6 +75,20 @@ def validate(opts: RunOptions) -> None:
         raise InputError(f"--max-steps {opts.max_steps}: must be a positive number of steps")
     if opts.gpus is not None and opts.gpus < 0:
         raise InputError(f"--gpus {opts.gpus}: must be >= 0")
+    if opts.nodes is not None and opts.nodes < 1:
+        raise InputError(f"--nodes {opts.nodes}: must be >= 1")
+    if opts.nodes is not None and opts.nodes > 1:
+        raise InputError(f"--nodes {opts.nodes}: more than one node needs a cluster (llmpack compile/submit, or compare "
+                         "--cluster, with --nodes); on this machine use --nproc-per-node")
+    if opts.nproc_per_node is not None:
+        distributed.check_nproc(opts.nproc_per_node, "--nproc-per-node")
+    batch = int(opts.params.get("batch_size", 8))
+    if nproc_of(opts) > 1 and batch % nproc_of(opts):
+        raise InputError(f"--nproc-per-node {nproc_of(opts)}: batch_size {batch} does not split over the processes; "
+                         f"use --param batch_size=<a multiple of {nproc_of(opts)}>")
+    if nproc_of(opts) > 1 and opts.fuse != "none":
+        raise InputError(f"--nproc-per-node {nproc_of(opts)} with --fuse {opts.fuse}: the many-process finetune runs "
+                         "unfused; drop --fuse")
     if opts.gpu_type is not None and opts.gpus == 0:
         raise InputError(f"--gpu-type {opts.gpu_type!r} with --gpus 0: give a GPU count > 0 or drop --gpu-type")
     if opts.price_per_gpu_hour is not None:
@@ -92,17 +109,38 @@ def validate(opts: RunOptions) -> None:
         raise InputError(f"--output-dir {out}: cannot be created there")
 
 
-def apply_gpu_overrides(pipe: Pipeline, gpu_type: str | None, gpus: int | None) -> Pipeline:
-    """``--gpu-type``/``--gpus`` replace the GPU spec of every GPU step (a copy; the pipeline is untouched)."""
-    if gpu_type is None and gpus is None:
+def nproc_of(opts: RunOptions) -> int:
+    """Finetune's processes: ``--nproc-per-node``, else ``--gpus`` when above 1 (one rank per GPU), else 1."""
+    if opts.nproc_per_node is not None:
+        return opts.nproc_per_node
+    return opts.gpus if opts.gpus is not None and opts.gpus > 1 else 1
+
+
+def apply_gpu_overrides(pipe: Pipeline, gpu_type: str | None, gpus: int | None, nodes: int | None = None,
+                        train_gpus: int | None = None) -> Pipeline:
+    """The GPU flags on a copy of the pipeline (the pipeline itself is untouched).
+
+    ``--gpu-type`` applies to every GPU step. ``--gpus G`` is the training step's GPUs per node
+    (one rank each); the other GPU steps keep their spec's count (evaluate runs one process), and
+    ``--gpus 0`` puts every GPU step on CPUs. ``--nodes N`` is the training step's node count.
+    ``train_gpus`` (``--nproc-per-node`` without ``--gpus``: one GPU per rank) also sets the
+    training step's count.
+    """
+    if gpu_type is None and gpus is None and nodes is None and train_gpus is None:
         return pipe
+    want = gpus if gpus is not None else train_gpus
     tasks = {}
     for name, task in pipe.tasks.items():
         res = task.step.execution.resources
         if res.gpus > 0:
-            res = replace(res, gpu_type=gpu_type or res.gpu_type, gpus=res.gpus if gpus is None else gpus)
+            res = replace(res, gpu_type=gpu_type or res.gpu_type)
+            if want == 0 or (want is not None and name == TRAIN_STEP):
+                res = replace(res, gpus=want)
             if res.gpus == 0:
                 res = replace(res, gpu_type=None)
+        if name == TRAIN_STEP and nodes is not None:
+            res = replace(res, nodes=nodes)
+        if res != task.step.execution.resources:
             task = replace(task, step=replace(task.step, execution=replace(task.step.execution, resources=res)))
         tasks[name] = task
     return replace(pipe, tasks=tasks).validate()
@@ -127,7 +165,12 @@ def prepare(opts: RunOptions, pipe: Pipeline | None = None) -> tuple[Pipeline, c
     from components.pipeline import build
 
     validate(opts)
-    pipe = fusion.fuse(apply_gpu_overrides(pipe or build(), opts.gpu_type, opts.gpus), opts.fuse)
+    nproc = nproc_of(opts)
+    if nproc > 1:
+        opts.params = {**opts.params, distributed.NPROC_PARAM: nproc}
+    pipe = apply_gpu_overrides(pipe or build(), opts.gpu_type, opts.gpus, opts.nodes,
+                               train_gpus=opts.nproc_per_node if opts.nproc_per_node and opts.nproc_per_node > 1 else None)
+    pipe = fusion.fuse(pipe, opts.fuse)
     return pipe, resolve_price(pipe, opts)
 
 

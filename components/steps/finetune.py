@@ -33,10 +33,9 @@ from typing import Any
 
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Output, Resources, Retry, step
 from components.errors import InputError
-from components.modeling import MODEL_META, device_and_dtype, keep_tuned, load_base_model
-from components.runtime import emit, metric
+from components.modeling import MODEL_META, device_and_dtype, keep_tuned, load_base_model, lora_target_modules
+from components.runtime import metric
 
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 MANIFEST = "manifest.json"
 STATE_FILE = "state.pt"
 PROGRESS_FILE = "llmpack-progress.json"
@@ -261,10 +260,19 @@ def finetune(
     seed: int = 0,
     checkpoint_every: int = 0,
     checkpoint_dir: str = "",
+    nproc_per_node: int = 1,
 ) -> None:
-    """Fine-tune with LoRA (default) or fully; AdamW, warmup + cosine, resumable."""
+    """Fine-tune with LoRA (default) or fully; AdamW, warmup + cosine, resumable; DDP on many processes.
+
+    With ``nproc_per_node`` P > 1 the step runs on P ranks (components.distributed launches them):
+    every rank takes its slice of the same global batch of ``batch_size`` blocks, the loss is
+    normalised by the global batch's token count so the gradient DDP averages is the one a single
+    process computes, and rank 0 writes the outputs and checkpoints.
+    """
     import numpy as np
     import torch
+
+    from components import distributed
 
     if max_steps <= 0:
         raise InputError(f"max_steps is {max_steps}; must be > 0")
@@ -272,12 +280,17 @@ def finetune(
         raise InputError(f"method {method!r}: use 'lora' or 'full'")
     if batch_size <= 0 or grad_accum <= 0:
         raise InputError("batch_size and grad_accum must be > 0")
+    world = distributed.world_from_env() if distributed.is_rank() else distributed.World()
+    if world.distributed and batch_size % world.size:
+        raise InputError(f"batch_size {batch_size} does not split over {world.size} processes; use a multiple of {world.size}")
     chaos_pause_s = float(os.environ.get(CHAOS_CHECKPOINT_PAUSE_ENV) or 0)  # a test hook, 0 in real runs
 
     # ---- determinism and device
     torch.manual_seed(seed)
     np.random.seed(seed)
     device, amp_dtype = device_and_dtype()
+    if world.distributed:
+        device = distributed.init(world)  # this rank's GPU (NCCL), or the CPU (Gloo)
     if device.type == "cpu":
         torch.use_deterministic_algorithms(True)
 
@@ -292,12 +305,17 @@ def finetune(
     if method == "lora":
         from peft import LoraConfig, get_peft_model
 
-        config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
+        config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=lora_target_modules(net), task_type="CAUSAL_LM")
         net = get_peft_model(net, config)
         net.peft_config["default"].base_model_name_or_path = base_model
     net.to(device)
     net.train()
-    emit("model_loaded")
+    distributed.gather_time(world, "model_loaded")
+    train_net = net
+    if world.distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        train_net = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
     n_params = sum(p.numel() for p in net.parameters())
     trainable = [p for p in net.parameters() if p.requires_grad]
 
@@ -308,7 +326,7 @@ def finetune(
     ckpt_root = Path(checkpoint_dir) if checkpoint_dir else Path(model.path) / "checkpoints"
     fingerprint = hashlib.sha256(
         json.dumps([base_model, method, max_steps, batch_size, grad_accum, lr, warmup_steps, weight_decay, lora_r,
-                    lora_alpha, seed]).encode()
+                    lora_alpha, seed] + ([world.size] if world.distributed else [])).encode()
         + hashlib.sha256(input_ids.numpy().tobytes()).digest()
     ).hexdigest()[:16]
     start_step = 0
@@ -325,35 +343,50 @@ def finetune(
     tokens_seen = 0
     loss_sum = float("nan")  # stays NaN when a resumed run has no step left to take
     log_path = Path(model.path) / "train_log.jsonl"
-    progress = ProgressFile(Path(model.path) / PROGRESS_FILE, start_step=start_step, max_steps=max_steps)
+    progress = (ProgressFile(Path(model.path) / PROGRESS_FILE, start_step=start_step, max_steps=max_steps)
+                if world.main else None)
     t0 = time.perf_counter()
     first_done = False
     if start_step >= max_steps:
-        emit("first_step")  # nothing left to train: the resumed state is the result
-    with log_path.open("a", buffering=1) as log:  # line-buffered: a killed run's log ends at its last whole step
+        distributed.gather_time(world, "first_step")  # nothing left to train: the resumed state is the result
+    # line-buffered: a killed run's log ends at its last whole step; rank 0's alone
+    with (log_path.open("a", buffering=1) if world.main else open(os.devnull, "w")) as log:
         for step_no in range(start_step, max_steps):
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step_no, lr=lr, warmup=warmup_steps, total=max_steps)
             loss_sum = 0.0
             for micro in range(grad_accum):
                 idx = batch_indices(step_no * grad_accum + micro, batch_size, len(input_ids), seed)
-                x, y = input_ids[idx].to(device), labels[idx].to(device)
-                with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                    loss = net(input_ids=x, labels=y).loss / grad_accum
+                if not world.distributed:
+                    x, y = input_ids[idx].to(device), labels[idx].to(device)
+                    with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                        loss = train_net(input_ids=x, labels=y).loss / grad_accum
+                else:  # this rank's slice; sum over its tokens / the global batch's tokens, times the ranks DDP divides by
+                    share = len(idx) // world.size
+                    mine = idx[world.rank * share : (world.rank + 1) * share]
+                    n_items = max(1, int((labels[idx][:, 1:] != -100).sum()))  # the loss's shifted labels
+                    x, y = input_ids[mine].to(device), labels[mine].to(device)
+                    with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                        loss = train_net(input_ids=x, labels=y, num_items_in_batch=n_items).loss * world.size / grad_accum
                 loss.backward()
                 loss_sum += loss.item()
-                tokens_seen += x.numel()
+                tokens_seen += x.numel() * world.size
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            loss_sum = distributed.mean_over_ranks(world, loss_sum)
             if not first_done:
-                emit("first_step")
+                distributed.gather_time(world, "first_step")
                 first_done = True
             log.write(json.dumps({"step": step_no + 1, "loss": round(loss_sum, 6), "lr": optimizer.param_groups[0]["lr"]}) + "\n")
             done = step_no + 1
-            progress.update(done, tokens_seen, time.perf_counter() - t0)  # loss.item() above already waited for the GPU
-            if stop["sigterm"] or (checkpoint_every and done % checkpoint_every == 0 and done < max_steps):
-                save_checkpoint(ckpt_root, done, net, optimizer, fingerprint, chaos_pause_s=chaos_pause_s)
-            if stop["sigterm"]:
+            if progress is not None:
+                progress.update(done, tokens_seen, time.perf_counter() - t0)  # loss.item() above already waited for the GPU
+            stopping = distributed.all_agree(world, stop["sigterm"])  # every rank stops after the same step
+            if stopping or (checkpoint_every and done % checkpoint_every == 0 and done < max_steps):
+                if world.main:
+                    save_checkpoint(ckpt_root, done, net, optimizer, fingerprint, chaos_pause_s=chaos_pause_s)
+                distributed.barrier(world)
+            if stopping:
                 print(f"finetune: SIGTERM at step {done}; checkpoint written, exiting for a retry", flush=True)
                 raise SystemExit(143)
     if device.type == "cuda":
@@ -361,11 +394,16 @@ def finetune(
     train_s = time.perf_counter() - t0
     signal.signal(signal.SIGTERM, previous_sigterm)  # a step fused after this one gets the default back
 
-    # ---- outputs
+    # ---- outputs: rank 0's
+    if not world.main:
+        distributed.barrier(world)  # rank 0 has written the outputs when this returns
+        distributed.finish(world)
+        return
     out = Path(model.path)
     weights_dir = out / ("adapter" if method == "lora" else "full")
     net.save_pretrained(weights_dir, safe_serialization=True)
-    keep_tuned(out, net)  # for evaluate, when it runs fused in this process
+    if not world.distributed:
+        keep_tuned(out, net)  # for evaluate, when it runs fused in this process
     (out / MODEL_META).write_text(
         json.dumps({"base_model": base_model, "method": method, "seq_len": int(seq_len), "steps": max_steps, "seed": seed}, indent=2, sort_keys=True)
         + "\n"
@@ -378,10 +416,14 @@ def finetune(
     metric("tokens_per_s", tokens_per_s)
     metric("final_loss", loss_sum)
     metric("params", n_params)
+    if world.distributed:
+        metric("world_size", world.size)
     if device.type == "cuda":
         from components.cost import peak_flops
 
         peak = peak_flops(torch.cuda.get_device_name())
         if peak:
             flops_per_token = (6 if method == "full" else 4) * n_params  # LoRA: no frozen-weight gradients
-            metric("mfu", flops_per_token * tokens_per_s / peak)
+            metric("mfu", flops_per_token * tokens_per_s / (peak * world.size))  # tokens_per_s is global
+    distributed.barrier(world)
+    distributed.finish(world)

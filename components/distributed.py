@@ -1,0 +1,199 @@
+"""Many processes for one step: torchrun in the step's process (or pod), and what a rank knows.
+
+A step runs on ``P`` processes when its ``nproc_per_node`` parameter is above 1 (``llmpack run
+--nproc-per-node P`` locally; ``--gpus G`` makes it ``G`` on a cluster). The command every
+orchestrator runs stays ``python -m components.run STEP ...``; that process becomes the
+*launcher* (:func:`launch`): it records the step's ``process_started`` (the pod's start, as for
+any step), starts ``torchrun --standalone --nproc-per-node P`` with the same arguments, forwards
+SIGTERM/SIGINT to it, records ``finished`` when every rank has exited, and uploads the ranks'
+records once. Each rank is ``components.run`` again, seeing torchrun's ``RANK``/``WORLD_SIZE``:
+it runs the step function with a :class:`World` of its own.
+
+Telemetry of a distributed step (DESIGN.md's events, with ranks):
+
+* every rank records ``process_started.rank<R>``, ``model_loaded.rank<R>``,
+  ``first_step.rank<R>`` and ``finished.rank<R>`` (R from 0);
+* the step's own ``model_loaded`` and ``first_step`` are the *last* rank's (``all_gather`` of
+  the ranks' times, recorded by rank 0): a gang has taken its first step when its slowest
+  member has, which is what a user waiting on it sees;
+* the step's ``process_started`` and ``finished`` are the launcher's; under a launcher that is
+  not ours (a Kubeflow Trainer ``TrainJob`` runs torchrun itself), rank 0 records them;
+* metrics are rank 0's, reduced over the ranks (loss averaged, tokens counted globally), plus
+  ``world_size``.
+
+Rank 0 writes the outputs and the checkpoints; every rank reads them. Gloo on CPU, NCCL on GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+NPROC_PARAM = "nproc_per_node"  # the step parameter that asks for more than one process
+LAUNCHER_ENV = "LLMPACK_LAUNCHER"  # set by our launcher for its ranks: it records start/finish and uploads
+MAX_NPROC = 64
+
+
+@dataclass(frozen=True, kw_only=True)
+class World:
+    """This process's place among the step's processes (rank 0 of 1 when not distributed)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the one that writes outputs, checkpoints and step-level records."""
+        return self.rank == 0
+
+
+def world_from_env(env: dict[str, str] | None = None) -> World:
+    """The world torchrun (or a Trainer runtime) describes in ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``."""
+    env = dict(os.environ) if env is None else env
+    try:
+        size = int(env.get("WORLD_SIZE", "1"))
+        rank = int(env.get("RANK", "0"))
+        local = int(env.get("LOCAL_RANK", str(rank)))
+    except ValueError:
+        return World()
+    return World(rank=rank, size=size, local_rank=local) if size > 1 else World()
+
+
+def is_rank(env: dict[str, str] | None = None) -> bool:
+    """True in a process torchrun started (it has a ``RANK``), so it must not launch again."""
+    env = dict(os.environ) if env is None else env
+    return "RANK" in env and "WORLD_SIZE" in env
+
+
+def under_our_launcher(env: dict[str, str] | None = None) -> bool:
+    env = dict(os.environ) if env is None else env
+    return env.get(LAUNCHER_ENV) == "1"
+
+
+def check_nproc(nproc: int, where: str) -> None:
+    from components.errors import InputError
+
+    if not 1 <= nproc <= MAX_NPROC:
+        raise InputError(f"{where}: {nproc} processes; must be between 1 and {MAX_NPROC}")
+
+
+def launch_command(nproc: int, argv: Sequence[str]) -> list[str]:
+    """``torchrun --standalone --nproc-per-node P -m components.run ARGV`` with this interpreter."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", "components.run", *argv]
+
+
+def launch(nproc: int, argv: Sequence[str], *, attempt: int) -> int:
+    """Run ``argv``'s step on ``nproc`` ranks under torchrun; its exit code (128+N when signalled).
+
+    SIGTERM and SIGINT are passed on to torchrun, which passes them to every rank: a SIGTERM'd
+    finetune checkpoints on every rank's agreement and exits 143, as a single process does.
+    """
+    env = {**os.environ, LAUNCHER_ENV: "1", "LLMPACK_ATTEMPT": str(attempt)}
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # --standalone: every rank is on this host
+    proc = subprocess.Popen(launch_command(nproc, argv), env=env)
+    got: list[int] = []
+
+    def forward(signum: int, _frame: Any) -> None:
+        got.append(signum)
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:  # a handler set elsewhere raised: keep waiting for the ranks
+                continue
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if got:
+        return 128 + got[0]
+    return rc
+
+
+def init(world: World) -> Any:
+    """Join the process group (NCCL on GPU, Gloo on CPU); the device this rank computes on."""
+    import torch
+    import torch.distributed as dist
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(world.local_rank)
+        device = torch.device("cuda", world.local_rank)
+    else:
+        device = torch.device("cpu")
+    if world.distributed and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return device
+
+
+def gather_time(world: World, name: str) -> None:
+    """Record ``name`` for this rank now; in a gang, rank 0 also records the step's: the last rank's time."""
+    from components.runtime import emit, emit_step
+
+    now = time.time()
+    emit(name, now)
+    if not world.distributed:
+        return
+    import torch.distributed as dist
+
+    times: list[Any] = [None] * world.size
+    dist.all_gather_object(times, now)
+    if world.main:
+        emit_step(name, max(float(t) for t in times))
+
+
+def all_agree(world: World, flag: bool) -> bool:
+    """True on every rank when any rank says so (a SIGTERM seen by one rank stops them all, same step)."""
+    if not world.distributed:
+        return flag
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([1 if flag else 0], dtype=torch.int64)
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def mean_over_ranks(world: World, value: float) -> float:
+    if not world.distributed:
+        return value
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.float64)
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t)
+    return float(t.item()) / world.size
+
+
+def barrier(world: World) -> None:
+    if world.distributed:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def finish(world: World) -> None:
+    if world.distributed:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,178 @@
+"""finetune on many processes (issue 9 items 1-2): torchrun in the step's process, DDP on Gloo.
+
+The step-level tests run ``python -m components.run`` as every orchestrator does, once with one
+process and once with two over the same global batch, and once SIGTERM'd and resumed; the slow
+test runs the whole pipeline with ``--nproc-per-node 2`` on every local path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.steps.finetune import newest_checkpoint
+from components.telemetry import group_by_step, read_records
+from tests.conftest import llmpack, run_step
+
+PREP = "components.steps.prepare_data:prepare_data"
+TOK = "components.steps.tokenize:tokenize"
+TUNE = "components.steps.finetune:finetune"
+STEPS = ("--param=max_steps=6", "--param=batch_size=4")
+
+
+@pytest.fixture(scope="module")
+def env() -> dict[str, str]:
+    return {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Path:
+    root = tmp_path_factory.mktemp("tok")
+    assert run_step(PREP, f"--output=dataset={root / 'data'}", "--param=builtin_size=600", cwd=root, env=env).returncode == 0
+    r = run_step(TOK, f"--input=dataset={root / 'data'}", f"--output=tokens={root / 'tok'}", "--param=seq_len=64", cwd=root, env=env)
+    assert r.returncode == 0, r.stderr
+    return root / "tok"
+
+
+@pytest.fixture(scope="module")
+def tuned(tokens: Path, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """The same finetune on 1 and on 2 processes: {processes: model directory}."""
+    root = tmp_path_factory.mktemp("tuned")
+    out = {}
+    for nproc in (1, 2):
+        out[nproc] = root / f"p{nproc}"
+        r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={out[nproc]}", *STEPS,
+                     f"--param=nproc_per_node={nproc}", cwd=root, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+    return out
+
+
+def _losses(model_dir: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (model_dir / "train_log.jsonl").read_text().splitlines()]
+
+
+def test_two_processes_take_the_steps_one_process_takes(tuned: dict[int, Path]) -> None:
+    one, two = _losses(tuned[1]), _losses(tuned[2])
+    assert len(one) == len(two) == 6
+    for a, b in zip(one, two, strict=True):  # the same global batch, normalised by its token count
+        assert math.isclose(a, b, rel_tol=1e-4), (one, two)
+    from safetensors.torch import load_file
+
+    w1 = load_file(tuned[1] / "adapter" / "adapter_model.safetensors")
+    w2 = load_file(tuned[2] / "adapter" / "adapter_model.safetensors")
+    assert w1.keys() == w2.keys()
+    assert max(float((w1[k] - w2[k]).abs().max()) for k in w1) < 1e-4
+    assert not (tuned[2] / "checkpoints").exists()
+
+
+def test_every_rank_is_recorded_and_the_gang_starts_with_its_last_rank(tuned: dict[int, Path]) -> None:
+    step = group_by_step(read_records([tuned[2] / "llmpack-events.jsonl"]))["finetune"]
+    ev, m = step.events, step.metrics
+    for rank in (0, 1):
+        for name in ("process_started", "model_loaded", "first_step", "finished"):
+            assert f"{name}.rank{rank}" in ev, sorted(ev)
+    # the step's start is the launcher's (the pod's), before either rank's process existed
+    assert ev["process_started"] < min(ev["process_started.rank0"], ev["process_started.rank1"])
+    assert ev["first_step"] == max(ev["first_step.rank0"], ev["first_step.rank1"])
+    assert ev["model_loaded"] == max(ev["model_loaded.rank0"], ev["model_loaded.rank1"])
+    assert ev["finished"] >= max(ev["finished.rank0"], ev["finished.rank1"])
+    assert m["world_size"] == 2 and "train_s.rank1" not in m  # metrics: rank 0's, reduced over both
+    one = group_by_step(read_records([tuned[1] / "llmpack-events.jsonl"]))["finetune"]
+    assert m["train_tokens"] == one.metrics["train_tokens"]  # tokens counted globally
+    assert not any(".rank" in name for name in one.events) and "world_size" not in one.metrics
+
+
+def test_a_sigterm_two_process_run_resumes_to_the_same_weights(tokens: Path, tuned: dict[int, Path],
+                                                                 env: dict[str, str], tmp_path: Path) -> None:
+    ckpt, resumed = tmp_path / "ckpt", tmp_path / "resumed"
+    cmd = [sys.executable, "-m", "components.run", TUNE, f"--input=tokens={tokens}", f"--output=model={resumed}", *STEPS,
+           "--param=nproc_per_node=2", "--param=checkpoint_every=3", f"--param=checkpoint_dir={ckpt}"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 180
+    while newest_checkpoint(ckpt) is None and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # to the launcher, as a kubelet would: it passes it to torchrun and the ranks
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 143), out
+    assert newest_checkpoint(ckpt) is not None
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resumed from" in again.stdout
+    a = (tuned[2] / "adapter" / "adapter_model.safetensors").read_bytes()
+    b = (resumed / "adapter" / "adapter_model.safetensors").read_bytes()
+    assert a == b, "a resumed 2-process run must end with the weights of an uninterrupted one"
+
+
+def test_a_rank_that_fails_fails_the_step_in_one_line(tokens: Path, env: dict[str, str], tmp_path: Path) -> None:
+    r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={tmp_path / 'm'}", "--param=max_steps=2",
+                 "--param=batch_size=3", "--param=nproc_per_node=2", cwd=tmp_path, env=env)
+    assert r.returncode == 1
+    assert "batch_size 3 does not split over 2 processes" in r.stderr
+    assert "a rank of 2 failed" in r.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--nodes", "2"), "--nodes 2: more than one node needs a cluster"),
+    (("--nodes", "0"), "--nodes 0: must be >= 1"),
+    (("--nproc-per-node", "0"), "--nproc-per-node: 0 processes"),
+    (("--nproc-per-node", "2", "--fuse", "gpu"), "--fuse gpu: the many-process finetune runs unfused"),
+    (("--nproc-per-node", "3"), "batch_size 8 does not split over the processes"),
+    (("--param", "nproc_per_node=2"), "--param nproc_per_node: use --nproc-per-node"),
+])
+def test_bad_process_counts_are_one_line(tmp_path: Path, args: tuple[str, ...], says: str) -> None:
+    r = llmpack("run", *args, "--output-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and says in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_compile_gpus_sizes_the_finetune_pod_and_its_ranks(tmp_path: Path) -> None:
+    r = llmpack("compile", "--gpus", "4", "--out", str(tmp_path / "c"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    wf = yaml.safe_load((tmp_path / "c" / "argo_workflows" / "finetune.yaml").read_text())
+    gpus = {t["name"]: t["container"]["resources"].get("limits", {}).get("nvidia.com/gpu")
+            for t in wf["spec"]["templates"] if "container" in t}
+    assert gpus["finetune"] == "4" and gpus["evaluate"] == "1"  # evaluate is one process on one GPU
+    args = {p["name"]: p.get("value") for p in wf["spec"]["arguments"]["parameters"]}
+    assert args["nproc_per_node"] == "4"
+    project = yaml.safe_load((tmp_path / "c" / "mlflow_projects" / "finetune" / "MLproject").read_text())
+    assert project["entry_points"]["main"]["parameters"]["nproc_per_node"]["default"] == 4
+    for bad, says in ((("--gpus", "0"), "at least 1 GPU"), (("--gpus", "2", "--fuse", "gpu"), "drop --fuse")):
+        r = llmpack("compile", *bad, "--out", str(tmp_path / "bad"), cwd=tmp_path)
+        assert r.returncode == 2 and says in r.stderr and not (tmp_path / "bad").exists(), r.stderr
+
+
+@pytest.mark.slow
+def test_two_processes_on_every_local_path_end_where_one_does(tmp_path: Path) -> None:
+    """``--nproc-per-node 2`` through direct, kfp.local, the Argo runner and ``mlflow run``: eval loss
+    within 1e-3 of one process's over the same global batch, every rank in the record."""
+    common = ("--max-steps", "12", "--output-dir", str(tmp_path / "runs"), "--tracking-uri",
+              f"sqlite:///{tmp_path / 'mlflow.db'}", "--json")
+
+    def run(*args: str) -> dict:
+        r = llmpack("run", *args, *common, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout)
+
+    one = run("--backend", "direct")["metrics"]["eval_loss"]
+    for backend in ("direct", "kfp", "argo", "mlflow"):
+        summary = run("--backend", backend, "--nproc-per-node", "2")
+        assert math.isclose(summary["metrics"]["eval_loss"], one, rel_tol=1e-3), (backend, summary["metrics"])
+        names = {r.name for r in read_records([p for p in Path(summary["artifacts"]["run_dir"]).rglob("llmpack-events.jsonl")])
+                 if r.step == "finetune"}
+        assert {"first_step.rank0", "first_step.rank1", "first_step", "world_size"} <= names, (backend, names)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("llmpack").experiment_id],
+                              "tags.`llmpack.orchestrator` = 'mlflow'")
+    assert any("event.finetune.first_step.rank1" in r.data.metrics for r in runs)
