@@ -192,4 +192,6 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def read_split(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """Rows :func:`write_jsonl` wrote. Lines end at ``\\n`` only: it writes U+2028, U+2029 and U+0085
+    inside strings as they are (``ensure_ascii=False``), and ``str.splitlines`` would cut there."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]

@@ -53,6 +53,27 @@ def load_base_model(model: str) -> Any:
     return loaded
 
 
+def lora_target_modules(net: Any) -> list[str]:
+    """The LoRA targets for ``net``: the sorted leaf names of its linear layers, output head excepted.
+
+    The layers peft's ``target_modules="all-linear"`` selects (``torch.nn.Linear`` and
+    transformers' ``Conv1D``, less the module ``get_output_embeddings()`` returns), named by leaf
+    so that every block's copy matches: ``q_proj``... for Llama and Qwen2, ``c_attn``... for GPT-2.
+    An explicit list rather than the shorthand, so the choice is visible and testable. A layer
+    that shares the output head's leaf name is left out too (a leaf name would match the head).
+    """
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    head = net.get_output_embeddings() if hasattr(net, "get_output_embeddings") else None
+    linear = [(name, module) for name, module in net.named_modules() if isinstance(module, (torch.nn.Linear, Conv1D))]
+    excluded = {name.rsplit(".", 1)[-1] for name, module in linear if module is head}
+    targets = sorted({name.rsplit(".", 1)[-1] for name, module in linear if module is not head} - excluded)
+    if not targets:
+        raise InputError(f"model {net.config.name_or_path or type(net).__name__}: no linear layers for LoRA to adapt")
+    return targets
+
+
 def device_and_dtype() -> tuple[Any, Any]:
     import torch
 

@@ -64,8 +64,9 @@ def load_tokenizer(model: str) -> Any:
         return ByteTokenizer()
     from transformers import AutoTokenizer
 
+    local = Path(model).expanduser()  # as load_base_model reads it: "~/models/x" is a directory, not a hub id
     try:
-        return AutoTokenizer.from_pretrained(model)
+        return AutoTokenizer.from_pretrained(str(local) if local.exists() else model)
     except Exception as exc:  # noqa: BLE001 - one line for the user
         raise InputError(f"model {model!r}: cannot load its tokenizer ({type(exc).__name__})") from None
 
