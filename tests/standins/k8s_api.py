@@ -12,7 +12,20 @@ objects for errors, chunked newline-delimited watch streams) for the few resourc
   ``GET /api/v1/namespaces/{ns}/events``, ``GET /api/v1/namespaces[/{ns}]`` (404 for unknown).
 - ``POST/GET /apis/batch/v1/namespaces/{ns}/jobs``, ``GET/DELETE .../jobs/{name}``,
   ``GET .../jobs/{name}/status``: Jobs are stored and returned; every request is recorded.
-- A wrong or missing bearer token gets 401; resources named in ``forbidden`` get 403.
+- Custom resources (:data:`CUSTOM_RESOURCES`: Kubeflow Trainer ``trainjobs``, Kueue ``workloads``;
+  pass ``custom_resources=`` to serve others, or none, as a cluster without the CRD):
+  ``POST/GET /apis/{group}/{version}/namespaces/{ns}/{plural}`` (create; list with
+  ``labelSelector``/``fieldSelector``, or ``watch=true``), ``GET/PATCH/DELETE .../{plural}/{name}``
+  and ``GET/PATCH .../{name}/status``, as a CRD with a status subresource behaves: create sets
+  ``uid``, ``creationTimestamp``, ``resourceVersion``, ``generation`` and drops ``status``; PATCH is
+  ``application/merge-patch+json`` (the main resource ignores ``status``, ``/status`` takes only
+  ``status``); DELETE honours ``preconditions.uid`` (409 Conflict) and records the
+  ``propagationPolicy``; 409 ``AlreadyExists`` / 404 ``NotFound`` are ``Status`` objects naming
+  ``{plural}.{group}``. Each change is a watch event, as for pods. :attr:`on_custom_object_created`
+  lets a fake cluster react; :meth:`set_trainjob_condition` plays the Trainer controller.
+- A wrong or missing bearer token gets 401; resources named in ``forbidden`` get 403 (a resource
+  name such as ``"jobs"``, ``"trainjobs"`` or ``"trainjobs.trainer.kubeflow.org"`` forbids every
+  verb on it; ``"delete trainjobs"`` forbids one verb).
 
 Tests script it: :meth:`KubeAPIStandIn.apply_pod` / :meth:`delete_pod` change state (each change is
 a watch event), :meth:`expire` compacts history so open watches get 410 and must re-list, and
@@ -153,6 +166,45 @@ class _Entry:
     namespace: str
     labels: dict[str, str]
     line: bytes  # the watch event, serialized once
+    resource: str = "pods"  # "pods", or a custom resource's "{plural}.{group}"
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class CustomResource:
+    """A namespaced custom resource with a status subresource, as its CRD declares it."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    @property
+    def resource(self) -> str:
+        """``{plural}.{group}``: the name kubectl, RBAC messages and ``Status`` errors use."""
+        return f"{self.plural}.{self.group}"
+
+
+TRAINJOBS = CustomResource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
+WORKLOADS = CustomResource("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
+CUSTOM_RESOURCES = (TRAINJOBS, WORKLOADS)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch of ``target`` (a new object; ``null`` removes a key)."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(dict(target)) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
 
 
 class KubeAPIStandIn(StandInServer):
@@ -171,6 +223,7 @@ class KubeAPIStandIn(StandInServer):
         compacted_rv: int = 0,
         start_rv: int = 1000,
         bookmarks: bool = True,
+        custom_resources: Iterable[CustomResource] = CUSTOM_RESOURCES,
     ) -> None:
         super().__init__(token=token)
         self.namespaces = set(namespaces)
@@ -178,6 +231,13 @@ class KubeAPIStandIn(StandInServer):
         self.bookmarks = bookmarks
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.on_job_created: Callable[[dict[str, Any]], None] | None = None
+        # Served custom resources by (group, version, plural); their objects by "{plural}.{group}", then (ns, name).
+        self.custom_resources = {(r.group, r.version, r.plural): r for r in custom_resources}
+        self.custom_objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {
+            r.resource: {} for r in self.custom_resources.values()
+        }
+        # Called (outside the lock, before the response) with a copy of each object a client creates.
+        self.on_custom_object_created: Callable[[dict[str, Any]], None] | None = None
         self.expired_sent = 0  # 410 ERROR events sent
         self._cond = threading.Condition()
         self._rv = start_rv
@@ -218,10 +278,11 @@ class KubeAPIStandIn(StandInServer):
 
     # ------------------------------------------------------------------ state changes (each is a watch event)
 
-    def _append(self, etype: str, obj: dict[str, Any]) -> None:
+    def _append(self, etype: str, obj: dict[str, Any], resource: str = "pods") -> None:
         meta = obj["metadata"]
         line = (json.dumps({"type": etype, "object": obj}, separators=(",", ":")) + "\n").encode()
-        entry = _Entry(self._rv, etype, meta.get("namespace", ""), dict(meta.get("labels") or {}), line)
+        entry = _Entry(self._rv, etype, meta.get("namespace", ""), dict(meta.get("labels") or {}), line, resource,
+                       meta.get("name", ""))
         self._log.append(entry)
         self._log_rvs.append(self._rv)
         self._cond.notify_all()
@@ -403,8 +464,23 @@ class KubeAPIStandIn(StandInServer):
             meta["remainingItemCount"] = len(items) - start - limit
         return {"kind": f"{kind}List", "apiVersion": "v1", "metadata": meta, "items": page}
 
-    def _watch(self, handler: BaseHTTPRequestHandler, query: Mapping[str, str], namespace: str | None) -> None:
+    def _watch(
+        self, handler: BaseHTTPRequestHandler, query: Mapping[str, str], namespace: str | None, resource: str = "pods"
+    ) -> None:
         match_labels = parse_label_selector(query.get("labelSelector"))
+        custom = self._custom_by_resource(resource) if resource != "pods" else None
+        store = self._pods if custom is None else self.custom_objects[resource]
+        if custom is None:  # pods: as before, no field selector on watches
+            bookmark_type = {"kind": "Pod", "apiVersion": "v1"}
+
+            def match_name(ns: str, name: str) -> bool:
+                return True
+        else:  # custom objects: metadata.name / metadata.namespace (what a watch of one object sends)
+            bookmark_type = {"kind": custom.kind, "apiVersion": custom.api_version}
+            by_field = parse_field_selector(query.get("fieldSelector"))
+
+            def match_name(ns: str, name: str) -> bool:
+                return by_field({"metadata": {"name": name, "namespace": ns}})
         timeout = float(query.get("timeoutSeconds") or 1800)
         bookmarks = self.bookmarks and query.get("allowWatchBookmarks", "").lower() in ("true", "1")
         requested = query.get("resourceVersion") or ""
@@ -443,10 +519,10 @@ class KubeAPIStandIn(StandInServer):
                 initial.append(expired(requested or "0"))
                 refused = True
             elif requested in ("", "0"):  # "most recent": synthetic ADDED for the current state
-                for obj in self._pods.values():
+                for obj in store.values():
                     if (namespace is None or obj["metadata"].get("namespace") == namespace) and match_labels(
                         obj["metadata"].get("labels") or {}
-                    ):
+                    ) and match_name(obj["metadata"].get("namespace", ""), obj["metadata"]["name"]):
                         initial.append((json.dumps({"type": "ADDED", "object": obj}) + "\n").encode())
                 pos = len(self._log)
             elif int(requested) < self._compacted:
@@ -478,11 +554,14 @@ class KubeAPIStandIn(StandInServer):
                         lines = [
                             e.line
                             for e in batch
-                            if (namespace is None or e.namespace == namespace) and match_labels(e.labels)
+                            if e.resource == resource
+                            and (namespace is None or e.namespace == namespace)
+                            and match_labels(e.labels)
+                            and match_name(e.namespace, e.name)
                         ]
                         done = not batch and time.monotonic() >= deadline
                         if done and bookmarks:
-                            bookmark = {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": str(self._rv)}}
+                            bookmark = {**bookmark_type, "metadata": {"resourceVersion": str(self._rv)}}
                             lines.append((json.dumps({"type": "BOOKMARK", "object": bookmark}) + "\n").encode())
                 send(lines)
                 if done:
@@ -532,6 +611,186 @@ class KubeAPIStandIn(StandInServer):
             job["status"] = dict(status)
             job["metadata"]["resourceVersion"] = str(self._rv)
 
+    # ------------------------------------------------------------------ custom objects (TrainJobs, Kueue Workloads)
+
+    def _custom_by_resource(self, resource: str) -> CustomResource:
+        """The served resource named ``{plural}.{group}`` or, when unambiguous, ``{plural}``."""
+        found = [r for r in self.custom_resources.values() if resource in (r.resource, r.plural)]
+        if len(found) != 1:
+            raise KeyError(f"custom resource {resource!r}: {'ambiguous' if found else 'not served'}")
+        return found[0]
+
+    @property
+    def trainjobs(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """The stored TrainJobs by (namespace, name) (the live store; {} when not served)."""
+        return self.custom_objects.get(TRAINJOBS.resource, {})
+
+    def custom_object(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """A copy of one stored object (``resource``: ``trainjobs`` or ``trainjobs.trainer.kubeflow.org``), else None."""
+        res = self._custom_by_resource(resource)
+        with self._cond:
+            return copy.deepcopy(self.custom_objects[res.resource].get((namespace, name)))
+
+    def _bump(self, res: CustomResource, obj: dict[str, Any], etype: str) -> dict[str, Any]:
+        """Give ``obj`` the next resourceVersion and log the watch event (lock held)."""
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        self._append(etype, obj, res.resource)
+        return copy.deepcopy(obj)
+
+    def apply_custom_object(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create or replace an object as a controller would (status kept). Returns the stored copy."""
+        body = copy.deepcopy(dict(obj))
+        group, _, version = str(body.get("apiVersion", "")).rpartition("/")
+        res = next((r for r in self.custom_resources.values() if (r.group, r.version, r.kind) == (group, version, body.get("kind"))),
+                   None)
+        if res is None:
+            raise KeyError(f"{body.get('apiVersion')} {body.get('kind')}: not a served custom resource")
+        meta = body.setdefault("metadata", {})
+        meta.setdefault("namespace", "default")
+        key = (meta["namespace"], meta["name"])
+        with self._cond:
+            store = self.custom_objects[res.resource]
+            old = store.get(key)
+            meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", old["metadata"]["creationTimestamp"] if old else base.utc_now())
+            meta.setdefault("generation", 1)
+            store[key] = body
+            return self._bump(res, body, "MODIFIED" if old else "ADDED")
+
+    def set_custom_object_status(self, resource: str, namespace: str, name: str, status: Mapping[str, Any],
+                                 *, merge: bool = True) -> dict[str, Any]:
+        """Set (``merge``: merge-patch) an object's ``status``, as its controller does. A MODIFIED event."""
+        res = self._custom_by_resource(resource)
+        with self._cond:
+            obj = self.custom_objects[res.resource][(namespace, name)]
+            obj["status"] = merge_patch(obj.get("status") or {}, dict(status)) if merge else copy.deepcopy(dict(status))
+            return self._bump(res, obj, "MODIFIED")
+
+    def set_trainjob_condition(self, namespace: str, name: str, type: str = "Complete", status: str = "True",
+                               reason: str = "", message: str = "") -> dict[str, Any]:
+        """Set one ``status.conditions`` entry of a TrainJob as the Trainer controller does (metav1.Condition).
+
+        ``type``: ``Complete``, ``Failed`` or ``Suspended``; ``reason`` defaults to the type
+        (JobSet's ``AllJobsCompleted`` / ``FailedJobs`` are what a real cluster shows). The
+        ``lastTransitionTime`` moves only when the status changes (``meta.SetStatusCondition``).
+        """
+        with self._cond:
+            obj = self.custom_objects[TRAINJOBS.resource][(namespace, name)]
+            conditions = list((obj.get("status") or {}).get("conditions") or [])
+            old = next((c for c in conditions if c.get("type") == type), None)
+            new = {
+                "type": type,
+                "status": status,
+                "observedGeneration": obj["metadata"].get("generation", 1),
+                "lastTransitionTime": old["lastTransitionTime"] if old and old.get("status") == status else base.utc_now(),
+                "reason": reason or type,
+                "message": message,
+            }
+            conditions = [new if c is old else c for c in conditions] if old else [*conditions, new]
+            obj.setdefault("status", {})["conditions"] = conditions
+            return self._bump(TRAINJOBS, obj, "MODIFIED")
+
+    def delete_custom_object(self, resource: str, namespace: str, name: str) -> None:
+        """Remove an object (a DELETED event), as garbage collection finishing would."""
+        res = self._custom_by_resource(resource)
+        with self._cond:
+            obj = self.custom_objects[res.resource].pop((namespace, name), None)
+            if obj is not None:
+                obj["metadata"].setdefault("deletionTimestamp", base.utc_now())
+                self._bump(res, obj, "DELETED")
+
+    def _not_found(self, res: CustomResource, name: str) -> tuple[int, dict[str, Any]]:
+        return 404, status_object(404, "NotFound", f'{res.resource} "{name}" not found',
+                                  {"name": name, "group": res.group, "kind": res.plural})
+
+    def _create_custom(self, res: CustomResource, namespace: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if body.get("apiVersion") != res.api_version or body.get("kind") != res.kind:
+            return 400, status_object(400, "BadRequest", f"the API version in the data ({body.get('apiVersion')}) does not "
+                                      f"match the expected API version ({res.api_version}), or the kind "
+                                      f"({body.get('kind')}) is not {res.kind}")
+        meta = body.setdefault("metadata", {})
+        if meta.get("namespace") not in (None, "", namespace):
+            return 400, status_object(400, "BadRequest", "the namespace of the provided object does not match the "
+                                      "namespace sent on the request")
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        name = meta.get("name")
+        if not name:
+            return 422, status_object(422, "Invalid", f'{res.kind}.{res.group} "" is invalid: metadata.name: Required value')
+        key = (namespace, name)
+        with self._cond:
+            store = self.custom_objects[res.resource]
+            if key in store:
+                return 409, status_object(409, "AlreadyExists", f'{res.resource} "{name}" already exists',
+                                          {"name": name, "group": res.group, "kind": res.plural})
+            body.pop("status", None)  # the status subresource: create resets it
+            for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+                meta.pop(field, None)
+            meta.update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=base.utc_now(), generation=1)
+            store[key] = body
+            created = self._bump(res, body, "ADDED")
+        if self.on_custom_object_created is not None:
+            self.on_custom_object_created(copy.deepcopy(created))
+        return 201, created
+
+    def _patch_custom(self, res: CustomResource, namespace: str, name: str, patch: Any, content_type: str,
+                      status_only: bool) -> tuple[int, dict[str, Any]]:
+        if content_type.split(";")[0].strip().lower() != "application/merge-patch+json":
+            return 415, status_object(415, "UnsupportedMediaType",
+                                      f"the body of the request was in an unknown format - accepted media types include: "
+                                      f"application/merge-patch+json (got {content_type or 'none'})")
+        if not isinstance(patch, dict):
+            return 400, status_object(400, "BadRequest", "the body of the request was in an unknown format")
+        with self._cond:
+            obj = self.custom_objects[res.resource].get((namespace, name))
+            if obj is None:
+                return self._not_found(res, name)
+            wanted_rv = ((patch.get("metadata") or {}).get("resourceVersion"))
+            if wanted_rv and wanted_rv != obj["metadata"]["resourceVersion"]:
+                return 409, status_object(409, "Conflict", f'Operation cannot be fulfilled on {res.resource} "{name}": the '
+                                          "object has been modified; please apply your changes to the latest version "
+                                          "and try again", {"name": name, "group": res.group, "kind": res.plural})
+            merged = merge_patch(obj, patch)
+            if status_only:  # /status: only status changes
+                new = copy.deepcopy(obj)
+                new["status"] = merged.get("status") or {}
+            else:  # the main resource: status and the server's metadata fields stay
+                new = merged
+                new["status"] = copy.deepcopy(obj.get("status") or {})
+                for field in ("name", "namespace", "uid", "creationTimestamp", "generation", "deletionTimestamp"):
+                    if field in obj["metadata"]:
+                        new["metadata"][field] = obj["metadata"][field]
+                    else:
+                        new["metadata"].pop(field, None)
+                new["apiVersion"], new["kind"] = obj["apiVersion"], obj["kind"]
+                if new.get("spec") != obj.get("spec"):
+                    new["metadata"]["generation"] = obj["metadata"].get("generation", 1) + 1
+            if not new["status"]:
+                new.pop("status")
+            self.custom_objects[res.resource][(namespace, name)] = new
+            return 200, self._bump(res, new, "MODIFIED")
+
+    def _delete_custom(self, res: CustomResource, namespace: str, name: str, options: Any,
+                       query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
+        options = options if isinstance(options, dict) else {}
+        want_uid = (options.get("preconditions") or {}).get("uid")
+        with self._cond:
+            store = self.custom_objects[res.resource]
+            obj = store.get((namespace, name))
+            if obj is None:
+                return self._not_found(res, name)
+            if want_uid and want_uid != obj["metadata"]["uid"]:
+                return 409, status_object(409, "Conflict", f'Operation cannot be fulfilled on {res.resource} "{name}": '
+                                          f"Precondition failed: UID in precondition: {want_uid}, UID in object meta: "
+                                          f"{obj['metadata']['uid']}", {"name": name, "group": res.group, "kind": res.plural})
+            del store[(namespace, name)]
+            obj["metadata"]["deletionTimestamp"] = base.utc_now()
+            policy = options.get("propagationPolicy") or query.get("propagationPolicy")
+            if policy == "Foreground":  # what the API server answers before the garbage collector finishes
+                obj["metadata"]["finalizers"] = [*obj["metadata"].get("finalizers", []), "foregroundDeletion"]
+            return 200, self._bump(res, obj, "DELETED")
+
 
 _ROUTES = [
     ("pods", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$")),
@@ -545,6 +804,9 @@ _ROUTES = [
     ("jobs", re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs$")),
     ("job", re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)(?P<status>/status)?$")),
     ("version", re.compile(r"^/version/?$")),
+    ("custom", re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
+                          r"(?:/(?P<name>[^/]+)(?P<status>/status)?)?$")),
+    ("custom_all", re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/(?P<plural>[^/]+)$")),
 ]
 
 _RESOURCE = {
@@ -584,6 +846,12 @@ def _make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
         def do_DELETE(self) -> None:
             self._handle("DELETE")
 
+        def do_PATCH(self) -> None:
+            self._handle("PATCH")
+
+        def do_PUT(self) -> None:
+            self._handle("PUT")
+
         def _handle(self, method: str) -> None:
             parts, query, body, authorized = self._receive(api, method)
             if not authorized:
@@ -595,20 +863,31 @@ def _make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
                 return
             name, match = route
             groups = match.groupdict()
-            resource = _RESOURCE.get(name)
-            if resource in api.forbidden:
-                collection = name in ("pods", "pods_all", "nodes", "events", "namespaces", "jobs")
-                verb = {"POST": "create", "DELETE": "delete"}.get(method, "list" if collection else "get")
-                if query.get("watch", "").lower() in ("true", "1"):
-                    verb = "watch"
+            custom = name in ("custom", "custom_all")
+            if method in ("PATCH", "PUT") and not custom:
+                return self._not_allowed(method)
+            resource = groups["plural"] if custom else _RESOURCE.get(name)
+            collection = name in ("pods", "pods_all", "nodes", "events", "namespaces", "jobs", "custom_all") or (
+                custom and not groups.get("name"))
+            verb = {"POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}.get(
+                method, "list" if collection else "get")
+            if query.get("watch", "").lower() in ("true", "1"):
+                verb = "watch"
+            names = (resource, f"{resource}.{groups['group']}") if custom else (resource,)
+            if any(n in api.forbidden or f"{verb} {n}" in api.forbidden for n in names):
                 scope = f'in the namespace "{groups["ns"]}"' if groups.get("ns") else "at the cluster scope"
-                group = "batch" if resource == "jobs" else ""
+                group = groups["group"] if custom else "batch" if resource == "jobs" else ""
+                subject = f"{resource}.{group}" if custom else resource
+                if custom and groups.get("name"):
+                    subject += f' "{groups["name"]}"'
+                rbac_resource = f"{resource}/status" if groups.get("status") else resource
                 self._status(
                     403,
                     "Forbidden",
-                    f'{resource} is forbidden: User "system:serviceaccount:llmpack:llmpack-runner" cannot {verb} '
-                    f'resource "{resource}" in API group "{group}" {scope}',
-                    {"kind": resource},
+                    f'{subject} is forbidden: User "system:serviceaccount:llmpack:llmpack-runner" cannot {verb} '
+                    f'resource "{rbac_resource}" in API group "{group}" {scope}',
+                    {"group": group, "kind": resource, **({"name": groups["name"]} if groups.get("name") else {})}
+                    if custom else {"kind": resource},
                 )
                 return
             try:
@@ -687,6 +966,39 @@ def _make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
 
         def _r_version(self, method: str, query: dict[str, str], body: Any) -> None:
             self._json(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.5-standin", "platform": "linux/amd64"})
+
+        def _r_custom(self, method: str, query: dict[str, str], body: Any, group: str, version: str, plural: str,
+                      ns: str | None = None, name: str | None = None, status: str | None = None) -> None:
+            res = api.custom_resources.get((group, version, plural))
+            if res is None:  # no such CRD (or version) installed
+                return self._status(404, "NotFound", "the server could not find the requested resource")
+            if name is None:
+                if method == "POST" and ns is not None:
+                    if ns not in api.namespaces:
+                        return self._status(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
+                    if not isinstance(body, dict):
+                        return self._status(400, "BadRequest", "the body of the request was in an unknown format")
+                    return self._json(*api._create_custom(res, ns, copy.deepcopy(body)))  # the record keeps what was sent
+                if method != "GET":
+                    return self._not_allowed(method)
+                if query.get("watch", "").lower() in ("true", "1"):
+                    return api._watch(self, query, ns, res.resource)
+                listed = api._list(api.custom_objects[res.resource], query, ns, res.kind)
+                return self._json(200, listed | {"apiVersion": res.api_version})
+            if method == "GET":
+                with api._cond:
+                    obj = copy.deepcopy(api.custom_objects[res.resource].get((ns, name)))
+                return self._json(200, obj) if obj is not None else self._json(*api._not_found(res, name))
+            if method == "PATCH":
+                content_type = self.headers.get("Content-Type") or ""
+                return self._json(*api._patch_custom(res, ns, name, body, content_type, bool(status)))
+            if method == "DELETE" and not status:
+                return self._json(*api._delete_custom(res, ns, name, body, query))
+            self._not_allowed(method)
+
+        def _r_custom_all(self, method: str, query: dict[str, str], body: Any, group: str, version: str,
+                          plural: str) -> None:
+            self._r_custom(method, query, body, group, version, plural)
 
     return Handler
 
