@@ -46,6 +46,9 @@ def finetune_pipeline(
     builtin_size: int = 2000,
     checkpoint_dir: str = "",
     nproc_per_node: int = 1,
+    strategy: str = "ddp",
+    nnodes: int = 1,
+    trainjob: str = "",
 ):
     prepared = prepare_data(
         data=data, seed=seed, skip_bad_rows=skip_bad_rows, eval_fraction=eval_fraction, builtin_size=builtin_size
@@ -67,6 +70,9 @@ def finetune_pipeline(
         checkpoint_every=checkpoint_every,
         checkpoint_dir=checkpoint_dir,
         nproc_per_node=nproc_per_node,
+        strategy=strategy,
+        nnodes=nnodes,
+        trainjob=trainjob,
     )
     scored = evaluate(tokens=tokens.outputs["tokens"], model=tuned.outputs["model"], min_improvement=min_improvement,
                       batch_size=eval_batch_size)
@@ -97,6 +103,8 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "eval_batch_size": (lambda v: v >= 1, "at least 1"),
     "builtin_size": (lambda v: v >= 2, "at least 2 (a train and an eval row)"),
     "nproc_per_node": (lambda v: 1 <= v <= 64, "between 1 and 64 (processes of finetune; torchrun above 1)"),
+    "strategy": (lambda v: v in ("ddp", "fsdp"), "'ddp' or 'fsdp' (FSDP2: weights sharded over the ranks)"),
+    "nnodes": (lambda v: 1 <= v <= 1024, "between 1 and 1024 (nodes of finetune; a TrainJob above 1)"),
 }
 
 

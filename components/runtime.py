@@ -22,9 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from components import distributed, telemetry
+from components import distributed, gang, telemetry
 from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step
-from components.errors import InputError, StepFailed
+from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
 from components.telemetry import EVENTS_FILE, EventLog, Record, RunContext, make_record, process_start_time
 
@@ -214,13 +214,16 @@ def run(argv: Sequence[str]) -> int:
 
     nproc = int(values.get(distributed.NPROC_PARAM, 1))
     distributed.check_nproc(nproc, f"step {step.name!r} parameter {distributed.NPROC_PARAM!r}")
+    nodes = int(values.get(gang.NNODES_PARAM, 1))
     if not isinstance(step, FusedStep):
+        if nodes > 1 and not distributed.is_rank():  # this pod creates the step's TrainJob (components.gang)
+            return launch_gang(args.step, step, ctx, inputs, outputs, values, nodes, started=started + injected)
         if nproc > 1 and not distributed.is_rank():  # this process launches the ranks (components.distributed)
             return launch_ranks(step, ctx, outputs, argv, nproc, started=started + injected, injected=injected)
         run_step(step, ctx, inputs, outputs, values, started=started + injected, injected=injected)
         return 0
-    if nproc > 1:
-        raise InputError(f"step {step.name!r}: {distributed.NPROC_PARAM}={nproc} in a fused step; "
+    if nproc > 1 or nodes > 1:
+        raise InputError(f"step {step.name!r}: {distributed.NPROC_PARAM}={nproc}, {gang.NNODES_PARAM}={nodes} in a fused step; "
                          "run the many-process step unfused (no --fuse)")
     # A fused step: its members one after the other in this process, each with its own record.
     # A later member starts when the one before it handed over; a planted delay applies per member.
@@ -244,7 +247,9 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
     attempt = (int(os.environ.get(telemetry.ATTEMPT_ENV) or 0) if launched  # the launcher counted it
                else telemetry.attempt_number(ctx, step.name, first_out / EVENTS_FILE))
     ctx = replace(ctx, attempt=attempt)  # its records: this attempt's
-    tel = StepTelemetry(ctx, step.name, first_out / EVENTS_FILE, rank=world.rank if world.distributed else None)
+    events = (gang.rank_events_file(first_out, world.rank) if world.distributed and gang.ranks_write_own_files()
+              else first_out / EVENTS_FILE)  # a gang's ranks on many nodes: a file each (components.gang)
+    tel = StepTelemetry(ctx, step.name, events, rank=world.rank if world.distributed else None)
     _current = tel
     own_ends = world.distributed and world.main and not launched  # no launcher of ours (a TrainJob): rank 0 has them
     if own_ends:
@@ -269,6 +274,29 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
         if not launched:  # the launcher uploads every rank's records once
             _upload(tel)
         _current = None
+
+
+def launch_gang(step_ref: str, step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[str, str],
+                values: dict[str, Any], nodes: int, *, started: float) -> int:
+    """This process creates the step's TrainJob of ``nodes`` nodes and waits for it (components.gang)."""
+    global _current
+    first_out = Path(outputs[next(iter(step.outputs))])
+    first_out.mkdir(parents=True, exist_ok=True)
+    ctx = replace(ctx, attempt=telemetry.attempt_number(ctx, step.name, first_out / EVENTS_FILE))
+    tel = StepTelemetry(ctx, step.name, first_out / EVENTS_FILE)
+    _current = tel
+    try:
+        tel.event("process_started", started)
+        rc = gang.launch(step_ref, step.name, ctx, inputs, outputs, values, nodes=nodes, tel=tel)
+        tel.event("finished")
+        tel.records = [r for r in telemetry.read_records([first_out / EVENTS_FILE])
+                       if r.step == step.name and r.pipeline_run == ctx.pipeline_run and r.attempt == ctx.attempt]
+        _upload(tel)
+    finally:
+        _current = None
+    if rc != 0:
+        raise StepFailed(f"step {step.name!r}: its TrainJob of {nodes} nodes failed; see the line above")
+    return 0
 
 
 def launch_ranks(step: Step, ctx: RunContext, outputs: dict[str, str], argv: Sequence[str], nproc: int,
@@ -304,6 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(argv)
     except (InputError, StepFailed) as exc:
         print(f"llmpack: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except Interrupted as exc:  # a gang's launcher cancelled: its TrainJob deleted (components.trainjob_launch)
+        print(f"llmpack: {exc}; the step's TrainJob was deleted", file=sys.stderr)
         return exc.exit_code
     except Exception:  # noqa: BLE001 - a crash in a step: show where, exit 1
         traceback.print_exc()

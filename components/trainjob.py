@@ -52,6 +52,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PATCH_MANAGER = "llmpack.io/trainjob"
 # The torch-distributed runtime's replicated job (and container) that runs the trainer.
 TRAINER_JOB = "node"
+VOLUME_NAME = "llmpack-shared"  # the PVC the gang's nodes and the launcher pod share (components.gang)
 GPU_RESOURCE = "nvidia.com/gpu"
 # Set by the Trainer's torch plugin on the trainer container; the webhook rejects them in env.
 TORCHRUN_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
@@ -161,6 +162,8 @@ class TrainJobSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     queue: str | None = None
     active_deadline_s: int | None = None
+    # A PersistentVolumeClaim mounted in every node's trainer container: (claim name, mount path).
+    volume: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         # Frozen copies, so a caller's list or dict changed later cannot change the object.
@@ -256,6 +259,10 @@ class TrainJobSpec:
             pod_spec["nodeSelector"] = dict(self.node_selector)
         if self.tolerations:
             pod_spec["tolerations"] = [_toleration(t) for t in self.tolerations]
+        if self.volume is not None:  # PodSpecPatch allows volumes and a container's volumeMounts
+            claim, mount = self.volume
+            pod_spec["volumes"] = [{"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": claim}}]
+            pod_spec["containers"] = [{"name": TRAINER_JOB, "volumeMounts": [{"name": VOLUME_NAME, "mountPath": mount}]}]
         if pod_spec:
             pod_template["spec"] = pod_spec
         if not pod_template:

@@ -85,11 +85,19 @@ def with_cache_pvc(pipe: Pipeline, name: str) -> Pipeline:
     return replace(pipe, tasks=tasks)
 
 
-def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None) -> Pipeline:
+TRAINJOB_FILE = Path("trainjob/finetune-trainjob.yaml")
+EXAMPLE_RUN = "example-run"  # the run id in the written TrainJob (each run names its own)
+
+
+def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str | None = None,
+              queue: str | None = None) -> Pipeline:
     """A copy of the pipeline whose finetune step asks for ``gpus`` GPUs on each of ``nodes`` nodes.
 
     Above one GPU the finetune pod runs one rank per GPU: the compiled ``nproc_per_node``
-    parameter defaults to ``gpus`` (components.distributed launches torchrun in the pod).
+    parameter defaults to ``gpus`` (components.distributed launches torchrun in the pod). Above
+    one node the finetune task is a small launcher pod that creates a TrainJob of ``nodes`` such
+    pods (components.gang): the ``nnodes`` and ``trainjob`` parameters default to them, and the
+    shared volume is ``claim`` (``--cache-pvc``).
     """
     from components import distributed
     from llmpack.runs import apply_gpu_overrides
@@ -100,16 +108,57 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None) -> Pipeline:
         distributed.check_nproc(gpus, "--gpus")
     if nodes is not None and nodes < 1:
         raise InputError(f"--nodes {nodes}: must be >= 1")
+    if queue is not None and not (nodes and nodes > 1):
+        raise InputError(f"--queue {queue}: Kueue admits the finetune TrainJob; give --nodes 2 or more")
+    if nodes is not None and nodes > 1 and claim is None:
+        raise InputError(f"--nodes {nodes}: the TrainJob's node pods and the launcher share the run's data through a "
+                         "ReadWriteMany PersistentVolumeClaim; pass --cache-pvc NAME")
     pipe = apply_gpu_overrides(pipe, None, gpus, nodes)
+    defaults: dict[str, object] = {}
     if gpus is not None and gpus > 1:
-        param = pipe.params[distributed.NPROC_PARAM]
-        pipe = replace(pipe, params={**pipe.params, distributed.NPROC_PARAM: replace(param, default=gpus)})
+        defaults[distributed.NPROC_PARAM] = gpus
+    if nodes is not None and nodes > 1:
+        from components import gang
+        from components.telemetry import TRAIN_STEP
+
+        task = pipe.tasks[TRAIN_STEP]
+        execution = replace(task.step.execution, cache_pvc=claim)
+        spec = gang.spec_for(execution, claim=claim or "", queue=queue)
+        launcher = replace(task, step=replace(task.step, execution=gang.launcher_execution(execution)))
+        pipe = replace(pipe, tasks={**pipe.tasks, TRAIN_STEP: launcher})
+        defaults.update({gang.NNODES_PARAM: nodes, gang.TRAINJOB_PARAM: spec.to_json()})
+    for name, value in defaults.items():
+        pipe = replace(pipe, params={**pipe.params, name: replace(pipe.params[name], default=value)})
     return pipe
+
+
+def trainjob_yaml(pipe: Pipeline) -> str:
+    """The TrainJob the finetune launcher creates, with an example run's values (components.gang)."""
+    from components import gang
+    from components.pipeline import build
+    from components.trainjob import to_yaml
+
+    values = {name: p.default for name, p in pipe.params.items()}
+    spec = gang.GangSpec.from_json(values[gang.TRAINJOB_PARAM], "--nodes")
+    work = Path(spec.mount) / gang.GANG_DIR / EXAMPLE_RUN / "finetune-0"
+    step = build().tasks["finetune"]
+    params = {k: (values[a.name] if hasattr(a, "name") and a.name in values else a)
+              for k, a in step.arguments.items() if k in step.step.params and k != gang.TRAINJOB_PARAM}
+    params.update({"run_group": EXAMPLE_RUN, "pipeline_run": EXAMPLE_RUN})
+    command = gang.trainer_command("components.steps.finetune:finetune", {"tokens": str(work / "in" / "tokens")},
+                                   {"model": str(work / "out" / "model")}, params)
+    labels = {"llmpack.io/run-group": EXAMPLE_RUN, "llmpack.io/pipeline-run": EXAMPLE_RUN, "llmpack.io/step": "finetune",
+              "llmpack.io/gpu-count": str(spec.gpus_per_node), "llmpack.io/gpu-type": spec.gpu_type or "none"}
+    env = {"LLMPACK_LAUNCHER": "1", "LLMPACK_ATTEMPT": "0", gang.RANK_EVENTS_ENV: "1", "HF_HOME": spec.mount}
+    obj = gang.build_trainjob(spec, name=gang.trainjob_name(EXAMPLE_RUN, "finetune", 0), namespace="default",
+                              nodes=int(values[gang.NNODES_PARAM]), command=command, labels=labels, env=env)
+    return ("# The TrainJob the finetune launcher creates for one run (llmpack compile --nodes; components/gang.py).\n"
+            f"# Run values are an example's ({EXAMPLE_RUN}, namespace default): each run names its own.\n" + to_yaml(obj))
 
 
 def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = None, fuse: str = "none",
                 prepull: bool = False, cache_pvc: str | None = None, gpus: int | None = None,
-                nodes: int | None = None) -> list[Path]:
+                nodes: int | None = None, queue: str | None = None) -> list[Path]:
     """Compile KFP, Argo and MLflow artifacts under ``out``; returns the files written.
 
     ``fuse`` (:mod:`components.fusion`): ``gpu`` or ``all`` compiles fewer tasks (pods) that run
@@ -137,7 +186,9 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
 
     if (gpus or 1) > 1 and fuse != "none":
         raise InputError(f"--gpus {gpus} with --fuse {fuse}: the many-process finetune runs unfused; drop --fuse")
-    pipe = fuse_steps(with_gpus(pipe or build(), gpus, nodes), fuse)
+    if (nodes or 1) > 1 and fuse != "none":
+        raise InputError(f"--nodes {nodes} with --fuse {fuse}: the TrainJob's finetune runs unfused; drop --fuse")
+    pipe = fuse_steps(with_gpus(pipe or build(), gpus, nodes, claim=cache_pvc, queue=queue), fuse)
     if image is not None:
         pipe = with_image(pipe, image)
     if cache_pvc is not None:
@@ -155,6 +206,9 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
             (tmp / ARGO_FILE).parent.mkdir(parents=True, exist_ok=True)
             (tmp / ARGO_FILE).write_text(build_workflow(pipe).to_yaml())
             write_project(pipe, tmp / MLFLOW_DIR, typed_dir=(out / MLFLOW_DIR).as_posix())
+            if (nodes or 1) > 1:
+                (tmp / TRAINJOB_FILE).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / TRAINJOB_FILE).write_text(trainjob_yaml(pipe))
             if prepull:
                 from llmpack.prepull import PREPULL_FILE, daemonset_yaml
 

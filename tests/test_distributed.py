@@ -44,14 +44,14 @@ def tokens(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Pat
 
 
 @pytest.fixture(scope="module")
-def tuned(tokens: Path, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    """The same finetune on 1 and on 2 processes: {processes: model directory}."""
+def tuned(tokens: Path, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[int | str, Path]:
+    """The same finetune on 1 process, on 2 (DDP) and on 2 sharded (FSDP2): {1 | 2 | "fsdp": model directory}."""
     root = tmp_path_factory.mktemp("tuned")
-    out = {}
-    for nproc in (1, 2):
-        out[nproc] = root / f"p{nproc}"
-        r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={out[nproc]}", *STEPS,
-                     f"--param=nproc_per_node={nproc}", cwd=root, env=env)
+    out: dict[int | str, Path] = {}
+    for key, nproc, strategy in ((1, 1, "ddp"), (2, 2, "ddp"), ("fsdp", 2, "fsdp")):
+        out[key] = root / f"p{key}"
+        r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={out[key]}", *STEPS,
+                     f"--param=nproc_per_node={nproc}", f"--param=strategy={strategy}", cwd=root, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
     return out
 
@@ -60,18 +60,19 @@ def _losses(model_dir: Path) -> list[float]:
     return [json.loads(line)["loss"] for line in (model_dir / "train_log.jsonl").read_text().splitlines()]
 
 
-def test_two_processes_take_the_steps_one_process_takes(tuned: dict[int, Path]) -> None:
-    one, two = _losses(tuned[1]), _losses(tuned[2])
+@pytest.mark.parametrize("many", [2, "fsdp"])
+def test_two_processes_take_the_steps_one_process_takes(tuned: dict[int | str, Path], many: int | str) -> None:
+    one, two = _losses(tuned[1]), _losses(tuned[many])
     assert len(one) == len(two) == 6
     for a, b in zip(one, two, strict=True):  # the same global batch, normalised by its token count
         assert math.isclose(a, b, rel_tol=1e-4), (one, two)
     from safetensors.torch import load_file
 
     w1 = load_file(tuned[1] / "adapter" / "adapter_model.safetensors")
-    w2 = load_file(tuned[2] / "adapter" / "adapter_model.safetensors")
+    w2 = load_file(tuned[many] / "adapter" / "adapter_model.safetensors")  # FSDP: gathered whole on rank 0
     assert w1.keys() == w2.keys()
     assert max(float((w1[k] - w2[k]).abs().max()) for k in w1) < 1e-4
-    assert not (tuned[2] / "checkpoints").exists()
+    assert not (tuned[many] / "checkpoints").exists()
 
 
 def test_every_rank_is_recorded_and_the_gang_starts_with_its_last_rank(tuned: dict[int, Path]) -> None:
@@ -91,11 +92,13 @@ def test_every_rank_is_recorded_and_the_gang_starts_with_its_last_rank(tuned: di
     assert not any(".rank" in name for name in one.events) and "world_size" not in one.metrics
 
 
-def test_a_sigterm_two_process_run_resumes_to_the_same_weights(tokens: Path, tuned: dict[int, Path],
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_sigterm_two_process_run_resumes_to_the_same_weights(tokens: Path, tuned: dict[int | str, Path], strategy: str,
                                                                  env: dict[str, str], tmp_path: Path) -> None:
     ckpt, resumed = tmp_path / "ckpt", tmp_path / "resumed"
     cmd = [sys.executable, "-m", "components.run", TUNE, f"--input=tokens={tokens}", f"--output=model={resumed}", *STEPS,
-           "--param=nproc_per_node=2", "--param=checkpoint_every=3", f"--param=checkpoint_dir={ckpt}"]
+           "--param=nproc_per_node=2", f"--param=strategy={strategy}", "--param=checkpoint_every=3",
+           f"--param=checkpoint_dir={ckpt}"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 180
     while newest_checkpoint(ckpt) is None and proc.poll() is None and time.time() < deadline:
@@ -107,7 +110,7 @@ def test_a_sigterm_two_process_run_resumes_to_the_same_weights(tokens: Path, tun
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "resumed from" in again.stdout
-    a = (tuned[2] / "adapter" / "adapter_model.safetensors").read_bytes()
+    a = (tuned[2 if strategy == "ddp" else "fsdp"] / "adapter" / "adapter_model.safetensors").read_bytes()
     b = (resumed / "adapter" / "adapter_model.safetensors").read_bytes()
     assert a == b, "a resumed 2-process run must end with the weights of an uninterrupted one"
 
@@ -149,6 +152,24 @@ def test_compile_gpus_sizes_the_finetune_pod_and_its_ranks(tmp_path: Path) -> No
     for bad, says in ((("--gpus", "0"), "at least 1 GPU"), (("--gpus", "2", "--fuse", "gpu"), "drop --fuse")):
         r = llmpack("compile", *bad, "--out", str(tmp_path / "bad"), cwd=tmp_path)
         assert r.returncode == 2 and says in r.stderr and not (tmp_path / "bad").exists(), r.stderr
+
+
+@pytest.mark.slow
+def test_full_finetuning_sharded_over_two_ranks_matches_one_process(tokens: Path, env: dict[str, str],
+                                                                    tmp_path: Path) -> None:
+    """FSDP2 is for full fine-tuning of models too big for one GPU: same steps, same weights (gathered)."""
+    from safetensors.torch import load_file
+
+    out = {}
+    for nproc, strategy in ((1, "ddp"), (2, "fsdp")):
+        out[nproc] = tmp_path / f"full{nproc}"
+        r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={out[nproc]}", *STEPS, "--param=method=full",
+                     f"--param=nproc_per_node={nproc}", f"--param=strategy={strategy}", cwd=tmp_path, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+    for a, b in zip(_losses(out[1]), _losses(out[2]), strict=True):
+        assert math.isclose(a, b, rel_tol=1e-4)
+    w1, w2 = (load_file(out[n] / "full" / "model.safetensors") for n in (1, 2))
+    assert w1.keys() == w2.keys() and max(float((w1[k] - w2[k]).abs().max()) for k in w1) < 1e-4
 
 
 @pytest.mark.slow

@@ -148,10 +148,27 @@ def prune_checkpoints(root: Path, newest: Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
+def train_state(model: Any, optimizer: Any, *, sharded: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(trainable weights, optimizer state) as whole CPU tensors; under FSDP a collective every rank calls
+    (rank 0 gets the gathered state, the others empty dicts)."""
+    if not sharded:
+        return {k: v.detach().cpu() for k, v in model.named_parameters() if v.requires_grad}, optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+
+    whole = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    wanted = {k for k, v in model.named_parameters() if v.requires_grad}
+    weights = {k: v for k, v in get_model_state_dict(model, options=whole).items() if k in wanted}
+    return weights, get_optimizer_state_dict(model, optimizer, options=whole)
+
+
 def save_checkpoint(
-    root: Path, step_no: int, model: Any, optimizer: Any, fingerprint: str = "", *, chaos_pause_s: float = 0.0
+    root: Path, step_no: int, model: Any, optimizer: Any, fingerprint: str = "", *, chaos_pause_s: float = 0.0,
+    state: tuple[dict[str, Any], dict[str, Any]] | None = None,
 ) -> Path:
-    """Write to a temporary directory, manifest last, then rename: a checkpoint is complete or absent."""
+    """Write to a temporary directory, manifest last, then rename: a checkpoint is complete or absent.
+
+    ``state``: the (trainable, optimizer) state :func:`train_state` gathered, when the model is sharded.
+    """
     import numpy as np
     import torch
 
@@ -160,12 +177,12 @@ def save_checkpoint(
     for stale in root.glob(f".tmp-step-{step_no:08d}-*"):  # a killed attempt's unfinished write of this step
         shutil.rmtree(stale, ignore_errors=True)
     tmp.mkdir(parents=True)
-    trainable = {k: v.detach().cpu() for k, v in model.named_parameters() if v.requires_grad}
+    trainable, optimizer_state = state if state is not None else train_state(model, optimizer)
     torch.save(
         {
             "step": step_no,
             "trainable": trainable,
-            "optimizer": optimizer.state_dict(),
+            "optimizer": optimizer_state,
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -184,17 +201,31 @@ def save_checkpoint(
     return final
 
 
-def load_checkpoint(path: Path, model: Any, optimizer: Any) -> int:
-    """Restore weights, optimizer and RNG states from a checkpoint ``newest_checkpoint`` chose; its step."""
+def load_checkpoint(path: Path, model: Any, optimizer: Any, *, sharded: bool = False) -> int:
+    """Restore weights, optimizer and RNG states from a checkpoint ``newest_checkpoint`` chose; its step.
+
+    ``sharded`` (FSDP): every rank reads the whole state and keeps its shards.
+    """
     import numpy as np
     import torch
 
     state = torch.load(path / STATE_FILE, weights_only=False)
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, value in state["trainable"].items():
-            params[name].copy_(value)
-    optimizer.load_state_dict(state["optimizer"])
+    if sharded:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        whole = StateDictOptions(full_state_dict=True, strict=False)
+        set_model_state_dict(model, state["trainable"], options=whole)
+        set_optimizer_state_dict(model, optimizer, state["optimizer"], options=whole)
+    else:
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, value in state["trainable"].items():
+                params[name].copy_(value)
+        optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["rng"]["torch"])
     if torch.cuda.is_available() and state["rng"]["cuda"]:
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])
@@ -261,13 +292,20 @@ def finetune(
     checkpoint_every: int = 0,
     checkpoint_dir: str = "",
     nproc_per_node: int = 1,
+    strategy: str = "ddp",
+    nnodes: int = 1,
+    trainjob: str = "",
 ) -> None:
     """Fine-tune with LoRA (default) or fully; AdamW, warmup + cosine, resumable; DDP on many processes.
 
     With ``nproc_per_node`` P > 1 the step runs on P ranks (components.distributed launches them):
     every rank takes its slice of the same global batch of ``batch_size`` blocks, the loss is
     normalised by the global batch's token count so the gradient DDP averages is the one a single
-    process computes, and rank 0 writes the outputs and checkpoints.
+    process computes, and rank 0 writes the outputs and checkpoints. ``strategy="fsdp"`` shards
+    weights, gradients and optimizer state over the ranks (FSDP2 ``fully_shard`` per decoder
+    block) for models whose training state does not fit one GPU; checkpoints and outputs are
+    gathered whole on rank 0. ``nnodes`` N > 1 runs it as a Kubeflow Trainer TrainJob of N nodes
+    described by ``trainjob`` (components.gang; the ranks see only the world torchrun gives them).
     """
     import numpy as np
     import torch
@@ -280,6 +318,8 @@ def finetune(
         raise InputError(f"method {method!r}: use 'lora' or 'full'")
     if batch_size <= 0 or grad_accum <= 0:
         raise InputError("batch_size and grad_accum must be > 0")
+    if strategy not in ("ddp", "fsdp"):
+        raise InputError(f"strategy {strategy!r}: use 'ddp' or 'fsdp'")
     world = distributed.world_from_env() if distributed.is_rank() else distributed.World()
     if world.distributed and batch_size % world.size:
         raise InputError(f"batch_size {batch_size} does not split over {world.size} processes; use a multiple of {world.size}")
@@ -302,17 +342,28 @@ def finetune(
 
     # ---- model
     net = load_base_model(base_model)
+    blocks = set(getattr(net, "_no_split_modules", None) or ())  # the decoder block class names FSDP shards by
     if method == "lora":
         from peft import LoraConfig, get_peft_model
 
-        config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=lora_target_modules(net), task_type="CAUSAL_LM")
+        targets = lora_target_modules(net)  # every linear layer but the head, from the architecture
+        config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM")
         net = get_peft_model(net, config)
         net.peft_config["default"].base_model_name_or_path = base_model
+        net.peft_config["default"].target_modules = targets  # peft keeps a set: its saved order follows the hash seed
     net.to(device)
     net.train()
     distributed.gather_time(world, "model_loaded")
     train_net = net
-    if world.distributed:
+    sharded = world.distributed and strategy == "fsdp"
+    if sharded:
+        from torch.distributed.fsdp import fully_shard
+
+        for module in list(net.modules()):
+            if type(module).__name__ in blocks:
+                fully_shard(module)
+        fully_shard(net)  # the rest (embeddings, norm, head); train_net is net, sharded in place
+    elif world.distributed:
         from torch.nn.parallel import DistributedDataParallel
 
         train_net = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
@@ -326,13 +377,13 @@ def finetune(
     ckpt_root = Path(checkpoint_dir) if checkpoint_dir else Path(model.path) / "checkpoints"
     fingerprint = hashlib.sha256(
         json.dumps([base_model, method, max_steps, batch_size, grad_accum, lr, warmup_steps, weight_decay, lora_r,
-                    lora_alpha, seed] + ([world.size] if world.distributed else [])).encode()
+                    lora_alpha, seed] + ([world.size, strategy] if world.distributed else [])).encode()
         + hashlib.sha256(input_ids.numpy().tobytes()).digest()
     ).hexdigest()[:16]
     start_step = 0
     resume = newest_checkpoint(ckpt_root, fingerprint, on_skip=_report_skipped)
     if resume is not None:
-        start_step = load_checkpoint(resume, net, optimizer)
+        start_step = load_checkpoint(resume, net, optimizer, sharded=sharded)
         metric("resumed_from_step", start_step)
         print(f"finetune: resumed from {resume} at step {start_step}", flush=True)
 
@@ -383,8 +434,9 @@ def finetune(
                 progress.update(done, tokens_seen, time.perf_counter() - t0)  # loss.item() above already waited for the GPU
             stopping = distributed.all_agree(world, stop["sigterm"])  # every rank stops after the same step
             if stopping or (checkpoint_every and done % checkpoint_every == 0 and done < max_steps):
+                state = train_state(net, optimizer, sharded=True) if sharded else None  # a collective under FSDP
                 if world.main:
-                    save_checkpoint(ckpt_root, done, net, optimizer, fingerprint, chaos_pause_s=chaos_pause_s)
+                    save_checkpoint(ckpt_root, done, net, optimizer, fingerprint, chaos_pause_s=chaos_pause_s, state=state)
                 distributed.barrier(world)
             if stopping:
                 print(f"finetune: SIGTERM at step {done}; checkpoint written, exiting for a retry", flush=True)
@@ -395,13 +447,18 @@ def finetune(
     signal.signal(signal.SIGTERM, previous_sigterm)  # a step fused after this one gets the default back
 
     # ---- outputs: rank 0's
+    whole = None
+    if sharded:  # every rank takes part in gathering the weights; rank 0 gets them
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        whole = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if not world.main:
         distributed.barrier(world)  # rank 0 has written the outputs when this returns
         distributed.finish(world)
         return
     out = Path(model.path)
     weights_dir = out / ("adapter" if method == "lora" else "full")
-    net.save_pretrained(weights_dir, safe_serialization=True)
+    net.save_pretrained(weights_dir, safe_serialization=True, **({"state_dict": whole} if whole is not None else {}))
     if not world.distributed:
         keep_tuned(out, net)  # for evaluate, when it runs fused in this process
     (out / MODEL_META).write_text(

@@ -1,0 +1,209 @@
+"""finetune on many nodes: the orchestrator's finetune pod creates a Kubeflow Trainer ``TrainJob``.
+
+With ``nnodes`` N > 1 (``llmpack compile --nodes N --gpus G --cache-pvc PVC``) the command every
+orchestrator runs for finetune, ``python -m components.run components.steps.finetune:finetune
+...``, is a *launcher* in a small CPU pod (the same on KFP, Argo and MLflow, so one mechanism is
+tested for all three; KFP's and MLflow's only way to create an object is such a pod anyway). It
+
+1. copies the step's inputs into the shared volume (the ``--cache-pvc`` PersistentVolumeClaim,
+   ReadWriteMany, mounted at the same path in the launcher and in every node pod), under
+   ``llmpack-gang/<pipeline_run>/<step>-<attempt>/``;
+2. creates a ``TrainJob`` (:mod:`components.trainjob`) of N nodes with G GPUs each, running
+   ``torchrun -m components.run <the same step, inputs and outputs in the volume>`` (the
+   Trainer's torch runtime sets the nodes, ranks and rendezvous through ``PET_*``), with the
+   step's node selector, tolerations and ``llmpack.io/*`` labels on its pods, and the Kueue queue
+   label when ``queue`` is set; then follows it to ``Complete`` or ``Failed``
+   (:func:`components.trainjob_launch.create_and_wait`), deleting it when the run is cancelled
+   (SIGTERM: KFP terminate, Argo stop, ``kubectl delete job``);
+3. copies the outputs back, merges every rank's events (each rank writes its own file on the
+   shared volume: appends from many nodes to one file on a network file system are not atomic)
+   into the step's events, records ``finished`` and uploads the records once.
+
+The gang's pod spec travels in the ``trainjob`` pipeline parameter (JSON, written by ``llmpack
+compile``; :class:`GangSpec`), so the three compiled artifacts need nothing but parameters.
+``llmpack compile --nodes N`` also writes the TrainJob itself to ``trainjob/finetune-trainjob.yaml``
+(run values as placeholders) for review and ``kubectl``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.dsl import HF_CACHE_MOUNT, Execution, Toleration
+from components.errors import InputError
+
+NNODES_PARAM = "nnodes"
+TRAINJOB_PARAM = "trainjob"
+GANG_DIR = "llmpack-gang"  # under the shared volume's mount: one directory per run and step attempt
+RANK_EVENTS_ENV = "LLMPACK_RANK_EVENTS"  # "1": each rank writes llmpack-events.rank<R>.jsonl (merged later)
+MAX_NODES = 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class GangSpec:
+    """What a node pod of the gang is: compiled into the ``trainjob`` parameter as JSON."""
+
+    image: str
+    gpus_per_node: int
+    cpu: float
+    memory: str
+    claim: str  # the shared ReadWriteMany PVC (``--cache-pvc``)
+    mount: str = HF_CACHE_MOUNT
+    gpu_type: str | None = None
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, str]] = field(default_factory=list)
+    runtime: str = "torch-distributed"
+    queue: str | None = None
+    active_deadline_s: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> GangSpec:
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise TypeError("not an object")
+            return cls(**data)
+        except (ValueError, TypeError) as exc:
+            raise InputError(f"{where}: not a gang spec as llmpack compile --nodes writes it ({exc})") from None
+
+
+def spec_for(execution: Execution, *, claim: str, queue: str | None = None) -> GangSpec:
+    """The gang spec of a step whose execution asks for ``resources.nodes`` > 1 (compile side)."""
+    res = execution.resources
+    return GangSpec(image=execution.image, gpus_per_node=res.gpus, cpu=res.cpu, memory=res.memory, claim=claim,
+                    gpu_type=res.gpu_type, node_selector=dict(execution.node_selector),
+                    tolerations=[{k: v for k, v in asdict(t).items() if v is not None} for t in execution.tolerations],
+                    queue=queue, active_deadline_s=execution.timeout_s)
+
+
+def launcher_execution(execution: Execution) -> Execution:
+    """The orchestrator's pod for a gang step: a small CPU pod (the GPUs are the TrainJob's)."""
+    from dataclasses import replace
+
+    from components.dsl import Resources
+
+    return replace(execution, resources=Resources(cpu=0.5, memory="1Gi"), node_selector={}, tolerations=())
+
+
+def trainjob_name(pipeline_run: str, step: str, attempt: int) -> str:
+    """An RFC 1035 name, unique per run, step and attempt, short enough for its pods' hostnames."""
+    digest = hashlib.sha256(f"{pipeline_run}/{step}/{attempt}".encode()).hexdigest()[:10]
+    stem = re.sub(r"[^a-z0-9-]", "-", step.lower()).strip("-")[:20] or "step"
+    return f"llmpack-{stem}-{digest}"
+
+
+def label_value(value: str) -> str:
+    """A Kubernetes label value made of ``value`` (63 characters, alphanumerics at both ends)."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", value)[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)
+
+
+def trainer_command(step_ref: str, inputs: Mapping[str, str], outputs: Mapping[str, str],
+                    params: Mapping[str, Any]) -> list[str]:
+    """``torchrun -m components.run STEP`` with the artifacts in the shared volume (no rendezvous flags)."""
+    args = [f"--input={k}={v}" for k, v in inputs.items()] + [f"--output={k}={v}" for k, v in outputs.items()]
+    args += [f"--param={k}={v}" for k, v in params.items()]
+    return ["torchrun", "-m", "components.run", step_ref, *args]
+
+
+def build_trainjob(spec: GangSpec, *, name: str, namespace: str, nodes: int, command: Sequence[str],
+                   labels: Mapping[str, str], env: Mapping[str, str]) -> dict[str, Any]:
+    from components.trainjob import TrainJobSpec
+
+    return TrainJobSpec(
+        name=name, namespace=namespace, image=spec.image, command=list(command), num_nodes=nodes,
+        gpus_per_node=spec.gpus_per_node, cpu=spec.cpu, memory=spec.memory, runtime=spec.runtime,
+        node_selector=spec.node_selector, tolerations=tuple(Toleration(**t) for t in spec.tolerations),
+        labels=dict(labels), env=dict(env), queue=spec.queue, active_deadline_s=spec.active_deadline_s,
+        volume=(spec.claim, spec.mount),
+    ).build()
+
+
+def _copy_into(src: Path, dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(src, dest, symlinks=True)
+
+
+def launch(step_ref: str, step_name: str, ctx: Any, inputs: Mapping[str, str], outputs: Mapping[str, str],
+           values: Mapping[str, Any], *, nodes: int, tel: Any) -> int:
+    """Run the step as a TrainJob of ``nodes`` nodes from this (launcher) process; its exit code.
+
+    ``tel`` is the launcher's :class:`components.runtime.StepTelemetry` (its ``process_started``
+    already recorded); every rank's records are merged into its events file before it returns.
+    """
+    from components import trainjob_launch
+    from components.telemetry import EVENTS_FILE, read_records
+
+    if not 1 < nodes <= MAX_NODES:
+        raise InputError(f"{NNODES_PARAM}={nodes}: must be between 2 and {MAX_NODES} for a gang")
+    spec = GangSpec.from_json(str(values.get(TRAINJOB_PARAM) or ""), f"step {step_name!r} parameter {TRAINJOB_PARAM!r}")
+    root = Path(spec.mount)
+    if not root.is_dir():
+        raise InputError(f"step {step_name!r}: the shared volume is not mounted at {root} (compile with --cache-pvc)")
+    work = root / GANG_DIR / label_value(ctx.pipeline_run or "run") / f"{step_name}-{ctx.attempt}"
+    gang_in = {k: str(work / "in" / k) for k in inputs}
+    gang_out = {k: str(work / "out" / k) for k in outputs}
+    for k, src in inputs.items():
+        _copy_into(Path(src), Path(gang_in[k]))
+    for k in outputs:
+        shutil.rmtree(gang_out[k], ignore_errors=True)
+        Path(gang_out[k]).mkdir(parents=True)
+    telemetry = {"submitted_at": ctx.submitted_at, "run_group": ctx.run_group, "pipeline_run": ctx.pipeline_run,
+                 "orchestrator": ctx.orchestrator, "mode": ctx.mode}
+    params = {**{k: v for k, v in values.items() if k != TRAINJOB_PARAM}, **telemetry}
+    labels = {"llmpack.io/run-group": label_value(ctx.run_group), "llmpack.io/pipeline-run": label_value(ctx.pipeline_run),
+              "llmpack.io/step": label_value(step_name), "llmpack.io/orchestrator": label_value(ctx.orchestrator),
+              "llmpack.io/gpu-count": str(spec.gpus_per_node), "llmpack.io/gpu-type": label_value(spec.gpu_type or "none")}
+    env = {"LLMPACK_LAUNCHER": "1", "LLMPACK_ATTEMPT": str(ctx.attempt), RANK_EVENTS_ENV: "1", "HF_HOME": spec.mount}
+    cluster = trainjob_launch.load_config()  # the pod's service account, else a kubeconfig
+    namespace = cluster.namespace
+    obj = build_trainjob(spec, name=trainjob_name(ctx.pipeline_run, step_name, ctx.attempt), namespace=namespace,
+                         nodes=nodes, command=trainer_command(step_ref, gang_in, gang_out, params),
+                         labels={k: v for k, v in labels.items() if v}, env=env)
+    tel.event("trainjob_created")
+    result = trainjob_launch.create_and_wait(obj, namespace=namespace, api=cluster.api)
+    first = next(iter(outputs))
+    ranks = sorted(Path(gang_out[first]).glob("llmpack-events.rank*.jsonl"))
+    for rec in read_records(ranks):  # each rank's own file, into the step's events
+        tel.log.append(rec)
+    for path in ranks:
+        path.unlink()
+    for k, dest in outputs.items():
+        for item in Path(gang_out[k]).iterdir():
+            target = Path(dest) / item.name
+            if item.name == EVENTS_FILE:
+                continue
+            if item.is_dir():
+                _copy_into(item, target)
+            else:
+                shutil.copy2(item, target)
+    if result.succeeded:
+        shutil.rmtree(work, ignore_errors=True)  # failed attempts stay for inspection
+        try:
+            work.parent.rmdir()  # the run's directory, when no other step of it is there
+        except OSError:
+            pass
+    print(f"{step_name}: TrainJob {namespace}/{obj['metadata']['name']} {result.describe()}", flush=True)
+    return result.exit_code
+
+
+def rank_events_file(first_out: Path, rank: int) -> Path:
+    """Where rank ``rank`` of a gang writes its records (``RANK_EVENTS_ENV``)."""
+    return first_out / f"llmpack-events.rank{rank}.jsonl"
+
+
+def ranks_write_own_files(env: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return env.get(RANK_EVENTS_ENV) == "1"

@@ -1,0 +1,173 @@
+"""finetune on many nodes (issue 9 item 3): the launcher creates a TrainJob, the gang trains, the record has every rank.
+
+``llmpack compile --nodes 2 --gpus 4`` is checked against the Trainer API's models, its CRD schema
+and committed golden copies (examples/multinode/). The launcher runs for real (``python -m
+components.run`` with ``nnodes=2``) against the loopback Kubernetes API and the real ``kubernetes``
+client; a stand-in Trainer controller plays the ``torch-distributed`` runtime: it starts the
+TrainJob's command once per node, with the ``PET_*`` variables the runtime sets, as local
+processes sharing a directory (the PVC), and sets the TrainJob ``Complete`` or ``Failed``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+from standins.k8s_api import KubeAPIStandIn
+
+from components import gang
+from components.telemetry import group_by_step, read_records
+from llmpack.compile import compile_all
+from tests.conftest import llmpack, run_step
+from tests.test_trainjob import _schema, schema_errors, trainer_api_errors
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = Path("examples/multinode")
+TOKEN = "gang-standin-token-4471"
+NS = "llmpack"
+PREP = "components.steps.prepare_data:prepare_data"
+TOK = "components.steps.tokenize:tokenize"
+TUNE = "components.steps.finetune:finetune"
+
+
+def test_compile_two_nodes_matches_the_committed_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The golden copies of ``llmpack compile --nodes 2 --gpus 4 --cache-pvc llmpack-shared --out examples/multinode``."""
+    monkeypatch.chdir(tmp_path)
+    written = compile_all(EXAMPLE, gpus=4, nodes=2, cache_pvc="llmpack-shared")
+    regen = os.environ.get("LLMPACK_REGEN_GOLDEN") == "1"
+    for path in written:
+        committed = REPO / path
+        if regen:
+            committed.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, committed)
+        assert committed.exists() and path.read_bytes() == committed.read_bytes(), f"{path} differs (make golden)"
+    assert sorted(str(p) for p in written) == sorted(
+        str(p.relative_to(REPO)) for p in (REPO / EXAMPLE).rglob("*") if p.is_file() and p.name != "README.md")
+
+
+def test_the_trainjob_every_path_creates_validates(tmp_path: Path) -> None:
+    r = llmpack("compile", "--nodes", "2", "--gpus", "4", "--cache-pvc", "shared", "--queue", "team-a",
+                "--out", str(tmp_path / "c"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    obj = yaml.safe_load((tmp_path / "c" / "trainjob" / "finetune-trainjob.yaml").read_text())
+    assert trainer_api_errors(obj) == [] and schema_errors(obj, _schema()) == []
+    assert obj["spec"]["trainer"]["numNodes"] == 2 and obj["spec"]["trainer"]["numProcPerNode"] == 4
+    assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    # every path's finetune task is the small launcher pod; its parameters carry the gang
+    wf = yaml.safe_load((tmp_path / "c" / "argo_workflows" / "finetune.yaml").read_text())
+    tmpl = next(t for t in wf["spec"]["templates"] if t["name"] == "finetune")
+    assert "nvidia.com/gpu" not in json.dumps(tmpl["container"]["resources"]) and "tolerations" not in tmpl
+    args = {p["name"]: p.get("value") for p in wf["spec"]["arguments"]["parameters"]}
+    assert args["nnodes"] == "2" and json.loads(args["trainjob"])["claim"] == "shared"
+    project = yaml.safe_load((tmp_path / "c" / "mlflow_projects" / "finetune" / "MLproject").read_text())
+    assert project["entry_points"]["main"]["parameters"]["nnodes"]["default"] == 2
+    kfp = (tmp_path / "c" / "kfp_pipelines" / "finetune.yaml").read_text()
+    assert "nnodes" in kfp and "llmpack-gang" not in kfp  # the run's paths are the launcher's business
+    for bad, says in ((("--nodes", "2"), "pass --cache-pvc"), (("--queue", "q"), "give --nodes 2 or more"),
+                      (("--nodes", "2", "--cache-pvc", "s", "--fuse", "all"), "drop --fuse")):
+        r = llmpack("compile", *bad, "--out", str(tmp_path / "bad"), cwd=tmp_path)
+        assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+# --------------------------------------------------------------------------- the gang, end to end
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TrainerController:
+    """Plays the Trainer's torch-distributed runtime for TrainJobs created in the stand-in."""
+
+    def __init__(self, kube: KubeAPIStandIn) -> None:
+        self.kube = kube
+        self.seen: list[dict] = []
+        self.threads: list[threading.Thread] = []
+        kube.on_custom_object_created = self.created
+
+    def created(self, obj: dict) -> None:
+        self.seen.append(obj)
+        thread = threading.Thread(target=self.run, args=(obj,), daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def run(self, obj: dict) -> None:
+        trainer = obj["spec"]["trainer"]
+        command = list(trainer["command"])
+        assert command[0] == "torchrun"
+        command = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
+        nodes, port = trainer["numNodes"], _free_port()
+        env = {**os.environ, **{e["name"]: e["value"] for e in trainer.get("env", [])}, "GLOO_SOCKET_IFNAME": "lo",
+               "PET_NNODES": str(nodes), "PET_NPROC_PER_NODE": str(trainer["numProcPerNode"]),
+               "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(port), "LLMPACK_MLFLOW_LOGGING": "0"}
+        procs = [subprocess.Popen(command, env={**env, "PET_NODE_RANK": str(i)}, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for i in range(nodes)]
+        outs = [p.communicate(timeout=300)[0] for p in procs]
+        ok = all(p.returncode == 0 for p in procs)
+        meta = obj["metadata"]
+        self.kube.set_trainjob_condition(meta["namespace"], meta["name"], "Complete" if ok else "Failed", "True",
+                                         message="" if ok else outs[0][-500:])
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("gang-tok")
+    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0"}
+    assert run_step(PREP, f"--output=dataset={root / 'data'}", "--param=builtin_size=600", cwd=root, env=env).returncode == 0
+    r = run_step(TOK, f"--input=dataset={root / 'data'}", f"--output=tokens={root / 'tok'}", "--param=seq_len=64", cwd=root, env=env)
+    assert r.returncode == 0, r.stderr
+    return root / "tok"
+
+
+def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens: Path, tmp_path: Path) -> None:
+    shared = tmp_path / "pvc"
+    shared.mkdir()
+    spec = gang.GangSpec(image="ghcr.io/llmpack/llmpack:0.1.0", gpus_per_node=0, cpu=1, memory="2Gi",
+                         claim="shared", mount=str(shared), queue="team-a")
+    steps = ("--param=max_steps=6", "--param=batch_size=4")
+    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
+    one = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={tmp_path / 'one'}", *steps, cwd=tmp_path, env=env)
+    assert one.returncode == 0, one.stderr
+
+    with KubeAPIStandIn(token=TOKEN, namespaces=(NS,)) as kube:
+        controller = TrainerController(kube)
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": kube.url}}],
+            "users": [{"name": "u", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": NS}}]}))
+        out = tmp_path / "gang"
+        r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={out}", *steps, "--param=nnodes=2",
+                     f"--param=trainjob={spec.to_json()}", "--param=pipeline_run=run-g1", "--param=run_group=rg-g1",
+                     cwd=tmp_path, env={**env, "KUBECONFIG": str(kubeconfig)})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert len(controller.seen) == 1
+        job = controller.seen[0]
+        assert job["spec"]["trainer"]["numNodes"] == 2 and job["metadata"]["namespace"] == NS
+        assert job["metadata"]["labels"]["llmpack.io/pipeline-run"] == "run-g1"
+        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+
+    # the same steps as one process: 2 nodes x 1 rank over the same global batch
+    losses = [[json.loads(x)["loss"] for x in (d / "train_log.jsonl").read_text().splitlines()] for d in (tmp_path / "one", out)]
+    assert all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(*losses, strict=True)) and len(losses[1]) == 6
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()
+    assert not list(out.glob("llmpack-events.rank*.jsonl")) and not (shared / gang.GANG_DIR / "run-g1").exists()
+    step = group_by_step(read_records([out / "llmpack-events.jsonl"]))["finetune"]
+    ev = step.events
+    for rank in (0, 1):
+        assert {f"process_started.rank{rank}", f"first_step.rank{rank}", f"finished.rank{rank}"} <= set(ev), sorted(ev)
+    assert ev["process_started"] < ev["trainjob_created"] < min(ev["process_started.rank0"], ev["process_started.rank1"])
+    assert ev["first_step"] == max(ev["first_step.rank0"], ev["first_step.rank1"]) <= ev["finished"]
+    assert step.metrics["world_size"] == 2
