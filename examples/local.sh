@@ -9,6 +9,10 @@ llmpack run --backend kfp --max-steps 30
 llmpack run --backend argo --seed 1
 llmpack run --backend mlflow --data examples/sample.jsonl --param seq_len=32
 
+# finetune on 2 processes (torchrun, DDP on Gloo; NCCL with one GPU each on a GPU machine);
+# --param strategy=fsdp shards the weights (FSDP2). Same global batch, same result as 1 process.
+llmpack run --backend argo --nproc-per-node 2 --max-steps 30
+
 # All paths side by side, three repeats each, a report with a break-even sentence.
 llmpack compare --repeats 3 --report llmpack-report \
   --control-plane-cost kfp=450 --control-plane-cost argo=120 --control-plane-cost mlflow=200
