@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 MODES = ("lora", "full")
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 ONE_B: dict[str, Any] = {  # TinyLlama-1.1B's shape
     "vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
@@ -128,8 +127,10 @@ def run_mode(mode: str, cfg: dict[str, Any], args: argparse.Namespace, device: A
     if mode == "lora":
         from peft import LoraConfig, get_peft_model
 
+        from components.modeling import lora_target_modules  # every linear layer but the head, as finetune does
+
         model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0,
-                                                 target_modules=LORA_TARGETS, task_type="CAUSAL_LM"))
+                                                 target_modules=lora_target_modules(model), task_type="CAUSAL_LM"))
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     trainable = sum(p.numel() for p in params)
