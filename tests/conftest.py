@@ -40,3 +40,17 @@ def run_step(ref: str, *args: str, cwd: Path, env: dict[str, str]) -> subprocess
     return subprocess.run(
         [sys.executable, "-m", "components.run", ref, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
+
+
+@pytest.fixture(scope="session")
+def tokens(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built-in data (600 rows) prepared and tokenized (seq_len 64) once, for the step-level tests; read only."""
+    root = tmp_path_factory.mktemp("tok")
+    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0"}
+    r = run_step("components.steps.prepare_data:prepare_data", f"--output=dataset={root / 'data'}", "--param=builtin_size=600",
+                 cwd=root, env=env)
+    assert r.returncode == 0, r.stderr
+    r = run_step("components.steps.tokenize:tokenize", f"--input=dataset={root / 'data'}", f"--output=tokens={root / 'tok'}",
+                 "--param=seq_len=64", cwd=root, env=env)
+    assert r.returncode == 0, r.stderr
+    return root / "tok"

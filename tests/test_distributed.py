@@ -23,8 +23,6 @@ from components.steps.finetune import newest_checkpoint
 from components.telemetry import group_by_step, read_records
 from tests.conftest import llmpack, run_step
 
-PREP = "components.steps.prepare_data:prepare_data"
-TOK = "components.steps.tokenize:tokenize"
 TUNE = "components.steps.finetune:finetune"
 STEPS = ("--param=max_steps=6", "--param=batch_size=4")
 
@@ -32,15 +30,6 @@ STEPS = ("--param=max_steps=6", "--param=batch_size=4")
 @pytest.fixture(scope="module")
 def env() -> dict[str, str]:
     return {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
-
-
-@pytest.fixture(scope="module")
-def tokens(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Path:
-    root = tmp_path_factory.mktemp("tok")
-    assert run_step(PREP, f"--output=dataset={root / 'data'}", "--param=builtin_size=600", cwd=root, env=env).returncode == 0
-    r = run_step(TOK, f"--input=dataset={root / 'data'}", f"--output=tokens={root / 'tok'}", "--param=seq_len=64", cwd=root, env=env)
-    assert r.returncode == 0, r.stderr
-    return root / "tok"
 
 
 @pytest.fixture(scope="module")

@@ -34,8 +34,6 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = Path("examples/multinode")
 TOKEN = "gang-standin-token-4471"
 NS = "llmpack"
-PREP = "components.steps.prepare_data:prepare_data"
-TOK = "components.steps.tokenize:tokenize"
 TUNE = "components.steps.finetune:finetune"
 
 
@@ -118,16 +116,6 @@ class TrainerController:
         meta = obj["metadata"]
         self.kube.set_trainjob_condition(meta["namespace"], meta["name"], "Complete" if ok else "Failed", "True",
                                          message="" if ok else outs[0][-500:])
-
-
-@pytest.fixture(scope="module")
-def tokens(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("gang-tok")
-    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0"}
-    assert run_step(PREP, f"--output=dataset={root / 'data'}", "--param=builtin_size=600", cwd=root, env=env).returncode == 0
-    r = run_step(TOK, f"--input=dataset={root / 'data'}", f"--output=tokens={root / 'tok'}", "--param=seq_len=64", cwd=root, env=env)
-    assert r.returncode == 0, r.stderr
-    return root / "tok"
 
 
 def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens: Path, tmp_path: Path) -> None:

@@ -22,21 +22,9 @@ from llmpack.progress import read_train_progress
 from tests.conftest import run_step
 
 PREP = "components.steps.prepare_data:prepare_data"
-TOK = "components.steps.tokenize:tokenize"
 TUNE = "components.steps.finetune:finetune"
 EVAL = "components.steps.evaluate:evaluate"
 REG = "components.steps.register:register"
-
-
-@pytest.fixture(scope="module")
-def tokens(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Built-in data prepared and tokenized once for the finetune/evaluate tests."""
-    root = tmp_path_factory.mktemp("tok")
-    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0"}
-    assert run_step(PREP, f"--output=dataset={root / 'data'}", "--param=builtin_size=600", cwd=root, env=env).returncode == 0
-    r = run_step(TOK, f"--input=dataset={root / 'data'}", f"--output=tokens={root / 'tok'}", "--param=seq_len=64", cwd=root, env=env)
-    assert r.returncode == 0, r.stderr
-    return root / "tok"
 
 
 def test_builtin_data_is_deterministic_and_learnable_shaped() -> None:
