@@ -211,31 +211,25 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
                    "model, tokenizer or dataset, so later runs skip the download. The PVC must exist in the namespace.")
 @click.option("--gpus", type=int, default=None, help="GPUs of the finetune pod (per node); above 1 it runs torchrun "
               "with one rank per GPU (DDP).")
-@click.option("--nodes", type=int, default=None, help="Nodes for finetune; above 1 its pod creates a Kubeflow Trainer "
-              "TrainJob of that many GPU pods (also written to OUT/trainjob/); needs --cache-pvc (ReadWriteMany).")
-@click.option("--queue", default=None, metavar="NAME", help="Kueue LocalQueue for the finetune TrainJob (with --nodes).")
+@click.option("--nodes", type=int, default=None, help="Nodes for finetune; above 1 every path creates a Kubeflow Trainer "
+              "TrainJob (written to OUT/trainjob/ too).")
 def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A001 - the command's name
-            cache_pvc: str | None, gpus: int | None, nodes: int | None, queue: str | None) -> None:
+            cache_pvc: str | None, gpus: int | None, nodes: int | None) -> None:
     """Compile the pipeline to KFP v2 IR, an Argo Workflow (Hera) and MLflow Projects.
 
     \b
-    Run it in the repository root and type the native commands there too: the
-    MLflow Kubernetes config names its job template relative to that directory.
-      llmpack compile --image ghcr.io/YOUR_ORG/llmpack:0.1.0   into build/llmpack/
-      llmpack compile --out .                  regenerate the committed copies
-      llmpack compile --fuse gpu --out build/fuse-gpu
-                                               finetune and evaluate in one pod
-      llmpack compile --prepull                then kubectl apply -f the DaemonSet
-      llmpack compile --cache-pvc hf-models    weights cached on PVC hf-models
-      llmpack compile --gpus 4 --out build/4gpu
-                                               finetune: 4 torchrun ranks, 1 pod
-      llmpack compile --nodes 2 --gpus 4 --cache-pvc shared --out build/2x4
-                                               finetune: a TrainJob, 2 nodes x 4
+    Run it in the repository root and type the native commands there too: the MLflow
+    Kubernetes config names its job template relative to that directory.
+      llmpack compile --image ghcr.io/YOUR_ORG/llmpack:0.1.0     into build/llmpack/
+      llmpack compile --out .                                    regenerate the committed copies
+      llmpack compile --fuse gpu --out build/fuse-gpu            finetune and evaluate in one pod
+      llmpack compile --prepull && kubectl apply -f build/llmpack/prepull/llmpack-prepull-daemonset.yaml
+      llmpack compile --cache-pvc hf-models                      weights cached on PVC hf-models
+      llmpack compile --gpus 4 --out build/4gpu                  finetune: torchrun, 4 ranks in one pod
     """
     from llmpack.compile import compile_all
 
-    for path in compile_all(out, image=image, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes,
-                            queue=queue):
+    for path in compile_all(out, image=image, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes):
         echo_out(str(path))
 
 
@@ -281,13 +275,16 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
 @click.option("--scale-down-delay-s", "scale_down_delay_s", type=float, default=None,
               help="--cluster: seconds the autoscaler keeps an empty GPU node (default 600); billed after a node's "
                    "last pod when its removal was not seen.")
+@click.option("--cache-pvc", "cache_pvc", default=None, metavar="NAME",
+              help="--cluster with --nodes N: the ReadWriteMany PVC the finetune TrainJob's node pods and its launcher "
+                   "share (default llmpack-shared); also the Hugging Face cache, as llmpack compile --cache-pvc.")
 def compare(backends: str, repeats: int, warmup: int | None, local: bool, variants: str | None, baseline: str | None,
             report_dir: Path | None, force: bool, no_report: bool,
             control_plane: tuple[str, ...], control_plane_file: str | None, inject_start_delay: str | None, wide: bool,
             as_json: bool, params: tuple[str, ...], concurrency: int, kfp_host: str | None, argo_host: str | None,
             namespace: str | None, kubeconfig: str | None, context: str | None, image: str | None,
             cluster_tracking_uri: str | None, wait_timeout: float, poll_s: float, scale_down_delay_s: float | None,
-            ca_cert: str | None, insecure_skip_tls_verify: bool, **kwargs: Any) -> None:
+            cache_pvc: str | None, ca_cert: str | None, insecure_skip_tls_verify: bool, **kwargs: Any) -> None:
     """Run the pipeline through several paths side by side and compare them.
 
     With no arguments: the tiny model on built-in data through direct, kfp, argo and mlflow,
@@ -304,7 +301,10 @@ def compare(backends: str, repeats: int, warmup: int | None, local: bool, varian
     cluster = {"concurrency": concurrency, "kfp_host": kfp_host, "argo_host": argo_host, "namespace": namespace,
                "kubeconfig": kubeconfig, "context": context, "image": image, "cluster_tracking_uri": cluster_tracking_uri,
                "timeout_s": wait_timeout, "poll_s": poll_s, "scale_down_delay_s": scale_down_delay_s,
+               "cache_pvc": cache_pvc,
                "tls": {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}}
+    if local and cache_pvc is not None:
+        raise InputError("--cache-pvc: only with --cluster --nodes N (compile local artifacts with llmpack compile)")
     if local and scale_down_delay_s is not None:
         raise InputError("--scale-down-delay-s: only with --cluster (local runs bill no nodes)")
     if local and (ca_cert or insecure_skip_tls_verify):
@@ -393,12 +393,14 @@ def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cl
 
     if "direct" in names:
         raise InputError("--cluster: 'direct' has no cluster path; use --backends kfp,argo,mlflow")
-    for flag, value in (("--gpu-type", kwargs.get("gpu_type")), ("--gpus", kwargs.get("gpus")),
-                        ("--nodes", kwargs.get("nodes")), ("--nproc-per-node", kwargs.get("nproc_per_node")),
+    for flag, value in (("--gpu-type", kwargs.get("gpu_type")), ("--nproc-per-node", kwargs.get("nproc_per_node")),
                         ("--inject-start-delay", inject_start_delay),
                         ("--fuse", None if kwargs.get("fuse") == "none" else kwargs.get("fuse"))):
         if value is not None:
             raise InputError(f"{flag}: not with --cluster (the compiled artifacts fix the GPU spec; the node's GPU prices the run)")
+    if cluster.get("cache_pvc") is not None and (kwargs.get("nodes") or 1) <= 1:
+        raise InputError("--cache-pvc: with --cluster only for --nodes 2 or more (the TrainJob's shared volume)")
+    # --gpus G / --nodes N: every path is compiled for them (llmpack compile --gpus G --nodes N) and submitted.
     values = dict(parse_params(params))
     for key in ("model", "data", "max_steps", "seed"):
         values[key] = kwargs[key]
@@ -420,6 +422,7 @@ def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cl
         tracking_uri=kwargs.get("tracking_uri"), price_per_gpu_hour=kwargs.get("price_per_gpu_hour"),
         price_file=kwargs.get("price_file"), timeout_s=cluster["timeout_s"], poll_s=cluster["poll_s"], progress=progress,
         **({} if cluster["scale_down_delay_s"] is None else {"scale_down_delay_s": cluster["scale_down_delay_s"]}),
+        gpus=kwargs.get("gpus"), nodes=kwargs.get("nodes"), cache_pvc=cluster.get("cache_pvc"),
     )
 
 

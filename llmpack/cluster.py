@@ -86,6 +86,11 @@ DEFAULT_TIMEOUT_S = 24 * 3600.0
 DEFAULT_POLL_S = 10.0
 DEFAULT_NAMESPACE = "llmpack"  # Argo Workflows and the MLflow Job (where Secret llmpack-mlflow lives)
 DEFAULT_KFP_POD_NAMESPACE = "kubeflow"  # single-user KFP runs its pods there; multi-user: the profile
+DEFAULT_GANG_PVC = "llmpack-shared"  # compare --cluster --nodes N: the ReadWriteMany PVC of the gang (--cache-pvc)
+# The option of each path that names what it submits, and where `llmpack compile --out DIR` writes it.
+ARTIFACT_OPTIONS = {"kfp": "package_path", "argo": "workflow_path", "mlflow": "project_dir"}
+ARTIFACT_PATHS = {"kfp": "kfp_pipelines/finetune.yaml", "argo": "argo_workflows/finetune.yaml",
+                  "mlflow": "mlflow_projects/finetune-k8s"}
 
 # (label, message, elapsed seconds since this run started)
 Progress = Callable[[str, str, float], None]
@@ -246,8 +251,13 @@ def cluster_cost(
     uses: list[cost.GpuUse],
     orchestrator: str,
     price: cost.Price | None,
+    gang: tuple[int, int] | None = None,
 ) -> dict[str, float | None]:
-    """gpu_hours, cost_usd, usd_per_1m_tokens, goodput from the run's GPU pods (see the module doc)."""
+    """gpu_hours, cost_usd, usd_per_1m_tokens, goodput from the run's GPU pods (see the module doc).
+
+    ``gang`` (nodes, GPUs per node): finetune is a TrainJob gang; ``uses`` are the compiled
+    pipeline's (its launcher holds no GPU), each gang pod bills its own GPUs.
+    """
     rows = list(rows)
     gpus_by_step = {u.step: u.gpus for u in uses}
     job_gpus = max(gpus_by_step.values(), default=0)
@@ -260,7 +270,9 @@ def cluster_cost(
         step = row.get("step")
         was_retried = not attempts.get(id(row), (0, True))[1]
         retried += was_retried
-        if orchestrator == "mlflow" and step == "main":
+        if row.get("gang"):
+            gpus, covers = _pod_gpus(row, gpus_by_step, gang), {step}
+        elif orchestrator == "mlflow" and step == "main":
             gpus, covers = job_gpus, {s for s, g in gpus_by_step.items() if g > 0}
         else:
             gpus, covers = gpus_by_step.get(step or "", 0), {step}
@@ -281,7 +293,7 @@ def cluster_cost(
     train = steps.get(telemetry.TRAIN_STEP)
     train_s = train.metrics.get("train_s") if train else None
     tokens = train.metrics.get("train_tokens") if train else None
-    train_gpus = gpus_by_step.get(telemetry.TRAIN_STEP, 0)
+    train_gpus = gang[0] * gang[1] if gang else gpus_by_step.get(telemetry.TRAIN_STEP, 0)
     usd = None if price is None else gpu_seconds * price.per_gpu_hour / 3600.0
     return {
         "gpu_hours": gpu_seconds / 3600.0,
@@ -296,10 +308,11 @@ def cluster_cost(
 
 def pod_attempts(rows: Iterable[Mapping[str, Any]]) -> dict[int, tuple[int, bool]]:
     """Per executor pod row (by ``id``): its attempt (the step's pods numbered by creation, as
-    :func:`~llmpack.k8s.podphases.to_step_records` numbers them) and whether it is the step's last."""
+    :func:`~llmpack.k8s.podphases.to_step_records` numbers them) and whether it is the step's last.
+    A TrainJob's node pods (``gang``) are not attempts: they are left out (never retries)."""
     by_step: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
-        if row.get("role") != "driver" and row.get("step"):
+        if row.get("role") != "driver" and row.get("step") and not row.get("gang"):
             by_step.setdefault(row["step"], []).append(row)
     out: dict[int, tuple[int, bool]] = {}
     for mine in by_step.values():
@@ -329,20 +342,24 @@ def retried_pods(rows: Iterable[Mapping[str, Any]], uses: list[cost.GpuUse], orc
     return sorted(out, key=lambda a: (a["step"], a["attempt"]))
 
 
-def _pod_gpus(row: Mapping[str, Any], gpus_by_step: Mapping[str, int]) -> int:
-    """GPUs a pod row holds: its step's; the MLflow Job's one pod, the largest step's."""
+def _pod_gpus(row: Mapping[str, Any], gpus_by_step: Mapping[str, int], gang: tuple[int, int] | None = None) -> int:
+    """GPUs a pod row holds: its step's; the MLflow Job's one pod, the largest step's; a TrainJob
+    node pod its own (``llmpack.io/gpu-count``, else the gang's GPUs per node)."""
     if row.get("role") == "driver":
         return 0
+    if row.get("gang"):
+        return int(row.get("gang_gpus") or (gang[1] if gang else 0))
     if row.get("orchestrator") == "mlflow" and row.get("step") == "main":
         return max(gpus_by_step.values(), default=0)
     return gpus_by_step.get(row.get("step") or "", 0)
 
 
-def pod_spans(rows: Iterable[Mapping[str, Any]], gpus_by_step: Mapping[str, int]) -> list[cost.PodSpan]:
+def pod_spans(rows: Iterable[Mapping[str, Any]], gpus_by_step: Mapping[str, int],
+              gang: tuple[int, int] | None = None) -> list[cost.PodSpan]:
     """The GPU pods among watcher rows (one per pod, by namespace and name), for node billing."""
     seen: dict[tuple[str, str], cost.PodSpan] = {}
     for row in rows:
-        gpus = _pod_gpus(row, gpus_by_step)
+        gpus = _pod_gpus(row, gpus_by_step, gang)
         if gpus <= 0 or not row.get("node") or not row.get("pipeline_run"):
             continue
         seen[(row.get("namespace") or "", row["pod"])] = cost.PodSpan(
@@ -458,6 +475,23 @@ def check_scale_down_delay(value: Any, flag: str) -> float:
     return seconds
 
 
+def gang_ready(rows: Iterable[Mapping[str, Any]]) -> float | None:
+    """When the run's (last) TrainJob gang was all up: its last node pod's container start.
+
+    None when the run has no gang, or a node pod of it never started. Several gangs (a retried
+    launcher made another TrainJob): the last-created one's.
+    """
+    gangs: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if row.get("gang") and row.get("role") != "driver":
+            gangs.setdefault(row["gang"], []).append(row)
+    if not gangs:
+        return None
+    last = max(gangs.values(), key=lambda g: min((r.get("created") or 0.0) for r in g))
+    starts = [r.get("container_started") for r in last]
+    return None if any(s is None for s in starts) else max(starts)
+
+
 def run_end(steps: Mapping[str, telemetry.StepTimes], rows: Iterable[Mapping[str, Any]], fallback: float | None) -> float | None:
     """The last timestamped moment of the run: a pod's container finish or a step's ``finished``."""
     ends = [s.events["finished"] for s in steps.values() if "finished" in s.events]
@@ -512,7 +546,23 @@ class _Session:
     progress: Progress | None
     pipe: Any
     scale_down_delay_s: float = cost.DEFAULT_SCALE_DOWN_DELAY_S
+    gang: tuple[int, int] | None = None  # finetune as a TrainJob: (nodes, GPUs per node)
     submit_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def pod_uses(self) -> list[cost.GpuUse]:
+        """What each compiled task's pod holds (a gang's launcher: no GPU)."""
+        from components.record import gpu_uses
+
+        return gpu_uses(self.pipe)
+
+    def step_uses(self) -> list[cost.GpuUse]:
+        """What each step holds: finetune as a gang holds nodes x GPUs per node."""
+        from dataclasses import replace
+
+        if self.gang is None:
+            return self.pod_uses()
+        total = self.gang[0] * self.gang[1]
+        return [replace(u, gpus=total) if u.step == telemetry.TRAIN_STEP else u for u in self.pod_uses()]
 
     # ------------------------------------------------------------------ helpers
 
@@ -689,7 +739,6 @@ class _Session:
 
     def _measure(self, plan: _Plan, summary: Mapping[str, Any], result: Mapping[str, Any],
                  rows: list[dict[str, Any]], record: dict[str, Any]) -> None:
-        from components.record import gpu_uses
         from llmpack.k8s.podphases import to_step_records
 
         orch = plan.orchestrator
@@ -725,8 +774,10 @@ class _Session:
                 "(Secret llmpack-mlflow, key tracking-uri)? Only the pod phases are measured"
             )
         end = run_end(steps, mine, result.get("finished_at"))
-        uses = gpu_uses(self.pipe)
+        uses = self.pod_uses()
+        step_uses = self.step_uses()
         finetune_rows = [r for r in mine if r.get("step") in (telemetry.TRAIN_STEP, "main") and r.get("role") != "driver"]
+        finetune_rows = [r for r in finetune_rows if r.get("gang")] or finetune_rows  # the gang trains, not its launcher
         finetune_row = min(finetune_rows, key=lambda r: r.get("created") or 0.0) if finetune_rows else None
         spec_types = sorted({t.step.execution.resources.gpu_type for t in self.pipe.tasks.values()
                              if t.step.execution.resources.gpus > 0})
@@ -734,21 +785,24 @@ class _Session:
         price = resolve_node_price(gpu, flag=self.price_flag, price_file=self.price_file)
 
         metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=end)
-        metrics.update(cluster_cost(steps, mine, uses, orch, price))
+        metrics.update(cluster_cost(steps, mine, uses, orch, price, gang=self.gang))
+        if self.gang is not None:
+            ready = gang_ready(mine)
+            metrics["gang_ready_s"] = None if ready is None else ready - ctx.submitted_at
         gpus_by_step = {u.step: u.gpus for u in uses}
-        pods = pod_spans(rows, gpus_by_step)
+        pods = pod_spans(rows, gpus_by_step, self.gang)
         bill = cost.bill_nodes(node_spans(record.get("nodes", ()), pods), pods,
                                scale_down_delay_s=self.scale_down_delay_s).get(plan.pipeline_run)
         if bill is not None:
             train = steps.get(telemetry.TRAIN_STEP)
-            metrics.update(node_cost(bill, {s: st.events for s, st in steps.items()}, gpus_by_step,
+            metrics.update(node_cost(bill, {s: st.events for s, st in steps.items()}, {u.step: u.gpus for u in step_uses},
                                      None if price is None else price.per_gpu_hour,
                                      train_s=train.metrics.get("train_s") if train else None,
                                      train_tokens=train.metrics.get("train_tokens") if train else None))
         metrics = {k: telemetry.clean_number(v) for k, v in metrics.items()}
         tags = {
             **ctx.tags(),
-            **cost.cost_tags(uses, price),
+            **cost.cost_tags(step_uses, price),
             "llmpack.pipeline": self.pipe.name,
             "llmpack.gpu_type": gpu.gpu_type or "unknown",
             "llmpack.gpu_type_source": gpu.source,
@@ -794,10 +848,9 @@ def _bill_across_runs(session: _Session, runs: list[dict[str, Any]]) -> None:
     scale-down delay (or that runs shared, with ``concurrency`` > 1) was then billed twice
     over the overlap; billed over every run's pods together it is billed once and shared.
     """
-    from components.record import gpu_uses
-
-    gpus_by_step = {u.step: u.gpus for u in gpu_uses(session.pipe)}
-    pods = pod_spans((p for r in runs for p in r.get("pods") or ()), gpus_by_step)
+    gpus_by_step = {u.step: u.gpus for u in session.pod_uses()}
+    step_gpus = {u.step: u.gpus for u in session.step_uses()}
+    pods = pod_spans((p for r in runs for p in r.get("pods") or ()), gpus_by_step, session.gang)
     facts = [f for r in runs for f in r.get("nodes") or ()]
     bills = cost.bill_nodes(node_spans(facts, pods), pods, scale_down_delay_s=session.scale_down_delay_s)
     for run in runs:
@@ -809,7 +862,7 @@ def _bill_across_runs(session: _Session, runs: list[dict[str, Any]]) -> None:
             continue
         old_usd, old_per_1m = m.get("cost_usd"), m.get("usd_per_1m_tokens")
         tokens = old_usd / old_per_1m * 1e6 if old_usd and old_per_1m else None
-        new = node_cost(bill, run.get("events") or {}, gpus_by_step, _price_of(tags), train_s=m.get("train_s"),
+        new = node_cost(bill, run.get("events") or {}, step_gpus, _price_of(tags), train_s=m.get("train_s"),
                         train_tokens=tokens)
         new = {k: telemetry.clean_number(v) for k, v in new.items()}
         m.update({k: v for k, v in new.items() if v is not None or k in m})
@@ -898,8 +951,18 @@ def compare_cluster(
     poll_s: float = DEFAULT_POLL_S,
     progress: Progress | None = None,
     scale_down_delay_s: float = cost.DEFAULT_SCALE_DOWN_DELAY_S,
+    gpus: int | None = None,
+    nodes: int | None = None,
+    cache_pvc: str | None = None,
 ) -> dict[str, Any]:
     """Submit every path ``repeats`` times to one cluster, wait, measure; the ``compare()`` result.
+
+    ``gpus`` / ``nodes``: the finetune step's GPUs per node and nodes (``llmpack compile --gpus
+    --nodes``); with either, every path is compiled for it into a temporary directory
+    (:func:`llmpack.compile.compile_all`) and that is what is submitted, instead of the
+    committed artifacts. Above one node finetune is a Kubeflow Trainer TrainJob gang whose node
+    pods and launcher share ``cache_pvc`` (default :data:`DEFAULT_GANG_PVC`, ReadWriteMany);
+    its pods are one attempt, and ``gang_ready_s`` says when the last of them started.
 
     ``kfp`` / ``argo`` / ``mlflow``: each path's ``submit`` options (``<package>.submit``; ``host``,
     ``token``, ``namespace``... see :data:`SUBMIT_OPTIONS`; KFP's ``pod_namespace`` is where
@@ -914,7 +977,6 @@ def compare_cluster(
     last pod on a node whose removal the watcher did not see (see the module doc).
     """
     from components.submission import check_id, connect_tracking, new_id, shipped_pipeline, user_parameters
-    from llmpack.compare import comparison
 
     names = _parse_backends(backends)
     if not isinstance(repeats, int) or repeats < 1:
@@ -937,6 +999,24 @@ def compare_cluster(
         "argo": _options("argo", argo, SUBMIT_OPTIONS["argo"]),
         "mlflow": _options("mlflow", mlflow, SUBMIT_OPTIONS["mlflow"]),
     }
+    gang = None
+    compiled_dir = None
+    if gpus is not None or nodes is not None:
+        from llmpack.compile import check_cache_pvc, with_gpus
+
+        if (nodes or 1) > 1:
+            cache_pvc = cache_pvc or DEFAULT_GANG_PVC
+        if cache_pvc is not None:
+            check_cache_pvc(cache_pvc)
+        pipe = with_gpus(pipe, gpus, nodes, claim=cache_pvc)  # checks --gpus/--nodes/--cache-pvc now
+        for orch, key in ARTIFACT_OPTIONS.items():
+            if conf[orch].get(key):
+                raise InputError(f"--gpus/--nodes compile the artifacts to submit: {orch} option {key} cannot be given too")
+        if (nodes or 1) > 1:
+            from components.gang import GangSpec
+
+            spec = GangSpec.from_json(str(pipe.params["trainjob"].default), "--nodes")
+            gang = (int(nodes or 1), int(spec.gpus_per_node))
     k8s_opts = _options("k8s", k8s, K8S_OPTIONS)
     if not k8s_opts.get("host") and not k8s_opts.get("kubeconfig") and conf["mlflow"].get("kubeconfig"):
         k8s_opts.setdefault("kubeconfig", conf["mlflow"]["kubeconfig"])
@@ -948,8 +1028,31 @@ def compare_cluster(
 
     session = _Session(run_group=group, values=values, conf=conf, k8s=k8s_opts, uri=uri,
                        price_flag=price_per_gpu_hour, price_file=price_file, timeout_s=float(timeout_s),
-                       poll_s=float(poll_s), progress=progress, pipe=pipe, scale_down_delay_s=scale_down_delay_s)
+                       poll_s=float(poll_s), progress=progress, pipe=pipe, scale_down_delay_s=scale_down_delay_s,
+                       gang=gang)
     _preflight(session, names)
+    if gpus is not None or nodes is not None:
+        import tempfile
+
+        from llmpack.compile import compile_all
+
+        compiled_dir = tempfile.mkdtemp(prefix="llmpack-compare-")
+        out = os.path.join(compiled_dir, "compiled")
+        compile_all(out, gpus=gpus, nodes=nodes, cache_pvc=cache_pvc)  # what `llmpack compile` writes
+        for orch, key in ARTIFACT_OPTIONS.items():
+            conf[orch][key] = os.path.join(out, ARTIFACT_PATHS[orch])
+    try:
+        return _compare_all(session, names, repeats, concurrency, group)
+    finally:
+        if compiled_dir is not None:
+            import shutil
+
+            shutil.rmtree(compiled_dir, ignore_errors=True)
+
+
+def _compare_all(session: _Session, names: list[str], repeats: int, concurrency: int, group: str) -> dict[str, Any]:
+    from components.submission import new_id
+    from llmpack.compare import comparison
 
     plans = []
     for i in range(repeats):

@@ -171,7 +171,29 @@ def compare_table(result: dict[str, Any], *, wide: bool = False, console: Consol
     console.print(f"[dim]percentiles: {result['percentile_method']}; p99 needs n >= 10 runs per path.[/]")
     for f in result["failed"]:
         console.print(f"[red]{f['orchestrator']} {f['pipeline_run']} failed:[/] {f['error']}")
+    _gang_lines(result, console)
     _retry_lines(result["runs"], console)
+
+
+def gang_ready_medians(result: dict[str, Any]) -> dict[str, tuple[float, int]]:
+    """Per path: the median ``gang_ready_s`` of its runs (a TrainJob gang's last node pod started) and n."""
+    import statistics
+
+    out = {}
+    for orch in result["backends"]:
+        values = [r["metrics"]["gang_ready_s"] for r in result["runs"]
+                  if r.get("orchestrator") == orch and (r.get("metrics") or {}).get("gang_ready_s") is not None]
+        if values:
+            out[orch] = (statistics.median(values), len(values))
+    return out
+
+
+def _gang_lines(result: dict[str, Any], console: Console) -> None:
+    """``compare --cluster --nodes N``: when each path's finetune gang was all up (gang_ready_s, p50)."""
+    medians = gang_ready_medians(result)
+    if medians:
+        parts = [f"{escape(orch)} {fmt(v, 1)} s (n={n})" for orch, (v, n) in medians.items()]
+        console.print("gang ready (last TrainJob node pod started, from submit) p50: " + ", ".join(parts))
 
 
 def _retry_lines(runs: list[dict[str, Any]], console: Console) -> None:

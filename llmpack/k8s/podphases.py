@@ -9,7 +9,9 @@ which pipeline ``step`` it runs, where (``node``, ``instance_type``, ``gpu_produ
 UTC epoch seconds: ``created``, ``scheduled``, ``node_ready`` (only when the node was created after
 the pod, i.e. brought up for it), ``sandbox_ready``, ``init_done``, ``container_started``,
 ``finished``; plus ``image_pull_s`` of the main container and the derived ``queue_s``,
-``provision_s``, ``start_s`` and ``run_s``.
+``provision_s``, ``start_s`` and ``run_s``. A Kubeflow Trainer TrainJob's node pods (the finetune
+gang, :mod:`components.gang`) carry ``gang`` (the TrainJob), ``gang_node`` (the node rank) and
+``gang_gpus``; other pods None there.
 
 :func:`to_step_records` turns the rows of one pipeline run into the ``components.telemetry``
 cluster events (``pod_created``, ``pod_scheduled``, ``node_ready``, ``container_started``).
@@ -42,6 +44,13 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # NVIDIA GPU feature discovery
 GPU_RESOURCE = "nvidia.com/gpu"
 SCALE_DOWN_TAINT = "ToBeDeletedByClusterAutoscaler"  # value: unix seconds when the autoscaler began removing it
+# A Kubeflow Trainer TrainJob's node pods (components.gang): JobSet names its JobSet after the
+# TrainJob and labels every pod with it; the Job controller labels (and annotates) each pod of an
+# Indexed Job with its completion index, the torch node rank (PET_NODE_RANK).
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # label since Kubernetes 1.28, annotation before
+POD_GPU_COUNT_LABEL = "llmpack.io/gpu-count"  # on every gang pod (the TrainJob's runtimePatches)
 
 # KFP v2 on Argo: the templates its compiler emits (pod names are <workflow>-<template>-<hash>).
 KFP_DRIVER_TEMPLATES = ("system-dag-driver", "system-container-driver")
@@ -60,6 +69,9 @@ ROW_FIELDS = (
     "run_group",
     "pipeline_run",
     "orchestrator_run",
+    "gang",
+    "gang_node",
+    "gang_gpus",
     "phase",
     "node",
     "instance_type",
@@ -520,9 +532,26 @@ def _workflow_keys(pod: Mapping[str, Any]) -> set[tuple[str, str]]:
     return keys
 
 
-def orchestrator_run_of(pod: Mapping[str, Any]) -> str | None:
-    """The orchestrator's own run id: KFP ``pipeline/runid``, the Argo workflow, the MLflow Job."""
+def gang_of(pod: Mapping[str, Any]) -> tuple[str, int | None, int | None] | None:
+    """(TrainJob/JobSet name, node rank, GPUs) of a TrainJob node pod; None for any other pod.
+
+    The node rank is the pod's Indexed-Job completion index (label, else annotation); the GPUs
+    its ``llmpack.io/gpu-count`` label (the launcher puts it on the gang's pods).
+    """
     labels = _labels(pod)
+    name = labels.get(JOBSET_NAME_LABEL)
+    if not name:
+        return None
+    index = _int_or_none(labels.get(JOB_COMPLETION_INDEX, _annotations(pod).get(JOB_COMPLETION_INDEX)))
+    return name, index, _int_or_none(labels.get(POD_GPU_COUNT_LABEL))
+
+
+def orchestrator_run_of(pod: Mapping[str, Any]) -> str | None:
+    """The orchestrator's own run id: KFP ``pipeline/runid``, the Argo workflow, the MLflow Job
+    (a TrainJob's node pods carry their own Job's name: none of the orchestrator's)."""
+    labels = _labels(pod)
+    if labels.get(JOBSET_NAME_LABEL):
+        return None
     for key in (KFP_RUN_ID_LABEL, ARGO_WORKFLOW_LABEL, *JOB_NAME_LABELS):
         if labels.get(key):
             return labels[key]
@@ -633,6 +662,7 @@ def _analyze_pod(
     container = main_container(pod)
     started, finished = _container_times(pod, container, where)
     scheduled = _condition_time(pod, where, "PodScheduled")
+    gang = gang_of(pod)
     row: dict[str, Any] = {
         "pod": meta["name"],
         "namespace": meta.get("namespace") or "",
@@ -642,6 +672,9 @@ def _analyze_pod(
         "run_group": labels.get(RUN_GROUP_LABEL),
         "pipeline_run": labels.get(PIPELINE_RUN_LABEL),
         "orchestrator_run": orchestrator_run_of(pod),
+        "gang": gang[0] if gang else None,
+        "gang_node": gang[1] if gang else None,
+        "gang_gpus": gang[2] if gang else None,
         "phase": _get(pod, "status", "phase"),
         "node": node_name,
         "instance_type": instance_type,
@@ -700,7 +733,9 @@ def to_step_records(
     (all, or ``steps``) every executor pod counts, numbered by creation: the first-created is
     attempt 0, a retried pod attempt 1, and so on (records keyed by attempt: a retry never moves
     the first pod's ``pod_created``, and every attempt is billed; see
-    :mod:`components.telemetry`). On a cluster this numbering is the attempt's authority: a retry
+    :mod:`components.telemetry`). A TrainJob's node pods (rows with ``gang``) are not attempts:
+    they belong to the attempt of the launcher pod before them (:func:`gang_attempt`) and give
+    ``<event>.node<rank>`` records (``node_ready.node1``), one set per node. On a cluster this numbering is the attempt's authority: a retry
     is a fresh pod whose step cannot count its attempts in its own JSONL. KFP driver pods are the
     orchestrator's overhead, not a step, and give no records; ``node_ready`` only appears when a
     node was provisioned for the pod.
@@ -708,13 +743,14 @@ def to_step_records(
     aliases = DEFAULT_STEP_ALIASES if aliases is None else aliases
     wanted = None if steps is None else set(steps)
     pods: dict[str, list[Mapping[str, Any]]] = {}
+    gangs: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         step = aliases.get(row.get("step") or "", row.get("step"))
         if not step or row.get("role") == "driver" or not _row_matches(row, ctx):
             continue
         if wanted is not None and step not in wanted:
             continue
-        pods.setdefault(step, []).append(row)
+        (gangs if row.get("gang") else pods).setdefault(step, []).append(row)
     ordered = {step: sorted(mine, key=_creation_order) for step, mine in pods.items()}
     records = []
     for step in sorted(ordered, key=lambda s: (ordered[s][0].get("created") or 0.0, s)):
@@ -722,7 +758,25 @@ def to_step_records(
             for event, field in STEP_EVENT_FIELDS:
                 if row.get(field) is not None:
                     records.append(make_record(ctx, "event", step, event, row[field], attempt))
+    for step, mine in sorted(gangs.items()):
+        launchers = ordered.get(step, [])
+        for row in sorted(mine, key=_creation_order):
+            node = row.get("gang_node")
+            if node is None:
+                continue
+            attempt = gang_attempt(row, launchers)
+            for event, field in STEP_EVENT_FIELDS:
+                if row.get(field) is not None:
+                    records.append(make_record(ctx, "event", step, f"{event}.node{node}", row[field], attempt))
     return records
+
+
+def gang_attempt(row: Mapping[str, Any], launchers: Sequence[Mapping[str, Any]]) -> int:
+    """The attempt a TrainJob node pod belongs to: that of the step's last pod (its launcher, or
+    the MLflow Job's pod) created before it. A gang's pods are one attempt, never retries."""
+    created = _creation_order(row)[0]
+    before = [n for n, r in enumerate(launchers) if _creation_order(r)[0] <= created]
+    return before[-1] if before else 0
 
 
 def _creation_order(row: Mapping[str, Any]) -> tuple[float, str]:
@@ -848,7 +902,9 @@ def _fmt_s(value: float | None) -> str:
 
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """A plain-text table of the rows (seconds, one decimal; '-' for not applicable / unknown)."""
+    """A plain-text table of the rows (seconds, one decimal; '-' for not applicable / unknown).
+
+    A TrainJob node pod's step reads ``finetune/node<rank>``: every node of the gang has its row."""
     header = ("POD", "ORCH", "ROLE", "STEP", "NODE TYPE", "QUEUE_S", "PROVISION_S", "PULL_S", "START_S", "RUN_S", "PHASE")
     table = [header]
     for r in rows:
@@ -857,7 +913,7 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
                 r["pod"],
                 r["orchestrator"],
                 r["role"],
-                r["step"] or "-",
+                (r["step"] or "-") + ("" if r.get("gang_node") is None else f"/node{r['gang_node']}"),
                 r["instance_type"] or "-",
                 _fmt_s(r["queue_s"]),
                 _fmt_s(r["provision_s"]),
@@ -880,7 +936,8 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 _SLIM_CONDITIONS = ("PodScheduled", "PodReadyToStartContainers", "PodHasNetwork", "Initialized")
-_SLIM_LABELS = (KFP_V2_LABEL, KFP_RUN_ID_LABEL, ARGO_WORKFLOW_LABEL, *JOB_NAME_LABELS)
+_SLIM_LABELS = (KFP_V2_LABEL, KFP_RUN_ID_LABEL, ARGO_WORKFLOW_LABEL, *JOB_NAME_LABELS, JOBSET_NAME_LABEL,
+                JOBSET_REPLICATED_JOB_LABEL, JOB_COMPLETION_INDEX)
 
 
 def _intern(value: Any) -> Any:
@@ -935,7 +992,8 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     if labels:
         slim_meta["labels"] = labels
     annotations = {
-        _intern(k): v for k, v in (meta.get("annotations") or {}).items() if k in (ARGO_NODE_NAME, KFP_V2_LABEL)
+        _intern(k): v for k, v in (meta.get("annotations") or {}).items()
+        if k in (ARGO_NODE_NAME, KFP_V2_LABEL, JOB_COMPLETION_INDEX)
     }
     if annotations:
         slim_meta["annotations"] = annotations

@@ -4,7 +4,10 @@ One ``kubernetes.watch.Watch().stream(CoreV1Api.list_namespaced_pod, ...)`` per 
 ``llmpack.io/run-group=<id>`` (Argo and MLflow pods carry it), plus, when KFP run ids are given,
 ``pipelines.kubeflow.org/v2_component=true,!llmpack.io/run-group,pipeline/runid in (...)``: KFP
 pod labels are fixed at compile time, so KFP's pods (its driver pods and the step executors)
-are found by the run id KFP puts on them.
+are found by the run id KFP puts on them. A finetune TrainJob's node pods (``--nodes N``) carry
+the run's ``llmpack.io/*`` labels on every path (the launcher sets them at run time, through the
+TrainJob's ``runtimePatches``), so the first selector finds them in the launcher's namespace;
+their rows carry ``gang``/``gang_node`` (:func:`~llmpack.k8s.podphases.gang_of`).
 
 - Memory is proportional to pods, not events: the watcher keeps the latest state of each pod,
   trimmed to the fields the analysis reads (:func:`~llmpack.k8s.podphases.slim_pod`).

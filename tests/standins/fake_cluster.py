@@ -48,6 +48,22 @@ second of wall time. The timestamps are consistent: pod_created < pod_scheduled 
 before it for the GPU node) < container_started < process_started < model_loaded < first_step
 < finished. :attr:`FakeCluster.scripts` keeps every run's timestamps for the test to compare.
 
+**A TrainJob gang** (the run's ``nnodes`` > 1 with a ``trainjob`` gang spec, as ``llmpack compile
+--nodes N --gpus G`` writes them; :mod:`components.gang`): the finetune task is the launcher, a
+CPU pod on the CPU node (KFP/Argo; on MLflow the launcher runs inside the Job's pod). Its process
+creates the ``TrainJob`` (:func:`components.gang.build_trainjob`, stored in the Kubernetes
+stand-in as ``trainer.kubeflow.org`` serves it), then JobSet's Job makes N node pods, named as
+JobSet and the Job controller name them (``<trainjob>-node-0-<i>-<5 random>``, hostname
+``<trainjob>-node-0-<i>``) and labelled as they label them (``jobset.sigs.k8s.io/jobset-name``,
+``jobset.sigs.k8s.io/replicatedjob-name: node``, ``jobset.sigs.k8s.io/job-index``,
+``batch.kubernetes.io/job-completion-index`` = the node rank, ``job-name``...) plus the
+``llmpack.io/*`` labels of the TrainJob's ``runtimePatches``; each lands on its own new GPU node
+of G GPUs, brought up, pulled and started at per-node paces (``Timings.gang_*``). Every rank
+(N x G) logs ``process_started.rank<R>``, ``model_loaded.rank<R>``, ``first_step.rank<R>`` and
+``finished.rank<R>``; the step's ``model_loaded``/``first_step`` are the last rank's, its
+``process_started`` the launcher's, plus ``trainjob_created``. The TrainJob turns ``Complete``
+when its pods finished; :attr:`RunScript.gang` keeps the gang's times.
+
 The KFP and Argo stand-ins have no hook for a new run; a thread polls their stored runs and
 workflows every few milliseconds. The Kubernetes stand-in's ``on_job_created`` hook is used for
 Jobs.
@@ -98,6 +114,17 @@ class Timings:
     compute_s: Mapping[str, float] = field(default_factory=lambda: {
         "prepare-data": 1.15, "tokenize": 1.65, "finetune": 5.6, "evaluate": 2.2, "register": 0.85})
     mlflow_child_s: float = 0.55  # MLflow main: one step's end -> the next step's process start
+    # A TrainJob gang (nnodes > 1). Per node i (cycled): each node pod gets its own new GPU node,
+    # which the cloud brings up at its own pace, and pulls the image at its own pace.
+    trainjob_s: float = 0.6       # launcher process start -> TrainJob created (tokens staged into the PVC)
+    gang_pods_s: int = 1          # TrainJob created -> JobSet's Job pods created
+    gang_node_create_s: tuple[int, ...] = (1, 2, 1, 3)   # pod created -> node object, per node
+    gang_node_ready_s: tuple[int, ...] = (6, 9, 7, 8)    # node object -> Ready, per node
+    gang_pull_s: tuple[int, ...] = (4, 7, 5, 6)          # image pull on node i
+    gang_start_s: tuple[int, ...] = (1, 2, 1, 1)         # image there -> container started, per node
+    rank_load_s: float = 0.02     # rank R loads the model R x this later than rank 0 (the last rank is last)
+    launcher_poll_s: int = 1      # TrainJob Complete -> the launcher sees it
+    copy_back_s: float = 0.4      # the launcher copies the model back and merges the ranks' events
 
 
 @dataclass
@@ -115,9 +142,16 @@ class RunScript:
     node: dict[str, Any] = field(default_factory=dict)                 # the GPU node brought up
     events: dict[str, dict[str, float]] = field(default_factory=dict)  # step -> in-container events
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    gang: dict[str, Any] = field(default_factory=dict)                 # the finetune TrainJob (nnodes > 1)
     failed_step: str | None = None   # the step that failed (a member, for a fused task)
     failed_task: str | None = None   # the task (pod) it failed in
     done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def gang_ready(self) -> float | None:
+        """The last gang pod's container start (what ``gang_ready_s`` counts from ``submitted_at``)."""
+        pods = self.gang.get("pods") or []
+        return max(p["started"] for p in pods) if pods else None
 
 
 @dataclass(frozen=True)
@@ -171,6 +205,26 @@ def _in_order(names: list[str], deps: Mapping[str, set[str]], members: Mapping[s
         done.add(first)
         pending.remove(first)
     return out
+
+
+def gang_of(values: Mapping[str, Any]) -> tuple[int, Any] | None:
+    """(nodes, :class:`components.gang.GangSpec`) when the run's finetune is a TrainJob gang, else None."""
+    from components.gang import NNODES_PARAM, TRAINJOB_PARAM, GangSpec
+
+    try:
+        nodes = int(float(str(values.get(NNODES_PARAM) or 1)))
+    except ValueError:
+        return None
+    if nodes <= 1 or not values.get(TRAINJOB_PARAM):
+        return None
+    return nodes, GangSpec.from_json(str(values[TRAINJOB_PARAM]), "fake cluster")
+
+
+def kfp_defaults(pipeline_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The root parameters' compiled defaults of a KFP ``pipeline_spec``."""
+    spec = pipeline_spec.get("pipeline_spec") if "pipeline_spec" in pipeline_spec else pipeline_spec
+    params = (((spec or {}).get("root") or {}).get("inputDefinitions") or {}).get("parameters") or {}
+    return {k: v.get("defaultValue") for k, v in params.items() if isinstance(v, Mapping) and "defaultValue" in v}
 
 
 def _default_tasks() -> list[PlannedTask]:
@@ -402,7 +456,138 @@ class FakeCluster:
             times["started"] = times["initialized"] + t.start_s
         return times
 
-    def _script_steps(self, script: RunScript, kfp: bool, tasks: list[PlannedTask]) -> int:
+    def _gang_events(self, script: RunScript, step: str, process_started: float, gang: tuple[int, Any]) -> float:
+        """The launcher's events and its TrainJob gang (pods, nodes, ranks) from the launcher's
+        process start; returns the launcher's ``finished`` (see the module doc)."""
+        from components.gang import trainjob_name
+
+        t = self.timings
+        nodes, spec = gang
+        gpus = max(1, int(spec.gpus_per_node))
+        world = nodes * gpus
+
+        def cycle(values: tuple[int, ...], i: int) -> int:
+            return values[i % len(values)]
+
+        ev: dict[str, float] = {"process_started": round(process_started, 6)}
+        created_tj = round(process_started + t.trainjob_s, 6)
+        ev["trainjob_created"] = created_tj
+        name = trainjob_name(script.pipeline_run, step, 0)
+        pods_created = _floor(created_tj) + t.gang_pods_s
+        pods = []
+        for i in range(nodes):
+            with self._lock:
+                self._nodes += 1
+                n = self._nodes
+            node_created = pods_created + cycle(t.gang_node_create_s, i)
+            node = {"name": f"ip-10-3-{n}-{n * 11 % 250}.ec2.internal", "created": node_created,
+                    "ready": node_created + cycle(t.gang_node_ready_s, i), "gpus": gpus}
+            times: dict[str, Any] = {"created": pods_created, "node": node["name"], "node_created": node["created"],
+                                     "node_ready": node["ready"], "scheduled": node["ready"] + t.bind_s, "index": i,
+                                     "pod": f"{name}-node-0-{i}-{_suffix(name + str(i), 5)}"}
+            times["initialized"] = times["scheduled"] + t.init_s
+            if self.prepulled:
+                times["pull_s"] = 0
+                times["started"] = times["initialized"] + cycle(t.gang_start_s, i)
+            else:
+                pull = cycle(t.gang_pull_s, i)
+                times.update(pulling=times["initialized"], pulled=times["initialized"] + pull, pull_s=pull)
+                times["started"] = times["pulled"] + cycle(t.gang_start_s, i)
+            pods.append({**times, "node_obj": node})
+        # torchrun's rendezvous waits for every node: the ranks load once the last pod started.
+        rendezvous = max(p["started"] for p in pods) + t.process_s
+        load = t.load_s.get(step, 0.0)
+        ranks: dict[int, dict[str, float]] = {}
+        for p in pods:
+            for local in range(gpus):
+                r = p["index"] * gpus + local
+                ranks[r] = {"process_started": round(p["started"] + t.process_s + 0.01 * local, 6),
+                            "model_loaded": round(rendezvous + load + t.rank_load_s * r, 6)}
+        loaded = max(v["model_loaded"] for v in ranks.values())
+        first = round(loaded + t.first_step_s, 6)  # the first optimizer step is collective: the slowest rank's
+        for r, v in ranks.items():
+            v["first_step"] = round(first - 0.001 * (world - 1 - r), 6)
+            v["finished"] = round(first + t.compute_s.get(step, _DEFAULT_COMPUTE_S) + 0.001 * r, 6)
+        for p in pods:
+            mine = [ranks[p["index"] * gpus + local]["finished"] for local in range(gpus)]
+            p["finished"] = _floor(max(mine)) + 1
+        complete = max(p["finished"] for p in pods)
+        for r in sorted(ranks):
+            for k, v in ranks[r].items():
+                ev[f"{k}.rank{r}"] = v
+        last = ranks[world - 1]
+        ev["model_loaded"], ev["first_step"] = last["model_loaded"], last["first_step"]
+        ev["finished"] = round(complete + t.launcher_poll_s + t.copy_back_s, 6)
+        script.events[step] = ev
+        train_s = round(max(v["finished"] for v in ranks.values()) - first + 0.4, 6)
+        tokens = 60 * 8 * 128.0
+        script.metrics[step] = {"train_s": train_s, "train_tokens": tokens, "tokens_per_s": tokens / train_s,
+                                "world_size": float(world)}
+        script.gang = {"trainjob": name, "nodes": nodes, "gpus_per_node": gpus, "world_size": world,
+                       "created": created_tj, "complete": complete, "pods": pods, "spec": spec, "step": step}
+        return ev["finished"]
+
+    def _gang_actions(self, script: RunScript, namespace: str) -> list[tuple[float, int, str, Any]]:
+        """The TrainJob, its node pods, their nodes and image events, and its Complete condition."""
+        if not script.gang:
+            return []
+        from components.gang import build_trainjob, label_value, trainer_command
+
+        gang = script.gang
+        spec, name, step = gang["spec"], gang["trainjob"], gang["step"]
+        labels = {"llmpack.io/run-group": label_value(script.run_group),
+                  "llmpack.io/pipeline-run": label_value(script.pipeline_run),
+                  "llmpack.io/step": label_value(step), "llmpack.io/orchestrator": label_value(script.orchestrator),
+                  "llmpack.io/gpu-count": str(spec.gpus_per_node),
+                  "llmpack.io/gpu-type": label_value(spec.gpu_type or "none")}
+        command = trainer_command(f"components.steps.{step}:{step}", {"tokens": "/gang/in/tokens"},
+                                  {"model": "/gang/out/model"}, {"pipeline_run": script.pipeline_run})
+        obj = build_trainjob(spec, name=name, namespace=namespace, nodes=gang["nodes"], command=command,
+                             labels={k: v for k, v in labels.items() if v},
+                             env={"LLMPACK_LAUNCHER": "1", "LLMPACK_ATTEMPT": "0"})
+        gang["object"] = obj
+        patch = (obj["spec"].get("runtimePatches") or [{}])[0]
+        jobs = (((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
+        pod_labels = dict(((((jobs[0] if jobs else {}).get("template") or {}).get("spec") or {}).get("template") or {})
+                          .get("metadata", {}).get("labels") or {})
+        actions: list[tuple[float, int, str, Any]] = [(gang["created"], 1, "trainjob", obj)]
+        job = f"{name}-node-0"
+        for p in gang["pods"]:
+            uid = _uid(f"{namespace}/{job}")
+            index = str(p["index"])
+            pl = {**pod_labels,
+                  "jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/jobset-uid": _uid(f"{namespace}/{name}"),
+                  "jobset.sigs.k8s.io/replicatedjob-name": "node", "jobset.sigs.k8s.io/replicatedjob-replicas": "1",
+                  "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/job-global-index": "0",
+                  "jobset.sigs.k8s.io/restart-attempt": "0",
+                  "batch.kubernetes.io/job-completion-index": index, "batch.kubernetes.io/job-name": job,
+                  "job-name": job, "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid}
+            annotations = {"batch.kubernetes.io/job-completion-index": index, "jobset.sigs.k8s.io/jobset-name": name,
+                           "jobset.sigs.k8s.io/replicatedjob-name": "node"}
+            states = self._states(p["pod"], namespace, pl, annotations, p, argo=False, image=spec.image or IMAGE,
+                                  main="node", gpu=True)
+            for st in states:
+                st["spec"].update(hostname=f"{job}-{index}", subdomain=name)
+                st["spec"]["containers"][-1]["resources"] = {
+                    "limits": {"nvidia.com/gpu": str(gang["gpus_per_node"])},
+                    "requests": {"nvidia.com/gpu": str(gang["gpus_per_node"])}}
+                st["spec"]["containers"][-1]["command"] = obj["spec"]["trainer"]["command"]
+            actions += self._pod_actions(states, p, namespace=namespace, container="node", node=None)
+            node = p["node_obj"]
+            actions.append((node["created"], 0, "node", self._gpu_node_object(node)))
+        actions.append((gang["complete"], 4, "trainjob_done", (namespace, name)))
+        return actions
+
+    def _gpu_node_object(self, node: Mapping[str, Any]) -> dict[str, Any]:
+        obj = node_object(node["name"], created=node["created"], ready=node["ready"],
+                          instance_type=self.instance_type, gpu_product=self.gpu_product)
+        gpus = str(node.get("gpus") or 8)
+        obj["metadata"]["labels"].update({"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": gpus})
+        obj["status"]["capacity"]["nvidia.com/gpu"] = gpus
+        return obj
+
+    def _script_steps(self, script: RunScript, kfp: bool, tasks: list[PlannedTask],
+                      gang: tuple[int, Any] | None = None) -> int:
         """Per-task pods of KFP / Argo one after the other; returns the last pod's end.
 
         A fused task's members run back to back in its one pod: each member's process starts
@@ -423,12 +608,18 @@ class FakeCluster:
                        "started": cursor + 3, "finished": cursor + 3 + t.kfp_driver_s}
                 script.drivers.append(drv)
                 cursor = drv["finished"] + t.step_gap_s
-            times = self._pod_times(script, cursor, task.gpu, first_gpu and task.gpu)
-            first_gpu = first_gpu and not task.gpu
+            launcher = gang is not None and task.members == ("finetune",)
+            gpu = task.gpu and not launcher  # the gang's launcher is a CPU pod: the GPUs are the TrainJob's
+            times = self._pod_times(script, cursor, gpu, first_gpu and gpu)
+            first_gpu = first_gpu and not gpu
+            times["gpu"] = gpu
             finished = times["started"] + t.process_s
             ran: list[str] = []
             for member in task.members:
-                finished = self._step_events(script, member, finished)
+                if launcher:
+                    finished = self._gang_events(script, member, finished, gang)
+                else:
+                    finished = self._step_events(script, member, finished)
                 ran.append(member)
                 if member == failing:
                     script.failed_step, script.failed_task = member, task.name
@@ -484,7 +675,17 @@ class FakeCluster:
         obj["metadata"]["finalizers"] = ["karpenter.sh/termination"]
         obj["spec"]["taints"] = [{"key": "ToBeDeletedByClusterAutoscaler", "value": str(node["removed"]),
                                   "effect": "NoSchedule"}]
-        return [(node["removed"], 0, "node", obj)]
+        out = [(node["removed"], 0, "node", obj)]
+        for p in (script.gang or {}).get("pods") or ():  # each gang node, after its one pod
+            gnode = p["node_obj"]
+            gnode["removed"] = p["finished"] + self.scale_down_s
+            gobj = self._gpu_node_object(gnode)
+            gobj["metadata"]["deletionTimestamp"] = _iso(gnode["removed"])
+            gobj["metadata"]["finalizers"] = ["karpenter.sh/termination"]
+            gobj["spec"]["taints"] = [{"key": "ToBeDeletedByClusterAutoscaler", "value": str(gnode["removed"]),
+                                       "effect": "NoSchedule"}]
+            out.append((gnode["removed"], 0, "node", gobj))
+        return out
 
     def _play(self, script: RunScript, actions: list[tuple[float, int, str, Any]], finish: Any) -> None:
         actions = actions + self._removal(script)
@@ -500,6 +701,11 @@ class FakeCluster:
                     self.kube.add_event(obj)
                 elif kind == "mlflow":
                     self._log_step(script, obj)
+                elif kind == "trainjob":
+                    self.kube.apply_custom_object(obj)
+                elif kind == "trainjob_done":
+                    self.kube.set_trainjob_condition(*obj, "Complete", reason="AllJobsCompleted",
+                                                     message="jobset completed successfully")
                 if self.pace_s:
                     time.sleep(self.pace_s)
             finish()
@@ -542,7 +748,8 @@ class FakeCluster:
         base = {"pipeline/runid": run["run_id"], "pipelines.kubeflow.org/v2_component": "true",
                 "workflows.argoproj.io/workflow": wf}
         planned = {task.name: task for task in kfp_tasks(spec)}
-        self._script_steps(script, kfp=True, tasks=list(planned.values()))
+        gang = gang_of({**kfp_defaults(spec), **params})
+        self._script_steps(script, kfp=True, tasks=list(planned.values()), gang=gang)
         actions: list[tuple[float, int, str, Any]] = []
         for drv in script.drivers:
             kind = "system-dag-driver" if drv["name"] == "root" else "system-container-driver"
@@ -563,10 +770,11 @@ class FakeCluster:
             pod = f"{wf}-system-container-impl-{_hash_digits(script.pipeline_run + node_name)}"
             states = self._states(pod, ns, labels, {"workflows.argoproj.io/node-name": node_name,
                                                     "pipelines.kubeflow.org/v2_component": "true"},
-                                  times, argo=True, image=IMAGE, gpu=task.gpu)
+                                  times, argo=True, image=IMAGE, gpu=times.get("gpu", task.gpu))
             self._fused_command(states, task)
             node = script.node if "node_created" in times else None
             actions += self._pod_actions(states, times, namespace=ns, container="main", node=node)
+        actions += self._gang_actions(script, ns)
         actions += self._mlflow_actions(script, self._ran(script))
 
         def finish() -> None:
@@ -590,7 +798,7 @@ class FakeCluster:
         def fill(value: str) -> str:
             return _PARAM_REF.sub(lambda m: str(args.get(m.group(1), "")), str(value))
 
-        self._script_steps(script, kfp=False, tasks=list(planned.values()))
+        self._script_steps(script, kfp=False, tasks=list(planned.values()), gang=gang_of(args))
         actions: list[tuple[float, int, str, Any]] = []
         for step, times in script.pods.items():
             task = planned[step]
@@ -601,10 +809,12 @@ class FakeCluster:
             annotations = {k: fill(v) for k, v in (meta.get("annotations") or {}).items()}
             annotations["workflows.argoproj.io/node-name"] = f"{name}.{step}"
             pod = f"{name}-{tmpl['name']}-{_hash_digits(name + step)}"
-            states = self._states(pod, ns, labels, annotations, times, argo=True, image=IMAGE, gpu=task.gpu)
+            states = self._states(pod, ns, labels, annotations, times, argo=True, image=IMAGE,
+                                  gpu=times.get("gpu", task.gpu))
             self._fused_command(states, task)
             node = script.node if "node_created" in times else None
             actions += self._pod_actions(states, times, namespace=ns, container="main", node=node)
+        actions += self._gang_actions(script, ns)
         actions += self._mlflow_actions(script, self._ran(script))
 
         def finish() -> None:
@@ -629,8 +839,12 @@ class FakeCluster:
         times = self._pod_times(script, created, gpu=True, first_gpu=True)
         cursor = times["started"] + t.process_s  # python main.py
         ran = []
+        gang = gang_of(params)
         for step in STEPS:
-            finished = self._step_events(script, step, cursor + t.mlflow_child_s)
+            if gang is not None and step == "finetune":  # main.py's finetune child is the launcher
+                finished = self._gang_events(script, step, cursor + t.mlflow_child_s, gang)
+            else:
+                finished = self._step_events(script, step, cursor + t.mlflow_child_s)
             ran.append(step)
             cursor = finished
             if self.fail.get("mlflow") == step:
@@ -649,6 +863,7 @@ class FakeCluster:
         for st in states:
             st["spec"]["containers"] = [copy.deepcopy(container)]
         actions = self._pod_actions(states, times, namespace=ns, container=container["name"], node=script.node)
+        actions += self._gang_actions(script, ns)
         actions += self._mlflow_actions(script, ran)
         self.kube.set_job_status(ns, name, {"startTime": _iso(created), "active": 1})
 
@@ -721,6 +936,13 @@ def _suffix(seed: str, n: int) -> str:
     alphabet = "bcdfghjklmnpqrstvwxz2456789"
     digest = hashlib.sha256(seed.encode()).digest()
     return "".join(alphabet[b % len(alphabet)] for b in digest[:n])
+
+
+def _uid(seed: str) -> str:
+    import hashlib
+    import uuid
+
+    return str(uuid.UUID(hashlib.md5(seed.encode()).hexdigest()))
 
 
 def _hash_digits(seed: str) -> str:
