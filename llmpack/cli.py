@@ -211,25 +211,31 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
                    "model, tokenizer or dataset, so later runs skip the download. The PVC must exist in the namespace.")
 @click.option("--gpus", type=int, default=None, help="GPUs of the finetune pod (per node); above 1 it runs torchrun "
               "with one rank per GPU (DDP).")
-@click.option("--nodes", type=int, default=None, help="Nodes for finetune; above 1 every path creates a Kubeflow Trainer "
-              "TrainJob (written to OUT/trainjob/ too).")
+@click.option("--nodes", type=int, default=None, help="Nodes for finetune; above 1 its pod creates a Kubeflow Trainer "
+              "TrainJob of that many GPU pods (also written to OUT/trainjob/); needs --cache-pvc (ReadWriteMany).")
+@click.option("--queue", default=None, metavar="NAME", help="Kueue LocalQueue for the finetune TrainJob (with --nodes).")
 def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A001 - the command's name
-            cache_pvc: str | None, gpus: int | None, nodes: int | None) -> None:
+            cache_pvc: str | None, gpus: int | None, nodes: int | None, queue: str | None) -> None:
     """Compile the pipeline to KFP v2 IR, an Argo Workflow (Hera) and MLflow Projects.
 
     \b
-    Run it in the repository root and type the native commands there too: the MLflow
-    Kubernetes config names its job template relative to that directory.
-      llmpack compile --image ghcr.io/YOUR_ORG/llmpack:0.1.0     into build/llmpack/
-      llmpack compile --out .                                    regenerate the committed copies
-      llmpack compile --fuse gpu --out build/fuse-gpu            finetune and evaluate in one pod
-      llmpack compile --prepull && kubectl apply -f build/llmpack/prepull/llmpack-prepull-daemonset.yaml
-      llmpack compile --cache-pvc hf-models                      weights cached on PVC hf-models
-      llmpack compile --gpus 4 --out build/4gpu                  finetune: torchrun, 4 ranks in one pod
+    Run it in the repository root and type the native commands there too: the
+    MLflow Kubernetes config names its job template relative to that directory.
+      llmpack compile --image ghcr.io/YOUR_ORG/llmpack:0.1.0   into build/llmpack/
+      llmpack compile --out .                  regenerate the committed copies
+      llmpack compile --fuse gpu --out build/fuse-gpu
+                                               finetune and evaluate in one pod
+      llmpack compile --prepull                then kubectl apply -f the DaemonSet
+      llmpack compile --cache-pvc hf-models    weights cached on PVC hf-models
+      llmpack compile --gpus 4 --out build/4gpu
+                                               finetune: 4 torchrun ranks, 1 pod
+      llmpack compile --nodes 2 --gpus 4 --cache-pvc shared --out build/2x4
+                                               finetune: a TrainJob, 2 nodes x 4
     """
     from llmpack.compile import compile_all
 
-    for path in compile_all(out, image=image, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes):
+    for path in compile_all(out, image=image, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes,
+                            queue=queue):
         echo_out(str(path))
 
 
