@@ -284,13 +284,17 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
 @click.option("--cache-pvc", "cache_pvc", default=None, metavar="NAME",
               help="--cluster with --nodes N: the ReadWriteMany PVC the finetune TrainJob's node pods and its launcher "
                    "share (default llmpack-shared); also the Hugging Face cache, as llmpack compile --cache-pvc.")
+@click.option("--queue", default=None, metavar="NAME",
+              help="--cluster with --nodes N: the Kueue LocalQueue of the finetune TrainJob; its Workload's quota "
+                   "wait and admission checks are measured.")
 def compare(backends: str, repeats: int, warmup: int | None, local: bool, variants: str | None, baseline: str | None,
             report_dir: Path | None, force: bool, no_report: bool,
             control_plane: tuple[str, ...], control_plane_file: str | None, inject_start_delay: str | None, wide: bool,
             as_json: bool, params: tuple[str, ...], concurrency: int, kfp_host: str | None, argo_host: str | None,
             namespace: str | None, kubeconfig: str | None, context: str | None, image: str | None,
             cluster_tracking_uri: str | None, wait_timeout: float, poll_s: float, scale_down_delay_s: float | None,
-            cache_pvc: str | None, ca_cert: str | None, insecure_skip_tls_verify: bool, **kwargs: Any) -> None:
+            cache_pvc: str | None, queue: str | None, ca_cert: str | None, insecure_skip_tls_verify: bool,
+            **kwargs: Any) -> None:
     """Run the pipeline through several paths side by side and compare them.
 
     With no arguments: the tiny model on built-in data through direct, kfp, argo and mlflow,
@@ -307,8 +311,10 @@ def compare(backends: str, repeats: int, warmup: int | None, local: bool, varian
     cluster = {"concurrency": concurrency, "kfp_host": kfp_host, "argo_host": argo_host, "namespace": namespace,
                "kubeconfig": kubeconfig, "context": context, "image": image, "cluster_tracking_uri": cluster_tracking_uri,
                "timeout_s": wait_timeout, "poll_s": poll_s, "scale_down_delay_s": scale_down_delay_s,
-               "cache_pvc": cache_pvc,
+               "cache_pvc": cache_pvc, "queue": queue,
                "tls": {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}}
+    if local and queue is not None:
+        raise InputError("--queue: only with --cluster --nodes N (compile local artifacts with llmpack compile --queue)")
     if local and cache_pvc is not None:
         raise InputError("--cache-pvc: only with --cluster --nodes N (compile local artifacts with llmpack compile)")
     if local and scale_down_delay_s is not None:
@@ -428,7 +434,7 @@ def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cl
         tracking_uri=kwargs.get("tracking_uri"), price_per_gpu_hour=kwargs.get("price_per_gpu_hour"),
         price_file=kwargs.get("price_file"), timeout_s=cluster["timeout_s"], poll_s=cluster["poll_s"], progress=progress,
         **({} if cluster["scale_down_delay_s"] is None else {"scale_down_delay_s": cluster["scale_down_delay_s"]}),
-        gpus=kwargs.get("gpus"), nodes=kwargs.get("nodes"), cache_pvc=cluster.get("cache_pvc"),
+        gpus=kwargs.get("gpus"), nodes=kwargs.get("nodes"), cache_pvc=cluster.get("cache_pvc"), queue=cluster.get("queue"),
     )
 
 

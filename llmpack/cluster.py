@@ -737,6 +737,23 @@ class _Session:
                 continue
             self.notify(plan.label, text, t0)
 
+    def _kueue_waits(self, rows: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, float | None]:
+        """Quota wait and admission checks of the run's TrainJob from its Kueue Workload (llmpack.k8s.kueue)."""
+        from llmpack.k8s import kueue
+
+        gang_rows = sorted((r for r in rows if r.get("gang")), key=lambda r: r.get("created") or 0.0)
+        if not gang_rows:
+            return kueue.waits(None)
+        last = gang_rows[-1]  # a retried launcher's newer TrainJob is the one that trained
+        api_client = self.api_client()
+        try:
+            return kueue.waits(kueue.find_workload(api_client, last.get("namespace") or "default", last["gang"]))
+        except Exception as exc:  # noqa: BLE001 - the pods are still measured
+            record["warnings"].append(f"Kueue Workload of TrainJob {last['gang']}: {type(exc).__name__}: {exc}")
+            return kueue.waits(None)
+        finally:
+            api_client.close()
+
     def _measure(self, plan: _Plan, summary: Mapping[str, Any], result: Mapping[str, Any],
                  rows: list[dict[str, Any]], record: dict[str, Any]) -> None:
         from llmpack.k8s.podphases import to_step_records
@@ -789,6 +806,7 @@ class _Session:
         if self.gang is not None:
             ready = gang_ready(mine)
             metrics["gang_ready_s"] = None if ready is None else ready - ctx.submitted_at
+            metrics.update(self._kueue_waits(mine, record))
         gpus_by_step = {u.step: u.gpus for u in uses}
         pods = pod_spans(rows, gpus_by_step, self.gang)
         bill = cost.bill_nodes(node_spans(record.get("nodes", ()), pods), pods,
@@ -954,6 +972,7 @@ def compare_cluster(
     gpus: int | None = None,
     nodes: int | None = None,
     cache_pvc: str | None = None,
+    queue: str | None = None,
 ) -> dict[str, Any]:
     """Submit every path ``repeats`` times to one cluster, wait, measure; the ``compare()`` result.
 
@@ -1001,6 +1020,8 @@ def compare_cluster(
     }
     gang = None
     compiled_dir = None
+    if queue is not None and nodes is None:
+        raise InputError(f"--queue {queue}: Kueue admits the finetune TrainJob; give --nodes 2 or more")
     if gpus is not None or nodes is not None:
         from llmpack.compile import check_cache_pvc, with_gpus
 
@@ -1008,7 +1029,7 @@ def compare_cluster(
             cache_pvc = cache_pvc or DEFAULT_GANG_PVC
         if cache_pvc is not None:
             check_cache_pvc(cache_pvc)
-        pipe = with_gpus(pipe, gpus, nodes, claim=cache_pvc)  # checks --gpus/--nodes/--cache-pvc now
+        pipe = with_gpus(pipe, gpus, nodes, claim=cache_pvc, queue=queue)  # checks --gpus/--nodes/--cache-pvc now
         for orch, key in ARTIFACT_OPTIONS.items():
             if conf[orch].get(key):
                 raise InputError(f"--gpus/--nodes compile the artifacts to submit: {orch} option {key} cannot be given too")
@@ -1038,7 +1059,7 @@ def compare_cluster(
 
         compiled_dir = tempfile.mkdtemp(prefix="llmpack-compare-")
         out = os.path.join(compiled_dir, "compiled")
-        compile_all(out, gpus=gpus, nodes=nodes, cache_pvc=cache_pvc)  # what `llmpack compile` writes
+        compile_all(out, gpus=gpus, nodes=nodes, cache_pvc=cache_pvc, queue=queue)  # what `llmpack compile` writes
         for orch, key in ARTIFACT_OPTIONS.items():
             conf[orch][key] = os.path.join(out, ARTIFACT_PATHS[orch])
     try:

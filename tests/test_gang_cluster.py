@@ -295,3 +295,31 @@ def test_gpus_alone_compiles_one_bigger_finetune_pod(tmp_path: Path, tracking_ur
     ft, ev = script.pods["finetune"], script.pods["evaluate"]
     expected = GPUS * (ft["finished"] - ft["started"] + ft["node_ready"] - ft["created"]) + ev["finished"] - ev["started"]
     assert run["metrics"]["gpu_hours"] == pytest.approx(expected / 3600, abs=1e-9)
+
+
+def test_kueue_splits_the_gangs_queueing_into_quota_wait_and_admission_checks(tmp_path: Path, tracking_uri: str) -> None:
+    """``--queue``: the TrainJob carries Kueue's queue label, its pods wait for the Workload's admission,
+    and the run's ``quota_wait_s`` / ``admission_checks_s`` are the Workload's condition times, to the second."""
+    c = Loopback(tmp_path, tracking_uri)
+    try:
+        result = cluster.compare_cluster(**c.options(backends="argo", queue="team-a"))
+        c.fake.wait_idle()
+        (run,) = result["runs"]
+        assert run["status"] == "succeeded", (run["error"], run["warnings"])
+        script = c.fake.scripts[run["pipeline_run"]]
+        wl = script.gang["workload"]
+        assert script.gang["object"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+        assert run["metrics"]["quota_wait_s"] == wl["quota_reserved"] - wl["created"] == c.fake.timings.kueue_quota_s
+        assert run["metrics"]["admission_checks_s"] == wl["admitted"] - wl["quota_reserved"] == c.fake.timings.kueue_admit_s
+        assert min(p["created"] for p in script.gang["pods"]) > wl["admitted"]  # suspended until admitted
+    finally:
+        c.close()
+    (tmp_path / "nq").mkdir()
+    no_queue = Loopback(tmp_path / "nq", tracking_uri)
+    try:
+        plain = cluster.compare_cluster(**no_queue.options(backends="argo"))
+        no_queue.fake.wait_idle()
+    finally:
+        no_queue.close()
+    (run,) = plain["runs"]
+    assert run["metrics"]["quota_wait_s"] is None and run["metrics"]["admission_checks_s"] is None

@@ -124,6 +124,9 @@ class Timings:
     gang_start_s: tuple[int, ...] = (1, 2, 1, 1)         # image there -> container started, per node
     rank_load_s: float = 0.02     # rank R loads the model R x this later than rank 0 (the last rank is last)
     launcher_poll_s: int = 1      # TrainJob Complete -> the launcher sees it
+    # Kueue (a gang with a queue): the TrainJob waits suspended until its Workload is admitted.
+    kueue_quota_s: int = 12       # Workload created -> QuotaReserved (other jobs ahead in the ClusterQueue)
+    kueue_admit_s: int = 3        # QuotaReserved -> Admitted (admission checks)
     copy_back_s: float = 0.4      # the launcher copies the model back and merges the ranks' events
 
 
@@ -473,7 +476,12 @@ class FakeCluster:
         created_tj = round(process_started + t.trainjob_s, 6)
         ev["trainjob_created"] = created_tj
         name = trainjob_name(script.pipeline_run, step, 0)
-        pods_created = _floor(created_tj) + t.gang_pods_s
+        workload = None
+        if spec.queue:  # Kueue admits it first: JobSet's pods appear only once it is unsuspended
+            created_wl = _floor(created_tj) + 1
+            workload = {"created": created_wl, "quota_reserved": created_wl + t.kueue_quota_s,
+                        "admitted": created_wl + t.kueue_quota_s + t.kueue_admit_s}
+        pods_created = (workload["admitted"] if workload else _floor(created_tj)) + t.gang_pods_s
         pods = []
         for i in range(nodes):
             with self._lock:
@@ -524,7 +532,8 @@ class FakeCluster:
         script.metrics[step] = {"train_s": train_s, "train_tokens": tokens, "tokens_per_s": tokens / train_s,
                                 "world_size": float(world)}
         script.gang = {"trainjob": name, "nodes": nodes, "gpus_per_node": gpus, "world_size": world,
-                       "created": created_tj, "complete": complete, "pods": pods, "spec": spec, "step": step}
+                       "created": created_tj, "complete": complete, "pods": pods, "spec": spec, "step": step,
+                       "workload": workload}
         return ev["finished"]
 
     def _gang_actions(self, script: RunScript, namespace: str) -> list[tuple[float, int, str, Any]]:
@@ -551,6 +560,26 @@ class FakeCluster:
         pod_labels = dict(((((jobs[0] if jobs else {}).get("template") or {}).get("spec") or {}).get("template") or {})
                           .get("metadata", {}).get("labels") or {})
         actions: list[tuple[float, int, str, Any]] = [(gang["created"], 1, "trainjob", obj)]
+        wl = gang.get("workload")
+        if wl:  # Kueue's Workload for it: created pending, then QuotaReserved and Admitted
+            workload = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+                        "metadata": {"name": f"trainjob-{name}-{_suffix(name, 5)}", "namespace": namespace,
+                                     "creationTimestamp": _iso(wl["created"]),
+                                     "labels": {"kueue.x-k8s.io/job-uid": _uid(f"{namespace}/{name}")},
+                                     "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                                          "name": name, "uid": _uid(f"{namespace}/{name}"),
+                                                          "controller": True, "blockOwnerDeletion": True}]},
+                        "spec": {"queueName": spec.queue, "podSets": [{"name": "node", "count": gang["nodes"]}]},
+                        "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                                                   "message": "couldn't assign flavors to pod set node",
+                                                   "lastTransitionTime": _iso(wl["created"])}]}}
+            admitted = copy.deepcopy(workload)
+            admitted["status"] = {"admission": {"clusterQueue": "gpu-cluster-queue"}, "conditions": [
+                {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                 "message": "Quota reserved in ClusterQueue gpu-cluster-queue", "lastTransitionTime": _iso(wl["quota_reserved"])},
+                {"type": "Admitted", "status": "True", "reason": "Admitted",
+                 "message": "The workload is admitted", "lastTransitionTime": _iso(wl["admitted"])}]}
+            actions += [(wl["created"], 1, "workload", workload), (wl["admitted"], 1, "workload", admitted)]
         job = f"{name}-node-0"
         for p in gang["pods"]:
             uid = _uid(f"{namespace}/{job}")
@@ -701,7 +730,7 @@ class FakeCluster:
                     self.kube.add_event(obj)
                 elif kind == "mlflow":
                     self._log_step(script, obj)
-                elif kind == "trainjob":
+                elif kind in ("trainjob", "workload"):
                     self.kube.apply_custom_object(obj)
                 elif kind == "trainjob_done":
                     self.kube.set_trainjob_condition(*obj, "Complete", reason="AllJobsCompleted",

@@ -1,0 +1,66 @@
+"""Kueue's view of a TrainJob: when its Workload got quota, and when it was admitted.
+
+A TrainJob with the ``kueue.x-k8s.io/queue-name`` label (``llmpack compile --queue``) is
+suspended until Kueue admits it. Kueue represents it by a ``Workload``
+(``kueue.x-k8s.io/v1beta1``, owned by the TrainJob) whose conditions say when:
+
+- ``QuotaReserved``: the ClusterQueue had quota for it (the wait before: *quota wait*, other
+  teams' jobs ahead of it in the queue);
+- ``Admitted``: quota reserved *and* every admission check passed, e.g. a ProvisioningRequest
+  that brought the GPU nodes up (the wait between: *admission checks*, provisioning).
+
+So a gang's queueing splits into ``quota_wait_s`` (Workload created → QuotaReserved) and
+``admission_checks_s`` (QuotaReserved → Admitted). Without Kueue (no CRD, no Workload for the
+job, or no permission to list Workloads) both are None: Kueue is optional, its absence is not an
+error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+GROUP, VERSION, PLURAL = "kueue.x-k8s.io", "v1beta1", "workloads"
+QUOTA_RESERVED, ADMITTED = "QuotaReserved", "Admitted"
+
+
+def owned_by(workload: Mapping[str, Any], kind: str, name: str) -> bool:
+    return any(ref.get("kind") == kind and ref.get("name") == name
+               for ref in (workload.get("metadata") or {}).get("ownerReferences") or ())
+
+
+def condition_time(workload: Mapping[str, Any], kind: str) -> float | None:
+    """When condition ``kind`` turned True (its ``lastTransitionTime``), else None."""
+    from components.trainjob_launch import parse_time
+
+    for cond in (workload.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return parse_time(cond.get("lastTransitionTime"))
+    return None
+
+
+def waits(workload: Mapping[str, Any] | None) -> dict[str, float | None]:
+    """``quota_wait_s`` and ``admission_checks_s`` of a Workload (None where a time is missing)."""
+    from components.trainjob_launch import parse_time
+
+    if workload is None:
+        return {"quota_wait_s": None, "admission_checks_s": None}
+    created = parse_time((workload.get("metadata") or {}).get("creationTimestamp"))
+    quota, admitted = condition_time(workload, QUOTA_RESERVED), condition_time(workload, ADMITTED)
+    return {"quota_wait_s": None if created is None or quota is None else quota - created,
+            "admission_checks_s": None if quota is None or admitted is None else admitted - quota}
+
+
+def find_workload(api_client: Any, namespace: str, trainjob: str) -> dict[str, Any] | None:
+    """The Workload Kueue made for TrainJob ``trainjob``; None without Kueue or without access."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        listed = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, _request_timeout=15)
+    except ApiException as exc:
+        if exc.status in (403, 404):  # no Kueue here, or not ours to read: measured without it
+            return None
+        raise
+    return next((w for w in listed.get("items") or () if owned_by(w, "TrainJob", trainjob)), None)
