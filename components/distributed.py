@@ -132,6 +132,11 @@ def init(world: World) -> Any:
     import torch.distributed as dist
 
     if torch.cuda.is_available():
+        if world.local_rank >= torch.cuda.device_count():
+            from components.errors import InputError
+
+            raise InputError(f"rank {world.rank}: local rank {world.local_rank} but this node has "
+                             f"{torch.cuda.device_count()} GPU(s); use at most one process per GPU")
         torch.cuda.set_device(world.local_rank)
         device = torch.device("cuda", world.local_rank)
     else:
