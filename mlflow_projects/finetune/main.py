@@ -356,6 +356,19 @@ def run_task(
                 print(f"llmpack: warning: could not log {log_path.name} to MLflow ({exc})", file=sys.stderr)
 
 
+def close_open_children(mc: Any, parent: Any, status: str) -> None:
+    """End every step run of ``parent`` still RUNNING: a signal can land between a step's run being
+    created and the code that would end it (or while MLflow cancels the step), and no run may be
+    left RUNNING after ``main``."""
+    try:
+        runs = mc.search_runs([parent.info.experiment_id],
+                              f"tags.mlflow.parentRunId = '{parent.info.run_id}' and attributes.status = 'RUNNING'")
+        for run in runs:
+            mc.set_terminated(run.info.run_id, status)
+    except Exception as exc:  # noqa: BLE001 - the record itself still closes
+        print(f"llmpack: warning: could not close the step runs of {parent.info.run_id} ({exc})", file=sys.stderr)
+
+
 def open_parent(experiment_hint: str | None) -> tuple[Any, bool]:
     """The run ``mlflow run`` created for main, or a new one when main.py runs by hand."""
     import mlflow
@@ -428,6 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if summary["status"] == "RUNNING":
             summary["status"] = "FAILED"
+        if summary["status"] != "FINISHED":
+            close_open_children(mc, parent, "KILLED" if summary["status"] == "KILLED" else "FAILED")
         status_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         close_record(spec, values, parent, summary["status"], run_dir)
         if owned:
