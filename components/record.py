@@ -49,7 +49,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from components import cost, telemetry
+from components import cost, startup, telemetry
 from components.dsl import CLOSE_TASK as CLOSE_TASK  # re-exported: every backend names the task by it
 from components.errors import InputError
 from components.runtime import CLIENT_UPLOADS_ENV, MLFLOW_LOGGING_ENV
@@ -280,6 +280,14 @@ def record_args(*, status: str, uses: str, run_id: str, created_at: str, params:
 
 def main(argv: Sequence[str] | None = None) -> int:
     started = telemetry.process_start_time()
+    startup.pause_full_collections()  # MLflow's import without full collections (components.startup)
+    try:
+        return _main(argv, started)
+    finally:
+        startup.settle()
+
+
+def _main(argv: Sequence[str] | None, started: float) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description="Close a pipeline run's record.")
     parser.add_argument("--status", required=True, help="the orchestrator's final state of the run")
     parser.add_argument("--uses", default="[]", help="JSON list of the GPU each task holds")

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from components import distributed, gang, telemetry
+from components import distributed, gang, startup, telemetry
 from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step
 from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
@@ -53,6 +53,8 @@ class StepTelemetry:
     def event(self, name: str, ts: float | None = None) -> None:
         """This process's event: a rank's is ``<name>.rank<R>``, a single process's the step's own."""
         self._add("event", name if self.rank is None else f"{name}.rank{self.rank}", time.time() if ts is None else ts)
+        if name == "model_loaded":
+            startup.settle()  # start-up is over: the collector back to normal (components.startup)
 
     def step_event(self, name: str, ts: float | None = None) -> None:
         """The step's own event, whichever rank records it."""
@@ -230,6 +232,7 @@ def run(argv: Sequence[str]) -> int:
     paths = {**inputs, **outputs}
     for n, member in enumerate(step.members):
         handed_over = started if n == 0 else time.time()
+        startup.pause_full_collections()  # each member starts up as its own process would
         delay = _injected_start_delay(member.step)
         m_inputs, m_outputs = member_paths(member, paths)
         run_step(member.step, ctx, m_inputs, m_outputs, member_values(member, values, step.params),
@@ -268,6 +271,7 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
         telemetry.fail_if_injected(step.name, ctx.attempt)  # LLMPACK_INJECT_FAILURES (tests of retries)
         step.func(**kwargs)
     finally:
+        startup.settle()  # a step with no model: its start-up ended with it
         tel.event("finished")
         if own_ends:
             tel.step_event("finished")
@@ -328,6 +332,7 @@ def launch_ranks(step: Step, ctx: RunContext, outputs: dict[str, str], argv: Seq
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    startup.pause_full_collections()  # until the model is loaded (components.startup)
     try:
         return run(argv)
     except (InputError, StepFailed) as exc:
@@ -339,3 +344,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:  # noqa: BLE001 - a crash in a step: show where, exit 1
         traceback.print_exc()
         return 1
+    finally:
+        startup.settle()  # the exit then has (almost) nothing left to scan

@@ -168,6 +168,10 @@ def main() -> None:
       llmpack run --backend kfp       one path
       llmpack compile --out build/    the three native artifacts
     """
+    import atexit
+    import gc
+
+    atexit.register(gc.freeze)  # exit without a last full collection over the libraries (components.startup)
 
 
 @main.command()
