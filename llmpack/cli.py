@@ -252,7 +252,8 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
 @click.option("--local/--cluster", "local", default=True, help="Local paths (default) or a cluster (see README).")
 @run_options
 @click.option("--variants", default=None, metavar="default,fuse-gpu,fuse-all",
-              help="Run each path in these packagings side by side (labelled argo, argo+fuse-gpu...); see --fuse.")
+              help="Run each path in these packagings side by side (labelled argo, argo+fuse-gpu...); see --fuse. "
+                   "With --cluster each is compiled (llmpack compile --fuse) and submitted.")
 @click.option("--baseline", default=None,
               help="The path the others are judged against (default: direct locally, or a single backend's default "
                    "packaging with --variants; none on a cluster).")
@@ -335,8 +336,6 @@ def compare(backends: str, repeats: int, warmup: int | None, local: bool, varian
         if warmup and not local:
             raise InputError("--warmup: local runs only (on a cluster, warm nodes with llmpack compile --prepull)")
     modes = cmp.parse_variants(variants)
-    if modes and not local:
-        raise InputError("--variants: local runs only for now (compile fused artifacts with llmpack compile --fuse)")
     fusion.check_mode(kwargs["fuse"])
     labels = [fusion.path_label(b, f) for f in (modes or [kwargs["fuse"]]) for b in names]
     costs = parse_control_plane(control_plane, control_plane_file)
@@ -356,7 +355,8 @@ def compare(backends: str, repeats: int, warmup: int | None, local: bool, varian
 
     with library_logs_to(output_dir / "llmpack-client.log"):
         if not local:
-            result = cmp.with_baseline(_compare_cluster(names, repeats, params, cluster, kwargs, inject_start_delay), base)
+            result = cmp.with_baseline(_compare_cluster(names, modes or [kwargs["fuse"]], repeats, params, cluster, kwargs,
+                                                        inject_start_delay), base)
         else:
             result = cmp.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes or None, warmup=warmup,
                                  run_one=lambda o, label: run_with_progress(o, label, env=cmp.start_delay_env(delays, o.backend)))
@@ -399,9 +399,9 @@ def check_report_target(target: Path | None, flag: str, *, force: bool) -> None:
             raise InputError(f"{flag} {target}: holds a report already; pass --force to replace it, or choose another directory")
 
 
-def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cluster: dict[str, Any],
+def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: tuple[str, ...], cluster: dict[str, Any],
                      kwargs: dict[str, Any], inject_start_delay: float | None) -> dict[str, Any]:
-    """``compare --cluster``: submit every path to one cluster, watch its pods, measure."""
+    """``compare --cluster``: submit every path (in every packaging of ``modes``) to one cluster, watch its pods, measure."""
     import os
 
     from llmpack.cluster import compare_cluster
@@ -410,8 +410,7 @@ def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cl
     if "direct" in names:
         raise InputError("--cluster: 'direct' has no cluster path; use --backends kfp,argo,mlflow")
     for flag, value in (("--gpu-type", kwargs.get("gpu_type")), ("--nproc-per-node", kwargs.get("nproc_per_node")),
-                        ("--inject-start-delay", inject_start_delay),
-                        ("--fuse", None if kwargs.get("fuse") == "none" else kwargs.get("fuse"))):
+                        ("--inject-start-delay", inject_start_delay)):
         if value is not None:
             raise InputError(f"{flag}: not with --cluster (the compiled artifacts fix the GPU spec; the node's GPU prices the run)")
     if cluster.get("cache_pvc") is not None and (kwargs.get("nodes") or 1) <= 1:
@@ -439,6 +438,7 @@ def _compare_cluster(names: list[str], repeats: int, params: tuple[str, ...], cl
         price_file=kwargs.get("price_file"), timeout_s=cluster["timeout_s"], poll_s=cluster["poll_s"], progress=progress,
         **({} if cluster["scale_down_delay_s"] is None else {"scale_down_delay_s": cluster["scale_down_delay_s"]}),
         gpus=kwargs.get("gpus"), nodes=kwargs.get("nodes"), cache_pvc=cluster.get("cache_pvc"), queue=cluster.get("queue"),
+        variants=modes,
     )
 
 

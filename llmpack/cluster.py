@@ -245,6 +245,34 @@ def _row_billed_s(row: Mapping[str, Any]) -> float | None:
     return billed
 
 
+def fused_tasks(pipe: Any) -> dict[str, tuple[str, ...]]:
+    """Each fused task of a compiled pipeline (``llmpack compile --fuse``) -> the authored steps its
+    one pod runs, in order: ``{"finetune-evaluate": ("finetune", "evaluate")}``."""
+    from components.fusion import FusedStep
+
+    return {t.name: tuple(m.task for m in t.step.members) for t in pipe.tasks.values() if isinstance(t.step, FusedStep)}
+
+
+def pod_step_aliases(fused: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+    """Whose spin-up a pod's phases are (:func:`~llmpack.k8s.podphases.to_step_records`): the MLflow
+    Job's ``main`` pod and a fused pod that trains count as ``finetune``'s, the way one pod that
+    runs the training step starts it; a fused pod that does not train, as its first member's."""
+    from llmpack.k8s.podphases import DEFAULT_STEP_ALIASES
+
+    out = dict(DEFAULT_STEP_ALIASES)
+    for task, members in fused.items():
+        out[task] = telemetry.TRAIN_STEP if telemetry.TRAIN_STEP in members else members[0]
+    return out
+
+
+def pod_gpus_by_step(uses: Iterable[cost.GpuUse], fused: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, int]:
+    """GPUs by the ``llmpack.io/step`` a pod carries: each step's, and a fused task's (its members share its pod)."""
+    gpus = {u.step: u.gpus for u in uses}
+    for task, members in (fused or {}).items():
+        gpus[task] = max((gpus.get(m, 0) for m in members), default=0)
+    return gpus
+
+
 def cluster_cost(
     steps: Mapping[str, telemetry.StepTimes],
     rows: Iterable[Mapping[str, Any]],
@@ -252,14 +280,17 @@ def cluster_cost(
     orchestrator: str,
     price: cost.Price | None,
     gang: tuple[int, int] | None = None,
+    fused: Mapping[str, tuple[str, ...]] | None = None,
 ) -> dict[str, float | None]:
     """gpu_hours, cost_usd, usd_per_1m_tokens, goodput from the run's GPU pods (see the module doc).
 
     ``gang`` (nodes, GPUs per node): finetune is a TrainJob gang; ``uses`` are the compiled
-    pipeline's (its launcher holds no GPU), each gang pod bills its own GPUs.
+    pipeline's (its launcher holds no GPU), each gang pod bills its own GPUs. ``fused``
+    (:func:`fused_tasks`): a fused pod bills its GPUs once for all of its member steps.
     """
     rows = list(rows)
-    gpus_by_step = {u.step: u.gpus for u in uses}
+    fused = fused or {}
+    gpus_by_step = pod_gpus_by_step(uses, fused)
     job_gpus = max(gpus_by_step.values(), default=0)
     gpu_seconds, retry_seconds, billed_steps = 0.0, 0.0, set()
     attempts = pod_attempts(rows)
@@ -274,6 +305,8 @@ def cluster_cost(
             gpus, covers = _pod_gpus(row, gpus_by_step, gang), {step}
         elif orchestrator == "mlflow" and step == "main":
             gpus, covers = job_gpus, {s for s, g in gpus_by_step.items() if g > 0}
+        elif step in fused:
+            gpus, covers = gpus_by_step[step], set(fused[step])
         else:
             gpus, covers = gpus_by_step.get(step or "", 0), {step}
         billed = _row_billed_s(row) if gpus > 0 else None
@@ -323,11 +356,11 @@ def pod_attempts(rows: Iterable[Mapping[str, Any]]) -> dict[int, tuple[int, bool
 
 
 def retried_pods(rows: Iterable[Mapping[str, Any]], uses: list[cost.GpuUse], orchestrator: str,
-                 price: cost.Price | None) -> list[dict[str, Any]]:
+                 price: cost.Price | None, fused: Mapping[str, tuple[str, ...]] | None = None) -> list[dict[str, Any]]:
     """The run's retried attempts on the cluster: every executor pod but each step's last, with its
     container time, GPU-hours and cost (the shape of ``components.record.retried_attempts``)."""
     rows = list(rows)
-    gpus_by_step = {u.step: u.gpus for u in uses}
+    gpus_by_step = pod_gpus_by_step(uses, fused)
     attempts = pod_attempts(rows)
     out = []
     for row in rows:
@@ -530,6 +563,7 @@ class _Plan:
     orchestrator: str
     label: str
     pipeline_run: str
+    fuse: str = "none"  # the packaging (components.fusion) this run submits
 
 
 @dataclass
@@ -544,25 +578,34 @@ class _Session:
     timeout_s: float
     poll_s: float
     progress: Progress | None
-    pipe: Any
+    pipe: Any  # the pipeline as authored (sized by --gpus/--nodes), unfused
     scale_down_delay_s: float = cost.DEFAULT_SCALE_DOWN_DELAY_S
     gang: tuple[int, int] | None = None  # finetune as a TrainJob: (nodes, GPUs per node)
+    pipes: dict[str, Any] = field(default_factory=dict)  # fuse mode -> that variant's compiled pipeline
+    artifacts: dict[str, dict[str, str]] = field(default_factory=dict)  # fuse mode -> orchestrator -> compiled file
     submit_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def pod_uses(self) -> list[cost.GpuUse]:
-        """What each compiled task's pod holds (a gang's launcher: no GPU)."""
+    def pipe_of(self, fuse: str) -> Any:
+        return self.pipes.get(fuse, self.pipe)
+
+    def pod_uses(self, fuse: str = "none") -> list[cost.GpuUse]:
+        """What each authored step's pod holds (a gang's launcher: no GPU; a fused pod's members: its GPUs)."""
         from components.record import gpu_uses
 
-        return gpu_uses(self.pipe)
+        return gpu_uses(self.pipe_of(fuse))
 
-    def step_uses(self) -> list[cost.GpuUse]:
+    def step_uses(self, fuse: str = "none") -> list[cost.GpuUse]:
         """What each step holds: finetune as a gang holds nodes x GPUs per node."""
         from dataclasses import replace
 
         if self.gang is None:
-            return self.pod_uses()
+            return self.pod_uses(fuse)
         total = self.gang[0] * self.gang[1]
-        return [replace(u, gpus=total) if u.step == telemetry.TRAIN_STEP else u for u in self.pod_uses()]
+        return [replace(u, gpus=total) if u.step == telemetry.TRAIN_STEP else u for u in self.pod_uses(fuse)]
+
+    def pod_gpus(self, fuse: str) -> dict[str, int]:
+        """GPUs by a pod's ``llmpack.io/step`` in this variant (:func:`pod_gpus_by_step`)."""
+        return pod_gpus_by_step(self.pod_uses(fuse), fused_tasks(self.pipe_of(fuse)))
 
     # ------------------------------------------------------------------ helpers
 
@@ -616,10 +659,13 @@ class _Session:
                     "tags": {**self._blank(plan)["tags"], "llmpack.status": "failed", "llmpack.error": error}}
 
     def _blank(self, plan: _Plan) -> dict[str, Any]:
+        from components.fusion import FUSE_TAG
+
         return {
             "run_group": self.run_group,
             "pipeline_run": plan.pipeline_run,
             "orchestrator": plan.orchestrator,
+            "fuse": plan.fuse,
             "mode": MODE,
             "status": "failed",
             "error": None,
@@ -629,7 +675,7 @@ class _Session:
             "state": None,
             "metrics": {},
             "tags": {"llmpack.run_group": self.run_group, "llmpack.pipeline_run": plan.pipeline_run,
-                     "llmpack.orchestrator": plan.orchestrator, "llmpack.mode": MODE},
+                     "llmpack.orchestrator": plan.orchestrator, "llmpack.mode": MODE, FUSE_TAG: plan.fuse},
             "events": {},
             "artifacts": {},
             "pods": [],
@@ -659,6 +705,8 @@ class _Session:
             watcher = self._safe_start(self.pod_namespace(orch), None, record, live)
         try:
             kwargs = {k: v for k, v in conf.items() if k != "pod_namespace"}
+            if orch in self.artifacts.get(plan.fuse, {}):  # this variant's compiled file
+                kwargs[ARTIFACT_OPTIONS[orch]] = self.artifacts[plan.fuse][orch]
             with self.submit_lock:  # client libraries swap sys.stdout while they construct
                 summary = submit.submit(orch, params=self.values, run_group=self.run_group,
                                         pipeline_run=plan.pipeline_run, tracking_uri=self.uri,
@@ -756,13 +804,16 @@ class _Session:
 
     def _measure(self, plan: _Plan, summary: Mapping[str, Any], result: Mapping[str, Any],
                  rows: list[dict[str, Any]], record: dict[str, Any]) -> None:
+        from components.fusion import FUSE_TAG
         from llmpack.k8s.podphases import to_step_records
 
         orch = plan.orchestrator
+        pipe = self.pipe_of(plan.fuse)
+        fused = fused_tasks(pipe)
         ctx = telemetry.RunContext(run_group=self.run_group, pipeline_run=plan.pipeline_run, orchestrator=orch,
                                    mode=MODE, submitted_at=float(summary["submitted_at"]))
         mine = _mine(rows, plan.pipeline_run)
-        k8s_records = to_step_records(mine, ctx)
+        k8s_records = to_step_records(mine, ctx, aliases=pod_step_aliases(fused))
         status = "succeeded" if result.get("status") == "succeeded" else "failed"
         error = None
         if status != "succeeded":
@@ -791,24 +842,24 @@ class _Session:
                 "(Secret llmpack-mlflow, key tracking-uri)? Only the pod phases are measured"
             )
         end = run_end(steps, mine, result.get("finished_at"))
-        uses = self.pod_uses()
-        step_uses = self.step_uses()
-        finetune_rows = [r for r in mine if r.get("step") in (telemetry.TRAIN_STEP, "main") and r.get("role") != "driver"]
+        uses = self.pod_uses(plan.fuse)
+        step_uses = self.step_uses(plan.fuse)
+        trains = {telemetry.TRAIN_STEP, "main", *(t for t, members in fused.items() if telemetry.TRAIN_STEP in members)}
+        finetune_rows = [r for r in mine if r.get("step") in trains and r.get("role") != "driver"]
         finetune_rows = [r for r in finetune_rows if r.get("gang")] or finetune_rows  # the gang trains, not its launcher
         finetune_row = min(finetune_rows, key=lambda r: r.get("created") or 0.0) if finetune_rows else None
-        spec_types = sorted({t.step.execution.resources.gpu_type for t in self.pipe.tasks.values()
+        spec_types = sorted({t.step.execution.resources.gpu_type for t in pipe.tasks.values()
                              if t.step.execution.resources.gpus > 0})
         gpu = node_gpu(finetune_row, spec_types[0] if spec_types else None)
         price = resolve_node_price(gpu, flag=self.price_flag, price_file=self.price_file)
 
         metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=end)
-        metrics.update(cluster_cost(steps, mine, uses, orch, price, gang=self.gang))
+        metrics.update(cluster_cost(steps, mine, uses, orch, price, gang=self.gang, fused=fused))
         if self.gang is not None:
             ready = gang_ready(mine)
             metrics["gang_ready_s"] = None if ready is None else ready - ctx.submitted_at
             metrics.update(self._kueue_waits(mine, record))
-        gpus_by_step = {u.step: u.gpus for u in uses}
-        pods = pod_spans(rows, gpus_by_step, self.gang)
+        pods = pod_spans(rows, self.pod_gpus(plan.fuse), self.gang)
         bill = cost.bill_nodes(node_spans(record.get("nodes", ()), pods), pods,
                                scale_down_delay_s=self.scale_down_delay_s).get(plan.pipeline_run)
         if bill is not None:
@@ -821,7 +872,8 @@ class _Session:
         tags = {
             **ctx.tags(),
             **cost.cost_tags(step_uses, price),
-            "llmpack.pipeline": self.pipe.name,
+            "llmpack.pipeline": pipe.name,
+            FUSE_TAG: plan.fuse,
             "llmpack.gpu_type": gpu.gpu_type or "unknown",
             "llmpack.gpu_type_source": gpu.source,
             "llmpack.status": status,
@@ -851,7 +903,7 @@ class _Session:
             metrics=metrics,
             tags=tags,
             events={step: dict(st.events) for step, st in steps.items() if st.events},
-            retried_attempts=retried_pods(mine, uses, orch, price),
+            retried_attempts=retried_pods(mine, uses, orch, price, fused),
             pods=mine,
         )
         if run_id is not None:
@@ -866,8 +918,9 @@ def _bill_across_runs(session: _Session, runs: list[dict[str, Any]]) -> None:
     scale-down delay (or that runs shared, with ``concurrency`` > 1) was then billed twice
     over the overlap; billed over every run's pods together it is billed once and shared.
     """
-    gpus_by_step = {u.step: u.gpus for u in session.pod_uses()}
-    step_gpus = {u.step: u.gpus for u in session.step_uses()}
+    gpus_by_step: dict[str, int] = {}
+    for fuse in {str(r.get("fuse") or "none") for r in runs}:  # a fused pod's name is no authored step's
+        gpus_by_step.update(session.pod_gpus(fuse))
     pods = pod_spans((p for r in runs for p in r.get("pods") or ()), gpus_by_step, session.gang)
     facts = [f for r in runs for f in r.get("nodes") or ()]
     bills = cost.bill_nodes(node_spans(facts, pods), pods, scale_down_delay_s=session.scale_down_delay_s)
@@ -880,6 +933,7 @@ def _bill_across_runs(session: _Session, runs: list[dict[str, Any]]) -> None:
             continue
         old_usd, old_per_1m = m.get("cost_usd"), m.get("usd_per_1m_tokens")
         tokens = old_usd / old_per_1m * 1e6 if old_usd and old_per_1m else None
+        step_gpus = {u.step: u.gpus for u in session.step_uses(str(run.get("fuse") or "none"))}
         new = node_cost(bill, run.get("events") or {}, step_gpus, _price_of(tags), train_s=m.get("train_s"),
                         train_tokens=tokens)
         new = {k: telemetry.clean_number(v) for k, v in new.items()}
@@ -973,8 +1027,14 @@ def compare_cluster(
     nodes: int | None = None,
     cache_pvc: str | None = None,
     queue: str | None = None,
+    variants: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """Submit every path ``repeats`` times to one cluster, wait, measure; the ``compare()`` result.
+
+    ``variants``: fusion modes (``none``, ``gpu``, ``all``; :mod:`components.fusion`); each path
+    is compiled in each (``llmpack compile --fuse``) into a temporary directory and submitted side
+    by side, labelled ``argo``, ``argo+fuse-gpu``... A fused pod's phases are its training
+    member's spin-up (:func:`pod_step_aliases`) and its GPUs are billed once for all its members.
 
     ``gpus`` / ``nodes``: the finetune step's GPUs per node and nodes (``llmpack compile --gpus
     --nodes``); with either, every path is compiled for it into a temporary directory
@@ -995,9 +1055,12 @@ def compare_cluster(
     ``scale_down_delay_s``: how long the autoscaler keeps an empty GPU node; billed after the
     last pod on a node whose removal the watcher did not see (see the module doc).
     """
+    from components.fusion import check_mode
+    from components.fusion import fuse as fuse_steps
     from components.submission import check_id, connect_tracking, new_id, shipped_pipeline, user_parameters
 
     names = _parse_backends(backends)
+    modes = list(dict.fromkeys(check_mode(m) for m in (variants or ["none"])))
     if not isinstance(repeats, int) or repeats < 1:
         raise InputError(f"--repeats {repeats}: must be at least 1")
     if not isinstance(concurrency, int) or concurrency < 1:
@@ -1030,14 +1093,22 @@ def compare_cluster(
         if cache_pvc is not None:
             check_cache_pvc(cache_pvc)
         pipe = with_gpus(pipe, gpus, nodes, claim=cache_pvc, queue=queue)  # checks --gpus/--nodes/--cache-pvc now
-        for orch, key in ARTIFACT_OPTIONS.items():
-            if conf[orch].get(key):
-                raise InputError(f"--gpus/--nodes compile the artifacts to submit: {orch} option {key} cannot be given too")
         if (nodes or 1) > 1:
             from components.gang import GangSpec
 
             spec = GangSpec.from_json(str(pipe.params["trainjob"].default), "--nodes")
             gang = (int(nodes or 1), int(spec.gpus_per_node))
+    fused_modes = [m for m in modes if m != "none"]
+    if fused_modes and ((gpus or 1) > 1 or (nodes or 1) > 1):
+        raise InputError(f"--variants fuse-{fused_modes[0]} with --gpus {gpus or 1} --nodes {nodes or 1}: the many-process "
+                         "finetune runs unfused; compare fused variants on one GPU")
+    compile_here = gpus is not None or nodes is not None or bool(fused_modes)
+    if compile_here:
+        for orch, key in ARTIFACT_OPTIONS.items():
+            if conf[orch].get(key):
+                raise InputError(f"--gpus/--nodes/--variants compile the artifacts to submit: {orch} option {key} "
+                                 "cannot be given too")
+    pipes = {mode: fuse_steps(pipe, mode) for mode in modes}
     k8s_opts = _options("k8s", k8s, K8S_OPTIONS)
     if not k8s_opts.get("host") and not k8s_opts.get("kubeconfig") and conf["mlflow"].get("kubeconfig"):
         k8s_opts.setdefault("kubeconfig", conf["mlflow"]["kubeconfig"])
@@ -1050,20 +1121,20 @@ def compare_cluster(
     session = _Session(run_group=group, values=values, conf=conf, k8s=k8s_opts, uri=uri,
                        price_flag=price_per_gpu_hour, price_file=price_file, timeout_s=float(timeout_s),
                        poll_s=float(poll_s), progress=progress, pipe=pipe, scale_down_delay_s=scale_down_delay_s,
-                       gang=gang)
+                       gang=gang, pipes=pipes)
     _preflight(session, names)
-    if gpus is not None or nodes is not None:
+    if compile_here:
         import tempfile
 
         from llmpack.compile import compile_all
 
         compiled_dir = tempfile.mkdtemp(prefix="llmpack-compare-")
-        out = os.path.join(compiled_dir, "compiled")
-        compile_all(out, gpus=gpus, nodes=nodes, cache_pvc=cache_pvc, queue=queue)  # what `llmpack compile` writes
-        for orch, key in ARTIFACT_OPTIONS.items():
-            conf[orch][key] = os.path.join(out, ARTIFACT_PATHS[orch])
+        for mode in modes:  # what `llmpack compile [--fuse MODE]` writes, a directory per variant
+            out = os.path.join(compiled_dir, mode)
+            compile_all(out, fuse=mode, gpus=gpus, nodes=nodes, cache_pvc=cache_pvc, queue=queue)
+            session.artifacts[mode] = {orch: os.path.join(out, ARTIFACT_PATHS[orch]) for orch in ARTIFACT_OPTIONS}
     try:
-        return _compare_all(session, names, repeats, concurrency, group)
+        return _compare_all(session, names, modes, repeats, concurrency, group)
     finally:
         if compiled_dir is not None:
             import shutil
@@ -1071,15 +1142,19 @@ def compare_cluster(
             shutil.rmtree(compiled_dir, ignore_errors=True)
 
 
-def _compare_all(session: _Session, names: list[str], repeats: int, concurrency: int, group: str) -> dict[str, Any]:
+def _compare_all(session: _Session, names: list[str], modes: list[str], repeats: int, concurrency: int,
+                 group: str) -> dict[str, Any]:
+    from components.fusion import path_label
     from components.submission import new_id
     from llmpack.compare import comparison
 
     plans = []
-    for i in range(repeats):
-        for orch in names:
-            label = f"{orch} ({i + 1}/{repeats})" if repeats > 1 else orch
-            plans.append(_Plan(orchestrator=orch, label=label, pipeline_run=new_id(orch)))
+    for i in range(repeats):  # interleaved: every path and variant once per round
+        for mode in modes:
+            for orch in names:
+                name = path_label(orch, mode)
+                label = f"{name} ({i + 1}/{repeats})" if repeats > 1 else name
+                plans.append(_Plan(orchestrator=orch, label=label, pipeline_run=new_id(orch), fuse=mode))
 
     stdout = sys.stdout  # kfp/hera construction swaps sys.stdout; threads must not leave it swapped
     try:
@@ -1091,4 +1166,5 @@ def _compare_all(session: _Session, names: list[str], repeats: int, concurrency:
     finally:
         sys.stdout = stdout
     _bill_across_runs(session, runs)
-    return comparison(group, names, runs, repeats=repeats, concurrency=concurrency, mode=MODE)
+    labels = [path_label(orch, mode) for mode in modes for orch in names]
+    return comparison(group, labels, runs, repeats=repeats, concurrency=concurrency, mode=MODE)

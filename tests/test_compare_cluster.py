@@ -312,6 +312,10 @@ def test_bad_input_is_one_line_before_anything_is_submitted(fake: Cluster) -> No
         ({"k8s": {"host": f"http://127.0.0.1:{closed_port()}", "token": K8S_TOKEN}}, "connection refused"),
         ({"mlflow": {"kubeconfig": str(fake.kubeconfig), "namespace": "nowhere"}}, "'nowhere' not found"),
         ({"run_group": "Not_A_Label"}, "--run-group"),
+        ({"variants": ["none", "everything"]}, "--fuse 'everything'"),
+        ({"variants": ["gpu"], "gpus": 2}, "the many-process finetune runs unfused"),
+        ({"variants": ["all"], "kfp": {"host": fake.kfp.url, "token": KFP_TOKEN, "package_path": "x.yaml"}},
+         "option package_path cannot be given too"),
     ]
     for overrides, expected in cases:
         with pytest.raises(InputError) as info:

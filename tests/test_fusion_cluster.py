@@ -272,3 +272,47 @@ def test_prepulled_fused_gpu_pod_through_the_pod_watcher(compiled: dict[str, Pat
         assert by_step["finetune-evaluate"]["node_ready"] is not None
     assert pulls == {False: 4, True: 0}
 
+
+
+# --------------------------------------------------------------------------- item 7 on a cluster: --variants
+
+
+def test_compare_cluster_runs_the_variants_side_by_side(tmp_path: Path, tracking_uri: str) -> None:
+    """``llmpack compare --cluster --variants default,fuse-gpu,fuse-all``: each path compiled in each
+    packaging and submitted; a fused pod's phases are its training member's spin-up and its GPU
+    node is billed once for all of its members."""
+    c = LoopbackCluster(tmp_path, tracking_uri)
+    try:
+        result = cluster.compare_cluster(
+            backends="argo,kfp", params=PARAMS, tracking_uri=tracking_uri, timeout_s=30, poll_s=0.05,
+            variants=["none", "gpu", "all"],
+            argo={"host": c.argo.url, "token": ARGO_TOKEN}, kfp={"host": c.kfp.url, "token": KFP_TOKEN},
+            mlflow={"kubeconfig": str(c.kubeconfig)}, k8s={"host": c.kube.url, "token": K8S_TOKEN})
+        c.fake.wait_idle()
+    finally:
+        c.close()
+    assert result["backends"] == ["argo", "kfp", "argo+fuse-gpu", "kfp+fuse-gpu", "argo+fuse-all", "kfp+fuse-all"]
+    assert set(result["summary"]) == set(result["backends"])
+    mode_of = {"": "none", "+fuse-gpu": "gpu", "+fuse-all": "all"}
+    for run in result["runs"]:
+        assert run["status"] == "succeeded", (run["orchestrator"], run["error"], run["warnings"])
+        mode = run["fuse"]
+        assert run["tags"]["llmpack.fuse"] == mode
+        script = c.fake.scripts[run["pipeline_run"]]
+        assert script.tasks == TASKS[mode]  # what was submitted is that variant's compiled pipeline
+        executors = {r["step"] for r in run["pods"] if r["role"] == "executor"}
+        assert executors == set(TASKS[mode]), (mode, executors)
+        # Every authored step's own events are in the record...
+        assert all({"process_started", "finished"} <= set(run["events"][s]) for s in STEPS), mode
+        # ...and the pod that runs finetune gives finetune its spin-up, fused or not.
+        train_task = next(t for t, members in TASKS[mode].items() if "finetune" in members)
+        pod = script.pods[train_task]
+        assert run["events"]["finetune"]["container_started"] == pytest.approx(pod["started"], abs=1e-3), mode
+        assert run["events"]["finetune"]["node_ready"] == pytest.approx(script.node["ready"], abs=1e-3), mode
+        assert run["metrics"]["spinup_s"] == pytest.approx(pod["started"] - run["submitted_at"], abs=1e-3), mode
+        # The GPU node is billed (a fused pod's GPU found by its task name), and nothing counts as a retry.
+        assert run["tags"]["llmpack.cost_basis"] == "node", mode
+        assert run["metrics"]["cost_usd"] > 0 and run["metrics"]["retries"] == 0, mode
+    for label, mode in mode_of.items():
+        for orch in ("argo", "kfp"):
+            assert sum(r["orchestrator"] == orch and r["fuse"] == mode for r in result["runs"]) == 1, label
