@@ -10,7 +10,8 @@ a fresh temporary directory (so the MLflow database is created as a first-time u
 * ``compare``: ``llmpack compare --control-plane-cost ...`` at 80 columns, its wall time and output;
 * ``table``: the measured-figures table (``import_time.py``, ``time llmpack run``, ``time llmpack compare``);
 * ``overhead``: ``python benchmarks/overhead.py --repeats 3``;
-* ``spinup``: ``python benchmarks/spinup.py --pairs 5`` (about 7 minutes more).
+* ``spinup``: ``python benchmarks/spinup.py --pairs 5`` (about 7 minutes more);
+* ``gc``: ``python benchmarks/gc_startup.py --rounds 5`` (about 2 minutes more).
 
 ``--sections spinup`` (comma-separated) measures only those.
 
@@ -60,6 +61,15 @@ def measure_spinup() -> str:
     return ("```\n" + "\n".join(lines[start:]).rstrip() + "\n```\n\n"
             f"(Measured {time.strftime('%Y-%m-%d', time.gmtime())}; 1-minute load average {load_before:.1f} before, "
             f"{load_after:.1f} after.)")
+
+
+def measure_gc() -> str:
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        _, gc = timed([sys.executable, str(REPO / "benchmarks" / "gc_startup.py"), "--rounds", "5"], Path(tmp))
+    return ("```\n" + gc.stdout.rstrip() + "\n```\n\n"
+            f"(Measured {time.strftime('%Y-%m-%d', time.gmtime())}; 1-minute load average {load_before:.1f} before, "
+            f"{os.getloadavg()[0]:.1f} after.)")
 
 
 def measure() -> dict[str, str]:
@@ -118,16 +128,18 @@ def rewrite(text: str, sections: dict[str, str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="print the figures; do not rewrite README.md")
-    parser.add_argument("--sections", default="compare,table,overhead,spinup",
+    parser.add_argument("--sections", default="compare,table,overhead,spinup,gc",
                         help="comma-separated sections to measure (default: all)")
     args = parser.parse_args()
     wanted = {s.strip() for s in args.sections.split(",") if s.strip()}
-    unknown = wanted - {"compare", "table", "overhead", "spinup"}
+    unknown = wanted - {"compare", "table", "overhead", "spinup", "gc"}
     if unknown:
         parser.error(f"--sections: unknown {', '.join(sorted(unknown))}")
     sections = {k: v for k, v in measure().items() if k in wanted} if wanted & {"compare", "table", "overhead"} else {}
     if "spinup" in wanted:
         sections["spinup"] = measure_spinup()
+    if "gc" in wanted:
+        sections["gc"] = measure_gc()
     for name, body in sections.items():
         print(f"--- {name}\n{body}\n")
     if not args.check:
