@@ -118,10 +118,10 @@ def measure() -> dict[str, str]:
 
 def rewrite(text: str, sections: dict[str, str]) -> str:
     for name, body in sections.items():
-        pattern = re.compile(rf"(<!-- figures:{name} -->\n).*?(\n<!-- /figures:{name} -->)", re.S)
+        pattern = re.compile(rf"(<!-- figures:{name} -->\n)(?:.*?\n)?(<!-- /figures:{name} -->)", re.S)  # empty too
         if not pattern.search(text):
             raise SystemExit(f"README.md has no <!-- figures:{name} --> ... <!-- /figures:{name} --> markers")
-        text = pattern.sub(lambda m, body=body: m.group(1) + body + m.group(2), text)
+        text = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text)
     return text
 
 
