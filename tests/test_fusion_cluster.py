@@ -316,3 +316,39 @@ def test_compare_cluster_runs_the_variants_side_by_side(tmp_path: Path, tracking
     for label, mode in mode_of.items():
         for orch in ("argo", "kfp"):
             assert sum(r["orchestrator"] == orch and r["fuse"] == mode for r in result["runs"]) == 1, label
+
+
+def test_the_cli_compare_cluster_variants(tmp_path: Path, tracking_uri: str) -> None:
+    """``llmpack compare --cluster --variants default,fuse-all`` (the CLI, once, Argo only: the code above)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    c = LoopbackCluster(tmp_path, tracking_uri)
+    env = {k: v for k, v in os.environ.items() if k not in ENV}
+    env.update(ARGO_TOKEN=ARGO_TOKEN, HOME=str(tmp_path / "home"))
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "llmpack", "compare", "--cluster", "--backends", "argo", "--variants", "default,fuse-all",
+             "--max-steps", "7", "--argo-host", c.argo.url, "--kubeconfig", str(c.kubeconfig), "--tracking-uri", tracking_uri,
+             "--poll", "0.05", "--timeout", "60", "--no-report", "--json"],
+            env=env, capture_output=True, text=True, timeout=300)
+        c.fake.wait_idle()
+    finally:
+        c.close()
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout)
+    assert result["backends"] == ["argo", "argo+fuse-all"]
+    assert sorted(c.fake.scripts[run["pipeline_run"]].tasks == TASKS[run["fuse"]] for run in result["runs"]) == [True, True]
+
+
+def test_the_cli_refuses_fused_variants_of_a_many_gpu_finetune(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from llmpack.cli import main
+
+    r = CliRunner().invoke(main, ["compare", "--cluster", "--backends", "argo", "--variants", "default,fuse-gpu",
+                                  "--gpus", "2", "--no-report"])
+    assert r.exit_code == 2 and "the many-process finetune runs unfused" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1
