@@ -859,7 +859,7 @@ class _Session:
             ready = gang_ready(mine)
             metrics["gang_ready_s"] = None if ready is None else ready - ctx.submitted_at
             metrics.update(self._kueue_waits(mine, record))
-        pods = pod_spans(rows, self.pod_gpus(plan.fuse), self.gang)
+        pods = pod_spans(rows, pod_gpus_by_step(uses, fused), self.gang)
         bill = cost.bill_nodes(node_spans(record.get("nodes", ()), pods), pods,
                                scale_down_delay_s=self.scale_down_delay_s).get(plan.pipeline_run)
         if bill is not None:
