@@ -335,9 +335,9 @@ def compare(backends: str, repeats: int, warmup: int | None, local: bool, varian
         cmp.check_warmup(warmup)
         if warmup and not local:
             raise InputError("--warmup: local runs only (on a cluster, warm nodes with llmpack compile --prepull)")
-    modes = cmp.parse_variants(variants)
     fusion.check_mode(kwargs["fuse"])
-    labels = [fusion.path_label(b, f) for f in (modes or [kwargs["fuse"]]) for b in names]
+    modes = cmp.parse_variants(variants) or [kwargs["fuse"]]  # the packagings compared: --variants, else --fuse
+    labels = [fusion.path_label(b, f) for f in modes for b in names]
     costs = parse_control_plane(control_plane, control_plane_file)
     check_control_plane(costs, names)
     base = (baseline if baseline is not None else cmp.default_baseline(labels)) if local else baseline
@@ -355,10 +355,10 @@ def compare(backends: str, repeats: int, warmup: int | None, local: bool, varian
 
     with library_logs_to(output_dir / "llmpack-client.log"):
         if not local:
-            result = cmp.with_baseline(_compare_cluster(names, modes or [kwargs["fuse"]], repeats, params, cluster, kwargs,
+            result = cmp.with_baseline(_compare_cluster(names, modes, repeats, params, cluster, kwargs,
                                                         inject_start_delay), base)
         else:
-            result = cmp.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes or None, warmup=warmup,
+            result = cmp.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes, warmup=warmup,
                                  run_one=lambda o, label: run_with_progress(o, label, env=cmp.start_delay_env(delays, o.backend)))
         if delays:
             result["injected_start_delay_s"] = delays
