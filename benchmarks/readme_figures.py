@@ -11,7 +11,9 @@ a fresh temporary directory (so the MLflow database is created as a first-time u
 * ``table``: the measured-figures table (``import_time.py``, ``time llmpack run``, ``time llmpack compare``);
 * ``overhead``: ``python benchmarks/overhead.py --repeats 3``;
 * ``spinup``: ``python benchmarks/spinup.py --pairs 5`` (about 7 minutes more);
-* ``gc``: ``python benchmarks/gc_startup.py --rounds 5`` (about 2 minutes more).
+* ``spinup-quick``: the same with ``--max-steps 10``, a quick iteration (about 5 minutes more);
+* ``gc``: ``python benchmarks/gc_startup.py --rounds 5`` (about 2 minutes more);
+* ``train``: ``python benchmarks/train_step.py --rounds 5`` (about 2 minutes more).
 
 ``--sections spinup`` (comma-separated) measures only those.
 
@@ -33,6 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 BIN = Path(sys.executable).parent
+SECTIONS = ("compare", "table", "overhead", "spinup", "spinup-quick", "gc", "train")
 COMPARE_ARGS = ["--control-plane-cost", "kfp=450", "--control-plane-cost", "argo=120",
                 "--control-plane-cost", "mlflow=200"]
 
@@ -51,10 +54,10 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess
     return wall, proc
 
 
-def measure_spinup() -> str:
+def measure_spinup(*args: str) -> str:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        _, spinup = timed([sys.executable, str(REPO / "benchmarks" / "spinup.py"), "--pairs", "5"], Path(tmp))
+        _, spinup = timed([sys.executable, str(REPO / "benchmarks" / "spinup.py"), "--pairs", "5", *args], Path(tmp))
     load_after = os.getloadavg()[0]
     lines = spinup.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("path "))
@@ -63,11 +66,12 @@ def measure_spinup() -> str:
             f"{load_after:.1f} after.)")
 
 
-def measure_gc() -> str:
+def measure_script(script: str, *args: str) -> str:
+    """A benchmark's whole output as the section (``gc``: gc_startup.py, ``train``: train_step.py)."""
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        _, gc = timed([sys.executable, str(REPO / "benchmarks" / "gc_startup.py"), "--rounds", "5"], Path(tmp))
-    return ("```\n" + gc.stdout.rstrip() + "\n```\n\n"
+        _, out = timed([sys.executable, str(REPO / "benchmarks" / script), *args], Path(tmp))
+    return ("```\n" + out.stdout.rstrip() + "\n```\n\n"
             f"(Measured {time.strftime('%Y-%m-%d', time.gmtime())}; 1-minute load average {load_before:.1f} before, "
             f"{os.getloadavg()[0]:.1f} after.)")
 
@@ -128,18 +132,22 @@ def rewrite(text: str, sections: dict[str, str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="print the figures; do not rewrite README.md")
-    parser.add_argument("--sections", default="compare,table,overhead,spinup,gc",
+    parser.add_argument("--sections", default=",".join(SECTIONS),
                         help="comma-separated sections to measure (default: all)")
     args = parser.parse_args()
     wanted = {s.strip() for s in args.sections.split(",") if s.strip()}
-    unknown = wanted - {"compare", "table", "overhead", "spinup", "gc"}
+    unknown = wanted - set(SECTIONS)
     if unknown:
         parser.error(f"--sections: unknown {', '.join(sorted(unknown))}")
     sections = {k: v for k, v in measure().items() if k in wanted} if wanted & {"compare", "table", "overhead"} else {}
     if "spinup" in wanted:
         sections["spinup"] = measure_spinup()
+    if "spinup-quick" in wanted:
+        sections["spinup-quick"] = measure_spinup("--max-steps", "10")
     if "gc" in wanted:
-        sections["gc"] = measure_gc()
+        sections["gc"] = measure_script("gc_startup.py", "--rounds", "5")
+    if "train" in wanted:
+        sections["train"] = measure_script("train_step.py", "--rounds", "5")
     for name, body in sections.items():
         print(f"--- {name}\n{body}\n")
     if not args.check:
