@@ -82,20 +82,6 @@ def device_and_dtype() -> tuple[Any, Any]:
     return torch.device("cpu"), None
 
 
-def deterministic_cpu() -> None:
-    """Deterministic kernels on the CPU, without filling every new tensor with NaN first.
-
-    ``use_deterministic_algorithms`` also turns on ``fill_uninitialized_memory``, a debugging aid
-    that writes NaN into every ``torch.empty``: 10-25% of a tiny model's training step on two
-    cores (``benchmarks/train_step.py``). Only an op that reads memory it never wrote could see
-    the difference, and such an op would be a bug that no fill makes deterministic.
-    """
-    import torch
-
-    torch.use_deterministic_algorithms(True)
-    torch.utils.deterministic.fill_uninitialized_memory = False
-
-
 def keep_tuned(model_dir: str | Path, net: Any) -> None:
     """Hand the trained model (as saved in ``model_dir``) to a later step in this process."""
     _kept[Path(model_dir).resolve()] = net

@@ -9,7 +9,7 @@ from typing import Any
 
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Metrics, Model, Output, Resources, step
 from components.errors import StepFailed
-from components.modeling import MODEL_META, deterministic_cpu, device_and_dtype, load_base_model, take_tuned
+from components.modeling import MODEL_META, device_and_dtype, load_base_model, take_tuned
 from components.runtime import emit, metric
 
 
@@ -54,7 +54,7 @@ def evaluate(
 
     device, amp_dtype = device_and_dtype()
     if device.type == "cpu":
-        deterministic_cpu()
+        torch.use_deterministic_algorithms(True)
     src = Path(tokens.path)
     input_ids = torch.from_numpy(np.load(src / "eval_input_ids.npy"))
     labels = torch.from_numpy(np.load(src / "eval_labels.npy"))

@@ -33,14 +33,7 @@ from typing import Any
 
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Output, Resources, Retry, step
 from components.errors import InputError
-from components.modeling import (
-    MODEL_META,
-    deterministic_cpu,
-    device_and_dtype,
-    keep_tuned,
-    load_base_model,
-    lora_target_modules,
-)
+from components.modeling import MODEL_META, device_and_dtype, keep_tuned, load_base_model, lora_target_modules
 from components.runtime import metric
 
 MANIFEST = "manifest.json"
@@ -339,7 +332,7 @@ def finetune(
     if world.distributed:
         device = distributed.init(world)  # this rank's GPU (NCCL), or the CPU (Gloo)
     if device.type == "cpu":
-        deterministic_cpu()
+        torch.use_deterministic_algorithms(True)
 
     # ---- data: packed blocks, prompt tokens already masked (-100)
     src = Path(tokens.path)
