@@ -12,8 +12,7 @@ a fresh temporary directory (so the MLflow database is created as a first-time u
 * ``overhead``: ``python benchmarks/overhead.py --repeats 3``;
 * ``spinup``: ``python benchmarks/spinup.py --pairs 5`` (about 7 minutes more);
 * ``spinup-quick``: the same with ``--max-steps 10``, a quick iteration (about 5 minutes more);
-* ``gc``: ``python benchmarks/gc_startup.py --rounds 5`` (about 2 minutes more);
-* ``train``: ``python benchmarks/train_step.py --rounds 5`` (about 2 minutes more).
+* ``gc``: ``python benchmarks/gc_startup.py --rounds 5`` (about 2 minutes more).
 
 ``--sections spinup`` (comma-separated) measures only those.
 
@@ -35,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 BIN = Path(sys.executable).parent
-SECTIONS = ("compare", "table", "overhead", "spinup", "spinup-quick", "gc", "train")
+SECTIONS = ("compare", "table", "overhead", "spinup", "spinup-quick", "gc")
 COMPARE_ARGS = ["--control-plane-cost", "kfp=450", "--control-plane-cost", "argo=120",
                 "--control-plane-cost", "mlflow=200"]
 
@@ -67,7 +66,7 @@ def measure_spinup(*args: str) -> str:
 
 
 def measure_script(script: str, *args: str) -> str:
-    """A benchmark's whole output as the section (``gc``: gc_startup.py, ``train``: train_step.py)."""
+    """A benchmark's whole output as the section (``gc``: gc_startup.py)."""
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         _, out = timed([sys.executable, str(REPO / "benchmarks" / script), *args], Path(tmp))
@@ -146,8 +145,6 @@ def main() -> None:
         sections["spinup-quick"] = measure_spinup("--max-steps", "10")
     if "gc" in wanted:
         sections["gc"] = measure_script("gc_startup.py", "--rounds", "5")
-    if "train" in wanted:
-        sections["train"] = measure_script("train_step.py", "--rounds", "5")
     for name, body in sections.items():
         print(f"--- {name}\n{body}\n")
     if not args.check:
