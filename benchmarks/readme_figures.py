@@ -53,24 +53,14 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess
     return wall, proc
 
 
-def measure_spinup(*args: str) -> str:
-    load_before = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory() as tmp:
-        _, spinup = timed([sys.executable, str(REPO / "benchmarks" / "spinup.py"), "--pairs", "5", *args], Path(tmp))
-    load_after = os.getloadavg()[0]
-    lines = spinup.stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("path "))
-    return ("```\n" + "\n".join(lines[start:]).rstrip() + "\n```\n\n"
-            f"(Measured {time.strftime('%Y-%m-%d', time.gmtime())}; 1-minute load average {load_before:.1f} before, "
-            f"{load_after:.1f} after.)")
-
-
-def measure_script(script: str, *args: str) -> str:
-    """A benchmark's whole output as the section (``gc``: gc_startup.py)."""
+def measure_script(script: str, *args: str, table_from: str = "") -> str:
+    """A benchmark's output as a section: from its first line starting ``table_from`` (all of it by default)."""
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         _, out = timed([sys.executable, str(REPO / "benchmarks" / script), *args], Path(tmp))
-    return ("```\n" + out.stdout.rstrip() + "\n```\n\n"
+    lines = out.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(table_from))
+    return ("```\n" + "\n".join(lines[start:]).rstrip() + "\n```\n\n"
             f"(Measured {time.strftime('%Y-%m-%d', time.gmtime())}; 1-minute load average {load_before:.1f} before, "
             f"{os.getloadavg()[0]:.1f} after.)")
 
@@ -140,9 +130,9 @@ def main() -> None:
         parser.error(f"--sections: unknown {', '.join(sorted(unknown))}")
     sections = {k: v for k, v in measure().items() if k in wanted} if wanted & {"compare", "table", "overhead"} else {}
     if "spinup" in wanted:
-        sections["spinup"] = measure_spinup()
+        sections["spinup"] = measure_script("spinup.py", "--pairs", "5", table_from="path ")
     if "spinup-quick" in wanted:
-        sections["spinup-quick"] = measure_spinup("--max-steps", "10")
+        sections["spinup-quick"] = measure_script("spinup.py", "--pairs", "5", "--max-steps", "10", table_from="path ")
     if "gc" in wanted:
         sections["gc"] = measure_script("gc_startup.py", "--rounds", "5")
     for name, body in sections.items():
