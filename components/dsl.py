@@ -162,6 +162,9 @@ class Step:
     outputs: dict[str, type[Artifact]]
     execution: Execution
     description: str = ""
+    # Start-up a fused pod may run ahead in a parked process (components.warm_ahead): imports and
+    # client set-up only, never the step's work.
+    warm_up: Callable[[], None] | None = None
 
     @property
     def ref(self) -> str:
@@ -192,8 +195,13 @@ def step(
     name: str | None = None,
     execution: Execution | None = None,
     description: str | None = None,
+    warm_up: Callable[[], None] | None = None,
 ) -> Callable[[Callable[..., Any]], Step]:
-    """Turn a typed function into a :class:`Step`."""
+    """Turn a typed function into a :class:`Step`.
+
+    ``warm_up``: the step's start-up (imports, client set-up), which a fused pod may run ahead of
+    the step's turn while earlier steps work (:mod:`components.warm_ahead`); never its work.
+    """
 
     def wrap(func: Callable[..., Any]) -> Step:
         step_name = name or func.__name__.replace("_", "-")
@@ -226,6 +234,7 @@ def step(
             outputs=outputs,
             execution=execution or Execution(),
             description=doc,
+            warm_up=warm_up,
         )
 
     return wrap

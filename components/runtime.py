@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from components import distributed, gang, startup, telemetry
+from components import distributed, gang, startup, telemetry, warm_ahead
 from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step
 from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
@@ -229,14 +229,38 @@ def run(argv: Sequence[str]) -> int:
                          "run the many-process step unfused (no --fuse)")
     # A fused step: its members one after the other in this process, each with its own record.
     # A later member starts when the one before it handed over; a planted delay applies per member.
+    # A member with a warm-up runs in a process parked for it at the start (components.warm_ahead).
     paths = {**inputs, **outputs}
-    for n, member in enumerate(step.members):
-        handed_over = started if n == 0 else time.time()
-        startup.pause_full_collections()  # each member starts up as its own process would
-        delay = _injected_start_delay(member.step)
+
+    def run_member(n: int, started: float, delay: float) -> None:
+        member = step.members[n]
         m_inputs, m_outputs = member_paths(member, paths)
         run_step(member.step, ctx, m_inputs, m_outputs, member_values(member, values, step.params),
-                 started=handed_over + delay, injected=delay)
+                 started=started, injected=delay)
+
+    parked_for = warm_ahead.parked_index()
+    if parked_for is not None:  # this process is that member's parked process
+        member = step.members[parked_for]
+        warm_s = warm_ahead.warm(member.step)
+        go = warm_ahead.wait_for_go()
+        if go is not None:  # None: the fused step ended before this member's turn
+            print(f"warm-ahead: {member.task}'s start-up ran beside the steps before it ({warm_s:.1f} s)", flush=True)
+            run_member(parked_for, *go)
+        return 0
+    parked = warm_ahead.park([m.step for m in step.members], argv)
+    try:
+        for n, member in enumerate(step.members):
+            handed_over = started if n == 0 else time.time()
+            startup.pause_full_collections()  # each member starts up as its own process would
+            delay = _injected_start_delay(member.step)
+            rc = parked[n].go(handed_over + delay, delay) if n in parked else None
+            if rc is None:  # not parked, or its parked process is gone: run it here
+                run_member(n, handed_over + delay, delay)
+            elif rc != 0:
+                return rc  # the member's own error is above, in its output
+    finally:
+        for p in parked.values():
+            p.close()
     return 0
 
 

@@ -11,7 +11,15 @@ from components.modeling import MODEL_META
 from components.runtime import MLFLOW_LOGGING_ENV, current
 
 
-@step(execution=Execution(resources=Resources(cpu=1, memory="2Gi")))
+def open_tracking() -> None:
+    """register's start-up: import MLflow and open the tracking store (MLflow keeps it per URI)."""
+    if os.environ.get(MLFLOW_LOGGING_ENV, "1") != "0":
+        from components import tracking
+
+        tracking.client()
+
+
+@step(execution=Execution(resources=Resources(cpu=1, memory="2Gi")), warm_up=open_tracking)
 def register(
     model: Input[Model],
     metrics: Input[Metrics],

@@ -1,0 +1,133 @@
+"""Warm-ahead: a fused member with a warm-up runs in a process parked for it, with the same result."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from components import fusion, warm_ahead
+from components.pipeline import build
+from tests.conftest import run_step
+
+# A first step that leaves what finetune and evaluate leave, then the real register: fused, register
+# (the member with a warm-up) is parked. No torch needed.
+PROBE = '''
+import json
+from pathlib import Path
+from components.dsl import Metrics, Model, Output, pipeline, step
+from components.fusion import FusedStep, fuse
+from components.steps.register import register
+
+
+@step(name="trained")
+def trained(model: Output[Model], metrics: Output[Metrics], fail: bool = False, no_metrics: bool = False) -> None:
+    """What finetune and evaluate leave for register."""
+    if fail:
+        raise RuntimeError("trained: asked to fail")
+    (Path(model.path) / "adapter").mkdir(exist_ok=True)
+    (Path(model.path) / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
+    (Path(model.path) / "llmpack-model.json").write_text(json.dumps({"method": "lora", "base_model": "tiny"}))
+    if not no_metrics:
+        (Path(metrics.path) / "metrics.json").write_text(json.dumps({"eval_loss": 1.25}))
+
+
+@pipeline(name="warm-probe")
+def probe(fail: bool = False, no_metrics: bool = False):
+    t = trained(fail=fail, no_metrics=no_metrics)
+    register(model=t.outputs["model"], metrics=t.outputs["metrics"])
+
+
+fused = next(t.step for t in fuse(probe(), "all").tasks.values() if isinstance(t.step, FusedStep))
+'''
+
+
+@pytest.fixture(scope="module")
+def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("warm-probe")
+    (root / "llmpack_warm_probe.py").write_text(PROBE, encoding="utf-8")
+    return root
+
+
+def _run(probe_dir: Path, root: Path, *params: str, **env: str) -> subprocess.CompletedProcess[str]:
+    root.mkdir(exist_ok=True)
+    args = [f"--output=trained_model={root / 'model'}", f"--output=trained_metrics={root / 'metrics'}",
+            f"--output=register_registration={root / 'reg'}", "--param=pipeline_run=warm-test",
+            "--param=run_group=rg-warm", f"--param=submitted_at={time.time()}", *params]
+    return run_step("llmpack_warm_probe:fused", *args, cwd=probe_dir, env=_env(probe_dir, root, **env))
+
+
+def _env(probe_dir: Path, root: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMPACK_")}
+    return {**env, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "LLMPACK_CLIENT_UPLOADS": "1",  # as local runs
+            "PYTHONPATH": f"{probe_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **extra}
+
+
+def _registration(root: Path) -> dict[str, str]:
+    return json.loads((root / "reg" / "registration.json").read_text())
+
+
+def test_only_later_members_with_a_warm_up_are_parked():
+    step = fusion.fuse(build(), "all").tasks[fusion.ALL_STEPS_TASK].step
+    assert isinstance(step, fusion.FusedStep)
+    with_warm_up = [n for n, m in enumerate(step.members) if m.step.warm_up is not None]
+    assert [step.members[n].task for n in with_warm_up] == ["register"]
+    gpu = fusion.fuse(build(), "gpu")
+    assert all(m.step.warm_up is None for t in gpu.tasks.values() if isinstance(t.step, fusion.FusedStep)
+               for m in t.step.members)  # finetune + evaluate: nothing to park
+
+
+def test_the_hand_over_line_is_read_and_end_of_file_means_no_turn():
+    assert warm_ahead.wait_for_go(io.StringIO("1796217047.5 0.25\n")) == (1796217047.5, 0.25)
+    assert warm_ahead.wait_for_go(io.StringIO("")) is None
+
+
+def test_switched_off_nothing_is_parked(monkeypatch: pytest.MonkeyPatch):
+    step = fusion.fuse(build(), "all").tasks[fusion.ALL_STEPS_TASK].step
+    assert isinstance(step, fusion.FusedStep)
+    monkeypatch.setenv(warm_ahead.SWITCH_ENV, "0")
+    assert warm_ahead.park([m.step for m in step.members], []) == {}
+
+
+def test_a_parked_member_gives_the_same_registration_and_record(probe_dir: Path, tmp_path: Path):
+    results = {}
+    for switch in ("1", "0"):
+        root = tmp_path / f"warm-{switch}"
+        r = _run(probe_dir, root, LLMPACK_WARM_AHEAD=switch)
+        assert r.returncode == 0, r.stderr
+        assert ("warm-ahead: register's start-up ran beside the steps before it" in r.stdout) == (switch == "1")
+        reg = _registration(root)
+        assert reg["registered"] is True and reg["version"] == "1"
+        events = _events(root / "reg")
+        assert [e["name"] for e in events if e["kind"] == "event"] == ["process_started", "finished"]
+        before = next(e["value"] for e in _events(root / "model") if e["name"] == "finished")
+        start = next(e["value"] for e in events if e["name"] == "process_started")
+        assert 0 <= start - before < 1.0  # its start is the hand-over, not when the parked process began
+        results[switch] = {k: v for k, v in reg.items() if k not in ("run_id", "source")}
+    assert results["1"] == results["0"]
+
+
+def test_when_an_earlier_member_fails_the_parked_process_ends_without_running(probe_dir: Path, tmp_path: Path):
+    # capture_output waits for every holder of the output pipe: the call returning means the parked process is gone
+    r = _run(probe_dir, tmp_path / "run", "--param=fail=true")
+    assert r.returncode == 1
+    assert "trained: asked to fail" in r.stderr
+    assert "warm-ahead" not in r.stdout
+    assert not (tmp_path / "run" / "reg" / "registration.json").exists()
+
+
+def test_the_parked_members_failure_is_the_fused_steps(probe_dir: Path, tmp_path: Path):
+    r = _run(probe_dir, tmp_path / "run", "--param=no_metrics=true")  # register cannot read evaluate's metrics
+    assert r.returncode == 1
+    assert "metrics.json" in r.stderr
+    assert "warm-ahead: register's start-up" in r.stdout  # it was parked, and its error ended the fused step
+    assert not (tmp_path / "run" / "reg" / "registration.json").exists()
+
+
+def _events(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "llmpack-events.jsonl").read_text().splitlines()]
