@@ -4,9 +4,12 @@
 
 For each path, ``--pairs`` rounds run the default and every fused variant once each, the order
 rotated every round (so drift and page-cache warmth spread over all variants), after one
-uncounted warm-up round. Per variant it prints medians of: wall time (``total_s``, submit to
-the end of the run's record), spin-up, time to first step, model-load time (every step's
-``model_loaded - process_started``, summed), step processes (pods on a cluster) per run, and the
+uncounted warm-up round. ``fuse-all-nowarm`` is ``--fuse all`` with warm-ahead off
+(``LLMPACK_WARM_AHEAD=0``: register starts up in its turn, not in a parked process beside the
+training; components/warm_ahead.py), so the table shows what that cut buys on its own. Per
+variant it prints medians of: wall time (``total_s``, submit to the end of the run's record),
+spin-up, time to first step, model-load time (every step's ``model_loaded - process_started``,
+summed), step pods per run on a cluster (locally: step processes, a parked one aside), and the
 projected cost; then the median over rounds of each variant's wall time relative to the
 default's in the same round ("paired"). It checks that every variant's adapter and eval metrics
 equal the default's, byte for byte, and exits 1 when one does not.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -28,12 +32,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components import warm_ahead
 from components.fusion import fuse
 from components.pipeline import build
 from llmpack.runs import RunOptions, run_pipeline
 
-VARIANTS = ("none", "gpu", "all")
-LABEL = {"none": "default", "gpu": "fuse-gpu", "all": "fuse-all"}
+# label: (--fuse mode, warm-ahead on); the first is the default every other is compared with
+VARIANTS = {"default": ("none", True), "fuse-gpu": ("gpu", True), "fuse-all": ("all", True),
+            "fuse-all-nowarm": ("all", False)}
 ADAPTER = Path("adapter") / "adapter_model.safetensors"
 
 
@@ -49,37 +55,43 @@ def fingerprint(summary: dict[str, Any]) -> tuple[str, str]:
     return adapter, metrics
 
 
-def run_once(backend: str, mode: str, root: Path, max_steps: int) -> dict[str, Any]:
-    s = run_pipeline(RunOptions(backend=backend, fuse=mode, max_steps=max_steps, output_dir=root / "runs",
-                                tracking_uri=f"sqlite:///{root / 'mlflow.db'}", run_group="rg-spinup-bench"))
+def run_once(backend: str, label: str, root: Path, max_steps: int) -> dict[str, Any]:
+    mode, warm = VARIANTS[label]
+    os.environ[warm_ahead.SWITCH_ENV] = "1" if warm else "0"  # the step processes inherit it
+    try:
+        s = run_pipeline(RunOptions(backend=backend, fuse=mode, max_steps=max_steps, output_dir=root / "runs",
+                                    tracking_uri=f"sqlite:///{root / 'mlflow.db'}", run_group="rg-spinup-bench"))
+    finally:
+        os.environ.pop(warm_ahead.SWITCH_ENV)
     if s["status"] != "succeeded":
-        raise SystemExit(f"{backend} {LABEL[mode]}: {s['error']}")
+        raise SystemExit(f"{backend} {label}: {s['error']}")
     return s
 
 
 def measure(backend: str, pairs: int, max_steps: int, root: Path) -> dict[str, Any]:
-    rows: dict[str, list[dict[str, Any]]] = {m: [] for m in VARIANTS}
-    prints: dict[str, set[tuple[str, str]]] = {m: set() for m in VARIANTS}
-    for mode in VARIANTS:  # warm-up round, not counted
-        run_once(backend, mode, root, max_steps)
+    labels = list(VARIANTS)
+    rows: dict[str, list[dict[str, Any]]] = {v: [] for v in labels}
+    prints: dict[str, set[tuple[str, str]]] = {v: set() for v in labels}
+    for label in labels:  # warm-up round, not counted
+        run_once(backend, label, root, max_steps)
     for i in range(pairs):
-        order = VARIANTS[i % len(VARIANTS):] + VARIANTS[: i % len(VARIANTS)]
-        for mode in order:
-            s = run_once(backend, mode, root, max_steps)
+        for label in labels[i % len(labels):] + labels[: i % len(labels)]:
+            s = run_once(backend, label, root, max_steps)
             m = s["metrics"]
-            rows[mode].append({"wall_s": m["total_s"], "spinup_s": m["spinup_s"], "ttfs_s": m["time_to_first_step_s"],
-                               "model_load_s": model_load_s(s), "cost_usd": m.get("cost_usd")})
-            prints[mode].add(fingerprint(s))
-            print(f"  {backend} round {i + 1}/{pairs} {LABEL[mode]:<9} wall {m['total_s']:6.2f} s", file=sys.stderr, flush=True)
+            rows[label].append({"wall_s": m["total_s"], "spinup_s": m["spinup_s"], "ttfs_s": m["time_to_first_step_s"],
+                                "model_load_s": model_load_s(s), "cost_usd": m.get("cost_usd")})
+            prints[label].add(fingerprint(s))
+            print(f"  {backend} round {i + 1}/{pairs} {label:<15} wall {m['total_s']:6.2f} s", file=sys.stderr, flush=True)
     out: dict[str, Any] = {}
-    for mode in VARIANTS:
-        col = rows[mode]
-        out[LABEL[mode]] = {
+    default = labels[0]
+    for label, (mode, _) in VARIANTS.items():
+        col = rows[label]
+        out[label] = {
             **{k: statistics.median(r[k] for r in col) for k in ("wall_s", "spinup_s", "ttfs_s", "model_load_s")},
             "cost_usd": statistics.median(r["cost_usd"] for r in col) if all(r["cost_usd"] is not None for r in col) else None,
-            "processes_per_run": len(fuse(build(), mode).tasks),
-            "wall_vs_default": statistics.median(r["wall_s"] / d["wall_s"] for r, d in zip(col, rows["none"], strict=True)),
-            "same_outputs_as_default": prints[mode] == prints["none"] and len(prints["none"]) == 1,
+            "pods_per_run": len(fuse(build(), mode).tasks),
+            "wall_vs_default": statistics.median(r["wall_s"] / d["wall_s"] for r, d in zip(col, rows[default], strict=True)),
+            "same_outputs_as_default": prints[label] == prints[default] and len(prints[default]) == 1,
             "n": len(col),
         }
     return out
@@ -87,7 +99,7 @@ def measure(backend: str, pairs: int, max_steps: int, root: Path) -> dict[str, A
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=5, help="rounds of (default, fuse-gpu, fuse-all) per path")
+    parser.add_argument("--pairs", type=int, default=5, help="rounds of every variant per path")
     parser.add_argument("--backends", default="direct")
     parser.add_argument("--max-steps", type=int, default=60)
     parser.add_argument("--json", action="store_true")
@@ -99,15 +111,16 @@ def main() -> int:
         print(json.dumps({"pairs": args.pairs, "max_steps": args.max_steps, "seconds": time.time() - started,
                           "paths": result}, indent=2))
     else:
-        print(f"{'path':<8} {'variant':<9} {'wall s':>7} {'vs default':>10} {'spin-up':>7} {'1st step':>8} "
-              f"{'load s':>6} {'procs':>5} {'cost $':>9} same")
+        print(f"{'path':<6} {'variant':<15} {'wall s':>6} {'vs dflt':>7} {'spin-up':>7} {'1st step':>8} "
+              f"{'load s':>6} {'pods':>4} {'cost $':>8} same")
         for backend, variants in result.items():
             for label, r in variants.items():
                 cost = f"{r['cost_usd']:.6f}" if r["cost_usd"] is not None else "-"
-                print(f"{backend:<8} {label:<9} {r['wall_s']:7.2f} {(r['wall_vs_default'] - 1) * 100:+9.0f}% "
-                      f"{r['spinup_s']:7.2f} {r['ttfs_s']:8.2f} {r['model_load_s']:6.2f} {r['processes_per_run']:5d} "
-                      f"{cost:>9} {'yes' if r['same_outputs_as_default'] else 'NO'}")
-        print(f"medians of {args.pairs} rounds per variant ({args.max_steps} steps), {time.time() - started:.0f} s in all")
+                print(f"{backend:<6} {label:<15} {r['wall_s']:6.2f} {(r['wall_vs_default'] - 1) * 100:+6.0f}% "
+                      f"{r['spinup_s']:7.2f} {r['ttfs_s']:8.2f} {r['model_load_s']:6.2f} {r['pods_per_run']:4d} "
+                      f"{cost:>8} {'yes' if r['same_outputs_as_default'] else 'NO'}")
+        print(f"medians of {args.pairs} rounds per variant ({args.max_steps} steps), {time.time() - started:.0f} s in all;")
+        print("nowarm: warm-ahead off (LLMPACK_WARM_AHEAD=0)")
     same = all(r["same_outputs_as_default"] for v in result.values() for r in v.values())
     return 0 if same else 1
 

@@ -1,7 +1,10 @@
 """Step fusion: run several tasks of the pipeline in one process (one pod), computing the same thing.
 
     llmpack run --fuse gpu      # finetune and evaluate in one process: the tuned model stays in memory
-    llmpack run --fuse all      # every step in one process: one pod per run
+    llmpack run --fuse all      # every step in one pod: one pod per run
+
+In a fused step a later member that declares a warm-up (register: importing MLflow) starts up in
+a parked process of its own beside the earlier members' work (:mod:`components.warm_ahead`).
 
 :func:`fuse` turns a :class:`~components.dsl.Pipeline` into another pipeline in which each group
 of tasks is one task whose step is a :class:`FusedStep`. The backends compile it like any other

@@ -109,7 +109,8 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--run-group", default=None, help="Join this run group (default: a new one)."),
         click.option("--fuse", default="none", show_default=True, metavar="none|gpu|all",
                      help="Package steps into fewer processes/pods: gpu = finetune+evaluate in one (the tuned model "
-                          "stays in memory), all = every step in one. Same outputs; less spin-up."),
+                          "stays in memory), all = every step in one (register starts up beside the training; "
+                          "LLMPACK_WARM_AHEAD=0: in its turn). Same outputs; less spin-up."),
     ]
     for option in reversed(options):
         func = option(func)
