@@ -1,8 +1,8 @@
 """Kueue's view of a TrainJob: when its Workload got quota, and when it was admitted.
 
 A TrainJob with the ``kueue.x-k8s.io/queue-name`` label (``llmpack compile --queue``) is
-suspended until Kueue admits it. Kueue represents it by a ``Workload``
-(``kueue.x-k8s.io/v1beta1``, owned by the TrainJob) whose conditions say when:
+suspended until Kueue admits it. Kueue represents it by a ``Workload`` (owned by the TrainJob)
+whose conditions say when:
 
 - ``QuotaReserved``: the ClusterQueue had quota for it (the wait before: *quota wait*, other
   teams' jobs ahead of it in the queue);
@@ -13,6 +13,12 @@ So a gang's queueing splits into ``quota_wait_s`` (Workload created → QuotaRes
 ``admission_checks_s`` (QuotaReserved → Admitted). Without Kueue (no CRD, no Workload for the
 job, or no permission to list Workloads) both are None: Kueue is optional, its absence is not an
 error.
+
+Versions: Kueue serves Workloads as ``v1beta2`` (storage version since Kueue 0.16; ``v1beta1``
+deprecated there, still served up to 0.19) and as ``v1beta1`` (the only one before 0.15). The
+fields read here (``ownerReferences``, ``creationTimestamp``, the ``QuotaReserved`` and
+``Admitted`` conditions) are the same in both, so the newest served version is read: ``v1beta2``,
+then ``v1beta1`` where that is not served (404).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-GROUP, VERSION, PLURAL = "kueue.x-k8s.io", "v1beta1", "workloads"
+GROUP, PLURAL = "kueue.x-k8s.io", "workloads"
+VERSIONS = ("v1beta2", "v1beta1")  # newest first
 QUOTA_RESERVED, ADMITTED = "QuotaReserved", "Admitted"
 
 
@@ -56,11 +63,15 @@ def find_workload(api_client: Any, namespace: str, trainjob: str) -> dict[str, A
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    try:
-        listed = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, _request_timeout=15)
-    except ApiException as exc:
-        if exc.status in (403, 404):  # no Kueue here, or not ours to read: measured without it
-            return None
-        raise
-    return next((w for w in listed.get("items") or () if owned_by(w, "TrainJob", trainjob)), None)
+    api = client.CustomObjectsApi(api_client)
+    for version in VERSIONS:
+        try:
+            listed = api.list_namespaced_custom_object(GROUP, version, namespace, PLURAL, _request_timeout=15)
+        except ApiException as exc:
+            if exc.status == 404:  # this version not served (or no Kueue at all): try the older one
+                continue
+            if exc.status == 403:  # not ours to read: measured without it
+                return None
+            raise
+        return next((w for w in listed.get("items") or () if owned_by(w, "TrainJob", trainjob)), None)
+    return None

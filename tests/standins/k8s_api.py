@@ -191,7 +191,9 @@ class CustomResource:
 
 TRAINJOBS = CustomResource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
 WORKLOADS = CustomResource("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
-CUSTOM_RESOURCES = (TRAINJOBS, WORKLOADS)
+WORKLOADS_V1BETA2 = CustomResource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
+# Kueue 0.15-0.19 serves Workloads at both versions, one store (Kueue before 0.15: v1beta1 only).
+CUSTOM_RESOURCES = (TRAINJOBS, WORKLOADS, WORKLOADS_V1BETA2)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -615,7 +617,8 @@ class KubeAPIStandIn(StandInServer):
 
     def _custom_by_resource(self, resource: str) -> CustomResource:
         """The served resource named ``{plural}.{group}`` or, when unambiguous, ``{plural}``."""
-        found = [r for r in self.custom_resources.values() if resource in (r.resource, r.plural)]
+        # one resource served at several versions shares one store: any of them will do
+        found = list({r.resource: r for r in self.custom_resources.values() if resource in (r.resource, r.plural)}.values())
         if len(found) != 1:
             raise KeyError(f"custom resource {resource!r}: {'ambiguous' if found else 'not served'}")
         return found[0]
@@ -984,10 +987,14 @@ def _make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
                 if query.get("watch", "").lower() in ("true", "1"):
                     return api._watch(self, query, ns, res.resource)
                 listed = api._list(api.custom_objects[res.resource], query, ns, res.kind)
+                for item in listed.get("items") or ():  # served at the version asked for (an identity conversion here)
+                    item["apiVersion"] = res.api_version
                 return self._json(200, listed | {"apiVersion": res.api_version})
             if method == "GET":
                 with api._cond:
                     obj = copy.deepcopy(api.custom_objects[res.resource].get((ns, name)))
+                if obj is not None:
+                    obj["apiVersion"] = res.api_version
                 return self._json(200, obj) if obj is not None else self._json(*api._not_found(res, name))
             if method == "PATCH":
                 content_type = self.headers.get("Content-Type") or ""
