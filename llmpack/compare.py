@@ -31,6 +31,9 @@ SUMMARY_METRICS = (
     "usd_per_1m_tokens",
     "goodput",
     "gpu_hours",
+    "gang_ready_s",  # a TrainJob gang's (--nodes N on a cluster): when its last node pod started
+    "quota_wait_s",  # and Kueue's waits for it (--queue)
+    "admission_checks_s",
 )
 PERCENTILE_METHOD = "linear interpolation between closest ranks (numpy 'linear', Hyndman-Fan type 7)"
 MIN_N_FOR_P99 = 10

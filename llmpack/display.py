@@ -175,24 +175,6 @@ def compare_table(result: dict[str, Any], *, wide: bool = False, console: Consol
     _retry_lines(result["runs"], console)
 
 
-def metric_medians(result: dict[str, Any], name: str) -> dict[str, tuple[float, int]]:
-    """Per path: the median of metric ``name`` over its runs that have it, and n."""
-    import statistics
-
-    out = {}
-    for orch in result["backends"]:
-        values = [r["metrics"][name] for r in result["runs"]
-                  if r.get("orchestrator") == orch and (r.get("metrics") or {}).get(name) is not None]
-        if values:
-            out[orch] = (statistics.median(values), len(values))
-    return out
-
-
-def gang_ready_medians(result: dict[str, Any]) -> dict[str, tuple[float, int]]:
-    """Per path: the median ``gang_ready_s`` of its runs (a TrainJob gang's last node pod started) and n."""
-    return metric_medians(result, "gang_ready_s")
-
-
 GANG_LINES = (
     ("gang_ready_s", "gang ready (last TrainJob node pod started, from submit) p50"),
     ("quota_wait_s", "Kueue quota wait (Workload created -> QuotaReserved) p50"),
@@ -203,9 +185,9 @@ GANG_LINES = (
 def _gang_lines(result: dict[str, Any], console: Console) -> None:
     """``compare --cluster --nodes N``: when each path's finetune gang was all up, and Kueue's waits (p50)."""
     for name, label in GANG_LINES:
-        medians = metric_medians(result, name)
-        if medians:
-            parts = [f"{escape(orch)} {fmt(v, 1)} s (n={n})" for orch, (v, n) in medians.items()]
+        per_path = {path: m.get(name) or {} for path, m in result["summary"].items()}
+        parts = [f"{escape(path)} {fmt(e['p50'], 1)} s (n={e['n']})" for path, e in per_path.items() if e.get("n")]
+        if parts:
             console.print(f"{label}: " + ", ".join(parts))
 
 

@@ -187,6 +187,8 @@ def test_gang_ready_s_is_the_last_node_pods_start(compared) -> None:
     line = next(line for line in text.splitlines() if line.startswith("gang ready"))
     for run in result["runs"]:
         assert f"{run['orchestrator']} {run['metrics']['gang_ready_s']:.1f} s (n=1)" in line
+        # and its summary (the JSON output) has it per path, as every other metric
+        assert result["summary"][run["orchestrator"]]["gang_ready_s"]["p50"] == run["metrics"]["gang_ready_s"]
 
 
 def expected_container_gpu_seconds(script) -> float:
@@ -311,6 +313,7 @@ def test_kueue_splits_the_gangs_queueing_into_quota_wait_and_admission_checks(tm
         assert script.gang["object"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
         assert run["metrics"]["quota_wait_s"] == wl["quota_reserved"] - wl["created"] == c.fake.timings.kueue_quota_s
         assert run["metrics"]["admission_checks_s"] == wl["admitted"] - wl["quota_reserved"] == c.fake.timings.kueue_admit_s
+        assert result["summary"]["argo"]["quota_wait_s"]["p50"] == c.fake.timings.kueue_quota_s
         assert min(p["created"] for p in script.gang["pods"]) > wl["admitted"]  # suspended until admitted
     finally:
         c.close()
