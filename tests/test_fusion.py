@@ -185,6 +185,9 @@ def test_fused_runs_give_byte_identical_adapters_and_metrics(backend: str, mode:
         assert {"process_started", "model_loaded", "finished"} <= set(events)
     assert "first_step" in train
     assert 0 <= ev["process_started"] - train["finished"] < 1.0  # the hand-over the fusion removed
+    # fused-all: register ran in the process parked for it, on every path (components.warm_ahead)
+    logs = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))
+    assert ("warm-ahead: register's start-up ran beside the steps before it" in logs) == (mode == "all")
 
 
 # --------------------------------------------------------------------------- image pre-pull
