@@ -78,7 +78,9 @@ def test_a_watcher_whose_relist_drops_the_list_is_caught(monkeypatch: pytest.Mon
     r = watcher_load.measure(pods, events, expire_every=every, gap=gap, timeout_s=4)
     assert r.stopped_by == "deadline"
     assert r.pods_stale + r.pods_lost >= len(hidden_ends)
-    assert any("stale" in p for p in r.problems) and any("stopped by deadline" in p for p in r.problems)
+    # a pod that ended behind a 410 shows stale when the watcher saw it before, lost when it never did:
+    # which depends on where the stream stood at the deadline, so either names the bug
+    assert any("stale" in p or "lost" in p for p in r.problems) and any("stopped by deadline" in p for p in r.problems)
 
 
 # --------------------------------------------------------------------------- many runs into one MLflow
