@@ -57,12 +57,16 @@ def fingerprint(summary: dict[str, Any]) -> tuple[str, str]:
 
 def run_once(backend: str, label: str, root: Path, max_steps: int) -> dict[str, Any]:
     mode, warm = VARIANTS[label]
+    before = os.environ.get(warm_ahead.SWITCH_ENV)
     os.environ[warm_ahead.SWITCH_ENV] = "1" if warm else "0"  # the step processes inherit it
     try:
         s = run_pipeline(RunOptions(backend=backend, fuse=mode, max_steps=max_steps, output_dir=root / "runs",
                                     tracking_uri=f"sqlite:///{root / 'mlflow.db'}", run_group="rg-spinup-bench"))
     finally:
-        os.environ.pop(warm_ahead.SWITCH_ENV)
+        if before is None:
+            os.environ.pop(warm_ahead.SWITCH_ENV)
+        else:
+            os.environ[warm_ahead.SWITCH_ENV] = before
     if s["status"] != "succeeded":
         raise SystemExit(f"{backend} {label}: {s['error']}")
     return s

@@ -232,11 +232,11 @@ def run(argv: Sequence[str]) -> int:
     # A member with a warm-up runs in a process parked for it at the start (components.warm_ahead).
     paths = {**inputs, **outputs}
 
-    def run_member(n: int, started: float, delay: float) -> None:
+    def run_member(n: int, handed_over: float, delay: float) -> None:
         member = step.members[n]
         m_inputs, m_outputs = member_paths(member, paths)
         run_step(member.step, ctx, m_inputs, m_outputs, member_values(member, values, step.params),
-                 started=started, injected=delay)
+                 started=handed_over, injected=delay)
 
     parked_for = warm_ahead.parked_index()
     if parked_for is not None:  # this process is that member's parked process
@@ -247,7 +247,7 @@ def run(argv: Sequence[str]) -> int:
             print(f"warm-ahead: {member.task}'s start-up ran beside the steps before it ({warm_s:.1f} s)", flush=True)
             run_member(parked_for, *go)
         return 0
-    parked = warm_ahead.park([m.step for m in step.members], argv)
+    parked = warm_ahead.park(step.members, argv)
     try:
         for n, member in enumerate(step.members):
             handed_over = started if n == 0 else time.time()
@@ -257,7 +257,7 @@ def run(argv: Sequence[str]) -> int:
             if rc is None:  # not parked, or its parked process is gone: run it here
                 run_member(n, handed_over + delay, delay)
             elif rc != 0:
-                return rc  # the member's own error is above, in its output
+                return rc  # the member's own error is above, in its output (128+N: a signal)
     finally:
         for p in parked.values():
             p.close()

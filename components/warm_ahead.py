@@ -16,22 +16,29 @@ warm-up in the fused process itself was measured and dropped: the imports hold t
 slowed the training loop by more than they saved (README, "tried and dropped").
 
 When the fused process ends before the member's turn (an earlier member failed), it kills the
-parked process, which has only started up; one whose fused process died reads end-of-file on its
-stdin and exits 0 without running anything. ``LLMPACK_WARM_AHEAD=0`` turns
-the feature off: every member then runs in the fused process, as before.
+parked process, which has only started up; a parked process whose fused process died before its
+turn reads end-of-file on its stdin and exits 0 without running anything. During the member's
+turn the fused process waits for it as for its own work: a SIGTERM is passed on, a Ctrl-C (which
+the whole process group gets) is left to the member, and the exit code is the member's (128+N
+when signalled). ``LLMPACK_WARM_AHEAD=0`` in a step's environment (locally: the client's)
+turns the feature off: every member then runs in the fused process, as before.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 from components.dsl import Step
+
+if TYPE_CHECKING:
+    from components.fusion import Member
 
 PARKED_ENV = "LLMPACK_PARKED_MEMBER"  # set on a parked process: the index of the member it runs
 SWITCH_ENV = "LLMPACK_WARM_AHEAD"  # "0": no parked processes
@@ -42,8 +49,11 @@ def enabled() -> bool:
 
 
 def parked_index() -> int | None:
-    """The member this process was parked for, or None in an ordinary step process."""
-    value = os.environ.get(PARKED_ENV, "")
+    """The member this process was parked for, or None in an ordinary step process.
+
+    Read once and taken out of the environment: nothing the member starts is told it is parked.
+    """
+    value = os.environ.pop(PARKED_ENV, "")
     return int(value) if value.isdigit() else None
 
 
@@ -59,8 +69,14 @@ def warm(step: Step) -> float:
 
 
 def wait_for_go(stream: IO[str] | None = None) -> tuple[float, float] | None:
-    """Block until the fused process hands over: ``(started, injected delay)``, or None at end-of-file."""
-    line = (stream or sys.stdin).readline()
+    """Block until the fused process hands over: ``(started, injected delay)``; None when it never will.
+
+    None at end-of-file (the fused process ended, or died) and on Ctrl-C before the turn came.
+    """
+    try:
+        line = (stream or sys.stdin).readline()
+    except KeyboardInterrupt:  # the fused process, interrupted too, ends the step
+        return None
     if not line.strip():
         return None
     started, delay = line.split()
@@ -71,17 +87,19 @@ def wait_for_go(stream: IO[str] | None = None) -> tuple[float, float] | None:
 class Parked:
     """A parked process of one member, as the fused process holds it."""
 
-    index: int
+    task: str
     proc: subprocess.Popen[str]
+    handed_over: bool = False
 
     @classmethod
-    def start(cls, index: int, argv: Sequence[str]) -> Parked:
+    def start(cls, index: int, task: str, argv: Sequence[str]) -> Parked:
         proc = subprocess.Popen([sys.executable, "-m", "components.run", *argv], stdin=subprocess.PIPE, text=True,
                                 env={**os.environ, PARKED_ENV: str(index)})
-        return cls(index=index, proc=proc)
+        return cls(task=task, proc=proc)
 
     def go(self, started: float, delay: float) -> int | None:
-        """Hand the member over and wait for it; its exit code, or None when the process is already gone."""
+        """Hand the member over and wait for it: its exit code (128+N when signalled), or None
+        when the parked process is already gone (the member then runs in the fused process)."""
         if self.proc.poll() is not None or self.proc.stdin is None:
             return None
         try:
@@ -89,17 +107,68 @@ class Parked:
             self.proc.stdin.close()
         except BrokenPipeError:
             return None
-        return self.proc.wait()
+        self.handed_over = True
+        return self._wait()
 
-    def close(self) -> None:
-        """End a parked process whose turn never came (it has only started up); reap one that ran."""
+    def _wait(self) -> int:
+        """Wait for the member, as if it ran here.
+
+        SIGTERM (a pod's end, a ``kill``: sent to the fused process only) is passed on, so the
+        member ends its records as it would in the fused process. SIGINT (Ctrl-C, llmpack's own
+        interrupt of a step) reaches the whole process group, the parked process included, so it
+        is not sent twice: the fused process waits while the member ends its records.
+        """
+        got: list[int] = []
+
+        def forward(signum: int, _frame: Any) -> None:
+            got.append(signum)
+            if signum == signal.SIGTERM and self.proc.poll() is None:
+                self.proc.send_signal(signum)
+
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while True:
+                try:
+                    rc = self.proc.wait()
+                    break
+                except KeyboardInterrupt:  # a handler set elsewhere raised: keep waiting for the member
+                    continue
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if got:
+            return 128 + got[0]
+        if rc < 0:  # killed, and not by us: say so (a member's own error is already in its output)
+            print(f"llmpack: error: step {self.task!r}: its process was killed by signal {-rc}", file=sys.stderr, flush=True)
+            return 128 - rc
+        return rc
+
+    def close(self, grace_s: float = 15.0) -> None:
+        """End a parked process whose turn never came (it has only started up: killed at once);
+        give one that has the member ``grace_s`` to end its records, then kill it."""
+        if self.proc.poll() is None and self.handed_over:
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
 
 
-def park(members: Sequence[Step], argv: Sequence[str]) -> dict[int, Parked]:
-    """Start a parked process for every member after the first that declares a warm-up."""
+def park(members: Sequence[Member], argv: Sequence[str]) -> dict[int, Parked]:
+    """Start a parked process for every member after the first whose step declares a warm-up.
+
+    A process that cannot be started is left out: that member runs in the fused process.
+    """
     if not enabled():
         return {}
-    return {n: Parked.start(n, argv) for n, step in enumerate(members) if n > 0 and step.warm_up is not None}
+    parked = {}
+    for n, member in enumerate(members):
+        if n > 0 and member.step.warm_up is not None:
+            try:
+                parked[n] = Parked.start(n, member.task, argv)
+            except OSError as exc:
+                print(f"llmpack: warning: warm-ahead: {member.task} not parked ({exc}); it starts up in its turn",
+                      file=sys.stderr, flush=True)
+    return parked

@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from tests.conftest import run_step
 PROBE = '''
 import json
 from pathlib import Path
-from components.dsl import Metrics, Model, Output, pipeline, step
+from components.dsl import Input, Metrics, Model, Output, pipeline, step
 from components.fusion import FusedStep, fuse
 from components.steps.register import register
 
@@ -37,10 +39,23 @@ def trained(model: Output[Model], metrics: Output[Metrics], fail: bool = False, 
         (Path(metrics.path) / "metrics.json").write_text(json.dumps({"eval_loss": 1.25}))
 
 
+def _nothing_to_warm() -> None:
+    pass
+
+
+@step(name="peek", warm_up=_nothing_to_warm)
+def peek(registration: Input[Metrics], seen: Output[Metrics], hold_s: float = 0.0) -> None:
+    """A later parked member: what its process sees, then a hold (to signal it mid-turn)."""
+    import os, time
+    (Path(seen.path) / "seen.json").write_text(json.dumps({"pid": os.getpid(), "parked_env": "LLMPACK_PARKED_MEMBER" in os.environ}))
+    time.sleep(hold_s)
+
+
 @pipeline(name="warm-probe")
-def probe(fail: bool = False, no_metrics: bool = False):
+def probe(fail: bool = False, no_metrics: bool = False, hold_s: float = 0.0):
     t = trained(fail=fail, no_metrics=no_metrics)
-    register(model=t.outputs["model"], metrics=t.outputs["metrics"])
+    r = register(model=t.outputs["model"], metrics=t.outputs["metrics"])
+    peek(registration=r.outputs["registration"], hold_s=hold_s)
 
 
 fused = next(t.step for t in fuse(probe(), "all").tasks.values() if isinstance(t.step, FusedStep))
@@ -55,11 +70,15 @@ def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(probe_dir: Path, root: Path, *params: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return run_step("llmpack_warm_probe:fused", *_args(root, *params), cwd=probe_dir, env=_env(probe_dir, root, **env))
+
+
+def _args(root: Path, *params: str) -> list[str]:
     root.mkdir(exist_ok=True)
-    args = [f"--output=trained_model={root / 'model'}", f"--output=trained_metrics={root / 'metrics'}",
-            f"--output=register_registration={root / 'reg'}", "--param=pipeline_run=warm-test",
+    return [f"--output=trained_model={root / 'model'}", f"--output=trained_metrics={root / 'metrics'}",
+            f"--output=register_registration={root / 'reg'}", f"--output=peek_seen={root / 'seen'}",
+            "--param=pipeline_run=warm-test",
             "--param=run_group=rg-warm", f"--param=submitted_at={time.time()}", *params]
-    return run_step("llmpack_warm_probe:fused", *args, cwd=probe_dir, env=_env(probe_dir, root, **env))
 
 
 def _env(probe_dir: Path, root: Path, **extra: str) -> dict[str, str]:
@@ -91,7 +110,7 @@ def test_switched_off_nothing_is_parked(monkeypatch: pytest.MonkeyPatch):
     step = fusion.fuse(build(), "all").tasks[fusion.ALL_STEPS_TASK].step
     assert isinstance(step, fusion.FusedStep)
     monkeypatch.setenv(warm_ahead.SWITCH_ENV, "0")
-    assert warm_ahead.park([m.step for m in step.members], []) == {}
+    assert warm_ahead.park(step.members, []) == {}
 
 
 def test_a_parked_member_gives_the_same_registration_and_record(probe_dir: Path, tmp_path: Path):
@@ -109,7 +128,33 @@ def test_a_parked_member_gives_the_same_registration_and_record(probe_dir: Path,
         start = next(e["value"] for e in events if e["name"] == "process_started")
         assert 0 <= start - before < 1.0  # its start is the hand-over, not when the parked process began
         results[switch] = {k: v for k, v in reg.items() if k not in ("run_id", "source")}
+        assert json.loads((root / "seen" / "seen.json").read_text())["parked_env"] is False  # not passed on
     assert results["1"] == results["0"]
+
+
+def test_a_sigterm_in_a_parked_members_turn_ends_it_and_the_fused_step_with_143(probe_dir: Path, tmp_path: Path):
+    root = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "components.run", "llmpack_warm_probe:fused", *_args(root, "--param=hold_s=60")],
+                            cwd=probe_dir, env=_env(probe_dir, root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = root / "seen" / "seen.json"
+    deadline = time.time() + 120
+    while not seen.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert seen.exists(), proc.communicate()
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)  # to the fused process only, as a pod's end or a kill sends it
+    out, err = proc.communicate(timeout=30)  # returns once the parked process, holding the pipes, is gone too
+    assert proc.returncode == 143, err
+    pid = json.loads(seen.read_text())["pid"]
+    assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State:"))
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return " Z " not in state + " "
 
 
 def test_when_an_earlier_member_fails_the_parked_process_ends_without_running(probe_dir: Path, tmp_path: Path):
