@@ -19,6 +19,9 @@ from llmpack.backends import BACKENDS
 from llmpack.runs import RunOptions, prepare
 
 DEFAULT_BACKENDS = tuple(BACKENDS)
+# A TrainJob gang's (--nodes N on a cluster): when its last node pod started, and Kueue's waits
+# for it (--queue). Elsewhere not measured: n = 0 in the summary.
+GANG_METRICS = ("gang_ready_s", "quota_wait_s", "admission_checks_s")
 SUMMARY_METRICS = (
     "spinup_s",
     "time_to_first_step_s",
@@ -31,9 +34,7 @@ SUMMARY_METRICS = (
     "usd_per_1m_tokens",
     "goodput",
     "gpu_hours",
-    "gang_ready_s",  # a TrainJob gang's (--nodes N on a cluster): when its last node pod started
-    "quota_wait_s",  # and Kueue's waits for it (--queue)
-    "admission_checks_s",
+    *GANG_METRICS,
 )
 PERCENTILE_METHOD = "linear interpolation between closest ranks (numpy 'linear', Hyndman-Fan type 7)"
 MIN_N_FOR_P99 = 10
