@@ -66,6 +66,33 @@ def run_logged(cmd: Sequence[str], *, env: Mapping[str, str], log_path: Path, cw
     return rc, last_error_line(log_path.read_text(encoding="utf-8", errors="replace"))
 
 
+def wait_passing_signals(proc: subprocess.Popen[Any], pass_on: Sequence[int]) -> tuple[int, int | None]:
+    """Wait for ``proc`` while SIGTERM and SIGINT that reach this process are caught, not raised.
+
+    Those in ``pass_on`` are sent on to ``proc``; the others are left to it (a process group's
+    Ctrl-C reaches it anyway). Returns ``proc``'s exit code and the first signal caught (or None).
+    """
+    got: list[int] = []
+
+    def catch(signum: int, _frame: Any) -> None:
+        got.append(signum)
+        if signum in pass_on and proc.poll() is None:
+            proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, catch) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:  # a handler set elsewhere raised: keep waiting
+                continue
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return rc, (got[0] if got else None)
+
+
 def wait_or_end_group(proc: subprocess.Popen[Any], grace_s: float = 15.0) -> int:
     """Wait for a child started with ``start_new_session=True``; if we are interrupted, end its whole group.
 

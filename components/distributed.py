@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from components.commands import wait_passing_signals
+
 NPROC_PARAM = "nproc_per_node"  # the step parameter that asks for more than one process
 LAUNCHER_ENV = "LLMPACK_LAUNCHER"  # set by our launcher for its ranks: it records start/finish and uploads
 MAX_NPROC = 64
@@ -103,27 +105,8 @@ def launch(nproc: int, argv: Sequence[str], *, attempt: int) -> int:
     env = {**os.environ, LAUNCHER_ENV: "1", "LLMPACK_ATTEMPT": str(attempt)}
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # --standalone: every rank is on this host
     proc = subprocess.Popen(launch_command(nproc, argv), env=env)
-    got: list[int] = []
-
-    def forward(signum: int, _frame: Any) -> None:
-        got.append(signum)
-        if proc.poll() is None:
-            proc.send_signal(signum)
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        while True:
-            try:
-                rc = proc.wait()
-                break
-            except KeyboardInterrupt:  # a handler set elsewhere raised: keep waiting for the ranks
-                continue
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if got:
-        return 128 + got[0]
-    return rc
+    rc, signalled = wait_passing_signals(proc, (signal.SIGTERM, signal.SIGINT))
+    return rc if signalled is None else 128 + signalled
 
 
 def init(world: World) -> Any:

@@ -33,8 +33,9 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
+from components.commands import wait_passing_signals
 from components.dsl import Step
 
 if TYPE_CHECKING:
@@ -118,26 +119,9 @@ class Parked:
         interrupt of a step) reaches the whole process group, the parked process included, so it
         is not sent twice: the fused process waits while the member ends its records.
         """
-        got: list[int] = []
-
-        def forward(signum: int, _frame: Any) -> None:
-            got.append(signum)
-            if signum == signal.SIGTERM and self.proc.poll() is None:
-                self.proc.send_signal(signum)
-
-        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            while True:
-                try:
-                    rc = self.proc.wait()
-                    break
-                except KeyboardInterrupt:  # a handler set elsewhere raised: keep waiting for the member
-                    continue
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        if got:
-            return 128 + got[0]
+        rc, signalled = wait_passing_signals(self.proc, (signal.SIGTERM,))
+        if signalled is not None:
+            return 128 + signalled
         if rc < 0:  # killed, and not by us: say so (a member's own error is already in its output)
             print(f"llmpack: error: step {self.task!r}: its process was killed by signal {-rc}", file=sys.stderr, flush=True)
             return 128 - rc
