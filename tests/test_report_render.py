@@ -119,6 +119,7 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert browser, "install Chromium (apt-get install -y chromium)"
     out = write_report(_result(), tmp_path / "rep", {"kfp": 450.0, "argo": 120.0})
     png = Path(os.environ.get("LLMPACK_SCREENSHOT_OUT", tmp_path / "report.png"))
+    png.parent.mkdir(parents=True, exist_ok=True)  # Chromium writes no screenshot into a missing folder
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={png}",
                     "--window-size=1280,2000", (out / "report.html").as_uri()], check=True, capture_output=True, timeout=120)
     img = Image.open(png).convert("L")
