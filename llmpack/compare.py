@@ -20,8 +20,13 @@ from llmpack.runs import RunOptions, prepare
 
 DEFAULT_BACKENDS = tuple(BACKENDS)
 # A TrainJob gang's (--nodes N on a cluster): when its last node pod started, and Kueue's waits
-# for it (--queue). Elsewhere not measured: n = 0 in the summary.
-GANG_METRICS = ("gang_ready_s", "quota_wait_s", "admission_checks_s")
+# for it (--queue). Elsewhere not measured: n = 0 in the summary. Metric: what it measures.
+GANG_LABELS = {
+    "gang_ready_s": "gang ready (last TrainJob node pod started, from submit)",
+    "quota_wait_s": "Kueue quota wait (Workload created -> QuotaReserved)",
+    "admission_checks_s": "Kueue admission checks (QuotaReserved -> Admitted)",
+}
+GANG_METRICS = tuple(GANG_LABELS)
 SUMMARY_METRICS = (
     "spinup_s",
     "time_to_first_step_s",
@@ -322,3 +327,13 @@ def start_delay_env(delays: dict[str, float], backend: str) -> dict[str, str] | 
     from components.runtime import INJECT_ENV
 
     return {INJECT_ENV: f"finetune={delays[backend]}"} if backend in delays else None
+
+
+def gang_rows(result: dict[str, Any]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+    """The gang and Kueue metrics some path measured: (label, {path: its summary entry, n > 0})."""
+    rows = []
+    for name, label in GANG_LABELS.items():
+        per_path = {path: m[name] for path, m in result["summary"].items() if (m.get(name) or {}).get("n")}
+        if per_path:
+            rows.append((label, per_path))
+    return rows

@@ -175,20 +175,13 @@ def compare_table(result: dict[str, Any], *, wide: bool = False, console: Consol
     _retry_lines(result["runs"], console)
 
 
-GANG_LINES = (
-    ("gang_ready_s", "gang ready (last TrainJob node pod started, from submit) p50"),
-    ("quota_wait_s", "Kueue quota wait (Workload created -> QuotaReserved) p50"),
-    ("admission_checks_s", "Kueue admission checks (QuotaReserved -> Admitted) p50"),
-)
-
-
 def _gang_lines(result: dict[str, Any], console: Console) -> None:
     """``compare --cluster --nodes N``: when each path's finetune gang was all up, and Kueue's waits (p50)."""
-    for name, label in GANG_LINES:
-        per_path = {path: m.get(name) or {} for path, m in result["summary"].items()}
-        parts = [f"{escape(path)} {fmt(e['p50'], 1)} s (n={e['n']})" for path, e in per_path.items() if e.get("n")]
-        if parts:
-            console.print(f"{label}: " + ", ".join(parts))
+    from llmpack.compare import gang_rows
+
+    for label, per_path in gang_rows(result):
+        parts = [f"{escape(path)} {fmt(e['p50'], 1)} s (n={e['n']})" for path, e in per_path.items()]
+        console.print(f"{label} p50: " + ", ".join(parts))
 
 
 def _retry_lines(runs: list[dict[str, Any]], console: Console) -> None:

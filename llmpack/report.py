@@ -586,6 +586,8 @@ def _cost_lines(result: dict[str, Any], splits: dict[str, dict[str, float] | Non
 
 def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
              splits: dict[str, dict[str, float] | None]) -> str:
+    from llmpack.compare import gang_rows
+
     summary = result["summary"]
     lines = [
         f"# llmpack comparison — run group `{result['run_group']}`",
@@ -613,6 +615,13 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
     for orch, stats in summary.items():
         n = stats["total_s"]["n"]
         lines.append(f"| {orch} | {n} | " + " | ".join(_cell(stats.get(k, {}), True) for k, _ in TABLE_COLUMNS) + " |")
+    gangs = gang_rows(result)
+    if gangs:
+        lines += ["", "## Gang and queue", "", "Multi-node finetune (a TrainJob gang) on a cluster; p50 / p90 seconds.", "",
+                  "| measure | " + " | ".join(f"{orch} (n)" for orch in summary) + " |", "|---|" + "---|" * len(summary)]
+        for label, per_path in gangs:
+            cells = [f"{_cell(per_path[o], True)} ({per_path[o]['n']})" if o in per_path else "-" for o in summary]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
     failed = [r for r in result["runs"] if r["status"] != "succeeded"]
     if failed:
         lines += ["", "## Failed runs", ""]
@@ -670,7 +679,7 @@ def _badge(orch: str | None) -> str:
 
 def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
               charts: dict[str, Path], splits: dict[str, dict[str, float] | None]) -> str:
-    from llmpack.compare import HEADLINES
+    from llmpack.compare import HEADLINES, gang_rows
 
     summary = result["summary"]
 
@@ -694,6 +703,15 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
     if retries:
         retries = ("<h2>Retried attempts</h2><p class=note>Every attempt is billed: these are in the runs' cost, "
                    f"GPU-hours and goodput.</p><ul>{retries}</ul>")
+    gangs = "".join(
+        f"<tr><th>{html.escape(label)}</th>"
+        + "".join(f"<td>{html.escape(_cell(per_path[o], True))} <span class=note>n={per_path[o]['n']}</span></td>"
+                  if o in per_path else "<td>-</td>" for o in summary) + "</tr>"
+        for label, per_path in gang_rows(result))
+    if gangs:
+        gangs = ("<h2>Gang and queue</h2><p class=note>Multi-node finetune (a TrainJob gang) on a cluster; "
+                 "p50 / p90 seconds.</p><table class=num><tr><th>measure</th>"
+                 + "".join(f"<th>{_badge(o)}</th>" for o in summary) + f"</tr>{gangs}</table>")
     baseline = result.get("baseline")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>llmpack comparison {html.escape(result['run_group'])}</title>
@@ -735,6 +753,7 @@ img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 <p class="note">p50 / p90 ({html.escape(result['percentile_method'])}); p99 only with n &ge; 10 (see report.json).</p>
 <table class="num"><tr><th>orchestrator</th><th>n</th>{''.join(f'<th>{html.escape(h)}</th>' for _, h in TABLE_COLUMNS)}</tr>
 {''.join(rows)}</table>
+{gangs}
 {('<h2>Failed runs</h2><ul>' + failed + '</ul>') if failed else ''}
 </body></html>
 """

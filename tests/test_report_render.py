@@ -36,6 +36,23 @@ def test_report_html_states_price_source_gpu_mode_and_the_verdicts(tmp_path: Pat
     assert "What the money went on" in page and "least pipeline overhead" not in page
 
 
+def test_gang_and_queue_waits_appear_only_when_measured(tmp_path: Path) -> None:
+    """A multi-node cluster run's gang and Kueue waits get their own table in report.html and report.md."""
+    plain = write_report(_result(), tmp_path / "plain")
+    assert "Gang and queue" not in (plain / "report.html").read_text() + (plain / "report.md").read_text()
+    rs = runs({"argo": 3.0})
+    for i, r in enumerate(rs):
+        if r["orchestrator"] in ("kfp", "argo"):
+            r["metrics"].update(gang_ready_s=40.0 + i, quota_wait_s=12.5, admission_checks_s=None)
+    out = write_report(comparison("rg-synthetic", PATHS, rs), tmp_path / "gang")
+    md = (out / "report.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| Kueue quota wait"))
+    assert row.count("12.500 / 12.500 (5)") == 2 and row.count("| -") == 2, row  # kfp, argo measured; direct, mlflow not
+    assert "admission checks" not in md  # measured by no path: no row
+    page = (out / "report.html").read_text()
+    assert "<h2>Gang and queue</h2>" in page and "gang ready (last TrainJob node pod started, from submit)" in page
+
+
 def test_summary_names_a_spinup_difference_that_time_to_first_step_hides() -> None:
     """A delay planted before the finetune start, with the work after it noisy: spin-up shows it, ttfs may not."""
     from llmpack.report import summary_sentence
