@@ -10,9 +10,10 @@ a fresh temporary directory (so the MLflow database is created as a first-time u
 * ``compare``: ``llmpack compare --control-plane-cost ...`` at 80 columns, its wall time and output;
 * ``table``: the measured-figures table (``import_time.py``, ``time llmpack run``, ``time llmpack compare``);
 * ``overhead``: ``python benchmarks/overhead.py --repeats 3``;
-* ``spinup``: ``python benchmarks/spinup.py --pairs 5`` (about 7 minutes more);
+* ``spinup``: ``python benchmarks/spinup.py --pairs 10`` (about 12 minutes more);
 * ``spinup-quick``: the same with ``--max-steps 10``, a quick iteration (about 5 minutes more);
-* ``gc``: ``python benchmarks/gc_startup.py --rounds 5`` (about 2 minutes more).
+* ``gc``: ``python benchmarks/gc_startup.py --rounds 5`` (about 2 minutes more);
+* ``upload``: ``python benchmarks/step_upload.py --rounds 3`` (about 4 minutes more).
 
 ``--sections spinup`` (comma-separated) measures only those.
 
@@ -34,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 BIN = Path(sys.executable).parent
-SECTIONS = ("compare", "table", "overhead", "spinup", "spinup-quick", "gc")
+SECTIONS = ("compare", "table", "overhead", "spinup", "spinup-quick", "gc", "upload")
 COMPARE_ARGS = ["--control-plane-cost", "kfp=450", "--control-plane-cost", "argo=120",
                 "--control-plane-cost", "mlflow=200"]
 
@@ -130,11 +131,13 @@ def main() -> None:
         parser.error(f"--sections: unknown {', '.join(sorted(unknown))}")
     sections = {k: v for k, v in measure().items() if k in wanted} if wanted & {"compare", "table", "overhead"} else {}
     if "spinup" in wanted:
-        sections["spinup"] = measure_script("spinup.py", "--pairs", "5", table_from="path ")
+        sections["spinup"] = measure_script("spinup.py", "--pairs", "10", table_from="path ")
     if "spinup-quick" in wanted:
         sections["spinup-quick"] = measure_script("spinup.py", "--pairs", "5", "--max-steps", "10", table_from="path ")
     if "gc" in wanted:
         sections["gc"] = measure_script("gc_startup.py", "--rounds", "5")
+    if "upload" in wanted:
+        sections["upload"] = measure_script("step_upload.py", "--rounds", "3", table_from="run ")
     for name, body in sections.items():
         print(f"--- {name}\n{body}\n")
     if not args.check:

@@ -11,7 +11,8 @@ variant it prints medians of: wall time (``total_s``, submit to the end of the r
 spin-up, time to first step, model-load time (every step's ``model_loaded - process_started``,
 summed), step pods per run on a cluster (locally: step processes, a parked one aside), and the
 projected cost; then the median over rounds of each variant's wall time relative to the
-default's in the same round ("paired"). It checks that every variant's adapter and eval metrics
+default's in the same round ("paired"), and that median's 95% bootstrap interval (rounds
+resampled, seeded: ``llmpack.stats.bootstrap_median_ci``). It checks that every variant's adapter and eval metrics
 equal the default's, byte for byte, and exits 1 when one does not.
 
 Pods per run on a cluster are what the compiled artifacts create: one per task (KFP adds its
@@ -28,6 +29,7 @@ import os
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ from components import warm_ahead
 from components.fusion import fuse
 from components.pipeline import build
 from llmpack.runs import RunOptions, run_pipeline
+from llmpack.stats import bootstrap_median_ci
 
 # label: (--fuse mode, warm-ahead on); the first is the default every other is compared with
 VARIANTS = {"default": ("none", True), "fuse-gpu": ("gpu", True), "fuse-all": ("all", True),
@@ -88,13 +91,16 @@ def measure(backend: str, pairs: int, max_steps: int, root: Path) -> dict[str, A
             print(f"  {backend} round {i + 1}/{pairs} {label:<15} wall {m['total_s']:6.2f} s", file=sys.stderr, flush=True)
     out: dict[str, Any] = {}
     default = labels[0]
+    # each round's wall time over the default's in the same round: the rounds pair them
+    ratios = {label: [r["wall_s"] / d["wall_s"] for r, d in zip(rows[label], rows[default], strict=True)] for label in labels}
     for label, (mode, _) in VARIANTS.items():
         col = rows[label]
         out[label] = {
             **{k: statistics.median(r[k] for r in col) for k in ("wall_s", "spinup_s", "ttfs_s", "model_load_s")},
             "cost_usd": statistics.median(r["cost_usd"] for r in col) if all(r["cost_usd"] is not None for r in col) else None,
             "pods_per_run": len(fuse(build(), mode).tasks),
-            "wall_vs_default": statistics.median(r["wall_s"] / d["wall_s"] for r, d in zip(col, rows[default], strict=True)),
+            "wall_vs_default": statistics.median(ratios[label]),
+            "wall_vs_default_ci95": bootstrap_median_ci(ratios[label]),
             "same_outputs_as_default": prints[label] == prints[default] and len(prints[default]) == 1,
             "n": len(col),
         }
@@ -125,6 +131,11 @@ def main() -> int:
                       f"{cost:>8} {'yes' if r['same_outputs_as_default'] else 'NO'}")
         print(f"medians of {args.pairs} rounds per variant ({args.max_steps} steps), {time.time() - started:.0f} s in all;")
         print("nowarm: warm-ahead off (LLMPACK_WARM_AHEAD=0)")
+        for backend, variants in result.items():
+            cis = [f"{label} {(ci[0] - 1) * 100:+.0f}% to {(ci[1] - 1) * 100:+.0f}%"
+                   for label, r in list(variants.items())[1:] if (ci := r["wall_vs_default_ci95"])]
+            if cis:
+                print(textwrap.fill(f"{backend} vs dflt, 95% CI (rounds resampled): " + ", ".join(cis), 80))
     same = all(r["same_outputs_as_default"] for v in result.values() for r in v.values())
     return 0 if same else 1
 

@@ -76,3 +76,23 @@ def bootstrap_median_diff(
     tail = (1.0 - confidence) / 2 * 100
     low, high = np.percentile(med_a - med_b, [tail, 100 - tail])
     return Difference(delta=delta, ci_low=float(low), ci_high=float(high), n=len(values), n_baseline=len(baseline))
+
+
+def bootstrap_median_ci(
+    values: list[float],
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float] | None:
+    """The seeded percentile-bootstrap CI of one sample's median (e.g. of paired ratios); None below 2 values."""
+    if len(values) < 2:
+        return None
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    a = np.asarray(values, dtype=float)
+    medians = np.median(a[rng.integers(0, len(a), size=(resamples, len(a)))], axis=1)
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return float(low), float(high)

@@ -72,3 +72,15 @@ def test_no_injection_names_no_winner_and_cluster_has_no_default_baseline() -> N
 def test_one_run_per_path_is_too_few_for_any_verdict() -> None:
     result = comparison("rg-1", ["direct", "argo"], runs({"argo": 3.0}, n=1, paths=("direct", "argo")))
     assert result["verdicts"]["time_to_first_step_s"]["argo"]["verdict"] == "too few runs"
+
+
+def test_the_median_ci_of_paired_ratios_holds_the_median_and_narrows_with_more_rounds() -> None:
+    rng = random.Random(3)
+    few = [0.6 + rng.gauss(0, 0.05) for _ in range(5)]
+    many = [0.6 + rng.gauss(0, 0.05) for _ in range(40)]
+    lo_few, hi_few = stats.bootstrap_median_ci(few)
+    lo_many, hi_many = stats.bootstrap_median_ci(many)
+    assert lo_few <= sorted(few)[2] <= hi_few and lo_many < 0.6 < hi_many
+    assert hi_many - lo_many < hi_few - lo_few
+    assert stats.bootstrap_median_ci(many) == (lo_many, hi_many)  # seeded
+    assert stats.bootstrap_median_ci([0.5]) is None
