@@ -1,18 +1,17 @@
-"""What logging its own records costs a run whose steps upload them, with and without the uploader.
+"""What logging its own records costs a run whose steps upload them.
 
     python benchmarks/step_upload.py [--rounds 3] [--max-steps 10]
 
 A run started by an orchestrator's own CLI, and every pod on a cluster, logs each step's records
 to the MLflow tracking server from the step's own process when the step finishes
-(components.runtime); a fused step (``--fuse all``) can hand them to its uploader process
-instead (components.uploader) and go on with the next member. This runs the pipeline as such
-native step processes against a real ``mlflow server`` on 127.0.0.1, one after the other with
-no orchestrator in between, both unfused (five step processes) and fused (one), each way below,
-the order rotated every round after one uncounted warm-up round:
+(components.runtime); a local ``llmpack`` run uploads them from the client after the run
+instead. This runs the pipeline as such native step processes against a real ``mlflow server``
+on 127.0.0.1, one after the other with no orchestrator in between, both unfused (five step
+processes) and fused (``--fuse all``: one), each way below, the order rotated every round after
+one uncounted warm-up round:
 
 * ``no upload``: ``LLMPACK_MLFLOW_LOGGING=0``, the floor (register then skips MLflow too);
-* ``in-process``: ``LLMPACK_UPLOADER=0``, each step imports MLflow and uploads when it is done;
-* ``uploader``: the default; unfused steps upload in-process either way, so fused only.
+* ``in-process``: the default, each step imports MLflow and uploads when it is done.
 
 It prints medians of the wall time (the first process spawned to the last one's exit) and the
 time to the first training step (spawn to finetune's ``first_step``), and what logging adds to
@@ -42,9 +41,8 @@ from components.fusion import fuse  # noqa: E402
 from components.pipeline import build  # noqa: E402
 from components.telemetry import read_records  # noqa: E402
 
-WAYS = {"no upload": {"LLMPACK_MLFLOW_LOGGING": "0"}, "in-process": {"LLMPACK_UPLOADER": "0"}, "uploader": {}}
-CASES = [("5 steps", "no upload"), ("5 steps", "in-process"),
-         ("fused", "no upload"), ("fused", "in-process"), ("fused", "uploader")]
+WAYS = {"no upload": {"LLMPACK_MLFLOW_LOGGING": "0"}, "in-process": {}}
+CASES = [("5 steps", "no upload"), ("5 steps", "in-process"), ("fused", "no upload"), ("fused", "in-process")]
 
 
 def commands(root: Path, fused: bool, max_steps: int, tag: str) -> list[list[str]]:

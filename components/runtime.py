@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from components import distributed, gang, startup, telemetry, uploader, warm_ahead
+from components import distributed, gang, startup, telemetry, warm_ahead
 from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step
 from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
@@ -149,36 +149,19 @@ def _injected_start_delay(step: Step) -> float:
     return time.monotonic() - t0
 
 
-def _steps_upload() -> bool:
-    """Whether this step logs its own records to MLflow (not when the llmpack client does it after the run)."""
-    return os.environ.get(MLFLOW_LOGGING_ENV, "1") != "0" and os.environ.get(CLIENT_UPLOADS_ENV) != "1"
-
-
-_uploader: uploader.Uploader | None = None
-
-
-def _start_uploader() -> None:
-    """A fused step's uploads in a process of their own, started up beside the first member (components.uploader)."""
-    global _uploader
-    if _uploader is None and _steps_upload() and uploader.enabled():
-        _uploader = uploader.Uploader.start()
-
-
-def _close_uploader() -> None:
-    """Wait until every record sent is logged (bounded): the next step and the summarizing task find them."""
-    global _uploader
-    if _uploader is not None:
-        _uploader.close()
-        _uploader = None
-
-
 def _upload(tel: StepTelemetry) -> None:
     """Log the step's records on the run's record; bounded (``LLMPACK_TRACKING_MAX_WAIT_S``), a failure only warns."""
-    if not _steps_upload():
+    if os.environ.get(MLFLOW_LOGGING_ENV, "1") == "0" or os.environ.get(CLIENT_UPLOADS_ENV) == "1":
         return
-    if _uploader is not None and _uploader.send(tel.ctx, list(tel.records)):
-        return
-    uploader.upload(tel.ctx, tel.records)  # no uploader process (or it is gone): here
+    try:
+        from components import tracking
+
+        mc = tracking.client()
+        tracking.with_retries(lambda: tracking.log_records(mc, tracking.open_pipeline_run(mc, tel.ctx), tel.records),
+                              tracking.upload_retry())
+    except Exception as exc:  # noqa: BLE001 - the JSONL file keeps everything
+        print(f"llmpack: warning: MLflow logging failed ({type(exc).__name__}: {exc}); events kept in JSONL",
+              file=sys.stderr)
 
 
 def _fixed_thread_math() -> None:
@@ -264,7 +247,6 @@ def run(argv: Sequence[str]) -> int:
             print(f"warm-ahead: {member.task}'s start-up ran beside the steps before it ({warm_s:.1f} s)", flush=True)
             run_member(parked_for, *go)
         return 0
-    _start_uploader()  # a member hands over without waiting on its upload; closed when this process ends (main)
     parked = warm_ahead.park(step.members, argv)
     try:
         for n, member in enumerate(step.members):
@@ -387,5 +369,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         return 1
     finally:
-        _close_uploader()
         startup.settle()  # the exit then has (almost) nothing left to scan
