@@ -465,7 +465,7 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
     ax.grid(axis="x", alpha=0.3)
     if handles:
         fig.legend(handles=handles, loc="lower center", fontsize=8, ncol=len(handles), frameon=False)
-        fig.tight_layout(rect=(0, 0.9 / fig.get_figheight(), 1, 1))
+        fig.tight_layout(rect=(0, 0.4 / fig.get_figheight(), 1, 1))  # room for the one-row legend, no more
     else:
         fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -494,7 +494,8 @@ def chart_boxes(runs: list[dict[str, Any]], path: Path) -> None:
                 if values:
                     med = statistics.median(values)
                     ax.annotate(quantity(med, "s"), (i + 0.3, med), fontsize=8, va="center")
-        ax.set_ylim(bottom=0)
+        highest = max((v for values in data for v in values), default=0.0)
+        ax.set_ylim(bottom=0, top=highest * 1.12 or None)  # room above the highest dot for its label
         ax.set_xlim(0.5, len(orchs) + 0.9)
         ax.set_title(title + " — lower is better")
         ax.grid(axis="y", alpha=0.3)
