@@ -12,8 +12,8 @@ spin-up, time to first step, model-load time (every step's ``model_loaded - proc
 summed), step pods per run on a cluster (locally: step processes, a parked one aside), and the
 projected cost; then the median over rounds of each variant's wall time relative to the
 default's in the same round ("paired"), and that median's 95% bootstrap interval (rounds
-resampled, seeded: ``llmpack.stats.bootstrap_median_ci``). It checks that every variant's adapter and eval metrics
-equal the default's, byte for byte, and exits 1 when one does not.
+resampled, seeded: ``llmpack.stats.bootstrap_median_ci``). It checks that every variant's
+adapter and eval metrics equal the default's, byte for byte, and exits 1 when one does not.
 
 Pods per run on a cluster are what the compiled artifacts create: one per task (KFP adds its
 driver pods; MLflow's Kubernetes path is one Job pod whatever the fusion); ``tests/test_fusion.py``

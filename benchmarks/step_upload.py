@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mlflow_server import MlflowServer, clean_env  # noqa: E402
 
+from components import tracking  # noqa: E402
 from components.commands import step_args, task_params  # noqa: E402
 from components.dsl import OutputRef  # noqa: E402
 from components.fusion import fuse  # noqa: E402
@@ -75,12 +76,10 @@ def run_case(root: Path, fused: bool, way: str, max_steps: int, env: dict[str, s
 
 
 def logged_keys(uri: str, pipeline_run: str) -> set[str]:
-    from mlflow.tracking import MlflowClient
-
-    mc = MlflowClient(tracking_uri=uri)
-    found = mc.search_runs(experiment_ids=[e.experiment_id for e in mc.search_experiments()],
-                           filter_string=f"tags.`llmpack.pipeline_run` = '{pipeline_run}'")
-    return set(found[0].data.metrics) if found else set()
+    """The metric names on the pipeline run's MLflow record (none when there is no record)."""
+    mc = tracking.client(uri)
+    run_id = tracking.find_pipeline_run(mc, pipeline_run)
+    return set(mc.get_run(run_id).data.metrics) if run_id else set()
 
 
 def main() -> None:
@@ -104,15 +103,15 @@ def main() -> None:
                 if case[1] != "no upload":
                     logged[case] = tag
         print(f"{'run':<8}{'records':<12}{'wall s':>8}{'1st step s':>11}{'+ wall':>8}{'+ 1st step':>11}")
+        med = {case: (statistics.median(w for w, _ in got[case]), statistics.median(t for _, t in got[case]))
+               for case in CASES}
         for case in CASES:
-            wall = statistics.median(w for w, _ in got[case])
-            ttfs = statistics.median(t for _, t in got[case])
-            floor = got[(case[0], "no upload")]
-            extra = ("" if case[1] == "no upload" else
-                     f"{wall - statistics.median(w for w, _ in floor):>+8.2f}{ttfs - statistics.median(t for _, t in floor):>+11.2f}")
+            (wall, ttfs), (floor_wall, floor_ttfs) = med[case], med[(case[0], "no upload")]
+            extra = "" if case[1] == "no upload" else f"{wall - floor_wall:>+8.2f}{ttfs - floor_ttfs:>+11.2f}"
             print(f"{case[0]:<8}{case[1]:<12}{wall:>8.2f}{ttfs:>11.2f}{extra}")
         print(f"medians of {args.rounds} rounds (finetune: {args.max_steps} steps), {time.time() - started:.0f} s in all;")
-        print("step processes one after the other, records to a real mlflow server on 127.0.0.1; '+': over no upload")
+        print("step processes one after the other, records to a real mlflow server on")
+        print("127.0.0.1; '+': over no upload")
         missing = []
         for case, tag in logged.items():
             expected = {r.mlflow_key for r in read_records((root / tag).rglob("llmpack-events.jsonl"))}

@@ -528,10 +528,10 @@ def chart_cost(runs: list[dict[str, Any]], path: Path, splits: dict[str, dict[st
     ax.invert_yaxis()
     ax.set_xlim(left=0, right=max([r["metrics"]["cost_usd"] for r in ok], default=1) * 1.18 or 1)
     ax.set_xlabel("cost per run, USD (GPU-seconds billed x price)")
-    if any(splits.values()):  # between the title and the bars: inside, it hid the costliest bar's label
+    split_any = any(splits.values())
+    if split_any:  # between the title and the bars: inside, it hid the costliest bar's label
         ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8, frameon=False)
-    ax.set_title("Cost per run — cheapest at the top; solid = compute, hatched = overhead",
-                 pad=22 if any(splits.values()) else 6)
+    ax.set_title("Cost per run — cheapest at the top; solid = compute, hatched = overhead", pad=22 if split_any else 6)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 RESAMPLES = 10_000
 SEED = 0
@@ -70,12 +70,9 @@ def bootstrap_median_diff(
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    a, b = np.asarray(values, dtype=float), np.asarray(baseline, dtype=float)
-    med_a = np.median(a[rng.integers(0, len(a), size=(resamples, len(a)))], axis=1)
-    med_b = np.median(b[rng.integers(0, len(b), size=(resamples, len(b)))], axis=1)
-    tail = (1.0 - confidence) / 2 * 100
-    low, high = np.percentile(med_a - med_b, [tail, 100 - tail])
-    return Difference(delta=delta, ci_low=float(low), ci_high=float(high), n=len(values), n_baseline=len(baseline))
+    low, high = _interval(_resampled_medians(values, rng, resamples) - _resampled_medians(baseline, rng, resamples),
+                          confidence)
+    return Difference(delta=delta, ci_low=low, ci_high=high, n=len(values), n_baseline=len(baseline))
 
 
 def bootstrap_median_ci(
@@ -90,9 +87,21 @@ def bootstrap_median_ci(
         return None
     import numpy as np
 
-    rng = np.random.default_rng(seed)
+    return _interval(_resampled_medians(values, np.random.default_rng(seed), resamples), confidence)
+
+
+def _resampled_medians(values: list[float], rng: Any, resamples: int) -> Any:
+    """The medians of ``resamples`` resamples of ``values`` with replacement (a numpy array)."""
+    import numpy as np
+
     a = np.asarray(values, dtype=float)
-    medians = np.median(a[rng.integers(0, len(a), size=(resamples, len(a)))], axis=1)
+    return np.median(a[rng.integers(0, len(a), size=(resamples, len(a)))], axis=1)
+
+
+def _interval(statistic: Any, confidence: float) -> tuple[float, float]:
+    """The central ``confidence`` percentile interval of bootstrapped ``statistic`` values."""
+    import numpy as np
+
     tail = (1.0 - confidence) / 2 * 100
-    low, high = np.percentile(medians, [tail, 100 - tail])
+    low, high = np.percentile(statistic, [tail, 100 - tail])
     return float(low), float(high)
