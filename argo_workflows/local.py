@@ -41,11 +41,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from components import yamltext
+from components import settings, yamltext
 from components.commands import format_value, run_logged
 from components.dsl import Pipeline
 from components.errors import InputError, RunFailed
-from components.telemetry import ATTEMPT_ENV
 
 WORKFLOW_FILE = "workflow.yaml"
 COMMITTED_YAML = Path(__file__).with_name("finetune.yaml")
@@ -561,7 +560,7 @@ def _run_dag(steps: list[_PlannedTask], workdir: Path, env: Mapping[str, str]) -
         log_path = workdir / "logs" / f"{name}.log"
         for attempt in range(retry.limit + 1):
             # ``{{retries}}`` for the attempt, as Argo resolves it; LLMPACK_ATTEMPT tells the step (every attempt billed)
-            rc, last = run_logged(step.command(attempt), env={**step.env(env, attempt), ATTEMPT_ENV: str(attempt)},
+            rc, last = run_logged(step.command(attempt), env={**step.env(env, attempt), settings.ATTEMPT.name: str(attempt)},
                                   log_path=log_path)
             if rc == 0:
                 break

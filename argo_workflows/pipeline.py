@@ -49,7 +49,7 @@ def finetune_workflow(*, workflows_service: Any = None, namespace: str | None = 
 
     from argo_workflows.workflow import build_workflow
     from components.commands import format_value
-    from components.pipeline import build
+    from components.finetune_pipeline import build
 
     wf = build_workflow(build())
     declared = {p.name for p in wf.arguments}

@@ -3,7 +3,7 @@
 Hera has no submit command; this is it. ``llmpack submit argo`` and ``llmpack compare --cluster``
 come here through :mod:`llmpack.backends` (the :class:`components.backend.ClusterSubmitter`
 contract). What every submission shares (the parameters, ids, ``submitted_at``, cost tags, the
-MLflow record) is :mod:`components.submission`.
+MLflow record) is :mod:`components.servers.submission`.
 
 :func:`submit`
     ``argo_workflows/finetune.yaml`` is loaded into Hera's Argo models
@@ -43,7 +43,7 @@ from typing import Any
 from components.commands import format_value
 from components.dsl import TELEMETRY_PARAMS
 from components.errors import InputError
-from components.remote import (
+from components.servers.remote import (
     POLL_S,
     REQUEST_TIMEOUT_S,
     WAIT_TIMEOUT_S,
@@ -54,7 +54,7 @@ from components.remote import (
     tls_failure,
     tls_verify,
 )
-from components.submission import (
+from components.servers.submission import (
     PIPELINE_RUN_LABEL,
     RUN_GROUP_LABEL,
     check_id,

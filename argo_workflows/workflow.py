@@ -51,8 +51,8 @@ from components.dsl import (
     Task,
     iter_param_args,
 )
-from components.record import CLOSE_TASK, gpu_uses, record_args, uses_json
-from components.telemetry import TRAIN_STEP
+from components.record.close import CLOSE_TASK, gpu_uses, record_args, uses_json
+from components.record.telemetry import TRAIN_STEP
 
 ORCHESTRATOR = "argo"
 IN_DIR = "/tmp/llmpack/in"
@@ -300,7 +300,7 @@ def build_workflow(pipe: Pipeline) -> Any:
 
 
 def _module_workflow() -> Any:
-    from components.pipeline import build
+    from components.finetune_pipeline import build
 
     return build_workflow(build())
 

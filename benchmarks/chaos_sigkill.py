@@ -52,8 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from components.steps.finetune import CHAOS_CHECKPOINT_PAUSE_ENV
-from components.telemetry import EVENTS_FILE
+from components import settings
+from components.record.telemetry import EVENTS_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 PREP = "components.steps.prepare_data:prepare_data"
@@ -256,7 +256,7 @@ def landed(*, pid: int, out: Path, ckpt: Path, events_offset: int, log_offset: i
 def run_trial(index: int, plan: KillPlan, tokens: Path, root: Path, ref: Reference, s: Settings) -> Trial:
     out, ckpt = root / f"trial-{index:02d}", root / f"trial-{index:02d}-ckpt"
     cmd = finetune_cmd(tokens, out, ckpt, s)
-    env = _env({CHAOS_CHECKPOINT_PAUSE_ENV: str(s.pause_s)} if plan.phase == "checkpoint" else None, s.threads)
+    env = _env({settings.CHAOS_CHECKPOINT_PAUSE_S.name: str(s.pause_s)} if plan.phase == "checkpoint" else None, s.threads)
 
     # ---- the attempt that gets killed
     events_offset, log_offset = _size(out / EVENTS_FILE), _size(out / "train_log.jsonl")

@@ -1,10 +1,10 @@
-"""What pausing the collector's full passes saves a step process (components.startup), measured.
+"""What pausing the collector's full passes saves a step process (components.process.startup), measured.
 
     python benchmarks/gc_startup.py [--rounds 5]
 
 Each round starts fresh interpreters, alternating the two settings: one as a step process ran
 before (the collector as configured by default), one as ``components.runtime`` runs it now
-(:func:`components.startup.pause_full_collections` at start, :func:`~components.startup.settle`
+(:func:`components.process.startup.pause_full_collections` at start, :func:`~components.process.startup.settle`
 once the model is built). Each interpreter imports torch, transformers and peft and builds the
 tiny model with its LoRA adapter (what finetune and evaluate do before ``model_loaded``), then
 exits. Printed: medians of the start-up (interpreter start to model built) and of the exit
@@ -22,10 +22,10 @@ import time
 CODE = """
 import sys, time
 if {paused}:
-    from components import startup
+    from components.process import startup
     startup.pause_full_collections()
-from components.modeling import load_base_model, lora_target_modules
-from components.telemetry import process_start_time
+from components.training.modeling import load_base_model, lora_target_modules
+from components.record.telemetry import process_start_time
 from peft import LoraConfig, get_peft_model
 net = load_base_model("tiny")
 net = get_peft_model(net, LoraConfig(r=8, target_modules=lora_target_modules(net)))

@@ -16,7 +16,7 @@ fp32. Liger's Llama kernels (RoPE, RMSNorm, SwiGLU, fused linear cross-entropy) 
 ``liger_kernel`` is importable (``--liger auto``). ``--compile`` wraps the model in torch.compile
 (its compile time lands in the warm-up); ``--grad-ckpt`` turns on activation checkpointing.
 
-MFU = model FLOPs per token x tokens/s / the GPU's dense bf16 peak (``components.cost.peak_flops``).
+MFU = model FLOPs per token x tokens/s / the GPU's dense bf16 peak (``components.record.cost.peak_flops``).
 FLOPs per token: full 6N; LoRA 4N + 6N_lora (forward and the activation gradients through the
 frozen weights, weight gradients only for the adapters). N counts the weights that take part in a
 matmul (all but the input-embedding table); attention-score FLOPs and recomputation under
@@ -127,7 +127,9 @@ def run_mode(mode: str, cfg: dict[str, Any], args: argparse.Namespace, device: A
     if mode == "lora":
         from peft import LoraConfig, get_peft_model
 
-        from components.modeling import lora_target_modules  # every linear layer but the head, as finetune does
+        from components.training.modeling import (
+            lora_target_modules,  # every linear layer but the head, as finetune does
+        )
 
         model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0,
                                                  target_modules=lora_target_modules(model), task_type="CAUSAL_LM"))
@@ -185,7 +187,7 @@ def run_mode(mode: str, cfg: dict[str, Any], args: argparse.Namespace, device: A
     tokens_per_s = n * args.batch * args.seq / timed_s
     peak = None
     if cuda:
-        from components.cost import peak_flops
+        from components.record.cost import peak_flops
 
         peak = peak_flops(torch.cuda.get_device_name())
     out = {
@@ -305,10 +307,10 @@ def main() -> int:
     print()
     peak = None
     if cuda:
-        from components.cost import peak_flops
+        from components.record.cost import peak_flops
 
         peak = peak_flops(name)
-    peak_note = (f"peak {peak / 1e12:.0f} TFLOP/s dense bf16 (components.cost)" if peak
+    peak_note = (f"peak {peak / 1e12:.0f} TFLOP/s dense bf16 (components.record.cost)" if peak
                  else "MFU n/a: " + ("CPU run" if not cuda else f"no peak FLOPs known for {name!r}"))
     print(f"MFU = FLOPs/token × tokens/s / peak; {peak_note}. FLOPs/token: full 6N, LoRA 4N + 6N_lora; "
           f"N = matmul weights (input embedding excluded); attention scores and recompute not counted.")

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 CODE = (
-    "import sys, time; t = time.perf_counter(); import components, components.pipeline; "
+    "import sys, time; t = time.perf_counter(); import components, components.finetune_pipeline; "
     "print(time.perf_counter() - t); "
     "print(','.join(m for m in ('torch','transformers','peft','mlflow','kfp','hera','kubernetes') if m in sys.modules))"
 )

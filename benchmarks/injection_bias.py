@@ -18,12 +18,12 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from components.runtime import INJECT_ENV
+from components import settings
 from llmpack.runs import RunOptions, run_pipeline
 
 
 def one(backend: str, root: Path, delay: float | None, max_steps: int) -> dict[str, float]:
-    env = {INJECT_ENV: f"finetune={delay}"} if delay else None
+    env = {settings.INJECT_START_DELAY.name: f"finetune={delay}"} if delay else None
     s = run_pipeline(RunOptions(backend=backend, max_steps=max_steps, output_dir=root / "runs",
                                 tracking_uri=f"sqlite:///{root / 'mlflow.db'}"), env=env)
     if s["status"] != "succeeded":

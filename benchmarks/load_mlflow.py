@@ -39,7 +39,7 @@ if str(REPO) not in sys.path:  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(REPO))
 
 from benchmarks.mlflow_server import MlflowServer, clean_env  # noqa: E402
-from components import telemetry, tracking  # noqa: E402
+from components.record import telemetry, tracking  # noqa: E402
 
 RUN_TIMEOUT_S = 1800
 

@@ -6,7 +6,7 @@ For each path, ``--pairs`` rounds run the default and every fused variant once e
 rotated every round (so drift and page-cache warmth spread over all variants), after one
 uncounted warm-up round. ``fuse-all-nowarm`` is ``--fuse all`` with warm-ahead off
 (``LLMPACK_WARM_AHEAD=0``: register starts up in its turn, not in a parked process beside the
-training; components/warm_ahead.py), so the table shows what that cut buys on its own. Per
+training; components/process/warm_ahead.py), so the table shows what that cut buys on its own. Per
 variant it prints medians of: wall time (``total_s``, submit to the end of the run's record),
 spin-up, time to first step, model-load time (every step's ``model_loaded - process_started``,
 summed), step pods per run on a cluster (locally: step processes, a parked one aside), and the
@@ -34,9 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from components import warm_ahead
+from components import settings
+from components.finetune_pipeline import build
 from components.fusion import fuse
-from components.pipeline import build
 from llmpack.runs import RunOptions, run_pipeline
 from llmpack.stats import bootstrap_median_ci
 
@@ -60,16 +60,16 @@ def fingerprint(summary: dict[str, Any]) -> tuple[str, str]:
 
 def run_once(backend: str, label: str, root: Path, max_steps: int) -> dict[str, Any]:
     mode, warm = VARIANTS[label]
-    before = os.environ.get(warm_ahead.SWITCH_ENV)
-    os.environ[warm_ahead.SWITCH_ENV] = "1" if warm else "0"  # the step processes inherit it
+    before = os.environ.get(settings.WARM_AHEAD.name)
+    os.environ[settings.WARM_AHEAD.name] = "1" if warm else "0"  # the step processes inherit it
     try:
         s = run_pipeline(RunOptions(backend=backend, fuse=mode, max_steps=max_steps, output_dir=root / "runs",
                                     tracking_uri=f"sqlite:///{root / 'mlflow.db'}", run_group="rg-spinup-bench"))
     finally:
         if before is None:
-            os.environ.pop(warm_ahead.SWITCH_ENV)
+            os.environ.pop(settings.WARM_AHEAD.name)
         else:
-            os.environ[warm_ahead.SWITCH_ENV] = before
+            os.environ[settings.WARM_AHEAD.name] = before
     if s["status"] != "succeeded":
         raise SystemExit(f"{backend} {label}: {s['error']}")
     return s

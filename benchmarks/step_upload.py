@@ -35,12 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mlflow_server import MlflowServer, clean_env  # noqa: E402
 
-from components import tracking  # noqa: E402
 from components.commands import step_args, task_params  # noqa: E402
 from components.dsl import OutputRef  # noqa: E402
+from components.finetune_pipeline import build  # noqa: E402
 from components.fusion import fuse  # noqa: E402
-from components.pipeline import build  # noqa: E402
-from components.telemetry import read_records  # noqa: E402
+from components.record import tracking  # noqa: E402
+from components.record.telemetry import read_records  # noqa: E402
 
 WAYS = {"no upload": {"LLMPACK_MLFLOW_LOGGING": "0"}, "in-process": {}}
 CASES = [("5 steps", "no upload"), ("5 steps", "in-process"), ("fused", "no upload"), ("fused", "in-process")]

@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from components import telemetry, tracking
+from components.record import telemetry, tracking
 
 
 class Server:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from components.errors import PipelineValidationError
+from components.errors import InputError, PipelineValidationError
 
 # --------------------------------------------------------------------------- artifacts
 
@@ -162,7 +162,7 @@ class Step:
     outputs: dict[str, type[Artifact]]
     execution: Execution
     description: str = ""
-    # Start-up a fused pod may run ahead in a parked process (components.warm_ahead): imports and
+    # Start-up a fused pod may run ahead in a parked process (components.process.warm_ahead): imports and
     # client set-up only, never the step's work.
     warm_up: Callable[[], None] | None = None
 
@@ -200,7 +200,7 @@ def step(
     """Turn a typed function into a :class:`Step`.
 
     ``warm_up``: the step's start-up (imports, client set-up), which a fused pod may run ahead of
-    the step's turn while earlier steps work (:mod:`components.warm_ahead`); never its work.
+    the step's turn while earlier steps work (:mod:`components.process.warm_ahead`); never its work.
     """
 
     def wrap(func: Callable[..., Any]) -> Step:
@@ -325,6 +325,7 @@ class Pipeline:
     params: dict[str, Param]
     tasks: dict[str, Task]
     description: str = ""
+    module: str = ""  # the module that defines it: a fused step of it is resolved there (components.fusion)
 
     @property
     def all_params(self) -> dict[str, Param]:
@@ -483,6 +484,20 @@ class _Builder:
         self._stack.pop()
 
 
+def coerce(value: str, typ: type, where: str) -> Any:
+    """``value`` (command-line text) as ``typ``; a bad value is one :class:`InputError` naming ``where``."""
+    try:
+        if typ is bool:
+            if value.lower() in ("true", "1", "yes"):
+                return True
+            if value.lower() in ("false", "0", "no", ""):
+                return False
+            raise ValueError(value)
+        return typ(value)
+    except ValueError:
+        raise InputError(f"{where}: {value!r} is not a valid {typ.__name__}") from None
+
+
 def pipeline(*, name: str, description: str = "") -> Callable[[Callable[..., Any]], Callable[[], Pipeline]]:
     """Decorate a function that wires steps; the result builds a fresh validated Pipeline."""
 
@@ -504,6 +519,7 @@ def pipeline(*, name: str, description: str = "") -> Callable[[Callable[..., Any
                 params=params,
                 tasks={},
                 description=description or (inspect.getdoc(func) or "").split("\n")[0],
+                module=func.__module__,
             )
             with _Builder(pipe):
                 func(**{k: PipelineParamRef(k) for k in params})

@@ -4,7 +4,7 @@
     llmpack run --fuse all      # every step in one pod: one pod per run
 
 In a fused step a later member that declares a warm-up (register: importing MLflow) starts up in
-a parked process of its own beside the earlier members' work (:mod:`components.warm_ahead`).
+a parked process of its own beside the earlier members' work (:mod:`components.process.warm_ahead`).
 
 :func:`fuse` turns a :class:`~components.dsl.Pipeline` into another pipeline in which each group
 of tasks is one task whose step is a :class:`FusedStep`. The backends compile it like any other
@@ -28,12 +28,16 @@ How a fused task is wired (decisions):
   tolerations. A fused-all pod holds the GPU for every step, and :func:`components.record.gpu_uses`
   bills it that way (each member holds the fused pod's resources).
 * **Identity in another process**: the step process imports the fused step by reference,
-  ``components.fusion:<task>__<task>`` (module ``__getattr__`` below), rebuilt from
-  :func:`components.pipeline.build`; only the wiring matters there, not the execution settings.
+  ``<pipeline module>:<task>__<task>``, so the module that defines a pipeline resolves its own
+  fused steps with one line, ``__getattr__ = fused_steps(my_pipeline)`` (as
+  :mod:`components.finetune_pipeline` does); only the wiring matters there, not the execution settings. A
+  pipeline whose module lacks that line is refused by :func:`fuse` in one line saying so.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -70,10 +74,11 @@ class FusedStep(Step):
     """Several authored steps run in one process, in order."""
 
     members: tuple[Member, ...] = field(default=())
+    module: str = ""  # the module of the pipeline it came from: it resolves the fused step by name
 
     @property
     def ref(self) -> str:
-        return f"{__name__}:{fused_attr([m.task for m in self.members])}"
+        return f"{self.module}:{fused_attr([m.task for m in self.members])}"
 
 
 def fused_attr(tasks: list[str]) -> str:
@@ -114,6 +119,8 @@ def groups(pipe: Pipeline, mode: str) -> list[list[Task]]:
 
 def fuse(pipe: Pipeline, mode: str) -> Pipeline:
     """A copy of ``pipe`` with each group of ``mode`` as one task (``none``: ``pipe`` itself)."""
+    if groups(pipe, mode):
+        _check_resolvable(pipe)
     fused = pipe
     for group in groups(pipe, mode):
         fused = _fuse_group(fused, [t.name for t in group])
@@ -147,6 +154,7 @@ def _fuse_group(pipe: Pipeline, names: list[str]) -> Pipeline:
         execution=_merged_execution([t.step.execution for t in members]),
         description=f"{', '.join(names)} in one process",
         members=tuple(Member(task=t.name, step=t.step, arguments=dict(t.arguments)) for t in members),
+        module=pipe.module,
     )
     fused_task = Task(name=name, step=step, arguments=arguments,
                       depends_on=[d for t in members for d in t.depends_on if d not in inside])
@@ -168,7 +176,7 @@ def _redirect(value: Any, inside: set[str], fused_task: str) -> Any:
 
 
 def _not_called(**_: Any) -> None:
-    raise RuntimeError("a fused step runs its members (components.runtime), never this function")
+    raise RuntimeError("a fused step runs its members (components.process.runner), never this function")
 
 
 def _merged_execution(executions: list[Execution]) -> Execution:
@@ -238,19 +246,37 @@ def member_values(member: Member, fused_values: dict[str, Any], fused_params: di
     return values
 
 
-def __getattr__(name: str) -> FusedStep:
-    """``components.fusion:finetune__evaluate``: the fused step of those tasks of the built-in pipeline."""
-    if name.startswith("__"):
-        raise AttributeError(name)
-    from components.pipeline import build
+_RESOLVER = "_llmpack_fused_steps"  # marks a module-level __getattr__ made by fused_steps
 
-    pipe = build()
-    by_attr = {t.replace("-", "_"): t for t in pipe.tasks}
-    parts = name.split("__")
-    if len(parts) < 2 or any(p not in by_attr for p in parts):
-        raise AttributeError(f"no fused step {name!r} in pipeline {pipe.name!r}")
-    names = [by_attr[p] for p in parts]
-    fused = _fuse_group(pipe, names)
-    step = next(t.step for t in fused.tasks.values() if isinstance(t.step, FusedStep))
-    assert isinstance(step, FusedStep)
-    return step
+
+def fused_steps(factory: Callable[[], Pipeline]) -> Callable[[str], FusedStep]:
+    """A module ``__getattr__`` resolving ``<module>:<task>__<task>`` to that fused step of ``factory()``.
+
+    Put ``__getattr__ = fused_steps(my_pipeline)`` in the module that defines ``my_pipeline``: the
+    step process of a fused task imports its step by that reference.
+    """
+
+    def __getattr__(name: str) -> FusedStep:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        pipe = factory()
+        by_attr = {t.replace("-", "_"): t for t in pipe.tasks}
+        parts = name.split("__")
+        if len(parts) < 2 or any(p not in by_attr for p in parts):
+            raise AttributeError(f"no fused step {name!r} in pipeline {pipe.name!r}")
+        fused = _fuse_group(pipe, [by_attr[p] for p in parts])
+        step = next(t.step for t in fused.tasks.values() if isinstance(t.step, FusedStep))
+        return step
+
+    setattr(__getattr__, _RESOLVER, True)
+    return __getattr__
+
+
+def _check_resolvable(pipe: Pipeline) -> None:
+    """Refuse, in one line, to fuse a pipeline whose step processes could not find its fused steps."""
+    module = sys.modules.get(pipe.module)
+    hook = getattr(module, "__getattr__", None) if module is not None else None
+    if pipe.module == "__main__" or not getattr(hook, _RESOLVER, False):
+        raise InputError(f"pipeline {pipe.name!r}: to run it fused, its module {pipe.module!r} must be importable "
+                         "and define `__getattr__ = fused_steps(<the @pipeline function>)` "
+                         "(from components.fusion import fused_steps)")

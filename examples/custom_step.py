@@ -3,7 +3,9 @@
     python examples/custom_step.py build/custom
 
 A step is a typed function; calling it inside a @pipeline wires it. The same object compiles
-to KFP, Argo and MLflow: the new step appears in all three outputs.
+to KFP, Argo and MLflow: the new step appears in all three outputs. The one line
+``__getattr__ = fused_steps(with_report)`` lets the step processes of a fused run
+(``--fuse gpu|all``) find this pipeline's fused steps here, in its own module.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from pathlib import Path
 
 from components import Dataset, Input, Metrics, Output, pipeline, step
+from components.fusion import fused_steps
 from components.steps.finetune import finetune
 from components.steps.prepare_data import prepare_data
 from components.steps.tokenize import tokenize
@@ -34,8 +37,16 @@ def with_report(model: str = "tiny", data: str = "builtin", seed: int = 0, max_s
     finetune(tokens=tokens.outputs["tokens"], base_model=model, max_steps=max_steps, seed=seed)
 
 
+__getattr__ = fused_steps(with_report)  # this pipeline's fused steps, for their step processes
+
+
 if __name__ == "__main__":
     from llmpack.compile import compile_all
+
+    # Compile the module's own copy (examples.custom_step), not __main__'s: step processes import
+    # the steps by that name (the repository root on their PYTHONPATH).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from examples.custom_step import with_report  # noqa: F811
 
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "build/custom")
     for path in compile_all(out, with_report()):

@@ -12,7 +12,7 @@ pack, :func:`components.runtime.main`, with exactly the argument list every othe
 --param=k=v``, values formatted by :func:`components.commands.format_value`). The source is
 compiled with a registered :mod:`linecache` entry, so ``kfp.dsl.component`` (which reads the
 function's source with :func:`inspect.getsource`) embeds that text in the IR. Nothing is written
-by hand per step: add a step to ``components/pipeline.py`` and it appears here.
+by hand per step: add a step to ``components/finetune_pipeline.py`` and it appears here.
 
 Components are built with ``install_kfp_package=False`` and ``packages_to_install=[]``: the
 step's image (``execution.image``) carries kfp and llmpack, and the same compiled package runs
@@ -64,7 +64,7 @@ from components.dsl import (
     Task,
     iter_param_args,
 )
-from components.record import CLOSE_TASK, gpu_uses, uses_json
+from components.record.close import CLOSE_TASK, gpu_uses, uses_json
 
 ORCHESTRATOR = "kfp"
 GPU_RESOURCE = "nvidia.com/gpu"

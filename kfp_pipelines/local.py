@@ -18,7 +18,7 @@ kfp.local honours the compiled retry policy. Locally each wait between attempts 
 :data:`LOCAL_MAX_BACKOFF_S` (the direct backend does the same); retry counts are unchanged.
 KFP has no placeholder for the attempt number and kfp.local retries inside its own loop, so the
 step counts its attempts itself: a retry runs in the same output directory, where the JSONL
-already holds the earlier attempts' ``process_started`` (:func:`components.telemetry.attempt_number`);
+already holds the earlier attempts' ``process_started`` (:func:`components.record.telemetry.attempt_number`);
 every attempt is billed.
 kfp.local ignores resources, placement and the Kubernetes platform config (it warns, in the log).
 """

@@ -2,7 +2,7 @@
 
 ``llmpack submit kfp`` and ``llmpack compare --cluster`` come here through :mod:`llmpack.backends`
 (the :class:`components.backend.ClusterSubmitter` contract). What every submission shares (the
-parameters, ids, ``submitted_at``, cost tags, the MLflow record) is :mod:`components.submission`.
+parameters, ids, ``submitted_at``, cost tags, the MLflow record) is :mod:`components.servers.submission`.
 
 :func:`submit`
     ``kfp.Client(host=..., existing_token=...)``, then ``create_run_from_pipeline_package`` on
@@ -37,7 +37,7 @@ from typing import Any
 
 from components.dsl import TELEMETRY_PARAMS
 from components.errors import InputError
-from components.remote import (
+from components.servers.remote import (
     POLL_S,
     REQUEST_TIMEOUT_S,
     WAIT_TIMEOUT_S,
@@ -50,7 +50,7 @@ from components.remote import (
     tls_failure,
     tls_verify,
 )
-from components.submission import (
+from components.servers.submission import (
     cost_tags,
     optional_tracking,
     record_fields,
@@ -223,7 +223,7 @@ def submit(
         package_path: the compiled package (default: the committed ``kfp_pipelines/finetune.yaml``).
         service_account: the Kubernetes service account the run's pods use.
         ca_cert, insecure_skip_tls_verify: how the server's certificate is checked (see
-            :func:`components.remote.tls_verify`; on by default).
+            :func:`components.servers.remote.tls_verify`; on by default).
     """
     pipe = shipped_pipeline()
     values = user_parameters(pipe, params)

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from components import settings
 from components.errors import InputError, Interrupted
 from llmpack.clean import clean as clean_command
 from llmpack.sync import sync as sync_command
@@ -104,7 +105,7 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Processes of the finetune step on this machine (torchrun; Gloo on CPU, NCCL on GPU); "
                           "default: --gpus when above 1, else 1."),
         click.option("--price-per-gpu-hour", default=None, help="Override the price (USD per GPU-hour)."),
-        click.option("--price-file", default=None, type=str, help="A price YAML like components/prices.yaml."),
+        click.option("--price-file", default=None, type=str, help="A price YAML like components/record/prices.yaml."),
         click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter, e.g. --param lr=0.001."),
         click.option("--run-group", default=None, help="Join this run group (default: a new one)."),
         click.option("--fuse", default="none", show_default=True, metavar="none|gpu|all",
@@ -127,7 +128,7 @@ TLS_OPTIONS = (
 
 def tls_connection(ca_cert: str | None, insecure_skip_tls_verify: bool) -> dict[str, Any]:
     """The TLS part of a connection, checked now (before anything is sent); warns when verification is off."""
-    from components.remote import tls_verify
+    from components.servers.remote import tls_verify
 
     tls_verify(ca_cert, insecure_skip_tls_verify)
     if insecure_skip_tls_verify:
@@ -139,8 +140,8 @@ def tls_connection(ca_cert: str | None, insecure_skip_tls_verify: bool) -> dict[
 
 
 def parse_params(items: tuple[str, ...]) -> dict[str, Any]:
-    from components.pipeline import build, check_param
-    from components.runtime import coerce
+    from components.dsl import coerce
+    from components.finetune_pipeline import build, check_param
 
     known = build().params
     out: dict[str, Any] = {}
@@ -172,7 +173,7 @@ def main() -> None:
     import atexit
     import gc
 
-    atexit.register(gc.freeze)  # exit without a last full collection over the libraries (components.startup)
+    atexit.register(gc.freeze)  # exit without a last full collection over the libraries (components.process.startup)
 
 
 @main.command()
@@ -403,7 +404,6 @@ def check_report_target(target: Path | None, flag: str, *, force: bool) -> None:
 def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: tuple[str, ...], cluster: dict[str, Any],
                      kwargs: dict[str, Any], inject_start_delay: float | None) -> dict[str, Any]:
     """``compare --cluster``: submit every path (in every packaging of ``modes``) to one cluster, watch its pods, measure."""
-    import os
 
     from llmpack.cluster import compare_cluster
     from llmpack.display import err
@@ -433,7 +433,7 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
         mlflow={"kubeconfig": cluster["kubeconfig"], "context": cluster["context"], "image": cluster["image"],
                 "cluster_tracking_uri": cluster["cluster_tracking_uri"], **({"namespace": ns} if ns else {}), **tls},
         k8s={"kubeconfig": cluster["kubeconfig"], "context": cluster["context"],
-             "host": os.environ.get("LLMPACK_K8S_HOST"), "token": os.environ.get("LLMPACK_K8S_TOKEN"),
+             "host": settings.K8S_HOST.get(), "token": settings.K8S_TOKEN.get(),
              "ca_cert": tls["ca_cert"], "verify_ssl": not tls["insecure_skip_tls_verify"]},
         tracking_uri=kwargs.get("tracking_uri"), price_per_gpu_hour=kwargs.get("price_per_gpu_hour"),
         price_file=kwargs.get("price_file"), timeout_s=cluster["timeout_s"], poll_s=cluster["poll_s"], progress=progress,
@@ -459,8 +459,8 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
 def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | None, baseline: str | None,
            control_plane: tuple[str, ...], control_plane_file: str | None, scale_down_delay_s: float | None) -> None:
     """Rebuild a comparison report from MLflow alone (cluster runs logged from anywhere)."""
-    from components import tracking
-    from components.submission import check_id, connect_tracking
+    from components.record import tracking
+    from components.servers.submission import check_id, connect_tracking
     from llmpack import compare as cmp
     from llmpack.display import library_logs_to
     from llmpack.report import check_control_plane, parse_control_plane, runs_from_mlflow

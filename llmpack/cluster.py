@@ -31,8 +31,8 @@ Decisions (where DESIGN.md is silent):
   ``retry_cost_usd`` say how much of the bill the pods before each step's last one were, and the
   run's ``retried_attempts`` lists them. The MLflow Job is one pod sized to the largest step, so it counts for the whole
   pipeline at that GPU count. Where the watcher saw no pod for a GPU step, the step's own
-  events count (:func:`components.cost.billed_seconds`).
-- ``cost_usd`` bills GPU nodes the way clouds do (:func:`components.cost.bill_nodes`): each
+  events count (:func:`components.record.cost.billed_seconds`).
+- ``cost_usd`` bills GPU nodes the way clouds do (:func:`components.record.cost.bill_nodes`): each
   node a GPU pod of the run ran on, from Ready (a node brought up for the pods) or from the
   first pod's scheduling (a node that was already running), to its removal, or, when the pod
   watcher did not see the removal (the usual case: it stops when the run ends, and the
@@ -77,8 +77,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import cost, telemetry, tracking
+from components import settings
 from components.errors import InputError
+from components.record import cost, telemetry, tracking
 from llmpack.backends import ORCHESTRATORS, cluster_submitter
 
 MODE = "cluster"
@@ -224,7 +225,7 @@ def resolve_node_price(gpu: NodeGpu, *, flag: Any = None, price_file: str | None
     """
     if not gpu.gpu_type:
         return None
-    provider = None if os.environ.get(cost.PROVIDER_ENV) else gpu.provider
+    provider = None if os.environ.get(settings.PRICE_PROVIDER.name) else gpu.provider
     price = cost.resolve_price(gpu.gpu_type, flag=flag, price_file=price_file, provider=provider)
     if price is None and provider:
         price = cost.resolve_price(gpu.gpu_type, flag=flag, price_file=price_file)
@@ -590,7 +591,7 @@ class _Session:
 
     def pod_uses(self, fuse: str = "none") -> list[cost.GpuUse]:
         """What each authored step's pod holds (a gang's launcher: no GPU; a fused pod's members: its GPUs)."""
-        from components.record import gpu_uses
+        from components.record.close import gpu_uses
 
         return gpu_uses(self.pipe_of(fuse))
 
@@ -647,7 +648,7 @@ class _Session:
 
     def run(self, plan: _Plan) -> dict[str, Any]:
         """One run, start to end; whatever goes wrong, a record (failed, with one line) comes back."""
-        from components.remote import one_line
+        from components.servers.remote import one_line
 
         t0 = time.monotonic()
         try:
@@ -1057,7 +1058,7 @@ def compare_cluster(
     """
     from components.fusion import check_mode
     from components.fusion import fuse as fuse_steps
-    from components.submission import check_id, connect_tracking, new_id, shipped_pipeline, user_parameters
+    from components.servers.submission import check_id, connect_tracking, new_id, shipped_pipeline, user_parameters
 
     names = _parse_backends(backends)
     modes = list(dict.fromkeys(check_mode(m) for m in (variants or ["none"])))
@@ -1094,7 +1095,7 @@ def compare_cluster(
             check_cache_pvc(cache_pvc)
         pipe = with_gpus(pipe, gpus, nodes, claim=cache_pvc, queue=queue)  # checks --gpus/--nodes/--cache-pvc now
         if (nodes or 1) > 1:
-            from components.gang import GangSpec
+            from components.process.gang import GangSpec
 
             spec = GangSpec.from_json(str(pipe.params["trainjob"].default), "--nodes")
             gang = (int(nodes or 1), int(spec.gpus_per_node))
@@ -1145,7 +1146,7 @@ def compare_cluster(
 def _compare_all(session: _Session, names: list[str], modes: list[str], repeats: int, concurrency: int,
                  group: str) -> dict[str, Any]:
     from components.fusion import path_label
-    from components.submission import new_id
+    from components.servers.submission import new_id
     from llmpack.compare import comparison
 
     plans = []

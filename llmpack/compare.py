@@ -11,9 +11,10 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from components import settings
 from components.errors import InputError
 from components.fusion import path_label, path_of
-from components.submission import new_id
+from components.servers.submission import new_id
 from llmpack import stats
 from llmpack.backends import BACKENDS
 from llmpack.runs import RunOptions, prepare
@@ -324,9 +325,9 @@ def parse_start_delays(text: str | None, backends: list[str]) -> dict[str, float
 
 def start_delay_env(delays: dict[str, float], backend: str) -> dict[str, str] | None:
     """The step environment that delays ``backend``'s finetune process start (None: no injection)."""
-    from components.runtime import INJECT_ENV
 
-    return {INJECT_ENV: f"finetune={delays[backend]}"} if backend in delays else None
+
+    return {settings.INJECT_START_DELAY.name: f"finetune={delays[backend]}"} if backend in delays else None
 
 
 def gang_rows(result: dict[str, Any]) -> list[tuple[str, dict[str, dict[str, Any]]]]:

@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from components import settings
 from components.dsl import Pipeline
 from components.errors import InputError
 
@@ -94,12 +95,12 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
     """A copy of the pipeline whose finetune step asks for ``gpus`` GPUs on each of ``nodes`` nodes.
 
     Above one GPU the finetune pod runs one rank per GPU: the compiled ``nproc_per_node``
-    parameter defaults to ``gpus`` (components.distributed launches torchrun in the pod). Above
+    parameter defaults to ``gpus`` (components.training.distributed launches torchrun in the pod). Above
     one node the finetune task is a small launcher pod that creates a TrainJob of ``nodes`` such
-    pods (components.gang): the ``nnodes`` and ``trainjob`` parameters default to them, and the
+    pods (components.process.gang): the ``nnodes`` and ``trainjob`` parameters default to them, and the
     shared volume is ``claim`` (``--cache-pvc``).
     """
-    from components import distributed
+    from components.training import distributed
     from llmpack.runs import apply_gpu_overrides
 
     if gpus is not None and gpus < 1:
@@ -118,8 +119,8 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
     if gpus is not None and gpus > 1:
         defaults[distributed.NPROC_PARAM] = gpus
     if nodes is not None and nodes > 1:
-        from components import gang
-        from components.telemetry import TRAIN_STEP
+        from components.process import gang
+        from components.record.telemetry import TRAIN_STEP
 
         task = pipe.tasks[TRAIN_STEP]
         execution = replace(task.step.execution, cache_pvc=claim)
@@ -133,10 +134,10 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
 
 
 def trainjob_yaml(pipe: Pipeline) -> str:
-    """The TrainJob the finetune launcher creates, with an example run's values (components.gang)."""
-    from components import gang
-    from components.pipeline import build
-    from components.trainjob import to_yaml
+    """The TrainJob the finetune launcher creates, with an example run's values (components.process.gang)."""
+    from components.finetune_pipeline import build
+    from components.process import gang
+    from components.servers.trainjob import to_yaml
 
     values = {name: p.default for name, p in pipe.params.items()}
     spec = gang.GangSpec.from_json(values[gang.TRAINJOB_PARAM], "--nodes")
@@ -149,10 +150,10 @@ def trainjob_yaml(pipe: Pipeline) -> str:
                                    {"model": str(work / "out" / "model")}, params)
     labels = {"llmpack.io/run-group": EXAMPLE_RUN, "llmpack.io/pipeline-run": EXAMPLE_RUN, "llmpack.io/step": "finetune",
               "llmpack.io/gpu-count": str(spec.gpus_per_node), "llmpack.io/gpu-type": spec.gpu_type or "none"}
-    env = {"LLMPACK_LAUNCHER": "1", "LLMPACK_ATTEMPT": "0", gang.RANK_EVENTS_ENV: "1", "HF_HOME": spec.mount}
+    env = {settings.LAUNCHER.name: "1", settings.ATTEMPT.name: "0", settings.RANK_EVENTS.name: "1", "HF_HOME": spec.mount}
     obj = gang.build_trainjob(spec, name=gang.trainjob_name(EXAMPLE_RUN, "finetune", 0), namespace="default",
                               nodes=int(values[gang.NNODES_PARAM]), command=command, labels=labels, env=env)
-    return ("# The TrainJob the finetune launcher creates for one run (llmpack compile --nodes; components/gang.py).\n"
+    return ("# The TrainJob the finetune launcher creates for one run (llmpack compile --nodes; components/process/gang.py).\n"
             f"# Run values are an example's ({EXAMPLE_RUN}, namespace default): each run names its own.\n" + to_yaml(obj))
 
 
@@ -180,7 +181,7 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         check_cache_pvc(cache_pvc)
 
     from argo_workflows.workflow import build_workflow
-    from components.pipeline import build
+    from components.finetune_pipeline import build
     from kfp_pipelines.compiler import compile_pipeline
     from mlflow_projects.compiler import write_project
 

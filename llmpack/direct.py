@@ -3,7 +3,7 @@
 It is the reference the orchestrators are compared against: no orchestrator, just the steps.
 A step that crashes is retried per its spec (backoff capped at 1 s; bad input, exit 2, is not
 retried); each attempt is told its number in ``LLMPACK_ATTEMPT`` so that its records are its own
-and every attempt is billed (:mod:`components.telemetry`).
+and every attempt is billed (:mod:`components.record.telemetry`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from components import settings
 from components.commands import format_value, run_logged, step_args, task_params
 from components.dsl import TELEMETRY_PARAMS, OutputRef, Pipeline
 from components.errors import RunFailed
-from components.record import CLOSE_TASK, gpu_uses, record_args, uses_json
-from components.telemetry import ATTEMPT_ENV
+from components.record.close import CLOSE_TASK, gpu_uses, record_args, uses_json
 
 
 def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Mapping[str, str], log: IO[str] | None = None) -> dict[str, Path]:
@@ -52,7 +52,7 @@ def _run_steps(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Ma
                                           params=task_params(task, values))]
         retry = task.step.execution.retry
         for attempt in range(retry.limit + 1):
-            rc, last = run_logged(cmd, env={**env, ATTEMPT_ENV: str(attempt)}, log_path=workdir / "logs" / f"{task.name}.log")
+            rc, last = run_logged(cmd, env={**env, settings.ATTEMPT.name: str(attempt)}, log_path=workdir / "logs" / f"{task.name}.log")
             if rc == 0:
                 break
             if rc == 2 or attempt == retry.limit:  # bad input is not retried

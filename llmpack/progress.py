@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from components.record.telemetry import find_event_files, group_by_step, read_records
 from components.steps.finetune import PROGRESS_FILE
-from components.telemetry import find_event_files, group_by_step, read_records
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,7 +21,7 @@ from typing import Any
 from components import yamltext
 from components.errors import InputError
 from components.fusion import path_of
-from components.telemetry import ALL_EVENTS, group_by_step
+from components.record.telemetry import ALL_EVENTS, group_by_step
 
 PALETTE = {"direct": "#7f7f7f", "kfp": "#1f77b4", "argo": "#ff7f0e", "mlflow": "#2ca02c"}
 PHASES = (
@@ -47,7 +47,7 @@ def _colour(orch: str) -> str:
 
 def runs_from_mlflow(mc: Any, run_group: str) -> list[dict[str, Any]]:
     """Rebuild the run records of a run group from MLflow alone."""
-    from components import tracking
+    from components.record import tracking
 
     found = mc.search_runs(
         [tracking.experiment_id(mc)],
@@ -86,8 +86,9 @@ def _attempts_from_metrics(metrics: dict[str, float], tags: dict[str, str]) -> t
     """From a pipeline record's ``event.*`` / ``metric.*`` values: each step's events (its last
     attempt's) and the retried attempts, priced at the record's price tag (a GPU step's GPUs from
     the pipeline spec)."""
-    from components import cost, record, tracking
-    from components.telemetry import RunContext
+    from components.record import close as record
+    from components.record import cost, tracking
+    from components.record.telemetry import RunContext
 
     ctx = RunContext(run_group=tags.get("llmpack.run_group", ""), pipeline_run=tags.get("llmpack.pipeline_run", ""),
                      orchestrator=tags.get("llmpack.orchestrator", ""), mode=tags.get("llmpack.mode", ""), submitted_at=0.0)
@@ -254,7 +255,7 @@ def break_even(
 
 def gpu_steps() -> dict[str, int]:
     """The pipeline's GPU steps and their GPU counts (from the one pipeline object)."""
-    from components.pipeline import build
+    from components.finetune_pipeline import build
 
     return {t.name: t.step.execution.resources.gpus for t in build().task_order() if t.step.execution.resources.gpus > 0}
 
@@ -266,14 +267,14 @@ def cost_split(run: dict[str, Any], steps: dict[str, int]) -> dict[str, float] |
     overhead is the rest of the billed GPU time: container start, imports, model load,
     node provisioning, hand-overs, and every retried attempt whole. The two add up to ``cost_usd``.
     """
-    from components.cost import billed_seconds
-    from components.telemetry import StepTimes
+    from components.record.cost import billed_seconds
+    from components.record.telemetry import StepTimes
 
     cost = run["metrics"].get("cost_usd")
     if cost is None or run["status"] != "succeeded":
         return None
     measured = run["metrics"].get("cost_compute_usd"), run["metrics"].get("cost_overhead_usd")
-    if None not in measured:  # a cluster run billed by node (components.cost.bill_nodes) carries its own split
+    if None not in measured:  # a cluster run billed by node (components.record.cost.bill_nodes) carries its own split
         return {"compute_usd": float(measured[0]), "overhead_usd": float(measured[1])}
     billed = compute = 0.0
     for step, gpus in steps.items():

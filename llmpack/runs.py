@@ -12,11 +12,11 @@ A tracking outage never holds up training. At the start the store is asked once 
 an HTTP server that does not answer is taken for down and the run goes on without its record,
 and without the register step's model registration (that step would wait for the store, then
 fail the run). After the run every record is uploaded with the bounded retry of
-:func:`components.tracking.with_retries`; when that fails too, ``summary.json`` says
+:func:`components.record.tracking.with_retries`; when that fails too, ``summary.json`` says
 ``"tracking": "not sent"`` and one line names ``llmpack sync RUN_DIR``, which sends the run
 directory's ``events.jsonl`` and ``summary.json`` later (:mod:`llmpack.sync`). The register
 step's own MLflow calls are bounded through MLflow's retry settings
-(:func:`components.tracking.mlflow_http_env`); an outage that outlasts them while that step runs
+(:func:`components.record.tracking.mlflow_http_env`); an outage that outlasts them while that step runs
 fails it, as any failure to register does. A URI that answers "no" (4xx) or a local store that
 cannot be opened is still bad input (exit 2).
 """
@@ -34,15 +34,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from components import cost, distributed, fusion, record, telemetry, tracking
+from components import fusion, settings
 from components.commands import pipeline_values
-from components.data import BUILTIN, load_rows
 from components.dsl import Pipeline
 from components.errors import InputError, Interrupted, RunFailed
-from components.modeling import check_model_ref
-from components.runtime import CLIENT_UPLOADS_ENV, MLFLOW_LOGGING_ENV
-from components.submission import check_id, new_id, telemetry_values
-from components.telemetry import TRAIN_STEP
+from components.record import close as record
+from components.record import cost, telemetry, tracking
+from components.record.telemetry import TRAIN_STEP
+from components.servers.submission import check_id, new_id, telemetry_values
+from components.training import distributed
+from components.training.data import BUILTIN, load_rows
+from components.training.modeling import check_model_ref
 from llmpack.backends import local_runner
 from llmpack.progress import watch
 
@@ -162,7 +164,7 @@ def resolve_price(pipe: Pipeline, opts: RunOptions) -> cost.Price | None:
 
 
 def prepare(opts: RunOptions, pipe: Pipeline | None = None) -> tuple[Pipeline, cost.Price | None]:
-    from components.pipeline import build
+    from components.finetune_pipeline import build
 
     validate(opts)
     nproc = nproc_of(opts)
@@ -197,16 +199,16 @@ def run_pipeline(
         **(env or {}),
         "MLFLOW_TRACKING_URI": uri,
         "PYTHONUNBUFFERED": "1",
-        CLIENT_UPLOADS_ENV: "1",  # we upload every step's JSONL after the run (idempotent keys)
-        record.RECORDS_DIR_ENV: str(staging),  # where the run's summarizing task finds the step records
+        settings.CLIENT_UPLOADS.name: "1",  # we upload every step's JSONL after the run (idempotent keys)
+        settings.RECORDS_DIR.name: str(staging),  # where the run's summarizing task finds the step records
         **tracking.mlflow_http_env(retry, os.environ),  # the register step's own MLflow calls: bounded too
     }
     if not reachable:  # the register step would wait for the store, then fail the run: it is skipped
-        step_env[MLFLOW_LOGGING_ENV] = "0"
+        step_env[settings.MLFLOW_LOGGING.name] = "0"
     if opts.price_per_gpu_hour is not None:  # the summarizing task prices the run as we do
-        step_env[cost.PRICE_ENV] = str(opts.price_per_gpu_hour)
+        step_env[settings.PRICE_PER_GPU_HOUR.name] = str(opts.price_per_gpu_hour)
     if opts.price_file:
-        step_env[cost.PRICE_FILE_ENV] = str(Path(opts.price_file).resolve())
+        step_env[settings.PRICE_FILE.name] = str(Path(opts.price_file).resolve())
     if opts.model == "tiny":
         step_env.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -2,8 +2,8 @@
 
 Each orchestrator's own path lives in its package (:mod:`kfp_pipelines.submit`,
 :mod:`argo_workflows.submit`, :mod:`mlflow_projects.submit`), found through the one registry,
-:mod:`llmpack.backends`; what they share is :mod:`components.submission` and
-:mod:`components.remote`. The options each takes are listed in its ``submit`` docstring.
+:mod:`llmpack.backends`; what they share is :mod:`components.servers.submission` and
+:mod:`components.servers.remote`. The options each takes are listed in its ``submit`` docstring.
 """
 
 from __future__ import annotations

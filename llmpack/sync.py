@@ -57,8 +57,8 @@ class SyncResult:
 
 def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any]:
     """``(summary, upload)`` of a run directory; an :class:`InputError` naming what is wrong with it."""
-    from components import telemetry, tracking
-    from components.record import record_status
+    from components.record import telemetry, tracking
+    from components.record.close import record_status
 
     if not run_dir.is_dir():
         raise InputError(f"RUN_DIR {run_dir}: no such run directory")
@@ -96,7 +96,7 @@ def _mapping(summary: dict[str, Any], key: str) -> dict[str, Any]:
 
 def sync_uri(explicit: str | None, summary: dict[str, Any]) -> str:
     """``--tracking-uri``, else the run's own URI (unless it was stored redacted), else the usual default."""
-    from components import tracking
+    from components.record import tracking
 
     recorded = str(_mapping(summary, "artifacts").get("tracking_uri") or "")
     if explicit or not recorded or "***" in recorded:
@@ -107,11 +107,11 @@ def sync_uri(explicit: str | None, summary: dict[str, Any]) -> str:
 def sync_run(run_dir: Path, tracking_uri: str | None = None, *, retry: Any = None) -> SyncResult:
     """Send RUN_DIR's records and summary to its pipeline record; idempotent, bounded.
 
-    Raises :class:`InputError` for a bad RUN_DIR and ``components.tracking.TrackingUnavailable``
+    Raises :class:`InputError` for a bad RUN_DIR and ``components.record.tracking.TrackingUnavailable``
     when the store does not answer in time; RUN_DIR is changed only after a complete upload.
     """
-    from components import tracking
-    from components.record import write_json_atomic
+    from components.record import tracking
+    from components.record.close import write_json_atomic
 
     run_dir = Path(run_dir)
     summary, upload = read_run_dir(run_dir)
@@ -141,7 +141,7 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
     Waits at most LLMPACK_TRACKING_MAX_WAIT_S seconds (default 30) for the server.
     Exit codes: 0 sent; 1 the server did not answer or refused (nothing changed); 2 bad RUN_DIR.
     """
-    from components import tracking
+    from components.record import tracking
 
     read_run_dir(run_dir)  # a RUN_DIR that is not one: exit 2 before MLflow is even imported
     from llmpack.display import library_logs_to

@@ -64,7 +64,7 @@ from components.dsl import (
     iter_param_args,
 )
 from components.errors import PipelineValidationError
-from components.record import gpu_uses, uses_json
+from components.record.close import gpu_uses, uses_json
 
 LOCAL_DIR = "finetune"
 K8S_DIR = "finetune-k8s"

@@ -29,7 +29,7 @@ A child that fails is retried per its step spec (unless it failed with an ``llmp
 line: bad input or a failed quality gate are not transient); then ``main`` fails with the
 child's ``llmpack: error:`` line. Each attempt is a child run of its own (tag ``llmpack.attempt``)
 and its step is told the attempt in ``LLMPACK_ATTEMPT``, so the attempt's records keep their own
-keys on the pipeline's record and every attempt is billed (``components.telemetry``). Each step's output is kept in ``<run dir>/logs/<task>.log``
+keys on the pipeline's record and every attempt is billed (``components.record.telemetry``). Each step's output is kept in ``<run dir>/logs/<task>.log``
 and a summary in ``<run dir>/llmpack-mlflow-run.json``.
 
 Artifacts of a pipeline run live in ``<artifacts_dir>/<pipeline_run>/<task>/<output>``; a
@@ -56,7 +56,7 @@ HERE = Path(__file__).resolve().parent
 SPEC_FILE = "pipeline.json"
 STATUS_FILE = "llmpack-mlflow-run.json"
 ERROR_MARK = "llmpack: error:"
-ATTEMPT_ENV = "LLMPACK_ATTEMPT"  # components.telemetry.ATTEMPT_ENV (this file imports only MLflow)
+ATTEMPT_ENV = "LLMPACK_ATTEMPT"  # components.record.telemetry.ATTEMPT_ENV (this file imports only MLflow)
 
 
 class MainError(Exception):
@@ -161,9 +161,10 @@ def raise_on_signals() -> None:
 
 def close_record(spec: Mapping[str, Any], values: Mapping[str, str], parent: Any, status: str, run_dir: Path) -> None:
     """The final block: derive the run's metrics and cost, log them on the record, end it."""
-    from components import record
+    from components import settings
+    from components.record import close as record
 
-    records_dir = os.environ.get(record.RECORDS_DIR_ENV) or str(run_dir)
+    records_dir = os.environ.get(settings.RECORDS_DIR.name) or str(run_dir)
     try:
         record.close(values=values, status=status, uses=record.parse_uses(json.dumps(spec.get("uses", []))),
                      orchestrator_run_id=parent.info.run_id, orchestrator_created_at=parent.info.start_time / 1000.0,

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from components import settings
 from components.commands import format_value, last_error_line, run_logged
 from components.dsl import Pipeline
 from components.errors import RunFailed
@@ -40,21 +41,21 @@ def mlflow_command() -> list[str]:
 
 def record_run_id(env: Mapping[str, str], pipeline_run: str) -> str | None:
     """The MLflow run the client opened as this pipeline run's record, if any."""
-    from components import tracking
+    from components.record import tracking
 
     return tracking.find_pipeline_run(tracking.client(env.get("MLFLOW_TRACKING_URI")), pipeline_run)
 
 
 def experiment_id(env: Mapping[str, str]) -> str:
-    """The llmpack experiment, created as :func:`components.tracking.experiment_id` creates it.
+    """The llmpack experiment, created as :func:`components.record.tracking.experiment_id` creates it.
 
     Created here, before ``mlflow run``, because MLflow would otherwise create it with its
     artifacts under the current directory (``./mlruns``) instead of beside the tracking database.
     """
-    from components import tracking
+    from components.record import tracking
 
     mc = tracking.client(env.get("MLFLOW_TRACKING_URI"))
-    return tracking.experiment_id(mc, env.get(tracking.EXPERIMENT_ENV, tracking.DEFAULT_EXPERIMENT))
+    return tracking.experiment_id(mc, env.get(settings.EXPERIMENT.name, tracking.DEFAULT_EXPERIMENT))
 
 
 def run_local(

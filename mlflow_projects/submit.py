@@ -3,7 +3,7 @@
 ``llmpack submit mlflow`` and ``llmpack compare --cluster`` come here through
 :mod:`llmpack.backends` (the :class:`components.backend.ClusterSubmitter` contract). What every
 submission shares (the parameters, ids, ``submitted_at``, cost tags, the MLflow record) is
-:mod:`components.submission`.
+:mod:`components.servers.submission`.
 
 Why not ``mlflow run --backend kubernetes``
     That backend (``mlflow.projects.run(backend="kubernetes")``) always builds an image FROM
@@ -15,7 +15,7 @@ Why not ``mlflow run --backend kubernetes``
 
 :func:`submit`
     Creates the MLflow run that ``main`` runs in (the pipeline record,
-    :func:`components.tracking.open_pipeline_run`, ``mode=cluster``, with the cost tags), fills
+    :func:`components.record.tracking.open_pipeline_run`, ``mode=cluster``, with the cost tags), fills
     the compiled ``mlflow_projects/finetune-k8s/kubernetes_job_template.yaml`` the way MLflow's
     ``_get_kubernetes_job_definition`` does (:func:`build_mlflow_job`: name, container name,
     image, the ``main`` entry point's command as MLflow's project loader computes it,
@@ -60,11 +60,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from components import tracking
 from components.commands import format_value
 from components.dsl import TELEMETRY_PARAMS
 from components.errors import InputError
-from components.remote import (
+from components.record import tracking
+from components.servers.remote import (
     POLL_S,
     REQUEST_TIMEOUT_S,
     WAIT_TIMEOUT_S,
@@ -75,7 +75,7 @@ from components.remote import (
     tls_failure,
     tls_verify,
 )
-from components.submission import (
+from components.servers.submission import (
     PIPELINE_RUN_LABEL,
     RUN_GROUP_LABEL,
     check_id,

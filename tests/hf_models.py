@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from components.data import builtin_rows
+from components.training.data import builtin_rows
 
 ARCHS = ("llama", "qwen2")
 SYSTEM_PROMPT = "You are a helpful assistant."
@@ -51,7 +51,7 @@ SPECIAL: dict[str, dict[str, Any]] = {
 
 
 def chat_rows(n: int, seed: int = 0) -> list[dict[str, Any]]:
-    """``n`` chat rows (system, user, assistant) made from :func:`components.data.builtin_rows`."""
+    """``n`` chat rows (system, user, assistant) made from :func:`components.training.data.builtin_rows`."""
     return [
         {"messages": [
             {"role": "system", "content": SYSTEM_PROMPT},

@@ -18,7 +18,7 @@ import yaml
 from argo_workflows.workflow import build_workflow, cap_binds
 from components.commands import pipeline_values
 from components.dsl import Execution, Input, Metrics, Output, Resources, Retry, pipeline, step
-from components.pipeline import build
+from components.finetune_pipeline import build
 from components.steps.evaluate import evaluate
 from components.steps.finetune import finetune
 from components.steps.prepare_data import prepare_data

@@ -21,10 +21,11 @@ from typing import Any
 
 import pytest
 
-from components import cost, record, telemetry, tracking
 from components.commands import pipeline_values
 from components.dsl import Pipeline, pipeline
-from components.telemetry import RunContext, make_record
+from components.record import close as record
+from components.record import cost, telemetry, tracking
+from components.record.telemetry import RunContext, make_record
 
 CTX = RunContext(run_group="rg-a", pipeline_run="pr-a", orchestrator="direct", mode="local", submitted_at=1000.0)
 H100 = cost.resolve_price("nvidia-h100-80gb", env={})

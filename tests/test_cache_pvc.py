@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from components.dsl import HF_CACHE_MOUNT
 from components.errors import InputError
-from components.pipeline import build
+from components.finetune_pipeline import build
 from llmpack.compile import compile_all, with_cache_pvc
 from tests.test_security import argo_problems, credential_findings, job_problems, kfp_problems
 

@@ -198,7 +198,7 @@ def test_a_tracking_uri_that_is_not_mlflow_is_one_line_before_any_run(tmp_path: 
 
 
 def test_report_for_a_missing_run_group(tmp_path: Path, tracking_uri: str) -> None:
-    from components import tracking
+    from components.record import tracking
 
     tracking.experiment_id(tracking.client(tracking_uri))  # the store exists; the group does not
     r = llmpack("report", "--run-group", "rg-nope", "--tracking-uri", tracking_uri, "--out", str(tmp_path / "rep"), cwd=tmp_path)

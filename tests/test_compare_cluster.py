@@ -15,8 +15,8 @@ from standins.fake_cluster import FakeCluster
 from standins.k8s_api import KubeAPIStandIn
 from standins.kfp_api import KFPAPIStandIn
 
-from components import cost, tracking
 from components.errors import InputError
+from components.record import cost, tracking
 from llmpack import cluster
 from llmpack.report import runs_from_mlflow, write_report
 
@@ -29,7 +29,7 @@ ENV = ("KFP_HOST", "KFP_TOKEN", "KF_PIPELINES_ENDPOINT", "KF_PIPELINES_SA_TOKEN_
 CLUSTER_EVENTS = ("pod_created", "pod_scheduled", "node_ready", "container_started")
 # The order they happen in for a pod that needs a new node: the scheduler binds it once the node is Ready.
 NEW_NODE_ORDER = ("pod_created", "node_ready", "pod_scheduled", "container_started")
-H200_AWS = 7.912  # components/prices.yaml: nvidia-h200, aws (p5en.48xlarge)
+H200_AWS = 7.912  # components/record/prices.yaml: nvidia-h200, aws (p5en.48xlarge)
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from components.dsl import Dataset, Input, Metrics, Output, pipeline, step
-from components.pipeline import finetune_pipeline
+from components.finetune_pipeline import finetune_pipeline
 from llmpack.compile import DEFAULT_OUT, compile_all
 from tests.conftest import REPO, llmpack
 

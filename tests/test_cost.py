@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from components import cost
+from components import settings
 from components.errors import InputError
-from components.telemetry import StepTimes
+from components.record import cost
+from components.record.telemetry import StepTimes
 
 
 def test_shipped_table_entries_all_carry_source_and_as_of() -> None:
@@ -21,15 +22,15 @@ def test_shipped_table_entries_all_carry_source_and_as_of() -> None:
 def test_lookup_order_flag_env_file_table(tmp_path: Path) -> None:
     prices = tmp_path / "prices.yaml"
     prices.write_text("prices:\n  - {gpu: nvidia-h100-80gb, per_gpu_hour: 2.5, source: contract, as_of: 2026-11}\n")
-    env = {cost.PRICE_ENV: "4.0", cost.PRICE_FILE_ENV: str(prices)}
+    env = {settings.PRICE_PER_GPU_HOUR.name: "4.0", settings.PRICE_FILE.name: str(prices)}
     assert cost.resolve_price("nvidia-h100-80gb", flag="9", env=env).source == "flag"
     got = cost.resolve_price("nvidia-h100-80gb", env=env)
     assert (got.per_gpu_hour, got.source) == (4.0, "env")
-    got = cost.resolve_price("nvidia-h100-80gb", env={cost.PRICE_FILE_ENV: str(prices)})
+    got = cost.resolve_price("nvidia-h100-80gb", env={settings.PRICE_FILE.name: str(prices)})
     assert (got.per_gpu_hour, got.source) == (2.5, "file:prices.yaml")
     got = cost.resolve_price("nvidia-h100-80gb", env={})
     assert (got.per_gpu_hour, got.source) == (6.88, "aws-pricelist@2026-11-09")
-    got = cost.resolve_price("nvidia-h100-80gb", env={cost.PROVIDER_ENV: "lambda"})
+    got = cost.resolve_price("nvidia-h100-80gb", env={settings.PRICE_PROVIDER.name: "lambda"})
     assert got.per_gpu_hour == 3.99
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components.record.telemetry import group_by_step, read_records
 from components.steps.finetune import newest_checkpoint
-from components.telemetry import group_by_step, read_records
 from tests.conftest import llmpack, run_step
 
 TUNE = "components.steps.finetune:finetune"

@@ -21,7 +21,7 @@ from components.dsl import (
     step,
 )
 from components.errors import PipelineValidationError
-from components.pipeline import build
+from components.finetune_pipeline import build
 
 
 @step()
@@ -176,7 +176,7 @@ def test_calling_a_step_outside_a_pipeline_is_an_error() -> None:
 
 def test_import_components_is_light() -> None:
     code = (
-        "import sys, time; t = time.perf_counter(); import components, components.pipeline; "
+        "import sys, time; t = time.perf_counter(); import components, components.finetune_pipeline; "
         "dt = time.perf_counter() - t; "
         "heavy = [m for m in ('torch','transformers','peft','mlflow','kfp','hera','kubernetes','numpy') if m in sys.modules]; "
         "print(heavy); print(dt)"

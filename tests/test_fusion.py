@@ -16,9 +16,9 @@ from components import fusion
 from components.commands import pipeline_values
 from components.dsl import OutputRef
 from components.errors import InputError
-from components.pipeline import build
-from components.record import gpu_uses
-from components.telemetry import EVENTS_FILE
+from components.finetune_pipeline import build
+from components.record.close import gpu_uses
+from components.record.telemetry import EVENTS_FILE
 from llmpack.backends import local_runner
 from tests.conftest import llmpack
 
@@ -60,7 +60,7 @@ def test_fuse_all_is_one_task_with_every_output():
 
 
 def test_a_fused_step_is_found_by_reference_in_another_process():
-    from components.runtime import load_step
+    from components.process.runner import load_step
 
     for mode in ("gpu", "all"):
         pipe = fusion.fuse(build(), mode)
@@ -70,7 +70,7 @@ def test_a_fused_step_is_found_by_reference_in_another_process():
         assert [m.task for m in loaded.members] == [m.task for m in fused.members]
         assert loaded.inputs == fused.inputs and loaded.outputs == fused.outputs and loaded.params == fused.params
     with pytest.raises(InputError, match="cannot import"):
-        load_step("components.fusion:finetune__nosuchstep")
+        load_step("components.finetune_pipeline:finetune__nosuchstep")
 
 
 def test_fused_steps_are_billed_as_the_pod_that_runs_them():
@@ -185,7 +185,7 @@ def test_fused_runs_give_byte_identical_adapters_and_metrics(backend: str, mode:
         assert {"process_started", "model_loaded", "finished"} <= set(events)
     assert "first_step" in train
     assert 0 <= ev["process_started"] - train["finished"] < 1.0  # the hand-over the fusion removed
-    # fused-all: register ran in the process parked for it, on every path (components.warm_ahead)
+    # fused-all: register ran in the process parked for it, on every path (components.process.warm_ahead)
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))
     assert ("warm-ahead: register's start-up ran beside the steps before it" in logs) == (mode == "all")
 
@@ -219,3 +219,67 @@ def test_prepull_daemonset_is_a_valid_kubernetes_object_that_passes_the_security
     assert spec["nodeSelector"] == gpu_step.node_selector
     assert [t["key"] for t in spec["tolerations"]] == [t.key for t in gpu_step.tolerations]
     assert "nvidia.com/gpu" not in json.dumps([c["resources"] for c in (*spec["initContainers"], *spec["containers"])])
+
+
+# --------------------------------------------------------------------------- a user's own pipeline, fused
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run_custom(backend: str, mode: str, workdir: Path) -> dict[str, Path]:
+    """examples/custom_step.py's pipeline, fused by ``mode``, on ``backend``: its module resolves its fused steps."""
+    from examples.custom_step import with_report
+
+    pipe = fusion.fuse(with_report(), mode)
+    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{workdir.parent / f'{workdir.name}-mlflow.db'}"}
+    values = pipeline_values(pipe, {"max_steps": 4, "mode": "local", "orchestrator": backend,
+                                    "run_group": "rg-fusion-custom", "pipeline_run": f"custom-{backend}-{mode}",
+                                    "submitted_at": time.time()})
+    return fusion.unfused_artifacts(pipe, local_runner(backend).run_local(pipe, values, workdir, env))
+
+
+def test_a_pipeline_whose_module_cannot_resolve_its_fused_steps_is_refused_in_one_line():
+    from components.dsl import pipeline
+    from components.steps.prepare_data import prepare_data
+    from components.steps.tokenize import tokenize
+
+    @pipeline(name="no-resolver")
+    def no_resolver(seed: int = 0) -> None:
+        tokenize(dataset=prepare_data(seed=seed).outputs["dataset"])
+
+    with pytest.raises(InputError, match=r"fused_steps") as err:
+        fusion.fuse(no_resolver(), "all")
+    assert "\n" not in str(err.value)
+    assert fusion.fuse(no_resolver(), "none").tasks.keys() == no_resolver().tasks.keys()  # unfused: nothing needed
+
+
+def test_a_user_pipeline_resolves_its_own_fused_steps_not_the_shipped_ones():
+    import importlib
+
+    from examples.custom_step import with_report
+
+    fused = fusion.fuse(with_report(), "all").tasks[fusion.ALL_STEPS_TASK].step
+    assert isinstance(fused, fusion.FusedStep)
+    assert fused.ref.startswith("examples.custom_step:")
+    module, _, attr = fused.ref.partition(":")
+    again = getattr(importlib.import_module(module), attr)
+    assert [m.task for m in again.members] == [m.task for m in fused.members]
+    assert "data-report" in [m.task for m in again.members]  # the user's wiring, not the shipped pipeline's
+
+
+@pytest.fixture(scope="module")
+def custom_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return _run_custom("direct", "none", tmp_path_factory.mktemp("custom-reference"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["direct", "kfp", "argo", "mlflow"])
+@pytest.mark.parametrize("mode", ["gpu", "all"])
+def test_the_fused_custom_pipeline_runs_and_gives_the_unfused_adapter(backend: str, mode: str, tmp_path: Path,
+                                                                      custom_reference: dict[str, Path]):
+    got = _run_custom(backend, mode, tmp_path)
+    assert _sha(got["finetune.model"] / ADAPTER) == _sha(custom_reference["finetune.model"] / ADAPTER)
+    assert (got["data-report.report"] / "data_report.json").is_file()  # the user's own step ran

@@ -147,9 +147,9 @@ def gpu_limit(pod: dict[str, Any]) -> str | None:
 
 
 def test_fused_member_names_come_from_the_fusion_ref() -> None:
-    assert fused_members(["python", "-m", "components.run", "components.fusion:finetune__evaluate", "--x=1"],
+    assert fused_members(["python", "-m", "components.run", "components.finetune_pipeline:finetune__evaluate", "--x=1"],
                          "finetune-evaluate") == ("finetune", "evaluate")
-    assert fused_members(["components.fusion:prepare_data__tokenize__finetune__evaluate__register"],
+    assert fused_members(["components.finetune_pipeline:prepare_data__tokenize__finetune__evaluate__register"],
                          "all-steps") == STEPS
     assert fused_members(["python", "-m", "components.run", "components.steps.tokenize:tokenize"],
                          "tokenize") == ("tokenize",)
@@ -174,7 +174,7 @@ def test_step_pods_per_run_5_4_1(orchestrator: str, compiled: dict[str, Path], l
         # A fused pod runs the compiled fused step (its container says which).
         for task, members in TASKS[mode].items():
             args = " ".join(next(c for c in steps[task]["spec"]["containers"] if c["name"] == "main").get("args") or [])
-            assert ("components.fusion:" in args) == (len(members) > 1), (mode, task)
+            assert ("components.finetune_pipeline:" in args) == (len(members) > 1), (mode, task)
 
         # Every authored step still ran and logged its events, members back to back in their pod.
         assert list(script.events) == list(STEPS)

@@ -24,8 +24,8 @@ import pytest
 import yaml
 from standins.k8s_api import KubeAPIStandIn
 
-from components import gang
-from components.telemetry import group_by_step, read_records
+from components.process import gang
+from components.record.telemetry import group_by_step, read_records
 from llmpack.compile import compile_all
 from tests.conftest import llmpack, run_step
 from tests.test_trainjob import _schema, schema_errors, trainer_api_errors

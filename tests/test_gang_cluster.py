@@ -32,7 +32,7 @@ ENV = ("KFP_HOST", "KFP_TOKEN", "KF_PIPELINES_ENDPOINT", "KF_PIPELINES_SA_TOKEN_
        "KUBERNETES_SERVICE_HOST", "LLMPACK_IMAGE", "LLMPACK_PRICE_PER_GPU_HOUR", "LLMPACK_PRICE_FILE",
        "LLMPACK_PRICE_PROVIDER")
 NODES, GPUS = 2, 4
-H200_AWS = 7.912  # components/prices.yaml: nvidia-h200, aws (p5en.48xlarge)
+H200_AWS = 7.912  # components/record/prices.yaml: nvidia-h200, aws (p5en.48xlarge)
 DELAY = 600.0  # the default scale-down delay the node bill adds after a node's last pod
 
 
@@ -161,7 +161,7 @@ def test_gang_pods_are_one_attempt_and_the_timeline_lists_every_node(compared) -
         for r in _gang_rows(run):
             line = next(line for line in table.splitlines() if line.startswith(r["pod"]))
             assert f"finetune/node{r['gang_node']}" in line
-        from components.telemetry import RunContext
+        from components.record.telemetry import RunContext
 
         ctx = RunContext(run_group=run["run_group"], pipeline_run=run["pipeline_run"],
                          orchestrator=run["orchestrator"], mode="cluster", submitted_at=run["submitted_at"])

@@ -15,7 +15,7 @@ from standins.argo_server import ArgoServerStandIn
 
 from argo_workflows.pipeline import finetune_workflow
 from components.errors import InputError
-from components.record import CLOSE_TASK
+from components.record.close import CLOSE_TASK
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "argo-standin-token"

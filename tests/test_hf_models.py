@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from components.data import builtin_rows, read_jsonl, read_split, write_jsonl
-from components.modeling import load_base_model, lora_target_modules
 from components.steps.tokenize import IGNORE, load_tokenizer, pack, pair_ids
-from components.tiny import TINY
+from components.training.data import builtin_rows, read_jsonl, read_split, write_jsonl
+from components.training.modeling import load_base_model, lora_target_modules
+from components.training.tiny import TINY
 from tests.conftest import llmpack
 from tests.hf_models import ARCHS, SPECIAL, build_model_dir, chat_rows, write_chat_jsonl
 

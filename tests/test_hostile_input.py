@@ -31,9 +31,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from components import cost
-from components.data import read_jsonl
 from components.errors import InputError
+from components.record import cost
+from components.training.data import read_jsonl
 from llmpack.report import parse_control_plane
 from tests.conftest import REPO
 

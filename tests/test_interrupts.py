@@ -109,7 +109,7 @@ def silent_server() -> Iterator[tuple[str, list[socket.socket]]]:
 
 def _run_dir(root: Path) -> Path:
     """A run directory as ``llmpack run`` leaves it when the tracking server was down."""
-    from components import telemetry
+    from components.record import telemetry
     from llmpack.runs import write_run_files
 
     ctx = telemetry.RunContext(run_group="rg-interrupts", pipeline_run="direct-interrupted-sync",
@@ -184,7 +184,7 @@ def test_compare_interrupted_in_its_second_path(tmp_path: Path) -> None:
 def test_a_new_sqlite_store_appears_whole_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C during MLflow's first-time migrations left a half-migrated mlflow.db that every later
     run refused; now the store is migrated beside it and linked into place only when whole."""
-    from components import tracking
+    from components.record import tracking
 
     db = tmp_path / "mlflow.db"
 

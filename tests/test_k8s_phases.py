@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.cost import billed_seconds
 from components.errors import InputError
-from components.telemetry import RunContext, derive_metrics, group_by_step, make_record
+from components.record.cost import billed_seconds
+from components.record.telemetry import RunContext, derive_metrics, group_by_step, make_record
 from llmpack.k8s import podphases
 from llmpack.k8s.podphases import (
     ROW_FIELDS,

@@ -15,8 +15,8 @@ import yaml
 from components.commands import pipeline_values, step_args, task_params
 from components.dsl import Dataset, Input, Metrics, Model, Output, pipeline, step
 from components.errors import RunFailed
-from components.pipeline import build
-from components.record import CLOSE_TASK
+from components.finetune_pipeline import build
+from components.record.close import CLOSE_TASK
 from components.steps.evaluate import evaluate
 from components.steps.finetune import finetune
 from components.steps.prepare_data import prepare_data

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from benchmarks import load_mlflow, watcher_load
-from components import telemetry, tracking
+from components.record import telemetry, tracking
 
 REPO = Path(__file__).resolve().parents[1]
 

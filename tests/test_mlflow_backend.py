@@ -21,7 +21,7 @@ import yaml
 from components.commands import format_value, pipeline_values, step_args
 from components.dsl import Pipeline, pipeline
 from components.errors import PipelineValidationError, RunFailed
-from components.pipeline import build
+from components.finetune_pipeline import build
 from mlflow_projects import compiler, driver
 from mlflow_projects.compiler import entry_point_name, render_k8s_project, render_local_project, write_project
 from mlflow_projects.local import run_local

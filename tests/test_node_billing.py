@@ -1,4 +1,4 @@
-"""Node billing on a cluster (``components.cost.bill_nodes``): GPU nodes billed the way clouds
+"""Node billing on a cluster (``components.record.cost.bill_nodes``): GPU nodes billed the way clouds
 bill them, from node Ready to removal, or to the last pod's finish + the autoscaler's
 scale-down delay when the watcher did not see the removal; shared nodes split by pod time."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from components.cost import DEFAULT_SCALE_DOWN_DELAY_S, NodeSpan, PodSpan, bill_nodes
 from components.errors import InputError
+from components.record.cost import DEFAULT_SCALE_DOWN_DELAY_S, NodeSpan, PodSpan, bill_nodes
 from llmpack import cluster
 from llmpack.k8s.podphases import analyze, load_events, load_nodes, load_pods, node_facts, slim_node
 
@@ -122,7 +122,7 @@ def test_node_facts_see_removal_through_slim_node() -> None:
 
 
 def test_node_cost_splits_compute_and_overhead() -> None:
-    from components.cost import NodeBill
+    from components.record.cost import NodeBill
 
     events = {"finetune": {"model_loaded": T0 + 100, "finished": T0 + 400},
               "evaluate": {"model_loaded": T0 + 500, "finished": T0 + 560}}

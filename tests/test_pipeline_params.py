@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from components.dsl import PipelineParamRef
-from components.pipeline import build
+from components.finetune_pipeline import build
 from llmpack.cli import parse_params
 from tests.conftest import REPO
 

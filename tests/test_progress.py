@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from components.record.telemetry import EVENTS_FILE, EventLog, RunContext, make_record
 from components.steps.finetune import PROGRESS_FILE, ProgressFile
-from components.telemetry import EVENTS_FILE, EventLog, RunContext, make_record
 from llmpack.display import status_text
 from llmpack.progress import clock, current_step, read_train_progress
 

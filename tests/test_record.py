@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import record, telemetry
-from components.cost import GpuUse
-from components.telemetry import RunContext, make_record
+from components import settings
+from components.record import close as record
+from components.record import telemetry
+from components.record.cost import GpuUse
+from components.record.telemetry import RunContext, make_record
 
 REPO = Path(__file__).resolve().parents[1]
 LLMPACK_CLI = Path(sys.executable).with_name("llmpack")
@@ -87,7 +89,7 @@ def test_close_writes_the_summary_from_the_jsonl_without_mlflow(tmp_path: Path):
         log.append(make_record(ctx, "event", "finetune", name, value))
     log.append(make_record(ctx, "metric", "finetune", "train_s", 6.0))
     uses = [GpuUse(step="finetune", gpus=2, cpu=16, gpu_type="nvidia-h100-80gb")]
-    env = {record.CLIENT_UPLOADS_ENV: "1", "LLMPACK_PRICE_PER_GPU_HOUR": "3.6"}
+    env = {settings.CLIENT_UPLOADS.name: "1", "LLMPACK_PRICE_PER_GPU_HOUR": "3.6"}
     summary = record.close(values={"pipeline_run": "p1", "run_group": "g", "orchestrator": "argo", "mode": "local",
                                    "submitted_at": "0.0"},
                            status="Succeeded", uses=uses, orchestrator_created_at="1970-01-01T00:16:38Z",
@@ -107,7 +109,7 @@ def test_the_command_line_runs_as_compiled(tmp_path: Path):
                               run_id="wf-abc", created_at="", params={"submitted_at": "0.0", "pipeline_run": "",
                                                                       "run_group": "", "orchestrator": "argo",
                                                                       "mode": "cluster"})
-    env = {**os.environ, record.CLIENT_UPLOADS_ENV: "1", record.RECORDS_DIR_ENV: str(tmp_path)}
+    env = {**os.environ, settings.CLIENT_UPLOADS.name: "1", settings.RECORDS_DIR.name: str(tmp_path)}
     proc = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     summary = record.read_summary(tmp_path)
@@ -145,7 +147,7 @@ def test_a_step_may_not_take_the_summarizing_tasks_name():
 
     from components.dsl import Task
     from components.errors import PipelineValidationError
-    from components.pipeline import build
+    from components.finetune_pipeline import build
 
     pipe = build()
     clash = Task(name=record.CLOSE_TASK, step=pipe.tasks["register"].step, arguments={})

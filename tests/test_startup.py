@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from components import startup
+from components.process import startup
 from tests.conftest import run_step
 
 PROBE = '''
 import gc, json
 from pathlib import Path
 from components.dsl import Dataset, Output, step
-from components.runtime import emit
+from components.reporting import emit
 
 
 def _state():

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.data import builtin_rows, read_jsonl, split_rows
 from components.errors import InputError
 from components.steps.finetune import PROGRESS_FILE, batch_indices, lr_at, newest_checkpoint
 from components.steps.tokenize import IGNORE, pack
-from components.tiny import ByteTokenizer
+from components.training.data import builtin_rows, read_jsonl, split_rows
+from components.training.tiny import ByteTokenizer
 from llmpack.progress import read_train_progress
 from tests.conftest import run_step
 

@@ -183,7 +183,7 @@ def test_workflow_file_checks(argo: ArgoServerStandIn, tmp_path: Path) -> None:
 
 
 def test_mlflow_record_when_a_tracking_uri_is_given(argo: ArgoServerStandIn, tracking_uri: str) -> None:
-    from components import tracking
+    from components.record import tracking
 
     summary = argo_submit.submit(host=argo.url, token=TOKEN, tracking_uri=tracking_uri)
     tags = tracking.client(tracking_uri).get_run(summary["mlflow_run_id"]).data.tags

@@ -211,7 +211,7 @@ def test_server_side_validation_of_parameters(kfp_api: KFPAPIStandIn, tmp_path: 
 
 
 def test_mlflow_record_when_a_tracking_uri_is_given(kfp_api: KFPAPIStandIn, tracking_uri: str) -> None:
-    from components import tracking
+    from components.record import tracking
 
     summary = kfp_submit.submit(host=kfp_api.url, token=TOKEN, tracking_uri=tracking_uri)
     run = tracking.client(tracking_uri).get_run(summary["mlflow_run_id"])

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from standins.k8s_api import KubeAPIStandIn
 
-from components import tracking
 from components.errors import InputError
+from components.record import tracking
 from llmpack import submit
 from mlflow_projects import submit as mlflow_submit
 

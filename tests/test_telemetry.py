@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from components import telemetry, tracking
-from components.telemetry import RunContext, make_record
+from components.record import telemetry, tracking
+from components.record.telemetry import RunContext, make_record
 
 CTX = RunContext(run_group="rg-1", pipeline_run="pr-1", orchestrator="kfp", mode="local", submitted_at=1000.0)
 
@@ -62,7 +62,7 @@ def test_jsonl_roundtrip_and_idempotent_keys(tmp_path: Path) -> None:
 
 def test_process_start_time_comes_from_the_os() -> None:
     t0 = time.time()
-    code = "import time; time.sleep(0.5); from components.telemetry import process_start_time as p; print(p())"
+    code = "import time; time.sleep(0.5); from components.record.telemetry import process_start_time as p; print(p())"
     started = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     # The process began before its 0.5 s sleep, not when Python got to the call.
     assert t0 - 0.05 <= started <= t0 + 0.4

@@ -25,7 +25,7 @@ from standins.kfp_api import KFPAPIStandIn
 
 from argo_workflows import submit as argo_submit
 from components.errors import InputError
-from components.remote import tls_verify
+from components.servers.remote import tls_verify
 from kfp_pipelines import submit as kfp_submit
 from mlflow_projects import submit as mlflow_submit
 from tests.conftest import llmpack

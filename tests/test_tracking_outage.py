@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from components import telemetry, tracking
+from components import settings
 from components.errors import InputError
+from components.record import telemetry, tracking
 from tests.conftest import llmpack
 
 WAIT_S = 3  # LLMPACK_TRACKING_MAX_WAIT_S for runs that must give up quickly
@@ -189,10 +190,10 @@ def test_mlflow_own_retries_are_off_inside_a_bounded_call_and_restored_after(mon
 
 def test_the_bound_comes_from_the_environment() -> None:
     assert tracking.upload_retry({}).max_wait_s == tracking.DEFAULT_MAX_WAIT_S == 30.0
-    assert tracking.upload_retry({tracking.MAX_WAIT_ENV: "4.5"}).max_wait_s == 4.5
+    assert tracking.upload_retry({settings.TRACKING_MAX_WAIT_S.name: "4.5"}).max_wait_s == 4.5
     for bad in ("-1", "soon", "nan", "inf"):
-        with pytest.raises(InputError, match=tracking.MAX_WAIT_ENV):
-            tracking.upload_retry({tracking.MAX_WAIT_ENV: bad})
+        with pytest.raises(InputError, match=settings.TRACKING_MAX_WAIT_S.name):
+            tracking.upload_retry({settings.TRACKING_MAX_WAIT_S.name: bad})
     # MLflow's own retries (the register step's client) fit in the same bound: 1+2+4+8 s for 30 s.
     assert tracking.mlflow_http_env(tracking.UploadRetry(max_wait_s=30), {}) == {
         "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "4", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",

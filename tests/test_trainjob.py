@@ -1,4 +1,4 @@
-"""The Kubeflow Trainer v2 TrainJob builder (components/trainjob.py).
+"""The Kubeflow Trainer v2 TrainJob builder (components/servers/trainjob.py).
 
 Every built object is checked two ways against Kubeflow Trainer v2.3.0:
 
@@ -28,7 +28,7 @@ import yaml
 
 from components.dsl import GPU_TOLERATION, Toleration
 from components.errors import InputError
-from components.trainjob import QUEUE_LABEL, TrainJobSpec, to_yaml
+from components.servers.trainjob import QUEUE_LABEL, TrainJobSpec, to_yaml
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "trainer"
 SCHEMA_FILE = FIXTURES / "trainjobs.schema.json"
@@ -377,7 +377,7 @@ def test_input_errors_are_one_clear_line(overrides, message):
     (["python", "train.py", "--nnodes", "2"], []),
 ])
 def test_only_torchruns_own_flags_are_checked(command, flags):
-    from components.trainjob import torchrun_flags
+    from components.servers.trainjob import torchrun_flags
 
     assert torchrun_flags(command) == flags
     assert spec(command=command).build()["spec"]["trainer"]["command"] == command  # the script's own flags are its business

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from components import fusion, warm_ahead
-from components.pipeline import build
+from components import fusion, settings
+from components.finetune_pipeline import build
+from components.process import warm_ahead
 from tests.conftest import run_step
 
 # A first step that leaves what finetune and evaluate leave, then the real register: fused, register
@@ -109,7 +110,7 @@ def test_the_hand_over_line_is_read_and_end_of_file_means_no_turn():
 def test_switched_off_nothing_is_parked(monkeypatch: pytest.MonkeyPatch):
     step = fusion.fuse(build(), "all").tasks[fusion.ALL_STEPS_TASK].step
     assert isinstance(step, fusion.FusedStep)
-    monkeypatch.setenv(warm_ahead.SWITCH_ENV, "0")
+    monkeypatch.setenv(settings.WARM_AHEAD.name, "0")
     assert warm_ahead.park(step.members, []) == {}
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Metrics, Model, Output, Resources, step
 from components.errors import StepFailed
-from components.modeling import MODEL_META, device_and_dtype, load_base_model, take_tuned
-from components.runtime import emit, metric
+from components.reporting import emit, metric
+from components.training.modeling import MODEL_META, device_and_dtype, load_base_model, take_tuned
 
 
 def mean_token_loss(net: Any, input_ids: Any, labels: Any, batch_size: int, device: Any, amp_dtype: Any) -> float:

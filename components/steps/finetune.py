@@ -31,17 +31,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from components import settings
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Output, Resources, Retry, step
 from components.errors import InputError
-from components.modeling import MODEL_META, device_and_dtype, keep_tuned, load_base_model, lora_target_modules
-from components.runtime import metric
+from components.reporting import metric
+from components.training.modeling import MODEL_META, device_and_dtype, keep_tuned, load_base_model, lora_target_modules
 
 MANIFEST = "manifest.json"
 STATE_FILE = "state.pt"
 PROGRESS_FILE = "llmpack-progress.json"
 # Test hook for benchmarks/chaos_sigkill.py, not a setting: seconds save_checkpoint sleeps after
 # writing the state and before the manifest and the rename, so a kill can be aimed at that window.
-CHAOS_CHECKPOINT_PAUSE_ENV = "LLMPACK_CHAOS_CHECKPOINT_PAUSE_S"
 
 
 def lr_at(step: int, *, lr: float, warmup: int, total: int) -> float:
@@ -192,7 +192,7 @@ def save_checkpoint(
         tmp / STATE_FILE,
     )
     if chaos_pause_s > 0:
-        time.sleep(chaos_pause_s)  # test hook (CHAOS_CHECKPOINT_PAUSE_ENV): a window to kill the write in
+        time.sleep(chaos_pause_s)  # test hook (settings.CHAOS_CHECKPOINT_PAUSE_S.name): a window to kill the write in
     write_manifest(tmp, step_no, fingerprint)
     shutil.rmtree(final, ignore_errors=True)  # this step's leftover: torn (not resumed from) or another run's
     os.replace(tmp, final)
@@ -298,19 +298,19 @@ def finetune(
 ) -> None:
     """Fine-tune with LoRA (default) or fully; AdamW, warmup + cosine, resumable; DDP on many processes.
 
-    With ``nproc_per_node`` P > 1 the step runs on P ranks (components.distributed launches them):
+    With ``nproc_per_node`` P > 1 the step runs on P ranks (components.training.distributed launches them):
     every rank takes its slice of the same global batch of ``batch_size`` blocks, the loss is
     normalised by the global batch's token count so the gradient DDP averages is the one a single
     process computes, and rank 0 writes the outputs and checkpoints. ``strategy="fsdp"`` shards
     weights, gradients and optimizer state over the ranks (FSDP2 ``fully_shard`` per decoder
     block) for models whose training state does not fit one GPU; checkpoints and outputs are
     gathered whole on rank 0. ``nnodes`` N > 1 runs it as a Kubeflow Trainer TrainJob of N nodes
-    described by ``trainjob`` (components.gang; the ranks see only the world torchrun gives them).
+    described by ``trainjob`` (components.process.gang; the ranks see only the world torchrun gives them).
     """
     import numpy as np
     import torch
 
-    from components import distributed
+    from components.training import distributed
 
     if max_steps <= 0:
         raise InputError(f"max_steps is {max_steps}; must be > 0")
@@ -323,7 +323,7 @@ def finetune(
     world = distributed.world_from_env() if distributed.is_rank() else distributed.World()
     if world.distributed and batch_size % world.size:
         raise InputError(f"batch_size {batch_size} does not split over {world.size} processes; use a multiple of {world.size}")
-    chaos_pause_s = float(os.environ.get(CHAOS_CHECKPOINT_PAUSE_ENV) or 0)  # a test hook, 0 in real runs
+    chaos_pause_s = float(os.environ.get(settings.CHAOS_CHECKPOINT_PAUSE_S.name) or 0)  # a test hook, 0 in real runs
 
     # ---- determinism and device
     torch.manual_seed(seed)
@@ -476,7 +476,7 @@ def finetune(
     if world.distributed:
         metric("world_size", world.size)
     if device.type == "cuda":
-        from components.cost import peak_flops
+        from components.record.cost import peak_flops
 
         peak = peak_flops(torch.cuda.get_device_name())
         if peak:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from components.data import load_rows, split_rows, write_jsonl
 from components.dsl import Dataset, Execution, Output, Resources, step
-from components.runtime import metric
+from components.reporting import metric
+from components.training.data import load_rows, split_rows, write_jsonl
 
 
 @step(execution=Execution(resources=Resources(cpu=1, memory="2Gi"), hf_cache=True))

@@ -6,15 +6,16 @@ import json
 import os
 from pathlib import Path
 
+from components import settings
 from components.dsl import Execution, Input, Metrics, Model, Output, Resources, step
-from components.modeling import MODEL_META
-from components.runtime import MLFLOW_LOGGING_ENV, current
+from components.reporting import current
+from components.training.modeling import MODEL_META
 
 
 def open_tracking() -> None:
     """register's start-up: import MLflow and open the tracking store (MLflow keeps it per URI)."""
-    if os.environ.get(MLFLOW_LOGGING_ENV, "1") != "0":
-        from components import tracking
+    if os.environ.get(settings.MLFLOW_LOGGING.name, "1") != "0":
+        from components.record import tracking
 
         tracking.client()
 
@@ -27,14 +28,14 @@ def register(
     model_name: str = "llmpack-finetuned",
 ) -> None:
     """Log the weights to the pipeline run in MLflow and register them as a model version."""
-    from components import tracking
+    from components.record import tracking
 
     tel = current()
     meta = json.loads((Path(model.path) / MODEL_META).read_text())
     evaluation = json.loads((Path(metrics.path) / "metrics.json").read_text())
     weights = Path(model.path) / ("adapter" if meta["method"] == "lora" else "full")
     record = {"model_name": model_name, "weights": weights.name, "base_model": meta["base_model"], "registered": False}
-    if os.environ.get(MLFLOW_LOGGING_ENV, "1") != "0" and tel is not None:
+    if os.environ.get(settings.MLFLOW_LOGGING.name, "1") != "0" and tel is not None:
         mc = tracking.client()
         run_id = tracking.open_pipeline_run(mc, tel.ctx)
         mc.log_artifacts(run_id, str(weights), artifact_path=f"model/{weights.name}")

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from components.data import read_split
 from components.dsl import Dataset, Execution, Input, Output, Resources, step
 from components.errors import InputError
-from components.tiny import TINY, ByteTokenizer
+from components.training.data import read_split
+from components.training.tiny import TINY, ByteTokenizer
 
 IGNORE = -100
 
@@ -76,7 +76,7 @@ def tokenize(dataset: Input[Dataset], tokens: Output[Dataset], model: str = "tin
     """Tokenize (byte-level for tiny, the model's own tokenizer otherwise) and pack to seq_len."""
     import numpy as np
 
-    from components.runtime import metric
+    from components.reporting import metric
 
     if seq_len < 8:
         raise InputError(f"seq_len {seq_len} is too small (minimum 8)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from components import tracking
+from components.record import tracking
 
 METRICS = ("spinup_s", "time_to_first_step_s", "total_s", "pipeline_overhead_s", "train_s", "tokens_per_s",
            "eval_loss", "base_eval_loss", "gpu_hours", "cost_usd", "goodput")

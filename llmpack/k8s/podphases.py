@@ -10,10 +10,10 @@ UTC epoch seconds: ``created``, ``scheduled``, ``node_ready`` (only when the nod
 the pod, i.e. brought up for it), ``sandbox_ready``, ``init_done``, ``container_started``,
 ``finished``; plus ``image_pull_s`` of the main container and the derived ``queue_s``,
 ``provision_s``, ``start_s`` and ``run_s``. A Kubeflow Trainer TrainJob's node pods (the finetune
-gang, :mod:`components.gang`) carry ``gang`` (the TrainJob), ``gang_node`` (the node rank) and
+gang, :mod:`components.process.gang`) carry ``gang`` (the TrainJob), ``gang_node`` (the node rank) and
 ``gang_gpus``; other pods None there.
 
-:func:`to_step_records` turns the rows of one pipeline run into the ``components.telemetry``
+:func:`to_step_records` turns the rows of one pipeline run into the ``components.record.telemetry``
 cluster events (``pod_created``, ``pod_scheduled``, ``node_ready``, ``container_started``).
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import InputError
-from components.telemetry import Record, RunContext, make_record
+from components.record.telemetry import Record, RunContext, make_record
 from llmpack.backends import ORCHESTRATORS
 from llmpack.k8s import LABEL_PREFIX, ORCHESTRATOR_LABEL, PIPELINE_RUN_LABEL, RUN_GROUP_LABEL, STEP_LABEL
 
@@ -44,7 +44,7 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # NVIDIA GPU feature discovery
 GPU_RESOURCE = "nvidia.com/gpu"
 SCALE_DOWN_TAINT = "ToBeDeletedByClusterAutoscaler"  # value: unix seconds when the autoscaler began removing it
-# A Kubeflow Trainer TrainJob's node pods (components.gang): JobSet names its JobSet after the
+# A Kubeflow Trainer TrainJob's node pods (components.process.gang): JobSet names its JobSet after the
 # TrainJob and labels every pod with it; the Job controller labels (and annotates) each pod of an
 # Indexed Job with its completion index, the torch node rank (PET_NODE_RANK).
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -90,7 +90,7 @@ ROW_FIELDS = (
     "run_s",
 )
 
-# Row field -> telemetry event name (components.telemetry.CLUSTER_EVENTS).
+# Row field -> telemetry event name (components.record.telemetry.CLUSTER_EVENTS).
 STEP_EVENT_FIELDS = (
     ("pod_created", "created"),
     ("pod_scheduled", "scheduled"),
@@ -733,7 +733,7 @@ def to_step_records(
     (all, or ``steps``) every executor pod counts, numbered by creation: the first-created is
     attempt 0, a retried pod attempt 1, and so on (records keyed by attempt: a retry never moves
     the first pod's ``pod_created``, and every attempt is billed; see
-    :mod:`components.telemetry`). A TrainJob's node pods (rows with ``gang``) are not attempts:
+    :mod:`components.record.telemetry`). A TrainJob's node pods (rows with ``gang``) are not attempts:
     they belong to the attempt of the launcher pod before them (:func:`gang_attempt`) and give
     ``<event>.node<rank>`` records (``node_ready.node1``), one set per node. On a cluster this numbering is the attempt's authority: a retry
     is a fresh pod whose step cannot count its attempts in its own JSONL. KFP driver pods are the

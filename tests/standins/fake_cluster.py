@@ -17,7 +17,7 @@ a Job, :class:`FakeCluster` plays what the cluster would do, into the Kubernetes
   with ``MLFLOW_RUN_ID``), which runs every step in turn.
 
 Tasks run in dependency order. A task whose container runs a fused step
-(``components.fusion:finetune__evaluate``, see :mod:`components.fusion`) is one pod in which its
+(``components.finetune_pipeline:finetune__evaluate``, resolved by the pipeline's module, see :mod:`components.fusion`) is one pod in which its
 member steps (``finetune``, ``evaluate``) run one after the other, each logging its own step
 events, a member's ``process_started`` being the previous member's ``finished``; the pod's main
 container carries the task's command and arguments. A pod is a GPU pod when any of its members is
@@ -36,7 +36,7 @@ finished: the node gets a ``deletionTimestamp`` (and the cluster-autoscaler's
 node with a finalizer shows while its instance terminates; without it the node outlives the
 run, as under a real autoscaler's scale-down delay. Then each
 step's in-container events are written to the run's MLflow record the way the steps do on a real
-cluster (:func:`components.tracking.open_pipeline_run` + ``log_records``, by ``pipeline_run``):
+cluster (:func:`components.record.tracking.open_pipeline_run` + ``log_records``, by ``pipeline_run``):
 ``process_started``, ``model_loaded``, ``first_step``, ``finished`` and the step metrics; and
 the orchestrator reports the run finished (KFP ``SUCCEEDED``, Argo ``Succeeded``, the Job's
 ``Complete`` condition), or failed at ``fail={orchestrator: step}``.
@@ -49,9 +49,9 @@ before it for the GPU node) < container_started < process_started < model_loaded
 < finished. :attr:`FakeCluster.scripts` keeps every run's timestamps for the test to compare.
 
 **A TrainJob gang** (the run's ``nnodes`` > 1 with a ``trainjob`` gang spec, as ``llmpack compile
---nodes N --gpus G`` writes them; :mod:`components.gang`): the finetune task is the launcher, a
+--nodes N --gpus G`` writes them; :mod:`components.process.gang`): the finetune task is the launcher, a
 CPU pod on the CPU node (KFP/Argo; on MLflow the launcher runs inside the Job's pod). Its process
-creates the ``TrainJob`` (:func:`components.gang.build_trainjob`, stored in the Kubernetes
+creates the ``TrainJob`` (:func:`components.process.gang.build_trainjob`, stored in the Kubernetes
 stand-in as ``trainer.kubeflow.org`` serves it), then JobSet's Job makes N node pods, named as
 JobSet and the Job controller name them (``<trainjob>-node-0-<i>-<5 random>``, hostname
 ``<trainjob>-node-0-<i>``) and labelled as they label them (``jobset.sigs.k8s.io/jobset-name``,
@@ -80,8 +80,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import tracking
-from components.telemetry import RunContext, make_record
+from components.record import tracking
+from components.record.telemetry import RunContext, make_record
 from standins.k8s_api import _iso, iter_pod_states, node_object, pull_events
 
 STEPS = ("prepare-data", "tokenize", "finetune", "evaluate", "register")
@@ -90,7 +90,7 @@ IMAGE = "ghcr.io/llmpack/llmpack:0.1.0"
 KFP_LAUNCHER = "ghcr.io/kubeflow/kfp-launcher:2.5.0"
 KFP_DRIVER = "ghcr.io/kubeflow/kfp-driver:2.5.0"
 _PARAM_REF = re.compile(r"\{\{\s*workflow\.parameters\.([A-Za-z0-9_.-]+)\s*\}\}")
-_FUSED_REF = re.compile(r"components\.fusion:([A-Za-z0-9_]+)")  # components.fusion:finetune__evaluate
+_FUSED_REF = re.compile(r"[\w.]+:([A-Za-z0-9]\w*?__\w+)")  # components.finetune_pipeline:finetune__evaluate
 _DEFAULT_COMPUTE_S = 1.0  # a step Timings.compute_s does not name (a custom step)
 
 
@@ -182,7 +182,7 @@ def _floor(t: float) -> int:
 def fused_members(command: list[Any] | tuple[Any, ...], task: str) -> tuple[str, ...]:
     """The steps a task's container runs: a fused step's members, else the task itself.
 
-    ``components.fusion:finetune__evaluate`` -> ``("finetune", "evaluate")`` (the attribute split
+    ``components.finetune_pipeline:finetune__evaluate`` -> ``("finetune", "evaluate")`` (the attribute split
     on ``__``, ``_`` as ``-``: :func:`components.fusion.fused_attr` reversed).
     """
     m = _FUSED_REF.search(" ".join(str(c) for c in command))
@@ -211,8 +211,8 @@ def _in_order(names: list[str], deps: Mapping[str, set[str]], members: Mapping[s
 
 
 def gang_of(values: Mapping[str, Any]) -> tuple[int, Any] | None:
-    """(nodes, :class:`components.gang.GangSpec`) when the run's finetune is a TrainJob gang, else None."""
-    from components.gang import NNODES_PARAM, TRAINJOB_PARAM, GangSpec
+    """(nodes, :class:`components.process.gang.GangSpec`) when the run's finetune is a TrainJob gang, else None."""
+    from components.process.gang import NNODES_PARAM, TRAINJOB_PARAM, GangSpec
 
     try:
         nodes = int(float(str(values.get(NNODES_PARAM) or 1)))
@@ -462,7 +462,7 @@ class FakeCluster:
     def _gang_events(self, script: RunScript, step: str, process_started: float, gang: tuple[int, Any]) -> float:
         """The launcher's events and its TrainJob gang (pods, nodes, ranks) from the launcher's
         process start; returns the launcher's ``finished`` (see the module doc)."""
-        from components.gang import trainjob_name
+        from components.process.gang import trainjob_name
 
         t = self.timings
         nodes, spec = gang
@@ -540,7 +540,7 @@ class FakeCluster:
         """The TrainJob, its node pods, their nodes and image events, and its Complete condition."""
         if not script.gang:
             return []
-        from components.gang import build_trainjob, label_value, trainer_command
+        from components.process.gang import build_trainjob, label_value, trainer_command
 
         gang = script.gang
         spec, name, step = gang["spec"], gang["trainjob"], gang["step"]

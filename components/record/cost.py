@@ -2,7 +2,7 @@
 
 Price per GPU-hour, first found wins: the ``--price-per-gpu-hour`` flag, the
 ``LLMPACK_PRICE_PER_GPU_HOUR`` env var, a user price YAML (``--price-file`` or
-``LLMPACK_PRICE_FILE``, same format as ``components/prices.yaml``), the shipped table.
+``LLMPACK_PRICE_FILE``, same format as ``components/record/prices.yaml``), the shipped table.
 An unknown GPU type with no price is reported as unknown, never guessed.
 
 ``cost_usd = gpu_count x billed seconds x price / 3600``, billed from container start
@@ -22,14 +22,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from components import yamltext
+from components import settings, yamltext
 from components.errors import InputError
-from components.telemetry import TRAIN_STEP, StepTimes
+from components.record.telemetry import TRAIN_STEP, StepTimes
 
 SHIPPED_TABLE = Path(__file__).with_name("prices.yaml")
-PRICE_ENV = "LLMPACK_PRICE_PER_GPU_HOUR"
-PRICE_FILE_ENV = "LLMPACK_PRICE_FILE"
-PROVIDER_ENV = "LLMPACK_PRICE_PROVIDER"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,7 +58,7 @@ def _load_table(path: Path) -> list[dict[str, Any]]:
     except OSError as exc:
         raise InputError(f"{path}: cannot read price file ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text; expected a price YAML like components/prices.yaml") from None
+        raise InputError(f"{path}: not UTF-8 text; expected a price YAML like components/record/prices.yaml") from None
     data = yamltext.safe_load(text, str(path))
     entries = data.get("prices") if isinstance(data, dict) else None
     if not isinstance(entries, list):
@@ -114,15 +111,15 @@ def resolve_price(
         return None
     if flag is not None:
         return Price(gpu_type=gpu_type, per_gpu_hour=parse_price(flag, "--price-per-gpu-hour"), source="flag")
-    if env.get(PRICE_ENV):
-        return Price(gpu_type=gpu_type, per_gpu_hour=parse_price(env[PRICE_ENV], PRICE_ENV), source="env")
-    user_file = price_file or env.get(PRICE_FILE_ENV)
+    if env.get(settings.PRICE_PER_GPU_HOUR.name):
+        return Price(gpu_type=gpu_type, per_gpu_hour=parse_price(env[settings.PRICE_PER_GPU_HOUR.name], settings.PRICE_PER_GPU_HOUR.name), source="env")
+    user_file = price_file or env.get(settings.PRICE_FILE.name)
     user_table = _load_table(Path(user_file)) if user_file else []
-    if not provider and env.get(PROVIDER_ENV):
-        provider = env[PROVIDER_ENV]
+    if not provider and env.get(settings.PRICE_PROVIDER.name):
+        provider = env[settings.PRICE_PROVIDER.name]
         known = sorted({e.get("provider", "") for e in (*user_table, *shipped_table())} - {""})
         if provider not in known:
-            raise InputError(f"{PROVIDER_ENV}={provider!r}: no price list from that provider (known: {', '.join(known)})")
+            raise InputError(f"{settings.PRICE_PROVIDER.name}={provider!r}: no price list from that provider (known: {', '.join(known)})")
     if user_file:
         entry = _pick(user_table, gpu_type, provider)
         if entry:

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from components.data import HF_ID
 from components.errors import InputError
-from components.tiny import TINY, build_tiny_model
+from components.training.data import HF_ID
+from components.training.tiny import TINY, build_tiny_model
 
 MODEL_META = "llmpack-model.json"
 

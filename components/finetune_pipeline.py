@@ -13,6 +13,7 @@ from typing import Any
 
 from components.dsl import Pipeline, pipeline
 from components.errors import InputError
+from components.fusion import fused_steps
 from components.steps.evaluate import evaluate
 from components.steps.finetune import finetune
 from components.steps.prepare_data import prepare_data
@@ -82,6 +83,10 @@ def finetune_pipeline(
 def build() -> Pipeline:
     """A fresh, validated copy of the pipeline object."""
     return finetune_pipeline()
+
+
+# ``components.finetune_pipeline:finetune__evaluate``: the step process finds this pipeline's fused steps here.
+__getattr__ = fused_steps(finetune_pipeline)
 
 
 # What each parameter's value must be; checked before any run or submit (``--param``), so a bad

@@ -25,9 +25,9 @@ name, so a retry never replaces the records of the attempt before it:
   (per name, the latest attempt that has it), its ``attempts`` every attempt on its own;
   ``spinup_s`` is the first attempt's start (the orchestrator's spin-up, which a step's own crash
   does not change), step compute sums every attempt, and cost, GPU-hours and goodput bill every
-  attempt (:func:`components.cost.cost_metrics`).
+  attempt (:func:`components.record.cost.cost_metrics`).
 
-This module is import-light (stdlib only). MLflow is imported by :mod:`components.tracking`.
+This module is import-light (stdlib only). MLflow is imported by :mod:`components.record.tracking`.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from components import settings
+
 EVENTS_FILE = "llmpack-events.jsonl"
-ATTEMPT_ENV = "LLMPACK_ATTEMPT"  # the orchestrator's attempt number of the running step (0: first)
-FAIL_ENV = "LLMPACK_INJECT_FAILURES"  # "finetune=1[:S][,step=N[:S]]": fail a step's first N attempts after S s
 _ATTEMPT_SUFFIX = re.compile(r"^(.*)\.attempt(\d+)$")
 
 # Per-step events, in the order they happen.
@@ -186,7 +186,7 @@ def attempt_number(ctx: RunContext, step: str, events_path: str | os.PathLike[st
     module docstring for which path gives which)."""
     env = dict(os.environ) if env is None else env
     try:
-        told = max(0, int(env.get(ATTEMPT_ENV, "") or 0))
+        told = max(0, int(env.get(settings.ATTEMPT.name, "") or 0))
     except ValueError:
         told = 0
     seen = [r.attempt for r in read_records([events_path])
@@ -199,7 +199,7 @@ def injected_failure(step: str, attempt: int, env: dict[str, str] | None = None)
     attempt of finetune hold its process (and its GPU) 2.5 s, then crash (exit 1, which every path
     retries). Returns the seconds to hold before failing, or None when this attempt runs normally."""
     env = dict(os.environ) if env is None else env
-    for part in env.get(FAIL_ENV, "").split(","):
+    for part in env.get(settings.INJECT_FAILURES.name, "").split(","):
         name, sep, spec = part.partition("=")
         if not sep or name.strip() != step:
             continue
@@ -208,7 +208,7 @@ def injected_failure(step: str, attempt: int, env: dict[str, str] | None = None)
             if attempt < int(count):
                 return max(0.0, float(hold or 0.0))
         except ValueError:
-            raise ValueError(f"{FAIL_ENV}={env[FAIL_ENV]!r}: expected STEP=N[:SECONDS]") from None
+            raise ValueError(f"{settings.INJECT_FAILURES.name}={env[settings.INJECT_FAILURES.name]!r}: expected STEP=N[:SECONDS]") from None
     return None
 
 
@@ -217,7 +217,7 @@ def fail_if_injected(step: str, attempt: int) -> None:
     hold = injected_failure(step, attempt)
     if hold is not None:
         time.sleep(hold)
-        raise RuntimeError(f"{FAIL_ENV}: step {step!r} attempt {attempt} failed on purpose")
+        raise RuntimeError(f"{settings.INJECT_FAILURES.name}: step {step!r} attempt {attempt} failed on purpose")
 
 
 # --------------------------------------------------------------------------- derivation

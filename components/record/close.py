@@ -49,13 +49,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from components import cost, startup, telemetry
+from components import settings
 from components.dsl import CLOSE_TASK as CLOSE_TASK  # re-exported: every backend names the task by it
 from components.errors import InputError
-from components.runtime import CLIENT_UPLOADS_ENV, MLFLOW_LOGGING_ENV
-from components.telemetry import Record, RunContext
+from components.process import startup
+from components.record import cost, telemetry
+from components.record.telemetry import Record, RunContext
 
-RECORDS_DIR_ENV = "LLMPACK_RECORDS_DIR"
 RECORD_FILE = "llmpack-record.json"
 MODULE = "components.record"
 
@@ -212,11 +212,11 @@ def close(
     base = RunContext(run_group=run_group, pipeline_run=pipeline_run, orchestrator=str(values.get("orchestrator") or ""),
                       mode=str(values.get("mode") or ""), submitted_at=0.0)
     records = telemetry.read_records(telemetry.find_event_files(records_dir)) if records_dir else []
-    client_uploads = env.get(CLIENT_UPLOADS_ENV) == "1"
-    mlflow_on = not client_uploads and env.get(MLFLOW_LOGGING_ENV, "1") != "0"
+    client_uploads = env.get(settings.CLIENT_UPLOADS.name) == "1"
+    mlflow_on = not client_uploads and env.get(settings.MLFLOW_LOGGING.name, "1") != "0"
     mc = run_id = None
     if mlflow_on:
-        from components import tracking
+        from components.record import tracking
 
         # One bounded wait for both halves (read what the steps logged, then log the summary).
         retry = tracking.upload_retry(env)
@@ -246,7 +246,7 @@ def close(
     if records_dir is not None:
         write_json_atomic(Path(records_dir) / RECORD_FILE, summary)
     if mc is not None and run_id is not None:
-        from components import tracking
+        from components.record import tracking
 
         upload = tracking.RunUpload(ctx=ctx, records=records, metrics=metrics, tags=tags, status=final,
                                     params={"submitted_at": repr(submitted_at)}, finished_at=time.time())
@@ -280,7 +280,7 @@ def record_args(*, status: str, uses: str, run_id: str, created_at: str, params:
 
 def main(argv: Sequence[str] | None = None) -> int:
     started = telemetry.process_start_time()
-    startup.pause_full_collections()  # MLflow's import without full collections (components.startup)
+    startup.pause_full_collections()  # MLflow's import without full collections (components.process.startup)
     try:
         return _main(argv, started)
     finally:
@@ -297,7 +297,7 @@ def _main(argv: Sequence[str] | None, started: float) -> int:
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         values = dict(item.partition("=")[::2] for item in args.param)
-        records_dir = os.environ.get(RECORDS_DIR_ENV)
+        records_dir = os.environ.get(settings.RECORDS_DIR.name)
         summary = close(values=values, status=args.status, uses=parse_uses(args.uses), orchestrator_run_id=args.run_id,
                         orchestrator_created_at=args.created_at, finished_at=started,
                         records_dir=Path(records_dir) if records_dir else None)

@@ -52,7 +52,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PATCH_MANAGER = "llmpack.io/trainjob"
 # The torch-distributed runtime's replicated job (and container) that runs the trainer.
 TRAINER_JOB = "node"
-VOLUME_NAME = "llmpack-shared"  # the PVC the gang's nodes and the launcher pod share (components.gang)
+VOLUME_NAME = "llmpack-shared"  # the PVC the gang's nodes and the launcher pod share (components.process.gang)
 GPU_RESOURCE = "nvidia.com/gpu"
 # Set by the Trainer's torch plugin on the trainer container; the webhook rejects them in env.
 TORCHRUN_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")

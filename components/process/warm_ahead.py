@@ -35,18 +35,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
+from components import settings
 from components.commands import wait_passing_signals
 from components.dsl import Step
 
 if TYPE_CHECKING:
     from components.fusion import Member
 
-PARKED_ENV = "LLMPACK_PARKED_MEMBER"  # set on a parked process: the index of the member it runs
-SWITCH_ENV = "LLMPACK_WARM_AHEAD"  # "0": no parked processes
 
 
 def enabled() -> bool:
-    return os.environ.get(SWITCH_ENV, "1") != "0"
+    return os.environ.get(settings.WARM_AHEAD.name, "1") != "0"
 
 
 def parked_index() -> int | None:
@@ -54,7 +53,7 @@ def parked_index() -> int | None:
 
     Read once and taken out of the environment: nothing the member starts is told it is parked.
     """
-    value = os.environ.pop(PARKED_ENV, "")
+    value = os.environ.pop(settings.PARKED_MEMBER.name, "")
     return int(value) if value.isdigit() else None
 
 
@@ -95,7 +94,7 @@ class Parked:
     @classmethod
     def start(cls, index: int, task: str, argv: Sequence[str]) -> Parked:
         proc = subprocess.Popen([sys.executable, "-m", "components.run", *argv], stdin=subprocess.PIPE, text=True,
-                                env={**os.environ, PARKED_ENV: str(index)})
+                                env={**os.environ, settings.PARKED_MEMBER.name: str(index)})
         return cls(task=task, proc=proc)
 
     def go(self, started: float, delay: float) -> int | None:

@@ -32,16 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from components import settings
 from components.errors import InputError
-from components.telemetry import Record, RunContext
+from components.record.telemetry import Record, RunContext
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-EXPERIMENT_ENV = "LLMPACK_EXPERIMENT"
 DEFAULT_EXPERIMENT = "llmpack"
 RECORD_TAG = "llmpack.record"
-MAX_WAIT_ENV = "LLMPACK_TRACKING_MAX_WAIT_S"
 DEFAULT_MAX_WAIT_S = 30.0
 # Answers worth asking again: the server is there but busy (5xx are transient too).
 _TRANSIENT_STATUS = frozenset({408, 429})
@@ -111,9 +110,9 @@ def experiment_id(mc: MlflowClient, name: str | None = None) -> str:
     Inside ``mlflow run`` (``MLFLOW_EXPERIMENT_ID`` set, no ``LLMPACK_EXPERIMENT``) it is the
     experiment that run lives in, so the record is the run ``mlflow run`` printed.
     """
-    if name is None and not os.environ.get(EXPERIMENT_ENV) and os.environ.get("MLFLOW_EXPERIMENT_ID"):
+    if name is None and not os.environ.get(settings.EXPERIMENT.name) and os.environ.get("MLFLOW_EXPERIMENT_ID"):
         return os.environ["MLFLOW_EXPERIMENT_ID"]
-    name = name or os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT)
+    name = name or os.environ.get(settings.EXPERIMENT.name, DEFAULT_EXPERIMENT)
     exp = mc.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id
@@ -186,7 +185,7 @@ def log_summary(
 
 def records_from_run(metrics: dict[str, float], ctx: RunContext) -> list[Record]:
     """Rebuild step records from a run's ``event.*`` / ``metric.*`` metrics (for reports)."""
-    from components.telemetry import make_record, split_mlflow_name
+    from components.record.telemetry import make_record, split_mlflow_name
 
     out = []
     for key, value in metrics.items():
@@ -214,7 +213,7 @@ class UploadRetry:
 
 def upload_retry(env: Mapping[str, str] | None = None) -> UploadRetry:
     """The retry bound from ``LLMPACK_TRACKING_MAX_WAIT_S`` (seconds, >= 0), else the 30 s default."""
-    raw = (os.environ if env is None else env).get(MAX_WAIT_ENV, "").strip()
+    raw = (os.environ if env is None else env).get(settings.TRACKING_MAX_WAIT_S.name, "").strip()
     if not raw:
         return UploadRetry()
     try:
@@ -222,7 +221,7 @@ def upload_retry(env: Mapping[str, str] | None = None) -> UploadRetry:
     except ValueError:
         max_wait_s = -1.0
     if not math.isfinite(max_wait_s) or max_wait_s < 0:
-        raise InputError(f"{MAX_WAIT_ENV}={raw!r}: must be a number of seconds >= 0 (e.g. 30)")
+        raise InputError(f"{settings.TRACKING_MAX_WAIT_S.name}={raw!r}: must be a number of seconds >= 0 (e.g. 30)")
     return UploadRetry(max_wait_s=max_wait_s)
 
 

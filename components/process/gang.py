@@ -8,12 +8,12 @@ tested for all three; KFP's and MLflow's only way to create an object is such a 
 1. copies the step's inputs into the shared volume (the ``--cache-pvc`` PersistentVolumeClaim,
    ReadWriteMany, mounted at the same path in the launcher and in every node pod), under
    ``llmpack-gang/<pipeline_run>/<step>-<attempt>/``;
-2. creates a ``TrainJob`` (:mod:`components.trainjob`) of N nodes with G GPUs each, running
+2. creates a ``TrainJob`` (:mod:`components.servers.trainjob`) of N nodes with G GPUs each, running
    ``torchrun -m components.run <the same step, inputs and outputs in the volume>`` (the
    Trainer's torch runtime sets the nodes, ranks and rendezvous through ``PET_*``), with the
    step's node selector, tolerations and ``llmpack.io/*`` labels on its pods, and the Kueue queue
    label when ``queue`` is set; then follows it to ``Complete`` or ``Failed``
-   (:func:`components.trainjob_launch.create_and_wait`), deleting it when the run is cancelled
+   (:func:`components.servers.trainjob_launch.create_and_wait`), deleting it when the run is cancelled
    (SIGTERM: KFP terminate, Argo stop, ``kubectl delete job``);
 3. copies the outputs back, merges every rank's events (each rank writes its own file on the
    shared volume: appends from many nodes to one file on a network file system are not atomic)
@@ -37,13 +37,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components import settings
 from components.dsl import HF_CACHE_MOUNT, Execution, Toleration
 from components.errors import InputError
 
 NNODES_PARAM = "nnodes"
 TRAINJOB_PARAM = "trainjob"
 GANG_DIR = "llmpack-gang"  # under the shared volume's mount: one directory per run and step attempt
-RANK_EVENTS_ENV = "LLMPACK_RANK_EVENTS"  # "1": each rank writes llmpack-events.rank<R>.jsonl (merged later)
 MAX_NODES = 1024
 
 
@@ -119,7 +119,7 @@ def trainer_command(step_ref: str, inputs: Mapping[str, str], outputs: Mapping[s
 
 def build_trainjob(spec: GangSpec, *, name: str, namespace: str, nodes: int, command: Sequence[str],
                    labels: Mapping[str, str], env: Mapping[str, str]) -> dict[str, Any]:
-    from components.trainjob import TrainJobSpec
+    from components.servers.trainjob import TrainJobSpec
 
     return TrainJobSpec(
         name=name, namespace=namespace, image=spec.image, command=list(command), num_nodes=nodes,
@@ -143,8 +143,8 @@ def launch(step_ref: str, step_name: str, ctx: Any, inputs: Mapping[str, str], o
     ``tel`` is the launcher's :class:`components.runtime.StepTelemetry` (its ``process_started``
     already recorded); every rank's records are merged into its events file before it returns.
     """
-    from components import trainjob_launch
-    from components.telemetry import EVENTS_FILE, read_records
+    from components.record.telemetry import EVENTS_FILE, read_records
+    from components.servers import trainjob_launch
 
     if not 1 < nodes <= MAX_NODES:
         raise InputError(f"{NNODES_PARAM}={nodes}: must be between 2 and {MAX_NODES} for a gang")
@@ -166,7 +166,7 @@ def launch(step_ref: str, step_name: str, ctx: Any, inputs: Mapping[str, str], o
     labels = {"llmpack.io/run-group": label_value(ctx.run_group), "llmpack.io/pipeline-run": label_value(ctx.pipeline_run),
               "llmpack.io/step": label_value(step_name), "llmpack.io/orchestrator": label_value(ctx.orchestrator),
               "llmpack.io/gpu-count": str(spec.gpus_per_node), "llmpack.io/gpu-type": label_value(spec.gpu_type or "none")}
-    env = {"LLMPACK_LAUNCHER": "1", "LLMPACK_ATTEMPT": str(ctx.attempt), RANK_EVENTS_ENV: "1", "HF_HOME": spec.mount}
+    env = {settings.LAUNCHER.name: "1", settings.ATTEMPT.name: str(ctx.attempt), settings.RANK_EVENTS.name: "1", "HF_HOME": spec.mount}
     cluster = trainjob_launch.load_config()  # the pod's service account, else a kubeconfig
     namespace = cluster.namespace
     obj = build_trainjob(spec, name=trainjob_name(ctx.pipeline_run, step_name, ctx.attempt), namespace=namespace,
@@ -200,10 +200,10 @@ def launch(step_ref: str, step_name: str, ctx: Any, inputs: Mapping[str, str], o
 
 
 def rank_events_file(first_out: Path, rank: int) -> Path:
-    """Where rank ``rank`` of a gang writes its records (``RANK_EVENTS_ENV``)."""
+    """Where rank ``rank`` of a gang writes its records (``settings.RANK_EVENTS.name``)."""
     return first_out / f"llmpack-events.rank{rank}.jsonl"
 
 
 def ranks_write_own_files(env: Mapping[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
-    return env.get(RANK_EVENTS_ENV) == "1"
+    return env.get(settings.RANK_EVENTS.name) == "1"

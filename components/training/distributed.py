@@ -27,18 +27,13 @@ Rank 0 writes the outputs and the checkpoints; every rank reads them. Gloo on CP
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.commands import wait_passing_signals
+from components import settings
 
 NPROC_PARAM = "nproc_per_node"  # the step parameter that asks for more than one process
-LAUNCHER_ENV = "LLMPACK_LAUNCHER"  # set by our launcher for its ranks: it records start/finish and uploads
 MAX_NPROC = 64
 
 
@@ -80,7 +75,7 @@ def is_rank(env: dict[str, str] | None = None) -> bool:
 
 def under_our_launcher(env: dict[str, str] | None = None) -> bool:
     env = dict(os.environ) if env is None else env
-    return env.get(LAUNCHER_ENV) == "1"
+    return env.get(settings.LAUNCHER.name) == "1"
 
 
 def check_nproc(nproc: int, where: str) -> None:
@@ -88,25 +83,6 @@ def check_nproc(nproc: int, where: str) -> None:
 
     if not 1 <= nproc <= MAX_NPROC:
         raise InputError(f"{where}: {nproc} processes; must be between 1 and {MAX_NPROC}")
-
-
-def launch_command(nproc: int, argv: Sequence[str]) -> list[str]:
-    """``torchrun --standalone --nproc-per-node P -m components.run ARGV`` with this interpreter."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", "components.run", *argv]
-
-
-def launch(nproc: int, argv: Sequence[str], *, attempt: int) -> int:
-    """Run ``argv``'s step on ``nproc`` ranks under torchrun; its exit code (128+N when signalled).
-
-    SIGTERM and SIGINT are passed on to torchrun, which passes them to every rank: a SIGTERM'd
-    finetune checkpoints on every rank's agreement and exits 143, as a single process does.
-    """
-    env = {**os.environ, LAUNCHER_ENV: "1", "LLMPACK_ATTEMPT": str(attempt)}
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # --standalone: every rank is on this host
-    proc = subprocess.Popen(launch_command(nproc, argv), env=env)
-    rc, signalled = wait_passing_signals(proc, (signal.SIGTERM, signal.SIGINT))
-    return rc if signalled is None else 128 + signalled
 
 
 def init(world: World) -> Any:
@@ -131,7 +107,7 @@ def init(world: World) -> Any:
 
 def gather_time(world: World, name: str) -> None:
     """Record ``name`` for this rank now; in a gang, rank 0 also records the step's: the last rank's time."""
-    from components.runtime import emit, emit_step
+    from components.reporting import emit, emit_step
 
     now = time.time()
     emit(name, now)

@@ -1,7 +1,7 @@
 """Create a Kubeflow Trainer v2 ``TrainJob``, follow it to its end, and delete it when the run is cancelled.
 
 The multi-node finetune step's "launcher" (the orchestrator's finetune pod) builds the TrainJob
-with :class:`components.trainjob.TrainJobSpec`, then calls :func:`create_and_wait`, which
+with :class:`components.servers.trainjob.TrainJobSpec`, then calls :func:`create_and_wait`, which
 
 1. creates it (``CustomObjectsApi.create_namespaced_custom_object``, group
    ``trainer.kubeflow.org``, version ``v1alpha1``, plural ``trainjobs``). A 409 ``AlreadyExists``
@@ -33,7 +33,7 @@ with :class:`components.trainjob.TrainJobSpec`, then calls :func:`create_and_wai
 
 Why ``kubernetes.client.CustomObjectsApi`` and not the Kubeflow SDK (``kubeflow.trainer``)
     The SDK's ``TrainerClient.train`` builds its own TrainJob from its trainer types (it does not
-    take an object, so :mod:`components.trainjob`'s placement patches, labels and queue would have
+    take an object, so :mod:`components.servers.trainjob`'s placement patches, labels and queue would have
     to be re-expressed through it), and it pulls in ``kubeflow-katib-api`` and ``pydantic`` models
     besides the ``kubeflow-trainer-api`` ones; the pack already has the ``kubernetes`` client
     (30.1.0 here, which the KFP SDK pins below 31), and ``CustomObjectsApi`` sends the dict the
@@ -77,8 +77,8 @@ from typing import Any, NamedTuple
 
 from components.dsl import is_dns1123_label
 from components.errors import InputError, Interrupted, StepFailed
-from components.remote import REQUEST_TIMEOUT_S, is_unreachable, one_line, server_message, tls_failure
-from components.trainjob import API_GROUP, API_VERSION, KIND, PLURAL
+from components.servers.remote import REQUEST_TIMEOUT_S, is_unreachable, one_line, server_message, tls_failure
+from components.servers.trainjob import API_GROUP, API_VERSION, KIND, PLURAL
 
 GROUP = API_GROUP
 VERSION = API_VERSION.split("/", 1)[1]
@@ -412,7 +412,7 @@ def delete(name: str, namespace: str, *, api: Any = None, uid: str | None = None
 def _prepared(obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
     if not isinstance(obj, Mapping) or obj.get("apiVersion") != API_VERSION or obj.get("kind") != KIND:
         got = f"{obj.get('apiVersion')} {obj.get('kind')}" if isinstance(obj, Mapping) else type(obj).__name__
-        raise InputError(f"expected a {API_VERSION} {KIND} object (components.trainjob.TrainJobSpec.build()), got {got}")
+        raise InputError(f"expected a {API_VERSION} {KIND} object (components.servers.trainjob.TrainJobSpec.build()), got {got}")
     if not isinstance(namespace, str) or not is_dns1123_label(namespace):
         raise InputError(f"Kubernetes namespace {namespace!r} is not a valid DNS-1123 label")
     body = copy.deepcopy(dict(obj))

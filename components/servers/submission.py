@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from components import cost, telemetry, tracking
 from components.dsl import TELEMETRY_PARAMS, Pipeline, is_dns1123_label
 from components.errors import InputError
+from components.record import cost, telemetry, tracking
 
 MODE = "cluster"
 RUN_GROUP_LABEL = "llmpack.io/run-group"
@@ -50,14 +50,14 @@ def run_ids(orchestrator: str, run_group: str | None, pipeline_run: str | None) 
 
 def shipped_pipeline() -> Pipeline:
     """The pipeline object the committed compiled artifacts were compiled from."""
-    from components.pipeline import build
+    from components.finetune_pipeline import build
 
     return build()
 
 
 def user_parameters(pipe: Pipeline, params: Mapping[str, Any] | None) -> dict[str, Any]:
     """The user's pipeline parameters, type-checked (strings from a command line are coerced)."""
-    from components.runtime import coerce
+    from components.dsl import coerce
 
     out: dict[str, Any] = {}
     for key, value in (params or {}).items():
@@ -82,7 +82,7 @@ def user_parameters(pipe: Pipeline, params: Mapping[str, Any] | None) -> dict[st
 
 def cost_tags(pipe: Pipeline, price_per_gpu_hour: str | None, price_file: str | None) -> dict[str, str]:
     """The cost tags of DESIGN.md for the pipeline as compiled (an unknown price is reported as unknown)."""
-    from components.record import gpu_uses
+    from components.record.close import gpu_uses
 
     uses = gpu_uses(pipe)
     gpu_types = sorted({t.step.execution.resources.gpu_type for t in pipe.tasks.values() if t.step.execution.resources.gpus})

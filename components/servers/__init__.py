@@ -1,0 +1,1 @@
+"""Talking to servers: HTTP helpers, the Kubernetes client, cluster submission, the TrainJob."""

@@ -1,0 +1,1 @@
+"""What the steps use: data, the tiny model and tokenizer, model loading, checkpoints, ranks."""
