@@ -1,11 +1,13 @@
-"""Re-measure the README's figures and rewrite the sections that hold them.
+"""Re-measure the published figures and rewrite the sections that hold them.
 
-    python benchmarks/readme_figures.py            # measure (about 6 minutes on 2 cores), rewrite README.md
-    python benchmarks/readme_figures.py --check    # measure, print, leave README.md alone
+    python benchmarks/readme_figures.py            # measure (about 6 minutes on 2 cores), rewrite the files
+    python benchmarks/readme_figures.py --check    # measure, print, leave the files alone
 
-Every measured figure in the README lives between a pair of markers, ``<!-- figures:NAME -->``
-and ``<!-- /figures:NAME -->``, and is produced here by running the command the README names, in
-a fresh temporary directory (so the MLflow database is created as a first-time user's is):
+Every published figure lives between a pair of markers, ``<!-- figures:NAME -->`` and
+``<!-- /figures:NAME -->``: the ``compare`` section in README.md (its Quickstart), every other
+section in docs/measurements.md (:data:`TARGETS`). Each is produced here by running the command
+the page names, in a fresh temporary directory (so the MLflow database is created as a
+first-time user's is):
 
 * ``compare``: ``llmpack compare --control-plane-cost ...`` at 80 columns, its wall time and output;
 * ``table``: the measured-figures table (``import_time.py``, ``time llmpack run``, ``time llmpack compare``);
@@ -34,8 +36,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+MEASUREMENTS = REPO / "docs" / "measurements.md"
 BIN = Path(sys.executable).parent
 SECTIONS = ("compare", "table", "overhead", "spinup", "spinup-quick", "gc", "upload")
+# The file each section is written into: the Quickstart's output in the README, the rest with the lab notes.
+TARGETS: dict[str, Path] = {name: README if name == "compare" else MEASUREMENTS for name in SECTIONS}
 COMPARE_ARGS = ["--control-plane-cost", "kfp=450", "--control-plane-cost", "argo=120",
                 "--control-plane-cost", "mlflow=200"]
 
@@ -110,18 +115,38 @@ def measure() -> dict[str, str]:
     return sections
 
 
-def rewrite(text: str, sections: dict[str, str]) -> str:
+def _pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- figures:{name} -->\n)(?:.*?\n)?(<!-- /figures:{name} -->)", re.S)  # empty too
+
+
+def rewrite(text: str, sections: dict[str, str], where: str = "README.md") -> str:
     for name, body in sections.items():
-        pattern = re.compile(rf"(<!-- figures:{name} -->\n)(?:.*?\n)?(<!-- /figures:{name} -->)", re.S)  # empty too
+        pattern = _pattern(name)
         if not pattern.search(text):
-            raise SystemExit(f"README.md has no <!-- figures:{name} --> ... <!-- /figures:{name} --> markers")
+            raise SystemExit(f"{where} has no <!-- figures:{name} --> ... <!-- /figures:{name} --> markers")
         text = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text)
     return text
 
 
+def missing_markers(names: list[str] | tuple[str, ...] = SECTIONS) -> list[str]:
+    """The sections whose markers are not in their target file (checked before measuring for minutes)."""
+    texts = {path: path.read_text(encoding="utf-8") for path in {TARGETS[n] for n in names}}
+    return [f"{n} ({TARGETS[n].relative_to(REPO)})" for n in names if not _pattern(n).search(texts[TARGETS[n]])]
+
+
+def write(sections: dict[str, str]) -> None:
+    """Rewrite each target file's sections, atomically per file."""
+    for path in sorted({TARGETS[n] for n in sections}):
+        mine = {n: body for n, body in sections.items() if TARGETS[n] == path}
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(rewrite(path.read_text(encoding="utf-8"), mine, str(path.relative_to(REPO))), encoding="utf-8")
+        os.replace(tmp, path)
+        print(f"rewrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="print the figures; do not rewrite README.md")
+    parser.add_argument("--check", action="store_true", help="print the figures; do not rewrite any file")
     parser.add_argument("--sections", default=",".join(SECTIONS),
                         help="comma-separated sections to measure (default: all)")
     args = parser.parse_args()
@@ -129,6 +154,8 @@ def main() -> None:
     unknown = wanted - set(SECTIONS)
     if unknown:
         parser.error(f"--sections: unknown {', '.join(sorted(unknown))}")
+    if not args.check and (missing := missing_markers(sorted(wanted))):
+        parser.error(f"no <!-- figures:NAME --> markers for: {', '.join(missing)}")
     sections = {k: v for k, v in measure().items() if k in wanted} if wanted & {"compare", "table", "overhead"} else {}
     if "spinup" in wanted:
         sections["spinup"] = measure_script("spinup.py", "--pairs", "10", table_from="path ")
@@ -141,10 +168,7 @@ def main() -> None:
     for name, body in sections.items():
         print(f"--- {name}\n{body}\n")
     if not args.check:
-        tmp = README.with_name(".README.md.tmp")
-        tmp.write_text(rewrite(README.read_text(encoding="utf-8"), sections), encoding="utf-8")
-        os.replace(tmp, README)
-        print(f"rewrote {README}")
+        write(sections)
 
 
 if __name__ == "__main__":

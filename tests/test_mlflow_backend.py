@@ -287,7 +287,7 @@ def test_mlflow_kubernetes_backend_submits_the_job(tmp_path: Path, monkeypatch: 
         # read once, when kubernetes is imported: point it at the stand-in for this test
         monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
         config = json.loads((K8S / "kubernetes_config.json").read_text())
-        # As the README types it, from the repository root: the config file and its template path as committed.
+        # As docs/native-tools.md types it, from the repository root: the config file and its template path as committed.
         monkeypatch.chdir(REPO)
         mlflow.set_tracking_uri(uri)
         try:
