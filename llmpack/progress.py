@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.record.telemetry import find_event_files, group_by_step, read_records
-from components.steps.finetune import PROGRESS_FILE
+from components.training.progress import PROGRESS_FILE
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -184,7 +184,7 @@ TOY_STEPS = '''
 import time
 from pathlib import Path
 
-from components import runtime
+from components import reporting
 from components.dsl import Dataset, Execution, Input, Model, Output, Resources, Retry, step
 
 
@@ -198,12 +198,12 @@ def toy_prepare(out: Output[Dataset], text: str = "hello") -> None:
                                            retry=Retry(limit=2, backoff_s=0)))
 def toy_finetune(data: Input[Dataset], model: Output[Model], hold_s: float = 0.3) -> None:
     """"Train" for hold_s seconds on one GPU."""
-    runtime.emit("model_loaded")
+    reporting.emit("model_loaded")
     t0 = time.time()
-    runtime.emit("first_step")
+    reporting.emit("first_step")
     time.sleep(hold_s)
-    runtime.metric("train_s", time.time() - t0)
-    runtime.metric("train_tokens", 1000.0)
+    reporting.metric("train_s", time.time() - t0)
+    reporting.metric("train_tokens", 1000.0)
     (Path(model.path) / "weights.txt").write_text((Path(data.path) / "data.txt").read_text().upper())
 '''
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from components.steps.finetune import MANIFEST, checkpoint_problem, newest_checkpoint, write_manifest
+from components.training.checkpointing import MANIFEST, checkpoint_problem, newest_checkpoint, write_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -97,7 +97,7 @@ def test_other_settings_checkpoints_are_ignored_not_reported(tmp_path: Path) -> 
 
 def test_save_checkpoint_writes_a_manifest_and_clears_leftovers(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    from components.steps.finetune import load_checkpoint, save_checkpoint
+    from components.training.checkpointing import load_checkpoint, save_checkpoint
 
     net = torch.nn.Linear(3, 2)
     opt = torch.optim.AdamW(net.parameters())

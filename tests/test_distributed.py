@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from components.record.telemetry import group_by_step, read_records
-from components.steps.finetune import newest_checkpoint
+from components.training.checkpointing import newest_checkpoint
 from tests.conftest import llmpack, run_step
 
 TUNE = "components.steps.finetune:finetune"

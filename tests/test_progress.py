@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from components.record.telemetry import EVENTS_FILE, EventLog, RunContext, make_record
-from components.steps.finetune import PROGRESS_FILE, ProgressFile
+from components.training.progress import PROGRESS_FILE, ProgressFile
 from llmpack.display import status_text
 from llmpack.progress import clock, current_step, read_train_progress
 

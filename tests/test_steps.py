@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from components.errors import InputError
-from components.steps.finetune import PROGRESS_FILE, batch_indices, lr_at, newest_checkpoint
+from components.steps.finetune import batch_indices, lr_at
 from components.steps.tokenize import IGNORE, pack
+from components.training.checkpointing import newest_checkpoint
 from components.training.data import builtin_rows, read_jsonl, split_rows
+from components.training.progress import PROGRESS_FILE
 from components.training.tiny import ByteTokenizer
 from llmpack.progress import read_train_progress
 from tests.conftest import run_step

@@ -1,0 +1,209 @@
+"""Checkpoints of a training run: written atomically, trusted only when whole, resumed exactly.
+
+As torchtune keeps its checkpointer in the library and its recipes only call it, the finetune
+step calls :func:`save_checkpoint`, :func:`newest_checkpoint` and :func:`load_checkpoint`.
+
+A SIGKILL can land anywhere, a checkpoint write included, so a checkpoint is trusted only when
+it proves itself whole: ``manifest.json`` (each file's size and sha256) is written after the
+files and before the rename that publishes the directory, and :func:`newest_checkpoint` skips any
+``step-*`` directory whose files do not match it (one half removed when the process was killed
+while replacing or pruning it). ``.tmp-*`` directories are writes that never reached their
+rename: never resumed from, removed by the next write of that step or a later one.
+``benchmarks/chaos_sigkill.py`` kills the step at random moments and checks each restart ends
+byte-identical to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+STATE_FILE = "state.pt"
+
+
+def run_fingerprint(settings: list[Any], data: bytes) -> str:
+    """What makes two runs' checkpoints interchangeable: their training settings and their data."""
+    return hashlib.sha256(json.dumps(settings).encode() + hashlib.sha256(data).digest()).hexdigest()[:16]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's (or a directory's entries') data to the disk, not just to the page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_manifest(path: Path) -> dict[str, Any] | None:
+    """A checkpoint directory's manifest, or None when it has no readable one."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why ``path`` is not a complete checkpoint; None when every file matches its manifest."""
+    manifest = read_manifest(path)
+    if manifest is None:
+        return f"no valid {MANIFEST}"
+    if STATE_FILE not in manifest["files"]:
+        return f"{MANIFEST} lists no {STATE_FILE}"
+    for name, want in manifest["files"].items():
+        file = path / name
+        if not isinstance(want, dict):
+            return f"{MANIFEST} entry for {name} is not an object"
+        if not file.is_file():
+            return f"{name} is missing"
+        if file.stat().st_size != want.get("bytes"):
+            return f"{name} has {file.stat().st_size} bytes, the manifest says {want.get('bytes')}"
+        if _sha256(file) != want.get("sha256"):
+            return f"{name} does not match the sha256 in the manifest"
+    return None
+
+
+def newest_checkpoint(
+    root: Path, fingerprint: str | None = None, on_skip: Callable[[Path, str], None] | None = None
+) -> Path | None:
+    """The newest complete checkpoint, of this very run's settings when ``fingerprint`` is given.
+
+    Newest first, the first ``step-*`` directory whose files match its manifest wins; each
+    incomplete one passed over is reported to ``on_skip(path, why)``.
+    """
+    for path in sorted(root.glob("step-*"), reverse=True):
+        manifest = read_manifest(path)
+        if manifest is not None and fingerprint is not None and manifest.get("fingerprint") != fingerprint:
+            continue  # another run's checkpoint in a shared checkpoint_dir
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        if on_skip is not None:
+            on_skip(path, problem)
+    return None
+
+
+def write_manifest(path: Path, step_no: int, fingerprint: str) -> None:
+    """List every file in ``path`` with its size and sha256, after flushing them to disk."""
+    files = {}
+    for file in sorted(p for p in path.iterdir() if p.is_file() and p.name != MANIFEST):
+        _fsync(file)
+        files[file.name] = {"bytes": file.stat().st_size, "sha256": _sha256(file)}
+    manifest = path / MANIFEST
+    manifest.write_text(json.dumps({"step": step_no, "fingerprint": fingerprint, "files": files}, indent=2) + "\n")
+    _fsync(manifest)
+
+
+def prune_checkpoints(root: Path, newest: Path) -> None:
+    """Keep the newest two checkpoints; remove older ones and unfinished writes of earlier steps."""
+    for old in sorted(p for p in root.glob("step-*") if p != newest)[:-1]:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in root.glob(".tmp-step-*"):
+        if stale.name < f".tmp-{newest.name}":  # ".tmp-step-00000004-<pid>" sorts before ".tmp-step-00000006"
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def train_state(model: Any, optimizer: Any, *, sharded: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(trainable weights, optimizer state) as whole CPU tensors; under FSDP a collective every rank calls
+    (rank 0 gets the gathered state, the others empty dicts)."""
+    if not sharded:
+        return {k: v.detach().cpu() for k, v in model.named_parameters() if v.requires_grad}, optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+
+    whole = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    wanted = {k for k, v in model.named_parameters() if v.requires_grad}
+    weights = {k: v for k, v in get_model_state_dict(model, options=whole).items() if k in wanted}
+    return weights, get_optimizer_state_dict(model, optimizer, options=whole)
+
+
+def save_checkpoint(
+    root: Path, step_no: int, model: Any, optimizer: Any, fingerprint: str = "", *, chaos_pause_s: float = 0.0,
+    state: tuple[dict[str, Any], dict[str, Any]] | None = None,
+) -> Path:
+    """Write to a temporary directory, manifest last, then rename: a checkpoint is complete or absent.
+
+    ``state``: the (trainable, optimizer) state :func:`train_state` gathered, when the model is sharded.
+    """
+    import numpy as np
+    import torch
+
+    final = root / f"step-{step_no:08d}"
+    tmp = root / f".tmp-step-{step_no:08d}-{os.getpid()}"
+    for stale in root.glob(f".tmp-step-{step_no:08d}-*"):  # a killed attempt's unfinished write of this step
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    trainable, optimizer_state = state if state is not None else train_state(model, optimizer)
+    torch.save(
+        {
+            "step": step_no,
+            "trainable": trainable,
+            "optimizer": optimizer_state,
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "numpy": np.random.get_state(),
+            },
+        },
+        tmp / STATE_FILE,
+    )
+    if chaos_pause_s > 0:
+        time.sleep(chaos_pause_s)  # test hook (settings.CHAOS_CHECKPOINT_PAUSE_S.name): a window to kill the write in
+    write_manifest(tmp, step_no, fingerprint)
+    shutil.rmtree(final, ignore_errors=True)  # this step's leftover: torn (not resumed from) or another run's
+    os.replace(tmp, final)
+    _fsync(root)  # the rename itself survives a node crash
+    prune_checkpoints(root, final)
+    return final
+
+
+def load_checkpoint(path: Path, model: Any, optimizer: Any, *, sharded: bool = False) -> int:
+    """Restore weights, optimizer and RNG states from a checkpoint ``newest_checkpoint`` chose; its step.
+
+    ``sharded`` (FSDP): every rank reads the whole state and keeps its shards.
+    """
+    import numpy as np
+    import torch
+
+    state = torch.load(path / STATE_FILE, weights_only=False)
+    if sharded:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        whole = StateDictOptions(full_state_dict=True, strict=False)
+        set_model_state_dict(model, state["trainable"], options=whole)
+        set_optimizer_state_dict(model, optimizer, state["optimizer"], options=whole)
+    else:
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, value in state["trainable"].items():
+                params[name].copy_(value)
+        optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"]["torch"])
+    if torch.cuda.is_available() and state["rng"]["cuda"]:
+        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    np.random.set_state(state["rng"]["numpy"])
+    return int(state["step"])
+
+
+def report_skipped(path: Path, why: str) -> None:
+    """Say which incomplete checkpoint a resume passed over, and why."""
+    print(f"finetune: skipping incomplete checkpoint {path} ({why})", flush=True)
