@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -317,6 +317,28 @@ RUNTIME_PARAMS: dict[str, Param] = {
 }
 
 
+Rule = tuple[Callable[[Any], bool], str]  # (is the value allowed, what it must be: for the error line)
+
+
+def bind_params(params: Mapping[str, Param], values: Mapping[str, Any], *, flag: str = "parameter") -> dict[str, Any]:
+    """``values`` as the types ``params`` declare: command-line text coerced, an int taken as a float, else one InputError."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        param = params.get(key)
+        if param is None:
+            raise InputError(f"{flag} {key!r}: unknown pipeline parameter (known: {', '.join(params)})")
+        if isinstance(value, str) and param.type is not str:
+            value = coerce(value, param.type, f"{flag} {key}")
+        elif param.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        elif not isinstance(value, param.type) or (param.type is int and isinstance(value, bool)):
+            raise InputError(f"{flag} {key!r} is {param.type.__name__}, got {type(value).__name__} {value!r}")
+        out[key] = value
+    return out
+
+
 @dataclass(kw_only=True)
 class Pipeline:
     """A named DAG of tasks with pipeline-level parameters and defaults."""
@@ -326,6 +348,22 @@ class Pipeline:
     tasks: dict[str, Task]
     description: str = ""
     module: str = ""  # the module that defines it: a fused step of it is resolved there (components.fusion)
+    rules: dict[str, Rule] = field(default_factory=dict)  # what each parameter's value must be (bind checks them)
+
+    def bind(self, values: Mapping[str, Any], *, flag: str = "parameter") -> dict[str, Any]:
+        """The one parameter gate: ``values`` coerced, type-checked and held to the rules, or one InputError.
+
+        Every caller goes through it: the CLI's ``--param`` (``flag="--param"``), ``submit`` (library
+        calls included) and local runs; the step process binds its own step's parameters with
+        :func:`bind_params`. ``None`` values are left out (not given). Telemetry parameters are not
+        the user's: they are unknown here.
+        """
+        bound = bind_params(self.params, values, flag=flag)
+        for key, value in bound.items():
+            rule = self.rules.get(key)
+            if rule is not None and not rule[0](value):
+                raise InputError(f"{flag} {key}: {value!r} is not allowed; must be {rule[1]}")
+        return bound
 
     @property
     def all_params(self) -> dict[str, Param]:
@@ -498,8 +536,13 @@ def coerce(value: str, typ: type, where: str) -> Any:
         raise InputError(f"{where}: {value!r} is not a valid {typ.__name__}") from None
 
 
-def pipeline(*, name: str, description: str = "") -> Callable[[Callable[..., Any]], Callable[[], Pipeline]]:
-    """Decorate a function that wires steps; the result builds a fresh validated Pipeline."""
+def pipeline(*, name: str, description: str = "", rules: Mapping[str, Rule] | None = None,
+             ) -> Callable[[Callable[..., Any]], Callable[[], Pipeline]]:
+    """Decorate a function that wires steps; the result builds a fresh validated Pipeline.
+
+    ``rules``: what a parameter's value must be, ``{name: (check, "what it must be")}``, held by
+    :meth:`Pipeline.bind` before any run or submit.
+    """
 
     def wrap(func: Callable[..., Any]) -> Callable[[], Pipeline]:
         def build() -> Pipeline:
@@ -520,6 +563,7 @@ def pipeline(*, name: str, description: str = "") -> Callable[[Callable[..., Any
                 tasks={},
                 description=description or (inspect.getdoc(func) or "").split("\n")[0],
                 module=func.__module__,
+                rules=dict(rules or {}),
             )
             with _Builder(pipe):
                 func(**{k: PipelineParamRef(k) for k in params})

@@ -8,11 +8,8 @@ in all three.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
 
-from components.dsl import Pipeline, pipeline
-from components.errors import InputError
+from components.dsl import Pipeline, Rule, pipeline
 from components.fusion import fused_steps
 from components.steps.evaluate import evaluate
 from components.steps.finetune import finetune
@@ -22,8 +19,32 @@ from components.steps.tokenize import tokenize
 
 PIPELINE_NAME = "llm-finetune"
 
+# What each parameter's value must be; checked before any run or submit (``--param``), so a bad
+# value is one line up front, not a step failing minutes later (the steps check again).
+PARAM_RULES: dict[str, Rule] = {
+    "method": (lambda v: v in ("lora", "full"), "'lora' or 'full'"),
+    "seq_len": (lambda v: v >= 8, "at least 8"),
+    "batch_size": (lambda v: v >= 1, "at least 1"),
+    "lr": (lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
+    "min_improvement": (math.isfinite, "a finite number"),
+    "model_name": (lambda v: bool(v.strip()), "a non-empty name"),
+    "checkpoint_every": (lambda v: v >= 0, ">= 0 (0: checkpoint only on SIGTERM)"),
+    "eval_fraction": (lambda v: 0 < v < 1, "between 0 and 1 (exclusive)"),
+    "grad_accum": (lambda v: v >= 1, "at least 1"),
+    "warmup_steps": (lambda v: v >= 0, ">= 0"),
+    "weight_decay": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
+    "lora_r": (lambda v: v >= 1, "at least 1"),
+    "lora_alpha": (lambda v: v >= 1, "at least 1"),
+    "eval_batch_size": (lambda v: v >= 1, "at least 1"),
+    "builtin_size": (lambda v: v >= 2, "at least 2 (a train and an eval row)"),
+    "nproc_per_node": (lambda v: 1 <= v <= 64, "between 1 and 64 (processes of finetune; torchrun above 1)"),
+    "strategy": (lambda v: v in ("ddp", "fsdp"), "'ddp' or 'fsdp' (FSDP2: weights sharded over the ranks)"),
+    "max_steps": (lambda v: v >= 1, "at least 1 (a positive number of steps)"),
+    "nnodes": (lambda v: 1 <= v <= 1024, "between 1 and 1024 (nodes of finetune; a TrainJob above 1)"),
+}
 
-@pipeline(name=PIPELINE_NAME, description="Fine-tune a causal LM with LoRA, evaluate it, register it.")
+
+@pipeline(name=PIPELINE_NAME, description="Fine-tune a causal LM with LoRA, evaluate it, register it.", rules=PARAM_RULES)
 def finetune_pipeline(
     model: str = "tiny",
     data: str = "builtin",
@@ -87,34 +108,3 @@ def build() -> Pipeline:
 
 # ``components.finetune_pipeline:finetune__evaluate``: the step process finds this pipeline's fused steps here.
 __getattr__ = fused_steps(finetune_pipeline)
-
-
-# What each parameter's value must be; checked before any run or submit (``--param``), so a bad
-# value is one line up front, not a step failing minutes later (the steps check again).
-PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "method": (lambda v: v in ("lora", "full"), "'lora' or 'full'"),
-    "seq_len": (lambda v: v >= 8, "at least 8"),
-    "batch_size": (lambda v: v >= 1, "at least 1"),
-    "lr": (lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
-    "min_improvement": (math.isfinite, "a finite number"),
-    "model_name": (lambda v: bool(v.strip()), "a non-empty name"),
-    "checkpoint_every": (lambda v: v >= 0, ">= 0 (0: checkpoint only on SIGTERM)"),
-    "eval_fraction": (lambda v: 0 < v < 1, "between 0 and 1 (exclusive)"),
-    "grad_accum": (lambda v: v >= 1, "at least 1"),
-    "warmup_steps": (lambda v: v >= 0, ">= 0"),
-    "weight_decay": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
-    "lora_r": (lambda v: v >= 1, "at least 1"),
-    "lora_alpha": (lambda v: v >= 1, "at least 1"),
-    "eval_batch_size": (lambda v: v >= 1, "at least 1"),
-    "builtin_size": (lambda v: v >= 2, "at least 2 (a train and an eval row)"),
-    "nproc_per_node": (lambda v: 1 <= v <= 64, "between 1 and 64 (processes of finetune; torchrun above 1)"),
-    "strategy": (lambda v: v in ("ddp", "fsdp"), "'ddp' or 'fsdp' (FSDP2: weights sharded over the ranks)"),
-    "nnodes": (lambda v: 1 <= v <= 1024, "between 1 and 1024 (nodes of finetune; a TrainJob above 1)"),
-}
-
-
-def check_param(name: str, value: Any, where: str) -> None:
-    """Raise :class:`InputError` naming ``where`` when ``value`` is outside what parameter ``name`` allows."""
-    rule = PARAM_RULES.get(name)
-    if rule is not None and not rule[0](value):
-        raise InputError(f"{where}: {value!r} is not allowed; must be {rule[1]}")

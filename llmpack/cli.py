@@ -140,22 +140,18 @@ def tls_connection(ca_cert: str | None, insecure_skip_tls_verify: bool) -> dict[
 
 
 def parse_params(items: tuple[str, ...]) -> dict[str, Any]:
-    from components.dsl import coerce
-    from components.finetune_pipeline import build, check_param
+    """``--param NAME=VALUE`` pairs through the pipeline's one gate (:meth:`components.dsl.Pipeline.bind`)."""
+    from components.finetune_pipeline import build
 
-    known = build().params
-    out: dict[str, Any] = {}
+    raw: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
             raise InputError(f"--param {item!r}: expected NAME=VALUE")
         if key in OWN_FLAGS:
             raise InputError(f"--param {key}: use {OWN_FLAGS[key]} (it is validated there)")
-        if key not in known:
-            raise InputError(f"--param {key!r}: unknown pipeline parameter (known: {', '.join(known)})")
-        out[key] = coerce(value, known[key].type, f"--param {key}")
-        check_param(key, out[key], f"--param {key}")
-    return out
+        raw[key] = value
+    return build().bind(raw, flag="--param")
 
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})

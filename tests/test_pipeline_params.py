@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from components.dsl import PipelineParamRef
@@ -41,3 +42,27 @@ def test_skip_bad_rows_and_friends_are_parameters_of_every_committed_artifact() 
 
 def test_skip_bad_rows_is_settable_from_the_cli() -> None:
     assert parse_params(("skip_bad_rows=true", "lora_r=8")) == {"skip_bad_rows": True, "lora_r": 8}
+
+
+@pytest.mark.parametrize(("params", "expect"), [
+    ({"lr": -1}, "parameter lr: -1.0 is not allowed; must be a finite number > 0"),
+    ({"max_steps": 0}, "parameter max_steps: 0 is not allowed; must be at least 1"),
+    ({"max_steps": "abc"}, "parameter max_steps: 'abc' is not a valid int"),
+    ({"nope": 1}, "parameter 'nope': unknown pipeline parameter"),
+])
+def test_a_library_submit_goes_through_the_one_parameter_gate(params: dict, expect: str):
+    """kfp_pipelines.submit.submit(params=...) and the other submitters call user_parameters -> Pipeline.bind."""
+    from components.errors import InputError
+    from components.finetune_pipeline import build
+    from components.servers.submission import user_parameters
+
+    with pytest.raises(InputError) as err:
+        user_parameters(build(), params)
+    assert str(err.value).startswith(expect)
+
+
+def test_bind_coerces_and_keeps_typed_values():
+    from components.finetune_pipeline import build
+
+    assert build().bind({"lr": 1, "max_steps": "7", "skip_bad_rows": "yes", "model": None}) == {
+        "lr": 1.0, "max_steps": 7, "skip_bad_rows": True}

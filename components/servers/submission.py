@@ -56,28 +56,11 @@ def shipped_pipeline() -> Pipeline:
 
 
 def user_parameters(pipe: Pipeline, params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The user's pipeline parameters, type-checked (strings from a command line are coerced)."""
-    from components.dsl import coerce
-
-    out: dict[str, Any] = {}
-    for key, value in (params or {}).items():
-        if value is None:
-            continue
+    """The user's pipeline parameters through the pipeline's one gate (strings from a command line are coerced)."""
+    for key in params or {}:
         if key in TELEMETRY_PARAMS:
             raise InputError(f"parameter {key!r} is set by llmpack submit, not by the user")
-        param = pipe.params.get(key)
-        if param is None:
-            raise InputError(f"parameter {key!r}: unknown pipeline parameter (known: {', '.join(pipe.params)})")
-        if isinstance(value, str) and param.type is not str:
-            value = coerce(value, param.type, f"parameter {key}")
-        elif param.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        elif not isinstance(value, param.type) or (param.type is int and isinstance(value, bool)):
-            raise InputError(f"parameter {key!r} is {param.type.__name__}, got {type(value).__name__} {value!r}")
-        out[key] = value
-    if "max_steps" in out and out["max_steps"] <= 0:
-        raise InputError(f"parameter max_steps {out['max_steps']}: must be a positive number of steps")
-    return out
+    return pipe.bind(params or {})
 
 
 def cost_tags(pipe: Pipeline, price_per_gpu_hour: str | None, price_file: str | None) -> dict[str, str]:

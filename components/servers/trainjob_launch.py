@@ -77,6 +77,8 @@ from typing import Any, NamedTuple
 
 from components.dsl import is_dns1123_label
 from components.errors import InputError, Interrupted, StepFailed
+from components.servers import kube
+from components.servers.kube import SERVICE_ACCOUNT_DIR
 from components.servers.remote import REQUEST_TIMEOUT_S, is_unreachable, one_line, server_message, tls_failure
 from components.servers.trainjob import API_GROUP, API_VERSION, KIND, PLURAL
 
@@ -85,7 +87,6 @@ VERSION = API_VERSION.split("/", 1)[1]
 RESOURCE = f"{PLURAL}.{GROUP}"  # as kubectl and RBAC messages name it
 COMPLETE, FAILED, SUSPENDED = "Complete", "Failed", "Suspended"
 RBAC_VERBS = ("create", "get", "delete")
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 API_OUTAGE_S = 300.0  # how long the API may be unreachable while waiting before the launcher gives up
 DELETE_TIMEOUT_S = 10.0  # the delete on the way out of a cancelled run (the pod's grace period is ~30 s)
 GONE_WAIT_S = 300.0  # how long to wait for a same-named TrainJob that is being deleted
@@ -106,42 +107,15 @@ class Cluster(NamedTuple):
 
 def load_config(*, kubeconfig: str | None = None, context: str | None = None,
                 service_account_dir: str | os.PathLike[str] = SERVICE_ACCOUNT_DIR) -> Cluster:
-    """The in-cluster service account (``KUBERNETES_SERVICE_HOST`` set), else a kubeconfig; and the namespace.
+    """A client by the one precedence of :mod:`components.servers.kube`, and the namespace to work in.
 
-    ``kubeconfig`` / ``context`` choose a kubeconfig explicitly (then in-cluster is not tried).
-    Raises :class:`InputError` (one line, never a token) when neither is usable.
+    Raises :class:`InputError` (one line, never a token) when no cluster is configured.
     """
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-    from kubernetes.config.incluster_config import InClusterConfigLoader
+    from kubernetes import client
 
-    sa_dir = Path(service_account_dir)
-    cfg = client.Configuration()
-    context_namespace = None
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and not kubeconfig and not context:
-        try:
-            InClusterConfigLoader(token_filename=str(sa_dir / "token"), cert_filename=str(sa_dir / "ca.crt")).load_and_set(cfg)
-        except (ConfigException, OSError) as exc:
-            raise InputError(f"in-cluster Kubernetes config: {one_line(exc)}") from None
-    else:
-        path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
-        files = [Path(p).expanduser() for p in path.split(os.pathsep) if p]
-        if not any(f.is_file() for f in files):
-            if kubeconfig:
-                raise InputError(f"kubeconfig {kubeconfig}: no such file")
-            raise InputError("no Kubernetes cluster configured: not in a pod (KUBERNETES_SERVICE_HOST unset) and no "
-                             f"kubeconfig at {path} (set KUBECONFIG)")
-        try:
-            config.load_kube_config(config_file=path, context=context, client_configuration=cfg, persist_config=False)
-            contexts, active = config.list_kube_config_contexts(config_file=path)
-            if context:
-                active = next((c for c in contexts if c.get("name") == context), active)
-            context_namespace = ((active or {}).get("context") or {}).get("namespace")
-        except ConfigException as exc:
-            raise InputError(f"kubeconfig {path}: {one_line(exc, _secrets(cfg))}") from None
-        except Exception as exc:  # YAML errors quote the file, which may hold credentials: the type only
-            raise InputError(f"kubeconfig {path}: not a usable kubeconfig ({type(exc).__name__})") from None
-    return Cluster(client.ApiClient(cfg), current_namespace(context_namespace, service_account_dir=sa_dir))
+    cfg, context_namespace = kube.configuration(kubeconfig=kubeconfig, context=context,
+                                                service_account_dir=service_account_dir)
+    return Cluster(client.ApiClient(cfg), current_namespace(context_namespace, service_account_dir=service_account_dir))
 
 
 def current_namespace(context_namespace: str | None = None, *,
@@ -158,11 +132,6 @@ def current_namespace(context_namespace: str | None = None, *,
     return namespace
 
 
-def _secrets(cfg: Any) -> tuple[str | None, ...]:
-    keys = getattr(cfg, "api_key", None) or {}
-    return (*keys.values(), getattr(cfg, "password", None))
-
-
 def _host(api: Any) -> str:
     return str(getattr(getattr(api, "configuration", None), "host", "?"))
 
@@ -176,7 +145,7 @@ def api_error(exc: BaseException, api: Any, doing: str, *, namespace: str, verb:
     from kubernetes.client.exceptions import ApiException
 
     host = _host(api)
-    secrets = _secrets(getattr(api, "configuration", None))
+    secrets = kube.secrets_of(getattr(api, "configuration", None))
     where = f"Kubernetes API at {host}"
     if isinstance(exc, ApiException) and exc.status:
         message = one_line(server_message(exc.body) or exc.reason or "", secrets)

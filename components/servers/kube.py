@@ -1,0 +1,128 @@
+"""The one Kubernetes client builder: every part of llmpack that talks to a Kubernetes API uses it.
+
+Precedence, first found wins (documented once, here, and in docs/cluster.md):
+
+1. ``host`` (with ``token`` or ``token_file``): that API server, as ``kubectl --server --token``;
+2. ``kubeconfig`` or ``context`` given explicitly: that file / context;
+3. ``$KUBECONFIG`` set: its first file;
+4. inside a pod (``KUBERNETES_SERVICE_HOST`` set): the pod's service account;
+5. ``~/.kube/config``.
+
+That is client-go's order (an explicit kubeconfig beats the in-cluster account) with one
+difference: in a pod, a stray ``~/.kube/config`` baked into an image never beats the service
+account the pod was given. ``ca_cert`` / ``insecure_skip_tls_verify`` override the kubeconfig's
+TLS settings as kubectl's flags do. Every error is one :class:`InputError` line that never holds a
+token (:func:`secrets_of` lists what to blank out). Exec credential plugins (EKS, GKE, AKS, OIDC)
+run as kubectl runs them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from components.errors import InputError
+from components.servers.remote import one_line
+
+IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # Kubernetes sets it in every pod
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def secrets_of(cfg: Any) -> tuple[str, ...]:
+    """What a client configuration holds that must never be printed: tokens (with and without ``Bearer``), a password."""
+    found: list[str] = []
+    for value in [*(getattr(cfg, "api_key", None) or {}).values(), getattr(cfg, "password", None)]:
+        if value:
+            found += [str(value), str(value).removeprefix("Bearer ").strip()]
+    return tuple(dict.fromkeys(s for s in found if len(s) >= 4))
+
+
+def _tls(cfg: Any, ca_cert: str | None, insecure_skip_tls_verify: bool) -> None:
+    if insecure_skip_tls_verify:
+        cfg.verify_ssl = False
+    elif ca_cert:
+        if not Path(ca_cert).is_file():
+            raise InputError(f"{ca_cert}: CA certificate file not found")
+        cfg.ssl_ca_cert = str(ca_cert)
+
+
+def _from_host(host: str, token: str | None, token_file: str | None) -> Any:
+    from kubernetes import client
+
+    if not str(host).startswith(("http://", "https://")):
+        raise InputError(f"Kubernetes host {host!r} must be an http:// or https:// URL")
+    if token_file and not token:
+        try:
+            token = Path(token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise InputError(f"{token_file}: cannot read the token file ({exc.strerror or exc})") from None
+    token = (token or "").strip().removeprefix("Bearer ").strip() or None
+    return client.Configuration(host=str(host).rstrip("/"), api_key={"authorization": f"Bearer {token}"} if token else None)
+
+
+def _from_kubeconfig(path: str, context: str | None) -> tuple[Any, str | None]:
+    """A configuration from the kubeconfig at ``path`` (``os.pathsep``-joined files) and its context's namespace."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    cfg = client.Configuration()
+    try:
+        config.load_kube_config(config_file=path, context=context, client_configuration=cfg, persist_config=False)
+        contexts, active = config.list_kube_config_contexts(config_file=path)
+    except ConfigException as exc:
+        raise InputError(f"kubeconfig {path}: {one_line(exc, secrets_of(cfg))}") from None
+    except Exception as exc:  # noqa: BLE001 - YAML errors quote the file, which may hold credentials: the type only
+        raise InputError(f"kubeconfig {path}: not a usable kubeconfig ({type(exc).__name__})") from None
+    if context:
+        active = next((c for c in contexts if c.get("name") == context), active)
+    return cfg, ((active or {}).get("context") or {}).get("namespace")
+
+
+def _in_cluster(service_account_dir: Path) -> Any:
+    from kubernetes import client
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.incluster_config import InClusterConfigLoader
+
+    cfg = client.Configuration()
+    try:
+        InClusterConfigLoader(token_filename=str(service_account_dir / "token"),
+                              cert_filename=str(service_account_dir / "ca.crt")).load_and_set(cfg)
+    except (ConfigException, OSError) as exc:
+        raise InputError(f"in-cluster Kubernetes config: {one_line(exc)}") from None
+    return cfg
+
+
+def configuration(*, host: str | None = None, token: str | None = None, token_file: str | None = None,
+                  kubeconfig: str | None = None, context: str | None = None, ca_cert: str | None = None,
+                  insecure_skip_tls_verify: bool = False,
+                  service_account_dir: str | os.PathLike[str] = SERVICE_ACCOUNT_DIR) -> tuple[Any, str | None]:
+    """A ``kubernetes.client.Configuration`` by the precedence above, and the namespace its kubeconfig context names."""
+    namespace = None
+    if host:
+        cfg = _from_host(host, token, token_file)
+    elif kubeconfig or context or os.environ.get("KUBECONFIG"):
+        path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
+        if kubeconfig and not Path(kubeconfig).expanduser().is_file():
+            raise InputError(f"kubeconfig {kubeconfig}: no such file")
+        if not any(Path(p).expanduser().is_file() for p in path.split(os.pathsep) if p):
+            raise InputError("no Kubernetes cluster configured: not in a pod (KUBERNETES_SERVICE_HOST unset) and no "
+                             f"kubeconfig at {path} (set KUBECONFIG)")
+        cfg, namespace = _from_kubeconfig(path, context)
+    elif os.environ.get(IN_CLUSTER_ENV):
+        cfg = _in_cluster(Path(service_account_dir))
+    elif (default := Path("~/.kube/config").expanduser()).is_file():
+        cfg, namespace = _from_kubeconfig(str(default), None)
+    else:
+        raise InputError("no Kubernetes cluster configured: not in a pod (KUBERNETES_SERVICE_HOST unset) and no "
+                         "kubeconfig (pass --kubeconfig, set KUBECONFIG, or create ~/.kube/config)")
+    _tls(cfg, ca_cert, insecure_skip_tls_verify)
+    return cfg, namespace
+
+
+def api_client(**options: Any) -> Any:
+    """A ``kubernetes.client.ApiClient`` by the precedence above (keywords as :func:`configuration` takes them)."""
+    from kubernetes import client
+
+    cfg, _ = configuration(**options)
+    return client.ApiClient(cfg)
