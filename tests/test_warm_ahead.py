@@ -24,7 +24,7 @@ PROBE = '''
 import json
 from pathlib import Path
 from components.dsl import Input, Metrics, Model, Output, pipeline, step
-from components.fusion import FusedStep, fuse
+from components.fusion import FusedStep, fuse, fused_steps
 from components.steps.register import register
 
 
@@ -59,6 +59,7 @@ def probe(fail: bool = False, no_metrics: bool = False, hold_s: float = 0.0):
     peek(registration=r.outputs["registration"], hold_s=hold_s)
 
 
+__getattr__ = fused_steps(probe)  # this module resolves its own fused steps
 fused = next(t.step for t in fuse(probe(), "all").tasks.values() if isinstance(t.step, FusedStep))
 '''
 
