@@ -16,6 +16,7 @@ import click
 
 from components import settings
 from components.errors import InputError, Interrupted
+from llmpack.backends import BACKENDS, ORCHESTRATORS
 from llmpack.clean import clean as clean_command
 from llmpack.sync import sync as sync_command
 
@@ -177,7 +178,7 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--backend", default="direct", show_default=True, help="direct | kfp | argo | mlflow")
+@click.option("--backend", default="direct", show_default=True, help=" | ".join(BACKENDS))
 @click.option("--local/--cluster", "local", default=True, help="Run on this machine (default) or submit to a cluster (see `llmpack submit`).")
 @run_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout; progress goes to stderr.")
@@ -187,7 +188,7 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
     from llmpack.runs import RunOptions, prepare
 
     if not local:
-        raise InputError("--cluster: use `llmpack submit kfp|argo|mlflow` or `llmpack compare --cluster`")
+        raise InputError(f"--cluster: use `llmpack submit {'|'.join(ORCHESTRATORS)}` or `llmpack compare --cluster`")
     opts = RunOptions(backend=backend, params=parse_params(params), **kwargs)
     prepare(opts)  # bad input fails here, in a second, not after MLflow's 4-second import below
     with library_logs_to(Path(opts.output_dir) / "llmpack-client.log"):  # MLflow's INFO lines: not the terminal
@@ -246,7 +247,7 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
 
 
 @main.command()
-@click.option("--backends", default="direct,kfp,argo,mlflow", show_default=True, help="Comma-separated paths to compare.")
+@click.option("--backends", default=",".join(BACKENDS), show_default=True, help="Comma-separated paths to compare.")
 @click.option("--repeats", type=int, default=1, show_default=True,
               help="Runs per path (interleaved). Verdicts (faster/cheaper) need at least 5 runs per path.")
 @click.option("--warmup", type=int, default=None,
@@ -487,7 +488,33 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
         click.echo(str(_write_report(result, out, costs, force=force)))
 
 
-@main.group()
+class SubmitCommands(click.Group):
+    """``llmpack submit <name>``: one subcommand per cluster backend of the registry, built when asked for.
+
+    Each backend declares its own options (``Backend.submit_options``); :func:`submit_options`
+    adds the shared ones. Listing the names imports no backend, so ``--help`` stays fast.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(ORCHESTRATORS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        from llmpack.backends import cluster_submitter
+
+        if cmd_name not in ORCHESTRATORS:
+            return None
+        backend = cluster_submitter(cmd_name)
+
+        def command(**kw: Any) -> None:
+            _submit(cmd_name, **kw)
+
+        func: Callable[..., Any] = submit_options(command)
+        for option in reversed(backend.submit_options()):
+            func = option(func)
+        return click.command(cmd_name, help=backend.submit_help)(func)
+
+
+@main.group(cls=SubmitCommands)
 def submit() -> None:
     """Submit the compiled pipeline to a cluster through each orchestrator's own client.
 
@@ -525,12 +552,16 @@ def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def _submit(orchestrator: str, conn: dict[str, Any], *, model: str | None, data: str | None, max_steps: int | None,
+def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps: int | None,
             seed: int | None, params: tuple[str, ...], wait: bool, wait_timeout: float, as_json: bool,
             ca_cert: str | None, insecure_skip_tls_verify: bool, **kw: Any) -> None:
-    from llmpack import submit as sub
+    from llmpack.backends import cluster_submitter
 
-    conn = {**conn, **tls_connection(ca_cert, insecure_skip_tls_verify)}
+    backend = cluster_submitter(orchestrator)
+    tls = tls_connection(ca_cert, insecure_skip_tls_verify)
+    fields = backend.connection_fields()
+    conn = backend.connect({**{k: v for k, v in kw.items() if k in fields}, **tls})
+    kw = {k: v for k, v in kw.items() if k not in fields}
 
     values: dict[str, Any] = dict(parse_params(params))
     for key, value in (("model", model), ("data", data), ("max_steps", max_steps), ("seed", seed)):
@@ -538,14 +569,15 @@ def _submit(orchestrator: str, conn: dict[str, Any], *, model: str | None, data:
             values[key] = value
     if max_steps is not None and max_steps <= 0:
         raise InputError(f"--max-steps {max_steps}: must be a positive number of steps")
-    summary = sub.submit(orchestrator, params=values, **conn, **kw)
+    run = backend.submit(conn, params=values, **kw)
+    summary = run.summary
     for warning in summary.get("warnings", []):
         click.echo(f"llmpack: warning: {warning}", err=True)
     if wait:
         try:
-            summary["result"] = sub.wait_for_completion(summary, timeout_s=wait_timeout, **conn)
+            run.wait(wait_timeout)
         except (KeyboardInterrupt, Interrupted) as exc:  # stop waiting; the run is the cluster's (as with argo submit --wait)
-            exc.add_note(sub.still_running(summary))
+            exc.add_note(run.still_running())
             raise
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True, default=str))
@@ -556,36 +588,6 @@ def _submit(orchestrator: str, conn: dict[str, Any], *, model: str | None, data:
             click.echo(f"{orchestrator}: {summary['result']['status']}")
     if wait and summary["result"]["status"] != "succeeded":
         sys.exit(1)
-
-
-@submit.command("kfp")
-@click.option("--host", default=None, help="KFP API endpoint (default: KFP_HOST).")
-@click.option("--experiment", default="llmpack", show_default=True)
-@click.option("--package", "package_path", default=None, help="Compiled package (default: kfp_pipelines/finetune.yaml).")
-@submit_options
-def submit_kfp(host: str | None, namespace: str | None, **kw: Any) -> None:
-    """Create a KFP run from the compiled package (like `kfp run submit -f kfp_pipelines/finetune.yaml`)."""
-    _submit("kfp", {"host": host, "namespace": namespace}, **kw)
-
-
-@submit.command("argo")
-@click.option("--host", default=None, help="Argo Server host:port (default: ARGO_SERVER).")
-@click.option("--workflow", "workflow_path", default=None, help="Compiled Workflow (default: argo_workflows/finetune.yaml).")
-@submit_options
-def submit_argo(host: str | None, namespace: str | None, **kw: Any) -> None:
-    """Create an Argo Workflow from the compiled YAML (what `argo submit` does; Hera has no submit)."""
-    _submit("argo", {"host": host, "namespace": namespace}, **kw)
-
-
-@submit.command("mlflow")
-@click.option("--kubeconfig", default=None)
-@click.option("--context", default=None)
-@click.option("--image", default=None, help="Prebuilt step image (default: the project's docker_env image).")
-@click.option("--cluster-tracking-uri", default=None, help="Tracking URI as seen from inside the cluster.")
-@submit_options
-def submit_mlflow(kubeconfig: str | None, context: str | None, namespace: str | None, **kw: Any) -> None:
-    """Create the MLflow run and its Kubernetes Job from the compiled finetune-k8s project."""
-    _submit("mlflow", {"kubeconfig": kubeconfig, "context": context, "namespace": namespace}, **kw)
 
 
 @main.command()

@@ -65,14 +65,15 @@ from components.dsl import (
 )
 from components.errors import PipelineValidationError
 from components.record.close import gpu_uses, uses_json
+from mlflow_projects.backend import IMAGE, SOURCE
 
 LOCAL_DIR = "finetune"
 K8S_DIR = "finetune-k8s"
-IMAGE_ENV = "LLMPACK_IMAGE"
+IMAGE_ENV = IMAGE.name
 ORCHESTRATOR = "mlflow"
 TYPED_DIR = "mlflow_projects"  # the projects' parent as typed on the command line (see the docstring)
 JOB_TEMPLATE = "kubernetes_job_template.yaml"
-SOURCE_ENV = "LLMPACK_SOURCE"  # python_env.yaml installs llmpack from this checkout (see the docstring)
+SOURCE_ENV = SOURCE.name  # python_env.yaml installs llmpack from this checkout (see the docstring)
 DRIVER = Path(__file__).with_name("driver.py")
 
 # MLflow checks only `path` and `uri` parameters; the others are labels for the reader (MLflow's own
@@ -506,8 +507,8 @@ def pipeline_image(pipe: Pipeline, image: str | None = None) -> str:
     """The image every step runs in: ``image``, else ``$LLMPACK_IMAGE``, else the step specs' one."""
     if image:
         return image
-    if os.environ.get(IMAGE_ENV):
-        return os.environ[IMAGE_ENV]
+    if IMAGE.is_set():
+        return str(IMAGE.get())
     images = {t.step.execution.image for t in pipe.tasks.values()}
     if len(images) != 1:
         raise PipelineValidationError(
