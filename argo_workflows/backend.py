@@ -7,22 +7,14 @@ Compiles with Hera (:mod:`argo_workflows.workflow`), runs the compiled YAML's DA
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from components.backend import Backend, ClickOption, Connection, pod_labels
+from components.backend import Backend, ClickOption, ServerConnection, pod_labels
 from components.dsl import Pipeline
 
 ARTIFACT = Path("argo_workflows/finetune.yaml")
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"  # on every pod of a Workflow
-
-
-@dataclass(frozen=True, kw_only=True)
-class ArgoConnection(Connection):
-    """An Argo Server (``--host``, else ``ARGO_SERVER`` when sent)."""
-
-    host: str | None = None
 
 
 class ArgoBackend(Backend):
@@ -31,7 +23,9 @@ class ArgoBackend(Backend):
                 "ARGO_BASE_HREF")
     artifacts = (ARTIFACT,)
     submit_help = "Create an Argo Workflow from the compiled YAML (what `argo submit` does; Hera has no submit)."
-    connection_type = ArgoConnection
+    local_module = "argo_workflows.local"
+    cluster_module = "argo_workflows.submit"
+    connection_type = ServerConnection
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         from argo_workflows.workflow import build_workflow
@@ -41,33 +35,12 @@ class ArgoBackend(Backend):
         path.write_text(build_workflow(pipe).to_yaml())
         return [path]
 
-    def run_local(self, pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Mapping[str, str],
-                  log: IO[str] | None = None) -> dict[str, Path]:
-        from argo_workflows import local
-
-        return local.run_local(pipe, values, workdir, env, log)
-
     def submit_options(self) -> list[ClickOption]:
         import click
 
         return [click.option("--host", default=None, help="Argo Server host:port (default: ARGO_SERVER)."),
                 click.option("--workflow", "workflow_path", default=None,
                              help="Compiled Workflow (default: argo_workflows/finetune.yaml).")]
-
-    def submit_run(self, **kwargs: Any) -> dict[str, Any]:
-        from argo_workflows import submit
-
-        return submit.submit(**kwargs)
-
-    def wait_for_completion(self, summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
-        from argo_workflows import submit
-
-        return submit.wait_for_completion(summary, **kwargs)
-
-    def check_connection(self, options: Mapping[str, Any]) -> None:
-        from argo_workflows import submit
-
-        submit.check_connection(options)
 
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         return f"argo stop {summary.get('server_id')} -n {summary.get('namespace') or 'default'}"

@@ -23,6 +23,7 @@ Heavy libraries stay inside the methods that need them.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,13 @@ class Connection:
     def options(self) -> dict[str, Any]:
         """The keywords ``submit`` and ``wait_for_completion`` take for this connection."""
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConnection(Connection):
+    """An orchestrator's API server by URL (``--host``; when ``None``, the orchestrator's own variable when sent)."""
+
+    host: str | None = None
 
 
 class SubmittedRun:
@@ -138,6 +146,9 @@ class Backend:
     artifacts: ClassVar[tuple[Path, ...]] = ()  # committed compiled artifacts, relative to the repository root
     connection_type: ClassVar[type[Connection] | None] = None  # None: runs on this machine only
     submit_help: ClassVar[str] = ""  # ``llmpack submit <name> --help``: what a submission creates
+    # Where the work is done, imported when first used (heavy libraries stay out of ``llmpack --help``):
+    local_module: ClassVar[str | None] = None  # defines run_local(pipe, values, workdir, env, log)
+    cluster_module: ClassVar[str | None] = None  # defines submit(**kw), wait_for_completion, check_connection
 
     @property
     def cluster(self) -> bool:
@@ -155,8 +166,8 @@ class Backend:
 
     def run_local(self, pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Mapping[str, str],
                   log: IO[str] | None = None) -> dict[str, Path]:
-        """As :meth:`LocalRunner.run_local`."""
-        raise NotImplementedError
+        """As :meth:`LocalRunner.run_local`: by default :attr:`local_module`'s ``run_local``."""
+        return self._module(self.local_module, "local_module").run_local(pipe, values, workdir, env, log)
 
     # ------------------------------------------------------------------ a cluster
 
@@ -194,16 +205,22 @@ class Backend:
             timeout_s: the limit of one request.
 
         Bad input, an unreachable or refusing server: one-line :class:`InputError`, never a token in it.
+        By default :attr:`cluster_module`'s ``submit``.
         """
-        raise NotImplementedError
+        return self._module(self.cluster_module, "cluster_module").submit(**kwargs)
 
     def wait_for_completion(self, summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Poll the run ``summary`` names until it ends or ``timeout_s`` passes; ``kwargs``: connection options."""
-        raise NotImplementedError
+        return self._module(self.cluster_module, "cluster_module").wait_for_completion(summary, **kwargs)
 
     def check_connection(self, options: Mapping[str, Any]) -> None:
         """Raise :class:`InputError` now when ``options`` name no usable endpoint; nothing is sent."""
-        raise NotImplementedError
+        self._module(self.cluster_module, "cluster_module").check_connection(options)
+
+    def _module(self, name: str | None, what: str) -> Any:
+        if name is None:
+            raise NotImplementedError(f"backend {self.name!r}: no {what}")
+        return importlib.import_module(name)
 
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         """The native command that stops the run ``summary`` names."""

@@ -7,11 +7,10 @@ submits with ``kfp.Client`` (:mod:`kfp_pipelines.submit`). Each is imported when
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from components.backend import Backend, ClickOption, Connection, pod_annotations, pod_labels
+from components.backend import Backend, ClickOption, ServerConnection, pod_annotations, pod_labels
 from components.dsl import Pipeline
 
 ARTIFACT = Path("kfp_pipelines/finetune.yaml")
@@ -19,30 +18,19 @@ V2_LABEL = "pipelines.kubeflow.org/v2_component"  # label (or annotation) "true"
 RUN_ID_LABEL = "pipeline/runid"  # KFP v1 and some v2 launchers
 
 
-@dataclass(frozen=True, kw_only=True)
-class KfpConnection(Connection):
-    """A KFP API endpoint (``--host``, else ``KFP_HOST``/``KF_PIPELINES_ENDPOINT`` when sent)."""
-
-    host: str | None = None
-
-
 class KfpBackend(Backend):
     name = "kfp"
     env_vars = ("KFP_HOST", "KF_PIPELINES_ENDPOINT", "KFP_TOKEN", "KF_PIPELINES_SA_TOKEN_PATH")
     artifacts = (ARTIFACT,)
     submit_help = "Create a KFP run from the compiled package (like `kfp run submit -f kfp_pipelines/finetune.yaml`)."
-    connection_type = KfpConnection
+    local_module = "kfp_pipelines.local"
+    cluster_module = "kfp_pipelines.submit"
+    connection_type = ServerConnection
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         from kfp_pipelines.compiler import compile_pipeline
 
         return [compile_pipeline(pipe, out_dir / ARTIFACT)]
-
-    def run_local(self, pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Mapping[str, str],
-                  log: IO[str] | None = None) -> dict[str, Path]:
-        from kfp_pipelines import local
-
-        return local.run_local(pipe, values, workdir, env, log)
 
     def submit_options(self) -> list[ClickOption]:
         import click
@@ -51,21 +39,6 @@ class KfpBackend(Backend):
                 click.option("--experiment", default="llmpack", show_default=True),
                 click.option("--package", "package_path", default=None,
                              help="Compiled package (default: kfp_pipelines/finetune.yaml).")]
-
-    def submit_run(self, **kwargs: Any) -> dict[str, Any]:
-        from kfp_pipelines import submit
-
-        return submit.submit(**kwargs)
-
-    def wait_for_completion(self, summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
-        from kfp_pipelines import submit
-
-        return submit.wait_for_completion(summary, **kwargs)
-
-    def check_connection(self, options: Mapping[str, Any]) -> None:
-        from kfp_pipelines import submit
-
-        submit.check_connection(options)
 
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         return f"kfp.Client(host=...).terminate_run({summary.get('server_id')!r}) or the KFP UI"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from components import settings
 from components.backend import Backend, ClickOption, Connection, pod_labels
@@ -42,6 +42,8 @@ class MlflowBackend(Backend):
     env_vars = ("MLFLOW_TRACKING_URI", "KUBECONFIG", "KUBE_MLFLOW_TRACKING_URI")
     artifacts = (ARTIFACT_DIR / "finetune", ARTIFACT_DIR / "finetune-k8s")
     submit_help = "Create the MLflow run and its Kubernetes Job from the compiled finetune-k8s project."
+    local_module = "mlflow_projects.local"
+    cluster_module = "mlflow_projects.submit"
     connection_type = MlflowConnection
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
@@ -51,12 +53,6 @@ class MlflowBackend(Backend):
         dirs = write_project(pipe, out_dir / ARTIFACT_DIR, typed_dir=typed)
         return sorted(p for d in dirs.values() for p in d.rglob("*") if p.is_file())
 
-    def run_local(self, pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Mapping[str, str],
-                  log: IO[str] | None = None) -> dict[str, Path]:
-        from mlflow_projects import local
-
-        return local.run_local(pipe, values, workdir, env, log)
-
     def submit_options(self) -> list[ClickOption]:
         import click
 
@@ -64,21 +60,6 @@ class MlflowBackend(Backend):
                 click.option("--context", default=None),
                 click.option("--image", default=None, help="Prebuilt step image (default: the project's docker_env image)."),
                 click.option("--cluster-tracking-uri", default=None, help="Tracking URI as seen from inside the cluster.")]
-
-    def submit_run(self, **kwargs: Any) -> dict[str, Any]:
-        from mlflow_projects import submit
-
-        return submit.submit(**kwargs)
-
-    def wait_for_completion(self, summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
-        from mlflow_projects import submit
-
-        return submit.wait_for_completion(summary, **kwargs)
-
-    def check_connection(self, options: Mapping[str, Any]) -> None:
-        from mlflow_projects import submit
-
-        submit.check_connection(options)
 
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         return f"kubectl delete job {summary.get('server_id')} -n {summary.get('namespace') or 'default'}"

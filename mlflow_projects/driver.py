@@ -1,9 +1,10 @@
 """The ``main`` entry point of a generated MLflow project: run the pipeline's steps as child runs.
 
-This file is copied verbatim into every generated project as ``main.py``; what differs between
-pipelines is the data file beside it, ``pipeline.json`` (DAG order, artifact wiring, parameter
-types, retries), written by :mod:`mlflow_projects.compiler`. It needs only the standard library
-and MLflow, so it reads the same whether llmpack is installed from a wheel or a checkout.
+Every generated project's ``main.py`` is a few-line shim (:data:`mlflow_projects.compiler.MAIN_SHIM`)
+that calls :func:`main` with its own directory; what differs between pipelines is the data file
+beside it, ``pipeline.json`` (DAG order, artifact wiring, parameter types, retries), written by
+:mod:`mlflow_projects.compiler`. The steps need llmpack installed anyway (``python_env.yaml``, the
+image), so the driver is imported from it rather than copied into every project.
 
 MLflow's multistep pattern, with run ids passed explicitly (no fluent active-run state):
 
@@ -383,7 +384,11 @@ def open_parent(experiment_hint: str | None) -> tuple[Any, bool]:
     return run, True
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, project_dir: Path | None = None) -> int:
+    """Run the project in ``project_dir`` (the generated ``main.py``'s directory; default: this file's)."""
+    global HERE  # noqa: PLW0603 - the project this process runs, one per process
+    if project_dir is not None:
+        HERE = Path(project_dir)
     spec = json.loads((HERE / SPEC_FILE).read_text(encoding="utf-8"))
     try:
         values, artifacts_dir, base_dir = parse_args(list(sys.argv[1:] if argv is None else argv), spec)
