@@ -67,3 +67,57 @@ def test_cli_compares_direct_and_the_toy(tmp_path: Path, tracking_uri: str) -> N
     assert {run["orchestrator"] for run in out["runs"]} == {"direct", "toy"}
     assert all(run["status"] == "succeeded" for run in out["runs"])
     assert (tmp_path / "rep" / "report.html").is_file()
+
+
+PODS = [
+    {"metadata": {"labels": {"pipelines.kubeflow.org/v2_component": "true"}}},
+    {"metadata": {"annotations": {"pipelines.kubeflow.org/v2_component": "true"}}},
+    {"metadata": {"labels": {"pipeline/runid": "r1"}}},
+    {"metadata": {"labels": {"workflows.argoproj.io/workflow": "wf"}}},
+    {"metadata": {"labels": {"job-name": "j"}}, "spec": {"containers": [{"env": [{"name": "MLFLOW_RUN_ID"}]}]}},
+    {"metadata": {"labels": {"batch.kubernetes.io/job-name": "j"}}, "spec": {"containers": [{"env": []}]}},
+    {"metadata": {"labels": {"app": "x"}}},
+    {"metadata": None},
+]
+
+
+@pytest.mark.parametrize("pod", PODS)
+def test_each_backend_recognises_its_own_pods_as_the_watcher_does(pod: dict) -> None:
+    from llmpack.backends import orchestrator_of_pod
+    from llmpack.k8s.podphases import orchestrator_of
+
+    assert orchestrator_of_pod(pod) == orchestrator_of(pod)
+
+
+def test_a_submitted_run_waits_reports_and_says_how_to_stop_it() -> None:
+    from components.backend import Backend, ServerConnection, SubmittedRun
+
+    calls: list[dict] = []
+
+    class Fake(Backend):
+        name = "fake"
+        connection_type = ServerConnection
+
+        def wait_for_completion(self, summary: object, **kwargs: object) -> dict:
+            calls.append(kwargs)
+            return {"status": "timeout" if kwargs["timeout_s"] == 0 else "succeeded"}
+
+        def stop_hint(self, summary: object) -> str:
+            return "fake stop r1"
+
+    fake = Fake()
+    run = SubmittedRun(fake, {"orchestrator": "fake", "pipeline_run": "r1", "server_id": "s1"},
+                       fake.connect({"host": "http://h", "other": 1}))
+    assert run.get_status() == "running"
+    assert run.wait(5)["status"] == "succeeded" and run.summary["result"]["status"] == "succeeded"
+    assert calls[-1] == {"timeout_s": 5, "host": "http://h", "namespace": None, "ca_cert": None,
+                         "insecure_skip_tls_verify": False}
+    assert run.still_running().endswith("stop it with: fake stop r1")
+
+
+def test_a_connection_checks_its_fields() -> None:
+    from components.backend import ServerConnection
+    from components.errors import InputError
+
+    with pytest.raises(InputError, match="connection host: expected text"):
+        ServerConnection(host=3)  # type: ignore[arg-type]
