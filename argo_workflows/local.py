@@ -32,15 +32,27 @@ placeholders...) is refused before anything runs, with one line naming the featu
 from __future__ import annotations
 
 import hashlib
-import operator
-import re
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
+from argo_workflows.local_model import (
+    PREFIX,
+    SPEC_CLUSTER,
+    SPEC_RUN,
+    TEMPLATE_CLUSTER,
+    TEMPLATE_KINDS,
+    TEMPLATE_RUN,
+    WORKFLOW_KEYS,
+    DagTask,
+    Template,
+    check_keys,
+    substitute,
+    unsupported,
+)
 from components import settings, yamltext
 from components.commands import format_value, run_logged
 from components.dsl import Pipeline
@@ -48,236 +60,6 @@ from components.errors import InputError, RunFailed
 
 WORKFLOW_FILE = "workflow.yaml"
 COMMITTED_YAML = Path(__file__).with_name("finetune.yaml")
-MAX_LOCAL_BACKOFF_S = 1.0
-PREFIX = "argo local executor"
-
-PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}")
-RETRY_EXPRESSION = re.compile(r"^\s*asInt\(\s*lastRetry\.exitCode\s*\)\s*(==|!=|<=|>=|<|>)\s*(-?\d+)\s*$")
-COMPARE: dict[str, Callable[[int, int], bool]] = {
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<=": operator.le,
-    ">=": operator.ge,
-    "<": operator.lt,
-    ">": operator.gt,
-}
-DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-# Keys the executor understands (run) or knows to have no local effect (cluster-only).
-# Any other key is refused: running a Workflow while silently dropping part of it would lie.
-WORKFLOW_KEYS = {"apiVersion", "kind", "metadata", "spec", "status"}
-SPEC_RUN = {"entrypoint", "arguments", "templates", "onExit"}
-SPEC_CLUSTER = {
-    "securityContext", "serviceAccountName", "nodeSelector", "tolerations", "affinity", "podGC",
-    "ttlStrategy", "metrics", "podMetadata", "imagePullSecrets", "priorityClassName", "podPriorityClassName",
-    "schedulerName", "archiveLogs", "artifactRepositoryRef", "podDisruptionBudget",
-    "automountServiceAccountToken", "executor", "dnsPolicy", "dnsConfig", "hostAliases", "hostNetwork",
-    "activeDeadlineSeconds", "parallelism", "workflowMetadata", "artifactGC", "synchronization", "priority",
-}  # fmt: skip
-TEMPLATE_RUN = {"name", "inputs", "outputs", "container", "dag", "retryStrategy"}
-TEMPLATE_CLUSTER = {
-    "metadata", "activeDeadlineSeconds", "nodeSelector", "tolerations", "securityContext", "metrics",
-    "affinity", "priorityClassName", "serviceAccountName", "schedulerName", "automountServiceAccountToken",
-    "archiveLocation", "failFast", "parallelism", "synchronization", "executor", "hostAliases", "timeout",
-    "priority",
-}  # fmt: skip
-# The template kinds Argo has, named so a refusal says what the YAML asked for.
-TEMPLATE_KINDS = {
-    "steps": "steps templates",
-    "script": "script templates",
-    "resource": "resource templates",
-    "suspend": "suspend templates",
-    "containerSet": "containerSet templates",
-    "data": "data templates",
-    "http": "http templates",
-    "plugin": "plugin templates",
-}
-CONTAINER_RUN = {"command", "args", "env"}
-CONTAINER_CLUSTER = {
-    "name", "image", "imagePullPolicy", "resources", "securityContext", "livenessProbe", "readinessProbe",
-    "startupProbe", "terminationMessagePath", "terminationMessagePolicy", "resizePolicy",
-}  # fmt: skip
-DAG_TASK_RUN = {"name", "template", "arguments", "dependencies"}
-DAG_TASK_NAMED = {
-    "withItems": "withItems loops",
-    "withParam": "withParam loops",
-    "withSequence": "withSequence loops",
-    "when": "when-conditions",
-    "depends": "depends expressions",
-    "onExit": "exit handlers",
-    "hooks": "lifecycle hooks",
-    "templateRef": "templateRef",
-    "inline": "inline templates",
-    "continueOn": "continueOn",
-}
-PYTHONS = {"python", "python3"}
-
-
-def _unsupported(feature: str, where: str) -> InputError:
-    return InputError(f"{PREFIX}: unsupported feature {feature} at {where}")
-
-
-def _check_keys(obj: Mapping[str, Any], run: set[str], cluster: set[str], where: str,
-                named: Mapping[str, str] | None = None) -> None:
-    for key in obj:
-        if key in run or key in cluster:
-            continue
-        feature = (named or {}).get(key, f"'{key}'")
-        raise _unsupported(feature, f"{where}.{key}")
-
-
-def _seconds(text: Any, where: str) -> float:
-    match = DURATION.match(str(text).strip())
-    if not match:
-        raise InputError(f"{PREFIX}: {where}: cannot read duration {text!r}")
-    return float(match.group(1)) * DURATION_UNITS[match.group(2)]
-
-
-# --------------------------------------------------------------------------- placeholders
-
-
-def _substitute(text: Any, scope: Mapping[str, str], where: str) -> str:
-    """Replace every ``{{name}}`` from ``scope``; any other placeholder is refused."""
-
-    def one(match: re.Match[str]) -> str:
-        name = match.group(1).strip()
-        if name in scope:
-            return scope[name]
-        if name.startswith("="):
-            raise _unsupported(f"expression placeholder {match.group(0)}", where)
-        if name.startswith(("inputs.", "outputs.", "workflow.parameters.")):
-            raise InputError(f"{PREFIX}: undefined placeholder {match.group(0)} at {where}")
-        raise _unsupported(f"placeholder {match.group(0)}", where)
-
-    return PLACEHOLDER.sub(one, text if isinstance(text, str) else format_value(text))
-
-
-# --------------------------------------------------------------------------- the parsed workflow
-
-
-class _Template:
-    """A container template, checked, with what the executor needs from it."""
-
-    def __init__(self, spec: Mapping[str, Any], where: str) -> None:
-        self.where = where
-        if not spec.get("name"):
-            raise InputError(f"{PREFIX}: {where}: template without a name")
-        self.name = str(spec["name"])
-        container = spec["container"]
-        cwhere = f"{where}.container"
-        _check_keys(container, CONTAINER_RUN, CONTAINER_CLUSTER, cwhere,
-                    {"volumeMounts": "volume mounts", "workingDir": "workingDir", "envFrom": "envFrom",
-                     "lifecycle": "lifecycle hooks", "volumeDevices": "volume devices"})
-        # (text, where) for every word of command + args, so a bad placeholder is named exactly.
-        self.command = [(str(c), f"{cwhere}.command[{i}]") for i, c in enumerate(container.get("command") or [])]
-        self.command += [(str(a), f"{cwhere}.args[{i}]") for i, a in enumerate(container.get("args") or [])]
-        if not container.get("command"):
-            raise _unsupported("a container without command (the image's entrypoint)", f"{cwhere}.command")
-        if self.command[0][0] not in PYTHONS:
-            raise _unsupported(f"container command {self.command[0][0]!r} (only python runs locally)",
-                               f"{cwhere}.command[0]")
-        self.env: dict[str, str] = {}
-        for i, var in enumerate(container.get("env") or []):
-            ewhere = f"{cwhere}.env[{i}]"
-            if "value" in var:
-                self.env[str(var["name"])] = format_value(var["value"])
-                continue
-            value_from = var.get("valueFrom") or {}
-            if set(value_from) == {"secretKeyRef"}:
-                continue  # the cluster's secret; locally the caller's environment stands in
-            raise _unsupported(f"env valueFrom {sorted(value_from)}", ewhere)
-
-        inputs = spec.get("inputs") or {}
-        _check_keys(inputs, {"parameters", "artifacts"}, set(), f"{where}.inputs")
-        self.params: dict[str, dict[str, Any]] = {}
-        for i, p in enumerate(inputs.get("parameters") or []):
-            pwhere = f"{where}.inputs.parameters[{i}]"
-            _check_keys(p, {"name", "value", "default", "enum"}, {"description"}, pwhere,
-                        {"valueFrom": "parameter valueFrom"})
-            self.params[str(p["name"])] = p
-        self.in_artifacts: list[str] = []
-        for i, a in enumerate(inputs.get("artifacts") or []):
-            _check_keys(a, {"name", "path"}, {"mode", "archive", "recurseMode"}, f"{where}.inputs.artifacts[{i}]",
-                        {"optional": "optional artifacts", "from": "template-level artifact from"})
-            self.in_artifacts.append(str(a["name"]))
-
-        outputs = spec.get("outputs") or {}
-        _check_keys(outputs, {"artifacts"}, set(), f"{where}.outputs",
-                    {"parameters": "output parameters", "result": "output result", "exitCode": "output exitCode"})
-        self.out_artifacts: list[str] = []
-        for i, a in enumerate(outputs.get("artifacts") or []):
-            _check_keys(a, {"name", "path"}, {"archive", "mode", "artifactGC", "deleted", "recurseMode"},
-                        f"{where}.outputs.artifacts[{i}]",
-                        {"optional": "optional artifacts", "globalName": "global artifacts",
-                         "fromExpression": "artifact fromExpression"})
-            self.out_artifacts.append(str(a["name"]))
-
-        self.retry = _Retry(spec.get("retryStrategy"), f"{where}.retryStrategy")
-
-
-class _Retry:
-    def __init__(self, spec: Mapping[str, Any] | None, where: str) -> None:
-        spec = spec or {}
-        _check_keys(spec, {"limit", "retryPolicy", "expression", "backoff"}, {"affinity"}, where)
-        if spec and "limit" not in spec:
-            raise _unsupported("retryStrategy without limit (unbounded retries)", where)
-        self.limit = int(spec.get("limit", 0))
-        policy = spec.get("retryPolicy", "OnFailure")
-        if policy not in ("Always", "OnFailure", "OnError", "OnTransientError"):
-            raise InputError(f"{PREFIX}: {where}.retryPolicy: unknown policy {policy!r}")
-        # A process that exits non-zero is a Failed node; OnError / OnTransientError never retry it.
-        self.retries_failures = policy in ("Always", "OnFailure")
-        self.condition: Callable[[int], bool] = lambda code: True
-        if "expression" in spec:
-            match = RETRY_EXPRESSION.match(str(spec["expression"]))
-            if not match:
-                raise _unsupported(f"retry expression {spec['expression']!r}", f"{where}.expression")
-            op, bound = COMPARE[match.group(1)], int(match.group(2))
-            self.condition = lambda code: op(code, bound)
-        backoff = spec.get("backoff") or {}
-        _check_keys(backoff, {"duration", "factor", "cap", "maxDuration"}, set(), f"{where}.backoff")
-        self.duration = _seconds(backoff["duration"], f"{where}.backoff.duration") if "duration" in backoff else 0.0
-        self.factor = float(backoff.get("factor", 1))
-        self.cap = _seconds(backoff["cap"], f"{where}.backoff.cap") if "cap" in backoff else None
-
-    def should_retry(self, attempt: int, code: int) -> bool:
-        return attempt < self.limit and self.retries_failures and self.condition(code)
-
-    def delay(self, attempt: int) -> float:
-        wait = self.duration * self.factor**attempt
-        if self.cap is not None:
-            wait = min(wait, self.cap)
-        return min(wait, MAX_LOCAL_BACKOFF_S)
-
-
-class _DagTask:
-    def __init__(self, spec: Mapping[str, Any], where: str) -> None:
-        _check_keys(spec, DAG_TASK_RUN, set(), where, DAG_TASK_NAMED)
-        self.where = where
-        if not spec.get("name") or not spec.get("template"):
-            raise InputError(f"{PREFIX}: {where}: a DAG task needs a name and a template")
-        self.name = str(spec["name"])
-        self.template = str(spec["template"])
-        self.dependencies = [str(d) for d in spec.get("dependencies") or []]
-        arguments = spec.get("arguments") or {}
-        _check_keys(arguments, {"parameters", "artifacts"}, set(), f"{where}.arguments")
-        self.params: dict[str, Any] = {}
-        for i, p in enumerate(arguments.get("parameters") or []):
-            _check_keys(p, {"name", "value"}, {"description"}, f"{where}.arguments.parameters[{i}]",
-                        {"valueFrom": "parameter valueFrom"})
-            self.params[str(p["name"])] = p.get("value", "")
-        self.artifacts: dict[str, tuple[str, str]] = {}
-        for i, a in enumerate(arguments.get("artifacts") or []):
-            awhere = f"{where}.arguments.artifacts[{i}]"
-            _check_keys(a, {"name", "from"}, set(), awhere,
-                        {"fromExpression": "artifact fromExpression", "optional": "optional artifacts"})
-            if "from" not in a:
-                raise _unsupported("an artifact argument without from", awhere)
-            match = re.fullmatch(r"\{\{\s*tasks\.([^.{}]+)\.outputs\.artifacts\.([^.{}]+)\s*\}\}", str(a["from"]))
-            if not match:
-                raise _unsupported(f"artifact source {a['from']!r}", f"{awhere}.from")
-            self.artifacts[str(a["name"])] = (match.group(1), match.group(2))
 
 
 class LocalWorkflow:
@@ -287,68 +69,68 @@ class LocalWorkflow:
         if not isinstance(doc, Mapping):
             raise InputError(f"{PREFIX}: the YAML is not a Workflow object")
         if doc.get("kind") != "Workflow":
-            raise _unsupported(f"kind {doc.get('kind')!r} (only Workflow runs locally)", "kind")
-        _check_keys(doc, WORKFLOW_KEYS, set(), "Workflow")
+            raise unsupported(f"kind {doc.get('kind')!r} (only Workflow runs locally)", "kind")
+        check_keys(doc, WORKFLOW_KEYS, set(), "Workflow")
         _validate_model(doc)
         meta = doc.get("metadata") or {}
         self.name = str(meta.get("name") or meta.get("generateName") or "workflow").rstrip("-")
         spec = doc.get("spec") or {}
-        _check_keys(spec, SPEC_RUN, SPEC_CLUSTER, "spec",
+        check_keys(spec, SPEC_RUN, SPEC_CLUSTER, "spec",
                     {"hooks": "lifecycle hooks", "templateDefaults": "templateDefaults",
                      "volumes": "volumes", "volumeClaimTemplates": "volumeClaimTemplates",
                      "workflowTemplateRef": "workflowTemplateRef", "suspend": "suspend", "shutdown": "shutdown",
                      "retryStrategy": "workflow-level retryStrategy", "podSpecPatch": "podSpecPatch"})
         self.params: dict[str, dict[str, Any]] = {}
         arguments = spec.get("arguments") or {}
-        _check_keys(arguments, {"parameters"}, set(), "spec.arguments", {"artifacts": "workflow artifacts"})
+        check_keys(arguments, {"parameters"}, set(), "spec.arguments", {"artifacts": "workflow artifacts"})
         for i, p in enumerate(arguments.get("parameters") or []):
-            _check_keys(p, {"name", "value", "enum"}, {"description"}, f"spec.arguments.parameters[{i}]",
+            check_keys(p, {"name", "value", "enum"}, {"description"}, f"spec.arguments.parameters[{i}]",
                         {"valueFrom": "parameter valueFrom"})
             self.params[str(p["name"])] = p
 
-        self.templates: dict[str, _Template] = {}
+        self.templates: dict[str, Template] = {}
         dag_spec: tuple[Mapping[str, Any], str] | None = None
         entrypoint = spec.get("entrypoint")
         for i, t in enumerate(spec.get("templates") or []):
             where = f"templates[{i}]"
             for key, feature in TEMPLATE_KINDS.items():
                 if key in t:
-                    raise _unsupported(feature, f"{where}.{key}")
-            _check_keys(t, TEMPLATE_RUN, TEMPLATE_CLUSTER, where,
+                    raise unsupported(feature, f"{where}.{key}")
+            check_keys(t, TEMPLATE_RUN, TEMPLATE_CLUSTER, where,
                         {"initContainers": "init containers", "sidecars": "sidecars", "volumes": "volumes",
                          "podSpecPatch": "podSpecPatch", "memoize": "memoization", "daemon": "daemon templates",
                          "plugin": "plugin templates"})
             if "dag" in t:
                 if t.get("name") != entrypoint:
-                    raise _unsupported("a DAG template that is not the entrypoint (nested DAGs)", where)
+                    raise unsupported("a DAG template that is not the entrypoint (nested DAGs)", where)
                 if t.get("inputs") or t.get("outputs") or t.get("retryStrategy"):
-                    raise _unsupported("inputs, outputs or retryStrategy on the DAG template", where)
+                    raise unsupported("inputs, outputs or retryStrategy on the DAG template", where)
                 dag_spec = (t["dag"], f"{where}.dag")
             elif "container" in t:
-                self.templates[str(t["name"])] = _Template(t, where)
+                self.templates[str(t["name"])] = Template(t, where)
             else:
-                raise _unsupported("a template that is neither dag nor container", where)
+                raise unsupported("a template that is neither dag nor container", where)
         if dag_spec is None:
-            raise _unsupported(f"entrypoint {entrypoint!r} that is not a DAG template", "spec.entrypoint")
+            raise unsupported(f"entrypoint {entrypoint!r} that is not a DAG template", "spec.entrypoint")
         dag, dwhere = dag_spec
-        _check_keys(dag, {"tasks"}, {"failFast"}, dwhere, {"target": "DAG target"})
-        self.tasks: dict[str, _DagTask] = {}
+        check_keys(dag, {"tasks"}, {"failFast"}, dwhere, {"target": "DAG target"})
+        self.tasks: dict[str, DagTask] = {}
         for i, t in enumerate(dag.get("tasks") or []):
-            task = _DagTask(t, f"{dwhere}.tasks[{i}]")
+            task = DagTask(t, f"{dwhere}.tasks[{i}]")
             if task.name in self.tasks:
                 raise InputError(f"{PREFIX}: {task.where}: duplicate task name {task.name!r}")
             self.tasks[task.name] = task
         self.order = self._order()
-        self.on_exit: _Template | None = None
+        self.on_exit: Template | None = None
         if spec.get("onExit"):
             name = str(spec["onExit"])
             if name not in self.templates:
                 raise InputError(f"{PREFIX}: spec.onExit: no container template {name!r}")
             self.on_exit = self.templates[name]
             if self.on_exit.params or self.on_exit.in_artifacts:
-                raise _unsupported(f"an exit handler template with inputs ({name!r})", "spec.onExit")
+                raise unsupported(f"an exit handler template with inputs ({name!r})", "spec.onExit")
 
-    def _order(self) -> list[_DagTask]:
+    def _order(self) -> list[DagTask]:
         """Tasks in dependency order; every reference checked."""
         for task in self.tasks.values():
             if task.template not in self.templates:
@@ -356,7 +138,7 @@ class LocalWorkflow:
             for dep in task.dependencies:
                 if dep not in self.tasks:
                     raise InputError(f"{PREFIX}: {task.where}.dependencies: unknown task {dep!r}")
-        order: list[_DagTask] = []
+        order: list[DagTask] = []
         state: dict[str, int] = {}
 
         def visit(name: str, path: list[str]) -> None:
@@ -455,7 +237,7 @@ def _read_workflow_file(path: Path) -> str:
 class _PlannedTask:
     """One DAG task (or the exit handler) with every placeholder resolved, ready to run."""
 
-    def __init__(self, name: str, tmpl: _Template, scope: dict[str, str], outputs: dict[str, Path]) -> None:
+    def __init__(self, name: str, tmpl: Template, scope: dict[str, str], outputs: dict[str, Path]) -> None:
         self.name = name
         self.tmpl = tmpl
         self.scope = scope
@@ -468,12 +250,12 @@ class _PlannedTask:
 
     def command(self, attempt: int) -> list[str]:
         scope = self._scope(attempt)
-        cmd = [_substitute(text, scope, where) for text, where in self.tmpl.command]
+        cmd = [substitute(text, scope, where) for text, where in self.tmpl.command]
         return [sys.executable, *cmd[1:]]
 
     def env(self, base: Mapping[str, str], attempt: int) -> dict[str, str]:
         scope = self._scope(attempt)
-        extra = {k: _substitute(v, scope, f"{self.tmpl.where}.container.env[{k}]") for k, v in self.tmpl.env.items()}
+        extra = {k: substitute(v, scope, f"{self.tmpl.where}.container.env[{k}]") for k, v in self.tmpl.env.items()}
         return {**base, **extra}
 
 
@@ -502,9 +284,9 @@ def plan(wf: LocalWorkflow, arguments: Mapping[str, Any], workdir: Path) -> tupl
                 raise InputError(f"{PREFIX}: {task.where}: template {tmpl.name!r} has no input parameter {name!r}")
         for name, p in tmpl.params.items():
             if name in task.params:
-                value = _substitute(task.params[name], global_scope, f"{task.where}.arguments.parameters[{name}]")
+                value = substitute(task.params[name], global_scope, f"{task.where}.arguments.parameters[{name}]")
             elif "value" in p or "default" in p:
-                value = _substitute(p.get("value", p.get("default")), global_scope,
+                value = substitute(p.get("value", p.get("default")), global_scope,
                                     f"{tmpl.where}.inputs.parameters[{name}]")
             else:
                 raise InputError(f"{PREFIX}: {task.where}: input parameter {name!r} of template "

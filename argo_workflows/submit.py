@@ -1,8 +1,8 @@
 """Submit the compiled Argo Workflow to an Argo Server with Hera's ``WorkflowsService``, and wait for it.
 
 Hera has no submit command; this is it. ``llmpack submit argo`` and ``llmpack compare --cluster``
-come here through :mod:`llmpack.backends` (the :class:`components.backend.ClusterSubmitter`
-contract). What every submission shares (the parameters, ids, ``submitted_at``, cost tags, the
+come here through :mod:`llmpack.backends` (the ``cluster_module`` of its
+:class:`components.backend.Backend`). What every submission shares (the parameters, ids, ``submitted_at``, cost tags, the
 MLflow record) is :mod:`components.servers.submission`.
 
 :func:`submit`
@@ -38,19 +38,16 @@ import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from components.commands import format_value
 from components.dsl import TELEMETRY_PARAMS
 from components.errors import InputError
 from components.servers.remote import (
-    POLL_S,
     REQUEST_TIMEOUT_S,
-    WAIT_TIMEOUT_S,
     is_unreachable,
     normalize_host,
     one_line,
-    poll,
     tls_failure,
     tls_verify,
 )
@@ -67,6 +64,7 @@ from components.servers.submission import (
     telemetry_values,
     user_parameters,
 )
+from components.servers.waiting import WaitOptions, poll_object, wait_options
 
 ORCHESTRATOR = "argo"
 DEFAULT_NAMESPACE = "llmpack"
@@ -186,6 +184,8 @@ def _set_arguments(wf: Any, values: Mapping[str, Any], path: str) -> None:
         params[key].value = format_value(value)
 
 
+# The shared keywords (params ... insecure_skip_tls_verify) are written out in each backend's submit,
+# not gathered in a TypedDict: they are this function's documented API and its body's plain names.
 def submit(
     *,
     params: Mapping[str, Any] | None = None,
@@ -205,7 +205,7 @@ def submit(
 ) -> dict[str, Any]:
     """Create the compiled Argo Workflow on an Argo Server (Hera's ``create_workflow``); returns the summary.
 
-    Args (besides those every submitter takes, see :meth:`components.backend.ClusterSubmitter.submit`):
+    Args (besides those every submitter takes, see :meth:`components.backend.Backend.submit_run`):
         host, token, namespace: the Argo Server, its bearer token, the Workflow's namespace (default: see above).
         workflow_path: the compiled Workflow (default: the committed ``argo_workflows/finetune.yaml``).
         service_account: ``spec.serviceAccountName`` of the Workflow.
@@ -257,28 +257,15 @@ def submit(
     return summary
 
 
-def wait_for_workflow(
-    name: str,
-    *,
-    host: str | None = None,
-    token: str | None = None,
-    namespace: str | None = None,
-    timeout_s: float = WAIT_TIMEOUT_S,
-    poll_s: float = POLL_S,
-    request_timeout_s: float = REQUEST_TIMEOUT_S,
-    ca_cert: str | None = None,
-    insecure_skip_tls_verify: bool = False,
-) -> dict[str, Any]:
+def wait_for_workflow(name: str, *, host: str | None = None, token: str | None = None, namespace: str | None = None,
+                      **options: Unpack[WaitOptions]) -> dict[str, Any]:
     """Poll a Workflow until its phase is Succeeded, Failed or Error (or ``timeout_s`` passes)."""
-    host_url, secret, ns, verify = connection(host, token, namespace, os.environ, ca_cert=ca_cert,
-                                              insecure_skip_tls_verify=insecure_skip_tls_verify)
-    service = _service(host_url, secret, ns, verify, request_timeout_s)
+    opts = wait_options(options)
+    host_url, secret, ns, verify = connection(host, token, namespace, os.environ, ca_cert=opts["ca_cert"],
+                                              insecure_skip_tls_verify=opts["insecure_skip_tls_verify"])
+    service = _service(host_url, secret, ns, verify, opts["request_timeout_s"])
 
-    def read() -> tuple[str | None, dict[str, Any]]:
-        try:
-            wf = service.get_workflow(name, namespace=ns)
-        except Exception as exc:  # noqa: BLE001 - one line for the user
-            raise _error(exc, host_url, ns, secret) from None
+    def state(wf: Any) -> tuple[str | None, dict[str, Any]]:
         status = wf.status
         phase = (status.phase if status else None) or "Pending"
         details: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "workflow_name": name, "namespace": ns, "state": phase}
@@ -287,7 +274,8 @@ def wait_for_workflow(
         return TERMINAL.get(phase), details
 
     try:
-        return poll(read, timeout_s=timeout_s, poll_s=poll_s)
+        return poll_object(lambda: service.get_workflow(name, namespace=ns), state,
+                           lambda exc: _error(exc, host_url, ns, secret), opts)
     finally:
         service.close()
 

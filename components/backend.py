@@ -1,19 +1,39 @@
-"""The backend contract: what ``llmpack`` calls on a backend, written once.
+"""The backend contract (v2): what ``llmpack`` calls on a backend, written once.
 
-A backend is a set of plain modules, found by name in the one registry, :mod:`llmpack.backends`
-(``direct``, ``kfp``, ``argo``, ``mlflow``: the ``--backend`` names and ``llmpack.orchestrator``
-tags). Each orchestrator's package holds its whole path: ``<package>.local`` is a
-:class:`LocalRunner`, ``<package>.submit`` a :class:`ClusterSubmitter`. ``direct`` runs locally
-only. A module satisfies a protocol by defining the functions below at module level.
+A backend is one object, :class:`Backend`, defined in its own package (``kfp_pipelines/backend.py``,
+``argo_workflows/backend.py``, ``mlflow_projects/backend.py``; ``direct`` in ``llmpack/direct.py``)
+and found by name in the one registry, :mod:`llmpack.backends`, which imports it only when asked
+for. Modelled on MLflow's ``AbstractBackend`` (``mlflow/projects/backend/abstract_backend.py``) and
+``SubmittedRun`` (``mlflow/projects/submitted_run.py``), and kfp's small validated runner config
+(``kfp/local/config.py``). Everything ``llmpack`` needs of a backend is declared here, so a new
+orchestrator touches its own folder plus one registry line:
+
+* :attr:`Backend.name` (the ``--backend`` name and ``llmpack.orchestrator`` tag), the settings and
+  other environment variables it reads (:attr:`~Backend.settings`, :attr:`~Backend.env_vars`), and its
+  committed (golden) artifact paths (:attr:`~Backend.artifacts`);
+* :meth:`Backend.compile` (``llmpack compile``) and :meth:`Backend.run_local` (``llmpack run``/``compare``);
+* for a cluster backend (:attr:`~Backend.connection_type` not ``None``): its ``llmpack submit <name>`` flags
+  (:meth:`~Backend.submit_options`), its :class:`Connection` from those flags, :meth:`~Backend.submit`
+  returning a :class:`SubmittedRun` (``wait()``, ``get_status()``, ``stop_hint()``, ``.summary``),
+  and :meth:`~Backend.recognise_pod`, how to tell its own pods in a ``kubectl get pods -o json`` dump.
+
+Heavy libraries stay inside the methods that need them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol
 
-from components.dsl import Pipeline
+from components.errors import InputError
+from components.settings import Setting
+
+if TYPE_CHECKING:  # only named in annotations: the registry (llmpack --help) imports this module
+    from components.dsl import Pipeline
 
 
 class LocalRunner(Protocol):
@@ -29,37 +49,202 @@ class LocalRunner(Protocol):
         ...
 
 
-class ClusterSubmitter(Protocol):
-    """Sends the committed compiled artifact to a cluster through the orchestrator's own client."""
+@dataclass(frozen=True, kw_only=True)
+class Connection:
+    """Where a cluster backend's server is, from ``llmpack submit`` flags (the environment fills the rest later).
 
-    def submit(self, **kwargs: Any) -> dict[str, Any]:
-        """Start one run of the committed compiled artifact; returns its summary.
+    Frozen and checked when made (like kfp's ``SubprocessRunner``): a wrong type is a one-line
+    :class:`InputError` naming the field. Tokens are never fields: they come from the environment
+    when a request is sent. Subclasses add their own endpoint fields (``host``, ``kubeconfig``...).
+    """
 
-        Args (every submitter takes these keywords, plus its own connection and artifact options):
+    namespace: str | None = None
+    ca_cert: str | None = None
+    insecure_skip_tls_verify: bool = False
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "insecure_skip_tls_verify":
+                if not isinstance(value, bool):
+                    raise InputError(f"connection {field.name}: expected true or false, got {value!r}")
+            elif value is not None and not isinstance(value, str):
+                raise InputError(f"connection {field.name}: expected text, got {type(value).__name__}")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> Connection:
+        """The connection named by ``options`` (flags by their keyword names); other keys are ignored."""
+        return cls(**{f.name: options[f.name] for f in dataclasses.fields(cls) if f.name in options})
+
+    def options(self) -> dict[str, Any]:
+        """The keywords ``submit`` and ``wait_for_completion`` take for this connection."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConnection(Connection):
+    """An orchestrator's API server by URL (``--host``; when ``None``, the orchestrator's own variable when sent)."""
+
+    host: str | None = None
+
+
+class SubmittedRun:
+    """One run started on a cluster (MLflow's ``SubmittedRun``): wait for it, ask its status, say how to stop it.
+
+    :attr:`summary` is the submission summary ``llmpack submit`` prints (telemetry fields,
+    ``server_id``, ``namespace``, ``parameters``, ``tags``, the orchestrator's own ids);
+    :meth:`wait` adds its ``result``.
+    """
+
+    def __init__(self, backend: Backend, summary: dict[str, Any], connection: Connection) -> None:
+        self.backend, self.summary, self.connection = backend, summary, connection
+
+    @property
+    def run_id(self) -> str:
+        return str(self.summary.get("pipeline_run"))
+
+    def wait(self, timeout_s: float, **kwargs: Any) -> dict[str, Any]:
+        """Poll until the run ends or ``timeout_s`` passes; the result is also ``summary["result"]``.
+
+        Returns ``{"status": "succeeded"|"failed"|"error"|"skipped"|"canceled"|"timeout", "state": <native>, ...}``.
+        """
+        result = self.backend.wait_for_completion(self.summary, timeout_s=timeout_s, **self.connection.options(), **kwargs)
+        self.summary["result"] = result
+        return result
+
+    def get_status(self) -> str:
+        """The run's status now: ``running`` until it ends, then as :meth:`wait` says."""
+        status = str(self.backend.wait_for_completion(self.summary, timeout_s=0, **self.connection.options())["status"])
+        return "running" if status == "timeout" else status
+
+    def stop_hint(self) -> str:
+        """The orchestrator's own command that stops this run."""
+        return self.backend.stop_hint(self.summary)
+
+    def still_running(self) -> str:
+        """What an interrupted wait leaves: the run goes on, closes its own record, and how to stop it."""
+        return still_running(self.summary, self.stop_hint())
+
+
+def still_running(summary: Mapping[str, Any], stop: str) -> str:
+    return (f"{summary.get('orchestrator')} run {summary.get('pipeline_run')} (server id {summary.get('server_id')}) "
+            f"keeps running on the cluster and closes its own MLflow record; stop it with: {stop}")
+
+
+ClickOption = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+class Backend:
+    """One backend: declared once, in its own package. Subclass it and set the class attributes.
+
+    The defaults describe a local-only backend that compiles nothing (``direct``).
+    """
+
+    name: ClassVar[str]
+    settings: ClassVar[tuple[Setting[Any], ...]] = ()  # the LLMPACK_* variables it reads (components.settings)
+    env_vars: ClassVar[tuple[str, ...]] = ()  # other variables it reads (tokens, endpoints), never printed
+    artifacts: ClassVar[tuple[Path, ...]] = ()  # committed compiled artifacts, relative to the repository root
+    connection_type: ClassVar[type[Connection] | None] = None  # None: runs on this machine only
+    submit_help: ClassVar[str] = ""  # ``llmpack submit <name> --help``: what a submission creates
+    # Where the work is done, imported when first used (heavy libraries stay out of ``llmpack --help``):
+    local_module: ClassVar[str | None] = None  # defines run_local(pipe, values, workdir, env, log)
+    cluster_module: ClassVar[str | None] = None  # defines submit(**kw), wait_for_completion, check_connection
+
+    @property
+    def cluster(self) -> bool:
+        return self.connection_type is not None
+
+    # ------------------------------------------------------------------ build and run here
+
+    def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
+        """Write this backend's artifacts for ``pipe`` under ``out_dir``; returns the files written.
+
+        ``final_dir`` is where ``out_dir``'s contents will land (``llmpack compile`` writes into a
+        temporary directory first), for artifacts that name their own path.
+        """
+        return []
+
+    def run_local(self, pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Mapping[str, str],
+                  log: IO[str] | None = None) -> dict[str, Path]:
+        """As :meth:`LocalRunner.run_local`: by default :attr:`local_module`'s ``run_local``."""
+        return self._module(self.local_module, "local_module").run_local(pipe, values, workdir, env, log)
+
+    # ------------------------------------------------------------------ a cluster
+
+    def submit_options(self) -> list[ClickOption]:
+        """The backend's own ``llmpack submit <name>`` options (click decorators); the shared ones are the CLI's.
+
+        Options named like a :attr:`connection_type` field make the :class:`Connection`; the
+        others go to :meth:`submit` as keywords.
+        """
+        return []
+
+    def connection_fields(self) -> frozenset[str]:
+        """The option names that make this backend's :class:`Connection`."""
+        kind = self.connection_type
+        return frozenset(f.name for f in dataclasses.fields(kind)) if kind is not None else frozenset()
+
+    def connect(self, options: Mapping[str, Any]) -> Connection:
+        """The :class:`Connection` from flags (by keyword name)."""
+        if self.connection_type is None:
+            raise InputError(f"orchestrator {self.name!r}: runs on this machine only")
+        return self.connection_type.from_options(options)
+
+    def submit(self, connection: Connection, **kwargs: Any) -> SubmittedRun:
+        """Start one run of the committed compiled artifact (keywords: as ``submit_run``); returns it."""
+        return SubmittedRun(self, self.submit_run(**connection.options(), **kwargs), connection)
+
+    def submit_run(self, **kwargs: Any) -> dict[str, Any]:
+        """Start one run; returns its summary.
+
+        Args (every backend takes these keywords, plus its connection's and its own options):
             params: the user's pipeline parameters (``model``, ``data``, ``max_steps``, ``seed``...).
             run_group, pipeline_run: DNS-1123 ids; new ones when not given.
             tracking_uri: the MLflow store for the run's record (default ``MLFLOW_TRACKING_URI``).
             price_per_gpu_hour, price_file: the GPU price for the cost tags.
             timeout_s: the limit of one request.
 
-        The summary has the telemetry fields (``orchestrator``, ``mode``, ``pipeline_run``,
-        ``run_group``, ``submitted_at``), ``server_id``, ``namespace``, ``parameters``, ``tags``
-        and the orchestrator's own id fields. Bad input, an unreachable or refusing server: one-line
-        :class:`~components.errors.InputError`, never a token in it.
+        Bad input, an unreachable or refusing server: one-line :class:`InputError`, never a token in it.
+        By default :attr:`cluster_module`'s ``submit``.
         """
-        ...
+        return self._module(self.cluster_module, "cluster_module").submit(**kwargs)
 
     def wait_for_completion(self, summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
-        """Poll the run ``summary`` names until it ends or ``timeout_s`` passes; ``kwargs``: connection options.
-
-        Returns ``{"status": "succeeded"|"failed"|"error"|"skipped"|"canceled"|"timeout",
-        "state": <native>, ...}``.
-        """
-        ...
+        """Poll the run ``summary`` names until it ends or ``timeout_s`` passes; ``kwargs``: connection options."""
+        return self._module(self.cluster_module, "cluster_module").wait_for_completion(summary, **kwargs)
 
     def check_connection(self, options: Mapping[str, Any]) -> None:
-        """Raise :class:`~components.errors.InputError` now when ``options`` (as ``submit`` takes them) name no usable endpoint.
+        """Raise :class:`InputError` now when ``options`` name no usable endpoint; nothing is sent."""
+        self._module(self.cluster_module, "cluster_module").check_connection(options)
 
-        Nothing is sent: it checks what can be checked before a run is submitted.
+    def _module(self, name: str | None, what: str) -> Any:
+        if name is None:
+            raise NotImplementedError(f"backend {self.name!r}: no {what}")
+        return importlib.import_module(name)
+
+    def stop_hint(self, summary: Mapping[str, Any]) -> str:
+        """The native command that stops the run ``summary`` names."""
+        return "its orchestrator"
+
+    def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
+        """True when ``pod`` (a Pod object as ``kubectl get pods -o json`` lists it) was made by this orchestrator.
+
+        By the orchestrator's own marks, not llmpack's labels (KFP pods carry none).
         """
-        ...
+        return False
+
+
+def pod_labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    """``metadata.labels`` of a Pod object, empty when absent or malformed."""
+    return _metadata(pod, "labels")
+
+
+def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    """``metadata.annotations`` of a Pod object, empty when absent or malformed."""
+    return _metadata(pod, "annotations")
+
+
+def _metadata(pod: Mapping[str, Any], key: str) -> Mapping[str, str]:
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    value = meta.get(key) if isinstance(meta, Mapping) else None
+    return value if isinstance(value, Mapping) else {}

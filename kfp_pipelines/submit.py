@@ -1,7 +1,7 @@
 """Submit the compiled KFP pipeline to a Kubeflow Pipelines API with ``kfp.Client``, and wait for it.
 
 ``llmpack submit kfp`` and ``llmpack compare --cluster`` come here through :mod:`llmpack.backends`
-(the :class:`components.backend.ClusterSubmitter` contract). What every submission shares (the
+(the ``cluster_module`` of its :class:`components.backend.Backend`). What every submission shares (the
 parameters, ids, ``submitted_at``, cost tags, the MLflow record) is :mod:`components.servers.submission`.
 
 :func:`submit`
@@ -33,18 +33,15 @@ import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from components.dsl import TELEMETRY_PARAMS
 from components.errors import InputError
 from components.servers.remote import (
-    POLL_S,
     REQUEST_TIMEOUT_S,
-    WAIT_TIMEOUT_S,
     is_unreachable,
     normalize_host,
     one_line,
-    poll,
     quiet,
     server_message,
     tls_failure,
@@ -60,6 +57,7 @@ from components.servers.submission import (
     telemetry_values,
     user_parameters,
 )
+from components.servers.waiting import WaitOptions, poll_object, wait_options
 from kfp_pipelines import PACKAGE_PATH
 
 ORCHESTRATOR = "kfp"
@@ -196,6 +194,8 @@ def _root_parameters(package: Path) -> dict[str, str]:
     return {name: p.get("parameterType", "") for name, p in params.items()}
 
 
+# The shared keywords (params ... insecure_skip_tls_verify) are written out in each backend's submit,
+# not gathered in a TypedDict: they are this function's documented API and its body's plain names.
 def submit(
     *,
     params: Mapping[str, Any] | None = None,
@@ -216,7 +216,7 @@ def submit(
 ) -> dict[str, Any]:
     """Create a KFP run of the compiled pipeline; returns the submission summary.
 
-    Args (besides those every submitter takes, see :meth:`components.backend.ClusterSubmitter.submit`):
+    Args (besides those every submitter takes, see :meth:`components.backend.Backend.submit_run`):
         host, token: the KFP API endpoint and bearer token (default: the environment, see above).
         namespace: the Kubeflow profile namespace (multi-user KFP only).
         experiment: the KFP experiment, got or created by name.
@@ -275,36 +275,25 @@ def submit(
     return summary
 
 
-def wait_for_run(
-    run_id: str,
-    *,
-    host: str | None = None,
-    token: str | None = None,
-    namespace: str | None = None,
-    timeout_s: float = WAIT_TIMEOUT_S,
-    poll_s: float = POLL_S,
-    request_timeout_s: float = REQUEST_TIMEOUT_S,
-    ca_cert: str | None = None,
-    insecure_skip_tls_verify: bool = False,
-) -> dict[str, Any]:
+def wait_for_run(run_id: str, *, host: str | None = None, token: str | None = None, namespace: str | None = None,
+                 **options: Unpack[WaitOptions]) -> dict[str, Any]:
     """Poll a KFP run until it is SUCCEEDED, FAILED, SKIPPED or CANCELED (or ``timeout_s`` passes)."""
+    opts = wait_options(options)
     host_url, secret = connection(host, token, os.environ)
-    verify = tls_verify(ca_cert, insecure_skip_tls_verify)
-    namespace = _preflight(host_url, secret, namespace, request_timeout_s, verify)
+    verify = tls_verify(opts["ca_cert"], opts["insecure_skip_tls_verify"])
+    namespace = _preflight(host_url, secret, namespace, opts["request_timeout_s"], verify)
     client = _client(host_url, secret, namespace, verify)
 
-    def read() -> tuple[str | None, dict[str, Any]]:
-        try:
-            run = client._run_api.run_service_get_run(run_id=run_id, _request_timeout=request_timeout_s)  # noqa: SLF001
-        except Exception as exc:  # noqa: BLE001 - one line for the user
-            raise _error(exc, host_url, namespace, secret) from None
-        state = str(run.state or "RUNTIME_STATE_UNSPECIFIED")
-        details: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "run_id": run_id, "state": state}
+    def state(run: Any) -> tuple[str | None, dict[str, Any]]:
+        native = str(run.state or "RUNTIME_STATE_UNSPECIFIED")
+        details: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "run_id": run_id, "state": native}
         if run.error is not None:
             details["error"] = one_line(getattr(run.error, "message", None) or run.error, (secret,))
-        return TERMINAL.get(state.upper()), details
+        return TERMINAL.get(native.upper()), details
 
-    return poll(read, timeout_s=timeout_s, poll_s=poll_s)
+    return poll_object(
+        lambda: client._run_api.run_service_get_run(run_id=run_id, _request_timeout=opts["request_timeout_s"]),  # noqa: SLF001
+        state, lambda exc: _error(exc, host_url, namespace, secret), opts)
 
 
 def wait_for_completion(summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:

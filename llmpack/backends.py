@@ -1,55 +1,99 @@
-"""The one registry of backends: the ``--backend`` names (and ``llmpack.orchestrator`` tags) and their modules.
+"""The one registry of backends: the ``--backend`` names (and ``llmpack.orchestrator`` tags), one line each.
 
-Each orchestrator's package holds its whole path (DESIGN.md, "Each backend owns its whole path"):
-``<package>.local`` runs it on this machine, ``<package>.submit`` sends it to a cluster. Both
-follow the contract written once in :mod:`components.backend`. ``direct`` is the reference with
-no orchestrator: local only. Modules are imported when first asked for, so ``llmpack --help``
-stays fast.
+Each backend is declared once, in its own package, by the contract in :mod:`components.backend`
+(DESIGN.md, "Each backend owns its whole path"); this registry names where to find it, and imports
+it only when first asked for, so ``llmpack --help`` stays fast. ``direct`` is the reference with
+no orchestrator: local only.
+
+More backends (a plugin, a test's toy one) are added without editing this file, as MLflow's
+``mlflow.project_backend`` entry points are: ``LLMPACK_BACKENDS=name=package.module:attr,...``
+(``:attr`` defaults to ``BACKEND``; ``+cluster`` after the name marks one that submits to a cluster).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import Any
 
-from components.backend import ClusterSubmitter, LocalRunner
+from components import settings
+from components.backend import Backend
 from components.errors import InputError
+
+EXTRA = settings.declare(settings.Setting(
+    name="LLMPACK_BACKENDS", type=str, default="",
+    doc="More backends, beside the shipped ones: NAME[+cluster]=package.module[:attr],... (a plugin, a test's toy)."))
 
 
 @dataclass(frozen=True, kw_only=True)
-class Backend:
-    """Where one backend's code lives."""
+class Entry:
+    """Where one backend is declared: ``module:attr`` is its :class:`components.backend.Backend`."""
 
     name: str  # the --backend name and the llmpack.orchestrator tag
-    local: str  # the module with run_local (a LocalRunner)
-    cluster: str | None = None  # the module with submit / wait_for_completion (a ClusterSubmitter), if any
+    module: str
+    attr: str = "BACKEND"
+    cluster: bool = False  # submits to a cluster (known without importing it)
+
+    def load(self) -> Backend:
+        backend = getattr(importlib.import_module(self.module), self.attr)
+        if not isinstance(backend, Backend) or backend.name != self.name:
+            raise InputError(f"backend {self.name!r}: {self.module}:{self.attr} is not its components.backend.Backend")
+        return backend
 
 
-BACKENDS: dict[str, Backend] = {
-    b.name: b
-    for b in (
-        Backend(name="direct", local="llmpack.direct"),
-        Backend(name="kfp", local="kfp_pipelines.local", cluster="kfp_pipelines.submit"),
-        Backend(name="argo", local="argo_workflows.local", cluster="argo_workflows.submit"),
-        Backend(name="mlflow", local="mlflow_projects.local", cluster="mlflow_projects.submit"),
-    )
-}
+SHIPPED: tuple[Entry, ...] = (
+    Entry(name="direct", module="llmpack.direct"),
+    Entry(name="kfp", module="kfp_pipelines.backend", cluster=True),
+    Entry(name="argo", module="argo_workflows.backend", cluster=True),
+    Entry(name="mlflow", module="mlflow_projects.backend", cluster=True),
+)
+
+
+def _extra(text: str) -> tuple[Entry, ...]:
+    """The entries ``LLMPACK_BACKENDS`` adds."""
+    entries = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, target = item.partition("=")
+        name, plus, flag = name.partition("+")
+        module, _, attr = target.partition(":")
+        if not sep or not name or not module or (plus and flag != "cluster"):
+            raise InputError(f"{EXTRA.name} {item!r}: expected NAME[+cluster]=package.module[:attr]")
+        entries.append(Entry(name=name, module=module, attr=attr or "BACKEND", cluster=bool(plus)))
+    return tuple(entries)
+
+
+BACKENDS: dict[str, Entry] = {e.name: e for e in (*SHIPPED, *_extra(EXTRA.get() or ""))}
 # The backends that run on a cluster (``llmpack submit``, ``llmpack compare --cluster``).
-ORCHESTRATORS: tuple[str, ...] = tuple(name for name, b in BACKENDS.items() if b.cluster)
+ORCHESTRATORS: tuple[str, ...] = tuple(name for name, e in BACKENDS.items() if e.cluster)
+_LOADED: dict[str, Backend] = {}
 
 
-def local_runner(name: str) -> LocalRunner:
-    """The module that runs backend ``name`` on this machine."""
+def backend(name: str) -> Backend:
+    """Backend ``name``, imported on first use."""
     if name not in BACKENDS:
         hint = f"; did you mean {name.lower()!r}?" if name.lower() in BACKENDS else ""
         raise InputError(f"--backend {name!r}: choose one of {', '.join(BACKENDS)}{hint}")
-    return cast(LocalRunner, importlib.import_module(BACKENDS[name].local))
+    if name not in _LOADED:
+        _LOADED[name] = BACKENDS[name].load()
+    return _LOADED[name]
 
 
-def cluster_submitter(name: str) -> ClusterSubmitter:
-    """The module that submits backend ``name`` to a cluster and waits for it."""
-    module = BACKENDS[name].cluster if name in BACKENDS else None
-    if module is None:
+def local_runner(name: str) -> Backend:
+    """The backend that runs ``name`` on this machine (its ``run_local``)."""
+    return backend(name)
+
+
+def cluster_submitter(name: str) -> Backend:
+    """Cluster backend ``name`` (``submit``, ``wait_for_completion``, ``check_connection``, ``stop_hint``)."""
+    if name not in ORCHESTRATORS:
         raise InputError(f"orchestrator {name!r}: choose one of {', '.join(ORCHESTRATORS)}")
-    return cast(ClusterSubmitter, importlib.import_module(module))
+    return backend(name)
+
+
+def orchestrator_of_pod(pod: Mapping[str, Any]) -> str:
+    """The cluster backend whose own marks ``pod`` carries (by its ``recognise_pod``), else ``unknown``.
+
+    For :func:`llmpack.k8s.podphases.orchestrator_of` after its check of llmpack's own label.
+    """
+    return next((name for name in ORCHESTRATORS if backend(name).recognise_pod(pod)), "unknown")

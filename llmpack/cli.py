@@ -16,15 +16,12 @@ import click
 
 from components import settings
 from components.errors import InputError, Interrupted
+from llmpack.backends import BACKENDS, ORCHESTRATORS
 from llmpack.clean import clean as clean_command
+from llmpack.options import TLS_OPTIONS, parse_params, run_options, submit_options, tls_connection
 from llmpack.sync import sync as sync_command
 
-OWN_FLAGS = {"model": "--model", "data": "--data", "seed": "--seed", "max_steps": "--max-steps",
-             "nproc_per_node": "--nproc-per-node"}
 DEFAULT_REPORTS = Path("llmpack-report")  # where timestamped reports go when no directory is named
-GPU_HELP = "GPU type for the GPU steps' cost and placement (e.g. nvidia-h100-80gb)."
-
-
 def fail(message: str, code: int = 2) -> None:
     message = " ".join(message.splitlines())  # one line even when a value quoted in it holds a newline
     click.echo(f"llmpack: error: {message}", err=True)
@@ -86,74 +83,6 @@ def _interrupted(exc: BaseException) -> None:
     sys.exit(code)
 
 
-def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Options shared by ``run`` and ``compare``."""
-    options = [
-        click.option("--model", default="tiny", show_default=True, help="tiny (built in), a local HF model directory, or an HF id."),
-        click.option("--data", default="builtin", show_default=True, help="builtin, a JSONL file (prompt/response or messages), or an HF dataset id."),
-        click.option("--max-steps", type=int, default=60, show_default=True, help="Optimizer steps for finetune."),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--output-dir", type=click.Path(path_type=Path), default=Path("llmpack-runs"), show_default=True,
-                     help="Where each run's directory is written (atomically)."),
-        click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."),
-        click.option("--gpu-type", default=None, help=GPU_HELP),
-        click.option("--gpus", type=int, default=None, help="GPUs of the finetune step, per node (default: its spec's, 1); "
-                     "above 1 it runs one rank per GPU (torchrun, DDP). 0: every GPU step on CPUs."),
-        click.option("--nodes", type=int, default=None, help="Nodes of the finetune step (default 1; above 1: a Kubeflow "
-                     "Trainer TrainJob gang, on a cluster only)."),
-        click.option("--nproc-per-node", "nproc_per_node", type=int, default=None,
-                     help="Processes of the finetune step on this machine (torchrun; Gloo on CPU, NCCL on GPU); "
-                          "default: --gpus when above 1, else 1."),
-        click.option("--price-per-gpu-hour", default=None, help="Override the price (USD per GPU-hour)."),
-        click.option("--price-file", default=None, type=str, help="A price YAML like components/record/prices.yaml."),
-        click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter, e.g. --param lr=0.001."),
-        click.option("--run-group", default=None, help="Join this run group (default: a new one)."),
-        click.option("--fuse", default="none", show_default=True, metavar="none|gpu|all",
-                     help="Package steps into fewer processes/pods: gpu = finetune+evaluate in one (the tuned model "
-                          "stays in memory), all = every step in one (register starts up beside the training; "
-                          "LLMPACK_WARM_AHEAD=0: in its turn). Same outputs; less spin-up."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-TLS_OPTIONS = (
-    click.option("--ca-cert", default=None, metavar="FILE",
-                 help="Trust this CA for the orchestrator's API (TLS verification is on by default)."),
-    click.option("--insecure-skip-tls-verify", is_flag=True,
-                 help="Do not verify the API server's certificate (test clusters only; says so on stderr)."),
-)
-
-
-def tls_connection(ca_cert: str | None, insecure_skip_tls_verify: bool) -> dict[str, Any]:
-    """The TLS part of a connection, checked now (before anything is sent); warns when verification is off."""
-    from components.servers.remote import tls_verify
-
-    tls_verify(ca_cert, insecure_skip_tls_verify)
-    if insecure_skip_tls_verify:
-        import urllib3
-
-        click.echo("llmpack: warning: --insecure-skip-tls-verify: the server's certificate is not checked", err=True)
-        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # said once, above, not per request
-    return {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}
-
-
-def parse_params(items: tuple[str, ...]) -> dict[str, Any]:
-    """``--param NAME=VALUE`` pairs through the pipeline's one gate (:meth:`components.dsl.Pipeline.bind`)."""
-    from components.finetune_pipeline import build
-
-    raw: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise InputError(f"--param {item!r}: expected NAME=VALUE")
-        if key in OWN_FLAGS:
-            raise InputError(f"--param {key}: use {OWN_FLAGS[key]} (it is validated there)")
-        raw[key] = value
-    return build().bind(raw, flag="--param")
-
-
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="llmpack")
 def main() -> None:
@@ -173,7 +102,7 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--backend", default="direct", show_default=True, help="direct | kfp | argo | mlflow")
+@click.option("--backend", default="direct", show_default=True, help=" | ".join(BACKENDS))
 @click.option("--local/--cluster", "local", default=True, help="Run on this machine (default) or submit to a cluster (see `llmpack submit`).")
 @run_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout; progress goes to stderr.")
@@ -183,7 +112,7 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
     from llmpack.runs import RunOptions, prepare
 
     if not local:
-        raise InputError("--cluster: use `llmpack submit kfp|argo|mlflow` or `llmpack compare --cluster`")
+        raise InputError(f"--cluster: use `llmpack submit {'|'.join(ORCHESTRATORS)}` or `llmpack compare --cluster`")
     opts = RunOptions(backend=backend, params=parse_params(params), **kwargs)
     prepare(opts)  # bad input fails here, in a second, not after MLflow's 4-second import below
     with library_logs_to(Path(opts.output_dir) / "llmpack-client.log"):  # MLflow's INFO lines: not the terminal
@@ -242,7 +171,7 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
 
 
 @main.command()
-@click.option("--backends", default="direct,kfp,argo,mlflow", show_default=True, help="Comma-separated paths to compare.")
+@click.option("--backends", default=",".join(BACKENDS), show_default=True, help="Comma-separated paths to compare.")
 @click.option("--repeats", type=int, default=1, show_default=True,
               help="Runs per path (interleaved). Verdicts (faster/cheaper) need at least 5 runs per path.")
 @click.option("--warmup", type=int, default=None,
@@ -483,7 +412,33 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
         click.echo(str(_write_report(result, out, costs, force=force)))
 
 
-@main.group()
+class SubmitCommands(click.Group):
+    """``llmpack submit <name>``: one subcommand per cluster backend of the registry, built when asked for.
+
+    Each backend declares its own options (``Backend.submit_options``); :func:`submit_options`
+    adds the shared ones. Listing the names imports no backend, so ``--help`` stays fast.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(ORCHESTRATORS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        from llmpack.backends import cluster_submitter
+
+        if cmd_name not in ORCHESTRATORS:
+            return None
+        backend = cluster_submitter(cmd_name)
+
+        def command(**kw: Any) -> None:
+            _submit(cmd_name, **kw)
+
+        func: Callable[..., Any] = submit_options(command)
+        for option in reversed(backend.submit_options()):
+            func = option(func)
+        return click.command(cmd_name, help=backend.submit_help)(func)
+
+
+@main.group(cls=SubmitCommands)
 def submit() -> None:
     """Submit the compiled pipeline to a cluster through each orchestrator's own client.
 
@@ -499,34 +454,16 @@ def submit() -> None:
     """
 
 
-def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option("--model", default=None, help="Model (a path inside the image/volume, or an HF id)."),
-        click.option("--data", default=None, help="Data (a path inside the image/volume, builtin, or an HF dataset id)."),
-        click.option("--max-steps", type=int, default=None),
-        click.option("--seed", type=int, default=None),
-        click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter."),
-        click.option("--run-group", default=None, help="Join an existing run group (default: a new one)."),
-        click.option("--tracking-uri", default=None, help="MLflow tracking server for the run record."),
-        click.option("--price-per-gpu-hour", default=None),
-        click.option("--price-file", default=None),
-        click.option("--namespace", default=None),
-        *TLS_OPTIONS,
-        click.option("--wait/--no-wait", default=False, help="Wait for the run to finish."),
-        click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True, help="Seconds to wait with --wait."),
-        click.option("--json", "as_json", is_flag=True, help="Print the submission summary as JSON."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def _submit(orchestrator: str, conn: dict[str, Any], *, model: str | None, data: str | None, max_steps: int | None,
+def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps: int | None,
             seed: int | None, params: tuple[str, ...], wait: bool, wait_timeout: float, as_json: bool,
             ca_cert: str | None, insecure_skip_tls_verify: bool, **kw: Any) -> None:
-    from llmpack import submit as sub
+    from llmpack.backends import cluster_submitter
 
-    conn = {**conn, **tls_connection(ca_cert, insecure_skip_tls_verify)}
+    backend = cluster_submitter(orchestrator)
+    tls = tls_connection(ca_cert, insecure_skip_tls_verify)
+    fields = backend.connection_fields()
+    conn = backend.connect({**{k: v for k, v in kw.items() if k in fields}, **tls})
+    kw = {k: v for k, v in kw.items() if k not in fields}
 
     values: dict[str, Any] = dict(parse_params(params))
     for key, value in (("model", model), ("data", data), ("max_steps", max_steps), ("seed", seed)):
@@ -534,14 +471,15 @@ def _submit(orchestrator: str, conn: dict[str, Any], *, model: str | None, data:
             values[key] = value
     if max_steps is not None and max_steps <= 0:
         raise InputError(f"--max-steps {max_steps}: must be a positive number of steps")
-    summary = sub.submit(orchestrator, params=values, **conn, **kw)
+    run = backend.submit(conn, params=values, **kw)
+    summary = run.summary
     for warning in summary.get("warnings", []):
         click.echo(f"llmpack: warning: {warning}", err=True)
     if wait:
         try:
-            summary["result"] = sub.wait_for_completion(summary, timeout_s=wait_timeout, **conn)
+            run.wait(wait_timeout)
         except (KeyboardInterrupt, Interrupted) as exc:  # stop waiting; the run is the cluster's (as with argo submit --wait)
-            exc.add_note(sub.still_running(summary))
+            exc.add_note(run.still_running())
             raise
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True, default=str))
@@ -552,36 +490,6 @@ def _submit(orchestrator: str, conn: dict[str, Any], *, model: str | None, data:
             click.echo(f"{orchestrator}: {summary['result']['status']}")
     if wait and summary["result"]["status"] != "succeeded":
         sys.exit(1)
-
-
-@submit.command("kfp")
-@click.option("--host", default=None, help="KFP API endpoint (default: KFP_HOST).")
-@click.option("--experiment", default="llmpack", show_default=True)
-@click.option("--package", "package_path", default=None, help="Compiled package (default: kfp_pipelines/finetune.yaml).")
-@submit_options
-def submit_kfp(host: str | None, namespace: str | None, **kw: Any) -> None:
-    """Create a KFP run from the compiled package (like `kfp run submit -f kfp_pipelines/finetune.yaml`)."""
-    _submit("kfp", {"host": host, "namespace": namespace}, **kw)
-
-
-@submit.command("argo")
-@click.option("--host", default=None, help="Argo Server host:port (default: ARGO_SERVER).")
-@click.option("--workflow", "workflow_path", default=None, help="Compiled Workflow (default: argo_workflows/finetune.yaml).")
-@submit_options
-def submit_argo(host: str | None, namespace: str | None, **kw: Any) -> None:
-    """Create an Argo Workflow from the compiled YAML (what `argo submit` does; Hera has no submit)."""
-    _submit("argo", {"host": host, "namespace": namespace}, **kw)
-
-
-@submit.command("mlflow")
-@click.option("--kubeconfig", default=None)
-@click.option("--context", default=None)
-@click.option("--image", default=None, help="Prebuilt step image (default: the project's docker_env image).")
-@click.option("--cluster-tracking-uri", default=None, help="Tracking URI as seen from inside the cluster.")
-@submit_options
-def submit_mlflow(kubeconfig: str | None, context: str | None, namespace: str | None, **kw: Any) -> None:
-    """Create the MLflow run and its Kubernetes Job from the compiled finetune-k8s project."""
-    _submit("mlflow", {"kubeconfig": kubeconfig, "context": context, "namespace": namespace}, **kw)
 
 
 @main.command()

@@ -1,6 +1,7 @@
-"""``llmpack compile``: the three native artifacts, from the one pipeline object.
+"""``llmpack compile``: every backend's native artifacts, from the one pipeline object.
 
-Written into a temporary directory first and moved into place only when all three compiled,
+Each backend of the registry (:mod:`llmpack.backends`) writes its own (``Backend.compile``).
+Written into a temporary directory first and moved into place only when all compiled,
 so a failure never leaves a half-written set.
 
 Where (decision): ``--out`` defaults to :data:`DEFAULT_OUT` (``build/llmpack``, gitignored), never
@@ -24,9 +25,6 @@ from components import settings
 from components.dsl import Pipeline
 from components.errors import InputError
 
-KFP_FILE = Path("kfp_pipelines/finetune.yaml")
-ARGO_FILE = Path("argo_workflows/finetune.yaml")
-MLFLOW_DIR = Path("mlflow_projects")
 DEFAULT_OUT = Path("build/llmpack")
 
 
@@ -160,7 +158,7 @@ def trainjob_yaml(pipe: Pipeline) -> str:
 def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = None, fuse: str = "none",
                 prepull: bool = False, cache_pvc: str | None = None, gpus: int | None = None,
                 nodes: int | None = None, queue: str | None = None) -> list[Path]:
-    """Compile KFP, Argo and MLflow artifacts under ``out``; returns the files written.
+    """Compile every backend's artifacts (KFP, Argo, MLflow...) under ``out``; returns the files written.
 
     ``fuse`` (:mod:`components.fusion`): ``gpu`` or ``all`` compiles fewer tasks (pods) that run
     the same steps; the artifacts keep their file names, so write them to their own ``--out``.
@@ -180,10 +178,8 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
     if cache_pvc is not None:
         check_cache_pvc(cache_pvc)
 
-    from argo_workflows.workflow import build_workflow
     from components.finetune_pipeline import build
-    from kfp_pipelines.compiler import compile_pipeline
-    from mlflow_projects.compiler import write_project
+    from llmpack.backends import BACKENDS, backend
 
     if (gpus or 1) > 1 and fuse != "none":
         raise InputError(f"--gpus {gpus} with --fuse {fuse}: the many-process finetune runs unfused; drop --fuse")
@@ -203,10 +199,8 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         raise InputError(f"--out {out}: cannot write there ({exc.strerror})") from None
     try:
         try:
-            compile_pipeline(pipe, tmp / KFP_FILE)
-            (tmp / ARGO_FILE).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / ARGO_FILE).write_text(build_workflow(pipe).to_yaml())
-            write_project(pipe, tmp / MLFLOW_DIR, typed_dir=(out / MLFLOW_DIR).as_posix())
+            for name in BACKENDS:  # each writes its own artifacts (components.backend.Backend.compile)
+                backend(name).compile(pipe, tmp, final_dir=out)
             if (nodes or 1) > 1:
                 (tmp / TRAINJOB_FILE).parent.mkdir(parents=True, exist_ok=True)
                 (tmp / TRAINJOB_FILE).write_text(trainjob_yaml(pipe))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from components import settings
+from components.backend import Backend
 from components.commands import format_value, run_logged, step_args, task_params
 from components.dsl import TELEMETRY_PARAMS, OutputRef, Pipeline
 from components.errors import RunFailed
@@ -61,3 +62,16 @@ def _run_steps(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Ma
         for name, path in outputs.items():
             artifacts[f"{task.name}.{name}"] = path
     return artifacts
+
+
+class DirectBackend(Backend):
+    """``direct``: local only, nothing to compile (the reference path)."""
+
+    name = "direct"
+
+    def run_local(self, pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Mapping[str, str],
+                  log: IO[str] | None = None) -> dict[str, Path]:
+        return run_local(pipe, values, workdir, env, log)
+
+
+BACKEND = DirectBackend()

@@ -1,9 +1,10 @@
-"""Cluster submission, dispatched: ``submit("kfp"|"argo"|"mlflow", **options)`` and its wait.
+"""Cluster submission, dispatched: ``submit(name, **options)`` and its wait, for ``llmpack compare --cluster``.
 
-Each orchestrator's own path lives in its package (:mod:`kfp_pipelines.submit`,
-:mod:`argo_workflows.submit`, :mod:`mlflow_projects.submit`), found through the one registry,
-:mod:`llmpack.backends`; what they share is :mod:`components.servers.submission` and
-:mod:`components.servers.remote`. The options each takes are listed in its ``submit`` docstring.
+Each orchestrator's own path lives in its package and is declared as a
+:class:`components.backend.Backend` (``kfp_pipelines/backend.py``...), found through the one
+registry, :mod:`llmpack.backends`; what they share is :mod:`components.servers.submission` and
+:mod:`components.servers.remote`. ``llmpack submit <name>`` uses the backend's
+:meth:`~components.backend.Backend.submit` and its :class:`~components.backend.SubmittedRun` directly.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from components import backend as contract
 from components.errors import InputError
 from llmpack.backends import ORCHESTRATORS, cluster_submitter
 
 
 def submit(orchestrator: str, **kwargs: Any) -> dict[str, Any]:
-    """``submit("kfp"|"argo"|"mlflow", **options)``: that backend's ``submit``; returns its summary."""
-    return cluster_submitter(orchestrator).submit(**kwargs)
+    """``submit(name, **options)``: that backend's run started; returns its summary."""
+    return cluster_submitter(orchestrator).submit_run(**kwargs)
 
 
 def wait_for_completion(summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
@@ -33,10 +35,6 @@ def wait_for_completion(summary: Mapping[str, Any], **kwargs: Any) -> dict[str, 
 
 def still_running(summary: Mapping[str, Any]) -> str:
     """What an interrupted wait leaves: the run goes on on the cluster, closes its own record, and how to stop it."""
-    ns = summary.get("namespace") or "default"
-    server_id = summary.get("server_id")
-    stop = {"kfp": f"kfp.Client(host=...).terminate_run({server_id!r}) or the KFP UI",
-            "argo": f"argo stop {server_id} -n {ns}",
-            "mlflow": f"kubectl delete job {server_id} -n {ns}"}.get(str(summary.get("orchestrator")), "its orchestrator")
-    return (f"{summary.get('orchestrator')} run {summary.get('pipeline_run')} (server id {server_id}) keeps running on "
-            f"the cluster and closes its own MLflow record; stop it with: {stop}")
+    name = str(summary.get("orchestrator"))
+    stop = cluster_submitter(name).stop_hint(summary) if name in ORCHESTRATORS else "its orchestrator"
+    return contract.still_running(summary, stop)

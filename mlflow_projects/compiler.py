@@ -8,7 +8,7 @@
     entry point per task (``prepare_data``, ``tokenize``...; each runs
     ``python -m components.run REF --input ... --output ... --param ...``, the command every
     backend runs) plus ``main``, which runs them all as nested child runs in DAG order
-    (``main.py``, a copy of :mod:`mlflow_projects.driver`, reading ``pipeline.json``);
+    (``main.py``, a shim that runs :func:`mlflow_projects.driver.main` on ``pipeline.json``);
     ``python_env.yaml`` for ``--env-manager virtualenv|uv``.
 ``finetune-k8s/``
     for ``mlflow run mlflow_projects/finetune-k8s --backend kubernetes --backend-config
@@ -65,15 +65,16 @@ from components.dsl import (
 )
 from components.errors import PipelineValidationError
 from components.record.close import gpu_uses, uses_json
+from mlflow_projects.backend import IMAGE, SOURCE
+from mlflow_projects.driver import MAIN_SHIM
 
 LOCAL_DIR = "finetune"
 K8S_DIR = "finetune-k8s"
-IMAGE_ENV = "LLMPACK_IMAGE"
+IMAGE_ENV = IMAGE.name
 ORCHESTRATOR = "mlflow"
 TYPED_DIR = "mlflow_projects"  # the projects' parent as typed on the command line (see the docstring)
 JOB_TEMPLATE = "kubernetes_job_template.yaml"
-SOURCE_ENV = "LLMPACK_SOURCE"  # python_env.yaml installs llmpack from this checkout (see the docstring)
-DRIVER = Path(__file__).with_name("driver.py")
+SOURCE_ENV = SOURCE.name  # python_env.yaml installs llmpack from this checkout (see the docstring)
 
 # MLflow checks only `path` and `uri` parameters; the others are labels for the reader (MLflow's own
 # examples write `int`). main.py checks every value against pipeline.json before any step starts.
@@ -506,8 +507,8 @@ def pipeline_image(pipe: Pipeline, image: str | None = None) -> str:
     """The image every step runs in: ``image``, else ``$LLMPACK_IMAGE``, else the step specs' one."""
     if image:
         return image
-    if os.environ.get(IMAGE_ENV):
-        return os.environ[IMAGE_ENV]
+    if IMAGE.is_set():
+        return str(IMAGE.get())
     images = {t.step.execution.image for t in pipe.tasks.values()}
     if len(images) != 1:
         raise PipelineValidationError(
@@ -540,7 +541,7 @@ def render_local_project(pipe: Pipeline, *, typed_dir: str = TYPED_DIR) -> dict[
         "MLproject": render_mlproject(pipe, kubernetes=False, typed_dir=typed_dir),
         "python_env.yaml": HEADER + PYTHON_ENV,
         "pipeline.json": json.dumps(pipeline_spec(pipe, kubernetes=False), indent=2) + "\n",
-        "main.py": DRIVER.read_text(encoding="utf-8"),
+        "main.py": MAIN_SHIM,
     }
 
 
@@ -551,7 +552,7 @@ def render_k8s_project(pipe: Pipeline, *, image: str | None = None, typed_dir: s
     return {
         "MLproject": render_mlproject(pipe, kubernetes=True, image=img, typed_dir=typed_dir),
         "pipeline.json": json.dumps(pipeline_spec(pipe, kubernetes=True), indent=2) + "\n",
-        "main.py": DRIVER.read_text(encoding="utf-8"),
+        "main.py": MAIN_SHIM,
         "kubernetes_config.json": json.dumps(kubernetes_config(img, typed_dir=typed_dir), indent=2) + "\n",
         JOB_TEMPLATE: render_job_template(pipe),
     }

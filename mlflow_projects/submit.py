@@ -1,7 +1,7 @@
 """Submit the compiled MLflow project to Kubernetes as MLflow's Kubernetes backend does, and wait for it.
 
 ``llmpack submit mlflow`` and ``llmpack compare --cluster`` come here through
-:mod:`llmpack.backends` (the :class:`components.backend.ClusterSubmitter` contract). What every
+:mod:`llmpack.backends` (the ``cluster_module`` of its :class:`components.backend.Backend`). What every
 submission shares (the parameters, ids, ``submitted_at``, cost tags, the MLflow record) is
 :mod:`components.servers.submission`.
 
@@ -57,7 +57,7 @@ import copy
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import urlsplit
 
 from components.commands import format_value
@@ -65,12 +65,9 @@ from components.dsl import TELEMETRY_PARAMS
 from components.errors import InputError
 from components.record import tracking
 from components.servers.remote import (
-    POLL_S,
     REQUEST_TIMEOUT_S,
-    WAIT_TIMEOUT_S,
     is_unreachable,
     one_line,
-    poll,
     server_message,
     tls_failure,
     tls_verify,
@@ -88,6 +85,7 @@ from components.servers.submission import (
     telemetry_values,
     user_parameters,
 )
+from components.servers.waiting import WaitOptions, poll_object, wait_options
 
 ORCHESTRATOR = "mlflow"
 PROJECT_DIR = Path(__file__).with_name("finetune-k8s")
@@ -294,6 +292,8 @@ def _entry_point_argv(entry: Any, parameters: Mapping[str, str]) -> list[str]:
 # --------------------------------------------------------------------------- submit and wait
 
 
+# The shared keywords (params ... insecure_skip_tls_verify) are written out in each backend's submit,
+# not gathered in a TypedDict: they are this function's documented API and its body's plain names.
 def submit(
     *,
     params: Mapping[str, Any] | None = None,
@@ -315,7 +315,7 @@ def submit(
 ) -> dict[str, Any]:
     """Create the MLflow run and the Kubernetes Job that runs the project's ``main`` in it.
 
-    Args (besides those every submitter takes, see :meth:`components.backend.ClusterSubmitter.submit`;
+    Args (besides those every submitter takes, see :meth:`components.backend.Backend.submit_run`;
     ``pipeline_run`` names the Job):
         project_dir: the compiled project (default: the committed ``mlflow_projects/finetune-k8s``).
         image: the prebuilt step image (default: the project's ``docker_env`` image).
@@ -414,32 +414,19 @@ def submit(
     }
 
 
-def wait_for_job(
-    job_name: str,
-    *,
-    namespace: str,
-    kubeconfig: str | None = None,
-    context: str | None = None,
-    mlflow_run_id: str | None = None,
-    tracking_uri: str | None = None,
-    timeout_s: float = WAIT_TIMEOUT_S,
-    poll_s: float = POLL_S,
-    request_timeout_s: float = REQUEST_TIMEOUT_S,
-    ca_cert: str | None = None,
-    insecure_skip_tls_verify: bool = False,
-) -> dict[str, Any]:
+def wait_for_job(job_name: str, *, namespace: str, kubeconfig: str | None = None, context: str | None = None,
+                 mlflow_run_id: str | None = None, tracking_uri: str | None = None,
+                 **options: Unpack[WaitOptions]) -> dict[str, Any]:
     """Poll the Job until it is Complete or Failed; then end the MLflow run as ``mlflow run`` does."""
     from kubernetes import client as k8s
 
-    api_client = kube_api_client(kubeconfig, context, ca_cert=ca_cert, insecure_skip_tls_verify=insecure_skip_tls_verify)
+    opts = wait_options(options)
+    api_client = kube_api_client(kubeconfig, context, ca_cert=opts["ca_cert"],
+                                 insecure_skip_tls_verify=opts["insecure_skip_tls_verify"])
     host, secrets = api_client.configuration.host, _api_secrets(api_client)
     batch = k8s.BatchV1Api(api_client)
 
-    def read() -> tuple[str | None, dict[str, Any]]:
-        try:
-            job = batch.read_namespaced_job_status(job_name, namespace, _request_timeout=request_timeout_s)
-        except Exception as exc:  # noqa: BLE001 - one line for the user
-            raise _kube_error(exc, host, namespace, secrets) from None
+    def state(job: Any) -> tuple[str | None, dict[str, Any]]:
         status = job.status
         details: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "job_name": job_name, "namespace": namespace,
                                    "state": "Pending" if status is None or status.start_time is None else "Running"}
@@ -452,7 +439,9 @@ def wait_for_job(
         return None, details
 
     try:
-        result = poll(read, timeout_s=timeout_s, poll_s=poll_s)
+        result = poll_object(
+            lambda: batch.read_namespaced_job_status(job_name, namespace, _request_timeout=opts["request_timeout_s"]),
+            state, lambda exc: _kube_error(exc, host, namespace, secrets), opts)
     finally:
         api_client.close()
     if mlflow_run_id and result["status"] in ("succeeded", "failed"):

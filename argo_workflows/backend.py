@@ -1,0 +1,52 @@
+"""The Argo Workflows backend, declared once (:mod:`components.backend`): ``llmpack`` finds it by name ``argo``.
+
+Compiles with Hera (:mod:`argo_workflows.workflow`), runs the compiled YAML's DAG here
+(:mod:`argo_workflows.local`), submits to an Argo Server (:mod:`argo_workflows.submit`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from components.backend import Backend, ClickOption, ServerConnection, pod_labels
+from components.dsl import Pipeline
+
+ARTIFACT = Path("argo_workflows/finetune.yaml")
+WORKFLOW_LABEL = "workflows.argoproj.io/workflow"  # on every pod of a Workflow
+
+
+class ArgoBackend(Backend):
+    name = "argo"
+    env_vars = ("ARGO_SERVER", "ARGO_TOKEN", "ARGO_NAMESPACE", "ARGO_SECURE", "ARGO_INSECURE_SKIP_VERIFY",
+                "ARGO_BASE_HREF")
+    artifacts = (ARTIFACT,)
+    submit_help = "Create an Argo Workflow from the compiled YAML (what `argo submit` does; Hera has no submit)."
+    local_module = "argo_workflows.local"
+    cluster_module = "argo_workflows.submit"
+    connection_type = ServerConnection
+
+    def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
+        from argo_workflows.workflow import build_workflow
+
+        path = out_dir / ARTIFACT
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(build_workflow(pipe).to_yaml())
+        return [path]
+
+    def submit_options(self) -> list[ClickOption]:
+        import click
+
+        return [click.option("--host", default=None, help="Argo Server host:port (default: ARGO_SERVER)."),
+                click.option("--workflow", "workflow_path", default=None,
+                             help="Compiled Workflow (default: argo_workflows/finetune.yaml).")]
+
+    def stop_hint(self, summary: Mapping[str, Any]) -> str:
+        return f"argo stop {summary.get('server_id')} -n {summary.get('namespace') or 'default'}"
+
+    def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
+        return WORKFLOW_LABEL in pod_labels(pod)
+
+
+BACKEND = ArgoBackend()

@@ -1,0 +1,110 @@
+"""The options ``llmpack`` commands share, declared once: the run options, TLS, ``--param``, submit's.
+
+Split from :mod:`llmpack.cli` (which builds the commands from them). Parsing here is checking:
+a bad value is a one-line :class:`~components.errors.InputError` naming the flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from components.errors import InputError
+
+OWN_FLAGS = {"model": "--model", "data": "--data", "seed": "--seed", "max_steps": "--max-steps",
+             "nproc_per_node": "--nproc-per-node"}
+GPU_HELP = "GPU type for the GPU steps' cost and placement (e.g. nvidia-h100-80gb)."
+
+
+
+def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options shared by ``run`` and ``compare``."""
+    options = [
+        click.option("--model", default="tiny", show_default=True, help="tiny (built in), a local HF model directory, or an HF id."),
+        click.option("--data", default="builtin", show_default=True, help="builtin, a JSONL file (prompt/response or messages), or an HF dataset id."),
+        click.option("--max-steps", type=int, default=60, show_default=True, help="Optimizer steps for finetune."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--output-dir", type=click.Path(path_type=Path), default=Path("llmpack-runs"), show_default=True,
+                     help="Where each run's directory is written (atomically)."),
+        click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."),
+        click.option("--gpu-type", default=None, help=GPU_HELP),
+        click.option("--gpus", type=int, default=None, help="GPUs of the finetune step, per node (default: its spec's, 1); "
+                     "above 1 it runs one rank per GPU (torchrun, DDP). 0: every GPU step on CPUs."),
+        click.option("--nodes", type=int, default=None, help="Nodes of the finetune step (default 1; above 1: a Kubeflow "
+                     "Trainer TrainJob gang, on a cluster only)."),
+        click.option("--nproc-per-node", "nproc_per_node", type=int, default=None,
+                     help="Processes of the finetune step on this machine (torchrun; Gloo on CPU, NCCL on GPU); "
+                          "default: --gpus when above 1, else 1."),
+        click.option("--price-per-gpu-hour", default=None, help="Override the price (USD per GPU-hour)."),
+        click.option("--price-file", default=None, type=str, help="A price YAML like components/record/prices.yaml."),
+        click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter, e.g. --param lr=0.001."),
+        click.option("--run-group", default=None, help="Join this run group (default: a new one)."),
+        click.option("--fuse", default="none", show_default=True, metavar="none|gpu|all",
+                     help="Package steps into fewer processes/pods: gpu = finetune+evaluate in one (the tuned model "
+                          "stays in memory), all = every step in one (register starts up beside the training; "
+                          "LLMPACK_WARM_AHEAD=0: in its turn). Same outputs; less spin-up."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+TLS_OPTIONS = (
+    click.option("--ca-cert", default=None, metavar="FILE",
+                 help="Trust this CA for the orchestrator's API (TLS verification is on by default)."),
+    click.option("--insecure-skip-tls-verify", is_flag=True,
+                 help="Do not verify the API server's certificate (test clusters only; says so on stderr)."),
+)
+
+
+def tls_connection(ca_cert: str | None, insecure_skip_tls_verify: bool) -> dict[str, Any]:
+    """The TLS part of a connection, checked now (before anything is sent); warns when verification is off."""
+    from components.servers.remote import tls_verify
+
+    tls_verify(ca_cert, insecure_skip_tls_verify)
+    if insecure_skip_tls_verify:
+        import urllib3
+
+        click.echo("llmpack: warning: --insecure-skip-tls-verify: the server's certificate is not checked", err=True)
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # said once, above, not per request
+    return {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}
+
+
+def parse_params(items: tuple[str, ...]) -> dict[str, Any]:
+    """``--param NAME=VALUE`` pairs through the pipeline's one gate (:meth:`components.dsl.Pipeline.bind`)."""
+    from components.finetune_pipeline import build
+
+    raw: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InputError(f"--param {item!r}: expected NAME=VALUE")
+        if key in OWN_FLAGS:
+            raise InputError(f"--param {key}: use {OWN_FLAGS[key]} (it is validated there)")
+        raw[key] = value
+    return build().bind(raw, flag="--param")
+
+
+def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--model", default=None, help="Model (a path inside the image/volume, or an HF id)."),
+        click.option("--data", default=None, help="Data (a path inside the image/volume, builtin, or an HF dataset id)."),
+        click.option("--max-steps", type=int, default=None),
+        click.option("--seed", type=int, default=None),
+        click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter."),
+        click.option("--run-group", default=None, help="Join an existing run group (default: a new one)."),
+        click.option("--tracking-uri", default=None, help="MLflow tracking server for the run record."),
+        click.option("--price-per-gpu-hour", default=None),
+        click.option("--price-file", default=None),
+        click.option("--namespace", default=None),
+        *TLS_OPTIONS,
+        click.option("--wait/--no-wait", default=False, help="Wait for the run to finish."),
+        click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True, help="Seconds to wait with --wait."),
+        click.option("--json", "as_json", is_flag=True, help="Print the submission summary as JSON."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func

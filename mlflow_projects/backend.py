@@ -1,0 +1,79 @@
+"""The MLflow Projects backend, declared once (:mod:`components.backend`): ``llmpack`` finds it by name ``mlflow``.
+
+Compiles to MLproject directories (:mod:`mlflow_projects.compiler`), runs them with ``mlflow run``
+(:mod:`mlflow_projects.local`), submits the Kubernetes Job MLflow's Kubernetes backend would create
+(:mod:`mlflow_projects.submit`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from components import settings
+from components.backend import Backend, ClickOption, Connection, pod_labels
+from components.dsl import Pipeline
+
+ARTIFACT_DIR = Path("mlflow_projects")
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+
+# Read by mlflow_projects.compiler (the compile-time image) and the generated python_env.yaml.
+IMAGE = settings.declare(settings.Setting(
+    name="LLMPACK_IMAGE", type=str, default=None,
+    doc="The docker_env image of the compiled finetune-k8s MLflow project when the pipeline's steps name several."))
+SOURCE = settings.declare(settings.Setting(
+    name="LLMPACK_SOURCE", type=str, default=None,
+    doc="The llmpack checkout `mlflow run --env-manager virtualenv` installs (python_env.yaml: file://${LLMPACK_SOURCE})."))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MlflowConnection(Connection):
+    """A Kubernetes cluster by kubeconfig (``--kubeconfig``, else ``KUBECONFIG``, else in-cluster) and context."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+
+
+class MlflowBackend(Backend):
+    name = "mlflow"
+    settings = (IMAGE, SOURCE)
+    env_vars = ("MLFLOW_TRACKING_URI", "KUBECONFIG", "KUBE_MLFLOW_TRACKING_URI")
+    artifacts = (ARTIFACT_DIR / "finetune", ARTIFACT_DIR / "finetune-k8s")
+    submit_help = "Create the MLflow run and its Kubernetes Job from the compiled finetune-k8s project."
+    local_module = "mlflow_projects.local"
+    cluster_module = "mlflow_projects.submit"
+    connection_type = MlflowConnection
+
+    def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
+        from mlflow_projects.compiler import write_project
+
+        typed = ((final_dir or out_dir) / ARTIFACT_DIR).as_posix()
+        dirs = write_project(pipe, out_dir / ARTIFACT_DIR, typed_dir=typed)
+        return sorted(p for d in dirs.values() for p in d.rglob("*") if p.is_file())
+
+    def submit_options(self) -> list[ClickOption]:
+        import click
+
+        return [click.option("--kubeconfig", default=None),
+                click.option("--context", default=None),
+                click.option("--image", default=None, help="Prebuilt step image (default: the project's docker_env image)."),
+                click.option("--cluster-tracking-uri", default=None, help="Tracking URI as seen from inside the cluster.")]
+
+    def stop_hint(self, summary: Mapping[str, Any]) -> str:
+        return f"kubectl delete job {summary.get('server_id')} -n {summary.get('namespace') or 'default'}"
+
+    def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
+        """A Job's pod whose container has MLflow's run id in its environment (the MLflow Kubernetes backend's Job)."""
+        if not any(k in pod_labels(pod) for k in JOB_NAME_LABELS):
+            return False
+        spec = pod.get("spec") if isinstance(pod, Mapping) else None
+        for container in (spec.get("containers") if isinstance(spec, Mapping) else None) or ():
+            for env in container.get("env") or ():
+                if isinstance(env, Mapping) and str(env.get("name", "")).startswith("MLFLOW_RUN_ID"):
+                    return True
+        return False
+
+
+BACKEND = MlflowBackend()

@@ -1,0 +1,123 @@
+"""A fourth backend is one folder plus one registry line (issue 22, item 4: the backend contract v2).
+
+``tests/toy_backend/`` declares ``toy`` against :mod:`components.backend` only; it is registered
+the way a plugin is, by ``LLMPACK_BACKENDS`` (:mod:`llmpack.backends`), with no edit to ``llmpack/``.
+Then the real CLI compiles it beside the shipped backends and compares it with ``direct``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, llmpack
+
+TOY = "toy=tests.toy_backend.backend"
+
+
+def toy_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "LLMPACK_BACKENDS": TOY, **(extra or {})}
+
+
+def test_registry_lists_the_toy_and_loads_it_lazily() -> None:
+    from components.backend import Backend
+    from llmpack import backends
+
+    entry = backends._extra(TOY)[0]
+    assert (entry.name, entry.module, entry.cluster) == ("toy", "tests.toy_backend.backend", False)
+    toy = entry.load()
+    assert isinstance(toy, Backend) and not toy.cluster and toy.artifacts == (Path("toy/finetune.json"),)
+
+
+@pytest.mark.parametrize("text", ["toy", "toy=", "=m", "toy+local=m"])
+def test_a_bad_registry_entry_is_one_line(text: str) -> None:
+    from components.errors import InputError
+    from llmpack import backends
+
+    with pytest.raises(InputError, match="LLMPACK_BACKENDS"):
+        backends._extra(text)
+
+
+def test_cli_compiles_the_toy_beside_the_shipped_backends(tmp_path: Path) -> None:
+    r = llmpack("compile", "--out", str(tmp_path / "out"), cwd=tmp_path, env=toy_env())
+    assert r.returncode == 0, r.stderr
+    written = {Path(line).relative_to(tmp_path / "out").as_posix() for line in r.stdout.split()}
+    assert {"toy/finetune.json", "kfp_pipelines/finetune.yaml", "argo_workflows/finetune.yaml",
+            "mlflow_projects/finetune/main.py"} <= written
+    plan = json.loads((tmp_path / "out" / "toy" / "finetune.json").read_text())
+    assert [t["name"] for t in plan["tasks"]][0] == "prepare-data"
+
+
+def test_the_toy_is_not_a_cluster_backend(tmp_path: Path) -> None:
+    r = llmpack("submit", "toy", cwd=tmp_path, env=toy_env())
+    assert r.returncode == 2 and "No such command 'toy'" in r.stderr
+
+
+@pytest.mark.slow
+def test_cli_compares_direct_and_the_toy(tmp_path: Path, tracking_uri: str) -> None:
+    env = toy_env({"MLFLOW_TRACKING_URI": tracking_uri, "HF_HUB_OFFLINE": "1"})
+    r = llmpack("compare", "--backends", "direct,toy", "--max-steps", "3", "--output-dir", str(tmp_path / "runs"),
+                "--report", str(tmp_path / "rep"), "--json", cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert {run["orchestrator"] for run in out["runs"]} == {"direct", "toy"}
+    assert all(run["status"] == "succeeded" for run in out["runs"])
+    assert (tmp_path / "rep" / "report.html").is_file()
+
+
+PODS = [
+    {"metadata": {"labels": {"pipelines.kubeflow.org/v2_component": "true"}}},
+    {"metadata": {"annotations": {"pipelines.kubeflow.org/v2_component": "true"}}},
+    {"metadata": {"labels": {"pipeline/runid": "r1"}}},
+    {"metadata": {"labels": {"workflows.argoproj.io/workflow": "wf"}}},
+    {"metadata": {"labels": {"job-name": "j"}}, "spec": {"containers": [{"env": [{"name": "MLFLOW_RUN_ID"}]}]}},
+    {"metadata": {"labels": {"batch.kubernetes.io/job-name": "j"}}, "spec": {"containers": [{"env": []}]}},
+    {"metadata": {"labels": {"app": "x"}}},
+    {"metadata": None},
+]
+
+
+@pytest.mark.parametrize("pod", PODS)
+def test_each_backend_recognises_its_own_pods_as_the_watcher_does(pod: dict) -> None:
+    from llmpack.backends import orchestrator_of_pod
+    from llmpack.k8s.podphases import orchestrator_of
+
+    assert orchestrator_of_pod(pod) == orchestrator_of(pod)
+
+
+def test_a_submitted_run_waits_reports_and_says_how_to_stop_it() -> None:
+    from components.backend import Backend, ServerConnection, SubmittedRun
+
+    calls: list[dict] = []
+
+    class Fake(Backend):
+        name = "fake"
+        connection_type = ServerConnection
+
+        def wait_for_completion(self, summary: object, **kwargs: object) -> dict:
+            calls.append(kwargs)
+            return {"status": "timeout" if kwargs["timeout_s"] == 0 else "succeeded"}
+
+        def stop_hint(self, summary: object) -> str:
+            return "fake stop r1"
+
+    fake = Fake()
+    run = SubmittedRun(fake, {"orchestrator": "fake", "pipeline_run": "r1", "server_id": "s1"},
+                       fake.connect({"host": "http://h", "other": 1}))
+    assert run.get_status() == "running"
+    assert run.wait(5)["status"] == "succeeded" and run.summary["result"]["status"] == "succeeded"
+    assert calls[-1] == {"timeout_s": 5, "host": "http://h", "namespace": None, "ca_cert": None,
+                         "insecure_skip_tls_verify": False}
+    assert run.still_running().endswith("stop it with: fake stop r1")
+
+
+def test_a_connection_checks_its_fields() -> None:
+    from components.backend import ServerConnection
+    from components.errors import InputError
+
+    with pytest.raises(InputError, match="connection host: expected text"):
+        ServerConnection(host=3)  # type: ignore[arg-type]
