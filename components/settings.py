@@ -4,7 +4,7 @@ Modelled on MLflow's ``mlflow/environment_variables.py``: each setting is one :c
 object; code reads it with :meth:`Setting.get` (or names it with ``.name`` where it sets it for a
 child process), never with its own string. :data:`REGISTRY` lists them all: tests clear them from
 the environment by reading it, and ``docs/configuration.md`` is generated from it
-(``python -m components.settings > docs/configuration.md``; a test keeps the page current).
+(``python -m llmpack.configuration > docs/configuration.md``; a test keeps the page current).
 
 Who sets a variable matters to a reader: ``user`` settings are for people and their CI;
 ``internal`` ones are how llmpack's own processes talk to each other (a launcher to its ranks, the
@@ -131,13 +131,14 @@ CHAOS_CHECKPOINT_PAUSE_S = declare(Setting(name="LLMPACK_CHAOS_CHECKPOINT_PAUSE_
 
 
 def render_markdown() -> str:
-    """``docs/configuration.md``: every registered setting, grouped by who sets it."""
-    import importlib
+    """``docs/configuration.md``: every setting registered so far, grouped by who sets it.
 
-    importlib.import_module("mlflow_projects.compiler")  # the backends that declare their own
+    The backends declare their own settings when they are imported: ``python -m
+    llmpack.configuration`` imports every backend first, then calls this.
+    """
     lines = ["# Configuration: every LLMPACK_* setting", "",
              "What each `LLMPACK_*` environment variable does, its type and default. Generated from",
-             "the one registry, `components/settings.py` (`python -m components.settings`); a test",
+             "the one registry, `components/settings.py` (`python -m llmpack.configuration`); a test",
              "keeps this page equal to it. MLflow's own variables (`MLFLOW_TRACKING_URI`, ...) work",
              "as MLflow documents them.", ""]
     titles = {"user": "Settings for users", "internal": "Set by llmpack for its own processes",
@@ -151,6 +152,3 @@ def render_markdown() -> str:
         lines.append("")
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    print(render_markdown(), end="")
