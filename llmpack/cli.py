@@ -598,7 +598,7 @@ def submit_mlflow(kubeconfig: str | None, context: str | None, namespace: str | 
 @click.option("--json", "as_json", is_flag=True, help="One JSON list, one object per pod.")
 def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | None, kfp_runs: tuple[str, ...], as_json: bool) -> None:
     """Pod-level phases (queue, provision, image pull, container start) from kubectl dumps, offline."""
-    from llmpack.k8s.podphases import format_table, timeline_from_files
+    from llmpack.k8s.timeline import format_table, timeline_from_files
 
     runs = {}
     for item in kfp_runs:

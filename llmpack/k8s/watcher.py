@@ -10,7 +10,7 @@ TrainJob's ``runtimePatches``), so the first selector finds them in the launcher
 their rows carry ``gang``/``gang_node`` (:func:`~llmpack.k8s.podphases.gang_of`).
 
 - Memory is proportional to pods, not events: the watcher keeps the latest state of each pod,
-  trimmed to the fields the analysis reads (:func:`~llmpack.k8s.podphases.slim_pod`).
+  trimmed to the fields the analysis reads (:func:`~llmpack.k8s.slim.slim_pod`).
 - Watch expiry (an ``ERROR`` event or HTTP status 410 Gone) is survived: re-list for a fresh
   ``resourceVersion`` and resume; pods missing from the re-list were deleted meanwhile and keep
   their last known state.
@@ -45,17 +45,9 @@ from typing import Any
 
 from components.errors import InputError
 from llmpack.k8s import RUN_GROUP_LABEL
-from llmpack.k8s.podphases import (
-    KFP_RUN_ID_LABEL,
-    KFP_V2_LABEL,
-    TERMINAL_PHASES,
-    analyze,
-    is_terminal,
-    node_facts,
-    slim_event,
-    slim_node,
-    slim_pod,
-)
+from llmpack.k8s.objects import KFP_RUN_ID_LABEL, KFP_V2_LABEL, TERMINAL_PHASES
+from llmpack.k8s.podphases import analyze, is_terminal
+from llmpack.k8s.slim import node_facts, slim_event, slim_node, slim_pod
 
 # KFP's pods (drivers and executors) that do not carry our run-group label; narrowed by run id.
 KFP_SELECTOR = f"{KFP_V2_LABEL}=true,!{RUN_GROUP_LABEL}"
@@ -345,7 +337,7 @@ class PodWatcher:
         return rows
 
     def nodes(self) -> list[dict[str, Any]]:
-        """Facts of every node our pods ran on (:func:`~llmpack.k8s.podphases.node_facts`),
+        """Facts of every node our pods ran on (:func:`~llmpack.k8s.slim.node_facts`),
         ``removed`` filled in from a re-read that found the node gone."""
         with self._lock:
             nodes = list(self._nodes.values())
