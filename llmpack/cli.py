@@ -468,7 +468,7 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
     costs = parse_control_plane(control_plane, control_plane_file)
     check_report_target(out, "--out", force=force)
     if scale_down_delay_s is not None:
-        from llmpack.cluster import check_scale_down_delay
+        from llmpack.k8s.billing import check_scale_down_delay
 
         check_scale_down_delay(scale_down_delay_s, "--scale-down-delay-s")
     check_id(run_group, "--run-group")
@@ -478,7 +478,7 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
     with library_logs_to(None):
         runs = runs_from_mlflow(connect_tracking(uri), run_group)
         if scale_down_delay_s is not None:
-            from llmpack.cluster import rebill
+            from llmpack.k8s.billing import rebill
 
             rebill(runs, scale_down_delay_s)
         check_control_plane(costs, list(dict.fromkeys(r["orchestrator"] for r in runs)))
