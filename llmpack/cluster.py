@@ -67,9 +67,7 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from components.errors import InputError
@@ -77,23 +75,13 @@ from components.record import cost, tracking
 from llmpack.backends import ORCHESTRATORS
 from llmpack.cluster_paths import PATHS
 from llmpack.cluster_session import MODE, Plan, Progress, Session, bill_across_runs, preflight
+from llmpack.compare_plan import ComparePlan, parse_backends, run_all
 from llmpack.k8s.billing import check_scale_down_delay
 
 DEFAULT_TIMEOUT_S = 24 * 3600.0
 DEFAULT_POLL_S = 10.0
 DEFAULT_GANG_PVC = "llmpack-shared"  # compare --cluster --nodes N: the ReadWriteMany PVC of the gang (--cache-pvc)
 K8S_OPTIONS = ("host", "token", "token_file", "ca_cert", "verify_ssl", "kubeconfig", "context")
-
-
-def _parse_backends(backends: Iterable[str] | str) -> list[str]:
-    names = [b.strip() for b in backends.split(",")] if isinstance(backends, str) else [str(b).strip() for b in backends]
-    names = [n for n in names if n]
-    if not names:
-        raise InputError("--backends: give at least one of " + ", ".join(ORCHESTRATORS))
-    for name in names:
-        if name not in ORCHESTRATORS:
-            raise InputError(f"--backends: {name!r} cannot run on a cluster (choose from {', '.join(ORCHESTRATORS)})")
-    return list(dict.fromkeys(names))
 
 
 def _options(name: str, given: Mapping[str, Any] | None, allowed: Iterable[str]) -> dict[str, Any]:
@@ -158,10 +146,9 @@ def compare_cluster(
     from components.fusion import fuse as fuse_steps
     from components.servers.submission import check_id, connect_tracking, new_id, shipped_pipeline, user_parameters
 
-    names = _parse_backends(backends)
+    names = parse_backends(backends, ORCHESTRATORS, "{name!r} cannot run on a cluster")
     modes = list(dict.fromkeys(check_mode(m) for m in (variants or ["none"])))
-    if not isinstance(repeats, int) or repeats < 1:
-        raise InputError(f"--repeats {repeats}: must be at least 1")
+    plan = ComparePlan(backends=tuple(names), variants=tuple(modes), repeats=repeats)
     if not isinstance(concurrency, int) or concurrency < 1:
         raise InputError(f"--concurrency {concurrency}: must be at least 1")
     if not (timeout_s > 0 and math.isfinite(timeout_s)):
@@ -231,7 +218,7 @@ def compare_cluster(
             compile_all(out, fuse=mode, gpus=gpus, nodes=nodes, cache_pvc=cache_pvc, queue=queue)
             session.artifacts[mode] = {orch: os.path.join(out, path.artifact_path) for orch, path in PATHS.items()}
     try:
-        return _compare_all(session, names, modes, repeats, concurrency, group)
+        return _compare_all(session, plan, concurrency, group)
     finally:
         if compiled_dir is not None:
             import shutil
@@ -239,29 +226,12 @@ def compare_cluster(
             shutil.rmtree(compiled_dir, ignore_errors=True)
 
 
-def _compare_all(session: Session, names: list[str], modes: list[str], repeats: int, concurrency: int,
-                 group: str) -> dict[str, Any]:
-    from components.fusion import path_label
+def _compare_all(session: Session, plan: ComparePlan, concurrency: int, group: str) -> dict[str, Any]:
+    """The plan's runs on the cluster (every pipeline-run id made before the first submission), then billed."""
     from components.servers.submission import new_id
     from llmpack.compare import comparison
 
-    plans = []
-    for i in range(repeats):  # interleaved: every path and variant once per round
-        for mode in modes:
-            for orch in names:
-                name = path_label(orch, mode)
-                label = f"{name} ({i + 1}/{repeats})" if repeats > 1 else name
-                plans.append(Plan(orchestrator=orch, label=label, pipeline_run=new_id(orch), fuse=mode))
-
-    stdout = sys.stdout  # kfp/hera construction swaps sys.stdout; threads must not leave it swapped
-    try:
-        if concurrency == 1:
-            runs = [session.run(plan) for plan in plans]
-        else:
-            with ThreadPoolExecutor(max_workers=min(concurrency, len(plans)), thread_name_prefix="llmpack-run") as pool:
-                runs = list(pool.map(session.run, plans))
-    finally:
-        sys.stdout = stdout
+    plans = [Plan(orchestrator=r.backend, label=r.label, pipeline_run=new_id(r.backend), fuse=r.fuse) for r in plan.runs()]
+    runs = run_all(plans, session.run, concurrency=concurrency)
     bill_across_runs(session, runs)
-    labels = [path_label(orch, mode) for mode in modes for orch in names]
-    return comparison(group, labels, runs, repeats=repeats, concurrency=concurrency, mode=MODE)
+    return comparison(group, plan.labels, runs, repeats=plan.repeats, concurrency=concurrency, mode=MODE)
