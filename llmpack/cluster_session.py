@@ -171,7 +171,7 @@ class Session:
         return PATHS[orch].pod_namespace(self.conf[orch])
 
     def api_client(self) -> Any:
-        from llmpack.k8s.watcher import build_api_client
+        from llmpack.k8s.api import build_api_client
 
         return build_api_client(**self.k8s)
 
@@ -505,7 +505,7 @@ def _check_pod_access(api_client: Any, namespace: str) -> None:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from llmpack.k8s.watcher import api_error
+    from llmpack.k8s.api import api_error
 
     core = client.CoreV1Api(api_client)
     try:

@@ -161,7 +161,8 @@ def test_the_watcher_sees_a_node_removed_before_it_stops() -> None:
 
     from standins.k8s_api import KubeAPIStandIn, node_object, pod_states
 
-    from llmpack.k8s.watcher import PodWatcher, build_api_client
+    from llmpack.k8s.api import build_api_client
+    from llmpack.k8s.watcher import PodWatcher
 
     labels = {"llmpack.io/run-group": "rg-nodes", "llmpack.io/pipeline-run": "argo-n1", "llmpack.io/orchestrator": "argo",
               "llmpack.io/step": "finetune", "workflows.argoproj.io/workflow": "wf-n1"}

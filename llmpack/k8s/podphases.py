@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from components.record.telemetry import Record, RunContext, make_record
@@ -459,6 +459,28 @@ def _analyze_pod(
 def is_terminal(row: Mapping[str, Any]) -> bool:
     """The pod is done: Succeeded/Failed, or deleted (the watcher sets ``deleted``)."""
     return row.get("phase") in TERMINAL_PHASES or bool(row.get("deleted"))
+
+
+# --------------------------------------------------------------------------- stop conditions (the watcher's)
+
+
+def all_terminated(*, steps: Iterable[str] = (), min_pods: int = 1) -> Callable[[list[dict[str, Any]]], bool]:
+    """Stop when ``min_pods`` pods were seen, all are done, and each of ``steps`` has a done pod.
+
+    Between two steps every pod may be done while the next is not yet created: pass the
+    pipeline's step names (or call :meth:`~llmpack.k8s.watcher.PodWatcher.stop` when the orchestrator reports the
+    run finished) so the watch does not end early.
+    """
+    wanted = set(steps)
+
+    def done(rows: list[dict[str, Any]]) -> bool:
+        if len(rows) < min_pods or not all(is_terminal(r) for r in rows):
+            return False
+        have = {r["step"] for r in rows if r.get("role") != "driver" and is_terminal(r)}
+        return wanted <= have
+
+    done.requires_all_terminal = True  # type: ignore[attr-defined]  # lets the watcher skip the analysis
+    return done
 
 
 # --------------------------------------------------------------------------- telemetry records
