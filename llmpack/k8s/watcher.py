@@ -385,8 +385,7 @@ class PodWatcher:
             return
         for name in wanted:
             try:
-                resp = self._core().read_node(name, _preload_content=False, _request_timeout=self._timeout())
-                node = slim_node(_read_json(resp))
+                node = self._read_node(name)
             except ApiException as exc:
                 if exc.status == 403:
                     self._nodes_denied = True
@@ -400,10 +399,8 @@ class PodWatcher:
                     continue
                 self.warnings.append(f"node {name}: {exc.status} {exc.reason}")
                 continue
-            except Exception as exc:
-                if is_network_error(exc):
-                    continue  # try again on the next round
-                raise
+            if node is None:
+                continue  # unreachable: try again on the next round
             with self._lock:
                 self._nodes[name] = node
 
@@ -416,19 +413,26 @@ class PodWatcher:
                            if n not in self._nodes_gone and node_facts(node)["removed"] is None)
         for name in names:
             try:
-                resp = self._core().read_node(name, _preload_content=False, _request_timeout=self._timeout())
-                node = slim_node(_read_json(resp))
+                node = self._read_node(name)
             except ApiException as exc:
                 if exc.status == 404:
                     with self._lock:
                         self._nodes_gone.setdefault(name, time.time())
                 continue  # 403 and others: keep what was read
-            except Exception as exc:
-                if is_network_error(exc):
-                    continue
-                raise
+            if node is None:
+                continue
             with self._lock:
                 self._nodes[name] = node
+
+    def _read_node(self, name: str) -> dict[str, Any] | None:
+        """The node, slimmed; None when the API could not be reached (an API error is raised)."""
+        try:
+            resp = self._core().read_node(name, _preload_content=False, _request_timeout=self._timeout())
+            return slim_node(_read_json(resp))
+        except Exception as exc:
+            if is_network_error(exc):  # an ApiException is none: raised for the caller
+                return None
+            raise
 
     def _refresh_events(self) -> None:
         """Pulling/Pulled events of our pods (events expire after an hour: called periodically)."""
