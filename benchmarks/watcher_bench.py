@@ -45,7 +45,9 @@ def _serve(pods: int, events: int) -> tuple[subprocess.Popen[str], str]:
 
 
 def measure(pods: int, events: int, *, trace: bool) -> dict[str, float]:
-    from llmpack.k8s.watcher import PodWatcher, all_terminated, build_api_client
+    from llmpack.k8s.api import build_api_client
+    from llmpack.k8s.podphases import all_terminated
+    from llmpack.k8s.watcher import PodWatcher
 
     proc, url = _serve(pods, events)
     try:

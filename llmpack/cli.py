@@ -393,7 +393,7 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
     costs = parse_control_plane(control_plane, control_plane_file)
     check_report_target(out, "--out", force=force)
     if scale_down_delay_s is not None:
-        from llmpack.cluster import check_scale_down_delay
+        from llmpack.k8s.billing import check_scale_down_delay
 
         check_scale_down_delay(scale_down_delay_s, "--scale-down-delay-s")
     check_id(run_group, "--run-group")
@@ -403,7 +403,7 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
     with library_logs_to(None):
         runs = runs_from_mlflow(connect_tracking(uri), run_group)
         if scale_down_delay_s is not None:
-            from llmpack.cluster import rebill
+            from llmpack.k8s.billing import rebill
 
             rebill(runs, scale_down_delay_s)
         check_control_plane(costs, list(dict.fromkeys(r["orchestrator"] for r in runs)))
@@ -502,7 +502,7 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
 @click.option("--json", "as_json", is_flag=True, help="One JSON list, one object per pod.")
 def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | None, kfp_runs: tuple[str, ...], as_json: bool) -> None:
     """Pod-level phases (queue, provision, image pull, container start) from kubectl dumps, offline."""
-    from llmpack.k8s.podphases import format_table, timeline_from_files
+    from llmpack.k8s.timeline import format_table, timeline_from_files
 
     runs = {}
     for item in kfp_runs:

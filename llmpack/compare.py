@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from components import settings
 from components.errors import InputError
-from components.fusion import path_label, path_of
+from components.fusion import path_of
 from components.servers.submission import new_id
-from llmpack import stats
+from llmpack import compare_plan, stats
 from llmpack.backends import BACKENDS
+from llmpack.compare_plan import ComparePlan, PlannedRun, run_all
+from llmpack.compare_plan import check_repeats as check_repeats  # the CLI checks flags through llmpack.compare
+from llmpack.compare_plan import check_warmup as check_warmup
 from llmpack.runs import RunOptions, prepare
 
 DEFAULT_BACKENDS = tuple(BACKENDS)
@@ -65,13 +69,8 @@ def parse_variants(text: str | None) -> list[str]:
 
 
 def parse_backends(text: str) -> list[str]:
-    names = [b.strip() for b in text.split(",") if b.strip()]
-    if not names:
-        raise InputError("--backends: give at least one of " + ", ".join(BACKENDS))
-    for name in names:
-        if name not in BACKENDS:
-            raise InputError(f"--backends: unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
-    return list(dict.fromkeys(names))
+    """``--backends`` of a local compare: any of :data:`~llmpack.backends.BACKENDS`."""
+    return compare_plan.parse_backends(text, BACKENDS, "unknown backend {name!r}")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -236,11 +235,6 @@ def with_baseline(result: dict[str, Any], baseline: str | None) -> dict[str, Any
     return {**result, "baseline": baseline, "verdicts": verdicts(result["runs"], result["backends"], baseline)}
 
 
-def check_repeats(repeats: int) -> None:
-    if repeats < 1:
-        raise InputError(f"--repeats {repeats}: must be at least 1")
-
-
 def compare(
     opts: RunOptions,
     backends: list[str],
@@ -265,39 +259,30 @@ def compare(
     a 5-run bootstrap. Warm-up runs go to their own run group (``<run group>-warmup``), so
     ``llmpack report --run-group`` never mixes them in.
     """
-    check_repeats(repeats)
-    paths = [(b, f) for f in (variants or [opts.fuse]) for b in backends]
-    labels = [path_label(b, f) for b, f in paths]
+    plan = ComparePlan(backends=tuple(backends), variants=tuple(variants or [opts.fuse]), repeats=repeats,
+                       warmup=default_warmup(repeats) if warmup is None else warmup)
+    labels = plan.labels
     check_baseline(default_baseline(labels) if baseline == "default" else baseline, labels)
-    for backend, fuse in paths:
+    for backend, fuse in plan.paths:
         prepare(replace(opts, backend=backend, fuse=fuse))  # all input checks before the first run starts
     run_group = opts.run_group or new_id("rg")
     if on_start is not None:
         on_start(run_group)
-    if run_one is None:
-        from llmpack.runs import run_pipeline as run_one
-    warm = default_warmup(repeats) if warmup is None else check_warmup(warmup)
-    for i in range(warm):
-        for (backend, fuse), name in zip(paths, labels, strict=True):
-            run_one(replace(opts, backend=backend, fuse=fuse, run_group=f"{run_group[:56]}-warmup"),
-                    f"{name} (warm-up{f' {i + 1}/{warm}' if warm > 1 else ''}, not counted)")
-    runs = []
-    for i in range(repeats):
-        for (backend, fuse), name in zip(paths, labels, strict=True):
-            label = f"{name} ({i + 1}/{repeats})" if repeats > 1 else name
-            runs.append(run_one(replace(opts, backend=backend, fuse=fuse, run_group=run_group), label))
-    return comparison(run_group, labels, runs, baseline=baseline, repeats=repeats, warmup=warm)
+    run = run_one
+    if run is None:
+        from llmpack.runs import run_pipeline as run
+
+    def in_group(group: str) -> Callable[[PlannedRun], dict[str, Any]]:
+        return lambda r: run(replace(opts, backend=r.backend, fuse=r.fuse, run_group=group), r.label)
+
+    run_all(plan.runs(warmup=True), in_group(f"{run_group[:56]}-warmup"))
+    runs = run_all(plan.runs(), in_group(run_group))
+    return comparison(run_group, labels, runs, baseline=baseline, repeats=repeats, warmup=plan.warmup)
 
 
 def default_warmup(repeats: int) -> int:
     """Warm-up runs per path when not given: one when the runs are repeated (for verdicts), else none."""
     return 1 if repeats > 1 else 0
-
-
-def check_warmup(warmup: int) -> int:
-    if not 0 <= warmup <= 10:
-        raise InputError(f"--warmup {warmup}: must be between 0 and 10 runs per path")
-    return warmup
 
 
 def parse_start_delays(text: str | None, backends: list[str]) -> dict[str, float]:

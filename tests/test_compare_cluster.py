@@ -17,7 +17,8 @@ from standins.kfp_api import KFPAPIStandIn
 
 from components.errors import InputError
 from components.record import cost, tracking
-from llmpack import cluster
+from llmpack import cluster, gpu_catalogue
+from llmpack.k8s import billing
 from llmpack.report import runs_from_mlflow, write_report
 
 K8S_TOKEN = "k8s-standin-token-c1"
@@ -210,7 +211,7 @@ def test_compare_cluster_measures_every_path_with_the_cluster_phases(fake: Clust
         assert run["tags"].items() <= again["tags"].items()
 
     # llmpack report --scale-down-delay-s 60: the same runs re-billed with a 1-minute delay.
-    for again in cluster.rebill(list(rebuilt.values()), 60):
+    for again in billing.rebill(list(rebuilt.values()), 60):
         script = fake.fake.scripts[again["pipeline_run"]]
         assert again["metrics"]["cost_usd"] == pytest.approx(expected_node_gpu_seconds(script, 60) * H200_AWS / 3600)
 
@@ -329,44 +330,44 @@ def test_bad_input_is_one_line_before_anything_is_submitted(fake: Cluster) -> No
 
 
 def test_gpu_type_from_the_node() -> None:
-    assert cluster.gpu_type_for_product("NVIDIA-H100-80GB-HBM3") == "nvidia-h100-80gb"
-    assert cluster.gpu_type_for_product("NVIDIA-A100-SXM4-80GB") == "nvidia-a100-80gb"
-    assert cluster.gpu_type_for_product("NVIDIA-H200") == "nvidia-h200"
-    assert cluster.gpu_type_for_product("NVIDIA-L4") == "nvidia-l4"
-    assert cluster.gpu_type_for_product("NVIDIA-A100-SXM4-40GB-SHARED") == "nvidia-a100-40gb"  # time-sliced
-    assert cluster.gpu_type_for_product("NVIDIA-A100-SXM4-80GB-MIG-1g.10gb") is None
-    assert cluster.gpu_type_for_product("NVIDIA-H100-PCIe") is None  # another product, another price
-    assert cluster.gpu_type_for_instance("p5.48xlarge") == ("nvidia-h100-80gb", "aws")
-    assert cluster.gpu_type_for_instance("p4de.24xlarge") == ("nvidia-a100-80gb", "aws")
-    assert cluster.gpu_type_for_instance("p5en.48xlarge") == ("nvidia-h200", "aws")
-    assert cluster.gpu_type_for_instance("a3-highgpu-8g") == ("nvidia-h100-80gb", "gcp")
-    assert cluster.gpu_type_for_instance("Standard_ND96isr_H100_v5") == ("nvidia-h100-80gb", "azure")
-    assert cluster.gpu_type_for_instance("m6i.4xlarge") is None
+    assert gpu_catalogue.gpu_type_for_product("NVIDIA-H100-80GB-HBM3") == "nvidia-h100-80gb"
+    assert gpu_catalogue.gpu_type_for_product("NVIDIA-A100-SXM4-80GB") == "nvidia-a100-80gb"
+    assert gpu_catalogue.gpu_type_for_product("NVIDIA-H200") == "nvidia-h200"
+    assert gpu_catalogue.gpu_type_for_product("NVIDIA-L4") == "nvidia-l4"
+    assert gpu_catalogue.gpu_type_for_product("NVIDIA-A100-SXM4-40GB-SHARED") == "nvidia-a100-40gb"  # time-sliced
+    assert gpu_catalogue.gpu_type_for_product("NVIDIA-A100-SXM4-80GB-MIG-1g.10gb") is None
+    assert gpu_catalogue.gpu_type_for_product("NVIDIA-H100-PCIe") is None  # another product, another price
+    assert gpu_catalogue.gpu_type_for_instance("p5.48xlarge") == ("nvidia-h100-80gb", "aws")
+    assert gpu_catalogue.gpu_type_for_instance("p4de.24xlarge") == ("nvidia-a100-80gb", "aws")
+    assert gpu_catalogue.gpu_type_for_instance("p5en.48xlarge") == ("nvidia-h200", "aws")
+    assert gpu_catalogue.gpu_type_for_instance("a3-highgpu-8g") == ("nvidia-h100-80gb", "gcp")
+    assert gpu_catalogue.gpu_type_for_instance("Standard_ND96isr_H100_v5") == ("nvidia-h100-80gb", "azure")
+    assert gpu_catalogue.gpu_type_for_instance("m6i.4xlarge") is None
 
     # The product wins; the instance type names the provider whose list price applies.
-    gpu = cluster.node_gpu({"gpu_product": "NVIDIA-H100-80GB-HBM3", "instance_type": "a3-highgpu-8g"}, "nvidia-a100-80gb")
+    gpu = gpu_catalogue.node_gpu({"gpu_product": "NVIDIA-H100-80GB-HBM3", "instance_type": "a3-highgpu-8g"}, "nvidia-a100-80gb")
     assert (gpu.gpu_type, gpu.provider) == ("nvidia-h100-80gb", "gcp")
-    price = cluster.resolve_node_price(gpu)
+    price = gpu_catalogue.resolve_node_price(gpu)
     assert (price.per_gpu_hour, price.provider) == (11.061, "gcp")
     # No product label (no GPU feature discovery): the instance type.
-    gpu = cluster.node_gpu({"gpu_product": None, "instance_type": "p5.48xlarge"}, "nvidia-a100-80gb")
+    gpu = gpu_catalogue.node_gpu({"gpu_product": None, "instance_type": "p5.48xlarge"}, "nvidia-a100-80gb")
     assert (gpu.gpu_type, gpu.source) == ("nvidia-h100-80gb", "node instance type p5.48xlarge")
-    assert cluster.resolve_node_price(gpu).per_gpu_hour == 6.88
+    assert gpu_catalogue.resolve_node_price(gpu).per_gpu_hour == 6.88
     # An unknown product is reported under its own name: unpriced, unless the user prices it.
-    gpu = cluster.node_gpu({"gpu_product": "NVIDIA-H100-PCIe", "instance_type": "p5.48xlarge"}, "nvidia-h100-80gb")
-    assert gpu.gpu_type == "nvidia-h100-pcie" and cluster.resolve_node_price(gpu) is None
-    assert cluster.resolve_node_price(gpu, flag="2.5").per_gpu_hour == 2.5
+    gpu = gpu_catalogue.node_gpu({"gpu_product": "NVIDIA-H100-PCIe", "instance_type": "p5.48xlarge"}, "nvidia-h100-80gb")
+    assert gpu.gpu_type == "nvidia-h100-pcie" and gpu_catalogue.resolve_node_price(gpu) is None
+    assert gpu_catalogue.resolve_node_price(gpu, flag="2.5").per_gpu_hour == 2.5
     # No node information at all: the pipeline spec's type.
-    gpu = cluster.node_gpu(None, "nvidia-h100-80gb")
+    gpu = gpu_catalogue.node_gpu(None, "nvidia-h100-80gb")
     assert (gpu.gpu_type, gpu.source) == ("nvidia-h100-80gb", "pipeline spec")
-    assert cluster.resolve_node_price(gpu).per_gpu_hour == cost.resolve_price("nvidia-h100-80gb").per_gpu_hour
+    assert gpu_catalogue.resolve_node_price(gpu).per_gpu_hour == cost.resolve_price("nvidia-h100-80gb").per_gpu_hour
 
 
 # --------------------------------------------------------------------------- the timeline chart's phases
 
 
 def test_timeline_draws_the_provisioning_of_a_new_node() -> None:
-    from llmpack.report import _phase_spans
+    from llmpack.report.charts import _phase_spans
 
     t = 1_800_000_000.0
     events = {"pod_created": t, "node_ready": t + 7, "pod_scheduled": t + 8, "container_started": t + 14,

@@ -103,7 +103,7 @@ class LoopbackCluster:
         """The run's pods as the Kubernetes API lists them (KFP: by the run id KFP puts on its pods)."""
         from kubernetes import client
 
-        from llmpack.k8s.watcher import build_api_client
+        from llmpack.k8s.api import build_api_client
 
         core = client.CoreV1Api(build_api_client(host=self.kube.url, token=K8S_TOKEN))
         if orchestrator == "kfp":
@@ -248,7 +248,8 @@ def test_image_pull_on_the_gpu_node_is_zero_when_prepulled(prepulled: bool, tmp_
 def test_prepulled_fused_gpu_pod_through_the_pod_watcher(compiled: dict[str, Path], tmp_path: Path,
                                                           tracking_uri: str) -> None:
     """The fused GPU pod, watched by :class:`~llmpack.k8s.watcher.PodWatcher` (started before the submission)."""
-    from llmpack.k8s.watcher import PodWatcher, build_api_client
+    from llmpack.k8s.api import build_api_client
+    from llmpack.k8s.watcher import PodWatcher
 
     pulls = {}
     for prepulled in (False, True):

@@ -22,7 +22,9 @@ from standins.kfp_api import KFPAPIStandIn
 
 from components.errors import InputError
 from llmpack import cluster
-from llmpack.k8s.podphases import JOB_COMPLETION_INDEX, JOBSET_NAME_LABEL, format_table, to_step_records
+from llmpack.k8s.objects import JOB_COMPLETION_INDEX, JOBSET_NAME_LABEL
+from llmpack.k8s.podphases import to_step_records
+from llmpack.k8s.timeline import format_table
 
 K8S_TOKEN = "k8s-standin-token-g1"
 KFP_TOKEN = "kfp-standin-token-g1"

@@ -16,21 +16,12 @@ from hypothesis import strategies as st
 from components.errors import InputError
 from components.record.cost import billed_seconds
 from components.record.telemetry import RunContext, derive_metrics, group_by_step, make_record
-from llmpack.k8s import podphases
-from llmpack.k8s.podphases import (
-    ROW_FIELDS,
-    analyze,
-    format_table,
-    load_dump,
-    parse_go_duration,
-    parse_time,
-    pull_seconds_from_message,
-    slim_event,
-    slim_node,
-    slim_pod,
-    timeline_from_files,
-    to_step_records,
-)
+from llmpack.k8s import objects
+from llmpack.k8s.dumps import load_dump
+from llmpack.k8s.objects import parse_go_duration, parse_time, pull_seconds_from_message
+from llmpack.k8s.podphases import ROW_FIELDS, analyze, to_step_records
+from llmpack.k8s.slim import slim_event, slim_node, slim_pod
+from llmpack.k8s.timeline import format_table, timeline_from_files
 
 FIXTURES = Path(__file__).parent / "fixtures" / "k8s"
 PODS, NODES, EVENTS = FIXTURES / "pods.json", FIXTURES / "nodes.json", FIXTURES / "events.json"
@@ -533,7 +524,7 @@ def test_load_dump_kinds():
 
 
 def test_analyze_rejects_non_objects_with_index():
-    with pytest.raises(podphases.DumpError, match=r"^pods\[1\]: not an object$"):
+    with pytest.raises(objects.DumpError, match=r"^pods\[1\]: not an object$"):
         analyze([copy.deepcopy(_items(PODS)[0]), "x"])
 
 

@@ -9,7 +9,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from standins.k8s_api import KubeAPIStandIn, parse_field_selector, parse_label_selector, pod_states, synthetic_run_group
 
-from llmpack.k8s.watcher import build_api_client
+from llmpack.k8s.api import build_api_client
 
 TOKEN = "standin-token-b3"
 

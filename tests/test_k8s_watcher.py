@@ -14,7 +14,9 @@ import pytest
 from standins.k8s_api import KubeAPIStandIn, node_object, pod_states, pull_events
 
 from components.errors import InputError
-from llmpack.k8s.watcher import PodWatcher, all_terminated, build_api_client
+from llmpack.k8s.api import build_api_client
+from llmpack.k8s.podphases import all_terminated
+from llmpack.k8s.watcher import PodWatcher
 
 TOKEN = "standin-token-5f1c9e"
 WRONG = "s3cr3t-wrong-token-9a7b"

@@ -10,8 +10,10 @@ import pytest
 
 from components.errors import InputError
 from components.record.cost import DEFAULT_SCALE_DOWN_DELAY_S, NodeSpan, PodSpan, bill_nodes
-from llmpack import cluster
-from llmpack.k8s.podphases import analyze, load_events, load_nodes, load_pods, node_facts, slim_node
+from llmpack.k8s import billing
+from llmpack.k8s.dumps import load_events, load_nodes, load_pods
+from llmpack.k8s.podphases import analyze
+from llmpack.k8s.slim import node_facts, slim_node
 
 FIXTURES = Path(__file__).parent / "fixtures" / "k8s"
 T0 = 1_800_000_000.0
@@ -91,8 +93,8 @@ def test_recorded_shared_node_mlflow_and_argo() -> None:
     up for hours before (billed from the first pod's scheduling); its removal is not in the dump."""
     rows = analyze(load_pods(FIXTURES / "pods.json"), load_nodes(FIXTURES / "nodes.json"),
                    load_events(FIXTURES / "events.json"))
-    pods = cluster.pod_spans(rows, GPUS)
-    nodes = cluster.node_spans([node_facts(slim_node(n)) for n in load_nodes(FIXTURES / "nodes.json")], pods)
+    pods = billing.pod_spans(rows, GPUS)
+    nodes = billing.node_spans([node_facts(slim_node(n)) for n in load_nodes(FIXTURES / "nodes.json")], pods)
     assert nodes["ip-10-0-7-58.ec2.internal"].gpus == 8
     bills = bill_nodes(nodes, pods)
     by_step = {r["pipeline_run"]: r for r in rows if r["pipeline_run"]}
@@ -126,13 +128,13 @@ def test_node_cost_splits_compute_and_overhead() -> None:
 
     events = {"finetune": {"model_loaded": T0 + 100, "finished": T0 + 400},
               "evaluate": {"model_loaded": T0 + 500, "finished": T0 + 560}}
-    m = cluster.node_cost(NodeBill(gpu_seconds=3600.0, tail_gpus=8, nodes=("n",)), events, GPUS, 10.0,
+    m = billing.node_cost(NodeBill(gpu_seconds=3600.0, tail_gpus=8, nodes=("n",)), events, GPUS, 10.0,
                           train_s=290.0, train_tokens=1e6)
     assert m["cost_usd"] == pytest.approx(10.0)
     assert m["cost_compute_usd"] == pytest.approx(360 * 10 / 3600)  # 1 GPU x (300 + 60) s
     assert m["cost_overhead_usd"] == pytest.approx(10.0 - 1.0)
     assert m["usd_per_1m_tokens"] == pytest.approx(10.0) and m["goodput"] == pytest.approx(290 / 3600)
-    assert cluster.node_cost(NodeBill(gpu_seconds=60.0, tail_gpus=0, nodes=()), {}, GPUS, None,
+    assert billing.node_cost(NodeBill(gpu_seconds=60.0, tail_gpus=0, nodes=()), {}, GPUS, None,
                              train_s=None, train_tokens=None)["cost_usd"] is None
 
 
@@ -140,16 +142,16 @@ def test_rebill_with_another_delay_is_linear_in_the_tail() -> None:
     run = {"metrics": {"node_gpu_hours": 2.0, "node_tail_gpus": 8.0, "cost_usd": 20.0, "cost_compute_usd": 1.0,
                        "cost_overhead_usd": 19.0, "usd_per_1m_tokens": 20.0, "goodput": 0.1},
            "tags": {"llmpack.cost_basis": "node", "llmpack.scale_down_delay_s": "600", "llmpack.price_per_gpu_hour": "10"}}
-    cluster.rebill([run], 150)
+    billing.rebill([run], 150)
     m = run["metrics"]
     assert m["node_gpu_hours"] == pytest.approx(2.0 - 8 * 450 / 3600) and m["cost_usd"] == pytest.approx(10.0)
     assert m["cost_compute_usd"] == 1.0 and m["cost_overhead_usd"] == pytest.approx(9.0)
     assert m["usd_per_1m_tokens"] == pytest.approx(10.0) and m["goodput"] == pytest.approx(0.2)
     assert run["tags"]["llmpack.scale_down_delay_s"] == "150"
     container = {"metrics": {"cost_usd": 5.0}, "tags": {"llmpack.cost_basis": "container"}}
-    assert cluster.rebill([container], 0)[0]["metrics"] == {"cost_usd": 5.0}
+    assert billing.rebill([container], 0)[0]["metrics"] == {"cost_usd": 5.0}
     with pytest.raises(InputError, match="--scale-down-delay-s"):
-        cluster.rebill([run], -1)
+        billing.rebill([run], -1)
 
 
 def test_the_watcher_sees_a_node_removed_before_it_stops() -> None:
@@ -159,7 +161,8 @@ def test_the_watcher_sees_a_node_removed_before_it_stops() -> None:
 
     from standins.k8s_api import KubeAPIStandIn, node_object, pod_states
 
-    from llmpack.k8s.watcher import PodWatcher, build_api_client
+    from llmpack.k8s.api import build_api_client
+    from llmpack.k8s.watcher import PodWatcher
 
     labels = {"llmpack.io/run-group": "rg-nodes", "llmpack.io/pipeline-run": "argo-n1", "llmpack.io/orchestrator": "argo",
               "llmpack.io/step": "finetune", "workflows.argoproj.io/workflow": "wf-n1"}

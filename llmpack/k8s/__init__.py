@@ -1,7 +1,13 @@
 """Kubernetes side of the telemetry: pod phases from dumps or from a live watch.
 
-- :mod:`llmpack.k8s.podphases`: pure analysis of pod/node/event objects (plain dicts, the JSON
-  of ``kubectl get ... -o json``), no ``kubernetes`` import; also the loaders for ``llmpack timeline``.
+- :mod:`llmpack.k8s.objects`: what every reader of pod/node/event objects (plain dicts, the JSON
+  of ``kubectl get ... -o json``) shares: label names, time parsing, field access, shape checks.
+- :mod:`llmpack.k8s.podphases`: pure analysis of those objects into one row per pod, and the
+  telemetry records of a run's pods; no ``kubernetes`` import.
+- :mod:`llmpack.k8s.dumps` and :mod:`llmpack.k8s.timeline`: ``llmpack timeline`` (dump files in, a table out).
+- :mod:`llmpack.k8s.slim`: objects trimmed to what the analysis and node billing read (the watcher keeps these).
+- :mod:`llmpack.k8s.billing`: pods and nodes billed (GPU-seconds per pod, node spans, node cost).
+- :mod:`llmpack.k8s.api`: the Kubernetes API client (host and token, kubeconfig or in-cluster) and its errors in one line.
 - :mod:`llmpack.k8s.watcher`: :class:`~llmpack.k8s.watcher.PodWatcher`, one watch per run group
   with the real ``kubernetes`` client, feeding the same analysis.
 

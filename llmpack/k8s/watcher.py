@@ -10,7 +10,7 @@ TrainJob's ``runtimePatches``), so the first selector finds them in the launcher
 their rows carry ``gang``/``gang_node`` (:func:`~llmpack.k8s.podphases.gang_of`).
 
 - Memory is proportional to pods, not events: the watcher keeps the latest state of each pod,
-  trimmed to the fields the analysis reads (:func:`~llmpack.k8s.podphases.slim_pod`).
+  trimmed to the fields the analysis reads (:func:`~llmpack.k8s.slim.slim_pod`).
 - Watch expiry (an ``ERROR`` event or HTTP status 410 Gone) is survived: re-list for a fresh
   ``resourceVersion`` and resume; pods missing from the re-list were deleted meanwhile and keep
   their last known state.
@@ -23,7 +23,7 @@ their rows carry ``gang``/``gang_node`` (:func:`~llmpack.k8s.podphases.gang_of`)
   use. A watcher stopped at the run's end rarely sees a removal (the autoscaler waits its
   scale-down delay first); the billing then adds that delay. Image-pull events are listed every ``events_every_s`` and at the end (events expire
   after an hour), keeping only ``Pulling``/``Pulled`` of our pods.
-- It stops when ``until(rows)`` is true (default: :func:`all_terminated`), at ``timeout_s``, or
+- It stops when ``until(rows)`` is true (default: :func:`~llmpack.k8s.podphases.all_terminated`), at ``timeout_s``, or
   on :meth:`PodWatcher.stop` from another thread, and returns
   :func:`~llmpack.k8s.podphases.analyze` rows (plus ``deleted``).
 
@@ -36,204 +36,23 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from components.errors import InputError
 from llmpack.k8s import RUN_GROUP_LABEL
-from llmpack.k8s.podphases import (
-    KFP_RUN_ID_LABEL,
-    KFP_V2_LABEL,
-    TERMINAL_PHASES,
-    analyze,
-    is_terminal,
-    node_facts,
-    slim_event,
-    slim_node,
-    slim_pod,
-)
+from llmpack.k8s.api import api_error, is_network_error
+from llmpack.k8s.objects import KFP_RUN_ID_LABEL, KFP_V2_LABEL, TERMINAL_PHASES
+from llmpack.k8s.podphases import all_terminated, analyze
+from llmpack.k8s.slim import node_facts, slim_event, slim_node, slim_pod
 
 # KFP's pods (drivers and executors) that do not carry our run-group label; narrowed by run id.
 KFP_SELECTOR = f"{KFP_V2_LABEL}=true,!{RUN_GROUP_LABEL}"
 SANDBOX_CONDITIONS = ("PodReadyToStartContainers", "PodHasNetwork")
 
 Rows = list[dict[str, Any]]
-
-
-# --------------------------------------------------------------------------- API client
-
-
-def build_api_client(
-    *,
-    host: str | None = None,
-    token: str | None = None,
-    token_file: str | os.PathLike[str] | None = None,
-    ca_cert: str | os.PathLike[str] | None = None,
-    verify_ssl: bool = True,
-    kubeconfig: str | os.PathLike[str] | None = None,
-    context: str | None = None,
-) -> Any:
-    """A ``kubernetes.client.ApiClient``: an explicit endpoint, else a kubeconfig, else in-cluster.
-
-    - ``host`` (+ ``token`` or ``token_file``, ``ca_cert``, ``verify_ssl``):
-      ``Configuration(host=..., api_key={"authorization": "Bearer ..."})``.
-    - else ``kubeconfig`` (or ``$KUBECONFIG``, or ``~/.kube/config`` when it exists), with ``context``
-      (the file is never written back; ``ca_cert`` / ``verify_ssl=False`` override its TLS settings);
-    - else the in-cluster service account (``KUBERNETES_SERVICE_HOST`` set).
-
-    Raises :class:`InputError` (one line, never the token) when none is usable.
-    """
-    from kubernetes import client, config
-
-    if host:
-        if not str(host).startswith(("http://", "https://")):
-            raise InputError(f"Kubernetes host {host!r} must be an http:// or https:// URL")
-        if token_file and not token:
-            try:
-                token = Path(token_file).read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise InputError(f"{token_file}: cannot read the token file ({exc.strerror or exc})") from None
-        token = (token or "").strip().removeprefix("Bearer ").strip() or None
-        cfg = client.Configuration(host=str(host).rstrip("/"), api_key={"authorization": f"Bearer {token}"} if token else None)
-        cfg.verify_ssl = verify_ssl
-        if ca_cert:
-            if not Path(ca_cert).is_file():
-                raise InputError(f"{ca_cert}: CA certificate file not found")
-            cfg.ssl_ca_cert = str(ca_cert)
-        return client.ApiClient(cfg)
-
-    path = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
-    if path is None:  # as kubernetes.config.load_config: the default kubeconfig first, then in-cluster
-        default = Path(os.path.expanduser("~/.kube/config"))
-        path = str(default) if default.is_file() else None
-    if path is not None:
-        if not Path(path).is_file():
-            raise InputError(f"{path}: kubeconfig not found")
-        cfg = client.Configuration()
-        try:
-            config.load_kube_config(config_file=str(path), context=context, client_configuration=cfg, persist_config=False)
-        except config.ConfigException as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid kubeconfig"
-            raise InputError(f"{path}: {_scrub(first, _tokens_of(cfg))}") from None
-        except Exception as exc:  # YAML errors quote the file, which may hold credentials: name the type only
-            raise InputError(f"{path}: not a usable kubeconfig ({type(exc).__name__})") from None
-        if not verify_ssl:  # kubectl's --insecure-skip-tls-verify / --certificate-authority override the file
-            cfg.verify_ssl = False
-        elif ca_cert:
-            if not Path(ca_cert).is_file():
-                raise InputError(f"{ca_cert}: CA certificate file not found")
-            cfg.ssl_ca_cert = str(ca_cert)
-        return client.ApiClient(cfg)
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        cfg = client.Configuration()
-        try:
-            config.load_incluster_config(client_configuration=cfg)
-        except config.ConfigException as exc:
-            raise InputError(f"in-cluster Kubernetes config: {str(exc).splitlines()[0]}") from None
-        return client.ApiClient(cfg)
-    raise InputError(
-        "no Kubernetes endpoint: give a host and token, or a kubeconfig (--kubeconfig, $KUBECONFIG or ~/.kube/config)"
-    )
-
-
-def _tokens_of(cfg: Any) -> list[str]:
-    tokens = []
-    for value in (getattr(cfg, "api_key", None) or {}).values():
-        if value:
-            tokens.append(str(value))
-            tokens.append(str(value).removeprefix("Bearer ").strip())
-    return [t for t in tokens if len(t) >= 4]
-
-
-def _scrub(message: str, tokens: Iterable[str]) -> str:
-    for token in sorted(set(tokens), key=len, reverse=True):
-        message = message.replace(token, "***")
-    return message
-
-
-def api_error(exc: BaseException, api_client: Any, doing: str) -> InputError:
-    """One line for a failed API call: what we tried, where, what the server (or network) said."""
-    from kubernetes.client.exceptions import ApiException
-
-    host = getattr(getattr(api_client, "configuration", None), "host", "?")
-    if isinstance(exc, ApiException):
-        status = exc.status
-        if status == 401:
-            msg = f"Kubernetes API at {host}: 401 Unauthorized: the token or kubeconfig credentials were rejected"
-        elif status == 403:
-            msg = f"Kubernetes API at {host}: 403 Forbidden: not allowed to {doing} (needs get, list and watch on pods)"
-        elif status == 0:  # the client wraps urllib3's SSLError as status 0, "SSLError\n<detail>"
-            lines = (exc.reason or "").strip().splitlines()
-            detail = " ".join(lines[1:]).strip()[:200] or (lines[0] if lines else "SSLError")
-            msg = f"Kubernetes API at {host}: TLS error while trying to {doing} ({detail})"
-        else:
-            msg = f"Kubernetes API at {host}: {status} {_status_message(exc) or exc.reason or ''} while trying to {doing}"
-    else:
-        msg = f"cannot reach the Kubernetes API at {host} ({_network_reason(exc)}) while trying to {doing}"
-    return InputError(_scrub(" ".join(msg.split()), _tokens_of(getattr(api_client, "configuration", None))))
-
-
-def _status_message(exc: Any) -> str:
-    try:
-        body = json.loads(exc.body)
-    except (TypeError, ValueError):
-        return ""
-    return str(body.get("message", "")) if isinstance(body, dict) else ""
-
-
-def _network_reason(exc: BaseException) -> str:
-    import ssl
-
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, ssl.SSLError):
-            return f"TLS error: {str(cur).splitlines()[0][:160]}"
-        if isinstance(cur, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(cur, TimeoutError) or "Timeout" in type(cur).__name__:
-            return "timed out"
-        if "NameResolution" in type(cur).__name__ or "gaierror" in type(cur).__name__:
-            return "host name not resolved"
-        reason = getattr(cur, "reason", None)
-        cur = reason if isinstance(reason, BaseException) else (cur.__cause__ or cur.__context__)
-    text = str(exc).lower()
-    if "refused" in text:
-        return "connection refused"
-    return type(exc).__name__
-
-
-def _is_network_error(exc: BaseException) -> bool:
-    import urllib3
-
-    return isinstance(exc, urllib3.exceptions.HTTPError | OSError)
-
-
-# --------------------------------------------------------------------------- stop conditions
-
-
-def all_terminated(*, steps: Iterable[str] = (), min_pods: int = 1) -> Callable[[Rows], bool]:
-    """Stop when ``min_pods`` pods were seen, all are done, and each of ``steps`` has a done pod.
-
-    Between two steps every pod may be done while the next is not yet created: pass the
-    pipeline's step names (or call :meth:`PodWatcher.stop` when the orchestrator reports the
-    run finished) so the watch does not end early.
-    """
-    wanted = set(steps)
-
-    def done(rows: Rows) -> bool:
-        if len(rows) < min_pods or not all(is_terminal(r) for r in rows):
-            return False
-        have = {r["step"] for r in rows if r.get("role") != "driver" and is_terminal(r)}
-        return wanted <= have
-
-    done.requires_all_terminal = True  # type: ignore[attr-defined]  # lets the watcher skip the analysis
-    return done
 
 
 # --------------------------------------------------------------------------- the watcher
@@ -261,7 +80,7 @@ def _rv_int(obj: Mapping[str, Any]) -> int | None:
 class PodWatcher:
     """Watches the pods of run group ``run_group`` in ``namespace``; :meth:`run` returns their rows.
 
-    ``api_client`` is a ``kubernetes.client.ApiClient`` (see :func:`build_api_client`).
+    ``api_client`` is a ``kubernetes.client.ApiClient`` (see :func:`~llmpack.k8s.api.build_api_client`).
     ``kfp_runs`` (KFP run id -> pipeline_run, or just run ids) adds a second watch for the pods
     of those KFP runs, drivers and executors: KFP pod labels are fixed at compile time, so KFP
     pods carry no ``llmpack.io/run-group``; KFP sets ``pipeline/runid`` on them, and the run id
@@ -345,7 +164,7 @@ class PodWatcher:
         return rows
 
     def nodes(self) -> list[dict[str, Any]]:
-        """Facts of every node our pods ran on (:func:`~llmpack.k8s.podphases.node_facts`),
+        """Facts of every node our pods ran on (:func:`~llmpack.k8s.slim.node_facts`),
         ``removed`` filled in from a re-read that found the node gone."""
         with self._lock:
             nodes = list(self._nodes.values())
@@ -500,7 +319,7 @@ class PodWatcher:
                 return
             raise api_error(exc, self.api_client, f"read namespace {self.namespace!r}") from None
         except Exception as exc:
-            if _is_network_error(exc):
+            if is_network_error(exc):
                 raise api_error(exc, self.api_client, f"read namespace {self.namespace!r}") from None
             raise
 
@@ -536,7 +355,7 @@ class PodWatcher:
         try:
             items, rv = self._list_pods(selector)
         except Exception as exc:
-            if _is_network_error(exc) or type(exc).__name__ == "ApiException":
+            if is_network_error(exc) or type(exc).__name__ == "ApiException":
                 raise api_error(exc, self.api_client, f"list pods in namespace {self.namespace!r}") from None
             raise
         with self._lock:
@@ -566,8 +385,7 @@ class PodWatcher:
             return
         for name in wanted:
             try:
-                resp = self._core().read_node(name, _preload_content=False, _request_timeout=self._timeout())
-                node = slim_node(_read_json(resp))
+                node = self._read_node(name)
             except ApiException as exc:
                 if exc.status == 403:
                     self._nodes_denied = True
@@ -581,10 +399,8 @@ class PodWatcher:
                     continue
                 self.warnings.append(f"node {name}: {exc.status} {exc.reason}")
                 continue
-            except Exception as exc:
-                if _is_network_error(exc):
-                    continue  # try again on the next round
-                raise
+            if node is None:
+                continue  # unreachable: try again on the next round
             with self._lock:
                 self._nodes[name] = node
 
@@ -597,19 +413,26 @@ class PodWatcher:
                            if n not in self._nodes_gone and node_facts(node)["removed"] is None)
         for name in names:
             try:
-                resp = self._core().read_node(name, _preload_content=False, _request_timeout=self._timeout())
-                node = slim_node(_read_json(resp))
+                node = self._read_node(name)
             except ApiException as exc:
                 if exc.status == 404:
                     with self._lock:
                         self._nodes_gone.setdefault(name, time.time())
                 continue  # 403 and others: keep what was read
-            except Exception as exc:
-                if _is_network_error(exc):
-                    continue
-                raise
+            if node is None:
+                continue
             with self._lock:
                 self._nodes[name] = node
+
+    def _read_node(self, name: str) -> dict[str, Any] | None:
+        """The node, slimmed; None when the API could not be reached (an API error is raised)."""
+        try:
+            resp = self._core().read_node(name, _preload_content=False, _request_timeout=self._timeout())
+            return slim_node(_read_json(resp))
+        except Exception as exc:
+            if is_network_error(exc):  # an ApiException is none: raised for the caller
+                return None
+            raise
 
     def _refresh_events(self) -> None:
         """Pulling/Pulled events of our pods (events expire after an hour: called periodically)."""
@@ -651,7 +474,7 @@ class PodWatcher:
                 return  # continue token expired; the next refresh starts over
             self.warnings.append(f"events: {exc.status} {exc.reason}")
         except Exception as exc:
-            if not _is_network_error(exc):
+            if not is_network_error(exc):
                 raise
 
     # ------------------------------------------------------------------ state
@@ -731,17 +554,17 @@ class PodWatcher:
             except Exception as exc:
                 if self._stopping:
                     return
-                if not _is_network_error(exc) or not self._retry(exc, failures := failures + 1):
+                if not is_network_error(exc) or not self._retry(exc, failures := failures + 1):
                     self._fail(
                         api_error(exc, self.api_client, f"watch pods in namespace {self.namespace!r}")
-                        if _is_network_error(exc)
+                        if is_network_error(exc)
                         else exc
                     )
                     return
 
     def _retry(self, exc: BaseException, failures: int) -> bool:
         if failures > self.max_failures:
-            if _is_network_error(exc) or type(exc).__name__ == "ApiException":
+            if is_network_error(exc) or type(exc).__name__ == "ApiException":
                 self._fail(api_error(exc, self.api_client, f"watch pods in namespace {self.namespace!r}"))
             else:
                 self._fail(exc)

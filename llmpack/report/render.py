@@ -1,0 +1,327 @@
+"""The report rendered: report.md, a self-contained report.html, report.json, and where they go.
+
+:func:`write_report` computes the facts (:mod:`llmpack.report.facts`), draws the charts
+(:mod:`llmpack.report.charts`) and writes every file into a temp directory renamed into place,
+so a reader never sees half a report; :func:`new_report_dir`, :func:`check_report_parent` and
+:func:`link_latest` decide where it goes and keep ``latest`` pointing at the newest.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from components.errors import InputError
+from components.fusion import path_of
+from llmpack.report.charts import chart_boxes, chart_cost, chart_timeline, path_colour
+from llmpack.report.facts import break_even, cost_split, gpu_steps, report_facts, retry_lines, summary_sentence
+
+TABLE_COLUMNS = (
+    ("spinup_s", "spin-up s"),
+    ("time_to_first_step_s", "to first step s"),
+    ("total_s", "total s"),
+    ("pipeline_overhead_s", "overhead s"),
+    ("tokens_per_s", "tokens/s"),
+    ("cost_usd", "cost $"),
+    ("usd_per_1m_tokens", "$/1M tokens"),
+    ("goodput", "goodput"),
+)
+
+
+def _num(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and v != 0 and abs(v) < 10**-digits:
+        return f"{v:.3g}"
+    return f"{v:,.{digits}f}" if isinstance(v, float) else str(v)
+
+
+def _cell(stats: dict[str, Any], with_p90: bool) -> str:
+    if not stats or stats.get("p50") is None:
+        return "-"
+    text = _num(stats["p50"])
+    if with_p90 and stats["n"] > 1:
+        text += f" / {_num(stats['p90'])}"
+    return text
+
+
+def _cost_lines(result: dict[str, Any], splits: dict[str, dict[str, float] | None]) -> list[tuple[str, str]]:
+    """Per path: median compute and overhead cost per run, and the overhead share."""
+    from llmpack.compare import quantity
+
+    out = []
+    for orch in result.get("backends") or dict.fromkeys(path_of(r) for r in result["runs"]):
+        mine = [splits[r["pipeline_run"]] for r in result["runs"] if path_of(r) == orch and splits.get(r["pipeline_run"])]
+        if not mine:
+            continue
+        compute = statistics.median(s["compute_usd"] for s in mine)
+        overhead = statistics.median(s["overhead_usd"] for s in mine)
+        share = overhead / (compute + overhead) if compute + overhead else 0.0
+        out.append((orch, f"compute {quantity(compute, '$')} + overhead {quantity(overhead, '$')} per run "
+                          f"({share:.0%} overhead; medians, n={len(mine)})"))
+    return out
+
+
+def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
+             splits: dict[str, dict[str, float] | None]) -> str:
+    from llmpack.compare import gang_rows
+
+    summary = result["summary"]
+    lines = [
+        f"# llmpack comparison — run group `{result['run_group']}`",
+        "",
+        sentence,
+        "",
+        f"Mode: {facts['mode']} · GPU: {facts['gpu_count']}x {facts['gpu_type']} · price: ${facts['price_per_gpu_hour']}/GPU-hour "
+        f"({facts['price_source']}) · {facts['cost_note']}.",
+        "",
+        "## Verdicts against the baseline" + (f" ({result.get('baseline')})" if result.get("baseline") else ""),
+        "",
+    ]
+    for per_path in result.get("verdicts", {}).values():
+        lines += [f"- {e['text']}" for e in per_path.values()]
+    lines += [
+        "",
+        f"Method: {result.get('verdict_method', '')}.",
+        "",
+        f"Cells are p50 / p90 over n runs ({result['percentile_method']}); p99 needs n >= 10 and is "
+        "reported in report.json only when estimated.",
+        "",
+        "| orchestrator | n | " + " | ".join(h for _, h in TABLE_COLUMNS) + " |",
+        "|---|---|" + "---|" * len(TABLE_COLUMNS),
+    ]
+    for orch, stats in summary.items():
+        n = stats["total_s"]["n"]
+        lines.append(f"| {orch} | {n} | " + " | ".join(_cell(stats.get(k, {}), True) for k, _ in TABLE_COLUMNS) + " |")
+    gangs = gang_rows(result)
+    if gangs:
+        lines += ["", "## Gang and queue", "", "Multi-node finetune (a TrainJob gang) on a cluster; p50 / p90 seconds.", "",
+                  "| measure | " + " | ".join(f"{orch} (n)" for orch in summary) + " |", "|---|" + "---|" * len(summary)]
+        for label, per_path in gangs:
+            cells = [f"{_cell(per_path[o], True)} ({per_path[o]['n']})" if o in per_path else "-" for o in summary]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    failed = [r for r in result["runs"] if r["status"] != "succeeded"]
+    if failed:
+        lines += ["", "## Failed runs", ""]
+        lines += [f"- **{r['orchestrator']}** `{r['pipeline_run']}`: {r.get('error') or r['status']}" for r in failed]
+    lines += ["", "## What the money went on", ""]
+    lines += [f"- **{o}**: {text}" for o, text in _cost_lines(result, splits)] or ["- no priced runs"]
+    retries = retry_lines(result["runs"])
+    if retries:
+        lines += ["", "## Retried attempts", "", "Every attempt is billed: these are in the runs' cost, GPU-hours and goodput.", ""]
+        lines += [f"- **{o}** {text}" for o, text in retries]
+    lines += ["", "## Break-even", "", be["sentence"] if be else "No control-plane costs given (use --control-plane-cost kfp=USD ...)."]
+    lines += [
+        "",
+        "## Charts",
+        "",
+        "![timeline](timeline.png)",
+        "",
+        "![spin-up and time to first step](spinup_boxplot.png)",
+        "",
+        "![cost per run](cost_per_run.png)",
+        "",
+        "Cost: GPU count x billed seconds (container start, or process start locally, to finish) x price per GPU-hour / 3600; "
+        "compute = each GPU step's model loaded to finished, overhead = the rest of the billed time.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _card(label: str, unit: str, per_path: dict[str, dict[str, Any]]) -> str:
+    """One headline card: per path, its median, Δ vs baseline with the CI, n, and the verdict."""
+    from llmpack.compare import quantity
+
+    rows = []
+    for orch, e in per_path.items():
+        if e["verdict"] in ("baseline", "no baseline"):
+            delta = "baseline" if e["verdict"] == "baseline" else ""
+        elif e["delta"] is None:
+            delta = "—"
+        else:
+            ci = f" <span class=ci>95% CI [{quantity(e['ci95'][0], unit, signed=True)}, {quantity(e['ci95'][1], unit, signed=True)}]</span>" \
+                if e["ci95"] else ""
+            delta = f"Δ {quantity(e['delta'], unit, signed=True)}{ci}"
+        verdict = e["verdict"] if e["verdict"] not in ("baseline", "no baseline") else ""
+        strong = " strong" if verdict in ("faster", "slower", "cheaper", "costlier") else ""
+        rows.append(
+            f"<tr><th>{_badge(orch)}</th><td class=v>{html.escape(quantity(e['value'], unit))}</td>"
+            f"<td class=d>{delta}</td><td class=n>n={e['n']}</td><td class='w{strong}'>{html.escape(verdict)}</td></tr>")
+    return f'<div class="card"><div class="label">{html.escape(label)}</div><table class="ct">{"".join(rows)}</table></div>'
+
+
+def _badge(orch: str | None) -> str:
+    if not orch:
+        return "—"
+    return f'<span class="badge" style="background:{path_colour(orch)}">{html.escape(orch)}</span>'
+
+
+def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
+              charts: dict[str, Path], splits: dict[str, dict[str, float] | None]) -> str:
+    from llmpack.compare import HEADLINES, gang_rows
+
+    summary = result["summary"]
+
+    def img(name: str) -> str:
+        data = base64.b64encode(charts[name].read_bytes()).decode()
+        return f'<img alt="{name}" src="data:image/png;base64,{data}">'
+
+    rows = []
+    for orch, stats in summary.items():
+        cells = "".join(f"<td>{html.escape(_cell(stats.get(k, {}), True))}</td>" for k, _ in TABLE_COLUMNS)
+        rows.append(f"<tr><th>{_badge(orch)}</th><td>{stats['total_s']['n']}</td>{cells}</tr>")
+    failed = "".join(
+        f"<li>{_badge(r['orchestrator'])} <code>{html.escape(r['pipeline_run'])}</code>: {html.escape(str(r.get('error')))}</li>"
+        for r in result["runs"]
+        if r["status"] != "succeeded"
+    )
+    verdicts = result.get("verdicts", {})
+    cards = "".join(_card(h.label, h.unit, verdicts[h.metric]) for h in HEADLINES if h.metric in verdicts)
+    costs = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in _cost_lines(result, splits))
+    retries = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in retry_lines(result["runs"]))
+    if retries:
+        retries = ("<h2>Retried attempts</h2><p class=note>Every attempt is billed: these are in the runs' cost, "
+                   f"GPU-hours and goodput.</p><ul>{retries}</ul>")
+    gangs = "".join(
+        f"<tr><th>{html.escape(label)}</th>"
+        + "".join(f"<td>{html.escape(_cell(per_path[o], True))} <span class=note>n={per_path[o]['n']}</span></td>"
+                  if o in per_path else "<td>-</td>" for o in summary) + "</tr>"
+        for label, per_path in gang_rows(result))
+    if gangs:
+        gangs = ("<h2>Gang and queue</h2><p class=note>Multi-node finetune (a TrainJob gang) on a cluster; "
+                 "p50 / p90 seconds.</p><table class=num><tr><th>measure</th>"
+                 + "".join(f"<th>{_badge(o)}</th>" for o in summary) + f"</tr>{gangs}</table>")
+    baseline = result.get("baseline")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>llmpack comparison {html.escape(result['run_group'])}</title>
+<style>
+body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}}
+.summary{{font-size:1.15em;line-height:1.45;background:#f6f8fa;border-left:4px solid #1f77b4;padding:.8em 1em;margin:1em 0}}
+.facts{{display:flex;flex-wrap:wrap;gap:.4em 1.5em;color:#444;font-size:.95em;margin:.5em 0}} .facts b{{color:#222}}
+.hero{{display:grid;grid-template-columns:repeat(auto-fit,minmax(440px,1fr));gap:1em;margin:1em 0}}
+.card{{border:1px solid #ddd;border-radius:8px;padding:.8em 1em;min-width:0}}
+.card .label{{color:#555;font-size:.95em;font-weight:600;margin-bottom:.4em}}
+.ct{{width:100%;border-collapse:collapse;font-size:.9em}} .ct td,.ct th{{border:0;padding:.25em .4em;text-align:left;vertical-align:top}}
+.ct th,.ct td.v,.ct td.n,.ct td.w{{white-space:nowrap}} .ct td.v{{font-weight:600;text-align:right}} .ct td.n{{color:#666}}
+.ct td.d{{width:100%}} .ci{{display:block;color:#666;font-size:.85em}}
+.ct td.w{{color:#666}} .ct td.w.strong{{color:#111;font-weight:700}}
+.badge{{color:#fff;border-radius:4px;padding:.1em .45em;font-weight:600;display:inline-block}}
+table.num{{border-collapse:collapse;width:100%;font-size:.9em}}
+table.num td,table.num th{{border-bottom:1px solid #eee;padding:.35em .5em;text-align:right}} table.num th:first-child{{text-align:left}}
+img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
+</style></head><body>
+<h1>llmpack comparison</h1>
+<p class="summary">{html.escape(sentence)}</p>
+<div class="facts"><span>mode <b>{html.escape(facts['mode'])}</b></span>
+<span>GPU <b>{html.escape(facts['gpu_count'])}&times; {html.escape(facts['gpu_type'])}</b></span>
+<span>price <b>${html.escape(facts['price_per_gpu_hour'])}/GPU-hour</b></span>
+<span>price source <b>{html.escape(facts['price_source'])}</b></span>
+<span>baseline <b>{html.escape(baseline or 'none')}</b></span>
+<span>run group <code>{html.escape(result['run_group'])}</code></span></div>
+<p class="note">{html.escape(facts['cost_note'])}.</p>
+<div class="hero">{cards}</div>
+<p class="note">Δ = median of the path − median of the baseline, [95% CI]. {html.escape(result.get('verdict_method', ''))}.</p>
+{img('timeline')}
+{img('spinup_boxplot')}
+<h2>What the money went on</h2>
+<ul>{costs or '<li>no priced runs</li>'}</ul>
+{retries}
+{img('cost_per_run')}
+<h2>Break-even</h2><p>{html.escape(be['sentence']) if be else 'No control-plane costs given (use --control-plane-cost kfp=USD ...).'}</p>
+<h2>Numbers</h2>
+<p class="note">p50 / p90 ({html.escape(result['percentile_method'])}); p99 only with n &ge; 10 (see report.json).</p>
+<table class="num"><tr><th>orchestrator</th><th>n</th>{''.join(f'<th>{html.escape(h)}</th>' for _, h in TABLE_COLUMNS)}</tr>
+{''.join(rows)}</table>
+{gangs}
+{('<h2>Failed runs</h2><ul>' + failed + '</ul>') if failed else ''}
+</body></html>
+"""
+
+
+def new_report_dir(parent: Path, run_group: str, now: float | None = None) -> Path:
+    """``PARENT/<UTC yyyymmdd-HHMMSS>-<run group>``: every compare gets its own report, none is replaced."""
+    import time
+
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    path = Path(parent) / f"{stamp}-{run_group}"
+    i = 1
+    while path.exists():
+        i += 1
+        path = Path(parent) / f"{stamp}-{run_group}-{i}"
+    return path
+
+
+def check_report_parent(parent: Path, flag: str) -> None:
+    """Before any run: the report parent is a directory we can write in (or can be created)."""
+    parent = Path(parent)
+    if parent.exists() and not parent.is_dir():
+        raise InputError(f"{flag} {parent}: exists and is not a directory")
+    probe = next((p for p in [parent, *parent.resolve().parents] if p.exists()), None)
+    if probe is None or not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"{flag} {parent}: cannot write a report there (no write permission)")
+
+
+def link_latest(parent: Path, report_dir: Path) -> None:
+    """``PARENT/latest`` points at the newest report (a relative symlink, replaced atomically)."""
+    link = Path(parent) / "latest"
+    tmp = Path(parent) / f".latest-{os.getpid()}"
+    try:
+        if tmp.is_symlink():
+            tmp.unlink()
+        os.symlink(report_dir.name, tmp)
+        os.replace(tmp, link)
+    except OSError:  # a file system without symlinks: the printed path is enough
+        if tmp.is_symlink():
+            tmp.unlink()
+
+
+def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str, float] | None = None, *,
+                 replace: bool = False) -> Path:
+    """Write the whole report into ``out_dir`` atomically (a temp dir renamed at the end).
+
+    An existing report there is replaced only with ``replace=True``; a directory that is not a
+    report is never touched.
+    """
+    out_dir = Path(out_dir).resolve()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"report directory {out_dir}: exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        if not (out_dir / "report.json").exists():
+            raise InputError(f"report directory {out_dir}: not empty and not an llmpack report; choose another")
+        if not replace:
+            raise InputError(f"report directory {out_dir}: holds a report already; choose another")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    try:
+        runs = result["runs"]
+        be = break_even(runs, control_plane) if control_plane else None
+        steps = gpu_steps()
+        splits = {r["pipeline_run"]: cost_split(r, steps) for r in runs}
+        facts = report_facts(result)
+        sentence = summary_sentence(result, be)
+        charts = {"timeline": tmp / "timeline.png", "spinup_boxplot": tmp / "spinup_boxplot.png", "cost_per_run": tmp / "cost_per_run.png"}
+        chart_timeline(runs, charts["timeline"])
+        chart_boxes(runs, charts["spinup_boxplot"])
+        chart_cost(runs, charts["cost_per_run"], splits)
+        full = {**result, "summary_sentence": sentence, "facts": facts, "cost_split": splits, "break_even": be}
+        (tmp / "report.json").write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n")
+        (tmp / "report.md").write_text(markdown(result, facts, sentence, be, splits))
+        (tmp / "report.html").write_text(html_page(result, facts, sentence, be, charts, splits))
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+            os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
