@@ -17,9 +17,9 @@ so runs do not compete for GPUs). Per run:
    are uploaded to the run's MLflow record (idempotent keys);
 4. the run's records are read back from MLflow (on a cluster the steps log their own
    ``process_started``, ``model_loaded``, ``first_step``, ``finished`` and ``metric.*`` there),
-   the DESIGN.md metrics are derived and logged with the tags.
+   the metrics of docs/telemetry-and-cost.md are derived and logged with the tags.
 
-Decisions (where DESIGN.md is silent):
+Decisions (recorded in docs/decisions.md too):
 
 - ``total_s`` ends at the last thing the run did that the cluster or the steps timestamped
   (the latest pod container finish or step ``finished``), not when this client's poll noticed

@@ -5,7 +5,7 @@ The sequence is the same for every backend, which is what makes them comparable:
 1. validate every input before anything is written (bad input: one line, exit 2);
 2. create the pipeline run's MLflow record with its tags, take ``submitted_at``;
 3. hand the pipeline to the backend (direct, kfp.local, the Argo local executor, ``mlflow run``);
-4. read every step's JSONL events, derive the DESIGN.md metrics and cost, log them to MLflow;
+4. read every step's JSONL events, derive the metrics of docs/telemetry-and-cost.md and cost, log them to MLflow;
 5. move the staging directory to its final name (``<pipeline_run>`` or ``<pipeline_run>.failed``).
 
 A tracking outage never holds up training. At the start the store is asked once (no retries);

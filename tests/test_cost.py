@@ -1,4 +1,4 @@
-"""Price lookup order and the cost formulas of DESIGN.md."""
+"""Price lookup order and the cost formulas of docs/telemetry-and-cost.md."""
 
 from __future__ import annotations
 

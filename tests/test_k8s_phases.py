@@ -185,7 +185,7 @@ def test_to_step_records_kfp_finetune(rows):
     assert records[0].key == f"{KFP_RUN}/finetune/event/pod_created"
     assert records[0] == make_record(ctx, "event", "finetune", "pod_created", ts("09:00:14"))
 
-    # Into the DESIGN.md metrics, with the step's own events.
+    # Into the metrics of docs/telemetry-and-cost.md, with the step's own events.
     steps = group_by_step([*records, make_record(ctx, "event", "finetune", "finished", ts("09:31:07"))])
     metrics = derive_metrics(steps, submitted_at=ctx.submitted_at)
     assert metrics["queue_s"] == 207.0

@@ -5,7 +5,7 @@ so its commands work as typed from the repository root and leave their outputs (
 compiled files, artifacts) in that directory. The cluster endpoints point at the loopback
 stand-ins (KFP API, Argo Server, Kubernetes API) that speak the real wire protocols. After the
 blocks ran, the MLflow store must hold the record the local run left: closed by the pipeline's own
-summarizing task, with the DESIGN.md metrics and cost tags, and nothing left RUNNING.
+summarizing task, with the metrics of docs/telemetry-and-cost.md and cost tags, and nothing left RUNNING.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Each path runs it once, whether the steps succeeded or failed: KFP as the ``dsl.
 task, Argo as ``spec.onExit``, MLflow in ``main``'s final block, ``direct`` after its last step.
 It reads the run's step records (the JSONL files under ``LLMPACK_RECORDS_DIR`` when the run's
 artifacts are on this machine, and the ``event.*`` / ``metric.*`` values steps logged to the
-MLflow record), derives every DESIGN.md metric and cost tag with :func:`summarize` — the one
+MLflow record), derives every metric (docs/telemetry-and-cost.md) and cost tag with :func:`summarize` — the one
 function ``llmpack`` itself uses — logs them on the pipeline's record and ends it FINISHED,
 FAILED or KILLED.
 

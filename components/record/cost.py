@@ -1,4 +1,4 @@
-"""GPU prices and the cost formulas of DESIGN.md.
+"""GPU prices and the cost formulas of docs/telemetry-and-cost.md.
 
 Price per GPU-hour, first found wins: the ``--price-per-gpu-hour`` flag, the
 ``LLMPACK_PRICE_PER_GPU_HOUR`` env var, a user price YAML (``--price-file`` or

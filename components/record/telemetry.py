@@ -1,6 +1,6 @@
 """Telemetry: the events every step emits, the JSONL sink, and the derived metrics.
 
-The contract (see DESIGN.md): every record carries ``run_group``, ``pipeline_run``,
+The contract (see docs/telemetry-and-cost.md): every record carries ``run_group``, ``pipeline_run``,
 ``orchestrator`` and ``mode``; times are UTC epoch seconds as floats; each record has an
 idempotency ``key`` so that uploading a JSONL file twice never duplicates anything.
 
@@ -301,7 +301,7 @@ def derive_metrics(
     submitted_at: float,
     finished_at: float | None = None,
 ) -> dict[str, float | None]:
-    """The timing metrics of DESIGN.md from per-step events. Cost is added by :mod:`cost`."""
+    """The timing metrics of docs/telemetry-and-cost.md from per-step events. Cost is added by :mod:`cost`."""
     train = steps.get(TRAIN_STEP) or StepTimes(step=TRAIN_STEP, events={}, metrics={})
     ev = steps.get(EVAL_STEP) or StepTimes(step=EVAL_STEP, events={}, metrics={})
     finishes = [s.events["finished"] for s in steps.values() if "finished" in s.events]

@@ -9,7 +9,7 @@ names), never a re-authored copy, with the run's parameters: the user's (``model
 run (:func:`run_context`).
 
 Also here: the run ids (DNS-1123 labels, generated when not given), the per-run Kubernetes labels,
-the DESIGN.md cost tags of the pipeline as compiled, and the pipeline run's MLflow record.
+the cost tags (docs/telemetry-and-cost.md) of the pipeline as compiled, and the pipeline run's MLflow record.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def user_parameters(pipe: Pipeline, params: Mapping[str, Any] | None) -> dict[st
 
 
 def cost_tags(pipe: Pipeline, price_per_gpu_hour: str | None, price_file: str | None) -> dict[str, str]:
-    """The cost tags of DESIGN.md for the pipeline as compiled (an unknown price is reported as unknown)."""
+    """The cost tags (docs/telemetry-and-cost.md) for the pipeline as compiled (an unknown price is reported as unknown)."""
     from components.record.close import gpu_uses
 
     uses = gpu_uses(pipe)

@@ -9,7 +9,7 @@ SIGTERM/SIGINT to it, records ``finished`` when every rank has exited, and uploa
 records once. Each rank is ``components.run`` again, seeing torchrun's ``RANK``/``WORLD_SIZE``:
 it runs the step function with a :class:`World` of its own.
 
-Telemetry of a distributed step (DESIGN.md's events, with ranks):
+Telemetry of a distributed step (docs/telemetry-and-cost.md's events, with ranks):
 
 * every rank records ``process_started.rank<R>``, ``model_loaded.rank<R>``,
   ``first_step.rank<R>`` and ``finished.rank<R>`` (R from 0);

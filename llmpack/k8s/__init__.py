@@ -16,7 +16,7 @@ Nothing heavy is imported here, so ``import llmpack.k8s`` stays fast.
 
 from __future__ import annotations
 
-# Pod labels the pack sets on every step pod (DESIGN.md: "Pod labels use the llmpack.io/ prefix").
+# Pod labels the pack sets on every step pod (docs/telemetry-and-cost.md: pod labels use the llmpack.io/ prefix).
 LABEL_PREFIX = "llmpack.io/"
 RUN_GROUP_LABEL = "llmpack.io/run-group"
 PIPELINE_RUN_LABEL = "llmpack.io/pipeline-run"
