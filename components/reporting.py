@@ -10,21 +10,23 @@ importing a step loads no runner, launcher or fusion code.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from components.process import startup
 from components.record.telemetry import EventLog, Record, RunContext, make_record
 
 
 class StepTelemetry:
     """The running step's telemetry; steps reach it with :func:`emit` and :func:`metric`."""
 
-    def __init__(self, ctx: RunContext, step: str, events_path: Path, rank: int | None = None) -> None:
+    def __init__(self, ctx: RunContext, step: str, events_path: Path, rank: int | None = None,
+                 on_model_loaded: Callable[[], None] | None = None) -> None:
         self.ctx = ctx
         self.step = step
         self.log = EventLog(events_path)
         self.records: list[Record] = []
         self.rank = rank  # a rank of a distributed step (components.training.distributed): its events end in .rank<R>
+        self.on_model_loaded = on_model_loaded  # the step process's hook: start-up is over (components.process.startup)
 
     def _add(self, kind: str, name: str, value: float) -> None:
         rec = make_record(self.ctx, kind, self.step, name, value)
@@ -34,8 +36,8 @@ class StepTelemetry:
     def event(self, name: str, ts: float | None = None) -> None:
         """This process's event: a rank's is ``<name>.rank<R>``, a single process's the step's own."""
         self._add("event", name if self.rank is None else f"{name}.rank{self.rank}", time.time() if ts is None else ts)
-        if name == "model_loaded":
-            startup.settle()  # start-up is over: the collector back to normal (components.process.startup)
+        if name == "model_loaded" and self.on_model_loaded is not None:
+            self.on_model_loaded()  # start-up is over: the collector back to normal
 
     def step_event(self, name: str, ts: float | None = None) -> None:
         """The step's own event, whichever rank records it."""

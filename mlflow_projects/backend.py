@@ -12,21 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components import settings
 from components.backend import Backend, ClickOption, Connection, pod_labels
 from components.dsl import Pipeline
+from mlflow_projects.settings import IMAGE, SOURCE
 
 ARTIFACT_DIR = Path("mlflow_projects")
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
-
-# Read by mlflow_projects.compiler (the compile-time image) and the generated python_env.yaml.
-IMAGE = settings.declare(settings.Setting(
-    name="LLMPACK_IMAGE", type=str, default=None,
-    doc="The docker_env image of the compiled finetune-k8s MLflow project when the pipeline's steps name several."))
-SOURCE = settings.declare(settings.Setting(
-    name="LLMPACK_SOURCE", type=str, default=None,
-    doc="The llmpack checkout `mlflow run --env-manager virtualenv` installs (python_env.yaml: file://${LLMPACK_SOURCE})."))
-
 
 @dataclass(frozen=True, kw_only=True)
 class MlflowConnection(Connection):

@@ -65,8 +65,8 @@ from components.dsl import (
 )
 from components.errors import PipelineValidationError
 from components.record.close import gpu_uses, uses_json
-from mlflow_projects.backend import IMAGE, SOURCE
 from mlflow_projects.driver import MAIN_SHIM
+from mlflow_projects.settings import IMAGE, SOURCE
 
 LOCAL_DIR = "finetune"
 K8S_DIR = "finetune-k8s"

@@ -204,7 +204,8 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
     ctx = replace(ctx, attempt=attempt)  # its records: this attempt's
     events = (gang.rank_events_file(first_out, world.rank) if world.distributed and gang.ranks_write_own_files()
               else first_out / EVENTS_FILE)  # a gang's ranks on many nodes: a file each (components.process.gang)
-    tel = reporting.begin(StepTelemetry(ctx, step.name, events, rank=world.rank if world.distributed else None))
+    tel = reporting.begin(StepTelemetry(ctx, step.name, events, rank=world.rank if world.distributed else None,
+                                        on_model_loaded=startup.settle))
     own_ends = world.distributed and world.main and not launched  # no launcher of ours (a TrainJob): rank 0 has them
     if own_ends:
         tel.step_event("process_started", started)
@@ -237,7 +238,7 @@ def _around_launcher(step: Step, ctx: RunContext, outputs: dict[str, str], launc
     first_out = Path(outputs[next(iter(step.outputs))])
     first_out.mkdir(parents=True, exist_ok=True)
     ctx = replace(ctx, attempt=telemetry.attempt_number(ctx, step.name, first_out / EVENTS_FILE))
-    tel = reporting.begin(StepTelemetry(ctx, step.name, first_out / EVENTS_FILE))
+    tel = reporting.begin(StepTelemetry(ctx, step.name, first_out / EVENTS_FILE, on_model_loaded=startup.settle))
     try:
         tel.event("process_started", started)
         if injected:
