@@ -47,7 +47,8 @@ def _tls(cfg: Any, ca_cert: str | None, insecure_skip_tls_verify: bool) -> None:
         cfg.ssl_ca_cert = str(ca_cert)
 
 
-def _from_host(host: str, token: str | None, token_file: str | None) -> Any:
+def from_host(host: str, token: str | None, token_file: str | os.PathLike[str] | None) -> Any:
+    """A configuration for the API server at ``host`` with a bearer token (given, or read from ``token_file``)."""
     from kubernetes import client
 
     if not str(host).startswith(("http://", "https://")):
@@ -100,7 +101,7 @@ def configuration(*, host: str | None = None, token: str | None = None, token_fi
     """A ``kubernetes.client.Configuration`` by the precedence above, and the namespace its kubeconfig context names."""
     namespace = None
     if host:
-        cfg = _from_host(host, token, token_file)
+        cfg = from_host(host, token, token_file)
     elif kubeconfig or context or os.environ.get("KUBECONFIG"):
         path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
         if kubeconfig and not Path(kubeconfig).expanduser().is_file():

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import InputError
+from components.servers import kube
 
 
 def build_api_client(
@@ -41,15 +42,7 @@ def build_api_client(
     from kubernetes import client, config
 
     if host:
-        if not str(host).startswith(("http://", "https://")):
-            raise InputError(f"Kubernetes host {host!r} must be an http:// or https:// URL")
-        if token_file and not token:
-            try:
-                token = Path(token_file).read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise InputError(f"{token_file}: cannot read the token file ({exc.strerror or exc})") from None
-        token = (token or "").strip().removeprefix("Bearer ").strip() or None
-        cfg = client.Configuration(host=str(host).rstrip("/"), api_key={"authorization": f"Bearer {token}"} if token else None)
+        cfg = kube.from_host(str(host), token, token_file)
         cfg.verify_ssl = verify_ssl
         if ca_cert:
             _set_ca_cert(cfg, ca_cert)
@@ -67,7 +60,7 @@ def build_api_client(
             config.load_kube_config(config_file=str(path), context=context, client_configuration=cfg, persist_config=False)
         except config.ConfigException as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid kubeconfig"
-            raise InputError(f"{path}: {_scrub(first, _tokens_of(cfg))}") from None
+            raise InputError(f"{path}: {_scrub(first, kube.secrets_of(cfg))}") from None
         except Exception as exc:  # YAML errors quote the file, which may hold credentials: name the type only
             raise InputError(f"{path}: not a usable kubeconfig ({type(exc).__name__})") from None
         if not verify_ssl:  # kubectl's --insecure-skip-tls-verify / --certificate-authority override the file
@@ -92,15 +85,6 @@ def _set_ca_cert(cfg: Any, ca_cert: str | os.PathLike[str]) -> None:
     if not Path(ca_cert).is_file():
         raise InputError(f"{ca_cert}: CA certificate file not found")
     cfg.ssl_ca_cert = str(ca_cert)
-
-
-def _tokens_of(cfg: Any) -> list[str]:
-    tokens = []
-    for value in (getattr(cfg, "api_key", None) or {}).values():
-        if value:
-            tokens.append(str(value))
-            tokens.append(str(value).removeprefix("Bearer ").strip())
-    return [t for t in tokens if len(t) >= 4]
 
 
 def _scrub(message: str, tokens: Iterable[str]) -> str:
@@ -128,7 +112,7 @@ def api_error(exc: BaseException, api_client: Any, doing: str) -> InputError:
             msg = f"Kubernetes API at {host}: {status} {_status_message(exc) or exc.reason or ''} while trying to {doing}"
     else:
         msg = f"cannot reach the Kubernetes API at {host} ({_network_reason(exc)}) while trying to {doing}"
-    return InputError(_scrub(" ".join(msg.split()), _tokens_of(getattr(api_client, "configuration", None))))
+    return InputError(_scrub(" ".join(msg.split()), kube.secrets_of(getattr(api_client, "configuration", None))))
 
 
 def _status_message(exc: Any) -> str:
