@@ -39,7 +39,7 @@ PARAM_RULES: dict[str, Rule] = {
     "builtin_size": (lambda v: v >= 2, "at least 2 (a train and an eval row)"),
     "nproc_per_node": (lambda v: 1 <= v <= 64, "between 1 and 64 (processes of finetune; torchrun above 1)"),
     "strategy": (lambda v: v in ("ddp", "fsdp"), "'ddp' or 'fsdp' (FSDP2: weights sharded over the ranks)"),
-    "max_steps": (lambda v: v >= 1, "at least 1 (a positive number of steps)"),
+    "max_steps": (lambda v: v >= 1, "a positive number of steps (at least 1)"),
     "nnodes": (lambda v: 1 <= v <= 1024, "between 1 and 1024 (nodes of finetune; a TrainJob above 1)"),
 }
 

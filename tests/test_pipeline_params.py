@@ -46,7 +46,7 @@ def test_skip_bad_rows_is_settable_from_the_cli() -> None:
 
 @pytest.mark.parametrize(("params", "expect"), [
     ({"lr": -1}, "parameter lr: -1.0 is not allowed; must be a finite number > 0"),
-    ({"max_steps": 0}, "parameter max_steps: 0 is not allowed; must be at least 1"),
+    ({"max_steps": 0}, "parameter max_steps: 0 is not allowed; must be a positive number of steps"),
     ({"max_steps": "abc"}, "parameter max_steps: 'abc' is not a valid int"),
     ({"nope": 1}, "parameter 'nope': unknown pipeline parameter"),
 ])
