@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from components.dsl import Pipeline, PipelineParamRef, Task, iter_param_args
+from components.errors import InputError
 
 STEP_MODULE = "components.run"
 
@@ -24,6 +25,17 @@ def format_value(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def parse_pairs(items: Sequence[str], flag: str, shape: str = "NAME=VALUE") -> dict[str, str]:
+    """``NAME=VALUE`` command-line items as a dict; an item without ``=`` is one InputError naming ``flag``."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InputError(f"{flag} {item!r}: expected {shape}")
+        out[key] = value
+    return out
 
 
 def task_params(task: Task, values: Mapping[str, Any]) -> dict[str, Any]:

@@ -502,14 +502,10 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
 @click.option("--json", "as_json", is_flag=True, help="One JSON list, one object per pod.")
 def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | None, kfp_runs: tuple[str, ...], as_json: bool) -> None:
     """Pod-level phases (queue, provision, image pull, container start) from kubectl dumps, offline."""
+    from components.commands import parse_pairs
     from llmpack.k8s.timeline import format_table, timeline_from_files
 
-    runs = {}
-    for item in kfp_runs:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise InputError(f"--kfp-run {item!r}: expected RUN_ID=PIPELINE_RUN")
-        runs[key] = value
+    runs = parse_pairs(kfp_runs, "--kfp-run", "RUN_ID=PIPELINE_RUN")
     rows = timeline_from_files(pods, nodes=nodes, events=events, run_group=run_group, runs=runs or None)
     echo_out(json.dumps(rows, indent=2, sort_keys=True) if as_json else format_table(rows))
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from components import reporting, settings
+from components.commands import parse_pairs
 from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step, coerce
 from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
@@ -42,16 +43,6 @@ def load_step(ref: str) -> Step:
     if not isinstance(obj, Step):
         raise InputError(f"step {ref!r}: not a @step")
     return obj
-
-
-def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise InputError(f"{flag} {item!r}: expected NAME=VALUE")
-        out[key] = value
-    return out
 
 
 def _injected_start_delay(step: Step) -> float:
@@ -120,7 +111,7 @@ def run(argv: Sequence[str]) -> int:
     # fused: per member; a rank under our launcher: the launcher slept it
     injected = 0.0 if isinstance(step, FusedStep) or distributed.under_our_launcher() else _injected_start_delay(step)
 
-    inputs, outputs, raw = _pairs(args.input, "--input"), _pairs(args.output, "--output"), _pairs(args.param, "--param")
+    inputs, outputs, raw = parse_pairs(args.input, "--input"), parse_pairs(args.output, "--output"), parse_pairs(args.param, "--param")
     known = {**step.params, **TELEMETRY_PARAMS, **RUNTIME_PARAMS}
     for key in raw:
         if key not in known:

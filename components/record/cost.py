@@ -123,23 +123,17 @@ def resolve_price(
     if user_file:
         entry = _pick(user_table, gpu_type, provider)
         if entry:
-            return Price(
-                gpu_type=gpu_type,
-                per_gpu_hour=entry["per_gpu_hour"],
-                source=f"file:{Path(user_file).name}",
-                provider=entry.get("provider", ""),
-                as_of=entry.get("as_of", ""),
-            )
+            return _entry_price(gpu_type, entry, source=f"file:{Path(user_file).name}")
     entry = _pick(shipped_table(), gpu_type, provider)
     if entry:
-        return Price(
-            gpu_type=gpu_type,
-            per_gpu_hour=entry["per_gpu_hour"],
-            source=f"{entry['source']}@{entry['as_of']}",
-            provider=entry.get("provider", ""),
-            as_of=entry["as_of"],
-        )
+        return _entry_price(gpu_type, entry, source=f"{entry['source']}@{entry['as_of']}")
     return None
+
+
+def _entry_price(gpu_type: str, entry: Mapping[str, Any], *, source: str) -> Price:
+    """The price a table row gives ``gpu_type``, credited to ``source``."""
+    return Price(gpu_type=gpu_type, per_gpu_hour=entry["per_gpu_hour"], source=source,
+                 provider=entry.get("provider", ""), as_of=entry.get("as_of", ""))
 
 
 @dataclass(frozen=True, kw_only=True)
