@@ -33,11 +33,6 @@ K8S = MLFLOW_DIR / compiler.K8S_DIR
 MLFLOW_CLI = Path(sys.executable).with_name("mlflow")
 
 
-@pytest.fixture(autouse=True)
-def _no_image_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(compiler.IMAGE_ENV, raising=False)
-
-
 def _files(directory: Path) -> dict[str, str]:
     return {p.name: p.read_text(encoding="utf-8") for p in sorted(directory.iterdir()) if p.is_file()}
 
