@@ -1,4 +1,4 @@
-"""Shared fixtures: an isolated MLflow sqlite store and helpers to run the CLI."""
+"""Shared fixtures: a clean LLMPACK_* environment, an isolated MLflow sqlite store, helpers to run the CLI."""
 
 from __future__ import annotations
 
@@ -6,9 +6,14 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from standins.loopback import LoopbackCluster
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,6 +24,32 @@ REPO = Path(__file__).resolve().parents[1]
 # child the disposition a terminal's Ctrl-C meets.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def setting_names() -> tuple[str, ...]:
+    """Every ``LLMPACK_*`` variable the pack reads: the settings registry, once every backend has declared its own."""
+    from components.settings import REGISTRY
+    from llmpack.backends import BACKENDS, backend
+
+    for name in BACKENDS:  # a backend declares its settings when imported (as llmpack.configuration.render does)
+        backend(name)
+    return tuple(sorted(REGISTRY))
+
+
+def clear_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remove every registered setting from the environment (what the developer's shell leaks in)."""
+    for name in setting_names():
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _clean_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test sees an ``LLMPACK_*`` setting it did not set itself.
+
+    Autouse and in this conftest, so it runs before every fixture a test asks for: what a test or
+    its fixtures set on purpose (``LLMPACK_MLFLOW_LOGGING=0`` for a step...) is set after it.
+    """
+    clear_settings(monkeypatch)
 
 
 @pytest.fixture(scope="session")
@@ -63,3 +94,20 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Path:
                  "--param=seq_len=64", cwd=root, env=env)
     assert r.returncode == 0, r.stderr
     return root / "tok"
+
+
+@pytest.fixture()
+def loopback_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The environment of a test that talks to the loopback cluster (``standins.loopback.isolate``)."""
+    from standins.loopback import isolate
+
+    isolate(monkeypatch, tmp_path)
+
+
+@pytest.fixture()
+def loopback(loopback_env: None, tmp_path: Path, tracking_uri: str) -> Iterator[LoopbackCluster]:
+    """The loopback cluster (the three stand-ins made one by the fake cluster), closed after the test."""
+    from standins.loopback import LoopbackCluster
+
+    with LoopbackCluster(tmp_path, tracking_uri) as c:
+        yield c

@@ -9,11 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from standins.argo_server import ArgoServerStandIn
-from standins.fake_cluster import FakeCluster
-from standins.k8s_api import KubeAPIStandIn
-from standins.kfp_api import KFPAPIStandIn
+from standins.loopback import ARGO_TOKEN, K8S_TOKEN, KFP_TOKEN, LoopbackCluster, client_env
 
 from components.errors import InputError
 from components.record import cost, tracking
@@ -21,70 +17,19 @@ from llmpack import cluster, gpu_catalogue
 from llmpack.k8s import billing
 from llmpack.report import runs_from_mlflow, write_report
 
-K8S_TOKEN = "k8s-standin-token-c1"
-KFP_TOKEN = "kfp-standin-token-c1"
-ARGO_TOKEN = "argo-standin-token-c1"
-ENV = ("KFP_HOST", "KFP_TOKEN", "KF_PIPELINES_ENDPOINT", "KF_PIPELINES_SA_TOKEN_PATH", "ARGO_SERVER", "ARGO_TOKEN",
-       "ARGO_NAMESPACE", "ARGO_SECURE", "ARGO_BASE_HREF", "KUBECONFIG", "KUBE_MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_URI",
-       "KUBERNETES_SERVICE_HOST", "LLMPACK_PRICE_PER_GPU_HOUR", "LLMPACK_PRICE_FILE", "LLMPACK_PRICE_PROVIDER")
 CLUSTER_EVENTS = ("pod_created", "pod_scheduled", "node_ready", "container_started")
 # The order they happen in for a pod that needs a new node: the scheduler binds it once the node is Ready.
 NEW_NODE_ORDER = ("pod_created", "node_ready", "pod_scheduled", "container_started")
 H200_AWS = 7.912  # components/record/prices.yaml: nvidia-h200, aws (p5en.48xlarge)
 
 
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import kfp
-
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
-
-
-class Cluster:
-    def __init__(self, tmp_path: Path, tracking_uri: str, **fake_options) -> None:
-        self.kube = KubeAPIStandIn(token=K8S_TOKEN, namespaces=("default", "llmpack", "kubeflow")).start()
-        self.kfp = KFPAPIStandIn(token=KFP_TOKEN).start()
-        self.argo = ArgoServerStandIn(token=ARGO_TOKEN).start()
-        self.kubeconfig = tmp_path / "kubeconfig"
-        self.kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "standin", "cluster": {"server": self.kube.url}}],
-            "users": [{"name": "runner", "user": {"token": K8S_TOKEN}}],
-            "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "runner", "namespace": "llmpack"}}],
-            "current-context": "standin",
-        }))
-        self.fake = FakeCluster(self.kube, kfp=self.kfp, argo=self.argo, tracking_uri=tracking_uri, **fake_options).start()
-        self.tracking_uri = tracking_uri
-
-    def options(self, **overrides) -> dict:
-        opts = dict(
-            backends="kfp,argo,mlflow",
-            params={"max_steps": 7, "seed": 3},
-            kfp={"host": self.kfp.url, "token": KFP_TOKEN},
-            argo={"host": self.argo.url, "token": ARGO_TOKEN},
-            mlflow={"kubeconfig": str(self.kubeconfig)},
-            k8s={"host": self.kube.url, "token": K8S_TOKEN},
-            tracking_uri=self.tracking_uri,
-            timeout_s=30,
-            poll_s=0.05,
-        )
-        opts.update(overrides)
-        return opts
-
-    def close(self) -> None:
-        self.fake.close()
-        for server in (self.kfp, self.argo, self.kube):
-            server.close()
+pytestmark = pytest.mark.usefixtures("loopback_env")  # tests/conftest.py: no client variable of the shell
 
 
 @pytest.fixture()
-def fake(tmp_path: Path, tracking_uri: str):
-    c = Cluster(tmp_path, tracking_uri)
-    yield c
-    c.close()
+def fake(loopback: LoopbackCluster) -> LoopbackCluster:
+    """The loopback cluster (tests/conftest.py), by the name these tests gave it."""
+    return loopback
 
 
 def finetune_pod(script) -> dict:
@@ -112,7 +57,7 @@ def expected_node_gpu_seconds(script, scale_down_delay_s: float = 600.0) -> floa
 # --------------------------------------------------------------------------- the whole comparison
 
 
-def test_compare_cluster_measures_every_path_with_the_cluster_phases(fake: Cluster, tmp_path: Path) -> None:
+def test_compare_cluster_measures_every_path_with_the_cluster_phases(fake: LoopbackCluster, tmp_path: Path) -> None:
     seen: list[tuple[str, str, float]] = []
     result = cluster.compare_cluster(**fake.options(progress=lambda *a: seen.append(a)))
     fake.fake.wait_idle()
@@ -217,7 +162,7 @@ def test_compare_cluster_measures_every_path_with_the_cluster_phases(fake: Clust
 
 
 def test_compare_cluster_bills_the_node_until_its_removal_when_seen(tmp_path: Path, tracking_uri: str) -> None:
-    c = Cluster(tmp_path, tracking_uri, scale_down_s=30)
+    c = LoopbackCluster(tmp_path, tracking_uri, scale_down_s=30)
     try:
         result = cluster.compare_cluster(**c.options(backends="argo", scale_down_delay_s=120))
         c.fake.wait_idle()
@@ -237,7 +182,7 @@ def test_compare_cluster_bills_the_node_until_its_removal_when_seen(tmp_path: Pa
 
 
 def test_one_path_refused_keeps_the_others(tmp_path: Path, tracking_uri: str) -> None:
-    fake = Cluster(tmp_path, tracking_uri)
+    fake = LoopbackCluster(tmp_path, tracking_uri)
     try:
         stdout = sys.stdout
         # Three at once; the pod watcher reaches the cluster through the MLflow path's kubeconfig.
@@ -260,7 +205,7 @@ def test_one_path_refused_keeps_the_others(tmp_path: Path, tracking_uri: str) ->
 
 
 def test_failed_step_fails_its_run_only(tmp_path: Path, tracking_uri: str) -> None:
-    fake = Cluster(tmp_path, tracking_uri, fail={"kfp": "evaluate"})
+    fake = LoopbackCluster(tmp_path, tracking_uri, fail={"kfp": "evaluate"})
     try:
         result = cluster.compare_cluster(**fake.options(backends="kfp,argo"))
         fake.fake.wait_idle()
@@ -278,7 +223,7 @@ def test_failed_step_fails_its_run_only(tmp_path: Path, tracking_uri: str) -> No
 
 
 def test_a_run_that_does_not_finish_times_out(tmp_path: Path, tracking_uri: str) -> None:
-    fake = Cluster(tmp_path, tracking_uri)
+    fake = LoopbackCluster(tmp_path, tracking_uri)
     fake.fake.close()  # nothing plays the Workflow: it stays Running
     try:
         result = cluster.compare_cluster(**fake.options(backends="argo", timeout_s=0.5))
@@ -298,7 +243,7 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_bad_input_is_one_line_before_anything_is_submitted(fake: Cluster) -> None:
+def test_bad_input_is_one_line_before_anything_is_submitted(fake: LoopbackCluster) -> None:
     cases = [
         ({"backends": "kfp,direct"}, "cannot run on a cluster"),
         ({"repeats": 0}, "--repeats"),
@@ -381,12 +326,11 @@ def test_timeline_draws_the_provisioning_of_a_new_node() -> None:
 # --------------------------------------------------------------------------- through the CLI
 
 
-def test_the_cli_compare_cluster_writes_a_report_with_cluster_phases(fake: Cluster, tmp_path: Path) -> None:
-    import os
+def test_the_cli_compare_cluster_writes_a_report_with_cluster_phases(fake: LoopbackCluster, tmp_path: Path) -> None:
     import subprocess
 
     report = tmp_path / "report"
-    env = {k: v for k, v in os.environ.items() if k not in ENV}
+    env = client_env()
     env.update(KFP_TOKEN=KFP_TOKEN, ARGO_TOKEN=ARGO_TOKEN, HOME=str(tmp_path / "home"))
     r = subprocess.run(
         [sys.executable, "-m", "llmpack", "compare", "--cluster", "--backends", "kfp,argo,mlflow", "--max-steps", "7",

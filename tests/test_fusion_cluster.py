@@ -9,28 +9,17 @@ pre-pulled, the pod watcher's ``image_pull_s`` of the GPU pod is 0.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from standins.argo_server import ArgoServerStandIn
-from standins.fake_cluster import STEPS, FakeCluster, fused_members
-from standins.k8s_api import KubeAPIStandIn
-from standins.kfp_api import KFPAPIStandIn
+from standins.fake_cluster import STEPS, fused_members
+from standins.loopback import ARGO_TOKEN, K8S_TOKEN, PARAMS, LoopbackCluster, client_env
 
 from llmpack import cluster, submit
 from llmpack.compile import compile_all
 from llmpack.k8s.podphases import orchestrator_of, role_of
 
-K8S_TOKEN = "k8s-standin-token-f1"
-KFP_TOKEN = "kfp-standin-token-f1"
-ARGO_TOKEN = "argo-standin-token-f1"
-ENV = ("KFP_HOST", "KFP_TOKEN", "KF_PIPELINES_ENDPOINT", "KF_PIPELINES_SA_TOKEN_PATH", "ARGO_SERVER", "ARGO_TOKEN",
-       "ARGO_NAMESPACE", "ARGO_SECURE", "ARGO_BASE_HREF", "KUBECONFIG", "KUBE_MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_URI",
-       "KUBERNETES_SERVICE_HOST", "LLMPACK_IMAGE", "LLMPACK_PRICE_PER_GPU_HOUR", "LLMPACK_PRICE_FILE",
-       "LLMPACK_PRICE_PROVIDER")
 MODES = ("none", "gpu", "all")
 # What each compiled variant runs: pod (task) -> the authored steps it runs, in order.
 TASKS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -40,17 +29,7 @@ TASKS: dict[str, dict[str, tuple[str, ...]]] = {
     "all": {"all-steps": STEPS},
 }
 GPU_PODS = {"none": {"finetune", "evaluate"}, "gpu": {"finetune-evaluate"}, "all": {"all-steps"}}
-PARAMS = {"max_steps": 7, "seed": 3}
-
-
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import kfp
-
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
+pytestmark = pytest.mark.usefixtures("loopback_env")  # tests/conftest.py: no client variable of the shell
 
 
 @pytest.fixture(scope="module")
@@ -61,69 +40,6 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         out[mode] = tmp_path_factory.mktemp(f"fuse-{mode}") / "compiled"
         compile_all(out[mode], fuse=mode)
     return out
-
-
-class LoopbackCluster:
-    """The three stand-ins made one cluster by :class:`FakeCluster` (as in test_compare_cluster)."""
-
-    def __init__(self, tmp_path: Path, tracking_uri: str, **fake_options: Any) -> None:
-        self.kube = KubeAPIStandIn(token=K8S_TOKEN, namespaces=("default", "llmpack", "kubeflow")).start()
-        self.kfp = KFPAPIStandIn(token=KFP_TOKEN).start()
-        self.argo = ArgoServerStandIn(token=ARGO_TOKEN).start()
-        self.kubeconfig = tmp_path / "kubeconfig"
-        self.kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "standin", "cluster": {"server": self.kube.url}}],
-            "users": [{"name": "runner", "user": {"token": K8S_TOKEN}}],
-            "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "runner", "namespace": "llmpack"}}],
-            "current-context": "standin",
-        }))
-        self.tracking_uri = tracking_uri
-        self.fake = FakeCluster(self.kube, kfp=self.kfp, argo=self.argo, tracking_uri=tracking_uri,
-                                **fake_options).start()
-
-    def connection(self, orchestrator: str) -> dict[str, Any]:
-        return {"kfp": {"host": self.kfp.url, "token": KFP_TOKEN},
-                "argo": {"host": self.argo.url, "token": ARGO_TOKEN, "namespace": "llmpack"},
-                "mlflow": {"kubeconfig": str(self.kubeconfig)}}[orchestrator]
-
-    def run(self, orchestrator: str, compiled: Path) -> dict[str, Any]:
-        """Submit one compiled variant through the real client, wait for its end; the summary."""
-        artifact = {"kfp": {"package_path": str(compiled / "kfp_pipelines" / "finetune.yaml")},
-                    "argo": {"workflow_path": str(compiled / "argo_workflows" / "finetune.yaml")},
-                    "mlflow": {"project_dir": str(compiled / "mlflow_projects" / "finetune-k8s")}}[orchestrator]
-        summary = submit.submit(orchestrator, params=PARAMS, tracking_uri=self.tracking_uri,
-                                **self.connection(orchestrator), **artifact)
-        done = submit.wait_for_completion(summary, **self.connection(orchestrator), poll_s=0.02, timeout_s=30)
-        assert done["status"] == "succeeded", done
-        self.fake.wait_idle()
-        return summary
-
-    def pods(self, orchestrator: str, summary: dict[str, Any]) -> list[dict[str, Any]]:
-        """The run's pods as the Kubernetes API lists them (KFP: by the run id KFP puts on its pods)."""
-        from kubernetes import client
-
-        from llmpack.k8s.api import build_api_client
-
-        core = client.CoreV1Api(build_api_client(host=self.kube.url, token=K8S_TOKEN))
-        if orchestrator == "kfp":
-            ns, selector = "kubeflow", f"pipeline/runid={summary['run_id']}"
-        else:
-            ns, selector = "llmpack", f"llmpack.io/pipeline-run={summary['pipeline_run']}"
-        items = core.list_namespaced_pod(ns, label_selector=selector, _preload_content=False)
-        return yaml.safe_load(items.data)["items"]
-
-    def close(self) -> None:
-        self.fake.close()
-        for server in (self.kfp, self.argo, self.kube):
-            server.close()
-
-
-@pytest.fixture()
-def loopback(tmp_path: Path, tracking_uri: str) -> Iterator[LoopbackCluster]:
-    c = LoopbackCluster(tmp_path, tracking_uri)
-    yield c
-    c.close()
 
 
 def step_pods(pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -226,8 +142,7 @@ def test_image_pull_on_the_gpu_node_is_zero_when_prepulled(prepulled: bool, tmp_
     try:
         result = cluster.compare_cluster(
             backends="argo,kfp", params=PARAMS, tracking_uri=tracking_uri, timeout_s=30, poll_s=0.05,
-            argo={"host": c.argo.url, "token": ARGO_TOKEN}, kfp={"host": c.kfp.url, "token": KFP_TOKEN},
-            mlflow={"kubeconfig": str(c.kubeconfig)}, k8s={"host": c.kube.url, "token": K8S_TOKEN})
+            **c.endpoints())
         c.fake.wait_idle()
     finally:
         c.close()
@@ -287,8 +202,7 @@ def test_compare_cluster_runs_the_variants_side_by_side(tmp_path: Path, tracking
         result = cluster.compare_cluster(
             backends="argo,kfp", params=PARAMS, tracking_uri=tracking_uri, timeout_s=30, poll_s=0.05,
             variants=["none", "gpu", "all"],
-            argo={"host": c.argo.url, "token": ARGO_TOKEN}, kfp={"host": c.kfp.url, "token": KFP_TOKEN},
-            mlflow={"kubeconfig": str(c.kubeconfig)}, k8s={"host": c.kube.url, "token": K8S_TOKEN})
+            **c.endpoints())
         c.fake.wait_idle()
     finally:
         c.close()
@@ -322,12 +236,11 @@ def test_compare_cluster_runs_the_variants_side_by_side(tmp_path: Path, tracking
 def test_the_cli_compare_cluster_variants(tmp_path: Path, tracking_uri: str) -> None:
     """``llmpack compare --cluster --variants default,fuse-all`` (the CLI, once, Argo only: the code above)."""
     import json
-    import os
     import subprocess
     import sys
 
     c = LoopbackCluster(tmp_path, tracking_uri)
-    env = {k: v for k, v in os.environ.items() if k not in ENV}
+    env = client_env()
     env.update(ARGO_TOKEN=ARGO_TOKEN, HOME=str(tmp_path / "home"))
     try:
         r = subprocess.run(

@@ -14,11 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from standins.argo_server import ArgoServerStandIn
-from standins.fake_cluster import FakeCluster
-from standins.k8s_api import TRAINJOBS, KubeAPIStandIn
-from standins.kfp_api import KFPAPIStandIn
+from standins.k8s_api import TRAINJOBS
+from standins.loopback import ARGO_TOKEN, KFP_TOKEN, LoopbackCluster, client_env, isolate
 
 from components.errors import InputError
 from llmpack import cluster
@@ -26,74 +23,28 @@ from llmpack.k8s.objects import JOB_COMPLETION_INDEX, JOBSET_NAME_LABEL
 from llmpack.k8s.podphases import to_step_records
 from llmpack.k8s.timeline import format_table
 
-K8S_TOKEN = "k8s-standin-token-g1"
-KFP_TOKEN = "kfp-standin-token-g1"
-ARGO_TOKEN = "argo-standin-token-g1"
-ENV = ("KFP_HOST", "KFP_TOKEN", "KF_PIPELINES_ENDPOINT", "KF_PIPELINES_SA_TOKEN_PATH", "ARGO_SERVER", "ARGO_TOKEN",
-       "ARGO_NAMESPACE", "ARGO_SECURE", "ARGO_BASE_HREF", "KUBECONFIG", "KUBE_MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_URI",
-       "KUBERNETES_SERVICE_HOST", "LLMPACK_IMAGE", "LLMPACK_PRICE_PER_GPU_HOUR", "LLMPACK_PRICE_FILE",
-       "LLMPACK_PRICE_PROVIDER")
 NODES, GPUS = 2, 4
 H200_AWS = 7.912  # components/record/prices.yaml: nvidia-h200, aws (p5en.48xlarge)
 DELAY = 600.0  # the default scale-down delay the node bill adds after a node's last pod
 
 
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import kfp
-
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
+pytestmark = pytest.mark.usefixtures("loopback_env")  # tests/conftest.py: no client variable of the shell
 
 
-class Loopback:
-    def __init__(self, tmp_path: Path, tracking_uri: str, **fake_options: Any) -> None:
-        self.kube = KubeAPIStandIn(token=K8S_TOKEN, namespaces=("default", "llmpack", "kubeflow")).start()
-        self.kfp = KFPAPIStandIn(token=KFP_TOKEN).start()
-        self.argo = ArgoServerStandIn(token=ARGO_TOKEN).start()
-        self.kubeconfig = tmp_path / "kubeconfig"
-        self.kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "standin", "cluster": {"server": self.kube.url}}],
-            "users": [{"name": "runner", "user": {"token": K8S_TOKEN}}],
-            "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "runner", "namespace": "llmpack"}}],
-            "current-context": "standin",
-        }))
-        self.tracking_uri = tracking_uri
-        self.fake = FakeCluster(self.kube, kfp=self.kfp, argo=self.argo, tracking_uri=tracking_uri,
-                                **fake_options).start()
-
-    def options(self, **overrides: Any) -> dict[str, Any]:
-        opts: dict[str, Any] = dict(
-            backends="kfp,argo,mlflow", params={"max_steps": 7, "seed": 3},
-            kfp={"host": self.kfp.url, "token": KFP_TOKEN}, argo={"host": self.argo.url, "token": ARGO_TOKEN},
-            mlflow={"kubeconfig": str(self.kubeconfig)}, k8s={"host": self.kube.url, "token": K8S_TOKEN},
-            tracking_uri=self.tracking_uri, timeout_s=30, poll_s=0.05, nodes=NODES, gpus=GPUS)
-        opts.update(overrides)
-        return opts
-
-    def close(self) -> None:
-        self.fake.close()
-        for server in (self.kfp, self.argo, self.kube):
-            server.close()
+def options(c: LoopbackCluster, **overrides: Any) -> dict[str, Any]:
+    """``compare_cluster`` keywords for the three paths, finetune on NODES x GPUS."""
+    return c.options(**{"nodes": NODES, "gpus": GPUS, **overrides})
 
 
 @pytest.fixture(scope="module")
-def compared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Any], Loopback]]:
+def compared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Any], LoopbackCluster]]:
     """One ``compare --cluster --nodes 2 --gpus 4`` of the three paths (module-wide: it is the slow part)."""
     tmp = tmp_path_factory.mktemp("gang")
     mp = pytest.MonkeyPatch()
-    import kfp
-
-    for name in ENV:
-        mp.delenv(name, raising=False)
-    mp.setenv("HOME", str(tmp / "home"))
-    mp.setattr(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp / "kfp-context.json"))
-    c = Loopback(tmp, f"sqlite:///{tmp / 'mlflow.db'}")
+    isolate(mp, tmp)
+    c = LoopbackCluster(tmp, f"sqlite:///{tmp / 'mlflow.db'}")
     try:
-        result = cluster.compare_cluster(**c.options())
+        result = cluster.compare_cluster(**options(c))
         c.fake.wait_idle()
         yield result, c
     finally:
@@ -235,14 +186,14 @@ def test_cost_bills_two_nodes_of_four_gpus(compared) -> None:
 
 
 def test_nodes_refused_cases(tmp_path: Path, tracking_uri: str) -> None:
-    c = Loopback(tmp_path, tracking_uri)
+    c = LoopbackCluster(tmp_path, tracking_uri)
     try:
         with pytest.raises(InputError, match="--cache-pvc"):
-            cluster.compare_cluster(**c.options(cache_pvc="Not_A_PVC"))
+            cluster.compare_cluster(**options(c, cache_pvc="Not_A_PVC"))
         with pytest.raises(InputError, match="package_path"):
-            cluster.compare_cluster(**c.options(kfp={"host": c.kfp.url, "token": KFP_TOKEN, "package_path": "x.yaml"}))
+            cluster.compare_cluster(**options(c, kfp={"host": c.kfp.url, "token": KFP_TOKEN, "package_path": "x.yaml"}))
         with pytest.raises(InputError, match="--nodes 0"):
-            cluster.compare_cluster(**c.options(nodes=0))
+            cluster.compare_cluster(**options(c, nodes=0))
     finally:
         c.close()
     assert c.fake.scripts == {}
@@ -250,12 +201,11 @@ def test_nodes_refused_cases(tmp_path: Path, tracking_uri: str) -> None:
 
 def test_the_cli_compare_cluster_nodes(tmp_path: Path, tracking_uri: str) -> None:
     """``llmpack compare --cluster --nodes 2 --gpus 4`` (the CLI, once, Argo only: the same code as above)."""
-    import os
     import subprocess
     import sys
 
-    c = Loopback(tmp_path, tracking_uri)
-    env = {k: v for k, v in os.environ.items() if k not in ENV}
+    c = LoopbackCluster(tmp_path, tracking_uri)
+    env = client_env()
     env.update(ARGO_TOKEN=ARGO_TOKEN, HOME=str(tmp_path / "home"))
     try:
         r = subprocess.run(
@@ -286,9 +236,9 @@ def test_the_cli_refuses_cache_pvc_without_nodes(tmp_path: Path) -> None:
 
 def test_gpus_alone_compiles_one_bigger_finetune_pod(tmp_path: Path, tracking_uri: str) -> None:
     """``--gpus 4`` without ``--nodes``: no gang; the finetune pod is billed for its 4 GPUs."""
-    c = Loopback(tmp_path, tracking_uri)
+    c = LoopbackCluster(tmp_path, tracking_uri)
     try:
-        result = cluster.compare_cluster(**c.options(backends="argo", nodes=None))
+        result = cluster.compare_cluster(**options(c, backends="argo", nodes=None))
         c.fake.wait_idle()
     finally:
         c.close()
@@ -304,9 +254,9 @@ def test_gpus_alone_compiles_one_bigger_finetune_pod(tmp_path: Path, tracking_ur
 def test_kueue_splits_the_gangs_queueing_into_quota_wait_and_admission_checks(tmp_path: Path, tracking_uri: str) -> None:
     """``--queue``: the TrainJob carries Kueue's queue label, its pods wait for the Workload's admission,
     and the run's ``quota_wait_s`` / ``admission_checks_s`` are the Workload's condition times, to the second."""
-    c = Loopback(tmp_path, tracking_uri)
+    c = LoopbackCluster(tmp_path, tracking_uri)
     try:
-        result = cluster.compare_cluster(**c.options(backends="argo", queue="team-a"))
+        result = cluster.compare_cluster(**options(c, backends="argo", queue="team-a"))
         c.fake.wait_idle()
         (run,) = result["runs"]
         assert run["status"] == "succeeded", (run["error"], run["warnings"])
@@ -320,9 +270,9 @@ def test_kueue_splits_the_gangs_queueing_into_quota_wait_and_admission_checks(tm
     finally:
         c.close()
     (tmp_path / "nq").mkdir()
-    no_queue = Loopback(tmp_path / "nq", tracking_uri)
+    no_queue = LoopbackCluster(tmp_path / "nq", tracking_uri)
     try:
-        plain = cluster.compare_cluster(**no_queue.options(backends="argo"))
+        plain = cluster.compare_cluster(**options(no_queue, backends="argo"))
         no_queue.fake.wait_idle()
     finally:
         no_queue.close()

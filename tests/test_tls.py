@@ -22,6 +22,7 @@ import yaml
 from standins.argo_server import ArgoServerStandIn
 from standins.k8s_api import KubeAPIStandIn
 from standins.kfp_api import KFPAPIStandIn
+from standins.loopback import CLIENT_ENV, isolate
 
 from argo_workflows import submit as argo_submit
 from components.errors import InputError
@@ -33,20 +34,14 @@ from tests.conftest import llmpack
 KFP_TOKEN = "kfp-tls-token-Zx81Qw"
 ARGO_TOKEN = "argo-tls-token-Pq27Lm"
 EXEC_TOKEN = "exec-plugin-token-Hh51Vr"
-ENV = ("KFP_HOST", "KFP_TOKEN", "KF_PIPELINES_ENDPOINT", "KF_PIPELINES_SA_TOKEN_PATH", "ARGO_SERVER", "ARGO_TOKEN",
-       "ARGO_NAMESPACE", "ARGO_INSECURE_SKIP_VERIFY", "ARGO_SECURE", "ARGO_BASE_HREF", "KUBECONFIG",
-       "MLFLOW_TRACKING_URI", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "REQUESTS_CA_BUNDLE",
-       "CURL_CA_BUNDLE", "SSL_CERT_FILE")
+# The clients' variables, and the CA bundles a shell may point requests and ssl at.
+ENV = (*CLIENT_ENV, "ARGO_INSECURE_SKIP_VERIFY", "KUBERNETES_SERVICE_PORT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+       "SSL_CERT_FILE")
 
 
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import kfp
-
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
+    isolate(monkeypatch, tmp_path, ENV)
 
 
 @pytest.fixture(scope="module")
