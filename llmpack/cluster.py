@@ -72,8 +72,7 @@ from typing import Any
 
 from components.errors import InputError
 from components.record import cost, tracking
-from llmpack.backends import ORCHESTRATORS
-from llmpack.cluster_paths import PATHS
+from llmpack.backends import ORCHESTRATORS, cluster_paths
 from llmpack.cluster_session import MODE, Plan, Progress, Session, bill_across_runs, preflight
 from llmpack.compare_plan import ComparePlan, parse_backends, run_all
 from llmpack.k8s.billing import check_scale_down_delay
@@ -131,7 +130,7 @@ def compare_cluster(
     its pods are one attempt, and ``gang_ready_s`` says when the last of them started.
 
     ``kfp`` / ``argo`` / ``mlflow``: each path's ``submit`` options (``<package>.submit``; ``host``,
-    ``token``, ``namespace``... see :data:`llmpack.cluster_paths.PATHS`; KFP's ``pod_namespace`` is where
+    ``token``, ``namespace``... see :attr:`components.backend.ClusterPath.submit_options`; KFP's ``pod_namespace`` is where
     its pods run: default its profile ``namespace``, else ``kubeflow``). ``k8s``: how the pod
     watcher reaches the Kubernetes API (:func:`~llmpack.k8s.watcher.build_api_client` options;
     default the MLflow path's kubeconfig, else ``KUBECONFIG``/``~/.kube/config``/in-cluster).
@@ -163,7 +162,7 @@ def compare_cluster(
     pipe = shipped_pipeline()
     values = user_parameters(pipe, params)
     given = {"kfp": kfp, "argo": argo, "mlflow": mlflow}
-    conf = {name: _options(name, given.get(name), path.submit_options) for name, path in PATHS.items()}
+    conf = {name: _options(name, given.get(name), path.submit_options) for name, path in cluster_paths().items()}
     gang = None
     compiled_dir = None
     if queue is not None and nodes is None:
@@ -187,13 +186,13 @@ def compare_cluster(
                          "finetune runs unfused; compare fused variants on one GPU")
     compile_here = gpus is not None or nodes is not None or bool(fused_modes)
     if compile_here:
-        for orch, key in ((name, path.artifact_option) for name, path in PATHS.items()):
+        for orch, key in ((name, path.artifact_option) for name, path in cluster_paths().items()):
             if conf[orch].get(key):
                 raise InputError(f"--gpus/--nodes/--variants compile the artifacts to submit: {orch} option {key} "
                                  "cannot be given too")
     pipes = {mode: fuse_steps(pipe, mode) for mode in modes}
     k8s_opts = _options("k8s", k8s, K8S_OPTIONS)
-    lender = next((conf[name] for name, path in PATHS.items() if path.lends_kubeconfig), {})
+    lender = next((conf[name] for name, path in cluster_paths().items() if path.lends_kubeconfig), {})
     if not k8s_opts.get("host") and not k8s_opts.get("kubeconfig") and lender.get("kubeconfig"):
         k8s_opts.setdefault("kubeconfig", lender["kubeconfig"])
         if lender.get("context"):
@@ -216,7 +215,7 @@ def compare_cluster(
         for mode in modes:  # what `llmpack compile [--fuse MODE]` writes, a directory per variant
             out = os.path.join(compiled_dir, mode)
             compile_all(out, fuse=mode, gpus=gpus, nodes=nodes, cache_pvc=cache_pvc, queue=queue)
-            session.artifacts[mode] = {orch: os.path.join(out, path.artifact_path) for orch, path in PATHS.items()}
+            session.artifacts[mode] = {orch: os.path.join(out, path.artifact_path) for orch, path in cluster_paths().items()}
     try:
         return _compare_all(session, plan, concurrency, group)
     finally:
