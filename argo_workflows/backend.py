@@ -10,7 +10,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from components.backend import TLS_OPTIONS, Backend, ClickOption, ClusterPath, PodMarks, ServerConnection, pod_labels
+from components.backend import (
+    TLS_OPTIONS,
+    Backend,
+    ClickOption,
+    ClusterPath,
+    CompareOption,
+    PodMarks,
+    ServerConnection,
+    pod_labels,
+)
 from components.dsl import Pipeline
 
 ARTIFACT = Path("argo_workflows/finetune.yaml")
@@ -32,6 +41,9 @@ class ArgoBackend(Backend):
         submit_options=("host", "token", "namespace", "workflow_path", "service_account", *TLS_OPTIONS),
         wait_options=("host", "token", "namespace", *TLS_OPTIONS),
         namespace_env="ARGO_NAMESPACE",
+        compare_options=(CompareOption(flag="--argo-host", key="host", endpoint=True,
+                                       help="--cluster: Argo Server host:port (default ARGO_SERVER; token from ARGO_TOKEN)."),),
+        shared_options=("namespace",),
     )
     pod_marks = PodMarks(run_labels=(WORKFLOW_LABEL,), workflow_labels=(WORKFLOW_LABEL,), node_annotations=(NODE_NAME,),
                          helper_containers=("wait", "init"))  # Argo's executor sidecar and init container

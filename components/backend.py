@@ -141,6 +141,21 @@ ONE_POD_STEP = "main"  # the llmpack.io/step of the pod that runs a whole pipeli
 
 
 @dataclass(frozen=True, kw_only=True)
+class CompareOption:
+    """A ``llmpack compare --cluster`` flag of one path's own; its value goes to that path's submit as ``key``."""
+
+    flag: str  # "--kfp-host"
+    key: str  # the submit option it gives ("host")
+    help: str
+    endpoint: bool = False  # a server's address: listed with the others, before the options the paths share
+
+    @property
+    def dest(self) -> str:
+        """The keyword click gives it (``kfp_host``)."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ClusterPath:
     """A cluster backend as a ``compare --cluster`` path: all that differs between the paths there.
 
@@ -162,6 +177,8 @@ class ClusterPath:
     watch_before_submit: bool = True  # its pods carry llmpack.io/run-group: watchable before they exist
     one_pod: bool = False  # the whole pipeline in one pod (step ONE_POD_STEP), sized to the largest step
     lends_kubeconfig: bool = False  # its kubeconfig/context is the pod watcher's default
+    compare_options: tuple[CompareOption, ...] = ()  # its own `compare --cluster` flags
+    shared_options: tuple[str, ...] = ()  # which shared flags it takes (namespace, kubeconfig, context); TLS always
 
     def pod_namespace(self, conf: Mapping[str, Any]) -> str:
         """Where this path's pods run, given its options."""

@@ -15,6 +15,7 @@ from components.backend import (
     Backend,
     ClickOption,
     ClusterPath,
+    CompareOption,
     Drivers,
     PodMarks,
     ServerConnection,
@@ -47,6 +48,8 @@ class KfpBackend(Backend):
         namespace_options=("pod_namespace", "namespace"), default_namespace=DEFAULT_POD_NAMESPACE,
         # KFP pods carry only KFP's pipeline/runid, known once the run is created: watched right after.
         watch_before_submit=False,
+        compare_options=(CompareOption(flag="--kfp-host", key="host", endpoint=True,
+                                       help="--cluster: KFP API endpoint (default KFP_HOST; token from KFP_TOKEN)."),),
     )
     pod_marks = PodMarks(
         run_labels=(RUN_ID_LABEL,), workflow_labels=(RUN_ID_LABEL,), keep_labels=(V2_LABEL,),

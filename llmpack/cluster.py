@@ -98,9 +98,6 @@ def compare_cluster(
     concurrency: int = 1,
     params: Mapping[str, Any] | None = None,
     run_group: str | None = None,
-    kfp: Mapping[str, Any] | None = None,
-    argo: Mapping[str, Any] | None = None,
-    mlflow: Mapping[str, Any] | None = None,
     k8s: Mapping[str, Any] | None = None,
     tracking_uri: str | None = None,
     price_per_gpu_hour: Any = None,
@@ -114,6 +111,7 @@ def compare_cluster(
     cache_pvc: str | None = None,
     queue: str | None = None,
     variants: Iterable[str] | None = None,
+    **paths: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """Submit every path ``repeats`` times to one cluster, wait, measure; the ``compare()`` result.
 
@@ -129,8 +127,9 @@ def compare_cluster(
     pods and launcher share ``cache_pvc`` (default :data:`DEFAULT_GANG_PVC`, ReadWriteMany);
     its pods are one attempt, and ``gang_ready_s`` says when the last of them started.
 
-    ``kfp`` / ``argo`` / ``mlflow``: each path's ``submit`` options (``<package>.submit``; ``host``,
-    ``token``, ``namespace``... see :attr:`components.backend.ClusterPath.submit_options`; KFP's ``pod_namespace`` is where
+    ``kfp=`` / ``argo=`` / ``mlflow=`` (a keyword per cluster path, by name): each path's ``submit``
+    options (``<package>.submit``; ``host``, ``token``, ``namespace``... see
+    :attr:`components.backend.ClusterPath.submit_options`; KFP's ``pod_namespace`` is where
     its pods run: default its profile ``namespace``, else ``kubeflow``). ``k8s``: how the pod
     watcher reaches the Kubernetes API (:func:`~llmpack.k8s.watcher.build_api_client` options;
     default the MLflow path's kubeconfig, else ``KUBECONFIG``/``~/.kube/config``/in-cluster).
@@ -161,8 +160,10 @@ def compare_cluster(
         cost.resolve_price("check", price_file=price_file, env={})  # reads and checks the file now
     pipe = shipped_pipeline()
     values = user_parameters(pipe, params)
-    given = {"kfp": kfp, "argo": argo, "mlflow": mlflow}
-    conf = {name: _options(name, given.get(name), path.submit_options) for name, path in cluster_paths().items()}
+    unknown = sorted(set(paths) - set(cluster_paths()))
+    if unknown:
+        raise InputError(f"compare --cluster: no cluster path {unknown[0]!r} (choose among {', '.join(cluster_paths())})")
+    conf = {name: _options(name, paths.get(name), path.submit_options) for name, path in cluster_paths().items()}
     gang = None
     compiled_dir = None
     if queue is not None and nodes is None:

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.backend import TLS_OPTIONS, Backend, ClickOption, ClusterPath, Connection, PodMarks, pod_labels
+from components.backend import (
+    TLS_OPTIONS,
+    Backend,
+    ClickOption,
+    ClusterPath,
+    CompareOption,
+    Connection,
+    PodMarks,
+    pod_labels,
+)
 from components.dsl import Pipeline
 from mlflow_projects.settings import IMAGE, SOURCE
 
@@ -45,6 +54,12 @@ class MlflowBackend(Backend):
         wait_options=("kubeconfig", "context", "namespace", *TLS_OPTIONS),
         one_pod=True,
         lends_kubeconfig=True,
+        compare_options=(
+            CompareOption(flag="--image", key="image", help="--cluster: prebuilt step image for the MLflow Job."),
+            CompareOption(flag="--cluster-tracking-uri", key="cluster_tracking_uri",
+                          help="--cluster: MLflow tracking URI as seen from inside the cluster."),
+        ),
+        shared_options=("namespace", "kubeconfig", "context"),
     )
     pod_marks = PodMarks(run_labels=JOB_NAME_LABELS, keep_env=(RUN_ID_ENV,))
 
