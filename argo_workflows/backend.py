@@ -10,11 +10,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from components.backend import Backend, ClickOption, ServerConnection, pod_labels
+from components.backend import (
+    TLS_OPTIONS,
+    Backend,
+    ClickOption,
+    ClusterPath,
+    CompareOption,
+    PodMarks,
+    ServerConnection,
+    pod_labels,
+)
 from components.dsl import Pipeline
 
 ARTIFACT = Path("argo_workflows/finetune.yaml")
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"  # on every pod of a Workflow
+NODE_NAME = "workflows.argoproj.io/node-name"  # annotation: the pod's node in the Workflow, <wf>.<dag>.<task>
 
 
 class ArgoBackend(Backend):
@@ -26,6 +36,17 @@ class ArgoBackend(Backend):
     local_module = "argo_workflows.local"
     cluster_module = "argo_workflows.submit"
     connection_type = ServerConnection
+    cluster_path = ClusterPath(
+        name="argo", artifact_option="workflow_path", artifact_path=ARTIFACT.as_posix(),
+        submit_options=("host", "token", "namespace", "workflow_path", "service_account", *TLS_OPTIONS),
+        wait_options=("host", "token", "namespace", *TLS_OPTIONS),
+        namespace_env="ARGO_NAMESPACE",
+        compare_options=(CompareOption(flag="--argo-host", key="host", endpoint=True,
+                                       help="--cluster: Argo Server host:port (default ARGO_SERVER; token from ARGO_TOKEN)."),),
+        shared_options=("namespace",),
+    )
+    pod_marks = PodMarks(run_labels=(WORKFLOW_LABEL,), workflow_labels=(WORKFLOW_LABEL,), node_annotations=(NODE_NAME,),
+                         helper_containers=("wait", "init"))  # Argo's executor sidecar and init container
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         from argo_workflows.workflow import build_workflow

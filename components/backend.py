@@ -15,7 +15,10 @@ orchestrator touches its own folder plus one registry line:
 * for a cluster backend (:attr:`~Backend.connection_type` not ``None``): its ``llmpack submit <name>`` flags
   (:meth:`~Backend.submit_options`), its :class:`Connection` from those flags, :meth:`~Backend.submit`
   returning a :class:`SubmittedRun` (``wait()``, ``get_status()``, ``stop_hint()``, ``.summary``),
-  and :meth:`~Backend.recognise_pod`, how to tell its own pods in a ``kubectl get pods -o json`` dump.
+  and :meth:`~Backend.recognise_pod`, how to tell its own pods in a ``kubectl get pods -o json`` dump;
+* what ``llmpack compare --cluster`` and the pod watcher need of it: its :class:`ClusterPath`
+  (:attr:`~Backend.cluster_path`) and its pods' own labels and annotations (:attr:`~Backend.pod_marks`,
+  a :class:`PodMarks`), so that no module of ``llmpack`` names a backend.
 
 Heavy libraries stay inside the methods that need them.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +135,99 @@ def still_running(summary: Mapping[str, Any], stop: str) -> str:
             f"keeps running on the cluster and closes its own MLflow record; stop it with: {stop}")
 
 
+DEFAULT_NAMESPACE = "llmpack"  # where a cluster path's pods run when nothing says otherwise
+TLS_OPTIONS = ("ca_cert", "insecure_skip_tls_verify")  # every cluster path's submit and wait take them
+ONE_POD_STEP = "main"  # the llmpack.io/step of the pod that runs a whole pipeline (ClusterPath.one_pod)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareOption:
+    """A ``llmpack compare --cluster`` flag of one path's own; its value goes to that path's submit as ``key``."""
+
+    flag: str  # "--kfp-host"
+    key: str  # the submit option it gives ("host")
+    help: str
+    endpoint: bool = False  # a server's address: listed with the others, before the options the paths share
+
+    @property
+    def dest(self) -> str:
+        """The keyword click gives it (``kfp_host``)."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterPath:
+    """A cluster backend as a ``compare --cluster`` path: all that differs between the paths there.
+
+    ``llmpack compare --cluster`` treats every path alike except for what is declared here: which
+    option names the compiled file it submits and where ``llmpack compile`` writes it, which options
+    its ``submit`` and its wait take, where its pods run, whether its pods can be watched before the
+    submission, and whether it runs the whole pipeline in one pod.
+    """
+
+    name: str
+    artifact_option: str  # the submit option that names what it submits
+    artifact_path: str  # where `llmpack compile --out DIR` writes it, under DIR
+    submit_options: tuple[str, ...]  # options its submit takes (passed to llmpack.submit)
+    wait_options: tuple[str, ...]  # those its wait needs too
+    own_options: tuple[str, ...] = ()  # options read here, not passed to its submit
+    namespace_options: tuple[str, ...] = ("namespace",)  # where its pods run: the first option given...
+    namespace_env: str | None = None  # ...else this environment variable...
+    default_namespace: str = DEFAULT_NAMESPACE  # ...else this
+    watch_before_submit: bool = True  # its pods carry llmpack.io/run-group: watchable before they exist
+    one_pod: bool = False  # the whole pipeline in one pod (step ONE_POD_STEP), sized to the largest step
+    lends_kubeconfig: bool = False  # its kubeconfig/context is the pod watcher's default
+    compare_options: tuple[CompareOption, ...] = ()  # its own `compare --cluster` flags
+    shared_options: tuple[str, ...] = ()  # which shared flags it takes (namespace, kubeconfig, context); TLS always
+
+    def pod_namespace(self, conf: Mapping[str, Any]) -> str:
+        """Where this path's pods run, given its options."""
+        given = next((conf[k] for k in self.namespace_options if conf.get(k)), None)
+        return given or (os.environ.get(self.namespace_env) if self.namespace_env else None) or self.default_namespace
+
+
+@dataclass(frozen=True, kw_only=True)
+class Drivers:
+    """An orchestrator's own driver pods, which run no step code (KFP v2 on Argo: a driver per task).
+
+    How the pod watcher tells a driver (``role`` ``driver``) from the pod that runs the step, and
+    which task a driver serves, when the pod carries no ``llmpack.io/step`` label.
+    """
+
+    templates: tuple[str, ...]  # a driver's pod name is <workflow>-<template>-<hash>
+    executor_templates: tuple[str, ...]  # ...and the step's pod's
+    node_suffix: str  # a driver's workflow node name ends in <task><node_suffix>
+    executor_node: str  # the step's pod's workflow node name ends in <task>.<executor_node>
+    command: str  # a driver's main container's command
+    image: str  # ...or a part of its image
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodMarks:
+    """What the pod watcher reads of an orchestrator's own pods, besides :meth:`Backend.recognise_pod`.
+
+    Stated once here, so that :mod:`llmpack.k8s` names no orchestrator: it asks the registry for
+    the union over the cluster backends (:func:`llmpack.backends.all_pod_marks`). The watcher keeps
+    (slims a pod to) llmpack's own labels plus every label and annotation named here.
+    """
+
+    run_labels: tuple[str, ...] = ()  # labels whose value is the orchestrator's own run id
+    workflow_labels: tuple[str, ...] = ()  # labels whose value groups one run's pods (a driver with its step)
+    keep_labels: tuple[str, ...] = ()  # other labels recognise_pod reads
+    keep_annotations: tuple[str, ...] = ()  # annotations recognise_pod reads
+    keep_env: tuple[str, ...] = ()  # prefixes of the environment variable names recognise_pod reads (names only kept)
+    node_annotations: tuple[str, ...] = ()  # the pod's workflow node name, dotted, its task last (retry suffixes aside)
+    helper_containers: tuple[str, ...] = ()  # the orchestrator's own containers beside the step's
+    drivers: Drivers | None = None  # its own driver pods, if it has any
+    # A label selector of its pods when they cannot carry llmpack.io/run-group (labels fixed at compile
+    # time): the watcher finds them by run id, ``<selector>,!llmpack.io/run-group,<run_labels[0]> in (...)``.
+    unlabelled_selector: str | None = None
+
+    def labels(self) -> tuple[str, ...]:
+        """Every label named here, once each."""
+        return tuple(dict.fromkeys((*self.keep_labels, *self.run_labels, *self.workflow_labels)))
+
+
 ClickOption = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
@@ -149,6 +246,8 @@ class Backend:
     # Where the work is done, imported when first used (heavy libraries stay out of ``llmpack --help``):
     local_module: ClassVar[str | None] = None  # defines run_local(pipe, values, workdir, env, log)
     cluster_module: ClassVar[str | None] = None  # defines submit(**kw), wait_for_completion, check_connection
+    cluster_path: ClassVar[ClusterPath | None] = None  # a cluster backend's `compare --cluster` path
+    pod_marks: ClassVar[PodMarks] = PodMarks()  # a cluster backend's own marks on its pods
 
     @property
     def cluster(self) -> bool:

@@ -10,12 +10,25 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from components.backend import Backend, ClickOption, ServerConnection, pod_annotations, pod_labels
+from components.backend import (
+    TLS_OPTIONS,
+    Backend,
+    ClickOption,
+    ClusterPath,
+    CompareOption,
+    Drivers,
+    PodMarks,
+    ServerConnection,
+    pod_annotations,
+    pod_labels,
+)
 from components.dsl import Pipeline
 
 ARTIFACT = Path("kfp_pipelines/finetune.yaml")
 V2_LABEL = "pipelines.kubeflow.org/v2_component"  # label (or annotation) "true" on every KFP v2 pod
 RUN_ID_LABEL = "pipeline/runid"  # KFP v1 and some v2 launchers
+NODE_NAME = "workflows.argoproj.io/node-name"  # KFP v2 runs on Argo: Argo's workflow node name of each pod
+DEFAULT_POD_NAMESPACE = "kubeflow"  # single-user KFP runs its pods there; multi-user: the profile
 
 
 class KfpBackend(Backend):
@@ -26,6 +39,27 @@ class KfpBackend(Backend):
     local_module = "kfp_pipelines.local"
     cluster_module = "kfp_pipelines.submit"
     connection_type = ServerConnection
+    cluster_path = ClusterPath(
+        name="kfp", artifact_option="package_path", artifact_path=ARTIFACT.as_posix(),
+        submit_options=("host", "token", "namespace", "experiment", "package_path", "service_account", "pod_namespace",
+                        *TLS_OPTIONS),
+        wait_options=("host", "token", "namespace", *TLS_OPTIONS),
+        own_options=("pod_namespace",),
+        namespace_options=("pod_namespace", "namespace"), default_namespace=DEFAULT_POD_NAMESPACE,
+        # KFP pods carry only KFP's pipeline/runid, known once the run is created: watched right after.
+        watch_before_submit=False,
+        compare_options=(CompareOption(flag="--kfp-host", key="host", endpoint=True,
+                                       help="--cluster: KFP API endpoint (default KFP_HOST; token from KFP_TOKEN)."),),
+    )
+    pod_marks = PodMarks(
+        run_labels=(RUN_ID_LABEL,), workflow_labels=(RUN_ID_LABEL,), keep_labels=(V2_LABEL,),
+        keep_annotations=(V2_LABEL,), node_annotations=(NODE_NAME,), helper_containers=("wait", "init"),
+        # The templates KFP's compiler emits (pod names are <workflow>-<template>-<hash>).
+        drivers=Drivers(templates=("system-dag-driver", "system-container-driver"),
+                        executor_templates=("system-container-impl",), node_suffix="-driver", executor_node="executor",
+                        command="driver", image="kfp-driver"),
+        unlabelled_selector=f"{V2_LABEL}=true",
+    )
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         from kfp_pipelines.compiler import compile_pipeline

@@ -12,13 +12,15 @@ More backends (a plugin, a test's toy one) are added without editing this file, 
 
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Mapping
+import types
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from components import settings
-from components.backend import Backend
+from components.backend import ONE_POD_STEP, Backend, ClusterPath, PodMarks
 from components.errors import InputError
 
 EXTRA = settings.declare(settings.Setting(
@@ -95,5 +97,61 @@ def orchestrator_of_pod(pod: Mapping[str, Any]) -> str:
     """The cluster backend whose own marks ``pod`` carries (by its ``recognise_pod``), else ``unknown``.
 
     For :func:`llmpack.k8s.podphases.orchestrator_of` after its check of llmpack's own label.
+    Asked in registry order: a KFP v2 pod carries Argo's marks too.
     """
-    return next((name for name in ORCHESTRATORS if backend(name).recognise_pod(pod)), "unknown")
+    return next((name for name, recognise in _recognisers() if recognise(pod)), "unknown")
+
+
+# The pod watcher asks these for every pod (thousands a second): each is worked out once.
+
+@functools.cache
+def _recognisers() -> tuple[tuple[str, Callable[[Mapping[str, Any]], bool]], ...]:
+    return tuple((name, backend(name).recognise_pod) for name in ORCHESTRATORS)
+
+
+@functools.cache
+def pod_marks(name: str | None) -> PodMarks:
+    """Cluster backend ``name``'s own marks on its pods; none for any other name (``unknown``)."""
+    return backend(name).pod_marks if name in ORCHESTRATORS else PodMarks()
+
+
+@functools.cache
+def all_pod_marks() -> PodMarks:
+    """Every cluster backend's pod marks together (each name once, in registry order; no drivers)."""
+    marks = [pod_marks(name) for name in ORCHESTRATORS]
+
+    def union(field: str) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(v for m in marks for v in getattr(m, field)))
+
+    return PodMarks(run_labels=union("run_labels"), workflow_labels=union("workflow_labels"),
+                    keep_labels=union("keep_labels"), keep_annotations=union("keep_annotations"),
+                    keep_env=union("keep_env"), node_annotations=union("node_annotations"),
+                    helper_containers=union("helper_containers"))
+
+
+@functools.cache
+def run_id_selectors() -> tuple[tuple[str, str], ...]:
+    """(selector, run-id label) of each cluster backend whose pods cannot carry llmpack's run group."""
+    marks = [pod_marks(name) for name in ORCHESTRATORS]
+    return tuple((m.unlabelled_selector, m.run_labels[0]) for m in marks if m.unlabelled_selector and m.run_labels)
+
+
+@functools.cache
+def cluster_paths() -> Mapping[str, ClusterPath]:
+    """The ``compare --cluster`` paths: every cluster backend that declares one, in registry order."""
+    paths = {name: backend(name).cluster_path for name in ORCHESTRATORS}
+    return types.MappingProxyType({name: path for name, path in paths.items() if path is not None})
+
+
+def cluster_path(name: str) -> ClusterPath:
+    """Cluster backend ``name`` as a ``compare --cluster`` path."""
+    path = cluster_paths().get(name)
+    if path is None:
+        raise InputError(f"orchestrator {name!r}: not a compare --cluster path (choose one of {', '.join(cluster_paths())})")
+    return path
+
+
+def runs_in_one_pod(orchestrator: str | None, step: str | None) -> bool:
+    """Whether a pod row is a one-pod path's pod that runs the whole pipeline (the MLflow Job's ``main``)."""
+    path = cluster_paths().get(orchestrator or "")
+    return path is not None and path.one_pod and step == ONE_POD_STEP

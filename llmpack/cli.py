@@ -16,9 +16,16 @@ import click
 
 from components import settings
 from components.errors import InputError, Interrupted
-from llmpack.backends import BACKENDS, ORCHESTRATORS
+from llmpack.backends import BACKENDS, ORCHESTRATORS, cluster_paths
 from llmpack.clean import clean as clean_command
-from llmpack.options import TLS_OPTIONS, parse_params, run_options, submit_options, tls_connection
+from llmpack.options import (
+    TLS_OPTIONS,
+    compare_path_options,
+    parse_params,
+    run_options,
+    submit_options,
+    tls_connection,
+)
 from llmpack.sync import sync as sync_command
 
 DEFAULT_REPORTS = Path("llmpack-report")  # where timestamped reports go when no directory is named
@@ -199,15 +206,13 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
 @click.option("--wide", is_flag=True, help="Every column in the table (p50/p90/p99 and costs); the default fits 80 columns.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout; progress goes to stderr.")
 @click.option("--concurrency", type=int, default=1, show_default=True, help="--cluster: submissions in flight at once.")
-@click.option("--kfp-host", default=None, help="--cluster: KFP API endpoint (default KFP_HOST; token from KFP_TOKEN).")
-@click.option("--argo-host", default=None, help="--cluster: Argo Server host:port (default ARGO_SERVER; token from ARGO_TOKEN).")
+@compare_path_options(endpoint=True)
 @click.option("--namespace", default=None, help="--cluster: namespace for Argo workflows and the MLflow Job (default llmpack).")
 @click.option("--kubeconfig", default=None, help="--cluster: kubeconfig for the pod watcher and the MLflow Job.")
 @click.option("--context", default=None, help="--cluster: kubeconfig context.")
 @TLS_OPTIONS[0]
 @TLS_OPTIONS[1]
-@click.option("--image", default=None, help="--cluster: prebuilt step image for the MLflow Job.")
-@click.option("--cluster-tracking-uri", default=None, help="--cluster: MLflow tracking URI as seen from inside the cluster.")
+@compare_path_options(endpoint=False)
 @click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True, help="--cluster: seconds to wait per run.")
 @click.option("--poll", "poll_s", type=float, default=10.0, show_default=True, help="--cluster: status poll interval, seconds.")
 @click.option("--scale-down-delay-s", "scale_down_delay_s", type=float, default=None,
@@ -222,9 +227,8 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
 def compare(backends: str, repeats: int, warmup: int | None, local: bool, variants: str | None, baseline: str | None,
             report_dir: Path | None, force: bool, no_report: bool,
             control_plane: tuple[str, ...], control_plane_file: str | None, inject_start_delay: str | None, wide: bool,
-            as_json: bool, params: tuple[str, ...], concurrency: int, kfp_host: str | None, argo_host: str | None,
-            namespace: str | None, kubeconfig: str | None, context: str | None, image: str | None,
-            cluster_tracking_uri: str | None, wait_timeout: float, poll_s: float, scale_down_delay_s: float | None,
+            as_json: bool, params: tuple[str, ...], concurrency: int,
+            namespace: str | None, kubeconfig: str | None, context: str | None, wait_timeout: float, poll_s: float, scale_down_delay_s: float | None,
             cache_pvc: str | None, queue: str | None, ca_cert: str | None, insecure_skip_tls_verify: bool,
             **kwargs: Any) -> None:
     """Run the pipeline through several paths side by side and compare them.
@@ -240,8 +244,8 @@ def compare(backends: str, repeats: int, warmup: int | None, local: bool, varian
     from llmpack.report import check_control_plane, parse_control_plane
     from llmpack.runs import RunOptions, prepare
 
-    cluster = {"concurrency": concurrency, "kfp_host": kfp_host, "argo_host": argo_host, "namespace": namespace,
-               "kubeconfig": kubeconfig, "context": context, "image": image, "cluster_tracking_uri": cluster_tracking_uri,
+    own = {o.dest: kwargs.pop(o.dest) for path in cluster_paths().values() for o in path.compare_options}
+    cluster = {"concurrency": concurrency, "own": own, "namespace": namespace, "kubeconfig": kubeconfig, "context": context,
                "timeout_s": wait_timeout, "poll_s": poll_s, "scale_down_delay_s": scale_down_delay_s,
                "cache_pvc": cache_pvc, "queue": queue,
                "tls": {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}}
@@ -345,7 +349,11 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
     values = dict(parse_params(params))
     for key in ("model", "data", "max_steps", "seed"):
         values[key] = kwargs[key]
-    ns, tls = cluster["namespace"], cluster["tls"]
+    tls = cluster["tls"]
+    shared = {k: cluster[k] for k in ("namespace", "kubeconfig", "context")}
+    paths = {name: {**{o.key: cluster["own"][o.dest] for o in path.compare_options},
+                    **{k: shared[k] for k in path.shared_options if shared[k]}, **tls}
+             for name, path in cluster_paths().items()}  # each path's submit options, as it declares them
 
     def progress(label: str, message: str, elapsed: float) -> None:
         err.print(f"[bold]{label}[/] · {message} · {elapsed:5.1f}s")
@@ -353,10 +361,7 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
     return compare_cluster(
         backends=names, repeats=repeats, concurrency=cluster["concurrency"], params=values,
         run_group=kwargs.get("run_group"),
-        kfp={"host": cluster["kfp_host"], **tls},
-        argo={"host": cluster["argo_host"], **({"namespace": ns} if ns else {}), **tls},
-        mlflow={"kubeconfig": cluster["kubeconfig"], "context": cluster["context"], "image": cluster["image"],
-                "cluster_tracking_uri": cluster["cluster_tracking_uri"], **({"namespace": ns} if ns else {}), **tls},
+        **paths,
         k8s={"kubeconfig": cluster["kubeconfig"], "context": cluster["context"],
              "host": settings.K8S_HOST.get(), "token": settings.K8S_TOKEN.get(),
              "ca_cert": tls["ca_cert"], "verify_ssl": not tls["insecure_skip_tls_verify"]},

@@ -72,8 +72,7 @@ from typing import Any
 
 from components.errors import InputError
 from components.record import cost, tracking
-from llmpack.backends import ORCHESTRATORS
-from llmpack.cluster_paths import PATHS
+from llmpack.backends import ORCHESTRATORS, cluster_paths
 from llmpack.cluster_session import MODE, Plan, Progress, Session, bill_across_runs, preflight
 from llmpack.compare_plan import ComparePlan, parse_backends, run_all
 from llmpack.k8s.billing import check_scale_down_delay
@@ -99,9 +98,6 @@ def compare_cluster(
     concurrency: int = 1,
     params: Mapping[str, Any] | None = None,
     run_group: str | None = None,
-    kfp: Mapping[str, Any] | None = None,
-    argo: Mapping[str, Any] | None = None,
-    mlflow: Mapping[str, Any] | None = None,
     k8s: Mapping[str, Any] | None = None,
     tracking_uri: str | None = None,
     price_per_gpu_hour: Any = None,
@@ -115,6 +111,7 @@ def compare_cluster(
     cache_pvc: str | None = None,
     queue: str | None = None,
     variants: Iterable[str] | None = None,
+    **paths: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """Submit every path ``repeats`` times to one cluster, wait, measure; the ``compare()`` result.
 
@@ -130,8 +127,9 @@ def compare_cluster(
     pods and launcher share ``cache_pvc`` (default :data:`DEFAULT_GANG_PVC`, ReadWriteMany);
     its pods are one attempt, and ``gang_ready_s`` says when the last of them started.
 
-    ``kfp`` / ``argo`` / ``mlflow``: each path's ``submit`` options (``<package>.submit``; ``host``,
-    ``token``, ``namespace``... see :data:`llmpack.cluster_paths.PATHS`; KFP's ``pod_namespace`` is where
+    ``kfp=`` / ``argo=`` / ``mlflow=`` (a keyword per cluster path, by name): each path's ``submit``
+    options (``<package>.submit``; ``host``, ``token``, ``namespace``... see
+    :attr:`components.backend.ClusterPath.submit_options`; KFP's ``pod_namespace`` is where
     its pods run: default its profile ``namespace``, else ``kubeflow``). ``k8s``: how the pod
     watcher reaches the Kubernetes API (:func:`~llmpack.k8s.watcher.build_api_client` options;
     default the MLflow path's kubeconfig, else ``KUBECONFIG``/``~/.kube/config``/in-cluster).
@@ -162,8 +160,10 @@ def compare_cluster(
         cost.resolve_price("check", price_file=price_file, env={})  # reads and checks the file now
     pipe = shipped_pipeline()
     values = user_parameters(pipe, params)
-    given = {"kfp": kfp, "argo": argo, "mlflow": mlflow}
-    conf = {name: _options(name, given.get(name), path.submit_options) for name, path in PATHS.items()}
+    unknown = sorted(set(paths) - set(cluster_paths()))
+    if unknown:
+        raise InputError(f"compare --cluster: no cluster path {unknown[0]!r} (choose among {', '.join(cluster_paths())})")
+    conf = {name: _options(name, paths.get(name), path.submit_options) for name, path in cluster_paths().items()}
     gang = None
     compiled_dir = None
     if queue is not None and nodes is None:
@@ -187,13 +187,13 @@ def compare_cluster(
                          "finetune runs unfused; compare fused variants on one GPU")
     compile_here = gpus is not None or nodes is not None or bool(fused_modes)
     if compile_here:
-        for orch, key in ((name, path.artifact_option) for name, path in PATHS.items()):
+        for orch, key in ((name, path.artifact_option) for name, path in cluster_paths().items()):
             if conf[orch].get(key):
                 raise InputError(f"--gpus/--nodes/--variants compile the artifacts to submit: {orch} option {key} "
                                  "cannot be given too")
     pipes = {mode: fuse_steps(pipe, mode) for mode in modes}
     k8s_opts = _options("k8s", k8s, K8S_OPTIONS)
-    lender = next((conf[name] for name, path in PATHS.items() if path.lends_kubeconfig), {})
+    lender = next((conf[name] for name, path in cluster_paths().items() if path.lends_kubeconfig), {})
     if not k8s_opts.get("host") and not k8s_opts.get("kubeconfig") and lender.get("kubeconfig"):
         k8s_opts.setdefault("kubeconfig", lender["kubeconfig"])
         if lender.get("context"):
@@ -216,7 +216,7 @@ def compare_cluster(
         for mode in modes:  # what `llmpack compile [--fuse MODE]` writes, a directory per variant
             out = os.path.join(compiled_dir, mode)
             compile_all(out, fuse=mode, gpus=gpus, nodes=nodes, cache_pvc=cache_pvc, queue=queue)
-            session.artifacts[mode] = {orch: os.path.join(out, path.artifact_path) for orch, path in PATHS.items()}
+            session.artifacts[mode] = {orch: os.path.join(out, path.artifact_path) for orch, path in cluster_paths().items()}
     try:
         return _compare_all(session, plan, concurrency, group)
     finally:

@@ -21,8 +21,7 @@ from typing import Any
 
 from components.errors import InputError
 from components.record import cost, telemetry, tracking
-from llmpack.backends import cluster_submitter
-from llmpack.cluster_paths import PATHS
+from llmpack.backends import cluster_path, cluster_submitter
 from llmpack.gpu_catalogue import node_gpu, resolve_node_price
 from llmpack.k8s.billing import (
     cluster_cost,
@@ -168,7 +167,7 @@ class Session:
                 self.progress(label, message, time.monotonic() - t0)
 
     def pod_namespace(self, orch: str) -> str:
-        return PATHS[orch].pod_namespace(self.conf[orch])
+        return cluster_path(orch).pod_namespace(self.conf[orch])
 
     def api_client(self) -> Any:
         from llmpack.k8s.api import build_api_client
@@ -245,7 +244,7 @@ class Session:
         from llmpack import submit
 
         orch = plan.orchestrator
-        path = PATHS[orch]
+        path = cluster_path(orch)
         conf = self.conf[orch]
         record = self._blank(plan)
         watcher = None

@@ -60,6 +60,21 @@ TLS_OPTIONS = (
 )
 
 
+def compare_path_options(*, endpoint: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The cluster paths' own ``compare --cluster`` flags (:attr:`components.backend.ClusterPath.compare_options`):
+    the servers' endpoints, or the others; in registry order, their values in ``**kwargs`` by their ``dest``."""
+    from llmpack.backends import cluster_paths
+
+    options = [o for path in cluster_paths().values() for o in path.compare_options if o.endpoint == endpoint]
+
+    def apply(func: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            func = click.option(option.flag, option.dest, default=None, help=option.help)(func)
+        return func
+
+    return apply
+
+
 def tls_connection(ca_cert: str | None, insecure_skip_tls_verify: bool) -> dict[str, Any]:
     """The TLS part of a connection, checked now (before anything is sent); warns when verification is off."""
     from components.servers.remote import tls_verify

@@ -12,12 +12,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.backend import Backend, ClickOption, Connection, pod_labels
+from components.backend import (
+    TLS_OPTIONS,
+    Backend,
+    ClickOption,
+    ClusterPath,
+    CompareOption,
+    Connection,
+    PodMarks,
+    pod_labels,
+)
 from components.dsl import Pipeline
 from mlflow_projects.settings import IMAGE, SOURCE
 
 ARTIFACT_DIR = Path("mlflow_projects")
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+RUN_ID_ENV = "MLFLOW_RUN_ID"  # the prefix of the Job's container variable that names MLflow's run
+
 
 @dataclass(frozen=True, kw_only=True)
 class MlflowConnection(Connection):
@@ -36,6 +47,21 @@ class MlflowBackend(Backend):
     local_module = "mlflow_projects.local"
     cluster_module = "mlflow_projects.submit"
     connection_type = MlflowConnection
+    cluster_path = ClusterPath(
+        name="mlflow", artifact_option="project_dir", artifact_path=(ARTIFACT_DIR / "finetune-k8s").as_posix(),
+        submit_options=("project_dir", "image", "project_dir_in_image", "namespace", "kubeconfig", "context",
+                        "cluster_tracking_uri", *TLS_OPTIONS),
+        wait_options=("kubeconfig", "context", "namespace", *TLS_OPTIONS),
+        one_pod=True,
+        lends_kubeconfig=True,
+        compare_options=(
+            CompareOption(flag="--image", key="image", help="--cluster: prebuilt step image for the MLflow Job."),
+            CompareOption(flag="--cluster-tracking-uri", key="cluster_tracking_uri",
+                          help="--cluster: MLflow tracking URI as seen from inside the cluster."),
+        ),
+        shared_options=("namespace", "kubeconfig", "context"),
+    )
+    pod_marks = PodMarks(run_labels=JOB_NAME_LABELS, keep_env=(RUN_ID_ENV,))
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         from mlflow_projects.compiler import write_project
@@ -62,7 +88,7 @@ class MlflowBackend(Backend):
         spec = pod.get("spec") if isinstance(pod, Mapping) else None
         for container in (spec.get("containers") if isinstance(spec, Mapping) else None) or ():
             for env in container.get("env") or ():
-                if isinstance(env, Mapping) and str(env.get("name", "")).startswith("MLFLOW_RUN_ID"):
+                if isinstance(env, Mapping) and str(env.get("name", "")).startswith(RUN_ID_ENV):
                     return True
         return False
 

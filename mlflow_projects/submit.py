@@ -36,9 +36,9 @@ Why not ``mlflow run --backend kubernetes``
     the cluster cannot reach gets a warning. ``submitted_at`` is taken before the MLflow run is created, as
     ``mlflow run`` creates its run before it submits the Job: the record is part of this path's
     submit overhead. A Job the cluster refuses deletes the record again (a submission that never
-    reached the cluster is not a run). Cluster access: ``--kubeconfig`` / ``KUBECONFIG`` /
-    ``~/.kube/config`` (``kubernetes.config.load_kube_config``), else the in-cluster service
-    account (:func:`kube_api_client`).
+    reached the cluster is not a run). Cluster access: ``--kubeconfig`` / ``KUBECONFIG``, else the in-cluster
+    service account, else ``~/.kube/config`` (:func:`kube_api_client`, by the one precedence of
+    :mod:`components.servers.kube`).
 
 :func:`wait_for_completion` / :func:`wait_for_job`
     Poll the Job until it is Complete or Failed, or the timeout passes; then end the MLflow run
@@ -64,6 +64,7 @@ from components.commands import format_value
 from components.dsl import TELEMETRY_PARAMS
 from components.errors import InputError
 from components.record import tracking
+from components.servers import kube
 from components.servers.remote import (
     REQUEST_TIMEOUT_S,
     is_unreachable,
@@ -100,31 +101,17 @@ SECRET_ONLY_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TR
 
 def kube_api_client(kubeconfig: str | None, context: str | None, *, ca_cert: str | None = None,
                     insecure_skip_tls_verify: bool = False) -> Any:
-    """An ApiClient from kubeconfig (``--kubeconfig``, ``KUBECONFIG``, ``~/.kube/config``), else in-cluster.
+    """An ApiClient by the one precedence of :mod:`components.servers.kube` (``--kubeconfig``/``--context``,
+    ``KUBECONFIG``, in-cluster, ``~/.kube/config``).
 
     TLS is the kubeconfig's (``certificate-authority``, ``insecure-skip-tls-verify``), as for
     kubectl; ``--ca-cert`` / ``--insecure-skip-tls-verify`` override it, as kubectl's flags do.
     Exec credential plugins (``users[].user.exec``: EKS, GKE, AKS, OIDC) run as kubectl runs them.
     """
     verify = tls_verify(ca_cert, insecure_skip_tls_verify)
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
+    from kubernetes import client
 
-    cfg = client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG") or None
-    if kubeconfig and not Path(kubeconfig).expanduser().is_file():
-        raise InputError(f"--kubeconfig {kubeconfig}: no such file")
-    try:
-        config.load_kube_config(config_file=path, context=context, client_configuration=cfg, persist_config=False)
-    except (ConfigException, OSError, TypeError) as exc:
-        if context or kubeconfig:
-            raise InputError(f"kubeconfig: {one_line(exc)}") from None
-        try:
-            config.load_incluster_config(client_configuration=cfg)
-        except ConfigException:
-            raise InputError(
-                "no Kubernetes cluster configured: set KUBECONFIG, pass --kubeconfig, or run inside a pod"
-            ) from None
+    cfg, _ = kube.configuration(kubeconfig=kubeconfig, context=context)
     cfg.retries = 0  # one attempt: an unreachable API server is reported at once
     if verify is False:
         cfg.verify_ssl = False

@@ -329,8 +329,9 @@ def test_no_kubeconfig_and_no_endpoint(tmp_path, monkeypatch):
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     message = _input_error(build_api_client)
-    assert message.startswith("no Kubernetes endpoint")
-    assert _input_error(lambda: build_api_client(kubeconfig=tmp_path / "missing")) == f"{tmp_path / 'missing'}: kubeconfig not found"
+    assert message.startswith("no Kubernetes cluster configured") and "--kubeconfig" in message
+    assert "host and token" in message
+    assert _input_error(lambda: build_api_client(kubeconfig=tmp_path / "missing")) == f"--kubeconfig {tmp_path / 'missing'}: no such file"
     assert "http" in _input_error(lambda: build_api_client(host="127.0.0.1:6443"))
 
 
@@ -357,10 +358,10 @@ def test_client_from_kubeconfig(api, tmp_path, monkeypatch):
     assert row["run_s"] == 15.0
 
     message = _input_error(lambda: build_api_client(kubeconfig=_kubeconfig(tmp_path, api.url, TOKEN), context="absent"))
-    assert message.startswith(f"{tmp_path / 'kubeconfig'}: ")
+    assert message.startswith(f"kubeconfig {tmp_path / 'kubeconfig'}: ")
     (tmp_path / "broken").write_text(f"users: [{{token: {TOKEN}\n")  # YAML errors would quote the token
     message = _input_error(lambda: build_api_client(kubeconfig=tmp_path / "broken"))
-    assert message.startswith(f"{tmp_path / 'broken'}: not a usable kubeconfig (")
+    assert message.startswith(f"kubeconfig {tmp_path / 'broken'}: not a usable kubeconfig (")
 
 
 def test_kubeconfig_with_a_wrong_token(api, tmp_path):

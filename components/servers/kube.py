@@ -97,15 +97,20 @@ def _in_cluster(service_account_dir: Path) -> Any:
 def configuration(*, host: str | None = None, token: str | None = None, token_file: str | None = None,
                   kubeconfig: str | None = None, context: str | None = None, ca_cert: str | None = None,
                   insecure_skip_tls_verify: bool = False,
-                  service_account_dir: str | os.PathLike[str] = SERVICE_ACCOUNT_DIR) -> tuple[Any, str | None]:
-    """A ``kubernetes.client.Configuration`` by the precedence above, and the namespace its kubeconfig context names."""
+                  service_account_dir: str | os.PathLike[str] = SERVICE_ACCOUNT_DIR,
+                  otherwise: str = "") -> tuple[Any, str | None]:
+    """A ``kubernetes.client.Configuration`` by the precedence above, and the namespace its kubeconfig context names.
+
+    ``otherwise``: what else the caller takes, named in the error when nothing is configured (the
+    pod watcher: a host and token), so that one line says every way out.
+    """
     namespace = None
     if host:
         cfg = from_host(host, token, token_file)
     elif kubeconfig or context or os.environ.get("KUBECONFIG"):
         path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
         if kubeconfig and not Path(kubeconfig).expanduser().is_file():
-            raise InputError(f"kubeconfig {kubeconfig}: no such file")
+            raise InputError(f"--kubeconfig {kubeconfig}: no such file")
         if not any(Path(p).expanduser().is_file() for p in path.split(os.pathsep) if p):
             raise InputError("no Kubernetes cluster configured: not in a pod (KUBERNETES_SERVICE_HOST unset) and no "
                              f"kubeconfig at {path} (set KUBECONFIG)")
@@ -116,7 +121,7 @@ def configuration(*, host: str | None = None, token: str | None = None, token_fi
         cfg, namespace = _from_kubeconfig(str(default), None)
     else:
         raise InputError("no Kubernetes cluster configured: not in a pod (KUBERNETES_SERVICE_HOST unset) and no "
-                         "kubeconfig (pass --kubeconfig, set KUBECONFIG, or create ~/.kube/config)")
+                         f"kubeconfig (pass --kubeconfig, set KUBECONFIG, or create ~/.kube/config{otherwise})")
     _tls(cfg, ca_cert, insecure_skip_tls_verify)
     return cfg, namespace
 

@@ -1,7 +1,7 @@
 """The Kubernetes API client the pod watcher and the cluster session use, and its errors in one line.
 
 :func:`build_api_client` reaches the API from an explicit host and token, a kubeconfig, or the
-in-cluster service account (as ``kubernetes.config.load_config`` does); :func:`api_error` turns
+in-cluster service account (by :mod:`components.servers.kube`'s one precedence); :func:`api_error` turns
 any failure into an :class:`~components.errors.InputError` a user can act on (unreachable,
 401/403, unknown namespace), never carrying the token. ``kubernetes`` is imported inside the
 functions, so importing this module is cheap.
@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
+from components import settings
 from components.errors import InputError
 from components.servers import kube
 
@@ -29,62 +29,21 @@ def build_api_client(
     kubeconfig: str | os.PathLike[str] | None = None,
     context: str | None = None,
 ) -> Any:
-    """A ``kubernetes.client.ApiClient``: an explicit endpoint, else a kubeconfig, else in-cluster.
+    """A ``kubernetes.client.ApiClient`` by the one precedence of :mod:`components.servers.kube`.
 
-    - ``host`` (+ ``token`` or ``token_file``, ``ca_cert``, ``verify_ssl``):
-      ``Configuration(host=..., api_key={"authorization": "Bearer ..."})``.
-    - else ``kubeconfig`` (or ``$KUBECONFIG``, or ``~/.kube/config`` when it exists), with ``context``
-      (the file is never written back; ``ca_cert`` / ``verify_ssl=False`` override its TLS settings);
-    - else the in-cluster service account (``KUBERNETES_SERVICE_HOST`` set).
-
-    Raises :class:`InputError` (one line, never the token) when none is usable.
+    An explicit ``host`` (+ ``token`` or ``token_file``), else ``kubeconfig`` / ``context``, else
+    ``$KUBECONFIG``, else the in-cluster service account, else ``~/.kube/config`` (the file is never
+    written back); ``ca_cert`` / ``verify_ssl=False`` override a kubeconfig's TLS settings, as
+    kubectl's flags do. Raises :class:`InputError` (one line, never the token) when none is usable.
     """
-    from kubernetes import client, config
+    from kubernetes import client
 
-    if host:
-        cfg = kube.from_host(str(host), token, token_file)
-        cfg.verify_ssl = verify_ssl
-        if ca_cert:
-            _set_ca_cert(cfg, ca_cert)
-        return client.ApiClient(cfg)
-
-    path = kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
-    if path is None:  # as kubernetes.config.load_config: the default kubeconfig first, then in-cluster
-        default = Path(os.path.expanduser("~/.kube/config"))
-        path = str(default) if default.is_file() else None
-    if path is not None:
-        if not Path(path).is_file():
-            raise InputError(f"{path}: kubeconfig not found")
-        cfg = client.Configuration()
-        try:
-            config.load_kube_config(config_file=str(path), context=context, client_configuration=cfg, persist_config=False)
-        except config.ConfigException as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid kubeconfig"
-            raise InputError(f"{path}: {_scrub(first, kube.secrets_of(cfg))}") from None
-        except Exception as exc:  # YAML errors quote the file, which may hold credentials: name the type only
-            raise InputError(f"{path}: not a usable kubeconfig ({type(exc).__name__})") from None
-        if not verify_ssl:  # kubectl's --insecure-skip-tls-verify / --certificate-authority override the file
-            cfg.verify_ssl = False
-        elif ca_cert:
-            _set_ca_cert(cfg, ca_cert)
-        return client.ApiClient(cfg)
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        cfg = client.Configuration()
-        try:
-            config.load_incluster_config(client_configuration=cfg)
-        except config.ConfigException as exc:
-            raise InputError(f"in-cluster Kubernetes config: {str(exc).splitlines()[0]}") from None
-        return client.ApiClient(cfg)
-    raise InputError(
-        "no Kubernetes endpoint: give a host and token, or a kubeconfig (--kubeconfig, $KUBECONFIG or ~/.kube/config)"
-    )
-
-
-def _set_ca_cert(cfg: Any, ca_cert: str | os.PathLike[str]) -> None:
-    """Verify the API server with this CA certificate file (kubectl's ``--certificate-authority``)."""
-    if not Path(ca_cert).is_file():
-        raise InputError(f"{ca_cert}: CA certificate file not found")
-    cfg.ssl_ca_cert = str(ca_cert)
+    cfg, _ = kube.configuration(
+        host=str(host) if host else None, token=token, token_file=str(token_file) if token_file else None,
+        kubeconfig=str(kubeconfig) if kubeconfig else None, context=context,
+        ca_cert=str(ca_cert) if ca_cert else None, insecure_skip_tls_verify=not verify_ssl,
+        otherwise=f"; or give a host and token: {settings.K8S_HOST.name}, {settings.K8S_TOKEN.name}")
+    return client.ApiClient(cfg)
 
 
 def _scrub(message: str, tokens: Iterable[str]) -> str:

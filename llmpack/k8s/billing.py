@@ -17,7 +17,7 @@ from typing import Any
 
 from components.errors import InputError
 from components.record import cost, telemetry
-from llmpack.cluster_paths import runs_in_one_pod
+from llmpack.backends import runs_in_one_pod
 
 
 def _row_billed_s(row: Mapping[str, Any]) -> float | None:

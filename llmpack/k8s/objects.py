@@ -1,7 +1,7 @@
 """Kubernetes objects as plain dicts: the labels we read, times, field access and shape checks.
 
 What every reader of pod, node and event objects (the JSON of ``kubectl get ... -o json`` or of a
-watch) shares: the orchestrators' and NVIDIA's label names, RFC 3339 / Go duration / image-pull
+watch) shares: Kubernetes' and NVIDIA's label names, RFC 3339 / Go duration / image-pull
 message parsing, null-safe field access, and the shape check that turns a hand-edited or foreign
 dump into one line naming the field (:class:`DumpError`). Stdlib only.
 """
@@ -15,12 +15,7 @@ from typing import Any
 
 from components.errors import InputError
 
-# Orchestrators' own labels and annotations.
-KFP_V2_LABEL = "pipelines.kubeflow.org/v2_component"
-KFP_RUN_ID_LABEL = "pipeline/runid"
-ARGO_WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
-ARGO_NODE_NAME = "workflows.argoproj.io/node-name"
-JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+# The orchestrators' own labels and annotations are theirs to declare (components.backend.PodMarks).
 INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # NVIDIA GPU feature discovery
@@ -34,11 +29,6 @@ JOBSET_REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # label since Kubernetes 1.28, annotation before
 POD_GPU_COUNT_LABEL = "llmpack.io/gpu-count"  # on every gang pod (the TrainJob's runtimePatches)
 
-# KFP v2 on Argo: the templates its compiler emits (pod names are <workflow>-<template>-<hash>).
-KFP_DRIVER_TEMPLATES = ("system-dag-driver", "system-container-driver")
-KFP_EXECUTOR_TEMPLATE = "system-container-impl"
-
-ARGO_HELPER_CONTAINERS = ("wait", "init")
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 

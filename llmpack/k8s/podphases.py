@@ -24,22 +24,15 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from components.backend import Drivers
 from components.record.telemetry import Record, RunContext, make_record
-from llmpack.backends import ORCHESTRATORS
+from llmpack.backends import ORCHESTRATORS, all_pod_marks, orchestrator_of_pod, pod_marks
 from llmpack.k8s import LABEL_PREFIX, ORCHESTRATOR_LABEL, PIPELINE_RUN_LABEL, RUN_GROUP_LABEL, STEP_LABEL
 from llmpack.k8s.objects import (
-    ARGO_HELPER_CONTAINERS,
-    ARGO_NODE_NAME,
-    ARGO_WORKFLOW_LABEL,
     GPU_PRODUCT_LABEL,
     INSTANCE_TYPE_LABELS,
     JOB_COMPLETION_INDEX,
-    JOB_NAME_LABELS,
     JOBSET_NAME_LABEL,
-    KFP_DRIVER_TEMPLATES,
-    KFP_EXECUTOR_TEMPLATE,
-    KFP_RUN_ID_LABEL,
-    KFP_V2_LABEL,
     POD_GPU_COUNT_LABEL,
     TERMINAL_PHASES,
     DumpError,
@@ -98,26 +91,11 @@ STEP_EVENT_FIELDS = (
 
 
 def orchestrator_of(pod: Mapping[str, Any]) -> str:
-    """kfp | argo | mlflow | unknown: our own label first, then the orchestrators' own marks."""
-    labels, annotations = labels_of(pod), annotations_of(pod)
-    own = labels.get(ORCHESTRATOR_LABEL)
+    """kfp | argo | mlflow | unknown: our own label first, then the orchestrators' own marks (the registry's)."""
+    own = labels_of(pod).get(ORCHESTRATOR_LABEL)
     if own:
         return own if own in ORCHESTRATORS else "unknown"
-    if labels.get(KFP_V2_LABEL) == "true" or annotations.get(KFP_V2_LABEL) == "true" or KFP_RUN_ID_LABEL in labels:
-        return "kfp"
-    if ARGO_WORKFLOW_LABEL in labels:
-        return "argo"
-    if any(k in labels for k in JOB_NAME_LABELS) and _has_mlflow_env(pod):
-        return "mlflow"
-    return "unknown"
-
-
-def _has_mlflow_env(pod: Mapping[str, Any]) -> bool:
-    for container in dig(pod, "spec", "containers") or ():
-        for env in container.get("env") or ():
-            if isinstance(env, Mapping) and str(env.get("name", "")).startswith("MLFLOW_RUN_ID"):
-                return True
-    return False
+    return orchestrator_of_pod(pod)
 
 
 def is_llmpack_pod(pod: Mapping[str, Any]) -> bool:
@@ -125,55 +103,58 @@ def is_llmpack_pod(pod: Mapping[str, Any]) -> bool:
 
 
 def _node_name_parts(pod: Mapping[str, Any]) -> list[str]:
-    """The Argo node name split on dots, retry/loop suffixes stripped: ['wf', 'root', 'finetune', 'executor']."""
-    node_name = annotations_of(pod).get(ARGO_NODE_NAME) or ""
+    """The workflow node name (Argo's) split on dots, retry/loop suffixes stripped: ['wf', 'root', 'finetune', 'executor']."""
+    annotations = annotations_of(pod)
+    node_name = next((annotations[k] for k in all_pod_marks().node_annotations if annotations.get(k)), "")
     parts = [re.sub(r"(\(\d+\)|\[\d+\])+$", "", p) for p in node_name.split(".")]
     return [p for p in parts if p]
 
 
-def _kfp_template(pod: Mapping[str, Any]) -> str | None:
+def _template(pod: Mapping[str, Any], drivers: Drivers) -> str | None:
     name = dig(pod, "metadata", "name") or ""
-    for template in (*KFP_DRIVER_TEMPLATES, KFP_EXECUTOR_TEMPLATE):
+    for template in (*drivers.templates, *drivers.executor_templates):
         if f"-{template}-" in name or name.endswith(f"-{template}"):
             return template
     return None
 
 
 def role_of(pod: Mapping[str, Any], orchestrator: str) -> str:
-    """``driver`` for KFP v2 driver pods (system-dag-driver, system-container-driver), else ``executor``."""
-    if orchestrator != "kfp":
+    """``driver`` for an orchestrator's own driver pods (KFP v2: system-dag-driver, system-container-driver), else ``executor``."""
+    drivers = pod_marks(orchestrator).drivers
+    if drivers is None:
         return "executor"
-    template = _kfp_template(pod)
+    template = _template(pod, drivers)
     if template is not None:
-        return "driver" if template in KFP_DRIVER_TEMPLATES else "executor"
+        return "driver" if template in drivers.templates else "executor"
     parts = _node_name_parts(pod)
     if parts:
-        if parts[-1] == "executor":
+        if parts[-1] == drivers.executor_node:
             return "executor"
-        if parts[-1].endswith("-driver"):
+        if parts[-1].endswith(drivers.node_suffix):
             return "driver"
     for container in dig(pod, "spec", "containers") or ():
         if container.get("name") == "main":
             command = container.get("command") or []
             image = str(container.get("image") or "")
-            if (command[:1] == ["driver"]) or "kfp-driver" in image:
+            if (command[:1] == [drivers.command]) or drivers.image in image:
                 return "driver"
     return "executor"
 
 
 def step_of(pod: Mapping[str, Any], orchestrator: str, role: str) -> str | None:
-    """Our ``llmpack.io/step`` label, else the Argo node name's task (KFP: the task the driver serves)."""
+    """Our ``llmpack.io/step`` label, else the workflow node name's task (KFP: the task the driver serves)."""
     label = labels_of(pod).get(STEP_LABEL)
     if label:
         return label
     parts = _node_name_parts(pod)
     if not parts:
         return None
-    if orchestrator == "kfp" and parts[-1] == "executor" and len(parts) >= 2:
+    drivers = pod_marks(orchestrator).drivers
+    if drivers is not None and parts[-1] == drivers.executor_node and len(parts) >= 2:
         return parts[-2]
     last = parts[-1]
-    if orchestrator == "kfp" and last.endswith("-driver"):
-        return last[: -len("-driver")] or None
+    if drivers is not None and last.endswith(drivers.node_suffix):
+        return last[: -len(drivers.node_suffix)] or None
     return last if len(parts) > 1 else None
 
 
@@ -184,8 +165,9 @@ def main_container(pod: Mapping[str, Any]) -> str | None:
         names = [c.get("name") for c in dig(pod, "status", "containerStatuses") or () if isinstance(c, Mapping)]
     if "main" in names:
         return "main"
+    helpers = all_pod_marks().helper_containers
     for name in names:
-        if name not in ARGO_HELPER_CONTAINERS:
+        if name not in helpers:
             return name
     return None
 
@@ -281,14 +263,13 @@ class _PullIndex:
         return round(total, 6) if found else None
 
 
-def _workflow_keys(pod: Mapping[str, Any]) -> set[tuple[str, str]]:
+def _workflow_keys(pod: Mapping[str, Any]) -> set[tuple[str, str, str]]:
     labels = labels_of(pod)
     ns = dig(pod, "metadata", "namespace") or ""
     keys = set()
-    if labels.get(ARGO_WORKFLOW_LABEL):
-        keys.add((ns, "wf:" + labels[ARGO_WORKFLOW_LABEL]))
-    if labels.get(KFP_RUN_ID_LABEL):
-        keys.add((ns, "run:" + labels[KFP_RUN_ID_LABEL]))
+    for label in all_pod_marks().workflow_labels:
+        if labels.get(label):
+            keys.add((ns, label, labels[label]))
     return keys
 
 
@@ -307,12 +288,12 @@ def gang_of(pod: Mapping[str, Any]) -> tuple[str, int | None, int | None] | None
 
 
 def orchestrator_run_of(pod: Mapping[str, Any]) -> str | None:
-    """The orchestrator's own run id: KFP ``pipeline/runid``, the Argo workflow, the MLflow Job
-    (a TrainJob's node pods carry their own Job's name: none of the orchestrator's)."""
+    """The orchestrator's own run id (its :attr:`~components.backend.PodMarks.run_labels`): KFP ``pipeline/runid``,
+    the Argo workflow, the MLflow Job (a TrainJob's node pods carry their own Job's name: none of the orchestrator's)."""
     labels = labels_of(pod)
     if labels.get(JOBSET_NAME_LABEL):
         return None
-    for key in (KFP_RUN_ID_LABEL, ARGO_WORKFLOW_LABEL, *JOB_NAME_LABELS):
+    for key in all_pod_marks().run_labels:
         if labels.get(key):
             return labels[key]
     return None
@@ -348,7 +329,7 @@ def _select(
                         "pipeline_run": labels.get(PIPELINE_RUN_LABEL) or runs[orch_run]}
         elif is_llmpack_pod(p) and (run_group is None or labels.get(RUN_GROUP_LABEL) == run_group):
             fills[i] = {"run_group": labels.get(RUN_GROUP_LABEL), "pipeline_run": labels.get(PIPELINE_RUN_LABEL)}
-    by_workflow: dict[tuple[str, str], dict[str, str | None]] = {}
+    by_workflow: dict[tuple[str, str, str], dict[str, str | None]] = {}
     for i in fills:
         for key in _workflow_keys(pods[i]):
             by_workflow.setdefault(key, fills[i])

@@ -7,24 +7,21 @@ and node billing read (repeated strings interned), and :func:`node_facts` is a n
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Mapping
 from typing import Any
 
+from llmpack.backends import all_pod_marks
 from llmpack.k8s import LABEL_PREFIX
 from llmpack.k8s.objects import (
-    ARGO_NODE_NAME,
-    ARGO_WORKFLOW_LABEL,
     GPU_COUNT_LABEL,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     INSTANCE_TYPE_LABELS,
     JOB_COMPLETION_INDEX,
-    JOB_NAME_LABELS,
     JOBSET_NAME_LABEL,
     JOBSET_REPLICATED_JOB_LABEL,
-    KFP_RUN_ID_LABEL,
-    KFP_V2_LABEL,
     SCALE_DOWN_TAINT,
     condition_of,
     dig,
@@ -36,8 +33,16 @@ from llmpack.k8s.objects import (
 
 
 _SLIM_CONDITIONS = ("PodScheduled", "PodReadyToStartContainers", "PodHasNetwork", "Initialized")
-_SLIM_LABELS = (KFP_V2_LABEL, KFP_RUN_ID_LABEL, ARGO_WORKFLOW_LABEL, *JOB_NAME_LABELS, JOBSET_NAME_LABEL,
-                JOBSET_REPLICATED_JOB_LABEL, JOB_COMPLETION_INDEX)
+
+
+@functools.cache
+def _kept() -> tuple[frozenset[str], frozenset[str], tuple[str, ...]]:
+    """(labels, annotations, variable-name prefixes) a slim pod keeps: the orchestrators' own (the registry's)
+    and the gang's; worked out once, the watcher slims thousands of pods."""
+    marks = all_pod_marks()
+    labels = frozenset((*marks.labels(), JOBSET_NAME_LABEL, JOBSET_REPLICATED_JOB_LABEL, JOB_COMPLETION_INDEX))
+    annotations = frozenset((*marks.node_annotations, *marks.keep_annotations, JOB_COMPLETION_INDEX))
+    return labels, annotations, marks.keep_env
 
 
 def _intern(value: Any) -> Any:
@@ -49,12 +54,13 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The parts of a pod the analysis reads, nothing else (the watcher keeps one per pod).
 
     Labels are ours and the orchestrators'; conditions those the phases use; environment
-    variables only the name of MLflow's run id (values may hold credentials). Repeated strings
-    are interned, so a thousand pods of one run group share them.
+    variables only the name prefixes the orchestrators' marks read (MLflow's run id; values may
+    hold credentials). Repeated strings are interned, so a thousand pods of one run group share them.
     """
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
+    kept_labels, kept_annotations, kept_env = _kept()
 
     def container(c: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {"name": _intern(c.get("name"))}
@@ -63,8 +69,10 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
                 out["image"] = _intern(c["image"])
             if c.get("command"):
                 out["command"] = [_intern(c["command"][0])]
-        if any(str((e or {}).get("name", "")).startswith("MLFLOW_RUN_ID") for e in c.get("env") or ()):
-            out["env"] = [{"name": "MLFLOW_RUN_ID"}]
+        env = [{"name": prefix} for prefix in kept_env
+               if any(str((e or {}).get("name", "")).startswith(prefix) for e in c.get("env") or ())]
+        if env:
+            out["env"] = env
         return out
 
     def cstatus(st: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,13 +95,13 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     labels = {
         _intern(k): _intern(v)
         for k, v in (meta.get("labels") or {}).items()
-        if k.startswith(LABEL_PREFIX) or k in _SLIM_LABELS
+        if k.startswith(LABEL_PREFIX) or k in kept_labels
     }
     if labels:
         slim_meta["labels"] = labels
     annotations = {
         _intern(k): v for k, v in (meta.get("annotations") or {}).items()
-        if k in (ARGO_NODE_NAME, KFP_V2_LABEL, JOB_COMPLETION_INDEX)
+        if k in kept_annotations
     }
     if annotations:
         slim_meta["annotations"] = annotations

@@ -42,14 +42,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from components.errors import InputError
+from llmpack.backends import run_id_selectors
 from llmpack.k8s import RUN_GROUP_LABEL
 from llmpack.k8s.api import api_error, is_network_error
-from llmpack.k8s.objects import KFP_RUN_ID_LABEL, KFP_V2_LABEL, TERMINAL_PHASES
+from llmpack.k8s.objects import TERMINAL_PHASES
 from llmpack.k8s.podphases import all_terminated, analyze
 from llmpack.k8s.slim import node_facts, slim_event, slim_node, slim_pod
 
-# KFP's pods (drivers and executors) that do not carry our run-group label; narrowed by run id.
-KFP_SELECTOR = f"{KFP_V2_LABEL}=true,!{RUN_GROUP_LABEL}"
 SANDBOX_CONDITIONS = ("PodReadyToStartContainers", "PodHasNetwork")
 
 Rows = list[dict[str, Any]]
@@ -113,7 +112,9 @@ class PodWatcher:
             self.kfp_runs = dict.fromkeys(kfp_runs)
         self.selectors = [f"{RUN_GROUP_LABEL}={run_group}"]
         if self.kfp_runs:
-            self.selectors.append(f"{KFP_SELECTOR},{KFP_RUN_ID_LABEL} in ({','.join(sorted(self.kfp_runs))})")
+            ids = ",".join(sorted(self.kfp_runs))
+            # KFP's pods (drivers and executors) do not carry our run-group label: found by run id.
+            self.selectors.extend(f"{sel},!{RUN_GROUP_LABEL},{label} in ({ids})" for sel, label in run_id_selectors())
         self.window_s = max(1, int(window_s))
         self.request_timeout_s = request_timeout_s
         self.events_every_s = events_every_s
