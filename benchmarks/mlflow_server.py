@@ -4,7 +4,7 @@
         ... MLFLOW_TRACKING_URI=srv.uri ...
 
 ``kill()`` then ``start()`` brings it back on the same port with the same database (an outage).
-Same command line as ``benchmarks/tracking_outage.py`` and ``tests/test_tracking_outage.py`` use:
+Same command line as ``benchmarks/tracking_outage.py`` and ``tests/components/test_tracking_outage.py`` use:
 ``--workers 1`` by default and no job runner, so it starts in seconds on a loaded 2-core machine.
 """
 

@@ -16,8 +16,8 @@ resampled, seeded: ``llmpack.stats.bootstrap_median_ci``). It checks that every 
 adapter and eval metrics equal the default's, byte for byte, and exits 1 when one does not.
 
 Pods per run on a cluster are what the compiled artifacts create: one per task (KFP adds its
-driver pods; MLflow's Kubernetes path is one Job pod whatever the fusion); ``tests/test_fusion.py``
-checks the compiled task counts and ``tests/test_fusion_cluster.py`` the pods on the loopback cluster.
+driver pods; MLflow's Kubernetes path is one Job pod whatever the fusion); ``tests/components/test_fusion.py``
+checks the compiled task counts and ``tests/llmpack/test_fusion_cluster.py`` the pods on the loopback cluster.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ class StandInServer:
 
     def __init__(self, *, token: str | None, tls: ssl.SSLContext | None = None) -> None:
         self.token = token  # None: no auth
-        self.tls = tls  # a server-side context: serve https (see tests/test_tls.py for a self-signed one)
+        self.tls = tls  # a server-side context: serve https (see tests/backends/test_tls.py for a self-signed one)
         self.requests: list[RecordedRequest] = []
         self._server: ThreadingHTTPServer | None = None
         self._port: int | None = None

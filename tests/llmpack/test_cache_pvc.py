@@ -13,7 +13,7 @@ from components.dsl import HF_CACHE_MOUNT
 from components.errors import InputError
 from components.finetune_pipeline import build
 from llmpack.compile import compile_all, with_cache_pvc
-from tests.test_security import argo_problems, credential_findings, job_problems, kfp_problems
+from tests.llmpack.test_security import argo_problems, credential_findings, job_problems, kfp_problems
 
 PVC = "hf-models"
 LOADERS = {"prepare-data", "tokenize", "finetune", "evaluate"}  # steps that read the HF cache

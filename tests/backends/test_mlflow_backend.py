@@ -26,7 +26,7 @@ from mlflow_projects import compiler, driver
 from mlflow_projects.compiler import entry_point_name, render_k8s_project, render_local_project, write_project
 from mlflow_projects.local import run_local
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MLFLOW_DIR = REPO / "mlflow_projects"
 LOCAL = MLFLOW_DIR / compiler.LOCAL_DIR
 K8S = MLFLOW_DIR / compiler.K8S_DIR

@@ -22,7 +22,7 @@ import pytest
 from benchmarks import load_mlflow, watcher_load
 from components.record import telemetry, tracking
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # --------------------------------------------------------------------------- the pod watcher

@@ -11,7 +11,7 @@ Every built object is checked two ways against Kubeflow Trainer v2.3.0:
   and the CRD's CEL rules on a new object. ``jsonschema`` is not a dependency of the pack, and it
   would not know the Kubernetes extensions (int-or-string, list-map keys, CEL) anyway.
 
-Regenerate the golden YAML with ``LLMPACK_REGEN_GOLDEN=1 pytest tests/test_trainjob.py``.
+Regenerate the golden YAML with ``LLMPACK_REGEN_GOLDEN=1 pytest tests/components/test_trainjob.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from components.dsl import GPU_TOLERATION, Toleration
 from components.errors import InputError
 from components.servers.trainjob import QUEUE_LABEL, TrainJobSpec, to_yaml
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "trainer"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "trainer"
 SCHEMA_FILE = FIXTURES / "trainjobs.schema.json"
 GOLDEN = FIXTURES / "trainjob-2x4.yaml"
 

@@ -25,7 +25,7 @@ from components.steps.tokenize import tokenize
 from kfp_pipelines import PACKAGE_PATH
 from kfp_pipelines.compiler import build_component, build_kfp_pipeline, compile_pipeline, component_source
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return compile_pipeline(build(), tmp_path_factory.mktemp("kfp") / "finetune.yaml")
@@ -324,7 +324,7 @@ def test_local_crash_reports_the_steps_last_line_like_direct(tmp_path: Path) -> 
 
     pipe = boom_pipeline()
     # The step's module (this file) must be importable by the step processes.
-    path = os.pathsep.join([str(Path(__file__).parent), str(REPO), os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join([str(Path(__file__).parents[1]), str(REPO), os.environ.get("PYTHONPATH", "")])
     env = {**_env(tmp_path), "PYTHONPATH": path}
     values = pipeline_values(pipe, {"message": "oh no"})
     with pytest.raises(RunFailed) as kfp_exc:

@@ -15,7 +15,7 @@ from components.errors import InputError
 from kfp_pipelines import submit as kfp_submit
 from llmpack import submit
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "kfp_pipelines" / "finetune.yaml"
 TOKEN = "kfp-standin-token"
 BAD_TOKEN = "wrong-token-Zq81xT0kenSECRET"

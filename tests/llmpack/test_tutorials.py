@@ -21,7 +21,7 @@ from standins.argo_server import ArgoServerStandIn
 from standins.k8s_api import KubeAPIStandIn
 from standins.kfp_api import KFPAPIStandIn
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TUTORIALS = REPO / "examples" / "tutorials"
 LINKED = ("kfp_pipelines", "argo_workflows", "mlflow_projects", "examples", "components", "llmpack")
 HEADLINE = ("spinup_s", "time_to_first_step_s", "total_s", "cost_usd", "gpu_hours", "goodput", "eval_loss")

@@ -16,7 +16,7 @@ from argo_workflows import submit as argo_submit
 from components.errors import InputError
 from llmpack import submit
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "argo_workflows" / "finetune.yaml"
 TOKEN = "argo-standin-token"
 BAD_TOKEN = "wrong-token-Hq93xArg0SECRET"

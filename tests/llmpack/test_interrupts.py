@@ -8,7 +8,7 @@ was left and what to do about it:
 - ``sync``: the run directory is unchanged and a second ``sync`` sends the rest (idempotent);
 - ``compare``: the run in progress ends KILLED, its directory is kept as ``.failed`` and named,
   the runs before it keep their FINISHED records, no step process outlives the client
-  (``llmpack run`` is checked the same way in ``tests/test_record.py``).
+  (``llmpack run`` is checked the same way in ``tests/components/test_record.py``).
 """
 
 from __future__ import annotations

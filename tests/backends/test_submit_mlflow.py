@@ -21,7 +21,7 @@ from components.record import tracking
 from llmpack import submit
 from mlflow_projects import submit as mlflow_submit
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROJECT = REPO / "mlflow_projects" / "finetune-k8s"
 TEMPLATE = PROJECT / "kubernetes_job_template.yaml"
 TOKEN = "k8s-standin-token"

@@ -15,7 +15,7 @@ from llmpack.k8s.dumps import load_events, load_nodes, load_pods
 from llmpack.k8s.podphases import analyze
 from llmpack.k8s.slim import node_facts, slim_node
 
-FIXTURES = Path(__file__).parent / "fixtures" / "k8s"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "k8s"
 T0 = 1_800_000_000.0
 GPUS = {"prepare-data": 0, "tokenize": 0, "finetune": 1, "evaluate": 1, "register": 0}
 

@@ -17,7 +17,7 @@ from argo_workflows.pipeline import finetune_workflow
 from components.errors import InputError
 from components.record.close import CLOSE_TASK
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOKEN = "argo-standin-token"
 ENV = ("ARGO_SERVER", "ARGO_TOKEN", "ARGO_NAMESPACE", "ARGO_SECURE", "ARGO_INSECURE_SKIP_VERIFY", "ARGO_BASE_HREF")
 

@@ -1,7 +1,7 @@
 """finetune on many nodes (issue 9 item 3): the launcher creates a TrainJob, the gang trains, the record has every rank.
 
 ``llmpack compile --nodes 2 --gpus 4`` is checked against the Trainer API's models and its CRD schema
-(its committed golden copies, examples/multinode/, in tests/test_golden.py). The launcher runs for real (``python -m
+(its committed golden copies, examples/multinode/, in tests/backends/test_golden.py). The launcher runs for real (``python -m
 components.run`` with ``nnodes=2``) against the loopback Kubernetes API and the real ``kubernetes``
 client; a stand-in Trainer controller plays the ``torch-distributed`` runtime: it starts the
 TrainJob's command once per node, with the ``PET_*`` variables the runtime sets, as local
@@ -24,8 +24,8 @@ from standins.k8s_api import KubeAPIStandIn
 
 from components.process import gang
 from components.record.telemetry import group_by_step, read_records
+from tests.components.test_trainjob import _schema, schema_errors, trainer_api_errors
 from tests.conftest import llmpack, run_step
-from tests.test_trainjob import _schema, schema_errors, trainer_api_errors
 
 TOKEN = "gang-standin-token-4471"
 NS = "llmpack"

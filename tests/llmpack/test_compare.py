@@ -168,7 +168,7 @@ def test_a_tracking_uri_that_is_not_mlflow_is_one_line_before_any_run(tmp_path: 
     """A server that answers, but with 404 to MLflow's API (a wrong URL), is bad input: exit 2 before any step.
 
     (A server that does not answer is an outage, not bad input: the run goes on and says how to
-    send its records later; tests/test_tracking_outage.py.)
+    send its records later; tests/components/test_tracking_outage.py.)
     """
     import http.server
     import threading

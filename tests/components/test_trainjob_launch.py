@@ -25,7 +25,7 @@ from components.errors import InputError, Interrupted, StepFailed
 from components.servers import trainjob_launch as launch
 from components.servers.trainjob import TrainJobSpec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOKEN = "trainjob-standin-token-Zq81"
 NS = "llmpack"
 G, V, P = "trainer.kubeflow.org", "v1alpha1", "trainjobs"

@@ -1,6 +1,6 @@
 """The Argo path: the compiled Workflow (golden file, Argo's schema, the hera CLI) and a local run.
 
-The golden file itself is checked against a fresh compile in tests/test_golden.py (``make golden`` regenerates it).
+The golden file itself is checked against a fresh compile in tests/backends/test_golden.py (``make golden`` regenerates it).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from components.steps.prepare_data import prepare_data
 from components.steps.register import register
 from components.steps.tokenize import tokenize
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "argo_workflows" / "finetune.yaml"
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from components.training.checkpointing import MANIFEST, checkpoint_problem, newest_checkpoint, write_manifest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _fake_checkpoint(root: Path, step_no: int, fingerprint: str = "fp", name: str | None = None) -> Path:

@@ -44,7 +44,7 @@ from argo_workflows import submit as argo_submit
 from kfp_pipelines import submit as kfp_submit
 from mlflow_projects import submit as mlflow_submit
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KFP_YAML = REPO / "kfp_pipelines" / "finetune.yaml"
 ARGO_YAML = REPO / "argo_workflows" / "finetune.yaml"
 JOB_TEMPLATE = REPO / "mlflow_projects" / "finetune-k8s" / "kubernetes_job_template.yaml"

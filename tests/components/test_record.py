@@ -1,7 +1,7 @@
 """The pipeline closes its own record: submit-time sources, run identity, status, and each native path.
 
 Each native path (``mlflow run``, kfp's loader + kfp.local, the compiled Argo YAML) is run with no
-llmpack client by tests/test_tutorials.py, which checks the record it leaves.
+llmpack client by tests/llmpack/test_tutorials.py, which checks the record it leaves.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from components.record import telemetry
 from components.record.cost import GpuUse
 from components.record.telemetry import RunContext, make_record
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LLMPACK_CLI = Path(sys.executable).with_name("llmpack")
 
 

@@ -23,7 +23,7 @@ from llmpack.k8s.podphases import ROW_FIELDS, analyze, to_step_records
 from llmpack.k8s.slim import slim_event, slim_node, slim_pod
 from llmpack.k8s.timeline import format_table, timeline_from_files
 
-FIXTURES = Path(__file__).parent / "fixtures" / "k8s"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "k8s"
 PODS, NODES, EVENTS = FIXTURES / "pods.json", FIXTURES / "nodes.json", FIXTURES / "events.json"
 RUN_GROUP = "rg-20250314-085958-7f3a9c"
 KFP_RUN_ID = "3f2b6c1e-9d4a-4b8e-a1c7-5e0f2d9b8a61"  # pipeline/runid, from kfp.Client at submit

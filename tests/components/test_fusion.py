@@ -198,7 +198,7 @@ def test_prepull_daemonset_is_a_valid_kubernetes_object_that_passes_the_security
 
     from llmpack.compile import compile_all
     from llmpack.prepull import PREPULL_FILE
-    from tests.test_security import credential_findings, pod_spec_problems
+    from tests.llmpack.test_security import credential_findings, pod_spec_problems
 
     written = compile_all(tmp_path, image="registry.example.com/team/llmpack:1.2.3", prepull=True)
     path = tmp_path / PREPULL_FILE
@@ -224,7 +224,7 @@ def test_prepull_daemonset_is_a_valid_kubernetes_object_that_passes_the_security
 # --------------------------------------------------------------------------- a user's own pipeline, fused
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run_custom(backend: str, mode: str, workdir: Path) -> dict[str, Path]:

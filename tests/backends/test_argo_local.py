@@ -22,7 +22,7 @@ from components.commands import pipeline_values
 from components.dsl import Pipeline, pipeline
 from components.errors import InputError, RunFailed
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "argo_workflows" / "finetune.yaml"
 
 TOY_STEPS = '''
