@@ -36,6 +36,7 @@ class ArgoBackend(Backend):
     local_module = "argo_workflows.local"
     cluster_module = "argo_workflows.submit"
     connection_type = ServerConnection
+    # Declared like kfp's (same fields, its own values): declarations, not logic to share.
     cluster_path = ClusterPath(
         name="argo", artifact_option="workflow_path", artifact_path=ARTIFACT.as_posix(),
         submit_options=("host", "token", "namespace", "workflow_path", "service_account", *TLS_OPTIONS),

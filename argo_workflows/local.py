@@ -220,6 +220,8 @@ def load_workflow(text_or_path: str | Path) -> LocalWorkflow:
     return LocalWorkflow(docs[0])
 
 
+# Reads a file as kfp_pipelines/local.py's _read_text does, in this path's own words: the generated
+# hostile-input table (docs/hostile-input.md) holds each message, and a backend imports no other backend.
 def _read_workflow_file(path: Path) -> str:
     """The Workflow file's text, or one line saying why it cannot be read."""
     if not path.exists():

@@ -186,6 +186,7 @@ class _CappedTime:
         time.sleep(min(seconds, LOCAL_MAX_BACKOFF_S))
 
 
+# Alike argo_workflows/local.py's _read_workflow_file (see the comment there).
 def _read_text(path: Path, what: str) -> str:
     try:
         return path.read_bytes().decode("utf-8")

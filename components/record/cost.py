@@ -204,19 +204,25 @@ def cost_metrics(
                 gpu_seconds += use.gpus * billed
     retried = retried_attempts(steps, uses, price)
     retry_hours = sum(a.gpu_hours for a in retried)
-    train = steps.get(TRAIN_STEP)
+    train_gpus = next((u.gpus for u in uses if u.step == TRAIN_STEP), 0)
+    return bill_metrics(gpu_seconds=gpu_seconds, train=steps.get(TRAIN_STEP), train_gpus=train_gpus, price=price,
+                        retries=len(retried), retry_gpu_hours=retry_hours)
+
+
+def bill_metrics(*, gpu_seconds: float, train: StepTimes | None, train_gpus: int, price: Price | None, retries: int,
+                 retry_gpu_hours: float) -> dict[str, float | None]:
+    """The cost metrics of a run from its billed GPU-seconds: one formula for local runs and cluster pods alike."""
     train_s = train.metrics.get("train_s") if train else None
     tokens = train.metrics.get("train_tokens") if train else None
-    train_gpus = next((u.gpus for u in uses if u.step == TRAIN_STEP), 0)
     cost = None if price is None else gpu_seconds * price.per_gpu_hour / 3600.0
     return {
         "gpu_hours": gpu_seconds / 3600.0,
         "cost_usd": cost,
         "usd_per_1m_tokens": None if cost is None or not tokens else cost / tokens * 1e6,
         "goodput": None if not gpu_seconds or train_s is None else train_s * train_gpus / gpu_seconds,
-        "retries": float(len(retried)),
-        "retry_gpu_hours": retry_hours,
-        "retry_cost_usd": None if price is None else retry_hours * price.per_gpu_hour,
+        "retries": float(retries),
+        "retry_gpu_hours": retry_gpu_hours,
+        "retry_cost_usd": None if price is None else retry_gpu_hours * price.per_gpu_hour,
     }
 
 

@@ -89,20 +89,9 @@ def cluster_cost(
                 if billed is not None:
                     gpu_seconds += use.gpus * billed
                     retry_seconds += use.gpus * billed if attempt in steps[use.step].retried else 0.0
-    train = steps.get(telemetry.TRAIN_STEP)
-    train_s = train.metrics.get("train_s") if train else None
-    tokens = train.metrics.get("train_tokens") if train else None
     train_gpus = gang[0] * gang[1] if gang else gpus_by_step.get(telemetry.TRAIN_STEP, 0)
-    usd = None if price is None else gpu_seconds * price.per_gpu_hour / 3600.0
-    return {
-        "gpu_hours": gpu_seconds / 3600.0,
-        "cost_usd": usd,
-        "usd_per_1m_tokens": None if usd is None or not tokens else usd / tokens * 1e6,
-        "goodput": None if not gpu_seconds or train_s is None else train_s * train_gpus / gpu_seconds,
-        "retries": float(retried),
-        "retry_gpu_hours": retry_seconds / 3600.0,
-        "retry_cost_usd": None if price is None else retry_seconds * price.per_gpu_hour / 3600.0,
-    }
+    return cost.bill_metrics(gpu_seconds=gpu_seconds, train=steps.get(telemetry.TRAIN_STEP), train_gpus=train_gpus,
+                             price=price, retries=retried, retry_gpu_hours=retry_seconds / 3600.0)
 
 
 def pod_attempts(rows: Iterable[Mapping[str, Any]]) -> dict[int, tuple[int, bool]]:

@@ -39,6 +39,8 @@ def load_dump(path: str | Path, kind: str = "pods") -> list[dict[str, Any]]:
         raise InputError(f"{name}: not UTF-8 text; expected 'kubectl get {kind} -o json' output") from None
     if not text.strip():
         raise InputError(f"{name}: empty file; expected 'kubectl get {kind} -o json' output")
+    # JSON refused as components.training.data refuses a JSONL row: alike in shape, each in its own
+    # words (a whole kubectl dump here, one data row there), both held by the hostile-input table.
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
