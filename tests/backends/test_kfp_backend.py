@@ -324,7 +324,7 @@ def test_local_crash_reports_the_steps_last_line_like_direct(tmp_path: Path) -> 
 
     pipe = boom_pipeline()
     # The step's module (this file) must be importable by the step processes.
-    path = os.pathsep.join([str(Path(__file__).parents[1]), str(REPO), os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join([str(Path(__file__).parent), str(REPO), os.environ.get("PYTHONPATH", "")])
     env = {**_env(tmp_path), "PYTHONPATH": path}
     values = pipeline_values(pipe, {"message": "oh no"})
     with pytest.raises(RunFailed) as kfp_exc:
