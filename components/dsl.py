@@ -22,7 +22,7 @@ import inspect
 import re
 import typing
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from components.errors import InputError, PipelineValidationError
@@ -396,6 +396,17 @@ class Pipeline:
         for name in self.tasks:
             visit(name, [])
         return order
+
+    def through(self, task: str) -> Pipeline:
+        """The pipeline cut after ``task``: it and the tasks it needs, nothing after (compare's start-up rounds)."""
+        keep: set[str] = set()
+        todo = [task]
+        while todo:
+            name = todo.pop()
+            if name not in keep:
+                keep.add(name)
+                todo.extend(self.tasks[name].upstream())
+        return replace(self, tasks={n: t for n, t in self.tasks.items() if n in keep}).validate()
 
     def validate(self) -> Pipeline:
         """Check the whole pipeline; every error names the field. Returns self."""

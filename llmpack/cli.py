@@ -179,10 +179,19 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
 
 @main.command()
 @click.option("--backends", default=",".join(BACKENDS), show_default=True, help="Comma-separated paths to compare.")
-@click.option("--repeats", type=int, default=1, show_default=True,
-              help="Runs per path (interleaved). Verdicts (faster/cheaper) need at least 5 runs per path.")
+@click.option("--repeats", type=int, default=None,
+              help="Fixed rounds of the whole pipeline per path (interleaved), every headline judged after the "
+                   "last. Default: one full round, then start-up rounds until spin-up and time to first step "
+                   "are decided (--budget); on a cluster: 1.")
+@click.option("--budget", "budget", default=None, metavar="DURATION",
+              help="Local compare without --repeats: stop starting rounds after this long (270, 4.5m, 1h; "
+                   "default 4.5m).")
+@click.option("--margin", "margin", default=None, metavar="SPEC",
+              help="Equivalence margin: 25% (of the baseline's median; the default, at least 0.5 s for "
+                   "times), 1s, $0.001, or per headline: spinup=0.5s,ttfs=10%,total=2s,cost=10%.")
 @click.option("--warmup", type=int, default=None,
-              help="Runs per path before measuring, not counted (default: 1 with --repeats > 1, else 0).")
+              help="With --repeats: full runs per path before measuring, not counted (default: 1 with "
+                   "--repeats > 1, else 0).")
 @click.option("--local/--cluster", "local", default=True, help="Local paths (default) or a cluster (see README).")
 @run_options
 @click.option("--variants", default=None, metavar="default,fuse-gpu,fuse-all",
@@ -224,7 +233,7 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
 @click.option("--queue", default=None, metavar="NAME",
               help="--cluster with --nodes N: the Kueue LocalQueue of the finetune TrainJob; its Workload's quota "
                    "wait and admission checks are measured.")
-def compare(backends: str, repeats: int, warmup: int | None, local: bool, variants: str | None, baseline: str | None,
+def compare(backends: str, repeats: int | None, budget: str | None, margin: str | None, warmup: int | None, local: bool, variants: str | None, baseline: str | None,
             report_dir: Path | None, force: bool, no_report: bool,
             control_plane: tuple[str, ...], control_plane_file: str | None, inject_start_delay: str | None, wide: bool,
             as_json: bool, params: tuple[str, ...], concurrency: int,
@@ -233,13 +242,18 @@ def compare(backends: str, repeats: int, warmup: int | None, local: bool, varian
             **kwargs: Any) -> None:
     """Run the pipeline through several paths side by side and compare them.
 
-    With no arguments: the tiny model on built-in data through direct, kfp, argo and mlflow,
-    locally and sequentially, then a table and a report in ./llmpack-report/<time>-<run group>/
-    (./llmpack-report/latest points at the newest; a second compare never replaces a report). A path is named faster or cheaper than the
-    baseline only when the 95% bootstrap CI of the difference in medians excludes 0.
+    With no arguments: the tiny model on built-in data through direct, kfp, argo
+    and mlflow, locally and one at a time: one round of the whole pipeline, then
+    start-up rounds (through finetune's first step) until every path's spin-up
+    and time to first step are decided against direct, or --budget runs out.
+    Decided: the interval of the difference excludes 0 (faster/slower), or lies
+    inside the --margin (equivalent); the error rate is 5% across every look.
+    Then a table and a report in ./llmpack-report/<time>-<run group>/
+    (./llmpack-report/latest points at the newest).
     """
     from components import fusion
     from llmpack import compare as cmp
+    from llmpack import until_decided
     from llmpack.display import compare_table, err, library_logs_to, run_with_progress
     from llmpack.report import check_control_plane, parse_control_plane
     from llmpack.runs import RunOptions, prepare
@@ -261,7 +275,16 @@ def compare(backends: str, repeats: int, warmup: int | None, local: bool, varian
         tls_connection(ca_cert, insecure_skip_tls_verify)
     # Every input is checked here, before the first run starts.
     names = cmp.parse_backends(backends)
-    cmp.check_repeats(repeats)
+    if repeats is not None:
+        cmp.check_repeats(repeats)
+    elif not local:
+        repeats = 1  # a cluster compare runs fixed rounds (each costs GPU-hours)
+    if budget is not None and (repeats is not None or not local):
+        raise InputError("--budget: only for a local compare without --repeats (it bounds the rounds until decided)")
+    budget_s = until_decided.parse_budget(budget)
+    margins = cmp.parse_margins(margin)
+    if warmup is not None and repeats is None:
+        raise InputError("--warmup: only with --repeats (a compare until decided warms up by itself)")
     if warmup is not None:
         cmp.check_warmup(warmup)
         if warmup and not local:
@@ -287,10 +310,12 @@ def compare(backends: str, repeats: int, warmup: int | None, local: bool, varian
     with library_logs_to(output_dir / "llmpack-client.log"):
         if not local:
             result = cmp.with_baseline(_compare_cluster(names, modes, repeats, params, cluster, kwargs,
-                                                        inject_start_delay), base)
+                                                        inject_start_delay), base, margins)
         else:
             result = cmp.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes, warmup=warmup,
-                                 run_one=lambda o, label: run_with_progress(o, label, env=cmp.start_delay_env(delays, o.backend)))
+                                 budget_s=budget_s, margins=margins, say=lambda line: err.print(line, soft_wrap=True),
+                                 run_one=lambda o, label, **kw: run_with_progress(
+                                     o, label, env=cmp.start_delay_env(delays, o.backend), **kw))
         if delays:
             result["injected_start_delay_s"] = delays
         if not no_report:

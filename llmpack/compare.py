@@ -16,7 +16,7 @@ from components import settings
 from components.errors import InputError
 from components.fusion import path_of
 from components.servers.submission import new_id
-from llmpack import compare_plan, stats
+from llmpack import compare_plan, sequential
 from llmpack.backends import BACKENDS
 from llmpack.compare_plan import ComparePlan, PlannedRun, run_all
 from llmpack.compare_plan import check_repeats as check_repeats  # the CLI checks flags through llmpack.compare
@@ -84,7 +84,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """``{orchestrator: {metric: {p50, p90, p99, n}}}`` over the succeeded runs.
+    """``{orchestrator: {metric: {p50, p90, p99, n}}}`` over the succeeded runs (start-up rounds' runs
+    count for :data:`STARTUP_METRICS` only).
 
     p99 is ``None`` below ten runs (it would be the maximum wearing a costume), with
     ``p99_note`` saying so.
@@ -93,8 +94,9 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, 
     for orch in dict.fromkeys(path_of(r) for r in runs):
         ok = [r for r in runs if path_of(r) == orch and r["status"] == "succeeded"]
         per_metric: dict[str, dict[str, Any]] = {}
-        for metric in SUMMARY_METRICS:
-            values = [r["metrics"][metric] for r in ok if r["metrics"].get(metric) is not None]
+        for metric in SUMMARY_METRICS:  # a start-up round's run measures only the start-up metrics
+            values = [r["metrics"][metric] for r in ok if r["metrics"].get(metric) is not None
+                      and (metric in STARTUP_METRICS or not is_startup_run(r))]
             n = len(values)
             entry: dict[str, Any] = {
                 "n": n,
@@ -116,16 +118,21 @@ class Headline:
     metric: str
     label: str
     unit: Literal["s", "$"]
-    lower: str  # the path's word when its median is significantly below the baseline's
+    lower: str  # the path's word when its difference from the baseline is decidedly below 0
     higher: str
+    key: str  # its name in --margin
+    startup: bool = False  # measured before finetune's first step: a start-up round measures it too
 
 
 HEADLINES = (
-    Headline(metric="time_to_first_step_s", label="time to first step", unit="s", lower="faster", higher="slower"),
-    Headline(metric="spinup_s", label="spin-up", unit="s", lower="faster", higher="slower"),
-    Headline(metric="total_s", label="total", unit="s", lower="faster", higher="slower"),
-    Headline(metric="cost_usd", label="cost per run", unit="$", lower="cheaper", higher="costlier"),
+    Headline(metric="time_to_first_step_s", label="time to first step", unit="s", lower="faster", higher="slower",
+             key="ttfs", startup=True),
+    Headline(metric="spinup_s", label="spin-up", unit="s", lower="faster", higher="slower", key="spinup", startup=True),
+    Headline(metric="total_s", label="total", unit="s", lower="faster", higher="slower", key="total"),
+    Headline(metric="cost_usd", label="cost per run", unit="$", lower="cheaper", higher="costlier", key="cost"),
 )
+# What a start-up round (the pipeline through finetune's first step) measures as a full run would.
+STARTUP_METRICS = frozenset(h.metric for h in HEADLINES if h.startup)
 
 
 def quantity(value: float | None, unit: str, *, signed: bool = False) -> str:
@@ -137,6 +144,75 @@ def quantity(value: float | None, unit: str, *, signed: bool = False) -> str:
     if unit == "$":
         return f"{sign}${v:.3g}" if v < 1 else f"{sign}${v:,.2f}"
     return f"{sign}{v:.2f} {unit}" if v < 100 else f"{sign}{v:,.0f} {unit}"
+
+
+# ``--margin``: how close two paths must be to be called practically equivalent.
+MARGIN_FLOOR_S = 0.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class Margin:
+    """``value`` seconds or dollars, or (``relative``) that fraction of the baseline's median, at least ``floor``."""
+
+    value: float
+    relative: bool = False
+    floor: float = 0.0
+
+    def of(self, baseline_median: float | None) -> float:
+        amount = self.value * abs(baseline_median or 0.0) if self.relative else self.value
+        return max(amount, self.floor)
+
+    def describe(self, unit: str) -> str:
+        if not self.relative:
+            return quantity(self.value, unit)
+        floor = f", at least {quantity(self.floor, unit)}" if self.floor else ""
+        return f"{self.value:.0%} of the baseline's median{floor}"
+
+
+# A quarter of the baseline's median (times: at least half a second). Chosen as the smallest
+# difference that would change which orchestrator a platform team picks for start-up, not from
+# the noise; docs/decisions.md says why, and what a narrower margin costs in rounds.
+DEFAULT_MARGINS = {h.key: Margin(value=0.25, relative=True, floor=MARGIN_FLOOR_S if h.unit == "s" else 0.0)
+                   for h in HEADLINES}
+
+
+def parse_margins(text: str | None) -> dict[str, Margin]:
+    """``--margin``: ``25%`` (every headline), ``1s`` (the time headlines), ``$0.001`` (cost), or
+    ``spinup=0.5s,ttfs=10%,total=2s,cost=10%``; the headlines not named keep :data:`DEFAULT_MARGINS`."""
+    out = dict(DEFAULT_MARGINS)
+    if text is None or not text.strip():
+        return out
+    keys = {h.key: h for h in HEADLINES}
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        name, sep, spec = item.rpartition("=")
+        if sep and name not in keys:
+            raise InputError(f"--margin {item!r}: {name!r} is not a headline (choose from {', '.join(keys)})")
+        margin, unit = _parse_margin(spec.strip(), item)
+        for h in ([keys[name]] if sep else HEADLINES):
+            if unit is not None and unit != h.unit:
+                if sep:
+                    raise InputError(f"--margin {item!r}: {h.key} is in {'dollars' if h.unit == '$' else 'seconds'}")
+                continue
+            out[h.key] = margin
+    return out
+
+
+def _parse_margin(spec: str, item: str) -> tuple[Margin, str | None]:
+    """``25%`` -> relative; ``1.5s`` / ``1.5`` -> seconds; ``$0.01`` -> dollars (the unit, None for a percentage)."""
+    relative, unit, number = spec.endswith("%"), None, spec
+    if relative:
+        number = spec[:-1]
+    elif spec.startswith("$"):
+        unit, number = "$", spec[1:]
+    else:
+        unit, number = "s", spec.removesuffix("s")
+    try:
+        value = float(number)
+    except ValueError:
+        raise InputError(f"--margin {item!r}: expected a percentage (25%), seconds (1s) or dollars ($0.01)") from None
+    if not (value > 0 and math.isfinite(value)) or (relative and value >= 100):
+        raise InputError(f"--margin {item!r}: must be above 0{' and below 100%' if relative else ''}")
+    return Margin(value=value / 100 if relative else value), None if relative else unit
 
 
 def default_baseline(backends: list[str]) -> str | None:
@@ -158,57 +234,102 @@ def check_baseline(baseline: str | None, backends: list[str]) -> None:
         raise InputError(f"--baseline {baseline!r}: not among the compared paths ({', '.join(backends)})")
 
 
-def _values(runs: list[dict[str, Any]], orch: str, metric: str) -> list[float]:
-    return [float(r["metrics"][metric]) for r in runs if path_of(r) == orch and r["status"] == "succeeded"
-            and r["metrics"].get(metric) is not None]
+def is_startup_run(run: dict[str, Any]) -> bool:
+    """A start-up round's run (the pipeline through finetune's first step): it measures only :data:`STARTUP_METRICS`."""
+    return bool(run.get("startup")) or run.get("tags", {}).get(STARTUP_TAG) == "startup"
 
 
-def verdicts(runs: list[dict[str, Any]], backends: list[str], baseline: str | None) -> dict[str, dict[str, dict[str, Any]]]:
-    """``{metric: {path: {value, n, delta, ci95, n_baseline, verdict, text}}}`` for the headline measures.
+STARTUP_TAG = "llmpack.round_kind"
 
-    A path is named faster/slower or cheaper/costlier than the baseline only when the bootstrap CI
-    of the difference in medians excludes 0 (:mod:`llmpack.stats`); otherwise the verdict says
-    "no clear difference" or "too few runs", with n.
+
+def by_round(runs: list[dict[str, Any]], orch: str, metric: str) -> dict[int, float]:
+    """``{round: value}`` of ``orch``'s succeeded runs that measure ``metric``.
+
+    A run's round is its ``round`` (local compares record it), else its place among the path's
+    runs (the interleaved order every compare keeps; MLflow gives them back by start time).
     """
+    out: dict[int, float] = {}
+    for k, r in enumerate((r for r in runs if path_of(r) == orch), start=1):
+        if metric not in STARTUP_METRICS and is_startup_run(r):
+            continue
+        value = r["metrics"].get(metric) if r["status"] == "succeeded" else None
+        if value is not None:
+            out[int(r.get("round") or k)] = float(value)
+    return out
+
+
+def verdicts(runs: list[dict[str, Any]], backends: list[str], baseline: str | None, *,
+             design: sequential.Design | None = None, margins: dict[str, Margin] | None = None,
+             ) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{metric: {path: {value, n, delta, ci, confidence, margin, verdict, text...}}}`` for the headline measures.
+
+    Each path is judged on its per-round differences from the baseline (:mod:`llmpack.sequential`):
+    ``faster``/``slower`` (``cheaper``/``costlier``) when the interval excludes 0, ``equivalent``
+    when it lies inside the margin, else ``undecided``. ``design``: the sequential design a
+    compare-until-decided ran its start-up headlines under; without it (``--repeats N``, and the
+    headlines measured by full runs only) one look at the rounds there are.
+    """
+    margins = {**DEFAULT_MARGINS, **(margins or {})}
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for h in HEADLINES:
         per_path: dict[str, dict[str, Any]] = {}
-        base = _values(runs, baseline, h.metric) if baseline else []
+        base = by_round(runs, baseline, h.metric) if baseline else {}
+        base_median = statistics.median(base.values()) if base else None
         for orch in backends:
-            values = _values(runs, orch, h.metric)
-            entry: dict[str, Any] = {"value": statistics.median(values) if values else None, "n": len(values),
-                                     "baseline": baseline, "delta": None, "ci95": None, "n_baseline": len(base)}
+            rounds = by_round(runs, orch, h.metric)
+            value = statistics.median(rounds.values()) if rounds else None
+            entry: dict[str, Any] = {"value": value, "n": len(rounds), "baseline": baseline, "delta": None, "ci": None,
+                                     "confidence": None, "margin": None, "n_baseline": len(base)}
             if baseline is None:
-                entry["verdict"], entry["text"] = "no baseline", f"{orch}: {h.label} {quantity(entry['value'], h.unit)} (n={len(values)})"
+                entry["verdict"], entry["text"] = "no baseline", f"{orch}: {h.label} {quantity(value, h.unit)} (n={len(rounds)})"
             elif orch == baseline:
-                entry["verdict"], entry["text"] = "baseline", f"{orch} is the baseline: {h.label} {quantity(entry['value'], h.unit)} (n={len(values)})"
-            elif not values or not base:
-                entry["verdict"], entry["text"] = "too few runs", f"{orch} vs {baseline}: no succeeded runs to compare {h.label}"
+                entry["verdict"], entry["text"] = "baseline", f"{orch} is the baseline: {h.label} {quantity(value, h.unit)} (n={len(rounds)})"
             else:
-                d = stats.bootstrap_median_diff(values, base)
-                word = {"lower": h.lower, "higher": h.higher}.get(d.verdict, d.verdict)
-                entry.update(delta=d.delta, ci95=None if d.ci_low is None else [d.ci_low, d.ci_high], verdict=word)
-                entry["text"] = _verdict_text(h, orch, baseline, d, word)
+                paired = [rounds[k] - base[k] for k in sorted(rounds.keys() & base.keys())]
+                seq = design is not None and h.startup
+                d = sequential.decide(paired, margin=margins[h.key].of(base_median),
+                                      design=design if seq and design is not None else sequential.Design.fixed(len(paired)))
+                word = {"higher": h.higher, "lower": h.lower}.get(d.verdict, d.verdict)
+                entry.update(delta=d.delta, ci=None if d.ci_low is None else [d.ci_low, d.ci_high],
+                             confidence=d.confidence, margin=d.margin, verdict=word, rounds=d.n,
+                             rounds_to_decide=d.rounds_to_decide, text=_verdict_text(h, orch, baseline, d, word, seq))
             per_path[orch] = entry
         out[h.metric] = per_path
     return out
 
 
-def _verdict_text(h: Headline, orch: str, baseline: str, d: stats.Difference, word: str) -> str:
-    n = f"n={d.n} vs {d.n_baseline}"
-    ci = "" if d.ci_low is None else (f"95% CI {quantity(d.ci_low, h.unit, signed=True)} to "
-                                      f"{quantity(d.ci_high, h.unit, signed=True)}")
-    if word == "too few runs":
-        return (f"{orch} vs {baseline}: too few runs for a verdict on {h.label} ({n}; need {stats.MIN_N} each, "
-                f"--repeats {stats.MIN_N}); Δ {quantity(d.delta, h.unit, signed=True)}")
-    if word == "no clear difference":
-        return f"{orch} vs {baseline}: no clear difference in {h.label} ({n}; Δ {quantity(d.delta, h.unit, signed=True)}, {ci})"
-    return f"{orch} is {word} than {baseline} on {h.label} by {quantity(abs(d.delta), h.unit)} ({ci}; {n})"
+def _verdict_text(h: Headline, orch: str, baseline: str, d: sequential.Decision, word: str, seq: bool) -> str:
+    def q(v: float | None) -> str:
+        return quantity(v, h.unit, signed=True)
+
+    rounds = f"{d.n} round{'' if d.n == 1 else 's'}"
+    margin = f"±{quantity(d.margin, h.unit)}"
+    ci = "" if d.ci_low is None or d.confidence is None else f"{d.confidence * 100:.3g}% CI {q(d.ci_low)} to {q(d.ci_high)}"
+    if word in (h.lower, h.higher) and d.delta is not None:
+        inside = f"; inside the {margin} margin" if d.within_margin else ""
+        return f"{orch} is {word} than {baseline} on {h.label} by {quantity(abs(d.delta), h.unit)} ({ci}; {rounds}{inside})"
+    if word == "equivalent":
+        return f"{orch} ≈ {baseline} on {h.label}: Δ {q(d.delta)} ({ci}), inside the {margin} margin ({rounds})"
+    if d.delta is None:
+        return f"{orch} vs {baseline} on {h.label}: undecided, no round where both succeeded"
+    if d.ci_low is None:
+        how = (f"a verdict needs {d.rounds_to_decide} rounds" if seq else
+               "one full run each; --repeats 5 for a verdict" if d.n == 1 else f"a verdict needs {d.rounds_to_decide} rounds")
+        return f"{orch} vs {baseline} on {h.label}: undecided, Δ {q(d.delta)} from {rounds} ({how})"
+    more = (f"~{d.rounds_to_decide} rounds would likely decide it" if d.rounds_to_decide
+            else "far more rounds, or a wider --margin, would decide it")
+    return (f"{orch} vs {baseline} on {h.label}: undecided after {rounds}, Δ {q(d.delta)} ({ci}) neither clear of 0 "
+            f"nor inside {margin}; {more}")
 
 
 def comparison(run_group: str, backends: list[str], runs: list[dict[str, Any]], *, baseline: Any = "default",
+               design: sequential.Design | None = None, margins: dict[str, Margin] | None = None,
                **extra: Any) -> dict[str, Any]:
-    """The result of a comparison: its runs, the failed ones with their errors, the statistics and verdicts."""
+    """The result of a comparison: its runs, the failed ones with their errors, the statistics and verdicts.
+
+    ``design``: the sequential design of a compare-until-decided (its start-up headlines were
+    judged after every round); ``margins``: ``--margin``.
+    """
     base = default_baseline(backends) if baseline == "default" else baseline
     check_baseline(base, backends)
     return {
@@ -224,45 +345,62 @@ def comparison(run_group: str, backends: list[str], runs: list[dict[str, Any]], 
         ],
         "summary": summarize_runs(runs),
         "baseline": base,
-        "verdict_method": stats.METHOD,
-        "verdicts": verdicts(runs, backends, base),
+        "verdict_method": sequential.METHOD,
+        "design": None if design is None else {"max_rounds": design.max_rounds, "first_look": design.first_look,
+                                               "alpha": design.alpha, "rho": design.rho},
+        "margins": {h.key: {"margin": (margins or DEFAULT_MARGINS)[h.key].describe(h.unit)} for h in HEADLINES},
+        "verdicts": verdicts(runs, backends, base, design=design, margins=margins),
     }
 
 
-def with_baseline(result: dict[str, Any], baseline: str | None) -> dict[str, Any]:
+def with_baseline(result: dict[str, Any], baseline: str | None, margins: dict[str, Margin] | None = None) -> dict[str, Any]:
     """The same comparison judged against another baseline (``--baseline`` on a cluster)."""
     check_baseline(baseline, result["backends"])
-    return {**result, "baseline": baseline, "verdicts": verdicts(result["runs"], result["backends"], baseline)}
+    d = result.get("design")
+    design = None if d is None else sequential.Design(max_rounds=d["max_rounds"], first_look=d["first_look"],
+                                                        alpha=d["alpha"], rho=d["rho"])
+    return {**result, "baseline": baseline,
+            "verdicts": verdicts(result["runs"], result["backends"], baseline, design=design, margins=margins)}
 
 
 def compare(
     opts: RunOptions,
     backends: list[str],
-    repeats: int,
+    repeats: int | None,
     *,
     run_one: Any = None,
     baseline: Any = "default",
     on_start: Any = None,
     variants: list[str] | None = None,
     warmup: int | None = None,
+    budget_s: float | None = None,
+    margins: dict[str, Margin] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Run every path ``repeats`` times (interleaved: a, b, c, a, b, c...) in one run group.
+    """Compare the paths in one run group: until decided (``repeats=None``), or ``repeats`` full rounds.
 
     A path is a backend, or with ``variants`` (fusion modes) each backend in each packaging
     (``direct``, ``direct+fuse-gpu``...). ``on_start(run_group)`` is called once every input is
-    checked, before the first run.
+    checked, before the first run. ``run_one(opts, label, **kw)`` runs one pipeline
+    (:func:`llmpack.runs.run_pipeline`'s keywords: ``pipe``, ``tags``).
 
-    ``warmup`` runs of every path come first and are not counted (default: 1 when ``repeats`` > 1,
-    as hyperfine does): the first run on a machine loads torch and transformers from a cold page
-    cache. Measured on a quiet 2-core machine: the first run's finetune took 9.3 s from process
-    start to a loaded model, the next four 6.0-6.3 s, enough to hide a planted 3 s difference in
-    a 5-run bootstrap. Warm-up runs go to their own run group (``<run group>-warmup``), so
-    ``llmpack report --run-group`` never mixes them in.
+    ``repeats=None``: :func:`llmpack.until_decided.compare_until_decided` (one full round, then
+    start-up rounds until spin-up and time to first step are decided for every path, within
+    ``budget_s``); ``say`` gets its round lines.
+
+    ``repeats=N``: every path N times, interleaved (a, b, c, a, b, c...), all four headlines judged
+    at one look after the last round. ``warmup`` full rounds come first and are not counted
+    (default: 1 when ``repeats`` > 1, as hyperfine does): the first run on a machine loads torch
+    and transformers from a cold page cache. Measured on a quiet 2-core machine: the first run's
+    finetune took 9.3 s from process start to a loaded model, the next four 6.0-6.3 s. Warm-up
+    runs go to their own run group (``<run group>-warmup``), so ``llmpack report --run-group``
+    never mixes them in.
     """
-    plan = ComparePlan(backends=tuple(backends), variants=tuple(variants or [opts.fuse]), repeats=repeats,
-                       warmup=default_warmup(repeats) if warmup is None else warmup)
+    plan = ComparePlan(backends=tuple(backends), variants=tuple(variants or [opts.fuse]), repeats=repeats or 1,
+                       warmup=0 if repeats is None else default_warmup(repeats) if warmup is None else warmup)
     labels = plan.labels
-    check_baseline(default_baseline(labels) if baseline == "default" else baseline, labels)
+    base = default_baseline(labels) if baseline == "default" else baseline
+    check_baseline(base, labels)
     for backend, fuse in plan.paths:
         prepare(replace(opts, backend=backend, fuse=fuse))  # all input checks before the first run starts
     run_group = opts.run_group or new_id("rg")
@@ -270,14 +408,28 @@ def compare(
         on_start(run_group)
     run = run_one
     if run is None:
-        from llmpack.runs import run_pipeline as run
+        from llmpack.runs import run_pipeline
+
+        def run(o: RunOptions, label: str, **kw: Any) -> dict[str, Any]:
+            return run_pipeline(o, **kw)
+
+    if repeats is None:
+        from llmpack.until_decided import DEFAULT_BUDGET_S, Path_, compare_until_decided
+
+        paths = [Path_(backend=b, fuse=f) for b, f in plan.paths]
+        return compare_until_decided(opts, paths, run=run, run_group=run_group, baseline=base,
+                                     budget_s=DEFAULT_BUDGET_S if budget_s is None else budget_s, margins=margins,
+                                     say=say or print)
 
     def in_group(group: str) -> Callable[[PlannedRun], dict[str, Any]]:
-        return lambda r: run(replace(opts, backend=r.backend, fuse=r.fuse, run_group=group), r.label)
+        def one(r: PlannedRun) -> dict[str, Any]:
+            summary = run(replace(opts, backend=r.backend, fuse=r.fuse, run_group=group), r.label)
+            return summary if r.warmup else {**summary, "round": r.round}
+        return one
 
     run_all(plan.runs(warmup=True), in_group(f"{run_group[:56]}-warmup"))
     runs = run_all(plan.runs(), in_group(run_group))
-    return comparison(run_group, labels, runs, baseline=baseline, repeats=repeats, warmup=plan.warmup)
+    return comparison(run_group, labels, runs, baseline=base, margins=margins, repeats=repeats, warmup=plan.warmup)
 
 
 def default_warmup(repeats: int) -> int:

@@ -211,46 +211,36 @@ def _narrow_table(result: dict[str, Any], console: Console) -> None:
         cells = []
         for h in HEADLINES:
             e = verdicts.get(h.metric, {}).get(orch, {})
-            mark = {h.lower: " ▼", h.higher: " ▲"}.get(e.get("verdict", ""), "")
+            mark = {h.lower: " ▼", h.higher: " ▲", "equivalent": " ≈"}.get(e.get("verdict", ""), "")
             cells.append(quantity(e.get("value"), h.unit) + mark)
         table.add_row(orch, str(n), *cells)
     console.print(table)
     if result.get("baseline"):
-        console.print(f"[dim]▼/▲: lower/higher than {result['baseline']} beyond noise (95% CI of Δ median excludes 0).[/]")
+        console.print(f"[dim]▼/▲: decidedly lower/higher than {result['baseline']}; ≈: equivalent (inside the "
+                      "margin); no mark: undecided or not judged.[/]")
 
 
 def _verdict_lines(result: dict[str, Any], console: Console) -> None:
-    """Per path, what differs from the baseline beyond noise, and what does not (with n)."""
-    from llmpack.compare import HEADLINES, quantity
+    """Per path, each headline's verdict against the baseline in words (llmpack.compare words them all)."""
+    from llmpack.compare import HEADLINES
 
     baseline = result.get("baseline")
     if not baseline:
         console.print("no baseline: no path is named faster or cheaper (name one with --baseline PATH).")
         return
     verdicts = result.get("verdicts", {})
+    if result.get("design"):
+        why = {"decided": "every start-up verdict decided", "budget": "the --budget ran out",
+               "max rounds": "the design's last round"}.get(result.get("stopped", ""), result.get("stopped", ""))
+        console.print(f"{result.get('rounds')} rounds ({why}); total and cost from one full run per path "
+                      "(--repeats 5 judges them):")
     for orch in result["backends"]:
         if orch == baseline:
             continue
-        named, unclear, few = [], [], []
         for h in HEADLINES:
             e = verdicts.get(h.metric, {}).get(orch)
-            if e is None or e["value"] is None:
-                continue
-            if e["verdict"] in (h.lower, h.higher):
-                lo, hi = (quantity(v, h.unit, signed=True) for v in e["ci95"])
-                named.append(f"{e['verdict']} on {h.label} by {quantity(abs(e['delta']), h.unit)} (95% CI {lo} to {hi})")
-            elif e["verdict"] == "too few runs":
-                few.append(h.label)
-            else:
-                unclear.append(h.label)
-        n = f"n={verdicts.get('total_s', {}).get(orch, {}).get('n', 0)} vs {verdicts.get('total_s', {}).get(baseline, {}).get('n', 0)}"
-        parts = [", ".join(named) + f" ({n})"] if named else []
-        if unclear:
-            parts.append(f"no clear difference in {', '.join(unclear)} ({n})")
-        if few:
-            parts.append(f"too few runs for a verdict on {', '.join(few)} ({n}; use --repeats 5 or more)")
-        if parts:
-            console.print(f"[bold]{orch}[/] vs {baseline}: " + "; ".join(parts), soft_wrap=False)
+            if e is not None and e.get("text"):
+                console.print(f"  {escape(e['text'])}")
 
 
 def _wide_table(result: dict[str, Any], console: Console) -> None:

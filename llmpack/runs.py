@@ -182,8 +182,12 @@ def run_pipeline(
     *,
     env: dict[str, str] | None = None,
     progress: Callable[[str, int, float], None] | None = None,
+    tags: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run the pipeline once; returns the ``llmpack run --json`` summary (status may be failed)."""
+    """Run the pipeline once; returns the ``llmpack run --json`` summary (status may be failed).
+
+    ``tags``: more tags on the run's record (a compare's round and its kind).
+    """
     pipe, price = prepare(opts, pipe)
     uri = tracking.tracking_uri(opts.tracking_uri)
     retry = tracking.upload_retry()
@@ -224,7 +228,7 @@ def run_pipeline(
     )
     values = pipeline_values(pipe, {**overrides, **telemetry_values(ctx)})
     uses = record.gpu_uses(pipe)
-    record_tags = {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name, fusion.FUSE_TAG: opts.fuse}
+    record_tags = {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name, fusion.FUSE_TAG: opts.fuse, **(tags or {})}
     run_id = _open_record(mc, ctx, record_tags) if reachable else None
     staging.mkdir(parents=True)
 
