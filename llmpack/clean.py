@@ -32,6 +32,7 @@ from typing import Literal
 import click
 
 from components.errors import InputError
+from llmpack.terminal import command
 
 FAILED_SUFFIX = ".failed"
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
@@ -121,9 +122,9 @@ def render_item(item: CleanItem) -> str:
     return f"{item.action} {item.path} ({age} old)"
 
 
-@click.command("clean")
+@command("clean", short_help="Remove old failed runs (<run>.failed) from the runs directory.")
 @click.option("--older-than", "older_than", default="7d", show_default=True,
-              help="Remove failed runs at least this old (by modification time): 30m, 12h, 7d, 2w.")
+              help="Remove failed runs at least this old (by modification time): 30m, 12h, 7d, 2w; 0: all of them.")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("llmpack-runs"), show_default=True,
               help="The runs directory (llmpack run/compare --output-dir).")
 @click.option("--dry-run", is_flag=True, help="Only print what would be removed.")
@@ -132,10 +133,10 @@ def render_item(item: CleanItem) -> str:
 def clean(older_than: str, runs_dir: Path, dry_run: bool, include_unsent: bool) -> None:
     """Remove old failed runs (<run>.failed directories) from the runs directory.
 
-    \b
-    Never touches successful runs, runs in progress, or anything outside --runs-dir
-    (symbolic links are neither followed nor removed). A failed run whose records were
-    never sent to the tracking server is kept unless --include-unsent.
+    Never touches successful runs, runs in progress, or anything outside --runs-dir (symbolic
+    links are neither followed nor removed). A failed run whose records were never sent to the
+    tracking server is kept unless --include-unsent.
+
     Exit codes: 0 ok; 1 a directory could not be removed; 2 bad input.
     """
     import sys

@@ -27,6 +27,7 @@ from llmpack.options import (
     tls_connection,
 )
 from llmpack.sync import sync as sync_command
+from llmpack.terminal import Command, Group, quiet_library_warnings
 
 DEFAULT_REPORTS = Path("llmpack-report")  # where timestamped reports go when no directory is named
 def fail(message: str, code: int = 2) -> None:
@@ -43,11 +44,12 @@ def echo_out(text: str) -> None:
         raise InputError(f"standard output: cannot write the result ({exc.strerror or exc})") from None
 
 
-class OneLineErrors(click.Group):
-    """Usage errors and InputError become one line on stderr with exit code 2."""
+class OneLineErrors(Group):
+    """Usage errors and InputError become one line on stderr with exit code 2; library warnings are not shown."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         kwargs["standalone_mode"] = False
+        quiet_library_warnings()
         _raise_on_sigterm()
         try:
             rv = super().main(*args, **kwargs)
@@ -108,7 +110,7 @@ def main() -> None:
     atexit.register(gc.freeze)  # exit without a last full collection over the libraries (components.process.startup)
 
 
-@main.command()
+@main.command(short_help="Run the pipeline once through one backend, on this machine.")
 @click.option("--backend", default="direct", show_default=True, help=" | ".join(BACKENDS))
 @click.option("--local/--cluster", "local", default=True, help="Run on this machine (default) or submit to a cluster (see `llmpack submit`).")
 @run_options
@@ -133,7 +135,7 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
         sys.exit(1)
 
 
-@main.command()
+@main.command(short_help="Compile the pipeline to KFP, Argo and MLflow artifacts.")
 # The default is llmpack.compile.DEFAULT_OUT, spelled out so that `llmpack --help` imports nothing more.
 @click.option("--out", "out", type=click.Path(path_type=Path), default=Path("build/llmpack"), show_default=True,
               help="Directory to write kfp_pipelines/finetune.yaml, argo_workflows/finetune.yaml, mlflow_projects/finetune*/ "
@@ -177,7 +179,7 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
         echo_out(str(path))
 
 
-@main.command()
+@main.command(short_help="Run the pipeline through several paths and compare them.")
 @click.option("--backends", default=",".join(BACKENDS), show_default=True, help="Comma-separated paths to compare.")
 @click.option("--repeats", type=int, default=1, show_default=True,
               help="Runs per path (interleaved). Verdicts (faster/cheaper) need at least 5 runs per path.")
@@ -373,7 +375,7 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
     )
 
 
-@main.command()
+@main.command(short_help="Rebuild a comparison report from MLflow alone.")
 @click.option("--run-group", required=True, help="The run group to report (llmpack.run_group tag; compare prints it).")
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="Write the report into exactly OUT (an existing report there only with --force). "
@@ -381,8 +383,9 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
 @click.option("--force", is_flag=True, help="Replace the report in --out OUT.")
 @click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")
 @click.option("--baseline", default=None, help="The path the others are judged against (default: direct when present).")
-@click.option("--control-plane-cost", "control_plane", multiple=True, metavar="ORCH=USD")
-@click.option("--control-plane-costs", "control_plane_file", default=None)
+@click.option("--control-plane-cost", "control_plane", multiple=True, metavar="ORCH=USD",
+              help="Monthly control-plane cost per orchestrator, for the break-even (repeatable; kfp, argo, mlflow).")
+@click.option("--control-plane-costs", "control_plane_file", default=None, help="YAML of monthly control-plane costs.")
 @click.option("--scale-down-delay-s", "scale_down_delay_s", type=float, default=None,
               help="Re-bill cluster runs as if the autoscaler kept an empty GPU node this many seconds "
                    "(default: the delay they were billed with).")
@@ -417,7 +420,7 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
         click.echo(str(_write_report(result, out, costs, force=force)))
 
 
-class SubmitCommands(click.Group):
+class SubmitCommands(Group):
     """``llmpack submit <name>``: one subcommand per cluster backend of the registry, built when asked for.
 
     Each backend declares its own options (``Backend.submit_options``); :func:`submit_options`
@@ -440,22 +443,20 @@ class SubmitCommands(click.Group):
         func: Callable[..., Any] = submit_options(command)
         for option in reversed(backend.submit_options()):
             func = option(func)
-        return click.command(cmd_name, help=backend.submit_help)(func)
+        return click.command(cmd_name, cls=Command, help=backend.submit_help)(func)
 
 
-@main.group(cls=SubmitCommands)
+@main.group(cls=SubmitCommands, short_help="Submit the compiled pipeline to a cluster.")
 def submit() -> None:
     """Submit the compiled pipeline to a cluster through each orchestrator's own client.
 
-    \b
     Tokens come from the environment, never flags: KFP_TOKEN or KF_PIPELINES_SA_TOKEN_PATH,
     ARGO_TOKEN, and your kubeconfig for the MLflow Job. They are never printed or logged.
 
-    \b
     The run closes its own MLflow record on the cluster (KFP exit handler, Argo onExit, MLflow
     main), as it does when started with `kfp run create`, `argo submit`, Hera's
-    Workflow.create() or `mlflow run`; submitting here adds the exact submit time.
-    Hera users: `from argo_workflows.pipeline import finetune_workflow`, then .create().
+    Workflow.create() or `mlflow run`; submitting here adds the exact submit time. Hera users:
+    `from argo_workflows.pipeline import finetune_workflow`, then .create().
     """
 
 
@@ -497,7 +498,7 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
         sys.exit(1)
 
 
-@main.command()
+@main.command(short_help="Pod phases (queue, pull, start) from kubectl dumps, offline.")
 @click.option("--pods", required=True, type=str, help="`kubectl get pods -o json` dump.")
 @click.option("--nodes", default=None, type=str, help="`kubectl get nodes -o json` dump (for provisioning and GPU product).")
 @click.option("--events", default=None, type=str, help="`kubectl get events -o json` dump (for image pull times).")
