@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -52,7 +53,10 @@ class CleanItem:
 
 
 def parse_age(text: str, flag: str = "--older-than") -> float:
-    """Seconds from ``30m``, ``12h``, ``7d``, ``2w`` (also ``90s``, ``1.5d``); an :class:`InputError` otherwise."""
+    """Seconds from ``30m``, ``12h``, ``7d``, ``2w`` (also ``90s``, ``1.5d``, and ``0``: any age); an
+    :class:`InputError` otherwise."""
+    if (text or "").strip() == "0":
+        return 0.0
     match = _DURATION.match(text or "")
     if not match:
         raise InputError(f"{flag} {text!r}: give a number and a unit (s, m, h, d, w), e.g. 7d or 12h")
@@ -67,7 +71,8 @@ def format_age(seconds: float) -> str:
     return f"{max(0.0, seconds):.0f}s"
 
 
-def _unsent(path: Path) -> bool:
+def unsent(path: Path) -> bool:
+    """The kept run's ``summary.json`` says its records were never sent to tracking."""
     try:
         return json.loads((path / "summary.json").read_text(encoding="utf-8")).get("tracking") == "not sent"
     except (OSError, ValueError, AttributeError):
@@ -95,9 +100,9 @@ def clean_runs(
     for entry in candidates:
         path = runs_dir / entry.name
         age_s = now - entry.stat(follow_symlinks=False).st_mtime
-        if age_s < older_than_s:
+        if older_than_s > 0 and age_s < older_than_s:  # 0: every one, even one written this second
             continue
-        if not include_unsent and _unsent(path):
+        if not include_unsent and unsent(path):
             items.append(CleanItem(path=path, age_s=age_s, action="kept unsent"))
             continue
         if dry_run:
@@ -109,6 +114,12 @@ def clean_runs(
         except OSError as exc:
             items.append(CleanItem(path=path, age_s=age_s, action="not removed", reason=exc.strerror or str(exc)))
     return items
+
+
+def clean_now_command(runs_dir: Path) -> str:
+    """The ``llmpack clean`` command that removes every failed run in ``runs_dir`` today (not only those 7 days old)."""
+    default = runs_dir == Path("llmpack-runs")
+    return "llmpack clean --older-than 0" + ("" if default else f" --runs-dir {shlex.quote(str(runs_dir))}")
 
 
 def render_item(item: CleanItem) -> str:

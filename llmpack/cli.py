@@ -85,11 +85,24 @@ def _interrupted(exc: BaseException) -> None:
     """One line naming what was kept and how to remove it; exit 130 (SIGINT) or 143 (SIGTERM)."""
     kept = exc.kept if isinstance(exc, Interrupted) else [a for a in exc.args if isinstance(a, str)]
     code = exc.exit_code if isinstance(exc, Interrupted) else 130
-    where = (f"; the run's MLflow record ended KILLED; kept {', '.join(kept)} (remove with: rm -rf {' '.join(kept)}, "
-             "or later: llmpack clean)" if kept else "")
+    where = "".join(f"; {kept_hint(Path(path))}" for path in kept)
     notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", []))  # what goes on elsewhere (a cluster run)
     click.echo(f"llmpack: interrupted{where}{notes}", err=True)
     sys.exit(code)
+
+
+def kept_hint(kept: Path) -> str:
+    """What an interrupted run left in ``kept`` (its ``.failed`` directory), and the commands that act on it now."""
+    import shlex
+
+    from llmpack.clean import clean_now_command, unsent
+
+    quoted = shlex.quote(str(kept))
+    if unsent(kept):  # the store did not answer: the directory holds the only copy of the records
+        return (f"kept {kept} with the run's records, not sent (send them with: llmpack sync {quoted}; "
+                f"then remove it with: rm -rf {quoted}, or {clean_now_command(kept.parent)})")
+    return (f"the run's MLflow record ended KILLED; kept {kept} (remove with: rm -rf {quoted}, or "
+            f"{clean_now_command(kept.parent)}, which removes every failed run there)")
 
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
@@ -397,6 +410,7 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
     from llmpack import compare as cmp
     from llmpack.display import library_logs_to
     from llmpack.report import check_control_plane, parse_control_plane, runs_from_mlflow
+    from llmpack.run_group_lookup import run_group_absent
 
     costs = parse_control_plane(control_plane, control_plane_file)
     check_report_target(out, "--out", force=force)
@@ -408,7 +422,10 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
     uri = tracking.tracking_uri(tracking_uri)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
         raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: no such database")
+    if run_group_absent(uri, run_group):  # a mistyped ID, answered by sqlite3 before MLflow's seconds of set-up
+        raise InputError(f"run group {run_group!r}: no llmpack runs in MLflow at {tracking.redact_uri(uri)}")
     with library_logs_to(None):
+        quiet_library_warnings()  # library_logs_to shows every warning once; the libraries' own are not news
         runs = runs_from_mlflow(connect_tracking(uri), run_group)
         if scale_down_delay_s is not None:
             from llmpack.k8s.billing import rebill

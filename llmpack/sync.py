@@ -35,6 +35,7 @@ from typing import Any
 import click
 
 from components.errors import InputError, Interrupted
+from llmpack.clean import FAILED_SUFFIX
 from llmpack.terminal import command
 
 SUMMARY_FILE = "summary.json"
@@ -54,6 +55,13 @@ class SyncResult:
     logged: int
     already: int
     status: str
+
+
+def closed_when_stopped(run_dir: Path) -> bool:
+    """A kept ``<run>.failed`` directory without a summary: an interrupted run whose record was sent and closed
+    (KILLED, or FAILED on a crash) as it stopped. :mod:`llmpack.runs` writes a summary into the kept
+    directory only when that record could not be sent, for this command to send."""
+    return run_dir.name.endswith(FAILED_SUFFIX) and run_dir.is_dir() and not (run_dir / SUMMARY_FILE).exists()
 
 
 def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any]:
@@ -147,6 +155,10 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
     """
     from components.record import tracking
 
+    if closed_when_stopped(run_dir):
+        click.echo(f"nothing to send: {run_dir} is an interrupted run whose MLflow record was sent and closed "
+                   "when it stopped")
+        return
     read_run_dir(run_dir)  # a RUN_DIR that is not one: exit 2 before MLflow is even imported
     from llmpack.display import library_logs_to
 
