@@ -166,13 +166,10 @@ def note(text: str, console: Console | None = None, *, now: float | None = None)
     """One progress line on stderr from a long loop (``compare``'s rounds): ``HH:MM:SS text`` when stderr
     is not a terminal (a log), else ``text`` as rich prints it (markup allowed: ``[bold]kfp[/]``).
 
-    ``console``: default :data:`llmpack.display.err`, the console of the live status lines, so a
-    note printed while one is shown goes above it.
+    ``console``: default a console on stderr; pass :data:`llmpack.display.err` while its live status
+    line is shown, so that the note goes above it.
     """
-    if console is None:
-        from llmpack.display import err
-
-        console = err
+    console = console or Console(stderr=True)
     if console.is_terminal:
         console.print(text, highlight=False)
     else:
