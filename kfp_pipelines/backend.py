@@ -70,7 +70,7 @@ class KfpBackend(Backend):
         import click
 
         return [click.option("--host", default=None, help="KFP API endpoint (default: KFP_HOST)."),
-                click.option("--experiment", default="llmpack", show_default=True),
+                click.option("--experiment", default="llmpack", show_default=True, help="KFP experiment of the run."),
                 click.option("--package", "package_path", default=None,
                              help="Compiled package (default: kfp_pipelines/finetune.yaml).")]
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from typing import Literal
 import click
 
 from components.errors import InputError
+from llmpack.terminal import command
 
 FAILED_SUFFIX = ".failed"
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
@@ -51,7 +53,10 @@ class CleanItem:
 
 
 def parse_age(text: str, flag: str = "--older-than") -> float:
-    """Seconds from ``30m``, ``12h``, ``7d``, ``2w`` (also ``90s``, ``1.5d``); an :class:`InputError` otherwise."""
+    """Seconds from ``30m``, ``12h``, ``7d``, ``2w`` (also ``90s``, ``1.5d``, and ``0``: any age); an
+    :class:`InputError` otherwise."""
+    if (text or "").strip() == "0":
+        return 0.0
     match = _DURATION.match(text or "")
     if not match:
         raise InputError(f"{flag} {text!r}: give a number and a unit (s, m, h, d, w), e.g. 7d or 12h")
@@ -66,7 +71,8 @@ def format_age(seconds: float) -> str:
     return f"{max(0.0, seconds):.0f}s"
 
 
-def _unsent(path: Path) -> bool:
+def unsent(path: Path) -> bool:
+    """The kept run's ``summary.json`` says its records were never sent to tracking."""
     try:
         return json.loads((path / "summary.json").read_text(encoding="utf-8")).get("tracking") == "not sent"
     except (OSError, ValueError, AttributeError):
@@ -94,9 +100,9 @@ def clean_runs(
     for entry in candidates:
         path = runs_dir / entry.name
         age_s = now - entry.stat(follow_symlinks=False).st_mtime
-        if age_s < older_than_s:
+        if older_than_s > 0 and age_s < older_than_s:  # 0: every one, even one written this second
             continue
-        if not include_unsent and _unsent(path):
+        if not include_unsent and unsent(path):
             items.append(CleanItem(path=path, age_s=age_s, action="kept unsent"))
             continue
         if dry_run:
@@ -110,6 +116,12 @@ def clean_runs(
     return items
 
 
+def clean_now_command(runs_dir: Path) -> str:
+    """The ``llmpack clean`` command that removes every failed run in ``runs_dir`` today (not only those 7 days old)."""
+    default = runs_dir == Path("llmpack-runs")
+    return "llmpack clean --older-than 0" + ("" if default else f" --runs-dir {shlex.quote(str(runs_dir))}")
+
+
 def render_item(item: CleanItem) -> str:
     """One line per run directory."""
     age = format_age(item.age_s)
@@ -121,9 +133,9 @@ def render_item(item: CleanItem) -> str:
     return f"{item.action} {item.path} ({age} old)"
 
 
-@click.command("clean")
+@command("clean", short_help="Remove old failed runs (<run>.failed) from the runs directory.")
 @click.option("--older-than", "older_than", default="7d", show_default=True,
-              help="Remove failed runs at least this old (by modification time): 30m, 12h, 7d, 2w.")
+              help="Remove failed runs at least this old (by modification time): 30m, 12h, 7d, 2w; 0: all of them.")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("llmpack-runs"), show_default=True,
               help="The runs directory (llmpack run/compare --output-dir).")
 @click.option("--dry-run", is_flag=True, help="Only print what would be removed.")
@@ -132,10 +144,10 @@ def render_item(item: CleanItem) -> str:
 def clean(older_than: str, runs_dir: Path, dry_run: bool, include_unsent: bool) -> None:
     """Remove old failed runs (<run>.failed directories) from the runs directory.
 
-    \b
-    Never touches successful runs, runs in progress, or anything outside --runs-dir
-    (symbolic links are neither followed nor removed). A failed run whose records were
-    never sent to the tracking server is kept unless --include-unsent.
+    Never touches successful runs, runs in progress, or anything outside --runs-dir (symbolic
+    links are neither followed nor removed). A failed run whose records were never sent to the
+    tracking server is kept unless --include-unsent.
+
     Exit codes: 0 ok; 1 a directory could not be removed; 2 bad input.
     """
     import sys

@@ -27,6 +27,7 @@ from llmpack.options import (
     tls_connection,
 )
 from llmpack.sync import sync as sync_command
+from llmpack.terminal import Command, Group, quiet_library_warnings
 
 DEFAULT_REPORTS = Path("llmpack-report")  # where timestamped reports go when no directory is named
 def fail(message: str, code: int = 2) -> None:
@@ -43,11 +44,12 @@ def echo_out(text: str) -> None:
         raise InputError(f"standard output: cannot write the result ({exc.strerror or exc})") from None
 
 
-class OneLineErrors(click.Group):
-    """Usage errors and InputError become one line on stderr with exit code 2."""
+class OneLineErrors(Group):
+    """Usage errors and InputError become one line on stderr with exit code 2; library warnings are not shown."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         kwargs["standalone_mode"] = False
+        quiet_library_warnings()
         _raise_on_sigterm()
         try:
             rv = super().main(*args, **kwargs)
@@ -83,11 +85,24 @@ def _interrupted(exc: BaseException) -> None:
     """One line naming what was kept and how to remove it; exit 130 (SIGINT) or 143 (SIGTERM)."""
     kept = exc.kept if isinstance(exc, Interrupted) else [a for a in exc.args if isinstance(a, str)]
     code = exc.exit_code if isinstance(exc, Interrupted) else 130
-    where = (f"; the run's MLflow record ended KILLED; kept {', '.join(kept)} (remove with: rm -rf {' '.join(kept)}, "
-             "or later: llmpack clean)" if kept else "")
+    where = "".join(f"; {kept_hint(Path(path))}" for path in kept)
     notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", []))  # what goes on elsewhere (a cluster run)
     click.echo(f"llmpack: interrupted{where}{notes}", err=True)
     sys.exit(code)
+
+
+def kept_hint(kept: Path) -> str:
+    """What an interrupted run left in ``kept`` (its ``.failed`` directory), and the commands that act on it now."""
+    import shlex
+
+    from llmpack.clean import clean_now_command, unsent
+
+    quoted = shlex.quote(str(kept))
+    if unsent(kept):  # the store did not answer: the directory holds the only copy of the records
+        return (f"kept {kept} with the run's records, not sent (send them with: llmpack sync {quoted}; "
+                f"then remove it with: rm -rf {quoted}, or {clean_now_command(kept.parent)})")
+    return (f"the run's MLflow record ended KILLED; kept {kept} (remove with: rm -rf {quoted}, or "
+            f"{clean_now_command(kept.parent)}, which removes every failed run there)")
 
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
@@ -108,7 +123,7 @@ def main() -> None:
     atexit.register(gc.freeze)  # exit without a last full collection over the libraries (components.process.startup)
 
 
-@main.command()
+@main.command(short_help="Run the pipeline once through one backend, on this machine.")
 @click.option("--backend", default="direct", show_default=True, help=" | ".join(BACKENDS))
 @click.option("--local/--cluster", "local", default=True, help="Run on this machine (default) or submit to a cluster (see `llmpack submit`).")
 @run_options
@@ -133,7 +148,7 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
         sys.exit(1)
 
 
-@main.command()
+@main.command(short_help="Compile the pipeline to KFP, Argo and MLflow artifacts.")
 # The default is llmpack.compile.DEFAULT_OUT, spelled out so that `llmpack --help` imports nothing more.
 @click.option("--out", "out", type=click.Path(path_type=Path), default=Path("build/llmpack"), show_default=True,
               help="Directory to write kfp_pipelines/finetune.yaml, argo_workflows/finetune.yaml, mlflow_projects/finetune*/ "
@@ -177,7 +192,7 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
         echo_out(str(path))
 
 
-@main.command()
+@main.command(short_help="Run the pipeline through several paths and compare them.")
 @click.option("--backends", default=",".join(BACKENDS), show_default=True, help="Comma-separated paths to compare.")
 @click.option("--repeats", type=int, default=None,
               help="Fixed rounds of the whole pipeline per path (interleaved), every headline judged after the "
@@ -398,7 +413,7 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
     )
 
 
-@main.command()
+@main.command(short_help="Rebuild a comparison report from MLflow alone.")
 @click.option("--run-group", required=True, help="The run group to report (llmpack.run_group tag; compare prints it).")
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="Write the report into exactly OUT (an existing report there only with --force). "
@@ -406,8 +421,9 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
 @click.option("--force", is_flag=True, help="Replace the report in --out OUT.")
 @click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")
 @click.option("--baseline", default=None, help="The path the others are judged against (default: direct when present).")
-@click.option("--control-plane-cost", "control_plane", multiple=True, metavar="ORCH=USD")
-@click.option("--control-plane-costs", "control_plane_file", default=None)
+@click.option("--control-plane-cost", "control_plane", multiple=True, metavar="ORCH=USD",
+              help="Monthly control-plane cost per orchestrator, for the break-even (repeatable; kfp, argo, mlflow).")
+@click.option("--control-plane-costs", "control_plane_file", default=None, help="YAML of monthly control-plane costs.")
 @click.option("--scale-down-delay-s", "scale_down_delay_s", type=float, default=None,
               help="Re-bill cluster runs as if the autoscaler kept an empty GPU node this many seconds "
                    "(default: the delay they were billed with).")
@@ -419,6 +435,7 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
     from llmpack import compare as cmp
     from llmpack.display import library_logs_to
     from llmpack.report import check_control_plane, parse_control_plane, runs_from_mlflow
+    from llmpack.run_group_lookup import run_group_absent
 
     costs = parse_control_plane(control_plane, control_plane_file)
     check_report_target(out, "--out", force=force)
@@ -430,7 +447,10 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
     uri = tracking.tracking_uri(tracking_uri)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
         raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: no such database")
+    if run_group_absent(uri, run_group):  # a mistyped ID, answered by sqlite3 before MLflow's seconds of set-up
+        raise InputError(f"run group {run_group!r}: no llmpack runs in MLflow at {tracking.redact_uri(uri)}")
     with library_logs_to(None):
+        quiet_library_warnings()  # library_logs_to shows every warning once; the libraries' own are not news
         runs = runs_from_mlflow(connect_tracking(uri), run_group)
         if scale_down_delay_s is not None:
             from llmpack.k8s.billing import rebill
@@ -442,7 +462,7 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
         click.echo(str(_write_report(result, out, costs, force=force)))
 
 
-class SubmitCommands(click.Group):
+class SubmitCommands(Group):
     """``llmpack submit <name>``: one subcommand per cluster backend of the registry, built when asked for.
 
     Each backend declares its own options (``Backend.submit_options``); :func:`submit_options`
@@ -465,22 +485,20 @@ class SubmitCommands(click.Group):
         func: Callable[..., Any] = submit_options(command)
         for option in reversed(backend.submit_options()):
             func = option(func)
-        return click.command(cmd_name, help=backend.submit_help)(func)
+        return click.command(cmd_name, cls=Command, help=backend.submit_help)(func)
 
 
-@main.group(cls=SubmitCommands)
+@main.group(cls=SubmitCommands, short_help="Submit the compiled pipeline to a cluster.")
 def submit() -> None:
     """Submit the compiled pipeline to a cluster through each orchestrator's own client.
 
-    \b
     Tokens come from the environment, never flags: KFP_TOKEN or KF_PIPELINES_SA_TOKEN_PATH,
     ARGO_TOKEN, and your kubeconfig for the MLflow Job. They are never printed or logged.
 
-    \b
     The run closes its own MLflow record on the cluster (KFP exit handler, Argo onExit, MLflow
     main), as it does when started with `kfp run create`, `argo submit`, Hera's
-    Workflow.create() or `mlflow run`; submitting here adds the exact submit time.
-    Hera users: `from argo_workflows.pipeline import finetune_workflow`, then .create().
+    Workflow.create() or `mlflow run`; submitting here adds the exact submit time. Hera users:
+    `from argo_workflows.pipeline import finetune_workflow`, then .create().
     """
 
 
@@ -522,7 +540,7 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
         sys.exit(1)
 
 
-@main.command()
+@main.command(short_help="Pod phases (queue, pull, start) from kubectl dumps, offline.")
 @click.option("--pods", required=True, type=str, help="`kubectl get pods -o json` dump.")
 @click.option("--nodes", default=None, type=str, help="`kubectl get nodes -o json` dump (for provisioning and GPU product).")
 @click.option("--events", default=None, type=str, help="`kubectl get events -o json` dump (for image pull times).")

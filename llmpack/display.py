@@ -98,15 +98,19 @@ def run_with_progress(opts: Any, label: str | None = None, **kwargs: Any) -> dic
     While the training step runs, the step part is its own ``finetune 23/60 · 1,234 tok/s · ETA 0:12``
     (see :mod:`llmpack.progress`). The line never wraps: on a narrow terminal its end is cut.
     """
+    from llmpack.progress import LogLines
     from llmpack.runs import run_pipeline
 
     name = label or opts.backend
-    with err.status(f"[bold]{name}[/] starting", spinner="dots") as status:
+    if not err.is_terminal:  # a log (CI): timestamped lines at step boundaries and each tenth of training
+        summary = run_pipeline(opts, progress=LogLines(name, err), **kwargs)
+    else:
+        with err.status(f"[bold]{name}[/] starting", spinner="dots") as status:
 
-        def update(step: str, done: int, elapsed: float) -> None:
-            status.update(status_text(name, step, elapsed, width=err.width - 2))  # 2: the spinner and a space
+            def update(step: str, done: int, elapsed: float) -> None:
+                status.update(status_text(name, step, elapsed, width=err.width - 2))  # 2: the spinner and a space
 
-        summary = run_pipeline(opts, progress=update, **kwargs)
+            summary = run_pipeline(opts, progress=update, **kwargs)
     mark = "[green]ok[/]" if summary["status"] == "succeeded" else f"[red]failed[/] ({summary['error']})"
     total = summary["metrics"].get("total_s")
     err.print(f"{name}: {mark} in {fmt(total, 1)}s  →  {summary['artifacts']['run_dir']}")

@@ -35,6 +35,8 @@ from typing import Any
 import click
 
 from components.errors import InputError, Interrupted
+from llmpack.clean import FAILED_SUFFIX
+from llmpack.terminal import command
 
 SUMMARY_FILE = "summary.json"
 EVENTS_FILE = "events.jsonl"
@@ -53,6 +55,13 @@ class SyncResult:
     logged: int
     already: int
     status: str
+
+
+def closed_when_stopped(run_dir: Path) -> bool:
+    """A kept ``<run>.failed`` directory without a summary: an interrupted run whose record was sent and closed
+    (KILLED, or FAILED on a crash) as it stopped. :mod:`llmpack.runs` writes a summary into the kept
+    directory only when that record could not be sent, for this command to send."""
+    return run_dir.name.endswith(FAILED_SUFFIX) and run_dir.is_dir() and not (run_dir / SUMMARY_FILE).exists()
 
 
 def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any]:
@@ -127,22 +136,29 @@ def sync_run(run_dir: Path, tracking_uri: str | None = None, *, retry: Any = Non
                       status=upload.status)
 
 
-@click.command("sync")
+@command("sync", short_help="Send a run's records to MLflow after a tracking outage.")
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--tracking-uri", default=None,
               help="MLflow tracking URI (default: the one the run used, else MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")
 def sync(run_dir: Path, tracking_uri: str | None) -> None:
     """Send a run directory's records to MLflow after a tracking outage (idempotent).
 
-    \b
-    Reads RUN_DIR/events.jsonl and RUN_DIR/summary.json (written by every `llmpack run`),
-    finds or creates the run's MLflow record, logs only what it lacks and closes it with the
-    run's status. Running it twice creates no second record and no duplicate value.
-    Waits at most LLMPACK_TRACKING_MAX_WAIT_S seconds (default 30) for the server.
-    Exit codes: 0 sent; 1 the server did not answer or refused (nothing changed); 2 bad RUN_DIR.
+    Reads RUN_DIR/events.jsonl and RUN_DIR/summary.json (written by every `llmpack run`), finds
+    or creates the run's MLflow record, logs only what it lacks and closes it with the run's
+    status. Running it twice creates no second record and no duplicate value. A kept
+    <run>.failed directory without a summary.json had its record closed when it stopped: there
+    is nothing to send. Waits at most LLMPACK_TRACKING_MAX_WAIT_S seconds (default 30) for the
+    server.
+
+    Exit codes: 0 sent (or nothing to send); 1 the server did not answer or refused (nothing
+    changed); 2 bad RUN_DIR.
     """
     from components.record import tracking
 
+    if closed_when_stopped(run_dir):
+        click.echo(f"nothing to send: {run_dir} is an interrupted run whose MLflow record was sent and closed "
+                   "when it stopped")
+        return
     read_run_dir(run_dir)  # a RUN_DIR that is not one: exit 2 before MLflow is even imported
     from llmpack.display import library_logs_to
 

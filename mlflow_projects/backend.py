@@ -73,8 +73,9 @@ class MlflowBackend(Backend):
     def submit_options(self) -> list[ClickOption]:
         import click
 
-        return [click.option("--kubeconfig", default=None),
-                click.option("--context", default=None),
+        return [click.option("--kubeconfig", default=None, help="kubeconfig for the Job (default: KUBECONFIG, else the "
+                             "in-cluster service account, else ~/.kube/config)."),
+                click.option("--context", default=None, help="kubeconfig context (default: its current one)."),
                 click.option("--image", default=None, help="Prebuilt step image (default: the project's docker_env image)."),
                 click.option("--cluster-tracking-uri", default=None, help="Tracking URI as seen from inside the cluster.")]
 
