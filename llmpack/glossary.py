@@ -29,62 +29,70 @@ GROUPS = (
     ("stats", "Comparing paths"),
 )
 
+# ``name: short`` fits one 80-column terminal line (a test holds it); more goes in ``detail``.
 TERMS: tuple[Term, ...] = (
     # ------------------------------------------------------------------ time
     Term(key="spinup", name="spin-up", metric="spinup_s",
-         short="submit → the training step's process (locally) or container (cluster) started, first attempt",
-         detail="What the orchestrator costs before training can begin: scheduling, pod creation, image pull, "
-                "the hand-overs of the steps before finetune."),
+         short="submit → training step's process (local) or container (cluster) start",
+         detail="First attempt. What the orchestrator costs before training can begin: scheduling, pod creation, "
+                "image pull, the hand-overs of the steps before finetune."),
     Term(key="time_to_first_step", name="time to first step", metric="time_to_first_step_s",
-         short="submit → the first optimizer step done (spin-up + imports + model load + one step)",
-         detail="The headline: how long until the GPUs do useful work."),
+         short="submit → first optimizer step done",
+         detail="Spin-up, imports, model load and one step: how long until the GPUs do useful work."),
     Term(key="total", name="total", metric="total_s",
-         short="submit → the run's end (when the orchestrator handed over to the closing task)"),
+         short="submit → run's end (the orchestrator handed over to the closing task)"),
     Term(key="step_compute", name="step compute",
-         short="each step's process start → finished, summed over steps and attempts (CPU and GPU steps alike)",
-         detail="What pipeline overhead is measured against; not the same as GPU compute."),
+         short="each step's process start → finished, over all steps and attempts",
+         detail="CPU and GPU steps alike. What pipeline overhead is measured against; not GPU compute."),
     Term(key="pipeline_overhead", name="pipeline overhead", metric="pipeline_overhead_s",
-         short="total − step compute: wall time between steps (orchestrator hand-overs, waits), no step running",
-         detail="Seconds, not dollars. Not billed non-compute, which is GPU time billed while a step ran."),
-    Term(key="percentiles", name="p50 / p90", short="median and 90th percentile over n runs (type 7); p99 only with n >= 10"),
+         short="total − step compute: wall time with no step running",
+         detail="Seconds, not dollars: orchestrator hand-overs and waits. Not billed non-compute, which is GPU "
+                "time billed while a step ran."),
+    Term(key="percentiles", name="p50 / p90", short="median and 90th percentile over n runs; p99 only with n >= 10",
+         detail="Linear interpolation between closest ranks (numpy 'linear', Hyndman-Fan type 7)."),
     Term(key="tokens_per_s", name="tokens/s", metric="tokens_per_s",
-         short="training tokens per second of finetune's training loop, every rank counted"),
+         short="finetune's training tokens per second, every rank counted"),
     # ------------------------------------------------------------------ money
     Term(key="cost", name="cost", metric="cost_usd", group="money",
-         short="GPUs × billed seconds × price per GPU-hour / 3600, over every GPU step and attempt",
-         detail="Billed from container start (locally: process start) to finished, plus node provisioning; "
-                "on a cluster the GPU nodes' billed time."),
+         short="GPUs × billed seconds × price per GPU-hour / 3600, every attempt",
+         detail="Billed from container start (locally: process start) to finished, plus node provisioning; on a "
+                "cluster the GPU nodes' billed time. Dollars are written one way everywhere: 3 significant figures "
+                "below $1, cents above."),
     Term(key="projected", name="projected", group="money",
-         short="a local run's cost: its step times priced as if on the spec's GPU type; no GPU was billed",
+         short="a local run priced as if on the spec's GPU type; no GPU billed",
          detail="A CPU run with 2 × nvidia-h100-80gb in its spec is priced at that GPU's list price, so the "
                 "paths' overheads show in dollars. Cluster runs are billed, not projected."),
     Term(key="gpu_compute", name="GPU compute", group="money",
-         short="GPU time while a GPU step trained or evaluated: each GPU step's model loaded → finished, × its GPUs"),
+         short="GPU steps' model loaded → finished, × GPUs (training, evaluating)"),
     Term(key="billed_non_compute", name="billed non-compute", group="money",
-         short="cost − GPU compute: GPUs billed for start-up, model load, hand-overs, retries, node tails",
-         detail="Dollars, not seconds: the part of the bill in which no step trained or evaluated. Not pipeline "
-                "overhead, which is wall time between steps and holds no GPU."),
+         short="cost − GPU compute: start-up, load, hand-overs, retries",
+         detail="Dollars, not seconds: the part of the bill in which no step trained or evaluated (on a cluster also "
+                "node provisioning and the scale-down tail). Not pipeline overhead, which is wall time between "
+                "steps and holds no GPU."),
     Term(key="usd_per_1m_tokens", name="$/1M tokens", metric="usd_per_1m_tokens", group="money",
          short="cost / training tokens × 10⁶"),
     Term(key="goodput", name="goodput", metric="goodput", group="money",
-         short="training GPU-seconds / the GPU-seconds the run held: its GPUs from submit to end, or billed if more",
+         short="training GPU-s / GPU-s held (GPUs × submit → end, or billed if more)",
          detail="Between 0 and 1, higher is better. For the same training, more wall time or more billed time "
                 "can only lower it, so a slower path never looks better. It says how much of the held GPU time "
                 "was training, not how fast training was (tokens/s says that)."),
     # ------------------------------------------------------------------ comparing
-    Term(key="n", name="n", group="stats", short="succeeded runs of a path that the figure is over"),
+    Term(key="n", name="n", group="stats", short="succeeded runs of a path behind the figure"),
     Term(key="baseline", name="baseline", group="stats",
-         short="the path every other is compared with (direct when compared; --baseline PATH)"),
+         short="the path the others are compared with (direct, or --baseline PATH)"),
     Term(key="delta", name="Δ", group="stats", short="median of the path − median of the baseline"),
-    Term(key="ci", name="CI", group="stats",
-         short="95% bootstrap confidence interval of Δ: the differences the runs are consistent with"),
+    Term(key="ci", name="CI", group="stats", short="95% bootstrap confidence interval of Δ",
+         detail="The differences the runs are consistent with."),
     Term(key="equivalence_margin", name="equivalence margin", group="stats",
-         short="the largest Δ that counts as no practical difference; a path is equivalent when its CI lies within ±margin"),
+         short="largest Δ that counts as no practical difference",
+         detail="A path whose whole CI lies within ± the margin is equivalent to the baseline."),
     Term(key="decided", name="decided / undecided", group="stats",
-         short="decided: the CI excludes 0 (faster, slower...) or lies within the margin (equivalent); "
-               "undecided: neither, more runs needed"),
+         short="CI excludes 0 or is within ±margin (decided), or neither",
+         detail="Decided: faster, slower, cheaper, costlier (the CI excludes 0) or equivalent (the CI lies within "
+                "± the equivalence margin). Undecided: the CI straddles 0 and reaches past the margin; more runs "
+                "can decide it."),
     Term(key="beyond_noise", name="▼ / ▲", group="stats",
-         short="lower / higher than the baseline beyond noise (the CI of Δ excludes 0)"),
+         short="lower / higher than the baseline beyond noise (CI of Δ excludes 0)"),
 )
 
 _BY_KEY = {t.key: t for t in TERMS}
