@@ -402,7 +402,8 @@ class Session:
         price = resolve_node_price(gpu, flag=self.price_flag, price_file=self.price_file)
 
         metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=end)
-        metrics.update(cluster_cost(steps, mine, uses, orch, price, gang=self.gang, fused=fused))
+        metrics.update(cluster_cost(steps, mine, uses, orch, price, gang=self.gang, fused=fused,
+                                    wall_s=metrics.get("total_s")))
         if self.gang is not None:
             ready = gang_ready(mine)
             metrics["gang_ready_s"] = None if ready is None else ready - ctx.submitted_at
@@ -415,7 +416,8 @@ class Session:
             metrics.update(node_cost(bill, {s: st.events for s, st in steps.items()}, {u.step: u.gpus for u in step_uses},
                                      None if price is None else price.per_gpu_hour,
                                      train_s=train.metrics.get("train_s") if train else None,
-                                     train_tokens=train.metrics.get("train_tokens") if train else None))
+                                     train_tokens=train.metrics.get("train_tokens") if train else None,
+                                     wall_s=metrics.get("total_s")))
         metrics = {k: telemetry.clean_number(v) for k, v in metrics.items()}
         tags = {
             **ctx.tags(),
@@ -483,7 +485,7 @@ def bill_across_runs(session: Session, runs: list[dict[str, Any]]) -> None:
         tokens = old_usd / old_per_1m * 1e6 if old_usd and old_per_1m else None
         step_gpus = {u.step: u.gpus for u in session.step_uses(str(run.get("fuse") or "none"))}
         new = node_cost(bill, run.get("events") or {}, step_gpus, recorded_price(tags), train_s=m.get("train_s"),
-                        train_tokens=tokens)
+                        train_tokens=tokens, wall_s=m.get("total_s"))
         new = {k: telemetry.clean_number(v) for k, v in new.items()}
         m.update({k: v for k, v in new.items() if v is not None or k in m})
         run_id = (run.get("artifacts") or {}).get("mlflow_run_id")

@@ -121,33 +121,86 @@ RUN_COLUMNS = (
     ("spinup_s", "spin-up s"),
     ("time_to_first_step_s", "to 1st step s"),
     ("total_s", "total s"),
-    ("pipeline_overhead_s", "overhead s"),
+    ("pipeline_overhead_s", "pipeline overhead s"),
     ("tokens_per_s", "tokens/s"),
     ("eval_loss", "eval loss"),
     ("base_eval_loss", "base loss"),
-    ("cost_usd", "cost $"),
+    ("cost_usd", "cost"),
+    ("goodput", "goodput"),
 )
+# The glossary terms the run summary shows, printed under it (llmpack.glossary).
+RUN_TERMS = ("spinup", "time_to_first_step", "pipeline_overhead", "cost", "goodput")
+
+
+def packaging(summary: dict[str, Any]) -> str:
+    """How the run was packaged: which steps shared a process (``--fuse``), finetune's processes
+    (``--nproc-per-node``) and nodes, e.g. ``fused: prepare_data+tokenize+finetune+evaluate+register
+    in 1 process``."""
+    from components import fusion
+    from components.finetune_pipeline import build
+
+    fuse = str(summary.get("fuse") or summary.get("tags", {}).get(fusion.FUSE_TAG) or "none")
+    try:
+        groups = fusion.groups(build(), fuse)
+    except Exception:  # noqa: BLE001 - an unknown packaging in an old record: say it as recorded
+        groups = []
+    if groups:
+        parts = [f"fused: {'+'.join(t.name for t in g)} in 1 process" for g in groups]
+        fused = {t.name for g in groups for t in g}
+        alone = [t.name for t in build().task_order() if t.name not in fused]
+        if alone:
+            parts.append(f"{', '.join(alone)}: one process each")
+        text = "; ".join(parts)
+    else:
+        text = "each step in its own process" if fuse == "none" else f"--fuse {fuse}"
+    nproc = int((summary.get("params") or {}).get("nproc_per_node") or 1)
+    nodes = int(summary.get("nodes") or 1)
+    if nproc > 1 or nodes > 1:
+        text += f"; finetune: {nproc} process{'es' if nproc > 1 else ''} (ranks) per node on {nodes} node{'s' if nodes > 1 else ''}"
+    return text
+
+
+def cost_text(summary: dict[str, Any]) -> str:
+    """The run's cost in the one money format, ``projected`` when it was run locally (priced as if on
+    the spec's GPU type; no GPU was billed)."""
+    from llmpack.numbers import money
+
+    usd = summary["metrics"].get("cost_usd")
+    if usd is None:
+        return "-"
+    return money(usd) + (" projected" if summary.get("mode", summary["tags"].get("llmpack.mode")) == "local" else "")
 
 
 def summary_table(summaries: list[dict[str, Any]]) -> None:
-    """One column per run, one row per measure: narrow enough for 80 columns whatever the values."""
+    """One column per run, one row per measure: narrow enough for 80 columns whatever the values;
+    then per run what was run (packaging, GPUs, price) and the terms the table uses."""
+    from llmpack import glossary
+    from llmpack.numbers import figure
+
     table = Table(title="llmpack run", title_justify="left")
     table.add_column("measure")
     for s in summaries:
         table.add_column(s["orchestrator"], justify="right")
     table.add_row("status", *[s["status"] for s in summaries])
     for key, header in RUN_COLUMNS:
-        digits = 6 if key == "cost_usd" else 3 if "loss" in key else 2
-        table.add_row(header, *[fmt(s["metrics"].get(key), digits) for s in summaries])
+        if key == "cost_usd":
+            table.add_row(header, *[cost_text(s) for s in summaries])
+        else:
+            table.add_row(header, *[fmt(s["metrics"].get(key), 3) if "loss" in key else figure(s["metrics"].get(key))
+                                    for s in summaries])
     out.print(table)
     for s in summaries:
         tags = s["tags"]
-        out.print(
-            f"[dim]{s['pipeline_run']}: {tags.get('llmpack.gpu_count')}x {tags.get('llmpack.gpu_type')} at "
-            f"${tags.get('llmpack.price_per_gpu_hour')}/GPU-h ({tags.get('llmpack.price_source')}); "
-            f"model: {s['artifacts'].get('model_dir', '-')}[/]"
-        )
+        gpus = f"{tags.get('llmpack.gpu_count')}x {tags.get('llmpack.gpu_type')} at ${tags.get('llmpack.price_per_gpu_hour')}/GPU-h " \
+               f"({tags.get('llmpack.price_source')})"
+        local = s.get("mode", tags.get("llmpack.mode")) == "local"
+        priced = f"cost projected as if on {gpus}; no GPU was billed" if local else f"billed on {gpus}"
+        out.print(f"[dim]{escape(s['pipeline_run'])}: {escape(packaging(s))}; {escape(priced)}; "
+                  f"model: {escape(str(s['artifacts'].get('model_dir', '-')))}[/]")
     _retry_lines(summaries, out)
+    terms = [k for k in RUN_TERMS if k != "cost"] + (["projected"] if any(s.get("mode") == "local" for s in summaries) else ["cost"])
+    for line in glossary.legend(terms):
+        out.print(f"[dim]{escape(line)}[/]")
 
 
 COMPARE_COLUMNS = (
@@ -156,9 +209,9 @@ COMPARE_COLUMNS = (
     ("total_s", "total s"),
 )
 SINGLE_COLUMNS = (
-    ("pipeline_overhead_s", "overhead s"),
+    ("pipeline_overhead_s", "pipeline overhead s"),
     ("tokens_per_s", "tokens/s"),
-    ("cost_usd", "cost $"),
+    ("cost_usd", "cost"),
     ("usd_per_1m_tokens", "$/1M tok"),
     ("goodput", "goodput"),
 )
@@ -222,6 +275,20 @@ def _narrow_table(result: dict[str, Any], console: Console) -> None:
     if result.get("baseline"):
         console.print(f"[dim]▼/▲: decidedly lower/higher than {result['baseline']}; ≈: equivalent (inside the "
                       "margin); no mark: undecided or not judged.[/]")
+    compare_legend(result, console)
+
+
+# The glossary terms compare's table shows, printed under it (llmpack.glossary).
+COMPARE_TERMS = ("spinup", "time_to_first_step", "total", "cost")
+
+
+def compare_legend(result: dict[str, Any], console: Console) -> None:
+    """What the table's measures are, from the one glossary; ``projected`` when a run was local."""
+    from llmpack import glossary
+
+    local = any(r.get("mode") == "local" for r in result.get("runs", ()))
+    for line in glossary.legend([*COMPARE_TERMS, *(["projected"] if local else [])]):
+        console.print(f"[dim]{escape(line)}[/]")
 
 
 def _verdict_lines(result: dict[str, Any], console: Console) -> None:
@@ -248,6 +315,8 @@ def _verdict_lines(result: dict[str, Any], console: Console) -> None:
 
 
 def _wide_table(result: dict[str, Any], console: Console) -> None:
+    from llmpack.numbers import figure, money
+
     table = Table(title=f"llmpack compare · run group {result['run_group']}", title_justify="left")
     table.add_column("orchestrator")
     table.add_column("n", justify="right")
@@ -268,6 +337,6 @@ def _wide_table(result: dict[str, Any], console: Console) -> None:
             p99 = fmt(s["p99"]) if s["p99"] is not None else "n<10"
             cells.append(f"{fmt(s['p50'])}/{fmt(s['p90'])}/{p99}")
         for key, _ in SINGLE_COLUMNS:
-            cells.append(fmt(stats[key]["p50"], 6 if key == "cost_usd" else 3 if key == "goodput" else 2))
+            cells.append(money(stats[key]["p50"]) if key in ("cost_usd", "usd_per_1m_tokens") else figure(stats[key]["p50"]))
         table.add_row(orch, str(n), *cells)
     console.print(table)

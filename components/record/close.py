@@ -161,7 +161,7 @@ def summarize(
     if ctx.submitted_at <= 0:  # nothing to measure from: better no number than one from 1970
         for key in ("spinup_s", "time_to_first_step_s", "total_s", "pipeline_overhead_s"):
             metrics[key] = None
-    metrics.update(cost.cost_metrics(steps, uses, price))
+    metrics.update(cost.cost_metrics(steps, uses, price, wall_s=metrics.get("total_s")))
     metrics = {k: telemetry.clean_number(v) for k, v in metrics.items()}
     tags = {**ctx.tags(), **cost.cost_tags(uses, price)}
     return metrics, tags

@@ -186,13 +186,15 @@ def cost_metrics(
     steps: dict[str, StepTimes],
     uses: list[GpuUse],
     price: Price | None,
+    *,
+    wall_s: float | None = None,
 ) -> dict[str, float | None]:
     """gpu_hours, cost_usd, usd_per_1m_tokens and goodput for one pipeline run, every attempt billed.
 
     A retried step's earlier attempts held their GPUs too: they are in ``gpu_hours`` and
-    ``cost_usd``, and in goodput's denominator (training GPU-seconds, the last attempt's
-    ``train_s``, over every billed GPU-second). ``retries`` counts the retried attempts of all
-    steps; ``retry_gpu_hours`` and ``retry_cost_usd`` are their share of the bill.
+    ``cost_usd``, and in goodput's denominator (:func:`goodput`; ``wall_s``: the run's
+    ``total_s``). ``retries`` counts the retried attempts of all steps; ``retry_gpu_hours`` and
+    ``retry_cost_usd`` are their share of the bill.
     """
     gpu_seconds = 0.0
     for use in uses:
@@ -205,13 +207,35 @@ def cost_metrics(
     retried = retried_attempts(steps, uses, price)
     retry_hours = sum(a.gpu_hours for a in retried)
     train_gpus = next((u.gpus for u in uses if u.step == TRAIN_STEP), 0)
+    held_gpus = max((u.gpus for u in uses), default=0)
     return bill_metrics(gpu_seconds=gpu_seconds, train=steps.get(TRAIN_STEP), train_gpus=train_gpus, price=price,
-                        retries=len(retried), retry_gpu_hours=retry_hours)
+                        retries=len(retried), retry_gpu_hours=retry_hours, wall_s=wall_s, held_gpus=held_gpus)
+
+
+def goodput(*, train_gpu_s: float | None, billed_gpu_s: float, held_gpus: int = 0, wall_s: float | None = None) -> float | None:
+    """Training GPU-seconds over the GPU-seconds the run held: its GPUs from submit to end
+    (``held_gpus x wall_s``), or the billed GPU-seconds where those are more (a node's scale-down
+    tail, GPU steps side by side).
+
+    For the same training, more wall time or more billed time can only lower it. Dividing by the
+    billed GPU-seconds alone (as before) left out the wait before the first GPU step and the
+    gaps between steps, which are not billed: the slowest path, whose spin-up was longest and
+    whose training ran slowest, had the best goodput.
+    """
+    held = max(0, held_gpus) * wall_s if wall_s is not None and wall_s > 0 else 0.0
+    denominator = max(billed_gpu_s, held)
+    if train_gpu_s is None or denominator <= 0:
+        return None
+    return train_gpu_s / denominator
 
 
 def bill_metrics(*, gpu_seconds: float, train: StepTimes | None, train_gpus: int, price: Price | None, retries: int,
-                 retry_gpu_hours: float) -> dict[str, float | None]:
-    """The cost metrics of a run from its billed GPU-seconds: one formula for local runs and cluster pods alike."""
+                 retry_gpu_hours: float, wall_s: float | None = None, held_gpus: int = 0) -> dict[str, float | None]:
+    """The cost metrics of a run from its billed GPU-seconds: one formula for local runs and cluster pods alike.
+
+    ``wall_s`` (the run's ``total_s``) and ``held_gpus`` (the largest GPU count of a GPU step)
+    give goodput's held GPU-seconds (:func:`goodput`); without them it divides by the billed ones.
+    """
     train_s = train.metrics.get("train_s") if train else None
     tokens = train.metrics.get("train_tokens") if train else None
     cost = None if price is None else gpu_seconds * price.per_gpu_hour / 3600.0
@@ -219,7 +243,8 @@ def bill_metrics(*, gpu_seconds: float, train: StepTimes | None, train_gpus: int
         "gpu_hours": gpu_seconds / 3600.0,
         "cost_usd": cost,
         "usd_per_1m_tokens": None if cost is None or not tokens else cost / tokens * 1e6,
-        "goodput": None if not gpu_seconds or train_s is None else train_s * train_gpus / gpu_seconds,
+        "goodput": goodput(train_gpu_s=None if train_s is None else train_s * train_gpus, billed_gpu_s=gpu_seconds,
+                           held_gpus=max(held_gpus, train_gpus), wall_s=wall_s),
         "retries": float(retries),
         "retry_gpu_hours": retry_gpu_hours,
         "retry_cost_usd": None if price is None else retry_gpu_hours * price.per_gpu_hour,

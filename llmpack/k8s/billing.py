@@ -47,6 +47,7 @@ def cluster_cost(
     price: cost.Price | None,
     gang: tuple[int, int] | None = None,
     fused: Mapping[str, tuple[str, ...]] | None = None,
+    wall_s: float | None = None,
 ) -> dict[str, float | None]:
     """gpu_hours, cost_usd, usd_per_1m_tokens, goodput from the run's GPU pods (see the module doc).
 
@@ -91,7 +92,8 @@ def cluster_cost(
                     retry_seconds += use.gpus * billed if attempt in steps[use.step].retried else 0.0
     train_gpus = gang[0] * gang[1] if gang else gpus_by_step.get(telemetry.TRAIN_STEP, 0)
     return cost.bill_metrics(gpu_seconds=gpu_seconds, train=steps.get(telemetry.TRAIN_STEP), train_gpus=train_gpus,
-                             price=price, retries=retried, retry_gpu_hours=retry_seconds / 3600.0)
+                             price=price, retries=retried, retry_gpu_hours=retry_seconds / 3600.0,
+                             wall_s=wall_s, held_gpus=max(job_gpus, train_gpus))
 
 
 def pod_attempts(rows: Iterable[Mapping[str, Any]]) -> dict[int, tuple[int, bool]]:
@@ -194,6 +196,7 @@ def node_cost(
     *,
     train_s: float | None,
     train_tokens: float | None,
+    wall_s: float | None = None,
 ) -> dict[str, float | None]:
     """The node-billed metrics of one run (see the module doc); costs None when the price is unknown."""
     node_s = bill.gpu_seconds
@@ -207,7 +210,8 @@ def node_cost(
         "cost_compute_usd": compute,
         "cost_overhead_usd": None if usd is None or compute is None else usd - compute,
         "usd_per_1m_tokens": None if usd is None or not train_tokens else usd / train_tokens * 1e6,
-        "goodput": None if not node_s or train_s is None else train_s * train_gpus / node_s,
+        "goodput": cost.goodput(train_gpu_s=None if train_s is None else train_s * train_gpus, billed_gpu_s=node_s,
+                                held_gpus=max(gpus_by_step.values(), default=0), wall_s=wall_s),
     }
 
 

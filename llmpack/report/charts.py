@@ -23,7 +23,7 @@ PHASES = (
     ("pull + container start", "pod_scheduled", "container_started", "#8c564b"),
     ("process start-up", "container_started|process_started", "model_loaded", "#bcbd22"),
     ("to first step", "model_loaded", "first_step", "#d62728"),
-    ("compute", "first_step|model_loaded|process_started", "finished", "#17becf"),
+    ("working (first step or load → finished)", "first_step|model_loaded|process_started", "finished", "#17becf"),
 )
 
 
@@ -51,14 +51,36 @@ def _pyplot() -> Any:
     return plt
 
 
+# Each authored step's colour in the timeline's step band (light, apart from the phase colours).
+STEP_COLOURS = ("#a6cee3", "#b2df8a", "#fdbf6f", "#cab2d6", "#fb9a99", "#ffff99", "#8dd3c7", "#bebada")
+MIN_N_FOR_BOX = 3  # below it a box collapses onto its dots and reads as an error bar: dots only
+
+
+def step_colours(runs: list[dict[str, Any]]) -> dict[str, str]:
+    """Every step the runs recorded, in the order they ran (by their median start), with its colour."""
+    starts: dict[str, list[float]] = {}
+    for run in runs:
+        for step, ev in (run.get("events") or {}).items():
+            if ev:
+                starts.setdefault(step, []).append(min(ev.values()) - run["submitted_at"])
+    order = sorted(starts, key=lambda s: (statistics.median(starts[s]), s))
+    return {step: STEP_COLOURS[i % len(STEP_COLOURS)] for i, step in enumerate(order)}
+
+
 def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
-    """One lane per run from submit (0 s); the legend lists only the phases drawn."""
+    """One lane per run from submit (0 s): a band naming each step over the bar of its phases.
+
+    Each step's band segment carries the step's name inside it where the name fits, and the step
+    legend beside the plot names every colour; the phase legend lists only the phases drawn.
+    """
     plt = _pyplot()
     from matplotlib.patches import Patch
 
     lanes = [r for r in runs if r.get("events")]
-    fig, ax = plt.subplots(figsize=(11, 2.4 + 0.45 * max(1, len(lanes))))
+    colours = step_colours(lanes)
+    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.62 * max(1, len(lanes))), layout="constrained")
     seen: dict[str, str] = {}
+    names = []
     gap = False
     for y, run in enumerate(lanes):
         t0 = run["submitted_at"]
@@ -66,71 +88,103 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
         first_start = min((min(ev.values()) for _, ev in steps), default=t0)
         if first_start > t0:
             gap = True
-            ax.barh(y, first_start - t0, left=0, color="#eeeeee", edgecolor="#bbbbbb", height=0.7)
+            ax.barh(y + 0.1, first_start - t0, left=0, color="#eeeeee", edgecolor="#bbbbbb", height=0.5)
         for step, ev in steps:
+            start, end = min(ev.values()), max(ev.values())
+            band = ax.barh(y - 0.3, end - start, left=start - t0, height=0.26, color=colours[step], edgecolor="white",
+                           linewidth=0.6)
+            names.append((ax.text(start - t0 + (end - start) / 2, y - 0.3, step, fontsize=7, ha="center", va="center",
+                                  clip_on=True), band.patches[0]))
             for label, s, e, colour in _phase_spans(ev):
                 seen.setdefault(label, colour)
-                ax.barh(y, e - s, left=s - t0, color=colour, height=0.7, edgecolor="white", linewidth=0.4)
+                ax.barh(y + 0.1, e - s, left=s - t0, color=colour, height=0.5, edgecolor="white", linewidth=0.4)
             if "first_step" in ev:
-                ax.plot(ev["first_step"] - t0, y, marker="v", color="black", markersize=7)
-            if step == "finetune" and "process_started" in ev:
-                ax.text(ev["process_started"] - t0, y + 0.42, "finetune", fontsize=7, va="bottom")
+                ax.plot(ev["first_step"] - t0, y + 0.1, marker="v", color="black", markersize=7)
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels([f"{path_of(r)} · {r['pipeline_run'][-6:]}" for r in lanes])
     for tick, run in zip(ax.get_yticklabels(), lanes, strict=False):
         tick.set_color(path_colour(path_of(run)))
-    ax.invert_yaxis()
+    ax.set_ylim(len(lanes) - 0.5, -0.6)  # inverted: the first run on top
     ax.set_xlim(left=0)
     ax.set_xlabel("seconds since submit")
-    ax.set_title("Timeline per run: each step's phases; gaps are orchestrator overhead; ▼ = first training step")
-    handles = ([Patch(color="#eeeeee", label="submit → first step process")] if gap else []) + [
-        Patch(color=c, label=lbl) for lbl, _, _, c in PHASES if lbl in seen]
+    ax.set_title("Timeline per run: steps (top band) and their phases; gaps = pipeline overhead; ▼ = first training step",
+                 fontsize=10)
     ax.grid(axis="x", alpha=0.3)
-    if handles:
-        fig.legend(handles=handles, loc="lower center", fontsize=8, ncol=len(handles), frameon=False)
-        fig.tight_layout(rect=(0, 0.4 / fig.get_figheight(), 1, 1))  # room for the one-row legend, no more
-    else:
-        fig.tight_layout()
+    step_handles = [Patch(color=c, label=s) for s, c in colours.items()]
+    phase_handles = ([Patch(facecolor="#eeeeee", edgecolor="#bbbbbb", label="submit → first step's process")] if gap else []) + [
+        Patch(color=c, label=lbl) for lbl, _, _, c in PHASES if lbl in seen]
+    if step_handles:
+        steps_legend = ax.legend(handles=step_handles, title="step (top band)", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                                 fontsize=8, title_fontsize=8, frameon=False, alignment="left")
+        ax.add_artist(steps_legend)
+    if phase_handles:
+        ax.legend(handles=phase_handles, title="phase (bar)", loc="lower left", bbox_to_anchor=(1.01, 0.0),
+                  fontsize=8, title_fontsize=8, frameon=False, alignment="left")
+    fig.canvas.draw()  # lay out, then keep each step name only where it fits inside its segment
+    renderer = fig.canvas.get_renderer()
+    for text, patch in names:
+        box, bar = text.get_window_extent(renderer), patch.get_window_extent(renderer)
+        if box.width + 4 > bar.width:
+            text.set_visible(False)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def chart_boxes(runs: list[dict[str, Any]], path: Path) -> None:
-    """Spin-up and time to first step per path from 0 s, every run a dot, the median labelled."""
+    """Spin-up and time to first step per path from 0 s, every run a dot, the median labelled.
+
+    A box (quartiles) is drawn only for a path with at least :data:`MIN_N_FOR_BOX` runs; with
+    fewer, a box collapses onto its dots and reads as an error bar, so those paths show dots only.
+    """
     plt = _pyplot()
     from llmpack.compare import quantity
+    from llmpack.glossary import term
 
     orchs = list(dict.fromkeys(path_of(r) for r in runs if r["status"] == "succeeded"))
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for ax, metric, title in ((axes[0], "spinup_s", "Spin-up (s)"), (axes[1], "time_to_first_step_s", "Time to first training step (s)")):
+    for ax, metric, key in ((axes[0], "spinup_s", "spinup"), (axes[1], "time_to_first_step_s", "time_to_first_step")):
         data = [[r["metrics"][metric] for r in runs if path_of(r) == o and r["status"] == "succeeded"
                  and r["metrics"].get(metric) is not None] for o in orchs]
-        if any(data):
-            box = ax.boxplot(data, patch_artist=True, showmeans=False)
-            ax.set_xticks(range(1, len(orchs) + 1), [f"{o}\nn={len(d)}" for o, d in zip(orchs, data, strict=False)])
-            for patch, o in zip(box["boxes"], orchs, strict=False):
-                patch.set_facecolor(path_colour(o))
-                patch.set_alpha(0.6)
-            for i, (values, o) in enumerate(zip(data, orchs, strict=False), start=1):
-                xs = [i + 0.12 * ((j % 5) - 2) / 2 for j in range(len(values))]
-                ax.scatter(xs, values, color=path_colour(o), edgecolor="black", linewidth=0.5, s=28, zorder=3)
-                if values:
-                    med = statistics.median(values)
-                    ax.annotate(quantity(med, "s"), (i + 0.3, med), fontsize=8, va="center")
+        boxed = [i for i, d in enumerate(data, start=1) if len(d) >= MIN_N_FOR_BOX]
+        if boxed:
+            box = ax.boxplot([data[i - 1] for i in boxed], positions=boxed, patch_artist=True, showmeans=False, showfliers=False, widths=0.5,
+                             medianprops={"color": "black"})
+            for patch, i in zip(box["boxes"], boxed, strict=False):
+                patch.set_facecolor(path_colour(orchs[i - 1]))
+                patch.set_alpha(0.45)
+        for i, (values, o) in enumerate(zip(data, orchs, strict=False), start=1):
+            xs = [i + 0.12 * ((j % 5) - 2) / 2 for j in range(len(values))]
+            ax.scatter(xs, values, color=path_colour(o), edgecolor="black", linewidth=0.5, s=28, zorder=3)
+            if values:
+                med = statistics.median(values)
+                ax.annotate(quantity(med, "s"), (i + 0.3, med), fontsize=8, va="center")
+        ax.set_xticks(range(1, len(orchs) + 1), [f"{o}\nn={len(d)}" for o, d in zip(orchs, data, strict=False)])
         highest = max((v for values in data for v in values), default=0.0)
         ax.set_ylim(bottom=0, top=highest * 1.12 or None)  # room above the highest dot for its label
         ax.set_xlim(0.5, len(orchs) + 0.9)
-        ax.set_title(title + " — lower is better")
+        ax.set_title(f"{term(key).name.capitalize()} (s) — lower is better", fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
+    few = any(0 < len([r for r in runs if path_of(r) == o and r["status"] == "succeeded"]) < MIN_N_FOR_BOX for o in orchs)
+    if few:
+        fig.text(0.01, 0.01, f"each dot is a run; boxes (quartiles, median line) only for paths with n >= {MIN_N_FOR_BOX}",
+                 fontsize=8, color="#555555")
+    fig.tight_layout(rect=(0, 0.04 if few else 0, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def chart_cost(runs: list[dict[str, Any]], path: Path, splits: dict[str, dict[str, float] | None]) -> None:
-    """Cost per run from $0, split into compute and overhead, each bar labelled with its total."""
+    """Cost per run from $0, split into GPU compute and billed non-compute, each bar labelled with its total.
+
+    The legend is built from its own handles, so it is the same whichever run is drawn first (a
+    run with no split, e.g. one whose retried attempt left no finish, drew no labelled bar before:
+    matplotlib's "No artists with labels found to put in legend").
+    """
     plt = _pyplot()
-    from llmpack.compare import quantity
+    from matplotlib.patches import Patch
+
+    from llmpack.glossary import term
+    from llmpack.numbers import money
 
     ok = [r for r in runs if r["status"] == "succeeded" and r["metrics"].get("cost_usd") is not None]
     ok.sort(key=lambda r: r["metrics"]["cost_usd"])
@@ -139,22 +193,27 @@ def chart_cost(runs: list[dict[str, Any]], path: Path, splits: dict[str, dict[st
         total = r["metrics"]["cost_usd"]
         split = splits.get(r["pipeline_run"])
         if split:
-            ax.barh(y, split["compute_usd"], color=path_colour(path_of(r)), alpha=0.9,
-                    label="compute (training, evaluating)" if y == 0 else None)
+            ax.barh(y, split["compute_usd"], color=path_colour(path_of(r)), alpha=0.9)
             ax.barh(y, split["overhead_usd"], left=split["compute_usd"], color=path_colour(path_of(r)), alpha=0.35,
-                    hatch="//", edgecolor="white", label="overhead (start-up, model load, hand-overs)" if y == 0 else None)
+                    hatch="//", edgecolor="white")
         else:
             ax.barh(y, total, color=path_colour(path_of(r)), alpha=0.85)
-        ax.annotate(quantity(total, "$"), (total, y), xytext=(4, 0), textcoords="offset points", fontsize=8, va="center")
+        ax.annotate(money(total), (total, y), xytext=(4, 0), textcoords="offset points", fontsize=8, va="center")
     ax.set_yticks(range(len(ok)))
-    ax.set_yticklabels([f"{r['orchestrator']} · {r['pipeline_run'][-6:]}" for r in ok])
+    ax.set_yticklabels([f"{path_of(r)} · {r['pipeline_run'][-6:]}" for r in ok])
     ax.invert_yaxis()
     ax.set_xlim(left=0, right=max([r["metrics"]["cost_usd"] for r in ok], default=1) * 1.18 or 1)
-    ax.set_xlabel("cost per run, USD (GPU-seconds billed x price)")
-    split_any = any(splits.values())
+    ax.set_xlabel("cost per run, USD (GPUs × billed seconds × price per GPU-hour)")
+    split_any = any(splits.get(r["pipeline_run"]) for r in ok)
     if split_any:  # between the title and the bars: inside, it hid the costliest bar's label
-        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8, frameon=False)
-    ax.set_title("Cost per run — cheapest at the top; solid = compute, hatched = overhead", pad=22 if split_any else 6)
+        handles = [Patch(facecolor="#777777", label=f"{term('gpu_compute').name} (training, evaluating)"),
+                   Patch(facecolor="#dddddd", hatch="//", edgecolor="#777777",
+                         label=f"{term('billed_non_compute').name} (start-up, model load, hand-overs, retries)")]
+        ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8, frameon=False)
+    projected = all(r.get("mode") == "local" for r in ok)
+    ax.set_title("Cost per run" + (" (projected)" if projected and ok else "") + " — cheapest at the top; solid = "
+                 f"{term('gpu_compute').name}, hatched = {term('billed_non_compute').name}", pad=22 if split_any else 6,
+                 fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -93,6 +93,7 @@ def retry_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     this says how much of the bill the retries were.
     """
     from llmpack.compare import quantity
+    from llmpack.numbers import figure
 
     out = []
     for r in runs:
@@ -102,7 +103,7 @@ def retry_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
         parts = []
         for a in retried:
             held = quantity(a.get("billed_s"), "s") if a.get("billed_s") is not None else "no finish recorded"
-            what = f", {a['gpu_hours']:.4g} GPU-h" if a.get("gpu_hours") else ""
+            what = f", {figure(a['gpu_hours'])} GPU-h" if a.get("gpu_hours") else ""
             priced = f", {quantity(a['cost_usd'], '$')}" if a.get("cost_usd") else ""
             parts.append(f"{a['step']} attempt {int(a['attempt']) + 1} failed after {held}{what}{priced}")
         total = r["metrics"].get("retry_cost_usd")

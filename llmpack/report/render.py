@@ -20,42 +20,67 @@ from typing import Any
 
 from components.errors import InputError
 from components.fusion import path_of
+from llmpack import glossary
+from llmpack.numbers import figure, money
 from llmpack.report.charts import chart_boxes, chart_cost, chart_timeline, path_colour
 from llmpack.report.facts import break_even, cost_split, gpu_steps, report_facts, retry_lines, summary_sentence
 
+# (metric, header, unit): the Numbers table; the header is the glossary's name of the measure.
 TABLE_COLUMNS = (
-    ("spinup_s", "spin-up s"),
-    ("time_to_first_step_s", "to first step s"),
-    ("total_s", "total s"),
-    ("pipeline_overhead_s", "overhead s"),
-    ("tokens_per_s", "tokens/s"),
-    ("cost_usd", "cost $"),
-    ("usd_per_1m_tokens", "$/1M tokens"),
-    ("goodput", "goodput"),
+    ("spinup_s", "spin-up", "s"),
+    ("time_to_first_step_s", "time to first step", "s"),
+    ("total_s", "total", "s"),
+    ("pipeline_overhead_s", "pipeline overhead", "s"),
+    ("tokens_per_s", "tokens/s", ""),
+    ("cost_usd", "cost", "$"),
+    ("usd_per_1m_tokens", "$/1M tokens", "$"),
+    ("goodput", "goodput", ""),
 )
+# The terms the report uses, defined at its end from the one glossary (llmpack.glossary).
+REPORT_TERMS = ("spinup", "time_to_first_step", "total", "step_compute", "pipeline_overhead", "percentiles", "cost",
+                "projected", "gpu_compute", "billed_non_compute", "goodput", "n", "baseline", "delta", "ci")
+COST_FORMULA = ("Cost: GPU count × billed seconds (container start, or process start locally, to finish) × price per "
+                "GPU-hour / 3600; GPU compute = each GPU step's model loaded to finished, billed non-compute = the rest "
+                "of the billed time.")
 
 
-def _num(v: Any, digits: int = 3) -> str:
+def _num(v: Any, unit: str = "") -> str:
+    """A table figure: dollars in the one money format, the rest at 3 significant figures."""
     if v is None:
         return "-"
-    if isinstance(v, float) and v != 0 and abs(v) < 10**-digits:
-        return f"{v:.3g}"
-    return f"{v:,.{digits}f}" if isinstance(v, float) else str(v)
+    return money(v) if unit == "$" else figure(v)
 
 
-def _cell(stats: dict[str, Any], with_p90: bool) -> str:
+def _cell(stats: dict[str, Any], with_p90: bool, unit: str = "") -> str:
     if not stats or stats.get("p50") is None:
         return "-"
-    text = _num(stats["p50"])
+    text = _num(stats["p50"], unit)
     if with_p90 and stats["n"] > 1:
-        text += f" / {_num(stats['p90'])}"
+        text += f" / {_num(stats['p90'], unit)}"
     return text
 
 
-def _cost_lines(result: dict[str, Any], splits: dict[str, dict[str, float] | None]) -> list[tuple[str, str]]:
-    """Per path: median compute and overhead cost per run, and the overhead share."""
-    from llmpack.compare import quantity
+def _header(name: str, unit: str) -> str:
+    return f"{name} ({unit})" if unit and unit != "$" else name
 
+
+def _header_html(name: str, unit: str) -> str:
+    """A Numbers column head on two lines (a long name broken between words, the unit below), so the
+    table's cells, none of them wrapped, fit a 1280 px window."""
+    words = html.escape(name).split()
+    half = (len(words) + 1) // 2
+    head = " ".join(words[:half]) + "<br>" + " ".join(words[half:]) if len(words) > 2 else " ".join(words)
+    return head + (f"<br><span class=unit>({unit})</span>" if unit and unit != "$" else "")
+
+
+def _terms(result: dict[str, Any]) -> list[glossary.Term]:
+    """The glossary's terms this report uses (``projected`` only where a run was local)."""
+    local = any(r.get("mode") == "local" for r in result["runs"])
+    return [glossary.term(k) for k in REPORT_TERMS if k != "projected" or local]
+
+
+def _cost_lines(result: dict[str, Any], splits: dict[str, dict[str, float] | None]) -> list[tuple[str, str]]:
+    """Per path: median GPU compute and billed non-compute cost per run, and the non-compute share."""
     out = []
     for orch in result.get("backends") or dict.fromkeys(path_of(r) for r in result["runs"]):
         mine = [splits[r["pipeline_run"]] for r in result["runs"] if path_of(r) == orch and splits.get(r["pipeline_run"])]
@@ -64,8 +89,8 @@ def _cost_lines(result: dict[str, Any], splits: dict[str, dict[str, float] | Non
         compute = statistics.median(s["compute_usd"] for s in mine)
         overhead = statistics.median(s["overhead_usd"] for s in mine)
         share = overhead / (compute + overhead) if compute + overhead else 0.0
-        out.append((orch, f"compute {quantity(compute, '$')} + overhead {quantity(overhead, '$')} per run "
-                          f"({share:.0%} overhead; medians, n={len(mine)})"))
+        out.append((orch, f"GPU compute {money(compute)} + billed non-compute {money(overhead)} per run "
+                          f"({share:.0%} non-compute; medians, n={len(mine)})"))
     return out
 
 
@@ -94,18 +119,18 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         f"Cells are p50 / p90 over n runs ({result['percentile_method']}); p99 needs n >= 10 and is "
         "reported in report.json only when estimated.",
         "",
-        "| orchestrator | n | " + " | ".join(h for _, h in TABLE_COLUMNS) + " |",
+        "| orchestrator | n | " + " | ".join(_header(h, u) for _, h, u in TABLE_COLUMNS) + " |",
         "|---|---|" + "---|" * len(TABLE_COLUMNS),
     ]
     for orch, stats in summary.items():
         n = stats["total_s"]["n"]
-        lines.append(f"| {orch} | {n} | " + " | ".join(_cell(stats.get(k, {}), True) for k, _ in TABLE_COLUMNS) + " |")
+        lines.append(f"| {orch} | {n} | " + " | ".join(_cell(stats.get(k, {}), True, u) for k, _, u in TABLE_COLUMNS) + " |")
     gangs = gang_rows(result)
     if gangs:
         lines += ["", "## Gang and queue", "", "Multi-node finetune (a TrainJob gang) on a cluster; p50 / p90 seconds.", "",
                   "| measure | " + " | ".join(f"{orch} (n)" for orch in summary) + " |", "|---|" + "---|" * len(summary)]
         for label, per_path in gangs:
-            cells = [f"{_cell(per_path[o], True)} ({per_path[o]['n']})" if o in per_path else "-" for o in summary]
+            cells = [f"{_cell(per_path[o], True, 's')} ({per_path[o]['n']})" if o in per_path else "-" for o in summary]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     failed = [r for r in result["runs"] if r["status"] != "succeeded"]
     if failed:
@@ -128,8 +153,11 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         "",
         "![cost per run](cost_per_run.png)",
         "",
-        "Cost: GPU count x billed seconds (container start, or process start locally, to finish) x price per GPU-hour / 3600; "
-        "compute = each GPU step's model loaded to finished, overhead = the rest of the billed time.",
+        COST_FORMULA,
+        "",
+        "## Terms",
+        "",
+        *[f"- **{t.name}**: {t.short}" for t in _terms(result)],
     ]
     return "\n".join(lines) + "\n"
 
@@ -151,8 +179,8 @@ def _card(label: str, unit: str, per_path: dict[str, dict[str, Any]]) -> str:
         verdict = e["verdict"] if e["verdict"] not in ("baseline", "no baseline") else ""
         strong = " strong" if verdict in ("faster", "slower", "cheaper", "costlier") else ""
         rows.append(
-            f"<tr><th>{_badge(orch)}</th><td class=v>{html.escape(quantity(e['value'], unit))}</td>"
-            f"<td class=d>{delta}</td><td class=n>n={e['n']}</td><td class='w{strong}'>{html.escape(verdict)}</td></tr>")
+            f"<tr><th>{_badge(orch)}</th><td class=v>{html.escape(quantity(e['value'], unit))}<span class=n>n={e['n']}</span></td>"
+            f"<td class=d>{delta}</td><td class='w{strong}'>{html.escape(verdict)}</td></tr>")
     return f'<div class="card"><div class="label">{html.escape(label)}</div><table class="ct">{"".join(rows)}</table></div>'
 
 
@@ -174,7 +202,7 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
 
     rows = []
     for orch, stats in summary.items():
-        cells = "".join(f"<td>{html.escape(_cell(stats.get(k, {}), True))}</td>" for k, _ in TABLE_COLUMNS)
+        cells = "".join(f"<td>{html.escape(_cell(stats.get(k, {}), True, u))}</td>" for k, _, u in TABLE_COLUMNS)
         rows.append(f"<tr><th>{_badge(orch)}</th><td>{stats['total_s']['n']}</td>{cells}</tr>")
     failed = "".join(
         f"<li>{_badge(r['orchestrator'])} <code>{html.escape(r['pipeline_run'])}</code>: {html.escape(str(r.get('error')))}</li>"
@@ -198,6 +226,7 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
                  "p50 / p90 seconds.</p><table class=num><tr><th>measure</th>"
                  + "".join(f"<th>{_badge(o)}</th>" for o in summary) + f"</tr>{gangs}</table>")
     baseline = result.get("baseline")
+    terms = "".join(f"<dt>{html.escape(t.name)}</dt><dd>{html.escape(t.short)}</dd>" for t in _terms(result))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>llmpack comparison {html.escape(result['run_group'])}</title>
 <style>
@@ -208,12 +237,17 @@ body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;m
 .card{{border:1px solid #ddd;border-radius:8px;padding:.8em 1em;min-width:0}}
 .card .label{{color:#555;font-size:.95em;font-weight:600;margin-bottom:.4em}}
 .ct{{width:100%;border-collapse:collapse;font-size:.9em}} .ct td,.ct th{{border:0;padding:.25em .4em;text-align:left;vertical-align:top}}
-.ct th,.ct td.v,.ct td.n,.ct td.w{{white-space:nowrap}} .ct td.v{{font-weight:600;text-align:right}} .ct td.n{{color:#666}}
-.ct td.d{{width:100%}} .ci{{display:block;color:#666;font-size:.85em}}
+.ct th,.ct td,.ct td.w{{white-space:nowrap}} .ct td.v{{font-weight:600;text-align:right}}
+.ct .n{{display:block;color:#666;font-weight:400;font-size:.85em}}
+.ct td.d{{width:100%}} .ci{{display:block;color:#666;font-size:.85em;white-space:nowrap}}
 .ct td.w{{color:#666}} .ct td.w.strong{{color:#111;font-weight:700}}
 .badge{{color:#fff;border-radius:4px;padding:.1em .45em;font-weight:600;display:inline-block}}
 table.num{{border-collapse:collapse;width:100%;font-size:.9em}}
-table.num td,table.num th{{border-bottom:1px solid #eee;padding:.35em .5em;text-align:right}} table.num th:first-child{{text-align:left}}
+table.num td,table.num th{{border-bottom:1px solid #eee;padding:.35em .5em;text-align:right;white-space:nowrap}}
+table.num th:first-child{{text-align:left}} table.num tr:first-child th{{vertical-align:bottom;font-weight:600}}
+table.num .unit{{font-weight:400;color:#666}}
+dl.terms{{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em;font-size:.9em}} dl.terms dt{{font-weight:600}}
+dl.terms dd{{margin:0;color:#444}}
 img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 </style></head><body>
 <h1>llmpack comparison</h1>
@@ -226,20 +260,23 @@ img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 <span>run group <code>{html.escape(result['run_group'])}</code></span></div>
 <p class="note">{html.escape(facts['cost_note'])}.</p>
 <div class="hero">{cards}</div>
-<p class="note">Δ = median of the path − median of the baseline, [95% CI]. {html.escape(result.get('verdict_method', ''))}.</p>
+<p class="note">{html.escape(glossary.define('delta'))}; {html.escape(glossary.define('ci'))}. Method: {html.escape(result.get('verdict_method', ''))}.</p>
 {img('timeline')}
 {img('spinup_boxplot')}
 <h2>What the money went on</h2>
 <ul>{costs or '<li>no priced runs</li>'}</ul>
 {retries}
 {img('cost_per_run')}
+<p class="note">{html.escape(COST_FORMULA)}</p>
 <h2>Break-even</h2><p>{html.escape(be['sentence']) if be else 'No control-plane costs given (use --control-plane-cost kfp=USD ...).'}</p>
 <h2>Numbers</h2>
 <p class="note">p50 / p90 ({html.escape(result['percentile_method'])}); p99 only with n &ge; 10 (see report.json).</p>
-<table class="num"><tr><th>orchestrator</th><th>n</th>{''.join(f'<th>{html.escape(h)}</th>' for _, h in TABLE_COLUMNS)}</tr>
+<table class="num"><tr><th>orchestrator</th><th>n</th>{''.join(f'<th>{_header_html(h, u)}</th>' for _, h, u in TABLE_COLUMNS)}</tr>
 {''.join(rows)}</table>
 {gangs}
 {('<h2>Failed runs</h2><ul>' + failed + '</ul>') if failed else ''}
+<h2>Terms</h2>
+<dl class="terms">{terms}</dl>
 </body></html>
 """
 

@@ -60,7 +60,7 @@ def test_cost_formula_local_bills_process_start_to_finish() -> None:
     assert m["gpu_hours"] == pytest.approx(gpu_seconds / 3600)
     assert m["cost_usd"] == pytest.approx(gpu_seconds * 6.0 / 3600)
     assert m["usd_per_1m_tokens"] == pytest.approx(m["cost_usd"] / 2.0)
-    assert m["goodput"] == pytest.approx(300 * 2 / gpu_seconds)
+    assert m["goodput"] == pytest.approx(300 * 2 / gpu_seconds)  # no wall time given: the billed GPU-seconds
     assert cost.cpu_to_gpu_ratio(uses) == 8.0
 
 
@@ -80,3 +80,52 @@ def test_peak_flops_by_device_name() -> None:
     assert cost.peak_flops("NVIDIA H100 PCIe") == 756e12
     assert cost.peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
     assert cost.peak_flops("cpu") is None
+
+
+def _goodput_of(*, submit_gap_s: float, startup_s: float, gap_between_s: float) -> float:
+    """One run's goodput through the whole derivation (components.record.close.summarize): the same
+    training (train_s 30 s on 2 GPUs), with ``submit_gap_s`` of unbilled wait before finetune's process,
+    ``startup_s`` of billed start-up in it, and ``gap_between_s`` between finetune and evaluate."""
+    from components.record import close
+    from components.record.telemetry import RunContext, make_record
+
+    t0 = 1_700_000_000.0
+    ctx = RunContext(run_group="g", pipeline_run="r", orchestrator="direct", mode="local", submitted_at=t0)
+    start = t0 + submit_gap_s
+    first = start + startup_s
+    done = first + 30.0
+    ev_start = done + gap_between_s
+    records = [make_record(ctx, "event", "finetune", "process_started", start, 0),
+               make_record(ctx, "event", "finetune", "model_loaded", first - 0.5, 0),
+               make_record(ctx, "event", "finetune", "first_step", first, 0),
+               make_record(ctx, "event", "finetune", "finished", done, 0),
+               make_record(ctx, "metric", "finetune", "train_s", 30.0, 0),
+               make_record(ctx, "event", "evaluate", "process_started", ev_start, 0),
+               make_record(ctx, "event", "evaluate", "finished", ev_start + 5.0, 0)]
+    uses = [cost.GpuUse(step="finetune", gpus=2), cost.GpuUse(step="evaluate", gpus=1)]
+    price = cost.Price(gpu_type="nvidia-h100-80gb", per_gpu_hour=6.0, source="test")
+    metrics, _ = close.summarize(ctx=ctx, records=records, uses=uses, price=price, finished_at=ev_start + 6.0)
+    assert metrics["goodput"] is not None and 0 < metrics["goodput"] <= 1
+    return metrics["goodput"]
+
+
+@pytest.mark.parametrize("more", ["submit_gap_s", "startup_s", "gap_between_s"])
+def test_goodput_a_slower_path_never_looks_better(more: str) -> None:
+    """Same training; more wall time before, inside or between the GPU steps: goodput can only fall.
+
+    Dividing by billed GPU-seconds alone let an unbilled spin-up (the MLflow path's 7 s) vanish:
+    the slowest, dearest path had the best goodput.
+    """
+    base = {"submit_gap_s": 1.0, "startup_s": 2.0, "gap_between_s": 0.5}
+    fast = _goodput_of(**base)
+    slow = _goodput_of(**{**base, more: base[more] + 10.0})
+    assert slow < fast, (more, slow, fast)
+
+
+def test_goodput_divides_by_the_gpus_held_from_submit_to_end_or_the_billed_if_more() -> None:
+    billed = 2 * 40.0 + 1 * 5.0
+    assert cost.goodput(train_gpu_s=60.0, billed_gpu_s=billed, held_gpus=2, wall_s=100.0) == pytest.approx(60 / 200)
+    assert cost.goodput(train_gpu_s=60.0, billed_gpu_s=900.0, held_gpus=2, wall_s=100.0) == pytest.approx(60 / 900)  # node tail
+    assert cost.goodput(train_gpu_s=60.0, billed_gpu_s=billed, wall_s=None) == pytest.approx(60 / billed)  # no submit time
+    assert cost.goodput(train_gpu_s=None, billed_gpu_s=billed, held_gpus=2, wall_s=100.0) is None
+    assert cost.goodput(train_gpu_s=0.0, billed_gpu_s=0.0, held_gpus=0, wall_s=100.0) is None

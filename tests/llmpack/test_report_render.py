@@ -47,7 +47,7 @@ def test_gang_and_queue_waits_appear_only_when_measured(tmp_path: Path) -> None:
     out = write_report(comparison("rg-synthetic", PATHS, rs), tmp_path / "gang")
     md = (out / "report.md").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| Kueue quota wait"))
-    assert row.count("12.500 / 12.500 (5)") == 2 and row.count("| -") == 2, row  # kfp, argo measured; direct, mlflow not
+    assert row.count("12.5 / 12.5 (5)") == 2 and row.count("| -") == 2, row  # kfp, argo measured; direct, mlflow not
     assert "admission checks" not in md  # measured by no path: no row
     page = (out / "report.html").read_text()
     assert "<h2>Gang and queue</h2>" in page and "gang ready (last TrainJob node pod started, from submit)" in page
@@ -73,20 +73,89 @@ def test_cost_splits_into_compute_and_overhead_that_add_up() -> None:
     assert split["compute_usd"] + split["overhead_usd"] == pytest.approx(run["metrics"]["cost_usd"])
 
 
-def test_timeline_legend_lists_only_phases_that_occur(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import matplotlib.figure
+def _legend_labels(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    import matplotlib.axes
 
     labels: list[str] = []
-    original = matplotlib.figure.Figure.legend
+    original = matplotlib.axes.Axes.legend
 
     def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         labels.extend(h.get_label() for h in kwargs.get("handles", []))
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(matplotlib.figure.Figure, "legend", spy)
+    monkeypatch.setattr(matplotlib.axes.Axes, "legend", spy)
+    return labels
+
+
+def test_timeline_names_every_step_and_lists_only_phases_that_occur(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    labels = _legend_labels(monkeypatch)
     chart_timeline(runs(n=1, paths=("direct",)), tmp_path / "t.png")
-    assert "to first step" in labels and "compute" in labels
+    assert labels[:5] == ["prepare_data", "tokenize", "finetune", "evaluate", "register"]  # the step legend, in run order
+    assert "to first step" in labels and any(lbl.startswith("working") for lbl in labels)
     assert "queue" not in labels and "provision" not in labels and "pull + container start" not in labels
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_boxes_only_from_three_runs_dots_always(n: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below n=3 a box collapses onto its dots and reads as an error bar: dots only."""
+    import matplotlib.axes
+
+    from llmpack.report import chart_boxes
+
+    boxed: list[int] = []
+    dots: list[int] = []
+    box, scatter = matplotlib.axes.Axes.boxplot, matplotlib.axes.Axes.scatter
+    monkeypatch.setattr(matplotlib.axes.Axes, "boxplot", lambda self, data, **kw: boxed.append(len(data)) or box(self, data, **kw))
+    monkeypatch.setattr(matplotlib.axes.Axes, "scatter", lambda self, x, y, **kw: dots.append(len(y)) or scatter(self, x, y, **kw))
+    chart_boxes(runs(n=n), tmp_path / "b.png")
+    assert boxed == ([4, 4] if n >= 3 else [])  # both panels, every path
+    assert dots == [n] * 8
+
+
+def test_cost_chart_legend_is_never_empty_with_retried_runs(tmp_path: Path) -> None:
+    """A run with no cost split (a retried attempt that left no finish) drawn first made an empty legend."""
+    import warnings
+
+    from llmpack.report import chart_cost
+
+    rs = runs(n=2)
+    splits: dict = {r["pipeline_run"]: cost_split(r, gpu_steps()) for r in rs}
+    cheapest = min(rs, key=lambda r: r["metrics"]["cost_usd"])
+    splits[cheapest["pipeline_run"]] = None
+    cheapest["retried_attempts"] = [{"step": "finetune", "attempt": 0, "billed_s": None, "gpu_hours": 0.0, "cost_usd": 0.0}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        chart_cost(rs, tmp_path / "c.png", splits)
+
+
+def test_report_tables_do_not_wrap_and_money_has_one_format(tmp_path: Path) -> None:
+    out = write_report(comparison("rg-synthetic", PATHS, runs({"argo": 3.0}, n=2)), tmp_path / "rep")
+    page, md = (out / "report.html").read_text(), (out / "report.md").read_text()
+    assert "white-space:nowrap" in page.split("table.num td,table.num th")[1].split("}")[0]
+    assert "tokens/s" in page and "900 / 900" in page and "900.000" not in page  # 3 significant figures
+    assert "$0.0" in page and "0.047" not in page.replace("$0.047", "")  # dollars always with their sign, one format
+    from llmpack.report.render import COST_FORMULA
+
+    assert COST_FORMULA in md and html_escape(COST_FORMULA) in page  # the cost formula in both
+    assert "billed non-compute" in page and "pipeline overhead" in page and ">overhead s<" not in page
+
+
+def html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
+
+
+def test_every_term_the_report_uses_is_defined_from_the_glossary(tmp_path: Path) -> None:
+    from llmpack import glossary
+    from llmpack.report.render import REPORT_TERMS
+
+    out = write_report(_result(), tmp_path / "rep")
+    page, md = (out / "report.html").read_text(), (out / "report.md").read_text()
+    for key in REPORT_TERMS:
+        t = glossary.term(key)
+        assert f"**{t.name}**: {t.short}" in md, key
+        assert f"<dt>{html_escape(t.name)}</dt><dd>{html_escape(t.short)}</dd>" in page, key
 
 
 @pytest.mark.parametrize("kind", ["planted", "one run", "failed path"])
