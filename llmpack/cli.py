@@ -270,6 +270,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     from llmpack import compare as cmp
     from llmpack import until_decided
     from llmpack.display import compare_table, err, library_logs_to, run_with_progress
+    from llmpack.progress import note
     from llmpack.report import check_control_plane, parse_control_plane
     from llmpack.runs import RunOptions, prepare
 
@@ -328,7 +329,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
                                                         inject_start_delay), base, margins)
         else:
             result = cmp.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes, warmup=warmup,
-                                 budget_s=budget_s, margins=margins, say=lambda line: err.print(line, soft_wrap=True),
+                                 budget_s=budget_s, margins=margins, say=lambda line: note(line, err),
                                  run_one=lambda o, label, **kw: run_with_progress(
                                      o, label, env=cmp.start_delay_env(delays, o.backend), **kw))
         if delays:

@@ -21,6 +21,7 @@ from llmpack.backends import BACKENDS
 from llmpack.compare_plan import ComparePlan, PlannedRun, run_all
 from llmpack.compare_plan import check_repeats as check_repeats  # the CLI checks flags through llmpack.compare
 from llmpack.compare_plan import check_warmup as check_warmup
+from llmpack.numbers import money
 from llmpack.runs import RunOptions, prepare
 
 DEFAULT_BACKENDS = tuple(BACKENDS)
@@ -142,7 +143,7 @@ def quantity(value: float | None, unit: str, *, signed: bool = False) -> str:
     sign = "+" if signed and value > 0 else "-" if value < 0 else ""
     v = abs(value)
     if unit == "$":
-        return f"{sign}${v:.3g}" if v < 1 else f"{sign}${v:,.2f}"
+        return money(value, signed=signed)
     return f"{sign}{v:.2f} {unit}" if v < 100 else f"{sign}{v:,.0f} {unit}"
 
 

@@ -47,6 +47,8 @@ def library_logs_to(path: Path | None) -> Iterator[None]:
 
     import mlflow  # noqa: F401 - configures its loggers on import; take them over after that
 
+    from llmpack.terminal import quiet_library_warnings
+
     if path is not None:
         handler: logging.Handler = _LazyFileHandler(path)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -62,6 +64,7 @@ def library_logs_to(path: Path | None) -> Iterator[None]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
+            quiet_library_warnings()  # libraries' own deprecations are theirs to fix, not the user's to read
             yield
     finally:
         logging.captureWarnings(False)

@@ -80,19 +80,24 @@ TERMS: tuple[Term, ...] = (
     Term(key="n", name="n", group="stats", short="succeeded runs of a path behind the figure"),
     Term(key="baseline", name="baseline", group="stats",
          short="the path the others are compared with (direct, or --baseline PATH)"),
-    Term(key="delta", name="Δ", group="stats", short="median of the path − median of the baseline"),
-    Term(key="ci", name="CI", group="stats", short="95% bootstrap confidence interval of Δ",
-         detail="The differences the runs are consistent with."),
+    Term(key="delta", name="Δ", group="stats", short="mean of the per-round differences, path − baseline",
+         detail="Each round runs every path once, interleaved; a round's difference cancels what the round "
+                "shared (a drift of the machine)."),
+    Term(key="ci", name="CI", group="stats", short="confidence interval of Δ (Student t, its level shown)",
+         detail="The differences the rounds are consistent with. A compare that looks after every round spends "
+                "its 5% error rate across the looks, so each look's CI is wider than 95% (97.5%, 99%...); all of "
+                "them hold the true Δ at once in at least 95% of compares."),
     Term(key="equivalence_margin", name="equivalence margin", group="stats",
-         short="largest Δ that counts as no practical difference",
-         detail="A path whose whole CI lies within ± the margin is equivalent to the baseline."),
+         short="largest Δ that counts as no practical difference (--margin)",
+         detail="A path whose whole CI lies within ± the margin is equivalent to the baseline. Default: 25% of "
+                "the baseline's median (times: at least 0.5 s)."),
     Term(key="decided", name="decided / undecided", group="stats",
          short="CI excludes 0 or is within ±margin (decided), or neither",
          detail="Decided: faster, slower, cheaper, costlier (the CI excludes 0) or equivalent (the CI lies within "
                 "± the equivalence margin). Undecided: the CI straddles 0 and reaches past the margin; more runs "
                 "can decide it."),
     Term(key="beyond_noise", name="▼ / ▲", group="stats",
-         short="lower / higher than the baseline beyond noise (CI of Δ excludes 0)"),
+         short="lower / higher than the baseline beyond noise (CI of Δ excludes 0); ≈ equivalent"),
 )
 
 _BY_KEY = {t.key: t for t in TERMS}

@@ -24,6 +24,7 @@ machine's measured rounds (``tests/fixtures/noise/rounds.json``, made by
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -99,8 +100,9 @@ class Decision:
         return self.ci_low is not None and self.ci_high is not None and -self.margin < self.ci_low and self.ci_high < self.margin
 
 
+@functools.lru_cache(maxsize=4096)
 def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile (scipy)."""
+    """Student's t quantile (scipy; cached: a compare asks the same few again and again)."""
     from scipy.stats import t
 
     return float(t.ppf(p, df))
@@ -109,8 +111,8 @@ def t_quantile(p: float, df: int) -> float:
 def decide(diffs: Sequence[float], *, margin: float, design: Design) -> Decision:
     """The verdict on paired differences ``diffs`` (one per round) at the look after ``len(diffs)`` rounds.
 
-    Between looks, or before the first, the interval is the one of the last look's level is not
-    claimed: the verdict is ``undecided`` and the interval is left out.
+    Before the first look (or after the last) no interval is claimed: the verdict is
+    ``undecided`` and the interval is left out.
     """
     n = len(diffs)
     if n == 0:

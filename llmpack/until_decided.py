@@ -171,8 +171,9 @@ def _decided(runs: list[dict[str, Any]], labels: list[str], baseline: str, desig
 
 
 def _round_line(k: int, last: int, labels: list[str], elapsed: float, need: float, budget: float) -> str:
-    """``round 3 of at most 6 · direct, kfp · 1:58 of 4:30 · ETA 0:16 for this round``."""
+    """``round 3 of at most 6 (start-up): direct, kfp · 1:58 elapsed · ETA at most 2:32``."""
     from llmpack.progress import clock
 
-    return (f"round {k} of at most {last} (start-up): {', '.join(labels)} · {clock(elapsed)} of {clock(budget)} "
-            f"budget · this round ~{clock(need)}")
+    eta = min(budget - elapsed, need * (last - k + 1))
+    return (f"round {k} of at most {last} (start-up): {', '.join(labels)} · {clock(elapsed)} elapsed · "
+            f"ETA at most {clock(eta)}")

@@ -287,7 +287,7 @@ def report_facts(result: dict[str, Any]) -> dict[str, str]:
 
 
 def summary_sentence(result: dict[str, Any], be: dict[str, Any] | None) -> str:
-    """The plain-language answer on top of the report: only differences beyond noise, with their CI."""
+    """The plain-language answer on top of the report: every decided verdict with its CI, then what is undecided."""
     from llmpack.compare import HEADLINES
 
     baseline = result.get("baseline")
@@ -299,24 +299,15 @@ def summary_sentence(result: dict[str, Any], be: dict[str, Any] | None) -> str:
     if baseline is None:
         return (f"{where}: no baseline, so no path is named faster or cheaper (name one with --baseline PATH); "
                 "the medians are below.")
-    parts = []
-    for h in (HEADLINES[0], HEADLINES[3]):
+    parts, undecided = [], []
+    for h in HEADLINES:  # every decided verdict (a difference or an equivalence), with its CI
         per_path = verdicts.get(h.metric, {})
-        named = [e["text"] for o, e in per_path.items() if e["verdict"] in (h.lower, h.higher)]
-        rest = [o for o, e in per_path.items() if o != baseline and e["verdict"] not in (h.lower, h.higher)]
-        if named:
-            parts.append("; ".join(named))
+        parts += [e["text"] for o, e in per_path.items() if o != baseline and e["verdict"] in (h.lower, h.higher, "equivalent")]
+        rest = [o for o, e in per_path.items() if o != baseline and e["verdict"] == "undecided"]
         if rest:
-            ns = sorted({per_path[o]["n"] for o in rest})
-            n_text = f"n={'/'.join(map(str, ns))} vs {per_path[baseline]['n'] if baseline in per_path else 0}"
-            reason = ("too few runs for a verdict" if all(per_path[o]["verdict"] == "too few runs" for o in rest)
-                      else "no clear difference")
-            parts.append(f"{', '.join(rest)}: {reason} from {baseline} on {h.label} ({n_text})")
-    # Spin-up and total are named too, but only where they stand out of the noise.
-    also = [e["text"] for h in (HEADLINES[1], HEADLINES[2]) for e in verdicts.get(h.metric, {}).values()
-            if e["verdict"] in (h.lower, h.higher)]
-    if also:
-        parts.append("Beyond noise: " + "; ".join(also))
+            undecided.append(f"{h.label} for {', '.join(rest)}")
+    if undecided:
+        parts.append("Undecided (more rounds, or --repeats for total and cost, would decide): " + "; ".join(undecided))
     text = f"{where}, against {baseline}: " + ". ".join(parts) + "."
     if be and be.get("significant"):
         text += " At your volumes: " + be["sentence"]

@@ -173,11 +173,11 @@ def _card(label: str, unit: str, per_path: dict[str, dict[str, Any]]) -> str:
         elif e["delta"] is None:
             delta = "—"
         else:
-            ci = f" <span class=ci>95% CI [{quantity(e['ci95'][0], unit, signed=True)}, {quantity(e['ci95'][1], unit, signed=True)}]</span>" \
-                if e["ci95"] else ""
+            ci = (f" <span class=ci>{e['confidence'] * 100:.3g}% CI [{quantity(e['ci'][0], unit, signed=True)}, "
+                  f"{quantity(e['ci'][1], unit, signed=True)}]</span>") if e.get("ci") else ""
             delta = f"Δ {quantity(e['delta'], unit, signed=True)}{ci}"
         verdict = e["verdict"] if e["verdict"] not in ("baseline", "no baseline") else ""
-        strong = " strong" if verdict in ("faster", "slower", "cheaper", "costlier") else ""
+        strong = " strong" if verdict in ("faster", "slower", "cheaper", "costlier", "equivalent") else ""
         rows.append(
             f"<tr><th>{_badge(orch)}</th><td class=v>{html.escape(quantity(e['value'], unit))}<span class=n>n={e['n']}</span></td>"
             f"<td class=d>{delta}</td><td class='w{strong}'>{html.escape(verdict)}</td></tr>")
