@@ -186,9 +186,8 @@ def test_a_gang_is_billed_for_its_nodes_times_gpus_on_every_compiled_path(path: 
 
 def test_the_compiled_uses_agree_across_paths_and_with_the_pipeline():
     """Every path's summarizing task bills what :func:`record.billed_uses` says of the pipeline it was compiled from."""
-    from llmpack.compile import with_gpus
-
     from components.finetune_pipeline import build
+    from llmpack.compile import with_gpus
 
     for base, pipe in ((REPO, build()),
                        (REPO / "examples" / "multinode", with_gpus(build(), 4, 2, claim="llmpack-shared"))):
