@@ -18,7 +18,11 @@ created it. Parameters not given keep the compiled defaults (``mode=cluster``; a
 Where it is sent: a ``workflows_service`` you pass, else Hera's own ``global_config`` when you
 set its ``host``, else the environment the ``argo`` CLI reads (``ARGO_SERVER``, ``ARGO_TOKEN``,
 ``ARGO_NAMESPACE``, ``ARGO_SECURE``, ``ARGO_INSECURE_SKIP_VERIFY``, ``ARGO_BASE_HREF``), so a
-shell set up for ``argo submit`` works for ``.create()`` unchanged.
+shell set up for ``argo submit`` works for ``.create()`` unchanged. The Workflow is built without
+any of them (``finetune_workflow().to_yaml()`` works offline); ``.create()`` without a server is
+one :class:`InputError` line saying how to name one. Parameters go through the pipeline's one
+gate (:meth:`components.dsl.Pipeline.bind`): ``max_steps="abc"`` is refused when the Workflow is
+built, not by a failed step on the cluster.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ from components.errors import InputError
 
 __all__ = ["finetune_workflow", "service_from_env"]
 
+NO_SERVER = ("no Argo Server to send the Workflow to: set ARGO_SERVER (e.g. https://localhost:2746 after "
+             "`kubectl -n argo port-forward svc/argo-server 2746`), Hera's global_config.host, "
+             "or pass workflows_service= to finetune_workflow()")
+
 
 def service_from_env(env: Mapping[str, str] | None = None) -> Any:
     """A Hera ``WorkflowsService`` from the ``argo`` CLI's environment variables."""
@@ -38,28 +46,66 @@ def service_from_env(env: Mapping[str, str] | None = None) -> Any:
 
     from argo_workflows.submit import connection
 
-    host_url, token, namespace, verify = connection(None, None, None, dict(os.environ if env is None else env))
+    env = dict(os.environ if env is None else env)
+    if not env.get("ARGO_SERVER"):
+        raise InputError(NO_SERVER)
+    host_url, token, namespace, verify = connection(None, None, None, env)
     return WorkflowsService(host=host_url, token=token, namespace=namespace, verify_ssl=verify)
 
 
+def _service_when_used(namespace: str) -> Any:
+    """A ``WorkflowsService`` that reads the ``argo`` CLI's environment when first sent a request.
+
+    Building and rendering the Workflow (``.to_yaml()``, ``hera generate yaml``) needs no server;
+    ``.create()``, ``.wait()``, ``.lint()`` do, and without one they raise :data:`NO_SERVER`, one line.
+    """
+    from hera.workflows import WorkflowsService
+
+    class _FromEnvironment(WorkflowsService):
+        @property
+        def host(self) -> str:
+            if self._host is None:
+                service = service_from_env()  # InputError(NO_SERVER) without ARGO_SERVER
+                self._host, self.verify_ssl = service.host, service.verify_ssl
+                self.token = self.token or service.token
+            return self._host
+
+        @host.setter
+        def host(self, value: str | None) -> None:
+            self._host = value or None
+
+    return _FromEnvironment(namespace=namespace)
+
+
 def finetune_workflow(*, workflows_service: Any = None, namespace: str | None = None, **params: Any) -> Any:
-    """The fine-tuning pipeline's Hera ``Workflow`` with ``params`` as its arguments, ready to ``.create()``."""
+    """The fine-tuning pipeline's Hera ``Workflow`` with ``params`` as its arguments, ready to ``.create()``.
+
+    Built offline: the server is needed only by ``.create()`` (and ``.wait()``...). ``params`` go
+    through the pipeline's one parameter gate (:meth:`components.dsl.Pipeline.bind`: coerced,
+    type-checked, held to its rules), so a bad value is one :class:`InputError` here, not a failed
+    step on the cluster; the telemetry parameters (``run_group``, ``submitted_at``...) are checked
+    by type.
+    """
     from hera.shared import global_config
     from hera.workflows import Parameter
 
+    from argo_workflows.submit import DEFAULT_NAMESPACE
     from argo_workflows.workflow import build_workflow
     from components.commands import format_value
+    from components.dsl import TELEMETRY_PARAMS, bind_params
     from components.finetune_pipeline import build
 
-    wf = build_workflow(build())
-    declared = {p.name for p in wf.arguments}
-    unknown = sorted(set(params) - declared)
-    if unknown:
-        raise InputError(f"finetune_workflow: unknown parameter {unknown[0]!r} (has {', '.join(sorted(declared))})")
-    wf.arguments = [Parameter(name=p.name, value=format_value(params[p.name]) if p.name in params else p.value)
+    pipe = build()
+    flag = "finetune_workflow()"
+    user = {k: v for k, v in params.items() if k not in TELEMETRY_PARAMS}
+    telemetry = {k: v for k, v in params.items() if k in TELEMETRY_PARAMS}
+    bound = {**pipe.bind(user, flag=flag), **bind_params(TELEMETRY_PARAMS, telemetry, flag=flag)}
+    wf = build_workflow(pipe)
+    wf.arguments = [Parameter(name=p.name, value=format_value(bound[p.name]) if p.name in bound else p.value)
                     for p in wf.arguments]
     if workflows_service is None and not global_config.host:
-        workflows_service = service_from_env()
+        env_namespace = namespace or os.environ.get("ARGO_NAMESPACE") or DEFAULT_NAMESPACE
+        workflows_service = service_from_env() if os.environ.get("ARGO_SERVER") else _service_when_used(env_namespace)
     if workflows_service is not None:
         wf.workflows_service = workflows_service
         namespace = namespace or workflows_service.namespace

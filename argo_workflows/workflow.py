@@ -24,7 +24,9 @@ Cluster mapping of a step's :class:`components.dsl.Execution`:
 - ``cache_pvc`` (``llmpack compile --cache-pvc``): volume ``hf-cache`` from that PVC at
   ``HF_CACHE_MOUNT``, with ``HF_HOME`` pointing there;
 - pod labels ``llmpack.io/...`` for cost attribution, non-root unprivileged pods, and the MLflow
-  tracking URI from the optional Secret ``llmpack-mlflow`` (key ``tracking-uri``), never a literal.
+  tracking URI from the Secret ``llmpack-mlflow`` (key ``tracking-uri``, required), never a literal, and
+  its optional keys ``username``/``password``/``token`` as ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``/``TOKEN``;
+- the training template's Prometheus metrics, labelled with the GPUs the step is billed for.
 
 The run closes its own record: ``spec.onExit`` runs the ``close-record`` template
 (:mod:`components.record`) after the DAG, whatever its outcome, with ``{{workflow.status}}``,
@@ -51,15 +53,17 @@ from components.dsl import (
     Task,
     iter_param_args,
 )
-from components.record.close import CLOSE_TASK, gpu_uses, record_args, uses_json
+from components.record.close import CLOSE_TASK, billed_uses, record_args, uses_json
+from components.record.cost import GpuUse
 from components.record.telemetry import TRAIN_STEP
+from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
 
 ORCHESTRATOR = "argo"
 IN_DIR = "/tmp/llmpack/in"
 OUT_DIR = "/tmp/llmpack/out"
 RUN_AS_USER = 1000
-MLFLOW_SECRET = "llmpack-mlflow"
-MLFLOW_SECRET_KEY = "tracking-uri"
+MLFLOW_SECRET = TRACKING_SECRET
+MLFLOW_SECRET_KEY = TRACKING_URI_KEY
 LABEL_PREFIX = "llmpack.io/"
 HF_CACHE_VOLUME = "hf-cache"  # the --cache-pvc volume, mounted at components.dsl.HF_CACHE_MOUNT
 NO_RETRY_EXIT_CODE = 2  # components.errors.InputError: bad input is not retried
@@ -115,21 +119,21 @@ def pod_labels(task: Task | None) -> dict[str, str]:
     }
 
 
-def _finetune_metrics(task: Task) -> list[Any]:
+def _finetune_metrics(task: Task, use: GpuUse | None) -> list[Any]:
     """Argo's own view of the training node: its duration, live while it runs and when it ends.
 
     Argo knows when the node started (pod created) but not when the container started, so the
     exact ``spinup_s`` comes from the step's telemetry (MLflow, JSONL) and the pod watcher; these
-    give Prometheus the node's wall time, spin-up included, labelled for cost attribution.
+    give Prometheus the node's wall time, spin-up included, labelled for cost attribution with
+    the GPUs the step is billed for (``use``: a TrainJob gang's nodes x GPUs, not its launcher's none).
     """
     from hera.workflows import Gauge, Histogram, Label
 
-    res = task.step.execution.resources
     labels = [
         Label(key="step", value=task.step.name),
         Label(key="orchestrator", value=ORCHESTRATOR),
-        Label(key="gpu_type", value=res.gpu_type or "none"),
-        Label(key="gpu_count", value=str(res.gpus)),
+        Label(key="gpu_type", value=(use.gpu_type if use else None) or "none"),
+        Label(key="gpu_count", value=str(use.gpus if use else 0)),
     ]
     return [
         Gauge(
@@ -149,8 +153,18 @@ def _finetune_metrics(task: Task) -> list[Any]:
     ]
 
 
-def _container(task: Task) -> Any:
-    from hera.workflows import Artifact, Container, Env, ExistingVolume, Parameter, Resources, RetryStrategy, SecretEnv
+def tracking_env() -> list[Any]:
+    """The MLflow Secret as the MLflow Job maps it: the URI required (no Secret, no pod: never a sqlite
+    file in the pod), ``username``/``password``/``token`` each optional."""
+    from hera.workflows import SecretEnv
+
+    return [SecretEnv(name="MLFLOW_TRACKING_URI", secret_name=MLFLOW_SECRET, secret_key=MLFLOW_SECRET_KEY),
+            *(SecretEnv(name=env, secret_name=MLFLOW_SECRET, secret_key=key, optional=True)
+              for key, env in TRACKING_CREDENTIALS.items())]
+
+
+def _container(task: Task, use: GpuUse | None = None) -> Any:
+    from hera.workflows import Artifact, Container, Env, ExistingVolume, Parameter, Resources, RetryStrategy
     from hera.workflows.models import Backoff, Capabilities, IntOrString, SecurityContext, Toleration
 
     step = task.step
@@ -186,12 +200,7 @@ def _container(task: Task) -> Any:
         ],
         outputs=[Artifact(name=name, path=out_path(name)) for name in step.outputs],
         env=[
-            SecretEnv(
-                name="MLFLOW_TRACKING_URI",
-                secret_name=MLFLOW_SECRET,
-                secret_key=MLFLOW_SECRET_KEY,
-                optional=True,
-            ),
+            *tracking_env(),
             *([Env(name="HF_HOME", value=HF_CACHE_MOUNT)] if ex.cache_pvc else []),
         ],
         volumes=[ExistingVolume(name=HF_CACHE_VOLUME, claim_name=ex.cache_pvc, mount_path=HF_CACHE_MOUNT)]
@@ -217,7 +226,7 @@ def _container(task: Task) -> Any:
         active_deadline_seconds=str(ex.timeout_s),
         labels=pod_labels(task),
         annotations={"workflows.argoproj.io/description": step.description} if step.description else None,
-        metrics=_finetune_metrics(task) if step.name == TRAIN_STEP else None,
+        metrics=_finetune_metrics(task, use) if step.name == TRAIN_STEP else None,
     )
 
 
@@ -246,13 +255,13 @@ def _dag_task(task: Task) -> Any:
 
 def _close_container(pipe: Pipeline) -> Any:
     """The ``onExit`` template: close the run's record with the workflow's final status."""
-    from hera.workflows import Container, Resources, SecretEnv
+    from hera.workflows import Container, Resources
     from hera.workflows.models import Capabilities, SecurityContext
 
     image = next((t.step.execution.image for t in pipe.task_order()), None)
     args = record_args(
         status="{{workflow.status}}",
-        uses=uses_json(gpu_uses(pipe)),
+        uses=uses_json(billed_uses(pipe)),
         run_id=RUN_ID,
         created_at="{{workflow.creationTimestamp}}",
         params={name: f"{{{{workflow.parameters.{name}}}}}" for name in TELEMETRY_PARAMS},
@@ -262,8 +271,7 @@ def _close_container(pipe: Pipeline) -> Any:
         image=image,
         command=["python"],
         args=args,
-        env=[SecretEnv(name="MLFLOW_TRACKING_URI", secret_name=MLFLOW_SECRET, secret_key=MLFLOW_SECRET_KEY,
-                       optional=True)],
+        env=tracking_env(),
         resources=Resources(cpu_request="250m", memory_request="512Mi"),
         security_context=SecurityContext(run_as_non_root=True, run_as_user=RUN_AS_USER,
                                          allow_privilege_escalation=False, privileged=False,
@@ -281,6 +289,7 @@ def build_workflow(pipe: Pipeline) -> Any:
     order = pipe.task_order()
     dag = DAG(name=pipe.name, tasks=[_dag_task(t) for t in order])
     defaults = workflow_defaults(pipe)
+    uses = {u.step: u for u in billed_uses(pipe)}
     return Workflow(
         generate_name=f"{pipe.name}-",
         labels={f"{LABEL_PREFIX}pipeline": pipe.name, f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR},
@@ -295,7 +304,7 @@ def build_workflow(pipe: Pipeline) -> Any:
             fs_group=RUN_AS_USER,
             seccomp_profile=SeccompProfile(type="RuntimeDefault"),
         ),
-        templates=[dag, *(_container(t) for t in order), _close_container(pipe)],
+        templates=[dag, *(_container(t, uses.get(t.name)) for t in order), _close_container(pipe)],
     )
 
 

@@ -22,7 +22,8 @@ Per task the compiled pipeline carries, from the step's :class:`components.dsl.E
 CPU and memory requests and limits, ``nvidia.com/gpu`` accelerator type and limit, the retry
 policy, and (kfp-kubernetes platform config) the node selector, tolerations, a pod timeout
 (``activeDeadlineSeconds``), a non-root security context, the MLflow tracking URI from the
-optional Secret ``llmpack-mlflow`` (key ``tracking-uri``, never a literal), and the static pod
+Secret ``llmpack-mlflow`` (key ``tracking-uri``, required, never a literal; optional keys
+``username``/``password``/``token`` as ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``/``TOKEN``), and the static pod
 labels ``llmpack.io/step``, ``llmpack.io/gpu-type``, ``llmpack.io/gpu-count``,
 ``llmpack.io/orchestrator=kfp``, ``llmpack.io/pipeline``, and with ``cache_pvc`` (``llmpack
 compile --cache-pvc``) that PVC mounted at ``HF_CACHE_MOUNT`` with ``HF_HOME`` pointing there.
@@ -64,12 +65,13 @@ from components.dsl import (
     Task,
     iter_param_args,
 )
-from components.record.close import CLOSE_TASK, gpu_uses, uses_json
+from components.record.close import CLOSE_TASK, billed_uses, uses_json
+from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
 
 ORCHESTRATOR = "kfp"
 GPU_RESOURCE = "nvidia.com/gpu"
-MLFLOW_SECRET = "llmpack-mlflow"
-MLFLOW_SECRET_KEY = "tracking-uri"
+MLFLOW_SECRET = TRACKING_SECRET
+MLFLOW_SECRET_KEY = TRACKING_URI_KEY
 MLFLOW_ENV = "MLFLOW_TRACKING_URI"
 RUN_AS_USER = 1000
 RUN_AS_GROUP = 1000
@@ -152,7 +154,7 @@ def close_record_source(pipe: Pipeline) -> str:
         "    from components.record import main as _llmpack_main",
         "",
         "    _llmpack_argv = ['--status=' + status.state, "
-        f"{'--uses=' + uses_json(gpu_uses(pipe))!r}, "
+        f"{'--uses=' + uses_json(billed_uses(pipe))!r}, "
         "'--run-id=' + orchestrator_run_id]",
         *(f"    _llmpack_argv.append({f'--param={n}='!r} + _llmpack_fmt({n}))" for n in telemetry),
         "    _llmpack_code = _llmpack_main(_llmpack_argv)",
@@ -218,6 +220,17 @@ def pod_labels(pipe: Pipeline, task: Task) -> dict[str, str]:
     }
 
 
+def use_tracking_secret(kt: Any) -> None:
+    """The MLflow Secret as the MLflow Job maps it: the URI required (no Secret, no pod: never a sqlite
+    file in the pod), ``username``/``password``/``token`` each optional. kfp-kubernetes marks a
+    whole ``secretAsEnv`` optional or not, so the two halves are two entries of the same Secret."""
+    from kfp import kubernetes
+
+    kubernetes.use_secret_as_env(kt, secret_name=MLFLOW_SECRET, secret_key_to_env={MLFLOW_SECRET_KEY: MLFLOW_ENV})
+    kubernetes.use_secret_as_env(kt, secret_name=MLFLOW_SECRET, secret_key_to_env=dict(TRACKING_CREDENTIALS),
+                                 optional=True)
+
+
 def configure_task(pipe: Pipeline, task: Task, kt: Any) -> None:
     """Apply the step's execution needs to a KFP ``PipelineTask``."""
     from kfp import kubernetes
@@ -245,15 +258,14 @@ def configure_task(pipe: Pipeline, task: Task, kt: Any) -> None:
     if ex.timeout_s > 0:
         kubernetes.set_timeout(kt, seconds=ex.timeout_s)
     kubernetes.set_security_context(kt, run_as_user=RUN_AS_USER, run_as_group=RUN_AS_GROUP, run_as_non_root=True)
-    kubernetes.use_secret_as_env(kt, secret_name=MLFLOW_SECRET, secret_key_to_env={MLFLOW_SECRET_KEY: MLFLOW_ENV},
-                                 optional=True)
+    use_tracking_secret(kt)
     if ex.cache_pvc:
         kubernetes.mount_pvc(kt, pvc_name=ex.cache_pvc, mount_path=HF_CACHE_MOUNT)
         kt.set_env_variable("HF_HOME", HF_CACHE_MOUNT)
 
 
 def configure_close_task(kt: Any) -> None:
-    """The summarizing task: small, never cached, non-root, MLflow URI from the same optional Secret."""
+    """The summarizing task: small, never cached, non-root, MLflow URI and credentials from the same Secret."""
     from kfp import kubernetes
 
     kt.set_caching_options(False)
@@ -261,8 +273,7 @@ def configure_close_task(kt: Any) -> None:
     kubernetes.add_pod_label(kt, label_key=f"{LABEL_PREFIX}step", label_value=CLOSE_TASK)
     kubernetes.add_pod_label(kt, label_key=f"{LABEL_PREFIX}orchestrator", label_value=ORCHESTRATOR)
     kubernetes.set_security_context(kt, run_as_user=RUN_AS_USER, run_as_group=RUN_AS_GROUP, run_as_non_root=True)
-    kubernetes.use_secret_as_env(kt, secret_name=MLFLOW_SECRET, secret_key_to_env={MLFLOW_SECRET_KEY: MLFLOW_ENV},
-                                 optional=True)
+    use_tracking_secret(kt)
 
 
 def pipeline_signature(pipe: Pipeline) -> Any:

@@ -85,6 +85,8 @@ def with_cache_pvc(pipe: Pipeline, name: str) -> Pipeline:
 
 
 TRAINJOB_FILE = Path("trainjob/finetune-trainjob.yaml")
+# The launcher's ServiceAccount, Role and RoleBinding (components.servers.trainjob_launch.launcher_rbac).
+RBAC_FILE = Path("trainjob/launcher-rbac.yaml")
 EXAMPLE_RUN = "example-run"  # the run id in the written TrainJob (each run names its own)
 
 
@@ -163,7 +165,8 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
     ``fuse`` (:mod:`components.fusion`): ``gpu`` or ``all`` compiles fewer tasks (pods) that run
     the same steps; the artifacts keep their file names, so write them to their own ``--out``.
     ``prepull`` also writes the image pre-pull DaemonSet (:mod:`llmpack.prepull`).
-    ``gpus``/``nodes`` size the finetune step (:func:`with_gpus`).
+    ``gpus``/``nodes`` size the finetune step (:func:`with_gpus`); above one node the TrainJob
+    (:data:`TRAINJOB_FILE`) and the launcher's RBAC (:data:`RBAC_FILE`) are written too.
     ``cache_pvc`` mounts that PersistentVolumeClaim as the Hugging Face cache (HF_HOME) on every
     step that loads a model, tokenizer or dataset (:func:`with_cache_pvc`).
     """
@@ -202,8 +205,11 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
             for name in BACKENDS:  # each writes its own artifacts (components.backend.Backend.compile)
                 backend(name).compile(pipe, tmp, final_dir=out)
             if (nodes or 1) > 1:
+                from components.servers.trainjob_launch import launcher_rbac_yaml
+
                 (tmp / TRAINJOB_FILE).parent.mkdir(parents=True, exist_ok=True)
                 (tmp / TRAINJOB_FILE).write_text(trainjob_yaml(pipe))
+                (tmp / RBAC_FILE).write_text(launcher_rbac_yaml())
             if prepull:
                 from llmpack.prepull import PREPULL_FILE, daemonset_yaml
 

@@ -64,7 +64,9 @@ from components.dsl import (
     iter_param_args,
 )
 from components.errors import PipelineValidationError
-from components.record.close import gpu_uses, uses_json
+from components.record.close import billed_uses, uses_json
+from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_URI_KEY
+from components.servers.trainjob_launch import LAUNCHER_SERVICE_ACCOUNT, RBAC_FILE
 from mlflow_projects.driver import MAIN_SHIM
 from mlflow_projects.settings import IMAGE, SOURCE
 
@@ -284,7 +286,7 @@ def pipeline_spec(pipe: Pipeline, *, kubernetes: bool) -> dict[str, Any]:
             for name, p in pipe.all_params.items()
         ],
         "tasks": tasks,
-        "uses": json.loads(uses_json(gpu_uses(pipe))),
+        "uses": json.loads(uses_json(billed_uses(pipe))),
     }
 
 
@@ -352,6 +354,13 @@ def pipeline_needs(pipe: Pipeline) -> dict[str, Any]:
     }
 
 
+def launches_trainjob(pipe: Pipeline) -> bool:
+    """Whether a step of the pipeline is a TrainJob gang's launcher (``llmpack compile --nodes N``): it talks to the API."""
+    from components.process.gang import task_gang
+
+    return any(task_gang(pipe, t) is not None for t in pipe.task_order())
+
+
 def cache_pvc(pipe: Pipeline) -> str | None:
     """The Hugging Face cache PVC (``llmpack compile --cache-pvc``) the one Job pod mounts, if any step has one."""
     names = sorted({t.step.execution.cache_pvc for t in pipe.task_order() if t.step.execution.cache_pvc})
@@ -392,9 +401,13 @@ def kubernetes_job_template(
     amounts: dict[str, str] = {"cpu": _cpu(needs["cpu"]), "memory": needs["memory"]}
     if needs["gpus"]:
         amounts[GPU_RESOURCE] = str(needs["gpus"])
+    # The pod gets an API token only when a step in it creates a TrainJob (the gang launcher), and
+    # then as the service account `llmpack compile --nodes` writes the RBAC of (RBAC_FILE).
+    launcher = launches_trainjob(pipe)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
+        **({"serviceAccountName": LAUNCHER_SERVICE_ACCOUNT} if launcher else {}),
+        "automountServiceAccountToken": launcher,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": RUN_AS,
@@ -419,10 +432,8 @@ def kubernetes_job_template(
         "image": "{replaced with URI of Docker image created during Project execution}",
         "command": ["{replaced with MLflow Project entry point command}"],
         "env": [
-            secret_env("MLFLOW_TRACKING_URI", "tracking-uri", False),
-            secret_env("MLFLOW_TRACKING_USERNAME", "username", True),
-            secret_env("MLFLOW_TRACKING_PASSWORD", "password", True),
-            secret_env("MLFLOW_TRACKING_TOKEN", "token", True),
+            secret_env("MLFLOW_TRACKING_URI", TRACKING_URI_KEY, False),
+            *(secret_env(env, key, True) for key, env in TRACKING_CREDENTIALS.items()),
             {"name": "HOME", "value": "/tmp"},
             {"name": "HF_HOME", "value": HF_CACHE_MOUNT if hf_pvc else "/tmp/huggingface"},
             {"name": "PYTHONUNBUFFERED", "value": "1"},
@@ -482,6 +493,9 @@ def render_job_template(pipe: Pipeline) -> str:
         f"# Needs, in namespace {NAMESPACE!r}: Secret {TRACKING_SECRET!r} and PersistentVolumeClaim {ARTIFACTS_PVC!r}"
         + (f" (artifacts) and {cache_pvc(pipe)!r} (the Hugging Face cache)" if cache_pvc(pipe) else "")
         + ".\n"
+        + (f"# The finetune step creates a TrainJob as ServiceAccount {LAUNCHER_SERVICE_ACCOUNT!r}: apply {RBAC_FILE}\n"
+           f"# (written beside this project by `llmpack compile --nodes`) in namespace {NAMESPACE!r} first.\n"
+           if launches_trainjob(pipe) else "")
         + _dump(kubernetes_job_template(pipe))
     )
 

@@ -87,6 +87,28 @@ def spec_for(execution: Execution, *, claim: str, queue: str | None = None) -> G
                     queue=queue, active_deadline_s=execution.timeout_s)
 
 
+def task_gang(pipe: Any, task: Any) -> tuple[int, GangSpec] | None:
+    """``(nodes, spec)`` when ``task`` runs as a TrainJob gang with the pipeline's compiled defaults, else None.
+
+    A gang task is a small launcher pod (:func:`launcher_execution`); what it makes the cluster
+    run (``nnodes`` nodes of ``spec.gpus_per_node`` GPUs) is in its ``nnodes`` and ``trainjob``
+    arguments, read here where they come from (a pipeline parameter's default, or a constant).
+    """
+    from components.dsl import PipelineParamRef
+
+    def argument(name: str) -> Any:
+        value = task.arguments.get(name)
+        if isinstance(value, PipelineParamRef):
+            param = pipe.params.get(value.name)
+            return None if param is None else param.default
+        return value
+
+    nodes, spec = argument(NNODES_PARAM), argument(TRAINJOB_PARAM)
+    if not isinstance(nodes, int) or nodes <= 1 or not spec:
+        return None
+    return nodes, GangSpec.from_json(str(spec), f"task {task.name!r} parameter {TRAINJOB_PARAM!r}")
+
+
 def launcher_execution(execution: Execution) -> Execution:
     """The orchestrator's pod for a gang step: a small CPU pod (the GPUs are the TrainJob's)."""
     from dataclasses import replace

@@ -133,6 +133,10 @@ def run(argv: Sequence[str]) -> int:
     telemetry_values["pipeline_run"] = telemetry_values["pipeline_run"] or orchestrator_run_id
     telemetry_values["run_group"] = telemetry_values["run_group"] or telemetry_values["pipeline_run"]
     ctx = RunContext(**telemetry_values)
+    if not distributed.is_rank():  # a rank's records go through the process that launched it
+        from components.record import tracking
+
+        tracking.require_cluster_uri(ctx.mode)
 
     nproc = int(values.get(distributed.NPROC_PARAM, 1))
     distributed.check_nproc(nproc, f"step {step.name!r} parameter {distributed.NPROC_PARAM!r}")

@@ -129,6 +129,27 @@ def gpu_uses(pipe: Any) -> list[cost.GpuUse]:
     return uses
 
 
+def billed_uses(pipe: Any) -> list[cost.GpuUse]:
+    """What each authored step of a pipeline object is billed for: :func:`gpu_uses`, a gang's GPUs included.
+
+    A step compiled as a TrainJob gang (``llmpack compile --nodes N --gpus G``) runs in a launcher
+    pod that holds no GPU; the step holds the TrainJob's ``N x G`` GPUs (and ``N x`` the node
+    pod's CPUs), of the gang's GPU type, for as long as it runs. This is what every compiled
+    summarizing task takes (``--uses``); :func:`gpu_uses` stays what each *pod* holds, which the
+    pod billing of a cluster run needs (the gang's node pods bill their own GPUs there).
+    """
+    from components.process import gang
+
+    gangs = {name: found for name, t in pipe.tasks.items() if (found := gang.task_gang(pipe, t)) is not None}
+    uses = []
+    for use in gpu_uses(pipe):
+        if use.step in gangs:
+            nodes, spec = gangs[use.step]
+            use = cost.GpuUse(step=use.step, gpus=nodes * spec.gpus_per_node, cpu=nodes * spec.cpu, gpu_type=spec.gpu_type)
+        uses.append(use)
+    return uses
+
+
 def uses_json(uses: Sequence[cost.GpuUse]) -> str:
     """The GPU uses as the compact JSON the summarizing task takes (``--uses``)."""
     return json.dumps([asdict(u) for u in uses if u.gpus > 0], separators=(",", ":"), sort_keys=True)
@@ -218,6 +239,7 @@ def close(
     if mlflow_on:
         from components.record import tracking
 
+        tracking.require_cluster_uri(base.mode, env)
         # One bounded wait for both halves (read what the steps logged, then log the summary).
         retry = tracking.upload_retry(env)
         until = time.monotonic() + retry.max_wait_s

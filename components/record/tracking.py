@@ -49,6 +49,31 @@ T = TypeVar("T")
 RecordStatus = Literal["FINISHED", "FAILED", "KILLED"]
 
 
+# Every cluster pod (KFP, Argo, the MLflow Job) reads the tracking server from this Secret, never a literal:
+# the URI key is required, the credential keys optional, each read as the variable MLflow takes.
+TRACKING_SECRET = "llmpack-mlflow"
+TRACKING_URI_KEY = "tracking-uri"
+TRACKING_CREDENTIALS = {"username": "MLFLOW_TRACKING_USERNAME", "password": "MLFLOW_TRACKING_PASSWORD",
+                        "token": "MLFLOW_TRACKING_TOKEN"}
+
+
+def require_cluster_uri(mode: str, env: Mapping[str, str] | None = None) -> None:
+    """In cluster mode a step that logs to MLflow needs the tracking server: one :class:`InputError` line without it.
+
+    Without it MLflow would fall back to a sqlite file in the pod, and the run would "succeed"
+    with its record and model registration gone with the pod. Nothing to check when the step
+    does not log (``LLMPACK_MLFLOW_LOGGING=0``, or a client uploads for it).
+    """
+    env = os.environ if env is None else env
+    if mode != "cluster" or env.get(settings.MLFLOW_LOGGING.name, "1") == "0" or env.get(settings.CLIENT_UPLOADS.name) == "1":
+        return
+    if not (env.get("MLFLOW_TRACKING_URI") or "").strip():
+        raise InputError(f"MLFLOW_TRACKING_URI is empty in cluster mode: the pod reads it from Secret {TRACKING_SECRET!r} "
+                         f"key {TRACKING_URI_KEY!r}, which is missing or empty in this namespace (kubectl create secret "
+                         f"generic {TRACKING_SECRET} --from-literal={TRACKING_URI_KEY}=http://mlflow...:5000); "
+                         f"refusing to log to a sqlite file inside the pod")
+
+
 def tracking_uri(explicit: str | None = None) -> str:
     """``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else MLflow's own default sqlite file."""
     uri = explicit or os.environ.get("MLFLOW_TRACKING_URI")

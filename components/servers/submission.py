@@ -65,10 +65,10 @@ def user_parameters(pipe: Pipeline, params: Mapping[str, Any] | None) -> dict[st
 
 def cost_tags(pipe: Pipeline, price_per_gpu_hour: str | None, price_file: str | None) -> dict[str, str]:
     """The cost tags (docs/telemetry-and-cost.md) for the pipeline as compiled (an unknown price is reported as unknown)."""
-    from components.record.close import gpu_uses
+    from components.record.close import billed_uses
 
-    uses = gpu_uses(pipe)
-    gpu_types = sorted({t.step.execution.resources.gpu_type for t in pipe.tasks.values() if t.step.execution.resources.gpus})
+    uses = billed_uses(pipe)  # a TrainJob gang's finetune holds its nodes x GPUs, as the summarizing task bills it
+    gpu_types = sorted({u.gpu_type for u in uses if u.gpus > 0 and u.gpu_type})
     if len(gpu_types) > 1:
         raise InputError(f"the pipeline mixes GPU types {gpu_types}; cost needs one")
     price = cost.resolve_price(gpu_types[0], flag=price_per_gpu_hour, price_file=price_file) if gpu_types else None

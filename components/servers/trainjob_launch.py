@@ -45,11 +45,16 @@ Cluster access (:func:`load_config`): the pod's service account when ``KUBERNETE
 is set (the token file is re-read as the kubelet rotates it, so waits of hours keep working), else a
 kubeconfig (``KUBECONFIG``, else ``~/.kube/config``). The namespace: the service account's
 ``namespace`` file, else ``POD_NAMESPACE``, else the kubeconfig context's, else ``default``.
-The launcher's service account needs, in that namespace::
+The launcher's service account needs, in that namespace, exactly what this module calls (a
+create, GETs while it polls, a delete when cancelled; no list, no watch, no pods or events)::
 
     - apiGroups: ["trainer.kubeflow.org"]
       resources: ["trainjobs"]
       verbs: ["create", "get", "delete"]
+
+:func:`launcher_rbac` writes it as manifests (a ServiceAccount ``llmpack-launcher``, a Role with
+that rule and the RoleBinding between them); ``llmpack compile --nodes N`` puts them in
+``trainjob/launcher-rbac.yaml``, and the MLflow Job of a gang runs as that account.
 
 Errors are one line (:func:`api_error`): 401, 403 (naming the missing verb and resource and the
 rule above), namespace not found, the CRD not installed, an admission webhook's refusal are
@@ -91,8 +96,45 @@ API_OUTAGE_S = 300.0  # how long the API may be unreachable while waiting before
 DELETE_TIMEOUT_S = 10.0  # the delete on the way out of a cancelled run (the pod's grace period is ~30 s)
 GONE_WAIT_S = 300.0  # how long to wait for a same-named TrainJob that is being deleted
 _TRANSIENT = frozenset((429, 500, 502, 503, 504))
+LAUNCHER_SERVICE_ACCOUNT = "llmpack-launcher"  # the MLflow Job of a gang runs as it; its Role is launcher_rbac()'s
+RBAC_FILE = "trainjob/launcher-rbac.yaml"  # where `llmpack compile --nodes N` writes launcher_rbac(), under --out
 
 log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- RBAC
+
+
+def launcher_rbac(service_account: str = LAUNCHER_SERVICE_ACCOUNT) -> list[dict[str, Any]]:
+    """The ServiceAccount, Role and RoleBinding a launcher needs: exactly the calls of this module.
+
+    No namespace in them: ``kubectl apply -n NS`` puts all three in the run's namespace, and a
+    RoleBinding's ServiceAccount subject without one is the binding's own namespace.
+    """
+    meta = {"name": service_account, "labels": {"app.kubernetes.io/name": "llmpack", "app.kubernetes.io/component": "launcher"}}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": copy.deepcopy(meta)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": copy.deepcopy(meta),
+         "rules": [{"apiGroups": [GROUP], "resources": [PLURAL], "verbs": list(RBAC_VERBS)}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": copy.deepcopy(meta),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": service_account},
+         "subjects": [{"kind": "ServiceAccount", "name": service_account}]},
+    ]
+
+
+def launcher_rbac_yaml(service_account: str = LAUNCHER_SERVICE_ACCOUNT) -> str:
+    """:func:`launcher_rbac` as one multi-document YAML file, with how to apply and bind it."""
+    import yaml
+
+    head = (
+        "# What the finetune launcher of a TrainJob gang may do (llmpack compile --nodes; components/servers/trainjob_launch.py):\n"
+        f"# create, get and delete {RESOURCE}, nothing else. Apply it in the run's namespace:\n"
+        "#   kubectl apply -n llmpack -f launcher-rbac.yaml\n"
+        f"# The MLflow Job runs as ServiceAccount {service_account}. KFP and Argo pods run as their own account\n"
+        "# (KFP: pipeline-runner or default-editor; Argo: the Workflow's, default unless --serviceaccount): bind it too, e.g.\n"
+        f"#   kubectl -n llmpack create rolebinding {service_account}-argo --role={service_account} --serviceaccount=llmpack:default\n"
+    )
+    return head + yaml.safe_dump_all(launcher_rbac(service_account), sort_keys=False, default_flow_style=False)
 
 
 # --------------------------------------------------------------------------- cluster access

@@ -125,10 +125,10 @@ def test_pod_labels_security_and_secret_reference():
         assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 1000
         assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
         assert sc["capabilities"] == {"drop": ["ALL"]}
-        (env,) = tmpl["container"]["env"]
-        assert env == {
+        env = {e["name"]: e for e in tmpl["container"]["env"]}
+        assert env["MLFLOW_TRACKING_URI"] == {  # required: no Secret, no pod (tests/backends/test_tracking_secret.py)
             "name": "MLFLOW_TRACKING_URI",
-            "valueFrom": {"secretKeyRef": {"name": "llmpack-mlflow", "key": "tracking-uri", "optional": True}},
+            "valueFrom": {"secretKeyRef": {"name": "llmpack-mlflow", "key": "tracking-uri"}},
         }
     assert _templates(doc)["finetune"]["metadata"]["labels"]["llmpack.io/gpu-type"] == "nvidia-h100-80gb"
     pod = doc["spec"]["securityContext"]

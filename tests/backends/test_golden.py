@@ -1,7 +1,7 @@
 """Every committed compiled artifact (golden copy) against a fresh ``llmpack compile``: backends x variants.
 
 One parametrized loop, as Hera's ``tests/test_examples.py`` keeps its example YAML: each backend's
-artifacts (``Backend.artifacts``, plus the TrainJob ``--nodes`` writes) compiled for each variant
+artifacts (``Backend.artifacts``, plus the TrainJob and launcher RBAC ``--nodes`` writes) compiled for each variant
 into a scratch directory, compared byte for byte with the copies committed under the variant's
 ``--out``. ``make golden`` (``LLMPACK_REGEN_GOLDEN=1 pytest -k golden``) rewrites them all.
 
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from llmpack.backends import BACKENDS, backend
-from llmpack.compile import TRAINJOB_FILE, compile_all
+from llmpack.compile import RBAC_FILE, TRAINJOB_FILE, compile_all
 from tests.conftest import REPO
 
 REGEN_ENV = "LLMPACK_REGEN_GOLDEN"
@@ -48,9 +48,9 @@ VARIANTS = {v.name: v for v in (
 
 
 def _targets() -> dict[str, tuple[Path, ...]]:
-    """What each golden target owns, relative to a variant's ``--out``: each backend's artifacts, the TrainJob."""
+    """What each golden target owns, relative to a variant's ``--out``: each backend's artifacts, the TrainJob and its launcher's RBAC."""
     owned = {name: backend(name).artifacts for name in BACKENDS}
-    return {**{name: paths for name, paths in owned.items() if paths}, "trainjob": (TRAINJOB_FILE,)}
+    return {**{name: paths for name, paths in owned.items() if paths}, "trainjob": (TRAINJOB_FILE, RBAC_FILE)}
 
 
 TARGETS = _targets()

@@ -84,10 +84,50 @@ def test_hera_global_config_wins_over_the_environment(argo: ArgoServerStandIn, m
 
 
 def test_an_unknown_parameter_is_one_line():
-    with pytest.raises(InputError, match="unknown parameter 'max_step'"):
+    with pytest.raises(InputError, match="'max_step': unknown pipeline parameter"):
         finetune_workflow(max_step=3, workflows_service=object())
 
 
-def test_no_server_configured_names_the_fix():
-    with pytest.raises(InputError, match="set ARGO_SERVER"):
-        finetune_workflow()
+def test_builds_and_renders_offline_with_no_server_configured():
+    """No ARGO_SERVER, no global_config.host: the Workflow is built and rendered as compiled (hera generate yaml, review)."""
+    wf = finetune_workflow(max_steps=5)
+    rendered = yaml.safe_load(wf.to_yaml())
+    golden = yaml.safe_load((REPO / "argo_workflows" / "finetune.yaml").read_text())
+    assert rendered["spec"]["templates"] == golden["spec"]["templates"]
+    args = {p["name"]: p["value"] for p in rendered["spec"]["arguments"]["parameters"]}
+    assert args["max_steps"] == "5" and args["mode"] == "cluster"
+    assert wf.namespace == "llmpack"  # argo submit's default namespace, as with ARGO_SERVER set
+
+
+def test_creating_without_a_server_names_the_fix_in_one_line(argo: ArgoServerStandIn, monkeypatch: pytest.MonkeyPatch):
+    wf = finetune_workflow()
+    for call in (wf.create, wf.lint):
+        with pytest.raises(InputError) as info:
+            call()
+        message = str(info.value)
+        assert "\n" not in message and "set ARGO_SERVER" in message and "--host" not in message, message
+    assert argo.recorded() == []
+    # configured after building: the Workflow built offline is created where the environment now says
+    monkeypatch.setenv("ARGO_SERVER", argo.url)
+    monkeypatch.setenv("ARGO_TOKEN", TOKEN)
+    created = wf.create()
+    (post,) = argo.recorded("POST")
+    assert post.authorized and post.path == "/api/v1/workflows/llmpack" and created.metadata.name.startswith("llm-finetune-")
+
+
+@pytest.mark.parametrize(("params", "says"), [
+    ({"max_steps": "abc"}, "finetune_workflow() max_steps: 'abc' is not a valid int"),
+    ({"max_steps": 0}, "finetune_workflow() max_steps: 0 is not allowed"),
+    ({"seed": 1.5}, "finetune_workflow() 'seed' is int, got float 1.5"),
+    ({"submitted_at": "soon"}, "finetune_workflow() submitted_at: 'soon' is not a valid float"),
+])
+def test_bad_parameters_are_refused_when_built_by_the_pipelines_gate(params: dict, says: str):
+    with pytest.raises(InputError) as info:
+        finetune_workflow(workflows_service=object(), **params)
+    assert str(info.value).startswith(says), str(info.value)
+
+
+def test_parameters_are_coerced_as_the_cli_coerces_them():
+    wf = finetune_workflow(max_steps="200", lr=1, run_group="rg-1")
+    args = {p.name: p.value for p in wf.arguments}
+    assert args["max_steps"] == "200" and args["lr"] == "1.0" and args["run_group"] == "rg-1"

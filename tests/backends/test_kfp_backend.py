@@ -145,9 +145,10 @@ def test_platform_spec(ir: tuple[dict, dict]) -> None:
     for name, cfg in k8s.items():
         assert cfg["securityContext"]["runAsNonRoot"] is True, name
         assert cfg["securityContext"]["runAsUser"] != "0"
-        (secret,) = cfg["secretAsEnv"]
-        assert secret["secretName"] == "llmpack-mlflow" and secret["optional"] is True
-        assert secret["keyToEnv"] == [{"secretKey": "tracking-uri", "envVar": "MLFLOW_TRACKING_URI"}]
+        uri, credentials = cfg["secretAsEnv"]  # the URI required, the credentials optional (test_tracking_secret.py)
+        assert uri["secretName"] == credentials["secretName"] == "llmpack-mlflow"
+        assert uri["optional"] is False and credentials["optional"] is True
+        assert uri["keyToEnv"] == [{"secretKey": "tracking-uri", "envVar": "MLFLOW_TRACKING_URI"}]
 
 
 def test_no_literal_credentials_or_timestamps() -> None:

@@ -142,6 +142,63 @@ def test_every_compiled_path_ends_with_the_summarizing_task():
                                      {"cpu": 8, "gpu_type": "nvidia-h100-80gb", "gpus": 1, "step": "evaluate"}]
 
 
+def compiled_uses(base: Path) -> dict[str, str]:
+    """The ``--uses`` each compiled path's summarizing task runs with, as compiled (by path)."""
+    import re
+
+    argo = yaml.safe_load((base / "argo_workflows" / "finetune.yaml").read_text())
+    (close,) = [t for t in argo["spec"]["templates"] if t["name"] == record.CLOSE_TASK]
+    found = {"argo": next(a for a in close["container"]["args"] if a.startswith("--uses="))[len("--uses="):]}
+    spec = next(iter(yaml.safe_load_all((base / "kfp_pipelines" / "finetune.yaml").read_text())))
+    source = "\n".join(spec["deploymentSpec"]["executors"][f"exec-{record.CLOSE_TASK}"]["container"]["command"])
+    (found["kfp"],) = re.findall(r"'--uses=(\[[^']*\])'", source)
+    for project in ("finetune", "finetune-k8s"):  # main's final block passes pipeline.json's uses
+        found[f"mlflow {project}"] = json.dumps(json.loads((base / "mlflow_projects" / project / "pipeline.json").read_text())["uses"])
+    return found
+
+
+@pytest.mark.parametrize("path", ["argo", "kfp", "mlflow finetune", "mlflow finetune-k8s"])
+def test_a_gang_is_billed_for_its_nodes_times_gpus_on_every_compiled_path(path: str, tmp_path: Path):
+    """``compile --nodes 2 --gpus 4`` (examples/multinode, a fresh compile by the golden test): the summarizing
+    task of every path bills finetune's 8 GPUs for its time, as the compiled spec says, not its launcher's none."""
+    uses = record.parse_uses(compiled_uses(REPO / "examples" / "multinode")[path])
+    assert {u.step: u.gpus for u in uses} == {"finetune": 8, "evaluate": 1}
+    ctx = RunContext(run_group="g", pipeline_run="p1", orchestrator="argo", mode="cluster", submitted_at=1000.0)
+    times = {"finetune": (("process_started", 1000.0), ("first_step", 1060.0), ("finished", 4600.0)),
+             "evaluate": (("process_started", 4600.0), ("finished", 4660.0))}
+    for step, events in times.items():
+        log = telemetry.EventLog(tmp_path / step / "out" / telemetry.EVENTS_FILE)
+        for name, value in events:
+            log.append(make_record(ctx, "event", step, name, value))
+    telemetry.EventLog(tmp_path / "finetune" / "out" / telemetry.EVENTS_FILE).append(
+        make_record(ctx, "metric", "finetune", "train_s", 3540.0))
+    env = {settings.CLIENT_UPLOADS.name: "1", "LLMPACK_PRICE_PER_GPU_HOUR": "6.9"}
+    summary = record.close(values={"pipeline_run": "p1", "run_group": "g", "orchestrator": "argo", "mode": "cluster",
+                                   "submitted_at": "1000.0"}, status="Succeeded", uses=uses, finished_at=4661.0,
+                           records_dir=tmp_path, env=env)
+    m, tags = summary["metrics"], summary["tags"]
+    gpu_hours = 8 * 3600 / 3600 + 1 * 60 / 3600
+    assert m["gpu_hours"] == pytest.approx(gpu_hours) and m["cost_usd"] == pytest.approx(gpu_hours * 6.9)
+    assert m["goodput"] > 0.9  # the training GPU-seconds are most of the bill, as they are
+    assert tags["llmpack.gpu_count"] == "8" and tags["llmpack.gpu_type"] == "nvidia-h100-80gb"
+    assert tags["llmpack.cpu_to_gpu_ratio"] == "2"  # the node pods' 8 CPUs per 4 GPUs
+
+
+def test_the_compiled_uses_agree_across_paths_and_with_the_pipeline():
+    """Every path's summarizing task bills what :func:`record.billed_uses` says of the pipeline it was compiled from."""
+    from components.finetune_pipeline import build
+    from llmpack.compile import with_gpus
+
+    for base, pipe in ((REPO, build()),
+                       (REPO / "examples" / "multinode", with_gpus(build(), 4, 2, claim="llmpack-shared"))):
+        expected = json.loads(record.uses_json(record.billed_uses(pipe)))
+        assert {path: json.loads(text) for path, text in compiled_uses(base).items()} == dict.fromkeys(
+            ("argo", "kfp", "mlflow finetune", "mlflow finetune-k8s"), expected), base
+    # what each pod holds stays the pods' own (the cluster's pod billing bills the gang's node pods itself)
+    gang = with_gpus(build(), 4, 2, claim="llmpack-shared")
+    assert {u.step: u.gpus for u in record.gpu_uses(gang)}["finetune"] == 0
+
+
 def test_a_step_may_not_take_the_summarizing_tasks_name():
     from dataclasses import replace
 

@@ -133,8 +133,10 @@ class StandInHandler(BaseHTTPRequestHandler):
                 body = json.loads(raw)
             except ValueError:
                 body = raw.decode("utf-8", "replace")
-        auth = self.headers.get("Authorization") or ""
-        authorized = api.token is None or auth == f"Bearer {api.token}"
+        scheme, _, credentials = (self.headers.get("Authorization") or "").partition(" ")
+        # the scheme is case-insensitive (RFC 7235; the API server's bearer authenticator too): the
+        # kubernetes client's in-cluster loader sends "bearer <service account token>"
+        authorized = api.token is None or (scheme.lower() == "bearer" and credentials == api.token)
         headers = {k: v for k, v in self.headers.items() if k.lower() not in self.unrecorded_headers}
         api.requests.append(api.request_type(method, parts.path, query, body, authorized, headers))
         return parts, query, body, authorized
