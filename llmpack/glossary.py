@@ -96,8 +96,8 @@ TERMS: tuple[Term, ...] = (
          detail="Decided: faster, slower, cheaper, costlier (the CI excludes 0) or equivalent (the CI lies within "
                 "± the equivalence margin). Undecided: the CI straddles 0 and reaches past the margin; more runs "
                 "can decide it."),
-    Term(key="beyond_noise", name="▼ / ▲", group="stats",
-         short="lower / higher than the baseline beyond noise (CI of Δ excludes 0); ≈ equivalent"),
+    Term(key="beyond_noise", name="▼ / ▲ / ≈", group="stats",
+         short="decidedly lower / higher than the baseline; ≈ equivalent"),
 )
 
 _BY_KEY = {t.key: t for t in TERMS}
