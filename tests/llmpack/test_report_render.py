@@ -63,7 +63,7 @@ def test_summary_names_a_spinup_difference_that_time_to_first_step_hides() -> No
         r["metrics"]["time_to_first_step_s"] += next(noise)
     text = summary_sentence(comparison("rg-synthetic", ["direct", "argo"], planted), None)
     assert "Undecided (more rounds, or --repeats for total and cost, would decide): time to first step for argo" in text, text
-    assert "argo is slower than direct on spin-up by 2.9" in text, text
+    assert "argo is slower than direct on spin-up by 2.87 s" in text, text
 
 
 def test_cost_splits_into_compute_and_overhead_that_add_up() -> None:
