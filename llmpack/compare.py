@@ -213,7 +213,7 @@ def _parse_margin(spec: str, item: str) -> tuple[Margin, str | None]:
         raise InputError(f"--margin {item!r}: expected a percentage (25%), seconds (1s) or dollars ($0.01)") from None
     if not (value > 0 and math.isfinite(value)) or (relative and value >= 100):
         raise InputError(f"--margin {item!r}: must be above 0{' and below 100%' if relative else ''}")
-    return Margin(value=value / 100 if relative else value), None if relative else unit
+    return Margin(value=value / 100 if relative else value, relative=relative), None if relative else unit
 
 
 def default_baseline(backends: list[str]) -> str | None:
