@@ -48,7 +48,7 @@ def main() -> None:
                              **{key: m.get(key) for key in ("spinup_s", "time_to_first_step_s", "total_s")}})
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     doc = {"what": "start-up rounds (pipeline through finetune's first step), round 0 = warm-up, not used",
-           "command": "python benchmarks/noise_sample.py --rounds %d" % args.rounds,
+           "command": f"python benchmarks/noise_sample.py --rounds {args.rounds}",
            "machine": f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
            "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)

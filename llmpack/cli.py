@@ -200,7 +200,7 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
                    "are decided (--budget); on a cluster: 1.")
 @click.option("--budget", "budget", default=None, metavar="DURATION",
               help="Local compare without --repeats: stop starting rounds after this long (270, 4.5m, 1h; "
-                   "default 4.5m).")
+                   "default 285s: make compare ends within 5 minutes).")
 @click.option("--margin", "margin", default=None, metavar="SPEC",
               help="Equivalence margin: 25% (of the baseline's median; the default, at least 0.5 s for "
                    "times), 1s, $0.001, or per headline: spinup=0.5s,ttfs=10%,total=2s,cost=10%.")

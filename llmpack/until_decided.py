@@ -37,7 +37,7 @@ from llmpack import sequential
 from llmpack.compare import HEADLINES, STARTUP_TAG, Margin, comparison, verdicts
 from llmpack.runs import RunOptions
 
-DEFAULT_BUDGET_S = 270.0  # 4.5 min of runs: `make compare` ends within 5 minutes on a quiet 2-core machine
+DEFAULT_BUDGET_S = 285.0  # 4 min 45 s of runs: `make compare` ends within 5 minutes on a quiet 2-core machine
 MAX_ROUNDS = 30
 ROUND_TAG = "llmpack.round"
 STARTUP_HEADLINES = tuple(h for h in HEADLINES if h.startup)

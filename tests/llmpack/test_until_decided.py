@@ -79,7 +79,7 @@ def test_a_path_that_decides_leaves_while_a_slow_one_goes_on() -> None:
     assert per_path["argo"] <= per_path["direct"]
 
 
-@pytest.mark.parametrize("text, seconds", [("270", 270.0), ("90s", 90.0), ("4.5m", 270.0), ("1h", 3600.0), (None, 270.0)])
+@pytest.mark.parametrize("text, seconds", [("270", 270.0), ("90s", 90.0), ("4.5m", 270.0), ("1h", 3600.0), (None, 285.0)])
 def test_budget_spellings(text: str | None, seconds: float) -> None:
     assert parse_budget(text) == seconds
 
