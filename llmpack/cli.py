@@ -328,10 +328,16 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
             result = cmp.with_baseline(_compare_cluster(names, modes, repeats, params, cluster, kwargs,
                                                         inject_start_delay), base, margins)
         else:
-            result = cmp.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes, warmup=warmup,
-                                 budget_s=budget_s, margins=margins, say=lambda line: note(line, err),
-                                 run_one=lambda o, label, **kw: run_with_progress(
-                                     o, label, env=cmp.start_delay_env(delays, o.backend), **kw))
+            def run_one(o: RunOptions, label: str, **kw: Any) -> dict[str, Any]:
+                return run_with_progress(o, label, env=cmp.start_delay_env(delays, o.backend), **kw)
+
+            if repeats is None:
+                result = until_decided.compare(opts, names, baseline=base, on_start=started, variants=modes,
+                                               run_one=run_one, budget_s=budget_s, margins=margins,
+                                               say=lambda line: note(line, err))
+            else:
+                result = cmp.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes,
+                                     warmup=warmup, margins=margins, run_one=run_one)
         if delays:
             result["injected_start_delay_s"] = delays
         if not no_report:

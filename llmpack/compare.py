@@ -364,63 +364,58 @@ def with_baseline(result: dict[str, Any], baseline: str | None, margins: dict[st
             "verdicts": verdicts(result["runs"], result["backends"], baseline, design=design, margins=margins)}
 
 
+def begin(opts: RunOptions, plan: ComparePlan, baseline: Any, on_start: Any, run_one: Any) -> tuple[str | None, str, Any]:
+    """Before a local compare's first run: every input checked, the run group named and announced.
+
+    Returns the baseline, the run group and the function that runs one pipeline,
+    ``run(opts, label, **kw)`` (:func:`llmpack.runs.run_pipeline`'s keywords: ``pipe``, ``tags``).
+    """
+    base = default_baseline(plan.labels) if baseline == "default" else baseline
+    check_baseline(base, plan.labels)
+    for backend, fuse in plan.paths:
+        prepare(replace(opts, backend=backend, fuse=fuse))  # all input checks before the first run starts
+    run_group = opts.run_group or new_id("rg")
+    if on_start is not None:
+        on_start(run_group)
+    if run_one is not None:
+        return base, run_group, run_one
+    from llmpack.runs import run_pipeline
+
+    def run(o: RunOptions, label: str, **kw: Any) -> dict[str, Any]:
+        return run_pipeline(o, **kw)
+
+    return base, run_group, run
+
+
 def compare(
     opts: RunOptions,
     backends: list[str],
-    repeats: int | None,
+    repeats: int,
     *,
     run_one: Any = None,
     baseline: Any = "default",
     on_start: Any = None,
     variants: list[str] | None = None,
     warmup: int | None = None,
-    budget_s: float | None = None,
     margins: dict[str, Margin] | None = None,
-    say: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Compare the paths in one run group: until decided (``repeats=None``), or ``repeats`` full rounds.
+    """Every path ``repeats`` times, interleaved (a, b, c, a, b, c...), in one run group; every headline
+    judged at one look after the last round. (Without ``--repeats``, the CLI runs
+    :func:`llmpack.until_decided.compare_until_decided` instead.)
 
     A path is a backend, or with ``variants`` (fusion modes) each backend in each packaging
     (``direct``, ``direct+fuse-gpu``...). ``on_start(run_group)`` is called once every input is
-    checked, before the first run. ``run_one(opts, label, **kw)`` runs one pipeline
-    (:func:`llmpack.runs.run_pipeline`'s keywords: ``pipe``, ``tags``).
+    checked, before the first run.
 
-    ``repeats=None``: :func:`llmpack.until_decided.compare_until_decided` (one full round, then
-    start-up rounds until spin-up and time to first step are decided for every path, within
-    ``budget_s``); ``say`` gets its round lines.
-
-    ``repeats=N``: every path N times, interleaved (a, b, c, a, b, c...), all four headlines judged
-    at one look after the last round. ``warmup`` full rounds come first and are not counted
-    (default: 1 when ``repeats`` > 1, as hyperfine does): the first run on a machine loads torch
-    and transformers from a cold page cache. Measured on a quiet 2-core machine: the first run's
-    finetune took 9.3 s from process start to a loaded model, the next four 6.0-6.3 s. Warm-up
-    runs go to their own run group (``<run group>-warmup``), so ``llmpack report --run-group``
-    never mixes them in.
+    ``warmup`` full rounds come first and are not counted (default: 1 when ``repeats`` > 1, as
+    hyperfine does): the first run on a machine loads torch and transformers from a cold page
+    cache. Measured on a quiet 2-core machine: the first run's finetune took 9.3 s from process
+    start to a loaded model, the next four 6.0-6.3 s. Warm-up runs go to their own run group
+    (``<run group>-warmup``), so ``llmpack report --run-group`` never mixes them in.
     """
-    plan = ComparePlan(backends=tuple(backends), variants=tuple(variants or [opts.fuse]), repeats=repeats or 1,
-                       warmup=0 if repeats is None else default_warmup(repeats) if warmup is None else warmup)
-    labels = plan.labels
-    base = default_baseline(labels) if baseline == "default" else baseline
-    check_baseline(base, labels)
-    for backend, fuse in plan.paths:
-        prepare(replace(opts, backend=backend, fuse=fuse))  # all input checks before the first run starts
-    run_group = opts.run_group or new_id("rg")
-    if on_start is not None:
-        on_start(run_group)
-    run = run_one
-    if run is None:
-        from llmpack.runs import run_pipeline
-
-        def run(o: RunOptions, label: str, **kw: Any) -> dict[str, Any]:
-            return run_pipeline(o, **kw)
-
-    if repeats is None:
-        from llmpack.until_decided import DEFAULT_BUDGET_S, Path_, compare_until_decided
-
-        paths = [Path_(backend=b, fuse=f) for b, f in plan.paths]
-        return compare_until_decided(opts, paths, run=run, run_group=run_group, baseline=base,
-                                     budget_s=DEFAULT_BUDGET_S if budget_s is None else budget_s, margins=margins,
-                                     say=say or print)
+    plan = ComparePlan(backends=tuple(backends), variants=tuple(variants or [opts.fuse]), repeats=repeats,
+                       warmup=default_warmup(repeats) if warmup is None else warmup)
+    base, run_group, run = begin(opts, plan, baseline, on_start, run_one)
 
     def in_group(group: str) -> Callable[[PlannedRun], dict[str, Any]]:
         def one(r: PlannedRun) -> dict[str, Any]:
@@ -430,7 +425,7 @@ def compare(
 
     run_all(plan.runs(warmup=True), in_group(f"{run_group[:56]}-warmup"))
     runs = run_all(plan.runs(), in_group(run_group))
-    return comparison(run_group, labels, runs, baseline=base, margins=margins, repeats=repeats, warmup=plan.warmup)
+    return comparison(run_group, plan.labels, runs, baseline=base, margins=margins, repeats=repeats, warmup=plan.warmup)
 
 
 def default_warmup(repeats: int) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -264,7 +265,7 @@ def _narrow_table(result: dict[str, Any], console: Console) -> None:
         table.add_column(f"{short[h.metric]}\np50", justify="right", no_wrap=True)
     verdicts = result.get("verdicts", {})
     for orch in result["backends"]:
-        n = result["summary"].get(orch, {}).get("total_s", {}).get("n", 0)
+        n = result["summary"].get(orch, {}).get("time_to_first_step_s", {}).get("n", 0)  # rounds it ran, start-up included
         if n == 0:
             table.add_row(orch, "0", "[red]failed[/]", *[""] * (len(HEADLINES) - 1))
             continue
@@ -276,8 +277,8 @@ def _narrow_table(result: dict[str, Any], console: Console) -> None:
         table.add_row(orch, str(n), *cells)
     console.print(table)
     if result.get("baseline"):
-        console.print(f"[dim]▼/▲: decidedly lower/higher than {result['baseline']}; ≈: equivalent (inside the "
-                      "margin); no mark: undecided or not judged.[/]")
+        console.print(f"[dim]▼/▲ decidedly lower/higher than {result['baseline']} · ≈ equivalent · no mark: "
+                      "undecided[/]")
     compare_legend(result, console)
 
 
@@ -313,8 +314,11 @@ def _verdict_lines(result: dict[str, Any], console: Console) -> None:
             continue
         for h in HEADLINES:
             e = verdicts.get(h.metric, {}).get(orch)
-            if e is not None and e.get("text"):
-                console.print(f"  {escape(e['text'])}")
+            if e is None or not e.get("text"):
+                continue
+            if result.get("design") and not h.startup and e.get("verdict") == "undecided" and e.get("n", 0) <= 1:
+                continue  # total and cost from one whole run: said once above, not per path
+            console.print(Padding(Text(e["text"]), (0, 0, 0, 2)))
 
 
 def _wide_table(result: dict[str, Any], console: Console) -> None:

@@ -17,7 +17,12 @@ def money(usd: float | None, *, signed: bool = False) -> str:
         return "-"
     sign = "+" if signed and usd > 0 else "-" if usd < 0 else ""
     v = abs(usd)
-    return f"{sign}${v:.3g}" if v < 1 else f"{sign}${v:,.2f}"
+    if v >= 1:
+        return f"{sign}${v:,.2f}"
+    if v == 0:
+        return f"{sign}$0"
+    decimals = max(2, 2 - math.floor(math.log10(v)))  # 3 significant figures, never 9.15e-05
+    return f"{sign}${v:.{decimals}f}".rstrip("0").rstrip(".") if decimals > 2 else f"{sign}${v:.2f}"
 
 
 def figure(value: float | int | None) -> str:

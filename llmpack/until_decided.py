@@ -34,7 +34,8 @@ from typing import Any
 from components.fusion import path_label
 from components.record.telemetry import TRAIN_STEP
 from llmpack import sequential
-from llmpack.compare import HEADLINES, STARTUP_TAG, Margin, comparison, verdicts
+from llmpack.compare import HEADLINES, STARTUP_TAG, Margin, begin, comparison, verdicts
+from llmpack.compare_plan import ComparePlan
 from llmpack.runs import RunOptions
 
 DEFAULT_BUDGET_S = 285.0  # 4 min 45 s of runs: `make compare` ends within 5 minutes on a quiet 2-core machine
@@ -105,6 +106,15 @@ def _startup_pipe(opts: RunOptions, path: Path_) -> Any:
     from components.finetune_pipeline import build
 
     return build().through(TRAIN_STEP) if path.fuse == "none" else None
+
+
+def compare(opts: RunOptions, backends: list[str], *, variants: list[str] | None = None, baseline: Any = "default",
+            on_start: Any = None, run_one: RunOne | None = None, **kw: Any) -> dict[str, Any]:
+    """``llmpack compare`` without ``--repeats``: inputs checked, then :func:`compare_until_decided` in a new run group."""
+    plan = ComparePlan(backends=tuple(backends), variants=tuple(variants or [opts.fuse]))
+    base, run_group, run = begin(opts, plan, baseline, on_start, run_one)
+    return compare_until_decided(opts, [Path_(backend=b, fuse=f) for b, f in plan.paths], run=run,
+                                 run_group=run_group, baseline=base, **kw)
 
 
 def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, run_group: str, baseline: str | None,
