@@ -475,7 +475,7 @@ def test_toy_run_through_mlflow_run(toy_pipe: Pipeline, toy_env: dict[str, str],
 
 
 @pytest.mark.parametrize(("overrides", "message", "attempts"), [
-    ({"bad_input": True}, "toy: the input is bad", None),
+    pytest.param({"bad_input": True}, "toy: the input is bad", None, marks=pytest.mark.slow),  # not retried, as deliberate
     ({"gate": 2.5}, "toy: gate 2.5 not met", "1"),
     ({"fail_times": 9}, "RuntimeError: toy: planned failure 3", "3"),
 ], ids=["bad-input", "deliberate", "crash"])
