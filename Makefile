@@ -1,6 +1,9 @@
 # The two Quickstart commands: `make compare` (the main job) and `make test` (the quick suite:
-# everything but the tests marked `slow`, which run whole pipelines). `make test-full` runs every
-# test; CI (.ci/run) runs `make test`, then `make test-slow`, so it executes the full suite.
+# everything but the tests marked `slow`, which run whole pipelines or many torch processes; it
+# runs through pytest-xdist, two workers per core, at most 8 (tests/conftest.py), each test file
+# on one worker so that a file's shared fixtures are made once: about 4 minutes on 2 cores).
+# `make test-full` runs every test; CI (.ci/run) runs `make test`, then `make test-slow`, so it
+# executes the full suite.
 # Both create .venv and install everything on first use (CPU torch 2.13.0 first; GPU users
 # install CUDA torch the usual way before `pip install -e .`).
 PYTHON ?= python3
@@ -21,7 +24,7 @@ compare: $(BIN)/.installed
 	$(BIN)/llmpack compare
 
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" -n auto --dist loadfile
 
 test-slow: $(BIN)/.installed
 	$(BIN)/python -m pytest -m slow

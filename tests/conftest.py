@@ -1,12 +1,15 @@
-"""Shared fixtures: a clean LLMPACK_* environment, an isolated MLflow sqlite store, helpers to run the CLI."""
+"""Shared fixtures: a clean LLMPACK_* environment, MLflow sqlite stores, a tokenized dataset and its finetune, helpers to run the CLI."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +27,30 @@ REPO = Path(__file__).resolve().parents[1]
 # child the disposition a terminal's Ctrl-C meets.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# One math thread per process, for the suite and every process it starts (set before torch is
+# imported). The suite runs tests side by side (`make test`: pytest-xdist) and many start torch
+# processes; on a 2-core machine, torch's default of a thread per core then oversubscribes the
+# cores and OpenMP's spin-waits make a 6-step CPU finetune take ~15 s instead of ~0.4 s. A value
+# already in the environment is kept.
+for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (``make test``): two workers per core, at most 8.
+
+    Many tests spend most of their time waiting on the processes and stand-in servers they start,
+    so a second worker per core fills the waits: on the 2-core machine the quick suite took 4:00
+    with four workers, 5:16 with two. Past 8 the longest test file (each runs on one worker, with
+    ``--dist loadfile``) bounds the time, and more workers add only memory.
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides when set.
+    """
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist's own hook reads it
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(2 * cores, 8)
 
 
 def setting_names() -> tuple[str, ...]:
@@ -53,10 +80,38 @@ def _clean_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One sqlite MLflow store for the session (creating one costs a couple of seconds)."""
-    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+def mlflow_template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow sqlite store made once for the session; ``fresh_tracking_uri`` copies it (read only)."""
+    db = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    make = "import sys; from mlflow.tracking import MlflowClient; MlflowClient(sys.argv[1]).search_experiments()"
+    # in a process of its own, in the template's folder: MLflow makes ./mlruns where a store is made
+    subprocess.run([sys.executable, "-c", make, f"sqlite:///{db}"], cwd=db.parent, check=True, capture_output=True, timeout=300)
+    return db
+
+
+def fresh_store(template: Path, db: Path) -> str:
+    """A new sqlite store at ``db``, as MLflow makes one from ``db``'s folder, copied from ``template``: its URI.
+
+    MLflow records the Default experiment's artifact location, ``./mlruns/0`` from where the store
+    was made, inside the store: the copy's points beside ``db``, never at the template's folder.
+    """
+    db.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, db)
+    with closing(sqlite3.connect(db)) as con, con:
+        con.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0", (str(db.parent / "mlruns" / "0"),))
     return f"sqlite:///{db}"
+
+
+@pytest.fixture(scope="session")
+def tracking_uri(mlflow_template_db: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One sqlite MLflow store shared by the session's tests."""
+    return fresh_store(mlflow_template_db, tmp_path_factory.mktemp("mlflow") / "mlflow.db")
+
+
+@pytest.fixture()
+def fresh_tracking_uri(mlflow_template_db: Path, tmp_path: Path) -> str:
+    """An empty sqlite store of this test's own, ``tmp_path/mlflow.db`` (a copy: making one costs seconds)."""
+    return fresh_store(mlflow_template_db, tmp_path / "mlflow.db")
 
 
 @pytest.fixture()
@@ -94,6 +149,20 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Path:
                  "--param=seq_len=64", cwd=root, env=env)
     assert r.returncode == 0, r.stderr
     return root / "tok"
+
+
+TUNE = "components.steps.finetune:finetune"
+SIX_STEPS = ("--param=max_steps=6", "--param=batch_size=4")
+
+
+@pytest.fixture(scope="session")
+def finetuned(tokens: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 6-step LoRA finetune of ``tokens`` (batch 4, one process, no MLflow) once, for the step-level tests: its model directory; read only."""
+    root = tmp_path_factory.mktemp("tuned")
+    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
+    r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={root / 'model'}", *SIX_STEPS, cwd=root, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return root / "model"
 
 
 @pytest.fixture()

@@ -394,10 +394,9 @@ def toy_pipe(toy_mod) -> Pipeline:
 
 
 @pytest.fixture()
-def toy_env(toy_dir: Path, tmp_path: Path) -> dict[str, str]:
+def toy_env(toy_dir: Path, fresh_tracking_uri: str) -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(toy_dir), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path, "LLMPACK_MLFLOW_LOGGING": "0",
-            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    return {**os.environ, "PYTHONPATH": path, "LLMPACK_MLFLOW_LOGGING": "0", "MLFLOW_TRACKING_URI": fresh_tracking_uri}
 
 
 def test_an_added_step_appears_as_an_entry_point(toy_mod):
@@ -476,7 +475,7 @@ def test_toy_run_through_mlflow_run(toy_pipe: Pipeline, toy_env: dict[str, str],
 
 
 @pytest.mark.parametrize(("overrides", "message", "attempts"), [
-    ({"bad_input": True}, "toy: the input is bad", None),
+    pytest.param({"bad_input": True}, "toy: the input is bad", None, marks=pytest.mark.slow),  # not retried, as deliberate
     ({"gate": 2.5}, "toy: gate 2.5 not met", "1"),
     ({"fail_times": 9}, "RuntimeError: toy: planned failure 3", "3"),
 ], ids=["bad-input", "deliberate", "crash"])

@@ -179,8 +179,9 @@ def exec_kubeconfig(path: Path, server: str, ca: Path | None, plugin_log: Path) 
     return str(path)
 
 
-def test_exec_credential_plugin_and_kubeconfig_ca(kube: KubeAPIStandIn, cert: tuple[Path, Path], tmp_path: Path) -> None:
-    tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_exec_credential_plugin_and_kubeconfig_ca(kube: KubeAPIStandIn, cert: tuple[Path, Path], fresh_tracking_uri: str,
+                                                  tmp_path: Path) -> None:
+    tracking_uri = fresh_tracking_uri
     calls = tmp_path / "plugin-calls"
     trusted = exec_kubeconfig(tmp_path / "kubeconfig", kube.url, cert[0], calls)
     summary = mlflow_submit.submit(kubeconfig=trusted, tracking_uri=tracking_uri)

@@ -1,8 +1,9 @@
 """finetune on many processes (issue 9 items 1-2): torchrun in the step's process, DDP on Gloo.
 
 The step-level tests run ``python -m components.run`` as every orchestrator does, once with one
-process and once with two over the same global batch, and once SIGTERM'd and resumed; the slow
-test runs the whole pipeline with ``--nproc-per-node 2`` on every local path.
+process and once with two over the same global batch; the slow ones also shard it (FSDP2),
+SIGTERM and resume it on two processes, and run the whole pipeline with ``--nproc-per-node 2`` on
+every local path.
 """
 
 from __future__ import annotations
@@ -32,25 +33,39 @@ def env() -> dict[str, str]:
     return {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
 
 
+class Tuned:
+    """The same finetune on 1 process, on 2 (DDP) and on 2 sharded (FSDP2): ``tuned[1 | 2 | "fsdp"]``, its model directory.
+
+    Each many-process run is made when a test first asks for it (the FSDP ones are slow tests);
+    the one-process run is the session's ``finetuned``.
+    """
+
+    def __init__(self, one: Path, tokens: Path, env: dict[str, str], root: Path) -> None:
+        self.made: dict[int | str, Path] = {1: one}
+        self.tokens, self.env, self.root = tokens, env, root
+
+    def __getitem__(self, key: int | str) -> Path:
+        if key not in self.made:
+            strategy = "fsdp" if key == "fsdp" else "ddp"
+            out = self.root / f"p{key}"
+            r = run_step(TUNE, f"--input=tokens={self.tokens}", f"--output=model={out}", *STEPS,
+                         "--param=nproc_per_node=2", f"--param=strategy={strategy}", cwd=self.root, env=self.env)
+            assert r.returncode == 0, r.stdout + r.stderr
+            self.made[key] = out
+        return self.made[key]
+
+
 @pytest.fixture(scope="module")
-def tuned(tokens: Path, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[int | str, Path]:
-    """The same finetune on 1 process, on 2 (DDP) and on 2 sharded (FSDP2): {1 | 2 | "fsdp": model directory}."""
-    root = tmp_path_factory.mktemp("tuned")
-    out: dict[int | str, Path] = {}
-    for key, nproc, strategy in ((1, 1, "ddp"), (2, 2, "ddp"), ("fsdp", 2, "fsdp")):
-        out[key] = root / f"p{key}"
-        r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={out[key]}", *STEPS,
-                     f"--param=nproc_per_node={nproc}", f"--param=strategy={strategy}", cwd=root, env=env)
-        assert r.returncode == 0, r.stdout + r.stderr
-    return out
+def tuned(tokens: Path, finetuned: Path, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Tuned:
+    return Tuned(finetuned, tokens, env, tmp_path_factory.mktemp("tuned"))
 
 
 def _losses(model_dir: Path) -> list[float]:
     return [json.loads(line)["loss"] for line in (model_dir / "train_log.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("many", [2, "fsdp"])
-def test_two_processes_take_the_steps_one_process_takes(tuned: dict[int | str, Path], many: int | str) -> None:
+@pytest.mark.parametrize("many", [2, pytest.param("fsdp", marks=pytest.mark.slow)])
+def test_two_processes_take_the_steps_one_process_takes(tuned: Tuned, many: int | str) -> None:
     one, two = _losses(tuned[1]), _losses(tuned[many])
     assert len(one) == len(two) == 6
     for a, b in zip(one, two, strict=True):  # the same global batch, normalised by its token count
@@ -64,7 +79,7 @@ def test_two_processes_take_the_steps_one_process_takes(tuned: dict[int | str, P
     assert not (tuned[many] / "checkpoints").exists()
 
 
-def test_every_rank_is_recorded_and_the_gang_starts_with_its_last_rank(tuned: dict[int, Path]) -> None:
+def test_every_rank_is_recorded_and_the_gang_starts_with_its_last_rank(tuned: Tuned) -> None:
     step = group_by_step(read_records([tuned[2] / "llmpack-events.jsonl"]))["finetune"]
     ev, m = step.events, step.metrics
     for rank in (0, 1):
@@ -81,8 +96,9 @@ def test_every_rank_is_recorded_and_the_gang_starts_with_its_last_rank(tuned: di
     assert not any(".rank" in name for name in one.events) and "world_size" not in one.metrics
 
 
+@pytest.mark.slow  # six processes; the one-process resume is test_steps' quick test
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_a_sigterm_two_process_run_resumes_to_the_same_weights(tokens: Path, tuned: dict[int | str, Path], strategy: str,
+def test_a_sigterm_two_process_run_resumes_to_the_same_weights(tokens: Path, tuned: Tuned, strategy: str,
                                                                  env: dict[str, str], tmp_path: Path) -> None:
     ckpt, resumed = tmp_path / "ckpt", tmp_path / "resumed"
     cmd = [sys.executable, "-m", "components.run", TUNE, f"--input=tokens={tokens}", f"--output=model={resumed}", *STEPS,

@@ -2,7 +2,7 @@
 
 ``llmpack compile --nodes 2 --gpus 4`` is checked against the Trainer API's models and its CRD schema
 (its committed golden copies, examples/multinode/, in tests/backends/test_golden.py). The launcher runs for real (``python -m
-components.run`` with ``nnodes=2``) against the loopback Kubernetes API and the real ``kubernetes``
+components.run`` with ``nnodes=2``, a slow test) against the loopback Kubernetes API and the real ``kubernetes``
 client; a stand-in Trainer controller plays the ``torch-distributed`` runtime: it starts the
 TrainJob's command once per node, with the ``PET_*`` variables the runtime sets, as local
 processes sharing a directory (the PVC), and sets the TrainJob ``Complete`` or ``Failed``.
@@ -19,6 +19,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 import yaml
 from standins.k8s_api import KubeAPIStandIn
 
@@ -98,15 +99,14 @@ class TrainerController:
                                          message="" if ok else outs[0][-500:])
 
 
-def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens: Path, tmp_path: Path) -> None:
+@pytest.mark.slow  # four torch processes; the quick many-process run is test_distributed's
+def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens: Path, finetuned: Path, tmp_path: Path) -> None:
     shared = tmp_path / "pvc"
     shared.mkdir()
     spec = gang.GangSpec(image="ghcr.io/llmpack/llmpack:0.1.0", gpus_per_node=0, cpu=1, memory="2Gi",
                          claim="shared", mount=str(shared), queue="team-a")
     steps = ("--param=max_steps=6", "--param=batch_size=4")
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
-    one = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={tmp_path / 'one'}", *steps, cwd=tmp_path, env=env)
-    assert one.returncode == 0, one.stderr
 
     with KubeAPIStandIn(token=TOKEN, namespaces=(NS,)) as kube:
         controller = TrainerController(kube)
@@ -128,7 +128,7 @@ def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens:
         assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
 
     # the same steps as one process: 2 nodes x 1 rank over the same global batch
-    losses = [[json.loads(x)["loss"] for x in (d / "train_log.jsonl").read_text().splitlines()] for d in (tmp_path / "one", out)]
+    losses = [[json.loads(x)["loss"] for x in (d / "train_log.jsonl").read_text().splitlines()] for d in (finetuned, out)]
     assert all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(*losses, strict=True)) and len(losses[1]) == 6
     assert (out / "adapter" / "adapter_model.safetensors").is_file()
     assert not list(out.glob("llmpack-events.rank*.jsonl")) and not (shared / gang.GANG_DIR / "run-g1").exists()

@@ -124,15 +124,9 @@ def test_schedule_and_data_order() -> None:
     assert set(batch_indices(0, 4, 10, 0) + batch_indices(1, 4, 10, 0)).__len__() == 8  # no repeats within an epoch
 
 
-def _tune(tokens: Path, out: Path, *extra: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={out}", "--param=max_steps=6", "--param=batch_size=4",
-                    *extra, cwd=out.parent, env=env)
-
-
-def test_finetune_resumes_from_a_checkpoint_with_identical_result(tokens: Path, tmp_path: Path) -> None:
+def test_finetune_resumes_from_a_checkpoint_with_identical_result(tokens: Path, finetuned: Path, tmp_path: Path) -> None:
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
-    straight = tmp_path / "straight"
-    assert _tune(tokens, straight, env=env).returncode == 0
+    straight = finetuned  # the same 6 steps, uninterrupted
     events = (straight / "llmpack-events.jsonl").read_text()
     for name in ("process_started", "model_loaded", "first_step", "finished", "tokens_per_s", "train_s"):
         assert f'"{name}"' in events
@@ -161,10 +155,9 @@ def test_finetune_resumes_from_a_checkpoint_with_identical_result(tokens: Path, 
     assert a == b, "a resumed run must end with the same weights as an uninterrupted one"
 
 
-def test_evaluate_gate_fails_the_step(tokens: Path, tmp_path: Path) -> None:
+def test_evaluate_gate_fails_the_step(tokens: Path, finetuned: Path, fresh_tracking_uri: str, tmp_path: Path) -> None:
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
-    model = tmp_path / "m"
-    assert _tune(tokens, model, env=env).returncode == 0
+    model = finetuned
     ok = run_step(EVAL, f"--input=tokens={tokens}", f"--input=model={model}", f"--output=metrics={tmp_path / 'e1'}", cwd=tmp_path, env=env)
     assert ok.returncode == 0, ok.stderr
     metrics = json.loads((tmp_path / "e1" / "metrics.json").read_text())
@@ -176,11 +169,11 @@ def test_evaluate_gate_fails_the_step(tokens: Path, tmp_path: Path) -> None:
 
     reg = run_step(REG, f"--input=model={model}", f"--input=metrics={tmp_path / 'e1'}", f"--output=registration={tmp_path / 'r'}",
                    "--param=model_name=test-model", "--param=pipeline_run=pr-reg", "--param=run_group=rg-reg",
-                   cwd=tmp_path, env={**env, "LLMPACK_MLFLOW_LOGGING": "1", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"})
+                   cwd=tmp_path, env={**env, "LLMPACK_MLFLOW_LOGGING": "1", "MLFLOW_TRACKING_URI": fresh_tracking_uri})
     assert reg.returncode == 0, reg.stderr
     record = json.loads((tmp_path / "r" / "registration.json").read_text())
     assert record["registered"] and record["version"] == "1"
     from mlflow.tracking import MlflowClient
 
-    mv = MlflowClient(f"sqlite:///{tmp_path / 'm.db'}").get_model_version("test-model", "1")
+    mv = MlflowClient(fresh_tracking_uri).get_model_version("test-model", "1")
     assert mv.tags["llmpack.pipeline_run"] == "pr-reg"
