@@ -341,7 +341,9 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
         if delays:
             result["injected_start_delay_s"] = delays
         if not no_report:
-            click.echo(f"report: {_write_report(result, report_dir, costs, force=force)}", err=True)
+            written = _write_report(result, report_dir, costs, force=force)
+            click.echo("report:", err=True)
+            click.echo(str(written), err=True)  # whole, on its own line: a path to copy
     if as_json:
         click.echo(json.dumps(result, sort_keys=True, default=str))
     else:

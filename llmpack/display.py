@@ -117,7 +117,8 @@ def run_with_progress(opts: Any, label: str | None = None, **kwargs: Any) -> dic
             summary = run_pipeline(opts, progress=update, **kwargs)
     mark = "[green]ok[/]" if summary["status"] == "succeeded" else f"[red]failed[/] ({summary['error']})"
     total = summary["metrics"].get("total_s")
-    err.print(f"{name}: {mark} in {fmt(total, 1)}s  →  {summary['artifacts']['run_dir']}")
+    err.print(f"{name}: {mark} in {fmt(total, 1)}s →")
+    err.print(summary["artifacts"]["run_dir"], soft_wrap=True, markup=False, highlight=False)  # a path whole, on its own line
     return summary
 
 
