@@ -241,6 +241,13 @@ def is_startup_run(run: dict[str, Any]) -> bool:
 
 
 STARTUP_TAG = "llmpack.round_kind"
+DESIGN_TAG = "llmpack.design_rounds"  # a start-up run's design (its last round): a report rebuilt from MLflow judges alike
+
+
+def design_of(runs: list[dict[str, Any]]) -> sequential.Design | None:
+    """The sequential design the runs were judged under, from their tags (None: fixed rounds)."""
+    rounds = {r.get("tags", {}).get(DESIGN_TAG) for r in runs} - {None}
+    return sequential.Design(max_rounds=max(int(x) for x in rounds)) if rounds else None
 
 
 def by_round(runs: list[dict[str, Any]], orch: str, metric: str) -> dict[int, float]:
@@ -333,6 +340,7 @@ def comparison(run_group: str, backends: list[str], runs: list[dict[str, Any]], 
     """
     base = default_baseline(backends) if baseline == "default" else baseline
     check_baseline(base, backends)
+    design = design or design_of(runs)
     return {
         "run_group": run_group,
         "backends": backends,

@@ -34,7 +34,7 @@ from typing import Any
 from components.fusion import path_label
 from components.record.telemetry import TRAIN_STEP
 from llmpack import sequential
-from llmpack.compare import HEADLINES, STARTUP_TAG, Margin, begin, comparison, verdicts
+from llmpack.compare import DESIGN_TAG, HEADLINES, STARTUP_TAG, Margin, begin, comparison, verdicts
 from llmpack.compare_plan import ComparePlan
 from llmpack.runs import RunOptions
 
@@ -131,8 +131,8 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
         kind = "startup" if startup and p.fuse == "none" else "full"
         o = replace(opts, backend=p.backend, fuse=p.fuse, run_group=run_group, max_steps=1 if kind == "startup" else opts.max_steps)
         label = f"{p.label} (round {k}{f'/{of}' if of else ''}{', start-up' if kind == 'startup' else ''})"
-        summary = run(o, label, pipe=_startup_pipe(opts, p) if kind == "startup" else None,
-                      tags={ROUND_TAG: str(k), STARTUP_TAG: kind})
+        tags = {ROUND_TAG: str(k), STARTUP_TAG: kind, **({DESIGN_TAG: str(of)} if of else {})}
+        summary = run(o, label, pipe=_startup_pipe(opts, p) if kind == "startup" else None, tags=tags)
         runs.append({**summary, "round": k, "startup": kind == "startup", "wall_s": clock() - t0})
 
     for p in paths:

@@ -299,15 +299,22 @@ def summary_sentence(result: dict[str, Any], be: dict[str, Any] | None) -> str:
     if baseline is None:
         return (f"{where}: no baseline, so no path is named faster or cheaper (name one with --baseline PATH); "
                 "the medians are below.")
-    parts, undecided = [], []
+    parts: list[str] = []
+    undecided: list[str] = []
+    unjudged: list[str] = []
     for h in HEADLINES:  # every decided verdict (a difference or an equivalence), with its CI
         per_path = verdicts.get(h.metric, {})
         parts += [e["text"] for o, e in per_path.items() if o != baseline and e["verdict"] in (h.lower, h.higher, "equivalent")]
         rest = [o for o, e in per_path.items() if o != baseline and e["verdict"] == "undecided"]
-        if rest:
+        if rest and result.get("design") and not h.startup:
+            unjudged.append(h.label)  # a compare until decided runs the whole pipeline once per path
+        elif rest:
             undecided.append(f"{h.label} for {', '.join(rest)}")
     if undecided:
-        parts.append("Undecided (more rounds, or --repeats for total and cost, would decide): " + "; ".join(undecided))
+        parts.append("Undecided (more rounds would decide): " + "; ".join(undecided))
+    if unjudged:
+        parts.append(f"{' and '.join(unjudged).capitalize()} from one whole run per path, not judged "
+                     "(--repeats 5 judges them)")
     text = f"{where}, against {baseline}: " + ". ".join(parts) + "."
     if be and be.get("significant"):
         text += " At your volumes: " + be["sentence"]

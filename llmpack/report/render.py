@@ -336,16 +336,19 @@ def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str,
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
     try:
+        from llmpack.compare import is_startup_run
+
         runs = result["runs"]
-        be = break_even(runs, control_plane) if control_plane else None
+        whole = [r for r in runs if not is_startup_run(r)]  # a start-up round's run says nothing of cost
+        be = break_even(whole, control_plane) if control_plane else None
         steps = gpu_steps()
-        splits = {r["pipeline_run"]: cost_split(r, steps) for r in runs}
+        splits = {r["pipeline_run"]: cost_split(r, steps) for r in whole}
         facts = report_facts(result)
         sentence = summary_sentence(result, be)
         charts = {"timeline": tmp / "timeline.png", "spinup_boxplot": tmp / "spinup_boxplot.png", "cost_per_run": tmp / "cost_per_run.png"}
         chart_timeline(runs, charts["timeline"])
         chart_boxes(runs, charts["spinup_boxplot"])
-        chart_cost(runs, charts["cost_per_run"], splits)
+        chart_cost(whole, charts["cost_per_run"], splits)
         full = {**result, "summary_sentence": sentence, "facts": facts, "cost_split": splits, "break_even": be}
         (tmp / "report.json").write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n")
         (tmp / "report.md").write_text(markdown(result, facts, sentence, be, splits))

@@ -98,3 +98,30 @@ def test_margin_spellings_and_refusals() -> None:
     for bad, why in [("speed=1s", "not a headline"), ("cost=1s", "dollars"), ("150%", "below 100%"), ("abc", "expected")]:
         with pytest.raises(InputError, match=why):
             parse_margins(bad)
+
+
+def test_the_report_prices_whole_runs_only_and_says_total_and_cost_are_not_judged(tmp_path: Any) -> None:
+    from llmpack.report import write_report
+
+    fake = FakeRuns({"direct": 7.0, "kfp": 7.05, "argo": 10.0})
+    result = compare_until_decided(RunOptions(), PATHS, run=fake, run_group="rg-rep", baseline="direct",
+                                   budget_s=270.0, say=lambda line: None, clock=fake.clock)
+    for r in result["runs"]:
+        r.update(submitted_at=1.7e9, events={}, retried_attempts=[])
+    out = write_report(result, tmp_path / "rep", {})
+    report = __import__("json").loads((out / "report.json").read_text())
+    priced = {run for run, split in report["cost_split"].items()}
+    whole = {r["pipeline_run"] for r in result["runs"] if not r["startup"]}
+    assert priced == whole and len(whole) == 3  # round 1 only: start-up runs are not priced
+    assert "Total and cost per run from one whole run per path, not judged" in report["summary_sentence"]
+    assert "argo is slower than direct on time to first step" in report["summary_sentence"]
+
+
+def test_a_report_rebuilt_from_the_runs_judges_them_as_the_compare_did() -> None:
+    from llmpack.compare import comparison
+
+    fake = FakeRuns({"direct": 7.0, "kfp": 7.05, "argo": 10.0})
+    result = compare_until_decided(RunOptions(), PATHS, run=fake, run_group="rg-again", baseline="direct",
+                                   budget_s=270.0, say=lambda line: None, clock=fake.clock)
+    rebuilt = comparison("rg-again", ["direct", "kfp", "argo"], [{**r, "round": None} for r in result["runs"]])
+    assert rebuilt["design"] == result["design"] and rebuilt["verdicts"] == result["verdicts"]
