@@ -57,18 +57,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:22} {what}")
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    workdir = args.dir or Path(tempfile.mkdtemp(prefix="llmpack-loopback-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    if args.dir is None:
+        with tempfile.TemporaryDirectory(prefix="llmpack-loopback-") as tmp:  # removed when it stops
+            return serve(Path(tmp), args.fault, command)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    return serve(args.dir.resolve(), args.fault, command)
+
+
+def serve(workdir: Path, fault: str | None, command: list[str]) -> int:
+    """Start the loopback cluster in ``workdir``; run ``command`` against it, or serve until Ctrl-C."""
     with LoopbackCluster(workdir, f"sqlite:///{workdir / 'mlflow.db'}") as cluster:
         plant_ready(cluster.kube)
-        if args.fault:
-            plant_fault(cluster.kube, args.fault)
+        if fault:
+            plant_fault(cluster.kube, fault)
         env = environment(cluster)
         if command:
             return subprocess.run(command, env={**os.environ, **env}, check=False).returncode
         for name, value in env.items():
             print(f"export {name}={value}")
-        print(f"# loopback cluster up{f' with fault {args.fault}' if args.fault else ''}; Ctrl-C stops it", flush=True)
+        print(f"# loopback cluster up{f' with fault {fault}' if fault else ''}; Ctrl-C stops it", flush=True)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` stops it as Ctrl-C does
         try:
             threading.Event().wait()

@@ -333,7 +333,7 @@ def local_queue(cluster: ClusterReader, namespace: str, name: str) -> Check:
 def argo_artifacts(cluster: ClusterReader, namespace: str, controller_namespace: str) -> Check:
     """A default artifact repository for the Workflow's artifacts: the namespace's ``artifact-repositories``
     ConfigMap (with its default annotation), else the controller's ``artifactRepository``."""
-    fix = f"kubectl -n {_q(namespace)} apply -f artifact-repositories.yaml  # {DOCS}#argo-artifact-repository"
+    fix = f"kubectl -n {_q(namespace)} apply -f artifact-repositories.yaml  # the ConfigMap of {DOCS}, step 4"
     try:
         repos = cluster.config_map(namespace, ARGO_REPOSITORIES)
     except Unanswered as exc:
@@ -341,7 +341,7 @@ def argo_artifacts(cluster: ClusterReader, namespace: str, controller_namespace:
     if repos is not None:
         key = ((repos.get("metadata") or {}).get("annotations") or {}).get(ARGO_DEFAULT_ANNOTATION)
         if key and key in (repos.get("data") or {}):
-            return Check(True, f"Argo artifact repository: {ARGO_REPOSITORIES} in {namespace} (default {key})")
+            return Check(True, f"Argo artifact repository: {ARGO_REPOSITORIES} in {namespace} (key {key})")
         return Check(False, f"Argo: ConfigMap {ARGO_REPOSITORIES} in {namespace} names no default repository "
                      f"(annotation {ARGO_DEFAULT_ANNOTATION} and that data key)", fix)
     try:
@@ -364,10 +364,12 @@ def pod_security(path: str, namespace: str, found: Mapping[str, Any], specs: lis
 
     level = enforced_level(found)
     failing = [(spec.where, problems) for spec in specs if (problems := violations(spec, level))]
+    labelled = ENFORCE_LABEL in ((found.get("metadata") or {}).get("labels") or {})
     if not failing:
-        return Check(True, f"Pod Security ({path}): {namespace} enforces {level}; the compiled pods comply")
+        enforces = f"enforces {level}" if labelled else "enforces no level"
+        return Check(True, f"Pod Security ({path}): {namespace} {enforces}; the compiled pods comply")
     where, problems = failing[0]
-    more = f" and {len(failing) - 1} more pod spec(s)" if len(failing) > 1 else ""
+    more = f" (and {len(failing) - 1} more pod specs)" if len(failing) > 1 else ""
     return Check(False, f"Pod Security ({path}): {namespace} enforces {level}; {where}{more} lacks "
                  f"{', '.join(problems)}",
                  f"kubectl label namespace {_q(namespace)} {ENFORCE_LABEL}=baseline --overwrite  # or run in a "

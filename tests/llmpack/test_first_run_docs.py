@@ -49,3 +49,9 @@ def test_page_commands_print_what_the_page_shows(tmp_path: Path, command: str, s
     assert "Traceback" not in done.stderr, done.stderr
     assert PORT.sub("127.0.0.1:PORT", done.stdout) == shown, done.stdout + done.stderr
     assert done.returncode == (1 if "\n✗ " in "\n" + shown else 0), done.stderr
+
+
+def test_the_check_section_shows_the_same_output() -> None:
+    text = PAGE.read_text(encoding="utf-8")
+    shown = re.findall(r"^```text\n(.*?)^```", section(text, "Check it: `llmpack doctor`"), re.S | re.M)
+    assert shown == [tried()[0][1]]

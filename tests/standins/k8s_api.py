@@ -23,6 +23,13 @@ objects for errors, chunked newline-delimited watch streams) for the few resourc
   ``propagationPolicy``; 409 ``AlreadyExists`` / 404 ``NotFound`` are ``Status`` objects naming
   ``{plural}.{group}``. Each change is a watch event, as for pods. :attr:`on_custom_object_created`
   lets a fake cluster react; :meth:`set_trainjob_condition` plays the Trainer controller.
+- Built-in objects stored as the custom resources are (:data:`BUILTIN_OBJECTS`: Secrets, ConfigMaps,
+  PersistentVolumeClaims, ServiceAccounts under ``/api/v1/namespaces/{ns}/...``, Roles and
+  RoleBindings under ``rbac.authorization.k8s.io/v1``), cluster-scoped custom objects
+  (``GET /apis/{group}/{version}/{plural}/{name}``, e.g. :data:`CLUSTER_TRAINING_RUNTIMES`), and
+  ``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews``, allowed unless ``forbidden``
+  names the verb or resource (:meth:`KubeAPIStandIn.allows`). Namespaces carry the labels given
+  to :meth:`KubeAPIStandIn.add_namespace` (Pod Security levels). What ``llmpack doctor`` reads.
 - A wrong or missing bearer token gets 401; resources named in ``forbidden`` get 403 (a resource
   name such as ``"jobs"``, ``"trainjobs"`` or ``"trainjobs.trainer.kubeflow.org"`` forbids every
   verb on it; ``"delete trainjobs"`` forbids one verb).
