@@ -15,7 +15,7 @@ Run from the repository root (it imports the stand-ins from tests/):
     python examples/loopback_cluster.py --list-faults
 
 Without a command it prints ``export`` lines (KUBECONFIG, KFP_HOST, KFP_TOKEN, ARGO_SERVER,
-ARGO_TOKEN, MLFLOW_TRACKING_URI) for another shell and serves until Ctrl-C. The tokens are the
+ARGO_TOKEN, ARGO_NAMESPACE, ARGO_SECURE, MLFLOW_TRACKING_URI) for another shell and serves until Ctrl-C. The tokens are the
 stand-ins' own, made up here. The kubeconfig and the MLflow store go into ``--dir``
 (default: a new temporary directory).
 """
