@@ -11,8 +11,9 @@ What is checked, in order (the checks themselves: :mod:`llmpack.doctor_checks`):
   ``nvidia.com/gpu`` per pod on as many nodes as the run needs; ``list nodes`` for the pod watcher;
 * per namespace (argo and mlflow: ``--namespace``; kfp: ``--kfp-namespace``): it exists, the MLflow
   Secret and its ``tracking-uri``, a SelfSubjectAccessReview per call each path makes there, its
-  Pod Security level against the compiled pods, Argo's artifact repository; with ``--nodes N``
-  the launcher's RBAC and the ReadWriteMany PVC, with ``--queue`` the LocalQueue;
+  Pod Security level against the compiled pods, Argo's artifact repository, the PVCs the compiled
+  pods mount (and ``--cache-pvc``), Bound; with ``--nodes N`` the launcher's RBAC and the
+  ReadWriteMany PVC, with ``--queue`` the LocalQueue;
 * with ``--nodes N``: the ``torch-distributed`` ClusterTrainingRuntime;
 * the KFP and Argo servers' version calls, when their hosts are known.
 """
@@ -88,8 +89,9 @@ def namespaces_of(opts: DoctorOptions) -> dict[str, list[str]]:
     return out
 
 
-def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]]) -> list[Any]:
-    """Every check, in order (``specs``: each path's compiled pod specs); only the first when the API does not answer."""
+def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], claims: dict[str, set[str]]) -> list[Any]:
+    """Every check, in order (``specs``, ``claims``: each path's compiled pod specs and PVC names); only the first
+    when the API does not answer."""
     from llmpack import doctor_checks as dc
     from llmpack.doctor_cluster import Unanswered
 
@@ -114,11 +116,13 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]]) -
             checks.append(dc.pod_security(path, namespace, found, specs[path]))
             if path == "argo":
                 checks.append(dc.argo_artifacts(cluster, namespace, opts.argo_controller_namespace))
+        shared = (opts.cache_pvc or DEFAULT_SHARED_PVC) if gang else None
         if gang:
             checks.append(dc.launcher_rbac(cluster, namespace))
-            checks.append(dc.shared_pvc(cluster, namespace, opts.cache_pvc or DEFAULT_SHARED_PVC, shared=True))
-        elif opts.cache_pvc:
-            checks.append(dc.shared_pvc(cluster, namespace, opts.cache_pvc, shared=False))
+            checks.append(dc.shared_pvc(cluster, namespace, shared, shared=True))
+        mounted = set().union(*(claims[path] for path in paths)) | ({opts.cache_pvc} if opts.cache_pvc else set())
+        for name in sorted(mounted - {shared}):  # what the compiled pods mount, and --cache-pvc
+            checks.append(dc.shared_pvc(cluster, namespace, name, shared=False))
         if opts.queue:
             checks.append(dc.local_queue(cluster, namespace, opts.queue))
     return checks
@@ -191,7 +195,7 @@ def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfi
       llmpack doctor --nodes 2 --gpus 4 --queue team-a --compiled build/2x4
     """
     from llmpack.doctor_cluster import reader
-    from llmpack.doctor_pods import committed_root, pod_specs
+    from llmpack.doctor_pods import claimed_pvcs, committed_root, pod_specs
 
     root = committed_root() / ("examples/multinode" if nodes > 1 else "")  # the committed 2x4 gang, or the 1-node set
     opts = DoctorOptions(paths=parse_paths(paths), namespace=namespace, kfp_namespace=kfp_namespace, gpus=gpus,
@@ -201,10 +205,11 @@ def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfi
     if compiled is not None and not compiled.is_dir():
         raise InputError(f"--compiled {compiled}: no such directory")
     specs = {path: pod_specs(opts.compiled, path, gang=nodes > 1) for path in opts.paths}  # bad files: exit 2 first
+    claims = {path: claimed_pvcs(opts.compiled, path, gang=nodes > 1) for path in opts.paths}
     tls = tls_connection(ca_cert, insecure_skip_tls_verify)
     cluster = reader(host=settings.K8S_HOST.get(), token=settings.K8S_TOKEN.get(), kubeconfig=kubeconfig,
                      context=context, **tls)
-    checks = run_checks(opts, cluster, specs)
+    checks = run_checks(opts, cluster, specs, claims)
     if len(checks) > 1:  # the API answered
         checks += endpoint_checks(opts, tls)
     if as_json:

@@ -288,8 +288,9 @@ def launcher_rbac(cluster: ClusterReader, namespace: str) -> Check:
 
 def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: bool) -> Check:
     """The PVC ``name`` exists and is Bound; ReadWriteMany when ``shared`` (the gang's nodes and launcher mount it)."""
+    mode = "ReadWriteMany" if shared else "ReadWriteOnce"
     example = (f"kubectl -n {_q(namespace)} apply -f - <<< '{{apiVersion: v1, kind: PersistentVolumeClaim, metadata: "
-               f"{{name: {name}}}, spec: {{accessModes: [ReadWriteMany], resources: {{requests: {{storage: 50Gi}}}}}}}}'")
+               f"{{name: {name}}}, spec: {{accessModes: [{mode}], resources: {{requests: {{storage: 50Gi}}}}}}}}'")
     try:
         pvc = cluster.pvc(namespace, name)
     except Unanswered as exc:

@@ -60,6 +60,23 @@ def pod_specs(root: Path, path: str, *, gang: bool) -> list[PodSpec]:
     return specs
 
 
+def claimed_pvcs(root: Path, path: str, *, gang: bool) -> set[str]:
+    """The PersistentVolumeClaims ``path``'s artifact (and with ``gang`` the TrainJob) mounts by name."""
+    docs = _load(root / ARTIFACTS[path]) + (_load(root / TRAINJOB_ARTIFACT) if gang else [])
+    return {name for name in _claim_names(docs) if "{{" not in name}  # a claim named by a run parameter: unknown here
+
+
+def _claim_names(doc: Any) -> Iterator[str]:
+    if isinstance(doc, Mapping):
+        if isinstance(doc.get("claimName"), str):
+            yield doc["claimName"]
+        for value in doc.values():
+            yield from _claim_names(value)
+    elif isinstance(doc, list):
+        for item in doc:
+            yield from _claim_names(item)
+
+
 def _load(file: Path) -> list[Any]:
     try:
         return [doc for doc in yaml.safe_load_all(file.read_text(encoding="utf-8")) if doc is not None]

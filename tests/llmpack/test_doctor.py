@@ -110,6 +110,7 @@ CASES = {
     "no-launcher-rbac": (GANG, "RoleBinding llmpack-launcher missing", "launcher-rbac.yaml"),
     "pvc-rwo": (GANG, "llmpack-shared in llmpack is ReadWriteOnce, not ReadWriteMany", "delete pvc llmpack-shared"),
     "pvc-pending": (GANG, "llmpack-shared in llmpack is Pending, not Bound", "describe pvc llmpack-shared"),
+    "no-artifacts-pvc": ((), "PersistentVolumeClaim llmpack-artifacts missing in llmpack", "accessModes: [ReadWriteOnce]"),
     "no-queue": (GANG, "LocalQueue team-a missing in llmpack", "kind: LocalQueue"),
     "no-secret": ((), "Secret llmpack-mlflow missing in llmpack", "create secret generic llmpack-mlflow "
                   "--from-literal=tracking-uri="),

@@ -3,7 +3,8 @@
 :func:`plant_ready` gives a :class:`~standins.k8s_api.KubeAPIStandIn` what
 ``docs/first-run-on-a-cluster.md`` says to apply: the namespaces, two GPU nodes (labelled
 ``nvidia.com/gpu.present=true``, tainted ``nvidia.com/gpu:NoSchedule``, 8 allocatable GPUs), the
-MLflow Secret in each run namespace, Argo's artifact repository ConfigMap, the launcher's RBAC
+MLflow Secret in each run namespace, Argo's artifact repository ConfigMap, the MLflow Job's
+``llmpack-artifacts`` PVC, the launcher's RBAC
 (``launcher_rbac()``, as ``kubectl apply`` would create it), the ReadWriteMany PVC, Bound, the
 ``torch-distributed`` ClusterTrainingRuntime and a Kueue LocalQueue. :data:`FAULTS` each break
 one of them, as a platform team's first attempt might.
@@ -20,7 +21,7 @@ from standins.k8s_api import CLUSTER_TRAINING_RUNTIMES, LOCALQUEUES, LOCALQUEUES
 
 RUN_NAMESPACE, KFP_NAMESPACE, ARGO_NAMESPACE = "llmpack", "kubeflow", "argo"
 NAMESPACES = ("default", RUN_NAMESPACE, KFP_NAMESPACE, ARGO_NAMESPACE)
-QUEUE, SHARED_PVC = "team-a", "llmpack-shared"
+QUEUE, SHARED_PVC, ARTIFACTS_PVC = "team-a", "llmpack-shared", "llmpack-artifacts"
 GPU_NODES = ("gpu-node-0", "gpu-node-1")
 TRACKING_URI = "http://mlflow.team-a.svc:5000"  # the Secret's value: doctor checks it, never prints it
 SECRET_PASSWORD = "mlflow-pass-never-shown-9f3"  # a value doctor reads past and must never print
@@ -47,9 +48,10 @@ def secret(namespace: str, data: dict[str, str]) -> dict[str, Any]:
             "data": {k: _b64(v) for k, v in data.items()}}
 
 
-def pvc(namespace: str = RUN_NAMESPACE, *, modes: tuple[str, ...] = ("ReadWriteMany",), phase: str = "Bound") -> dict[str, Any]:
+def pvc(namespace: str = RUN_NAMESPACE, *, modes: tuple[str, ...] = ("ReadWriteMany",), phase: str = "Bound",
+        name: str = SHARED_PVC) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": SHARED_PVC, "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace},
             "spec": {"accessModes": list(modes), "resources": {"requests": {"storage": "50Gi"}}, "storageClassName": "nfs"},
             "status": {"phase": phase, "accessModes": list(modes) if phase == "Bound" else []}}
 
@@ -78,6 +80,7 @@ def plant_ready(api: KubeAPIStandIn) -> KubeAPIStandIn:
         api.apply_custom_object(pvc(namespace))
         api.apply_custom_object({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
                                  "metadata": {"name": QUEUE, "namespace": namespace}, "spec": {"clusterQueue": "gpus"}})
+    api.apply_custom_object(pvc(modes=("ReadWriteOnce",), name=ARTIFACTS_PVC))  # the MLflow Job's artifacts
     api.apply_custom_object({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
                              "metadata": {"name": "torch-distributed"}, "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}}})
     return api
@@ -105,6 +108,8 @@ FAULTS: dict[str, tuple[str, Callable[[KubeAPIStandIn], Any]]] = {
                          _delete("rolebindings", RUN_NAMESPACE, "llmpack-launcher")),
     "pvc-rwo": ("the shared PVC is ReadWriteOnce", lambda api: api.apply_custom_object(pvc(modes=("ReadWriteOnce",)))),
     "pvc-pending": ("the shared PVC is Pending", lambda api: api.apply_custom_object(pvc(phase="Pending"))),
+    "no-artifacts-pvc": ("the MLflow Job's PVC llmpack-artifacts is missing",
+                         _delete("persistentvolumeclaims", RUN_NAMESPACE, ARTIFACTS_PVC)),
     "no-queue": ("the Kueue LocalQueue is missing", _delete("localqueues", RUN_NAMESPACE, QUEUE)),
     "no-secret": ("the MLflow Secret is missing", _delete("secrets", RUN_NAMESPACE, "llmpack-mlflow")),
     "secret-without-uri": ("the MLflow Secret has no tracking-uri",
