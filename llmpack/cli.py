@@ -18,6 +18,7 @@ from components import settings
 from components.errors import InputError, Interrupted
 from llmpack.backends import BACKENDS, ORCHESTRATORS, cluster_paths
 from llmpack.clean import clean as clean_command
+from llmpack.doctor import doctor as doctor_command
 from llmpack.options import (
     TLS_OPTIONS,
     compare_path_options,
@@ -570,6 +571,7 @@ def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | 
 # Tracking outages and housekeeping (issue 11): `llmpack sync RUN_DIR`, `llmpack clean`.
 main.add_command(sync_command)
 main.add_command(clean_command)
+main.add_command(doctor_command)  # before a first cluster run (issue 23): docs/first-run-on-a-cluster.md
 
 if __name__ == "__main__":  # pragma: no cover
     main()

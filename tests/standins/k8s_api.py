@@ -23,6 +23,13 @@ objects for errors, chunked newline-delimited watch streams) for the few resourc
   ``propagationPolicy``; 409 ``AlreadyExists`` / 404 ``NotFound`` are ``Status`` objects naming
   ``{plural}.{group}``. Each change is a watch event, as for pods. :attr:`on_custom_object_created`
   lets a fake cluster react; :meth:`set_trainjob_condition` plays the Trainer controller.
+- Built-in objects stored as the custom resources are (:data:`BUILTIN_OBJECTS`: Secrets, ConfigMaps,
+  PersistentVolumeClaims, ServiceAccounts under ``/api/v1/namespaces/{ns}/...``, Roles and
+  RoleBindings under ``rbac.authorization.k8s.io/v1``), cluster-scoped custom objects
+  (``GET /apis/{group}/{version}/{plural}/{name}``, e.g. :data:`CLUSTER_TRAINING_RUNTIMES`), and
+  ``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews``, allowed unless ``forbidden``
+  names the verb or resource (:meth:`KubeAPIStandIn.allows`). Namespaces carry the labels given
+  to :meth:`KubeAPIStandIn.add_namespace` (Pod Security levels). What ``llmpack doctor`` reads.
 - A wrong or missing bearer token gets 401; resources named in ``forbidden`` get 403 (a resource
   name such as ``"jobs"``, ``"trainjobs"`` or ``"trainjobs.trainer.kubeflow.org"`` forbids every
   verb on it; ``"delete trainjobs"`` forbids one verb).
@@ -172,21 +179,26 @@ class _Entry:
 
 @dataclass(frozen=True)
 class CustomResource:
-    """A namespaced custom resource with a status subresource, as its CRD declares it."""
+    """A custom resource with a status subresource, as its CRD declares it (namespaced unless said).
+
+    Built-in kinds the stand-in stores the same way (Secrets, PVCs, Roles...) are declared with
+    their own group (``""`` for the core API): see :data:`BUILTIN_OBJECTS`.
+    """
 
     group: str
     version: str
     plural: str
     kind: str
+    namespaced: bool = True
 
     @property
     def api_version(self) -> str:
-        return f"{self.group}/{self.version}"
+        return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
     def resource(self) -> str:
         """``{plural}.{group}``: the name kubectl, RBAC messages and ``Status`` errors use."""
-        return f"{self.plural}.{self.group}"
+        return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
 TRAINJOBS = CustomResource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
@@ -194,6 +206,22 @@ WORKLOADS = CustomResource("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
 WORKLOADS_V1BETA2 = CustomResource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
 # Kueue 0.15-0.19 serves Workloads at both versions, one store (Kueue before 0.15: v1beta1 only).
 CUSTOM_RESOURCES = (TRAINJOBS, WORKLOADS, WORKLOADS_V1BETA2)
+# More CRDs a cluster may have (pass them in ``custom_resources``): Kueue LocalQueues and the
+# Trainer's cluster-scoped runtimes (what ``llmpack doctor`` reads).
+LOCALQUEUES = CustomResource("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue")
+LOCALQUEUES_V1BETA2 = CustomResource("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
+CLUSTER_TRAINING_RUNTIMES = CustomResource("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes",
+                                           "ClusterTrainingRuntime", namespaced=False)
+# Built-in kinds every API server serves, stored and routed as the custom resources are
+# (``/api/v1/namespaces/{ns}/{plural}[/{name}]``, ``/apis/rbac.authorization.k8s.io/v1/...``).
+BUILTIN_OBJECTS = (
+    CustomResource("", "v1", "secrets", "Secret"),
+    CustomResource("", "v1", "configmaps", "ConfigMap"),
+    CustomResource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"),
+    CustomResource("", "v1", "serviceaccounts", "ServiceAccount"),
+    CustomResource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+    CustomResource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -230,11 +258,12 @@ class KubeAPIStandIn(StandInServer):
         super().__init__(token=token)
         self.namespaces = set(namespaces)
         self.forbidden = set(forbidden)  # resource names: "pods", "nodes", "events", "namespaces", "jobs"
+        self.namespace_labels: dict[str, dict[str, str]] = {}  # labels beyond kubernetes.io/metadata.name
         self.bookmarks = bookmarks
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.on_job_created: Callable[[dict[str, Any]], None] | None = None
         # Served custom resources by (group, version, plural); their objects by "{plural}.{group}", then (ns, name).
-        self.custom_resources = {(r.group, r.version, r.plural): r for r in custom_resources}
+        self.custom_resources = {(r.group, r.version, r.plural): r for r in (*custom_resources, *BUILTIN_OBJECTS)}
         self.custom_objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {
             r.resource: {} for r in self.custom_resources.values()
         }
@@ -338,8 +367,28 @@ class KubeAPIStandIn(StandInServer):
             meta["resourceVersion"] = str(self._rv)
             self._events[(meta["namespace"], meta["name"])] = obj
 
-    def add_namespace(self, name: str) -> None:
+    def add_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        """Serve namespace ``name``, with ``labels`` (e.g. ``pod-security.kubernetes.io/enforce``) if given."""
         self.namespaces.add(name)
+        if labels is not None:
+            self.namespace_labels[name] = dict(labels)
+
+    def install(self, *resources: CustomResource) -> None:
+        """Serve more custom resources from now on, as applying their CRDs does."""
+        with self._cond:
+            for res in resources:
+                self.custom_resources[(res.group, res.version, res.plural)] = res
+                self.custom_objects.setdefault(res.resource, {})
+
+    def remove_namespace(self, name: str) -> None:
+        """Stop serving namespace ``name`` (its objects stay stored, unreachable through it)."""
+        self.namespaces.discard(name)
+        self.namespace_labels.pop(name, None)
+
+    def allows(self, verb: str, resource: str, group: str = "") -> bool:
+        """Whether a request ``verb`` on ``resource`` (in API ``group``) passes :attr:`forbidden`."""
+        names = (resource, f"{resource}.{group}") if group else (resource,)
+        return not any(n in self.forbidden or f"{verb} {n}" in self.forbidden for n in names)
 
     def expire(self) -> None:
         """Compact history now: open watches get ERROR 410 Expired, older resourceVersions are refused.
@@ -650,8 +699,9 @@ class KubeAPIStandIn(StandInServer):
         if res is None:
             raise KeyError(f"{body.get('apiVersion')} {body.get('kind')}: not a served custom resource")
         meta = body.setdefault("metadata", {})
-        meta.setdefault("namespace", "default")
-        key = (meta["namespace"], meta["name"])
+        if res.namespaced:
+            meta.setdefault("namespace", "default")
+        key = (meta.get("namespace", ""), meta["name"])
         with self._cond:
             store = self.custom_objects[res.resource]
             old = store.get(key)
@@ -807,9 +857,13 @@ _ROUTES = [
     ("jobs", re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs$")),
     ("job", re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)(?P<status>/status)?$")),
     ("version", re.compile(r"^/version/?$")),
+    ("core_object", re.compile(r"^/api/(?P<version>v1)/namespaces/(?P<ns>[^/]+)/(?P<plural>secrets|configmaps|"
+                               r"persistentvolumeclaims|serviceaccounts)(?:/(?P<name>[^/]+)(?P<status>/status)?)?$")),
+    ("access_review", re.compile(r"^/apis/authorization\.k8s\.io/v1/selfsubjectaccessreviews$")),
     ("custom", re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
                           r"(?:/(?P<name>[^/]+)(?P<status>/status)?)?$")),
     ("custom_all", re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/(?P<plural>[^/]+)$")),
+    ("custom_cluster", re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/(?P<plural>[^/]+)/(?P<name>[^/]+)$")),
 ]
 
 _RESOURCE = {
@@ -866,7 +920,9 @@ def _make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
                 return
             name, match = route
             groups = match.groupdict()
-            custom = name in ("custom", "custom_all")
+            custom = name in ("custom", "custom_all", "custom_cluster", "core_object")
+            if name == "core_object":
+                groups["group"] = ""
             if method in ("PATCH", "PUT") and not custom:
                 return self._not_allowed(method)
             resource = groups["plural"] if custom else _RESOURCE.get(name)
@@ -876,11 +932,11 @@ def _make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
                 method, "list" if collection else "get")
             if query.get("watch", "").lower() in ("true", "1"):
                 verb = "watch"
-            names = (resource, f"{resource}.{groups['group']}") if custom else (resource,)
+            names = (resource, f"{resource}.{groups['group']}") if custom and groups["group"] else (resource,)
             if any(n in api.forbidden or f"{verb} {n}" in api.forbidden for n in names):
                 scope = f'in the namespace "{groups["ns"]}"' if groups.get("ns") else "at the cluster scope"
                 group = groups["group"] if custom else "batch" if resource == "jobs" else ""
-                subject = f"{resource}.{group}" if custom else resource
+                subject = f"{resource}.{group}" if custom and group else resource
                 if custom and groups.get("name"):
                     subject += f' "{groups["name"]}"'
                 rbac_resource = f"{resource}/status" if groups.get("status") else resource
@@ -934,13 +990,13 @@ def _make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
             self._json(200, api._list(api._events, query, ns, "Event"))
 
         def _r_namespaces(self, method: str, query: dict[str, str], body: Any) -> None:
-            items = [_namespace_object(n) for n in sorted(api.namespaces)]
+            items = [_namespace_object(n, api.namespace_labels.get(n)) for n in sorted(api.namespaces)]
             self._json(200, {"kind": "NamespaceList", "apiVersion": "v1", "metadata": {"resourceVersion": str(api._rv)}, "items": items})
 
         def _r_namespace(self, method: str, query: dict[str, str], body: Any, ns: str) -> None:
             if ns not in api.namespaces:
                 return self._status(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
-            self._json(200, _namespace_object(ns))
+            self._json(200, _namespace_object(ns, api.namespace_labels.get(ns)))
 
         def _r_jobs(self, method: str, query: dict[str, str], body: Any, ns: str) -> None:
             if method == "POST":
@@ -992,7 +1048,7 @@ def _make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
                 return self._json(200, listed | {"apiVersion": res.api_version})
             if method == "GET":
                 with api._cond:
-                    obj = copy.deepcopy(api.custom_objects[res.resource].get((ns, name)))
+                    obj = copy.deepcopy(api.custom_objects[res.resource].get((ns or "", name)))
                 if obj is not None:
                     obj["apiVersion"] = res.api_version
                 return self._json(200, obj) if obj is not None else self._json(*api._not_found(res, name))
@@ -1007,14 +1063,36 @@ def _make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
                           plural: str) -> None:
             self._r_custom(method, query, body, group, version, plural)
 
+        def _r_custom_cluster(self, method: str, query: dict[str, str], body: Any, group: str, version: str,
+                              plural: str, name: str) -> None:
+            res = api.custom_resources.get((group, version, plural))
+            if res is None or res.namespaced or method != "GET":  # only reads of cluster-scoped objects
+                return self._status(404, "NotFound", "the server could not find the requested resource")
+            self._r_custom(method, query, body, group, version, plural, None, name)
+
+        def _r_core_object(self, method: str, query: dict[str, str], body: Any, version: str, ns: str, plural: str,
+                           name: str | None = None, status: str | None = None, group: str = "") -> None:
+            self._r_custom(method, query, body, "", version, plural, ns, name, status)
+
+        def _r_access_review(self, method: str, query: dict[str, str], body: Any) -> None:
+            """``SelfSubjectAccessReview``: allowed unless :attr:`KubeAPIStandIn.forbidden` names the resource or verb."""
+            if method != "POST" or not isinstance(body, dict):
+                return self._not_allowed(method)
+            attrs = (body.get("spec") or {}).get("resourceAttributes") or {}
+            allowed = api.allows(attrs.get("verb", ""), attrs.get("resource", ""), attrs.get("group", ""))
+            status = {"allowed": allowed, **({} if allowed else {"reason": "no RBAC rule allows it"})}
+            self._json(201, {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                             "metadata": {"creationTimestamp": None}, "spec": body.get("spec") or {}, "status": status})
+
     return Handler
 
 
-def _namespace_object(name: str) -> dict[str, Any]:
+def _namespace_object(name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {
         "kind": "Namespace",
         "apiVersion": "v1",
-        "metadata": {"name": name, "uid": _uid_for("ns", name), "labels": {"kubernetes.io/metadata.name": name}},
+        "metadata": {"name": name, "uid": _uid_for("ns", name),
+                     "labels": {"kubernetes.io/metadata.name": name, **(labels or {})}},
         "spec": {"finalizers": ["kubernetes"]},
         "status": {"phase": "Active"},
     }
