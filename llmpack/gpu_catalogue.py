@@ -207,4 +207,6 @@ def resources_for_gpus(res: Resources, gpus: int) -> Resources:
     if gpus <= 0 or res.gpus <= 0 or gpus == res.gpus:
         return replace(res, gpus=gpus)
     factor = gpus / res.gpus
-    return replace(res, gpus=gpus, cpu=round(res.cpu * factor, 3), memory=scale_memory(res.memory, factor))
+    cpu = round(res.cpu * factor, 3)
+    return replace(res, gpus=gpus, cpu=int(cpu) if float(cpu).is_integer() else cpu,
+                   memory=scale_memory(res.memory, factor))
