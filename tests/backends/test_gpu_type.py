@@ -230,3 +230,16 @@ def test_run_gpu_type_takes_short_names_and_keeps_other_names_for_a_price_file()
 
     assert gpu_type_name(None, None, "a100") == A100  # type: ignore[arg-type]
     assert gpu_type_name(None, None, "acme-x1000") == "acme-x1000"  # type: ignore[arg-type]
+
+
+def test_the_local_argo_executor_takes_a_multi_gpu_pods_shm_and_no_other_volume(compiled: dict[str, Path]) -> None:
+    """``llmpack run --backend argo --nproc-per-node 2`` compiles a 2-GPU finetune: its /dev/shm has no local effect."""
+    from argo_workflows.local import load_workflow
+
+    text = (compiled["h100-4"] / "argo_workflows" / "finetune.yaml").read_text()
+    assert "finetune" in load_workflow(text).templates
+    doc = yaml.safe_load(text)
+    finetune = next(t for t in doc["spec"]["templates"] if t["name"] == "finetune")
+    finetune["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+    with pytest.raises(InputError, match="unsupported feature volumes"):
+        load_workflow(yaml.safe_dump(doc))
