@@ -23,9 +23,10 @@ subprocess. What it does, in Argo's terms:
 - literal ``env`` values; ``secretKeyRef`` variables are the cluster's, so locally the caller's
   environment stands in for them.
 
-Cluster-only fields (image, resources, node selector, tolerations, security contexts, metadata,
-metrics, ``activeDeadlineSeconds``...) are accepted and have no local effect. Anything else
-(``steps`` or ``script`` templates, loops, ``when``, ``depends``, task-level hooks, volumes, other
+Cluster-only fields (image, resources, node selector and affinity, tolerations, security
+contexts, metadata, metrics, ``activeDeadlineSeconds``, a multi-GPU pod's memory-backed
+``/dev/shm`` volume: a local process has the host's) are accepted and have no local effect.
+Anything else (``steps`` or ``script`` templates, loops, ``when``, ``depends``, task-level hooks, other volumes, other
 placeholders...) is refused before anything runs, with one line naming the feature and where it is.
 """
 
@@ -50,6 +51,7 @@ from argo_workflows.local_model import (
     DagTask,
     Template,
     check_keys,
+    shm_only,
     substitute,
     unsupported,
 )
@@ -96,7 +98,7 @@ class LocalWorkflow:
             for key, feature in TEMPLATE_KINDS.items():
                 if key in t:
                     raise unsupported(feature, f"{where}.{key}")
-            check_keys(t, TEMPLATE_RUN, TEMPLATE_CLUSTER, where,
+            check_keys(t, TEMPLATE_RUN, TEMPLATE_CLUSTER | ({"volumes"} if shm_only(t.get("volumes")) else set()), where,
                         {"initContainers": "init containers", "sidecars": "sidecars", "volumes": "volumes",
                          "podSpecPatch": "podSpecPatch", "memoize": "memoization", "daemon": "daemon templates",
                          "plugin": "plugin templates"})

@@ -66,6 +66,18 @@ CONTAINER_CLUSTER = {
     "startupProbe", "terminationMessagePath", "terminationMessagePolicy", "resizePolicy",
 }  # fmt: skip
 DAG_TASK_RUN = {"name", "template", "arguments", "dependencies"}
+
+
+def shm_only(volumes: Any, mounts: bool = False) -> bool:
+    """Whether a template's ``volumes`` (or a container's ``volumeMounts``) are only the memory-backed
+    ``/dev/shm`` of a multi-GPU pod (components.gpu_nodes): cluster-only, a local process has the host's."""
+    from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME
+
+    if not isinstance(volumes, list) or not volumes:
+        return False
+    if mounts:
+        return all(isinstance(m, dict) and m == {"name": SHM_VOLUME, "mountPath": SHM_MOUNT} for m in volumes)
+    return all(isinstance(v, dict) and v.get("name") == SHM_VOLUME and set(v) == {"name", "emptyDir"} for v in volumes)
 DAG_TASK_NAMED = {
     "withItems": "withItems loops",
     "withParam": "withParam loops",
@@ -133,7 +145,8 @@ class Template:
         self.name = str(spec["name"])
         container = spec["container"]
         cwhere = f"{where}.container"
-        check_keys(container, CONTAINER_RUN, CONTAINER_CLUSTER, cwhere,
+        shm = {"volumeMounts"} if shm_only(container.get("volumeMounts"), mounts=True) else set()
+        check_keys(container, CONTAINER_RUN, CONTAINER_CLUSTER | shm, cwhere,
                     {"volumeMounts": "volume mounts", "workingDir": "workingDir", "envFrom": "envFrom",
                      "lifecycle": "lifecycle hooks", "volumeDevices": "volume devices"})
         # (text, where) for every word of command + args, so a bad placeholder is named exactly.

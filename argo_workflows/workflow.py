@@ -12,7 +12,9 @@ values and artifact directories go. The module-level ``w`` is the fine-tuning pi
 Cluster mapping of a step's :class:`components.dsl.Execution`:
 
 - resources: CPU and memory requests, ``nvidia.com/gpu`` requests and limits (Hera ``gpus=``);
-- placement: node selector, tolerations;
+- placement: node selector, the GPU type's required node affinity
+  (:func:`components.gpu_nodes.placement`), tolerations;
+- a memory-backed ``/dev/shm`` (``emptyDir``) on a pod of several GPUs;
 - retries: ``retryStrategy`` with ``retryPolicy: Always`` (a preempted or evicted pod is an
   Argo *error*, not a failure, and must be retried too), exponential backoff whose per-retry
   ceiling is ``backoff.cap``, written only where it binds (Argo's ``maxDuration`` is a deadline
@@ -53,6 +55,7 @@ from components.dsl import (
     Task,
     iter_param_args,
 )
+from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement
 from components.record.close import CLOSE_TASK, billed_uses, record_args, uses_json
 from components.record.cost import GpuUse
 from components.record.telemetry import TRAIN_STEP
@@ -163,8 +166,27 @@ def tracking_env() -> list[Any]:
               for key, env in TRACKING_CREDENTIALS.items())]
 
 
+def _affinity(affinity: dict[str, Any] | None) -> Any:
+    """A Kubernetes NodeAffinity dict (components.gpu_nodes) as Hera's model; None stays None."""
+    from hera.workflows.models import Affinity, NodeAffinity
+
+    return None if affinity is None else Affinity(node_affinity=NodeAffinity.model_validate(affinity))
+
+
+def _volumes(ex: Any) -> list[Any] | None:
+    """The ``--cache-pvc`` volume and, on a pod of several GPUs, the memory-backed ``/dev/shm``."""
+    from hera.workflows import EmptyDirVolume, ExistingVolume
+
+    volumes: list[Any] = []
+    if ex.cache_pvc:
+        volumes.append(ExistingVolume(name=HF_CACHE_VOLUME, claim_name=ex.cache_pvc, mount_path=HF_CACHE_MOUNT))
+    if needs_shm(ex.resources.gpus):
+        volumes.append(EmptyDirVolume(name=SHM_VOLUME, mount_path=SHM_MOUNT, medium="Memory"))
+    return volumes or None
+
+
 def _container(task: Task, use: GpuUse | None = None) -> Any:
-    from hera.workflows import Artifact, Container, Env, ExistingVolume, Parameter, Resources, RetryStrategy
+    from hera.workflows import Artifact, Container, Env, Parameter, Resources, RetryStrategy
     from hera.workflows.models import Backoff, Capabilities, IntOrString, SecurityContext, Toleration
 
     step = task.step
@@ -177,6 +199,7 @@ def _container(task: Task, use: GpuUse | None = None) -> Any:
         outputs={name: f"{{{{outputs.artifacts.{name}.path}}}}" for name in step.outputs},
         params={name: f"{{{{inputs.parameters.{name}}}}}" for name in param_names},
     ) + [f"--param=orchestrator_run_id={RUN_ID}"]
+    selector, affinity = placement(ex)
     retry = None
     if ex.retry.limit > 0:
         retry = RetryStrategy(
@@ -203,8 +226,7 @@ def _container(task: Task, use: GpuUse | None = None) -> Any:
             *tracking_env(),
             *([Env(name="HF_HOME", value=HF_CACHE_MOUNT)] if ex.cache_pvc else []),
         ],
-        volumes=[ExistingVolume(name=HF_CACHE_VOLUME, claim_name=ex.cache_pvc, mount_path=HF_CACHE_MOUNT)]
-        if ex.cache_pvc else None,
+        volumes=_volumes(ex),
         resources=Resources(
             cpu_request=cpu_quantity(res.cpu),
             memory_request=res.memory,
@@ -217,7 +239,8 @@ def _container(task: Task, use: GpuUse | None = None) -> Any:
             privileged=False,
             capabilities=Capabilities(drop=["ALL"]),
         ),
-        node_selector=dict(ex.node_selector) or None,
+        node_selector=selector or None,
+        affinity=_affinity(affinity),
         tolerations=[
             Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect) for t in ex.tolerations
         ]

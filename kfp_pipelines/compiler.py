@@ -20,7 +20,9 @@ on a cluster and under ``kfp.local.SubprocessRunner`` (which runs it in this Pyt
 
 Per task the compiled pipeline carries, from the step's :class:`components.dsl.Execution`:
 CPU and memory requests and limits, ``nvidia.com/gpu`` accelerator type and limit, the retry
-policy, and (kfp-kubernetes platform config) the node selector, tolerations, a pod timeout
+policy, and (kfp-kubernetes platform config) the node selector and the GPU type's required node
+affinity (:func:`components.gpu_nodes.placement`: one term per node label that names the type),
+a memory-backed ``/dev/shm`` on a pod of several GPUs, tolerations, a pod timeout
 (``activeDeadlineSeconds``), a non-root security context, the MLflow tracking URI from the
 Secret ``llmpack-mlflow`` (key ``tracking-uri``, required, never a literal; optional keys
 ``username``/``password``/``token`` as ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``/``TOKEN``), and the static pod
@@ -65,6 +67,7 @@ from components.dsl import (
     Task,
     iter_param_args,
 )
+from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement
 from components.record.close import CLOSE_TASK, billed_uses, uses_json
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
 
@@ -249,8 +252,12 @@ def configure_task(pipe: Pipeline, task: Task, kt: Any) -> None:
             backoff_factor=float(ex.retry.factor),
             backoff_max_duration=f"{retry_window_s(task)}s",
         )
-    for key, value in sorted(ex.node_selector.items()):
+    selector, affinity = placement(ex)
+    for key, value in sorted(selector.items()):
         kubernetes.add_node_selector(kt, label_key=key, label_value=value)
+    # One kfp-kubernetes term per way a node names the GPU type: required terms, ORed by the backend.
+    for term in (affinity or {}).get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", []):
+        kubernetes.add_node_affinity(kt, match_expressions=term["matchExpressions"])
     for tol in ex.tolerations:
         kubernetes.add_toleration(kt, key=tol.key, operator=tol.operator, value=tol.value, effect=tol.effect)
     for key, value in pod_labels(pipe, task).items():
@@ -262,6 +269,8 @@ def configure_task(pipe: Pipeline, task: Task, kt: Any) -> None:
     if ex.cache_pvc:
         kubernetes.mount_pvc(kt, pvc_name=ex.cache_pvc, mount_path=HF_CACHE_MOUNT)
         kt.set_env_variable("HF_HOME", HF_CACHE_MOUNT)
+    if needs_shm(res.gpus):
+        kubernetes.empty_dir_mount(kt, volume_name=SHM_VOLUME, mount_path=SHM_MOUNT, medium="Memory")
 
 
 def configure_close_task(kt: Any) -> None:

@@ -20,8 +20,10 @@ from llmpack.backends import BACKENDS, ORCHESTRATORS, cluster_paths
 from llmpack.clean import clean as clean_command
 from llmpack.doctor import doctor as doctor_command
 from llmpack.options import (
+    COMPILED_GPU_HELP,
     TLS_OPTIONS,
     compare_path_options,
+    known_gpu_type,
     parse_params,
     run_options,
     submit_options,
@@ -168,8 +170,10 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
 @click.option("--nodes", type=int, default=None, help="Nodes for finetune; above 1 its pod creates a Kubeflow Trainer "
               "TrainJob of that many GPU pods (also written to OUT/trainjob/); needs --cache-pvc (ReadWriteMany).")
 @click.option("--queue", default=None, metavar="NAME", help="Kueue LocalQueue for the finetune TrainJob (with --nodes).")
+@click.option("--gpu-type", default=None, metavar="TYPE", callback=known_gpu_type, help=COMPILED_GPU_HELP)
 def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A001 - the command's name
-            cache_pvc: str | None, gpus: int | None, nodes: int | None, queue: str | None) -> None:
+            cache_pvc: str | None, gpus: int | None, nodes: int | None, queue: str | None,
+            gpu_type: str | None) -> None:
     """Compile the pipeline to KFP v2 IR, an Argo Workflow (Hera) and MLflow Projects.
 
     \b
@@ -185,11 +189,13 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
                                                finetune: 4 torchrun ranks, 1 pod
       llmpack compile --nodes 2 --gpus 4 --cache-pvc shared --out build/2x4
                                                finetune: a TrainJob, 2 nodes x 4
+      llmpack compile --gpu-type a100 --out build/a100
+                                               A100 80GB nodes, labels and price
     """
     from llmpack.compile import compile_all
 
     for path in compile_all(out, image=image, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes,
-                            queue=queue):
+                            queue=queue, gpu_type=gpu_type):
         echo_out(str(path))
 
 
@@ -389,8 +395,7 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
 
     if "direct" in names:
         raise InputError("--cluster: 'direct' has no cluster path; use --backends kfp,argo,mlflow")
-    for flag, value in (("--gpu-type", kwargs.get("gpu_type")), ("--nproc-per-node", kwargs.get("nproc_per_node")),
-                        ("--inject-start-delay", inject_start_delay)):
+    for flag, value in (("--nproc-per-node", kwargs.get("nproc_per_node")), ("--inject-start-delay", inject_start_delay)):
         if value is not None:
             raise InputError(f"{flag}: not with --cluster (the compiled artifacts fix the GPU spec; the node's GPU prices the run)")
     if cluster.get("cache_pvc") is not None and (kwargs.get("nodes") or 1) <= 1:
@@ -419,7 +424,7 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
         price_file=kwargs.get("price_file"), timeout_s=cluster["timeout_s"], poll_s=cluster["poll_s"], progress=progress,
         **({} if cluster["scale_down_delay_s"] is None else {"scale_down_delay_s": cluster["scale_down_delay_s"]}),
         gpus=kwargs.get("gpus"), nodes=kwargs.get("nodes"), cache_pvc=cluster.get("cache_pvc"), queue=cluster.get("queue"),
-        variants=modes,
+        gpu_type=kwargs.get("gpu_type"), variants=modes,
     )
 
 
@@ -529,7 +534,10 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
             values[key] = value
     if max_steps is not None and max_steps <= 0:
         raise InputError(f"--max-steps {max_steps}: must be a positive number of steps")
-    run = backend.submit(conn, params=values, **kw)
+    from llmpack.compile import compiled_for_submit
+
+    with compiled_for_submit(orchestrator, kw.pop("gpu_type", None), kw) as artifact:  # --gpu-type: compiled first
+        run = backend.submit(conn, params=values, **kw, **artifact)
     summary = run.summary
     for warning in summary.get("warnings", []):
         click.echo(f"llmpack: warning: {warning}", err=True)

@@ -110,6 +110,7 @@ def compare_cluster(
     nodes: int | None = None,
     cache_pvc: str | None = None,
     queue: str | None = None,
+    gpu_type: str | None = None,
     variants: Iterable[str] | None = None,
     **paths: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
@@ -126,6 +127,8 @@ def compare_cluster(
     committed artifacts. Above one node finetune is a Kubeflow Trainer TrainJob gang whose node
     pods and launcher share ``cache_pvc`` (default :data:`DEFAULT_GANG_PVC`, ReadWriteMany);
     its pods are one attempt, and ``gang_ready_s`` says when the last of them started.
+    ``gpu_type`` (``--gpu-type``): every GPU step's type, compiled in the same way: its pods
+    select that GPU's nodes (``llmpack compile --gpu-type``).
 
     ``kfp=`` / ``argo=`` / ``mlflow=`` (a keyword per cluster path, by name): each path's ``submit``
     options (``<package>.submit``; ``host``, ``token``, ``namespace``... see
@@ -168,14 +171,14 @@ def compare_cluster(
     compiled_dir = None
     if queue is not None and nodes is None:
         raise InputError(f"--queue {queue}: Kueue admits the finetune TrainJob; give --nodes 2 or more")
-    if gpus is not None or nodes is not None:
+    if gpus is not None or nodes is not None or gpu_type is not None:
         from llmpack.compile import check_cache_pvc, with_gpus
 
         if (nodes or 1) > 1:
             cache_pvc = cache_pvc or DEFAULT_GANG_PVC
         if cache_pvc is not None:
             check_cache_pvc(cache_pvc)
-        pipe = with_gpus(pipe, gpus, nodes, claim=cache_pvc, queue=queue)  # checks --gpus/--nodes/--cache-pvc now
+        pipe = with_gpus(pipe, gpus, nodes, claim=cache_pvc, queue=queue, gpu_type=gpu_type)  # checks them now
         if (nodes or 1) > 1:
             from components.process.gang import GangSpec
 
@@ -185,11 +188,11 @@ def compare_cluster(
     if fused_modes and ((gpus or 1) > 1 or (nodes or 1) > 1):
         raise InputError(f"--variants fuse-{fused_modes[0]} with --gpus {gpus or 1} --nodes {nodes or 1}: the many-process "
                          "finetune runs unfused; compare fused variants on one GPU")
-    compile_here = gpus is not None or nodes is not None or bool(fused_modes)
+    compile_here = gpus is not None or nodes is not None or gpu_type is not None or bool(fused_modes)
     if compile_here:
         for orch, key in ((name, path.artifact_option) for name, path in cluster_paths().items()):
             if conf[orch].get(key):
-                raise InputError(f"--gpus/--nodes/--variants compile the artifacts to submit: {orch} option {key} "
+                raise InputError(f"--gpus/--nodes/--gpu-type/--variants compile the artifacts to submit: {orch} option {key} "
                                  "cannot be given too")
     pipes = {mode: fuse_steps(pipe, mode) for mode in modes}
     k8s_opts = _options("k8s", k8s, K8S_OPTIONS)
@@ -215,7 +218,7 @@ def compare_cluster(
         compiled_dir = tempfile.mkdtemp(prefix="llmpack-compare-")
         for mode in modes:  # what `llmpack compile [--fuse MODE]` writes, a directory per variant
             out = os.path.join(compiled_dir, mode)
-            compile_all(out, fuse=mode, gpus=gpus, nodes=nodes, cache_pvc=cache_pvc, queue=queue)
+            compile_all(out, fuse=mode, gpus=gpus, nodes=nodes, cache_pvc=cache_pvc, queue=queue, gpu_type=gpu_type)
             session.artifacts[mode] = {orch: os.path.join(out, path.artifact_path) for orch, path in cluster_paths().items()}
     try:
         return _compare_all(session, plan, concurrency, group)

@@ -18,8 +18,11 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from components import settings
 from components.dsl import Pipeline
@@ -91,8 +94,13 @@ EXAMPLE_RUN = "example-run"  # the run id in the written TrainJob (each run name
 
 
 def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str | None = None,
-              queue: str | None = None) -> Pipeline:
-    """A copy of the pipeline whose finetune step asks for ``gpus`` GPUs on each of ``nodes`` nodes.
+              queue: str | None = None, gpu_type: str | None = None) -> Pipeline:
+    """A copy of the pipeline whose finetune step asks for ``gpus`` GPUs of ``gpu_type`` on each of ``nodes`` nodes.
+
+    ``gpu_type`` (``--gpu-type``: a known type's id or short name, :mod:`llmpack.gpu_catalogue`)
+    is every GPU step's type: their pods select its nodes (:mod:`components.gpu_nodes`), their
+    ``llmpack.io/gpu-type`` label and the summarizing task's price are its. A pod's CPUs and
+    memory follow its GPUs (:func:`llmpack.gpu_catalogue.resources_for_gpus`).
 
     Above one GPU the finetune pod runs one rank per GPU: the compiled ``nproc_per_node``
     parameter defaults to ``gpus`` (components.training.distributed launches torchrun in the pod). Above
@@ -101,8 +109,11 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
     shared volume is ``claim`` (``--cache-pvc``).
     """
     from components.training import distributed
+    from llmpack.gpu_catalogue import resolve_gpu_type
     from llmpack.runs import apply_gpu_overrides
 
+    if gpu_type is not None:
+        gpu_type = resolve_gpu_type(gpu_type)
     if gpus is not None and gpus < 1:
         raise InputError(f"--gpus {gpus}: the finetune pod needs at least 1 GPU")
     if gpus is not None:
@@ -114,7 +125,7 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
     if nodes is not None and nodes > 1 and claim is None:
         raise InputError(f"--nodes {nodes}: the TrainJob's node pods and the launcher share the run's data through a "
                          "ReadWriteMany PersistentVolumeClaim; pass --cache-pvc NAME")
-    pipe = apply_gpu_overrides(pipe, None, gpus, nodes)
+    pipe = apply_gpu_overrides(pipe, gpu_type, gpus, nodes)
     defaults: dict[str, object] = {}
     if gpus is not None and gpus > 1:
         defaults[distributed.NPROC_PARAM] = gpus
@@ -159,13 +170,13 @@ def trainjob_yaml(pipe: Pipeline) -> str:
 
 def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = None, fuse: str = "none",
                 prepull: bool = False, cache_pvc: str | None = None, gpus: int | None = None,
-                nodes: int | None = None, queue: str | None = None) -> list[Path]:
+                nodes: int | None = None, queue: str | None = None, gpu_type: str | None = None) -> list[Path]:
     """Compile every backend's artifacts (KFP, Argo, MLflow...) under ``out``; returns the files written.
 
     ``fuse`` (:mod:`components.fusion`): ``gpu`` or ``all`` compiles fewer tasks (pods) that run
     the same steps; the artifacts keep their file names, so write them to their own ``--out``.
     ``prepull`` also writes the image pre-pull DaemonSet (:mod:`llmpack.prepull`).
-    ``gpus``/``nodes`` size the finetune step (:func:`with_gpus`); above one node the TrainJob
+    ``gpus``/``nodes``/``gpu_type`` size and place the GPU steps (:func:`with_gpus`); above one node the TrainJob
     (:data:`TRAINJOB_FILE`) and the launcher's RBAC (:data:`RBAC_FILE`) are written too.
     ``cache_pvc`` mounts that PersistentVolumeClaim as the Hugging Face cache (HF_HOME) on every
     step that loads a model, tokenizer or dataset (:func:`with_cache_pvc`).
@@ -180,6 +191,10 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         check_image(image)  # before the compilers' slow imports: bad input fails at once
     if cache_pvc is not None:
         check_cache_pvc(cache_pvc)
+    if gpu_type is not None:
+        from llmpack.gpu_catalogue import resolve_gpu_type
+
+        gpu_type = resolve_gpu_type(gpu_type)
 
     from components.finetune_pipeline import build
     from llmpack.backends import BACKENDS, backend
@@ -188,7 +203,7 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         raise InputError(f"--gpus {gpus} with --fuse {fuse}: the many-process finetune runs unfused; drop --fuse")
     if (nodes or 1) > 1 and fuse != "none":
         raise InputError(f"--nodes {nodes} with --fuse {fuse}: the TrainJob's finetune runs unfused; drop --fuse")
-    pipe = fuse_steps(with_gpus(pipe or build(), gpus, nodes, claim=cache_pvc, queue=queue), fuse)
+    pipe = fuse_steps(with_gpus(pipe or build(), gpus, nodes, claim=cache_pvc, queue=queue, gpu_type=gpu_type), fuse)
     if image is not None:
         pipe = with_image(pipe, image)
     if cache_pvc is not None:
@@ -238,3 +253,31 @@ def _remove_empty(created: list[Path]) -> None:
             path.rmdir()
         except OSError:
             return
+
+
+@contextmanager
+def compiled_for_submit(orchestrator: str, gpu_type: str | None, options: Mapping[str, Any]) -> Iterator[dict[str, str]]:
+    """``llmpack submit ORCH --gpu-type T``: the path's artifact compiled for ``T`` in a temporary directory.
+
+    Yields the submit option naming it (``package_path``, ``workflow_path``, ``project_dir``), or
+    nothing without ``gpu_type``; the directory is removed when the submission is done. A compiled
+    artifact fixes its GPU type, so ``--gpu-type`` with one named too is refused.
+    """
+    if gpu_type is None:
+        yield {}
+        return
+    from llmpack.backends import cluster_paths
+    from llmpack.gpu_catalogue import resolve_gpu_type
+
+    gpu_type = resolve_gpu_type(gpu_type)
+    path = cluster_paths()[orchestrator]
+    if options.get(path.artifact_option):
+        raise InputError(f"--gpu-type {gpu_type}: compiles the {orchestrator} artifact to submit; "
+                         f"not with --{path.artifact_option.replace('_path', '').replace('_dir', '')} "
+                         "(compile it with `llmpack compile --gpu-type` and submit that instead)")
+    tmp = Path(tempfile.mkdtemp(prefix="llmpack-submit-"))
+    try:
+        compile_all(tmp / "out", gpu_type=gpu_type)
+        yield {path.artifact_option: str(tmp / "out" / path.artifact_path)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,4 +1,10 @@
-"""The GPU catalogue: what GPU a cluster run trained on, from its node, and that GPU's price.
+"""The GPU catalogue: the GPU types ``--gpu-type`` names, what GPU a cluster run trained on, its price.
+
+``--gpu-type`` takes a type's full id (``nvidia-a100-80gb``) or its short name (``a100-80gb``,
+and :data:`ALIASES`: ``a100`` is the 80 GB card, ``h100`` the 80 GB SXM); :func:`resolve_gpu_type`
+refuses any other name in one line listing the known ones. Known types are those the placement
+table knows how to select (:data:`components.gpu_nodes.GPU_NODES`) and the price table prices.
+How many CPUs and how much memory a pod of several GPUs gets is :func:`resources_for_gpus`.
 
 ``nvidia.com/gpu.product`` (NVIDIA GPU feature discovery) is mapped by :data:`GPU_PRODUCTS`, else
 the node's instance type by :data:`INSTANCE_TYPES` (which also gives the cloud provider whose list
@@ -8,29 +14,24 @@ nothing keeps its own name, so a price flag or file can price it; it is never gu
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from components import settings
+from components.dsl import Resources
+from components.errors import InputError
+from components.gpu_nodes import GPU_NODES
 from components.record import cost
 
-# ``nvidia.com/gpu.product`` (GPU feature discovery: the NVML device name with spaces as '-')
-# -> the price table's GPU type. Only products whose price the table means: an H100 PCIe or NVL,
-# an A100 PCIe are other products at other prices, and stay unknown.
-GPU_PRODUCTS = {
-    "NVIDIA-H200": "nvidia-h200",
-    "NVIDIA-H100-80GB-HBM3": "nvidia-h100-80gb",
-    "NVIDIA-H100-SXM5-80GB": "nvidia-h100-80gb",
-    "NVIDIA-A100-SXM4-80GB": "nvidia-a100-80gb",
-    "NVIDIA-A100-SXM4-40GB": "nvidia-a100-40gb",
-    "NVIDIA-L4": "nvidia-l4",
-    "NVIDIA-A10G": "nvidia-a10g",
-    "TESLA-T4": "nvidia-t4",
-    "TESLA-V100-SXM2-16GB": "nvidia-v100",
-}
+# ``nvidia.com/gpu.product`` (GPU feature discovery: the NVML device name with spaces as '-', compared
+# upper case) -> the price table's GPU type: the products of the placement table every compiled pod
+# selects by (components.gpu_nodes.GPU_NODES), so a node we select is a node we price alike.
+GPU_PRODUCTS = {normalize: gpu_type for gpu_type, nodes in GPU_NODES.items()
+                for normalize in (re.sub(r"[\s_]+", "-", p).upper() for p in nodes.products)}
 
 # ``node.kubernetes.io/instance-type`` (full match, case-insensitive) -> (GPU type, provider).
 INSTANCE_TYPES = (
@@ -136,3 +137,76 @@ def resolve_node_price(gpu: NodeGpu, *, flag: Any = None, price_file: str | None
     if price is None and provider:
         price = cost.resolve_price(gpu.gpu_type, flag=flag, price_file=price_file)
     return price
+
+
+# --------------------------------------------------------------------------- --gpu-type names
+
+PREFIX = "nvidia-"
+# Short names that are not just the id without its prefix: the card most clusters mean by them.
+ALIASES = {"h100": "nvidia-h100-80gb", "a100": "nvidia-a100-80gb"}
+
+
+def known_gpu_types() -> list[str]:
+    """The types ``--gpu-type`` accepts: placed by the node table and priced by the shipped table."""
+    return sorted(set(GPU_NODES) & set(cost.known_gpu_types()))
+
+
+def short_names() -> dict[str, str]:
+    """Short name -> full id, for every known type (``a100-80gb``, and the :data:`ALIASES`)."""
+    names = {t.removeprefix(PREFIX): t for t in known_gpu_types()}
+    return {**names, **{k: v for k, v in ALIASES.items() if v in names.values()}}
+
+
+def describe_known() -> str:
+    """``a100 (nvidia-a100-80gb), a100-40gb (nvidia-a100-40gb), ...``: what an error lists."""
+    return ", ".join(f"{short} ({full})" for short, full in sorted(short_names().items()))
+
+
+def lookup_gpu_type(text: str) -> str | None:
+    """The full id of a known type named by its full id or short name (any case), else None."""
+    key = text.strip().lower()
+    if key in known_gpu_types():
+        return key
+    return short_names().get(key)
+
+
+def resolve_gpu_type(text: str, flag: str = "--gpu-type") -> str:
+    """``--gpu-type`` of a compiled artifact: a known type's full id, or one line naming the known ones."""
+    found = lookup_gpu_type(text)
+    if found is None:
+        raise InputError(f"{flag} {text!r}: unknown GPU type; known: {describe_known()}")
+    return found
+
+
+# --------------------------------------------------------------------------- CPUs and memory per GPU
+
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_MI = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024**2, "k": 1e3 / 2**20, "M": 1e6 / 2**20, "G": 1e9 / 2**20,
+       "T": 1e12 / 2**20, None: 1 / 2**20}
+
+
+def scale_memory(memory: str, factor: float) -> str:
+    """A Kubernetes memory quantity times ``factor``, in its own unit when whole, else in Mi (rounded up)."""
+    m = _QUANTITY.fullmatch(memory.strip())
+    if m is None:
+        raise InputError(f"memory {memory!r}: not a Kubernetes quantity this rule can scale (e.g. 64Gi)")
+    value = float(m.group(1)) * factor
+    if value.is_integer():
+        return f"{int(value)}{m.group(2) or ''}"
+    return f"{math.ceil(value * _MI[m.group(2)])}Mi"
+
+
+def resources_for_gpus(res: Resources, gpus: int) -> Resources:
+    """The rule, defined once: a pod's CPUs and memory are the spec's per GPU times its GPUs.
+
+    A step spec sizes its pod for ``res.gpus`` GPUs (finetune: 8 CPUs and 64Gi for 1); asked for
+    ``gpus`` GPUs the pod gets ``res.cpu / res.gpus * gpus`` CPUs and as much more memory, so a
+    4-GPU node pod gets 32 CPUs and 256Gi, the share of a node a GPU comes with. On CPUs only
+    (``gpus`` 0, or a spec without GPUs) the spec's numbers stay.
+    """
+    if gpus <= 0 or res.gpus <= 0 or gpus == res.gpus:
+        return replace(res, gpus=gpus)
+    factor = gpus / res.gpus
+    cpu = round(res.cpu * factor, 3)
+    return replace(res, gpus=gpus, cpu=int(cpu) if float(cpu).is_integer() else cpu,
+                   memory=scale_memory(res.memory, factor))

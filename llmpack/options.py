@@ -16,7 +16,31 @@ from components.errors import InputError
 
 OWN_FLAGS = {"model": "--model", "data": "--data", "seed": "--seed", "max_steps": "--max-steps",
              "nproc_per_node": "--nproc-per-node"}
-GPU_HELP = "GPU type for the GPU steps' cost and placement (e.g. nvidia-h100-80gb)."
+GPU_HELP = ("GPU type of the GPU steps: their price and, with --cluster, the nodes their pods select "
+            "(h100, a100, l4..., or a full id such as nvidia-a100-80gb).")
+COMPILED_GPU_HELP = ("GPU type of every GPU step: the nodes its pods select, their llmpack.io/gpu-type label and "
+                     "the run's price (h100, a100, a100-40gb, l4..., or a full id such as nvidia-a100-80gb).")
+SUBMIT_GPU_HELP = ("Compile for this GPU type first and submit that (as `llmpack compile --gpu-type`); not with "
+                   "--package/--workflow/--project.")
+
+
+def known_gpu_type(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--gpu-type`` of compiled artifacts: a known type's full id, else one line listing them (exit 2)."""
+    if value is None:
+        return None
+    from llmpack.gpu_catalogue import resolve_gpu_type
+
+    return resolve_gpu_type(value)
+
+
+def gpu_type_name(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--gpu-type`` of a local run: a known short name becomes its full id; any other name is kept,
+    for a price flag or file to price (llmpack.runs refuses it when nothing does)."""
+    if value is None:
+        return None
+    from llmpack.gpu_catalogue import lookup_gpu_type
+
+    return lookup_gpu_type(value) or value
 
 
 
@@ -30,7 +54,7 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--output-dir", type=click.Path(path_type=Path), default=Path("llmpack-runs"), show_default=True,
                      help="Where each run's directory is written (atomically)."),
         click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."),
-        click.option("--gpu-type", default=None, help=GPU_HELP),
+        click.option("--gpu-type", default=None, metavar="TYPE", callback=gpu_type_name, help=GPU_HELP),
         click.option("--gpus", type=int, default=None, help="GPUs of the finetune step, per node (default: its spec's, 1); "
                      "above 1 it runs one rank per GPU (torchrun, DDP). 0: every GPU step on CPUs."),
         click.option("--nodes", type=int, default=None, help="Nodes of the finetune step (default 1; above 1: a Kubeflow "
@@ -114,6 +138,7 @@ def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--tracking-uri", default=None, help="MLflow tracking server for the run record."),
         click.option("--price-per-gpu-hour", default=None, help="Override the price (USD per GPU-hour) on the record."),
         click.option("--price-file", default=None, help="A price YAML like components/record/prices.yaml."),
+        click.option("--gpu-type", default=None, metavar="TYPE", callback=known_gpu_type, help=SUBMIT_GPU_HELP),
         click.option("--namespace", default=None, help="kfp: the KFP namespace (default kubeflow); argo: the Workflow's (default ARGO_NAMESPACE, else llmpack); "
                      "mlflow: the Job's (default: its template's)."),
         *TLS_OPTIONS,

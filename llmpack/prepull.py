@@ -24,6 +24,7 @@ import copy
 from typing import Any
 
 from components.dsl import Pipeline
+from components.gpu_nodes import placement
 
 PREPULL_FILE = "prepull/llmpack-prepull-daemonset.yaml"
 NAME = "llmpack-prepull"
@@ -47,9 +48,12 @@ def daemonset(pipe: Pipeline, *, namespace: str = NAMESPACE) -> dict[str, Any]:
     gpu = [t for t in tasks if t.step.execution.resources.gpus > 0] or tasks
     images = list(dict.fromkeys(t.step.execution.image for t in gpu))
     selector: dict[str, str] = {}
+    affinity: dict[str, Any] | None = None
     tolerations: list[dict[str, Any]] = []
-    for task in gpu:
-        selector.update(task.step.execution.node_selector)
+    for task in gpu:  # the nodes the GPU steps select (components.gpu_nodes: their GPU type's)
+        task_selector, task_affinity = placement(task.step.execution)
+        selector.update(task_selector)
+        affinity = affinity or task_affinity
         for tol in task.step.execution.tolerations:
             entry = {"key": tol.key, "operator": tol.operator, "effect": tol.effect,
                      **({"value": tol.value} if tol.value is not None else {})}
@@ -75,6 +79,8 @@ def daemonset(pipe: Pipeline, *, namespace: str = NAMESPACE) -> dict[str, Any]:
     }
     if selector:
         pod_spec["nodeSelector"] = selector
+    if affinity:
+        pod_spec["affinity"] = {"nodeAffinity": affinity}
     if tolerations:
         pod_spec["tolerations"] = tolerations
     return {

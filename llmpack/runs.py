@@ -46,6 +46,7 @@ from components.training import distributed
 from components.training.data import BUILTIN, load_rows
 from components.training.modeling import check_model_ref
 from llmpack.backends import local_runner
+from llmpack.gpu_catalogue import resources_for_gpus
 from llmpack.progress import watch
 
 
@@ -126,7 +127,8 @@ def apply_gpu_overrides(pipe: Pipeline, gpu_type: str | None, gpus: int | None, 
     (one rank each); the other GPU steps keep their spec's count (evaluate runs one process), and
     ``--gpus 0`` puts every GPU step on CPUs. ``--nodes N`` is the training step's node count.
     ``train_gpus`` (``--nproc-per-node`` without ``--gpus``: one GPU per rank) also sets the
-    training step's count.
+    training step's count. A pod's CPUs and memory follow its GPUs
+    (:func:`llmpack.gpu_catalogue.resources_for_gpus`).
     """
     if gpu_type is None and gpus is None and nodes is None and train_gpus is None:
         return pipe
@@ -137,7 +139,7 @@ def apply_gpu_overrides(pipe: Pipeline, gpu_type: str | None, gpus: int | None, 
         if res.gpus > 0:
             res = replace(res, gpu_type=gpu_type or res.gpu_type)
             if want == 0 or (want is not None and name == TRAIN_STEP):
-                res = replace(res, gpus=want)
+                res = resources_for_gpus(res, want)  # CPUs and memory per GPU, times the GPUs
             if res.gpus == 0:
                 res = replace(res, gpu_type=None)
         if name == TRAIN_STEP and nodes is not None:

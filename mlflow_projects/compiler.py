@@ -15,7 +15,9 @@
     kubernetes_config.json``: the same entry points in a ``docker_env`` project (the step image
     from the repository's ``Dockerfile``), ``kubernetes_config.json`` and
     ``kubernetes_job_template.yaml``: the Job MLflow submits, sized from the step specs (GPU
-    limits, tolerations, node selector), non-root, with the tracking URI from a Secret.
+    limits, tolerations, node selector, the GPU type's node affinity:
+    :func:`components.gpu_nodes.placement`), Pod Security ``restricted``, with the tracking
+    URI from a Secret.
 
 MLflow's Kubernetes backend runs one entry point as one Job, so ``main`` runs the whole
 pipeline in one pod, each step a child run in it; the Job therefore asks for the largest
@@ -64,6 +66,7 @@ from components.dsl import (
     iter_param_args,
 )
 from components.errors import PipelineValidationError
+from components.gpu_nodes import node_affinity, placement
 from components.record.close import billed_uses, uses_json
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_URI_KEY
 from components.servers.trainjob_launch import LAUNCHER_SERVICE_ACCOUNT, RBAC_FILE
@@ -286,8 +289,27 @@ def pipeline_spec(pipe: Pipeline, *, kubernetes: bool) -> dict[str, Any]:
             for name, p in pipe.all_params.items()
         ],
         "tasks": tasks,
-        "uses": json.loads(uses_json(billed_uses(pipe))),
+        "uses": json.loads(uses_json(job_uses(pipe))),
     }
+
+
+def job_uses(pipe: Pipeline) -> list[Any]:
+    """What the run is billed for on this path: :func:`billed_uses`, plus the Job's own GPUs while a gang trains.
+
+    MLflow runs every step in one Job, sized for its largest step. With a TrainJob gang
+    (``llmpack compile --nodes N``) finetune is the gang's launcher, but the one pod still holds
+    evaluate's GPU while the gang trains: idle, and billed here with finetune's N x G, as the
+    cluster bills it. (KFP and Argo run the launcher in its own pod, which holds no GPU.)
+    """
+    from dataclasses import replace
+
+    from components.process.gang import task_gang
+
+    uses = billed_uses(pipe)
+    needs = pipeline_needs(pipe)
+    gangs = {t.name for t in pipe.task_order() if task_gang(pipe, t) is not None}
+    return [replace(u, gpus=u.gpus + needs["gpus"], cpu=u.cpu + needs["cpu"]) if u.step in gangs and needs["gpus"] else u
+            for u in uses]
 
 
 # --------------------------------------------------------------------------- Kubernetes
@@ -332,7 +354,7 @@ def pipeline_needs(pipe: Pipeline) -> dict[str, Any]:
                 f"task {task.name!r}: resources.gpu_type {ex.resources.gpu_type!r} differs from "
                 f"{gpu_task.name!r}'s {gpu_type!r}; MLflow runs every step in one Kubernetes Job"
             )
-        for key, value in ex.node_selector.items():
+        for key, value in placement(ex)[0].items():
             if node_selector.get(key, value) != value:
                 raise PipelineValidationError(
                     f"task {task.name!r}: node_selector {key}={value!r} conflicts with {node_selector[key]!r}; "
@@ -348,6 +370,7 @@ def pipeline_needs(pipe: Pipeline) -> dict[str, Any]:
         "cpu": max(t.step.execution.resources.cpu for t in tasks),
         "memory": max((t.step.execution.resources.memory for t in tasks), key=quantity_bytes),
         "node_selector": node_selector,
+        "node_affinity": node_affinity(gpu_type),
         "tolerations": tolerations,
         "timeout_s": sum(t.step.execution.timeout_s for t in tasks),
         "retries": max(t.step.execution.retry.limit for t in tasks),
@@ -418,6 +441,8 @@ def kubernetes_job_template(
     }
     if needs["node_selector"]:
         pod_spec["nodeSelector"] = dict(needs["node_selector"])
+    if needs["node_affinity"]:
+        pod_spec["affinity"] = {"nodeAffinity": needs["node_affinity"]}
     if needs["tolerations"]:
         pod_spec["tolerations"] = needs["tolerations"]
 

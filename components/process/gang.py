@@ -21,6 +21,11 @@ tested for all three; KFP's and MLflow's only way to create an object is such a 
 
 The gang's pod spec travels in the ``trainjob`` pipeline parameter (JSON, written by ``llmpack
 compile``; :class:`GangSpec`), so the three compiled artifacts need nothing but parameters.
+Whoever submits a run can set that parameter, as every other: image, resources, placement,
+queue, volume and deadline (docs/scaling.md says why that grants nothing a submitter lacks). The
+pods' security context is not in it: the TrainJob builder always writes the Pod Security
+``restricted`` one (:mod:`components.servers.trainjob`), and a spec with a field it does not
+know is refused.
 ``llmpack compile --nodes N`` also writes the TrainJob itself to ``trainjob/finetune-trainjob.yaml``
 (run values as placeholders) for review and ``kubectl``.
 """
@@ -59,6 +64,7 @@ class GangSpec:
     mount: str = HF_CACHE_MOUNT
     gpu_type: str | None = None
     node_selector: dict[str, str] = field(default_factory=dict)
+    node_affinity: dict[str, Any] | None = None  # the GPU type's nodes (components.gpu_nodes)
     tolerations: list[dict[str, str]] = field(default_factory=list)
     runtime: str = "torch-distributed"
     queue: str | None = None
@@ -80,9 +86,12 @@ class GangSpec:
 
 def spec_for(execution: Execution, *, claim: str, queue: str | None = None) -> GangSpec:
     """The gang spec of a step whose execution asks for ``resources.nodes`` > 1 (compile side)."""
+    from components.gpu_nodes import placement
+
     res = execution.resources
+    selector, affinity = placement(execution)
     return GangSpec(image=execution.image, gpus_per_node=res.gpus, cpu=res.cpu, memory=res.memory, claim=claim,
-                    gpu_type=res.gpu_type, node_selector=dict(execution.node_selector),
+                    gpu_type=res.gpu_type, node_selector=selector, node_affinity=affinity,
                     tolerations=[{k: v for k, v in asdict(t).items() if v is not None} for t in execution.tolerations],
                     queue=queue, active_deadline_s=execution.timeout_s)
 
@@ -146,7 +155,8 @@ def build_trainjob(spec: GangSpec, *, name: str, namespace: str, nodes: int, com
     return TrainJobSpec(
         name=name, namespace=namespace, image=spec.image, command=list(command), num_nodes=nodes,
         gpus_per_node=spec.gpus_per_node, cpu=spec.cpu, memory=spec.memory, runtime=spec.runtime,
-        node_selector=spec.node_selector, tolerations=tuple(Toleration(**t) for t in spec.tolerations),
+        node_selector=spec.node_selector, node_affinity=spec.node_affinity,
+        tolerations=tuple(Toleration(**t) for t in spec.tolerations),
         labels=dict(labels), env=dict(env), queue=spec.queue, active_deadline_s=spec.active_deadline_s,
         volume=(spec.claim, spec.mount),
     ).build()

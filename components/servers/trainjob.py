@@ -31,6 +31,16 @@ Written against Kubeflow Trainer v2.3.0 (``kubeflow/trainer`` tag ``v2.3.0``: th
   beside ours.
 - ``queue``: the ``kueue.x-k8s.io/queue-name`` label on the TrainJob's own metadata, which is where
   Kueue's TrainJob integration reads it.
+- Pod Security ``restricted`` (the level a namespace may enforce: ``pod-security.kubernetes.io/enforce``):
+  the same patch always sets the pod's ``securityContext`` (non-root uid/gid :data:`RUN_AS`, the
+  image's user; ``fsGroup`` so that user may write the shared volume; ``seccompProfile``
+  ``RuntimeDefault``) and the ``node`` container's (no privilege escalation, every capability
+  dropped). Without them such a namespace rejects the node pods while the launcher waits out the
+  TrainJob's deadline. The torch-distributed runtime's pods have no other container. Fixed here,
+  not taken from the caller, so the ``trainjob`` run parameter cannot loosen it.
+- ``node_affinity``: the GPU type's nodes (:mod:`components.gpu_nodes`), as ``spec.affinity``;
+  with more than one GPU per node a memory-backed ``emptyDir`` at ``/dev/shm`` (NCCL), as on
+  every path's multi-GPU pod.
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from typing import Any
 
 from components.dsl import Toleration, is_dns1123_label
 from components.errors import InputError
+from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm
 
 API_GROUP = "trainer.kubeflow.org"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -53,6 +64,10 @@ PATCH_MANAGER = "llmpack.io/trainjob"
 # The torch-distributed runtime's replicated job (and container) that runs the trainer.
 TRAINER_JOB = "node"
 VOLUME_NAME = "llmpack-shared"  # the PVC the gang's nodes and the launcher pod share (components.process.gang)
+RUN_AS = 1000  # the step image's user and group (Dockerfile: LLMPACK_UID)
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
+                "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}
 GPU_RESOURCE = "nvidia.com/gpu"
 # Set by the Trainer's torch plugin on the trainer container; the webhook rejects them in env.
 TORCHRUN_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
@@ -157,6 +172,7 @@ class TrainJobSpec:
     runtime: str = "torch-distributed"
     runtime_kind: str = "ClusterTrainingRuntime"
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    node_affinity: Mapping[str, Any] | None = None  # a Kubernetes NodeAffinity (components.gpu_nodes)
     tolerations: Sequence[Toleration] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
@@ -216,6 +232,9 @@ class TrainJobSpec:
                     raise InputError(f"{where}: {what} key {key!r} is not a valid Kubernetes label key")
                 if not isinstance(value, str) or not _is_label_value(value):
                     raise InputError(f"{where}: {what} {key}={value!r}: not a valid label value (at most 63 of [A-Za-z0-9-_.])")
+        if self.node_affinity is not None and not isinstance(self.node_affinity, Mapping):
+            raise InputError(f"{where}: node_affinity must be a Kubernetes NodeAffinity mapping, "
+                             f"got {type(self.node_affinity).__name__}")
         if QUEUE_LABEL in self.labels:
             raise InputError(f"{where}: label {QUEUE_LABEL} is set from queue=, not from labels")
         for key, value in self.env.items():
@@ -249,24 +268,37 @@ class TrainJobSpec:
         gpus = str(self.gpus_per_node)
         return {"limits": {GPU_RESOURCE: gpus}, "requests": {**requests, GPU_RESOURCE: gpus}}
 
-    def pod_patch(self) -> dict[str, Any] | None:
-        """The ``runtimePatches`` entry carrying pod labels, node selector and tolerations; None when none."""
+    def pod_patch(self) -> dict[str, Any]:
+        """The ``runtimePatches`` entry: pod labels, placement, volumes and the restricted security context."""
+        import copy
+
         pod_template: dict[str, Any] = {}
         if self.labels:
             pod_template["metadata"] = {"labels": dict(self.labels)}
-        pod_spec: dict[str, Any] = {}
+        pod_spec: dict[str, Any] = {"securityContext": copy.deepcopy(POD_SECURITY)}
         if self.node_selector:
             pod_spec["nodeSelector"] = dict(self.node_selector)
+        if self.node_affinity:
+            pod_spec["affinity"] = {"nodeAffinity": copy.deepcopy(dict(self.node_affinity))}
         if self.tolerations:
             pod_spec["tolerations"] = [_toleration(t) for t in self.tolerations]
-        if self.volume is not None:  # PodSpecPatch allows volumes and a container's volumeMounts
+        # PodSpecPatch allows volumes and a container's volumeMounts and securityContext.
+        volumes: list[dict[str, Any]] = []
+        mounts: list[dict[str, Any]] = []
+        if self.volume is not None:
             claim, mount = self.volume
-            pod_spec["volumes"] = [{"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": claim}}]
-            pod_spec["containers"] = [{"name": TRAINER_JOB, "volumeMounts": [{"name": VOLUME_NAME, "mountPath": mount}]}]
-        if pod_spec:
-            pod_template["spec"] = pod_spec
-        if not pod_template:
-            return None
+            volumes.append({"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": claim}})
+            mounts.append({"name": VOLUME_NAME, "mountPath": mount})
+        if needs_shm(self.gpus_per_node):
+            volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}})
+            mounts.append({"name": SHM_VOLUME, "mountPath": SHM_MOUNT})
+        if volumes:
+            pod_spec["volumes"] = volumes
+        container: dict[str, Any] = {"name": TRAINER_JOB, "securityContext": copy.deepcopy(CONTAINER_SECURITY)}
+        if mounts:
+            container["volumeMounts"] = mounts
+        pod_spec["containers"] = [container]
+        pod_template["spec"] = pod_spec
         job = {"name": TRAINER_JOB, "template": {"spec": {"template": pod_template}}}
         return {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [job]}}}}
 
@@ -295,9 +327,7 @@ class TrainJobSpec:
         }
         if self.active_deadline_s is not None:
             spec["activeDeadlineSeconds"] = self.active_deadline_s
-        patch = self.pod_patch()
-        if patch is not None:
-            spec["runtimePatches"] = [patch]
+        spec["runtimePatches"] = [self.pod_patch()]
         return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
 
 

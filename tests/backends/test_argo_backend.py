@@ -19,6 +19,7 @@ from argo_workflows.workflow import build_workflow, cap_binds
 from components.commands import pipeline_values
 from components.dsl import Execution, Input, Metrics, Output, Resources, Retry, pipeline, step
 from components.finetune_pipeline import build
+from components.gpu_nodes import node_affinity
 from components.steps.evaluate import evaluate
 from components.steps.finetune import finetune
 from components.steps.prepare_data import prepare_data
@@ -95,7 +96,8 @@ def test_gpu_placement_retries_and_deadline():
     assert res["requests"]["nvidia.com/gpu"] == "1" and res["limits"]["nvidia.com/gpu"] == "1"
     assert res["requests"]["cpu"] == "8" and res["requests"]["memory"] == "64Gi"
     assert ft["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    assert ft["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert "nodeSelector" not in ft  # the GPU type's nodes, by a required node affinity
+    assert ft["affinity"] == {"nodeAffinity": node_affinity("nvidia-h100-80gb")}
     # int-or-string fields as strings: the CRD takes both, Argo's published JSON schema only strings
     assert ft["activeDeadlineSeconds"] == str(6 * 3600)
     rs = ft["retryStrategy"]

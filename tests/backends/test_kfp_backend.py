@@ -16,6 +16,7 @@ from components.commands import pipeline_values, step_args, task_params
 from components.dsl import Dataset, Input, Metrics, Model, Output, pipeline, step
 from components.errors import RunFailed
 from components.finetune_pipeline import build
+from components.gpu_nodes import node_affinity
 from components.record.close import CLOSE_TASK
 from components.steps.evaluate import evaluate
 from components.steps.finetune import finetune
@@ -129,7 +130,10 @@ def test_platform_spec(ir: tuple[dict, dict]) -> None:
     pipe = build()
     assert set(k8s) == {f"exec-{name}" for name in [*pipe.tasks, CLOSE_TASK]}
     ft = k8s["exec-finetune"]
-    assert ft["nodeSelector"]["labels"] == {"nvidia.com/gpu.present": "true"}
+    # the step's GPU type (H100 80GB) by a required node affinity, one term per label naming it
+    assert "nodeSelector" not in ft
+    assert [t["matchExpressions"] for t in ft["nodeAffinity"]] == [
+        term["matchExpressions"] for term in node_affinity("nvidia-h100-80gb")["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]]
     assert ft["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert ft["podMetadata"]["labels"] == {
         "llmpack.io/step": "finetune",

@@ -22,6 +22,7 @@ from components.commands import format_value, pipeline_values, step_args
 from components.dsl import Pipeline, pipeline
 from components.errors import PipelineValidationError, RunFailed
 from components.finetune_pipeline import build
+from components.gpu_nodes import node_affinity
 from mlflow_projects import compiler, driver
 from mlflow_projects.compiler import entry_point_name, render_k8s_project, render_local_project, write_project
 from mlflow_projects.local import run_local
@@ -169,7 +170,8 @@ def test_job_template_asks_for_the_gpu_of_the_step_spec():
         assert container["resources"][kind]["memory"] == spec.resources.memory
         assert container["resources"][kind]["cpu"] == "8"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-    assert pod["nodeSelector"] == spec.node_selector
+    assert "nodeSelector" not in pod  # the step's GPU type's nodes, by a required node affinity
+    assert pod["affinity"] == {"nodeAffinity": node_affinity(spec.resources.gpu_type)}
     labels = job["spec"]["template"]["metadata"]["labels"]
     assert labels["llmpack.io/orchestrator"] == "mlflow"
     assert labels["llmpack.io/gpu-type"] == spec.resources.gpu_type

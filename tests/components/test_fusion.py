@@ -17,6 +17,7 @@ from components.commands import pipeline_values
 from components.dsl import OutputRef
 from components.errors import InputError
 from components.finetune_pipeline import build
+from components.gpu_nodes import node_affinity
 from components.record.close import gpu_uses
 from components.record.telemetry import EVENTS_FILE
 from llmpack.backends import local_runner
@@ -216,7 +217,7 @@ def test_prepull_daemonset_is_a_valid_kubernetes_object_that_passes_the_security
     assert pull["image"] == "registry.example.com/team/llmpack:1.2.3" and pull["command"] == ["true"]
     # It goes where the GPU steps go, and holds no GPU there.
     gpu_step = build().tasks["finetune"].step.execution
-    assert spec["nodeSelector"] == gpu_step.node_selector
+    assert "nodeSelector" not in spec and spec["affinity"] == {"nodeAffinity": node_affinity(gpu_step.resources.gpu_type)}
     assert [t["key"] for t in spec["tolerations"]] == [t.key for t in gpu_step.tolerations]
     assert "nvidia.com/gpu" not in json.dumps([c["resources"] for c in (*spec["initContainers"], *spec["containers"])])
 

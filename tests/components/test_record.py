@@ -162,7 +162,9 @@ def test_a_gang_is_billed_for_its_nodes_times_gpus_on_every_compiled_path(path: 
     """``compile --nodes 2 --gpus 4`` (examples/multinode, a fresh compile by the golden test): the summarizing
     task of every path bills finetune's 8 GPUs for its time, as the compiled spec says, not its launcher's none."""
     uses = record.parse_uses(compiled_uses(REPO / "examples" / "multinode")[path])
-    assert {u.step: u.gpus for u in uses} == {"finetune": 8, "evaluate": 1}
+    # MLflow's one Job also holds evaluate's GPU (and CPUs) while the gang trains: billed too
+    gang = 8 + (path.startswith("mlflow"))
+    assert {u.step: u.gpus for u in uses} == {"finetune": gang, "evaluate": 1}
     ctx = RunContext(run_group="g", pipeline_run="p1", orchestrator="argo", mode="cluster", submitted_at=1000.0)
     times = {"finetune": (("process_started", 1000.0), ("first_step", 1060.0), ("finished", 4600.0)),
              "evaluate": (("process_started", 4600.0), ("finished", 4660.0))}
@@ -177,23 +179,26 @@ def test_a_gang_is_billed_for_its_nodes_times_gpus_on_every_compiled_path(path: 
                                    "submitted_at": "1000.0"}, status="Succeeded", uses=uses, finished_at=4661.0,
                            records_dir=tmp_path, env=env)
     m, tags = summary["metrics"], summary["tags"]
-    gpu_hours = 8 * 3600 / 3600 + 1 * 60 / 3600
+    gpu_hours = gang * 3600 / 3600 + 1 * 60 / 3600
     assert m["gpu_hours"] == pytest.approx(gpu_hours) and m["cost_usd"] == pytest.approx(gpu_hours * 6.9)
     assert m["goodput"] > 0.9  # the training GPU-seconds are most of the bill, as they are
-    assert tags["llmpack.gpu_count"] == "8" and tags["llmpack.gpu_type"] == "nvidia-h100-80gb"
-    assert tags["llmpack.cpu_to_gpu_ratio"] == "2"  # the node pods' 8 CPUs per 4 GPUs
+    assert tags["llmpack.gpu_count"] == str(gang) and tags["llmpack.gpu_type"] == "nvidia-h100-80gb"
+    assert tags["llmpack.cpu_to_gpu_ratio"] == "8"  # the node pods' 32 CPUs per 4 GPUs: the spec's 8 per GPU
 
 
 def test_the_compiled_uses_agree_across_paths_and_with_the_pipeline():
     """Every path's summarizing task bills what :func:`record.billed_uses` says of the pipeline it was compiled from."""
     from components.finetune_pipeline import build
     from llmpack.compile import with_gpus
+    from mlflow_projects.compiler import job_uses
 
     for base, pipe in ((REPO, build()),
                        (REPO / "examples" / "multinode", with_gpus(build(), 4, 2, claim="llmpack-shared"))):
         expected = json.loads(record.uses_json(record.billed_uses(pipe)))
-        assert {path: json.loads(text) for path, text in compiled_uses(base).items()} == dict.fromkeys(
-            ("argo", "kfp", "mlflow finetune", "mlflow finetune-k8s"), expected), base
+        mlflow = json.loads(record.uses_json(job_uses(pipe)))  # + the one Job's own GPU while a gang trains
+        assert {path: json.loads(text) for path, text in compiled_uses(base).items()} == {
+            "argo": expected, "kfp": expected, "mlflow finetune": mlflow, "mlflow finetune-k8s": mlflow}, base
+        assert (mlflow == expected) == (base == REPO)
     # what each pod holds stays the pods' own (the cluster's pod billing bills the gang's node pods itself)
     gang = with_gpus(build(), 4, 2, claim="llmpack-shared")
     assert {u.step: u.gpus for u in record.gpu_uses(gang)}["finetune"] == 0

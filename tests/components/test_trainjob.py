@@ -28,7 +28,8 @@ import yaml
 
 from components.dsl import GPU_TOLERATION, Toleration
 from components.errors import InputError
-from components.servers.trainjob import QUEUE_LABEL, TrainJobSpec, to_yaml
+from components.gpu_nodes import node_affinity
+from components.servers.trainjob import CONTAINER_SECURITY, POD_SECURITY, QUEUE_LABEL, TrainJobSpec, to_yaml
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "trainer"
 SCHEMA_FILE = FIXTURES / "trainjobs.schema.json"
@@ -60,6 +61,8 @@ CASES = {
     "8x8-namespaced-runtime-deadline": dict(num_nodes=8, gpus_per_node=8, runtime="llm-torch",
                                             runtime_kind="TrainingRuntime", active_deadline_s=86400),
     "only-tolerations": dict(node_selector={}, labels={}, queue=None, tolerations=(Toleration(key="", operator="Exists", effect=""),)),
+    "2x8-gpu-type-affinity": dict(gpus_per_node=8, node_selector={}, node_affinity=node_affinity("nvidia-a100-80gb"),
+                                  volume=("llmpack-shared", "/var/cache/llmpack/huggingface")),
 }
 
 
@@ -220,16 +223,36 @@ def test_two_nodes_four_gpus_fields():
     pod = job["template"]["spec"]["template"]
     assert pod["metadata"] == {"labels": LABELS}  # the pods carry the llmpack.io labels, not the queue's
     assert pod["spec"] == {
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
         "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                         {"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoExecute"}],
+        # 4 GPUs a node: NCCL's shared memory, memory-backed as on every path's multi-GPU pod
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        "containers": [{"name": "node", "securityContext": {"allowPrivilegeEscalation": False,
+                                                            "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True},
+                        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}],
     }
 
 
-def test_without_queue_there_is_no_kueue_label_and_without_placement_no_patch():
+def test_without_queue_there_is_no_kueue_label_and_without_placement_only_the_security_context():
     assert QUEUE_LABEL not in spec(queue=None).build()["metadata"]["labels"]
-    bare = spec(**CASES["2x4-no-placement-no-labels"]).build()
-    assert "labels" not in bare["metadata"] and "runtimePatches" not in bare["spec"] and "env" not in bare["spec"]["trainer"]
+    bare = spec(**CASES["2x4-no-placement-no-labels"], gpus_per_node=1).build()
+    assert "labels" not in bare["metadata"] and "env" not in bare["spec"]["trainer"]
+    (patch,) = bare["spec"]["runtimePatches"]  # Pod Security restricted, whatever else is asked
+    pod = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert pod == {"spec": {"securityContext": POD_SECURITY, "containers": [{"name": "node", "securityContext": CONTAINER_SECURITY}]}}
+
+
+def test_a_gpu_types_affinity_and_the_shared_volume_reach_the_node_pods():
+    obj = spec(**CASES["2x8-gpu-type-affinity"]).build()
+    pod = obj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]
+    assert pod["spec"]["template"]["spec"]["affinity"] == {"nodeAffinity": node_affinity("nvidia-a100-80gb")}
+    assert "nodeSelector" not in pod["spec"]["template"]["spec"]
+    (node,) = pod["spec"]["template"]["spec"]["containers"]
+    assert node["volumeMounts"] == [{"name": "llmpack-shared", "mountPath": "/var/cache/llmpack/huggingface"},
+                                    {"name": "dshm", "mountPath": "/dev/shm"}]
 
 
 def test_cpu_only_requests_no_gpu_and_runs_one_process_per_node():

@@ -1,0 +1,105 @@
+"""Which nodes a GPU step may run on, and what a pod with several GPUs needs: one table, every path.
+
+A GPU step's ``resources.gpu_type`` is what its pod labels (``llmpack.io/gpu-type``) and its price
+say it trains on, so every compiled pod of a known type *selects* that type: a required node
+affinity whose terms are ORed, one per way a cluster names its GPUs (:data:`GPU_NODES`):
+
+- ``nvidia.com/gpu.product``: NVIDIA GPU Feature Discovery (GPU operator), any cloud or on-prem;
+- ``cloud.google.com/gke-accelerator``: GKE GPU node pools;
+- ``karpenter.k8s.aws/instance-gpu-name``: Karpenter on AWS (only where the name is one GPU:
+  ``a100`` is both the 40 GB and the 80 GB card, so the A100s go by instance type);
+- ``node.kubernetes.io/instance-type``: the cloud's instance types that carry only that GPU.
+
+A node that names the GPU in any of these ways qualifies; a type not in the table (a custom step
+spec's) gets no affinity and keeps its spec's node selector. With an affinity the step's
+``nvidia.com/gpu.present`` selector is dropped: a node matched by its GKE or instance-type label
+need not run the GPU operator that sets it. :func:`placement` is what every backend writes
+(KFP, Argo, the MLflow Job, the TrainJob's node pods); ``llmpack.gpu_catalogue`` reads the same
+table for the node a run landed on and for ``--gpu-type``'s names.
+
+Shared memory: PyTorch's NCCL and data-loader workers exchange tensors through ``/dev/shm``, which
+a container runtime sizes 64 MiB by default; every pod with more than one GPU mounts a
+memory-backed ``emptyDir`` there (:data:`SHM_VOLUME` at :data:`SHM_MOUNT`), as the MLflow Job
+always has. Its size counts against the pod's memory limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+KARPENTER_GPU_LABEL = "karpenter.k8s.aws/instance-gpu-name"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+SHM_VOLUME = "dshm"
+SHM_MOUNT = "/dev/shm"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuNodes:
+    """How nodes carrying one GPU type say so (label values, exactly as written on the nodes)."""
+
+    products: tuple[str, ...]  # nvidia.com/gpu.product
+    gke: tuple[str, ...] = ()  # cloud.google.com/gke-accelerator
+    karpenter: tuple[str, ...] = ()  # karpenter.k8s.aws/instance-gpu-name
+    instance_types: tuple[str, ...] = ()  # node.kubernetes.io/instance-type
+
+    def terms(self) -> list[dict[str, Any]]:
+        """The ORed ``nodeSelectorTerms`` of a required node affinity, one per label that names the type."""
+        pairs = ((PRODUCT_LABEL, self.products), (GKE_ACCELERATOR_LABEL, self.gke),
+                 (KARPENTER_GPU_LABEL, self.karpenter), (INSTANCE_TYPE_LABEL, self.instance_types))
+        return [{"matchExpressions": [{"key": key, "operator": "In", "values": list(values)}]}
+                for key, values in pairs if values]
+
+
+# The price table's GPU types (components/record/prices.yaml) -> their nodes. Products: GFD's
+# NVML device name with spaces as '-' (an H100 PCIe or NVL, an A100 PCIe are other products at
+# other prices, and are not listed).
+GPU_NODES: dict[str, GpuNodes] = {
+    "nvidia-h200": GpuNodes(products=("NVIDIA-H200",), gke=("nvidia-h200-141gb",), karpenter=("h200",),
+                            instance_types=("p5en.48xlarge", "p5e.48xlarge", "a3-ultragpu-8g")),
+    "nvidia-h100-80gb": GpuNodes(products=("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"),
+                                 gke=("nvidia-h100-80gb", "nvidia-h100-mega-80gb"), karpenter=("h100",),
+                                 instance_types=("p5.48xlarge", "p5.4xlarge", "a3-highgpu-1g", "a3-highgpu-2g",
+                                                 "a3-highgpu-4g", "a3-highgpu-8g", "a3-megagpu-8g", "a3-edgegpu-8g",
+                                                 "Standard_ND96isr_H100_v5")),
+    "nvidia-a100-80gb": GpuNodes(products=("NVIDIA-A100-SXM4-80GB",), gke=("nvidia-a100-80gb",),
+                                 instance_types=("p4de.24xlarge", "a2-ultragpu-1g", "a2-ultragpu-2g",
+                                                 "a2-ultragpu-4g", "a2-ultragpu-8g", "Standard_ND96amsr_A100_v4")),
+    "nvidia-a100-40gb": GpuNodes(products=("NVIDIA-A100-SXM4-40GB",), gke=("nvidia-tesla-a100",),
+                                 instance_types=("p4d.24xlarge", "a2-highgpu-1g", "a2-highgpu-2g", "a2-highgpu-4g",
+                                                 "a2-highgpu-8g", "a2-megagpu-16g", "Standard_ND96asr_v4")),
+    "nvidia-l4": GpuNodes(products=("NVIDIA-L4",), gke=("nvidia-l4",), karpenter=("l4",)),
+    "nvidia-a10g": GpuNodes(products=("NVIDIA-A10G",), karpenter=("a10g",)),
+    "nvidia-t4": GpuNodes(products=("Tesla-T4",), gke=("nvidia-tesla-t4",), karpenter=("t4",)),
+    "nvidia-v100": GpuNodes(products=("Tesla-V100-SXM2-16GB",), gke=("nvidia-tesla-v100",), karpenter=("v100",)),
+}
+
+
+def node_affinity(gpu_type: str | None) -> dict[str, Any] | None:
+    """A Kubernetes ``NodeAffinity`` that requires a node of ``gpu_type``; None for no or an unknown type."""
+    nodes = GPU_NODES.get(gpu_type or "")
+    if nodes is None:
+        return None
+    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": nodes.terms()}}
+
+
+def placement(execution: Any) -> tuple[dict[str, str], dict[str, Any] | None]:
+    """``(node selector, node affinity)`` of a step's pod (a :class:`components.dsl.Execution`).
+
+    A GPU step of a known type: its node selector without ``nvidia.com/gpu.present`` and the
+    type's affinity; anything else: its node selector as written and no affinity.
+    """
+    res = execution.resources
+    affinity = node_affinity(res.gpu_type) if res.gpus > 0 else None
+    selector = dict(execution.node_selector)
+    if affinity is not None:
+        selector.pop(GPU_PRESENT_LABEL, None)
+    return selector, affinity
+
+
+def needs_shm(gpus: int) -> bool:
+    """Whether a pod with ``gpus`` GPUs mounts the memory-backed ``/dev/shm`` (more than one: NCCL)."""
+    return gpus > 1
