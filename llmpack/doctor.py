@@ -47,6 +47,7 @@ class DoctorOptions:
     kfp_namespace: str
     gpus: int | None
     nodes: int
+    gpu_type: str | None
     queue: str | None
     cache_pvc: str | None
     compiled: Path
@@ -101,7 +102,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         return [dc.Check(False, f"Kubernetes API: {exc}", "kubectl cluster-info  # the same --kubeconfig / --context")]
     checks = [dc.Check(True, f"Kubernetes API at {cluster.host} answers ({version})")]
     gang = opts.nodes > 1
-    checks += dc.gpu_nodes(cluster, dc.gpu_placement(opts.gpus), opts.nodes)
+    checks += dc.gpu_nodes(cluster, dc.gpu_placement(opts.gpus, opts.gpu_type), opts.nodes)
     checks.append(dc.access(cluster, "pod watcher", "", dc.NODE_VERBS))
     if gang:
         checks.append(dc.training_runtime(cluster))
@@ -165,6 +166,8 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
 @TLS_OPTIONS[0]
 @TLS_OPTIONS[1]
 @click.option("--gpus", type=int, default=None, help="GPUs per finetune pod (default: the step's spec, 1).")
+@click.option("--gpu-type", "gpu_type", default=None,
+              help="The GPU type compiled for (llmpack compile --gpu-type; default the spec's, H100 80GB).")
 @click.option("--nodes", type=int, default=1, show_default=True,
               help="Nodes of finetune; 2 or more: check the TrainJob gang's needs.")
 @click.option("--queue", default=None, metavar="NAME", help="Kueue LocalQueue of the TrainJob (with --nodes).")
@@ -179,7 +182,8 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
               help="Namespace of Argo's workflow-controller-configmap.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead.")
 def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfig: str | None, context: str | None,
-           ca_cert: str | None, insecure_skip_tls_verify: bool, gpus: int | None, nodes: int, queue: str | None,
+           ca_cert: str | None, insecure_skip_tls_verify: bool, gpus: int | None, gpu_type: str | None, nodes: int,
+           queue: str | None,
            cache_pvc: str | None, compiled: Path | None, kfp_host: str | None, argo_host: str | None,
            argo_controller_namespace: str, as_json: bool) -> None:
     """Check, before a run spends GPU-hours, that the cluster has what the compiled
@@ -198,8 +202,10 @@ def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfi
     from llmpack.doctor_pods import claimed_pvcs, committed_root, pod_specs
 
     root = committed_root() / ("examples/multinode" if nodes > 1 else "")  # the committed 2x4 gang, or the 1-node set
+    from llmpack.gpu_catalogue import resolve_gpu_type
+
     opts = DoctorOptions(paths=parse_paths(paths), namespace=namespace, kfp_namespace=kfp_namespace, gpus=gpus,
-                         nodes=nodes, queue=queue, cache_pvc=cache_pvc, compiled=compiled or root,
+                         gpu_type=None if gpu_type is None else resolve_gpu_type(gpu_type), nodes=nodes, queue=queue, cache_pvc=cache_pvc, compiled=compiled or root,
                          kfp_host=kfp_host, argo_host=argo_host, argo_controller_namespace=argo_controller_namespace)
     check_options(opts)
     if compiled is not None and not compiled.is_dir():

@@ -52,27 +52,44 @@ class Check:
 
 @dataclass(frozen=True)
 class GpuPlacement:
-    """Where the compiled GPU pods go: the node selector and tolerations of the GPU steps, GPUs per pod."""
+    """Where the compiled GPU pods go: node selector, the GPU type's affinity terms, tolerations, GPUs per pod.
+
+    ``terms``: label selectors, one per ORed ``nodeSelectorTerm`` of the required node affinity the
+    compilers write for the GPU type (:mod:`components.gpu_nodes`): a node matching any one fits.
+    """
 
     node_selector: Mapping[str, str]
     tolerations: tuple[Toleration, ...]
     gpus: int
+    gpu_type: str | None = None
+    terms: tuple[str, ...] = ()
 
 
-def gpu_placement(gpus: int | None = None) -> GpuPlacement:
+def gpu_placement(gpus: int | None = None, gpu_type: str | None = None) -> GpuPlacement:
     """The GPU steps' placement from the pipeline's step specs (what every compiler writes), ``gpus`` per pod."""
+    from dataclasses import replace
+
+    from components import gpu_nodes
     from components.finetune_pipeline import build
 
     selector: dict[str, str] = {}
     tolerations: list[Toleration] = []
-    most = 0
+    terms: list[str] = []
+    most, kind = 0, None
     for task in build().tasks.values():
         execution = task.step.execution
         if execution.resources.gpus > 0:
-            selector.update(execution.node_selector)
+            if gpu_type:
+                execution = replace(execution, resources=replace(execution.resources, gpu_type=gpu_type))
+            own, affinity = gpu_nodes.placement(execution)
+            selector.update(own)
+            for term in (affinity or {}).get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", []):
+                text = ",".join(f"{e['key']} in ({','.join(e['values'])})" for e in term["matchExpressions"])
+                if text not in terms:
+                    terms.append(text)
             tolerations += [t for t in execution.tolerations if t not in tolerations]
-            most = max(most, execution.resources.gpus)
-    return GpuPlacement(selector, tuple(tolerations), gpus if gpus is not None else most)
+            most, kind = max(most, execution.resources.gpus), execution.resources.gpu_type
+    return GpuPlacement(selector, tuple(tolerations), gpus if gpus is not None else most, kind, tuple(terms))
 
 
 def _q(value: str) -> str:
@@ -196,17 +213,30 @@ def _gpus(node: Mapping[str, Any]) -> int:
 def gpu_nodes(cluster: ClusterReader, placement: GpuPlacement, nodes_needed: int) -> list[Check]:
     """Nodes with the GPU pods' labels; their taints tolerated; ``placement.gpus`` allocatable on ``nodes_needed``."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(placement.node_selector.items()))
-    shown = selector or "(no node selector)"
+    shown = (f"GPU type {placement.gpu_type}" if placement.terms
+             else selector or "(no node selector)")
     try:
-        nodes = cluster.nodes(selector)
+        found: dict[str, dict[str, Any]] = {}
+        for term in placement.terms or ("",):  # any one term of the affinity fits (ORed)
+            for node in cluster.nodes(",".join(filter(None, (selector, term)))):
+                found.setdefault(node["metadata"]["name"], node)
+        nodes = list(found.values())
     except Unanswered as exc:
         return [_unread(exc, "Node list")]
+    if not nodes and placement.terms:
+        from components.gpu_nodes import GPU_NODES, PRODUCT_LABEL
+
+        product = GPU_NODES[placement.gpu_type or ""].products[0]
+        return [Check(False, f"no node is a {placement.gpu_type} node by its labels ({PRODUCT_LABEL}, the cloud's "
+                      "accelerator or instance type; a pool scaled to 0 counts as none)",
+                      f"kubectl label node YOUR_GPU_NODE {PRODUCT_LABEL}={product}  # or install the NVIDIA GPU "
+                      "operator (GPU Feature Discovery labels it); another GPU: --gpu-type")]
     if not nodes:
         first = next(iter(sorted(placement.node_selector.items())), ("nvidia.com/gpu.present", "true"))
         return [Check(False, f"no node has the labels the GPU pods select: {shown} (a pool scaled to 0 counts as none)",
                       f"kubectl label node YOUR_GPU_NODE {first[0]}={first[1]}  # or install the NVIDIA GPU operator, "
                       "which labels GPU nodes")]
-    checks = [Check(True, f"{len(nodes)} node(s) labelled {shown}")]
+    checks = [Check(True, f"{len(nodes)} node(s) of {shown}" if placement.terms else f"{len(nodes)} node(s) labelled {shown}")]
     usable = [n for n in nodes if not _blocking_taints(n, placement.tolerations)]
     if not usable:
         node = nodes[0]

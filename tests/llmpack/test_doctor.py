@@ -74,7 +74,7 @@ def test_ready_cluster_passes_every_check(ready: Ready) -> None:
     assert code == 0, out
     assert not failed_lines(out)
     checks = [line for line in out.splitlines() if line.startswith("✓")]
-    for expected in ("Kubernetes API", "nvidia.com/gpu.present=true", "tolerate", "allocatable nvidia.com/gpu",
+    for expected in ("Kubernetes API", "node(s) of GPU type nvidia-h100-80gb", "tolerate", "allocatable nvidia.com/gpu",
                      "namespace llmpack exists", "namespace kubeflow exists", "Secret llmpack-mlflow in llmpack has "
                      "tracking-uri and password, username", "RBAC (mlflow): you may create/get/delete jobs.batch, list/watch pods, list events in llmpack",
                      "RBAC (argo): you may create/get workflows.argoproj.io", "Pod Security (kfp)",
@@ -102,8 +102,8 @@ def test_ready_gang_passes_every_check(ready: Ready) -> None:
 CASES = {
     "no-namespace": ((), "namespace llmpack does not exist", "kubectl create namespace llmpack"),
     "rbac-denied": ((), "RBAC (mlflow): you may not create jobs.batch in llmpack", "--verb=create --resource=jobs.batch"),
-    "no-gpu-nodes": ((), "no node has the labels the GPU pods select: nvidia.com/gpu.present=true",
-                     "nvidia.com/gpu.present=true"),
+    "no-gpu-nodes": ((), "no node is a nvidia-h100-80gb node by its labels",
+                     "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"),
     "taint-not-tolerated": ((), "dedicated=training:NoSchedule", "kubectl taint node gpu-node-0 dedicated:NoSchedule-"),
     "no-gpus-allocatable": ((), "0 tolerated GPU node(s) with 1 allocatable nvidia.com/gpu, need 1", "device plugin"),
     "no-runtime": (GANG, "ClusterTrainingRuntime torch-distributed missing", "manifests/overlays/runtimes"),

@@ -35,7 +35,7 @@ def _b64(text: str) -> str:
 def gpu_node(name: str, *, gpus: int = 8, labelled: bool = True, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """A GPU node as the NVIDIA GPU operator leaves it: labels, the usual taint, allocatable GPUs."""
     now = time.time() - 3600
-    node = node_object(name, created=now, ready=now + 60, instance_type="p5.48xlarge",
+    node = node_object(name, created=now, ready=now + 60, instance_type="p5.48xlarge" if labelled else "m5.xlarge",
                        gpu_product="NVIDIA-H100-80GB-HBM3" if labelled else None)
     node["spec"]["taints"] = taints if taints is not None else [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
     node["status"]["allocatable"] = {"cpu": "190", "memory": "2000000000Ki", "nvidia.com/gpu": str(gpus)}
@@ -98,7 +98,7 @@ def _nodes(**node: Any) -> Callable[[KubeAPIStandIn], None]:
 FAULTS: dict[str, tuple[str, Callable[[KubeAPIStandIn], Any]]] = {
     "no-namespace": ("the run namespace is missing", lambda api: api.remove_namespace(RUN_NAMESPACE)),
     "rbac-denied": ("you may not create Jobs (the MLflow path)", lambda api: api.forbidden.add("create jobs")),
-    "no-gpu-nodes": ("no node carries nvidia.com/gpu.present=true", _nodes(labelled=False)),
+    "no-gpu-nodes": ("no node is labelled as the compiled GPU type (H100 80GB)", _nodes(labelled=False)),
     "taint-not-tolerated": ("the GPU nodes carry a taint the pods do not tolerate",
                             _nodes(taints=[{"key": "dedicated", "value": "training", "effect": "NoSchedule"}])),
     "no-gpus-allocatable": ("the GPU nodes have no allocatable nvidia.com/gpu (no device plugin)", _nodes(gpus=0)),
