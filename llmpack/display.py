@@ -319,7 +319,7 @@ def _verdict_lines(result: dict[str, Any], console: Console) -> None:
                 continue
             if result.get("design") and not h.startup and e.get("verdict") == "undecided" and e.get("n", 0) <= 1:
                 continue  # total and cost from one whole run: said once above, not per path
-            console.print(Padding(Text(e["text"]), (0, 0, 0, 2)))
+            console.print(Padding(Text(e["text"]), (0, 0, 0, 2), expand=False))
 
 
 def _wide_table(result: dict[str, Any], console: Console) -> None:
