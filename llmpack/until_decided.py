@@ -98,10 +98,10 @@ def warm_up(opts: RunOptions, paths: list[Path_], run: RunOne, group: str) -> No
                 pass
     first = paths[0]
     run(replace(opts, backend=first.backend, fuse=first.fuse, run_group=group, max_steps=1),
-        f"{first.label} (warm-up, not counted)", pipe=_startup_pipe(opts, first))
+        f"{first.label} (warm-up, not counted)", pipe=_startup_pipe(first))
 
 
-def _startup_pipe(opts: RunOptions, path: Path_) -> Any:
+def _startup_pipe(path: Path_) -> Any:
     """The pipeline a start-up round runs for ``path`` (None: the whole one, for a fused packaging)."""
     from components.finetune_pipeline import build
 
@@ -132,7 +132,7 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
         o = replace(opts, backend=p.backend, fuse=p.fuse, run_group=run_group, max_steps=1 if kind == "startup" else opts.max_steps)
         label = f"{p.label} (round {k}{f'/{of}' if of else ''}{', start-up' if kind == 'startup' else ''})"
         tags = {ROUND_TAG: str(k), STARTUP_TAG: kind, **({DESIGN_TAG: str(of)} if of else {})}
-        summary = run(o, label, pipe=_startup_pipe(opts, p) if kind == "startup" else None, tags=tags)
+        summary = run(o, label, pipe=_startup_pipe(p) if kind == "startup" else None, tags=tags)
         runs.append({**summary, "round": k, "startup": kind == "startup", "wall_s": clock() - t0})
 
     for p in paths:
