@@ -162,8 +162,11 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
     return "\n".join(lines) + "\n"
 
 
-def _card(label: str, unit: str, per_path: dict[str, dict[str, Any]]) -> str:
-    """One headline card: per path, its median, Δ vs baseline with the CI, n, and the verdict."""
+def _card(label: str, unit: str, per_path: dict[str, dict[str, Any]], *, judged: bool = True) -> str:
+    """One headline card: per path, its median, Δ vs baseline with the CI, n, and the verdict.
+
+    ``judged=False``: a headline a compare-until-decided run measured from one whole run per path
+    (total, cost); its cells say "not judged", as the summary sentence does, not "undecided"."""
     from llmpack.compare import quantity
 
     rows = []
@@ -177,6 +180,8 @@ def _card(label: str, unit: str, per_path: dict[str, dict[str, Any]]) -> str:
                   f"{quantity(e['ci'][1], unit, signed=True)}]</span>") if e.get("ci") else ""
             delta = f"Δ {quantity(e['delta'], unit, signed=True)}{ci}"
         verdict = e["verdict"] if e["verdict"] not in ("baseline", "no baseline") else ""
+        if not judged and verdict == "undecided" and e.get("n", 0) <= 1:
+            verdict = "not judged"
         strong = " strong" if verdict in ("faster", "slower", "cheaper", "costlier", "equivalent") else ""
         rows.append(
             f"<tr><th>{_badge(orch)}</th><td class=v>{html.escape(quantity(e['value'], unit))}<span class=n>n={e['n']}</span></td>"
@@ -210,7 +215,9 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
         if r["status"] != "succeeded"
     )
     verdicts = result.get("verdicts", {})
-    cards = "".join(_card(h.label, h.unit, verdicts[h.metric]) for h in HEADLINES if h.metric in verdicts)
+    design = bool(result.get("design"))
+    cards = "".join(_card(h.label, h.unit, verdicts[h.metric], judged=h.startup or not design)
+                    for h in HEADLINES if h.metric in verdicts)
     costs = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in _cost_lines(result, splits))
     retries = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in retry_lines(result["runs"]))
     if retries:

@@ -220,3 +220,19 @@ def test_a_node_billed_run_keeps_its_own_cost_split() -> None:
     run = runs(n=1, paths=("kfp",))[0]
     run["metrics"].update(cost_usd=11.08, cost_compute_usd=0.04, cost_overhead_usd=11.04)
     assert cost_split(run, gpu_steps()) == {"compute_usd": 0.04, "overhead_usd": 11.04}
+
+
+def test_until_decided_cards_say_not_judged_for_one_run_headlines(tmp_path: Path) -> None:
+    """Total and cost from one whole run per path read "not judged" on the cards, as in the sentence."""
+    from llmpack.compare import HEADLINES
+
+    result = _result()
+    result["design"] = {"max_rounds": 7, "first_look": 3}
+    one_run = [h.metric for h in HEADLINES if not h.startup]
+    for metric in one_run:
+        for orch, e in result["verdicts"][metric].items():
+            if orch != "direct":
+                e.update(verdict="undecided", n=1)
+    page = (write_report(result, tmp_path / "rep", {}) / "report.html").read_text()
+    assert page.count(">not judged<") == len(one_run) * (len(PATHS) - 1)
+    assert ">undecided<" not in page
