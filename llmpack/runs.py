@@ -374,6 +374,9 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
         sent = True
     except Exception:  # noqa: BLE001 - an outage or a refusal: the JSONL stays the source of truth, llmpack sync sends it
         sent = False
+    trace_sent = record.export_trace(records, ctx=ctx, tags=tags, finished_at=finished_at,
+                                     env={**os.environ, "MLFLOW_TRACKING_URI": uri}, out_dir=staging,
+                                     mc=mc if sent else None, run_id=run_id if sent else None)
 
     final = out_root / (pipeline_run + (".failed" if error else ""))
     rel = {key: path.resolve().relative_to(staging) for key, path in artifacts.items() if path.resolve().is_relative_to(staging)}
@@ -392,6 +395,7 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
         "tags": tags,
         "params": overrides,
         "tracking": "sent" if sent else "not sent",
+        "trace": trace_sent,
         "events": {step: dict(st.events) for step, st in telemetry.group_by_step(records).items()},
         "retried_attempts": closed.get("retried_attempts", []),  # every attempt billed: the retried ones, priced
         "artifacts": {

@@ -126,14 +126,31 @@ def sync_run(run_dir: Path, tracking_uri: str | None = None, *, retry: Any = Non
     summary, upload = read_run_dir(run_dir)
     uri = sync_uri(tracking_uri, summary)
     retry = retry or tracking.upload_retry()
-    run_id, logged = tracking.upload_run(tracking.client(uri), upload, retry)
-    if summary.get("tracking") != "sent" or _mapping(summary, "artifacts").get("mlflow_run_id") != run_id:
+    mc = tracking.client(uri)
+    run_id, logged = tracking.upload_run(mc, upload, retry)
+    trace = send_trace_once(mc, run_id, upload, uri, run_dir) if summary.get("trace") != "sent" else "sent"
+    if (summary.get("tracking") != "sent" or _mapping(summary, "artifacts").get("mlflow_run_id") != run_id
+            or summary.get("trace") != trace):
         summary["tracking"] = "sent"
+        summary["trace"] = trace
         summary["artifacts"] = {**_mapping(summary, "artifacts"), "mlflow_run_id": run_id}
         write_json_atomic(run_dir / SUMMARY_FILE, summary)
     return SyncResult(run_dir=run_dir, pipeline_run=upload.ctx.pipeline_run, mlflow_run_id=run_id,
                       tracking_uri=tracking.redact_uri(uri), logged=logged, already=len(upload.records) - logged,
                       status=upload.status)
+
+
+def send_trace_once(mc: Any, run_id: str, upload: Any, uri: str, run_dir: Path) -> str:
+    """The run's trace sent to the store it was synced to, unless its record says it has it (``llmpack.trace_id``)."""
+    import os
+
+    from components.record.close import export_trace
+    from components.record.trace_export import TRACE_TAG
+
+    if TRACE_TAG in mc.get_run(run_id).data.tags:
+        return "sent"
+    return export_trace(upload.records, ctx=upload.ctx, tags=upload.tags, finished_at=upload.finished_at,
+                        env={**os.environ, "MLFLOW_TRACKING_URI": uri}, out_dir=run_dir, mc=mc, run_id=run_id)
 
 
 @command("sync", short_help="Send a run's records to MLflow after a tracking outage.")

@@ -274,7 +274,38 @@ def close(
                                     params={"submitted_at": repr(submitted_at)}, finished_at=time.time())
         tracking.upload_run(mc, upload, retry, run_id=run_id, until=until)
         summary["mlflow_run_id"] = run_id
+    summary["trace"] = export_trace(records, ctx=ctx, tags=tags, finished_at=finished_at, env=env,
+                                    out_dir=records_dir, mc=mc, run_id=run_id)
+    if records_dir is not None:
+        write_json_atomic(Path(records_dir) / RECORD_FILE, summary)
     return summary
+
+
+def export_trace(records: list[Record], *, ctx: RunContext, tags: Mapping[str, str], finished_at: float,
+                 env: Mapping[str, str], out_dir: Path | None, mc: Any = None, run_id: str | None = None) -> str:
+    """The run's trace (:mod:`components.record.trace`) written beside its records and sent, never failing the run.
+
+    ``TRACEPARENT`` (Argo 4.1 injects one) makes the run's spans join the orchestrator's trace.
+    Returns ``sent`` or the line saying why not; a sent trace tags the record ``llmpack.trace_id``.
+    """
+    from components.record import trace, trace_export
+
+    built = trace.build_trace(records, pipeline_run=ctx.pipeline_run, submitted_at=ctx.submitted_at, tags=tags,
+                              finished_at=finished_at, traceparent=env.get("TRACEPARENT"))
+    experiment_id = None
+    if mc is not None and run_id:
+        try:
+            experiment_id = mc.get_run(run_id).info.experiment_id
+        except Exception:  # noqa: BLE001 - telemetry about the run never fails it
+            experiment_id = None
+    note = trace_export.export_run(built, env=env, out_dir=out_dir, tracking_uri=env.get("MLFLOW_TRACKING_URI"),
+                                   experiment_id=experiment_id, run_id=run_id)
+    if note is None and mc is not None and run_id:
+        try:
+            mc.set_tag(run_id, trace_export.TRACE_TAG, built.trace_id)
+        except Exception:  # noqa: BLE001 - untagged: llmpack sync sends it again, MLflow keeps one trace per id
+            pass
+    return "sent" if note is None else note
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -24,6 +24,7 @@ from llmpack import glossary
 from llmpack.numbers import figure, money
 from llmpack.report.charts import chart_boxes, chart_cost, chart_timeline, path_colour
 from llmpack.report.facts import break_even, cost_split, gpu_steps, report_facts, retry_lines, summary_sentence
+from llmpack.report.traces import TRACES_FILE, write_traces
 
 # (metric, header, unit): the Numbers table; the header is the glossary's name of the measure.
 TABLE_COLUMNS = (
@@ -360,6 +361,7 @@ def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str,
         (tmp / "report.json").write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n")
         (tmp / "report.md").write_text(markdown(result, facts, sentence, be, splits))
         (tmp / "report.html").write_text(html_page(result, facts, sentence, be, charts, splits))
+        write_traces(runs, tmp / TRACES_FILE)
         os.chmod(tmp, 0o755)  # mkdtemp makes it private
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")

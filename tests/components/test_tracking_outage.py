@@ -437,6 +437,7 @@ def test_server_down_at_start_training_completes_then_sync_sends_everything_once
     s = json.loads(r.stdout)
     assert s["status"] == "succeeded" and s["tracking"] == "not sent" and s["artifacts"]["mlflow_run_id"] is None
     run_dir = Path(s["artifacts"]["run_dir"])
+    assert s["trace"] != "sent" and (run_dir / "trace.otlp.json").is_file()  # kept beside the records for sync
     warnings = [line for line in r.stderr.splitlines() if line.startswith("llmpack: warning")]
     assert warnings == [f"llmpack: warning: tracking server unreachable; records kept in {run_dir}; "
                         f"send them later with: llmpack sync {run_dir}"], r.stderr
@@ -458,9 +459,15 @@ def test_server_down_at_start_training_completes_then_sync_sends_everything_once
             proc.kill()
     assert proc.returncode == 0, err
     assert out.strip().endswith(f"{n} record(s) sent, 0 already there") and server.uri in out, out
-    assert json.loads((run_dir / "summary.json").read_text())["tracking"] == "sent"
-    # ...and a second sync sends nothing: every key once.
+    synced = json.loads((run_dir / "summary.json").read_text())
+    assert synced["tracking"] == "sent" and synced["trace"] == "sent"
+    # ...and a second sync sends nothing: every key once, and the run's trace once.
     _sync_twice(server, run_dir, tmp_path, synced_before=True)
+    from mlflow.tracking import MlflowClient
+
+    mc, run_id = MlflowClient(server.uri), synced["artifacts"]["mlflow_run_id"]
+    traces = mc.search_traces(locations=[mc.get_run(run_id).info.experiment_id], run_id=run_id)
+    assert len(traces) == 1 and "step finetune" in {sp.name for sp in traces[0].data.spans}
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import shutil
@@ -236,3 +237,16 @@ def test_until_decided_cards_say_not_judged_for_one_run_headlines(tmp_path: Path
     page = (write_report(result, tmp_path / "rep", {}) / "report.html").read_text()
     assert page.count(">not judged<") == len(one_run) * (len(PATHS) - 1)
     assert ">undecided<" not in page
+
+
+def test_the_report_carries_every_run_as_an_otlp_trace(tmp_path: Path) -> None:
+    """traces.otlp.json beside report.html: one trace per run, its spans at the run's own event times."""
+    from components.record.trace import from_otlp, trace_id_of
+
+    result = _result()
+    body = json.loads((write_report(result, tmp_path / "rep", {}) / "traces.otlp.json").read_text())
+    spans = from_otlp(body)
+    assert {s["traceId"] for s in spans} == {trace_id_of(r["pipeline_run"]) for r in result["runs"]}
+    run = result["runs"][0]
+    training = [s for s in spans if s["traceId"] == trace_id_of(run["pipeline_run"]) and s["name"] == "training"]
+    assert [int(s["startTimeUnixNano"]) / 1e9 for s in training] == pytest.approx([run["events"]["finetune"]["first_step"]])

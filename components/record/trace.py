@@ -1,0 +1,235 @@
+"""Every run a trace: OpenTelemetry spans built from a pipeline run's JSONL events.
+
+The JSONL is the source of truth (see :mod:`components.record.telemetry`), so the trace is built
+from it after the fact, whatever tool started the run, and is the same on every path:
+
+* one **trace** per pipeline run; its id is derived from the pipeline-run id (a rebuilt trace is
+  the same trace), or taken from a W3C ``TRACEPARENT`` (Argo 4.1 injects one into the main
+  container) so that our spans join the orchestrator's own trace;
+* a **run** span ``pipeline <name>`` from submit to the last step's finish;
+* per step a **step** span ``step <step>`` and per attempt an **attempt** span
+  ``<step> attempt <n>``;
+* inside an attempt, a **phase** span between each pair of consecutive events it recorded, named
+  by what happens in it (:data:`PHASES`): ``queued``, ``provisioning``, ``pulling and starting``,
+  ``starting``, ``loading the model``, ``first step``, then ``training`` / ``evaluating`` /
+  ``registering`` / ``running``;
+* between the run's submit and the first step's start a ``spin-up`` span, and between one step's
+  finish and the next step's start a ``hand-over`` span.
+
+Attributes follow the OpenTelemetry CI/CD semantic conventions where they exist
+(``cicd.pipeline.name``, ``cicd.pipeline.run.id``, ``cicd.pipeline.task.name``,
+``cicd.pipeline.task.run.id``, ``cicd.pipeline.result``, ``cicd.pipeline.task.run.result``;
+development stage) and our own ``llmpack.*`` tags otherwise (GPU type and count, price,
+orchestrator, packaging).
+
+The output is OTLP/JSON (``ExportTraceServiceRequest`` in the protobuf JSON mapping, ids in hex as
+OTLP/HTTP JSON requires), written beside a report and sent by :mod:`components.record.trace_export`.
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from components.record.telemetry import ALL_EVENTS, Record, StepTimes, group_by_step
+
+PIPELINE_NAME = "llmpack-finetune"
+SCOPE = "llmpack"
+
+# The span between an event and the next event an attempt recorded, named by what happens in it.
+PHASES: dict[str, str] = {
+    "pod_created": "queued",
+    "pod_scheduled": "provisioning",
+    "node_ready": "pulling and starting",
+    "container_started": "starting",
+    "process_started": "loading the model",
+    "model_loaded": "first step",
+}
+# After the last of those events, until ``finished``: what the step does.
+WORK: dict[str, str] = {"finetune": "training", "evaluate": "evaluating", "register": "registering"}
+
+# Our tags that become span attributes of the run span (the cost and packaging contract).
+RUN_TAGS = ("llmpack.orchestrator", "llmpack.mode", "llmpack.run_group", "llmpack.packaging", "llmpack.gpu_type",
+            "llmpack.gpu_count", "llmpack.price_per_gpu_hour", "llmpack.price_source", "llmpack.status")
+
+_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Span:
+    """One span: names and times (epoch seconds) as our records give them."""
+
+    name: str
+    span_id: str
+    parent_id: str | None
+    start: float
+    end: float
+    attributes: Mapping[str, str | float | int]
+    ok: bool = True
+
+    def otlp(self, trace_id: str) -> dict[str, Any]:
+        span: dict[str, Any] = {
+            "traceId": trace_id,
+            "spanId": self.span_id,
+            "name": self.name,
+            "kind": 1,  # SPAN_KIND_INTERNAL
+            "startTimeUnixNano": str(_nanos(self.start)),
+            "endTimeUnixNano": str(_nanos(max(self.end, self.start))),
+            "attributes": [_attribute(k, v) for k, v in sorted(self.attributes.items())],
+            "status": {"code": 1 if self.ok else 2},  # STATUS_CODE_OK / STATUS_CODE_ERROR
+        }
+        if self.parent_id:
+            span["parentSpanId"] = self.parent_id
+        return span
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trace:
+    """A pipeline run's spans under one trace id; ``parent``: the TRACEPARENT span the run joined."""
+
+    trace_id: str
+    parent: str | None
+    spans: tuple[Span, ...]
+    resource: Mapping[str, str]
+
+    def otlp(self) -> dict[str, Any]:
+        """The OTLP/JSON ``ExportTraceServiceRequest`` body."""
+        return {"resourceSpans": [{
+            "resource": {"attributes": [_attribute(k, v) for k, v in sorted(self.resource.items())]},
+            "scopeSpans": [{"scope": {"name": SCOPE}, "spans": [s.otlp(self.trace_id) for s in self.spans]}],
+        }]}
+
+    def names(self) -> list[str]:
+        return [s.name for s in self.spans]
+
+
+def parse_traceparent(value: str | None) -> tuple[str, str] | None:
+    """``(trace_id, span_id)`` of a W3C ``traceparent`` header value, or None when absent or malformed."""
+    match = _TRACEPARENT.match((value or "").strip().lower())
+    if match is None or set(match.group(1)) == {"0"} or set(match.group(2)) == {"0"}:
+        return None
+    return match.group(1), match.group(2)
+
+
+def trace_id_of(pipeline_run: str) -> str:
+    """The run's own trace id (32 hex): the same every time the trace is built."""
+    return hashlib.sha256(f"llmpack-trace/{pipeline_run}".encode()).hexdigest()[:32]
+
+
+def build_trace(records: Iterable[Record], *, pipeline_run: str, submitted_at: float,
+                tags: Mapping[str, str] | None = None, status: str | None = None,
+                traceparent: str | None = None, finished_at: float | None = None) -> Trace:
+    """The trace of one pipeline run from its records (module docstring for the span tree)."""
+    tags = dict(tags or {})
+    joined = parse_traceparent(traceparent)
+    trace_id = joined[0] if joined else trace_id_of(pipeline_run)
+    sid = _span_ids(pipeline_run)
+    steps = group_by_step(r for r in records if r.pipeline_run == pipeline_run)
+    ordered = sorted(steps.values(), key=lambda s: (s.first_start if s.first_start is not None else float("inf"), s.step))
+    finishes = [s.events["finished"] for s in ordered if "finished" in s.events]
+    end = finished_at if finished_at is not None else max(finishes, default=submitted_at)
+    status = status or tags.get("llmpack.status")
+    run_attrs: dict[str, str | float | int] = {
+        "cicd.pipeline.name": PIPELINE_NAME,
+        "cicd.pipeline.run.id": pipeline_run,
+        **{k: v for k, v in tags.items() if k in RUN_TAGS},
+    }
+    if status:
+        run_attrs["cicd.pipeline.result"] = _result(status)
+    run = Span(name=f"pipeline {PIPELINE_NAME}", span_id=sid("run"), parent_id=joined[1] if joined else None,
+               start=submitted_at, end=end, attributes=run_attrs, ok=_result(status) in ("success", None))
+    spans = [run]
+    first = ordered[0].first_start if ordered else None
+    if first is not None:
+        spans.append(Span(name="spin-up", span_id=sid("spin-up"), parent_id=run.span_id, start=submitted_at,
+                          end=first, attributes={"cicd.pipeline.run.id": pipeline_run}))
+    previous: StepTimes | None = None
+    for step in ordered:
+        spans += _step_spans(step, pipeline_run, run.span_id, sid)
+        if previous is not None and "finished" in previous.events and step.first_start is not None:
+            spans.append(Span(name="hand-over", span_id=sid(f"hand-over/{previous.step}/{step.step}"),
+                              parent_id=run.span_id, start=previous.events["finished"], end=step.first_start,
+                              attributes={"llmpack.from_step": previous.step, "llmpack.to_step": step.step}))
+        previous = step
+    orchestrator = tags.get("llmpack.orchestrator", "")
+    resource = {"service.name": "llmpack", "service.namespace": orchestrator or "llmpack"}
+    return Trace(trace_id=trace_id, parent=joined[1] if joined else None, spans=tuple(spans), resource=resource)
+
+
+def _step_spans(step: StepTimes, pipeline_run: str, run_id: str, sid: Any) -> list[Span]:
+    attempts = step.all_attempts
+    starts = [e for a in attempts for e in a.events.values()]
+    if not starts:
+        return []
+    step_span = Span(name=f"step {step.step}", span_id=sid(f"step/{step.step}"), parent_id=run_id,
+                     start=min(starts), end=max(starts),
+                     attributes={"cicd.pipeline.task.name": step.step, "cicd.pipeline.run.id": pipeline_run,
+                                 "llmpack.attempts": len(attempts)},
+                     ok="finished" in attempts[-1].events)
+    spans = [step_span]
+    for n, attempt in enumerate(attempts):
+        events = [(name, attempt.events[name]) for name in ALL_EVENTS if name in attempt.events]
+        if not events:
+            continue
+        number = attempt.attempt if step.attempts else n
+        finished = "finished" in attempt.events
+        attempt_span = Span(
+            name=f"{step.step} attempt {number}", span_id=sid(f"attempt/{step.step}/{number}"),
+            parent_id=step_span.span_id, start=events[0][1], end=events[-1][1],
+            attributes={"cicd.pipeline.task.name": step.step,
+                        "cicd.pipeline.task.run.id": f"{pipeline_run}/{step.step}/{number}",
+                        "cicd.pipeline.task.run.result": "success" if finished else "failure",
+                        "llmpack.attempt": number},
+            ok=finished)
+        spans.append(attempt_span)
+        for (name, t0), (following, t1) in zip(events, events[1:], strict=False):
+            spans.append(Span(name=phase_name(step.step, name, following), span_id=sid(f"phase/{step.step}/{number}/{name}"),
+                              parent_id=attempt_span.span_id, start=t0, end=t1,
+                              attributes={"llmpack.from_event": name, "llmpack.to_event": following}))
+    return spans
+
+
+def phase_name(step: str, event: str, following: str) -> str:
+    """What happens between two consecutive events of an attempt (module docstring)."""
+    if following == "finished":
+        return WORK.get(step, "running")
+    if event == "process_started" and following != "model_loaded":
+        return "starting up"
+    return PHASES.get(event, "running")
+
+
+def _span_ids(pipeline_run: str) -> Any:
+    def sid(path: str) -> str:
+        return hashlib.sha256(f"llmpack-span/{pipeline_run}/{path}".encode()).hexdigest()[:16]
+    return sid
+
+
+def _result(status: str | None) -> str | None:
+    """Our status words onto ``cicd.pipeline.result`` values."""
+    if not status:
+        return None
+    return {"succeeded": "success", "failed": "failure", "killed": "cancellation",
+            "timeout": "timeout", "preempted": "error"}.get(status.lower(), "error")
+
+
+def _nanos(t: float) -> int:
+    return int(round(t * 1e9))
+
+
+def _attribute(key: str, value: str | float | int) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"key": key, "value": {"boolValue": value}}
+    if isinstance(value, int):
+        return {"key": key, "value": {"intValue": str(value)}}
+    if isinstance(value, float):
+        return {"key": key, "value": {"doubleValue": value}}
+    return {"key": key, "value": {"stringValue": str(value)}}
+
+
+def from_otlp(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The spans of an OTLP/JSON body, flattened (for tests and ``llmpack report``'s reader)."""
+    return [span for rs in body.get("resourceSpans", []) for ss in rs.get("scopeSpans", []) for span in ss.get("spans", [])]
