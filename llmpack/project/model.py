@@ -78,6 +78,44 @@ def _estimate(values: Any, extrapolated: bool = False) -> Estimate:
     return Estimate(value=float(values[0]), low=float(low), high=float(high), extrapolated=extrapolated)
 
 
+def _resampled(fit: PathFit, rng: Any, resamples: int) -> tuple[Any, Any, Any, Any, Any]:
+    """Nodes' ready times (B+1, n), and per row: mean billed spin-up, median overhead, median first
+    step, the tail scale factor (:func:`.tail.tail_scale_draws`). Row 0 is the measured samples; a
+    node's ready and billed times are resampled together."""
+    import numpy as np
+
+    n, runs = fit.node_samples, fit.runs
+    pick = np.vstack([np.arange(n), rng.integers(0, n, size=(resamples, n))])
+    run_pick = np.vstack([np.arange(runs), rng.integers(0, runs, size=(resamples, runs))])
+    return (np.asarray(fit.ready_s)[pick], np.mean(np.asarray(fit.billed_s)[pick], axis=1),
+            np.median(np.asarray(fit.overhead_s)[run_pick], axis=1),
+            np.median(np.asarray(fit.first_step_s)[run_pick], axis=1), tail.tail_scale_draws(n, resamples, rng))
+
+
+def predict_measured(fit: PathFit, nodes: int, qs: Sequence[float], runs: int, *, resamples: int = RESAMPLES,
+                     seed: int = SEED) -> dict[str, Estimate]:
+    """What ``runs`` real gangs of ``nodes`` will *measure*: the interval of their sample quantiles.
+
+    :func:`project_path`'s interval is for the true quantile; a handful of runs scatters around
+    it. Per resample, ``runs`` gangs are drawn (each max as Q(U^(1/N)), :func:`.tail.sampled_maxes`)
+    plus the resample's overhead, and their sample quantile taken: the interval covers both the
+    fit's uncertainty and the runs' own scatter (the check of tests/llmpack/test_project_cluster.py).
+    """
+    import numpy as np
+
+    check_quantiles(fit, qs)
+    rng = np.random.default_rng(seed)
+    ready, _billed, overhead, _first, scale = _resampled(fit, rng, resamples)
+    gangs = overhead[:, None] + tail.sampled_maxes(ready, nodes, runs, rng, scale)
+    point = overhead[0] + tail.max_quantiles(ready[:1], nodes, qs)[0]
+    out = {}
+    for i, q in enumerate(qs):
+        est = _estimate(np.concatenate([[point[i]], np.quantile(gangs[1:], q, axis=1)]))
+        out[label(q)] = Estimate(value=est.value, low=est.low, high=est.high,
+                                 extrapolated=tail.is_extrapolated(fit.node_samples, nodes, q))
+    return out
+
+
 def project_path(fit: PathFit, nodes: Sequence[int], qs: Sequence[float], *, train_s: float | None = None,
                  scale_down_delay_s: float = cost.DEFAULT_SCALE_DOWN_DELAY_S, resamples: int = RESAMPLES,
                  seed: int = SEED) -> list[Projection]:
@@ -85,26 +123,20 @@ def project_path(fit: PathFit, nodes: Sequence[int], qs: Sequence[float], *, tra
     import numpy as np
 
     check_quantiles(fit, qs)
-    rng = np.random.default_rng(seed)
-    n, runs = fit.node_samples, fit.runs
-    pick = np.vstack([np.arange(n), rng.integers(0, n, size=(resamples, n))])
-    run_pick = np.vstack([np.arange(runs), rng.integers(0, runs, size=(resamples, runs))])
-    ready = np.asarray(fit.ready_s)[pick]
-    billed = np.mean(np.asarray(fit.billed_s)[pick], axis=1)
-    overhead = np.median(np.asarray(fit.overhead_s)[run_pick], axis=1)
-    first = np.median(np.asarray(fit.first_step_s)[run_pick], axis=1)
+    n = fit.node_samples
+    ready, billed, overhead, first, scale = _resampled(fit, np.random.default_rng(seed), resamples)
     own = np.mean(ready, axis=1)
     train = fit.train_s if train_s is None else train_s
     out = []
     for size in nodes:
         gpus = size * fit.gpus_per_node
-        maxq = tail.max_quantiles(ready, size, qs)
+        maxq = tail.max_quantiles(ready, size, qs, scale)
         flags = [tail.is_extrapolated(n, size, q) for q in qs]
         gang = {label(q): _estimate(overhead + maxq[:, i], flags[i]) for i, q in enumerate(qs)}
         step = {label(q): _estimate(overhead + maxq[:, i] + first, flags[i]) for i, q in enumerate(qs)}
         waste_extrapolated = tail.is_extrapolated(n, size, 0.5)
         parts_s = {"compute": np.full(len(ready), gpus * train),
-                   "straggler_waste": gpus * (tail.expected_max(ready, size) - own),
+                   "straggler_waste": gpus * (tail.expected_max(ready, size, scale) - own),
                    "overhead": gpus * (billed + first + scale_down_delay_s)}
         total_s = sum(parts_s.values())
         costs: dict[str, Estimate] = {}
