@@ -101,7 +101,7 @@ TERMS: tuple[Term, ...] = (
                 "± the equivalence margin). Undecided: the CI straddles 0 and reaches past the margin; more runs "
                 "can decide it."),
     Term(key="extrapolated", name="extrapolated", group="stats",
-         short="a projection past what was measured (nodes × samples needed > samples)",
+         short="projected past the data: nodes × samples needed > samples measured",
          detail="`llmpack project`: the q-quantile of a max over N nodes needs about N / (1 − q) node samples; "
                 "with fewer it rests on an exponential tail fitted past the largest sample (docs/projection.md)."),
     Term(key="beyond_noise", name="▼ / ▲ / ≈", group="stats",
