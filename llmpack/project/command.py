@@ -86,7 +86,7 @@ def write_out(out: Path, result: dict[str, Any], text: str, projections: Any) ->
     return [out / n for n in (*CHARTS, "projection.json", "index.html")]
 
 
-@command("project", short_help="Project gang spin-up, straggler waste and cost to more nodes, with intervals.")
+@command("project", short_help="Gang spin-up, straggler waste and cost projected to more nodes.")
 @click.option("--run-group", "run_groups", multiple=True, help="A measured run group in MLflow (repeatable).")
 @click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI).")
 @click.option("--pods", default=None, help="Instead: `kubectl get pods -o json` dump with gang node pods.")
