@@ -135,11 +135,24 @@ def from_mlflow(run_groups: Iterable[str], tracking_uri: str | None) -> list[Mea
     mc = tracking.client(tracking_uri)
     gangs: list[MeasuredGang] = []
     for group in run_groups:
-        found = gangs_from_runs(runs_from_mlflow(mc, group))
+        found = gangs_from_runs(_with_node_events(mc, r) for r in runs_from_mlflow(mc, group))
         if not found:
             raise InputError(f"run group {group!r}: no finetune gang (runs with --nodes > 1) among its succeeded runs")
         gangs += found
     return gangs
+
+
+def _with_node_events(mc: Any, run: dict[str, Any]) -> dict[str, Any]:
+    """The run with finetune's every event, ``<event>.node<R>`` included (the report's rebuilt
+    events keep the step's own events only)."""
+    from components.record import tracking
+    from components.record.telemetry import RunContext, group_by_step
+
+    metrics = mc.get_run(run["artifacts"]["mlflow_run_id"]).data.metrics
+    ctx = RunContext(run_group=run["run_group"], pipeline_run=run["pipeline_run"], orchestrator=run["orchestrator"],
+                     mode=run["mode"], submitted_at=run["submitted_at"])
+    step = group_by_step(tracking.records_from_run(metrics, ctx)).get("finetune")
+    return {**run, "events": {**run["events"], "finetune": dict(step.events) if step else {}}}
 
 
 def from_dumps(pods: str, nodes: str | None, events: str | None, price_flag: Any = None) -> list[MeasuredGang]:

@@ -125,7 +125,7 @@ def project_path(fit: PathFit, nodes: Sequence[int], qs: Sequence[float], *, tra
     check_quantiles(fit, qs)
     n = fit.node_samples
     ready, billed, overhead, first, scale = _resampled(fit, np.random.default_rng(seed), resamples)
-    own = np.mean(ready, axis=1)
+    own = tail.expected_max(ready, 1, scale)  # the mean by the same quadrature: no waste at N=1
     train = fit.train_s if train_s is None else train_s
     out = []
     for size in nodes:
@@ -136,7 +136,7 @@ def project_path(fit: PathFit, nodes: Sequence[int], qs: Sequence[float], *, tra
         step = {label(q): _estimate(overhead + maxq[:, i] + first, flags[i]) for i, q in enumerate(qs)}
         waste_extrapolated = tail.is_extrapolated(n, size, 0.5)
         parts_s = {"compute": np.full(len(ready), gpus * train),
-                   "straggler_waste": gpus * (tail.expected_max(ready, size, scale) - own),
+                   "straggler_waste": gpus * np.maximum(tail.expected_max(ready, size, scale) - own, 0.0),
                    "overhead": gpus * (billed + first + scale_down_delay_s)}
         total_s = sum(parts_s.values())
         costs: dict[str, Estimate] = {}

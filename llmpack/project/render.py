@@ -3,20 +3,36 @@
 from __future__ import annotations
 
 import html
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llmpack.project.fit import PathFit
 from llmpack.project.model import METHOD, Estimate, Projection
 
+WIDTH = 80
+
+
+def wrapped(sentences: Sequence[str]) -> str:
+    """Sentences for the terminal, each wrapped at :data:`WIDTH` columns."""
+    return "\n".join(textwrap.fill(s, WIDTH, subsequent_indent="  ") for s in sentences)
+
 
 def _s(value: float) -> str:
-    """Seconds, short: 42, 318, 12.4m, 2.1h."""
+    """Seconds, short: 42 s, 318 s, 12.4 min, 2.1 h (sentences)."""
     if value < 600:
-        return f"{value:.0f}"
+        return f"{value:.0f} s"
     if value < 36_000:
-        return f"{value / 60:.1f}m"
-    return f"{value / 3600:.1f}h"
+        return f"{value / 60:.1f} min"
+    return f"{value / 3600:.1f} h"
+
+
+def _unit(rows: Sequence[Projection]) -> tuple[str, Any]:
+    """One unit for a path's whole table: seconds, or minutes when any figure reaches 10 minutes."""
+    top = max(e.high for r in rows for e in r.gang_ready.values())
+    if top < 600:
+        return "s", lambda v: f"{v:.0f}"
+    return "min", lambda v: f"{v / 60:.1f}"
 
 
 def _usd(value: float) -> str:
@@ -38,11 +54,12 @@ def table(fits: Mapping[str, PathFit], projections: Mapping[str, Sequence[Projec
     """Per path: gang ready (seconds from submit) per quantile, then cost per run split; '*' = extrapolated."""
     lines = []
     for name, rows in projections.items():
-        lines.append(fit_line(fits[name]))
+        lines += textwrap.wrap(fit_line(fits[name]), WIDTH, subsequent_indent="  ")
         qs = list(rows[0].gang_ready)
-        lines.append(f"{'nodes':>5} {'GPUs':>5}  " + "".join(f"{'ready ' + q + ' s':<21}" for q in qs).rstrip())
+        unit, fmt = _unit(rows)
+        lines.append(f"{'nodes':>5} {'GPUs':>5}  " + "".join(f"{'ready ' + q + ' ' + unit:<21}" for q in qs).rstrip())
         for r in rows:
-            lines.append(f"{r.nodes:>5} {r.gpus:>5}  " + "".join(f"{_cell(r.gang_ready[q]):<21}" for q in qs).rstrip())
+            lines.append(f"{r.nodes:>5} {r.gpus:>5}  " + "".join(f"{_cell(r.gang_ready[q], fmt):<21}" for q in qs).rstrip())
         if rows[0].cost_usd:
             lines.append(f"{'nodes':>5} {'GPU-h':>7}  {'compute':>9} {'waste':>9} {'overhead':>9}  total $/run (95% CI)")
             for r in rows:
@@ -51,7 +68,7 @@ def table(fits: Mapping[str, PathFit], projections: Mapping[str, Sequence[Projec
                              f"{_usd(c['straggler_waste'].value):>9} {_usd(c['overhead'].value):>9}  "
                              f"{_cell(c['total'], _usd)}")
         lines.append("")
-    lines.append("* extrapolated: more nodes x samples than measured (exponential tail past the largest)")
+    lines.append("* extrapolated: past what was measured (an exponential tail beyond the slowest)")
     return "\n".join(lines)
 
 
@@ -62,8 +79,8 @@ def summary(projections: Mapping[str, Sequence[Projection]], flip: Mapping[str, 
         r = rows[-1]
         qs = list(r.gang_ready)
         mid, top = r.gang_ready[qs[0]], r.gang_ready[qs[-1]]
-        text = (f"{name}: {r.nodes} nodes ({r.gpus} GPUs) ready {_s(mid.value)} s {qs[0]} "
-                f"({_s(mid.low)}-{_s(mid.high)}), {_s(top.value)} s {qs[-1]}"
+        text = (f"{name}: {r.nodes} nodes ({r.gpus} GPUs) ready in {_s(mid.value)} at {qs[0]} "
+                f"({_s(mid.low)} to {_s(mid.high)}), {_s(top.value)} at {qs[-1]}"
                 f"{' (extrapolated)' if top.extrapolated else ''}")
         if r.cost_usd:
             waste, total = r.cost_usd["straggler_waste"].value, r.cost_usd["total"].value

@@ -51,6 +51,6 @@ def project(*, run_groups: Sequence[str], tracking_uri: str | None, pods: str | 
     if pair is not None:
         flipped = flip.flip(projections, (pair[0], pair[1]), runs_per_month=runs_per_month, control_plane=costs)
     result = render.as_json(fits, projections, flipped)
-    text = render.table(fits, projections) + "\n\n" + "\n".join(result["summary"])
+    text = render.table(fits, projections) + "\n\n" + render.wrapped(result["summary"])
     result["_projections"] = projections
     return result, text
