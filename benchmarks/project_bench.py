@@ -1,11 +1,11 @@
 """How long `llmpack project`'s model takes as the measured nodes grow, and how well its intervals cover.
 
-    PYTHONPATH=$PWD python benchmarks/project_bench.py [--samples 100,1000,10000] [--trials 40]
+    PYTHONPATH=$PWD python benchmarks/project_bench.py [--samples 100,1000,10000] [--trials 40] [--coverage-samples 24,100]
 
 Part 1 (speed): one path projected to 1..32 nodes at p50/p90/p99 (2000 bootstrap resamples) from
 n synthetic node samples; prints the wall seconds per projection. Part 2 (coverage): for an
-exponential and a lognormal node distribution, ``--trials`` seeded sets of 24 node samples (12
-2-node gangs), the share of 8- and 16-node true gang quantiles inside the projected 95% interval
+exponential and a lognormal node distribution, ``--trials`` seeded sets of n node samples
+(``--coverage-samples``: 24 is 12 2-node gangs), the share of 8- and 16-node true gang quantiles inside the projected 95% interval
 (closed form for the exponential, a 200 000-gang simulation for the lognormal). A figure well below
 0.95 says the interval is optimistic there (docs/projection.md: "when not to trust it").
 """
@@ -41,13 +41,13 @@ def speed(samples: list[int]) -> None:
               f"{time.perf_counter() - start:.2f} s")
 
 
-def coverage(trials: int) -> None:
+def coverage(trials: int, n: int) -> None:
     sim = np.random.default_rng(99)
     lognormal_truth = {(n, q): float(np.quantile(np.max(sim.lognormal(0.0, 0.6, size=(200_000, n)), axis=1), q))
                        for n in (8, 16) for q in (0.5, 0.9)}
-    cases = {"exponential": (lambda rng: rng.exponential(1.0, size=24),
+    cases = {"exponential": (lambda rng: rng.exponential(1.0, size=n),
                              lambda n, q: -math.log(1.0 - q ** (1.0 / n))),
-             "lognormal(0.6)": (lambda rng: rng.lognormal(0.0, 0.6, size=24), lambda n, q: lognormal_truth[(n, q)])}
+             "lognormal(0.6)": (lambda rng: rng.lognormal(0.0, 0.6, size=n), lambda n, q: lognormal_truth[(n, q)])}
     for name, (draw, truth) in cases.items():
         inside = total = 0
         for t in range(trials):
@@ -57,16 +57,18 @@ def coverage(trials: int) -> None:
                     e = row.gang_ready[label]
                     inside += e.low <= truth(row.nodes, q) <= e.high
                     total += 1
-        print(f"coverage: {name:<15} 24 node samples, 8/16 nodes, p50/p90: {inside / total:.2f} of {total}")
+        print(f"coverage: {name:<15} {n} node samples, 8/16 nodes, p50/p90: {inside / total:.2f} of {total}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", default="100,1000,10000")
     parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--coverage-samples", default="24,100", help="node samples per coverage trial")
     args = parser.parse_args()
     speed([int(v) for v in args.samples.split(",")])
-    coverage(args.trials)
+    for n in args.coverage_samples.split(","):
+        coverage(args.trials, int(n))
 
 
 if __name__ == "__main__":
