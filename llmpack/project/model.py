@@ -26,7 +26,8 @@ RESAMPLES = 2000
 SEED = stats.SEED
 METHOD = (f"gang ready = median per-run overhead + max over N nodes of per-node ready times (empirical; an "
           f"exponential tail past the largest sample, marked extrapolated); {stats.CONFIDENCE:.0%} percentile "
-          f"bootstrap over nodes and runs, {RESAMPLES} resamples, numpy default_rng(seed={SEED})")
+          f"bootstrap over nodes and runs with the tail's scale drawn from its spread, {RESAMPLES} resamples, "
+          f"numpy default_rng(seed={SEED})")
 COST_PARTS = ("compute", "straggler_waste", "overhead")
 
 
