@@ -580,6 +580,7 @@ def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | 
 main.add_command(sync_command)
 main.add_command(clean_command)
 main.add_command(doctor_command)  # before a first cluster run (issue 23): docs/first-run-on-a-cluster.md
+main.add_command(__import__("llmpack.project.command", fromlist=["project"]).project)  # issue 27
 
 if __name__ == "__main__":  # pragma: no cover
     main()

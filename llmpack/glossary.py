@@ -69,6 +69,10 @@ TERMS: tuple[Term, ...] = (
          detail="Dollars, not seconds: the part of the bill in which no step trained or evaluated (on a cluster also "
                 "node provisioning and the scale-down tail). Not pipeline overhead, which is wall time between "
                 "steps and holds no GPU."),
+    Term(key="straggler_waste", name="straggler waste", group="money",
+         short="GPU time billed while a gang waits for its slowest node",
+         detail="Sum over the gang's GPUs of (gang ready − the GPU's own node ready) × price: every GPU that is "
+                "up early is billed while the last node comes up (`llmpack project`, docs/projection.md)."),
     Term(key="usd_per_1m_tokens", name="$/1M tokens", metric="usd_per_1m_tokens", group="money",
          short="cost / training tokens × 10⁶"),
     Term(key="goodput", name="goodput", metric="goodput", group="money",
@@ -96,6 +100,10 @@ TERMS: tuple[Term, ...] = (
          detail="Decided: faster, slower, cheaper, costlier (the CI excludes 0) or equivalent (the CI lies within "
                 "± the equivalence margin). Undecided: the CI straddles 0 and reaches past the margin; more runs "
                 "can decide it."),
+    Term(key="extrapolated", name="extrapolated", group="stats",
+         short="projected past the data: nodes × samples needed > samples measured",
+         detail="`llmpack project`: the q-quantile of a max over N nodes needs about N / (1 − q) node samples; "
+                "with fewer it rests on an exponential tail fitted past the largest sample (docs/projection.md)."),
     Term(key="beyond_noise", name="▼ / ▲ / ≈", group="stats",
          short="decidedly lower / higher than the baseline; ≈ equivalent"),
 )

@@ -58,7 +58,8 @@ JobSet and the Job controller name them (``<trainjob>-node-0-<i>-<5 random>``, h
 ``jobset.sigs.k8s.io/replicatedjob-name: node``, ``jobset.sigs.k8s.io/job-index``,
 ``batch.kubernetes.io/job-completion-index`` = the node rank, ``job-name``...) plus the
 ``llmpack.io/*`` labels of the TrainJob's ``runtimePatches``; each lands on its own new GPU node
-of G GPUs, brought up, pulled and started at per-node paces (``Timings.gang_*``). Every rank
+of G GPUs, brought up, pulled and started at per-node paces (``Timings.gang_*``, cycled; or drawn
+from distributions with ``node_paces``, :mod:`standins.node_paces`). Every rank
 (N x G) logs ``process_started.rank<R>``, ``model_loaded.rank<R>``, ``first_step.rank<R>`` and
 ``finished.rank<R>``; the step's ``model_loaded``/``first_step`` are the last rank's, its
 ``process_started`` the launcher's, plus ``trainjob_created``. The TrainJob turns ``Complete``
@@ -306,6 +307,7 @@ class FakeCluster:
         fail: Mapping[str, str] | None = None,
         scale_down_s: int | None = None,
         prepulled: bool = False,
+        node_paces: Any = None,
     ) -> None:
         self.kube, self.kfp, self.argo = kube, kfp, argo
         self.tracking_uri = tracking_uri
@@ -317,6 +319,7 @@ class FakeCluster:
         self.fail = dict(fail or {})
         self.scale_down_s = scale_down_s
         self.prepulled = prepulled  # GPU nodes come up with the image on them: no pull
+        self.node_paces = node_paces  # standins.node_paces.NodePaces: gang nodes drawn, not cycled
         self.scripts: dict[str, RunScript] = {}
         self.errors: list[BaseException] = []
         self._seen: set[Any] = set()
@@ -487,20 +490,22 @@ class FakeCluster:
             with self._lock:
                 self._nodes += 1
                 n = self._nodes
-            node_created = pods_created + cycle(t.gang_node_create_s, i)
+            paces = self.node_paces.draw() if self.node_paces is not None else tuple(
+                cycle(v, i) for v in (t.gang_node_create_s, t.gang_node_ready_s, t.gang_pull_s, t.gang_start_s))
+            node_created = pods_created + paces[0]
             node = {"name": f"ip-10-3-{n}-{n * 11 % 250}.ec2.internal", "created": node_created,
-                    "ready": node_created + cycle(t.gang_node_ready_s, i), "gpus": gpus}
+                    "ready": node_created + paces[1], "gpus": gpus}
             times: dict[str, Any] = {"created": pods_created, "node": node["name"], "node_created": node["created"],
                                      "node_ready": node["ready"], "scheduled": node["ready"] + t.bind_s, "index": i,
                                      "pod": f"{name}-node-0-{i}-{_suffix(name + str(i), 5)}"}
             times["initialized"] = times["scheduled"] + t.init_s
             if self.prepulled:
                 times["pull_s"] = 0
-                times["started"] = times["initialized"] + cycle(t.gang_start_s, i)
+                times["started"] = times["initialized"] + paces[3]
             else:
-                pull = cycle(t.gang_pull_s, i)
+                pull = paces[2]
                 times.update(pulling=times["initialized"], pulled=times["initialized"] + pull, pull_s=pull)
-                times["started"] = times["pulled"] + cycle(t.gang_start_s, i)
+                times["started"] = times["pulled"] + paces[3]
             pods.append({**times, "node_obj": node})
         # torchrun's rendezvous waits for every node: the ranks load once the last pod started.
         rendezvous = max(p["started"] for p in pods) + t.process_s
