@@ -29,6 +29,7 @@ from llmpack.options import (
     submit_options,
     tls_connection,
 )
+from llmpack.project.command import project as project_command
 from llmpack.sync import sync as sync_command
 from llmpack.terminal import Command, Group, quiet_library_warnings
 
@@ -580,7 +581,7 @@ def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | 
 main.add_command(sync_command)
 main.add_command(clean_command)
 main.add_command(doctor_command)  # before a first cluster run (issue 23): docs/first-run-on-a-cluster.md
-main.add_command(__import__("llmpack.project.command", fromlist=["project"]).project)  # issue 27
+main.add_command(project_command)  # scale projection (issue 27): docs/projection.md
 
 if __name__ == "__main__":  # pragma: no cover
     main()
