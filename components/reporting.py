@@ -74,6 +74,13 @@ def metric(name: str, value: float) -> None:
         _current.metric(name, value)
 
 
+def submitted_at() -> float | None:
+    """When the running step's pipeline run was submitted (epoch seconds); None outside a step run or unknown."""
+    if _current is None or not _current.ctx.submitted_at or _current.ctx.submitted_at <= 0:
+        return None
+    return _current.ctx.submitted_at
+
+
 def begin(tel: StepTelemetry) -> StepTelemetry:
     """Make ``tel`` the running step's telemetry (the step process calls this around a step)."""
     global _current

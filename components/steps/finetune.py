@@ -26,7 +26,7 @@ from typing import Any
 from components import settings
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Output, Resources, Retry, step
 from components.errors import InputError
-from components.reporting import metric
+from components.reporting import metric, submitted_at
 from components.training.checkpointing import (
     load_checkpoint,
     newest_checkpoint,
@@ -37,6 +37,7 @@ from components.training.checkpointing import (
 )
 from components.training.modeling import MODEL_META, device_and_dtype, keep_tuned, load_base_model, lora_target_modules
 from components.training.progress import PROGRESS_FILE, ProgressFile
+from components.training.trainer_status import TrainerStatus
 
 
 def lr_at(step: int, *, lr: float, warmup: int, total: int) -> float:
@@ -234,7 +235,8 @@ def finetune(
     tokens_seen = 0
     loss_sum = float("nan")  # stays NaN when a resumed run has no step left to take
     log_path = Path(model.path) / "train_log.jsonl"
-    progress = (ProgressFile(Path(model.path) / PROGRESS_FILE, start_step=start_step, max_steps=max_steps)
+    progress = (ProgressFile(Path(model.path) / PROGRESS_FILE, start_step=start_step, max_steps=max_steps,
+                             status=TrainerStatus.from_env(), submitted_at=submitted_at())  # the TrainJob's status too
                 if world.main else None)
     t0 = time.perf_counter()
     first_done = False
@@ -257,7 +259,7 @@ def finetune(
             log.write(json.dumps({"step": step_no + 1, "loss": round(loss_sum, 6), "lr": optimizer.param_groups[0]["lr"]}) + "\n")
             done = step_no + 1
             if progress is not None:
-                progress.update(done, tokens_seen, time.perf_counter() - t0)  # train_step's loss.item() waited for the GPU
+                progress.update(done, tokens_seen, time.perf_counter() - t0, loss_sum)  # loss.item() waited for the GPU
             stopping = distributed.all_agree(world, stop["sigterm"])  # every rank stops after the same step
             if stopping or (checkpoint_every and done % checkpoint_every == 0 and done < max_steps):
                 state = train_state(net, optimizer, sharded=True) if sharded else None  # a collective under FSDP
@@ -270,6 +272,8 @@ def finetune(
     if device.type == "cuda":
         torch.cuda.synchronize()
     train_s = time.perf_counter() - t0
+    if progress is not None:
+        progress.close()
     signal.signal(signal.SIGTERM, previous_sigterm)  # a step fused after this one gets the default back
 
     # ---- outputs: rank 0's

@@ -9,11 +9,8 @@ GKE, AKS and OIDC logins work) is followed as kubectl follows it, and its token 
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import os
-import ssl
 import sys
 from pathlib import Path
 
@@ -23,6 +20,7 @@ from standins.argo_server import ArgoServerStandIn
 from standins.k8s_api import KubeAPIStandIn
 from standins.kfp_api import KFPAPIStandIn
 from standins.loopback import CLIENT_ENV, isolate
+from standins.tls import self_signed, server_tls
 
 from argo_workflows import submit as argo_submit
 from components.errors import InputError
@@ -47,33 +45,7 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 (its own CA), and its key."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "llmpack stand-in")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    certificate = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    root = tmp_path_factory.mktemp("tls")
-    (root / "cert.pem").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    (root / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                     serialization.NoEncryption()))
-    return root / "cert.pem", root / "key.pem"
-
-
-def server_tls(cert: tuple[Path, Path]) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(str(cert[0]), str(cert[1]))
-    return ctx
+    return self_signed(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture()
