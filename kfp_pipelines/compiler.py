@@ -145,9 +145,12 @@ def close_record_source(pipe: Pipeline) -> str:
     break the plain ``kfp.local`` path. The job id, ``{{$.pipeline_job_uuid}}``, is resolved by
     the backend from 2.5.0 and by kfp.local: it is the run id an empty ``pipeline_run`` takes.
     """
-    telemetry = list(TELEMETRY_PARAMS)
+    params = pipe.all_params  # every one: the record logs the pipeline's parameters on every path
+    clash = ({"status", "orchestrator_run_id"} | _BODY_NAMES).intersection(params)
+    if clash:
+        raise ValueError(f"pipeline parameter name {sorted(clash)[0]!r} is reserved by the KFP summarizing task")
     sig = ["    status: PipelineTaskFinalStatus,"]
-    sig += [f"    {n}: {_TYPE_NAMES[TELEMETRY_PARAMS[n].type]}," for n in telemetry]
+    sig += [f"    {n}: {_TYPE_NAMES[p.type]}," for n, p in params.items()]
     sig += ["    orchestrator_run_id: str = '',"]
     body = [
         '    """Close the pipeline run record: derive its metrics and cost, end it with the run status."""',
@@ -159,7 +162,7 @@ def close_record_source(pipe: Pipeline) -> str:
         "    _llmpack_argv = ['--status=' + status.state, "
         f"{'--uses=' + uses_json(billed_uses(pipe))!r}, "
         "'--run-id=' + orchestrator_run_id]",
-        *(f"    _llmpack_argv.append({f'--param={n}='!r} + _llmpack_fmt({n}))" for n in telemetry),
+        *(f"    _llmpack_argv.append({f'--param={n}='!r} + _llmpack_fmt({n}))" for n in params),
         "    _llmpack_code = _llmpack_main(_llmpack_argv)",
         "    if _llmpack_code:",
         "        _llmpack_sys.exit(_llmpack_code)",
@@ -308,7 +311,7 @@ def build_kfp_pipeline(pipe: Pipeline) -> Any:
 
     def pipeline_func(*args: Any) -> None:
         values = dict(zip(signature.parameters, args, strict=True))
-        close = close_component(**{n: values[n] for n in TELEMETRY_PARAMS},
+        close = close_component(**{n: values[n] for n in pipe.all_params},
                                 orchestrator_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
         configure_close_task(close)
         with dsl.ExitHandler(close, name="llmpack-run"):

@@ -28,7 +28,7 @@ from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step, coerce
 from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
 from components.process import gang, startup, torchrun, warm_ahead
-from components.record import telemetry
+from components.record import telemetry, uniform
 from components.record.telemetry import EVENTS_FILE, RunContext, process_start_time
 from components.reporting import StepTelemetry
 from components.training import distributed
@@ -132,6 +132,8 @@ def run(argv: Sequence[str]) -> int:
     # A run started by the orchestrator's own CLI has no client-chosen id: use the orchestrator's.
     telemetry_values["pipeline_run"] = telemetry_values["pipeline_run"] or orchestrator_run_id
     telemetry_values["run_group"] = telemetry_values["run_group"] or telemetry_values["pipeline_run"]
+    # a KFP package run here (kfp.local) is local, whatever its compiled default says
+    telemetry_values["mode"] = uniform.effective_mode(telemetry_values["mode"], telemetry_values["orchestrator"])
     ctx = RunContext(**telemetry_values)
     if not distributed.is_rank():  # a rank's records go through the process that launched it
         from components.record import tracking
