@@ -416,7 +416,7 @@ def upload_run(
         rid = run_id or open_pipeline_run(mc, run.ctx, run.tags)
         logged += log_records(mc, rid, run.records)
         log_summary(mc, rid, run.metrics, run.tags, params=run.params)
-        log_curve(mc, rid, "train_loss", run.curve)
+        log_curve(mc, rid, "train_loss", run.curve)  # components.record.uniform.LOSS_CURVE
         mc.set_terminated(rid, run.status, end_time=int(run.finished_at * 1000))
         return rid
 
