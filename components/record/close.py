@@ -265,9 +265,11 @@ def close(
     tags.update(uniform.kfp_plugin_tags(ctx.orchestrator, env))
     tags.update({"llmpack.submit_time_source": source, "llmpack.record": "pipeline",
                  "llmpack.status": "succeeded" if final == "FINISHED" else final.lower()})
+    train = telemetry.group_by_step(records).get(telemetry.TRAIN_STEP)
     summary = {"pipeline_run": pipeline_run, "run_group": run_group, "status": final, "submitted_at": submitted_at,
                "submit_time_source": source, "finished_at": finished_at, "metrics": metrics, "tags": tags,
-               "retried_attempts": retried_attempts(records, uses, price)}
+               "retried_attempts": retried_attempts(records, uses, price),
+               "headline": uniform.headline(metrics, train.metrics if train else {})}
     if records_dir is not None:
         write_json_atomic(Path(records_dir) / RECORD_FILE, summary)
     if mc is not None and run_id is not None:
@@ -320,6 +322,7 @@ def _main(argv: Sequence[str] | None, started: float) -> int:
     parser.add_argument("--run-id", default="", help="the orchestrator's own run id")
     parser.add_argument("--created-at", default="", help="when the orchestrator created the run (RFC 3339 or epoch)")
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--scalars-out", default="", help="a directory for the headline numbers as JSON (KFP's Output[Metrics])")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         values = dict(item.partition("=")[::2] for item in args.param)
@@ -333,6 +336,8 @@ def _main(argv: Sequence[str] | None, started: float) -> int:
     except Exception as exc:  # noqa: BLE001 - the steps' JSONL keeps everything; the run's own status stands
         print(f"llmpack: warning: could not close the run's record ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 0
+    if args.scalars_out:
+        write_json_atomic(Path(args.scalars_out) / uniform.SCALARS_FILE, summary["headline"])
     m = summary["metrics"]
     print(f"llmpack: record {summary['pipeline_run']} {summary['status']}: spinup_s={m.get('spinup_s')} "
           f"time_to_first_step_s={m.get('time_to_first_step_s')} cost_usd={m.get('cost_usd')} "

@@ -16,6 +16,7 @@ each log a pipeline record; these functions are what makes those records compara
   stands in for it (``first_pod``: KFP's own CLI), they are logged as ``spinup_from_first_pod_s``...
   rather than as a ``spinup_s`` that silently means something else on a dashboard across paths.
 * **KFP's MLflow plugin** (:func:`kfp_plugin_tags`): its run ids as cross-link tags, never adopted.
+* **KFP scalar metrics** (:func:`headline`, :func:`read_scalars`): the numbers KFP's UI compares.
 * **Training-loss curve** (:func:`loss_curve`): ``train_log.jsonl``'s losses as the step-indexed
   metric series :data:`LOSS_CURVE`.
 
@@ -92,6 +93,40 @@ def _points(files: Iterable[Path]) -> list[tuple[int, float]]:
             except (ValueError, KeyError, TypeError):
                 continue  # a killed run's last line may be cut short
     return sorted(points.items())
+
+
+# The headline numbers a KFP run's comparison view shows (the summarizing task's Output[Metrics] scalars).
+HEADLINE = ("final_loss", "eval_loss", "base_eval_loss", "perplexity", "tokens_per_s", "train_s", "mfu",
+            "spinup_s", "time_to_first_step_s", "total_s", "spinup_from_first_pod_s",
+            "time_to_first_step_from_first_pod_s", "total_from_first_pod_s", "gpu_hours", "cost_usd", "goodput")
+SCALARS_FILE = "scalars.json"
+
+
+def headline(metrics: Mapping[str, float | None], step_metrics: Mapping[str, float]) -> dict[str, float]:
+    """The run's headline numbers that have a value: the derived ``metrics``, ``final_loss`` from finetune's own."""
+    merged = {**{k: v for k, v in step_metrics.items() if k == "final_loss"}, **metrics}
+    return {k: float(merged[k]) for k in HEADLINE if isinstance(merged.get(k), (int, float))}
+
+
+def read_scalars(directory: str | os.PathLike[str]) -> dict[str, float]:
+    """Top-level numbers (not booleans) of the JSON files in ``directory``: a KFP ``Output[Metrics]``'s scalars.
+
+    The KFP components call it after the step (or the summarizing task) ran, and log each with
+    ``Metrics.log_metric``: KFP keeps them as the artifact's ``system.Metrics`` metadata, which its
+    UI's run comparison shows. Non-finite values are left out (not valid in that metadata).
+    """
+    import math
+
+    out: dict[str, float] = {}
+    for path in sorted(Path(directory).glob("*.json")) if Path(directory).is_dir() else []:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for key, value in data.items() if isinstance(data, dict) else ():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                out.setdefault(key, float(value))
+    return out
 
 
 # KFP 2.17's MLflow plugin (KEP-12862) with user env injection: the task's own nested run, in KFP's experiment.

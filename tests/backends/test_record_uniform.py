@@ -27,13 +27,14 @@ from components.record import uniform
 TOY_STEPS = '''
 from pathlib import Path
 
-from components.dsl import Dataset, Output, step
+from components.dsl import Dataset, Metrics, Output, step
 
 
 @step(name="toy-echo")
-def toy_echo(out: Output[Dataset], text: str = "hi", repeat: int = 1) -> None:
-    """Write the text, and a short training log as finetune writes one."""
+def toy_echo(out: Output[Dataset], scores: Output[Metrics], text: str = "hi", repeat: int = 1) -> None:
+    """Write the text, a score as evaluate writes its metrics, and a short training log as finetune writes one."""
     (Path(out.path) / "data.txt").write_text(text * repeat)
+    (Path(scores.path) / "metrics.json").write_text('{"score": 0.5, "passed": true, "label": "x"}')
     log = "".join('{"step": %d, "loss": %s, "lr": 0.001}\\n' % (i, 2.0 / i) for i in range(1, 4))
     (Path(out.path) / "train_log.jsonl").write_text(log)
 '''
@@ -176,6 +177,8 @@ def test_every_path_leaves_the_same_record(toy: tuple[Pipeline, Path], tmp_path:
         assert [(m.step, m.value) for m in mc.get_metric_history(rec.info.run_id, uniform.LOSS_CURVE)] == [
             (1, 2.0), (2, 1.0), (3, 2.0 / 3)], name
         assert rec.data.params["text"] == "ok" and rec.data.params["pipeline_run"] == f"p-{name}"
+        if name == "kfp":
+            _check_kfp_scalars(tmp_path / name / "work", rec.data.metrics)
     assert seen == dict.fromkeys(seen, ("llmpack", expected, "FINISHED", "local", "succeeded")), seen
 
 
@@ -206,3 +209,16 @@ def test_a_plain_mlflow_run_records_in_llmpack_and_links_its_own_run(toy: tuple[
     assert [m.step for m in mc.get_metric_history(rec.info.run_id, uniform.LOSS_CURVE)] == [1, 2, 3]
     status = json.loads(next((tmp_path).rglob("llmpack-mlflow-run.json")).read_text())
     assert status["status"] == "FINISHED"
+
+
+def _check_kfp_scalars(workdir: Path, record_metrics: dict[str, float]) -> None:
+    """kfp.local's output artifacts: each Output[Metrics] carries its numbers as system.Metrics scalars."""
+    metadata = {}
+    for path in workdir.rglob("executor_output.json"):
+        for name, listed in json.loads(path.read_text()).get("artifacts", {}).items():
+            for artifact in listed.get("artifacts", []):
+                metadata[name] = artifact.get("metadata", {})
+    assert metadata["scores"] == {"score": 0.5}, metadata  # a step's own: numbers only, booleans and text left out
+    headline = metadata["headline"]  # the summarizing task's: the run's headline numbers, as on its record
+    assert "total_from_first_pod_s" in headline and "total_s" not in headline, headline
+    assert headline["total_from_first_pod_s"] == pytest.approx(record_metrics["total_from_first_pod_s"])
