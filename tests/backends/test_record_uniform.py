@@ -12,9 +12,11 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -31,8 +33,12 @@ from components.dsl import Dataset, Metrics, Output, step
 
 
 @step(name="toy-echo")
-def toy_echo(out: Output[Dataset], scores: Output[Metrics], text: str = "hi", repeat: int = 1) -> None:
+def toy_echo(out: Output[Dataset], scores: Output[Metrics], text: str = "hi", repeat: int = 1,
+             sleep_s: float = 0.0) -> None:
     """Write the text, a score as evaluate writes its metrics, and a short training log as finetune writes one."""
+    import time
+
+    time.sleep(sleep_s)
     (Path(out.path) / "data.txt").write_text(text * repeat)
     (Path(scores.path) / "metrics.json").write_text('{"score": 0.5, "passed": true, "label": "x"}')
     log = "".join('{"step": %d, "loss": %s, "lr": 0.001}\\n' % (i, 2.0 / i) for i in range(1, 4))
@@ -131,8 +137,8 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pipeline, Path]:
         sys.path.remove(str(root))
 
     @pipeline(name="toy-uniform")
-    def toy_uniform(text: str = "hi", repeat: int = 2):
-        mod.toy_echo(text=text, repeat=repeat)
+    def toy_uniform(text: str = "hi", repeat: int = 2, sleep_s: float = 0.0):
+        mod.toy_echo(text=text, repeat=repeat, sleep_s=sleep_s)
 
     return toy_uniform(), root
 
@@ -222,3 +228,28 @@ def _check_kfp_scalars(workdir: Path, record_metrics: dict[str, float]) -> None:
     headline = metadata["headline"]  # the summarizing task's: the run's headline numbers, as on its record
     assert "total_from_first_pod_s" in headline and "total_s" not in headline, headline
     assert headline["total_from_first_pod_s"] == pytest.approx(record_metrics["total_from_first_pod_s"])
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_plain_mlflow_run_ends_the_record_killed(toy: tuple[Pipeline, Path], tmp_path: Path,
+                                                             fresh_tracking_uri: str):
+    """Ctrl-C reaches `mlflow run` and `main` (one process group); `mlflow run` then SIGTERMs `main`.
+    The record ends KILLED with llmpack.status=killed, as the tutorial says, and so does the linked run."""
+    from mlflow_projects.compiler import write_local_project
+    from mlflow_projects.local import mlflow_command
+
+    pipe, toy_dir = toy
+    project = write_local_project(pipe, tmp_path / "project")
+    proc = subprocess.Popen([*mlflow_command(), "run", str(project), "-e", "main", "--env-manager", "local",
+                             "-P", "sleep_s=120"], cwd=tmp_path, env=_env(toy_dir, fresh_tracking_uri),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not list(tmp_path.rglob("toy-echo.log")):
+        time.sleep(0.3)
+    time.sleep(3.0)  # the step is sleeping
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
+    proc.communicate(timeout=240)
+    mc, rec, runs = _the_record(fresh_tracking_uri)
+    assert (rec.info.status, rec.data.tags["llmpack.status"]) == ("KILLED", "killed")
+    (shell,) = [r for r in runs if r.info.run_id == rec.data.tags["llmpack.mlflow_run_id"]]
+    assert shell.info.status == "KILLED"
