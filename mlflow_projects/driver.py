@@ -457,7 +457,10 @@ def open_parent(experiment_hint: str | None) -> tuple[Any, bool]:
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if run_id:
         return mc.get_run(run_id), False
-    run = mc.create_run(experiment_hint or "0", tags={"mlflow.source.type": "PROJECT",
+    from components.record import tracking
+
+    # by hand there is no `mlflow run` experiment to keep: the run is made where the record lives, and is it
+    run = mc.create_run(experiment_hint or tracking.experiment_id(mc), tags={"mlflow.source.type": "PROJECT",
                                                       "mlflow.project.entryPoint": "main"})
     return run, True
 
@@ -517,14 +520,14 @@ def main(argv: list[str] | None = None, *, project_dir: Path | None = None) -> i
         hold_signals()
         if summary["status"] == "RUNNING":
             summary["status"] = "FAILED"
+        if not owned:  # first: `mlflow run` would end it FAILED as it exits (it ends only runs still RUNNING)
+            end_linked(mc, shell, parent, summary["status"])
         if summary["status"] != "FINISHED":
             close_open_children(mc, parent, "KILLED" if summary["status"] == "KILLED" else "FAILED")
         status_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         close_record(spec, values, parent, summary["status"], run_dir)
         if owned:
             mc.set_terminated(shell.info.run_id, summary["status"])
-        else:
-            end_linked(mc, shell, parent, summary["status"])
     return rc
 
 
