@@ -47,7 +47,6 @@ from typing import Any
 from components.commands import format_value, step_args
 from components.dsl import (
     HF_CACHE_MOUNT,
-    TELEMETRY_PARAMS,
     OutputRef,
     Pipeline,
     PipelineParamRef,
@@ -287,7 +286,7 @@ def _close_container(pipe: Pipeline) -> Any:
         uses=uses_json(billed_uses(pipe)),
         run_id=RUN_ID,
         created_at="{{workflow.creationTimestamp}}",
-        params={name: f"{{{{workflow.parameters.{name}}}}}" for name in TELEMETRY_PARAMS},
+        params={name: f"{{{{workflow.parameters.{name}}}}}" for name in pipe.all_params},  # the record logs them all
     )
     return Container(
         name=CLOSE_TASK,

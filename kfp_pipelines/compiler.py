@@ -83,7 +83,10 @@ LABEL_PREFIX = "llmpack.io/"
 TELEMETRY_DEFAULTS = {"orchestrator": ORCHESTRATOR, "mode": "cluster"}
 
 # Names the generated body uses; a step parameter with one of these names is refused.
-_BODY_NAMES = {"_llmpack_os", "_llmpack_sys", "_llmpack_fmt", "_llmpack_main", "_llmpack_argv", "_llmpack_code"}
+_BODY_NAMES = {"_llmpack_os", "_llmpack_sys", "_llmpack_fmt", "_llmpack_main", "_llmpack_argv", "_llmpack_code",
+               "_llmpack_scalars", "_llmpack_key", "_llmpack_value"}
+# The summarizing task's Output[Metrics]: the run's headline numbers as system.Metrics scalars (KFP's run comparison).
+HEADLINE_OUTPUT = "headline"
 _TYPE_NAMES = {int: "int", float: "float", str: "str", bool: "bool"}
 _SOURCE_PREFIX = "<llmpack-kfp-component "
 
@@ -126,12 +129,28 @@ def component_source(task: Task) -> str:
     body += [f"    _llmpack_argv.append({f'--output={n}='!r} + {n}.path)" for n in step.outputs]
     body += [f"    _llmpack_argv.append({f'--param={n}='!r} + _llmpack_fmt({n}))" for n, _ in params]
     body.append("    _llmpack_argv.append('--param=orchestrator_run_id=' + orchestrator_run_id)")
+    body.append("    _llmpack_code = _llmpack_main(_llmpack_argv)")
+    body += _log_scalars([n for n, a in step.outputs.items() if a.__name__ == "Metrics"])
     body += [
-        "    _llmpack_code = _llmpack_main(_llmpack_argv)",
         "    if _llmpack_code:",
         "        _llmpack_sys.exit(_llmpack_code)",
     ]
     return "\n".join([f"def {function_name(task.name)}(", *sig, "):", *body]) + "\n"
+
+
+def _log_scalars(outputs: list[str]) -> list[str]:
+    """Source lines that log the numbers an ``Output[Metrics]`` holds as its ``system.Metrics`` scalars.
+
+    KFP's UI compares runs by these scalars (``Metrics.log_metric``, kept in the artifact's
+    metadata); without them it shows none of our numbers (issue 23 item 10).
+    """
+    if not outputs:
+        return []
+    lines = ["    from components.record.uniform import read_scalars as _llmpack_scalars"]
+    for name in outputs:
+        lines += [f"    for _llmpack_key, _llmpack_value in _llmpack_scalars({name}.path).items():",
+                  f"        {name}.log_metric(_llmpack_key, _llmpack_value)"]
+    return lines
 
 
 def close_record_source(pipe: Pipeline) -> str:
@@ -145,22 +164,29 @@ def close_record_source(pipe: Pipeline) -> str:
     break the plain ``kfp.local`` path. The job id, ``{{$.pipeline_job_uuid}}``, is resolved by
     the backend from 2.5.0 and by kfp.local: it is the run id an empty ``pipeline_run`` takes.
     """
-    telemetry = list(TELEMETRY_PARAMS)
+    params = pipe.all_params  # every one: the record logs the pipeline's parameters on every path
+    clash = ({"status", "orchestrator_run_id", HEADLINE_OUTPUT} | _BODY_NAMES).intersection(params)
+    if clash:
+        raise ValueError(f"pipeline parameter name {sorted(clash)[0]!r} is reserved by the KFP summarizing task")
     sig = ["    status: PipelineTaskFinalStatus,"]
-    sig += [f"    {n}: {_TYPE_NAMES[TELEMETRY_PARAMS[n].type]}," for n in telemetry]
+    sig += [f"    {n}: {_TYPE_NAMES[p.type]}," for n, p in params.items()]
+    sig += [f"    {HEADLINE_OUTPUT}: Output[Metrics],"]
     sig += ["    orchestrator_run_id: str = '',"]
     body = [
         '    """Close the pipeline run record: derive its metrics and cost, end it with the run status."""',
+        "    import os as _llmpack_os",
         "    import sys as _llmpack_sys",
         "",
         "    from components.commands import format_value as _llmpack_fmt",
         "    from components.record import main as _llmpack_main",
         "",
+        f"    _llmpack_os.makedirs({HEADLINE_OUTPUT}.path, exist_ok=True)",
         "    _llmpack_argv = ['--status=' + status.state, "
         f"{'--uses=' + uses_json(billed_uses(pipe))!r}, "
-        "'--run-id=' + orchestrator_run_id]",
-        *(f"    _llmpack_argv.append({f'--param={n}='!r} + _llmpack_fmt({n}))" for n in telemetry),
+        f"'--run-id=' + orchestrator_run_id, '--scalars-out=' + {HEADLINE_OUTPUT}.path]",
+        *(f"    _llmpack_argv.append({f'--param={n}='!r} + _llmpack_fmt({n}))" for n in params),
         "    _llmpack_code = _llmpack_main(_llmpack_argv)",
+        *_log_scalars([HEADLINE_OUTPUT]),
         "    if _llmpack_code:",
         "        _llmpack_sys.exit(_llmpack_code)",
     ]
@@ -308,7 +334,7 @@ def build_kfp_pipeline(pipe: Pipeline) -> Any:
 
     def pipeline_func(*args: Any) -> None:
         values = dict(zip(signature.parameters, args, strict=True))
-        close = close_component(**{n: values[n] for n in TELEMETRY_PARAMS},
+        close = close_component(**{n: values[n] for n in pipe.all_params},
                                 orchestrator_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
         configure_close_task(close)
         with dsl.ExitHandler(close, name="llmpack-run"):

@@ -17,7 +17,7 @@ from typing import IO, Any
 from components import settings
 from components.backend import Backend
 from components.commands import format_value, run_logged, step_args, task_params
-from components.dsl import TELEMETRY_PARAMS, OutputRef, Pipeline
+from components.dsl import OutputRef, Pipeline
 from components.errors import RunFailed
 from components.record.close import CLOSE_TASK, gpu_uses, record_args, uses_json
 
@@ -33,7 +33,7 @@ def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Map
         raise
     finally:
         close = record_args(status=status, uses=uses_json(gpu_uses(pipe)), run_id="", created_at="",
-                            params={k: format_value(values[k]) for k in TELEMETRY_PARAMS})
+                            params={k: format_value(values[k]) for k in pipe.all_params})
         run_logged([sys.executable, *close], env=env, log_path=workdir / "logs" / f"{CLOSE_TASK}.log")
     if log is not None:
         print(f"direct: {len(pipe.tasks)} steps done in {workdir}", file=log)

@@ -41,6 +41,18 @@ TERMS: tuple[Term, ...] = (
          detail="Spin-up, imports, model load and one step: how long until the GPUs do useful work."),
     Term(key="total", name="total", metric="total_s",
          short="submit → run's end (the orchestrator handed over to the closing task)"),
+    Term(key="submit_instant", name="submit instant",
+         short="when the run was submitted: client clock, else orchestrator's",
+         detail="`llmpack.submit_time_source` `client` (exact) or `orchestrator` (Argo's creationTimestamp, whole "
+                "seconds; the start of the run `mlflow run` created). Every metric measured from submit "
+                "(`spinup_s`, `time_to_first_step_s`, `total_s`, `pipeline_overhead_s`, `gang_ready_s`) means this "
+                "instant on every path."),
+    Term(key="from_first_pod", name="from first pod", metric="spinup_from_first_pod_s",
+         short="timed from the run's earliest pod/process (no submit instant)",
+         detail="KFP's own CLI and plain kfp.local pass none (`llmpack.submit_time_source=first_pod`): the metrics "
+                "measured from submit are then logged as `spinup_from_first_pod_s`, "
+                "`time_to_first_step_from_first_pod_s`, `total_from_first_pod_s`... and `spinup_s` is absent, "
+                "so a dashboard across paths never mixes the two."),
     Term(key="step_compute", name="step compute",
          short="each step's process start → finished, over all steps and attempts",
          detail="CPU and GPU steps alike. What pipeline overhead is measured against; not GPU compute."),

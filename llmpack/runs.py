@@ -39,7 +39,7 @@ from components.commands import pipeline_values
 from components.dsl import Pipeline
 from components.errors import InputError, Interrupted, RunFailed
 from components.record import close as record
-from components.record import cost, telemetry, tracking
+from components.record import cost, telemetry, tracking, uniform
 from components.record.telemetry import TRAIN_STEP
 from components.servers.submission import check_id, new_id, telemetry_values
 from components.training import distributed
@@ -229,6 +229,8 @@ def run_pipeline(
         run_group=run_group, pipeline_run=pipeline_run, orchestrator=opts.backend, mode="local", submitted_at=submitted_at
     )
     values = pipeline_values(pipe, {**overrides, **telemetry_values(ctx)})
+    # The record's parameters: every pipeline parameter, the same names on every path (components.record.uniform).
+    params = uniform.record_params(values, run_group=run_group, pipeline_run=pipeline_run, submitted_at=submitted_at)
     uses = record.gpu_uses(pipe)
     record_tags = {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name, fusion.FUSE_TAG: opts.fuse, **(tags or {})}
     run_id = _open_record(mc, ctx, record_tags) if reachable else None
@@ -245,7 +247,7 @@ def run_pipeline(
     except InputError as exc:
         error = str(exc)
     except BaseException as exc:  # a crash or Ctrl-C: keep what there is, but never as a complete run
-        _abandon(exc, mc=mc, run_id=run_id, ctx=ctx, uri=uri, record_tags=record_tags, overrides=overrides,
+        _abandon(exc, mc=mc, run_id=run_id, ctx=ctx, uri=uri, record_tags=record_tags, overrides=params,
                  staging=staging, kept=out_root / f"{pipeline_run}.failed")
         raise
     finished_at = time.time()
@@ -253,9 +255,9 @@ def run_pipeline(
     try:
         return _finish(pipe=pipe, opts=opts, ctx=ctx, mc=mc, run_id=run_id, uri=uri, retry=retry, staging=staging,
                        out_root=out_root, artifacts=artifacts, error=error, failed_step=failed_step,
-                       finished_at=finished_at, overrides=overrides, step_env=step_env, record_tags=record_tags)
+                       finished_at=finished_at, overrides=params, step_env=step_env, record_tags=record_tags)
     except BaseException as exc:
-        _abandon(exc, mc=mc, run_id=run_id, ctx=ctx, uri=uri, record_tags=record_tags, overrides=overrides,
+        _abandon(exc, mc=mc, run_id=run_id, ctx=ctx, uri=uri, record_tags=record_tags, overrides=params,
                  staging=staging, kept=out_root / f"{pipeline_run}.failed")
         raise
 
@@ -368,7 +370,8 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
         tags["llmpack.error"] = error[:4000]
     upload = tracking.RunUpload(ctx=ctx, records=records, metrics=metrics, tags=tags,
                                 params={**overrides, "submitted_at": repr(submitted_at)},
-                                status="FAILED" if error else "FINISHED", finished_at=finished_at)
+                                status="FAILED" if error else "FINISHED", finished_at=finished_at,
+                                curve=uniform.loss_curve(staging))
     try:
         run_id, _ = tracking.upload_run(mc, upload, retry, run_id=run_id)
         sent = True

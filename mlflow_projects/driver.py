@@ -19,8 +19,11 @@ MLflow's multistep pattern, with run ids passed explicitly (no fluent active-run
   the image again; there each entry point's command is run in place, as MLflow's local backend
   runs it (same command, same ``MLFLOW_RUN_ID`` environment).
 
-The run ``mlflow run`` created for ``main`` *is* the pipeline run's record (tag
-``llmpack.record=pipeline``): the steps log their events to it and, in ``main``'s final block,
+The pipeline run's record (tag ``llmpack.record=pipeline``) lives in the llmpack experiment
+(``LLMPACK_EXPERIMENT``) as on every path (:func:`bind_record`): it is the run ``mlflow run``
+created for ``main`` when that run is in the llmpack experiment (``llmpack run``/``submit``,
+``mlflow run --experiment-name llmpack``), else a run opened there and linked to it both ways.
+The steps' child runs hang under the record; the steps log their events to it and, in ``main``'s final block,
 :func:`components.record.close` derives the metrics and cost tags and ends it FINISHED, FAILED
 or KILLED (SIGINT or SIGTERM of ``main``: exit code 130 or 143). Without a client's
 ``submitted_at``, the run's own start time is the submit time; an empty ``pipeline_run`` is
@@ -383,6 +386,69 @@ def close_open_children(mc: Any, parent: Any, status: str) -> None:
         print(f"llmpack: warning: could not close the step runs of {parent.info.run_id} ({exc})", file=sys.stderr)
 
 
+def bind_record(mc: Any, parent: Any, spec: Mapping[str, Any], values: Mapping[str, str], run_dir: Path) -> Any:
+    """The pipeline run's record: ``parent`` itself when it lives in the llmpack experiment, else a run opened there.
+
+    ``llmpack`` runs and submits the project into the llmpack experiment (``LLMPACK_EXPERIMENT``), so
+    there the run ``mlflow run`` created is the record. A plain ``mlflow run`` puts its run in
+    ``Default`` (or whatever ``--experiment-name`` says), and MLflow cannot move a run: the record
+    is then opened in the llmpack experiment, as every other path opens it, starting when
+    ``parent`` started; the two link to each other (tags ``llmpack.record_run_id`` and
+    ``llmpack.mlflow_run_id``) and the steps' child runs hang under the record.
+    """
+    from mlflow.entities import RunTag
+
+    from components.record import tracking
+
+    tags = {"llmpack.pipeline": spec["pipeline"], "llmpack.pipeline_run": values["pipeline_run"],
+            "llmpack.run_group": values["run_group"], "llmpack.orchestrator": values["orchestrator"],
+            "llmpack.mode": values["mode"], "llmpack.artifacts": str(run_dir)}
+    if parent.info.experiment_id == tracking.experiment_id(mc):
+        mc.log_batch(parent.info.run_id, tags=[RunTag(k, v) for k, v in {tracking.RECORD_TAG: "pipeline", **tags}.items()])
+        return parent
+    ctx = record_context(values, parent.info.start_time / 1000.0)
+    record_id = tracking.open_pipeline_run(mc, ctx, {**tags, "llmpack.mlflow_run_id": parent.info.run_id,
+                                                      "llmpack.mlflow_experiment_id": parent.info.experiment_id})
+    mc.log_batch(parent.info.run_id, tags=[RunTag(k, v) for k, v in {**tags, "llmpack.record_run_id": record_id}.items()])
+    print(f"llmpack: the run's record is run {record_id} in experiment {tracking.experiment_name()!r} "
+          f"(this MLflow run, in experiment {parent.info.experiment_id}, links to it)", file=sys.stderr, flush=True)
+    return mc.get_run(record_id)
+
+
+def record_context(values: Mapping[str, str], started: float) -> Any:
+    """The record's identity for :func:`bind_record`, opened at the parent run's start (its submit instant)."""
+    from components.record.telemetry import RunContext
+
+    return RunContext(run_group=values["run_group"], pipeline_run=values["pipeline_run"],
+                      orchestrator=values["orchestrator"], mode=values["mode"], submitted_at=started)
+
+
+def end_linked(mc: Any, shell: Any, record: Any, status: str) -> None:
+    """End the run ``mlflow run`` created, when it is not the record itself, with the record's status.
+
+    Ended here, ``mlflow run`` leaves it as it is (it only ends runs still RUNNING); so an
+    interrupted run ends KILLED, not the FAILED MLflow would write.
+    """
+    if shell.info.run_id != record.info.run_id:
+        try:
+            mc.set_terminated(shell.info.run_id, status)
+        except Exception as exc:  # noqa: BLE001 - the record itself is closed
+            print(f"llmpack: warning: could not end MLflow run {shell.info.run_id} ({exc})", file=sys.stderr)
+
+
+def hold_signals() -> None:
+    """Ignore further SIGINT/SIGTERM while the final block closes the record (bounded by its upload wait).
+
+    Ctrl-C reaches both ``mlflow run`` and ``main`` (same process group); ``mlflow run`` then sends
+    ``main`` SIGTERM and waits for it. A second interrupt inside the final block used to abort the
+    closing half-way: the record kept ``llmpack.status=killed`` but MLflow ended it FAILED.
+    """
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def open_parent(experiment_hint: str | None) -> tuple[Any, bool]:
     """The run ``mlflow run`` created for main, or a new one when main.py runs by hand."""
     import mlflow
@@ -391,7 +457,10 @@ def open_parent(experiment_hint: str | None) -> tuple[Any, bool]:
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if run_id:
         return mc.get_run(run_id), False
-    run = mc.create_run(experiment_hint or "0", tags={"mlflow.source.type": "PROJECT",
+    from components.record import tracking
+
+    # by hand there is no `mlflow run` experiment to keep: the run is made where the record lives, and is it
+    run = mc.create_run(experiment_hint or tracking.experiment_id(mc), tags={"mlflow.source.type": "PROJECT",
                                                       "mlflow.project.entryPoint": "main"})
     return run, True
 
@@ -413,23 +482,14 @@ def main(argv: list[str] | None = None, *, project_dir: Path | None = None) -> i
         os.environ["MLFLOW_TRACKING_URI"] = absolute_tracking_uri(os.environ["MLFLOW_TRACKING_URI"], base_dir)
 
     import mlflow
-    from mlflow.entities import RunTag
 
     raise_on_signals()
-    parent, owned = open_parent(os.environ.get("MLFLOW_EXPERIMENT_ID"))
-    fill_telemetry(values, parent)
+    shell, owned = open_parent(os.environ.get("MLFLOW_EXPERIMENT_ID"))
+    fill_telemetry(values, shell)
     run_dir = root / values["pipeline_run"]
     run_dir.mkdir(parents=True, exist_ok=True)
     mc = mlflow.MlflowClient()
-    mc.log_batch(parent.info.run_id, tags=[
-        RunTag("llmpack.record", "pipeline"),
-        RunTag("llmpack.pipeline", spec["pipeline"]),
-        RunTag("llmpack.pipeline_run", values["pipeline_run"]),
-        RunTag("llmpack.run_group", values["run_group"]),
-        RunTag("llmpack.orchestrator", values["orchestrator"]),
-        RunTag("llmpack.mode", values["mode"]),
-        RunTag("llmpack.artifacts", str(run_dir)),
-    ])
+    parent = bind_record(mc, shell, spec, values, run_dir)  # the record: `shell` itself, or linked to it
     summary: dict[str, Any] = {
         "pipeline": spec["pipeline"],
         "pipeline_run": values["pipeline_run"],
@@ -457,14 +517,17 @@ def main(argv: list[str] | None = None, *, project_dir: Path | None = None) -> i
         summary.update(status="KILLED", error="interrupted")
         rc = 128 + (_SIGNAL_RECEIVED[0] if _SIGNAL_RECEIVED else 2)
     finally:
+        hold_signals()
         if summary["status"] == "RUNNING":
             summary["status"] = "FAILED"
+        if not owned:  # first: `mlflow run` would end it FAILED as it exits (it ends only runs still RUNNING)
+            end_linked(mc, shell, parent, summary["status"])
         if summary["status"] != "FINISHED":
             close_open_children(mc, parent, "KILLED" if summary["status"] == "KILLED" else "FAILED")
         status_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         close_record(spec, values, parent, summary["status"], run_dir)
         if owned:
-            mc.set_terminated(parent.info.run_id, summary["status"])
+            mc.set_terminated(shell.info.run_id, summary["status"])
     return rc
 
 

@@ -28,7 +28,7 @@ from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step, coerce
 from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
 from components.process import gang, startup, torchrun, warm_ahead
-from components.record import telemetry
+from components.record import telemetry, uniform
 from components.record.telemetry import EVENTS_FILE, RunContext, process_start_time
 from components.reporting import StepTelemetry
 from components.training import distributed
@@ -69,16 +69,23 @@ def _injected_start_delay(step: Step) -> float:
     return time.monotonic() - t0
 
 
-def _upload(tel: StepTelemetry) -> None:
-    """Log the step's records on the run's record; bounded (``LLMPACK_TRACKING_MAX_WAIT_S``), a failure only warns."""
+def _upload(tel: StepTelemetry, outputs: dict[str, str]) -> None:
+    """Log the step's records (and a training log's loss curve) on the run's record; bounded
+    (``LLMPACK_TRACKING_MAX_WAIT_S``), a failure only warns."""
     if os.environ.get(settings.MLFLOW_LOGGING.name, "1") == "0" or os.environ.get(settings.CLIENT_UPLOADS.name) == "1":
         return
+    curve = next((points for out in outputs.values() if (points := uniform.loss_curve(out))), [])
     try:
         from components.record import tracking
 
         mc = tracking.client()
-        tracking.with_retries(lambda: tracking.log_records(mc, tracking.open_pipeline_run(mc, tel.ctx), tel.records),
-                              tracking.upload_retry())
+
+        def upload() -> None:
+            run_id = tracking.open_pipeline_run(mc, tel.ctx)
+            tracking.log_records(mc, run_id, tel.records)
+            tracking.log_curve(mc, run_id, uniform.LOSS_CURVE, curve)
+
+        tracking.with_retries(upload, tracking.upload_retry())
     except Exception as exc:  # noqa: BLE001 - the JSONL file keeps everything
         print(f"llmpack: warning: MLflow logging failed ({type(exc).__name__}: {exc}); events kept in JSONL",
               file=sys.stderr)
@@ -132,6 +139,8 @@ def run(argv: Sequence[str]) -> int:
     # A run started by the orchestrator's own CLI has no client-chosen id: use the orchestrator's.
     telemetry_values["pipeline_run"] = telemetry_values["pipeline_run"] or orchestrator_run_id
     telemetry_values["run_group"] = telemetry_values["run_group"] or telemetry_values["pipeline_run"]
+    # a KFP package run here (kfp.local) is local, whatever its compiled default says
+    telemetry_values["mode"] = uniform.effective_mode(telemetry_values["mode"], telemetry_values["orchestrator"])
     ctx = RunContext(**telemetry_values)
     if not distributed.is_rank():  # a rank's records go through the process that launched it
         from components.record import tracking
@@ -223,7 +232,7 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
         if own_ends:
             tel.step_event("finished")
         if not launched:  # the launcher uploads every rank's records once
-            _upload(tel)
+            _upload(tel, outputs)
         reporting.end()
 
 
@@ -242,7 +251,7 @@ def _around_launcher(step: Step, ctx: RunContext, outputs: dict[str, str], launc
         tel.event("finished")
         tel.records = [r for r in telemetry.read_records([first_out / EVENTS_FILE])  # every rank's, this attempt's
                        if r.step == step.name and r.pipeline_run == ctx.pipeline_run and r.attempt == ctx.attempt]
-        _upload(tel)
+        _upload(tel, outputs)
     finally:
         reporting.end()
     return rc

@@ -53,7 +53,7 @@ from components import settings
 from components.dsl import CLOSE_TASK as CLOSE_TASK  # re-exported: every backend names the task by it
 from components.errors import InputError
 from components.process import startup
-from components.record import cost, telemetry
+from components.record import cost, telemetry, uniform
 from components.record.telemetry import Record, RunContext
 
 RECORD_FILE = "llmpack-record.json"
@@ -230,8 +230,9 @@ def close(
     run_group, pipeline_run = identity(values, orchestrator_run_id)
     if not pipeline_run:
         raise InputError("pipeline_run: empty, and the orchestrator gave no run id to use instead")
-    base = RunContext(run_group=run_group, pipeline_run=pipeline_run, orchestrator=str(values.get("orchestrator") or ""),
-                      mode=str(values.get("mode") or ""), submitted_at=0.0)
+    orchestrator = str(values.get("orchestrator") or "")
+    base = RunContext(run_group=run_group, pipeline_run=pipeline_run, orchestrator=orchestrator,
+                      mode=uniform.effective_mode(str(values.get("mode") or ""), orchestrator, env), submitted_at=0.0)
     records = telemetry.read_records(telemetry.find_event_files(records_dir)) if records_dir else []
     client_uploads = env.get(settings.CLIENT_UPLOADS.name) == "1"
     mlflow_on = not client_uploads and env.get(settings.MLFLOW_LOGGING.name, "1") != "0"
@@ -259,19 +260,24 @@ def close(
                      submitted_at=submitted_at)
     price = price_for(uses, env)
     metrics, tags = summarize(ctx=ctx, records=records, uses=uses, price=price, finished_at=finished_at)
+    metrics = uniform.name_from_submit(metrics, source)
     final = record_status(status)
+    tags.update(uniform.kfp_plugin_tags(ctx.orchestrator, env))
     tags.update({"llmpack.submit_time_source": source, "llmpack.record": "pipeline",
                  "llmpack.status": "succeeded" if final == "FINISHED" else final.lower()})
+    train = telemetry.group_by_step(records).get(telemetry.TRAIN_STEP)
     summary = {"pipeline_run": pipeline_run, "run_group": run_group, "status": final, "submitted_at": submitted_at,
                "submit_time_source": source, "finished_at": finished_at, "metrics": metrics, "tags": tags,
-               "retried_attempts": retried_attempts(records, uses, price)}
+               "retried_attempts": retried_attempts(records, uses, price),
+               "headline": uniform.headline(metrics, train.metrics if train else {})}
     if records_dir is not None:
         write_json_atomic(Path(records_dir) / RECORD_FILE, summary)
     if mc is not None and run_id is not None:
         from components.record import tracking
 
-        upload = tracking.RunUpload(ctx=ctx, records=records, metrics=metrics, tags=tags, status=final,
-                                    params={"submitted_at": repr(submitted_at)}, finished_at=time.time())
+        params = uniform.record_params({**values, "mode": base.mode}, run_group=run_group, pipeline_run=pipeline_run, submitted_at=submitted_at)
+        upload = tracking.RunUpload(ctx=ctx, records=records, metrics=metrics, tags=tags, status=final, params=params,
+                                    finished_at=time.time(), curve=uniform.loss_curve(records_dir))
         tracking.upload_run(mc, upload, retry, run_id=run_id, until=until)
         summary["mlflow_run_id"] = run_id
     summary["trace"] = export_trace(records, ctx=ctx, tags=tags, finished_at=finished_at, env=env,
@@ -347,6 +353,7 @@ def _main(argv: Sequence[str] | None, started: float) -> int:
     parser.add_argument("--run-id", default="", help="the orchestrator's own run id")
     parser.add_argument("--created-at", default="", help="when the orchestrator created the run (RFC 3339 or epoch)")
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--scalars-out", default="", help="a directory for the headline numbers as JSON (KFP's Output[Metrics])")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         values = dict(item.partition("=")[::2] for item in args.param)
@@ -360,6 +367,8 @@ def _main(argv: Sequence[str] | None, started: float) -> int:
     except Exception as exc:  # noqa: BLE001 - the steps' JSONL keeps everything; the run's own status stands
         print(f"llmpack: warning: could not close the run's record ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 0
+    if args.scalars_out:
+        write_json_atomic(Path(args.scalars_out) / uniform.SCALARS_FILE, summary["headline"])
     m = summary["metrics"]
     print(f"llmpack: record {summary['pipeline_run']} {summary['status']}: spinup_s={m.get('spinup_s')} "
           f"time_to_first_step_s={m.get('time_to_first_step_s')} cost_usd={m.get('cost_usd')} "

@@ -132,12 +132,15 @@ def _create_sqlite_whole(uri: str) -> None:
 def experiment_id(mc: MlflowClient, name: str | None = None) -> str:
     """The llmpack experiment's id, created with its artifacts beside a sqlite database.
 
-    Inside ``mlflow run`` (``MLFLOW_EXPERIMENT_ID`` set, no ``LLMPACK_EXPERIMENT``) it is the
-    experiment that run lives in, so the record is the run ``mlflow run`` printed.
+    Always the experiment named ``LLMPACK_EXPERIMENT`` (default ``llmpack``), whoever started the
+    run: a set ``MLFLOW_EXPERIMENT_ID`` is never adopted. ``mlflow run`` sets it (with
+    ``MLFLOW_RUN_ID`` and ``MLFLOW_TRACKING_URI``) for its entry point, but so does KFP 2.17's MLflow
+    plugin (KEP-12862) in every step container, and the same three variables cannot tell the two
+    apart; adopting it put native ``mlflow run`` records in ``Default`` and KFP-plugin runs' records
+    beside KFP's own. The MLflow driver links its own run to the record instead
+    (:func:`mlflow_projects.driver.bind_record`).
     """
-    if name is None and not os.environ.get(settings.EXPERIMENT.name) and os.environ.get("MLFLOW_EXPERIMENT_ID"):
-        return os.environ["MLFLOW_EXPERIMENT_ID"]
-    name = name or os.environ.get(settings.EXPERIMENT.name, DEFAULT_EXPERIMENT)
+    name = name or experiment_name()
     exp = mc.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id
@@ -152,6 +155,11 @@ def experiment_id(mc: MlflowClient, name: str | None = None) -> str:
         if exp is None:
             raise
         return exp.experiment_id
+
+
+def experiment_name(env: Mapping[str, str] | None = None) -> str:
+    """The record's experiment: ``LLMPACK_EXPERIMENT``, else ``llmpack``."""
+    return (os.environ if env is None else env).get(settings.EXPERIMENT.name) or DEFAULT_EXPERIMENT
 
 
 def find_pipeline_run(mc: MlflowClient, pipeline_run: str) -> str | None:
@@ -206,6 +214,18 @@ def log_summary(
     present = set(mc.get_run(run_id).data.params)
     new_params = [Param(k, str(v)) for k, v in (params or {}).items() if k not in present]
     mc.log_batch(run_id, metrics=values, params=new_params, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+
+def log_curve(mc: MlflowClient, run_id: str, key: str, points: list[tuple[int, float]]) -> int:
+    """A step-indexed metric series (the training-loss curve), once: nothing when ``key`` is on the run already."""
+    from mlflow.entities import Metric
+
+    if not points or key in mc.get_run(run_id).data.metrics:
+        return 0
+    values = [Metric(key, loss, 0, step) for step, loss in points]
+    for start in range(0, len(values), 1000):  # MLflow's batch limit
+        mc.log_batch(run_id, metrics=values[start:start + 1000])
+    return len(values)
 
 
 def records_from_run(metrics: dict[str, float], ctx: RunContext) -> list[Record]:
@@ -370,6 +390,7 @@ class RunUpload:
     params: dict[str, Any] = field(default_factory=dict)
     status: RecordStatus
     finished_at: float
+    curve: list[tuple[int, float]] = field(default_factory=list)  # the training loss by step (uniform.LOSS_CURVE)
 
 
 def upload_run(
@@ -395,6 +416,7 @@ def upload_run(
         rid = run_id or open_pipeline_run(mc, run.ctx, run.tags)
         logged += log_records(mc, rid, run.records)
         log_summary(mc, rid, run.metrics, run.tags, params=run.params)
+        log_curve(mc, rid, "train_loss", run.curve)  # components.record.uniform.LOSS_CURVE
         mc.set_terminated(rid, run.status, end_time=int(run.finished_at * 1000))
         return rid
 

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 TUTORIALS = REPO / "examples" / "tutorials"
 LINKED = ("kfp_pipelines", "argo_workflows", "mlflow_projects", "examples", "components", "llmpack")
 HEADLINE = ("spinup_s", "time_to_first_step_s", "total_s", "cost_usd", "gpu_hours", "goodput", "eval_loss")
+FROM_SUBMIT = ("spinup_s", "time_to_first_step_s", "total_s")
 BLOCK = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
 KFP_TOKEN, ARGO_TOKEN, KUBE_TOKEN = "kfp-standin-token", "argo-standin-token", "k8s-standin-token"
 
@@ -80,8 +81,13 @@ def closed_record(db: Path, orchestrator: str, source: str):
     assert rec.info.status == "FINISHED"
     assert tags["llmpack.submit_time_source"] == source
     assert tags["llmpack.gpu_type"] == "nvidia-h100-80gb" and tags["llmpack.price_source"].startswith("aws")
-    assert all(key in m for key in HEADLINE), sorted(m)
-    assert 0 < m["spinup_s"] < m["time_to_first_step_s"] < m["total_s"]
+    assert mc.get_experiment(rec.info.experiment_id).name == "llmpack"  # whoever started the run
+    assert [p.step for p in mc.get_metric_history(rec.info.run_id, "train_loss")] == [1, 2, 3, 4, 5]  # the loss curve
+    # Measured from the submit instant only when there is one; from the first pod, named for it (components.record.uniform).
+    named = {k: (k if source != "first_pod" or k not in FROM_SUBMIT else f"{k[:-2]}_from_first_pod_s") for k in HEADLINE}
+    assert all(named[key] in m for key in HEADLINE), sorted(m)
+    assert source != "first_pod" or not [k for k in FROM_SUBMIT if k in m], sorted(m)
+    assert 0 < m[named["spinup_s"]] < m[named["time_to_first_step_s"]] < m[named["total_s"]]
     assert m["cost_usd"] > 0 and m["eval_loss"] < m["base_eval_loss"]
     return rec, runs
 
@@ -121,9 +127,12 @@ def test_mlflow_tutorial(tmp_path: Path, cluster: dict):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     rec, runs = closed_record(tmp_path / "mlflow.db", "mlflow", "orchestrator")
     printed = re.findall(r"=== Run \(ID '([0-9a-f]+)'\) succeeded ===", proc.stderr)
-    assert printed[-1] == rec.info.run_id  # the run `mlflow run` printed is the pipeline's record
+    # The run `mlflow run` printed lives in `Default`; the record, in `llmpack`, and the two link to each other.
+    (shell,) = [r for r in runs if r.info.run_id == printed[-1]]
+    assert rec.data.tags["llmpack.mlflow_run_id"] == shell.info.run_id and shell.data.tags["llmpack.record_run_id"] == rec.info.run_id
+    assert shell.info.status == "FINISHED" and shell.info.experiment_id != rec.info.experiment_id
     assert len([r for r in runs if r.data.tags.get("mlflow.parentRunId") == rec.info.run_id]) == 5
-    assert rec.data.tags["llmpack.pipeline_run"] == f"mlflow-{rec.info.run_id[:12]}"
+    assert rec.data.tags["llmpack.pipeline_run"] == f"mlflow-{shell.info.run_id[:12]}"
     run_dir = tmp_path / "llmpack-artifacts" / rec.data.tags["llmpack.pipeline_run"]  # relative to where it was typed
     assert (run_dir / "finetune" / "model" / "adapter" / "adapter_model.safetensors").exists()
     assert not (REPO / "mlflow_projects" / "finetune" / "mlflow.db").exists()

@@ -1,0 +1,149 @@
+"""One record, whoever starts the run: the rules every path applies to its pipeline record.
+
+``llmpack run``, the compiled summarizing tasks (KFP, Argo, the MLflow driver) and ``llmpack sync``
+each log a pipeline record; these functions are what makes those records comparable:
+
+* **Parameters** (:func:`record_params`): every pipeline parameter, the user's and the telemetry
+  ones (``submitted_at``, ``run_group``, ``pipeline_run``, ``orchestrator``, ``mode``), with the
+  values the run resolved (an empty ``pipeline_run`` filled from the orchestrator's run id, the
+  submit time found). A native ``mlflow run`` of the project also carries the two parameters MLflow
+  logs for its ``main`` entry point itself (:data:`MLFLOW_PROJECT_PARAMS`).
+* **Mode** (:func:`effective_mode`): a compiled KFP package says ``mode=cluster``; run outside a
+  Kubernetes pod (a plain ``kfp.local`` call of it) the run is ``local``.
+* **Measured from submit** (:func:`name_from_submit`): ``spinup_s`` and the other metrics measured
+  from the submit instant keep their names only when the submit instant is known (the client's, or
+  the orchestrator's record of when it accepted the run). When the earliest pod/process of the run
+  stands in for it (``first_pod``: KFP's own CLI), they are logged as ``spinup_from_first_pod_s``...
+  rather than as a ``spinup_s`` that silently means something else on a dashboard across paths.
+* **KFP's MLflow plugin** (:func:`kfp_plugin_tags`): its run ids as cross-link tags, never adopted.
+* **KFP scalar metrics** (:func:`headline`, :func:`read_scalars`): the numbers KFP's UI compares.
+* **Training-loss curve** (:func:`loss_curve`): ``train_log.jsonl``'s losses as the step-indexed
+  metric series :data:`LOSS_CURVE`.
+
+Import-light (stdlib only): the step runtime and the summarizing task import it before MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from components.commands import format_value
+
+# Parameters ``mlflow run`` logs on its own run for the project's ``main`` entry point.
+MLFLOW_PROJECT_PARAMS = ("artifacts_dir", "base_dir")
+
+# Metrics measured from the submit instant (docs/telemetry-and-cost.md).
+FROM_SUBMIT = ("spinup_s", "time_to_first_step_s", "total_s", "pipeline_overhead_s", "gang_ready_s")
+# Submit-time sources that are the submit instant itself (close.resolve_submit_time).
+SUBMIT_INSTANTS = ("client", "orchestrator")
+
+LOSS_CURVE = "train_loss"
+TRAIN_LOG = "train_log.jsonl"
+IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # Kubernetes sets it in every pod (components.servers.kube)
+
+
+def record_params(values: Mapping[str, Any], *, run_group: str, pipeline_run: str, submitted_at: float) -> dict[str, str]:
+    """The record's parameters: every pipeline parameter in ``values``, the run's identity as resolved."""
+    params = {name: format_value(value) for name, value in values.items()}
+    params.update(run_group=run_group, pipeline_run=pipeline_run, submitted_at=repr(float(submitted_at)))
+    return params
+
+
+def effective_mode(mode: str, orchestrator: str, env: Mapping[str, str] | None = None) -> str:
+    """A KFP package's ``mode=cluster`` (its compiled default) only inside a Kubernetes pod.
+
+    ``kfp.local`` runs the same package on this machine with the package's defaults: that run is
+    ``local``. Only KFP: Argo and MLflow packages are run locally by llmpack itself, which passes
+    ``mode=local``, and a step told ``cluster`` outside a pod must still refuse to log to a sqlite
+    file (:func:`components.record.tracking.require_cluster_uri`).
+    """
+    env = os.environ if env is None else env
+    return "local" if mode == "cluster" and orchestrator == "kfp" and not env.get(IN_CLUSTER_ENV) else mode
+
+
+def name_from_submit(metrics: Mapping[str, float | None], source: str) -> dict[str, float | None]:
+    """Metrics measured from submit renamed ``<name>_from_<source>_s`` unless ``source`` is a submit instant."""
+    if source in SUBMIT_INSTANTS or source == "none":  # none: nothing measured from submit at all
+        return dict(metrics)
+    return {(f"{key[:-2]}_from_{source}_s" if key in FROM_SUBMIT else key): value for key, value in metrics.items()}
+
+
+def loss_curve(root: str | os.PathLike[str] | None) -> list[tuple[int, float]]:
+    """``(step, loss)`` of the run's training log under ``root`` (the newest file when several), [] without one.
+
+    A resumed run appends to the same file, so a step logged twice keeps its last loss.
+    """
+    if root is None or not Path(root).is_dir():
+        return []
+    files = sorted(Path(root).rglob(TRAIN_LOG), key=lambda p: p.stat().st_mtime)
+    return _points(files[-1:]) if files else []
+
+
+def _points(files: Iterable[Path]) -> list[tuple[int, float]]:
+    points: dict[int, float] = {}
+    for path in files:
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+                points[int(row["step"])] = float(row["loss"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a killed run's last line may be cut short
+    return sorted(points.items())
+
+
+# The headline numbers a KFP run's comparison view shows (the summarizing task's Output[Metrics] scalars).
+HEADLINE = ("final_loss", "eval_loss", "base_eval_loss", "perplexity", "tokens_per_s", "train_s", "mfu",
+            "spinup_s", "time_to_first_step_s", "total_s", "spinup_from_first_pod_s",
+            "time_to_first_step_from_first_pod_s", "total_from_first_pod_s", "gpu_hours", "cost_usd", "goodput")
+SCALARS_FILE = "scalars.json"
+
+
+def headline(metrics: Mapping[str, float | None], step_metrics: Mapping[str, float]) -> dict[str, float]:
+    """The run's headline numbers that have a value: the derived ``metrics``, ``final_loss`` from finetune's own."""
+    merged = {**{k: v for k, v in step_metrics.items() if k == "final_loss"}, **metrics}
+    return {k: float(merged[k]) for k in HEADLINE if isinstance(merged.get(k), (int, float))}
+
+
+def read_scalars(directory: str | os.PathLike[str]) -> dict[str, float]:
+    """Top-level numbers (not booleans) of the JSON files in ``directory``: a KFP ``Output[Metrics]``'s scalars.
+
+    The KFP components call it after the step (or the summarizing task) ran, and log each with
+    ``Metrics.log_metric``: KFP keeps them as the artifact's ``system.Metrics`` metadata, which its
+    UI's run comparison shows. Non-finite values are left out (not valid in that metadata).
+    """
+    import math
+
+    out: dict[str, float] = {}
+    for path in sorted(Path(directory).glob("*.json")) if Path(directory).is_dir() else []:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for key, value in data.items() if isinstance(data, dict) else ():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                out.setdefault(key, float(value))
+    return out
+
+
+# KFP 2.17's MLflow plugin (KEP-12862) with user env injection: the task's own nested run, in KFP's experiment.
+KFP_PLUGIN_RUN_TAG = "llmpack.kfp_mlflow_run_id"
+KFP_PLUGIN_EXPERIMENT_TAG = "llmpack.kfp_mlflow_experiment_id"
+
+
+def kfp_plugin_tags(orchestrator: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Cross-links to KFP's own MLflow run when its plugin injected one into a KFP step; {} elsewhere.
+
+    Only on the ``kfp`` orchestrator: inside ``mlflow run`` the same variables name the run
+    ``mlflow run`` created, which the driver links itself.
+    """
+    env = os.environ if env is None else env
+    if orchestrator != "kfp" or not env.get("MLFLOW_RUN_ID"):
+        return {}
+    tags = {KFP_PLUGIN_RUN_TAG: env["MLFLOW_RUN_ID"]}
+    if env.get("MLFLOW_EXPERIMENT_ID"):
+        tags[KFP_PLUGIN_EXPERIMENT_TAG] = env["MLFLOW_EXPERIMENT_ID"]
+    return tags
