@@ -87,6 +87,9 @@ TRACKING_MAX_WAIT_S = declare(Setting(name="LLMPACK_TRACKING_MAX_WAIT_S", type=f
 #: ``0`` turns the MLflow sink of the steps off (the JSONL beside each step stays).
 MLFLOW_LOGGING = declare(Setting(name="LLMPACK_MLFLOW_LOGGING", type=bool, default=True,
                                  doc="0: steps log nothing to MLflow (the JSONL beside each step stays)."))
+#: ``0``: the register step logs the weights to the run but creates no model version (compare's runs).
+REGISTER_VERSION = declare(Setting(name="LLMPACK_REGISTER_VERSION", type=bool, default=True,
+                                   doc="0: register logs the weights but creates no model version (llmpack compare sets it)."))
 #: ``0``: no warm-ahead processes in fused steps (the strict one-process pod).
 WARM_AHEAD = declare(Setting(name="LLMPACK_WARM_AHEAD", type=bool, default=True,
                              doc="0: a fused step runs no parked warm-ahead process (strictly one process)."))

@@ -390,7 +390,7 @@ def begin(opts: RunOptions, plan: ComparePlan, baseline: Any, on_start: Any, run
     from llmpack.runs import run_pipeline
 
     def run(o: RunOptions, label: str, **kw: Any) -> dict[str, Any]:
-        return run_pipeline(o, **kw)
+        return run_pipeline(replace(o, register_version=False), **kw)  # a measurement: no model version per round
 
     return base, run_group, run
 

@@ -68,6 +68,7 @@ class RunOptions:
     run_group: str | None = None
     params: dict[str, Any] = field(default_factory=dict)  # other pipeline parameters
     fuse: str = "none"  # components.fusion: none | gpu | all (how the steps are packaged, not what they compute)
+    register_version: bool = True  # False: the register step creates no model version (compare's rounds)
 
 
 def validate(opts: RunOptions) -> None:
@@ -217,6 +218,8 @@ def run_pipeline(
         step_env[settings.PRICE_FILE.name] = str(Path(opts.price_file).resolve())
     if opts.model == "tiny":
         step_env.setdefault("HF_HUB_OFFLINE", "1")
+    if not opts.register_version:
+        step_env[settings.REGISTER_VERSION.name] = "0"
 
     overrides = {"model": opts.model, "data": opts.data, "seed": opts.seed, "max_steps": opts.max_steps, **opts.params}
     if opts.data != BUILTIN and Path(opts.data).expanduser().exists():

@@ -27,7 +27,11 @@ def register(
     registration: Output[Metrics],
     model_name: str = "llmpack-finetuned",
 ) -> None:
-    """Log the weights to the pipeline run in MLflow and register them as a model version."""
+    """Log the weights to the pipeline run in MLflow and register them as a model version.
+
+    ``llmpack compare`` runs set ``LLMPACK_REGISTER_VERSION=0``: their weights are logged on each
+    run, but a comparison of orchestrators does not add a model version per round to the registry.
+    """
     from components.record import tracking
 
     tel = current()
@@ -49,7 +53,11 @@ def register(
         run_tags = {k: v for k, v in mc.get_run(run_id).data.tags.items() if k.startswith("llmpack.") and k != "llmpack.record"}
         tags = {**run_tags, **tel.ctx.tags(), "llmpack.base_model": meta["base_model"], "llmpack.method": meta["method"],
                 "llmpack.eval_loss": f"{evaluation['eval_loss']:.6f}"}
-        version = mc.create_model_version(model_name, source=source, run_id=run_id, tags=tags)
-        record.update(registered=True, version=str(version.version), run_id=run_id, source=source)
+        record.update(run_id=run_id, source=source)
+        if os.environ.get(settings.REGISTER_VERSION.name, "1") != "0":
+            version = mc.create_model_version(model_name, source=source, run_id=run_id, tags=tags)
+            record.update(registered=True, version=str(version.version))
+        else:  # a measurement round (llmpack compare): the weights are on the run, no version per round
+            record["skipped"] = f"{settings.REGISTER_VERSION.name}=0"
     (Path(registration.path) / "registration.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 

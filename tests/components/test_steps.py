@@ -177,3 +177,14 @@ def test_evaluate_gate_fails_the_step(tokens: Path, finetuned: Path, fresh_track
 
     mv = MlflowClient(fresh_tracking_uri).get_model_version("test-model", "1")
     assert mv.tags["llmpack.pipeline_run"] == "pr-reg"
+    # a compare round (LLMPACK_REGISTER_VERSION=0): the weights go on its run, no model version
+    quiet = run_step(REG, f"--input=model={model}", f"--input=metrics={tmp_path / 'e1'}", f"--output=registration={tmp_path / 'q'}",
+                     "--param=model_name=test-model", "--param=pipeline_run=pr-cmp", "--param=run_group=rg-cmp", cwd=tmp_path,
+                     env={**env, "LLMPACK_MLFLOW_LOGGING": "1", "MLFLOW_TRACKING_URI": fresh_tracking_uri,
+                          "LLMPACK_REGISTER_VERSION": "0"})
+    assert quiet.returncode == 0, quiet.stderr
+    skipped = json.loads((tmp_path / "q" / "registration.json").read_text())
+    assert skipped["registered"] is False and skipped["skipped"] == "LLMPACK_REGISTER_VERSION=0"
+    mc = MlflowClient(fresh_tracking_uri)
+    assert [str(v.version) for v in mc.search_model_versions("name='test-model'")] == ["1"]
+    assert mc.list_artifacts(skipped["run_id"], "model")  # the weights are on the round's run
