@@ -27,6 +27,7 @@ from typing import Any
 from components import settings
 from components.dsl import Pipeline
 from components.errors import InputError
+from llmpack.pod_options import PodOptions
 
 DEFAULT_OUT = Path("build/llmpack")
 
@@ -144,7 +145,7 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
     return pipe
 
 
-def trainjob_yaml(pipe: Pipeline) -> str:
+def trainjob_yaml(pipe: Pipeline, *, namespace: str = "default") -> str:
     """The TrainJob the finetune launcher creates, with an example run's values (components.process.gang)."""
     from components.finetune_pipeline import build
     from components.process import gang
@@ -162,15 +163,16 @@ def trainjob_yaml(pipe: Pipeline) -> str:
     labels = {"llmpack.io/run-group": EXAMPLE_RUN, "llmpack.io/pipeline-run": EXAMPLE_RUN, "llmpack.io/step": "finetune",
               "llmpack.io/gpu-count": str(spec.gpus_per_node), "llmpack.io/gpu-type": spec.gpu_type or "none"}
     env = {settings.LAUNCHER.name: "1", settings.ATTEMPT.name: "0", settings.RANK_EVENTS.name: "1", "HF_HOME": spec.mount}
-    obj = gang.build_trainjob(spec, name=gang.trainjob_name(EXAMPLE_RUN, "finetune", 0), namespace="default",
+    obj = gang.build_trainjob(spec, name=gang.trainjob_name(EXAMPLE_RUN, "finetune", 0), namespace=namespace,
                               nodes=int(values[gang.NNODES_PARAM]), command=command, labels=labels, env=env)
     return ("# The TrainJob the finetune launcher creates for one run (llmpack compile --nodes; components/process/gang.py).\n"
-            f"# Run values are an example's ({EXAMPLE_RUN}, namespace default): each run names its own.\n" + to_yaml(obj))
+            f"# Run values are an example's ({EXAMPLE_RUN}, namespace {namespace}): each run names its own.\n" + to_yaml(obj))
 
 
 def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = None, fuse: str = "none",
                 prepull: bool = False, cache_pvc: str | None = None, gpus: int | None = None,
-                nodes: int | None = None, queue: str | None = None, gpu_type: str | None = None) -> list[Path]:
+                nodes: int | None = None, queue: str | None = None, gpu_type: str | None = None,
+                pod: PodOptions | None = None) -> list[Path]:
     """Compile every backend's artifacts (KFP, Argo, MLflow...) under ``out``; returns the files written.
 
     ``fuse`` (:mod:`components.fusion`): ``gpu`` or ``all`` compiles fewer tasks (pods) that run
@@ -188,7 +190,9 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
     _check_out(out)
     check_mode(fuse)
     if image is not None:
-        check_image(image)  # before the compilers' slow imports: bad input fails at once
+        pod = replace(pod or PodOptions(), image=image)
+    if pod is not None and pod.image is not None:
+        check_image(pod.image)  # before the compilers' slow imports: bad input fails at once
     if cache_pvc is not None:
         check_cache_pvc(cache_pvc)
     if gpu_type is not None:
@@ -203,9 +207,10 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         raise InputError(f"--gpus {gpus} with --fuse {fuse}: the many-process finetune runs unfused; drop --fuse")
     if (nodes or 1) > 1 and fuse != "none":
         raise InputError(f"--nodes {nodes} with --fuse {fuse}: the TrainJob's finetune runs unfused; drop --fuse")
-    pipe = fuse_steps(with_gpus(pipe or build(), gpus, nodes, claim=cache_pvc, queue=queue, gpu_type=gpu_type), fuse)
-    if image is not None:
-        pipe = with_image(pipe, image)
+    pipe = pipe or build()
+    if pod is not None:  # first: the gang spec (with_gpus) and fused pods carry the image, volumes and secrets
+        pipe = pod.apply(pipe)
+    pipe = fuse_steps(with_gpus(pipe, gpus, nodes, claim=cache_pvc, queue=queue, gpu_type=gpu_type), fuse)
     if cache_pvc is not None:
         pipe = with_cache_pvc(pipe, cache_pvc)
     created = [p for p in (out, *out.parents) if not p.exists()]  # removed again if nothing lands in them
@@ -218,18 +223,18 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
     try:
         try:
             for name in BACKENDS:  # each writes its own artifacts (components.backend.Backend.compile)
-                backend(name).compile(pipe, tmp, final_dir=out)
+                backend(name).compile(pipe, tmp, final_dir=out, **artifact_settings(name, pod))
             if (nodes or 1) > 1:
                 from components.servers.trainjob_launch import launcher_rbac_yaml
 
                 (tmp / TRAINJOB_FILE).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / TRAINJOB_FILE).write_text(trainjob_yaml(pipe))
+                (tmp / TRAINJOB_FILE).write_text(trainjob_yaml(pipe, namespace=(pod and pod.namespace) or "default"))
                 (tmp / RBAC_FILE).write_text(launcher_rbac_yaml())
             if prepull:
                 from llmpack.prepull import PREPULL_FILE, daemonset_yaml
 
                 (tmp / PREPULL_FILE).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / PREPULL_FILE).write_text(daemonset_yaml(pipe))
+                (tmp / PREPULL_FILE).write_text(daemonset_yaml(pipe, **({"namespace": pod.namespace} if pod and pod.namespace else {})))
         except OSError as exc:  # a full disk or a quota: nothing has reached ``out`` yet
             shutil.rmtree(tmp, ignore_errors=True)
             _remove_empty(created)
@@ -244,6 +249,13 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         return written
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def artifact_settings(backend_name: str, pod: PodOptions | None) -> dict[str, Any]:
+    """What a backend's compile takes beyond the pipeline: MLflow's Job namespace and repository (item 7)."""
+    if backend_name != "mlflow" or pod is None:
+        return {}
+    return {k: v for k, v in (("namespace", pod.namespace), ("repository_uri", pod.repository_uri)) if v}
 
 
 def _remove_empty(created: list[Path]) -> None:

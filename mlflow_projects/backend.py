@@ -63,11 +63,13 @@ class MlflowBackend(Backend):
     )
     pod_marks = PodMarks(run_labels=JOB_NAME_LABELS, keep_env=(RUN_ID_ENV,))
 
-    def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
+    def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None, **k8s: str) -> list[Path]:
+        """``k8s``: the Job's ``namespace`` and the config's ``repository_uri`` (``llmpack compile --namespace
+        --mlflow-repository-uri``), when given."""
         from mlflow_projects.compiler import write_project
 
         typed = ((final_dir or out_dir) / ARTIFACT_DIR).as_posix()
-        dirs = write_project(pipe, out_dir / ARTIFACT_DIR, typed_dir=typed)
+        dirs = write_project(pipe, out_dir / ARTIFACT_DIR, typed_dir=typed, **k8s)
         return sorted(p for d in dirs.values() for p in d.rglob("*") if p.is_file())
 
     def submit_options(self) -> list[ClickOption]:
