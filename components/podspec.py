@@ -20,10 +20,7 @@ by default, so the committed (golden) artifacts are unchanged.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-
-from components.errors import InputError
 
 MODEL_MOUNT = "/models"
 DATA_MOUNT = "/data"
@@ -35,9 +32,6 @@ PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 MODEL_PARAM = "model"
 DATA_PARAM = "data"
 
-# A PersistentVolumeClaim or Secret name: a DNS-1123 subdomain.
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,38 +67,6 @@ class PodExtras:
                          secret_env=tuple(dict.fromkeys((*self.secret_env, *other.secret_env))),
                          pull_policy=self.pull_policy or other.pull_policy,
                          pull_secrets=tuple(dict.fromkeys((*self.pull_secrets, *other.pull_secrets))))
-
-
-def check_name(name: str, flag: str, what: str) -> str:
-    if len(name) > 253 or not _SUBDOMAIN.fullmatch(name):
-        raise InputError(f"{flag} {name!r}: not a {what} name (lower-case letters, digits, '-' and '.')")
-    return name
-
-
-def parse_claim(value: str, flag: str, default_mount: str, volume: str) -> ClaimMount:
-    """``NAME[:MOUNT]`` of ``--model-pvc``/``--data-pvc``; MOUNT an absolute path."""
-    name, sep, mount = value.partition(":")
-    check_name(name, flag, "PersistentVolumeClaim")
-    mount = mount if sep else default_mount
-    if not mount.startswith("/") or mount == "/" or any(part in ("..", ".") for part in mount.split("/")) or ":" in mount:
-        raise InputError(f"{flag} {value!r}: the mount path must be an absolute directory other than / (e.g. {default_mount})")
-    return ClaimMount(volume=volume, claim=name, path=mount.rstrip("/"))
-
-
-def parse_secret(value: str, flag: str, env: str = HF_TOKEN_ENV, default_key: str = HF_TOKEN_KEY) -> SecretEnv:
-    """``NAME[:KEY]`` of ``--hf-token-secret``."""
-    name, sep, key = value.partition(":")
-    check_name(name, flag, "Secret")
-    key = key if sep else default_key
-    if not _SECRET_KEY.fullmatch(key) or len(key) > 253:
-        raise InputError(f"{flag} {value!r}: key {key!r} is not a Secret key (letters, digits, '-', '_', '.')")
-    return SecretEnv(env=env, secret=name, key=key)
-
-
-def check_pull_policy(value: str, flag: str = "--image-pull-policy") -> str:
-    if value not in PULL_POLICIES:
-        raise InputError(f"{flag} {value!r}: must be one of {', '.join(PULL_POLICIES)}")
-    return value
 
 
 def default_pull_policy(image: str) -> str:

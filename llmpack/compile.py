@@ -27,7 +27,7 @@ from typing import Any
 from components import settings
 from components.dsl import Pipeline
 from components.errors import InputError
-from llmpack.pod_options import PodOptions
+from llmpack.pod_options import IMAGE_REF, PodOptions, check_image  # noqa: F401 - check_image, IMAGE_REF: importable here too
 
 DEFAULT_OUT = Path("build/llmpack")
 
@@ -38,32 +38,6 @@ def _check_out(out: Path) -> None:
     probe = out if out.exists() else next((p for p in out.parents if p.exists()), Path("."))
     if not os.access(probe, os.W_OK):
         raise InputError(f"--out {out}: directory {probe} is not writable")
-
-
-# A container image reference as Docker's distribution/reference grammar spells it (simplified):
-# [registry[:port]/]path[:tag][@digest], path components lower-case.
-_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-IMAGE_REF = re.compile(
-    rf"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
-    r"(?::\w[\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
-)
-
-
-def check_image(image: str) -> None:
-    """``--image`` must be an image reference a container runtime accepts."""
-    if not IMAGE_REF.fullmatch(image):
-        hint = "; repository paths are lower-case" if IMAGE_REF.fullmatch(image.lower()) else ""
-        raise InputError(f"--image {image!r}: not a container image reference (e.g. ghcr.io/your-org/llmpack:0.1.0){hint}")
-
-
-def with_image(pipe: Pipeline, image: str) -> Pipeline:
-    """A copy of the pipeline whose every step runs in ``image``."""
-    check_image(image)
-    tasks = {
-        name: replace(t, step=replace(t.step, execution=replace(t.step.execution, image=image)))
-        for name, t in pipe.tasks.items()
-    }
-    return replace(pipe, tasks=tasks)
 
 
 # A PersistentVolumeClaim name: a DNS-1123 subdomain.
@@ -207,6 +181,14 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         raise InputError(f"--gpus {gpus} with --fuse {fuse}: the many-process finetune runs unfused; drop --fuse")
     if (nodes or 1) > 1 and fuse != "none":
         raise InputError(f"--nodes {nodes} with --fuse {fuse}: the TrainJob's finetune runs unfused; drop --fuse")
+    if (nodes or 1) > 1 and pod is not None and pod.pull_policy:
+        from components.podspec import default_pull_policy
+
+        kube_default = default_pull_policy(pod.image or (pipe or build()).tasks["finetune"].step.execution.image)
+        if pod.pull_policy != kube_default:  # every pod on every path pulls the same way, or the flag is refused
+            raise InputError(f"--image-pull-policy {pod.pull_policy} with --nodes {nodes}: a TrainJob's trainer has no "
+                             f"pull policy (Kubeflow Trainer v2.3), so its node pods pull as Kubernetes defaults for the "
+                             f"image ({kube_default}); drop the flag or use an image reference that defaults to it")
     pipe = pipe or build()
     if pod is not None:  # first: the gang spec (with_gpus) and fused pods carry the image, volumes and secrets
         pipe = pod.apply(pipe)
@@ -268,28 +250,46 @@ def _remove_empty(created: list[Path]) -> None:
 
 
 @contextmanager
-def compiled_for_submit(orchestrator: str, gpu_type: str | None, options: Mapping[str, Any]) -> Iterator[dict[str, str]]:
-    """``llmpack submit ORCH --gpu-type T``: the path's artifact compiled for ``T`` in a temporary directory.
+def compiled_for_submit(orchestrator: str, gpu_type: str | None, options: Mapping[str, Any], *,
+                        pod: PodOptions | None = None, values: Mapping[str, Any] | None = None) -> Iterator[dict[str, str]]:
+    """``llmpack submit ORCH --gpu-type T`` (or ``--image``, ``--model-pvc``...): the path's artifact compiled for them.
 
-    Yields the submit option naming it (``package_path``, ``workflow_path``, ``project_dir``), or
-    nothing without ``gpu_type``; the directory is removed when the submission is done. A compiled
-    artifact fixes its GPU type, so ``--gpu-type`` with one named too is refused.
+    Yields the submit options to add: the one naming the compiled artifact (``package_path``,
+    ``workflow_path``, ``project_dir``), or nothing when no flag asks for a compile; the directory
+    is removed when the submission is done. A compiled artifact fixes its GPU type and pod spec,
+    so these flags with one named too are refused, except ``--image`` on a path whose submit takes
+    an image itself (MLflow's Job). ``values``' ``--model``/``--data`` under ``/models``/``/data``
+    need their volume compiled in (:meth:`PodOptions.check_mounted`).
     """
-    if gpu_type is None:
+    from llmpack.backends import cluster_paths
+
+    pod = pod or PodOptions()
+    path = cluster_paths()[orchestrator]
+    named = options.get(path.artifact_option)
+    if not named:  # the committed artifact or the one compiled now: its volumes are pod's
+        for key in ("model", "data"):
+            pod.check_mounted((values or {}).get(key), f"--{key}")
+    flag = f"--{path.artifact_option.replace('_path', '').replace('_dir', '')}"
+    if named and pod.compiles:
+        if replace(pod, image=None, pull_policy=None) == PodOptions() and "image" in path.submit_options:
+            yield {"image": pod.image} if pod.image else {}  # MLflow: the Job's image, given with the project
+            return
+        raise InputError(f"--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*: compile the {orchestrator} "
+                         f"artifact to submit; not with {flag} (compile it with `llmpack compile` and those flags, "
+                         "and submit that instead)")
+    if gpu_type is None and not pod.compiles:
         yield {}
         return
-    from llmpack.backends import cluster_paths
-    from llmpack.gpu_catalogue import resolve_gpu_type
+    if gpu_type is not None:
+        from llmpack.gpu_catalogue import resolve_gpu_type
 
-    gpu_type = resolve_gpu_type(gpu_type)
-    path = cluster_paths()[orchestrator]
-    if options.get(path.artifact_option):
-        raise InputError(f"--gpu-type {gpu_type}: compiles the {orchestrator} artifact to submit; "
-                         f"not with --{path.artifact_option.replace('_path', '').replace('_dir', '')} "
-                         "(compile it with `llmpack compile --gpu-type` and submit that instead)")
+        gpu_type = resolve_gpu_type(gpu_type)
+        if named:
+            raise InputError(f"--gpu-type {gpu_type}: compiles the {orchestrator} artifact to submit; not with {flag} "
+                             "(compile it with `llmpack compile --gpu-type` and submit that instead)")
     tmp = Path(tempfile.mkdtemp(prefix="llmpack-submit-"))
     try:
-        compile_all(tmp / "out", gpu_type=gpu_type)
+        compile_all(tmp / "out", gpu_type=gpu_type, pod=pod)
         yield {path.artifact_option: str(tmp / "out" / path.artifact_path)}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -24,18 +24,33 @@ from components.podspec import (
     DATA_MOUNT,
     DATA_PARAM,
     DATA_VOLUME,
+    HF_TOKEN_ENV,
+    HF_TOKEN_KEY,
     MODEL_MOUNT,
     MODEL_PARAM,
     MODEL_VOLUME,
+    PULL_POLICIES,
     ClaimMount,
     PodExtras,
     SecretEnv,
-    check_name,
-    check_pull_policy,
     default_pull_policy,
-    parse_claim,
-    parse_secret,
 )
+
+# A container image reference as Docker's distribution/reference grammar spells it (simplified):
+# [registry[:port]/]path[:tag][@digest], path components lower-case.
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REF = re.compile(
+    rf"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
+    r"(?::\w[\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+
+
+def check_image(image: str) -> None:
+    """``--image`` must be an image reference a container runtime accepts."""
+    if not IMAGE_REF.fullmatch(image):
+        hint = "; repository paths are lower-case" if IMAGE_REF.fullmatch(image.lower()) else ""
+        raise InputError(f"--image {image!r}: not a container image reference (e.g. ghcr.io/your-org/llmpack:0.1.0){hint}")
+
 
 # sha256 digests are 64 lower-case hex digits (OCI image spec, "Digests"); other algorithms are refused.
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -48,6 +63,43 @@ def check_digest(image: str) -> None:
     digest = image.split("@", 1)[1]
     if not _DIGEST.fullmatch(digest):
         raise InputError(f"--image {image!r}: digest {digest!r} is not sha256:<64 lower-case hex digits>")
+
+
+# A PersistentVolumeClaim or Secret name: a DNS-1123 subdomain.
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+
+
+def check_name(name: str, flag: str, what: str) -> str:
+    if len(name) > 253 or not _SUBDOMAIN.fullmatch(name):
+        raise InputError(f"{flag} {name!r}: not a {what} name (lower-case letters, digits, '-' and '.')")
+    return name
+
+
+def parse_claim(value: str, flag: str, default_mount: str, volume: str) -> ClaimMount:
+    """``NAME[:MOUNT]`` of ``--model-pvc``/``--data-pvc``; MOUNT an absolute path."""
+    name, sep, mount = value.partition(":")
+    check_name(name, flag, "PersistentVolumeClaim")
+    mount = mount if sep else default_mount
+    if not mount.startswith("/") or mount == "/" or any(part in ("..", ".") for part in mount.split("/")) or ":" in mount:
+        raise InputError(f"{flag} {value!r}: the mount path must be an absolute directory other than / (e.g. {default_mount})")
+    return ClaimMount(volume=volume, claim=name, path=mount.rstrip("/"))
+
+
+def parse_secret(value: str, flag: str, env: str = HF_TOKEN_ENV, default_key: str = HF_TOKEN_KEY) -> SecretEnv:
+    """``NAME[:KEY]`` of ``--hf-token-secret``."""
+    name, sep, key = value.partition(":")
+    check_name(name, flag, "Secret")
+    key = key if sep else default_key
+    if not _SECRET_KEY.fullmatch(key) or len(key) > 253:
+        raise InputError(f"{flag} {value!r}: key {key!r} is not a Secret key (letters, digits, '-', '_', '.')")
+    return SecretEnv(env=env, secret=name, key=key)
+
+
+def check_pull_policy(value: str, flag: str = "--image-pull-policy") -> str:
+    if value not in PULL_POLICIES:
+        raise InputError(f"{flag} {value!r}: must be one of {', '.join(PULL_POLICIES)}")
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,8 +122,6 @@ class PodOptions:
                    repository_uri: str | None = None) -> PodOptions:
         """Every flag checked now (one line naming it), before any slow import."""
         if image is not None:
-            from llmpack.compile import check_image
-
             check_digest(image)
             check_image(image)
         if image_pull_policy is not None:

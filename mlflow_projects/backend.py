@@ -55,7 +55,6 @@ class MlflowBackend(Backend):
         one_pod=True,
         lends_kubeconfig=True,
         compare_options=(
-            CompareOption(flag="--image", key="image", help="--cluster: prebuilt step image for the MLflow Job."),
             CompareOption(flag="--cluster-tracking-uri", key="cluster_tracking_uri",
                           help="--cluster: MLflow tracking URI as seen from inside the cluster."),
         ),
@@ -78,7 +77,6 @@ class MlflowBackend(Backend):
         return [click.option("--kubeconfig", default=None, help="kubeconfig for the Job (default: KUBECONFIG, else the "
                              "in-cluster service account, else ~/.kube/config)."),
                 click.option("--context", default=None, help="kubeconfig context (default: its current one)."),
-                click.option("--image", default=None, help="Prebuilt step image (default: the project's docker_env image)."),
                 click.option("--cluster-tracking-uri", default=None, help="Tracking URI as seen from inside the cluster.")]
 
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
