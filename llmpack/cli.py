@@ -290,6 +290,8 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     pod = pod_options_of(kwargs)  # --image, --model-pvc...: every path compiled with them (llmpack.pod_options)
     if local and pod.compiles:
         raise InputError("--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*: only with --cluster")
+    for flag in ("--model", "--data") if not local else ():  # /models/x with no volume: the flag that mounts it
+        pod.check_mounted(kwargs[flag[2:]], flag)
     cluster = {"pod": pod, "concurrency": concurrency, "own": own, "namespace": namespace, "kubeconfig": kubeconfig, "context": context,
                "timeout_s": wait_timeout, "poll_s": poll_s, "scale_down_delay_s": scale_down_delay_s,
                "cache_pvc": cache_pvc, "queue": queue,
@@ -412,8 +414,6 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
     values = dict(parse_params(params))
     for key in ("model", "data", "max_steps", "seed"):
         values[key] = kwargs[key]
-    for flag in ("--model", "--data"):
-        cluster["pod"].check_mounted(values[flag[2:]], flag)
     tls = cluster["tls"]
     shared = {k: cluster[k] for k in ("namespace", "kubeconfig", "context")}
     paths = {name: {**{o.key: cluster["own"][o.dest] for o in path.compare_options},
