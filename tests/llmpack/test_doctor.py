@@ -109,6 +109,7 @@ def test_ready_pod_references_pass(ready: Ready) -> None:
     assert_no_secret(out)
 
 
+@pytest.mark.slow  # a compile of its own
 def test_compiled_references_are_checked_without_flags(ready: Ready, tmp_path: Path) -> None:
     """What `llmpack compile --model-pvc --hf-token-secret --image-pull-secret` wrote is read back from the artifacts."""
     from llmpack.compile import compile_all
