@@ -280,3 +280,25 @@ def test_compare_takes_the_pod_flags_only_with_cluster() -> None:
     assert result.exit_code == 2 and "only with --cluster" in result.output, result.output
     result = CliRunner().invoke(main, ["compare", "--cluster", "--backends", "argo", "--model", "/models/x"])
     assert result.exit_code == 2 and "pass --model-pvc NAME" in result.output, result.output
+
+
+@pytest.mark.slow  # a compile and a submission
+def test_submit_argo_with_the_flags_sends_the_volumes_through_the_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`llmpack submit argo --model-pvc ... --model /models/x`: the Workflow the Argo Server gets mounts /models."""
+    from standins.argo_server import ArgoServerStandIn
+
+    for name in ("ARGO_SERVER", "ARGO_NAMESPACE", "ARGO_SECURE", "MLFLOW_TRACKING_URI", "LLMPACK_PRICE_PER_GPU_HOUR"):
+        monkeypatch.delenv(name, raising=False)
+    with ArgoServerStandIn(token="argo-podspec-token") as argo_server:
+        result = CliRunner().invoke(main, ["submit", "argo", "--host", argo_server.url, "--model", "/models/llama",
+                                           "--model-pvc", "llmpack-models", "--hf-token-secret", "hf-token",
+                                           "--image", IMAGE, "--image-pull-secret", "regcred", "--json"],
+                                    env={"ARGO_TOKEN": "argo-podspec-token"})
+        assert result.exit_code == 0, result.output
+        (post,) = argo_server.recorded("POST")
+    sent = post.body["workflow"]
+    assert {p["name"]: p["value"] for p in sent["spec"]["arguments"]["parameters"]}["model"] == "/models/llama"
+    assert sent["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    finetune = next(t for t in sent["spec"]["templates"] if t["name"] == "finetune")
+    assert {"name": "llmpack-model", "mountPath": "/models", "readOnly": True} in finetune["container"]["volumeMounts"]
+    assert HF_TOKEN in finetune["container"]["env"] and finetune["container"]["image"] == IMAGE
