@@ -548,7 +548,7 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
 
     pod = pod_options_of(kw)  # --image, --model-pvc...: compiled first, as --gpu-type
     with compiled_for_submit(orchestrator, kw.pop("gpu_type", None), kw, pod=pod, values=values) as artifact:
-        run = backend.submit(conn, params=values, **kw, **artifact)
+        run = backend.submit(conn, params=values, **{**kw, **artifact})  # the compiled artifact replaces an unset option
     summary = run.summary
     for warning in summary.get("warnings", []):
         click.echo(f"llmpack: warning: {warning}", err=True)
