@@ -25,6 +25,9 @@ Cluster mapping of a step's :class:`components.dsl.Execution`:
 - timeout: ``activeDeadlineSeconds`` per attempt;
 - ``cache_pvc`` (``llmpack compile --cache-pvc``): volume ``hf-cache`` from that PVC at
   ``HF_CACHE_MOUNT``, with ``HF_HOME`` pointing there;
+- ``execution.pod`` (:mod:`components.podspec`): the model and data PVCs read-only, ``HF_TOKEN``
+  from a required ``secretKeyRef``, the container's ``imagePullPolicy``, and the Workflow's
+  ``imagePullSecrets`` (Argo applies them to every pod it creates);
 - pod labels ``llmpack.io/...`` for cost attribution, non-root unprivileged pods, and the MLflow
   tracking URI from the Secret ``llmpack-mlflow`` (key ``tracking-uri``, required), never a literal, and
   its optional keys ``username``/``password``/``token`` as ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``/``TOKEN``;
@@ -173,19 +176,22 @@ def _affinity(affinity: dict[str, Any] | None) -> Any:
 
 
 def _volumes(ex: Any) -> list[Any] | None:
-    """The ``--cache-pvc`` volume and, on a pod of several GPUs, the memory-backed ``/dev/shm``."""
+    """The ``--cache-pvc`` volume, ``--model-pvc``/``--data-pvc`` (read-only) and, on a pod of several
+    GPUs, the memory-backed ``/dev/shm``."""
     from hera.workflows import EmptyDirVolume, ExistingVolume
 
     volumes: list[Any] = []
     if ex.cache_pvc:
         volumes.append(ExistingVolume(name=HF_CACHE_VOLUME, claim_name=ex.cache_pvc, mount_path=HF_CACHE_MOUNT))
+    volumes += [ExistingVolume(name=m.volume, claim_name=m.claim, mount_path=m.path, read_only=True)
+                for m in ex.pod.mounts]
     if needs_shm(ex.resources.gpus):
         volumes.append(EmptyDirVolume(name=SHM_VOLUME, mount_path=SHM_MOUNT, medium="Memory"))
     return volumes or None
 
 
 def _container(task: Task, use: GpuUse | None = None) -> Any:
-    from hera.workflows import Artifact, Container, Env, Parameter, Resources, RetryStrategy
+    from hera.workflows import Artifact, Container, Env, Parameter, Resources, RetryStrategy, SecretEnv
     from hera.workflows.models import Backoff, Capabilities, IntOrString, SecurityContext, Toleration
 
     step = task.step
@@ -224,7 +230,9 @@ def _container(task: Task, use: GpuUse | None = None) -> Any:
         env=[
             *tracking_env(),
             *([Env(name="HF_HOME", value=HF_CACHE_MOUNT)] if ex.cache_pvc else []),
+            *(SecretEnv(name=s.env, secret_name=s.secret, secret_key=s.key) for s in ex.pod.secret_env),
         ],
+        image_pull_policy=ex.pod.pull_policy,
         volumes=_volumes(ex),
         resources=Resources(
             cpu_request=cpu_quantity(res.cpu),
@@ -280,7 +288,8 @@ def _close_container(pipe: Pipeline) -> Any:
     from hera.workflows import Container, Resources
     from hera.workflows.models import Capabilities, SecurityContext
 
-    image = next((t.step.execution.image for t in pipe.task_order()), None)
+    first = next(iter(pipe.task_order()), None)
+    image = first.step.execution.image if first else None
     args = record_args(
         status="{{workflow.status}}",
         uses=uses_json(billed_uses(pipe)),
@@ -294,6 +303,7 @@ def _close_container(pipe: Pipeline) -> Any:
         command=["python"],
         args=args,
         env=tracking_env(),
+        image_pull_policy=first.step.execution.pod.pull_policy if first else None,
         resources=Resources(cpu_request="250m", memory_request="512Mi"),
         security_context=SecurityContext(run_as_non_root=True, run_as_user=RUN_AS_USER,
                                          allow_privilege_escalation=False, privileged=False,
@@ -305,13 +315,14 @@ def _close_container(pipe: Pipeline) -> Any:
 def build_workflow(pipe: Pipeline) -> Any:
     """The Argo Workflow (a ``hera.workflows.Workflow``) for a validated pipeline object."""
     from hera.workflows import DAG, Parameter, Workflow
-    from hera.workflows.models import PodSecurityContext, SeccompProfile
+    from hera.workflows.models import LocalObjectReference, PodSecurityContext, SeccompProfile
 
     pipe.validate()
     order = pipe.task_order()
     dag = DAG(name=pipe.name, tasks=[_dag_task(t) for t in order])
     defaults = workflow_defaults(pipe)
     uses = {u.step: u for u in billed_uses(pipe)}
+    pull_secrets = list(dict.fromkeys(n for t in order for n in t.step.execution.pod.pull_secrets))
     return Workflow(
         generate_name=f"{pipe.name}-",
         labels={f"{LABEL_PREFIX}pipeline": pipe.name, f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR},
@@ -327,6 +338,7 @@ def build_workflow(pipe: Pipeline) -> Any:
             seccomp_profile=SeccompProfile(type="RuntimeDefault"),
         ),
         templates=[dag, *(_container(t, uses.get(t.name)) for t in order), _close_container(pipe)],
+        image_pull_secrets=[LocalObjectReference(name=n) for n in pull_secrets] or None,  # every pod of the Workflow
     )
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from components.errors import InputError, PipelineValidationError
+from components.podspec import PodExtras
 
 # --------------------------------------------------------------------------- artifacts
 
@@ -135,6 +136,7 @@ class Execution:
     # Name of a PersistentVolumeClaim mounted at HF_CACHE_MOUNT as that cache, on steps with
     # ``hf_cache``; set at compile time (``llmpack compile --cache-pvc``), None: no volume.
     cache_pvc: str | None = None
+    pod: PodExtras = field(default_factory=PodExtras)  # model/data volumes, HF_TOKEN, pulls (components.podspec)
 
 
 # --------------------------------------------------------------------------- steps

@@ -36,6 +36,7 @@ How a fused task is wired (decisions):
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -196,6 +197,7 @@ def _merged_execution(executions: list[Execution]) -> Execution:
         tolerations=tuple(tolerations),
         hf_cache=any(e.hf_cache for e in executions),
         cache_pvc=next((e.cache_pvc for e in executions if e.cache_pvc), None),
+        pod=functools.reduce(lambda a, b: a.merged(b), (e.pod for e in executions)),
     )
 
 

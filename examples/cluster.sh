@@ -8,6 +8,11 @@ set -euo pipefail
 #    the optional keys username/password/token).
 docker build -t ghcr.io/YOUR_ORG/llmpack:0.1.0 . && docker push ghcr.io/YOUR_ORG/llmpack:0.1.0
 llmpack compile --image ghcr.io/YOUR_ORG/llmpack:0.1.0
+#    With the model and data on volumes, a gated HF model's token and a private registry (docs/cluster.md),
+#    every pod of every path gets them; then add --model /models/llama-3.2-1b --data /data/train.jsonl below:
+#      llmpack compile --image ghcr.io/YOUR_ORG/llmpack@sha256:DIGEST --image-pull-secret regcred \
+#        --model-pvc llmpack-models --data-pvc llmpack-data --hf-token-secret hf-token
+#      llmpack doctor --model-pvc llmpack-models --data-pvc llmpack-data --hf-token-secret hf-token --image-pull-secret regcred
 B=build/llmpack
 kubectl create namespace llmpack
 kubectl -n llmpack create secret generic llmpack-mlflow --from-literal=tracking-uri=http://mlflow.mlflow.svc:5000

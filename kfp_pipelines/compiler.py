@@ -68,6 +68,7 @@ from components.dsl import (
     iter_param_args,
 )
 from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement
+from components.podspec import PodExtras
 from components.record.close import CLOSE_TASK, billed_uses, uses_json
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
 
@@ -260,6 +261,22 @@ def use_tracking_secret(kt: Any) -> None:
                                  optional=True)
 
 
+def use_pod_extras(kt: Any, extras: PodExtras) -> None:
+    """``--model-pvc``/``--data-pvc``, ``HF_TOKEN`` (required secretKeyRef), pull policy and secrets
+    (:mod:`components.podspec`). kfp-kubernetes 2.x has no read-only flag for a PVC mount: the
+    claims are mounted as given; make them ReadOnlyMany (or read-only at the volume) to be sure."""
+    from kfp import kubernetes
+
+    for mount in extras.mounts:
+        kubernetes.mount_pvc(kt, pvc_name=mount.claim, mount_path=mount.path)
+    for secret in extras.secret_env:
+        kubernetes.use_secret_as_env(kt, secret_name=secret.secret, secret_key_to_env={secret.key: secret.env})
+    if extras.pull_policy:
+        kubernetes.set_image_pull_policy(kt, extras.pull_policy)
+    if extras.pull_secrets:
+        kubernetes.set_image_pull_secrets(kt, list(extras.pull_secrets))
+
+
 def configure_task(pipe: Pipeline, task: Task, kt: Any) -> None:
     """Apply the step's execution needs to a KFP ``PipelineTask``."""
     from kfp import kubernetes
@@ -297,9 +314,10 @@ def configure_task(pipe: Pipeline, task: Task, kt: Any) -> None:
         kt.set_env_variable("HF_HOME", HF_CACHE_MOUNT)
     if needs_shm(res.gpus):
         kubernetes.empty_dir_mount(kt, volume_name=SHM_VOLUME, mount_path=SHM_MOUNT, medium="Memory")
+    use_pod_extras(kt, ex.pod)
 
 
-def configure_close_task(kt: Any) -> None:
+def configure_close_task(kt: Any, pipe: Pipeline) -> None:
     """The summarizing task: small, never cached, non-root, MLflow URI and credentials from the same Secret."""
     from kfp import kubernetes
 
@@ -309,6 +327,10 @@ def configure_close_task(kt: Any) -> None:
     kubernetes.add_pod_label(kt, label_key=f"{LABEL_PREFIX}orchestrator", label_value=ORCHESTRATOR)
     kubernetes.set_security_context(kt, run_as_user=RUN_AS_USER, run_as_group=RUN_AS_GROUP, run_as_non_root=True)
     use_tracking_secret(kt)
+    first = next(iter(pipe.task_order()), None)  # its image (build_close_component): pulled the same way
+    if first is not None:
+        ex = first.step.execution.pod
+        use_pod_extras(kt, PodExtras(pull_policy=ex.pull_policy, pull_secrets=ex.pull_secrets))
 
 
 def pipeline_signature(pipe: Pipeline) -> Any:
@@ -336,7 +358,7 @@ def build_kfp_pipeline(pipe: Pipeline) -> Any:
         values = dict(zip(signature.parameters, args, strict=True))
         close = close_component(**{n: values[n] for n in pipe.all_params},
                                 orchestrator_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
-        configure_close_task(close)
+        configure_close_task(close, pipe)
         with dsl.ExitHandler(close, name="llmpack-run"):
             kfp_tasks: dict[str, Any] = {}
             for task in order:

@@ -25,10 +25,12 @@ from llmpack.options import (
     compare_path_options,
     known_gpu_type,
     parse_params,
+    pod_options,
     run_options,
     submit_options,
     tls_connection,
 )
+from llmpack.pod_options import pod_options_of
 from llmpack.project.command import project as project_command
 from llmpack.sync import sync as sync_command
 from llmpack.terminal import Command, Group, quiet_library_warnings
@@ -157,7 +159,7 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
 @click.option("--out", "out", type=click.Path(path_type=Path), default=Path("build/llmpack"), show_default=True,
               help="Directory to write kfp_pipelines/finetune.yaml, argo_workflows/finetune.yaml, mlflow_projects/finetune*/ "
                    "into. `--out .` in the repository root rewrites the committed (golden) copies.")
-@click.option("--image", default=None, help="Step image for every step (default: each step's spec, ghcr.io/llmpack/llmpack:0.1.0).")
+@pod_options(namespace=True)
 @click.option("--fuse", default="none", show_default=True, metavar="none|gpu|all",
               help="Fewer pods, same steps: gpu = finetune+evaluate in one pod, all = every step in one pod.")
 @click.option("--prepull", is_flag=True,
@@ -172,9 +174,9 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
               "TrainJob of that many GPU pods (also written to OUT/trainjob/); needs --cache-pvc (ReadWriteMany).")
 @click.option("--queue", default=None, metavar="NAME", help="Kueue LocalQueue for the finetune TrainJob (with --nodes).")
 @click.option("--gpu-type", default=None, metavar="TYPE", callback=known_gpu_type, help=COMPILED_GPU_HELP)
-def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A001 - the command's name
+def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's name
             cache_pvc: str | None, gpus: int | None, nodes: int | None, queue: str | None,
-            gpu_type: str | None) -> None:
+            gpu_type: str | None, **pod: Any) -> None:
     """Compile the pipeline to KFP v2 IR, an Argo Workflow (Hera) and MLflow Projects.
 
     \b
@@ -192,11 +194,13 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
                                                finetune: a TrainJob, 2 nodes x 4
       llmpack compile --gpu-type a100 --out build/a100
                                                A100 80GB nodes, labels and price
+      llmpack compile --model-pvc models --data-pvc data --hf-token-secret hf
+                                               /models, /data read-only; HF_TOKEN
     """
     from llmpack.compile import compile_all
 
-    for path in compile_all(out, image=image, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes,
-                            queue=queue, gpu_type=gpu_type):
+    for path in compile_all(out, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes,
+                            queue=queue, gpu_type=gpu_type, pod=pod_options_of(pod)):
         echo_out(str(path))
 
 
@@ -245,6 +249,7 @@ def compile(out: Path, image: str | None, fuse: str, prepull: bool,  # noqa: A00
 @TLS_OPTIONS[0]
 @TLS_OPTIONS[1]
 @compare_path_options(endpoint=False)
+@pod_options()
 @click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True, help="--cluster: seconds to wait per run.")
 @click.option("--poll", "poll_s", type=float, default=10.0, show_default=True, help="--cluster: status poll interval, seconds.")
 @click.option("--scale-down-delay-s", "scale_down_delay_s", type=float, default=None,
@@ -283,7 +288,12 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     from llmpack.runs import RunOptions, prepare
 
     own = {o.dest: kwargs.pop(o.dest) for path in cluster_paths().values() for o in path.compare_options}
-    cluster = {"concurrency": concurrency, "own": own, "namespace": namespace, "kubeconfig": kubeconfig, "context": context,
+    pod = pod_options_of(kwargs)  # --image, --model-pvc...: every path compiled with them (llmpack.pod_options)
+    if local and pod.compiles:
+        raise InputError("--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*: only with --cluster")
+    for flag in ("--model", "--data") if not local else ():  # /models/x with no volume: the flag that mounts it
+        pod.check_mounted(kwargs[flag[2:]], flag)
+    cluster = {"pod": pod, "concurrency": concurrency, "own": own, "namespace": namespace, "kubeconfig": kubeconfig, "context": context,
                "timeout_s": wait_timeout, "poll_s": poll_s, "scale_down_delay_s": scale_down_delay_s,
                "cache_pvc": cache_pvc, "queue": queue,
                "tls": {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}}
@@ -425,7 +435,7 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
         price_file=kwargs.get("price_file"), timeout_s=cluster["timeout_s"], poll_s=cluster["poll_s"], progress=progress,
         **({} if cluster["scale_down_delay_s"] is None else {"scale_down_delay_s": cluster["scale_down_delay_s"]}),
         gpus=kwargs.get("gpus"), nodes=kwargs.get("nodes"), cache_pvc=cluster.get("cache_pvc"), queue=cluster.get("queue"),
-        gpu_type=kwargs.get("gpu_type"), variants=modes,
+        gpu_type=kwargs.get("gpu_type"), variants=modes, pod=cluster["pod"],
     )
 
 
@@ -537,8 +547,9 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
         raise InputError(f"--max-steps {max_steps}: must be a positive number of steps")
     from llmpack.compile import compiled_for_submit
 
-    with compiled_for_submit(orchestrator, kw.pop("gpu_type", None), kw) as artifact:  # --gpu-type: compiled first
-        run = backend.submit(conn, params=values, **kw, **artifact)
+    pod = pod_options_of(kw)  # --image, --model-pvc...: compiled first, as --gpu-type
+    with compiled_for_submit(orchestrator, kw.pop("gpu_type", None), kw, pod=pod, values=values) as artifact:
+        run = backend.submit(conn, params=values, **{**kw, **artifact})  # the compiled artifact replaces an unset option
     summary = run.summary
     for warning in summary.get("warnings", []):
         click.echo(f"llmpack: warning: {warning}", err=True)

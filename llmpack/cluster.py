@@ -112,6 +112,7 @@ def compare_cluster(
     queue: str | None = None,
     gpu_type: str | None = None,
     variants: Iterable[str] | None = None,
+    pod: Any = None,
     **paths: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """Submit every path ``repeats`` times to one cluster, wait, measure; the ``compare()`` result.
@@ -128,7 +129,9 @@ def compare_cluster(
     pods and launcher share ``cache_pvc`` (default :data:`DEFAULT_GANG_PVC`, ReadWriteMany);
     its pods are one attempt, and ``gang_ready_s`` says when the last of them started.
     ``gpu_type`` (``--gpu-type``): every GPU step's type, compiled in the same way: its pods
-    select that GPU's nodes (``llmpack compile --gpu-type``).
+    select that GPU's nodes (``llmpack compile --gpu-type``). ``pod`` (a
+    :class:`llmpack.pod_options.PodOptions`: ``--image``, ``--model-pvc``, ``--data-pvc``,
+    ``--hf-token-secret``, ``--image-pull-*``): compiled the same way, into every path's pods.
 
     ``kfp=`` / ``argo=`` / ``mlflow=`` (a keyword per cluster path, by name): each path's ``submit``
     options (``<package>.submit``; ``host``, ``token``, ``namespace``... see
@@ -162,6 +165,8 @@ def compare_cluster(
     if price_file is not None:
         cost.resolve_price("check", price_file=price_file, env={})  # reads and checks the file now
     pipe = shipped_pipeline()
+    if pod is not None and pod.compiles:
+        pipe = pod.apply(pipe)  # what is compiled below: the image and volumes every pod gets
     values = user_parameters(pipe, params)
     unknown = sorted(set(paths) - set(cluster_paths()))
     if unknown:
@@ -188,11 +193,12 @@ def compare_cluster(
     if fused_modes and ((gpus or 1) > 1 or (nodes or 1) > 1):
         raise InputError(f"--variants fuse-{fused_modes[0]} with --gpus {gpus or 1} --nodes {nodes or 1}: the many-process "
                          "finetune runs unfused; compare fused variants on one GPU")
-    compile_here = gpus is not None or nodes is not None or gpu_type is not None or bool(fused_modes)
+    pod_compiles = pod is not None and pod.compiles
+    compile_here = gpus is not None or nodes is not None or gpu_type is not None or bool(fused_modes) or pod_compiles
     if compile_here:
         for orch, key in ((name, path.artifact_option) for name, path in cluster_paths().items()):
             if conf[orch].get(key):
-                raise InputError(f"--gpus/--nodes/--gpu-type/--variants compile the artifacts to submit: {orch} option {key} "
+                raise InputError(f"--gpus/--nodes/--gpu-type/--variants/--image/--model-pvc... compile the artifacts to submit: {orch} option {key} "
                                  "cannot be given too")
     pipes = {mode: fuse_steps(pipe, mode) for mode in modes}
     k8s_opts = _options("k8s", k8s, K8S_OPTIONS)
@@ -218,7 +224,8 @@ def compare_cluster(
         compiled_dir = tempfile.mkdtemp(prefix="llmpack-compare-")
         for mode in modes:  # what `llmpack compile [--fuse MODE]` writes, a directory per variant
             out = os.path.join(compiled_dir, mode)
-            compile_all(out, fuse=mode, gpus=gpus, nodes=nodes, cache_pvc=cache_pvc, queue=queue, gpu_type=gpu_type)
+            compile_all(out, fuse=mode, gpus=gpus, nodes=nodes, cache_pvc=cache_pvc, queue=queue, gpu_type=gpu_type,
+                        pod=pod if pod_compiles else None)
             session.artifacts[mode] = {orch: os.path.join(out, path.artifact_path) for orch, path in cluster_paths().items()}
     try:
         return _compare_all(session, plan, concurrency, group)

@@ -27,6 +27,7 @@ from typing import Any
 from components import settings
 from components.dsl import Pipeline
 from components.errors import InputError
+from llmpack.pod_options import IMAGE_REF, PodOptions, check_image  # noqa: F401 - check_image, IMAGE_REF: importable here too
 
 DEFAULT_OUT = Path("build/llmpack")
 
@@ -37,32 +38,6 @@ def _check_out(out: Path) -> None:
     probe = out if out.exists() else next((p for p in out.parents if p.exists()), Path("."))
     if not os.access(probe, os.W_OK):
         raise InputError(f"--out {out}: directory {probe} is not writable")
-
-
-# A container image reference as Docker's distribution/reference grammar spells it (simplified):
-# [registry[:port]/]path[:tag][@digest], path components lower-case.
-_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-IMAGE_REF = re.compile(
-    rf"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
-    r"(?::\w[\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
-)
-
-
-def check_image(image: str) -> None:
-    """``--image`` must be an image reference a container runtime accepts."""
-    if not IMAGE_REF.fullmatch(image):
-        hint = "; repository paths are lower-case" if IMAGE_REF.fullmatch(image.lower()) else ""
-        raise InputError(f"--image {image!r}: not a container image reference (e.g. ghcr.io/your-org/llmpack:0.1.0){hint}")
-
-
-def with_image(pipe: Pipeline, image: str) -> Pipeline:
-    """A copy of the pipeline whose every step runs in ``image``."""
-    check_image(image)
-    tasks = {
-        name: replace(t, step=replace(t.step, execution=replace(t.step.execution, image=image)))
-        for name, t in pipe.tasks.items()
-    }
-    return replace(pipe, tasks=tasks)
 
 
 # A PersistentVolumeClaim name: a DNS-1123 subdomain.
@@ -144,7 +119,7 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
     return pipe
 
 
-def trainjob_yaml(pipe: Pipeline) -> str:
+def trainjob_yaml(pipe: Pipeline, *, namespace: str = "default") -> str:
     """The TrainJob the finetune launcher creates, with an example run's values (components.process.gang)."""
     from components.finetune_pipeline import build
     from components.process import gang
@@ -162,15 +137,16 @@ def trainjob_yaml(pipe: Pipeline) -> str:
     labels = {"llmpack.io/run-group": EXAMPLE_RUN, "llmpack.io/pipeline-run": EXAMPLE_RUN, "llmpack.io/step": "finetune",
               "llmpack.io/gpu-count": str(spec.gpus_per_node), "llmpack.io/gpu-type": spec.gpu_type or "none"}
     env = {settings.LAUNCHER.name: "1", settings.ATTEMPT.name: "0", settings.RANK_EVENTS.name: "1", "HF_HOME": spec.mount}
-    obj = gang.build_trainjob(spec, name=gang.trainjob_name(EXAMPLE_RUN, "finetune", 0), namespace="default",
+    obj = gang.build_trainjob(spec, name=gang.trainjob_name(EXAMPLE_RUN, "finetune", 0), namespace=namespace,
                               nodes=int(values[gang.NNODES_PARAM]), command=command, labels=labels, env=env)
     return ("# The TrainJob the finetune launcher creates for one run (llmpack compile --nodes; components/process/gang.py).\n"
-            f"# Run values are an example's ({EXAMPLE_RUN}, namespace default): each run names its own.\n" + to_yaml(obj))
+            f"# Run values are an example's ({EXAMPLE_RUN}, namespace {namespace}): each run names its own.\n" + to_yaml(obj))
 
 
 def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = None, fuse: str = "none",
                 prepull: bool = False, cache_pvc: str | None = None, gpus: int | None = None,
-                nodes: int | None = None, queue: str | None = None, gpu_type: str | None = None) -> list[Path]:
+                nodes: int | None = None, queue: str | None = None, gpu_type: str | None = None,
+                pod: PodOptions | None = None) -> list[Path]:
     """Compile every backend's artifacts (KFP, Argo, MLflow...) under ``out``; returns the files written.
 
     ``fuse`` (:mod:`components.fusion`): ``gpu`` or ``all`` compiles fewer tasks (pods) that run
@@ -188,7 +164,9 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
     _check_out(out)
     check_mode(fuse)
     if image is not None:
-        check_image(image)  # before the compilers' slow imports: bad input fails at once
+        pod = replace(pod or PodOptions(), image=image)
+    if pod is not None and pod.image is not None:
+        check_image(pod.image)  # before the compilers' slow imports: bad input fails at once
     if cache_pvc is not None:
         check_cache_pvc(cache_pvc)
     if gpu_type is not None:
@@ -203,9 +181,18 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         raise InputError(f"--gpus {gpus} with --fuse {fuse}: the many-process finetune runs unfused; drop --fuse")
     if (nodes or 1) > 1 and fuse != "none":
         raise InputError(f"--nodes {nodes} with --fuse {fuse}: the TrainJob's finetune runs unfused; drop --fuse")
-    pipe = fuse_steps(with_gpus(pipe or build(), gpus, nodes, claim=cache_pvc, queue=queue, gpu_type=gpu_type), fuse)
-    if image is not None:
-        pipe = with_image(pipe, image)
+    if (nodes or 1) > 1 and pod is not None and pod.pull_policy:
+        from components.podspec import default_pull_policy
+
+        kube_default = default_pull_policy(pod.image or (pipe or build()).tasks["finetune"].step.execution.image)
+        if pod.pull_policy != kube_default:  # every pod on every path pulls the same way, or the flag is refused
+            raise InputError(f"--image-pull-policy {pod.pull_policy} with --nodes {nodes}: a TrainJob's trainer has no "
+                             f"pull policy (Kubeflow Trainer v2.3), so its node pods pull as Kubernetes defaults for the "
+                             f"image ({kube_default}); drop the flag or use an image reference that defaults to it")
+    pipe = pipe or build()
+    if pod is not None:  # first: the gang spec (with_gpus) and fused pods carry the image, volumes and secrets
+        pipe = pod.apply(pipe)
+    pipe = fuse_steps(with_gpus(pipe, gpus, nodes, claim=cache_pvc, queue=queue, gpu_type=gpu_type), fuse)
     if cache_pvc is not None:
         pipe = with_cache_pvc(pipe, cache_pvc)
     created = [p for p in (out, *out.parents) if not p.exists()]  # removed again if nothing lands in them
@@ -218,18 +205,18 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
     try:
         try:
             for name in BACKENDS:  # each writes its own artifacts (components.backend.Backend.compile)
-                backend(name).compile(pipe, tmp, final_dir=out)
+                backend(name).compile(pipe, tmp, final_dir=out, **artifact_settings(name, pod))
             if (nodes or 1) > 1:
                 from components.servers.trainjob_launch import launcher_rbac_yaml
 
                 (tmp / TRAINJOB_FILE).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / TRAINJOB_FILE).write_text(trainjob_yaml(pipe))
+                (tmp / TRAINJOB_FILE).write_text(trainjob_yaml(pipe, namespace=(pod and pod.namespace) or "default"))
                 (tmp / RBAC_FILE).write_text(launcher_rbac_yaml())
             if prepull:
                 from llmpack.prepull import PREPULL_FILE, daemonset_yaml
 
                 (tmp / PREPULL_FILE).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / PREPULL_FILE).write_text(daemonset_yaml(pipe))
+                (tmp / PREPULL_FILE).write_text(daemonset_yaml(pipe, **({"namespace": pod.namespace} if pod and pod.namespace else {})))
         except OSError as exc:  # a full disk or a quota: nothing has reached ``out`` yet
             shutil.rmtree(tmp, ignore_errors=True)
             _remove_empty(created)
@@ -246,6 +233,13 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def artifact_settings(backend_name: str, pod: PodOptions | None) -> dict[str, Any]:
+    """What a backend's compile takes beyond the pipeline: MLflow's Job namespace and repository (item 7)."""
+    if backend_name != "mlflow" or pod is None:
+        return {}
+    return {k: v for k, v in (("namespace", pod.namespace), ("repository_uri", pod.repository_uri)) if v}
+
+
 def _remove_empty(created: list[Path]) -> None:
     """Remove the directories this compile created (innermost first) while they are empty."""
     for path in created:
@@ -256,28 +250,46 @@ def _remove_empty(created: list[Path]) -> None:
 
 
 @contextmanager
-def compiled_for_submit(orchestrator: str, gpu_type: str | None, options: Mapping[str, Any]) -> Iterator[dict[str, str]]:
-    """``llmpack submit ORCH --gpu-type T``: the path's artifact compiled for ``T`` in a temporary directory.
+def compiled_for_submit(orchestrator: str, gpu_type: str | None, options: Mapping[str, Any], *,
+                        pod: PodOptions | None = None, values: Mapping[str, Any] | None = None) -> Iterator[dict[str, str]]:
+    """``llmpack submit ORCH --gpu-type T`` (or ``--image``, ``--model-pvc``...): the path's artifact compiled for them.
 
-    Yields the submit option naming it (``package_path``, ``workflow_path``, ``project_dir``), or
-    nothing without ``gpu_type``; the directory is removed when the submission is done. A compiled
-    artifact fixes its GPU type, so ``--gpu-type`` with one named too is refused.
+    Yields the submit options to add: the one naming the compiled artifact (``package_path``,
+    ``workflow_path``, ``project_dir``), or nothing when no flag asks for a compile; the directory
+    is removed when the submission is done. A compiled artifact fixes its GPU type and pod spec,
+    so these flags with one named too are refused, except ``--image`` on a path whose submit takes
+    an image itself (MLflow's Job). ``values``' ``--model``/``--data`` under ``/models``/``/data``
+    need their volume compiled in (:meth:`PodOptions.check_mounted`).
     """
-    if gpu_type is None:
+    from llmpack.backends import cluster_paths
+
+    pod = pod or PodOptions()
+    path = cluster_paths()[orchestrator]
+    named = options.get(path.artifact_option)
+    if not named:  # the committed artifact or the one compiled now: its volumes are pod's
+        for key in ("model", "data"):
+            pod.check_mounted((values or {}).get(key), f"--{key}")
+    flag = f"--{path.artifact_option.replace('_path', '').replace('_dir', '')}"
+    if named and pod.compiles:
+        if replace(pod, image=None, pull_policy=None) == PodOptions() and "image" in path.submit_options:
+            yield {"image": pod.image} if pod.image else {}  # MLflow: the Job's image, given with the project
+            return
+        raise InputError(f"--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*: compile the {orchestrator} "
+                         f"artifact to submit; not with {flag} (compile it with `llmpack compile` and those flags, "
+                         "and submit that instead)")
+    if gpu_type is None and not pod.compiles:
         yield {}
         return
-    from llmpack.backends import cluster_paths
-    from llmpack.gpu_catalogue import resolve_gpu_type
+    if gpu_type is not None:
+        from llmpack.gpu_catalogue import resolve_gpu_type
 
-    gpu_type = resolve_gpu_type(gpu_type)
-    path = cluster_paths()[orchestrator]
-    if options.get(path.artifact_option):
-        raise InputError(f"--gpu-type {gpu_type}: compiles the {orchestrator} artifact to submit; "
-                         f"not with --{path.artifact_option.replace('_path', '').replace('_dir', '')} "
-                         "(compile it with `llmpack compile --gpu-type` and submit that instead)")
+        gpu_type = resolve_gpu_type(gpu_type)
+        if named:
+            raise InputError(f"--gpu-type {gpu_type}: compiles the {orchestrator} artifact to submit; not with {flag} "
+                             "(compile it with `llmpack compile --gpu-type` and submit that instead)")
     tmp = Path(tempfile.mkdtemp(prefix="llmpack-submit-"))
     try:
-        compile_all(tmp / "out", gpu_type=gpu_type)
+        compile_all(tmp / "out", gpu_type=gpu_type, pod=pod)
         yield {path.artifact_option: str(tmp / "out" / path.artifact_path)}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -14,6 +14,9 @@ What is checked, in order (the checks themselves: :mod:`llmpack.doctor_checks`):
   Pod Security level against the compiled pods, Argo's artifact repository, the PVCs the compiled
   pods mount (and ``--cache-pvc``), Bound; with ``--nodes N`` the launcher's RBAC and the
   ReadWriteMany PVC, with ``--queue`` the LocalQueue;
+* the Secrets the compiled pods read (``HF_TOKEN``: ``--hf-token-secret``, its key) and pull the image
+  with (``--image-pull-secret``), and the model/data PVCs (``--model-pvc``, ``--data-pvc``), whether
+  named by the flags or found in the compiled artifacts;
 * with ``--nodes N``: the ``torch-distributed`` ClusterTrainingRuntime;
 * the KFP and Argo servers' version calls, when their hosts are known.
 """
@@ -54,6 +57,10 @@ class DoctorOptions:
     kfp_host: str | None
     argo_host: str | None
     argo_controller_namespace: str
+    # The submit flags' references (llmpack.pod_options): PVCs, (Secret, key, env), image pull Secrets.
+    pvcs: tuple[str, ...] = ()
+    secrets: tuple[tuple[str, str, str], ...] = ()
+    pull_secrets: tuple[str, ...] = ()
 
 
 def parse_paths(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -90,9 +97,11 @@ def namespaces_of(opts: DoctorOptions) -> dict[str, list[str]]:
     return out
 
 
-def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], claims: dict[str, set[str]]) -> list[Any]:
-    """Every check, in order (``specs``, ``claims``: each path's compiled pod specs and PVC names); only the first
-    when the API does not answer."""
+def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], claims: dict[str, set[str]],
+               refs: dict[str, tuple[set[tuple[str, str, str]], set[str]]] | None = None) -> list[Any]:
+    """Every check, in order (``specs``, ``claims``, ``refs``: each path's compiled pod specs, PVC names, and the
+    Secrets its pods read and pull with); only the first when the API does not answer."""
+    from components.record.tracking import TRACKING_SECRET
     from llmpack import doctor_checks as dc
     from llmpack.doctor_cluster import Unanswered
 
@@ -122,11 +131,30 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
             checks.append(dc.launcher_rbac(cluster, namespace))
             checks.append(dc.shared_pvc(cluster, namespace, shared, shared=True))
         mounted = set().union(*(claims[path] for path in paths)) | ({opts.cache_pvc} if opts.cache_pvc else set())
-        for name in sorted(mounted - {shared}):  # what the compiled pods mount, and --cache-pvc
+        for name in sorted(mounted - {shared} | set(opts.pvcs)):  # what the compiled pods mount, --cache-pvc, --model-pvc...
             checks.append(dc.shared_pvc(cluster, namespace, name, shared=False))
+        found_refs = [(refs or {}).get(path, (set(), set())) for path in paths]
+        secrets = {(n, k): e for n, k, e in sorted(set().union(*(r for r, _ in found_refs)) | set(opts.secrets))}
+        for (name, key), env in secrets.items():  # --hf-token-secret: required secretKeyRefs (the MLflow one: above)
+            if name != TRACKING_SECRET:
+                checks.append(dc.secret_key(cluster, namespace, name, key, env))
+        for name in sorted(set().union(*(p for _, p in found_refs)) | set(opts.pull_secrets)):  # --image-pull-secret
+            checks.append(dc.pull_secret(cluster, namespace, name))
         if opts.queue:
             checks.append(dc.local_queue(cluster, namespace, opts.queue))
     return checks
+
+
+def submit_references(model_pvc: str | None, data_pvc: str | None, hf_token_secret: str | None,
+                      pull_secrets: tuple[str, ...]) -> dict[str, Any]:
+    """The submit flags' references as :class:`DoctorOptions` fields, each checked as compile checks it (exit 2)."""
+    from llmpack.pod_options import PodOptions
+
+    pod = PodOptions.from_flags(model_pvc=model_pvc, data_pvc=data_pvc, hf_token_secret=hf_token_secret,
+                                image_pull_secrets=pull_secrets)
+    return {"pvcs": tuple(c.claim for c in (pod.model_pvc, pod.data_pvc) if c),
+            "secrets": ((pod.hf_token.secret, pod.hf_token.key, pod.hf_token.env),) if pod.hf_token else (),
+            "pull_secrets": pod.pull_secrets}
 
 
 def endpoint_checks(opts: DoctorOptions, tls: dict[str, Any]) -> list[Any]:
@@ -180,12 +208,18 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
 @click.option("--argo-host", default=None, help="Argo Server to check (default ARGO_SERVER; token ARGO_TOKEN).")
 @click.option("--argo-controller-namespace", default="argo", show_default=True,
               help="Namespace of Argo's workflow-controller-configmap.")
+@click.option("--model-pvc", default=None, metavar="NAME[:MOUNT]", help="The model's PVC (as llmpack compile): exists, Bound.")
+@click.option("--data-pvc", default=None, metavar="NAME[:MOUNT]", help="The data's PVC (as llmpack compile): exists, Bound.")
+@click.option("--hf-token-secret", default=None, metavar="NAME[:KEY]", help="HF_TOKEN's Secret: it and its key exist.")
+@click.option("--image-pull-secret", "image_pull_secrets", multiple=True, metavar="NAME",
+              help="Image pull Secret (repeatable): exists, a registry credential.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead.")
 def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfig: str | None, context: str | None,
            ca_cert: str | None, insecure_skip_tls_verify: bool, gpus: int | None, gpu_type: str | None, nodes: int,
            queue: str | None,
            cache_pvc: str | None, compiled: Path | None, kfp_host: str | None, argo_host: str | None,
-           argo_controller_namespace: str, as_json: bool) -> None:
+           argo_controller_namespace: str, as_json: bool, model_pvc: str | None, data_pvc: str | None,
+           hf_token_secret: str | None, image_pull_secrets: tuple[str, ...]) -> None:
     """Check, before a run spends GPU-hours, that the cluster has what the compiled
     artifacts reference: namespace, RBAC, GPU nodes and taints, the MLflow Secret,
     Pod Security, Argo's artifact repository; with --nodes the Trainer runtime, the
@@ -197,25 +231,28 @@ def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfi
       llmpack doctor
       llmpack doctor --path argo --namespace team-a
       llmpack doctor --nodes 2 --gpus 4 --queue team-a --compiled build/2x4
+      llmpack doctor --model-pvc models --hf-token-secret hf --image-pull-secret regcred
     """
     from llmpack.doctor_cluster import reader
-    from llmpack.doctor_pods import claimed_pvcs, committed_root, pod_specs
+    from llmpack.doctor_pods import claimed_pvcs, committed_root, pod_specs, referenced_secrets
 
     root = committed_root() / ("examples/multinode" if nodes > 1 else "")  # the committed 2x4 gang, or the 1-node set
     from llmpack.gpu_catalogue import resolve_gpu_type
 
     opts = DoctorOptions(paths=parse_paths(paths), namespace=namespace, kfp_namespace=kfp_namespace, gpus=gpus,
                          gpu_type=None if gpu_type is None else resolve_gpu_type(gpu_type), nodes=nodes, queue=queue, cache_pvc=cache_pvc, compiled=compiled or root,
-                         kfp_host=kfp_host, argo_host=argo_host, argo_controller_namespace=argo_controller_namespace)
+                         kfp_host=kfp_host, argo_host=argo_host, argo_controller_namespace=argo_controller_namespace,
+                         **submit_references(model_pvc, data_pvc, hf_token_secret, image_pull_secrets))
     check_options(opts)
     if compiled is not None and not compiled.is_dir():
         raise InputError(f"--compiled {compiled}: no such directory")
     specs = {path: pod_specs(opts.compiled, path, gang=nodes > 1) for path in opts.paths}  # bad files: exit 2 first
     claims = {path: claimed_pvcs(opts.compiled, path, gang=nodes > 1) for path in opts.paths}
+    refs = {path: referenced_secrets(opts.compiled, path, gang=nodes > 1) for path in opts.paths}
     tls = tls_connection(ca_cert, insecure_skip_tls_verify)
     cluster = reader(host=settings.K8S_HOST.get(), token=settings.K8S_TOKEN.get(), kubeconfig=kubeconfig,
                      context=context, **tls)
-    checks = run_checks(opts, cluster, specs, claims)
+    checks = run_checks(opts, cluster, specs, claims, refs)
     if len(checks) > 1:  # the API answered
         checks += endpoint_checks(opts, tls)
     if as_json:

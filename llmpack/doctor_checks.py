@@ -440,3 +440,47 @@ def endpoint(path: str, host: str, token: str | None, verify: bool | str) -> Che
     if not response.ok or version is None:
         return Check(False, f"{what} at {url}: HTTP {response.status_code} from {suffix}", f"curl -sS {url}{suffix}")
     return Check(True, f"{what} at {url} answers (version {version})")
+
+
+# --------------------------------------------------------------------------- pod-spec references (components.podspec)
+
+
+def _secret_keys(secret: Mapping[str, Any]) -> set[str]:
+    return {k for k, v in (secret.get("data") or {}).items() if v} | {k for k, v in (secret.get("stringData") or {}).items() if v}
+
+
+def secret_key(cluster: ClusterReader, namespace: str, name: str, key: str, env: str) -> Check:
+    """A Secret the pods read ``env`` from (``--hf-token-secret``; a required secretKeyRef): it and its key exist."""
+    try:
+        secret = cluster.secret(namespace, name)
+    except Unanswered as exc:
+        return _unread(exc, f"Secret {name} in {namespace}", namespace)
+    if secret is None:
+        return Check(False, f"Secret {name} missing in {namespace} (the pods read {env} from its key {key}: without it "
+                     "they do not start)", f"kubectl -n {_q(namespace)} create secret generic {name} "
+                     f"--from-literal={key}=\"$HF_TOKEN\"")
+    if key not in _secret_keys(secret):
+        return Check(False, f"Secret {name} in {namespace} has no {key} key (the pods read {env} from it)",
+                     f"kubectl -n {_q(namespace)} patch secret {name} -p " + _q('{"stringData":{"' + key + '":"<token>"}}'))
+    return Check(True, f"Secret {name} in {namespace} has {key} ({env})")
+
+
+DOCKER_SECRET_TYPES = ("kubernetes.io/dockerconfigjson", "kubernetes.io/dockercfg")
+
+
+def pull_secret(cluster: ClusterReader, namespace: str, name: str) -> Check:
+    """An ``imagePullSecrets`` entry (``--image-pull-secret``): it exists and is a registry credential."""
+    create = (f"kubectl -n {_q(namespace)} create secret docker-registry {name} --docker-server=REGISTRY "
+              "--docker-username=USER --docker-password=TOKEN")
+    try:
+        secret = cluster.secret(namespace, name)
+    except Unanswered as exc:
+        return _unread(exc, f"Secret {name} in {namespace}", namespace)
+    if secret is None:
+        return Check(False, f"image pull Secret {name} missing in {namespace} (the kubelet cannot pull the step image)",
+                     create)
+    kind = secret.get("type") or "Opaque"
+    if kind not in DOCKER_SECRET_TYPES:
+        return Check(False, f"image pull Secret {name} in {namespace} is {kind}, not {DOCKER_SECRET_TYPES[0]}",
+                     f"kubectl -n {_q(namespace)} delete secret {name} && {create}")
+    return Check(True, f"image pull Secret {name} in {namespace} exists ({kind})")

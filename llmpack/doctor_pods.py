@@ -70,11 +70,41 @@ def _claim_names(doc: Any) -> Iterator[str]:
     if isinstance(doc, Mapping):
         if isinstance(doc.get("claimName"), str):
             yield doc["claimName"]
+        if "pvcNameParameter" in doc and isinstance(doc.get("constant"), str):  # a KFP pvcMount
+            yield doc["constant"]
         for value in doc.values():
             yield from _claim_names(value)
     elif isinstance(doc, list):
         for item in doc:
             yield from _claim_names(item)
+
+
+def referenced_secrets(root: Path, path: str, *, gang: bool) -> tuple[set[tuple[str, str, str]], set[str]]:
+    """What ``path``'s artifact (and with ``gang`` the TrainJob) reads from Secrets: required ``(name, key, env)``
+    env refs (Argo, the MLflow Job, the TrainJob: ``secretKeyRef``; KFP: ``secretAsEnv``), and image pull Secrets."""
+    docs = _load(root / ARTIFACTS[path]) + (_load(root / TRAINJOB_ARTIFACT) if gang else [])
+    refs: set[tuple[str, str, str]] = set()
+    pulls: set[str] = set()
+
+    def walk(doc: Any, env: str = "") -> None:
+        if isinstance(doc, Mapping):
+            ref = doc.get("secretKeyRef")
+            if isinstance(ref, Mapping) and not ref.get("optional") and "{{" not in str(ref.get("name")):
+                refs.add((str(ref.get("name")), str(ref.get("key")), env))
+            if isinstance(doc.get("secretName"), str) and isinstance(doc.get("keyToEnv"), list) and not doc.get("optional"):
+                refs.update((doc["secretName"], str(k.get("secretKey")), str(k.get("envVar"))) for k in doc["keyToEnv"])
+            for item in doc.get("imagePullSecrets") or []:  # a pod spec's
+                pulls.add(str(item.get("name")))
+            for item in doc.get("imagePullSecret") or []:  # kfp-kubernetes'
+                pulls.add(str(item.get("secretName")))
+            for key, value in doc.items():
+                walk(value, str(doc.get("name", "")) if key == "valueFrom" else "")
+        elif isinstance(doc, list):
+            for item in doc:
+                walk(item)
+
+    walk(docs)
+    return refs, pulls
 
 
 def _load(file: Path) -> list[Any]:

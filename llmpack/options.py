@@ -148,4 +148,44 @@ def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
     ]
     for option in reversed(options):
         func = option(func)
-    return func
+    return pod_options()(func)  # --image, --model-pvc...: the artifact is compiled with them first
+
+
+def pod_options(*, namespace: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The pod-spec flags of ``compile``, ``submit`` and ``compare --cluster`` (:mod:`llmpack.pod_options`),
+    declared once; :func:`llmpack.pod_options.pod_options_of` reads them back. ``namespace``: also
+    ``--namespace`` (``compile``: the commands that submit have their own)."""
+    options = [
+        click.option("--image", default=None, metavar="IMAGE",
+                     help="Step image of every pod on every path (KFP, Argo, the MLflow Job, the TrainJob gang, the "
+                          "prepull DaemonSet): repo:tag or repo@sha256:<64 hex> (default: each step's spec, "
+                          "ghcr.io/llmpack/llmpack:0.1.0)."),
+        click.option("--image-pull-policy", default=None, metavar="Always|IfNotPresent|Never",
+                     help="imagePullPolicy of every pod (default with --image: IfNotPresent; Always for a latest or "
+                          "absent tag, as Kubernetes does)."),
+        click.option("--image-pull-secret", "image_pull_secrets", multiple=True, metavar="NAME",
+                     help="Secret for a private registry, in imagePullSecrets of every pod (repeatable)."),
+        click.option("--model-pvc", default=None, metavar="NAME[:MOUNT]",
+                     help="PersistentVolumeClaim holding the model, mounted read-only at MOUNT (default /models) in the "
+                          "steps that load it: then --model /models/NAME."),
+        click.option("--data-pvc", default=None, metavar="NAME[:MOUNT]",
+                     help="PersistentVolumeClaim holding the data, mounted read-only at MOUNT (default /data) in "
+                          "prepare_data: then --data /data/FILE.jsonl."),
+        click.option("--hf-token-secret", default=None, metavar="NAME[:KEY]",
+                     help="HF_TOKEN from Secret NAME, key KEY (default token), on the steps that load the model (a "
+                          "gated HF hub model); required: a missing Secret fails the pod."),
+        click.option("--mlflow-repository-uri", "repository_uri", default=None, metavar="REPO",
+                     help="MLflow path: the repository-uri of kubernetes_config.json (where `mlflow run --backend "
+                          "kubernetes` pushes the image it builds; default IMAGE's repository + -mlflow-project)."),
+    ]
+    if namespace:
+        options.append(click.option("--namespace", "compile_namespace", default=None, metavar="NAME",
+                                    help="Namespace of the MLflow Job, the TrainJob and the prepull DaemonSet "
+                                         "(default llmpack; the TrainJob example: default)."))
+
+    def apply(func: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return apply

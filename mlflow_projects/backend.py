@@ -55,7 +55,6 @@ class MlflowBackend(Backend):
         one_pod=True,
         lends_kubeconfig=True,
         compare_options=(
-            CompareOption(flag="--image", key="image", help="--cluster: prebuilt step image for the MLflow Job."),
             CompareOption(flag="--cluster-tracking-uri", key="cluster_tracking_uri",
                           help="--cluster: MLflow tracking URI as seen from inside the cluster."),
         ),
@@ -63,11 +62,13 @@ class MlflowBackend(Backend):
     )
     pod_marks = PodMarks(run_labels=JOB_NAME_LABELS, keep_env=(RUN_ID_ENV,))
 
-    def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
+    def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None, **k8s: str) -> list[Path]:
+        """``k8s``: the Job's ``namespace`` and the config's ``repository_uri`` (``llmpack compile --namespace
+        --mlflow-repository-uri``), when given."""
         from mlflow_projects.compiler import write_project
 
         typed = ((final_dir or out_dir) / ARTIFACT_DIR).as_posix()
-        dirs = write_project(pipe, out_dir / ARTIFACT_DIR, typed_dir=typed)
+        dirs = write_project(pipe, out_dir / ARTIFACT_DIR, typed_dir=typed, **k8s)
         return sorted(p for d in dirs.values() for p in d.rglob("*") if p.is_file())
 
     def submit_options(self) -> list[ClickOption]:
@@ -76,7 +77,6 @@ class MlflowBackend(Backend):
         return [click.option("--kubeconfig", default=None, help="kubeconfig for the Job (default: KUBECONFIG, else the "
                              "in-cluster service account, else ~/.kube/config)."),
                 click.option("--context", default=None, help="kubeconfig context (default: its current one)."),
-                click.option("--image", default=None, help="Prebuilt step image (default: the project's docker_env image)."),
                 click.option("--cluster-tracking-uri", default=None, help="Tracking URI as seen from inside the cluster.")]
 
     def stop_hint(self, summary: Mapping[str, Any]) -> str:

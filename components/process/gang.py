@@ -45,9 +45,11 @@ from typing import Any
 from components import settings
 from components.dsl import HF_CACHE_MOUNT, Execution, Toleration
 from components.errors import InputError
+from components.podspec import ClaimMount, PodExtras, SecretEnv
 
 NNODES_PARAM = "nnodes"
 TRAINJOB_PARAM = "trainjob"
+_OPTIONAL = ("mounts", "secret_env", "pull_secrets")  # GangSpec fields left out of its JSON when empty
 GANG_DIR = "llmpack-gang"  # under the shared volume's mount: one directory per run and step attempt
 MAX_NODES = 1024
 
@@ -69,9 +71,19 @@ class GangSpec:
     runtime: str = "torch-distributed"
     queue: str | None = None
     active_deadline_s: int | None = None
+    # components.podspec, as the step's execution.pod: written only when set (older specs stay valid).
+    mounts: list[dict[str, str]] = field(default_factory=list)  # {volume, claim, path}: read-only PVCs
+    secret_env: list[dict[str, str]] = field(default_factory=list)  # {env, secret, key}: required secretKeyRefs
+    pull_secrets: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        data = {k: v for k, v in asdict(self).items() if v or k not in _OPTIONAL}
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    def extras(self) -> PodExtras:
+        """The node pods' volumes, secret env and pull secrets (:mod:`components.podspec`)."""
+        return PodExtras(mounts=tuple(ClaimMount(**m) for m in self.mounts),
+                         secret_env=tuple(SecretEnv(**e) for e in self.secret_env), pull_secrets=tuple(self.pull_secrets))
 
     @classmethod
     def from_json(cls, text: str, where: str) -> GangSpec:
@@ -93,7 +105,9 @@ def spec_for(execution: Execution, *, claim: str, queue: str | None = None) -> G
     return GangSpec(image=execution.image, gpus_per_node=res.gpus, cpu=res.cpu, memory=res.memory, claim=claim,
                     gpu_type=res.gpu_type, node_selector=selector, node_affinity=affinity,
                     tolerations=[{k: v for k, v in asdict(t).items() if v is not None} for t in execution.tolerations],
-                    queue=queue, active_deadline_s=execution.timeout_s)
+                    queue=queue, active_deadline_s=execution.timeout_s,
+                    mounts=[asdict(m) for m in execution.pod.mounts], secret_env=[asdict(e) for e in execution.pod.secret_env],
+                    pull_secrets=list(execution.pod.pull_secrets))
 
 
 def task_gang(pipe: Any, task: Any) -> tuple[int, GangSpec] | None:
@@ -158,7 +172,7 @@ def build_trainjob(spec: GangSpec, *, name: str, namespace: str, nodes: int, com
         node_selector=spec.node_selector, node_affinity=spec.node_affinity,
         tolerations=tuple(Toleration(**t) for t in spec.tolerations),
         labels=dict(labels), env=dict(env), queue=spec.queue, active_deadline_s=spec.active_deadline_s,
-        volume=(spec.claim, spec.mount),
+        volume=(spec.claim, spec.mount), extras=spec.extras(),
     ).build()
 
 

@@ -53,6 +53,7 @@ from typing import Any
 from components.dsl import Toleration, is_dns1123_label
 from components.errors import InputError
 from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm
+from components.podspec import PodExtras, pod_env, pod_volumes, pull_fields
 
 API_GROUP = "trainer.kubeflow.org"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -180,6 +181,9 @@ class TrainJobSpec:
     active_deadline_s: int | None = None
     # A PersistentVolumeClaim mounted in every node's trainer container: (claim name, mount path).
     volume: tuple[str, str] | None = None
+    # Read-only model/data PVCs, secretKeyRef env (HF_TOKEN), imagePullSecrets (components.podspec). The trainer
+    # has no imagePullPolicy field (Trainer v2.3): its pods pull as Kubernetes defaults for the image.
+    extras: PodExtras = field(default_factory=PodExtras)
 
     def __post_init__(self) -> None:
         # Frozen copies, so a caller's list or dict changed later cannot change the object.
@@ -292,6 +296,11 @@ class TrainJobSpec:
         if needs_shm(self.gpus_per_node):
             volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}})
             mounts.append({"name": SHM_VOLUME, "mountPath": SHM_MOUNT})
+        claim_volumes, claim_mounts = pod_volumes(self.extras)
+        volumes += claim_volumes
+        mounts += claim_mounts
+        pull_pod, _ = pull_fields(self.extras)
+        pod_spec.update(pull_pod)
         if volumes:
             pod_spec["volumes"] = volumes
         container: dict[str, Any] = {"name": TRAINER_JOB, "securityContext": copy.deepcopy(CONTAINER_SECURITY)}
@@ -319,8 +328,8 @@ class TrainJobSpec:
             "numProcPerNode": self.gpus_per_node or 1,
             "resourcesPerNode": self.resources(),
         }
-        if self.env:
-            trainer["env"] = [{"name": k, "value": v} for k, v in self.env.items()]
+        if self.env or self.extras.secret_env:
+            trainer["env"] = [{"name": k, "value": v} for k, v in self.env.items()] + pod_env(self.extras)
         spec: dict[str, Any] = {
             "runtimeRef": {"name": self.runtime, "kind": self.runtime_kind, "apiGroup": API_GROUP},
             "trainer": trainer,

@@ -20,7 +20,16 @@ from standins.argo_server import ArgoServerStandIn
 from standins.k8s_api import KubeAPIStandIn
 from standins.kfp_api import KFPAPIStandIn
 from standins.loopback import CLIENT_ENV, write_kubeconfig
-from standins.ready_cluster import FAULTS, QUEUE, SECRET_PASSWORD, TRACKING_URI, plant_fault, plant_ready
+from standins.ready_cluster import (
+    FAULTS,
+    HF_TOKEN_VALUE,
+    POD_FLAGS,
+    QUEUE,
+    SECRET_PASSWORD,
+    TRACKING_URI,
+    plant_fault,
+    plant_ready,
+)
 
 from llmpack.cli import main
 
@@ -65,7 +74,7 @@ def failed_lines(output: str) -> list[str]:
 
 def assert_no_secret(output: str) -> None:
     for secret in (K8S_TOKEN, KFP_TOKEN, ARGO_TOKEN, SECRET_PASSWORD, base64.b64encode(SECRET_PASSWORD.encode()).decode(),
-                   TRACKING_URI):
+                   TRACKING_URI, HF_TOKEN_VALUE, base64.b64encode(HF_TOKEN_VALUE.encode()).decode()):
         assert secret not in output
 
 
@@ -87,6 +96,33 @@ def test_ready_cluster_passes_every_check(ready: Ready) -> None:
     attrs = {(r.body["spec"]["resourceAttributes"]["verb"], r.body["spec"]["resourceAttributes"]["resource"])
              for r in reviews}
     assert {("create", "jobs"), ("create", "workflows"), ("watch", "pods"), ("list", "nodes")} <= attrs
+
+
+def test_ready_pod_references_pass(ready: Ready) -> None:
+    """The submit flags' references: the model/data PVCs Bound, the HF token Secret and key, the pull Secret."""
+    code, out = ready.doctor(*POD_FLAGS)
+    assert code == 0, out
+    for expected in ("✓ PersistentVolumeClaim llmpack-models in llmpack is Bound", "✓ PersistentVolumeClaim llmpack-data in "
+                     "kubeflow is Bound", "✓ Secret hf-token in llmpack has token (HF_TOKEN)",
+                     "✓ image pull Secret regcred in kubeflow exists (kubernetes.io/dockerconfigjson)"):
+        assert expected in out, (expected, out)
+    assert_no_secret(out)
+
+
+@pytest.mark.slow  # a compile of its own
+def test_compiled_references_are_checked_without_flags(ready: Ready, tmp_path: Path) -> None:
+    """What `llmpack compile --model-pvc --hf-token-secret --image-pull-secret` wrote is read back from the artifacts."""
+    from llmpack.compile import compile_all
+    from llmpack.pod_options import PodOptions
+
+    compile_all(tmp_path, pod=PodOptions.from_flags(model_pvc="llmpack-models", hf_token_secret="hf-token:other",
+                                                     image_pull_secrets=("regcred",)))
+    code, out = ready.doctor("--path", "argo,mlflow", "--compiled", str(tmp_path))
+    assert code == 1, out
+    assert failed_lines(out) == ["✗ Secret hf-token in llmpack has no other key (the pods read HF_TOKEN from it)"], out
+    assert "✓ PersistentVolumeClaim llmpack-models in llmpack is Bound" in out and "✓ image pull Secret regcred" in out
+    code, out = ready.doctor("--path", "kfp", "--compiled", str(tmp_path))  # KFP's own IR spelling, read the same
+    assert "✓ PersistentVolumeClaim llmpack-models in kubeflow" in out and "✗ Secret hf-token in kubeflow has no other" in out
 
 
 def test_ready_gang_passes_every_check(ready: Ready) -> None:
@@ -117,6 +153,12 @@ CASES = {
     "secret-without-uri": ((), "Secret llmpack-mlflow in llmpack has no tracking-uri key", "patch secret llmpack-mlflow"),
     "no-argo-repository": ((), "Argo has no artifact repository for llmpack", "artifact-repositories.yaml"),
     "psa-restricted": ((), "Pod Security (kfp): kubeflow enforces restricted; kfp exec-", "enforce=baseline"),
+    "no-model-pvc": (POD_FLAGS, "PersistentVolumeClaim llmpack-models missing in llmpack", "name: llmpack-models"),
+    "data-pvc-pending": (POD_FLAGS, "llmpack-data in llmpack is Pending, not Bound", "describe pvc llmpack-data"),
+    "no-hf-secret": (POD_FLAGS, "Secret hf-token missing in llmpack (the pods read HF_TOKEN from its key token",
+                     "create secret generic hf-token --from-literal=token="),
+    "hf-secret-without-key": (POD_FLAGS, "Secret hf-token in llmpack has no token key", "patch secret hf-token"),
+    "no-pull-secret": (POD_FLAGS, "image pull Secret regcred missing in llmpack", "create secret docker-registry regcred"),
 }
 
 
@@ -175,6 +217,8 @@ def test_unauthorized_and_unreachable_are_one_failed_line_without_the_token(read
     (("--nodes", "0"), "--nodes 0: must be 1 or more"),
     (("--namespace", "Not_A_Name"), "--namespace 'Not_A_Name': not a valid Kubernetes name"),
     (("--compiled", "no/such/dir"), "--compiled no/such/dir: no such directory"),
+    (("--model-pvc", "Models"), "--model-pvc 'Models': not a PersistentVolumeClaim name"),
+    (("--image-pull-secret", "a_b"), "--image-pull-secret 'a_b': not a Secret name"),
 ])
 def test_bad_input_is_one_line_exit_2(ready: Ready, args: tuple[str, ...], message: str) -> None:
     code, out = ready.doctor(*args)

@@ -6,7 +6,9 @@
 MLflow Secret in each run namespace, Argo's artifact repository ConfigMap, the MLflow Job's
 ``llmpack-artifacts`` PVC, the launcher's RBAC
 (``launcher_rbac()``, as ``kubectl apply`` would create it), the ReadWriteMany PVC, Bound, the
-``torch-distributed`` ClusterTrainingRuntime and a Kueue LocalQueue. :data:`FAULTS` each break
+``torch-distributed`` ClusterTrainingRuntime and a Kueue LocalQueue; and what the pod-spec flags
+name (:data:`POD_FLAGS`: ``--model-pvc``, ``--data-pvc``, ``--hf-token-secret``,
+``--image-pull-secret``): the model and data PVCs, the HF token Secret, a registry Secret. :data:`FAULTS` each break
 one of them, as a platform team's first attempt might.
 """
 
@@ -26,6 +28,10 @@ GPU_NODES = ("gpu-node-0", "gpu-node-1")
 TRACKING_URI = "http://mlflow.team-a.svc:5000"  # the Secret's value: doctor checks it, never prints it
 SECRET_PASSWORD = "mlflow-pass-never-shown-9f3"  # a value doctor reads past and must never print
 EXTRA_CRDS = (LOCALQUEUES, LOCALQUEUES_V1BETA2, CLUSTER_TRAINING_RUNTIMES)
+MODEL_PVC, DATA_PVC, HF_SECRET, PULL_SECRET = "llmpack-models", "llmpack-data", "hf-token", "regcred"
+HF_TOKEN_VALUE = "hf_never-shown-0c4d"  # the token in HF_SECRET: doctor checks the key, never prints it
+POD_FLAGS = ("--model-pvc", MODEL_PVC, "--data-pvc", DATA_PVC, "--hf-token-secret", HF_SECRET,
+             "--image-pull-secret", PULL_SECRET)
 
 
 def _b64(text: str) -> str:
@@ -42,9 +48,9 @@ def gpu_node(name: str, *, gpus: int = 8, labelled: bool = True, taints: list[di
     return node
 
 
-def secret(namespace: str, data: dict[str, str]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": "llmpack-mlflow", "namespace": namespace},
+def secret(namespace: str, data: dict[str, str], *, name: str = "llmpack-mlflow", kind: str = "Opaque") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "type": kind,
+            "metadata": {"name": name, "namespace": namespace},
             "data": {k: _b64(v) for k, v in data.items()}}
 
 
@@ -81,6 +87,12 @@ def plant_ready(api: KubeAPIStandIn) -> KubeAPIStandIn:
         api.apply_custom_object({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
                                  "metadata": {"name": QUEUE, "namespace": namespace}, "spec": {"clusterQueue": "gpus"}})
     api.apply_custom_object(pvc(modes=("ReadWriteOnce",), name=ARTIFACTS_PVC))  # the MLflow Job's artifacts
+    for namespace in (RUN_NAMESPACE, KFP_NAMESPACE):  # POD_FLAGS: model and data volumes, HF token, registry login
+        api.apply_custom_object(pvc(namespace, modes=("ReadOnlyMany",), name=MODEL_PVC))
+        api.apply_custom_object(pvc(namespace, modes=("ReadOnlyMany",), name=DATA_PVC))
+        api.apply_custom_object(secret(namespace, {"token": HF_TOKEN_VALUE}, name=HF_SECRET))
+        api.apply_custom_object(secret(namespace, {".dockerconfigjson": '{"auths": {}}'}, name=PULL_SECRET,
+                                       kind="kubernetes.io/dockerconfigjson"))
     api.apply_custom_object({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
                              "metadata": {"name": "torch-distributed"}, "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}}})
     return api
@@ -117,6 +129,15 @@ FAULTS: dict[str, tuple[str, Callable[[KubeAPIStandIn], Any]]] = {
                                                                                       "password": SECRET_PASSWORD}))),
     "no-argo-repository": ("Argo has no artifact repository",
                            _delete("configmaps", RUN_NAMESPACE, "artifact-repositories")),
+    "no-model-pvc": ("the model's PVC (--model-pvc) is missing", _delete("persistentvolumeclaims", RUN_NAMESPACE, MODEL_PVC)),
+    "data-pvc-pending": ("the data's PVC (--data-pvc) is Pending",
+                         lambda api: api.apply_custom_object(pvc(modes=("ReadOnlyMany",), name=DATA_PVC, phase="Pending"))),
+    "no-hf-secret": ("the HF token Secret (--hf-token-secret) is missing", _delete("secrets", RUN_NAMESPACE, HF_SECRET)),
+    "hf-secret-without-key": ("the HF token Secret has no token key",
+                              lambda api: api.apply_custom_object(secret(RUN_NAMESPACE, {"hf": HF_TOKEN_VALUE},
+                                                                         name=HF_SECRET))),
+    "no-pull-secret": ("the image pull Secret (--image-pull-secret) is missing",
+                       _delete("secrets", RUN_NAMESPACE, PULL_SECRET)),
     "psa-restricted": ("the KFP namespace enforces Pod Security restricted",
                        lambda api: api.add_namespace(KFP_NAMESPACE, {"pod-security.kubernetes.io/enforce": "restricted"})),
 }

@@ -1,0 +1,192 @@
+"""The pod-spec flags of ``compile``, ``submit`` and ``compare --cluster``, checked once and applied to the pipeline.
+
+``--image``, ``--image-pull-policy``, ``--image-pull-secret``, ``--model-pvc``, ``--data-pvc``,
+``--hf-token-secret`` (:mod:`components.podspec` says what each becomes in a pod) and, for the
+artifacts that name them, ``--namespace`` and ``--mlflow-repository-uri``. :meth:`PodOptions.apply`
+puts them on every step's :class:`~components.dsl.Execution` before the GPU overrides and fusion, so
+the TrainJob gang spec and fused pods carry them too.
+
+Decision: nothing is written unless asked. With ``--image`` and no ``--image-pull-policy`` the policy
+is what Kubernetes would pick (``Always`` for ``latest`` or no tag, else ``IfNotPresent``), written
+out so that every pod on every path says the same; without either, no policy is written and the
+committed artifacts stay as they were.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from components.dsl import Model, Pipeline, PipelineParamRef, Task
+from components.errors import InputError
+from components.podspec import (
+    DATA_MOUNT,
+    DATA_PARAM,
+    DATA_VOLUME,
+    HF_TOKEN_ENV,
+    HF_TOKEN_KEY,
+    MODEL_MOUNT,
+    MODEL_PARAM,
+    MODEL_VOLUME,
+    PULL_POLICIES,
+    ClaimMount,
+    PodExtras,
+    SecretEnv,
+    default_pull_policy,
+)
+
+# A container image reference as Docker's distribution/reference grammar spells it (simplified):
+# [registry[:port]/]path[:tag][@digest], path components lower-case.
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REF = re.compile(
+    rf"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
+    r"(?::\w[\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+
+
+def check_image(image: str) -> None:
+    """``--image`` must be an image reference a container runtime accepts."""
+    if not IMAGE_REF.fullmatch(image):
+        hint = "; repository paths are lower-case" if IMAGE_REF.fullmatch(image.lower()) else ""
+        raise InputError(f"--image {image!r}: not a container image reference (e.g. ghcr.io/your-org/llmpack:0.1.0){hint}")
+
+
+# sha256 digests are 64 lower-case hex digits (OCI image spec, "Digests"); other algorithms are refused.
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def check_digest(image: str) -> None:
+    """``repo@sha256:<64 hex>``: a malformed digest is one line naming it."""
+    if "@" not in image:
+        return
+    digest = image.split("@", 1)[1]
+    if not _DIGEST.fullmatch(digest):
+        raise InputError(f"--image {image!r}: digest {digest!r} is not sha256:<64 lower-case hex digits>")
+
+
+# A PersistentVolumeClaim or Secret name: a DNS-1123 subdomain.
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+
+
+def check_name(name: str, flag: str, what: str) -> str:
+    if len(name) > 253 or not _SUBDOMAIN.fullmatch(name):
+        raise InputError(f"{flag} {name!r}: not a {what} name (lower-case letters, digits, '-' and '.')")
+    return name
+
+
+def parse_claim(value: str, flag: str, default_mount: str, volume: str) -> ClaimMount:
+    """``NAME[:MOUNT]`` of ``--model-pvc``/``--data-pvc``; MOUNT an absolute path."""
+    name, sep, mount = value.partition(":")
+    check_name(name, flag, "PersistentVolumeClaim")
+    mount = mount if sep else default_mount
+    if not mount.startswith("/") or mount == "/" or any(part in ("..", ".") for part in mount.split("/")) or ":" in mount:
+        raise InputError(f"{flag} {value!r}: the mount path must be an absolute directory other than / (e.g. {default_mount})")
+    return ClaimMount(volume=volume, claim=name, path=mount.rstrip("/"))
+
+
+def parse_secret(value: str, flag: str, env: str = HF_TOKEN_ENV, default_key: str = HF_TOKEN_KEY) -> SecretEnv:
+    """``NAME[:KEY]`` of ``--hf-token-secret``."""
+    name, sep, key = value.partition(":")
+    check_name(name, flag, "Secret")
+    key = key if sep else default_key
+    if not _SECRET_KEY.fullmatch(key) or len(key) > 253:
+        raise InputError(f"{flag} {value!r}: key {key!r} is not a Secret key (letters, digits, '-', '_', '.')")
+    return SecretEnv(env=env, secret=name, key=key)
+
+
+def check_pull_policy(value: str, flag: str = "--image-pull-policy") -> str:
+    if value not in PULL_POLICIES:
+        raise InputError(f"{flag} {value!r}: must be one of {', '.join(PULL_POLICIES)}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodOptions:
+    """What the pod-spec flags asked for; the default asks for nothing."""
+
+    image: str | None = None
+    model_pvc: ClaimMount | None = None
+    data_pvc: ClaimMount | None = None
+    hf_token: SecretEnv | None = None
+    pull_policy: str | None = None
+    pull_secrets: tuple[str, ...] = ()
+    namespace: str | None = None
+    repository_uri: str | None = None
+
+    @classmethod
+    def from_flags(cls, *, image: str | None = None, model_pvc: str | None = None, data_pvc: str | None = None,
+                   hf_token_secret: str | None = None, image_pull_policy: str | None = None,
+                   image_pull_secrets: tuple[str, ...] = (), namespace: str | None = None,
+                   repository_uri: str | None = None) -> PodOptions:
+        """Every flag checked now (one line naming it), before any slow import."""
+        if image is not None:
+            check_digest(image)
+            check_image(image)
+        if image_pull_policy is not None:
+            check_pull_policy(image_pull_policy)
+        if namespace is not None:
+            from components.servers.submission import check_id
+
+            check_id(namespace, "--namespace")
+        if repository_uri is not None and (not repository_uri.strip() or any(c.isspace() for c in repository_uri)):
+            raise InputError(f"--mlflow-repository-uri {repository_uri!r}: not an image repository")
+        return cls(
+            image=image,
+            model_pvc=None if model_pvc is None else parse_claim(model_pvc, "--model-pvc", MODEL_MOUNT, MODEL_VOLUME),
+            data_pvc=None if data_pvc is None else parse_claim(data_pvc, "--data-pvc", DATA_MOUNT, DATA_VOLUME),
+            hf_token=None if hf_token_secret is None else parse_secret(hf_token_secret, "--hf-token-secret"),
+            pull_policy=image_pull_policy or (default_pull_policy(image) if image else None),
+            pull_secrets=tuple(dict.fromkeys(check_name(n, "--image-pull-secret", "Secret") for n in image_pull_secrets)),
+            namespace=namespace, repository_uri=repository_uri,
+        )
+
+    @property
+    def compiles(self) -> bool:
+        """Whether these options change the compiled artifacts (else the committed ones will do)."""
+        return self != PodOptions()
+
+    def extras(self, task: Task) -> PodExtras:
+        """What ``task``'s pod gets: the volumes and secret it reads, and the pull settings."""
+        model = reads_model(task)
+        mounts = [m for m, wanted in ((self.model_pvc, model), (self.data_pvc, reads_data(task))) if m and wanted]
+        return PodExtras(mounts=tuple(mounts), secret_env=(self.hf_token,) if self.hf_token and model else (),
+                         pull_policy=self.pull_policy, pull_secrets=self.pull_secrets)
+
+    def apply(self, pipe: Pipeline) -> Pipeline:
+        """A copy of ``pipe`` whose steps carry these options (image and :class:`PodExtras`)."""
+        tasks = {}
+        for name, task in pipe.tasks.items():
+            ex = task.step.execution
+            ex = replace(ex, image=self.image or ex.image, pod=ex.pod.merged(self.extras(task)))
+            tasks[name] = replace(task, step=replace(task.step, execution=ex))
+        return replace(pipe, tasks=tasks)
+
+    def check_mounted(self, value: str | None, flag: str) -> None:
+        """``submit --model /models/x`` needs the model volume compiled in: one line naming the missing flag."""
+        claim, default, option = ((self.model_pvc, MODEL_MOUNT, "--model-pvc") if flag == "--model"
+                                  else (self.data_pvc, DATA_MOUNT, "--data-pvc"))
+        if claim is None and value and (value == default or value.startswith(default + "/")):
+            hint = ", or an HF hub id with --hf-token-secret" if flag == "--model" else ""
+            raise InputError(f"{flag} {value}: no volume is mounted at {default} in the pods; pass {option} NAME "
+                             f"(the PersistentVolumeClaim that holds it){hint}")
+
+
+def reads_model(task: Task) -> bool:
+    """It takes the ``model`` pipeline parameter, or a Model artifact (the tuned model names its base)."""
+    return any(isinstance(a, PipelineParamRef) and a.name == MODEL_PARAM for a in task.arguments.values()) or any(
+        isinstance(art, type) and issubclass(art, Model) for art in task.step.inputs.values())
+
+
+def reads_data(task: Task) -> bool:
+    return any(isinstance(a, PipelineParamRef) and a.name == DATA_PARAM for a in task.arguments.values())
+
+
+def pod_options_of(kw: dict[str, Any]) -> PodOptions:
+    """Pop the pod-spec flags (:func:`llmpack.options.pod_options`) out of a command's keyword arguments."""
+    return PodOptions.from_flags(
+        image=kw.pop("image", None), model_pvc=kw.pop("model_pvc", None), data_pvc=kw.pop("data_pvc", None),
+        hf_token_secret=kw.pop("hf_token_secret", None), image_pull_policy=kw.pop("image_pull_policy", None),
+        image_pull_secrets=tuple(kw.pop("image_pull_secrets", None) or ()), namespace=kw.pop("compile_namespace", None),
+        repository_uri=kw.pop("repository_uri", None))
