@@ -263,9 +263,35 @@ def _wrong_type(obj: Any, fields: Iterable[tuple[str, type]], prefix: str = "") 
     return None
 
 
+_Tree = dict[str, tuple[type, "_Tree"]]
+
+
+@functools.cache
+def _tree(kind: str) -> _Tree:
+    """The fields of one kind as a tree (key -> (type, the fields under it)): checked in one walk."""
+    tree: _Tree = {}
+    for path, typ in _CONTAINER_SHAPE if kind == "container" else (*_SHAPES["common"], *_SHAPES[kind]):
+        node = tree
+        *parents, last = path.split(".")
+        for key in parents:  # a parent is declared (a Mapping) before its fields
+            node = node[key][1]
+        node[last] = (typ, {})
+    return tree
+
+
+def _fits(obj: Mapping[str, Any], tree: _Tree) -> bool:
+    """Whether every field of ``tree`` present in ``obj`` has its type: the common answer, fast. Only
+    an object that does not fit is searched field by field (:func:`_wrong_type`) for the message."""
+    for key, (typ, under) in tree.items():
+        value = obj.get(key)
+        if value is not None and (not _is(value, typ) or (under and not _fits(value, under))):
+            return False
+    return True
+
+
 def shape_problem(kind: str, obj: Mapping[str, Any]) -> str | None:
     """What makes ``obj`` unfit for analysis as one of ``kind`` (a field of the wrong JSON type), or None."""
-    problem = _wrong_type(obj, (*_SHAPES["common"], *_SHAPES[kind]))
+    problem = None if _fits(obj, _tree(kind)) else _wrong_type(obj, (*_SHAPES["common"], *_SHAPES[kind]))
     if problem:
         return problem
     for field in ("labels", "annotations"):
@@ -276,7 +302,8 @@ def shape_problem(kind: str, obj: Mapping[str, Any]) -> str | None:
         for j, container in enumerate(dig(obj, "spec", "containers") or ()):
             if not isinstance(container, Mapping):
                 return f"spec.containers[{j}] is {_a(_json_name(container))}, expected an object"
-            problem = _wrong_type(container, _CONTAINER_SHAPE, f"spec.containers[{j}].")
+            problem = None if _fits(container, _tree("container")) else _wrong_type(
+                container, _CONTAINER_SHAPE, f"spec.containers[{j}].")
             if problem:
                 return problem
     return None
