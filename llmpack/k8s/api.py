@@ -105,6 +105,14 @@ def _network_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def read_json(resp: Any) -> Any:
+    """The JSON body of an unpreloaded (``_preload_content=False``) response; the connection goes back to the pool."""
+    try:
+        return json.loads(resp.data)
+    finally:
+        resp.release_conn()
+
+
 def is_network_error(exc: BaseException) -> bool:
     import urllib3
 

@@ -14,15 +14,14 @@ their rows carry ``gang``/``gang_node`` (:func:`~llmpack.k8s.podphases.gang_of`)
 - Watch expiry (an ``ERROR`` event or HTTP status 410 Gone) is survived: re-list for a fresh
   ``resourceVersion`` and resume; pods missing from the re-list were deleted meanwhile and keep
   their last known state.
-- Nodes are read once each, when a pod lands on them (a GPU node may be scaled away before the
-  run ends), and re-read every ``nodes_every_s`` and at the end, to see a node's removal for
-  node billing (:meth:`PodWatcher.nodes`): its ``deletionTimestamp`` or the autoscaler's
-  ``ToBeDeletedByClusterAutoscaler`` taint, or, when a re-read finds it gone (404), the time of
-  that re-read (an upper bound, at most ``nodes_every_s`` late). Nodes are read, not watched: a
-  node watch needs list/watch on every node of the cluster, a read needs get on the few we
-  use. A watcher stopped at the run's end rarely sees a removal (the autoscaler waits its
-  scale-down delay first); the billing then adds that delay. Image-pull events are listed every ``events_every_s`` and at the end (events expire
-  after an hour), keeping only ``Pulling``/``Pulled`` of our pods.
+- Nodes are read once each, when a pod lands on them, and re-read every ``nodes_every_s`` and at
+  the end, to see a node's removal for node billing (:meth:`PodWatcher.nodes`); image-pull events
+  are listed every ``events_every_s`` and at the end (:mod:`~llmpack.k8s.sidereads`). A watcher
+  stopped at the run's end rarely sees a removal (the autoscaler waits its scale-down delay
+  first); the billing then adds that delay.
+- Thousands of events a second (``benchmarks/watcher_bench.py``): each event is one
+  ``json.loads`` and one slim copy; the O(pods) analysis runs only when the stop condition could
+  be met (see :meth:`PodWatcher.run`) and is not redone for an unchanged state (:meth:`PodWatcher.rows`).
 - It stops when ``until(rows)`` is true (default: :func:`~llmpack.k8s.podphases.all_terminated`), at ``timeout_s``, or
   on :meth:`PodWatcher.stop` from another thread, and returns
   :func:`~llmpack.k8s.podphases.analyze` rows (plus ``deleted``).
@@ -35,7 +34,6 @@ token. ``kubernetes`` is imported inside the functions, so importing this module
 from __future__ import annotations
 
 import functools
-import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -44,10 +42,11 @@ from typing import Any
 from components.errors import InputError
 from llmpack.backends import run_id_selectors
 from llmpack.k8s import RUN_GROUP_LABEL
-from llmpack.k8s.api import api_error, is_network_error
+from llmpack.k8s.api import api_error, is_network_error, read_json
 from llmpack.k8s.objects import TERMINAL_PHASES
 from llmpack.k8s.podphases import all_terminated, analyze
-from llmpack.k8s.slim import node_facts, slim_event, slim_node, slim_pod
+from llmpack.k8s.sidereads import SideReads
+from llmpack.k8s.slim import slim_pod
 
 SANDBOX_CONDITIONS = ("PodReadyToStartContainers", "PodHasNetwork")
 
@@ -55,14 +54,6 @@ Rows = list[dict[str, Any]]
 
 
 # --------------------------------------------------------------------------- the watcher
-
-
-def _read_json(resp: Any) -> Any:
-    """The JSON body of an unpreloaded urllib3 response; the connection goes back to the pool."""
-    try:
-        return json.loads(resp.data)
-    finally:
-        resp.release_conn()
 
 
 def _never(rows: Rows) -> bool:
@@ -127,13 +118,9 @@ class PodWatcher:
         self._pods: dict[str, dict[str, Any]] = {}
         self._members: list[set[str]] = [set() for _ in self.selectors]
         self._deleted: set[str] = set()
-        self._nodes: dict[str, dict[str, Any]] = {}
-        self._nodes_wanted: set[str] = set()
-        self._nodes_denied = False
-        self._nodes_gone: dict[str, float] = {}
-        self._events: dict[str, dict[str, Any]] = {}
-        self._events_denied = False
+        self._side = SideReads(self._core, namespace, self._timeout, self.warnings)
         self._version = 0
+        self._rows: tuple[tuple[int, int], Rows] | None = None  # the last analysis, by (pod version, side reads version)
         self._stop_requested = False
         self._stopping = False
         self._error: BaseException | None = None
@@ -152,31 +139,32 @@ class PodWatcher:
             self._lock.notify_all()
 
     def rows(self) -> Rows:
-        """The current rows (analysis of the latest state of every pod seen so far)."""
+        """The current rows (analysis of the latest state of every pod seen so far).
+
+        The analysis is O(pods): it is redone only when a pod, node or event changed since the
+        last call (the stop condition and the final rows often see the same state); each call
+        gets its own row dicts.
+        """
         with self._lock:
-            pods = list(self._pods.items())
-            nodes = list(self._nodes.values())
-            events = list(self._events.values())
-            deleted = set(self._deleted)
-        rows = analyze([p for _, p in pods], nodes, events, run_group=self.run_group, runs=self.kfp_runs)
-        deleted_names = {(p["metadata"].get("namespace") or "", p["metadata"]["name"]) for k, p in pods if k in deleted}
-        for row in rows:
-            row["deleted"] = (row["namespace"], row["pod"]) in deleted_names
-        return rows
+            key = (self._version, self._side.version)
+            cached = self._rows
+            if cached is None or cached[0] != key:
+                pods = list(self._pods.items())
+                deleted = set(self._deleted)
+        if cached is None or cached[0] != key:
+            self._rows = None  # not kept alive while the next analysis builds its rows
+            nodes, events = self._side.snapshot()
+            rows = analyze([p for _, p in pods], nodes, events, run_group=self.run_group, runs=self.kfp_runs)
+            deleted_names = {(p["metadata"].get("namespace") or "", p["metadata"]["name"]) for k, p in pods if k in deleted}
+            for row in rows:
+                row["deleted"] = (row["namespace"], row["pod"]) in deleted_names
+            cached = self._rows = (key, rows)
+        return [dict(row) for row in cached[1]]
 
     def nodes(self) -> list[dict[str, Any]]:
         """Facts of every node our pods ran on (:func:`~llmpack.k8s.slim.node_facts`),
         ``removed`` filled in from a re-read that found the node gone."""
-        with self._lock:
-            nodes = list(self._nodes.values())
-            gone = dict(self._nodes_gone)
-        out = []
-        for node in nodes:
-            facts = node_facts(node)
-            if facts["removed"] is None and facts["name"] in gone:
-                facts["removed"] = gone[facts["name"]]
-            out.append(facts)
-        return out
+        return self._side.facts()
 
     def _some_pod_running(self) -> bool:
         """Cheap check on the stored pods (no analysis): one that is neither finished nor deleted."""
@@ -241,7 +229,7 @@ class PodWatcher:
     def _prepare(self) -> None:
         self._check_namespace()
         rvs = [self._initial_list(i, sel) for i, sel in enumerate(self.selectors)]
-        self._fetch_nodes()
+        self._side.fetch_nodes()
         self._refresh_events()
         for i, sel in enumerate(self.selectors):
             thread = threading.Thread(target=self._watch_loop, args=(i, sel, rvs[i]), name=f"pod-watch-{i}", daemon=True)
@@ -270,12 +258,12 @@ class PodWatcher:
                 if deadline is not None and now >= deadline:
                     self.stopped_by = "deadline"
                     break
-                self._fetch_nodes()
+                self._side.fetch_nodes()
                 if now - last_events >= self.events_every_s:
                     self._refresh_events()
                     last_events = now
                 if now - last_nodes >= self.nodes_every_s:
-                    self._recheck_nodes()
+                    self._side.recheck_nodes()
                     last_nodes = now
                 if until is _never:
                     seen_version = version
@@ -292,10 +280,15 @@ class PodWatcher:
                         break
         finally:
             self._shutdown()
-        self._fetch_nodes()
-        self._recheck_nodes()
+        self._side.fetch_nodes()
+        self._side.recheck_nodes()
         self._refresh_events()
         return self.rows()
+
+    def _refresh_events(self) -> None:
+        with self._lock:
+            ours = {(p["metadata"].get("namespace") or "", p["metadata"]["name"]) for p in self._pods.values()}
+        self._side.refresh_events(ours)
 
     # ------------------------------------------------------------------ API calls
 
@@ -311,7 +304,7 @@ class PodWatcher:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            _read_json(self._core().read_namespace(self.namespace, _preload_content=False, _request_timeout=self._timeout()))
+            read_json(self._core().read_namespace(self.namespace, _preload_content=False, _request_timeout=self._timeout()))
         except ApiException as exc:
             if exc.status == 404:
                 host = self.api_client.configuration.host
@@ -343,7 +336,7 @@ class PodWatcher:
                     items, token = [], None
                     continue
                 raise
-            data = _read_json(resp)
+            data = read_json(resp)
             items.extend(data.get("items") or ())
             meta = data.get("metadata") or {}
             rv = meta.get("resourceVersion") or rv
@@ -377,107 +370,6 @@ class PodWatcher:
         self.stats["relists"] += 1
         return rv
 
-    def _fetch_nodes(self) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        with self._lock:
-            wanted = sorted(self._nodes_wanted - set(self._nodes))
-        if not wanted or self._nodes_denied:
-            return
-        for name in wanted:
-            try:
-                node = self._read_node(name)
-            except ApiException as exc:
-                if exc.status == 403:
-                    self._nodes_denied = True
-                    self.warnings.append(
-                        "not allowed to read nodes: instance type, GPU product and node_ready are unknown"
-                    )
-                    return
-                if exc.status == 404:  # scaled away already
-                    with self._lock:
-                        self._nodes_wanted.discard(name)
-                    continue
-                self.warnings.append(f"node {name}: {exc.status} {exc.reason}")
-                continue
-            if node is None:
-                continue  # unreachable: try again on the next round
-            with self._lock:
-                self._nodes[name] = node
-
-    def _recheck_nodes(self) -> None:
-        """Re-read the nodes already read, to see them being removed (see the module doc)."""
-        from kubernetes.client.exceptions import ApiException
-
-        with self._lock:
-            names = sorted(n for n, node in self._nodes.items()
-                           if n not in self._nodes_gone and node_facts(node)["removed"] is None)
-        for name in names:
-            try:
-                node = self._read_node(name)
-            except ApiException as exc:
-                if exc.status == 404:
-                    with self._lock:
-                        self._nodes_gone.setdefault(name, time.time())
-                continue  # 403 and others: keep what was read
-            if node is None:
-                continue
-            with self._lock:
-                self._nodes[name] = node
-
-    def _read_node(self, name: str) -> dict[str, Any] | None:
-        """The node, slimmed; None when the API could not be reached (an API error is raised)."""
-        try:
-            resp = self._core().read_node(name, _preload_content=False, _request_timeout=self._timeout())
-            return slim_node(_read_json(resp))
-        except Exception as exc:
-            if is_network_error(exc):  # an ApiException is none: raised for the caller
-                return None
-            raise
-
-    def _refresh_events(self) -> None:
-        """Pulling/Pulled events of our pods (events expire after an hour: called periodically)."""
-        from kubernetes.client.exceptions import ApiException
-
-        if self._events_denied:
-            return
-        with self._lock:
-            ours = {(p["metadata"].get("namespace") or "", p["metadata"]["name"]) for p in self._pods.values()}
-        if not ours:
-            return
-        token = None
-        try:
-            while True:
-                kwargs: dict[str, Any] = {"field_selector": "involvedObject.kind=Pod", "limit": 500}
-                if token:
-                    kwargs["_continue"] = token
-                resp = self._core().list_namespaced_event(
-                    self.namespace, _preload_content=False, _request_timeout=self._timeout(), **kwargs
-                )
-                data = _read_json(resp)
-                kept = {}
-                for ev in data.get("items") or ():
-                    obj = ev.get("involvedObject") or {}
-                    if ev.get("reason") in ("Pulling", "Pulled") and (obj.get("namespace") or "", obj.get("name")) in ours:
-                        meta = ev.get("metadata") or {}
-                        kept[meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"] = slim_event(ev)
-                with self._lock:
-                    self._events.update(kept)
-                token = (data.get("metadata") or {}).get("continue")
-                if not token:
-                    return
-        except ApiException as exc:
-            if exc.status == 403:
-                self._events_denied = True
-                self.warnings.append("not allowed to list events: image pull times are unknown")
-                return
-            if exc.status == 410:
-                return  # continue token expired; the next refresh starts over
-            self.warnings.append(f"events: {exc.status} {exc.reason}")
-        except Exception as exc:
-            if not is_network_error(exc):
-                raise
-
     # ------------------------------------------------------------------ state
 
     def _apply_locked(self, index: int, etype: str, raw: Mapping[str, Any]) -> str:
@@ -495,8 +387,8 @@ class PodWatcher:
         if etype == "DELETED":
             self._deleted.add(key)
         node = slim["spec"].get("nodeName")
-        if node and node not in self._nodes:
-            self._nodes_wanted.add(node)
+        if node:
+            self._side.want(node)
         self._version += 1
         self._lock.notify_all()
         return key

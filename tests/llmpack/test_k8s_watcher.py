@@ -11,9 +11,10 @@ from collections.abc import Callable
 from datetime import datetime
 
 import pytest
-from standins.k8s_api import KubeAPIStandIn, node_object, pod_states, pull_events
+from standins.k8s_api import KubeAPIStandIn, node_object, pod_states, pull_events, synthetic_run_group
 
 from components.errors import InputError
+from llmpack.k8s import watcher as watcher_module
 from llmpack.k8s.api import build_api_client
 from llmpack.k8s.podphases import all_terminated
 from llmpack.k8s.watcher import PodWatcher
@@ -235,6 +236,54 @@ def test_memory_is_one_object_per_pod(api, client):
     assert watcher.stats["events"] == len(steps) == 3 * 45
     assert watcher.pod_count == 3 and len(rows) == 3
     assert all(r["phase"] == "Succeeded" for r in rows)
+
+
+def test_a_backlog_sent_at_once_is_taken_whole_with_every_node_and_pull(api, client):
+    """The benchmark's load (benchmarks/watcher_bench.py): every event logged at once, so the watch
+    receives one backlog as fast as it reads; 6 nodes to read as pods land on them."""
+    nodes, pulls, stream = synthetic_run_group(48, 480, run_group=RG, namespace=NS)
+    for node in nodes:
+        api.add_node(node)
+    for event in pulls:
+        api.add_event(event)
+    api.play([api.burst(stream)], wait_for_watches=1)
+    watcher = PodWatcher(client, NS, RG, window_s=5)
+    rows = watcher.run(until=all_terminated(min_pods=48), timeout_s=30)
+    api.join_players()
+    assert watcher.stopped_by == "condition" and watcher.stats["events"] == 480 and len(rows) == 48
+    assert all(r["phase"] == "Succeeded" and r["start_s"] is not None for r in rows)
+    assert {r["instance_type"] for r in rows} == {"p5.48xlarge"} and {r["image_pull_s"] for r in rows} == {18.5}
+    assert sorted(f["name"] for f in watcher.nodes()) == sorted(n["metadata"]["name"] for n in nodes)
+    reads = api.recorded("GET", "/api/v1/nodes/")
+    assert len(reads) == 2 * len(nodes)  # each node read once as a pod landed on it, and once more at the end
+
+
+def test_rows_are_analysed_again_only_after_a_change(api, client, monkeypatch):
+    calls = []
+    real = watcher_module.analyze
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(watcher_module, "analyze", counted)
+    cpu, _, prep, tune = two_pods()
+    api.add_node(cpu)
+    watcher = PodWatcher(client, NS, RG, window_s=1).start(timeout_s=30)
+    api.play([("apply", s) for s in prep], wait_for_watches=1)
+    wait_until(lambda: watcher.stats["events"] >= len(prep))()
+    wait_until(lambda: len(watcher.nodes()) == 1)()
+    first = watcher.rows()
+    before = len(calls)
+    again = watcher.rows()
+    assert again == first and len(calls) == before  # the same state: the last analysis, not a new one
+    again[0]["phase"] = "changed by the caller"
+    assert watcher.rows()[0]["phase"] == "Succeeded"  # each caller gets its own rows
+    api.apply_pod(tune[0])
+    wait_until(lambda: watcher.stats["events"] >= len(prep) + 1)()
+    assert [r["step"] for r in watcher.rows()] == ["prepare-data", "finetune"] and len(calls) == before + 1
+    rows = watcher.finish()
+    assert {r["step"]: r["phase"] for r in rows} == {"prepare-data": "Succeeded", "finetune": "Pending"}
 
 
 def test_stop_from_another_thread_and_deadline(api, client):

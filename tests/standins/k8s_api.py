@@ -38,7 +38,9 @@ Tests script it: :meth:`KubeAPIStandIn.apply_pod` / :meth:`delete_pod` change st
 a watch event), :meth:`expire` compacts history so open watches get 410 and must re-list, and
 :meth:`play` feeds a timeline from a thread. :func:`pod_states` builds the successive states of a
 realistic pod. ``python -m standins.k8s_api --synthetic PODS,EVENTS`` serves a synthetic run group
-from a separate process (the benchmark measures the client alone).
+from a separate process (the benchmark measures the client alone); with ``--burst`` the events are
+rendered before serving (:meth:`KubeAPIStandIn.burst`) and reach the watch as one backlog, so making
+them does not bound what the client is measured at.
 """
 
 from __future__ import annotations
@@ -309,17 +311,20 @@ class KubeAPIStandIn(StandInServer):
 
     # ------------------------------------------------------------------ state changes (each is a watch event)
 
-    def _append(self, etype: str, obj: dict[str, Any], resource: str = "pods") -> None:
+    @staticmethod
+    def _entry(rv: int, etype: str, obj: dict[str, Any], resource: str = "pods") -> _Entry:
         meta = obj["metadata"]
         line = (json.dumps({"type": etype, "object": obj}, separators=(",", ":")) + "\n").encode()
-        entry = _Entry(self._rv, etype, meta.get("namespace", ""), dict(meta.get("labels") or {}), line, resource,
-                       meta.get("name", ""))
-        self._log.append(entry)
+        return _Entry(rv, etype, meta.get("namespace", ""), dict(meta.get("labels") or {}),
+                      line, resource, meta.get("name", ""))
+
+    def _append(self, etype: str, obj: dict[str, Any], resource: str = "pods") -> None:
+        self._log.append(self._entry(self._rv, etype, obj, resource))
         self._log_rvs.append(self._rv)
         self._cond.notify_all()
 
-    def apply_pod(self, pod: Mapping[str, Any]) -> dict[str, Any]:
-        """Create or replace a pod (ADDED or MODIFIED). Returns the stored copy with its resourceVersion."""
+    @staticmethod
+    def _pod_copy(pod: Mapping[str, Any]) -> dict[str, Any]:
         obj = copy.deepcopy(dict(pod))
         meta = obj.setdefault("metadata", {})
         meta.setdefault("namespace", "default")
@@ -327,6 +332,12 @@ class KubeAPIStandIn(StandInServer):
         meta.setdefault("creationTimestamp", base.utc_now())
         obj.setdefault("kind", "Pod")
         obj.setdefault("apiVersion", "v1")
+        return obj
+
+    def apply_pod(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        """Create or replace a pod (ADDED or MODIFIED). Returns the stored copy with its resourceVersion."""
+        obj = self._pod_copy(pod)
+        meta = obj["metadata"]
         key = (meta["namespace"], meta["name"])
         with self._cond:
             self._rv += 1
@@ -335,6 +346,39 @@ class KubeAPIStandIn(StandInServer):
             self._pods[key] = obj
             self._append(etype, obj)
         return obj
+
+    def burst(self, pods: Iterable[Mapping[str, Any]]) -> Callable[[], None]:
+        """Pod states rendered now, logged later all at once: the returned step (for :meth:`play`) logs them.
+
+        Every copy and watch line is made here, numbered on from the current resourceVersion, so
+        logging them costs almost nothing and an open watch receives them as one backlog, as fast
+        as the wire and the client go: a benchmark of the client then measures the client, not
+        this server making events. Nothing else may change state between this call and the step.
+        """
+        rv, known = self._rv, set(self._pods)
+        entries, latest = [], {}
+        for pod in pods:
+            obj = self._pod_copy(pod)
+            meta = obj["metadata"]
+            key = (meta["namespace"], meta["name"])
+            rv += 1
+            meta["resourceVersion"] = str(rv)
+            entries.append(self._entry(rv, "MODIFIED" if key in known else "ADDED", obj))
+            known.add(key)
+            latest[key] = obj
+        first = self._rv
+
+        def log() -> None:
+            with self._cond:
+                if self._rv != first:
+                    raise RuntimeError(f"state changed between burst() and its step (resourceVersion {first} -> {self._rv})")
+                self._rv = rv
+                self._pods.update(latest)
+                self._log.extend(entries)
+                self._log_rvs.extend(e.rv for e in entries)
+                self._cond.notify_all()
+
+        return log
 
     def delete_pod(self, namespace: str, name: str) -> None:
         with self._cond:
@@ -1390,6 +1434,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synthetic", metavar="PODS,EVENTS", help="play a synthetic run group once a watch is open")
     parser.add_argument("--run-group", default="bench")
     parser.add_argument("--watches", type=int, default=1, help="open watches to wait for before playing")
+    parser.add_argument("--burst", action="store_true",
+                        help="render the synthetic events before serving, log them at once when the watches are open")
     args = parser.parse_args(argv)
     api = KubeAPIStandIn(token=args.token, namespaces=("default", args.namespace)).start()
     if args.synthetic:
@@ -1399,7 +1445,7 @@ def main(argv: list[str] | None = None) -> int:
             api.add_node(node)
         for event in pulls:
             api.add_event(event)
-        api.play(stream, wait_for_watches=args.watches, wait_timeout=60)
+        api.play([api.burst(stream)] if args.burst else stream, wait_for_watches=args.watches, wait_timeout=60)
     print(api.url, flush=True)
     sys.stdin.read()
     api.close()
