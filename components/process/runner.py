@@ -76,7 +76,7 @@ def _upload(tel: StepTelemetry) -> None:
     try:
         from components.record import tracking
 
-        mc = tracking.client()
+        mc = tracking.step_client()  # an http(s) store: MLflow's REST API, no MLflow import
         tracking.with_retries(lambda: tracking.log_records(mc, tracking.open_pipeline_run(mc, tel.ctx), tel.records),
                               tracking.upload_retry())
     except Exception as exc:  # noqa: BLE001 - the JSONL file keeps everything
