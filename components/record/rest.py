@@ -28,20 +28,22 @@ import http.client
 import json
 import math
 import os
+import posixpath
 import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from components.errors import InputError
 
 API = "/api/2.0/mlflow/"
+ARTIFACTS_API = "/api/2.0/mlflow-artifacts/"
 # MLflow's batch limits (mlflow.utils.validation): per log-batch call.
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_TAGS_PER_BATCH = 100
@@ -90,6 +92,13 @@ class RunData:
     metrics: dict[str, float] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelVersion:
+    name: str
+    version: str
+    status: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,10 +239,15 @@ def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
 class RestClient:
     """The part of ``MlflowClient`` the record uses, spoken over MLflow's REST API with the standard library.
 
-    ``timeout_s`` bounds each request (connect, then read); nothing is retried here.
+    ``timeout_s`` bounds each request (connect, then read). Nothing is retried here unless
+    ``each_request`` says how (the register step: ``tracking.with_retries`` per request, as
+    MLflow's client retries each of its requests); the record's uploads retry whole, idempotent
+    calls around it instead.
     """
 
-    def __init__(self, tracking_uri: str, *, timeout_s: float = 10.0, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, tracking_uri: str, *, timeout_s: float = 10.0, env: Mapping[str, str] | None = None,
+                 each_request: Callable[[Callable[[], dict[str, Any]]], dict[str, Any]] | None = None) -> None:
+        self._each_request = each_request or (lambda send: send())
         parts = urlsplit(tracking_uri)
         if parts.scheme not in ("http", "https"):
             raise InputError(f"MLflow tracking URI scheme {parts.scheme!r}: the REST client speaks http(s) only")
@@ -270,7 +284,26 @@ class RestClient:
             url += "?" + urlencode(body or {}, doseq=True) if body else ""
         else:
             data = json.dumps(body or {}).encode()
-        request = urllib.request.Request(url, data=data, method=method, headers=self._headers)
+        return self._each_request(lambda: self._send(urllib.request.Request(url, data=data, method=method,
+                                                                           headers=self._headers), method, endpoint))
+
+    def put_file(self, path: str, local: Path) -> None:
+        """``PUT api/2.0/mlflow-artifacts/artifacts/<path>``: one file to the server's artifact proxy, as MLflow's
+        ``MlflowArtifactsRepository`` sends it (one request, the file as the body, a guessed content type)."""
+        import mimetypes
+
+        endpoint = "artifacts/" + quote(path.strip("/"))
+        headers = {**self._headers, "Content-Type": mimetypes.guess_type(local.name)[0] or "application/octet-stream",
+                   "Content-Length": str(local.stat().st_size)}
+
+        def send() -> dict[str, Any]:
+            with local.open("rb") as fh:
+                return self._send(urllib.request.Request(self._base + ARTIFACTS_API + endpoint, data=fh, method="PUT",
+                                                         headers=headers), "PUT", endpoint)
+
+        self._each_request(send)
+
+    def _send(self, request: urllib.request.Request, method: str, endpoint: str) -> dict[str, Any]:
         try:
             with self._opener.open(request, timeout=self.timeout_s) as resp:
                 raw = resp.read()
@@ -364,3 +397,40 @@ class RestClient:
     def set_terminated(self, run_id: str, status: str | None = None, end_time: int | None = None) -> None:
         self.call("POST", "runs/update", {"run_uuid": run_id, "run_id": run_id, "status": status or "FINISHED",
                                           "end_time": end_time or int(time.time() * 1000)})
+
+    # ------------------------------------------------------------------ what the register step calls
+
+    def proxies_artifacts(self, run_id: str) -> bool:
+        """Whether the run's artifacts go through this server (``mlflow-artifacts:/...``, ``mlflow server``'s default).
+
+        Elsewhere (``s3://``, ``gs://``, a path on the server) MLflow's client writes them itself:
+        the register step then uses it (:func:`components.steps.register.register`).
+        """
+        parts = urlsplit(self.get_run(run_id).info.artifact_uri)
+        return parts.scheme == "mlflow-artifacts" and not parts.netloc
+
+    def log_artifact(self, run_id: str, local_path: str, artifact_path: str | None = None) -> None:
+        root = urlsplit(self.get_run(run_id).info.artifact_uri).path
+        self.put_file(posixpath.join(root, artifact_path or "", Path(local_path).name), Path(local_path))
+
+    def log_artifacts(self, run_id: str, local_dir: str, artifact_path: str | None = None) -> None:
+        """Every file under ``local_dir``, at the same relative place under ``artifact_path``, as MLflow walks it."""
+        root = urlsplit(self.get_run(run_id).info.artifact_uri).path
+        base = Path(local_dir).resolve()
+        for path in sorted(p for p in base.rglob("*") if p.is_file()):
+            self.put_file(posixpath.join(root, artifact_path or "", path.relative_to(base).as_posix()), path)
+
+    def create_registered_model(self, name: str) -> None:
+        self.call("POST", "registered-models/create", {"name": name})
+
+    def create_model_version(self, name: str, source: str, run_id: str, tags: Mapping[str, str],
+                             await_creation_s: float = 300.0) -> ModelVersion:
+        """A new version, awaited while the registry says ``PENDING_REGISTRATION`` (at most 300 s, as MLflow's client)."""
+        obj = self.call("POST", "model-versions/create", {
+            "name": name, "source": source, "run_id": run_id, "tags": [{"key": k, "value": str(v)} for k, v in tags.items()]})
+        version = obj["model_version"]
+        deadline = time.monotonic() + await_creation_s
+        while version.get("status") == "PENDING_REGISTRATION" and time.monotonic() < deadline:
+            time.sleep(1.0)
+            version = self.call("GET", "model-versions/get", {"name": name, "version": version["version"]})["model_version"]
+        return ModelVersion(name=name, version=str(version["version"]), status=str(version.get("status", "")))

@@ -104,13 +104,15 @@ def client(uri: str | None = None) -> MlflowClient:
     return MlflowClient(tracking_uri=uri)
 
 
-def step_client(uri: str | None = None, env: Mapping[str, str] | None = None) -> MlflowClient | RestClient:
+def step_client(uri: str | None = None, env: Mapping[str, str] | None = None, *,
+                each_request: Callable[[Callable[[], Any]], Any] | None = None) -> MlflowClient | RestClient:
     """A step process's client: MLflow's REST API without importing MLflow for an http(s) store, else MLflow's.
 
     The lean path (:mod:`components.record.rest`) writes the same records; ``LLMPACK_TRACKING_REST=0``,
     a non-HTTP store or a setting only MLflow's client honours (an auth plugin, SigV4) keep the client.
     Each request times out after the retry bound's request timeout, or the user's shorter
-    ``MLFLOW_HTTP_REQUEST_TIMEOUT``, as :func:`_one_retry_layer` caps MLflow's.
+    ``MLFLOW_HTTP_REQUEST_TIMEOUT``, as :func:`_one_retry_layer` caps MLflow's; ``each_request``
+    retries each REST request (see :class:`components.record.rest.RestClient`).
     """
     env = os.environ if env is None else env
     uri = tracking_uri(uri)
@@ -123,7 +125,7 @@ def step_client(uri: str | None = None, env: Mapping[str, str] | None = None) ->
                 timeout = min(timeout, max(1, int(env.get("MLFLOW_HTTP_REQUEST_TIMEOUT") or timeout)))
             except ValueError:
                 pass
-            return rest.RestClient(uri, timeout_s=timeout, env=env)
+            return rest.RestClient(uri, timeout_s=timeout, env=env, each_request=each_request)
     return client(uri)
 
 

@@ -12,6 +12,7 @@ records (params, tags, run info, every metric's history: values, steps, timestam
 from __future__ import annotations
 
 import base64
+import json
 import os
 import ssl
 import subprocess
@@ -27,6 +28,7 @@ from standins.mlflow_rest import MlflowRestStandIn
 from components import settings
 from components.errors import InputError
 from components.record import rest, telemetry, tracking
+from components.training.modeling import MODEL_META
 from tests.backends.test_tls import cert, server_tls  # noqa: F401 - the self-signed certificate fixture
 
 REPO = Path(__file__).resolve().parents[2]
@@ -270,3 +272,49 @@ def test_client_and_rest_uploads_store_identical_records(mlflow_server: str, mon
     assert isinstance(history, dict) and len(history) == len(records) + 2  # the records and the two summary metrics
     retry_started = int(max(r.value for r in records[4:] if r.kind == "event") * 1000)  # the batch's latest event
     assert history["metric.finetune.tokens_per_s"] == [(12345.678901234567, 0, retry_started)]
+
+
+def _register(uri: str, model: Path, metrics: Path, out: Path, name: str, **env: str) -> tuple[dict[str, object], list[str]]:
+    """The register step as its own process; its registration.json and the modules it imported."""
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LLMPACK_"))}
+    run_env.update(PYTHONPATH=str(REPO), MLFLOW_TRACKING_URI=uri, **env)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "components.run", "components.steps.register:register",
+         "--input", f"model={model}", "--input", f"metrics={metrics}", "--output", f"registration={out}",
+         "--param", f"model_name={name}", "--param", f"pipeline_run={name}", "--param", "orchestrator=argo",
+         "--param", "mode=cluster", "--param", f"submitted_at={time.time()}"],
+        env=run_env, cwd=out.parent, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "llmpack: warning" not in proc.stderr, proc.stderr[-3000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    return json.loads((out / "registration.json").read_text()), imported
+
+
+@pytest.mark.slow
+def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(mlflow_server: str, tmp_path: Path) -> None:
+    model, metrics = tmp_path / "model", tmp_path / "metrics"
+    (model / "adapter" / "nested").mkdir(parents=True)
+    metrics.mkdir()
+    (model / MODEL_META).write_text(json.dumps({"method": "lora", "base_model": "tiny"}))
+    (model / "adapter" / "adapter_model.safetensors").write_bytes(os.urandom(50_000))
+    (model / "adapter" / "nested" / "config.json").write_text('{"r": 8}')
+    (metrics / "metrics.json").write_text(json.dumps({"eval_loss": 1.25}))
+    tag = uuid.uuid4().hex[:6]
+    got = {}
+    for way, env in (("client", {settings.TRACKING_REST.name: "0"}), ("rest", {})):
+        got[way] = _register(mlflow_server, model, metrics, tmp_path / f"reg-{way}", f"m-{way}-{tag}", **env)
+    assert [m for m in got["rest"][1] if m.split(".")[0] == "mlflow"] == []
+    assert [m for m in got["client"][1] if m.split(".")[0] == "mlflow"] != []  # the check can see MLflow's import
+    mc = tracking.client(mlflow_server)
+    versions = {}
+    for way, (record, _) in got.items():
+        assert record["registered"] is True and record["version"] == "1"
+        mv = mc.get_model_version(f"m-{way}-{tag}", "1")
+        assert mv.source == record["source"] and mv.run_id == record["run_id"] and mv.status == "READY"
+        files = mc.download_artifacts(record["run_id"], "", str(tmp_path / f"down-{way}"))
+        stored = {p.relative_to(files).as_posix(): p.read_bytes() for p in Path(files).rglob("*") if p.is_file()}
+        assert stored == {"model/adapter/adapter_model.safetensors": (model / "adapter/adapter_model.safetensors").read_bytes(),
+                          "model/adapter/nested/config.json": b'{"r": 8}',
+                          f"model/{MODEL_META}": (model / MODEL_META).read_bytes(),
+                          "evaluation/metrics.json": (metrics / "metrics.json").read_bytes()}
+        versions[way] = {k: v for k, v in mv.tags.items() if k != "llmpack.pipeline_run" and k != "llmpack.run_group"}
+    assert versions["rest"] == versions["client"] and versions["rest"]["llmpack.eval_loss"] == "1.250000"
