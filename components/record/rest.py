@@ -316,7 +316,14 @@ class RestClient:
             raise
         except http.client.HTTPException as exc:  # a broken answer: as good as none
             raise ConnectionError(f"{method} {endpoint}: {type(exc).__name__}") from None
-        return json.loads(raw) if raw.strip() else {}
+        try:
+            answer = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):  # a login page, a proxy's: not an MLflow server at this URI
+            raise RestError(f"{method} {endpoint}: the answer is not MLflow's JSON (is MLFLOW_TRACKING_URI the tracking "
+                            "server?)", status=None)
+        return answer
 
     @staticmethod
     def _error(method: str, endpoint: str, status: int, raw: bytes) -> RestError:

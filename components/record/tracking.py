@@ -18,6 +18,9 @@ retries are off and each request times out after at most 10 s, so there is one r
 its bound holds (see :func:`_one_retry_layer`). The step's JSONL is the source of truth: what an
 outage held back is sent later by :func:`upload_run` (``llmpack sync RUN_DIR``), which completes a
 partial upload and never duplicates one.
+
+Step processes get their client from :func:`step_client`: to an http(s) store, MLflow's REST API
+spoken without importing MLflow (:mod:`components.record.rest`), same records, same bound.
 """
 
 from __future__ import annotations
