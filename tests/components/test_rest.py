@@ -82,6 +82,12 @@ def test_http_store_gets_the_rest_client_other_stores_and_opt_outs_the_mlflow_cl
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
     client = tracking.step_client("http://127.0.0.1:1")
     assert isinstance(client, rest.RestClient) and client.timeout_s == 3  # the user's shorter timeout kept
+    plugin = tmp_path / "site" / "corp_mlflow_headers-1.0.dist-info"  # a package adding headers to MLflow's requests
+    plugin.mkdir(parents=True)
+    (plugin / "entry_points.txt").write_text("[mlflow.request_header_provider]\ncorp = corp_headers:Provider\n")
+    assert rest.usable("http://127.0.0.1:1")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert not rest.usable("http://127.0.0.1:1")
 
 
 # --------------------------------------------------------------------------- a real step process, no MLflow import
