@@ -262,6 +262,7 @@ class RestClient:
                  each_request: Callable[[Callable[[], dict[str, Any]]], dict[str, Any]] | None = None) -> None:
         self._each_request = each_request or (lambda send: send())
         self._experiments: dict[str, Experiment] = {}
+        self._artifact_uris: dict[str, str] = {}
         parts = urlsplit(tracking_uri)
         if parts.scheme not in ("http", "https"):
             raise InputError(f"MLflow tracking URI scheme {parts.scheme!r}: the REST client speaks http(s) only")
@@ -431,16 +432,22 @@ class RestClient:
         Elsewhere (``s3://``, ``gs://``, a path on the server) MLflow's client writes them itself:
         the register step then uses it (:func:`components.steps.register.register`).
         """
-        parts = urlsplit(self.get_run(run_id).info.artifact_uri)
+        parts = urlsplit(self._artifact_uri(run_id))
         return parts.scheme == "mlflow-artifacts" and not parts.netloc
 
+    def _artifact_uri(self, run_id: str) -> str:
+        """The run's artifact URI, asked once per run (it never changes)."""
+        if run_id not in self._artifact_uris:
+            self._artifact_uris[run_id] = self.get_run(run_id).info.artifact_uri
+        return self._artifact_uris[run_id]
+
     def log_artifact(self, run_id: str, local_path: str, artifact_path: str | None = None) -> None:
-        root = urlsplit(self.get_run(run_id).info.artifact_uri).path
+        root = urlsplit(self._artifact_uri(run_id)).path
         self.put_file(posixpath.join(root, artifact_path or "", Path(local_path).name), Path(local_path))
 
     def log_artifacts(self, run_id: str, local_dir: str, artifact_path: str | None = None) -> None:
         """Every file under ``local_dir``, at the same relative place under ``artifact_path``, as MLflow walks it."""
-        root = urlsplit(self.get_run(run_id).info.artifact_uri).path
+        root = urlsplit(self._artifact_uri(run_id)).path
         base = Path(local_dir).resolve()
         for path in sorted(p for p in base.rglob("*") if p.is_file()):
             self.put_file(posixpath.join(root, artifact_path or "", path.relative_to(base).as_posix()), path)
