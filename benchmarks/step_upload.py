@@ -11,7 +11,10 @@ processes) and fused (``--fuse all``: one), each way below, the order rotated ev
 one uncounted warm-up round:
 
 * ``no upload``: ``LLMPACK_MLFLOW_LOGGING=0``, the floor (register then skips MLflow too);
-* ``in-process``: the default, each step imports MLflow and uploads when it is done.
+* ``client``: ``LLMPACK_TRACKING_REST=0``, each step imports MLflow's client and uploads when it
+  is done (the way before issue 28);
+* ``REST``: the default, each step uploads through MLflow's REST API without importing MLflow
+  (components/record/rest.py); register still logs the model through MLflow's client.
 
 It prints medians of the wall time (the first process spawned to the last one's exit) and the
 time to the first training step (spawn to finetune's ``first_step``), and what logging adds to
@@ -42,8 +45,8 @@ from components.fusion import fuse  # noqa: E402
 from components.record import tracking  # noqa: E402
 from components.record.telemetry import read_records  # noqa: E402
 
-WAYS = {"no upload": {"LLMPACK_MLFLOW_LOGGING": "0"}, "in-process": {}}
-CASES = [("5 steps", "no upload"), ("5 steps", "in-process"), ("fused", "no upload"), ("fused", "in-process")]
+WAYS = {"no upload": {"LLMPACK_MLFLOW_LOGGING": "0"}, "client": {"LLMPACK_TRACKING_REST": "0"}, "REST": {}}
+CASES = [(run, way) for run in ("5 steps", "fused") for way in WAYS]
 
 
 def commands(root: Path, fused: bool, max_steps: int, tag: str) -> list[list[str]]:

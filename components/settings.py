@@ -84,6 +84,9 @@ EXPERIMENT = declare(Setting(name="LLMPACK_EXPERIMENT", type=str, default="llmpa
 #: Upper bound in seconds on retrying an upload to the tracking server.
 TRACKING_MAX_WAIT_S = declare(Setting(name="LLMPACK_TRACKING_MAX_WAIT_S", type=float, default=30.0,
                                       doc="Seconds an upload to the tracking server is retried, in all."))
+#: ``0``: step processes log through MLflow's client even to an HTTP tracking server (the lean REST path off).
+TRACKING_REST = declare(Setting(name="LLMPACK_TRACKING_REST", type=bool, default=True,
+                                doc="0: step processes import MLflow's client to log, even to an http(s) tracking server."))
 #: ``0`` turns the MLflow sink of the steps off (the JSONL beside each step stays).
 MLFLOW_LOGGING = declare(Setting(name="LLMPACK_MLFLOW_LOGGING", type=bool, default=True,
                                  doc="0: steps log nothing to MLflow (the JSONL beside each step stays)."))

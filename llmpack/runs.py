@@ -16,7 +16,8 @@ fail the run). After the run every record is uploaded with the bounded retry of
 ``"tracking": "not sent"`` and one line names ``llmpack sync RUN_DIR``, which sends the run
 directory's ``events.jsonl`` and ``summary.json`` later (:mod:`llmpack.sync`). The register
 step's own MLflow calls are bounded through MLflow's retry settings
-(:func:`components.record.tracking.mlflow_http_env`); an outage that outlasts them while that step runs
+(:func:`components.record.tracking.mlflow_http_env`), or, over the REST API to an HTTP store
+(:mod:`components.record.rest`), each request by the same ``with_retries`` bound; an outage that outlasts them while that step runs
 fails it, as any failure to register does. A URI that answers "no" (4xx) or a local store that
 cannot be opened is still bad input (exit 2).
 """

@@ -78,7 +78,7 @@ def _upload(tel: StepTelemetry, outputs: dict[str, str]) -> None:
     try:
         from components.record import tracking
 
-        mc = tracking.client()
+        mc = tracking.step_client()  # an http(s) store: MLflow's REST API, no MLflow import
 
         def upload() -> None:
             run_id = tracking.open_pipeline_run(mc, tel.ctx)

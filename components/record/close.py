@@ -244,7 +244,7 @@ def close(
         # One bounded wait for both halves (read what the steps logged, then log the summary).
         retry = tracking.upload_retry(env)
         until = time.monotonic() + retry.max_wait_s
-        mc = tracking.client(env.get("MLFLOW_TRACKING_URI"))
+        mc = tracking.step_client(env.get("MLFLOW_TRACKING_URI"), env)
         opened = mc
 
         def read_logged() -> tuple[str, dict[str, float]]:

@@ -18,12 +18,16 @@ retries are off and each request times out after at most 10 s, so there is one r
 its bound holds (see :func:`_one_retry_layer`). The step's JSONL is the source of truth: what an
 outage held back is sent later by :func:`upload_run` (``llmpack sync RUN_DIR``), which completes a
 partial upload and never duplicates one.
+
+Step processes get their client from :func:`step_client`: to an http(s) store, MLflow's REST API
+spoken without importing MLflow (:mod:`components.record.rest`), same records, same bound.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -38,6 +42,8 @@ from components.record.telemetry import Record, RunContext
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
+
+    from components.record.rest import RestClient
 
 DEFAULT_EXPERIMENT = "llmpack"
 RECORD_TAG = "llmpack.record"
@@ -99,6 +105,42 @@ def client(uri: str | None = None) -> MlflowClient:
     uri = tracking_uri(uri)
     _create_sqlite_whole(uri)
     return MlflowClient(tracking_uri=uri)
+
+
+def step_client(uri: str | None = None, env: Mapping[str, str] | None = None, *,
+                each_request: Callable[[Callable[[], Any]], Any] | None = None) -> MlflowClient | RestClient:
+    """A step process's client: MLflow's REST API without importing MLflow for an http(s) store, else MLflow's.
+
+    The lean path (:mod:`components.record.rest`) writes the same records; ``LLMPACK_TRACKING_REST=0``,
+    a non-HTTP store or a setting only MLflow's client honours (an auth plugin, SigV4) keep the client.
+    Each request times out after the retry bound's request timeout, or the user's shorter
+    ``MLFLOW_HTTP_REQUEST_TIMEOUT``, as :func:`_one_retry_layer` caps MLflow's; ``each_request``
+    retries each REST request (see :class:`components.record.rest.RestClient`).
+    """
+    env = os.environ if env is None else env
+    uri = tracking_uri(uri)
+    if env.get(settings.TRACKING_REST.name, "1") != "0":
+        from components.record import rest
+
+        if rest.usable(uri, env):
+            timeout = UploadRetry().request_timeout_s
+            try:
+                timeout = min(timeout, max(1, int(env.get("MLFLOW_HTTP_REQUEST_TIMEOUT") or timeout)))
+            except ValueError:
+                pass
+            return rest.RestClient(uri, timeout_s=timeout, env=env, each_request=each_request)
+    return client(uri)
+
+
+def _entities(mc: Any) -> tuple[Any, Any, Any]:
+    """``(Metric, Param, RunTag)`` for ``mc``: the REST client's own, or MLflow's (importing MLflow)."""
+    from components.record import rest
+
+    if isinstance(mc, rest.RestClient):
+        return rest.Metric, rest.Param, rest.RunTag
+    from mlflow.entities import Metric, Param, RunTag
+
+    return Metric, Param, RunTag
 
 
 def _create_sqlite_whole(uri: str) -> None:
@@ -187,15 +229,13 @@ def open_pipeline_run(mc: MlflowClient, ctx: RunContext, extra_tags: dict[str, s
 
 
 def set_tags(mc: MlflowClient, run_id: str, tags: dict[str, str]) -> None:
-    from mlflow.entities import RunTag
-
+    _, _, RunTag = _entities(mc)  # noqa: N806 - a class, as mlflow.entities names it
     mc.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
 
 def log_records(mc: MlflowClient, run_id: str, records: list[Record]) -> int:
     """Upload step records not yet present on the run. Returns how many were logged."""
-    from mlflow.entities import Metric
-
+    Metric, _, _ = _entities(mc)  # noqa: N806 - a class, as mlflow.entities names it
     present = set(mc.get_run(run_id).data.metrics)
     new = [r for r in records if r.mlflow_key not in present]
     if new:
@@ -208,8 +248,7 @@ def log_summary(
     mc: MlflowClient, run_id: str, metrics: dict[str, Any], tags: dict[str, str], params: dict[str, Any] | None = None
 ) -> None:
     """Derived metrics, tags and (once) the run's parameters."""
-    from mlflow.entities import Metric, Param, RunTag
-
+    Metric, Param, RunTag = _entities(mc)  # noqa: N806 - classes, as mlflow.entities names them
     values = [Metric(k, float(v), 0, 0) for k, v in metrics.items() if v is not None]
     present = set(mc.get_run(run_id).data.params)
     new_params = [Param(k, str(v)) for k, v in (params or {}).items() if k not in present]
@@ -218,8 +257,7 @@ def log_summary(
 
 def log_curve(mc: MlflowClient, run_id: str, key: str, points: list[tuple[int, float]]) -> int:
     """A step-indexed metric series (the training-loss curve), once: nothing when ``key`` is on the run already."""
-    from mlflow.entities import Metric
-
+    Metric, _, _ = _entities(mc)  # noqa: N806 - a class, as mlflow.entities names it
     if not points or key in mc.get_run(run_id).data.metrics:
         return 0
     values = [Metric(key, loss, 0, step) for step, loss in points]
@@ -295,6 +333,12 @@ class TrackingUnavailable(RuntimeError):
 
 def is_transient(exc: BaseException) -> bool:
     """Worth another try: no answer (refused, reset, timed out) or a 5xx/408/429 answer; never a 4xx."""
+    from components.record.rest import RestError
+
+    if isinstance(exc, RestError):  # the REST client's: an answer's status, or none (an untrusted certificate)
+        return exc.status is not None and (exc.status >= 500 or exc.status in _TRANSIENT_STATUS)
+    if "mlflow" not in sys.modules:  # not MLflow's: the REST path never imports it
+        return isinstance(exc, (OSError, TimeoutError))
     from mlflow.exceptions import InvalidUrlException, MlflowException
 
     if isinstance(exc, InvalidUrlException):

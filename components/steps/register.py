@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from components import settings
 from components.dsl import Execution, Input, Metrics, Model, Output, Resources, step
@@ -13,11 +14,27 @@ from components.training.modeling import MODEL_META
 
 
 def open_tracking() -> None:
-    """register's start-up: import MLflow and open the tracking store (MLflow keeps it per URI)."""
+    """register's start-up: open the tracking store (an http(s) one: nothing to import; else MLflow, which keeps it per URI)."""
     if os.environ.get(settings.MLFLOW_LOGGING.name, "1") != "0":
         from components.record import tracking
 
-        tracking.client()
+        tracking.step_client()
+
+
+def model_client(mc: Any, run_id: str) -> Any:
+    """``mc`` when it is the REST client and the server both keeps the run's artifacts and is the registry, else MLflow's.
+
+    ``mlflow server`` proxies artifacts by default (``mlflow-artifacts:/``); artifacts in S3, GCS or
+    a path on the server, or a separate ``MLFLOW_REGISTRY_URI``, need MLflow's own client.
+    """
+    from components.record import rest, tracking
+
+    if not isinstance(mc, rest.RestClient):
+        return mc
+    registry = (os.environ.get("MLFLOW_REGISTRY_URI") or "").strip()
+    if (not registry or registry == mc.tracking_uri) and mc.proxies_artifacts(run_id):
+        return mc
+    return tracking.client(mc.tracking_uri)
 
 
 @step(execution=Execution(resources=Resources(cpu=1, memory="2Gi")), warm_up=open_tracking)
@@ -40,8 +57,10 @@ def register(
     weights = Path(model.path) / ("adapter" if meta["method"] == "lora" else "full")
     record = {"model_name": model_name, "weights": weights.name, "base_model": meta["base_model"], "registered": False}
     if os.environ.get(settings.MLFLOW_LOGGING.name, "1") != "0" and tel is not None:
-        mc = tracking.client()
+        retry = tracking.upload_retry()  # each request retried within the bound, as MLflow's client retries its own
+        mc = tracking.step_client(each_request=lambda send: tracking.with_retries(send, retry))
         run_id = tracking.open_pipeline_run(mc, tel.ctx)
+        mc = model_client(mc, run_id)
         mc.log_artifacts(run_id, str(weights), artifact_path=f"model/{weights.name}")
         mc.log_artifact(run_id, str(Path(model.path) / MODEL_META), artifact_path="model")
         mc.log_artifact(run_id, str(Path(metrics.path) / "metrics.json"), artifact_path="evaluation")
