@@ -150,3 +150,25 @@ def test_plain_mlflow_run_starts_the_first_step_first_and_keeps_one_record(tmp_p
     assert {r.mlflow_key for r in records} <= set(parent.data.metrics)
     assert (run_dir / "logs" / "first-make.log").read_text().strip()
     assert [a.path for a in mc.list_artifacts(children["first-make"].info.run_id, "logs")] == ["logs/first-make.log"]
+
+
+def test_a_signal_during_the_set_up_is_held_then_raised(monkeypatch: pytest.MonkeyPatch):
+    """The set-up (first step started, MLflow importing) is not cut in the middle; the signal comes right after."""
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    monkeypatch.setattr(driver, "_SIGNAL_RECEIVED", [])
+    try:
+        driver.raise_on_signals()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # delivered, noted, not raised
+        assert driver._SIGNAL_RECEIVED == [signal.SIGTERM]
+        with pytest.raises(KeyboardInterrupt):
+            driver.release_signals()
+        with pytest.raises(KeyboardInterrupt):  # after the set-up: at once
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        driver._HOLDING[0] = False
