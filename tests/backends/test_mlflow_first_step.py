@@ -105,18 +105,18 @@ def first_shout(data: Input[Dataset], out: Output[Dataset]) -> None:
 @pytest.mark.slow
 def test_plain_mlflow_run_starts_the_first_step_first_and_keeps_one_record(tmp_path: Path, fresh_tracking_uri: str):
     """``mlflow run`` with no llmpack client, the steps uploading their own records."""
-    import importlib
+    import importlib.util
 
     from mlflow.tracking import MlflowClient
 
     from components.record.telemetry import EVENTS_FILE, read_records
 
     (tmp_path / "first_steps.py").write_text(STEPS, encoding="utf-8")
-    sys.path.insert(0, str(tmp_path))
-    try:
-        mod = importlib.import_module("first_steps")
-    finally:
-        sys.path.remove(str(tmp_path))
+    # The step processes import it by name (PYTHONPATH below); here it is loaded from its file.
+    spec = importlib.util.spec_from_file_location("first_steps", tmp_path / "first_steps.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
 
     @pipeline(name="first")
     def first(text: str = "hello"):
