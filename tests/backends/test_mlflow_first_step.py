@@ -172,3 +172,79 @@ def test_a_signal_during_the_set_up_is_held_then_raised(monkeypatch: pytest.Monk
         for sig, handler in saved.items():
             signal.signal(sig, handler)
         driver._HOLDING[0] = False
+
+
+SLOW_FIRST = '''
+import os
+import time
+from pathlib import Path
+
+from components.dsl import Dataset, Output, step
+
+
+@step(name="first-wait")
+def first_wait(out: Output[Dataset]) -> None:
+    """Say it started, then take long."""
+    Path(os.environ["FIRST_MARK"]).write_text(str(os.getpid()))
+    time.sleep(120)
+'''
+
+
+def _main_of(pid: int) -> int | None:
+    """The ``main.py`` process above ``pid``."""
+    while pid > 1:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if any(part.endswith(b"main.py") for part in cmdline):
+            return pid
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return None
+
+
+@pytest.mark.slow
+def test_sigterm_as_the_first_step_starts_ends_it_and_the_record(tmp_path: Path, fresh_tracking_uri: str):
+    """SIGTERM to ``main`` while its set-up may still run beside the first step: 143, KILLED, nothing left running."""
+    import importlib.util
+    import signal
+
+    from mlflow.tracking import MlflowClient
+
+    (tmp_path / "slow_first.py").write_text(SLOW_FIRST, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("slow_first", tmp_path / "slow_first.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    @pipeline(name="slow")
+    def slow():
+        mod.first_wait()
+
+    project = compiler.write_local_project(slow(), tmp_path / "project")
+    mark = tmp_path / "started"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LLMPACK_"))}
+    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p),
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+               MLFLOW_TRACKING_URI=fresh_tracking_uri, FIRST_MARK=str(mark))
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "run", str(project), "-e", "main",
+                             "--env-manager", "local", "-P", f"artifacts_dir={tmp_path / 'art'}"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not mark.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert mark.exists(), proc.communicate()[1][-3000:]
+    step_pid = int(mark.read_text())
+    main_pid = _main_of(step_pid)
+    assert main_pid is not None
+    os.kill(main_pid, signal.SIGTERM)
+    _out, err = proc.communicate(timeout=300)
+    assert "Traceback" not in err, err[-3000:]
+    assert proc.returncode != 0
+    assert not Path(f"/proc/{step_pid}").exists(), "the first step outlived main"
+    (run_dir,) = (tmp_path / "art").iterdir()
+    assert json.loads((run_dir / driver.STATUS_FILE).read_text())["status"] == "KILLED"
+    mc = MlflowClient(fresh_tracking_uri)
+    runs = mc.search_runs([e.experiment_id for e in mc.search_experiments()])
+    assert runs and not [r for r in runs if r.info.status == "RUNNING"]
+    (rec,) = [r for r in runs if r.data.tags.get("llmpack.record") == "pipeline"]
+    # main ends it KILLED; plain `mlflow run` then marks its own run FAILED, as main exited non-zero
+    assert rec.info.status in ("KILLED", "FAILED")
+    assert rec.data.tags["llmpack.status"] == "killed"  # what main's closing block derived
