@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,21 +103,35 @@ def first_shout(data: Input[Dataset], out: Output[Dataset]) -> None:
 '''
 
 
+def _steps_module(tmp_path: Path, name: str, source: str) -> Any:
+    """Steps written to ``tmp_path/<name>.py``: the step processes import it by name (PYTHONPATH), this one from its file."""
+    import importlib.util
+
+    (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(name, tmp_path / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _plain_env(tmp_path: Path, tracking_uri: str, **extra: str) -> dict[str, str]:
+    """A plain ``mlflow run``'s environment: no llmpack client, the steps beside it importable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LLMPACK_"))}
+    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p),
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+               MLFLOW_TRACKING_URI=tracking_uri, **extra)
+    return env
+
+
 @pytest.mark.slow
 def test_plain_mlflow_run_starts_the_first_step_first_and_keeps_one_record(tmp_path: Path, fresh_tracking_uri: str):
     """``mlflow run`` with no llmpack client, the steps uploading their own records."""
-    import importlib.util
-
     from mlflow.tracking import MlflowClient
 
     from components.record.telemetry import EVENTS_FILE, read_records
 
-    (tmp_path / "first_steps.py").write_text(STEPS, encoding="utf-8")
-    # The step processes import it by name (PYTHONPATH below); here it is loaded from its file.
-    spec = importlib.util.spec_from_file_location("first_steps", tmp_path / "first_steps.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _steps_module(tmp_path, "first_steps", STEPS)
 
     @pipeline(name="first")
     def first(text: str = "hello"):
@@ -124,10 +139,7 @@ def test_plain_mlflow_run_starts_the_first_step_first_and_keeps_one_record(tmp_p
         mod.first_shout(data=made.outputs["out"])
 
     project = compiler.write_local_project(first(), tmp_path / "project")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LLMPACK_"))}
-    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p),
-               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-               MLFLOW_TRACKING_URI=fresh_tracking_uri)
+    env = _plain_env(tmp_path, fresh_tracking_uri)
     proc = subprocess.run([str(Path(sys.executable).with_name("mlflow")), "run", str(project), "-e", "main",
                            "--env-manager", "local", "-P", f"artifacts_dir={tmp_path / 'art'}", "-P", "text=x y"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -203,16 +215,11 @@ def _main_of(pid: int) -> int | None:
 @pytest.mark.slow
 def test_sigterm_as_the_first_step_starts_ends_it_and_the_record(tmp_path: Path, fresh_tracking_uri: str):
     """SIGTERM to ``main`` while its set-up may still run beside the first step: 143, KILLED, nothing left running."""
-    import importlib.util
     import signal
 
     from mlflow.tracking import MlflowClient
 
-    (tmp_path / "slow_first.py").write_text(SLOW_FIRST, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("slow_first", tmp_path / "slow_first.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _steps_module(tmp_path, "slow_first", SLOW_FIRST)
 
     @pipeline(name="slow")
     def slow():
@@ -220,10 +227,7 @@ def test_sigterm_as_the_first_step_starts_ends_it_and_the_record(tmp_path: Path,
 
     project = compiler.write_local_project(slow(), tmp_path / "project")
     mark = tmp_path / "started"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LLMPACK_"))}
-    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p),
-               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-               MLFLOW_TRACKING_URI=fresh_tracking_uri, FIRST_MARK=str(mark))
+    env = _plain_env(tmp_path, fresh_tracking_uri, FIRST_MARK=str(mark))
     proc = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "run", str(project), "-e", "main",
                              "--env-manager", "local", "-P", f"artifacts_dir={tmp_path / 'art'}"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
