@@ -113,6 +113,9 @@ CLIENT_UPLOADS = declare(Setting(name="LLMPACK_CLIENT_UPLOADS", type=bool, defau
 #: Where the closing task finds the run's step records (a local run's artifacts).
 RECORDS_DIR = declare(Setting(name="LLMPACK_RECORDS_DIR", type=str, default=None, audience="internal",
                               doc="Directory of the run's step records, read by the closing task."))
+#: Set by an MLflow project's ``main`` on a first step it started before its run existed.
+RUN_ID_FILE = declare(Setting(name="LLMPACK_RUN_ID_FILE", type=str, default=None, audience="internal",
+                              doc="File where main writes the step's MLflow run id once it exists; read before uploading."))
 #: Set by llmpack's torchrun launcher for its ranks: it records start/finish and uploads.
 LAUNCHER = declare(Setting(name="LLMPACK_LAUNCHER", type=bool, default=False, audience="internal",
                            doc="1: this rank runs under llmpack's torchrun launcher (set by the launcher)."))

@@ -27,7 +27,7 @@ from components.commands import parse_pairs
 from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step, coerce
 from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
-from components.process import gang, startup, torchrun, warm_ahead
+from components.process import gang, handoff, startup, torchrun, warm_ahead
 from components.record import telemetry, uniform
 from components.record.telemetry import EVENTS_FILE, RunContext, process_start_time
 from components.reporting import StepTelemetry
@@ -78,6 +78,7 @@ def _upload(tel: StepTelemetry, outputs: dict[str, str]) -> None:
     try:
         from components.record import tracking
 
+        handoff.await_run_id()  # a step started before its run existed: the record is marked first
         mc = tracking.step_client()  # an http(s) store: MLflow's REST API, no MLflow import
 
         def upload() -> None:
