@@ -52,7 +52,7 @@ COPY docker/selfcheck.py /opt/llmpack/docker/selfcheck.py
 # The self-check (docker/selfcheck.py) fails the build on pins that cannot load a model: every
 # requirement in range, transformers' model classes and peft imported, the tiny model saved in
 # bf16, loaded back in fp32 through AutoModelForCausalLM, LoRA-wrapped and trained one step.
-RUN python -c "import torch; print('torch==' + torch.__version__)" > /tmp/keep-torch.txt \
+RUN python -c "from importlib.metadata import version; print('torch==' + version('torch'))" > /tmp/keep-torch.txt \
  && python -m pip install --constraint /tmp/keep-torch.txt . \
  && rm /tmp/keep-torch.txt \
  && python docker/selfcheck.py
