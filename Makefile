@@ -3,7 +3,7 @@
 # runs through pytest-xdist, two workers per core, at most 8 (tests/conftest.py), each test file
 # on one worker so that a file's shared fixtures are made once: about 4 minutes on 2 cores).
 # `make test-full` runs every test; CI (.ci/run) runs `make test`, then `make test-slow`, so it
-# executes the full suite.
+# executes the full suite, then .ci/floors (every dependency at its declared floor).
 # Both create .venv and install everything on first use (CPU torch 2.13.0 first; GPU users
 # install CUDA torch the usual way before `pip install -e .`).
 # CPU torch is asked for explicitly: on Linux, PyPI's torch is the CUDA build (~3 GB with its
