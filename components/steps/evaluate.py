@@ -10,7 +10,7 @@ from typing import Any
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Metrics, Model, Output, Resources, step
 from components.errors import StepFailed
 from components.reporting import emit, metric
-from components.training.modeling import MODEL_META, device_and_dtype, load_base_model, take_tuned
+from components.training.modeling import MODEL_META, device_and_dtype, load_base_model, load_pretrained, take_tuned
 
 
 def mean_token_loss(net: Any, input_ids: Any, labels: Any, batch_size: int, device: Any, amp_dtype: Any) -> float:
@@ -77,9 +77,7 @@ def evaluate(
 
             tuned = PeftModel.from_pretrained(base, str(Path(model.path) / "adapter")).to(device)
         else:
-            from transformers import AutoModelForCausalLM
-
-            tuned = AutoModelForCausalLM.from_pretrained(str(Path(model.path) / "full")).to(device)
+            tuned = load_pretrained(str(Path(model.path) / "full")).to(device)
         eval_loss = mean_token_loss(tuned, input_ids, labels, batch_size, device, amp_dtype)
     result = {
         "base_eval_loss": base_loss,

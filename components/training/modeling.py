@@ -11,6 +11,11 @@ from components.training.data import HF_ID
 from components.training.tiny import TINY, build_tiny_model
 
 MODEL_META = "llmpack-model.json"
+# The dtype every checkpoint's weights are loaded in (the name of a torch dtype): fp32 master
+# weights for the optimizer, whatever the checkpoint was saved in. Not a pipeline parameter: a
+# bf16-weights option would change every path's parameters and records for a memory saving the
+# tiny and 1B models do not need; change it here if a model only fits that way.
+LOAD_DTYPE = "float32"
 
 # Tuned models kept in this process by the step that trained them, by output directory: when
 # finetune and evaluate run fused (``--fuse gpu|all``), evaluate takes the model from here
@@ -40,14 +45,26 @@ def check_model_ref(model: str) -> None:
         raise InputError(f"model {model}: no such directory (and not a Hugging Face id)")
 
 
-def load_base_model(model: str) -> Any:
-    if model == TINY:
-        return build_tiny_model()
-    check_model_ref(model)
+def load_pretrained(source: str) -> Any:
+    """A causal LM from a directory or hub id, its weights in fp32 whatever dtype the checkpoint holds.
+
+    transformers 5 keeps a checkpoint's own dtype unless told (4.x made fp32): a bf16 checkpoint
+    would put AdamW's updates and state on bf16 weights, where small steps round away. The
+    weights stay fp32 and the GPU computes under bf16 autocast (:func:`device_and_dtype`), the
+    usual mixed precision; on CPU everything is fp32, so every path gives the same bytes.
+    """
+    import torch
     from transformers import AutoModelForCausalLM
 
+    return AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, LOAD_DTYPE))
+
+
+def load_base_model(model: str) -> Any:
+    if model == TINY:
+        return build_tiny_model()  # built in fp32
+    check_model_ref(model)
     try:
-        loaded = AutoModelForCausalLM.from_pretrained(str(Path(model).expanduser()) if Path(model).expanduser().exists() else model)
+        loaded = load_pretrained(str(Path(model).expanduser()) if Path(model).expanduser().exists() else model)
     except Exception as exc:  # noqa: BLE001 - one line for the user
         raise InputError(f"model {model}: cannot load with AutoModelForCausalLM ({type(exc).__name__}: {exc})".split("\n")[0]) from None
     return loaded
@@ -75,10 +92,16 @@ def lora_target_modules(net: Any) -> list[str]:
 
 
 def device_and_dtype() -> tuple[Any, Any]:
+    """(the device to train on, the autocast dtype or None for plain fp32).
+
+    bf16 autocast on a CUDA GPU that has bf16 (Ampere and later); fp32 on older GPUs (fp16
+    autocast would need loss scaling) and on the CPU, where fp32 keeps runs byte-identical
+    across paths. The weights themselves are fp32 either way (:func:`load_pretrained`).
+    """
     import torch
 
     if torch.cuda.is_available():
-        return torch.device("cuda"), torch.bfloat16
+        return torch.device("cuda"), torch.bfloat16 if torch.cuda.is_bf16_supported() else None
     return torch.device("cpu"), None
 
 
