@@ -149,9 +149,11 @@ def test_plain_mlflow_run_starts_the_first_step_first_and_keeps_one_record(tmp_p
 
     mc = MlflowClient(fresh_tracking_uri)
     runs = mc.search_runs([e.experiment_id for e in mc.search_experiments()])
-    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    assert [r.info.run_id for r in runs if r.data.tags.get("llmpack.record") == "pipeline"] == [parent.info.run_id]
-    children = {r.data.tags["llmpack.step"]: r for r in runs if r is not parent}
+    # one record (in the llmpack experiment), and the run `mlflow run` made in Default linked to it
+    (parent,) = [r for r in runs if r.data.tags.get("llmpack.record") == "pipeline"]
+    (shell,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags and r is not parent]
+    assert shell.data.tags["llmpack.record_run_id"] == parent.info.run_id
+    children = {r.data.tags["llmpack.step"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
     assert sorted(children) == ["first-make", "first-shout"]
     assert all(r.info.status == "FINISHED" for r in runs)
     # The first step's process started before its run existed: MLflow's set-up ran beside its start-up ...
