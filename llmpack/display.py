@@ -307,7 +307,8 @@ def _verdict_lines(result: dict[str, Any], console: Console) -> None:
     verdicts = result.get("verdicts", {})
     if result.get("design"):
         why = {"decided": "every start-up verdict decided", "budget": "the --budget ran out",
-               "max rounds": "the design's last round"}.get(result.get("stopped", ""), result.get("stopped", ""))
+               "max rounds": "the design's last round",
+               "failed": "the baseline, or every other path, failed its whole run"}.get(result.get("stopped", ""), result.get("stopped", ""))
         console.print(f"{result.get('rounds')} rounds ({why}); total and cost from one full run per path "
                       "(--repeats 5 judges them):")
     for orch in result["backends"]:

@@ -231,7 +231,7 @@ def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfi
       llmpack doctor
       llmpack doctor --path argo --namespace team-a
       llmpack doctor --nodes 2 --gpus 4 --queue team-a --compiled build/2x4
-      llmpack doctor --model-pvc models --hf-token-secret hf --image-pull-secret regcred
+      llmpack doctor --model-pvc models --image-pull-secret reg
     """
     from llmpack.doctor_cluster import reader
     from llmpack.doctor_pods import claimed_pvcs, committed_root, pod_specs, referenced_secrets

@@ -141,8 +141,11 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
     design = sequential.Design(max_rounds=max(sequential.FIRST_LOOK,
                                               min(MAX_ROUNDS, int(budget_s // max(sum(cost.values()), 1e-9)))))
     base = baseline
-    active = [p for p in paths if p.label != base]
+    failed = _failed_whole(runs)  # a path whose whole run failed cannot be judged: it takes no start-up rounds
+    active = [p for p in paths if p.label != base and p.label not in failed]
     stopped = "decided" if base is None else "max rounds"
+    if base in failed or not active and failed:
+        active, stopped = [], "failed"
     k = 1
     while base is not None and active and k < design.max_rounds:
         in_round = [p for p in paths if p.label == base or p in active]
@@ -157,10 +160,17 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
             one(p, k, True, design.max_rounds)
         decided = _decided(runs, labels, base, design, margins)
         active = [p for p in active if not decided.get(p.label, False)]
-    if base is not None and not active:
+    if base is not None and not active and stopped != "failed":
         stopped = "decided"
     return comparison(run_group, labels, runs, baseline=base, design=design, margins=margins, repeats=None, rounds=k,
                       stopped=stopped, budget_s=budget_s, elapsed_s=round(clock() - started, 1), **extra)
+
+
+def _failed_whole(runs: list[dict[str, Any]]) -> set[str]:
+    """The paths whose round-1 (whole pipeline) run failed: a bad input fails every repeat the same way."""
+    from components.fusion import path_of
+
+    return {path_of(r) for r in runs if r.get("status") != "succeeded"}
 
 
 def _startup_cost(runs: list[dict[str, Any]], label: str) -> float:

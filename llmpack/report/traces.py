@@ -32,7 +32,10 @@ def run_trace(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_traces(runs: list[dict[str, Any]], path: Path) -> Path:
-    """Every run's trace in one OTLP/JSON request body (one resourceSpans entry per run)."""
-    body = {"resourceSpans": [rs for run in runs for rs in run_trace(run)["resourceSpans"]]}
+    """Every run's trace in one OTLP/JSON request body (one resourceSpans entry per run).
+
+    A run refused before it was submitted (no ``submitted_at``) has no timeline, so no trace."""
+    body = {"resourceSpans": [rs for run in runs if run.get("submitted_at") is not None
+                              for rs in run_trace(run)["resourceSpans"]]}
     path.write_text(json.dumps(body, sort_keys=True) + "\n", encoding="utf-8")
     return path

@@ -118,8 +118,9 @@ def test_the_summarizing_task_in_cluster_mode_refuses_to_log_to_a_sqlite_file(tm
                               run_id="wf-1", created_at="", params={"submitted_at": "0.0", "pipeline_run": "",
                                                                    "run_group": "", "orchestrator": "kfp",
                                                                    "mode": "cluster"})
-    proc = subprocess.run([sys.executable, *args], cwd=tmp_path, env=_step_env(tmp_path), capture_output=True, text=True,
-                          timeout=300)
+    # inside a pod (Kubernetes sets KUBERNETES_SERVICE_HOST); outside one a KFP package run is kfp.local's, mode local
+    proc = subprocess.run([sys.executable, *args], cwd=tmp_path, env=_step_env(tmp_path, KUBERNETES_SERVICE_HOST="10.96.0.1"),
+                          capture_output=True, text=True, timeout=300)
     assert f"Secret {SECRET!r} key 'tracking-uri'" in _one_error_line(proc)
     assert not list(tmp_path.rglob("*.db"))
 

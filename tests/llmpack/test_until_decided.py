@@ -18,8 +18,8 @@ PATHS = [Path_(backend=b, fuse="none") for b in ("direct", "kfp", "argo")]
 class FakeRuns:
     """Runs no pipeline: answers each run with metrics drawn around a path's start, and advances a clock."""
 
-    def __init__(self, start: dict[str, float], *, noise: float = 0.1, seed: int = 0) -> None:
-        self.start, self.noise, self.rng = start, noise, random.Random(seed)
+    def __init__(self, start: dict[str, float], *, noise: float = 0.1, seed: int = 0, failing: tuple[str, ...] = ()) -> None:
+        self.start, self.noise, self.rng, self.failing = start, noise, random.Random(seed), failing
         self.now, self.calls = 0.0, []
 
     def clock(self) -> float:
@@ -32,6 +32,10 @@ class FakeRuns:
                            "group": opts.run_group})
         ttfs = self.start[opts.backend] + self.rng.gauss(0, self.noise)
         self.now += ttfs + (0.5 if pipe is not None else 20.0)
+        if opts.backend in self.failing:  # a bad input: fails in its first step, every time
+            return {"pipeline_run": f"{opts.backend}-{len(self.calls)}", "orchestrator": opts.backend, "fuse": opts.fuse,
+                    "status": "failed", "error": "fewer than 1 block", "mode": "local", "tags": dict(kw.get("tags", {})),
+                    "metrics": {}}
         return {"pipeline_run": f"{opts.backend}-{len(self.calls)}", "orchestrator": opts.backend, "fuse": opts.fuse,
                 "status": "succeeded", "error": None, "mode": "local", "tags": dict(kw.get("tags", {})),
                 "metrics": {"time_to_first_step_s": ttfs, "spinup_s": ttfs - 6.0, "total_s": ttfs + 20.0,
@@ -57,6 +61,20 @@ def test_a_planted_delay_is_decided_and_decided_paths_leave_the_rounds() -> None
     assert result["verdicts"]["total_s"]["argo"]["verdict"] == "undecided" and result["summary"]["argo"]["total_s"]["n"] == 1
     assert result["summary"]["argo"]["time_to_first_step_s"]["n"] == result["rounds"] or \
         result["summary"]["argo"]["time_to_first_step_s"]["n"] < result["rounds"]
+
+
+@pytest.mark.parametrize("failing", [("argo",), ("direct",), ("kfp", "argo")])
+def test_a_path_whose_whole_run_failed_takes_no_start_up_rounds(failing: tuple[str, ...]) -> None:
+    """A failed round 1 (a bad input fails every repeat alike) is reported, not repeated until the budget is spent."""
+    fake = FakeRuns({"direct": 7.0, "kfp": 7.05, "argo": 10.0}, failing=failing)
+    result = compare_until_decided(RunOptions(), PATHS, run=fake, run_group="rg-test", baseline="direct",
+                                   budget_s=270.0, say=lambda line: None, clock=fake.clock)
+    later = [c["backend"] for c in fake.calls[1 + len(PATHS):]]
+    assert not set(later) & set(failing)
+    if "direct" in failing or set(failing) == {"kfp", "argo"}:
+        assert result["stopped"] == "failed" and later == [] and result["rounds"] == 1
+    else:
+        assert result["stopped"] == "decided" and "kfp" in later
 
 
 def test_the_budget_stops_the_rounds_and_leaves_the_verdict_undecided_with_what_would_decide() -> None:
