@@ -64,7 +64,8 @@ def _losses(model_dir: Path) -> list[float]:
     return [json.loads(line)["loss"] for line in (model_dir / "train_log.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("many", [2, pytest.param("fsdp", marks=pytest.mark.slow)])
+@pytest.mark.slow  # torchrun with two ranks, twice (~35 s)
+@pytest.mark.parametrize("many", [2, "fsdp"])
 def test_two_processes_take_the_steps_one_process_takes(tuned: Tuned, many: int | str) -> None:
     one, two = _losses(tuned[1]), _losses(tuned[many])
     assert len(one) == len(two) == 6

@@ -124,6 +124,7 @@ def test_schedule_and_data_order() -> None:
     assert set(batch_indices(0, 4, 10, 0) + batch_indices(1, 4, 10, 0)).__len__() == 8  # no repeats within an epoch
 
 
+@pytest.mark.slow  # two finetune processes (~40 s)
 def test_finetune_resumes_from_a_checkpoint_with_identical_result(tokens: Path, finetuned: Path, tmp_path: Path) -> None:
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
     straight = finetuned  # the same 6 steps, uninterrupted

@@ -118,6 +118,7 @@ def _finetune(tokens: Path, root: Path, settings: dict[str, str]) -> str:
     return r.stderr
 
 
+@pytest.mark.slow  # a real finetune step process (~20 s)
 def test_the_finetune_step_posts_its_progress_to_the_trainjob(env: tuple[dict[str, str], TrainerStatusStandIn],
                                                               tokens: Path, tmp_path: Path) -> None:
     """The real step, as rank 0 of a TrainJob whose controller injected the status variables."""

@@ -115,6 +115,7 @@ def test_switched_off_nothing_is_parked(monkeypatch: pytest.MonkeyPatch):
     assert warm_ahead.park(step.members, []) == {}
 
 
+@pytest.mark.slow  # a fused run and an unfused one (~20 s)
 def test_a_parked_member_gives_the_same_registration_and_record(probe_dir: Path, tmp_path: Path):
     results = {}
     for switch in ("1", "0"):

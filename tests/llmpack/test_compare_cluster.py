@@ -326,6 +326,7 @@ def test_timeline_draws_the_provisioning_of_a_new_node() -> None:
 # --------------------------------------------------------------------------- through the CLI
 
 
+@pytest.mark.slow  # a whole compare --cluster through the CLI (~20 s)
 def test_the_cli_compare_cluster_writes_a_report_with_cluster_phases(fake: LoopbackCluster, tmp_path: Path) -> None:
     import subprocess
 

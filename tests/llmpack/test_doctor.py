@@ -166,7 +166,11 @@ def test_every_fault_has_a_case() -> None:
     assert set(CASES) == set(FAULTS) and len(CASES) >= 10
 
 
-@pytest.mark.parametrize("fault", sorted(CASES))
+# Six faults, one of each kind, in the quick suite; every fault in the full run (CI runs both).
+QUICK_FAULTS = {"no-namespace", "rbac-denied", "no-gpu-nodes", "no-secret", "no-model-pvc", "psa-restricted"}
+
+
+@pytest.mark.parametrize("fault", [f if f in QUICK_FAULTS else pytest.param(f, marks=pytest.mark.slow) for f in sorted(CASES)])
 def test_each_fault_gives_its_own_line_and_fix(ready: Ready, fault: str) -> None:
     flags, line, fix = CASES[fault]
     code, before = ready.doctor(*flags)

@@ -233,6 +233,7 @@ def test_compare_cluster_runs_the_variants_side_by_side(tmp_path: Path, tracking
             assert sum(r["orchestrator"] == orch and r["fuse"] == mode for r in result["runs"]) == 1, label
 
 
+@pytest.mark.slow  # the CLI over what test_compare_cluster_runs_the_variants_side_by_side checks (~20 s)
 def test_the_cli_compare_cluster_variants(tmp_path: Path, tracking_uri: str) -> None:
     """``llmpack compare --cluster --variants default,fuse-all`` (the CLI, once, Argo only: the code above)."""
     import json

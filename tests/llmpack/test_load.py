@@ -49,6 +49,7 @@ def test_a_410_every_500_events_no_pod_lost_and_the_hidden_events_came_by_relist
     assert 0 < r.watch_events <= 5000 - 9 * 10
 
 
+@pytest.mark.slow  # tens of thousands of live events (~25 s)
 def test_peak_memory_follows_pods_not_events() -> None:
     small = watcher_load.measure(200, 1000, expire_every=500, gap=10, traced=True, timeout_s=120)
     large = watcher_load.measure(200, 10000, expire_every=500, gap=10, traced=True, timeout_s=120)
