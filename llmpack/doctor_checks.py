@@ -118,6 +118,11 @@ def namespace_exists(cluster: ClusterReader, namespace: str) -> tuple[Check, dic
     return Check(True, f"namespace {namespace} exists"), found
 
 
+def _secret_keys(secret: Mapping[str, Any]) -> set[str]:
+    """The keys of a Secret that hold a value (``data`` or ``stringData``)."""
+    return {k for k, v in (secret.get("data") or {}).items() if v} | {k for k, v in (secret.get("stringData") or {}).items() if v}
+
+
 def tracking_secret(cluster: ClusterReader, namespace: str) -> Check:
     """The MLflow Secret every pod maps: ``tracking-uri`` required and not empty; names the optional keys it has."""
     from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
@@ -131,7 +136,7 @@ def tracking_secret(cluster: ClusterReader, namespace: str) -> Check:
     if secret is None:
         return Check(False, f"Secret {TRACKING_SECRET} missing in {namespace} (every pod reads {TRACKING_URI_KEY} "
                      "from it)", create)
-    keys = {k for k, v in (secret.get("data") or {}).items() if v} | {k for k, v in (secret.get("stringData") or {}).items() if v}
+    keys = _secret_keys(secret)
     if TRACKING_URI_KEY not in keys:
         patch = f"kubectl -n {_q(namespace)} patch secret {TRACKING_SECRET} -p " + _q(
             '{"stringData":{"' + TRACKING_URI_KEY + '":"' + EXAMPLE_URI + '"}}')
@@ -443,10 +448,6 @@ def endpoint(path: str, host: str, token: str | None, verify: bool | str) -> Che
 
 
 # --------------------------------------------------------------------------- pod-spec references (components.podspec)
-
-
-def _secret_keys(secret: Mapping[str, Any]) -> set[str]:
-    return {k for k, v in (secret.get("data") or {}).items() if v} | {k for k, v in (secret.get("stringData") or {}).items() if v}
 
 
 def secret_key(cluster: ClusterReader, namespace: str, name: str, key: str, env: str) -> Check:

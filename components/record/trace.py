@@ -89,10 +89,9 @@ class Span:
 
 @dataclass(frozen=True, kw_only=True)
 class Trace:
-    """A pipeline run's spans under one trace id; ``parent``: the TRACEPARENT span the run joined."""
+    """A pipeline run's spans under one trace id."""
 
     trace_id: str
-    parent: str | None
     spans: tuple[Span, ...]
     resource: Mapping[str, str]
 
@@ -102,9 +101,6 @@ class Trace:
             "resource": {"attributes": [_attribute(k, v) for k, v in sorted(self.resource.items())]},
             "scopeSpans": [{"scope": {"name": SCOPE}, "spans": [s.otlp(self.trace_id) for s in self.spans]}],
         }]}
-
-    def names(self) -> list[str]:
-        return [s.name for s in self.spans]
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
@@ -157,7 +153,7 @@ def build_trace(records: Iterable[Record], *, pipeline_run: str, submitted_at: f
         previous = step
     orchestrator = tags.get("llmpack.orchestrator", "")
     resource = {"service.name": "llmpack", "service.namespace": orchestrator or "llmpack"}
-    return Trace(trace_id=trace_id, parent=joined[1] if joined else None, spans=tuple(spans), resource=resource)
+    return Trace(trace_id=trace_id, spans=tuple(spans), resource=resource)
 
 
 def _step_spans(step: StepTimes, pipeline_run: str, run_id: str, sid: Any) -> list[Span]:
