@@ -257,6 +257,18 @@ def submit(
     return summary
 
 
+def pod_resources_duration(status: Any) -> dict[str, int] | None:
+    """Argo's own account of the Workflow's pods: ``status.nodes[].resourcesDuration`` of its Pod
+    nodes summed (resource -> seconds of one unit: ``cpu`` cores, ``memory`` 100Mi, ``nvidia.com/gpu``
+    GPUs; request x container run time). None when the controller recorded none."""
+    total: dict[str, int] = {}
+    for node in (status.nodes or {}).values():
+        if node.type == "Pod":
+            for resource, seconds in (node.resources_duration or {}).items():
+                total[resource] = total.get(resource, 0) + int(seconds)
+    return total or None
+
+
 def wait_for_workflow(name: str, *, host: str | None = None, token: str | None = None, namespace: str | None = None,
                       **options: Unpack[WaitOptions]) -> dict[str, Any]:
     """Poll a Workflow until its phase is Succeeded, Failed or Error (or ``timeout_s`` passes)."""
@@ -271,6 +283,8 @@ def wait_for_workflow(name: str, *, host: str | None = None, token: str | None =
         details: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "workflow_name": name, "namespace": ns, "state": phase}
         if status is not None and status.message:
             details["error"] = one_line(status.message, (secret,))
+        if TERMINAL.get(phase) and status is not None:
+            details["resources_duration"] = pod_resources_duration(status)
         return TERMINAL.get(phase), details
 
     try:

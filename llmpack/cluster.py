@@ -76,6 +76,7 @@ from llmpack.backends import ORCHESTRATORS, cluster_paths
 from llmpack.cluster_session import MODE, Plan, Progress, Session, bill_across_runs, preflight
 from llmpack.compare_plan import ComparePlan, parse_backends, run_all
 from llmpack.k8s.billing import check_scale_down_delay
+from llmpack.k8s.reconcile import check_opencost_url, log_opencost, opencost_reconcile
 
 DEFAULT_TIMEOUT_S = 24 * 3600.0
 DEFAULT_POLL_S = 10.0
@@ -113,6 +114,7 @@ def compare_cluster(
     gpu_type: str | None = None,
     variants: Iterable[str] | None = None,
     pod: Any = None,
+    opencost: str | None = None,
     **paths: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """Submit every path ``repeats`` times to one cluster, wait, measure; the ``compare()`` result.
@@ -145,6 +147,8 @@ def compare_cluster(
     ("finetune · queued (waiting for a node) · 2 steps done"), then "succeeded" or "failed: ...".
     ``scale_down_delay_s``: how long the autoscaler keeps an empty GPU node; billed after the
     last pod on a node whose removal the watcher did not see (see the module doc).
+    ``opencost``: OpenCost's API URL (``--opencost``): its allocation for the runs' labels is read
+    once every run ended and shown beside ours (:mod:`llmpack.k8s.reconcile`).
     """
     from components.fusion import check_mode
     from components.fusion import fuse as fuse_steps
@@ -160,6 +164,8 @@ def compare_cluster(
     if not (poll_s > 0 and math.isfinite(poll_s)):
         raise InputError(f"--poll {poll_s}: must be a positive number of seconds")
     scale_down_delay_s = check_scale_down_delay(scale_down_delay_s, "--scale-down-delay-s")
+    if opencost is not None:
+        opencost = check_opencost_url(opencost)
     if price_per_gpu_hour is not None:
         cost.parse_price(price_per_gpu_hour, "--price-per-gpu-hour")
     if price_file is not None:
@@ -214,7 +220,7 @@ def compare_cluster(
     session = Session(run_group=group, values=values, conf=conf, k8s=k8s_opts, uri=uri,
                        price_flag=price_per_gpu_hour, price_file=price_file, timeout_s=float(timeout_s),
                        poll_s=float(poll_s), progress=progress, pipe=pipe, scale_down_delay_s=scale_down_delay_s,
-                       gang=gang, pipes=pipes)
+                       gang=gang, pipes=pipes, opencost=opencost)
     preflight(session, names)
     if compile_here:
         import tempfile
@@ -244,4 +250,7 @@ def _compare_all(session: Session, plan: ComparePlan, concurrency: int, group: s
     plans = [Plan(orchestrator=r.backend, label=r.label, pipeline_run=new_id(r.backend), fuse=r.fuse) for r in plan.runs()]
     runs = run_all(plans, session.run, concurrency=concurrency)
     bill_across_runs(session, runs)
+    if session.opencost:
+        opencost_reconcile(session.opencost, runs)
+        log_opencost(session.uri, runs)
     return comparison(group, plan.labels, runs, repeats=plan.repeats, concurrency=concurrency, mode=MODE)

@@ -32,6 +32,7 @@ from llmpack.k8s.billing import (
     recorded_price,
     retried_pods,
 )
+from llmpack.k8s.reconcile import argo_metrics
 
 MODE = "cluster"
 
@@ -136,6 +137,7 @@ class Session:
     pipes: dict[str, Any] = field(default_factory=dict)  # fuse mode -> that variant's compiled pipeline
     artifacts: dict[str, dict[str, str]] = field(default_factory=dict)  # fuse mode -> orchestrator -> compiled file
     submit_lock: threading.Lock = field(default_factory=threading.Lock)
+    opencost: str | None = None  # --opencost: OpenCost's API, read once all runs ended (llmpack.k8s.reconcile)
 
     def pipe_of(self, fuse: str) -> Any:
         return self.pipes.get(fuse, self.pipe)
@@ -404,6 +406,7 @@ class Session:
         metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=end)
         metrics.update(cluster_cost(steps, mine, uses, orch, price, gang=self.gang, fused=fused,
                                     wall_s=metrics.get("total_s")))
+        metrics.update(argo_metrics(result.get("resources_duration")))  # Argo's own GPU-seconds (llmpack.k8s.reconcile)
         if self.gang is not None:
             ready = gang_ready(mine)
             metrics["gang_ready_s"] = None if ready is None else ready - ctx.submitted_at

@@ -235,6 +235,9 @@ def compare_table(result: dict[str, Any], *, wide: bool = False, console: Consol
         console.print(f"[red]{f['orchestrator']} {f['pipeline_run']} failed:[/] {f['error']}")
     _gang_lines(result, console)
     _retry_lines(result["runs"], console)
+    from llmpack.report import beside
+
+    beside.terminal(result["runs"], console)  # compare --cluster: Argo's and OpenCost's figures beside ours
 
 
 def _gang_lines(result: dict[str, Any], console: Console) -> None:

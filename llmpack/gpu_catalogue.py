@@ -101,10 +101,18 @@ class NodeGpu:
     source: str
     gpu_product: str | None = None
     instance_type: str | None = None
+    capacity_type: str | None = None  # the node's (llmpack.k8s.objects.capacity_type): spot nodes take the spot column
 
 
 def node_gpu(row: Mapping[str, Any] | None, spec_gpu_type: str | None) -> NodeGpu:
-    """The GPU type of the finetune pod's node (row from the watcher), else the spec's."""
+    """The GPU type of the finetune pod's node (row from the watcher), else the spec's; and its capacity type."""
+    from dataclasses import replace
+
+    found = _node_gpu(row, spec_gpu_type)
+    return replace(found, capacity_type=(row or {}).get("capacity_type")) if row else found
+
+
+def _node_gpu(row: Mapping[str, Any] | None, spec_gpu_type: str | None) -> NodeGpu:
     product = (row or {}).get("gpu_product")
     instance = (row or {}).get("instance_type")
     provider = provider_for_instance(instance)
@@ -133,9 +141,10 @@ def resolve_node_price(gpu: NodeGpu, *, flag: Any = None, price_file: str | None
     if not gpu.gpu_type:
         return None
     provider = None if os.environ.get(settings.PRICE_PROVIDER.name) else gpu.provider
-    price = cost.resolve_price(gpu.gpu_type, flag=flag, price_file=price_file, provider=provider)
+    capacity = gpu.capacity_type or "unknown"
+    price = cost.resolve_price(gpu.gpu_type, flag=flag, price_file=price_file, provider=provider, capacity_type=capacity)
     if price is None and provider:
-        price = cost.resolve_price(gpu.gpu_type, flag=flag, price_file=price_file)
+        price = cost.resolve_price(gpu.gpu_type, flag=flag, price_file=price_file, capacity_type=capacity)
     return price
 
 

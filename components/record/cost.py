@@ -3,7 +3,9 @@
 Price per GPU-hour, first found wins: the ``--price-per-gpu-hour`` flag, the
 ``LLMPACK_PRICE_PER_GPU_HOUR`` env var, a user price YAML (``--price-file`` or
 ``LLMPACK_PRICE_FILE``, same format as ``components/record/prices.yaml``), the shipped table.
-An unknown GPU type with no price is reported as unknown, never guessed.
+An unknown GPU type with no price is reported as unknown, never guessed. A spot node (its
+capacity type read from the node's labels, :func:`llmpack.k8s.objects.capacity_type`) is priced
+from a row's ``spot_per_gpu_hour`` when the row has one, else on-demand; :func:`cost_tags` says which.
 
 ``cost_usd = gpu_count x billed seconds x price / 3600``, billed from container start
 (local: process start) to finish, plus node provisioning time when a node was brought up;
@@ -36,6 +38,8 @@ class Price:
     source: str  # "flag", "env", "file:<path>", or "<source>@<as_of>" from the shipped table
     provider: str = ""
     as_of: str = ""
+    capacity_type: str = ""  # the node's ("spot", "on-demand", "unknown"); "" when no node was asked about
+    spot: bool = False  # priced from the row's spot_per_gpu_hour column
 
 
 def parse_price(text: Any, where: str) -> float:
@@ -77,6 +81,10 @@ def _load_table(path: Path) -> list[dict[str, Any]]:
             raise InputError(f"{where}.per_gpu_hour: price {entry['per_gpu_hour']!r} is not a number")
         entry = {k: (str(v) if k in ("as_of", "source", "provider", "gpu") else v) for k, v in entry.items()}
         entry["per_gpu_hour"] = parse_price(entry["per_gpu_hour"], f"{where}.per_gpu_hour")
+        if entry.get("spot_per_gpu_hour") is not None:
+            if isinstance(entry["spot_per_gpu_hour"], bool):
+                raise InputError(f"{where}.spot_per_gpu_hour: price {entry['spot_per_gpu_hour']!r} is not a number")
+            entry["spot_per_gpu_hour"] = parse_price(entry["spot_per_gpu_hour"], f"{where}.spot_per_gpu_hour")
         out.append(entry)
     return out
 
@@ -104,15 +112,23 @@ def resolve_price(
     price_file: str | None = None,
     provider: str | None = None,
     env: dict[str, str] | None = None,
+    capacity_type: str = "",
 ) -> Price | None:
-    """The price per GPU-hour for ``gpu_type``, or None when it is unknown."""
+    """The price per GPU-hour for ``gpu_type``, or None when it is unknown.
+
+    ``capacity_type`` (the node's: ``spot``, ``on-demand``, ``unknown``; "" off a cluster): a spot
+    node takes the row's ``spot_per_gpu_hour`` where the chosen row has one (the flag and env var
+    are the price whatever the node).
+    """
     env = dict(os.environ) if env is None else env
     if not gpu_type:
         return None
     if flag is not None:
-        return Price(gpu_type=gpu_type, per_gpu_hour=parse_price(flag, "--price-per-gpu-hour"), source="flag")
+        return Price(gpu_type=gpu_type, per_gpu_hour=parse_price(flag, "--price-per-gpu-hour"), source="flag",
+                     capacity_type=capacity_type)
     if env.get(settings.PRICE_PER_GPU_HOUR.name):
-        return Price(gpu_type=gpu_type, per_gpu_hour=parse_price(env[settings.PRICE_PER_GPU_HOUR.name], settings.PRICE_PER_GPU_HOUR.name), source="env")
+        return Price(gpu_type=gpu_type, per_gpu_hour=parse_price(env[settings.PRICE_PER_GPU_HOUR.name], settings.PRICE_PER_GPU_HOUR.name), source="env",
+                     capacity_type=capacity_type)
     user_file = price_file or env.get(settings.PRICE_FILE.name)
     user_table = _load_table(Path(user_file)) if user_file else []
     if not provider and env.get(settings.PRICE_PROVIDER.name):
@@ -123,17 +139,26 @@ def resolve_price(
     if user_file:
         entry = _pick(user_table, gpu_type, provider)
         if entry:
-            return _entry_price(gpu_type, entry, source=f"file:{Path(user_file).name}")
+            return _entry_price(gpu_type, entry, source=f"file:{Path(user_file).name}", capacity_type=capacity_type)
     entry = _pick(shipped_table(), gpu_type, provider)
     if entry:
-        return _entry_price(gpu_type, entry, source=f"{entry['source']}@{entry['as_of']}")
+        return _entry_price(gpu_type, entry, source=f"{entry['source']}@{entry['as_of']}", capacity_type=capacity_type)
     return None
 
 
-def _entry_price(gpu_type: str, entry: Mapping[str, Any], *, source: str) -> Price:
-    """The price a table row gives ``gpu_type``, credited to ``source``."""
-    return Price(gpu_type=gpu_type, per_gpu_hour=entry["per_gpu_hour"], source=source,
-                 provider=entry.get("provider", ""), as_of=entry.get("as_of", ""))
+def _entry_price(gpu_type: str, entry: Mapping[str, Any], *, source: str, capacity_type: str = "") -> Price:
+    """The price a table row gives ``gpu_type``, credited to ``source``: its spot column for a spot node that has one."""
+    spot = capacity_type == "spot" and entry.get("spot_per_gpu_hour") is not None
+    return Price(gpu_type=gpu_type, per_gpu_hour=entry["spot_per_gpu_hour" if spot else "per_gpu_hour"],
+                 source=source, provider=entry.get("provider", ""),
+                 as_of=entry.get("as_of", ""), capacity_type=capacity_type, spot=spot)
+
+
+def price_column(price: Price) -> str:
+    """Which price a node's GPUs got: ``spot`` or ``on-demand`` (a table or file row), or ``flag``/``env``."""
+    if price.source in ("flag", "env"):
+        return price.source
+    return "spot" if price.spot else "on-demand"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -269,6 +294,8 @@ def cost_tags(uses: list[GpuUse], price: Price | None) -> dict[str, str]:
         "llmpack.price_per_gpu_hour": "unknown" if price is None else f"{price.per_gpu_hour:g}",
         "llmpack.price_source": "unknown" if price is None else price.source,
         "llmpack.cpu_to_gpu_ratio": "n/a" if ratio is None else f"{ratio:g}",
+        **({"llmpack.capacity_type": price.capacity_type, "llmpack.price_column": price_column(price)}
+           if price is not None and price.capacity_type else {}),
     }
 
 

@@ -29,8 +29,30 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # label since Kubernetes 1.28, annotation before
 POD_GPU_COUNT_LABEL = "llmpack.io/gpu-count"  # on every gang pod (the TrainJob's runtimePatches)
+# A node's capacity type as each provisioner labels it -> the label value that means spot.
+# Karpenter: spot | on-demand | reserved; EKS managed node groups: SPOT | ON_DEMAND | CAPACITY_BLOCK;
+# GKE: cloud.google.com/gke-spot=true (and the older preemptible VMs); AKS: spot | regular.
+CAPACITY_TYPE_LABELS = {
+    "karpenter.sh/capacity-type": "spot",
+    "eks.amazonaws.com/capacityType": "SPOT",
+    "cloud.google.com/gke-spot": "true",
+    "cloud.google.com/gke-preemptible": "true",
+    "kubernetes.azure.com/scalesetpriority": "spot",
+}
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def capacity_type(labels: Mapping[str, Any]) -> str | None:
+    """``spot`` when any provisioner's label says so, ``on-demand`` when one is there and does not, else None.
+
+    Only spot is priced apart (a spot column in the price table); Karpenter's ``reserved`` and
+    EKS's capacity blocks are priced on-demand, as a list price stands for them too.
+    """
+    present = [(key, str(labels[key])) for key in CAPACITY_TYPE_LABELS if labels.get(key) not in (None, "")]
+    if any(value.lower() == CAPACITY_TYPE_LABELS[key].lower() for key, value in present):
+        return "spot"
+    return "on-demand" if present else None
 
 
 class DumpError(InputError):

@@ -38,6 +38,7 @@ from llmpack.k8s.objects import (
     DumpError,
     Where,
     annotations_of,
+    capacity_type,
     check_objects,
     dig,
     int_or_none,
@@ -64,6 +65,7 @@ ROW_FIELDS = (
     "node",
     "instance_type",
     "gpu_product",
+    "capacity_type",
     "created",
     "scheduled",
     "node_ready",
@@ -389,13 +391,14 @@ def _analyze_pod(
     created = where.time(meta.get("creationTimestamp"), "metadata.creationTimestamp")
     node_name = dig(pod, "spec", "nodeName") or None
 
-    instance_type = gpu_product = node_ready = None
+    instance_type = gpu_product = node_ready = capacity = None
     if node_name and node_name in node_by_name:
         n_index, node = node_by_name[node_name]
         n_where = Where("nodes", n_index, node)
         n_labels = labels_of(node)
         instance_type = next((n_labels[k] for k in INSTANCE_TYPE_LABELS if n_labels.get(k)), None)
         gpu_product = n_labels.get(GPU_PRODUCT_LABEL) or None
+        capacity = capacity_type(n_labels)
         node_created = n_where.time(dig(node, "metadata", "creationTimestamp"), "metadata.creationTimestamp")
         if created is not None and node_created is not None and node_created > created:
             node_ready = object_condition_time(node, n_where, "Ready")
@@ -420,6 +423,7 @@ def _analyze_pod(
         "node": node_name,
         "instance_type": instance_type,
         "gpu_product": gpu_product,
+        "capacity_type": capacity,
         "created": created,
         "scheduled": scheduled,
         "node_ready": node_ready,

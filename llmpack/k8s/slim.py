@@ -15,6 +15,7 @@ from typing import Any
 from llmpack.backends import all_pod_marks
 from llmpack.k8s import LABEL_PREFIX
 from llmpack.k8s.objects import (
+    CAPACITY_TYPE_LABELS,
     GPU_COUNT_LABEL,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
@@ -127,7 +128,7 @@ def slim_node(node: Mapping[str, Any]) -> dict[str, Any]:
     """What the phases and node billing read: labels, Ready, GPU capacity, and signs of removal."""
     meta = node.get("metadata") or {}
     labels = meta.get("labels") or {}
-    keep = (*INSTANCE_TYPE_LABELS, GPU_PRODUCT_LABEL, GPU_COUNT_LABEL)
+    keep = (*INSTANCE_TYPE_LABELS, GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, *CAPACITY_TYPE_LABELS)
     slim_meta = {
         "name": meta.get("name"),
         "creationTimestamp": meta.get("creationTimestamp"),

@@ -22,6 +22,7 @@ from components.errors import InputError
 from components.fusion import path_of
 from llmpack import glossary
 from llmpack.numbers import figure, money
+from llmpack.report import beside
 from llmpack.report.charts import chart_boxes, chart_cost, chart_timeline, path_colour
 from llmpack.report.facts import break_even, cost_split, gpu_steps, report_facts, retry_lines, summary_sentence
 from llmpack.report.traces import TRACES_FILE, write_traces
@@ -143,6 +144,7 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
     if retries:
         lines += ["", "## Retried attempts", "", "Every attempt is billed: these are in the runs' cost, GPU-hours and goodput.", ""]
         lines += [f"- **{o}** {text}" for o, text in retries]
+    lines += beside.markdown(result["runs"])
     lines += ["", "## Break-even", "", be["sentence"] if be else "No control-plane costs given (use --control-plane-cost kfp=USD ...)."]
     lines += [
         "",
@@ -274,6 +276,7 @@ img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 <h2>What the money went on</h2>
 <ul>{costs or '<li>no priced runs</li>'}</ul>
 {retries}
+{beside.html_section(result['runs'])}
 {img('cost_per_run')}
 <p class="note">{html.escape(COST_FORMULA)}</p>
 <h2>Break-even</h2><p>{html.escape(be['sentence']) if be else 'No control-plane costs given (use --control-plane-cost kfp=USD ...).'}</p>

@@ -16,6 +16,12 @@ gRPC gateway's JSON, camelCase Kubernetes objects, errors as ``{"code": <gRPC co
   phase along ``phases`` (default ``Pending, Running, Succeeded``) per read, or as
   :meth:`ArgoServerStandIn.set_phase` sets it; 404 for an unknown name.
 - ``GET /api/v1/workflows/{namespace}``: a ``WorkflowList``; ``GET /api/v1/version``.
+- With :meth:`ArgoServerStandIn.watch_pods` (the fake cluster calls it), each read fills
+  ``status.nodes`` from the Kubernetes stand-in's pods of the Workflow (label
+  ``workflows.argoproj.io/workflow``), as the controller does: a ``Pod`` node per pod (id
+  ``<workflow>-<hash>``, ``name`` its ``workflows.argoproj.io/node-name``, ``startedAt``/``finishedAt``,
+  ``hostNodeName``) with its ``resourcesDuration`` (:func:`resources_duration`), under the DAG
+  root node, and ``status.resourcesDuration`` their sum.
 
 Auth: with ``token`` set, ``Authorization: Bearer <token>`` is required, else 401 ``token not
 valid``, as the server answers in ``--auth-mode=client``. Every request is recorded in
@@ -41,6 +47,72 @@ from standins.base import utc_now as _now
 INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, UNAUTHENTICATED = 3, 5, 6, 7, 16
 TERMINAL = {"Succeeded", "Failed", "Error"}
 _PARAM_REF = re.compile(r"\{\{\s*workflow\.parameters\.([A-Za-z0-9_.-]+)\s*\}\}")
+
+
+# Argo's util/resource/duration.go: each resource's request is counted in units of this much.
+_DENOMINATORS = {"cpu": 1.0, "memory": 100 * 2**20, "storage": 10 * 2**30, "ephemeral-storage": 10 * 2**30}
+_SUFFIXES = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity(text: Any) -> float:
+    """A Kubernetes resource quantity (``4``, ``500m``, ``16Gi``) as a number."""
+    match = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", str(text).strip())
+    if not match or (match.group(2) and match.group(2) not in _SUFFIXES):
+        raise ValueError(f"not a quantity: {text!r}")
+    return float(match.group(1)) * _SUFFIXES.get(match.group(2), 1.0)
+
+
+def _epoch(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def resources_duration(pod: dict[str, Any]) -> dict[str, int]:
+    """What Argo records for a pod (``DurationForPod``): per container, init containers too, each
+    resource request (else limit; else Argo's defaults ``cpu: 100m``, ``memory: 100Mi``) in units
+    of :data:`_DENOMINATORS` (1 for the rest, ``nvidia.com/gpu`` among them), times the whole
+    seconds the container ran (terminated ``finishedAt - startedAt``; 0 while it runs), summed."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    states = {c["name"]: c.get("state") or {} for c in [*(status.get("initContainerStatuses") or []),
+                                                       *(status.get("containerStatuses") or [])]}
+    out: dict[str, int] = {}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        res = container.get("resources") or {}
+        requested = {"cpu": "100m", "memory": "100Mi", **(res.get("limits") or {}), **(res.get("requests") or {})}
+        term = states.get(container["name"], {}).get("terminated") or {}
+        if not term.get("startedAt") or not term.get("finishedAt"):
+            continue
+        age = int(_epoch(term["finishedAt"]) - _epoch(term["startedAt"]))
+        for name, q in requested.items():
+            out[name] = out.get(name, 0) + int(quantity(q) * age / _DENOMINATORS.get(name, 1.0))
+    return out
+
+
+def workflow_nodes(wf: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``status.nodes`` of a DAG Workflow from its pods: the root DAG node and a Pod node per pod."""
+    name = wf["metadata"]["name"]
+    nodes: dict[str, dict[str, Any]] = {}
+    total: dict[str, int] = {}
+    for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
+        meta, status = pod["metadata"], pod.get("status") or {}
+        node_name = (meta.get("annotations") or {}).get("workflows.argoproj.io/node-name") or meta["name"]
+        term = [(c.get("state") or {}).get("terminated") or {} for c in status.get("containerStatuses") or []]
+        node_id = f"{name}-{meta['name'].rsplit('-', 1)[-1]}"
+        used = resources_duration(pod)
+        for k, v in used.items():
+            total[k] = total.get(k, 0) + v
+        nodes[node_id] = {
+            "id": node_id, "name": node_name, "displayName": node_name.split(".", 1)[-1], "type": "Pod",
+            "templateName": meta["name"][len(name) + 1:].rsplit("-", 1)[0], "boundaryID": name,
+            "phase": {"Succeeded": "Succeeded", "Failed": "Failed", "Running": "Running"}.get(status.get("phase"), "Pending"),
+            "startedAt": meta.get("creationTimestamp"), "finishedAt": max((t["finishedAt"] for t in term if t.get("finishedAt")), default=None),
+            "hostNodeName": (pod.get("spec") or {}).get("nodeName"), "resourcesDuration": used, "progress": "1/1",
+        }
+    nodes[name] = {"id": name, "name": name, "displayName": name, "type": "DAG", "templateName": wf["spec"]["entrypoint"],
+                   "phase": (wf.get("status") or {}).get("phase") or "Running", "children": [k for k in nodes if k != name],
+                   "resourcesDuration": dict(total)}
+    return nodes
 
 
 def error_body(code: int, message: str) -> dict[str, Any]:
@@ -100,6 +172,11 @@ class ArgoServerStandIn(StandInServer):
         self._reads: dict[tuple[str, str], int] = {}
         self._rv = 5000
         self._lock = threading.Lock()
+        self._kube: Any = None  # a standins.k8s_api.KubeAPIStandIn whose pods fill status.nodes
+
+    def watch_pods(self, kube: Any) -> None:
+        """Fill each Workflow's ``status.nodes`` from ``kube``'s pods on every read (see the module doc)."""
+        self._kube = kube
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
         return _make_handler(self)
@@ -177,6 +254,13 @@ class ArgoServerStandIn(StandInServer):
             if n < len(self.phases):
                 self._set_phase(wf, self.phases[n])
             self._reads[key] = n + 1
+            if self._kube is not None:
+                with self._kube._cond:
+                    pods = [copy.deepcopy(p) for (ns, _), p in self._kube._pods.items() if ns == namespace
+                            and (p["metadata"].get("labels") or {}).get("workflows.argoproj.io/workflow") == name]
+                if pods:
+                    wf.setdefault("status", {})["nodes"] = workflow_nodes(wf, pods)
+                    wf["status"]["resourcesDuration"] = wf["status"]["nodes"][name]["resourcesDuration"]
             return copy.deepcopy(wf)
 
 

@@ -308,6 +308,7 @@ class FakeCluster:
         scale_down_s: int | None = None,
         prepulled: bool = False,
         node_paces: Any = None,
+        gpu_node_hook: Any = None,
     ) -> None:
         self.kube, self.kfp, self.argo = kube, kfp, argo
         self.tracking_uri = tracking_uri
@@ -320,6 +321,7 @@ class FakeCluster:
         self.scale_down_s = scale_down_s
         self.prepulled = prepulled  # GPU nodes come up with the image on them: no pull
         self.node_paces = node_paces  # standins.node_paces.NodePaces: gang nodes drawn, not cycled
+        self.gpu_node_hook = gpu_node_hook  # node object -> node object, for every GPU node (standins.opencost.spot_nodes)
         self.scripts: dict[str, RunScript] = {}
         self.errors: list[BaseException] = []
         self._seen: set[Any] = set()
@@ -333,6 +335,7 @@ class FakeCluster:
             kfp.run_states = ["PENDING", "RUNNING"]
         if argo is not None:
             argo.phases = ["Pending", "Running"]
+            argo.watch_pods(kube)  # status.nodes[].resourcesDuration from the pods played here
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -730,7 +733,7 @@ class FakeCluster:
                 if kind == "pod":
                     self.kube.apply_pod(obj)
                 elif kind == "node":
-                    self.kube.add_node(obj)
+                    self.kube.add_node(self.gpu_node_hook(obj) if self.gpu_node_hook else obj)
                 elif kind == "event":
                     self.kube.add_event(obj)
                 elif kind == "mlflow":
