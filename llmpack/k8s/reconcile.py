@@ -185,7 +185,7 @@ def explain(run: Mapping[str, Any]) -> list[str]:
     argo_h, container_h = m.get("argo_gpu_hours"), m.get("gpu_hours")
     if argo_h is not None and container_h is not None:
         out.append(f"Argo {argo_h:.3f} GPU-h counts the pods' GPU requests x container run time (whole seconds); "
-                   f"our container account {container_h:.3f} GPU-h adds the node's provisioning "
+                   f"our container account {container_h:.3f} GPU-h also bills a new node's provisioning "
                    f"({container_h - argo_h:+.3f} GPU-h)")
     their_h, their_usd = m.get("opencost_gpu_hours"), m.get("opencost_gpu_cost_usd")
     if their_h is not None and their_usd is not None and hours is not None and usd is not None and price is not None:
