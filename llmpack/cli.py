@@ -308,6 +308,10 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
         raise InputError("--scale-down-delay-s: only with --cluster (local runs bill no nodes)")
     if local and opencost is not None:
         raise InputError("--opencost: only with --cluster (OpenCost prices a cluster's pods)")
+    if opencost is not None:
+        from llmpack.k8s.reconcile import check_opencost_url
+
+        check_opencost_url(opencost)  # before anything slow is imported
     if local and (ca_cert or insecure_skip_tls_verify):
         raise InputError("--ca-cert / --insecure-skip-tls-verify: only with --cluster (local runs talk to no server)")
     if not local:

@@ -93,6 +93,61 @@ def test_argo_resources_duration_is_request_times_container_run_time() -> None:
     assert reconcile.argo_metrics(None) == {}
 
 
+def test_argo_standin_status_nodes_read_back_through_hera() -> None:
+    """The stand-in's status.nodes (from the Kubernetes stand-in's pods), as Hera's WorkflowsService reads them."""
+    from standins.argo_server import ArgoServerStandIn
+    from standins.k8s_api import KubeAPIStandIn, iter_pod_states
+
+    from argo_workflows.submit import wait_for_workflow
+
+    with KubeAPIStandIn(token="k", namespaces=("llmpack",)) as kube, ArgoServerStandIn(token="a") as argo:
+        argo.watch_pods(kube)
+        wf = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "wf-abcde"},
+              "spec": {"entrypoint": "main", "templates": [{"name": "main", "dag": {"tasks": []}}]}}
+        assert argo._create("llmpack", {"workflow": wf})[0] == 200
+        t0 = 1.8e9
+        for step, gpu_s in (("finetune", 42), ("evaluate", 17)):
+            states = list(iter_pod_states(f"wf-abcde-{step}-123{gpu_s}", namespace="llmpack",
+                                          labels={"workflows.argoproj.io/workflow": "wf-abcde"},
+                                          annotations={"workflows.argoproj.io/node-name": f"wf-abcde.{step}"},
+                                          created=t0, scheduled=t0 + 1, node="gpu-0", sandbox=t0 + 1,
+                                          initialized=t0 + 2, started=t0 + 3, finished=t0 + 3 + gpu_s, argo=True,
+                                          image="img"))
+            kube.apply_pod(states[-1])
+        argo.set_phase("llmpack", "wf-abcde", "Succeeded")
+        done = wait_for_workflow("wf-abcde", host=argo.url, token="a", namespace="llmpack", poll_s=0.01, timeout_s=5)
+    assert done["status"] == "succeeded"
+    assert done["resources_duration"]["nvidia.com/gpu"] == 42 + 17  # one GPU each (the stand-in's pods)
+    assert reconcile.argo_metrics(done["resources_duration"])["argo_gpu_hours"] == pytest.approx(59 / 3600)
+
+
+def test_a_spot_nodes_label_reaches_the_pod_row() -> None:
+    from standins.k8s_api import iter_pod_states, node_object
+
+    from llmpack.k8s.podphases import analyze
+
+    node = node_object("gpu-0", created=1.8e9 - 60, ready=1.8e9 - 30, instance_type="p5en.48xlarge",
+                       gpu_product="NVIDIA-H200")
+    pod = list(iter_pod_states("p", namespace="llmpack", labels={"llmpack.io/step": "finetune"}, created=1.8e9,
+                               scheduled=1.8e9 + 1, node="gpu-0", initialized=1.8e9 + 2, started=1.8e9 + 3,
+                               finished=1.8e9 + 9, image="img"))[-1]
+    assert analyze([pod], [node])[0]["capacity_type"] is None
+    node["metadata"]["labels"]["eks.amazonaws.com/capacityType"] = "SPOT"
+    assert analyze([pod], [node])[0]["capacity_type"] == "spot"
+
+
+def test_opencost_is_refused_off_a_cluster_and_a_bad_url_is_one_line() -> None:
+    from click.testing import CliRunner
+
+    from llmpack.cli import main
+
+    res = CliRunner().invoke(main, ["compare", "--opencost", "http://localhost:9003"])
+    assert res.exit_code == 2 and "--opencost: only with --cluster" in res.output
+    res = CliRunner().invoke(main, ["compare", "--cluster", "--backends", "argo", "--opencost", "localhost:9003"])
+    assert res.exit_code == 2 and "--opencost 'localhost:9003': expected the URL" in res.output
+    assert "Traceback" not in res.output
+
+
 # --------------------------------------------------------------------------- OpenCost: the client's side
 
 
@@ -217,3 +272,10 @@ def test_compare_cluster_prints_argo_and_opencost_beside_ours_on_spot_nodes(
     md, page = (report / "report.md").read_text(), (report / "report.html").read_text()
     assert "## Beside Argo and OpenCost" in md and "<h2>Beside Argo and OpenCost</h2>" in page
     assert "spot node, spot price of file:prices.yaml" in md
+    # Rebuilt from MLflow alone (llmpack report): the same figures, so the same section.
+    from components.record import tracking
+    from llmpack.report import runs_from_mlflow
+    from llmpack.report.beside import table_rows
+
+    rebuilt = runs_from_mlflow(tracking.client(tracking_uri), result["run_group"])
+    assert sorted(cells for cells, _ in table_rows(rebuilt)) == sorted(cells for cells, _ in table_rows(result["runs"]))
