@@ -183,7 +183,10 @@ def explain(run: Mapping[str, Any]) -> list[str]:
         out.append(f"our price {_usd(price)}/GPU-h: {capacity} node, {column} price of "
                    f"{tags.get('llmpack.price_source', '?')}{note}")
     argo_h, container_h = m.get("argo_gpu_hours"), m.get("gpu_hours")
-    if argo_h is not None and container_h is not None:
+    if argo_h is not None and m.get("gang_ready_s") is not None:
+        out.append(f"Argo {argo_h:.3f} GPU-h counts only the Workflow's own pods: the TrainJob's node pods, "
+                   "made by the launcher, hold the training GPUs and are not Argo's")
+    elif argo_h is not None and container_h is not None:
         out.append(f"Argo {argo_h:.3f} GPU-h counts the pods' GPU requests x container run time (whole seconds); "
                    f"our container account {container_h:.3f} GPU-h also bills a new node's provisioning "
                    f"({container_h - argo_h:+.3f} GPU-h)")

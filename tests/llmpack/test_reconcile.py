@@ -166,6 +166,8 @@ def test_the_difference_with_opencost_splits_exactly_into_node_time_and_price() 
     assert "no spot price in the table: priced on-demand" in why[0]
     assert "+0.100 GPU-h" in why[1]  # container account minus Argo's
     assert "adds CPU and memory" in why[3]
+    gang = reconcile.explain(_run(node_gpu_hours=2.0, cost_usd=8.0, gpu_hours=0.5, argo_gpu_hours=0.0, gang_ready_s=40.0))
+    assert "TrainJob's node pods" in gang[1]
     (row,) = reconcile.rows([run, _run(node_gpu_hours=1.0)])  # a run with neither figure has no row
     assert row["label"] == "argo" and row["ours_gpu_hours"] == 2.0 and row["opencost_gpu_cost_usd"] == 1.5
 
