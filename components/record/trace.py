@@ -9,6 +9,10 @@ from it after the fact, whatever tool started the run, and is the same on every 
 * a **run** span ``pipeline <name>`` from submit to the last step's finish;
 * per step a **step** span ``step <step>`` and per attempt an **attempt** span
   ``<step> attempt <n>``;
+* in a TrainJob gang's attempt, a **node** span ``<step> node <n>`` per node pod (its
+  ``<event>.node<n>`` records, which ``compare --cluster`` adds from the pods) and a **rank** span
+  ``<step> rank <r>`` per rank (its ``<event>.rank<r>`` records), under its node when the ranks
+  divide evenly over the nodes, else under the attempt; inside them the same phase spans;
 * inside an attempt, a **phase** span between each pair of consecutive events it recorded, named
   by what happens in it (:data:`PHASES`): ``queued``, ``provisioning``, ``pulling and starting``,
   ``starting``, ``loading the model``, ``first step``, then ``training`` / ``evaluating`` /
@@ -57,6 +61,7 @@ RUN_TAGS = ("llmpack.orchestrator", "llmpack.mode", "llmpack.run_group", "llmpac
             "llmpack.gpu_count", "llmpack.price_per_gpu_hour", "llmpack.price_source", "llmpack.status")
 
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
+_MEMBER = re.compile(r"^(?P<event>[a-z_]+)\.(?P<kind>node|rank)(?P<n>\d+)$")  # node_ready.node1, finished.rank3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +76,8 @@ class Span:
     attributes: Mapping[str, str | float | int]
     ok: bool = True
 
-    def otlp(self, trace_id: str) -> dict[str, Any]:
+    def otlp(self, trace_id: str, *, detach: str | None = None) -> dict[str, Any]:
+        """The OTLP/JSON span; with ``detach`` (a parent span id), that parent becomes a link instead."""
         span: dict[str, Any] = {
             "traceId": trace_id,
             "spanId": self.span_id,
@@ -82,7 +88,10 @@ class Span:
             "attributes": [_attribute(k, v) for k, v in sorted(self.attributes.items())],
             "status": {"code": 1 if self.ok else 2},  # STATUS_CODE_OK / STATUS_CODE_ERROR
         }
-        if self.parent_id:
+        if self.parent_id and self.parent_id == detach:
+            span["links"] = [{"traceId": trace_id, "spanId": self.parent_id}]
+            span["attributes"].append(_attribute("llmpack.parent_span_id", self.parent_id))
+        elif self.parent_id:
             span["parentSpanId"] = self.parent_id
         return span
 
@@ -94,12 +103,20 @@ class Trace:
     trace_id: str
     spans: tuple[Span, ...]
     resource: Mapping[str, str]
+    joined: str | None = None  # the TRACEPARENT's span id the run span is a child of
 
-    def otlp(self) -> dict[str, Any]:
-        """The OTLP/JSON ``ExportTraceServiceRequest`` body."""
+    def otlp(self, *, root: bool = False) -> dict[str, Any]:
+        """The OTLP/JSON ``ExportTraceServiceRequest`` body.
+
+        ``root``: the run span is the trace's root even when it joined a ``TRACEPARENT`` (same trace
+        id; the parent becomes a span link and ``llmpack.parent_span_id``). MLflow needs that: it
+        keeps a trace whose root span it never receives ``IN_PROGRESS`` and links it to no run,
+        and the orchestrator's own spans go to its collector, not to MLflow.
+        """
+        detach = self.joined if root else None
         return {"resourceSpans": [{
             "resource": {"attributes": [_attribute(k, v) for k, v in sorted(self.resource.items())]},
-            "scopeSpans": [{"scope": {"name": SCOPE}, "spans": [s.otlp(self.trace_id) for s in self.spans]}],
+            "scopeSpans": [{"scope": {"name": SCOPE}, "spans": [s.otlp(self.trace_id, detach=detach) for s in self.spans]}],
         }]}
 
 
@@ -153,7 +170,7 @@ def build_trace(records: Iterable[Record], *, pipeline_run: str, submitted_at: f
         previous = step
     orchestrator = tags.get("llmpack.orchestrator", "")
     resource = {"service.name": "llmpack", "service.namespace": orchestrator or "llmpack"}
-    return Trace(trace_id=trace_id, spans=tuple(spans), resource=resource)
+    return Trace(trace_id=trace_id, spans=tuple(spans), resource=resource, joined=joined[1] if joined else None)
 
 
 def _step_spans(step: StepTimes, pipeline_run: str, run_id: str, sid: Any) -> list[Span]:
@@ -182,10 +199,38 @@ def _step_spans(step: StepTimes, pipeline_run: str, run_id: str, sid: Any) -> li
                         "llmpack.attempt": number},
             ok=finished)
         spans.append(attempt_span)
-        for (name, t0), (following, t1) in zip(events, events[1:], strict=False):
-            spans.append(Span(name=phase_name(step.step, name, following), span_id=sid(f"phase/{step.step}/{number}/{name}"),
-                              parent_id=attempt_span.span_id, start=t0, end=t1,
-                              attributes={"llmpack.from_event": name, "llmpack.to_event": following}))
+        spans += _phases(step.step, events, attempt_span.span_id, sid, f"{step.step}/{number}")
+        spans += _gang_spans(step.step, attempt.events, attempt_span.span_id, sid, number)
+    return spans
+
+
+def _phases(step: str, events: list[tuple[str, float]], parent: str, sid: Any, path: str) -> list[Span]:
+    """A phase span between each pair of consecutive events (``events`` in order)."""
+    return [Span(name=phase_name(step, name, following), span_id=sid(f"phase/{path}/{name}"), parent_id=parent,
+                 start=t0, end=t1, attributes={"llmpack.from_event": name, "llmpack.to_event": following})
+            for (name, t0), (following, t1) in zip(events, events[1:], strict=False)]
+
+
+def _gang_spans(step: str, events: Mapping[str, float], attempt_id: str, sid: Any, number: int) -> list[Span]:
+    """A gang attempt's node and rank spans from its ``<event>.node<n>`` / ``<event>.rank<r>`` records."""
+    members: dict[str, dict[int, dict[str, float]]] = {"node": {}, "rank": {}}
+    for key, t in events.items():
+        if (m := _MEMBER.match(key)) is not None and m.group("event") in ALL_EVENTS:
+            members[m.group("kind")].setdefault(int(m.group("n")), {})[m.group("event")] = t
+    nodes, ranks = members["node"], members["rank"]
+    per_node = len(ranks) // len(nodes) if nodes and ranks and len(ranks) % len(nodes) == 0 else 0
+    node_of = {r: sorted(nodes)[i // per_node] for i, r in enumerate(sorted(ranks))} if per_node else {}
+    spans: list[Span] = []
+    for kind, found in (("node", nodes), ("rank", ranks)):
+        for n, mine in sorted(found.items()):
+            ordered = [(e, mine[e]) for e in ALL_EVENTS if e in mine]
+            times = [t for _, t in ordered] + [ranks[r][e] for r in ranks if node_of.get(r) == n and kind == "node"
+                                               for e in ranks[r]]
+            parent = sid(f"node/{step}/{number}/{node_of[n]}") if kind == "rank" and n in node_of else attempt_id
+            span = Span(name=f"{step} {kind} {n}", span_id=sid(f"{kind}/{step}/{number}/{n}"), parent_id=parent,
+                        start=min(times), end=max(times), ok=kind == "node" or "finished" in mine,
+                        attributes={"cicd.pipeline.task.name": step, f"llmpack.{kind}": n, "llmpack.attempt": number})
+            spans += [span, *_phases(step, ordered, span.span_id, sid, f"{step}/{number}/{kind}{n}")]
     return spans
 
 
