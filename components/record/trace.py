@@ -13,8 +13,8 @@ from it after the fact, whatever tool started the run, and is the same on every 
   ``<event>.node<n>`` records, which ``compare --cluster`` adds from the pods) and a **rank** span
   ``<step> rank <r>`` per rank (its ``<event>.rank<r>`` records), under its node when the ranks
   divide evenly over the nodes, else under the attempt; inside them the same phase spans;
-* inside an attempt, a **phase** span between each pair of consecutive events it recorded, named
-  by what happens in it (:data:`PHASES`): ``queued``, ``provisioning``, ``pulling and starting``,
+* inside an attempt, a **phase** span between each pair of consecutive events it recorded (in
+  time order), named by the event that ends it (:data:`PHASES`): ``queued``, ``provisioning``, ``pulling and starting``,
   ``starting``, ``loading the model``, ``first step``, then ``training`` / ``evaluating`` /
   ``registering`` / ``running``;
 * between the run's submit and the first step's start a ``spin-up`` span, and between one step's
@@ -44,14 +44,16 @@ from components.record.telemetry import ALL_EVENTS, Record, StepTimes, group_by_
 PIPELINE_NAME = "llmpack-finetune"
 SCOPE = "llmpack"
 
-# The span between an event and the next event an attempt recorded, named by what happens in it.
+# The span between an event and the next event an attempt recorded (in time order), named by what it
+# waited for: the event that ends it. A pod on a node the autoscaler brings up is created, waits for
+# the node (provisioning), then is bound (queued); on a node that is there it is bound at once.
 PHASES: dict[str, str] = {
-    "pod_created": "queued",
-    "pod_scheduled": "provisioning",
-    "node_ready": "pulling and starting",
-    "container_started": "starting",
-    "process_started": "loading the model",
-    "model_loaded": "first step",
+    "pod_scheduled": "queued",
+    "node_ready": "provisioning",
+    "container_started": "pulling and starting",
+    "process_started": "starting",
+    "model_loaded": "loading the model",
+    "first_step": "first step",
 }
 # After the last of those events, until ``finished``: what the step does.
 WORK: dict[str, str] = {"finetune": "training", "evaluate": "evaluating", "register": "registering"}
@@ -185,7 +187,7 @@ def _step_spans(step: StepTimes, pipeline_run: str, run_id: str, sid: Any) -> li
                      ok="finished" in attempts[-1].events)
     spans = [step_span]
     for n, attempt in enumerate(attempts):
-        events = [(name, attempt.events[name]) for name in ALL_EVENTS if name in attempt.events]
+        events = in_order(attempt.events)
         if not events:
             continue
         number = attempt.attempt if step.attempts else n
@@ -223,7 +225,7 @@ def _gang_spans(step: str, events: Mapping[str, float], attempt_id: str, sid: An
     spans: list[Span] = []
     for kind, found in (("node", nodes), ("rank", ranks)):
         for n, mine in sorted(found.items()):
-            ordered = [(e, mine[e]) for e in ALL_EVENTS if e in mine]
+            ordered = in_order(mine)
             times = [t for _, t in ordered] + [ranks[r][e] for r in ranks if node_of.get(r) == n and kind == "node"
                                                for e in ranks[r]]
             parent = sid(f"node/{step}/{number}/{node_of[n]}") if kind == "rank" and n in node_of else attempt_id
@@ -234,13 +236,18 @@ def _gang_spans(step: str, events: Mapping[str, float], attempt_id: str, sid: An
     return spans
 
 
+def in_order(events: Mapping[str, float]) -> list[tuple[str, float]]:
+    """The events of :data:`ALL_EVENTS` among ``events``, in time order (ties in the order they happen)."""
+    return sorted(((e, events[e]) for e in ALL_EVENTS if e in events), key=lambda item: (item[1], ALL_EVENTS.index(item[0])))
+
+
 def phase_name(step: str, event: str, following: str) -> str:
     """What happens between two consecutive events of an attempt (module docstring)."""
     if following == "finished":
         return WORK.get(step, "running")
-    if event == "process_started" and following != "model_loaded":
+    if event == "process_started" and following == "first_step":
         return "starting up"
-    return PHASES.get(event, "running")
+    return PHASES.get(following, "running")
 
 
 def _span_ids(pipeline_run: str) -> Any:

@@ -37,6 +37,7 @@ from components.record.trace import Trace
 
 TRACE_FILE = "trace.otlp.json"
 TRACE_TAG = "llmpack.trace_id"
+PARENT_TAG = "llmpack.traceparent"  # the TRACEPARENT a sent trace joined (close.export_trace)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -215,3 +215,16 @@ def test_toward_mlflow_a_joined_trace_keeps_its_id_with_the_parent_as_a_link() -
     assert sum("parentSpanId" not in s for s in spans) == 1
     unjoined = build_trace(_records(), pipeline_run=CTX.pipeline_run, submitted_at=100.0)
     assert unjoined.otlp(root=True) == unjoined.otlp()
+
+
+def test_a_pod_waiting_for_a_new_node_is_provisioning_then_queued_in_time_order() -> None:
+    """The autoscaler's node is Ready before the scheduler binds the pod: phases follow the times, never backwards."""
+    events = {"pod_created": 1.0, "node_ready": 8.0, "pod_scheduled": 9.0, "container_started": 14.0,
+              "process_started": 14.5, "model_loaded": 16.0, "first_step": 17.0, "finished": 20.0}
+    recs = [make_record(CTX, "event", "finetune", name, CTX.submitted_at + t) for name, t in events.items()]
+    spans = from_otlp(build_trace(recs, pipeline_run=CTX.pipeline_run, submitted_at=100.0).otlp())
+    named = _by_name(spans)
+    for name, start, end in (("provisioning", 101.0, 108.0), ("queued", 108.0, 109.0),
+                             ("pulling and starting", 109.0, 114.0), ("starting", 114.0, 114.5)):
+        (span,) = named[name]
+        assert (_seconds(span, "startTimeUnixNano"), _seconds(span, "endTimeUnixNano")) == (start, end), name
