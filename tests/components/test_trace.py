@@ -228,3 +228,27 @@ def test_a_pod_waiting_for_a_new_node_is_provisioning_then_queued_in_time_order(
                              ("pulling and starting", 109.0, 114.0), ("starting", 114.0, 114.5)):
         (span,) = named[name]
         assert (_seconds(span, "startTimeUnixNano"), _seconds(span, "endTimeUnixNano")) == (start, end), name
+
+
+@pytest.mark.slow  # an MLflow store: seconds on a loaded machine
+def test_a_later_sending_joins_the_traceparent_the_record_kept(collector: tuple[str, type[_Collector]],
+                                                              fresh_tracking_uri: str) -> None:
+    """The closing task in Argo's pod joined its TRACEPARENT; compare --cluster or sync, without one, joins it too."""
+    from mlflow.tracking import MlflowClient
+
+    url, handler = collector
+    mc = MlflowClient(fresh_tracking_uri)
+    run_id = mc.create_run("0").info.run_id
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    otlp = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": url}
+    assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env={**otlp, "TRACEPARENT": parent}, out_dir=None,
+                        mc=mc, run_id=run_id) == "sent"
+    tags = mc.get_run(run_id).data.tags
+    assert tags[trace_export.TRACE_TAG] == "0af7651916cd43dd8448eb211c80319c" and tags[trace_export.PARENT_TAG] == parent
+    assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env=otlp, out_dir=None, mc=mc, run_id=run_id) == "sent"
+    first, again = (from_otlp(body) for _, body in handler.received)
+    assert again == first  # the same trace, the same spans: the store updates them in place
+    other = mc.create_run("0").info.run_id  # a record that joined nothing keeps its own trace id, no parent tag
+    assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env=otlp, out_dir=None, mc=mc, run_id=other) == "sent"
+    assert trace_export.PARENT_TAG not in mc.get_run(other).data.tags
+    assert mc.get_run(other).data.tags[trace_export.TRACE_TAG] == trace_id_of(CTX.pipeline_run)
