@@ -104,20 +104,24 @@ def test_each_cluster_path_sends_one_trace_linked_to_its_record(server: MlflowSe
     assert names["kfp"] == names["argo"] == names["mlflow"], names
 
 
-def test_a_gang_trace_has_a_span_per_node_pod_and_per_rank(server: MlflowServer, tmp_path: Path) -> None:
+def test_a_gang_trace_has_a_span_per_node_pod_and_per_rank_on_every_path(server: MlflowServer, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    result, _, _ = _compare(server, tmp_path, backends="argo", nodes=2, gpus=2)
-    (run,) = result["runs"]
-    assert run["trace"] == "sent", run.get("trace")
+    result, _, _ = _compare(server, tmp_path, nodes=2, gpus=2)
     mc = MlflowClient(server.uri)
-    spans = _trace_of(mc, run["artifacts"]["mlflow_run_id"]).data.spans
-    by_id = {s.span_id: s for s in spans}
-    nodes = sorted(s.name for s in spans if " node " in s.name)
-    ranks = {s.name: by_id[s.parent_id].name for s in spans if " rank " in s.name}
-    assert nodes == ["finetune node 0", "finetune node 1"]
-    assert ranks == {f"finetune rank {r}": f"finetune node {r // 2}" for r in range(4)}
-    records = tracking.records_from_run(mc.get_run(run["artifacts"]["mlflow_run_id"]).data.metrics, telemetry.RunContext(
-        run_group=run["run_group"], pipeline_run=run["pipeline_run"], orchestrator="argo", mode="cluster",
-        submitted_at=run["submitted_at"]))
-    _check_phases(spans, records)
+    names: dict[str, set[str]] = {}
+    for run in result["runs"]:
+        assert run["status"] == "succeeded" and run["trace"] == "sent", (run["orchestrator"], run.get("trace"))
+        run_id = run["artifacts"]["mlflow_run_id"]
+        spans = _trace_of(mc, run_id).data.spans
+        by_id = {s.span_id: s for s in spans}
+        nodes = sorted(s.name for s in spans if " node " in s.name)
+        ranks = {s.name: by_id[s.parent_id].name for s in spans if " rank " in s.name}
+        assert nodes == ["finetune node 0", "finetune node 1"], run["orchestrator"]
+        assert ranks == {f"finetune rank {r}": f"finetune node {r // 2}" for r in range(4)}
+        records = tracking.records_from_run(mc.get_run(run_id).data.metrics, telemetry.RunContext(
+            run_group=run["run_group"], pipeline_run=run["pipeline_run"], orchestrator=run["orchestrator"],
+            mode="cluster", submitted_at=run["submitted_at"]))
+        _check_phases(spans, records)
+        names[run["orchestrator"]] = {s.name for s in spans}
+    assert names["kfp"] == names["argo"] == names["mlflow"], names
