@@ -1,7 +1,8 @@
 """Every run a trace: OpenTelemetry spans built from a pipeline run's JSONL events.
 
-The JSONL is the source of truth (see :mod:`components.record.telemetry`), so the trace is built
-from it after the fact, whatever tool started the run, and is the same on every path:
+The JSONL is the source of truth (see :mod:`components.record.telemetry`; on a cluster, the same
+records as the steps logged them to MLflow), so the trace is built from it after the fact, whatever
+tool started the run, and is the same on every path:
 
 * one **trace** per pipeline run; its id is derived from the pipeline-run id (a rebuilt trace is
   the same trace), or taken from a W3C ``TRACEPARENT`` (Argo 4.1 injects one into the main
@@ -14,9 +15,9 @@ from it after the fact, whatever tool started the run, and is the same on every 
   ``<step> rank <r>`` per rank (its ``<event>.rank<r>`` records), under its node when the ranks
   divide evenly over the nodes, else under the attempt; inside them the same phase spans;
 * inside an attempt, a **phase** span between each pair of consecutive events it recorded (in
-  time order), named by the event that ends it (:data:`PHASES`): ``queued``, ``provisioning``, ``pulling and starting``,
-  ``starting``, ``loading the model``, ``first step``, then ``training`` / ``evaluating`` /
-  ``registering`` / ``running``;
+  time order), named by the event that ends it (:data:`PHASES`): ``provisioning``, ``queued``,
+  ``pulling and starting``, ``starting``, ``loading the model``, ``first step``, then ``training`` /
+  ``evaluating`` / ``registering`` / ``running``;
 * between the run's submit and the first step's start a ``spin-up`` span, and between one step's
   finish and the next step's start a ``hand-over`` span.
 
