@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -21,6 +22,7 @@ from typing import Any
 
 from components.errors import InputError
 from components.record import cost, telemetry, tracking
+from components.record.close import export_trace
 from llmpack.backends import cluster_path, cluster_submitter
 from llmpack.gpu_catalogue import node_gpu, resolve_node_price
 from llmpack.k8s.billing import (
@@ -446,6 +448,9 @@ class Session:
                                   end_time=int(end * 1000) if end else None)
             except Exception as exc:  # noqa: BLE001
                 record["warnings"].append(f"MLflow summary logging failed ({type(exc).__name__})")
+            # The pipeline's own closing task sent the trace of its steps; this one adds the pod phases.
+            record["trace"] = export_trace(records, ctx=ctx, tags=tags, finished_at=end or ctx.submitted_at, out_dir=None,
+                                           env={**os.environ, "MLFLOW_TRACKING_URI": self.uri}, mc=mc, run_id=run_id)
 
         record.update(
             status=status,

@@ -291,24 +291,30 @@ def export_trace(records: list[Record], *, ctx: RunContext, tags: Mapping[str, s
                  env: Mapping[str, str], out_dir: Path | None, mc: Any = None, run_id: str | None = None) -> str:
     """The run's trace (:mod:`components.record.trace`) written beside its records and sent, never failing the run.
 
-    ``TRACEPARENT`` (Argo 4.1 injects one) makes the run's spans join the orchestrator's trace.
+    ``TRACEPARENT`` (Argo 4.1 injects one) makes the run's spans join the orchestrator's trace; the
+    record keeps it (tag ``llmpack.traceparent``), so a later sending from another process (``compare
+    --cluster`` adding the pod phases, ``llmpack sync``) joins the same trace rather than starting one.
     Returns ``sent`` or the line saying why not; a sent trace tags the record ``llmpack.trace_id``.
     """
     from components.record import trace, trace_export
 
-    built = trace.build_trace(records, pipeline_run=ctx.pipeline_run, submitted_at=ctx.submitted_at, tags=tags,
-                              finished_at=finished_at, traceparent=env.get("TRACEPARENT"))
-    experiment_id = None
+    experiment_id, recorded = None, {}
     if mc is not None and run_id:
         try:
-            experiment_id = mc.get_run(run_id).info.experiment_id
+            run = mc.get_run(run_id)
+            experiment_id, recorded = run.info.experiment_id, dict(run.data.tags)
         except Exception:  # noqa: BLE001 - telemetry about the run never fails it
             experiment_id = None
+    parent = env.get("TRACEPARENT") or recorded.get(trace_export.PARENT_TAG)
+    built = trace.build_trace(records, pipeline_run=ctx.pipeline_run, submitted_at=ctx.submitted_at, tags=tags,
+                              finished_at=finished_at, traceparent=parent)
     note = trace_export.export_run(built, env=env, out_dir=out_dir, tracking_uri=env.get("MLFLOW_TRACKING_URI"),
                                    experiment_id=experiment_id, run_id=run_id)
     if note is None and mc is not None and run_id:
+        sent = {trace_export.TRACE_TAG: built.trace_id, **({trace_export.PARENT_TAG: parent} if built.joined else {})}
         try:
-            mc.set_tag(run_id, trace_export.TRACE_TAG, built.trace_id)
+            for key, value in sent.items():
+                mc.set_tag(run_id, key, value)
         except Exception:  # noqa: BLE001 - untagged: llmpack sync sends it again, MLflow keeps one trace per id
             pass
     return "sent" if note is None else note

@@ -1,7 +1,8 @@
 """Every run a trace: OpenTelemetry spans built from a pipeline run's JSONL events.
 
-The JSONL is the source of truth (see :mod:`components.record.telemetry`), so the trace is built
-from it after the fact, whatever tool started the run, and is the same on every path:
+The JSONL is the source of truth (see :mod:`components.record.telemetry`; on a cluster, the same
+records as the steps logged them to MLflow), so the trace is built from it after the fact, whatever
+tool started the run, and is the same on every path:
 
 * one **trace** per pipeline run; its id is derived from the pipeline-run id (a rebuilt trace is
   the same trace), or taken from a W3C ``TRACEPARENT`` (Argo 4.1 injects one into the main
@@ -9,10 +10,14 @@ from it after the fact, whatever tool started the run, and is the same on every 
 * a **run** span ``pipeline <name>`` from submit to the last step's finish;
 * per step a **step** span ``step <step>`` and per attempt an **attempt** span
   ``<step> attempt <n>``;
-* inside an attempt, a **phase** span between each pair of consecutive events it recorded, named
-  by what happens in it (:data:`PHASES`): ``queued``, ``provisioning``, ``pulling and starting``,
-  ``starting``, ``loading the model``, ``first step``, then ``training`` / ``evaluating`` /
-  ``registering`` / ``running``;
+* in a TrainJob gang's attempt, a **node** span ``<step> node <n>`` per node pod (its
+  ``<event>.node<n>`` records, which ``compare --cluster`` adds from the pods) and a **rank** span
+  ``<step> rank <r>`` per rank (its ``<event>.rank<r>`` records), under its node when the ranks
+  divide evenly over the nodes, else under the attempt; inside them the same phase spans;
+* inside an attempt, a **phase** span between each pair of consecutive events it recorded (in
+  time order), named by the event that ends it (:data:`PHASES`): ``provisioning``, ``queued``,
+  ``pulling and starting``, ``starting``, ``loading the model``, ``first step``, then ``training`` /
+  ``evaluating`` / ``registering`` / ``running``;
 * between the run's submit and the first step's start a ``spin-up`` span, and between one step's
   finish and the next step's start a ``hand-over`` span.
 
@@ -40,14 +45,16 @@ from components.record.telemetry import ALL_EVENTS, Record, StepTimes, group_by_
 PIPELINE_NAME = "llmpack-finetune"
 SCOPE = "llmpack"
 
-# The span between an event and the next event an attempt recorded, named by what happens in it.
+# The span between an event and the next event an attempt recorded (in time order), named by what it
+# waited for: the event that ends it. A pod on a node the autoscaler brings up is created, waits for
+# the node (provisioning), then is bound (queued); on a node that is there it is bound at once.
 PHASES: dict[str, str] = {
-    "pod_created": "queued",
-    "pod_scheduled": "provisioning",
-    "node_ready": "pulling and starting",
-    "container_started": "starting",
-    "process_started": "loading the model",
-    "model_loaded": "first step",
+    "pod_scheduled": "queued",
+    "node_ready": "provisioning",
+    "container_started": "pulling and starting",
+    "process_started": "starting",
+    "model_loaded": "loading the model",
+    "first_step": "first step",
 }
 # After the last of those events, until ``finished``: what the step does.
 WORK: dict[str, str] = {"finetune": "training", "evaluate": "evaluating", "register": "registering"}
@@ -57,6 +64,7 @@ RUN_TAGS = ("llmpack.orchestrator", "llmpack.mode", "llmpack.run_group", "llmpac
             "llmpack.gpu_count", "llmpack.price_per_gpu_hour", "llmpack.price_source", "llmpack.status")
 
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
+_MEMBER = re.compile(r"^(?P<event>[a-z_]+)\.(?P<kind>node|rank)(?P<n>\d+)$")  # node_ready.node1, finished.rank3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +79,8 @@ class Span:
     attributes: Mapping[str, str | float | int]
     ok: bool = True
 
-    def otlp(self, trace_id: str) -> dict[str, Any]:
+    def otlp(self, trace_id: str, *, detach: str | None = None) -> dict[str, Any]:
+        """The OTLP/JSON span; with ``detach`` (a parent span id), that parent becomes a link instead."""
         span: dict[str, Any] = {
             "traceId": trace_id,
             "spanId": self.span_id,
@@ -82,7 +91,10 @@ class Span:
             "attributes": [_attribute(k, v) for k, v in sorted(self.attributes.items())],
             "status": {"code": 1 if self.ok else 2},  # STATUS_CODE_OK / STATUS_CODE_ERROR
         }
-        if self.parent_id:
+        if self.parent_id and self.parent_id == detach:
+            span["links"] = [{"traceId": trace_id, "spanId": self.parent_id}]
+            span["attributes"].append(_attribute("llmpack.parent_span_id", self.parent_id))
+        elif self.parent_id:
             span["parentSpanId"] = self.parent_id
         return span
 
@@ -94,12 +106,20 @@ class Trace:
     trace_id: str
     spans: tuple[Span, ...]
     resource: Mapping[str, str]
+    joined: str | None = None  # the TRACEPARENT's span id the run span is a child of
 
-    def otlp(self) -> dict[str, Any]:
-        """The OTLP/JSON ``ExportTraceServiceRequest`` body."""
+    def otlp(self, *, root: bool = False) -> dict[str, Any]:
+        """The OTLP/JSON ``ExportTraceServiceRequest`` body.
+
+        ``root``: the run span is the trace's root even when it joined a ``TRACEPARENT`` (same trace
+        id; the parent becomes a span link and ``llmpack.parent_span_id``). MLflow needs that: it
+        keeps a trace whose root span it never receives ``IN_PROGRESS`` and links it to no run,
+        and the orchestrator's own spans go to its collector, not to MLflow.
+        """
+        detach = self.joined if root else None
         return {"resourceSpans": [{
             "resource": {"attributes": [_attribute(k, v) for k, v in sorted(self.resource.items())]},
-            "scopeSpans": [{"scope": {"name": SCOPE}, "spans": [s.otlp(self.trace_id) for s in self.spans]}],
+            "scopeSpans": [{"scope": {"name": SCOPE}, "spans": [s.otlp(self.trace_id, detach=detach) for s in self.spans]}],
         }]}
 
 
@@ -153,7 +173,7 @@ def build_trace(records: Iterable[Record], *, pipeline_run: str, submitted_at: f
         previous = step
     orchestrator = tags.get("llmpack.orchestrator", "")
     resource = {"service.name": "llmpack", "service.namespace": orchestrator or "llmpack"}
-    return Trace(trace_id=trace_id, spans=tuple(spans), resource=resource)
+    return Trace(trace_id=trace_id, spans=tuple(spans), resource=resource, joined=joined[1] if joined else None)
 
 
 def _step_spans(step: StepTimes, pipeline_run: str, run_id: str, sid: Any) -> list[Span]:
@@ -168,7 +188,7 @@ def _step_spans(step: StepTimes, pipeline_run: str, run_id: str, sid: Any) -> li
                      ok="finished" in attempts[-1].events)
     spans = [step_span]
     for n, attempt in enumerate(attempts):
-        events = [(name, attempt.events[name]) for name in ALL_EVENTS if name in attempt.events]
+        events = in_order(attempt.events)
         if not events:
             continue
         number = attempt.attempt if step.attempts else n
@@ -182,20 +202,53 @@ def _step_spans(step: StepTimes, pipeline_run: str, run_id: str, sid: Any) -> li
                         "llmpack.attempt": number},
             ok=finished)
         spans.append(attempt_span)
-        for (name, t0), (following, t1) in zip(events, events[1:], strict=False):
-            spans.append(Span(name=phase_name(step.step, name, following), span_id=sid(f"phase/{step.step}/{number}/{name}"),
-                              parent_id=attempt_span.span_id, start=t0, end=t1,
-                              attributes={"llmpack.from_event": name, "llmpack.to_event": following}))
+        spans += _phases(step.step, events, attempt_span.span_id, sid, f"{step.step}/{number}")
+        spans += _gang_spans(step.step, attempt.events, attempt_span.span_id, sid, number)
     return spans
+
+
+def _phases(step: str, events: list[tuple[str, float]], parent: str, sid: Any, path: str) -> list[Span]:
+    """A phase span between each pair of consecutive events (``events`` in order)."""
+    return [Span(name=phase_name(step, name, following), span_id=sid(f"phase/{path}/{name}"), parent_id=parent,
+                 start=t0, end=t1, attributes={"llmpack.from_event": name, "llmpack.to_event": following})
+            for (name, t0), (following, t1) in zip(events, events[1:], strict=False)]
+
+
+def _gang_spans(step: str, events: Mapping[str, float], attempt_id: str, sid: Any, number: int) -> list[Span]:
+    """A gang attempt's node and rank spans from its ``<event>.node<n>`` / ``<event>.rank<r>`` records."""
+    members: dict[str, dict[int, dict[str, float]]] = {"node": {}, "rank": {}}
+    for key, t in events.items():
+        if (m := _MEMBER.match(key)) is not None and m.group("event") in ALL_EVENTS:
+            members[m.group("kind")].setdefault(int(m.group("n")), {})[m.group("event")] = t
+    nodes, ranks = members["node"], members["rank"]
+    per_node = len(ranks) // len(nodes) if nodes and ranks and len(ranks) % len(nodes) == 0 else 0
+    node_of = {r: sorted(nodes)[i // per_node] for i, r in enumerate(sorted(ranks))} if per_node else {}
+    spans: list[Span] = []
+    for kind, found in (("node", nodes), ("rank", ranks)):
+        for n, mine in sorted(found.items()):
+            ordered = in_order(mine)
+            times = [t for _, t in ordered] + [ranks[r][e] for r in ranks if node_of.get(r) == n and kind == "node"
+                                               for e in ranks[r]]
+            parent = sid(f"node/{step}/{number}/{node_of[n]}") if kind == "rank" and n in node_of else attempt_id
+            span = Span(name=f"{step} {kind} {n}", span_id=sid(f"{kind}/{step}/{number}/{n}"), parent_id=parent,
+                        start=min(times), end=max(times), ok=kind == "node" or "finished" in mine,
+                        attributes={"cicd.pipeline.task.name": step, f"llmpack.{kind}": n, "llmpack.attempt": number})
+            spans += [span, *_phases(step, ordered, span.span_id, sid, f"{step}/{number}/{kind}{n}")]
+    return spans
+
+
+def in_order(events: Mapping[str, float]) -> list[tuple[str, float]]:
+    """The events of :data:`ALL_EVENTS` among ``events``, in time order (ties in the order they happen)."""
+    return sorted(((e, events[e]) for e in ALL_EVENTS if e in events), key=lambda item: (item[1], ALL_EVENTS.index(item[0])))
 
 
 def phase_name(step: str, event: str, following: str) -> str:
     """What happens between two consecutive events of an attempt (module docstring)."""
     if following == "finished":
         return WORK.get(step, "running")
-    if event == "process_started" and following != "model_loaded":
+    if event == "process_started" and following == "first_step":
         return "starting up"
-    return PHASES.get(event, "running")
+    return PHASES.get(following, "running")
 
 
 def _span_ids(pipeline_run: str) -> Any:

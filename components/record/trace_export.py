@@ -10,7 +10,9 @@ Targets, first match wins (:func:`target`):
 2. Else, when the tracking URI is an HTTP(S) MLflow server: its ``/v1/traces`` (MLflow 3's OTLP
    ingest), with ``x-mlflow-experiment-id`` and ``x-mlflow-run-id`` so the trace is linked to the
    pipeline's run, and MLflow's own credentials (``MLFLOW_TRACKING_TOKEN`` or
-   ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``; ``MLFLOW_TRACKING_INSECURE_TLS``).
+   ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``; ``MLFLOW_TRACKING_INSECURE_TLS``). A trace that
+   joined a ``TRACEPARENT`` keeps its trace id there, with the run span as its root and the
+   parent as a span link: MLflow would keep it ``IN_PROGRESS`` and unlinked otherwise.
 3. Else nowhere (a sqlite or file store keeps no traces); the trace file beside the run still is.
 
 Sending is one bounded try (``timeout_s``, default 5 s): a trace is telemetry about the run and
@@ -35,6 +37,7 @@ from components.record.trace import Trace
 
 TRACE_FILE = "trace.otlp.json"
 TRACE_TAG = "llmpack.trace_id"
+PARENT_TAG = "llmpack.traceparent"  # the TRACEPARENT a sent trace joined (close.export_trace)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +79,7 @@ def send(trace: Trace, to: Target, *, env: Mapping[str, str] | None = None, time
     env = os.environ if env is None else env
     if env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "")) == "grpc":
         return "OTLP over gRPC is not supported; set OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/json"
-    body = json.dumps(trace.otlp()).encode()
+    body = json.dumps(trace.otlp(root=to.kind == "mlflow")).encode()  # MLflow keeps whole traces only (Trace.otlp)
     request = urllib.request.Request(to.url, data=body, method="POST",
                                      headers={"Content-Type": "application/json", **to.headers})
     context = ssl._create_unverified_context() if to.insecure else None  # noqa: S323 - the user asked for it

@@ -1,7 +1,8 @@
 """The report's runs as OpenTelemetry traces: ``traces.otlp.json`` beside ``report.html``.
 
 One trace per run (:func:`components.record.trace.build_trace`), built from the events the
-report already holds, so a report rebuilt from MLflow alone, offline, still carries them. A run's
+report already holds, so a report rebuilt from MLflow alone, offline, still carries them (a gang's
+node and rank spans too: its ``<event>.node<n>`` / ``<event>.rank<r>`` events are there). A run's
 retried attempts are not in its ``events`` (each step's last attempt is), so their spans are in
 the run's own ``trace.otlp.json`` (the run directory, or the trace MLflow keeps), not here.
 Load the file into any OTLP/JSON reader, or send it on: ``curl -H 'Content-Type: application/json'

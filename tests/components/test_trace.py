@@ -164,3 +164,91 @@ def test_the_closing_task_joins_a_planted_traceparent(collector: tuple[str, type
     assert {s["traceId"] for s in spans} == {"0af7651916cd43dd8448eb211c80319c"}
     roots = [s for s in spans if s.get("parentSpanId") == "b7ad6b7169203331"]
     assert [s["name"] for s in roots] == ["pipeline llmpack-finetune"]
+
+
+def _gang_records() -> list[Any]:
+    """A finetune gang of 2 nodes x 2 GPUs: the launcher's events, each node pod's and each rank's."""
+    recs = [make_record(CTX, "event", "finetune", name, CTX.submitted_at + t)
+            for name, t in {"process_started": 5.0, "model_loaded": 30.0, "first_step": 31.0, "finished": 40.0}.items()]
+    for node, late in ((0, 0.0), (1, 3.0)):
+        recs += [make_record(CTX, "event", "finetune", f"{name}.node{node}", CTX.submitted_at + t + late)
+                 for name, t in {"pod_created": 7.0, "pod_scheduled": 15.0, "node_ready": 14.0, "container_started": 20.0}.items()]
+    for rank in range(4):
+        recs += [make_record(CTX, "event", "finetune", f"{name}.rank{rank}", CTX.submitted_at + t + rank * 0.1)
+                 for name, t in {"process_started": 24.0, "model_loaded": 29.0, "first_step": 30.5, "finished": 38.0}.items()]
+    return recs
+
+
+def test_a_gang_has_a_span_per_node_pod_and_per_rank_with_the_same_phase_names() -> None:
+    spans = from_otlp(build_trace(_gang_records(), pipeline_run=CTX.pipeline_run, submitted_at=100.0).otlp())
+    named, ids = _by_name(spans), {s["spanId"]: s for s in spans}
+    attempt = named["finetune attempt 0"][0]
+    for node in (0, 1):
+        (span,) = named[f"finetune node {node}"]
+        assert span["parentSpanId"] == attempt["spanId"]
+        assert _seconds(span, "startTimeUnixNano") == 107.0 + 3.0 * node
+    for rank in range(4):  # ranks 0, 1 on node 0 and 2, 3 on node 1; each rank's own phases inside it
+        (span,) = named[f"finetune rank {rank}"]
+        assert ids[span["parentSpanId"]]["name"] == f"finetune node {rank // 2}"
+        assert (_seconds(span, "startTimeUnixNano"), _seconds(span, "endTimeUnixNano")) == pytest.approx(
+            (124.0 + rank * 0.1, 138.0 + rank * 0.1))
+        mine = [s for s in spans if s.get("parentSpanId") == span["spanId"]]
+        assert sorted(s["name"] for s in mine) == ["first step", "loading the model", "training"]
+    node1 = [s for s in spans if s.get("parentSpanId") == named["finetune node 1"][0]["spanId"]]
+    assert {"queued", "provisioning", "pulling and starting"} <= {s["name"] for s in node1}
+    assert _seconds(named["finetune node 1"][0], "endTimeUnixNano") == pytest.approx(138.3)  # its last rank's finish
+    assert len({s["spanId"] for s in spans}) == len(spans)
+    # ranks that do not divide over the nodes hang under the attempt
+    odd = [r for r in _gang_records() if not r.name.endswith(".rank3")]
+    spans = from_otlp(build_trace(odd, pipeline_run=CTX.pipeline_run, submitted_at=100.0).otlp())
+    attempt_id = _by_name(spans)["finetune attempt 0"][0]["spanId"]
+    assert all(_by_name(spans)[f"finetune rank {r}"][0]["parentSpanId"] == attempt_id for r in range(3))
+
+
+def test_toward_mlflow_a_joined_trace_keeps_its_id_with_the_parent_as_a_link() -> None:
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    joined = build_trace(_records(), pipeline_run=CTX.pipeline_run, submitted_at=100.0, traceparent=parent)
+    spans = from_otlp(joined.otlp(root=True))
+    (run,) = _by_name(spans)["pipeline llmpack-finetune"]
+    assert "parentSpanId" not in run and run["links"] == [{"traceId": joined.trace_id, "spanId": "00f067aa0ba902b7"}]
+    assert {s["traceId"] for s in spans} == {"4bf92f3577b34da6a3ce929d0e0e4736"}
+    assert sum("parentSpanId" not in s for s in spans) == 1
+    unjoined = build_trace(_records(), pipeline_run=CTX.pipeline_run, submitted_at=100.0)
+    assert unjoined.otlp(root=True) == unjoined.otlp()
+
+
+def test_a_pod_waiting_for_a_new_node_is_provisioning_then_queued_in_time_order() -> None:
+    """The autoscaler's node is Ready before the scheduler binds the pod: phases follow the times, never backwards."""
+    events = {"pod_created": 1.0, "node_ready": 8.0, "pod_scheduled": 9.0, "container_started": 14.0,
+              "process_started": 14.5, "model_loaded": 16.0, "first_step": 17.0, "finished": 20.0}
+    recs = [make_record(CTX, "event", "finetune", name, CTX.submitted_at + t) for name, t in events.items()]
+    spans = from_otlp(build_trace(recs, pipeline_run=CTX.pipeline_run, submitted_at=100.0).otlp())
+    named = _by_name(spans)
+    for name, start, end in (("provisioning", 101.0, 108.0), ("queued", 108.0, 109.0),
+                             ("pulling and starting", 109.0, 114.0), ("starting", 114.0, 114.5)):
+        (span,) = named[name]
+        assert (_seconds(span, "startTimeUnixNano"), _seconds(span, "endTimeUnixNano")) == (start, end), name
+
+
+@pytest.mark.slow  # an MLflow store: seconds on a loaded machine
+def test_a_later_sending_joins_the_traceparent_the_record_kept(collector: tuple[str, type[_Collector]],
+                                                              fresh_tracking_uri: str) -> None:
+    """The closing task in Argo's pod joined its TRACEPARENT; compare --cluster or sync, without one, joins it too."""
+    from mlflow.tracking import MlflowClient
+
+    url, handler = collector
+    mc = MlflowClient(fresh_tracking_uri)
+    run_id = mc.create_run("0").info.run_id
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    otlp = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": url}
+    assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env={**otlp, "TRACEPARENT": parent}, out_dir=None,
+                        mc=mc, run_id=run_id) == "sent"
+    tags = mc.get_run(run_id).data.tags
+    assert tags[trace_export.TRACE_TAG] == "0af7651916cd43dd8448eb211c80319c" and tags[trace_export.PARENT_TAG] == parent
+    assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env=otlp, out_dir=None, mc=mc, run_id=run_id) == "sent"
+    first, again = (from_otlp(body) for _, body in handler.received)
+    assert again == first  # the same trace, the same spans: the store updates them in place
+    other = mc.create_run("0").info.run_id  # a record that joined nothing keeps its own trace id, no parent tag
+    assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env=otlp, out_dir=None, mc=mc, run_id=other) == "sent"
+    assert trace_export.PARENT_TAG not in mc.get_run(other).data.tags
+    assert mc.get_run(other).data.tags[trace_export.TRACE_TAG] == trace_id_of(CTX.pipeline_run)

@@ -39,7 +39,8 @@ step's in-container events are written to the run's MLflow record the way the st
 cluster (:func:`components.record.tracking.open_pipeline_run` + ``log_records``, by ``pipeline_run``):
 ``process_started``, ``model_loaded``, ``first_step``, ``finished`` and the step metrics; and
 the orchestrator reports the run finished (KFP ``SUCCEEDED``, Argo ``Succeeded``, the Job's
-``Complete`` condition), or failed at ``fail={orchestrator: step}``.
+``Complete`` condition), or failed at ``fail={orchestrator: step}``; with ``on_exit``
+(:class:`standins.exit_task.ExitTask`) the pipeline's closing task runs just before that.
 
 Time is virtual and compressed: every timestamp is anchored at the run's ``submitted_at`` and
 laid out with :class:`Timings` (seconds, whole seconds where Kubernetes stamps whole seconds),
@@ -309,6 +310,7 @@ class FakeCluster:
         prepulled: bool = False,
         node_paces: Any = None,
         gpu_node_hook: Any = None,
+        on_exit: Any = None,
     ) -> None:
         self.kube, self.kfp, self.argo = kube, kfp, argo
         self.tracking_uri = tracking_uri
@@ -322,6 +324,7 @@ class FakeCluster:
         self.prepulled = prepulled  # GPU nodes come up with the image on them: no pull
         self.node_paces = node_paces  # standins.node_paces.NodePaces: gang nodes drawn, not cycled
         self.gpu_node_hook = gpu_node_hook  # node object -> node object, for every GPU node (standins.opencost.spot_nodes)
+        self.on_exit = on_exit  # standins.exit_task.ExitTask: the pipeline's closing task, played before the end
         self.scripts: dict[str, RunScript] = {}
         self.errors: list[BaseException] = []
         self._seen: set[Any] = set()
@@ -745,6 +748,8 @@ class FakeCluster:
                                                      message="jobset completed successfully")
                 if self.pace_s:
                     time.sleep(self.pace_s)
+            if self.on_exit is not None and not self._stop.is_set():
+                self.on_exit(script)
             finish()
         finally:
             script.done.set()
