@@ -113,6 +113,7 @@ def compare_cluster(
     gpu_type: str | None = None,
     variants: Iterable[str] | None = None,
     pod: Any = None,
+    preempt: str | None = None,
     **paths: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """Submit every path ``repeats`` times to one cluster, wait, measure; the ``compare()`` result.
@@ -145,6 +146,9 @@ def compare_cluster(
     ("finetune · queued (waiting for a node) · 2 steps done"), then "succeeded" or "failed: ...".
     ``scale_down_delay_s``: how long the autoscaler keeps an empty GPU node; billed after the
     last pod on a node whose removal the watcher did not see (see the module doc).
+    ``preempt`` (``--preempt finetune@30s`` or ``finetune@rate=0.5/h``; :func:`~llmpack.k8s.preemption.parse_preempt`):
+    the preemptions every path runs under, checked here and carried in the result (``preempt``) for
+    the report's preemption section; the attempts' outcomes and waste are measured either way.
     """
     from components.fusion import check_mode
     from components.fusion import fuse as fuse_steps
@@ -168,6 +172,10 @@ def compare_cluster(
     if pod is not None and pod.compiles:
         pipe = pod.apply(pipe)  # what is compiled below: the image and volumes every pod gets
     values = user_parameters(pipe, params)
+    if preempt is not None:
+        from llmpack.k8s.preemption import parse_preempt
+
+        preempt = str(parse_preempt(preempt, [t.name for t in pipe.tasks.values()]))
     unknown = sorted(set(paths) - set(cluster_paths()))
     if unknown:
         raise InputError(f"compare --cluster: no cluster path {unknown[0]!r} (choose among {', '.join(cluster_paths())})")
@@ -228,7 +236,10 @@ def compare_cluster(
                         pod=pod if pod_compiles else None)
             session.artifacts[mode] = {orch: os.path.join(out, path.artifact_path) for orch, path in cluster_paths().items()}
     try:
-        return _compare_all(session, plan, concurrency, group)
+        result = _compare_all(session, plan, concurrency, group)
+        if preempt is not None:
+            result["preempt"] = preempt
+        return result
     finally:
         if compiled_dir is not None:
             import shutil

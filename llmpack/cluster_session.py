@@ -350,6 +350,28 @@ class Session:
         finally:
             api_client.close()
 
+    def _preemptions(self, rows: list[dict[str, Any]], steps: Mapping[str, telemetry.StepTimes], uses: list[cost.GpuUse],
+                     fused: Mapping[str, tuple[str, ...]], price: Any, metrics: dict[str, Any],
+                     record: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Each attempt's outcome and each preemption's waste (:mod:`llmpack.k8s.preemption`); a gang
+        Kueue evicted counts as preempted. Goodput is then the kept training's (the container basis here;
+        the node basis through :func:`kept_train_s`)."""
+        from llmpack.k8s.preemption import preemption_metrics
+
+        gpus = pod_gpus_by_step(uses, fused)
+        gpus.setdefault("main", max(gpus.values(), default=0))  # the MLflow Job's one pod holds the largest step's
+        out, attempts = preemption_metrics(rows, steps, gpus, None if price is None else price.per_gpu_hour,
+                                           retry_gpu_hours=metrics.get("retry_gpu_hours"), aliases=pod_step_aliases(fused))
+        train = steps.get(telemetry.TRAIN_STEP)
+        last = train.metrics.get("train_s") if train else None
+        if out["preemptions"] and out["kept_train_s"] and last and metrics.get("goodput") is not None:
+            metrics["goodput"] = metrics["goodput"] * out["kept_train_s"] / last
+        if out["preemptions"]:
+            record["warnings"].append(f"{out['preemptions']:g} attempt(s) preempted: "
+                                      + ", ".join(f"{a['step']}#{a['attempt']} ({a['reason']})" for a in attempts
+                                                  if a["outcome"] == "preempted"))
+        return out, attempts
+
     def _measure(self, plan: Plan, summary: Mapping[str, Any], result: Mapping[str, Any],
                  rows: list[dict[str, Any]], record: dict[str, Any]) -> None:
         from components.fusion import FUSE_TAG
@@ -404,6 +426,8 @@ class Session:
         metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=end)
         metrics.update(cluster_cost(steps, mine, uses, orch, price, gang=self.gang, fused=fused,
                                     wall_s=metrics.get("total_s")))
+        preempted, attempts = self._preemptions(mine, steps, uses, fused, price, metrics, record)
+        metrics.update(preempted)
         if self.gang is not None:
             ready = gang_ready(mine)
             metrics["gang_ready_s"] = None if ready is None else ready - ctx.submitted_at
@@ -415,7 +439,7 @@ class Session:
             train = steps.get(telemetry.TRAIN_STEP)
             metrics.update(node_cost(bill, {s: st.events for s, st in steps.items()}, {u.step: u.gpus for u in step_uses},
                                      None if price is None else price.per_gpu_hour,
-                                     train_s=train.metrics.get("train_s") if train else None,
+                                     train_s=kept_train_s(metrics, train),
                                      train_tokens=train.metrics.get("train_tokens") if train else None,
                                      wall_s=metrics.get("total_s")))
         metrics = {k: telemetry.clean_number(v) for k, v in metrics.items()}
@@ -454,11 +478,19 @@ class Session:
             tags=tags,
             events={step: dict(st.events) for step, st in steps.items() if st.events},
             retried_attempts=retried_pods(mine, uses, orch, price, fused),
+            attempts=attempts,
             pods=mine,
         )
         if run_id is not None:
             record["artifacts"]["mlflow_run_id"] = run_id
             record["artifacts"]["tracking_uri"] = self.uri
+
+
+def kept_train_s(metrics: Mapping[str, Any], train: telemetry.StepTimes | None) -> float | None:
+    """The training a run kept (after a preemption: up to the checkpoint, plus the retry's), else its ``train_s``."""
+    if metrics.get("preemptions") and metrics.get("kept_train_s") is not None:
+        return metrics["kept_train_s"]
+    return train.metrics.get("train_s") if train is not None else metrics.get("train_s")
 
 
 def bill_across_runs(session: Session, runs: list[dict[str, Any]]) -> None:
@@ -484,7 +516,7 @@ def bill_across_runs(session: Session, runs: list[dict[str, Any]]) -> None:
         old_usd, old_per_1m = m.get("cost_usd"), m.get("usd_per_1m_tokens")
         tokens = old_usd / old_per_1m * 1e6 if old_usd and old_per_1m else None
         step_gpus = {u.step: u.gpus for u in session.step_uses(str(run.get("fuse") or "none"))}
-        new = node_cost(bill, run.get("events") or {}, step_gpus, recorded_price(tags), train_s=m.get("train_s"),
+        new = node_cost(bill, run.get("events") or {}, step_gpus, recorded_price(tags), train_s=kept_train_s(m, None),
                         train_tokens=tokens, wall_s=m.get("total_s"))
         new = {k: telemetry.clean_number(v) for k, v in new.items()}
         m.update({k: v for k, v in new.items() if v is not None or k in m})

@@ -308,6 +308,7 @@ class FakeCluster:
         scale_down_s: int | None = None,
         prepulled: bool = False,
         node_paces: Any = None,
+        preempt: Any = None,
     ) -> None:
         self.kube, self.kfp, self.argo = kube, kfp, argo
         self.tracking_uri = tracking_uri
@@ -320,6 +321,7 @@ class FakeCluster:
         self.scale_down_s = scale_down_s
         self.prepulled = prepulled  # GPU nodes come up with the image on them: no pull
         self.node_paces = node_paces  # standins.node_paces.NodePaces: gang nodes drawn, not cycled
+        self.preempt = preempt  # standins.preemption.Preemption: a GPU pod taken away mid-step, then retried
         self.scripts: dict[str, RunScript] = {}
         self.errors: list[BaseException] = []
         self._seen: set[Any] = set()
@@ -649,7 +651,11 @@ class FakeCluster:
             times["gpu"] = gpu
             finished = times["started"] + t.process_s
             ran: list[str] = []
-            for member in task.members:
+            retried = None if self.preempt is None or task.fused or not self.preempt.target(task.members, gpu) else \
+                self.preempt.script_step(self, script, task.name, times, finished, self._step_events)
+            if retried is not None:  # standins.preemption: the preempted pod, then its retry's times
+                (times, finished), ran = retried, list(task.members)
+            for member in () if retried else task.members:
                 if launcher:
                     finished = self._gang_events(script, member, finished, gang)
                 else:
@@ -733,6 +739,8 @@ class FakeCluster:
                     self.kube.add_node(obj)
                 elif kind == "event":
                     self.kube.add_event(obj)
+                elif kind == "delete":
+                    self.kube.delete_pod(*obj)
                 elif kind == "mlflow":
                     self._log_step(script, obj)
                 elif kind in ("trainjob", "workload"):
@@ -760,8 +768,9 @@ class FakeCluster:
             run_id = tracking.find_pipeline_run(mc, script.pipeline_run)
         if run_id is None:
             run_id = tracking.open_pipeline_run(mc, ctx)
-        records = [make_record(ctx, "event", step, k, v) for k, v in script.events[step].items()]
-        records += [make_record(ctx, "metric", step, k, v) for k, v in script.metrics.get(step, {}).items()]
+        attempts = (self.preempt.attempts(script, step) if self.preempt is not None else None) or [script.events[step]]
+        records = [make_record(ctx, "event", step, k, v, n) for n, ev in enumerate(attempts) for k, v in ev.items()]
+        records += [make_record(ctx, "metric", step, k, v, len(attempts) - 1) for k, v in script.metrics.get(step, {}).items()]
         tracking.log_records(mc, run_id, records)
 
     def _mlflow_actions(self, script: RunScript, steps: list[str]) -> list[tuple[float, int, str, Any]]:
@@ -808,6 +817,8 @@ class FakeCluster:
             self._fused_command(states, task)
             node = script.node if "node_created" in times else None
             actions += self._pod_actions(states, times, namespace=ns, container="main", node=node)
+            if self.preempt is not None:
+                actions += self.preempt.pod_actions(self, script, step, states[0], ns)
         actions += self._gang_actions(script, ns)
         actions += self._mlflow_actions(script, self._ran(script))
 
@@ -848,6 +859,8 @@ class FakeCluster:
             self._fused_command(states, task)
             node = script.node if "node_created" in times else None
             actions += self._pod_actions(states, times, namespace=ns, container="main", node=node)
+            if self.preempt is not None:
+                actions += self.preempt.pod_actions(self, script, step, states[0], ns)
         actions += self._gang_actions(script, ns)
         actions += self._mlflow_actions(script, self._ran(script))
 

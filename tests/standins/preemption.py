@@ -1,0 +1,135 @@
+"""The loopback cluster preempts a GPU pod: what a spot reclaim or a scheduler preemption looks like.
+
+:class:`Preemption` (``FakeCluster(preempt=Preemption.parse("finetune@4s"))``) takes the step's
+GPU pod away ``at_s`` virtual seconds after its container started (or at the moments a rate
+draws, the same seed for every path: :meth:`llmpack.k8s.preemption.PreemptSpec.moments`), the
+way Kubernetes does it:
+
+1. at the moment P the pod gets the ``DisruptionTarget`` condition (reason
+   ``PreemptionByScheduler`` by default) and a ``deletionTimestamp``; the step's SIGTERM handler
+   has checkpointed every ``checkpoint_every_s`` of training (``checkpoint_saved``: the newest one
+   before P; none when P came before the first);
+2. ``grace_s`` later the container is terminated (exit 143) and the pod is Failed, then deleted;
+3. ``retry_gap_s`` after P the orchestrator's retry makes a new pod (an Argo retry node, KFP's
+   retry, the Job's next pod) on the node that is still there; it loads the model, resumes from
+   the checkpoint (``resumed_from_step``) and trains only what was not kept.
+
+The preempted attempt's events are logged as attempt 0, the retry's as attempt 1, as a step's
+runtime logs them on a cluster. KFP and Argo pods of one unfused step (the ones this module
+scripts); the MLflow Job's pod (every step in one pod) is restarted whole: the retry reruns the
+steps before the preempted one, then resumes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmpack.k8s.preemption import CHECKPOINT_EVENT, RESUMED_METRIC, PreemptSpec, parse_preempt
+from standins.k8s_api import _iso
+
+STEPS_PER_S = 10.0  # virtual optimizer steps per second of training (what resumed_from_step counts)
+
+
+@dataclass
+class Preemption:
+    """A preemption plan for the fake cluster; keeps what it did per run (``done``)."""
+
+    spec: PreemptSpec
+    checkpoint_every_s: float = 1.5
+    grace_s: int = 1
+    retry_gap_s: int = 2
+    reason: str = "PreemptionByScheduler"
+    done: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (pipeline_run, task) -> the preempted attempt
+
+    @classmethod
+    def parse(cls, text: str, **options: Any) -> Preemption:
+        from standins.fake_cluster import STEPS
+
+        return cls(spec=parse_preempt(text, STEPS), **options)
+
+    def target(self, members: tuple[str, ...], gpu: bool) -> bool:
+        return gpu and self.spec.step in members
+
+    def script_step(self, cluster: Any, script: Any, task: str, times: dict[str, Any], process_started: float,
+                    step_events: Any) -> tuple[dict[str, Any], float] | None:
+        """Plan the preempted attempt and its retry from the first pod's ``times``; (the retry's times, the
+        step's ``finished``), or None when no moment falls inside the step's run (it runs whole)."""
+        t = cluster.timings
+        full = step_events(script, self.spec.step, process_started)  # the uninterrupted run: its events
+        first = dict(script.events[self.spec.step])
+        moments = self.spec.moments(full - times["started"])
+        if not moments:
+            return None
+        at = math.floor(times["started"] + moments[0])
+        trained_from = first.get("first_step", first.get("model_loaded", process_started))
+        saves = [trained_from + k * self.checkpoint_every_s
+                 for k in range(1, int((at - trained_from) / self.checkpoint_every_s) + 1)] if at > trained_from else []
+        ev0 = {k: v for k, v in first.items() if v < at and k != "finished"}
+        if saves:
+            ev0[CHECKPOINT_EVENT] = round(saves[-1], 6)
+        kept_s = (saves[-1] - trained_from) if saves else 0.0
+        pod0 = {**times, "finished": at + self.grace_s, "failed": True, "disrupted": at}
+        retry = cluster._pod_times(script, at + self.retry_gap_s, True, False)
+        retry["gpu"] = True
+        start = retry["started"] + t.process_s
+        resumed = step_events(script, self.spec.step, start)  # the retry's events, then shortened below
+        ev1 = dict(script.events[self.spec.step])
+        compute = t.compute_s.get(self.spec.step, 1.0)
+        ev1["finished"] = round(resumed - min(kept_s, compute), 6)
+        script.events[self.spec.step] = ev1
+        metrics = dict(script.metrics.get(self.spec.step) or {})
+        if "train_s" in metrics:
+            metrics["train_s"] = round(max(0.0, metrics["train_s"] - kept_s), 6)
+        metrics[RESUMED_METRIC] = float(int(kept_s * STEPS_PER_S))
+        script.metrics[self.spec.step] = metrics
+        self.done[(script.pipeline_run, task)] = {"times": pod0, "events": ev0, "at": at, "kept_s": kept_s,
+                                                  "checkpoint": ev0.get(CHECKPOINT_EVENT), "retry": retry}
+        return retry, ev1["finished"]
+
+    def attempts(self, script: Any, step: str) -> list[dict[str, float]] | None:
+        """The step's events per attempt (preempted first) when this run's step was preempted."""
+        found = next((d for (run, _), d in self.done.items() if run == script.pipeline_run), None)
+        if found is None or step != self.spec.step:
+            return None
+        return [found["events"], script.events[step]]
+
+    def pod_actions(self, cluster: Any, script: Any, task: str, retry_state: dict[str, Any],
+                    namespace: str) -> list[tuple[float, int, str, Any]]:
+        """The preempted attempt's pod (named as the retry's, ``-p0``; on the node brought up for it),
+        disrupted, failed and deleted."""
+        from standins.fake_cluster import IMAGE
+
+        found = self.done.get((script.pipeline_run, task))
+        if found is None:
+            return []
+        meta = retry_state["metadata"]
+        name = f"{meta['name']}-p0"
+        annotations = dict(meta.get("annotations") or {})
+        node_key = "workflows.argoproj.io/node-name"
+        if node_key in annotations:
+            annotations[node_key] = f"{annotations[node_key]}(0)"
+        times = found["times"]
+        states = cluster._states(name, namespace, dict(meta.get("labels") or {}), annotations, times, argo=True,
+                                 image=IMAGE, gpu=True)
+        for st in states:
+            st["spec"]["containers"] = copy.deepcopy(retry_state["spec"]["containers"])
+        node = script.node if "node_created" in times else None
+        actions = [a for a in cluster._pod_actions(states, times, namespace=namespace, container="main", node=node)
+                   if a[3] is not states[4]]
+        at = found["at"]
+        cond = {"type": "DisruptionTarget", "status": "True", "reason": self.reason, "lastProbeTime": None,
+                "lastTransitionTime": _iso(at), "message": "Kubernetes Scheduler preempted this pod"}
+        disrupted, last = copy.deepcopy(states[3]), copy.deepcopy(states[4])  # told to go, then gone
+        for st in (disrupted, last):
+            st["status"]["conditions"].append(dict(cond))
+            st["metadata"]["deletionTimestamp"] = _iso(at + self.grace_s)
+        for status in last["status"].get("containerStatuses") or ():
+            term = (status.get("state") or {}).get("terminated")
+            if term:
+                term.update(exitCode=143, reason="Error")
+        actions += [(at, 2, "pod", disrupted), (times["finished"], 2, "pod", last),
+                    (times["finished"], 3, "delete", (namespace, name))]
+        return actions
