@@ -235,6 +235,10 @@ def compare_table(result: dict[str, Any], *, wide: bool = False, console: Consol
         console.print(f"[red]{f['orchestrator']} {f['pipeline_run']} failed:[/] {f['error']}")
     _gang_lines(result, console)
     _retry_lines(result["runs"], console)
+    from llmpack.report.preemption import terminal_lines
+
+    for line in terminal_lines(result):
+        console.print(f"[yellow]{escape(line)}[/]")
 
 
 def _gang_lines(result: dict[str, Any], console: Console) -> None:

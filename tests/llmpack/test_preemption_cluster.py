@@ -66,10 +66,48 @@ def test_compare_under_preemption_records_one_preempted_attempt_with_its_waste(p
         logged = tracking.client(loop.tracking_uri).get_run(run["artifacts"]["mlflow_run_id"]).data.metrics
         assert logged["preemptions"] == 1
         assert logged["preemption_waste_usd"] == pytest.approx(m["preemption_waste_usd"])
-    paths = {r["orchestrator"]: r for r in result["runs"]}
     # the same moment on both paths: preempted 4 s into the container's run
     assert {round(d["at"] - d["times"]["started"]) for d in plan.done.values()} == {4}
-    assert set(paths) == {"kfp", "argo"}
+    assert {r["orchestrator"] for r in result["runs"]} == {"kfp", "argo"}
+    look_at_the_report(result, tmp_path)
+
+
+def look_at_the_report(result: dict[str, Any], tmp_path: Path) -> None:
+    """The report's preemption section (markdown, HTML, 80-column terminal); a Chromium screenshot of it
+    with LLMPACK_SCREENSHOT=1 (``make report-screenshot``'s switch; written to LLMPACK_SCREENSHOT_OUT)."""
+    import io
+    import os
+    import shutil
+    import subprocess
+
+    from rich.console import Console
+
+    from llmpack.display import compare_table
+    from llmpack.report import write_report
+
+    out = write_report(result, tmp_path / "rep", {})
+    md = (out / "report.md").read_text()
+    section = md.split("## Preemption (--preempt finetune@4s)")[1].split("\n## ")[0]
+    table = [line for line in section.splitlines() if line.startswith("| ")]
+    assert [line.split(" | ")[0] for line in table[1:]] == ["| kfp", "| argo"], section
+    for run in result["runs"]:
+        waste = f"${run['metrics']['preemption_waste_usd']:.4f}"
+        assert waste in section  # one run per path: the median is the run's
+    page = (out / "report.html").read_text()
+    assert "Preemption (--preempt finetune@4s)" in page and "time to recover" in page
+    buf = io.StringIO()
+    compare_table(result, console=Console(file=buf, width=80, force_terminal=False, color_system=None))
+    lines = [line for line in buf.getvalue().splitlines() if " preempted 1 · recover " in line]
+    assert len(lines) == 2 and all(len(line) <= 80 for line in lines), buf.getvalue()
+    if os.environ.get("LLMPACK_SCREENSHOT"):
+        browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+        assert browser, "install Chromium (apt-get install -y chromium)"
+        png = Path(os.environ.get("LLMPACK_SCREENSHOT_OUT", tmp_path / "preemption.png"))
+        png.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(out / "report.html", png.with_suffix(".html"))
+        subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={png}",
+                        "--window-size=1280,3600", (out / "report.html").as_uri()], check=True, capture_output=True,
+                       timeout=120)
 
 
 def test_preempt_spec_is_checked() -> None:
