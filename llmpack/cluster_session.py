@@ -343,7 +343,12 @@ class Session:
         last = gang_rows[-1]  # a retried launcher's newer TrainJob is the one that trained
         api_client = self.api_client()
         try:
-            return kueue.waits(kueue.find_workload(api_client, last.get("namespace") or "default", last["gang"]))
+            workload = kueue.find_workload(api_client, last.get("namespace") or "default", last["gang"])
+            evicted = kueue.evicted(workload)
+            if evicted is not None:  # the gang lost its quota: preempted as a whole, not failed
+                record["kueue_eviction"] = {"trainjob": last["gang"], "reason": evicted[0], "at": evicted[1]}
+                record["warnings"].append(f"Kueue evicted TrainJob {last['gang']} ({evicted[0]}): the gang was preempted")
+            return kueue.waits(workload)
         except Exception as exc:  # noqa: BLE001 - the pods are still measured
             record["warnings"].append(f"Kueue Workload of TrainJob {last['gang']}: {type(exc).__name__}: {exc}")
             return kueue.waits(None)
@@ -443,6 +448,7 @@ class Session:
                                      train_tokens=train.metrics.get("train_tokens") if train else None,
                                      wall_s=metrics.get("total_s")))
         metrics = {k: telemetry.clean_number(v) for k, v in metrics.items()}
+        outcome = {a["pod"]: a["outcome"] for a in attempts}
         tags = {
             **ctx.tags(),
             **cost.cost_tags(step_uses, price),
@@ -477,7 +483,8 @@ class Session:
             metrics=metrics,
             tags=tags,
             events={step: dict(st.events) for step, st in steps.items() if st.events},
-            retried_attempts=retried_pods(mine, uses, orch, price, fused),
+            retried_attempts=[{**a, "outcome": outcome.get(a.get("pod"), "failed")}
+                              for a in retried_pods(mine, uses, orch, price, fused)],
             attempts=attempts,
             pods=mine,
         )

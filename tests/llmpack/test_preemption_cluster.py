@@ -93,6 +93,7 @@ def look_at_the_report(result: dict[str, Any], tmp_path: Path) -> None:
     for run in result["runs"]:
         waste = f"${run['metrics']['preemption_waste_usd']:.4f}"
         assert waste in section  # one run per path: the median is the run's
+    assert md.count("finetune attempt 1 was preempted after") == 2  # the retried attempts say which kind
     page = (out / "report.html").read_text()
     assert "Preemption (--preempt finetune@4s)" in page and "time to recover" in page
     buf = io.StringIO()
