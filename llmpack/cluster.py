@@ -172,10 +172,12 @@ def compare_cluster(
     if pod is not None and pod.compiles:
         pipe = pod.apply(pipe)  # what is compiled below: the image and volumes every pod gets
     values = user_parameters(pipe, params)
+    preempt_spec = None
     if preempt is not None:
         from llmpack.k8s.preemption import parse_preempt
 
-        preempt = str(parse_preempt(preempt, [t.name for t in pipe.tasks.values()]))
+        preempt_spec = parse_preempt(preempt, [t.name for t in pipe.tasks.values()])
+        preempt = str(preempt_spec)
     unknown = sorted(set(paths) - set(cluster_paths()))
     if unknown:
         raise InputError(f"compare --cluster: no cluster path {unknown[0]!r} (choose among {', '.join(cluster_paths())})")
@@ -222,7 +224,7 @@ def compare_cluster(
     session = Session(run_group=group, values=values, conf=conf, k8s=k8s_opts, uri=uri,
                        price_flag=price_per_gpu_hour, price_file=price_file, timeout_s=float(timeout_s),
                        poll_s=float(poll_s), progress=progress, pipe=pipe, scale_down_delay_s=scale_down_delay_s,
-                       gang=gang, pipes=pipes)
+                       gang=gang, pipes=pipes, preempt=preempt_spec)
     preflight(session, names)
     if compile_here:
         import tempfile

@@ -136,6 +136,7 @@ class Session:
     pipes: dict[str, Any] = field(default_factory=dict)  # fuse mode -> that variant's compiled pipeline
     artifacts: dict[str, dict[str, str]] = field(default_factory=dict)  # fuse mode -> orchestrator -> compiled file
     submit_lock: threading.Lock = field(default_factory=threading.Lock)
+    preempt: Any = None  # --preempt: a llmpack.k8s.preemption.PreemptSpec, evicted by llmpack.k8s.preempt_inject
 
     def pipe_of(self, fuse: str) -> Any:
         return self.pipes.get(fuse, self.pipe)
@@ -283,6 +284,7 @@ class Session:
             ticker = threading.Thread(target=self._tick, args=(plan, watcher, t0, stop_progress), daemon=True)
             ticker.start()
         wait_kwargs = {k: conf[k] for k in path.wait_options if conf.get(k) is not None}
+        injector = self._start_injector(plan, watcher)
         try:
             result = submit.wait_for_completion(summary, timeout_s=self.timeout_s, poll_s=self.poll_s, **wait_kwargs)
         except InputError as exc:
@@ -291,11 +293,25 @@ class Session:
             stop_progress.set()
             if ticker is not None:
                 ticker.join(5.0)
+            if injector is not None:
+                record["evictions"] = injector.stop()
+                record["warnings"] += injector.warnings
         rows = self._stop(watcher, record, live)
         self._measure(plan, summary, result, rows, record)
         mark = "succeeded" if record["status"] == "succeeded" else f"failed: {record['error']}"
         self.notify(plan.label, mark, t0)
         return record
+
+    def _start_injector(self, plan: Plan, watcher: Any) -> Any:
+        """``--preempt``: evict this run's pod of the step when due (:mod:`llmpack.k8s.preempt_inject`)."""
+        if self.preempt is None or watcher is None:
+            return None
+        from llmpack.k8s.preempt_inject import PreemptInjector
+
+        aliases = pod_step_aliases(fused_tasks(self.pipe_of(plan.fuse)))
+        steps = {self.preempt.step, *(pod for pod, step in aliases.items() if step == self.preempt.step)}
+        return PreemptInjector(watcher.api_client, self.preempt, lambda: _mine(watcher.rows(), plan.pipeline_run),
+                               pod_steps=steps).start()
 
     def _safe_start(self, namespace: str, kfp_runs: Mapping[str, str] | None, record: dict[str, Any],
                     live: list[Any]) -> Any:

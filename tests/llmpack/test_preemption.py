@@ -111,3 +111,68 @@ def test_waste_is_gpu_time_since_the_checkpoint_plus_the_retrys_spin_up() -> Non
     m, _ = preemption_metrics(rows, steps, {"finetune": 2}, None)
     assert m["preemption_waste_gpu_hours"] == pytest.approx(2 * ((33 - 3) + 7) / 3600.0)
     assert m["preemption_waste_usd"] is None and m["kept_train_s"] == pytest.approx(38.0)
+
+
+# --------------------------------------------------------------------------- --preempt on a real cluster: an Eviction
+
+
+@pytest.fixture()
+def kube() -> Any:
+    from standins.k8s_api import KubeAPIStandIn
+
+    api = KubeAPIStandIn(token="t0k", namespaces=("llmpack",)).start()
+    yield api
+    api.close()
+
+
+def running_pod(name: str, started: float) -> dict[str, Any]:
+    states = list(iter_pod_states(name, labels=LABELS, created=started - 3, scheduled=started - 2, node="gpu-1",
+                                  initialized=started - 1, started=started))
+    return states[-1]
+
+
+def test_the_injector_evicts_the_step_pod_when_due_and_the_record_reads_a_preemption(kube: Any) -> None:
+    import time
+
+    from llmpack.k8s.api import build_api_client
+    from llmpack.k8s.preempt_inject import PreemptInjector
+    from llmpack.k8s.preemption import PreemptSpec
+    from llmpack.k8s.watcher import PodWatcher
+
+    started = float(int(time.time())) - 10
+    kube.apply_pod(running_pod("ft-0", started))
+    client = build_api_client(host=kube.url, token="t0k")
+    watcher = PodWatcher(client, "llmpack", "rg").start()
+    try:
+        now = [started + 29.0]
+        inject = PreemptInjector(client, PreemptSpec(step="finetune", at_s=30), watcher.rows, pod_steps={"finetune"},
+                                 clock=lambda: now[0])
+        assert inject.step() is False and inject.evictions == []  # not due yet
+        now[0] = started + 30.0
+        assert inject.step() is False
+        assert [e["pod"] for e in inject.evictions] == ["ft-0"] and kube.evictions == [("llmpack", "ft-0")]
+        deadline = time.monotonic() + 5
+        while not any(r.get("deleted") for r in watcher.rows()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        row = next(r for r in watcher.rows() if r["pod"] == "ft-0")
+        assert (row["outcome"], row["disruption"], row["deleted"]) == ("preempted", "EvictionByEvictionAPI", True)
+        # the retry pod runs on: a fixed moment preempts once
+        kube.apply_pod(running_pod("ft-1", started + 40))
+        now[0] = started + 200.0
+        assert inject.step() is True and len(kube.evictions) == 1
+    finally:
+        watcher.finish()
+        client.close()
+
+
+def test_the_injector_does_nothing_when_the_cluster_preempted_first() -> None:
+    from llmpack.k8s.preempt_inject import PreemptInjector
+    from llmpack.k8s.preemption import PreemptSpec
+
+    rows = [{"pod": "a", "step": "finetune", "role": "executor", "created": T0, "container_started": T0 + 3,
+             "phase": "Failed", "disruption": "PreemptionByScheduler"},
+            {"pod": "b", "step": "finetune", "role": "executor", "created": T0 + 40, "container_started": T0 + 43,
+             "phase": "Running"}]
+    inject = PreemptInjector(None, PreemptSpec(step="finetune", at_s=5), lambda: rows, pod_steps={"finetune"},
+                             clock=lambda: T0 + 1000)
+    assert inject.step() is True and inject.evictions == []

@@ -38,6 +38,9 @@ def test_compare_under_preemption_records_one_preempted_attempt_with_its_waste(p
     assert result["preempt"] == "finetune@4s"
     for run in result["runs"]:
         assert run["status"] == "succeeded", run
+        # llmpack's own eviction (the real-cluster --preempt) stood by: the cluster preempted first, and a
+        # fixed moment preempts once (the loopback's clock runs ahead of this machine's)
+        assert run["evictions"] == []
         m = run["metrics"]
         done = next(d for (r, _), d in plan.done.items() if r == run["pipeline_run"])
         finetune = [a for a in run["attempts"] if a["step"] == "finetune"]

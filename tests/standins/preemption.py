@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmpack.k8s.preemption import CHECKPOINT_EVENT, RESUMED_METRIC, PreemptSpec, parse_preempt
-from standins.k8s_api import _iso
+from standins.k8s_api import _iso, status_object
 
 STEPS_PER_S = 10.0  # virtual optimizer steps per second of training (what resumed_from_step counts)
 
@@ -133,3 +133,24 @@ class Preemption:
         actions += [(at, 2, "pod", disrupted), (times["finished"], 2, "pod", last),
                     (times["finished"], 3, "delete", (namespace, name))]
         return actions
+
+
+def evict(api: Any, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
+    """The API server's answer to ``POST .../pods/NAME/eviction`` with no PodDisruptionBudget in the way:
+    the pod gets ``DisruptionTarget`` (``EvictionByEvictionAPI``) and a ``deletionTimestamp``, then is
+    deleted; the request is kept in ``api.evictions``. (201, Status), or (404, Status) for no such pod."""
+    import time
+
+    with api._cond:
+        obj = copy.deepcopy(api._pods.get((namespace, name)))
+    if obj is None:
+        return 404, status_object(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+    now = time.time()
+    obj["status"].setdefault("conditions", []).append(
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI", "lastProbeTime": None,
+         "lastTransitionTime": _iso(now), "message": "Eviction API: evicting"})
+    obj["metadata"]["deletionTimestamp"] = _iso(now)
+    api.apply_pod(obj)
+    api.delete_pod(namespace, name)
+    api.__dict__.setdefault("evictions", []).append((namespace, name))
+    return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
