@@ -211,6 +211,16 @@ def _gpu_start(row: Mapping[str, Any]) -> float | None:
     return row.get("container_started")
 
 
+def _billed_s(row: Mapping[str, Any]) -> float | None:
+    """A pod's GPU seconds as billing counts them (:mod:`llmpack.k8s.billing`): container start to finish (a
+    preempted pod: to its disruption when no finish was seen), plus its node's provisioning when brought up for it."""
+    start, end = row.get("container_started"), row.get("finished") or row.get("disrupted_at")
+    if start is None or end is None:
+        return None
+    created, ready = row.get("created"), row.get("node_ready")
+    return end - start + (ready - created if created is not None and ready is not None and ready > created else 0.0)
+
+
 def _attempt_events(steps: Mapping[str, Any], step: str, attempt: int) -> Mapping[str, float]:
     st = steps.get(step)
     if st is None:
@@ -231,9 +241,8 @@ def attempts_of(rows: Iterable[Mapping[str, Any]], gpus_by_step: Mapping[str, in
     out = []
     for pod_step, mine in by_step.items():
         for n, row in enumerate(sorted(mine, key=_order)):
-            start, end = _gpu_start(row), row.get("finished") or row.get("disrupted_at")
             gpus = gpus_by_step.get(pod_step, 0)
-            hours = gpus * max(0.0, end - start) / 3600.0 if start is not None and end is not None else 0.0
+            hours = gpus * max(0.0, _billed_s(row) or 0.0) / 3600.0
             out.append({"step": (aliases or {}).get(pod_step, pod_step), "attempt": n, "pod": row.get("pod"),
                         "outcome": attempt_outcome(row), "reason": row.get("disruption"),
                         "disrupted_at": row.get("disrupted_at"), "gpus": gpus, "gpu_hours": hours,

@@ -899,6 +899,8 @@ class FakeCluster:
                 break
         times["finished"] = _floor(cursor) + 1
         times["failed"] = script.failed_step is not None
+        if self.preempt is not None and gang is None:  # standins.preemption: the Job's next pod, after the preempted one
+            times = self.preempt.script_job(self, script, times, tuple(ran)) or times
         script.pods["main"] = times
         script.tasks["main"] = tuple(ran)
         pod = f"{name}-{_suffix(name, 5)}"
@@ -909,7 +911,10 @@ class FakeCluster:
                               gpu=True)
         for st in states:
             st["spec"]["containers"] = [copy.deepcopy(container)]
-        actions = self._pod_actions(states, times, namespace=ns, container=container["name"], node=script.node)
+        actions = self._pod_actions(states, times, namespace=ns, container=container["name"],
+                                    node=script.node if "node_created" in times else None)
+        if self.preempt is not None:
+            actions += self.preempt.pod_actions(self, script, "main", states[0], ns)
         actions += self._gang_actions(script, ns)
         actions += self._mlflow_actions(script, ran)
         self.kube.set_job_status(ns, name, {"startTime": _iso(created), "active": 1})

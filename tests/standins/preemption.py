@@ -15,9 +15,10 @@ way Kubernetes does it:
    the checkpoint (``resumed_from_step``) and trains only what was not kept.
 
 The preempted attempt's events are logged as attempt 0, the retry's as attempt 1, as a step's
-runtime logs them on a cluster. KFP and Argo pods of one unfused step (the ones this module
-scripts); the MLflow Job's pod (every step in one pod) is restarted whole: the retry reruns the
-steps before the preempted one, then resumes it.
+runtime logs them on a cluster. KFP and Argo pods of one unfused step
+(:meth:`Preemption.script_step`); the MLflow Job's one pod (:meth:`Preemption.script_job`) is
+restarted whole by the Job: the next pod reruns the steps before the preempted one, then resumes it
+(there the moment counts from when the step began in the pod).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class Preemption:
         moments = self.spec.moments(full - times["started"])
         if not moments:
             return None
-        at = math.floor(times["started"] + moments[0])
+        at = math.ceil(times["started"] + moments[0])  # Kubernetes stamps whole seconds
         trained_from = first.get("first_step", first.get("model_loaded", process_started))
         saves = [trained_from + k * self.checkpoint_every_s
                  for k in range(1, int((at - trained_from) / self.checkpoint_every_s) + 1)] if at > trained_from else []
@@ -86,15 +87,58 @@ class Preemption:
         metrics[RESUMED_METRIC] = float(int(kept_s * STEPS_PER_S))
         script.metrics[self.spec.step] = metrics
         self.done[(script.pipeline_run, task)] = {"times": pod0, "events": ev0, "at": at, "kept_s": kept_s,
-                                                  "checkpoint": ev0.get(CHECKPOINT_EVENT), "retry": retry}
+                                                  "began": times["started"],
+                                                  "checkpoint": ev0.get(CHECKPOINT_EVENT), "retry": retry,
+                                                  "attempts": {self.spec.step: [ev0]}}
         return retry, ev1["finished"]
 
-    def attempts(self, script: Any, step: str) -> list[dict[str, float]] | None:
-        """The step's events per attempt (preempted first) when this run's step was preempted."""
-        found = next((d for (run, _), d in self.done.items() if run == script.pipeline_run), None)
-        if found is None or step != self.spec.step:
+    def script_job(self, cluster: Any, script: Any, times: dict[str, Any], steps: tuple[str, ...]) -> dict[str, Any] | None:
+        """The MLflow Job's one pod preempted in the step (``at_s`` after the step began in it); the Job's
+        next pod reruns ``main`` from the start (the steps before, again), the step resumes from its
+        checkpoint. Returns the retry pod's times, or None when no moment falls inside the step."""
+        t = cluster.timings
+        first = {s: dict(e) for s, e in script.events.items()}
+        step_ev = first.get(self.spec.step)
+        if step_ev is None or script.failed_step:
             return None
-        return [found["events"], script.events[step]]
+        began = step_ev["process_started"] - t.process_s
+        moments = self.spec.moments(step_ev["finished"] - began)
+        if not moments:
+            return None
+        at = math.ceil(began + moments[0])
+        trained_from = step_ev.get("first_step", step_ev["process_started"])
+        saves = [trained_from + k * self.checkpoint_every_s
+                 for k in range(1, int((at - trained_from) / self.checkpoint_every_s) + 1)] if at > trained_from else []
+        kept_s = (saves[-1] - trained_from) if saves else 0.0
+        before = {s: e for s, e in first.items() if e["process_started"] < at}
+        before[self.spec.step] = {k: v for k, v in step_ev.items() if v < at and k != "finished"}
+        if saves:
+            before[self.spec.step][CHECKPOINT_EVENT] = round(saves[-1], 6)
+        retry = cluster._pod_times(script, at + self.retry_gap_s, True, False)
+        cursor = retry["started"] + t.process_s
+        for step in steps:  # main.py again: every step, the preempted one resumed
+            cursor = cluster._step_events(script, step, cursor + t.mlflow_child_s)
+            if step == self.spec.step:
+                cursor -= min(kept_s, t.compute_s.get(step, 1.0))
+                script.events[step]["finished"] = round(cursor, 6)
+                metrics = dict(script.metrics.get(step) or {})
+                if "train_s" in metrics:
+                    metrics["train_s"] = round(max(0.0, metrics["train_s"] - kept_s), 6)
+                metrics[RESUMED_METRIC] = float(int(kept_s * STEPS_PER_S))
+                script.metrics[step] = metrics
+        retry["finished"] = math.floor(cursor) + 1
+        self.done[(script.pipeline_run, "main")] = {
+            "times": {**times, "finished": at + self.grace_s, "failed": True}, "events": before[self.spec.step],
+            "at": at, "began": began, "kept_s": kept_s, "checkpoint": before[self.spec.step].get(CHECKPOINT_EVENT), "retry": retry,
+            "attempts": {s: [e] for s, e in before.items()}}
+        return retry
+
+    def attempts(self, script: Any, step: str) -> list[dict[str, float]] | None:
+        """The step's events per attempt (the preempted pod's first) when this run's pod was preempted."""
+        found = next((d for (run, _), d in self.done.items() if run == script.pipeline_run), None)
+        if found is None or step not in found["attempts"]:
+            return None
+        return [*found["attempts"][step], script.events[step]]
 
     def pod_actions(self, cluster: Any, script: Any, task: str, retry_state: dict[str, Any],
                     namespace: str) -> list[tuple[float, int, str, Any]]:
@@ -112,12 +156,15 @@ class Preemption:
         if node_key in annotations:
             annotations[node_key] = f"{annotations[node_key]}(0)"
         times = found["times"]
-        states = cluster._states(name, namespace, dict(meta.get("labels") or {}), annotations, times, argo=True,
-                                 image=IMAGE, gpu=True)
+        containers = retry_state["spec"]["containers"]
+        argo = any(c.get("name") == "wait" for c in containers)
+        main = containers[-1]["name"]
+        states = cluster._states(name, namespace, dict(meta.get("labels") or {}), annotations, times, argo=argo,
+                                 image=IMAGE, gpu=True, main=main)
         for st in states:
             st["spec"]["containers"] = copy.deepcopy(retry_state["spec"]["containers"])
         node = script.node if "node_created" in times else None
-        actions = [a for a in cluster._pod_actions(states, times, namespace=namespace, container="main", node=node)
+        actions = [a for a in cluster._pod_actions(states, times, namespace=namespace, container=main, node=node)
                    if a[3] is not states[4]]
         at = found["at"]
         cond = {"type": "DisruptionTarget", "status": "True", "reason": self.reason, "lastProbeTime": None,
