@@ -112,6 +112,7 @@ def look_at_the_report(result: dict[str, Any], tmp_path: Path) -> None:
         png = Path(os.environ.get("LLMPACK_SCREENSHOT_OUT", tmp_path / "preemption.png"))
         png.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(out / "report.html", png.with_suffix(".html"))
+        png.with_suffix(".txt").write_text(buf.getvalue())  # the terminal table, as printed at 80 columns
         subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={png}",
                         "--window-size=1280,3600", (out / "report.html").as_uri()], check=True, capture_output=True,
                        timeout=120)
