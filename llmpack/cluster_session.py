@@ -387,10 +387,6 @@ class Session:
         last = train.metrics.get("train_s") if train else None
         if out["preemptions"] and out["kept_train_s"] and last and metrics.get("goodput") is not None:
             metrics["goodput"] = metrics["goodput"] * out["kept_train_s"] / last
-        if out["preemptions"]:
-            record["warnings"].append(f"{out['preemptions']:g} attempt(s) preempted: "
-                                      + ", ".join(f"{a['step']}#{a['attempt']} ({a['reason']})" for a in attempts
-                                                  if a["outcome"] == "preempted"))
         return out, attempts
 
     def _measure(self, plan: Plan, summary: Mapping[str, Any], result: Mapping[str, Any],
@@ -478,6 +474,9 @@ class Session:
         }
         if gpu.gpu_product:
             tags["llmpack.gpu_product"] = gpu.gpu_product
+        preempted = [f"{a['step']}#{a['attempt']}:{a['reason']}" for a in attempts if a["outcome"] == "preempted"]
+        if preempted:  # which attempts, and who took them (llmpack.k8s.preemption)
+            tags["llmpack.preempted_attempts"] = ",".join(preempted)
         if gpu.instance_type:
             tags["llmpack.instance_type"] = gpu.instance_type
         if error:

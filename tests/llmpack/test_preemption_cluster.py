@@ -66,7 +66,9 @@ def test_compare_under_preemption_records_one_preempted_attempt_with_its_waste(p
         # the record in MLflow carries the same figures
         from components.record import tracking
 
-        logged = tracking.client(loop.tracking_uri).get_run(run["artifacts"]["mlflow_run_id"]).data.metrics
+        data = tracking.client(loop.tracking_uri).get_run(run["artifacts"]["mlflow_run_id"]).data
+        logged = data.metrics
+        assert data.tags["llmpack.preempted_attempts"] == "finetune#0:PreemptionByScheduler"
         assert logged["preemptions"] == 1
         assert logged["preemption_waste_usd"] == pytest.approx(m["preemption_waste_usd"])
     # the same moment on every path: preempted 4 s into the step's run (the Job's: since the step began in its pod)
