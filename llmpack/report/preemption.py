@@ -22,9 +22,11 @@ COLUMNS = {
     "preemption_waste_usd": ("waste", "$", 4),
     "failure_retry_gpu_hours": ("failure retries", "GPU-h", 4),
 }
-NOTE = ("Waste: GPU time since the preempted attempt's last checkpoint, plus the retry pod's spin-up and "
-        "model load to its first step, priced. Time to recover: preemption to the retry's first step. "
-        "Medians over each path's runs.")
+def _note() -> str:
+    from llmpack import glossary
+
+    waste, recover = glossary.term("preemption_waste"), glossary.term("time_to_recover")
+    return f"Waste: {waste.short}, priced. Time to recover: {recover.short}. Medians over each path's runs."
 
 
 def preemption_rows(result: dict[str, Any]) -> dict[str, dict[str, float | None]]:
@@ -65,7 +67,7 @@ def markdown_lines(result: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     head = " | ".join(f"{h} ({u})" if u else h for h, u, _ in COLUMNS.values())
-    lines = ["", f"## {_title(result)}", "", NOTE, "", f"| path | {head} |", "|---|" + "---|" * len(COLUMNS)]
+    lines = ["", f"## {_title(result)}", "", _note(), "", f"| path | {head} |", "|---|" + "---|" * len(COLUMNS)]
     for path, vals in rows.items():
         lines.append(f"| {path} | " + " | ".join(_fmt(vals[k], u, d) for k, (_, u, d) in COLUMNS.items()) + " |")
     return lines
@@ -80,7 +82,7 @@ def html_section(result: dict[str, Any], badge: Any) -> str:
     body = "".join(f"<tr><th>{badge(path)}</th>"
                    + "".join(f"<td>{html.escape(_fmt(vals[k], u, d))}</td>" for k, (_, u, d) in COLUMNS.items()) + "</tr>"
                    for path, vals in rows.items())
-    return (f"<h2>{html.escape(_title(result))}</h2><p class=note>{html.escape(NOTE)}</p>"
+    return (f"<h2>{html.escape(_title(result))}</h2><p class=note>{html.escape(_note())}</p>"
             f"<table class=num><tr><th>path</th>{head}</tr>{body}</table>")
 
 
