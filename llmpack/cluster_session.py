@@ -372,11 +372,10 @@ class Session:
             api_client.close()
 
     def _preemptions(self, rows: list[dict[str, Any]], steps: Mapping[str, telemetry.StepTimes], uses: list[cost.GpuUse],
-                     fused: Mapping[str, tuple[str, ...]], price: Any, metrics: dict[str, Any],
-                     record: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """Each attempt's outcome and each preemption's waste (:mod:`llmpack.k8s.preemption`); a gang
-        Kueue evicted counts as preempted. Goodput is then the kept training's (the container basis here;
-        the node basis through :func:`kept_train_s`)."""
+                     fused: Mapping[str, tuple[str, ...]], price: Any,
+                     metrics: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Each attempt's outcome and each preemption's waste (:mod:`llmpack.k8s.preemption`). Goodput is
+        then the kept training's (the container basis here; the node basis through :func:`kept_train_s`)."""
         from llmpack.k8s.preemption import preemption_metrics
 
         gpus = pod_gpus_by_step(uses, fused)
@@ -443,8 +442,8 @@ class Session:
         metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=end)
         metrics.update(cluster_cost(steps, mine, uses, orch, price, gang=self.gang, fused=fused,
                                     wall_s=metrics.get("total_s")))
-        preempted, attempts = self._preemptions(mine, steps, uses, fused, price, metrics, record)
-        metrics.update(preempted)
+        preemption, attempts = self._preemptions(mine, steps, uses, fused, price, metrics)
+        metrics.update(preemption)
         if self.gang is not None:
             ready = gang_ready(mine)
             metrics["gang_ready_s"] = None if ready is None else ready - ctx.submitted_at
