@@ -8,15 +8,15 @@ virtual time; everything measured goes through the real clients, the pod watcher
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from standins.loopback import LoopbackCluster
+from standins.loopback import ARGO_TOKEN, KFP_TOKEN, LoopbackCluster, client_env
 from standins.preemption import Preemption
 
 from components.errors import InputError
-from llmpack import cluster
 from llmpack.k8s.preemption import parse_preempt
 
 pytestmark = pytest.mark.usefixtures("loopback_env")
@@ -30,11 +30,30 @@ def preempting(loopback_env: None, tmp_path: Path, tracking_uri: str) -> Any:
         yield c, plan
 
 
-@pytest.mark.slow
+def compare_cli(loop: LoopbackCluster, report: Path) -> str:
+    """``llmpack compare --cluster --preempt finetune@4s`` on the loopback cluster, in a subprocess; its stdout."""
+    import subprocess
+    import sys
+
+    env = client_env()
+    env.update(KFP_TOKEN=KFP_TOKEN, ARGO_TOKEN=ARGO_TOKEN, HOME=str(report.parent / "home"), COLUMNS="80")
+    r = subprocess.run(
+        [sys.executable, "-m", "llmpack", "compare", "--cluster", "--backends", "kfp,argo,mlflow", "--preempt", "finetune@4s",
+         "--price-per-gpu-hour", str(PRICE), "--kfp-host", loop.kfp.url, "--argo-host", loop.argo.url,
+         "--kubeconfig", str(loop.kubeconfig), "--tracking-uri", loop.tracking_uri, "--poll", "0.05", "--timeout", "60",
+         "--report", str(report)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+@pytest.mark.slow  # a whole compare --cluster of three paths through the CLI (~40 s)
 def test_compare_under_preemption_records_one_preempted_attempt_with_its_waste(preempting: Any, tmp_path: Path) -> None:
     loop, plan = preempting
-    result = cluster.compare_cluster(**loop.options(backends="kfp,argo,mlflow", price_per_gpu_hour=PRICE,
-                                                    preempt="finetune@4s"))
+    report = tmp_path / "report"
+    stdout = compare_cli(loop, report)
+    result = json.loads((report / "report.json").read_text())
     assert result["preempt"] == "finetune@4s"
     for run in result["runs"]:
         assert run["status"] == "succeeded", run
@@ -77,23 +96,16 @@ def test_compare_under_preemption_records_one_preempted_attempt_with_its_waste(p
     assert {r["orchestrator"] for r in result["runs"]} == {"kfp", "argo", "mlflow"}
     recover = {r["orchestrator"]: r["metrics"]["time_to_recover_s"] for r in result["runs"]}
     assert recover["mlflow"] > max(recover["kfp"], recover["argo"])  # the Job's next pod reruns the steps before
-    look_at_the_report(result, tmp_path)
+    look_at_the_report(result, report, stdout, tmp_path)
 
 
-def look_at_the_report(result: dict[str, Any], tmp_path: Path) -> None:
-    """The report's preemption section (markdown, HTML, 80-column terminal); a Chromium screenshot of it
-    with LLMPACK_SCREENSHOT=1 (``make report-screenshot``'s switch; written to LLMPACK_SCREENSHOT_OUT)."""
-    import io
+def look_at_the_report(result: dict[str, Any], out: Path, stdout: str, tmp_path: Path) -> None:
+    """The report's preemption section (markdown, HTML, the terminal's 80 columns); a Chromium screenshot of
+    it with LLMPACK_SCREENSHOT=1 (``make report-screenshot``'s switch; written to LLMPACK_SCREENSHOT_OUT)."""
     import os
     import shutil
     import subprocess
 
-    from rich.console import Console
-
-    from llmpack.display import compare_table
-    from llmpack.report import write_report
-
-    out = write_report(result, tmp_path / "rep", {})
     md = (out / "report.md").read_text()
     section = md.split("## Preemption (--preempt finetune@4s)")[1].split("\n## ")[0]
     table = [line for line in section.splitlines() if line.startswith("| ")]
@@ -104,17 +116,16 @@ def look_at_the_report(result: dict[str, Any], tmp_path: Path) -> None:
     assert md.count(" attempt 1 was preempted after") == 3  # the retried attempts say which kind (the Job: main)
     page = (out / "report.html").read_text()
     assert "Preemption (--preempt finetune@4s)" in page and "time to recover" in page
-    buf = io.StringIO()
-    compare_table(result, console=Console(file=buf, width=80, force_terminal=False, color_system=None))
-    lines = [line for line in buf.getvalue().splitlines() if " preempted 1 · recover " in line]
-    assert len(lines) == 3 and all(len(line) <= 80 for line in lines), buf.getvalue()
+    lines = [line for line in stdout.splitlines() if " preempted 1 · recover " in line]
+    assert [line.split()[0] for line in lines] == ["kfp", "argo", "mlflow"], stdout
+    assert all(len(line) <= 80 for line in stdout.splitlines()), stdout
     if os.environ.get("LLMPACK_SCREENSHOT"):
         browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
         assert browser, "install Chromium (apt-get install -y chromium)"
         png = Path(os.environ.get("LLMPACK_SCREENSHOT_OUT", tmp_path / "preemption.png"))
         png.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(out / "report.html", png.with_suffix(".html"))
-        png.with_suffix(".txt").write_text(buf.getvalue())  # the terminal table, as printed at 80 columns
+        png.with_suffix(".txt").write_text(stdout)  # the terminal table, as printed at 80 columns
         subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={png}",
                         "--window-size=1280,3600", (out / "report.html").as_uri()], check=True, capture_output=True,
                        timeout=120)
