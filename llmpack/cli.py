@@ -264,13 +264,16 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
 @click.option("--opencost", default=None, metavar="URL",
               help="--cluster: OpenCost's API (http://localhost:9003): its GPU-hours and cost for each run's pods "
                    "shown beside ours, the difference explained.")
+@click.option("--preempt", default=None, metavar="STEP@WHEN",
+              help="--cluster: the preemptions every path runs under (finetune@30s, or finetune@rate=0.5/h[,seed=N]); "
+                   "the report shows each path's time to recover and waste (docs/preemption.md).")
 def compare(backends: str, repeats: int | None, budget: str | None, margin: str | None, warmup: int | None, local: bool, variants: str | None, baseline: str | None,
             report_dir: Path | None, force: bool, no_report: bool,
             control_plane: tuple[str, ...], control_plane_file: str | None, inject_start_delay: str | None, wide: bool,
             as_json: bool, params: tuple[str, ...], concurrency: int,
             namespace: str | None, kubeconfig: str | None, context: str | None, wait_timeout: float, poll_s: float, scale_down_delay_s: float | None,
             cache_pvc: str | None, queue: str | None, ca_cert: str | None, insecure_skip_tls_verify: bool,
-            opencost: str | None = None, **kwargs: Any) -> None:
+            opencost: str | None = None, preempt: str | None = None, **kwargs: Any) -> None:
     """Run the pipeline through several paths side by side and compare them.
 
     With no arguments: the tiny model on built-in data through direct, kfp, argo
@@ -298,7 +301,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
         pod.check_mounted(kwargs[flag[2:]], flag)
     cluster = {"pod": pod, "concurrency": concurrency, "own": own, "namespace": namespace, "kubeconfig": kubeconfig, "context": context,
                "timeout_s": wait_timeout, "poll_s": poll_s, "scale_down_delay_s": scale_down_delay_s,
-               "cache_pvc": cache_pvc, "queue": queue, "opencost": opencost,
+               "cache_pvc": cache_pvc, "queue": queue, "opencost": opencost, "preempt": preempt,
                "tls": {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}}
     if local and queue is not None:
         raise InputError("--queue: only with --cluster --nodes N (compile local artifacts with llmpack compile --queue)")
@@ -312,6 +315,8 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
         from llmpack.k8s.reconcile import check_opencost_url
 
         check_opencost_url(opencost)  # before anything slow is imported
+    if local and preempt is not None:
+        raise InputError("--preempt: only with --cluster (a preemption takes a pod away)")
     if local and (ca_cert or insecure_skip_tls_verify):
         raise InputError("--ca-cert / --insecure-skip-tls-verify: only with --cluster (local runs talk to no server)")
     if not local:
@@ -445,6 +450,7 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
         **({} if cluster["scale_down_delay_s"] is None else {"scale_down_delay_s": cluster["scale_down_delay_s"]}),
         gpus=kwargs.get("gpus"), nodes=kwargs.get("nodes"), cache_pvc=cluster.get("cache_pvc"), queue=cluster.get("queue"),
         gpu_type=kwargs.get("gpu_type"), variants=modes, pod=cluster["pod"], opencost=cluster.get("opencost"),
+        preempt=cluster.get("preempt"),
     )
 
 

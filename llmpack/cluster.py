@@ -115,6 +115,7 @@ def compare_cluster(
     variants: Iterable[str] | None = None,
     pod: Any = None,
     opencost: str | None = None,
+    preempt: str | None = None,
     **paths: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """Submit every path ``repeats`` times to one cluster, wait, measure; the ``compare()`` result.
@@ -149,6 +150,9 @@ def compare_cluster(
     last pod on a node whose removal the watcher did not see (see the module doc).
     ``opencost``: OpenCost's API URL (``--opencost``): its allocation for the runs' labels is read
     once every run ended and shown beside ours (:mod:`llmpack.k8s.reconcile`).
+    ``preempt`` (``--preempt finetune@30s`` or ``finetune@rate=0.5/h``; :func:`~llmpack.k8s.preemption.parse_preempt`):
+    the preemptions every path runs under, checked here and carried in the result (``preempt``) for
+    the report's preemption section; the attempts' outcomes and waste are measured either way.
     """
     from components.fusion import check_mode
     from components.fusion import fuse as fuse_steps
@@ -174,6 +178,12 @@ def compare_cluster(
     if pod is not None and pod.compiles:
         pipe = pod.apply(pipe)  # what is compiled below: the image and volumes every pod gets
     values = user_parameters(pipe, params)
+    preempt_spec = None
+    if preempt is not None:
+        from llmpack.k8s.preemption import parse_preempt
+
+        preempt_spec = parse_preempt(preempt, [t.name for t in pipe.tasks.values()])
+        preempt = str(preempt_spec)
     unknown = sorted(set(paths) - set(cluster_paths()))
     if unknown:
         raise InputError(f"compare --cluster: no cluster path {unknown[0]!r} (choose among {', '.join(cluster_paths())})")
@@ -220,7 +230,7 @@ def compare_cluster(
     session = Session(run_group=group, values=values, conf=conf, k8s=k8s_opts, uri=uri,
                        price_flag=price_per_gpu_hour, price_file=price_file, timeout_s=float(timeout_s),
                        poll_s=float(poll_s), progress=progress, pipe=pipe, scale_down_delay_s=scale_down_delay_s,
-                       gang=gang, pipes=pipes, opencost=opencost)
+                       gang=gang, pipes=pipes, opencost=opencost, preempt=preempt_spec)
     preflight(session, names)
     if compile_here:
         import tempfile
@@ -234,7 +244,10 @@ def compare_cluster(
                         pod=pod if pod_compiles else None)
             session.artifacts[mode] = {orch: os.path.join(out, path.artifact_path) for orch, path in cluster_paths().items()}
     try:
-        return _compare_all(session, plan, concurrency, group)
+        result = _compare_all(session, plan, concurrency, group)
+        if preempt is not None:
+            result["preempt"] = preempt
+        return result
     finally:
         if compiled_dir is not None:
             import shutil

@@ -140,6 +140,7 @@ class Session:
     artifacts: dict[str, dict[str, str]] = field(default_factory=dict)  # fuse mode -> orchestrator -> compiled file
     submit_lock: threading.Lock = field(default_factory=threading.Lock)
     opencost: str | None = None  # --opencost: OpenCost's API, read once all runs ended (llmpack.k8s.reconcile)
+    preempt: Any = None  # --preempt: a llmpack.k8s.preemption.PreemptSpec, evicted by llmpack.k8s.preempt_inject
 
     def pipe_of(self, fuse: str) -> Any:
         return self.pipes.get(fuse, self.pipe)
@@ -287,6 +288,7 @@ class Session:
             ticker = threading.Thread(target=self._tick, args=(plan, watcher, t0, stop_progress), daemon=True)
             ticker.start()
         wait_kwargs = {k: conf[k] for k in path.wait_options if conf.get(k) is not None}
+        injector = self._start_injector(plan, watcher)
         try:
             result = submit.wait_for_completion(summary, timeout_s=self.timeout_s, poll_s=self.poll_s, **wait_kwargs)
         except InputError as exc:
@@ -295,11 +297,25 @@ class Session:
             stop_progress.set()
             if ticker is not None:
                 ticker.join(5.0)
+            if injector is not None:
+                record["evictions"] = injector.stop()
+                record["warnings"] += injector.warnings
         rows = self._stop(watcher, record, live)
         self._measure(plan, summary, result, rows, record)
         mark = "succeeded" if record["status"] == "succeeded" else f"failed: {record['error']}"
         self.notify(plan.label, mark, t0)
         return record
+
+    def _start_injector(self, plan: Plan, watcher: Any) -> Any:
+        """``--preempt``: evict this run's pod of the step when due (:mod:`llmpack.k8s.preempt_inject`)."""
+        if self.preempt is None or watcher is None:
+            return None
+        from llmpack.k8s.preempt_inject import PreemptInjector
+
+        aliases = pod_step_aliases(fused_tasks(self.pipe_of(plan.fuse)))
+        steps = {self.preempt.step, *(pod for pod, step in aliases.items() if step == self.preempt.step)}
+        return PreemptInjector(watcher.api_client, self.preempt, lambda: _mine(watcher.rows(), plan.pipeline_run),
+                               pod_steps=steps).start()
 
     def _safe_start(self, namespace: str, kfp_runs: Mapping[str, str] | None, record: dict[str, Any],
                     live: list[Any]) -> Any:
@@ -347,12 +363,34 @@ class Session:
         last = gang_rows[-1]  # a retried launcher's newer TrainJob is the one that trained
         api_client = self.api_client()
         try:
-            return kueue.waits(kueue.find_workload(api_client, last.get("namespace") or "default", last["gang"]))
+            workload = kueue.find_workload(api_client, last.get("namespace") or "default", last["gang"])
+            evicted = kueue.evicted(workload)
+            if evicted is not None:  # the gang lost its quota: preempted as a whole, not failed
+                record["kueue_eviction"] = {"trainjob": last["gang"], "reason": evicted[0], "at": evicted[1]}
+                record["warnings"].append(f"Kueue evicted TrainJob {last['gang']} ({evicted[0]}): the gang was preempted")
+            return kueue.waits(workload)
         except Exception as exc:  # noqa: BLE001 - the pods are still measured
             record["warnings"].append(f"Kueue Workload of TrainJob {last['gang']}: {type(exc).__name__}: {exc}")
             return kueue.waits(None)
         finally:
             api_client.close()
+
+    def _preemptions(self, rows: list[dict[str, Any]], steps: Mapping[str, telemetry.StepTimes], uses: list[cost.GpuUse],
+                     fused: Mapping[str, tuple[str, ...]], price: Any,
+                     metrics: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Each attempt's outcome and each preemption's waste (:mod:`llmpack.k8s.preemption`). Goodput is
+        then the kept training's (the container basis here; the node basis through :func:`kept_train_s`)."""
+        from llmpack.k8s.preemption import preemption_metrics
+
+        gpus = pod_gpus_by_step(uses, fused)
+        gpus.setdefault("main", max(gpus.values(), default=0))  # the MLflow Job's one pod holds the largest step's
+        out, attempts = preemption_metrics(rows, steps, gpus, None if price is None else price.per_gpu_hour,
+                                           retry_gpu_hours=metrics.get("retry_gpu_hours"), aliases=pod_step_aliases(fused))
+        train = steps.get(telemetry.TRAIN_STEP)
+        last = train.metrics.get("train_s") if train else None
+        if out["preemptions"] and out["kept_train_s"] and last and metrics.get("goodput") is not None:
+            metrics["goodput"] = metrics["goodput"] * out["kept_train_s"] / last
+        return out, attempts
 
     def _measure(self, plan: Plan, summary: Mapping[str, Any], result: Mapping[str, Any],
                  rows: list[dict[str, Any]], record: dict[str, Any]) -> None:
@@ -409,6 +447,8 @@ class Session:
         metrics.update(cluster_cost(steps, mine, uses, orch, price, gang=self.gang, fused=fused,
                                     wall_s=metrics.get("total_s")))
         metrics.update(argo_metrics(result.get("resources_duration")))  # Argo's own GPU-seconds (llmpack.k8s.reconcile)
+        preemption, attempts = self._preemptions(mine, steps, uses, fused, price, metrics)
+        metrics.update(preemption)
         if self.gang is not None:
             ready = gang_ready(mine)
             metrics["gang_ready_s"] = None if ready is None else ready - ctx.submitted_at
@@ -420,10 +460,11 @@ class Session:
             train = steps.get(telemetry.TRAIN_STEP)
             metrics.update(node_cost(bill, {s: st.events for s, st in steps.items()}, {u.step: u.gpus for u in step_uses},
                                      None if price is None else price.per_gpu_hour,
-                                     train_s=train.metrics.get("train_s") if train else None,
+                                     train_s=kept_train_s(metrics, train),
                                      train_tokens=train.metrics.get("train_tokens") if train else None,
                                      wall_s=metrics.get("total_s")))
         metrics = {k: telemetry.clean_number(v) for k, v in metrics.items()}
+        outcome = {a["pod"]: a["outcome"] for a in attempts}
         tags = {
             **ctx.tags(),
             **cost.cost_tags(step_uses, price),
@@ -437,6 +478,9 @@ class Session:
         }
         if gpu.gpu_product:
             tags["llmpack.gpu_product"] = gpu.gpu_product
+        preempted = [f"{a['step']}#{a['attempt']}:{a['reason']}" for a in attempts if a["outcome"] == "preempted"]
+        if preempted:  # which attempts, and who took them (llmpack.k8s.preemption)
+            tags["llmpack.preempted_attempts"] = ",".join(preempted)
         if gpu.instance_type:
             tags["llmpack.instance_type"] = gpu.instance_type
         if error:
@@ -461,12 +505,21 @@ class Session:
             metrics=metrics,
             tags=tags,
             events={step: dict(st.events) for step, st in steps.items() if st.events},
-            retried_attempts=retried_pods(mine, uses, orch, price, fused),
+            retried_attempts=[{**a, "outcome": outcome.get(a.get("pod"), "failed")}
+                              for a in retried_pods(mine, uses, orch, price, fused)],
+            attempts=attempts,
             pods=mine,
         )
         if run_id is not None:
             record["artifacts"]["mlflow_run_id"] = run_id
             record["artifacts"]["tracking_uri"] = self.uri
+
+
+def kept_train_s(metrics: Mapping[str, Any], train: telemetry.StepTimes | None) -> float | None:
+    """The training a run kept (after a preemption: up to the checkpoint, plus the retry's), else its ``train_s``."""
+    if metrics.get("preemptions") and metrics.get("kept_train_s") is not None:
+        return metrics["kept_train_s"]
+    return train.metrics.get("train_s") if train is not None else metrics.get("train_s")
 
 
 def bill_across_runs(session: Session, runs: list[dict[str, Any]]) -> None:
@@ -492,7 +545,7 @@ def bill_across_runs(session: Session, runs: list[dict[str, Any]]) -> None:
         old_usd, old_per_1m = m.get("cost_usd"), m.get("usd_per_1m_tokens")
         tokens = old_usd / old_per_1m * 1e6 if old_usd and old_per_1m else None
         step_gpus = {u.step: u.gpus for u in session.step_uses(str(run.get("fuse") or "none"))}
-        new = node_cost(bill, run.get("events") or {}, step_gpus, recorded_price(tags), train_s=m.get("train_s"),
+        new = node_cost(bill, run.get("events") or {}, step_gpus, recorded_price(tags), train_s=kept_train_s(m, None),
                         train_tokens=tokens, wall_s=m.get("total_s"))
         new = {k: telemetry.clean_number(v) for k, v in new.items()}
         m.update({k: v for k, v in new.items() if v is not None or k in m})

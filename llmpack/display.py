@@ -238,6 +238,10 @@ def compare_table(result: dict[str, Any], *, wide: bool = False, console: Consol
     from llmpack.report import beside
 
     beside.terminal(result["runs"], console)  # compare --cluster: Argo's and OpenCost's figures beside ours
+    from llmpack.report.preemption import terminal_lines
+
+    for line in terminal_lines(result):
+        console.print(f"[yellow]{escape(line)}[/]")
 
 
 def _gang_lines(result: dict[str, Any], console: Console) -> None:

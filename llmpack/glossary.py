@@ -87,6 +87,14 @@ TERMS: tuple[Term, ...] = (
                 "up early is billed while the last node comes up (`llmpack project`, docs/projection.md)."),
     Term(key="usd_per_1m_tokens", name="$/1M tokens", metric="usd_per_1m_tokens", group="money",
          short="cost / training tokens × 10⁶"),
+    Term(key="preemption_waste", name="preemption waste", metric="preemption_waste_usd", group="money",
+         short="GPU time since the last checkpoint + the retry's spin-up",
+         detail="Per preemption, priced: the work since the last checkpoint is redone, and the new pod's start-up "
+                "and model load to its first step exist only because of the preemption (docs/preemption.md)."),
+    Term(key="time_to_recover", name="time to recover", metric="time_to_recover_s", group="time",
+         short="a preemption → the retry's first optimizer step",
+         detail="The orchestrator's retry delay, the new pod's scheduling and start-up, the steps it reruns "
+                "(the MLflow Job reruns main from the start) and the model load."),
     Term(key="goodput", name="goodput", metric="goodput", group="money",
          short="training GPU-s / GPU-s held (GPUs × submit → end, or billed if more)",
          detail="Between 0 and 1, higher is better. For the same training, more wall time or more billed time "

@@ -9,6 +9,11 @@ whose conditions say when:
 - ``Admitted``: quota reserved *and* every admission check passed, e.g. a ProvisioningRequest
   that brought the GPU nodes up (the wait between: *admission checks*, provisioning).
 
+Kueue may also take the quota back from an admitted Workload (a higher-priority Workload, an
+inactive one): its ``Evicted`` (and, when another Workload took it, ``Preempted``) condition turns
+True and the TrainJob is suspended, its pods deleted: :func:`evicted` reads it, and the run records
+the gang as preempted.
+
 So a gang's queueing splits into ``quota_wait_s`` (Workload created → QuotaReserved) and
 ``admission_checks_s`` (QuotaReserved → Admitted). Without Kueue (no CRD, no Workload for the
 job, or no permission to list Workloads) both are None: Kueue is optional, its absence is not an
@@ -56,6 +61,14 @@ def waits(workload: Mapping[str, Any] | None) -> dict[str, float | None]:
     quota, admitted = condition_time(workload, QUOTA_RESERVED), condition_time(workload, ADMITTED)
     return {"quota_wait_s": None if created is None or quota is None else quota - created,
             "admission_checks_s": None if quota is None or admitted is None else admitted - quota}
+
+
+def evicted(workload: Mapping[str, Any] | None) -> tuple[str, float | None] | None:
+    """(reason, when) if Kueue evicted or preempted the Workload (``Evicted``/``Preempted`` True): the
+    gang lost its quota and was stopped whole, a preemption, not a failure (:mod:`llmpack.k8s.preemption`)."""
+    from llmpack.k8s.preemption import workload_disruption
+
+    return workload_disruption(workload)
 
 
 def find_workload(api_client: Any, namespace: str, trainjob: str) -> dict[str, Any] | None:

@@ -9,7 +9,9 @@ which pipeline ``step`` it runs, where (``node``, ``instance_type``, ``gpu_produ
 UTC epoch seconds: ``created``, ``scheduled``, ``node_ready`` (only when the node was created after
 the pod, i.e. brought up for it), ``sandbox_ready``, ``init_done``, ``container_started``,
 ``finished``; plus ``image_pull_s`` of the main container and the derived ``queue_s``,
-``provision_s``, ``start_s`` and ``run_s``. A Kubeflow Trainer TrainJob's node pods (the finetune
+``provision_s``, ``start_s`` and ``run_s``; and how the attempt ended (``outcome``: succeeded,
+failed, preempted or running; a preemption's ``disruption`` reason and ``disrupted_at``, from the
+pod's ``DisruptionTarget`` condition or its node's termination: :mod:`llmpack.k8s.preemption`). A Kubeflow Trainer TrainJob's node pods (the finetune
 gang, :mod:`components.process.gang`) carry ``gang`` (the TrainJob), ``gang_node`` (the node rank) and
 ``gang_gpus``; other pods None there.
 
@@ -47,6 +49,7 @@ from llmpack.k8s.objects import (
     object_condition_time,
     pull_seconds_from_message,
 )
+from llmpack.k8s.preemption import attempt_outcome, disruption_fields
 
 # The columns of a row, in order (the JSON of `llmpack timeline --json` has exactly these keys).
 ROW_FIELDS = (
@@ -78,6 +81,9 @@ ROW_FIELDS = (
     "provision_s",
     "start_s",
     "run_s",
+    "outcome",
+    "disruption",
+    "disrupted_at",
 )
 
 # Row field -> telemetry event name (components.record.telemetry.CLUSTER_EVENTS).
@@ -437,7 +443,10 @@ def _analyze_pod(
         "provision_s": minus(node_ready, created),
         "start_s": minus(started, created),
         "run_s": minus(finished, started),
+        "outcome": None,
+        **disruption_fields(pod, node_by_name[node_name][1] if node_name in node_by_name else None, finished, started),
     }
+    row["outcome"] = attempt_outcome(row)
     return row
 
 

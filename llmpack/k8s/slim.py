@@ -29,11 +29,12 @@ from llmpack.k8s.objects import (
     int_or_none,
     parse_time,
 )
+from llmpack.k8s.preemption import DISRUPTION_CONDITION, TERMINATION_TAINTS
 
 # --------------------------------------------------------------------------- slim objects
 
 
-_SLIM_CONDITIONS = ("PodScheduled", "PodReadyToStartContainers", "PodHasNetwork", "Initialized")
+_SLIM_CONDITIONS = ("PodScheduled", "PodReadyToStartContainers", "PodHasNetwork", "Initialized", DISRUPTION_CONDITION)
 
 
 @functools.cache
@@ -114,18 +115,23 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
         },
         "status": {
             "phase": _intern(status.get("phase")),
-            "conditions": [
-                {"type": _intern(c.get("type")), "status": _intern(c.get("status")), "lastTransitionTime": c.get("lastTransitionTime")}
-                for c in status.get("conditions") or ()
-                if c.get("type") in _SLIM_CONDITIONS
-            ],
+            "conditions": [_slim_condition(c) for c in status.get("conditions") or () if c.get("type") in _SLIM_CONDITIONS],
             "containerStatuses": [cstatus(st) for st in status.get("containerStatuses") or ()],
         },
     }
 
 
+def _slim_condition(c: Mapping[str, Any]) -> dict[str, Any]:
+    """type, status and time; a ``DisruptionTarget``'s reason too (who took the pod: a preemption's cause)."""
+    out = {"type": _intern(c.get("type")), "status": _intern(c.get("status")), "lastTransitionTime": c.get("lastTransitionTime")}
+    if c.get("type") == DISRUPTION_CONDITION:
+        out["reason"] = _intern(c.get("reason"))
+    return out
+
+
 def slim_node(node: Mapping[str, Any]) -> dict[str, Any]:
-    """What the phases and node billing read: labels, Ready, GPU capacity, and signs of removal."""
+    """What the phases and node billing read: labels, Ready, GPU capacity, and signs of removal
+    (the scale-down and termination taints: a node going away under a running pod preempts it)."""
     meta = node.get("metadata") or {}
     labels = meta.get("labels") or {}
     keep = (*INSTANCE_TYPE_LABELS, GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, *CAPACITY_TYPE_LABELS)
@@ -137,7 +143,7 @@ def slim_node(node: Mapping[str, Any]) -> dict[str, Any]:
     if meta.get("deletionTimestamp"):
         slim_meta["deletionTimestamp"] = meta["deletionTimestamp"]
     taints = [{k: t.get(k) for k in ("key", "value", "timeAdded")} for t in dig(node, "spec", "taints") or ()
-              if isinstance(t, Mapping) and t.get("key") == SCALE_DOWN_TAINT]
+              if isinstance(t, Mapping) and (t.get("key") == SCALE_DOWN_TAINT or t.get("key") in TERMINATION_TAINTS)]
     capacity = dig(node, "status", "capacity") or {}
     status: dict[str, Any] = {
         "conditions": [

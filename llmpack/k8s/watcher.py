@@ -45,6 +45,7 @@ from llmpack.k8s import RUN_GROUP_LABEL
 from llmpack.k8s.api import api_error, is_network_error, read_json
 from llmpack.k8s.objects import TERMINAL_PHASES
 from llmpack.k8s.podphases import all_terminated, analyze
+from llmpack.k8s.preemption import attempt_outcome
 from llmpack.k8s.sidereads import SideReads
 from llmpack.k8s.slim import slim_pod
 
@@ -158,6 +159,7 @@ class PodWatcher:
             deleted_names = {(p["metadata"].get("namespace") or "", p["metadata"]["name"]) for k, p in pods if k in deleted}
             for row in rows:
                 row["deleted"] = (row["namespace"], row["pod"]) in deleted_names
+                row["outcome"] = attempt_outcome(row)  # a pod deleted unfinished failed, unless disrupted
             cached = self._rows = (key, rows)
         return [dict(row) for row in cached[1]]
 

@@ -25,6 +25,8 @@ from llmpack.numbers import figure, money
 from llmpack.report import beside
 from llmpack.report.charts import chart_boxes, chart_cost, chart_timeline, path_colour
 from llmpack.report.facts import break_even, cost_split, gpu_steps, report_facts, retry_lines, summary_sentence
+from llmpack.report.preemption import html_section as preemption_html
+from llmpack.report.preemption import markdown_lines as preemption_markdown
 from llmpack.report.traces import TRACES_FILE, write_traces
 
 # (metric, header, unit): the Numbers table; the header is the glossary's name of the measure.
@@ -145,6 +147,7 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         lines += ["", "## Retried attempts", "", "Every attempt is billed: these are in the runs' cost, GPU-hours and goodput.", ""]
         lines += [f"- **{o}** {text}" for o, text in retries]
     lines += beside.markdown(result["runs"])
+    lines += preemption_markdown(result)
     lines += ["", "## Break-even", "", be["sentence"] if be else "No control-plane costs given (use --control-plane-cost kfp=USD ...)."]
     lines += [
         "",
@@ -277,6 +280,7 @@ img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 <ul>{costs or '<li>no priced runs</li>'}</ul>
 {retries}
 {beside.html_section(result['runs'])}
+{preemption_html(result, _badge)}
 {img('cost_per_run')}
 <p class="note">{html.escape(COST_FORMULA)}</p>
 <h2>Break-even</h2><p>{html.escape(be['sentence']) if be else 'No control-plane costs given (use --control-plane-cost kfp=USD ...).'}</p>

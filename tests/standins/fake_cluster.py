@@ -311,6 +311,7 @@ class FakeCluster:
         node_paces: Any = None,
         gpu_node_hook: Any = None,
         on_exit: Any = None,
+        preempt: Any = None,
     ) -> None:
         self.kube, self.kfp, self.argo = kube, kfp, argo
         self.tracking_uri = tracking_uri
@@ -325,6 +326,7 @@ class FakeCluster:
         self.node_paces = node_paces  # standins.node_paces.NodePaces: gang nodes drawn, not cycled
         self.gpu_node_hook = gpu_node_hook  # node object -> node object, for every GPU node (standins.opencost.spot_nodes)
         self.on_exit = on_exit  # standins.exit_task.ExitTask: the pipeline's closing task, played before the end
+        self.preempt = preempt  # standins.preemption.Preemption: a GPU pod taken away mid-step, then retried
         self.scripts: dict[str, RunScript] = {}
         self.errors: list[BaseException] = []
         self._seen: set[Any] = set()
@@ -655,7 +657,11 @@ class FakeCluster:
             times["gpu"] = gpu
             finished = times["started"] + t.process_s
             ran: list[str] = []
-            for member in task.members:
+            retried = None if self.preempt is None or task.fused or not self.preempt.target(task.members, gpu) else \
+                self.preempt.script_step(self, script, task.name, times, finished, self._step_events)
+            if retried is not None:  # standins.preemption: the preempted pod, then its retry's times
+                (times, finished), ran = retried, list(task.members)
+            for member in () if retried else task.members:
                 if launcher:
                     finished = self._gang_events(script, member, finished, gang)
                 else:
@@ -739,6 +745,8 @@ class FakeCluster:
                     self.kube.add_node(self.gpu_node_hook(obj) if self.gpu_node_hook else obj)
                 elif kind == "event":
                     self.kube.add_event(obj)
+                elif kind == "delete":
+                    self.kube.delete_pod(*obj)
                 elif kind == "mlflow":
                     self._log_step(script, obj)
                 elif kind in ("trainjob", "workload"):
@@ -768,8 +776,9 @@ class FakeCluster:
             run_id = tracking.find_pipeline_run(mc, script.pipeline_run)
         if run_id is None:
             run_id = tracking.open_pipeline_run(mc, ctx)
-        records = [make_record(ctx, "event", step, k, v) for k, v in script.events[step].items()]
-        records += [make_record(ctx, "metric", step, k, v) for k, v in script.metrics.get(step, {}).items()]
+        attempts = (self.preempt.attempts(script, step) if self.preempt is not None else None) or [script.events[step]]
+        records = [make_record(ctx, "event", step, k, v, n) for n, ev in enumerate(attempts) for k, v in ev.items()]
+        records += [make_record(ctx, "metric", step, k, v, len(attempts) - 1) for k, v in script.metrics.get(step, {}).items()]
         tracking.log_records(mc, run_id, records)
 
     def _mlflow_actions(self, script: RunScript, steps: list[str]) -> list[tuple[float, int, str, Any]]:
@@ -816,6 +825,8 @@ class FakeCluster:
             self._fused_command(states, task)
             node = script.node if "node_created" in times else None
             actions += self._pod_actions(states, times, namespace=ns, container="main", node=node)
+            if self.preempt is not None:
+                actions += self.preempt.pod_actions(self, script, step, states[0], ns)
         actions += self._gang_actions(script, ns)
         actions += self._mlflow_actions(script, self._ran(script))
 
@@ -856,6 +867,8 @@ class FakeCluster:
             self._fused_command(states, task)
             node = script.node if "node_created" in times else None
             actions += self._pod_actions(states, times, namespace=ns, container="main", node=node)
+            if self.preempt is not None:
+                actions += self.preempt.pod_actions(self, script, step, states[0], ns)
         actions += self._gang_actions(script, ns)
         actions += self._mlflow_actions(script, self._ran(script))
 
@@ -894,6 +907,8 @@ class FakeCluster:
                 break
         times["finished"] = _floor(cursor) + 1
         times["failed"] = script.failed_step is not None
+        if self.preempt is not None and gang is None:  # standins.preemption: the Job's next pod, after the preempted one
+            times = self.preempt.script_job(self, script, times, tuple(ran)) or times
         script.pods["main"] = times
         script.tasks["main"] = tuple(ran)
         pod = f"{name}-{_suffix(name, 5)}"
@@ -904,7 +919,10 @@ class FakeCluster:
                               gpu=True)
         for st in states:
             st["spec"]["containers"] = [copy.deepcopy(container)]
-        actions = self._pod_actions(states, times, namespace=ns, container=container["name"], node=script.node)
+        actions = self._pod_actions(states, times, namespace=ns, container=container["name"],
+                                    node=script.node if "node_created" in times else None)
+        if self.preempt is not None:
+            actions += self.preempt.pod_actions(self, script, "main", states[0], ns)
         actions += self._gang_actions(script, ns)
         actions += self._mlflow_actions(script, ran)
         self.kube.set_job_status(ns, name, {"startTime": _iso(created), "active": 1})

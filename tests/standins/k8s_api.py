@@ -893,6 +893,7 @@ _ROUTES = [
     ("pods", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$")),
     ("pods_all", re.compile(r"^/api/v1/pods$")),
     ("pod", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")),
+    ("pod_eviction", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/eviction$")),
     ("nodes", re.compile(r"^/api/v1/nodes$")),
     ("node", re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")),
     ("events", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")),
@@ -914,6 +915,7 @@ _RESOURCE = {
     "pods": "pods",
     "pods_all": "pods",
     "pod": "pods",
+    "pod_eviction": "pods/eviction",
     "nodes": "nodes",
     "node": "nodes",
     "events": "events",
@@ -1019,6 +1021,13 @@ def _make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
             if obj is None:
                 return self._status(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
             self._json(200, obj)
+
+        def _r_pod_eviction(self, method: str, query: dict[str, str], body: Any, ns: str, name: str) -> None:
+            from standins.preemption import evict  # what the API server does for an Eviction
+
+            if method != "POST":
+                return self._not_allowed(method)
+            self._json(*evict(api, ns, name))
 
         def _r_nodes(self, method: str, query: dict[str, str], body: Any) -> None:
             self._json(200, api._list(api._nodes, query, None, "Node"))

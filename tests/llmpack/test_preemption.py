@@ -1,0 +1,178 @@
+"""Preemption as its own outcome (llmpack.k8s.preemption): read from DisruptionTarget, a node's
+termination and Kueue's Workload conditions; kept by the watcher's slim pods; its waste priced.
+
+Pure functions on API-shaped objects: quick (well under a second together).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from standins.k8s_api import _iso, iter_pod_states, node_object
+
+from components.record.telemetry import StepTimes
+from llmpack.k8s import kueue
+from llmpack.k8s.podphases import analyze
+from llmpack.k8s.preemption import (
+    attempt_outcome,
+    node_terminated_at,
+    preemption_metrics,
+    workload_disruption,
+)
+from llmpack.k8s.slim import slim_node, slim_pod
+
+T0 = 1_780_000_000.0
+LABELS = {"llmpack.io/run-group": "rg", "llmpack.io/pipeline-run": "p", "llmpack.io/step": "finetune",
+          "llmpack.io/orchestrator": "argo"}
+
+
+def pod(name: str, *, created: float, finished: float, failed: bool = False, node: str = "gpu-1",
+        disruption: str | None = None) -> dict[str, Any]:
+    states = list(iter_pod_states(name, labels=LABELS, created=created, scheduled=created + 1, node=node,
+                                  initialized=created + 2, started=created + 3, finished=finished, failed=failed))
+    last = states[-1]
+    if disruption:
+        last["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": disruption,
+                                             "lastTransitionTime": _iso(finished - 1)})
+    return last
+
+
+def gpu_node(**extra: Any) -> dict[str, Any]:
+    node = node_object("gpu-1", created=T0 - 100, ready=T0 - 90, instance_type="p5.48xlarge", gpu_product="NVIDIA-H100")
+    node["metadata"].update(extra.get("metadata", {}))
+    node["spec"].update(extra.get("spec", {}))
+    return node
+
+
+@pytest.mark.parametrize("reason", ["PreemptionByScheduler", "DeletionByTaintManager", "EvictionByEvictionAPI",
+                                    "TerminationByKubelet"])
+def test_disruption_target_makes_the_attempt_preempted_and_slim_keeps_it(reason: str) -> None:
+    pods = [pod("a", created=T0, finished=T0 + 30, failed=True, disruption=reason)]
+    full = analyze(pods, [gpu_node()])
+    slim = analyze([slim_pod(p) for p in pods], [slim_node(gpu_node())])
+    assert full == slim
+    row = full[0]
+    assert (row["outcome"], row["disruption"], row["disrupted_at"]) == ("preempted", reason, T0 + 29)
+
+
+def test_a_plain_failure_is_failed_and_a_success_succeeded() -> None:
+    rows = analyze([pod("a", created=T0, finished=T0 + 30, failed=True), pod("b", created=T0 + 40, finished=T0 + 80)],
+                   [gpu_node()])
+    assert [(r["pod"], r["outcome"], r["disruption"]) for r in rows] == [("a", "failed", None), ("b", "succeeded", None)]
+    assert attempt_outcome({"phase": "Running"}) == "running"
+    assert attempt_outcome({"phase": "Running", "deleted": True}) == "failed"
+
+
+def test_the_node_going_away_while_the_pod_ran_is_a_preemption() -> None:
+    spot = {"spec": {"taints": [{"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule",
+                                 "timeAdded": _iso(T0 + 20)}]}}
+    rows = analyze([pod("a", created=T0, finished=T0 + 30, failed=True)], [slim_node(gpu_node(**spot))])
+    assert (rows[0]["outcome"], rows[0]["disruption"], rows[0]["disrupted_at"]) == ("preempted", "NodeTermination", T0 + 20)
+    # removed after the pod finished: the usual scale-down, no preemption
+    later = gpu_node(metadata={"deletionTimestamp": _iso(T0 + 600)})
+    assert analyze([pod("a", created=T0, finished=T0 + 30)], [later])[0]["outcome"] == "succeeded"
+    assert node_terminated_at(later) == T0 + 600
+    assert node_terminated_at(gpu_node()) is None
+
+
+def test_kueue_evicted_or_preempted_workload() -> None:
+    wl = {"status": {"conditions": [
+        {"type": "Admitted", "status": "True", "lastTransitionTime": _iso(T0)},
+        {"type": "Evicted", "status": "True", "reason": "Preempted", "lastTransitionTime": _iso(T0 + 50)}]}}
+    assert workload_disruption(wl) == ("KueuePreempted", T0 + 50)
+    assert kueue.evicted(wl) == ("KueuePreempted", T0 + 50)
+    wl["status"]["conditions"][1]["status"] = "False"
+    assert kueue.evicted(wl) is None and kueue.evicted(None) is None
+
+
+def test_waste_is_gpu_time_since_the_checkpoint_plus_the_retrys_spin_up() -> None:
+    """A 2-GPU finetune pod preempted at T0+33 (checkpoint at T0+30); the retry pod starts at T0+43, its first step T0+50."""
+    rows = analyze([pod("a", created=T0, finished=T0 + 34, failed=True, disruption="PreemptionByScheduler"),
+                    pod("b", created=T0 + 40, finished=T0 + 90)], [gpu_node()])
+    a0 = StepTimes(step="finetune", events={"process_started": T0 + 4, "model_loaded": T0 + 6, "first_step": T0 + 8,
+                                            "checkpoint_saved": T0 + 30}, metrics={}, attempt=0)
+    a1 = StepTimes(step="finetune", events={"process_started": T0 + 44, "model_loaded": T0 + 47, "first_step": T0 + 50,
+                                            "finished": T0 + 88}, metrics={"train_s": 38.0}, attempt=1)
+    steps = {"finetune": StepTimes(step="finetune", events=a1.events, metrics=a1.metrics, attempt=1, attempts=(a0, a1))}
+    retry_h = 2 * 31 / 3600.0  # what billing counts as the retried attempt: container start to finish
+    m, attempts = preemption_metrics(rows, steps, {"finetune": 2}, 4.0, retry_gpu_hours=retry_h)
+    assert [a["outcome"] for a in attempts] == ["preempted", "succeeded"]
+    waste_s = 2 * ((33 - 30) + (50 - 43))  # GPUs x (since checkpoint + retry container start -> first step)
+    assert m["preemptions"] == 1
+    assert m["preemption_waste_gpu_hours"] == pytest.approx(waste_s / 3600.0)
+    assert m["preemption_waste_usd"] == pytest.approx(waste_s / 3600.0 * 4.0)
+    assert m["time_to_recover_s"] == pytest.approx(50 - 33)
+    assert m["preempted_gpu_hours"] == pytest.approx(2 * (34 - 3) / 3600.0)
+    assert m["failure_retry_gpu_hours"] == pytest.approx(0.0)
+    assert m["kept_train_s"] == pytest.approx(38.0 + (30 - 8))
+    # no checkpoint: everything since the container started is lost
+    a0.events.pop("checkpoint_saved")
+    m, _ = preemption_metrics(rows, steps, {"finetune": 2}, None)
+    assert m["preemption_waste_gpu_hours"] == pytest.approx(2 * ((33 - 3) + 7) / 3600.0)
+    assert m["preemption_waste_usd"] is None and m["kept_train_s"] == pytest.approx(38.0)
+
+
+# --------------------------------------------------------------------------- --preempt on a real cluster: an Eviction
+
+
+@pytest.fixture()
+def kube() -> Any:
+    from standins.k8s_api import KubeAPIStandIn
+
+    api = KubeAPIStandIn(token="t0k", namespaces=("llmpack",)).start()
+    yield api
+    api.close()
+
+
+def running_pod(name: str, started: float) -> dict[str, Any]:
+    states = list(iter_pod_states(name, labels=LABELS, created=started - 3, scheduled=started - 2, node="gpu-1",
+                                  initialized=started - 1, started=started))
+    return states[-1]
+
+
+def test_the_injector_evicts_the_step_pod_when_due_and_the_record_reads_a_preemption(kube: Any) -> None:
+    import time
+
+    from llmpack.k8s.api import build_api_client
+    from llmpack.k8s.preempt_inject import PreemptInjector
+    from llmpack.k8s.preemption import PreemptSpec
+    from llmpack.k8s.watcher import PodWatcher
+
+    started = float(int(time.time())) - 10
+    kube.apply_pod(running_pod("ft-0", started))
+    client = build_api_client(host=kube.url, token="t0k")
+    watcher = PodWatcher(client, "llmpack", "rg").start()
+    try:
+        now = [started + 29.0]
+        inject = PreemptInjector(client, PreemptSpec(step="finetune", at_s=30), watcher.rows, pod_steps={"finetune"},
+                                 clock=lambda: now[0])
+        assert inject.step() is False and inject.evictions == []  # not due yet
+        now[0] = started + 30.0
+        assert inject.step() is False
+        assert [e["pod"] for e in inject.evictions] == ["ft-0"] and kube.evictions == [("llmpack", "ft-0")]
+        deadline = time.monotonic() + 5
+        while not any(r.get("deleted") for r in watcher.rows()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        row = next(r for r in watcher.rows() if r["pod"] == "ft-0")
+        assert (row["outcome"], row["disruption"], row["deleted"]) == ("preempted", "EvictionByEvictionAPI", True)
+        # the retry pod runs on: a fixed moment preempts once
+        kube.apply_pod(running_pod("ft-1", started + 40))
+        now[0] = started + 200.0
+        assert inject.step() is True and len(kube.evictions) == 1
+    finally:
+        watcher.finish()
+        client.close()
+
+
+def test_the_injector_does_nothing_when_the_cluster_preempted_first() -> None:
+    from llmpack.k8s.preempt_inject import PreemptInjector
+    from llmpack.k8s.preemption import PreemptSpec
+
+    rows = [{"pod": "a", "step": "finetune", "role": "executor", "created": T0, "container_started": T0 + 3,
+             "phase": "Failed", "disruption": "PreemptionByScheduler"},
+            {"pod": "b", "step": "finetune", "role": "executor", "created": T0 + 40, "container_started": T0 + 43,
+             "phase": "Running"}]
+    inject = PreemptInjector(None, PreemptSpec(step="finetune", at_s=5), lambda: rows, pod_steps={"finetune"},
+                             clock=lambda: T0 + 1000)
+    assert inject.step() is True and inject.evictions == []
