@@ -196,12 +196,17 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
                                                A100 80GB nodes, labels and price
       llmpack compile --model-pvc models --data-pvc data --hf-token-secret hf
                                                /models, /data read-only; HF_TOKEN
+      llmpack compile --checkpoint-pvc ckpt --checkpoint-minutes 10
+                                               a retry pod resumes this run
     """
-    from llmpack.compile import compile_all
+    from llmpack.compile import checkpoint_note, compile_all
 
+    options = pod_options_of(pod)
     for path in compile_all(out, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes,
-                            queue=queue, gpu_type=gpu_type, pod=pod_options_of(pod)):
+                            queue=queue, gpu_type=gpu_type, pod=options):
         echo_out(str(path))
+    if note := checkpoint_note(options):
+        click.echo(note, err=True)
 
 
 @main.command(short_help="Run the pipeline through several paths and compare them.")
