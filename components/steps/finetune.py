@@ -17,6 +17,7 @@ progress whichever orchestrator ran it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -340,6 +341,9 @@ def finetune(
                        "seed": seed})
     if scratch:  # this run's checkpoints (in the output, or on the volume) are scratch once the weights are saved
         shutil.rmtree(ckpt_root, ignore_errors=True)
+        if settings.CHECKPOINT_ROOT.get():
+            with contextlib.suppress(OSError):  # the run's own directory on the volume, when nothing else is in it
+                ckpt_root.parent.rmdir()
     log_checkpoint_timing(save_s)
     tokens_per_s = tokens_seen / train_s if train_s > 0 else float("nan")
     metric("train_s", train_s)
