@@ -276,3 +276,28 @@ def test_a_retry_pod_resumes_this_runs_checkpoint_from_the_volume_byte_identical
     assert f"resumed from {pvc / 'run-c' / 'finetune' / 'step-00000004'} at step 4" in c1.stdout
     assert (tmp_path / "c1" / ADAPTER).read_bytes() == reference
     assert not (pvc / "run-a").exists() and not (pvc / "run-c").exists()
+
+
+@pytest.mark.slow
+def test_checkpoint_minutes_checkpoints_by_time_and_the_write_time_is_logged(tmp_path: Path) -> None:
+    """``checkpoint_every=0`` and ``LLMPACK_CHECKPOINT_MINUTES`` = 1 ms: a checkpoint after every step, by time
+    alone; the longest write and the compiled grace period reach the step's record."""
+    import json
+
+    for ref, args in (("components.steps.prepare_data:prepare_data", [f"--output=dataset={tmp_path / 'data'}",
+                                                                      "--param=builtin_size=32"]),
+                      ("components.steps.tokenize:tokenize", [f"--input=dataset={tmp_path / 'data'}",
+                                                              f"--output=tokens={tmp_path / 'tokens'}", "--param=seq_len=64"])):
+        r = subprocess.run([sys.executable, "-m", "components.run", ref, *args], cwd=REPO, env=_env(tmp_path / "none"),
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+    env = _env(tmp_path / "pvc", **{settings.CHECKPOINT_MINUTES.name: str(1 / 60000), settings.GRACE_PERIOD_S.name: "45"})
+    cmd = [sys.executable, "-m", "components.run", *TUNE, f"--input=tokens={tmp_path / 'tokens'}",
+           f"--output=model={tmp_path / 'out'}", "--param=max_steps=5", "--param=batch_size=4",
+           f"--param=checkpoint_dir={tmp_path / 'kept'}", "--param=pipeline_run=run-t"]
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["step-00000003", "step-00000004"]  # newest two
+    metrics = {rec["name"]: rec["value"] for rec in map(json.loads, (tmp_path / "out" / "llmpack-events.jsonl").open())
+               if rec["kind"] == "metric"}
+    assert 0 < metrics["checkpoint_save_s"] < metrics["train_s"] and metrics["grace_period_s"] == 45
