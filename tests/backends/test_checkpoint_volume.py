@@ -184,3 +184,22 @@ def test_bad_checkpoint_flags_are_one_line_exit_2(tmp_path: Path, args: tuple[st
 def test_compare_takes_the_checkpoint_flags_only_with_cluster(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["compare", "--checkpoint-pvc", "ckpt", "--output-dir", str(tmp_path)])
     assert result.exit_code == 2 and "--checkpoint-*/--grace-period: only with --cluster" in result.output, result.output
+
+
+@pytest.mark.slow  # a whole compile beside the submit: seconds
+def test_submit_argo_with_the_checkpoint_volume_sends_it_through_the_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`llmpack submit argo --checkpoint-pvc ckpt`: the Workflow the Argo Server gets keeps finetune's checkpoints."""
+    from standins.argo_server import ArgoServerStandIn
+
+    for name in ("ARGO_SERVER", "ARGO_NAMESPACE", "ARGO_SECURE", "MLFLOW_TRACKING_URI", "LLMPACK_PRICE_PER_GPU_HOUR"):
+        monkeypatch.delenv(name, raising=False)
+    with ArgoServerStandIn(token="argo-ckpt-token") as argo_server:
+        result = CliRunner().invoke(main, ["submit", "argo", "--host", argo_server.url, "--checkpoint-pvc", "ckpt",
+                                           "--grace-period", "90", "--json"], env={"ARGO_TOKEN": "argo-ckpt-token"})
+        assert result.exit_code == 0, result.output
+        (post,) = argo_server.recorded("POST")
+    finetune = next(t for t in post.body["workflow"]["spec"]["templates"] if t["name"] == "finetune")
+    assert {"name": "llmpack-checkpoints", "mountPath": "/checkpoints"} in finetune["container"]["volumeMounts"]
+    assert env_of(finetune["container"])[ROOT] == "/checkpoints"
+    assert finetune["podSpecPatch"] == '{"terminationGracePeriodSeconds": 90}'
+    assert finetune["retryStrategy"]["limit"] == str(2 + PREEMPTION_RETRIES)
