@@ -42,6 +42,9 @@ from components.podspec import (
     grace_for,
 )
 
+# The pod-spec flags in one line's words (a command that takes them only with --cluster names them so).
+POD_FLAGS = "--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*/--checkpoint-*/--grace-period"
+
 # A container image reference as Docker's distribution/reference grammar spells it (simplified):
 # [registry[:port]/]path[:tag][@digest], path components lower-case.
 _PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
