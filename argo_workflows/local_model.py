@@ -20,6 +20,11 @@ MAX_LOCAL_BACKOFF_S = 1.0
 
 PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}")
 RETRY_EXPRESSION = re.compile(r"^\s*asInt\(\s*lastRetry\.exitCode\s*\)\s*(==|!=|<=|>=|<|>)\s*(-?\d+)\s*$")
+# The finetune template's with a checkpoint volume (argo_workflows.workflow.retry_strategy): a pod lost to the
+# platform is retried, a failure only while fewer than N retries were made. Locally no pod is ever lost.
+PREEMPTION_RETRY_EXPRESSION = re.compile(
+    r"^\s*lastRetry\.message\s+matches\s+'[^']*'\s*\|\|\s*\(\s*asInt\(\s*lastRetry\.exitCode\s*\)\s*(==|!=|<=|>=|<|>)"
+    r"\s*(-?\d+)\s*&&\s*asInt\(\s*retries\s*\)\s*<\s*(\d+)\s*\)\s*$")
 COMPARE: dict[str, Callable[[int, int], bool]] = {
     "==": operator.eq,
     "!=": operator.ne,
@@ -47,7 +52,7 @@ TEMPLATE_CLUSTER = {
     "metadata", "activeDeadlineSeconds", "nodeSelector", "tolerations", "securityContext", "metrics",
     "affinity", "priorityClassName", "serviceAccountName", "schedulerName", "automountServiceAccountToken",
     "archiveLocation", "failFast", "parallelism", "synchronization", "executor", "hostAliases", "timeout",
-    "priority",
+    "priority", "podSpecPatch",  # podSpecPatch: only terminationGracePeriodSeconds (--checkpoint-pvc, --grace-period)
 }  # fmt: skip
 # The template kinds Argo has, named so a refusal says what the YAML asked for.
 TEMPLATE_KINDS = {
@@ -208,13 +213,15 @@ class Retry:
             raise InputError(f"{PREFIX}: {where}.retryPolicy: unknown policy {policy!r}")
         # A process that exits non-zero is a Failed node; OnError / OnTransientError never retry it.
         self.retries_failures = policy in ("Always", "OnFailure")
-        self.condition: Callable[[int], bool] = lambda code: True
+        self.condition: Callable[[int, int], bool] = lambda code, attempt: True
         if "expression" in spec:
             match = RETRY_EXPRESSION.match(str(spec["expression"]))
-            if not match:
+            lost = PREEMPTION_RETRY_EXPRESSION.match(str(spec["expression"]))
+            if not match and not lost:
                 raise unsupported(f"retry expression {spec['expression']!r}", f"{where}.expression")
-            op, bound = COMPARE[match.group(1)], int(match.group(2))
-            self.condition = lambda code: op(code, bound)
+            op, bound = COMPARE[(match or lost).group(1)], int((match or lost).group(2))  # type: ignore[union-attr]
+            failures = int(lost.group(3)) if lost else self.limit
+            self.condition = lambda code, attempt: op(code, bound) and attempt < failures
         backoff = spec.get("backoff") or {}
         check_keys(backoff, {"duration", "factor", "cap", "maxDuration"}, set(), f"{where}.backoff")
         self.duration = seconds(backoff["duration"], f"{where}.backoff.duration") if "duration" in backoff else 0.0
@@ -222,7 +229,7 @@ class Retry:
         self.cap = seconds(backoff["cap"], f"{where}.backoff.cap") if "cap" in backoff else None
 
     def should_retry(self, attempt: int, code: int) -> bool:
-        return attempt < self.limit and self.retries_failures and self.condition(code)
+        return attempt < self.limit and self.retries_failures and self.condition(code, attempt)
 
     def delay(self, attempt: int) -> float:
         wait = self.duration * self.factor**attempt

@@ -45,6 +45,7 @@ published JSON schema (used by IDEs and schema stores) accepts only the string f
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from components.commands import format_value, step_args
@@ -58,6 +59,7 @@ from components.dsl import (
     iter_param_args,
 )
 from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement
+from components.podspec import PREEMPTION_MESSAGE, PREEMPTION_RETRIES, grace_fields, keeps_checkpoints
 from components.record.close import CLOSE_TASK, billed_uses, record_args, uses_json
 from components.record.cost import GpuUse
 from components.record.telemetry import TRAIN_STEP
@@ -183,11 +185,26 @@ def _volumes(ex: Any) -> list[Any] | None:
     volumes: list[Any] = []
     if ex.cache_pvc:
         volumes.append(ExistingVolume(name=HF_CACHE_VOLUME, claim_name=ex.cache_pvc, mount_path=HF_CACHE_MOUNT))
-    volumes += [ExistingVolume(name=m.volume, claim_name=m.claim, mount_path=m.path, read_only=True)
+    volumes += [ExistingVolume(name=m.volume, claim_name=m.claim, mount_path=m.path, read_only=m.read_only or None)
                 for m in ex.pod.mounts]
     if needs_shm(ex.resources.gpus):
         volumes.append(EmptyDirVolume(name=SHM_VOLUME, mount_path=SHM_MOUNT, medium="Memory"))
     return volumes or None
+
+
+def retry_strategy(ex: Any) -> tuple[int, str]:
+    """``(limit, expression)`` of a step's ``retryStrategy``: bad input (exit 2) is never retried.
+
+    With checkpoints on a volume (``--checkpoint-pvc``) a pod lost to the platform (``lastRetry.message``:
+    pod deleted, node shutdown, preemption, eviction) is retried on :data:`~components.podspec.PREEMPTION_RETRIES`
+    more tries, and a failure only while fewer than the step's own limit were made: Argo has one retry
+    counter, so preemptions cannot be kept out of it, only given room of their own (docs/preemption.md).
+    """
+    plain = f"asInt(lastRetry.exitCode) != {NO_RETRY_EXIT_CODE}"
+    if not keeps_checkpoints(ex.pod):
+        return ex.retry.limit, plain
+    return (ex.retry.limit + PREEMPTION_RETRIES,
+            f"lastRetry.message matches '{PREEMPTION_MESSAGE}' || ({plain} && asInt(retries) < {ex.retry.limit})")
 
 
 def _container(task: Task, use: GpuUse | None = None) -> Any:
@@ -207,10 +224,11 @@ def _container(task: Task, use: GpuUse | None = None) -> Any:
     selector, affinity = placement(ex)
     retry = None
     if ex.retry.limit > 0:
+        limit, expression = retry_strategy(ex)
         retry = RetryStrategy(
-            limit=IntOrString(root=str(ex.retry.limit)),
+            limit=IntOrString(root=str(limit)),
             retry_policy="Always",
-            expression=f"asInt(lastRetry.exitCode) != {NO_RETRY_EXIT_CODE}",
+            expression=expression,
             backoff=Backoff(
                 duration=f"{ex.retry.backoff_s}s",
                 factor=IntOrString(root=format_value(ex.retry.factor)),
@@ -231,7 +249,9 @@ def _container(task: Task, use: GpuUse | None = None) -> Any:
             *tracking_env(),
             *([Env(name="HF_HOME", value=HF_CACHE_MOUNT)] if ex.cache_pvc else []),
             *(SecretEnv(name=s.env, secret_name=s.secret, secret_key=s.key) for s in ex.pod.secret_env),
+            *(Env(name=name, value=value) for name, value in ex.pod.env),  # the checkpoint volume's settings
         ],
+        pod_spec_patch=json.dumps(grace_fields(ex.pod)) if ex.pod.grace_s is not None else None,
         image_pull_policy=ex.pod.pull_policy,
         volumes=_volumes(ex),
         resources=Resources(

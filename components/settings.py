@@ -125,6 +125,16 @@ PARKED_MEMBER = declare(Setting(name="LLMPACK_PARKED_MEMBER", type=int, default=
 #: ``1``: each rank of a gang writes its own events file (merged later).
 RANK_EVENTS = declare(Setting(name="LLMPACK_RANK_EVENTS", type=bool, default=False, audience="internal",
                               doc="1: each rank of a gang writes llmpack-events.rank<R>.jsonl (merged later)."))
+# Checkpoints that outlive the pod (llmpack compile --checkpoint-pvc/--grace-period/--checkpoint-minutes; docs/preemption.md).
+#: The checkpoint volume's mount: finetune writes under ``<root>/<pipeline run>/<step>``, keyed by run.
+CHECKPOINT_ROOT = declare(Setting(name="LLMPACK_CHECKPOINT_ROOT", type=str, default=None, audience="internal",
+                                  doc="Checkpoint volume mount: finetune checkpoints under ROOT/<pipeline run>/<step>."))
+#: Minutes between checkpoints, besides every ``checkpoint_every`` steps (whichever comes first).
+CHECKPOINT_MINUTES = declare(Setting(name="LLMPACK_CHECKPOINT_MINUTES", type=float, default=0.0, audience="internal",
+                                     doc="Also checkpoint every T minutes (whichever of steps or minutes comes first)."))
+#: The pod's terminationGracePeriodSeconds as compiled, logged beside the measured checkpoint write time.
+GRACE_PERIOD_S = declare(Setting(name="LLMPACK_GRACE_PERIOD_S", type=int, default=None, audience="internal",
+                                 doc="The pod's compiled grace period, logged as grace_period_s beside checkpoint_save_s."))
 
 # Fault injection for tests and benchmarks.
 #: ``finetune=2.0[,step=s]``: a step's process starts that many seconds later.

@@ -275,6 +275,10 @@ def use_pod_extras(kt: Any, extras: PodExtras) -> None:
         kubernetes.set_image_pull_policy(kt, extras.pull_policy)
     if extras.pull_secrets:
         kubernetes.set_image_pull_secrets(kt, list(extras.pull_secrets))
+    for name, value in extras.env:  # the checkpoint volume's settings (--checkpoint-pvc ...)
+        kt.set_env_variable(name, value)
+    # extras.grace_s: the KFP platform spec has no terminationGracePeriodSeconds (kfp-kubernetes 2.x); the
+    # pods keep the cluster's default (30 s) and a TrainJob the finetune step creates gets it (docs/preemption.md).
 
 
 def configure_task(pipe: Pipeline, task: Task, kt: Any) -> None:

@@ -30,7 +30,7 @@ from llmpack.options import (
     submit_options,
     tls_connection,
 )
-from llmpack.pod_options import pod_options_of
+from llmpack.pod_options import POD_FLAGS, pod_options_of
 from llmpack.project.command import project as project_command
 from llmpack.sync import sync as sync_command
 from llmpack.terminal import Command, Group, quiet_library_warnings
@@ -197,11 +197,13 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
       llmpack compile --model-pvc models --data-pvc data --hf-token-secret hf
                                                /models, /data read-only; HF_TOKEN
     """
-    from llmpack.compile import compile_all
+    from llmpack.compile import checkpoint_note, compile_all
 
     for path in compile_all(out, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes,
-                            queue=queue, gpu_type=gpu_type, pod=pod_options_of(pod)):
+                            queue=queue, gpu_type=gpu_type, pod=(options := pod_options_of(pod))):
         echo_out(str(path))
+    if note := checkpoint_note(options):
+        click.echo(note, err=True)
 
 
 @main.command(short_help="Run the pipeline through several paths and compare them.")
@@ -296,7 +298,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     own = {o.dest: kwargs.pop(o.dest) for path in cluster_paths().values() for o in path.compare_options}
     pod = pod_options_of(kwargs)  # --image, --model-pvc...: every path compiled with them (llmpack.pod_options)
     if local and pod.compiles:
-        raise InputError("--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*: only with --cluster")
+        raise InputError(f"{POD_FLAGS}: only with --cluster")
     for flag in ("--model", "--data") if not local else ():  # /models/x with no volume: the flag that mounts it
         pod.check_mounted(kwargs[flag[2:]], flag)
     cluster = {"pod": pod, "concurrency": concurrency, "own": own, "namespace": namespace, "kubeconfig": kubeconfig, "context": context,

@@ -233,6 +233,14 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def checkpoint_note(pod: PodOptions) -> str | None:
+    """The one line ``llmpack compile`` prints on stderr when finetune's checkpoints die with its pod."""
+    if pod.checkpoints.claim is not None:
+        return None
+    return ("llmpack: note: no --checkpoint-pvc: finetune's checkpoints stay in its pod, so an orchestrator retry "
+            "restarts training from step 0 (docs/preemption.md)")
+
+
 def artifact_settings(backend_name: str, pod: PodOptions | None) -> dict[str, Any]:
     """What a backend's compile takes beyond the pipeline: MLflow's Job namespace and repository (item 7)."""
     if backend_name != "mlflow" or pod is None:

@@ -177,6 +177,19 @@ def pod_options(*, namespace: bool = False) -> Callable[[Callable[..., Any]], Ca
         click.option("--mlflow-repository-uri", "repository_uri", default=None, metavar="REPO",
                      help="MLflow path: the repository-uri of kubernetes_config.json (where `mlflow run --backend "
                           "kubernetes` pushes the image it builds; default IMAGE's repository + -mlflow-project)."),
+        # Checkpoints that outlive the pod (docs/preemption.md).
+        click.option("--checkpoint-pvc", default=None, metavar="NAME[:MOUNT]",
+                     help="PersistentVolumeClaim for finetune's checkpoints, mounted read-write at MOUNT (default "
+                          "/checkpoints): each run writes under MOUNT/<pipeline run>/finetune, so a retry pod of the "
+                          "run resumes from its newest complete checkpoint. May name the --cache-pvc claim too."),
+        click.option("--grace-period", type=int, default=None, metavar="S",
+                     help="terminationGracePeriodSeconds of the GPU pods (default with --checkpoint-pvc: twice the "
+                          "checkpoint write time + 30 s)."),
+        click.option("--checkpoint-save-s", type=float, default=None, metavar="S",
+                     help="A measured checkpoint write time (the run's checkpoint_save_s metric) to size the grace "
+                          "period from (default 60)."),
+        click.option("--checkpoint-minutes", type=float, default=None, metavar="T",
+                     help="Also checkpoint every T minutes (besides every checkpoint_every steps, whichever first)."),
     ]
     if namespace:
         options.append(click.option("--namespace", "compile_namespace", default=None, metavar="NAME",

@@ -1,8 +1,9 @@
 """The pod-spec flags of ``compile``, ``submit`` and ``compare --cluster``, checked once and applied to the pipeline.
 
 ``--image``, ``--image-pull-policy``, ``--image-pull-secret``, ``--model-pvc``, ``--data-pvc``,
-``--hf-token-secret`` (:mod:`components.podspec` says what each becomes in a pod) and, for the
-artifacts that name them, ``--namespace`` and ``--mlflow-repository-uri``. :meth:`PodOptions.apply`
+``--hf-token-secret``, the checkpoint block (``--checkpoint-pvc``, ``--grace-period``,
+``--checkpoint-save-s``, ``--checkpoint-minutes``; :mod:`components.podspec` says what each becomes
+in a pod) and, for the artifacts that name them, ``--namespace`` and ``--mlflow-repository-uri``. :meth:`PodOptions.apply`
 puts them on every step's :class:`~components.dsl.Execution` before the GPU overrides and fusion, so
 the TrainJob gang spec and fused pods carry them too.
 
@@ -18,9 +19,13 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from components import settings
 from components.dsl import Model, Pipeline, PipelineParamRef, Task
 from components.errors import InputError
 from components.podspec import (
+    CHECKPOINT_MOUNT,
+    CHECKPOINT_PARAM,
+    CHECKPOINT_VOLUME,
     DATA_MOUNT,
     DATA_PARAM,
     DATA_VOLUME,
@@ -34,7 +39,11 @@ from components.podspec import (
     PodExtras,
     SecretEnv,
     default_pull_policy,
+    grace_for,
 )
+
+# The pod-spec flags in one line's words (a command that takes them only with --cluster names them so).
+POD_FLAGS = "--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*/--checkpoint-*/--grace-period"
 
 # A container image reference as Docker's distribution/reference grammar spells it (simplified):
 # [registry[:port]/]path[:tag][@digest], path components lower-case.
@@ -102,6 +111,60 @@ def check_pull_policy(value: str, flag: str = "--image-pull-policy") -> str:
     return value
 
 
+# --------------------------------------------------------------------------- checkpoints that outlive the pod
+# (issue 24 items 1 and 2; docs/preemption.md): the checkpointing step's volume, variables and grace period.
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointOptions:
+    """``--checkpoint-pvc``, ``--grace-period``, ``--checkpoint-save-s``, ``--checkpoint-minutes``; none: nothing written."""
+
+    claim: ClaimMount | None = None
+    grace_s: int | None = None  # terminationGracePeriodSeconds of the GPU and checkpointing pods
+    minutes: float | None = None
+
+    @classmethod
+    def from_flags(cls, *, checkpoint_pvc: str | None = None, grace_period: int | None = None,
+                   checkpoint_save_s: float | None = None, checkpoint_minutes: float | None = None) -> CheckpointOptions:
+        """The grace period: ``--grace-period``, else :func:`~components.podspec.grace_for` the measured write time
+        (``--checkpoint-save-s``, else :data:`~components.podspec.DEFAULT_SAVE_S`) once checkpoints outlive the pod."""
+        from components.podspec import DEFAULT_SAVE_S
+
+        if grace_period is not None and grace_period <= 0:
+            raise InputError(f"--grace-period {grace_period}: must be a whole number of seconds > 0")
+        if checkpoint_save_s is not None and not checkpoint_save_s > 0:
+            raise InputError(f"--checkpoint-save-s {checkpoint_save_s}: must be a number of seconds > 0")
+        if grace_period is not None and checkpoint_save_s is not None:
+            raise InputError("--grace-period with --checkpoint-save-s: give one (the save time sets the grace period)")
+        if checkpoint_minutes is not None and not checkpoint_minutes > 0:
+            raise InputError(f"--checkpoint-minutes {checkpoint_minutes}: must be a number of minutes > 0")
+        claim = None if checkpoint_pvc is None else replace(
+            parse_claim(checkpoint_pvc, "--checkpoint-pvc", CHECKPOINT_MOUNT, CHECKPOINT_VOLUME), read_only=False)
+        if grace_period is None and (claim is not None or checkpoint_save_s is not None):
+            grace_period = grace_for(checkpoint_save_s or DEFAULT_SAVE_S)
+        return cls(claim=claim, grace_s=grace_period, minutes=checkpoint_minutes)
+
+    def extras(self, task: Task) -> PodExtras:
+        """The checkpointing step's volume (read-write) and variables; the grace period on it and on GPU pods."""
+        checkpoints = CHECKPOINT_PARAM in task.step.params
+        env: list[tuple[str, str]] = []
+        if checkpoints and self.claim is not None:
+            env.append((settings.CHECKPOINT_ROOT.name, self.claim.path))
+        if checkpoints and self.minutes is not None:
+            env.append((settings.CHECKPOINT_MINUTES.name, f"{self.minutes:g}"))
+        grace = self.grace_s if checkpoints or task.step.execution.resources.gpus > 0 else None
+        if checkpoints and grace is not None:
+            env.append((settings.GRACE_PERIOD_S.name, str(grace)))
+        return PodExtras(mounts=(self.claim,) if checkpoints and self.claim else (), env=tuple(env), grace_s=grace)
+
+
+def checkpoint_options_of(kw: dict[str, Any]) -> CheckpointOptions:
+    """Pop the checkpoint flags (:func:`llmpack.options.pod_options`) out of a command's keyword arguments."""
+    return CheckpointOptions.from_flags(
+        checkpoint_pvc=kw.pop("checkpoint_pvc", None), grace_period=kw.pop("grace_period", None),
+        checkpoint_save_s=kw.pop("checkpoint_save_s", None), checkpoint_minutes=kw.pop("checkpoint_minutes", None))
+
+
 @dataclass(frozen=True, kw_only=True)
 class PodOptions:
     """What the pod-spec flags asked for; the default asks for nothing."""
@@ -114,12 +177,13 @@ class PodOptions:
     pull_secrets: tuple[str, ...] = ()
     namespace: str | None = None
     repository_uri: str | None = None
+    checkpoints: CheckpointOptions = CheckpointOptions()
 
     @classmethod
     def from_flags(cls, *, image: str | None = None, model_pvc: str | None = None, data_pvc: str | None = None,
                    hf_token_secret: str | None = None, image_pull_policy: str | None = None,
                    image_pull_secrets: tuple[str, ...] = (), namespace: str | None = None,
-                   repository_uri: str | None = None) -> PodOptions:
+                   repository_uri: str | None = None, checkpoints: CheckpointOptions | None = None) -> PodOptions:
         """Every flag checked now (one line naming it), before any slow import."""
         if image is not None:
             check_digest(image)
@@ -139,7 +203,7 @@ class PodOptions:
             hf_token=None if hf_token_secret is None else parse_secret(hf_token_secret, "--hf-token-secret"),
             pull_policy=image_pull_policy or (default_pull_policy(image) if image else None),
             pull_secrets=tuple(dict.fromkeys(check_name(n, "--image-pull-secret", "Secret") for n in image_pull_secrets)),
-            namespace=namespace, repository_uri=repository_uri,
+            namespace=namespace, repository_uri=repository_uri, checkpoints=checkpoints or CheckpointOptions(),
         )
 
     @property
@@ -152,7 +216,7 @@ class PodOptions:
         model = reads_model(task)
         mounts = [m for m, wanted in ((self.model_pvc, model), (self.data_pvc, reads_data(task))) if m and wanted]
         return PodExtras(mounts=tuple(mounts), secret_env=(self.hf_token,) if self.hf_token and model else (),
-                         pull_policy=self.pull_policy, pull_secrets=self.pull_secrets)
+                         pull_policy=self.pull_policy, pull_secrets=self.pull_secrets).merged(self.checkpoints.extras(task))
 
     def apply(self, pipe: Pipeline) -> Pipeline:
         """A copy of ``pipe`` whose steps carry these options (image and :class:`PodExtras`)."""
@@ -189,4 +253,4 @@ def pod_options_of(kw: dict[str, Any]) -> PodOptions:
         image=kw.pop("image", None), model_pvc=kw.pop("model_pvc", None), data_pvc=kw.pop("data_pvc", None),
         hf_token_secret=kw.pop("hf_token_secret", None), image_pull_policy=kw.pop("image_pull_policy", None),
         image_pull_secrets=tuple(kw.pop("image_pull_secrets", None) or ()), namespace=kw.pop("compile_namespace", None),
-        repository_uri=kw.pop("repository_uri", None))
+        repository_uri=kw.pop("repository_uri", None), checkpoints=checkpoint_options_of(kw))

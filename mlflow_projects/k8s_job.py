@@ -21,7 +21,7 @@ import yaml
 from components.dsl import HF_CACHE_MOUNT, Pipeline, Toleration
 from components.errors import PipelineValidationError
 from components.gpu_nodes import node_affinity, placement
-from components.podspec import PodExtras, pod_env, pod_volumes, pull_fields
+from components.podspec import PodExtras, grace_fields, pod_env, pod_volumes, pull_fields
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_URI_KEY
 from components.servers.trainjob_launch import LAUNCHER_SERVICE_ACCOUNT, RBAC_FILE
 
@@ -230,7 +230,8 @@ def kubernetes_job_template(
     if hf_pvc:  # llmpack compile --cache-pvc: the Hugging Face cache outlives the pod
         pod_spec["containers"][0]["volumeMounts"].append({"name": HF_CACHE_VOLUME, "mountPath": HF_CACHE_MOUNT})
         pod_spec["volumes"].append({"name": HF_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": hf_pvc}})
-    pod_spec["containers"][0]["volumeMounts"] += claim_mounts  # --model-pvc, --data-pvc: read-only
+    pod_spec["containers"][0]["volumeMounts"] += claim_mounts  # --model-pvc, --data-pvc: read-only; --checkpoint-pvc
+    pod_spec.update(grace_fields(extras))  # --checkpoint-pvc, --grace-period: the checkpoint write fits
     pod_spec["volumes"] += claim_volumes
     return {
         "apiVersion": "batch/v1",
@@ -254,7 +255,7 @@ def kubernetes_job_template(
 
 def render_job_template(pipe: Pipeline, *, namespace: str = NAMESPACE) -> str:
     extras = pod_extras(pipe)
-    claims = "".join(f", {m.claim!r} (read-only at {m.path})" for m in extras.mounts)
+    claims = "".join(f", {m.claim!r} ({'read-only' if m.read_only else 'read-write'} at {m.path})" for m in extras.mounts)
     secrets = "".join(f", Secret {s.secret!r} (key {s.key!r}: {s.env})" for s in extras.secret_env)
     pulls = "".join(f", pull Secret {n!r}" for n in extras.pull_secrets)
     return (

@@ -49,7 +49,7 @@ from components.podspec import ClaimMount, PodExtras, SecretEnv
 
 NNODES_PARAM = "nnodes"
 TRAINJOB_PARAM = "trainjob"
-_OPTIONAL = ("mounts", "secret_env", "pull_secrets")  # GangSpec fields left out of its JSON when empty
+_OPTIONAL = ("mounts", "secret_env", "pull_secrets", "env", "grace_s")  # GangSpec fields left out of its JSON when empty
 GANG_DIR = "llmpack-gang"  # under the shared volume's mount: one directory per run and step attempt
 MAX_NODES = 1024
 
@@ -72,9 +72,11 @@ class GangSpec:
     queue: str | None = None
     active_deadline_s: int | None = None
     # components.podspec, as the step's execution.pod: written only when set (older specs stay valid).
-    mounts: list[dict[str, str]] = field(default_factory=list)  # {volume, claim, path}: read-only PVCs
+    mounts: list[dict[str, Any]] = field(default_factory=list)  # {volume, claim, path[, read_only: false]}: PVCs
     secret_env: list[dict[str, str]] = field(default_factory=list)  # {env, secret, key}: required secretKeyRefs
     pull_secrets: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # the checkpoint volume's settings (--checkpoint-pvc ...)
+    grace_s: int | None = None  # the node pods' terminationGracePeriodSeconds
 
     def to_json(self) -> str:
         data = {k: v for k, v in asdict(self).items() if v or k not in _OPTIONAL}
@@ -83,7 +85,8 @@ class GangSpec:
     def extras(self) -> PodExtras:
         """The node pods' volumes, secret env and pull secrets (:mod:`components.podspec`)."""
         return PodExtras(mounts=tuple(ClaimMount(**m) for m in self.mounts),
-                         secret_env=tuple(SecretEnv(**e) for e in self.secret_env), pull_secrets=tuple(self.pull_secrets))
+                         secret_env=tuple(SecretEnv(**e) for e in self.secret_env), pull_secrets=tuple(self.pull_secrets),
+                         env=tuple(self.env.items()), grace_s=self.grace_s)
 
     @classmethod
     def from_json(cls, text: str, where: str) -> GangSpec:
@@ -106,8 +109,9 @@ def spec_for(execution: Execution, *, claim: str, queue: str | None = None) -> G
                     gpu_type=res.gpu_type, node_selector=selector, node_affinity=affinity,
                     tolerations=[{k: v for k, v in asdict(t).items() if v is not None} for t in execution.tolerations],
                     queue=queue, active_deadline_s=execution.timeout_s,
-                    mounts=[asdict(m) for m in execution.pod.mounts], secret_env=[asdict(e) for e in execution.pod.secret_env],
-                    pull_secrets=list(execution.pod.pull_secrets))
+                    mounts=[{k: v for k, v in asdict(m).items() if k != "read_only" or not v} for m in execution.pod.mounts], secret_env=[asdict(e) for e in execution.pod.secret_env],
+                    pull_secrets=list(execution.pod.pull_secrets), env=dict(execution.pod.env),
+                    grace_s=execution.pod.grace_s)
 
 
 def task_gang(pipe: Any, task: Any) -> tuple[int, GangSpec] | None:

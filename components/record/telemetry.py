@@ -319,6 +319,8 @@ def derive_metrics(
         "tokens_per_s": train.metrics.get("tokens_per_s"),
         "train_tokens": train.metrics.get("train_tokens"),
         "mfu": train.metrics.get("mfu"),
+        "checkpoint_save_s": train.metrics.get("checkpoint_save_s"),  # the longest write; beside the pod's grace
+        "grace_period_s": train.metrics.get("grace_period_s"),
         "eval_loss": ev.metrics.get("eval_loss"),
         "base_eval_loss": ev.metrics.get("base_eval_loss"),
         "perplexity": ev.metrics.get("perplexity"),

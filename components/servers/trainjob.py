@@ -53,7 +53,7 @@ from typing import Any
 from components.dsl import Toleration, is_dns1123_label
 from components.errors import InputError
 from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm
-from components.podspec import PodExtras, pod_env, pod_volumes, pull_fields
+from components.podspec import PodExtras, grace_fields, pod_env, pod_volumes, pull_fields
 
 API_GROUP = "trainer.kubeflow.org"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -301,6 +301,7 @@ class TrainJobSpec:
         mounts += claim_mounts
         pull_pod, _ = pull_fields(self.extras)
         pod_spec.update(pull_pod)
+        pod_spec.update(grace_fields(self.extras))  # --checkpoint-pvc, --grace-period: the checkpoint write fits
         if volumes:
             pod_spec["volumes"] = volumes
         container: dict[str, Any] = {"name": TRAINER_JOB, "securityContext": copy.deepcopy(CONTAINER_SECURITY)}
@@ -328,7 +329,7 @@ class TrainJobSpec:
             "numProcPerNode": self.gpus_per_node or 1,
             "resourcesPerNode": self.resources(),
         }
-        if self.env or self.extras.secret_env:
+        if self.env or self.extras.secret_env or self.extras.env:
             trainer["env"] = [{"name": k, "value": v} for k, v in self.env.items()] + pod_env(self.extras)
         spec: dict[str, Any] = {
             "runtimeRef": {"name": self.runtime, "kind": self.runtime_kind, "apiGroup": API_GROUP},

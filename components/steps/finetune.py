@@ -3,9 +3,12 @@
 Read it top to bottom, as a torchtune recipe: check the arguments, set up the device, the data,
 the model and the optimizer, resume from the newest checkpoint if one exists, then the loop, then
 the outputs. Checkpoints (trainable weights, optimizer, scheduler, RNG states, data position)
-are written atomically every ``checkpoint_every`` steps and when SIGTERM arrives, so a preempted
-GPU node loses at most one interval; how they are written and trusted is
-:mod:`components.training.checkpointing`'s job, not the recipe's.
+are written atomically every ``checkpoint_every`` steps (or every ``LLMPACK_CHECKPOINT_MINUTES``,
+whichever comes first) and when SIGTERM arrives, so a preempted GPU node loses at most one
+interval; how they are written and trusted is :mod:`components.training.checkpointing`'s job, not
+the recipe's. On a cluster they go to the checkpoint volume under this run's own directory
+(:func:`checkpoint_root`), where the retry pod finds them; each write's seconds are measured and the
+longest is the metric ``checkpoint_save_s``, logged beside the pod's ``grace_period_s``.
 
 While it trains, ``llmpack-progress.json`` beside the step's events says how far it is (step k of
 N, tokens/s, ETA; :mod:`components.training.progress`), so ``llmpack`` shows the same live
@@ -14,6 +17,7 @@ progress whichever orchestrator ran it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -23,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from components import settings
+from components import reporting, settings
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Output, Resources, Retry, step
 from components.errors import InputError
 from components.reporting import metric, submitted_at
@@ -31,6 +35,7 @@ from components.training.checkpointing import (
     load_checkpoint,
     newest_checkpoint,
     report_skipped,
+    run_checkpoint_dir,
     run_fingerprint,
     save_checkpoint,
     train_state,
@@ -56,6 +61,42 @@ def batch_indices(position: int, batch_size: int, n: int, seed: int) -> list[int
     epoch, offset = divmod(position, per_epoch)
     order = np.random.default_rng(seed + epoch).permutation(n)
     return order[offset * batch_size : (offset + 1) * batch_size].tolist()
+
+
+def checkpoint_root(checkpoint_dir: str, out: Path) -> tuple[Path, bool]:
+    """``(where checkpoints go, whether they are scratch once the weights are saved)``.
+
+    ``checkpoint_dir`` when given (kept); else, with a checkpoint volume (``LLMPACK_CHECKPOINT_ROOT``),
+    this run's directory on it (:func:`~components.training.checkpointing.run_checkpoint_dir`: the
+    pipeline run, never the attempt); else ``<output>/checkpoints``, which dies with the pod.
+    """
+    if checkpoint_dir:
+        return Path(checkpoint_dir), False
+    root = settings.CHECKPOINT_ROOT.get()
+    if not root:
+        return out / "checkpoints", True
+    tel = reporting.current()
+    return run_checkpoint_dir(Path(root), tel.ctx.pipeline_run if tel else "", tel.step if tel else "finetune"), True
+
+
+def checkpoint_minutes() -> float:
+    """``LLMPACK_CHECKPOINT_MINUTES`` (0: by steps only); a bad value is one line naming it."""
+    try:
+        minutes = settings.CHECKPOINT_MINUTES.get() or 0.0
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    if minutes < 0:
+        raise InputError(f"{settings.CHECKPOINT_MINUTES.name}={minutes:g}: must be >= 0")
+    return minutes
+
+
+def log_checkpoint_timing(save_s: float) -> None:
+    """The longest checkpoint write, against the grace period the pod was compiled with (when known)."""
+    if save_s > 0:
+        metric("checkpoint_save_s", save_s)
+    grace = settings.GRACE_PERIOD_S.raw()
+    if grace and grace.isdigit():
+        metric("grace_period_s", float(grace))
 
 
 def check_arguments(*, max_steps: int, method: str, batch_size: int, grad_accum: int, strategy: str) -> None:
@@ -189,6 +230,7 @@ def finetune(
     if world.distributed and batch_size % world.size:
         raise InputError(f"batch_size {batch_size} does not split over {world.size} processes; use a multiple of {world.size}")
     chaos_pause_s = float(os.environ.get(settings.CHAOS_CHECKPOINT_PAUSE_S.name) or 0)  # a test hook, 0 in real runs
+    every_s = checkpoint_minutes() * 60.0
 
     # ---- determinism and device
     torch.manual_seed(seed)
@@ -217,7 +259,7 @@ def finetune(
 
     # ---- resume: the newest checkpoint of these very settings and data whose files all match
     # its manifest (a shared checkpoint_dir must not hand one run's state to another)
-    ckpt_root = Path(checkpoint_dir) if checkpoint_dir else Path(model.path) / "checkpoints"
+    ckpt_root, scratch = checkpoint_root(checkpoint_dir, Path(model.path))
     fingerprint = run_fingerprint([base_model, method, max_steps, batch_size, grad_accum, lr, warmup_steps, weight_decay,
                                    lora_r, lora_alpha, seed] + ([world.size, strategy] if world.distributed else []),
                                   input_ids.numpy().tobytes())
@@ -239,6 +281,7 @@ def finetune(
                              status=TrainerStatus.from_env(), submitted_at=submitted_at())  # the TrainJob's status too
                 if world.main else None)
     t0 = time.perf_counter()
+    last_save, save_s = time.monotonic(), 0.0  # the longest checkpoint write, in seconds
     first_done = False
     if start_step >= max_steps:
         distributed.gather_time(world, "first_step")  # nothing left to train: the resumed state is the result
@@ -261,13 +304,19 @@ def finetune(
             if progress is not None:
                 progress.update(done, tokens_seen, time.perf_counter() - t0, loss_sum)  # loss.item() waited for the GPU
             stopping = distributed.all_agree(world, stop["sigterm"])  # every rank stops after the same step
-            if stopping or (checkpoint_every and done % checkpoint_every == 0 and done < max_steps):
+            timed = bool(every_s) and distributed.all_agree(world, time.monotonic() - last_save >= every_s)
+            if stopping or ((checkpoint_every and done % checkpoint_every == 0 or timed) and done < max_steps):
+                began = time.perf_counter()
                 state = train_state(net, optimizer, sharded=True) if sharded else None  # a collective under FSDP
                 if world.main:
                     save_checkpoint(ckpt_root, done, net, optimizer, fingerprint, chaos_pause_s=chaos_pause_s, state=state)
                 distributed.barrier(world)
+                save_s, last_save = max(save_s, time.perf_counter() - began), time.monotonic()
             if stopping:
-                print(f"finetune: SIGTERM at step {done}; checkpoint written, exiting for a retry", flush=True)
+                if world.main:
+                    log_checkpoint_timing(save_s)
+                print(f"finetune: SIGTERM at step {done}; checkpoint written to {ckpt_root}, exiting for a retry",
+                      flush=True)
                 raise SystemExit(143)
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -290,8 +339,12 @@ def finetune(
     save_outputs(out, net, whole, method=method, fused_evaluate=not world.distributed,
                  meta={"base_model": base_model, "method": method, "seq_len": int(seq_len), "steps": max_steps,
                        "seed": seed})
-    if not checkpoint_dir:  # checkpoints inside the output are scratch once the weights are saved
+    if scratch:  # this run's checkpoints (in the output, or on the volume) are scratch once the weights are saved
         shutil.rmtree(ckpt_root, ignore_errors=True)
+        if settings.CHECKPOINT_ROOT.get():
+            with contextlib.suppress(OSError):  # the run's own directory on the volume, when nothing else is in it
+                ckpt_root.parent.rmdir()
+    log_checkpoint_timing(save_s)
     tokens_per_s = tokens_seen / train_s if train_s > 0 else float("nan")
     metric("train_s", train_s)
     metric("train_tokens", tokens_seen)

@@ -11,6 +11,11 @@ while replacing or pruning it). ``.tmp-*`` directories are writes that never rea
 rename: never resumed from, removed by the next write of that step or a later one.
 ``benchmarks/chaos_sigkill.py`` kills the step at random moments and checks each restart ends
 byte-identical to an uninterrupted run.
+
+On a cluster a retry is a new pod with a fresh output directory, so the checkpoints live on a volume
+(``llmpack compile --checkpoint-pvc``; the pod's ``LLMPACK_CHECKPOINT_ROOT``) under
+:func:`run_checkpoint_dir`: keyed by the pipeline run, never the attempt, so every retry of this run
+finds them and no other run does, even one with the very same settings (whose fingerprint matches).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -31,6 +37,24 @@ STATE_FILE = "state.pt"
 def run_fingerprint(settings: list[Any], data: bytes) -> str:
     """What makes two runs' checkpoints interchangeable: their training settings and their data."""
     return hashlib.sha256(json.dumps(settings).encode() + hashlib.sha256(data).digest()).hexdigest()[:16]
+
+
+def run_checkpoint_dir(root: Path, pipeline_run: str, step: str) -> Path:
+    """``<root>/<pipeline run>/<step>``: one run's checkpoints on a shared volume, whatever its attempt.
+
+    Both names become one path component each (``/`` and anything outside ``[A-Za-z0-9._-]`` become
+    ``-``; a digest keeps two ids that differ only there apart), so no run id reaches another's directory.
+    """
+    from components.errors import InputError
+
+    if not pipeline_run:
+        raise InputError(f"checkpoints under {root}: the run has no pipeline_run id to keep them apart by")
+
+    def part(text: str) -> str:
+        safe = re.sub(r"[^A-Za-z0-9._-]", "-", text).strip(".-")[:80] or "x"
+        return safe if safe == text else f"{safe}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+    return root / part(pipeline_run) / part(step)
 
 
 def _sha256(path: Path) -> str:

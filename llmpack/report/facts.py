@@ -116,6 +116,30 @@ def retry_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return out
 
 
+def checkpoint_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Per run whose finetune checkpointed, ``(path, text)``: its longest checkpoint write against the grace period.
+
+    A write longer than the grace period is cut short by SIGKILL: that run resumes from the checkpoint
+    before (``--checkpoint-minutes`` bounds what is lost); docs/preemption.md.
+    """
+    from llmpack.compare import quantity
+
+    out = []
+    for r in runs:
+        save, grace = r["metrics"].get("checkpoint_save_s"), r["metrics"].get("grace_period_s")
+        if save is None:
+            continue
+        if grace is None:
+            verdict = "no grace period compiled in (Kubernetes' default: 30 s)"
+        elif save <= grace:
+            verdict = f"fits the {grace:.0f} s grace period"  # whole seconds, as compiled
+        else:
+            verdict = (f"does NOT fit the {grace:.0f} s grace period: a preempted pod loses the steps since "
+                       "its last checkpoint (raise --grace-period, or bound them with --checkpoint-minutes)")
+        out.append((path_of(r), f"{r['pipeline_run']}: longest checkpoint write {quantity(save, 's')}, {verdict}"))
+    return out
+
+
 # --------------------------------------------------------------------------- analysis
 
 

@@ -24,7 +24,15 @@ from llmpack import glossary
 from llmpack.numbers import figure, money
 from llmpack.report import beside
 from llmpack.report.charts import chart_boxes, chart_cost, chart_timeline, path_colour
-from llmpack.report.facts import break_even, cost_split, gpu_steps, report_facts, retry_lines, summary_sentence
+from llmpack.report.facts import (
+    break_even,
+    checkpoint_lines,
+    cost_split,
+    gpu_steps,
+    report_facts,
+    retry_lines,
+    summary_sentence,
+)
 from llmpack.report.preemption import html_section as preemption_html
 from llmpack.report.preemption import markdown_lines as preemption_markdown
 from llmpack.report.traces import TRACES_FILE, write_traces
@@ -148,6 +156,9 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         lines += [f"- **{o}** {text}" for o, text in retries]
     lines += beside.markdown(result["runs"])
     lines += preemption_markdown(result)
+    saves = checkpoint_lines(result["runs"])  # issue 24: the measured checkpoint write against the grace period
+    if saves:
+        lines += ["", "## Checkpoint write vs grace period", ""] + [f"- **{o}** {text}" for o, text in saves]
     lines += ["", "## Break-even", "", be["sentence"] if be else "No control-plane costs given (use --control-plane-cost kfp=USD ...)."]
     lines += [
         "",
@@ -229,6 +240,9 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
     if retries:
         retries = ("<h2>Retried attempts</h2><p class=note>Every attempt is billed: these are in the runs' cost, "
                    f"GPU-hours and goodput.</p><ul>{retries}</ul>")
+    saves = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in checkpoint_lines(result["runs"]))
+    if saves:  # issue 24: the measured checkpoint write against the grace period
+        retries += f"<h2>Checkpoint write vs grace period</h2><ul>{saves}</ul>"
     gangs = "".join(
         f"<tr><th>{html.escape(label)}</th>"
         + "".join(f"<td>{html.escape(_cell(per_path[o], True))} <span class=note>n={per_path[o]['n']}</span></td>"

@@ -250,3 +250,40 @@ def test_the_report_carries_every_run_as_an_otlp_trace(tmp_path: Path) -> None:
     run = result["runs"][0]
     training = [s for s in spans if s["traceId"] == trace_id_of(run["pipeline_run"]) and s["name"] == "training"]
     assert [int(s["startTimeUnixNano"]) / 1e9 for s in training] == pytest.approx([run["events"]["finetune"]["first_step"]])
+
+
+def _checkpointed_runs() -> tuple[list[dict], list[dict]]:
+    """Synthetic runs, three of argo's with a measured checkpoint write: fits, does not fit, no grace compiled."""
+    rs = runs({"argo": 3.0})
+    argo = [r for r in rs if r["orchestrator"] == "argo"]
+    argo[0]["metrics"].update(checkpoint_save_s=12.0, grace_period_s=150.0)
+    argo[1]["metrics"].update(checkpoint_save_s=40.0, grace_period_s=15.0)
+    argo[2]["metrics"].update(checkpoint_save_s=3.5)
+    return rs, argo
+
+
+def test_the_measured_checkpoint_write_is_shown_against_the_grace_period() -> None:
+    """Issue 24 item 2: finetune's longest write (``checkpoint_save_s``) beside its pod's grace period."""
+    from llmpack.report import markdown, report_facts
+
+    plain = _result()
+    assert "Checkpoint write" not in markdown(plain, report_facts(plain), "", None, {})
+    rs, argo = _checkpointed_runs()
+    result = comparison("rg-synthetic", PATHS, rs)
+    md = markdown(result, report_facts(result), "", None, {})
+    section = md.split("## Checkpoint write vs grace period\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert section == [
+        f"- **argo** {argo[0]['pipeline_run']}: longest checkpoint write 12.00 s, fits the 150 s grace period",
+        f"- **argo** {argo[1]['pipeline_run']}: longest checkpoint write 40.00 s, does NOT fit the 15 s grace period: a "
+        "preempted pod loses the steps since its last checkpoint (raise --grace-period, or bound them with "
+        "--checkpoint-minutes)",
+        f"- **argo** {argo[2]['pipeline_run']}: longest checkpoint write 3.50 s, no grace period compiled in "
+        "(Kubernetes' default: 30 s)"], section
+
+
+@pytest.mark.slow  # a whole report, charts and all
+def test_the_checkpoint_section_is_in_the_written_report(tmp_path: Path) -> None:
+    out = write_report(comparison("rg-synthetic", PATHS, _checkpointed_runs()[0]), tmp_path / "ckpt")
+    page = (out / "report.html").read_text()
+    assert "<h2>Checkpoint write vs grace period</h2>" in page and "does NOT fit the 15 s grace period" in page
+    assert "## Checkpoint write vs grace period" in (out / "report.md").read_text()

@@ -145,7 +145,7 @@ def test_offline_commands_print_no_warnings_or_log_lines(tmp_path: Path) -> None
         (("--help",), 0, 0),
         (("clean", "--help"), 0, 0),
         (("report", "--run-group", "nosuch"), 2, 1),
-        (("compile", "--out", str(tmp_path / "compiled")), 0, 0),
+        (("compile", "--out", str(tmp_path / "compiled")), 0, 1),  # the one line: no --checkpoint-pvc
         (("timeline", "--pods", str(fixtures / "pods.json"), "--nodes", str(fixtures / "nodes.json"),
           "--events", str(fixtures / "events.json")), 0, 0),
         (("sync", str(kept)), 0, 0),
