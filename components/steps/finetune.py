@@ -30,7 +30,7 @@ from typing import Any
 from components import reporting, settings
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Output, Resources, Retry, step
 from components.errors import InputError
-from components.reporting import metric, submitted_at
+from components.reporting import emit_step, metric, submitted_at
 from components.training.checkpointing import (
     load_checkpoint,
     newest_checkpoint,
@@ -310,6 +310,7 @@ def finetune(
                 state = train_state(net, optimizer, sharded=True) if sharded else None  # a collective under FSDP
                 if world.main:
                     save_checkpoint(ckpt_root, done, net, optimizer, fingerprint, chaos_pause_s=chaos_pause_s, state=state)
+                    emit_step("checkpoint_saved")  # the newest whole checkpoint: what a preemption keeps (llmpack.k8s.preemption)
                 distributed.barrier(world)
                 save_s, last_save = max(save_s, time.perf_counter() - began), time.monotonic()
             if stopping:
