@@ -257,10 +257,15 @@ def log_summary(
 
 def log_curve(mc: MlflowClient, run_id: str, key: str, points: list[tuple[int, float]]) -> int:
     """A step-indexed metric series (the training-loss curve), once: nothing when ``key`` is on the run already."""
+    return log_series(mc, run_id, key, [(step, loss, 0.0) for step, loss in points])
+
+
+def log_series(mc: MlflowClient, run_id: str, key: str, points: list[tuple[int, float, float]]) -> int:
+    """A step-indexed, timestamped series (a GPU's samples: ``(index, value, epoch s)``), once, as :func:`log_curve`."""
     Metric, _, _ = _entities(mc)  # noqa: N806 - a class, as mlflow.entities names it
     if not points or key in mc.get_run(run_id).data.metrics:
         return 0
-    values = [Metric(key, loss, 0, step) for step, loss in points]
+    values = [Metric(key, value, int(t * 1000), step) for step, value, t in points]
     for start in range(0, len(values), 1000):  # MLflow's batch limit
         mc.log_batch(run_id, metrics=values[start:start + 1000])
     return len(values)
