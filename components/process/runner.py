@@ -85,7 +85,8 @@ def _upload(tel: StepTelemetry, outputs: dict[str, str], gpu: gpu_metrics.Sample
             run_id = tracking.open_pipeline_run(mc, tel.ctx)
             tracking.log_records(mc, run_id, tel.records)
             tracking.log_curve(mc, run_id, uniform.LOSS_CURVE, curve)
-            gpu_metrics.upload(mc, run_id, tel.step, gpu)
+            for key, points in gpu_metrics.sampled_series(tel.step, gpu).items():
+                tracking.log_series(mc, run_id, key, points)  # once per series, as the loss curve
 
         tracking.with_retries(upload, tracking.upload_retry())
     except Exception as exc:  # noqa: BLE001 - the JSONL file keeps everything

@@ -284,19 +284,9 @@ def series(step: str, samples: Mapping[str | None, Sequence[Sample]]) -> dict[st
     return out
 
 
-def upload(mc: Any, run_id: str, step: str, sampler: Sampler | None) -> int:
-    """Log this process's samples on the pipeline's record, once per series; the number of points logged.
-
-    Only this process's own (a gang's other nodes upload theirs), from the sampler stopped by :func:`finish`.
-    """
-    if sampler is None:
-        return 0
-    from components.record import tracking
-
-    logged = 0
-    for key, points in series(step, {sampler.node: sampler.samples}).items():
-        logged += tracking.log_series(mc, run_id, key, points)
-    return logged
+def sampled_series(step: str, sampler: Sampler | None) -> dict[str, list[tuple[int, float, float]]]:
+    """This process's series for the record (a gang's other nodes upload theirs); {} without a sampler."""
+    return {} if sampler is None else series(step, {sampler.node: sampler.samples})
 
 
 def derived(step_metrics: Mapping[str, float]) -> dict[str, float | None]:
