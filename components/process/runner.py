@@ -85,7 +85,7 @@ def _upload(tel: StepTelemetry, outputs: dict[str, str], gpu: gpu_metrics.Sample
             run_id = tracking.open_pipeline_run(mc, tel.ctx)
             tracking.log_records(mc, run_id, tel.records)
             tracking.log_curve(mc, run_id, uniform.LOSS_CURVE, curve)
-            for key, points in gpu_metrics.sampled_series(tel.step, gpu).items():
+            for key, points in gpu_metrics.sampled_series(gpu).items():
                 tracking.log_series(mc, run_id, key, points)  # once per series, as the loss curve
 
         tracking.with_retries(upload, tracking.upload_retry())
@@ -271,7 +271,7 @@ def _gpu_sampler(step: Step, directory: Path, *, node: str | None, mine: bool) -
     """A GPU step's sampler of this node's GPUs when this process is the node's sampler (``mine``), else None."""
     if not mine or step.execution.resources.gpus <= 0:
         return None
-    return gpu_metrics.start(directory, node=node)
+    return gpu_metrics.start(directory, step=step.name, node=node)
 
 
 def launch_gang(step_ref: str, step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[str, str],

@@ -153,8 +153,8 @@ class Sampler:
     skips that sample; nothing here raises into the step.
     """
 
-    def __init__(self, source: Source, path: Path, *, interval: float, node: str | None = None) -> None:
-        self.source, self.path, self.interval, self.node = source, path, max(0.05, interval), node
+    def __init__(self, source: Source, path: Path, *, interval: float, step: str = "", node: str | None = None) -> None:
+        self.source, self.path, self.interval, self.step, self.node = source, path, max(0.05, interval), step, node
         self.samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="llmpack-gpu-sampler", daemon=True)
@@ -176,7 +176,7 @@ class Sampler:
                 return
 
     def _write(self, sample: Sample) -> None:
-        row = {"t": sample.t, "node": self.node,
+        row = {"t": sample.t, "step": self.step, "node": self.node,
                "gpus": [{"gpu": r.gpu, "util_pct": r.util_pct, "mem_used_mb": round(r.mem_used_mb, 1),
                          "mem_total_mb": round(r.mem_total_mb, 1)} for r in sample.readings]}
         try:
@@ -191,7 +191,7 @@ class Sampler:
         return list(self.samples)
 
 
-def start(directory: Path, *, node: str | None = None, env: Mapping[str, str] | None = None,
+def start(directory: Path, *, step: str = "", node: str | None = None, env: Mapping[str, str] | None = None,
           source: Source | None = None) -> Sampler | None:
     """A running sampler for this node's GPUs, or None: turned off, or no GPU/NVML/nvidia-smi here."""
     try:
@@ -202,7 +202,7 @@ def start(directory: Path, *, node: str | None = None, env: Mapping[str, str] | 
         if source is None:
             return None
         directory.mkdir(parents=True, exist_ok=True)
-        return Sampler(source, samples_file(directory, node), interval=interval, node=node).start()
+        return Sampler(source, samples_file(directory, node), interval=interval, step=step, node=node).start()
     except Exception:  # noqa: BLE001 - a bad setting or an odd driver: no GPU metrics, the step runs
         return None
 
@@ -284,9 +284,27 @@ def series(step: str, samples: Mapping[str | None, Sequence[Sample]]) -> dict[st
     return out
 
 
-def sampled_series(step: str, sampler: Sampler | None) -> dict[str, list[tuple[int, float, float]]]:
+def sampled_series(sampler: Sampler | None) -> dict[str, list[tuple[int, float, float]]]:
     """This process's series for the record (a gang's other nodes upload theirs); {} without a sampler."""
-    return {} if sampler is None else series(step, {sampler.node: sampler.samples})
+    return {} if sampler is None else series(sampler.step, {sampler.node: sampler.samples})
+
+
+def read_series(root: str | os.PathLike[str] | None) -> dict[str, list[tuple[int, float, float]]]:
+    """Every step's series from the ``llmpack-gpu*.jsonl`` files under ``root`` (a run directory), for the
+    client's upload and ``llmpack sync``; {} on a CPU run. A cut-short last line is skipped."""
+    per_step: dict[str, dict[str | None, list[Sample]]] = {}
+    for path in sorted(Path(root).rglob("llmpack-gpu*.jsonl")) if root is not None and Path(root).is_dir() else []:
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+                sample = Sample(t=float(row["t"]), readings=tuple(
+                    Reading(gpu=int(g["gpu"]), util_pct=float(g["util_pct"]), mem_used_mb=float(g["mem_used_mb"]),
+                            mem_total_mb=float(g["mem_total_mb"])) for g in row["gpus"]))
+                step, node = str(row["step"]), row.get("node")
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue
+            per_step.setdefault(step, {}).setdefault(node, []).append(sample)
+    return {key: points for step, nodes in per_step.items() for key, points in series(step, nodes).items()}
 
 
 def derived(step_metrics: Mapping[str, float]) -> dict[str, float | None]:

@@ -440,6 +440,7 @@ class RunUpload:
     status: RecordStatus
     finished_at: float
     curve: list[tuple[int, float]] = field(default_factory=list)  # the training loss by step (uniform.LOSS_CURVE)
+    series: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)  # GPU samples (gpu_metrics.read_series)
 
 
 def upload_run(
@@ -466,6 +467,8 @@ def upload_run(
         logged += log_records(mc, rid, run.records)
         log_summary(mc, rid, run.metrics, run.tags, params=run.params)
         log_curve(mc, rid, "train_loss", run.curve)  # components.record.uniform.LOSS_CURVE
+        for key, points in run.series.items():
+            log_series(mc, rid, key, points)
         mc.set_terminated(rid, run.status, end_time=int(run.finished_at * 1000))
         return rid
 

@@ -177,6 +177,34 @@ def test_a_gpu_step_logs_its_idle_time_and_series(tmp_path: Path) -> None:
     assert len(util) >= 5 and [m["step"] for m in util] == list(range(len(util)))
     assert {m["value"] for m in util} == {0.0, 87.0}
     assert any(m["key"] == "metric.gpu-probe.gpu_idle_before_first_step_s" for m in logged)
+    # the client's upload and llmpack sync read the same series back from the run directory
+    series = gpu_metrics.read_series(tmp_path)
+    assert [(n, v) for n, v, _ in series["system/gpu-probe/gpu_0_utilization_percentage"]] == [
+        (m["step"], m["value"]) for m in util]
+    assert {k for m in logged if (k := m["key"]).startswith("system/")} == set(series)
+
+
+def test_a_run_upload_logs_the_series_once(tmp_path: Path) -> None:
+    """What ``llmpack run``'s client upload and ``llmpack sync`` send: every series, and nothing twice."""
+    from components.record import rest, tracking
+
+    samples = {"node0": _series(0, 50, 100), "node1": _series(0, 0, 90)}
+    series = gpu_metrics.series("finetune", samples)
+    ctx = telemetry.RunContext(run_group="g", pipeline_run="gpu-upload", orchestrator="argo", mode="cluster",
+                               submitted_at=100.0)
+    upload = tracking.RunUpload(ctx=ctx, records=[], metrics={}, tags={}, status="FINISHED", finished_at=110.0,
+                                series=series)
+    with MlflowRestStandIn() as srv:
+        mc = rest.RestClient(srv.url)
+        for _ in range(2):
+            tracking.upload_run(mc, upload, tracking.upload_retry())
+        logged = [m for r in srv.recorded("POST", "runs/log-batch") for m in r.body.get("metrics", [])
+                  if m["key"].startswith("system/")]
+    assert sorted({m["key"] for m in logged}) == sorted(series) and len(series) == 4  # 2 nodes x (utilisation, memory)
+    assert len(logged) == 12  # 4 series x 3 samples, once
+    node1 = sorted((m["step"], m["value"], m["timestamp"]) for m in logged
+                   if m["key"] == "system/finetune/node1/gpu_0_utilization_percentage")
+    assert node1 == [(0, 0.0, 101_000), (1, 0.0, 102_000), (2, 90.0, 103_000)]
 
 
 @pytest.mark.skipif(gpu_metrics.nvml_source() is not None, reason="a real GPU with NVML here")
