@@ -233,10 +233,10 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
         step.func(**kwargs)
     finally:
         startup.settle()  # a step with no model: its start-up ended with it
-        gpu_metrics.finish(gpu, tel, started=started)
         tel.event("finished")
         if own_ends:
             tel.step_event("finished")
+        gpu_metrics.finish(gpu, tel, started=started)  # after finished: stopping it is not step time
         if not launched:  # the launcher uploads every rank's records once
             _upload(tel, outputs, gpu)
         reporting.end()

@@ -187,7 +187,7 @@ class Sampler:
 
     def stop(self) -> list[Sample]:
         self._stop.set()
-        self._thread.join(timeout=self.interval + 6)  # one nvidia-smi call at most (5 s timeout)
+        self._thread.join(timeout=2.0)  # a read in flight; a wedged nvidia-smi is left to its own 5 s timeout
         return list(self.samples)
 
 

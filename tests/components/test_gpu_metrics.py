@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -139,6 +140,32 @@ def test_nvml_source_reads_an_nvml_shaped_library() -> None:
 
     assert gpu_metrics.nvml_source(SimpleNamespace(nvmlInit=no_driver)) is None
     assert gpu_metrics.nvml_source(SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 0)) is None
+
+
+def test_a_gang_nodes_metrics_end_in_its_node_and_measure_to_its_ranks_first_step(tmp_path: Path) -> None:
+    from components.reporting import StepTelemetry
+
+    assert gpu_metrics.node_of({"GROUP_RANK": "1", "RANK": "3"}) == "node1"
+    ctx = telemetry.RunContext(run_group="g", pipeline_run="p", orchestrator="argo", mode="cluster", submitted_at=1.0)
+    tel = StepTelemetry(ctx, "finetune", tmp_path / "llmpack-events.rank3.jsonl", rank=3)
+    busy = threading.Event()
+    started = time.time()
+    sampler = gpu_metrics.start(tmp_path, step="finetune", node="node1", env={"LLMPACK_GPU_SAMPLE_INTERVAL_S": "0.05"},
+                                source=lambda: [Reading(gpu=0, util_pct=90.0 if busy.is_set() else 0.0,
+                                                        mem_used_mb=1.0, mem_total_mb=2.0)])
+    time.sleep(0.4)
+    busy_at = time.time()
+    busy.set()
+    time.sleep(0.2)
+    tel.event("first_step")  # this rank's: first_step.rank3
+    gpu_metrics.finish(sampler, tel, started=started)
+    recs = {r.name: r.value for r in telemetry.read_records([tmp_path / "llmpack-events.rank3.jsonl"])}
+    assert set(recs) == {"first_step.rank3", "gpu_idle_before_first_step_s.node1", "gpu_util_mean_pct.node1",
+                         "gpu_mem_max_mb.node1", "gpus_sampled.node1"}
+    assert abs(recs["gpu_idle_before_first_step_s.node1"] - (busy_at - started)) < 0.15  # to within a sample or two
+    assert (tmp_path / "llmpack-gpu.node1.jsonl").is_file()
+    assert set(gpu_metrics.read_series(tmp_path)) == {"system/finetune/node1/gpu_0_utilization_percentage",
+                                                     "system/finetune/node1/gpu_0_memory_usage_megabytes"}
 
 
 # --------------------------------------------------------------------------- a real step process
