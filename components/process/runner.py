@@ -69,7 +69,7 @@ def _injected_start_delay(step: Step) -> float:
     return time.monotonic() - t0
 
 
-def _upload(tel: StepTelemetry, outputs: dict[str, str], gpu: gpu_metrics.Sampler | None = None) -> None:
+def _upload(tel: StepTelemetry, outputs: dict[str, str], gpu_series: dict[str, list[tuple[int, float, float]]]) -> None:
     """Log the step's records (a training log's loss curve, its GPU samples) on the run's record; bounded
     (``LLMPACK_TRACKING_MAX_WAIT_S``), a failure only warns."""
     if os.environ.get(settings.MLFLOW_LOGGING.name, "1") == "0" or os.environ.get(settings.CLIENT_UPLOADS.name) == "1":
@@ -85,7 +85,7 @@ def _upload(tel: StepTelemetry, outputs: dict[str, str], gpu: gpu_metrics.Sample
             run_id = tracking.open_pipeline_run(mc, tel.ctx)
             tracking.log_records(mc, run_id, tel.records)
             tracking.log_curve(mc, run_id, uniform.LOSS_CURVE, curve)
-            for key, points in gpu_metrics.sampled_series(gpu).items():
+            for key, points in gpu_series.items():
                 tracking.log_series(mc, run_id, key, points)  # once per series, as the loss curve
 
         tracking.with_retries(upload, tracking.upload_retry())
@@ -214,8 +214,9 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
     tel = reporting.begin(StepTelemetry(ctx, step.name, events, rank=world.rank if world.distributed else None,
                                         on_model_loaded=startup.settle))
     own_ends = world.distributed and world.main and not launched  # no launcher of ours (a TrainJob): rank 0 has them
+    # one sampler per node: a single process's, a gang node's first rank's (torchrun's ranks here: the launcher's)
     gpu = _gpu_sampler(step, first_out, node=gpu_metrics.node_of() if world.distributed else None,
-                       mine=not launched and world.local_rank == 0)  # one per node: a gang node's first rank
+                       mine=world.local_rank == 0 and (not launched or gang.ranks_write_own_files()))
     if own_ends:
         tel.step_event("process_started", started)
     tel.event("process_started", started)
@@ -238,7 +239,7 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
             tel.step_event("finished")
         gpu_metrics.finish(gpu, tel, started=started)  # after finished: stopping it is not step time
         if not launched:  # the launcher uploads every rank's records once
-            _upload(tel, outputs, gpu)
+            _upload(tel, outputs, gpu_metrics.sampled_series(gpu))
         reporting.end()
 
 
@@ -261,7 +262,8 @@ def _around_launcher(step: Step, ctx: RunContext, outputs: dict[str, str], launc
         tel.records = [r for r in telemetry.read_records([first_out / EVENTS_FILE])  # every rank's, this attempt's
                        if r.step == step.name and r.pipeline_run == ctx.pipeline_run and r.attempt == ctx.attempt]
         gpu_metrics.finish(gpu, tel, started=started)  # up to the step's first_step, read from the ranks' records
-        _upload(tel, outputs, gpu)
+        # its own samples (torchrun), else a gang's nodes' files, copied back with the outputs
+        _upload(tel, outputs, gpu_metrics.sampled_series(gpu) or gpu_metrics.read_series(first_out))
     finally:
         reporting.end()
     return rc

@@ -246,3 +246,48 @@ def test_a_cpu_run_logs_no_gpu_metric_and_never_fails(tmp_path: Path) -> None:
         assert {"process_started", "first_step", "finished"} <= names
         assert not [n for n in names if n.startswith("gpu")], name
         assert not list(out.glob("llmpack-gpu*")), name
+
+
+@pytest.mark.slow  # a two-node TrainJob of real finetune processes (tests/components/test_gang.py's stand-ins)
+def test_each_gang_node_samples_its_gpus_and_the_run_takes_the_slowest(tokens: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import yaml
+    from standins.k8s_api import KubeAPIStandIn
+
+    from components.process import gang
+    from tests.components.test_gang import NS, TOKEN, TUNE, TrainerController
+    from tests.conftest import run_step
+
+    bin_dir = tmp_path / "bin"
+    nvidia_smi.install(bin_dir, gpus=2)  # idle all along: every second before the first step is idle
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")  # the node processes' too
+    shared = tmp_path / "pvc"
+    shared.mkdir()
+    spec = gang.GangSpec(image="ghcr.io/llmpack/llmpack:0.1.0", gpus_per_node=0, cpu=1, memory="2Gi",
+                         claim="shared", mount=str(shared))
+    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1", "LLMPACK_GPU_SAMPLE_INTERVAL_S": "0.2"}
+    monkeypatch.setenv("LLMPACK_GPU_SAMPLE_INTERVAL_S", "0.2")
+    with KubeAPIStandIn(token=TOKEN, namespaces=(NS,)) as kube:
+        TrainerController(kube)
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": kube.url}}],
+            "users": [{"name": "u", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": NS}}]}))
+        out = tmp_path / "gang"
+        r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={out}", "--param=max_steps=2",
+                     "--param=batch_size=4", "--param=nnodes=2", f"--param=trainjob={spec.to_json()}",
+                     "--param=pipeline_run=run-gpu-gang", cwd=tmp_path, env={**env, "KUBECONFIG": str(kubeconfig)})
+        assert r.returncode == 0, r.stdout + r.stderr
+    step = telemetry.group_by_step(telemetry.read_records([out / telemetry.EVENTS_FILE]))["finetune"]
+    for node in (0, 1):  # one process per node: rank R on node R
+        idle = step.metrics[f"gpu_idle_before_first_step_s.node{node}"]
+        own = step.events[f"first_step.rank{node}"] - step.events[f"process_started.rank{node}"]
+        assert abs(idle - own) < 0.3, (node, idle, own)
+        assert step.metrics[f"gpus_sampled.node{node}"] == 2 and step.metrics[f"gpu_util_mean_pct.node{node}"] == 0
+        assert (out / f"llmpack-gpu.node{node}.jsonl").is_file()
+    assert "gpu_idle_before_first_step_s" not in step.metrics  # the gang's figure is derived, never a node's
+    derived = telemetry.derive_metrics({"finetune": step}, submitted_at=step.events["process_started"])
+    assert derived["gpu_idle_before_first_step_s"] == max(step.metrics[f"gpu_idle_before_first_step_s.node{n}"]
+                                                          for n in (0, 1))
