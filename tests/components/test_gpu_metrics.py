@@ -291,3 +291,33 @@ def test_each_gang_node_samples_its_gpus_and_the_run_takes_the_slowest(tokens: P
     derived = telemetry.derive_metrics({"finetune": step}, submitted_at=step.events["process_started"])
     assert derived["gpu_idle_before_first_step_s"] == max(step.metrics[f"gpu_idle_before_first_step_s.node{n}"]
                                                           for n in (0, 1))
+
+
+@pytest.mark.slow  # the whole pipeline, llmpack run --backend direct, and MLflow's client reading the record
+def test_llmpack_run_on_a_gpu_records_the_idle_time_and_the_series(tmp_path: Path) -> None:
+    import json
+
+    from tests.conftest import llmpack
+
+    bin_dir = tmp_path / "bin"
+    nvidia_smi.install(bin_dir, gpus=1)  # idle all along: finetune's idle time is its process start to first step
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "LLMPACK_GPU_SAMPLE_INTERVAL_S": "0.2"}
+    r = llmpack("run", "--backend", "direct", "--max-steps", "4", "--json", "--tracking-uri", uri, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    recs = telemetry.group_by_step(telemetry.read_records([Path(summary["artifacts"]["events_file"])]))
+    tune = recs["finetune"]
+    own = tune.events["first_step"] - tune.events["process_started"]
+    assert abs(summary["metrics"]["gpu_idle_before_first_step_s"] - own) < 0.5
+    assert summary["metrics"]["gpu_util_mean_pct"] == 0
+    assert "gpu_util_mean_pct" in recs["evaluate"].metrics and "gpu_util_mean_pct" not in recs["tokenize"].metrics
+
+    from mlflow.tracking import MlflowClient
+
+    mc = MlflowClient(uri)
+    run = mc.get_run(summary["artifacts"]["mlflow_run_id"])
+    assert run.data.metrics["gpu_idle_before_first_step_s"] == pytest.approx(summary["metrics"]["gpu_idle_before_first_step_s"])
+    history = mc.get_metric_history(run.info.run_id, "system/finetune/gpu_0_utilization_percentage")
+    assert len(history) >= 2 and [m.step for m in history] == list(range(len(history)))
+    assert {m.value for m in history} == {0.0} and "system/evaluate/gpu_0_memory_usage_megabytes" in run.data.metrics
