@@ -251,11 +251,10 @@ def test_a_cpu_run_logs_no_gpu_metric_and_never_fails(tmp_path: Path) -> None:
 @pytest.mark.slow  # a two-node TrainJob of real finetune processes (tests/components/test_gang.py's stand-ins)
 def test_each_gang_node_samples_its_gpus_and_the_run_takes_the_slowest(tokens: Path, tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    import yaml
     from standins.k8s_api import KubeAPIStandIn
 
     from components.process import gang
-    from tests.components.test_gang import NS, TOKEN, TUNE, TrainerController
+    from tests.components.test_gang import NS, TOKEN, TUNE, TrainerController, write_kubeconfig
     from tests.conftest import run_step
 
     bin_dir = tmp_path / "bin"
@@ -269,12 +268,7 @@ def test_each_gang_node_samples_its_gpus_and_the_run_takes_the_slowest(tokens: P
     monkeypatch.setenv("LLMPACK_GPU_SAMPLE_INTERVAL_S", "0.2")
     with KubeAPIStandIn(token=TOKEN, namespaces=(NS,)) as kube:
         TrainerController(kube)
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "c",
-            "clusters": [{"name": "c", "cluster": {"server": kube.url}}],
-            "users": [{"name": "u", "user": {"token": TOKEN}}],
-            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": NS}}]}))
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
         out = tmp_path / "gang"
         r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={out}", "--param=max_steps=2",
                      "--param=batch_size=4", "--param=nnodes=2", f"--param=trainjob={spec.to_json()}",
