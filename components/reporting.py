@@ -43,6 +43,10 @@ class StepTelemetry:
         """The step's own event, whichever rank records it."""
         self._add("event", name, time.time() if ts is None else ts)
 
+    def step_metric(self, name: str, value: float) -> None:
+        """A metric under exactly ``name``, whichever rank records it (a gang node's ``<name>.node<R>``)."""
+        self._add("metric", name, value)
+
     def metric(self, name: str, value: float) -> None:
         """Rank 0's metrics (reduced over ranks by the step) are the step's; another rank's end in .rank<R>."""
         self._add("metric", name if not self.rank else f"{name}.rank{self.rank}", value)

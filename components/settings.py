@@ -149,6 +149,15 @@ CHAOS_CHECKPOINT_PAUSE_S = declare(Setting(name="LLMPACK_CHAOS_CHECKPOINT_PAUSE_
                                            doc="Seconds a checkpoint write pauses before its manifest (chaos tests)."))
 
 
+#: GPU utilisation on GPU steps (components.record.gpu_metrics): on unless set to 0.
+GPU_METRICS = declare(Setting(name="LLMPACK_GPU_METRICS", type=bool, default=True,
+                              doc="Sample GPU utilisation and memory on GPU steps (NVML, else nvidia-smi); 0 turns it off."))
+GPU_SAMPLE_INTERVAL_S = declare(Setting(name="LLMPACK_GPU_SAMPLE_INTERVAL_S", type=float, default=1.0,
+                                        doc="Seconds between GPU samples on a GPU step."))
+GPU_IDLE_UTIL_PCT = declare(Setting(name="LLMPACK_GPU_IDLE_UTIL_PCT", type=float, default=5.0,
+                                    doc="A GPU below this utilisation (%) counts as idle in gpu_idle_before_first_step_s."))
+
+
 def render_markdown() -> str:
     """``docs/configuration.md``: every setting registered so far, grouped by who sets it.
 

@@ -471,6 +471,28 @@ def start_delay_env(delays: dict[str, float], backend: str) -> dict[str, str] | 
     return {settings.INJECT_START_DELAY.name: f"finetune={delays[backend]}"} if backend in delays else None
 
 
+# GPU utilisation sampled on GPU steps (components.record.gpu_metrics): only runs on a GPU have it.
+GPU_LABELS = {
+    "gpu_idle_before_first_step_s": "GPU idle before the first step (s)",
+    "gpu_util_mean_pct": "GPU utilisation during finetune (mean %)",
+}
+
+
+def gpu_rows(result: dict[str, Any]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+    """The GPU metrics some path's succeeded runs have: (label, {path: {n, p50, p90}}); [] on CPU runs."""
+    rows = []
+    for name, label in GPU_LABELS.items():
+        per_path = {}
+        for path in dict.fromkeys(path_of(r) for r in result["runs"]):
+            values = [r["metrics"][name] for r in result["runs"]
+                      if path_of(r) == path and r["status"] == "succeeded" and r["metrics"].get(name) is not None]
+            if values:
+                per_path[path] = {"n": len(values), "p50": percentile(values, 50), "p90": percentile(values, 90)}
+        if per_path:
+            rows.append((label, per_path))
+    return rows
+
+
 def gang_rows(result: dict[str, Any]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
     """The gang and Kueue metrics some path measured: (label, {path: its summary entry, n > 0})."""
     rows = []

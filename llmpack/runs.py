@@ -40,7 +40,7 @@ from components.commands import pipeline_values
 from components.dsl import Pipeline
 from components.errors import InputError, Interrupted, RunFailed
 from components.record import close as record
-from components.record import cost, telemetry, tracking, uniform
+from components.record import cost, gpu_metrics, telemetry, tracking, uniform
 from components.record.telemetry import TRAIN_STEP
 from components.servers.submission import check_id, new_id, telemetry_values
 from components.training import distributed
@@ -375,7 +375,7 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
     upload = tracking.RunUpload(ctx=ctx, records=records, metrics=metrics, tags=tags,
                                 params={**overrides, "submitted_at": repr(submitted_at)},
                                 status="FAILED" if error else "FINISHED", finished_at=finished_at,
-                                curve=uniform.loss_curve(staging))
+                                curve=uniform.loss_curve(staging), series=gpu_metrics.read_series(staging))
     try:
         run_id, _ = tracking.upload_run(mc, upload, retry, run_id=run_id)
         sent = True

@@ -66,7 +66,7 @@ def closed_when_stopped(run_dir: Path) -> bool:
 
 def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any]:
     """``(summary, upload)`` of a run directory; an :class:`InputError` naming what is wrong with it."""
-    from components.record import telemetry, tracking, uniform
+    from components.record import gpu_metrics, telemetry, tracking, uniform
     from components.record.close import record_status
 
     if not run_dir.is_dir():
@@ -95,7 +95,7 @@ def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any]:
     params = {**_mapping(summary, "params"), "submitted_at": repr(ctx.submitted_at)}
     upload = tracking.RunUpload(ctx=ctx, records=records, metrics=metrics, tags=tags, params=params,
                                 status=record_status(str(summary["status"])), finished_at=finished_at,
-                                curve=uniform.loss_curve(run_dir))
+                                curve=uniform.loss_curve(run_dir), series=gpu_metrics.read_series(run_dir))
     return summary, upload
 
 

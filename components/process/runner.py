@@ -28,7 +28,7 @@ from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step, coerce
 from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
 from components.process import gang, handoff, startup, torchrun, warm_ahead
-from components.record import telemetry, uniform
+from components.record import gpu_metrics, telemetry, uniform
 from components.record.telemetry import EVENTS_FILE, RunContext, process_start_time
 from components.reporting import StepTelemetry
 from components.training import distributed
@@ -69,8 +69,8 @@ def _injected_start_delay(step: Step) -> float:
     return time.monotonic() - t0
 
 
-def _upload(tel: StepTelemetry, outputs: dict[str, str]) -> None:
-    """Log the step's records (and a training log's loss curve) on the run's record; bounded
+def _upload(tel: StepTelemetry, outputs: dict[str, str], gpu_series: dict[str, list[tuple[int, float, float]]]) -> None:
+    """Log the step's records (a training log's loss curve, its GPU samples) on the run's record; bounded
     (``LLMPACK_TRACKING_MAX_WAIT_S``), a failure only warns."""
     if os.environ.get(settings.MLFLOW_LOGGING.name, "1") == "0" or os.environ.get(settings.CLIENT_UPLOADS.name) == "1":
         return
@@ -85,6 +85,8 @@ def _upload(tel: StepTelemetry, outputs: dict[str, str]) -> None:
             run_id = tracking.open_pipeline_run(mc, tel.ctx)
             tracking.log_records(mc, run_id, tel.records)
             tracking.log_curve(mc, run_id, uniform.LOSS_CURVE, curve)
+            for key, points in gpu_series.items():
+                tracking.log_series(mc, run_id, key, points)  # once per series, as the loss curve
 
         tracking.with_retries(upload, tracking.upload_retry())
     except Exception as exc:  # noqa: BLE001 - the JSONL file keeps everything
@@ -212,6 +214,9 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
     tel = reporting.begin(StepTelemetry(ctx, step.name, events, rank=world.rank if world.distributed else None,
                                         on_model_loaded=startup.settle))
     own_ends = world.distributed and world.main and not launched  # no launcher of ours (a TrainJob): rank 0 has them
+    # one sampler per node: a single process's, a gang node's first rank's (torchrun's ranks here: the launcher's)
+    gpu = _gpu_sampler(step, first_out, node=gpu_metrics.node_of() if world.distributed else None,
+                       mine=world.local_rank == 0 and (not launched or gang.ranks_write_own_files()))
     if own_ends:
         tel.step_event("process_started", started)
     tel.event("process_started", started)
@@ -232,16 +237,20 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
         tel.event("finished")
         if own_ends:
             tel.step_event("finished")
+        gpu_metrics.finish(gpu, tel, started=started)  # after finished: stopping it is not step time
         if not launched:  # the launcher uploads every rank's records once
-            _upload(tel, outputs)
+            _upload(tel, outputs, gpu_metrics.sampled_series(gpu))
         reporting.end()
 
 
 def _around_launcher(step: Step, ctx: RunContext, outputs: dict[str, str], launch: Callable[[RunContext, StepTelemetry], int],
-                     *, started: float, injected: float = 0.0) -> int:
-    """Record the step around a process that launches its real work (ranks, a TrainJob); upload every record once."""
+                     *, started: float, injected: float = 0.0, on_this_node: bool = False) -> int:
+    """Record the step around a process that launches its real work (ranks, a TrainJob); upload every record once.
+
+    ``on_this_node``: the ranks run here (torchrun), so this process samples the node's GPUs."""
     first_out = Path(outputs[next(iter(step.outputs))])
     first_out.mkdir(parents=True, exist_ok=True)
+    gpu = _gpu_sampler(step, first_out, node=None, mine=on_this_node)
     ctx = replace(ctx, attempt=telemetry.attempt_number(ctx, step.name, first_out / EVENTS_FILE))
     tel = reporting.begin(StepTelemetry(ctx, step.name, first_out / EVENTS_FILE, on_model_loaded=startup.settle))
     try:
@@ -252,10 +261,19 @@ def _around_launcher(step: Step, ctx: RunContext, outputs: dict[str, str], launc
         tel.event("finished")
         tel.records = [r for r in telemetry.read_records([first_out / EVENTS_FILE])  # every rank's, this attempt's
                        if r.step == step.name and r.pipeline_run == ctx.pipeline_run and r.attempt == ctx.attempt]
-        _upload(tel, outputs)
+        gpu_metrics.finish(gpu, tel, started=started)  # up to the step's first_step, read from the ranks' records
+        # its own samples (torchrun), else a gang's nodes' files, copied back with the outputs
+        _upload(tel, outputs, gpu_metrics.sampled_series(gpu) or gpu_metrics.read_series(first_out))
     finally:
         reporting.end()
     return rc
+
+
+def _gpu_sampler(step: Step, directory: Path, *, node: str | None, mine: bool) -> gpu_metrics.Sampler | None:
+    """A GPU step's sampler of this node's GPUs when this process is the node's sampler (``mine``), else None."""
+    if not mine or step.execution.resources.gpus <= 0:
+        return None
+    return gpu_metrics.start(directory, step=step.name, node=node)
 
 
 def launch_gang(step_ref: str, step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[str, str],
@@ -271,7 +289,7 @@ def launch_gang(step_ref: str, step: Step, ctx: RunContext, inputs: dict[str, st
 def launch_ranks(step: Step, ctx: RunContext, outputs: dict[str, str], argv: Sequence[str], nproc: int,
                  *, started: float, injected: float = 0.0) -> int:
     """This process launches ``nproc`` ranks of ``step`` (torchrun) and records the step around them."""
-    rc = _around_launcher(step, ctx, outputs, started=started, injected=injected,
+    rc = _around_launcher(step, ctx, outputs, started=started, injected=injected, on_this_node=True,
                           launch=lambda c, _tel: torchrun.launch(nproc, argv, attempt=c.attempt))
     if rc in (128 + signal.SIGTERM, 128 + signal.SIGINT):
         return rc

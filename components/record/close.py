@@ -53,7 +53,7 @@ from components import settings
 from components.dsl import CLOSE_TASK as CLOSE_TASK  # re-exported: every backend names the task by it
 from components.errors import InputError
 from components.process import startup
-from components.record import cost, telemetry, uniform
+from components.record import cost, gpu_metrics, telemetry, uniform
 from components.record.telemetry import Record, RunContext
 
 RECORD_FILE = "llmpack-record.json"
@@ -277,7 +277,8 @@ def close(
 
         params = uniform.record_params({**values, "mode": base.mode}, run_group=run_group, pipeline_run=pipeline_run, submitted_at=submitted_at)
         upload = tracking.RunUpload(ctx=ctx, records=records, metrics=metrics, tags=tags, status=final, params=params,
-                                    finished_at=time.time(), curve=uniform.loss_curve(records_dir))
+                                    finished_at=time.time(), curve=uniform.loss_curve(records_dir),
+                                    series=gpu_metrics.read_series(records_dir))
         tracking.upload_run(mc, upload, retry, run_id=run_id, until=until)
         summary["mlflow_run_id"] = run_id
     summary["trace"] = export_trace(records, ctx=ctx, tags=tags, finished_at=finished_at, env=env,

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from components import settings
+from components.record import gpu_metrics
 
 EVENTS_FILE = "llmpack-events.jsonl"
 _ATTEMPT_SUFFIX = re.compile(r"^(.*)\.attempt(\d+)$")
@@ -321,6 +322,7 @@ def derive_metrics(
         "mfu": train.metrics.get("mfu"),
         "checkpoint_save_s": train.metrics.get("checkpoint_save_s"),  # the longest write; beside the pod's grace
         "grace_period_s": train.metrics.get("grace_period_s"),
+        **gpu_metrics.derived(train.metrics),  # gpu_idle_before_first_step_s, gpu_util_mean_pct: GPU runs only
         "eval_loss": ev.metrics.get("eval_loss"),
         "base_eval_loss": ev.metrics.get("base_eval_loss"),
         "perplexity": ev.metrics.get("perplexity"),

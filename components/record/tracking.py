@@ -257,10 +257,15 @@ def log_summary(
 
 def log_curve(mc: MlflowClient, run_id: str, key: str, points: list[tuple[int, float]]) -> int:
     """A step-indexed metric series (the training-loss curve), once: nothing when ``key`` is on the run already."""
+    return log_series(mc, run_id, key, [(step, loss, 0.0) for step, loss in points])
+
+
+def log_series(mc: MlflowClient, run_id: str, key: str, points: list[tuple[int, float, float]]) -> int:
+    """A step-indexed, timestamped series (a GPU's samples: ``(index, value, epoch s)``), once, as :func:`log_curve`."""
     Metric, _, _ = _entities(mc)  # noqa: N806 - a class, as mlflow.entities names it
     if not points or key in mc.get_run(run_id).data.metrics:
         return 0
-    values = [Metric(key, loss, 0, step) for step, loss in points]
+    values = [Metric(key, value, int(t * 1000), step) for step, value, t in points]
     for start in range(0, len(values), 1000):  # MLflow's batch limit
         mc.log_batch(run_id, metrics=values[start:start + 1000])
     return len(values)
@@ -435,6 +440,7 @@ class RunUpload:
     status: RecordStatus
     finished_at: float
     curve: list[tuple[int, float]] = field(default_factory=list)  # the training loss by step (uniform.LOSS_CURVE)
+    series: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)  # GPU samples (gpu_metrics.read_series)
 
 
 def upload_run(
@@ -461,6 +467,8 @@ def upload_run(
         logged += log_records(mc, rid, run.records)
         log_summary(mc, rid, run.metrics, run.tags, params=run.params)
         log_curve(mc, rid, "train_loss", run.curve)  # components.record.uniform.LOSS_CURVE
+        for key, points in run.series.items():
+            log_series(mc, rid, key, points)
         mc.set_terminated(rid, run.status, end_time=int(run.finished_at * 1000))
         return rid
 

@@ -108,8 +108,6 @@ def _cost_lines(result: dict[str, Any], splits: dict[str, dict[str, float] | Non
 
 def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
              splits: dict[str, dict[str, float] | None]) -> str:
-    from llmpack.compare import gang_rows
-
     summary = result["summary"]
     lines = [
         f"# llmpack comparison — run group `{result['run_group']}`",
@@ -137,11 +135,10 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
     for orch, stats in summary.items():
         n = stats["total_s"]["n"]
         lines.append(f"| {orch} | {n} | " + " | ".join(_cell(stats.get(k, {}), True, u) for k, _, u in TABLE_COLUMNS) + " |")
-    gangs = gang_rows(result)
-    if gangs:
-        lines += ["", "## Gang and queue", "", "Multi-node finetune (a TrainJob gang) on a cluster; p50 / p90 seconds.", "",
+    for title, note, rows in _measure_tables(result):  # gang and queue; GPU utilisation
+        lines += ["", f"## {title}", "", note, "",
                   "| measure | " + " | ".join(f"{orch} (n)" for orch in summary) + " |", "|---|" + "---|" * len(summary)]
-        for label, per_path in gangs:
+        for label, per_path in rows:
             cells = [f"{_cell(per_path[o], True, 's')} ({per_path[o]['n']})" if o in per_path else "-" for o in summary]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     failed = [r for r in result["runs"] if r["status"] != "succeeded"]
@@ -179,6 +176,16 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
     return "\n".join(lines) + "\n"
 
 
+def _measure_tables(result: dict[str, Any]) -> list[tuple[str, str, list[tuple[str, dict[str, dict[str, Any]]]]]]:
+    """The measure-by-path tables some run measured: (title, note, rows); none that no run has."""
+    from llmpack.compare import gang_rows, gpu_rows
+
+    tables = [("Gang and queue", "Multi-node finetune (a TrainJob gang) on a cluster; p50 / p90 seconds.", gang_rows(result)),
+              ("GPU utilisation", "Sampled on the GPU steps (NVML or nvidia-smi, per node for a gang); idle is below "
+               "LLMPACK_GPU_IDLE_UTIL_PCT from the step's process start to its first step; p50 / p90.", gpu_rows(result))]
+    return [t for t in tables if t[2]]
+
+
 def _card(label: str, unit: str, per_path: dict[str, dict[str, Any]], *, judged: bool = True) -> str:
     """One headline card: per path, its median, Δ vs baseline with the CI, n, and the verdict.
 
@@ -214,7 +221,7 @@ def _badge(orch: str | None) -> str:
 
 def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
               charts: dict[str, Path], splits: dict[str, dict[str, float] | None]) -> str:
-    from llmpack.compare import HEADLINES, gang_rows
+    from llmpack.compare import HEADLINES
 
     summary = result["summary"]
 
@@ -243,15 +250,15 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
     saves = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in checkpoint_lines(result["runs"]))
     if saves:  # issue 24: the measured checkpoint write against the grace period
         retries += f"<h2>Checkpoint write vs grace period</h2><ul>{saves}</ul>"
-    gangs = "".join(
-        f"<tr><th>{html.escape(label)}</th>"
-        + "".join(f"<td>{html.escape(_cell(per_path[o], True))} <span class=note>n={per_path[o]['n']}</span></td>"
-                  if o in per_path else "<td>-</td>" for o in summary) + "</tr>"
-        for label, per_path in gang_rows(result))
-    if gangs:
-        gangs = ("<h2>Gang and queue</h2><p class=note>Multi-node finetune (a TrainJob gang) on a cluster; "
-                 "p50 / p90 seconds.</p><table class=num><tr><th>measure</th>"
-                 + "".join(f"<th>{_badge(o)}</th>" for o in summary) + f"</tr>{gangs}</table>")
+    gangs = ""  # gang and queue; GPU utilisation
+    for title, note, measures in _measure_tables(result):
+        body = "".join(
+            f"<tr><th>{html.escape(label)}</th>"
+            + "".join(f"<td>{html.escape(_cell(per_path[o], True))} <span class=note>n={per_path[o]['n']}</span></td>"
+                      if o in per_path else "<td>-</td>" for o in summary) + "</tr>"
+            for label, per_path in measures)
+        gangs += (f"<h2>{html.escape(title)}</h2><p class=note>{html.escape(note)}</p><table class=num><tr><th>measure</th>"
+                  + "".join(f"<th>{_badge(o)}</th>" for o in summary) + f"</tr>{body}</table>")
     baseline = result.get("baseline")
     terms = "".join(f"<dt>{html.escape(t.name)}</dt><dd>{html.escape(t.short)}</dd>" for t in _terms(result))
     return f"""<!doctype html>

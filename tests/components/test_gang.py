@@ -99,6 +99,16 @@ class TrainerController:
                                          message="" if ok else outs[0][-500:])
 
 
+def write_kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig for the stand-in API server, with the token it wants, in namespace NS."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": TOKEN}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": NS}}]}))
+    return path
+
+
 @pytest.mark.slow  # four torch processes; the quick many-process run is test_distributed's
 def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens: Path, finetuned: Path, tmp_path: Path) -> None:
     shared = tmp_path / "pvc"
@@ -110,12 +120,7 @@ def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens:
 
     with KubeAPIStandIn(token=TOKEN, namespaces=(NS,)) as kube:
         controller = TrainerController(kube)
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "c",
-            "clusters": [{"name": "c", "cluster": {"server": kube.url}}],
-            "users": [{"name": "u", "user": {"token": TOKEN}}],
-            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": NS}}]}))
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
         out = tmp_path / "gang"
         r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={out}", *steps, "--param=nnodes=2",
                      f"--param=trainjob={spec.to_json()}", "--param=pipeline_run=run-g1", "--param=run_group=rg-g1",
