@@ -28,7 +28,8 @@ Cluster mapping of a step's :class:`components.dsl.Execution`:
 - ``execution.pod`` (:mod:`components.podspec`): the model and data PVCs read-only, ``HF_TOKEN``
   from a required ``secretKeyRef``, the container's ``imagePullPolicy``, and the Workflow's
   ``imagePullSecrets`` (Argo applies them to every pod it creates);
-- pod labels ``llmpack.io/...`` for cost attribution, non-root unprivileged pods, and the MLflow
+- pod labels for cost attribution: the recommended ``app.kubernetes.io/*`` ones (``instance`` the
+  ``pipeline_run`` parameter), ``llmpack.io/...`` and the user's ``--label``s; non-root unprivileged pods, and the MLflow
   tracking URI from the Secret ``llmpack-mlflow`` (key ``tracking-uri``, required), never a literal, and
   its optional keys ``username``/``password``/``token`` as ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``/``TOKEN``;
 - the training template's Prometheus metrics, labelled with the GPUs the step is billed for.
@@ -58,6 +59,7 @@ from components.dsl import (
     iter_param_args,
 )
 from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement
+from components.podspec import PodExtras, labels_env, pod_labels_of, recommended_labels
 from components.record.close import CLOSE_TASK, billed_uses, record_args, uses_json
 from components.record.cost import GpuUse
 from components.record.telemetry import TRAIN_STEP
@@ -75,6 +77,7 @@ NO_RETRY_EXIT_CODE = 2  # components.errors.InputError: bad input is not retried
 # Defaults of the compiled Workflow that differ from the pipeline's: it is what `argo submit` runs.
 ARGO_DEFAULTS: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "mode": "cluster"}
 RUN_ID = "{{workflow.name}}"
+PIPELINE_RUN = "{{workflow.parameters.pipeline_run}}"  # the run's app.kubernetes.io/instance (llmpack submit sets it)
 FINETUNE_BUCKETS = [30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0]
 
 
@@ -109,19 +112,24 @@ def workflow_defaults(pipe: Pipeline) -> dict[str, str]:
     }
 
 
-def pod_labels(task: Task | None) -> dict[str, str]:
-    """The ``llmpack.io/`` labels of a task's pods (``None``: the summarizing task, which holds no GPU)."""
+def pod_labels(pipe: Pipeline, task: Task | None, extras: PodExtras) -> dict[str, str]:
+    """The labels of a task's pods (``None``: the summarizing task, which holds no GPU): the recommended
+    ``app.kubernetes.io/*`` ones (``instance``: the run, a workflow parameter), ``llmpack.io/*`` and the
+    user's ``--label``s."""
     res = task.step.execution.resources if task else None
-    return {
-        f"{LABEL_PREFIX}step": task.step.name if task else CLOSE_TASK,
+    step = task.step.name if task else CLOSE_TASK
+    own = {
+        f"{LABEL_PREFIX}step": step,
         f"{LABEL_PREFIX}task": task.name if task else CLOSE_TASK,
         f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR,
         f"{LABEL_PREFIX}mode": "{{workflow.parameters.mode}}",
         f"{LABEL_PREFIX}gpu-type": (res.gpu_type if res else None) or "none",
         f"{LABEL_PREFIX}gpu-count": str(res.gpus if res else 0),
         f"{LABEL_PREFIX}run-group": "{{workflow.parameters.run_group}}",
-        f"{LABEL_PREFIX}pipeline-run": "{{workflow.parameters.pipeline_run}}",
+        f"{LABEL_PREFIX}pipeline-run": PIPELINE_RUN,
     }
+    recommended = recommended_labels(name=pipe.name, component=step, managed_by=ORCHESTRATOR, instance=PIPELINE_RUN)
+    return pod_labels_of(recommended, own, extras)
 
 
 def _finetune_metrics(task: Task, use: GpuUse | None) -> list[Any]:
@@ -190,7 +198,7 @@ def _volumes(ex: Any) -> list[Any] | None:
     return volumes or None
 
 
-def _container(task: Task, use: GpuUse | None = None) -> Any:
+def _container(pipe: Pipeline, task: Task, use: GpuUse | None = None) -> Any:
     from hera.workflows import Artifact, Container, Env, Parameter, Resources, RetryStrategy, SecretEnv
     from hera.workflows.models import Backoff, Capabilities, IntOrString, SecurityContext, Toleration
 
@@ -254,7 +262,7 @@ def _container(task: Task, use: GpuUse | None = None) -> Any:
         or None,
         retry_strategy=retry,
         active_deadline_seconds=str(ex.timeout_s),
-        labels=pod_labels(task),
+        labels=pod_labels(pipe, task, ex.pod),
         annotations={"workflows.argoproj.io/description": step.description} if step.description else None,
         metrics=_finetune_metrics(task, use) if step.name == TRAIN_STEP else None,
     )
@@ -285,10 +293,11 @@ def _dag_task(task: Task) -> Any:
 
 def _close_container(pipe: Pipeline) -> Any:
     """The ``onExit`` template: close the run's record with the workflow's final status."""
-    from hera.workflows import Container, Resources
+    from hera.workflows import Container, Env, Resources
     from hera.workflows.models import Capabilities, SecurityContext
 
     first = next(iter(pipe.task_order()), None)
+    extras = first.step.execution.pod if first else PodExtras()
     image = first.step.execution.image if first else None
     args = record_args(
         status="{{workflow.status}}",
@@ -302,13 +311,13 @@ def _close_container(pipe: Pipeline) -> Any:
         image=image,
         command=["python"],
         args=args,
-        env=tracking_env(),
-        image_pull_policy=first.step.execution.pod.pull_policy if first else None,
+        env=[*tracking_env(), *(Env(name=k, value=v) for k, v in labels_env(extras).items())],
+        image_pull_policy=extras.pull_policy,
         resources=Resources(cpu_request="250m", memory_request="512Mi"),
         security_context=SecurityContext(run_as_non_root=True, run_as_user=RUN_AS_USER,
                                          allow_privilege_escalation=False, privileged=False,
                                          capabilities=Capabilities(drop=["ALL"])),
-        labels=pod_labels(None),
+        labels=pod_labels(pipe, None, extras),
     )
 
 
@@ -337,7 +346,7 @@ def build_workflow(pipe: Pipeline) -> Any:
             fs_group=RUN_AS_USER,
             seccomp_profile=SeccompProfile(type="RuntimeDefault"),
         ),
-        templates=[dag, *(_container(t, uses.get(t.name)) for t in order), _close_container(pipe)],
+        templates=[dag, *(_container(pipe, t, uses.get(t.name)) for t in order), _close_container(pipe)],
         image_pull_secrets=[LocalObjectReference(name=n) for n in pull_secrets] or None,  # every pod of the Workflow
     )
 

@@ -125,6 +125,9 @@ PARKED_MEMBER = declare(Setting(name="LLMPACK_PARKED_MEMBER", type=int, default=
 #: ``1``: each rank of a gang writes its own events file (merged later).
 RANK_EVENTS = declare(Setting(name="LLMPACK_RANK_EVENTS", type=bool, default=False, audience="internal",
                               doc="1: each rank of a gang writes llmpack-events.rank<R>.jsonl (merged later)."))
+#: The user's ``--label KEY=VALUE``s as JSON, compiled into the closing task's pod: its record's tags.
+LABELS = declare(Setting(name="LLMPACK_LABELS", type=str, default=None, audience="internal",
+                         doc="JSON of the --label KEY=VALUEs compiled in; the record tags them llmpack.label.KEY."))
 
 # Fault injection for tests and benchmarks.
 #: ``finetune=2.0[,step=s]``: a step's process starts that many seconds later.

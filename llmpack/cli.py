@@ -290,7 +290,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     own = {o.dest: kwargs.pop(o.dest) for path in cluster_paths().values() for o in path.compare_options}
     pod = pod_options_of(kwargs)  # --image, --model-pvc...: every path compiled with them (llmpack.pod_options)
     if local and pod.compiles:
-        raise InputError("--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*: only with --cluster")
+        raise InputError("--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*/--label: only with --cluster")
     for flag in ("--model", "--data") if not local else ():  # /models/x with no volume: the flag that mounts it
         pod.check_mounted(kwargs[flag[2:]], flag)
     cluster = {"pod": pod, "concurrency": concurrency, "own": own, "namespace": namespace, "kubeconfig": kubeconfig, "context": context,

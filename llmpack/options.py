@@ -177,6 +177,10 @@ def pod_options(*, namespace: bool = False) -> Callable[[Callable[..., Any]], Ca
         click.option("--mlflow-repository-uri", "repository_uri", default=None, metavar="REPO",
                      help="MLflow path: the repository-uri of kubernetes_config.json (where `mlflow run --backend "
                           "kubernetes` pushes the image it builds; default IMAGE's repository + -mlflow-project)."),
+        click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+                     help="A label on every pod of every path (repeatable; Kubernetes label syntax), beside the "
+                          "app.kubernetes.io/* ones, and an llmpack.label.KEY tag on the MLflow record: OpenCost and "
+                          "Kubecost group cost by it (e.g. team=ml-platform)."),
     ]
     if namespace:
         options.append(click.option("--namespace", "compile_namespace", default=None, metavar="NAME",

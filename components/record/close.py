@@ -52,6 +52,7 @@ from typing import Any, Literal
 from components import settings
 from components.dsl import CLOSE_TASK as CLOSE_TASK  # re-exported: every backend names the task by it
 from components.errors import InputError
+from components.podspec import label_tags
 from components.process import startup
 from components.record import cost, telemetry, uniform
 from components.record.telemetry import Record, RunContext
@@ -263,6 +264,7 @@ def close(
     metrics = uniform.name_from_submit(metrics, source)
     final = record_status(status)
     tags.update(uniform.kfp_plugin_tags(ctx.orchestrator, env))
+    tags.update(label_tags(env))  # --label KEY=VALUE: llmpack.label.KEY (components.podspec)
     tags.update({"llmpack.submit_time_source": source, "llmpack.record": "pipeline",
                  "llmpack.status": "succeeded" if final == "FINISHED" else final.lower()})
     train = telemetry.group_by_step(records).get(telemetry.TRAIN_STEP)
