@@ -78,6 +78,12 @@ NO_RETRY_EXIT_CODE = 2  # components.errors.InputError: bad input is not retried
 ARGO_DEFAULTS: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "mode": "cluster"}
 RUN_ID = "{{workflow.name}}"
 PIPELINE_RUN = "{{workflow.parameters.pipeline_run}}"  # the run's app.kubernetes.io/instance (llmpack submit sets it)
+# The run's metrics the exit handler emits: Prometheus name (llmpack_<name>) -> (record metric, help).
+RUN_METRICS = {
+    "spinup_seconds": ("spinup_s", "Seconds from submit to the training process start (the run's spin-up)."),
+    "time_to_first_step_seconds": ("time_to_first_step_s", "Seconds from submit to the run's first training step."),
+}
+RUN_METRIC_LABELS = ("pipeline_run", "workflow")  # the gauges' per-run labels (never on a histogram)
 FINETUNE_BUCKETS = [30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0]
 
 
@@ -132,6 +138,20 @@ def pod_labels(pipe: Pipeline, task: Task | None, extras: PodExtras) -> dict[str
     return pod_labels_of(recommended, own, extras)
 
 
+def run_metric_labels(use: GpuUse | None) -> list[Any]:
+    """The labels every llmpack metric of a run carries: the run (``pipeline_run``, as the pods'
+    ``app.kubernetes.io/instance``; ``workflow``, Argo's own name, never empty), so that concurrent runs
+    are separate series, and the GPUs billed (``use``: a TrainJob gang's nodes x GPUs)."""
+    from hera.workflows import Label
+
+    return [
+        *(Label(key=k, value=v) for k, v in zip(RUN_METRIC_LABELS, (PIPELINE_RUN, RUN_ID), strict=True)),
+        Label(key="orchestrator", value=ORCHESTRATOR),
+        Label(key="gpu_type", value=(use.gpu_type if use else None) or "none"),
+        Label(key="gpu_count", value=str(use.gpus if use else 0)),
+    ]
+
+
 def _finetune_metrics(task: Task, use: GpuUse | None) -> list[Any]:
     """Argo's own view of the training node: its duration, live while it runs and when it ends.
 
@@ -142,12 +162,9 @@ def _finetune_metrics(task: Task, use: GpuUse | None) -> list[Any]:
     """
     from hera.workflows import Gauge, Histogram, Label
 
-    labels = [
-        Label(key="step", value=task.step.name),
-        Label(key="orchestrator", value=ORCHESTRATOR),
-        Label(key="gpu_type", value=(use.gpu_type if use else None) or "none"),
-        Label(key="gpu_count", value=str(use.gpus if use else 0)),
-    ]
+    labels = [Label(key="step", value=task.step.name), *run_metric_labels(use)]
+    # The histogram is the distribution over runs: a run label would make it one series per run.
+    shared = [label for label in labels if label.key not in RUN_METRIC_LABELS]
     return [
         Gauge(
             name="llmpack_finetune_node_seconds",
@@ -159,7 +176,7 @@ def _finetune_metrics(task: Task, use: GpuUse | None) -> list[Any]:
         Histogram(
             name="llmpack_finetune_node_duration_seconds",
             help="Wall time of the finetune node (pod pending, image pull, spin-up, training) by status.",
-            labels=[*labels, Label(key="status", value="{{status}}")],
+            labels=[*shared, Label(key="status", value="{{status}}")],
             buckets=FINETUNE_BUCKETS,
             value="{{duration}}",
         ),
@@ -293,11 +310,12 @@ def _dag_task(task: Task) -> Any:
 
 def _close_container(pipe: Pipeline) -> Any:
     """The ``onExit`` template: close the run's record with the workflow's final status."""
-    from hera.workflows import Container, Env, Resources
-    from hera.workflows.models import Capabilities, SecurityContext
+    from hera.workflows import Container, Env, Parameter, Resources
+    from hera.workflows.models import Capabilities, SecurityContext, ValueFrom
 
     first = next(iter(pipe.task_order()), None)
     extras = first.step.execution.pod if first else PodExtras()
+    gpus = max(billed_uses(pipe), key=lambda u: u.gpus, default=None)  # the run's metrics: labelled with its GPUs
     image = first.step.execution.image if first else None
     args = record_args(
         status="{{workflow.status}}",
@@ -305,7 +323,7 @@ def _close_container(pipe: Pipeline) -> Any:
         run_id=RUN_ID,
         created_at="{{workflow.creationTimestamp}}",
         params={name: f"{{{{workflow.parameters.{name}}}}}" for name in pipe.all_params},  # the record logs them all
-    )
+    ) + [f"--metric-file={key}={{{{outputs.parameters.{name}.path}}}}" for name, (key, _) in RUN_METRICS.items()]
     return Container(
         name=CLOSE_TASK,
         image=image,
@@ -318,7 +336,27 @@ def _close_container(pipe: Pipeline) -> Any:
                                          allow_privilege_escalation=False, privileged=False,
                                          capabilities=Capabilities(drop=["ALL"])),
         labels=pod_labels(pipe, None, extras),
+        outputs=[Parameter(name=name, value_from=ValueFrom(path=f"{OUT_DIR}/prometheus/{name}", default=""))
+                 for name in RUN_METRICS],
+        metrics=_run_metrics(gpus),
     )
+
+
+def _run_metrics(use: GpuUse | None) -> list[Any]:
+    """The run's spin-up and time to first step (``llmpack_<name>``), emitted when the exit handler ends.
+
+    Only the record knows them (measured from the submit instant to the training process start and
+    its first step, docs/telemetry-and-cost.md): the exit handler writes each to its output parameter
+    (``close --metric-file``); a run that never got there writes nothing and emits nothing (``when``).
+    One series per run (its labels), as the live node gauge.
+    """
+    from hera.workflows import Gauge
+
+    return [
+        Gauge(name=f"llmpack_{name}", help=doc, labels=run_metric_labels(use), realtime=False,
+              value=f"{{{{outputs.parameters.{name}}}}}", when=f"'{{{{outputs.parameters.{name}}}}}' != ''")
+        for name, (_, doc) in RUN_METRICS.items()
+    ]
 
 
 def build_workflow(pipe: Pipeline) -> Any:

@@ -324,6 +324,24 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def write_metric_files(metrics: Mapping[str, Any], specs: Sequence[str]) -> None:
+    """``METRIC=PATH``: the number alone in PATH (atomically), for Argo to read as an output parameter and
+    emit as a Prometheus metric; a metric not measured (None, or renamed ``..._from_first_pod_s``) writes nothing."""
+    for spec in specs:
+        key, _, target = spec.partition("=")
+        value = metrics.get(key)
+        if not target or not isinstance(value, (int, float)):
+            continue
+        path = Path(target)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(repr(float(value)), encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as exc:  # the record is closed; a metric file is a bonus, never a failure
+            print(f"llmpack: warning: could not write {key} to {path} ({exc.strerror or exc})", file=sys.stderr)
+
+
 def read_summary(records_dir: Path) -> dict[str, Any] | None:
     """The summary the summarizing task wrote into ``records_dir``, if it ran."""
     path = Path(records_dir) / RECORD_FILE
@@ -356,6 +374,8 @@ def _main(argv: Sequence[str] | None, started: float) -> int:
     parser.add_argument("--created-at", default="", help="when the orchestrator created the run (RFC 3339 or epoch)")
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--scalars-out", default="", help="a directory for the headline numbers as JSON (KFP's Output[Metrics])")
+    parser.add_argument("--metric-file", action="append", default=[], metavar="METRIC=PATH",
+                        help="write the run's METRIC (e.g. spinup_s) alone to PATH when measured (Argo's output parameters)")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         values = dict(item.partition("=")[::2] for item in args.param)
@@ -372,6 +392,7 @@ def _main(argv: Sequence[str] | None, started: float) -> int:
     if args.scalars_out:
         write_json_atomic(Path(args.scalars_out) / uniform.SCALARS_FILE, summary["headline"])
     m = summary["metrics"]
+    write_metric_files(m, args.metric_file)
     print(f"llmpack: record {summary['pipeline_run']} {summary['status']}: spinup_s={m.get('spinup_s')} "
           f"time_to_first_step_s={m.get('time_to_first_step_s')} cost_usd={m.get('cost_usd')} "
           f"(submit time from {summary['submit_time_source']})", file=sys.stderr)
