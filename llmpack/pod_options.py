@@ -104,7 +104,7 @@ def check_pull_policy(value: str, flag: str = "--image-pull-policy") -> str:
 
 
 # --label KEY=VALUE: Kubernetes label syntax (apimachinery validation.IsQualifiedName / IsValidLabelValue).
-_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 OWN_LABEL_PREFIX = "llmpack.io/"
 
 
@@ -116,10 +116,10 @@ def parse_label(value: str) -> tuple[str, str]:
         raise InputError(f"--label {value!r}: expected KEY=VALUE (e.g. team=ml-platform)")
     prefix, slash, name = key.rpartition("/")
     if (slash and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.fullmatch(prefix))) or len(name) > 63 \
-            or not _LABEL_NAME.fullmatch(name):
+            or not LABEL_NAME.fullmatch(name):
         raise InputError(f"--label {value!r}: key {key!r} is not a label key ([prefix/]name: name up to 63 letters, "
                          "digits, '-', '_', '.', alphanumeric at both ends; prefix a DNS subdomain)")
-    if len(val) > 63 or (val and not _LABEL_NAME.fullmatch(val)):
+    if len(val) > 63 or (val and not LABEL_NAME.fullmatch(val)):
         raise InputError(f"--label {value!r}: value {val!r} is not a label value (up to 63 letters, digits, '-', '_', "
                          "'.', alphanumeric at both ends)")
     if key in RECOMMENDED or key.startswith(OWN_LABEL_PREFIX):

@@ -154,7 +154,8 @@ def gang_labels(spec: GangSpec, *, run_group: str, pipeline_run: str, orchestrat
            "llmpack.io/gpu-count": str(spec.gpus_per_node), "llmpack.io/gpu-type": label_value(spec.gpu_type or "none")}
     recommended = recommended_labels(name=spec.pipeline or "llmpack", component=step, managed_by=MANAGED_BY,
                                      instance=pipeline_run)
-    return {k: v for k, v in pod_labels_of(recommended, own, spec.extras()).items() if v}
+    ours = {k: v for k, v in {**recommended, **own}.items() if v}  # a run value that makes no label: none
+    return pod_labels_of(ours, {}, spec.extras())
 
 
 def trainjob_name(pipeline_run: str, step: str, attempt: int) -> str:

@@ -554,7 +554,7 @@ class FakeCluster:
         command = trainer_command(f"components.steps.{step}:{step}", {"tokens": "/gang/in/tokens"},
                                   {"model": "/gang/out/model"}, {"pipeline_run": script.pipeline_run})
         obj = build_trainjob(spec, name=name, namespace=namespace, nodes=gang["nodes"], command=command,
-                             labels={k: v for k, v in labels.items() if v},
+                             labels=labels,
                              env={"LLMPACK_LAUNCHER": "1", "LLMPACK_ATTEMPT": "0"})
         gang["object"] = obj
         patch = (obj["spec"].get("runtimePatches") or [{}])[0]
