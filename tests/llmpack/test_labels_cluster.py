@@ -31,17 +31,13 @@ USER = {"team": "ml-platform", "example.com/owner": "ana"}
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Any], LoopbackCluster]]:
     tmp = tmp_path_factory.mktemp("labels")
-    mp = pytest.MonkeyPatch()
-    isolate(mp, tmp)
-    c = LoopbackCluster(tmp, f"sqlite:///{tmp / 'mlflow.db'}")
-    try:
-        pod = PodOptions.from_flags(labels=tuple(f"{k}={v}" for k, v in USER.items()))
-        result = cluster.compare_cluster(**c.options(nodes=2, gpus=4, pod=pod))
-        c.fake.wait_idle()
-        yield result, c
-    finally:
-        c.close()
-        mp.undo()
+    pod = PodOptions.from_flags(labels=tuple(f"{k}={v}" for k, v in USER.items()))
+    with pytest.MonkeyPatch.context() as mp:
+        isolate(mp, tmp)
+        with LoopbackCluster(tmp, f"sqlite:///{tmp / 'mlflow.db'}") as c:
+            result = cluster.compare_cluster(**c.options(nodes=2, gpus=4, pod=pod))
+            c.fake.wait_idle()
+            yield result, c
 
 
 def _pods(c: LoopbackCluster, selector: str) -> list[Any]:
