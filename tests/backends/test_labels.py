@@ -211,3 +211,15 @@ def test_compiled_pod_labels_are_valid_kubernetes_labels(compiled: Path) -> None
             assert len(name) <= 63 and LABEL_NAME.fullmatch(name), (where, key)
             if not value.startswith("{{"):  # an orchestrator placeholder is resolved at run time
                 assert len(value) <= 63 and (value == "" or LABEL_NAME.fullmatch(value)), (where, key, value)
+
+
+def test_the_record_is_tagged_with_the_labels(tmp_path: Path) -> None:
+    """The closing task with the compiled LLMPACK_LABELS: its record's tags (client mode: the summary file)."""
+    from components import settings
+    from components.record import close
+
+    env = {settings.CLIENT_UPLOADS.name: "1", LABELS_ENV: json.dumps(USER)}
+    summary = close.close(values={"pipeline_run": "p1", "run_group": "g", "orchestrator": "argo", "mode": "cluster"},
+                          status="Succeeded", uses=[], finished_at=10.0, records_dir=tmp_path, env=env)
+    assert {k: v for k, v in summary["tags"].items() if k.startswith("llmpack.label.")} == {
+        "llmpack.label.team": "ml-platform", "llmpack.label.example.com/cost-center": "cc-42", "llmpack.label.owner": ""}
