@@ -4,10 +4,10 @@ A multi-GB CUDA image pulled when a GPU pod lands on a fresh node is minutes of 
 every new node (the watcher's ``image_pull_s``). The DaemonSet puts one small pod on every node
 the GPU steps may land on (their node selector and tolerations); its init container is the step
 image, so the kubelet pulls it, and runs nothing but ``true``; then the pod idles on the
-``pause`` image (a few hundred KB, a few MB of memory). Its pods carry the recommended
+``pause`` image (a few hundred KB, a few MB of memory). When a run's GPU pod arrives the image is
+"already present on machine" and ``image_pull_s`` is 0. Its pods carry the recommended
 ``app.kubernetes.io/*`` labels (``instance`` the DaemonSet itself: it serves every run) and the
-user's ``--label``s; its selector stays the two labels it always had (a selector cannot change). When a run's GPU pod arrives the image is
-"already present on machine" and ``image_pull_s`` is 0.
+user's ``--label``s; its selector stays the two labels it always had (a selector cannot change).
 
 Decisions: no GPU is requested (the prepull pod must not hold one); non-root, no privilege
 escalation, all capabilities dropped, read-only root file system, no service-account token; the
@@ -69,7 +69,7 @@ def daemonset(pipe: Pipeline, *, namespace: str = NAMESPACE) -> dict[str, Any]:
                      **({"value": tol.value} if tol.value is not None else {})}
             if entry not in tolerations:
                 tolerations.append(entry)
-    selector = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "llmpack"}  # immutable: never more
+    match = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "llmpack"}  # the selector: immutable, never more
     # Every label a step pod has but the run's (the DaemonSet outlives runs: its instance is itself), and the user's.
     labels = pod_labels_of(recommended_labels(name=NAME, component="prepull", managed_by="llmpack", instance=NAME),
                            {}, extras)
@@ -103,7 +103,7 @@ def daemonset(pipe: Pipeline, *, namespace: str = NAMESPACE) -> dict[str, Any]:
         "kind": "DaemonSet",
         "metadata": {"name": NAME, "namespace": namespace, "labels": dict(labels)},
         "spec": {
-            "selector": {"matchLabels": dict(selector)},
+            "selector": {"matchLabels": dict(match)},
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}},
             "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
         },
