@@ -18,8 +18,8 @@ so that ``llmpack compile --model-pvc ... --image ...`` gives every pod the same
   Kubecost group cost by pod label (``aggregate=label:team``), MLflow by tag.
 
 Why on :class:`components.dsl.Execution` (``execution.pod``): fusion and the gang launcher copy a
-step's execution, so the volumes and secrets travel with the step they belong to. Nothing is set
-by default, so the committed (golden) artifacts are unchanged.
+step's execution, so the volumes and secrets travel with the step they belong to. Nothing but the
+recommended labels is set by default, so the committed (golden) artifacts change by those alone.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ tested for all three; KFP's and MLflow's only way to create an object is such a 
 2. creates a ``TrainJob`` (:mod:`components.servers.trainjob`) of N nodes with G GPUs each, running
    ``torchrun -m components.run <the same step, inputs and outputs in the volume>`` (the
    Trainer's torch runtime sets the nodes, ranks and rendezvous through ``PET_*``), with the
-   step's node selector, tolerations and ``llmpack.io/*`` labels on its pods, and the Kueue queue
+   step's node selector, tolerations and labels on its pods (:func:`gang_labels`: the recommended
+   ``app.kubernetes.io/*`` ones with the run as ``instance``, ``llmpack.io/*``, ``--label``), and the Kueue queue
    label when ``queue`` is set; then follows it to ``Complete`` or ``Failed``
    (:func:`components.servers.trainjob_launch.create_and_wait`), deleting it when the run is cancelled
    (SIGTERM: KFP terminate, Argo stop, ``kubectl delete job``);
