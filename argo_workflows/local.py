@@ -10,6 +10,7 @@ subprocess. What it does, in Argo's terms:
 - placeholders: ``{{workflow.parameters.*}}``, ``{{workflow.name}}``, ``{{workflow.uid}}``,
   ``{{workflow.creationTimestamp}}`` (RFC 3339, when the run was planned), ``{{workflow.status}}``
   (in the exit handler: ``Succeeded`` or ``Failed``), ``{{inputs.parameters.*}}``, ``{{inputs.artifacts.*.path}}``, ``{{outputs.artifacts.*.path}}``,
+  ``{{outputs.parameters.*.path}}`` (a file under ``workdir``; output parameters feed only metrics),
   ``{{retries}}`` and, in a DAG task's artifact ``from``, ``{{tasks.*.outputs.artifacts.*}}``;
 - artifacts: directories under ``workdir`` (``workdir/<task>/<artifact>``); an input artifact is
   its producer's directory;
@@ -305,11 +306,17 @@ def plan(wf: LocalWorkflow, arguments: Mapping[str, Any], workdir: Path) -> tupl
         for name, path in outputs.items():
             scope[f"outputs.artifacts.{name}.path"] = str(path)
             artifacts[f"{task.name}.{name}"] = path
-        planned.append(_PlannedTask(task.name, tmpl, scope, outputs))
+        planned.append(_PlannedTask(task.name, tmpl, scope | _param_paths(tmpl, workdir / task.name), outputs))
     on_exit = None
     if wf.on_exit is not None:
-        on_exit = _PlannedTask(wf.on_exit.name, wf.on_exit, {**global_scope, "workflow.status": "Running"}, {})
+        scope = {**global_scope, "workflow.status": "Running", **_param_paths(wf.on_exit, workdir / wf.on_exit.name)}
+        on_exit = _PlannedTask(wf.on_exit.name, wf.on_exit, scope, {})
     return planned, on_exit
+
+
+def _param_paths(tmpl: Template, base: Path) -> dict[str, str]:
+    """``{{outputs.parameters.NAME.path}}`` of a template: a file of its own under the workdir."""
+    return {f"outputs.parameters.{name}.path": str(base / "parameters" / name) for name in tmpl.out_params}
 
 
 def run_workflow_yaml(

@@ -188,8 +188,16 @@ class Template:
             self.in_artifacts.append(str(a["name"]))
 
         outputs = spec.get("outputs") or {}
-        check_keys(outputs, {"artifacts"}, set(), f"{where}.outputs",
-                    {"parameters": "output parameters", "result": "output result", "exitCode": "output exitCode"})
+        check_keys(outputs, {"artifacts", "parameters"}, set(), f"{where}.outputs",
+                    {"result": "output result", "exitCode": "output exitCode"})
+        # Output parameters read from a file (valueFrom.path): locally the file is the task's own, under the
+        # workdir; their values feed only metrics (a cluster field), never another task.
+        self.out_params: list[str] = []
+        for i, p in enumerate(outputs.get("parameters") or []):
+            pwhere = f"{where}.outputs.parameters[{i}]"
+            check_keys(p, {"name", "valueFrom"}, {"description"}, pwhere, {"globalName": "global parameters"})
+            check_keys(p.get("valueFrom") or {}, {"path"}, {"default"}, f"{pwhere}.valueFrom")
+            self.out_params.append(str(p["name"]))
         self.out_artifacts: list[str] = []
         for i, a in enumerate(outputs.get("artifacts") or []):
             check_keys(a, {"name", "path"}, {"archive", "mode", "artifactGC", "deleted", "recurseMode"},

@@ -28,7 +28,8 @@ Cluster mapping of a step's :class:`components.dsl.Execution`:
 - ``execution.pod`` (:mod:`components.podspec`): the model and data PVCs read-only, ``HF_TOKEN``
   from a required ``secretKeyRef``, the container's ``imagePullPolicy``, and the Workflow's
   ``imagePullSecrets`` (Argo applies them to every pod it creates);
-- pod labels ``llmpack.io/...`` for cost attribution, non-root unprivileged pods, and the MLflow
+- pod labels for cost attribution: the recommended ``app.kubernetes.io/*`` ones (``instance`` the
+  ``pipeline_run`` parameter), ``llmpack.io/...`` and the user's ``--label``s; non-root unprivileged pods, and the MLflow
   tracking URI from the Secret ``llmpack-mlflow`` (key ``tracking-uri``, required), never a literal, and
   its optional keys ``username``/``password``/``token`` as ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``/``TOKEN``;
 - the training template's Prometheus metrics, labelled with the GPUs the step is billed for.
@@ -59,7 +60,16 @@ from components.dsl import (
     iter_param_args,
 )
 from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement
-from components.podspec import PREEMPTION_MESSAGE, PREEMPTION_RETRIES, grace_fields, keeps_checkpoints
+from components.podspec import (
+    PREEMPTION_MESSAGE,
+    PREEMPTION_RETRIES,
+    PodExtras,
+    grace_fields,
+    keeps_checkpoints,
+    labels_env,
+    pod_labels_of,
+    recommended_labels,
+)
 from components.record.close import CLOSE_TASK, billed_uses, record_args, uses_json
 from components.record.cost import GpuUse
 from components.record.telemetry import TRAIN_STEP
@@ -77,6 +87,13 @@ NO_RETRY_EXIT_CODE = 2  # components.errors.InputError: bad input is not retried
 # Defaults of the compiled Workflow that differ from the pipeline's: it is what `argo submit` runs.
 ARGO_DEFAULTS: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "mode": "cluster"}
 RUN_ID = "{{workflow.name}}"
+PIPELINE_RUN = "{{workflow.parameters.pipeline_run}}"  # the run's app.kubernetes.io/instance (llmpack submit sets it)
+# The run's metrics the exit handler emits: Prometheus name (llmpack_<name>) -> (record metric, help).
+RUN_METRICS = {
+    "spinup_seconds": ("spinup_s", "Seconds from submit to the training process start (the run's spin-up)."),
+    "time_to_first_step_seconds": ("time_to_first_step_s", "Seconds from submit to the run's first training step."),
+}
+RUN_METRIC_LABELS = ("pipeline_run", "workflow")  # the gauges' per-run labels (never on a histogram)
 FINETUNE_BUCKETS = [30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0]
 
 
@@ -111,19 +128,38 @@ def workflow_defaults(pipe: Pipeline) -> dict[str, str]:
     }
 
 
-def pod_labels(task: Task | None) -> dict[str, str]:
-    """The ``llmpack.io/`` labels of a task's pods (``None``: the summarizing task, which holds no GPU)."""
+def pod_labels(pipe: Pipeline, task: Task | None, extras: PodExtras) -> dict[str, str]:
+    """The labels of a task's pods (``None``: the summarizing task, which holds no GPU): the recommended
+    ``app.kubernetes.io/*`` ones (``instance``: the run, a workflow parameter), ``llmpack.io/*`` and the
+    user's ``--label``s."""
     res = task.step.execution.resources if task else None
-    return {
-        f"{LABEL_PREFIX}step": task.step.name if task else CLOSE_TASK,
+    step = task.step.name if task else CLOSE_TASK
+    own = {
+        f"{LABEL_PREFIX}step": step,
         f"{LABEL_PREFIX}task": task.name if task else CLOSE_TASK,
         f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR,
         f"{LABEL_PREFIX}mode": "{{workflow.parameters.mode}}",
         f"{LABEL_PREFIX}gpu-type": (res.gpu_type if res else None) or "none",
         f"{LABEL_PREFIX}gpu-count": str(res.gpus if res else 0),
         f"{LABEL_PREFIX}run-group": "{{workflow.parameters.run_group}}",
-        f"{LABEL_PREFIX}pipeline-run": "{{workflow.parameters.pipeline_run}}",
+        f"{LABEL_PREFIX}pipeline-run": PIPELINE_RUN,
     }
+    recommended = recommended_labels(name=pipe.name, component=step, managed_by=ORCHESTRATOR, instance=PIPELINE_RUN)
+    return pod_labels_of(recommended, own, extras)
+
+
+def run_metric_labels(use: GpuUse | None) -> list[Any]:
+    """The labels every llmpack metric of a run carries: the run (``pipeline_run``, as the pods'
+    ``app.kubernetes.io/instance``; ``workflow``, Argo's own name, never empty), so that concurrent runs
+    are separate series, and the GPUs billed (``use``: a TrainJob gang's nodes x GPUs)."""
+    from hera.workflows import Label
+
+    return [
+        *(Label(key=k, value=v) for k, v in zip(RUN_METRIC_LABELS, (PIPELINE_RUN, RUN_ID), strict=True)),
+        Label(key="orchestrator", value=ORCHESTRATOR),
+        Label(key="gpu_type", value=(use.gpu_type if use else None) or "none"),
+        Label(key="gpu_count", value=str(use.gpus if use else 0)),
+    ]
 
 
 def _finetune_metrics(task: Task, use: GpuUse | None) -> list[Any]:
@@ -136,12 +172,9 @@ def _finetune_metrics(task: Task, use: GpuUse | None) -> list[Any]:
     """
     from hera.workflows import Gauge, Histogram, Label
 
-    labels = [
-        Label(key="step", value=task.step.name),
-        Label(key="orchestrator", value=ORCHESTRATOR),
-        Label(key="gpu_type", value=(use.gpu_type if use else None) or "none"),
-        Label(key="gpu_count", value=str(use.gpus if use else 0)),
-    ]
+    labels = [Label(key="step", value=task.step.name), *run_metric_labels(use)]
+    # The histogram is the distribution over runs: a run label would make it one series per run.
+    shared = [label for label in labels if label.key not in RUN_METRIC_LABELS]
     return [
         Gauge(
             name="llmpack_finetune_node_seconds",
@@ -153,7 +186,7 @@ def _finetune_metrics(task: Task, use: GpuUse | None) -> list[Any]:
         Histogram(
             name="llmpack_finetune_node_duration_seconds",
             help="Wall time of the finetune node (pod pending, image pull, spin-up, training) by status.",
-            labels=[*labels, Label(key="status", value="{{status}}")],
+            labels=[*shared, Label(key="status", value="{{status}}")],
             buckets=FINETUNE_BUCKETS,
             value="{{duration}}",
         ),
@@ -207,7 +240,7 @@ def retry_strategy(ex: Any) -> tuple[int, str]:
             f"lastRetry.message matches '{PREEMPTION_MESSAGE}' || ({plain} && asInt(retries) < {ex.retry.limit})")
 
 
-def _container(task: Task, use: GpuUse | None = None) -> Any:
+def _container(pipe: Pipeline, task: Task, use: GpuUse | None = None) -> Any:
     from hera.workflows import Artifact, Container, Env, Parameter, Resources, RetryStrategy, SecretEnv
     from hera.workflows.models import Backoff, Capabilities, IntOrString, SecurityContext, Toleration
 
@@ -274,7 +307,7 @@ def _container(task: Task, use: GpuUse | None = None) -> Any:
         or None,
         retry_strategy=retry,
         active_deadline_seconds=str(ex.timeout_s),
-        labels=pod_labels(task),
+        labels=pod_labels(pipe, task, ex.pod),
         annotations={"workflows.argoproj.io/description": step.description} if step.description else None,
         metrics=_finetune_metrics(task, use) if step.name == TRAIN_STEP else None,
     )
@@ -305,10 +338,12 @@ def _dag_task(task: Task) -> Any:
 
 def _close_container(pipe: Pipeline) -> Any:
     """The ``onExit`` template: close the run's record with the workflow's final status."""
-    from hera.workflows import Container, Resources
-    from hera.workflows.models import Capabilities, SecurityContext
+    from hera.workflows import Container, Env, Parameter, Resources
+    from hera.workflows.models import Capabilities, SecurityContext, ValueFrom
 
     first = next(iter(pipe.task_order()), None)
+    extras = first.step.execution.pod if first else PodExtras()
+    gpus = max(billed_uses(pipe), key=lambda u: u.gpus, default=None)  # the run's metrics: labelled with its GPUs
     image = first.step.execution.image if first else None
     args = record_args(
         status="{{workflow.status}}",
@@ -316,20 +351,40 @@ def _close_container(pipe: Pipeline) -> Any:
         run_id=RUN_ID,
         created_at="{{workflow.creationTimestamp}}",
         params={name: f"{{{{workflow.parameters.{name}}}}}" for name in pipe.all_params},  # the record logs them all
-    )
+    ) + [f"--metric-file={key}={{{{outputs.parameters.{name}.path}}}}" for name, (key, _) in RUN_METRICS.items()]
     return Container(
         name=CLOSE_TASK,
         image=image,
         command=["python"],
         args=args,
-        env=tracking_env(),
-        image_pull_policy=first.step.execution.pod.pull_policy if first else None,
+        env=[*tracking_env(), *(Env(name=k, value=v) for k, v in labels_env(extras).items())],
+        image_pull_policy=extras.pull_policy,
         resources=Resources(cpu_request="250m", memory_request="512Mi"),
         security_context=SecurityContext(run_as_non_root=True, run_as_user=RUN_AS_USER,
                                          allow_privilege_escalation=False, privileged=False,
                                          capabilities=Capabilities(drop=["ALL"])),
-        labels=pod_labels(None),
+        labels=pod_labels(pipe, None, extras),
+        outputs=[Parameter(name=name, value_from=ValueFrom(path=f"{OUT_DIR}/prometheus/{name}", default=""))
+                 for name in RUN_METRICS],
+        metrics=_run_metrics(gpus),
     )
+
+
+def _run_metrics(use: GpuUse | None) -> list[Any]:
+    """The run's spin-up and time to first step (``llmpack_<name>``), emitted when the exit handler ends.
+
+    Only the record knows them (measured from the submit instant to the training process start and
+    its first step, docs/telemetry-and-cost.md): the exit handler writes each to its output parameter
+    (``close --metric-file``); a run that never got there writes nothing and emits nothing (``when``).
+    One series per run (its labels), as the live node gauge.
+    """
+    from hera.workflows import Gauge
+
+    return [
+        Gauge(name=f"llmpack_{name}", help=doc, labels=run_metric_labels(use), realtime=False,
+              value=f"{{{{outputs.parameters.{name}}}}}", when=f"'{{{{outputs.parameters.{name}}}}}' != ''")
+        for name, (_, doc) in RUN_METRICS.items()
+    ]
 
 
 def build_workflow(pipe: Pipeline) -> Any:
@@ -357,7 +412,7 @@ def build_workflow(pipe: Pipeline) -> Any:
             fs_group=RUN_AS_USER,
             seccomp_profile=SeccompProfile(type="RuntimeDefault"),
         ),
-        templates=[dag, *(_container(t, uses.get(t.name)) for t in order), _close_container(pipe)],
+        templates=[dag, *(_container(pipe, t, uses.get(t.name)) for t in order), _close_container(pipe)],
         image_pull_secrets=[LocalObjectReference(name=n) for n in pull_secrets] or None,  # every pod of the Workflow
     )
 

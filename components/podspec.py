@@ -16,15 +16,24 @@ so that ``llmpack compile --model-pvc ... --image ...`` gives every pod the same
   ``--checkpoint-save-s``, ``--checkpoint-minutes``: the checkpointing step's volume (read-write),
   the variables that point it there, and its pod's ``terminationGracePeriodSeconds`` (the block
   at the end; docs/preemption.md).
+- ``--label KEY=VALUE`` (repeatable) on every pod, beside the recommended ``app.kubernetes.io/*``
+  labels every pod carries (:func:`recommended_labels`), and as ``llmpack.label.KEY`` tags on the
+  pipeline run's MLflow record (:data:`LABELS_ENV`, read by the closing task): OpenCost and
+  Kubecost group cost by pod label (``aggregate=label:team``), MLflow by tag.
 
 Why on :class:`components.dsl.Execution` (``execution.pod``): fusion and the gang launcher copy a
-step's execution, so the volumes and secrets travel with the step they belong to. Nothing is set
-by default, so the committed (golden) artifacts are unchanged.
+step's execution, so the volumes and secrets travel with the step they belong to. Nothing but the
+recommended labels is set by default, so the committed (golden) artifacts change by those alone.
 """
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from components import settings
 
 MODEL_MOUNT = "/models"
 DATA_MOUNT = "/data"
@@ -35,6 +44,17 @@ HF_TOKEN_KEY = "token"
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 MODEL_PARAM = "model"
 DATA_PARAM = "data"
+
+# The recommended labels (kubernetes.io/docs/concepts/overview/working-with-objects/common-labels).
+APP = "app.kubernetes.io/"
+NAME_LABEL, INSTANCE_LABEL, COMPONENT_LABEL = f"{APP}name", f"{APP}instance", f"{APP}component"
+PART_OF_LABEL, MANAGED_BY_LABEL, VERSION_LABEL = f"{APP}part-of", f"{APP}managed-by", f"{APP}version"
+RECOMMENDED = (NAME_LABEL, INSTANCE_LABEL, COMPONENT_LABEL, PART_OF_LABEL, MANAGED_BY_LABEL, VERSION_LABEL)
+PART_OF = "llmpack"
+VERSION = "0.1.0"  # the pack's version (pyproject.toml, llmpack.__version__): what the pods run
+# The user's --labels as JSON in the closing task's environment: they become its record's tags.
+LABELS_ENV = settings.LABELS.name
+LABEL_TAG_PREFIX = "llmpack.label."
 
 
 
@@ -67,6 +87,7 @@ class PodExtras:
     pull_secrets: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # plain (name, value) variables: the checkpoint settings
     grace_s: int | None = None  # terminationGracePeriodSeconds
+    labels: tuple[tuple[str, str], ...] = ()  # --label KEY=VALUE, in order
 
     def merged(self, other: PodExtras) -> PodExtras:
         """Both steps' needs in one pod (``--fuse``): the union, in order; the longer grace period."""
@@ -75,7 +96,8 @@ class PodExtras:
                          secret_env=tuple(dict.fromkeys((*self.secret_env, *other.secret_env))),
                          pull_policy=self.pull_policy or other.pull_policy,
                          pull_secrets=tuple(dict.fromkeys((*self.pull_secrets, *other.pull_secrets))),
-                         env=tuple(dict.fromkeys((*self.env, *other.env))), grace_s=max(graces) if graces else None)
+                         env=tuple(dict.fromkeys((*self.env, *other.env))), grace_s=max(graces) if graces else None,
+                         labels=tuple({**dict(self.labels), **dict(other.labels)}.items()))
 
 
 def default_pull_policy(image: str) -> str:
@@ -88,9 +110,10 @@ def default_pull_policy(image: str) -> str:
 
 
 def pod_env(extras: PodExtras) -> list[dict[str, object]]:
-    """``extras.secret_env`` (secretKeyRef, never optional), then ``extras.env``, as Kubernetes ``EnvVar``s."""
+    """``extras.secret_env`` (secretKeyRef, never optional), then ``extras.env`` and the labels' env, as Kubernetes ``EnvVar``s."""
     return ([{"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}} for s in extras.secret_env]
-            + [{"name": name, "value": value} for name, value in extras.env])
+            + [{"name": name, "value": value} for name, value in extras.env]
+            + [{"name": k, "value": v} for k, v in labels_env(extras).items()])
 
 
 def pod_volumes(extras: PodExtras) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
@@ -107,6 +130,50 @@ def pull_fields(extras: PodExtras) -> tuple[dict[str, object], dict[str, object]
     pod = {"imagePullSecrets": [{"name": n} for n in extras.pull_secrets]} if extras.pull_secrets else {}
     container = {"imagePullPolicy": extras.pull_policy} if extras.pull_policy else {}
     return pod, container
+
+
+# Labels: the recommended ones on every pod of every path, and the user's.
+def label_value(value: str) -> str:
+    """A Kubernetes label value made of ``value`` (63 characters, alphanumerics at both ends)."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", value)[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)
+
+
+def recommended_labels(*, name: str, component: str, managed_by: str, instance: str | None = None) -> dict[str, str]:
+    """The ``app.kubernetes.io/*`` labels of one pod: ``name`` the pipeline, ``component`` the step (or task),
+    ``instance`` the pipeline run, ``managed-by`` the tool that creates the pod.
+
+    ``instance`` is left out where the run is not known when the pod spec is written (KFP: labels are
+    fixed at compile time; docs/decisions.md); an orchestrator placeholder (Argo's
+    ``{{workflow.parameters.pipeline_run}}``) is kept as is, a literal run id made a label value.
+    """
+    labels = {NAME_LABEL: label_value(name), COMPONENT_LABEL: label_value(component), PART_OF_LABEL: PART_OF,
+              MANAGED_BY_LABEL: label_value(managed_by), VERSION_LABEL: VERSION}
+    if instance:
+        labels[INSTANCE_LABEL] = instance if instance.startswith("{{") else label_value(instance)
+    return {k: labels[k] for k in RECOMMENDED if labels.get(k)}
+
+
+def pod_labels_of(recommended: Mapping[str, str], own: Mapping[str, str], extras: PodExtras) -> dict[str, str]:
+    """Every label of a pod: the recommended ones, llmpack's own (``llmpack.io/*``), then the user's ``--label``s."""
+    return {**recommended, **own, **dict(extras.labels)}
+
+
+def labels_env(extras: PodExtras) -> dict[str, str]:
+    """``{LABELS_ENV: json}`` when the user gave labels (nothing otherwise: artifacts unchanged)."""
+    return {LABELS_ENV: json.dumps(dict(extras.labels), sort_keys=True, separators=(",", ":"))} if extras.labels else {}
+
+
+def label_tags(env: Mapping[str, str]) -> dict[str, str]:
+    """The MLflow tags of the user's labels (``llmpack.label.team``...), from :data:`LABELS_ENV`; a malformed
+    value gives none (the record is never failed for a label)."""
+    try:
+        labels = json.loads(env.get(LABELS_ENV) or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(labels, dict):
+        return {}
+    return {f"{LABEL_TAG_PREFIX}{k}": str(v) for k, v in labels.items()}
 
 
 # --------------------------------------------------------------------------- checkpoints that outlive the pod

@@ -135,6 +135,9 @@ CHECKPOINT_MINUTES = declare(Setting(name="LLMPACK_CHECKPOINT_MINUTES", type=flo
 #: The pod's terminationGracePeriodSeconds as compiled, logged beside the measured checkpoint write time.
 GRACE_PERIOD_S = declare(Setting(name="LLMPACK_GRACE_PERIOD_S", type=int, default=None, audience="internal",
                                  doc="The pod's compiled grace period, logged as grace_period_s beside checkpoint_save_s."))
+#: The user's ``--label KEY=VALUE``s as JSON, compiled into the closing task's pod: its record's tags.
+LABELS = declare(Setting(name="LLMPACK_LABELS", type=str, default=None, audience="internal",
+                         doc="JSON of the --label KEY=VALUEs compiled in; the record tags them llmpack.label.KEY."))
 
 # Fault injection for tests and benchmarks.
 #: ``finetune=2.0[,step=s]``: a step's process starts that many seconds later.

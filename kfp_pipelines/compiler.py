@@ -27,7 +27,8 @@ a memory-backed ``/dev/shm`` on a pod of several GPUs, tolerations, a pod timeou
 Secret ``llmpack-mlflow`` (key ``tracking-uri``, required, never a literal; optional keys
 ``username``/``password``/``token`` as ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``/``TOKEN``), and the static pod
 labels ``llmpack.io/step``, ``llmpack.io/gpu-type``, ``llmpack.io/gpu-count``,
-``llmpack.io/orchestrator=kfp``, ``llmpack.io/pipeline``, and with ``cache_pvc`` (``llmpack
+``llmpack.io/orchestrator=kfp``, ``llmpack.io/pipeline``, the recommended ``app.kubernetes.io/*``
+labels but ``instance``, the user's ``--label``s (exit handler too), and with ``cache_pvc`` (``llmpack
 compile --cache-pvc``) that PVC mounted at ``HF_CACHE_MOUNT`` with ``HF_HOME`` pointing there.
 Caching is off: every run is a measurement.
 
@@ -35,7 +36,7 @@ Limits of the KFP format, and what we do about them
 ---------------------------------------------------
 * Pod labels in KFP are static strings fixed at compile time (kfp-kubernetes ``add_pod_label``
   takes no pipeline parameter), so the per-run values ``run_group``, ``pipeline_run`` and
-  ``mode`` cannot be pod labels here. They reach every step as pipeline parameters and end up
+  ``mode`` cannot be pod labels here, nor ``app.kubernetes.io/instance`` (left out). They reach every step as pipeline parameters and end up
   as MLflow tags (``llmpack.run_group``...). For cost attribution by run, use the pod labels KFP
   itself sets (``pipeline/runid``) together with the ``llmpack.pipeline_run`` tag, or Argo.
 * KFP's ``backoff_max_duration`` is the total window within which retries may start (Argo's
@@ -68,7 +69,7 @@ from components.dsl import (
     iter_param_args,
 )
 from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement
-from components.podspec import PodExtras
+from components.podspec import PodExtras, labels_env, pod_labels_of, recommended_labels
 from components.record.close import CLOSE_TASK, billed_uses, uses_json
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
 
@@ -240,14 +241,23 @@ def retry_window_s(task: Task) -> int:
 
 
 def pod_labels(pipe: Pipeline, task: Task) -> dict[str, str]:
-    res = task.step.execution.resources
-    return {
+    """A step pod's labels: the recommended ones but ``instance`` (KFP fixes labels at compile time; the run
+    is ``pipeline/runid``, which KFP sets), ``llmpack.io/*`` and the user's ``--label``s."""
+    ex = task.step.execution
+    own = {
         f"{LABEL_PREFIX}pipeline": pipe.name,
         f"{LABEL_PREFIX}step": task.step.name,
-        f"{LABEL_PREFIX}gpu-type": res.gpu_type or "none",
-        f"{LABEL_PREFIX}gpu-count": str(res.gpus),
+        f"{LABEL_PREFIX}gpu-type": ex.resources.gpu_type or "none",
+        f"{LABEL_PREFIX}gpu-count": str(ex.resources.gpus),
         f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR,
     }
+    return pod_labels_of(recommended_labels(name=pipe.name, component=task.step.name, managed_by=ORCHESTRATOR), own, ex.pod)
+
+
+def close_labels(pipe: Pipeline, extras: PodExtras) -> dict[str, str]:
+    """The exit handler's pod labels (static, as a step's)."""
+    own = {f"{LABEL_PREFIX}step": CLOSE_TASK, f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR}
+    return pod_labels_of(recommended_labels(name=pipe.name, component=CLOSE_TASK, managed_by=ORCHESTRATOR), own, extras)
 
 
 def use_tracking_secret(kt: Any) -> None:
@@ -327,14 +337,16 @@ def configure_close_task(kt: Any, pipe: Pipeline) -> None:
 
     kt.set_caching_options(False)
     kt.set_cpu_request("250m").set_cpu_limit("1").set_memory_request("512Mi").set_memory_limit("1Gi")
-    kubernetes.add_pod_label(kt, label_key=f"{LABEL_PREFIX}step", label_value=CLOSE_TASK)
-    kubernetes.add_pod_label(kt, label_key=f"{LABEL_PREFIX}orchestrator", label_value=ORCHESTRATOR)
+    first = next(iter(pipe.task_order()), None)  # its image (build_close_component): pulled the same way
+    pod = first.step.execution.pod if first is not None else PodExtras()
+    for key, value in close_labels(pipe, pod).items():
+        kubernetes.add_pod_label(kt, label_key=key, label_value=value)
     kubernetes.set_security_context(kt, run_as_user=RUN_AS_USER, run_as_group=RUN_AS_GROUP, run_as_non_root=True)
     use_tracking_secret(kt)
-    first = next(iter(pipe.task_order()), None)  # its image (build_close_component): pulled the same way
+    for name, value in labels_env(pod).items():  # the user's labels: the record's llmpack.label.* tags
+        kt.set_env_variable(name, value)
     if first is not None:
-        ex = first.step.execution.pod
-        use_pod_extras(kt, PodExtras(pull_policy=ex.pull_policy, pull_secrets=ex.pull_secrets))
+        use_pod_extras(kt, PodExtras(pull_policy=pod.pull_policy, pull_secrets=pod.pull_secrets))
 
 
 def pipeline_signature(pipe: Pipeline) -> Any:

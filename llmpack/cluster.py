@@ -134,7 +134,7 @@ def compare_cluster(
     ``gpu_type`` (``--gpu-type``): every GPU step's type, compiled in the same way: its pods
     select that GPU's nodes (``llmpack compile --gpu-type``). ``pod`` (a
     :class:`llmpack.pod_options.PodOptions`: ``--image``, ``--model-pvc``, ``--data-pvc``,
-    ``--hf-token-secret``, ``--image-pull-*``): compiled the same way, into every path's pods.
+    ``--hf-token-secret``, ``--image-pull-*``, ``--label``): compiled the same way, into every path's pods.
 
     ``kfp=`` / ``argo=`` / ``mlflow=`` (a keyword per cluster path, by name): each path's ``submit``
     options (``<package>.submit``; ``host``, ``token``, ``namespace``... see

@@ -110,7 +110,7 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
 
         task = pipe.tasks[TRAIN_STEP]
         execution = replace(task.step.execution, cache_pvc=claim)
-        spec = gang.spec_for(execution, claim=claim or "", queue=queue)
+        spec = gang.spec_for(execution, claim=claim or "", queue=queue, pipeline=pipe.name)
         launcher = replace(task, step=replace(task.step, execution=gang.launcher_execution(execution)))
         pipe = replace(pipe, tasks={**pipe.tasks, TRAIN_STEP: launcher})
         defaults.update({gang.NNODES_PARAM: nodes, gang.TRAINJOB_PARAM: spec.to_json()})
@@ -134,8 +134,7 @@ def trainjob_yaml(pipe: Pipeline, *, namespace: str = "default") -> str:
     params.update({"run_group": EXAMPLE_RUN, "pipeline_run": EXAMPLE_RUN})
     command = gang.trainer_command("components.steps.finetune:finetune", {"tokens": str(work / "in" / "tokens")},
                                    {"model": str(work / "out" / "model")}, params)
-    labels = {"llmpack.io/run-group": EXAMPLE_RUN, "llmpack.io/pipeline-run": EXAMPLE_RUN, "llmpack.io/step": "finetune",
-              "llmpack.io/gpu-count": str(spec.gpus_per_node), "llmpack.io/gpu-type": spec.gpu_type or "none"}
+    labels = gang.gang_labels(spec, run_group=EXAMPLE_RUN, pipeline_run=EXAMPLE_RUN, orchestrator="", step="finetune")
     env = {settings.LAUNCHER.name: "1", settings.ATTEMPT.name: "0", settings.RANK_EVENTS.name: "1", "HF_HOME": spec.mount}
     obj = gang.build_trainjob(spec, name=gang.trainjob_name(EXAMPLE_RUN, "finetune", 0), namespace=namespace,
                               nodes=int(values[gang.NNODES_PARAM]), command=command, labels=labels, env=env)
@@ -282,7 +281,7 @@ def compiled_for_submit(orchestrator: str, gpu_type: str | None, options: Mappin
         if replace(pod, image=None, pull_policy=None) == PodOptions() and "image" in path.submit_options:
             yield {"image": pod.image} if pod.image else {}  # MLflow: the Job's image, given with the project
             return
-        raise InputError(f"--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*: compile the {orchestrator} "
+        raise InputError(f"--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*/--label: compile the {orchestrator} "
                          f"artifact to submit; not with {flag} (compile it with `llmpack compile` and those flags, "
                          "and submit that instead)")
     if gpu_type is None and not pod.compiles:

@@ -190,6 +190,10 @@ def pod_options(*, namespace: bool = False) -> Callable[[Callable[..., Any]], Ca
                           "period from (default 60)."),
         click.option("--checkpoint-minutes", type=float, default=None, metavar="T",
                      help="Also checkpoint every T minutes (besides every checkpoint_every steps, whichever first)."),
+        click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+                     help="A label on every pod of every path (repeatable; Kubernetes label syntax), beside the "
+                          "app.kubernetes.io/* ones, and an llmpack.label.KEY tag on the MLflow record: OpenCost and "
+                          "Kubecost group cost by it (e.g. team=ml-platform)."),
     ]
     if namespace:
         options.append(click.option("--namespace", "compile_namespace", default=None, metavar="NAME",

@@ -1,7 +1,7 @@
 """The pod-spec flags of ``compile``, ``submit`` and ``compare --cluster``, checked once and applied to the pipeline.
 
 ``--image``, ``--image-pull-policy``, ``--image-pull-secret``, ``--model-pvc``, ``--data-pvc``,
-``--hf-token-secret``, the checkpoint block (``--checkpoint-pvc``, ``--grace-period``,
+``--hf-token-secret``, ``--label``, the checkpoint block (``--checkpoint-pvc``, ``--grace-period``,
 ``--checkpoint-save-s``, ``--checkpoint-minutes``; :mod:`components.podspec` says what each becomes
 in a pod) and, for the artifacts that name them, ``--namespace`` and ``--mlflow-repository-uri``. :meth:`PodOptions.apply`
 puts them on every step's :class:`~components.dsl.Execution` before the GPU overrides and fusion, so
@@ -35,6 +35,7 @@ from components.podspec import (
     MODEL_PARAM,
     MODEL_VOLUME,
     PULL_POLICIES,
+    RECOMMENDED,
     ClaimMount,
     PodExtras,
     SecretEnv,
@@ -43,7 +44,7 @@ from components.podspec import (
 )
 
 # The pod-spec flags in one line's words (a command that takes them only with --cluster names them so).
-POD_FLAGS = "--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*/--checkpoint-*/--grace-period"
+POD_FLAGS = "--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*/--label/--checkpoint-*/--grace-period"
 
 # A container image reference as Docker's distribution/reference grammar spells it (simplified):
 # [registry[:port]/]path[:tag][@digest], path components lower-case.
@@ -109,6 +110,41 @@ def check_pull_policy(value: str, flag: str = "--image-pull-policy") -> str:
     if value not in PULL_POLICIES:
         raise InputError(f"{flag} {value!r}: must be one of {', '.join(PULL_POLICIES)}")
     return value
+
+
+# --label KEY=VALUE: Kubernetes label syntax (apimachinery validation.IsQualifiedName / IsValidLabelValue).
+LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+OWN_LABEL_PREFIX = "llmpack.io/"
+
+
+def parse_label(value: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of ``--label``: KEY ``[prefix/]name`` (prefix a DNS subdomain, name 63 characters of
+    alphanumerics, ``-``, ``_``, ``.``), VALUE empty or like a name; llmpack's own keys are refused."""
+    key, sep, val = value.partition("=")
+    if not sep:
+        raise InputError(f"--label {value!r}: expected KEY=VALUE (e.g. team=ml-platform)")
+    prefix, slash, name = key.rpartition("/")
+    if (slash and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.fullmatch(prefix))) or len(name) > 63 \
+            or not LABEL_NAME.fullmatch(name):
+        raise InputError(f"--label {value!r}: key {key!r} is not a label key ([prefix/]name: name up to 63 letters, "
+                         "digits, '-', '_', '.', alphanumeric at both ends; prefix a DNS subdomain)")
+    if len(val) > 63 or (val and not LABEL_NAME.fullmatch(val)):
+        raise InputError(f"--label {value!r}: value {val!r} is not a label value (up to 63 letters, digits, '-', '_', "
+                         "'.', alphanumeric at both ends)")
+    if key in RECOMMENDED or key.startswith(OWN_LABEL_PREFIX):
+        raise InputError(f"--label {value!r}: {key} is set by llmpack on every pod; choose another key")
+    return key, val
+
+
+def parse_labels(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Every ``--label``, checked; a key given twice with different values is refused."""
+    labels: dict[str, str] = {}
+    for value in values:
+        key, val = parse_label(value)
+        if labels.get(key, val) != val:
+            raise InputError(f"--label {value!r}: {key} is given twice with different values")
+        labels[key] = val
+    return tuple(labels.items())
 
 
 # --------------------------------------------------------------------------- checkpoints that outlive the pod
@@ -178,12 +214,14 @@ class PodOptions:
     namespace: str | None = None
     repository_uri: str | None = None
     checkpoints: CheckpointOptions = CheckpointOptions()
+    labels: tuple[tuple[str, str], ...] = ()  # --label KEY=VALUE
 
     @classmethod
     def from_flags(cls, *, image: str | None = None, model_pvc: str | None = None, data_pvc: str | None = None,
                    hf_token_secret: str | None = None, image_pull_policy: str | None = None,
                    image_pull_secrets: tuple[str, ...] = (), namespace: str | None = None,
-                   repository_uri: str | None = None, checkpoints: CheckpointOptions | None = None) -> PodOptions:
+                   repository_uri: str | None = None, checkpoints: CheckpointOptions | None = None,
+                   labels: tuple[str, ...] = ()) -> PodOptions:
         """Every flag checked now (one line naming it), before any slow import."""
         if image is not None:
             check_digest(image)
@@ -204,6 +242,7 @@ class PodOptions:
             pull_policy=image_pull_policy or (default_pull_policy(image) if image else None),
             pull_secrets=tuple(dict.fromkeys(check_name(n, "--image-pull-secret", "Secret") for n in image_pull_secrets)),
             namespace=namespace, repository_uri=repository_uri, checkpoints=checkpoints or CheckpointOptions(),
+            labels=parse_labels(labels),
         )
 
     @property
@@ -216,7 +255,8 @@ class PodOptions:
         model = reads_model(task)
         mounts = [m for m, wanted in ((self.model_pvc, model), (self.data_pvc, reads_data(task))) if m and wanted]
         return PodExtras(mounts=tuple(mounts), secret_env=(self.hf_token,) if self.hf_token and model else (),
-                         pull_policy=self.pull_policy, pull_secrets=self.pull_secrets).merged(self.checkpoints.extras(task))
+                         pull_policy=self.pull_policy, pull_secrets=self.pull_secrets,
+                         labels=self.labels).merged(self.checkpoints.extras(task))
 
     def apply(self, pipe: Pipeline) -> Pipeline:
         """A copy of ``pipe`` whose steps carry these options (image and :class:`PodExtras`)."""
@@ -253,4 +293,5 @@ def pod_options_of(kw: dict[str, Any]) -> PodOptions:
         image=kw.pop("image", None), model_pvc=kw.pop("model_pvc", None), data_pvc=kw.pop("data_pvc", None),
         hf_token_secret=kw.pop("hf_token_secret", None), image_pull_policy=kw.pop("image_pull_policy", None),
         image_pull_secrets=tuple(kw.pop("image_pull_secrets", None) or ()), namespace=kw.pop("compile_namespace", None),
-        repository_uri=kw.pop("repository_uri", None), checkpoints=checkpoint_options_of(kw))
+        repository_uri=kw.pop("repository_uri", None), checkpoints=checkpoint_options_of(kw),
+        labels=tuple(kw.pop("labels", None) or ()))

@@ -5,7 +5,9 @@ every new node (the watcher's ``image_pull_s``). The DaemonSet puts one small po
 the GPU steps may land on (their node selector and tolerations); its init container is the step
 image, so the kubelet pulls it, and runs nothing but ``true``; then the pod idles on the
 ``pause`` image (a few hundred KB, a few MB of memory). When a run's GPU pod arrives the image is
-"already present on machine" and ``image_pull_s`` is 0.
+"already present on machine" and ``image_pull_s`` is 0. Its pods carry the recommended
+``app.kubernetes.io/*`` labels (``instance`` the DaemonSet itself: it serves every run) and the
+user's ``--label``s; its selector stays the two labels it always had (a selector cannot change).
 
 Decisions: no GPU is requested (the prepull pod must not hold one); non-root, no privilege
 escalation, all capabilities dropped, read-only root file system, no service-account token; the
@@ -25,7 +27,7 @@ from typing import Any
 
 from components.dsl import Pipeline
 from components.gpu_nodes import placement
-from components.podspec import PodExtras, pull_fields
+from components.podspec import PodExtras, pod_labels_of, pull_fields, recommended_labels
 
 PREPULL_FILE = "prepull/llmpack-prepull-daemonset.yaml"
 NAME = "llmpack-prepull"
@@ -67,7 +69,10 @@ def daemonset(pipe: Pipeline, *, namespace: str = NAMESPACE) -> dict[str, Any]:
                      **({"value": tol.value} if tol.value is not None else {})}
             if entry not in tolerations:
                 tolerations.append(entry)
-    labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "llmpack"}
+    match = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "llmpack"}  # the selector: immutable, never more
+    # Every label a step pod has but the run's (the DaemonSet outlives runs: its instance is itself), and the user's.
+    labels = pod_labels_of(recommended_labels(name=NAME, component="prepull", managed_by="llmpack", instance=NAME),
+                           {}, extras)
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
@@ -98,7 +103,7 @@ def daemonset(pipe: Pipeline, *, namespace: str = NAMESPACE) -> dict[str, Any]:
         "kind": "DaemonSet",
         "metadata": {"name": NAME, "namespace": namespace, "labels": dict(labels)},
         "spec": {
-            "selector": {"matchLabels": dict(labels)},
+            "selector": {"matchLabels": dict(match)},
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}},
             "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
         },

@@ -18,10 +18,19 @@ from typing import Any
 
 import yaml
 
+from components.backend import ONE_POD_STEP
 from components.dsl import HF_CACHE_MOUNT, Pipeline, Toleration
 from components.errors import PipelineValidationError
 from components.gpu_nodes import node_affinity, placement
-from components.podspec import PodExtras, grace_fields, pod_env, pod_volumes, pull_fields
+from components.podspec import (
+    PodExtras,
+    grace_fields,
+    pod_env,
+    pod_labels_of,
+    pod_volumes,
+    pull_fields,
+    recommended_labels,
+)
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_URI_KEY
 from components.servers.trainjob_launch import LAUNCHER_SERVICE_ACCOUNT, RBAC_FILE
 
@@ -131,18 +140,18 @@ def pod_extras(pipe: Pipeline) -> PodExtras:
 
 
 def pod_labels(pipe: Pipeline, needs: Mapping[str, Any], extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    labels = {
-        "app.kubernetes.io/name": "llmpack",
-        "app.kubernetes.io/managed-by": "mlflow",
+    """The Job's and its pod's labels: the recommended ones (``instance``, the run, is added by
+    ``llmpack submit mlflow``; MLflow's own backend cannot), ``llmpack.io/*``, the user's ``--label``s."""
+    recommended = recommended_labels(name=pipe.name, component=ONE_POD_STEP, managed_by=ORCHESTRATOR)
+    own = {
         f"{LABEL_PREFIX}pipeline": pipe.name,
         f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR,
         f"{LABEL_PREFIX}mode": "cluster",
-        f"{LABEL_PREFIX}step": "main",
+        f"{LABEL_PREFIX}step": ONE_POD_STEP,
         f"{LABEL_PREFIX}gpu-type": needs["gpu_type"] or "none",
         f"{LABEL_PREFIX}gpu-count": str(needs["gpus"]),
     }
-    labels.update(extra or {})
-    return labels
+    return {**pod_labels_of(recommended, own, pod_extras(pipe)), **(extra or {})}
 
 
 def kubernetes_job_template(

@@ -63,6 +63,7 @@ from urllib.parse import urlsplit
 from components.commands import format_value
 from components.dsl import TELEMETRY_PARAMS
 from components.errors import InputError
+from components.podspec import INSTANCE_LABEL, label_value
 from components.record import tracking
 from components.servers import kube
 from components.servers.remote import (
@@ -369,7 +370,7 @@ def submit(
         command=command,
         working_dir=project_dir_in_image,
         env=env,
-        labels={RUN_GROUP_LABEL: run_group, PIPELINE_RUN_LABEL: pipeline_run},
+        labels={RUN_GROUP_LABEL: run_group, PIPELINE_RUN_LABEL: pipeline_run, INSTANCE_LABEL: label_value(pipeline_run)},
     )
     try:
         created = k8s.BatchV1Api(api_client).create_namespaced_job(namespace=ns, body=job, _request_timeout=timeout_s)

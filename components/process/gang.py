@@ -11,7 +11,8 @@ tested for all three; KFP's and MLflow's only way to create an object is such a 
 2. creates a ``TrainJob`` (:mod:`components.servers.trainjob`) of N nodes with G GPUs each, running
    ``torchrun -m components.run <the same step, inputs and outputs in the volume>`` (the
    Trainer's torch runtime sets the nodes, ranks and rendezvous through ``PET_*``), with the
-   step's node selector, tolerations and ``llmpack.io/*`` labels on its pods, and the Kueue queue
+   step's node selector, tolerations and labels on its pods (:func:`gang_labels`: the recommended
+   ``app.kubernetes.io/*`` ones with the run as ``instance``, ``llmpack.io/*``, ``--label``), and the Kueue queue
    label when ``queue`` is set; then follows it to ``Complete`` or ``Failed``
    (:func:`components.servers.trainjob_launch.create_and_wait`), deleting it when the run is cancelled
    (SIGTERM: KFP terminate, Argo stop, ``kubectl delete job``);
@@ -45,13 +46,14 @@ from typing import Any
 from components import settings
 from components.dsl import HF_CACHE_MOUNT, Execution, Toleration
 from components.errors import InputError
-from components.podspec import ClaimMount, PodExtras, SecretEnv
+from components.podspec import ClaimMount, PodExtras, SecretEnv, label_value, pod_labels_of, recommended_labels
 
 NNODES_PARAM = "nnodes"
 TRAINJOB_PARAM = "trainjob"
-_OPTIONAL = ("mounts", "secret_env", "pull_secrets", "env", "grace_s")  # GangSpec fields left out of its JSON when empty
+_OPTIONAL = ("mounts", "secret_env", "pull_secrets", "env", "grace_s", "labels", "pipeline")  # GangSpec fields left out of its JSON when empty
 GANG_DIR = "llmpack-gang"  # under the shared volume's mount: one directory per run and step attempt
 MAX_NODES = 1024
+MANAGED_BY = "kubeflow-trainer"  # app.kubernetes.io/managed-by of the node pods: the Trainer starts them
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +79,8 @@ class GangSpec:
     pull_secrets: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # the checkpoint volume's settings (--checkpoint-pvc ...)
     grace_s: int | None = None  # the node pods' terminationGracePeriodSeconds
+    labels: dict[str, str] = field(default_factory=dict)  # --label KEY=VALUE: on every node pod
+    pipeline: str = ""  # the pipeline's name: the node pods' app.kubernetes.io/name
 
     def to_json(self) -> str:
         data = {k: v for k, v in asdict(self).items() if v or k not in _OPTIONAL}
@@ -86,7 +90,8 @@ class GangSpec:
         """The node pods' volumes, secret env and pull secrets (:mod:`components.podspec`)."""
         return PodExtras(mounts=tuple(ClaimMount(**m) for m in self.mounts),
                          secret_env=tuple(SecretEnv(**e) for e in self.secret_env), pull_secrets=tuple(self.pull_secrets),
-                         env=tuple(self.env.items()), grace_s=self.grace_s)
+                         env=tuple(self.env.items()), grace_s=self.grace_s,
+                         labels=tuple(self.labels.items()))
 
     @classmethod
     def from_json(cls, text: str, where: str) -> GangSpec:
@@ -99,7 +104,7 @@ class GangSpec:
             raise InputError(f"{where}: not a gang spec as llmpack compile --nodes writes it ({exc})") from None
 
 
-def spec_for(execution: Execution, *, claim: str, queue: str | None = None) -> GangSpec:
+def spec_for(execution: Execution, *, claim: str, queue: str | None = None, pipeline: str = "") -> GangSpec:
     """The gang spec of a step whose execution asks for ``resources.nodes`` > 1 (compile side)."""
     from components.gpu_nodes import placement
 
@@ -111,7 +116,7 @@ def spec_for(execution: Execution, *, claim: str, queue: str | None = None) -> G
                     queue=queue, active_deadline_s=execution.timeout_s,
                     mounts=[{k: v for k, v in asdict(m).items() if k != "read_only" or not v} for m in execution.pod.mounts], secret_env=[asdict(e) for e in execution.pod.secret_env],
                     pull_secrets=list(execution.pod.pull_secrets), env=dict(execution.pod.env),
-                    grace_s=execution.pod.grace_s)
+                    grace_s=execution.pod.grace_s, labels=dict(execution.pod.labels), pipeline=pipeline)
 
 
 def task_gang(pipe: Any, task: Any) -> tuple[int, GangSpec] | None:
@@ -145,17 +150,23 @@ def launcher_execution(execution: Execution) -> Execution:
     return replace(execution, resources=Resources(cpu=0.5, memory="1Gi"), node_selector={}, tolerations=())
 
 
+def gang_labels(spec: GangSpec, *, run_group: str, pipeline_run: str, orchestrator: str, step: str) -> dict[str, str]:
+    """The node pods' labels (the TrainJob's runtimePatches), set by the launcher at run time: the
+    recommended ones with ``instance`` = the pipeline run, llmpack's own, and the user's ``--label``s."""
+    own = {"llmpack.io/run-group": label_value(run_group), "llmpack.io/pipeline-run": label_value(pipeline_run),
+           "llmpack.io/step": label_value(step), "llmpack.io/orchestrator": label_value(orchestrator),
+           "llmpack.io/gpu-count": str(spec.gpus_per_node), "llmpack.io/gpu-type": label_value(spec.gpu_type or "none")}
+    recommended = recommended_labels(name=spec.pipeline or "llmpack", component=step, managed_by=MANAGED_BY,
+                                     instance=pipeline_run)
+    ours = {k: v for k, v in {**recommended, **own}.items() if v}  # a run value that makes no label: none
+    return pod_labels_of(ours, {}, spec.extras())
+
+
 def trainjob_name(pipeline_run: str, step: str, attempt: int) -> str:
     """An RFC 1035 name, unique per run, step and attempt, short enough for its pods' hostnames."""
     digest = hashlib.sha256(f"{pipeline_run}/{step}/{attempt}".encode()).hexdigest()[:10]
     stem = re.sub(r"[^a-z0-9-]", "-", step.lower()).strip("-")[:20] or "step"
     return f"llmpack-{stem}-{digest}"
-
-
-def label_value(value: str) -> str:
-    """A Kubernetes label value made of ``value`` (63 characters, alphanumerics at both ends)."""
-    cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", value)[:63]
-    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)
 
 
 def trainer_command(step_ref: str, inputs: Mapping[str, str], outputs: Mapping[str, str],
@@ -213,15 +224,14 @@ def launch(step_ref: str, step_name: str, ctx: Any, inputs: Mapping[str, str], o
     telemetry = {"submitted_at": ctx.submitted_at, "run_group": ctx.run_group, "pipeline_run": ctx.pipeline_run,
                  "orchestrator": ctx.orchestrator, "mode": ctx.mode}
     params = {**{k: v for k, v in values.items() if k != TRAINJOB_PARAM}, **telemetry}
-    labels = {"llmpack.io/run-group": label_value(ctx.run_group), "llmpack.io/pipeline-run": label_value(ctx.pipeline_run),
-              "llmpack.io/step": label_value(step_name), "llmpack.io/orchestrator": label_value(ctx.orchestrator),
-              "llmpack.io/gpu-count": str(spec.gpus_per_node), "llmpack.io/gpu-type": label_value(spec.gpu_type or "none")}
+    labels = gang_labels(spec, run_group=ctx.run_group, pipeline_run=ctx.pipeline_run, orchestrator=ctx.orchestrator,
+                         step=step_name)
     env = {settings.LAUNCHER.name: "1", settings.ATTEMPT.name: str(ctx.attempt), settings.RANK_EVENTS.name: "1", "HF_HOME": spec.mount}
     cluster = trainjob_launch.load_config()  # the pod's service account, else a kubeconfig
     namespace = cluster.namespace
     obj = build_trainjob(spec, name=trainjob_name(ctx.pipeline_run, step_name, ctx.attempt), namespace=namespace,
                          nodes=nodes, command=trainer_command(step_ref, gang_in, gang_out, params),
-                         labels={k: v for k, v in labels.items() if v}, env=env)
+                         labels=labels, env=env)
     tel.event("trainjob_created")
     result = trainjob_launch.create_and_wait(obj, namespace=namespace, api=cluster.api)
     first = next(iter(outputs))

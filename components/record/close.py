@@ -52,6 +52,7 @@ from typing import Any, Literal
 from components import settings
 from components.dsl import CLOSE_TASK as CLOSE_TASK  # re-exported: every backend names the task by it
 from components.errors import InputError
+from components.podspec import label_tags
 from components.process import startup
 from components.record import cost, gpu_metrics, telemetry, uniform
 from components.record.telemetry import Record, RunContext
@@ -263,6 +264,7 @@ def close(
     metrics = uniform.name_from_submit(metrics, source)
     final = record_status(status)
     tags.update(uniform.kfp_plugin_tags(ctx.orchestrator, env))
+    tags.update(label_tags(env))  # --label KEY=VALUE: llmpack.label.KEY (components.podspec)
     tags.update({"llmpack.submit_time_source": source, "llmpack.record": "pipeline",
                  "llmpack.status": "succeeded" if final == "FINISHED" else final.lower()})
     train = telemetry.group_by_step(records).get(telemetry.TRAIN_STEP)
@@ -329,6 +331,24 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def write_metric_files(metrics: Mapping[str, Any], specs: Sequence[str]) -> None:
+    """``METRIC=PATH``: the number alone in PATH (atomically), for Argo to read as an output parameter and
+    emit as a Prometheus metric; a metric not measured (None, or renamed ``..._from_first_pod_s``) writes nothing."""
+    for spec in specs:
+        key, _, target = spec.partition("=")
+        value = metrics.get(key)
+        if not target or not isinstance(value, (int, float)):
+            continue
+        path = Path(target)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(repr(float(value)), encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as exc:  # the record is closed; a metric file is a bonus, never a failure
+            print(f"llmpack: warning: could not write {key} to {path} ({exc.strerror or exc})", file=sys.stderr)
+
+
 def read_summary(records_dir: Path) -> dict[str, Any] | None:
     """The summary the summarizing task wrote into ``records_dir``, if it ran."""
     path = Path(records_dir) / RECORD_FILE
@@ -361,6 +381,8 @@ def _main(argv: Sequence[str] | None, started: float) -> int:
     parser.add_argument("--created-at", default="", help="when the orchestrator created the run (RFC 3339 or epoch)")
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--scalars-out", default="", help="a directory for the headline numbers as JSON (KFP's Output[Metrics])")
+    parser.add_argument("--metric-file", action="append", default=[], metavar="METRIC=PATH",
+                        help="write the run's METRIC (e.g. spinup_s) alone to PATH when measured (Argo's output parameters)")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         values = dict(item.partition("=")[::2] for item in args.param)
@@ -377,6 +399,7 @@ def _main(argv: Sequence[str] | None, started: float) -> int:
     if args.scalars_out:
         write_json_atomic(Path(args.scalars_out) / uniform.SCALARS_FILE, summary["headline"])
     m = summary["metrics"]
+    write_metric_files(m, args.metric_file)
     print(f"llmpack: record {summary['pipeline_run']} {summary['status']}: spinup_s={m.get('spinup_s')} "
           f"time_to_first_step_s={m.get('time_to_first_step_s')} cost_usd={m.get('cost_usd')} "
           f"(submit time from {summary['submit_time_source']})", file=sys.stderr)

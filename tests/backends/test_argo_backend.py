@@ -145,8 +145,31 @@ def test_finetune_template_has_prometheus_metrics():
     assert gauge == {"realtime": True, "value": "{{duration}}"}
     hist = by_name["llmpack_finetune_node_duration_seconds"]["histogram"]
     assert hist["value"] == "{{duration}}" and hist["buckets"] == sorted(hist["buckets"])
-    others = [t for t in _doc()["spec"]["templates"] if t["name"] != "finetune"]
+    others = [t for t in _doc()["spec"]["templates"] if t["name"] not in ("finetune", "close-record")]
     assert not any("metrics" in t for t in others)
+    # Issue 26: the live gauge is one series per run (concurrent runs no longer overwrite it); the
+    # histogram, a distribution over runs, has no run label.
+    run = {"pipeline_run": "{{workflow.parameters.pipeline_run}}", "workflow": "{{workflow.name}}"}
+    gauge_labels = {lab["key"]: lab["value"] for lab in by_name["llmpack_finetune_node_seconds"]["labels"]}
+    assert run.items() <= gauge_labels.items()
+    hist_labels = {lab["key"] for lab in by_name["llmpack_finetune_node_duration_seconds"]["labels"]}
+    assert not hist_labels & set(run)
+
+
+def test_exit_handler_emits_spinup_and_time_to_first_step_per_run():
+    close = _templates(_doc())["close-record"]
+    by_name = {m["name"]: m for m in close["metrics"]["prometheus"]}
+    assert set(by_name) == {"llmpack_spinup_seconds", "llmpack_time_to_first_step_seconds"}
+    params = {p["name"]: p["valueFrom"] for p in close["outputs"]["parameters"]}
+    args = close["container"]["args"]
+    for name, key in (("spinup_seconds", "spinup_s"), ("time_to_first_step_seconds", "time_to_first_step_s")):
+        metric = by_name[f"llmpack_{name}"]
+        assert metric["gauge"]["value"] == f"{{{{outputs.parameters.{name}}}}}"
+        assert name in metric["when"]  # nothing emitted when the run never got there (the file's default "")
+        labels = {lab["key"]: lab["value"] for lab in metric["labels"]}
+        assert labels["pipeline_run"] == "{{workflow.parameters.pipeline_run}}" and labels["workflow"] == "{{workflow.name}}"
+        assert params[name]["default"] == "" and params[name]["path"].endswith(name)
+        assert f"--metric-file={key}={{{{outputs.parameters.{name}.path}}}}" in args
 
 
 @pytest.mark.parametrize(

@@ -141,6 +141,11 @@ def test_platform_spec(ir: tuple[dict, dict]) -> None:
         "llmpack.io/gpu-count": "1",
         "llmpack.io/orchestrator": "kfp",
         "llmpack.io/pipeline": "llm-finetune",
+        "app.kubernetes.io/name": "llm-finetune",
+        "app.kubernetes.io/component": "finetune",
+        "app.kubernetes.io/part-of": "llmpack",
+        "app.kubernetes.io/managed-by": "kfp",
+        "app.kubernetes.io/version": "0.1.0",
     }
     assert ft["activeDeadlineSeconds"] == str(6 * 3600)
     prep = k8s["exec-prepare-data"]

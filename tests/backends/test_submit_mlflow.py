@@ -104,7 +104,8 @@ def test_submit_creates_the_job_from_the_compiled_template(kube: KubeAPIStandIn,
     assert env["MLFLOW_EXPERIMENT_ID"]["value"] == summary["mlflow_experiment_id"]
     assert "value" not in env["MLFLOW_TRACKING_URI"]  # the tracking URI only from the Secret...
     assert summary["warnings"] and "Secret llmpack-mlflow" in summary["warnings"][0]  # ...and a local record is flagged
-    labels = {"llmpack.io/run-group": summary["run_group"], "llmpack.io/pipeline-run": summary["pipeline_run"]}
+    labels = {"llmpack.io/run-group": summary["run_group"], "llmpack.io/pipeline-run": summary["pipeline_run"],
+              "app.kubernetes.io/instance": summary["pipeline_run"]}
     assert labels.items() <= job["spec"]["template"]["metadata"]["labels"].items()
     assert labels.items() <= job["metadata"]["labels"].items()
 

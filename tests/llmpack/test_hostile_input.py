@@ -216,6 +216,8 @@ CASES: tuple[Case, ...] = (
          expect="--inject-start-delay '-1': seconds must be >= 0"),
     Case(id="flag-image", surface="flags", input="`compile --image 'my image:latest'`",
          argv=("compile", "--out", "out", "--image", "my image:latest"), expect="--image 'my image:latest': not a container image"),
+    Case(id="flag-label", surface="flags", input="`compile --label 'team=ml platform'`",
+         argv=("compile", "--out", "out", "--label", "team=ml platform"), expect="--label 'team=ml platform': value 'ml platform' is not a label value"),
     Case(id="flag-output-dir-file", surface="paths", input="`run --output-dir 'rüns 1'`: an existing file",
          files={"rüns 1": "keep me\n"}, argv=("run", "--output-dir", "rüns 1"), expect="--output-dir rüns 1: exists and is not a directory"),
     # ------------------------------------------------------------------ kubectl dumps

@@ -553,19 +553,16 @@ class FakeCluster:
         """The TrainJob, its node pods, their nodes and image events, and its Complete condition."""
         if not script.gang:
             return []
-        from components.process.gang import build_trainjob, label_value, trainer_command
+        from components.process.gang import build_trainjob, gang_labels, trainer_command
 
         gang = script.gang
         spec, name, step = gang["spec"], gang["trainjob"], gang["step"]
-        labels = {"llmpack.io/run-group": label_value(script.run_group),
-                  "llmpack.io/pipeline-run": label_value(script.pipeline_run),
-                  "llmpack.io/step": label_value(step), "llmpack.io/orchestrator": label_value(script.orchestrator),
-                  "llmpack.io/gpu-count": str(spec.gpus_per_node),
-                  "llmpack.io/gpu-type": label_value(spec.gpu_type or "none")}
+        labels = gang_labels(spec, run_group=script.run_group, pipeline_run=script.pipeline_run,
+                             orchestrator=script.orchestrator, step=step)
         command = trainer_command(f"components.steps.{step}:{step}", {"tokens": "/gang/in/tokens"},
                                   {"model": "/gang/out/model"}, {"pipeline_run": script.pipeline_run})
         obj = build_trainjob(spec, name=name, namespace=namespace, nodes=gang["nodes"], command=command,
-                             labels={k: v for k, v in labels.items() if v},
+                             labels=labels,
                              env={"LLMPACK_LAUNCHER": "1", "LLMPACK_ATTEMPT": "0"})
         gang["object"] = obj
         patch = (obj["spec"].get("runtimePatches") or [{}])[0]
