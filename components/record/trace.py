@@ -42,7 +42,7 @@ from typing import Any
 
 from components.record.telemetry import ALL_EVENTS, Record, StepTimes, group_by_step
 
-PIPELINE_NAME = "llmpack-finetune"
+PIPELINE_NAME = "llm-finetune"  # the pipeline's own name (components.finetune_pipeline.PIPELINE_NAME; tests/components/test_trace.py)
 SCOPE = "llmpack"
 
 # The span between an event and the next event an attempt recorded (in time order), named by what it

@@ -51,7 +51,7 @@ def test_spans_are_the_jsonl_events_in_a_run_step_attempt_phase_tree() -> None:
             "llmpack.secret_thing": "not exported"}
     spans = from_otlp(build_trace(_records(), pipeline_run=CTX.pipeline_run, submitted_at=100.0, tags=tags).otlp())
     named = _by_name(spans)
-    run = named["pipeline llmpack-finetune"][0]
+    run = named["pipeline llm-finetune"][0]
     assert "parentSpanId" not in run and _seconds(run, "startTimeUnixNano") == 100.0
     assert _seconds(run, "endTimeUnixNano") == 109.0  # the last finish
     attrs = {a["key"]: next(iter(a["value"].values())) for a in run["attributes"]}
@@ -68,7 +68,7 @@ def test_spans_are_the_jsonl_events_in_a_run_step_attempt_phase_tree() -> None:
         assert (_seconds(span, "startTimeUnixNano"), _seconds(span, "endTimeUnixNano")) == pytest.approx((start, end)), name
     assert ids[named["training"][0]["parentSpanId"]]["name"] == "finetune attempt 0"
     assert ids[named["finetune attempt 0"][0]["parentSpanId"]]["name"] == "step finetune"
-    assert ids[named["step finetune"][0]["parentSpanId"]]["name"] == "pipeline llmpack-finetune"
+    assert ids[named["step finetune"][0]["parentSpanId"]]["name"] == "pipeline llm-finetune"
     assert len({s["spanId"] for s in spans}) == len(spans)
 
 
@@ -89,7 +89,7 @@ def test_the_same_run_gives_the_same_trace_and_a_traceparent_joins_its_parent() 
     joined = build_trace(_records(), pipeline_run=CTX.pipeline_run, submitted_at=100.0, traceparent=parent)
     spans = from_otlp(joined.otlp())
     assert {s["traceId"] for s in spans} == {"4bf92f3577b34da6a3ce929d0e0e4736"}
-    assert _by_name(spans)["pipeline llmpack-finetune"][0]["parentSpanId"] == "00f067aa0ba902b7"
+    assert _by_name(spans)["pipeline llm-finetune"][0]["parentSpanId"] == "00f067aa0ba902b7"
     for bad in ("", "garbage", "00-" + "0" * 32 + "-00f067aa0ba902b7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-zz-01"):
         assert parse_traceparent(bad) is None
 
@@ -163,7 +163,7 @@ def test_the_closing_task_joins_a_planted_traceparent(collector: tuple[str, type
     spans = from_otlp(handler.received[0][1])
     assert {s["traceId"] for s in spans} == {"0af7651916cd43dd8448eb211c80319c"}
     roots = [s for s in spans if s.get("parentSpanId") == "b7ad6b7169203331"]
-    assert [s["name"] for s in roots] == ["pipeline llmpack-finetune"]
+    assert [s["name"] for s in roots] == ["pipeline llm-finetune"]
 
 
 def _gang_records() -> list[Any]:
@@ -209,7 +209,7 @@ def test_toward_mlflow_a_joined_trace_keeps_its_id_with_the_parent_as_a_link() -
     parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     joined = build_trace(_records(), pipeline_run=CTX.pipeline_run, submitted_at=100.0, traceparent=parent)
     spans = from_otlp(joined.otlp(root=True))
-    (run,) = _by_name(spans)["pipeline llmpack-finetune"]
+    (run,) = _by_name(spans)["pipeline llm-finetune"]
     assert "parentSpanId" not in run and run["links"] == [{"traceId": joined.trace_id, "spanId": "00f067aa0ba902b7"}]
     assert {s["traceId"] for s in spans} == {"4bf92f3577b34da6a3ce929d0e0e4736"}
     assert sum("parentSpanId" not in s for s in spans) == 1
@@ -252,3 +252,11 @@ def test_a_later_sending_joins_the_traceparent_the_record_kept(collector: tuple[
     assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env=otlp, out_dir=None, mc=mc, run_id=other) == "sent"
     assert trace_export.PARENT_TAG not in mc.get_run(other).data.tags
     assert mc.get_run(other).data.tags[trace_export.TRACE_TAG] == trace_id_of(CTX.pipeline_run)
+
+
+def test_the_run_span_names_the_pipeline_as_it_is_named() -> None:
+    """The trace's pipeline name is the compiled pipeline's (KFP's pipeline name, Argo's generateName)."""
+    from components.finetune_pipeline import PIPELINE_NAME
+    from components.record import trace
+
+    assert trace.PIPELINE_NAME == PIPELINE_NAME

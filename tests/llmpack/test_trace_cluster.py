@@ -26,7 +26,7 @@ from llmpack import cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("loopback_env")]
 
-SHARED = {"pipeline llmpack-finetune", "spin-up", "step finetune", "finetune attempt 0", "queued", "provisioning",
+SHARED = {"pipeline llm-finetune", "spin-up", "step finetune", "finetune attempt 0", "queued", "provisioning",
           "pulling and starting", "starting", "loading the model", "first step", "training", "evaluating",
           "hand-over"}
 
@@ -98,7 +98,7 @@ def test_each_cluster_path_sends_one_trace_linked_to_its_record(server: MlflowSe
             run_group=run["run_group"], pipeline_run=pipeline_run, orchestrator=orch, mode="cluster",
             submitted_at=run["submitted_at"]))
         _check_phases(spans, records)
-        (root,) = [s for s in spans if s.name == "pipeline llmpack-finetune"]
+        (root,) = [s for s in spans if s.name == "pipeline llm-finetune"]
         assert root.start_time_ns == round(run["submitted_at"] * 1e9)
     assert SHARED <= names["kfp"], names["kfp"]
     assert names["kfp"] == names["argo"] == names["mlflow"], names
