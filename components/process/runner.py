@@ -83,8 +83,9 @@ def _upload(tel: StepTelemetry, outputs: dict[str, str]) -> None:
 
         def upload() -> None:
             run_id = tracking.open_pipeline_run(mc, tel.ctx)
-            tracking.log_records(mc, run_id, tel.records)
-            tracking.log_curve(mc, run_id, uniform.LOSS_CURVE, curve)
+            present = tracking.metric_keys(mc, run_id)  # one read for both (the curve's key is no record's)
+            tracking.log_records(mc, run_id, tel.records, present=present)
+            tracking.log_curve(mc, run_id, uniform.LOSS_CURVE, curve, present=present)
 
         tracking.with_retries(upload, tracking.upload_retry())
     except Exception as exc:  # noqa: BLE001 - the JSONL file keeps everything

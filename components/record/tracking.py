@@ -233,10 +233,18 @@ def set_tags(mc: MlflowClient, run_id: str, tags: dict[str, str]) -> None:
     mc.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
 
-def log_records(mc: MlflowClient, run_id: str, records: list[Record]) -> int:
-    """Upload step records not yet present on the run. Returns how many were logged."""
+def metric_keys(mc: MlflowClient, run_id: str) -> set[str]:
+    """The metric keys on the run now: what :func:`log_records` and :func:`log_curve` skip."""
+    return set(mc.get_run(run_id).data.metrics)
+
+
+def log_records(mc: MlflowClient, run_id: str, records: list[Record], *, present: set[str] | None = None) -> int:
+    """Upload step records not yet present on the run. Returns how many were logged.
+
+    ``present`` (:func:`metric_keys`, read once by a step that logs records and a curve) saves a request.
+    """
     Metric, _, _ = _entities(mc)  # noqa: N806 - a class, as mlflow.entities names it
-    present = set(mc.get_run(run_id).data.metrics)
+    present = metric_keys(mc, run_id) if present is None else present
     new = [r for r in records if r.mlflow_key not in present]
     if new:
         now = int(max(r.value for r in new if r.kind == "event") * 1000) if any(r.kind == "event" for r in new) else 0
@@ -255,10 +263,12 @@ def log_summary(
     mc.log_batch(run_id, metrics=values, params=new_params, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
 
-def log_curve(mc: MlflowClient, run_id: str, key: str, points: list[tuple[int, float]]) -> int:
-    """A step-indexed metric series (the training-loss curve), once: nothing when ``key`` is on the run already."""
+def log_curve(mc: MlflowClient, run_id: str, key: str, points: list[tuple[int, float]], *,
+              present: set[str] | None = None) -> int:
+    """A step-indexed metric series (the training-loss curve), once: nothing when ``key`` is on the run already
+    (``present``: as :func:`log_records`)."""
     Metric, _, _ = _entities(mc)  # noqa: N806 - a class, as mlflow.entities names it
-    if not points or key in mc.get_run(run_id).data.metrics:
+    if not points or key in (metric_keys(mc, run_id) if present is None else present):
         return 0
     values = [Metric(key, loss, 0, step) for step, loss in points]
     for start in range(0, len(values), 1000):  # MLflow's batch limit
