@@ -16,7 +16,8 @@ their rows carry ``gang``/``gang_node`` (:func:`~llmpack.k8s.podphases.gang_of`)
   their last known state.
 - Nodes are read once each, when a pod lands on them, and re-read every ``nodes_every_s`` and at
   the end, to see a node's removal for node billing (:meth:`PodWatcher.nodes`); image-pull events
-  are listed every ``events_every_s`` and at the end (:mod:`~llmpack.k8s.sidereads`). A watcher
+  are listed every ``events_every_s`` and at the end (:mod:`~llmpack.k8s.sidereads`; the last
+  node reads and the last listing run side by side). A watcher
   stopped at the run's end rarely sees a removal (the autoscaler waits its scale-down delay
   first); the billing then adds that delay.
 - Thousands of events a second (``benchmarks/watcher_bench.py``): each event is one
