@@ -213,8 +213,22 @@ def find_pipeline_run(mc: MlflowClient, pipeline_run: str) -> str | None:
     return runs[0].info.run_id if runs else None
 
 
+# id(ctx) -> (ctx, (tracking URI, experiment), run id): the register step opens the record, then its step
+# runner's upload does again with the same context object; the second asks the server nothing (two requests).
+_OPENED: dict[int, tuple[RunContext, tuple[str, str], str]] = {}
+
+
 def open_pipeline_run(mc: MlflowClient, ctx: RunContext, extra_tags: dict[str, str] | None = None) -> str:
-    """The pipeline run's MLflow run id, created (with its tags) when it does not exist yet."""
+    """The pipeline run's MLflow run id, created (with its tags) when it does not exist yet.
+
+    Kept for the same context object, tracking URI and experiment within this process
+    (:data:`_OPENED`): a record found or created is not looked up again by a later call of the same step.
+    """
+    uri = getattr(mc, "tracking_uri", None)
+    where = (uri, experiment_name()) if isinstance(uri, str) and uri else None
+    known = _OPENED.get(id(ctx))
+    if not extra_tags and where and known is not None and known[0] is ctx and known[1] == where:
+        return known[2]
     run_id = find_pipeline_run(mc, ctx.pipeline_run)
     if run_id is None:
         tags = {**ctx.tags(), RECORD_TAG: "pipeline", **(extra_tags or {})}
@@ -225,6 +239,10 @@ def open_pipeline_run(mc: MlflowClient, ctx: RunContext, extra_tags: dict[str, s
         mc.log_param(run_id, "submitted_at", repr(ctx.submitted_at))
     elif extra_tags:
         set_tags(mc, run_id, extra_tags)
+    if where:
+        if len(_OPENED) >= 64:  # a long-lived process (tests, `llmpack sync` of many runs): stay small
+            _OPENED.clear()
+        _OPENED[id(ctx)] = (ctx, where, run_id)
     return run_id
 
 
