@@ -83,10 +83,11 @@ def _upload(tel: StepTelemetry, outputs: dict[str, str], gpu_series: dict[str, l
 
         def upload() -> None:
             run_id = tracking.open_pipeline_run(mc, tel.ctx)
-            tracking.log_records(mc, run_id, tel.records)
-            tracking.log_curve(mc, run_id, uniform.LOSS_CURVE, curve)
+            present = tracking.metric_keys(mc, run_id)  # one read for all (the series' keys are no record's)
+            tracking.log_records(mc, run_id, tel.records, present=present)
+            tracking.log_curve(mc, run_id, uniform.LOSS_CURVE, curve, present=present)
             for key, points in gpu_series.items():
-                tracking.log_series(mc, run_id, key, points)  # once per series, as the loss curve
+                tracking.log_series(mc, run_id, key, points, present=present)  # once per series, as the loss curve
 
         tracking.with_retries(upload, tracking.upload_retry())
     except Exception as exc:  # noqa: BLE001 - the JSONL file keeps everything

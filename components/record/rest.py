@@ -23,7 +23,6 @@ a request-header plugin) is left to the MLflow client: :func:`usable` says no.
 from __future__ import annotations
 
 import base64
-import configparser
 import http.client
 import json
 import math
@@ -168,6 +167,8 @@ def _file_credentials() -> tuple[str | None, str | None]:
     path = Path(os.path.expanduser("~/.mlflow/credentials"))
     if not path.exists():
         return None, None
+    import configparser  # only for ~/.mlflow/credentials: not on every step's path
+
     config = configparser.ConfigParser()
     config.read(path)
     section = config["mlflow"] if "mlflow" in config else {}
@@ -389,7 +390,11 @@ class RestClient:
         return _run(self.call("POST", "runs/create", body)["run"])
 
     def get_run(self, run_id: str) -> Run:
-        return _run(self.call("GET", "runs/get", {"run_uuid": run_id, "run_id": run_id})["run"])
+        """The run; its artifact URI is kept (:meth:`_artifact_uri` then asks no more)."""
+        run = _run(self.call("GET", "runs/get", {"run_uuid": run_id, "run_id": run_id})["run"])
+        if run.info.artifact_uri:
+            self._artifact_uris.setdefault(run_id, run.info.artifact_uri)
+        return run
 
     def log_param(self, run_id: str, key: str, value: Any) -> Any:
         self.call("POST", "runs/log-parameter", {"run_uuid": run_id, "run_id": run_id, "key": key, "value": str(value)})

@@ -213,8 +213,22 @@ def find_pipeline_run(mc: MlflowClient, pipeline_run: str) -> str | None:
     return runs[0].info.run_id if runs else None
 
 
+# id(ctx) -> (ctx, (tracking URI, experiment), run id): the register step opens the record, then its step
+# runner's upload does again with the same context object; the second asks the server nothing (two requests).
+_OPENED: dict[int, tuple[RunContext, tuple[str, str], str]] = {}
+
+
 def open_pipeline_run(mc: MlflowClient, ctx: RunContext, extra_tags: dict[str, str] | None = None) -> str:
-    """The pipeline run's MLflow run id, created (with its tags) when it does not exist yet."""
+    """The pipeline run's MLflow run id, created (with its tags) when it does not exist yet.
+
+    Kept for the same context object, tracking URI and experiment within this process
+    (:data:`_OPENED`): a record found or created is not looked up again by a later call of the same step.
+    """
+    uri = getattr(mc, "tracking_uri", None)
+    where = (uri, experiment_name()) if isinstance(uri, str) and uri else None
+    known = _OPENED.get(id(ctx))
+    if not extra_tags and where and known is not None and known[0] is ctx and known[1] == where:
+        return known[2]
     run_id = find_pipeline_run(mc, ctx.pipeline_run)
     if run_id is None:
         tags = {**ctx.tags(), RECORD_TAG: "pipeline", **(extra_tags or {})}
@@ -225,6 +239,10 @@ def open_pipeline_run(mc: MlflowClient, ctx: RunContext, extra_tags: dict[str, s
         mc.log_param(run_id, "submitted_at", repr(ctx.submitted_at))
     elif extra_tags:
         set_tags(mc, run_id, extra_tags)
+    if where:
+        if len(_OPENED) >= 64:  # a long-lived process (tests, `llmpack sync` of many runs): stay small
+            _OPENED.clear()
+        _OPENED[id(ctx)] = (ctx, where, run_id)
     return run_id
 
 
@@ -233,10 +251,18 @@ def set_tags(mc: MlflowClient, run_id: str, tags: dict[str, str]) -> None:
     mc.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
 
-def log_records(mc: MlflowClient, run_id: str, records: list[Record]) -> int:
-    """Upload step records not yet present on the run. Returns how many were logged."""
+def metric_keys(mc: MlflowClient, run_id: str) -> set[str]:
+    """The metric keys on the run now: what :func:`log_records` and :func:`log_curve` skip."""
+    return set(mc.get_run(run_id).data.metrics)
+
+
+def log_records(mc: MlflowClient, run_id: str, records: list[Record], *, present: set[str] | None = None) -> int:
+    """Upload step records not yet present on the run. Returns how many were logged.
+
+    ``present`` (:func:`metric_keys`, read once by a step that logs records and a curve) saves a request.
+    """
     Metric, _, _ = _entities(mc)  # noqa: N806 - a class, as mlflow.entities names it
-    present = set(mc.get_run(run_id).data.metrics)
+    present = metric_keys(mc, run_id) if present is None else present
     new = [r for r in records if r.mlflow_key not in present]
     if new:
         now = int(max(r.value for r in new if r.kind == "event") * 1000) if any(r.kind == "event" for r in new) else 0
@@ -255,15 +281,18 @@ def log_summary(
     mc.log_batch(run_id, metrics=values, params=new_params, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
 
-def log_curve(mc: MlflowClient, run_id: str, key: str, points: list[tuple[int, float]]) -> int:
-    """A step-indexed metric series (the training-loss curve), once: nothing when ``key`` is on the run already."""
-    return log_series(mc, run_id, key, [(step, loss, 0.0) for step, loss in points])
+def log_curve(mc: MlflowClient, run_id: str, key: str, points: list[tuple[int, float]], *,
+              present: set[str] | None = None) -> int:
+    """A step-indexed metric series (the training-loss curve), once: nothing when ``key`` is on the run already
+    (``present``: as :func:`log_records`)."""
+    return log_series(mc, run_id, key, [(step, loss, 0.0) for step, loss in points], present=present)
 
 
-def log_series(mc: MlflowClient, run_id: str, key: str, points: list[tuple[int, float, float]]) -> int:
+def log_series(mc: MlflowClient, run_id: str, key: str, points: list[tuple[int, float, float]], *,
+               present: set[str] | None = None) -> int:
     """A step-indexed, timestamped series (a GPU's samples: ``(index, value, epoch s)``), once, as :func:`log_curve`."""
     Metric, _, _ = _entities(mc)  # noqa: N806 - a class, as mlflow.entities names it
-    if not points or key in mc.get_run(run_id).data.metrics:
+    if not points or key in (metric_keys(mc, run_id) if present is None else present):
         return 0
     values = [Metric(key, value, int(t * 1000), step) for step, value, t in points]
     for start in range(0, len(values), 1000):  # MLflow's batch limit

@@ -60,16 +60,17 @@ def register(
         retry = tracking.upload_retry()  # each request retried within the bound, as MLflow's client retries its own
         mc = tracking.step_client(each_request=lambda send: tracking.with_retries(send, retry))
         run_id = tracking.open_pipeline_run(mc, tel.ctx)
+        run = mc.get_run(run_id)  # read once: logging artifacts changes neither its artifact URI nor its tags
         mc = model_client(mc, run_id)
         mc.log_artifacts(run_id, str(weights), artifact_path=f"model/{weights.name}")
         mc.log_artifact(run_id, str(Path(model.path) / MODEL_META), artifact_path="model")
         mc.log_artifact(run_id, str(Path(metrics.path) / "metrics.json"), artifact_path="evaluation")
-        source = f"{mc.get_run(run_id).info.artifact_uri}/model"
+        source = f"{run.info.artifact_uri}/model"
         try:
             mc.create_registered_model(model_name)
         except Exception:  # noqa: BLE001 - already registered
             pass
-        run_tags = {k: v for k, v in mc.get_run(run_id).data.tags.items() if k.startswith("llmpack.") and k != "llmpack.record"}
+        run_tags = {k: v for k, v in run.data.tags.items() if k.startswith("llmpack.") and k != "llmpack.record"}
         tags = {**run_tags, **tel.ctx.tags(), "llmpack.base_model": meta["base_model"], "llmpack.method": meta["method"],
                 "llmpack.eval_loss": f"{evaluation['eval_loss']:.6f}"}
         record.update(run_id=run_id, source=source)

@@ -101,6 +101,15 @@ def parse_time(value: Any) -> float | None:
         return None
     if not isinstance(value, str):
         raise ValueError(value)
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_text(value: str) -> float:
+    """:func:`parse_time` of a string, kept: the watcher analyses the same pods again and again (the stop
+    condition, then the final rows), and the API server's one-second stamps repeat across a run
+    group's pods (the benchmark's 1,000 pods hold 1,174 distinct ones in 14,496 parses). An error is
+    never kept (``lru_cache`` does not keep exceptions)."""
     if len(value) == 20:  # what the API server writes, "2025-03-14T10:00:00Z": no regex, no generator
         m = _PLAIN_UTC.match(value)
         if m:
