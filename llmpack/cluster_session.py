@@ -314,8 +314,9 @@ class Session:
 
         aliases = pod_step_aliases(fused_tasks(self.pipe_of(plan.fuse)))
         steps = {self.preempt.step, *(pod for pod, step in aliases.items() if step == self.preempt.step)}
+        gang = self.gang is not None and self.preempt.step == telemetry.TRAIN_STEP  # a TrainJob's node pod, not its launcher
         return PreemptInjector(watcher.api_client, self.preempt, lambda: _mine(watcher.rows(), plan.pipeline_run),
-                               pod_steps=steps).start()
+                               pod_steps=steps, gang=gang).start()
 
     def _safe_start(self, namespace: str, kfp_runs: Mapping[str, str] | None, record: dict[str, Any],
                     live: list[Any]) -> Any:
@@ -478,7 +479,8 @@ class Session:
         }
         if gpu.gpu_product:
             tags["llmpack.gpu_product"] = gpu.gpu_product
-        preempted = [f"{a['step']}#{a['attempt']}:{a['reason']}" for a in attempts if a["outcome"] == "preempted"]
+        preempted = [f"{a['step']}{'/gang' if a.get('gang') else ''}#{a['attempt']}:{a['reason']}"
+                     for a in attempts if a["outcome"] == "preempted"]
         if preempted:  # which attempts, and who took them (llmpack.k8s.preemption)
             tags["llmpack.preempted_attempts"] = ",".join(preempted)
         if gpu.instance_type:

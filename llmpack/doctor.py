@@ -16,7 +16,8 @@ What is checked, in order (the checks themselves: :mod:`llmpack.doctor_checks`):
   ReadWriteMany PVC, with ``--queue`` the LocalQueue;
 * the Secrets the compiled pods read (``HF_TOKEN``: ``--hf-token-secret``, its key) and pull the image
   with (``--image-pull-secret``), and the model/data PVCs (``--model-pvc``, ``--data-pvc``), whether
-  named by the flags or found in the compiled artifacts;
+  named by the flags or found in the compiled artifacts; ``--checkpoint-pvc`` Bound, and ReadWriteMany with
+  ``--nodes N`` (every node pod of the gang resumes from it);
 * with ``--nodes N``: the ``torch-distributed`` ClusterTrainingRuntime;
 * the KFP and Argo servers' version calls, when their hosts are known.
 """
@@ -61,6 +62,8 @@ class DoctorOptions:
     pvcs: tuple[str, ...] = ()
     secrets: tuple[tuple[str, str, str], ...] = ()
     pull_secrets: tuple[str, ...] = ()
+    # --checkpoint-pvc's claim: Bound, and ReadWriteMany for a gang (every node pod resumes from it; issue 24).
+    checkpoint_pvc: str | None = None
 
 
 def parse_paths(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -130,8 +133,11 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         if gang:
             checks.append(dc.launcher_rbac(cluster, namespace))
             checks.append(dc.shared_pvc(cluster, namespace, shared, shared=True))
+        ckpt = opts.checkpoint_pvc
+        if ckpt and ckpt != shared:  # the same claim as the gang's shared one: checked ReadWriteMany above
+            checks.append(dc.shared_pvc(cluster, namespace, ckpt, shared=gang))
         mounted = set().union(*(claims[path] for path in paths)) | ({opts.cache_pvc} if opts.cache_pvc else set())
-        for name in sorted(mounted - {shared} | set(opts.pvcs)):  # what the compiled pods mount, --cache-pvc, --model-pvc...
+        for name in sorted((mounted - {shared} | set(opts.pvcs)) - {ckpt}):  # what the compiled pods mount, --cache-pvc, --model-pvc...
             checks.append(dc.shared_pvc(cluster, namespace, name, shared=False))
         found_refs = [(refs or {}).get(path, (set(), set())) for path in paths]
         secrets = {(n, k): e for n, k, e in sorted(set().union(*(r for r, _ in found_refs)) | set(opts.secrets))}
@@ -155,6 +161,14 @@ def submit_references(model_pvc: str | None, data_pvc: str | None, hf_token_secr
     return {"pvcs": tuple(c.claim for c in (pod.model_pvc, pod.data_pvc) if c),
             "secrets": ((pod.hf_token.secret, pod.hf_token.key, pod.hf_token.env),) if pod.hf_token else (),
             "pull_secrets": pod.pull_secrets}
+
+
+def checkpoint_claim(value: str | None) -> str | None:
+    """``--checkpoint-pvc NAME[:MOUNT]``'s claim name, checked as compile checks it (exit 2)."""
+    from llmpack.pod_options import CheckpointOptions
+
+    claim = CheckpointOptions.from_flags(checkpoint_pvc=value).claim
+    return None if claim is None else claim.claim
 
 
 def endpoint_checks(opts: DoctorOptions, tls: dict[str, Any]) -> list[Any]:
@@ -210,6 +224,8 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
               help="Namespace of Argo's workflow-controller-configmap.")
 @click.option("--model-pvc", default=None, metavar="NAME[:MOUNT]", help="The model's PVC (as llmpack compile): exists, Bound.")
 @click.option("--data-pvc", default=None, metavar="NAME[:MOUNT]", help="The data's PVC (as llmpack compile): exists, Bound.")
+@click.option("--checkpoint-pvc", default=None, metavar="NAME[:MOUNT]",
+              help="finetune's checkpoint PVC (as llmpack compile): exists, Bound; with --nodes: ReadWriteMany.")
 @click.option("--hf-token-secret", default=None, metavar="NAME[:KEY]", help="HF_TOKEN's Secret: it and its key exist.")
 @click.option("--image-pull-secret", "image_pull_secrets", multiple=True, metavar="NAME",
               help="Image pull Secret (repeatable): exists, a registry credential.")
@@ -219,7 +235,7 @@ def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfi
            queue: str | None,
            cache_pvc: str | None, compiled: Path | None, kfp_host: str | None, argo_host: str | None,
            argo_controller_namespace: str, as_json: bool, model_pvc: str | None, data_pvc: str | None,
-           hf_token_secret: str | None, image_pull_secrets: tuple[str, ...]) -> None:
+           hf_token_secret: str | None, image_pull_secrets: tuple[str, ...], checkpoint_pvc: str | None) -> None:
     """Check, before a run spends GPU-hours, that the cluster has what the compiled
     artifacts reference: namespace, RBAC, GPU nodes and taints, the MLflow Secret,
     Pod Security, Argo's artifact repository; with --nodes the Trainer runtime, the
@@ -232,6 +248,7 @@ def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfi
       llmpack doctor --path argo --namespace team-a
       llmpack doctor --nodes 2 --gpus 4 --queue team-a --compiled build/2x4
       llmpack doctor --model-pvc models --image-pull-secret reg
+      llmpack doctor --nodes 2 --gpus 4 --checkpoint-pvc llmpack-ckpt
     """
     from llmpack.doctor_cluster import reader
     from llmpack.doctor_pods import claimed_pvcs, committed_root, pod_specs, referenced_secrets
@@ -242,6 +259,7 @@ def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfi
     opts = DoctorOptions(paths=parse_paths(paths), namespace=namespace, kfp_namespace=kfp_namespace, gpus=gpus,
                          gpu_type=None if gpu_type is None else resolve_gpu_type(gpu_type), nodes=nodes, queue=queue, cache_pvc=cache_pvc, compiled=compiled or root,
                          kfp_host=kfp_host, argo_host=argo_host, argo_controller_namespace=argo_controller_namespace,
+                         checkpoint_pvc=checkpoint_claim(checkpoint_pvc),
                          **submit_references(model_pvc, data_pvc, hf_token_secret, image_pull_secrets))
     check_options(opts)
     if compiled is not None and not compiled.is_dir():

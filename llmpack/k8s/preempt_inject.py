@@ -11,7 +11,9 @@ The moment is the step's container start (from the pod watcher's rows) plus ``at
 rate, the next drawn moment, one per attempt), by this machine's clock. Once per run for a fixed
 moment: when an attempt of the step was already preempted (by the cluster itself, or an earlier
 eviction), nothing more is done. A PodDisruptionBudget that refuses (429) is retried on the next
-poll; a pod already gone (404) is skipped. Needs RBAC ``create`` on ``pods/eviction``.
+poll; a pod already gone (404) is skipped. Needs RBAC ``create`` on ``pods/eviction``. For a TrainJob
+gang (``gang=True``) the pods are its node pods, never the launcher (a CPU pod): the moment counts
+from the newest node pod's container start, and one node pod is evicted (JobSet restarts the gang whole).
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ class PreemptInjector:
     ``rows()`` (the run's watcher rows); :meth:`start`, then :meth:`stop` returns the evictions made."""
 
     def __init__(self, api_client: Any, spec: PreemptSpec, rows: Callable[[], Rows], *, pod_steps: Collection[str],
-                 clock: Callable[[], float] = time.time, poll_s: float = 0.5) -> None:
+                 clock: Callable[[], float] = time.time, poll_s: float = 0.5, gang: bool = False) -> None:
         self.api_client, self.spec, self.rows = api_client, spec, rows
         self.pod_steps = frozenset(pod_steps)
         self.clock, self.poll_s = clock, poll_s
+        self.gang = gang  # the step is a TrainJob gang: evict its newest node pod (JobSet restarts the gang whole)
         self.evictions: list[dict[str, Any]] = []
         self.warnings: list[str] = []
         self._stop = threading.Event()
@@ -63,7 +66,7 @@ class PreemptInjector:
     def step(self) -> bool:
         """One look at the rows: evict when due. True when there is nothing more to do."""
         mine = sorted((r for r in self.rows() if r.get("step") in self.pod_steps and r.get("role") != "driver"
-                       and not r.get("gang")), key=lambda r: (r.get("created") or 0.0, str(r.get("pod"))))
+                       and bool(r.get("gang")) == self.gang), key=lambda r: (r.get("created") or 0.0, str(r.get("pod"))))
         evicted = {e["pod"] for e in self.evictions}
         preempted = [r for r in mine if r.get("disruption") or r.get("pod") in evicted]
         moments = self.spec.moments(float("inf")) if self.spec.rate_per_h is not None else [self.spec.at_s or 0.0]

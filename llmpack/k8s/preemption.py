@@ -23,6 +23,11 @@ its first step (GPU time that only exists because of the preemption). ``time_to_
 preemption to the retry's first step. Goodput counts only the training that was kept: the
 preempted attempt's steps up to its checkpoint and the retry's.
 
+A TrainJob gang (:func:`gang_attempts`) is one attempt of all its node pods: when one node pod is
+preempted, JobSet restarts the gang whole (every node pod created again, ``restart-attempt`` + 1),
+so the k-th pod of every node rank is gang attempt k. Its waste is every node pod's GPU time since
+the gang's last checkpoint plus every new node pod's spin-up to the restarted gang's first step.
+
 Pure functions on the watcher's rows and the step's records; stdlib only.
 """
 
@@ -250,6 +255,78 @@ def attempts_of(rows: Iterable[Mapping[str, Any]], gpus_by_step: Mapping[str, in
     return sorted(out, key=lambda a: (a["step"], a["attempt"]))
 
 
+def gang_attempts(rows: Iterable[Mapping[str, Any]], price: float | None,
+                  aliases: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Each TrainJob gang's attempts: the k-th pod (by creation) of every node rank is attempt k, as a JobSet
+    restarted whole recreates every node pod. Preempted when one of its pods was disrupted (the earliest's
+    reason and time); else failed, succeeded or running as its pods are. GPU-hours: every node pod's."""
+    ranks: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if row.get("gang") and row.get("step") and row.get("role") != "driver":
+            key = (str(row["step"]), str(row["gang"]), int(row.get("gang_node") or 0))
+            ranks.setdefault(key, []).append(row)
+    grouped: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
+    for (step, gang, _), mine in ranks.items():
+        for k, row in enumerate(sorted(mine, key=_order)):
+            grouped.setdefault((step, gang, k), []).append(row)
+    out = []
+    for (step, gang, k), pods in sorted(grouped.items(), key=lambda kv: min(_order(r) for r in kv[1])):
+        outcomes = [attempt_outcome(r) for r in pods]
+        hit = sorted((r for r in pods if r.get("disruption")), key=lambda r: r.get("disrupted_at") or math.inf)
+        outcome = next((o for o in ("preempted", "failed", "running") if o in outcomes), "succeeded")
+        gpus = sum(int(r.get("gang_gpus") or 0) for r in pods)
+        hours = sum(int(r.get("gang_gpus") or 0) * max(0.0, _billed_s(r) or 0.0) for r in pods) / 3600.0
+        out.append({"step": (aliases or {}).get(step, step), "attempt": k, "gang": gang, "pod": pods[0].get("pod"),
+                    "pods": [r.get("pod") for r in pods], "outcome": outcome,
+                    "reason": hit[0].get("disruption") if hit else None,
+                    "disrupted_at": hit[0].get("disrupted_at") if hit else None, "gpus": gpus, "gpu_hours": hours,
+                    "cost_usd": None if price is None else hours * price})
+    return out
+
+
+def _events_in(steps: Mapping[str, Any], step: str, start: float | None, end: float | None) -> Mapping[str, float]:
+    """The step attempt whose first optimizer step fell in [start, end] (a gang's attempt, by its pods' times:
+    its ranks may log the launcher's attempt number whatever the JobSet restart); {} when none did."""
+    st = steps.get(step)
+    if st is None or start is None:
+        return {}
+    for a in st.all_attempts:
+        first = a.events.get("first_step", a.events.get("model_loaded"))
+        if first is not None and first >= start and (end is None or first <= end):
+            return a.events
+    return {}
+
+
+def _gang_waste(a: dict[str, Any], nxt: dict[str, Any] | None, row_of: Mapping[Any, Mapping[str, Any]],
+                steps: Mapping[str, Any]) -> tuple[float, float, float, float | None, float | None]:
+    """(GPU-seconds lost, GPU-seconds of respin, kept training s, lost s, respin s) of a preempted gang: every node
+    pod's GPU time since the gang's checkpoint, every new node pod's GPU time before the new gang's first step."""
+    pods = [row_of[p] for p in a["pods"]]
+    at = a["disrupted_at"]
+    begun = min((s for s in (_gpu_start(r) for r in pods) if s is not None), default=None)
+    events = _events_in(steps, a["step"], begun, at)
+    saved = events.get(CHECKPOINT_EVENT)
+    lost_gpu_s, lost = 0.0, None
+    for r in pods:
+        since = saved if saved is not None else _gpu_start(r)
+        if at is not None and since is not None:
+            lost = max(lost or 0.0, at - since)
+            lost_gpu_s += int(r.get("gang_gpus") or 0) * max(0.0, at - since)
+    kept = max(0.0, saved - events["first_step"]) if saved is not None and events.get("first_step") is not None else 0.0
+    respin_gpu_s, respin, resumed = 0.0, None, None
+    if nxt is not None:
+        npods = [row_of[p] for p in nxt["pods"]]
+        nstart = min((s for s in (_gpu_start(r) for r in npods) if s is not None), default=None)
+        nev = _events_in(steps, a["step"], nstart, None)
+        resumed = nev.get("first_step", nev.get("model_loaded"))
+        for r in npods:
+            g = _gpu_start(r)
+            if resumed is not None and g is not None:
+                respin = max(respin or 0.0, resumed - g)
+                respin_gpu_s += int(r.get("gang_gpus") or 0) * max(0.0, resumed - g)
+    return lost_gpu_s, respin_gpu_s, kept, lost, resumed
+
+
 def preemption_metrics(rows: Iterable[Mapping[str, Any]], steps: Mapping[str, Any], gpus_by_step: Mapping[str, int],
                        price: float | None, *, retry_gpu_hours: float | None = None,
                        aliases: Mapping[str, str] | None = None) -> tuple[dict[str, float | None], list[dict[str, Any]]]:
@@ -264,11 +341,26 @@ def preemption_metrics(rows: Iterable[Mapping[str, Any]], steps: Mapping[str, An
     attempt's up to its checkpoint, plus the last attempt's ``train_s``). None where unmeasured.
     """
     rows = [r for r in rows if r.get("role") != "driver"]
+    gangs = gang_attempts(rows, price, aliases)
     attempts = attempts_of(rows, gpus_by_step, price, aliases)
     by_pod = {a["pod"]: a for a in attempts}
     preempted = [a for a in attempts if a["outcome"] == "preempted"]
     waste_s, recover, kept_before = 0.0, [], 0.0
     row_of = {r.get("pod"): r for r in rows}
+    for a in (g for g in gangs if g["outcome"] == "preempted"):  # a gang: every node pod's loss and respin
+        nxt = next((b for b in gangs if b["step"] == a["step"] and b["gang"] == a["gang"]
+                    and b["attempt"] == a["attempt"] + 1), None)
+        lost_gpu_s, respin_gpu_s, kept, lost, resumed = _gang_waste(a, nxt, row_of, steps)
+        kept_before += kept
+        if resumed is not None and a["disrupted_at"] is not None:
+            recover.append(resumed - a["disrupted_at"])
+        a["lost_s"] = None if lost is None else round(lost, 6)
+        a["respin_s"] = None if nxt is None or resumed is None else round(
+            resumed - min(_gpu_start(row_of[p]) or resumed for p in nxt["pods"]), 6)
+        a["waste_gpu_hours"] = (lost_gpu_s + respin_gpu_s) / 3600.0
+        a["waste_usd"] = None if price is None else a["waste_gpu_hours"] * price
+        waste_s += lost_gpu_s + respin_gpu_s
+    gang_preempted_h = sum(a["gpu_hours"] for a in gangs if a["outcome"] == "preempted")
     for a in preempted:
         row = row_of[a["pod"]]
         at = a["disrupted_at"] or row.get("finished")
@@ -294,13 +386,15 @@ def preemption_metrics(rows: Iterable[Mapping[str, Any]], steps: Mapping[str, An
         a["waste_usd"] = None if price is None else a["waste_gpu_hours"] * price
         waste_s += a["gpus"] * (lost + respin)
         by_pod[a["pod"]] = a
-    preempted_h = sum(a["gpu_hours"] for a in preempted)
+    pod_preempted_h = sum(a["gpu_hours"] for a in preempted)  # a gang's pods are never in retry_gpu_hours
     train = steps.get("finetune")
     last_train = train.metrics.get("train_s") if train is not None else None
-    failure_h = None if retry_gpu_hours is None else max(0.0, retry_gpu_hours - preempted_h)
+    failure_h = None if retry_gpu_hours is None else max(0.0, retry_gpu_hours - pod_preempted_h)
+    n_gang = sum(a["outcome"] == "preempted" for a in gangs)
+    attempts = sorted(attempts + gangs, key=lambda a: (a["step"], bool(a.get("gang")), a["attempt"]))
     metrics: dict[str, float | None] = {
-        "preemptions": float(len(preempted)),
-        "preempted_gpu_hours": preempted_h,
+        "preemptions": float(len(preempted) + n_gang),
+        "preempted_gpu_hours": pod_preempted_h + gang_preempted_h,
         "preemption_waste_gpu_hours": waste_s / 3600.0,
         "preemption_waste_usd": None if price is None else waste_s / 3600.0 * price,
         "time_to_recover_s": max(recover) if recover else None,

@@ -21,6 +21,7 @@ from standins.k8s_api import KubeAPIStandIn
 from standins.kfp_api import KFPAPIStandIn
 from standins.loopback import CLIENT_ENV, write_kubeconfig
 from standins.ready_cluster import (
+    CKPT_PVC,
     FAULTS,
     HF_TOKEN_VALUE,
     POD_FLAGS,
@@ -37,6 +38,7 @@ PAGE_PATH = Path(__file__).resolve().parents[2] / "docs" / "first-run-on-a-clust
 PAGE = PAGE_PATH.read_text(encoding="utf-8")
 K8S_TOKEN, KFP_TOKEN, ARGO_TOKEN = "doctor-k8s-token-7c1", "doctor-kfp-token-7c1", "doctor-argo-token-7c1"
 GANG = ("--nodes", "2", "--gpus", "4", "--queue", QUEUE)
+CKPT = ("--checkpoint-pvc", f"{CKPT_PVC}:/ckpt")
 
 
 @dataclass
@@ -134,6 +136,25 @@ def test_ready_gang_passes_every_check(ready: Ready) -> None:
         assert expected in out, (expected, out)
 
 
+def test_checkpoint_pvc_is_checked_readwritemany_only_for_a_gang(ready: Ready) -> None:
+    """--checkpoint-pvc (issue 24): Bound on one node; a gang's node pods all resume from it, so ReadWriteMany."""
+    ready.kube.apply_custom_object({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                    "metadata": {"name": CKPT_PVC, "namespace": "llmpack"},
+                                    "spec": {"accessModes": ["ReadWriteOnce"]},
+                                    "status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"]}})
+    code, out = ready.doctor("--path", "argo", *CKPT)
+    assert code == 0, out
+    assert f"✓ PersistentVolumeClaim {CKPT_PVC} in llmpack is Bound" in out and "ReadWriteOnce" not in out, out
+    code, out = ready.doctor("--path", "argo", *GANG, *CKPT)
+    assert code == 1, out
+    assert failed_lines(out) == [f"✗ PersistentVolumeClaim {CKPT_PVC} in llmpack is ReadWriteOnce, not ReadWriteMany "
+                                 "(every node pod of the gang mounts it)"], out
+    code, out = ready.doctor("--path", "argo", *GANG, "--checkpoint-pvc", "llmpack-shared")  # the gang's own claim: once
+    assert code == 0 and out.count("llmpack-shared in llmpack is Bound") == 1, out
+    code, out = ready.doctor("--path", "argo", "--checkpoint-pvc", "Ckpt")
+    assert code == 2 and "--checkpoint-pvc" in out and "Traceback" not in out, out
+
+
 # fault: (extra flags, what its ✗ line says, what its fix says)
 CASES = {
     "no-namespace": ((), "namespace llmpack does not exist", "kubectl create namespace llmpack"),
@@ -153,6 +174,8 @@ CASES = {
     "secret-without-uri": ((), "Secret llmpack-mlflow in llmpack has no tracking-uri key", "patch secret llmpack-mlflow"),
     "no-argo-repository": ((), "Argo has no artifact repository for llmpack", "artifact-repositories.yaml"),
     "psa-restricted": ((), "Pod Security (kfp): kubeflow enforces restricted; kfp exec-", "enforce=baseline"),
+    "ckpt-pvc-rwo": ((*GANG, *CKPT), "llmpack-ckpt in llmpack is ReadWriteOnce, not ReadWriteMany",
+                     "delete pvc llmpack-ckpt"),
     "no-model-pvc": (POD_FLAGS, "PersistentVolumeClaim llmpack-models missing in llmpack", "name: llmpack-models"),
     "data-pvc-pending": (POD_FLAGS, "llmpack-data in llmpack is Pending, not Bound", "describe pvc llmpack-data"),
     "no-hf-secret": (POD_FLAGS, "Secret hf-token missing in llmpack (the pods read HF_TOKEN from its key token",

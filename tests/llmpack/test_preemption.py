@@ -176,3 +176,69 @@ def test_the_injector_does_nothing_when_the_cluster_preempted_first() -> None:
     inject = PreemptInjector(None, PreemptSpec(step="finetune", at_s=5), lambda: rows, pod_steps={"finetune"},
                              clock=lambda: T0 + 1000)
     assert inject.step() is True and inject.evictions == []
+
+
+# --------------------------------------------------------------------------- a TrainJob gang: one attempt of all its node pods
+
+
+def gang_row(pod: str, node: int, *, created: float, started: float, finished: float, ok: bool,
+             disrupted: float | None = None) -> dict[str, Any]:
+    return {"pod": pod, "step": "finetune", "role": "executor", "gang": "tj", "gang_node": node, "gang_gpus": 4,
+            "created": created, "node_ready": created - 60, "container_started": started, "finished": finished,
+            "phase": "Succeeded" if ok else "Failed", "deleted": not ok,
+            "disruption": "PreemptionByScheduler" if disrupted else None, "disrupted_at": disrupted}
+
+
+GANG_ROWS = [
+    {"pod": "launcher", "step": "finetune", "role": "executor", "created": T0, "container_started": T0 + 2,
+     "finished": T0 + 82, "phase": "Succeeded"},
+    gang_row("tj-node-0-0-a", 0, created=T0 + 10, started=T0 + 20, finished=T0 + 40, ok=False),
+    gang_row("tj-node-0-1-b", 1, created=T0 + 10, started=T0 + 22, finished=T0 + 40, ok=False, disrupted=T0 + 39),
+    gang_row("tj-node-0-0-c", 0, created=T0 + 41, started=T0 + 44, finished=T0 + 80, ok=True),  # JobSet's restart
+    gang_row("tj-node-0-1-d", 1, created=T0 + 41, started=T0 + 45, finished=T0 + 80, ok=True),
+]
+
+
+def test_a_preempted_gang_is_one_attempt_its_waste_over_every_node_pod() -> None:
+    """Node 1 of a 2x4 gang preempted at T0+39 (the gang's checkpoint at T0+35); JobSet recreates both node pods,
+    which start at T0+44/45; the restarted gang's first step at T0+50."""
+    a0 = StepTimes(step="finetune", events={"first_step": T0 + 25, "checkpoint_saved": T0 + 35}, metrics={}, attempt=0)
+    a1 = StepTimes(step="finetune", events={"first_step": T0 + 50, "finished": T0 + 81}, metrics={"train_s": 30.0},
+                   attempt=1)
+    steps = {"finetune": StepTimes(step="finetune", events=a1.events, metrics=a1.metrics, attempt=1, attempts=(a0, a1))}
+    m, attempts = preemption_metrics(GANG_ROWS, steps, {"finetune": 0}, 4.0, retry_gpu_hours=0.01)
+    assert [(a["outcome"], bool(a.get("gang"))) for a in attempts] == [("succeeded", False), ("preempted", True),
+                                                                       ("succeeded", True)]
+    gang = attempts[1]
+    assert gang["pods"] == ["tj-node-0-0-a", "tj-node-0-1-b"] and gang["gpus"] == 8
+    assert (gang["reason"], gang["disrupted_at"]) == ("PreemptionByScheduler", T0 + 39)
+    waste_s = 4 * (39 - 35) * 2 + 4 * (50 - 44) + 4 * (50 - 45)  # every node pod since the checkpoint; every respin
+    assert m["preemptions"] == 1
+    assert m["preemption_waste_gpu_hours"] == pytest.approx(waste_s / 3600.0)
+    assert m["preemption_waste_usd"] == pytest.approx(waste_s / 3600.0 * 4.0)
+    assert (gang["lost_s"], gang["respin_s"]) == (pytest.approx(4.0), pytest.approx(6.0))
+    assert m["time_to_recover_s"] == pytest.approx(50 - 39)
+    assert m["preempted_gpu_hours"] == pytest.approx(4 * ((40 - 20) + (40 - 22)) / 3600.0)
+    assert m["failure_retry_gpu_hours"] == pytest.approx(0.01)  # a gang's pods are never in the failure retries
+    assert m["kept_train_s"] == pytest.approx(30.0 + (35 - 25))
+    # the ranks logged no attempt of the preempted gang (a real gang's ranks log the launcher's attempt number):
+    # no checkpoint is known, so every node pod's GPU time since its start is lost
+    only = {"finetune": StepTimes(step="finetune", events=a1.events, metrics=a1.metrics, attempt=0)}
+    m, _ = preemption_metrics(GANG_ROWS, only, {"finetune": 0}, None)
+    assert m["preemption_waste_gpu_hours"] == pytest.approx((4 * (39 - 20) + 4 * (39 - 22) + 4 * 6 + 4 * 5) / 3600.0)
+
+
+def test_the_injector_evicts_a_node_pod_of_a_gang_never_its_launcher() -> None:
+    from llmpack.k8s.preempt_inject import PreemptInjector
+    from llmpack.k8s.preemption import PreemptSpec
+
+    rows = [dict(r, phase="Running", finished=None, deleted=False, disruption=None) for r in GANG_ROWS[:3]]
+    inject = PreemptInjector(None, PreemptSpec(step="finetune", at_s=5), lambda: rows, pod_steps={"finetune"},
+                             clock=lambda: T0 + 26, gang=True)
+    evicted: list[str] = []
+    inject._evict = lambda row: evicted.append(row["pod"])  # type: ignore[method-assign]
+    assert inject.step() is False and evicted == []  # due 5 s after the newest node pod's start (T0+22)
+    inject.clock = lambda: T0 + 27
+    assert inject.step() is False and evicted == ["tj-node-0-1-b"]
+    rows[2]["disruption"] = "EvictionByEvictionAPI"
+    assert inject.step() is True  # once: the gang was preempted

@@ -30,18 +30,19 @@ def preempting(loopback_env: None, tmp_path: Path, tracking_uri: str) -> Any:
         yield c, plan
 
 
-def compare_cli(loop: LoopbackCluster, report: Path) -> str:
-    """``llmpack compare --cluster --preempt finetune@4s`` on the loopback cluster, in a subprocess; its stdout."""
+def compare_cli(loop: LoopbackCluster, report: Path, *extra: str, preempt: str = "finetune@4s") -> str:
+    """``llmpack compare --cluster --preempt finetune@4s`` (and ``extra`` flags) on the loopback cluster, in a
+    subprocess; its stdout."""
     import subprocess
     import sys
 
     env = client_env()
     env.update(KFP_TOKEN=KFP_TOKEN, ARGO_TOKEN=ARGO_TOKEN, HOME=str(report.parent / "home"), COLUMNS="80")
     r = subprocess.run(
-        [sys.executable, "-m", "llmpack", "compare", "--cluster", "--backends", "kfp,argo,mlflow", "--preempt", "finetune@4s",
+        [sys.executable, "-m", "llmpack", "compare", "--cluster", "--backends", "kfp,argo,mlflow", "--preempt", preempt,
          "--price-per-gpu-hour", str(PRICE), "--kfp-host", loop.kfp.url, "--argo-host", loop.argo.url,
          "--kubeconfig", str(loop.kubeconfig), "--tracking-uri", loop.tracking_uri, "--poll", "0.05", "--timeout", "60",
-         "--report", str(report)],
+         "--report", str(report), *extra],
         env=env, capture_output=True, text=True, timeout=300,
     )
     assert r.returncode == 0, r.stderr[-3000:]

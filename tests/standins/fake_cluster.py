@@ -598,7 +598,7 @@ class FakeCluster:
                   "jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/jobset-uid": _uid(f"{namespace}/{name}"),
                   "jobset.sigs.k8s.io/replicatedjob-name": "node", "jobset.sigs.k8s.io/replicatedjob-replicas": "1",
                   "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/job-global-index": "0",
-                  "jobset.sigs.k8s.io/restart-attempt": "0",
+                  "jobset.sigs.k8s.io/restart-attempt": str(p.get("restart", 0)),
                   "batch.kubernetes.io/job-completion-index": index, "batch.kubernetes.io/job-name": job,
                   "job-name": job, "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid}
             annotations = {"batch.kubernetes.io/job-completion-index": index, "jobset.sigs.k8s.io/jobset-name": name,
@@ -611,11 +611,16 @@ class FakeCluster:
                     "limits": {"nvidia.com/gpu": str(gang["gpus_per_node"])},
                     "requests": {"nvidia.com/gpu": str(gang["gpus_per_node"])}}
                 st["spec"]["containers"][-1]["command"] = obj["spec"]["trainer"]["command"]
-            actions += self._pod_actions(states, p, namespace=namespace, container="node", node=None)
+            played = self._pod_actions(states, p, namespace=namespace, container="node", node=None)
+            actions += self.preempt.gang_pod(p, states, played, namespace) if self.preempt is not None else played
             node = p["node_obj"]
             actions.append((node["created"], 0, "node", self._gpu_node_object(node)))
         actions.append((gang["complete"], 4, "trainjob_done", (namespace, name)))
         return actions
+
+    def _gang_preempted(self, script: RunScript, step: str) -> float | None:
+        """standins.gang_preemption: a node pod preempted, the gang restarted whole; the launcher's new end."""
+        return self.preempt.script_gang(self, script, step) if self.preempt is not None else None
 
     def _gpu_node_object(self, node: Mapping[str, Any]) -> dict[str, Any]:
         obj = node_object(node["name"], created=node["created"], ready=node["ready"],
@@ -661,6 +666,7 @@ class FakeCluster:
             for member in () if retried else task.members:
                 if launcher:
                     finished = self._gang_events(script, member, finished, gang)
+                    finished = self._gang_preempted(script, member) or finished
                 else:
                     finished = self._step_events(script, member, finished)
                 ran.append(member)
@@ -720,6 +726,8 @@ class FakeCluster:
                                   "effect": "NoSchedule"}]
         out = [(node["removed"], 0, "node", obj)]
         for p in (script.gang or {}).get("pods") or ():  # each gang node, after its one pod
+            if p.get("replaced"):  # a preempted gang's pod: its node runs the restarted gang's
+                continue
             gnode = p["node_obj"]
             gnode["removed"] = p["finished"] + self.scale_down_s
             gobj = self._gpu_node_object(gnode)
@@ -895,6 +903,7 @@ class FakeCluster:
         for step in STEPS:
             if gang is not None and step == "finetune":  # main.py's finetune child is the launcher
                 finished = self._gang_events(script, step, cursor + t.mlflow_child_s, gang)
+                finished = self._gang_preempted(script, step) or finished
             else:
                 finished = self._step_events(script, step, cursor + t.mlflow_child_s)
             ran.append(step)

@@ -18,7 +18,8 @@ The preempted attempt's events are logged as attempt 0, the retry's as attempt 1
 runtime logs them on a cluster. KFP and Argo pods of one unfused step
 (:meth:`Preemption.script_step`); the MLflow Job's one pod (:meth:`Preemption.script_job`) is
 restarted whole by the Job: the next pod reruns the steps before the preempted one, then resumes it
-(there the moment counts from when the step began in the pod).
+(there the moment counts from when the step began in the pod). A TrainJob gang's node pod, and
+the gang restarted whole: :mod:`standins.gang_preemption`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmpack.k8s.preemption import CHECKPOINT_EVENT, RESUMED_METRIC, PreemptSpec, parse_preempt
+from standins.gang_preemption import end_states, gang_pod_end, script_gang
 from standins.k8s_api import _iso, status_object
 
 STEPS_PER_S = 10.0  # virtual optimizer steps per second of training (what resumed_from_step counts)
@@ -91,6 +93,13 @@ class Preemption:
                                                   "checkpoint": ev0.get(CHECKPOINT_EVENT), "retry": retry,
                                                   "attempts": {self.spec.step: [ev0]}}
         return retry, ev1["finished"]
+
+    def script_gang(self, cluster: Any, script: Any, step: str) -> float | None:
+        """A node pod of the run's TrainJob gang preempted, the gang restarted whole (:mod:`standins.gang_preemption`)."""
+        return script_gang(self, cluster, script, step) if self.spec.step == step else None
+
+    def gang_pod(self, p: dict[str, Any], states: list[dict[str, Any]], actions: list[Any], namespace: str) -> list[Any]:
+        return gang_pod_end(self, p, states, actions, namespace)
 
     def script_job(self, cluster: Any, script: Any, times: dict[str, Any], steps: tuple[str, ...]) -> dict[str, Any] | None:
         """The MLflow Job's one pod preempted in the step (``at_s`` after the step began in it); the Job's
@@ -169,16 +178,8 @@ class Preemption:
         at = found["at"]
         cond = {"type": "DisruptionTarget", "status": "True", "reason": self.reason, "lastProbeTime": None,
                 "lastTransitionTime": _iso(at), "message": "Kubernetes Scheduler preempted this pod"}
-        disrupted, last = copy.deepcopy(states[3]), copy.deepcopy(states[4])  # told to go, then gone
-        for st in (disrupted, last):
-            st["status"]["conditions"].append(dict(cond))
-            st["metadata"]["deletionTimestamp"] = _iso(at + self.grace_s)
-        for status in last["status"].get("containerStatuses") or ():
-            term = (status.get("state") or {}).get("terminated")
-            if term:
-                term.update(exitCode=143, reason="Error")
-        actions += [(at, 2, "pod", disrupted), (times["finished"], 2, "pod", last),
-                    (times["finished"], 3, "delete", (namespace, name))]
+        actions += end_states(states, at=at, finished=times["finished"], grace_s=self.grace_s, cond=cond,
+                              namespace=namespace)
         return actions
 
 

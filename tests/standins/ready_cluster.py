@@ -30,6 +30,7 @@ SECRET_PASSWORD = "mlflow-pass-never-shown-9f3"  # a value doctor reads past and
 EXTRA_CRDS = (LOCALQUEUES, LOCALQUEUES_V1BETA2, CLUSTER_TRAINING_RUNTIMES)
 MODEL_PVC, DATA_PVC, HF_SECRET, PULL_SECRET = "llmpack-models", "llmpack-data", "hf-token", "regcred"
 HF_TOKEN_VALUE = "hf_never-shown-0c4d"  # the token in HF_SECRET: doctor checks the key, never prints it
+CKPT_PVC = "llmpack-ckpt"  # --checkpoint-pvc: ReadWriteMany, so a gang resumes from it too
 POD_FLAGS = ("--model-pvc", MODEL_PVC, "--data-pvc", DATA_PVC, "--hf-token-secret", HF_SECRET,
              "--image-pull-secret", PULL_SECRET)
 
@@ -90,6 +91,7 @@ def plant_ready(api: KubeAPIStandIn) -> KubeAPIStandIn:
     for namespace in (RUN_NAMESPACE, KFP_NAMESPACE):  # POD_FLAGS: model and data volumes, HF token, registry login
         api.apply_custom_object(pvc(namespace, modes=("ReadOnlyMany",), name=MODEL_PVC))
         api.apply_custom_object(pvc(namespace, modes=("ReadOnlyMany",), name=DATA_PVC))
+        api.apply_custom_object(pvc(namespace, name=CKPT_PVC))
         api.apply_custom_object(secret(namespace, {"token": HF_TOKEN_VALUE}, name=HF_SECRET))
         api.apply_custom_object(secret(namespace, {".dockerconfigjson": '{"auths": {}}'}, name=PULL_SECRET,
                                        kind="kubernetes.io/dockerconfigjson"))
@@ -129,6 +131,8 @@ FAULTS: dict[str, tuple[str, Callable[[KubeAPIStandIn], Any]]] = {
                                                                                       "password": SECRET_PASSWORD}))),
     "no-argo-repository": ("Argo has no artifact repository",
                            _delete("configmaps", RUN_NAMESPACE, "artifact-repositories")),
+    "ckpt-pvc-rwo": ("the checkpoint PVC (--checkpoint-pvc) is ReadWriteOnce",
+                     lambda api: api.apply_custom_object(pvc(modes=("ReadWriteOnce",), name=CKPT_PVC))),
     "no-model-pvc": ("the model's PVC (--model-pvc) is missing", _delete("persistentvolumeclaims", RUN_NAMESPACE, MODEL_PVC)),
     "data-pvc-pending": ("the data's PVC (--data-pvc) is Pending",
                          lambda api: api.apply_custom_object(pvc(modes=("ReadOnlyMany",), name=DATA_PVC, phase="Pending"))),
