@@ -203,3 +203,26 @@ def test_submit_argo_with_the_checkpoint_volume_sends_it_through_the_stand_in(mo
     assert env_of(finetune["container"])[ROOT] == "/checkpoints"
     assert finetune["podSpecPatch"] == '{"terminationGracePeriodSeconds": 90}'
     assert finetune["retryStrategy"]["limit"] == str(2 + PREEMPTION_RETRIES)
+
+
+def test_the_real_pods_stand_in_reads_each_paths_finetune_env_from_the_artifact(compiled: dict[str, Any],
+                                                                                 tmp_path: Path) -> None:
+    """``standins.real_pods`` (the loopback's real preempted pods) runs finetune with this env: the claim's mount
+    mapped to the claim's stand-in dir, every path alike; without the claim it refuses (nothing to resume from)."""
+    import yaml
+    from standins.real_pods import RealFinetune
+
+    spec, _ = kfp(compiled["one"])
+    _, platform = yaml.safe_load_all((compiled["one"] / "kfp_pipelines" / "finetune.yaml").read_text())
+    real = RealFinetune(tokens=tmp_path / "tokens", workdir=tmp_path)
+    artifacts = {"kfp": {"pipeline_spec": {"pipeline_spec": spec, "platform_spec": platform}},
+                 "argo": argo(compiled["one"]), "mlflow": job(compiled["one"])}
+    envs = {path: real.pod_env(path, obj) for path, obj in artifacts.items()}
+    for path, env in envs.items():
+        assert env[ROOT] == str(tmp_path / "pvc" / "ckpt"), path
+        assert env[settings.GRACE_PERIOD_S.name] == str(GRACE) and env[settings.CHECKPOINT_MINUTES.name] == "10", path
+    unmounted = argo(compiled["one"])
+    for tmpl in unmounted["spec"]["templates"]:
+        tmpl.pop("volumes", None)  # the root names a path on no claim: the retry would find nothing
+    with pytest.raises(AssertionError, match="no LLMPACK_CHECKPOINT_ROOT on a claim"):
+        real.pod_env("argo", unmounted)

@@ -150,6 +150,7 @@ class RunScript:
     gang: dict[str, Any] = field(default_factory=dict)                 # the finetune TrainJob (nnodes > 1)
     failed_step: str | None = None   # the step that failed (a member, for a fused task)
     failed_task: str | None = None   # the task (pod) it failed in
+    artifact: Any = None             # what was submitted (KFP run, Workflow, Job): standins.real_pods reads its env
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -799,6 +800,7 @@ class FakeCluster:
             "executors") or {}
         ns = self.kfp_namespace
         script = RunScript("kfp", str(params["pipeline_run"]), str(params["run_group"]), float(params["submitted_at"]), ns)
+        script.artifact = run
         self.scripts[script.pipeline_run] = script
         wf = f"llm-finetune-{_suffix(run['run_id'], 5)}"
         base = {"pipeline/runid": run["run_id"], "pipelines.kubeflow.org/v2_component": "true",
@@ -849,6 +851,7 @@ class FakeCluster:
         args = {p["name"]: p.get("value") for p in (wf["spec"].get("arguments") or {}).get("parameters") or []}
         ns, name = wf["metadata"]["namespace"], wf["metadata"]["name"]
         script = RunScript("argo", str(args["pipeline_run"]), str(args["run_group"]), float(args["submitted_at"]), ns)
+        script.artifact = wf
         self.scripts[script.pipeline_run] = script
         templates = {t["name"]: t for t in wf["spec"].get("templates") or []}
         planned = {task.name: task for task in argo_tasks(wf)}
@@ -894,6 +897,7 @@ class FakeCluster:
         container = template["spec"]["containers"][0]
         params = command_params(container["command"])
         script = RunScript("mlflow", params["pipeline_run"], params["run_group"], float(params["submitted_at"]), ns)
+        script.artifact = job
         self.scripts[script.pipeline_run] = script
         created = _floor(script.submitted_at) + t.first_pod_s
         times = self._pod_times(script, created, gpu=True, first_gpu=True)

@@ -45,6 +45,7 @@ class Preemption:
     grace_s: int = 1
     retry_gap_s: int = 2
     reason: str = "PreemptionByScheduler"
+    real: Any = None  # standins.real_pods.RealFinetune: the real step, SIGTERMed at the moment, says what it kept
     done: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (pipeline_run, task) -> the preempted attempt
 
     @classmethod
@@ -74,6 +75,9 @@ class Preemption:
         if saves:
             ev0[CHECKPOINT_EVENT] = round(saves[-1], 6)
         kept_s = (saves[-1] - trained_from) if saves else 0.0
+        resumed_step = float(int(kept_s * STEPS_PER_S))
+        if self.real is not None:
+            ev0[CHECKPOINT_EVENT], kept_s, resumed_step = self._real(cluster, script, trained_from, at)
         pod0 = {**times, "finished": at + self.grace_s, "failed": True, "disrupted": at}
         retry = cluster._pod_times(script, at + self.retry_gap_s, True, False)
         retry["gpu"] = True
@@ -86,7 +90,7 @@ class Preemption:
         metrics = dict(script.metrics.get(self.spec.step) or {})
         if "train_s" in metrics:
             metrics["train_s"] = round(max(0.0, metrics["train_s"] - kept_s), 6)
-        metrics[RESUMED_METRIC] = float(int(kept_s * STEPS_PER_S))
+        metrics[RESUMED_METRIC] = resumed_step
         script.metrics[self.spec.step] = metrics
         self.done[(script.pipeline_run, task)] = {"times": pod0, "events": ev0, "at": at, "kept_s": kept_s,
                                                   "began": times["started"],
@@ -119,10 +123,13 @@ class Preemption:
         saves = [trained_from + k * self.checkpoint_every_s
                  for k in range(1, int((at - trained_from) / self.checkpoint_every_s) + 1)] if at > trained_from else []
         kept_s = (saves[-1] - trained_from) if saves else 0.0
+        resumed_step = float(int(kept_s * STEPS_PER_S))
         before = {s: e for s, e in first.items() if e["process_started"] < at}
         before[self.spec.step] = {k: v for k, v in step_ev.items() if v < at and k != "finished"}
         if saves:
             before[self.spec.step][CHECKPOINT_EVENT] = round(saves[-1], 6)
+        if self.real is not None:
+            before[self.spec.step][CHECKPOINT_EVENT], kept_s, resumed_step = self._real(cluster, script, trained_from, at)
         retry = cluster._pod_times(script, at + self.retry_gap_s, True, False)
         cursor = retry["started"] + t.process_s
         for step in steps:  # main.py again: every step, the preempted one resumed
@@ -133,7 +140,7 @@ class Preemption:
                 metrics = dict(script.metrics.get(step) or {})
                 if "train_s" in metrics:
                     metrics["train_s"] = round(max(0.0, metrics["train_s"] - kept_s), 6)
-                metrics[RESUMED_METRIC] = float(int(kept_s * STEPS_PER_S))
+                metrics[RESUMED_METRIC] = resumed_step
                 script.metrics[step] = metrics
         retry["finished"] = math.floor(cursor) + 1
         self.done[(script.pipeline_run, "main")] = {
@@ -141,6 +148,14 @@ class Preemption:
             "at": at, "began": began, "kept_s": kept_s, "checkpoint": before[self.spec.step].get(CHECKPOINT_EVENT), "retry": retry,
             "attempts": {s: [e] for s, e in before.items()}}
         return retry
+
+    def _real(self, cluster: Any, script: Any, trained_from: float, at: float) -> tuple[float, float, float]:
+        """(checkpoint_saved, kept_s, resumed_from_step) from the real step (:mod:`standins.real_pods`): its
+        checkpoint written in the grace, the real delay after the moment; what the retry says it resumed."""
+        compute = cluster.timings.compute_s.get(self.spec.step, 1.0)
+        got = self.real.resume(script, (at - trained_from) / compute, self.grace_s)
+        saved = round(at + got["delay_s"], 6)
+        return saved, saved - trained_from, got["resumed"]
 
     def attempts(self, script: Any, step: str) -> list[dict[str, float]] | None:
         """The step's events per attempt (the preempted pod's first) when this run's pod was preempted."""
