@@ -195,7 +195,10 @@ GRACE_HEADROOM_S = 30
 # Preemption retries the Argo path grants beyond the failure budget (retryStrategy has one counter).
 PREEMPTION_RETRIES = 3
 # What Argo's ``lastRetry.message`` says for a pod lost to the platform, not to its own code.
-PREEMPTION_MESSAGE = "(?i)pod deleted|imminent node shutdown|preempt|evict|DisruptionTarget|node.*(lost|shutdown)"
+# "exit code 143": the step's own exit after a SIGTERM checkpoint (an eviction whose pod Argo saw end
+# before it was deleted reports "Error (exit code 143)", not "pod deleted").
+PREEMPTION_MESSAGE = ("(?i)pod deleted|imminent node shutdown|preempt|evict|DisruptionTarget|node.*(lost|shutdown)"
+                      "|exit code 143")
 
 
 def grace_for(save_s: float) -> int:

@@ -59,6 +59,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from components import settings
 from components.dsl import (
     HF_CACHE_MOUNT,
     TELEMETRY_PARAMS,
@@ -286,7 +287,8 @@ def use_pod_extras(kt: Any, extras: PodExtras) -> None:
     if extras.pull_secrets:
         kubernetes.set_image_pull_secrets(kt, list(extras.pull_secrets))
     for name, value in extras.env:  # the checkpoint volume's settings (--checkpoint-pvc ...)
-        kt.set_env_variable(name, value)
+        if name != settings.GRACE_PERIOD_S.name:  # not compiled here (below): the step must not log a grace it lacks
+            kt.set_env_variable(name, value)
     # extras.grace_s: the KFP platform spec has no terminationGracePeriodSeconds (kfp-kubernetes 2.x); the
     # pods keep the cluster's default (30 s) and a TrainJob the finetune step creates gets it (docs/preemption.md).
 

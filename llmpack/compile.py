@@ -27,7 +27,7 @@ from typing import Any
 from components import settings
 from components.dsl import Pipeline
 from components.errors import InputError
-from llmpack.pod_options import IMAGE_REF, PodOptions, check_image  # noqa: F401 - check_image, IMAGE_REF: importable here too
+from llmpack.pod_options import IMAGE_REF, POD_FLAGS, PodOptions, check_image  # noqa: F401 - check_image, IMAGE_REF: importable here too
 
 DEFAULT_OUT = Path("build/llmpack")
 
@@ -281,7 +281,7 @@ def compiled_for_submit(orchestrator: str, gpu_type: str | None, options: Mappin
         if replace(pod, image=None, pull_policy=None) == PodOptions() and "image" in path.submit_options:
             yield {"image": pod.image} if pod.image else {}  # MLflow: the Job's image, given with the project
             return
-        raise InputError(f"--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*/--label: compile the {orchestrator} "
+        raise InputError(f"{POD_FLAGS}: compile the {orchestrator} "
                          f"artifact to submit; not with {flag} (compile it with `llmpack compile` and those flags, "
                          "and submit that instead)")
     if gpu_type is None and not pod.compiles:

@@ -151,6 +151,9 @@ def parse_labels(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 # (issue 24 items 1 and 2; docs/preemption.md): the checkpointing step's volume, variables and grace period.
 
 
+MAX_SECONDS = 86_400  # a day: longer grace periods or checkpoint intervals are typos (and inf would overflow)
+
+
 @dataclass(frozen=True, kw_only=True)
 class CheckpointOptions:
     """``--checkpoint-pvc``, ``--grace-period``, ``--checkpoint-save-s``, ``--checkpoint-minutes``; none: nothing written."""
@@ -166,14 +169,15 @@ class CheckpointOptions:
         (``--checkpoint-save-s``, else :data:`~components.podspec.DEFAULT_SAVE_S`) once checkpoints outlive the pod."""
         from components.podspec import DEFAULT_SAVE_S
 
-        if grace_period is not None and grace_period <= 0:
-            raise InputError(f"--grace-period {grace_period}: must be a whole number of seconds > 0")
-        if checkpoint_save_s is not None and not checkpoint_save_s > 0:
-            raise InputError(f"--checkpoint-save-s {checkpoint_save_s}: must be a number of seconds > 0")
+        if grace_period is not None and not 0 < grace_period <= MAX_SECONDS:
+            raise InputError(f"--grace-period {grace_period}: must be a whole number of seconds, 1 to {MAX_SECONDS}")
+        if checkpoint_save_s is not None and not 0 < checkpoint_save_s <= MAX_SECONDS:  # NaN and inf fail too
+            raise InputError(f"--checkpoint-save-s {checkpoint_save_s}: must be a number of seconds > 0, at most {MAX_SECONDS}")
         if grace_period is not None and checkpoint_save_s is not None:
             raise InputError("--grace-period with --checkpoint-save-s: give one (the save time sets the grace period)")
-        if checkpoint_minutes is not None and not checkpoint_minutes > 0:
-            raise InputError(f"--checkpoint-minutes {checkpoint_minutes}: must be a number of minutes > 0")
+        if checkpoint_minutes is not None and not 0 < checkpoint_minutes <= MAX_SECONDS / 60:
+            raise InputError(f"--checkpoint-minutes {checkpoint_minutes}: must be a number of minutes > 0, "
+                             f"at most {MAX_SECONDS // 60}")
         claim = None if checkpoint_pvc is None else replace(
             parse_claim(checkpoint_pvc, "--checkpoint-pvc", CHECKPOINT_MOUNT, CHECKPOINT_VOLUME), read_only=False)
         if grace_period is None and (claim is not None or checkpoint_save_s is not None):

@@ -80,12 +80,15 @@ def fetch_allocations(url: str, start: float, end: float, *, timeout_s: float = 
     if not isinstance(sets, list):
         raise InputError(f"OpenCost at {url}: no 'data' list in the allocation answer")
     out: dict[str, dict[str, Any]] = {}
-    for one in sets:
-        for key, alloc in (one or {}).items():
-            if isinstance(alloc, dict):
-                have = out.setdefault(key, {"gpuHours": 0.0, "gpuCost": 0.0, "totalCost": 0.0})
-                for field in have:
-                    have[field] += float(alloc.get(field) or 0.0)
+    try:
+        for one in sets:
+            for key, alloc in (one if isinstance(one, dict) else {}).items():
+                if isinstance(alloc, dict):
+                    have = out.setdefault(key, {"gpuHours": 0.0, "gpuCost": 0.0, "totalCost": 0.0})
+                    for field in have:
+                        have[field] += float(alloc.get(field) or 0.0)
+    except (TypeError, ValueError) as exc:  # a figure that is no number: a warning on the runs, never a traceback
+        raise InputError(f"OpenCost at {url}: an allocation figure is not a number ({exc})") from None
     return out
 
 

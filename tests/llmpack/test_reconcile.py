@@ -196,6 +196,36 @@ def test_opencost_unreachable_is_a_warning_not_a_failure() -> None:
             reconcile.check_opencost_url(bad)
 
 
+@pytest.mark.parametrize("data", [[["not", "a", "set"]], [{"run/x": {"gpuHours": {"a": 1}}}], [{"run/x": {"gpuCost": "n/a"}}]])
+def test_a_malformed_opencost_answer_is_a_warning_not_a_traceback(data: list) -> None:
+    """An OpenCost (or a proxy before it) answering nonsense costs the comparison one warning per run."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = json.dumps({"code": 200, "data": data}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        runs = [{"pipeline_run": "x", "orchestrator": "argo", "submitted_at": 1.8e9, "finished_at": 1.8e9 + 60,
+                 "metrics": {}, "warnings": []}]
+        reconcile.opencost_reconcile(f"http://127.0.0.1:{server.server_port}", runs)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "opencost_gpu_hours" not in runs[0]["metrics"]
+    assert len(runs[0]["warnings"]) == 1 and "OpenCost" in runs[0]["warnings"][0], runs[0]["warnings"]
+
+
 # --------------------------------------------------------------------------- the stand-in OpenCost on its own
 
 
