@@ -238,14 +238,24 @@ class PodOptions:
             check_id(namespace, "--namespace")
         if repository_uri is not None and (not repository_uri.strip() or any(c.isspace() for c in repository_uri)):
             raise InputError(f"--mlflow-repository-uri {repository_uri!r}: not an image repository")
+        model = None if model_pvc is None else parse_claim(model_pvc, "--model-pvc", MODEL_MOUNT, MODEL_VOLUME)
+        data = None if data_pvc is None else parse_claim(data_pvc, "--data-pvc", DATA_MOUNT, DATA_VOLUME)
+        checkpoints = checkpoints or CheckpointOptions()
+        mounted: dict[str, str] = {}  # mount path -> the flag that mounts it: one volume per path in a pod
+        for flag, claim in (("--model-pvc", model), ("--data-pvc", data), ("--checkpoint-pvc", checkpoints.claim)):
+            if claim is not None and claim.path.rstrip("/") in mounted:
+                raise InputError(f"{flag}: mount path {claim.path} is {mounted[claim.path.rstrip('/')]}'s too; "
+                                 "give one of them another (NAME:/PATH)")
+            if claim is not None:
+                mounted[claim.path.rstrip("/")] = flag
         return cls(
             image=image,
-            model_pvc=None if model_pvc is None else parse_claim(model_pvc, "--model-pvc", MODEL_MOUNT, MODEL_VOLUME),
-            data_pvc=None if data_pvc is None else parse_claim(data_pvc, "--data-pvc", DATA_MOUNT, DATA_VOLUME),
+            model_pvc=model,
+            data_pvc=data,
             hf_token=None if hf_token_secret is None else parse_secret(hf_token_secret, "--hf-token-secret"),
             pull_policy=image_pull_policy or (default_pull_policy(image) if image else None),
             pull_secrets=tuple(dict.fromkeys(check_name(n, "--image-pull-secret", "Secret") for n in image_pull_secrets)),
-            namespace=namespace, repository_uri=repository_uri, checkpoints=checkpoints or CheckpointOptions(),
+            namespace=namespace, repository_uri=repository_uri, checkpoints=checkpoints,
             labels=parse_labels(labels),
         )
 

@@ -180,6 +180,8 @@ def test_the_grace_period_comes_from_the_flag_the_measured_save_or_the_default()
     (("--grace-period", "20", "--checkpoint-save-s", "5"), "--grace-period with --checkpoint-save-s: give one"),
     (("--checkpoint-pvc", "Ckpt"), "--checkpoint-pvc 'Ckpt': not a PersistentVolumeClaim name"),
     (("--checkpoint-pvc", "ckpt:rel"), "--checkpoint-pvc 'ckpt:rel': the mount path must be an absolute directory"),
+    (("--checkpoint-pvc", "ckpt:/models", "--model-pvc", "weights"), "--checkpoint-pvc: mount path /models is --model-pvc's too"),
+    (("--data-pvc", "d:/models/", "--model-pvc", "weights"), "--data-pvc: mount path /models is --model-pvc's too"),
 ])
 def test_bad_checkpoint_flags_are_one_line_exit_2(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     result = CliRunner().invoke(main, ["compile", "--out", str(tmp_path / "out"), *args])
