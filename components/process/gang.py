@@ -99,7 +99,15 @@ class GangSpec:
             data = json.loads(text)
             if not isinstance(data, dict):
                 raise TypeError("not an object")
-            return cls(**data)
+            spec = cls(**data)
+            for name in ("env", "labels", "node_selector"):  # mappings read with .items() later: checked here
+                if not isinstance(getattr(spec, name, {}), dict):
+                    raise TypeError(f"{name} is not an object")
+            for name in ("mounts", "secret_env"):
+                if not all(isinstance(x, dict) for x in getattr(spec, name)):
+                    raise TypeError(f"{name} is not a list of objects")
+            spec.extras()  # the volumes, secrets and labels built now: a wrong field fails here, in one line
+            return spec
         except (ValueError, TypeError) as exc:
             raise InputError(f"{where}: not a gang spec as llmpack compile --nodes writes it ({exc})") from None
 

@@ -144,3 +144,15 @@ def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens:
     assert ev["process_started"] < ev["trainjob_created"] < min(ev["process_started.rank0"], ev["process_started.rank1"])
     assert ev["first_step"] == max(ev["first_step.rank0"], ev["first_step.rank1"]) <= ev["finished"]
     assert step.metrics["world_size"] == 2
+
+
+@pytest.mark.parametrize("field", ['"env": []', '"labels": "team=x"', '"mounts": ["pvc"]', '"node_selector": 3',
+                                   '"mounts": [{"claim": "c"}]'])
+def test_a_hand_edited_gang_spec_of_the_wrong_shape_is_one_line(field: str) -> None:
+    """The ``trainjob`` run parameter can be overridden at submit: a wrong shape fails at parse, not in the launcher."""
+    from components.errors import InputError
+    from components.process.gang import GangSpec
+
+    text = '{"image": "x", "gpus_per_node": 1, "cpu": 1, "memory": "1Gi", "claim": "c", ' + field + "}"
+    with pytest.raises(InputError, match="^trainjob: not a gang spec as llmpack compile --nodes writes it"):
+        GangSpec.from_json(text, "trainjob")
