@@ -185,6 +185,12 @@ def trainer_command(step_ref: str, inputs: Mapping[str, str], outputs: Mapping[s
     return ["torchrun", "-m", "components.run", step_ref, *args]
 
 
+def trainer_env(spec: GangSpec, attempt: int) -> dict[str, str]:
+    """The launcher's own settings for every rank: a gang member, its step attempt, a records file per rank."""
+    return {settings.LAUNCHER.name: "1", settings.ATTEMPT.name: str(attempt), settings.RANK_EVENTS.name: "1",
+            "HF_HOME": spec.mount}
+
+
 def build_trainjob(spec: GangSpec, *, name: str, namespace: str, nodes: int, command: Sequence[str],
                    labels: Mapping[str, str], env: Mapping[str, str]) -> dict[str, Any]:
     from components.servers.trainjob import TrainJobSpec
@@ -234,7 +240,7 @@ def launch(step_ref: str, step_name: str, ctx: Any, inputs: Mapping[str, str], o
     params = {**{k: v for k, v in values.items() if k != TRAINJOB_PARAM}, **telemetry}
     labels = gang_labels(spec, run_group=ctx.run_group, pipeline_run=ctx.pipeline_run, orchestrator=ctx.orchestrator,
                          step=step_name)
-    env = {settings.LAUNCHER.name: "1", settings.ATTEMPT.name: str(ctx.attempt), settings.RANK_EVENTS.name: "1", "HF_HOME": spec.mount}
+    env = trainer_env(spec, ctx.attempt)
     cluster = trainjob_launch.load_config()  # the pod's service account, else a kubeconfig
     namespace = cluster.namespace
     obj = build_trainjob(spec, name=trainjob_name(ctx.pipeline_run, step_name, ctx.attempt), namespace=namespace,

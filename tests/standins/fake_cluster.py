@@ -554,7 +554,7 @@ class FakeCluster:
         """The TrainJob, its node pods, their nodes and image events, and its Complete condition."""
         if not script.gang:
             return []
-        from components.process.gang import build_trainjob, gang_labels, trainer_command
+        from components.process.gang import build_trainjob, gang_labels, trainer_command, trainer_env
 
         gang = script.gang
         spec, name, step = gang["spec"], gang["trainjob"], gang["step"]
@@ -564,7 +564,7 @@ class FakeCluster:
                                   {"model": "/gang/out/model"}, {"pipeline_run": script.pipeline_run})
         obj = build_trainjob(spec, name=name, namespace=namespace, nodes=gang["nodes"], command=command,
                              labels=labels,
-                             env={"LLMPACK_LAUNCHER": "1", "LLMPACK_ATTEMPT": "0"})
+                             env=trainer_env(spec, 0))
         gang["object"] = obj
         patch = (obj["spec"].get("runtimePatches") or [{}])[0]
         jobs = (((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}).get("replicatedJobs") or []

@@ -10,6 +10,8 @@ gang is ready then: torchrun's rendezvous waits for every node):
    newest before P is the gang's ``checkpoint_saved``; none when P came first);
 2. ``grace_s`` later every node pod of the gang is terminated (exit 143), Failed and deleted: the
    failed Job fails the JobSet, whose restart deletes all its Jobs (the other ranks included);
+   (with ``Preemption(..., real=RealGang(...))``, :mod:`standins.real_gang`, the checkpoint is the real
+   gang's, written in the grace after P, and what the restarted gang resumed is what it says);
 3. ``retry_gap_s`` after P JobSet creates every node pod again (``jobset.sigs.k8s.io/restart-attempt``
    1, new pod names, the same Job names and hostnames) on the nodes still there, image present; the
    ranks meet again, load the model, resume from the run's checkpoint and train what was not kept.
@@ -70,6 +72,12 @@ def script_gang(plan: Any, cluster: Any, script: Any, step: str) -> float | None
     ev0 = {k: v for k, v in ev.items() if v < at and not k.startswith("finished")}
     if saves:
         ev0[CHECKPOINT_EVENT] = round(saves[-1], 6)
+    resumed_step = float(int(kept_s * 10.0))  # standins.preemption.STEPS_PER_S
+    if plan.real is not None:  # standins.real_gang: the real gang, SIGTERMed at the moment, says what it kept
+        compute = t.compute_s.get(step, _DEFAULT_COMPUTE_S)
+        got = plan.real.resume_gang(script, (at - trained_from) / compute, plan.grace_s)
+        ev0[CHECKPOINT_EVENT] = round(at + got["delay_s"], 6)  # written in the grace, after the moment
+        kept_s, resumed_step = ev0[CHECKPOINT_EVENT] - trained_from, got["resumed"]
     victim = old[-1]["index"]
     for p in old:
         p.update(finished=at + plan.grace_s, failed=True, replaced=True)
@@ -107,7 +115,7 @@ def script_gang(plan: Any, cluster: Any, script: Any, step: str) -> float | None
     script.events[step] = ev1
     metrics = dict(script.metrics.get(step) or {})
     metrics["train_s"] = round(max(0.0, metrics.get("train_s", 0.0) - kept_s), 6)
-    metrics[RESUMED_METRIC] = float(int(kept_s * 10.0))  # standins.preemption.STEPS_PER_S
+    metrics[RESUMED_METRIC] = resumed_step
     script.metrics[step] = metrics
     plan.done[(script.pipeline_run, GANG)] = {
         "at": at, "began": ready, "kept_s": kept_s, "checkpoint": ev0.get(CHECKPOINT_EVENT), "victim": victim,

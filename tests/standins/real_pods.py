@@ -82,9 +82,13 @@ def artifact_env(orchestrator: str, artifact: dict[str, Any]) -> tuple[dict[str,
 
 def events_of(out: Path) -> tuple[dict[str, float], dict[str, float]]:
     """(events, metrics) the step wrote to its output's ``llmpack-events.jsonl``; the last of each name."""
+    return events_in(out / "llmpack-events.jsonl")
+
+
+def events_in(path: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """(events, metrics) in one records file (a step's, or one rank's of a gang); the last of each name."""
     events: dict[str, float] = {}
     metrics: dict[str, float] = {}
-    path = out / "llmpack-events.jsonl"
     for rec in map(json.loads, path.read_text().splitlines() if path.exists() else ()):
         (events if rec["kind"] == "event" else metrics if rec["kind"] == "metric" else {})[rec["name"]] = rec["value"]
     return events, metrics

@@ -1,0 +1,187 @@
+"""A preempted TrainJob gang's node pods run the REAL finetune ranks, as processes.
+
+:mod:`standins.gang_preemption` plays a 2-node gang's preemption in the loopback cluster's virtual
+time; with ``Preemption(..., real=RealGang(...))`` what the gang keeps is measured from a real gang,
+run the way the Trainer's ``torch-distributed`` runtime would run it:
+
+- **every node pod is the TrainJob's own command** (``torchrun -m components.run ...``, from
+  :func:`components.process.gang.build_trainjob` on the run's gang spec, the ``trainjob`` parameter
+  of the compiled artifact), with the TrainJob's ``spec.trainer.env`` (the launcher's settings and
+  the checkpoint volume's ``LLMPACK_CHECKPOINT_ROOT``) and the ``PET_*`` variables the runtime
+  injects (nodes, node rank, processes per node, the rendezvous on 127.0.0.1); each claim mounted
+  by the ``runtimePatches`` is a temp dir standing for it;
+- real upstream outputs (``tokens``), the gang's output in the shared volume's stand-in;
+- **the gang's attempt 0**: at the preemption moment (the optimizer step its virtual moment falls
+  in) the last node pod gets SIGTERM (the kubelet's, for the pod marked ``DisruptionTarget``); its
+  torchrun passes it to its rank, every rank agrees to stop after the same step, rank 0 writes the
+  checkpoint to the volume and they exit 143; when the victim's pod is gone JobSet deletes the
+  other node pods (SIGTERM to any still running). All of it must fit the pod's grace period;
+- **the gang's attempt 1**: JobSet creates every node pod again (the same command and output
+  directory: the TrainJob is the same object); the ranks meet again, resume from this run's
+  checkpoint on the volume and train to the end.
+
+:attr:`RealGang.played` keeps each run's gangs (exit codes, output, the adapter) for the test to
+compare with an uninterrupted gang (:meth:`RealGang.uninterrupted`).
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from standins.real_pods import ADAPTER, REPO, ROOT_ENV, STEP, base_env, events_in
+
+STEP_REF = f"components.steps.{STEP}:{STEP}"
+NAMESPACE = "llmpack"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def trainjob_pod_env(obj: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """A TrainJob's node container: its plain ``spec.trainer.env`` and its claim mounts (mount path -> claim),
+    from the ``runtimePatches`` pod template (:meth:`components.servers.trainjob.TrainJobSpec.pod_patch`)."""
+    env = {e["name"]: str(e["value"]) for e in obj["spec"]["trainer"].get("env") or () if "value" in e}
+    mounts: dict[str, str] = {}
+    for patch in obj["spec"].get("runtimePatches") or ():
+        for job in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+            pod = job["template"]["spec"]["template"]["spec"]
+            claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod.get("volumes") or ()
+                      if "persistentVolumeClaim" in v}
+            for container in pod.get("containers") or ():
+                mounts.update({m["mountPath"]: claims[m["name"]] for m in container.get("volumeMounts") or ()
+                               if m["name"] in claims})
+    return env, mounts
+
+
+@dataclass
+class RealGang:
+    """Runs a preempted run's TrainJob gang for real (see the module doc); one gang at a time."""
+
+    tokens: Path                     # the real tokenize output
+    workdir: Path                    # the claims' stand-in dirs and the gangs' logs
+    steps: int = 16
+    batch_size: int = 4
+    every: int = 4
+    played: dict[str, dict[str, Any]] = field(default_factory=dict)  # pipeline_run -> what its gangs did
+    _one: threading.Lock = field(default_factory=threading.Lock)      # two real gangs at once: too slow here
+
+    def claim_dir(self, claim: str) -> Path:
+        return self.workdir / "pvc" / claim
+
+    def _map(self, value: str, mounts: dict[str, str]) -> str:
+        for mount, claim in sorted(mounts.items(), key=lambda m: -len(m[0])):  # the deepest mount first
+            if value == mount or value.startswith(mount.rstrip("/") + "/"):
+                return str(self.claim_dir(claim)) + value[len(mount.rstrip("/")):]
+        return value
+
+    def trainjob(self, spec: Any, run: str, nodes: int) -> dict[str, Any]:
+        """The TrainJob the run's launcher creates (attempt 0), its inputs and output in the shared volume's
+        stand-in: the real builder on the run's gang spec."""
+        from components.process.gang import GANG_DIR, build_trainjob, trainer_command, trainer_env, trainjob_name
+
+        shared = self.claim_dir(spec.claim)
+        out = shared / GANG_DIR / run / f"{STEP}-0" / "out" / "model"
+        out.mkdir(parents=True, exist_ok=True)
+        params = {"max_steps": self.steps, "batch_size": self.batch_size, "checkpoint_every": self.every,
+                  "pipeline_run": run}
+        command = trainer_command(STEP_REF, {"tokens": str(self.tokens)}, {"model": str(out)}, params)
+        return build_trainjob(spec, name=trainjob_name(run, STEP, 0), namespace=NAMESPACE, nodes=nodes,
+                              command=command, labels={}, env=trainer_env(spec, 0))
+
+    def node_env(self, obj: dict[str, Any]) -> dict[str, str]:
+        """Every node pod's environment: the TrainJob's, each path under a claim's mount mapped to its stand-in."""
+        env, mounts = trainjob_pod_env(obj)
+        out = {k: self._map(v, mounts) for k, v in env.items() if k.startswith("LLMPACK_") or k == "HF_HOME"}
+        if ROOT_ENV not in out or not out[ROOT_ENV].startswith(str(self.workdir)):
+            raise AssertionError(f"the TrainJob's node pods have no {ROOT_ENV} on a claim (--checkpoint-pvc)")
+        return out
+
+    def _start(self, obj: dict[str, Any], env: dict[str, str]) -> list[subprocess.Popen[str]]:
+        """Every node pod of the gang: the TrainJob's command with the runtime's ``PET_*`` variables."""
+        trainer = obj["spec"]["trainer"]
+        command = list(trainer["command"])
+        assert command[0] == "torchrun", command
+        command = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
+        pet = {"PET_NNODES": str(trainer["numNodes"]), "PET_NPROC_PER_NODE": str(trainer["numProcPerNode"]),
+               "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(_free_port()), "GLOO_SOCKET_IFNAME": "lo"}
+        return [subprocess.Popen(command, cwd=REPO, env={**base_env(), **env, **pet, "PET_NODE_RANK": str(i)},
+                                 text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                for i in range(trainer["numNodes"])]
+
+    @staticmethod
+    def _wait(procs: list[subprocess.Popen[str]], timeout: float) -> list[str]:
+        return [p.communicate(timeout=timeout)[0] for p in procs]
+
+    @staticmethod
+    def _out(obj: dict[str, Any]) -> Path:
+        return Path(next(a.split("=", 2)[2] for a in obj["spec"]["trainer"]["command"] if a.startswith("--output=")))
+
+    def uninterrupted(self, spec: Any, run: str, nodes: int) -> bytes:
+        """The same gang run whole: the adapter to compare with."""
+        obj = self.trainjob(spec, run, nodes)
+        with self._one:
+            procs = self._start(obj, self.node_env(obj))
+            texts = self._wait(procs, 300)
+        if any(p.returncode for p in procs):
+            raise AssertionError(f"{run}: the uninterrupted gang failed: {texts}")
+        return (self._out(obj) / ADAPTER).read_bytes()
+
+    def resume_gang(self, script: Any, fraction: float, grace_s: float) -> dict[str, Any]:
+        """Gang attempt 0 preempted after ``fraction`` of its training, then gang attempt 1 from the volume.
+
+        Returns ``delay_s`` (SIGTERM to the written checkpoint, real seconds), ``resumed`` (the restarted
+        gang's ``resumed_from_step``) and ``kept`` (the steps the checkpoint holds)."""
+        from components.process.gang import rank_events_file
+
+        run, nodes = script.pipeline_run, script.gang["nodes"]
+        obj = self.trainjob(script.gang["spec"], run, nodes)
+        env, out = self.node_env(obj), self._out(obj)
+        at_step = min(self.steps - 1, max(1, int(fraction * self.steps)))
+        log = out / "train_log.jsonl"
+        with self._one:
+            old = self._start(obj, env)
+            deadline = time.monotonic() + 300
+            while not (log.exists() and len(log.read_text().splitlines()) >= at_step):
+                if any(p.poll() is not None for p in old) or time.monotonic() > deadline:
+                    raise AssertionError(f"{run}: the gang ended before the moment: {self._wait(old, 60)}")
+                time.sleep(0.005)
+            sent = time.time()
+            victim = old[-1]
+            victim.send_signal(signal.SIGTERM)  # the preempted node pod's kubelet
+            texts0 = [""] * len(old)
+            texts0[-1] = victim.communicate(timeout=120)[0]
+            for p in old[:-1]:  # the victim's Job failed: JobSet deletes the other node pods
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            texts0[:-1] = self._wait(old[:-1], 120)
+            exited = time.time()
+            ev0, _ = events_in(rank_events_file(out, 0))
+            if "checkpoint_saved" not in ev0:
+                raise AssertionError(f"{run}: the gang did not checkpoint on SIGTERM: {texts0}")
+            if exited - sent > grace_s:
+                raise AssertionError(f"{run}: the gang's SIGTERM checkpoint took {exited - sent:.2f} s, over the "
+                                     f"{grace_s} s grace")
+            kept = len(log.read_text().splitlines())
+            new = self._start(obj, env)  # JobSet's restart: every node pod again, the same TrainJob
+            texts1 = self._wait(new, 300)
+        if any(p.returncode for p in new):
+            raise AssertionError(f"{run}: the restarted gang failed: {texts1}")
+        _, m1 = events_in(rank_events_file(out, 0))
+        self.played[run] = {"env": env, "at_step": at_step, "kept": kept, "out": out,
+                            "exit": [[p.returncode for p in old], [p.returncode for p in new]],
+                            "stdout": [texts0, texts1], "events": ev0, "metrics": m1,
+                            "adapter": (out / ADAPTER).read_bytes()}
+        return {"delay_s": max(0.0, ev0["checkpoint_saved"] - sent), "resumed": float(m1.get("resumed_from_step", 0.0)),
+                "kept": kept}
+
