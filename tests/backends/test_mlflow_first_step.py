@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from components.dsl import pipeline
-from mlflow_projects import compiler, driver
+from mlflow_projects import compiler, driver, main_signals
 from mlflow_projects.first_step import entry_point_command
 
 MLFLOW_DIR = Path(compiler.__file__).resolve().parent
@@ -171,21 +171,21 @@ def test_a_signal_during_the_set_up_is_held_then_raised(monkeypatch: pytest.Monk
     import signal
 
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    monkeypatch.setattr(driver, "_SIGNAL_RECEIVED", [])
+    monkeypatch.setattr(main_signals, "SIGNAL_RECEIVED", [])
     try:
-        driver.raise_on_signals()
+        main_signals.raise_on_signals()
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)  # delivered, noted, not raised
-        assert driver._SIGNAL_RECEIVED == [signal.SIGTERM]
+        assert main_signals.SIGNAL_RECEIVED == [signal.SIGTERM]
         with pytest.raises(KeyboardInterrupt):
-            driver.release_signals()
+            main_signals.release_signals()
         with pytest.raises(KeyboardInterrupt):  # after the set-up: at once
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(1)
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
-        driver._HOLDING[0] = False
+        main_signals.HOLDING[0] = False
 
 
 SLOW_FIRST = '''
@@ -254,3 +254,30 @@ def test_sigterm_as_the_first_step_starts_ends_it_and_the_record(tmp_path: Path,
     # main ends it KILLED; plain `mlflow run` then marks its own run FAILED, as main exited non-zero
     assert rec.info.status in ("KILLED", "FAILED")
     assert rec.data.tags["llmpack.status"] == "killed"  # what main's closing block derived
+
+
+def _started(tmp_path: Path, code: int, n: int) -> Any:
+    from mlflow_projects.first_step import launch
+
+    return launch(tmp_path, f"exit {code}", tmp_path, tmp_path / "logs" / f"s{n}.log", task=f"s{n}")
+
+
+@pytest.mark.parametrize(("codes", "ready", "ran"), [
+    ((0, 0, 0), False, [0, 1, 2]),  # the set-up still running: each step done with 0 is followed by the next
+    ((0, 3, 0), False, [0, 1]),     # a failed step stops running ahead: its retry waits for its run
+    ((0, 0, 0), True, [0]),         # the set-up done: the steps start after their runs exist, as before
+])
+def test_steps_run_ahead_of_the_record_only_while_the_set_up_runs(tmp_path: Path, codes: tuple[int, ...], ready: bool,
+                                                                    ran: list[int]) -> None:
+    from mlflow_projects.first_step import run_ahead
+
+    done = threading.Event()
+    if ready:
+        done.set()
+    started = {0: _started(tmp_path, codes[0], 0)}
+    run_ahead(started, len(codes), lambda n: _started(tmp_path, codes[n], n), done, lambda: False)
+    assert sorted(started) == ran
+    assert [started[n].wait() for n in ran] == [codes[n] for n in ran]
+    stopped = {0: _started(tmp_path, 0, 0)}
+    run_ahead(stopped, 3, lambda n: _started(tmp_path, 0, n), threading.Event(), lambda: True)  # a signal noted
+    assert sorted(stopped) == [0] and stopped[0].wait() == 0
