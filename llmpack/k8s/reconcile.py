@@ -183,8 +183,11 @@ def explain(run: Mapping[str, Any]) -> list[str]:
     if capacity:
         column = tags.get("llmpack.price_column", "")
         note = " (no spot price in the table: priced on-demand)" if capacity == "spot" and column == "on-demand" else ""
-        out.append(f"our price {_usd(price)}/GPU-h: {capacity} node, {column} price of "
-                   f"{tags.get('llmpack.price_source', '?')}{note}")
+        if column == "flag":  # --price-per-gpu-hour: the price whatever the node
+            out.append(f"our price {_usd(price)}/GPU-h: given by --price-per-gpu-hour ({capacity} node)")
+        else:
+            out.append(f"our price {_usd(price)}/GPU-h: {capacity} node, {column} price of "
+                       f"{tags.get('llmpack.price_source', '?')}{note}")
     argo_h, container_h = m.get("argo_gpu_hours"), m.get("gpu_hours")
     if argo_h is not None and m.get("gang_ready_s") is not None:
         out.append(f"Argo {argo_h:.3f} GPU-h counts only the Workflow's own pods: the TrainJob's node pods, "
@@ -194,7 +197,12 @@ def explain(run: Mapping[str, Any]) -> list[str]:
                    f"our container account {container_h:.3f} GPU-h also bills a new node's provisioning "
                    f"({container_h - argo_h:+.3f} GPU-h)")
     their_h, their_usd = m.get("opencost_gpu_hours"), m.get("opencost_gpu_cost_usd")
-    if their_h is not None and their_usd is not None and hours is not None and usd is not None and price is not None:
+    opencost = their_h is not None and their_usd is not None
+    if (not opencost and tags.get("llmpack.cost_basis") == "node" and hours is not None and container_h is not None
+            and hours > container_h):  # OpenCost's sentence says this where it was read
+        out.append(f"our {hours:.3f} GPU-h bills the GPU nodes (every GPU from the node's start to its removal or "
+                   f"the scale-down delay), not only the {container_h:.3f} GPU-h our pods' containers held")
+    if opencost and hours is not None and usd is not None and price is not None:
         their_price = their_usd / their_h if their_h > 0 else None
         node_part = (hours - their_h) * price
         price_part = their_h * (price - their_price) if their_price is not None else 0.0

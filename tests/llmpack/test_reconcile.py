@@ -172,6 +172,17 @@ def test_the_difference_with_opencost_splits_exactly_into_node_time_and_price() 
     assert row["label"] == "argo" and row["ours_gpu_hours"] == 2.0 and row["opencost_gpu_cost_usd"] == 1.5
 
 
+def test_without_opencost_a_flag_price_and_node_billing_are_said_plainly() -> None:
+    run = _run(node_gpu_hours=1.4, cost_usd=5.6, gpu_hours=0.006, argo_gpu_hours=0.003)
+    run["tags"].update({"llmpack.capacity_type": "unknown", "llmpack.price_column": "flag",
+                        "llmpack.price_source": "flag"})
+    why = reconcile.explain(run)
+    assert why[0] == "our price $4.00/GPU-h: given by --price-per-gpu-hour (unknown node)"
+    assert "our 1.400 GPU-h bills the GPU nodes" in why[2] and "0.006 GPU-h our pods' containers held" in why[2]
+    run["tags"]["llmpack.cost_basis"] = "container"  # billed by container: nothing more to explain
+    assert len(reconcile.explain(run)) == 2
+
+
 def test_run_allocation_takes_the_runs_label_and_its_kfp_run_ids() -> None:
     allocs = {"argo-1/__unallocated__": {"gpuHours": 1.0, "gpuCost": 2.0, "totalCost": 3.0},
               "__unallocated__/kfp-uid": {"gpuHours": 0.5, "gpuCost": 1.0, "totalCost": 1.5},
