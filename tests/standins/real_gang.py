@@ -30,13 +30,11 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from standins.real_pods import ADAPTER, REPO, ROOT_ENV, STEP, base_env, events_in
+from standins.real_pods import ADAPTER, REPO, STEP, RealFinetune, base_env, events_in
 
 STEP_REF = f"components.steps.{STEP}:{STEP}"
 NAMESPACE = "llmpack"
@@ -64,26 +62,9 @@ def trainjob_pod_env(obj: dict[str, Any]) -> tuple[dict[str, str], dict[str, str
     return env, mounts
 
 
-@dataclass
-class RealGang:
-    """Runs a preempted run's TrainJob gang for real (see the module doc); one gang at a time."""
-
-    tokens: Path                     # the real tokenize output
-    workdir: Path                    # the claims' stand-in dirs and the gangs' logs
-    steps: int = 16
-    batch_size: int = 4
-    every: int = 4
-    played: dict[str, dict[str, Any]] = field(default_factory=dict)  # pipeline_run -> what its gangs did
-    _one: threading.Lock = field(default_factory=threading.Lock)      # two real gangs at once: too slow here
-
-    def claim_dir(self, claim: str) -> Path:
-        return self.workdir / "pvc" / claim
-
-    def _map(self, value: str, mounts: dict[str, str]) -> str:
-        for mount, claim in sorted(mounts.items(), key=lambda m: -len(m[0])):  # the deepest mount first
-            if value == mount or value.startswith(mount.rstrip("/") + "/"):
-                return str(self.claim_dir(claim)) + value[len(mount.rstrip("/")):]
-        return value
+class RealGang(RealFinetune):
+    """Runs a preempted run's TrainJob gang for real (see the module doc); one gang at a time.
+    ``played``: pipeline_run -> what its gangs did."""
 
     def trainjob(self, spec: Any, run: str, nodes: int) -> dict[str, Any]:
         """The TrainJob the run's launcher creates (attempt 0), its inputs and output in the shared volume's
@@ -100,14 +81,11 @@ class RealGang:
                               command=command, labels={}, env=trainer_env(spec, 0))
 
     def node_env(self, obj: dict[str, Any]) -> dict[str, str]:
-        """Every node pod's environment: the TrainJob's, each path under a claim's mount mapped to its stand-in."""
+        """Every node pod's environment: the TrainJob's, on the claims' stand-ins (:meth:`RealFinetune.on_claims`)."""
         env, mounts = trainjob_pod_env(obj)
-        out = {k: self._map(v, mounts) for k, v in env.items() if k.startswith("LLMPACK_") or k == "HF_HOME"}
-        if ROOT_ENV not in out or not out[ROOT_ENV].startswith(str(self.workdir)):
-            raise AssertionError(f"the TrainJob's node pods have no {ROOT_ENV} on a claim (--checkpoint-pvc)")
-        return out
+        return self.on_claims(env, mounts, "the TrainJob's node pods", keep=("HF_HOME",))
 
-    def _start(self, obj: dict[str, Any], env: dict[str, str]) -> list[subprocess.Popen[str]]:
+    def _start_gang(self, obj: dict[str, Any], env: dict[str, str]) -> list[subprocess.Popen[str]]:
         """Every node pod of the gang: the TrainJob's command with the runtime's ``PET_*`` variables."""
         trainer = obj["spec"]["trainer"]
         command = list(trainer["command"])
@@ -131,7 +109,7 @@ class RealGang:
         """The same gang run whole: the adapter to compare with."""
         obj = self.trainjob(spec, run, nodes)
         with self._one:
-            procs = self._start(obj, self.node_env(obj))
+            procs = self._start_gang(obj, self.node_env(obj))
             texts = self._wait(procs, 300)
         if any(p.returncode for p in procs):
             raise AssertionError(f"{run}: the uninterrupted gang failed: {texts}")
@@ -150,7 +128,7 @@ class RealGang:
         at_step = min(self.steps - 1, max(1, int(fraction * self.steps)))
         log = out / "train_log.jsonl"
         with self._one:
-            old = self._start(obj, env)
+            old = self._start_gang(obj, env)
             deadline = time.monotonic() + 300
             while not (log.exists() and len(log.read_text().splitlines()) >= at_step):
                 if any(p.poll() is not None for p in old) or time.monotonic() > deadline:
@@ -173,7 +151,7 @@ class RealGang:
                 raise AssertionError(f"{run}: the gang's SIGTERM checkpoint took {exited - sent:.2f} s, over the "
                                      f"{grace_s} s grace")
             kept = len(log.read_text().splitlines())
-            new = self._start(obj, env)  # JobSet's restart: every node pod again, the same TrainJob
+            new = self._start_gang(obj, env)  # JobSet's restart: every node pod again, the same TrainJob
             texts1 = self._wait(new, 300)
         if any(p.returncode for p in new):
             raise AssertionError(f"{run}: the restarted gang failed: {texts1}")

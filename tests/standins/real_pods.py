@@ -109,21 +109,28 @@ class RealFinetune:
     def claim_dir(self, claim: str) -> Path:
         return self.workdir / "pvc" / claim
 
-    def pod_env(self, orchestrator: str, artifact: dict[str, Any]) -> dict[str, str]:
-        """The finetune pod's ``LLMPACK_*`` settings from the artifact, each path under a claim's mount mapped to
-        the claim's stand-in dir. Without a checkpoint volume there is nothing to resume from: an error."""
-        env, mounts = artifact_env(orchestrator, artifact)
+    def on_claims(self, env: dict[str, str], mounts: dict[str, str], where: str,
+                  keep: tuple[str, ...] = ()) -> dict[str, str]:
+        """The ``LLMPACK_*`` settings (and ``keep``) of a container's ``env``, each path under a claim's mount
+        (``mounts``: mount path -> claim) mapped to the claim's stand-in dir. Without a checkpoint volume
+        there is nothing to resume from: an error naming ``where``."""
         out = {}
         for name, value in env.items():
-            if not name.startswith("LLMPACK_"):
+            if not (name.startswith("LLMPACK_") or name in keep):
                 continue
-            for mount, claim in mounts.items():
+            for mount, claim in sorted(mounts.items(), key=lambda m: -len(m[0])):  # the deepest mount first
                 if value == mount or value.startswith(mount.rstrip("/") + "/"):
                     value = str(self.claim_dir(claim)) + value[len(mount.rstrip("/")):]
+                    break
             out[name] = value
         if ROOT_ENV not in out or not out[ROOT_ENV].startswith(str(self.workdir)):
-            raise AssertionError(f"{orchestrator}: the finetune pod has no {ROOT_ENV} on a claim (--checkpoint-pvc)")
+            raise AssertionError(f"{where} has no {ROOT_ENV} on a claim (--checkpoint-pvc)")
         return out
+
+    def pod_env(self, orchestrator: str, artifact: dict[str, Any]) -> dict[str, str]:
+        """The finetune pod's settings from the artifact, on the claims' stand-ins (:meth:`on_claims`)."""
+        env, mounts = artifact_env(orchestrator, artifact)
+        return self.on_claims(env, mounts, f"{orchestrator}: the finetune pod")
 
     def _start(self, run: str, attempt: int, env: dict[str, str]) -> tuple[Path, subprocess.Popen[str]]:
         out = self.workdir / "pods" / f"{run}-{attempt}"
