@@ -81,12 +81,16 @@ class Player:
         self._wait_for_rewatch(compacted)
 
     def _wait_for_rewatch(self, compacted: int) -> None:
-        """Until a watch asks for a resourceVersion at or after the compaction (the watcher re-listed)."""
+        """Until the pod watch and the event watch each ask for a resourceVersion at or after the
+        compaction (the watcher re-listed both): the next compaction then finds both open."""
         deadline = time.monotonic() + REWATCH_TIMEOUT_S
+        waiting = {"/pods", "/events"}
         while not self.stopped:
             new = self.api.requests[self._requests_seen:]
             self._requests_seen += len(new)
-            if any(r.is_watch and int(r.query.get("resourceVersion") or 0) >= compacted for r in new):
+            waiting -= {r.path[r.path.rfind("/"):] for r in new
+                        if r.is_watch and int(r.query.get("resourceVersion") or 0) >= compacted}
+            if not waiting:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no watch from resourceVersion >= {compacted} within {REWATCH_TIMEOUT_S:g} s "
@@ -107,7 +111,7 @@ def serve(spec: str) -> int:
     for event in pulls:
         api.add_event(event)
     player = Player(api, stream, events, every, gap)
-    api.play([player.run], wait_for_watches=1, wait_timeout=60)
+    api.play([player.run], wait_for_watches=2, wait_timeout=60)  # the pod watch and the event watch
     print(api.url, flush=True)
     sys.stdin.read()
     player.stopped = True
@@ -139,7 +143,8 @@ class LoadResult:
     watch_events: int = 0  # delivered by watch streams (the rest came through re-lists)
     expiries: int = 0  # compactions played
     expired_sent: int = 0  # 410s the stand-in sent
-    expired_handled: int = 0  # 410s the watcher handled
+    expired_handled: int = 0  # 410s the watcher's pod watch handled
+    events_expired: int = 0  # 410s its event watch handled (each compaction reaches both)
     relists: int = 0
     peak_mib: float | None = None
     retained_mib: float | None = None
@@ -155,8 +160,10 @@ class LoadResult:
             (self.pods_stale == 0, f"{self.pods_stale} pods with a stale phase"),
             (self.pods_created == self.pods, f"the stand-in created {self.pods_created} pods, not {self.pods}"),
             (self.played == self.events, f"{self.played} of {self.events} events played"),
-            (self.expired_handled == self.expired_sent == self.expiries,
-             f"410s: {self.expiries} compactions, {self.expired_sent} sent, {self.expired_handled} handled"),
+            (self.expired_handled == self.events_expired == self.expiries
+             and self.expired_sent == self.expired_handled + self.events_expired,
+             f"410s: {self.expiries} compactions, {self.expired_sent} sent, {self.expired_handled} handled by the "
+             f"pod watch and {self.events_expired} by the event watch"),
             (self.relists == self.expired_handled, f"{self.relists} re-lists for {self.expired_handled} 410s"),
         ]
         return out + [f"{where}: {msg}" for ok, msg in checks if not ok]
@@ -218,7 +225,7 @@ def measure(pods: int, events: int, *, expire_every: int = 1000, gap: int = 10, 
     result.played, result.expiries = served.get("played", 0), served.get("expiries", 0)
     result.expired_sent, result.server_errors = served.get("expired_sent", 0), served.get("errors", [])
     result.watch_events, result.relists = watcher.stats["events"], watcher.stats["relists"]
-    result.expired_handled = watcher.stats["expired"]
+    result.expired_handled, result.events_expired = watcher.stats["expired"], watcher.event_stats["expired"]
     result.events_per_s = result.played / result.seconds if result.seconds else 0.0
     if traced:
         result.peak_mib, result.retained_mib = peak / 2**20, retained / 2**20
@@ -233,7 +240,8 @@ def describe(r: LoadResult) -> str:
               if r.peak_mib is not None else "")
     return (f"  {r.pods:>5} pods {r.events:>6} events{' (tracemalloc)' if r.traced else '              '}: "
             f"{r.seconds:6.1f} s, {r.events_per_s:>6,.0f} events/s; pods seen {r.pods_seen}/{r.pods_created}, "
-            f"lost {r.pods_lost}, stale {r.pods_stale}; 410s {r.expired_sent} sent / {r.expired_handled} handled, "
+            f"lost {r.pods_lost}, stale {r.pods_stale}; 410s {r.expired_sent} sent / {r.expired_handled}+{r.events_expired} "
+            f"handled (pods+events), "
             f"{r.relists} re-lists, {r.watch_events} events by watch{memory}")
 
 

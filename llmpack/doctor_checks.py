@@ -22,7 +22,7 @@ from llmpack.doctor_cluster import ClusterReader, Forbidden, Missing, Unanswered
 
 DOCS = "docs/first-run-on-a-cluster.md"
 # The pod watcher's calls in a run's namespace (llmpack.k8s.watcher), and each path's own.
-WATCHER_VERBS = (("list", "pods", ""), ("watch", "pods", ""), ("list", "events", ""))
+WATCHER_VERBS = (("list", "pods", ""), ("watch", "pods", ""), ("list", "events", ""), ("watch", "events", ""))
 PATH_VERBS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "kfp": WATCHER_VERBS,  # KFP submits through its API server; its pods are watched
     "argo": (("create", "workflows", "argoproj.io"), ("get", "workflows", "argoproj.io"), *WATCHER_VERBS),

@@ -8,8 +8,14 @@ taint, or, when a re-read finds it gone (404), the time of that re-read (an uppe
 group of a thousand pods lands on a hundred nodes or more, so reads go out several at a time
 (:data:`NODE_READERS`): one after the other, the round trips alone would outlast the watch.
 
-Image-pull events are listed periodically and at the end (events expire after an hour), keeping
-only ``Pulling``/``Pulled`` of our pods. A 403 on either degrades to one warning.
+Image-pull events are listed once, then watched (:meth:`SideReads.watch_events`): the API server
+keeps events for an hour (``--event-ttl``), so a run longer than that would lose its first
+pulls to a listing at the end. Only ``Pulling``/``Pulled`` of our pods are kept, and kept after
+the server deletes them. An event of a pod the pod watch has not delivered yet waits in a small
+bounded buffer. At the end the events are listed once more only when the watch did not run
+or a pod that started a container has no ``Pulled`` event (:meth:`SideReads.events_complete`).
+Where the watch is refused or gives up, events are listed periodically and at the end, as
+before. A 403 on nodes or on listing events degrades to one warning.
 
 :attr:`SideReads.version` moves only when what was read changed, so the watcher's rows, cached
 on it, are not recomputed for a re-read that found the same node. Thread-safe; ``kubernetes``
@@ -20,27 +26,44 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from llmpack.k8s.api import is_network_error, read_json
+from llmpack.k8s.resumable import ResumableWatch
 from llmpack.k8s.slim import node_facts, slim_event, slim_node
 
 NODE_READERS = 8  # node reads in flight at once
 
 PULL_REASONS = ("Pulling", "Pulled")
+PENDING_EVENTS = 4096  # pull events of pods the pod watch has not delivered yet, at most
+EVENT_SELECTOR = "involvedObject.kind=Pod"
+
+PodKey = tuple[str, str]  # (namespace, name)
 
 
 class SideReads:
     """Nodes and image-pull events of the watched pods, for :class:`~llmpack.k8s.watcher.PodWatcher`.
 
     ``core`` makes a ``CoreV1Api``; ``timeout`` gives the ``_request_timeout`` of a call; messages
-    for the user go to ``warnings`` (the watcher's list).
+    for the user go to ``warnings`` (the watcher's list); ``is_ours(namespace, pod)`` says whether
+    the pod watch has delivered that pod; ``relisting`` is held during a re-list after a 410.
     """
 
-    def __init__(self, core: Callable[[], Any], namespace: str, timeout: Callable[[], Any], warnings: list[str]) -> None:
+    def __init__(
+        self,
+        core: Callable[[], Any],
+        namespace: str,
+        timeout: Callable[[], Any],
+        warnings: list[str],
+        is_ours: Callable[[str, str], bool],
+        relisting: threading.Lock | None = None,
+    ) -> None:
         self._core = core
+        self._is_ours = is_ours
+        self._relisting = relisting or threading.Lock()  # shared with the pod watch's re-lists: one at a time
         self._namespace = namespace
         self._timeout = timeout
         self.warnings = warnings
@@ -51,7 +74,13 @@ class SideReads:
         self._gone: dict[str, float] = {}
         self._nodes_denied = False
         self._events: dict[str, dict[str, Any]] = {}
+        self._pulled: set[PodKey] = set()  # pods with a Pulled event kept
+        self._pending: OrderedDict[str, tuple[PodKey, dict[str, Any]]] = OrderedDict()
         self._events_denied = False
+        self._event_watch: ResumableWatch | None = None
+        self._events_live = False
+        self._stopping = False
+        self.event_stats = {"watches": 0, "expired": 0, "events": 0, "listings": 0}
 
     # ------------------------------------------------------------------ what was read
 
@@ -61,9 +90,16 @@ class SideReads:
             with self._lock:
                 self._wanted.add(node)
 
+    def settle(self) -> int:
+        """Take in the held events of pods the pod watch has delivered since; the :attr:`version` after."""
+        with self._lock:
+            self._promote_pending_locked()
+            return self.version
+
     def snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(slim nodes, slim events) as read so far."""
         with self._lock:
+            self._promote_pending_locked()
             return list(self._nodes.values()), list(self._events.values())
 
     def facts(self) -> list[dict[str, Any]]:
@@ -155,45 +191,139 @@ class SideReads:
 
     # ------------------------------------------------------------------ events
 
-    def refresh_events(self, ours: Iterable[tuple[str, str]]) -> None:
-        """Pulling/Pulled events of the pods ``ours`` ((namespace, name) pairs), listed page by page."""
+    @property
+    def events_watched(self) -> bool:
+        """Whether the event watch runs, or ran until :meth:`stop` (else events are listed periodically)."""
+        return self._events_live
+
+    def events_complete(self, started: Iterable[PodKey]) -> bool:
+        """Whether the watched events leave nothing for a last listing: the watch ran to the end
+        and each pod in ``started`` (pods that started a container) has its ``Pulled`` event."""
+        if self._events_denied:
+            return True
+        if not self.events_watched:
+            return False
+        with self._lock:
+            self._promote_pending_locked()
+            return all(key in self._pulled for key in started)
+
+    def watch_events(self, *, window_s: int, request_timeout: tuple[float, float], max_failures: int) -> None:
+        """List the pull events now, then watch them in a background thread until :meth:`stop`.
+
+        A 403 on the watch (RBAC gave ``list`` without ``watch``) or a watch that gives up
+        leaves the periodic listing (:meth:`refresh_events`) to the caller, with one warning.
+        """
+        rv = self.refresh_events()
+        if rv is None or self._events_denied:
+            return
+        loop = ResumableWatch(
+            list_func=self._core().list_namespaced_event,
+            namespace=self._namespace,
+            selectors={"field_selector": EVENT_SELECTOR},
+            window_s=window_s,
+            request_timeout=request_timeout,
+            apply=self._apply_event,
+            relist=self._relist_events,
+            stopping=lambda: self._stopping,
+            max_failures=max_failures,
+            stats=self.event_stats,
+        )
+
+        def target() -> None:
+            error = loop.run(rv)
+            if error is not None:
+                self._events_live = False
+                status = getattr(error, "status", None)
+                why = f"{status} {getattr(error, 'reason', '')}".strip() if status else type(error).__name__
+                self.warnings.append(f"watching events failed ({why}): listing them every few minutes instead")
+
+        self._event_watch = loop
+        self._events_live = True
+        threading.Thread(target=target, name="event-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop the event watch (its thread is a daemon, blocked at most until the server's window ends)."""
+        self._stopping = True
+        if self._event_watch is not None:
+            self._event_watch.stop()
+
+    def _relist_events(self) -> str:
+        with self._relisting:
+            rv = self.refresh_events()
+        if rv is None:
+            raise RuntimeError("events could not be listed after the watch expired")
+        return rv
+
+    def _apply_event(self, etype: str, ev: dict[str, Any]) -> None:
+        """One watched event: kept if a pull of ours, kept too when the server deletes it (expired)."""
+        self.event_stats["events"] += 1
+        self._take_event(etype, ev)
+
+    def _take_event(self, etype: str, ev: dict[str, Any]) -> None:
+        if ev.get("reason") not in PULL_REASONS:
+            return
+        obj = ev.get("involvedObject") or {}
+        pod = (obj.get("namespace") or "", obj.get("name") or "")
+        meta = ev.get("metadata") or {}
+        key = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
+        slim = slim_event(ev)
+        with self._lock:
+            if etype == "DELETED":
+                return  # expired on the server: what we kept (or hold pending) stays
+            if self._is_ours(*pod):
+                self._keep_locked(key, pod, slim)
+            else:  # the pod watch may deliver this pod a moment later
+                self._pending[key] = (pod, slim)
+                self._pending.move_to_end(key)
+                while len(self._pending) > PENDING_EVENTS:
+                    self._pending.popitem(last=False)
+
+    def _keep_locked(self, key: str, pod: PodKey, slim: dict[str, Any]) -> None:
+        if self._events.get(key) != slim:
+            self._events[key] = slim
+            self.version += 1
+        if slim["reason"] == "Pulled":
+            self._pulled.add(pod)
+
+    def _promote_pending_locked(self) -> None:
+        for key in [k for k, (pod, _) in self._pending.items() if self._is_ours(*pod)]:
+            pod, slim = self._pending.pop(key)
+            self._keep_locked(key, pod, slim)
+
+    def refresh_events(self) -> str | None:
+        """List the Pulling/Pulled events of our pods page by page; the list's resourceVersion,
+        or None when it could not be read (denied, unreachable, or a continue token expired)."""
         from kubernetes.client.exceptions import ApiException
 
-        ours = set(ours)
-        if self._events_denied or not ours:
-            return
-        token = None
+        if self._events_denied:
+            return None
+        token, rv = None, None
         try:
             while True:
-                kwargs: dict[str, Any] = {"field_selector": "involvedObject.kind=Pod", "limit": 500}
+                kwargs: dict[str, Any] = {"field_selector": EVENT_SELECTOR, "limit": 500}
                 if token:
                     kwargs["_continue"] = token
                 resp = self._core().list_namespaced_event(
                     self._namespace, _preload_content=False, _request_timeout=self._timeout(), **kwargs
                 )
                 data = read_json(resp)
-                kept = {}
                 for ev in data.get("items") or ():
-                    obj = ev.get("involvedObject") or {}
-                    if ev.get("reason") in PULL_REASONS and (obj.get("namespace") or "", obj.get("name")) in ours:
-                        meta = ev.get("metadata") or {}
-                        kept[meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"] = slim_event(ev)
-                with self._lock:
-                    changed = {k: v for k, v in kept.items() if self._events.get(k) != v}
-                    if changed:
-                        self._events.update(changed)
-                        self.version += 1
-                token = (data.get("metadata") or {}).get("continue")
+                    self._take_event("ADDED", ev)
+                meta = data.get("metadata") or {}
+                rv = meta.get("resourceVersion") or rv
+                token = meta.get("continue")
                 if not token:
-                    return
+                    self.event_stats["listings"] += 1
+                    return rv or ""
         except ApiException as exc:
             if exc.status == 403:
                 self._events_denied = True
                 self.warnings.append("not allowed to list events: image pull times are unknown")
-                return
+                return None
             if exc.status == 410:
-                return  # continue token expired; the next refresh starts over
+                return None  # continue token expired; the next refresh starts over
             self.warnings.append(f"events: {exc.status} {exc.reason}")
         except Exception as exc:
             if not is_network_error(exc):
                 raise
+        return None

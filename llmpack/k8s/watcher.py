@@ -12,12 +12,14 @@ their rows carry ``gang``/``gang_node`` (:func:`~llmpack.k8s.podphases.gang_of`)
 - Memory is proportional to pods, not events: the watcher keeps the latest state of each pod,
   trimmed to the fields the analysis reads (:func:`~llmpack.k8s.slim.slim_pod`).
 - Watch expiry (an ``ERROR`` event or HTTP status 410 Gone) is survived: re-list for a fresh
-  ``resourceVersion`` and resume; pods missing from the re-list were deleted meanwhile and keep
-  their last known state.
+  ``resourceVersion`` and resume (:class:`~llmpack.k8s.resumable.ResumableWatch`, the loop the
+  event watch runs too); pods missing from the re-list were deleted meanwhile and keep their
+  last known state.
 - Nodes are read once each, when a pod lands on them, and re-read every ``nodes_every_s`` and at
   the end, to see a node's removal for node billing (:meth:`PodWatcher.nodes`); image-pull events
-  are listed every ``events_every_s`` and at the end (:mod:`~llmpack.k8s.sidereads`; the last
-  node reads and the last listing run side by side). A watcher
+  are listed once and then watched, so the API server's one-hour event TTL loses none of a long
+  run's; listed again at the end only where the watch left a gap, and every ``events_every_s``
+  where RBAC refuses the watch (:mod:`~llmpack.k8s.sidereads`). A watcher
   stopped at the run's end rarely sees a removal (the autoscaler waits its scale-down delay
   first); the billing then adds that delay.
 - Thousands of events a second (``benchmarks/watcher_bench.py``): each event is one
@@ -34,7 +36,6 @@ token. ``kubernetes`` is imported inside the functions, so importing this module
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -47,6 +48,7 @@ from llmpack.k8s.api import api_error, is_network_error, read_json
 from llmpack.k8s.objects import TERMINAL_PHASES
 from llmpack.k8s.podphases import all_terminated, analyze
 from llmpack.k8s.preemption import attempt_outcome
+from llmpack.k8s.resumable import ResumableWatch
 from llmpack.k8s.sidereads import SideReads
 from llmpack.k8s.slim import slim_pod
 
@@ -121,14 +123,18 @@ class PodWatcher:
         self._pods: dict[str, dict[str, Any]] = {}
         self._members: list[set[str]] = [set() for _ in self.selectors]
         self._deleted: set[str] = set()
-        self._side = SideReads(self._core, namespace, self._timeout, self.warnings)
+        self._names: set[tuple[str, str]] = set()  # (namespace, name) of every pod seen
+        # A compaction expires both watches at once: their re-lists, each a transient copy of a whole
+        # collection, take turns, so the peak holds one of them, not both (benchmarks/watcher_load.py).
+        self._relisting = threading.Lock()
+        self._side = SideReads(self._core, namespace, self._timeout, self.warnings, self._is_ours, self._relisting)
         self._version = 0
         self._rows: tuple[tuple[int, int], Rows] | None = None  # the last analysis, by (pod version, side reads version)
         self._stop_requested = False
         self._stopping = False
         self._error: BaseException | None = None
         self._threads: list[threading.Thread] = []
-        self._watches: list[Any] = []
+        self._watches: list[ResumableWatch] = []
         self._bg: threading.Thread | None = None
         self._bg_error: BaseException | None = None
         self._result: Rows | None = None
@@ -148,8 +154,9 @@ class PodWatcher:
         last call (the stop condition and the final rows often see the same state); each call
         gets its own row dicts.
         """
+        side_version = self._side.settle()  # held pull events of pods seen since: moves the version now, not later
         with self._lock:
-            key = (self._version, self._side.version)
+            key = (self._version, side_version)
             cached = self._rows
             if cached is None or cached[0] != key:
                 pods = list(self._pods.items())
@@ -176,6 +183,12 @@ class PodWatcher:
             return any(
                 p["status"].get("phase") not in TERMINAL_PHASES and key not in self._deleted for key, p in self._pods.items()
             )
+
+    @property
+    def event_stats(self) -> dict[str, int]:
+        """The pull-event watch's counts: ``watches`` (requests), ``expired`` (410s), ``events``
+        (received), ``listings`` (whole listings: the first, re-lists, the last if any)."""
+        return self._side.event_stats
 
     @property
     def pod_count(self) -> int:
@@ -233,12 +246,13 @@ class PodWatcher:
     def _prepare(self) -> None:
         self._check_namespace()
         rvs = [self._initial_list(i, sel) for i, sel in enumerate(self.selectors)]
-        self._side.fetch_nodes()
-        self._refresh_events()
         for i, sel in enumerate(self.selectors):
             thread = threading.Thread(target=self._watch_loop, args=(i, sel, rvs[i]), name=f"pod-watch-{i}", daemon=True)
             self._threads.append(thread)
             thread.start()
+        self._side.fetch_nodes()
+        self._side.watch_events(window_s=self.window_s, max_failures=self.max_failures,
+                                request_timeout=self._timeout(self.window_s + self.request_timeout_s))
 
     def _loop(self, until: Callable[[Rows], bool], deadline: float | None, poll_s: float, eval_every_s: float) -> Rows:
         quick_no = self._some_pod_running if getattr(until, "requires_all_terminal", False) else None
@@ -263,8 +277,8 @@ class PodWatcher:
                     self.stopped_by = "deadline"
                     break
                 self._side.fetch_nodes()
-                if now - last_events >= self.events_every_s:
-                    self._refresh_events()
+                if now - last_events >= self.events_every_s and not self._side.events_watched:
+                    self._side.refresh_events()  # the event watch was refused or gave up
                     last_events = now
                 if now - last_nodes >= self.nodes_every_s:
                     self._side.recheck_nodes()
@@ -288,19 +302,27 @@ class PodWatcher:
         finally:
             self._shutdown()
         self._final_reads()
-        for thread in self._threads:  # stopped above; the final reads gave them time to notice
-            thread.join(0.05)
+        # The watch threads are stopped: each ends at its next event or at the server's window end
+        # (daemons; a join waited its full timeout on a thread blocked in a read). What they
+        # receive from now on is dropped (see _watch_loop), so these rows are the last.
         return self.rows()
 
     def _final_reads(self) -> None:
-        """The last node reads and the last event listing, side by side: both wait on the API
-        server, and at the end of a run nothing else does (on the benchmark's 1,000 pods the
-        listing of 2,000 events alone outlasted the 125 node re-reads)."""
+        """The last node reads and, only where the event watch left a gap, a last event listing,
+        side by side: both wait on the API server, and at the end of a run nothing else does."""
+        with self._lock:
+            started = [key for key, p in self._pods.items() if _started_a_container(p)]
+            started_names = [(self._pods[k]["metadata"].get("namespace") or "", self._pods[k]["metadata"]["name"])
+                             for k in started]
+        if self._side.events_complete(started_names):
+            self._side.fetch_nodes()
+            self._side.recheck_nodes()
+            return
         failed: list[BaseException] = []
 
         def events() -> None:
             try:
-                self._refresh_events()
+                self._side.refresh_events()
             except BaseException as exc:  # re-raised below, in the caller's thread
                 failed.append(exc)
 
@@ -314,10 +336,8 @@ class PodWatcher:
         if failed:
             raise failed[0]
 
-    def _refresh_events(self) -> None:
-        with self._lock:
-            ours = {(p["metadata"].get("namespace") or "", p["metadata"]["name"]) for p in self._pods.values()}
-        self._side.refresh_events(ours)
+    def _is_ours(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self._names
 
     # ------------------------------------------------------------------ API calls
 
@@ -387,8 +407,14 @@ class PodWatcher:
         return rv
 
     def _relist(self, index: int, selector: str) -> str:
+        with self._relisting:
+            return self._relist_turn(index, selector)
+
+    def _relist_turn(self, index: int, selector: str) -> str:
         items, rv = self._list_pods(selector)
         with self._lock:
+            if self._stopping:
+                return rv
             fresh = set()
             for obj in items:
                 fresh.add(self._apply_locked(index, "MODIFIED", obj))
@@ -411,6 +437,8 @@ class PodWatcher:
             if new_rv is not None and old_rv is not None and new_rv < old_rv:
                 return key  # an older state, from the other selector's stream
             _keep_sandbox_time(prev, slim)
+        else:
+            self._names.add((meta.get("namespace") or "", meta.get("name") or ""))
         self._pods[key] = slim
         self._members[index].add(key)
         if etype == "DELETED":
@@ -423,76 +451,35 @@ class PodWatcher:
         return key
 
     def _watch_loop(self, index: int, selector: str, rv: str) -> None:
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-
-        core = self._core()
-        # Watch takes the event type from the function's docstring and builds a V1Pod model for every
-        # event. We read only event["raw_object"] (the JSON as sent), so hand it the same function
-        # through a partial, which has no typed docstring: Watch then skips the per-event model
-        # building, as documented ("If it cannot be determined, 'object' value will be the same as
-        # 'raw_object'"). We track the resourceVersion ourselves.
-        list_pods = functools.partial(core.list_namespaced_pod)
-        w = watch.Watch()
-        self._watches.append(w)
-        failures = 0
-        while not self._stopping:
-            try:
-                self.stats["watches"] += 1
-                stream = w.stream(
-                    list_pods,
-                    self.namespace,
-                    label_selector=selector,
-                    resource_version=rv,
-                    timeout_seconds=self.window_s,
-                    allow_watch_bookmarks=True,
-                    _request_timeout=self._timeout(self.window_s + self.request_timeout_s),
-                )
-                for event in stream:
-                    failures = 0
-                    obj = event["raw_object"]
-                    new_rv = (obj.get("metadata") or {}).get("resourceVersion") if isinstance(obj, dict) else None
-                    if event["type"] != "BOOKMARK":
-                        with self._lock:
-                            self._apply_locked(index, event["type"], obj)
-                            self.stats["events"] += 1
-                    rv = new_rv or rv
-                    if self._stopping:
-                        w.stop()
-            except ApiException as exc:
+        def apply(etype: str, obj: dict[str, Any]) -> None:
+            with self._lock:
                 if self._stopping:
-                    return
-                if exc.status == 410:  # Expired / Gone: the resourceVersion is too old
-                    self.stats["expired"] += 1
-                    try:
-                        rv = self._relist(index, selector)
-                    except Exception as relist_exc:
-                        if not self._retry(relist_exc, failures := failures + 1):
-                            return
-                    continue
-                if exc.status in (401, 403) or not self._retry(exc, failures := failures + 1):
-                    self._fail(api_error(exc, self.api_client, f"watch pods in namespace {self.namespace!r}"))
-                    return
-            except Exception as exc:
-                if self._stopping:
-                    return
-                if not is_network_error(exc) or not self._retry(exc, failures := failures + 1):
-                    self._fail(
-                        api_error(exc, self.api_client, f"watch pods in namespace {self.namespace!r}")
-                        if is_network_error(exc)
-                        else exc
-                    )
-                    return
+                    return  # after the stop: the rows are being, or were, returned
+                self._apply_locked(index, etype, obj)
+                self.stats["events"] += 1
 
-    def _retry(self, exc: BaseException, failures: int) -> bool:
-        if failures > self.max_failures:
-            if is_network_error(exc) or type(exc).__name__ == "ApiException":
-                self._fail(api_error(exc, self.api_client, f"watch pods in namespace {self.namespace!r}"))
-            else:
-                self._fail(exc)
-            return False
-        time.sleep(min(5.0, 0.1 * 2**failures))
-        return True
+        loop = ResumableWatch(
+            list_func=self._core().list_namespaced_pod,
+            namespace=self.namespace,
+            selectors={"label_selector": selector},
+            window_s=self.window_s,
+            request_timeout=self._timeout(self.window_s + self.request_timeout_s),
+            apply=apply,
+            relist=lambda: self._relist(index, selector),
+            stopping=lambda: self._stopping,
+            max_failures=self.max_failures,
+            stats=self.stats,
+        )
+        self._watches.append(loop)
+        error = loop.run(rv)
+        if error is not None:
+            self._fail(self._as_input_error(error, f"watch pods in namespace {self.namespace!r}"))
+
+    def _as_input_error(self, exc: BaseException, doing: str) -> BaseException:
+        """An API or network error as the one line a user reads; anything else as it is."""
+        if is_network_error(exc) or type(exc).__name__ == "ApiException":
+            return api_error(exc, self.api_client, doing)
+        return exc
 
     def _fail(self, exc: BaseException) -> None:
         with self._lock:
@@ -501,9 +488,21 @@ class PodWatcher:
             self._lock.notify_all()
 
     def _shutdown(self) -> None:
-        self._stopping = True
-        for w in list(self._watches):
-            w.stop()
+        with self._lock:  # under the lock: no watch thread applies an event after this
+            self._stopping = True
+        for loop in list(self._watches):
+            loop.stop()
+        self._side.stop()
+
+
+def _started_a_container(pod: Mapping[str, Any]) -> bool:
+    """Whether a (slim) pod's container ever started: its image was there, so kubelet said Pulled."""
+    for st in pod["status"].get("containerStatuses") or ():
+        for which in ("state", "lastState"):
+            state = st.get(which) or {}
+            if any((state.get(sub) or {}).get("startedAt") for sub in ("running", "terminated")):
+                return True
+    return False
 
 
 def _keep_sandbox_time(prev: Mapping[str, Any], new: dict[str, Any]) -> None:

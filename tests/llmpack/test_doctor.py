@@ -87,7 +87,7 @@ def test_ready_cluster_passes_every_check(ready: Ready) -> None:
     checks = [line for line in out.splitlines() if line.startswith("✓")]
     for expected in ("Kubernetes API", "node(s) of GPU type nvidia-h100-80gb", "tolerate", "allocatable nvidia.com/gpu",
                      "namespace llmpack exists", "namespace kubeflow exists", "Secret llmpack-mlflow in llmpack has "
-                     "tracking-uri and password, username", "RBAC (mlflow): you may create/get/delete jobs.batch, list/watch pods, list events in llmpack",
+                     "tracking-uri and password, username", "RBAC (mlflow): you may create/get/delete jobs.batch, list/watch pods, list/watch events in llmpack",
                      "RBAC (argo): you may create/get workflows.argoproj.io", "Pod Security (kfp)",
                      "Argo artifact repository", "KFP API at", "Argo Server at"):
         assert any(expected in line for line in checks), (expected, out)

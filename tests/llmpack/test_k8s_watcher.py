@@ -317,6 +317,89 @@ def test_start_in_the_background_and_finish(api, client):
     assert "401 Unauthorized" in _input_error(lambda: PodWatcher(wrong, NS, RG).start())  # at once, not in finish()
 
 
+# --------------------------------------------------------------------------- image-pull events: watched
+
+
+def _event_requests(api, *, watch: bool):
+    return [r for r in api.recorded("GET", f"/namespaces/{NS}/events") if r.is_watch == watch]
+
+
+def test_pull_events_are_watched_and_kept_after_the_server_expires_them(api, client):
+    """The API server deletes events after an hour (--event-ttl): a run longer than that lost its
+    first pulls to a listing at the end. Watched, they are kept, and no listing is needed at the end."""
+    cpu, gpu, prep, tune = two_pods()
+    api.add_node(cpu)
+    api.add_node(gpu)
+    pulls = pull_events("llm-finetune-w1-finetune-22", namespace=NS, pulling=T0 + 161, pulled=T0 + 188, message_seconds="27.5s")
+    prep_pulls = pull_events("llm-finetune-w1-prepare-data-11", namespace=NS, pulling=T0 + 3, pulled=T0 + 4)
+    watcher = PodWatcher(client, NS, RG, window_s=5)
+    steps = (
+        [("apply", s) for s in prep] + [("event", e) for e in prep_pulls]
+        + [("apply", s) for s in tune[:4]]  # initialized: kubelet pulls next
+        + [("event", e) for e in pulls]
+        + [wait_until(lambda: watcher.event_stats["events"] >= 4)]
+        + [lambda: [api.delete_event(NS, e["metadata"]["name"]) for e in (*pulls, *prep_pulls)]]  # an hour went by
+        + [("apply", s) for s in tune[4:]]
+    )
+    api.play(steps, wait_for_watches=2)  # the pod watch and the event watch
+    rows = run_watcher(watcher)
+    api.join_players()
+
+    assert not api._events  # the server has none of them any more
+    check_final_rows(rows)  # finetune's image_pull_s 27.5 among them
+    assert {r["step"]: r["image_pull_s"] for r in rows}["prepare-data"] == 1.0
+    assert len(_event_requests(api, watch=False)) == 1  # listed once at the start, not at the end
+    watches = _event_requests(api, watch=True)
+    assert watches and {w.query["fieldSelector"] for w in watches} == {"involvedObject.kind=Pod"}
+    assert watcher.event_stats["events"] >= 8 and not watcher.warnings  # 4 ADDED, 4 DELETED
+
+
+def test_a_started_pod_without_its_pulled_event_gets_a_last_listing(api, client):
+    """The watch ran to the end, yet a pod that started a container has no Pulled event: the
+    events are listed once more (what today's servers still hold), so a lost one is found."""
+    _, _, prep, _ = two_pods()
+    api.play([("apply", s) for s in prep], wait_for_watches=2)
+    watcher = PodWatcher(client, NS, RG, window_s=5)
+    [row] = watcher.run(until=all_terminated(steps=["prepare-data"]), timeout_s=10)
+    api.join_players()
+    assert row["image_pull_s"] is None
+    assert len(_event_requests(api, watch=False)) == 2  # at the start, and the last one
+
+
+def test_an_event_watch_refused_by_rbac_falls_back_to_listing():
+    """RBAC with list but not watch on events: one warning, then the listing as before, the last at the end."""
+    with KubeAPIStandIn(token=TOKEN, namespaces=(NS,), forbidden={"watch events"}) as api:
+        client = build_api_client(host=api.url, token=TOKEN)
+        _, _, prep, _ = two_pods()
+        pulls = pull_events("llm-finetune-w1-prepare-data-11", namespace=NS, pulling=T0 + 3, pulled=T0 + 6)
+        watcher = PodWatcher(client, NS, RG, window_s=1)
+        api.play([("apply", s) for s in prep[:3]] + [("event", e) for e in pulls]
+                 + [wait_until(lambda: watcher.warnings)] + [("apply", s) for s in prep[3:]], wait_for_watches=1)
+        [row] = watcher.run(until=all_terminated(steps=["prepare-data"]), timeout_s=10)
+        api.join_players()
+        assert row["image_pull_s"] == 3.0
+        assert [w for w in watcher.warnings if "watching events failed (403" in w]
+        assert len(_event_requests(api, watch=False)) == 2
+
+
+def test_the_event_watch_survives_410_expiry(api, client):
+    _, _, prep, _ = two_pods()
+    pulls = pull_events("llm-finetune-w1-prepare-data-11", namespace=NS, pulling=T0 + 3, pulled=T0 + 5)
+    watcher = PodWatcher(client, NS, RG, window_s=5)
+    steps = (
+        [("apply", s) for s in prep[:3]]
+        + [("expire", None)]  # both watches get ERROR 410 Expired; the pulls come while they re-list
+        + [("event", e) for e in pulls]
+        + [wait_until(lambda: watcher.event_stats["expired"] >= 1 and watcher.stats["expired"] >= 1)]
+        + [("apply", s) for s in prep[3:]]
+    )
+    api.play(steps, wait_for_watches=2)
+    [row] = watcher.run(until=all_terminated(steps=["prepare-data"]), timeout_s=10)
+    api.join_players()
+    assert row["image_pull_s"] == 2.0 and not watcher.warnings
+    assert len(_event_requests(api, watch=False)) == 2  # the first listing and the re-list after the 410; none at the end
+
+
 def test_forbidden_nodes_and_events_degrade_with_warnings():
     with KubeAPIStandIn(token=TOKEN, namespaces=(NS,), forbidden={"nodes", "events"}) as api:
         client = build_api_client(host=api.url, token=TOKEN)

@@ -44,7 +44,8 @@ def test_a_410_every_500_events_no_pod_lost_and_the_hidden_events_came_by_relist
     assert r.problems == []
     assert (r.pods_created, r.pods_seen, r.pods_lost, r.pods_stale, r.pods_kept) == (200, 200, 0, 0, 200)
     assert r.played == 5000 and r.stopped_by == "condition"
-    assert r.expiries == r.expired_sent == r.expired_handled == r.relists == 9  # 410 after 500, 1000, ..., 4500
+    assert r.expiries == r.expired_handled == r.relists == r.events_expired == 9  # 410 after 500, 1000, ..., 4500
+    assert r.expired_sent == 18  # each reached the pod watch and the pull-event watch
     # The 90 events logged behind the 410s never came by watch: the re-lists carried them.
     assert 0 < r.watch_events <= 5000 - 9 * 10
 

@@ -9,7 +9,10 @@ objects for errors, chunked newline-delimited watch streams) for the few resourc
   from ``resourceVersion`` on, until ``timeoutSeconds``. A too-old ``resourceVersion`` gets an
   ``ERROR`` event carrying a ``Status`` with code 410 ``Expired``, as the real API server sends.
 - ``GET /api/v1/namespaces/{ns}/pods/{name}``, ``GET /api/v1/nodes[/{name}]``,
-  ``GET /api/v1/namespaces/{ns}/events``, ``GET /api/v1/namespaces[/{ns}]`` (404 for unknown).
+  ``GET /api/v1/namespaces/{ns}/events`` (``fieldSelector`` on the whole event; with
+  ``watch=true`` a watch as for pods: :meth:`KubeAPIStandIn.add_event` and
+  :meth:`~KubeAPIStandIn.delete_event`, the TTL running out, are its events),
+  ``GET /api/v1/namespaces[/{ns}]`` (404 for unknown).
 - ``POST/GET /apis/batch/v1/namespaces/{ns}/jobs``, ``GET/DELETE .../jobs/{name}``,
   ``GET .../jobs/{name}/status``: Jobs are stored and returned; every request is recorded.
 - Custom resources (:data:`CUSTOM_RESOURCES`: Kubeflow Trainer ``trainjobs``, Kueue ``workloads``;
@@ -175,8 +178,9 @@ class _Entry:
     namespace: str
     labels: dict[str, str]
     line: bytes  # the watch event, serialized once
-    resource: str = "pods"  # "pods", or a custom resource's "{plural}.{group}"
+    resource: str = "pods"  # "pods", "events", or a custom resource's "{plural}.{group}"
     name: str = ""
+    obj: dict[str, Any] | None = None  # events only: what a field selector reads
 
 
 @dataclass(frozen=True)
@@ -316,7 +320,7 @@ class KubeAPIStandIn(StandInServer):
         meta = obj["metadata"]
         line = (json.dumps({"type": etype, "object": obj}, separators=(",", ":")) + "\n").encode()
         return _Entry(rv, etype, meta.get("namespace", ""), dict(meta.get("labels") or {}),
-                      line, resource, meta.get("name", ""))
+                      line, resource, meta.get("name", ""), obj if resource == "events" else None)
 
     def _append(self, etype: str, obj: dict[str, Any], resource: str = "pods") -> None:
         self._log.append(self._entry(self._rv, etype, obj, resource))
@@ -406,10 +410,23 @@ class KubeAPIStandIn(StandInServer):
         obj.setdefault("apiVersion", "v1")
         meta = obj["metadata"]
         meta.setdefault("namespace", (obj.get("involvedObject") or {}).get("namespace", "default"))
+        key = (meta["namespace"], meta["name"])
         with self._cond:
             self._rv += 1
             meta["resourceVersion"] = str(self._rv)
-            self._events[(meta["namespace"], meta["name"])] = obj
+            etype = "MODIFIED" if key in self._events else "ADDED"
+            self._events[key] = obj
+            self._append(etype, obj, "events")
+
+    def delete_event(self, namespace: str, name: str) -> None:
+        """Remove an event (a DELETED watch event), as the API server does when its TTL (1 h) runs out."""
+        with self._cond:
+            obj = self._events.pop((namespace, name), None)
+            if obj is not None:
+                obj = copy.deepcopy(obj)
+                self._rv += 1
+                obj["metadata"]["resourceVersion"] = str(self._rv)
+                self._append("DELETED", obj, "events")
 
     def add_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         """Serve namespace ``name``, with ``labels`` (e.g. ``pod-security.kubernetes.io/enforce``) if given."""
@@ -564,10 +581,17 @@ class KubeAPIStandIn(StandInServer):
         self, handler: BaseHTTPRequestHandler, query: Mapping[str, str], namespace: str | None, resource: str = "pods"
     ) -> None:
         match_labels = parse_label_selector(query.get("labelSelector"))
-        custom = self._custom_by_resource(resource) if resource != "pods" else None
-        store = self._pods if custom is None else self.custom_objects[resource]
-        if custom is None:  # pods: as before, no field selector on watches
+        custom = self._custom_by_resource(resource) if resource not in ("pods", "events") else None
+        store = self._pods if resource == "pods" else self._events if resource == "events" else self.custom_objects[resource]
+        match_object: Callable[[Mapping[str, Any] | None], bool] = lambda obj: True  # noqa: E731
+        if resource == "pods":  # as before, no field selector on pod watches
             bookmark_type = {"kind": "Pod", "apiVersion": "v1"}
+
+            def match_name(ns: str, name: str) -> bool:
+                return True
+        elif resource == "events":  # involvedObject.kind=Pod, reason=...: on the whole event
+            bookmark_type = {"kind": "Event", "apiVersion": "v1"}
+            match_object = parse_field_selector(query.get("fieldSelector"))
 
             def match_name(ns: str, name: str) -> bool:
                 return True
@@ -618,7 +642,7 @@ class KubeAPIStandIn(StandInServer):
                 for obj in store.values():
                     if (namespace is None or obj["metadata"].get("namespace") == namespace) and match_labels(
                         obj["metadata"].get("labels") or {}
-                    ) and match_name(obj["metadata"].get("namespace", ""), obj["metadata"]["name"]):
+                    ) and match_name(obj["metadata"].get("namespace", ""), obj["metadata"]["name"]) and match_object(obj):
                         initial.append((json.dumps({"type": "ADDED", "object": obj}) + "\n").encode())
                 pos = len(self._log)
             elif int(requested) < self._compacted:
@@ -654,6 +678,7 @@ class KubeAPIStandIn(StandInServer):
                             and (namespace is None or e.namespace == namespace)
                             and match_labels(e.labels)
                             and match_name(e.namespace, e.name)
+                            and (e.obj is None or match_object(e.obj))
                         ]
                         done = not batch and time.monotonic() >= deadline
                         if done and bookmarks:
@@ -1041,6 +1066,8 @@ def _make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
             self._json(200, obj)
 
         def _r_events(self, method: str, query: dict[str, str], body: Any, ns: str) -> None:
+            if query.get("watch", "").lower() in ("true", "1"):
+                return api._watch(self, query, ns, "events")
             self._json(200, api._list(api._events, query, ns, "Event"))
 
         def _r_namespaces(self, method: str, query: dict[str, str], body: Any) -> None:
