@@ -5,6 +5,11 @@ synthetic run group over its watch protocol; this process runs the real kubernet
 :class:`llmpack.k8s.watcher.PodWatcher` until every pod has terminated (list, watch, node reads,
 image-pull events and the final analysis all inside the timed window).
 
+The kubelet's 2,000 image-pull events (a ``Pulling`` and a ``Pulled`` per pod) come in the stream
+at their times (``--pulls-in-stream``), so the watcher's event watch takes them beside the pod
+watch, as on a cluster (the backlog is logged once both watches are open); the figure counts the
+pod events, and every row must have its pull time.
+
 By default the stand-in renders every event before the clock starts and logs them at once when the
 watch opens (``--burst``, :meth:`KubeAPIStandIn.burst`): the watch then receives them as a backlog,
 as fast as the client takes them, so the figure is the watcher's own rate. Making 10,000 events live
@@ -52,7 +57,8 @@ def _serve(pods: int, events: int, *, live: bool) -> tuple[subprocess.Popen[str]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "standins.k8s_api", "--synthetic", f"{pods},{events}", "--token", TOKEN,
-         "--namespace", NAMESPACE, "--run-group", RUN_GROUP, "--watches", "1", *(() if live else ("--burst",))],
+         "--namespace", NAMESPACE, "--run-group", RUN_GROUP, "--watches", "2", "--pulls-in-stream",
+         *(() if live else ("--burst",))],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
     )
     assert proc.stdout is not None
@@ -85,8 +91,10 @@ def measure(pods: int, events: int, *, trace: bool, live: bool = False) -> dict[
         assert proc.stdin is not None
         proc.stdin.close()
         proc.wait(10)
-    if watcher.stopped_by != "condition" or len(rows) != pods:
-        raise SystemExit(f"watch did not complete: {watcher.stopped_by}, {len(rows)} rows, {watcher.stats}")
+    pulled = sum(1 for r in rows if r["image_pull_s"] is not None)
+    if watcher.stopped_by != "condition" or len(rows) != pods or pulled != pods:
+        raise SystemExit(f"watch did not complete: {watcher.stopped_by}, {len(rows)} rows, {pulled} pull times, "
+                         f"{watcher.stats}")
     done = sum(1 for r in rows if r["phase"] == "Succeeded" and r["start_s"] is not None and r["node"])
     return {
         "events": watcher.stats["events"],
@@ -98,6 +106,8 @@ def measure(pods: int, events: int, *, trace: bool, live: bool = False) -> dict[
         "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "pods_kept": watcher.pod_count,
         "complete_rows": done,
+        "pull_events": watcher.event_stats["events"],  # by the event watch, beside the pod events
+        "event_listings": watcher.event_stats["listings"],
     }
 
 
@@ -136,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         rates.append(fast["events_per_s"])
         per_cpu.append(fast["events"] / fast["cpu_s"])
         print(f"  throughput  {fast['events']:>6} events in {fast['seconds']:.2f} s = {fast['events_per_s']:,.0f} events/s; "
-              f"{fast['cpu_s']:.2f} CPU s = {per_cpu[-1]:,.0f} events per CPU s")
+              f"{fast['cpu_s']:.2f} CPU s = {per_cpu[-1]:,.0f} events per CPU s; "
+              f"+{fast['pull_events']:,} pull events watched, {fast['event_listings']} listing(s)")
         if args.marginal and len(counts) > 1:
             # the same pods with more events, right after: the difference is what the extra events cost
             more = measure(args.pods, counts[-1], trace=False, live=args.live)

@@ -116,3 +116,13 @@ def test_synthetic_run_group_shape():
     assert len(last) == 20 and set(last.values()) == {"Succeeded"}
     with pytest.raises(ValueError):
         synthetic_run_group(10, 20)
+
+    _, none_apart, stream = synthetic_run_group(20, 130, pulls_in_stream=True)
+    items = list(stream)
+    assert none_apart == [] and len(items) == 130 + 40
+    for pod in last:  # each pod's pulls come after its initialized state and before its container starts
+        kinds = [("Event", i["reason"]) if i.get("kind") == "Event" else ("Pod", bool(i["status"].get("containerStatuses")
+                 and "running" in i["status"]["containerStatuses"][0].get("state", {})))
+                 for i in items if (i.get("involvedObject") or i["metadata"])["name"] == pod]
+        pulling, pulled = kinds.index(("Event", "Pulling")), kinds.index(("Event", "Pulled"))
+        assert 2 < pulling < pulled < kinds.index(("Pod", True))

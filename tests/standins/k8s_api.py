@@ -359,9 +359,19 @@ class KubeAPIStandIn(StandInServer):
         as the wire and the client go: a benchmark of the client then measures the client, not
         this server making events. Nothing else may change state between this call and the step.
         """
-        rv, known = self._rv, set(self._pods)
-        entries, latest = [], {}
+        rv, known, known_events = self._rv, set(self._pods), set(self._events)
+        entries, latest, latest_events = [], {}, {}
         for pod in pods:
+            if pod.get("kind") == "Event":  # a kubelet event among the pod states (synthetic_run_group)
+                obj = self._event_copy(pod)
+                meta = obj["metadata"]
+                key = (meta["namespace"], meta["name"])
+                rv += 1
+                meta["resourceVersion"] = str(rv)
+                entries.append(self._entry(rv, "MODIFIED" if key in known_events else "ADDED", obj, "events"))
+                known_events.add(key)
+                latest_events[key] = obj
+                continue
             obj = self._pod_copy(pod)
             meta = obj["metadata"]
             key = (meta["namespace"], meta["name"])
@@ -378,6 +388,7 @@ class KubeAPIStandIn(StandInServer):
                     raise RuntimeError(f"state changed between burst() and its step (resourceVersion {first} -> {self._rv})")
                 self._rv = rv
                 self._pods.update(latest)
+                self._events.update(latest_events)
                 self._log.extend(entries)
                 self._log_rvs.extend(e.rv for e in entries)
                 self._cond.notify_all()
@@ -404,12 +415,17 @@ class KubeAPIStandIn(StandInServer):
             obj["metadata"]["resourceVersion"] = str(self._rv)
             self._nodes[obj["metadata"]["name"]] = obj
 
-    def add_event(self, event: Mapping[str, Any]) -> None:
+    @staticmethod
+    def _event_copy(event: Mapping[str, Any]) -> dict[str, Any]:
         obj = copy.deepcopy(dict(event))
         obj.setdefault("kind", "Event")
         obj.setdefault("apiVersion", "v1")
+        obj["metadata"].setdefault("namespace", (obj.get("involvedObject") or {}).get("namespace", "default"))
+        return obj
+
+    def add_event(self, event: Mapping[str, Any]) -> None:
+        obj = self._event_copy(event)
         meta = obj["metadata"]
-        meta.setdefault("namespace", (obj.get("involvedObject") or {}).get("namespace", "default"))
         key = (meta["namespace"], meta["name"])
         with self._cond:
             self._rv += 1
@@ -516,7 +532,7 @@ class KubeAPIStandIn(StandInServer):
             step()
             return
         if isinstance(step, Mapping):
-            self.apply_pod(step)
+            self.add_event(step) if step.get("kind") == "Event" else self.apply_pod(step)
             return
         action, arg = step
         if action == "apply":
@@ -1390,12 +1406,16 @@ def synthetic_run_group(
     run_group: str = "bench",
     namespace: str = "llmpack",
     pods_per_node: int = 8,
+    pulls_in_stream: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Iterator[dict[str, Any]]]:
     """Nodes, pull events, and a lazy time-ordered stream of ``events`` pod states for ``pods`` pods.
 
     Every pod goes Pending -> scheduled -> initialized -> running -> Succeeded (5 states); the
     rest of the ``events`` budget is spread as running-status updates, so the last state of every
     pod is terminal whatever the count. Half the nodes are created after their pods (autoscaled).
+    Each pod's ``Pulling``/``Pulled`` events are returned apart, to be stored first, or, with
+    ``pulls_in_stream``, come in the stream at their times (as a kubelet makes them: after the
+    pod is initialized, before its container starts), and the list returned is empty.
     """
     if events < 5 * pods:
         raise ValueError(f"need at least 5 events per pod ({5 * pods}), got {events}")
@@ -1451,10 +1471,22 @@ def synthetic_run_group(
         times = [created, scheduled, initialized, started] + [
             started + (finished - started) * (k + 1) / (n_extra + 1) for k in range(n_extra)
         ] + [finished]
-        streams.append(((t, i, k), s) for k, (t, s) in enumerate(zip(times, states, strict=True)))
-        pulls.extend(pull_events(name, namespace=namespace, pulling=initialized, pulled=started - 1, message_seconds="18.5s"))
+        pod_stream: Iterable[tuple[tuple[float, int, float], dict[str, Any]]] = _keyed(i, times, states)
+        pod_pulls = pull_events(name, namespace=namespace, pulling=initialized, pulled=started - 1, message_seconds="18.5s")
+        if pulls_in_stream:  # Pulling just after the initialized state (k 2), Pulled a second before the start (k 3)
+            pod_stream = heapq.merge(pod_stream, [((initialized, i, 2.5), pod_pulls[0]), ((started - 1, i, 2.7), pod_pulls[1])],
+                                     key=lambda item: item[0])
+        else:
+            pulls.extend(pod_pulls)
+        streams.append(pod_stream)
     merged = (state for _, state in heapq.merge(*streams, key=lambda item: item[0]))
     return nodes, pulls, merged
+
+
+def _keyed(i: int, times: list[float], states: Iterable[dict[str, Any]]) -> Iterator[tuple[tuple[float, int, float], dict[str, Any]]]:
+    """Pod ``i``'s states keyed (time, pod, index) for the merge (a function: ``i`` bound now, not late)."""
+    for k, (t, state) in enumerate(zip(times, states, strict=True)):
+        yield (t, i, k), state
 
 
 def _parse_iso(text: str) -> float:
@@ -1473,11 +1505,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--watches", type=int, default=1, help="open watches to wait for before playing")
     parser.add_argument("--burst", action="store_true",
                         help="render the synthetic events before serving, log them at once when the watches are open")
+    parser.add_argument("--pulls-in-stream", action="store_true",
+                        help="the image-pull events come in the stream at their times, not stored before it")
     args = parser.parse_args(argv)
     api = KubeAPIStandIn(token=args.token, namespaces=("default", args.namespace)).start()
     if args.synthetic:
         n_pods, n_events = (int(x) for x in args.synthetic.split(","))
-        nodes, pulls, stream = synthetic_run_group(n_pods, n_events, run_group=args.run_group, namespace=args.namespace)
+        nodes, pulls, stream = synthetic_run_group(n_pods, n_events, run_group=args.run_group, namespace=args.namespace,
+                                                   pulls_in_stream=args.pulls_in_stream)
         for node in nodes:
             api.add_node(node)
         for event in pulls:
