@@ -20,8 +20,12 @@ from components.record import cost, telemetry
 from llmpack.backends import runs_in_one_pod
 
 
-def _row_billed_s(row: Mapping[str, Any]) -> float | None:
-    start, end = row.get("container_started"), row.get("finished")
+def pod_billed_s(row: Mapping[str, Any]) -> float | None:
+    """A pod row's GPU seconds as billed: container start to finish, plus its node's provisioning
+    when the node was brought up for it. A disrupted pod whose end the watcher never saw (its
+    node went away, the pod was deleted with it) is billed to its disruption, as the preemption
+    accounting counts it (:mod:`llmpack.k8s.preemption`); no end at all: None (not billed here)."""
+    start, end = row.get("container_started"), row.get("finished") or row.get("disrupted_at")
     if start is None or end is None:
         return None
     billed = end - start
@@ -76,7 +80,7 @@ def cluster_cost(
             gpus, covers = gpus_by_step[step], set(fused[step])
         else:
             gpus, covers = gpus_by_step.get(step or "", 0), {step}
-        billed = _row_billed_s(row) if gpus > 0 else None
+        billed = pod_billed_s(row) if gpus > 0 else None
         if billed is None:
             continue
         gpu_seconds += gpus * billed
@@ -125,7 +129,7 @@ def retried_pods(rows: Iterable[Mapping[str, Any]], uses: list[cost.GpuUse], orc
         if last:
             continue
         gpus = _pod_gpus(row, gpus_by_step)
-        billed = _row_billed_s(row)
+        billed = pod_billed_s(row)
         hours = gpus * (billed or 0.0) / 3600.0
         out.append({"step": row["step"], "attempt": attempt, "billed_s": billed, "gpu_hours": hours,
                     "cost_usd": None if price is None else hours * price.per_gpu_hour, "pod": row.get("pod")})

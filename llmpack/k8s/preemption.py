@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.errors import InputError
+from llmpack.k8s.billing import pod_billed_s
 
 DISRUPTION_CONDITION = "DisruptionTarget"
 # The reasons Kubernetes sets on DisruptionTarget (k8s.io/api/core/v1 PodReasonPreemptionByScheduler...).
@@ -216,16 +217,6 @@ def _gpu_start(row: Mapping[str, Any]) -> float | None:
     return row.get("container_started")
 
 
-def _billed_s(row: Mapping[str, Any]) -> float | None:
-    """A pod's GPU seconds as billing counts them (:mod:`llmpack.k8s.billing`): container start to finish (a
-    preempted pod: to its disruption when no finish was seen), plus its node's provisioning when brought up for it."""
-    start, end = row.get("container_started"), row.get("finished") or row.get("disrupted_at")
-    if start is None or end is None:
-        return None
-    created, ready = row.get("created"), row.get("node_ready")
-    return end - start + (ready - created if created is not None and ready is not None and ready > created else 0.0)
-
-
 def _attempt_events(steps: Mapping[str, Any], step: str, attempt: int) -> Mapping[str, float]:
     st = steps.get(step)
     if st is None:
@@ -247,7 +238,7 @@ def attempts_of(rows: Iterable[Mapping[str, Any]], gpus_by_step: Mapping[str, in
     for pod_step, mine in by_step.items():
         for n, row in enumerate(sorted(mine, key=_order)):
             gpus = gpus_by_step.get(pod_step, 0)
-            hours = gpus * max(0.0, _billed_s(row) or 0.0) / 3600.0
+            hours = gpus * max(0.0, pod_billed_s(row) or 0.0) / 3600.0
             out.append({"step": (aliases or {}).get(pod_step, pod_step), "attempt": n, "pod": row.get("pod"),
                         "outcome": attempt_outcome(row), "reason": row.get("disruption"),
                         "disrupted_at": row.get("disrupted_at"), "gpus": gpus, "gpu_hours": hours,
@@ -275,7 +266,7 @@ def gang_attempts(rows: Iterable[Mapping[str, Any]], price: float | None,
         hit = sorted((r for r in pods if r.get("disruption")), key=lambda r: r.get("disrupted_at") or math.inf)
         outcome = next((o for o in ("preempted", "failed", "running") if o in outcomes), "succeeded")
         gpus = sum(int(r.get("gang_gpus") or 0) for r in pods)
-        hours = sum(int(r.get("gang_gpus") or 0) * max(0.0, _billed_s(r) or 0.0) for r in pods) / 3600.0
+        hours = sum(int(r.get("gang_gpus") or 0) * max(0.0, pod_billed_s(r) or 0.0) for r in pods) / 3600.0
         out.append({"step": (aliases or {}).get(step, step), "attempt": k, "gang": gang, "pod": pods[0].get("pod"),
                     "pods": [r.get("pod") for r in pods], "outcome": outcome,
                     "reason": hit[0].get("disruption") if hit else None,

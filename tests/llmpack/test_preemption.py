@@ -113,6 +113,36 @@ def test_waste_is_gpu_time_since_the_checkpoint_plus_the_retrys_spin_up() -> Non
     assert m["preemption_waste_usd"] is None and m["kept_train_s"] == pytest.approx(38.0)
 
 
+def test_a_preempted_pod_whose_end_was_never_seen_is_billed_to_its_disruption() -> None:
+    """The node went away under a running pod, which was deleted with it: the watcher's last state
+    of the pod is Running, with no finish. The bill counts its GPU time to the node's termination,
+    as the preemption figures do, so failure retries are not the preempted attempt's hours again."""
+    from components.record import cost
+    from llmpack.k8s.billing import cluster_cost
+
+    gone = {"spec": {"taints": [{"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule",
+                                 "timeAdded": _iso(T0 + 33)}]}}
+    states = list(iter_pod_states("a", labels=LABELS, created=T0, scheduled=T0 + 1, node="gpu-1", initialized=T0 + 2,
+                                  started=T0 + 3, finished=T0 + 600))
+    running = next(s for s in states if s["status"]["phase"] == "Running")  # the last state the watcher saw
+    rows = analyze([running, pod("b", created=T0 + 40, finished=T0 + 90)], [slim_node(gpu_node(**gone))])
+    rows[0]["deleted"] = True
+    assert (rows[0]["finished"], rows[0]["disrupted_at"], attempt_outcome(rows[0])) == (None, T0 + 33, "preempted")
+    for row in rows:
+        row["outcome"] = attempt_outcome(row)
+    a1 = StepTimes(step="finetune", events={"process_started": T0 + 44, "first_step": T0 + 50, "finished": T0 + 88},
+                   metrics={"train_s": 38.0}, attempt=1)
+    steps = {"finetune": StepTimes(step="finetune", events=a1.events, metrics=a1.metrics, attempt=1,
+                                   attempts=(StepTimes(step="finetune", events={}, metrics={}, attempt=0), a1))}
+    uses = [cost.GpuUse(step="finetune", gpus=2, gpu_type="nvidia-h100-80gb")]
+    bill = cluster_cost(steps, rows, uses, "argo", None)
+    assert bill["gpu_hours"] * 3600 == pytest.approx(2 * ((33 - 3) + (90 - 43)))  # was the retry's alone
+    assert bill["retry_gpu_hours"] * 3600 == pytest.approx(2 * 30)
+    m, _ = preemption_metrics(rows, steps, {"finetune": 2}, None, retry_gpu_hours=bill["retry_gpu_hours"])
+    assert m["preempted_gpu_hours"] == pytest.approx(bill["retry_gpu_hours"])  # the same hours, both ways
+    assert m["failure_retry_gpu_hours"] == pytest.approx(0.0)
+
+
 # --------------------------------------------------------------------------- --preempt on a real cluster: an Eviction
 
 
