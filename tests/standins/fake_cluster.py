@@ -1,5 +1,8 @@
 """One fake cluster out of the three stand-ins: KFP, Argo and MLflow runs that "run" on Kubernetes.
 
+(Its plan of a submitted run, tasks and virtual times, is :mod:`standins.cluster_plan`; a
+TrainJob gang's pods and ranks, :mod:`standins.fake_gang`.)
+
 When the KFP stand-in receives a run, the Argo stand-in a Workflow, or the Kubernetes stand-in
 a Job, :class:`FakeCluster` plays what the cluster would do, into the Kubernetes stand-in:
 
@@ -75,222 +78,37 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from components.record import tracking
 from components.record.telemetry import RunContext, make_record
+from standins.cluster_plan import _DEFAULT_COMPUTE_S as _DEFAULT_COMPUTE_S
+from standins.cluster_plan import (
+    _PARAM_REF,
+    KFP_DRIVER,
+    KFP_LAUNCHER,
+    PlannedTask,
+    _hash_digits,
+    argo_tasks,
+    gang_of,
+    kfp_defaults,
+    kfp_tasks,
+)
+from standins.cluster_plan import IMAGE as IMAGE
+from standins.cluster_plan import STEPS as STEPS
+from standins.cluster_plan import RunScript as RunScript
+from standins.cluster_plan import Timings as Timings
+from standins.cluster_plan import _floor as _floor
+from standins.cluster_plan import _suffix as _suffix
+from standins.cluster_plan import fused_members as fused_members
+from standins.fake_gang import GangPlayer
 from standins.k8s_api import _iso, iter_pod_states, node_object, pull_events
 
-STEPS = ("prepare-data", "tokenize", "finetune", "evaluate", "register")
-GPU_STEPS = ("finetune", "evaluate")
-IMAGE = "ghcr.io/llmpack/llmpack:0.1.0"
-KFP_LAUNCHER = "ghcr.io/kubeflow/kfp-launcher:2.5.0"
-KFP_DRIVER = "ghcr.io/kubeflow/kfp-driver:2.5.0"
-_PARAM_REF = re.compile(r"\{\{\s*workflow\.parameters\.([A-Za-z0-9_.-]+)\s*\}\}")
-_FUSED_REF = re.compile(r"[\w.]+:([A-Za-z0-9]\w*?__\w+)")  # components.finetune_pipeline:finetune__evaluate
-_DEFAULT_COMPUTE_S = 1.0  # a step Timings.compute_s does not name (a custom step)
 
-
-@dataclass
-class Timings:
-    """Virtual durations, in seconds (compressed: a real GPU node takes minutes, not seconds)."""
-
-    first_pod_s: int = 2          # submit -> the first pod object
-    step_gap_s: int = 1           # a pod's end -> the controller creates the next pod
-    kfp_driver_s: int = 2         # a KFP driver pod's run time
-    schedule_s: int = 1           # created -> scheduled, on a node that is there
-    node_create_s: int = 1        # GPU pod created -> the autoscaler's node object
-    node_ready_s: int = 6         # node object -> Ready
-    bind_s: int = 1               # node Ready -> pod scheduled on it
-    init_s: int = 1               # scheduled -> init containers done
-    pull_s: int = 4               # image pull on the new GPU node
-    start_s: int = 1              # image there -> container started
-    process_s: float = 0.35       # container started -> the step's process started
-    load_s: Mapping[str, float] = field(default_factory=lambda: {"finetune": 1.3, "evaluate": 0.9})
-    first_step_s: float = 0.8     # model loaded -> first optimizer step
-    compute_s: Mapping[str, float] = field(default_factory=lambda: {
-        "prepare-data": 1.15, "tokenize": 1.65, "finetune": 5.6, "evaluate": 2.2, "register": 0.85})
-    mlflow_child_s: float = 0.55  # MLflow main: one step's end -> the next step's process start
-    # A TrainJob gang (nnodes > 1). Per node i (cycled): each node pod gets its own new GPU node,
-    # which the cloud brings up at its own pace, and pulls the image at its own pace.
-    trainjob_s: float = 0.6       # launcher process start -> TrainJob created (tokens staged into the PVC)
-    gang_pods_s: int = 1          # TrainJob created -> JobSet's Job pods created
-    gang_node_create_s: tuple[int, ...] = (1, 2, 1, 3)   # pod created -> node object, per node
-    gang_node_ready_s: tuple[int, ...] = (6, 9, 7, 8)    # node object -> Ready, per node
-    gang_pull_s: tuple[int, ...] = (4, 7, 5, 6)          # image pull on node i
-    gang_start_s: tuple[int, ...] = (1, 2, 1, 1)         # image there -> container started, per node
-    rank_load_s: float = 0.02     # rank R loads the model R x this later than rank 0 (the last rank is last)
-    launcher_poll_s: int = 1      # TrainJob Complete -> the launcher sees it
-    # Kueue (a gang with a queue): the TrainJob waits suspended until its Workload is admitted.
-    kueue_quota_s: int = 12       # Workload created -> QuotaReserved (other jobs ahead in the ClusterQueue)
-    kueue_admit_s: int = 3        # QuotaReserved -> Admitted (admission checks)
-    copy_back_s: float = 0.4      # the launcher copies the model back and merges the ranks' events
-
-
-@dataclass
-class RunScript:
-    """What the fake cluster did for one run (times are epoch seconds)."""
-
-    orchestrator: str
-    pipeline_run: str
-    run_group: str
-    submitted_at: float
-    namespace: str
-    pods: dict[str, dict[str, Any]] = field(default_factory=dict)      # task (MLflow: "main") -> times
-    tasks: dict[str, tuple[str, ...]] = field(default_factory=dict)    # task (MLflow: "main") -> its steps
-    drivers: list[dict[str, Any]] = field(default_factory=list)
-    node: dict[str, Any] = field(default_factory=dict)                 # the GPU node brought up
-    events: dict[str, dict[str, float]] = field(default_factory=dict)  # step -> in-container events
-    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
-    gang: dict[str, Any] = field(default_factory=dict)                 # the finetune TrainJob (nnodes > 1)
-    failed_step: str | None = None   # the step that failed (a member, for a fused task)
-    failed_task: str | None = None   # the task (pod) it failed in
-    artifact: Any = None             # what was submitted (KFP run, Workflow, Job): standins.real_pods reads its env
-    done: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def gang_ready(self) -> float | None:
-        """The last gang pod's container start (what ``gang_ready_s`` counts from ``submitted_at``)."""
-        pods = self.gang.get("pods") or []
-        return max(p["started"] for p in pods) if pods else None
-
-
-@dataclass(frozen=True)
-class PlannedTask:
-    """One task of a submitted workflow: one pod that runs ``members`` (authored steps) in order."""
-
-    name: str
-    members: tuple[str, ...]
-    source: str                          # the Argo template / the KFP executor label of the task
-    command: tuple[str, ...] = ()        # its container's command + args (as compiled)
-
-    @property
-    def fused(self) -> bool:
-        return self.members != (self.name,)
-
-    @property
-    def gpu(self) -> bool:
-        return any(m in GPU_STEPS for m in self.members)
-
-
-def _floor(t: float) -> int:
-    return int(math.floor(t))
-
-
-def fused_members(command: list[Any] | tuple[Any, ...], task: str) -> tuple[str, ...]:
-    """The steps a task's container runs: a fused step's members, else the task itself.
-
-    ``components.finetune_pipeline:finetune__evaluate`` -> ``("finetune", "evaluate")`` (the attribute split
-    on ``__``, ``_`` as ``-``: :func:`components.fusion.fused_attr` reversed).
-    """
-    m = _FUSED_REF.search(" ".join(str(c) for c in command))
-    if m is None:
-        return (task,)
-    return tuple(p.replace("_", "-") for p in m.group(1).split("__") if p)
-
-
-def _in_order(names: list[str], deps: Mapping[str, set[str]], members: Mapping[str, tuple[str, ...]]) -> list[str]:
-    """``names`` in dependency order; ties (and a cycle, which a compiled pipeline has not) by the
-    authored order of their first member step, then as listed."""
-    rank = {s: i for i, s in enumerate(STEPS)}
-
-    def key(n: str) -> tuple[int, int]:
-        return (rank.get((members.get(n) or (n,))[0], len(rank)), names.index(n))
-
-    known, done, out = set(names), set(), []
-    pending = list(names)
-    while pending:
-        ready = [n for n in pending if (deps.get(n, set()) & known) <= done] or pending
-        first = min(ready, key=key)
-        out.append(first)
-        done.add(first)
-        pending.remove(first)
-    return out
-
-
-def gang_of(values: Mapping[str, Any]) -> tuple[int, Any] | None:
-    """(nodes, :class:`components.process.gang.GangSpec`) when the run's finetune is a TrainJob gang, else None."""
-    from components.process.gang import NNODES_PARAM, TRAINJOB_PARAM, GangSpec
-
-    try:
-        nodes = int(float(str(values.get(NNODES_PARAM) or 1)))
-    except ValueError:
-        return None
-    if nodes <= 1 or not values.get(TRAINJOB_PARAM):
-        return None
-    return nodes, GangSpec.from_json(str(values[TRAINJOB_PARAM]), "fake cluster")
-
-
-def kfp_defaults(pipeline_spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The root parameters' compiled defaults of a KFP ``pipeline_spec``."""
-    spec = pipeline_spec.get("pipeline_spec") if "pipeline_spec" in pipeline_spec else pipeline_spec
-    params = (((spec or {}).get("root") or {}).get("inputDefinitions") or {}).get("parameters") or {}
-    return {k: v.get("defaultValue") for k, v in params.items() if isinstance(v, Mapping) and "defaultValue" in v}
-
-
-def _default_tasks() -> list[PlannedTask]:
-    """What the fake played before it read workflows: one task per authored step."""
-    return [PlannedTask(step, (step,), step) for step in STEPS]
-
-
-def argo_tasks(wf: Mapping[str, Any]) -> list[PlannedTask]:
-    """The container tasks of a Workflow's entrypoint DAG, in dependency order."""
-    templates = {t["name"]: t for t in wf["spec"].get("templates") or []}
-    dag = (templates.get(wf["spec"].get("entrypoint")) or {}).get("dag") or {}
-    deps: dict[str, set[str]] = {}
-    planned: dict[str, PlannedTask] = {}
-    for task in dag.get("tasks") or []:
-        name, tmpl = task["name"], templates.get(task.get("template") or task["name"]) or {}
-        container = tmpl.get("container") or tmpl.get("script")
-        if container is None:  # a nested DAG, a suspend, a resource template: no step pod of ours
-            continue
-        command = tuple(str(c) for c in [*(container.get("command") or []), *(container.get("args") or [])])
-        planned[name] = PlannedTask(name, fused_members(command, name), tmpl["name"], command)
-        deps[name] = set(task.get("dependencies") or []) | set(re.findall(r"[A-Za-z0-9][A-Za-z0-9-]*",
-                                                                          str(task.get("depends") or "")))
-    if not planned:
-        return _default_tasks()
-    members = {n: p.members for n, p in planned.items()}
-    return [planned[n] for n in _in_order(list(planned), deps, members)]
-
-
-def kfp_tasks(pipeline_spec: Mapping[str, Any]) -> list[PlannedTask]:
-    """The container tasks of a KFP run's ``pipeline_spec`` (bare, or ``{"pipeline_spec", "platform_spec"}``),
-    DAG components (the exit handler) unwrapped, exit tasks left out, in dependency order."""
-    spec = pipeline_spec.get("pipeline_spec") if "pipeline_spec" in pipeline_spec else pipeline_spec
-    spec = spec or {}
-    components = spec.get("components") or {}
-    executors = (spec.get("deploymentSpec") or {}).get("executors") or {}
-    deps: dict[str, set[str]] = {}
-    planned: dict[str, PlannedTask] = {}
-
-    def walk(dag: Mapping[str, Any]) -> None:
-        for name, task in (dag.get("tasks") or {}).items():
-            if (task.get("triggerPolicy") or {}).get("strategy") == "ALL_UPSTREAM_TASKS_COMPLETED":
-                continue  # an exit task (close-record): not a step, not played (as before)
-            comp = components.get((task.get("componentRef") or {}).get("name", "")) or {}
-            if "dag" in comp:
-                walk(comp["dag"])
-                continue
-            label = comp.get("executorLabel") or f"exec-{name}"
-            container = (executors.get(label) or {}).get("container") or {}
-            command = tuple(str(c) for c in [*(container.get("command") or []), *(container.get("args") or [])])
-            planned[name] = PlannedTask(name, fused_members(command, name), label, command)
-            deps[name] = set(task.get("dependentTasks") or [])
-
-    walk((spec.get("root") or {}).get("dag") or {})
-    if not planned:
-        return [PlannedTask(step, (step,), f"exec-{step}") for step in STEPS]
-    members = {n: p.members for n, p in planned.items()}
-    return [planned[n] for n in _in_order(list(planned), deps, members)]
-
-
-class FakeCluster:
+class FakeCluster(GangPlayer):
     """Makes the stand-ins one cluster; use as a context manager, or ``start()`` / ``close()``."""
 
     def __init__(
@@ -470,158 +288,6 @@ class FakeCluster:
             times["pull_s"] = 0
             times["started"] = times["initialized"] + t.start_s
         return times
-
-    def _gang_events(self, script: RunScript, step: str, process_started: float, gang: tuple[int, Any]) -> float:
-        """The launcher's events and its TrainJob gang (pods, nodes, ranks) from the launcher's
-        process start; returns the launcher's ``finished`` (see the module doc)."""
-        from components.process.gang import trainjob_name
-
-        t = self.timings
-        nodes, spec = gang
-        gpus = max(1, int(spec.gpus_per_node))
-        world = nodes * gpus
-
-        def cycle(values: tuple[int, ...], i: int) -> int:
-            return values[i % len(values)]
-
-        ev: dict[str, float] = {"process_started": round(process_started, 6)}
-        created_tj = round(process_started + t.trainjob_s, 6)
-        ev["trainjob_created"] = created_tj
-        name = trainjob_name(script.pipeline_run, step, 0)
-        workload = None
-        if spec.queue:  # Kueue admits it first: JobSet's pods appear only once it is unsuspended
-            created_wl = _floor(created_tj) + 1
-            workload = {"created": created_wl, "quota_reserved": created_wl + t.kueue_quota_s,
-                        "admitted": created_wl + t.kueue_quota_s + t.kueue_admit_s}
-        pods_created = (workload["admitted"] if workload else _floor(created_tj)) + t.gang_pods_s
-        pods = []
-        for i in range(nodes):
-            with self._lock:
-                self._nodes += 1
-                n = self._nodes
-            paces = self.node_paces.draw() if self.node_paces is not None else tuple(
-                cycle(v, i) for v in (t.gang_node_create_s, t.gang_node_ready_s, t.gang_pull_s, t.gang_start_s))
-            node_created = pods_created + paces[0]
-            node = {"name": f"ip-10-3-{n}-{n * 11 % 250}.ec2.internal", "created": node_created,
-                    "ready": node_created + paces[1], "gpus": gpus}
-            times: dict[str, Any] = {"created": pods_created, "node": node["name"], "node_created": node["created"],
-                                     "node_ready": node["ready"], "scheduled": node["ready"] + t.bind_s, "index": i,
-                                     "pod": f"{name}-node-0-{i}-{_suffix(name + str(i), 5)}"}
-            times["initialized"] = times["scheduled"] + t.init_s
-            if self.prepulled:
-                times["pull_s"] = 0
-                times["started"] = times["initialized"] + paces[3]
-            else:
-                pull = paces[2]
-                times.update(pulling=times["initialized"], pulled=times["initialized"] + pull, pull_s=pull)
-                times["started"] = times["pulled"] + paces[3]
-            pods.append({**times, "node_obj": node})
-        # torchrun's rendezvous waits for every node: the ranks load once the last pod started.
-        rendezvous = max(p["started"] for p in pods) + t.process_s
-        load = t.load_s.get(step, 0.0)
-        ranks: dict[int, dict[str, float]] = {}
-        for p in pods:
-            for local in range(gpus):
-                r = p["index"] * gpus + local
-                ranks[r] = {"process_started": round(p["started"] + t.process_s + 0.01 * local, 6),
-                            "model_loaded": round(rendezvous + load + t.rank_load_s * r, 6)}
-        loaded = max(v["model_loaded"] for v in ranks.values())
-        first = round(loaded + t.first_step_s, 6)  # the first optimizer step is collective: the slowest rank's
-        for r, v in ranks.items():
-            v["first_step"] = round(first - 0.001 * (world - 1 - r), 6)
-            v["finished"] = round(first + t.compute_s.get(step, _DEFAULT_COMPUTE_S) + 0.001 * r, 6)
-        for p in pods:
-            mine = [ranks[p["index"] * gpus + local]["finished"] for local in range(gpus)]
-            p["finished"] = _floor(max(mine)) + 1
-        complete = max(p["finished"] for p in pods)
-        for r in sorted(ranks):
-            for k, v in ranks[r].items():
-                ev[f"{k}.rank{r}"] = v
-        last = ranks[world - 1]
-        ev["model_loaded"], ev["first_step"] = last["model_loaded"], last["first_step"]
-        ev["finished"] = round(complete + t.launcher_poll_s + t.copy_back_s, 6)
-        script.events[step] = ev
-        train_s = round(max(v["finished"] for v in ranks.values()) - first + 0.4, 6)
-        tokens = 60 * 8 * 128.0
-        script.metrics[step] = {"train_s": train_s, "train_tokens": tokens, "tokens_per_s": tokens / train_s,
-                                "world_size": float(world)}
-        script.gang = {"trainjob": name, "nodes": nodes, "gpus_per_node": gpus, "world_size": world,
-                       "created": created_tj, "complete": complete, "pods": pods, "spec": spec, "step": step,
-                       "workload": workload}
-        return ev["finished"]
-
-    def _gang_actions(self, script: RunScript, namespace: str) -> list[tuple[float, int, str, Any]]:
-        """The TrainJob, its node pods, their nodes and image events, and its Complete condition."""
-        if not script.gang:
-            return []
-        from components.process.gang import build_trainjob, gang_labels, trainer_command, trainer_env
-
-        gang = script.gang
-        spec, name, step = gang["spec"], gang["trainjob"], gang["step"]
-        labels = gang_labels(spec, run_group=script.run_group, pipeline_run=script.pipeline_run,
-                             orchestrator=script.orchestrator, step=step)
-        command = trainer_command(f"components.steps.{step}:{step}", {"tokens": "/gang/in/tokens"},
-                                  {"model": "/gang/out/model"}, {"pipeline_run": script.pipeline_run})
-        obj = build_trainjob(spec, name=name, namespace=namespace, nodes=gang["nodes"], command=command,
-                             labels=labels,
-                             env=trainer_env(spec, 0))
-        gang["object"] = obj
-        patch = (obj["spec"].get("runtimePatches") or [{}])[0]
-        jobs = (((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
-        pod_labels = dict(((((jobs[0] if jobs else {}).get("template") or {}).get("spec") or {}).get("template") or {})
-                          .get("metadata", {}).get("labels") or {})
-        actions: list[tuple[float, int, str, Any]] = [(gang["created"], 1, "trainjob", obj)]
-        wl = gang.get("workload")
-        if wl:  # Kueue's Workload for it: created pending, then QuotaReserved and Admitted
-            workload = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
-                        "metadata": {"name": f"trainjob-{name}-{_suffix(name, 5)}", "namespace": namespace,
-                                     "creationTimestamp": _iso(wl["created"]),
-                                     "labels": {"kueue.x-k8s.io/job-uid": _uid(f"{namespace}/{name}")},
-                                     "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                                                          "name": name, "uid": _uid(f"{namespace}/{name}"),
-                                                          "controller": True, "blockOwnerDeletion": True}]},
-                        "spec": {"queueName": spec.queue, "podSets": [{"name": "node", "count": gang["nodes"]}]},
-                        "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
-                                                   "message": "couldn't assign flavors to pod set node",
-                                                   "lastTransitionTime": _iso(wl["created"])}]}}
-            admitted = copy.deepcopy(workload)
-            admitted["status"] = {"admission": {"clusterQueue": "gpu-cluster-queue"}, "conditions": [
-                {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
-                 "message": "Quota reserved in ClusterQueue gpu-cluster-queue", "lastTransitionTime": _iso(wl["quota_reserved"])},
-                {"type": "Admitted", "status": "True", "reason": "Admitted",
-                 "message": "The workload is admitted", "lastTransitionTime": _iso(wl["admitted"])}]}
-            actions += [(wl["created"], 1, "workload", workload), (wl["admitted"], 1, "workload", admitted)]
-        job = f"{name}-node-0"
-        for p in gang["pods"]:
-            uid = _uid(f"{namespace}/{job}")
-            index = str(p["index"])
-            pl = {**pod_labels,
-                  "jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/jobset-uid": _uid(f"{namespace}/{name}"),
-                  "jobset.sigs.k8s.io/replicatedjob-name": "node", "jobset.sigs.k8s.io/replicatedjob-replicas": "1",
-                  "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/job-global-index": "0",
-                  "jobset.sigs.k8s.io/restart-attempt": str(p.get("restart", 0)),
-                  "batch.kubernetes.io/job-completion-index": index, "batch.kubernetes.io/job-name": job,
-                  "job-name": job, "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid}
-            annotations = {"batch.kubernetes.io/job-completion-index": index, "jobset.sigs.k8s.io/jobset-name": name,
-                           "jobset.sigs.k8s.io/replicatedjob-name": "node"}
-            states = self._states(p["pod"], namespace, pl, annotations, p, argo=False, image=spec.image or IMAGE,
-                                  main="node", gpu=True)
-            for st in states:
-                st["spec"].update(hostname=f"{job}-{index}", subdomain=name)
-                st["spec"]["containers"][-1]["resources"] = {
-                    "limits": {"nvidia.com/gpu": str(gang["gpus_per_node"])},
-                    "requests": {"nvidia.com/gpu": str(gang["gpus_per_node"])}}
-                st["spec"]["containers"][-1]["command"] = obj["spec"]["trainer"]["command"]
-            played = self._pod_actions(states, p, namespace=namespace, container="node", node=None)
-            actions += self.preempt.gang_pod(p, states, played, namespace) if self.preempt is not None else played
-            node = p["node_obj"]
-            actions.append((node["created"], 0, "node", self._gpu_node_object(node)))
-        actions.append((gang["complete"], 4, "trainjob_done", (namespace, name)))
-        return actions
-
-    def _gang_preempted(self, script: RunScript, step: str) -> float | None:
-        """standins.gang_preemption: a node pod preempted, the gang restarted whole; the launcher's new end."""
-        return self.preempt.script_gang(self, script, step) if self.preempt is not None else None
 
     def _gpu_node_object(self, node: Mapping[str, Any]) -> dict[str, Any]:
         obj = node_object(node["name"], created=node["created"], ready=node["ready"],
@@ -1000,25 +666,10 @@ def _present_event(pod: dict[str, Any], namespace: str, container: str, when: fl
     }
 
 
-def _suffix(seed: str, n: int) -> str:
-    import hashlib
-
-    alphabet = "bcdfghjklmnpqrstvwxz2456789"
-    digest = hashlib.sha256(seed.encode()).digest()
-    return "".join(alphabet[b % len(alphabet)] for b in digest[:n])
 
 
-def _uid(seed: str) -> str:
-    import hashlib
-    import uuid
-
-    return str(uuid.UUID(hashlib.md5(seed.encode()).hexdigest()))
 
 
-def _hash_digits(seed: str) -> str:
-    import hashlib
-
-    return str(int(hashlib.sha256(seed.encode()).hexdigest()[:8], 16))
 
 
 def command_params(command: list[str]) -> dict[str, str]:
