@@ -250,9 +250,13 @@ class PodWatcher:
             thread = threading.Thread(target=self._watch_loop, args=(i, sel, rvs[i]), name=f"pod-watch-{i}", daemon=True)
             self._threads.append(thread)
             thread.start()
-        self._side.fetch_nodes()
-        self._side.watch_events(window_s=self.window_s, max_failures=self.max_failures,
-                                request_timeout=self._timeout(self.window_s + self.request_timeout_s))
+        try:  # the pod watches already run: the node reads and the event listing beside them
+            self._side.fetch_nodes()
+            self._side.watch_events(window_s=self.window_s, max_failures=self.max_failures,
+                                    request_timeout=self._timeout(self.window_s + self.request_timeout_s))
+        except BaseException:
+            self._shutdown()  # no watch left running behind an error
+            raise
 
     def _loop(self, until: Callable[[Rows], bool], deadline: float | None, poll_s: float, eval_every_s: float) -> Rows:
         quick_no = self._some_pod_running if getattr(until, "requires_all_terminal", False) else None

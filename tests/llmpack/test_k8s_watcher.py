@@ -400,6 +400,22 @@ def test_the_event_watch_survives_410_expiry(api, client):
     assert len(_event_requests(api, watch=False)) == 2  # the first listing and the re-list after the 410; none at the end
 
 
+def test_an_error_beside_the_started_pod_watch_leaves_no_watch_running(api, client, monkeypatch):
+    """The pod watches start before the node reads and the event listing: an error there stops them."""
+    from llmpack.k8s.sidereads import SideReads
+
+    def broken(self):
+        raise RuntimeError("a bug in the node reads")
+
+    monkeypatch.setattr(SideReads, "fetch_nodes", broken)
+    watcher = PodWatcher(client, NS, RG, window_s=1)
+    with pytest.raises(RuntimeError, match="a bug in the node reads"):
+        watcher.run(timeout_s=10)
+    wait_until(lambda: api.open_watches == 0, timeout=5)()  # the window ended and no watch was reopened
+    time.sleep(1.2)
+    assert api.open_watches == 0
+
+
 def test_forbidden_nodes_and_events_degrade_with_warnings():
     with KubeAPIStandIn(token=TOKEN, namespaces=(NS,), forbidden={"nodes", "events"}) as api:
         client = build_api_client(host=api.url, token=TOKEN)
