@@ -260,16 +260,14 @@ class SideReads:
         self._take_event(etype, ev)
 
     def _take_event(self, etype: str, ev: dict[str, Any]) -> None:
-        if ev.get("reason") not in PULL_REASONS:
-            return
+        if etype == "DELETED" or ev.get("reason") not in PULL_REASONS:
+            return  # DELETED: expired on the server; what we kept (or hold pending) stays
         obj = ev.get("involvedObject") or {}
         pod = (obj.get("namespace") or "", obj.get("name") or "")
         meta = ev.get("metadata") or {}
         key = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
         slim = slim_event(ev)
         with self._lock:
-            if etype == "DELETED":
-                return  # expired on the server: what we kept (or hold pending) stays
             if self._is_ours(*pod):
                 self._keep_locked(key, pod, slim)
             else:  # the pod watch may deliver this pod a moment later

@@ -133,7 +133,6 @@ class PodWatcher:
         self._stop_requested = False
         self._stopping = False
         self._error: BaseException | None = None
-        self._threads: list[threading.Thread] = []
         self._watches: list[ResumableWatch] = []
         self._bg: threading.Thread | None = None
         self._bg_error: BaseException | None = None
@@ -247,9 +246,7 @@ class PodWatcher:
         self._check_namespace()
         rvs = [self._initial_list(i, sel) for i, sel in enumerate(self.selectors)]
         for i, sel in enumerate(self.selectors):
-            thread = threading.Thread(target=self._watch_loop, args=(i, sel, rvs[i]), name=f"pod-watch-{i}", daemon=True)
-            self._threads.append(thread)
-            thread.start()
+            threading.Thread(target=self._watch_loop, args=(i, sel, rvs[i]), name=f"pod-watch-{i}", daemon=True).start()
         try:  # the pod watches already run: the node reads and the event listing beside them
             self._side.fetch_nodes()
             self._side.watch_events(window_s=self.window_s, max_failures=self.max_failures,
@@ -315,13 +312,8 @@ class PodWatcher:
         """The last node reads and, only where the event watch left a gap, a last event listing,
         side by side: both wait on the API server, and at the end of a run nothing else does."""
         with self._lock:
-            started = [key for key, p in self._pods.items() if _started_a_container(p)]
-            started_names = [(self._pods[k]["metadata"].get("namespace") or "", self._pods[k]["metadata"]["name"])
-                             for k in started]
-        if self._side.events_complete(started_names):
-            self._side.fetch_nodes()
-            self._side.recheck_nodes()
-            return
+            started = [(p["metadata"].get("namespace") or "", p["metadata"]["name"])
+                       for p in self._pods.values() if _started_a_container(p)]
         failed: list[BaseException] = []
 
         def events() -> None:
@@ -330,13 +322,16 @@ class PodWatcher:
             except BaseException as exc:  # re-raised below, in the caller's thread
                 failed.append(exc)
 
-        lister = threading.Thread(target=events, name="pod-watch-events", daemon=True)
-        lister.start()
+        lister = None
+        if not self._side.events_complete(started):
+            lister = threading.Thread(target=events, name="pod-watch-events", daemon=True)
+            lister.start()
         try:
             self._side.fetch_nodes()
             self._side.recheck_nodes()
         finally:
-            lister.join()
+            if lister is not None:
+                lister.join()
         if failed:
             raise failed[0]
 
