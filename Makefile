@@ -4,24 +4,22 @@
 # on one worker so that a file's shared fixtures are made once: about 4 minutes on 2 cores).
 # `make test-full` runs every test; CI (.ci/run) runs `make test`, then `make test-slow`, so it
 # executes the full suite, then .ci/floors (every dependency at its declared floor).
-# Both create .venv and install everything on first use (CPU torch 2.13.0 first; GPU users
-# install CUDA torch the usual way before `pip install -e .`).
-# CPU torch is asked for explicitly: on Linux, PyPI's torch is the CUDA build (~3 GB with its
-# nvidia-* wheels); PyTorch's CPU index holds 2.13.0+cpu (~190 MB), which pip prefers to PyPI's
-# 2.13.0 because a local version label sorts higher. An *extra* index, not --index-url, so pip's
-# own configuration still counts: where the CPU index is out of reach (a machine that reaches PyPI
-# only) a 2.13.0+cpu wheel in a configured find-links folder is taken from disk (after a couple of
-# failed retries), and macOS, whose PyPI build is the CPU one, gets that. TORCH_INDEX= (empty)
-# leaves the choice to pip's configuration alone.
+# Both create .venv and install everything on first use (torch 2.13.0 first, then the pack).
+# torch comes from the package index pip is configured with: on Linux PyPI's torch is the CUDA build
+# (about 3 GB with its nvidia-* wheels; it runs on the CPU, and pip's cache keeps later installs
+# fast). PyTorch's own CPU index is not reachable from this project's machines or CI, so it is not
+# asked by default (asking it cost a retry storm per package there); where it is reachable,
+# `make install TORCH_INDEX=https://download.pytorch.org/whl/cpu` takes its 2.13.0+cpu (~190 MB),
+# which pip prefers because a local version label sorts higher. macOS's PyPI build is the CPU one.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q --retries 2 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "torch==2.13.0"
+	$(BIN)/pip install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "torch==2.13.0"
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $@
 
