@@ -232,7 +232,7 @@ def _read_workflow_file(path: Path) -> str:
     if not path.is_file():
         raise InputError(f"{PREFIX}: workflow file {path} is not a regular file (a directory?)")
     try:
-        return path.read_bytes().decode("utf-8")
+        return yamltext.read_bytes(path, f"{PREFIX}: workflow file {path}").decode("utf-8")
     except OSError as exc:
         raise InputError(f"{PREFIX}: workflow file {path}: cannot read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:

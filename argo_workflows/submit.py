@@ -157,17 +157,16 @@ def _error(exc: BaseException, host: str, namespace: str, token: str | None) -> 
 
 def load_workflow(path: str | os.PathLike[str] | None = None) -> Any:
     """The compiled Workflow YAML as Hera's Argo model (``hera.workflows.models.Workflow``)."""
-    import yaml
     from hera.workflows.models import Workflow as WorkflowModel
     from pydantic import ValidationError
 
+    from components import yamltext
+
     path = Path(path) if path else WORKFLOW_PATH
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = yamltext.load_file(path, f"--workflow {path}")
     except OSError as exc:
         raise InputError(f"--workflow {path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError:
-        raise InputError(f"--workflow {path}: not YAML") from None
     if not isinstance(doc, dict) or doc.get("kind") != "Workflow":
         raise InputError(f"--workflow {path}: not an Argo Workflow (kind is {doc.get('kind') if isinstance(doc, dict) else None!r})")
     try:

@@ -144,10 +144,10 @@ def _records_since(path: Path, offset: int) -> list[dict[str, Any]]:
 
 def _intact_step(path: Path) -> int | None:
     """The step a checkpoint directory holds when its state file loads whole and says so, else None."""
-    import torch
+    from components.training.checkpoint_state import read_state
 
     try:
-        state = torch.load(path / "state.pt", weights_only=False)
+        state = read_state(path)
         step = int(state["step"])
     except Exception:  # noqa: BLE001 - any failure to load means the directory is not a whole checkpoint
         return None

@@ -5,9 +5,9 @@
 ``llmpack compile --checkpoint-pvc`` sizes each GPU pod's ``terminationGracePeriodSeconds`` from a
 checkpoint write time (``components.podspec.grace_for``: 2 x write + 30 s); the finetune step measures
 its own (the metric ``checkpoint_save_s``) and ``--checkpoint-save-s`` feeds it back. This measures
-:func:`components.training.checkpointing.save_checkpoint` itself (state gathered, ``torch.save``,
+:func:`components.training.checkpointing.save_checkpoint` itself (state gathered, safetensors + JSON,
 fsync, manifest with every file's sha256, rename, prune) for trainable weights of about MB megabytes
-in fp32 with AdamW's two moments (so the state file is about 3 x MB), written to ``--dir`` (point it at
+in fp32 with AdamW's two moments (so the state files are about 3 x MB), written to ``--dir`` (point it at
 the volume you mean to use: a network disk is the case that matters). It prints, per size, the median
 and worst write of ``--rounds`` and the grace period each would compile to. A 7-8B model's LoRA
 (r=16, every linear layer) is about 160 MB of fp32 weights; full fine-tuning of it, tens of GB.
@@ -36,6 +36,7 @@ def state_of(mb: int) -> tuple[object, object]:
 
 def main(argv: list[str] | None = None) -> int:
     from components.podspec import grace_for
+    from components.training.checkpoint_state import STATE_FILES
     from components.training.checkpointing import save_checkpoint
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                 began = time.perf_counter()
                 final = save_checkpoint(Path(tmp) / f"{mb}", r + 1, net, opt, "bench")
                 times.append(time.perf_counter() - began)
-            size = (final / "state.pt").stat().st_size / (1 << 20)
+            size = sum((final / name).stat().st_size for name in STATE_FILES) / (1 << 20)
             med, worst = statistics.median(times), max(times)
             print(f"{mb:>6}MB {size:>9.0f}MB {med:>7.2f}s {worst:>7.2f}s {size / med:>7.0f} {grace_for(worst):>10}")
     return 0

@@ -189,7 +189,7 @@ class _CappedTime:
 # Alike argo_workflows/local.py's _read_workflow_file (see the comment there).
 def _read_text(path: Path, what: str) -> str:
     try:
-        return path.read_bytes().decode("utf-8")
+        return yamltext.read_bytes(path, f"{what} {path}").decode("utf-8")
     except OSError as exc:
         raise InputError(f"{what} {path}: cannot read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:

@@ -178,15 +178,12 @@ def _client(host: str, token: str | None, namespace: str | None, verify: bool | 
 
 def _root_parameters(package: Path) -> dict[str, str]:
     """Root input parameters of a compiled KFP package: name -> parameterType."""
-    import yaml
+    from components import yamltext
 
     try:
-        with package.open(encoding="utf-8") as fh:
-            spec = next(yaml.safe_load_all(fh))
+        spec = next(iter(yamltext.load_file(package, f"--package {package}", documents=True)), None)
     except OSError as exc:
         raise InputError(f"--package {package}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError:
-        raise InputError(f"--package {package}: not a KFP pipeline YAML") from None
     try:
         params = spec["root"]["inputDefinitions"]["parameters"]
     except (KeyError, TypeError):

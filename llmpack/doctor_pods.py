@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from components import yamltext
 from components.errors import InputError
 
 LEVELS = ("privileged", "baseline", "restricted")  # weakest first
@@ -109,11 +108,9 @@ def referenced_secrets(root: Path, path: str, *, gang: bool) -> tuple[set[tuple[
 
 def _load(file: Path) -> list[Any]:
     try:
-        return [doc for doc in yaml.safe_load_all(file.read_text(encoding="utf-8")) if doc is not None]
+        return [doc for doc in yamltext.load_file(file, str(file), documents=True) if doc is not None]
     except OSError as exc:
         raise InputError(f"{file}: {exc.strerror or exc} (point --compiled at what llmpack compile --out wrote)") from None
-    except yaml.YAMLError:
-        raise InputError(f"{file}: not YAML") from None
 
 
 def _kfp(docs: list[Any]) -> Iterator[PodSpec]:

@@ -53,7 +53,7 @@ def entry_point_command(project_dir: Path, entry_point: str, params: Mapping[str
 
     mlproject = project_dir / "MLproject"
     try:
-        doc = yamltext.safe_load(mlproject.read_text(encoding="utf-8"), str(mlproject))
+        doc = yamltext.load_file(mlproject, str(mlproject))
         spec = doc["entry_points"][entry_point]
         command, declared = spec["command"], spec.get("parameters") or {}
     except Exception:  # noqa: BLE001 - anything unusual: MLflow itself says what is wrong, later

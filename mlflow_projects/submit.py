@@ -177,7 +177,7 @@ def _job_template(project_dir: Path) -> tuple[Path, dict[str, Any]]:
     """
     import json
 
-    import yaml
+    from components import yamltext
 
     config_path = project_dir / "kubernetes_config.json"
     path = project_dir / "kubernetes_job_template.yaml"
@@ -190,7 +190,7 @@ def _job_template(project_dir: Path) -> tuple[Path, dict[str, Any]]:
             beside = project_dir / Path(configured).name
             path = beside if beside.is_file() else Path(configured)
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = yamltext.load_file(path, str(path))
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
     if not isinstance(doc, dict) or doc.get("kind") != "Job":

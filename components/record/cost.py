@@ -47,9 +47,9 @@ def parse_price(text: Any, where: str) -> float:
     try:
         value = float(text)
     except (TypeError, ValueError):
-        raise InputError(f"{where}: price {text!r} is not a number") from None
+        raise InputError(f"{where}: price {yamltext.excerpt(text)} is not a number") from None
     if math.isnan(value) or math.isinf(value) or value < 0:
-        raise InputError(f"{where}: price {text!r} must be a finite number >= 0")
+        raise InputError(f"{where}: price {yamltext.excerpt(text)} must be a finite number >= 0")
     return value
 
 
@@ -58,7 +58,7 @@ def _load_table(path: Path) -> list[dict[str, Any]]:
     if path.exists() and not path.is_file() and not path.is_dir():  # a pipe: every step re-reads the file
         raise InputError(f"{path}: not a regular file (a pipe or device?); save the prices to a file first")
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = yamltext.read_bytes(path, str(path)).decode("utf-8")
     except OSError as exc:
         raise InputError(f"{path}: cannot read price file ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
@@ -73,17 +73,17 @@ def _load_table(path: Path) -> list[dict[str, Any]]:
         if not isinstance(entry, dict) or "gpu" not in entry or "per_gpu_hour" not in entry:
             raise InputError(f"{where} needs 'gpu' and 'per_gpu_hour'")
         if not isinstance(entry["gpu"], str) or not entry["gpu"].strip():
-            raise InputError(f"{where}.gpu: {entry['gpu']!r} is not a GPU type name")
+            raise InputError(f"{where}.gpu: {yamltext.excerpt(entry['gpu'])} is not a GPU type name")
         for key in ("as_of", "source", "provider"):
             if isinstance(entry.get(key), (dict, list)):
                 raise InputError(f"{where}.{key}: expected a single value, got a {type(entry[key]).__name__}")
         if isinstance(entry["per_gpu_hour"], bool):  # YAML's yes/true would otherwise be a price of 1
-            raise InputError(f"{where}.per_gpu_hour: price {entry['per_gpu_hour']!r} is not a number")
+            raise InputError(f"{where}.per_gpu_hour: price {yamltext.excerpt(entry['per_gpu_hour'])} is not a number")
         entry = {k: (str(v) if k in ("as_of", "source", "provider", "gpu") else v) for k, v in entry.items()}
         entry["per_gpu_hour"] = parse_price(entry["per_gpu_hour"], f"{where}.per_gpu_hour")
         if entry.get("spot_per_gpu_hour") is not None:
             if isinstance(entry["spot_per_gpu_hour"], bool):
-                raise InputError(f"{where}.spot_per_gpu_hour: price {entry['spot_per_gpu_hour']!r} is not a number")
+                raise InputError(f"{where}.spot_per_gpu_hour: price {yamltext.excerpt(entry['spot_per_gpu_hour'])} is not a number")
             entry["spot_per_gpu_hour"] = parse_price(entry["spot_per_gpu_hour"], f"{where}.spot_per_gpu_hour")
         out.append(entry)
     return out

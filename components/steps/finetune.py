@@ -32,9 +32,7 @@ from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Out
 from components.errors import InputError
 from components.reporting import emit_step, metric, submitted_at
 from components.training.checkpointing import (
-    load_checkpoint,
-    newest_checkpoint,
-    report_skipped,
+    resume_newest,
     run_checkpoint_dir,
     run_fingerprint,
     save_checkpoint,
@@ -77,6 +75,12 @@ def checkpoint_root(checkpoint_dir: str, out: Path) -> tuple[Path, bool]:
         return out / "checkpoints", True
     tel = reporting.current()
     return run_checkpoint_dir(Path(root), tel.ctx.pipeline_run if tel else "", tel.step if tel else "finetune"), True
+
+
+def checkpoint_owner() -> dict[str, str]:
+    """The pipeline run and step this step's checkpoints belong to, as their manifests name them."""
+    tel = reporting.current()
+    return {"pipeline_run": tel.ctx.pipeline_run if tel else "", "step": tel.step if tel else "finetune"}
 
 
 def checkpoint_minutes() -> float:
@@ -263,10 +267,13 @@ def finetune(
     fingerprint = run_fingerprint([base_model, method, max_steps, batch_size, grad_accum, lr, warmup_steps, weight_decay,
                                    lora_r, lora_alpha, seed] + ([world.size, strategy] if world.distributed else []),
                                   input_ids.numpy().tobytes())
+    # An explicit checkpoint_dir may be resumed by a rerun of the same settings; on the volume, only by this run.
+    owner = checkpoint_owner()
     start_step = 0
-    resume = newest_checkpoint(ckpt_root, fingerprint, on_skip=report_skipped)
-    if resume is not None:
-        start_step = load_checkpoint(resume, net, optimizer, sharded=sharded)
+    resumed = resume_newest(ckpt_root, fingerprint, net, optimizer, sharded=sharded,
+                            owner=None if checkpoint_dir else owner)
+    if resumed is not None:
+        resume, start_step = resumed
         metric("resumed_from_step", start_step)
         print(f"finetune: resumed from {resume} at step {start_step}", flush=True)
 
@@ -309,7 +316,8 @@ def finetune(
                 began = time.perf_counter()
                 state = train_state(net, optimizer, sharded=True) if sharded else None  # a collective under FSDP
                 if world.main:
-                    save_checkpoint(ckpt_root, done, net, optimizer, fingerprint, chaos_pause_s=chaos_pause_s, state=state)
+                    save_checkpoint(ckpt_root, done, net, optimizer, fingerprint, chaos_pause_s=chaos_pause_s, state=state,
+                                    owner=owner)
                     emit_step("checkpoint_saved")  # the newest whole checkpoint: what a preemption keeps (llmpack.k8s.preemption)
                 distributed.barrier(world)
                 save_s, last_save = max(save_s, time.perf_counter() - began), time.monotonic()

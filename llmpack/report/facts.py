@@ -355,7 +355,7 @@ def parse_control_plane(items: tuple[str, ...] | list[str], path: str | None = N
     out: dict[str, float] = {}
     if path:
         try:
-            text = Path(path).read_bytes().decode("utf-8")
+            text = yamltext.read_bytes(Path(path), path).decode("utf-8")
         except OSError as exc:
             raise InputError(f"{path}: cannot read control-plane costs ({exc.strerror or type(exc).__name__})") from None
         except UnicodeDecodeError:
@@ -364,7 +364,8 @@ def parse_control_plane(items: tuple[str, ...] | list[str], path: str | None = N
         if not isinstance(data, dict):
             raise InputError(f"{path}: expected a mapping like 'kfp: 450'")
         for key, value in data.items():
-            shown = str(key) if str(key).isprintable() else repr(key)  # a key with a newline must not break the line
+            short = str(key).isprintable() and len(str(key)) <= yamltext.EXCERPT_CHARS
+            shown = str(key) if short else yamltext.excerpt(key)  # a newline or a huge key must not reach the line
             out[_orchestrator(str(key), f"{path}: {shown}")] = _usd(value, f"{path}: {shown}")
     for item in items:
         key, sep, value = item.partition("=")
@@ -389,18 +390,18 @@ def _orchestrator(name: str, where: str) -> str:
     if name == "direct":
         raise InputError(f"{where}: direct has no control plane (give one of {', '.join(ORCHESTRATORS)})")
     hint = next((f"; did you mean {o!r}?" for o in ORCHESTRATORS if o == name.lower()), "")
-    raise InputError(f"{where}: unknown orchestrator {name!r} (choose from {', '.join(ORCHESTRATORS)}){hint}")
+    raise InputError(f"{where}: unknown orchestrator {yamltext.excerpt(name)} (choose from {', '.join(ORCHESTRATORS)}){hint}")
 
 
 def _usd(value: Any, where: str) -> float:
     if isinstance(value, bool):  # YAML's yes/true would otherwise be 1 USD
-        raise InputError(f"{where}: {value!r} is not a number of USD per month")
+        raise InputError(f"{where}: {yamltext.excerpt(value)} is not a number of USD per month")
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise InputError(f"{where}: {value!r} is not a number of USD per month") from None
+        raise InputError(f"{where}: {yamltext.excerpt(value)} is not a number of USD per month") from None
     if v != v or v in (float("inf"), float("-inf")):
-        raise InputError(f"{where}: {value!r} is not a number of USD per month")
+        raise InputError(f"{where}: {yamltext.excerpt(value)} is not a number of USD per month")
     if v < 0:
         raise InputError(f"{where}: must be >= 0 USD per month")
     return v

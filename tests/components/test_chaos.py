@@ -24,6 +24,7 @@ from components import reporting, settings
 from components.errors import InputError
 from components.record.telemetry import RunContext
 from components.reporting import StepTelemetry
+from components.training.checkpoint_state import DATA_FILE, TENSORS_FILE
 from components.training.checkpointing import (
     MANIFEST,
     checkpoint_problem,
@@ -39,24 +40,25 @@ def _fake_checkpoint(root: Path, step_no: int, fingerprint: str = "fp", name: st
     """A checkpoint directory as save_checkpoint leaves it, with made-up state bytes."""
     path = root / (name or f"step-{step_no:08d}")
     path.mkdir(parents=True)
-    (path / "state.pt").write_bytes(bytes(range(256)) * (step_no + 1))
+    (path / DATA_FILE).write_text('{"step": %d}\n' % step_no)
+    (path / TENSORS_FILE).write_bytes(bytes(range(256)) * (step_no + 1))
     write_manifest(path, step_no, fingerprint)
     return path
 
 
 def _drop_state(path: Path) -> None:
-    (path / "state.pt").unlink()
+    (path / TENSORS_FILE).unlink()
 
 
 def _truncate_state(path: Path) -> None:
-    data = (path / "state.pt").read_bytes()
-    (path / "state.pt").write_bytes(data[: len(data) // 2])
+    data = (path / TENSORS_FILE).read_bytes()
+    (path / TENSORS_FILE).write_bytes(data[: len(data) // 2])
 
 
 def _flip_a_byte(path: Path) -> None:
-    data = bytearray((path / "state.pt").read_bytes())
+    data = bytearray((path / TENSORS_FILE).read_bytes())
     data[7] ^= 0xFF
-    (path / "state.pt").write_bytes(bytes(data))
+    (path / TENSORS_FILE).write_bytes(bytes(data))
 
 
 def _drop_manifest(path: Path) -> None:
@@ -75,12 +77,12 @@ def _empty_manifest(path: Path) -> None:
 @pytest.mark.parametrize(
     ("damage", "why"),
     [
-        (_drop_state, "state.pt is missing"),
-        (_truncate_state, "state.pt has"),
+        (_drop_state, "state.safetensors is missing"),
+        (_truncate_state, "state.safetensors has"),
         (_flip_a_byte, "does not match the sha256"),
         (_drop_manifest, "no valid manifest.json"),
         (_cut_manifest, "no valid manifest.json"),
-        (_empty_manifest, "lists no state.pt"),
+        (_empty_manifest, "lists no state.json"),
     ],
 )
 def test_a_damaged_newest_checkpoint_is_passed_over(tmp_path: Path, damage: Callable[[Path], None], why: str) -> None:
@@ -103,12 +105,14 @@ def test_a_leftover_temp_dir_is_never_chosen(tmp_path: Path) -> None:
     assert newest_checkpoint(tmp_path, "fp") is None
 
 
-def test_other_settings_checkpoints_are_ignored_not_reported(tmp_path: Path) -> None:
+def test_other_settings_checkpoints_are_refused_not_skipped(tmp_path: Path) -> None:
     mine = _fake_checkpoint(tmp_path, 2, fingerprint="mine")
-    _fake_checkpoint(tmp_path, 4, fingerprint="theirs")
+    theirs = _fake_checkpoint(tmp_path, 4, fingerprint="theirs")
     skipped: list[Path] = []
-    assert newest_checkpoint(tmp_path, "mine", on_skip=lambda p, _: skipped.append(p)) == mine
-    assert skipped == []
+    refused: list[tuple[Path, str]] = []
+    assert newest_checkpoint(tmp_path, "mine", on_skip=lambda p, _: skipped.append(p),
+                             on_refuse=lambda p, w: refused.append((p, w))) == mine
+    assert skipped == [] and [p for p, _ in refused] == [theirs] and "other settings or data" in refused[0][1]
 
 
 def test_save_checkpoint_writes_a_manifest_and_clears_leftovers(tmp_path: Path) -> None:
