@@ -60,6 +60,7 @@ from components import settings, yamltext
 from components.commands import format_value, run_logged
 from components.dsl import Pipeline
 from components.errors import InputError, RunFailed
+from components.redaction import redact_text
 
 WORKFLOW_FILE = "workflow.yaml"
 COMMITTED_YAML = Path(__file__).with_name("finetune.yaml")
@@ -410,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             arguments[name] = value
         artifacts = run_workflow_yaml(args.workflow, arguments, args.workdir.resolve(), dict(os.environ), log=sys.stderr)
     except (InputError, RunFailed) as exc:
-        print(f"llmpack: error: {exc}", file=sys.stderr)
+        print(redact_text(f"llmpack: error: {exc}"), file=sys.stderr)
         return 2 if isinstance(exc, InputError) else 1
     print(f"argo: artifacts in {args.workdir} ({len(artifacts)} outputs)", file=sys.stderr)
     return 0

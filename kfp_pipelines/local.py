@@ -40,6 +40,7 @@ from components import yamltext
 from components.commands import end_group, last_error_line, pipeline_values
 from components.dsl import Pipeline
 from components.errors import InputError, RunFailed
+from components.redaction import redact_text
 
 LOCAL_MAX_BACKOFF_S = 1.0
 LOG_NAME = "kfp.log"
@@ -250,7 +251,7 @@ def _child(argv: Sequence[str] | None = None) -> int:
         arguments = _read_arguments(Path(args.arguments))
         pipeline = _load_package(Path(args.package), components)
     except InputError as exc:
-        print(f"llmpack: error: {exc}", file=sys.stderr)
+        print(redact_text(f"llmpack: error: {exc}"), file=sys.stderr)
         return exc.exit_code
     kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=args.pipeline_root,
                    raise_on_error=True)

@@ -35,10 +35,27 @@ from llmpack.sync import sync as sync_command
 from llmpack.terminal import Group, quiet_library_warnings
 
 DEFAULT_REPORTS = Path("llmpack-report")  # where timestamped reports go when no directory is named
-def fail(message: str, code: int = 2) -> None:
-    message = " ".join(message.splitlines())  # one line even when a value quoted in it holds a newline
+DEBUG = {"on": False}  # --debug: an error's traceback is printed too (redacted), before its one line
+
+
+def fail(message: str, code: int = 2, exc: BaseException | None = None) -> None:
+    """The one error line (every URI, header and secret redacted), after the redacted traceback under --debug."""
+    from components.redaction import redact_text
+
+    if exc is not None and DEBUG["on"]:
+        print_traceback(exc)
+    message = " ".join(redact_text(message).splitlines())  # one line even when a value quoted in it holds a newline
     click.echo(f"llmpack: error: {message}", err=True)
     sys.exit(code)
+
+
+def print_traceback(exc: BaseException) -> None:
+    """``exc``'s traceback on stderr through the one redaction path: a frame's message may quote a URI or token."""
+    import traceback
+
+    from components.redaction import redact_text
+
+    click.echo(redact_text("".join(traceback.format_exception(exc))).rstrip("\n"), err=True)
 
 
 def echo_out(text: str) -> None:
@@ -64,15 +81,18 @@ class OneLineErrors(Group):
             click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
             sys.exit(0)
         except click.UsageError as exc:
-            fail(exc.format_message().replace("\n", " "))
+            fail(exc.format_message().replace("\n", " "), exc=exc)
         except click.exceptions.Abort as exc:
             if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
                 _interrupted(exc.__cause__)
             fail("aborted", 1)
         except InputError as exc:
-            fail(str(exc))
+            fail(str(exc), exc=exc)
         except OSError as exc:  # a path we could not read or write: one line, not a traceback
-            fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
+            fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), exc=exc)
+        except Exception as exc:  # noqa: BLE001 - a bug: its traceback, but through the redaction path, exit 1
+            print_traceback(exc)
+            sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
@@ -92,7 +112,9 @@ def _interrupted(exc: BaseException) -> None:
     code = exc.exit_code if isinstance(exc, Interrupted) else 130
     where = "".join(f"; {kept_hint(Path(path))}" for path in kept)
     notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", []))  # what goes on elsewhere (a cluster run)
-    click.echo(f"llmpack: interrupted{where}{notes}", err=True)
+    from components.redaction import redact_text
+
+    click.echo(redact_text(f"llmpack: interrupted{where}{notes}"), err=True)
     sys.exit(code)
 
 
@@ -112,7 +134,8 @@ def kept_hint(kept: Path) -> str:
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="llmpack")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="On an error, print its traceback too (URIs, tokens and passwords redacted).")
+def main(debug: bool) -> None:
     """llmpack: one LLM fine-tuning pipeline, compiled to Kubeflow Pipelines, Argo Workflows and
     MLflow Projects, run side by side and measured the same way.
 
@@ -125,6 +148,7 @@ def main() -> None:
     import atexit
     import gc
 
+    DEBUG["on"] = debug
     atexit.register(gc.freeze)  # exit without a last full collection over the libraries (components.process.startup)
 
 

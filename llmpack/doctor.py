@@ -90,6 +90,23 @@ def check_options(opts: DoctorOptions) -> None:
         raise InputError(f"--gpus {opts.gpus}: must be 1 or more (GPUs per finetune pod)")
     if opts.queue and opts.nodes < 2:
         raise InputError("--queue: only with --nodes 2 or more (the Kueue queue of the finetune TrainJob)")
+    check_endpoints({"--kfp-host": opts.kfp_host, "--argo-host": opts.argo_host})
+
+
+def check_endpoints(flags: dict[str, str | None], env: dict[str, str] | None = None) -> None:
+    """Every server URL doctor will call (flags, else KFP_HOST, ARGO_SERVER, LLMPACK_K8S_HOST): a host or port that
+    cannot be right is one line naming it, credentials blanked (components.redaction), before any request."""
+    import os
+
+    from components.redaction import redact_uri, uri_problem
+    from components.servers.remote import normalize_host
+
+    env = dict(os.environ) if env is None else env
+    named = {**{name: env.get(name) for name in ("KFP_HOST", "ARGO_SERVER", settings.K8S_HOST.name)}, **flags}
+    for flag, value in named.items():
+        problem = uri_problem(normalize_host(value)) if value else None
+        if problem is not None:
+            raise InputError(f"{flag} {redact_uri(value or '')}: {problem}")
 
 
 def namespaces_of(opts: DoctorOptions) -> dict[str, list[str]]:
@@ -273,10 +290,12 @@ def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfi
     checks = run_checks(opts, cluster, specs, claims, refs)
     if len(checks) > 1:  # the API answered
         checks += endpoint_checks(opts, tls)
+    from components.redaction import redact_text  # a server's message may quote a URL or a token
+
     if as_json:
-        click.echo(json.dumps({"ok": all(c.ok for c in checks), "host": cluster.host, "paths": list(opts.paths),
-                               "checks": [c.as_dict() for c in checks]}, sort_keys=True))
+        click.echo(redact_text(json.dumps({"ok": all(c.ok for c in checks), "host": cluster.host, "paths": list(opts.paths),
+                                           "checks": [c.as_dict() for c in checks]}, sort_keys=True)))
     else:
-        click.echo(render(checks, opts, cluster.host))
+        click.echo(redact_text(render(checks, opts, cluster.host)))
     if not all(c.ok for c in checks):
         sys.exit(1)

@@ -102,6 +102,7 @@ def validate(opts: RunOptions) -> None:
         raise InputError(f"--seed {opts.seed}: must be between 0 and 2**32 - 1")
     if opts.run_group is not None:
         check_id(opts.run_group, "--run-group")
+    tracking.tracking_uri(opts.tracking_uri)  # a malformed URI: one line now, not a library quoting it whole later
     check_model_ref(opts.model)
     if opts.data != BUILTIN:
         skip = str(opts.params.get("skip_bad_rows", False)).lower() in ("true", "1", "yes")

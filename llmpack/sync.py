@@ -172,7 +172,10 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
     changed); 2 bad RUN_DIR.
     """
     from components.record import tracking
+    from components.redaction import redact_text
 
+    if tracking_uri:
+        tracking.tracking_uri(tracking_uri)  # a malformed --tracking-uri: one line, before RUN_DIR is read
     if closed_when_stopped(run_dir):
         click.echo(f"nothing to send: {run_dir} is an interrupted run whose MLflow record was sent and closed "
                    "when it stopped")
@@ -184,7 +187,8 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
         try:
             result = sync_run(run_dir, tracking_uri)
         except tracking.TrackingUnavailable as exc:
-            click.echo(f"llmpack: error: {exc}; nothing changed in {run_dir}; run this again when it is back", err=True)
+            click.echo(redact_text(f"llmpack: error: {exc}; nothing changed in {run_dir}; run this again when it is back"),
+                       err=True)
             sys.exit(EXIT_NOT_SENT)
         except InputError:
             raise
@@ -193,7 +197,7 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
                          "(it is idempotent: nothing is sent twice)")
             raise
         except Exception as exc:  # noqa: BLE001 - the store refused (4xx, bad URI): one line, not a traceback
-            message = str(exc).splitlines()[0] if str(exc) else ""
+            message = redact_text(str(exc)).splitlines()[0] if str(exc) else ""
             click.echo(f"llmpack: error: tracking store refused the upload ({type(exc).__name__}: {message[:300]}); "
                        f"nothing changed in {run_dir}", err=True)
             sys.exit(EXIT_NOT_SENT)

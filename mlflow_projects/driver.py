@@ -60,6 +60,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from components.redaction import redact_text
 from mlflow_projects import main_signals
 from mlflow_projects.first_step import (
     FirstStep,
@@ -186,7 +187,8 @@ def close_record(spec: Mapping[str, Any], values: Mapping[str, str], parent: Any
                      orchestrator_run_id=parent.info.run_id, orchestrator_created_at=parent.info.start_time / 1000.0,
                      records_dir=Path(records_dir))
     except Exception as exc:  # noqa: BLE001 - the steps' JSONL keeps everything; the run's own status stands
-        print(f"llmpack: warning: could not close the run's record ({type(exc).__name__}: {exc})", file=sys.stderr)
+        print(redact_text(f"llmpack: warning: could not close the run's record ({type(exc).__name__}: {exc})"),
+              file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- step output
@@ -361,7 +363,7 @@ def run_task(
             try:
                 mc.log_artifact(child_id, str(log_path), artifact_path="logs")
             except Exception as exc:  # noqa: BLE001 - the log stays in the run directory
-                print(f"llmpack: warning: could not log {log_path.name} to MLflow ({exc})", file=sys.stderr)
+                print(redact_text(f"llmpack: warning: could not log {log_path.name} to MLflow ({exc})"), file=sys.stderr)
 
 
 def finish_first_step(first: FirstStep, mc: Any, run_id: str) -> None:
@@ -411,7 +413,8 @@ def close_open_children(mc: Any, parent: Any, status: str) -> None:
         for run in runs:
             mc.set_terminated(run.info.run_id, status)
     except Exception as exc:  # noqa: BLE001 - the record itself still closes
-        print(f"llmpack: warning: could not close the step runs of {parent.info.run_id} ({exc})", file=sys.stderr)
+        print(redact_text(f"llmpack: warning: could not close the step runs of {parent.info.run_id} ({exc})"),
+              file=sys.stderr)
 
 
 def bind_record(mc: Any, parent: Any, spec: Mapping[str, Any], values: Mapping[str, str], run_dir: Path) -> Any:
@@ -499,7 +502,7 @@ def main(argv: list[str] | None = None, *, project_dir: Path | None = None) -> i
         values, artifacts_dir, base_dir = parse_args(list(sys.argv[1:] if argv is None else argv), spec)
         root = resolve_artifacts_dir(artifacts_dir, base_dir)
     except MainError as exc:
-        print(f"{ERROR_MARK} {exc}", file=sys.stderr)
+        print(redact_text(f"{ERROR_MARK} {exc}"), file=sys.stderr)
         return 2
 
     if os.environ.get("MLFLOW_TRACKING_URI"):
@@ -557,7 +560,7 @@ def main(argv: list[str] | None = None, *, project_dir: Path | None = None) -> i
         summary["status"] = "FINISHED"
     except StepError as exc:
         summary.update(status="FAILED", failed_step=exc.task, error=exc.message)
-        print(f"{ERROR_MARK} {exc}", file=sys.stderr, flush=True)
+        print(redact_text(f"{ERROR_MARK} {exc}"), file=sys.stderr, flush=True)
         rc = 1
     except KeyboardInterrupt:
         summary.update(status="KILLED", error="interrupted")

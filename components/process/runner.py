@@ -91,7 +91,9 @@ def _upload(tel: StepTelemetry, outputs: dict[str, str], gpu_series: dict[str, l
 
         tracking.with_retries(upload, tracking.upload_retry())
     except Exception as exc:  # noqa: BLE001 - the JSONL file keeps everything
-        print(f"llmpack: warning: MLflow logging failed ({type(exc).__name__}: {exc}); events kept in JSONL",
+        from components.redaction import redact_text  # MLflow's message may quote the tracking URI whole
+
+        print(redact_text(f"llmpack: warning: MLflow logging failed ({type(exc).__name__}: {exc}); events kept in JSONL"),
               file=sys.stderr)
 
 
@@ -305,7 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(argv)
     except (InputError, StepFailed) as exc:
-        print(f"llmpack: error: {exc}", file=sys.stderr)
+        from components.redaction import redact_text
+
+        print(redact_text(f"llmpack: error: {exc}"), file=sys.stderr)
         return exc.exit_code
     except Interrupted as exc:  # a gang's launcher cancelled: its TrainJob deleted (components.servers.trainjob_launch)
         print(f"llmpack: {exc}; the step's TrainJob was deleted", file=sys.stderr)

@@ -391,10 +391,15 @@ def _main(argv: Sequence[str] | None, started: float) -> int:
                         orchestrator_created_at=args.created_at, finished_at=started,
                         records_dir=Path(records_dir) if records_dir else None)
     except InputError as exc:
-        print(f"llmpack: error: {exc}", file=sys.stderr)
+        from components.redaction import redact_text
+
+        print(redact_text(f"llmpack: error: {exc}"), file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - the steps' JSONL keeps everything; the run's own status stands
-        print(f"llmpack: warning: could not close the run's record ({type(exc).__name__}: {exc})", file=sys.stderr)
+        from components.redaction import redact_text  # MLflow's message may quote the tracking URI whole
+
+        print(redact_text(f"llmpack: warning: could not close the run's record ({type(exc).__name__}: {exc})"),
+              file=sys.stderr)
         return 0
     if args.scalars_out:
         write_json_atomic(Path(args.scalars_out) / uniform.SCALARS_FILE, summary["headline"])

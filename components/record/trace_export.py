@@ -112,9 +112,9 @@ def _parse_headers(text: str) -> dict[str, str]:
 
 
 def _redact(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    return f"{parts.scheme}://{host}{':' + str(parts.port) if parts.port else ''}{parts.path}"
+    from components.redaction import redact_uri
+
+    return redact_uri(url)
 
 
 def export_run(trace: Trace, *, env: Mapping[str, str], out_dir: Path | None = None, tracking_uri: str | None = None,

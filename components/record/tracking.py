@@ -81,22 +81,29 @@ def require_cluster_uri(mode: str, env: Mapping[str, str] | None = None) -> None
 
 
 def tracking_uri(explicit: str | None = None) -> str:
-    """``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else MLflow's own default sqlite file."""
+    """``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else MLflow's own default sqlite file.
+
+    An http(s) URI whose host or port cannot be right (``:50OO``, ``:99999``, ``[::1``) is one
+    :class:`InputError` line here, its credentials blanked, before MLflow quotes it whole in an error.
+    """
+    from components.redaction import redact_uri as redact
+    from components.redaction import uri_problem
+
     uri = explicit or os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
+        problem = uri_problem(uri)
+        if problem is not None:
+            source = "--tracking-uri" if explicit else "MLFLOW_TRACKING_URI"
+            raise InputError(f"{source} {redact(uri)}: {problem}")
         return uri
     return f"sqlite:///{Path('mlflow.db').resolve()}"
 
 
 def redact_uri(uri: str) -> str:
-    """A tracking URI safe to print: ``https://user:pass@host`` becomes ``https://***@host``."""
-    from urllib.parse import urlsplit
+    """A tracking URI safe to print: ``https://user:pass@host`` becomes ``https://***@host`` (never raises)."""
+    from components.redaction import redact_uri as redact
 
-    parts = urlsplit(uri)
-    if parts.username or parts.password:
-        netloc = "***@" + (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-        return parts._replace(netloc=netloc).geturl()
-    return uri
+    return redact(uri)
 
 
 def client(uri: str | None = None) -> MlflowClient:

@@ -9,6 +9,7 @@ each other's state; the slow retry-from-volume test runs the real step as the co
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -40,7 +41,7 @@ def _fake_checkpoint(root: Path, step_no: int, fingerprint: str = "fp", name: st
     """A checkpoint directory as save_checkpoint leaves it, with made-up state bytes."""
     path = root / (name or f"step-{step_no:08d}")
     path.mkdir(parents=True)
-    (path / DATA_FILE).write_text('{"step": %d}\n' % step_no)
+    (path / DATA_FILE).write_text(json.dumps({"step": step_no}) + "\n")
     (path / TENSORS_FILE).write_bytes(bytes(range(256)) * (step_no + 1))
     write_manifest(path, step_no, fingerprint)
     return path
