@@ -159,13 +159,13 @@ def uri_problem(uri: str) -> str | None:
             return f"host {host[:60]!r}: expected ':PORT' after the IPv6 address"
         port = port[1:] if port else ""
     else:
+        if host.count(":") > 1:
+            return f"host {host[:60]!r}: more than one ':' (an IPv6 address goes in [brackets])"
         name, _, port = host.partition(":")
         if not name:
             return "no host"
         if not re.fullmatch(r"[A-Za-z0-9._~%!$&'()*+,;=-]+", name):
             return f"host {name[:60]!r} is not a host name"
-        if ":" in port:
-            return f"host {host[:60]!r}: more than one ':' (an IPv6 address goes in [brackets])"
     if port and (not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536):
         return f"port {port[:20]!r} is not a number from 1 to 65535"
     return None

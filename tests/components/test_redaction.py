@@ -1,0 +1,119 @@
+"""The one redaction path: URIs, headers, tokens and the process's own secrets never reach a message.
+
+``redact_uri`` must not raise on anything (the old one raised on ``urlsplit(...).port`` with the
+port in its message, and the traceback then printed the URI whole); ``redact_text`` must clean a
+library's real message (MLflow's ``InvalidUrlException``) and a whole traceback.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import traceback
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from components.record.tracking import redact_uri as tracking_redact_uri
+from components.redaction import redact_text, redact_uri, secrets_in, uri_problem
+
+CANARY = "CANARYPASS"
+
+
+@pytest.mark.parametrize(("uri", "want"), [
+    ("https://alice:CANARYPASS@host:50OO", "https://***@host:50OO"),
+    ("https://alice:CANARYPASS@host:99999/api", "https://***@host:99999/api"),
+    ("https://alice:CANARYPASS@[::1:5000", "https://***@[::1:5000"),
+    ("https://alice:CANARYPASS@[fe80::1%25eth0]:5000/x", "https://***@[fe80::1%25eth0]:5000/x"),
+    ("http://alice:CANARY#PASS@host/", "http://***@host/"),  # a '#' inside the password: still userinfo
+    ("https://host/p?a=1&token=CANARYPASS&b=2", "https://host/p?a=1&token=***&b=2"),
+    ("https://host/p?access_token=CANARYPASS;password=CANARYPASS", "https://host/p?access_token=***;password=***"),
+    ("https://b.s3.amazonaws.com/k?X-Amz-Signature=CANARYPASS&X-Amz-Credential=CANARYPASS",
+     "https://b.s3.amazonaws.com/k?X-Amz-Signature=***&X-Amz-Credential=***"),
+    ("https://acct.blob.core.windows.net/c?sv=2020&sig=CANARYPASS", "https://acct.blob.core.windows.net/c?sv=***&sig=***"),
+    ("https://host/cb#access_token=CANARYPASS&state=x", "https://host/cb#access_token=***&state=x"),
+    ("alice:CANARYPASS@[::1]:8888", "***@[::1]:8888"),  # a bare host:port with userinfo
+    ("sqlite:////tmp/mlflow.db", "sqlite:////tmp/mlflow.db"),
+    ("http://127.0.0.1:5000", "http://127.0.0.1:5000"),
+])
+def test_redact_uri(uri: str, want: str) -> None:
+    assert redact_uri(uri) == want
+    assert tracking_redact_uri(uri) == want  # the tracking module's name for it is the same function
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scheme=st.sampled_from(["http", "https", "", "s3", "HTTPS"]), user=st.text(max_size=8),
+       password=st.text(alphabet=string.ascii_letters + string.digits + "!$%&'()*+,;=:#?[]~-._", min_size=6, max_size=16),
+       host=st.text(max_size=30), tail=st.text(max_size=30))
+def test_redact_uri_never_raises_and_never_shows_the_password(scheme: str, user: str, password: str, host: str,
+                                                              tail: str) -> None:
+    uri = f"{scheme}://{user}:{password}@{host.replace('/', '')}/{tail}" if scheme else f"{user}:{password}@{host}"
+    out = redact_uri(uri)
+    assert isinstance(out, str)
+    if "/" not in user + password:  # a '/' ends the authority: what follows is a path, as every URL parser reads it
+        assert password not in out.split("@", 1)[0]
+    assert uri_problem(uri) is None or isinstance(uri_problem(uri), str)  # never raises either
+
+
+@pytest.mark.parametrize(("uri", "problem"), [
+    ("https://alice:CANARYPASS@host:50OO", "port '50OO' is not a number from 1 to 65535"),
+    ("https://alice:CANARYPASS@host:99999", "port '99999' is not a number from 1 to 65535"),
+    ("https://alice:CANARYPASS@[::1:5000", "an IPv6 address needs its closing ']'"),
+    ("https://[::g]:5000", "not an IPv6 address"),
+    ("https://::1:5000", "more than one ':'"),
+    ("https://:5000", "no host"),
+    ("http://h:٥٠٠٠", "not a number"),  # Arabic-Indic digits: isdigit() says yes, a socket says no
+])
+def test_uri_problem_names_the_host_part_only(uri: str, problem: str) -> None:
+    found = uri_problem(uri)
+    assert found is not None and problem in found and CANARY not in found
+
+
+@pytest.mark.parametrize("uri", ["https://alice:pw@host:5000/x?y=1", "https://[::1]:5000", "http://mlflow.svc",
+                                 "sqlite:///x.db", "file:///tmp/mlruns", "databricks"])
+def test_uri_problem_accepts_good_uris(uri: str) -> None:
+    assert uri_problem(uri) is None
+
+
+def test_redact_text_cleans_headers_pairs_and_secrets_from_the_environment() -> None:
+    env = {"HF_TOKEN": "hf_CANARYTOKEN1", "MLFLOW_TRACKING_PASSWORD": "CANARY-pw-2", "TOKENIZERS_PARALLELISM": "false",
+           "MLFLOW_TRACKING_URI": "https://bob:CANARY-pw-3@mlflow:5000"}
+    found = secrets_in(argv=["llmpack", "--tracking-uri=https://alice:CANARY-pw-4@h:1?sig=CANARY-sig-5"], env=env)
+    assert {"hf_CANARYTOKEN1", "CANARY-pw-2", "CANARY-pw-3", "CANARY-pw-4", "CANARY-sig-5"} <= found
+    assert "false" not in found
+    text = ("Authorization: Bearer eyJCANARY.abc.def; password=CANARY-x1 'token': 'CANARY-x2' "
+            "quoted the password CANARY-pw-3 without its URI; https://u:CANARY-pw-4@h:50OO/x")
+    out = redact_text(text, found)
+    assert "CANARY" not in out, out
+    assert "Authorization: Bearer ***" in out and "password=***" in out and "https://***@h:50OO/x" in out
+    assert redact_text("token: missing; max_tokens=5, tokens_per_s=3.1") == "token: missing; max_tokens=5, tokens_per_s=3.1"
+
+
+def test_mlflows_own_invalid_url_message_and_traceback_are_redacted() -> None:
+    """The real library path the report named: MLflow quotes the raw URL in InvalidUrlException."""
+    from mlflow.exceptions import InvalidUrlException
+    from mlflow.utils.rest_utils import MlflowHostCreds, http_request
+
+    uri = f"https://alice:{CANARY}@host:50OO"
+    with pytest.raises(InvalidUrlException) as caught:
+        http_request(MlflowHostCreds(uri), "/api/2.0/mlflow/experiments/get", "GET", max_retries=0, timeout=1)
+    raw = "".join(traceback.format_exception(caught.value))
+    assert CANARY in raw  # the control: the library does print it
+    for text in (str(caught.value), raw):
+        assert CANARY not in redact_text(text, set())  # by structure alone, without knowing the secret
+
+
+def test_print_traceback_under_debug_is_redacted(capsys: pytest.CaptureFixture[str]) -> None:
+    from llmpack.cli import print_traceback
+
+    try:
+        try:
+            raise ValueError(f"Port could not be cast to integer value as '50OO' in https://alice:{CANARY}@host:50OO")
+        except ValueError as inner:
+            raise RuntimeError("token=" + CANARY) from inner
+    except RuntimeError as exc:
+        print_traceback(exc)
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError" in err and CANARY not in err
+    assert re.search(r"https://\*\*\*@host:50OO", err)
