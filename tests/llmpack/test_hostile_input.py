@@ -96,6 +96,15 @@ def symlink(name: str, target: str) -> Callable[[Path], None]:
     return lambda d: os.symlink(target, d / name)
 
 
+def sparse(name: str, size: int) -> Callable[[Path], None]:
+    """A file of ``size`` zero bytes that takes no disk (a size limit's input)."""
+    def make(d: Path) -> None:
+        with (d / name).open("wb") as fh:
+            fh.truncate(size)
+
+    return make
+
+
 def run(*args: str) -> tuple[str, ...]:
     """``llmpack run`` with an output directory whose absence afterwards shows nothing was started."""
     return ("run", *args, "--output-dir", "runs")
@@ -105,6 +114,9 @@ def compare(*args: str) -> tuple[str, ...]:
     return ("compare", *args, "--output-dir", "runs", "--report", "report")
 
 
+CANARY = "CANARYPASS"  # a password no output may show (tests/llmpack/test_secret_redaction.py checks every command)
+BOMB = "\n".join(['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]'] + [
+    f"{cur}: &{cur} [" + ",".join([f"*{prev}"] * 9) + "]" for prev, cur in zip("abcdefgh", "bcdefghi", strict=True)]) + "\n"
 PRICES = "prices:\n  - {gpu: nvidia-l4, per_gpu_hour: 0.8, source: contract, as_of: 2026-11}\n"
 
 CASES: tuple[Case, ...] = (
@@ -304,6 +316,90 @@ CASES: tuple[Case, ...] = (
     Case(id="compile-full-disk", surface="full disk", input="`compile --out 'full/out dir'` on a full 64 KiB file system",
          full_disk="full", argv=("compile", "--out", "full/out dir"),
          expect="--out full/out dir: cannot write the compiled artifacts (No space left on device); nothing was written"),
+    # ================================================================== secrets in URIs, YAML bombs (one block: merges apart)
+    Case(id="uri-port-letters-run", surface="secrets in URIs",
+         input="`run --tracking-uri 'https://alice:CANARYPASS@host:50OO'`", argv=run("--tracking-uri", f"https://alice:{CANARY}@host:50OO"),
+         expect="--tracking-uri https://***@host:50OO: port '50OO' is not a number from 1 to 65535"),
+    Case(id="uri-port-99999-report", surface="secrets in URIs",
+         input="`report --tracking-uri 'https://alice:CANARYPASS@host:99999'`",
+         argv=("report", "--run-group", "rg-x", "--tracking-uri", f"https://alice:{CANARY}@host:99999", "--out", "report"),
+         expect="--tracking-uri https://***@host:99999: port '99999' is not a number from 1 to 65535"),
+    Case(id="uri-ipv6-sync", surface="secrets in URIs", input="`sync RUN_DIR --tracking-uri 'https://alice:CANARYPASS@[::1:5000'`",
+         argv=("sync", "runs/rg-x", "--tracking-uri", f"https://alice:{CANARY}@[::1:5000"),
+         expect="--tracking-uri https://***@[::1:5000: host '[::1:5000': an IPv6 address needs its closing ']'"),
+    Case(id="uri-query-token-compare", surface="secrets in URIs",
+         input="`compare --tracking-uri 'https://[::1]:99999/?access_token=CANARYPASS'`",
+         argv=compare("--tracking-uri", f"https://[::1]:99999/?access_token={CANARY}"),
+         expect="--tracking-uri https://[::1]:99999/?access_token=***: port '99999' is not a number"),
+    Case(id="uri-env-run", surface="secrets in URIs", input="`MLFLOW_TRACKING_URI='https://alice:CANARYPASS@host:50OO' llmpack run`",
+         env={"MLFLOW_TRACKING_URI": f"https://alice:{CANARY}@host:50OO"}, argv=run(),
+         expect="MLFLOW_TRACKING_URI https://***@host:50OO: port '50OO' is not a number"),
+    Case(id="uri-doctor-host", surface="secrets in URIs", input="`doctor --kfp-host 'alice:CANARYPASS@host:50OO'`",
+         argv=("doctor", "--kfp-host", f"alice:{CANARY}@host:50OO"),
+         expect="--kfp-host ***@host:50OO: port '50OO' is not a number"),
+    Case(id="yaml-bomb-price", surface="YAML bombs", input="`run --price-file bomb.yaml`: nine levels of nine aliases (342 bytes)",
+         files={"bomb.yaml": BOMB}, argv=run("--price-file", "bomb.yaml"),
+         expect="bomb.yaml: not valid YAML (line 2: alias *a is not accepted"),
+    Case(id="yaml-bomb-control-plane", surface="YAML bombs", input="`compare --control-plane-costs bomb.yaml`: the same bomb",
+         files={"bomb.yaml": BOMB}, argv=compare("--control-plane-costs", "bomb.yaml"),
+         expect="bomb.yaml: not valid YAML (line 2: alias *a is not accepted"),
+    Case(id="yaml-merge-key", surface="YAML bombs", input="`run --price-file p.yaml`: a merge key `<<: *base`",
+         files={"p.yaml": "base: &base {gpu: nvidia-l4}\nprices:\n  - <<: *base\n    per_gpu_hour: 1\n"},
+         argv=run("--price-file", "p.yaml"), expect="p.yaml: not valid YAML (line 3: alias *base is not accepted"),
+    Case(id="yaml-too-big", surface="YAML bombs", input="`compare --control-plane-costs big.yaml`: 16 MiB + 1 byte",
+         setup=sparse("big.yaml", 16 * 1024 * 1024 + 1), argv=compare("--control-plane-costs", "big.yaml"),
+         expect="big.yaml: larger than the 16 MiB limit for a YAML file"),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Elsewhere:
+    """A hostile case one command's one line cannot show (a step's resume, a traceback, a whole run's files): its test."""
+
+    surface: str
+    input: str
+    behaviour: str
+    test: str  # tests/<file>.py::<function>
+
+
+ELSEWHERE: tuple[Elsewhere, ...] = (
+    # ================================================================== checkpoints, redaction, YAML bombs, the canary scan
+    Elsewhere(surface="checkpoints", input="a pickle whose `__reduce__` creates a file, planted as every state file of the "
+              "newest checkpoint, its manifest's sha256 rewritten to match",
+              behaviour="no code runs (the file is never created); one line `finetune: warning: skipping unreadable "
+              "checkpoint ...`; resumed from the previous checkpoint",
+              test="tests/components/test_checkpoint_security.py::test_a_planted_pickle_with_a_matching_manifest_runs_no_code"),
+    Elsewhere(surface="checkpoints", input="the same, on the real finetune step rerun with `checkpoint_dir` (slow)",
+              behaviour="no code runs; resumed from step 2; the adapter byte-identical to the first run's",
+              test="tests/components/test_checkpoint_security.py::"
+                   "test_the_finetune_step_resumes_past_a_planted_pickle_without_running_it"),
+    Elsewhere(surface="checkpoints", input="random bytes as `state.safetensors` or `state.json`, the manifest matching",
+              behaviour="one warning naming the file; the previous checkpoint is used",
+              test="tests/components/test_checkpoint_security.py::"
+                   "test_garbage_with_a_matching_manifest_falls_back_to_the_previous_checkpoint"),
+    Elsewhere(surface="checkpoints", input="a checkpoint whose manifest names another run, or other settings or data",
+              behaviour="one line `finetune: refusing checkpoint ...: its manifest is for another run or step` (or "
+              "`other settings or data`); nothing loaded",
+              test="tests/components/test_checkpoint_security.py::test_a_checkpoint_of_another_run_or_other_settings_is_refused"),
+    Elsewhere(surface="secrets in URIs", input="`run`, `report`, `sync`, `compare`, `doctor` with `:50OO`, `:99999`, "
+              "`[::1:5000`, `?access_token=` URIs carrying `CANARYPASS`, with and without `llmpack --debug`",
+              behaviour="exit 2; one line (with `--debug`: the traceback, redacted, then the line); the canary in neither "
+              "stdout nor stderr",
+              test="tests/llmpack/test_secret_redaction.py::test_a_uri_with_a_password_is_one_line_exit_2_and_never_printed"),
+    Elsewhere(surface="secrets in URIs", input="MLflow's own `InvalidUrlException` for `https://alice:CANARYPASS@host:50OO` "
+              "and its traceback",
+              behaviour="redacted by structure alone (`https://***@host:50OO`)",
+              test="tests/components/test_redaction.py::test_mlflows_own_invalid_url_message_and_traceback_are_redacted"),
+    Elsewhere(surface="YAML bombs", input="the 342-byte bomb as `--price-file` / `--control-plane-costs`, peak memory "
+              "measured", behaviour="one line under 300 characters, exit 2, about 30 MB peak, nothing written",
+              test="tests/llmpack/test_yaml_bombs.py::test_an_alias_bomb_is_one_short_line_exit_2_quickly_in_bounded_memory"),
+    Elsewhere(surface="YAML bombs", input="the bomb as `doctor --compiled` artifacts, `submit kfp/argo/mlflow` files, "
+              "the Argo and KFP local runners' input", behaviour="one line each: `alias *a is not accepted`",
+              test="tests/llmpack/test_yaml_bombs.py::test_every_other_loader_of_a_file_refuses_the_bomb"),
+    Elsewhere(surface="canary scan", input="a real local run with a canary in every credential variable the docs name and "
+              "a tracking URI with userinfo", behaviour="no canary in any file the run wrote (run directory, MLflow store, "
+              "JSONL, report) nor in its output",
+              test="tests/llmpack/test_canary_scan.py::test_no_canary_in_anything_a_run_writes_or_prints"),
 )
 
 
@@ -459,6 +555,7 @@ def test_hostile_input_is_one_line_exit_2_nothing_written(case: Case, observed: 
     assert result.returncode == 2, (result.returncode, result.stderr)
     assert line.startswith("llmpack: error: "), line
     assert case.expect in line, line
+    assert CANARY not in result.stdout + result.stderr, line
     assert result.stdout.strip() == "", result.stdout
     changed = sorted(name for name in {*result.before, *result.after} if result.before.get(name) != result.after.get(name))
     assert not changed, f"the command left its directory changed (half-written output?): {changed}"
@@ -488,7 +585,25 @@ def render_table(observed: Mapping[str, Observed]) -> str:
         result = observed[case.id]
         message = error_line(result) if not result.skipped else f"(skipped: {result.skipped})"
         lines.append(f"| {case.surface} | {_cell(case.input)} | {_cell(message)} | {result.returncode} |")
+    lines += [
+        "",
+        "## Beyond one command line",
+        "",
+        "Cases one command's one line cannot show (what a step does with a planted checkpoint, what a traceback",
+        "holds, what a whole run writes), each with the test that shows it.",
+        "",
+        "| surface | input | what happens | test |",
+        "|---|---|---|---|",
+    ]
+    for row in ELSEWHERE:
+        lines.append(f"| {row.surface} | {_cell(row.input)} | {_cell(row.behaviour)} | `{row.test}` |")
     return "\n".join(lines) + "\n"
+
+
+def test_every_case_beyond_the_cli_names_a_test_that_exists() -> None:
+    for row in ELSEWHERE:
+        path, _, name = row.test.partition("::")
+        assert (REPO / path).is_file() and f"def {name}(" in (REPO / path).read_text(encoding="utf-8"), row.test
 
 
 def test_hostile_input_table_golden(observed: dict[str, Observed]) -> None:
