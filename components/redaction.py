@@ -128,12 +128,19 @@ def redact_text(text: object, secrets: Iterable[str] | None = None) -> str:
         for secret in sorted(secrets_in() if secrets is None else secrets, key=len, reverse=True):
             if secret:
                 out = out.replace(secret, MASK)
-        out = _URI_IN_TEXT.sub(lambda m: redact_uri(m.group(0)), out)
+        out = _URI_IN_TEXT.sub(_redact_match, out)
         out = _HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{(m.group(3) + ' ') if m.group(3) else ''}{MASK}", out)
         out = _SCHEME_TOKEN.sub(lambda m: f"{m.group(1)} {MASK}", out)
         return _PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", out)
     except Exception:  # noqa: BLE001 - a redactor that raised would put the secret in its traceback
         return "<a message that could not be redacted>"
+
+
+def _redact_match(match: re.Match[str]) -> str:
+    """A URI found in text, redacted; the sentence's punctuation after it (``URI: problem``) kept as it was."""
+    uri = match.group(0)
+    core = uri.rstrip(".,:;!?)")
+    return redact_uri(core) + uri[len(core):]
 
 
 def uri_problem(uri: str) -> str | None:
