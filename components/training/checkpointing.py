@@ -117,7 +117,8 @@ def checkpoint_problem(path: Path) -> str | None:
 def foreign(manifest: dict[str, Any], fingerprint: str | None, owner: dict[str, str] | None) -> str | None:
     """Why a checkpoint's manifest says it is not this run's to resume from; None when it is."""
     if fingerprint is not None and manifest.get("fingerprint") != fingerprint:
-        return f"its manifest is for other settings or data (fingerprint {str(manifest.get('fingerprint'))[:16]!r}, this run's {fingerprint!r})"
+        theirs_fp = str(manifest.get("fingerprint"))[:16]
+        return f"its manifest is for other settings or data (fingerprint {theirs_fp!r}, this run's {fingerprint!r})"
     theirs = manifest.get("owner")
     if owner is not None and theirs != owner:
         mine = ", ".join(f"{k} {v!r}" for k, v in owner.items())
