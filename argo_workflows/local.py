@@ -60,6 +60,7 @@ from components import settings, yamltext
 from components.commands import format_value, run_logged
 from components.dsl import Pipeline
 from components.errors import InputError, RunFailed
+from components.names import check_values
 
 WORKFLOW_FILE = "workflow.yaml"
 COMMITTED_YAML = Path(__file__).with_name("finetune.yaml")
@@ -188,6 +189,7 @@ class LocalWorkflow:
             if p.get("enum") and value not in [format_value(e) for e in p["enum"]]:
                 raise InputError(f"{PREFIX}: workflow parameter {name!r} is {value!r}, not one of {p['enum']}")
             values[name] = value
+        check_values(values, f"{PREFIX}: workflow parameter")  # run ids and model names, before any task
         return values
 
 

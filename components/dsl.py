@@ -324,6 +324,8 @@ Rule = tuple[Callable[[Any], bool], str]  # (is the value allowed, what it must 
 
 def bind_params(params: Mapping[str, Param], values: Mapping[str, Any], *, flag: str = "parameter") -> dict[str, Any]:
     """``values`` as the types ``params`` declare: command-line text coerced, an int taken as a float, else one InputError."""
+    from components.names import check_length  # names imports this module
+
     out: dict[str, Any] = {}
     for key, value in values.items():
         if value is None:
@@ -337,6 +339,7 @@ def bind_params(params: Mapping[str, Param], values: Mapping[str, Any], *, flag:
             value = float(value)
         elif not isinstance(value, param.type) or (param.type is int and isinstance(value, bool)):
             raise InputError(f"{flag} {key!r} is {param.type.__name__}, got {type(value).__name__} {value!r}")
+        check_length(key, value, flag)
         out[key] = value
     return out
 
@@ -360,11 +363,13 @@ class Pipeline:
         :func:`bind_params`. ``None`` values are left out (not given). Telemetry parameters are not
         the user's: they are unknown here.
         """
+        from components.names import shown  # names imports this module
+
         bound = bind_params(self.params, values, flag=flag)
         for key, value in bound.items():
             rule = self.rules.get(key)
             if rule is not None and not rule[0](value):
-                raise InputError(f"{flag} {key}: {value!r} is not allowed; must be {rule[1]}")
+                raise InputError(f"{flag} {key}: {shown(value)} is not allowed; must be {rule[1]}")
         return bound
 
     @property

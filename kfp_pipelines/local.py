@@ -40,6 +40,7 @@ from components import yamltext
 from components.commands import end_group, last_error_line, pipeline_values
 from components.dsl import Pipeline
 from components.errors import InputError, RunFailed
+from components.names import check_values
 
 LOCAL_MAX_BACKOFF_S = 1.0
 LOG_NAME = "kfp.log"
@@ -248,6 +249,7 @@ def _child(argv: Sequence[str] | None = None) -> int:
 
     try:
         arguments = _read_arguments(Path(args.arguments))
+        check_values(arguments, f"--arguments {args.arguments}:")  # run ids and model names, before any task
         pipeline = _load_package(Path(args.package), components)
     except InputError as exc:
         print(f"llmpack: error: {exc}", file=sys.stderr)

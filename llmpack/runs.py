@@ -274,6 +274,7 @@ def connect_or_defer(uri: str) -> tuple[Any, bool]:
     """``(client, reachable)``: an HTTP store that does not answer now is an outage (the run goes on,
     its records are sent after it); a store that answers "no" (4xx) or a local store that cannot be
     opened is bad input."""
+    tracking.check_sqlite_writable(uri)  # a read-only store: found now, not after training
     try:
         mc = tracking.client(uri)
         tracking.with_retries(lambda: tracking.experiment_id(mc), _AT_START)

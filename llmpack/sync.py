@@ -55,6 +55,7 @@ class SyncResult:
     logged: int
     already: int
     status: str
+    skipped: int = 0  # JSONL lines that were not a storable record (garbage, cut short, a bad name)
 
 
 def closed_when_stopped(run_dir: Path) -> bool:
@@ -64,8 +65,9 @@ def closed_when_stopped(run_dir: Path) -> bool:
     return run_dir.name.endswith(FAILED_SUFFIX) and run_dir.is_dir() and not (run_dir / SUMMARY_FILE).exists()
 
 
-def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any]:
-    """``(summary, upload)`` of a run directory; an :class:`InputError` naming what is wrong with it."""
+def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any, int]:
+    """``(summary, upload, skipped)`` of a run directory (``skipped``: JSONL lines that were not a storable
+    record, left out and counted); an :class:`InputError` naming what is wrong with it."""
     from components.record import gpu_metrics, telemetry, tracking, uniform
     from components.record.close import record_status
 
@@ -88,7 +90,8 @@ def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any]:
         raise InputError(f"{path}: submitted_at and finished_at must be epoch seconds") from None
     ctx = telemetry.RunContext(**{k: str(summary[k]) for k in _IDENTITY}, submitted_at=submitted_at)
     files = [run_dir / EVENTS_FILE, *telemetry.find_event_files(run_dir)]
-    records = [r for r in telemetry.read_records(files) if r.pipeline_run == ctx.pipeline_run]
+    everything, skipped = telemetry.read_records_counted(files)
+    records = [r for r in everything if r.pipeline_run == ctx.pipeline_run]
     metrics = {k: v for k, v in _mapping(summary, "metrics").items() if isinstance(v, (int, float))}
     tags = {**ctx.tags(), **{k: str(v) for k, v in _mapping(summary, "tags").items()}}
     tags["llmpack.status"] = str(summary["status"])
@@ -96,7 +99,7 @@ def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any]:
     upload = tracking.RunUpload(ctx=ctx, records=records, metrics=metrics, tags=tags, params=params,
                                 status=record_status(str(summary["status"])), finished_at=finished_at,
                                 curve=uniform.loss_curve(run_dir), series=gpu_metrics.read_series(run_dir))
-    return summary, upload
+    return summary, upload, skipped
 
 
 def _mapping(summary: dict[str, Any], key: str) -> dict[str, Any]:
@@ -124,7 +127,7 @@ def sync_run(run_dir: Path, tracking_uri: str | None = None, *, retry: Any = Non
     from components.record.close import write_json_atomic
 
     run_dir = Path(run_dir)
-    summary, upload = read_run_dir(run_dir)
+    summary, upload, skipped = read_run_dir(run_dir)
     uri = sync_uri(tracking_uri, summary)
     retry = retry or tracking.upload_retry()
     mc = tracking.client(uri)
@@ -138,7 +141,7 @@ def sync_run(run_dir: Path, tracking_uri: str | None = None, *, retry: Any = Non
         write_json_atomic(run_dir / SUMMARY_FILE, summary)
     return SyncResult(run_dir=run_dir, pipeline_run=upload.ctx.pipeline_run, mlflow_run_id=run_id,
                       tracking_uri=tracking.redact_uri(uri), logged=logged, already=len(upload.records) - logged,
-                      status=upload.status)
+                      status=upload.status, skipped=skipped)
 
 
 def send_trace_once(mc: Any, run_id: str, upload: Any, uri: str, run_dir: Path) -> str:
@@ -198,4 +201,6 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
                        f"nothing changed in {run_dir}", err=True)
             sys.exit(EXIT_NOT_SENT)
     click.echo(f"synced {result.run_dir} to {result.tracking_uri}: record {result.mlflow_run_id} {result.status}, "
-               f"{result.logged} record(s) sent, {result.already} already there")
+               f"{result.logged} record(s) sent, {result.already} already there"
+               + (f", {result.skipped} line(s) skipped (not a record: cut short, garbage or a name MLflow refuses)"
+                  if result.skipped else ""))

@@ -127,7 +127,20 @@ def parse_args(argv: list[str], spec: Mapping[str, Any]) -> tuple[dict[str, str]
         values[name] = value
     for name, value in values.items():
         check_value(name, value, types[name])
+    check_names(values)
     return values, args.artifacts_dir, args.base_dir
+
+
+def check_names(values: Mapping[str, str]) -> None:
+    """The parameter gate (:mod:`components.names`): ``pipeline_run`` becomes the run's directory under
+    ``artifacts_dir`` and a search filter value, ``model_name`` a registered model; refused before anything is made."""
+    from components.errors import InputError
+    from components.names import check_values
+
+    try:
+        check_values(values, "parameter")
+    except InputError as exc:
+        raise MainError(str(exc)) from None
 
 
 def check_value(name: str, value: str, typ: str) -> None:

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from components import reporting, settings
+from components import names, reporting, settings
 from components.commands import parse_pairs
 from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step, coerce
 from components.errors import InputError, Interrupted, StepFailed
@@ -127,6 +127,8 @@ def run(argv: Sequence[str]) -> int:
     for key in raw:
         if key not in known:
             raise InputError(f"step {step.name!r}: unknown parameter {key!r}")
+    for key, text in raw.items():
+        names.check_length(key, text, f"step {step.name!r} parameter")
     values = {k: coerce(v, known[k].type, f"step {step.name!r} parameter {k!r}") for k, v in raw.items()}
     for name in step.inputs:
         if name not in inputs:
@@ -143,6 +145,7 @@ def run(argv: Sequence[str]) -> int:
     # A run started by the orchestrator's own CLI has no client-chosen id: use the orchestrator's.
     telemetry_values["pipeline_run"] = telemetry_values["pipeline_run"] or orchestrator_run_id
     telemetry_values["run_group"] = telemetry_values["run_group"] or telemetry_values["pipeline_run"]
+    names.check_identity(telemetry_values, f"step {step.name!r} parameter")  # a path segment, a filter value, a label
     # a KFP package run here (kfp.local) is local, whatever its compiled default says
     telemetry_values["mode"] = uniform.effective_mode(telemetry_values["mode"], telemetry_values["orchestrator"])
     ctx = RunContext(**telemetry_values)
