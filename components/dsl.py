@@ -319,13 +319,26 @@ RUNTIME_PARAMS: dict[str, Param] = {
 }
 
 
+MAX_VALUE = 6000  # MLflow's MAX_PARAM_VAL_LENGTH: a longer value would be cut in the record, kept whole elsewhere
+
+
+def shown(value: Any) -> str:
+    """The value as an error line shows it: ``repr``, cut to a readable length (a 100,000-character name is not echoed)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(str(value)):,} characters)"
+
+
+def check_length(name: str, value: Any, flag: str) -> None:
+    """A text value over :data:`MAX_VALUE` characters: one InputError (the record would cut it)."""
+    if isinstance(value, str) and len(value) > MAX_VALUE:
+        raise InputError(f"{flag} {name}: {len(value):,} characters; at most {MAX_VALUE:,} (MLflow's parameter limit)")
+
+
 Rule = tuple[Callable[[Any], bool], str]  # (is the value allowed, what it must be: for the error line)
 
 
 def bind_params(params: Mapping[str, Param], values: Mapping[str, Any], *, flag: str = "parameter") -> dict[str, Any]:
     """``values`` as the types ``params`` declare: command-line text coerced, an int taken as a float, else one InputError."""
-    from components.names import check_length  # names imports this module
-
     out: dict[str, Any] = {}
     for key, value in values.items():
         if value is None:
@@ -363,8 +376,6 @@ class Pipeline:
         :func:`bind_params`. ``None`` values are left out (not given). Telemetry parameters are not
         the user's: they are unknown here.
         """
-        from components.names import shown  # names imports this module
-
         bound = bind_params(self.params, values, flag=flag)
         for key, value in bound.items():
             rule = self.rules.get(key)

@@ -32,19 +32,12 @@ import posixpath
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from components.dsl import is_dns1123_label
+from components.dsl import MAX_VALUE, check_length, is_dns1123_label, shown  # noqa: F401 - MAX_VALUE: the rule, named here too
 from components.errors import InputError
 
 MAX_SEGMENT = 128
 MAX_MODEL_NAME = 256  # MLflow's registered_models.name column: String(256)
-MAX_VALUE = 6000  # MLflow's MAX_PARAM_VAL_LENGTH
 IDENTITY_NAMES = ("pipeline_run", "run_group")
-
-
-def shown(value: Any) -> str:
-    """The value as an error line shows it: ``repr``, cut to a readable length (a 100,000-character name is not echoed)."""
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:60]}... ({len(str(value)):,} characters)"
 
 
 def identity_problem(value: str) -> str | None:
@@ -106,12 +99,6 @@ def check_values(values: Mapping[str, Any], flag: str) -> None:
     check_identity(values, flag)
     if isinstance(values.get("model_name"), str):
         check(values["model_name"], model_name_problem, f"{flag} model_name")
-
-
-def check_length(name: str, value: Any, flag: str) -> None:
-    """A text value over :data:`MAX_VALUE` characters: one InputError (the record would cut it)."""
-    if isinstance(value, str) and len(value) > MAX_VALUE:
-        raise InputError(f"{flag} {name}: {len(value):,} characters; at most {MAX_VALUE:,} (MLflow's parameter limit)")
 
 
 def filter_literal(value: str) -> str:
