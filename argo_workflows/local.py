@@ -61,6 +61,7 @@ from components.commands import format_value, run_logged
 from components.dsl import Pipeline
 from components.errors import InputError, RunFailed
 from components.names import check_values
+from components.process import lifeline
 
 WORKFLOW_FILE = "workflow.yaml"
 COMMITTED_YAML = Path(__file__).with_name("finetune.yaml")
@@ -403,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a workflow argument, as `argo submit -p`")
     parser.add_argument("--workdir", type=Path, default=Path("argo-local"), help="where artifacts and logs go")
     args = parser.parse_args(argv)
+    lifeline.at_start()  # run as a child (by hand it is the shell's): dies with its parent
     try:
         arguments = {}
         for item in args.parameter:

@@ -44,7 +44,7 @@ def identity_problem(value: str) -> str | None:
     """Why ``value`` cannot be a ``pipeline_run``/``run_group`` id, or None."""
     if value == "" or is_dns1123_label(value):
         return None
-    return "must be a DNS-1123 label (lower-case letters, digits, '-'; at most 63), the run's directory and record id"
+    return "must be a DNS-1123 label (lower-case letters, digits, '-'; at most 63): it names the run's directory and its record"
 
 
 def segment_problem(value: str) -> str | None:

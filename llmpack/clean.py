@@ -33,9 +33,10 @@ from typing import Literal
 import click
 
 from components.errors import InputError
+from llmpack import orphans
+from llmpack.orphans import FAILED_SUFFIX
 from llmpack.terminal import command
 
-FAILED_SUFFIX = ".failed"
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 
@@ -133,6 +134,29 @@ def render_item(item: CleanItem) -> str:
     return f"{item.action} {item.path} ({age} old)"
 
 
+def take_over_dead_runs(runs_dir: Path) -> list[str]:
+    """Every staging directory in ``runs_dir`` whose client died: taken over and sent (:mod:`llmpack.orphans`);
+    one line each. One whose client lives is not touched; one the store cannot take now stays unsent."""
+    from components.record import tracking
+    from llmpack.sync import sync_run
+
+    lines = []
+    for staging in orphans.find_partial_runs(runs_dir):
+        try:
+            kept = orphans.take_over(staging)
+        except InputError as exc:
+            lines.append(f"left {staging}: {str(exc).split(': ', 1)[-1]}")
+            continue
+        try:
+            result = sync_run(kept)
+        except tracking.TrackingUnavailable:
+            lines.append(f"took over {staging} (its client died) as {kept}; tracking unreachable: llmpack sync {kept}")
+            continue
+        lines.append(f"took over {staging} (its client died) as {kept}: record {result.mlflow_run_id} {result.status}, "
+                     f"{result.logged} record(s) sent")
+    return lines
+
+
 @command("clean", short_help="Remove old failed runs (<run>.failed) from the runs directory.")
 @click.option("--older-than", "older_than", default="7d", show_default=True,
               help="Remove failed runs at least this old (by modification time): 30m, 12h, 7d, 2w; 0: all of them.")
@@ -152,6 +176,9 @@ def clean(older_than: str, runs_dir: Path, dry_run: bool, include_unsent: bool) 
     """
     import sys
 
+    if runs_dir.is_dir():
+        for line in take_over_dead_runs(runs_dir):
+            click.echo(line)
     items = clean_runs(runs_dir, parse_age(older_than), dry_run=dry_run, include_unsent=include_unsent)
     for item in items:
         click.echo(render_item(item), err=item.action == "not removed")

@@ -96,9 +96,11 @@ SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/li
 
 def mount_problem(mount: str) -> str | None:
     """Why a claim cannot be mounted at ``mount`` (an absolute, normalised path), or None."""
-    for system in SYSTEM_DIRS:
-        if mount == system or mount.startswith(system + "/") or system.startswith(mount + "/"):
-            return f"{mount} is over the system directory {system}"
+    for system in sorted(SYSTEM_DIRS, key=len, reverse=True):  # the most specific one named
+        if mount == system or mount.startswith(system + "/"):
+            return f"{mount} is in the system directory {system}"
+        if system.startswith(mount + "/"):
+            return f"{mount} would hide the system directory {system}"
     return None
 
 

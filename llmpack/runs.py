@@ -46,6 +46,7 @@ from components.servers.submission import check_id, new_id, telemetry_values
 from components.training import distributed
 from components.training.data import BUILTIN, load_rows
 from components.training.modeling import check_model_ref
+from llmpack import orphans
 from llmpack.backends import local_runner
 from llmpack.gpu_catalogue import resources_for_gpus
 from llmpack.progress import watch
@@ -239,6 +240,9 @@ def run_pipeline(
     record_tags = {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name, fusion.FUSE_TAG: opts.fuse, **(tags or {})}
     run_id = _open_record(mc, ctx, record_tags) if reachable else None
     staging.mkdir(parents=True)
+    # whose run this is: a later sync or clean takes it over only once this process is gone (llmpack.orphans)
+    orphans.write_owner(staging, identity=telemetry_values(ctx), run_id=run_id, tracking_uri=tracking.redact_uri(uri),
+                        tags={**ctx.tags(), **record_tags}, params=params)
 
     error: str | None = None
     failed_step: str | None = None

@@ -35,7 +35,8 @@ from typing import Any
 import click
 
 from components.errors import InputError, Interrupted
-from llmpack.clean import FAILED_SUFFIX
+from llmpack import orphans
+from llmpack.orphans import FAILED_SUFFIX
 from llmpack.terminal import command
 
 SUMMARY_FILE = "summary.json"
@@ -176,6 +177,12 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
     """
     from components.record import tracking
 
+    if orphans.partial_name(run_dir):  # a staging directory: its client died, or the run is in progress
+        kept = orphans.taken_over(run_dir)
+        if kept is None:
+            kept = orphans.take_over(run_dir)
+            click.echo(f"took over {run_dir}: its llmpack client died; the run is kept as {kept}")
+        run_dir = kept
     if closed_when_stopped(run_dir):
         click.echo(f"nothing to send: {run_dir} is an interrupted run whose MLflow record was sent and closed "
                    "when it stopped")

@@ -60,6 +60,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from components.process import lifeline
 from mlflow_projects import main_signals
 from mlflow_projects.first_step import (
     FirstStep,
@@ -293,7 +294,8 @@ def run_entry_point(
         command = " ".join(get_entry_point_command(load_project(str(HERE)), entry_point, params, None))
         print(f"=== Running command '{command}' in run with ID '{run_id}' ===", file=sys.stderr, flush=True)
         env = {**os.environ, **get_run_env_vars(run_id, experiment_id)}
-        proc = subprocess.Popen(["bash", "-c", command], cwd=str(HERE), env=env, start_new_session=True)
+        proc = subprocess.Popen(["bash", "-c", command], cwd=str(HERE), env=env, start_new_session=True,
+                                preexec_fn=lifeline.preexec())
         try:
             rc = proc.wait()
         except BaseException:
@@ -505,6 +507,7 @@ def open_parent(experiment_hint: str | None) -> tuple[Any, bool]:
 def main(argv: list[str] | None = None, *, project_dir: Path | None = None) -> int:
     """Run the project in ``project_dir`` (the generated ``main.py``'s directory; default: this file's)."""
     global HERE  # noqa: PLW0603 - the project this process runs, one per process
+    lifeline.at_start()  # `mlflow run` started it: SIGTERM (the steps ended, the record KILLED) when that dies
     if project_dir is not None:
         HERE = Path(project_dir)
     spec = json.loads((HERE / SPEC_FILE).read_text(encoding="utf-8"))

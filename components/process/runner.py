@@ -27,7 +27,7 @@ from components.commands import parse_pairs
 from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step, coerce
 from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
-from components.process import gang, handoff, startup, torchrun, warm_ahead
+from components.process import gang, handoff, lifeline, startup, torchrun, warm_ahead
 from components.record import gpu_metrics, telemetry, uniform
 from components.record.telemetry import EVENTS_FILE, RunContext, process_start_time
 from components.reporting import StepTelemetry
@@ -304,6 +304,7 @@ def launch_ranks(step: Step, ctx: RunContext, outputs: dict[str, str], argv: Seq
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    lifeline.at_start()  # the step dies with whatever started it (a killed client leaves no step behind)
     startup.pause_full_collections()  # until the model is loaded (components.process.startup)
     try:
         return run(argv)
