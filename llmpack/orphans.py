@@ -51,10 +51,12 @@ def process_identity(pid: int) -> tuple[int, str] | None:
 
 
 def write_owner(staging: Path, *, identity: Mapping[str, Any], run_id: str | None, tracking_uri: str,
-                tags: Mapping[str, str], params: Mapping[str, Any]) -> None:
-    """The client's claim on its staging directory (``tracking_uri`` already without credentials)."""
-    me = process_identity(os.getpid())
-    owner = {"pid": os.getpid(), "start_ticks": me[0] if me else None, "boot_id": me[1] if me else None,
+                tags: Mapping[str, str], params: Mapping[str, Any], pid: int | None = None) -> None:
+    """The client's claim on its staging directory (``tracking_uri`` already without credentials);
+    ``pid``: the claiming process, this one unless told."""
+    pid = os.getpid() if pid is None else pid
+    me = process_identity(pid)
+    owner = {"pid": pid, "start_ticks": me[0] if me else None, "boot_id": me[1] if me else None,
              "identity": dict(identity), "mlflow_run_id": run_id, "tracking_uri": tracking_uri,
              "tags": dict(tags), "params": dict(params), "written_at": time.time()}
     tmp = staging / f".{OWNER_FILE}.tmp"
