@@ -168,7 +168,8 @@ def take_over_dead_runs(runs_dir: Path) -> list[str]:
 def clean(older_than: str, runs_dir: Path, dry_run: bool, include_unsent: bool) -> None:
     """Remove old failed runs (<run>.failed directories) from the runs directory.
 
-    Never touches successful runs, runs in progress, or anything outside --runs-dir (symbolic
+    First takes over each run whose llmpack client died (<run>.partial; see llmpack sync) and
+    sends it. Never touches successful runs, runs in progress, or anything outside --runs-dir (symbolic
     links are neither followed nor removed). A failed run whose records were never sent to the
     tracking server is kept unless --include-unsent.
 

@@ -169,7 +169,9 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
     or creates the run's MLflow record, logs only what it lacks and closes it with the run's
     status. Running it twice creates no second record and no duplicate value. A kept
     <run>.failed directory without a summary.json had its record closed when it stopped: there
-    is nothing to send. Waits at most LLMPACK_TRACKING_MAX_WAIT_S seconds (default 30) for the
+    is nothing to send. A staging directory (<runs>/.<run>.partial) whose llmpack client died is
+    taken over first (kept as <run>.failed, its record closed KILLED); one whose client lives is
+    refused (exit 2). Lines of the JSONL that are not records are skipped and counted. Waits at most LLMPACK_TRACKING_MAX_WAIT_S seconds (default 30) for the
     server.
 
     Exit codes: 0 sent (or nothing to send); 1 the server did not answer or refused (nothing
