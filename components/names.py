@@ -10,11 +10,10 @@ directory or break a query is one :class:`InputError` before anything is written
 Rules, and why:
 
 * **Identity** (``pipeline_run``, ``run_group``): empty (filled from the orchestrator's own id) or
-  a DNS-1123 label, the rule ``--run-group`` and ``submit`` already apply. That one rule makes the
-  value a safe path segment (no ``/``, ``..``, leading ``.`` or NUL), a label value and a filter
-  value without quotes to escape.
-* **Path segment**: no ``/``, ``\\``, NUL, newline, no leading ``.`` (``.``, ``..``, hidden
-  names), at most :data:`MAX_SEGMENT` characters (a file name's limit is 255 bytes).
+  a DNS-1123 label, the rule ``--run-group`` and ``submit`` already apply. That one rule is
+  narrower than each use needs, so it covers them all: a safe path segment (no ``/``, ``..``,
+  leading ``.``, NUL or newline; at most 63 characters), a Kubernetes label value, and a filter
+  value with no quote to escape.
 * **Registered model** (``model_name``): MLflow's own rule (not blank, no ``/`` or ``:``, the same
   name when normalised as a path) checked here, before training rather than in ``register``
   after it, and at most :data:`MAX_MODEL_NAME` characters, the registry's column width, so the
@@ -35,7 +34,6 @@ from typing import Any
 from components.dsl import MAX_VALUE, check_length, is_dns1123_label, shown  # noqa: F401 - MAX_VALUE: the rule, named here too
 from components.errors import InputError
 
-MAX_SEGMENT = 128
 MAX_MODEL_NAME = 256  # MLflow's registered_models.name column: String(256)
 IDENTITY_NAMES = ("pipeline_run", "run_group")
 
@@ -45,19 +43,6 @@ def identity_problem(value: str) -> str | None:
     if value == "" or is_dns1123_label(value):
         return None
     return "must be a DNS-1123 label (lower-case letters, digits, '-'; at most 63): it names the run's directory and its record"
-
-
-def segment_problem(value: str) -> str | None:
-    """Why ``value`` cannot be one directory name, or None."""
-    if not value:
-        return "must not be empty"
-    if len(value) > MAX_SEGMENT:
-        return f"must be at most {MAX_SEGMENT} characters (a directory name)"
-    if any(c in value for c in "/\\\0\n\r"):
-        return "must be one directory name (no '/', '\\', NUL or newline)"
-    if value.startswith("."):
-        return "must not start with '.' (no '.', '..' or hidden names)"
-    return None
 
 
 def model_name_problem(value: str) -> str | None:
