@@ -130,11 +130,12 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
     return uri
 
 
-def _kill_at(moment: str, cwd: Path, uri: str) -> Path:
-    """Start ``llmpack run``, SIGKILL it at ``moment``; its staging directory."""
+def _kill_at(moment: str, cwd: Path, uri: str, backend: str = "direct") -> Path:
+    """Start ``llmpack run --backend BACKEND``, SIGKILL it at ``moment``; its staging directory."""
     runs = cwd / "runs"
-    client = subprocess.Popen([sys.executable, "-m", "llmpack", "run", "--max-steps", "4", "--param", "builtin_size=64",
-                               "--output-dir", str(runs), "--tracking-uri", uri], cwd=cwd, env=_env(),
+    client = subprocess.Popen([sys.executable, "-m", "llmpack", "run", "--backend", backend, "--max-steps", "4",
+                               "--param", "builtin_size=64", "--output-dir", str(runs), "--tracking-uri", uri],
+                              cwd=cwd, env=_env(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     staging: Path | None = None
@@ -169,9 +170,20 @@ def _record(uri: str, pipeline_run: str) -> list:
 @pytest.mark.slow
 @pytest.mark.parametrize("moment", MOMENTS)
 def test_sigkill_of_the_client_then_sync_loses_nothing(moment: str, tmp_path: Path, store: str) -> None:
+    _killed_then_synced(moment, tmp_path, store, "direct")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["kfp", "argo", "mlflow"])
+def test_sigkill_in_finetune_on_every_local_runner_leaves_no_process(backend: str, tmp_path: Path, store: str) -> None:
+    """kfp.local's tasks (under ``sh -ec``), the Argo runner's and ``mlflow run``'s driver and steps die too."""
+    _killed_then_synced("finetune", tmp_path, store, backend)
+
+
+def _killed_then_synced(moment: str, tmp_path: Path, store: str, backend: str) -> None:
     from mlflow.tracking import MlflowClient
 
-    staging = _kill_at(moment, tmp_path, store)
+    staging = _kill_at(moment, tmp_path, store, backend)
     run = orphans.partial_name(staging)
     assert run
 
