@@ -134,14 +134,21 @@ def render_item(item: CleanItem) -> str:
     return f"{item.action} {item.path} ({age} old)"
 
 
-def take_over_dead_runs(runs_dir: Path) -> list[str]:
+def take_over_dead_runs(runs_dir: Path, *, dry_run: bool = False) -> list[str]:
     """Every staging directory in ``runs_dir`` whose client died: taken over and sent (:mod:`llmpack.orphans`);
     one line each. One whose client lives is not touched; one the store cannot take now stays unsent."""
-    from components.record import tracking
     from llmpack.sync import sync_run
 
     lines = []
     for staging in orphans.find_partial_runs(runs_dir):
+        if dry_run:
+            try:
+                alive = orphans.owner_alive(orphans.read_owner(staging))
+            except InputError as exc:
+                lines.append(f"left {staging}: {str(exc).split(': ', 1)[-1]}")
+                continue
+            lines.append(f"left {staging}: its run is in progress" if alive else f"would take over {staging} (its client died)")
+            continue
         try:
             kept = orphans.take_over(staging)
         except InputError as exc:
@@ -149,8 +156,9 @@ def take_over_dead_runs(runs_dir: Path) -> list[str]:
             continue
         try:
             result = sync_run(kept)
-        except tracking.TrackingUnavailable:
-            lines.append(f"took over {staging} (its client died) as {kept}; tracking unreachable: llmpack sync {kept}")
+        except Exception as exc:  # noqa: BLE001 - an outage or a refusal: the run is kept unsent, named with its command
+            lines.append(f"took over {staging} (its client died) as {kept}; not sent ({type(exc).__name__}): "
+                         f"llmpack sync {kept}")
             continue
         lines.append(f"took over {staging} (its client died) as {kept}: record {result.mlflow_run_id} {result.status}, "
                      f"{result.logged} record(s) sent")
@@ -178,7 +186,7 @@ def clean(older_than: str, runs_dir: Path, dry_run: bool, include_unsent: bool) 
     import sys
 
     if runs_dir.is_dir():
-        for line in take_over_dead_runs(runs_dir):
+        for line in take_over_dead_runs(runs_dir, dry_run=dry_run):
             click.echo(line)
     items = clean_runs(runs_dir, parse_age(older_than), dry_run=dry_run, include_unsent=include_unsent)
     for item in items:
