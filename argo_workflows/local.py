@@ -61,6 +61,8 @@ from components.commands import format_value, run_logged
 from components.dsl import Pipeline
 from components.errors import InputError, RunFailed
 from components.redaction import redact_text
+from components.names import check_values
+from components.process import lifeline
 
 WORKFLOW_FILE = "workflow.yaml"
 COMMITTED_YAML = Path(__file__).with_name("finetune.yaml")
@@ -189,6 +191,7 @@ class LocalWorkflow:
             if p.get("enum") and value not in [format_value(e) for e in p["enum"]]:
                 raise InputError(f"{PREFIX}: workflow parameter {name!r} is {value!r}, not one of {p['enum']}")
             values[name] = value
+        check_values(values, f"{PREFIX}: workflow parameter")  # run ids and model names, before any task
         return values
 
 
@@ -402,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a workflow argument, as `argo submit -p`")
     parser.add_argument("--workdir", type=Path, default=Path("argo-local"), help="where artifacts and logs go")
     args = parser.parse_args(argv)
+    lifeline.at_start()  # run as a child (by hand it is the shell's): dies with its parent
     try:
         arguments = {}
         for item in args.parameter:

@@ -14,6 +14,7 @@ from typing import Any
 
 from components.dsl import Pipeline, PipelineParamRef, Task, iter_param_args
 from components.errors import InputError
+from components.process import lifeline
 
 STEP_MODULE = "components.run"
 
@@ -73,7 +74,7 @@ def run_logged(cmd: Sequence[str], *, env: Mapping[str, str], log_path: Path, cw
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
         proc = subprocess.Popen(list(cmd), env=dict(env), stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=lifeline.preexec())  # dies with us, however we die
         rc = wait_or_end_group(proc)
     return rc, last_error_line(log_path.read_text(encoding="utf-8", errors="replace"))
 

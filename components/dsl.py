@@ -319,6 +319,21 @@ RUNTIME_PARAMS: dict[str, Param] = {
 }
 
 
+MAX_VALUE = 6000  # MLflow's MAX_PARAM_VAL_LENGTH: a longer value would be cut in the record, kept whole elsewhere
+
+
+def shown(value: Any) -> str:
+    """The value as an error line shows it: ``repr``, cut to a readable length (a 100,000-character name is not echoed)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(str(value)):,} characters)"
+
+
+def check_length(name: str, value: Any, flag: str) -> None:
+    """A text value over :data:`MAX_VALUE` characters: one InputError (the record would cut it)."""
+    if isinstance(value, str) and len(value) > MAX_VALUE:
+        raise InputError(f"{flag} {name}: {len(value):,} characters; at most {MAX_VALUE:,} (MLflow's parameter limit)")
+
+
 Rule = tuple[Callable[[Any], bool], str]  # (is the value allowed, what it must be: for the error line)
 
 
@@ -337,6 +352,7 @@ def bind_params(params: Mapping[str, Param], values: Mapping[str, Any], *, flag:
             value = float(value)
         elif not isinstance(value, param.type) or (param.type is int and isinstance(value, bool)):
             raise InputError(f"{flag} {key!r} is {param.type.__name__}, got {type(value).__name__} {value!r}")
+        check_length(key, value, flag)
         out[key] = value
     return out
 
@@ -364,7 +380,7 @@ class Pipeline:
         for key, value in bound.items():
             rule = self.rules.get(key)
             if rule is not None and not rule[0](value):
-                raise InputError(f"{flag} {key}: {value!r} is not allowed; must be {rule[1]}")
+                raise InputError(f"{flag} {key}: {shown(value)} is not allowed; must be {rule[1]}")
         return bound
 
     @property

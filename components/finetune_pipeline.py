@@ -11,6 +11,7 @@ import math
 
 from components.dsl import Pipeline, Rule, pipeline
 from components.fusion import fused_steps
+from components.names import MAX_MODEL_NAME, model_name_problem
 from components.steps.evaluate import evaluate
 from components.steps.finetune import finetune
 from components.steps.prepare_data import prepare_data
@@ -27,7 +28,8 @@ PARAM_RULES: dict[str, Rule] = {
     "batch_size": (lambda v: v >= 1, "at least 1"),
     "lr": (lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
     "min_improvement": (math.isfinite, "a finite number"),
-    "model_name": (lambda v: bool(v.strip()), "a non-empty name"),
+    "model_name": (lambda v: model_name_problem(v) is None,
+                   f"an MLflow registered-model name (not blank, no '/' or ':', at most {MAX_MODEL_NAME} characters)"),
     "checkpoint_every": (lambda v: v >= 0, ">= 0 (0: checkpoint only on SIGTERM)"),
     "eval_fraction": (lambda v: 0 < v < 1, "between 0 and 1 (exclusive)"),
     "grad_accum": (lambda v: v >= 1, "at least 1"),

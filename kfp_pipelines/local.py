@@ -41,6 +41,8 @@ from components.commands import end_group, last_error_line, pipeline_values
 from components.dsl import Pipeline
 from components.errors import InputError, RunFailed
 from components.redaction import redact_text
+from components.names import check_values
+from components.process import lifeline
 
 LOCAL_MAX_BACKOFF_S = 1.0
 LOG_NAME = "kfp.log"
@@ -115,7 +117,7 @@ def _run_child(cmd: Sequence[str], *, env: Mapping[str, str], logs: Path) -> tup
             # Its own process group, so an interrupt of ours ends kfp.local's executors too.
             with subprocess.Popen(list(cmd), env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True, encoding="utf-8", errors="replace", bufsize=1,
-                                  start_new_session=True) as proc:
+                                  start_new_session=True, preexec_fn=lifeline.preexec()) as proc:
                 try:
                     statuses, inner_failed = _split_output(proc, main_log, logs, task_files)
                 except BaseException:
@@ -228,6 +230,19 @@ def _load_package(path: Path, components: Any) -> Any:
         raise InputError(f"package {path}: kfp cannot load it ({type(exc).__name__}: {detail})") from None
 
 
+def end_group_on_term() -> None:
+    """On SIGTERM (an interrupt, or the client's death: :mod:`components.process.lifeline`), end this
+    process's whole group: kfp.local starts each task under ``sh -ec``, which does not pass it on."""
+    import signal
+
+    def end(signum: int, _frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, end)
+
+
 def _child(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kfp_pipelines.local",
                                      description="Run a compiled KFP pipeline package with kfp.local.")
@@ -235,6 +250,8 @@ def _child(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pipeline-root", required=True)
     parser.add_argument("--arguments", required=True, help="JSON file: the pipeline arguments")
     args = parser.parse_args(argv)
+    lifeline.at_start()
+    end_group_on_term()
 
     import kfp.local
     from kfp import components
@@ -249,6 +266,7 @@ def _child(argv: Sequence[str] | None = None) -> int:
 
     try:
         arguments = _read_arguments(Path(args.arguments))
+        check_values(arguments, f"--arguments {args.arguments}:")  # run ids and model names, before any task
         pipeline = _load_package(Path(args.package), components)
     except InputError as exc:
         print(redact_text(f"llmpack: error: {exc}"), file=sys.stderr)

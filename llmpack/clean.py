@@ -33,9 +33,10 @@ from typing import Literal
 import click
 
 from components.errors import InputError
+from llmpack import orphans
+from llmpack.orphans import FAILED_SUFFIX
 from llmpack.terminal import command
 
-FAILED_SUFFIX = ".failed"
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 
@@ -133,6 +134,37 @@ def render_item(item: CleanItem) -> str:
     return f"{item.action} {item.path} ({age} old)"
 
 
+def take_over_dead_runs(runs_dir: Path, *, dry_run: bool = False) -> list[str]:
+    """Every staging directory in ``runs_dir`` whose client died: taken over and sent (:mod:`llmpack.orphans`);
+    one line each. One whose client lives is not touched; one the store cannot take now stays unsent."""
+    from llmpack.sync import sync_run
+
+    lines = []
+    for staging in orphans.find_partial_runs(runs_dir):
+        if dry_run:
+            try:
+                alive = orphans.owner_alive(orphans.read_owner(staging))
+            except InputError as exc:
+                lines.append(f"left {staging}: {str(exc).split(': ', 1)[-1]}")
+                continue
+            lines.append(f"left {staging}: its run is in progress" if alive else f"would take over {staging} (its client died)")
+            continue
+        try:
+            kept = orphans.take_over(staging)
+        except InputError as exc:
+            lines.append(f"left {staging}: {str(exc).split(': ', 1)[-1]}")
+            continue
+        try:
+            result = sync_run(kept)
+        except Exception as exc:  # noqa: BLE001 - an outage or a refusal: the run is kept unsent, named with its command
+            lines.append(f"took over {staging} (its client died) as {kept}; not sent ({type(exc).__name__}): "
+                         f"llmpack sync {kept}")
+            continue
+        lines.append(f"took over {staging} (its client died) as {kept}: record {result.mlflow_run_id} {result.status}, "
+                     f"{result.logged} record(s) sent")
+    return lines
+
+
 @command("clean", short_help="Remove old failed runs (<run>.failed) from the runs directory.")
 @click.option("--older-than", "older_than", default="7d", show_default=True,
               help="Remove failed runs at least this old (by modification time): 30m, 12h, 7d, 2w; 0: all of them.")
@@ -144,7 +176,8 @@ def render_item(item: CleanItem) -> str:
 def clean(older_than: str, runs_dir: Path, dry_run: bool, include_unsent: bool) -> None:
     """Remove old failed runs (<run>.failed directories) from the runs directory.
 
-    Never touches successful runs, runs in progress, or anything outside --runs-dir (symbolic
+    First takes over each run whose llmpack client died (<run>.partial; see llmpack sync) and
+    sends it. Never touches successful runs, runs in progress, or anything outside --runs-dir (symbolic
     links are neither followed nor removed). A failed run whose records were never sent to the
     tracking server is kept unless --include-unsent.
 
@@ -152,6 +185,9 @@ def clean(older_than: str, runs_dir: Path, dry_run: bool, include_unsent: bool) 
     """
     import sys
 
+    if runs_dir.is_dir():
+        for line in take_over_dead_runs(runs_dir, dry_run=dry_run):
+            click.echo(line)
     items = clean_runs(runs_dir, parse_age(older_than), dry_run=dry_run, include_unsent=include_unsent)
     for item in items:
         click.echo(render_item(item), err=item.action == "not removed")

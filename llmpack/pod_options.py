@@ -86,14 +86,49 @@ def check_name(name: str, flag: str, what: str) -> str:
     return name
 
 
+# Where a claim must never be mounted: the image's system directories (a volume there replaces the
+# programs, libraries or configuration the step runs with), the kernel's file systems, and where
+# Kubernetes puts the service-account token and other secrets. A parent of one (``/var``) hides it
+# too. The pack's own mounts (``/tmp``, ``/dev/shm``, the artifacts and caches) are not the user's.
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt/llmpack", "/proc",
+               "/root", "/run", "/sbin", "/sys", "/tmp", "/usr", "/var/run", "/var/lib", "/var/run/secrets")
+
+
+def mount_problem(mount: str) -> str | None:
+    """Why a claim cannot be mounted at ``mount`` (an absolute, normalised path), or None."""
+    for system in sorted(SYSTEM_DIRS, key=len, reverse=True):  # the most specific one named
+        if mount == system or mount.startswith(system + "/"):
+            return f"{mount} is in the system directory {system}"
+        if system.startswith(mount + "/"):
+            return f"{mount} would hide the system directory {system}"
+    return None
+
+
 def parse_claim(value: str, flag: str, default_mount: str, volume: str) -> ClaimMount:
-    """``NAME[:MOUNT]`` of ``--model-pvc``/``--data-pvc``; MOUNT an absolute path."""
+    """``NAME[:MOUNT]`` of ``--model-pvc``/``--data-pvc``; MOUNT an absolute path, not over a system directory."""
     name, sep, mount = value.partition(":")
     check_name(name, flag, "PersistentVolumeClaim")
     mount = mount if sep else default_mount
     if not mount.startswith("/") or mount == "/" or any(part in ("..", ".") for part in mount.split("/")) or ":" in mount:
         raise InputError(f"{flag} {value!r}: the mount path must be an absolute directory other than / (e.g. {default_mount})")
-    return ClaimMount(volume=volume, claim=name, path=mount.rstrip("/"))
+    mount = re.sub("/+", "/", mount).rstrip("/")
+    problem = mount_problem(mount)
+    if problem:
+        raise InputError(f"{flag} {value!r}: {problem}; mount the claim at a directory of its own (e.g. {default_mount})")
+    return ClaimMount(volume=volume, claim=name, path=mount)
+
+
+# ``--mlflow-repository-uri``: an image repository (``[registry[:port]/]path``), as ``docker push`` takes it.
+_REPOSITORY = re.compile(rf"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*")
+
+
+def check_repository(uri: str) -> str:
+    """``--mlflow-repository-uri`` must be an image repository (MLflow pushes the project's image there);
+    anything else, shell text such as ``$(id)`` included, is refused, never written."""
+    if len(uri) > 255 or not _REPOSITORY.fullmatch(uri):
+        raise InputError(f"--mlflow-repository-uri {uri[:100]!r}: not an image repository "
+                         "(e.g. ghcr.io/your-org/llmpack-mlflow-project; lower-case, no tag)")
+    return uri
 
 
 def parse_secret(value: str, flag: str, env: str = HF_TOKEN_ENV, default_key: str = HF_TOKEN_KEY) -> SecretEnv:
@@ -236,8 +271,8 @@ class PodOptions:
             from components.servers.submission import check_id
 
             check_id(namespace, "--namespace")
-        if repository_uri is not None and (not repository_uri.strip() or any(c.isspace() for c in repository_uri)):
-            raise InputError(f"--mlflow-repository-uri {repository_uri!r}: not an image repository")
+        if repository_uri is not None:
+            check_repository(repository_uri)
         model = None if model_pvc is None else parse_claim(model_pvc, "--model-pvc", MODEL_MOUNT, MODEL_VOLUME)
         data = None if data_pvc is None else parse_claim(data_pvc, "--data-pvc", DATA_MOUNT, DATA_VOLUME)
         checkpoints = checkpoints or CheckpointOptions()

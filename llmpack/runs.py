@@ -46,6 +46,7 @@ from components.servers.submission import check_id, new_id, telemetry_values
 from components.training import distributed
 from components.training.data import BUILTIN, load_rows
 from components.training.modeling import check_model_ref
+from llmpack import orphans
 from llmpack.backends import local_runner
 from llmpack.gpu_catalogue import resources_for_gpus
 from llmpack.progress import watch
@@ -240,6 +241,9 @@ def run_pipeline(
     record_tags = {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name, fusion.FUSE_TAG: opts.fuse, **(tags or {})}
     run_id = _open_record(mc, ctx, record_tags) if reachable else None
     staging.mkdir(parents=True)
+    # whose run this is: a later sync or clean takes it over only once this process is gone (llmpack.orphans)
+    orphans.write_owner(staging, identity=telemetry_values(ctx), run_id=run_id, tracking_uri=tracking.redact_uri(uri),
+                        tags={**ctx.tags(), **record_tags}, params=params)
 
     error: str | None = None
     failed_step: str | None = None
@@ -275,6 +279,7 @@ def connect_or_defer(uri: str) -> tuple[Any, bool]:
     """``(client, reachable)``: an HTTP store that does not answer now is an outage (the run goes on,
     its records are sent after it); a store that answers "no" (4xx) or a local store that cannot be
     opened is bad input."""
+    tracking.check_sqlite_writable(uri)  # a read-only store: found now, not after training
     try:
         mc = tracking.client(uri)
         tracking.with_retries(lambda: tracking.experiment_id(mc), _AT_START)

@@ -35,7 +35,8 @@ from typing import Any
 import click
 
 from components.errors import InputError, Interrupted
-from llmpack.clean import FAILED_SUFFIX
+from llmpack import orphans
+from llmpack.orphans import FAILED_SUFFIX
 from llmpack.terminal import command
 
 SUMMARY_FILE = "summary.json"
@@ -55,6 +56,7 @@ class SyncResult:
     logged: int
     already: int
     status: str
+    skipped: int = 0  # JSONL lines that were not a storable record (garbage, cut short, a bad name)
 
 
 def closed_when_stopped(run_dir: Path) -> bool:
@@ -64,8 +66,9 @@ def closed_when_stopped(run_dir: Path) -> bool:
     return run_dir.name.endswith(FAILED_SUFFIX) and run_dir.is_dir() and not (run_dir / SUMMARY_FILE).exists()
 
 
-def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any]:
-    """``(summary, upload)`` of a run directory; an :class:`InputError` naming what is wrong with it."""
+def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any, int]:
+    """``(summary, upload, skipped)`` of a run directory (``skipped``: JSONL lines that were not a storable
+    record, left out and counted); an :class:`InputError` naming what is wrong with it."""
     from components.record import gpu_metrics, telemetry, tracking, uniform
     from components.record.close import record_status
 
@@ -88,7 +91,8 @@ def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any]:
         raise InputError(f"{path}: submitted_at and finished_at must be epoch seconds") from None
     ctx = telemetry.RunContext(**{k: str(summary[k]) for k in _IDENTITY}, submitted_at=submitted_at)
     files = [run_dir / EVENTS_FILE, *telemetry.find_event_files(run_dir)]
-    records = [r for r in telemetry.read_records(files) if r.pipeline_run == ctx.pipeline_run]
+    everything, skipped = telemetry.read_records_counted(files)
+    records = [r for r in everything if r.pipeline_run == ctx.pipeline_run]
     metrics = {k: v for k, v in _mapping(summary, "metrics").items() if isinstance(v, (int, float))}
     tags = {**ctx.tags(), **{k: str(v) for k, v in _mapping(summary, "tags").items()}}
     tags["llmpack.status"] = str(summary["status"])
@@ -96,7 +100,7 @@ def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any]:
     upload = tracking.RunUpload(ctx=ctx, records=records, metrics=metrics, tags=tags, params=params,
                                 status=record_status(str(summary["status"])), finished_at=finished_at,
                                 curve=uniform.loss_curve(run_dir), series=gpu_metrics.read_series(run_dir))
-    return summary, upload
+    return summary, upload, skipped
 
 
 def _mapping(summary: dict[str, Any], key: str) -> dict[str, Any]:
@@ -124,7 +128,7 @@ def sync_run(run_dir: Path, tracking_uri: str | None = None, *, retry: Any = Non
     from components.record.close import write_json_atomic
 
     run_dir = Path(run_dir)
-    summary, upload = read_run_dir(run_dir)
+    summary, upload, skipped = read_run_dir(run_dir)
     uri = sync_uri(tracking_uri, summary)
     retry = retry or tracking.upload_retry()
     mc = tracking.client(uri)
@@ -138,7 +142,7 @@ def sync_run(run_dir: Path, tracking_uri: str | None = None, *, retry: Any = Non
         write_json_atomic(run_dir / SUMMARY_FILE, summary)
     return SyncResult(run_dir=run_dir, pipeline_run=upload.ctx.pipeline_run, mlflow_run_id=run_id,
                       tracking_uri=tracking.redact_uri(uri), logged=logged, already=len(upload.records) - logged,
-                      status=upload.status)
+                      status=upload.status, skipped=skipped)
 
 
 def send_trace_once(mc: Any, run_id: str, upload: Any, uri: str, run_dir: Path) -> str:
@@ -165,7 +169,9 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
     or creates the run's MLflow record, logs only what it lacks and closes it with the run's
     status. Running it twice creates no second record and no duplicate value. A kept
     <run>.failed directory without a summary.json had its record closed when it stopped: there
-    is nothing to send. Waits at most LLMPACK_TRACKING_MAX_WAIT_S seconds (default 30) for the
+    is nothing to send. A staging directory (<runs>/.<run>.partial) whose llmpack client died is
+    taken over first (kept as <run>.failed, its record closed KILLED); one whose client lives is
+    refused (exit 2). Lines of the JSONL that are not records are skipped and counted. Waits at most LLMPACK_TRACKING_MAX_WAIT_S seconds (default 30) for the
     server.
 
     Exit codes: 0 sent (or nothing to send); 1 the server did not answer or refused (nothing
@@ -176,6 +182,12 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
 
     if tracking_uri:
         tracking.tracking_uri(tracking_uri)  # a malformed --tracking-uri: one line, before RUN_DIR is read
+    if orphans.partial_name(run_dir):  # a staging directory: its client died, or the run is in progress
+        kept = orphans.taken_over(run_dir)
+        if kept is None:
+            kept = orphans.take_over(run_dir)
+            click.echo(f"took over {run_dir}: its llmpack client died; the run is kept as {kept}")
+        run_dir = kept
     if closed_when_stopped(run_dir):
         click.echo(f"nothing to send: {run_dir} is an interrupted run whose MLflow record was sent and closed "
                    "when it stopped")
@@ -202,4 +214,6 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
                        f"nothing changed in {run_dir}", err=True)
             sys.exit(EXIT_NOT_SENT)
     click.echo(f"synced {result.run_dir} to {result.tracking_uri}: record {result.mlflow_run_id} {result.status}, "
-               f"{result.logged} record(s) sent, {result.already} already there")
+               f"{result.logged} record(s) sent, {result.already} already there"
+               + (f", {result.skipped} line(s) skipped (not a record: cut short, garbage or a name MLflow refuses)"
+                  if result.skipped else ""))

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from components.redaction import redact_text
+from components.process import lifeline
 from mlflow_projects import main_signals
 from mlflow_projects.first_step import (
     FirstStep,
@@ -128,7 +129,20 @@ def parse_args(argv: list[str], spec: Mapping[str, Any]) -> tuple[dict[str, str]
         values[name] = value
     for name, value in values.items():
         check_value(name, value, types[name])
+    check_names(values)
     return values, args.artifacts_dir, args.base_dir
+
+
+def check_names(values: Mapping[str, str]) -> None:
+    """The parameter gate (:mod:`components.names`): ``pipeline_run`` becomes the run's directory under
+    ``artifacts_dir`` and a search filter value, ``model_name`` a registered model; refused before anything is made."""
+    from components.errors import InputError
+    from components.names import check_values
+
+    try:
+        check_values(values, "parameter")
+    except InputError as exc:
+        raise MainError(str(exc)) from None
 
 
 def check_value(name: str, value: str, typ: str) -> None:
@@ -282,7 +296,8 @@ def run_entry_point(
         command = " ".join(get_entry_point_command(load_project(str(HERE)), entry_point, params, None))
         print(f"=== Running command '{command}' in run with ID '{run_id}' ===", file=sys.stderr, flush=True)
         env = {**os.environ, **get_run_env_vars(run_id, experiment_id)}
-        proc = subprocess.Popen(["bash", "-c", command], cwd=str(HERE), env=env, start_new_session=True)
+        proc = subprocess.Popen(["bash", "-c", command], cwd=str(HERE), env=env, start_new_session=True,
+                                preexec_fn=lifeline.preexec())
         try:
             rc = proc.wait()
         except BaseException:
@@ -495,6 +510,7 @@ def open_parent(experiment_hint: str | None) -> tuple[Any, bool]:
 def main(argv: list[str] | None = None, *, project_dir: Path | None = None) -> int:
     """Run the project in ``project_dir`` (the generated ``main.py``'s directory; default: this file's)."""
     global HERE  # noqa: PLW0603 - the project this process runs, one per process
+    lifeline.at_start()  # `mlflow run` started it: SIGTERM (the steps ended, the record KILLED) when that dies
     if project_dir is not None:
         HERE = Path(project_dir)
     spec = json.loads((HERE / SPEC_FILE).read_text(encoding="utf-8"))

@@ -22,12 +22,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from components import reporting, settings
+from components import names, reporting, settings
 from components.commands import parse_pairs
 from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step, coerce
 from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
-from components.process import gang, handoff, startup, torchrun, warm_ahead
+from components.process import gang, handoff, lifeline, startup, torchrun, warm_ahead
 from components.record import gpu_metrics, telemetry, uniform
 from components.record.telemetry import EVENTS_FILE, RunContext, process_start_time
 from components.reporting import StepTelemetry
@@ -129,6 +129,8 @@ def run(argv: Sequence[str]) -> int:
     for key in raw:
         if key not in known:
             raise InputError(f"step {step.name!r}: unknown parameter {key!r}")
+    for key, text in raw.items():
+        names.check_length(key, text, f"step {step.name!r} parameter")
     values = {k: coerce(v, known[k].type, f"step {step.name!r} parameter {k!r}") for k, v in raw.items()}
     for name in step.inputs:
         if name not in inputs:
@@ -145,6 +147,7 @@ def run(argv: Sequence[str]) -> int:
     # A run started by the orchestrator's own CLI has no client-chosen id: use the orchestrator's.
     telemetry_values["pipeline_run"] = telemetry_values["pipeline_run"] or orchestrator_run_id
     telemetry_values["run_group"] = telemetry_values["run_group"] or telemetry_values["pipeline_run"]
+    names.check_identity(telemetry_values, f"step {step.name!r} parameter")  # a path segment, a filter value, a label
     # a KFP package run here (kfp.local) is local, whatever its compiled default says
     telemetry_values["mode"] = uniform.effective_mode(telemetry_values["mode"], telemetry_values["orchestrator"])
     ctx = RunContext(**telemetry_values)
@@ -303,6 +306,7 @@ def launch_ranks(step: Step, ctx: RunContext, outputs: dict[str, str], argv: Seq
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    lifeline.at_start()  # the step dies with whatever started it (a killed client leaves no step behind)
     startup.pause_full_collections()  # until the model is loaded (components.process.startup)
     try:
         return run(argv)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from components import settings
 from components.commands import wait_passing_signals
+from components.process import lifeline
 
 
 def launch_command(nproc: int, argv: Sequence[str]) -> list[str]:
@@ -32,6 +33,6 @@ def launch(nproc: int, argv: Sequence[str], *, attempt: int) -> int:
     """
     env = {**os.environ, settings.LAUNCHER.name: "1", settings.ATTEMPT.name: str(attempt)}
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # --standalone: every rank is on this host
-    proc = subprocess.Popen(launch_command(nproc, argv), env=env)
+    proc = subprocess.Popen(launch_command(nproc, argv), env=env, preexec_fn=lifeline.preexec())
     rc, signalled = wait_passing_signals(proc, (signal.SIGTERM, signal.SIGINT))
     return rc if signalled is None else 128 + signalled

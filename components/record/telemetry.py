@@ -157,10 +157,35 @@ class EventLog:
             fh.flush()
 
 
-def read_records(paths: Iterable[str | os.PathLike[str]]) -> list[Record]:
-    """Read JSONL files; a later record with the same key replaces an earlier one (a duplicate
-    upload or a rewrite; a retry has keys of its own)."""
+# What MLflow takes as a metric name (mlflow.utils.validation), matched whole: its own check ends in
+# ``$``, which lets a trailing newline through to the store, where it fails the whole batch.
+_METRIC_NAME = re.compile(r"[/\w.\- :]+")
+
+
+def record_problem(rec: Record) -> str | None:
+    """Why one record cannot be stored (its name is not a metric name, its value not a number), or None."""
+    if not all(isinstance(v, str) for v in (rec.key, rec.step, rec.name, rec.run_group, rec.pipeline_run)):
+        return "a field that should be text is not"
+    if rec.kind not in ("event", "metric"):
+        return f"kind {rec.kind!r} is not 'event' or 'metric'"
+    if isinstance(rec.value, bool) or not isinstance(rec.value, (int, float)):
+        return "value is not a number"
+    if isinstance(rec.attempt, bool) or not isinstance(rec.attempt, int) or rec.attempt < 0:
+        return "attempt is not a whole number >= 0"
+    name = rec.mlflow_key
+    if not _METRIC_NAME.fullmatch(name) or name.startswith("/") or "//" in name or "/../" in f"/{name}/":
+        return "its name is not an MLflow metric name"
+    return None
+
+
+def read_records_counted(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Record], int]:
+    """``(records, skipped)``: :func:`read_records` and how many non-empty lines were not a storable record.
+
+    One bad line (cut short by a killed step, garbage, a name with a newline) is left out and
+    counted, never fatal: the rest of the file still counts, and ``llmpack sync`` says how many.
+    """
     by_key: dict[str, Record] = {}
+    skipped = 0
     for path in paths:
         p = Path(path)
         if not p.exists():
@@ -170,10 +195,20 @@ def read_records(paths: Iterable[str | os.PathLike[str]]) -> list[Record]:
                 continue
             try:
                 rec = Record(**json.loads(line))
-            except (json.JSONDecodeError, TypeError):
-                continue  # a line cut short by a killed step: the rest of the file still counts
+            except (json.JSONDecodeError, TypeError, RecursionError):
+                skipped += 1
+                continue
+            if record_problem(rec):
+                skipped += 1
+                continue
             by_key[rec.key] = rec
-    return list(by_key.values())
+    return list(by_key.values()), skipped
+
+
+def read_records(paths: Iterable[str | os.PathLike[str]]) -> list[Record]:
+    """Read JSONL files; a later record with the same key replaces an earlier one (a duplicate
+    upload or a rewrite; a retry has keys of its own). Lines that are not a storable record are left out."""
+    return read_records_counted(paths)[0]
 
 
 def find_event_files(root: str | os.PathLike[str]) -> list[Path]:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from components import settings
 from components.errors import InputError
+from components.names import filter_literal
 from components.record.telemetry import Record, RunContext
 
 if TYPE_CHECKING:
@@ -150,6 +151,25 @@ def _entities(mc: Any) -> tuple[Any, Any, Any]:
     return Metric, Param, RunTag
 
 
+def check_sqlite_writable(uri: str) -> None:
+    """A sqlite store this process can write: the file (when it exists) and its directory (SQLite writes its
+    journal beside the file), else one InputError. Checked before a run, not found when its records are sent."""
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri[len("sqlite:///"):].split("?", 1)[0])
+    if str(path) in ("", ":memory:"):
+        return
+    where = f"MLflow tracking store {path}"
+    if path.is_dir():
+        raise InputError(f"{where}: is a directory, not a sqlite file")
+    if not path.parent.is_dir():
+        raise InputError(f"{where}: the directory {path.parent} does not exist")
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        raise InputError(f"{where}: not writable (read-only file); runs write their records there")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise InputError(f"{where}: its directory {path.parent} is not writable (SQLite writes its journal there)")
+
+
 def _create_sqlite_whole(uri: str) -> None:
     """A new sqlite store appears whole or not at all.
 
@@ -214,7 +234,7 @@ def experiment_name(env: Mapping[str, str] | None = None) -> str:
 def find_pipeline_run(mc: MlflowClient, pipeline_run: str) -> str | None:
     runs = mc.search_runs(
         [experiment_id(mc)],
-        filter_string=f"tags.`llmpack.pipeline_run` = '{pipeline_run}' and tags.`{RECORD_TAG}` = 'pipeline'",
+        filter_string=f"tags.`llmpack.pipeline_run` = {filter_literal(pipeline_run)} and tags.`{RECORD_TAG}` = 'pipeline'",
         max_results=1,
     )
     return runs[0].info.run_id if runs else None

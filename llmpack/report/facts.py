@@ -15,6 +15,7 @@ from typing import Any
 from components import yamltext
 from components.errors import InputError
 from components.fusion import path_of
+from components.names import filter_literal
 from components.record.telemetry import ALL_EVENTS, group_by_step
 
 # --------------------------------------------------------------------------- loading
@@ -26,7 +27,7 @@ def runs_from_mlflow(mc: Any, run_group: str) -> list[dict[str, Any]]:
 
     found = mc.search_runs(
         [tracking.experiment_id(mc)],
-        filter_string=f"tags.`llmpack.run_group` = '{run_group}' and tags.`{tracking.RECORD_TAG}` = 'pipeline'",
+        filter_string=f"tags.`llmpack.run_group` = {filter_literal(run_group)} and tags.`{tracking.RECORD_TAG}` = 'pipeline'",
         max_results=5000,
         order_by=["attributes.start_time ASC"],
     )

@@ -12,6 +12,7 @@ import base64
 import html
 import json
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -106,9 +107,20 @@ def _cost_lines(result: dict[str, Any], splits: dict[str, dict[str, float] | Non
     return out
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#])")
+
+
+def md_text(value: Any) -> str:
+    """A value from the store (a tag, an error, a run id) as inert Markdown text: one line, HTML escaped, and
+    Markdown's own characters backslash-escaped, so ``<script>`` or ``| x |`` in a tag is shown, never rendered."""
+    text = html.escape(" ".join(str(value).split()), quote=False)
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
 def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
              splits: dict[str, dict[str, float] | None]) -> str:
     summary = result["summary"]
+    facts = {k: md_text(v) for k, v in facts.items()}
     lines = [
         f"# llmpack comparison — run group `{result['run_group']}`",
         "",
@@ -144,7 +156,8 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
     failed = [r for r in result["runs"] if r["status"] != "succeeded"]
     if failed:
         lines += ["", "## Failed runs", ""]
-        lines += [f"- **{r['orchestrator']}** `{r['pipeline_run']}`: {r.get('error') or r['status']}" for r in failed]
+        lines += [f"- **{md_text(r['orchestrator'])}** {md_text(r['pipeline_run'])}: {md_text(r.get('error') or r['status'])}"
+                  for r in failed]
     lines += ["", "## What the money went on", ""]
     lines += [f"- **{o}**: {text}" for o, text in _cost_lines(result, splits)] or ["- no priced runs"]
     retries = retry_lines(result["runs"])
