@@ -60,9 +60,9 @@ from components import settings, yamltext
 from components.commands import format_value, run_logged
 from components.dsl import Pipeline
 from components.errors import InputError, RunFailed
-from components.redaction import redact_text
 from components.names import check_values
 from components.process import lifeline
+from components.redaction import redact_text
 
 WORKFLOW_FILE = "workflow.yaml"
 COMMITTED_YAML = Path(__file__).with_name("finetune.yaml")

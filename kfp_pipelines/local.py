@@ -40,9 +40,9 @@ from components import yamltext
 from components.commands import end_group, last_error_line, pipeline_values
 from components.dsl import Pipeline
 from components.errors import InputError, RunFailed
-from components.redaction import redact_text
 from components.names import check_values
 from components.process import lifeline
+from components.redaction import redact_text
 
 LOCAL_MAX_BACKOFF_S = 1.0
 LOG_NAME = "kfp.log"

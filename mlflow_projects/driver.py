@@ -60,8 +60,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from components.redaction import redact_text
 from components.process import lifeline
+from components.redaction import redact_text
 from mlflow_projects import main_signals
 from mlflow_projects.first_step import (
     FirstStep,
