@@ -1,7 +1,7 @@
 """The backend contract (v2): what ``llmpack`` calls on a backend, written once.
 
 A backend is one object, :class:`Backend`, defined in its own package (``kfp_pipelines/backend.py``,
-``argo_workflows/backend.py``, ``mlflow_projects/backend.py``; ``direct`` in ``llmpack/direct.py``)
+``argo_workflows/backend.py``, ``mlflow_projects/backend.py``; ``direct`` in ``llmpack/run/direct.py``)
 and found by name in the one registry, :mod:`llmpack.backends`, which imports it only when asked
 for. Modelled on MLflow's ``AbstractBackend`` (``mlflow/projects/backend/abstract_backend.py``) and
 ``SubmittedRun`` (``mlflow/projects/submitted_run.py``), and kfp's small validated runner config
@@ -168,7 +168,7 @@ class ClusterPath:
     name: str
     artifact_option: str  # the submit option that names what it submits
     artifact_path: str  # where `llmpack compile --out DIR` writes it, under DIR
-    submit_options: tuple[str, ...]  # options its submit takes (passed to llmpack.submit)
+    submit_options: tuple[str, ...]  # options its submit takes (passed to llmpack.run.submit)
     wait_options: tuple[str, ...]  # those its wait needs too
     own_options: tuple[str, ...] = ()  # options read here, not passed to its submit
     namespace_options: tuple[str, ...] = ("namespace",)  # where its pods run: the first option given...

@@ -137,8 +137,8 @@ def chart_boxes(runs: list[dict[str, Any]], path: Path) -> None:
     fewer, a box collapses onto its dots and reads as an error bar, so those paths show dots only.
     """
     plt = _pyplot()
-    from llmpack.compare import quantity
-    from llmpack.glossary import term
+    from llmpack.compare.comparison import quantity
+    from llmpack.ui.glossary import term
 
     orchs = list(dict.fromkeys(path_of(r) for r in runs if r["status"] == "succeeded"))
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -183,8 +183,8 @@ def chart_cost(runs: list[dict[str, Any]], path: Path, splits: dict[str, dict[st
     plt = _pyplot()
     from matplotlib.patches import Patch
 
-    from llmpack.glossary import term
-    from llmpack.numbers import money
+    from llmpack.ui.glossary import term
+    from llmpack.ui.numbers import money
 
     ok = [r for r in runs if r["status"] == "succeeded" and r["metrics"].get("cost_usd") is not None]
     ok.sort(key=lambda r: r["metrics"]["cost_usd"])
