@@ -84,8 +84,8 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
     shared volume is ``claim`` (``--cache-pvc``).
     """
     from components.training import distributed
+    from llmpack.compile.gpus import apply_gpu_overrides
     from llmpack.gpu_catalogue import resolve_gpu_type
-    from llmpack.run.local import apply_gpu_overrides
 
     if gpu_type is not None:
         gpu_type = resolve_gpu_type(gpu_type)

@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +41,12 @@ from components.dsl import Pipeline
 from components.errors import InputError, Interrupted, RunFailed
 from components.record import close as record
 from components.record import cost, gpu_metrics, telemetry, tracking, uniform
-from components.record.telemetry import TRAIN_STEP
 from components.servers.submission import check_id, new_id, telemetry_values
 from components.training import distributed
 from components.training.data import BUILTIN, load_rows
 from components.training.modeling import check_model_ref
 from llmpack.backends import local_runner
-from llmpack.gpu_catalogue import resources_for_gpus
+from llmpack.compile.gpus import apply_gpu_overrides
 from llmpack.ui.progress import watch
 
 
@@ -119,37 +118,6 @@ def nproc_of(opts: RunOptions) -> int:
     if opts.nproc_per_node is not None:
         return opts.nproc_per_node
     return opts.gpus if opts.gpus is not None and opts.gpus > 1 else 1
-
-
-def apply_gpu_overrides(pipe: Pipeline, gpu_type: str | None, gpus: int | None, nodes: int | None = None,
-                        train_gpus: int | None = None) -> Pipeline:
-    """The GPU flags on a copy of the pipeline (the pipeline itself is untouched).
-
-    ``--gpu-type`` applies to every GPU step. ``--gpus G`` is the training step's GPUs per node
-    (one rank each); the other GPU steps keep their spec's count (evaluate runs one process), and
-    ``--gpus 0`` puts every GPU step on CPUs. ``--nodes N`` is the training step's node count.
-    ``train_gpus`` (``--nproc-per-node`` without ``--gpus``: one GPU per rank) also sets the
-    training step's count. A pod's CPUs and memory follow its GPUs
-    (:func:`llmpack.gpu_catalogue.resources_for_gpus`).
-    """
-    if gpu_type is None and gpus is None and nodes is None and train_gpus is None:
-        return pipe
-    want = gpus if gpus is not None else train_gpus
-    tasks = {}
-    for name, task in pipe.tasks.items():
-        res = task.step.execution.resources
-        if res.gpus > 0:
-            res = replace(res, gpu_type=gpu_type or res.gpu_type)
-            if want == 0 or (want is not None and name == TRAIN_STEP):
-                res = resources_for_gpus(res, want)  # CPUs and memory per GPU, times the GPUs
-            if res.gpus == 0:
-                res = replace(res, gpu_type=None)
-        if name == TRAIN_STEP and nodes is not None:
-            res = replace(res, nodes=nodes)
-        if res != task.step.execution.resources:
-            task = replace(task, step=replace(task.step, execution=replace(task.step.execution, resources=res)))
-        tasks[name] = task
-    return replace(pipe, tasks=tasks).validate()
 
 
 def resolve_price(pipe: Pipeline, opts: RunOptions) -> cost.Price | None:
