@@ -67,8 +67,23 @@ class ArgoBackend(Backend):
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         return f"argo stop {summary.get('server_id')} -n {summary.get('namespace') or 'default'}"
 
+    def own_metrics(self, result: Mapping[str, Any]) -> dict[str, float]:
+        return argo_metrics(result.get("resources_duration"))
+
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         return WORKFLOW_LABEL in pod_labels(pod)
+
+
+def argo_metrics(resources_duration: Mapping[str, Any] | None) -> dict[str, float]:
+    """``argo_gpu_hours`` (and ``argo_cpu_hours``) from Argo's resourcesDuration sums; none when Argo recorded none.
+
+    What :func:`argo_workflows.submit.pod_resources_duration` read at the end of the wait: each pod's
+    request times its containers' run time, in whole seconds (docs/telemetry-and-cost.md).
+    """
+    if not resources_duration:
+        return {}
+    return {"argo_gpu_hours": float(resources_duration.get("nvidia.com/gpu", 0)) / 3600.0,
+            "argo_cpu_hours": float(resources_duration.get("cpu", 0)) / 3600.0}
 
 
 BACKEND = ArgoBackend()

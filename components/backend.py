@@ -248,6 +248,8 @@ class Backend:
     cluster_module: ClassVar[str | None] = None  # defines submit(**kw), wait_for_completion, check_connection
     cluster_path: ClassVar[ClusterPath | None] = None  # a cluster backend's `compare --cluster` path
     pod_marks: ClassVar[PodMarks] = PodMarks()  # a cluster backend's own marks on its pods
+    # The pod options (``llmpack compile --namespace``...) its compile takes as keywords, when given.
+    compile_options: ClassVar[tuple[str, ...]] = ()
 
     @property
     def cluster(self) -> bool:
@@ -324,6 +326,14 @@ class Backend:
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         """The native command that stops the run ``summary`` names."""
         return "its orchestrator"
+
+    def own_metrics(self, result: Mapping[str, Any]) -> dict[str, float]:
+        """The orchestrator's own account of a finished run, from its wait's ``result``, beside ours.
+
+        Recorded with the run's metrics under the orchestrator's own names (Argo's
+        ``resourcesDuration``: ``argo_gpu_hours``); none by default.
+        """
+        return {}
 
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         """True when ``pod`` (a Pod object as ``kubectl get pods -o json`` lists it) was made by this orchestrator.

@@ -61,6 +61,7 @@ class MlflowBackend(Backend):
         shared_options=("namespace", "kubeconfig", "context"),
     )
     pod_marks = PodMarks(run_labels=JOB_NAME_LABELS, keep_env=(RUN_ID_ENV,))
+    compile_options = ("namespace", "repository_uri")  # the Job's namespace, the config's repository
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None, **k8s: str) -> list[Path]:
         """``k8s``: the Job's ``namespace`` and the config's ``repository_uri`` (``llmpack compile --namespace

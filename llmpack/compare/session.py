@@ -34,7 +34,6 @@ from llmpack.k8s.billing import (
     recorded_price,
     retried_pods,
 )
-from llmpack.k8s.reconcile import argo_metrics
 
 MODE = "cluster"
 
@@ -179,12 +178,12 @@ class Session:
 
         return build_api_client(**self.k8s)
 
-    def start_watcher(self, namespace: str, kfp_runs: Mapping[str, str] | None = None) -> Any:
+    def start_watcher(self, namespace: str, run_ids: Mapping[str, str] | None = None) -> Any:
         from llmpack.k8s.watcher import PodWatcher
 
         api_client = self.api_client()
         try:
-            watcher = PodWatcher(api_client, namespace, self.run_group, kfp_runs=dict(kfp_runs or {}),
+            watcher = PodWatcher(api_client, namespace, self.run_group, run_ids=dict(run_ids or {}),
                                  window_s=max(1, int(min(60.0, self.timeout_s))))
             return watcher.start(timeout_s=self.timeout_s + 120.0)
         except BaseException:
@@ -318,11 +317,11 @@ class Session:
         return PreemptInjector(watcher.api_client, self.preempt, lambda: _mine(watcher.rows(), plan.pipeline_run),
                                pod_steps=steps, gang=gang).start()
 
-    def _safe_start(self, namespace: str, kfp_runs: Mapping[str, str] | None, record: dict[str, Any],
+    def _safe_start(self, namespace: str, run_ids: Mapping[str, str] | None, record: dict[str, Any],
                     live: list[Any]) -> Any:
         """A started watcher, or None with a warning (the run is still measured from its own events)."""
         try:
-            watcher = self.start_watcher(namespace, kfp_runs)
+            watcher = self.start_watcher(namespace, run_ids)
         except InputError as exc:
             record["warnings"].append(f"pod watcher: {exc}")
             return None
@@ -447,7 +446,7 @@ class Session:
         metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=end)
         metrics.update(cluster_cost(steps, mine, uses, orch, price, gang=self.gang, fused=fused,
                                     wall_s=metrics.get("total_s")))
-        metrics.update(argo_metrics(result.get("resources_duration")))  # Argo's own GPU-seconds (llmpack.k8s.reconcile)
+        metrics.update(cluster_submitter(orch).own_metrics(result))  # the orchestrator's own account (Argo's GPU-seconds)
         preemption, attempts = self._preemptions(mine, steps, uses, fused, price, metrics)
         metrics.update(preemption)
         if self.gang is not None:

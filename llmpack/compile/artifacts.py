@@ -241,10 +241,12 @@ def checkpoint_note(pod: PodOptions) -> str | None:
 
 
 def artifact_settings(backend_name: str, pod: PodOptions | None) -> dict[str, Any]:
-    """What a backend's compile takes beyond the pipeline: MLflow's Job namespace and repository (item 7)."""
-    if backend_name != "mlflow" or pod is None:
+    """What a backend's compile takes beyond the pipeline: the pod options it declares (``compile_options``), when given."""
+    from llmpack.backends import backend
+
+    if pod is None:
         return {}
-    return {k: v for k, v in (("namespace", pod.namespace), ("repository_uri", pod.repository_uri)) if v}
+    return {k: v for k in backend(backend_name).compile_options if (v := getattr(pod, k))}
 
 
 def _remove_empty(created: list[Path]) -> None:

@@ -210,7 +210,7 @@ def test_kfp_pods_are_found_by_their_run_id(api, client):
     argo = pod_states("llm-finetune-w1-prepare-data-11", namespace=NS, labels=labels("prepare-data"), created=T0,
                       scheduled=T0 + 1, node="cpu-1", initialized=T0 + 3, started=T0 + 5, finished=T0 + 20)
     api.play([("apply", s) for s in driver + other_run + argo + executor], wait_for_watches=2)
-    watcher = PodWatcher(client, NS, RG, window_s=1, kfp_runs={"r-1": "kfp-r1"})
+    watcher = PodWatcher(client, NS, RG, window_s=1, run_ids={"r-1": "kfp-r1"})
     rows = watcher.run(until=all_terminated(steps=["finetune", "prepare-data"], min_pods=3), timeout_s=10)
     by_pod = {r["pod"]: r for r in rows}
     assert set(by_pod) == {driver[0]["metadata"]["name"], executor[0]["metadata"]["name"], argo[0]["metadata"]["name"]}

@@ -15,6 +15,7 @@ from standins.argo_server import resources_duration
 from standins.loopback import LoopbackCluster
 from standins.opencost import OpenCostStandIn, spot_nodes
 
+from argo_workflows.backend import argo_metrics
 from components.errors import InputError
 from components.record import cost
 from llmpack.k8s import reconcile
@@ -89,8 +90,8 @@ def test_argo_resources_duration_is_request_times_container_run_time() -> None:
     assert got["nvidia.com/gpu"] == 2 * 90
     assert got["cpu"] == 2 * 90 + int(0.1 * 90) + int(0.1 * 10)  # the request, not the limit; the defaults elsewhere
     assert got["memory"] == int(1024 / 100 * 90) + 90 + 10  # in units of 100Mi
-    assert reconcile.argo_metrics(got)["argo_gpu_hours"] == pytest.approx(180 / 3600)
-    assert reconcile.argo_metrics(None) == {}
+    assert argo_metrics(got)["argo_gpu_hours"] == pytest.approx(180 / 3600)
+    assert argo_metrics(None) == {}
 
 
 def test_argo_standin_status_nodes_read_back_through_hera() -> None:
@@ -118,7 +119,7 @@ def test_argo_standin_status_nodes_read_back_through_hera() -> None:
         done = wait_for_workflow("wf-abcde", host=argo.url, token="a", namespace="llmpack", poll_s=0.01, timeout_s=5)
     assert done["status"] == "succeeded"
     assert done["resources_duration"]["nvidia.com/gpu"] == 42 + 17  # one GPU each (the stand-in's pods)
-    assert reconcile.argo_metrics(done["resources_duration"])["argo_gpu_hours"] == pytest.approx(59 / 3600)
+    assert argo_metrics(done["resources_duration"])["argo_gpu_hours"] == pytest.approx(59 / 3600)
 
 
 def test_a_spot_nodes_label_reaches_the_pod_row() -> None:
