@@ -31,6 +31,7 @@ class ArgoBackend(Backend):
     name = "argo"
     env_vars = ("ARGO_SERVER", "ARGO_TOKEN", "ARGO_NAMESPACE", "ARGO_SECURE", "ARGO_INSECURE_SKIP_VERIFY",
                 "ARGO_BASE_HREF")
+    colour = "#ff7f0e"  # its colour in the report's charts
     artifacts = (ARTIFACT,)
     submit_help = "Create an Argo Workflow from the compiled YAML (what `argo submit` does; Hera has no submit)."
     local_module = "argo_workflows.local"

@@ -250,6 +250,7 @@ class Backend:
     pod_marks: ClassVar[PodMarks] = PodMarks()  # a cluster backend's own marks on its pods
     # The pod options (``llmpack compile --namespace``...) its compile takes as keywords, when given.
     compile_options: ClassVar[tuple[str, ...]] = ()
+    colour: ClassVar[str] = "#444444"  # its colour in the report's charts
 
     @property
     def cluster(self) -> bool:

@@ -34,6 +34,7 @@ DEFAULT_POD_NAMESPACE = "kubeflow"  # single-user KFP runs its pods there; multi
 class KfpBackend(Backend):
     name = "kfp"
     env_vars = ("KFP_HOST", "KF_PIPELINES_ENDPOINT", "KFP_TOKEN", "KF_PIPELINES_SA_TOKEN_PATH")
+    colour = "#1f77b4"  # its colour in the report's charts
     artifacts = (ARTIFACT,)
     submit_help = "Create a KFP run from the compiled package (like `kfp run submit -f kfp_pipelines/finetune.yaml`)."
     local_module = "kfp_pipelines.local"

@@ -42,6 +42,7 @@ class MlflowBackend(Backend):
     name = "mlflow"
     settings = (IMAGE, SOURCE)
     env_vars = ("MLFLOW_TRACKING_URI", "KUBECONFIG", "KUBE_MLFLOW_TRACKING_URI")
+    colour = "#2ca02c"  # its colour in the report's charts
     artifacts = (ARTIFACT_DIR / "finetune", ARTIFACT_DIR / "finetune-k8s")
     submit_help = "Create the MLflow run and its Kubernetes Job from the compiled finetune-k8s project."
     local_module = "mlflow_projects.local"

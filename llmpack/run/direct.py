@@ -68,6 +68,7 @@ class DirectBackend(Backend):
     """``direct``: local only, nothing to compile (the reference path)."""
 
     name = "direct"
+    colour = "#7f7f7f"
 
     def run_local(self, pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Mapping[str, str],
                   log: IO[str] | None = None) -> dict[str, Path]:
