@@ -27,6 +27,7 @@ GROUPS = (
     ("time", "Time"),
     ("money", "Money and GPU use"),
     ("stats", "Comparing paths"),
+    ("words", "Backends and paths"),
 )
 
 # ``name: short`` fits one 80-column terminal line (a test holds it); more goes in ``detail``.
@@ -126,6 +127,25 @@ TERMS: tuple[Term, ...] = (
                 "with fewer it rests on an exponential tail fitted past the largest sample (docs/projection.md)."),
     Term(key="beyond_noise", name="▼ / ▲ / ≈", group="stats",
          short="decidedly lower / higher than the baseline; ≈ equivalent"),
+    # ------------------------------------------------------------------ the pack's words
+    Term(key="backend", name="backend", group="words",
+         short="an orchestrator's package: compile, local run, submit, wait",
+         detail="`--backend NAME`. Declared once in its own folder against the contract (components/backend.py) "
+                "and listed one line each in llmpack/backends.py (more by `LLMPACK_BACKENDS`); its name is the "
+                "`llmpack.orchestrator` tag. `direct` is the backend with no orchestrator: the reference."),
+    Term(key="orchestrator", name="orchestrator", group="words",
+         short="the system a cluster backend drives: KFP, Argo Workflows, MLflow",
+         detail="Named as its backend is (`kfp`, `argo`, `mlflow`); only a backend's own folder names it."),
+    Term(key="packaging", name="packaging", group="words",
+         short="how the steps go into pods: one each, or fused (--fuse)"),
+    Term(key="path", name="path", group="words",
+         short="one backend in one packaging, as compare runs it (argo+fuse-gpu)",
+         detail="What `compare` and the report set side by side. Elsewhere, as in any program, a path is a file's."),
+    Term(key="mlflow_roles", name="MLflow, twice", group="words",
+         short="the mlflow backend, and the tracking library every path uses",
+         detail="`--backend mlflow` runs MLflow Projects (`mlflow_projects/`). `import mlflow`, "
+                "`MLFLOW_TRACKING_URI` and the run's record are the tracking library every backend writes to: "
+                "they name no backend (tests/test_backend_names.py holds the code to that)."),
 )
 
 _BY_KEY = {t.key: t for t in TERMS}
