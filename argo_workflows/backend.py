@@ -16,8 +16,10 @@ from components.backend import (
     ClickOption,
     ClusterPath,
     CompareOption,
+    DoctorFacts,
     PodMarks,
     ServerConnection,
+    VersionProbe,
     pod_labels,
 )
 from components.dsl import Pipeline
@@ -49,6 +51,12 @@ class ArgoBackend(Backend):
     )
     pod_marks = PodMarks(run_labels=(WORKFLOW_LABEL,), workflow_labels=(WORKFLOW_LABEL,), node_annotations=(NODE_NAME,),
                          helper_containers=("wait", "init"))  # Argo's executor sidecar and init container
+
+    doctor = DoctorFacts(
+        verbs=(("create", "workflows", "argoproj.io"), ("get", "workflows", "argoproj.io")),
+        probe=VersionProbe(what="Argo Server", path="/api/v1/version", field="version", token_env="ARGO_TOKEN",
+                           host_env="ARGO_SERVER", service_namespace="argo"),
+        pod_artifact=ARTIFACT.as_posix())
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         from argo_workflows.workflow import build_workflow

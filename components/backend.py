@@ -228,6 +228,28 @@ class PodMarks:
         return tuple(dict.fromkeys((*self.keep_labels, *self.run_labels, *self.workflow_labels)))
 
 
+@dataclass(frozen=True, kw_only=True)
+class VersionProbe:
+    """How ``llmpack doctor`` asks a backend's server for its version (with its token, never shown)."""
+
+    what: str  # "KFP API"
+    path: str  # the version call under the host
+    field: str  # the answer's JSON field holding the version
+    token_env: str  # the variable holding the token
+    host_env: str  # the variable naming the host when no flag does
+    scheme: str = "https"  # of a host given without one
+    service_namespace: str = "default"  # where its server's Service usually is (the fix's kubectl)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DoctorFacts:
+    """What ``llmpack doctor`` checks for a cluster backend, besides what every path needs."""
+
+    verbs: tuple[tuple[str, str, str], ...] = ()  # (verb, resource, API group) its submission needs in the run's namespace
+    probe: VersionProbe | None = None  # its server's version call, when it has a server
+    pod_artifact: str | None = None  # the compiled file (under compile --out) whose pods Pod Security is checked against
+
+
 ClickOption = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
@@ -251,6 +273,7 @@ class Backend:
     # The pod options (``llmpack compile --namespace``...) its compile takes as keywords, when given.
     compile_options: ClassVar[tuple[str, ...]] = ()
     colour: ClassVar[str] = "#444444"  # its colour in the report's charts
+    doctor: ClassVar[DoctorFacts] = DoctorFacts()  # what `llmpack doctor` checks for it
 
     @property
     def cluster(self) -> bool:

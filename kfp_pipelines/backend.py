@@ -16,9 +16,11 @@ from components.backend import (
     ClickOption,
     ClusterPath,
     CompareOption,
+    DoctorFacts,
     Drivers,
     PodMarks,
     ServerConnection,
+    VersionProbe,
     pod_annotations,
     pod_labels,
 )
@@ -61,6 +63,11 @@ class KfpBackend(Backend):
                         command="driver", image="kfp-driver"),
         unlabelled_selector=f"{V2_LABEL}=true",
     )
+
+    doctor = DoctorFacts(  # KFP submits through its API server: no verbs of its own in the run's namespace
+        probe=VersionProbe(what="KFP API", path="/apis/v2beta1/healthz", field="tag_name", token_env="KFP_TOKEN",
+                           host_env="KFP_HOST", scheme="http", service_namespace=DEFAULT_POD_NAMESPACE),
+        pod_artifact=ARTIFACT.as_posix())
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         from kfp_pipelines.compiler import compile_pipeline

@@ -19,6 +19,7 @@ from components.backend import (
     ClusterPath,
     CompareOption,
     Connection,
+    DoctorFacts,
     PodMarks,
     pod_labels,
 )
@@ -62,6 +63,8 @@ class MlflowBackend(Backend):
         shared_options=("namespace", "kubeconfig", "context"),
     )
     pod_marks = PodMarks(run_labels=JOB_NAME_LABELS, keep_env=(RUN_ID_ENV,))
+    doctor = DoctorFacts(verbs=(("create", "jobs", "batch"), ("get", "jobs", "batch"), ("delete", "jobs", "batch")),
+                         pod_artifact=(ARTIFACT_DIR / "finetune-k8s" / "kubernetes_job_template.yaml").as_posix())
     compile_options = ("namespace", "repository_uri")  # the Job's namespace, the config's repository
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None, **k8s: str) -> list[Path]:

@@ -44,12 +44,13 @@ LIBRARIES = {
 }
 # Still naming a backend: to move onto the backend (components.backend), each in its own folder.
 LEFT = {
-    # llmpack doctor: its flags (--kfp-host, --argo-host, --argo-controller-namespace, --kfp-namespace),
-    # RBAC verbs, endpoints and artifact readers per backend are tables here, not Backend fields yet.
-    *{("llmpack/doctor/command.py", n) for n in ("'kfp'", "'argo'", "'mlflow'", "DEFAULT_KFP_NAMESPACE", "kfp_namespace",
+    # llmpack doctor: its flags (--kfp-host, --argo-host, --argo-controller-namespace, --kfp-namespace), Argo's
+    # artifact-repository check and the readers of the shipped artifacts' pod specs are still here (the RBAC
+    # verbs, version probes and compiled pods to check are the backends' DoctorFacts).
+    *{("llmpack/doctor/command.py", n) for n in ("'kfp'", "'argo'", "DEFAULT_KFP_NAMESPACE", "kfp_namespace",
                                                  "kfp_host", "argo_host", "argo_controller_namespace", "argo_artifacts")},
-    *{("llmpack/doctor/checks.py", n) for n in ("'kfp'", "'argo'", "'mlflow'", "ARGO_REPOSITORIES",
-                                                "ARGO_DEFAULT_ANNOTATION", "ARGO_CONTROLLER_CONFIG", "argo_artifacts")},
+    *{("llmpack/doctor/checks.py", n) for n in ("ARGO_REPOSITORIES", "ARGO_DEFAULT_ANNOTATION", "ARGO_CONTROLLER_CONFIG",
+                                                "argo_artifacts")},
     *{("llmpack/doctor/pods.py", n) for n in ("'kfp'", "'argo'", "'mlflow'", "_kfp", "_argo")},
     # llmpack timeline --kfp-run: a user-facing flag of its own (a generic --run-id would replace it).
     ("llmpack/cli.py", "kfp_runs"),

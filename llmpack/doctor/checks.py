@@ -23,11 +23,14 @@ from llmpack.doctor.reader import ClusterReader, Forbidden, Missing, Unanswered
 DOCS = "docs/first-run-on-a-cluster.md"
 # The pod watcher's calls in a run's namespace (llmpack.k8s.watcher), and each path's own.
 WATCHER_VERBS = (("list", "pods", ""), ("watch", "pods", ""), ("list", "events", ""), ("watch", "events", ""))
-PATH_VERBS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "kfp": WATCHER_VERBS,  # KFP submits through its API server; its pods are watched
-    "argo": (("create", "workflows", "argoproj.io"), ("get", "workflows", "argoproj.io"), *WATCHER_VERBS),
-    "mlflow": (("create", "jobs", "batch"), ("get", "jobs", "batch"), ("delete", "jobs", "batch"), *WATCHER_VERBS),
-}
+
+
+def path_verbs(path: str) -> tuple[tuple[str, str, str], ...]:
+    """What a path's submission and the pod watcher need in its namespace (the backend's ``doctor.verbs``)."""
+    from llmpack.backends import backend
+
+    return (*backend(path).doctor.verbs, *WATCHER_VERBS)
+
 NODE_VERBS = (("list", "nodes", ""),)  # node provisioning and GPU product, cluster-wide
 GPU_RESOURCE = "nvidia.com/gpu"
 ARGO_REPOSITORIES = "artifact-repositories"  # Argo's per-namespace default artifact repository ConfigMap
@@ -414,26 +417,23 @@ def pod_security(path: str, namespace: str, found: Mapping[str, Any], specs: lis
 
 # --------------------------------------------------------------------------- orchestrator endpoints
 
-ENDPOINTS = {  # path: (what, version URL under the host, the JSON field holding the version, token variable)
-    "kfp": ("KFP API", "/apis/v2beta1/healthz", "tag_name", "KFP_TOKEN"),
-    "argo": ("Argo Server", "/api/v1/version", "version", "ARGO_TOKEN"),
-}
-
-
 def endpoint(path: str, host: str, token: str | None, verify: bool | str) -> Check:
-    """The orchestrator's server answers its version call (with ``token``, never shown)."""
+    """The orchestrator's server answers its version call (the backend's ``doctor.probe``; ``token`` never shown)."""
     import requests
 
     from components.servers.remote import normalize_host
+    from llmpack.backends import backend
 
-    what, suffix, field, variable = ENDPOINTS[path]
-    url = normalize_host(host, default_scheme="http" if path == "kfp" else "https")
+    probe = backend(path).doctor.probe
+    assert probe is not None, path  # endpoint_checks asks only the paths that have one
+    what, suffix, field, variable = probe.what, probe.path, probe.field, probe.token_env
+    url = normalize_host(host, default_scheme=probe.scheme)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         response = requests.get(url + suffix, headers=headers, timeout=10, verify=verify)
     except requests.RequestException as exc:
         return Check(False, f"{what} at {url} unreachable ({type(exc).__name__})",
-                     f"kubectl -n {'kubeflow' if path == 'kfp' else 'argo'} get svc  # then port-forward it, or "
+                     f"kubectl -n {probe.service_namespace} get svc  # then port-forward it, or "
                      f"pass --{path}-host")
     if response.status_code in (401, 403):
         return Check(False, f"{what} at {url} refused the token (HTTP {response.status_code})",

@@ -34,10 +34,11 @@ import click
 
 from components import settings
 from components.errors import InputError
+from llmpack.backends import ORCHESTRATORS
 from llmpack.ui.options import TLS_OPTIONS, tls_connection
 from llmpack.ui.terminal import command
 
-PATHS = ("kfp", "argo", "mlflow")
+PATHS = ORCHESTRATORS  # every cluster backend of the registry, in its order
 DEFAULT_NAMESPACE = "llmpack"  # components.backend.DEFAULT_NAMESPACE: where argo and mlflow pods run
 DEFAULT_KFP_NAMESPACE = "kubeflow"  # single-user KFP runs its pods there (kfp_pipelines.backend)
 DEFAULT_SHARED_PVC = "llmpack-shared"  # compare --cluster --nodes N's default --cache-pvc
@@ -125,7 +126,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
             continue  # everything below would fail for the same reason
         checks.append(dc.tracking_secret(cluster, namespace))
         for path in paths:
-            checks.append(dc.access(cluster, path, namespace, dc.PATH_VERBS[path]))
+            checks.append(dc.access(cluster, path, namespace, dc.path_verbs(path)))
             checks.append(dc.pod_security(path, namespace, found, specs[path]))
             if path == "argo":
                 checks.append(dc.argo_artifacts(cluster, namespace, opts.argo_controller_namespace))
@@ -172,16 +173,19 @@ def checkpoint_claim(value: str | None) -> str | None:
 
 
 def endpoint_checks(opts: DoctorOptions, tls: dict[str, Any]) -> list[Any]:
-    """The KFP and Argo servers' version calls, for the selected paths whose host is known."""
+    """Each selected path's server's version call (its backend's ``doctor.probe``), where its host is known."""
     import os
 
     from components.servers.remote import tls_verify
+    from llmpack.backends import backend
     from llmpack.doctor import checks as dc
 
     verify = tls_verify(tls["ca_cert"], tls["insecure_skip_tls_verify"])
-    hosts = {"kfp": opts.kfp_host or os.environ.get("KFP_HOST"), "argo": opts.argo_host or os.environ.get("ARGO_SERVER")}
-    return [dc.endpoint(path, host, os.environ.get(dc.ENDPOINTS[path][3]) or None, verify)
-            for path, host in hosts.items() if path in opts.paths and host]
+    flags = {"kfp": opts.kfp_host, "argo": opts.argo_host}  # --kfp-host, --argo-host
+    probes = {path: probe for path in opts.paths if (probe := backend(path).doctor.probe) is not None}
+    hosts = {path: flags.get(path) or os.environ.get(probe.host_env) for path, probe in probes.items()}
+    return [dc.endpoint(path, host, os.environ.get(probes[path].token_env) or None, verify)
+            for path, host in hosts.items() if host]
 
 
 def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
@@ -197,8 +201,8 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
 
 
 @command("doctor", short_help="Check a cluster has what a run needs; print the fixes.")
-@click.option("--path", "paths", multiple=True, metavar="kfp|argo|mlflow",
-              help="Paths to check (repeatable, or a comma list; default: all three).")
+@click.option("--path", "paths", multiple=True, metavar="|".join(PATHS),
+              help="Paths to check (repeatable, or a comma list; default: every cluster backend).")
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
               help="Namespace of the argo and mlflow runs.")
 @click.option("--kfp-namespace", default=DEFAULT_KFP_NAMESPACE, show_default=True,

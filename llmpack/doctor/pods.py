@@ -27,8 +27,6 @@ from components.errors import InputError
 
 LEVELS = ("privileged", "baseline", "restricted")  # weakest first
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
-ARTIFACTS = {"kfp": "kfp_pipelines/finetune.yaml", "argo": "argo_workflows/finetune.yaml",
-             "mlflow": "mlflow_projects/finetune-k8s/kubernetes_job_template.yaml"}
 TRAINJOB_ARTIFACT = "trainjob/finetune-trainjob.yaml"
 _SECCOMP_OK = ("RuntimeDefault", "Localhost")
 
@@ -48,10 +46,20 @@ def committed_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+def _artifact(path: str) -> str:
+    """The compiled file whose pods are checked for ``path`` (the backend's ``doctor.pod_artifact``)."""
+    from llmpack.backends import backend
+
+    artifact = backend(path).doctor.pod_artifact
+    if artifact is None:
+        raise InputError(f"--path {path}: its backend declares no compiled pods to check")
+    return artifact
+
+
 def pod_specs(root: Path, path: str, *, gang: bool) -> list[PodSpec]:
     """The pod specs of ``path``'s artifact under ``root`` (``llmpack compile --out root``), and the TrainJob's
     with ``gang``. A missing or unreadable artifact is an :class:`InputError` naming it."""
-    specs = list(_READERS[path](_load(root / ARTIFACTS[path])))
+    specs = list(_READERS.get(path, _pods_of)(_load(root / _artifact(path))))
     if gang:
         specs += [PodSpec(f"TrainJob {s.where}", s.pod, s.containers, s.host_path)
                   for s in _pod_specs_in((_load(root / TRAINJOB_ARTIFACT) or [{}])[0])]
@@ -62,7 +70,7 @@ def pod_specs(root: Path, path: str, *, gang: bool) -> list[PodSpec]:
 
 def claimed_pvcs(root: Path, path: str, *, gang: bool) -> set[str]:
     """The PersistentVolumeClaims ``path``'s artifact (and with ``gang`` the TrainJob) mounts by name."""
-    docs = _load(root / ARTIFACTS[path]) + (_load(root / TRAINJOB_ARTIFACT) if gang else [])
+    docs = _load(root / _artifact(path)) + (_load(root / TRAINJOB_ARTIFACT) if gang else [])
     return {name for name in _claim_names(docs) if "{{" not in name}  # a claim named by a run parameter: unknown here
 
 
@@ -82,7 +90,7 @@ def _claim_names(doc: Any) -> Iterator[str]:
 def referenced_secrets(root: Path, path: str, *, gang: bool) -> tuple[set[tuple[str, str, str]], set[str]]:
     """What ``path``'s artifact (and with ``gang`` the TrainJob) reads from Secrets: required ``(name, key, env)``
     env refs (Argo, the MLflow Job, the TrainJob: ``secretKeyRef``; KFP: ``secretAsEnv``), and image pull Secrets."""
-    docs = _load(root / ARTIFACTS[path]) + (_load(root / TRAINJOB_ARTIFACT) if gang else [])
+    docs = _load(root / _artifact(path)) + (_load(root / TRAINJOB_ARTIFACT) if gang else [])
     refs: set[tuple[str, str, str]] = set()
     pulls: set[str] = set()
 
@@ -157,7 +165,13 @@ def _pod_specs_in(doc: Any, where: str = "pod") -> Iterator[PodSpec]:
             yield from _pod_specs_in(item, where)
 
 
-_READERS = {"kfp": _kfp, "argo": _argo, "mlflow": _mlflow}
+def _pods_of(docs: list[Any]) -> Iterator[PodSpec]:
+    """Any other backend's compiled file: every pod spec in it."""
+    for doc in docs:
+        yield from _pod_specs_in(doc)
+
+
+_READERS = {"kfp": _kfp, "argo": _argo, "mlflow": _mlflow}  # readers of the shipped backends' own shapes
 
 
 def violations(spec: PodSpec, level: str) -> list[str]:
