@@ -162,6 +162,29 @@ def test_the_toy_cluster_is_compiled_listed_and_its_pods_recognised(tmp_path: Pa
     assert (tmp_path / "out" / "toyc" / "finetune.json").is_file()
 
 
+def test_doctor_checks_the_toy_cluster(tmp_path: Path) -> None:
+    from standins.k8s_api import KubeAPIStandIn
+    from standins.loopback import CLIENT_ENV, write_kubeconfig
+    from standins.ready_cluster import plant_ready
+
+    from tests.toy_backend.server import VERSION, ToyServer
+
+    env = {k: v for k, v in toy_env().items() if k not in CLIENT_ENV}
+    env.update(LLMPACK_BACKENDS=TOY_CLUSTER, HOME=str(tmp_path / "home"))
+    assert llmpack("compile", "--out", str(tmp_path / "out"), cwd=tmp_path, env=env).returncode == 0
+    with KubeAPIStandIn(token="toy-k8s-token", namespaces=()) as kube, ToyServer() as server:
+        plant_ready(kube)
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url, "toy-k8s-token")
+        r = llmpack("doctor", "--path", "toyc", "--kubeconfig", str(kubeconfig), "--compiled", str(tmp_path / "out"),
+                    cwd=tmp_path, env={**env, "TOY_HOST": server.host})
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("llmpack doctor: toyc on ")
+    assert "✓ RBAC (toyc): you may create configmaps, list/watch pods, list/watch events in llmpack" in lines, lines
+    assert any(line.startswith("✓ Pod Security (toyc): ") for line in lines), lines
+    assert f"✓ Toy server at {server.host} answers (version {VERSION})" in lines, lines
+
+
 def test_no_module_outside_the_toy_folder_names_it() -> None:
     """The toy's whole footprint is its folder plus the registry line in this test: nothing else names it.
 

@@ -3,8 +3,8 @@
 Registered with one line, ``LLMPACK_BACKENDS=toyc+cluster=tests.toy_backend.cluster``, it gets
 ``llmpack submit toyc`` (its ``--host``, the stand-in server of :mod:`tests.toy_backend.server`),
 ``llmpack compile`` writes its plan, a ``compare --cluster`` path, and the pod watcher recognises
-its pods by their ``toy.example/run`` label and keeps that label: everything ``llmpack`` asks of it
-is a field or a method here.
+its pods by their ``toy.example/run`` label and keeps that label, and ``llmpack doctor --path toyc``
+checks its RBAC, compiled pods and server: everything ``llmpack`` asks of it is a field or a method here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from components.backend import TLS_OPTIONS, Backend, ClickOption, ClusterPath, PodMarks, ServerConnection, pod_labels
+from components.backend import (
+    TLS_OPTIONS,
+    Backend,
+    ClickOption,
+    ClusterPath,
+    DoctorFacts,
+    PodMarks,
+    ServerConnection,
+    VersionProbe,
+    pod_labels,
+)
 from components.dsl import Pipeline
 from components.errors import InputError
 from components.servers.submission import new_id
@@ -46,6 +56,10 @@ class ToyClusterBackend(Backend):
     cluster_path = ClusterPath(name="toyc", artifact_option="plan_path", artifact_path=ARTIFACT.as_posix(),
                                submit_options=("host", "plan_path", *TLS_OPTIONS), wait_options=("host", *TLS_OPTIONS))
     pod_marks = PodMarks(run_labels=(RUN_LABEL,), workflow_labels=(RUN_LABEL,))
+    doctor = DoctorFacts(verbs=(("create", "configmaps", ""),),  # what its submission would need in the run's namespace
+                         probe=VersionProbe(what="Toy server", path="/api/version", field="version", token_env="TOY_TOKEN",
+                                            host_env="TOY_HOST", scheme="http"),
+                         pod_artifact=ARTIFACT.as_posix())
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         path = out_dir / ARTIFACT

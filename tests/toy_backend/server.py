@@ -1,7 +1,8 @@
 """The toy cluster's stand-in server on 127.0.0.1: it takes a run and says it succeeded.
 
 ``POST /api/runs`` with the run (its plan, parameters and ids) answers ``{"id": ...}``;
-``GET /api/runs/<id>`` answers ``{"state": "Succeeded"}``. What it was sent is kept in
+``GET /api/runs/<id>`` answers ``{"state": "Succeeded"}``; ``GET /api/version`` its version
+(what ``llmpack doctor`` asks). What it was sent is kept in
 :attr:`ToyServer.runs` for a test to read.
 """
 
@@ -11,6 +12,8 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+VERSION = "toy-0.1"
 
 
 class ToyServer:
@@ -39,6 +42,8 @@ class ToyServer:
                 return self._answer(200, {"id": run_id})
 
             def do_GET(self) -> None:  # noqa: N802
+                if self.path == "/api/version":
+                    return self._answer(200, {"version": VERSION})
                 run_id = self.path.removeprefix("/api/runs/")
                 if run_id not in outer.runs:
                     return self._answer(404, {"error": f"no run {run_id}"})
