@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,7 @@ class DoctorOptions:
     queue: str | None
     cache_pvc: str | None
     compiled: Path
-    kfp_host: str | None
-    argo_host: str | None
+    hosts: Mapping[str, str | None] = field(default_factory=dict)  # each path's server, from its --NAME-host
     argo_controller_namespace: str
     # The submit flags' references (llmpack.ui.pod_options): PVCs, (Secret, key, env), image pull Secrets.
     pvcs: tuple[str, ...] = ()
@@ -181,11 +181,27 @@ def endpoint_checks(opts: DoctorOptions, tls: dict[str, Any]) -> list[Any]:
     from llmpack.doctor import checks as dc
 
     verify = tls_verify(tls["ca_cert"], tls["insecure_skip_tls_verify"])
-    flags = {"kfp": opts.kfp_host, "argo": opts.argo_host}  # --kfp-host, --argo-host
     probes = {path: probe for path in opts.paths if (probe := backend(path).doctor.probe) is not None}
-    hosts = {path: flags.get(path) or os.environ.get(probe.host_env) for path, probe in probes.items()}
+    hosts = {path: opts.hosts.get(path) or os.environ.get(probe.host_env) for path, probe in probes.items()}
     return [dc.endpoint(path, host, os.environ.get(probes[path].token_env) or None, verify)
             for path, host in hosts.items() if host]
+
+
+def server_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Each cluster backend's server flag (its ``compare --cluster`` endpoint flag: ``--kfp-host``...), to check it."""
+    from llmpack.backends import cluster_paths
+
+    for option in reversed([o for path in cluster_paths().values() for o in path.compare_options if o.endpoint]):
+        func = click.option(option.flag, option.dest, default=None, help=option.help.removeprefix("--cluster: "))(func)
+    return func
+
+
+def server_hosts(endpoints: Mapping[str, str | None]) -> dict[str, str | None]:
+    """``--NAME-host`` values by path (the keywords :func:`server_options` gave)."""
+    from llmpack.backends import cluster_paths
+
+    return {name: endpoints.get(o.dest) for name, path in cluster_paths().items() for o in path.compare_options
+            if o.endpoint}
 
 
 def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
@@ -222,8 +238,7 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
 @click.option("--compiled", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="What llmpack compile --out DIR wrote (default: the committed artifacts; "
                    "with --nodes: examples/multinode).")
-@click.option("--kfp-host", default=None, help="KFP API endpoint to check (default KFP_HOST; token KFP_TOKEN).")
-@click.option("--argo-host", default=None, help="Argo Server to check (default ARGO_SERVER; token ARGO_TOKEN).")
+@server_options
 @click.option("--argo-controller-namespace", default="argo", show_default=True,
               help="Namespace of Argo's workflow-controller-configmap.")
 @click.option("--model-pvc", default=None, metavar="NAME[:MOUNT]", help="The model's PVC (as llmpack compile): exists, Bound.")
@@ -237,9 +252,9 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
 def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfig: str | None, context: str | None,
            ca_cert: str | None, insecure_skip_tls_verify: bool, gpus: int | None, gpu_type: str | None, nodes: int,
            queue: str | None,
-           cache_pvc: str | None, compiled: Path | None, kfp_host: str | None, argo_host: str | None,
+           cache_pvc: str | None, compiled: Path | None,
            argo_controller_namespace: str, as_json: bool, model_pvc: str | None, data_pvc: str | None,
-           hf_token_secret: str | None, image_pull_secrets: tuple[str, ...], checkpoint_pvc: str | None) -> None:
+           hf_token_secret: str | None, image_pull_secrets: tuple[str, ...], checkpoint_pvc: str | None, **endpoints: str | None) -> None:
     """Check, before a run spends GPU-hours, that the cluster has what the compiled
     artifacts reference: namespace, RBAC, GPU nodes and taints, the MLflow Secret,
     Pod Security, Argo's artifact repository; with --nodes the Trainer runtime, the
@@ -262,7 +277,7 @@ def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfi
 
     opts = DoctorOptions(paths=parse_paths(paths), namespace=namespace, kfp_namespace=kfp_namespace, gpus=gpus,
                          gpu_type=None if gpu_type is None else resolve_gpu_type(gpu_type), nodes=nodes, queue=queue, cache_pvc=cache_pvc, compiled=compiled or root,
-                         kfp_host=kfp_host, argo_host=argo_host, argo_controller_namespace=argo_controller_namespace,
+                         hosts=server_hosts(endpoints), argo_controller_namespace=argo_controller_namespace,
                          checkpoint_pvc=checkpoint_claim(checkpoint_pvc),
                          **submit_references(model_pvc, data_pvc, hf_token_secret, image_pull_secrets))
     check_options(opts)
