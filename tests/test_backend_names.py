@@ -44,11 +44,10 @@ LIBRARIES = {
 }
 # Still naming a backend: to move onto the backend (components.backend), each in its own folder.
 LEFT = {
-    # llmpack doctor: two flags of its own (--kfp-namespace, --argo-controller-namespace), Argo's
-    # artifact-repository check and the readers of the shipped artifacts' pod specs are still here (the RBAC
-    # verbs, version probes and compiled pods to check are the backends' DoctorFacts).
-    *{("llmpack/doctor/command.py", n) for n in ("'kfp'", "'argo'", "DEFAULT_KFP_NAMESPACE", "kfp_namespace",
-                                                 "argo_controller_namespace", "argo_artifacts")},
+    # llmpack doctor: Argo's artifact-repository check (with its --argo-controller-namespace) and
+    # the readers of the shipped artifacts' pod specs are still here (the RBAC verbs, version probes, compiled
+    # pods to check, server flags and pod namespaces are the backends').
+    *{("llmpack/doctor/command.py", n) for n in ("'argo'", "argo_controller_namespace", "argo_artifacts")},
     *{("llmpack/doctor/checks.py", n) for n in ("ARGO_REPOSITORIES", "ARGO_DEFAULT_ANNOTATION", "ARGO_CONTROLLER_CONFIG",
                                                 "argo_artifacts")},
     *{("llmpack/doctor/pods.py", n) for n in ("'kfp'", "'argo'", "'mlflow'", "_kfp", "_argo")},

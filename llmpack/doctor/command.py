@@ -34,14 +34,14 @@ from typing import Any
 import click
 
 from components import settings
+from components.backend import ClusterPath
 from components.errors import InputError
-from llmpack.backends import ORCHESTRATORS
+from llmpack.backends import ORCHESTRATORS, cluster_path
 from llmpack.ui.options import TLS_OPTIONS, tls_connection
 from llmpack.ui.terminal import command
 
 PATHS = ORCHESTRATORS  # every cluster backend of the registry, in its order
-DEFAULT_NAMESPACE = "llmpack"  # components.backend.DEFAULT_NAMESPACE: where argo and mlflow pods run
-DEFAULT_KFP_NAMESPACE = "kubeflow"  # single-user KFP runs its pods there (kfp_pipelines.backend)
+DEFAULT_NAMESPACE = "llmpack"  # components.backend.DEFAULT_NAMESPACE: where a path's pods run unless it says
 DEFAULT_SHARED_PVC = "llmpack-shared"  # compare --cluster --nodes N's default --cache-pvc
 OK, FAIL = "✓", "✗"
 
@@ -50,7 +50,7 @@ OK, FAIL = "✓", "✗"
 class DoctorOptions:
     paths: tuple[str, ...]
     namespace: str
-    kfp_namespace: str
+    pod_namespaces: Mapping[str, str] = field(default_factory=dict)  # a path's --NAME-namespace (its pods' own)
     gpus: int | None
     nodes: int
     gpu_type: str | None
@@ -80,7 +80,8 @@ def check_options(opts: DoctorOptions) -> None:
     """Bad input as one line (exit 2), before anything is sent."""
     from components.dsl import is_dns1123_label
 
-    for flag, value in (("--namespace", opts.namespace), ("--kfp-namespace", opts.kfp_namespace),
+    own = tuple((f"--{path}-namespace", value) for path, value in opts.pod_namespaces.items())
+    for flag, value in (("--namespace", opts.namespace), *own,
                         ("--argo-controller-namespace", opts.argo_controller_namespace),
                         ("--queue", opts.queue), ("--cache-pvc", opts.cache_pvc)):
         if value is not None and not is_dns1123_label(value):
@@ -97,7 +98,8 @@ def namespaces_of(opts: DoctorOptions) -> dict[str, list[str]]:
     """Each namespace the runs use, and the paths whose pods run there."""
     out: dict[str, list[str]] = {}
     for path in opts.paths:
-        out.setdefault(opts.kfp_namespace if path == "kfp" else opts.namespace, []).append(path)
+        conf = {"namespace": opts.namespace, "pod_namespace": opts.pod_namespaces.get(path)}
+        out.setdefault(cluster_path(path).pod_namespace(conf), []).append(path)
     return out
 
 
@@ -204,6 +206,26 @@ def server_hosts(endpoints: Mapping[str, str | None]) -> dict[str, str | None]:
             if o.endpoint}
 
 
+def _own_namespace_paths() -> list[ClusterPath]:
+    """The paths whose pods run in a namespace of their own choosing (a ``pod_namespace`` option: KFP's profile)."""
+    from llmpack.backends import cluster_paths
+
+    return [path for path in cluster_paths().values() if "pod_namespace" in path.namespace_options]
+
+
+def pod_namespace_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--NAME-namespace`` for each path whose pods run in their own namespace, its default the backend's."""
+    for path in reversed(_own_namespace_paths()):
+        func = click.option(f"--{path.name}-namespace", f"{path.name}_namespace", default=path.default_namespace,
+                            show_default=True, help=f"Namespace {path.name} runs its pods in (multi-user: the profile's).")(func)
+    return func
+
+
+def pod_namespaces(per_path: Mapping[str, str | None]) -> dict[str, str]:
+    """``--NAME-namespace`` values by path (the keywords :func:`pod_namespace_options` gave)."""
+    return {path.name: value for path in _own_namespace_paths() if (value := per_path.get(f"{path.name}_namespace"))}
+
+
 def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
     lines = [f"llmpack doctor: {', '.join(opts.paths)} on {host}"
              + (f" (gang: {opts.nodes} nodes)" if opts.nodes > 1 else "")]
@@ -220,9 +242,8 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
 @click.option("--path", "paths", multiple=True, metavar="|".join(PATHS),
               help="Paths to check (repeatable, or a comma list; default: every cluster backend).")
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
-              help="Namespace of the argo and mlflow runs.")
-@click.option("--kfp-namespace", default=DEFAULT_KFP_NAMESPACE, show_default=True,
-              help="Namespace KFP runs its pods in (multi-user KFP: the profile's).")
+              help="Namespace of the runs (a path with its own --NAME-namespace aside).")
+@pod_namespace_options
 @click.option("--kubeconfig", default=None, help="Kubeconfig (default: KUBECONFIG, in-cluster, ~/.kube/config).")
 @click.option("--context", default=None, help="Kubeconfig context.")
 @TLS_OPTIONS[0]
@@ -249,12 +270,12 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
 @click.option("--image-pull-secret", "image_pull_secrets", multiple=True, metavar="NAME",
               help="Image pull Secret (repeatable): exists, a registry credential.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead.")
-def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfig: str | None, context: str | None,
+def doctor(paths: tuple[str, ...], namespace: str, kubeconfig: str | None, context: str | None,
            ca_cert: str | None, insecure_skip_tls_verify: bool, gpus: int | None, gpu_type: str | None, nodes: int,
            queue: str | None,
            cache_pvc: str | None, compiled: Path | None,
            argo_controller_namespace: str, as_json: bool, model_pvc: str | None, data_pvc: str | None,
-           hf_token_secret: str | None, image_pull_secrets: tuple[str, ...], checkpoint_pvc: str | None, **endpoints: str | None) -> None:
+           hf_token_secret: str | None, image_pull_secrets: tuple[str, ...], checkpoint_pvc: str | None, **per_path: str | None) -> None:
     """Check, before a run spends GPU-hours, that the cluster has what the compiled
     artifacts reference: namespace, RBAC, GPU nodes and taints, the MLflow Secret,
     Pod Security, Argo's artifact repository; with --nodes the Trainer runtime, the
@@ -275,9 +296,9 @@ def doctor(paths: tuple[str, ...], namespace: str, kfp_namespace: str, kubeconfi
     root = committed_root() / ("examples/multinode" if nodes > 1 else "")  # the committed 2x4 gang, or the 1-node set
     from llmpack.gpu_catalogue import resolve_gpu_type
 
-    opts = DoctorOptions(paths=parse_paths(paths), namespace=namespace, kfp_namespace=kfp_namespace, gpus=gpus,
+    opts = DoctorOptions(paths=parse_paths(paths), namespace=namespace, gpus=gpus,
                          gpu_type=None if gpu_type is None else resolve_gpu_type(gpu_type), nodes=nodes, queue=queue, cache_pvc=cache_pvc, compiled=compiled or root,
-                         hosts=server_hosts(endpoints), argo_controller_namespace=argo_controller_namespace,
+                         hosts=server_hosts(per_path), pod_namespaces=pod_namespaces(per_path), argo_controller_namespace=argo_controller_namespace,
                          checkpoint_pvc=checkpoint_claim(checkpoint_pvc),
                          **submit_references(model_pvc, data_pvc, hf_token_secret, image_pull_secrets))
     check_options(opts)
