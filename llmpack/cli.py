@@ -509,15 +509,16 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
 @click.option("--nodes", default=None, type=str, help="`kubectl get nodes -o json` dump (for provisioning and GPU product).")
 @click.option("--events", default=None, type=str, help="`kubectl get events -o json` dump (for image pull times).")
 @click.option("--run-group", default=None, help="Keep only this run group's pods.")
-@click.option("--kfp-run", "kfp_runs", multiple=True, metavar="RUN_ID=PIPELINE_RUN",
-              help="Attribute a KFP run's pods (KFP pods carry no llmpack run labels).")
+@click.option("--run-id", "--kfp-run", "run_ids", multiple=True, metavar="RUN_ID=PIPELINE_RUN",
+              help="Attribute an orchestrator run's pods by its own run id (pods that carry no llmpack run "
+                   "labels: KFP's; --kfp-run is the same).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON list, one object per pod.")
-def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | None, kfp_runs: tuple[str, ...], as_json: bool) -> None:
+def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | None, run_ids: tuple[str, ...], as_json: bool) -> None:
     """Pod-level phases (queue, provision, image pull, container start) from kubectl dumps, offline."""
     from components.commands import parse_pairs
     from llmpack.k8s.timeline import format_table, timeline_from_files
 
-    runs = parse_pairs(kfp_runs, "--kfp-run", "RUN_ID=PIPELINE_RUN")
+    runs = parse_pairs(run_ids, "--run-id", "RUN_ID=PIPELINE_RUN")
     rows = timeline_from_files(pods, nodes=nodes, events=events, run_group=run_group, runs=runs or None)
     echo_out(json.dumps(rows, indent=2, sort_keys=True) if as_json else format_table(rows))
 

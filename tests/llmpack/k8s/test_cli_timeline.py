@@ -40,3 +40,15 @@ def test_timeline_bad_dumps_are_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and "empty.json" in r.stderr and "Traceback" not in r.stderr
     r = llmpack("timeline", "--pods", str(tmp_path / "missing.json"), cwd=tmp_path)
     assert r.returncode == 2 and "missing.json" in r.stderr
+
+
+def test_timeline_attributes_an_orchestrator_run_by_its_own_id(tmp_path: Path) -> None:
+    """``--run-id`` (and its old name ``--kfp-run``): pods with no llmpack labels join the run group by their run id."""
+    pair = "3f2b6c1e-9d4a-4b8e-a1c7-5e0f2d9b8a61=kfp-20250314-090001-1a2b3c"
+    base = ("timeline", "--pods", str(FIX / "pods.json"), "--run-group", "rg-20250314-085958-7f3a9c", "--json")
+    alone = {row["pod"] for row in json.loads(llmpack(*base, cwd=tmp_path).stdout)}
+    for flag in ("--run-id", "--kfp-run"):
+        r = llmpack(*base, flag, pair, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        pods = {row["pod"] for row in json.loads(r.stdout)}
+        assert "llm-finetune-7tq4m-system-container-impl-1183460071" in pods - alone, flag
