@@ -53,4 +53,4 @@ bench: $(BIN)/.installed
 .PHONY: report-screenshot
 report-screenshot: $(BIN)/.installed
 	LLMPACK_SCREENSHOT=1 LLMPACK_SCREENSHOT_OUT=$(CURDIR)/build/report-screenshot.png \
-		$(BIN)/python -m pytest -q tests/llmpack/test_report_render.py -k chromium
+		$(BIN)/python -m pytest -q tests/llmpack/report/test_report_render.py -k chromium

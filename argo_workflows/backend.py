@@ -16,8 +16,10 @@ from components.backend import (
     ClickOption,
     ClusterPath,
     CompareOption,
+    DoctorFacts,
     PodMarks,
     ServerConnection,
+    VersionProbe,
     pod_labels,
 )
 from components.dsl import Pipeline
@@ -31,6 +33,7 @@ class ArgoBackend(Backend):
     name = "argo"
     env_vars = ("ARGO_SERVER", "ARGO_TOKEN", "ARGO_NAMESPACE", "ARGO_SECURE", "ARGO_INSECURE_SKIP_VERIFY",
                 "ARGO_BASE_HREF")
+    colour = "#ff7f0e"  # its colour in the report's charts
     artifacts = (ARTIFACT,)
     submit_help = "Create an Argo Workflow from the compiled YAML (what `argo submit` does; Hera has no submit)."
     local_module = "argo_workflows.local"
@@ -48,6 +51,12 @@ class ArgoBackend(Backend):
     )
     pod_marks = PodMarks(run_labels=(WORKFLOW_LABEL,), workflow_labels=(WORKFLOW_LABEL,), node_annotations=(NODE_NAME,),
                          helper_containers=("wait", "init"))  # Argo's executor sidecar and init container
+
+    doctor = DoctorFacts(
+        verbs=(("create", "workflows", "argoproj.io"), ("get", "workflows", "argoproj.io")),
+        probe=VersionProbe(what="Argo Server", path="/api/v1/version", field="version", token_env="ARGO_TOKEN",
+                           host_env="ARGO_SERVER", service_namespace="argo"),
+        pod_artifact=ARTIFACT.as_posix())
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         from argo_workflows.workflow import build_workflow
@@ -67,8 +76,23 @@ class ArgoBackend(Backend):
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         return f"argo stop {summary.get('server_id')} -n {summary.get('namespace') or 'default'}"
 
+    def own_metrics(self, result: Mapping[str, Any]) -> dict[str, float]:
+        return argo_metrics(result.get("resources_duration"))
+
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         return WORKFLOW_LABEL in pod_labels(pod)
+
+
+def argo_metrics(resources_duration: Mapping[str, Any] | None) -> dict[str, float]:
+    """``argo_gpu_hours`` (and ``argo_cpu_hours``) from Argo's resourcesDuration sums; none when Argo recorded none.
+
+    What :func:`argo_workflows.submit.pod_resources_duration` read at the end of the wait: each pod's
+    request times its containers' run time, in whole seconds (docs/telemetry-and-cost.md).
+    """
+    if not resources_duration:
+        return {}
+    return {"argo_gpu_hours": float(resources_duration.get("nvidia.com/gpu", 0)) / 3600.0,
+            "argo_cpu_hours": float(resources_duration.get("cpu", 0)) / 3600.0}
 
 
 BACKEND = ArgoBackend()

@@ -382,7 +382,7 @@ def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Map
               log: IO[str] | None = None) -> dict[str, Path]:
     """Compile ``pipe`` to Workflow YAML, write it to ``workdir/workflow.yaml``, and run *that file*.
 
-    Same contract as :func:`llmpack.direct.run_local`: ``values`` are all pipeline parameters
+    Same contract as :func:`llmpack.run.direct.run_local`: ``values`` are all pipeline parameters
     (user and telemetry); returns the artifact directories as ``{"task.output": path}``.
     """
     workdir = Path(workdir)

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from components import settings
-from llmpack.runs import RunOptions, run_pipeline
+from llmpack.run.local import RunOptions, run_pipeline
 
 
 def one(backend: str, root: Path, delay: float | None, max_steps: int) -> dict[str, float]:

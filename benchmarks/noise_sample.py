@@ -4,8 +4,8 @@
 
 Runs ``--rounds`` interleaved rounds (plus one warm-up round, kept with ``round`` 0) of every
 local path through finetune's first step — what ``llmpack compare`` repeats after its full round
-(:mod:`llmpack.until_decided`) — and writes each run's spin-up, time to first step, total and
-wall seconds. ``tests/llmpack/test_sequential.py`` resamples them (A/A and planted-delay
+(:mod:`llmpack.compare.until_decided`) — and writes each run's spin-up, time to first step, total and
+wall seconds. ``tests/llmpack/compare/test_sequential.py`` resamples them (A/A and planted-delay
 simulations); ``benchmarks/sequential_sim.py`` prints how many rounds the default compare needs.
 Run it on a quiet machine: the noise of a loaded one is another machine's.
 """
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from components.finetune_pipeline import build  # noqa: E402
 from components.record.telemetry import TRAIN_STEP  # noqa: E402
-from llmpack.runs import RunOptions, run_pipeline  # noqa: E402
+from llmpack.run.local import RunOptions, run_pipeline  # noqa: E402
 
 PATHS = ("direct", "kfp", "argo", "mlflow")
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from floors import Floors, first_step_s, report  # noqa: E402
 
-from llmpack.runs import RunOptions, run_pipeline  # noqa: E402
+from llmpack.run.local import RunOptions, run_pipeline  # noqa: E402
 
 
 def gaps(summary: dict) -> list[float]:

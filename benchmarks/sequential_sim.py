@@ -2,7 +2,7 @@
 
     python benchmarks/sequential_sim.py [--compares 300] [--budget 270] [--margin 25%]
 
-Runs :func:`llmpack.until_decided.compare_until_decided` — the loop ``llmpack compare`` runs,
+Runs :func:`llmpack.compare.until_decided.compare_until_decided` — the loop ``llmpack compare`` runs,
 its design, budget and path dropping included — with each pipeline run replaced by a measured
 start-up run resampled from ``tests/fixtures/noise/rounds.json`` (``benchmarks/noise_sample.py``)
 and the clock advanced by that run's measured wall time (plus ``--full-extra`` seconds for a
@@ -23,9 +23,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llmpack.compare import parse_margins  # noqa: E402
-from llmpack.runs import RunOptions  # noqa: E402
-from llmpack.until_decided import DEFAULT_BUDGET_S, Path_, compare_until_decided  # noqa: E402
+from llmpack.compare.comparison import parse_margins  # noqa: E402
+from llmpack.compare.until_decided import DEFAULT_BUDGET_S, Path_, compare_until_decided  # noqa: E402
+from llmpack.run.local import RunOptions  # noqa: E402
 
 NOISE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "noise" / "rounds.json"
 

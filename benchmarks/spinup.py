@@ -12,12 +12,12 @@ spin-up, time to first step, model-load time (every step's ``model_loaded - proc
 summed), step pods per run on a cluster (locally: step processes, a parked one aside), and the
 projected cost; then the median over rounds of each variant's wall time relative to the
 default's in the same round ("paired"), and that median's 95% bootstrap interval (rounds
-resampled, seeded: ``llmpack.stats.bootstrap_median_ci``). It checks that every variant's
+resampled, seeded: ``llmpack.compare.stats.bootstrap_median_ci``). It checks that every variant's
 adapter and eval metrics equal the default's, byte for byte, and exits 1 when one does not.
 
 Pods per run on a cluster are what the compiled artifacts create: one per task (KFP adds its
 driver pods; MLflow's Kubernetes path is one Job pod whatever the fusion); ``tests/components/test_fusion.py``
-checks the compiled task counts and ``tests/llmpack/test_fusion_cluster.py`` the pods on the loopback cluster.
+checks the compiled task counts and ``tests/llmpack/compare/test_fusion_cluster.py`` the pods on the loopback cluster.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any
 from components import settings
 from components.finetune_pipeline import build
 from components.fusion import fuse
-from llmpack.runs import RunOptions, run_pipeline
-from llmpack.stats import bootstrap_median_ci
+from llmpack.compare.stats import bootstrap_median_ci
+from llmpack.run.local import RunOptions, run_pipeline
 
 # label: (--fuse mode, warm-ahead on); the first is the default every other is compared with
 VARIANTS = {"default": ("none", True), "fuse-gpu": ("gpu", True), "fuse-all": ("all", True),

@@ -1,7 +1,7 @@
 """The backend contract (v2): what ``llmpack`` calls on a backend, written once.
 
 A backend is one object, :class:`Backend`, defined in its own package (``kfp_pipelines/backend.py``,
-``argo_workflows/backend.py``, ``mlflow_projects/backend.py``; ``direct`` in ``llmpack/direct.py``)
+``argo_workflows/backend.py``, ``mlflow_projects/backend.py``; ``direct`` in ``llmpack/run/direct.py``)
 and found by name in the one registry, :mod:`llmpack.backends`, which imports it only when asked
 for. Modelled on MLflow's ``AbstractBackend`` (``mlflow/projects/backend/abstract_backend.py``) and
 ``SubmittedRun`` (``mlflow/projects/submitted_run.py``), and kfp's small validated runner config
@@ -168,7 +168,7 @@ class ClusterPath:
     name: str
     artifact_option: str  # the submit option that names what it submits
     artifact_path: str  # where `llmpack compile --out DIR` writes it, under DIR
-    submit_options: tuple[str, ...]  # options its submit takes (passed to llmpack.submit)
+    submit_options: tuple[str, ...]  # options its submit takes (passed to llmpack.run.submit)
     wait_options: tuple[str, ...]  # those its wait needs too
     own_options: tuple[str, ...] = ()  # options read here, not passed to its submit
     namespace_options: tuple[str, ...] = ("namespace",)  # where its pods run: the first option given...
@@ -228,6 +228,28 @@ class PodMarks:
         return tuple(dict.fromkeys((*self.keep_labels, *self.run_labels, *self.workflow_labels)))
 
 
+@dataclass(frozen=True, kw_only=True)
+class VersionProbe:
+    """How ``llmpack doctor`` asks a backend's server for its version (with its token, never shown)."""
+
+    what: str  # "KFP API"
+    path: str  # the version call under the host
+    field: str  # the answer's JSON field holding the version
+    token_env: str  # the variable holding the token
+    host_env: str  # the variable naming the host when no flag does
+    scheme: str = "https"  # of a host given without one
+    service_namespace: str = "default"  # where its server's Service usually is (the fix's kubectl)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DoctorFacts:
+    """What ``llmpack doctor`` checks for a cluster backend, besides what every path needs."""
+
+    verbs: tuple[tuple[str, str, str], ...] = ()  # (verb, resource, API group) its submission needs in the run's namespace
+    probe: VersionProbe | None = None  # its server's version call, when it has a server
+    pod_artifact: str | None = None  # the compiled file (under compile --out) whose pods Pod Security is checked against
+
+
 ClickOption = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
@@ -248,6 +270,10 @@ class Backend:
     cluster_module: ClassVar[str | None] = None  # defines submit(**kw), wait_for_completion, check_connection
     cluster_path: ClassVar[ClusterPath | None] = None  # a cluster backend's `compare --cluster` path
     pod_marks: ClassVar[PodMarks] = PodMarks()  # a cluster backend's own marks on its pods
+    # The pod options (``llmpack compile --namespace``...) its compile takes as keywords, when given.
+    compile_options: ClassVar[tuple[str, ...]] = ()
+    colour: ClassVar[str] = "#444444"  # its colour in the report's charts
+    doctor: ClassVar[DoctorFacts] = DoctorFacts()  # what `llmpack doctor` checks for it
 
     @property
     def cluster(self) -> bool:
@@ -324,6 +350,14 @@ class Backend:
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         """The native command that stops the run ``summary`` names."""
         return "its orchestrator"
+
+    def own_metrics(self, result: Mapping[str, Any]) -> dict[str, float]:
+        """The orchestrator's own account of a finished run, from its wait's ``result``, beside ours.
+
+        Recorded with the run's metrics under the orchestrator's own names (Argo's
+        ``resourcesDuration``: ``argo_gpu_hours``); none by default.
+        """
+        return {}
 
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         """True when ``pod`` (a Pod object as ``kubectl get pods -o json`` lists it) was made by this orchestrator.

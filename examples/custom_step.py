@@ -41,7 +41,7 @@ __getattr__ = fused_steps(with_report)  # this pipeline's fused steps, for their
 
 
 if __name__ == "__main__":
-    from llmpack.compile import compile_all
+    from llmpack.compile.artifacts import compile_all
 
     # Compile the module's own copy (examples.custom_step), not __main__'s: step processes import
     # the steps by that name (the repository root on their PYTHONPATH).

@@ -16,9 +16,11 @@ from components.backend import (
     ClickOption,
     ClusterPath,
     CompareOption,
+    DoctorFacts,
     Drivers,
     PodMarks,
     ServerConnection,
+    VersionProbe,
     pod_annotations,
     pod_labels,
 )
@@ -34,6 +36,7 @@ DEFAULT_POD_NAMESPACE = "kubeflow"  # single-user KFP runs its pods there; multi
 class KfpBackend(Backend):
     name = "kfp"
     env_vars = ("KFP_HOST", "KF_PIPELINES_ENDPOINT", "KFP_TOKEN", "KF_PIPELINES_SA_TOKEN_PATH")
+    colour = "#1f77b4"  # its colour in the report's charts
     artifacts = (ARTIFACT,)
     submit_help = "Create a KFP run from the compiled package (like `kfp run submit -f kfp_pipelines/finetune.yaml`)."
     local_module = "kfp_pipelines.local"
@@ -60,6 +63,11 @@ class KfpBackend(Backend):
                         command="driver", image="kfp-driver"),
         unlabelled_selector=f"{V2_LABEL}=true",
     )
+
+    doctor = DoctorFacts(  # KFP submits through its API server: no verbs of its own in the run's namespace
+        probe=VersionProbe(what="KFP API", path="/apis/v2beta1/healthz", field="tag_name", token_env="KFP_TOKEN",
+                           host_env="KFP_HOST", scheme="http", service_namespace=DEFAULT_POD_NAMESPACE),
+        pod_artifact=ARTIFACT.as_posix())
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         from kfp_pipelines.compiler import compile_pipeline

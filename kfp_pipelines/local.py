@@ -1,6 +1,6 @@
 """Run the compiled KFP pipeline on this machine with ``kfp.local.SubprocessRunner``.
 
-:func:`run_local` has the contract of :func:`llmpack.direct.run_local`. It compiles the pipeline
+:func:`run_local` has the contract of :func:`llmpack.run.direct.run_local`. It compiles the pipeline
 object to ``WORKDIR/pipeline.yaml`` with :func:`kfp_pipelines.compiler.compile_pipeline` (for the
 shipped pipeline that file equals the committed ``kfp_pipelines/finetune.yaml``), loads it back
 with ``kfp.components.load_component_from_file`` and runs that package with kfp.local, the

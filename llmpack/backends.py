@@ -45,7 +45,7 @@ class Entry:
 
 
 SHIPPED: tuple[Entry, ...] = (
-    Entry(name="direct", module="llmpack.direct"),
+    Entry(name="direct", module="llmpack.run.direct"),
     Entry(name="kfp", module="kfp_pipelines.backend", cluster=True),
     Entry(name="argo", module="argo_workflows.backend", cluster=True),
     Entry(name="mlflow", module="mlflow_projects.backend", cluster=True),

@@ -16,9 +16,12 @@ import click
 from components import settings
 from components.errors import InputError, Interrupted
 from llmpack.backends import BACKENDS, ORCHESTRATORS, cluster_paths
-from llmpack.clean import clean as clean_command
-from llmpack.doctor import doctor as doctor_command
-from llmpack.options import (
+from llmpack.doctor.command import doctor as doctor_command
+from llmpack.project.command import project as project_command
+from llmpack.run.clean import clean as clean_command
+from llmpack.run.submit_command import submit as submit_command
+from llmpack.run.sync import sync as sync_command
+from llmpack.ui.options import (
     COMPILED_GPU_HELP,
     TLS_OPTIONS,
     compare_path_options,
@@ -28,11 +31,8 @@ from llmpack.options import (
     run_options,
     tls_connection,
 )
-from llmpack.pod_options import POD_FLAGS, pod_options_of
-from llmpack.project.command import project as project_command
-from llmpack.submit_command import submit as submit_command
-from llmpack.sync import sync as sync_command
-from llmpack.terminal import Group, quiet_library_warnings
+from llmpack.ui.pod_options import POD_FLAGS, pod_options_of
+from llmpack.ui.terminal import Group, quiet_library_warnings
 
 DEFAULT_REPORTS = Path("llmpack-report")  # where timestamped reports go when no directory is named
 DEBUG = {"on": False}  # --debug: an error's traceback is printed too (redacted), before its one line
@@ -122,7 +122,7 @@ def kept_hint(kept: Path) -> str:
     """What an interrupted run left in ``kept`` (its ``.failed`` directory), and the commands that act on it now."""
     import shlex
 
-    from llmpack.clean import clean_now_command, unsent
+    from llmpack.run.clean import clean_now_command, unsent
 
     quoted = shlex.quote(str(kept))
     if unsent(kept):  # the store did not answer: the directory holds the only copy of the records
@@ -159,8 +159,8 @@ def main(debug: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout; progress goes to stderr.")
 def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwargs: Any) -> None:
     """Run the fine-tuning pipeline once through one backend on this machine."""
-    from llmpack.display import library_logs_to, run_with_progress, summary_table
-    from llmpack.runs import RunOptions, prepare
+    from llmpack.run.local import RunOptions, prepare
+    from llmpack.ui.display import library_logs_to, run_with_progress, summary_table
 
     if not local:
         raise InputError(f"--cluster: use `llmpack submit {'|'.join(ORCHESTRATORS)}` or `llmpack compare --cluster`")
@@ -178,7 +178,7 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
 
 
 @main.command(short_help="Compile the pipeline to KFP, Argo and MLflow artifacts.")
-# The default is llmpack.compile.DEFAULT_OUT, spelled out so that `llmpack --help` imports nothing more.
+# The default is llmpack.compile.artifacts.DEFAULT_OUT, spelled out so that `llmpack --help` imports nothing more.
 @click.option("--out", "out", type=click.Path(path_type=Path), default=Path("build/llmpack"), show_default=True,
               help="Directory to write kfp_pipelines/finetune.yaml, argo_workflows/finetune.yaml, mlflow_projects/finetune*/ "
                    "into. `--out .` in the repository root rewrites the committed (golden) copies.")
@@ -220,7 +220,7 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
       llmpack compile --model-pvc models --data-pvc data --hf-token-secret hf
                                                /models, /data read-only; HF_TOKEN
     """
-    from llmpack.compile import checkpoint_note, compile_all
+    from llmpack.compile.artifacts import checkpoint_note, compile_all
 
     for path in compile_all(out, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes,
                             queue=queue, gpu_type=gpu_type, pod=(options := pod_options_of(pod))):
@@ -311,15 +311,15 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     (./llmpack-report/latest points at the newest).
     """
     from components import fusion
-    from llmpack import compare as cmp
-    from llmpack import until_decided
-    from llmpack.display import compare_table, err, library_logs_to, run_with_progress
-    from llmpack.progress import note
+    from llmpack.compare import comparison as cmp
+    from llmpack.compare import until_decided
     from llmpack.report import check_control_plane, parse_control_plane
-    from llmpack.runs import RunOptions, prepare
+    from llmpack.run.local import RunOptions, prepare
+    from llmpack.ui.display import compare_table, err, library_logs_to, run_with_progress
+    from llmpack.ui.progress import note
 
     own = {o.dest: kwargs.pop(o.dest) for path in cluster_paths().values() for o in path.compare_options}
-    pod = pod_options_of(kwargs)  # --image, --model-pvc...: every path compiled with them (llmpack.pod_options)
+    pod = pod_options_of(kwargs)  # --image, --model-pvc...: every path compiled with them (llmpack.ui.pod_options)
     if local and pod.compiles:
         raise InputError(f"{POD_FLAGS}: only with --cluster")
     for flag in ("--model", "--data") if not local else ():  # /models/x with no volume: the flag that mounts it
@@ -440,8 +440,8 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
                      kwargs: dict[str, Any], inject_start_delay: float | None) -> dict[str, Any]:
     """``compare --cluster``: submit every path (in every packaging of ``modes``) to one cluster, watch its pods, measure."""
 
-    from llmpack.cluster import compare_cluster
-    from llmpack.display import err
+    from llmpack.compare.cluster import compare_cluster
+    from llmpack.ui.display import err
 
     if "direct" in names:
         raise InputError("--cluster: 'direct' has no cluster path; use --backends kfp,argo,mlflow")
@@ -498,10 +498,10 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
     """Rebuild a comparison report from MLflow alone (cluster runs logged from anywhere)."""
     from components.record import tracking
     from components.servers.submission import check_id, connect_tracking
-    from llmpack import compare as cmp
-    from llmpack.display import library_logs_to
+    from llmpack.compare import comparison as cmp
     from llmpack.report import check_control_plane, parse_control_plane, runs_from_mlflow
-    from llmpack.run_group_lookup import run_group_absent
+    from llmpack.report.run_group_lookup import run_group_absent
+    from llmpack.ui.display import library_logs_to
 
     costs = parse_control_plane(control_plane, control_plane_file)
     check_report_target(out, "--out", force=force)
@@ -533,21 +533,22 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
 @click.option("--nodes", default=None, type=str, help="`kubectl get nodes -o json` dump (for provisioning and GPU product).")
 @click.option("--events", default=None, type=str, help="`kubectl get events -o json` dump (for image pull times).")
 @click.option("--run-group", default=None, help="Keep only this run group's pods.")
-@click.option("--kfp-run", "kfp_runs", multiple=True, metavar="RUN_ID=PIPELINE_RUN",
-              help="Attribute a KFP run's pods (KFP pods carry no llmpack run labels).")
+@click.option("--run-id", "--kfp-run", "run_ids", multiple=True, metavar="RUN_ID=PIPELINE_RUN",
+              help="Attribute an orchestrator run's pods by its own run id (pods that carry no llmpack run "
+                   "labels: KFP's; --kfp-run is the same).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON list, one object per pod.")
-def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | None, kfp_runs: tuple[str, ...], as_json: bool) -> None:
+def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | None, run_ids: tuple[str, ...], as_json: bool) -> None:
     """Pod-level phases (queue, provision, image pull, container start) from kubectl dumps, offline."""
     from components.commands import parse_pairs
     from llmpack.k8s.timeline import format_table, timeline_from_files
 
-    runs = parse_pairs(kfp_runs, "--kfp-run", "RUN_ID=PIPELINE_RUN")
+    runs = parse_pairs(run_ids, "--run-id", "RUN_ID=PIPELINE_RUN")
     rows = timeline_from_files(pods, nodes=nodes, events=events, run_group=run_group, runs=runs or None)
     echo_out(json.dumps(rows, indent=2, sort_keys=True) if as_json else format_table(rows))
 
 
 # Tracking outages and housekeeping (issue 11): `llmpack sync RUN_DIR`, `llmpack clean`.
-main.add_command(submit_command)  # one subcommand per cluster backend: llmpack.submit_command
+main.add_command(submit_command)  # one subcommand per cluster backend: llmpack.run.submit_command
 main.add_command(sync_command)
 main.add_command(clean_command)
 main.add_command(doctor_command)  # before a first cluster run (issue 23): docs/first-run-on-a-cluster.md

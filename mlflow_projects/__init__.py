@@ -6,7 +6,7 @@
 * :mod:`mlflow_projects.driver` -- the generic ``main`` entry point, imported by each project's
   few-line ``main.py``: runs the steps as nested child runs in DAG order, from ``pipeline.json``.
 * :mod:`mlflow_projects.backend` -- the backend as ``llmpack`` sees it (:mod:`components.backend`).
-* :mod:`mlflow_projects.local` -- ``run_local``: the backend interface of ``llmpack.direct``.
+* :mod:`mlflow_projects.local` -- ``run_local``: the backend interface of ``llmpack.run.direct``.
 * :mod:`mlflow_projects.submit` -- ``submit(...)`` / ``wait_for_completion(summary)``: the MLflow run
   and the Kubernetes Job MLflow's Kubernetes backend would create (``llmpack submit mlflow``).
 """

@@ -19,6 +19,7 @@ from components.backend import (
     ClusterPath,
     CompareOption,
     Connection,
+    DoctorFacts,
     PodMarks,
     pod_labels,
 )
@@ -42,6 +43,7 @@ class MlflowBackend(Backend):
     name = "mlflow"
     settings = (IMAGE, SOURCE)
     env_vars = ("MLFLOW_TRACKING_URI", "KUBECONFIG", "KUBE_MLFLOW_TRACKING_URI")
+    colour = "#2ca02c"  # its colour in the report's charts
     artifacts = (ARTIFACT_DIR / "finetune", ARTIFACT_DIR / "finetune-k8s")
     submit_help = "Create the MLflow run and its Kubernetes Job from the compiled finetune-k8s project."
     local_module = "mlflow_projects.local"
@@ -61,6 +63,9 @@ class MlflowBackend(Backend):
         shared_options=("namespace", "kubeconfig", "context"),
     )
     pod_marks = PodMarks(run_labels=JOB_NAME_LABELS, keep_env=(RUN_ID_ENV,))
+    doctor = DoctorFacts(verbs=(("create", "jobs", "batch"), ("get", "jobs", "batch"), ("delete", "jobs", "batch")),
+                         pod_artifact=(ARTIFACT_DIR / "finetune-k8s" / "kubernetes_job_template.yaml").as_posix())
+    compile_options = ("namespace", "repository_uri")  # the Job's namespace, the config's repository
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None, **k8s: str) -> list[Path]:
         """``k8s``: the Job's ``namespace`` and the config's ``repository_uri`` (``llmpack compile --namespace

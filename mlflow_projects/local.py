@@ -1,6 +1,6 @@
 """The ``mlflow`` local path: compile the pipeline to an MLflow project and ``mlflow run`` it.
 
-Same contract as :func:`llmpack.direct.run_local`. The project is generated from ``pipe`` into
+Same contract as :func:`llmpack.run.direct.run_local`. The project is generated from ``pipe`` into
 ``workdir/project`` (so a pipeline with an extra step runs that step too) and run as a user runs
 it: the ``mlflow run ... -e main --env-manager local -P k=v ...`` command line, as a subprocess,
 its output in ``workdir/logs/mlflow.log``. MLflow creates the parent run and one child run per

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # A suite started as a background job (`make test &`, nohup) inherits SIGINT *ignored*, and so would
 # every process it starts: Python then never raises KeyboardInterrupt, and the Ctrl-C tests
-# (tests/llmpack/test_interrupts.py, tests/components/test_record.py) would wait on a CLI that cannot hear them. A
+# (tests/llmpack/run/test_interrupts.py, tests/components/test_record.py) would wait on a CLI that cannot hear them. A
 # handled signal is reset to its default in a child at exec, so handling it here gives every
 # child the disposition a terminal's Ctrl-C meets.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:

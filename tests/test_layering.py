@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from llmpack.backends import SHIPPED
 from tests.conftest import REPO
 
-BACKENDS = ("kfp_pipelines", "argo_workflows", "mlflow_projects")
+# The backends' packages, from the one registry (``direct`` lives in llmpack itself).
+BACKENDS = tuple(dict.fromkeys(e.module.split(".")[0] for e in SHIPPED if not e.module.startswith("llmpack.")))
 PACKAGES = ("components", *BACKENDS, "llmpack")
 STEP_RUNNER = ("components.process", "components.fusion", "components.runtime", "components.run")
 

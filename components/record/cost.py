@@ -11,7 +11,7 @@ from a row's ``spot_per_gpu_hour`` when the row has one, else on-demand; :func:`
 (local: process start) to finish, plus node provisioning time when a node was brought up;
 summed over every attempt of a retried step (:func:`cost_metrics`).
 On a cluster, :func:`bill_nodes` bills GPU nodes instead, the way clouds bill them (node
-Ready to removal, or last pod + the autoscaler's scale-down delay; see ``llmpack.cluster``).
+Ready to removal, or last pod + the autoscaler's scale-down delay; see ``llmpack.compare.cluster``).
 """
 
 from __future__ import annotations

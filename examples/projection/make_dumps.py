@@ -27,7 +27,7 @@ def main() -> None:
     from standins.loopback import LoopbackCluster, isolate
     from standins.node_paces import NodePaces, fixed, lognormal, uniform
 
-    from llmpack import cluster
+    from llmpack.compare import cluster
     from llmpack.k8s.api import build_api_client
     from llmpack.k8s.slim import slim_event, slim_node, slim_pod
 

@@ -6,7 +6,7 @@ step's last one are its retried attempts (:func:`retried_pods`). Node billing (:
 :func:`node_spans`, :func:`node_cost`, with :func:`components.record.cost.bill_nodes`): each GPU
 node from Ready or first scheduling to its removal or the last pod plus the scale-down delay,
 shared between runs by pod GPU-seconds; :func:`rebill` re-bills recorded runs with another delay.
-The rules are in :mod:`llmpack.cluster`'s module doc.
+The rules are in :mod:`llmpack.compare.cluster`'s module doc.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def cluster_cost(
 
     ``gang`` (nodes, GPUs per node): finetune is a TrainJob gang; ``uses`` are the compiled
     pipeline's (its launcher holds no GPU), each gang pod bills its own GPUs. ``fused``
-    (:func:`~llmpack.cluster_session.fused_tasks`): a fused pod bills its GPUs once for all of its member steps.
+    (:func:`~llmpack.compare.session.fused_tasks`): a fused pod bills its GPUs once for all of its member steps.
     """
     rows = list(rows)
     fused = fused or {}

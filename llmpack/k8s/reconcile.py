@@ -8,12 +8,12 @@ Three accounts of one run's GPUs, each right by its own rule:
   ``gpu_hours`` is the container account (GPU pods from container start to finish, plus a node's
   provisioning).
 - **Argo** (Argo path only): ``status.nodes[].resourcesDuration``, each pod's GPU request times
-  its containers' run time in whole seconds (:func:`argo_metrics` of what
+  its containers' run time in whole seconds (the Argo backend's ``own_metrics`` of what
   :func:`argo_workflows.submit.pod_resources_duration` read at the end of the wait). No node, no
   provisioning, no price.
 - **OpenCost** (``--opencost URL``): its allocation API (``/allocation/compute``) aggregated by
-  the run's labels (:data:`AGGREGATE`: ``llmpack.io/pipeline-run``, and KFP's ``pipeline/runid``
-  for KFP's executor pods, which cannot carry ours), one window over the whole comparison. Pod
+  the run's labels (:data:`AGGREGATE`: ``llmpack.io/pipeline-run``, and the run-id label of each
+  backend whose pods cannot carry ours: KFP's ``pipeline/runid``), one window over the whole comparison. Pod
   billing: pod minutes at its query resolution times GPU requests, at the price OpenCost holds
   (billing data: discounts, spot).
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -33,21 +34,24 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from components.errors import InputError
+from llmpack.backends import pod_marks, run_id_selectors
 
-RUN_LABEL, KFP_RUN_LABEL = "llmpack.io/pipeline-run", "pipeline/runid"
-# OpenCost aggregates by labels as Prometheus carries them (kube_pod_labels): non [A-Za-z0-9_] become "_".
-AGGREGATE = "label:llmpack_io_pipeline_run,label:pipeline_runid"
+RUN_LABEL = "llmpack.io/pipeline-run"
+
+
+def _aggregate() -> str:
+    """OpenCost's ``aggregate``: our run label, then each backend's run-id label for pods that cannot carry ours.
+
+    As Prometheus carries labels (kube_pod_labels): every character but ``[A-Za-z0-9_]`` becomes ``_``.
+    """
+    labels = (RUN_LABEL, *dict.fromkeys(label for _, label in run_id_selectors()))
+    return ",".join("label:" + re.sub(r"[^A-Za-z0-9_]", "_", label) for label in labels)
+
+
+AGGREGATE = _aggregate()  # "label:llmpack_io_pipeline_run,label:pipeline_runid" with the shipped backends
 UNALLOCATED = "__unallocated__"
 WINDOW_MARGIN_S = 120.0  # either side of the comparison: OpenCost widens pods to whole resolution steps
 METRICS = ("argo_gpu_hours", "opencost_gpu_hours", "opencost_gpu_cost_usd", "opencost_cost_usd")
-
-
-def argo_metrics(resources_duration: Mapping[str, Any] | None) -> dict[str, float]:
-    """``argo_gpu_hours`` (and ``argo_cpu_hours``) from Argo's resourcesDuration sums; none when Argo recorded none."""
-    if not resources_duration:
-        return {}
-    return {"argo_gpu_hours": float(resources_duration.get("nvidia.com/gpu", 0)) / 3600.0,
-            "argo_cpu_hours": float(resources_duration.get("cpu", 0)) / 3600.0}
 
 
 def check_opencost_url(url: str) -> str:
@@ -100,18 +104,25 @@ def _message(exc: Any) -> str:
 
 
 def run_allocation(allocs: Mapping[str, Mapping[str, float]], pipeline_run: str,
-                   kfp_runs: Iterable[str] = ()) -> dict[str, float] | None:
+                   run_ids: Iterable[str] = ()) -> dict[str, float] | None:
     """The run's share of :func:`fetch_allocations`: keys whose first label is the run, or whose
-    second is one of its KFP run ids (each pod is under one key: counted once)."""
-    kfp = set(kfp_runs) - {"", UNALLOCATED}
+    others hold one of its orchestrator's own run ids (each pod is under one key: counted once)."""
+    own = set(run_ids) - {"", UNALLOCATED}
     total: dict[str, float] | None = None
     for key, alloc in allocs.items():
-        ours, _, theirs = key.partition("/")
-        if ours == pipeline_run or theirs in kfp:
+        ours, *theirs = key.split("/")
+        if ours == pipeline_run or own.intersection(theirs):
             total = total or {"gpuHours": 0.0, "gpuCost": 0.0, "totalCost": 0.0}
             for field in total:
                 total[field] += float(alloc.get(field) or 0.0)
     return total
+
+
+def _own_run_ids(run: Mapping[str, Any]) -> set[str]:
+    """The orchestrator's own run ids on a run's pods, when its pods cannot carry our run label."""
+    if not pod_marks(run.get("orchestrator")).unlabelled_selector:
+        return set()
+    return {p.get("orchestrator_run") or "" for p in run.get("pods") or ()}
 
 
 def opencost_reconcile(url: str, runs: list[dict[str, Any]]) -> None:
@@ -130,8 +141,7 @@ def opencost_reconcile(url: str, runs: list[dict[str, Any]]) -> None:
             run.setdefault("warnings", []).append(str(exc))
         return
     for run in runs:
-        kfp = {p.get("orchestrator_run") or "" for p in run.get("pods") or () if run.get("orchestrator") == "kfp"}
-        alloc = run_allocation(allocs, run["pipeline_run"], kfp)
+        alloc = run_allocation(allocs, run["pipeline_run"], _own_run_ids(run))
         if alloc is None:
             run.setdefault("warnings", []).append(f"OpenCost at {url}: no allocation for run {run['pipeline_run']}")
             continue

@@ -76,10 +76,10 @@ class PodWatcher:
     """Watches the pods of run group ``run_group`` in ``namespace``; :meth:`run` returns their rows.
 
     ``api_client`` is a ``kubernetes.client.ApiClient`` (see :func:`~llmpack.k8s.api.build_api_client`).
-    ``kfp_runs`` (KFP run id -> pipeline_run, or just run ids) adds a second watch for the pods
-    of those KFP runs, drivers and executors: KFP pod labels are fixed at compile time, so KFP
-    pods carry no ``llmpack.io/run-group``; KFP sets ``pipeline/runid`` on them, and the run id
-    comes back from ``kfp.Client`` at submit. ``window_s`` is the server-side
+    ``run_ids`` (an orchestrator's own run id -> pipeline_run, or just run ids) adds a watch for
+    the pods of those runs, for each cluster backend whose pods cannot carry
+    ``llmpack.io/run-group`` (labels fixed at compile time: KFP's drivers and executors): found by
+    its ``PodMarks.unlabelled_selector`` and run-id label, the run id coming back at submit. ``window_s`` is the server-side
     ``timeoutSeconds`` of each watch request (the watch resumes from the last resourceVersion
     after each); ``request_timeout_s`` bounds connects and non-watch calls.
     """
@@ -90,7 +90,7 @@ class PodWatcher:
         namespace: str,
         run_group: str,
         *,
-        kfp_runs: Mapping[str, str | None] | Iterable[str] = (),
+        run_ids: Mapping[str, str | None] | Iterable[str] = (),
         window_s: int = 60,
         request_timeout_s: float = 15.0,
         events_every_s: float = 300.0,
@@ -102,14 +102,14 @@ class PodWatcher:
         self.api_client = api_client
         self.namespace = namespace
         self.run_group = run_group
-        if isinstance(kfp_runs, Mapping):
-            self.kfp_runs: dict[str, str | None] = dict(kfp_runs)
+        if isinstance(run_ids, Mapping):
+            self.run_ids: dict[str, str | None] = dict(run_ids)
         else:
-            self.kfp_runs = dict.fromkeys(kfp_runs)
+            self.run_ids = dict.fromkeys(run_ids)
         self.selectors = [f"{RUN_GROUP_LABEL}={run_group}"]
-        if self.kfp_runs:
-            ids = ",".join(sorted(self.kfp_runs))
-            # KFP's pods (drivers and executors) do not carry our run-group label: found by run id.
+        if self.run_ids:
+            ids = ",".join(sorted(self.run_ids))
+            # pods that cannot carry our run-group label (KFP's drivers and executors): found by run id.
             self.selectors.extend(f"{sel},!{RUN_GROUP_LABEL},{label} in ({ids})" for sel, label in run_id_selectors())
         self.window_s = max(1, int(window_s))
         self.request_timeout_s = request_timeout_s
@@ -163,7 +163,7 @@ class PodWatcher:
         if cached is None or cached[0] != key:
             self._rows = None  # not kept alive while the next analysis builds its rows
             nodes, events = self._side.snapshot()
-            rows = analyze([p for _, p in pods], nodes, events, run_group=self.run_group, runs=self.kfp_runs)
+            rows = analyze([p for _, p in pods], nodes, events, run_group=self.run_group, runs=self.run_ids)
             deleted_names = {(p["metadata"].get("namespace") or "", p["metadata"]["name"]) for k, p in pods if k in deleted}
             for row in rows:
                 row["deleted"] = (row["namespace"], row["pod"]) in deleted_names

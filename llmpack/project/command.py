@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from components.errors import InputError
-from llmpack.terminal import command
+from llmpack.ui.terminal import command
 
 DEFAULT_NODES = "1,2,4,8,16,32"
 CHARTS = ("gang_ready.png", "cost_per_run.png")

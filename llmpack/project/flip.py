@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from components.errors import InputError
-from llmpack import stats
+from llmpack.compare import stats
 from llmpack.project.model import Projection
 
 

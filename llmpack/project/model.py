@@ -18,7 +18,7 @@ from typing import Any
 
 from components.errors import InputError
 from components.record import cost
-from llmpack import stats
+from llmpack.compare import stats
 from llmpack.project import tail
 from llmpack.project.fit import PathFit
 
@@ -100,7 +100,7 @@ def predict_measured(fit: PathFit, nodes: int, qs: Sequence[float], runs: int, *
     :func:`project_path`'s interval is for the true quantile; a handful of runs scatters around
     it. Per resample, ``runs`` gangs are drawn (each max as Q(U^(1/N)), :func:`.tail.sampled_maxes`)
     plus the resample's overhead, and their sample quantile taken: the interval covers both the
-    fit's uncertainty and the runs' own scatter (the check of tests/llmpack/test_project_cluster.py).
+    fit's uncertainty and the runs' own scatter (the check of tests/llmpack/project/test_project_cluster.py).
     """
     import numpy as np
 

@@ -11,9 +11,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from components.backend import Backend
 from components.fusion import path_of
 
-PALETTE = {"direct": "#7f7f7f", "kfp": "#1f77b4", "argo": "#ff7f0e", "mlflow": "#2ca02c"}
 PHASES = (
     # (label, from event, to event, colour)
     # A pod is bound to a new node only once the node is Ready: provisioning spans creation to
@@ -28,8 +28,11 @@ PHASES = (
 
 
 def path_colour(orch: str) -> str:
-    """A path's colour; a fused variant (``argo+fuse-gpu``) takes its backend's."""
-    return PALETTE.get(orch, PALETTE.get(orch.split("+", 1)[0], "#444444"))
+    """A path's colour, its backend's (``Backend.colour``); a fused variant (``argo+fuse-gpu``) takes its backend's."""
+    from llmpack.backends import BACKENDS, backend
+
+    name = orch.split("+", 1)[0]
+    return backend(name).colour if name in BACKENDS else Backend.colour
 
 
 def _phase_spans(events: dict[str, float]) -> list[tuple[str, float, float, str]]:
@@ -137,8 +140,8 @@ def chart_boxes(runs: list[dict[str, Any]], path: Path) -> None:
     fewer, a box collapses onto its dots and reads as an error bar, so those paths show dots only.
     """
     plt = _pyplot()
-    from llmpack.compare import quantity
-    from llmpack.glossary import term
+    from llmpack.compare.comparison import quantity
+    from llmpack.ui.glossary import term
 
     orchs = list(dict.fromkeys(path_of(r) for r in runs if r["status"] == "succeeded"))
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -183,8 +186,8 @@ def chart_cost(runs: list[dict[str, Any]], path: Path, splits: dict[str, dict[st
     plt = _pyplot()
     from matplotlib.patches import Patch
 
-    from llmpack.glossary import term
-    from llmpack.numbers import money
+    from llmpack.ui.glossary import term
+    from llmpack.ui.numbers import money
 
     ok = [r for r in runs if r["status"] == "succeeded" and r["metrics"].get("cost_usd") is not None]
     ok.sort(key=lambda r: r["metrics"]["cost_usd"])

@@ -93,8 +93,8 @@ def retry_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     Those seconds are in the run's ``gpu_hours``, ``cost_usd`` and goodput (every attempt is billed);
     this says how much of the bill the retries were.
     """
-    from llmpack.compare import quantity
-    from llmpack.numbers import figure
+    from llmpack.compare.comparison import quantity
+    from llmpack.ui.numbers import figure
 
     out = []
     for r in runs:
@@ -123,7 +123,7 @@ def checkpoint_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     A write longer than the grace period is cut short by SIGKILL: that run resumes from the checkpoint
     before (``--checkpoint-minutes`` bounds what is lost); docs/preemption.md.
     """
-    from llmpack.compare import quantity
+    from llmpack.compare.comparison import quantity
 
     out = []
     for r in runs:
@@ -166,13 +166,13 @@ def break_even(
     its control-plane cost per month (given; an orchestrator compared but not priced counts $0,
     and the sentence says so) and ``u_o`` its measured USD per training GPU-hour (median over
     its succeeded runs). The statement is made only when every pair's ``u`` differs beyond noise
-    (:mod:`llmpack.stats`); otherwise the sentence says which pair does not, and why no
+    (:mod:`llmpack.compare.stats`); otherwise the sentence says which pair does not, and why no
     break-even is claimed. Every sentence ends saying what ``u_o`` is made of (the cost basis
     the runs were billed on: GPU nodes on a cluster, containers locally), since that is where
     the volume at which the cheapest path flips comes from.
     """
-    from llmpack import stats
-    from llmpack.compare import quantity
+    from llmpack.compare import stats
+    from llmpack.compare.comparison import quantity
 
     if not control_plane_usd_month:
         return None
@@ -314,7 +314,7 @@ def report_facts(result: dict[str, Any]) -> dict[str, str]:
 
 def summary_sentence(result: dict[str, Any], be: dict[str, Any] | None) -> str:
     """The plain-language answer on top of the report: every decided verdict with its CI, then what is undecided."""
-    from llmpack.compare import HEADLINES
+    from llmpack.compare.comparison import HEADLINES
 
     baseline = result.get("baseline")
     verdicts = result.get("verdicts", {})

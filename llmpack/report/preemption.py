@@ -23,7 +23,7 @@ COLUMNS = {
     "failure_retry_gpu_hours": ("failure retries", "GPU-h", 4),
 }
 def _note() -> str:
-    from llmpack import glossary
+    from llmpack.ui import glossary
 
     waste, recover = glossary.term("preemption_waste"), glossary.term("time_to_recover")
     return f"Waste: {waste.short}, priced. Time to recover: {recover.short}. Medians over each path's runs."

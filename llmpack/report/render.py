@@ -21,8 +21,6 @@ from typing import Any
 
 from components.errors import InputError
 from components.fusion import path_of
-from llmpack import glossary
-from llmpack.numbers import figure, money
 from llmpack.report import beside
 from llmpack.report.charts import chart_boxes, chart_cost, chart_timeline, path_colour
 from llmpack.report.facts import (
@@ -37,6 +35,8 @@ from llmpack.report.facts import (
 from llmpack.report.preemption import html_section as preemption_html
 from llmpack.report.preemption import markdown_lines as preemption_markdown
 from llmpack.report.traces import TRACES_FILE, write_traces
+from llmpack.ui import glossary
+from llmpack.ui.numbers import figure, money
 
 # (metric, header, unit): the Numbers table; the header is the glossary's name of the measure.
 TABLE_COLUMNS = (
@@ -49,7 +49,7 @@ TABLE_COLUMNS = (
     ("usd_per_1m_tokens", "$/1M tokens", "$"),
     ("goodput", "goodput", ""),
 )
-# The terms the report uses, defined at its end from the one glossary (llmpack.glossary).
+# The terms the report uses, defined at its end from the one glossary (llmpack.ui.glossary).
 REPORT_TERMS = ("spinup", "time_to_first_step", "total", "step_compute", "pipeline_overhead", "percentiles", "cost",
                 "projected", "gpu_compute", "billed_non_compute", "goodput", "n", "baseline", "delta", "ci")
 COST_FORMULA = ("Cost: GPU count × billed seconds (container start, or process start locally, to finish) × price per "
@@ -191,7 +191,7 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
 
 def _measure_tables(result: dict[str, Any]) -> list[tuple[str, str, list[tuple[str, dict[str, dict[str, Any]]]]]]:
     """The measure-by-path tables some run measured: (title, note, rows); none that no run has."""
-    from llmpack.compare import gang_rows, gpu_rows
+    from llmpack.compare.comparison import gang_rows, gpu_rows
 
     tables = [("Gang and queue", "Multi-node finetune (a TrainJob gang) on a cluster; p50 / p90 seconds.", gang_rows(result)),
               ("GPU utilisation", "Sampled on the GPU steps (NVML or nvidia-smi, per node for a gang); idle is below "
@@ -204,7 +204,7 @@ def _card(label: str, unit: str, per_path: dict[str, dict[str, Any]], *, judged:
 
     ``judged=False``: a headline a compare-until-decided run measured from one whole run per path
     (total, cost); its cells say "not judged", as the summary sentence does, not "undecided"."""
-    from llmpack.compare import quantity
+    from llmpack.compare.comparison import quantity
 
     rows = []
     for orch, e in per_path.items():
@@ -234,7 +234,7 @@ def _badge(orch: str | None) -> str:
 
 def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
               charts: dict[str, Path], splits: dict[str, dict[str, float] | None]) -> str:
-    from llmpack.compare import HEADLINES
+    from llmpack.compare.comparison import HEADLINES
 
     summary = result["summary"]
 
@@ -385,7 +385,7 @@ def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str,
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
     try:
-        from llmpack.compare import is_startup_run
+        from llmpack.compare.comparison import is_startup_run
 
         runs = result["runs"]
         whole = [r for r in runs if not is_startup_run(r)]  # a start-up round's run says nothing of cost

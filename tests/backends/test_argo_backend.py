@@ -257,7 +257,7 @@ def test_an_added_step_appears_in_the_compiled_workflow():
 @pytest.mark.slow
 def test_local_run_matches_direct_byte_for_byte(tmp_path: Path):
     from argo_workflows.local import run_local
-    from llmpack import direct
+    from llmpack.run import direct
 
     pipe = build()
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from components import settings
 from components.podspec import DEFAULT_SAVE_S, PREEMPTION_RETRIES, grace_for
 from llmpack.cli import main
-from llmpack.compile import compile_all
-from llmpack.pod_options import CheckpointOptions, PodOptions
+from llmpack.compile.artifacts import compile_all
+from llmpack.ui.pod_options import CheckpointOptions, PodOptions
 from tests.backends.test_pod_security import argo_pods, job_pods, restricted_violations, trainjob_pods
 from tests.backends.test_podspec import argo, job, kfp, trainjob
 from tests.components.test_trainjob import _schema, schema_errors, trainer_api_errors
@@ -50,9 +50,9 @@ def env_of(container: dict[str, Any]) -> dict[str, str]:
 
 def test_compile_says_in_one_line_when_retries_restart_from_step_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the command prints around the compile (the artifacts themselves: the other tests)."""
-    import llmpack.compile
+    import llmpack.compile.artifacts
 
-    monkeypatch.setattr(llmpack.compile, "compile_all", lambda *args, **kwargs: [])
+    monkeypatch.setattr(llmpack.compile.artifacts, "compile_all", lambda *args, **kwargs: [])
     plain = CliRunner().invoke(main, ["compile", "--out", str(tmp_path)])
     assert plain.exit_code == 0 and plain.stdout == "", plain.output
     assert plain.stderr.splitlines() == [

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from llmpack.backends import BACKENDS, backend
-from llmpack.compile import RBAC_FILE, TRAINJOB_FILE, compile_all
+from llmpack.compile.artifacts import RBAC_FILE, TRAINJOB_FILE, compile_all
 from tests.conftest import REPO
 
 REGEN_ENV = "LLMPACK_REGEN_GOLDEN"

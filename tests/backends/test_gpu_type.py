@@ -23,7 +23,7 @@ from components.errors import InputError
 from components.gpu_nodes import GPU_NODES, GPU_PRESENT_LABEL, PRODUCT_LABEL, node_affinity
 from components.record import close as record
 from llmpack.cli import main
-from llmpack.compile import compile_all, compiled_for_submit
+from llmpack.compile.artifacts import compile_all, compiled_for_submit
 from llmpack.gpu_catalogue import GPU_PRODUCTS, known_gpu_types, resolve_gpu_type, resources_for_gpus, scale_memory
 from tests.conftest import REPO
 
@@ -201,7 +201,7 @@ def test_submit_gpu_type_compiles_first_and_refuses_a_named_artifact() -> None:
 
 
 def test_compare_cluster_takes_gpu_type_and_checks_it_before_submitting() -> None:
-    from llmpack.cluster import compare_cluster
+    from llmpack.compare.cluster import compare_cluster
 
     with pytest.raises(InputError, match="unknown GPU type"):
         compare_cluster(backends="argo", repeats=1, params={}, gpu_type="b200")
@@ -226,7 +226,7 @@ def test_scale_memory_rounds_up_in_mi_and_refuses_what_it_cannot_read() -> None:
 
 
 def test_run_gpu_type_takes_short_names_and_keeps_other_names_for_a_price_file() -> None:
-    from llmpack.options import gpu_type_name
+    from llmpack.ui.options import gpu_type_name
 
     assert gpu_type_name(None, None, "a100") == A100  # type: ignore[arg-type]
     assert gpu_type_name(None, None, "acme-x1000") == "acme-x1000"  # type: ignore[arg-type]

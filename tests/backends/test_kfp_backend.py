@@ -274,7 +274,7 @@ def _sha(path: Path) -> str:
 @pytest.mark.slow
 def test_local_run_matches_direct(tmp_path: Path) -> None:
     from kfp_pipelines.local import run_local
-    from llmpack.direct import run_local as run_direct
+    from llmpack.run.direct import run_local as run_direct
 
     pipe = build()
     env = _env(tmp_path)
@@ -330,7 +330,7 @@ def boom_pipeline(message: str = "kaput") -> None:
 @pytest.mark.slow
 def test_local_crash_reports_the_steps_last_line_like_direct(tmp_path: Path) -> None:
     from kfp_pipelines.local import run_local
-    from llmpack.direct import run_local as run_direct
+    from llmpack.run.direct import run_local as run_direct
 
     pipe = boom_pipeline()
     # The step's module (this file) must be importable by the step processes.

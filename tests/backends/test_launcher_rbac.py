@@ -25,7 +25,7 @@ from standins.k8s_api import KubeAPIStandIn
 
 from components.process import gang
 from components.servers import trainjob_launch
-from llmpack.compile import RBAC_FILE
+from llmpack.compile.artifacts import RBAC_FILE
 from tests.backends.test_tls import cert, server_tls  # noqa: F401 - the fixture: a self-signed CA for 127.0.0.1
 from tests.conftest import REPO
 
@@ -161,7 +161,7 @@ def test_without_the_role_the_launcher_says_which_rule_is_missing(tmp_path: Path
 
 @pytest.mark.parametrize("nodes", [None, 2])
 def test_compile_writes_the_rbac_beside_the_artifacts_only_for_a_gang(nodes: int | None, tmp_path: Path) -> None:
-    from llmpack.compile import TRAINJOB_FILE, compile_all
+    from llmpack.compile.artifacts import TRAINJOB_FILE, compile_all
 
     written = {p.relative_to(tmp_path) for p in compile_all(tmp_path, nodes=nodes, gpus=4 if nodes else None,
                                                               cache_pvc="shared" if nodes else None)}

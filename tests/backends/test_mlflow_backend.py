@@ -562,7 +562,7 @@ def _adapter(model_dir: Path) -> bytes:
 def test_local_run_matches_direct(tmp_path: Path):
     from mlflow.tracking import MlflowClient
 
-    from llmpack.direct import run_local as direct_run_local
+    from llmpack.run.direct import run_local as direct_run_local
 
     pipe = build()
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "HF_HUB_OFFLINE": "1"}

@@ -216,7 +216,7 @@ def test_compiled_pod_passes_pod_security_restricted(where: str, pod: dict[str, 
 
 def test_the_prepull_daemonset_passes_pod_security_restricted(tmp_path: Path) -> None:
     from components.finetune_pipeline import build
-    from llmpack.prepull import daemonset
+    from llmpack.compile.prepull import daemonset
 
     pod = daemonset(build())["spec"]["template"]["spec"]
     assert restricted_violations(pod) == []

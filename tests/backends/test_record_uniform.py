@@ -166,7 +166,7 @@ def test_every_path_leaves_the_same_record(toy: tuple[Pipeline, Path], tmp_path:
 
     from argo_workflows.local import run_local as run_argo
     from kfp_pipelines.local import run_local as run_kfp
-    from llmpack.direct import run_local as run_direct
+    from llmpack.run.direct import run_local as run_direct
     from mlflow_projects.local import run_local as run_mlflow
 
     pipe, toy_dir = toy

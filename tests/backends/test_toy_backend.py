@@ -121,3 +121,82 @@ def test_a_connection_checks_its_fields() -> None:
 
     with pytest.raises(InputError, match="connection host: expected text"):
         ServerConnection(host=3)  # type: ignore[arg-type]
+
+
+# The toy as a cluster backend: its folder (tests/toy_backend/cluster.py, server.py) and this one line.
+TOY_CLUSTER = "toyc+cluster=tests.toy_backend.cluster"
+
+
+def test_cli_submits_to_the_toy_cluster_and_waits(tmp_path: Path) -> None:
+    from tests.toy_backend.server import ToyServer
+
+    with ToyServer() as server:
+        r = llmpack("submit", "toyc", "--host", server.host, "--max-steps", "3", "--wait", "--json", cwd=tmp_path,
+                    env={**toy_env(), "LLMPACK_BACKENDS": TOY_CLUSTER})
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["result"]["status"] == "succeeded" and summary["server_id"] in server.runs
+    sent = server.runs[summary["server_id"]]
+    assert sent["params"]["max_steps"] == 3 and sent["pipeline_run"] == summary["pipeline_run"]
+    assert [t["name"] for t in sent["plan"]["tasks"]][0] == "prepare-data"
+
+
+def test_the_toy_cluster_is_compiled_listed_and_its_pods_recognised(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import json; from llmpack.backends import ORCHESTRATORS, cluster_paths; "
+        "from llmpack.k8s.podphases import orchestrator_of; from llmpack.k8s.slim import slim_pod; "
+        "pod = {'metadata': {'name': 'p', 'namespace': 'llmpack', 'labels': {'toy.example/run': 'r-1', 'x': 'y'}},"
+        " 'spec': {'containers': [{'name': 'main'}]}, 'status': {}}; "
+        "print(json.dumps({'orchestrators': list(ORCHESTRATORS), 'paths': list(cluster_paths()),"
+        " 'of': orchestrator_of(pod), 'kept': slim_pod(pod)['metadata']['labels']}))")
+    env = {**toy_env(), "LLMPACK_BACKENDS": TOY_CLUSTER}
+    got = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
+                                    cwd=REPO).stdout)
+    assert got["orchestrators"][-1] == "toyc" and "toyc" in got["paths"]
+    assert got["of"] == "toyc" and got["kept"] == {"toy.example/run": "r-1"}
+    r = llmpack("compile", "--out", str(tmp_path / "out"), cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out" / "toyc" / "finetune.json").is_file()
+
+
+def test_doctor_checks_the_toy_cluster(tmp_path: Path) -> None:
+    from standins.k8s_api import KubeAPIStandIn
+    from standins.loopback import CLIENT_ENV, write_kubeconfig
+    from standins.ready_cluster import plant_ready
+
+    from tests.toy_backend.server import VERSION, ToyServer
+
+    env = {k: v for k, v in toy_env().items() if k not in CLIENT_ENV}
+    env.update(LLMPACK_BACKENDS=TOY_CLUSTER, HOME=str(tmp_path / "home"))
+    assert llmpack("compile", "--out", str(tmp_path / "out"), cwd=tmp_path, env=env).returncode == 0
+    with KubeAPIStandIn(token="toy-k8s-token", namespaces=()) as kube, ToyServer() as server:
+        plant_ready(kube)
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url, "toy-k8s-token")
+        r = llmpack("doctor", "--path", "toyc", "--kubeconfig", str(kubeconfig), "--compiled", str(tmp_path / "out"),
+                    cwd=tmp_path, env={**env, "TOY_HOST": server.host})
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("llmpack doctor: toyc on ")
+    assert "✓ RBAC (toyc): you may create configmaps, list/watch pods, list/watch events in llmpack" in lines, lines
+    assert any(line.startswith("✓ Pod Security (toyc): ") for line in lines), lines
+    assert f"✓ Toy server at {server.host} answers (version {VERSION})" in lines, lines
+
+
+def test_no_module_outside_the_toy_folder_names_it() -> None:
+    """The toy's whole footprint is its folder plus the registry line in this test: nothing else names it.
+
+    Named: its package, module, classes, pod label or a quoted backend name (prose that says "a
+    toy" is not a name).
+    """
+    import re
+
+    names = re.compile(r"toy_backend|toy\.example|\btoyc\b|Toy[A-Z]|[\"']toy[\"']")
+    roots = ("components", "kfp_pipelines", "argo_workflows", "mlflow_projects", "llmpack")
+    named = [p.relative_to(REPO).as_posix() for root in roots for p in sorted((REPO / root).rglob("*.py"))
+             if names.search(p.read_text(encoding="utf-8"))]
+    shared = [name for name in ("pyproject.toml", "Makefile", "Dockerfile", ".ci/run") if (REPO / name).exists()
+              and names.search((REPO / name).read_text(encoding="utf-8"))]
+    assert not named and not shared, named + shared

@@ -149,7 +149,7 @@ RETRIED = [{"step": "finetune", "attempt": 0, "billed_s": 3.25, "gpu_hours": 3.2
 
 
 def test_report_shows_retried_attempts_and_their_cost(tmp_path: Path) -> None:
-    from llmpack.compare import comparison
+    from llmpack.compare.comparison import comparison
     from llmpack.report import retry_lines, write_report
 
     runs = [_run("direct", []), _run("argo", RETRIED)]
@@ -167,8 +167,8 @@ def test_report_shows_retried_attempts_and_their_cost(tmp_path: Path) -> None:
 def test_terminal_shows_retried_attempts() -> None:
     from rich.console import Console
 
-    from llmpack.compare import comparison
-    from llmpack.display import compare_table
+    from llmpack.compare.comparison import comparison
+    from llmpack.ui.display import compare_table
 
     buf = io.StringIO()
     compare_table(comparison("rg", ["direct", "argo"], [_run("direct", []), _run("argo", RETRIED)]),
@@ -278,7 +278,7 @@ def _values(pipe: Pipeline, orchestrator: str) -> dict[str, Any]:
 
 
 def test_direct_bills_the_failed_attempt(toy_pipe: Pipeline, toy_dir: Path, tmp_path: Path) -> None:
-    from llmpack.direct import run_local
+    from llmpack.run.direct import run_local
 
     work = tmp_path / "work"
     out = run_local(toy_pipe, _values(toy_pipe, "direct"), work, _env(toy_dir, work))
@@ -298,7 +298,7 @@ def test_argo_local_bills_the_failed_attempt(toy_pipe: Pipeline, toy_dir: Path, 
 
 
 def test_without_a_failure_nothing_is_retried(toy_pipe: Pipeline, toy_dir: Path, tmp_path: Path) -> None:
-    from llmpack.direct import run_local
+    from llmpack.run.direct import run_local
 
     work = tmp_path / "work"
     run_local(toy_pipe, _values(toy_pipe, "direct"), work, _env(toy_dir, work, LLMPACK_INJECT_FAILURES=""))
@@ -329,7 +329,7 @@ def test_mlflow_run_bills_the_failed_attempt(toy_pipe: Pipeline, toy_dir: Path, 
 def test_llmpack_run_of_the_real_pipeline_bills_the_failed_finetune(tmp_path: Path) -> None:
     """The whole pipeline on the direct path; finetune crashes once, 1 s after its start."""
     from llmpack.report import retry_lines
-    from llmpack.runs import RunOptions, run_pipeline
+    from llmpack.run.local import RunOptions, run_pipeline
 
     opts = RunOptions(backend="direct", max_steps=4, output_dir=tmp_path / "runs",
                       tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -98,7 +98,7 @@ def test_an_unknown_fuse_mode_is_one_line(bad: str):
 
 
 def test_compare_labels_fused_variants_and_judges_them_against_the_default():
-    from llmpack.compare import default_baseline, parse_variants
+    from llmpack.compare.comparison import default_baseline, parse_variants
 
     assert parse_variants("default,fuse-gpu,fuse-all") == ["none", "gpu", "all"]
     assert fusion.path_of({"orchestrator": "argo", "tags": {"llmpack.fuse": "gpu"}}) == "argo+fuse-gpu"
@@ -126,7 +126,7 @@ def test_bad_fuse_flags_are_refused_before_any_run(tmp_path: Path):
 
 
 def test_fused_compile_has_fewer_pods_on_every_orchestrator(tmp_path: Path):
-    from llmpack.compile import compile_all
+    from llmpack.compile.artifacts import compile_all
 
     for mode, want in (("gpu", 4), ("all", 1)):
         out = tmp_path / mode
@@ -197,8 +197,8 @@ def test_fused_runs_give_byte_identical_adapters_and_metrics(backend: str, mode:
 def test_prepull_daemonset_is_a_valid_kubernetes_object_that_passes_the_security_checks(tmp_path: Path):
     from kubernetes.client import ApiClient
 
-    from llmpack.compile import compile_all
-    from llmpack.prepull import PREPULL_FILE
+    from llmpack.compile.artifacts import compile_all
+    from llmpack.compile.prepull import PREPULL_FILE
     from tests.llmpack.test_security import credential_findings, pod_spec_problems
 
     written = compile_all(tmp_path, image="registry.example.com/team/llmpack:1.2.3", prepull=True)

@@ -189,7 +189,7 @@ def test_a_gang_is_billed_for_its_nodes_times_gpus_on_every_compiled_path(path: 
 def test_the_compiled_uses_agree_across_paths_and_with_the_pipeline():
     """Every path's summarizing task bills what :func:`record.billed_uses` says of the pipeline it was compiled from."""
     from components.finetune_pipeline import build
-    from llmpack.compile import with_gpus
+    from llmpack.compile.artifacts import with_gpus
     from mlflow_projects.compiler import job_uses
 
     for base, pipe in ((REPO, build()),

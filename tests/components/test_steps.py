@@ -20,7 +20,7 @@ from components.training.checkpointing import newest_checkpoint
 from components.training.data import builtin_rows, read_jsonl, split_rows
 from components.training.progress import PROGRESS_FILE
 from components.training.tiny import ByteTokenizer
-from llmpack.progress import read_train_progress
+from llmpack.ui.progress import read_train_progress
 from tests.conftest import run_step
 
 PREP = "components.steps.prepare_data:prepare_data"

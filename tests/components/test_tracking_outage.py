@@ -48,7 +48,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _synthetic_run_dir(root: Path, *, status: str = "succeeded") -> Path:
     """A run directory as ``llmpack run`` leaves it after an outage: events.jsonl + summary.json, not sent."""
-    from llmpack.runs import write_run_files
+    from llmpack.run.local import write_run_files
 
     pipeline_run = f"direct-test-{uuid.uuid4().hex[:8]}"
     ctx = telemetry.RunContext(run_group=f"rg-{pipeline_run}", pipeline_run=pipeline_run, orchestrator="direct",
@@ -206,7 +206,7 @@ def test_the_bound_comes_from_the_environment() -> None:
 
 
 def test_sync_completes_a_partial_upload_and_a_second_sync_changes_nothing(tmp_path: Path, tracking_uri: str) -> None:
-    from llmpack.sync import sync_run
+    from llmpack.run.sync import sync_run
 
     run_dir = _synthetic_run_dir(tmp_path)
     records = _jsonl_records(run_dir)
@@ -237,7 +237,7 @@ def test_sync_completes_a_partial_upload_and_a_second_sync_changes_nothing(tmp_p
 
 
 def test_sync_creates_the_record_when_the_run_never_reached_the_store(tmp_path: Path, tracking_uri: str) -> None:
-    from llmpack.sync import sync_run
+    from llmpack.run.sync import sync_run
 
     run_dir = _synthetic_run_dir(tmp_path, status="failed")
     result = sync_run(run_dir, tracking_uri)
@@ -248,8 +248,8 @@ def test_sync_creates_the_record_when_the_run_never_reached_the_store(tmp_path: 
 def test_a_run_cut_short_during_an_outage_is_kept_syncable(tmp_path: Path, tracking_uri: str,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C while the store is down: the kept ``.failed`` directory gets what ``llmpack sync`` reads."""
-    from llmpack.runs import _abandon
-    from llmpack.sync import sync_run
+    from llmpack.run.local import _abandon
+    from llmpack.run.sync import sync_run
 
     ctx = telemetry.RunContext(run_group="rg-cut", pipeline_run=f"direct-cut-{uuid.uuid4().hex[:8]}",
                                orchestrator="direct", mode="local", submitted_at=1_700_000_000.0)
@@ -317,7 +317,7 @@ def _failed_run(root: Path, name: str, age_s: float, now: float, *, unsent: bool
 
 
 def test_clean_removes_only_old_failed_run_directories(tmp_path: Path) -> None:
-    from llmpack.clean import clean_runs, parse_age
+    from llmpack.run.clean import clean_runs, parse_age
 
     now = time.time()
     runs, outside = tmp_path / "runs", tmp_path / "outside"

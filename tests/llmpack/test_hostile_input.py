@@ -8,7 +8,7 @@ Every row fails during validation, before any pipeline step could start.
 
 The table of what was observed is ``docs/hostile-input.md``; ``LLMPACK_REGEN_GOLDEN=1`` rewrites it
 (``make golden``). Hypothesis properties of the JSONL reader and the price and control-plane
-loaders are at the end; the pod-phase parser's are in ``tests/llmpack/test_k8s_phases.py``.
+loaders are at the end; the pod-phase parser's are in ``tests/llmpack/k8s/test_k8s_phases.py``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from components.record import telemetry
-from llmpack import orphans
+from llmpack.run import orphans
 from tests.conftest import REPO
 
 MOMENTS = ("before-first-step", "tokenize", "finetune", "evaluate", "register")

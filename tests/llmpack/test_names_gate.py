@@ -97,7 +97,7 @@ def test_mlflow_run_refuses_a_pipeline_run_that_escapes(value: str, tmp_path: Pa
 
 
 def test_report_md_escapes_tag_values_and_errors(tmp_path: Path) -> None:
-    from llmpack.compare import comparison
+    from llmpack.compare.comparison import comparison
     from llmpack.report import write_report
     from tests.synthetic_runs import runs
 

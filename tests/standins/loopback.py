@@ -1,7 +1,7 @@
 """The loopback cluster: the three stand-ins (Kubernetes API, KFP API, Argo Server) on 127.0.0.1 made
 one cluster by :class:`standins.fake_cluster.FakeCluster`, with a kubeconfig naming it.
 
-One copy for every test that submits to it (tests/llmpack/test_compare_cluster.py, test_fusion_cluster.py,
+One copy for every test that submits to it (tests/llmpack/compare/test_compare_cluster.py, test_fusion_cluster.py,
 test_gang_cluster.py), so the servers, tokens and connection options are set up the same way
 everywhere; :func:`isolate` is the environment those tests run in (no developer's endpoint,
 token or kubeconfig reaches the real clients).
@@ -90,7 +90,7 @@ class LoopbackCluster:
     def run(self, orchestrator: str, compiled: Path) -> dict[str, Any]:
         """Submit one compiled variant (``llmpack compile --out compiled``) through the real client, wait for
         its end; the summary."""
-        from llmpack import submit
+        from llmpack.run import submit
 
         artifact = {"kfp": {"package_path": str(compiled / "kfp_pipelines" / "finetune.yaml")},
                     "argo": {"workflow_path": str(compiled / "argo_workflows" / "finetune.yaml")},

@@ -1,0 +1,199 @@
+"""``llmpack compare`` with no ``--repeats``: rounds until every start-up verdict is decided, within a budget.
+
+What repeats, and why. Spin-up and time to first step are where orchestrators differ; what
+comes after finetune's first step is the same code on every path (identical weights, tested),
+so repeating it measures little but costs most of a round. So:
+
+1. **warm-up** (not counted, its own run group ``<group>-warmup``): one start-up run of the first
+   path (page cache, torch and our code loaded once) and every path's client modules imported
+   in this process (kfp, hera, mlflow: a first use costs a second or more of spin-up);
+2. **round 1**: the whole pipeline on every path, counted for everything: total, cost, eval loss
+   (n=1: shown, not judged; ``--repeats N`` judges them) and the start-up headlines;
+3. **start-up rounds** 2, 3...: the pipeline through finetune's first step
+   (:meth:`components.dsl.Pipeline.through`, ``max_steps=1``), interleaved as always. Before it
+   measures its first step a start-up run does exactly what a full run does.
+
+After every round from :data:`llmpack.compare.sequential.FIRST_LOOK` each path's spin-up and time to
+first step are judged against the baseline (:mod:`llmpack.compare.sequential`); a path whose both are
+decided leaves the rounds (the baseline stays while any path runs), and the compare stops when
+none is left, when the next round would overrun ``budget_s``, or after the design's last round.
+The design's rounds are fixed once round 1 is measured, from timings only: as many start-up
+rounds of every path as ``budget_s`` would hold (at least 3, at most :data:`MAX_ROUNDS`).
+Stopping earlier for the budget only skips looks, which cannot raise the error rate.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from components.fusion import path_label
+from components.record.telemetry import TRAIN_STEP
+from llmpack.compare import sequential
+from llmpack.compare.comparison import DESIGN_TAG, HEADLINES, STARTUP_TAG, Margin, begin, comparison, verdicts
+from llmpack.compare.plan import ComparePlan
+from llmpack.run.local import RunOptions
+
+DEFAULT_BUDGET_S = 285.0  # 4 min 45 s of runs: `make compare` ends within 5 minutes on a quiet 2-core machine
+MAX_ROUNDS = 30
+ROUND_TAG = "llmpack.round"
+STARTUP_HEADLINES = tuple(h for h in HEADLINES if h.startup)
+# A start-up run goes on for this long after its first step: the 1-step save and the run's record.
+AFTER_FIRST_STEP_S = 0.6
+
+
+@dataclass(frozen=True, kw_only=True)
+class Path_:
+    """One compared path: its backend, packaging and label."""
+
+    backend: str
+    fuse: str
+
+    @property
+    def label(self) -> str:
+        return path_label(self.backend, self.fuse)
+
+
+RunOne = Callable[..., dict[str, Any]]
+Say = Callable[[str], None]
+
+
+def parse_budget(text: str | None) -> float:
+    """``--budget``: ``270`` / ``270s`` / ``4.5m`` / ``1h`` -> seconds (at least 10 s)."""
+    from components.errors import InputError
+
+    if text is None:
+        return DEFAULT_BUDGET_S
+    raw = text.strip().lower()
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(raw[-1:], None)
+    try:
+        seconds = float(raw[:-1] if scale else raw) * (scale or 1.0)
+    except ValueError:
+        raise InputError(f"--budget {text!r}: expected a duration like 270, 270s, 4.5m or 1h") from None
+    if not (10 <= seconds <= 7 * 86400 and math.isfinite(seconds)):
+        raise InputError(f"--budget {text!r}: must be between 10 seconds and 7 days")
+    return seconds
+
+
+def warm_up(opts: RunOptions, paths: list[Path_], run: RunOne, group: str) -> None:
+    """Not counted: every path's client modules loaded here (by compiling it once), then the first path's start-up run."""
+    import tempfile
+    from pathlib import Path
+
+    from components.finetune_pipeline import build
+    from llmpack.backends import local_runner
+
+    with tempfile.TemporaryDirectory(prefix="llmpack-warmup-") as tmp:
+        for p in paths:
+            backend = local_runner(p.backend)
+            if backend.local_module:
+                importlib.import_module(backend.local_module)
+            try:
+                backend.compile(build(), Path(tmp) / p.label)
+            except Exception:  # noqa: BLE001 - warming only: a backend that compiles nothing, or fails here, fails in its run
+                pass
+    first = paths[0]
+    run(replace(opts, backend=first.backend, fuse=first.fuse, run_group=group, max_steps=1),
+        f"{first.label} (warm-up, not counted)", pipe=_startup_pipe(first))
+
+
+def _startup_pipe(path: Path_) -> Any:
+    """The pipeline a start-up round runs for ``path`` (None: the whole one, for a fused packaging)."""
+    from components.finetune_pipeline import build
+
+    return build().through(TRAIN_STEP) if path.fuse == "none" else None
+
+
+def compare(opts: RunOptions, backends: list[str], *, variants: list[str] | None = None, baseline: Any = "default",
+            on_start: Any = None, run_one: RunOne | None = None, **kw: Any) -> dict[str, Any]:
+    """``llmpack compare`` without ``--repeats``: inputs checked, then :func:`compare_until_decided` in a new run group."""
+    plan = ComparePlan(backends=tuple(backends), variants=tuple(variants or [opts.fuse]))
+    base, run_group, run = begin(opts, plan, baseline, on_start, run_one)
+    return compare_until_decided(opts, [Path_(backend=b, fuse=f) for b, f in plan.paths], run=run,
+                                 run_group=run_group, baseline=base, **kw)
+
+
+def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, run_group: str, baseline: str | None,
+                          budget_s: float = DEFAULT_BUDGET_S, margins: dict[str, Margin] | None = None,
+                          say: Say = print, clock: Callable[[], float] = time.monotonic, **extra: Any) -> dict[str, Any]:
+    """The compare result after round 1 and the start-up rounds that decide (see the module doc)."""
+    started = clock()
+    warm_up(opts, paths, run, f"{run_group[:56]}-warmup")
+    runs: list[dict[str, Any]] = []
+    labels = [p.label for p in paths]
+
+    def one(p: Path_, k: int, startup: bool, of: int | None) -> None:
+        t0 = clock()
+        kind = "startup" if startup and p.fuse == "none" else "full"
+        o = replace(opts, backend=p.backend, fuse=p.fuse, run_group=run_group, max_steps=1 if kind == "startup" else opts.max_steps)
+        label = f"{p.label} (round {k}{f'/{of}' if of else ''}{', start-up' if kind == 'startup' else ''})"
+        tags = {ROUND_TAG: str(k), STARTUP_TAG: kind, **({DESIGN_TAG: str(of)} if of else {})}
+        summary = run(o, label, pipe=_startup_pipe(p) if kind == "startup" else None, tags=tags)
+        runs.append({**summary, "round": k, "startup": kind == "startup", "wall_s": clock() - t0})
+
+    for p in paths:
+        one(p, 1, False, None)
+    cost = {p.label: _startup_cost(runs, p.label) for p in paths}
+    design = sequential.Design(max_rounds=max(sequential.FIRST_LOOK,
+                                              min(MAX_ROUNDS, int(budget_s // max(sum(cost.values()), 1e-9)))))
+    base = baseline
+    failed = _failed_whole(runs)  # a path whose whole run failed cannot be judged: it takes no start-up rounds
+    active = [p for p in paths if p.label != base and p.label not in failed]
+    stopped = "decided" if base is None else "max rounds"
+    if base in failed or not active and failed:
+        active, stopped = [], "failed"
+    k = 1
+    while base is not None and active and k < design.max_rounds:
+        in_round = [p for p in paths if p.label == base or p in active]
+        need = sum(cost[p.label] for p in in_round)
+        elapsed = clock() - started
+        if elapsed + need > budget_s:
+            stopped = "budget"
+            break
+        k += 1
+        say(_round_line(k, design.max_rounds, [p.label for p in in_round], elapsed, need, budget_s))
+        for p in in_round:
+            one(p, k, True, design.max_rounds)
+        decided = _decided(runs, labels, base, design, margins)
+        active = [p for p in active if not decided.get(p.label, False)]
+    if base is not None and not active and stopped != "failed":
+        stopped = "decided"
+    return comparison(run_group, labels, runs, baseline=base, design=design, margins=margins, repeats=None, rounds=k,
+                      stopped=stopped, budget_s=budget_s, elapsed_s=round(clock() - started, 1), **extra)
+
+
+def _failed_whole(runs: list[dict[str, Any]]) -> set[str]:
+    """The paths whose round-1 (whole pipeline) run failed: a bad input fails every repeat the same way."""
+    from components.fusion import path_of
+
+    return {path_of(r) for r in runs if r.get("status") != "succeeded"}
+
+
+def _startup_cost(runs: list[dict[str, Any]], label: str) -> float:
+    """Seconds a start-up run of ``label`` should take, from its round-1 run: to its first step and a little after."""
+    from components.fusion import path_of
+
+    r = next(r for r in runs if path_of(r) == label)
+    ttfs = r["metrics"].get("time_to_first_step_s")
+    return ttfs + AFTER_FIRST_STEP_S if ttfs is not None and r.get("fuse", "none") == "none" else r["wall_s"]
+
+
+def _decided(runs: list[dict[str, Any]], labels: list[str], baseline: str, design: sequential.Design,
+             margins: dict[str, Margin] | None) -> dict[str, bool]:
+    """Per path: are both start-up headlines decided at this look?"""
+    judged = verdicts(runs, labels, baseline, design=design, margins=margins)
+    return {label: all(judged[h.metric][label]["verdict"] != "undecided" for h in STARTUP_HEADLINES)
+            for label in labels if label != baseline}
+
+
+def _round_line(k: int, last: int, labels: list[str], elapsed: float, need: float, budget: float) -> str:
+    """``round 3 of at most 6 (start-up): direct, kfp · 1:58 elapsed · ETA at most 2:32``."""
+    from llmpack.ui.progress import clock
+
+    eta = min(budget - elapsed, need * (last - k + 1))
+    return (f"round {k} of at most {last} (start-up): {', '.join(labels)} · {clock(elapsed)} elapsed · "
+            f"ETA at most {clock(eta)}")

@@ -1,0 +1,346 @@
+"""``llmpack doctor``: before GPU-hours are spent, check that a cluster has what the compiled artifacts reference.
+
+One line per check, ``✓`` or ``✗``; under each ``✗`` the command that fixes it. Exit 0 when every
+check holds, 1 otherwise, 2 for bad input (one line). Tokens are never printed: they come from
+the kubeconfig or the environment and every message from a server is scrubbed of them.
+
+What is checked, in order (the checks themselves: :mod:`llmpack.doctor.checks`):
+
+* the Kubernetes API answers (the one client builder, :mod:`components.servers.kube`);
+* GPU nodes: the labels the GPU pods select, taints their tolerations cover, allocatable
+  ``nvidia.com/gpu`` per pod on as many nodes as the run needs; ``list nodes`` for the pod watcher;
+* per namespace (argo and mlflow: ``--namespace``; kfp: ``--kfp-namespace``): it exists, the MLflow
+  Secret and its ``tracking-uri``, a SelfSubjectAccessReview per call each path makes there, its
+  Pod Security level against the compiled pods, Argo's artifact repository, the PVCs the compiled
+  pods mount (and ``--cache-pvc``), Bound; with ``--nodes N`` the launcher's RBAC and the
+  ReadWriteMany PVC, with ``--queue`` the LocalQueue;
+* the Secrets the compiled pods read (``HF_TOKEN``: ``--hf-token-secret``, its key) and pull the image
+  with (``--image-pull-secret``), and the model/data PVCs (``--model-pvc``, ``--data-pvc``), whether
+  named by the flags or found in the compiled artifacts; ``--checkpoint-pvc`` Bound, and ReadWriteMany with
+  ``--nodes N`` (every node pod of the gang resumes from it);
+* with ``--nodes N``: the ``torch-distributed`` ClusterTrainingRuntime;
+* the KFP and Argo servers' version calls, when their hosts are known.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from components import settings
+from components.backend import ClusterPath
+from components.errors import InputError
+from llmpack.backends import ORCHESTRATORS, cluster_path
+from llmpack.ui.options import TLS_OPTIONS, tls_connection
+from llmpack.ui.terminal import command
+
+PATHS = ORCHESTRATORS  # every cluster backend of the registry, in its order
+DEFAULT_NAMESPACE = "llmpack"  # components.backend.DEFAULT_NAMESPACE: where a path's pods run unless it says
+DEFAULT_SHARED_PVC = "llmpack-shared"  # compare --cluster --nodes N's default --cache-pvc
+OK, FAIL = "✓", "✗"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DoctorOptions:
+    paths: tuple[str, ...]
+    namespace: str
+    pod_namespaces: Mapping[str, str] = field(default_factory=dict)  # a path's --NAME-namespace (its pods' own)
+    gpus: int | None
+    nodes: int
+    gpu_type: str | None
+    queue: str | None
+    cache_pvc: str | None
+    compiled: Path
+    hosts: Mapping[str, str | None] = field(default_factory=dict)  # each path's server, from its --NAME-host
+    argo_controller_namespace: str
+    # The submit flags' references (llmpack.ui.pod_options): PVCs, (Secret, key, env), image pull Secrets.
+    pvcs: tuple[str, ...] = ()
+    secrets: tuple[tuple[str, str, str], ...] = ()
+    pull_secrets: tuple[str, ...] = ()
+    # --checkpoint-pvc's claim: Bound, and ReadWriteMany for a gang (every node pod resumes from it; issue 24).
+    checkpoint_pvc: str | None = None
+
+
+def parse_paths(values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--path`` values (repeatable, comma lists) in the registry's order; all three when none."""
+    named = [p.strip() for value in values for p in value.split(",") if p.strip()]
+    for name in named:
+        if name not in PATHS:
+            raise InputError(f"--path {name!r}: choose from {', '.join(PATHS)}")
+    return tuple(p for p in PATHS if p in named) or PATHS
+
+
+def check_options(opts: DoctorOptions) -> None:
+    """Bad input as one line (exit 2), before anything is sent."""
+    from components.dsl import is_dns1123_label
+
+    own = tuple((f"--{path}-namespace", value) for path, value in opts.pod_namespaces.items())
+    for flag, value in (("--namespace", opts.namespace), *own,
+                        ("--argo-controller-namespace", opts.argo_controller_namespace),
+                        ("--queue", opts.queue), ("--cache-pvc", opts.cache_pvc)):
+        if value is not None and not is_dns1123_label(value):
+            raise InputError(f"{flag} {value!r}: not a valid Kubernetes name (lower case, digits, '-')")
+    if opts.nodes < 1:
+        raise InputError(f"--nodes {opts.nodes}: must be 1 or more")
+    if opts.gpus is not None and opts.gpus < 1:
+        raise InputError(f"--gpus {opts.gpus}: must be 1 or more (GPUs per finetune pod)")
+    if opts.queue and opts.nodes < 2:
+        raise InputError("--queue: only with --nodes 2 or more (the Kueue queue of the finetune TrainJob)")
+    check_endpoints(opts)
+
+
+def check_endpoints(opts: DoctorOptions, env: dict[str, str] | None = None) -> None:
+    """Every server URL doctor will call (each path's --NAME-host, else its backend's host variable, and
+    LLMPACK_K8S_HOST): a host or port that cannot be right is one line naming it, credentials blanked
+    (components.redaction), before any request."""
+    import os
+
+    from components.redaction import redact_uri, uri_problem
+    from components.servers.remote import normalize_host
+    from llmpack.backends import backend
+
+    env = dict(os.environ) if env is None else env
+    probes = {path: probe for path in opts.paths if (probe := backend(path).doctor.probe) is not None}
+    named = {settings.K8S_HOST.name: env.get(settings.K8S_HOST.name),
+             **{probe.host_env: env.get(probe.host_env) for probe in probes.values()},
+             **{f"--{path}-host": opts.hosts.get(path) for path in probes if opts.hosts.get(path)}}
+    for flag, value in named.items():
+        problem = uri_problem(normalize_host(value)) if value else None
+        if problem is not None:
+            raise InputError(f"{flag} {redact_uri(value or '')}: {problem}")
+
+
+def namespaces_of(opts: DoctorOptions) -> dict[str, list[str]]:
+    """Each namespace the runs use, and the paths whose pods run there."""
+    out: dict[str, list[str]] = {}
+    for path in opts.paths:
+        conf = {"namespace": opts.namespace, "pod_namespace": opts.pod_namespaces.get(path)}
+        out.setdefault(cluster_path(path).pod_namespace(conf), []).append(path)
+    return out
+
+
+def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], claims: dict[str, set[str]],
+               refs: dict[str, tuple[set[tuple[str, str, str]], set[str]]] | None = None) -> list[Any]:
+    """Every check, in order (``specs``, ``claims``, ``refs``: each path's compiled pod specs, PVC names, and the
+    Secrets its pods read and pull with); only the first when the API does not answer."""
+    from components.record.tracking import TRACKING_SECRET
+    from llmpack.doctor import checks as dc
+    from llmpack.doctor.reader import Unanswered
+
+    try:
+        version = cluster.version()
+    except Unanswered as exc:
+        return [dc.Check(False, f"Kubernetes API: {exc}", "kubectl cluster-info  # the same --kubeconfig / --context")]
+    checks = [dc.Check(True, f"Kubernetes API at {cluster.host} answers ({version})")]
+    gang = opts.nodes > 1
+    checks += dc.gpu_nodes(cluster, dc.gpu_placement(opts.gpus, opts.gpu_type), opts.nodes)
+    checks.append(dc.access(cluster, "pod watcher", "", dc.NODE_VERBS))
+    if gang:
+        checks.append(dc.training_runtime(cluster))
+    for namespace, paths in namespaces_of(opts).items():
+        check, found = dc.namespace_exists(cluster, namespace)
+        checks.append(check)
+        if found is None:
+            continue  # everything below would fail for the same reason
+        checks.append(dc.tracking_secret(cluster, namespace))
+        for path in paths:
+            checks.append(dc.access(cluster, path, namespace, dc.path_verbs(path)))
+            checks.append(dc.pod_security(path, namespace, found, specs[path]))
+            if path == "argo":
+                checks.append(dc.argo_artifacts(cluster, namespace, opts.argo_controller_namespace))
+        shared = (opts.cache_pvc or DEFAULT_SHARED_PVC) if gang else None
+        if gang:
+            checks.append(dc.launcher_rbac(cluster, namespace))
+            checks.append(dc.shared_pvc(cluster, namespace, shared, shared=True))
+        ckpt = opts.checkpoint_pvc
+        if ckpt and ckpt != shared:  # the same claim as the gang's shared one: checked ReadWriteMany above
+            checks.append(dc.shared_pvc(cluster, namespace, ckpt, shared=gang))
+        mounted = set().union(*(claims[path] for path in paths)) | ({opts.cache_pvc} if opts.cache_pvc else set())
+        for name in sorted((mounted - {shared} | set(opts.pvcs)) - {ckpt}):  # what the compiled pods mount, --cache-pvc, --model-pvc...
+            checks.append(dc.shared_pvc(cluster, namespace, name, shared=False))
+        found_refs = [(refs or {}).get(path, (set(), set())) for path in paths]
+        secrets = {(n, k): e for n, k, e in sorted(set().union(*(r for r, _ in found_refs)) | set(opts.secrets))}
+        for (name, key), env in secrets.items():  # --hf-token-secret: required secretKeyRefs (the MLflow one: above)
+            if name != TRACKING_SECRET:
+                checks.append(dc.secret_key(cluster, namespace, name, key, env))
+        for name in sorted(set().union(*(p for _, p in found_refs)) | set(opts.pull_secrets)):  # --image-pull-secret
+            checks.append(dc.pull_secret(cluster, namespace, name))
+        if opts.queue:
+            checks.append(dc.local_queue(cluster, namespace, opts.queue))
+    return checks
+
+
+def submit_references(model_pvc: str | None, data_pvc: str | None, hf_token_secret: str | None,
+                      pull_secrets: tuple[str, ...]) -> dict[str, Any]:
+    """The submit flags' references as :class:`DoctorOptions` fields, each checked as compile checks it (exit 2)."""
+    from llmpack.ui.pod_options import PodOptions
+
+    pod = PodOptions.from_flags(model_pvc=model_pvc, data_pvc=data_pvc, hf_token_secret=hf_token_secret,
+                                image_pull_secrets=pull_secrets)
+    return {"pvcs": tuple(c.claim for c in (pod.model_pvc, pod.data_pvc) if c),
+            "secrets": ((pod.hf_token.secret, pod.hf_token.key, pod.hf_token.env),) if pod.hf_token else (),
+            "pull_secrets": pod.pull_secrets}
+
+
+def checkpoint_claim(value: str | None) -> str | None:
+    """``--checkpoint-pvc NAME[:MOUNT]``'s claim name, checked as compile checks it (exit 2)."""
+    from llmpack.ui.pod_options import CheckpointOptions
+
+    claim = CheckpointOptions.from_flags(checkpoint_pvc=value).claim
+    return None if claim is None else claim.claim
+
+
+def endpoint_checks(opts: DoctorOptions, tls: dict[str, Any]) -> list[Any]:
+    """Each selected path's server's version call (its backend's ``doctor.probe``), where its host is known."""
+    import os
+
+    from components.servers.remote import tls_verify
+    from llmpack.backends import backend
+    from llmpack.doctor import checks as dc
+
+    verify = tls_verify(tls["ca_cert"], tls["insecure_skip_tls_verify"])
+    probes = {path: probe for path in opts.paths if (probe := backend(path).doctor.probe) is not None}
+    hosts = {path: opts.hosts.get(path) or os.environ.get(probe.host_env) for path, probe in probes.items()}
+    return [dc.endpoint(path, host, os.environ.get(probes[path].token_env) or None, verify)
+            for path, host in hosts.items() if host]
+
+
+def server_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Each cluster backend's server flag (its ``compare --cluster`` endpoint flag: ``--kfp-host``...), to check it."""
+    from llmpack.backends import cluster_paths
+
+    for option in reversed([o for path in cluster_paths().values() for o in path.compare_options if o.endpoint]):
+        func = click.option(option.flag, option.dest, default=None, help=option.help.removeprefix("--cluster: "))(func)
+    return func
+
+
+def server_hosts(endpoints: Mapping[str, str | None]) -> dict[str, str | None]:
+    """``--NAME-host`` values by path (the keywords :func:`server_options` gave)."""
+    from llmpack.backends import cluster_paths
+
+    return {name: endpoints.get(o.dest) for name, path in cluster_paths().items() for o in path.compare_options
+            if o.endpoint}
+
+
+def _own_namespace_paths() -> list[ClusterPath]:
+    """The paths whose pods run in a namespace of their own choosing (a ``pod_namespace`` option: KFP's profile)."""
+    from llmpack.backends import cluster_paths
+
+    return [path for path in cluster_paths().values() if "pod_namespace" in path.namespace_options]
+
+
+def pod_namespace_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--NAME-namespace`` for each path whose pods run in their own namespace, its default the backend's."""
+    for path in reversed(_own_namespace_paths()):
+        func = click.option(f"--{path.name}-namespace", f"{path.name}_namespace", default=path.default_namespace,
+                            show_default=True, help=f"Namespace {path.name} runs its pods in (multi-user: the profile's).")(func)
+    return func
+
+
+def pod_namespaces(per_path: Mapping[str, str | None]) -> dict[str, str]:
+    """``--NAME-namespace`` values by path (the keywords :func:`pod_namespace_options` gave)."""
+    return {path.name: value for path in _own_namespace_paths() if (value := per_path.get(f"{path.name}_namespace"))}
+
+
+def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
+    lines = [f"llmpack doctor: {', '.join(opts.paths)} on {host}"
+             + (f" (gang: {opts.nodes} nodes)" if opts.nodes > 1 else "")]
+    for check in checks:
+        lines.append(f"{OK if check.ok else FAIL} {check.what}")
+        if not check.ok and check.fix:
+            lines.append(f"    fix: {check.fix}")
+    failed = sum(not c.ok for c in checks)
+    lines.append(f"all {len(checks)} checks hold" if not failed else f"{failed} of {len(checks)} checks fail")
+    return "\n".join(lines)
+
+
+@command("doctor", short_help="Check a cluster has what a run needs; print the fixes.")
+@click.option("--path", "paths", multiple=True, metavar="|".join(PATHS),
+              help="Paths to check (repeatable, or a comma list; default: every cluster backend).")
+@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
+              help="Namespace of the runs (a path with its own --NAME-namespace aside).")
+@pod_namespace_options
+@click.option("--kubeconfig", default=None, help="Kubeconfig (default: KUBECONFIG, in-cluster, ~/.kube/config).")
+@click.option("--context", default=None, help="Kubeconfig context.")
+@TLS_OPTIONS[0]
+@TLS_OPTIONS[1]
+@click.option("--gpus", type=int, default=None, help="GPUs per finetune pod (default: the step's spec, 1).")
+@click.option("--gpu-type", "gpu_type", default=None,
+              help="The GPU type compiled for (llmpack compile --gpu-type; default the spec's, H100 80GB).")
+@click.option("--nodes", type=int, default=1, show_default=True,
+              help="Nodes of finetune; 2 or more: check the TrainJob gang's needs.")
+@click.option("--queue", default=None, metavar="NAME", help="Kueue LocalQueue of the TrainJob (with --nodes).")
+@click.option("--cache-pvc", "cache_pvc", default=None, metavar="NAME",
+              help="PVC the runs mount (with --nodes: ReadWriteMany, default llmpack-shared).")
+@click.option("--compiled", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="What llmpack compile --out DIR wrote (default: the committed artifacts; "
+                   "with --nodes: examples/multinode).")
+@server_options
+@click.option("--argo-controller-namespace", default="argo", show_default=True,
+              help="Namespace of Argo's workflow-controller-configmap.")
+@click.option("--model-pvc", default=None, metavar="NAME[:MOUNT]", help="The model's PVC (as llmpack compile): exists, Bound.")
+@click.option("--data-pvc", default=None, metavar="NAME[:MOUNT]", help="The data's PVC (as llmpack compile): exists, Bound.")
+@click.option("--checkpoint-pvc", default=None, metavar="NAME[:MOUNT]",
+              help="finetune's checkpoint PVC (as llmpack compile): exists, Bound; with --nodes: ReadWriteMany.")
+@click.option("--hf-token-secret", default=None, metavar="NAME[:KEY]", help="HF_TOKEN's Secret: it and its key exist.")
+@click.option("--image-pull-secret", "image_pull_secrets", multiple=True, metavar="NAME",
+              help="Image pull Secret (repeatable): exists, a registry credential.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead.")
+def doctor(paths: tuple[str, ...], namespace: str, kubeconfig: str | None, context: str | None,
+           ca_cert: str | None, insecure_skip_tls_verify: bool, gpus: int | None, gpu_type: str | None, nodes: int,
+           queue: str | None,
+           cache_pvc: str | None, compiled: Path | None,
+           argo_controller_namespace: str, as_json: bool, model_pvc: str | None, data_pvc: str | None,
+           hf_token_secret: str | None, image_pull_secrets: tuple[str, ...], checkpoint_pvc: str | None, **per_path: str | None) -> None:
+    """Check, before a run spends GPU-hours, that the cluster has what the compiled
+    artifacts reference: namespace, RBAC, GPU nodes and taints, the MLflow Secret,
+    Pod Security, Argo's artifact repository; with --nodes the Trainer runtime, the
+    launcher's RBAC and the shared PVC; with --queue the LocalQueue.
+
+    \b
+    One line per check, with the command that fixes each failure. Exit 0 when
+    all hold, 1 when one fails, 2 for bad input. Tokens are never printed.
+      llmpack doctor
+      llmpack doctor --path argo --namespace team-a
+      llmpack doctor --nodes 2 --gpus 4 --queue team-a --compiled build/2x4
+      llmpack doctor --model-pvc models --image-pull-secret reg
+      llmpack doctor --nodes 2 --gpus 4 --checkpoint-pvc llmpack-ckpt
+    """
+    from llmpack.doctor.pods import claimed_pvcs, committed_root, pod_specs, referenced_secrets
+    from llmpack.doctor.reader import reader
+
+    root = committed_root() / ("examples/multinode" if nodes > 1 else "")  # the committed 2x4 gang, or the 1-node set
+    from llmpack.gpu_catalogue import resolve_gpu_type
+
+    opts = DoctorOptions(paths=parse_paths(paths), namespace=namespace, gpus=gpus,
+                         gpu_type=None if gpu_type is None else resolve_gpu_type(gpu_type), nodes=nodes, queue=queue, cache_pvc=cache_pvc, compiled=compiled or root,
+                         hosts=server_hosts(per_path), pod_namespaces=pod_namespaces(per_path), argo_controller_namespace=argo_controller_namespace,
+                         checkpoint_pvc=checkpoint_claim(checkpoint_pvc),
+                         **submit_references(model_pvc, data_pvc, hf_token_secret, image_pull_secrets))
+    check_options(opts)
+    if compiled is not None and not compiled.is_dir():
+        raise InputError(f"--compiled {compiled}: no such directory")
+    specs = {path: pod_specs(opts.compiled, path, gang=nodes > 1) for path in opts.paths}  # bad files: exit 2 first
+    claims = {path: claimed_pvcs(opts.compiled, path, gang=nodes > 1) for path in opts.paths}
+    refs = {path: referenced_secrets(opts.compiled, path, gang=nodes > 1) for path in opts.paths}
+    tls = tls_connection(ca_cert, insecure_skip_tls_verify)
+    cluster = reader(host=settings.K8S_HOST.get(), token=settings.K8S_TOKEN.get(), kubeconfig=kubeconfig,
+                     context=context, **tls)
+    checks = run_checks(opts, cluster, specs, claims, refs)
+    if len(checks) > 1:  # the API answered
+        checks += endpoint_checks(opts, tls)
+    from components.redaction import redact_text  # a server's message may quote a URL or a token
+
+    if as_json:
+        click.echo(redact_text(json.dumps({"ok": all(c.ok for c in checks), "host": cluster.host, "paths": list(opts.paths),
+                                           "checks": [c.as_dict() for c in checks]}, sort_keys=True)))
+    else:
+        click.echo(redact_text(render(checks, opts, cluster.host)))
+    if not all(c.ok for c in checks):
+        sys.exit(1)

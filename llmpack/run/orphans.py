@@ -1,0 +1,168 @@
+"""A run whose client died: found, its record closed KILLED and its records sent, exactly once.
+
+``llmpack run`` works in a staging directory, ``<runs>/.<pipeline_run>.partial``, moved to its
+final name at the end (:mod:`llmpack.run.local`). A client killed with SIGKILL (or by the OOM killer, or
+a lost terminal's SIGHUP where none is caught) never gets there: its steps die with it
+(:mod:`components.process.lifeline`), but the staging directory stays, with every step's JSONL,
+and the run's MLflow record stays RUNNING.
+
+So the client writes :data:`OWNER_FILE` into the staging directory as it makes it: its pid, its
+start time in clock ticks since boot and the boot's id (a pid alone is reused), the run's identity,
+its record's id, its tags and parameters, and the store's URI without credentials. The next
+``llmpack sync`` of that directory, or ``llmpack clean`` of the runs directory, asks whether that
+process still lives; only when it does not is the run taken over (:func:`take_over`): its
+records and a summary saying ``killed`` are written, the directory is moved to
+``<pipeline_run>.failed`` as an interrupted run's is, and ``llmpack sync`` sends it, finding
+the record by its tags and logging only what it lacks, so a second sync sends nothing more.
+
+A directory still held open by some process (a step finishing on its death signal) is waited for
+a few seconds, then left alone: a live run is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from components.errors import InputError
+
+OWNER_FILE = "llmpack-owner.json"
+FAILED_SUFFIX = ".failed"  # an interrupted or failed run's directory (llmpack.run.clean removes them)
+_PARTIAL = re.compile(r"^\.(.+)\.partial$")
+HOLD_WAIT_S = 20.0  # how long a take-over waits for processes still writing the run (a step checkpointing)
+
+
+def process_identity(pid: int) -> tuple[int, str] | None:
+    """``(start ticks since boot, boot id)`` of a live process, None when there is none (from /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] == "Z":  # a zombie has finished: its parent has not collected it yet
+        return None
+    return int(fields[19]), boot
+
+
+def write_owner(staging: Path, *, identity: Mapping[str, Any], run_id: str | None, tracking_uri: str,
+                tags: Mapping[str, str], params: Mapping[str, Any], pid: int | None = None) -> None:
+    """The client's claim on its staging directory (``tracking_uri`` already without credentials);
+    ``pid``: the claiming process, this one unless told."""
+    pid = os.getpid() if pid is None else pid
+    me = process_identity(pid)
+    owner = {"pid": pid, "start_ticks": me[0] if me else None, "boot_id": me[1] if me else None,
+             "identity": dict(identity), "mlflow_run_id": run_id, "tracking_uri": tracking_uri,
+             "tags": dict(tags), "params": dict(params), "written_at": time.time()}
+    tmp = staging / f".{OWNER_FILE}.tmp"
+    tmp.write_text(json.dumps(owner, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, staging / OWNER_FILE)
+
+
+def read_owner(staging: Path) -> dict[str, Any]:
+    """The staging directory's owner record, or an InputError naming what is wrong with it."""
+    path = staging / OWNER_FILE
+    try:
+        owner = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"RUN_DIR {staging}: a run in progress without {OWNER_FILE}; "
+                         "it was started by an older llmpack: leave it, or remove it by hand") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: not readable as JSON ({type(exc).__name__})") from None
+    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int) or not isinstance(owner.get("identity"), dict):
+        raise InputError(f"{path}: not an llmpack owner record")
+    return owner
+
+
+def owner_alive(owner: Mapping[str, Any]) -> bool:
+    """Does the client that wrote ``owner`` still run? (same pid, same start time, same boot)"""
+    now = process_identity(int(owner["pid"]))
+    if now is None:
+        return False
+    if owner.get("start_ticks") is None:  # written where /proc could not be read: a live pid counts
+        return True
+    return now == (owner["start_ticks"], owner.get("boot_id"))
+
+
+def holders(directory: Path) -> list[int]:
+    """Processes with a file open, or their working directory, under ``directory`` (from /proc)."""
+    root = str(directory.resolve())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            links = [os.readlink(entry / "cwd"), *(os.readlink(fd) for fd in (entry / "fd").iterdir())]
+        except OSError:
+            continue
+        if any(link == root or link.startswith(root + os.sep) for link in links):
+            found.append(int(entry.name))
+    return found
+
+
+def partial_name(path: Path) -> str | None:
+    """The pipeline run of a staging directory's name (``.<run>.partial``), else None."""
+    match = _PARTIAL.match(path.name)
+    return match.group(1) if match else None
+
+
+def find_partial_runs(runs_dir: Path) -> list[Path]:
+    """The staging directories directly in ``runs_dir`` (real directories; links are not followed)."""
+    with os.scandir(runs_dir) as entries:
+        return sorted(runs_dir / e.name for e in entries if partial_name(Path(e.name)) and e.is_dir(follow_symlinks=False))
+
+
+def take_over(staging: Path, *, wait_s: float = HOLD_WAIT_S, sleep: Any = time.sleep) -> Path:
+    """A dead client's staging directory made an interrupted run's: its records and a ``killed`` summary
+    written, moved to ``<run>.failed``; returns that directory. An InputError when its client lives."""
+    from components.record import telemetry
+    from components.record.close import write_json_atomic
+
+    run = partial_name(staging)
+    if run is None:
+        raise InputError(f"RUN_DIR {staging}: not a staging directory (.<run>.partial)")
+    owner = read_owner(staging)
+    if owner_alive(owner):
+        raise InputError(f"RUN_DIR {staging}: its run is in progress (llmpack pid {owner['pid']} is running); "
+                         "nothing was touched")
+    deadline = time.monotonic() + wait_s
+    while (held := holders(staging)) and time.monotonic() < deadline:
+        sleep(0.2)
+    if held:
+        raise InputError(f"RUN_DIR {staging}: still in use by pid {', '.join(map(str, held))}; nothing was touched")
+    kept = staging.parent / f"{run}{FAILED_SUFFIX}"
+    if kept.exists():
+        raise InputError(f"RUN_DIR {staging}: {kept} exists already; move one of them away")
+    identity = owner["identity"]
+    records = telemetry.read_records(telemetry.find_event_files(staging))
+    started = [r for r in records if r.kind == "event" and r.name == "process_started"]
+    error = f"the llmpack client (pid {owner['pid']}) died before the run ended"
+    finished_at = max((r.value for r in records if r.kind == "event"), default=float(owner.get("written_at") or time.time()))
+    summary = {
+        **identity, "status": "killed", "error": error,
+        "failed_step": max(started, key=lambda r: r.value).step if started else None,
+        "finished_at": finished_at, "metrics": {}, "params": owner.get("params") or {}, "tracking": "not sent",
+        "tags": {**(owner.get("tags") or {}), "llmpack.status": "killed", "llmpack.error": error},
+        "artifacts": {"run_dir": str(kept), "events_file": str(kept / "events.jsonl"),
+                      "mlflow_run_id": owner.get("mlflow_run_id"), "tracking_uri": owner.get("tracking_uri") or ""},
+    }
+    with (staging / "events.jsonl").open("w", encoding="utf-8") as fh:
+        for rec in sorted(records, key=lambda r: (r.kind != "event", r.value if r.kind == "event" else 0.0, r.key)):
+            fh.write(json.dumps(rec.__dict__, sort_keys=True) + "\n")
+    write_json_atomic(staging / "summary.json", summary)
+    os.replace(staging, kept)
+    return kept
+
+
+def taken_over(run_dir: Path) -> Path | None:
+    """Where a staging directory went when it was taken over already (``<run>.failed`` beside it), else None."""
+    run = partial_name(run_dir)
+    if run is None or run_dir.exists():
+        return None
+    kept = run_dir.parent / f"{run}{FAILED_SUFFIX}"
+    return kept if (kept / "summary.json").is_file() else None

@@ -1,0 +1,46 @@
+"""docs/architecture.md's tree is the tree: every room of ``llmpack/`` it lists exists, and every one that exists is listed.
+
+The rooms are the lines ``  NAME/`` under ``llmpack/`` in the page's first code block; the
+folders are ``llmpack``'s packages (a directory with ``__init__.py``). Each room's ``__init__``
+has a docstring (what it does, what it may import) and imports nothing, so ``llmpack --help``
+stays fast.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from tests.conftest import REPO
+
+PAGE = REPO / "docs" / "architecture.md"
+
+
+def _listed_rooms() -> list[str]:
+    block = PAGE.read_text(encoding="utf-8").split("```")[1]
+    lines = block.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("llmpack/"))
+    rooms = []
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        if m := re.match(r"  ([a-z0-9_]+)/\s", line):
+            rooms.append(m.group(1))
+    return rooms
+
+
+def _rooms() -> list[str]:
+    return sorted(p.parent.name for p in (REPO / "llmpack").glob("*/__init__.py"))
+
+
+def test_the_tree_on_the_page_is_the_tree() -> None:
+    listed = _listed_rooms()
+    assert sorted(listed) == _rooms(), f"docs/architecture.md lists {sorted(listed)}, llmpack/ has {_rooms()}"
+
+
+def test_every_room_says_what_it_does_and_imports_nothing_itself() -> None:
+    for room in ("compare", "compile", "doctor", "run", "ui"):
+        tree = ast.parse((REPO / "llmpack" / room / "__init__.py").read_text(encoding="utf-8"))
+        doc = ast.get_docstring(tree)
+        assert doc and "import" in doc, room
+        assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))], room
