@@ -105,14 +105,21 @@ cp "$state/admin.kubeconfig" "$state/kubeconfig"
 
 # --------------------------------------------------------------------------- kwok's stages, from the pinned module
 kwok_dir="$(cd "$here" && GOFLAGS=-mod=readonly "${GO:-$(command -v go || echo /usr/local/go/bin/go)}" list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+[[ -f "$kwok_dir/kustomize/stage/pod/general/pod-ready.yaml" ]] || die "kwok's module source not in Go's module cache (make cluster-build)"
 {
     for f in "$kwok_dir"/kustomize/stage/node/fast/node-initialize.yaml \
-             "$kwok_dir"/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-             "$kwok_dir"/kustomize/stage/pod/general/pod-*.yaml; do
+             "$kwok_dir"/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml; do
         echo "---"
-        # kwok's general pod stages wait 1 s plus up to 5 s of jitter each: both settable here
-        sed -e "s/^    durationMilliseconds: 1000$/    durationMilliseconds: $delay_ms/" \
-            -e "s/^    jitterDurationMilliseconds: 5000$/    jitterDurationMilliseconds: $jitter_ms/" "$f"
+        cat "$f"
+    done
+    # kwok's general pod stages (each waits 1 s plus up to 5 s of jitter: both settable here) and
+    # its chaos stage that fails the containers of a pod labelled
+    # pod-container-running-failed.stage.kwok.x-k8s.io=true (exit code by annotation)
+    for f in "$kwok_dir"/kustomize/stage/pod/general/pod-*.yaml \
+             "$kwok_dir"/kustomize/stage/pod/chaos/pod-container-running-failed.yaml; do
+        echo "---"
+        sed -E -e "s/^    durationMilliseconds: [0-9]+$/    durationMilliseconds: $delay_ms/" \
+            -e "s/^    jitterDurationMilliseconds: [0-9]+$/    jitterDurationMilliseconds: $jitter_ms/" "$f"
     done
 } >"$state/kwok.yaml"
 
