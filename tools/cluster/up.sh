@@ -197,10 +197,6 @@ wait_for "kwok's nodes" 30 nodes_ready
 wait_for "the controller-manager" 30 default_sa
 wait_for kube-scheduler 20 curl -sfk "https://127.0.0.1:$sched_port/healthz"
 
-cat >"$state/env" <<EOF
-LLMPACK_CLUSTER_SERVER=$server
-LLMPACK_CLUSTER_BIN=$bin
-EOF
 t1=$(date +%s.%N)
 echo "cluster-up: $server up in $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s ($want nodes); state in $state" >&2
 echo "export KUBECONFIG=$state/kubeconfig"
