@@ -2,7 +2,7 @@
 # everything but the tests marked `slow`, which run whole pipelines or many torch processes; it
 # runs through pytest-xdist, two workers per core, at most 8 (tests/conftest.py), each test file
 # on one worker so that a file's shared fixtures are made once: about 4 minutes on 2 cores).
-# `make test-full` runs every test; CI (.ci/run) runs `make test`, then `make test-slow`, so it
+# `make test-full` runs every test (the `cluster` ones skip unless `make cluster-build` was run); CI (.ci/run) runs `make test`, then `make test-slow`, so it
 # executes the full suite, then .ci/floors (every dependency at its declared floor).
 # Both create .venv and install everything on first use (torch 2.13.0 first, then the pack).
 # torch comes from the package index pip is configured with: on Linux PyPI's torch is the CUDA build
@@ -30,7 +30,7 @@ compare: $(BIN)/.installed
 	$(BIN)/llmpack compare
 
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -m "not slow" -n auto --dist loadfile
+	$(BIN)/python -m pytest -m "not slow and not cluster" -n auto --dist loadfile
 
 test-slow: $(BIN)/.installed
 	$(BIN)/python -m pytest -m slow
@@ -54,3 +54,23 @@ bench: $(BIN)/.installed
 report-screenshot: $(BIN)/.installed
 	LLMPACK_SCREENSHOT=1 LLMPACK_SCREENSHOT_OUT=$(CURDIR)/build/report-screenshot.png \
 		$(BIN)/python -m pytest -q tests/llmpack/report/test_report_render.py -k chromium
+
+# A real Kubernetes control plane on loopback (docs/real-cluster.md): etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler and kwok's simulated GPU nodes, built with Go from the
+# modules pinned in tools/cluster/go.mod into ~/.cache/llmpack-cluster/<hash of the pins>
+# (cold: tens of minutes on 2 cores; then reused). `make cluster-up` prints the KUBECONFIG
+# export; `make test-cluster` runs the tests marked `cluster` (tests/realcluster/) on a control
+# plane of their own. Needs Go 1.26, openssl and curl; `make test` needs none of them.
+CLUSTER := tools/cluster
+.PHONY: cluster-build cluster-up cluster-down test-cluster
+cluster-build:
+	$(CLUSTER)/build.sh >/dev/null
+
+cluster-up:
+	$(CLUSTER)/up.sh
+
+cluster-down:
+	$(CLUSTER)/down.sh
+
+test-cluster: $(BIN)/.installed cluster-build
+	$(BIN)/python -m pytest -m cluster -p no:xdist tests/realcluster

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# Start a real Kubernetes control plane on loopback: etcd, kube-apiserver (TLS, RBAC, the default
+# admission plugins with PodSecurity/ResourceQuota/LimitRanger), kube-controller-manager,
+# kube-scheduler and kwok playing the kubelets of simulated GPU nodes. Binaries come from
+# build.sh (built from the pinned modules on first use). Everything it makes lives in the state
+# directory ($LLMPACK_CLUSTER_DIR, default build/cluster): certificates and keys made here with
+# openssl, etcd's data, logs, pids and the kubeconfig written for the user. down.sh removes it.
+#
+# Settings (environment):
+#   LLMPACK_CLUSTER_DIR    state directory (default <repo>/build/cluster)
+#   LLMPACK_CLUSTER_NODES  node-group JSON (default tools/cluster/nodes.json; see nodes.py)
+#   LLMPACK_KWOK_POD_DELAY_MS   kwok's base delay of each pod stage (default 1000; kwok's own);
+#                          one pod sets its own with the annotation <stage>.stage.kwok.x-k8s.io/delay
+#   LLMPACK_KWOK_POD_JITTER_MS  the stages' random extra delay, at most (default 0: repeatable)
+# Prints `export KUBECONFIG=...` on stdout when the control plane answers /readyz and kwok has
+# made every node Ready.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+state="${LLMPACK_CLUSTER_DIR:-$repo/build/cluster}"
+nodes_file="${LLMPACK_CLUSTER_NODES:-$here/nodes.json}"
+delay_ms="${LLMPACK_KWOK_POD_DELAY_MS:-1000}"
+jitter_ms="${LLMPACK_KWOK_POD_JITTER_MS:-0}"
+t0=$(date +%s.%N)
+
+die() { echo "cluster-up: $*" >&2; exit 2; }
+[[ "$delay_ms" =~ ^[0-9]{1,7}$ ]] || die "LLMPACK_KWOK_POD_DELAY_MS '$delay_ms': not a number of milliseconds"
+[[ "$jitter_ms" =~ ^[0-9]{1,7}$ ]] || die "LLMPACK_KWOK_POD_JITTER_MS '$jitter_ms': not a number of milliseconds"
+[[ -f "$nodes_file" ]] || die "LLMPACK_CLUSTER_NODES '$nodes_file': no such file"
+python3 "$here/nodes.py" --print "$nodes_file" >/dev/null || exit 2
+for tool in openssl curl python3; do
+    command -v "$tool" >/dev/null || die "needs $tool on PATH"
+done
+if [[ -f "$state/pids" ]]; then
+    die "a control plane is already up in $state (make cluster-down first)"
+fi
+
+bin="$("$here/build.sh")"
+mkdir -p "$state"/{pki,logs,etcd}
+chmod 700 "$state"
+pki="$state/pki"
+: >"$state/pids"
+
+# --------------------------------------------------------------------------- ports: free ones, loopback only
+read -r etcd_port peer_port api_port kcm_port sched_port kwok_port < <(python3 - <<'EOF'
+import socket
+socks = [socket.socket() for _ in range(6)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))
+for s in socks:
+    s.close()
+EOF
+)
+server="https://127.0.0.1:$api_port"
+
+# --------------------------------------------------------------------------- certificates and keys
+cert() {  # cert NAME SUBJECT [SAN]: a key and a certificate signed by the cluster CA
+    local name=$1 subj=$2 san=${3:-}
+    openssl ecparam -name prime256v1 -genkey -noout -out "$pki/$name.key" 2>/dev/null
+    openssl req -new -key "$pki/$name.key" -subj "$subj" -out "$pki/$name.csr" 2>/dev/null
+    local ext="$pki/$name.ext"
+    if [[ -n $san ]]; then
+        printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=%s\n' "$san" >"$ext"
+    else
+        printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >"$ext"
+    fi
+    openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+        -days 30 -sha256 -extfile "$ext" -out "$pki/$name.crt" 2>/dev/null
+    rm -f "$pki/$name.csr" "$ext"
+}
+openssl ecparam -name prime256v1 -genkey -noout -out "$pki/ca.key" 2>/dev/null
+openssl req -x509 -new -key "$pki/ca.key" -subj "/CN=llmpack-cluster-ca" -days 30 -sha256 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+    -out "$pki/ca.crt" 2>/dev/null
+cert apiserver "/CN=kube-apiserver" \
+    "IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+cert admin "/O=system:masters/CN=llmpack-admin"
+cert controller-manager "/CN=system:kube-controller-manager"
+cert scheduler "/CN=system:kube-scheduler"
+cert kwok "/O=system:masters/CN=kwok-controller"
+openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
+openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+chmod 600 "$pki"/*.key
+
+kubeconfig() {  # kubeconfig NAME: a kubeconfig for the client certificate NAME
+    cat >"$state/$1.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: llmpack
+  cluster: {server: "$server", certificate-authority: "$pki/ca.crt"}
+users:
+- name: $1
+  user: {client-certificate: "$pki/$1.crt", client-key: "$pki/$1.key"}
+contexts:
+- name: llmpack
+  context: {cluster: llmpack, user: $1}
+current-context: llmpack
+EOF
+    chmod 600 "$state/$1.kubeconfig"
+}
+for who in admin controller-manager scheduler kwok; do kubeconfig "$who"; done
+cp "$state/admin.kubeconfig" "$state/kubeconfig"
+
+# --------------------------------------------------------------------------- kwok's stages, from the pinned module
+kwok_dir="$(cd "$here" && GOFLAGS=-mod=readonly "${GO:-$(command -v go || echo /usr/local/go/bin/go)}" list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+[[ -f "$kwok_dir/kustomize/stage/pod/general/pod-ready.yaml" ]] || die "kwok's module source not in Go's module cache (make cluster-build)"
+{
+    for f in "$kwok_dir"/kustomize/stage/node/fast/node-initialize.yaml \
+             "$kwok_dir"/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml; do
+        echo "---"
+        cat "$f"
+    done
+    # kwok's general pod stages (each waits 1 s plus up to 5 s of jitter: both settable here) and
+    # its chaos stage that fails the containers of a pod labelled
+    # pod-container-running-failed.stage.kwok.x-k8s.io=true (exit code by annotation)
+    for f in "$kwok_dir"/kustomize/stage/pod/general/pod-*.yaml \
+             "$kwok_dir"/kustomize/stage/pod/chaos/pod-container-running-failed.yaml; do
+        echo "---"
+        sed -E -e "s/^    durationMilliseconds: [0-9]+$/    durationMilliseconds: $delay_ms/" \
+            -e "s/^    jitterDurationMilliseconds: [0-9]+$/    jitterDurationMilliseconds: $jitter_ms/" "$f"
+    done
+} >"$state/kwok.yaml"
+
+# --------------------------------------------------------------------------- processes
+start() {  # start NAME ARGS...: in its own session, logging to logs/NAME.log
+    local name=$1; shift
+    setsid "$@" >"$state/logs/$name.log" 2>&1 </dev/null &
+    echo "$name $!" >>"$state/pids"
+}
+wait_for() {  # wait_for WHAT SECONDS CMD...: poll CMD until it succeeds
+    local what=$1 limit=$2; shift 2
+    local end=$((SECONDS + limit))
+    until "$@" >/dev/null 2>&1; do
+        if ((SECONDS >= end)); then
+            echo "cluster-up: $what not ready after ${limit} s; logs in $state/logs (tail below)" >&2
+            tail -n 15 "$state"/logs/*.log >&2 || true
+            "$here/down.sh" --keep-state >/dev/null 2>&1 || true
+            exit 1
+        fi
+        sleep 0.2
+    done
+}
+api() { curl -sf --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "$server$1"; }
+
+start etcd "$bin/etcd" --name llmpack --data-dir "$state/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+    --initial-cluster "llmpack=http://127.0.0.1:$peer_port" --listen-metrics-urls "" \
+    --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn
+wait_for etcd 20 curl -sf "http://127.0.0.1:$etcd_port/health"
+
+start kube-apiserver "$bin/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+    --client-ca-file "$pki/ca.crt" \
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range 10.96.0.0/16 \
+    --authorization-mode Node,RBAC \
+    --enable-admission-plugins NodeRestriction,PodSecurity,ResourceQuota,LimitRanger \
+    --allow-privileged=false --profiling=false --endpoint-reconciler-type none
+wait_for kube-apiserver 45 api /readyz
+
+start kube-controller-manager "$bin/kube-controller-manager" \
+    --kubeconfig "$state/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$state/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$state/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$kcm_port" --leader-elect=false \
+    --use-service-account-credentials --root-ca-file "$pki/ca.crt" \
+    --service-account-private-key-file "$pki/sa.key" \
+    --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+    --profiling=false
+start kube-scheduler "$bin/kube-scheduler" \
+    --kubeconfig "$state/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$state/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$state/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false --profiling=false
+start kwok "$bin/kwok" --kubeconfig "$state/kwok.kubeconfig" --config "$state/kwok.yaml" \
+    --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --node-ip 127.0.0.1 --server-address "127.0.0.1:$kwok_port" --node-lease-duration-seconds 40 \
+    --cidr 10.244.0.0/16
+
+python3 "$here/nodes.py" "$nodes_file" --server "$server" --ca "$pki/ca.crt" \
+    --cert "$pki/admin.crt" --key "$pki/admin.key"
+want=$(python3 "$here/nodes.py" --print "$nodes_file" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+nodes_ready() {
+    [[ $(api /api/v1/nodes | python3 -c 'import json,sys
+items = json.load(sys.stdin)["items"]
+print(sum(any(c["type"] == "Ready" and c["status"] == "True" for c in (n.get("status") or {}).get("conditions") or []) for n in items))') -ge $want ]]
+}
+# the controller-manager makes each namespace's default ServiceAccount: pods need it
+default_sa() { api /api/v1/namespaces/default/serviceaccounts/default; }
+wait_for "kwok's nodes" 30 nodes_ready
+wait_for "the controller-manager" 30 default_sa
+wait_for kube-scheduler 20 curl -sfk "https://127.0.0.1:$sched_port/healthz"
+
+t1=$(date +%s.%N)
+echo "cluster-up: $server up in $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s ($want nodes); state in $state" >&2
+echo "export KUBECONFIG=$state/kubeconfig"
