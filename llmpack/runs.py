@@ -45,7 +45,7 @@ from components.record.telemetry import TRAIN_STEP
 from components.servers.submission import check_id, new_id, telemetry_values
 from components.training import distributed
 from components.training.data import BUILTIN, load_rows
-from components.training.modeling import check_model_ref
+from components.training.modeling import check_hub_model, check_model_ref
 from llmpack.backends import local_runner
 from llmpack.gpu_catalogue import resources_for_gpus
 from llmpack.progress import watch
@@ -103,6 +103,7 @@ def validate(opts: RunOptions) -> None:
     if opts.run_group is not None:
         check_id(opts.run_group, "--run-group")
     check_model_ref(opts.model)
+    check_hub_model(opts.model)
     if opts.data != BUILTIN:
         skip = str(opts.params.get("skip_bad_rows", False)).lower() in ("true", "1", "yes")
         load_rows(opts.data, seed=opts.seed, skip_bad_rows=skip)  # validates every row; names file and line
