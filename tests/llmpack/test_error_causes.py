@@ -1,4 +1,6 @@
-"""A model the run cannot have is one line, at once: hub ids not cached, with the hub offline or unreachable.
+"""Errors that name their cause, at once: a hub model that cannot be had, a misspelt backend, a file store.
+
+A hub model the run cannot have is one line before anything starts.
 
 Before this check the tokenize step met an unreachable hub after about 50 s of silent retries
 and said only "cannot load its tokenizer (OSError)"; a bare legacy id (``gpt2``) was called "not
@@ -82,3 +84,11 @@ def test_a_backend_name_far_from_every_one_gets_no_guess() -> None:
     with pytest.raises(InputError) as info:
         backend("airflow")
     assert "did you mean" not in str(info.value)
+
+
+def test_a_file_store_uri_is_refused_without_recommending_one(tmp_path: Path) -> None:
+    """MLflow 3 refuses file stores; the error must not send the user to one."""
+    r = llmpack("report", "--run-group", "rg-x", "--tracking-uri", f"file://{tmp_path}/mlruns", cwd=tmp_path)
+    line = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2
+    assert "no longer opens a file store" in line and "sqlite:///PATH" in line and "file:///PATH" not in line, line
