@@ -12,6 +12,7 @@ More backends (a plugin, a test's toy one) are added without editing this file, 
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import types
@@ -74,7 +75,8 @@ _LOADED: dict[str, Backend] = {}
 def backend(name: str) -> Backend:
     """Backend ``name``, imported on first use."""
     if name not in BACKENDS:
-        hint = f"; did you mean {name.lower()!r}?" if name.lower() in BACKENDS else ""
+        close = difflib.get_close_matches(name.lower(), BACKENDS, n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InputError(f"--backend {name!r}: choose one of {', '.join(BACKENDS)}{hint}")
     if name not in _LOADED:
         _LOADED[name] = BACKENDS[name].load()

@@ -33,6 +33,16 @@ Where ``mlflow run`` is typed (decision)
     committed copies; ``llmpack compile --out DIR`` passes ``DIR/mlflow_projects``, absolute when
     ``DIR`` is). The MLproject comments show the commands with the same paths.
 
+A user's own steps travel in the project (decision)
+    MLflow runs every entry point with the project directory as its working directory, so a
+    step of the user's own module (``examples.custom_step:data_report``) could not be imported
+    there, while KFP and Argo, run from the user's checkout, found it. The compiler copies each
+    step module that is not part of the installed pack into the project at its package path
+    (``examples/custom_step.py``, with its packages' ``__init__.py``): ``python -m`` puts the
+    working directory first on ``sys.path``, so the same command finds it, locally and in the
+    image MLflow builds from the project. Only the module itself travels: one that imports
+    sibling modules of its own needs them installed.
+
 Pinning llmpack for ``--env-manager virtualenv|uv`` (decision)
     ``python_env.yaml`` does not name a bare ``llmpack``: that name is not ours on PyPI, and pip
     would install whatever is published under it. It pins ``llmpack @ file://${LLMPACK_SOURCE}``:
@@ -332,6 +342,37 @@ dependencies:
 """
 
 
+# The pack's own top-level packages: installed wherever llmpack is, so never copied into a project.
+PACK_PACKAGES = frozenset({"components", "kfp_pipelines", "argo_workflows", "mlflow_projects", "llmpack"})
+
+
+def user_modules(pipe: Pipeline) -> dict[str, str]:
+    """Project-relative path -> source of each step module outside the pack, with its packages' ``__init__.py``."""
+    import importlib.util
+
+    files: dict[str, str] = {}
+    for module in sorted({t.step.ref.partition(":")[0] for t in pipe.tasks.values()}):
+        if module.split(".")[0] in PACK_PACKAGES:
+            continue
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            raise PipelineValidationError(f"pipeline {pipe.name!r}: step module {module!r} is not a Python source "
+                                          "file the MLflow project can carry")
+        parts = module.split(".")
+        files["/".join(parts) + ".py"] = Path(spec.origin).read_text(encoding="utf-8")
+        package_dir = Path(spec.origin).parent
+        for depth in range(len(parts) - 1, 0, -1):  # examples/__init__.py, when examples is a regular package
+            init = package_dir / "__init__.py"
+            if init.is_file():
+                files["/".join(parts[:depth]) + "/__init__.py"] = init.read_text(encoding="utf-8")
+            package_dir = package_dir.parent
+    clash = sorted(set(files) & set(GENERATED))
+    if clash:
+        raise PipelineValidationError(f"pipeline {pipe.name!r}: step module file {clash[0]!r} would overwrite a file "
+                                      "the MLflow project needs; rename the module")
+    return files
+
+
 def render_local_project(pipe: Pipeline, *, typed_dir: str = TYPED_DIR) -> dict[str, str]:
     """File name -> text of the ``finetune/`` project."""
     _check_names(pipe)
@@ -340,6 +381,7 @@ def render_local_project(pipe: Pipeline, *, typed_dir: str = TYPED_DIR) -> dict[
         "python_env.yaml": HEADER + PYTHON_ENV,
         "pipeline.json": json.dumps(pipeline_spec(pipe, kubernetes=False), indent=2) + "\n",
         "main.py": MAIN_SHIM,
+        **user_modules(pipe),
     }
 
 
@@ -355,6 +397,7 @@ def render_k8s_project(pipe: Pipeline, *, image: str | None = None, typed_dir: s
         "kubernetes_config.json": json.dumps(kubernetes_config(img, typed_dir=typed_dir, repository_uri=repository_uri),
                                              indent=2) + "\n",
         JOB_TEMPLATE: render_job_template(pipe, namespace=namespace),
+        **user_modules(pipe),
     }
 
 
@@ -368,6 +411,7 @@ def _write(files: Mapping[str, str], project_dir: Path) -> Path:
         if name not in files and (project_dir / name).is_file():
             (project_dir / name).unlink()
     for name, text in files.items():
+        (project_dir / name).parent.mkdir(parents=True, exist_ok=True)  # a user's step module at its package path
         (project_dir / name).write_text(text, encoding="utf-8")
     return project_dir
 

@@ -105,9 +105,17 @@ def _fixed_thread_math() -> None:
     a fresh-clone CI run saw one of twelve identical runs end 6.8e-7 away from the others, and
     this is the one knob that can vary between otherwise identical runs. Set before torch is
     imported (the steps import it lazily); a user's own setting wins.
+
+    OMP_WAIT_POLICY=PASSIVE: an OpenMP thread that finished its share sleeps instead of spinning.
+    torch's default spins, which on a CPU shared with other work (a compare's other path, a busy
+    laptop) made one process with a thread per core train 9x slower than with one thread (20 steps
+    in 55 s against 6 s, load 8 on 2 cores), and so a 2-rank run (torchrun gives each rank one
+    thread) report 13x the tokens/s of one rank on the same work. It changes when threads wait,
+    never how a reduction is summed, so the weights stay byte-identical.
     """
     os.environ.setdefault("MKL_DYNAMIC", "FALSE")
     os.environ.setdefault("OMP_DYNAMIC", "FALSE")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def run(argv: Sequence[str]) -> int:

@@ -94,11 +94,14 @@ def telemetry_values(ctx: telemetry.RunContext) -> dict[str, Any]:
 
 def connect_tracking(uri: str) -> Any:
     """An MLflow client whose store answers; an unreachable tracking URI is bad input (exit 2)."""
+    if uri.strip().lower().startswith("file:"):  # MLflow 3 refuses file stores: never suggest one
+        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: MLflow 3 no longer opens a file store "
+                         "(mlruns); use sqlite:///PATH or an http(s):// tracking server")
     try:
         mc = tracking.client(uri)  # an unsupported scheme fails here, before any request
     except Exception as exc:  # noqa: BLE001 - MLflow's many store errors: one line for the user
         raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: MLflow cannot open it ({type(exc).__name__}); "
-                         "use http(s)://, sqlite:///PATH, file:///PATH or databricks") from None
+                         "use http(s)://, sqlite:///PATH or databricks") from None
     try:
         tracking.experiment_id(mc)
     except Exception as exc:  # noqa: BLE001 - one line for the user

@@ -176,7 +176,13 @@ def save_outputs(out: Path, net: Any, whole: dict[str, Any] | None, *, method: s
                  meta: dict[str, Any]) -> None:
     """The tuned weights (adapter or full), the in-memory hand-over to a fused evaluate, and the model's metadata."""
     weights_dir = out / ("adapter" if method == "lora" else "full")
-    net.save_pretrained(weights_dir, safe_serialization=True, **({"state_dict": whole} if whole is not None else {}))
+    extra: dict[str, Any] = {"state_dict": whole} if whole is not None else {}
+    if method == "lora":
+        # Our LoRA targets linear layers only and never resizes the vocabulary, so the embeddings
+        # are never saved; peft's "auto" would ask the hub for the base model's config.json to
+        # find that out (a network request for `tiny`, which is no hub id).
+        extra["save_embedding_layers"] = False
+    net.save_pretrained(weights_dir, safe_serialization=True, **extra)
     if fused_evaluate:
         keep_tuned(out, net)  # for evaluate, when it runs fused in this process
     (out / MODEL_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")

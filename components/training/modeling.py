@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
 from components.errors import InputError
-from components.training.data import HF_ID
 from components.training.tiny import TINY, build_tiny_model
 
 MODEL_META = "llmpack-model.json"
+# A hub model id: ``org/name``, or a bare legacy name such as ``gpt2`` (the hub still serves those).
+HF_MODEL_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+HUB_PROBE_TIMEOUT_S = 10.0
 # The dtype every checkpoint's weights are loaded in (the name of a torch dtype): fp32 master
 # weights for the optimizer, whatever the checkpoint was saved in. Not a pipeline parameter: a
 # bf16-weights option would change every path's parameters and records for a memory saving the
@@ -41,8 +45,36 @@ def check_model_ref(model: str) -> None:
         if not isinstance(cfg, dict) or "model_type" not in cfg:
             raise InputError(f"{config}: missing field 'model_type'")
         return
-    if model.startswith((".", "/", "~")) or not HF_ID.match(model):
+    if model.startswith((".", "/", "~")) or not HF_MODEL_ID.match(model):
         raise InputError(f"model {model}: no such directory (and not a Hugging Face id)")
+
+
+def check_hub_model(model: str) -> None:
+    """Fail fast, with one line, on a hub id that cannot be had: not cached, and the hub offline or unreachable.
+
+    Left to the steps, transformers retries an unreachable hub for about 50 s and then says only
+    that the tokenizer could not be loaded (the cause is in a log). A local directory, ``tiny``
+    and an id already in the local Hugging Face cache pass without a request.
+    """
+    if model == TINY or Path(model).expanduser().exists():
+        return
+    import huggingface_hub
+    import huggingface_hub.errors
+
+    if isinstance(huggingface_hub.try_to_load_from_cache(model, "config.json"), str):
+        return
+    fix = f"download it first (hf download {model}) or give a local model directory"
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise InputError(f"model {model}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set; {fix}")
+    try:
+        huggingface_hub.model_info(model, timeout=HUB_PROBE_TIMEOUT_S)
+    except huggingface_hub.errors.GatedRepoError:
+        raise InputError(f"model {model}: a gated model; accept its terms on the hub and set HF_TOKEN") from None
+    except huggingface_hub.errors.RepositoryNotFoundError:
+        raise InputError(f"model {model}: no such model on the Hugging Face hub (or it needs HF_TOKEN)") from None
+    except Exception as exc:  # noqa: BLE001 - a network failure of any kind is the same answer for the user
+        raise InputError(f"model {model}: not in the local Hugging Face cache and the hub is unreachable "
+                         f"({type(exc).__name__}); {fix}") from None
 
 
 def load_pretrained(source: str) -> Any:

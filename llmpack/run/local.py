@@ -44,7 +44,7 @@ from components.record import cost, gpu_metrics, telemetry, tracking, uniform
 from components.servers.submission import check_id, new_id, telemetry_values
 from components.training import distributed
 from components.training.data import BUILTIN, load_rows
-from components.training.modeling import check_model_ref
+from components.training.modeling import check_hub_model, check_model_ref
 from llmpack.backends import local_runner
 from llmpack.compile.gpus import apply_gpu_overrides
 from llmpack.run import orphans
@@ -104,6 +104,7 @@ def validate(opts: RunOptions) -> None:
         check_id(opts.run_group, "--run-group")
     tracking.tracking_uri(opts.tracking_uri)  # a malformed URI: one line now, not a library quoting it whole later
     check_model_ref(opts.model)
+    check_hub_model(opts.model)
     if opts.data != BUILTIN:
         skip = str(opts.params.get("skip_bad_rows", False)).lower() in ("true", "1", "yes")
         load_rows(opts.data, seed=opts.seed, skip_bad_rows=skip)  # validates every row; names file and line

@@ -203,3 +203,44 @@ def test_two_processes_on_every_local_path_end_where_one_does(tmp_path: Path) ->
     runs = client.search_runs([client.get_experiment_by_name("llmpack").experiment_id],
                               "tags.`llmpack.orchestrator` = 'mlflow'")
     assert any("event.finetune.first_step.rank1" in r.data.metrics for r in runs)
+
+
+def _busy_cores(n: int, seconds: float) -> list[subprocess.Popen[bytes]]:
+    """``n`` processes that spin for at most ``seconds``: the load of a shared machine, bounded."""
+    spin = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
+    return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(n)]
+
+
+@pytest.mark.slow  # two finetunes under two planted busy processes (~40 s)
+def test_tokens_per_s_of_one_and_two_ranks_agree_on_a_busy_machine(tokens: Path, env: dict[str, str],
+                                                                    tmp_path: Path) -> None:
+    """tokens/s is the global batch's tokens per second of training, counted once over the ranks.
+
+    Two ranks on 2 cores can at most double one rank's rate. The step's processes get the
+    library defaults a user's would (no OMP_NUM_THREADS from this suite), under a planted load of
+    two busy processes: with OpenMP's spinning wait, one rank with a thread per core ran 9x slower
+    there and two ranks reported 13x its tokens/s.
+    """
+    user_env = {k: v for k, v in env.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY")}
+    load = _busy_cores(2, 120)
+    try:
+        rates, counts = {}, {}
+        for n in (1, 2):
+            out = tmp_path / f"p{n}"
+            r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={out}", "--param=max_steps=12",
+                         "--param=batch_size=4", f"--param=nproc_per_node={n}", cwd=tmp_path, env=user_env)
+            assert r.returncode == 0, r.stdout + r.stderr
+            metrics = group_by_step(read_records(out.glob("*.jsonl")))["finetune"].metrics
+            rates[n], counts[n] = metrics["tokens_per_s"], metrics["train_tokens"]
+    finally:
+        for proc in load:
+            proc.kill()
+            proc.wait()
+    assert counts[1] == counts[2] == 12 * 4 * tokens_seq_len(tokens)  # every token once, whatever the ranks
+    assert rates[2] / rates[1] < 2 * 1.5, rates  # at most the 2x two ranks can give, with room for the noise
+
+
+def tokens_seq_len(tokens: Path) -> int:
+    import numpy as np
+
+    return int(np.load(tokens / "train_input_ids.npy").shape[1])

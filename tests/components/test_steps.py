@@ -189,3 +189,21 @@ def test_evaluate_gate_fails_the_step(tokens: Path, finetuned: Path, fresh_track
     mc = MlflowClient(fresh_tracking_uri)
     assert [str(v.version) for v in mc.search_model_versions("name='test-model'")] == ["1"]
     assert mc.list_artifacts(skipped["run_id"], "model")  # the weights are on the round's run
+
+
+def test_saving_a_tiny_adapter_asks_no_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """peft's "auto" embedding check asked the hub for tiny's config.json (tiny is no hub id) unless offline."""
+    import peft.utils.save_and_load as peft_saving
+
+    from components.steps.finetune import build_model, save_outputs
+
+    asked: list[str] = []
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(peft_saving, "check_file_exists_on_hf_hub", lambda repo, name, **_: asked.append(repo))
+    net, _ = build_model("tiny", "lora", lora_r=4, lora_alpha=8)
+    save_outputs(tmp_path, net, None, method="lora", fused_evaluate=False, meta={"base_model": "tiny"})
+    assert asked == []
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    from safetensors.torch import load_file
+
+    assert not [k for k in load_file(tmp_path / "adapter" / "adapter_model.safetensors") if "embed" in k]

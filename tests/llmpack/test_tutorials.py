@@ -61,10 +61,25 @@ def run_tutorial(name: str, workdir: Path, cluster: dict) -> subprocess.Complete
         HF_HUB_OFFLINE="1",
         KFP_ENDPOINT=cluster["kfp"].url, KFP_TOKEN=KFP_TOKEN,
         ARGO_SERVER=cluster["argo"].url, ARGO_TOKEN=ARGO_TOKEN, ARGO_NAMESPACE="llmpack", ARGO_SECURE="false",
-        KUBECONFIG=str(write_kubeconfig(workdir / "kubeconfig", cluster["kube"].url)),
+        KUBECONFIG=str(write_kubeconfig(workdir.parent / f"{workdir.name}.kubeconfig", cluster["kube"].url)),  # not a tutorial output
     )
     script = "set -euo pipefail\n" + "\n".join(bash_blocks(TUTORIALS / name))
     return subprocess.run(["bash", "-c", script], cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+
+
+def left_untracked(workdir: Path) -> list[str]:
+    """What a tutorial left at the top of a checkout that ``git status`` would show, under the repository's .gitignore.
+
+    The tutorial ran from ``workdir`` as from the repository root; with the repository's own
+    .gitignore there, every file or folder it wrote must be ignored (or there already, as the
+    linked folders are).
+    """
+    (workdir / ".gitignore").write_bytes((REPO / ".gitignore").read_bytes())
+    subprocess.run(["git", "init", "-q"], cwd=workdir, check=True)
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=normal"], cwd=workdir, check=True,
+                            capture_output=True, text=True).stdout
+    shown = [line[3:].rstrip("/") for line in status.splitlines()]
+    return sorted(name for name in shown if name not in (*LINKED, ".gitignore"))
 
 
 def closed_record(db: Path, orchestrator: str, source: str):
@@ -104,6 +119,7 @@ def test_every_tutorial_has_commands_and_is_listed():
 def test_kfp_tutorial(tmp_path: Path, cluster: dict):
     proc = run_tutorial("kfp.md", tmp_path, cluster)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert not (left := left_untracked(tmp_path)), left  # `git status` stays clean after the tutorial
     rec, _ = closed_record(tmp_path / "mlflow.db", "kfp", "first_pod")
     assert rec.info.run_id in proc.stdout  # show_record.py printed the record the run left
     created = cluster["kfp"].recorded("POST", "/runs")
@@ -114,6 +130,7 @@ def test_kfp_tutorial(tmp_path: Path, cluster: dict):
 def test_argo_tutorial(tmp_path: Path, cluster: dict):
     proc = run_tutorial("argo.md", tmp_path, cluster)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert not (left := left_untracked(tmp_path)), left  # `git status` stays clean after the tutorial
     rec, _ = closed_record(tmp_path / "mlflow.db", "argo", "orchestrator")
     assert rec.data.tags["llmpack.pipeline_run"].startswith("llm-finetune-local-")
     assert "created workflow llmpack/llm-finetune-" in proc.stdout
@@ -125,6 +142,7 @@ def test_argo_tutorial(tmp_path: Path, cluster: dict):
 def test_mlflow_tutorial(tmp_path: Path, cluster: dict):
     proc = run_tutorial("mlflow.md", tmp_path, cluster)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert not (left := left_untracked(tmp_path)), left  # `git status` stays clean after the tutorial
     rec, runs = closed_record(tmp_path / "mlflow.db", "mlflow", "orchestrator")
     printed = re.findall(r"=== Run \(ID '([0-9a-f]+)'\) succeeded ===", proc.stderr)
     # The run `mlflow run` printed lives in `Default`; the record, in `llmpack`, and the two link to each other.
