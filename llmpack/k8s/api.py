@@ -43,7 +43,19 @@ def build_api_client(
         kubeconfig=str(kubeconfig) if kubeconfig else None, context=context,
         ca_cert=str(ca_cert) if ca_cert else None, insecure_skip_tls_verify=not verify_ssl,
         otherwise=f"; or give a host and token: {settings.K8S_HOST.name}, {settings.K8S_TOKEN.name}")
+    cfg.retries = _retries()
     return client.ApiClient(cfg)
+
+
+def _retries() -> Any:
+    """Connection failures are retried (urllib3's three); a read that timed out is not.
+
+    urllib3 retries a GET whose answer timed out three times by default, so a server that
+    answers slowly held every call four times its timeout (a 4 s watch ran past a minute).
+    """
+    import urllib3
+
+    return urllib3.util.Retry(total=3, connect=3, read=0, redirect=3, status=0, other=0)
 
 
 def _scrub(message: str, tokens: Iterable[str]) -> str:
@@ -106,9 +118,21 @@ def _network_reason(exc: BaseException) -> str:
 
 
 def read_json(resp: Any) -> Any:
-    """The JSON body of an unpreloaded (``_preload_content=False``) response; the connection goes back to the pool."""
+    """The JSON body of an unpreloaded (``_preload_content=False``) response; the connection goes back to the pool.
+
+    An answer that is not JSON (a proxy's HTML page, a server that is not Kubernetes) is one line
+    with a short, redacted excerpt, not a decoder traceback.
+    """
+    from components.redaction import redact_text
+
+    data = b""
     try:
-        return json.loads(resp.data)
+        data = resp.data
+        return json.loads(data)
+    except ValueError:
+        text = bytes(data or b"")[:60].decode("utf-8", errors="replace")
+        raise InputError(f"the Kubernetes API answered with something that is not JSON (it starts {redact_text(text)!r}); "
+                         "is the host a Kubernetes API server?") from None
     finally:
         resp.release_conn()
 

@@ -207,7 +207,7 @@ class PodWatcher:
         Returns the final rows; ``stopped_by`` says why ("condition", "deadline" or "stop").
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        self._prepare()
+        self._prepare(deadline)
         return self._loop(until or all_terminated(), deadline, poll_s, eval_every_s)
 
     def start(self, *, until: Callable[[Rows], bool] | None = None, timeout_s: float | None = None) -> PodWatcher:
@@ -218,7 +218,7 @@ class PodWatcher:
         :meth:`stop` or ``timeout_s`` end it), since pods come and go between steps.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        self._prepare()
+        self._prepare(deadline)
 
         def target() -> None:
             try:
@@ -242,9 +242,13 @@ class PodWatcher:
             raise RuntimeError(f"the pod watcher did not stop within {timeout_s} s")
         return self._result
 
-    def _prepare(self) -> None:
-        self._check_namespace()
-        rvs = [self._initial_list(i, sel) for i, sel in enumerate(self.selectors)]
+    def _prepare(self, deadline: float | None) -> None:
+        self._prepare_by = deadline  # the first reads answer within the run's own deadline, however slow the server
+        try:
+            self._check_namespace()
+            rvs = [self._initial_list(i, sel) for i, sel in enumerate(self.selectors)]
+        finally:
+            self._prepare_by = None
         for i, sel in enumerate(self.selectors):
             threading.Thread(target=self._watch_loop, args=(i, sel, rvs[i]), name=f"pod-watch-{i}", daemon=True).start()
         try:  # the pod watches already run: the node reads and the event listing beside them
@@ -346,7 +350,12 @@ class PodWatcher:
         return client.CoreV1Api(self.api_client)
 
     def _timeout(self, read_s: float | None = None) -> tuple[float, float]:
-        return (self.request_timeout_s, read_s if read_s is not None else self.request_timeout_s)
+        connect_s, read_s = self.request_timeout_s, read_s if read_s is not None else self.request_timeout_s
+        by = getattr(self, "_prepare_by", None)
+        if by is not None:  # a slow server must not hold the first reads past the run's deadline
+            left = max(0.5, by - time.monotonic())
+            connect_s, read_s = min(connect_s, left), min(read_s, left)
+        return (connect_s, read_s)
 
     def _check_namespace(self) -> None:
         from kubernetes.client.exceptions import ApiException
