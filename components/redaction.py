@@ -44,6 +44,9 @@ _SCHEME_TOKEN = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
 # ``password=x``, ``"token": "x"``: a secret-looking key and its value (a bare ``token: missing`` is prose, not a pair).
 _PAIR = re.compile(r"(?i)\b([A-Za-z0-9_.-]*(?:token|password|passwd|secret|api_?key|access_?key|account_?key|signature))"
                    r"(\s*=\s*['\"]?|['\"]\s*:\s*['\"])(?!\*\*\*)([^\s'\"&;,)}]+)")
+# A value that stands for a secret in a command we print for the user to fill in (doctor's fix lines:
+# ``--docker-password=TOKEN``, ``"token":"<token>"``, ``$HF_TOKEN``): kept, since it holds none.
+_PLACEHOLDER = re.compile(r"<[A-Za-z_ -]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|TOKEN|PASSWORD|SECRET|KEY|YOUR_[A-Z_]+")
 # Environment variables whose value is a credential: HF_TOKEN, MLFLOW_TRACKING_PASSWORD, AWS_SECRET_ACCESS_KEY...
 _SECRET_ENV = re.compile(r"(?i)(token|password|passwd|secret|secret_key|api_?key|access_?key|account_?key|credentials?"
                          r"|private_?key|connection_string)$")
@@ -131,7 +134,8 @@ def redact_text(text: object, secrets: Iterable[str] | None = None) -> str:
         out = _URI_IN_TEXT.sub(_redact_match, out)
         out = _HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{(m.group(3) + ' ') if m.group(3) else ''}{MASK}", out)
         out = _SCHEME_TOKEN.sub(lambda m: f"{m.group(1)} {MASK}", out)
-        return _PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", out)
+        return _PAIR.sub(lambda m: m.group(0) if _PLACEHOLDER.fullmatch(m.group(3)) else f"{m.group(1)}{m.group(2)}{MASK}",
+                         out)
     except Exception:  # noqa: BLE001 - a redactor that raised would put the secret in its traceback
         return "<a message that could not be redacted>"
 

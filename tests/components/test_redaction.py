@@ -117,3 +117,20 @@ def test_print_traceback_under_debug_is_redacted(capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert "Traceback" in err and "RuntimeError" in err and CANARY not in err
     assert re.search(r"https://\*\*\*@host:50OO", err)
+
+
+@pytest.mark.parametrize("placeholder", ["--docker-password=TOKEN", '"token":"<token>"', "password=$HF_TOKEN",
+                                         "token=${KFP_TOKEN}", "--password=YOUR_PASSWORD"])
+def test_a_placeholder_in_a_printed_command_is_kept(placeholder: str) -> None:
+    """doctor's fix lines name where the user's secret goes; a placeholder is no secret to blank."""
+    from components.redaction import redact_text
+
+    assert redact_text(f"fix: kubectl create secret x {placeholder}", secrets=()) == f"fix: kubectl create secret x {placeholder}"
+
+
+@pytest.mark.parametrize("real", ["--docker-password=Tr0ub4dor", '"token":"ghp_abc123def"', "password=hunter2",
+                                  "token=TOKENS1"])
+def test_a_real_value_beside_a_secret_key_is_still_blanked(real: str) -> None:
+    from components.redaction import redact_text
+
+    assert "***" in redact_text(real, secrets=())
