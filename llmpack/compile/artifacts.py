@@ -259,9 +259,12 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
 
 
 def checkpoint_note(pod: PodOptions) -> str | None:
-    """The one line ``llmpack compile`` prints on stderr when finetune's checkpoints die with its pod."""
-    if pod.checkpoints.claim is not None:
-        return None
+    """The one line ``llmpack compile`` prints on stderr: the checkpoint policy compiled, or that finetune's
+    checkpoints die with its pod."""
+    ckpt = pod.checkpoints
+    if ckpt.claim is not None:
+        return (f"llmpack: note: finetune checkpoints to --checkpoint-pvc {ckpt.claim.claim} every {ckpt.minutes:g} min "
+                "(--checkpoint-minutes), every checkpoint_every steps and on SIGTERM; a retry resumes from the newest")
     return ("llmpack: note: no --checkpoint-pvc: finetune's checkpoints stay in its pod, so an orchestrator retry "
             "restarts training from step 0 (docs/preemption.md)")
 

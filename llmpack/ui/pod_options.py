@@ -225,6 +225,10 @@ class CheckpointOptions:
             parse_claim(checkpoint_pvc, "--checkpoint-pvc", CHECKPOINT_MOUNT, CHECKPOINT_VOLUME), read_only=False)
         if grace_period is None and (claim is not None or checkpoint_save_s is not None):
             grace_period = grace_for(checkpoint_save_s or DEFAULT_SAVE_S)
+        if claim is not None and checkpoint_minutes is None:  # crash-safe by default: a kill gives no SIGTERM
+            from components.podspec import checkpoint_minutes_for
+
+            checkpoint_minutes = checkpoint_minutes_for(checkpoint_save_s or DEFAULT_SAVE_S)
         return cls(claim=claim, grace_s=grace_period, minutes=checkpoint_minutes)
 
     def extras(self, task: Task) -> PodExtras:
