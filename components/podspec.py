@@ -189,6 +189,12 @@ CHECKPOINT_PARAM = "checkpoint_dir"  # the steps that checkpoint take it
 # optimizer and RNG state to a network volume, with margin; the finetune step logs the measured
 # figure as the metric ``checkpoint_save_s``: pass it back with --checkpoint-save-s).
 DEFAULT_SAVE_S = 60.0
+# With a checkpoint volume, finetune also checkpoints by time unless --checkpoint-minutes says otherwise:
+# an OOM kill, a lost node or an NCCL crash gives no SIGTERM, so without it a retry restarts from the
+# last step-count checkpoint, or from step 0. Every DEFAULT_CHECKPOINT_MINUTES, or less often when a
+# write is slow: a write takes at most 1/SAVE_SHARE of the time between two.
+DEFAULT_CHECKPOINT_MINUTES = 10.0
+SAVE_SHARE = 10
 # What a SIGTERM must wait for besides the write: the optimizer step in flight ends first (the step
 # checkpoints between steps), then the process exits.
 GRACE_HEADROOM_S = 30
@@ -207,6 +213,14 @@ def grace_for(save_s: float) -> int:
     import math
 
     return math.ceil(2 * save_s) + GRACE_HEADROOM_S
+
+
+def checkpoint_minutes_for(save_s: float) -> float:
+    """Minutes between periodic checkpoints for a write of ``save_s`` seconds: :data:`DEFAULT_CHECKPOINT_MINUTES`,
+    longer when a write would take more than 1/:data:`SAVE_SHARE` of it (whole minutes)."""
+    import math
+
+    return max(DEFAULT_CHECKPOINT_MINUTES, float(math.ceil(SAVE_SHARE * save_s / 60.0)))
 
 
 def grace_fields(extras: PodExtras) -> dict[str, object]:

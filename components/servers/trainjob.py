@@ -66,6 +66,11 @@ PATCH_MANAGER = "llmpack.io/trainjob"
 TRAINER_JOB = "node"
 VOLUME_NAME = "llmpack-shared"  # the PVC the gang's nodes and the launcher pod share (components.process.gang)
 RUN_AS = 1000  # the step image's user and group (Dockerfile: LLMPACK_UID)
+# The Trainer releases a TrainJob is compiled for (llmpack compile --trainer-version), oldest first, and
+# each one's release tag (its CRDs and runtimes: doctor's install line). docs/first-run-on-a-cluster.md's
+# versions table is the one list of what is supported; these follow it.
+TRAINER_RELEASES = {"2.2": "v2.2.0", "2.3": "v2.3.0"}
+DEFAULT_TRAINER = "2.3"
 POD_SECURITY = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
                 "seccompProfile": {"type": "RuntimeDefault"}}
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}

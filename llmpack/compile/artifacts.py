@@ -51,6 +51,30 @@ def check_cache_pvc(name: str) -> None:
                          "(lower-case letters, digits, '-' and '.')")
 
 
+def check_cache_mount(pod: PodOptions | None, cache_pvc: str | None) -> None:
+    """A ``--model-pvc``/``--data-pvc``/``--checkpoint-pvc`` mount at the Hugging Face cache's path, with
+    ``--cache-pvc`` mounting that cache: two volumes at one path, which the API server refuses at pod creation."""
+    from components.dsl import HF_CACHE_MOUNT
+
+    if pod is None or cache_pvc is None:
+        return
+    for flag, claim in (("--model-pvc", pod.model_pvc), ("--data-pvc", pod.data_pvc),
+                        ("--checkpoint-pvc", pod.checkpoints.claim)):
+        if claim is not None and claim.path == HF_CACHE_MOUNT:
+            raise InputError(f"{flag} {claim.claim}:{claim.path} with --cache-pvc {cache_pvc}: both mount at "
+                             f"{HF_CACHE_MOUNT} (the Hugging Face cache); give {flag} another path (NAME:/PATH)")
+
+
+def check_trainer_version(pod: PodOptions | None, nodes: int | None) -> None:
+    """``--trainer-version 2.2`` with a TrainJob whose node pods need a grace period: Trainer v2.2's
+    ``runtimePatches`` pod spec has no ``terminationGracePeriodSeconds`` (its CRD refuses the field)."""
+    if pod is None or pod.trainer_version != "2.2" or (nodes or 1) < 2 or pod.checkpoints.grace_s is None:
+        return
+    raise InputError("--trainer-version 2.2: its TrainJob has no terminationGracePeriodSeconds, which "
+                     "--checkpoint-pvc/--grace-period/--checkpoint-save-s set on the node pods; install Trainer 2.3 "
+                     "(--trainer-version 2.3) or drop those flags")
+
+
 def with_cache_pvc(pipe: Pipeline, name: str) -> Pipeline:
     """A copy of the pipeline whose steps that load from the Hugging Face cache mount PVC ``name`` as it."""
     check_cache_pvc(name)
@@ -168,6 +192,8 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         check_image(pod.image)  # before the compilers' slow imports: bad input fails at once
     if cache_pvc is not None:
         check_cache_pvc(cache_pvc)
+        check_cache_mount(pod, cache_pvc)
+    check_trainer_version(pod, nodes)
     if gpu_type is not None:
         from llmpack.gpu_catalogue import resolve_gpu_type
 
@@ -233,9 +259,12 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
 
 
 def checkpoint_note(pod: PodOptions) -> str | None:
-    """The one line ``llmpack compile`` prints on stderr when finetune's checkpoints die with its pod."""
-    if pod.checkpoints.claim is not None:
-        return None
+    """The one line ``llmpack compile`` prints on stderr: the checkpoint policy compiled, or that finetune's
+    checkpoints die with its pod."""
+    ckpt = pod.checkpoints
+    if ckpt.claim is not None:
+        return (f"llmpack: note: finetune checkpoints to --checkpoint-pvc {ckpt.claim.claim} every {ckpt.minutes:g} min "
+                "(--checkpoint-minutes), every checkpoint_every steps and on SIGTERM; a retry resumes from the newest")
     return ("llmpack: note: no --checkpoint-pvc: finetune's checkpoints stay in its pod, so an orchestrator retry "
             "restarts training from step 0 (docs/preemption.md)")
 

@@ -33,12 +33,16 @@ def path_verbs(path: str) -> tuple[tuple[str, str, str], ...]:
 
 NODE_VERBS = (("list", "nodes", ""),)  # node provisioning and GPU product, cluster-wide
 GPU_RESOURCE = "nvidia.com/gpu"
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"  # what `kubectl cordon` (spec.unschedulable) shows as
 ARGO_REPOSITORIES = "artifact-repositories"  # Argo's per-namespace default artifact repository ConfigMap
 ARGO_DEFAULT_ANNOTATION = "workflows.argoproj.io/default-artifact-repository"
 ARGO_CONTROLLER_CONFIG = "workflow-controller-configmap"
 TRAINER_GROUP, TRAINER_VERSION, RUNTIMES = "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes"
 KUEUE_GROUP, KUEUE_VERSIONS = "kueue.x-k8s.io", ("v1beta2", "v1beta1")
 EXAMPLE_URI = "http://mlflow.mlflow.svc.cluster.local:5000"
+# The fix line's ClusterQueue: a valid name (lower case), so the line pasted as printed is accepted and
+# the queue it names stays Pending with "ClusterQueue your-cluster-queue doesn't exist" until replaced.
+CLUSTER_QUEUE_PLACEHOLDER = "your-cluster-queue"
 
 
 @dataclass(frozen=True)
@@ -218,17 +222,23 @@ def _gpus(node: Mapping[str, Any]) -> int:
         return 0
 
 
+def placed_nodes(cluster: ClusterReader, placement: GpuPlacement) -> list[dict[str, Any]]:
+    """The nodes the GPU pods' node selector and GPU-type affinity select (any one term of the affinity: ORed)."""
+    selector = ",".join(f"{k}={v}" for k, v in sorted(placement.node_selector.items()))
+    found: dict[str, dict[str, Any]] = {}
+    for term in placement.terms or ("",):
+        for node in cluster.nodes(",".join(filter(None, (selector, term)))):
+            found.setdefault(node["metadata"]["name"], node)
+    return list(found.values())
+
+
 def gpu_nodes(cluster: ClusterReader, placement: GpuPlacement, nodes_needed: int) -> list[Check]:
     """Nodes with the GPU pods' labels; their taints tolerated; ``placement.gpus`` allocatable on ``nodes_needed``."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(placement.node_selector.items()))
     shown = (f"GPU type {placement.gpu_type}" if placement.terms
              else selector or "(no node selector)")
     try:
-        found: dict[str, dict[str, Any]] = {}
-        for term in placement.terms or ("",):  # any one term of the affinity fits (ORed)
-            for node in cluster.nodes(",".join(filter(None, (selector, term)))):
-                found.setdefault(node["metadata"]["name"], node)
-        nodes = list(found.values())
+        nodes = placed_nodes(cluster, placement)
     except Unanswered as exc:
         return [_unread(exc, "Node list")]
     if not nodes and placement.terms:
@@ -251,9 +261,11 @@ def gpu_nodes(cluster: ClusterReader, placement: GpuPlacement, nodes_needed: int
         taint = _blocking_taints(node, placement.tolerations)[0]
         spelled = f"{taint.get('key')}{'=' + taint['value'] if taint.get('value') else ''}:{taint.get('effect')}"
         allowed = ", ".join(f"{t.key}:{t.effect}" for t in placement.tolerations) or "none"
+        name = node["metadata"]["name"]
+        fix = (f"kubectl uncordon {_q(name)}  # cordoned: the API server's own taint goes with it"
+               if taint.get("key") == UNSCHEDULABLE_TAINT else f"kubectl taint node {name} {taint.get('key')}:{taint.get('effect')}-")
         checks.append(Check(False, f"every GPU node has a taint the GPU pods do not tolerate (e.g. {spelled} on "
-                            f"{node['metadata']['name']}; tolerated: {allowed})",
-                            f"kubectl taint node {node['metadata']['name']} {taint.get('key')}:{taint.get('effect')}-"))
+                            f"{name}; tolerated: {allowed})", fix))
         return checks
     checks.append(Check(True, f"{len(usable)} of them with taints the GPU pods tolerate"))
     enough = [n for n in usable if _gpus(n) >= placement.gpus]
@@ -271,13 +283,21 @@ def gpu_nodes(cluster: ClusterReader, placement: GpuPlacement, nodes_needed: int
 # --------------------------------------------------------------------------- gang: runtime, launcher RBAC, shared PVC, queue
 
 
+def trainer_install(version: str | None = None) -> str:
+    """The command that installs Trainer ``version`` (default: the one TrainJobs are compiled for) with its runtimes."""
+    from components.servers.trainjob import DEFAULT_TRAINER, TRAINER_RELEASES
+
+    tag = TRAINER_RELEASES[version or DEFAULT_TRAINER]
+    return ("kubectl apply --server-side -k 'https://github.com/kubeflow/trainer.git/manifests/overlays/runtimes"
+            f"?ref={tag}'  # Kubeflow Trainer {tag} with its runtimes (llmpack compile --trainer-version)")
+
+
 def training_runtime(cluster: ClusterReader) -> Check:
     """The ClusterTrainingRuntime the TrainJob names (Trainer >= 2.2 for ``runtimePatches``)."""
     from components.servers.trainjob import TrainJobSpec
 
     name = TrainJobSpec.__dataclass_fields__["runtime"].default
-    install = ("kubectl apply --server-side -k 'https://github.com/kubeflow/trainer.git/manifests/overlays/runtimes"
-               "?ref=v2.2.0'  # Kubeflow Trainer >= 2.2 with its runtimes")
+    install = trainer_install()
     try:
         found = cluster.cluster_object(TRAINER_GROUP, TRAINER_VERSION, RUNTIMES, name)
     except Missing:
@@ -324,6 +344,11 @@ def launcher_rbac(cluster: ClusterReader, namespace: str) -> Check:
     return Check(True, f"launcher RBAC in {namespace}: {name} may {', '.join(RBAC_VERBS)} {plural}.{group}")
 
 
+# Why a claim is not Bound, by its phase (a Lost claim will not bind at first use).
+PVC_PHASES = {"Pending": "no volume yet; a WaitForFirstConsumer class binds at first use, else none matches it",
+              "Lost": "its PersistentVolume is gone: the data on it cannot be reached and it will not bind again"}
+
+
 def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: bool) -> Check:
     """The PVC ``name`` exists and is Bound; ReadWriteMany when ``shared`` (the gang's nodes and launcher mount it)."""
     mode = "ReadWriteMany" if shared else "ReadWriteOnce"
@@ -342,8 +367,10 @@ def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: boo
                      f"kubectl -n {_q(namespace)} delete pvc {name} && {example}  # with a ReadWriteMany storage class")
     phase = (pvc.get("status") or {}).get("phase") or "Pending"
     if phase != "Bound":
-        return Check(False, f"PersistentVolumeClaim {name} in {namespace} is {phase}, not Bound (no volume yet; a "
-                     "WaitForFirstConsumer class binds at first use)", f"kubectl -n {_q(namespace)} describe pvc {name}")
+        return Check(False, f"PersistentVolumeClaim {name} in {namespace} is {phase}, not Bound "
+                     f"({PVC_PHASES.get(phase, 'a phase Kubernetes does not define')})",
+                     f"kubectl -n {_q(namespace)} describe pvc {name}"
+                     + ("  # then delete and recreate it, restoring its data" if phase == "Lost" else ""))
     return Check(True, f"PersistentVolumeClaim {name} in {namespace} is Bound"
                  + (", ReadWriteMany" if shared else ""))
 
@@ -351,7 +378,7 @@ def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: boo
 def local_queue(cluster: ClusterReader, namespace: str, name: str) -> Check:
     """The Kueue LocalQueue the TrainJob is labelled with (Kueue >= 0.17 manages TrainJobs)."""
     example = (f"kubectl -n {_q(namespace)} apply -f - <<< '{{apiVersion: {KUEUE_GROUP}/v1beta1, kind: LocalQueue, "
-               f"metadata: {{name: {name}}}, spec: {{clusterQueue: YOUR_CLUSTER_QUEUE}}}}'")
+               f"metadata: {{name: {name}}}, spec: {{clusterQueue: {CLUSTER_QUEUE_PLACEHOLDER}}}}}'")
     try:
         found = cluster.namespaced_object(KUEUE_GROUP, KUEUE_VERSIONS, namespace, "localqueues", name)
     except Missing:

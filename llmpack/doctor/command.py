@@ -7,8 +7,13 @@ the kubeconfig or the environment and every message from a server is scrubbed of
 What is checked, in order (the checks themselves: :mod:`llmpack.doctor.checks`):
 
 * the Kubernetes API answers (the one client builder, :mod:`components.servers.kube`);
+* the namespace checked is the one the artifacts were compiled for (``--namespace`` defaults to it);
 * GPU nodes: the labels the GPU pods select, taints their tolerations cover, allocatable
-  ``nvidia.com/gpu`` per pod on as many nodes as the run needs; ``list nodes`` for the pod watcher;
+  ``nvidia.com/gpu`` per pod on as many nodes as the run needs, and each compiled GPU pod's CPU,
+  memory and ephemeral storage within a schedulable node's allocatable (the gang: on ``numNodes``
+  of them; :mod:`llmpack.doctor.capacity`); ``list nodes`` for the pod watcher;
+* per namespace, the kinds the artifacts create outside Kubernetes' own groups served (the
+  TrainJob, the Workflow), and its ResourceQuotas and LimitRanges admitting the GPU pods;
 * per namespace (argo and mlflow: ``--namespace``; kfp: ``--kfp-namespace``): it exists, the MLflow
   Secret and its ``tracking-uri``, a SelfSubjectAccessReview per call each path makes there, its
   Pod Security level against the compiled pods, Argo's artifact repository, the PVCs the compiled
@@ -126,20 +131,32 @@ def namespaces_of(opts: DoctorOptions) -> dict[str, list[str]]:
 
 
 def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], claims: dict[str, set[str]],
-               refs: dict[str, tuple[set[tuple[str, str, str]], set[str]]] | None = None) -> list[Any]:
+               refs: dict[str, tuple[set[tuple[str, str, str]], set[str]]] | None = None,
+               needs: Any = None) -> list[Any]:
     """Every check, in order (``specs``, ``claims``, ``refs``: each path's compiled pod specs, PVC names, and the
-    Secrets its pods read and pull with); only the first when the API does not answer."""
+    Secrets its pods read and pull with; ``needs``: their GPU pods, created kinds and namespace,
+    :class:`llmpack.doctor.capacity.Needs`); only the first when the API does not answer."""
     from components.record.tracking import TRACKING_SECRET
+    from llmpack.doctor import capacity
     from llmpack.doctor import checks as dc
     from llmpack.doctor.reader import Unanswered
+
+    needs = needs or capacity.Needs()
 
     try:
         version = cluster.version()
     except Unanswered as exc:
         return [dc.Check(False, f"Kubernetes API: {exc}", "kubectl cluster-info  # the same --kubeconfig / --context")]
     checks = [dc.Check(True, f"Kubernetes API at {cluster.host} answers ({version})")]
+    if needs.namespace is not None:
+        checks.append(capacity.namespace_match(needs.source, needs.namespace, opts.namespace))
     gang = opts.nodes > 1
-    checks += dc.gpu_nodes(cluster, dc.gpu_placement(opts.gpus, opts.gpu_type), opts.nodes)
+    placement = dc.gpu_placement(opts.gpus, opts.gpu_type)
+    nodes = dc.gpu_nodes(cluster, placement, opts.nodes)
+    checks += nodes
+    if all(c.ok for c in nodes):  # else its line has said why no node takes a GPU pod
+        gpu_pods = list({p.where: p for path in opts.paths for p in needs.pods.get(path, [])}.values())
+        checks += capacity.node_fit(cluster, placement, gpu_pods)
     checks.append(dc.access(cluster, "pod watcher", "", dc.NODE_VERBS))
     if gang:
         checks.append(dc.training_runtime(cluster))
@@ -149,6 +166,8 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         if found is None:
             continue  # everything below would fail for the same reason
         checks.append(dc.tracking_secret(cluster, namespace))
+        checks += capacity.served(cluster, namespace, {k: f for p in paths for k, f in needs.kinds.get(p, {}).items()})
+        checks += capacity.admission(cluster, namespace, paths, needs)
         for path in paths:
             checks.append(dc.access(cluster, path, namespace, dc.path_verbs(path)))
             checks.append(dc.pod_security(path, namespace, found, specs[path]))
@@ -263,8 +282,9 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
 @command("doctor", short_help="Check a cluster has what a run needs; print the fixes.")
 @click.option("--path", "paths", multiple=True, metavar="|".join(PATHS),
               help="Paths to check (repeatable, or a comma list; default: every cluster backend).")
-@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
-              help="Namespace of the runs (a path with its own --NAME-namespace aside).")
+@click.option("--namespace", default=None,
+              help="Namespace of the runs (a path with its own --NAME-namespace aside; default: the one the "
+                   f"--compiled artifacts were compiled for, else {DEFAULT_NAMESPACE}).")
 @pod_namespace_options
 @click.option("--kubeconfig", default=None, help="Kubeconfig (default: KUBECONFIG, in-cluster, ~/.kube/config).")
 @click.option("--context", default=None, help="Kubeconfig context.")
@@ -292,7 +312,7 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
 @click.option("--image-pull-secret", "image_pull_secrets", multiple=True, metavar="NAME",
               help="Image pull Secret (repeatable): exists, a registry credential.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead.")
-def doctor(paths: tuple[str, ...], namespace: str, kubeconfig: str | None, context: str | None,
+def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None, context: str | None,
            ca_cert: str | None, insecure_skip_tls_verify: bool, gpus: int | None, gpu_type: str | None, nodes: int,
            queue: str | None,
            cache_pvc: str | None, compiled: Path | None,
@@ -312,27 +332,31 @@ def doctor(paths: tuple[str, ...], namespace: str, kubeconfig: str | None, conte
       llmpack doctor --model-pvc models --image-pull-secret reg
       llmpack doctor --nodes 2 --gpus 4 --checkpoint-pvc llmpack-ckpt
     """
+    from llmpack.doctor.capacity import compiled_namespace, needs_of
     from llmpack.doctor.pods import claimed_pvcs, committed_root, pod_specs, referenced_secrets
     from llmpack.doctor.reader import reader
 
     root = committed_root() / ("examples/multinode" if nodes > 1 else "")  # the committed 2x4 gang, or the 1-node set
     from llmpack.gpu_catalogue import resolve_gpu_type
 
+    if compiled is not None and not compiled.is_dir():
+        raise InputError(f"--compiled {compiled}: no such directory")
+    namespace = namespace or compiled_namespace(compiled or root) or DEFAULT_NAMESPACE
     opts = DoctorOptions(paths=parse_paths(paths), namespace=namespace, gpus=gpus,
                          gpu_type=None if gpu_type is None else resolve_gpu_type(gpu_type), nodes=nodes, queue=queue, cache_pvc=cache_pvc, compiled=compiled or root,
                          hosts=server_hosts(per_path), pod_namespaces=pod_namespaces(per_path), argo_controller_namespace=argo_controller_namespace,
                          checkpoint_pvc=checkpoint_claim(checkpoint_pvc),
                          **submit_references(model_pvc, data_pvc, hf_token_secret, image_pull_secrets))
     check_options(opts)
-    if compiled is not None and not compiled.is_dir():
-        raise InputError(f"--compiled {compiled}: no such directory")
     specs = {path: pod_specs(opts.compiled, path, gang=nodes > 1) for path in opts.paths}  # bad files: exit 2 first
     claims = {path: claimed_pvcs(opts.compiled, path, gang=nodes > 1) for path in opts.paths}
     refs = {path: referenced_secrets(opts.compiled, path, gang=nodes > 1) for path in opts.paths}
+    needs = needs_of(opts.compiled, opts.paths, gang=nodes > 1,
+                     source=None if compiled is None else f"the artifacts in {compiled}")
     tls = tls_connection(ca_cert, insecure_skip_tls_verify)
     cluster = reader(host=settings.K8S_HOST.get(), token=settings.K8S_TOKEN.get(), kubeconfig=kubeconfig,
                      context=context, **tls)
-    checks = run_checks(opts, cluster, specs, claims, refs)
+    checks = run_checks(opts, cluster, specs, claims, refs, needs)
     if len(checks) > 1:  # the API answered
         checks += endpoint_checks(opts, tls)
     from components.redaction import redact_text  # a server's message may quote a URL or a token

@@ -101,6 +101,16 @@ class ClusterReader:
                 continue
         raise Missing(f"{plural}.{group} is not served (at {', '.join(versions)})")
 
+    def listed(self, group: str, version: str, namespace: str, plural: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """The objects of ``plural`` in ``namespace`` (``group`` "" for the core API); :class:`Missing` when the
+        resource is not served."""
+        base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        query = [("limit", limit)] if limit else []
+        found = self._call(self.api.call_api, f"{base}/namespaces/{namespace}/{plural}", "GET", query_params=query,
+                           header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                           _return_http_data_only=True)
+        return list((found or {}).get("items") or [])
+
     def may(self, verb: str, resource: str, group: str = "", namespace: str = "") -> bool:
         """A ``SelfSubjectAccessReview``: whether this client's identity may ``verb`` ``resource``."""
         from kubernetes.client import V1ResourceAttributes, V1SelfSubjectAccessReview, V1SelfSubjectAccessReviewSpec

@@ -199,6 +199,11 @@ def pod_options(*, namespace: bool = False) -> Callable[[Callable[..., Any]], Ca
         options.append(click.option("--namespace", "compile_namespace", default=None, metavar="NAME",
                                     help="Namespace of the MLflow Job, the TrainJob and the prepull DaemonSet "
                                          "(default llmpack; the TrainJob example: default)."))
+        options.append(click.option("--trainer-version", "trainer_version", default=None,
+                                    type=click.Choice(["2.2", "2.3"]), metavar="2.2|2.3",
+                                    help="Kubeflow Trainer release the TrainJob (--nodes N) is compiled for "
+                                         "(default 2.3). 2.2's TrainJob lacks the node pods' grace period: it "
+                                         "refuses --checkpoint-pvc, --grace-period and --checkpoint-save-s."))
 
     def apply(func: Callable[..., Any]) -> Callable[..., Any]:
         for option in reversed(options):

@@ -94,8 +94,16 @@ SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/li
                "/root", "/run", "/sbin", "/sys", "/tmp", "/usr", "/var/run", "/var/lib", "/var/run/secrets")
 
 
+# The pack's own mounts a claim would collide with (Kubernetes refuses two volumes at one path):
+# named, so the one line says whose path it is.
+PACK_MOUNTS = {"/dev/shm": "the GPU pods' shared memory (--gpus above 1, and the MLflow Job)",
+               "/tmp": "the pods' writable scratch directory (the MLflow Job's, under a read-only root)"}
+
+
 def mount_problem(mount: str) -> str | None:
     """Why a claim cannot be mounted at ``mount`` (an absolute, normalised path), or None."""
+    if mount in PACK_MOUNTS:
+        return f"{mount} is {PACK_MOUNTS[mount]}"
     for system in sorted(SYSTEM_DIRS, key=len, reverse=True):  # the most specific one named
         if mount == system or mount.startswith(system + "/"):
             return f"{mount} is in the system directory {system}"
@@ -217,6 +225,10 @@ class CheckpointOptions:
             parse_claim(checkpoint_pvc, "--checkpoint-pvc", CHECKPOINT_MOUNT, CHECKPOINT_VOLUME), read_only=False)
         if grace_period is None and (claim is not None or checkpoint_save_s is not None):
             grace_period = grace_for(checkpoint_save_s or DEFAULT_SAVE_S)
+        if claim is not None and checkpoint_minutes is None:  # crash-safe by default: a kill gives no SIGTERM
+            from components.podspec import checkpoint_minutes_for
+
+            checkpoint_minutes = checkpoint_minutes_for(checkpoint_save_s or DEFAULT_SAVE_S)
         return cls(claim=claim, grace_s=grace_period, minutes=checkpoint_minutes)
 
     def extras(self, task: Task) -> PodExtras:
@@ -254,13 +266,14 @@ class PodOptions:
     repository_uri: str | None = None
     checkpoints: CheckpointOptions = CheckpointOptions()
     labels: tuple[tuple[str, str], ...] = ()  # --label KEY=VALUE
+    trainer_version: str | None = None  # --trainer-version: the Trainer release the TrainJob is for (None: the default)
 
     @classmethod
     def from_flags(cls, *, image: str | None = None, model_pvc: str | None = None, data_pvc: str | None = None,
                    hf_token_secret: str | None = None, image_pull_policy: str | None = None,
                    image_pull_secrets: tuple[str, ...] = (), namespace: str | None = None,
                    repository_uri: str | None = None, checkpoints: CheckpointOptions | None = None,
-                   labels: tuple[str, ...] = ()) -> PodOptions:
+                   labels: tuple[str, ...] = (), trainer_version: str | None = None) -> PodOptions:
         """Every flag checked now (one line naming it), before any slow import."""
         if image is not None:
             check_digest(image)
@@ -291,7 +304,7 @@ class PodOptions:
             pull_policy=image_pull_policy or (default_pull_policy(image) if image else None),
             pull_secrets=tuple(dict.fromkeys(check_name(n, "--image-pull-secret", "Secret") for n in image_pull_secrets)),
             namespace=namespace, repository_uri=repository_uri, checkpoints=checkpoints,
-            labels=parse_labels(labels),
+            labels=parse_labels(labels), trainer_version=trainer_version,
         )
 
     @property
@@ -343,4 +356,4 @@ def pod_options_of(kw: dict[str, Any]) -> PodOptions:
         hf_token_secret=kw.pop("hf_token_secret", None), image_pull_policy=kw.pop("image_pull_policy", None),
         image_pull_secrets=tuple(kw.pop("image_pull_secrets", None) or ()), namespace=kw.pop("compile_namespace", None),
         repository_uri=kw.pop("repository_uri", None), checkpoints=checkpoint_options_of(kw),
-        labels=tuple(kw.pop("labels", None) or ()))
+        labels=tuple(kw.pop("labels", None) or ()), trainer_version=kw.pop("trainer_version", None))

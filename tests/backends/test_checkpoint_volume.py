@@ -38,7 +38,9 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("ckpt")
     one = CliRunner().invoke(main, ["compile", "--out", str(root / "one"), *ONE])
     assert one.exit_code == 0, one.output
-    assert one.stderr == ""  # no note: the checkpoints outlive the pod
+    assert one.stderr.splitlines() == [  # the policy compiled, in one line
+        "llmpack: note: finetune checkpoints to --checkpoint-pvc ckpt every 10 min (--checkpoint-minutes), every "
+        "checkpoint_every steps and on SIGTERM; a retry resumes from the newest"]
     pod = PodOptions.from_flags(checkpoints=CheckpointOptions.from_flags(checkpoint_pvc="shared:/ckpt", grace_period=200))
     compile_all(root / "gang", pod=pod, nodes=2, gpus=4, cache_pvc="shared")
     return {"one": root / "one", "gang": root / "gang"}

@@ -7,8 +7,10 @@ a ServiceAccount with no rights and a real token, a CRD not served, ...) and ``l
 runs as a user types it, with the kubeconfig ``make cluster-up`` writes (or the
 ServiceAccount's). Each fault must give its own ✗ line and exit code 1.
 
-Faults the doctor does not see today are listed in :data:`MISSED` and asserted missed ("all ...
-checks hold", exit 0), so a doctor that learns to see one flips its case.
+The doctor checks what was compiled (``--compiled``): the fixture compiles the MLflow path for this
+namespace, and a 2-node gang beside it. Where a fault is one the doctor could once not see (nodes too
+small, a quota, a LimitRange), the real component's own refusal of a pod of the compiled size is
+asserted beside the ✗ line (:data:`REAL`), so the fault is shown real, not imagined.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
+from tests.realcluster import crds
 from tests.realcluster.apiserver import make_namespace, wait_until
 from tests.realcluster.conftest import RealCluster
 
@@ -32,14 +35,35 @@ NS = "llmpack-doctor"
 GPU_NODES = ("h100-0", "h100-1")
 
 
+COMPILED: dict[str, Path] = {}  # "single", "gang" -> what llmpack compile --out wrote (the module fixture)
+GANG_FLAGS = ("--nodes", "2", "--gpus", "8", "--cache-pvc", "llmpack-artifacts")
+
+
 def doctor(kubeconfig: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    """``llmpack doctor --path mlflow`` in a process of its own, on ``kubeconfig``."""
-    return subprocess.run([sys.executable, "-m", "llmpack", "doctor", "--path", "mlflow", "--namespace", NS,
-                           "--kubeconfig", str(kubeconfig), *flags], cwd=REPO, capture_output=True, text=True, timeout=180)
+    """``llmpack doctor --path mlflow`` in a process of its own, on ``kubeconfig``, on the compiled artifacts
+    (``{single}``/``{gang}`` in ``flags``: those folders; without ``--compiled``: the single-node one)."""
+    flags = tuple(f.format(**{k: str(v) for k, v in COMPILED.items()}) for f in flags)
+    compiled = () if "--compiled" in flags else ("--compiled", str(COMPILED["single"]))
+    namespace = () if "--namespace" in flags else ("--namespace", NS)
+    return subprocess.run([sys.executable, "-m", "llmpack", "doctor", "--path", "mlflow", *namespace,
+                           "--kubeconfig", str(kubeconfig), *compiled, *flags], cwd=REPO, capture_output=True,
+                          text=True, timeout=180)
 
 
 @pytest.fixture(scope="module")
-def good(real_cluster: RealCluster) -> RealCluster:
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``llmpack compile --namespace llmpack-doctor``, and the same as a 2 x 8 GPU gang."""
+    for name, flags in (("single", ()), ("gang", GANG_FLAGS)):
+        out = tmp_path_factory.mktemp(f"compiled-{name}")
+        done = subprocess.run([sys.executable, "-m", "llmpack", "compile", "--namespace", NS, "--out", str(out), *flags],
+                              cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        COMPILED[name] = out
+    return COMPILED
+
+
+@pytest.fixture(scope="module")
+def good(real_cluster: RealCluster, compiled: dict[str, Path]) -> RealCluster:
     """Namespace, tracking Secret, and the artifacts PVC Bound to a PV by the real PV controller."""
     from kubernetes import client
 
@@ -59,13 +83,17 @@ def good(real_cluster: RealCluster) -> RealCluster:
 
 
 def test_all_checks_hold_on_a_good_setup(good: RealCluster) -> None:
-    """Every line ✓, exit 0, the server's real version read."""
+    """Every line ✓, exit 0, the server's real version read, each capacity and admission check made."""
     done = doctor(good.kubeconfig)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert not [line for line in lines if line.startswith("✗")], done.stdout
     assert any("answers (v1.36.1)" in line for line in lines), done.stdout
     assert "PersistentVolumeClaim llmpack-artifacts in llmpack-doctor is Bound" in done.stdout
+    for line in (f"✓ the artifacts in {COMPILED['single']} are compiled for namespace {NS}",
+                 "✓ mlflow pod (1 nvidia.com/gpu, 8 cpu, 64Gi memory) fits 2 GPU node(s) (need 1)",
+                 f"✓ ResourceQuota in {NS}: none", f"✓ LimitRange in {NS}: none"):
+        assert line in lines, (line, done.stdout)
     assert lines[-1].startswith("all ") and lines[-1].endswith(" checks hold"), lines[-1]
 
 
@@ -82,6 +110,7 @@ class Fault:
     flags: tuple[str, ...] = ()
     kubeconfig: Callable[[RealCluster, Path], Path] | None = None
     alone: bool = True  # the only ✗ line (a fault that takes more away fails more checks)
+    fix: str = ""  # words the fix line under it must hold
 
 
 def _core(cluster: RealCluster) -> Any:
@@ -165,18 +194,51 @@ def _allocatable(cluster: RealCluster, cpu: str, memory: str) -> None:
         _core(cluster).patch_node_status(node, {"status": {"allocatable": {"cpu": cpu, "memory": memory}}})
 
 
-def _quota(cluster: RealCluster, on: bool) -> None:
+def _quota(cluster: RealCluster, on: bool, name: str = "no-gpus", hard: dict[str, str] | None = None) -> None:
     if on:
-        _core(cluster).create_namespaced_resource_quota(NS, {"metadata": {"name": "no-gpus"},
-                                                             "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}})
+        _core(cluster).create_namespaced_resource_quota(NS, {"metadata": {"name": name},
+                                                             "spec": {"hard": hard or {"requests.nvidia.com/gpu": "0"}}})
     else:
-        _core(cluster).delete_namespaced_resource_quota("no-gpus", NS)
+        _core(cluster).delete_namespaced_resource_quota(name, NS)
+
+
+def _limit_range(cluster: RealCluster, on: bool) -> None:
+    if on:
+        _core(cluster).create_namespaced_limit_range(NS, {"metadata": {"name": "small-containers"}, "spec": {
+            "limits": [{"type": "Container", "max": {"memory": "16Gi"}}]}})
+    else:
+        _core(cluster).delete_namespaced_limit_range("small-containers", NS)
+
+
+def _uninstall_trainer(cluster: RealCluster) -> None:
+    """Trainer's CRDs deleted again, until the API server no longer serves TrainJobs."""
+    from kubernetes import client
+
+    ext = client.ApiextensionsV1Api(cluster.api)
+    names = [c.metadata.name for c in ext.list_custom_resource_definition().items if c.spec.group == "trainer.kubeflow.org"]
+    for name in names:
+        ext.delete_custom_resource_definition(name)
+    wait_until(lambda: not [c for c in ext.list_custom_resource_definition().items
+                            if c.spec.group == "trainer.kubeflow.org"], timeout_s=60, what="Trainer CRDs deleted")
+
+
+def _lose(cluster: RealCluster) -> None:
+    """The artifacts PVC made Lost by the real PV controller: bound once (bind-completed) to a volume that is gone."""
+    core = _core(cluster)
+    core.delete_namespaced_persistent_volume_claim("llmpack-artifacts", NS)
+    wait_until(lambda: not core.list_namespaced_persistent_volume_claim(NS).items, timeout_s=30, what="PVC deleted")
+    core.create_namespaced_persistent_volume_claim(NS, {
+        "metadata": {"name": "llmpack-artifacts", "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": "a-volume-that-is-gone",
+                 "resources": {"requests": {"storage": "50Gi"}}}})
+    wait_until(lambda: core.read_namespaced_persistent_volume_claim("llmpack-artifacts", NS).status.phase == "Lost",
+               timeout_s=60, what="PVC llmpack-artifacts Lost by the PV controller")
 
 
 FAULTS = {
     "GPU nodes cordoned": Fault(
         expect="✗ every GPU node has a taint the GPU pods do not tolerate (e.g. node.kubernetes.io/unschedulable:NoSchedule",
-        make=lambda c: _cordon(c, True), undo=lambda c: _cordon(c, False)),
+        make=lambda c: _cordon(c, True), undo=lambda c: _cordon(c, False), fix="kubectl uncordon h100-"),
     "GPU nodes tainted": Fault(
         expect="✗ every GPU node has a taint the GPU pods do not tolerate (e.g. example.com/maintenance=true:NoExecute",
         make=lambda c: _taint(c, True), undo=lambda c: _taint(c, False)),
@@ -186,26 +248,60 @@ FAULTS = {
                                    make=_nothing, flags=("--gpus", "16")),
     "tracking Secret missing": Fault(expect="✗ Secret llmpack-mlflow missing in llmpack-doctor",
                                      make=_delete_secret, undo=_restore_secret),
-    "namespace missing": Fault(expect="✗ namespace llmpack-absent", make=_nothing, flags=("--namespace", "llmpack-absent")),
+    # the committed artifacts, compiled for namespace llmpack, which this cluster lacks
+    "namespace missing": Fault(expect="✗ namespace llmpack does not exist", make=_nothing,
+                               flags=("--namespace", "llmpack", "--compiled", str(REPO)), fix="kubectl create namespace llmpack"),
     "PVC Pending (no volume fits)": Fault(
         expect="✗ PersistentVolumeClaim llmpack-artifacts in llmpack-doctor is Pending, not Bound", make=_unbind, undo=_rebind),
-    "Trainer API not served": Fault(expect="✗ Kubeflow Trainer is not installed", make=_nothing,
-                                    flags=("--nodes", "2", "--gpus", "8", "--cache-pvc", "llmpack-artifacts"), alone=False),
+    "TrainJob API not served": Fault(
+        expect="✗ TrainJob (trainer.kubeflow.org/v1alpha1) is not served by this API server; "
+               "trainjob/finetune-trainjob.yaml creates one", make=_nothing, flags=(*GANG_FLAGS, "--compiled", "{gang}"),
+        alone=False, fix="runtimes?ref=v2.3.0"),
     "RBAC: a real ServiceAccount with no Role": Fault(expect="✗ RBAC (pod watcher): you may not list nodes in the cluster",
                                                       make=_nothing, kubeconfig=_nobody_kubeconfig, alone=False),
 }
 
 FAULTS.update({
     "GPU nodes too small for the pod's CPU and memory": Fault(
-        expect="", make=lambda c: _allocatable(c, "4", "16Gi"), undo=lambda c: _allocatable(c, "192", "2048Gi")),
-    "ResourceQuota admits no GPU": Fault(expect="", make=lambda c: _quota(c, True), undo=lambda c: _quota(c, False)),
+        expect="✗ mlflow pod (1 nvidia.com/gpu, 8 cpu, 64Gi memory) fits 0 GPU node(s), needs 1: h100-0 lacks 8 cpu "
+               "(has 4 cpu); 64Gi memory (has 16Gi memory)",
+        make=lambda c: _allocatable(c, "4", "16Gi"), undo=lambda c: _allocatable(c, "192", "2048Gi")),
+    "GPU nodes too small for the pod's memory": Fault(
+        expect="✗ mlflow pod (1 nvidia.com/gpu, 8 cpu, 64Gi memory) fits 0 GPU node(s), needs 1: h100-0 lacks 64Gi "
+               "memory (has 32Gi memory)",
+        make=lambda c: _allocatable(c, "192", "32Gi"), undo=lambda c: _allocatable(c, "192", "2048Gi")),
+    "ResourceQuota admits no GPU": Fault(
+        expect=f"✗ ResourceQuota no-gpus in {NS} leaves 0 requests.nvidia.com/gpu; the run's GPU pods need 1",
+        make=lambda c: _quota(c, True), undo=lambda c: _quota(c, False)),
+    "ResourceQuota too small for the pod's CPU": Fault(
+        expect=f"✗ ResourceQuota few-cpus in {NS} leaves 4 requests.cpu; the run's GPU pods need 8",
+        make=lambda c: _quota(c, True, "few-cpus", {"requests.cpu": "4"}),
+        undo=lambda c: _quota(c, False, "few-cpus")),
+    "LimitRange caps the pod's memory": Fault(
+        expect=f"✗ LimitRange small-containers in {NS} caps a Container's memory at 16Gi memory; mlflow pod asks 64Gi memory",
+        make=lambda c: _limit_range(c, True), undo=lambda c: _limit_range(c, False)),
+    "Trainer installed, no ClusterTrainingRuntime": Fault(
+        expect="✗ ClusterTrainingRuntime torch-distributed missing (the TrainJob's runtimeRef)",
+        make=lambda c: crds.install(c.api, "trainer-v2.3"), undo=_uninstall_trainer,
+        flags=(*GANG_FLAGS, "--compiled", "{gang}"), alone=False, fix="runtimes?ref=v2.3.0"),
+    "Argo Workflow API not served": Fault(
+        expect="✗ Workflow (argoproj.io/v1alpha1) is not served by this API server; argo_workflows/finetune.yaml creates one",
+        make=_nothing, flags=("--path", "argo"), alone=False),
+    "artifacts compiled for another namespace": Fault(
+        expect=f"✗ the artifacts in {REPO} are compiled for namespace llmpack, not {NS}",
+        make=_nothing, flags=("--compiled", str(REPO)), fix="llmpack doctor --namespace llmpack"),
+    "PVC Lost (its volume gone)": Fault(
+        expect=f"✗ PersistentVolumeClaim llmpack-artifacts in {NS} is Lost, not Bound (its PersistentVolume is gone",
+        make=_lose, undo=_rebind),
 })
 
-# fault -> what the real cluster does that the doctor does not see today (asserted: the doctor
-# says "all ... checks hold" with exit 0, and the real component refuses the run's pod)
-MISSED: dict[str, str] = {
+# fault -> the real component's words refusing a pod of the compiled MLflow Job's size (asserted beside the ✗ line)
+REAL: dict[str, str] = {
     "GPU nodes too small for the pod's CPU and memory": "Insufficient cpu",  # the real scheduler's reason
+    "GPU nodes too small for the pod's memory": "Insufficient memory",
     "ResourceQuota admits no GPU": "exceeded quota: no-gpus",                 # ResourceQuota admission's
+    "ResourceQuota too small for the pod's CPU": "exceeded quota: few-cpus",
+    "LimitRange caps the pod's memory": "must be less than or equal to memory limit of 16Gi",  # LimitRanger's default
 }
 
 
@@ -238,24 +334,31 @@ def _mlflow_sized_pod(cluster: RealCluster) -> dict[str, Any]:
         core.delete_namespaced_pod("mlflow-sized", NS, grace_period_seconds=0)
 
 
+def test_enough_real_faults() -> None:
+    """Each fault below is made for real and gives its own ✗ line."""
+    assert len(FAULTS) >= 15, len(FAULTS)
+
+
 @pytest.mark.parametrize("name", list(FAULTS), ids=[n.replace(" ", "-") for n in FAULTS])
 def test_each_real_fault_gives_its_own_cross_and_exit_1(good: RealCluster, tmp_path: Path, name: str) -> None:
-    """The fault made for real, the doctor run as a user runs it: exit 1 and a ✗ line starting with the expected words."""
+    """The fault made for real, the doctor run as a user runs it: exit 1 and a ✗ line starting with the expected words
+    (and its fix line holding the expected words); where :data:`REAL` names it, the real component refuses the pod."""
     fault = FAULTS[name]
     fault.make(good)
     try:
         kubeconfig = fault.kubeconfig(good, tmp_path) if fault.kubeconfig else good.kubeconfig
         done = doctor(kubeconfig, *fault.flags)
-        real = _mlflow_sized_pod(good) if name in MISSED else {}
+        real = _mlflow_sized_pod(good) if name in REAL else {}
     finally:
         fault.undo(good)
-    if name in MISSED:
-        assert MISSED[name] in str(real), (name, real)  # the fault is real: the cluster would not run the pod
-        assert done.returncode == 0 and "checks hold" in done.stdout, (f"{name}: the doctor sees it now? then "
-                                                                        f"remove it from MISSED", done.stdout)
-        return
+    if name in REAL:
+        assert REAL[name] in str(real), (name, real)  # the fault is real: the cluster would not run the pod
     assert done.returncode == 1, f"{name}: exit {done.returncode}\n{done.stdout}{done.stderr}"
-    crosses = [line for line in done.stdout.splitlines() if line.startswith("✗")]
+    lines = done.stdout.splitlines()
+    crosses = [line for line in lines if line.startswith("✗")]
     assert crosses, done.stdout
-    assert any(line.startswith(fault.expect) for line in crosses), (name, crosses)
+    mine = [line for line in crosses if line.startswith(fault.expect)]
+    assert mine, (name, crosses)
     assert len(crosses) == 1 or not fault.alone, (name, crosses)
+    if fault.fix:
+        assert fault.fix in lines[lines.index(mine[0]) + 1], (name, lines[lines.index(mine[0]) + 1])

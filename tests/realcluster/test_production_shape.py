@@ -53,17 +53,13 @@ PRODUCTION_FLAGS = ("--nodes", "2", "--gpus", "8", "--gpu-type", "h100", "--imag
                     "--hf-token-secret", "hf-token", "--namespace", NAMESPACE, "--label", "team=ml-platform",
                     "--queue", "team-a", "--prepull")
 
+# The production shape for Trainer 2.2: --trainer-version 2.2 and no checkpoint volume (whose grace
+# period v2.2's TrainJob cannot carry; compile refuses the two together).
+TRAINER_22_FLAGS = (*[f for i, f in enumerate(PRODUCTION_FLAGS)
+                      if "--checkpoint-pvc" not in PRODUCTION_FLAGS[max(i - 1, 0):i + 1]], "--trainer-version", "2.2")
+
 # case -> the server's words when it refuses it today (asserted, so a fix shows up as a failing case).
-REFUSED: dict[str, str] = {
-    # Trainer v2.2's TrainJob has no terminationGracePeriodSeconds in runtimePatches' pod spec (v2.3 has)
-    "TrainJob @ trainer-v2.2": 'strict decoding error: unknown field "spec.runtimePatches[0].trainingRuntimeSpec.template'
-                               '.spec.replicatedJobs[0].template.spec.template.spec.terminationGracePeriodSeconds"',
-    # the GPU pod's shared memory and --model-pvc's mount, both at /dev/shm
-    "dev-shm mlflow Job": 'spec.template.spec.containers[0].volumeMounts[3].mountPath: Invalid value: "/dev/shm": must be unique',
-    # doctor's fix line, pasted as printed: its placeholder is not a valid name (the pattern follows)
-    "kueue LocalQueue, doctor's placeholder": 'spec.clusterQueue: Invalid value: "YOUR_CLUSTER_QUEUE": spec.clusterQueue '
-                                              "in body should match",
-}
+REFUSED: dict[str, str] = {}
 
 
 def compile_shape(out: Path, *flags: str) -> subprocess.CompletedProcess[str]:
@@ -127,6 +123,10 @@ def shape(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
                                     "spec": trainjob_pod(trainjob)}
     objects["argo Workflow"] = yaml.safe_load((out / "argo_workflows" / "finetune.yaml").read_text())
     objects.update(template_pods(out))
+    v22 = tmp_path_factory.mktemp("production-shape-trainer-2.2")
+    done = compile_shape(v22, *TRAINER_22_FLAGS)
+    assert done.returncode == 0, done.stderr
+    (objects["TrainJob for trainer 2.2"],) = _docs(v22 / "trainjob" / "finetune-trainjob.yaml")
     return objects
 
 
@@ -222,40 +222,69 @@ def test_argo_workflow_strictly_valid_against_argos_own_crd(real_cluster: RealCl
 @pytest.mark.parametrize("case", [_case("TrainJob @ trainer-v2.2"), _case("TrainJob @ trainer-v2.3")])
 def test_trainjob_strictly_valid_against_trainers_own_crd(real_cluster: RealCluster, restricted: str,
                                                           shape: dict[str, dict[str, Any]], case: str) -> None:
-    """The TrainJob against the TrainJob CRD of Trainer v2.2.0 and of v2.3.0 (the docs support 2.2 or later)."""
-    crds.install(real_cluster.api, case.split(" @ ")[1])
-    expect(case, _strict(real_cluster, shape["TrainJob"], restricted))
+    """Each supported Trainer release's TrainJob CRD against the TrainJob compiled for it: v2.3.0 and the default
+    (the production shape, checkpoint volume included); v2.2.0 and ``--trainer-version 2.2`` (no checkpoint volume)."""
+    version = case.split(" @ ")[1]
+    crds.install(real_cluster.api, version)
+    expect(case, _strict(real_cluster, shape["TrainJob for trainer 2.2" if version == "trainer-v2.2" else "TrainJob"],
+                         restricted))
 
 
-def test_compiled_mount_on_dev_shm_is_refused_somewhere_before_a_pod(real_cluster: RealCluster, restricted: str,
-                                                                     tmp_path: Path) -> None:
-    """``--gpus 8 --model-pvc m:/dev/shm``: refused by compile in one line, or else its Job by the real API server.
+def test_trainer_22_with_a_checkpoint_volume_is_refused_at_compile(tmp_path: Path) -> None:
+    """``--trainer-version 2.2 --checkpoint-pvc``: one line at compile, exit 2, nothing written (v2.2's CRD would
+    refuse the node pods' ``terminationGracePeriodSeconds``)."""
+    done = compile_shape(tmp_path / "out", *PRODUCTION_FLAGS, "--trainer-version", "2.2")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and "--trainer-version 2.2" in done.stderr
+    assert "terminationGracePeriodSeconds" in done.stderr and "--checkpoint-pvc" in done.stderr
+    assert not (tmp_path / "out").exists()
 
-    Today compile accepts it and both the MLflow Job and the Argo Workflow carry two mounts at
-    ``/dev/shm`` (the GPU pod's shared memory and the model): the server's refusal is recorded in
-    :data:`REFUSED` (case ``dev-shm mlflow Job``).
+
+@pytest.mark.parametrize(("flags", "named"), [
+    pytest.param(("--gpus", "8", "--model-pvc", "m:/dev/shm"), ("--model-pvc", "--gpus"), id="dev-shm"),
+    pytest.param(("--model-pvc", "m:/var/cache/llmpack/huggingface", "--cache-pvc", "shared"),
+                 ("--model-pvc", "--cache-pvc"), id="hf-cache"),
+    pytest.param(("--model-pvc", "m:/tmp"), ("--model-pvc", "/tmp"), id="tmp"),
+])
+def test_mount_collisions_are_refused_at_compile(tmp_path: Path, flags: tuple[str, ...], named: tuple[str, ...]) -> None:
+    """A claim at one of the pack's own mount paths: refused by compile in one line naming both, exit 2.
+
+    Compiled, each gave a pod with two volumes at one path; the real API server refused the MLflow
+    Job of ``--gpus 8 --model-pvc m:/dev/shm`` with ``volumeMounts[3].mountPath: Invalid value:
+    "/dev/shm": must be unique``.
     """
-    done = compile_shape(tmp_path, "--gpus", "8", "--model-pvc", "m:/dev/shm", "--namespace", NAMESPACE)
-    if done.returncode == 2:  # refused at compile: one line naming the flag
-        assert len(done.stderr.strip().splitlines()) == 1 and "--model-pvc" in done.stderr, done.stderr
-        return
+    done = compile_shape(tmp_path / "out", *flags, "--namespace", NAMESPACE)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert all(word in done.stderr for word in named), done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_server_refuses_what_compile_now_refuses(real_cluster: RealCluster, restricted: str, tmp_path: Path) -> None:
+    """Why compile refuses ``--model-pvc m:/dev/shm``: the MLflow Job with the model at the GPU pod's ``/dev/shm``,
+    made by hand from a good compile, is refused by the real API server (two mounts at one path)."""
+    done = compile_shape(tmp_path, "--gpus", "8", "--model-pvc", "m", "--namespace", NAMESPACE)
     assert done.returncode == 0, done.stderr
-    expect("dev-shm mlflow Job", _strict(real_cluster, mlflow_job(tmp_path), restricted))
+    job = mlflow_job(tmp_path)
+    for mount in job["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]:
+        if mount["name"] == "llmpack-model":
+            mount["mountPath"] = "/dev/shm"
+    answer = _strict(real_cluster, job, restricted)
+    assert answer.status == 422 and '"/dev/shm": must be unique' in answer.message, answer.message
 
 
 def test_jobset_and_kueue_crds_install_and_the_queue_doctor_proposes_is_valid(real_cluster: RealCluster,
                                                                               restricted: str) -> None:
-    """JobSet's and Kueue's own CRDs are served; the LocalQueue ``llmpack doctor``'s fix line creates passes strictly.
+    """JobSet's and Kueue's own CRDs are served; the LocalQueue ``llmpack doctor``'s fix line creates, pasted as
+    printed (its placeholder ClusterQueue included), passes strictly; a misspelt field does not."""
+    from llmpack.doctor.checks import CLUSTER_QUEUE_PLACEHOLDER
 
-    With a real ClusterQueue name in place of the fix line's placeholder; pasted as printed, the
-    placeholder itself is refused (recorded in :data:`REFUSED`).
-    """
     assert crds.install(real_cluster.api, "jobset") == ["jobsets.jobset.x-k8s.io"]
     assert "localqueues.kueue.x-k8s.io" in crds.install(real_cluster.api, "kueue")
     queue = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "team-a"},
-             "spec": {"clusterQueue": "YOUR_CLUSTER_QUEUE"}}
+             "spec": {"clusterQueue": CLUSTER_QUEUE_PLACEHOLDER}}
     expect("kueue LocalQueue, doctor's placeholder", create(real_cluster.api, queue, namespace=restricted))
-    named = {**queue, "spec": {"clusterQueue": "gpu-h100"}}
+    named = {**queue, "metadata": {"name": "team-b"}, "spec": {"clusterQueue": "gpu-h100"}}
     expect("kueue LocalQueue", create(real_cluster.api, named, namespace=restricted))
     typo = {**queue, "spec": {"clusterQueue": "q", "clusterQueu": "q"}}
     answer = create(real_cluster.api, typo, namespace=restricted)

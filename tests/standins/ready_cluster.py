@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from standins.k8s_api import CLUSTER_TRAINING_RUNTIMES, LOCALQUEUES, LOCALQUEUES_V1BETA2, KubeAPIStandIn, node_object
+from standins.k8s_custom import TRAINJOBS, CustomResource
 
 RUN_NAMESPACE, KFP_NAMESPACE, ARGO_NAMESPACE = "llmpack", "kubeflow", "argo"
 NAMESPACES = ("default", RUN_NAMESPACE, KFP_NAMESPACE, ARGO_NAMESPACE)
@@ -27,7 +28,9 @@ QUEUE, SHARED_PVC, ARTIFACTS_PVC = "team-a", "llmpack-shared", "llmpack-artifact
 GPU_NODES = ("gpu-node-0", "gpu-node-1")
 TRACKING_URI = "http://mlflow.team-a.svc:5000"  # the Secret's value: doctor checks it, never prints it
 SECRET_PASSWORD = "mlflow-pass-never-shown-9f3"  # a value doctor reads past and must never print
-EXTRA_CRDS = (LOCALQUEUES, LOCALQUEUES_V1BETA2, CLUSTER_TRAINING_RUNTIMES)
+WORKFLOWS = CustomResource("argoproj.io", "v1alpha1", "workflows", "Workflow")
+# Served on a ready cluster: the kinds the compiled artifacts create (doctor checks them served) and what they name.
+EXTRA_CRDS = (LOCALQUEUES, LOCALQUEUES_V1BETA2, CLUSTER_TRAINING_RUNTIMES, TRAINJOBS, WORKFLOWS)
 MODEL_PVC, DATA_PVC, HF_SECRET, PULL_SECRET = "llmpack-models", "llmpack-data", "hf-token", "regcred"
 HF_TOKEN_VALUE = "hf_never-shown-0c4d"  # the token in HF_SECRET: doctor checks the key, never prints it
 CKPT_PVC = "llmpack-ckpt"  # --checkpoint-pvc: ReadWriteMany, so a gang resumes from it too
