@@ -144,6 +144,37 @@ def test_an_exit_code_and_a_pod_it_cannot_run_are_reported_failed(real_cluster: 
     assert "example.com/unknown" in pod.status.message
 
 
+def test_a_deleted_pod_has_its_process_ended_and_is_removed(real_cluster: RealCluster, kubelet: ProcessKubelet) -> None:
+    """Deleting a Running pod: SIGTERM to its process group (as the grace period allows), then the pod is gone."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(real_cluster.api)
+    core.create_namespaced_pod(NS, _pod("sleeps", "import time; time.sleep(300)", termination_grace_period_seconds=5))
+
+    def running() -> Any:
+        pod = core.read_namespaced_pod("sleeps", NS)
+        return pod if pod.status.phase == "Running" else None
+
+    pod = wait_until(running, timeout_s=90, what="pod sleeps Running")
+    (state,) = pod.status.container_statuses
+    assert state.state.running.started_at and state.ready
+    pid = int(state.container_id.removeprefix("process://"))
+    os.kill(pid, 0)  # alive: the process the status names
+    core.delete_namespaced_pod("sleeps", NS)
+
+    def gone() -> bool:
+        try:
+            core.read_namespaced_pod("sleeps", NS)
+        except ApiException as err:
+            return err.status == 404
+        return False
+
+    wait_until(gone, timeout_s=60, what="pod sleeps deleted")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
 # --------------------------------------------------------------------------- the MLflow path
 
 
