@@ -118,6 +118,7 @@ class ProcessKubelet:
         self.images, self.base_env, self.python, self.deadline_s = dict(images), dict(base_env), python, deadline_s
         self._stop = threading.Event()
         self._seen: set[str] = set()
+        self._deleted: set[str] = set()  # pods being deleted: nothing more is started for them
         self._procs: dict[str, list[subprocess.Popen[bytes]]] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -220,6 +221,8 @@ class ProcessKubelet:
     def _on_pod(self, kind: str, pod: Any) -> None:
         uid = pod.metadata.uid
         if kind == "DELETED" or pod.metadata.deletion_timestamp:
+            with self._lock:
+                self._deleted.add(uid)
             self._end(uid, pod.spec.termination_grace_period_seconds or 0)
             if kind != "DELETED":
                 self._force_delete(pod)
@@ -246,12 +249,17 @@ class ProcessKubelet:
         logs = self.root / "logs" / _safe(ns, "namespace") / _safe(name, "pod")
         logs.mkdir(parents=True, exist_ok=True)
         for c, argv, cwd, env in inits:  # one at a time, each to exit 0, before the containers
-            (proc,) = self._spawn(uid, [(c, argv, cwd, env)], logs)
+            started_one = self._spawn(uid, [(c, argv, cwd, env)], logs)
+            if not started_one:
+                return
+            (proc,) = started_one
             if self._wait(proc) != 0:
                 self._status(ns, name, phase="Failed", reason="InitContainerFailed", started=started,
                              message=f"init container {c['name']} exited {proc.returncode}")
                 return
         procs = self._spawn(uid, mains, logs)
+        if not procs:
+            return
         begun = now()
         self._status(ns, name, phase="Running", started=started,
                      containers=[self._state(c, p, {"running": {"startedAt": begun}}) for (c, *_), p in zip(mains, procs, strict=True)])
@@ -420,12 +428,14 @@ class ProcessKubelet:
 
     def _spawn(self, uid: str, prepared: list[tuple[dict[str, Any], list[str], Path, dict[str, str]]],
                logs: Path) -> list[subprocess.Popen[bytes]]:
-        procs = []
-        for c, argv, cwd, env in prepared:
-            with open(logs / f"{_safe(c['name'], 'container')}.log", "ab") as log:
-                procs.append(subprocess.Popen(argv, cwd=cwd, env={**self.base_env, **env}, stdout=log,
-                                              stderr=subprocess.STDOUT, start_new_session=True))
-        with self._lock:
+        procs: list[subprocess.Popen[bytes]] = []
+        with self._lock:  # one step with the deletion check: a pod deleted meanwhile finds its processes to end
+            if uid in self._deleted:  # deleted before its containers started: none is
+                return []
+            for c, argv, cwd, env in prepared:
+                with open(logs / f"{_safe(c['name'], 'container')}.log", "ab") as log:
+                    procs.append(subprocess.Popen(argv, cwd=cwd, env={**self.base_env, **env}, stdout=log,
+                                                  stderr=subprocess.STDOUT, start_new_session=True))
             self._procs.setdefault(uid, []).extend(procs)
         return procs
 
