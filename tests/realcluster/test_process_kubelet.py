@@ -206,18 +206,15 @@ def local_record(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[st
     return _record(uri)
 
 
-@pytest.mark.slow
-def test_the_mlflow_job_runs_its_steps_in_a_pod_of_the_real_job_controller(
-        real_cluster: RealCluster, kubelet: ProcessKubelet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        local_record: tuple[Any, list[str]]) -> None:
-    import kubernetes.client
-    import kubernetes.config.kube_config
-    import mlflow
-    import mlflow.projects.docker as mlflow_docker
-    import mlflow.projects.kubernetes as mlflow_k8s
+@pytest.fixture(scope="module")
+def mlflow_project(real_cluster: RealCluster, kubelet: ProcessKubelet,
+                   tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """The compile for namespace llmpack-proc (its Job template placed on the process node), the tracking
+    Secret, the artifacts claim bound: (compile folder, finetune-k8s project, tracking URI)."""
     from kubernetes import client
 
-    out = tmp_path / "compiled"
+    tmp = tmp_path_factory.mktemp("mlflow-k8s")
+    out = tmp / "compiled"
     done = compile_shape(out, "--namespace", NS)
     assert done.returncode == 0, done.stderr
     project = out / "mlflow_projects" / "finetune-k8s"
@@ -229,9 +226,8 @@ def test_the_mlflow_job_runs_its_steps_in_a_pod_of_the_real_job_controller(
     template_file.write_text(yaml.safe_dump(template))
     config = json.loads((project / "kubernetes_config.json").read_text())
     kubelet.images[config["repository-uri"]] = project  # the image MLflow builds: the project in its working dir
-
     core = client.CoreV1Api(real_cluster.api)
-    store = tmp_path / "store"
+    store = tmp / "store"
     store.mkdir()
     uri = f"sqlite:///{store / 'mlflow.db'}"
     core.create_namespaced_secret(NS, {"metadata": {"name": "llmpack-mlflow"}, "stringData": {"tracking-uri": uri}})
@@ -240,6 +236,22 @@ def test_the_mlflow_job_runs_its_steps_in_a_pod_of_the_real_job_controller(
                                             "storageClassName": "", "nfs": {"server": "127.0.0.1", "path": "/a"}}})
     core.create_namespaced_persistent_volume_claim(NS, {"metadata": {"name": "llmpack-artifacts"}, "spec": {
         "accessModes": ["ReadWriteOnce"], "storageClassName": "", "resources": {"requests": {"storage": "1Gi"}}}})
+    return out, project, uri
+
+
+@pytest.mark.slow
+def test_the_mlflow_job_runs_its_steps_in_a_pod_of_the_real_job_controller(
+        real_cluster: RealCluster, kubelet: ProcessKubelet, mlflow_project: tuple[Path, Path, str],
+        monkeypatch: pytest.MonkeyPatch, local_record: tuple[Any, list[str]]) -> None:
+    import kubernetes.client
+    import kubernetes.config.kube_config
+    import mlflow
+    import mlflow.projects.docker as mlflow_docker
+    import mlflow.projects.kubernetes as mlflow_k8s
+    from kubernetes import client
+
+    out, project, uri = mlflow_project
+    core = client.CoreV1Api(real_cluster.api)
 
     class Image:
         tags: list[str] = []
@@ -267,7 +279,7 @@ def test_the_mlflow_job_runs_its_steps_in_a_pod_of_the_real_job_controller(
         mlflow.set_tracking_uri(None)
 
     batch = client.BatchV1Api(real_cluster.api)
-    (job,) = batch.list_namespaced_job(NS).items
+    (job,) = [j for j in batch.list_namespaced_job(NS).items if j.metadata.name.startswith("llm-finetune-")]
     (pod,) = core.list_namespaced_pod(NS, label_selector=f"job-name={job.metadata.name}").items
     logs = "\n".join(p.read_text()[-3000:] for p in (kubelet.root / "logs" / NS / pod.metadata.name).glob("*.log"))
     assert finished, logs
@@ -289,3 +301,32 @@ def test_the_mlflow_job_runs_its_steps_in_a_pod_of_the_real_job_controller(
     assert differ == CLIENT_ONLY_TAGS, (sorted(mine["tags"] - theirs["tags"]), sorted(theirs["tags"] - mine["tags"]))
     assert CLIENT_ONLY_TAGS <= theirs["tags"]  # the local record has it; the Job's, closed by main alone, not
     assert mine["tags"] - theirs["tags"] <= MLFLOW_BACKEND_TAGS
+
+
+def test_the_real_main_exiting_2_on_bad_input_fails_the_job_by_its_pod_failure_policy(
+        real_cluster: RealCluster, kubelet: ProcessKubelet, mlflow_project: tuple[Path, Path, str]) -> None:
+    """``main.py`` refuses ``max_steps=two`` with exit code 2 in the pod; the compiled ``FailJob`` rule ends the Job at once."""
+    from kubernetes import client
+    from mlflow.projects.kubernetes import _get_kubernetes_job_definition
+
+    _out, project, uri = mlflow_project
+    config = json.loads((project / "kubernetes_config.json").read_text())
+    template = yaml.safe_load((project / "kubernetes_job_template.yaml").read_text())
+    job = _get_kubernetes_job_definition(
+        project_name="llm-finetune", image_tag=f"{config['repository-uri']}:5f1e2d3", image_digest="sha256:" + "b" * 64,
+        command=["python", "main.py", "--artifacts-dir=/mnt/llmpack/artifacts", "--param=max_steps=two"],
+        env_vars={"MLFLOW_TRACKING_URI": uri}, job_template=template)
+    job["metadata"]["name"] = "main-bad-input"
+    batch = client.BatchV1Api(real_cluster.api)
+    batch.create_namespaced_job(NS, job)
+
+    def failed() -> Any:
+        conditions = batch.read_namespaced_job_status("main-bad-input", NS).status.conditions or []
+        return next((c for c in conditions if c.type == "Failed" and c.status == "True"), None)
+
+    condition = wait_until(failed, timeout_s=120, what="Job main-bad-input Failed")
+    assert condition.reason == "PodFailurePolicy" and "exit code 2" in condition.message, condition
+    (pod,) = client.CoreV1Api(real_cluster.api).list_namespaced_pod(NS, label_selector="job-name=main-bad-input").items
+    assert pod.spec.node_name == NODE and pod.status.container_statuses[0].state.terminated.exit_code == 2
+    (log,) = (kubelet.root / "logs" / NS / pod.metadata.name).glob("*.log")
+    assert "llmpack: error:" in log.read_text() and "max_steps" in log.read_text()
