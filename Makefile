@@ -33,7 +33,7 @@ test: $(BIN)/.installed
 	$(BIN)/python -m pytest -m "not slow and not cluster" -n auto --dist loadfile
 
 test-slow: $(BIN)/.installed
-	$(BIN)/python -m pytest -m slow
+	$(BIN)/python -m pytest -m "slow and not cluster"
 
 test-full: $(BIN)/.installed
 	$(BIN)/python -m pytest
