@@ -391,12 +391,16 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
             if repeats is None:
                 result = until_decided.compare(opts, names, baseline=base, on_start=started, variants=modes,
                                                run_one=run_one, budget_s=budget_s, margins=margins,
-                                               say=lambda line: note(line, err))
+                                               say=lambda line: note(line, err), adapt=budget is None)
             else:
                 result = cmp.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes,
                                      warmup=warmup, margins=margins, run_one=run_one)
         if delays:
             result["injected_start_delay_s"] = delays
+        result["argv"] = _compare_argv(sys.argv)  # the recommendation's command repeats the user's own flags
+        from llmpack.compare.recommend import recommend
+
+        result["recommendation"] = recommend(result).as_dict()
         if not no_report:
             written = _write_report(result, report_dir, costs, force=force)
             click.echo("report:", err=True)
@@ -407,6 +411,11 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
         compare_table(result, wide=wide)
     if result["failed"]:
         sys.exit(1)
+
+
+def _compare_argv(argv: list[str]) -> list[str]:
+    """The flags after ``compare`` on the command line (none when it was called otherwise, as in a test)."""
+    return argv[argv.index("compare") + 1:] if "compare" in argv[1:] else []
 
 
 def _write_report(result: dict[str, Any], target: Path | None, costs: dict[str, float], *, force: bool) -> Path:

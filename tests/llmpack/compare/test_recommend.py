@@ -1,0 +1,92 @@
+"""The compare's last word: a recommendation checked against planted differences, or the command that decides."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from llmpack.compare.comparison import comparison
+from llmpack.compare.recommend import recommend, verdict_word
+from llmpack.compare.until_decided import Path_, adapt_budget, compare_until_decided
+from llmpack.run.local import RunOptions
+from tests.llmpack.compare.test_until_decided import FakeRuns
+from tests.synthetic_runs import runs as planted_runs
+
+PATHS = [Path_(backend=b, fuse="none") for b in ("direct", "kfp", "argo", "mlflow")]
+
+
+def _until_decided(start: dict[str, float], *, budget_s: float = 600.0, seed: int = 0, noise: float = 0.1,
+                   **kw: object) -> dict:
+    fake = FakeRuns(start, seed=seed, noise=noise)
+    return compare_until_decided(RunOptions(), PATHS, run=fake, run_group="rg-rec", baseline="direct",
+                                 budget_s=budget_s, say=lambda line: None, clock=fake.clock, **kw)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("slowed", ["direct", "kfp", "argo", "mlflow"])
+def test_a_path_slowed_by_3_s_is_never_recommended(slowed: str, seed: int) -> None:
+    start = {p.backend: 7.0 for p in PATHS}
+    start[slowed] += 3.0
+    rec = recommend(_until_decided(start, seed=seed))
+    assert rec.path is not None and rec.path != slowed, rec.text
+    assert "time to first step" in rec.text and "CI" in rec.text and rec.command is None
+    if slowed != "direct":  # the others are equivalent to direct: keep the baseline, and say why
+        assert rec.text.startswith(f"use direct: {slowed} is slower by") and "equivalent" in rec.text
+        assert rec.caveat is not None and "not judged" in rec.caveat  # total and cost: one run each
+    else:  # three paths faster than direct: the largest difference named, the caveat says they were not paired
+        assert "not compared with each other" in (rec.caveat or "")
+
+
+def test_a_path_faster_by_2_s_is_recommended_with_its_interval() -> None:
+    rec = recommend(_until_decided({"direct": 9.0, "kfp": 7.0, "argo": 9.0, "mlflow": 12.0}))
+    assert rec.path == "kfp" and rec.text.startswith("use kfp: faster than direct on time to first step by ")
+    assert "% CI -" in rec.text and "100% CI" not in rec.text  # a level below 1 never rounds to 100%
+
+
+def test_fixed_repeats_judged_with_planted_runs() -> None:
+    """``--repeats`` results (tests/synthetic_runs) recommend on the same rule: argo +3 s is never named."""
+    result = comparison("rg-s", ["direct", "kfp", "argo", "mlflow"], planted_runs({"argo": 3.0}, n=5))
+    rec = recommend(result)
+    assert rec.path in ("direct", "kfp", "mlflow") and "argo is slower by" in rec.text
+
+
+def test_undecided_ends_with_the_command_that_would_decide() -> None:
+    """Noise far above the margin within a small budget: no recommendation, a --budget computed from the rounds."""
+    result = _until_decided({"direct": 7.0, "kfp": 7.6, "argo": 7.0, "mlflow": 7.0}, budget_s=150.0, noise=1.5, seed=4)
+    result["argv"] = ["--backends", "direct,kfp,argo,mlflow", "--budget", "150", "--report", "x"]
+    rec = recommend(result)
+    assert rec.path is None and rec.text.startswith("no recommendation yet: undecided after")
+    argv = shlex.split(rec.command)
+    assert argv[:2] == ["llmpack", "compare"] and "--report" not in argv and argv.count("--budget") == 1
+    budget = argv[argv.index("--budget") + 1]
+    seconds = float(budget[:-1]) * (60 if budget.endswith("m") else 1)
+    plan = result["plan"]
+    need = max(e["rounds_to_decide"] for v in result["verdicts"].values() for e in v.values()
+               if e.get("rounds_to_decide") and e["verdict"] == "undecided")
+    assert seconds >= plan["before_rounds_s"] + (need - 1) * plan["round_s"] > 150.0
+    assert "rounds at" in rec.why_command
+
+
+def test_a_slow_first_round_raises_the_budget_and_says_so() -> None:
+    assert adapt_budget(285.0, 100.0, 30.0) is None  # 3 rounds fit
+    raised = adapt_budget(285.0, 300.0, 40.0)
+    assert raised is not None and raised["to_s"] >= 300.0 + 2 * 40.0 and "this machine is slow" in raised["text"]
+    too_slow = adapt_budget(285.0, 560.0, 100.0)
+    assert too_slow is not None and too_slow["to_s"] == 285.0 and "what would decide" in too_slow["text"]
+    lines: list[str] = []
+    fake = FakeRuns({"direct": 7.0, "kfp": 7.0, "argo": 10.0, "mlflow": 7.0})
+    result = compare_until_decided(RunOptions(), PATHS, run=fake, run_group="rg-slow", baseline="direct",
+                                   budget_s=110.0, say=lines.append, clock=fake.clock, adapt=True)
+    assert lines[0].startswith("this machine is slow") and result["budget_adapted"]["to_s"] > 110.0
+    assert result["rounds"] >= 3
+
+
+def test_one_run_each_reads_not_judged_in_the_compare_and_a_rebuilt_report_alike() -> None:
+    fake = FakeRuns({"direct": 7.0, "kfp": 7.0, "argo": 10.0, "mlflow": 7.0})
+    result = compare_until_decided(RunOptions(), PATHS, run=fake, run_group="rg-w", baseline="direct",
+                                   budget_s=600.0, say=lambda line: None, clock=fake.clock)
+    rebuilt = comparison("rg-w", [p.backend for p in PATHS], [{**r, "round": None} for r in result["runs"]])
+    for res in (result, rebuilt):
+        total = res["verdicts"]["total_s"]["kfp"]
+        assert verdict_word(total) == "not judged" and "not judged" in total["text"]
