@@ -164,7 +164,7 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
 
     if not local:
         raise InputError(f"--cluster: use `llmpack submit {'|'.join(ORCHESTRATORS)}` or `llmpack compare --cluster`")
-    opts = RunOptions(backend=backend, params=parse_params(params), **kwargs)
+    opts = RunOptions(backend=backend, params=parse_params(params, kwargs["pipeline"]), **kwargs)
     prepare(opts)  # bad input fails here, in a second, not after MLflow's 4-second import below
     with library_logs_to(Path(opts.output_dir) / "llmpack-client.log"):  # MLflow's INFO lines: not the terminal
         summary = run_with_progress(opts)
@@ -197,9 +197,12 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
               "TrainJob of that many GPU pods (also written to OUT/trainjob/); needs --cache-pvc (ReadWriteMany).")
 @click.option("--queue", default=None, metavar="NAME", help="Kueue LocalQueue for the finetune TrainJob (with --nodes).")
 @click.option("--gpu-type", default=None, metavar="TYPE", callback=known_gpu_type, help=COMPILED_GPU_HELP)
+@click.option("--pipeline", default=None, metavar="MODULE:NAME",
+              help="Your own pipeline (a @pipeline function or a Pipeline), e.g. examples.custom_step:with_report, "
+                   "imported from the current directory.")
 def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's name
             cache_pvc: str | None, gpus: int | None, nodes: int | None, queue: str | None,
-            gpu_type: str | None, **pod: Any) -> None:
+            gpu_type: str | None, pipeline: str | None, **pod: Any) -> None:
     """Compile the pipeline to KFP v2 IR, an Argo Workflow (Hera) and MLflow Projects.
 
     \b
@@ -219,10 +222,14 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
                                                A100 80GB nodes, labels and price
       llmpack compile --model-pvc models --data-pvc data --hf-token-secret hf
                                                /models, /data read-only; HF_TOKEN
+      llmpack compile --pipeline examples.custom_step:with_report
+                                               your own pipeline (on every path)
     """
     from llmpack.compile.artifacts import checkpoint_note, compile_all
+    from llmpack.run.user_pipeline import load_pipeline
 
-    for path in compile_all(out, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes,
+    pipe = load_pipeline(pipeline) if pipeline else None
+    for path in compile_all(out, pipe, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes,
                             queue=queue, gpu_type=gpu_type, pod=(options := pod_options_of(pod))):
         echo_out(str(path))
     if note := checkpoint_note(options):
@@ -328,6 +335,9 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
                "timeout_s": wait_timeout, "poll_s": poll_s, "scale_down_delay_s": scale_down_delay_s,
                "cache_pvc": cache_pvc, "queue": queue, "opencost": opencost, "preempt": preempt,
                "tls": {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}}
+    if not local and kwargs["pipeline"] is not None:
+        raise InputError("--pipeline: local compares only; on a cluster compile it (llmpack compile --pipeline "
+                         "MODULE:NAME) and submit the artifacts")
     if local and queue is not None:
         raise InputError("--queue: only with --cluster --nodes N (compile local artifacts with llmpack compile --queue)")
     if local and cache_pvc is not None:
@@ -373,7 +383,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
         check_report_target(report_dir, "--report", force=force)
     delays = cmp.parse_start_delays(inject_start_delay, names)
     output_dir = Path(kwargs["output_dir"])
-    opts = RunOptions(params=parse_params(params), **kwargs)
+    opts = RunOptions(params=parse_params(params, kwargs["pipeline"]), **kwargs)
     if local:
         prepare(opts)  # data, model, price: refused before MLflow's slow import (compare() checks every path again)
 

@@ -85,8 +85,8 @@ def warm_up(opts: RunOptions, paths: list[Path_], run: RunOne, group: str) -> No
     import tempfile
     from pathlib import Path
 
-    from components.finetune_pipeline import build
     from llmpack.backends import local_runner
+    from llmpack.run.user_pipeline import load_pipeline
 
     with tempfile.TemporaryDirectory(prefix="llmpack-warmup-") as tmp:
         for p in paths:
@@ -94,19 +94,21 @@ def warm_up(opts: RunOptions, paths: list[Path_], run: RunOne, group: str) -> No
             if backend.local_module:
                 importlib.import_module(backend.local_module)
             try:
-                backend.compile(build(), Path(tmp) / p.label)
+                backend.compile(load_pipeline(opts.pipeline), Path(tmp) / p.label)
             except Exception:  # noqa: BLE001 - warming only: a backend that compiles nothing, or fails here, fails in its run
                 pass
     first = paths[0]
     run(replace(opts, backend=first.backend, fuse=first.fuse, run_group=group, max_steps=1),
-        f"{first.label} (warm-up, not counted)", pipe=_startup_pipe(first))
+        f"{first.label} (warm-up, not counted)", pipe=_startup_pipe(first, opts))
 
 
-def _startup_pipe(path: Path_) -> Any:
-    """The pipeline a start-up round runs for ``path`` (None: the whole one, for a fused packaging)."""
-    from components.finetune_pipeline import build
+def _startup_pipe(path: Path_, opts: RunOptions) -> Any:
+    """The pipeline a start-up round runs for ``path`` (None: the whole one, for a fused packaging, or a
+    ``--pipeline`` with no training step)."""
+    from llmpack.run.user_pipeline import load_pipeline
 
-    return build().through(TRAIN_STEP) if path.fuse == "none" else None
+    pipe = load_pipeline(opts.pipeline)
+    return pipe.through(TRAIN_STEP) if path.fuse == "none" and TRAIN_STEP in pipe.tasks else None
 
 
 def compare(opts: RunOptions, backends: list[str], *, variants: list[str] | None = None, baseline: Any = "default",
@@ -138,7 +140,7 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
         o = replace(opts, backend=p.backend, fuse=p.fuse, run_group=run_group, max_steps=1 if kind == "startup" else opts.max_steps)
         label = f"{p.label} (round {k}{f'/{of}' if of else ''}{', start-up' if kind == 'startup' else ''})"
         tags = {ROUND_TAG: str(k), STARTUP_TAG: kind, **({DESIGN_TAG: str(of)} if of else {})}
-        summary = run(o, label, pipe=_startup_pipe(p) if kind == "startup" else None, tags=tags)
+        summary = run(o, label, pipe=_startup_pipe(p, opts) if kind == "startup" else None, tags=tags)
         runs.append({**summary, "round": k, "startup": kind == "startup", "wall_s": clock() - t0})
 
     for p in paths:
