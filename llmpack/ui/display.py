@@ -102,18 +102,20 @@ def run_with_progress(opts: Any, label: str | None = None, **kwargs: Any) -> dic
     (see :mod:`llmpack.ui.progress`). The line never wraps: on a narrow terminal its end is cut.
     """
     from llmpack.run.local import run_pipeline
-    from llmpack.ui.progress import LogLines
+    from llmpack.ui.progress import INTERRUPTED_TEXT, LogLines, interrupt_flag
 
     name = label or opts.backend
-    if not err.is_terminal:  # a log (CI): timestamped lines at step boundaries and each tenth of training
-        summary = run_pipeline(opts, progress=LogLines(name, err), **kwargs)
-    else:
-        with err.status(f"[bold]{name}[/] starting", spinner="dots") as status:
+    with interrupt_flag() as interrupted:  # after Ctrl-C the steps' last events are not progress ("finetune done")
+        if not err.is_terminal:  # a log (CI): timestamped lines at step boundaries and each tenth of training
+            summary = run_pipeline(opts, progress=LogLines(name, err, interrupted=interrupted), **kwargs)
+        else:
+            with err.status(f"[bold]{name}[/] starting", spinner="dots") as status:
 
-            def update(step: str, done: int, elapsed: float) -> None:
-                status.update(status_text(name, step, elapsed, width=err.width - 2))  # 2: the spinner and a space
+                def update(step: str, done: int, elapsed: float) -> None:
+                    shown = INTERRUPTED_TEXT if interrupted.is_set() else step
+                    status.update(status_text(name, shown, elapsed, width=err.width - 2))  # 2: the spinner and a space
 
-            summary = run_pipeline(opts, progress=update, **kwargs)
+                summary = run_pipeline(opts, progress=update, **kwargs)
     mark = "[green]ok[/]" if summary["status"] == "succeeded" else f"[red]failed[/] ({summary['error']})"
     total = summary["metrics"].get("total_s")
     err.print(f"{name}: {mark} in {fmt(total, 1)}s →")
@@ -133,7 +135,7 @@ RUN_COLUMNS = (
     ("goodput", "goodput"),
 )
 # The glossary terms the run summary shows, printed under it (llmpack.ui.glossary).
-RUN_TERMS = ("spinup", "time_to_first_step", "pipeline_overhead", "cost", "goodput")
+RUN_TERMS = ("spinup", "time_to_first_step", "pipeline_overhead", "eval_loss", "base_loss", "cost", "goodput")
 
 
 def packaging(summary: dict[str, Any]) -> str:
