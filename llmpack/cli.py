@@ -32,7 +32,7 @@ from llmpack.ui.options import (
     tls_connection,
 )
 from llmpack.ui.pod_options import POD_FLAGS, pod_options_of
-from llmpack.ui.terminal import Group, quiet_library_warnings
+from llmpack.ui.terminal import Group, LocalFirstCommand, quiet_library_warnings
 
 DEFAULT_REPORTS = Path("llmpack-report")  # where timestamped reports go when no directory is named
 DEBUG = {"on": False}  # --debug: an error's traceback is printed too (redacted), before its one line
@@ -236,7 +236,7 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
         click.echo(note, err=True)
 
 
-@main.command(short_help="Run the pipeline through several paths and compare them.")
+@main.command(cls=LocalFirstCommand, short_help="Run the pipeline through several paths and compare them.")
 @click.option("--backends", default=",".join(BACKENDS), show_default=True, help="Comma-separated paths to compare.")
 @click.option("--repeats", type=int, default=None,
               help="Fixed rounds of the whole pipeline per path (interleaved), every headline judged after the "
@@ -244,7 +244,7 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
                    "are decided (--budget); on a cluster: 1.")
 @click.option("--budget", "budget", default=None, metavar="DURATION",
               help="Local compare without --repeats: stop starting rounds after this long (270, 4.5m, 1h; "
-                   "default 285s: make compare ends within 5 minutes).")
+                   "default 285s, raised up to twice that when round 1 shows a slow machine, and said so).")
 @click.option("--margin", "margin", default=None, metavar="SPEC",
               help="Equivalence margin: 25% (of the baseline's median; the default, at least 0.5 s for "
                    "times), 1s, $0.001, or per headline: spinup=0.5s,ttfs=10%,total=2s,cost=10%.")

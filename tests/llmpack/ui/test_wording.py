@@ -62,3 +62,16 @@ def test_eval_loss_and_base_loss_are_in_the_glossary() -> None:
 
     assert glossary.term("eval_loss").name == "eval loss" and glossary.term("base_loss").name == "base loss"
     assert glossary.term("not_judged").short
+
+
+def test_compare_help_lists_local_options_first_and_cluster_ones_under_their_heading() -> None:
+    from click.testing import CliRunner
+
+    from llmpack.cli import main
+
+    out = CliRunner().invoke(main, ["compare", "--help"], prog_name="llmpack", terminal_width=80).output
+    local, _, cluster = out.partition("Cluster options (with --cluster):")
+    assert cluster and "--max-steps" in local and "--budget" in local and "--pipeline" in local
+    for flag in ("--kubeconfig", "--namespace", "--opencost", "--preempt", "--concurrency", "--image"):
+        assert flag in cluster and flag not in local, flag
+    assert max(len(line) for line in out.splitlines()) <= 80
