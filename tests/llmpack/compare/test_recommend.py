@@ -90,3 +90,13 @@ def test_one_run_each_reads_not_judged_in_the_compare_and_a_rebuilt_report_alike
     for res in (result, rebuilt):
         total = res["verdicts"]["total_s"]["kfp"]
         assert verdict_word(total) == "not judged" and "not judged" in total["text"]
+
+
+def test_faster_but_decidedly_costlier_is_not_recommended() -> None:
+    """kfp starts 2 s sooner but costs decidedly more (fixed --repeats): the baseline, and why."""
+    runs = planted_runs({"kfp": -1.5}, n=6, paths=("direct", "kfp"))
+    for r in runs:
+        if r["orchestrator"] == "kfp":
+            r["metrics"]["cost_usd"] *= 3
+    rec = recommend(comparison("rg-c", ["direct", "kfp"], runs))
+    assert rec.path == "direct" and "kfp is faster on" in rec.text and "costlier on cost per run" in rec.text
