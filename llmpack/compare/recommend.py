@@ -29,6 +29,7 @@ from typing import Any
 
 from components.fusion import path_of
 from llmpack.compare.comparison import HEADLINES, Headline, confidence_text, quantity
+from llmpack.compare.until_decided import MAX_ROUNDS
 
 FULL_REPEATS = 5  # what judges total and cost: --repeats 5 (the smallest that decides a 25% margin here)
 
@@ -173,24 +174,64 @@ def _undecided(result: dict[str, Any], baseline: str, others: list[str], failed:
         return Recommendation(path=None, text=text, caveat=caveat,
                               command=_command(result, {"--repeats": str(rounds)}),
                               why_command=f"{rounds} rounds, as the noise so far needs")
-    plan = result.get("plan") or {}
+    plan = result.get("plan") or plan_from_runs(result)
     before, per_round = plan.get("before_rounds_s"), plan.get("round_s")
     if before is None or not per_round:
         return Recommendation(path=None, text=text, caveat=caveat, command=_command(result, {"--repeats": str(rounds)}),
                               why_command=f"{rounds} rounds, as the noise so far needs")
-    budget = _seconds_up(before + (rounds - 1) * per_round)
-    why = f"{rounds} rounds at {per_round:.0f} s a round here"
-    few = [baseline, *open_]
-    alt = ""
-    if len(few) < len(result["backends"]) and plan.get("path_round_s"):
-        share = sum(plan["path_round_s"].get(p, 0.0) for p in few)
-        few_budget = _seconds_up(before + (rounds - 1) * share)
-        alt = f"; or only the undecided: {_command(result, {'--budget': _duration(few_budget), '--backends': ','.join(few)})}"
-    steps = _fewer_steps(result, plan, rounds)
+    by_path = {p: max(int(verdicts[h.metric][p]["rounds_to_decide"]) for h in hs) for p, hs in open_.items()}
+    options = [_budget_for(result, baseline, by_path, list(open_))]
+    worst = max(by_path, key=lambda p: by_path[p])
+    rest = [p for p in open_ if by_path[p] < by_path[worst]]
+    if rest:  # one path's noise sets the rounds: the others decide far sooner without it
+        options.append(_budget_for(result, baseline, by_path, rest, why=f"without {worst}"))
+    doable = [o for o in options if o is not None]
+    if not doable:
+        return Recommendation(path=None, text=text, caveat=caveat, command=_command(result, {"--margin": "50%"}),
+                              why_command=f"over {MAX_ROUNDS} rounds at this noise: a wider margin, or a quieter "
+                                          "machine, would decide")
+    command, why = doable[0]
+    steps = _fewer_steps(result, plan, by_path[worst])
+    extra = [f"or {w}: {c}" for c, w in doable[1:]]
     if steps is not None:
-        alt += f"; or shorter runs: {_command(result, {'--max-steps': str(steps)})}"
-    return Recommendation(path=None, text=text, caveat=caveat, command=_command(result, {"--budget": _duration(budget)}),
-                          why_command=why + alt)
+        extra.append(f"or shorter runs: {_command(result, {'--max-steps': str(steps)})}")
+    return Recommendation(path=None, text=text, caveat=caveat, command=command,
+                          why_command="; ".join([why, *extra]))
+
+
+def plan_from_runs(result: dict[str, Any]) -> dict[str, Any]:
+    """What a round cost, from the runs themselves (a report rebuilt from MLflow has no ``plan``): each path's
+    start-up runs' median total, and round 1's whole runs summed (the uncounted warm-up left out)."""
+    from components.fusion import path_of
+    from llmpack.compare.comparison import is_startup_run
+
+    ok = [r for r in result.get("runs", ()) if r.get("status") == "succeeded" and r["metrics"].get("total_s")]
+    per_path: dict[str, float] = {}
+    for path in dict.fromkeys(path_of(r) for r in ok):
+        times = sorted(r["metrics"]["total_s"] for r in ok if path_of(r) == path and is_startup_run(r))
+        if times:
+            per_path[path] = times[len(times) // 2]
+    whole = [r["metrics"]["total_s"] for r in ok if not is_startup_run(r)]
+    if not per_path or not whole:
+        return {}
+    return {"before_rounds_s": sum(whole), "round_s": sum(per_path.values()), "path_round_s": per_path}
+
+
+def _budget_for(result: dict[str, Any], baseline: str, by_path: dict[str, int], paths: list[str], *,
+                why: str = "") -> tuple[str, str] | None:
+    """``llmpack compare --budget N`` (with ``--backends`` when fewer paths) that holds the rounds ``paths``
+    need, at what a round of them cost here; None when they need more than a compare runs."""
+    plan = result.get("plan") or plan_from_runs(result)
+    rounds = max(by_path[p] for p in paths)
+    if rounds > MAX_ROUNDS:
+        return None
+    every = len(paths) == len(by_path) and len(by_path) + 1 == len(result["backends"])
+    per_round = plan["round_s"] if every else sum(plan.get("path_round_s", {}).get(p, 0.0) for p in [baseline, *paths])
+    flags = {"--budget": _duration(_seconds_up(plan["before_rounds_s"] + (rounds - 1) * per_round))}
+    if not every:
+        flags["--backends"] = ",".join([baseline, *paths])
+    said = f"{rounds} rounds at {per_round:.0f} s a round here"
+    return _command(result, flags), (f"{why}: {said}" if why else said)
 
 
 def _fewer_steps(result: dict[str, Any], plan: dict[str, Any], rounds: int) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 
 import pytest
@@ -100,3 +101,35 @@ def test_faster_but_decidedly_costlier_is_not_recommended() -> None:
             r["metrics"]["cost_usd"] *= 3
     rec = recommend(comparison("rg-c", ["direct", "kfp"], runs))
     assert rec.path == "direct" and "kfp is faster on" in rec.text and "costlier on cost per run" in rec.text
+
+
+def _undecided_result(rounds: dict[str, int], plan: dict | None) -> dict:
+    """Every path undecided on both start-up headlines, ``rounds[path]`` rounds from deciding."""
+    from llmpack.compare.comparison import HEADLINES
+
+    paths = ["direct", *rounds]
+    verdicts = {}
+    for h in HEADLINES:
+        per = {"direct": {"verdict": "baseline", "n": 3}}
+        for p, k in rounds.items():
+            per[p] = {"verdict": "undecided", "n": 3 if h.startup else 1, "rounds": 3 if h.startup else 1,
+                      "rounds_to_decide": k if h.startup else None, "delta": 1.0, "ci": None}
+        verdicts[h.metric] = per
+    runs = [{"orchestrator": p, "status": "succeeded", "metrics": {}, "tags": {}} for p in paths]
+    return {"backends": paths, "baseline": "direct", "runs": runs, "verdicts": verdicts, "rounds": 3,
+            "design": {"max_rounds": 6}, "budget_s": 285.0, "plan": plan, "argv": []}
+
+
+def test_one_noisy_path_sets_the_rounds_so_the_command_offers_the_others_without_it() -> None:
+    plan = {"before_rounds_s": 180.0, "round_s": 40.0,
+            "path_round_s": {"direct": 10.0, "kfp": 10.0, "argo": 10.0, "mlflow": 10.0}}
+    rec = recommend(_undecided_result({"kfp": 41, "argo": 8, "mlflow": 5}, plan))
+    argv = shlex.split(rec.command)  # kfp needs 41 > 30 rounds: only the command without it can decide
+    assert argv[argv.index("--backends") + 1] == "direct,argo,mlflow"
+    assert argv[argv.index("--budget") + 1] == f"{math.ceil((180 + 7 * 30) * 1.1 / 30) * 30:.0f}s"
+    assert rec.why_command.startswith("without kfp: 8 rounds")
+    rec = recommend(_undecided_result({"kfp": 12, "argo": 8, "mlflow": 5}, plan))
+    argv = shlex.split(rec.command)  # 12 rounds fit: every path, and the faster alternative without kfp
+    assert "--backends" not in argv and "or without kfp:" in rec.why_command
+    rec = recommend(_undecided_result({"kfp": 41, "argo": 41, "mlflow": 41}, plan))
+    assert "--margin" in rec.command and "over 30 rounds" in rec.why_command
