@@ -309,6 +309,7 @@ body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;m
 .hero{{display:grid;grid-template-columns:repeat(auto-fit,minmax(440px,1fr));gap:1em;margin:1em 0}}
 .card{{border:1px solid #ddd;border-radius:8px;padding:.8em 1em;min-width:0}} .card.dim{{opacity:.55;border-style:dashed}}
 .rec{{font-size:1.2em;line-height:1.45;background:#eef7ee;border-left:4px solid #2ca02c;padding:.8em 1em;margin:1em 0}}
+.rec.open{{background:#fff6e5;border-left-color:#e6a23c}}
 .card .label{{color:#555;font-size:.95em;font-weight:600;margin-bottom:.4em}}
 .ct{{width:100%;border-collapse:collapse;font-size:.9em}} .ct td,.ct th{{border:0;padding:.25em .4em;text-align:left;vertical-align:top}}
 .ct th,.ct td,.ct td.w{{white-space:nowrap}} .ct td.v{{font-weight:600;text-align:right}}
@@ -325,7 +326,7 @@ dl.terms dd{{margin:0;color:#444}}
 img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 </style></head><body>
 <h1>llmpack comparison</h1>
-<p class="rec"><b>{html.escape(rec.text)}</b>{''.join(f'<br>{html.escape(x)}' for x in rec.lines()[1:])}</p>
+<p class="rec{'' if rec.path else ' open'}"><b>{html.escape(rec.text)}</b>{''.join(f'<br>{html.escape(x)}' for x in rec.lines()[1:])}</p>
 <p class="summary">{html.escape(sentence)}</p>
 <div class="facts"><span>mode <b>{html.escape(facts['mode'])}</b></span>
 <span>GPU <b>{html.escape(facts['gpu_count'])}&times; {html.escape(facts['gpu_type'])}</b></span>

@@ -133,3 +133,18 @@ def test_one_noisy_path_sets_the_rounds_so_the_command_offers_the_others_without
     assert "--backends" not in argv and "or without kfp:" in rec.why_command
     rec = recommend(_undecided_result({"kfp": 41, "argo": 41, "mlflow": 41}, plan))
     assert "--margin" in rec.command and "over 30 rounds" in rec.why_command
+
+
+def test_the_report_leads_with_the_recommendation_and_sets_unjudged_figures_apart(tmp_path) -> None:
+    from llmpack.report import write_report
+
+    result = _until_decided({"direct": 7.0, "kfp": 7.0, "argo": 10.0, "mlflow": 7.0})
+    for r in result["runs"]:
+        r.update(submitted_at=1.7e9, events={}, retried_attempts=[])
+    out = write_report(result, tmp_path / "rep", {})
+    md = (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    rec = recommend(result)
+    assert rec.path != "argo" and md.index(rec.text.split(":")[0]) < md.index("## Verdicts")
+    assert '<p class="rec"><b>use ' in html and html.index('class="rec"') < html.index('class="hero"')
+    assert html.count('class="card dim"') == 2 and "Not judged (one run per path" in md
