@@ -1,6 +1,11 @@
-"""Add your own step to the pipeline and compile it to all three orchestrators.
+"""Add your own step to the pipeline, then run, compare or compile it on every path.
 
-    python examples/custom_step.py build/custom
+From the repository root (docs/your-pipeline.md):
+
+    llmpack run --pipeline examples.custom_step:with_report
+    llmpack compare --pipeline examples.custom_step:with_report
+    llmpack compile --pipeline examples.custom_step:with_report --fuse gpu --out build/custom-gpu
+    python examples/custom_step.py build/custom        # the same compile, from Python
 
 A step is a typed function; calling it inside a @pipeline wires it. The same object compiles
 to KFP, Argo and MLflow: the new step appears in all three outputs. The one line

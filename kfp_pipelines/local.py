@@ -53,6 +53,13 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _EXECUTING = re.compile(r"Executing task '([^']+)'")
 _FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")
 _INNER_FAILED = re.compile(r"Inner task failed: '([^']+)'")
+_EXECUTOR_INPUT = re.compile(r"Got executor_input:\s*$")
+# kfp.local warns, for every task, of what it cannot honour locally: the resources and the image
+# (a Python environment runs it). Both are known and documented here; ignored in this child only.
+_LOCAL_NOOP_WARNINGS = (
+    (UserWarning, r"Task '.*': settings \[.*\] have no effect in the current local runner"),
+    (RuntimeWarning, r"You may be attemping to run a task that uses custom or non-Python base image"),
+)
 _KFP_LOGGER_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} - [A-Z]+ - ")
 
 
@@ -136,11 +143,20 @@ def _split_output(proc: subprocess.Popen[str], main_log: IO[str], logs: Path,
     statuses: dict[str, str] = {}
     inner_failed = ""
     current: IO[str] | None = None
+    in_json = False  # inside the executor's "Got executor_input:" dump (kept in kfp.log, not in the task's log)
     assert proc.stdout is not None
     for raw in proc.stdout:
         line = _ANSI.sub("", raw)
         main_log.write(line)
         main_log.flush()
+        if in_json:
+            in_json = not line.startswith("    }")  # the dump ends with its closing brace, indented as it began
+            continue
+        if _EXECUTOR_INPUT.search(line):
+            in_json = True
+            if current is not None:
+                current.write(_EXECUTOR_INPUT.sub("Got executor_input (in kfp.log)", line))
+            continue
         started = _EXECUTING.search(line)
         if started:
             name = started.group(1)
@@ -230,6 +246,15 @@ def _load_package(path: Path, components: Any) -> Any:
         raise InputError(f"package {path}: kfp cannot load it ({type(exc).__name__}: {detail})") from None
 
 
+def quiet_local_noops() -> None:
+    """kfp.local's per-task warnings of settings it cannot honour locally, ignored in this child process only
+    (the module doc says what kfp.local ignores; the warnings repeated it for every task)."""
+    import warnings
+
+    for category, message in _LOCAL_NOOP_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+
+
 def end_group_on_term() -> None:
     """On SIGTERM (an interrupt, or the client's death: :mod:`components.process.lifeline`), end this
     process's whole group: kfp.local starts each task under ``sh -ec``, which does not pass it on."""
@@ -252,6 +277,7 @@ def _child(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     lifeline.at_start()
     end_group_on_term()
+    quiet_local_noops()
 
     import kfp.local
     from kfp import components

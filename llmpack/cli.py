@@ -32,7 +32,7 @@ from llmpack.ui.options import (
     tls_connection,
 )
 from llmpack.ui.pod_options import POD_FLAGS, pod_options_of
-from llmpack.ui.terminal import Group, quiet_library_warnings
+from llmpack.ui.terminal import Group, LocalFirstCommand, quiet_library_warnings
 
 DEFAULT_REPORTS = Path("llmpack-report")  # where timestamped reports go when no directory is named
 DEBUG = {"on": False}  # --debug: an error's traceback is printed too (redacted), before its one line
@@ -164,7 +164,7 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
 
     if not local:
         raise InputError(f"--cluster: use `llmpack submit {'|'.join(ORCHESTRATORS)}` or `llmpack compare --cluster`")
-    opts = RunOptions(backend=backend, params=parse_params(params), **kwargs)
+    opts = RunOptions(backend=backend, params=parse_params(params, kwargs["pipeline"]), **kwargs)
     prepare(opts)  # bad input fails here, in a second, not after MLflow's 4-second import below
     with library_logs_to(Path(opts.output_dir) / "llmpack-client.log"):  # MLflow's INFO lines: not the terminal
         summary = run_with_progress(opts)
@@ -197,9 +197,12 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
               "TrainJob of that many GPU pods (also written to OUT/trainjob/); needs --cache-pvc (ReadWriteMany).")
 @click.option("--queue", default=None, metavar="NAME", help="Kueue LocalQueue for the finetune TrainJob (with --nodes).")
 @click.option("--gpu-type", default=None, metavar="TYPE", callback=known_gpu_type, help=COMPILED_GPU_HELP)
+@click.option("--pipeline", default=None, metavar="MODULE:NAME",
+              help="Your own pipeline (a @pipeline function or a Pipeline), e.g. examples.custom_step:with_report, "
+                   "imported from the current directory.")
 def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's name
             cache_pvc: str | None, gpus: int | None, nodes: int | None, queue: str | None,
-            gpu_type: str | None, **pod: Any) -> None:
+            gpu_type: str | None, pipeline: str | None, **pod: Any) -> None:
     """Compile the pipeline to KFP v2 IR, an Argo Workflow (Hera) and MLflow Projects.
 
     \b
@@ -219,17 +222,21 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
                                                A100 80GB nodes, labels and price
       llmpack compile --model-pvc models --data-pvc data --hf-token-secret hf
                                                /models, /data read-only; HF_TOKEN
+      llmpack compile --pipeline examples.custom_step:with_report
+                                               your own pipeline (on every path)
     """
     from llmpack.compile.artifacts import checkpoint_note, compile_all
+    from llmpack.run.user_pipeline import load_pipeline
 
-    for path in compile_all(out, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes,
+    pipe = load_pipeline(pipeline) if pipeline else None
+    for path in compile_all(out, pipe, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes,
                             queue=queue, gpu_type=gpu_type, pod=(options := pod_options_of(pod))):
         echo_out(str(path))
     if note := checkpoint_note(options):
         click.echo(note, err=True)
 
 
-@main.command(short_help="Run the pipeline through several paths and compare them.")
+@main.command(cls=LocalFirstCommand, short_help="Run the pipeline through several paths and compare them.")
 @click.option("--backends", default=",".join(BACKENDS), show_default=True, help="Comma-separated paths to compare.")
 @click.option("--repeats", type=int, default=None,
               help="Fixed rounds of the whole pipeline per path (interleaved), every headline judged after the "
@@ -237,7 +244,7 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
                    "are decided (--budget); on a cluster: 1.")
 @click.option("--budget", "budget", default=None, metavar="DURATION",
               help="Local compare without --repeats: stop starting rounds after this long (270, 4.5m, 1h; "
-                   "default 285s: make compare ends within 5 minutes).")
+                   "default 285s, raised up to twice that when round 1 shows a slow machine, and said so).")
 @click.option("--margin", "margin", default=None, metavar="SPEC",
               help="Equivalence margin: 25% (of the baseline's median; the default, at least 0.5 s for "
                    "times), 1s, $0.001, or per headline: spinup=0.5s,ttfs=10%,total=2s,cost=10%.")
@@ -328,6 +335,9 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
                "timeout_s": wait_timeout, "poll_s": poll_s, "scale_down_delay_s": scale_down_delay_s,
                "cache_pvc": cache_pvc, "queue": queue, "opencost": opencost, "preempt": preempt,
                "tls": {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}}
+    if not local and kwargs["pipeline"] is not None:
+        raise InputError("--pipeline: local compares only; on a cluster compile it (llmpack compile --pipeline "
+                         "MODULE:NAME) and submit the artifacts")
     if local and queue is not None:
         raise InputError("--queue: only with --cluster --nodes N (compile local artifacts with llmpack compile --queue)")
     if local and cache_pvc is not None:
@@ -373,7 +383,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
         check_report_target(report_dir, "--report", force=force)
     delays = cmp.parse_start_delays(inject_start_delay, names)
     output_dir = Path(kwargs["output_dir"])
-    opts = RunOptions(params=parse_params(params), **kwargs)
+    opts = RunOptions(params=parse_params(params, kwargs["pipeline"]), **kwargs)
     if local:
         prepare(opts)  # data, model, price: refused before MLflow's slow import (compare() checks every path again)
 
@@ -391,12 +401,16 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
             if repeats is None:
                 result = until_decided.compare(opts, names, baseline=base, on_start=started, variants=modes,
                                                run_one=run_one, budget_s=budget_s, margins=margins,
-                                               say=lambda line: note(line, err))
+                                               say=lambda line: note(line, err), adapt=budget is None)
             else:
                 result = cmp.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes,
                                      warmup=warmup, margins=margins, run_one=run_one)
         if delays:
             result["injected_start_delay_s"] = delays
+        result["argv"] = _compare_argv(sys.argv)  # the recommendation's command repeats the user's own flags
+        from llmpack.compare.recommend import recommend
+
+        result["recommendation"] = recommend(result).as_dict()
         if not no_report:
             written = _write_report(result, report_dir, costs, force=force)
             click.echo("report:", err=True)
@@ -407,6 +421,11 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
         compare_table(result, wide=wide)
     if result["failed"]:
         sys.exit(1)
+
+
+def _compare_argv(argv: list[str]) -> list[str]:
+    """The flags after ``compare`` on the command line (none when it was called otherwise, as in a test)."""
+    return argv[argv.index("compare") + 1:] if "compare" in argv[1:] else []
 
 
 def _write_report(result: dict[str, Any], target: Path | None, costs: dict[str, float], *, force: bool) -> Path:

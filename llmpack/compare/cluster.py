@@ -145,7 +145,7 @@ def compare_cluster(
     ``timeout_s``: how long to wait for each run (then it is failed, "did not finish"; it is not
     cancelled). ``poll_s``: how often the orchestrator is asked. ``progress(label, message,
     elapsed_s)`` is called from the worker threads: "submitting", "submitted", the pods' state
-    ("finetune · queued (waiting for a node) · 2 steps done"), then "succeeded" or "failed: ...".
+    ("finetune · queued (waiting for a node) · 2 tasks done"), then "succeeded" or "failed: ...".
     ``scale_down_delay_s``: how long the autoscaler keeps an empty GPU node; billed after the
     last pod on a node whose removal the watcher did not see (see the module doc).
     ``opencost``: OpenCost's API URL (``--opencost``): its allocation for the runs' labels is read

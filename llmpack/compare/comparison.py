@@ -150,6 +150,15 @@ def quantity(value: float | None, unit: str, *, signed: bool = False) -> str:
     return f"{sign}{v:.2f} {unit}" if v < 100 else f"{sign}{v:,.0f} {unit}"
 
 
+def confidence_text(confidence: float) -> str:
+    """``95%``, ``99.9%``, ``99.996%``: enough digits that a level below 1 never reads ``100%``."""
+    for digits in range(3, 8):
+        text = f"{confidence * 100:.{digits}g}"
+        if float(text) < 100:
+            return f"{text}%"
+    return f"{confidence * 100:.7g}%"
+
+
 # ``--margin``: how close two paths must be to be called practically equivalent.
 MARGIN_FLOOR_S = 0.5
 
@@ -315,7 +324,7 @@ def _verdict_text(h: Headline, orch: str, baseline: str, d: sequential.Decision,
 
     rounds = f"{d.n} round{'' if d.n == 1 else 's'}"
     margin = f"±{quantity(d.margin, h.unit)}"
-    ci = "" if d.ci_low is None or d.confidence is None else f"{d.confidence * 100:.3g}% CI {q(d.ci_low)} to {q(d.ci_high)}"
+    ci = "" if d.ci_low is None or d.confidence is None else f"{confidence_text(d.confidence)} CI {q(d.ci_low)} to {q(d.ci_high)}"
     if word in (h.lower, h.higher) and d.delta is not None:
         inside = f"; inside the {margin} margin" if d.within_margin else ""
         return f"{orch} is {word} than {baseline} on {h.label} by {quantity(abs(d.delta), h.unit)} ({ci}; {rounds}{inside})"
@@ -323,10 +332,12 @@ def _verdict_text(h: Headline, orch: str, baseline: str, d: sequential.Decision,
         return f"{orch} ≈ {baseline} on {h.label}: Δ {q(d.delta)} ({ci}), inside the {margin} margin ({rounds})"
     if d.delta is None:
         return f"{orch} vs {baseline} on {h.label}: undecided, no round where both succeeded"
+    if d.n <= 1:  # one run each: no interval can exist, so no verdict was attempted (the report says the same)
+        how = f"a verdict needs {d.rounds_to_decide} rounds" if seq else "--repeats 5 judges it"
+        return f"{orch} vs {baseline} on {h.label}: not judged, Δ {q(d.delta)} from one run each ({how})"
     if d.ci_low is None:
-        how = (f"a verdict needs {d.rounds_to_decide} rounds" if seq else
-               "one full run each; --repeats 5 for a verdict" if d.n == 1 else f"a verdict needs {d.rounds_to_decide} rounds")
-        return f"{orch} vs {baseline} on {h.label}: undecided, Δ {q(d.delta)} from {rounds} ({how})"
+        return (f"{orch} vs {baseline} on {h.label}: undecided, Δ {q(d.delta)} from {rounds} "
+                f"(a verdict needs {d.rounds_to_decide} rounds)")
     more = (f"~{d.rounds_to_decide} rounds would likely decide it" if d.rounds_to_decide
             else "far more rounds, or a wider --margin, would decide it")
     return (f"{orch} vs {baseline} on {h.label}: undecided after {rounds}, Δ {q(d.delta)} ({ci}) neither clear of 0 "

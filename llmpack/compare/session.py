@@ -90,7 +90,7 @@ def _mine(rows: Iterable[Mapping[str, Any]], pipeline_run: str) -> list[dict[str
 
 
 def describe(rows: list[dict[str, Any]]) -> str:
-    """One progress line from a run's pods: the newest step pod's state and steps done."""
+    """One progress line from a run's pods: the newest step pod's state and tasks done."""
     pods = [r for r in rows if r.get("role") != "driver"]
     if not pods:
         return "waiting for pods"
@@ -105,7 +105,9 @@ def describe(rows: list[dict[str, Any]]) -> str:
         state = "starting (image pull, init)"
     else:
         state = "queued (waiting for a node)"
-    return f"{step} · {state} · {len(done)} steps done"
+    from llmpack.ui.progress import tasks_done
+
+    return f"{step} · {state} · {tasks_done(len(done))}"  # pipeline tasks: finetune's optimizer steps are 23/60
 
 
 @dataclass

@@ -40,6 +40,7 @@ from llmpack.run.local import RunOptions
 
 DEFAULT_BUDGET_S = 285.0  # 4 min 45 s of runs: `make compare` ends within 5 minutes on a quiet 2-core machine
 MAX_ROUNDS = 30
+MAX_ADAPT = 2.0  # a slow machine's budget grows at most to twice the default (never a --budget the user gave)
 ROUND_TAG = "llmpack.round"
 STARTUP_HEADLINES = tuple(h for h in HEADLINES if h.startup)
 # A start-up run goes on for this long after its first step: the 1-step save and the run's record.
@@ -84,8 +85,8 @@ def warm_up(opts: RunOptions, paths: list[Path_], run: RunOne, group: str) -> No
     import tempfile
     from pathlib import Path
 
-    from components.finetune_pipeline import build
     from llmpack.backends import local_runner
+    from llmpack.run.user_pipeline import load_pipeline
 
     with tempfile.TemporaryDirectory(prefix="llmpack-warmup-") as tmp:
         for p in paths:
@@ -93,19 +94,21 @@ def warm_up(opts: RunOptions, paths: list[Path_], run: RunOne, group: str) -> No
             if backend.local_module:
                 importlib.import_module(backend.local_module)
             try:
-                backend.compile(build(), Path(tmp) / p.label)
+                backend.compile(load_pipeline(opts.pipeline), Path(tmp) / p.label)
             except Exception:  # noqa: BLE001 - warming only: a backend that compiles nothing, or fails here, fails in its run
                 pass
     first = paths[0]
     run(replace(opts, backend=first.backend, fuse=first.fuse, run_group=group, max_steps=1),
-        f"{first.label} (warm-up, not counted)", pipe=_startup_pipe(first))
+        f"{first.label} (warm-up, not counted)", pipe=_startup_pipe(first, opts))
 
 
-def _startup_pipe(path: Path_) -> Any:
-    """The pipeline a start-up round runs for ``path`` (None: the whole one, for a fused packaging)."""
-    from components.finetune_pipeline import build
+def _startup_pipe(path: Path_, opts: RunOptions) -> Any:
+    """The pipeline a start-up round runs for ``path`` (None: the whole one, for a fused packaging, or a
+    ``--pipeline`` with no training step)."""
+    from llmpack.run.user_pipeline import load_pipeline
 
-    return build().through(TRAIN_STEP) if path.fuse == "none" else None
+    pipe = load_pipeline(opts.pipeline)
+    return pipe.through(TRAIN_STEP) if path.fuse == "none" and TRAIN_STEP in pipe.tasks else None
 
 
 def compare(opts: RunOptions, backends: list[str], *, variants: list[str] | None = None, baseline: Any = "default",
@@ -119,8 +122,13 @@ def compare(opts: RunOptions, backends: list[str], *, variants: list[str] | None
 
 def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, run_group: str, baseline: str | None,
                           budget_s: float = DEFAULT_BUDGET_S, margins: dict[str, Margin] | None = None,
-                          say: Say = print, clock: Callable[[], float] = time.monotonic, **extra: Any) -> dict[str, Any]:
-    """The compare result after round 1 and the start-up rounds that decide (see the module doc)."""
+                          say: Say = print, clock: Callable[[], float] = time.monotonic, adapt: bool = False,
+                          **extra: Any) -> dict[str, Any]:
+    """The compare result after round 1 and the start-up rounds that decide (see the module doc).
+
+    ``adapt`` (the budget was not given): when round 1 shows the machine is slow, the budget grows
+    to hold the fewest rounds that judge, up to :data:`MAX_ADAPT` times itself, and says so.
+    """
     started = clock()
     warm_up(opts, paths, run, f"{run_group[:56]}-warmup")
     runs: list[dict[str, Any]] = []
@@ -132,12 +140,22 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
         o = replace(opts, backend=p.backend, fuse=p.fuse, run_group=run_group, max_steps=1 if kind == "startup" else opts.max_steps)
         label = f"{p.label} (round {k}{f'/{of}' if of else ''}{', start-up' if kind == 'startup' else ''})"
         tags = {ROUND_TAG: str(k), STARTUP_TAG: kind, **({DESIGN_TAG: str(of)} if of else {})}
-        summary = run(o, label, pipe=_startup_pipe(p) if kind == "startup" else None, tags=tags)
+        summary = run(o, label, pipe=_startup_pipe(p, opts) if kind == "startup" else None, tags=tags)
         runs.append({**summary, "round": k, "startup": kind == "startup", "wall_s": clock() - t0})
 
     for p in paths:
         one(p, 1, False, None)
     cost = {p.label: _startup_cost(runs, p.label) for p in paths}
+    before_s = clock() - started
+    plan = {"before_rounds_s": round(before_s, 1), "round_s": round(sum(cost.values()), 1),
+            "path_round_s": {k: round(v, 1) for k, v in cost.items()},
+            "round1_train_s": round(sum(r["metrics"].get("train_s") or 0.0 for r in runs), 1) or None}
+    adapted = None
+    if adapt:
+        adapted = adapt_budget(budget_s, before_s, sum(cost.values()))
+        if adapted is not None:
+            say(adapted["text"])
+            budget_s = adapted["to_s"]
     design = sequential.Design(max_rounds=max(sequential.FIRST_LOOK,
                                               min(MAX_ROUNDS, int(budget_s // max(sum(cost.values()), 1e-9)))))
     base = baseline
@@ -163,7 +181,26 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
     if base is not None and not active and stopped != "failed":
         stopped = "decided"
     return comparison(run_group, labels, runs, baseline=base, design=design, margins=margins, repeats=None, rounds=k,
-                      stopped=stopped, budget_s=budget_s, elapsed_s=round(clock() - started, 1), **extra)
+                      stopped=stopped, budget_s=budget_s, elapsed_s=round(clock() - started, 1), plan=plan,
+                      budget_adapted=adapted, max_steps=opts.max_steps, **extra)
+
+
+def adapt_budget(budget_s: float, before_s: float, round_s: float) -> dict[str, Any] | None:
+    """A slow machine's budget: enough for the rounds up to the first look, if at most :data:`MAX_ADAPT` times
+    the given one (None: no change needed, or too slow for any: the compare's end says what would decide)."""
+    from llmpack.ui.progress import clock
+
+    need = before_s + (sequential.FIRST_LOOK - 1) * round_s * 1.1  # a tenth to spare: rounds vary
+    if need <= budget_s:
+        return None
+    if need > MAX_ADAPT * budget_s:
+        return {"from_s": budget_s, "to_s": budget_s, "text": (
+            f"this machine is slow: warm-up and round 1 took {clock(before_s)}; {sequential.FIRST_LOOK} rounds "
+            f"would need {clock(need)}, over {MAX_ADAPT:g}x the {clock(budget_s)} budget: the end says what would decide")}
+    to = math.ceil(need / 10.0) * 10.0
+    return {"from_s": budget_s, "to_s": to, "text": (
+        f"this machine is slow: warm-up and round 1 took {clock(before_s)}; budget raised from {clock(budget_s)} "
+        f"to {clock(to)} so that {sequential.FIRST_LOOK} rounds, the fewest that judge, fit")}
 
 
 def _failed_whole(runs: list[dict[str, Any]]) -> set[str]:

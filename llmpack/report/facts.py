@@ -315,6 +315,7 @@ def report_facts(result: dict[str, Any]) -> dict[str, str]:
 def summary_sentence(result: dict[str, Any], be: dict[str, Any] | None) -> str:
     """The plain-language answer on top of the report: every decided verdict with its CI, then what is undecided."""
     from llmpack.compare.comparison import HEADLINES
+    from llmpack.compare.recommend import verdict_word
 
     baseline = result.get("baseline")
     verdicts = result.get("verdicts", {})
@@ -331,10 +332,11 @@ def summary_sentence(result: dict[str, Any], be: dict[str, Any] | None) -> str:
     for h in HEADLINES:  # every decided verdict (a difference or an equivalence), with its CI
         per_path = verdicts.get(h.metric, {})
         parts += [e["text"] for o, e in per_path.items() if o != baseline and e["verdict"] in (h.lower, h.higher, "equivalent")]
-        rest = [o for o, e in per_path.items() if o != baseline and e["verdict"] == "undecided"]
-        if rest and result.get("design") and not h.startup:
-            unjudged.append(h.label)  # a compare until decided runs the whole pipeline once per path
-        elif rest:
+        words = {o: verdict_word(e) for o, e in per_path.items() if o != baseline}
+        rest = [o for o, w in words.items() if w == "undecided"]
+        if any(w == "not judged" for w in words.values()):
+            unjudged.append(h.label)  # one run per path (a compare until decided runs the whole pipeline once)
+        if rest:
             undecided.append(f"{h.label} for {', '.join(rest)}")
     if undecided:
         parts.append("Undecided (more rounds would decide): " + "; ".join(undecided))

@@ -120,9 +120,15 @@ def md_text(value: Any) -> str:
 def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
              splits: dict[str, dict[str, float] | None]) -> str:
     summary = result["summary"]
+    from llmpack.compare.recommend import recommend
+
     facts = {k: md_text(v) for k, v in facts.items()}
+    rec = recommend(result)
     lines = [
         f"# llmpack comparison — run group `{result['run_group']}`",
+        "",
+        "**" + md_text(rec.text) + "**",
+        *[f"\n{md_text(x)}" for x in rec.lines()[1:]],
         "",
         sentence,
         "",
@@ -132,8 +138,14 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         "## Verdicts against the baseline" + (f" ({result.get('baseline')})" if result.get("baseline") else ""),
         "",
     ]
-    for per_path in result.get("verdicts", {}).values():
-        lines += [f"- {e['text']}" for e in per_path.values()]
+    for metric, per_path in result.get("verdicts", {}).items():
+        if _is_judged(result, metric):
+            lines += [f"- {e['text']}" for e in per_path.values()]
+    unjudged = [e["text"] for metric, per_path in result.get("verdicts", {}).items() if not _is_judged(result, metric)
+                for e in per_path.values() if e["verdict"] != "baseline"]
+    if unjudged:
+        lines += ["", "Not judged (one run per path: a single noisy figure, not a verdict; `--repeats 5` judges them):", ""]
+        lines += [f"- _{e}_" for e in unjudged]
     lines += [
         "",
         f"Method: {result.get('verdict_method', '')}.",
@@ -189,6 +201,14 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
     return "\n".join(lines) + "\n"
 
 
+def _is_judged(result: dict[str, Any], metric: str) -> bool:
+    """A headline some path could be judged on (more than one run each); else it is shown apart, dimmed."""
+    from llmpack.compare.recommend import judged
+
+    per_path = result.get("verdicts", {}).get(metric, {})
+    return any(judged(e) for e in per_path.values() if e.get("verdict") != "baseline")
+
+
 def _measure_tables(result: dict[str, Any]) -> list[tuple[str, str, list[tuple[str, dict[str, dict[str, Any]]]]]]:
     """The measure-by-path tables some run measured: (title, note, rows); none that no run has."""
     from llmpack.compare.comparison import gang_rows, gpu_rows
@@ -202,9 +222,10 @@ def _measure_tables(result: dict[str, Any]) -> list[tuple[str, str, list[tuple[s
 def _card(label: str, unit: str, per_path: dict[str, dict[str, Any]], *, judged: bool = True) -> str:
     """One headline card: per path, its median, Δ vs baseline with the CI, n, and the verdict.
 
-    ``judged=False``: a headline a compare-until-decided run measured from one whole run per path
-    (total, cost); its cells say "not judged", as the summary sentence does, not "undecided"."""
-    from llmpack.compare.comparison import quantity
+    A headline measured from one run per path says "not judged" (:func:`~llmpack.compare.recommend.verdict_word`),
+    as the terminal and the summary sentence do, whether the report is the compare's or rebuilt."""
+    from llmpack.compare.comparison import confidence_text, quantity
+    from llmpack.compare.recommend import verdict_word
 
     rows = []
     for orch, e in per_path.items():
@@ -213,17 +234,16 @@ def _card(label: str, unit: str, per_path: dict[str, dict[str, Any]], *, judged:
         elif e["delta"] is None:
             delta = "—"
         else:
-            ci = (f" <span class=ci>{e['confidence'] * 100:.3g}% CI [{quantity(e['ci'][0], unit, signed=True)}, "
+            ci = (f" <span class=ci>{confidence_text(e['confidence'])} CI [{quantity(e['ci'][0], unit, signed=True)}, "
                   f"{quantity(e['ci'][1], unit, signed=True)}]</span>") if e.get("ci") else ""
             delta = f"Δ {quantity(e['delta'], unit, signed=True)}{ci}"
-        verdict = e["verdict"] if e["verdict"] not in ("baseline", "no baseline") else ""
-        if not judged and verdict == "undecided" and e.get("n", 0) <= 1:
-            verdict = "not judged"
+        verdict = verdict_word(e) if e["verdict"] not in ("baseline", "no baseline") else ""
         strong = " strong" if verdict in ("faster", "slower", "cheaper", "costlier", "equivalent") else ""
         rows.append(
             f"<tr><th>{_badge(orch)}</th><td class=v>{html.escape(quantity(e['value'], unit))}<span class=n>n={e['n']}</span></td>"
             f"<td class=d>{delta}</td><td class='w{strong}'>{html.escape(verdict)}</td></tr>")
-    return f'<div class="card"><div class="label">{html.escape(label)}</div><table class="ct">{"".join(rows)}</table></div>'
+    dim = "" if judged else " dim"
+    return f'<div class="card{dim}"><div class="label">{html.escape(label)}</div><table class="ct">{"".join(rows)}</table></div>'
 
 
 def _badge(orch: str | None) -> str:
@@ -235,6 +255,7 @@ def _badge(orch: str | None) -> str:
 def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
               charts: dict[str, Path], splits: dict[str, dict[str, float] | None]) -> str:
     from llmpack.compare.comparison import HEADLINES
+    from llmpack.compare.recommend import recommend
 
     summary = result["summary"]
 
@@ -252,9 +273,14 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
         if r["status"] != "succeeded"
     )
     verdicts = result.get("verdicts", {})
-    design = bool(result.get("design"))
-    cards = "".join(_card(h.label, h.unit, verdicts[h.metric], judged=h.startup or not design)
-                    for h in HEADLINES if h.metric in verdicts)
+    shown = [h for h in HEADLINES if h.metric in verdicts]
+    cards = "".join(_card(h.label, h.unit, verdicts[h.metric]) for h in shown if _is_judged(result, h.metric))
+    unjudged = [h for h in shown if not _is_judged(result, h.metric)]
+    if unjudged:  # one run each: shown apart and dimmed, never as a headline
+        cards += ('</div><p class="note">Not judged (one run per path: a single noisy figure, not a verdict; '
+                  '--repeats 5 judges them):</p><div class="hero">'
+                  + "".join(_card(h.label, h.unit, verdicts[h.metric], judged=False) for h in unjudged))
+    rec = recommend(result)
     costs = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in _cost_lines(result, splits))
     retries = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in retry_lines(result["runs"]))
     if retries:
@@ -281,7 +307,9 @@ body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;m
 .summary{{font-size:1.15em;line-height:1.45;background:#f6f8fa;border-left:4px solid #1f77b4;padding:.8em 1em;margin:1em 0}}
 .facts{{display:flex;flex-wrap:wrap;gap:.4em 1.5em;color:#444;font-size:.95em;margin:.5em 0}} .facts b{{color:#222}}
 .hero{{display:grid;grid-template-columns:repeat(auto-fit,minmax(440px,1fr));gap:1em;margin:1em 0}}
-.card{{border:1px solid #ddd;border-radius:8px;padding:.8em 1em;min-width:0}}
+.card{{border:1px solid #ddd;border-radius:8px;padding:.8em 1em;min-width:0}} .card.dim{{opacity:.55;border-style:dashed}}
+.rec{{font-size:1.2em;line-height:1.45;background:#eef7ee;border-left:4px solid #2ca02c;padding:.8em 1em;margin:1em 0}}
+.rec.open{{background:#fff6e5;border-left-color:#e6a23c}}
 .card .label{{color:#555;font-size:.95em;font-weight:600;margin-bottom:.4em}}
 .ct{{width:100%;border-collapse:collapse;font-size:.9em}} .ct td,.ct th{{border:0;padding:.25em .4em;text-align:left;vertical-align:top}}
 .ct th,.ct td,.ct td.w{{white-space:nowrap}} .ct td.v{{font-weight:600;text-align:right}}
@@ -298,6 +326,7 @@ dl.terms dd{{margin:0;color:#444}}
 img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 </style></head><body>
 <h1>llmpack comparison</h1>
+<p class="rec{'' if rec.path else ' open'}"><b>{html.escape(rec.text)}</b>{''.join(f'<br>{html.escape(x)}' for x in rec.lines()[1:])}</p>
 <p class="summary">{html.escape(sentence)}</p>
 <div class="facts"><span>mode <b>{html.escape(facts['mode'])}</b></span>
 <span>GPU <b>{html.escape(facts['gpu_count'])}&times; {html.escape(facts['gpu_type'])}</b></span>

@@ -70,6 +70,7 @@ class RunOptions:
     params: dict[str, Any] = field(default_factory=dict)  # other pipeline parameters
     fuse: str = "none"  # components.fusion: none | gpu | all (how the steps are packaged, not what they compute)
     register_version: bool = True  # False: the register step creates no model version (compare's rounds)
+    pipeline: str | None = None  # --pipeline MODULE:NAME (llmpack.run.user_pipeline); None: the built-in one
 
 
 def validate(opts: RunOptions) -> None:
@@ -140,12 +141,15 @@ def resolve_price(pipe: Pipeline, opts: RunOptions) -> cost.Price | None:
 
 def prepare(opts: RunOptions, pipe: Pipeline | None = None) -> tuple[Pipeline, cost.Price | None]:
     from components.finetune_pipeline import build
+    from llmpack.run.user_pipeline import load_pipeline
 
     validate(opts)
     nproc = nproc_of(opts)
     if nproc > 1:
         opts.params = {**opts.params, distributed.NPROC_PARAM: nproc}
-    pipe = apply_gpu_overrides(pipe or build(), opts.gpu_type, opts.gpus, opts.nodes,
+    if pipe is None:
+        pipe = load_pipeline(opts.pipeline) if opts.pipeline else build()
+    pipe = apply_gpu_overrides(pipe, opts.gpu_type, opts.gpus, opts.nodes,
                                train_gpus=opts.nproc_per_node if opts.nproc_per_node and opts.nproc_per_node > 1 else None)
     pipe = fusion.fuse(pipe, opts.fuse)
     return pipe, resolve_price(pipe, opts)
@@ -182,6 +186,9 @@ def run_pipeline(
         settings.RECORDS_DIR.name: str(staging),  # where the run's summarizing task finds the step records
         **tracking.mlflow_http_env(retry, os.environ),  # the register step's own MLflow calls: bounded too
     }
+    from llmpack.run.user_pipeline import step_pythonpath
+
+    step_env = step_pythonpath(opts.pipeline, step_env)  # --pipeline: its module imports in every step process
     if not reachable:  # the register step would wait for the store, then fail the run: it is skipped
         step_env[settings.MLFLOW_LOGGING.name] = "0"
     if opts.price_per_gpu_hour is not None:  # the summarizing task prices the run as we do

@@ -13,7 +13,6 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -103,18 +102,20 @@ def run_with_progress(opts: Any, label: str | None = None, **kwargs: Any) -> dic
     (see :mod:`llmpack.ui.progress`). The line never wraps: on a narrow terminal its end is cut.
     """
     from llmpack.run.local import run_pipeline
-    from llmpack.ui.progress import LogLines
+    from llmpack.ui.progress import INTERRUPTED_TEXT, LogLines, interrupt_flag
 
     name = label or opts.backend
-    if not err.is_terminal:  # a log (CI): timestamped lines at step boundaries and each tenth of training
-        summary = run_pipeline(opts, progress=LogLines(name, err), **kwargs)
-    else:
-        with err.status(f"[bold]{name}[/] starting", spinner="dots") as status:
+    with interrupt_flag() as interrupted:  # after Ctrl-C the steps' last events are not progress ("finetune done")
+        if not err.is_terminal:  # a log (CI): timestamped lines at step boundaries and each tenth of training
+            summary = run_pipeline(opts, progress=LogLines(name, err, interrupted=interrupted), **kwargs)
+        else:
+            with err.status(f"[bold]{name}[/] starting", spinner="dots") as status:
 
-            def update(step: str, done: int, elapsed: float) -> None:
-                status.update(status_text(name, step, elapsed, width=err.width - 2))  # 2: the spinner and a space
+                def update(step: str, done: int, elapsed: float) -> None:
+                    shown = INTERRUPTED_TEXT if interrupted.is_set() else step
+                    status.update(status_text(name, shown, elapsed, width=err.width - 2))  # 2: the spinner and a space
 
-            summary = run_pipeline(opts, progress=update, **kwargs)
+                summary = run_pipeline(opts, progress=update, **kwargs)
     mark = "[green]ok[/]" if summary["status"] == "succeeded" else f"[red]failed[/] ({summary['error']})"
     total = summary["metrics"].get("total_s")
     err.print(f"{name}: {mark} in {fmt(total, 1)}s →")
@@ -134,7 +135,7 @@ RUN_COLUMNS = (
     ("goodput", "goodput"),
 )
 # The glossary terms the run summary shows, printed under it (llmpack.ui.glossary).
-RUN_TERMS = ("spinup", "time_to_first_step", "pipeline_overhead", "cost", "goodput")
+RUN_TERMS = ("spinup", "time_to_first_step", "pipeline_overhead", "eval_loss", "base_loss", "cost", "goodput")
 
 
 def packaging(summary: dict[str, Any]) -> str:
@@ -230,6 +231,7 @@ def compare_table(result: dict[str, Any], *, wide: bool = False, console: Consol
     else:
         _narrow_table(result, console)
     _verdict_lines(result, console)
+    _unjudged_block(result, console)
     console.print(f"[dim]percentiles: {result['percentile_method']}; p99 needs n >= 10 runs per path.[/]")
     for f in result["failed"]:
         console.print(f"[red]{f['orchestrator']} {f['pipeline_run']} failed:[/] {f['error']}")
@@ -242,6 +244,48 @@ def compare_table(result: dict[str, Any], *, wide: bool = False, console: Consol
 
     for line in terminal_lines(result):
         console.print(f"[yellow]{escape(line)}[/]")
+    recommendation_lines(result, console)
+
+
+def recommendation_lines(result: dict[str, Any], console: Console) -> None:
+    """The compare's last word: which path and why, or the command that would decide (llmpack.compare.recommend)."""
+    from llmpack.compare.recommend import recommend
+
+    rec = recommend(result)
+    console.print(Text(rec.text, style="bold"))
+    if rec.caveat:
+        console.print(Text(f"  caveat: {rec.caveat}"))
+    if rec.command:
+        console.print(Text("  to decide: ") + Text(rec.command, style="bold"))
+        if rec.why_command:
+            console.print(Text(f"  ({rec.why_command})"))
+
+
+def unjudged_metrics(result: dict[str, Any]) -> list[str]:
+    """The headlines no path could be judged on (one run each): shown apart and dimmed, never as a headline."""
+    from llmpack.compare.comparison import HEADLINES
+    from llmpack.compare.recommend import judged
+
+    verdicts = result.get("verdicts", {})
+    if not result.get("baseline"):
+        return []
+    return [h.metric for h in HEADLINES if h.metric in verdicts
+            and not any(judged(e) for o, e in verdicts[h.metric].items() if o != result["baseline"])]
+
+
+def _unjudged_block(result: dict[str, Any], console: Console) -> None:
+    """``not judged (one run per path): total direct 45.2 s · kfp 50.1 s`` in dim, apart from the verdicts."""
+    from llmpack.compare.comparison import HEADLINES, quantity
+
+    metrics = unjudged_metrics(result)
+    if not metrics:
+        return
+    console.print("[dim]not judged (one run per path: single noisy figures, not verdicts; --repeats 5 judges them):[/]")
+    for h in HEADLINES:
+        if h.metric in metrics:
+            per_path = result["verdicts"][h.metric]
+            cells = " · ".join(f"{o} {quantity(e.get('value'), h.unit)}" for o, e in per_path.items())
+            console.print(Text(f"  {h.label}: {cells}", style="dim"))
 
 
 def _gang_lines(result: dict[str, Any], console: Console) -> None:
@@ -269,16 +313,18 @@ def _narrow_table(result: dict[str, Any], console: Console) -> None:
     table.add_column("path", no_wrap=True)
     table.add_column("n", justify="right", no_wrap=True)
     short = {"time_to_first_step_s": "to 1st step", "spinup_s": "spin-up", "total_s": "total", "cost_usd": "cost/run"}
-    for h in HEADLINES:
+    unjudged = unjudged_metrics(result)
+    shown = [h for h in HEADLINES if h.metric not in unjudged]  # the rest: apart, dimmed (_unjudged_block)
+    for h in shown:
         table.add_column(f"{short[h.metric]}\np50", justify="right", no_wrap=True)
     verdicts = result.get("verdicts", {})
     for orch in result["backends"]:
         n = result["summary"].get(orch, {}).get("time_to_first_step_s", {}).get("n", 0)  # rounds it ran, start-up included
         if n == 0:
-            table.add_row(orch, "0", "[red]failed[/]", *[""] * (len(HEADLINES) - 1))
+            table.add_row(orch, "0", "[red]failed[/]", *[""] * (len(shown) - 1))
             continue
         cells = []
-        for h in HEADLINES:
+        for h in shown:
             e = verdicts.get(h.metric, {}).get(orch, {})
             mark = {h.lower: " ▼", h.higher: " ▲", "equivalent": " ≈"}.get(e.get("verdict", ""), "")
             cells.append(quantity(e.get("value"), h.unit) + mark)
@@ -312,12 +358,15 @@ def _verdict_lines(result: dict[str, Any], console: Console) -> None:
         console.print("no baseline: no path is named faster or cheaper (name one with --baseline PATH).")
         return
     verdicts = result.get("verdicts", {})
+    unjudged = unjudged_metrics(result)
     if result.get("design"):
         why = {"decided": "every start-up verdict decided", "budget": "the --budget ran out",
                "max rounds": "the design's last round",
                "failed": "the baseline, or every other path, failed its whole run"}.get(result.get("stopped", ""), result.get("stopped", ""))
-        console.print(f"{result.get('rounds')} rounds ({why}); total and cost from one full run per path "
-                      "(--repeats 5 judges them):")
+        rounds = int(result.get("rounds") or 0)
+        console.print(f"{rounds} round{'' if rounds == 1 else 's'} ({why}):")
+        if (result.get("budget_adapted") or {}).get("text"):
+            console.print(Text(f"  {result['budget_adapted']['text']}", style="yellow"))
     for orch in result["backends"]:
         if orch == baseline:
             continue
@@ -325,9 +374,9 @@ def _verdict_lines(result: dict[str, Any], console: Console) -> None:
             e = verdicts.get(h.metric, {}).get(orch)
             if e is None or not e.get("text"):
                 continue
-            if result.get("design") and not h.startup and e.get("verdict") == "undecided" and e.get("n", 0) <= 1:
-                continue  # total and cost from one whole run: said once above, not per path
-            console.print(Padding(Text(e["text"]), (0, 0, 0, 2), expand=False))
+            if h.metric in unjudged:
+                continue  # one run each: in the dimmed block below, not among the verdicts
+            console.print(Text(f"  {e['text']}"))  # no Padding: a pipe would get the line padded with spaces
 
 
 def _wide_table(result: dict[str, Any], console: Console) -> None:

@@ -65,6 +65,14 @@ TERMS: tuple[Term, ...] = (
          detail="Linear interpolation between closest ranks (numpy 'linear', Hyndman-Fan type 7)."),
     Term(key="tokens_per_s", name="tokens/s", metric="tokens_per_s",
          short="finetune's training tokens per second, every rank counted"),
+    Term(key="eval_loss", name="eval loss", metric="eval_loss",
+         short="mean token loss of the tuned model on held-out data (lower: better)",
+         detail="Cross-entropy per response token, measured by the evaluate step on data the training never saw; "
+                "`perplexity` is its exponential. Identical on every path for the same seed (the same weights)."),
+    Term(key="base_loss", name="base loss", metric="base_eval_loss",
+         short="the same eval loss of the base model, before fine-tuning",
+         detail="Measured by the evaluate step on the same held-out split: eval loss below base loss is what the "
+                "fine-tuning bought."),
     # ------------------------------------------------------------------ money
     Term(key="cost", name="cost", metric="cost_usd", group="money",
          short="GPUs × billed seconds × price per GPU-hour / 3600, every attempt",
@@ -116,6 +124,11 @@ TERMS: tuple[Term, ...] = (
          short="largest Δ that counts as no practical difference (--margin)",
          detail="A path whose whole CI lies within ± the margin is equivalent to the baseline. Default: 25% of "
                 "the baseline's median (times: at least 0.5 s)."),
+    Term(key="not_judged", name="not judged", group="stats",
+         short="one run per path: a figure shown apart, no verdict attempted",
+         detail="A headline measured once per path (total and cost in a compare until decided) has no interval: "
+                "the terminal and the report show it apart and dimmed, never as a headline. `--repeats 5` judges "
+                "it."),
     Term(key="decided", name="decided / undecided", group="stats",
          short="CI excludes 0 or is within ±margin (decided), or neither",
          detail="Decided: faster, slower, cheaper, costlier (the CI excludes 0) or equivalent (the CI lies within "

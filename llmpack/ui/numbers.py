@@ -22,7 +22,9 @@ def money(usd: float | None, *, signed: bool = False) -> str:
     if v == 0:
         return f"{sign}$0"
     decimals = max(2, 2 - math.floor(math.log10(v)))  # 3 significant figures, never 9.15e-05
-    return f"{sign}${v:.{decimals}f}".rstrip("0").rstrip(".") if decimals > 2 else f"{sign}${v:.2f}"
+    # Trailing zeros kept: $0.200 beside $0.294 reads as one precision ($0.2 would look rounder than it is).
+    text = f"{v:.{decimals}f}"
+    return f"{sign}${v:.2f}" if float(text) >= 1 else f"{sign}${text}"  # $0.9996 rounds to $1.00, not $1.000
 
 
 def figure(value: float | int | None) -> str:

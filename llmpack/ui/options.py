@@ -66,6 +66,9 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--price-file", default=None, type=str, help="A price YAML like components/record/prices.yaml."),
         click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter, e.g. --param lr=0.001."),
         click.option("--run-group", default=None, help="Join this run group (default: a new one)."),
+        click.option("--pipeline", default=None, metavar="MODULE:NAME",
+                     help="Your own pipeline (a @pipeline function or a Pipeline), e.g. "
+                          "examples.custom_step:with_report, imported from the current directory."),
         click.option("--fuse", default="none", show_default=True, metavar="none|gpu|all",
                      help="Package steps into fewer processes/pods: gpu = finetune+evaluate in one (the tuned model "
                           "stays in memory), all = every step in one (register starts up beside the training; "
@@ -112,9 +115,10 @@ def tls_connection(ca_cert: str | None, insecure_skip_tls_verify: bool) -> dict[
     return {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}
 
 
-def parse_params(items: tuple[str, ...]) -> dict[str, Any]:
-    """``--param NAME=VALUE`` pairs through the pipeline's one gate (:meth:`components.dsl.Pipeline.bind`)."""
-    from components.finetune_pipeline import build
+def parse_params(items: tuple[str, ...], pipeline: str | None = None) -> dict[str, Any]:
+    """``--param NAME=VALUE`` pairs through the pipeline's one gate (:meth:`components.dsl.Pipeline.bind`):
+    the built-in pipeline's, or ``--pipeline``'s."""
+    from llmpack.run.user_pipeline import load_pipeline
 
     raw: dict[str, str] = {}
     for item in items:
@@ -124,7 +128,7 @@ def parse_params(items: tuple[str, ...]) -> dict[str, Any]:
         if key in OWN_FLAGS:
             raise InputError(f"--param {key}: use {OWN_FLAGS[key]} (it is validated there)")
         raw[key] = value
-    return build().bind(raw, flag="--param")
+    return load_pipeline(pipeline).bind(raw, flag="--param")
 
 
 def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -94,13 +95,18 @@ def snapshot(root: Path, now: float | None = None) -> Snapshot:
         step = running[-1].step
         progress = _progress_of(step, files)
         if progress is None:
-            return Snapshot(text=f"{step} · {len(done)} steps done", done=len(done), running=step, train=None)
+            return Snapshot(text=f"{step} · {tasks_done(len(done))}", done=len(done), running=step, train=None)
         text = format_train(step, progress, time.time() if now is None else now)
         return Snapshot(text=text, done=len(done), running=step, train=progress)
     if done:
         last = max(done, key=lambda s: s.events["finished"]).step
         return Snapshot(text=f"{last} done", done=len(done), running=None, train=None)
     return Snapshot(text="starting", done=0, running=None, train=None)
+
+
+def tasks_done(n: int) -> str:
+    """``1 task done``, ``3 tasks done``: pipeline tasks, never "steps" (finetune's optimizer steps are ``23/60``)."""
+    return f"{n} task{'' if n == 1 else 's'} done"
 
 
 def current_step(root: Path, now: float | None = None) -> tuple[str, int]:
@@ -122,6 +128,43 @@ def _progress_of(step: str, event_files: list[Path]) -> TrainProgress | None:
 # --------------------------------------------------------------------------- output that is not a terminal
 
 
+INTERRUPTED_TEXT = "interrupted: stopping the steps"
+
+
+@contextmanager
+def interrupt_flag() -> Iterator[threading.Event]:
+    """An event set at Ctrl-C (or SIGTERM) before the interrupt unwinds, so a live line stops reading the steps.
+
+    A step stopped by a signal still writes its ``finished`` event (finetune stops cleanly on
+    SIGTERM, to keep a checkpoint), which would read as "finetune done". The previous handlers
+    still run, so the interrupt itself is unchanged. Outside the main thread: never set.
+    """
+    import signal
+
+    flag = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    saved = {sig: h for sig, h in saved.items() if callable(h) or sig == signal.SIGINT}  # a default SIGTERM stays as is
+
+    def handler(signum: int, frame: Any) -> None:
+        flag.set()
+        previous = saved[signum]
+        if callable(previous):
+            previous(signum, frame)
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt
+
+    for sig in saved:
+        signal.signal(sig, handler)
+    try:
+        yield flag
+    finally:
+        for sig, previous in saved.items():
+            signal.signal(sig, previous)
+
+
 def timestamp(now: float | None = None) -> str:
     """``14:03:27``: local wall-clock time, the prefix of every line written for a log."""
     return time.strftime("%H:%M:%S", time.localtime(time.time() if now is None else now))
@@ -140,12 +183,20 @@ class LogLines:
     written while nothing changed.
     """
 
-    def __init__(self, label: str, console: Console, *, tenths: int = 10, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, label: str, console: Console, *, tenths: int = 10, clock: Callable[[], float] = time.time,
+                 interrupted: threading.Event | None = None) -> None:
         self.label, self.console, self.tenths, self.clock = label, console, tenths, clock
+        self.interrupted = interrupted  # set on Ctrl-C: what the steps write while they are stopped is not progress
+        self._said_interrupted = False
         self._step: tuple[int, str | None] | None = None  # (steps done, step running) last written
         self._tenth: int = -1  # the running training step's last tenth written
 
     def observe(self, state: Snapshot, elapsed: float) -> None:
+        if self.interrupted is not None and self.interrupted.is_set():
+            if not self._said_interrupted:
+                self._said_interrupted = True
+                self.write(f"{self.label} · {INTERRUPTED_TEXT} · {elapsed:5.1f}s")
+            return
         step = (state.done, state.running)
         tenth = -1
         if state.train is not None and state.train.max_steps > 0:

@@ -62,6 +62,26 @@ class Command(click.Command):
     context_class = Context
 
 
+class LocalFirstCommand(Command):
+    """A command whose options after ``first_cluster_option`` apply with ``--cluster`` only: its help lists
+    the local options first, then those under their own heading, so a local user reads a short page."""
+
+    first_cluster_option = "concurrency"  # the dest of the first cluster-only option, in declaration order
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        params = self.get_params(ctx)
+        names = [p.name for p in params]
+        cut = names.index(self.first_cluster_option) if self.first_cluster_option in names else len(params)
+        help_option = self.get_help_option(ctx)
+        local = [p for p in params[:cut]] + ([help_option] if help_option in params[cut:] else [])
+        cluster = [p for p in params[cut:] if p is not help_option]
+        for title, group in (("Options", local), ("Cluster options (with --cluster)", cluster)):
+            rows = [r for r in (p.get_help_record(ctx) for p in group) if r is not None]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
 class Group(click.Group):
     """An ``llmpack`` command group: :class:`HelpFormatter` help, and its commands listed with
     their whole short help (wrapped when long, never cut with ``...``)."""

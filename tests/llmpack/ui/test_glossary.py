@@ -29,7 +29,9 @@ def test_every_legend_line_fits_80_columns_and_the_two_overheads_have_two_names(
 
 
 @pytest.mark.parametrize(("usd", "text"), [(0.0133, "$0.0133"), (0.000633, "$0.000633"), (1.5, "$1.50"),
-                                           (1234.567, "$1,234.57"), (None, "-")])
+                                           (1234.567, "$1,234.57"), (None, "-"),
+                                           # one precision beside each other: $0.200 next to $0.294, never $0.2
+                                           (0.2, "$0.200"), (0.294, "$0.294"), (0.011, "$0.0110"), (0.99971, "$1.00")])
 def test_money_has_one_format(usd: float | None, text: str) -> None:
     from llmpack.compare.comparison import quantity
 

@@ -49,9 +49,9 @@ def test_before_the_first_step_only_k_of_n(tmp_path: Path) -> None:
 
 def test_without_a_progress_file_the_step_and_steps_done(tmp_path: Path) -> None:
     model = _staging(tmp_path)
-    assert current_step(tmp_path, now=NOW) == ("finetune · 1 steps done", 1)
+    assert current_step(tmp_path, now=NOW) == ("finetune · 1 task done", 1)
     (model / PROGRESS_FILE).write_text('{"step": 2')  # not a progress file (yet): never an error
-    assert current_step(tmp_path, now=NOW) == ("finetune · 1 steps done", 1)
+    assert current_step(tmp_path, now=NOW) == ("finetune · 1 task done", 1)
 
 
 def test_a_finished_training_step_no_longer_shows_its_progress(tmp_path: Path) -> None:
@@ -59,7 +59,7 @@ def test_a_finished_training_step_no_longer_shows_its_progress(tmp_path: Path) -
     _progress(model, step=60, eta_s=0.0)
     _events(model, "finetune", finished=1010.0)
     _events(tmp_path / "evaluate" / "metrics", "evaluate", process_started=1011.0)
-    assert current_step(tmp_path, now=NOW) == ("evaluate · 2 steps done", 2)
+    assert current_step(tmp_path, now=NOW) == ("evaluate · 2 tasks done", 2)
 
 
 def test_clock() -> None:

@@ -325,7 +325,7 @@ def test_log_lines_at_step_boundaries_and_each_tenth_of_training(tmp_path: Path)
     assert all(line.startswith(f"{timestamp(3600.0 * 13 + 60 * 4 + 5)} kfp · ") for line in out)
     texts = [line.split(" · ", 1)[1].rsplit(" · ", 1)[0] for line in out]
     training = [t for t in texts if t.startswith("finetune ") and "/60" in t]
-    assert texts[:3] == ["starting", "prepare_data · 0 steps done", "finetune · 1 steps done"]
+    assert texts[:3] == ["starting", "prepare_data · 0 tasks done", "finetune · 1 task done"]
     assert [t.split()[1] for t in training] == [f"{k}/60" for k in range(0, 61, 6)]  # each tenth, once
     assert training[1] == "finetune 6/60 · 1,234 tok/s · ETA 0:54"
     assert texts[-1] == "finetune done" and len(texts) == 3 + 11 + 1
@@ -362,7 +362,7 @@ def test_run_with_progress_writes_log_lines_when_stderr_is_not_a_terminal(tmp_pa
     out = _lines(console)
     progress = [line for line in out if " argo · " in line]
     assert progress and all(TIME.match(line) for line in progress), out
-    assert any(" argo · tokenize · 0 steps done · " in line for line in progress), out
+    assert any(" argo · tokenize · 0 tasks done · " in line for line in progress), out
     assert any(line.startswith("argo: ok in 1.0s") for line in out), out
 
 

@@ -1,0 +1,279 @@
+"""The answer a compare ends with: which path to use, on which headline, by how much, with its
+interval and the caveat that matters; or, when the verdicts do not allow one, the command that
+would decide them.
+
+Only decided verdicts recommend (:mod:`llmpack.compare.sequential` bounds their error rate):
+
+- a headline recommends when every compared path that ran is decided on it; the first such
+  headline in :data:`~llmpack.compare.comparison.HEADLINES` order with a difference is the one
+  named (time to first step before spin-up, total and cost only once judged);
+- a path decidedly worse than the baseline on *any* decided headline is never recommended;
+  among the decidedly better, the one with the largest difference; with none better, the
+  baseline (the others are slower, or equivalent within the margin);
+- the caveat is the first that applies: a failed path, winners never compared with each other,
+  total and cost not judged, a local measurement.
+
+Undecided, the command is computed from the rounds the verdicts need at the noise seen
+(``rounds_to_decide``) and what a round cost here: ``--budget`` enough for them, the same with
+only the undecided paths, or ``--max-steps`` short enough that round 1 leaves room for them;
+with fixed ``--repeats``, ``--repeats N``. Pure: a comparison result in, a
+:class:`Recommendation` out.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from components.fusion import path_of
+from llmpack.compare.comparison import HEADLINES, Headline, confidence_text, quantity
+from llmpack.compare.until_decided import MAX_ROUNDS
+
+FULL_REPEATS = 5  # what judges total and cost: --repeats 5 (the smallest that decides a 25% margin here)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recommendation:
+    """What to use and why (``path`` None: no recommendation yet), or the command that would decide."""
+
+    path: str | None
+    text: str  # one line: "use kfp: faster than direct on time to first step by 1.20 s (95% CI ...)"
+    caveat: str | None = None
+    command: str | None = None  # undecided: what to type to decide
+    why_command: str | None = None  # what the command changes, in a few words
+
+    def lines(self) -> list[str]:
+        """The recommendation as the terminal and report print it: the line, its caveat, the command."""
+        out = [self.text]
+        if self.caveat:
+            out.append(f"caveat: {self.caveat}")
+        if self.command:
+            out.append(f"to decide: {self.command}" + (f"  ({self.why_command})" if self.why_command else ""))
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "text": self.text, "caveat": self.caveat, "command": self.command,
+                "why_command": self.why_command}
+
+
+def judged(entry: dict[str, Any]) -> bool:
+    """Could this verdict have been decided: at least two paired rounds (one run each is shown, not judged)."""
+    if entry.get("verdict") in ("baseline", "no baseline"):
+        return True
+    n = int(entry.get("n") or 0)
+    return min(n, int(entry.get("rounds") or n)) > 1
+
+
+def verdict_word(entry: dict[str, Any]) -> str:
+    """The one word the terminal and the report show for a verdict: ``not judged`` for one run each,
+    else the verdict (``undecided`` means judged and not yet decided)."""
+    word = str(entry.get("verdict", ""))
+    return "not judged" if word == "undecided" and not judged(entry) else word
+
+
+def recommend(result: dict[str, Any]) -> Recommendation:
+    """The recommendation of a comparison result (see the module doc)."""
+    baseline = result.get("baseline")
+    verdicts = result.get("verdicts", {})
+    ok = {path_of(r) for r in result.get("runs", ()) if r.get("status") == "succeeded"}
+    paths = [p for p in result.get("backends", ()) if p in ok]
+    failed = [p for p in result.get("backends", ()) if p not in ok]
+    if baseline is None:
+        return Recommendation(path=None, text="no recommendation: no baseline to judge against "
+                                              "(name one with --baseline PATH)")
+    if baseline not in ok:
+        return Recommendation(path=None, text=f"no recommendation: the baseline {baseline} failed "
+                                              "(see its error above)")
+    others = [p for p in paths if p != baseline]
+    if not others:
+        return Recommendation(path=None, text=f"no recommendation: only {baseline} succeeded; nothing to judge it "
+                                              "against", caveat=_failed_caveat(failed))
+    decided = [h for h in HEADLINES if h.metric in verdicts
+               and all(_decided(verdicts[h.metric].get(p, {})) for p in others)]
+    worse = {p for h in decided for p in others if verdicts[h.metric][p]["verdict"] == h.higher}
+    for h in decided:
+        per_path = verdicts[h.metric]
+        if not any(per_path[p]["verdict"] in (h.lower, h.higher) for p in others):
+            continue
+        better = [p for p in others if per_path[p]["verdict"] == h.lower and p not in worse]
+        if better:
+            best = max(better, key=lambda p: abs(per_path[p]["delta"]))
+            e = per_path[best]
+            text = f"use {best}: {h.lower} than {baseline} on {h.label} by {_by(e, h)}"
+            caveat = _failed_caveat(failed) or (
+                f"{', '.join(better)} are each {h.lower} than {baseline}, not compared with each other"
+                if len(better) > 1 else None) or _caveat(result, h, decided)
+            return Recommendation(path=best, text=text, caveat=caveat)
+        slower = [p for p in others if per_path[p]["verdict"] == h.higher]
+        same = [p for p in others if per_path[p]["verdict"] == "equivalent"]
+        mixed = [p for p in others if per_path[p]["verdict"] == h.lower]  # better here, decidedly worse elsewhere
+        said = [f"{', '.join(f'{p} is {h.higher} by {_by(per_path[p], h)}' for p in slower)} on {h.label}"] if slower else []
+        said += [f"{p} is {h.lower} on {h.label} but " + " and ".join(
+            f"{x.higher} on {x.label}" for x in decided if verdicts[x.metric][p]["verdict"] == x.higher) for p in mixed]
+        text = f"use {baseline}: {'; '.join(said)}" + (f"; {', '.join(same)} equivalent" if same else "")
+        return Recommendation(path=baseline, text=text, caveat=_failed_caveat(failed) or _caveat(result, h, decided))
+    if decided:  # every decided headline says equivalent
+        h = decided[0]
+        return Recommendation(
+            path=baseline, text=f"use {baseline} or any: {', '.join(others)} equivalent to {baseline} on {h.label} "
+                                f"(within ±{quantity(verdicts[h.metric][others[0]].get('margin'), h.unit)})",
+            caveat=_failed_caveat(failed) or _caveat(result, h, decided))
+    return _undecided(result, baseline, others, failed)
+
+
+def _decided(entry: dict[str, Any]) -> bool:
+    return entry.get("verdict") not in (None, "undecided") and judged(entry)
+
+
+def _by(e: dict[str, Any], h: Headline) -> str:
+    """``1.20 s (95% CI -1.50 s to -0.90 s)``: the difference and its interval."""
+    by = quantity(abs(e["delta"]), h.unit)
+    if e.get("ci") and e.get("confidence"):
+        lo, hi = e["ci"]
+        by += (f" ({confidence_text(e['confidence'])} CI {quantity(lo, h.unit, signed=True)} "
+               f"to {quantity(hi, h.unit, signed=True)})")
+    return by
+
+
+def _failed_caveat(failed: list[str]) -> str | None:
+    return f"{', '.join(failed)} failed and {'was' if len(failed) == 1 else 'were'} not judged" if failed else None
+
+
+def _caveat(result: dict[str, Any], h: Headline, decided: list[Headline]) -> str:
+    """What the recommendation does not cover: total and cost when not judged, else where it was measured."""
+    unjudged = [x.label for x in HEADLINES if x not in decided and not x.startup]
+    if h.startup and unjudged:
+        how = f"--repeats {FULL_REPEATS} judges them" if result.get("design") else "more --repeats would judge them"
+        return f"{' and '.join(unjudged)} not judged ({how}); start-up is what differs between paths"
+    cluster = any(r.get("mode") == "cluster" for r in result.get("runs", ()))
+    return ("measured on this cluster with its current load" if cluster else
+            "measured on this machine, locally: a cluster adds scheduling and image pulls (compare --cluster)")
+
+
+# --------------------------------------------------------------------------- undecided: the command that decides
+
+
+def _undecided(result: dict[str, Any], baseline: str, others: list[str], failed: list[str]) -> Recommendation:
+    verdicts = result["verdicts"]
+    startup = [h for h in HEADLINES if h.startup and h.metric in verdicts]
+    open_ = {p: [h for h in startup if not _decided(verdicts[h.metric].get(p, {}))] for p in others}
+    open_ = {p: hs for p, hs in open_.items() if hs}
+    need = [verdicts[h.metric][p].get("rounds_to_decide") for p, hs in open_.items() for h in hs]
+    what = "; ".join(f"{p} on {' and '.join(h.label for h in hs)}" for p, hs in open_.items()) or "total and cost"
+    rounds_done = int(result.get("rounds") or result.get("repeats") or 1)
+    text = f"no recommendation yet: undecided after {rounds_done} round{'' if rounds_done == 1 else 's'} ({what})"
+    caveat = _failed_caveat(failed)
+    if any(n is None for n in need) or not need:
+        return Recommendation(path=None, text=text, caveat=caveat, command=_command(result, {"--margin": "50%"}),
+                              why_command="the differences are inside the noise: a wider margin can call them "
+                                          "equivalent")
+    rounds = max(int(n) for n in need)
+    if not result.get("design"):  # fixed --repeats
+        return Recommendation(path=None, text=text, caveat=caveat,
+                              command=_command(result, {"--repeats": str(rounds)}),
+                              why_command=f"{rounds} rounds, as the noise so far needs")
+    plan = result.get("plan") or plan_from_runs(result)
+    before, per_round = plan.get("before_rounds_s"), plan.get("round_s")
+    if before is None or not per_round:
+        return Recommendation(path=None, text=text, caveat=caveat, command=_command(result, {"--repeats": str(rounds)}),
+                              why_command=f"{rounds} rounds, as the noise so far needs")
+    by_path = {p: max(int(verdicts[h.metric][p]["rounds_to_decide"]) for h in hs) for p, hs in open_.items()}
+    options = [_budget_for(result, baseline, by_path, list(open_))]
+    worst = max(by_path, key=lambda p: by_path[p])
+    rest = [p for p in open_ if by_path[p] < by_path[worst]]
+    if rest:  # one path's noise sets the rounds: the others decide far sooner without it
+        options.append(_budget_for(result, baseline, by_path, rest, why=f"without {worst}"))
+    doable = [o for o in options if o is not None]
+    if not doable:
+        return Recommendation(path=None, text=text, caveat=caveat, command=_command(result, {"--margin": "50%"}),
+                              why_command=f"over {MAX_ROUNDS} rounds at this noise: a wider margin, or a quieter "
+                                          "machine, would decide")
+    command, why = doable[0]
+    steps = _fewer_steps(result, plan, by_path[worst])
+    extra = [f"or {w}: {c}" for c, w in doable[1:]]
+    if steps is not None:
+        extra.append(f"or shorter runs: {_command(result, {'--max-steps': str(steps)})}")
+    return Recommendation(path=None, text=text, caveat=caveat, command=command,
+                          why_command="; ".join([why, *extra]))
+
+
+def plan_from_runs(result: dict[str, Any]) -> dict[str, Any]:
+    """What a round cost, from the runs themselves (a report rebuilt from MLflow has no ``plan``): each path's
+    start-up runs' median total, and round 1's whole runs summed (the uncounted warm-up left out)."""
+    from components.fusion import path_of
+    from llmpack.compare.comparison import is_startup_run
+
+    ok = [r for r in result.get("runs", ()) if r.get("status") == "succeeded" and r["metrics"].get("total_s")]
+    per_path: dict[str, float] = {}
+    for path in dict.fromkeys(path_of(r) for r in ok):
+        times = sorted(r["metrics"]["total_s"] for r in ok if path_of(r) == path and is_startup_run(r))
+        if times:
+            per_path[path] = times[len(times) // 2]
+    whole = [r["metrics"]["total_s"] for r in ok if not is_startup_run(r)]
+    if not per_path or not whole:
+        return {}
+    return {"before_rounds_s": sum(whole), "round_s": sum(per_path.values()), "path_round_s": per_path}
+
+
+def _budget_for(result: dict[str, Any], baseline: str, by_path: dict[str, int], paths: list[str], *,
+                why: str = "") -> tuple[str, str] | None:
+    """``llmpack compare --budget N`` (with ``--backends`` when fewer paths) that holds the rounds ``paths``
+    need, at what a round of them cost here; None when they need more than a compare runs."""
+    plan = result.get("plan") or plan_from_runs(result)
+    rounds = max(by_path[p] for p in paths)
+    if rounds > MAX_ROUNDS:
+        return None
+    every = len(paths) == len(by_path) and len(by_path) + 1 == len(result["backends"])
+    per_round = plan["round_s"] if every else sum(plan.get("path_round_s", {}).get(p, 0.0) for p in [baseline, *paths])
+    flags = {"--budget": _duration(_seconds_up(plan["before_rounds_s"] + (rounds - 1) * per_round))}
+    if not every:
+        flags["--backends"] = ",".join([baseline, *paths])
+    said = f"{rounds} rounds at {per_round:.0f} s a round here"
+    return _command(result, flags), (f"{why}: {said}" if why else said)
+
+
+def _fewer_steps(result: dict[str, Any], plan: dict[str, Any], rounds: int) -> int | None:
+    """``--max-steps`` that leaves the current budget room for ``rounds`` rounds (training time scales with steps)."""
+    max_steps, train, budget = result.get("max_steps"), plan.get("round1_train_s"), result.get("budget_s")
+    if not (max_steps and train and budget):
+        return None
+    over = plan["before_rounds_s"] + (rounds - 1) * plan["round_s"] - budget
+    if over <= 0 or over >= train:
+        return None
+    steps = math.floor(max_steps * (1 - over / train))
+    return steps if 1 <= steps < max_steps else None
+
+
+def _seconds_up(seconds: float) -> float:
+    """A budget with a tenth to spare, up to the half minute."""
+    return math.ceil(seconds * 1.1 / 30.0) * 30.0
+
+
+def _duration(seconds: float) -> str:
+    """``--budget`` spelling: ``270s`` below 10 minutes, else ``12.5m``."""
+    return f"{seconds:.0f}s" if seconds < 600 else f"{seconds / 60:g}m"
+
+
+def _command(result: dict[str, Any], flags: dict[str, str]) -> str:
+    """``llmpack compare`` with the user's own flags (``result['argv']``), ``flags`` set over them."""
+    argv = list(result.get("argv") or [])
+    kept: list[str] = []
+    skip = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        dropped = name in flags or name in ("--report", "--force", "--json", "--no-report") \
+            or (name == "--budget" and "--repeats" in flags) or (name == "--repeats" and "--budget" in flags)
+        if dropped:
+            skip = "=" not in arg and name not in ("--force", "--json", "--no-report") and i + 1 < len(argv)
+            continue
+        kept.append(arg)
+    for flag, value in flags.items():
+        kept += [flag, value]
+    from components.redaction import redact_text
+
+    return redact_text(shlex.join(["llmpack", "compare", *kept]))  # a --tracking-uri may carry a password

@@ -1,0 +1,150 @@
+"""The compare's last word: a recommendation checked against planted differences, or the command that decides."""
+
+from __future__ import annotations
+
+import math
+import shlex
+
+import pytest
+
+from llmpack.compare.comparison import comparison
+from llmpack.compare.recommend import recommend, verdict_word
+from llmpack.compare.until_decided import Path_, adapt_budget, compare_until_decided
+from llmpack.run.local import RunOptions
+from tests.llmpack.compare.test_until_decided import FakeRuns
+from tests.synthetic_runs import runs as planted_runs
+
+PATHS = [Path_(backend=b, fuse="none") for b in ("direct", "kfp", "argo", "mlflow")]
+
+
+def _until_decided(start: dict[str, float], *, budget_s: float = 600.0, seed: int = 0, noise: float = 0.1,
+                   **kw: object) -> dict:
+    fake = FakeRuns(start, seed=seed, noise=noise)
+    return compare_until_decided(RunOptions(), PATHS, run=fake, run_group="rg-rec", baseline="direct",
+                                 budget_s=budget_s, say=lambda line: None, clock=fake.clock, **kw)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("slowed", ["direct", "kfp", "argo", "mlflow"])
+def test_a_path_slowed_by_3_s_is_never_recommended(slowed: str, seed: int) -> None:
+    start = {p.backend: 7.0 for p in PATHS}
+    start[slowed] += 3.0
+    rec = recommend(_until_decided(start, seed=seed))
+    assert rec.path is not None and rec.path != slowed, rec.text
+    assert "time to first step" in rec.text and "CI" in rec.text and rec.command is None
+    if slowed != "direct":  # the others are equivalent to direct: keep the baseline, and say why
+        assert rec.text.startswith(f"use direct: {slowed} is slower by") and "equivalent" in rec.text
+        assert rec.caveat is not None and "not judged" in rec.caveat  # total and cost: one run each
+    else:  # three paths faster than direct: the largest difference named, the caveat says they were not paired
+        assert "not compared with each other" in (rec.caveat or "")
+
+
+def test_a_path_faster_by_2_s_is_recommended_with_its_interval() -> None:
+    rec = recommend(_until_decided({"direct": 9.0, "kfp": 7.0, "argo": 9.0, "mlflow": 12.0}))
+    assert rec.path == "kfp" and rec.text.startswith("use kfp: faster than direct on time to first step by ")
+    assert "% CI -" in rec.text and "100% CI" not in rec.text  # a level below 1 never rounds to 100%
+
+
+def test_fixed_repeats_judged_with_planted_runs() -> None:
+    """``--repeats`` results (tests/synthetic_runs) recommend on the same rule: argo +3 s is never named."""
+    result = comparison("rg-s", ["direct", "kfp", "argo", "mlflow"], planted_runs({"argo": 3.0}, n=5))
+    rec = recommend(result)
+    assert rec.path in ("direct", "kfp", "mlflow") and "argo is slower by" in rec.text
+
+
+def test_undecided_ends_with_the_command_that_would_decide() -> None:
+    """Noise far above the margin within a small budget: no recommendation, a --budget computed from the rounds."""
+    result = _until_decided({"direct": 7.0, "kfp": 7.6, "argo": 7.0, "mlflow": 7.0}, budget_s=150.0, noise=1.5, seed=4)
+    result["argv"] = ["--backends", "direct,kfp,argo,mlflow", "--budget", "150", "--report", "x"]
+    rec = recommend(result)
+    assert rec.path is None and rec.text.startswith("no recommendation yet: undecided after")
+    argv = shlex.split(rec.command)
+    assert argv[:2] == ["llmpack", "compare"] and "--report" not in argv and argv.count("--budget") == 1
+    budget = argv[argv.index("--budget") + 1]
+    seconds = float(budget[:-1]) * (60 if budget.endswith("m") else 1)
+    plan = result["plan"]
+    need = max(e["rounds_to_decide"] for v in result["verdicts"].values() for e in v.values()
+               if e.get("rounds_to_decide") and e["verdict"] == "undecided")
+    assert seconds >= plan["before_rounds_s"] + (need - 1) * plan["round_s"] > 150.0
+    assert "rounds at" in rec.why_command
+
+
+def test_a_slow_first_round_raises_the_budget_and_says_so() -> None:
+    assert adapt_budget(285.0, 100.0, 30.0) is None  # 3 rounds fit
+    raised = adapt_budget(285.0, 300.0, 40.0)
+    assert raised is not None and raised["to_s"] >= 300.0 + 2 * 40.0 and "this machine is slow" in raised["text"]
+    too_slow = adapt_budget(285.0, 560.0, 100.0)
+    assert too_slow is not None and too_slow["to_s"] == 285.0 and "what would decide" in too_slow["text"]
+    lines: list[str] = []
+    fake = FakeRuns({"direct": 7.0, "kfp": 7.0, "argo": 10.0, "mlflow": 7.0})
+    result = compare_until_decided(RunOptions(), PATHS, run=fake, run_group="rg-slow", baseline="direct",
+                                   budget_s=110.0, say=lines.append, clock=fake.clock, adapt=True)
+    assert lines[0].startswith("this machine is slow") and result["budget_adapted"]["to_s"] > 110.0
+    assert result["rounds"] >= 3
+
+
+def test_one_run_each_reads_not_judged_in_the_compare_and_a_rebuilt_report_alike() -> None:
+    fake = FakeRuns({"direct": 7.0, "kfp": 7.0, "argo": 10.0, "mlflow": 7.0})
+    result = compare_until_decided(RunOptions(), PATHS, run=fake, run_group="rg-w", baseline="direct",
+                                   budget_s=600.0, say=lambda line: None, clock=fake.clock)
+    rebuilt = comparison("rg-w", [p.backend for p in PATHS], [{**r, "round": None} for r in result["runs"]])
+    for res in (result, rebuilt):
+        total = res["verdicts"]["total_s"]["kfp"]
+        assert verdict_word(total) == "not judged" and "not judged" in total["text"]
+
+
+def test_faster_but_decidedly_costlier_is_not_recommended() -> None:
+    """kfp starts 2 s sooner but costs decidedly more (fixed --repeats): the baseline, and why."""
+    runs = planted_runs({"kfp": -1.5}, n=6, paths=("direct", "kfp"))
+    for r in runs:
+        if r["orchestrator"] == "kfp":
+            r["metrics"]["cost_usd"] *= 3
+    rec = recommend(comparison("rg-c", ["direct", "kfp"], runs))
+    assert rec.path == "direct" and "kfp is faster on" in rec.text and "costlier on cost per run" in rec.text
+
+
+def _undecided_result(rounds: dict[str, int], plan: dict | None) -> dict:
+    """Every path undecided on both start-up headlines, ``rounds[path]`` rounds from deciding."""
+    from llmpack.compare.comparison import HEADLINES
+
+    paths = ["direct", *rounds]
+    verdicts = {}
+    for h in HEADLINES:
+        per = {"direct": {"verdict": "baseline", "n": 3}}
+        for p, k in rounds.items():
+            per[p] = {"verdict": "undecided", "n": 3 if h.startup else 1, "rounds": 3 if h.startup else 1,
+                      "rounds_to_decide": k if h.startup else None, "delta": 1.0, "ci": None}
+        verdicts[h.metric] = per
+    runs = [{"orchestrator": p, "status": "succeeded", "metrics": {}, "tags": {}} for p in paths]
+    return {"backends": paths, "baseline": "direct", "runs": runs, "verdicts": verdicts, "rounds": 3,
+            "design": {"max_rounds": 6}, "budget_s": 285.0, "plan": plan, "argv": []}
+
+
+def test_one_noisy_path_sets_the_rounds_so_the_command_offers_the_others_without_it() -> None:
+    plan = {"before_rounds_s": 180.0, "round_s": 40.0,
+            "path_round_s": {"direct": 10.0, "kfp": 10.0, "argo": 10.0, "mlflow": 10.0}}
+    rec = recommend(_undecided_result({"kfp": 41, "argo": 8, "mlflow": 5}, plan))
+    argv = shlex.split(rec.command)  # kfp needs 41 > 30 rounds: only the command without it can decide
+    assert argv[argv.index("--backends") + 1] == "direct,argo,mlflow"
+    assert argv[argv.index("--budget") + 1] == f"{math.ceil((180 + 7 * 30) * 1.1 / 30) * 30:.0f}s"
+    assert rec.why_command.startswith("without kfp: 8 rounds")
+    rec = recommend(_undecided_result({"kfp": 12, "argo": 8, "mlflow": 5}, plan))
+    argv = shlex.split(rec.command)  # 12 rounds fit: every path, and the faster alternative without kfp
+    assert "--backends" not in argv and "or without kfp:" in rec.why_command
+    rec = recommend(_undecided_result({"kfp": 41, "argo": 41, "mlflow": 41}, plan))
+    assert "--margin" in rec.command and "over 30 rounds" in rec.why_command
+
+
+def test_the_report_leads_with_the_recommendation_and_sets_unjudged_figures_apart(tmp_path) -> None:
+    from llmpack.report import write_report
+
+    result = _until_decided({"direct": 7.0, "kfp": 7.0, "argo": 10.0, "mlflow": 7.0})
+    for r in result["runs"]:
+        r.update(submitted_at=1.7e9, events={}, retried_attempts=[])
+    out = write_report(result, tmp_path / "rep", {})
+    md = (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    rec = recommend(result)
+    assert rec.path != "argo" and md.index(rec.text.split(":")[0]) < md.index("## Verdicts")
+    assert '<p class="rec"><b>use ' in html and html.index('class="rec"') < html.index('class="hero"')
+    assert html.count('class="card dim"') == 2 and "Not judged (one run per path" in md
