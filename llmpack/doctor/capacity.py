@@ -59,41 +59,37 @@ def _amounts(values: Any) -> dict[str, Decimal]:
     return {str(k): _quantity(v) for k, v in (values or {}).items() if "{{" not in str(v)}
 
 
-def _containers_with_gpus(doc: Any, where: str) -> Iterator[GpuPod]:
-    """Every pod spec's GPU container in ``doc`` (requests or limits of ``nvidia.com/gpu`` above 0)."""
+def _gpu_container(container: Any, where: str) -> Iterator[GpuPod]:
+    res = (container or {}).get("resources") or {} if isinstance(container, Mapping) else {}
+    requests, limits = _amounts(res.get("requests")), _amounts(res.get("limits"))
+    if max(requests.get(GPU_RESOURCE, 0), limits.get(GPU_RESOURCE, 0)) > 0:
+        yield GpuPod(where, {**{k: v for k, v in limits.items() if k == GPU_RESOURCE}, **requests}, limits)
+
+
+def _containers_with_gpus(doc: Any, path: str) -> Iterator[GpuPod]:
+    """Every GPU container in ``doc`` (requests or limits of ``nvidia.com/gpu`` above 0): a pod spec's
+    ``containers``, or a template that runs one ``container`` or ``script`` (a workflow's step), named by it."""
     if isinstance(doc, Mapping):
         if isinstance(doc.get("containers"), list):
             for c in doc["containers"]:
-                res = (c or {}).get("resources") or {}
-                requests, limits = _amounts(res.get("requests")), _amounts(res.get("limits"))
-                if max(requests.get(GPU_RESOURCE, 0), limits.get(GPU_RESOURCE, 0)) > 0:
-                    yield GpuPod(where, {**{k: v for k, v in limits.items() if k == GPU_RESOURCE}, **requests}, limits)
+                yield from _gpu_container(c, f"{path} pod")
+            return
+        one = doc.get("container") or doc.get("script")
+        if isinstance(one, Mapping) and "image" in one:
+            yield from _gpu_container(one, f"{path} template {doc.get('name')}")
             return
         for value in doc.values():
-            yield from _containers_with_gpus(value, where)
+            yield from _containers_with_gpus(value, path)
     elif isinstance(doc, list):
         for item in doc:
-            yield from _containers_with_gpus(item, where)
-
-
-def _argo_gpu_pods(doc: Mapping[str, Any]) -> Iterator[GpuPod]:
-    for template in (doc.get("spec") or {}).get("templates") or []:
-        container = template.get("container") or template.get("script") or {}
-        res = container.get("resources") or {}
-        requests, limits = _amounts(res.get("requests")), _amounts(res.get("limits"))
-        if max(requests.get(GPU_RESOURCE, 0), limits.get(GPU_RESOURCE, 0)) > 0:
-            yield GpuPod(f"argo template {template.get('name')}", {**limits, **requests}, limits)
+            yield from _containers_with_gpus(item, path)
 
 
 def gpu_pods(root: Path, path: str, *, gang: bool) -> list[GpuPod]:
     """The GPU pods ``path``'s compiled artifact under ``root`` runs, and with ``gang`` the TrainJob's node pods."""
     from llmpack.doctor.pods import TRAINJOB_ARTIFACT, _artifact, _load
 
-    docs = _load(root / _artifact(path))
-    if path == "argo":
-        pods = [p for d in docs if isinstance(d, Mapping) for p in _argo_gpu_pods(d)]
-    else:
-        pods = list(_containers_with_gpus(docs, f"{path} pod"))
+    pods = list(_containers_with_gpus(_load(root / _artifact(path)), path))
     if gang:
         for job in _load(root / TRAINJOB_ARTIFACT):
             trainer = ((job or {}).get("spec") or {}).get("trainer") or {}
