@@ -24,9 +24,10 @@ from typing import Any
 
 from components import names, reporting, settings
 from components.commands import parse_pairs
-from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step, coerce
+from components.dsl import Step, coerce
 from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
+from components.params import RUNTIME_PARAMS, TELEMETRY_PARAMS
 from components.process import gang, handoff, lifeline, startup, torchrun, warm_ahead
 from components.record import gpu_metrics, telemetry, uniform
 from components.record.telemetry import EVENTS_FILE, RunContext, process_start_time

@@ -73,8 +73,9 @@ from typing import Any
 from components.errors import InputError
 from components.record import cost, tracking
 from llmpack.backends import ORCHESTRATORS, cluster_paths
+from llmpack.compare.measure import MODE, bill_across_runs
 from llmpack.compare.plan import ComparePlan, parse_backends, run_all
-from llmpack.compare.session import MODE, Plan, Progress, Session, bill_across_runs, preflight
+from llmpack.compare.session import Plan, Progress, Session, preflight
 from llmpack.k8s.billing import check_scale_down_delay
 from llmpack.k8s.reconcile import check_opencost_url, log_opencost, opencost_reconcile
 
@@ -123,7 +124,7 @@ def compare_cluster(
     ``variants``: fusion modes (``none``, ``gpu``, ``all``; :mod:`components.fusion`); each path
     is compiled in each (``llmpack compile --fuse``) into a temporary directory and submitted side
     by side, labelled ``argo``, ``argo+fuse-gpu``... A fused pod's phases are its training
-    member's spin-up (:func:`~llmpack.compare.session.pod_step_aliases`) and its GPUs are billed once for all its members.
+    member's spin-up (:func:`~llmpack.compare.pods.pod_step_aliases`) and its GPUs are billed once for all its members.
 
     ``gpus`` / ``nodes``: the finetune step's GPUs per node and nodes (``llmpack compile --gpus
     --nodes``); with either, every path is compiled for it into a temporary directory
