@@ -227,20 +227,14 @@ def load_workflow(text_or_path: str | Path) -> LocalWorkflow:
     return LocalWorkflow(docs[0])
 
 
-# Reads a file as kfp_pipelines/local.py's _read_text does, in this path's own words: the generated
-# hostile-input table (docs/hostile-input.md) holds each message, and a backend imports no other backend.
 def _read_workflow_file(path: Path) -> str:
     """The Workflow file's text, or one line saying why it cannot be read."""
     if not path.exists():
         raise InputError(f"{PREFIX}: workflow file {path} does not exist")
     if not path.is_file():
         raise InputError(f"{PREFIX}: workflow file {path} is not a regular file (a directory?)")
-    try:
-        return yamltext.read_bytes(path, f"{PREFIX}: workflow file {path}").decode("utf-8")
-    except OSError as exc:
-        raise InputError(f"{PREFIX}: workflow file {path}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{PREFIX}: workflow file {path} is not UTF-8 text") from None
+    return yamltext.read_text(path, f"{PREFIX}: workflow file {path}",
+                              not_text=f"{PREFIX}: workflow file {path} is not UTF-8 text")
 
 
 class _PlannedTask:

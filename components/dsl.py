@@ -200,7 +200,10 @@ MAX_VALUE = 6000  # MLflow's MAX_PARAM_VAL_LENGTH: a longer value would be cut i
 
 
 def shown(value: Any) -> str:
-    """The value as an error line shows it: ``repr``, cut to a readable length (a 100,000-character name is not echoed)."""
+    """The value as an error line shows it: ``repr``, cut to a readable length.
+
+    A 100,000-character name is not echoed.
+    """
     text = repr(value)
     return text if len(text) <= 80 else f"{text[:60]}... ({len(str(value)):,} characters)"
 
@@ -215,7 +218,10 @@ Rule = tuple[Callable[[Any], bool], str]  # (is the value allowed, what it must 
 
 
 def bind_params(params: Mapping[str, Param], values: Mapping[str, Any], *, flag: str = "parameter") -> dict[str, Any]:
-    """``values`` as the types ``params`` declare: command-line text coerced, an int taken as a float, else one InputError."""
+    """``values`` as the types ``params`` declare.
+
+    Command-line text is coerced, an int taken as a float; anything else is one InputError.
+    """
     out: dict[str, Any] = {}
     for key, value in values.items():
         if value is None:
@@ -372,7 +378,8 @@ def _validate_task(pipe: Pipeline, task: Task) -> None:
         if isinstance(value, PipelineParamRef):
             pp = pipe.all_params.get(value.name)
             if pp is None:
-                raise PipelineValidationError(f"{where}: parameter {key!r} names unknown pipeline parameter {value.name!r}")
+                raise PipelineValidationError(
+                    f"{where}: parameter {key!r} names unknown pipeline parameter {value.name!r}")
             if pp.type is not param.type:
                 raise PipelineValidationError(
                     f"{where}: parameter {key!r} is {_type_name(param.type)}, "

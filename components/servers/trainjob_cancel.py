@@ -79,7 +79,8 @@ class Cancel:
 
     def _delete(self) -> None:
         try:
-            gone = delete(self.name or "", self.namespace, custom=self.custom, uid=self.uid, request_timeout=DELETE_TIMEOUT_S)
+            gone = delete(self.name or "", self.namespace, custom=self.custom, uid=self.uid,
+                          request_timeout=DELETE_TIMEOUT_S)
         except (InputError, StepFailed) as exc:
             print(f"llmpack: TrainJob {self.namespace}/{self.name} was not deleted: {exc}; delete it with "
                   f"`kubectl delete {RESOURCE} {self.name} -n {self.namespace}`", file=sys.stderr, flush=True)

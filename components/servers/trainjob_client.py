@@ -96,7 +96,8 @@ def api_error(exc: BaseException, api: Any, doing: str, *, namespace: str, verb:
             return InputError(f"{where} does not serve {RESOURCE}/{VERSION} (trying to {doing}): is Kubeflow Trainer "
                               f"v2 installed? (kubectl get crd {RESOURCE})")
         if exc.status in (400, 409, 422):
-            return InputError(f"{where} refused to {doing} ({exc.status} {exc.reason or ''}): {message}".replace(" )", ")"))
+            refused = f"{where} refused to {doing} ({exc.status} {exc.reason or ''}): {message}"
+            return InputError(refused.replace(" )", ")"))
         return StepFailed(f"{where} answered {exc.status} {exc.reason or ''} trying to {doing}: {message}".rstrip(": "))
     if tls := tls_failure(exc, host):
         return InputError(f"Kubernetes API at {tls}")
@@ -148,7 +149,8 @@ def delete(name: str, namespace: str, *, api: Any = None, uid: str | None = None
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body=options,
                                                _request_timeout=request_timeout)
     except ApiException as exc:
-        if exc.status == 404 or (exc.status == 409 and uid and "Precondition failed" in (server_message(exc.body) or "")):
+        precondition = exc.status == 409 and uid and "Precondition failed" in (server_message(exc.body) or "")
+        if exc.status == 404 or precondition:
             return False
         raise api_error(exc, custom.api_client, f"delete TrainJob {namespace}/{name}", namespace=namespace,
                         verb="delete") from None
@@ -162,20 +164,24 @@ def _get(custom: Any, namespace: str, name: str, doing: str) -> dict[str, Any] |
     from kubernetes.client.exceptions import ApiException
 
     try:
-        return custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, _request_timeout=REQUEST_TIMEOUT_S)
+        return custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                                   _request_timeout=REQUEST_TIMEOUT_S)
     except ApiException as exc:
         if exc.status == 404 and "could not find the requested resource" not in (server_message(exc.body) or ""):
             return None
-        raise api_error(exc, custom.api_client, f"{doing} ({namespace}/{name})", namespace=namespace, verb="get") from None
+        raise api_error(exc, custom.api_client, f"{doing} ({namespace}/{name})", namespace=namespace,
+                        verb="get") from None
     except Exception as exc:  # noqa: BLE001 - network errors, one line
-        raise api_error(exc, custom.api_client, f"{doing} ({namespace}/{name})", namespace=namespace, verb="get") from None
+        raise api_error(exc, custom.api_client, f"{doing} ({namespace}/{name})", namespace=namespace,
+                        verb="get") from None
 
 
 def _read(custom: Any, namespace: str, name: str) -> dict[str, Any]:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        return custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, _request_timeout=REQUEST_TIMEOUT_S)
+        return custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                                   _request_timeout=REQUEST_TIMEOUT_S)
     except ApiException as exc:
         if exc.status == 404 and "could not find the requested resource" not in (server_message(exc.body) or ""):
             raise StepFailed(f"TrainJob {namespace}/{name} was deleted before it finished (kubectl delete, or its "

@@ -74,7 +74,8 @@ log = logging.getLogger(__name__)
 def _prepared(obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
     if not isinstance(obj, Mapping) or obj.get("apiVersion") != API_VERSION or obj.get("kind") != KIND:
         got = f"{obj.get('apiVersion')} {obj.get('kind')}" if isinstance(obj, Mapping) else type(obj).__name__
-        raise InputError(f"expected a {API_VERSION} {KIND} object (components.servers.trainjob.TrainJobSpec.build()), got {got}")
+        raise InputError(f"expected a {API_VERSION} {KIND} object "
+                         f"(components.servers.trainjob.TrainJobSpec.build()), got {got}")
     if not isinstance(namespace, str) or not is_dns1123_label(namespace):
         raise InputError(f"Kubernetes namespace {namespace!r} is not a valid DNS-1123 label")
     body = copy.deepcopy(dict(obj))
@@ -139,13 +140,15 @@ def _create_or_adopt(custom: Any, body: dict[str, Any], cancel: Cancel, *, poll_
                      meta.get("creationTimestamp"))
             return existing, True
         if not meta.get("deletionTimestamp"):
-            log.info("TrainJob %s/%s already failed (%s): deleting it to train again", namespace, name, cond.get("reason"))
+            log.info("TrainJob %s/%s already failed (%s): deleting it to train again", namespace, name,
+                     cond.get("reason"))
             delete(name, namespace, custom=custom, uid=meta.get("uid"))
         while (existing := _get(custom, namespace, name, "wait for the old TrainJob to go")) is not None:
             if existing["metadata"].get("uid") != meta.get("uid"):
                 break  # someone else created it again: the loop decides whether it is ours
             if time.monotonic() > gone_by:
-                raise StepFailed(f"TrainJob {namespace}/{name} is being deleted and still there after {GONE_WAIT_S:.0f} s")
+                raise StepFailed(f"TrainJob {namespace}/{name} is being deleted and still there after "
+                                 f"{GONE_WAIT_S:.0f} s")
             time.sleep(poll_s)
     raise StepFailed(f"TrainJob {namespace}/{name}: created and deleted by someone else repeatedly; giving up")
 
@@ -187,8 +190,8 @@ def create_and_wait(
             if current is not None:
                 meta = current["metadata"]
                 if uid and meta.get("uid") != uid:
-                    raise StepFailed(f"TrainJob {namespace}/{name} was replaced by another object (uid {meta.get('uid')}, "
-                                     f"not {uid}) while waiting")
+                    raise StepFailed(f"TrainJob {namespace}/{name} was replaced by another object "
+                                     f"(uid {meta.get('uid')}, not {uid}) while waiting")
                 if on_status is not None and meta.get("resourceVersion") != seen_rv:
                     on_status(copy.deepcopy(current))
                 seen_rv = meta.get("resourceVersion")

@@ -24,7 +24,8 @@ def launcher_rbac(service_account: str = LAUNCHER_SERVICE_ACCOUNT) -> list[dict[
     No namespace in them: ``kubectl apply -n NS`` puts all three in the run's namespace, and a
     RoleBinding's ServiceAccount subject without one is the binding's own namespace.
     """
-    meta = {"name": service_account, "labels": {"app.kubernetes.io/name": "llmpack", "app.kubernetes.io/component": "launcher"}}
+    labels = {"app.kubernetes.io/name": "llmpack", "app.kubernetes.io/component": "launcher"}
+    meta = {"name": service_account, "labels": labels}
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": copy.deepcopy(meta)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": copy.deepcopy(meta),
@@ -40,11 +41,14 @@ def launcher_rbac_yaml(service_account: str = LAUNCHER_SERVICE_ACCOUNT) -> str:
     import yaml
 
     head = (
-        "# What the finetune launcher of a TrainJob gang may do (llmpack compile --nodes; components/servers/trainjob_launch.py):\n"
+        "# What the finetune launcher of a TrainJob gang may do "
+        "(llmpack compile --nodes; components/servers/trainjob_launch.py):\n"
         f"# create, get and delete {RESOURCE}, nothing else. Apply it in the run's namespace:\n"
         "#   kubectl apply -n llmpack -f launcher-rbac.yaml\n"
         f"# The MLflow Job runs as ServiceAccount {service_account}. KFP and Argo pods run as their own account\n"
-        "# (KFP: pipeline-runner or default-editor; Argo: the Workflow's, default unless --serviceaccount): bind it too, e.g.\n"
-        f"#   kubectl -n llmpack create rolebinding {service_account}-argo --role={service_account} --serviceaccount=llmpack:default\n"
+        "# (KFP: pipeline-runner or default-editor; Argo: the Workflow's, default unless --serviceaccount): "
+        "bind it too, e.g.\n"
+        f"#   kubectl -n llmpack create rolebinding {service_account}-argo --role={service_account} "
+        "--serviceaccount=llmpack:default\n"
     )
     return head + yaml.safe_dump_all(launcher_rbac(service_account), sort_keys=False, default_flow_style=False)

@@ -85,5 +85,6 @@ def result_of(obj: Mapping[str, Any], cond: Mapping[str, Any], adopted: bool) ->
     meta = obj.get("metadata") or {}
     return TrainJobResult(
         name=meta.get("name", ""), namespace=meta.get("namespace", ""), uid=meta.get("uid", ""),
-        outcome=str(cond.get("type")), reason=str(cond.get("reason") or ""), message=one_line(cond.get("message") or "", limit=1000),
+        outcome=str(cond.get("type")), reason=str(cond.get("reason") or ""),
+        message=one_line(cond.get("message") or "", limit=1000),
         created_at=meta.get("creationTimestamp"), finished_at=cond.get("lastTransitionTime"), adopted=adopted)

@@ -81,7 +81,8 @@ def read_records(session: Session, ctx: telemetry.RunContext, summary: Mapping[s
     return mc, run_id, records
 
 
-def run_gpu(session: Session, pipe: Any, rows: list[dict[str, Any]], fused: Mapping[str, tuple[str, ...]]) -> tuple[Any, Any]:
+def run_gpu(session: Session, pipe: Any, rows: list[dict[str, Any]],
+            fused: Mapping[str, tuple[str, ...]]) -> tuple[Any, Any]:
     """The GPU the run trained on (its first training pod's node, else the pipeline's spec) and its price."""
     trains = {telemetry.TRAIN_STEP, "main", *(t for t, members in fused.items() if telemetry.TRAIN_STEP in members)}
     finetune_rows = [r for r in rows if r.get("step") in trains and r.get("role") != "driver"]
@@ -136,7 +137,8 @@ def preemptions(rows: list[dict[str, Any]], steps: Mapping[str, telemetry.StepTi
 
 def run_metrics(session: Session, plan: Plan, ctx: telemetry.RunContext, steps: Mapping[str, telemetry.StepTimes],
                 mine_rows: list[dict[str, Any]], rows: list[dict[str, Any]], result: Mapping[str, Any],
-                end: float | None, price: Any, record: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+                end: float | None, price: Any,
+                record: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
     """Every figure of the run: timings, container cost, the backend's own account, preemptions,
     the gang's waits and the node bill. Returns ``(metrics, attempts, billed by node)``."""
     orch = plan.orchestrator

@@ -1,6 +1,7 @@
-"""One run's plan and what its pods say: fused tasks and whose spin-up a pod is, the gang's start, the run's end, a progress line.
+"""One run's plan and what its pods say.
 
-Pure functions over the pod watcher's rows (:mod:`llmpack.k8s.watcher`) and a compiled pipeline,
+Fused tasks and whose spin-up a pod is, the gang's start, the run's end, a progress line: pure
+functions over the pod watcher's rows (:mod:`llmpack.k8s.watcher`) and a compiled pipeline,
 shared by the session that runs a comparison's runs and the measurement of each run.
 """
 
@@ -60,7 +61,8 @@ def gang_ready(rows: Iterable[Mapping[str, Any]]) -> float | None:
     return None if any(s is None for s in starts) else max(starts)
 
 
-def run_end(steps: Mapping[str, telemetry.StepTimes], rows: Iterable[Mapping[str, Any]], fallback: float | None) -> float | None:
+def run_end(steps: Mapping[str, telemetry.StepTimes], rows: Iterable[Mapping[str, Any]],
+            fallback: float | None) -> float | None:
     """The last timestamped moment of the run: a pod's container finish or a step's ``finished``."""
     ends = [s.events["finished"] for s in steps.values() if "finished" in s.events]
     ends += [r["finished"] for r in rows if r.get("finished") is not None]

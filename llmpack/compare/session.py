@@ -223,7 +223,8 @@ class Session:
 
         aliases = pod_step_aliases(fused_tasks(self.pipe_of(plan.fuse)))
         steps = {self.preempt.step, *(pod for pod, step in aliases.items() if step == self.preempt.step)}
-        gang = self.gang is not None and self.preempt.step == telemetry.TRAIN_STEP  # a TrainJob's node pod, not its launcher
+        # a TrainJob's node pod, not its launcher
+        gang = self.gang is not None and self.preempt.step == telemetry.TRAIN_STEP
         return PreemptInjector(watcher.api_client, self.preempt, lambda: mine(watcher.rows(), plan.pipeline_run),
                                pod_steps=steps, gang=gang).start()
 
