@@ -137,7 +137,8 @@ def compare_cluster(
         preempt = str(preempt_spec)
     unknown = sorted(set(paths) - set(cluster_paths()))
     if unknown:
-        raise InputError(f"compare --cluster: no cluster path {unknown[0]!r} (choose among {', '.join(cluster_paths())})")
+        raise InputError(f"compare --cluster: no cluster path {unknown[0]!r} "
+                         f"(choose among {', '.join(cluster_paths())})")
     conf = {name: _options(name, paths.get(name), path.submit_options) for name, path in cluster_paths().items()}
     gang = None
     compiled_dir = None
@@ -158,14 +159,16 @@ def compare_cluster(
             gang = (int(nodes or 1), int(spec.gpus_per_node))
     fused_modes = [m for m in modes if m != "none"]
     if fused_modes and ((gpus or 1) > 1 or (nodes or 1) > 1):
-        raise InputError(f"--variants fuse-{fused_modes[0]} with --gpus {gpus or 1} --nodes {nodes or 1}: the many-process "
+        raise InputError(f"--variants fuse-{fused_modes[0]} with --gpus {gpus or 1} --nodes {nodes or 1}: "
+                         "the many-process "
                          "finetune runs unfused; compare fused variants on one GPU")
     pod_compiles = pod is not None and pod.compiles
     compile_here = gpus is not None or nodes is not None or gpu_type is not None or bool(fused_modes) or pod_compiles
     if compile_here:
         for orch, key in ((name, path.artifact_option) for name, path in cluster_paths().items()):
             if conf[orch].get(key):
-                raise InputError(f"--gpus/--nodes/--gpu-type/--variants/--image/--model-pvc... compile the artifacts to submit: {orch} option {key} "
+                raise InputError("--gpus/--nodes/--gpu-type/--variants/--image/--model-pvc... compile the artifacts "
+                                 f"to submit: {orch} option {key} "
                                  "cannot be given too")
     pipes = {mode: fuse_steps(pipe, mode) for mode in modes}
     k8s_opts = _options("k8s", k8s, K8S_OPTIONS)
@@ -193,7 +196,8 @@ def compare_cluster(
             out = os.path.join(compiled_dir, mode)
             compile_all(out, fuse=mode, gpus=gpus, nodes=nodes, cache_pvc=cache_pvc, queue=queue, gpu_type=gpu_type,
                         pod=pod if pod_compiles else None)
-            session.artifacts[mode] = {orch: os.path.join(out, path.artifact_path) for orch, path in cluster_paths().items()}
+            session.artifacts[mode] = {orch: os.path.join(out, path.artifact_path)
+                                       for orch, path in cluster_paths().items()}
     try:
         result = _compare_all(session, plan, concurrency, group)
         if preempt is not None:
@@ -211,7 +215,8 @@ def _compare_all(session: Session, plan: ComparePlan, concurrency: int, group: s
     from components.servers.submission import new_id
     from llmpack.compare.comparison import comparison
 
-    plans = [Plan(orchestrator=r.backend, label=r.label, pipeline_run=new_id(r.backend), fuse=r.fuse) for r in plan.runs()]
+    plans = [Plan(orchestrator=r.backend, label=r.label, pipeline_run=new_id(r.backend), fuse=r.fuse)
+             for r in plan.runs()]
     runs = run_all(plans, session.run, concurrency=concurrency)
     bill_across_runs(session, runs)
     if session.opencost:
