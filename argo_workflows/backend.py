@@ -46,7 +46,8 @@ class ArgoBackend(Backend):
         wait_options=("host", "token", "namespace", *TLS_OPTIONS),
         namespace_env="ARGO_NAMESPACE",
         compare_options=(CompareOption(flag="--argo-host", key="host", endpoint=True,
-                                       help="--cluster: Argo Server host:port (default ARGO_SERVER; token from ARGO_TOKEN)."),),
+                                       help="--cluster: Argo Server host:port "
+                                            "(default ARGO_SERVER; token from ARGO_TOKEN)."),),
         shared_options=("namespace",),
     )
     pod_marks = PodMarks(run_labels=(WORKFLOW_LABEL,), workflow_labels=(WORKFLOW_LABEL,), node_annotations=(NODE_NAME,),
@@ -78,6 +79,17 @@ class ArgoBackend(Backend):
 
     def own_metrics(self, result: Mapping[str, Any]) -> dict[str, float]:
         return argo_metrics(result.get("resources_duration"))
+
+    def explain_own_metrics(self, metrics: Mapping[str, Any]) -> list[str]:
+        own_h, container_h = metrics.get("argo_gpu_hours"), metrics.get("gpu_hours")
+        if own_h is not None and metrics.get("gang_ready_s") is not None:
+            return [f"Argo {own_h:.3f} GPU-h counts only the Workflow's own pods: the TrainJob's node pods, "
+                    "made by the launcher, hold the training GPUs and are not Argo's"]
+        if own_h is not None and container_h is not None:
+            return [f"Argo {own_h:.3f} GPU-h counts the pods' GPU requests x container run time (whole seconds); "
+                    f"our container account {container_h:.3f} GPU-h also bills a new node's provisioning "
+                    f"({container_h - own_h:+.3f} GPU-h)"]
+        return []
 
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         return WORKFLOW_LABEL in pod_labels(pod)

@@ -9,7 +9,8 @@ subprocess. What it does, in Argo's terms:
   outside an ``enum`` are refused, as ``argo submit -p`` does);
 - placeholders: ``{{workflow.parameters.*}}``, ``{{workflow.name}}``, ``{{workflow.uid}}``,
   ``{{workflow.creationTimestamp}}`` (RFC 3339, when the run was planned), ``{{workflow.status}}``
-  (in the exit handler: ``Succeeded`` or ``Failed``), ``{{inputs.parameters.*}}``, ``{{inputs.artifacts.*.path}}``, ``{{outputs.artifacts.*.path}}``,
+  (in the exit handler: ``Succeeded`` or ``Failed``), ``{{inputs.parameters.*}}``, ``{{inputs.artifacts.*.path}}``,
+  ``{{outputs.artifacts.*.path}}``,
   ``{{outputs.parameters.*.path}}`` (a file under ``workdir``; output parameters feed only metrics),
   ``{{retries}}`` and, in a DAG task's artifact ``from``, ``{{tasks.*.outputs.artifacts.*}}``;
 - artifacts: directories under ``workdir`` (``workdir/<task>/<artifact>``); an input artifact is
@@ -102,7 +103,8 @@ class LocalWorkflow:
             for key, feature in TEMPLATE_KINDS.items():
                 if key in t:
                     raise unsupported(feature, f"{where}.{key}")
-            check_keys(t, TEMPLATE_RUN, TEMPLATE_CLUSTER | ({"volumes"} if shm_only(t.get("volumes")) else set()), where,
+            cluster_keys = TEMPLATE_CLUSTER | ({"volumes"} if shm_only(t.get("volumes")) else set())
+            check_keys(t, TEMPLATE_RUN, cluster_keys, where,
                         {"initContainers": "init containers", "sidecars": "sidecars", "volumes": "volumes",
                          "podSpecPatch": "podSpecPatch", "memoize": "memoization", "daemon": "daemon templates",
                          "plugin": "plugin templates"})
@@ -218,7 +220,8 @@ def load_workflow(text_or_path: str | Path) -> LocalWorkflow:
         text = _read_workflow_file(Path(text_or_path))
     else:
         text = text_or_path
-    docs = [d for d in yamltext.safe_load(text, f"{PREFIX}: cannot parse the Workflow YAML", documents=True) if d is not None]
+    loaded = yamltext.safe_load(text, f"{PREFIX}: cannot parse the Workflow YAML", documents=True)
+    docs = [d for d in loaded if d is not None]
     if any(isinstance(d, Mapping) and "pipelineInfo" in d for d in docs):
         raise InputError(f"{PREFIX}: this is a KFP pipeline package, not an Argo Workflow "
                          "(run it with `llmpack run --backend kfp`)")
@@ -227,20 +230,14 @@ def load_workflow(text_or_path: str | Path) -> LocalWorkflow:
     return LocalWorkflow(docs[0])
 
 
-# Reads a file as kfp_pipelines/local.py's _read_text does, in this path's own words: the generated
-# hostile-input table (docs/hostile-input.md) holds each message, and a backend imports no other backend.
 def _read_workflow_file(path: Path) -> str:
     """The Workflow file's text, or one line saying why it cannot be read."""
     if not path.exists():
         raise InputError(f"{PREFIX}: workflow file {path} does not exist")
     if not path.is_file():
         raise InputError(f"{PREFIX}: workflow file {path} is not a regular file (a directory?)")
-    try:
-        return yamltext.read_bytes(path, f"{PREFIX}: workflow file {path}").decode("utf-8")
-    except OSError as exc:
-        raise InputError(f"{PREFIX}: workflow file {path}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{PREFIX}: workflow file {path} is not UTF-8 text") from None
+    return yamltext.read_text(path, f"{PREFIX}: workflow file {path}",
+                              not_text=f"{PREFIX}: workflow file {path} is not UTF-8 text")
 
 
 class _PlannedTask:
@@ -268,7 +265,8 @@ class _PlannedTask:
         return {**base, **extra}
 
 
-def plan(wf: LocalWorkflow, arguments: Mapping[str, Any], workdir: Path) -> tuple[list[_PlannedTask], _PlannedTask | None]:
+def plan(wf: LocalWorkflow, arguments: Mapping[str, Any],
+         workdir: Path) -> tuple[list[_PlannedTask], _PlannedTask | None]:
     """Resolve the whole run before any of it starts (nothing here depends on a task's result).
 
     Returns the DAG's tasks in order and the exit handler (its ``{{workflow.status}}`` is set
@@ -356,9 +354,10 @@ def _run_dag(steps: list[_PlannedTask], workdir: Path, env: Mapping[str, str]) -
         name, retry = step.name, step.tmpl.retry
         log_path = workdir / "logs" / f"{name}.log"
         for attempt in range(retry.limit + 1):
-            # ``{{retries}}`` for the attempt, as Argo resolves it; LLMPACK_ATTEMPT tells the step (every attempt billed)
-            rc, last = run_logged(step.command(attempt), env={**step.env(env, attempt), settings.ATTEMPT.name: str(attempt)},
-                                  log_path=log_path)
+            # ``{{retries}}`` for the attempt, as Argo resolves it; LLMPACK_ATTEMPT tells the step
+            # (every attempt billed)
+            attempt_env = {**step.env(env, attempt), settings.ATTEMPT.name: str(attempt)}
+            rc, last = run_logged(step.command(attempt), env=attempt_env, log_path=log_path)
             if rc == 0:
                 break
             if not retry.should_retry(attempt, rc):
@@ -394,7 +393,10 @@ def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Map
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m argo_workflows.local WORKFLOW.yaml -p NAME=VALUE ...``: what ``argo submit`` does, on this machine."""
+    """``python -m argo_workflows.local WORKFLOW.yaml -p NAME=VALUE ...``.
+
+    What ``argo submit`` does, on this machine.
+    """
     import argparse
     import os
 
@@ -413,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
             if not sep:
                 raise InputError(f"-p {item!r}: expected NAME=VALUE")
             arguments[name] = value
-        artifacts = run_workflow_yaml(args.workflow, arguments, args.workdir.resolve(), dict(os.environ), log=sys.stderr)
+        artifacts = run_workflow_yaml(args.workflow, arguments, args.workdir.resolve(), dict(os.environ),
+                                      log=sys.stderr)
     except (InputError, RunFailed) as exc:
         print(redact_text(f"llmpack: error: {exc}"), file=sys.stderr)
         return 2 if isinstance(exc, InputError) else 1

@@ -92,8 +92,9 @@ def finetune_workflow(*, workflows_service: Any = None, namespace: str | None = 
     from argo_workflows.submit import DEFAULT_NAMESPACE
     from argo_workflows.workflow import build_workflow
     from components.commands import format_value
-    from components.dsl import TELEMETRY_PARAMS, bind_params
+    from components.dsl import bind_params
     from components.finetune_pipeline import build
+    from components.params import TELEMETRY_PARAMS
 
     pipe = build()
     flag = "finetune_workflow()"

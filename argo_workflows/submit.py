@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from components.commands import format_value
-from components.dsl import TELEMETRY_PARAMS
 from components.errors import InputError
+from components.params import TELEMETRY_PARAMS
 from components.servers.remote import (
     REQUEST_TIMEOUT_S,
     is_unreachable,

@@ -112,7 +112,8 @@ class SubmittedRun:
 
         Returns ``{"status": "succeeded"|"failed"|"error"|"skipped"|"canceled"|"timeout", "state": <native>, ...}``.
         """
-        result = self.backend.wait_for_completion(self.summary, timeout_s=timeout_s, **self.connection.options(), **kwargs)
+        result = self.backend.wait_for_completion(self.summary, timeout_s=timeout_s, **self.connection.options(),
+                                                  **kwargs)
         self.summary["result"] = result
         return result
 
@@ -245,9 +246,11 @@ class VersionProbe:
 class DoctorFacts:
     """What ``llmpack doctor`` checks for a cluster backend, besides what every path needs."""
 
-    verbs: tuple[tuple[str, str, str], ...] = ()  # (verb, resource, API group) its submission needs in the run's namespace
+    # (verb, resource, API group) its submission needs in the run's namespace
+    verbs: tuple[tuple[str, str, str], ...] = ()
     probe: VersionProbe | None = None  # its server's version call, when it has a server
-    pod_artifact: str | None = None  # the compiled file (under compile --out) whose pods Pod Security is checked against
+    # the compiled file (under compile --out) whose pods Pod Security is checked against
+    pod_artifact: str | None = None
 
 
 ClickOption = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -358,6 +361,10 @@ class Backend:
         ``resourcesDuration``: ``argo_gpu_hours``); none by default.
         """
         return {}
+
+    def explain_own_metrics(self, metrics: Mapping[str, Any]) -> list[str]:
+        """Why its own account (:meth:`own_metrics`) differs from ours, one sentence each; none by default."""
+        return []
 
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         """True when ``pod`` (a Pod object as ``kubectl get pods -o json`` lists it) was made by this orchestrator.

@@ -23,53 +23,21 @@ import re
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar
+from typing import Any
 
+from components.artifacts import ARTIFACT_TYPES, PARAM_TYPES, Artifact, Dataset, Input, Metrics, Model, Output
 from components.errors import InputError, PipelineValidationError
-from components.podspec import PodExtras
+from components.execution import GPU_TOLERATION, HF_CACHE_MOUNT, Execution, Resources, Retry, Toleration
+from components.params import CLOSE_TASK, TELEMETRY_PARAMS, Param
 
-# --------------------------------------------------------------------------- artifacts
+# The authoring model's types live in their own modules and are named here too, as ``kfp.dsl`` names its own.
+__all__ = [
+    "ARTIFACT_TYPES", "GPU_TOLERATION", "HF_CACHE_MOUNT", "PARAM_TYPES", "Artifact", "Dataset", "Execution", "Input",
+    "Metrics", "Model", "Output", "Param", "Pipeline", "Resources", "Retry", "Step", "Task", "Toleration",
+    "bind_params", "coerce", "is_dns1123_label", "pipeline", "step",
+]
 
-
-class Artifact:
-    """A directory produced by one step and consumed by others."""
-
-    kind = "artifact"
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.path!r})"
-
-
-class Dataset(Artifact):
-    kind = "dataset"
-
-
-class Model(Artifact):
-    kind = "model"
-
-
-class Metrics(Artifact):
-    kind = "metrics"
-
-
-ARTIFACT_TYPES: dict[str, type[Artifact]] = {c.kind: c for c in (Dataset, Model, Metrics)}
-PARAM_TYPES: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
-
-A = TypeVar("A", bound=Artifact)
-
-
-class Input(Generic[A]):
-    """Annotation: an artifact directory this step reads."""
-
-
-class Output(Generic[A]):
-    """Annotation: an artifact directory this step writes."""
-
-
-# --------------------------------------------------------------------------- execution needs
+# --------------------------------------------------------------------------- names
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -78,79 +46,7 @@ def is_dns1123_label(name: str) -> bool:
     return len(name) <= 63 and bool(DNS1123_LABEL.fullmatch(name))
 
 
-@dataclass(frozen=True, kw_only=True)
-class Toleration:
-    key: str
-    operator: str = "Exists"  # Exists | Equal
-    value: str | None = None
-    effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
-
-
-@dataclass(frozen=True, kw_only=True)
-class Retry:
-    """Retries with exponential backoff: ``backoff_s * factor**n``, capped at ``max_backoff_s``."""
-
-    limit: int = 0
-    backoff_s: int = 30
-    factor: int = 2
-    max_backoff_s: int = 600
-
-
-@dataclass(frozen=True, kw_only=True)
-class Resources:
-    """CPU in cores, memory as a Kubernetes quantity, GPUs by type and count, per node.
-
-    ``nodes`` above 1 makes the step a gang of that many pods (a Kubeflow Trainer ``TrainJob`` on
-    a cluster), each with these resources; cost counts ``nodes * gpus`` GPUs.
-    """
-
-    cpu: float = 1.0
-    memory: str = "2Gi"
-    gpu_type: str | None = None
-    gpus: int = 0
-    nodes: int = 1
-
-    @property
-    def total_gpus(self) -> int:
-        return self.gpus * self.nodes
-
-
-GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
-
-# Where a step with ``Execution.cache_pvc`` mounts that PersistentVolumeClaim; HF_HOME points there.
-HF_CACHE_MOUNT = "/var/cache/llmpack/huggingface"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Execution:
-    """What a step needs from the cluster. Local runs ignore placement but keep the numbers."""
-
-    image: str = "ghcr.io/llmpack/llmpack:0.1.0"
-    resources: Resources = field(default_factory=Resources)
-    retry: Retry = field(default_factory=Retry)
-    timeout_s: int = 3600
-    node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: tuple[Toleration, ...] = ()
-    # The step loads models, tokenizers or datasets through the Hugging Face cache (HF_HOME).
-    hf_cache: bool = False
-    # Name of a PersistentVolumeClaim mounted at HF_CACHE_MOUNT as that cache, on steps with
-    # ``hf_cache``; set at compile time (``llmpack compile --cache-pvc``), None: no volume.
-    cache_pvc: str | None = None
-    pod: PodExtras = field(default_factory=PodExtras)  # model/data volumes, HF_TOKEN, pulls (components.podspec)
-
-
 # --------------------------------------------------------------------------- steps
-
-
-@dataclass(frozen=True, kw_only=True)
-class Param:
-    name: str
-    type: type
-    default: Any = inspect.Parameter.empty
-
-    @property
-    def required(self) -> bool:
-        return self.default is inspect.Parameter.empty
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,30 +196,14 @@ class Task:
         return deps
 
 
-# Every task receives these, so every step can measure against the client's submit time.
-TELEMETRY_PARAMS: dict[str, Param] = {
-    "submitted_at": Param(name="submitted_at", type=float, default=0.0),
-    "run_group": Param(name="run_group", type=str, default=""),
-    "pipeline_run": Param(name="pipeline_run", type=str, default=""),
-    "orchestrator": Param(name="orchestrator", type=str, default="direct"),
-    "mode": Param(name="mode", type=str, default="local"),
-}
-
-# The summarizing task every compiled path ends with (components.record): no step may take its name.
-CLOSE_TASK = "close-record"
-
-# Filled by each orchestrator, not by users: its own id of the run (KFP job id, Argo workflow
-# name, MLflow run id), which an empty ``pipeline_run`` falls back to.
-RUNTIME_PARAMS: dict[str, Param] = {
-    "orchestrator_run_id": Param(name="orchestrator_run_id", type=str, default=""),
-}
-
-
 MAX_VALUE = 6000  # MLflow's MAX_PARAM_VAL_LENGTH: a longer value would be cut in the record, kept whole elsewhere
 
 
 def shown(value: Any) -> str:
-    """The value as an error line shows it: ``repr``, cut to a readable length (a 100,000-character name is not echoed)."""
+    """The value as an error line shows it: ``repr``, cut to a readable length.
+
+    A 100,000-character name is not echoed.
+    """
     text = repr(value)
     return text if len(text) <= 80 else f"{text[:60]}... ({len(str(value)):,} characters)"
 
@@ -338,7 +218,10 @@ Rule = tuple[Callable[[Any], bool], str]  # (is the value allowed, what it must 
 
 
 def bind_params(params: Mapping[str, Param], values: Mapping[str, Any], *, flag: str = "parameter") -> dict[str, Any]:
-    """``values`` as the types ``params`` declare: command-line text coerced, an int taken as a float, else one InputError."""
+    """``values`` as the types ``params`` declare.
+
+    Command-line text is coerced, an int taken as a float; anything else is one InputError.
+    """
     out: dict[str, Any] = {}
     for key, value in values.items():
         if value is None:
@@ -495,7 +378,8 @@ def _validate_task(pipe: Pipeline, task: Task) -> None:
         if isinstance(value, PipelineParamRef):
             pp = pipe.all_params.get(value.name)
             if pp is None:
-                raise PipelineValidationError(f"{where}: parameter {key!r} names unknown pipeline parameter {value.name!r}")
+                raise PipelineValidationError(
+                    f"{where}: parameter {key!r} names unknown pipeline parameter {value.name!r}")
             if pp.type is not param.type:
                 raise PipelineValidationError(
                     f"{where}: parameter {key!r} is {_type_name(param.type)}, "

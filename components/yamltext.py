@@ -39,6 +39,20 @@ def read_bytes(path: Path, where: str) -> bytes:
     return data
 
 
+def read_text(path: Path, where: str, *, not_text: str | None = None) -> str:
+    """:func:`read_bytes` as UTF-8 text; unreadable is ``WHERE: cannot read (why)``, other bytes ``not_text``.
+
+    ``not_text``: the caller's line for a file that is not UTF-8 (default ``WHERE: not UTF-8 text``),
+    for the callers whose words the hostile-input table (docs/hostile-input.md) already holds.
+    """
+    try:
+        return read_bytes(path, where).decode("utf-8")
+    except OSError as exc:
+        raise InputError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise InputError(not_text or f"{where}: not UTF-8 text") from None
+
+
 def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
     """``repr(value)`` cut to ``limit`` characters: a value quoted in an error line stays short."""
     if isinstance(value, (list, tuple, dict, set)) and len(value) > limit:  # repr of a huge container costs its size
@@ -82,8 +96,9 @@ def safe_load(text: str, where: str, *, documents: bool = False) -> Any:
         raise InputError(f"{where}: not valid YAML ({at}{problem[:200]})") from None
     except RecursionError:
         raise InputError(f"{where}: not valid YAML (nested too deeply)") from None
-    except (ValueError, TypeError, AttributeError, LookupError, ArithmeticError) as exc:  # a tag its constructors cannot build
-        raise InputError(f"{where}: not valid YAML (a tagged value that cannot be built: {type(exc).__name__})") from None
+    except (ValueError, TypeError, AttributeError, LookupError, ArithmeticError) as exc:  # a tag it cannot build
+        raise InputError(f"{where}: not valid YAML "
+                         f"(a tagged value that cannot be built: {type(exc).__name__})") from None
 
 
 def load_file(path: Path, where: str, *, documents: bool = False) -> Any:

@@ -145,7 +145,7 @@ def _log_scalars(outputs: list[str]) -> list[str]:
     """Source lines that log the numbers an ``Output[Metrics]`` holds as its ``system.Metrics`` scalars.
 
     KFP's UI compares runs by these scalars (``Metrics.log_metric``, kept in the artifact's
-    metadata); without them it shows none of our numbers (issue 23 item 10).
+    metadata); without them it shows none of our numbers.
     """
     if not outputs:
         return []

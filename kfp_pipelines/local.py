@@ -205,22 +205,13 @@ class _CappedTime:
         time.sleep(min(seconds, LOCAL_MAX_BACKOFF_S))
 
 
-# Alike argo_workflows/local.py's _read_workflow_file (see the comment there).
-def _read_text(path: Path, what: str) -> str:
-    try:
-        return yamltext.read_bytes(path, f"{what} {path}").decode("utf-8")
-    except OSError as exc:
-        raise InputError(f"{what} {path}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{what} {path}: not UTF-8 text") from None
-
-
 def _read_arguments(path: Path) -> dict[str, Any]:
     """``--arguments``: a JSON object of pipeline arguments, or one line saying what is wrong."""
     try:
-        arguments = json.loads(_read_text(path, "--arguments"))
+        arguments = json.loads(yamltext.read_text(path, f"--arguments {path}"))
     except json.JSONDecodeError as exc:
-        raise InputError(f"--arguments {path}: line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg})") from None
+        raise InputError(f"--arguments {path}: line {exc.lineno} column {exc.colno}: "
+                         f"not valid JSON ({exc.msg})") from None
     except RecursionError:
         raise InputError(f"--arguments {path}: JSON nested too deeply") from None
     if not isinstance(arguments, dict):
@@ -234,7 +225,8 @@ def _load_package(path: Path, components: Any) -> Any:
     kfp's loader answers a foreign YAML with a KeyError or a protobuf ParseError and a traceback,
     so the document's kind is checked here first and the loader's own complaint cut to one line.
     """
-    first = next(iter(yamltext.safe_load(_read_text(path, "package"), f"package {path}", documents=True)), None)
+    text = yamltext.read_text(path, f"package {path}")
+    first = next(iter(yamltext.safe_load(text, f"package {path}", documents=True)), None)
     if not isinstance(first, dict) or "pipelineInfo" not in first or "root" not in first:
         kind = first.get("kind") if isinstance(first, dict) else None
         what = f"it is a {kind}" if isinstance(kind, str) else "no pipelineInfo and root"

@@ -35,8 +35,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Unpack
 
-from components.dsl import TELEMETRY_PARAMS
 from components.errors import InputError
+from components.params import TELEMETRY_PARAMS
 from components.servers.remote import (
     REQUEST_TIMEOUT_S,
     is_unreachable,

@@ -138,6 +138,11 @@ def run_id_selectors() -> tuple[tuple[str, str], ...]:
     return tuple((m.unlabelled_selector, m.run_labels[0]) for m in marks if m.unlabelled_selector and m.run_labels)
 
 
+def own_metric_notes(metrics: Mapping[str, Any]) -> list[str]:
+    """Why each cluster backend's own account in ``metrics`` differs from ours (:meth:`Backend.explain_own_metrics`)."""
+    return [note for name in ORCHESTRATORS for note in backend(name).explain_own_metrics(metrics)]
+
+
 @functools.cache
 def cluster_paths() -> Mapping[str, ClusterPath]:
     """The ``compare --cluster`` paths: every cluster backend that declares one, in registry order."""
@@ -149,7 +154,8 @@ def cluster_path(name: str) -> ClusterPath:
     """Cluster backend ``name`` as a ``compare --cluster`` path."""
     path = cluster_paths().get(name)
     if path is None:
-        raise InputError(f"orchestrator {name!r}: not a compare --cluster path (choose one of {', '.join(cluster_paths())})")
+        raise InputError(f"orchestrator {name!r}: not a compare --cluster path "
+                         f"(choose one of {', '.join(cluster_paths())})")
     return path
 
 

@@ -1,49 +1,14 @@
 """The ``main`` entry point of a generated MLflow project: run the pipeline's steps as child runs.
 
-Every generated project's ``main.py`` is a few-line shim (:data:`MAIN_SHIM`)
-that calls :func:`main` with its own directory; what differs between pipelines is the data file
-beside it, ``pipeline.json`` (DAG order, artifact wiring, parameter types, retries), written by
-:mod:`mlflow_projects.compiler`. The steps need llmpack installed anyway (``python_env.yaml``, the
-image), so the driver is imported from it rather than copied into every project.
-
-MLflow's multistep pattern, with run ids passed explicitly (no fluent active-run state):
-
-* the parent run is the one ``mlflow run`` created for ``main`` (``MLFLOW_RUN_ID``), or a new
-  one when this file is run by hand;
-* for each task, in DAG order, a child run is created with ``mlflow.parentRunId`` and the
-  ``llmpack.pipeline_run`` / ``llmpack.orchestrator`` / ``llmpack.step`` tags, then the task's
-  entry point runs in it: ``mlflow.projects.run(uri=<this dir>, entry_point=...,
-  env_manager="local", run_id=<child>)``, synchronously;
-* under ``mlflow run`` (``MLFLOW_RUN_ID`` set) the first task's first attempt is started before
-  MLflow is even imported, its command computed as MLflow would (:mod:`mlflow_projects.first_step`):
-  the import, the store and the record's tags run beside its start-up, and its child run, created
-  then, is handed to it before it uploads (issue 28: ~2 s of ours before the first step);
-* in a ``docker_env`` project (``finetune-k8s``) MLflow has already put ``main`` inside the
-  image (a Kubernetes Job or ``docker run``), where ``mlflow.projects.run`` would try to build
-  the image again; there each entry point's command is run in place, as MLflow's local backend
-  runs it (same command, same ``MLFLOW_RUN_ID`` environment).
-
-The pipeline run's record (tag ``llmpack.record=pipeline``) lives in the llmpack experiment
-(``LLMPACK_EXPERIMENT``) as on every path (:func:`bind_record`): it is the run ``mlflow run``
-created for ``main`` when that run is in the llmpack experiment (``llmpack run``/``submit``,
-``mlflow run --experiment-name llmpack``), else a run opened there and linked to it both ways.
-The steps' child runs hang under the record; the steps log their events to it and, in ``main``'s final block,
-:func:`components.record.close` derives the metrics and cost tags and ends it FINISHED, FAILED
-or KILLED (SIGINT or SIGTERM of ``main``: exit code 130 or 143). Without a client's
-``submitted_at``, the run's own start time is the submit time; an empty ``pipeline_run`` is
-``mlflow-<run id>``.
-
-A child that fails is retried per its step spec (unless it failed with an ``llmpack: error:``
-line: bad input or a failed quality gate are not transient); then ``main`` fails with the
-child's ``llmpack: error:`` line. Each attempt is a child run of its own (tag ``llmpack.attempt``)
-and its step is told the attempt in ``LLMPACK_ATTEMPT``, so the attempt's records keep their own
-keys on the pipeline's record and every attempt is billed (``components.record.telemetry``). Each step's output is kept in ``<run dir>/logs/<task>.log``
-and a summary in ``<run dir>/llmpack-mlflow-run.json``.
-
-Artifacts of a pipeline run live in ``<artifacts_dir>/<pipeline_run>/<task>/<output>``; a
-relative ``artifacts_dir`` is resolved against ``base_dir``, a ``path`` parameter that MLflow
-turns into the absolute directory ``mlflow run`` was typed in (MLflow runs this file with the
-project directory as its working directory).
+Every generated project's ``main.py`` is a few-line shim (:data:`MAIN_SHIM`) that calls
+:func:`main` with its own directory; what differs between pipelines is ``pipeline.json`` beside
+it (DAG order, artifact wiring, parameter types, retries), written by
+:mod:`mlflow_projects.compiler`. MLflow's multistep pattern with run ids passed explicitly: each
+task a child run of the pipeline run's record, started in DAG order, retried per its step spec,
+its output in ``<run dir>/logs/<task>.log``; under ``mlflow run`` the first step starts before
+MLflow is imported (:mod:`mlflow_projects.first_step`); in a ``docker_env`` project each entry
+point's command runs in place. Why each of these, where the record lives and where artifacts
+go: docs/decisions.md (The MLflow path's driver).
 """
 
 from __future__ import annotations
@@ -524,7 +489,7 @@ def main(argv: list[str] | None = None, *, project_dir: Path | None = None) -> i
     if os.environ.get("MLFLOW_TRACKING_URI"):
         os.environ["MLFLOW_TRACKING_URI"] = absolute_tracking_uri(os.environ["MLFLOW_TRACKING_URI"], base_dir)
 
-    # Order matters for the time to the first step (issue 28): under `mlflow run` the parent run is
+    # Order matters for the time to the first step: under `mlflow run` the parent run is
     # known without MLflow, so the first step starts first, and MLflow's import, the store and the
     # record (set_up) are made in a thread beside it; a step done before them is followed at once by
     # the next (first_step.run_ahead). Each early step is handed its run before it uploads.

@@ -4,7 +4,7 @@ Under ``mlflow run``, ``main`` knows everything the first step's command needs w
 its parent run (``MLFLOW_RUN_ID``, which ``mlflow run`` sets), hence the ``pipeline_run`` id,
 the artifact paths, the parameters, and the entry point's command in ``MLproject``. What it
 needs MLflow for (importing it, opening the store, tagging the parent, creating the step's
-child run) took ~2 s before the first step could start (issue 28): the first step now starts
+child run) took ~2 s before the first step could start: the first step now starts
 first, and those run beside its start-up.
 
 The command is the one MLflow's local backend would run (``EntryPoint.compute_command``:

@@ -61,8 +61,8 @@ from typing import Any, Unpack
 from urllib.parse import urlsplit
 
 from components.commands import format_value
-from components.dsl import TELEMETRY_PARAMS
 from components.errors import InputError
+from components.params import TELEMETRY_PARAMS
 from components.podspec import INSTANCE_LABEL, label_value
 from components.record import tracking
 from components.servers import kube

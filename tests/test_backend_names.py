@@ -51,8 +51,6 @@ LEFT = {
     *{("llmpack/doctor/checks.py", n) for n in ("ARGO_REPOSITORIES", "ARGO_DEFAULT_ANNOTATION", "ARGO_CONTROLLER_CONFIG",
                                                 "argo_artifacts")},
     *{("llmpack/doctor/pods.py", n) for n in ("'kfp'", "'argo'", "'mlflow'", "_kfp", "_argo")},
-    # Argo's own GPU-hours explained beside ours: the record's metric argo_gpu_hours (telemetry-and-cost.md).
-    ("llmpack/k8s/reconcile.py", "argo_h"),
     # In the step process, which has no registry: KFP's compiled mode default and its MLflow plugin's run.
     *{("components/record/uniform.py", n) for n in ("'kfp'", "kfp_plugin_tags", "KFP_PLUGIN_RUN_TAG",
                                                     "KFP_PLUGIN_EXPERIMENT_TAG")},

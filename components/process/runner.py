@@ -24,9 +24,10 @@ from typing import Any
 
 from components import names, reporting, settings
 from components.commands import parse_pairs
-from components.dsl import RUNTIME_PARAMS, TELEMETRY_PARAMS, Step, coerce
+from components.dsl import Step, coerce
 from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
+from components.params import RUNTIME_PARAMS, TELEMETRY_PARAMS
 from components.process import gang, handoff, lifeline, startup, torchrun, warm_ahead
 from components.record import gpu_metrics, telemetry, uniform
 from components.record.telemetry import EVENTS_FILE, RunContext, process_start_time
@@ -54,7 +55,7 @@ def _injected_start_delay(step: Step) -> float:
     same work before the sleep and after it, so time to first step moves by exactly the sleep.
     (The first version re-ran the command line after the sleep; the second process's start-up
     ran beside the first's page cache and tear-down, which biased the work after the start by
-    +0.2 s on a quiet machine and by -2 to +10 s under load: issue 12 item 6.)
+    +0.2 s on a quiet machine and by -2 to +10 s under load.)
     """
     spec = os.environ.get(settings.INJECT_START_DELAY.name, "")
     delays = dict(part.split("=", 1) for part in spec.split(",") if "=" in part)

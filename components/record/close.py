@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from components import settings
-from components.dsl import CLOSE_TASK as CLOSE_TASK  # re-exported: every backend names the task by it
 from components.errors import InputError
+from components.params import CLOSE_TASK as CLOSE_TASK  # re-exported: every backend names the task by it
 from components.podspec import label_tags
 from components.process import startup
 from components.record import cost, gpu_metrics, telemetry, uniform

@@ -4,7 +4,7 @@ The contract (see docs/telemetry-and-cost.md): every record carries ``run_group`
 ``orchestrator`` and ``mode``; times are UTC epoch seconds as floats; each record has an
 idempotency ``key`` so that uploading a JSONL file twice never duplicates anything.
 
-Every attempt counts (issue 11). A retried step's records carry its ``attempt`` (0 for the
+Every attempt counts: a retry costs what it ran. A retried step's records carry its ``attempt`` (0 for the
 first, 1 for the first retry, ...), and the attempt is part of the record's ``key`` and MLflow
 name, so a retry never replaces the records of the attempt before it:
 

@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from components.dsl import TELEMETRY_PARAMS, Pipeline, is_dns1123_label
+from components.dsl import Pipeline, is_dns1123_label
 from components.errors import InputError
+from components.params import TELEMETRY_PARAMS
 from components.record import cost, telemetry, tracking
 
 MODE = "cluster"

@@ -1,66 +1,16 @@
-"""``llmpack compare --cluster``: the same pipeline through KFP, Argo and MLflow on one cluster.
+"""``llmpack compare --cluster``: the same pipeline through every cluster backend, on one cluster.
 
-Every selected path is submitted with the same parameters and resources (the committed compiled
-artifacts, through :mod:`llmpack.run.submit`) into one run group, ``repeats`` times, interleaved
-(kfp, argo, mlflow, kfp, ...), at most ``concurrency`` runs in flight (1: one after the other,
-so runs do not compete for GPUs). Per run:
+Every selected path is submitted with the same parameters and resources into one run group,
+``repeats`` times, interleaved, at most ``concurrency`` runs in flight. Each run is watched by a
+pod watcher (started before the submission when its pods carry the run group, right after it
+when they carry only the orchestrator's run id), waited for with live progress, and measured
+(:mod:`llmpack.compare.session`, :mod:`llmpack.compare.measure`): its pods' phases uploaded to
+its MLflow record, the record read back, the metrics derived, nodes billed once across the
+comparison. Bad input for the whole comparison is one :class:`~components.errors.InputError`
+before anything is submitted; a path whose server refuses fails on its own and the others go on.
 
-1. a :class:`~llmpack.k8s.watcher.PodWatcher` is started *before* the submission for Argo and
-   MLflow (their pods carry ``llmpack.io/run-group``); KFP pods carry only KFP's
-   ``pipeline/runid``, known once the run is created, so the KFP run's watcher starts right
-   after the submission, with that run id (its first list picks up every pod already created,
-   with the times the API server stamped on them, so nothing is lost);
-2. the run is submitted and waited for (:func:`llmpack.run.submit.wait_for_completion`), with live
-   progress from the watched pods (``step · queued / starting / running``);
-3. the watcher's rows become the cluster events (``pod_created``, ``pod_scheduled``,
-   ``node_ready``, ``container_started``; :func:`~llmpack.k8s.podphases.to_step_records`), which
-   are uploaded to the run's MLflow record (idempotent keys);
-4. the run's records are read back from MLflow (on a cluster the steps log their own
-   ``process_started``, ``model_loaded``, ``first_step``, ``finished`` and ``metric.*`` there),
-   the metrics of docs/telemetry-and-cost.md are derived and logged with the tags.
-
-Decisions (recorded in docs/decisions.md too):
-
-- ``total_s`` ends at the last thing the run did that the cluster or the steps timestamped
-  (the latest pod container finish or step ``finished``), not when this client's poll noticed
-  the end, which would add up to ``poll_s`` of noise to every run.
-- ``gpu_hours`` is GPU time held by the run's containers: every GPU pod (retries too) from
-  its main container's start to its finish, plus node provisioning when a node was brought up
-  for it. Every attempt counts: a step's pods are its attempts, numbered by creation
-  (:func:`~llmpack.k8s.podphases.to_step_records`); ``retries``, ``retry_gpu_hours`` and
-  ``retry_cost_usd`` say how much of the bill the pods before each step's last one were, and the
-  run's ``retried_attempts`` lists them. The MLflow Job is one pod sized to the largest step, so it counts for the whole
-  pipeline at that GPU count. Where the watcher saw no pod for a GPU step, the step's own
-  events count (:func:`components.record.cost.billed_seconds`).
-- ``cost_usd`` bills GPU nodes the way clouds do (:func:`components.record.cost.bill_nodes`): each
-  node a GPU pod of the run ran on, from Ready (a node brought up for the pods) or from the
-  first pod's scheduling (a node that was already running), to its removal, or, when the pod
-  watcher did not see the removal (the usual case: it stops when the run ends, and the
-  autoscaler waits first), to the last pod's finish plus the scale-down delay
-  (``scale_down_delay_s``, default 600 s, cluster-autoscaler's ``--scale-down-unneeded-time``);
-  times the node's GPU count (``nvidia.com/gpu`` capacity, else GFD's label, else the pods'
-  largest request); the price is the node GPU's. A node several runs of the comparison used is
-  billed once and shared in proportion to their pod GPU-seconds; pods of other workloads are
-  not watched, so compare on a node pool of your own. Metrics: ``node_gpu_hours`` (the run's
-  share), ``node_tail_gpus`` (the share-weighted GPUs the delay was billed on: ``llmpack
-  report --scale-down-delay-s`` re-bills another delay from it), ``cost_compute_usd`` (the GPU
-  steps' GPUs from ``model_loaded`` to ``finished``: training and evaluating) and
-  ``cost_overhead_usd`` (the rest: provisioning, image pull, start-up, hand-overs, the
-  scale-down tail and GPUs of the node no step asked for); ``goodput`` divides by the node
-  GPU-seconds. Tag ``llmpack.cost_basis`` is ``node``; ``container`` (the container time
-  above, priced) where no node of the run could be read (no RBAC ``get`` on nodes).
-- The GPU type is what the finetune pod's node reports: ``nvidia.com/gpu.product`` (NVIDIA GPU
-  feature discovery) mapped by :data:`~llmpack.gpu_catalogue.GPU_PRODUCTS`, else the node's instance type
-  (:data:`~llmpack.gpu_catalogue.INSTANCE_TYPES`, which also gives the cloud provider whose list price applies), else
-  the pipeline spec's GPU type. A product that maps to nothing is reported under its own name
-  (``nvidia-h100-pcie``): a price flag, env var or price file can price it; the shipped table
-  cannot, and the cost is then unknown, never guessed. Tag ``llmpack.gpu_type_source`` says
-  which it was.
-- Bad input for the whole comparison (unknown path, bad parameter or price, no Kubernetes
-  access, MLflow not answering, an orchestrator with no endpoint configured) is an
-  :class:`~components.errors.InputError` before anything is submitted. A path whose server
-  refuses the submission (401, unreachable...) fails on its own: its runs are ``failed`` with
-  that one-line error and the other paths go on.
+Where ``total_s`` ends, how nodes are billed and the GPU type found: docs/decisions.md (Measuring
+a run, Cost) and docs/telemetry-and-cost.md (node billing on a cluster); the steps: docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -73,8 +23,9 @@ from typing import Any
 from components.errors import InputError
 from components.record import cost, tracking
 from llmpack.backends import ORCHESTRATORS, cluster_paths
+from llmpack.compare.measure import MODE, bill_across_runs
 from llmpack.compare.plan import ComparePlan, parse_backends, run_all
-from llmpack.compare.session import MODE, Plan, Progress, Session, bill_across_runs, preflight
+from llmpack.compare.session import Plan, Progress, Session, preflight
 from llmpack.k8s.billing import check_scale_down_delay
 from llmpack.k8s.reconcile import check_opencost_url, log_opencost, opencost_reconcile
 
@@ -123,7 +74,7 @@ def compare_cluster(
     ``variants``: fusion modes (``none``, ``gpu``, ``all``; :mod:`components.fusion`); each path
     is compiled in each (``llmpack compile --fuse``) into a temporary directory and submitted side
     by side, labelled ``argo``, ``argo+fuse-gpu``... A fused pod's phases are its training
-    member's spin-up (:func:`~llmpack.compare.session.pod_step_aliases`) and its GPUs are billed once for all its members.
+    member's spin-up (:func:`~llmpack.compare.pods.pod_step_aliases`) and its GPUs are billed once for all its members.
 
     ``gpus`` / ``nodes``: the finetune step's GPUs per node and nodes (``llmpack compile --gpus
     --nodes``); with either, every path is compiled for it into a temporary directory
@@ -186,7 +137,8 @@ def compare_cluster(
         preempt = str(preempt_spec)
     unknown = sorted(set(paths) - set(cluster_paths()))
     if unknown:
-        raise InputError(f"compare --cluster: no cluster path {unknown[0]!r} (choose among {', '.join(cluster_paths())})")
+        raise InputError(f"compare --cluster: no cluster path {unknown[0]!r} "
+                         f"(choose among {', '.join(cluster_paths())})")
     conf = {name: _options(name, paths.get(name), path.submit_options) for name, path in cluster_paths().items()}
     gang = None
     compiled_dir = None
@@ -207,14 +159,16 @@ def compare_cluster(
             gang = (int(nodes or 1), int(spec.gpus_per_node))
     fused_modes = [m for m in modes if m != "none"]
     if fused_modes and ((gpus or 1) > 1 or (nodes or 1) > 1):
-        raise InputError(f"--variants fuse-{fused_modes[0]} with --gpus {gpus or 1} --nodes {nodes or 1}: the many-process "
+        raise InputError(f"--variants fuse-{fused_modes[0]} with --gpus {gpus or 1} --nodes {nodes or 1}: "
+                         "the many-process "
                          "finetune runs unfused; compare fused variants on one GPU")
     pod_compiles = pod is not None and pod.compiles
     compile_here = gpus is not None or nodes is not None or gpu_type is not None or bool(fused_modes) or pod_compiles
     if compile_here:
         for orch, key in ((name, path.artifact_option) for name, path in cluster_paths().items()):
             if conf[orch].get(key):
-                raise InputError(f"--gpus/--nodes/--gpu-type/--variants/--image/--model-pvc... compile the artifacts to submit: {orch} option {key} "
+                raise InputError("--gpus/--nodes/--gpu-type/--variants/--image/--model-pvc... compile the artifacts "
+                                 f"to submit: {orch} option {key} "
                                  "cannot be given too")
     pipes = {mode: fuse_steps(pipe, mode) for mode in modes}
     k8s_opts = _options("k8s", k8s, K8S_OPTIONS)
@@ -242,7 +196,8 @@ def compare_cluster(
             out = os.path.join(compiled_dir, mode)
             compile_all(out, fuse=mode, gpus=gpus, nodes=nodes, cache_pvc=cache_pvc, queue=queue, gpu_type=gpu_type,
                         pod=pod if pod_compiles else None)
-            session.artifacts[mode] = {orch: os.path.join(out, path.artifact_path) for orch, path in cluster_paths().items()}
+            session.artifacts[mode] = {orch: os.path.join(out, path.artifact_path)
+                                       for orch, path in cluster_paths().items()}
     try:
         result = _compare_all(session, plan, concurrency, group)
         if preempt is not None:
@@ -260,7 +215,8 @@ def _compare_all(session: Session, plan: ComparePlan, concurrency: int, group: s
     from components.servers.submission import new_id
     from llmpack.compare.comparison import comparison
 
-    plans = [Plan(orchestrator=r.backend, label=r.label, pipeline_run=new_id(r.backend), fuse=r.fuse) for r in plan.runs()]
+    plans = [Plan(orchestrator=r.backend, label=r.label, pipeline_run=new_id(r.backend), fuse=r.fuse)
+             for r in plan.runs()]
     runs = run_all(plans, session.run, concurrency=concurrency)
     bill_across_runs(session, runs)
     if session.opencost:

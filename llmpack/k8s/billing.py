@@ -57,7 +57,7 @@ def cluster_cost(
 
     ``gang`` (nodes, GPUs per node): finetune is a TrainJob gang; ``uses`` are the compiled
     pipeline's (its launcher holds no GPU), each gang pod bills its own GPUs. ``fused``
-    (:func:`~llmpack.compare.session.fused_tasks`): a fused pod bills its GPUs once for all of its member steps.
+    (:func:`~llmpack.compare.pods.fused_tasks`): a fused pod bills its GPUs once for all of its member steps.
     """
     rows = list(rows)
     fused = fused or {}

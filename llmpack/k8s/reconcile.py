@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from components.errors import InputError
-from llmpack.backends import pod_marks, run_id_selectors
+from llmpack.backends import own_metric_notes, pod_marks, run_id_selectors
 
 RUN_LABEL = "llmpack.io/pipeline-run"
 
@@ -198,14 +198,8 @@ def explain(run: Mapping[str, Any]) -> list[str]:
         else:
             out.append(f"our price {_usd(price)}/GPU-h: {capacity} node, {column} price of "
                        f"{tags.get('llmpack.price_source', '?')}{note}")
-    argo_h, container_h = m.get("argo_gpu_hours"), m.get("gpu_hours")
-    if argo_h is not None and m.get("gang_ready_s") is not None:
-        out.append(f"Argo {argo_h:.3f} GPU-h counts only the Workflow's own pods: the TrainJob's node pods, "
-                   "made by the launcher, hold the training GPUs and are not Argo's")
-    elif argo_h is not None and container_h is not None:
-        out.append(f"Argo {argo_h:.3f} GPU-h counts the pods' GPU requests x container run time (whole seconds); "
-                   f"our container account {container_h:.3f} GPU-h also bills a new node's provisioning "
-                   f"({container_h - argo_h:+.3f} GPU-h)")
+    container_h = m.get("gpu_hours")
+    out += own_metric_notes(m)  # each backend's own account beside ours (Argo's GPU-hours)
     their_h, their_usd = m.get("opencost_gpu_hours"), m.get("opencost_gpu_cost_usd")
     opencost = their_h is not None and their_usd is not None
     if (not opencost and tags.get("llmpack.cost_basis") == "node" and hours is not None and container_h is not None
@@ -245,6 +239,7 @@ def rows(runs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         out.append({"label": label, "pipeline_run": run.get("pipeline_run"), "ours_gpu_hours": hours, "ours_usd": usd,
                     "basis": (run.get("tags") or {}).get("llmpack.cost_basis", "container"),
                     "argo_gpu_hours": m.get("argo_gpu_hours"), "opencost_gpu_hours": m.get("opencost_gpu_hours"),
-                    "opencost_gpu_cost_usd": m.get("opencost_gpu_cost_usd"), "opencost_cost_usd": m.get("opencost_cost_usd"),
+                    "opencost_gpu_cost_usd": m.get("opencost_gpu_cost_usd"),
+                    "opencost_cost_usd": m.get("opencost_cost_usd"),
                     "why": explain(run)})
     return out

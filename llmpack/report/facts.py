@@ -27,7 +27,8 @@ def runs_from_mlflow(mc: Any, run_group: str) -> list[dict[str, Any]]:
 
     found = mc.search_runs(
         [tracking.experiment_id(mc)],
-        filter_string=f"tags.`llmpack.run_group` = {filter_literal(run_group)} and tags.`{tracking.RECORD_TAG}` = 'pipeline'",
+        filter_string=(f"tags.`llmpack.run_group` = {filter_literal(run_group)} "
+                       f"and tags.`{tracking.RECORD_TAG}` = 'pipeline'"),
         max_results=5000,
         order_by=["attributes.start_time ASC"],
     )
@@ -54,11 +55,13 @@ def runs_from_mlflow(mc: Any, run_group: str) -> list[dict[str, Any]]:
             }
         )
     if not runs:
-        raise InputError(f"run group {run_group!r}: no llmpack runs in MLflow at {tracking.redact_uri(str(mc.tracking_uri))}")
+        raise InputError(f"run group {run_group!r}: no llmpack runs in MLflow at "
+                         f"{tracking.redact_uri(str(mc.tracking_uri))}")
     return runs
 
 
-def _attempts_from_metrics(metrics: dict[str, float], tags: dict[str, str]) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
+def _attempts_from_metrics(metrics: dict[str, float],
+                           tags: dict[str, str]) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
     """From a pipeline record's ``event.*`` / ``metric.*`` values: each step's events (its last
     attempt's) and the retried attempts, priced at the record's price tag (a GPU step's GPUs from
     the pipeline spec)."""
@@ -67,7 +70,8 @@ def _attempts_from_metrics(metrics: dict[str, float], tags: dict[str, str]) -> t
     from components.record.telemetry import RunContext
 
     ctx = RunContext(run_group=tags.get("llmpack.run_group", ""), pipeline_run=tags.get("llmpack.pipeline_run", ""),
-                     orchestrator=tags.get("llmpack.orchestrator", ""), mode=tags.get("llmpack.mode", ""), submitted_at=0.0)
+                     orchestrator=tags.get("llmpack.orchestrator", ""), mode=tags.get("llmpack.mode", ""),
+                     submitted_at=0.0)
     records = tracking.records_from_run(metrics, ctx)
     steps = group_by_step(records)
     events = {step: {n: v for n, v in st.events.items() if n in ALL_EVENTS} for step, st in steps.items()}
@@ -192,9 +196,11 @@ def break_even(
     delays = sorted({r["tags"].get("llmpack.scale_down_delay_s", "?") for r in billed
                      if r["tags"].get("llmpack.cost_basis") == "node"})
     if delays:
-        basis = (" Cost per training GPU-hour is each run's cost_usd / (train_s × GPUs): GPU nodes billed as clouds bill "
+        basis = (" Cost per training GPU-hour is each run's cost_usd / (train_s × GPUs): "
+                 "GPU nodes billed as clouds bill "
                  "them, from node Ready (or the first pod's scheduling on a node already up) to the node's removal, or "
-                 f"to the last pod's finish + the autoscaler's scale-down delay ({', '.join(delays)} s) when the removal "
+                 "to the last pod's finish + the autoscaler's scale-down delay "
+                 f"({', '.join(delays)} s) when the removal "
                  "was not seen, × the node's GPUs; a node's idle GPUs and that delay weigh most on short runs.")
     else:
         basis = (" Cost per training GPU-hour is each run's cost_usd / (train_s × GPUs): GPU time from container "
@@ -215,7 +221,8 @@ def break_even(
     if unclear:
         a, b, d = unclear[0]
         why = ("too few runs" if d.verdict == "too few runs" else "no clear difference")
-        ci = "" if d.ci_low is None else f", 95% CI {quantity(d.ci_low, '$', signed=True)} to {quantity(d.ci_high, '$', signed=True)}"
+        ci = "" if d.ci_low is None else (f", 95% CI {quantity(d.ci_low, '$', signed=True)} "
+                                          f"to {quantity(d.ci_high, '$', signed=True)}")
         sentence = (f"No break-even claimed: {a} and {b} cost the same per training GPU-hour within noise ({why}: "
                     f"Δ {quantity(d.delta, '$', signed=True)}{ci}, n={d.n} vs {d.n_baseline}")
         if len(unclear) > 1:
@@ -250,7 +257,8 @@ def break_even(
     if len(segments) == 1:
         sentence = f"{segments[0]['cheapest']} is cheapest at every volume (inputs: {inputs})."
     else:
-        parts = [f"{s['cheapest']} is cheapest up to {s['to_gpu_hours']:,.0f} training GPU-hours/month" for s in segments[:-1]]
+        parts = [f"{s['cheapest']} is cheapest up to {s['to_gpu_hours']:,.0f} training GPU-hours/month"
+                 for s in segments[:-1]]
         sentence = "; ".join(parts) + f", then {segments[-1]['cheapest']} (inputs: {inputs})."
     return {**base, "segments": segments, "significant": True, "sentence": sentence + basis}
 
@@ -259,11 +267,13 @@ def gpu_steps() -> dict[str, int]:
     """The pipeline's GPU steps and their GPU counts (from the one pipeline object)."""
     from components.finetune_pipeline import build
 
-    return {t.name: t.step.execution.resources.gpus for t in build().task_order() if t.step.execution.resources.gpus > 0}
+    return {t.name: t.step.execution.resources.gpus for t in build().task_order()
+            if t.step.execution.resources.gpus > 0}
 
 
 def cost_split(run: dict[str, Any], steps: dict[str, int]) -> dict[str, float] | None:
-    """``{compute_usd, overhead_usd}`` of one run: what the GPU cost while it trained or evaluated, and while it did not.
+    """``{compute_usd, overhead_usd}`` of one run: what the GPU cost while it trained or evaluated, and while
+    it did not.
 
     Compute is each GPU step's ``model_loaded`` to ``finished`` (training or evaluating);
     overhead is the rest of the billed GPU time: container start, imports, model load,
@@ -319,8 +329,8 @@ def summary_sentence(result: dict[str, Any], be: dict[str, Any] | None) -> str:
 
     baseline = result.get("baseline")
     verdicts = result.get("verdicts", {})
-    where = "On this cluster" if result.get("mode") == "cluster" or any(r.get("mode") == "cluster" for r in result["runs"]) \
-        else "On this machine"
+    on_cluster = result.get("mode") == "cluster" or any(r.get("mode") == "cluster" for r in result["runs"])
+    where = "On this cluster" if on_cluster else "On this machine"
     if not [r for r in result["runs"] if r["status"] == "succeeded"]:
         return "No run succeeded; nothing to compare."
     if baseline is None:
@@ -360,7 +370,8 @@ def parse_control_plane(items: tuple[str, ...] | list[str], path: str | None = N
         try:
             text = yamltext.read_bytes(Path(path), path).decode("utf-8")
         except OSError as exc:
-            raise InputError(f"{path}: cannot read control-plane costs ({exc.strerror or type(exc).__name__})") from None
+            raise InputError(f"{path}: cannot read control-plane costs "
+                             f"({exc.strerror or type(exc).__name__})") from None
         except UnicodeDecodeError:
             raise InputError(f"{path}: not UTF-8 text; expected control-plane costs like 'kfp: 450'") from None
         data = yamltext.safe_load(text, path)
@@ -374,7 +385,8 @@ def parse_control_plane(items: tuple[str, ...] | list[str], path: str | None = N
         key, sep, value = item.partition("=")
         if not sep:
             raise InputError(f"--control-plane-cost {item!r}: expected ORCHESTRATOR=USD_PER_MONTH, e.g. kfp=450")
-        out[_orchestrator(key.strip(), f"--control-plane-cost {item}")] = _usd(value.strip(), f"--control-plane-cost {item}")
+        flag = f"--control-plane-cost {item}"
+        out[_orchestrator(key.strip(), flag)] = _usd(value.strip(), flag)
     return out
 
 
@@ -393,7 +405,8 @@ def _orchestrator(name: str, where: str) -> str:
     if name == "direct":
         raise InputError(f"{where}: direct has no control plane (give one of {', '.join(ORCHESTRATORS)})")
     hint = next((f"; did you mean {o!r}?" for o in ORCHESTRATORS if o == name.lower()), "")
-    raise InputError(f"{where}: unknown orchestrator {yamltext.excerpt(name)} (choose from {', '.join(ORCHESTRATORS)}){hint}")
+    raise InputError(f"{where}: unknown orchestrator {yamltext.excerpt(name)} "
+                     f"(choose from {', '.join(ORCHESTRATORS)}){hint}")
 
 
 def _usd(value: Any, where: str) -> float:

@@ -178,7 +178,7 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         lines += [f"- **{o}** {text}" for o, text in retries]
     lines += beside.markdown(result["runs"])
     lines += preemption_markdown(result)
-    saves = checkpoint_lines(result["runs"])  # issue 24: the measured checkpoint write against the grace period
+    saves = checkpoint_lines(result["runs"])  # preemption: the measured checkpoint write against the grace period
     if saves:
         lines += ["", "## Checkpoint write vs grace period", ""] + [f"- **{o}** {text}" for o, text in saves]
     lines += ["", "## Break-even", "", be["sentence"] if be else "No control-plane costs given (use --control-plane-cost kfp=USD ...)."]
@@ -287,7 +287,7 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
         retries = ("<h2>Retried attempts</h2><p class=note>Every attempt is billed: these are in the runs' cost, "
                    f"GPU-hours and goodput.</p><ul>{retries}</ul>")
     saves = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in checkpoint_lines(result["runs"]))
-    if saves:  # issue 24: the measured checkpoint write against the grace period
+    if saves:  # preemption: the measured checkpoint write against the grace period
         retries += f"<h2>Checkpoint write vs grace period</h2><ul>{saves}</ul>"
     gangs = ""  # gang and queue; GPU utilisation
     for title, note, measures in _measure_tables(result):

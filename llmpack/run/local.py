@@ -17,8 +17,8 @@ fail the run). After the run every record is uploaded with the bounded retry of
 directory's ``events.jsonl`` and ``summary.json`` later (:mod:`llmpack.run.sync`). The register
 step's own MLflow calls are bounded through MLflow's retry settings
 (:func:`components.record.tracking.mlflow_http_env`), or, over the REST API to an HTTP store
-(:mod:`components.record.rest`), each request by the same ``with_retries`` bound; an outage that outlasts them while that step runs
-fails it, as any failure to register does. A URI that answers "no" (4xx) or a local store that
+(:mod:`components.record.rest`), each request by the same ``with_retries`` bound; an outage that outlasts them
+while that step runs fails it, as any failure to register does. A URI that answers "no" (4xx) or a local store that
 cannot be opened is still bad input (exit 2).
 """
 
@@ -84,7 +84,8 @@ def validate(opts: RunOptions) -> None:
     if opts.nodes is not None and opts.nodes < 1:
         raise InputError(f"--nodes {opts.nodes}: must be >= 1")
     if opts.nodes is not None and opts.nodes > 1:
-        raise InputError(f"--nodes {opts.nodes}: more than one node needs a cluster (llmpack compile/submit, or compare "
+        raise InputError(f"--nodes {opts.nodes}: more than one node needs a cluster "
+                         "(llmpack compile/submit, or compare "
                          "--cluster, with --nodes); on this machine use --nproc-per-node")
     if opts.nproc_per_node is not None:
         distributed.check_nproc(opts.nproc_per_node, "--nproc-per-node")
@@ -125,7 +126,8 @@ def nproc_of(opts: RunOptions) -> int:
 
 
 def resolve_price(pipe: Pipeline, opts: RunOptions) -> cost.Price | None:
-    gpu_types = sorted({t.step.execution.resources.gpu_type for t in pipe.tasks.values() if t.step.execution.resources.gpus > 0})
+    gpu_types = sorted({t.step.execution.resources.gpu_type for t in pipe.tasks.values()
+                        if t.step.execution.resources.gpus > 0})
     if len(gpu_types) > 1:
         raise InputError(f"the pipeline mixes GPU types {gpu_types}; cost needs one (use --gpu-type)")
     if not gpu_types:
@@ -149,8 +151,8 @@ def prepare(opts: RunOptions, pipe: Pipeline | None = None) -> tuple[Pipeline, c
         opts.params = {**opts.params, distributed.NPROC_PARAM: nproc}
     if pipe is None:
         pipe = load_pipeline(opts.pipeline) if opts.pipeline else build()
-    pipe = apply_gpu_overrides(pipe, opts.gpu_type, opts.gpus, opts.nodes,
-                               train_gpus=opts.nproc_per_node if opts.nproc_per_node and opts.nproc_per_node > 1 else None)
+    nproc_gpus = opts.nproc_per_node if opts.nproc_per_node and opts.nproc_per_node > 1 else None
+    pipe = apply_gpu_overrides(pipe, opts.gpu_type, opts.gpus, opts.nodes, train_gpus=nproc_gpus)
     pipe = fusion.fuse(pipe, opts.fuse)
     return pipe, resolve_price(pipe, opts)
 
@@ -208,13 +210,15 @@ def run_pipeline(
 
     submitted_at = time.time()
     ctx = telemetry.RunContext(
-        run_group=run_group, pipeline_run=pipeline_run, orchestrator=opts.backend, mode="local", submitted_at=submitted_at
+        run_group=run_group, pipeline_run=pipeline_run, orchestrator=opts.backend, mode="local",
+        submitted_at=submitted_at,
     )
     values = pipeline_values(pipe, {**overrides, **telemetry_values(ctx)})
     # The record's parameters: every pipeline parameter, the same names on every path (components.record.uniform).
     params = uniform.record_params(values, run_group=run_group, pipeline_run=pipeline_run, submitted_at=submitted_at)
     uses = record.gpu_uses(pipe)
-    record_tags = {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name, fusion.FUSE_TAG: opts.fuse, **(tags or {})}
+    record_tags = {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name, fusion.FUSE_TAG: opts.fuse,
+                   **(tags or {})}
     run_id = _open_record(mc, ctx, record_tags) if reachable else None
     staging.mkdir(parents=True)
     # whose run this is: a later sync or clean takes it over only once this process is gone (llmpack.run.orphans)
@@ -262,9 +266,11 @@ def connect_or_defer(uri: str) -> tuple[Any, bool]:
     except tracking.TrackingUnavailable as exc:
         if uri.startswith(("http://", "https://")):
             return mc, False
-        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)} does not answer ({type(exc.cause).__name__})") from None
+        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)} does not answer "
+                         f"({type(exc.cause).__name__})") from None
     except Exception as exc:  # noqa: BLE001 - one line for the user
-        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)} does not answer ({type(exc).__name__})") from None
+        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)} does not answer "
+                         f"({type(exc).__name__})") from None
     return mc, True
 
 
@@ -368,7 +374,8 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
                                      mc=mc if sent else None, run_id=run_id if sent else None)
 
     final = out_root / (pipeline_run + (".failed" if error else ""))
-    rel = {key: path.resolve().relative_to(staging) for key, path in artifacts.items() if path.resolve().is_relative_to(staging)}
+    rel = {key: path.resolve().relative_to(staging) for key, path in artifacts.items()
+           if path.resolve().is_relative_to(staging)}
     summary: dict[str, Any] = {
         "run_group": run_group,
         "pipeline_run": pipeline_run,

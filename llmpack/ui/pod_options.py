@@ -191,7 +191,7 @@ def parse_labels(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 
 
 # --------------------------------------------------------------------------- checkpoints that outlive the pod
-# (issue 24 items 1 and 2; docs/preemption.md): the checkpointing step's volume, variables and grace period.
+# (docs/preemption.md): the checkpointing step's volume, variables and grace period.
 
 
 MAX_SECONDS = 86_400  # a day: longer grace periods or checkpoint intervals are typos (and inf would overflow)

@@ -147,7 +147,7 @@ def test_finetune_template_has_prometheus_metrics():
     assert hist["value"] == "{{duration}}" and hist["buckets"] == sorted(hist["buckets"])
     others = [t for t in _doc()["spec"]["templates"] if t["name"] not in ("finetune", "close-record")]
     assert not any("metrics" in t for t in others)
-    # Issue 26: the live gauge is one series per run (concurrent runs no longer overwrite it); the
+    # The live gauge is one series per run (concurrent runs no longer overwrite it); the
     # histogram, a distribution over runs, has no run label.
     run = {"pipeline_run": "{{workflow.parameters.pipeline_run}}", "workflow": "{{workflow.name}}"}
     gauge_labels = {lab["key"]: lab["value"] for lab in by_name["llmpack_finetune_node_seconds"]["labels"]}

@@ -1,4 +1,4 @@
-"""Issue 26 item 4: Argo's per-run spin-up and time to first step, from the exit handler's output parameters.
+"""Argo's per-run spin-up and time to first step, from the exit handler's output parameters.
 
 The exit handler (``close-record``) writes the record's ``spinup_s`` and ``time_to_first_step_s``
 to its output parameters' files (``close --metric-file``); Argo emits them as the gauges

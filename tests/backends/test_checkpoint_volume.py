@@ -1,4 +1,4 @@
-"""Issue 24 items 1-3 (artifacts): finetune's checkpoints on a volume keyed by run, a grace period that fits, retries.
+"""Preemption in the compiled artifacts: finetune's checkpoints on a volume keyed by run, a grace period that fits, retries.
 
 Compiled with ``--checkpoint-pvc ckpt --checkpoint-minutes 10 --checkpoint-save-s 20`` (one node) and
 as a 2 x 4 GPU TrainJob gang whose checkpoints share the ``--cache-pvc`` claim (``--checkpoint-pvc

@@ -1,4 +1,4 @@
-"""Issue 26 item 4: the recommended ``app.kubernetes.io/*`` labels and the user's ``--label``s on every pod.
+"""The recommended ``app.kubernetes.io/*`` labels and the user's ``--label``s on every pod.
 
 Read back from the compiled artifacts of every path, with and without ``--label``: KFP's executors
 (steps and the exit handler), Argo's container templates (steps and ``onExit``), the MLflow Job and

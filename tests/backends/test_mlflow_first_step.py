@@ -1,4 +1,4 @@
-"""The MLflow driver starts the first step before it imports MLflow (issue 28): same command, same record.
+"""The MLflow driver starts the first step before it imports MLflow: same command, same record.
 
 ``mlflow_projects.first_step`` computes the first entry point's command itself (MLflow is not
 imported yet): it must be the very command MLflow's local backend runs. The step is handed its

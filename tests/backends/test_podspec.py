@@ -1,4 +1,4 @@
-"""Issue 23 item 4 and the image part of 5: model and data volumes, HF_TOKEN, one image and pull spec on every pod.
+"""Model and data volumes, HF_TOKEN, one image and pull spec on every pod.
 
 Compiled with ``--image repo@sha256:... --model-pvc --data-pvc --hf-token-secret --image-pull-secret``
 (one node, and a 2 x 4 GPU TrainJob gang with the prepull DaemonSet), then read back on every path:
@@ -105,7 +105,7 @@ def test_mlflow_job_mounts_both_and_maps_hf_token(compiled: dict[str, Path]) -> 
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes[mounts["/models"]["name"]]["persistentVolumeClaim"] == {"claimName": "llmpack-models", "readOnly": True}
     assert HF_TOKEN in container["env"]
-    assert doc["metadata"]["namespace"] == "team-a"  # compile --namespace (issue 23 item 7)
+    assert doc["metadata"]["namespace"] == "team-a"  # compile --namespace
     config = json.loads((compiled["one"] / "mlflow_projects" / "finetune-k8s" / "kubernetes_config.json").read_text())
     assert config["repository-uri"] == "registry.example.com/team/mlflow-projects"
 

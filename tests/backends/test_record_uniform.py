@@ -1,4 +1,4 @@
-"""One record, whoever starts the run (issue 23 items 8 and 10).
+"""One record, whoever starts the run.
 
 Unit checks of :mod:`components.record.uniform` and of the summarizing task with KFP's MLflow plugin
 variables set; then (slow) the same one-step pipeline run by every path — direct, kfp.local, the Argo

@@ -1,4 +1,4 @@
-"""A fourth backend is one folder plus one registry line (issue 22, item 4: the backend contract v2).
+"""A fourth backend is one folder plus one registry line (the backend contract).
 
 ``tests/toy_backend/`` declares ``toy`` against :mod:`components.backend` only; it is registered
 the way a plugin is, by ``LLMPACK_BACKENDS`` (:mod:`llmpack.backends`), with no edit to ``llmpack/``.

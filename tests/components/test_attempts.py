@@ -1,4 +1,4 @@
-"""Every attempt billed (issue 11 item 2): a retried step's failed attempt is in the cost.
+"""Every attempt billed: a retried step's failed attempt is in the cost.
 
 A step that fails once and is retried leaves two attempts; both held the step's GPU, so both are
 in ``gpu_hours``, ``cost_usd`` and goodput's denominator, and the report names the retried one and

@@ -2,7 +2,7 @@
 
 The quick tests damage checkpoint directories the ways a SIGKILL can leave them and check that
 ``newest_checkpoint`` passes over each; the slow one runs ``benchmarks/chaos_sigkill.py``.
-Issue 24: on a checkpoint volume (``LLMPACK_CHECKPOINT_ROOT``, what ``--checkpoint-pvc`` sets in
+Preemption: on a checkpoint volume (``LLMPACK_CHECKPOINT_ROOT``, what ``--checkpoint-pvc`` sets in
 the pod) each run keeps its own directory, so two runs of the very same settings never resume from
 each other's state; the slow retry-from-volume test runs the real step as the compiled task would.
 """

@@ -1,4 +1,4 @@
-"""finetune on many processes (issue 9 items 1-2): torchrun in the step's process, DDP on Gloo.
+"""finetune on many processes: torchrun in the step's process, DDP on Gloo.
 
 The step-level tests run ``python -m components.run`` as every orchestrator does, once with one
 process and once with two over the same global batch; the slow ones also shard it (FSDP2),

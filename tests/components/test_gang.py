@@ -1,4 +1,4 @@
-"""finetune on many nodes (issue 9 item 3): the launcher creates a TrainJob, the gang trains, the record has every rank.
+"""finetune on many nodes: the launcher creates a TrainJob, the gang trains, the record has every rank.
 
 ``llmpack compile --nodes 2 --gpus 4`` is checked against the Trainer API's models and its CRD schema
 (its committed golden copies, examples/multinode/, in tests/backends/test_golden.py). The launcher runs for real (``python -m

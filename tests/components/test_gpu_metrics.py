@@ -1,4 +1,4 @@
-"""GPU utilisation in the record (issue 26 item 2): the sampler on GPU steps and ``gpu_idle_before_first_step_s``.
+"""GPU utilisation in the record: the sampler on GPU steps and ``gpu_idle_before_first_step_s``.
 
 The derivation on synthetic sample series; the nvidia-smi source against a stand-in executable
 speaking the real CSV (tests/standins/nvidia_smi.py) and the NVML source against an object shaped

@@ -1,4 +1,4 @@
-"""The lean path (issue 28 item 2): step processes log to an HTTP tracking server through MLflow's REST API.
+"""The lean path: step processes log to an HTTP tracking server through MLflow's REST API.
 
 Quick, against the stand-in MLflow server (tests/standins/mlflow_rest.py): a real step process
 logs its records without importing MLflow; Bearer and Basic credentials as MLflow sends them; TLS

@@ -1,4 +1,4 @@
-"""Tracking outages (issue 11 item 3) and ``llmpack clean`` (item 6).
+"""Tracking outages and ``llmpack clean``.
 
 Quick: the bounded retry (fake clock), ``llmpack sync`` against a sqlite store (a partial upload
 completed, a second sync a no-op), a RUN_DIR that is not one, a server that never answers, and

@@ -16,8 +16,9 @@ from typing import IO, Any
 
 from components.backend import Backend
 from components.commands import format_value, run_logged, step_args, task_params
-from components.dsl import TELEMETRY_PARAMS, OutputRef, Pipeline
+from components.dsl import OutputRef, Pipeline
 from components.errors import RunFailed
+from components.params import TELEMETRY_PARAMS
 from components.record.close import CLOSE_TASK, gpu_uses, record_args, uses_json
 
 ARTIFACT = Path("toy/finetune.json")

@@ -2,8 +2,8 @@
 the real clients (kfp.Client, Hera, the kubernetes client) to the stand-ins, played by
 :class:`standins.fake_cluster.FakeCluster`, whose pods are counted through the Kubernetes API.
 
-Issue 10's done-when: step pods per run (KFP's driver pods aside) 5 -> 4 (``--fuse gpu``) and 1
-(``--fuse all``); the MLflow Job is one pod whatever the fusion. Item 4: on a node whose image is
+Fusion on a cluster: step pods per run (KFP's driver pods aside) 5 -> 4 (``--fuse gpu``) and 1
+(``--fuse all``); the MLflow Job is one pod whatever the fusion. A pre-pulled node: on a node whose image is
 pre-pulled, the pod watcher's ``image_pull_s`` of the GPU pod is 0.
 """
 
@@ -134,7 +134,7 @@ def test_a_failing_member_fails_its_fused_pod(compiled: dict[str, Path], tmp_pat
     assert steps["finetune-evaluate"]["status"]["phase"] == "Failed"
 
 
-# --------------------------------------------------------------------------- item 4: a pre-pulled GPU node
+# --------------------------------------------------------------------------- a pre-pulled GPU node
 
 
 @pytest.mark.parametrize("prepulled", [False, True])
@@ -191,7 +191,7 @@ def test_prepulled_fused_gpu_pod_through_the_pod_watcher(compiled: dict[str, Pat
 
 
 
-# --------------------------------------------------------------------------- item 7 on a cluster: --variants
+# --------------------------------------------------------------------------- --variants on a cluster
 
 
 def test_compare_cluster_runs_the_variants_side_by_side(tmp_path: Path, tracking_uri: str) -> None:

@@ -1,6 +1,6 @@
 """``llmpack compare --cluster --nodes 2 --gpus 4``: finetune as a Kubeflow Trainer TrainJob gang on the
 loopback cluster (the three stand-ins made one by :class:`standins.fake_cluster.FakeCluster`), through
-the real clients, for kfp, argo and mlflow (issue 9 items 5 and 6).
+the real clients, for kfp, argo and mlflow.
 
 Per run: the launcher pod, the TrainJob, and 2 node pods (JobSet's names and labels), each on its own
 new GPU node; the watcher sees every node's pod as one attempt of finetune, the timeline lists them,

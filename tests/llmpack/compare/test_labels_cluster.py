@@ -1,4 +1,4 @@
-"""Issue 26 item 4 on the loopback cluster: the pods a run makes carry the recommended labels and the ``--label``s.
+"""On the loopback cluster, the pods a run makes carry the recommended labels and the ``--label``s.
 
 ``compare --cluster --nodes 2 --gpus 4 --label ...`` for kfp, argo and mlflow, once (module-wide): the
 stand-in cluster makes each path's pods from the artifacts as compiled (KFP's executors' pod

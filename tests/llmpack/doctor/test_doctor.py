@@ -137,7 +137,7 @@ def test_ready_gang_passes_every_check(ready: Ready) -> None:
 
 
 def test_checkpoint_pvc_is_checked_readwritemany_only_for_a_gang(ready: Ready) -> None:
-    """--checkpoint-pvc (issue 24): Bound on one node; a gang's node pods all resume from it, so ReadWriteMany."""
+    """--checkpoint-pvc: Bound on one node; a gang's node pods all resume from it, so ReadWriteMany."""
     ready.kube.apply_custom_object({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                                     "metadata": {"name": CKPT_PVC, "namespace": "llmpack"},
                                     "spec": {"accessModes": ["ReadWriteOnce"]},

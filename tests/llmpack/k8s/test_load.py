@@ -1,4 +1,4 @@
-"""Load (issue 11 item 4): the pod watcher under a stream of events with 410s, many runs into one MLflow server.
+"""Load: the pod watcher under a stream of events with 410s, many runs into one MLflow server.
 
 Quick: ``benchmarks/watcher_load.py`` scaled down (5,000 events, a 410 every 500) finds every pod,
 with its last phase, and its peak memory does not grow with events; a watcher whose re-list drops

@@ -1,4 +1,4 @@
-"""Preemption on the loopback cluster (issue 24 items 3 and 4): the finetune GPU pod is preempted
+"""Preemption on the loopback cluster: the finetune GPU pod is preempted
 mid-training (``DisruptionTarget``, deletion), the orchestrator's retry pod resumes from the
 checkpoint, and the record says so: one preempted attempt, its waste priced, time to recover.
 

@@ -1,4 +1,4 @@
-"""A 2-node TrainJob gang preempted on the loopback cluster (issue 24): one node pod is preempted
+"""A 2-node TrainJob gang preempted on the loopback cluster: one node pod is preempted
 mid-training (``DisruptionTarget``, deletion), JobSet restarts the gang whole (every node pod
 created again), the ranks resume from the run's checkpoint, and the record shows one preempted
 attempt, the gang's, with its waste priced over all its node pods.

@@ -1,4 +1,4 @@
-"""Issue 24, done-when 1 with the real step: on the loopback cluster the preempted finetune pod and its
+"""Preemption with the real step: on the loopback cluster the preempted finetune pod and its
 retry pod run the REAL finetune step (:mod:`standins.real_pods`), for KFP, Argo and the MLflow Job;
 and a 2-node TrainJob gang's node pods run the REAL ranks (:mod:`standins.real_gang`).
 

@@ -1,4 +1,4 @@
-"""``llmpack project`` (issue 27): the max-of-N math against closed forms, the bootstrap's honesty
+"""``llmpack project``: the max-of-N math against closed forms, the bootstrap's honesty
 past the measured range, the flip, the command's JSON and its one-line refusals.
 
 The projection on the loopback cluster, measured against real bigger gangs, is

@@ -1,4 +1,4 @@
-"""``llmpack project`` validated, not asserted (issue 27 item 4): on the loopback cluster, with gang
+"""``llmpack project`` validated, not asserted: on the loopback cluster, with gang
 nodes brought up, pulled and started at paces drawn from a distribution (:mod:`standins.node_paces`),
 measure 2-node gangs, project 8 and 16 nodes, then run real 8- and 16-node gangs and check that their
 measured median and p90 fall inside the projected intervals; and that the same measurements are

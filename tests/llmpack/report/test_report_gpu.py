@@ -1,4 +1,4 @@
-"""The report's GPU utilisation table (issue 26 item 2): shown where runs sampled a GPU, absent on CPU runs.
+"""The report's GPU utilisation table: shown where runs sampled a GPU, absent on CPU runs.
 
 report.md and report.html rendered from their facts without the charts (what the table shows does
 not depend on them; tests/llmpack/report/test_report_render.py writes whole reports).

@@ -263,7 +263,7 @@ def _checkpointed_runs() -> tuple[list[dict], list[dict]]:
 
 
 def test_the_measured_checkpoint_write_is_shown_against_the_grace_period() -> None:
-    """Issue 24 item 2: finetune's longest write (``checkpoint_save_s``) beside its pod's grace period."""
+    """Preemption: finetune's longest write (``checkpoint_save_s``) beside its pod's grace period."""
     from llmpack.report import markdown, report_facts
 
     plain = _result()

@@ -1,4 +1,4 @@
-"""Issue 11 item 6: Ctrl-C or SIGTERM in ``submit``, ``sync`` and ``compare``.
+"""Ctrl-C or SIGTERM in ``submit``, ``sync`` and ``compare``.
 
 Every command exits 130 on SIGINT and 143 on SIGTERM with one line (no traceback) that says what
 was left and what to do about it:

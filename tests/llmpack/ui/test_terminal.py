@@ -1,4 +1,4 @@
-"""Issue 25 items 5, 6, 8: what the terminal (or a CI log) shows besides a command's own output.
+"""What the terminal (or a CI log) shows besides a command's own output.
 
 - every ``--help`` fits 80 columns, breaks no word, flag or path, cuts no command description
   with ``...``, and every option says what it does;
