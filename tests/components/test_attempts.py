@@ -155,11 +155,11 @@ def test_report_shows_retried_attempts_and_their_cost(tmp_path: Path) -> None:
     runs = [_run("direct", []), _run("argo", RETRIED)]
     lines = retry_lines(runs)
     assert lines == [("argo", "argo-1 [succeeded]: 1 retried attempt: finetune attempt 1 failed after 3.25 s, "
-                              "0.000903 GPU-h, $0.01 ($0.01 of $0.05 billed, in the cost)")]
+                              "0.000903 GPU-h, $0.0100 ($0.0100 of $0.0500 billed, in the cost)")]
     result = comparison("rg", ["direct", "argo"], runs)
     out = write_report(result, tmp_path / "report")
     md = (out / "report.md").read_text()
-    assert "## Retried attempts" in md and "finetune attempt 1 failed after 3.25 s" in md and "$0.01 of $0.05" in md
+    assert "## Retried attempts" in md and "finetune attempt 1 failed after 3.25 s" in md and "$0.0100 of $0.0500" in md
     page = (out / "report.html").read_text()
     assert "<h2>Retried attempts</h2>" in page and "finetune attempt 1 failed after 3.25 s" in page
 
