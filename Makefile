@@ -1,9 +1,10 @@
 # The two Quickstart commands: `make compare` (the main job) and `make test` (the quick suite:
 # everything but the tests marked `slow`, which run whole pipelines or many torch processes; it
 # runs through pytest-xdist, two workers per core, at most 8 (tests/conftest.py), each test file
-# on one worker so that a file's shared fixtures are made once: about 4 minutes on 2 cores).
-# `make test-full` runs every test (the `cluster` ones skip unless `make cluster-build` was run); CI (.ci/run) runs `make test`, then `make test-slow`, so it
-# executes the full suite, then .ci/floors (every dependency at its declared floor).
+# on one worker so that a file's shared fixtures are made once: about 4 1/2 minutes on 2 cores).
+# `make test-full` runs every test (the `cluster` ones skip unless `make cluster-build` was run).
+# CI (.ci/run) runs `make test`, then `make test-slow`, .ci/floors (every dependency at its
+# declared floor), then `make cluster-build` and `make test-cluster` (the real control plane).
 # Both create .venv and install everything on first use (torch 2.13.0 first, then the pack).
 # torch comes from the package index pip is configured with: on Linux PyPI's torch is the CUDA build
 # (about 3 GB with its nvidia-* wheels; it runs on the CPU, and pip's cache keeps later installs
