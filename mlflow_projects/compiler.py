@@ -346,21 +346,46 @@ dependencies:
 PACK_PACKAGES = frozenset({"components", "kfp_pipelines", "argo_workflows", "mlflow_projects", "llmpack"})
 
 
-def user_modules(pipe: Pipeline) -> dict[str, str]:
-    """Project-relative path -> source of each step module outside the pack, with its packages' ``__init__.py``."""
+def _module_source(module: str, funcs: list[Any]) -> Path | None:
+    """The source file of step module ``module``: its step function's, else the import system's; None when neither."""
     import importlib.util
+    import inspect
 
+    for func in funcs:
+        try:
+            found = inspect.getsourcefile(func)
+        except TypeError:  # a builtin or a callable with no source
+            found = None
+        if found and found.endswith(".py"):
+            return Path(found)
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a parent package that is not importable here
+        spec = None
+    return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
+
+
+def user_modules(pipe: Pipeline) -> dict[str, str]:
+    """Project-relative path -> source of each step module outside the pack, with its packages' ``__init__.py``.
+
+    A module whose source cannot be found here (made in memory) is not carried: the environment the
+    project runs in must provide it, as it must for any module outside the project.
+    """
     files: dict[str, str] = {}
-    for module in sorted({t.step.ref.partition(":")[0] for t in pipe.tasks.values()}):
+    by_module: dict[str, list[Any]] = {}
+    for task in pipe.tasks.values():
+        module = task.step.ref.partition(":")[0]
+        func = getattr(task.step, "func", None)
+        by_module.setdefault(module, []).extend([func] if func is not None and func.__module__ == module else [])
+    for module, funcs in sorted(by_module.items()):
         if module.split(".")[0] in PACK_PACKAGES:
             continue
-        spec = importlib.util.find_spec(module)
-        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-            raise PipelineValidationError(f"pipeline {pipe.name!r}: step module {module!r} is not a Python source "
-                                          "file the MLflow project can carry")
+        source = _module_source(module, funcs)
+        if source is None:
+            continue
         parts = module.split(".")
-        files["/".join(parts) + ".py"] = Path(spec.origin).read_text(encoding="utf-8")
-        package_dir = Path(spec.origin).parent
+        files["/".join(parts) + ".py"] = source.read_text(encoding="utf-8")
+        package_dir = source.parent
         for depth in range(len(parts) - 1, 0, -1):  # examples/__init__.py, when examples is a regular package
             init = package_dir / "__init__.py"
             if init.is_file():

@@ -162,12 +162,11 @@ def _the_record(uri: str):
 
 @pytest.mark.slow
 def test_every_path_leaves_the_same_record(toy: tuple[Pipeline, Path], tmp_path: Path, mlflow_template_db: Path):
-    from conftest import fresh_store
-
     from argo_workflows.local import run_local as run_argo
     from kfp_pipelines.local import run_local as run_kfp
     from llmpack.run.direct import run_local as run_direct
     from mlflow_projects.local import run_local as run_mlflow
+    from tests.conftest import fresh_store
 
     pipe, toy_dir = toy
     expected = set(pipe.all_params)
