@@ -160,14 +160,21 @@ def _quota_need(key: str, pods: list[GpuPod]) -> tuple[Decimal, list[str]] | Non
     return total, unset
 
 
+def _namespaced(cluster: ClusterReader, namespace: str, plural: str, kind: str) -> tuple[list[Any], Check | None]:
+    """The ``plural`` objects in ``namespace`` (none where the kind is not served), or the line saying they went unread."""
+    try:
+        return cluster.listed("", "v1", namespace, plural), None
+    except Missing:
+        return [], None
+    except Unanswered as exc:
+        return [], _unread(exc, f"{kind} list in {namespace}", namespace)
+
+
 def quotas(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> Check:
     """Every ResourceQuota in ``namespace`` admits the run's GPU pods at once (hard less used)."""
-    try:
-        found = cluster.listed("", "v1", namespace, "resourcequotas")
-    except Missing:
-        found = []
-    except Unanswered as exc:
-        return _unread(exc, f"ResourceQuota list in {namespace}", namespace)
+    found, unread = _namespaced(cluster, namespace, "resourcequotas", "ResourceQuota")
+    if unread is not None:
+        return unread
     for quota in found:
         name = quota["metadata"]["name"]
         hard = _amounts((quota.get("status") or {}).get("hard") or (quota.get("spec") or {}).get("hard"))
@@ -191,12 +198,9 @@ def quotas(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> Check:
 def limit_ranges(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> Check:
     """No LimitRange in ``namespace`` caps a GPU pod's container below what it asks (``max``), nor gives it a
     default limit below its request (the pod is then invalid)."""
-    try:
-        found = cluster.listed("", "v1", namespace, "limitranges")
-    except Missing:
-        found = []
-    except Unanswered as exc:
-        return _unread(exc, f"LimitRange list in {namespace}", namespace)
+    found, unread = _namespaced(cluster, namespace, "limitranges", "LimitRange")
+    if unread is not None:
+        return unread
     for lr in found:
         name = lr["metadata"]["name"]
         for item in (lr.get("spec") or {}).get("limits") or []:
