@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import sys
@@ -16,9 +17,43 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+
+class _PipedStdout(io.TextIOBase):
+    """``sys.stdout`` (looked up at each write, as rich does) with each line's trailing spaces cut.
+
+    Rich pads table rows and titles to the table's width; in a terminal that is invisible, in a pipe or
+    a file it leaves every row ending in spaces.
+    """
+
+    def __init__(self) -> None:
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        lines = (self._pending + text).split("\n")
+        self._pending = lines.pop()
+        if lines:
+            sys.stdout.write("".join(line.rstrip() + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            sys.stdout.write(self._pending)
+            self._pending = ""
+        sys.stdout.flush()
+
+
 err = Console(stderr=True)
-# A pipe gets the full width (160) unless COLUMNS says otherwise; a terminal gets its own width.
-out = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
+# A terminal gets its own width. A pipe gets 160 columns for tables unless COLUMNS says otherwise, lines
+# never wrapped (a verdict is one line, for grep) and no trailing spaces.
+_PIPED = not sys.stdout.isatty()
+out = Console(width=160 if _PIPED and not os.environ.get("COLUMNS") else None, soft_wrap=_PIPED,
+              file=_PipedStdout() if _PIPED else None)
 
 # Libraries that log INFO lines or warn at the client (MLflow's database set-up, alembic, kfp, hera).
 LIBRARY_LOGGERS = ("mlflow", "alembic", "sqlalchemy", "huey", "kfp", "hera", "urllib3", "git", "py.warnings")

@@ -75,3 +75,24 @@ def test_compare_help_lists_local_options_first_and_cluster_ones_under_their_hea
     for flag in ("--kubeconfig", "--namespace", "--opencost", "--preempt", "--concurrency", "--image"):
         assert flag in cluster and flag not in local, flag
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_piped_stdout_keeps_a_long_verdict_on_one_line_and_cuts_table_padding(monkeypatch) -> None:
+    from rich.table import Table
+
+    from llmpack.ui.display import _PipedStdout
+
+    buf = io.StringIO()
+    monkeypatch.setattr("sys.stdout", buf)
+    console = Console(file=_PipedStdout(), width=160, soft_wrap=True, force_terminal=False)
+    table = Table(title="llmpack compare · a long title")
+    table.add_column("path")
+    table.add_column("p50", justify="right")
+    table.add_row("direct", "8.86 s")
+    console.print(table)
+    verdict = "kfp vs direct on time to first step: undecided after 3 rounds, " + "Δ +5.82 s " * 20
+    console.print(verdict.rstrip())
+    console.file.flush()
+    lines = buf.getvalue().splitlines()
+    assert verdict.rstrip() in lines  # whole, not wrapped at 160 columns
+    assert [line for line in lines if line != line.rstrip()] == []
