@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol
@@ -37,6 +37,7 @@ from components.errors import InputError
 from components.settings import Setting
 
 if TYPE_CHECKING:  # only named in annotations: the registry (llmpack --help) imports this module
+    from components.compiled_pods import PodSpec
     from components.dsl import Pipeline
 
 
@@ -243,14 +244,59 @@ class VersionProbe:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DoctorFlag:
+    """A ``llmpack doctor`` option a backend's own checks read: a Kubernetes name (``--argo-controller-namespace``)."""
+
+    flag: str  # "--argo-controller-namespace"
+    default: str
+    help: str
+
+    @property
+    def dest(self) -> str:
+        """The keyword click gives it, and its key in the values :meth:`Backend.doctor_checks` is given."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class DoctorCheck:
+    """One line of ``llmpack doctor``'s checklist: whether it holds, what was checked, and the command that fixes it."""
+
+    ok: bool
+    what: str
+    fix: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "what": self.what, **({"fix": self.fix} if self.fix else {})}
+
+
+class DoctorReader(Protocol):
+    """What a backend's own doctor checks may read of the cluster (``llmpack.doctor.reader.ClusterReader``)."""
+
+    Unanswered: type[Exception]  # raised by a read that failed (forbidden, or no answer)
+
+    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ConfigMap, ``None`` when there is none."""
+        ...
+
+    def unread(self, exc: Exception, what: str, namespace: str = "") -> DoctorCheck:
+        """The failed check of a read that raised :attr:`Unanswered`, with its fix."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
 class DoctorFacts:
-    """What ``llmpack doctor`` checks for a cluster backend, besides what every path needs."""
+    """What ``llmpack doctor`` checks for a cluster backend, besides what every path needs.
+
+    Its own checks and the reader of its compiled pods are :meth:`Backend.doctor_checks` and
+    :meth:`Backend.compiled_pods`.
+    """
 
     # (verb, resource, API group) its submission needs in the run's namespace
     verbs: tuple[tuple[str, str, str], ...] = ()
     probe: VersionProbe | None = None  # its server's version call, when it has a server
     # the compiled file (under compile --out) whose pods Pod Security is checked against
     pod_artifact: str | None = None
+    flags: tuple[DoctorFlag, ...] = ()  # the doctor options its own checks read
 
 
 ClickOption = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -365,6 +411,18 @@ class Backend:
     def explain_own_metrics(self, metrics: Mapping[str, Any]) -> list[str]:
         """Why its own account (:meth:`own_metrics`) differs from ours, one sentence each; none by default."""
         return []
+
+    def doctor_checks(self, cluster: DoctorReader, namespace: str, flags: Mapping[str, str]) -> list[DoctorCheck]:
+        """``llmpack doctor``'s checks of what its runs in ``namespace`` need of the cluster beyond every path's
+        (``flags``: its :attr:`DoctorFacts.flags` values by ``dest``); none by default."""
+        return []
+
+    def compiled_pods(self, docs: list[Any]) -> Iterable[PodSpec]:
+        """The pods of its compiled file (:attr:`DoctorFacts.pod_artifact`, its YAML documents), for doctor's
+        Pod Security check; by default every pod spec found in it."""
+        from components.compiled_pods import pods_of
+
+        return pods_of(docs)
 
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         """True when ``pod`` (a Pod object as ``kubectl get pods -o json`` lists it) was made by this orchestrator.

@@ -19,8 +19,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from llmpack.doctor.checks import GPU_RESOURCE, Check, GpuPlacement, _blocking_taints, _q, _unread, trainer_install
-from llmpack.doctor.reader import ClusterReader, Missing, Unanswered
+from llmpack.doctor.checks import GPU_RESOURCE, Check, GpuPlacement, _blocking_taints, _q, trainer_install
+from llmpack.doctor.reader import ClusterReader, Missing, Unanswered, unread
 
 FIT_RESOURCES = ("cpu", "memory", "ephemeral-storage", GPU_RESOURCE)  # what a node's allocatable must hold
 BUILTIN_GROUPS = ("", "batch", "apps", "rbac.authorization.k8s.io")  # served by every conformant API server
@@ -123,7 +123,7 @@ def node_fit(cluster: ClusterReader, placement: GpuPlacement, pods: list[GpuPod]
         nodes = [n for n in placed_nodes(cluster, placement)
                  if not _blocking_taints(n, placement.tolerations) and not (n.get("spec") or {}).get("unschedulable")]
     except Unanswered as exc:
-        return [_unread(exc, "Node list")]
+        return [unread(exc, "Node list")]
     if not nodes:
         return []  # gpu_nodes has said why there is none
     checks = []
@@ -167,7 +167,7 @@ def _namespaced(cluster: ClusterReader, namespace: str, plural: str, kind: str) 
     except Missing:
         return [], None
     except Unanswered as exc:
-        return [], _unread(exc, f"{kind} list in {namespace}", namespace)
+        return [], unread(exc, f"{kind} list in {namespace}", namespace)
 
 
 def quotas(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> Check:
@@ -256,7 +256,7 @@ def served(cluster: ClusterReader, namespace: str, kinds: Mapping[tuple[str, str
         except Forbidden:
             pass
         except Unanswered as exc:
-            checks.append(_unread(exc, f"{kind} list in {namespace}", namespace))
+            checks.append(unread(exc, f"{kind} list in {namespace}", namespace))
             continue
         checks.append(Check(True, f"{kind} ({api_version}) is served"))
     return checks

@@ -8,8 +8,10 @@ A 403 is :class:`Forbidden`, so a check can say *you may not read it* rather tha
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
+from components.backend import DoctorCheck
 from components.servers import kube
 from components.servers.remote import one_line
 
@@ -30,6 +32,8 @@ class Missing(Exception):
 
 class ClusterReader:
     """Reads through one ``kubernetes.client.ApiClient`` (built by :func:`components.servers.kube.api_client`)."""
+
+    Unanswered = Unanswered  # what a failed read raises: a backend's own checks catch it (components.backend)
 
     def __init__(self, api_client: Any) -> None:
         from kubernetes import client
@@ -71,6 +75,10 @@ class ClusterReader:
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._call(self.core.read_namespaced_config_map, name, namespace)
+
+    def unread(self, exc: Exception, what: str, namespace: str = "") -> DoctorCheck:
+        """As :func:`unread` (the contract's ``DoctorReader``: a backend's own checks call it)."""
+        return unread(exc, what, namespace)
 
     def pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._call(self.core.read_namespaced_persistent_volume_claim, name, namespace)
@@ -152,3 +160,12 @@ def _names_an_object(body: Any) -> bool:
 
 def _message(exc: Any) -> str:
     return str(_status_body(exc.body).get("message") or exc.reason or "")
+
+
+def unread(exc: Exception, what: str, namespace: str = "") -> DoctorCheck:
+    """The failed check of a read that raised :class:`Unanswered`: forbidden (with the can-i line) or unanswered."""
+    if isinstance(exc, Forbidden):
+        scope = f" -n {shlex.quote(namespace)}" if namespace else ""
+        return DoctorCheck(False, f"{what}: you may not read it ({exc})", f"kubectl auth can-i get {what.split()[0].lower()}s"
+                           f"{scope}  # ask your cluster admin for read access")
+    return DoctorCheck(False, f"{what}: the API did not answer ({exc})", "kubectl cluster-info")
