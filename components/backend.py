@@ -31,9 +31,10 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from components.errors import InputError
+from components.servers.remote import REQUEST_TIMEOUT_S
 from components.settings import Setting
 
 if TYPE_CHECKING:  # only named in annotations: the registry (llmpack --help) imports this module
@@ -91,6 +92,44 @@ class ServerConnection(Connection):
     """An orchestrator's API server by URL (``--host``; when ``None``, the orchestrator's own variable when sent)."""
 
     host: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmitRequest:
+    """One run to start on a cluster: what every backend's ``submit`` takes, as one typed object.
+
+    A backend's own fields (its endpoint, compiled artifact, service account...) are those of its
+    subclass, its cluster module's ``Request`` (as httpx's transports all take one ``Request``).
+
+    Args:
+        params: the user's pipeline parameters (``model``, ``data``, ``max_steps``, ``seed``...).
+        run_group, pipeline_run: DNS-1123 ids; new ones when not given.
+        tracking_uri: the MLflow store for the run's record (default ``MLFLOW_TRACKING_URI``).
+        price_per_gpu_hour, price_file: the GPU price for the cost tags.
+        timeout_s: the limit of one request.
+        namespace: where the run goes (each backend says what its default is).
+        ca_cert, insecure_skip_tls_verify: how the server's certificate is checked (on by default).
+    """
+
+    params: Mapping[str, Any] | None = None
+    run_group: str | None = None
+    pipeline_run: str | None = None
+    tracking_uri: str | None = None
+    price_per_gpu_hour: str | None = None
+    price_file: str | None = None
+    timeout_s: float = REQUEST_TIMEOUT_S
+    namespace: str | None = None
+    ca_cert: str | None = None
+    insecure_skip_tls_verify: bool = False
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> Self:
+        """The request named by ``options`` (keywords); one that is not a field is one :class:`InputError`."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise InputError(f"submit: unknown option {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        return cls(**options)
 
 
 class SubmittedRun:
@@ -316,7 +355,7 @@ class Backend:
     submit_help: ClassVar[str] = ""  # ``llmpack submit <name> --help``: what a submission creates
     # Where the work is done, imported when first used (heavy libraries stay out of ``llmpack --help``):
     local_module: ClassVar[str | None] = None  # defines run_local(pipe, values, workdir, env, log)
-    cluster_module: ClassVar[str | None] = None  # defines submit(**kw), wait_for_completion, check_connection
+    cluster_module: ClassVar[str | None] = None  # defines Request, submit(request), wait_for_completion, check_connection
     cluster_path: ClassVar[ClusterPath | None] = None  # a cluster backend's `compare --cluster` path
     pod_marks: ClassVar[PodMarks] = PodMarks()  # a cluster backend's own marks on its pods
     # The pod options (``llmpack compile --namespace``...) its compile takes as keywords, when given.
@@ -365,23 +404,20 @@ class Backend:
         return self.connection_type.from_options(options)
 
     def submit(self, connection: Connection, **kwargs: Any) -> SubmittedRun:
-        """Start one run of the committed compiled artifact (keywords: as ``submit_run``); returns it."""
-        return SubmittedRun(self, self.submit_run(**connection.options(), **kwargs), connection)
+        """Start one run of the committed compiled artifact (keywords: the fields of :meth:`request`); returns it."""
+        return SubmittedRun(self, self.submit_run(self.request({**connection.options(), **kwargs})), connection)
 
-    def submit_run(self, **kwargs: Any) -> dict[str, Any]:
-        """Start one run; returns its summary.
+    def request(self, options: Mapping[str, Any]) -> SubmitRequest:
+        """The :class:`SubmitRequest` ``options`` name (by keyword): by default :attr:`cluster_module`'s ``Request``."""
+        return self._module(self.cluster_module, "cluster_module").Request.of(options)
 
-        Args (every backend takes these keywords, plus its connection's and its own options):
-            params: the user's pipeline parameters (``model``, ``data``, ``max_steps``, ``seed``...).
-            run_group, pipeline_run: DNS-1123 ids; new ones when not given.
-            tracking_uri: the MLflow store for the run's record (default ``MLFLOW_TRACKING_URI``).
-            price_per_gpu_hour, price_file: the GPU price for the cost tags.
-            timeout_s: the limit of one request.
+    def submit_run(self, request: SubmitRequest) -> dict[str, Any]:
+        """Start the run ``request`` describes; returns its summary.
 
         Bad input, an unreachable or refusing server: one-line :class:`InputError`, never a token in it.
-        By default :attr:`cluster_module`'s ``submit``.
+        By default :attr:`cluster_module`'s ``submit(request)``.
         """
-        return self._module(self.cluster_module, "cluster_module").submit(**kwargs)
+        return self._module(self.cluster_module, "cluster_module").submit(request)
 
     def wait_for_completion(self, summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Poll the run ``summary`` names until it ends or ``timeout_s`` passes; ``kwargs``: connection options."""

@@ -32,13 +32,14 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Unpack
 
+from components.backend import SubmitRequest
 from components.errors import InputError
 from components.params import TELEMETRY_PARAMS
 from components.servers.remote import (
-    REQUEST_TIMEOUT_S,
     is_unreachable,
     normalize_host,
     one_line,
@@ -191,29 +192,21 @@ def _root_parameters(package: Path) -> dict[str, str]:
     return {name: p.get("parameterType", "") for name, p in params.items()}
 
 
-# The shared keywords (params ... insecure_skip_tls_verify) are written out in each backend's submit,
-# not gathered in a TypedDict: they are this function's documented API and its body's plain names.
-def submit(
-    *,
-    params: Mapping[str, Any] | None = None,
-    run_group: str | None = None,
-    pipeline_run: str | None = None,
-    host: str | None = None,
-    token: str | None = None,
-    namespace: str | None = None,
-    experiment: str = DEFAULT_EXPERIMENT,
-    package_path: str | os.PathLike[str] | None = None,
-    service_account: str | None = None,
-    tracking_uri: str | None = None,
-    price_per_gpu_hour: str | None = None,
-    price_file: str | None = None,
-    timeout_s: float = REQUEST_TIMEOUT_S,
-    ca_cert: str | None = None,
-    insecure_skip_tls_verify: bool = False,
-) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class Request(SubmitRequest):
+    """A KFP run of the compiled pipeline: the shared fields (:class:`components.backend.SubmitRequest`) and this backend's own."""
+
+    host: str | None = None
+    token: str | None = field(default=None, repr=False)  # never shown
+    experiment: str = DEFAULT_EXPERIMENT
+    package_path: str | os.PathLike[str] | None = None
+    service_account: str | None = None
+
+
+def submit(request: Request) -> dict[str, Any]:
     """Create a KFP run of the compiled pipeline; returns the submission summary.
 
-    Args (besides those every submitter takes, see :meth:`components.backend.Backend.submit_run`):
+    Args (the fields of ``request`` besides those every submitter takes, :class:`components.backend.SubmitRequest`):
         host, token: the KFP API endpoint and bearer token (default: the environment, see above).
         namespace: the Kubeflow profile namespace (multi-user KFP only).
         experiment: the KFP experiment, got or created by name.
@@ -222,6 +215,12 @@ def submit(
         ca_cert, insecure_skip_tls_verify: how the server's certificate is checked (see
             :func:`components.servers.remote.tls_verify`; on by default).
     """
+    params, run_group, pipeline_run, host = request.params, request.run_group, request.pipeline_run, request.host
+    token, namespace, experiment = request.token, request.namespace, request.experiment
+    package_path, service_account = request.package_path, request.service_account
+    tracking_uri, price_per_gpu_hour = request.tracking_uri, request.price_per_gpu_hour
+    price_file, timeout_s, ca_cert = request.price_file, request.timeout_s, request.ca_cert
+    insecure_skip_tls_verify = request.insecure_skip_tls_verify
     pipe = shipped_pipeline()
     values = user_parameters(pipe, params)
     package = Path(package_path) if package_path else PACKAGE_PATH

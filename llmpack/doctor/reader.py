@@ -55,13 +55,18 @@ class ClusterReader:
         except ApiException as exc:
             if exc.status == 404:
                 if not _names_an_object(exc.body):
-                    raise Missing(one_line(_message(exc), self._secrets)) from None
+                    raise Missing(self._message(exc)) from None
                 return None
-            text = one_line(_message(exc), self._secrets)
+            text = self._message(exc)
             raise (Forbidden if exc.status == 403 else Unanswered)(f"HTTP {exc.status}: {text}") from None
         except Exception as exc:  # noqa: BLE001 - unreachable, TLS, timeout: one line for the checklist
             raise Unanswered(f"{self.host}: {one_line(type(exc).__name__ + ': ' + str(exc), self._secrets)}") from None
         return json.loads(response.data or b"{}")
+
+    def _message(self, exc: BaseException) -> str:
+        """The server's message of a failed call (:func:`components.servers.kube.failure`), else its reason."""
+        failed = kube.failure(exc, self.api)
+        return one_line(failed.message or failed.reason, self._secrets)
 
     def version(self) -> str:
         """The API server's ``gitVersion``."""
@@ -129,7 +134,7 @@ class ClusterReader:
         try:
             review = self.authz.create_self_subject_access_review(body, _request_timeout=REQUEST_TIMEOUT_S)
         except ApiException as exc:
-            raise Unanswered(f"SelfSubjectAccessReview: HTTP {exc.status}: {one_line(_message(exc), self._secrets)}") from None
+            raise Unanswered(f"SelfSubjectAccessReview: HTTP {exc.status}: {self._message(exc)}") from None
         except Exception as exc:  # noqa: BLE001
             raise Unanswered(f"{self.host}: {one_line(type(exc).__name__ + ': ' + str(exc), self._secrets)}") from None
         return bool(review.status and review.status.allowed)
@@ -156,10 +161,6 @@ def _status_body(body: Any) -> dict[str, Any]:
 def _names_an_object(body: Any) -> bool:
     """A 404 ``Status`` naming an object (``details.name``): the object is missing, not its API."""
     return bool((_status_body(body).get("details") or {}).get("name"))
-
-
-def _message(exc: Any) -> str:
-    return str(_status_body(exc.body).get("message") or exc.reason or "")
 
 
 def unread(exc: Exception, what: str, namespace: str = "") -> DoctorCheck:
