@@ -203,28 +203,24 @@ def submit(request: Request) -> dict[str, Any]:
         service_account: ``spec.serviceAccountName`` of the Workflow.
         ca_cert, insecure_skip_tls_verify: how the server's certificate is checked (on by default).
     """
-    params, run_group, pipeline_run, host = request.params, request.run_group, request.pipeline_run, request.host
-    token, namespace, workflow_path = request.token, request.namespace, request.workflow_path
-    service_account, tracking_uri = request.service_account, request.tracking_uri
-    price_per_gpu_hour, price_file, timeout_s = request.price_per_gpu_hour, request.price_file, request.timeout_s
-    ca_cert, insecure_skip_tls_verify = request.ca_cert, request.insecure_skip_tls_verify
     from hera.workflows.models import WorkflowCreateRequest
 
     pipe = shipped_pipeline()
-    values = user_parameters(pipe, params)
-    path = Path(workflow_path) if workflow_path else WORKFLOW_PATH
+    values = user_parameters(pipe, request.params)
+    path = Path(request.workflow_path) if request.workflow_path else WORKFLOW_PATH
     wf = load_workflow(path)
-    host_url, secret, ns, verify = connection(host, token, namespace, os.environ, ca_cert=ca_cert,
-                                              insecure_skip_tls_verify=insecure_skip_tls_verify)
-    run_group, pipeline_run = run_ids(ORCHESTRATOR, run_group, pipeline_run)
-    tags = cost_tags(pipe, price_per_gpu_hour, price_file)
-    uri, mc = optional_tracking(tracking_uri, os.environ)
+    host_url, secret, ns, verify = connection(request.host, request.token, request.namespace, os.environ,
+                                              ca_cert=request.ca_cert,
+                                              insecure_skip_tls_verify=request.insecure_skip_tls_verify)
+    run_group, pipeline_run = run_ids(ORCHESTRATOR, request.run_group, request.pipeline_run)
+    tags = cost_tags(pipe, request.price_per_gpu_hour, request.price_file)
+    uri, mc = optional_tracking(request.tracking_uri, os.environ)
 
     _set_arguments(wf, {**values, **dict.fromkeys(TELEMETRY_PARAMS, "")}, str(path))  # every name declared
     wf.metadata.labels = {**(wf.metadata.labels or {}), RUN_GROUP_LABEL: run_group, PIPELINE_RUN_LABEL: pipeline_run}
-    if service_account:
-        wf.spec.service_account_name = service_account
-    service = _service(host_url, secret, ns, verify, timeout_s)
+    if request.service_account:
+        wf.spec.service_account_name = request.service_account
+    service = _service(host_url, secret, ns, verify, request.timeout_s)
     try:
         ctx = run_context(ORCHESTRATOR, run_group, pipeline_run)
         arguments = {**values, **telemetry_values(ctx)}

@@ -215,30 +215,24 @@ def submit(request: Request) -> dict[str, Any]:
         ca_cert, insecure_skip_tls_verify: how the server's certificate is checked (see
             :func:`components.servers.remote.tls_verify`; on by default).
     """
-    params, run_group, pipeline_run, host = request.params, request.run_group, request.pipeline_run, request.host
-    token, namespace, experiment = request.token, request.namespace, request.experiment
-    package_path, service_account = request.package_path, request.service_account
-    tracking_uri, price_per_gpu_hour = request.tracking_uri, request.price_per_gpu_hour
-    price_file, timeout_s, ca_cert = request.price_file, request.timeout_s, request.ca_cert
-    insecure_skip_tls_verify = request.insecure_skip_tls_verify
     pipe = shipped_pipeline()
-    values = user_parameters(pipe, params)
-    package = Path(package_path) if package_path else PACKAGE_PATH
+    values = user_parameters(pipe, request.params)
+    package = Path(request.package_path) if request.package_path else PACKAGE_PATH
     declared = _root_parameters(package)
     for key in [*values, *TELEMETRY_PARAMS]:
         if key not in declared:
             raise InputError(f"--package {package}: the compiled pipeline has no parameter {key!r}")
-    host_url, secret = connection(host, token, os.environ)
-    verify = tls_verify(ca_cert, insecure_skip_tls_verify)
-    run_group, pipeline_run = run_ids(ORCHESTRATOR, run_group, pipeline_run)
-    tags = cost_tags(pipe, price_per_gpu_hour, price_file)
-    uri, mc = optional_tracking(tracking_uri, os.environ)
+    host_url, secret = connection(request.host, request.token, os.environ)
+    verify = tls_verify(request.ca_cert, request.insecure_skip_tls_verify)
+    run_group, pipeline_run = run_ids(ORCHESTRATOR, request.run_group, request.pipeline_run)
+    tags = cost_tags(pipe, request.price_per_gpu_hour, request.price_file)
+    uri, mc = optional_tracking(request.tracking_uri, os.environ)
 
-    namespace = _preflight(host_url, secret, namespace, timeout_s, verify)
+    namespace = _preflight(host_url, secret, request.namespace, request.timeout_s, verify)
     try:
         client = _client(host_url, secret, namespace, verify)
         with quiet():
-            exp = client.create_experiment(name=experiment, namespace=namespace)
+            exp = client.create_experiment(name=request.experiment, namespace=namespace)
         ctx = run_context(ORCHESTRATOR, run_group, pipeline_run)
         arguments = {**values, **telemetry_values(ctx)}
         with quiet():
@@ -247,7 +241,7 @@ def submit(request: Request) -> dict[str, Any]:
                 arguments=arguments,
                 run_name=pipeline_run,
                 experiment_id=exp.experiment_id,
-                service_account=service_account,
+                service_account=request.service_account,
             )
     except InputError:
         raise
@@ -258,7 +252,7 @@ def submit(request: Request) -> dict[str, Any]:
         **telemetry_values(ctx),
         "server_id": result.run_id,
         "run_id": result.run_id,
-        "experiment": experiment,
+        "experiment": request.experiment,
         "experiment_id": exp.experiment_id,
         "namespace": namespace,
         "host": host_url,

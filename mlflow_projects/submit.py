@@ -304,17 +304,11 @@ def submit(request: Request) -> dict[str, Any]:
         cluster_tracking_uri: the same store as the cluster reaches it (default ``KUBE_MLFLOW_TRACKING_URI``);
             reported as ``job_tracking_uri``, never put into the Job (its URI comes from the Secret).
     """
-    params, run_group, pipeline_run = request.params, request.run_group, request.pipeline_run
-    project_dir, image, project_dir_in_image = request.project_dir, request.image, request.project_dir_in_image
-    namespace, kubeconfig, context = request.namespace, request.kubeconfig, request.context
-    tracking_uri, cluster_tracking_uri = request.tracking_uri, request.cluster_tracking_uri
-    price_per_gpu_hour, price_file, timeout_s = request.price_per_gpu_hour, request.price_file, request.timeout_s
-    ca_cert, insecure_skip_tls_verify = request.ca_cert, request.insecure_skip_tls_verify
     from kubernetes import client as k8s
 
     pipe = shipped_pipeline()
-    values = user_parameters(pipe, params)
-    project_path = Path(project_dir) if project_dir else PROJECT_DIR
+    values = user_parameters(pipe, request.params)
+    project_path = Path(request.project_dir) if request.project_dir else PROJECT_DIR
     project = _load_project(project_path)
     try:
         entry = project.get_entry_point("main")
@@ -325,20 +319,21 @@ def submit(request: Request) -> dict[str, Any]:
             raise InputError(f"--project {project_path}: the main entry point has no parameter {key!r}")
     template_path, template = _job_template(project_path)
     secret = _tracking_secret(template_path, template)
-    image = image or (project.docker_env or {}).get("image")
+    image = request.image or (project.docker_env or {}).get("image")
     if not image:
         raise InputError(f"--project {project_path}: no docker_env image; pass --image")
-    ns = namespace or template.get("metadata", {}).get("namespace") or "default"
+    ns = request.namespace or template.get("metadata", {}).get("namespace") or "default"
     check_id(ns, "--namespace")
-    run_group, pipeline_run = run_ids(ORCHESTRATOR, run_group, pipeline_run)
-    tags = cost_tags(pipe, price_per_gpu_hour, price_file)
-    api_client = kube_api_client(kubeconfig, context, ca_cert=ca_cert, insecure_skip_tls_verify=insecure_skip_tls_verify)
+    run_group, pipeline_run = run_ids(ORCHESTRATOR, request.run_group, request.pipeline_run)
+    tags = cost_tags(pipe, request.price_per_gpu_hour, request.price_file)
+    api_client = kube_api_client(request.kubeconfig, request.context, ca_cert=request.ca_cert,
+                                 insecure_skip_tls_verify=request.insecure_skip_tls_verify)
     kube_host = api_client.configuration.host
     secrets = _api_secrets(api_client)
 
-    uri = tracking.tracking_uri(tracking_uri)
+    uri = tracking.tracking_uri(request.tracking_uri)
     mc = connect_tracking(uri)
-    job_uri, warning = _cluster_tracking_uri(cluster_tracking_uri, uri, secret)
+    job_uri, warning = _cluster_tracking_uri(request.cluster_tracking_uri, uri, secret)
     tracking.experiment_id(mc)  # created before the clock starts
 
     ctx = run_context(ORCHESTRATOR, run_group, pipeline_run)
@@ -364,12 +359,13 @@ def submit(request: Request) -> dict[str, Any]:
         namespace=ns,
         image=image,
         command=command,
-        working_dir=project_dir_in_image,
+        working_dir=request.project_dir_in_image,
         env=env,
         labels={RUN_GROUP_LABEL: run_group, PIPELINE_RUN_LABEL: pipeline_run, INSTANCE_LABEL: label_value(pipeline_run)},
     )
     try:
-        created = k8s.BatchV1Api(api_client).create_namespaced_job(namespace=ns, body=job, _request_timeout=timeout_s)
+        created = k8s.BatchV1Api(api_client).create_namespaced_job(namespace=ns, body=job,
+                                                                   _request_timeout=request.timeout_s)
     except Exception as exc:  # noqa: BLE001 - one line for the user
         error = _kube_error(exc, kube_host, ns, secrets)
         with contextlib.suppress(Exception):  # a submission that never reached the cluster is not a run

@@ -19,7 +19,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from llmpack.doctor.checks import GPU_RESOURCE, Check, GpuPlacement, _blocking_taints, _q, trainer_install
+from llmpack.doctor.checks import GPU_RESOURCE, Check, GpuPlacement, blocking_taints, quote, trainer_install
 from llmpack.doctor.reader import ClusterReader, Missing, Unanswered, unread
 
 FIT_RESOURCES = ("cpu", "memory", "ephemeral-storage", GPU_RESOURCE)  # what a node's allocatable must hold
@@ -87,11 +87,11 @@ def _containers_with_gpus(doc: Any, path: str) -> Iterator[GpuPod]:
 
 def gpu_pods(root: Path, path: str, *, gang: bool) -> list[GpuPod]:
     """The GPU pods ``path``'s compiled artifact under ``root`` runs, and with ``gang`` the TrainJob's node pods."""
-    from llmpack.doctor.pods import TRAINJOB_ARTIFACT, _artifact, _load
+    from llmpack.doctor.pods import TRAINJOB_ARTIFACT, artifact_of, load_compiled
 
-    pods = list(_containers_with_gpus(_load(root / _artifact(path)), path))
+    pods = list(_containers_with_gpus(load_compiled(root / artifact_of(path)), path))
     if gang:
-        for job in _load(root / TRAINJOB_ARTIFACT):
+        for job in load_compiled(root / TRAINJOB_ARTIFACT):
             trainer = ((job or {}).get("spec") or {}).get("trainer") or {}
             res = trainer.get("resourcesPerNode") or {}
             limits = _amounts(res.get("limits"))
@@ -121,7 +121,7 @@ def node_fit(cluster: ClusterReader, placement: GpuPlacement, pods: list[GpuPod]
 
     try:
         nodes = [n for n in placed_nodes(cluster, placement)
-                 if not _blocking_taints(n, placement.tolerations) and not (n.get("spec") or {}).get("unschedulable")]
+                 if not blocking_taints(n, placement.tolerations) and not (n.get("spec") or {}).get("unschedulable")]
     except Unanswered as exc:
         return [unread(exc, "Node list")]
     if not nodes:
@@ -135,7 +135,7 @@ def node_fit(cluster: ClusterReader, placement: GpuPlacement, pods: list[GpuPod]
         worst = next((n for n in nodes if _short(n, pod)), nodes[0])
         checks.append(Check(False, f"{pod.where} ({pod.shown()}) fits {len(fits)} GPU node(s), needs {pod.count}: "
                             f"{worst['metadata']['name']} lacks {'; '.join(_short(worst, pod))}",
-                            "kubectl describe node " + _q(worst["metadata"]["name"]) + "  # Allocatable; a larger "
+                            "kubectl describe node " + quote(worst["metadata"]["name"]) + "  # Allocatable; a larger "
                             "instance type, or llmpack compile --gpus fewer (the pod's CPU and memory follow its GPUs)"))
     return checks
 
@@ -185,7 +185,7 @@ def quotas(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> Check:
                 continue
             amount, unset = need
             left = limit - used.get(key, Decimal(0))
-            fix = f"kubectl -n {_q(namespace)} describe resourcequota {_q(name)}  # ask for {key}: {amount.normalize():f} more"
+            fix = f"kubectl -n {quote(namespace)} describe resourcequota {quote(name)}  # ask for {key}: {amount.normalize():f} more"
             if unset:
                 return Check(False, f"ResourceQuota {name} in {namespace} tracks {key}, which {unset[0]} does not set "
                              "(admission refuses it)", fix)
@@ -210,7 +210,7 @@ def limit_ranges(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> 
             for pod in pods:
                 for resource, asked in pod.requests.items():
                     top = max(asked, pod.limits.get(resource, asked))
-                    fix = f"kubectl -n {_q(namespace)} describe limitrange {_q(name)}"
+                    fix = f"kubectl -n {quote(namespace)} describe limitrange {quote(name)}"
                     if resource in cap and top > cap[resource]:
                         return Check(False, f"LimitRange {name} in {namespace} caps a {item['type']}'s {resource} at "
                                      f"{_show(resource, cap[resource])}; {pod.where} asks {_show(resource, top)}", fix)
@@ -226,11 +226,11 @@ def limit_ranges(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> 
 
 def created_kinds(root: Path, path: str, *, gang: bool) -> dict[tuple[str, str], str]:
     """``(apiVersion, kind) -> file`` of each object outside Kubernetes' own groups the artifacts create."""
-    from llmpack.doctor.pods import TRAINJOB_ARTIFACT, _artifact, _load
+    from llmpack.doctor.pods import TRAINJOB_ARTIFACT, artifact_of, load_compiled
 
     out: dict[tuple[str, str], str] = {}
-    for file in (_artifact(path), *([TRAINJOB_ARTIFACT] if gang else [])):
-        for doc in _load(root / file):
+    for file in (artifact_of(path), *([TRAINJOB_ARTIFACT] if gang else [])):
+        for doc in load_compiled(root / file):
             if isinstance(doc, Mapping) and doc.get("apiVersion") and doc.get("kind"):
                 group = str(doc["apiVersion"]).rpartition("/")[0]
                 if group not in BUILTIN_GROUPS:
@@ -264,12 +264,12 @@ def served(cluster: ClusterReader, namespace: str, kinds: Mapping[tuple[str, str
 
 def compiled_namespace(root: Path) -> str | None:
     """The namespace ``llmpack compile --namespace`` wrote into the artifacts (the MLflow Job's), or None."""
-    from llmpack.doctor.pods import _load
+    from llmpack.doctor.pods import load_compiled
 
     file = root / MLFLOW_TEMPLATE
     if not file.is_file():
         return None
-    docs = _load(file)
+    docs = load_compiled(file)
     value = ((docs[0] if docs and isinstance(docs[0], Mapping) else {}).get("metadata") or {}).get("namespace")
     return str(value) if value else None
 
@@ -279,7 +279,7 @@ def namespace_match(source: str, compiled: str | None, checked: str) -> Check:
     if compiled is None or compiled == checked:
         return Check(True, f"{source} are compiled for namespace {checked}")
     return Check(False, f"{source} are compiled for namespace {compiled}, not {checked} (the one checked here)",
-                 f"llmpack doctor --namespace {_q(compiled)}  # or llmpack compile --namespace {_q(checked)}, "
+                 f"llmpack doctor --namespace {quote(compiled)}  # or llmpack compile --namespace {quote(checked)}, "
                  "and doctor --compiled on what it wrote")
 
 

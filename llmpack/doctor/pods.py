@@ -35,7 +35,7 @@ def committed_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def _artifact(path: str) -> str:
+def artifact_of(path: str) -> str:
     """The compiled file whose pods are checked for ``path`` (the backend's ``doctor.pod_artifact``)."""
     from llmpack.backends import backend
 
@@ -50,10 +50,10 @@ def pod_specs(root: Path, path: str, *, gang: bool) -> list[PodSpec]:
     with ``gang``. A missing or unreadable artifact is an :class:`InputError` naming it."""
     from llmpack.backends import backend
 
-    specs = list(backend(path).compiled_pods(_load(root / _artifact(path))))
+    specs = list(backend(path).compiled_pods(load_compiled(root / artifact_of(path))))
     if gang:
         specs += [PodSpec(f"TrainJob {s.where}", s.pod, s.containers, s.host_path)
-                  for s in pod_specs_in((_load(root / TRAINJOB_ARTIFACT) or [{}])[0])]
+                  for s in pod_specs_in((load_compiled(root / TRAINJOB_ARTIFACT) or [{}])[0])]
         if not any(s.where.startswith("TrainJob") for s in specs):
             specs.append(PodSpec("TrainJob node pods"))  # no pod spec patched in: the runtime's pods, no context of ours
     return specs
@@ -61,7 +61,7 @@ def pod_specs(root: Path, path: str, *, gang: bool) -> list[PodSpec]:
 
 def claimed_pvcs(root: Path, path: str, *, gang: bool) -> set[str]:
     """The PersistentVolumeClaims ``path``'s artifact (and with ``gang`` the TrainJob) mounts by name."""
-    docs = _load(root / _artifact(path)) + (_load(root / TRAINJOB_ARTIFACT) if gang else [])
+    docs = load_compiled(root / artifact_of(path)) + (load_compiled(root / TRAINJOB_ARTIFACT) if gang else [])
     return {name for name in _claim_names(docs) if "{{" not in name}  # a claim named by a run parameter: unknown here
 
 
@@ -81,7 +81,7 @@ def _claim_names(doc: Any) -> Iterator[str]:
 def referenced_secrets(root: Path, path: str, *, gang: bool) -> tuple[set[tuple[str, str, str]], set[str]]:
     """What ``path``'s artifact (and with ``gang`` the TrainJob) reads from Secrets: required ``(name, key, env)``
     env refs (Argo, the MLflow Job, the TrainJob: ``secretKeyRef``; KFP: ``secretAsEnv``), and image pull Secrets."""
-    docs = _load(root / _artifact(path)) + (_load(root / TRAINJOB_ARTIFACT) if gang else [])
+    docs = load_compiled(root / artifact_of(path)) + (load_compiled(root / TRAINJOB_ARTIFACT) if gang else [])
     refs: set[tuple[str, str, str]] = set()
     pulls: set[str] = set()
 
@@ -106,7 +106,7 @@ def referenced_secrets(root: Path, path: str, *, gang: bool) -> tuple[set[tuple[
     return refs, pulls
 
 
-def _load(file: Path) -> list[Any]:
+def load_compiled(file: Path) -> list[Any]:
     try:
         return [doc for doc in yamltext.load_file(file, str(file), documents=True) if doc is not None]
     except OSError as exc:
