@@ -39,7 +39,8 @@ def compiled_pods(docs: list[Any]) -> Iterator[PodSpec]:
 
 def checks(cluster: DoctorReader, namespace: str, flags: Mapping[str, str]) -> list[DoctorCheck]:
     """The artifact repository a Workflow in ``namespace`` uses."""
-    return [artifact_repository(cluster, namespace, flags.get(CONTROLLER_NAMESPACE.dest) or CONTROLLER_NAMESPACE.default)]
+    controller_namespace = flags.get(CONTROLLER_NAMESPACE.dest) or CONTROLLER_NAMESPACE.default
+    return [artifact_repository(cluster, namespace, controller_namespace)]
 
 
 def artifact_repository(cluster: DoctorReader, namespace: str, controller_namespace: str) -> DoctorCheck:

@@ -186,7 +186,8 @@ def _set_arguments(wf: Any, values: Mapping[str, Any], path: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class Request(SubmitRequest):
-    """An Argo Workflow from the compiled YAML: the shared fields (:class:`components.backend.SubmitRequest`) and this backend's own."""
+    """An Argo Workflow from the compiled YAML: the shared fields (:class:`components.backend.SubmitRequest`)
+    and this backend's own."""
 
     host: str | None = None
     token: str | None = field(default=None, repr=False)  # never shown

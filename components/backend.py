@@ -1,26 +1,17 @@
 """The backend contract (v2): what ``llmpack`` calls on a backend, written once.
 
-A backend is one object, :class:`Backend`, defined in its own package (``kfp_pipelines/backend.py``,
-``argo_workflows/backend.py``, ``mlflow_projects/backend.py``; ``direct`` in ``llmpack/run/direct.py``)
-and found by name in the one registry, :mod:`llmpack.backends`, which imports it only when asked
-for. Modelled on MLflow's ``AbstractBackend`` (``mlflow/projects/backend/abstract_backend.py``) and
-``SubmittedRun`` (``mlflow/projects/submitted_run.py``), and kfp's small validated runner config
-(``kfp/local/config.py``). Everything ``llmpack`` needs of a backend is declared here, so a new
-orchestrator touches its own folder plus one registry line:
+A backend is one object, :class:`Backend`, defined in its own package and found by name in the
+one registry, :mod:`llmpack.backends`, which imports it only when asked for. Modelled on MLflow's
+``AbstractBackend`` and ``SubmittedRun`` and kfp's small validated runner config. Everything
+``llmpack`` needs of a backend is declared here, so a new orchestrator touches its own folder plus
+one registry line: its name, settings and golden artifacts; :meth:`Backend.compile` and
+:meth:`Backend.run_local`; for a cluster backend its :class:`Connection`, its ``submit`` of one
+:class:`SubmitRequest` returning a :class:`SubmittedRun`, :meth:`~Backend.recognise_pod`, its
+:class:`ClusterPath`, :class:`PodMarks` and :class:`DoctorFacts`, so that no module of
+``llmpack`` names a backend.
 
-* :attr:`Backend.name` (the ``--backend`` name and ``llmpack.orchestrator`` tag), the settings and
-  other environment variables it reads (:attr:`~Backend.settings`, :attr:`~Backend.env_vars`), and its
-  committed (golden) artifact paths (:attr:`~Backend.artifacts`);
-* :meth:`Backend.compile` (``llmpack compile``) and :meth:`Backend.run_local` (``llmpack run``/``compare``);
-* for a cluster backend (:attr:`~Backend.connection_type` not ``None``): its ``llmpack submit <name>`` flags
-  (:meth:`~Backend.submit_options`), its :class:`Connection` from those flags, :meth:`~Backend.submit`
-  returning a :class:`SubmittedRun` (``wait()``, ``get_status()``, ``stop_hint()``, ``.summary``),
-  and :meth:`~Backend.recognise_pod`, how to tell its own pods in a ``kubectl get pods -o json`` dump;
-* what ``llmpack compare --cluster`` and the pod watcher need of it: its :class:`ClusterPath`
-  (:attr:`~Backend.cluster_path`) and its pods' own labels and annotations (:attr:`~Backend.pod_marks`,
-  a :class:`PodMarks`), so that no module of ``llmpack`` names a backend.
-
-Heavy libraries stay inside the methods that need them.
+Each field and method, and the test that holds llmpack to it: docs/architecture.md, "The backend
+contract". Heavy libraries stay inside the methods that need them.
 """
 
 from __future__ import annotations
@@ -355,7 +346,8 @@ class Backend:
     submit_help: ClassVar[str] = ""  # ``llmpack submit <name> --help``: what a submission creates
     # Where the work is done, imported when first used (heavy libraries stay out of ``llmpack --help``):
     local_module: ClassVar[str | None] = None  # defines run_local(pipe, values, workdir, env, log)
-    cluster_module: ClassVar[str | None] = None  # defines Request, submit(request), wait_for_completion, check_connection
+    # defines Request, submit(request), wait_for_completion, check_connection
+    cluster_module: ClassVar[str | None] = None
     cluster_path: ClassVar[ClusterPath | None] = None  # a cluster backend's `compare --cluster` path
     pod_marks: ClassVar[PodMarks] = PodMarks()  # a cluster backend's own marks on its pods
     # The pod options (``llmpack compile --namespace``...) its compile takes as keywords, when given.

@@ -12,8 +12,7 @@ into a DAG, the way ``kfp.dsl`` does::
         data = prepare_data(seed=seed)
         tokenize(dataset=data.outputs["dataset"])
 
-Each backend compiles the resulting :class:`Pipeline` object; nothing here imports an
-orchestrator library.
+Each backend compiles the resulting :class:`Pipeline` object; nothing here imports an orchestrator library.
 """
 
 from __future__ import annotations

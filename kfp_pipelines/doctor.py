@@ -15,7 +15,8 @@ from components.compiled_pods import PodSpec
 def compiled_pods(docs: list[Any]) -> Iterator[PodSpec]:
     """Each executor of the platform spec, its container's ``securityContext`` (KFP sets no pod-level one)."""
     platform = next((d for d in docs if isinstance(d, dict) and "platforms" in d), {})
-    executors = (((platform.get("platforms") or {}).get("kubernetes") or {}).get("deploymentSpec") or {}).get("executors") or {}
+    kubernetes = (platform.get("platforms") or {}).get("kubernetes") or {}
+    executors = (kubernetes.get("deploymentSpec") or {}).get("executors") or {}
     for name, executor in sorted(executors.items()):
         context = dict(executor.get("securityContext") or {})  # kfp-kubernetes: the executor container's
         yield PodSpec(f"kfp {name}", {}, (("main", context),))

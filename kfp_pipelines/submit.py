@@ -194,7 +194,8 @@ def _root_parameters(package: Path) -> dict[str, str]:
 
 @dataclass(frozen=True, kw_only=True)
 class Request(SubmitRequest):
-    """A KFP run of the compiled pipeline: the shared fields (:class:`components.backend.SubmitRequest`) and this backend's own."""
+    """A KFP run of the compiled pipeline: the shared fields (:class:`components.backend.SubmitRequest`) and
+    this backend's own."""
 
     host: str | None = None
     token: str | None = field(default=None, repr=False)  # never shown

@@ -280,7 +280,8 @@ def _entry_point_argv(entry: Any, parameters: Mapping[str, str]) -> list[str]:
 
 @dataclass(frozen=True, kw_only=True)
 class Request(SubmitRequest):
-    """An MLflow run and the Kubernetes Job that runs the project's ``main``: the shared fields (:class:`components.backend.SubmitRequest`) and this backend's own."""
+    """An MLflow run and the Kubernetes Job that runs the project's ``main``: the shared fields
+    (:class:`components.backend.SubmitRequest`) and this backend's own."""
 
     project_dir: str | os.PathLike[str] | None = None
     image: str | None = None

@@ -12,8 +12,7 @@ That is client-go's order (an explicit kubeconfig beats the in-cluster account) 
 difference: in a pod, a stray ``~/.kube/config`` baked into an image never beats the service
 account the pod was given. ``ca_cert`` / ``insecure_skip_tls_verify`` override the kubeconfig's
 TLS settings as kubectl's flags do. Every error is one :class:`InputError` line that never holds a
-token (:func:`secrets_of` lists what to blank out). Exec credential plugins (EKS, GKE, AKS, OIDC)
-run as kubectl runs them.
+token (:func:`secrets_of`); a failed call is read once, by :func:`failure`. Exec credential plugins run.
 """
 
 from __future__ import annotations

@@ -13,14 +13,17 @@ compiled for is compared with the one checked.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from llmpack.doctor.checks import GPU_RESOURCE, Check, GpuPlacement, blocking_taints, quote, trainer_install
+from llmpack.doctor.checks import GPU_RESOURCE, Check, GpuPlacement, blocking_taints, trainer_install
 from llmpack.doctor.reader import ClusterReader, Missing, Unanswered, unread
+
+_q = shlex.quote
 
 FIT_RESOURCES = ("cpu", "memory", "ephemeral-storage", GPU_RESOURCE)  # what a node's allocatable must hold
 BUILTIN_GROUPS = ("", "batch", "apps", "rbac.authorization.k8s.io")  # served by every conformant API server
@@ -135,7 +138,7 @@ def node_fit(cluster: ClusterReader, placement: GpuPlacement, pods: list[GpuPod]
         worst = next((n for n in nodes if _short(n, pod)), nodes[0])
         checks.append(Check(False, f"{pod.where} ({pod.shown()}) fits {len(fits)} GPU node(s), needs {pod.count}: "
                             f"{worst['metadata']['name']} lacks {'; '.join(_short(worst, pod))}",
-                            "kubectl describe node " + quote(worst["metadata"]["name"]) + "  # Allocatable; a larger "
+                            "kubectl describe node " + _q(worst["metadata"]["name"]) + "  # Allocatable; a larger "
                             "instance type, or llmpack compile --gpus fewer (the pod's CPU and memory follow its GPUs)"))
     return checks
 
@@ -185,7 +188,7 @@ def quotas(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> Check:
                 continue
             amount, unset = need
             left = limit - used.get(key, Decimal(0))
-            fix = f"kubectl -n {quote(namespace)} describe resourcequota {quote(name)}  # ask for {key}: {amount.normalize():f} more"
+            fix = f"kubectl -n {_q(namespace)} describe resourcequota {_q(name)}  # ask for {key}: {amount.normalize():f} more"
             if unset:
                 return Check(False, f"ResourceQuota {name} in {namespace} tracks {key}, which {unset[0]} does not set "
                              "(admission refuses it)", fix)
@@ -210,7 +213,7 @@ def limit_ranges(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> 
             for pod in pods:
                 for resource, asked in pod.requests.items():
                     top = max(asked, pod.limits.get(resource, asked))
-                    fix = f"kubectl -n {quote(namespace)} describe limitrange {quote(name)}"
+                    fix = f"kubectl -n {_q(namespace)} describe limitrange {_q(name)}"
                     if resource in cap and top > cap[resource]:
                         return Check(False, f"LimitRange {name} in {namespace} caps a {item['type']}'s {resource} at "
                                      f"{_show(resource, cap[resource])}; {pod.where} asks {_show(resource, top)}", fix)
@@ -279,7 +282,7 @@ def namespace_match(source: str, compiled: str | None, checked: str) -> Check:
     if compiled is None or compiled == checked:
         return Check(True, f"{source} are compiled for namespace {checked}")
     return Check(False, f"{source} are compiled for namespace {compiled}, not {checked} (the one checked here)",
-                 f"llmpack doctor --namespace {quote(compiled)}  # or llmpack compile --namespace {quote(checked)}, "
+                 f"llmpack doctor --namespace {_q(compiled)}  # or llmpack compile --namespace {_q(checked)}, "
                  "and doctor --compiled on what it wrote")
 
 

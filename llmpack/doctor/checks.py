@@ -88,7 +88,7 @@ def gpu_placement(gpus: int | None = None, gpu_type: str | None = None) -> GpuPl
     return GpuPlacement(selector, tuple(tolerations), gpus if gpus is not None else most, kind, tuple(terms))
 
 
-def quote(value: str) -> str:
+def _q(value: str) -> str:
     return shlex.quote(value)
 
 
@@ -101,7 +101,7 @@ def namespace_exists(cluster: ClusterReader, namespace: str) -> tuple[Check, dic
     except Unanswered as exc:
         return unread(exc, f"Namespace {namespace}"), None
     if found is None:
-        return Check(False, f"namespace {namespace} does not exist", f"kubectl create namespace {quote(namespace)}"), None
+        return Check(False, f"namespace {namespace} does not exist", f"kubectl create namespace {_q(namespace)}"), None
     return Check(True, f"namespace {namespace} exists"), found
 
 
@@ -114,7 +114,7 @@ def tracking_secret(cluster: ClusterReader, namespace: str) -> Check:
     """The MLflow Secret every pod maps: ``tracking-uri`` required and not empty; names the optional keys it has."""
     from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
 
-    create = (f"kubectl -n {quote(namespace)} create secret generic {TRACKING_SECRET} "
+    create = (f"kubectl -n {_q(namespace)} create secret generic {TRACKING_SECRET} "
               f"--from-literal={TRACKING_URI_KEY}={EXAMPLE_URI}")
     try:
         secret = cluster.secret(namespace, TRACKING_SECRET)
@@ -125,13 +125,13 @@ def tracking_secret(cluster: ClusterReader, namespace: str) -> Check:
                      "from it)", create)
     keys = _secret_keys(secret)
     if TRACKING_URI_KEY not in keys:
-        patch = f"kubectl -n {quote(namespace)} patch secret {TRACKING_SECRET} -p " + quote(
+        patch = f"kubectl -n {_q(namespace)} patch secret {TRACKING_SECRET} -p " + _q(
             '{"stringData":{"' + TRACKING_URI_KEY + '":"' + EXAMPLE_URI + '"}}')
         return Check(False, f"Secret {TRACKING_SECRET} in {namespace} has no {TRACKING_URI_KEY} key", patch)
     uri = _decoded((secret.get("data") or {}).get(TRACKING_URI_KEY)) or str((secret.get("stringData") or {}).get(TRACKING_URI_KEY, ""))
     if not uri.startswith(("http://", "https://", "databricks")):
         return Check(False, f"Secret {TRACKING_SECRET} in {namespace}: {TRACKING_URI_KEY} is not an http(s) URL "
-                     "(a pod's MLflow must reach a server)", f"kubectl -n {quote(namespace)} edit secret {TRACKING_SECRET}")
+                     "(a pod's MLflow must reach a server)", f"kubectl -n {_q(namespace)} edit secret {TRACKING_SECRET}")
     optional = sorted(keys & set(TRACKING_CREDENTIALS))
     return Check(True, f"Secret {TRACKING_SECRET} in {namespace} has {TRACKING_URI_KEY}"
                  + (f" and {', '.join(optional)}" if optional else ""))
@@ -171,8 +171,8 @@ def access(cluster: ClusterReader, path: str, namespace: str, verbs: Iterable[tu
         fix = (f"kubectl create clusterrole {role} --verb={verb_list} --resource={resources} && kubectl create "
                f"clusterrolebinding {role} --clusterrole={role} --user=YOUR_USER")
     else:
-        fix = (f"kubectl -n {quote(namespace)} create role {role} --verb={verb_list} --resource={resources} && kubectl -n "
-               f"{quote(namespace)} create rolebinding {role} --role={role} --user=YOUR_USER")
+        fix = (f"kubectl -n {_q(namespace)} create role {role} --verb={verb_list} --resource={resources} && kubectl -n "
+               f"{_q(namespace)} create rolebinding {role} --role={role} --user=YOUR_USER")
     return Check(False, f"RBAC ({path}): you may not {named(denied)} in {scope}", fix)
 
 
@@ -242,7 +242,7 @@ def gpu_nodes(cluster: ClusterReader, placement: GpuPlacement, nodes_needed: int
         spelled = f"{taint.get('key')}{'=' + taint['value'] if taint.get('value') else ''}:{taint.get('effect')}"
         allowed = ", ".join(f"{t.key}:{t.effect}" for t in placement.tolerations) or "none"
         name = node["metadata"]["name"]
-        fix = (f"kubectl uncordon {quote(name)}  # cordoned: the API server's own taint goes with it"
+        fix = (f"kubectl uncordon {_q(name)}  # cordoned: the API server's own taint goes with it"
                if taint.get("key") == UNSCHEDULABLE_TAINT else f"kubectl taint node {name} {taint.get('key')}:{taint.get('effect')}-")
         checks.append(Check(False, f"every GPU node has a taint the GPU pods do not tolerate (e.g. {spelled} on "
                             f"{name}; tolerated: {allowed})", fix))
@@ -295,7 +295,7 @@ def launcher_rbac(cluster: ClusterReader, namespace: str) -> Check:
     from components.servers.trainjob_launch import LAUNCHER_SERVICE_ACCOUNT, RBAC_FILE, RBAC_VERBS
     from components.servers.trainjob_launch import launcher_rbac as wanted
 
-    fix = f"kubectl apply -n {quote(namespace)} -f build/2x4/{RBAC_FILE}  # written by llmpack compile --nodes N --out build/2x4"
+    fix = f"kubectl apply -n {_q(namespace)} -f build/2x4/{RBAC_FILE}  # written by llmpack compile --nodes N --out build/2x4"
     name = LAUNCHER_SERVICE_ACCOUNT
     try:
         account = cluster.service_account(namespace, name)
@@ -332,7 +332,7 @@ PVC_PHASES = {"Pending": "no volume yet; a WaitForFirstConsumer class binds at f
 def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: bool) -> Check:
     """The PVC ``name`` exists and is Bound; ReadWriteMany when ``shared`` (the gang's nodes and launcher mount it)."""
     mode = "ReadWriteMany" if shared else "ReadWriteOnce"
-    example = (f"kubectl -n {quote(namespace)} apply -f - <<< '{{apiVersion: v1, kind: PersistentVolumeClaim, metadata: "
+    example = (f"kubectl -n {_q(namespace)} apply -f - <<< '{{apiVersion: v1, kind: PersistentVolumeClaim, metadata: "
                f"{{name: {name}}}, spec: {{accessModes: [{mode}], resources: {{requests: {{storage: 50Gi}}}}}}}}'")
     try:
         pvc = cluster.pvc(namespace, name)
@@ -344,12 +344,12 @@ def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: boo
     if shared and "ReadWriteMany" not in modes:
         return Check(False, f"PersistentVolumeClaim {name} in {namespace} is {', '.join(modes) or 'no access mode'}, "
                      "not ReadWriteMany (every node pod of the gang mounts it)",
-                     f"kubectl -n {quote(namespace)} delete pvc {name} && {example}  # with a ReadWriteMany storage class")
+                     f"kubectl -n {_q(namespace)} delete pvc {name} && {example}  # with a ReadWriteMany storage class")
     phase = (pvc.get("status") or {}).get("phase") or "Pending"
     if phase != "Bound":
         return Check(False, f"PersistentVolumeClaim {name} in {namespace} is {phase}, not Bound "
                      f"({PVC_PHASES.get(phase, 'a phase Kubernetes does not define')})",
-                     f"kubectl -n {quote(namespace)} describe pvc {name}"
+                     f"kubectl -n {_q(namespace)} describe pvc {name}"
                      + ("  # then delete and recreate it, restoring its data" if phase == "Lost" else ""))
     return Check(True, f"PersistentVolumeClaim {name} in {namespace} is Bound"
                  + (", ReadWriteMany" if shared else ""))
@@ -357,7 +357,7 @@ def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: boo
 
 def local_queue(cluster: ClusterReader, namespace: str, name: str) -> Check:
     """The Kueue LocalQueue the TrainJob is labelled with (Kueue >= 0.17 manages TrainJobs)."""
-    example = (f"kubectl -n {quote(namespace)} apply -f - <<< '{{apiVersion: {KUEUE_GROUP}/v1beta1, kind: LocalQueue, "
+    example = (f"kubectl -n {_q(namespace)} apply -f - <<< '{{apiVersion: {KUEUE_GROUP}/v1beta1, kind: LocalQueue, "
                f"metadata: {{name: {name}}}, spec: {{clusterQueue: {CLUSTER_QUEUE_PLACEHOLDER}}}}}'")
     try:
         found = cluster.namespaced_object(KUEUE_GROUP, KUEUE_VERSIONS, namespace, "localqueues", name)
@@ -390,7 +390,7 @@ def pod_security(path: str, namespace: str, found: Mapping[str, Any], specs: lis
     more = f" (and {len(failing) - 1} more pod specs)" if len(failing) > 1 else ""
     return Check(False, f"Pod Security ({path}): {namespace} enforces {level}; {where}{more} lacks "
                  f"{', '.join(problems)}",
-                 f"kubectl label namespace {quote(namespace)} {ENFORCE_LABEL}=baseline --overwrite  # or run in a "
+                 f"kubectl label namespace {_q(namespace)} {ENFORCE_LABEL}=baseline --overwrite  # or run in a "
                  "namespace that allows baseline")
 
 
@@ -437,11 +437,11 @@ def secret_key(cluster: ClusterReader, namespace: str, name: str, key: str, env:
         return unread(exc, f"Secret {name} in {namespace}", namespace)
     if secret is None:
         return Check(False, f"Secret {name} missing in {namespace} (the pods read {env} from its key {key}: without it "
-                     "they do not start)", f"kubectl -n {quote(namespace)} create secret generic {name} "
+                     "they do not start)", f"kubectl -n {_q(namespace)} create secret generic {name} "
                      f"--from-literal={key}=\"$HF_TOKEN\"")
     if key not in _secret_keys(secret):
         return Check(False, f"Secret {name} in {namespace} has no {key} key (the pods read {env} from it)",
-                     f"kubectl -n {quote(namespace)} patch secret {name} -p " + quote('{"stringData":{"' + key + '":"<token>"}}'))
+                     f"kubectl -n {_q(namespace)} patch secret {name} -p " + _q('{"stringData":{"' + key + '":"<token>"}}'))
     return Check(True, f"Secret {name} in {namespace} has {key} ({env})")
 
 
@@ -450,7 +450,7 @@ DOCKER_SECRET_TYPES = ("kubernetes.io/dockerconfigjson", "kubernetes.io/dockercf
 
 def pull_secret(cluster: ClusterReader, namespace: str, name: str) -> Check:
     """An ``imagePullSecrets`` entry (``--image-pull-secret``): it exists and is a registry credential."""
-    create = (f"kubectl -n {quote(namespace)} create secret docker-registry {name} --docker-server=REGISTRY "
+    create = (f"kubectl -n {_q(namespace)} create secret docker-registry {name} --docker-server=REGISTRY "
               "--docker-username=USER --docker-password=TOKEN")
     try:
         secret = cluster.secret(namespace, name)
@@ -462,5 +462,5 @@ def pull_secret(cluster: ClusterReader, namespace: str, name: str) -> Check:
     kind = secret.get("type") or "Opaque"
     if kind not in DOCKER_SECRET_TYPES:
         return Check(False, f"image pull Secret {name} in {namespace} is {kind}, not {DOCKER_SECRET_TYPES[0]}",
-                     f"kubectl -n {quote(namespace)} delete secret {name} && {create}")
+                     f"kubectl -n {_q(namespace)} delete secret {name} && {create}")
     return Check(True, f"image pull Secret {name} in {namespace} exists ({kind})")

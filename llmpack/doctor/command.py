@@ -4,27 +4,12 @@ One line per check, ``✓`` or ``✗``; under each ``✗`` the command that fixe
 check holds, 1 otherwise, 2 for bad input (one line). Tokens are never printed: they come from
 the kubeconfig or the environment and every message from a server is scrubbed of them.
 
-What is checked, in order (the checks themselves: :mod:`llmpack.doctor.checks`):
-
-* the Kubernetes API answers (the one client builder, :mod:`components.servers.kube`);
-* the namespace checked is the one the artifacts were compiled for (``--namespace`` defaults to it);
-* GPU nodes: the labels the GPU pods select, taints their tolerations cover, allocatable
-  ``nvidia.com/gpu`` per pod on as many nodes as the run needs, and each compiled GPU pod's CPU,
-  memory and ephemeral storage within a schedulable node's allocatable (the gang: on ``numNodes``
-  of them; :mod:`llmpack.doctor.capacity`); ``list nodes`` for the pod watcher;
-* per namespace, the kinds the artifacts create outside Kubernetes' own groups served (the
-  TrainJob, the Workflow), and its ResourceQuotas and LimitRanges admitting the GPU pods;
-* per namespace (argo and mlflow: ``--namespace``; kfp: ``--kfp-namespace``): it exists, the MLflow
-  Secret and its ``tracking-uri``, a SelfSubjectAccessReview per call each path makes there, its
-  Pod Security level against the compiled pods, Argo's artifact repository, the PVCs the compiled
-  pods mount (and ``--cache-pvc``), Bound; with ``--nodes N`` the launcher's RBAC and the
-  ReadWriteMany PVC, with ``--queue`` the LocalQueue;
-* the Secrets the compiled pods read (``HF_TOKEN``: ``--hf-token-secret``, its key) and pull the image
-  with (``--image-pull-secret``), and the model/data PVCs (``--model-pvc``, ``--data-pvc``), whether
-  named by the flags or found in the compiled artifacts; ``--checkpoint-pvc`` Bound, and ReadWriteMany with
-  ``--nodes N`` (every node pod of the gang resumes from it);
-* with ``--nodes N``: the ``torch-distributed`` ClusterTrainingRuntime;
-* the KFP and Argo servers' version calls, when their hosts are known.
+In order: the Kubernetes API answers, the namespace is the one compiled for, the GPU nodes
+(labels, taints, allocatable GPUs, each compiled GPU pod's fit), then per namespace its kinds,
+quotas, Secret, RBAC, Pod Security, each backend's own checks (:meth:`Backend.doctor_checks`),
+the PVCs and Secrets the compiled pods use; with ``--nodes N`` the gang's runtime, RBAC and shared
+PVC; last the servers' version calls. The checks themselves: :mod:`llmpack.doctor.checks`. Each
+check and its fix: docs/first-run-on-a-cluster.md, "Check it: llmpack doctor", and docs/cli.md.
 """
 
 from __future__ import annotations
@@ -68,7 +53,7 @@ class DoctorOptions:
     pvcs: tuple[str, ...] = ()
     secrets: tuple[tuple[str, str, str], ...] = ()
     pull_secrets: tuple[str, ...] = ()
-    # --checkpoint-pvc's claim: Bound, and ReadWriteMany for a gang (every node pod resumes from it; issue 24).
+    # --checkpoint-pvc's claim: Bound, and ReadWriteMany for a gang (every node pod resumes from it).
     checkpoint_pvc: str | None = None
 
 
@@ -362,7 +347,8 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
     namespace = namespace or compiled_namespace(compiled or root) or DEFAULT_NAMESPACE
     opts = DoctorOptions(paths=parse_paths(paths), namespace=namespace, gpus=gpus,
                          gpu_type=None if gpu_type is None else resolve_gpu_type(gpu_type), nodes=nodes, queue=queue, cache_pvc=cache_pvc, compiled=compiled or root,
-                         hosts=server_hosts(per_path), pod_namespaces=pod_namespaces(per_path), flags=backend_flag_values(per_path),
+                         hosts=server_hosts(per_path), pod_namespaces=pod_namespaces(per_path),
+                         flags=backend_flag_values(per_path),
                          checkpoint_pvc=checkpoint_claim(checkpoint_pvc),
                          **submit_references(model_pvc, data_pvc, hf_token_secret, image_pull_secrets))
     check_options(opts)
