@@ -37,14 +37,15 @@ import os
 import re
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Unpack
 
+from components.backend import SubmitRequest
 from components.commands import format_value
 from components.errors import InputError
 from components.params import TELEMETRY_PARAMS
 from components.servers.remote import (
-    REQUEST_TIMEOUT_S,
     is_unreachable,
     normalize_host,
     one_line,
@@ -183,28 +184,21 @@ def _set_arguments(wf: Any, values: Mapping[str, Any], path: str) -> None:
         params[key].value = format_value(value)
 
 
-# The shared keywords (params ... insecure_skip_tls_verify) are written out in each backend's submit,
-# not gathered in a TypedDict: they are this function's documented API and its body's plain names.
-def submit(
-    *,
-    params: Mapping[str, Any] | None = None,
-    run_group: str | None = None,
-    pipeline_run: str | None = None,
-    host: str | None = None,
-    token: str | None = None,
-    namespace: str | None = None,
-    workflow_path: str | os.PathLike[str] | None = None,
-    service_account: str | None = None,
-    tracking_uri: str | None = None,
-    price_per_gpu_hour: str | None = None,
-    price_file: str | None = None,
-    timeout_s: float = REQUEST_TIMEOUT_S,
-    ca_cert: str | None = None,
-    insecure_skip_tls_verify: bool = False,
-) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class Request(SubmitRequest):
+    """An Argo Workflow from the compiled YAML: the shared fields (:class:`components.backend.SubmitRequest`)
+    and this backend's own."""
+
+    host: str | None = None
+    token: str | None = field(default=None, repr=False)  # never shown
+    workflow_path: str | os.PathLike[str] | None = None
+    service_account: str | None = None
+
+
+def submit(request: Request) -> dict[str, Any]:
     """Create the compiled Argo Workflow on an Argo Server (Hera's ``create_workflow``); returns the summary.
 
-    Args (besides those every submitter takes, see :meth:`components.backend.Backend.submit_run`):
+    Args (the fields of ``request`` besides those every submitter takes, :class:`components.backend.SubmitRequest`):
         host, token, namespace: the Argo Server, its bearer token, the Workflow's namespace (default: see above).
         workflow_path: the compiled Workflow (default: the committed ``argo_workflows/finetune.yaml``).
         service_account: ``spec.serviceAccountName`` of the Workflow.
@@ -213,20 +207,21 @@ def submit(
     from hera.workflows.models import WorkflowCreateRequest
 
     pipe = shipped_pipeline()
-    values = user_parameters(pipe, params)
-    path = Path(workflow_path) if workflow_path else WORKFLOW_PATH
+    values = user_parameters(pipe, request.params)
+    path = Path(request.workflow_path) if request.workflow_path else WORKFLOW_PATH
     wf = load_workflow(path)
-    host_url, secret, ns, verify = connection(host, token, namespace, os.environ, ca_cert=ca_cert,
-                                              insecure_skip_tls_verify=insecure_skip_tls_verify)
-    run_group, pipeline_run = run_ids(ORCHESTRATOR, run_group, pipeline_run)
-    tags = cost_tags(pipe, price_per_gpu_hour, price_file)
-    uri, mc = optional_tracking(tracking_uri, os.environ)
+    host_url, secret, ns, verify = connection(request.host, request.token, request.namespace, os.environ,
+                                              ca_cert=request.ca_cert,
+                                              insecure_skip_tls_verify=request.insecure_skip_tls_verify)
+    run_group, pipeline_run = run_ids(ORCHESTRATOR, request.run_group, request.pipeline_run)
+    tags = cost_tags(pipe, request.price_per_gpu_hour, request.price_file)
+    uri, mc = optional_tracking(request.tracking_uri, os.environ)
 
     _set_arguments(wf, {**values, **dict.fromkeys(TELEMETRY_PARAMS, "")}, str(path))  # every name declared
     wf.metadata.labels = {**(wf.metadata.labels or {}), RUN_GROUP_LABEL: run_group, PIPELINE_RUN_LABEL: pipeline_run}
-    if service_account:
-        wf.spec.service_account_name = service_account
-    service = _service(host_url, secret, ns, verify, timeout_s)
+    if request.service_account:
+        wf.spec.service_account_name = request.service_account
+    service = _service(host_url, secret, ns, verify, request.timeout_s)
     try:
         ctx = run_context(ORCHESTRATOR, run_group, pipeline_run)
         arguments = {**values, **telemetry_values(ctx)}

@@ -12,7 +12,7 @@ one uncounted warm-up round:
 
 * ``no upload``: ``LLMPACK_MLFLOW_LOGGING=0``, the floor (register then skips MLflow too);
 * ``client``: ``LLMPACK_TRACKING_REST=0``, each step imports MLflow's client and uploads when it
-  is done (the way before issue 28);
+  is done (the way before the REST upload);
 * ``REST``: the default, each step uploads through MLflow's REST API without importing MLflow
   (components/record/rest.py); register still logs the model through MLflow's client.
 

@@ -1,26 +1,17 @@
 """The backend contract (v2): what ``llmpack`` calls on a backend, written once.
 
-A backend is one object, :class:`Backend`, defined in its own package (``kfp_pipelines/backend.py``,
-``argo_workflows/backend.py``, ``mlflow_projects/backend.py``; ``direct`` in ``llmpack/run/direct.py``)
-and found by name in the one registry, :mod:`llmpack.backends`, which imports it only when asked
-for. Modelled on MLflow's ``AbstractBackend`` (``mlflow/projects/backend/abstract_backend.py``) and
-``SubmittedRun`` (``mlflow/projects/submitted_run.py``), and kfp's small validated runner config
-(``kfp/local/config.py``). Everything ``llmpack`` needs of a backend is declared here, so a new
-orchestrator touches its own folder plus one registry line:
+A backend is one object, :class:`Backend`, defined in its own package and found by name in the
+one registry, :mod:`llmpack.backends`, which imports it only when asked for. Modelled on MLflow's
+``AbstractBackend`` and ``SubmittedRun`` and kfp's small validated runner config. Everything
+``llmpack`` needs of a backend is declared here, so a new orchestrator touches its own folder plus
+one registry line: its name, settings and golden artifacts; :meth:`Backend.compile` and
+:meth:`Backend.run_local`; for a cluster backend its :class:`Connection`, its ``submit`` of one
+:class:`SubmitRequest` returning a :class:`SubmittedRun`, :meth:`~Backend.recognise_pod`, its
+:class:`ClusterPath`, :class:`PodMarks` and :class:`DoctorFacts`, so that no module of
+``llmpack`` names a backend.
 
-* :attr:`Backend.name` (the ``--backend`` name and ``llmpack.orchestrator`` tag), the settings and
-  other environment variables it reads (:attr:`~Backend.settings`, :attr:`~Backend.env_vars`), and its
-  committed (golden) artifact paths (:attr:`~Backend.artifacts`);
-* :meth:`Backend.compile` (``llmpack compile``) and :meth:`Backend.run_local` (``llmpack run``/``compare``);
-* for a cluster backend (:attr:`~Backend.connection_type` not ``None``): its ``llmpack submit <name>`` flags
-  (:meth:`~Backend.submit_options`), its :class:`Connection` from those flags, :meth:`~Backend.submit`
-  returning a :class:`SubmittedRun` (``wait()``, ``get_status()``, ``stop_hint()``, ``.summary``),
-  and :meth:`~Backend.recognise_pod`, how to tell its own pods in a ``kubectl get pods -o json`` dump;
-* what ``llmpack compare --cluster`` and the pod watcher need of it: its :class:`ClusterPath`
-  (:attr:`~Backend.cluster_path`) and its pods' own labels and annotations (:attr:`~Backend.pod_marks`,
-  a :class:`PodMarks`), so that no module of ``llmpack`` names a backend.
-
-Heavy libraries stay inside the methods that need them.
+Each field and method, and the test that holds llmpack to it: docs/architecture.md, "The backend
+contract". Heavy libraries stay inside the methods that need them.
 """
 
 from __future__ import annotations
@@ -28,15 +19,17 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from components.errors import InputError
+from components.servers.remote import REQUEST_TIMEOUT_S
 from components.settings import Setting
 
 if TYPE_CHECKING:  # only named in annotations: the registry (llmpack --help) imports this module
+    from components.compiled_pods import PodSpec
     from components.dsl import Pipeline
 
 
@@ -90,6 +83,44 @@ class ServerConnection(Connection):
     """An orchestrator's API server by URL (``--host``; when ``None``, the orchestrator's own variable when sent)."""
 
     host: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmitRequest:
+    """One run to start on a cluster: what every backend's ``submit`` takes, as one typed object.
+
+    A backend's own fields (its endpoint, compiled artifact, service account...) are those of its
+    subclass, its cluster module's ``Request`` (as httpx's transports all take one ``Request``).
+
+    Args:
+        params: the user's pipeline parameters (``model``, ``data``, ``max_steps``, ``seed``...).
+        run_group, pipeline_run: DNS-1123 ids; new ones when not given.
+        tracking_uri: the MLflow store for the run's record (default ``MLFLOW_TRACKING_URI``).
+        price_per_gpu_hour, price_file: the GPU price for the cost tags.
+        timeout_s: the limit of one request.
+        namespace: where the run goes (each backend says what its default is).
+        ca_cert, insecure_skip_tls_verify: how the server's certificate is checked (on by default).
+    """
+
+    params: Mapping[str, Any] | None = None
+    run_group: str | None = None
+    pipeline_run: str | None = None
+    tracking_uri: str | None = None
+    price_per_gpu_hour: str | None = None
+    price_file: str | None = None
+    timeout_s: float = REQUEST_TIMEOUT_S
+    namespace: str | None = None
+    ca_cert: str | None = None
+    insecure_skip_tls_verify: bool = False
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> Self:
+        """The request named by ``options`` (keywords); one that is not a field is one :class:`InputError`."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise InputError(f"submit: unknown option {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        return cls(**options)
 
 
 class SubmittedRun:
@@ -243,14 +274,59 @@ class VersionProbe:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DoctorFlag:
+    """A ``llmpack doctor`` option a backend's own checks read: a Kubernetes name (``--argo-controller-namespace``)."""
+
+    flag: str  # "--argo-controller-namespace"
+    default: str
+    help: str
+
+    @property
+    def dest(self) -> str:
+        """The keyword click gives it, and its key in the values :meth:`Backend.doctor_checks` is given."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class DoctorCheck:
+    """One line of ``llmpack doctor``'s checklist: whether it holds, what was checked, and the command that fixes it."""
+
+    ok: bool
+    what: str
+    fix: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "what": self.what, **({"fix": self.fix} if self.fix else {})}
+
+
+class DoctorReader(Protocol):
+    """What a backend's own doctor checks may read of the cluster (``llmpack.doctor.reader.ClusterReader``)."""
+
+    Unanswered: type[Exception]  # raised by a read that failed (forbidden, or no answer)
+
+    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ConfigMap, ``None`` when there is none."""
+        ...
+
+    def unread(self, exc: Exception, what: str, namespace: str = "") -> DoctorCheck:
+        """The failed check of a read that raised :attr:`Unanswered`, with its fix."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
 class DoctorFacts:
-    """What ``llmpack doctor`` checks for a cluster backend, besides what every path needs."""
+    """What ``llmpack doctor`` checks for a cluster backend, besides what every path needs.
+
+    Its own checks and the reader of its compiled pods are :meth:`Backend.doctor_checks` and
+    :meth:`Backend.compiled_pods`.
+    """
 
     # (verb, resource, API group) its submission needs in the run's namespace
     verbs: tuple[tuple[str, str, str], ...] = ()
     probe: VersionProbe | None = None  # its server's version call, when it has a server
     # the compiled file (under compile --out) whose pods Pod Security is checked against
     pod_artifact: str | None = None
+    flags: tuple[DoctorFlag, ...] = ()  # the doctor options its own checks read
 
 
 ClickOption = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -270,7 +346,8 @@ class Backend:
     submit_help: ClassVar[str] = ""  # ``llmpack submit <name> --help``: what a submission creates
     # Where the work is done, imported when first used (heavy libraries stay out of ``llmpack --help``):
     local_module: ClassVar[str | None] = None  # defines run_local(pipe, values, workdir, env, log)
-    cluster_module: ClassVar[str | None] = None  # defines submit(**kw), wait_for_completion, check_connection
+    # defines Request, submit(request), wait_for_completion, check_connection
+    cluster_module: ClassVar[str | None] = None
     cluster_path: ClassVar[ClusterPath | None] = None  # a cluster backend's `compare --cluster` path
     pod_marks: ClassVar[PodMarks] = PodMarks()  # a cluster backend's own marks on its pods
     # The pod options (``llmpack compile --namespace``...) its compile takes as keywords, when given.
@@ -319,23 +396,20 @@ class Backend:
         return self.connection_type.from_options(options)
 
     def submit(self, connection: Connection, **kwargs: Any) -> SubmittedRun:
-        """Start one run of the committed compiled artifact (keywords: as ``submit_run``); returns it."""
-        return SubmittedRun(self, self.submit_run(**connection.options(), **kwargs), connection)
+        """Start one run of the committed compiled artifact (keywords: the fields of :meth:`request`); returns it."""
+        return SubmittedRun(self, self.submit_run(self.request({**connection.options(), **kwargs})), connection)
 
-    def submit_run(self, **kwargs: Any) -> dict[str, Any]:
-        """Start one run; returns its summary.
+    def request(self, options: Mapping[str, Any]) -> SubmitRequest:
+        """The :class:`SubmitRequest` ``options`` name (by keyword): by default :attr:`cluster_module`'s ``Request``."""
+        return self._module(self.cluster_module, "cluster_module").Request.of(options)
 
-        Args (every backend takes these keywords, plus its connection's and its own options):
-            params: the user's pipeline parameters (``model``, ``data``, ``max_steps``, ``seed``...).
-            run_group, pipeline_run: DNS-1123 ids; new ones when not given.
-            tracking_uri: the MLflow store for the run's record (default ``MLFLOW_TRACKING_URI``).
-            price_per_gpu_hour, price_file: the GPU price for the cost tags.
-            timeout_s: the limit of one request.
+    def submit_run(self, request: SubmitRequest) -> dict[str, Any]:
+        """Start the run ``request`` describes; returns its summary.
 
         Bad input, an unreachable or refusing server: one-line :class:`InputError`, never a token in it.
-        By default :attr:`cluster_module`'s ``submit``.
+        By default :attr:`cluster_module`'s ``submit(request)``.
         """
-        return self._module(self.cluster_module, "cluster_module").submit(**kwargs)
+        return self._module(self.cluster_module, "cluster_module").submit(request)
 
     def wait_for_completion(self, summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Poll the run ``summary`` names until it ends or ``timeout_s`` passes; ``kwargs``: connection options."""
@@ -365,6 +439,18 @@ class Backend:
     def explain_own_metrics(self, metrics: Mapping[str, Any]) -> list[str]:
         """Why its own account (:meth:`own_metrics`) differs from ours, one sentence each; none by default."""
         return []
+
+    def doctor_checks(self, cluster: DoctorReader, namespace: str, flags: Mapping[str, str]) -> list[DoctorCheck]:
+        """``llmpack doctor``'s checks of what its runs in ``namespace`` need of the cluster beyond every path's
+        (``flags``: its :attr:`DoctorFacts.flags` values by ``dest``); none by default."""
+        return []
+
+    def compiled_pods(self, docs: list[Any]) -> Iterable[PodSpec]:
+        """The pods of its compiled file (:attr:`DoctorFacts.pod_artifact`, its YAML documents), for doctor's
+        Pod Security check; by default every pod spec found in it."""
+        from components.compiled_pods import pods_of
+
+        return pods_of(docs)
 
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         """True when ``pod`` (a Pod object as ``kubectl get pods -o json`` lists it) was made by this orchestrator.

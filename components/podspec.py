@@ -177,7 +177,7 @@ def label_tags(env: Mapping[str, str]) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- checkpoints that outlive the pod
-# (issue 24 items 1 and 2; docs/preemption.md). A step that checkpoints (it takes ``checkpoint_dir``)
+# (docs/preemption.md). A step that checkpoints (it takes ``checkpoint_dir``)
 # gets the checkpoint volume read-write and CHECKPOINT_ROOT_ENV pointing at it: the step writes under
 # ``<root>/<pipeline run>/<step>`` (components.training.checkpointing.run_checkpoint_dir), keyed by the
 # run and not the attempt, so the retry pod of this run finds them and no other run does.

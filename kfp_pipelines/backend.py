@@ -6,7 +6,7 @@ submits with ``kfp.Client`` (:mod:`kfp_pipelines.submit`). Each is imported when
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from components.backend import (
     pod_annotations,
     pod_labels,
 )
+from components.compiled_pods import PodSpec
 from components.dsl import Pipeline
 
 ARTIFACT = Path("kfp_pipelines/finetune.yaml")
@@ -84,6 +85,11 @@ class KfpBackend(Backend):
 
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         return f"kfp.Client(host=...).terminate_run({summary.get('server_id')!r}) or the KFP UI"
+
+    def compiled_pods(self, docs: list[Any]) -> Iterable[PodSpec]:
+        from kfp_pipelines.doctor import compiled_pods
+
+        return compiled_pods(docs)
 
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         labels = pod_labels(pod)

@@ -32,13 +32,14 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Unpack
 
+from components.backend import SubmitRequest
 from components.errors import InputError
 from components.params import TELEMETRY_PARAMS
 from components.servers.remote import (
-    REQUEST_TIMEOUT_S,
     is_unreachable,
     normalize_host,
     one_line,
@@ -191,29 +192,22 @@ def _root_parameters(package: Path) -> dict[str, str]:
     return {name: p.get("parameterType", "") for name, p in params.items()}
 
 
-# The shared keywords (params ... insecure_skip_tls_verify) are written out in each backend's submit,
-# not gathered in a TypedDict: they are this function's documented API and its body's plain names.
-def submit(
-    *,
-    params: Mapping[str, Any] | None = None,
-    run_group: str | None = None,
-    pipeline_run: str | None = None,
-    host: str | None = None,
-    token: str | None = None,
-    namespace: str | None = None,
-    experiment: str = DEFAULT_EXPERIMENT,
-    package_path: str | os.PathLike[str] | None = None,
-    service_account: str | None = None,
-    tracking_uri: str | None = None,
-    price_per_gpu_hour: str | None = None,
-    price_file: str | None = None,
-    timeout_s: float = REQUEST_TIMEOUT_S,
-    ca_cert: str | None = None,
-    insecure_skip_tls_verify: bool = False,
-) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class Request(SubmitRequest):
+    """A KFP run of the compiled pipeline: the shared fields (:class:`components.backend.SubmitRequest`) and
+    this backend's own."""
+
+    host: str | None = None
+    token: str | None = field(default=None, repr=False)  # never shown
+    experiment: str = DEFAULT_EXPERIMENT
+    package_path: str | os.PathLike[str] | None = None
+    service_account: str | None = None
+
+
+def submit(request: Request) -> dict[str, Any]:
     """Create a KFP run of the compiled pipeline; returns the submission summary.
 
-    Args (besides those every submitter takes, see :meth:`components.backend.Backend.submit_run`):
+    Args (the fields of ``request`` besides those every submitter takes, :class:`components.backend.SubmitRequest`):
         host, token: the KFP API endpoint and bearer token (default: the environment, see above).
         namespace: the Kubeflow profile namespace (multi-user KFP only).
         experiment: the KFP experiment, got or created by name.
@@ -223,23 +217,23 @@ def submit(
             :func:`components.servers.remote.tls_verify`; on by default).
     """
     pipe = shipped_pipeline()
-    values = user_parameters(pipe, params)
-    package = Path(package_path) if package_path else PACKAGE_PATH
+    values = user_parameters(pipe, request.params)
+    package = Path(request.package_path) if request.package_path else PACKAGE_PATH
     declared = _root_parameters(package)
     for key in [*values, *TELEMETRY_PARAMS]:
         if key not in declared:
             raise InputError(f"--package {package}: the compiled pipeline has no parameter {key!r}")
-    host_url, secret = connection(host, token, os.environ)
-    verify = tls_verify(ca_cert, insecure_skip_tls_verify)
-    run_group, pipeline_run = run_ids(ORCHESTRATOR, run_group, pipeline_run)
-    tags = cost_tags(pipe, price_per_gpu_hour, price_file)
-    uri, mc = optional_tracking(tracking_uri, os.environ)
+    host_url, secret = connection(request.host, request.token, os.environ)
+    verify = tls_verify(request.ca_cert, request.insecure_skip_tls_verify)
+    run_group, pipeline_run = run_ids(ORCHESTRATOR, request.run_group, request.pipeline_run)
+    tags = cost_tags(pipe, request.price_per_gpu_hour, request.price_file)
+    uri, mc = optional_tracking(request.tracking_uri, os.environ)
 
-    namespace = _preflight(host_url, secret, namespace, timeout_s, verify)
+    namespace = _preflight(host_url, secret, request.namespace, request.timeout_s, verify)
     try:
         client = _client(host_url, secret, namespace, verify)
         with quiet():
-            exp = client.create_experiment(name=experiment, namespace=namespace)
+            exp = client.create_experiment(name=request.experiment, namespace=namespace)
         ctx = run_context(ORCHESTRATOR, run_group, pipeline_run)
         arguments = {**values, **telemetry_values(ctx)}
         with quiet():
@@ -248,7 +242,7 @@ def submit(
                 arguments=arguments,
                 run_name=pipeline_run,
                 experiment_id=exp.experiment_id,
-                service_account=service_account,
+                service_account=request.service_account,
             )
     except InputError:
         raise
@@ -259,7 +253,7 @@ def submit(
         **telemetry_values(ctx),
         "server_id": result.run_id,
         "run_id": result.run_id,
-        "experiment": experiment,
+        "experiment": request.experiment,
         "experiment_id": exp.experiment_id,
         "namespace": namespace,
         "host": host_url,

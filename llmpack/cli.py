@@ -566,12 +566,12 @@ def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | 
     echo_out(json.dumps(rows, indent=2, sort_keys=True) if as_json else format_table(rows))
 
 
-# Tracking outages and housekeeping (issue 11): `llmpack sync RUN_DIR`, `llmpack clean`.
+# Tracking outages and housekeeping: `llmpack sync RUN_DIR`, `llmpack clean` (docs/cli.md).
 main.add_command(submit_command)  # one subcommand per cluster backend: llmpack.run.submit_command
 main.add_command(sync_command)
 main.add_command(clean_command)
-main.add_command(doctor_command)  # before a first cluster run (issue 23): docs/first-run-on-a-cluster.md
-main.add_command(project_command)  # scale projection (issue 27): docs/projection.md
+main.add_command(doctor_command)  # before a first cluster run: docs/first-run-on-a-cluster.md
+main.add_command(project_command)  # scale projection: docs/projection.md
 
 if __name__ == "__main__":  # pragma: no cover
     main()

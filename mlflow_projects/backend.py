@@ -7,7 +7,7 @@ Compiles to MLproject directories (:mod:`mlflow_projects.compiler`), runs them w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from components.backend import (
     PodMarks,
     pod_labels,
 )
+from components.compiled_pods import PodSpec
 from components.dsl import Pipeline
 from mlflow_projects.settings import IMAGE, SOURCE
 
@@ -86,6 +87,11 @@ class MlflowBackend(Backend):
 
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         return f"kubectl delete job {summary.get('server_id')} -n {summary.get('namespace') or 'default'}"
+
+    def compiled_pods(self, docs: list[Any]) -> Iterable[PodSpec]:
+        from mlflow_projects.doctor import compiled_pods
+
+        return compiled_pods(docs)
 
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         """A Job's pod whose container has MLflow's run id in its environment (the MLflow Kubernetes backend's Job)."""

@@ -56,10 +56,12 @@ import contextlib
 import copy
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Unpack
 from urllib.parse import urlsplit
 
+from components.backend import SubmitRequest
 from components.commands import format_value
 from components.errors import InputError
 from components.params import TELEMETRY_PARAMS
@@ -67,10 +69,7 @@ from components.podspec import INSTANCE_LABEL, label_value
 from components.record import tracking
 from components.servers import kube
 from components.servers.remote import (
-    REQUEST_TIMEOUT_S,
-    is_unreachable,
     one_line,
-    server_message,
     tls_failure,
     tls_verify,
 )
@@ -129,22 +128,21 @@ def check_connection(options: Mapping[str, Any]) -> None:
 
 def _kube_error(exc: BaseException, host: str, namespace: str, secrets: tuple[str | None, ...]) -> InputError:
     """The ``kubernetes`` client's exception as one line that names the fix."""
-    from kubernetes.client.exceptions import ApiException
-
-    if isinstance(exc, ApiException):
-        message = one_line(server_message(exc.body) or exc.reason or "", secrets)
-        if exc.status == 401:
+    failed = kube.failure(exc, None)
+    if failed.api_exception:
+        message = one_line(failed.message or failed.reason, secrets)
+        if failed.status == 401:
             return InputError(f"Kubernetes API at {host} rejected the credentials (401 Unauthorized): check the kubeconfig")
-        if exc.status == 403:
+        if failed.status == 403:
             return InputError(f"Kubernetes API at {host} refused (403 Forbidden): {message}")
-        if exc.status == 404 and "namespace" in message.lower():
+        if failed.status == 404 and "namespace" in message.lower():
             return InputError(f"Kubernetes API at {host}: namespace {namespace!r} not found")
-        if exc.status == 409:
+        if failed.status == 409:
             return InputError(f"Kubernetes API at {host}: {message} (pass another --pipeline-run)")
-        return InputError(f"Kubernetes API at {host} answered {exc.status} {exc.reason or ''}: {message}".rstrip(": "))
-    if tls_failure(exc, host):
-        return InputError(f"Kubernetes API at {tls_failure(exc, host)}")
-    if is_unreachable(exc):
+        return InputError(f"Kubernetes API at {host} answered {failed.status} {failed.reason}: {message}".rstrip(": "))
+    if tls := tls_failure(exc, host):
+        return InputError(f"Kubernetes API at {tls}")
+    if failed.unreachable:
         return InputError(f"Kubernetes API at {host} is unreachable ({type(exc).__name__})")
     return InputError(f"Kubernetes API at {host}: {type(exc).__name__}: {one_line(exc, secrets)}")
 
@@ -280,30 +278,23 @@ def _entry_point_argv(entry: Any, parameters: Mapping[str, str]) -> list[str]:
 # --------------------------------------------------------------------------- submit and wait
 
 
-# The shared keywords (params ... insecure_skip_tls_verify) are written out in each backend's submit,
-# not gathered in a TypedDict: they are this function's documented API and its body's plain names.
-def submit(
-    *,
-    params: Mapping[str, Any] | None = None,
-    run_group: str | None = None,
-    pipeline_run: str | None = None,
-    project_dir: str | os.PathLike[str] | None = None,
-    image: str | None = None,
-    project_dir_in_image: str = PROJECT_DIR_IN_IMAGE,
-    namespace: str | None = None,
-    kubeconfig: str | None = None,
-    context: str | None = None,
-    tracking_uri: str | None = None,
-    cluster_tracking_uri: str | None = None,
-    price_per_gpu_hour: str | None = None,
-    price_file: str | None = None,
-    timeout_s: float = REQUEST_TIMEOUT_S,
-    ca_cert: str | None = None,
-    insecure_skip_tls_verify: bool = False,
-) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class Request(SubmitRequest):
+    """An MLflow run and the Kubernetes Job that runs the project's ``main``: the shared fields
+    (:class:`components.backend.SubmitRequest`) and this backend's own."""
+
+    project_dir: str | os.PathLike[str] | None = None
+    image: str | None = None
+    project_dir_in_image: str = PROJECT_DIR_IN_IMAGE
+    kubeconfig: str | None = None
+    context: str | None = None
+    cluster_tracking_uri: str | None = None
+
+
+def submit(request: Request) -> dict[str, Any]:
     """Create the MLflow run and the Kubernetes Job that runs the project's ``main`` in it.
 
-    Args (besides those every submitter takes, see :meth:`components.backend.Backend.submit_run`;
+    Args (the fields of ``request`` besides those every submitter takes, :class:`components.backend.SubmitRequest`;
     ``pipeline_run`` names the Job):
         project_dir: the compiled project (default: the committed ``mlflow_projects/finetune-k8s``).
         image: the prebuilt step image (default: the project's ``docker_env`` image).
@@ -317,8 +308,8 @@ def submit(
     from kubernetes import client as k8s
 
     pipe = shipped_pipeline()
-    values = user_parameters(pipe, params)
-    project_path = Path(project_dir) if project_dir else PROJECT_DIR
+    values = user_parameters(pipe, request.params)
+    project_path = Path(request.project_dir) if request.project_dir else PROJECT_DIR
     project = _load_project(project_path)
     try:
         entry = project.get_entry_point("main")
@@ -329,20 +320,21 @@ def submit(
             raise InputError(f"--project {project_path}: the main entry point has no parameter {key!r}")
     template_path, template = _job_template(project_path)
     secret = _tracking_secret(template_path, template)
-    image = image or (project.docker_env or {}).get("image")
+    image = request.image or (project.docker_env or {}).get("image")
     if not image:
         raise InputError(f"--project {project_path}: no docker_env image; pass --image")
-    ns = namespace or template.get("metadata", {}).get("namespace") or "default"
+    ns = request.namespace or template.get("metadata", {}).get("namespace") or "default"
     check_id(ns, "--namespace")
-    run_group, pipeline_run = run_ids(ORCHESTRATOR, run_group, pipeline_run)
-    tags = cost_tags(pipe, price_per_gpu_hour, price_file)
-    api_client = kube_api_client(kubeconfig, context, ca_cert=ca_cert, insecure_skip_tls_verify=insecure_skip_tls_verify)
+    run_group, pipeline_run = run_ids(ORCHESTRATOR, request.run_group, request.pipeline_run)
+    tags = cost_tags(pipe, request.price_per_gpu_hour, request.price_file)
+    api_client = kube_api_client(request.kubeconfig, request.context, ca_cert=request.ca_cert,
+                                 insecure_skip_tls_verify=request.insecure_skip_tls_verify)
     kube_host = api_client.configuration.host
     secrets = _api_secrets(api_client)
 
-    uri = tracking.tracking_uri(tracking_uri)
+    uri = tracking.tracking_uri(request.tracking_uri)
     mc = connect_tracking(uri)
-    job_uri, warning = _cluster_tracking_uri(cluster_tracking_uri, uri, secret)
+    job_uri, warning = _cluster_tracking_uri(request.cluster_tracking_uri, uri, secret)
     tracking.experiment_id(mc)  # created before the clock starts
 
     ctx = run_context(ORCHESTRATOR, run_group, pipeline_run)
@@ -368,12 +360,13 @@ def submit(
         namespace=ns,
         image=image,
         command=command,
-        working_dir=project_dir_in_image,
+        working_dir=request.project_dir_in_image,
         env=env,
         labels={RUN_GROUP_LABEL: run_group, PIPELINE_RUN_LABEL: pipeline_run, INSTANCE_LABEL: label_value(pipeline_run)},
     )
     try:
-        created = k8s.BatchV1Api(api_client).create_namespaced_job(namespace=ns, body=job, _request_timeout=timeout_s)
+        created = k8s.BatchV1Api(api_client).create_namespaced_job(namespace=ns, body=job,
+                                                                   _request_timeout=request.timeout_s)
     except Exception as exc:  # noqa: BLE001 - one line for the user
         error = _kube_error(exc, kube_host, ns, secrets)
         with contextlib.suppress(Exception):  # a submission that never reached the cluster is not a run

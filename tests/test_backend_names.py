@@ -44,17 +44,10 @@ LIBRARIES = {
 }
 # Still naming a backend: to move onto the backend (components.backend), each in its own folder.
 LEFT = {
-    # llmpack doctor: Argo's artifact-repository check (with its --argo-controller-namespace) and
-    # the readers of the shipped artifacts' pod specs are still here (the RBAC verbs, version probes, compiled
-    # pods to check, server flags and pod namespaces are the backends').
-    *{("llmpack/doctor/command.py", n) for n in ("'argo'", "argo_controller_namespace", "argo_artifacts")},
-    *{("llmpack/doctor/checks.py", n) for n in ("ARGO_REPOSITORIES", "ARGO_DEFAULT_ANNOTATION", "ARGO_CONTROLLER_CONFIG",
-                                                "argo_artifacts")},
-    *{("llmpack/doctor/pods.py", n) for n in ("'kfp'", "'argo'", "'mlflow'", "_kfp", "_argo")},
-    # In the step process, which has no registry: KFP's compiled mode default and its MLflow plugin's run.
-    *{("components/record/uniform.py", n) for n in ("'kfp'", "kfp_plugin_tags", "KFP_PLUGIN_RUN_TAG",
-                                                    "KFP_PLUGIN_EXPERIMENT_TAG")},
-    ("components/record/close.py", "kfp_plugin_tags"),
+    # In the step process, which has no registry and reads only the compiled package's values: KFP's
+    # compiled mode default outside a pod, and the record's tag names for its MLflow plugin's run. The
+    # backend cannot tell the step without a change to its compiled package (the golden artifacts).
+    *{("components/record/uniform.py", n) for n in ("'kfp'", "KFP_PLUGIN_RUN_TAG", "KFP_PLUGIN_EXPERIMENT_TAG")},
 }
 
 

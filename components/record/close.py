@@ -263,7 +263,7 @@ def close(
     metrics, tags = summarize(ctx=ctx, records=records, uses=uses, price=price, finished_at=finished_at)
     metrics = uniform.name_from_submit(metrics, source)
     final = record_status(status)
-    tags.update(uniform.kfp_plugin_tags(ctx.orchestrator, env))
+    tags.update(uniform.foreign_run_tags(orchestrator_run_id, env))
     tags.update(label_tags(env))  # --label KEY=VALUE: llmpack.label.KEY (components.podspec)
     tags.update({"llmpack.submit_time_source": source, "llmpack.record": "pipeline",
                  "llmpack.status": "succeeded" if final == "FINISHED" else final.lower()})

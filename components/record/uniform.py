@@ -15,7 +15,8 @@ each log a pipeline record; these functions are what makes those records compara
   the orchestrator's record of when it accepted the run). When the earliest pod/process of the run
   stands in for it (``first_pod``: KFP's own CLI), they are logged as ``spinup_from_first_pod_s``...
   rather than as a ``spinup_s`` that silently means something else on a dashboard across paths.
-* **KFP's MLflow plugin** (:func:`kfp_plugin_tags`): its run ids as cross-link tags, never adopted.
+* **An orchestrator's own MLflow run** (:func:`foreign_run_tags`; KFP's MLflow plugin injects one):
+  its run ids as cross-link tags, never adopted.
 * **KFP scalar metrics** (:func:`headline`, :func:`read_scalars`): the numbers KFP's UI compares.
 * **Training-loss curve** (:func:`loss_curve`): ``train_log.jsonl``'s losses as the step-indexed
   metric series :data:`LOSS_CURVE`.
@@ -134,14 +135,15 @@ KFP_PLUGIN_RUN_TAG = "llmpack.kfp_mlflow_run_id"
 KFP_PLUGIN_EXPERIMENT_TAG = "llmpack.kfp_mlflow_experiment_id"
 
 
-def kfp_plugin_tags(orchestrator: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Cross-links to KFP's own MLflow run when its plugin injected one into a KFP step; {} elsewhere.
+def foreign_run_tags(orchestrator_run_id: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Cross-links to the MLflow run the environment names (``MLFLOW_RUN_ID``) when it is not the run's own
+    orchestrator run: KFP's MLflow plugin injects its own into every step; {} when none is named.
 
-    Only on the ``kfp`` orchestrator: inside ``mlflow run`` the same variables name the run
-    ``mlflow run`` created, which the driver links itself.
+    Inside ``mlflow run`` the same variables name the run ``mlflow run`` created, which is the
+    orchestrator's run (``orchestrator_run_id``) and which the driver links itself.
     """
     env = os.environ if env is None else env
-    if orchestrator != "kfp" or not env.get("MLFLOW_RUN_ID"):
+    if not env.get("MLFLOW_RUN_ID") or env["MLFLOW_RUN_ID"] == orchestrator_run_id:
         return {}
     tags = {KFP_PLUGIN_RUN_TAG: env["MLFLOW_RUN_ID"]}
     if env.get("MLFLOW_EXPERIMENT_ID"):

@@ -12,18 +12,18 @@ That is client-go's order (an explicit kubeconfig beats the in-cluster account) 
 difference: in a pod, a stray ``~/.kube/config`` baked into an image never beats the service
 account the pod was given. ``ca_cert`` / ``insecure_skip_tls_verify`` override the kubeconfig's
 TLS settings as kubectl's flags do. Every error is one :class:`InputError` line that never holds a
-token (:func:`secrets_of` lists what to blank out). Exec credential plugins (EKS, GKE, AKS, OIDC)
-run as kubectl runs them.
+token (:func:`secrets_of`); a failed call is read once, by :func:`failure`. Exec credential plugins run.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from components.errors import InputError
-from components.servers.remote import one_line
+from components.servers.remote import is_unreachable, one_line, server_message, tls_failure
 
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # Kubernetes sets it in every pod
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -36,6 +36,45 @@ def secrets_of(cfg: Any) -> tuple[str, ...]:
         if value:
             found += [str(value), str(value).removeprefix("Bearer ").strip()]
     return tuple(dict.fromkeys(s for s in found if len(s) >= 4))
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubeFailure:
+    """A failed call to a Kubernetes API, read once by :func:`failure`: what the server or the network said.
+
+    The one reader of the ``kubernetes`` client's ``ApiException``: each caller words its own
+    line from it (what it was trying, the fix it knows). Every text in it has the client's
+    secrets blanked out.
+    """
+
+    host: str
+    status: int  # the HTTP status; 0 when no answer came
+    reason: str  # the status line's reason; with status 0, the client's own ("SSLError\n<detail>")
+    message: str  # the Status body's message (one line), else the body's text, else ""
+    answered: bool  # an ApiException with a status: the server answered
+    api_exception: bool  # raised by the client as an ApiException (status 0: it wraps urllib3's SSLError)
+    tls: str | None  # a certificate the client would not trust: one line naming the fix, else None
+    unreachable: bool  # the server was never reached
+    detail: str  # the exception's type and text as one line
+
+
+def failure(exc: BaseException, api_client: Any) -> KubeFailure:
+    """``exc``, raised by a call through ``api_client`` (or its configuration's host), as a :class:`KubeFailure`."""
+    from kubernetes.client.exceptions import ApiException
+
+    cfg = getattr(api_client, "configuration", None)
+    host = str(getattr(cfg, "host", "?"))
+    secrets = secrets_of(cfg)
+    api = isinstance(exc, ApiException)
+    status = int(getattr(exc, "status", 0) or 0) if api else 0
+    reason = str(getattr(exc, "reason", "") or "") if api else ""
+    for secret in secrets:  # the reason keeps its lines (status 0: the SSL error's detail is on the second)
+        reason = reason.replace(secret, "***")
+    return KubeFailure(host=host, status=status, reason=reason,
+                       message=one_line(server_message(getattr(exc, "body", None)), secrets) if api else "",
+                       answered=api and bool(status), api_exception=api, tls=tls_failure(exc, host),
+                       unreachable=not api and is_unreachable(exc),
+                       detail=one_line(f"{type(exc).__name__}: {exc}", secrets))
 
 
 def _tls(cfg: Any, ca_cert: str | None, insecure_skip_tls_verify: bool) -> None:

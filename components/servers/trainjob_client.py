@@ -60,29 +60,22 @@ def current_namespace(context_namespace: str | None = None, *,
     return namespace
 
 
-def _host(api: Any) -> str:
-    return str(getattr(getattr(api, "configuration", None), "host", "?"))
-
-
 def api_error(exc: BaseException, api: Any, doing: str, *, namespace: str, verb: str) -> InputError | StepFailed:
     """One line for a failed call (``doing``: e.g. ``create TrainJob llmpack/ft-1``; ``verb``: its RBAC verb).
 
     Configuration problems (credentials, RBAC, namespace, CRD, a refused object) are
     :class:`InputError`; an unreachable or failing API server is :class:`StepFailed`.
     """
-    from kubernetes.client.exceptions import ApiException
-
-    host = _host(api)
-    secrets = kube.secrets_of(getattr(api, "configuration", None))
-    where = f"Kubernetes API at {host}"
-    if isinstance(exc, ApiException) and exc.status:
-        message = one_line(server_message(exc.body) or exc.reason or "", secrets)
-        if exc.status == 401:
+    failed = kube.failure(exc, api)
+    where = f"Kubernetes API at {failed.host}"
+    if failed.answered:
+        message = failed.message or one_line(failed.reason)
+        if failed.status == 401:
             return InputError(f"{where} rejected the credentials (401 Unauthorized) trying to {doing}: check the "
                               "service account token or the kubeconfig")
-        if exc.status == 403 and "admission webhook" in message:
+        if failed.status == 403 and "admission webhook" in message:
             return InputError(f"{where} refused to {doing}: {message}")
-        if exc.status == 403:
+        if failed.status == 403:
             found = re.search(r'User "([^"]+)" cannot (\S+) resource "([^"]+)" in API group "([^"]*)"', message)
             who, verb, what, group = found.groups() if found else ("the service account", verb, PLURAL, GROUP)
             name = f"{what}.{group}" if group else what
@@ -90,22 +83,22 @@ def api_error(exc: BaseException, api: Any, doing: str, *, namespace: str, verb:
                 f"{where}: 403 Forbidden: {who} may not {verb} {name} in namespace {namespace!r} (trying to {doing}); "
                 f'grant it a Role with apiGroups ["{GROUP}"], resources ["{PLURAL}"], verbs '
                 f"[{', '.join(json.dumps(v) for v in RBAC_VERBS)}]")
-        if exc.status == 404 and "namespaces" in message:
+        if failed.status == 404 and "namespaces" in message:
             return InputError(f"{where}: namespace {namespace!r} not found (trying to {doing})")
-        if exc.status == 404 and "could not find the requested resource" in message:
+        if failed.status == 404 and "could not find the requested resource" in message:
             return InputError(f"{where} does not serve {RESOURCE}/{VERSION} (trying to {doing}): is Kubeflow Trainer "
                               f"v2 installed? (kubectl get crd {RESOURCE})")
-        if exc.status in (400, 409, 422):
-            refused = f"{where} refused to {doing} ({exc.status} {exc.reason or ''}): {message}"
+        if failed.status in (400, 409, 422):
+            refused = f"{where} refused to {doing} ({failed.status} {failed.reason}): {message}"
             return InputError(refused.replace(" )", ")"))
-        return StepFailed(f"{where} answered {exc.status} {exc.reason or ''} trying to {doing}: {message}".rstrip(": "))
-    if tls := tls_failure(exc, host):
-        return InputError(f"Kubernetes API at {tls}")
-    if isinstance(exc, ApiException):  # status 0: the client wraps urllib3's SSLError so
-        return InputError(f"{where}: {one_line(exc.reason or exc, secrets)} (trying to {doing})")
-    if is_unreachable(exc):
+        return StepFailed(f"{where} answered {failed.status} {failed.reason} trying to {doing}: {message}".rstrip(": "))
+    if failed.tls:
+        return InputError(f"Kubernetes API at {failed.tls}")
+    if failed.api_exception:  # status 0: the client wraps urllib3's SSLError so
+        return InputError(f"{where}: {one_line(failed.reason or failed.detail.split(': ', 1)[-1])} (trying to {doing})")
+    if failed.unreachable:
         return StepFailed(f"{where} is unreachable ({type(exc).__name__}) trying to {doing}")
-    return StepFailed(f"{where}: {type(exc).__name__}: {one_line(exc, secrets)} (trying to {doing})")
+    return StepFailed(f"{where}: {failed.detail} (trying to {doing})")
 
 
 def _reason(exc: Any) -> str:

@@ -13,14 +13,17 @@ compiled for is compared with the one checked.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from llmpack.doctor.checks import GPU_RESOURCE, Check, GpuPlacement, _blocking_taints, _q, _unread, trainer_install
-from llmpack.doctor.reader import ClusterReader, Missing, Unanswered
+from llmpack.doctor.checks import GPU_RESOURCE, Check, GpuPlacement, blocking_taints, trainer_install
+from llmpack.doctor.reader import ClusterReader, Missing, Unanswered, unread
+
+_q = shlex.quote
 
 FIT_RESOURCES = ("cpu", "memory", "ephemeral-storage", GPU_RESOURCE)  # what a node's allocatable must hold
 BUILTIN_GROUPS = ("", "batch", "apps", "rbac.authorization.k8s.io")  # served by every conformant API server
@@ -87,11 +90,11 @@ def _containers_with_gpus(doc: Any, path: str) -> Iterator[GpuPod]:
 
 def gpu_pods(root: Path, path: str, *, gang: bool) -> list[GpuPod]:
     """The GPU pods ``path``'s compiled artifact under ``root`` runs, and with ``gang`` the TrainJob's node pods."""
-    from llmpack.doctor.pods import TRAINJOB_ARTIFACT, _artifact, _load
+    from llmpack.doctor.pods import TRAINJOB_ARTIFACT, artifact_of, load_compiled
 
-    pods = list(_containers_with_gpus(_load(root / _artifact(path)), path))
+    pods = list(_containers_with_gpus(load_compiled(root / artifact_of(path)), path))
     if gang:
-        for job in _load(root / TRAINJOB_ARTIFACT):
+        for job in load_compiled(root / TRAINJOB_ARTIFACT):
             trainer = ((job or {}).get("spec") or {}).get("trainer") or {}
             res = trainer.get("resourcesPerNode") or {}
             limits = _amounts(res.get("limits"))
@@ -121,9 +124,9 @@ def node_fit(cluster: ClusterReader, placement: GpuPlacement, pods: list[GpuPod]
 
     try:
         nodes = [n for n in placed_nodes(cluster, placement)
-                 if not _blocking_taints(n, placement.tolerations) and not (n.get("spec") or {}).get("unschedulable")]
+                 if not blocking_taints(n, placement.tolerations) and not (n.get("spec") or {}).get("unschedulable")]
     except Unanswered as exc:
-        return [_unread(exc, "Node list")]
+        return [unread(exc, "Node list")]
     if not nodes:
         return []  # gpu_nodes has said why there is none
     checks = []
@@ -167,7 +170,7 @@ def _namespaced(cluster: ClusterReader, namespace: str, plural: str, kind: str) 
     except Missing:
         return [], None
     except Unanswered as exc:
-        return [], _unread(exc, f"{kind} list in {namespace}", namespace)
+        return [], unread(exc, f"{kind} list in {namespace}", namespace)
 
 
 def quotas(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> Check:
@@ -226,11 +229,11 @@ def limit_ranges(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> 
 
 def created_kinds(root: Path, path: str, *, gang: bool) -> dict[tuple[str, str], str]:
     """``(apiVersion, kind) -> file`` of each object outside Kubernetes' own groups the artifacts create."""
-    from llmpack.doctor.pods import TRAINJOB_ARTIFACT, _artifact, _load
+    from llmpack.doctor.pods import TRAINJOB_ARTIFACT, artifact_of, load_compiled
 
     out: dict[tuple[str, str], str] = {}
-    for file in (_artifact(path), *([TRAINJOB_ARTIFACT] if gang else [])):
-        for doc in _load(root / file):
+    for file in (artifact_of(path), *([TRAINJOB_ARTIFACT] if gang else [])):
+        for doc in load_compiled(root / file):
             if isinstance(doc, Mapping) and doc.get("apiVersion") and doc.get("kind"):
                 group = str(doc["apiVersion"]).rpartition("/")[0]
                 if group not in BUILTIN_GROUPS:
@@ -256,7 +259,7 @@ def served(cluster: ClusterReader, namespace: str, kinds: Mapping[tuple[str, str
         except Forbidden:
             pass
         except Unanswered as exc:
-            checks.append(_unread(exc, f"{kind} list in {namespace}", namespace))
+            checks.append(unread(exc, f"{kind} list in {namespace}", namespace))
             continue
         checks.append(Check(True, f"{kind} ({api_version}) is served"))
     return checks
@@ -264,12 +267,12 @@ def served(cluster: ClusterReader, namespace: str, kinds: Mapping[tuple[str, str
 
 def compiled_namespace(root: Path) -> str | None:
     """The namespace ``llmpack compile --namespace`` wrote into the artifacts (the MLflow Job's), or None."""
-    from llmpack.doctor.pods import _load
+    from llmpack.doctor.pods import load_compiled
 
     file = root / MLFLOW_TEMPLATE
     if not file.is_file():
         return None
-    docs = _load(file)
+    docs = load_compiled(file)
     value = ((docs[0] if docs and isinstance(docs[0], Mapping) else {}).get("metadata") or {}).get("namespace")
     return str(value) if value else None
 

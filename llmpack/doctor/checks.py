@@ -17,8 +17,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from components.backend import DoctorCheck
 from components.dsl import Toleration
-from llmpack.doctor.reader import ClusterReader, Forbidden, Missing, Unanswered
+from llmpack.doctor.reader import ClusterReader, Missing, Unanswered, unread
 
 DOCS = "docs/first-run-on-a-cluster.md"
 # The pod watcher's calls in a run's namespace (llmpack.k8s.watcher), and each path's own.
@@ -34,9 +35,6 @@ def path_verbs(path: str) -> tuple[tuple[str, str, str], ...]:
 NODE_VERBS = (("list", "nodes", ""),)  # node provisioning and GPU product, cluster-wide
 GPU_RESOURCE = "nvidia.com/gpu"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"  # what `kubectl cordon` (spec.unschedulable) shows as
-ARGO_REPOSITORIES = "artifact-repositories"  # Argo's per-namespace default artifact repository ConfigMap
-ARGO_DEFAULT_ANNOTATION = "workflows.argoproj.io/default-artifact-repository"
-ARGO_CONTROLLER_CONFIG = "workflow-controller-configmap"
 TRAINER_GROUP, TRAINER_VERSION, RUNTIMES = "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes"
 KUEUE_GROUP, KUEUE_VERSIONS = "kueue.x-k8s.io", ("v1beta2", "v1beta1")
 EXAMPLE_URI = "http://mlflow.mlflow.svc.cluster.local:5000"
@@ -45,16 +43,7 @@ EXAMPLE_URI = "http://mlflow.mlflow.svc.cluster.local:5000"
 CLUSTER_QUEUE_PLACEHOLDER = "your-cluster-queue"
 
 
-@dataclass(frozen=True)
-class Check:
-    """One line of the checklist: whether it holds, what was checked, and the command that fixes it."""
-
-    ok: bool
-    what: str
-    fix: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "what": self.what, **({"fix": self.fix} if self.fix else {})}
+Check = DoctorCheck  # one line of the checklist (the contract's, so a backend's own checks are lines too)
 
 
 @dataclass(frozen=True)
@@ -103,15 +92,6 @@ def _q(value: str) -> str:
     return shlex.quote(value)
 
 
-def _unread(exc: Unanswered, what: str, namespace: str = "") -> Check:
-    """A read that failed: forbidden (with the can-i line) or unanswered."""
-    if isinstance(exc, Forbidden):
-        scope = f" -n {_q(namespace)}" if namespace else ""
-        return Check(False, f"{what}: you may not read it ({exc})", f"kubectl auth can-i get {what.split()[0].lower()}s"
-                     f"{scope}  # ask your cluster admin for read access")
-    return Check(False, f"{what}: the API did not answer ({exc})", "kubectl cluster-info")
-
-
 # --------------------------------------------------------------------------- namespace, secret, RBAC
 
 
@@ -119,7 +99,7 @@ def namespace_exists(cluster: ClusterReader, namespace: str) -> tuple[Check, dic
     try:
         found = cluster.namespace(namespace)
     except Unanswered as exc:
-        return _unread(exc, f"Namespace {namespace}"), None
+        return unread(exc, f"Namespace {namespace}"), None
     if found is None:
         return Check(False, f"namespace {namespace} does not exist", f"kubectl create namespace {_q(namespace)}"), None
     return Check(True, f"namespace {namespace} exists"), found
@@ -139,7 +119,7 @@ def tracking_secret(cluster: ClusterReader, namespace: str) -> Check:
     try:
         secret = cluster.secret(namespace, TRACKING_SECRET)
     except Unanswered as exc:
-        return _unread(exc, f"Secret {TRACKING_SECRET} in {namespace}", namespace)
+        return unread(exc, f"Secret {TRACKING_SECRET} in {namespace}", namespace)
     if secret is None:
         return Check(False, f"Secret {TRACKING_SECRET} missing in {namespace} (every pod reads {TRACKING_URI_KEY} "
                      "from it)", create)
@@ -209,7 +189,7 @@ def _tolerated(taint: Mapping[str, Any], tolerations: Iterable[Toleration]) -> b
     return False
 
 
-def _blocking_taints(node: Mapping[str, Any], tolerations: Iterable[Toleration]) -> list[Mapping[str, Any]]:
+def blocking_taints(node: Mapping[str, Any], tolerations: Iterable[Toleration]) -> list[Mapping[str, Any]]:
     taints = (node.get("spec") or {}).get("taints") or []
     return [t for t in taints if t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(t, tolerations)]
 
@@ -240,7 +220,7 @@ def gpu_nodes(cluster: ClusterReader, placement: GpuPlacement, nodes_needed: int
     try:
         nodes = placed_nodes(cluster, placement)
     except Unanswered as exc:
-        return [_unread(exc, "Node list")]
+        return [unread(exc, "Node list")]
     if not nodes and placement.terms:
         from components.gpu_nodes import GPU_NODES, PRODUCT_LABEL
 
@@ -255,10 +235,10 @@ def gpu_nodes(cluster: ClusterReader, placement: GpuPlacement, nodes_needed: int
                       f"kubectl label node YOUR_GPU_NODE {first[0]}={first[1]}  # or install the NVIDIA GPU operator, "
                       "which labels GPU nodes")]
     checks = [Check(True, f"{len(nodes)} node(s) of {shown}" if placement.terms else f"{len(nodes)} node(s) labelled {shown}")]
-    usable = [n for n in nodes if not _blocking_taints(n, placement.tolerations)]
+    usable = [n for n in nodes if not blocking_taints(n, placement.tolerations)]
     if not usable:
         node = nodes[0]
-        taint = _blocking_taints(node, placement.tolerations)[0]
+        taint = blocking_taints(node, placement.tolerations)[0]
         spelled = f"{taint.get('key')}{'=' + taint['value'] if taint.get('value') else ''}:{taint.get('effect')}"
         allowed = ", ".join(f"{t.key}:{t.effect}" for t in placement.tolerations) or "none"
         name = node["metadata"]["name"]
@@ -304,7 +284,7 @@ def training_runtime(cluster: ClusterReader) -> Check:
         return Check(False, f"Kubeflow Trainer is not installed ({RUNTIMES}.{TRAINER_GROUP}/{TRAINER_VERSION} not "
                      "served)", install)
     except Unanswered as exc:
-        return _unread(exc, f"ClusterTrainingRuntime {name}")
+        return unread(exc, f"ClusterTrainingRuntime {name}")
     if found is None:
         return Check(False, f"ClusterTrainingRuntime {name} missing (the TrainJob's runtimeRef)", install)
     return Check(True, f"ClusterTrainingRuntime {name} exists")
@@ -322,7 +302,7 @@ def launcher_rbac(cluster: ClusterReader, namespace: str) -> Check:
         role = cluster.role(namespace, name)
         binding = cluster.role_binding(namespace, name)
     except Unanswered as exc:
-        return _unread(exc, f"Role {name} in {namespace}", namespace)
+        return unread(exc, f"Role {name} in {namespace}", namespace)
     missing = [kind for kind, obj in (("ServiceAccount", account), ("Role", role), ("RoleBinding", binding)) if obj is None]
     if missing:
         return Check(False, f"launcher RBAC in {namespace}: {', '.join(missing)} {name} missing (the gang launcher "
@@ -357,7 +337,7 @@ def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: boo
     try:
         pvc = cluster.pvc(namespace, name)
     except Unanswered as exc:
-        return _unread(exc, f"PersistentVolumeClaim {name} in {namespace}", namespace)
+        return unread(exc, f"PersistentVolumeClaim {name} in {namespace}", namespace)
     if pvc is None:
         return Check(False, f"PersistentVolumeClaim {name} missing in {namespace}", example)
     modes = (pvc.get("spec") or {}).get("accessModes") or []
@@ -386,39 +366,11 @@ def local_queue(cluster: ClusterReader, namespace: str, name: str) -> Check:
                      "helm install kueue oci://registry.k8s.io/kueue/charts/kueue --version 0.17.0 "
                      "-n kueue-system --create-namespace")
     except Unanswered as exc:
-        return _unread(exc, f"LocalQueue {name} in {namespace}", namespace)
+        return unread(exc, f"LocalQueue {name} in {namespace}", namespace)
     if found is None:
         return Check(False, f"Kueue LocalQueue {name} missing in {namespace}", example)
     return Check(True, f"Kueue LocalQueue {name} in {namespace} (ClusterQueue "
                  f"{(found.get('spec') or {}).get('clusterQueue', '?')})")
-
-
-# --------------------------------------------------------------------------- Argo's artifact repository
-
-
-def argo_artifacts(cluster: ClusterReader, namespace: str, controller_namespace: str) -> Check:
-    """A default artifact repository for the Workflow's artifacts: the namespace's ``artifact-repositories``
-    ConfigMap (with its default annotation), else the controller's ``artifactRepository``."""
-    fix = f"kubectl -n {_q(namespace)} apply -f artifact-repositories.yaml  # the ConfigMap of {DOCS}, step 4"
-    try:
-        repos = cluster.config_map(namespace, ARGO_REPOSITORIES)
-    except Unanswered as exc:
-        return _unread(exc, f"ConfigMap {ARGO_REPOSITORIES} in {namespace}", namespace)
-    if repos is not None:
-        key = ((repos.get("metadata") or {}).get("annotations") or {}).get(ARGO_DEFAULT_ANNOTATION)
-        if key and key in (repos.get("data") or {}):
-            return Check(True, f"Argo artifact repository: {ARGO_REPOSITORIES} in {namespace} (key {key})")
-        return Check(False, f"Argo: ConfigMap {ARGO_REPOSITORIES} in {namespace} names no default repository "
-                     f"(annotation {ARGO_DEFAULT_ANNOTATION} and that data key)", fix)
-    try:
-        controller = cluster.config_map(controller_namespace, ARGO_CONTROLLER_CONFIG)
-    except Unanswered:
-        controller = None
-    if controller is not None and (controller.get("data") or {}).get("artifactRepository"):
-        return Check(True, f"Argo artifact repository: {ARGO_CONTROLLER_CONFIG} in {controller_namespace}")
-    return Check(False, f"Argo has no artifact repository for {namespace} (no ConfigMap {ARGO_REPOSITORIES} there, "
-                 f"no artifactRepository in {controller_namespace}/{ARGO_CONTROLLER_CONFIG}); the steps pass outputs "
-                 "as artifacts", fix)
 
 
 # --------------------------------------------------------------------------- Pod Security
@@ -482,7 +434,7 @@ def secret_key(cluster: ClusterReader, namespace: str, name: str, key: str, env:
     try:
         secret = cluster.secret(namespace, name)
     except Unanswered as exc:
-        return _unread(exc, f"Secret {name} in {namespace}", namespace)
+        return unread(exc, f"Secret {name} in {namespace}", namespace)
     if secret is None:
         return Check(False, f"Secret {name} missing in {namespace} (the pods read {env} from its key {key}: without it "
                      "they do not start)", f"kubectl -n {_q(namespace)} create secret generic {name} "
@@ -503,7 +455,7 @@ def pull_secret(cluster: ClusterReader, namespace: str, name: str) -> Check:
     try:
         secret = cluster.secret(namespace, name)
     except Unanswered as exc:
-        return _unread(exc, f"Secret {name} in {namespace}", namespace)
+        return unread(exc, f"Secret {name} in {namespace}", namespace)
     if secret is None:
         return Check(False, f"image pull Secret {name} missing in {namespace} (the kubelet cannot pull the step image)",
                      create)

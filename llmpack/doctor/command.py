@@ -4,27 +4,12 @@ One line per check, ``✓`` or ``✗``; under each ``✗`` the command that fixe
 check holds, 1 otherwise, 2 for bad input (one line). Tokens are never printed: they come from
 the kubeconfig or the environment and every message from a server is scrubbed of them.
 
-What is checked, in order (the checks themselves: :mod:`llmpack.doctor.checks`):
-
-* the Kubernetes API answers (the one client builder, :mod:`components.servers.kube`);
-* the namespace checked is the one the artifacts were compiled for (``--namespace`` defaults to it);
-* GPU nodes: the labels the GPU pods select, taints their tolerations cover, allocatable
-  ``nvidia.com/gpu`` per pod on as many nodes as the run needs, and each compiled GPU pod's CPU,
-  memory and ephemeral storage within a schedulable node's allocatable (the gang: on ``numNodes``
-  of them; :mod:`llmpack.doctor.capacity`); ``list nodes`` for the pod watcher;
-* per namespace, the kinds the artifacts create outside Kubernetes' own groups served (the
-  TrainJob, the Workflow), and its ResourceQuotas and LimitRanges admitting the GPU pods;
-* per namespace (argo and mlflow: ``--namespace``; kfp: ``--kfp-namespace``): it exists, the MLflow
-  Secret and its ``tracking-uri``, a SelfSubjectAccessReview per call each path makes there, its
-  Pod Security level against the compiled pods, Argo's artifact repository, the PVCs the compiled
-  pods mount (and ``--cache-pvc``), Bound; with ``--nodes N`` the launcher's RBAC and the
-  ReadWriteMany PVC, with ``--queue`` the LocalQueue;
-* the Secrets the compiled pods read (``HF_TOKEN``: ``--hf-token-secret``, its key) and pull the image
-  with (``--image-pull-secret``), and the model/data PVCs (``--model-pvc``, ``--data-pvc``), whether
-  named by the flags or found in the compiled artifacts; ``--checkpoint-pvc`` Bound, and ReadWriteMany with
-  ``--nodes N`` (every node pod of the gang resumes from it);
-* with ``--nodes N``: the ``torch-distributed`` ClusterTrainingRuntime;
-* the KFP and Argo servers' version calls, when their hosts are known.
+In order: the Kubernetes API answers, the namespace is the one compiled for, the GPU nodes
+(labels, taints, allocatable GPUs, each compiled GPU pod's fit), then per namespace its kinds,
+quotas, Secret, RBAC, Pod Security, each backend's own checks (:meth:`Backend.doctor_checks`),
+the PVCs and Secrets the compiled pods use; with ``--nodes N`` the gang's runtime, RBAC and shared
+PVC; last the servers' version calls. The checks themselves: :mod:`llmpack.doctor.checks`. Each
+check and its fix: docs/first-run-on-a-cluster.md, "Check it: llmpack doctor", and docs/cli.md.
 """
 
 from __future__ import annotations
@@ -39,7 +24,7 @@ from typing import Any
 import click
 
 from components import settings
-from components.backend import ClusterPath
+from components.backend import ClusterPath, DoctorFlag
 from components.errors import InputError
 from llmpack.backends import ORCHESTRATORS, cluster_path
 from llmpack.ui.options import TLS_OPTIONS, tls_connection
@@ -63,12 +48,12 @@ class DoctorOptions:
     cache_pvc: str | None
     compiled: Path
     hosts: Mapping[str, str | None] = field(default_factory=dict)  # each path's server, from its --NAME-host
-    argo_controller_namespace: str
+    flags: Mapping[str, str] = field(default_factory=dict)  # the backends' own doctor options (DoctorFlag), by dest
     # The submit flags' references (llmpack.ui.pod_options): PVCs, (Secret, key, env), image pull Secrets.
     pvcs: tuple[str, ...] = ()
     secrets: tuple[tuple[str, str, str], ...] = ()
     pull_secrets: tuple[str, ...] = ()
-    # --checkpoint-pvc's claim: Bound, and ReadWriteMany for a gang (every node pod resumes from it; issue 24).
+    # --checkpoint-pvc's claim: Bound, and ReadWriteMany for a gang (every node pod resumes from it).
     checkpoint_pvc: str | None = None
 
 
@@ -86,8 +71,8 @@ def check_options(opts: DoctorOptions) -> None:
     from components.dsl import is_dns1123_label
 
     own = tuple((f"--{path}-namespace", value) for path, value in opts.pod_namespaces.items())
-    for flag, value in (("--namespace", opts.namespace), *own,
-                        ("--argo-controller-namespace", opts.argo_controller_namespace),
+    flags = tuple((flag.flag, opts.flags.get(flag.dest)) for flag in _backend_flags())
+    for flag, value in (("--namespace", opts.namespace), *own, *flags,
                         ("--queue", opts.queue), ("--cache-pvc", opts.cache_pvc)):
         if value is not None and not is_dns1123_label(value):
             raise InputError(f"{flag} {value!r}: not a valid Kubernetes name (lower case, digits, '-')")
@@ -137,6 +122,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
     Secrets its pods read and pull with; ``needs``: their GPU pods, created kinds and namespace,
     :class:`llmpack.doctor.capacity.Needs`); only the first when the API does not answer."""
     from components.record.tracking import TRACKING_SECRET
+    from llmpack.backends import backend
     from llmpack.doctor import capacity
     from llmpack.doctor import checks as dc
     from llmpack.doctor.reader import Unanswered
@@ -171,8 +157,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         for path in paths:
             checks.append(dc.access(cluster, path, namespace, dc.path_verbs(path)))
             checks.append(dc.pod_security(path, namespace, found, specs[path]))
-            if path == "argo":
-                checks.append(dc.argo_artifacts(cluster, namespace, opts.argo_controller_namespace))
+            checks += backend(path).doctor_checks(cluster, namespace, opts.flags)
         shared = (opts.cache_pvc or DEFAULT_SHARED_PVC) if gang else None
         if gang:
             checks.append(dc.launcher_rbac(cluster, namespace))
@@ -267,6 +252,25 @@ def pod_namespaces(per_path: Mapping[str, str | None]) -> dict[str, str]:
     return {path.name: value for path in _own_namespace_paths() if (value := per_path.get(f"{path.name}_namespace"))}
 
 
+def _backend_flags() -> list[DoctorFlag]:
+    """The cluster backends' own doctor options (:attr:`components.backend.DoctorFacts.flags`), in registry order."""
+    from llmpack.backends import backend
+
+    return [flag for name in PATHS for flag in backend(name).doctor.flags]
+
+
+def backend_flag_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Each backend's own doctor option (``--argo-controller-namespace``...), its default the backend's."""
+    for flag in reversed(_backend_flags()):
+        func = click.option(flag.flag, flag.dest, default=flag.default, show_default=True, help=flag.help)(func)
+    return func
+
+
+def backend_flag_values(given: Mapping[str, str | None]) -> dict[str, str]:
+    """The backends' own doctor option values by dest (the keywords :func:`backend_flag_options` gave)."""
+    return {flag.dest: value for flag in _backend_flags() if (value := given.get(flag.dest)) is not None}
+
+
 def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
     lines = [f"llmpack doctor: {', '.join(opts.paths)} on {host}"
              + (f" (gang: {opts.nodes} nodes)" if opts.nodes > 1 else "")]
@@ -302,8 +306,7 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
               help="What llmpack compile --out DIR wrote (default: the committed artifacts; "
                    "with --nodes: examples/multinode).")
 @server_options
-@click.option("--argo-controller-namespace", default="argo", show_default=True,
-              help="Namespace of Argo's workflow-controller-configmap.")
+@backend_flag_options
 @click.option("--model-pvc", default=None, metavar="NAME[:MOUNT]", help="The model's PVC (as llmpack compile): exists, Bound.")
 @click.option("--data-pvc", default=None, metavar="NAME[:MOUNT]", help="The data's PVC (as llmpack compile): exists, Bound.")
 @click.option("--checkpoint-pvc", default=None, metavar="NAME[:MOUNT]",
@@ -316,7 +319,7 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
            ca_cert: str | None, insecure_skip_tls_verify: bool, gpus: int | None, gpu_type: str | None, nodes: int,
            queue: str | None,
            cache_pvc: str | None, compiled: Path | None,
-           argo_controller_namespace: str, as_json: bool, model_pvc: str | None, data_pvc: str | None,
+           as_json: bool, model_pvc: str | None, data_pvc: str | None,
            hf_token_secret: str | None, image_pull_secrets: tuple[str, ...], checkpoint_pvc: str | None, **per_path: str | None) -> None:
     """Check, before a run spends GPU-hours, that the cluster has what the compiled
     artifacts reference: namespace, RBAC, GPU nodes and taints, the MLflow Secret,
@@ -344,7 +347,8 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
     namespace = namespace or compiled_namespace(compiled or root) or DEFAULT_NAMESPACE
     opts = DoctorOptions(paths=parse_paths(paths), namespace=namespace, gpus=gpus,
                          gpu_type=None if gpu_type is None else resolve_gpu_type(gpu_type), nodes=nodes, queue=queue, cache_pvc=cache_pvc, compiled=compiled or root,
-                         hosts=server_hosts(per_path), pod_namespaces=pod_namespaces(per_path), argo_controller_namespace=argo_controller_namespace,
+                         hosts=server_hosts(per_path), pod_namespaces=pod_namespaces(per_path),
+                         flags=backend_flag_values(per_path),
                          checkpoint_pvc=checkpoint_claim(checkpoint_pvc),
                          **submit_references(model_pvc, data_pvc, hf_token_secret, image_pull_secrets))
     check_options(opts)

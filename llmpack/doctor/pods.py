@@ -1,11 +1,11 @@
 """What the compiled artifacts ask of a cluster, read from the files ``llmpack compile`` wrote: the pods'
 security settings, for ``llmpack doctor``'s Pod Security check.
 
-Each path's pod specs come from its own artifact (the files a user submits): KFP's platform spec
-(its executors' ``securityContext``), the Argo Workflow (pod-level ``securityContext`` and each
-template's container), the MLflow Kubernetes Job template, and with a gang the TrainJob
-(every pod spec its ``runtimePatches`` carry). Containers the orchestrators add themselves
-(KFP's driver and launcher, Argo's ``init``/``wait``) are not in the artifacts and are not judged here.
+Each path's pod specs come from its own artifact (the files a user submits), read by its backend
+(:meth:`components.backend.Backend.compiled_pods`: KFP's platform spec, the Argo Workflow, the
+MLflow Kubernetes Job template), and with a gang the TrainJob (every pod spec its
+``runtimePatches`` carry). Containers the orchestrators add themselves are not in the artifacts
+and are not judged here.
 
 :func:`violations` judges a container against a Pod Security Standards level as the API server's
 admission does for the fields the artifacts can carry: ``restricted`` needs ``runAsNonRoot``,
@@ -17,11 +17,11 @@ admission does for the fields the artifacts can carry: ``restricted`` needs ``ru
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from components import yamltext
+from components.compiled_pods import PodSpec, pod_specs_in
 from components.errors import InputError
 
 LEVELS = ("privileged", "baseline", "restricted")  # weakest first
@@ -30,22 +30,12 @@ TRAINJOB_ARTIFACT = "trainjob/finetune-trainjob.yaml"
 _SECCOMP_OK = ("RuntimeDefault", "Localhost")
 
 
-@dataclass(frozen=True)
-class PodSpec:
-    """One pod's security-relevant fields: where it comes from, its pod-level context, its containers' contexts."""
-
-    where: str  # e.g. "argo template finetune"
-    pod: Mapping[str, Any] = field(default_factory=dict)
-    containers: tuple[tuple[str, Mapping[str, Any]], ...] = ()
-    host_path: bool = False
-
-
 def committed_root() -> Path:
     """Where the committed artifacts are: the directory holding the packages (``llmpack``, ``kfp_pipelines``...)."""
     return Path(__file__).resolve().parents[2]
 
 
-def _artifact(path: str) -> str:
+def artifact_of(path: str) -> str:
     """The compiled file whose pods are checked for ``path`` (the backend's ``doctor.pod_artifact``)."""
     from llmpack.backends import backend
 
@@ -58,10 +48,12 @@ def _artifact(path: str) -> str:
 def pod_specs(root: Path, path: str, *, gang: bool) -> list[PodSpec]:
     """The pod specs of ``path``'s artifact under ``root`` (``llmpack compile --out root``), and the TrainJob's
     with ``gang``. A missing or unreadable artifact is an :class:`InputError` naming it."""
-    specs = list(_READERS.get(path, _pods_of)(_load(root / _artifact(path))))
+    from llmpack.backends import backend
+
+    specs = list(backend(path).compiled_pods(load_compiled(root / artifact_of(path))))
     if gang:
         specs += [PodSpec(f"TrainJob {s.where}", s.pod, s.containers, s.host_path)
-                  for s in _pod_specs_in((_load(root / TRAINJOB_ARTIFACT) or [{}])[0])]
+                  for s in pod_specs_in((load_compiled(root / TRAINJOB_ARTIFACT) or [{}])[0])]
         if not any(s.where.startswith("TrainJob") for s in specs):
             specs.append(PodSpec("TrainJob node pods"))  # no pod spec patched in: the runtime's pods, no context of ours
     return specs
@@ -69,7 +61,7 @@ def pod_specs(root: Path, path: str, *, gang: bool) -> list[PodSpec]:
 
 def claimed_pvcs(root: Path, path: str, *, gang: bool) -> set[str]:
     """The PersistentVolumeClaims ``path``'s artifact (and with ``gang`` the TrainJob) mounts by name."""
-    docs = _load(root / _artifact(path)) + (_load(root / TRAINJOB_ARTIFACT) if gang else [])
+    docs = load_compiled(root / artifact_of(path)) + (load_compiled(root / TRAINJOB_ARTIFACT) if gang else [])
     return {name for name in _claim_names(docs) if "{{" not in name}  # a claim named by a run parameter: unknown here
 
 
@@ -89,7 +81,7 @@ def _claim_names(doc: Any) -> Iterator[str]:
 def referenced_secrets(root: Path, path: str, *, gang: bool) -> tuple[set[tuple[str, str, str]], set[str]]:
     """What ``path``'s artifact (and with ``gang`` the TrainJob) reads from Secrets: required ``(name, key, env)``
     env refs (Argo, the MLflow Job, the TrainJob: ``secretKeyRef``; KFP: ``secretAsEnv``), and image pull Secrets."""
-    docs = _load(root / _artifact(path)) + (_load(root / TRAINJOB_ARTIFACT) if gang else [])
+    docs = load_compiled(root / artifact_of(path)) + (load_compiled(root / TRAINJOB_ARTIFACT) if gang else [])
     refs: set[tuple[str, str, str]] = set()
     pulls: set[str] = set()
 
@@ -114,61 +106,11 @@ def referenced_secrets(root: Path, path: str, *, gang: bool) -> tuple[set[tuple[
     return refs, pulls
 
 
-def _load(file: Path) -> list[Any]:
+def load_compiled(file: Path) -> list[Any]:
     try:
         return [doc for doc in yamltext.load_file(file, str(file), documents=True) if doc is not None]
     except OSError as exc:
         raise InputError(f"{file}: {exc.strerror or exc} (point --compiled at what llmpack compile --out wrote)") from None
-
-
-def _kfp(docs: list[Any]) -> Iterator[PodSpec]:
-    platform = next((d for d in docs if isinstance(d, dict) and "platforms" in d), {})
-    executors = (((platform.get("platforms") or {}).get("kubernetes") or {}).get("deploymentSpec") or {}).get("executors") or {}
-    for name, executor in sorted(executors.items()):
-        context = dict(executor.get("securityContext") or {})  # kfp-kubernetes: the executor container's
-        yield PodSpec(f"kfp {name}", {}, (("main", context),))
-
-
-def _argo(docs: list[Any]) -> Iterator[PodSpec]:
-    spec = (docs[0] if docs else {}).get("spec") or {}
-    pod = dict(spec.get("securityContext") or {})
-    host_path = any("hostPath" in (v or {}) for v in spec.get("volumes") or [])
-    for template in spec.get("templates") or []:
-        container = template.get("container") or template.get("script")
-        if container is not None:
-            yield PodSpec(f"argo template {template.get('name')}", {**pod, **(template.get("securityContext") or {})},
-                          (("main", dict(container.get("securityContext") or {})),), host_path)
-
-
-def _mlflow(docs: list[Any]) -> Iterator[PodSpec]:
-    spec = ((((docs[0] if docs else {}).get("spec") or {}).get("template") or {}).get("spec")) or {}
-    for found in _pod_specs_in(spec):
-        yield PodSpec(f"mlflow Job {found.where}", found.pod, found.containers, found.host_path)
-
-
-def _pod_specs_in(doc: Any, where: str = "pod") -> Iterator[PodSpec]:
-    """Every pod spec (a mapping with ``containers``) inside ``doc``."""
-    if isinstance(doc, Mapping):
-        if isinstance(doc.get("containers"), list):
-            containers = tuple((str(c.get("name")), dict(c.get("securityContext") or {}))
-                               for c in [*doc.get("initContainers", []), *doc["containers"]] if isinstance(c, Mapping))
-            host_path = any(isinstance(v, Mapping) and "hostPath" in v for v in doc.get("volumes") or [])
-            yield PodSpec(where, dict(doc.get("securityContext") or {}), containers, host_path)
-            return
-        for key, value in doc.items():
-            yield from _pod_specs_in(value, str(doc.get("name") or where) if key != "metadata" else where)
-    elif isinstance(doc, list):
-        for item in doc:
-            yield from _pod_specs_in(item, where)
-
-
-def _pods_of(docs: list[Any]) -> Iterator[PodSpec]:
-    """Any other backend's compiled file: every pod spec in it."""
-    for doc in docs:
-        yield from _pod_specs_in(doc)
-
-
-_READERS = {"kfp": _kfp, "argo": _argo, "mlflow": _mlflow}  # readers of the shipped backends' own shapes
 
 
 def violations(spec: PodSpec, level: str) -> list[str]:

@@ -8,8 +8,10 @@ A 403 is :class:`Forbidden`, so a check can say *you may not read it* rather tha
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
+from components.backend import DoctorCheck
 from components.servers import kube
 from components.servers.remote import one_line
 
@@ -31,6 +33,8 @@ class Missing(Exception):
 class ClusterReader:
     """Reads through one ``kubernetes.client.ApiClient`` (built by :func:`components.servers.kube.api_client`)."""
 
+    Unanswered = Unanswered  # what a failed read raises: a backend's own checks catch it (components.backend)
+
     def __init__(self, api_client: Any) -> None:
         from kubernetes import client
 
@@ -51,13 +55,18 @@ class ClusterReader:
         except ApiException as exc:
             if exc.status == 404:
                 if not _names_an_object(exc.body):
-                    raise Missing(one_line(_message(exc), self._secrets)) from None
+                    raise Missing(self._message(exc)) from None
                 return None
-            text = one_line(_message(exc), self._secrets)
+            text = self._message(exc)
             raise (Forbidden if exc.status == 403 else Unanswered)(f"HTTP {exc.status}: {text}") from None
         except Exception as exc:  # noqa: BLE001 - unreachable, TLS, timeout: one line for the checklist
             raise Unanswered(f"{self.host}: {one_line(type(exc).__name__ + ': ' + str(exc), self._secrets)}") from None
         return json.loads(response.data or b"{}")
+
+    def _message(self, exc: BaseException) -> str:
+        """The server's message of a failed call (:func:`components.servers.kube.failure`), else its reason."""
+        failed = kube.failure(exc, self.api)
+        return one_line(failed.message or failed.reason, self._secrets)
 
     def version(self) -> str:
         """The API server's ``gitVersion``."""
@@ -71,6 +80,10 @@ class ClusterReader:
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._call(self.core.read_namespaced_config_map, name, namespace)
+
+    def unread(self, exc: Exception, what: str, namespace: str = "") -> DoctorCheck:
+        """As :func:`unread` (the contract's ``DoctorReader``: a backend's own checks call it)."""
+        return unread(exc, what, namespace)
 
     def pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._call(self.core.read_namespaced_persistent_volume_claim, name, namespace)
@@ -121,7 +134,7 @@ class ClusterReader:
         try:
             review = self.authz.create_self_subject_access_review(body, _request_timeout=REQUEST_TIMEOUT_S)
         except ApiException as exc:
-            raise Unanswered(f"SelfSubjectAccessReview: HTTP {exc.status}: {one_line(_message(exc), self._secrets)}") from None
+            raise Unanswered(f"SelfSubjectAccessReview: HTTP {exc.status}: {self._message(exc)}") from None
         except Exception as exc:  # noqa: BLE001
             raise Unanswered(f"{self.host}: {one_line(type(exc).__name__ + ': ' + str(exc), self._secrets)}") from None
         return bool(review.status and review.status.allowed)
@@ -150,5 +163,10 @@ def _names_an_object(body: Any) -> bool:
     return bool((_status_body(body).get("details") or {}).get("name"))
 
 
-def _message(exc: Any) -> str:
-    return str(_status_body(exc.body).get("message") or exc.reason or "")
+def unread(exc: Exception, what: str, namespace: str = "") -> DoctorCheck:
+    """The failed check of a read that raised :class:`Unanswered`: forbidden (with the can-i line) or unanswered."""
+    if isinstance(exc, Forbidden):
+        scope = f" -n {shlex.quote(namespace)}" if namespace else ""
+        return DoctorCheck(False, f"{what}: you may not read it ({exc})", f"kubectl auth can-i get {what.split()[0].lower()}s"
+                           f"{scope}  # ask your cluster admin for read access")
+    return DoctorCheck(False, f"{what}: the API did not answer ({exc})", "kubectl cluster-info")

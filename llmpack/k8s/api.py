@@ -66,32 +66,22 @@ def _scrub(message: str, tokens: Iterable[str]) -> str:
 
 def api_error(exc: BaseException, api_client: Any, doing: str) -> InputError:
     """One line for a failed API call: what we tried, where, what the server (or network) said."""
-    from kubernetes.client.exceptions import ApiException
-
-    host = getattr(getattr(api_client, "configuration", None), "host", "?")
-    if isinstance(exc, ApiException):
-        status = exc.status
+    failed = kube.failure(exc, api_client)
+    host, status = failed.host, failed.status
+    if failed.api_exception:
         if status == 401:
             msg = f"Kubernetes API at {host}: 401 Unauthorized: the token or kubeconfig credentials were rejected"
         elif status == 403:
             msg = f"Kubernetes API at {host}: 403 Forbidden: not allowed to {doing} (needs get, list and watch on pods)"
         elif status == 0:  # the client wraps urllib3's SSLError as status 0, "SSLError\n<detail>"
-            lines = (exc.reason or "").strip().splitlines()
+            lines = failed.reason.strip().splitlines()
             detail = " ".join(lines[1:]).strip()[:200] or (lines[0] if lines else "SSLError")
             msg = f"Kubernetes API at {host}: TLS error while trying to {doing} ({detail})"
         else:
-            msg = f"Kubernetes API at {host}: {status} {_status_message(exc) or exc.reason or ''} while trying to {doing}"
+            msg = f"Kubernetes API at {host}: {status} {failed.message or failed.reason} while trying to {doing}"
     else:
         msg = f"cannot reach the Kubernetes API at {host} ({_network_reason(exc)}) while trying to {doing}"
     return InputError(_scrub(" ".join(msg.split()), kube.secrets_of(getattr(api_client, "configuration", None))))
-
-
-def _status_message(exc: Any) -> str:
-    try:
-        body = json.loads(exc.body)
-    except (TypeError, ValueError):
-        return ""
-    return str(body.get("message", "")) if isinstance(body, dict) else ""
 
 
 def _network_reason(exc: BaseException) -> str:

@@ -18,8 +18,10 @@ from llmpack.backends import ORCHESTRATORS, cluster_submitter
 
 
 def submit(orchestrator: str, **kwargs: Any) -> dict[str, Any]:
-    """``submit(name, **options)``: that backend's run started; returns its summary."""
-    return cluster_submitter(orchestrator).submit_run(**kwargs)
+    """``submit(name, **options)``: that backend's run started (its :class:`~components.backend.SubmitRequest`
+    made from ``options``); returns its summary."""
+    backend = cluster_submitter(orchestrator)
+    return backend.submit_run(backend.request(kwargs))
 
 
 def wait_for_completion(summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:

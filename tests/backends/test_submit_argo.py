@@ -48,8 +48,8 @@ def golden() -> dict:
 
 def test_submit_sends_the_committed_workflow_with_run_arguments(argo: ArgoServerStandIn) -> None:
     before = time.time()
-    summary = argo_submit.submit(host=argo.url, token=TOKEN,
-                                 params={"model": "tiny", "data": "builtin", "max_steps": 7, "seed": 3})
+    summary = argo_submit.submit(argo_submit.Request(host=argo.url, token=TOKEN,
+                                 params={"model": "tiny", "data": "builtin", "max_steps": 7, "seed": 3}))
     after = time.time()
 
     (post,) = argo.recorded("POST")
@@ -91,13 +91,13 @@ def test_server_and_token_from_the_environment_like_the_argo_cli(argo: ArgoServe
     monkeypatch.setenv("ARGO_SECURE", "false")
     monkeypatch.setenv("ARGO_TOKEN", f"Bearer {TOKEN}")
     monkeypatch.setenv("ARGO_NAMESPACE", "argo")
-    summary = argo_submit.submit()
+    summary = argo_submit.submit(argo_submit.Request())
     assert summary["namespace"] == "argo" and ("argo", summary["workflow_name"]) in argo.workflows
     assert argo.recorded("POST")[0].path == "/api/v1/workflows/argo"
 
 
 def test_wait_for_completion_polls_until_the_workflow_ends(argo: ArgoServerStandIn) -> None:
-    summary = argo_submit.submit(host=argo.url, token=TOKEN)
+    summary = argo_submit.submit(argo_submit.Request(host=argo.url, token=TOKEN))
     result = submit.wait_for_completion(summary, token=TOKEN, poll_s=0.01, timeout_s=10)
     assert result["status"] == "succeeded" and result["state"] == "Succeeded"
     assert len(argo.recorded("GET", summary["workflow_name"])) == 3
@@ -105,7 +105,7 @@ def test_wait_for_completion_polls_until_the_workflow_ends(argo: ArgoServerStand
 
 def test_wait_reports_failure_and_timeout() -> None:
     with ArgoServerStandIn(token=TOKEN, phases=("Pending", "Running")) as server:
-        summary = argo_submit.submit(host=server.url, token=TOKEN)
+        summary = argo_submit.submit(argo_submit.Request(host=server.url, token=TOKEN))
         name = summary["workflow_name"]
         stuck = argo_submit.wait_for_workflow(name, host=server.url, token=TOKEN, poll_s=0.01, timeout_s=0.2)
         assert stuck["status"] == "timeout" and stuck["state"] == "Running"
@@ -118,7 +118,7 @@ def test_bad_token_is_one_line_without_the_token(argo: ArgoServerStandIn, capsys
                                                  caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     with pytest.raises(InputError) as info:
-        argo_submit.submit(host=argo.url, token=BAD_TOKEN)
+        argo_submit.submit(argo_submit.Request(host=argo.url, token=BAD_TOKEN))
     message = str(info.value)
     assert "401" in message and "\n" not in message
     out, err = capsys.readouterr()
@@ -130,31 +130,31 @@ def test_bad_token_is_one_line_without_the_token(argo: ArgoServerStandIn, capsys
 def test_unreachable_endpoint() -> None:
     start = time.monotonic()
     with pytest.raises(InputError, match="unreachable") as info:
-        argo_submit.submit(host=f"http://127.0.0.1:{closed_port()}", token=BAD_TOKEN)
+        argo_submit.submit(argo_submit.Request(host=f"http://127.0.0.1:{closed_port()}", token=BAD_TOKEN))
     assert time.monotonic() - start < 5
     assert BAD_TOKEN not in str(info.value)
 
 
 def test_no_endpoint_configured() -> None:
     with pytest.raises(InputError, match="no Argo Server configured.*ARGO_SERVER"):
-        argo_submit.submit(token=TOKEN)
+        argo_submit.submit(argo_submit.Request(token=TOKEN))
 
 
 def test_namespace_not_found_and_forbidden() -> None:
     with ArgoServerStandIn(token=TOKEN, forbidden_namespaces=("kube-system",)) as server:
         with pytest.raises(InputError, match="namespace 'nope' not found"):
-            argo_submit.submit(host=server.url, token=TOKEN, namespace="nope")
+            argo_submit.submit(argo_submit.Request(host=server.url, token=TOKEN, namespace="nope"))
         with pytest.raises(InputError, match="403.*kube-system|kube-system.*403"):
-            argo_submit.submit(host=server.url, token=TOKEN, namespace="kube-system")
+            argo_submit.submit(argo_submit.Request(host=server.url, token=TOKEN, namespace="kube-system"))
         with pytest.raises(InputError, match="--namespace"):
-            argo_submit.submit(host=server.url, token=TOKEN, namespace="Not_A_Namespace")
+            argo_submit.submit(argo_submit.Request(host=server.url, token=TOKEN, namespace="Not_A_Namespace"))
 
 
 def test_bad_parameters_fail_before_any_request(argo: ArgoServerStandIn) -> None:
     with pytest.raises(InputError, match="unknown pipeline parameter"):
-        argo_submit.submit(host=argo.url, token=TOKEN, params={"epochs": 3})
+        argo_submit.submit(argo_submit.Request(host=argo.url, token=TOKEN, params={"epochs": 3}))
     with pytest.raises(InputError, match="must be a positive"):
-        argo_submit.submit(host=argo.url, token=TOKEN, params={"max_steps": 0})
+        argo_submit.submit(argo_submit.Request(host=argo.url, token=TOKEN, params={"max_steps": 0}))
     assert argo.requests == []
 
 
@@ -164,14 +164,14 @@ def test_workflow_file_checks(argo: ArgoServerStandIn, tmp_path: Path) -> None:
     missing = tmp_path / "missing-seed.yaml"
     missing.write_text(yaml.safe_dump(doc))
     with pytest.raises(InputError, match="no argument 'seed'"):
-        argo_submit.submit(host=argo.url, token=TOKEN, workflow_path=missing, params={"seed": 1})
+        argo_submit.submit(argo_submit.Request(host=argo.url, token=TOKEN, workflow_path=missing, params={"seed": 1}))
     with pytest.raises(InputError, match="not an Argo Workflow"):
-        argo_submit.submit(host=argo.url, token=TOKEN, workflow_path=REPO / "mlflow_projects" / "finetune-k8s" /
-                           "kubernetes_job_template.yaml")
+        argo_submit.submit(argo_submit.Request(host=argo.url, token=TOKEN, workflow_path=REPO / "mlflow_projects" / "finetune-k8s" /
+                           "kubernetes_job_template.yaml"))
     assert argo.requests == []
     # Not given, seed is still referenced by the tasks: the server refuses to resolve it (400).
     with pytest.raises(InputError, match=r"refused the Workflow \(400\): failed to resolve \{\{workflow.parameters.seed\}\}"):
-        argo_submit.submit(host=argo.url, token=TOKEN, workflow_path=missing)
+        argo_submit.submit(argo_submit.Request(host=argo.url, token=TOKEN, workflow_path=missing))
 
     # What only the server checks: a DAG task naming a template that does not exist (400).
     broken = copy.deepcopy(golden())
@@ -179,13 +179,13 @@ def test_workflow_file_checks(argo: ArgoServerStandIn, tmp_path: Path) -> None:
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump(broken))
     with pytest.raises(InputError, match="refused the Workflow \\(400\\).*no-such-template"):
-        argo_submit.submit(host=argo.url, token=TOKEN, workflow_path=path)
+        argo_submit.submit(argo_submit.Request(host=argo.url, token=TOKEN, workflow_path=path))
 
 
 def test_mlflow_record_when_a_tracking_uri_is_given(argo: ArgoServerStandIn, tracking_uri: str) -> None:
     from components.record import tracking
 
-    summary = argo_submit.submit(host=argo.url, token=TOKEN, tracking_uri=tracking_uri)
+    summary = argo_submit.submit(argo_submit.Request(host=argo.url, token=TOKEN, tracking_uri=tracking_uri))
     tags = tracking.client(tracking_uri).get_run(summary["mlflow_run_id"]).data.tags
     assert tags["llmpack.mode"] == "cluster" and tags["llmpack.orchestrator"] == "argo"
     assert tags["llmpack.argo.workflow"] == summary["workflow_name"]

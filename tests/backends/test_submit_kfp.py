@@ -52,8 +52,8 @@ def golden_docs() -> list[dict]:
 
 def test_submit_sends_the_committed_pipeline_with_run_parameters(kfp_api: KFPAPIStandIn) -> None:
     before = time.time()
-    summary = kfp_submit.submit(host=kfp_api.url, token=TOKEN,
-                                params={"model": "tiny", "data": "builtin", "max_steps": 7, "seed": 3})
+    summary = kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN,
+                                params={"model": "tiny", "data": "builtin", "max_steps": 7, "seed": 3}))
     after = time.time()
 
     posts = kfp_api.recorded("POST", "/apis/v2beta1/runs")
@@ -88,8 +88,8 @@ def test_submit_sends_the_committed_pipeline_with_run_parameters(kfp_api: KFPAPI
 
 
 def test_second_submit_reuses_the_experiment_and_the_run_group(kfp_api: KFPAPIStandIn) -> None:
-    first = kfp_submit.submit(host=kfp_api.url, token=TOKEN, run_group="rg-compare-1")
-    second = kfp_submit.submit(host=kfp_api.url, token=TOKEN, run_group="rg-compare-1")
+    first = kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, run_group="rg-compare-1"))
+    second = kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, run_group="rg-compare-1"))
     assert len(kfp_api.experiments) == 1
     assert first["run_group"] == second["run_group"] == "rg-compare-1"
     assert first["pipeline_run"] != second["pipeline_run"]
@@ -102,13 +102,13 @@ def test_endpoint_and_token_from_the_environment(kfp_api: KFPAPIStandIn, monkeyp
     token_file.write_text(TOKEN + "\n")
     monkeypatch.setenv("KFP_HOST", kfp_api.url)
     monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
-    summary = kfp_submit.submit()
+    summary = kfp_submit.submit(kfp_submit.Request())
     assert summary["host"] == kfp_api.url
     assert all(r.authorized for r in kfp_api.requests)
 
 
 def test_wait_for_completion_polls_until_the_run_ends(kfp_api: KFPAPIStandIn) -> None:
-    summary = kfp_submit.submit(host=kfp_api.url, token=TOKEN)
+    summary = kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN))
     result = submit.wait_for_completion(summary, token=TOKEN, poll_s=0.01, timeout_s=10)
     assert result["status"] == "succeeded" and result["state"] == "SUCCEEDED"
     assert len(kfp_api.recorded("GET", f"/apis/v2beta1/runs/{summary['run_id']}")) == 3  # PENDING, RUNNING, SUCCEEDED
@@ -116,7 +116,7 @@ def test_wait_for_completion_polls_until_the_run_ends(kfp_api: KFPAPIStandIn) ->
 
 def test_wait_reports_failure_and_timeout() -> None:
     with KFPAPIStandIn(token=TOKEN, run_states=("PENDING", "RUNNING")) as api:
-        summary = kfp_submit.submit(host=api.url, token=TOKEN)
+        summary = kfp_submit.submit(kfp_submit.Request(host=api.url, token=TOKEN))
         stuck = kfp_submit.wait_for_run(summary["run_id"], host=api.url, token=TOKEN, poll_s=0.01, timeout_s=0.2)
         assert stuck["status"] == "timeout" and stuck["state"] == "RUNNING"
         api.set_run_state(summary["run_id"], "FAILED", error="step 'evaluate' failed: quality gate")
@@ -129,7 +129,7 @@ def test_bad_token_is_one_line_without_the_token(kfp_api: KFPAPIStandIn, capsys:
     caplog.set_level(logging.DEBUG)
     start = time.monotonic()
     with pytest.raises(InputError) as info:
-        kfp_submit.submit(host=kfp_api.url, token=BAD_TOKEN)
+        kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=BAD_TOKEN))
     message = str(info.value)
     assert "401" in message and "\n" not in message
     assert time.monotonic() - start < 5  # not kfp.Client's 5 x 5 s healthz retries
@@ -141,31 +141,31 @@ def test_bad_token_is_one_line_without_the_token(kfp_api: KFPAPIStandIn, capsys:
 
 def test_missing_token_against_an_authenticating_server(kfp_api: KFPAPIStandIn) -> None:
     with pytest.raises(InputError, match="401"):
-        kfp_submit.submit(host=kfp_api.url)
+        kfp_submit.submit(kfp_submit.Request(host=kfp_api.url))
 
 
 def test_unreachable_endpoint() -> None:
     port = closed_port()
     start = time.monotonic()
     with pytest.raises(InputError, match=r"unreachable") as info:
-        kfp_submit.submit(host=f"http://127.0.0.1:{port}", token=BAD_TOKEN)
+        kfp_submit.submit(kfp_submit.Request(host=f"http://127.0.0.1:{port}", token=BAD_TOKEN))
     assert time.monotonic() - start < 5
     assert BAD_TOKEN not in str(info.value) and "\n" not in str(info.value)
 
 
 def test_no_endpoint_configured() -> None:
     with pytest.raises(InputError, match="no KFP endpoint configured.*KFP_HOST"):
-        kfp_submit.submit(token=TOKEN)
+        kfp_submit.submit(kfp_submit.Request(token=TOKEN))
 
 
 def test_multi_user_namespace() -> None:
     with KFPAPIStandIn(token=TOKEN, multi_user=True, namespaces=("team-a",)) as api:
         with pytest.raises(InputError, match="multi-user: pass --namespace"):
-            kfp_submit.submit(host=api.url, token=TOKEN)
+            kfp_submit.submit(kfp_submit.Request(host=api.url, token=TOKEN))
         with pytest.raises(InputError, match="namespace 'team-z'") as info:
-            kfp_submit.submit(host=api.url, token=TOKEN, namespace="team-z")
+            kfp_submit.submit(kfp_submit.Request(host=api.url, token=TOKEN, namespace="team-z"))
         assert "403" in str(info.value)
-        summary = kfp_submit.submit(host=api.url, token=TOKEN, namespace="team-a")
+        summary = kfp_submit.submit(kfp_submit.Request(host=api.url, token=TOKEN, namespace="team-a"))
         (exp,) = api.experiments.values()
         assert exp["namespace"] == "team-a" and summary["namespace"] == "team-a"
         assert api.runs[summary["run_id"]]["experiment_id"] == exp["experiment_id"]
@@ -179,7 +179,7 @@ def test_multi_user_namespace_from_the_kfp_context_file() -> None:
 
     Path(kfp.Client._LOCAL_KFP_CONTEXT).write_text(json.dumps({"namespace": "team-a"}))
     with KFPAPIStandIn(token=TOKEN, multi_user=True, namespaces=("team-a",)) as api:
-        summary = kfp_submit.submit(host=api.url, token=TOKEN)
+        summary = kfp_submit.submit(kfp_submit.Request(host=api.url, token=TOKEN))
         assert summary["namespace"] == "team-a"
         (exp,) = api.experiments.values()
         assert exp["namespace"] == "team-a"
@@ -187,16 +187,16 @@ def test_multi_user_namespace_from_the_kfp_context_file() -> None:
 
 def test_namespace_on_a_single_user_deployment(kfp_api: KFPAPIStandIn) -> None:
     with pytest.raises(InputError, match="single-user deployment: drop --namespace"):
-        kfp_submit.submit(host=kfp_api.url, token=TOKEN, namespace="team-a")
+        kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, namespace="team-a"))
 
 
 def test_bad_parameters_fail_before_any_request(kfp_api: KFPAPIStandIn) -> None:
     with pytest.raises(InputError, match="unknown pipeline parameter"):
-        kfp_submit.submit(host=kfp_api.url, token=TOKEN, params={"max_step": 3})
+        kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, params={"max_step": 3}))
     with pytest.raises(InputError, match="max_steps"):
-        kfp_submit.submit(host=kfp_api.url, token=TOKEN, params={"max_steps": "many"})
+        kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, params={"max_steps": "many"}))
     with pytest.raises(InputError, match="set by llmpack submit"):
-        kfp_submit.submit(host=kfp_api.url, token=TOKEN, params={"mode": "local"})
+        kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, params={"mode": "local"}))
     assert kfp_api.requests == []
 
 
@@ -207,13 +207,13 @@ def test_server_side_validation_of_parameters(kfp_api: KFPAPIStandIn, tmp_path: 
     package = tmp_path / "pipeline.yaml"
     package.write_text(yaml.safe_dump(spec) + "---\n" + yaml.safe_dump(platform))
     with pytest.raises(InputError, match="400.*max_steps requires type BOOLEAN"):
-        kfp_submit.submit(host=kfp_api.url, token=TOKEN, package_path=package, params={"max_steps": 2})
+        kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, package_path=package, params={"max_steps": 2}))
 
 
 def test_mlflow_record_when_a_tracking_uri_is_given(kfp_api: KFPAPIStandIn, tracking_uri: str) -> None:
     from components.record import tracking
 
-    summary = kfp_submit.submit(host=kfp_api.url, token=TOKEN, tracking_uri=tracking_uri)
+    summary = kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, tracking_uri=tracking_uri))
     run = tracking.client(tracking_uri).get_run(summary["mlflow_run_id"])
     tags = run.data.tags
     assert tags["llmpack.mode"] == "cluster" and tags["llmpack.orchestrator"] == "kfp"

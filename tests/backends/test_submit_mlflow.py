@@ -77,8 +77,8 @@ def main_command(params: dict[str, str]) -> list[str]:
 def test_submit_creates_the_job_from_the_compiled_template(kube: KubeAPIStandIn, kubeconfig: str,
                                                            tracking_uri: str) -> None:
     before = time.time()
-    summary = mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri,
-                                   params={"model": "tiny", "data": "builtin", "max_steps": 7, "seed": 3})
+    summary = mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri,
+                                   params={"model": "tiny", "data": "builtin", "max_steps": 7, "seed": 3}))
     after = time.time()
     assert before <= summary["submitted_at"] <= after
 
@@ -149,7 +149,7 @@ def test_the_tracking_uri_is_never_a_literal_in_the_job(kube: KubeAPIStandIn, ku
     """Unlike MLflow's own backend, which appends KUBE_MLFLOW_TRACKING_URI (or the submitter's URI) as a value."""
     cluster_uri = "http://mlflow.llmpack.svc:5000"
     monkeypatch.setenv("KUBE_MLFLOW_TRACKING_URI", cluster_uri)
-    summary = mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri, image="registry.example/llmpack:9")
+    summary = mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri, image="registry.example/llmpack:9"))
     job = kube.jobs[("llmpack", summary["job_name"])]
     container = job["spec"]["template"]["spec"]["containers"][0]
     (uri,) = [e for e in container["env"] if e["name"] == "MLFLOW_TRACKING_URI"]
@@ -181,7 +181,7 @@ def test_job_template_is_the_one_beside_the_config(tmp_path: Path, monkeypatch: 
 
 def test_wait_for_completion_follows_the_job_and_ends_the_mlflow_run(kube: KubeAPIStandIn, kubeconfig: str,
                                                                       tracking_uri: str) -> None:
-    summary = mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri)
+    summary = mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri))
     name = summary["job_name"]
     pending = submit.wait_for_completion(summary, kubeconfig=kubeconfig, poll_s=0.01, timeout_s=0.1)
     assert pending["status"] == "timeout" and pending["state"] == "Pending"
@@ -196,7 +196,7 @@ def test_wait_for_completion_follows_the_job_and_ends_the_mlflow_run(kube: KubeA
 
 
 def test_wait_reports_a_failed_job(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str) -> None:
-    summary = mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri)
+    summary = mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri))
     kube.set_job_status("llmpack", summary["job_name"], {"startTime": "2026-01-01T00:00:00Z", "failed": 1, "conditions": [
         {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
          "message": "Container llm-finetune for pod llmpack/x-abc failed with exit code 1 matching FailJob rule"}]})
@@ -213,7 +213,7 @@ def test_bad_token_is_one_line_without_the_token(kube: KubeAPIStandIn, tmp_path:
     caplog.set_level(logging.DEBUG)
     config = write_kubeconfig(tmp_path / "bad", kube.url, BAD_TOKEN)
     with pytest.raises(InputError) as info:
-        mlflow_submit.submit(kubeconfig=config, tracking_uri=tracking_uri, pipeline_run="mlflow-bad-token-1")
+        mlflow_submit.submit(mlflow_submit.Request(kubeconfig=config, tracking_uri=tracking_uri, pipeline_run="mlflow-bad-token-1"))
     message = str(info.value)
     assert "401" in message and "\n" not in message
     out, err = capsys.readouterr()
@@ -228,7 +228,7 @@ def test_unreachable_api_server(tmp_path: Path, tracking_uri: str) -> None:
     config = write_kubeconfig(tmp_path / "closed", f"http://127.0.0.1:{closed_port()}", BAD_TOKEN)
     start = time.monotonic()
     with pytest.raises(InputError, match="unreachable") as info:
-        mlflow_submit.submit(kubeconfig=config, tracking_uri=tracking_uri)
+        mlflow_submit.submit(mlflow_submit.Request(kubeconfig=config, tracking_uri=tracking_uri))
     assert time.monotonic() - start < 10
     assert BAD_TOKEN not in str(info.value)
 
@@ -236,14 +236,14 @@ def test_unreachable_api_server(tmp_path: Path, tracking_uri: str) -> None:
 def test_no_cluster_configured(tracking_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
     with pytest.raises(InputError, match="no Kubernetes cluster configured"):
-        mlflow_submit.submit(tracking_uri=tracking_uri)
+        mlflow_submit.submit(mlflow_submit.Request(tracking_uri=tracking_uri))
     with pytest.raises(InputError, match="--kubeconfig .*: no such file"):
-        mlflow_submit.submit(kubeconfig=str(tmp_path / "missing"), tracking_uri=tracking_uri)
+        mlflow_submit.submit(mlflow_submit.Request(kubeconfig=str(tmp_path / "missing"), tracking_uri=tracking_uri))
 
 
 def test_namespace_not_found(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str) -> None:
     with pytest.raises(InputError, match="namespace 'team-z' not found"):
-        mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri, namespace="team-z")
+        mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri, namespace="team-z"))
     assert kube.jobs == {}
 
 
@@ -251,12 +251,12 @@ def test_forbidden(tmp_path: Path, tracking_uri: str) -> None:
     with KubeAPIStandIn(token=TOKEN, forbidden=("jobs",)) as api:
         config = write_kubeconfig(tmp_path / "kc", api.url, TOKEN)
         with pytest.raises(InputError, match="403 Forbidden.*cannot create"):
-            mlflow_submit.submit(kubeconfig=config, tracking_uri=tracking_uri)
+            mlflow_submit.submit(mlflow_submit.Request(kubeconfig=config, tracking_uri=tracking_uri))
 
 
 def test_bad_parameters_fail_before_any_request(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str) -> None:
     with pytest.raises(InputError, match="unknown pipeline parameter"):
-        mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri, params={"steps": 3})
+        mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri, params={"steps": 3}))
     with pytest.raises(InputError, match="--run-group"):
-        mlflow_submit.submit(kubeconfig=kubeconfig, tracking_uri=tracking_uri, run_group="Run Group!")
+        mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri, run_group="Run Group!"))
     assert kube.requests == []

@@ -317,8 +317,8 @@ def submitted(tmp_path_factory: pytest.TempPathFactory, tracking_uri: str) -> di
         with KFPAPIStandIn(token=TOKENS["kfp"]) as kfp_api, ArgoServerStandIn(token=TOKENS["argo"]) as argo, \
                 KubeAPIStandIn(token=TOKENS["k8s"]) as kube:
             params = {"max_steps": 5, "model": "tiny", "data": "builtin", "seed": 1}
-            kfp_submit.submit(host=kfp_api.url, token=TOKENS["kfp"], params=params)
-            argo_submit.submit(host=argo.url, token=TOKENS["argo"], params=params)
+            kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKENS["kfp"], params=params))
+            argo_submit.submit(argo_submit.Request(host=argo.url, token=TOKENS["argo"], params=params))
             kubeconfig = tmp / "kubeconfig"
             kubeconfig.write_text(yaml.safe_dump({
                 "apiVersion": "v1", "kind": "Config", "current-context": "c",
@@ -326,8 +326,8 @@ def submitted(tmp_path_factory: pytest.TempPathFactory, tracking_uri: str) -> di
                 "users": [{"name": "u", "user": {"token": TOKENS["k8s"]}}],
                 "contexts": [{"name": "c", "context": {"cluster": "s", "user": "u"}}],
             }))
-            mlflow_submit.submit(kubeconfig=str(kubeconfig), tracking_uri=tracking_uri, params=params,
-                                 cluster_tracking_uri="http://mlflow.llmpack.svc:5000")
+            mlflow_submit.submit(mlflow_submit.Request(kubeconfig=str(kubeconfig), tracking_uri=tracking_uri, params=params,
+                                 cluster_tracking_uri="http://mlflow.llmpack.svc:5000"))
             return {
                 "kfp": kfp_api.recorded("POST", "/apis/v2beta1/runs")[0].body,
                 "argo": argo.recorded("POST", "/api/v1/workflows/")[0].body,

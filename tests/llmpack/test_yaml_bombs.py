@@ -113,7 +113,7 @@ def test_every_other_loader_of_a_file_refuses_the_bomb(tmp_path: Path) -> None:
     project.mkdir()
     (project / "kubernetes_job_template.yaml").write_text(BOMB)
     loaders = {
-        "doctor --compiled": lambda: doctor_pods._load(bomb),
+        "doctor --compiled": lambda: doctor_pods.load_compiled(bomb),
         "submit kfp --package": lambda: kfp_submit._root_parameters(bomb),
         "submit argo --workflow": lambda: argo_submit.load_workflow(bomb),
         "submit mlflow (Job template)": lambda: mlflow_submit._job_template(project),

@@ -4,74 +4,14 @@
 TrainJob gang's pods and ranks, :mod:`standins.fake_gang`.)
 
 When the KFP stand-in receives a run, the Argo stand-in a Workflow, or the Kubernetes stand-in
-a Job, :class:`FakeCluster` plays what the cluster would do, into the Kubernetes stand-in:
+a Job, :class:`FakeCluster` plays what the cluster would do, into the Kubernetes stand-in: each
+orchestrator's pods labelled as it labels them, tasks in dependency order (a fused task one pod),
+a GPU node brought up by the autoscaler and its image pulled (or ``prepulled``), each step's
+events written to the run's MLflow record, the run reported finished or failed; a TrainJob gang's
+launcher and node pods. Time is virtual and compressed (:class:`Timings`), consistent to the
+second; :attr:`FakeCluster.scripts` keeps every run's timestamps for the test to compare.
 
-- **KFP** (v2 on Argo): a root DAG driver pod, then per task a ``system-container-driver`` pod
-  and a ``system-container-impl`` executor pod, labelled as KFP labels them
-  (``pipelines.kubeflow.org/v2_component``, ``pipeline/runid``, the Argo workflow) plus the
-  compiled ``podMetadata`` labels of the task's executor (no per-run labels: KFP cannot set
-  them); in the KFP pod namespace (``kubeflow``). The tasks are those of the submitted
-  ``pipeline_spec`` (the exit handler's DAG unwrapped, the exit task ``close-record`` left out).
-- **Argo**: one pod per task of the entrypoint DAG (Argo's ``init``/``wait``/``main``
-  containers), with the task template's ``metadata.labels`` from the submitted Workflow,
-  ``{{workflow.parameters.X}}`` filled in (so ``llmpack.io/run-group`` and
-  ``llmpack.io/pipeline-run`` are the run's).
-- **MLflow**: the Job's one pod (``job-name`` labels, the pod template's labels, its container
-  with ``MLFLOW_RUN_ID``), which runs every step in turn.
-
-Tasks run in dependency order. A task whose container runs a fused step
-(``components.finetune_pipeline:finetune__evaluate``, resolved by the pipeline's module, see :mod:`components.fusion`) is one pod in which its
-member steps (``finetune``, ``evaluate``) run one after the other, each logging its own step
-events, a member's ``process_started`` being the previous member's ``finished``; the pod's main
-container carries the task's command and arguments. A pod is a GPU pod when any of its members is
-a GPU step. :attr:`RunScript.tasks` maps each pod (task) to its member steps.
-
-The first GPU pod waits for a GPU node that the autoscaler brings up (a node object created
-after the pod, Ready some seconds later, labelled with ``nvidia.com/gpu.product`` and the
-instance type); its image is pulled there (``Pulling``/``Pulled`` events with the pull time in
-the message), unless ``prepulled``: the node comes up with the image already on it (a node image
-with the step image baked in, a pre-pull DaemonSet done before the node is Ready), so the kubelet
-reports it ``already present on machine`` and the container starts without a pull. CPU steps
-land on an old CPU node where the image is already present. With
-``scale_down_s``, the autoscaler removes the GPU node that long after the last pod on it
-finished: the node gets a ``deletionTimestamp`` (and the cluster-autoscaler's
-``ToBeDeletedByClusterAutoscaler`` taint) before the orchestrator reports the run done, as a
-node with a finalizer shows while its instance terminates; without it the node outlives the
-run, as under a real autoscaler's scale-down delay. Then each
-step's in-container events are written to the run's MLflow record the way the steps do on a real
-cluster (:func:`components.record.tracking.open_pipeline_run` + ``log_records``, by ``pipeline_run``):
-``process_started``, ``model_loaded``, ``first_step``, ``finished`` and the step metrics; and
-the orchestrator reports the run finished (KFP ``SUCCEEDED``, Argo ``Succeeded``, the Job's
-``Complete`` condition), or failed at ``fail={orchestrator: step}``; with ``on_exit``
-(:class:`standins.exit_task.ExitTask`) the pipeline's closing task runs just before that.
-
-Time is virtual and compressed: every timestamp is anchored at the run's ``submitted_at`` and
-laid out with :class:`Timings` (seconds, whole seconds where Kubernetes stamps whole seconds),
-while the states are played out as fast as ``pace_s`` allows, so a run takes well under a
-second of wall time. The timestamps are consistent: pod_created < pod_scheduled (< node_ready
-before it for the GPU node) < container_started < process_started < model_loaded < first_step
-< finished. :attr:`FakeCluster.scripts` keeps every run's timestamps for the test to compare.
-
-**A TrainJob gang** (the run's ``nnodes`` > 1 with a ``trainjob`` gang spec, as ``llmpack compile
---nodes N --gpus G`` writes them; :mod:`components.process.gang`): the finetune task is the launcher, a
-CPU pod on the CPU node (KFP/Argo; on MLflow the launcher runs inside the Job's pod). Its process
-creates the ``TrainJob`` (:func:`components.process.gang.build_trainjob`, stored in the Kubernetes
-stand-in as ``trainer.kubeflow.org`` serves it), then JobSet's Job makes N node pods, named as
-JobSet and the Job controller name them (``<trainjob>-node-0-<i>-<5 random>``, hostname
-``<trainjob>-node-0-<i>``) and labelled as they label them (``jobset.sigs.k8s.io/jobset-name``,
-``jobset.sigs.k8s.io/replicatedjob-name: node``, ``jobset.sigs.k8s.io/job-index``,
-``batch.kubernetes.io/job-completion-index`` = the node rank, ``job-name``...) plus the
-``llmpack.io/*`` labels of the TrainJob's ``runtimePatches``; each lands on its own new GPU node
-of G GPUs, brought up, pulled and started at per-node paces (``Timings.gang_*``, cycled; or drawn
-from distributions with ``node_paces``, :mod:`standins.node_paces`). Every rank
-(N x G) logs ``process_started.rank<R>``, ``model_loaded.rank<R>``, ``first_step.rank<R>`` and
-``finished.rank<R>``; the step's ``model_loaded``/``first_step`` are the last rank's, its
-``process_started`` the launcher's, plus ``trainjob_created``. The TrainJob turns ``Complete``
-when its pods finished; :attr:`RunScript.gang` keeps the gang's times.
-
-The KFP and Argo stand-ins have no hook for a new run; a thread polls their stored runs and
-workflows every few milliseconds. The Kubernetes stand-in's ``on_job_created`` hook is used for
-Jobs.
+What it plays, in full: docs/stand-ins.md, "The fake cluster".
 """
 
 from __future__ import annotations

@@ -7,48 +7,12 @@ names tests use are importable from here.
 
 It speaks the wire protocol the client uses (JSON over HTTP/1.1, bearer tokens, ``Status``
 objects for errors, chunked newline-delimited watch streams) for the few resources llmpack needs:
+pods, nodes, events, namespaces, Jobs, custom resources (TrainJobs, Kueue workloads), the objects
+``llmpack doctor`` reads and SelfSubjectAccessReviews; 401 for a wrong token, 403 for what
+``forbidden`` names. Tests script it (:meth:`KubeAPIStandIn.apply_pod`, :meth:`expire`,
+:meth:`play`); ``python -m standins.k8s_api --synthetic PODS,EVENTS`` serves from its own process.
 
-- ``GET /api/v1/namespaces/{ns}/pods`` (and ``/api/v1/pods``): a ``PodList`` with
-  ``metadata.resourceVersion``; ``labelSelector``, ``fieldSelector``, ``limit``/``continue``.
-  With ``watch=true``: ``{"type": "ADDED|MODIFIED|DELETED|BOOKMARK|ERROR", "object": ...}`` lines
-  from ``resourceVersion`` on, until ``timeoutSeconds``. A too-old ``resourceVersion`` gets an
-  ``ERROR`` event carrying a ``Status`` with code 410 ``Expired``, as the real API server sends.
-- ``GET /api/v1/namespaces/{ns}/pods/{name}``, ``GET /api/v1/nodes[/{name}]``,
-  ``GET /api/v1/namespaces/{ns}/events`` (``fieldSelector`` on the whole event; with
-  ``watch=true`` a watch as for pods: :meth:`KubeAPIStandIn.add_event` and
-  :meth:`~KubeAPIStandIn.delete_event`, the TTL running out, are its events),
-  ``GET /api/v1/namespaces[/{ns}]`` (404 for unknown).
-- ``POST/GET /apis/batch/v1/namespaces/{ns}/jobs``, ``GET/DELETE .../jobs/{name}``,
-  ``GET .../jobs/{name}/status``: Jobs are stored and returned; every request is recorded.
-- Custom resources (:data:`CUSTOM_RESOURCES`: Kubeflow Trainer ``trainjobs``, Kueue ``workloads``;
-  pass ``custom_resources=`` to serve others, or none, as a cluster without the CRD):
-  ``POST/GET /apis/{group}/{version}/namespaces/{ns}/{plural}`` (create; list with
-  ``labelSelector``/``fieldSelector``, or ``watch=true``), ``GET/PATCH/DELETE .../{plural}/{name}``
-  and ``GET/PATCH .../{name}/status``, as a CRD with a status subresource behaves: create sets
-  ``uid``, ``creationTimestamp``, ``resourceVersion``, ``generation`` and drops ``status``; PATCH is
-  ``application/merge-patch+json`` (the main resource ignores ``status``, ``/status`` takes only
-  ``status``); DELETE honours ``preconditions.uid`` (409 Conflict) and records the
-  ``propagationPolicy``; 409 ``AlreadyExists`` / 404 ``NotFound`` are ``Status`` objects naming
-  ``{plural}.{group}``. Each change is a watch event, as for pods. :attr:`on_custom_object_created`
-  lets a fake cluster react; :meth:`set_trainjob_condition` plays the Trainer controller.
-- Built-in objects stored as the custom resources are (:data:`BUILTIN_OBJECTS`: Secrets, ConfigMaps,
-  PersistentVolumeClaims, ServiceAccounts under ``/api/v1/namespaces/{ns}/...``, Roles and
-  RoleBindings under ``rbac.authorization.k8s.io/v1``), cluster-scoped custom objects
-  (``GET /apis/{group}/{version}/{plural}/{name}``, e.g. :data:`CLUSTER_TRAINING_RUNTIMES`), and
-  ``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews``, allowed unless ``forbidden``
-  names the verb or resource (:meth:`KubeAPIStandIn.allows`). Namespaces carry the labels given
-  to :meth:`KubeAPIStandIn.add_namespace` (Pod Security levels). What ``llmpack doctor`` reads.
-- A wrong or missing bearer token gets 401; resources named in ``forbidden`` get 403 (a resource
-  name such as ``"jobs"``, ``"trainjobs"`` or ``"trainjobs.trainer.kubeflow.org"`` forbids every
-  verb on it; ``"delete trainjobs"`` forbids one verb).
-
-Tests script it: :meth:`KubeAPIStandIn.apply_pod` / :meth:`delete_pod` change state (each change is
-a watch event), :meth:`expire` compacts history so open watches get 410 and must re-list, and
-:meth:`play` feeds a timeline from a thread. :func:`pod_states` builds the successive states of a
-realistic pod. ``python -m standins.k8s_api --synthetic PODS,EVENTS`` serves a synthetic run group
-from a separate process (the benchmark measures the client alone); with ``--burst`` the events are
-rendered before serving (:meth:`KubeAPIStandIn.burst`) and reach the watch as one backlog, so making
-them does not bound what the client is measured at.
+Each route and behaviour, in full: docs/stand-ins.md, "The Kubernetes API stand-in".
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from components.backend import (
     DoctorFacts,
     PodMarks,
     ServerConnection,
+    SubmitRequest,
     VersionProbe,
     pod_labels,
 )
@@ -46,6 +48,14 @@ def _call(method: str, url: str, body: dict[str, Any] | None = None, timeout_s: 
         raise InputError(f"toyc server at {url}: HTTP {exc.code}") from None
     except OSError as exc:
         raise InputError(f"toyc server at {url}: {type(exc).__name__}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToyRequest(SubmitRequest):
+    """A run of the toy plan: the shared fields and the toy server's own."""
+
+    host: str | None = None
+    plan_path: str | None = None
 
 
 class ToyClusterBackend(Backend):
@@ -77,8 +87,13 @@ class ToyClusterBackend(Backend):
         if not options.get("host"):
             raise InputError("--host: the toy server's URL is required")
 
-    def submit_run(self, *, host: str | None = None, plan_path: str | None = None, params: Mapping[str, Any] | None = None,
-                   run_group: str | None = None, pipeline_run: str | None = None, **_: Any) -> dict[str, Any]:
+    def request(self, options: Mapping[str, Any]) -> ToyRequest:
+        return ToyRequest.of(options)
+
+    def submit_run(self, request: SubmitRequest) -> dict[str, Any]:
+        assert isinstance(request, ToyRequest)
+        host, plan_path, params = request.host, request.plan_path, request.params
+        run_group, pipeline_run = request.run_group, request.pipeline_run
         self.check_connection({"host": host})
         if plan_path:
             body = json.loads(Path(plan_path).read_text())
