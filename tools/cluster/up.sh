@@ -12,6 +12,11 @@
 #   LLMPACK_KWOK_POD_DELAY_MS   kwok's base delay of each pod stage (default 1000; kwok's own);
 #                          one pod sets its own with the annotation <stage>.stage.kwok.x-k8s.io/delay
 #   LLMPACK_KWOK_POD_JITTER_MS  the stages' random extra delay, at most (default 0: repeatable)
+#   LLMPACK_CLUSTER_CONTROLLERS  controllers to run beside the control plane, comma-separated:
+#                          jobset, trainer (needs jobset) or none (the default; make cluster-up
+#                          passes jobset,trainer). Each gets its pinned module's CRDs, ClusterRole
+#                          and webhooks (served on loopback with a certificate made here); see
+#                          controllers.sh.
 # Prints `export KUBECONFIG=...` on stdout when the control plane answers /readyz and kwok has
 # made every node Ready.
 set -euo pipefail
@@ -26,6 +31,11 @@ t0=$(date +%s.%N)
 die() { echo "cluster-up: $*" >&2; exit 2; }
 [[ "$delay_ms" =~ ^[0-9]{1,7}$ ]] || die "LLMPACK_KWOK_POD_DELAY_MS '$delay_ms': not a number of milliseconds"
 [[ "$jitter_ms" =~ ^[0-9]{1,7}$ ]] || die "LLMPACK_KWOK_POD_JITTER_MS '$jitter_ms': not a number of milliseconds"
+controllers="${LLMPACK_CLUSTER_CONTROLLERS:-none}"
+case ",$controllers," in
+    ,none,|,jobset,|,jobset,trainer,|,trainer,jobset,) ;;
+    *) die "LLMPACK_CLUSTER_CONTROLLERS '$controllers': one of none, jobset, jobset,trainer" ;;
+esac
 [[ -f "$nodes_file" ]] || die "LLMPACK_CLUSTER_NODES '$nodes_file': no such file"
 python3 "$here/nodes.py" --print "$nodes_file" >/dev/null || exit 2
 for tool in openssl curl python3; do
@@ -36,15 +46,17 @@ if [[ -f "$state/pids" ]]; then
 fi
 
 bin="$("$here/build.sh")"
+[[ $controllers == none ]] || ctl_bin="$("$here/build.sh" --controllers)"
 mkdir -p "$state"/{pki,logs,etcd}
 chmod 700 "$state"
 pki="$state/pki"
 : >"$state/pids"
 
 # --------------------------------------------------------------------------- ports: free ones, loopback only
-read -r etcd_port peer_port api_port kcm_port sched_port kwok_port < <(python3 - <<'EOF'
+read -r etcd_port peer_port api_port kcm_port sched_port kwok_port jobset_hook jobset_health trainer_hook \
+    trainer_health < <(python3 - <<'EOF'
 import socket
-socks = [socket.socket() for _ in range(6)]
+socks = [socket.socket() for _ in range(10)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
@@ -197,6 +209,11 @@ wait_for "kwok's nodes" 30 nodes_ready
 wait_for "the controller-manager" 30 default_sa
 wait_for kube-scheduler 20 curl -sfk "https://127.0.0.1:$sched_port/healthz"
 
+if [[ $controllers != none ]]; then
+    # shellcheck source=controllers.sh
+    source "$here/controllers.sh"
+fi
+
 t1=$(date +%s.%N)
-echo "cluster-up: $server up in $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s ($want nodes); state in $state" >&2
+echo "cluster-up: $server up in $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s ($want nodes; controllers: $controllers); state in $state" >&2
 echo "export KUBECONFIG=$state/kubeconfig"
