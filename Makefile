@@ -59,16 +59,20 @@ report-screenshot: $(BIN)/.installed
 # A real Kubernetes control plane on loopback (docs/real-cluster.md): etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler and kwok's simulated GPU nodes, built with Go from the
 # modules pinned in tools/cluster/go.mod into ~/.cache/llmpack-cluster/<hash of the pins>
-# (cold: tens of minutes on 2 cores; then reused). `make cluster-up` prints the KUBECONFIG
+# (cold: tens of minutes on 2 cores; then reused), and the JobSet and Kubeflow Trainer
+# controllers from tools/cluster/controllers/go.mod the same way; `make cluster-up` runs them
+# (CLUSTER_CONTROLLERS=none leaves them out). `make cluster-up` prints the KUBECONFIG
 # export; `make test-cluster` runs the tests marked `cluster` (tests/realcluster/) on a control
 # plane of their own. Needs Go 1.26, openssl and curl; `make test` needs none of them.
 CLUSTER := tools/cluster
+CLUSTER_CONTROLLERS ?= jobset,trainer
 .PHONY: cluster-build cluster-up cluster-down test-cluster
 cluster-build:
 	$(CLUSTER)/build.sh >/dev/null
+	$(CLUSTER)/build.sh --controllers >/dev/null
 
 cluster-up:
-	$(CLUSTER)/up.sh
+	LLMPACK_CLUSTER_CONTROLLERS=$(CLUSTER_CONTROLLERS) $(CLUSTER)/up.sh
 
 cluster-down:
 	$(CLUSTER)/down.sh

@@ -48,3 +48,43 @@ def test_a_bad_group_file_is_one_line_and_exit_2(tmp_path: Path, groups: object,
     assert done.returncode == 2 and done.stdout == ""
     (only,) = done.stderr.strip().splitlines()
     assert only.startswith("cluster-up: ") and line in only, only
+
+
+def test_controllers_run_under_their_own_role_and_serve_webhooks_by_url() -> None:
+    """controllers.py: the release's ClusterRole renamed and bound to the controller's certificate user; each
+    webhook's in-cluster Service replaced by a loopback URL with the cluster CA, its rules kept."""
+    sys.path.insert(0, str(REPO / "tools" / "cluster"))
+    try:
+        from controllers import rewrite  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "manager-role"},
+            "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]}
+    hooks = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+             "metadata": {"name": "validating-webhook-configuration"},
+             "webhooks": [{"name": "vjobset.kb.io", "failurePolicy": "Fail", "rules": [{"resources": ["jobsets"]}],
+                           "clientConfig": {"service": {"name": "webhook-service", "namespace": "system",
+                                                        "path": "/validate-jobset"}}}]}
+    out = rewrite([role, hooks], "jobset", 9443, b"PEM")
+    assert [(o["kind"], o["metadata"]["name"]) for o in out] == [
+        ("ClusterRole", "llmpack-jobset-controller"), ("ClusterRoleBinding", "llmpack-jobset-controller"),
+        ("ValidatingWebhookConfiguration", "llmpack-jobset-validating-webhook-configuration")]
+    assert out[0]["rules"] == role["rules"]
+    assert out[1]["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                   "name": "llmpack-jobset-controller"}]
+    (hook,) = out[2]["webhooks"]
+    assert hook["clientConfig"] == {"url": "https://127.0.0.1:9443/validate-jobset", "caBundle": "UEVN"}
+    assert hook["rules"] == [{"resources": ["jobsets"]}] and hook["failurePolicy"] == "Fail"
+
+
+@pytest.mark.parametrize("controllers", ["trainer", "kueue", "jobset;rm"])
+def test_up_refuses_an_unknown_controller_set_before_starting_anything(tmp_path: Path, controllers: str) -> None:
+    """LLMPACK_CLUSTER_CONTROLLERS outside none/jobset/jobset,trainer: one line, exit 2, no state directory."""
+    state = tmp_path / "state"
+    done = subprocess.run([str(REPO / "tools" / "cluster" / "up.sh")], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "LLMPACK_CLUSTER_DIR": str(state),
+                               "LLMPACK_CLUSTER_CONTROLLERS": controllers})
+    assert done.returncode == 2 and done.stdout == ""
+    (only,) = done.stderr.strip().splitlines()
+    assert only.startswith(f"cluster-up: LLMPACK_CLUSTER_CONTROLLERS '{controllers}'"), only
+    assert not state.exists()

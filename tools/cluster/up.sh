@@ -12,6 +12,15 @@
 #   LLMPACK_KWOK_POD_DELAY_MS   kwok's base delay of each pod stage (default 1000; kwok's own);
 #                          one pod sets its own with the annotation <stage>.stage.kwok.x-k8s.io/delay
 #   LLMPACK_KWOK_POD_JITTER_MS  the stages' random extra delay, at most (default 0: repeatable)
+#   LLMPACK_CLUSTER_API_QPS  the controller-manager's and scheduler's client rate (queries/s; burst
+#                          twice that), for scale runs (default: theirs, 20 and 50)
+#   LLMPACK_CLUSTER_WATCH_CACHE  0: the API server serves watches from etcd, not its watch cache
+#                          (a watch from a compacted revision then gets 410 Gone, as etcd answers)
+#   LLMPACK_CLUSTER_CONTROLLERS  controllers to run beside the control plane, comma-separated:
+#                          jobset, trainer (needs jobset) or none (the default; make cluster-up
+#                          passes jobset,trainer). Each gets its pinned module's CRDs, ClusterRole
+#                          and webhooks (served on loopback with a certificate made here); see
+#                          controllers.sh.
 # Prints `export KUBECONFIG=...` on stdout when the control plane answers /readyz and kwok has
 # made every node Ready.
 set -euo pipefail
@@ -26,6 +35,15 @@ t0=$(date +%s.%N)
 die() { echo "cluster-up: $*" >&2; exit 2; }
 [[ "$delay_ms" =~ ^[0-9]{1,7}$ ]] || die "LLMPACK_KWOK_POD_DELAY_MS '$delay_ms': not a number of milliseconds"
 [[ "$jitter_ms" =~ ^[0-9]{1,7}$ ]] || die "LLMPACK_KWOK_POD_JITTER_MS '$jitter_ms': not a number of milliseconds"
+api_qps="${LLMPACK_CLUSTER_API_QPS:-}"
+[[ -z "$api_qps" || "$api_qps" =~ ^[0-9]{1,5}$ ]] || die "LLMPACK_CLUSTER_API_QPS '$api_qps': not a number of queries a second"
+watch_cache="${LLMPACK_CLUSTER_WATCH_CACHE:-1}"
+[[ "$watch_cache" == 0 || "$watch_cache" == 1 ]] || die "LLMPACK_CLUSTER_WATCH_CACHE '$watch_cache': 0 or 1"
+controllers="${LLMPACK_CLUSTER_CONTROLLERS:-none}"
+case ",$controllers," in
+    ,none,|,jobset,|,jobset,trainer,|,trainer,jobset,) ;;
+    *) die "LLMPACK_CLUSTER_CONTROLLERS '$controllers': one of none, jobset, jobset,trainer" ;;
+esac
 [[ -f "$nodes_file" ]] || die "LLMPACK_CLUSTER_NODES '$nodes_file': no such file"
 python3 "$here/nodes.py" --print "$nodes_file" >/dev/null || exit 2
 for tool in openssl curl python3; do
@@ -36,15 +54,17 @@ if [[ -f "$state/pids" ]]; then
 fi
 
 bin="$("$here/build.sh")"
+[[ $controllers == none ]] || ctl_bin="$("$here/build.sh" --controllers)"
 mkdir -p "$state"/{pki,logs,etcd}
 chmod 700 "$state"
 pki="$state/pki"
 : >"$state/pids"
 
 # --------------------------------------------------------------------------- ports: free ones, loopback only
-read -r etcd_port peer_port api_port kcm_port sched_port kwok_port < <(python3 - <<'EOF'
+read -r etcd_port peer_port api_port kcm_port sched_port kwok_port jobset_hook jobset_health trainer_hook \
+    trainer_health < <(python3 - <<'EOF'
 import socket
-socks = [socket.socket() for _ in range(6)]
+socks = [socket.socket() for _ in range(10)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
@@ -150,6 +170,7 @@ start etcd "$bin/etcd" --name llmpack --data-dir "$state/etcd" \
     --initial-cluster "llmpack=http://127.0.0.1:$peer_port" --listen-metrics-urls "" \
     --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn
 wait_for etcd 20 curl -sf "http://127.0.0.1:$etcd_port/health"
+echo "http://127.0.0.1:$etcd_port" >"$state/etcd-url"  # for tests that compact it
 
 start kube-apiserver "$bin/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
@@ -161,7 +182,10 @@ start kube-apiserver "$bin/kube-apiserver" \
     --service-cluster-ip-range 10.96.0.0/16 \
     --authorization-mode Node,RBAC \
     --enable-admission-plugins NodeRestriction,PodSecurity,ResourceQuota,LimitRanger \
-    --allow-privileged=false --profiling=false --endpoint-reconciler-type none
+    --allow-privileged=false --profiling=false --endpoint-reconciler-type none \
+    --watch-cache="$([[ $watch_cache == 1 ]] && echo true || echo false)"
+qps_flags=()
+[[ -z "$api_qps" ]] || qps_flags=(--kube-api-qps "$api_qps" --kube-api-burst "$((api_qps * 2))")
 wait_for kube-apiserver 45 api /readyz
 
 start kube-controller-manager "$bin/kube-controller-manager" \
@@ -172,12 +196,12 @@ start kube-controller-manager "$bin/kube-controller-manager" \
     --use-service-account-credentials --root-ca-file "$pki/ca.crt" \
     --service-account-private-key-file "$pki/sa.key" \
     --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
-    --profiling=false
+    --profiling=false "${qps_flags[@]}"
 start kube-scheduler "$bin/kube-scheduler" \
     --kubeconfig "$state/scheduler.kubeconfig" \
     --authentication-kubeconfig "$state/scheduler.kubeconfig" \
     --authorization-kubeconfig "$state/scheduler.kubeconfig" \
-    --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false --profiling=false
+    --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false --profiling=false "${qps_flags[@]}"
 start kwok "$bin/kwok" --kubeconfig "$state/kwok.kubeconfig" --config "$state/kwok.yaml" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --node-ip 127.0.0.1 --server-address "127.0.0.1:$kwok_port" --node-lease-duration-seconds 40 \
@@ -193,10 +217,15 @@ print(sum(any(c["type"] == "Ready" and c["status"] == "True" for c in (n.get("st
 }
 # the controller-manager makes each namespace's default ServiceAccount: pods need it
 default_sa() { api /api/v1/namespaces/default/serviceaccounts/default; }
-wait_for "kwok's nodes" 30 nodes_ready
+wait_for "kwok's nodes" $((30 + want / 20)) nodes_ready
 wait_for "the controller-manager" 30 default_sa
 wait_for kube-scheduler 20 curl -sfk "https://127.0.0.1:$sched_port/healthz"
 
+if [[ $controllers != none ]]; then
+    # shellcheck source=controllers.sh
+    source "$here/controllers.sh"
+fi
+
 t1=$(date +%s.%N)
-echo "cluster-up: $server up in $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s ($want nodes); state in $state" >&2
+echo "cluster-up: $server up in $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s ($want nodes; controllers: $controllers); state in $state" >&2
 echo "export KUBECONFIG=$state/kubeconfig"

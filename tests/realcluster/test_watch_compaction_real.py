@@ -1,0 +1,175 @@
+"""The pod watcher through the real API server's watch bookmarks and a real etcd compaction (410 Gone).
+
+- **Bookmarks** (the session's control plane, watch cache on, as every cluster runs): the watcher
+  asks for them (``allowWatchBookmarks``); while nothing of its run group changes, other pods'
+  writes advance the pods' resourceVersion, and the server's BOOKMARK carries it to the watcher:
+  its next watch request resumes from a version newer than any object it was sent. Seen by
+  recording the ``resourceVersion`` of each watch request the real client makes.
+- **410 after a compaction** (a control plane of this module's own with
+  ``LLMPACK_CLUSTER_WATCH_CACHE=0``: with the watch cache on, the API server answers a resumed
+  watch from its cache, so a compaction alone never reaches the client; without it, every watch is
+  etcd's, as in the cluster whose cache window a slow client has fallen behind): one watch over two
+  Jobs of a run group, run one after the other under kwok. Between them, while nothing of the run
+  group changes, the test writes to etcd and compacts it to its current revision again and again
+  (etcd's own ``/v3/kv/compaction``): the watcher's one-second watch windows resume from a
+  compacted revision and get 410 Gone; it
+  re-lists and goes on. Asserted: the 410s happened and were each followed by a re-list, and the
+  rows hold every pod once, each Succeeded on the node the API says, none taken for deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.realcluster.apiserver import make_namespace, wait_until
+from tests.realcluster.conftest import TOOLS, RealCluster, _bin_dir, _go
+
+pytestmark = pytest.mark.cluster
+
+PODS = 8  # two Jobs of 4
+
+
+def _job(name: str, run_group: str, completions: int, parallelism: int) -> dict[str, Any]:
+    container = {"name": "main", "image": "registry.example/x@sha256:" + "0" * 64, "command": ["true"],
+                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
+    labels = {"llmpack.io/run-group": run_group, "llmpack.io/step": "prepare_data", "llmpack.io/pipeline-run": run_group}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": labels},
+            "spec": {"completions": completions, "parallelism": parallelism, "backoffLimit": 0,
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"restartPolicy": "Never", "containers": [container]}}}}
+
+
+@pytest.fixture(scope="module")
+def etcd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """A control plane whose API server serves watches from etcd (no watch cache)."""
+    import kubernetes
+
+    bin_dir = _bin_dir()
+    state = tmp_path_factory.mktemp("etcdwatch") / "state"
+    env = {**os.environ, "LLMPACK_CLUSTER_DIR": str(state), "GO": _go() or "go", "LLMPACK_CLUSTER_WATCH_CACHE": "0"}
+    env.pop("LLMPACK_CLUSTER_NODES", None)
+    env.pop("LLMPACK_CLUSTER_CONTROLLERS", None)
+    up = subprocess.run([str(TOOLS / "up.sh")], capture_output=True, text=True, env=env, timeout=300)
+    try:
+        assert up.returncode == 0, f"up.sh failed ({up.returncode}): {up.stderr[-3000:]}"
+        kubeconfig = state / "kubeconfig"
+        api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+        yield RealCluster(kubeconfig=kubeconfig, state_dir=state, bin_dir=bin_dir, api=api)
+    finally:
+        subprocess.run([str(TOOLS / "down.sh")], capture_output=True, text=True, env=env, timeout=120)
+
+
+def _etcd(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One call on etcd's JSON gateway (loopback, the URL up.sh wrote)."""
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _record_watch_versions(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """(selector, resourceVersion) of every pod watch request the real client makes, in order."""
+    from kubernetes.client import CoreV1Api
+
+    seen: list[tuple[str, int]] = []
+    real = CoreV1Api.list_namespaced_pod
+
+    def recording(self: Any, namespace: str, **kwargs: Any) -> Any:
+        if kwargs.get("watch") and kwargs.get("resource_version"):
+            seen.append((kwargs.get("label_selector") or "", int(kwargs["resource_version"])))
+        return real(self, namespace, **kwargs)
+
+    monkeypatch.setattr(CoreV1Api, "list_namespaced_pod", recording)
+    return seen
+
+
+def test_a_bookmark_moves_the_watch_past_other_pods_writes(real_cluster: RealCluster,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """One pod of the run group, Running and unchanged; 20 pods elsewhere created meanwhile: a later watch
+    request of the watcher resumes from a version newer than its pod's, which only a BOOKMARK can have given."""
+    from kubernetes import client
+
+    from llmpack.k8s.watcher import PodWatcher
+
+    core = client.CoreV1Api(real_cluster.api)
+    ns, other = make_namespace(real_cluster.api, "llmpack-bookmark"), make_namespace(real_cluster.api, "llmpack-noise")
+    labels = {"llmpack.io/run-group": "rg-bookmark", "llmpack.io/step": "train"}
+    pod = {"metadata": {"name": "steady", "labels": labels},
+           "spec": {"containers": [{"name": "main", "image": "registry.example/x@sha256:" + "0" * 64}]}}
+    core.create_namespaced_pod(ns, pod)
+    wait_until(lambda: core.read_namespaced_pod("steady", ns).status.phase == "Running", timeout_s=60,
+               what="kwok runs the run group's pod")
+    time.sleep(2)  # kwok's last status write lands before the watch starts
+    pod_rv = int(core.read_namespaced_pod("steady", ns).metadata.resource_version)
+    seen = _record_watch_versions(monkeypatch)
+    watcher = PodWatcher(real_cluster.api, ns, "rg-bookmark", window_s=5)
+    watcher.start(timeout_s=60)
+    for i in range(20):
+        core.create_namespaced_pod(other, {"metadata": {"name": f"noise-{i}"}, "spec": pod["spec"]})
+    time.sleep(14)  # two or three 5-second windows
+    rows = watcher.finish()
+    assert [r["pod"] for r in rows] == ["steady"] and rows[0]["phase"] == "Running", rows
+    assert watcher.stats["events"] == 0, watcher.stats  # nothing of the run group changed
+    versions = [rv for selector, rv in seen if selector == "llmpack.io/run-group=rg-bookmark"]
+    assert len(versions) >= 2, seen
+    assert versions[-1] > pod_rv, (versions, pod_rv)
+
+
+def test_the_watcher_relists_after_etcd_compaction_and_keeps_every_pod_once(etcd_cluster: RealCluster) -> None:
+    """Compactions mid-watch: 410 Gone on the watcher's resumed watches, a re-list each, every pod once, Succeeded."""
+    from kubernetes import client
+
+    from llmpack.k8s.podphases import all_terminated
+    from llmpack.k8s.watcher import PodWatcher
+
+    etcd = (etcd_cluster.state_dir / "etcd-url").read_text().strip()
+    assert etcd.startswith("http://127.0.0.1:"), etcd
+    core, batch = client.CoreV1Api(etcd_cluster.api), client.BatchV1Api(etcd_cluster.api)
+    ns = make_namespace(etcd_cluster.api, "llmpack-compact")
+    watcher = PodWatcher(etcd_cluster.api, ns, "rg-compact", window_s=1)
+    result: dict[str, Any] = {}
+
+    def watch() -> None:
+        try:
+            result["rows"] = watcher.run(until=all_terminated(min_pods=PODS), timeout_s=150)
+        except BaseException as err:  # re-raised below
+            result["error"] = err
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    half = PODS // 2
+    batch.create_namespaced_job(ns, _job("first", "rg-compact", half, parallelism=half))
+    wait_until(lambda: (batch.read_namespaced_job("first", ns).status.succeeded or 0) == half, timeout_s=90,
+               what="the first Job's pods Succeeded")
+    compactions = []
+    for i in range(25):  # ~3 s of the run group's quiet: the watcher resumes from a version compacted meanwhile
+        core.create_namespaced_config_map(ns, {"metadata": {"name": f"churn-{i}"}})  # a newer revision
+        revision = int(_etcd(etcd, "/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+        _etcd(etcd, "/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        compactions.append(revision)
+        time.sleep(0.1)
+    expired_before_second = watcher.stats["expired"]
+    batch.create_namespaced_job(ns, _job("second", "rg-compact", half, parallelism=half))
+    thread.join(160)
+    if "error" in result:
+        raise result["error"]
+    rows = result["rows"]
+    assert watcher.stopped_by == "condition", (watcher.stopped_by, watcher.warnings, watcher.stats)
+    assert expired_before_second >= 1, (compactions, watcher.stats)  # a resumed watch met a compacted revision: 410
+    assert watcher.stats["relists"] >= watcher.stats["expired"] >= 1, watcher.stats  # each 410 answered by a re-list
+    real = {p.metadata.name: p for p in core.list_namespaced_pod(ns, label_selector="llmpack.io/run-group=rg-compact").items}
+    assert len(real) == PODS
+    assert sorted(r["pod"] for r in rows) == sorted(real), rows  # every pod of both Jobs, once
+    for row in rows:
+        assert row["phase"] == real[row["pod"]].status.phase == "Succeeded", row
+        assert row["node"] == real[row["pod"]].spec.node_name, row
+        assert not row.get("deleted"), row
