@@ -17,6 +17,7 @@ from components import settings
 from components.errors import InputError, Interrupted
 from llmpack.backends import BACKENDS, ORCHESTRATORS, cluster_paths
 from llmpack.doctor.command import doctor as doctor_command
+from llmpack.plan.command import plan as plan_command
 from llmpack.project.command import project as project_command
 from llmpack.run.clean import clean as clean_command
 from llmpack.run.submit_command import submit as submit_command
@@ -571,6 +572,7 @@ main.add_command(submit_command)  # one subcommand per cluster backend: llmpack.
 main.add_command(sync_command)
 main.add_command(clean_command)
 main.add_command(doctor_command)  # before a first cluster run (issue 23): docs/first-run-on-a-cluster.md
+main.add_command(plan_command)  # estimates before submitting: docs/plan.md
 main.add_command(project_command)  # scale projection (issue 27): docs/projection.md
 
 if __name__ == "__main__":  # pragma: no cover

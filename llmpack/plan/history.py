@@ -1,0 +1,144 @@
+"""The user's measured history in: one :class:`RunSample` per succeeded gang run of the run groups.
+
+The runs are the pipeline records ``llmpack report`` and ``llmpack project`` read
+(:func:`llmpack.report.facts.runs_from_mlflow`, the finetune gang's per-node events by
+:func:`llmpack.project.data.gang_of_run`); a run keeps its phases apart so that :mod:`.phases`
+can borrow the ones that do not depend on the GPU. Only gang runs (``--nodes`` 2 or more) carry
+per-node events, so only they are history here (docs/plan.md says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from components.errors import InputError
+
+ON_DEMAND, SPOT = "on-demand", "spot"
+CAPACITIES = (ON_DEMAND, SPOT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodePhases:
+    """One gang node: pod created -> its node Ready (GPU-dependent), node Ready -> container started
+    (pull and start: the same image on any GPU)."""
+
+    provision_s: float
+    pull_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSample:
+    """One measured run, as the plan uses it (None: not recorded)."""
+
+    run: str
+    path: str
+    gpu_type: str
+    capacity: str                       # ON_DEMAND or SPOT (the node's capacity type tag)
+    nodes: tuple[NodePhases, ...]
+    overhead_s: float | None            # submit -> gang pods created (the orchestrator's part)
+    load_s: float | None                # gang ready -> first optimizer step (model load)
+    train_s: float | None               # first step -> training finished
+    post_s: float | None                # training finished -> run finished (evaluate, register)
+    gpus_per_node: int
+    preemptions: int                    # preempted attempts of the run
+    price_per_gpu_hour: float | None
+    actual: dict[str, float | None] = field(default_factory=dict)  # the headlines, for calibration
+    planned: dict[str, str] = field(default_factory=dict)          # llmpack.plan.* tags, if planned
+
+    @property
+    def gang_hours(self) -> float:
+        """Node-hours the run held its gang (for a preemption rate per node-hour)."""
+        span = (self.load_s or 0.0) + (self.train_s or 0.0)
+        return len(self.nodes) * span / 3600.0
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def path_label(run: Mapping[str, Any]) -> str:
+    """The path as ``compare`` labels it: the orchestrator, ``+fuse-<mode>`` when its steps were fused."""
+    from components.fusion import FUSE_TAG
+
+    orch = str(run.get("orchestrator") or "unknown")
+    fuse = (run.get("tags") or {}).get(FUSE_TAG)
+    return orch if fuse in (None, "", "none") else f"{orch}+fuse-{fuse}"
+
+
+def sample_of_run(run: Mapping[str, Any]) -> RunSample | None:
+    """The run's sample, or None when it holds no measured gang (failed, or one node)."""
+    from llmpack.project.data import gang_of_run
+
+    gang = gang_of_run(run)
+    if gang is None:
+        return None
+    tags = run.get("tags") or {}
+    metrics = run.get("metrics") or {}
+    nodes = tuple(NodePhases(provision_s=n.provision_s if n.provision_s is not None else n.ready_s,
+                             pull_s=max(0.0, n.ready_s - (n.provision_s if n.provision_s is not None else n.ready_s)))
+                  for n in gang.nodes)
+    first = _float(metrics.get("time_to_first_step_s"))
+    total = _float(metrics.get("total_s"))
+    train = gang.train_s
+    post = None if first is None or total is None or train is None else max(0.0, total - first - train)
+    preempted = [a for a in str(tags.get("llmpack.preempted_attempts", "")).split(",") if a]
+    capacity = SPOT if tags.get("llmpack.capacity_type") == SPOT else ON_DEMAND
+    return RunSample(
+        run=gang.run, path=path_label(run), gpu_type=str(tags.get("llmpack.gpu_type") or "unknown"),
+        capacity=capacity, nodes=nodes, overhead_s=gang.overhead_s, load_s=gang.first_step_s, train_s=train,
+        post_s=post, gpus_per_node=gang.gpus_per_node or 1, preemptions=len(preempted),
+        price_per_gpu_hour=gang.price_per_gpu_hour,
+        actual={"spin_up_s": _float(metrics.get("gang_ready_s")), "first_step_s": first, "total_s": total,
+                "cost_usd": _float(metrics.get("cost_usd"))},
+        planned={k: str(v) for k, v in tags.items() if k.startswith("llmpack.plan.")})
+
+
+def samples_of_runs(runs: Iterable[Mapping[str, Any]]) -> list[RunSample]:
+    return [s for s in (sample_of_run(r) for r in runs) if s is not None]
+
+
+Progress = Callable[[str], None]
+
+
+def from_mlflow(run_groups: Sequence[str], tracking_uri: str | None, progress: Progress | None = None,
+                *, strict: bool = True) -> list[RunSample]:
+    """Every measured gang run of the run groups, a progress line per group (and every 20 runs);
+    ``strict``: a group without one is refused (one line) rather than skipped."""
+    from components.record import tracking
+    from llmpack.project.data import _with_node_events
+    from llmpack.report.facts import runs_from_mlflow
+
+    say = progress or (lambda _text: None)
+    mc = tracking.client(tracking_uri)
+    out: list[RunSample] = []
+    for group in run_groups:
+        say(f"reading run group {group}")
+        runs = runs_from_mlflow(mc, group)
+        found = []
+        for i, run in enumerate(runs, 1):
+            sample = sample_of_run(_with_node_events(mc, run) if run.get("status") == "succeeded" else run)
+            if sample is not None:
+                found.append(sample)
+            if i % 20 == 0:
+                say(f"  {group}: {i} of {len(runs)} runs read")
+        say(f"  {group}: {len(found)} measured gang runs of {len(runs)}")
+        if not found and strict:
+            raise InputError(f"run group {group!r}: no measured finetune gang (runs with --nodes 2 or more "
+                             "that succeeded); measure some with llmpack compare --cluster --nodes 2")
+        out += found
+    return out
+
+
+def all_groups(tracking_uri: str | None) -> list[str]:
+    """Every run group with a pipeline record in the store, oldest first (the whole history)."""
+    from components.record import tracking
+
+    mc = tracking.client(tracking_uri)
+    found = mc.search_runs([tracking.experiment_id(mc)], filter_string=f"tags.`{tracking.RECORD_TAG}` = 'pipeline'",
+                           max_results=5000, order_by=["attributes.start_time ASC"])
+    return list(dict.fromkeys(g for g in (r.data.tags.get("llmpack.run_group") for r in found) if g))
