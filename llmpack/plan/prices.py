@@ -47,8 +47,8 @@ def is_stale(as_of: str, today: dt.date, stale_days: int = STALE_DAYS) -> bool:
     return when is None or (today - when).days > stale_days
 
 
-def _url(gpu_type: str, provider: str, price_file: str | None) -> str:
-    """The row's ``url`` column (the provider's public pricing page), from the file that priced it."""
+def _row(gpu_type: str, provider: str, price_file: str | None) -> dict[str, Any]:
+    """The catalogue row that priced the option (the price file's first, as the lookup reads them)."""
     from pathlib import Path
 
     from components.record import cost
@@ -56,13 +56,15 @@ def _url(gpu_type: str, provider: str, price_file: str | None) -> str:
     table = cost._load_table(Path(price_file)) if price_file else []
     for entry in (*table, *cost.shipped_table()):
         if entry["gpu"] == gpu_type and entry.get("provider", "") == provider:
-            return str(entry.get("url", ""))
-    return ""
+            return entry
+    return {}
 
 
 def price_of(gpu_type: str, capacity: str, *, flag: Any = None, price_file: str | None = None,
              provider: str | None = None, today: dt.date, stale_days: int = STALE_DAYS) -> PriceRow | None:
-    """The option's price, or None: no row for the GPU type, or a spot option whose row has no spot column."""
+    """The option's price, or None: no row for the GPU type, or a spot option whose row has no spot column.
+
+    A spot figure is dated and sourced by the row's ``spot_as_of`` / ``spot_url`` where it has them."""
     from components.record import cost
 
     price = cost.resolve_price(gpu_type, flag=flag, price_file=price_file, provider=provider,
@@ -73,5 +75,8 @@ def price_of(gpu_type: str, capacity: str, *, flag: Any = None, price_file: str 
         return PriceRow(per_gpu_hour=price.per_gpu_hour, source="flag")
     if capacity == SPOT and not price.spot:
         return None
-    return PriceRow(per_gpu_hour=price.per_gpu_hour, source=price.source, as_of=price.as_of,
-                    url=_url(gpu_type, price.provider, price_file), stale=is_stale(price.as_of, today, stale_days))
+    row = _row(gpu_type, price.provider, price_file)
+    url = str(row.get("spot_url" if price.spot and "spot_url" in row else "url", ""))
+    as_of = price.as_of
+    return PriceRow(per_gpu_hour=price.per_gpu_hour, source=price.source, as_of=as_of, url=url,
+                    stale=is_stale(as_of, today, stale_days))
