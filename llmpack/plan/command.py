@@ -48,10 +48,21 @@ def parse_paths(text: str | None) -> tuple[str, ...] | None:
 
 
 def parse_gpu_types(text: str | None) -> tuple[str, ...] | None:
-    from llmpack.gpu_catalogue import resolve_gpu_type
+    """Full ids of the GPU types named (full id or short name, as ``--gpu-type`` takes them, or any type
+    the price catalogue lists: a plan prices GPUs the compiler may not place yet); else one line."""
+    from components.record import cost
+    from llmpack.gpu_catalogue import ALIASES, PREFIX, lookup_gpu_type
 
-    types = parse_list(text, "--gpu-type")
-    return None if types is None else tuple(resolve_gpu_type(t) for t in types)
+    priced = cost.known_gpu_types()
+    names = {**{t.removeprefix(PREFIX): t for t in priced}, **{t: t for t in priced}, **ALIASES}
+    out = []
+    for t in parse_list(text, "--gpu-type") or ():
+        found = lookup_gpu_type(t) or names.get(t.strip().lower())
+        if found is None:
+            raise InputError(f"--gpu-type {t!r}: unknown GPU type; priced: "
+                             + ", ".join(n.removeprefix(PREFIX) for n in priced))
+        out.append(found)
+    return tuple(dict.fromkeys(out)) if text is not None else None
 
 
 def parse_capacities(text: str) -> tuple[str, ...]:
@@ -112,13 +123,14 @@ def write_out(out: Path, result: dict, plan: object) -> list[Path]:
 @click.option("--provider", default=None, help="Catalogue provider: aws, gcp, azure (default: the first row's).")
 @click.option("--stale-days", type=click.IntRange(min=1), default=180, show_default=True,
               help="A price older than this is flagged stale.")
+@click.option("--calibration", is_flag=True, help="Instead: how often past planned runs fell inside the estimate.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of the table.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Write plan.json and plan.png here.")
 def plan(run_groups: tuple[str, ...], tracking_uri: str | None, paths: str | None, gpu_type: str | None, capacity: str,
          nodes: int, objective: str, deadline: str | None, max_cost: float | None,
          spot_interruptions_per_hour: float | None, checkpoint_interval: str | None, train_time: str | None,
          price_file: str | None, price_per_gpu_hour: str | None, provider: str | None, stale_days: int,
-         as_json: bool, out: Path | None) -> None:
+         calibration: bool, as_json: bool, out: Path | None) -> None:
     """Estimate, from your own measured runs, each path x GPU type x on-demand/spot: spin-up, time to
     first step and total (p50, p90, 95% intervals) and cost per run, and choose one by --objective
     under --deadline and --max-cost. Without history a row says "no measurement" and what would
@@ -126,6 +138,12 @@ def plan(run_groups: tuple[str, ...], tracking_uri: str | None, paths: str | Non
     from llmpack.plan import run
     from llmpack.ui.progress import note
 
+    if calibration:
+        from llmpack.plan import calibration as cal
+
+        report = cal.calibration(run.read_history(run_groups, tracking_uri, note))
+        click.echo(json.dumps(report, indent=2) if as_json else cal.text(report))
+        return
     if price_per_gpu_hour is not None:
         from components.record.cost import parse_price
 
