@@ -16,7 +16,6 @@ import click
 from components.errors import InputError
 from llmpack.ui.terminal import command
 
-PATH_NAME = re.compile(r"^(kfp|argo|mlflow)(\+fuse-(gpu|all))?$")
 CHART = "plan.png"
 
 
@@ -40,10 +39,15 @@ def parse_list(text: str | None, flag: str) -> tuple[str, ...] | None:
 
 
 def parse_paths(text: str | None) -> tuple[str, ...] | None:
+    """Cluster paths of the backend registry, each optionally fused (``argo+fuse-gpu``); else one line."""
+    from llmpack.backends import ORCHESTRATORS
+
     paths = parse_list(text, "--paths")
     for p in paths or ():
-        if not PATH_NAME.match(p):
-            raise InputError(f"--paths {p!r}: not a cluster path (kfp, argo, mlflow, optionally +fuse-gpu or +fuse-all)")
+        backend, _, fuse = p.partition("+fuse-")
+        if backend not in ORCHESTRATORS or ("+fuse-" in p and fuse not in ("gpu", "all")):
+            raise InputError(f"--paths {p!r}: not a cluster path ({', '.join(ORCHESTRATORS)}, optionally +fuse-gpu "
+                             "or +fuse-all)")
     return paths
 
 

@@ -10,7 +10,6 @@ from typing import Any
 from llmpack.plan import choice, costs, estimate, history, phases, prices, render
 from llmpack.plan.history import RunSample
 
-DEFAULT_PATHS = ("kfp", "argo", "mlflow")
 DEFAULT_GPU_TYPE = "nvidia-h100-80gb"  # the pipeline spec's GPU when nothing else names one
 
 
@@ -56,7 +55,9 @@ class Plan:
 def plan(samples: Sequence[RunSample], inputs: PlanInputs, *, today: dt.date | None = None) -> Plan:
     """Every option asked, estimated from ``samples``; the chosen one."""
     today = today or dt.datetime.now(dt.timezone.utc).date()
-    paths = inputs.paths or (None if samples else DEFAULT_PATHS)
+    from llmpack.backends import ORCHESTRATORS
+
+    paths = inputs.paths or (None if samples else ORCHESTRATORS)  # no history: every cluster path
     gpus = inputs.gpu_types or (None if samples else (DEFAULT_GPU_TYPE,))
     rows = []
     for option in phases.options(samples, paths, gpus, inputs.capacities):
