@@ -2,7 +2,9 @@
 
 Compute, straggler waste and overhead are :func:`llmpack.project.model.project_path`'s (N x G GPUs
 x training time; x the expected wait for the slowest node; x billed spin-up, first step and the
-scale-down delay), with their 95% intervals. On spot, preemptions arrive at ``rate`` per node-hour
+scale-down delay), with their 95% intervals; other GPU is the median of the runs' billed GPU node-hours
+outside the finetune gang (the evaluate step's node, the MLflow Job's own pod), with a bootstrap
+interval. On spot, preemptions arrive at ``rate`` per node-hour
 while the gang holds its nodes (load + training): the expected count is ``rate x N x hours``, and
 each costs the whole gang the work since the last checkpoint (half the checkpoint interval on
 average; half the training without one) plus a re-spin-up (a node's provision + pull, then the
@@ -21,7 +23,7 @@ from llmpack.plan.phases import OptionSamples
 from llmpack.plan.prices import PriceRow
 from llmpack.project.model import Estimate
 
-PARTS = ("compute", "straggler_waste", "overhead", "preemption_waste")
+PARTS = ("compute", "straggler_waste", "overhead", "other_gpu", "preemption_waste")
 
 
 def measured_rate(s: OptionSamples) -> tuple[float, str] | None:
@@ -57,8 +59,30 @@ def cost_per_run(row: Any, s: OptionSamples, *, price: PriceRow | None, preempt:
     if preempt.get("unknown"):
         return {}, "no preemption rate: no spot runs measured; say --spot-interruptions-per-hour"
     out = {k: row.cost_usd[k] for k in ("compute", "straggler_waste", "overhead")}
+    other = median_interval(s.other_gpu_h, price.per_gpu_hour)
+    if other is not None:
+        out["other_gpu"] = other
     waste = preempt.get("expected", 0.0) * gpus * preempt.get("lost_s", 0.0) * price.per_gpu_hour / 3600.0
     out["preemption_waste"] = Estimate(value=waste, low=waste, high=waste)
     t = row.cost_usd["total"]
-    out["total"] = Estimate(value=t.value + waste, low=t.low + waste, high=t.high + waste, extrapolated=t.extrapolated)
+    add = [waste, waste, waste]
+    if other is not None:
+        add = [waste + other.value, waste + other.low, waste + other.high]
+    out["total"] = Estimate(value=t.value + add[0], low=t.low + add[1], high=t.high + add[2],
+                            extrapolated=t.extrapolated)
     return out, ""
+
+
+def median_interval(values: tuple[float, ...], scale: float) -> Estimate | None:
+    """The median of ``values`` x ``scale`` with a 95% percentile bootstrap interval (seeded); None: no values."""
+    import numpy as np
+
+    from llmpack.project.model import RESAMPLES, SEED
+
+    if not values:
+        return None
+    x = np.asarray(values, dtype=float) * scale
+    rng = np.random.default_rng(SEED)
+    meds = np.median(x[rng.integers(0, len(x), size=(RESAMPLES, len(x)))], axis=1)
+    low, high = np.percentile(meds, [2.5, 97.5])
+    return Estimate(value=float(np.median(x)), low=float(low), high=float(high))

@@ -43,6 +43,7 @@ class RunSample:
     post_s: float | None                # training finished -> run finished (evaluate, register)
     gpus_per_node: int
     preemptions: int                    # preempted attempts of the run
+    other_gpu_h: float | None = None    # billed GPU node-hours of the run outside the finetune gang
     price_per_gpu_hour: float | None
     actual: dict[str, float | None] = field(default_factory=dict)  # the headlines, for calibration
     planned: dict[str, str] = field(default_factory=dict)          # llmpack.plan.* tags, if planned
@@ -87,15 +88,35 @@ def sample_of_run(run: Mapping[str, Any]) -> RunSample | None:
     train = gang.train_s
     post = None if first is None or total is None or train is None else max(0.0, total - first - train)
     preempted = [a for a in str(tags.get("llmpack.preempted_attempts", "")).split(",") if a]
+    other = other_gpu_hours(run, gang.gpus_per_node or 1)
     capacity = SPOT if tags.get("llmpack.capacity_type") == SPOT else ON_DEMAND
     return RunSample(
         run=gang.run, path=path_label(run), gpu_type=str(tags.get("llmpack.gpu_type") or "unknown"),
         capacity=capacity, nodes=nodes, overhead_s=gang.overhead_s, load_s=gang.first_step_s, train_s=train,
-        post_s=post, gpus_per_node=gang.gpus_per_node or 1, preemptions=len(preempted),
+        post_s=post, gpus_per_node=gang.gpus_per_node or 1, preemptions=len(preempted), other_gpu_h=other,
         price_per_gpu_hour=gang.price_per_gpu_hour,
         actual={"spin_up_s": _float(metrics.get("gang_ready_s")), "first_step_s": first, "total_s": total,
                 "cost_usd": _float(metrics.get("cost_usd"))},
         planned={k: str(v) for k, v in tags.items() if k.startswith("llmpack.plan.")})
+
+
+def other_gpu_hours(run: Mapping[str, Any], gpus_per_node: int) -> float | None:
+    """The run's billed GPU node-hours (``node_gpu_hours``) less its finetune gang's, as the gang model bills
+    them (each node from Ready to finetune finished, plus the scale-down delay): the GPU time of the
+    pipeline's other GPU pods (evaluate's node, the MLflow Job's pod). None without a node bill."""
+    billed = _float((run.get("metrics") or {}).get("node_gpu_hours"))
+    ev = (run.get("events") or {}).get("finetune") or {}
+    finished = _float(ev.get("finished"))
+    if billed is None or finished is None:
+        return None
+    delay = _float((run.get("tags") or {}).get("llmpack.scale_down_delay_s"))
+    if delay is None:
+        from components.record.cost import DEFAULT_SCALE_DOWN_DELAY_S
+
+        delay = DEFAULT_SCALE_DOWN_DELAY_S
+    readies = [float(v) for k, v in ev.items() if k.startswith("node_ready.node")]
+    gang = sum(gpus_per_node * (finished - r + delay) for r in readies) / 3600.0
+    return max(0.0, billed - gang)
 
 
 def samples_of_runs(runs: Iterable[Mapping[str, Any]]) -> list[RunSample]:

@@ -12,6 +12,7 @@ pull       node Ready -> container started              neither: the same image 
 load       gang ready -> first optimizer step           neither: model load, first batch
 train      first step -> training finished              the GPU type
 post       training finished -> run finished            the path (evaluate, register)
+other      GPU node-hours outside the finetune gang     the path (evaluate's node, a Job pod)
 =========  ===========================================  ==================================
 
 Each phase takes the option's own runs first (same path and GPU type; for ``provision`` the same
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 
 from llmpack.plan.history import ON_DEMAND, SPOT, RunSample
 
-PHASES = ("overhead", "provision", "pull", "load", "train", "post")
+PHASES = ("overhead", "provision", "pull", "load", "train", "post", "other")
 SEED = 20261205
 
 
@@ -83,6 +84,7 @@ BORROW: dict[str, tuple[Match, ...]] = {
     "load": (_own, _path, _any),
     "train": (_own, _gpu),
     "post": (_own, _path),
+    "other": (_own, _path),
 }
 
 
@@ -97,6 +99,7 @@ class OptionSamples:
     load_s: tuple[float, ...] = ()
     train_s: float = 0.0                 # median
     post_s: float = 0.0                  # median
+    other_gpu_h: tuple[float, ...] = ()  # per run: billed GPU-hours outside the gang (none: not measured)
     gpus_per_node: int = 1
     runs: int = 0                        # the option's own runs
     borrowed: dict[str, str] = field(default_factory=dict)
@@ -140,7 +143,8 @@ def option_samples(samples: Sequence[RunSample], option: Option) -> OptionSample
     borrowed: dict[str, str] = {}
     has = {"overhead": lambda s: s.overhead_s is not None, "provision": lambda s: bool(s.nodes),
            "pull": lambda s: bool(s.nodes), "load": lambda s: s.load_s is not None,
-           "train": lambda s: s.train_s is not None, "post": lambda s: s.post_s is not None}
+           "train": lambda s: s.train_s is not None, "post": lambda s: s.post_s is not None,
+           "other": lambda s: s.other_gpu_h is not None}
     for phase in PHASES:
         found, source = _pick(samples, option, phase, has[phase])
         picked[phase] = found
@@ -167,6 +171,7 @@ def option_samples(samples: Sequence[RunSample], option: Option) -> OptionSample
         load_s=_values(picked["load"], lambda s: s.load_s) or (0.0,),
         train_s=statistics.median(_values(picked["train"], lambda s: s.train_s)),
         post_s=statistics.median(_values(picked["post"], lambda s: s.post_s)) if picked["post"] else 0.0,
+        other_gpu_h=_values(picked["other"], lambda s: s.other_gpu_h),
         gpus_per_node=max(per_node) if per_node else 1, runs=own_runs, borrowed=borrowed,
         preemptions=sum(s.preemptions for s in spot), spot_gang_hours=sum(s.gang_hours for s in spot))
 

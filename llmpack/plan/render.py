@@ -65,8 +65,8 @@ def block(e: OptionEstimate, chosen: bool) -> list[str]:
         lines += _wrap(f"{q}: " + ", ".join(f"{NAMES[h]} {_interval(e.times[h][q])}" for h in HEADLINES))
     if e.cost:
         parts = ", ".join(f"{k.replace('_', ' ')} {usd(e.cost[k].value)}" for k in
-                          ("compute", "straggler_waste", "overhead", "preemption_waste")
-                          if k != "preemption_waste" or e.preemption)
+                          ("compute", "straggler_waste", "overhead", "other_gpu", "preemption_waste")
+                          if k in e.cost and (k != "preemption_waste" or e.preemption))
         price = e.price
         lines += _wrap(f"cost: {parts}; at {usd(price.per_gpu_hour)}/GPU-h ({price.source})" if price else parts)
     if e.preemption and not e.preemption.get("unknown"):

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from llmpack.cli import main
-from llmpack.plan import history, phases, run
+from llmpack.plan import history, phases, render, run
 from llmpack.plan.history import samples_of_runs
 from tests.llmpack.plan.plan_runs import gang_run
 from tests.llmpack.plan.plan_runs import history as make_history
@@ -166,3 +166,26 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_pat
     assert res.exit_code == 2, res.output
     assert message in res.output and len(res.output.strip().splitlines()) == 1, res.output
     assert not (tmp_path / "m.db").exists()  # refused before the store was opened
+
+
+def test_the_pipelines_other_gpu_time_is_the_node_bill_less_the_gang_and_is_priced() -> None:
+    rec = gang_run("mlflow", "nvidia-h200", 0, random.Random(3), provision=(30.0, 30.0), pull=(8.0, 8.0),
+                   overhead=(5.0, 5.0), load=(12.0, 12.0), train_s=600.0)
+    ev = rec["events"]["finetune"]
+    gang_h = sum(ev["finished"] - ev[f"node_ready.node{k}"] + 600.0 for k in range(2)) / 3600
+    rec["metrics"]["node_gpu_hours"] = gang_h + 0.25  # the MLflow Job's own GPU pod, say
+    assert history.other_gpu_hours(rec, 1) == pytest.approx(0.25)
+    assert history.sample_of_run({**rec, "metrics": {**rec["metrics"], "node_gpu_hours": None}}).other_gpu_h is None
+    records = []
+    for i in range(10):
+        r = gang_run("mlflow", "nvidia-h200", i, random.Random(i), provision=(20.0, 40.0), price=8.0)
+        e = r["events"]["finetune"]
+        r["metrics"]["node_gpu_hours"] = sum(e["finished"] - e[f"node_ready.node{k}"] + 600 for k in range(2)) / 3600 + 0.25
+        records.append(r)
+    plan = run.plan(samples_of_runs(records), run.PlanInputs(capacities=("on-demand",)), today=TODAY)
+    row = _row(plan, "mlflow", "nvidia-h200")
+    other = row.cost["other_gpu"]
+    assert other.value == pytest.approx(0.25 * row.price.per_gpu_hour, rel=1e-6) and other.low <= other.value <= other.high
+    parts = sum(row.cost[k].value for k in ("compute", "straggler_waste", "overhead", "other_gpu"))
+    assert row.cost["total"].value == pytest.approx(parts)
+    assert "other gpu $" in "\n".join(render.block(row, False))
