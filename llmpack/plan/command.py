@@ -112,6 +112,8 @@ def write_out(out: Path, result: dict, plan: object) -> list[Path]:
               help="GPU types to plan (default: those measured).")
 @click.option("--capacity", default="on-demand,spot", show_default=True, help="on-demand, spot, or both.")
 @click.option("--nodes", type=click.IntRange(min=1), default=2, show_default=True, help="Nodes in the finetune gang.")
+@click.option("--gpus", type=click.IntRange(min=1), default=None,
+              help="GPUs per node (default: the measured runs'); training time is kept as measured.")
 @click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
               help="What the chosen row minimises.")
 @click.option("--deadline", default=None, metavar="DURATION", help="Total time's p90 at most this (300s, 45m, 2h).")
@@ -131,7 +133,7 @@ def write_out(out: Path, result: dict, plan: object) -> list[Path]:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of the table.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Write plan.json and plan.png here.")
 def plan(run_groups: tuple[str, ...], tracking_uri: str | None, paths: str | None, gpu_type: str | None, capacity: str,
-         nodes: int, objective: str, deadline: str | None, max_cost: float | None,
+         nodes: int, gpus: int | None, objective: str, deadline: str | None, max_cost: float | None,
          spot_interruptions_per_hour: float | None, checkpoint_interval: str | None, train_time: str | None,
          price_file: str | None, price_per_gpu_hour: str | None, provider: str | None, stale_days: int,
          calibration: bool, as_json: bool, out: Path | None) -> None:
@@ -158,7 +160,7 @@ def plan(run_groups: tuple[str, ...], tracking_uri: str | None, paths: str | Non
         check_provider(provider, price_file)
     inputs = run.PlanInputs(
         paths=parse_paths(paths), gpu_types=parse_gpu_types(gpu_type), capacities=parse_capacities(capacity),
-        nodes=nodes, objective=objective,  # type: ignore[arg-type]
+        nodes=nodes, gpus_per_node=gpus, objective=objective,  # type: ignore[arg-type]
         deadline_s=parse_duration(deadline, "--deadline"), max_cost=max_cost,
         spot_interruptions_per_hour=spot_interruptions_per_hour,
         checkpoint_interval_s=parse_duration(checkpoint_interval, "--checkpoint-interval"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llmpack.plan import choice, costs, estimate, history, phases, prices, render
@@ -21,6 +21,7 @@ class PlanInputs:
     gpu_types: tuple[str, ...] | None = None
     capacities: tuple[str, ...] = history.CAPACITIES
     nodes: int = 2
+    gpus_per_node: int | None = None
     objective: choice.Objective = "cost"
     deadline_s: float | None = None
     max_cost: float | None = None
@@ -62,6 +63,8 @@ def plan(samples: Sequence[RunSample], inputs: PlanInputs, *, today: dt.date | N
     rows = []
     for option in phases.options(samples, paths, gpus, inputs.capacities):
         s = phases.option_samples(samples, option)
+        if inputs.gpus_per_node is not None:
+            s = replace(s, gpus_per_node=inputs.gpus_per_node)
         price = prices.price_of(option.gpu_type, option.capacity, flag=inputs.price_flag, price_file=inputs.price_file,
                                 provider=inputs.provider, today=today, stale_days=inputs.stale_days)
         rate = ((inputs.spot_interruptions_per_hour, "--spot-interruptions-per-hour")

@@ -76,6 +76,9 @@ def test_spin_up_grows_with_the_gang_by_max_of_n_and_first_step_adds_the_load() 
         assert r.times["spin_up_s"]["p90"].value > r.times["spin_up_s"]["p50"].value
     assert big.cost["straggler_waste"].value > small.cost["straggler_waste"].value
     assert big.cost["compute"].value == pytest.approx(4 * small.cost["compute"].value)
+    eight = _row(run.plan(samples, run.PlanInputs(nodes=2, gpus_per_node=8, **inputs), today=TODAY), "argo", "nvidia-h200")
+    assert eight.gpus == 16 and eight.cost["compute"].value == pytest.approx(8 * small.cost["compute"].value)
+    assert eight.times["spin_up_s"]["p50"].value == small.times["spin_up_s"]["p50"].value  # the nodes' pace, not G
 
 
 def test_spot_adds_the_expected_preemption_waste_from_the_given_rate_or_says_it_has_none(tmp_path: Path) -> None:
