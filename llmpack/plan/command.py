@@ -107,6 +107,9 @@ def write_out(out: Path, result: dict, plan: object) -> list[Path]:
 @click.option("--run-group", "run_groups", multiple=True,
               help="A measured run group in MLflow (repeatable; default: every group in the store).")
 @click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI).")
+@click.option("--pods", default=None, help="Instead: `kubectl get pods -o json` dump with gang node pods.")
+@click.option("--nodes-dump", default=None, help="With --pods: `kubectl get nodes -o json` dump.")
+@click.option("--events", default=None, help="With --pods: `kubectl get events -o json` dump.")
 @click.option("--paths", default=None, metavar="A,B", help="Paths to plan (default: those measured).")
 @click.option("--gpu-type", "gpu_type", default=None, metavar="A,B",
               help="GPU types to plan (default: those measured).")
@@ -132,7 +135,8 @@ def write_out(out: Path, result: dict, plan: object) -> list[Path]:
 @click.option("--calibration", is_flag=True, help="Instead: how often past planned runs fell inside the estimate.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of the table.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Write plan.json and plan.png here.")
-def plan(run_groups: tuple[str, ...], tracking_uri: str | None, paths: str | None, gpu_type: str | None, capacity: str,
+def plan(run_groups: tuple[str, ...], tracking_uri: str | None, pods: str | None, nodes_dump: str | None,
+         events: str | None, paths: str | None, gpu_type: str | None, capacity: str,
          nodes: int, gpus: int | None, objective: str, deadline: str | None, max_cost: float | None,
          spot_interruptions_per_hour: float | None, checkpoint_interval: str | None, train_time: str | None,
          price_file: str | None, price_per_gpu_hour: str | None, provider: str | None, stale_days: int,
@@ -147,7 +151,7 @@ def plan(run_groups: tuple[str, ...], tracking_uri: str | None, paths: str | Non
     if calibration:
         from llmpack.plan import calibration as cal
 
-        report = cal.calibration(run.read_history(run_groups, tracking_uri, note))
+        report = cal.calibration(run.read_history(run_groups, tracking_uri, note, (pods, nodes_dump, events)))
         click.echo(json.dumps(report, indent=2) if as_json else cal.text(report))
         return
     if price_per_gpu_hour is not None:
@@ -166,7 +170,7 @@ def plan(run_groups: tuple[str, ...], tracking_uri: str | None, paths: str | Non
         checkpoint_interval_s=parse_duration(checkpoint_interval, "--checkpoint-interval"),
         price_file=price_file, price_flag=price_per_gpu_hour, provider=provider, stale_days=stale_days,
         train_s=parse_duration(train_time, "--train-time"))
-    result = run.plan(run.read_history(run_groups, tracking_uri, note), inputs)
+    result = run.plan(run.read_history(run_groups, tracking_uri, note, (pods, nodes_dump, events)), inputs)
     payload = result.as_json()
     written = write_out(out, payload, result) if out is not None else []
     click.echo(json.dumps(payload, indent=2) if as_json else result.text())

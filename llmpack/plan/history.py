@@ -163,3 +163,31 @@ def all_groups(tracking_uri: str | None) -> list[str]:
     found = mc.search_runs([tracking.experiment_id(mc)], filter_string=f"tags.`{tracking.RECORD_TAG}` = 'pipeline'",
                            max_results=5000, order_by=["attributes.start_time ASC"])
     return list(dict.fromkeys(g for g in (r.data.tags.get("llmpack.run_group") for r in found) if g))
+
+
+def from_dumps(pods: str, nodes: str | None, events: str | None, progress: Progress | None = None) -> list[RunSample]:
+    """Every succeeded gang of kubectl dumps (as ``llmpack project --pods`` reads them). Dumps hold no
+    in-container events: no load (first step) and no post-training time, which the plan then borrows
+    or marks; the GPU type and capacity are the first gang node's (its labels)."""
+    from llmpack.gpu_catalogue import node_gpu
+    from llmpack.k8s.timeline import timeline_from_files
+    from llmpack.project.data import gangs_from_rows
+
+    say = progress or (lambda _text: None)
+    say(f"reading kubectl dumps {pods}")
+    rows = timeline_from_files(pods, nodes=nodes, events=events)
+    gang_rows = [r for r in rows if r.get("gang")]
+    if not gang_rows:
+        raise InputError(f"{pods}: no TrainJob node pods (label jobset.sigs.k8s.io/jobset-name): no gang to plan from")
+    gpu = node_gpu(gang_rows[0], None)
+    capacity = SPOT if gang_rows[0].get("capacity_type") == SPOT else ON_DEMAND
+    out = []
+    for g in gangs_from_rows(rows):
+        pairs = tuple(NodePhases(provision_s=n.provision_s if n.provision_s is not None else n.ready_s,
+                                 pull_s=max(0.0, n.ready_s - (n.provision_s if n.provision_s is not None else n.ready_s)))
+                      for n in g.nodes)
+        out.append(RunSample(run=g.run, path=g.path, gpu_type=gpu.gpu_type or "unknown", capacity=capacity, nodes=pairs,
+                             overhead_s=g.overhead_s, load_s=None, train_s=g.train_s, post_s=None,
+                             gpus_per_node=g.gpus_per_node or 1, preemptions=0, price_per_gpu_hour=None))
+    say(f"  {len(out)} measured gangs on {gpu.gpu_type or 'an unknown GPU'}")
+    return out

@@ -104,6 +104,7 @@ class OptionSamples:
     runs: int = 0                        # the option's own runs
     borrowed: dict[str, str] = field(default_factory=dict)
     missing: tuple[str, ...] = ()
+    assumed: tuple[str, ...] = ()        # phases measured nowhere, taken as 0 s (load, from kubectl dumps)
     preemptions: int = 0                 # on this GPU type's spot runs
     spot_gang_hours: float = 0.0
 
@@ -164,15 +165,19 @@ def option_samples(samples: Sequence[RunSample], option: Option) -> OptionSample
         rng = random.Random(SEED)
         pulls = tuple(rng.choice(pull_nodes).pull_s for _ in prov_nodes)
         ready = tuple(n.provision_s + p for n, p in zip(prov_nodes, pulls, strict=True))
+    assumed = () if picked["load"] else ("load",)  # kubectl dumps hold no first step: taken as 0 s, and said
     per_node = {s.gpus_per_node for s in picked["provision"]}
+    overhead = _values(picked["overhead"], lambda s: s.overhead_s)
+    load = _values(picked["load"], lambda s: s.load_s) or (0.0,)
+    if len(load) != len(overhead):  # the gang model resamples them as one run's pair: a seeded draw per run
+        rng = random.Random(SEED + 1)
+        load = tuple(rng.choice(load) for _ in overhead)
     return OptionSamples(
-        option=option, ready_s=ready, pull_s=pulls,
-        overhead_s=_values(picked["overhead"], lambda s: s.overhead_s),
-        load_s=_values(picked["load"], lambda s: s.load_s) or (0.0,),
+        option=option, ready_s=ready, pull_s=pulls, overhead_s=overhead, load_s=load,
         train_s=statistics.median(_values(picked["train"], lambda s: s.train_s)),
         post_s=statistics.median(_values(picked["post"], lambda s: s.post_s)) if picked["post"] else 0.0,
         other_gpu_h=_values(picked["other"], lambda s: s.other_gpu_h),
-        gpus_per_node=max(per_node) if per_node else 1, runs=own_runs, borrowed=borrowed,
+        gpus_per_node=max(per_node) if per_node else 1, runs=own_runs, borrowed=borrowed, assumed=assumed,
         preemptions=sum(s.preemptions for s in spot), spot_gang_hours=sum(s.gang_hours for s in spot))
 
 

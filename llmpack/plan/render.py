@@ -75,6 +75,8 @@ def block(e: OptionEstimate, chosen: bool) -> list[str]:
                        f"{p['source']}), {seconds(p['lost_s'])} lost each")
     if e.note:
         lines += _wrap(e.note)
+    if e.samples.assumed:
+        lines += _wrap("not measured, taken as 0 s: " + ", ".join(e.samples.assumed))
     if e.samples.borrowed:
         lines += _wrap("borrowed: " + "; ".join(f"{k} from {v}" for k, v in e.samples.borrowed.items()))
     return lines
@@ -104,6 +106,7 @@ def row_json(e: OptionEstimate, chosen: bool) -> dict[str, Any]:
                                              "url": price.url, "as_of": price.as_of, "stale": price.stale},
         "preemption": {k: v for k, v in e.preemption.items()} or None,
         "borrowed": dict(e.samples.borrowed), "missing": list(e.samples.missing),
+        "assumed_zero": list(e.samples.assumed),
     }
 
 

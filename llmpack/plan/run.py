@@ -75,8 +75,21 @@ def plan(samples: Sequence[RunSample], inputs: PlanInputs, *, today: dt.date | N
     return Plan(rows=rows, choice=chosen, inputs=inputs, runs=len(samples))
 
 
-def read_history(run_groups: Sequence[str], tracking_uri: str | None, progress: history.Progress | None) -> list[RunSample]:
-    """The named run groups, or every group in the store when none is named."""
+def read_history(run_groups: Sequence[str], tracking_uri: str | None, progress: history.Progress | None,
+                 dumps: tuple[str | None, str | None, str | None] = (None, None, None)) -> list[RunSample]:
+    """kubectl dumps (``dumps``: pods, nodes, events), or the named run groups, or every group in the
+    store when neither is named."""
+    pods, nodes, events = dumps
+    if (nodes or events) and not pods:
+        from components.errors import InputError
+
+        raise InputError("--nodes-dump/--events: only with --pods")
+    if pods:
+        if run_groups:
+            from components.errors import InputError
+
+            raise InputError("--pods: not with --run-group (one history: dumps or MLflow)")
+        return history.from_dumps(pods, nodes, events, progress)
     if run_groups:
         return history.from_mlflow(run_groups, tracking_uri, progress)
     groups = history.all_groups(tracking_uri)

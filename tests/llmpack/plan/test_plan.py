@@ -192,3 +192,17 @@ def test_the_pipelines_other_gpu_time_is_the_node_bill_less_the_gang_and_is_pric
     parts = sum(row.cost[k].value for k in ("compute", "straggler_waste", "overhead", "other_gpu"))
     assert row.cost["total"].value == pytest.approx(parts)
     assert "other gpu $" in "\n".join(render.block(row, False))
+
+
+def test_kubectl_dumps_are_history_too_their_unmeasured_load_said() -> None:
+    examples = Path(__file__).resolve().parents[3] / "examples" / "projection"
+    res = CliRunner().invoke(main, ["plan", "--pods", str(examples / "pods.json"), "--nodes-dump",
+                                    str(examples / "nodes.json"), "--events", str(examples / "events.json"),
+                                    "--nodes", "4", "--capacity", "on-demand", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["history_runs"] == 52 and {o["path"] for o in out["options"]} == {"argo", "mlflow"}
+    for o in out["options"]:
+        assert o["estimated"] and o["gpu_type"] == "nvidia-h200" and o["gpus"] == 32 and o["assumed_zero"] == ["load"]
+    res = CliRunner().invoke(main, ["plan", "--events", str(examples / "events.json")])
+    assert res.exit_code == 2 and "--nodes-dump/--events: only with --pods" in res.output
