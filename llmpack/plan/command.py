@@ -103,7 +103,7 @@ def write_out(out: Path, result: dict, plan: object) -> list[Path]:
     return [out / CHART, out / "plan.json"]
 
 
-@command("plan", short_help="Before submitting: each path x GPU type x spot/on-demand's spin-up, first step and cost.")
+@command("plan", short_help="Spin-up and cost per path x GPU type, estimated before submitting.")
 @click.option("--run-group", "run_groups", multiple=True,
               help="A measured run group in MLflow (repeatable; default: every group in the store).")
 @click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI).")

@@ -11,7 +11,7 @@ below the p90 nine times in ten and below the p50 half the time, which ``llmpack
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 TITLE = "Estimate vs actual"
@@ -72,14 +72,13 @@ def rows(runs: Iterable[Mapping[str, Any]]) -> list[list[str]]:
     return out
 
 
-def markdown(runs: Iterable[Mapping[str, Any]]) -> list[str]:
+def markdown(runs: Iterable[Mapping[str, Any]], text: Callable[[Any], str] = str) -> list[str]:
+    """The section in Markdown; ``text`` makes a run's name inert (the report's ``md_text``)."""
     found = rows(runs)
     if not found:
         return []
     lines = ["", f"## {TITLE}", "", NOTE, "", "| " + " | ".join(COLUMNS) + " |", "|---|---|---:|---:|---:|---|"]
-    from llmpack.report.render import md_text
-
-    return lines + ["| " + " | ".join([md_text(r[0]), *r[1:]]) + " |" for r in found]
+    return lines + ["| " + " | ".join([text(r[0]), *r[1:]]) + " |" for r in found]
 
 
 def html_section(runs: Iterable[Mapping[str, Any]]) -> str:

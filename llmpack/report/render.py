@@ -178,7 +178,7 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         lines += ["", "## Retried attempts", "", "Every attempt is billed: these are in the runs' cost, GPU-hours and goodput.", ""]
         lines += [f"- **{o}** {text}" for o, text in retries]
     lines += beside.markdown(result["runs"])
-    lines += estimate_vs_actual.markdown(result["runs"])
+    lines += estimate_vs_actual.markdown(result["runs"], md_text)
     lines += preemption_markdown(result)
     saves = checkpoint_lines(result["runs"])  # preemption: the measured checkpoint write against the grace period
     if saves:

@@ -73,10 +73,19 @@ def test_the_plan_holds_on_the_next_runs_and_chooses_what_they_show_cheapest(tmp
     actual: dict[str, list[dict]] = {}
     for gpu in GPUS:
         planned = record.before_compare(str(plan_file), None, labels=PATHS.split(","), gpu_type=gpu, cluster=True)
-        for r in _measure(tmp_path / "next", uri, gpu, planned)["runs"]:
+        result = _measure(tmp_path / "next", uri, gpu, planned)
+        for r in result["runs"]:
             assert r["tags"]["llmpack.plan.option"] == f"{r['orchestrator']} {gpu} on-demand"
             actual.setdefault(r["tags"]["llmpack.plan.option"], []).append(r)
 
+    # The report of the last comparison, and the same rebuilt from MLflow, put each run beside its estimate.
+    from components.record import tracking
+    from llmpack.report import estimate as section
+    from llmpack.report import runs_from_mlflow, write_report
+
+    md = (write_report(result, tmp_path / "report") / "report.md").read_text()
+    assert "## Estimate vs actual" in md and md.count(" | first step | ") == 2 * RUNS
+    assert sorted(section.rows(runs_from_mlflow(tracking.client(uri), result["run_group"]))) == sorted(section.rows(result["runs"]))
     # Coverage: per headline, over the 40 planned runs.
     report = calibration.calibration(history.from_mlflow(
         [g for g in history.all_groups(uri) if g not in groups], uri))
