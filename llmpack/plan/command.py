@@ -10,11 +10,15 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from components.errors import InputError
 from llmpack.ui.terminal import command
+
+if TYPE_CHECKING:
+    from llmpack.plan.run import Plan
 
 CHART = "plan.png"
 
@@ -89,7 +93,7 @@ def check_provider(provider: str, price_file: str | None) -> None:
         raise InputError(f"--provider {provider!r}: no price row from it (known: {', '.join(known)})")
 
 
-def write_out(out: Path, result: dict, plan: object) -> list[Path]:
+def write_out(out: Path, result: dict[str, Any], plan: Plan) -> list[Path]:
     """``plan.json`` and ``plan.png`` into ``out`` (created), each written whole or not at all."""
     from llmpack.plan.chart import chart_plan
     from llmpack.project.command import _write_atomic
@@ -98,7 +102,7 @@ def write_out(out: Path, result: dict, plan: object) -> list[Path]:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"--out {out}: cannot create it ({exc.strerror or exc})") from None
-    _write_atomic(out / CHART, lambda p: chart_plan(plan.rows, plan.choice, p))  # type: ignore[attr-defined]
+    _write_atomic(out / CHART, lambda p: chart_plan(plan.rows, plan.choice, p))
     _write_atomic(out / "plan.json", lambda p: p.write_text(json.dumps(result, indent=2) + "\n"))
     return [out / CHART, out / "plan.json"]
 
