@@ -130,7 +130,10 @@ def write_out(out: Path, result: dict[str, Any], plan: Plan) -> list[Path]:
               help="Spot preemptions per node-hour (default: measured from the history's spot runs).")
 @click.option("--checkpoint-interval", default=None, metavar="DURATION",
               help="Time between checkpoints (default: none, a preemption loses half the training).")
-@click.option("--train-time", default=None, metavar="DURATION", help="Training time (default: the measured median).")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None,
+              help="Optimizer steps: training time = steps x the measured time per step (the runs' max_steps).")
+@click.option("--train-time", default=None, metavar="DURATION",
+              help="Training time, instead (default: the measured median).")
 @click.option("--price-file", default=None, help="Price YAML overriding the shipped catalogue (its format).")
 @click.option("--price-per-gpu-hour", default=None, help="One price for every option (USD per GPU-hour).")
 @click.option("--provider", default=None, help="Catalogue provider: aws, gcp, azure (default: the first row's).")
@@ -142,7 +145,8 @@ def write_out(out: Path, result: dict[str, Any], plan: Plan) -> list[Path]:
 def plan(run_groups: tuple[str, ...], tracking_uri: str | None, pods: str | None, nodes_dump: str | None,
          events: str | None, paths: str | None, gpu_type: str | None, capacity: str,
          nodes: int, gpus: int | None, objective: str, deadline: str | None, max_cost: float | None,
-         spot_interruptions_per_hour: float | None, checkpoint_interval: str | None, train_time: str | None,
+         spot_interruptions_per_hour: float | None, checkpoint_interval: str | None, max_steps: int | None,
+         train_time: str | None,
          price_file: str | None, price_per_gpu_hour: str | None, provider: str | None, stale_days: int,
          calibration: bool, as_json: bool, out: Path | None) -> None:
     """Estimate, from your own measured runs, each path x GPU type x on-demand/spot: spin-up, time to
@@ -173,7 +177,9 @@ def plan(run_groups: tuple[str, ...], tracking_uri: str | None, pods: str | None
         spot_interruptions_per_hour=spot_interruptions_per_hour,
         checkpoint_interval_s=parse_duration(checkpoint_interval, "--checkpoint-interval"),
         price_file=price_file, price_flag=price_per_gpu_hour, provider=provider, stale_days=stale_days,
-        train_s=parse_duration(train_time, "--train-time"))
+        train_s=parse_duration(train_time, "--train-time"), max_steps=max_steps)
+    if max_steps is not None and train_time is not None:
+        raise InputError("--max-steps: not with --train-time (one or the other sets the training time)")
     result = run.plan(run.read_history(run_groups, tracking_uri, note, (pods, nodes_dump, events)), inputs)
     payload = result.as_json()
     written = write_out(out, payload, result) if out is not None else []

@@ -44,6 +44,7 @@ class RunSample:
     gpus_per_node: int
     preemptions: int                    # preempted attempts of the run
     other_gpu_h: float | None = None    # billed GPU node-hours of the run outside the finetune gang
+    steps: int | None = None            # the run's max_steps parameter (training time per step)
     price_per_gpu_hour: float | None
     actual: dict[str, float | None] = field(default_factory=dict)  # the headlines, for calibration
     planned: dict[str, str] = field(default_factory=dict)          # llmpack.plan.* tags, if planned
@@ -97,7 +98,16 @@ def sample_of_run(run: Mapping[str, Any]) -> RunSample | None:
         price_per_gpu_hour=gang.price_per_gpu_hour,
         actual={"spin_up_s": _float(metrics.get("gang_ready_s")), "first_step_s": first, "total_s": total,
                 "cost_usd": _float(metrics.get("cost_usd"))},
-        planned={k: str(v) for k, v in tags.items() if k.startswith("llmpack.plan.")})
+        planned={k: str(v) for k, v in tags.items() if k.startswith("llmpack.plan.")},
+        steps=_steps((run.get("params") or {}).get("max_steps")))
+
+
+def _steps(value: Any) -> int | None:
+    try:
+        steps = int(str(value))
+    except (TypeError, ValueError):
+        return None
+    return steps if steps > 0 else None
 
 
 def other_gpu_hours(run: Mapping[str, Any], gpus_per_node: int) -> float | None:
@@ -131,7 +141,6 @@ def from_mlflow(run_groups: Sequence[str], tracking_uri: str | None, progress: P
     """Every measured gang run of the run groups, a progress line per group (and every 20 runs);
     ``strict``: a group without one is refused (one line) rather than skipped."""
     from components.record import tracking
-    from llmpack.project.data import _with_node_events
     from llmpack.report.facts import runs_from_mlflow
 
     say = progress or (lambda _text: None)
@@ -142,7 +151,7 @@ def from_mlflow(run_groups: Sequence[str], tracking_uri: str | None, progress: P
         runs = runs_from_mlflow(mc, group)
         found = []
         for i, run in enumerate(runs, 1):
-            sample = sample_of_run(_with_node_events(mc, run) if run.get("status") == "succeeded" else run)
+            sample = sample_of_run(with_run_details(mc, run) if run.get("status") == "succeeded" else run)
             if sample is not None:
                 found.append(sample)
             if i % 20 == 0:
@@ -153,6 +162,21 @@ def from_mlflow(run_groups: Sequence[str], tracking_uri: str | None, progress: P
                              "that succeeded); measure some with llmpack compare --cluster --nodes 2")
         out += found
     return out
+
+
+def with_run_details(mc: Any, run: dict[str, Any]) -> dict[str, Any]:
+    """The run with finetune's every event (``<event>.node<R>`` included: the report's rebuilt events keep
+    the step's own) and its parameters, from one read of its MLflow record (as
+    :func:`llmpack.project.data._with_node_events`, plus the parameters)."""
+    from components.record import tracking
+    from components.record.telemetry import RunContext, group_by_step
+
+    data = mc.get_run(run["artifacts"]["mlflow_run_id"]).data
+    ctx = RunContext(run_group=run["run_group"], pipeline_run=run["pipeline_run"], orchestrator=run["orchestrator"],
+                     mode=run["mode"], submitted_at=run["submitted_at"])
+    step = group_by_step(tracking.records_from_run(data.metrics, ctx)).get("finetune")
+    return {**run, "events": {**run["events"], "finetune": dict(step.events) if step else {}},
+            "params": dict(data.params)}
 
 
 def all_groups(tracking_uri: str | None) -> list[str]:

@@ -99,6 +99,7 @@ class OptionSamples:
     load_s: tuple[float, ...] = ()
     train_s: float = 0.0                 # median
     post_s: float = 0.0                  # median
+    step_s: float | None = None          # median training seconds per optimizer step (runs with max_steps)
     other_gpu_h: tuple[float, ...] = ()  # per run: billed GPU-hours outside the gang (none: not measured)
     gpus_per_node: int = 1
     runs: int = 0                        # the option's own runs
@@ -136,6 +137,10 @@ def _pick(samples: Sequence[RunSample], o: Option, phase: str,
 
 def _values(found: Sequence[RunSample], get: Callable[[RunSample], float | None]) -> tuple[float, ...]:
     return tuple(v for v in (get(s) for s in found) if v is not None)
+
+
+def _median_or_none(values: tuple[float, ...]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def option_samples(samples: Sequence[RunSample], option: Option) -> OptionSamples:
@@ -177,6 +182,7 @@ def option_samples(samples: Sequence[RunSample], option: Option) -> OptionSample
         train_s=statistics.median(_values(picked["train"], lambda s: s.train_s)),
         post_s=statistics.median(_values(picked["post"], lambda s: s.post_s)) if picked["post"] else 0.0,
         other_gpu_h=_values(picked["other"], lambda s: s.other_gpu_h),
+        step_s=_median_or_none(_values(picked["train"], lambda s: s.train_s / s.steps if s.train_s and s.steps else None)),
         gpus_per_node=max(per_node) if per_node else 1, runs=own_runs, borrowed=borrowed, assumed=assumed,
         preemptions=sum(s.preemptions for s in spot), spot_gang_hours=sum(s.gang_hours for s in spot))
 

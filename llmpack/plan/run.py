@@ -32,6 +32,7 @@ class PlanInputs:
     provider: str | None = None
     stale_days: int = prices.STALE_DAYS
     train_s: float | None = None
+    max_steps: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -69,8 +70,15 @@ def plan(samples: Sequence[RunSample], inputs: PlanInputs, *, today: dt.date | N
                                 provider=inputs.provider, today=today, stale_days=inputs.stale_days)
         rate = ((inputs.spot_interruptions_per_hour, "--spot-interruptions-per-hour")
                 if inputs.spot_interruptions_per_hour is not None else costs.measured_rate(s))
-        rows.append(estimate.estimate(s, nodes=inputs.nodes, price=price, spot_rate=rate,
-                                      checkpoint_interval_s=inputs.checkpoint_interval_s, train_s=inputs.train_s))
+        train_s = inputs.train_s
+        if train_s is None and inputs.max_steps is not None and s.step_s is not None:
+            train_s = s.step_s * inputs.max_steps  # the step count x the measured time per step
+        row = estimate.estimate(s, nodes=inputs.nodes, price=price, spot_rate=rate,
+                                checkpoint_interval_s=inputs.checkpoint_interval_s, train_s=train_s)
+        if inputs.max_steps is not None and s.step_s is None and row.estimated:
+            row = replace(row, note="; ".join(n for n in (row.note, "--max-steps: the runs record no max_steps, "
+                                                          "training time as measured") if n))
+        rows.append(row)
     chosen = choice.choose(rows, objective=inputs.objective, deadline_s=inputs.deadline_s, max_cost=inputs.max_cost)
     return Plan(rows=rows, choice=chosen, inputs=inputs, runs=len(samples))
 

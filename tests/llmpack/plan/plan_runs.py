@@ -11,7 +11,7 @@ def gang_run(path: str, gpu_type: str, i: int, rng: random.Random, *, nodes: int
              pull: tuple[float, float] = (5.0, 15.0), overhead: tuple[float, float] = (4.0, 8.0),
              load: tuple[float, float] = (10.0, 14.0), train_s: float = 600.0, post_s: float = 30.0,
              capacity: str = "on-demand", preempted: int = 0, price: float = 2.0,
-             planned: dict[str, str] | None = None) -> dict[str, Any]:
+             planned: dict[str, str] | None = None, max_steps: int | None = None) -> dict[str, Any]:
     """One succeeded gang run; ``actual`` headlines in its metrics as ``compare`` logs them."""
     t0 = 1_800_000_000.0 + 5000 * i
     created = t0 + rng.uniform(*overhead)
@@ -32,6 +32,7 @@ def gang_run(path: str, gpu_type: str, i: int, rng: random.Random, *, nodes: int
         tags["llmpack.preempted_attempts"] = ",".join(f"finetune/gang#{a}:spot" for a in range(1, preempted + 1))
     return {"run_group": "rg-plan", "pipeline_run": f"{path}-{gpu_type}-{i}", "orchestrator": path, "mode": "cluster",
             "status": "succeeded", "submitted_at": t0, "tags": tags, "events": {"finetune": ev},
+            "params": {} if max_steps is None else {"max_steps": str(max_steps)},
             "metrics": {"time_to_first_step_s": first - t0, "total_s": total, "gang_ready_s": max(started) - t0,
                         "cost_usd": nodes * (total - (created - t0)) * price / 3600}}
 

@@ -206,3 +206,20 @@ def test_kubectl_dumps_are_history_too_their_unmeasured_load_said() -> None:
         assert o["estimated"] and o["gpu_type"] == "nvidia-h200" and o["gpus"] == 32 and o["assumed_zero"] == ["load"]
     res = CliRunner().invoke(main, ["plan", "--events", str(examples / "events.json")])
     assert res.exit_code == 2 and "--nodes-dump/--events: only with --pods" in res.output
+
+
+def test_max_steps_scales_the_training_by_the_measured_time_per_step() -> None:
+    records = make_history({("argo", "nvidia-h200"): {"provision": (20.0, 40.0), "train_s": 600.0, "max_steps": 60}})
+    samples = samples_of_runs(records)
+    assert {s.steps for s in samples} == {60}
+    od = {"capacities": ("on-demand",)}
+    base = _row(run.plan(samples, run.PlanInputs(**od), today=TODAY), "argo", "nvidia-h200")
+    more = _row(run.plan(samples, run.PlanInputs(max_steps=120, **od), today=TODAY), "argo", "nvidia-h200")
+    assert more.times["total_s"]["p50"].value == pytest.approx(base.times["total_s"]["p50"].value + 600.0)
+    assert more.cost["compute"].value == pytest.approx(2 * base.cost["compute"].value)
+    assert more.times["first_step_s"]["p50"].value == base.times["first_step_s"]["p50"].value
+    unknown = _row(run.plan(_samples({("argo", "nvidia-h200"): FAST_DEAR}), run.PlanInputs(max_steps=120, **od),
+                            today=TODAY), "argo", "nvidia-h200")
+    assert "the runs record no max_steps, training time as measured" in unknown.note
+    res = CliRunner().invoke(main, ["plan", "--max-steps", "10", "--train-time", "1h"])
+    assert res.exit_code == 2 and "--max-steps: not with --train-time" in res.output
