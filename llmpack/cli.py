@@ -17,6 +17,8 @@ from components import settings
 from components.errors import InputError, Interrupted
 from llmpack.backends import BACKENDS, ORCHESTRATORS, cluster_paths
 from llmpack.doctor.command import doctor as doctor_command
+from llmpack.plan.command import plan as plan_command
+from llmpack.plan.record import options as plan_options
 from llmpack.project.command import project as project_command
 from llmpack.run.clean import clean as clean_command
 from llmpack.run.submit_command import submit as submit_command
@@ -299,6 +301,7 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
 @click.option("--preempt", default=None, metavar="STEP@WHEN",
               help="--cluster: the preemptions every path runs under (finetune@30s, or finetune@rate=0.5/h[,seed=N]); "
                    "the report shows each path's time to recover and waste (docs/preemption.md).")
+@plan_options  # --plan FILE, --max-cost USD: the estimate on each run (docs/plan.md)
 def compare(backends: str, repeats: int | None, budget: str | None, margin: str | None, warmup: int | None, local: bool, variants: str | None, baseline: str | None,
             report_dir: Path | None, force: bool, no_report: bool,
             control_plane: tuple[str, ...], control_plane_file: str | None, inject_start_delay: str | None, wide: bool,
@@ -326,6 +329,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     from llmpack.ui.progress import note
 
     own = {o.dest: kwargs.pop(o.dest) for path in cluster_paths().values() for o in path.compare_options}
+    plan_file, max_cost = kwargs.pop("plan_file"), kwargs.pop("max_cost")
     pod = pod_options_of(kwargs)  # --image, --model-pvc...: every path compiled with them (llmpack.ui.pod_options)
     if local and pod.compiles:
         raise InputError(f"{POD_FLAGS}: only with --cluster")
@@ -375,6 +379,10 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     fusion.check_mode(kwargs["fuse"])
     modes = cmp.parse_variants(variants) or [kwargs["fuse"]]  # the packagings compared: --variants, else --fuse
     labels = [fusion.path_label(b, f) for f in modes for b in names]
+    from llmpack.plan import record as plan_record
+
+    planned = plan_record.before_compare(plan_file, max_cost, labels=labels, gpu_type=kwargs.get("gpu_type"),
+                                         cluster=not local)  # --max-cost refuses before the first run
     costs = parse_control_plane(control_plane, control_plane_file)
     check_control_plane(costs, names)
     base = (baseline if baseline is not None else cmp.default_baseline(labels)) if local else baseline
@@ -394,6 +402,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
         if not local:
             result = cmp.with_baseline(_compare_cluster(names, modes, repeats, params, cluster, kwargs,
                                                         inject_start_delay), base, margins)
+            plan_record.after_compare(planned, result)
         else:
             def run_one(o: RunOptions, label: str, **kw: Any) -> dict[str, Any]:
                 return run_with_progress(o, label, env=cmp.start_delay_env(delays, o.backend), **kw)
@@ -571,6 +580,7 @@ main.add_command(submit_command)  # one subcommand per cluster backend: llmpack.
 main.add_command(sync_command)
 main.add_command(clean_command)
 main.add_command(doctor_command)  # before a first cluster run: docs/first-run-on-a-cluster.md
+main.add_command(plan_command)  # estimates before submitting: docs/plan.md
 main.add_command(project_command)  # scale projection: docs/projection.md
 
 if __name__ == "__main__":  # pragma: no cover

@@ -29,6 +29,8 @@ from components.errors import InputError
 from components.record.telemetry import TRAIN_STEP, StepTimes
 
 SHIPPED_TABLE = Path(__file__).with_name("prices.yaml")
+# A row's text columns: each one value, kept as text (a YAML date stays as written).
+TEXT_COLUMNS = ("as_of", "source", "provider", "url", "spot_as_of", "spot_url")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,12 +76,12 @@ def _load_table(path: Path) -> list[dict[str, Any]]:
             raise InputError(f"{where} needs 'gpu' and 'per_gpu_hour'")
         if not isinstance(entry["gpu"], str) or not entry["gpu"].strip():
             raise InputError(f"{where}.gpu: {yamltext.excerpt(entry['gpu'])} is not a GPU type name")
-        for key in ("as_of", "source", "provider"):
+        for key in TEXT_COLUMNS:
             if isinstance(entry.get(key), (dict, list)):
                 raise InputError(f"{where}.{key}: expected a single value, got a {type(entry[key]).__name__}")
         if isinstance(entry["per_gpu_hour"], bool):  # YAML's yes/true would otherwise be a price of 1
             raise InputError(f"{where}.per_gpu_hour: price {yamltext.excerpt(entry['per_gpu_hour'])} is not a number")
-        entry = {k: (str(v) if k in ("as_of", "source", "provider", "gpu") else v) for k, v in entry.items()}
+        entry = {k: (str(v) if k in (*TEXT_COLUMNS, "gpu") else v) for k, v in entry.items()}
         entry["per_gpu_hour"] = parse_price(entry["per_gpu_hour"], f"{where}.per_gpu_hour")
         if entry.get("spot_per_gpu_hour") is not None:
             if isinstance(entry["spot_per_gpu_hour"], bool):
@@ -149,9 +151,12 @@ def resolve_price(
 def _entry_price(gpu_type: str, entry: Mapping[str, Any], *, source: str, capacity_type: str = "") -> Price:
     """The price a table row gives ``gpu_type``, credited to ``source``: its spot column for a spot node that has one."""
     spot = capacity_type == "spot" and entry.get("spot_per_gpu_hour") is not None
+    as_of = entry.get("spot_as_of", entry.get("as_of", "")) if spot else entry.get("as_of", "")
+    if spot and source.endswith(f"@{entry.get('as_of')}"):  # a shipped row's spot figure has its own date
+        source = source.rsplit("@", 1)[0] + f"@{as_of}"
     return Price(gpu_type=gpu_type, per_gpu_hour=entry["spot_per_gpu_hour" if spot else "per_gpu_hour"],
                  source=source, provider=entry.get("provider", ""),
-                 as_of=entry.get("as_of", ""), capacity_type=capacity_type, spot=spot)
+                 as_of=as_of, capacity_type=capacity_type, spot=spot)
 
 
 def price_column(price: Price) -> str:

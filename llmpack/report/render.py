@@ -22,6 +22,7 @@ from typing import Any
 from components.errors import InputError
 from components.fusion import path_of
 from llmpack.report import beside
+from llmpack.report import estimate as estimate_vs_actual
 from llmpack.report.charts import chart_boxes, chart_cost, chart_timeline, path_colour
 from llmpack.report.facts import (
     break_even,
@@ -177,6 +178,7 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         lines += ["", "## Retried attempts", "", "Every attempt is billed: these are in the runs' cost, GPU-hours and goodput.", ""]
         lines += [f"- **{o}** {text}" for o, text in retries]
     lines += beside.markdown(result["runs"])
+    lines += estimate_vs_actual.markdown(result["runs"], md_text)
     lines += preemption_markdown(result)
     saves = checkpoint_lines(result["runs"])  # preemption: the measured checkpoint write against the grace period
     if saves:
@@ -343,6 +345,7 @@ img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 <ul>{costs or '<li>no priced runs</li>'}</ul>
 {retries}
 {beside.html_section(result['runs'])}
+{estimate_vs_actual.html_section(result['runs'])}
 {preemption_html(result, _badge)}
 {img('cost_per_run')}
 <p class="note">{html.escape(COST_FORMULA)}</p>

@@ -41,7 +41,9 @@ class SubmitCommands(Group):
         def command(**kw: Any) -> None:
             _submit(cmd_name, **kw)
 
-        func: Callable[..., Any] = submit_options(command)
+        from llmpack.plan import record as plan_record
+
+        func: Callable[..., Any] = plan_record.options(submit_options(command))  # --plan, --max-cost
         for option in reversed(backend.submit_options()):
             func = option(func)
         return click.command(cmd_name, cls=Command, help=backend.submit_help)(func)
@@ -79,11 +81,15 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
     if max_steps is not None and max_steps <= 0:
         raise InputError(f"--max-steps {max_steps}: must be a positive number of steps")
     from llmpack.compile.artifacts import compiled_for_submit
+    from llmpack.plan import record as plan_record
 
+    planned = plan_record.before_submit(kw.pop("plan_file", None), kw.pop("max_cost", None), orchestrator,
+                                        kw.get("gpu_type"))  # --max-cost refuses here, before anything is sent
     pod = pod_options_of(kw)  # --image, --model-pvc...: compiled first, as --gpu-type
     with compiled_for_submit(orchestrator, kw.pop("gpu_type", None), kw, pod=pod, values=values) as artifact:
         run = backend.submit(conn, params=values, **{**kw, **artifact})  # the compiled artifact replaces an unset option
     summary = run.summary
+    plan_record.after_submit(planned, summary)
     for warning in summary.get("warnings", []):
         click.echo(f"llmpack: warning: {warning}", err=True)
     if wait:

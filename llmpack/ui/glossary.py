@@ -138,6 +138,17 @@ TERMS: tuple[Term, ...] = (
          short="projected past the data: nodes × samples needed > samples measured",
          detail="`llmpack project`: the q-quantile of a max over N nodes needs about N / (1 − q) node samples; "
                 "with fewer it rests on an exponential tail fitted past the largest sample (docs/projection.md)."),
+    Term(key="plan_estimate", name="plan (estimate)", group="stats",
+         short="`llmpack plan`'s figures for a run not yet submitted",
+         detail="p50 and p90 with 95% intervals per path × GPU type × on-demand/spot, from the user's own "
+                "measured runs (docs/plan.md); a phase "
+                "measured on another GPU type or path is marked borrowed. Not the comparison's round plan "
+                "(`llmpack compare`'s which-runs-to-submit, llmpack/compare/plan.py)."),
+    Term(key="borrowed", name="borrowed", group="stats",
+         short="a planned figure resting on a phase measured elsewhere",
+         detail="`llmpack plan`: image pull and model load do not depend on the GPU, the orchestrator's overhead "
+                "not on the GPU, provisioning and training not on the path: an option lacking its own runs of "
+                "such a phase takes another GPU type's or path's and says so (docs/plan.md)."),
     Term(key="beyond_noise", name="▼ / ▲ / ≈", group="stats",
          short="decidedly lower / higher than the baseline; ≈ equivalent"),
     # ------------------------------------------------------------------ the pack's words
