@@ -98,8 +98,8 @@ def test_first_version_is_champion_a_worse_one_stays_challenger_a_better_one_tak
     assert not worse["champion"] and worse["promotion"].startswith("version 2 stays challenger (did not beat v1: ")
     assert better["champion"] and better["promotion"].startswith("version 3 -> champion (beat v1: ")
     mc = MlflowClient(three_runs["uri"])
-    assert mc.get_model_version_by_alias(NAME, "champion").version == "3"
-    assert mc.get_model_version_by_alias(NAME, "challenger").version == "3"
+    assert str(mc.get_model_version_by_alias(NAME, "champion").version) == "3"
+    assert str(mc.get_model_version_by_alias(NAME, "challenger").version) == "3"
     tags = mc.get_model_version(NAME, "2").tags
     assert tags["llmpack.promotion"] == "challenger"
     assert tags["llmpack.promotion.metric"] == "eval_loss" and tags["llmpack.promotion.baseline_version"] == "1"
@@ -117,8 +117,8 @@ def test_promote_false_registers_a_challenger_only(three_runs: dict[str, Any], t
     _, record = _tune_eval_register(root, tokens, 0, three_runs["uri"], "--param=promote=false", model=finetuned)
     assert record["promotion"] == f"version {record['version']} stays challenger (promote=false)"
     mc = MlflowClient(three_runs["uri"])
-    assert mc.get_model_version_by_alias(NAME, "challenger").version == record["version"]
-    assert mc.get_model_version_by_alias(NAME, "champion").version == "3"
+    assert str(mc.get_model_version_by_alias(NAME, "challenger").version) == record["version"]
+    assert str(mc.get_model_version_by_alias(NAME, "champion").version) == "3"
 
 
 LOAD = """
