@@ -166,7 +166,7 @@ TERMS: tuple[Term, ...] = (
          detail="Every registered version takes it (an alias points at one version); the version's "
                 "`llmpack.promotion*` tags say why it did or did not also become the champion (docs/serving.md)."),
     Term(key="champion", name="champion", group="model",
-         short="the registry alias on the version to ship: the best on the same eval set",
+         short="the registry alias on the version to ship: best on the same eval set",
          detail="Moves to a new version only when its quality gate passed and its figure beats the champion's on the "
                 "same eval set (`llmpack.eval_set`), or when there is none; a tie keeps the incumbent, a champion "
                 "scored on other data is not compared, `--no-promote` never moves it. Serve it as "
