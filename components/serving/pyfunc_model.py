@@ -110,7 +110,8 @@ class TunedModel(PythonModel):
             new = new[: new.index(self.codec.eos_id)]
         return self.codec.decode(new)
 
-    def predict(self, context: Any, model_input: Any, params: dict[str, Any] | None = None) -> list[str]:
+    def predict(self, context, model_input, params=None):
+        """One greedy answer per prompt. Not annotated: MLflow reads ``predict``'s hints as an input schema."""
         max_new_tokens = int((params or {}).get("max_new_tokens", self.spec["max_new_tokens"]))
         return [self.generate(prompt, max_new_tokens) for prompt in prompts_of(model_input)]
 

@@ -86,11 +86,10 @@ def register(
         mc = model_client(mc, run_id)
         with tempfile.TemporaryDirectory(prefix="llmpack-register-") as scratch:
             work = Path(scratch)
-            (work / "stage").mkdir()
-            servable = write_servable(model_dir, work / "pyfunc", work / "stage")
+            servable = write_servable(model_dir, work / "pyfunc")
             mc.log_artifacts(run_id, str(weights), artifact_path=f"model/{weights.name}")
             mc.log_artifact(run_id, str(model_dir / MODEL_META), artifact_path="model")
-            mc.log_artifacts(run_id, str(servable), artifact_path="model")  # MLmodel beside them: a pyfunc model
+            mc.log_artifacts(run_id, str(servable), artifact_path="model")  # MLmodel beside the weights: a pyfunc model
             if merge:
                 mc.log_artifacts(run_id, str(write_merged(model_dir, work / "merged")), artifact_path="merged")
         mc.log_artifact(run_id, str(Path(metrics.path) / "metrics.json"), artifact_path="evaluation")

@@ -280,13 +280,15 @@ def test_client_and_rest_uploads_store_identical_records(mlflow_server: str, mon
     assert history["metric.finetune.tokens_per_s"] == [(12345.678901234567, 0, retry_started)]
 
 
-def _register(uri: str, model: Path, metrics: Path, out: Path, name: str, **env: str) -> tuple[dict[str, object], list[str]]:
+def _register(uri: str, model: Path, metrics: Path, out: Path, name: str, tokens: Path,
+              **env: str) -> tuple[dict[str, object], list[str]]:
     """The register step as its own process; its registration.json and the modules it imported."""
     run_env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LLMPACK_"))}
     run_env.update(PYTHONPATH=str(REPO), MLFLOW_TRACKING_URI=uri, **env)
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "components.run", "components.steps.register:register",
-         "--input", f"model={model}", "--input", f"metrics={metrics}", "--output", f"registration={out}",
+         "--input", f"model={model}", "--input", f"metrics={metrics}", "--input", f"tokens={tokens}",
+         "--output", f"registration={out}",
          "--param", f"model_name={name}", "--param", f"pipeline_run={name}", "--param", "orchestrator=argo",
          "--param", "mode=cluster", "--param", f"submitted_at={time.time()}"],
         env=run_env, cwd=out.parent, capture_output=True, text=True, timeout=300)
@@ -297,9 +299,10 @@ def _register(uri: str, model: Path, metrics: Path, out: Path, name: str, **env:
 
 @pytest.mark.slow
 def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(mlflow_server: str, tmp_path: Path) -> None:
-    model, metrics = tmp_path / "model", tmp_path / "metrics"
+    model, metrics, tokens = tmp_path / "model", tmp_path / "metrics", tmp_path / "tokens"
     (model / "adapter" / "nested").mkdir(parents=True)
     metrics.mkdir()
+    tokens.mkdir()  # no eval split: the eval set's fingerprint is of nothing, the same for both
     (model / MODEL_META).write_text(json.dumps({"method": "lora", "base_model": "tiny"}))
     (model / "adapter" / "adapter_model.safetensors").write_bytes(os.urandom(50_000))
     (model / "adapter" / "nested" / "config.json").write_text('{"r": 8}')
@@ -307,7 +310,7 @@ def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(m
     tag = uuid.uuid4().hex[:6]
     got = {}
     for way, env in (("client", {settings.TRACKING_REST.name: "0"}), ("rest", {})):
-        got[way] = _register(mlflow_server, model, metrics, tmp_path / f"reg-{way}", f"m-{way}-{tag}", **env)
+        got[way] = _register(mlflow_server, model, metrics, tmp_path / f"reg-{way}", f"m-{way}-{tag}", tokens, **env)
     assert [m for m in got["rest"][1] if m.split(".")[0] == "mlflow"] == []
     assert [m for m in got["client"][1] if m.split(".")[0] == "mlflow"] != []  # the check can see MLflow's import
     mc = tracking.client(mlflow_server)
@@ -318,9 +321,17 @@ def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(m
         assert mv.source == record["source"] and mv.run_id == record["run_id"] and mv.status == "READY"
         files = mc.download_artifacts(record["run_id"], "", str(tmp_path / f"down-{way}"))
         stored = {p.relative_to(files).as_posix(): p.read_bytes() for p in Path(files).rglob("*") if p.is_file()}
-        assert stored == {"model/adapter/adapter_model.safetensors": (model / "adapter/adapter_model.safetensors").read_bytes(),
-                          "model/adapter/nested/config.json": b'{"r": 8}',
-                          f"model/{MODEL_META}": (model / MODEL_META).read_bytes(),
-                          "evaluation/metrics.json": (metrics / "metrics.json").read_bytes()}
-        versions[way] = {k: v for k, v in mv.tags.items() if k != "llmpack.pipeline_run" and k != "llmpack.run_group"}
+        weights = {"model/adapter/adapter_model.safetensors": (model / "adapter/adapter_model.safetensors").read_bytes(),
+                   "model/adapter/nested/config.json": b'{"r": 8}',
+                   f"model/{MODEL_META}": (model / MODEL_META).read_bytes(),
+                   "evaluation/metrics.json": (metrics / "metrics.json").read_bytes()}
+        assert {k: v for k, v in stored.items() if k in weights} == weights
+        # and around the weights, the pyfunc model (components.serving.package): the same files either way
+        servable = {"model/MLmodel", "model/pyfunc_model.py", "model/serving.json", "model/requirements.txt",
+                    "model/python_env.yaml", "model/conda.yaml", "model/base/config.json",
+                    "model/base/generation_config.json", "model/base/model.safetensors"}
+        assert set(stored) - set(weights) == servable
+        versions[way] = {k: v for k, v in mv.tags.items() if k not in ("llmpack.pipeline_run", "llmpack.run_group",
+                                                                       "llmpack.run_id")}
+        assert str(mc.get_model_version_by_alias(f"m-{way}-{tag}", "champion").version) == "1"
     assert versions["rest"] == versions["client"] and versions["rest"]["llmpack.eval_loss"] == "1.250000"

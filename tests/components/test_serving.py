@@ -1,7 +1,7 @@
 """The registered model on a real MLflow store: champion and challenger, loaded and served without llmpack.
 
 Three runs of the steps in a row on one sqlite store (tiny model, 600 built-in rows, seq_len 64):
-6 steps, then a worse one of 2 steps, then a better one of 24 steps with ``merge=true``. The
+6 steps, then a worse one of 2 steps, then a better one of 60 steps with ``merge=true``. The
 registered versions are then loaded by ``mlflow.pyfunc.load_model`` in a fresh process and served
 by ``mlflow models serve`` on a loopback port.
 """
@@ -32,13 +32,13 @@ PROMPTS = ["Reverse: apple", "Uppercase: river stone", "Add: 12+30"]
 
 
 def _tune_eval_register(root: Path, tokens: Path, steps: int, tracking_uri: str, *extra: str,
-                        model: Path | None = None) -> tuple[Path, dict[str, Any]]:
+                        model: Path | None = None, batch_size: int = 4) -> tuple[Path, dict[str, Any]]:
     """One run's finetune (unless ``model`` is given), evaluate and register: (its model directory, registration.json)."""
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
     if model is None:
         model = root / "model"
         r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={model}", f"--param=max_steps={steps}",
-                     "--param=batch_size=4", cwd=root, env=env)
+                     f"--param=batch_size={batch_size}", cwd=root, env=env)
         assert r.returncode == 0, r.stderr
     r = run_step(EVAL, f"--input=tokens={tokens}", f"--input=model={model}", f"--output=metrics={root / 'eval'}",
                  cwd=root, env=env)
@@ -54,15 +54,19 @@ def _tune_eval_register(root: Path, tokens: Path, steps: int, tracking_uri: str,
 @pytest.fixture(scope="module")
 def three_runs(tokens: Path, finetuned: Path, mlflow_template_db: Path,
                tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The store after a 6-step run, a worse 2-step one and a better 24-step one (merge=true)."""
+    """The store after a 6-step run, a worse 2-step one and a better one of 60 steps of 8 (merge=true).
+
+    The better run is the pipeline's default length: shorter ones answer every prompt with EOS at
+    once, and a comparison of empty answers would prove little.
+    """
     from tests.conftest import fresh_store
 
     root = tmp_path_factory.mktemp("serving")
     uri = fresh_store(mlflow_template_db, root / "mlflow.db")
     runs = {}
-    for label, steps, extra in (("first", 6, ()), ("worse", 2, ()), ("better", 24, ("--param=merge=true",))):
+    for label, steps, batch, extra in (("first", 6, 4, ()), ("worse", 2, 4, ()), ("better", 60, 8, ("--param=merge=true",))):
         (root / label).mkdir()
-        runs[label] = _tune_eval_register(root / label, tokens, steps, uri, *extra,
+        runs[label] = _tune_eval_register(root / label, tokens, steps, uri, *extra, batch_size=batch,
                                           model=finetuned if label == "first" else None)
     return {"uri": uri, "root": root, **runs}
 
@@ -132,9 +136,11 @@ print(json.dumps({"answers": answers, "llmpack_modules": ours}))
 
 
 def _bare_env(tracking_uri: str) -> dict[str, str]:
-    """A serving process's environment: the store, offline, and no path to this checkout."""
+    """A serving process's environment: the store, offline, no path to this checkout, this environment's
+    programs first on PATH (``mlflow models serve --env-manager local`` starts ``uvicorn`` by name)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",) and not k.startswith("LLMPACK_")}
-    return {**env, "MLFLOW_TRACKING_URI": tracking_uri, "HF_HUB_OFFLINE": "1"}
+    path = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return {**env, "MLFLOW_TRACKING_URI": tracking_uri, "HF_HUB_OFFLINE": "1", "PATH": path}
 
 
 def test_the_champion_loads_in_a_fresh_process_and_answers_as_base_plus_adapter(three_runs: dict[str, Any],
