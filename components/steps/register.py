@@ -65,7 +65,8 @@ def register(
     """Log the servable model to the pipeline run in MLflow, register it as a version and set its aliases.
 
     ``llmpack compare`` runs set ``LLMPACK_REGISTER_VERSION=0``: their weights are logged on each
-    run, but a comparison of orchestrators does not add a model version per round to the registry.
+    run, but a comparison of orchestrators does not add a model version per round to the registry
+    (nor build a servable model around the weights, nor move an alias).
     ``tokens`` is read only to fingerprint the eval set the version was scored on.
     """
     from components.record import tracking
@@ -84,12 +85,14 @@ def register(
         run_id = tracking.open_pipeline_run(mc, tel.ctx)
         run = mc.get_run(run_id)  # read once: logging artifacts changes neither its artifact URI nor its tags
         mc = model_client(mc, run_id)
+        versioned = os.environ.get(settings.REGISTER_VERSION.name, "1") != "0"
         with tempfile.TemporaryDirectory(prefix="llmpack-register-") as scratch:
             work = Path(scratch)
-            servable = write_servable(model_dir, work / "pyfunc")
             mc.log_artifacts(run_id, str(weights), artifact_path=f"model/{weights.name}")
             mc.log_artifact(run_id, str(model_dir / MODEL_META), artifact_path="model")
-            mc.log_artifacts(run_id, str(servable), artifact_path="model")  # MLmodel beside the weights: a pyfunc model
+            if versioned:  # a compare round's weights only: building the servable (torch, a model) is no part of what it measures
+                servable = write_servable(model_dir, work / "pyfunc")
+                mc.log_artifacts(run_id, str(servable), artifact_path="model")  # MLmodel beside the weights: a pyfunc model
             if merge:
                 mc.log_artifacts(run_id, str(write_merged(model_dir, work / "merged")), artifact_path="merged")
         mc.log_artifact(run_id, str(Path(metrics.path) / "metrics.json"), artifact_path="evaluation")
@@ -105,7 +108,7 @@ def register(
         if merge:
             tags["llmpack.merged_weights"] = f"{run.info.artifact_uri}/merged"
         record.update(run_id=run_id, source=source)
-        if os.environ.get(settings.REGISTER_VERSION.name, "1") != "0":
+        if versioned:
             metric = promotion.PROMOTION_METRIC
             decision = promotion.decide(
                 metric=metric, value=promotion.parse_figure(str(evaluation.get(metric.name))),
