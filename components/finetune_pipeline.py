@@ -102,8 +102,8 @@ def finetune_pipeline(
     )
     scored = evaluate(tokens=tokens.outputs["tokens"], model=tuned.outputs["model"], min_improvement=min_improvement,
                       batch_size=eval_batch_size)
-    register(model=tuned.outputs["model"], metrics=scored.outputs["metrics"], tokens=tokens.outputs["tokens"],
-             model_name=model_name, promote=promote, merge=merge)
+    register(model=tuned.outputs["model"], metrics=scored.outputs["metrics"], model_name=model_name, promote=promote,
+             merge=merge)
 
 
 def build() -> Pipeline:

@@ -80,6 +80,20 @@ def _number(value: float) -> str:
     return f"{value:.6g}"
 
 
+def _exact(value: float) -> str:
+    """A tag's number: every digit, so the champion's value read back is the value it was scored at."""
+    return repr(float(value))
+
+
+def _pair(mine: float, theirs: float) -> tuple[str, str]:
+    """The two values as short as they can be and still differ (``1.23457 vs 1.23457`` says nothing)."""
+    for digits in (6, 10, 17):
+        a, b = f"{mine:.{digits}g}", f"{theirs:.{digits}g}"
+        if a != b or mine == theirs:
+            return a, b
+    return a, b
+
+
 def parse_figure(text: str | None) -> float | None:
     """A tag's number, or None when absent or not a finite number."""
     try:
@@ -101,7 +115,7 @@ def eval_set_fingerprint(tokens_dir: str | Path) -> str:
 
 def figure_tags(evaluation: Mapping[str, Any]) -> dict[str, str]:
     """``llmpack.metric.<name>`` for every finite number in the evaluation: what a later version compares against."""
-    return {f"{METRIC_TAG}{key}": _number(float(value)) for key, value in sorted(evaluation.items())
+    return {f"{METRIC_TAG}{key}": _exact(value) for key, value in sorted(evaluation.items())
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
 
 
@@ -118,13 +132,13 @@ def decide(*, metric: PromotionMetric, value: float | None, eval_set: str, passe
     tags = {f"{TAG}.metric": metric.name, f"{TAG}.higher_is_better": str(metric.higher_is_better).lower(),
             EVAL_SET_TAG: eval_set}
     if value is not None:
-        tags[f"{TAG}.value"] = _number(value)
+        tags[f"{TAG}.value"] = _exact(value)
     if champion is not None:
         tags[f"{TAG}.baseline_version"] = champion.version
         if champion.run_id:
             tags[f"{TAG}.baseline_run_id"] = champion.run_id
         if champion.value is not None:
-            tags[f"{TAG}.baseline_value"] = _number(champion.value)
+            tags[f"{TAG}.baseline_value"] = _exact(champion.value)
         if champion.eval_set != eval_set:
             tags[f"{TAG}.baseline_eval_set"] = champion.eval_set or "unknown"
         for key, figure in (champion.figures or {}).items():
@@ -142,12 +156,14 @@ def decide(*, metric: PromotionMetric, value: float | None, eval_set: str, passe
         return result(False, f"no {metric.name} in the evaluation")
     if champion is None:
         return result(True, f"no {CHAMPION} yet; {metric.name} {_number(value)}")
+    if not eval_set:
+        return result(False, "not compared: this version's eval set is unknown (the evaluation names none)")
     if champion.eval_set != eval_set:
         return result(False, f"not compared: v{champion.version} was scored on another eval set "
                              f"({champion.eval_set or 'unknown'}, this one {eval_set})")
     if champion.value is None:
         return result(False, f"not compared: v{champion.version} has no {metric.name}")
-    mine, theirs = _number(value), _number(champion.value)
+    mine, theirs = _pair(value, champion.value)
     better = value > champion.value if metric.higher_is_better else value < champion.value
     if better:
         return result(True, f"beat v{champion.version}: {mine} {compare_sign} {theirs}")

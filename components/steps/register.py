@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from components import settings
-from components.dsl import Dataset, Execution, Input, Metrics, Model, Output, Resources, step
+from components.dsl import Execution, Input, Metrics, Model, Output, Resources, step
 from components.reporting import current
 from components.serving import promotion
 from components.training.modeling import MODEL_META
@@ -56,7 +56,6 @@ def record_figures(run: Any) -> dict[str, str]:
 def register(
     model: Input[Model],
     metrics: Input[Metrics],
-    tokens: Input[Dataset],
     registration: Output[Metrics],
     model_name: str = "llmpack-finetuned",
     promote: bool = True,
@@ -66,8 +65,8 @@ def register(
 
     ``llmpack compare`` runs set ``LLMPACK_REGISTER_VERSION=0``: their weights are logged on each
     run, but a comparison of orchestrators does not add a model version per round to the registry
-    (nor build a servable model around the weights, nor move an alias).
-    ``tokens`` is read only to fingerprint the eval set the version was scored on.
+    (nor build a servable model around the weights, nor move an alias). The eval set the version
+    was scored on is the evaluation's ``eval_set`` (:func:`components.serving.promotion.eval_set_fingerprint`).
     """
     from components.record import tracking
     from components.serving.package import write_merged, write_servable
@@ -112,7 +111,7 @@ def register(
             metric = promotion.PROMOTION_METRIC
             decision = promotion.decide(
                 metric=metric, value=promotion.parse_figure(str(evaluation.get(metric.name))),
-                eval_set=promotion.eval_set_fingerprint(tokens.path), passed=bool(evaluation.get("passed", True)),
+                eval_set=str(evaluation.get("eval_set") or ""), passed=bool(evaluation.get("passed", True)),
                 promote=promote, champion=promotion.current_champion(mc, model_name, metric))
             version = str(mc.create_model_version(model_name, source=source, run_id=run_id,
                                                   tags={**tags, **decision.tags}).version)

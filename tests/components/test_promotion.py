@@ -61,6 +61,21 @@ def test_a_champion_on_another_eval_set_is_not_compared() -> None:
     assert not unknown.champion and "(unknown, this one" in unknown.reason
 
 
+def test_a_version_without_an_eval_set_is_not_compared_with_a_champion() -> None:
+    d = decide(metric=LOSS, value=0.1, eval_set="", passed=True, promote=True, champion=champ(9.0))
+    assert not d.champion and "this version's eval set is unknown" in d.reason
+    assert decide(metric=LOSS, value=0.1, eval_set="", passed=True, promote=True, champion=None).champion
+
+
+def test_values_are_tagged_exactly_and_shown_as_short_as_still_tells_them_apart() -> None:
+    d = decide(metric=LOSS, value=5.1028931, eval_set=SET, passed=True, promote=True, champion=champ(5.102893))
+    assert d.reason == "did not beat v2: 5.1028931 vs 5.102893, lower wins"
+    assert float(d.tags["llmpack.promotion.value"]) == 5.1028931
+    tied = standing_from_tags("2", "r2", {**figure_tags({"eval_loss": 5.102893123456789}), EVAL_SET_TAG: SET}, LOSS)
+    again = decide(metric=LOSS, value=5.102893123456789, eval_set=SET, passed=True, promote=True, champion=tied)
+    assert again.reason == "tied v2: 5.10289 = 5.10289"  # the tag read back is the value scored
+
+
 def test_a_champion_without_the_metric_is_not_compared() -> None:
     d = decide(metric=MATCH, value=0.9, eval_set=SET, passed=True, promote=True, champion=champ(None))
     assert not d.champion and d.reason == "not compared: v2 has no exact_match"

@@ -280,15 +280,13 @@ def test_client_and_rest_uploads_store_identical_records(mlflow_server: str, mon
     assert history["metric.finetune.tokens_per_s"] == [(12345.678901234567, 0, retry_started)]
 
 
-def _register(uri: str, model: Path, metrics: Path, out: Path, name: str, tokens: Path,
-              **env: str) -> tuple[dict[str, object], list[str]]:
+def _register(uri: str, model: Path, metrics: Path, out: Path, name: str, **env: str) -> tuple[dict[str, object], list[str]]:
     """The register step as its own process; its registration.json and the modules it imported."""
     run_env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LLMPACK_"))}
     run_env.update(PYTHONPATH=str(REPO), MLFLOW_TRACKING_URI=uri, **env)
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "components.run", "components.steps.register:register",
-         "--input", f"model={model}", "--input", f"metrics={metrics}", "--input", f"tokens={tokens}",
-         "--output", f"registration={out}",
+         "--input", f"model={model}", "--input", f"metrics={metrics}", "--output", f"registration={out}",
          "--param", f"model_name={name}", "--param", f"pipeline_run={name}", "--param", "orchestrator=argo",
          "--param", "mode=cluster", "--param", f"submitted_at={time.time()}"],
         env=run_env, cwd=out.parent, capture_output=True, text=True, timeout=300)
@@ -299,10 +297,9 @@ def _register(uri: str, model: Path, metrics: Path, out: Path, name: str, tokens
 
 @pytest.mark.slow
 def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(mlflow_server: str, tmp_path: Path) -> None:
-    model, metrics, tokens = tmp_path / "model", tmp_path / "metrics", tmp_path / "tokens"
+    model, metrics = tmp_path / "model", tmp_path / "metrics"
     (model / "adapter" / "nested").mkdir(parents=True)
     metrics.mkdir()
-    tokens.mkdir()  # no eval split: the eval set's fingerprint is of nothing, the same for both
     (model / MODEL_META).write_text(json.dumps({"method": "lora", "base_model": "tiny"}))
     (model / "adapter" / "adapter_model.safetensors").write_bytes(os.urandom(50_000))
     (model / "adapter" / "nested" / "config.json").write_text('{"r": 8}')
@@ -310,7 +307,7 @@ def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(m
     tag = uuid.uuid4().hex[:6]
     got = {}
     for way, env in (("client", {settings.TRACKING_REST.name: "0"}), ("rest", {})):
-        got[way] = _register(mlflow_server, model, metrics, tmp_path / f"reg-{way}", f"m-{way}-{tag}", tokens, **env)
+        got[way] = _register(mlflow_server, model, metrics, tmp_path / f"reg-{way}", f"m-{way}-{tag}", **env)
     assert [m for m in got["rest"][1] if m.split(".")[0] == "mlflow"] == []
     assert [m for m in got["client"][1] if m.split(".")[0] == "mlflow"] != []  # the check can see MLflow's import
     mc = tracking.client(mlflow_server)

@@ -43,8 +43,7 @@ def _tune_eval_register(root: Path, tokens: Path, steps: int, tracking_uri: str,
     r = run_step(EVAL, f"--input=tokens={tokens}", f"--input=model={model}", f"--output=metrics={root / 'eval'}",
                  cwd=root, env=env)
     assert r.returncode == 0, r.stderr
-    r = run_step(REG, f"--input=model={model}", f"--input=metrics={root / 'eval'}", f"--input=tokens={tokens}",
-                 f"--output=registration={root / 'reg'}", f"--param=model_name={NAME}",
+    r = run_step(REG, f"--input=model={model}", f"--input=metrics={root / 'eval'}", f"--output=registration={root / 'reg'}", f"--param=model_name={NAME}",
                  f"--param=pipeline_run=pr-{root.name}", "--param=run_group=rg-serving", *extra, cwd=root,
                  env={**env, "LLMPACK_MLFLOW_LOGGING": "1", "MLFLOW_TRACKING_URI": tracking_uri})
     assert r.returncode == 0, r.stderr
