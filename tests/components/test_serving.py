@@ -209,3 +209,43 @@ def test_mlflow_models_serve_answers_on_loopback(three_runs: dict[str, Any], tmp
             server.kill()
         log.close()
     assert predictions == _greedy_with_adapter(three_runs["better"][0], PROMPTS)
+
+
+def test_a_hugging_face_base_serves_with_its_own_tokenizer_and_chat_template(tmp_path: Path) -> None:
+    """An adapter on a local Hugging Face model directory (tests/hf_models.py): the pyfunc model saves the
+    tokenizer, names the base, and answers as base + adapter prompted through the chat template."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from components.serving.package import write_servable
+    from tests.hf_models import build_model_dir
+
+    base_dir = build_model_dir(tmp_path / "base", "llama")
+    model_dir = tmp_path / "model"
+    torch.manual_seed(0)
+    net = get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32),
+                         LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    net.save_pretrained(model_dir / "adapter", safe_serialization=True, save_embedding_layers=False)
+    (model_dir / "llmpack-model.json").write_text(json.dumps({"base_model": str(base_dir), "method": "lora"}))
+    write_servable(model_dir, model_dir, max_new_tokens=8)
+    assert (model_dir / "tokenizer" / "tokenizer.json").exists() and not (model_dir / "base").exists()
+
+    tok = AutoTokenizer.from_pretrained(base_dir)
+    expected = []
+    for prompt in PROMPTS[:2]:
+        ids = torch.tensor([tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                    tokenize=True, return_dict=False)])
+        with torch.no_grad():
+            out = net.eval().generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
+                                      eos_token_id=tok.eos_token_id,
+                                      pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+        new = out[0, ids.shape[1]:].tolist()
+        new = new[: new.index(tok.eos_token_id)] if tok.eos_token_id in new else new
+        expected.append(tok.decode(new, skip_special_tokens=True))
+    r = subprocess.run([sys.executable, "-c", LOAD, str(model_dir), json.dumps(PROMPTS[:2])], cwd=tmp_path,
+                       env=_bare_env("sqlite:///unused.db"), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    served = json.loads(r.stdout.strip().splitlines()[-1])
+    assert served == {"answers": expected, "llmpack_modules": []}
+    assert any(expected), "every answer empty: the comparison would prove little"
