@@ -17,3 +17,12 @@ def test_the_phrase_comes_from_registration_json_or_is_none(tmp_path: Path) -> N
     assert promotion_phrase({"artifacts": {REGISTRATION_DIR: str(tmp_path)}}) is None
     (tmp_path / "registration.json").write_text("[not json")
     assert promotion_phrase({"artifacts": {REGISTRATION_DIR: str(tmp_path)}}) is None
+
+
+def test_no_promote_is_the_pipeline_parameter_promote_false() -> None:
+    from llmpack.ui.options import parse_params, with_promote
+
+    assert parse_params(with_promote(("lr=0.001",), True))["promote"] is False
+    assert "promote" not in parse_params(with_promote(("lr=0.001",), False))
+    assert parse_params(with_promote(("promote=true",), True))["promote"] is False  # the flag comes last and wins
+    assert parse_params(("merge=true",))["merge"] is True
