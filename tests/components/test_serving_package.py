@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
+import json
 from pathlib import Path
 
 import yaml
@@ -10,11 +10,13 @@ import yaml
 from components.serving.package import CODE_FILE, SERVING_SPEC, serving_requirements, write_servable
 
 
-def test_the_hand_written_mlmodel_is_mlflow_s_own_for_a_models_from_code_pyfunc(finetuned: Path, tmp_path: Path) -> None:
+def test_the_hand_written_mlmodel_is_mlflow_s_own_for_a_models_from_code_pyfunc(tmp_path: Path) -> None:
     import mlflow.pyfunc
 
-    ours = tmp_path / "ours"
-    shutil.copytree(finetuned, ours)
+    ours = tmp_path / "ours"  # a finetune output as write_servable reads it: the adapter's bytes are not opened
+    (ours / "adapter").mkdir(parents=True)
+    (ours / "adapter" / "adapter_config.json").write_text("{}")
+    (ours / "llmpack-model.json").write_text(json.dumps({"base_model": "tiny", "method": "lora"}))
     write_servable(ours, ours)
     theirs = tmp_path / "theirs"
     mlflow.pyfunc.save_model(path=str(theirs), python_model=str(CODE_FILE), pip_requirements=serving_requirements("lora"),
