@@ -12,11 +12,15 @@ from pathlib import Path
 from typing import Any
 
 REGISTRATION_DIR = "register.registration_dir"  # the register step's output in a local run's summary
+# ... or, with the step fused into another task (``--fuse all``), that task's ``register_registration``
+FUSED_REGISTRATION_DIR = ".register_registration_dir"
 
 
 def promotion_phrase(summary: dict[str, Any]) -> str | None:
     """``version 3 -> champion (beat v2: ...)`` or ``version 3 stays challenger (...)``; None when nothing was registered."""
-    where = (summary.get("artifacts") or {}).get(REGISTRATION_DIR)
+    artifacts = summary.get("artifacts") or {}
+    where = artifacts.get(REGISTRATION_DIR) or next(
+        (v for k, v in sorted(artifacts.items()) if k.endswith(FUSED_REGISTRATION_DIR)), None)
     if not where:
         return None
     try:
