@@ -73,6 +73,8 @@ def finetune_pipeline(
     strategy: str = "ddp",
     nnodes: int = 1,
     trainjob: str = "",
+    promote: bool = True,
+    merge: bool = False,
 ):
     prepared = prepare_data(
         data=data, seed=seed, skip_bad_rows=skip_bad_rows, eval_fraction=eval_fraction, builtin_size=builtin_size
@@ -100,7 +102,8 @@ def finetune_pipeline(
     )
     scored = evaluate(tokens=tokens.outputs["tokens"], model=tuned.outputs["model"], min_improvement=min_improvement,
                       batch_size=eval_batch_size)
-    register(model=tuned.outputs["model"], metrics=scored.outputs["metrics"], model_name=model_name)
+    register(model=tuned.outputs["model"], metrics=scored.outputs["metrics"], model_name=model_name, promote=promote,
+             merge=merge)
 
 
 def build() -> Pipeline:

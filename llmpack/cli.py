@@ -25,6 +25,7 @@ from llmpack.run.submit_command import submit as submit_command
 from llmpack.run.sync import sync as sync_command
 from llmpack.ui.options import (
     COMPILED_GPU_HELP,
+    NO_PROMOTE_HELP,
     TLS_OPTIONS,
     compare_path_options,
     known_gpu_type,
@@ -32,6 +33,7 @@ from llmpack.ui.options import (
     pod_options,
     run_options,
     tls_connection,
+    with_promote,
 )
 from llmpack.ui.pod_options import POD_FLAGS, pod_options_of
 from llmpack.ui.terminal import Group, LocalFirstCommand, quiet_library_warnings
@@ -158,22 +160,29 @@ def main(debug: bool) -> None:
 @click.option("--backend", default="direct", show_default=True, help=" | ".join(BACKENDS))
 @click.option("--local/--cluster", "local", default=True, help="Run on this machine (default) or submit to a cluster (see `llmpack submit`).")
 @run_options
+@click.option("--no-promote", "no_promote", is_flag=True, help=NO_PROMOTE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout; progress goes to stderr.")
-def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwargs: Any) -> None:
+def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_promote: bool, **kwargs: Any) -> None:
     """Run the fine-tuning pipeline once through one backend on this machine."""
     from llmpack.run.local import RunOptions, prepare
     from llmpack.ui.display import library_logs_to, run_with_progress, summary_table
+    from llmpack.ui.outcome import promotion_phrase
 
     if not local:
         raise InputError(f"--cluster: use `llmpack submit {'|'.join(ORCHESTRATORS)}` or `llmpack compare --cluster`")
-    opts = RunOptions(backend=backend, params=parse_params(params, kwargs["pipeline"]), **kwargs)
+    opts = RunOptions(backend=backend, params=parse_params(with_promote(params, no_promote), kwargs["pipeline"]),
+                      **kwargs)
     prepare(opts)  # bad input fails here, in a second, not after MLflow's 4-second import below
     with library_logs_to(Path(opts.output_dir) / "llmpack-client.log"):  # MLflow's INFO lines: not the terminal
         summary = run_with_progress(opts)
+    if phrase := promotion_phrase(summary):
+        summary["promotion"] = phrase
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True))
     else:
         summary_table([summary])
+        if phrase:
+            click.echo(f"llmpack: {phrase}")
     if summary["status"] != "succeeded":
         click.echo(f"llmpack: error: {summary['orchestrator']}: {summary['error']}", err=True)
         sys.exit(1)

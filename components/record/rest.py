@@ -99,6 +99,8 @@ class ModelVersion:
     name: str
     version: str
     status: str
+    run_id: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -471,3 +473,13 @@ class RestClient:
             time.sleep(1.0)
             version = self.call("GET", "model-versions/get", {"name": name, "version": version["version"]})["model_version"]
         return ModelVersion(name=name, version=str(version["version"]), status=str(version.get("status", "")))
+
+    def get_model_version_by_alias(self, name: str, alias: str) -> ModelVersion:
+        """The version ``alias`` points at, with its tags; :class:`RestError` (404) when the alias is unset."""
+        version = self.call("GET", "registered-models/alias", {"name": name, "alias": alias})["model_version"]
+        return ModelVersion(name=name, version=str(version["version"]), status=str(version.get("status", "")),
+                            run_id=str(version.get("run_id", "")),
+                            tags={t["key"]: t.get("value", "") for t in version.get("tags", [])})
+
+    def set_registered_model_alias(self, name: str, alias: str, version: str) -> None:
+        self.call("POST", "registered-models/alias", {"name": name, "alias": alias, "version": str(version)})

@@ -10,6 +10,7 @@ from typing import Any
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Metrics, Model, Output, Resources, step
 from components.errors import StepFailed
 from components.reporting import emit, metric
+from components.serving.promotion import eval_set_fingerprint
 from components.training.modeling import MODEL_META, device_and_dtype, load_base_model, load_pretrained, take_tuned
 
 
@@ -87,6 +88,7 @@ def evaluate(
         "improvement": base_loss - eval_loss,
         "min_improvement": min_improvement,
         "passed": base_loss - eval_loss >= min_improvement,
+        "eval_set": eval_set_fingerprint(src),  # what promotion compares versions on (components.serving.promotion)
     }
     (Path(metrics.path) / "metrics.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     for key in ("base_eval_loss", "eval_loss", "perplexity", "improvement"):

@@ -1,15 +1,24 @@
-"""register: log the adapter (or full weights) to MLflow and register a model version."""
+"""register: log the tuned model to MLflow as a servable pyfunc model, register a version, promote it or not.
+
+The run's ``model`` artifact holds the adapter (or full weights) as before, and around it an MLflow
+pyfunc model (:mod:`components.serving.package`) that ``mlflow.pyfunc.load_model`` and
+``mlflow models serve`` load without llmpack; ``merge=true`` adds ``merged/``, full weights in the
+Hugging Face layout. The new version is the ``challenger``; it becomes the ``champion`` when
+:func:`components.serving.promotion.decide` says so (``promote=false``: never).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from components import settings
 from components.dsl import Execution, Input, Metrics, Model, Output, Resources, step
 from components.reporting import current
+from components.serving import promotion
 from components.training.modeling import MODEL_META
 
 
@@ -37,33 +46,54 @@ def model_client(mc: Any, run_id: str) -> Any:
     return tracking.client(mc.tracking_uri)
 
 
+def record_figures(run: Any) -> dict[str, str]:
+    """The run's cost and spin-up as version tags, where its record has them when register runs."""
+    metrics = getattr(run.data, "metrics", None) or {}
+    return {f"llmpack.{key}": f"{metrics[key]:.6g}" for key in promotion.RECORD_FIGURES if key in metrics}
+
+
 @step(execution=Execution(resources=Resources(cpu=1, memory="2Gi")), warm_up=open_tracking)
 def register(
     model: Input[Model],
     metrics: Input[Metrics],
     registration: Output[Metrics],
     model_name: str = "llmpack-finetuned",
+    promote: bool = True,
+    merge: bool = False,
 ) -> None:
-    """Log the weights to the pipeline run in MLflow and register them as a model version.
+    """Log the servable model to the pipeline run in MLflow, register it as a version and set its aliases.
 
     ``llmpack compare`` runs set ``LLMPACK_REGISTER_VERSION=0``: their weights are logged on each
-    run, but a comparison of orchestrators does not add a model version per round to the registry.
+    run, but a comparison of orchestrators does not add a model version per round to the registry
+    (nor build a servable model around the weights, nor move an alias). The eval set the version
+    was scored on is the evaluation's ``eval_set`` (:func:`components.serving.promotion.eval_set_fingerprint`).
     """
     from components.record import tracking
+    from components.serving.package import write_merged, write_servable
 
     tel = current()
-    meta = json.loads((Path(model.path) / MODEL_META).read_text())
+    model_dir = Path(model.path)
+    meta = json.loads((model_dir / MODEL_META).read_text())
     evaluation = json.loads((Path(metrics.path) / "metrics.json").read_text())
-    weights = Path(model.path) / ("adapter" if meta["method"] == "lora" else "full")
-    record = {"model_name": model_name, "weights": weights.name, "base_model": meta["base_model"], "registered": False}
+    weights = model_dir / ("adapter" if meta["method"] == "lora" else "full")
+    record: dict[str, Any] = {"model_name": model_name, "weights": weights.name, "base_model": meta["base_model"],
+                              "registered": False, "merged": merge}
     if os.environ.get(settings.MLFLOW_LOGGING.name, "1") != "0" and tel is not None:
         retry = tracking.upload_retry()  # each request retried within the bound, as MLflow's client retries its own
         mc = tracking.step_client(each_request=lambda send: tracking.with_retries(send, retry))
         run_id = tracking.open_pipeline_run(mc, tel.ctx)
         run = mc.get_run(run_id)  # read once: logging artifacts changes neither its artifact URI nor its tags
         mc = model_client(mc, run_id)
-        mc.log_artifacts(run_id, str(weights), artifact_path=f"model/{weights.name}")
-        mc.log_artifact(run_id, str(Path(model.path) / MODEL_META), artifact_path="model")
+        versioned = os.environ.get(settings.REGISTER_VERSION.name, "1") != "0"
+        with tempfile.TemporaryDirectory(prefix="llmpack-register-") as scratch:
+            work = Path(scratch)
+            mc.log_artifacts(run_id, str(weights), artifact_path=f"model/{weights.name}")
+            mc.log_artifact(run_id, str(model_dir / MODEL_META), artifact_path="model")
+            if versioned:  # a compare round's weights only: building the servable (torch, a model) is no part of what it measures
+                servable = write_servable(model_dir, work / "pyfunc")
+                mc.log_artifacts(run_id, str(servable), artifact_path="model")  # MLmodel beside the weights: a pyfunc model
+            if merge:
+                mc.log_artifacts(run_id, str(write_merged(model_dir, work / "merged")), artifact_path="merged")
         mc.log_artifact(run_id, str(Path(metrics.path) / "metrics.json"), artifact_path="evaluation")
         source = f"{run.info.artifact_uri}/model"
         try:
@@ -72,12 +102,22 @@ def register(
             pass
         run_tags = {k: v for k, v in run.data.tags.items() if k.startswith("llmpack.") and k != "llmpack.record"}
         tags = {**run_tags, **tel.ctx.tags(), "llmpack.base_model": meta["base_model"], "llmpack.method": meta["method"],
-                "llmpack.eval_loss": f"{evaluation['eval_loss']:.6f}"}
+                "llmpack.eval_loss": f"{evaluation['eval_loss']:.6f}", "llmpack.run_id": run_id,
+                **promotion.figure_tags(evaluation), **record_figures(run)}
+        if merge:
+            tags["llmpack.merged_weights"] = f"{run.info.artifact_uri}/merged"
         record.update(run_id=run_id, source=source)
-        if os.environ.get(settings.REGISTER_VERSION.name, "1") != "0":
-            version = mc.create_model_version(model_name, source=source, run_id=run_id, tags=tags)
-            record.update(registered=True, version=str(version.version))
+        if versioned:
+            metric = promotion.PROMOTION_METRIC
+            decision = promotion.decide(
+                metric=metric, value=promotion.parse_figure(str(evaluation.get(metric.name))),
+                eval_set=str(evaluation.get("eval_set") or ""), passed=bool(evaluation.get("passed", True)),
+                promote=promote, champion=promotion.current_champion(mc, model_name, metric))
+            version = str(mc.create_model_version(model_name, source=source, run_id=run_id,
+                                                  tags={**tags, **decision.tags}).version)
+            promotion.set_aliases(mc, model_name, version, decision)
+            record.update(registered=True, version=version, champion=decision.champion,
+                          promotion=decision.phrase(version))
         else:  # a measurement round (llmpack compare): the weights are on the run, no version per round
             record["skipped"] = f"{settings.REGISTER_VERSION.name}=0"
     (Path(registration.path) / "registration.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-

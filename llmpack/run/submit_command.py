@@ -16,7 +16,7 @@ import click
 
 from components.errors import InputError, Interrupted
 from llmpack.backends import ORCHESTRATORS
-from llmpack.ui.options import parse_params, submit_options, tls_connection
+from llmpack.ui.options import parse_params, submit_options, tls_connection, with_promote
 from llmpack.ui.pod_options import pod_options_of
 from llmpack.ui.terminal import Command, Group
 
@@ -64,7 +64,7 @@ def submit() -> None:
 
 
 def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps: int | None,
-            seed: int | None, params: tuple[str, ...], wait: bool, wait_timeout: float, as_json: bool,
+            seed: int | None, params: tuple[str, ...], no_promote: bool, wait: bool, wait_timeout: float, as_json: bool,
             ca_cert: str | None, insecure_skip_tls_verify: bool, **kw: Any) -> None:
     from llmpack.backends import cluster_submitter
 
@@ -74,7 +74,7 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
     conn = backend.connect({**{k: v for k, v in kw.items() if k in fields}, **tls})
     kw = {k: v for k, v in kw.items() if k not in fields}
 
-    values: dict[str, Any] = dict(parse_params(params))
+    values: dict[str, Any] = dict(parse_params(with_promote(params, no_promote)))
     for key, value in (("model", model), ("data", data), ("max_steps", max_steps), ("seed", seed)):
         if value is not None:
             values[key] = value

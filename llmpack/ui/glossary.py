@@ -28,6 +28,7 @@ GROUPS = (
     ("money", "Money and GPU use"),
     ("stats", "Comparing paths"),
     ("words", "Backends and paths"),
+    ("model", "The registered model"),
 )
 
 # ``name: short`` fits one 80-column terminal line (a test holds it); more goes in ``detail``.
@@ -170,6 +171,17 @@ TERMS: tuple[Term, ...] = (
          detail="`--backend mlflow` runs MLflow Projects (`mlflow_projects/`). `import mlflow`, "
                 "`MLFLOW_TRACKING_URI` and the run's record are the tracking library every backend writes to: "
                 "they name no backend (tests/test_backend_names.py holds the code to that)."),
+    # ------------------------------------------------------------------ the registered model
+    Term(key="challenger", name="challenger", group="model",
+         short="the registry alias on the newest version a run registered",
+         detail="Every registered version takes it (an alias points at one version); the version's "
+                "`llmpack.promotion*` tags say why it did or did not also become the champion (docs/serving.md)."),
+    Term(key="champion", name="champion", group="model",
+         short="the registry alias on the version to ship: best on the same eval set",
+         detail="Moves to a new version only when its quality gate passed and its figure beats the champion's on the "
+                "same eval set (`llmpack.eval_set`), or when there is none; a tie keeps the incumbent, a champion "
+                "scored on other data is not compared, `--no-promote` never moves it. Serve it as "
+                "`models:/NAME@champion` (docs/serving.md)."),
 )
 
 _BY_KEY = {t.key: t for t in TERMS}

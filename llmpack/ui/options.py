@@ -131,6 +131,15 @@ def parse_params(items: tuple[str, ...], pipeline: str | None = None) -> dict[st
     return load_pipeline(pipeline).bind(raw, flag="--param")
 
 
+NO_PROMOTE_HELP = ("Register the model version as the challenger only; never move the champion alias to it "
+                   "(the pipeline parameter promote=false).")
+
+
+def with_promote(params: tuple[str, ...], no_promote: bool) -> tuple[str, ...]:
+    """``--param`` items with ``promote=false`` added for ``--no-promote`` (a later item wins, so it comes last)."""
+    return (*params, "promote=false") if no_promote else params
+
+
 def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--model", default=None, help="Model (a path inside the image/volume, or an HF id)."),
@@ -138,6 +147,7 @@ def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--max-steps", type=int, default=None, help="Optimizer steps for finetune (default: the pipeline's, 60)."),
         click.option("--seed", type=int, default=None, help="Random seed (default: the pipeline's, 0)."),
         click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter."),
+        click.option("--no-promote", "no_promote", is_flag=True, help=NO_PROMOTE_HELP),
         click.option("--run-group", default=None, help="Join an existing run group (default: a new one)."),
         click.option("--tracking-uri", default=None, help="MLflow tracking server for the run record."),
         click.option("--price-per-gpu-hour", default=None, help="Override the price (USD per GPU-hour) on the record."),

@@ -318,9 +318,17 @@ def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(m
         assert mv.source == record["source"] and mv.run_id == record["run_id"] and mv.status == "READY"
         files = mc.download_artifacts(record["run_id"], "", str(tmp_path / f"down-{way}"))
         stored = {p.relative_to(files).as_posix(): p.read_bytes() for p in Path(files).rglob("*") if p.is_file()}
-        assert stored == {"model/adapter/adapter_model.safetensors": (model / "adapter/adapter_model.safetensors").read_bytes(),
-                          "model/adapter/nested/config.json": b'{"r": 8}',
-                          f"model/{MODEL_META}": (model / MODEL_META).read_bytes(),
-                          "evaluation/metrics.json": (metrics / "metrics.json").read_bytes()}
-        versions[way] = {k: v for k, v in mv.tags.items() if k != "llmpack.pipeline_run" and k != "llmpack.run_group"}
+        weights = {"model/adapter/adapter_model.safetensors": (model / "adapter/adapter_model.safetensors").read_bytes(),
+                   "model/adapter/nested/config.json": b'{"r": 8}',
+                   f"model/{MODEL_META}": (model / MODEL_META).read_bytes(),
+                   "evaluation/metrics.json": (metrics / "metrics.json").read_bytes()}
+        assert {k: v for k, v in stored.items() if k in weights} == weights
+        # and around the weights, the pyfunc model (components.serving.package): the same files either way
+        servable = {"model/MLmodel", "model/pyfunc_model.py", "model/serving.json", "model/requirements.txt",
+                    "model/python_env.yaml", "model/conda.yaml", "model/base/config.json",
+                    "model/base/generation_config.json", "model/base/model.safetensors"}
+        assert set(stored) - set(weights) == servable
+        versions[way] = {k: v for k, v in mv.tags.items() if k not in ("llmpack.pipeline_run", "llmpack.run_group",
+                                                                       "llmpack.run_id")}
+        assert str(mc.get_model_version_by_alias(f"m-{way}-{tag}", "champion").version) == "1"
     assert versions["rest"] == versions["client"] and versions["rest"]["llmpack.eval_loss"] == "1.250000"

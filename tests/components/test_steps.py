@@ -163,6 +163,7 @@ def test_evaluate_gate_fails_the_step(tokens: Path, finetuned: Path, fresh_track
     assert ok.returncode == 0, ok.stderr
     metrics = json.loads((tmp_path / "e1" / "metrics.json").read_text())
     assert metrics["eval_loss"] < metrics["base_eval_loss"] and metrics["passed"]
+    assert metrics["eval_set"].startswith("sha256:")  # what promotion compares versions on
     gate = run_step(EVAL, f"--input=tokens={tokens}", f"--input=model={model}", f"--output=metrics={tmp_path / 'e2'}",
                     "--param=min_improvement=100", cwd=tmp_path, env=env)
     assert gate.returncode == 1
@@ -178,6 +179,8 @@ def test_evaluate_gate_fails_the_step(tokens: Path, finetuned: Path, fresh_track
 
     mv = MlflowClient(fresh_tracking_uri).get_model_version("test-model", "1")
     assert mv.tags["llmpack.pipeline_run"] == "pr-reg"
+    assert mv.tags["llmpack.eval_set"] == metrics["eval_set"] and mv.tags["llmpack.promotion"] == "champion"
+    assert record["promotion"].startswith("version 1 -> champion (no champion yet")
     # a compare round (LLMPACK_REGISTER_VERSION=0): the weights go on its run, no model version
     quiet = run_step(REG, f"--input=model={model}", f"--input=metrics={tmp_path / 'e1'}", f"--output=registration={tmp_path / 'q'}",
                      "--param=model_name=test-model", "--param=pipeline_run=pr-cmp", "--param=run_group=rg-cmp", cwd=tmp_path,

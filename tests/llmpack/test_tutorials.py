@@ -10,6 +10,7 @@ summarizing task, with the metrics of docs/telemetry-and-cost.md and cost tags, 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -155,3 +156,6 @@ def test_mlflow_tutorial(tmp_path: Path, cluster: dict):
     assert (run_dir / "finetune" / "model" / "adapter" / "adapter_model.safetensors").exists()
     assert not (REPO / "mlflow_projects" / "finetune" / "mlflow.db").exists()
     assert cluster["kube"].recorded("POST", "/jobs")
+    # the last step: the registered champion, loaded by MLflow alone, answered one prompt with one string
+    answers = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert isinstance(answers, list) and len(answers) == 1 and isinstance(answers[0], str)

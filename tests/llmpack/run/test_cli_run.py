@@ -115,3 +115,23 @@ def test_flags_cannot_be_bypassed_through_param_and_ids_are_checked(tmp_path: Pa
     assert "--seed -1" in _bad(tmp_path, "--seed", "-1")
     r = llmpack("report", "--run-group", "a'b", cwd=tmp_path)
     assert r.returncode == 2 and "DNS-1123" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_the_first_version_is_champion_and_the_same_run_again_ties_and_stays_challenger(
+        two_runs: tuple[Path, list[dict]]) -> None:
+    root, (a, b) = two_runs
+    assert a["promotion"].startswith("version 1 -> champion (no champion yet; eval_loss ")
+    loss = f"{a['metrics']['eval_loss']:.6g}"
+    assert b["promotion"] == f"version 2 stays challenger (tied v1: {loss} = {loss})"  # same seed, same weights
+    # --no-promote, and the line a person reads last
+    r = llmpack("run", "--backend", "direct", "--max-steps", "2", "--no-promote", "--tracking-uri",
+                a["artifacts"]["tracking_uri"], cwd=root)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "llmpack: version 3 stays challenger (promote=false)"
+
+    from mlflow.tracking import MlflowClient
+
+    mc = MlflowClient(a["artifacts"]["tracking_uri"])
+    assert str(mc.get_model_version_by_alias("llmpack-finetuned", "champion").version) == "1"
+    assert str(mc.get_model_version_by_alias("llmpack-finetuned", "challenger").version) == "3"

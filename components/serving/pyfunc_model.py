@@ -1,0 +1,119 @@
+"""The served model: an MLflow pyfunc "model from code" that answers prompts with greedy generations.
+
+This file is copied into every logged model and executed by ``mlflow.pyfunc.load_model`` and
+``mlflow models serve``: it imports no llmpack module, only torch, transformers, peft (for an
+adapter) and MLflow, the model's declared requirements. It is code, not a pickle: MLflow's
+models-from-code runs this file instead of unpickling a Python object from the artifact store.
+
+Artifacts (``components.serving.package`` writes them): ``serving`` (serving.json: how prompts
+are encoded and how many tokens to generate), ``weights`` (a peft adapter or full weights),
+``base`` (the base model, Hugging Face layout, when the adapter needs one that is logged with it)
+and ``tokenizer`` (a Hugging Face tokenizer; absent for the built-in byte-level model, whose
+encoding is the few lines of :class:`ByteCodec`).
+
+The prompt format is the training format: the built-in model was trained on ``BOS + prompt +
+newline``, then the response and EOS; a Hugging Face tokenizer with a chat template gets the
+prompt as one user message and the generation prompt, as the tokenize step did.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import mlflow
+from mlflow.pyfunc import PythonModel
+
+
+class ByteCodec:
+    """The built-in model's tokenizer: UTF-8 bytes are ids 0-255, then BOS, EOS and PAD (serving.json says which)."""
+
+    def __init__(self, bos_id: int, eos_id: int, pad_id: int) -> None:
+        self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        return [self.bos_id, *(prompt + "\n").encode("utf-8")]
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
+class HubCodec:
+    """A Hugging Face tokenizer, with its chat template when it has one (as the model was trained)."""
+
+    def __init__(self, path: str) -> None:
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.eos_id = self.tokenizer.eos_token_id
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        if getattr(self.tokenizer, "chat_template", None):
+            return list(self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                           add_generation_prompt=True, tokenize=True, return_dict=False))
+        return list(self.tokenizer(prompt + "\n")["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def prompts_of(model_input: Any) -> list[str]:
+    """The prompts in a request: a string, a list of strings, a DataFrame's ``prompt`` (or only) column, a dict's ``prompt``."""
+    if isinstance(model_input, str):
+        return [model_input]
+    if hasattr(model_input, "columns"):  # a pandas DataFrame, as `mlflow models serve` hands a JSON request over
+        column = "prompt" if "prompt" in model_input.columns else model_input.columns[0]
+        return [str(v) for v in model_input[column].tolist()]
+    if isinstance(model_input, dict):
+        value = model_input.get("prompt", model_input.get("prompts"))
+        return prompts_of(value)
+    if hasattr(model_input, "tolist"):  # a numpy array or a pandas Series
+        return [str(v) for v in model_input.tolist()]
+    return [str(v) for v in model_input]
+
+
+class TunedModel(PythonModel):
+    """Greedy generation from the tuned model, one answer per prompt."""
+
+    def load_context(self, context: Any) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        with open(context.artifacts["serving"], encoding="utf-8") as fh:
+            self.spec = json.load(fh)
+        if self.spec["tokenizer"] == "bytes":
+            self.codec: Any = ByteCodec(self.spec["bos_id"], self.spec["eos_id"], self.spec["pad_id"])
+        else:
+            self.codec = HubCodec(context.artifacts["tokenizer"])
+        weights = context.artifacts["weights"]
+        if self.spec["weights"] == "adapter":
+            from peft import PeftModel
+
+            base_path = context.artifacts.get("base") or self.spec["base_model"]
+            base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+            self.net = PeftModel.from_pretrained(base, weights)
+        else:
+            self.net = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
+        self.net.eval()
+
+    def generate(self, prompt: str, max_new_tokens: int) -> str:
+        """The greedy answer: at most ``max_new_tokens``, ending at EOS (not included)."""
+        import torch
+
+        ids = torch.tensor([self.codec.prompt_ids(prompt)], dtype=torch.long)
+        with torch.no_grad():
+            out = self.net.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                    do_sample=False, eos_token_id=self.codec.eos_id, pad_token_id=self.codec.pad_id)
+        new = out[0, ids.shape[1]:].tolist()
+        if self.codec.eos_id in new:
+            new = new[: new.index(self.codec.eos_id)]
+        return self.codec.decode(new)
+
+    def predict(self, context, model_input, params=None):
+        """One greedy answer per prompt. Not annotated: MLflow reads ``predict``'s hints as an input schema."""
+        max_new_tokens = int((params or {}).get("max_new_tokens", self.spec["max_new_tokens"]))
+        return [self.generate(prompt, max_new_tokens) for prompt in prompts_of(model_input)]
+
+
+mlflow.models.set_model(TunedModel())
