@@ -2,38 +2,7 @@
 
     python benchmarks/chaos_sigkill.py [--kills 20] [--seed 0] [--max-steps 12] [--checkpoint-every 2]
 
-The built-in data is prepared and tokenized once (``python -m components.run`` for prepare_data
-and tokenize), then finetune runs once uninterrupted for the reference adapter bytes. Each trial
-starts finetune with its own ``checkpoint_dir``, SIGKILLs it at a seeded random moment of one
-phase, restarts the same command, lets it finish and compares ``adapter/adapter_model.safetensors``
-with the reference. The phases, in turn (``--kills 3`` covers the first three):
-
-- startup: during imports and model load, a random fraction of the reference's process start ->
-  ``model_loaded``;
-- step: inside a training step: once this attempt's ``train_log.jsonl`` has the line of a random
-  step k, a random fraction of the reference's time per step later (so inside step k+1);
-- checkpoint: inside a checkpoint write. Both attempts of such a trial run with the test hook
-  ``LLMPACK_CHAOS_CHECKPOINT_PAUSE_S``, which holds each write open between its state file and its
-  manifest; the kill lands a random fraction into that pause once the ``.tmp-step-N-<pid>``
-  directory of a random checkpoint step N exists;
-- between: between two steps, as soon as a random checkpoint step N's ``step-N`` directory appears
-  (the process is then pruning old checkpoints or starting step N+1).
-
-Where a kill landed is read back from what the killed attempt left: its events (no
-``model_loaded``: startup), its unfinished ``.tmp-step-*-<pid>`` directory (checkpoint write), the
-lines of ``train_log.jsonl`` (steps done).
-
-Every finetune process runs with ``OMP_NUM_THREADS=1`` (``--threads``): on a shared 2-core
-machine two OpenMP threads stall at each barrier whenever a third process (this script polling,
-anyone else's job) takes a core; a 12-step run measured 9-17 s of training with two threads and
-2.2-2.5 s with one, with the same adapter bytes.
-
-"Never loads a partial checkpoint" is checked outside the step's own manifest check: after each
-kill, with the process reaped, every ``step-*`` directory is opened with ``torch.load`` and its
-step number compared with its name; the restart's ``resumed_from_step`` metric must name the
-newest directory that passed (0 when none did). A trial fails when no kill landed, the restart
-fails, the adapter bytes differ, it resumed from anything but that newest whole checkpoint, or a
-``.tmp-*`` directory is left behind. Exit status 1 when any trial fails.
+How to run it, what it prints and why: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """The orchestrators' own floors, beside our paths: what of a path's cost is theirs, what is ours.
 
 Used by ``python benchmarks/overhead.py --floors``. Two trivial runs stand for what the
-orchestrators cost by themselves, measured in the same rounds as our paths:
+orchestrators cost by themselves, measured in the same rounds as our paths.
 
-* the **MLflow floor**: ``mlflow run DIR -e main --env-manager local`` on a one-entry-point
-  MLproject whose command prints ``time.time()`` (the store already created, the same store and
-  experiment our path uses): seconds from the launch to that line (the floor's first line) and
-  to the command's exit;
-* the **KFP floor**: kfp.local (``SubprocessRunner(use_venv=False)``, as our kfp path runs it) on
-  a chain of as many lightweight components as our pipeline has steps, each printing
-  ``time.time()``, run by a fresh ``python`` running a user's script would be: seconds from the
-  launch to each step's line and to the exit.
-
-Our paths' instants are the ones our records already hold: ``submitted_at`` and each step's
-``process_started`` (from the OS) and the run's ``total_s``; nothing here adds a clock to them.
-Differences are taken round by round (the floor and our path of the same round), then the median.
+How to run it, what it prints and why: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -3,32 +3,7 @@
     python benchmarks/gpu_train.py [--modes lora,full] [--batch 4] [--seq 2048] [--warmup 5] [--steps 50]
                                    [--compile] [--liger auto|on|off] [--grad-ckpt] [--json OUT] [--tiny]
 
-The model is built from its config in code (TinyLlama-1.1B's shape: hidden 2048, 22 layers, 32 heads,
-8 KV heads, FFN 5632, vocab 32000; randomly initialised, nothing downloaded) and the data are random
-token ids from a seed. Per mode, on a fresh model: ``--warmup`` uncounted steps, then ``--steps``
-timed ones (torch.cuda.synchronize before and after; per-step times from CUDA events). It prints a
-markdown table of tokens/s, step time, peak memory (torch.cuda.max_memory_allocated), model TFLOP/s
-and MFU, and the whole run's wall time; ``--json OUT`` writes the same figures.
-
-Recipe: SDPA attention, bf16 autocast, fused AdamW. ``full`` trains fp32 master weights; ``lora``
-(peft, r=16 on every linear layer of the blocks) keeps the frozen base in bf16 and the adapters in
-fp32. Liger's Llama kernels (RoPE, RMSNorm, SwiGLU, fused linear cross-entropy) are applied when
-``liger_kernel`` is importable (``--liger auto``). ``--compile`` wraps the model in torch.compile
-(its compile time lands in the warm-up); ``--grad-ckpt`` turns on activation checkpointing.
-
-MFU = model FLOPs per token x tokens/s / the GPU's dense bf16 peak (``components.record.cost.peak_flops``).
-FLOPs per token: full 6N; LoRA 4N + 6N_lora (forward and the activation gradients through the
-frozen weights, weight gradients only for the adapters). N counts the weights that take part in a
-matmul (all but the input-embedding table); attention-score FLOPs and recomputation under
-``--grad-ckpt`` are not counted, so MFU is a lower bound.
-
-Time budget: the default run (no --compile) is a minute or two on an H100/H200; the timed steps
-of the i-th of n modes also stop (after at least 3) once ``--budget-s`` x i/n seconds have passed
-since start, so a slow GPU or a long compile cannot push the run past about eight minutes.
-
-``--tiny``: a CPU smoke run (a tiny config, 1 + 3 steps, fp32, plain AdamW; MFU and peak GPU
-memory n/a) in a few seconds. Without --tiny, a machine with no CUDA GPU is refused in one line,
-exit 2.
+How to run it, what it prints and why: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -3,18 +3,7 @@
     python benchmarks/load_mlflow.py [--runs 20] [--concurrency 4] [--max-steps 2] [--param NAME=VALUE ...]
                                      [--workers 1] [--json]
 
-Starts ``mlflow server`` (sqlite backend, ``--workers 1`` by default) on 127.0.0.1 in a temporary
-directory, then runs ``llmpack run --backend direct`` N times, C at a time, all in one run group
-and all with ``--tracking-uri`` pointing at it. Then it checks, per run, against the JSONL files the
-run left beside its steps (the source of truth):
-
-- every JSONL record is a metric on the run's MLflow record with one value, the JSONL's (none
-  missing, none logged twice, no ``event.*``/``metric.*`` key that the JSONL does not hold);
-- every derived metric of ``summary.json`` is there once; exactly one MLflow record per run;
-- ``llmpack report --run-group`` rebuilds all N runs, each with the JSONL's events.
-
-Prints the figures (``--json``: one JSON object) and exits 1 when a check fails, 2 on bad usage.
-The load average is printed: the machine may be shared, and wall times are only what they were.
+How to run it, what it prints and why: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -3,23 +3,7 @@
     python benchmarks/readme_figures.py            # measure (about 6 minutes on 2 cores), rewrite the files
     python benchmarks/readme_figures.py --check    # measure, print, leave the files alone
 
-Every published figure lives between a pair of markers, ``<!-- figures:NAME -->`` and
-``<!-- /figures:NAME -->``: the ``compare`` section in README.md (its Quickstart), every other
-section in docs/measurements.md (:data:`TARGETS`). Each is produced here by running the command
-the page names, in a fresh temporary directory (so the MLflow database is created as a
-first-time user's is):
-
-* ``compare``: ``llmpack compare`` (what ``make compare`` runs) at 80 columns, its wall time and output;
-* ``table``: the measured-figures table (``import_time.py``, ``time llmpack run``, ``time llmpack compare``);
-* ``overhead``: ``python benchmarks/overhead.py --repeats 3``;
-* ``spinup``: ``python benchmarks/spinup.py --pairs 10`` (about 12 minutes more);
-* ``spinup-quick``: the same with ``--max-steps 10``, a quick iteration (about 5 minutes more);
-* ``gc``: ``python benchmarks/gc_startup.py --rounds 5`` (about 2 minutes more);
-* ``upload``: ``python benchmarks/step_upload.py --rounds 3`` (about 4 minutes more).
-
-``--sections spinup`` (comma-separated) measures only those.
-
-Run it on a quiet machine: the figures are wall times.
+How to run it, what it prints and why: docs/benchmarks.md.
 """
 
 from __future__ import annotations

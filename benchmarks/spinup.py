@@ -2,22 +2,7 @@
 
     python benchmarks/spinup.py [--pairs 5] [--backends direct] [--max-steps 60] [--json]
 
-For each path, ``--pairs`` rounds run the default and every fused variant once each, the order
-rotated every round (so drift and page-cache warmth spread over all variants), after one
-uncounted warm-up round. ``fuse-all-nowarm`` is ``--fuse all`` with warm-ahead off
-(``LLMPACK_WARM_AHEAD=0``: register starts up in its turn, not in a parked process beside the
-training; components/process/warm_ahead.py), so the table shows what that cut buys on its own. Per
-variant it prints medians of: wall time (``total_s``, submit to the end of the run's record),
-spin-up, time to first step, model-load time (every step's ``model_loaded - process_started``,
-summed), step pods per run on a cluster (locally: step processes, a parked one aside), and the
-projected cost; then the median over rounds of each variant's wall time relative to the
-default's in the same round ("paired"), and that median's 95% bootstrap interval (rounds
-resampled, seeded: ``llmpack.compare.stats.bootstrap_median_ci``). It checks that every variant's
-adapter and eval metrics equal the default's, byte for byte, and exits 1 when one does not.
-
-Pods per run on a cluster are what the compiled artifacts create: one per task (KFP adds its
-driver pods; MLflow's Kubernetes path is one Job pod whatever the fusion); ``tests/components/test_fusion.py``
-checks the compiled task counts and ``tests/llmpack/compare/test_fusion_cluster.py`` the pods on the loopback cluster.
+How to run it, what it prints and why: docs/benchmarks.md.
 """
 
 from __future__ import annotations

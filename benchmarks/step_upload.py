@@ -2,24 +2,7 @@
 
     python benchmarks/step_upload.py [--rounds 3] [--max-steps 10]
 
-A run started by an orchestrator's own CLI, and every pod on a cluster, logs each step's records
-to the MLflow tracking server from the step's own process when the step finishes
-(components.runtime); a local ``llmpack`` run uploads them from the client after the run
-instead. This runs the pipeline as such native step processes against a real ``mlflow server``
-on 127.0.0.1, one after the other with no orchestrator in between, both unfused (five step
-processes) and fused (``--fuse all``: one), each way below, the order rotated every round after
-one uncounted warm-up round:
-
-* ``no upload``: ``LLMPACK_MLFLOW_LOGGING=0``, the floor (register then skips MLflow too);
-* ``client``: ``LLMPACK_TRACKING_REST=0``, each step imports MLflow's client and uploads when it
-  is done (the way before the REST upload);
-* ``REST``: the default, each step uploads through MLflow's REST API without importing MLflow
-  (components/record/rest.py); register still logs the model through MLflow's client.
-
-It prints medians of the wall time (the first process spawned to the last one's exit) and the
-time to the first training step (spawn to finetune's ``first_step``), and what logging adds to
-each over the floor; then checks that every JSONL record of the logged runs is on the server
-(exit 1 when one is missing).
+How to run it, what it prints and why: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -5,31 +5,7 @@ synthetic run group over its watch protocol; this process runs the real kubernet
 :class:`llmpack.k8s.watcher.PodWatcher` until every pod has terminated (list, watch, node reads,
 image-pull events and the final analysis all inside the timed window).
 
-The kubelet's 2,000 image-pull events (a ``Pulling`` and a ``Pulled`` per pod) come in the stream
-at their times (``--pulls-in-stream``), so the watcher's event watch takes them beside the pod
-watch, as on a cluster (the backlog is logged once both watches are open); the figure counts the
-pod events, and every row must have its pull time.
-
-By default the stand-in renders every event before the clock starts and logs them at once when the
-watch opens (``--burst``, :meth:`KubeAPIStandIn.burst`): the watch then receives them as a backlog,
-as fast as the client takes them, so the figure is the watcher's own rate. Making 10,000 events live
-costs the stand-in more than the watcher needs to take them (about 2,200 events/s on this 2-core
-machine), so ``--live`` (events made while the watch runs, as before) measures the stand-in too.
-
-Throughput: ``--repeats`` runs at the first event count, each with a fresh stand-in; the median
-and the best are printed. Memory: every event count in a fresh process (``--child``), under
-tracemalloc (peak Python memory of the watching process) and its ``ru_maxrss``; the peaks should
-be about equal, because the watcher keeps one (trimmed) object per pod, not per event.
-
-    python benchmarks/watcher_bench.py [--pods 1000] [--events 10000,50000] [--repeats 3] [--live] [--marginal]
-
-``--marginal`` follows each throughput run with one at the last event count (same pods) and prints
-the rate of the extra events: the watcher's per-event rate with the fixed costs of a watch (the
-list, node reads, the event listing and the analyses at the end, ~0.5-0.9 s of the 10,000-event
-run, much of it the single-process stand-in serving ~130 requests one after the other) taken out.
-The end-to-end figure stays the one the target is read from.
-
-Loopback only; about a minute on 2 cores.
+How to run it, what it prints and why: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -3,20 +3,7 @@
     python benchmarks/watcher_load.py [--pods 100,1000] [--events 10000,50000] [--expire-every 1000] [--gap 10]
                                       [--timeout 600] [--json]
 
-The stand-in Kubernetes API (tests/standins/k8s_api.py, the real watch protocol) runs in a child
-process (this file with ``--serve``) and plays a synthetic run group live (each pod Pending ->
-scheduled -> initialized -> running, with status updates, -> Succeeded); this process runs the
-real ``kubernetes`` client and :class:`llmpack.k8s.watcher.PodWatcher` until every pod has ended.
-
-Every ``--expire-every`` events the stand-in compacts its history, so the open watch gets an
-``ERROR`` event with a 410 ``Expired`` Status, as the real API server sends, and, before that
-watch can send them, it logs the next ``--gap`` events: those reach the watcher only through its
-re-list. It then waits until the watcher watches again from a fresh resourceVersion (one expiry,
-one recovery) and plays on. Checks, for every pods x events pair: every pod the stand-in created
-is in the watcher's rows (none lost) with the last phase the stand-in gave it (none stale), every
-410 was handled (one re-list each), every event was played. Figures: events/s end to end (no
-tracemalloc), and the watcher's peak Python memory (tracemalloc, a second pass): it follows pods,
-not events. Exits 1 when a check fails. Loopback only.
+How to run it, what it prints and why: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -3,35 +3,13 @@
     llmpack run --fuse gpu      # finetune and evaluate in one process: the tuned model stays in memory
     llmpack run --fuse all      # every step in one pod: one pod per run
 
-In a fused step a later member that declares a warm-up (register: importing MLflow) starts up in
-a parked process of its own beside the earlier members' work (:mod:`components.process.warm_ahead`).
-
 :func:`fuse` turns a :class:`~components.dsl.Pipeline` into another pipeline in which each group
-of tasks is one task whose step is a :class:`FusedStep`. The backends compile it like any other
-pipeline (nothing in them knows about fusion); the step process (:mod:`components.runtime`)
-sees a :class:`FusedStep` and runs its members one after the other, each with its own
-telemetry, so the record still shows every authored step's events (``process_started`` of a
-later member is the moment the one before it handed over: the hand-over the fusion removed).
-
-How a fused task is wired (decisions):
-
-* **Artifacts** keep their place: each member output becomes the fused step's output
-  ``<task>_<output>`` (``finetune_model``), each input coming from outside the group becomes
-  the fused step's input under the producer's name (``tokenize_tokens``). Every directory the
-  unfused run writes is written, with the same files, so adapters and metrics compare byte for
-  byte and :func:`unfused_artifacts` maps the runner's keys back (``finetune.model``).
-* **Parameters**: a member argument wired to a pipeline parameter becomes a fused parameter of
-  that pipeline parameter's name (``max_steps``; evaluate's ``batch_size`` is ``eval_batch_size``),
-  so there is no name clash; constant arguments stay in the member.
-* **Execution** is the group's most demanding: the heaviest member's resources (GPUs, then CPU),
-  its image, the largest retry limit, the sum of timeouts, the merged node selectors and
-  tolerations. A fused-all pod holds the GPU for every step, and :func:`components.record.gpu_uses`
-  bills it that way (each member holds the fused pod's resources).
-* **Identity in another process**: the step process imports the fused step by reference,
-  ``<pipeline module>:<task>__<task>``, so the module that defines a pipeline resolves its own
-  fused steps with one line, ``__getattr__ = fused_steps(my_pipeline)`` (as
-  :mod:`components.finetune_pipeline` does); only the wiring matters there, not the execution settings. A
-  pipeline whose module lacks that line is refused by :func:`fuse` in one line saying so.
+of tasks is one task whose step is a :class:`FusedStep`; the backends compile it like any other,
+and the step process runs its members one after the other, each with its own telemetry. Each
+member's artifacts keep their place (:func:`unfused_artifacts` maps them back), its parameters
+keep their pipeline names, the execution is the group's most demanding, and the step process
+imports a fused step by reference (``__getattr__ = fused_steps(my_pipeline)`` in the pipeline's
+module). The wiring, decision by decision: docs/spinup.md, "How a fused task is wired".
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """Which nodes a GPU step may run on, and what a pod with several GPUs needs: one table, every path.
 
-A GPU step's ``resources.gpu_type`` is what its pod labels (``llmpack.io/gpu-type``) and its price
-say it trains on, so every compiled pod of a known type *selects* that type: a required node
-affinity whose terms are ORed, one per way a cluster names its GPUs (:data:`GPU_NODES`):
-
-- ``nvidia.com/gpu.product``: NVIDIA GPU Feature Discovery (GPU operator), any cloud or on-prem;
-- ``cloud.google.com/gke-accelerator``: GKE GPU node pools;
-- ``karpenter.k8s.aws/instance-gpu-name``: Karpenter on AWS (only where the name is one GPU:
-  ``a100`` is both the 40 GB and the 80 GB card, so the A100s go by instance type);
-- ``node.kubernetes.io/instance-type``: the cloud's instance types that carry only that GPU.
-
-A node that names the GPU in any of these ways qualifies; a type not in the table (a custom step
-spec's) gets no affinity and keeps its spec's node selector. With an affinity the step's
-``nvidia.com/gpu.present`` selector is dropped: a node matched by its GKE or instance-type label
-need not run the GPU operator that sets it. :func:`placement` is what every backend writes
-(KFP, Argo, the MLflow Job, the TrainJob's node pods); ``llmpack.gpu_catalogue`` reads the same
-table for the node a run landed on and for ``--gpu-type``'s names.
-
-Shared memory: PyTorch's NCCL and data-loader workers exchange tensors through ``/dev/shm``, which
-a container runtime sizes 64 MiB by default; every pod with more than one GPU mounts a
-memory-backed ``emptyDir`` there (:data:`SHM_VOLUME` at :data:`SHM_MOUNT`), as the MLflow Job
-always has. Its size counts against the pod's memory limit.
+Every compiled pod of a known ``resources.gpu_type`` selects that type by a required node affinity
+whose terms are ORed, one per way a cluster names its GPUs (:data:`GPU_NODES`: GPU Feature
+Discovery, GKE, Karpenter, instance types); a type not in the table keeps its spec's node
+selector. :func:`placement` is what every backend writes; ``llmpack.gpu_catalogue`` reads the same
+table. A pod with more than one GPU mounts a memory-backed ``/dev/shm`` (:data:`SHM_VOLUME`). The
+table's labels and why: docs/scaling.md, "Which nodes a GPU step may run on".
 """
 
 from __future__ import annotations

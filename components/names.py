@@ -1,28 +1,12 @@
 """The rules for names that leave a run's values and become something else: a path, a filter, a label, a model.
 
-A value such as ``pipeline_run`` is a directory name (the run's artifacts, checkpoints, gang
-work directories), a value inside an MLflow search filter (the record's lookup), a Kubernetes
-label value and a run name; ``model_name`` is an MLflow registered-model name. Each such name is
-held to its rule once, where the run's values come in (the parameter gate: ``Pipeline.bind``, the
-step process, and the three local runners' own entry points), so a name that would escape its
-directory or break a query is one :class:`InputError` before anything is written.
-
-Rules, and why:
-
-* **Identity** (``pipeline_run``, ``run_group``): empty (filled from the orchestrator's own id) or
-  a DNS-1123 label, the rule ``--run-group`` and ``submit`` already apply. That one rule is
-  narrower than each use needs, so it covers them all: a safe path segment (no ``/``, ``..``,
-  leading ``.``, NUL or newline; at most 63 characters), a Kubernetes label value, and a filter
-  value with no quote to escape.
-* **Registered model** (``model_name``): MLflow's own rule (not blank, no ``/`` or ``:``, the same
-  name when normalised as a path) checked here, before training rather than in ``register``
-  after it, and at most :data:`MAX_MODEL_NAME` characters, the registry's column width, so the
-  record's parameter and the registered name are the same text.
-* **Any text parameter**: at most :data:`MAX_VALUE` characters, MLflow's parameter value limit;
-  a longer one would be cut in the record and kept whole elsewhere.
-* **Filter values**: MLflow's search grammar strips the quotes around a value and has no escape
-  (``'it''s'`` stays ``it''s``), so :func:`filter_literal` quotes a value that holds neither quote
-  nor a control character and refuses any other.
+Each such name is held to its rule once, where the run's values come in (the parameter gate, the
+step process, the local runners' entry points), so a name that would escape its directory or break
+a query is one :class:`InputError` before anything is written: identities (``pipeline_run``,
+``run_group``) are empty or DNS-1123 labels; ``model_name`` follows MLflow's registered-model rule
+(at most :data:`MAX_MODEL_NAME`); any text parameter is at most :data:`MAX_VALUE` characters; a
+filter value is quoted only when it can be (:func:`filter_literal`). Each rule and why:
+docs/names-and-secrets.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """The one redaction path: every message that can hold a URI, a header or a credential goes through here.
 
-A tracking URI carries its password (``https://alice:SECRET@host``), a presigned URL its signature
-(``?X-Amz-Signature=...``), a header its bearer token; and libraries quote what they were given:
-MLflow's ``InvalidUrlException`` holds the raw URL, ``urlsplit(...).port`` raises on ``:50OO`` with
-the port in its message, a traceback prints every frame's exception text. So:
-
-* :func:`redact_uri` blanks a URI's userinfo and its secret-looking query and fragment values. It
-  never raises and never parses the port or the host, so a malformed port (``50OO``, ``99999``),
-  an unclosed IPv6 literal (``[::1``) or any other garbage still comes out redacted.
-* :func:`redact_text` does that to every URI inside free text (an error line, a library's
-  message, a whole traceback), blanks ``Authorization``/``Bearer`` values and ``password=``-style
-  pairs, and blanks, verbatim, every secret this process was handed: the values of credential
-  variables in the environment (``MLFLOW_TRACKING_PASSWORD``, ``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``...)
-  and the passwords and secret query values of URIs in its arguments and environment, wherever
-  they reappear (a library may quote a password without its URI).
-* :func:`uri_problem` says what is wrong with an http(s) URI's host or port, in words that quote
-  only the host part, so a bad URI is refused up front in one line instead of failing later inside
-  a library with the URI in its message.
-
-Stdlib only: the CLI's error path imports it.
+A URI carries its password, a presigned URL its signature, a header its token, and libraries
+quote what they were given. :func:`redact_uri` blanks a URI's userinfo and secret-looking query
+values and never raises, however malformed; :func:`redact_text` does that to every URI in free text,
+blanks bearer tokens and ``password=`` pairs and every secret this process was handed, wherever it
+reappears; :func:`uri_problem` refuses a bad http(s) host or port up front, quoting only the host.
+Stdlib only: the CLI's error path imports it. In full: docs/names-and-secrets.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """No module of ``llmpack`` or ``components`` names a backend: what differs per backend is declared on it.
 
-The rule, read with ``ast`` from every module of ``llmpack/`` and ``components/`` but the registry
-(``llmpack/backends.py``, one line per backend), so docstrings, comments and message texts are
-out of it by construction:
-
-* an **identifier** (a variable, attribute, function, class, argument or keyword name) with
-  ``kfp`` or ``argo`` among its ``_``-separated words (``kfp_runs``, ``ARGO_CONTROLLER_CONFIG``);
-* an **import** of a backend's package (from the registry: ``kfp_pipelines``, ...);
-* a **string that is a backend's name** (``"kfp"``, ``"argo"``, ``"mlflow"``: the shipped cluster
-  backends) where code branches on it, looks it up or lists backends: an operand of ``==``,
-  ``!=``, ``in``, ``not in``, a key of a dict literal, a subscript, an element of a literal
-  tuple, list or set.
-
-``mlflow`` is also the tracking library every path uses (docs/glossary.md): ``import mlflow``,
-``MLFLOW_LIBRARIES_URI``, ``mlflow_http_env`` name the library, not the MLflow Projects backend,
-so identifiers with ``mlflow`` in them are not counted; the few strings that name a library
-(tracking, or a library's logger) in such a place are listed in :data:`LIBRARIES`, each with its reason.
-:data:`LEFT` lists what still names a backend outside it, to move onto the backend; the test
-fails on anything new, and on an entry that no longer holds, so the list only shrinks.
+Read with ``ast`` from every module of ``llmpack/`` and ``components/`` but the registry, so
+docstrings, comments and messages are out of it: an identifier with ``kfp`` or ``argo`` among its
+``_``-separated words, an import of a backend's package, or a backend's name (``"kfp"``, ``"argo"``,
+``"mlflow"``) compared, looked up or listed. ``mlflow`` in an identifier names the tracking library,
+not the backend; the strings that name a library are :data:`LIBRARIES`, each with its reason.
+:data:`LEFT` lists what still names a backend, to move onto it; the test fails on anything new
+and on an entry that no longer holds, so the list only shrinks. The rule: docs/architecture.md,
+"The backend contract".
 """
 
 from __future__ import annotations

@@ -1,34 +1,13 @@
 """finetune on many nodes: the orchestrator's finetune pod creates a Kubeflow Trainer ``TrainJob``.
 
-With ``nnodes`` N > 1 (``llmpack compile --nodes N --gpus G --cache-pvc PVC``) the command every
-orchestrator runs for finetune, ``python -m components.run components.steps.finetune:finetune
-...``, is a *launcher* in a small CPU pod (the same on KFP, Argo and MLflow, so one mechanism is
-tested for all three; KFP's and MLflow's only way to create an object is such a pod anyway). It
-
-1. copies the step's inputs into the shared volume (the ``--cache-pvc`` PersistentVolumeClaim,
-   ReadWriteMany, mounted at the same path in the launcher and in every node pod), under
-   ``llmpack-gang/<pipeline_run>/<step>-<attempt>/``;
-2. creates a ``TrainJob`` (:mod:`components.servers.trainjob`) of N nodes with G GPUs each, running
-   ``torchrun -m components.run <the same step, inputs and outputs in the volume>`` (the
-   Trainer's torch runtime sets the nodes, ranks and rendezvous through ``PET_*``), with the
-   step's node selector, tolerations and labels on its pods (:func:`gang_labels`: the recommended
-   ``app.kubernetes.io/*`` ones with the run as ``instance``, ``llmpack.io/*``, ``--label``), and the Kueue queue
-   label when ``queue`` is set; then follows it to ``Complete`` or ``Failed``
-   (:func:`components.servers.trainjob_launch.create_and_wait`), deleting it when the run is cancelled
-   (SIGTERM: KFP terminate, Argo stop, ``kubectl delete job``);
-3. copies the outputs back, merges every rank's events (each rank writes its own file on the
-   shared volume: appends from many nodes to one file on a network file system are not atomic)
-   into the step's events, records ``finished`` and uploads the records once.
-
-The gang's pod spec travels in the ``trainjob`` pipeline parameter (JSON, written by ``llmpack
-compile``; :class:`GangSpec`), so the three compiled artifacts need nothing but parameters.
-Whoever submits a run can set that parameter, as every other: image, resources, placement,
-queue, volume and deadline (docs/scaling.md says why that grants nothing a submitter lacks). The
-pods' security context is not in it: the TrainJob builder always writes the Pod Security
-``restricted`` one (:mod:`components.servers.trainjob`), and a spec with a field it does not
-know is refused.
-``llmpack compile --nodes N`` also writes the TrainJob itself to ``trainjob/finetune-trainjob.yaml``
-(run values as placeholders) for review and ``kubectl``.
+With ``nnodes`` N > 1 (``llmpack compile --nodes N --gpus G --cache-pvc PVC``) finetune's command
+is a *launcher* in a small CPU pod, the same on every backend: it copies the step's inputs into
+the shared volume, creates a ``TrainJob`` of N nodes with G GPUs each running ``torchrun`` on the
+same step (:mod:`components.servers.trainjob`), follows it to its end (deleting it when the run is
+cancelled), then copies the outputs back and merges every rank's events. The gang's pod spec
+travels in the ``trainjob`` pipeline parameter (:class:`GangSpec`); its security context is
+always the TrainJob builder's ``restricted`` one. In full: docs/step-process.md and
+docs/scaling.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """A child process dies with the process that started it, however that one dies.
 
-The step processes, kfp.local's child, the Argo local runner and ``mlflow run``'s driver each run in
-a session of their own (``start_new_session=True``), so that an interrupt of the client reaches
-their whole group through :func:`components.commands.end_group`. That needs the client alive: a
-client killed with SIGKILL ends nothing, and its steps kept training with parent 1. Linux's
-``PR_SET_PDEATHSIG`` closes that gap: the kernel itself sends the child a signal when the thread
-that started it ends, whatever ended it.
-
-Two places set it, because some children are started by libraries we do not call ``Popen`` for
-(kfp.local's task processes, MLflow's entry points):
-
-* :func:`preexec` in every ``Popen`` of ours (``preexec_fn``): set between fork and exec, then the
-  parent checked, so a parent that died in between is not missed;
-* :func:`at_start` first thing in every process a library may start (``components.run``, the
-  local runners' entry points, MLflow's driver): a chain of them dies link by link.
-
-The signal is SIGTERM: a training step checkpoints on it and every runner ends its own group on
-it (a SIGKILL would leave their children to this same rule, one level down). A no-op off Linux.
+Step processes and local runners run in sessions of their own, so an interrupt reaches their
+group; a client killed with SIGKILL ends nothing. Linux's ``PR_SET_PDEATHSIG`` closes that gap:
+:func:`preexec` in every ``Popen`` of ours, :func:`at_start` first thing in every process a library
+may start. The signal is SIGTERM (a training step checkpoints on it). A no-op off Linux. Why
+two places: docs/step-process.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Start-up and exit without the garbage collector's full passes over the libraries' objects.
 
-Importing torch, transformers and peft creates millions of container objects, and CPython's
-cyclic collector walks all of them in every full (oldest-generation) collection it triggers on
-the way: on the 2-core build machine 2-3.5 s of a 9.5 s import. At exit the interpreter collects
-once more over everything still alive: 2-2.5 s more after the same imports. Neither pass can
-free anything that matters: what start-up built (modules, classes, the loaded model) lives
-as long as the process.
-
-So a step process (``components.runtime``) starts with full collections paused: young
-collections still run, so reference cycles among fresh objects are freed as usual. When the step
-has loaded its model (its ``model_loaded`` event) or, for a step with no model, when it returns,
-:func:`settle` freezes what exists (``gc.freeze``: never scanned again) and restores the
-collector's thresholds, so the training loop runs with the normal collector over its own
-objects only, and the exit finds almost nothing left to scan. Results do not change: the
-collector decides when unreachable cycles are freed, never what a step computes.
-
-``python benchmarks/gc_startup.py`` prints what this saves.
+Importing torch, transformers and peft makes millions of objects that CPython's full collections
+walk, on start-up and again at exit, freeing nothing that matters. So a step process starts with
+full collections paused (young ones still run); when the step has loaded its model (or returns),
+:func:`settle` freezes what exists and restores the thresholds. Results do not change.
+``python benchmarks/gc_startup.py`` prints what this saves; why: docs/step-process.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """Warm-ahead: in a fused pod, a later member's start-up runs beside the earlier members' work.
 
-A fused step runs its members one after the other (:mod:`components.fusion`), so a member's
-start-up (register's ~2 s of importing MLflow and opening its tracking store) is paid after
-training, on the critical path, while the pod's other cores sat idle during the model load.
-A step may declare a ``warm_up`` (``@step(warm_up=...)``): imports and client set-up only,
-never its work. For each later member that declares one, the fused process starts a *parked*
-process at once: the same command line, told (``LLMPACK_PARKED_MEMBER=<index>``) to run only
-that member. It runs the warm-up, then waits on its stdin. When the member's turn comes, the
-fused process writes the hand-over time there and waits for the parked process to finish the
-member; its exit code is the member's.
-
-What it does not change: the member's work, outputs and records (its ``process_started`` is
-the hand-over, as for any fused member), the pod count, the order of the members. A threaded
-warm-up in the fused process itself was measured and dropped: the imports hold the GIL and
-slowed the training loop by more than they saved (README, "tried and dropped").
-
-When the fused process ends before the member's turn (an earlier member failed), it kills the
-parked process, which has only started up; a parked process whose fused process died before its
-turn reads end-of-file on its stdin and exits 0 without running anything. During the member's
-turn the fused process waits for it as for its own work: a SIGTERM is passed on, a Ctrl-C (which
-the whole process group gets) is left to the member, and the exit code is the member's (128+N
-when signalled). ``LLMPACK_WARM_AHEAD=0`` in a step's environment (locally: the client's)
-turns the feature off: every member then runs in the fused process, as before.
+A step may declare a ``warm_up`` (imports and client set-up, never its work). For each later
+member that declares one, the fused process starts a *parked* process at once, told
+(``LLMPACK_PARKED_MEMBER=<index>``) to run only that member: it warms up, then waits on its stdin
+for the hand-over; its exit code is the member's. The member's work, outputs and records, the pod
+count and the order are unchanged. A parked process whose turn never comes runs nothing;
+``LLMPACK_WARM_AHEAD=0`` turns it off. Why a process and not a thread, and each failure:
+docs/step-process.md.
 """
 
 from __future__ import annotations

@@ -1,39 +1,12 @@
 """The pipeline run closes its own record: the summarizing task every compiled path ends with.
 
-    python -m components.record --status=Succeeded --uses='[...]' --run-id=ID --created-at=TS \\
-        --param=submitted_at=0.0 --param=run_group= --param=pipeline_run= --param=orchestrator=argo --param=mode=cluster
+    python -m components.record --status=Succeeded --uses='[...]' --run-id=ID --created-at=TS --param=...
 
-Each path runs it once, whether the steps succeeded or failed: KFP as the ``dsl.ExitHandler``
-task, Argo as ``spec.onExit``, MLflow in ``main``'s final block, ``direct`` after its last step.
-It reads the run's step records (the JSONL files under ``LLMPACK_RECORDS_DIR`` when the run's
-artifacts are on this machine, and the ``event.*`` / ``metric.*`` values steps logged to the
-MLflow record), derives every metric (docs/telemetry-and-cost.md) and cost tag with :func:`summarize` — the one
-function ``llmpack`` itself uses — logs them on the pipeline's record and ends it FINISHED,
-FAILED or KILLED.
-
-Decisions
----------
-* **Submit time.** The client's ``submitted_at`` when one was passed (``client``); else the
-  orchestrator's own record of when the run was created (``orchestrator``: Argo's
-  ``{{workflow.creationTimestamp}}``, KFP's ``{{$.pipeline_job_create_time_utc}}`` where the
-  backend resolves it, the start of the MLflow run ``mlflow run`` created); else the earliest
-  timestamp the run's own pods or processes carry (``first_pod``); else ``none``, and no metric
-  measured from submit is logged. Tag ``llmpack.submit_time_source`` says which.
-* **Run identity.** An empty ``pipeline_run`` becomes the orchestrator's own run id (KFP job
-  id, Argo workflow name, MLflow run id), so two native submissions never share a record; an
-  empty ``run_group`` becomes the ``pipeline_run``.
-* **End of the run.** ``finished_at`` is when this task's process started: the moment the
-  orchestrator handed over to its exit handler. ``total_s`` therefore counts every hand-over the
-  orchestrator made, and not the summarizing itself.
-* **Every attempt counts.** A retried step's earlier attempts are billed with its last one:
-  ``gpu_hours``, ``cost_usd`` and ``goodput`` sum over every attempt (:func:`cost.cost_metrics`),
-  ``retries``, ``retry_gpu_hours`` and ``retry_cost_usd`` say how much of that the retries were,
-  and the summary's ``retried_attempts`` lists each one (step, attempt, seconds, GPU-hours, cost).
-* **Who writes.** When an llmpack client drives a local run (``LLMPACK_CLIENT_UPLOADS=1``) this
-  task derives the summary and writes ``llmpack-record.json`` into ``LLMPACK_RECORDS_DIR``; the
-  client uploads it with the step records after the run (so the MLflow import is not measured
-  as pipeline time). Otherwise this task uploads whatever the steps could not, logs the summary
-  and closes the MLflow record itself.
+Each path runs it once, whether the steps succeeded or failed (each backend's native record hook).
+It reads the run's step records, derives every metric and cost tag with :func:`summarize` (the one
+function ``llmpack`` itself uses), logs them on the pipeline's record and ends it FINISHED, FAILED
+or KILLED. The submit time's source, the run's identity, the end of the run, every attempt
+billed, and who writes: docs/record-internals.md.
 """
 
 from __future__ import annotations

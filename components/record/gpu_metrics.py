@@ -1,30 +1,11 @@
 """GPU utilisation on GPU steps: a sampler beside the step, and the GPU's idle time before training.
 
-Why: tokens/s and MFU say how fast training ran, not whether the GPU sat idle between the step
-process starting and the first optimizer step (imports, model download and load, rendezvous):
-the most direct measure of what spin-up wastes on a GPU. So a GPU step's process samples its
-node's GPUs from the moment it starts (:class:`Sampler`, a daemon thread), and at the step's end
-logs, on the record:
-
-* ``gpu_idle_before_first_step_s``: seconds between the process start and ``first_step`` in which
-  the GPUs were below ``LLMPACK_GPU_IDLE_UTIL_PCT`` utilisation, averaged over the node's GPUs
-  (:func:`idle_seconds`; steps with no ``first_step`` have none);
-* ``gpu_util_mean_pct``, ``gpu_mem_max_mb``, ``gpus_sampled``: over the whole step;
-* the samples themselves, one JSON line each in ``llmpack-gpu.jsonl`` beside the step's events,
-  and on the MLflow record as step-indexed series under MLflow's own system-metric names
-  (``system/<step>/gpu_0_utilization_percentage``, ``..._memory_usage_megabytes``), so the run
-  page's System metrics tab draws them.
-
-In a gang (``--nodes N``) each node's first local rank samples its node: names end in
-``.node<R>`` (``gpu_idle_before_first_step_s.node1``, ``system/<step>/node1/...``, MLflow's
-``MLFLOW_SYSTEM_METRICS_NODE_ID`` layout). Locally with ``--nproc-per-node`` the launcher samples.
-
-Sources, first that works: NVML through ``pynvml`` (``nvidia-ml-py``, what MLflow's own
-``GPUMonitor`` reads), else ``nvidia-smi --query-gpu=... --format=csv``. MLflow's
-``SystemMetricsMonitor`` itself is not used: it averages over 10 s windows (too coarse for a
-start-up measured in seconds) and needs MLflow's fluent run in the step process, which steps
-never import. With no GPU, no driver or no NVML nothing is sampled and nothing logged: a CPU run
-has no GPU metrics at all (absent, not zero), and sampling never fails a step.
+Tokens/s and MFU say how fast training ran, not whether the GPU sat idle before the first step:
+so a GPU step's process samples its node's GPUs from its start (:class:`Sampler`) and logs
+``gpu_idle_before_first_step_s`` (:func:`idle_seconds`), ``gpu_util_mean_pct``, ``gpu_mem_max_mb``,
+``gpus_sampled`` and the samples as MLflow system-metric series; in a gang each node's first rank
+samples its node. NVML first, else ``nvidia-smi``. No GPU: nothing sampled, nothing logged, never
+a failed step. Why not MLflow's own monitor: docs/record-internals.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """MLflow's REST API without MLflow: how a step process logs its records to an HTTP tracking server.
 
-Importing the MLflow client costs a step process 1.5-4 s (``benchmarks/step_upload.py``), paid
-once per step process before the next step can start, only to send a handful of numbers. Against
-an ``http(s)://`` tracking server a step process instead speaks the few endpoints it needs
-itself, with the standard library: ``experiments/get-by-name`` and ``create``, ``runs/search``,
-``create``, ``get``, ``log-parameter``, ``log-batch`` and ``update``. :class:`RestClient` answers
-the same calls as the part of ``MlflowClient`` that :mod:`components.record.tracking` uses, with
-the same request bodies, so the store ends up holding the same records byte for byte
-(``tests/components/test_rest.py`` logs a run both ways and compares them).
-
-It honours the settings MLflow's HTTP client does (:func:`credentials`): ``MLFLOW_TRACKING_TOKEN``
-(Bearer), ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD`` (Basic, ahead of the token, also read from
-``~/.mlflow/credentials``), ``MLFLOW_TRACKING_INSECURE_TLS``, ``MLFLOW_TRACKING_SERVER_CERT_PATH``
-(a CA bundle), ``MLFLOW_TRACKING_CLIENT_CERT_PATH`` (a PEM with certificate and key), and, like
-``requests``, ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` and certifi's bundle when verifying. It
-never retries on its own: :func:`components.record.tracking.with_retries` is the one retry layer
-and bound, and :func:`components.record.tracking.is_transient` sorts a :class:`RestError` by its
-status as it sorts MLflow's. What it cannot do as MLflow does (an auth plugin, SigV4, a workspace,
-a request-header plugin) is left to the MLflow client: :func:`usable` says no.
+Importing the MLflow client costs a step process 1.5-4 s (``benchmarks/step_upload.py``) to send a
+handful of numbers, so against an ``http(s)://`` server a step speaks the few endpoints it needs
+with the standard library: :class:`RestClient` answers the calls :mod:`components.record.tracking`
+makes, with the same bodies (``tests/components/test_rest.py`` compares the stores). It honours
+MLflow's HTTP settings (:func:`credentials`), never retries on its own, and leaves what it cannot
+do as MLflow does to MLflow's client (:func:`usable`). The settings: docs/record-internals.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,12 @@
 """Telemetry: the events every step emits, the JSONL sink, and the derived metrics.
 
-The contract (see docs/telemetry-and-cost.md): every record carries ``run_group``, ``pipeline_run``,
-``orchestrator`` and ``mode``; times are UTC epoch seconds as floats; each record has an
-idempotency ``key`` so that uploading a JSONL file twice never duplicates anything.
-
-Every attempt counts: a retry costs what it ran. A retried step's records carry its ``attempt`` (0 for the
-first, 1 for the first retry, ...), and the attempt is part of the record's ``key`` and MLflow
-name, so a retry never replaces the records of the attempt before it:
-
-* keys: attempt 0 keeps the first wave's ``<pipeline_run>/<step>/<kind>/<name>`` (records
-  written before attempts existed, and their uploads, stay idempotent); a retry's key ends in
-  ``/attempt<N>``; MLflow names likewise: ``event.finetune.process_started`` and
-  ``event.finetune.process_started.attempt1``. A reader that does not know attempts sees the
-  first attempt's records, never a mix.
-* how a step knows its attempt (:func:`attempt_number`): the larger of what the orchestrator
-  says (``LLMPACK_ATTEMPT``, set by the direct path, the Argo local executor from its
-  ``{{retries}}``, and the MLflow driver from its retry loop) and how many attempts of this step
-  of this run its own JSONL file already holds. The file is the fallback that needs no
-  orchestrator: kfp.local retries a task in the same output directory and offers no attempt
-  number, and a step restarted by hand (a preempted node, the chaos benchmark) counts too.
-  On a cluster a retry is a fresh pod with an empty directory: there the pod watcher numbers
-  a step's pods by creation (:func:`llmpack.k8s.podphases.to_step_records`).
-* derivation (:func:`group_by_step`): a step's events and metrics are those of its last attempt
-  (per name, the latest attempt that has it), its ``attempts`` every attempt on its own;
-  ``spinup_s`` is the first attempt's start (the orchestrator's spin-up, which a step's own crash
-  does not change), step compute sums every attempt, and cost, GPU-hours and goodput bill every
-  attempt (:func:`components.record.cost.cost_metrics`).
-
-This module is import-light (stdlib only). MLflow is imported by :mod:`components.record.tracking`.
+Every record carries ``run_group``, ``pipeline_run``, ``orchestrator`` and ``mode``; times are UTC
+epoch seconds; each record has an idempotency ``key``, so an upload twice duplicates nothing
+(docs/telemetry-and-cost.md). Every attempt counts: a retry's records carry its ``attempt``, part of
+their key and MLflow name, so a retry never replaces the attempt before it; a step knows its
+attempt from the orchestrator or its own JSONL file (:func:`attempt_number`), and
+:func:`group_by_step` derives a step's metrics from its last attempt while billing every attempt.
+Import-light (stdlib only). Keys, attempts and derivation in full: docs/record-internals.md.
 """
 
 from __future__ import annotations

@@ -1,35 +1,12 @@
 """Every run a trace: OpenTelemetry spans built from a pipeline run's JSONL events.
 
-The JSONL is the source of truth (see :mod:`components.record.telemetry`; on a cluster, the same
-records as the steps logged them to MLflow), so the trace is built from it after the fact, whatever
-tool started the run, and is the same on every path:
-
-* one **trace** per pipeline run; its id is derived from the pipeline-run id (a rebuilt trace is
-  the same trace), or taken from a W3C ``TRACEPARENT`` (Argo 4.1 injects one into the main
-  container) so that our spans join the orchestrator's own trace;
-* a **run** span ``pipeline <name>`` from submit to the last step's finish;
-* per step a **step** span ``step <step>`` and per attempt an **attempt** span
-  ``<step> attempt <n>``;
-* in a TrainJob gang's attempt, a **node** span ``<step> node <n>`` per node pod (its
-  ``<event>.node<n>`` records, which ``compare --cluster`` adds from the pods) and a **rank** span
-  ``<step> rank <r>`` per rank (its ``<event>.rank<r>`` records), under its node when the ranks
-  divide evenly over the nodes, else under the attempt; inside them the same phase spans;
-* inside an attempt, a **phase** span between each pair of consecutive events it recorded (in
-  time order), named by the event that ends it (:data:`PHASES`): ``provisioning``, ``queued``,
-  ``pulling and starting``, ``starting``, ``loading the model``, ``first step``, then ``training`` /
-  ``evaluating`` / ``registering`` / ``running``;
-* between the run's submit and the first step's start a ``spin-up`` span, and between one step's
-  finish and the next step's start a ``hand-over`` span.
-
-Attributes follow the OpenTelemetry CI/CD semantic conventions where they exist
-(``cicd.pipeline.name``, ``cicd.pipeline.run.id``, ``cicd.pipeline.task.name``,
-``cicd.pipeline.task.run.id``, ``cicd.pipeline.result``, ``cicd.pipeline.task.run.result``;
-development stage) and our own ``llmpack.*`` tags otherwise (GPU type and count, price,
-orchestrator, packaging).
-
-The output is OTLP/JSON (``ExportTraceServiceRequest`` in the protobuf JSON mapping, ids in hex as
-OTLP/HTTP JSON requires), written beside a report and sent by :mod:`components.record.trace_export`.
-Stdlib only.
+The JSONL is the source of truth, so the trace is built from it after the fact, the same on every
+path: one trace per pipeline run (its id derived from the run, or joined to a W3C ``TRACEPARENT``),
+a run span, per step a step span and per attempt an attempt span (a gang's node and rank spans
+inside), phase spans between consecutive events (:data:`PHASES`), spin-up and hand-over spans.
+Attributes follow OpenTelemetry's CI/CD conventions where they exist. The output is OTLP/JSON,
+sent by :mod:`components.record.trace_export`. Stdlib only. The spans in full:
+docs/record-internals.md.
 """
 
 from __future__ import annotations

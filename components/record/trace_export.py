@@ -1,23 +1,9 @@
 """Where a run's trace goes: an OTLP endpoint, the MLflow tracking server, a file. Never blocks a run.
 
-Targets, first match wins (:func:`target`):
-
-1. ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (used as given) or ``OTEL_EXPORTER_OTLP_ENDPOINT``
-   (``/v1/traces`` appended), with ``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` /
-   ``OTEL_EXPORTER_OTLP_HEADERS`` (``key=value,...``, values URL-encoded), as the OpenTelemetry SDK
-   reads them. Sent as OTLP/HTTP JSON; ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=grpc`` is not
-   supported and is said so, once, not retried.
-2. Else, when the tracking URI is an HTTP(S) MLflow server: its ``/v1/traces`` (MLflow 3's OTLP
-   ingest), with ``x-mlflow-experiment-id`` and ``x-mlflow-run-id`` so the trace is linked to the
-   pipeline's run, and MLflow's own credentials (``MLFLOW_TRACKING_TOKEN`` or
-   ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``; ``MLFLOW_TRACKING_INSECURE_TLS``). A trace that
-   joined a ``TRACEPARENT`` keeps its trace id there, with the run span as its root and the
-   parent as a span link: MLflow would keep it ``IN_PROGRESS`` and unlinked otherwise.
-3. Else nowhere (a sqlite or file store keeps no traces); the trace file beside the run still is.
-
-Sending is one bounded try (``timeout_s``, default 5 s): a trace is telemetry about the run and
-must never block or fail it. What was not sent is sent by ``llmpack sync`` (the run directory keeps
-``trace.otlp.json``); the run's tag ``llmpack.trace_id`` says it was sent, so it is sent once.
+First match wins (:func:`target`): the OpenTelemetry SDK's ``OTEL_EXPORTER_OTLP_*`` endpoint (OTLP/HTTP
+JSON), else an HTTP(S) MLflow server's ``/v1/traces`` linked to the pipeline's run, else nowhere
+(the trace file beside the run still is). One bounded try: what was not sent is sent by ``llmpack
+sync``, once (``llmpack.trace_id``). The targets in full: docs/record-internals.md.
 """
 
 from __future__ import annotations

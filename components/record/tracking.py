@@ -1,26 +1,12 @@
 """MLflow: the one record per pipeline run that every step, client and report shares.
 
 A pipeline run's record is the MLflow run tagged ``llmpack.record=pipeline`` and
-``llmpack.pipeline_run=<id>`` in the experiment ``llmpack`` (``LLMPACK_EXPERIMENT``).
-Steps log their events there as metrics named ``event.<step>.<name>`` and step metrics as
-``metric.<step>.<name>`` (a retried step's later attempts: ``....<name>.attempt<N>``); the client adds the derived metrics. Uploads are idempotent: a key
-already present is not logged again.
-
-Outages
--------
-Every upload is bounded in time (:func:`with_retries`): connection errors, timeouts and 5xx/408/429
-answers are retried with exponential backoff (0.5 s doubling, at most 8 s apart) until
-``LLMPACK_TRACKING_MAX_WAIT_S`` (default 30 s) is spent, then :class:`TrackingUnavailable` is
-raised; any other answer (4xx: a wrong URI, a refused token) is raised at once. MLflow's HTTP
-client retries every request on its own (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, default 7 with
-backoff factor 2: minutes per request, 120 s timeout each); inside :func:`with_retries` those
-retries are off and each request times out after at most 10 s, so there is one retry layer and
-its bound holds (see :func:`_one_retry_layer`). The step's JSONL is the source of truth: what an
-outage held back is sent later by :func:`upload_run` (``llmpack sync RUN_DIR``), which completes a
-partial upload and never duplicates one.
-
-Step processes get their client from :func:`step_client`: to an http(s) store, MLflow's REST API
-spoken without importing MLflow (:mod:`components.record.rest`), same records, same bound.
+``llmpack.pipeline_run=<id>`` in the experiment ``llmpack``; steps log ``event.<step>.<name>`` and
+``metric.<step>.<name>``, the client the derived metrics; uploads are idempotent. Every upload is
+bounded (:func:`with_retries`, ``LLMPACK_TRACKING_MAX_WAIT_S``), with one retry layer (MLflow's own
+off inside it); what an outage held back is sent by :func:`upload_run` (``llmpack sync``). Step
+processes get their client from :func:`step_client` (REST without MLflow to an http(s) store).
+The retry rules: docs/record-internals.md.
 """
 
 from __future__ import annotations

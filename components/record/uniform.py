@@ -1,27 +1,12 @@
 """One record, whoever starts the run: the rules every path applies to its pipeline record.
 
-``llmpack run``, the compiled summarizing tasks (KFP, Argo, the MLflow driver) and ``llmpack sync``
-each log a pipeline record; these functions are what makes those records comparable:
-
-* **Parameters** (:func:`record_params`): every pipeline parameter, the user's and the telemetry
-  ones (``submitted_at``, ``run_group``, ``pipeline_run``, ``orchestrator``, ``mode``), with the
-  values the run resolved (an empty ``pipeline_run`` filled from the orchestrator's run id, the
-  submit time found). A native ``mlflow run`` of the project also carries the two parameters MLflow
-  logs for its ``main`` entry point itself (:data:`MLFLOW_PROJECT_PARAMS`).
-* **Mode** (:func:`effective_mode`): a compiled KFP package says ``mode=cluster``; run outside a
-  Kubernetes pod (a plain ``kfp.local`` call of it) the run is ``local``.
-* **Measured from submit** (:func:`name_from_submit`): ``spinup_s`` and the other metrics measured
-  from the submit instant keep their names only when the submit instant is known (the client's, or
-  the orchestrator's record of when it accepted the run). When the earliest pod/process of the run
-  stands in for it (``first_pod``: KFP's own CLI), they are logged as ``spinup_from_first_pod_s``...
-  rather than as a ``spinup_s`` that silently means something else on a dashboard across paths.
-* **An orchestrator's own MLflow run** (:func:`foreign_run_tags`; KFP's MLflow plugin injects one):
-  its run ids as cross-link tags, never adopted.
-* **KFP scalar metrics** (:func:`headline`, :func:`read_scalars`): the numbers KFP's UI compares.
-* **Training-loss curve** (:func:`loss_curve`): ``train_log.jsonl``'s losses as the step-indexed
-  metric series :data:`LOSS_CURVE`.
-
-Import-light (stdlib only): the step runtime and the summarizing task import it before MLflow.
+``llmpack run``, the compiled summarizing tasks and ``llmpack sync`` each log a pipeline record;
+these functions make those records comparable: every parameter with the values the run resolved
+(:func:`record_params`), the run's mode (:func:`effective_mode`), metrics measured from submit named
+for what they were measured from (:func:`name_from_submit`), an orchestrator's own MLflow run as
+cross-link tags (:func:`foreign_run_tags`), the scalars KFP's UI compares (:func:`headline`,
+:func:`read_scalars`) and the training-loss curve (:func:`loss_curve`). Import-light (stdlib only).
+Each rule: docs/record-internals.md and docs/record.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """A checkpoint's training state as data that cannot run code: safetensors for the tensors, JSON for the rest.
 
-``torch.load`` unpickles, and a pickle runs whatever its ``__reduce__`` names: whoever can write a
-checkpoint directory (on a cluster the shared ``--checkpoint-pvc``, read by pods that hold the
-MLflow and HF credentials) could run code in the next resume, and the manifest's sha256 beside the
-file proves nothing against that writer. So the state is written as two files nothing executes:
-
-* ``state.safetensors``: every tensor (weights, AdamW moments and step counts, RNG states), named
-  ``t0``, ``t1``... in the order :func:`encode` meets them; safetensors is a JSON header and raw
-  bytes, read without any code of the file's choosing;
-* ``state.json``: everything else (the step number, the optimizer's param groups, the numpy RNG's
-  position), with each tensor replaced by ``{"$tensor": "t0"}``; a tuple is ``{"$tuple": [...]}``
-  and a dict whose keys are not all plain strings (the optimizer's per-parameter state, keyed by
-  index) is ``{"$dict": [[key, value], ...]}``, so :func:`decode` gives back the very structure
-  ``optimizer.load_state_dict`` was given. Floats round-trip exactly (``repr``), NaN included.
-
-Anything else in the state (an object, a numpy array not converted first) is refused at save time
-rather than pickled. A file that does not decode to that shape is :class:`UnreadableState`.
+``torch.load`` unpickles, and a pickle runs code: whoever can write a checkpoint directory could
+run it in the next resume. So the state is ``state.safetensors`` (every tensor) and ``state.json``
+(everything else, each tensor a reference), which :func:`decode` turns back into the very
+structure ``optimizer.load_state_dict`` was given. Anything else is refused at save time; a file
+that does not decode is :class:`UnreadableState`. The encoding: docs/step-process.md.
 """
 
 from __future__ import annotations

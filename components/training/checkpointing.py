@@ -1,30 +1,13 @@
 """Checkpoints of a training run: written atomically, trusted only when whole, resumed exactly.
 
-As torchtune keeps its checkpointer in the library and its recipes only call it, the finetune
-step calls :func:`save_checkpoint` and :func:`resume_newest` (:func:`newest_checkpoint` and
-:func:`load_checkpoint` underneath).
-
-A checkpoint is data, never code: the state is ``state.safetensors`` and ``state.json``
-(:mod:`components.training.checkpoint_state`), so a planted file can at worst fail to decode. One
-that matches its manifest but does not decode (garbage bytes, a pickle from an older llmpack) is
-passed over with one warning and the previous checkpoint is used. The manifest also names whose
-checkpoint it is: the settings-and-data ``fingerprint`` and the ``owner`` (pipeline run and step);
-one that belongs to other settings, or on a checkpoint volume to another run or step, is refused
-with one line and never resumed from.
-
-A SIGKILL can land anywhere, a checkpoint write included, so a checkpoint is trusted only when
-it proves itself whole: ``manifest.json`` (each file's size and sha256) is written after the
-files and before the rename that publishes the directory, and :func:`newest_checkpoint` skips any
-``step-*`` directory whose files do not match it (one half removed when the process was killed
-while replacing or pruning it). ``.tmp-*`` directories are writes that never reached their
-rename: never resumed from, removed by the next write of that step or a later one.
-``benchmarks/chaos_sigkill.py`` kills the step at random moments and checks each restart ends
-byte-identical to an uninterrupted run.
-
-On a cluster a retry is a new pod with a fresh output directory, so the checkpoints live on a volume
-(``llmpack compile --checkpoint-pvc``; the pod's ``LLMPACK_CHECKPOINT_ROOT``) under
-:func:`run_checkpoint_dir`: keyed by the pipeline run, never the attempt, so every retry of this run
-finds them and no other run does, even one with the very same settings (whose fingerprint matches).
+The finetune step calls :func:`save_checkpoint` and :func:`resume_newest`, as torchtune's recipes
+call its checkpointer. A checkpoint is data, never code (:mod:`components.training.checkpoint_state`);
+``manifest.json`` (each file's size and sha256, and whose checkpoint it is) is written after the
+files and before the rename that publishes the directory, so :func:`newest_checkpoint` trusts
+only a whole one and refuses another run's or other settings'. On a cluster the checkpoints live
+on a volume keyed by the pipeline run (:func:`run_checkpoint_dir`), found by every retry.
+``benchmarks/chaos_sigkill.py`` checks a killed step resumes byte-identical. Why each rule:
+docs/step-process.md.
 """
 
 from __future__ import annotations

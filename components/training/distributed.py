@@ -1,27 +1,12 @@
 """Many processes for one step: torchrun in the step's process (or pod), and what a rank knows.
 
-A step runs on ``P`` processes when its ``nproc_per_node`` parameter is above 1 (``llmpack run
---nproc-per-node P`` locally; ``--gpus G`` makes it ``G`` on a cluster). The command every
-orchestrator runs stays ``python -m components.run STEP ...``; that process becomes the
-*launcher* (:func:`launch`): it records the step's ``process_started`` (the pod's start, as for
-any step), starts ``torchrun --standalone --nproc-per-node P`` with the same arguments, forwards
-SIGTERM/SIGINT to it, records ``finished`` when every rank has exited, and uploads the ranks'
-records once. Each rank is ``components.run`` again, seeing torchrun's ``RANK``/``WORLD_SIZE``:
-it runs the step function with a :class:`World` of its own.
-
-Telemetry of a distributed step (docs/telemetry-and-cost.md's events, with ranks):
-
-* every rank records ``process_started.rank<R>``, ``model_loaded.rank<R>``,
-  ``first_step.rank<R>`` and ``finished.rank<R>`` (R from 0);
-* the step's own ``model_loaded`` and ``first_step`` are the *last* rank's (``all_gather`` of
-  the ranks' times, recorded by rank 0): a gang has taken its first step when its slowest
-  member has, which is what a user waiting on it sees;
-* the step's ``process_started`` and ``finished`` are the launcher's; under a launcher that is
-  not ours (a Kubeflow Trainer ``TrainJob`` runs torchrun itself), rank 0 records them;
-* metrics are rank 0's, reduced over the ranks (loss averaged, tokens counted globally), plus
-  ``world_size``.
-
-Rank 0 writes the outputs and the checkpoints; every rank reads them. Gloo on CPU, NCCL on GPU.
+With ``nproc_per_node`` P > 1 the step's process becomes a *launcher* (:func:`launch`): it records
+``process_started``, runs ``torchrun --standalone --nproc-per-node P`` on the same arguments,
+forwards SIGTERM/SIGINT, records ``finished`` and uploads the ranks' records once. Each rank runs
+the step with a :class:`World` of its own and records its own ``.rank<R>`` events; the step's
+``model_loaded`` and ``first_step`` are the last rank's, its metrics rank 0's reduced over the
+ranks. Rank 0 writes outputs and checkpoints. Gloo on CPU, NCCL on GPU. The telemetry in full:
+docs/step-process.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """Training progress in the TrainJob: rank 0 posts to Kubeflow Trainer's status server (KEP-2779).
 
-With the ``TrainJobStatus`` feature gate (Trainer ≥ 2.2, alpha), the controller injects three
-variables into the training pods: ``KUBEFLOW_TRAINER_STATUS_URL`` (an HTTPS endpoint),
-``KUBEFLOW_TRAINER_STATUS_CA_CERT`` (the CA file that signs it) and
-``KUBEFLOW_TRAINER_STATUS_TOKEN`` (the file of a projected service-account token). A POST of
-``{"trainerStatus": {"progressPercentage", "estimatedRemainingSeconds", "metrics": [{"name",
-"value"}], "lastUpdatedTime"}}`` with that token lands in the TrainJob's ``status.trainerStatus``,
-so ``kubectl get trainjob -o yaml`` shows how far our training is — the same body the kubeflow
-SDK's ``update_runtime_status`` sends.
-
-Decisions:
-
-* **Never fails, never blocks training.** Posts go out from one background thread; the loop only
-  hands over the newest state. A missing variable means no reporter at all; a refused or
-  unreachable endpoint is said once on stderr and training goes on.
-* **Throttled** to one post every 5 s (the SDK's interval), except the first step and the last,
-  which are always sent; :meth:`TrainerStatus.close` waits (bounded) for the last one.
-* **What we post**: progress and ETA from the loop, and as metrics ``loss``, ``step``,
-  ``tokens_per_s`` and, once it happened, ``time_to_first_step_s`` (from the run's submit) — our
-  headline, where ``kubectl`` users look.
-
-Stdlib only; rank 0 alone reports (the gang's other ranks never build one).
+With the ``TrainJobStatus`` feature gate the controller gives the training pods an endpoint, its CA
+and a token; a POST of progress, ETA and metrics lands in the TrainJob's ``status.trainerStatus``
+(the body the kubeflow SDK's ``update_runtime_status`` sends). It never fails or blocks training
+(one background thread, a refusal said once), posts at most every 5 s (the first and last step
+always), and sends ``loss``, ``step``, ``tokens_per_s`` and ``time_to_first_step_s``. Stdlib only;
+rank 0 alone reports. The variables and decisions: docs/step-process.md.
 """
 
 from __future__ import annotations

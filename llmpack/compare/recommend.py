@@ -2,22 +2,11 @@
 interval and the caveat that matters; or, when the verdicts do not allow one, the command that
 would decide them.
 
-Only decided verdicts recommend (:mod:`llmpack.compare.sequential` bounds their error rate):
-
-- a headline recommends when every compared path that ran is decided on it; the first such
-  headline in :data:`~llmpack.compare.comparison.HEADLINES` order with a difference is the one
-  named (time to first step before spin-up, total and cost only once judged);
-- a path decidedly worse than the baseline on *any* decided headline is never recommended;
-  among the decidedly better, the one with the largest difference; with none better, the
-  baseline (the others are slower, or equivalent within the margin);
-- the caveat is the first that applies: a failed path, winners never compared with each other,
-  total and cost not judged, a local measurement.
-
-Undecided, the command is computed from the rounds the verdicts need at the noise seen
-(``rounds_to_decide``) and what a round cost here: ``--budget`` enough for them, the same with
-only the undecided paths, or ``--max-steps`` short enough that round 1 leaves room for them;
-with fixed ``--repeats``, ``--repeats N``. Pure: a comparison result in, a
-:class:`Recommendation` out.
+Only decided verdicts recommend (:mod:`llmpack.compare.sequential` bounds their error rate); a path
+decidedly worse on any decided headline is never recommended; among the decidedly better, the
+largest difference; with none better, the baseline. Undecided, the command (``--budget``,
+``--max-steps`` or ``--repeats``) is computed from the rounds the verdicts need at the noise seen.
+Pure: a comparison result in, a :class:`Recommendation` out. The rules in full: docs/comparison.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Compare until decided: a sequential test of a path against the baseline, with a stated error rate.
 
-Method (the report and ``--json`` cite :data:`METHOD`):
-
-- after each round ``n`` (every path ran once, interleaved), each headline of each path is judged
-  on the **per-round differences** ``d_i = path_i - baseline_i`` (pairing by round cancels what a
-  round shares: a drift of the machine, a neighbour's burst);
-- the interval is Student's t on the mean of ``d`` at the level the look may spend:
-  the error budget :data:`ALPHA` is spent across the looks ``first_look..max_rounds`` with the
-  power family of Kim and DeMets, ``alpha(j/K) = ALPHA * (j/K) ** RHO`` (little early, most at
-  the last looks). Each look's interval uses the increment spent at that look, so by the union
-  bound every interval of every look holds the true difference at once with probability at
-  least ``1 - ALPHA``: stopping at the first decided look cannot inflate false verdicts, and the
-  interval shown when it stops still covers at ``1 - ALPHA``;
-- **decided** is either a *difference* (the interval excludes 0: ``higher``/``lower``) or
-  *practical equivalence* (the whole interval inside ``±margin``: ``equivalent``); an interval
-  that does both is a difference within the margin. Anything else is ``undecided``, with the
-  rounds that would likely decide it at the noise seen so far.
-
-``tests/llmpack/compare/test_sequential.py`` proves the rates by simulation on noise resampled from this
-machine's measured rounds (``tests/fixtures/noise/rounds.json``, made by
-``benchmarks/noise_sample.py``). The functions here are pure: floats in, a :class:`Decision` out.
+After each round each headline of each path is judged on the per-round differences from the
+baseline, with Student's t at the level the look may spend (the error budget :data:`ALPHA` spent
+across the looks by Kim and DeMets' power family), so every interval of every look holds at once
+with probability at least ``1 - ALPHA``. Decided is a difference or practical equivalence within
+``±margin``; anything else is undecided, with the rounds that would likely decide it.
+``tests/llmpack/compare/test_sequential.py`` proves the rates by simulation. Pure: floats in, a
+:class:`Decision` out. The method in full (the report cites :data:`METHOD`): docs/comparison.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """``llmpack compare`` with no ``--repeats``: rounds until every start-up verdict is decided, within a budget.
 
-What repeats, and why. Spin-up and time to first step are where orchestrators differ; what
-comes after finetune's first step is the same code on every path (identical weights, tested),
-so repeating it measures little but costs most of a round. So:
-
-1. **warm-up** (not counted, its own run group ``<group>-warmup``): one start-up run of the first
-   path (page cache, torch and our code loaded once) and every path's client modules imported
-   in this process (kfp, hera, mlflow: a first use costs a second or more of spin-up);
-2. **round 1**: the whole pipeline on every path, counted for everything: total, cost, eval loss
-   (n=1: shown, not judged; ``--repeats N`` judges them) and the start-up headlines;
-3. **start-up rounds** 2, 3...: the pipeline through finetune's first step
-   (:meth:`components.dsl.Pipeline.through`, ``max_steps=1``), interleaved as always. Before it
-   measures its first step a start-up run does exactly what a full run does.
-
-After every round from :data:`llmpack.compare.sequential.FIRST_LOOK` each path's spin-up and time to
-first step are judged against the baseline (:mod:`llmpack.compare.sequential`); a path whose both are
-decided leaves the rounds (the baseline stays while any path runs), and the compare stops when
+Spin-up and time to first step are where orchestrators differ; after finetune's first step every
+path runs the same code, so repeating it measures little. So: a warm-up (not counted), round 1 (the
+whole pipeline on every path, counted for everything), then start-up rounds (the pipeline through
+finetune's first step, :meth:`components.dsl.Pipeline.through`), interleaved. After each round from
+:data:`llmpack.compare.sequential.FIRST_LOOK` each path's start-up headlines are judged
+(:mod:`llmpack.compare.sequential`); a decided path leaves the rounds, and the compare stops when
 none is left, when the next round would overrun ``budget_s``, or after the design's last round.
-The design's rounds are fixed once round 1 is measured, from timings only: as many start-up
-rounds of every path as ``budget_s`` would hold (at least 3, at most :data:`MAX_ROUNDS`).
-Stopping earlier for the budget only skips looks, which cannot raise the error rate.
+
+The design and why stopping early cannot raise the error rate: docs/comparison.md.
 """
 
 from __future__ import annotations

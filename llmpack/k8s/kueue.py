@@ -1,29 +1,10 @@
 """Kueue's view of a TrainJob: when its Workload got quota, and when it was admitted.
 
-A TrainJob with the ``kueue.x-k8s.io/queue-name`` label (``llmpack compile --queue``) is
-suspended until Kueue admits it. Kueue represents it by a ``Workload`` (owned by the TrainJob)
-whose conditions say when:
-
-- ``QuotaReserved``: the ClusterQueue had quota for it (the wait before: *quota wait*, other
-  teams' jobs ahead of it in the queue);
-- ``Admitted``: quota reserved *and* every admission check passed, e.g. a ProvisioningRequest
-  that brought the GPU nodes up (the wait between: *admission checks*, provisioning).
-
-Kueue may also take the quota back from an admitted Workload (a higher-priority Workload, an
-inactive one): its ``Evicted`` (and, when another Workload took it, ``Preempted``) condition turns
-True and the TrainJob is suspended, its pods deleted: :func:`evicted` reads it, and the run records
-the gang as preempted.
-
-So a gang's queueing splits into ``quota_wait_s`` (Workload created → QuotaReserved) and
-``admission_checks_s`` (QuotaReserved → Admitted). Without Kueue (no CRD, no Workload for the
-job, or no permission to list Workloads) both are None: Kueue is optional, its absence is not an
-error.
-
-Versions: Kueue serves Workloads as ``v1beta2`` (storage version since Kueue 0.16; ``v1beta1``
-deprecated there, still served up to 0.19) and as ``v1beta1`` (the only one before 0.15). The
-fields read here (``ownerReferences``, ``creationTimestamp``, the ``QuotaReserved`` and
-``Admitted`` conditions) are the same in both, so the newest served version is read: ``v1beta2``,
-then ``v1beta1`` where that is not served (404).
+A queued TrainJob (``llmpack compile --queue``) is suspended until Kueue admits its ``Workload``:
+``quota_wait_s`` is Workload created to ``QuotaReserved``, ``admission_checks_s`` from there to
+``Admitted``; :func:`evicted` reads Kueue taking the quota back (the gang recorded as preempted).
+Without Kueue both are None: it is optional. The newest served version is read (``v1beta2``, then
+``v1beta1``). Conditions and versions: docs/pod-watcher.md.
 """
 
 from __future__ import annotations

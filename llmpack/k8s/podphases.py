@@ -1,22 +1,11 @@
 """Pod phases: from Kubernetes pod, node and event objects to one timeline row per pod.
 
-Pure analysis, stdlib only: the inputs are plain dicts in the API's JSON form (camelCase keys),
-exactly the ``items`` of ``kubectl get pods|nodes|events -o json`` or the objects of a watch.
-
-Per pod (see :func:`analyze`): who made it (``orchestrator``: kfp, argo, mlflow, unknown), what it
-is (``role``: ``driver`` for KFP's own driver pods, ``executor`` for pods that run step code),
-which pipeline ``step`` it runs, where (``node``, ``instance_type``, ``gpu_product``), and when, as
-UTC epoch seconds: ``created``, ``scheduled``, ``node_ready`` (only when the node was created after
-the pod, i.e. brought up for it), ``sandbox_ready``, ``init_done``, ``container_started``,
-``finished``; plus ``image_pull_s`` of the main container and the derived ``queue_s``,
-``provision_s``, ``start_s`` and ``run_s``; and how the attempt ended (``outcome``: succeeded,
-failed, preempted or running; a preemption's ``disruption`` reason and ``disrupted_at``, from the
-pod's ``DisruptionTarget`` condition or its node's termination: :mod:`llmpack.k8s.preemption`). A Kubeflow Trainer TrainJob's node pods (the finetune
-gang, :mod:`components.process.gang`) carry ``gang`` (the TrainJob), ``gang_node`` (the node rank) and
-``gang_gpus``; other pods None there.
-
-:func:`to_step_records` turns the rows of one pipeline run into the ``components.record.telemetry``
-cluster events (``pod_created``, ``pod_scheduled``, ``node_ready``, ``container_started``).
+Pure analysis, stdlib only, on the API's JSON form (``kubectl get pods|nodes|events -o json`` or a
+watch's objects). Per pod (:func:`analyze`): who made it, its role and step, where it ran, when
+each phase began (UTC epoch seconds), the derived ``queue_s``, ``provision_s``, ``start_s``,
+``run_s``, and how the attempt ended (:mod:`llmpack.k8s.preemption`); a TrainJob's node pods carry
+``gang``, ``gang_node``, ``gang_gpus``. :func:`to_step_records` turns one run's rows into the
+record's cluster events. Every field: docs/pod-watcher.md.
 """
 
 from __future__ import annotations

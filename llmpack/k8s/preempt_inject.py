@@ -1,19 +1,10 @@
 """``compare --cluster --preempt``: take the step's GPU pod away at the chosen moment, as a preemption would.
 
-On a real cluster nobody preempts on cue, so llmpack does what a drain or a chaos tool does: it
-asks the API server to *evict* the pod (``POST .../pods/NAME/eviction``, policy/v1). Kubernetes
-then marks the pod ``DisruptionTarget`` (reason ``EvictionByEvictionAPI``), sends SIGTERM (the
-step checkpoints in its grace period) and deletes it; the orchestrator's retry makes the next pod.
-That is the same path a spot reclaim takes through the pod's conditions, so the record reads it
-the same way (:mod:`llmpack.k8s.preemption`).
-
-The moment is the step's container start (from the pod watcher's rows) plus ``at_s`` (or, for a
-rate, the next drawn moment, one per attempt), by this machine's clock. Once per run for a fixed
-moment: when an attempt of the step was already preempted (by the cluster itself, or an earlier
-eviction), nothing more is done. A PodDisruptionBudget that refuses (429) is retried on the next
-poll; a pod already gone (404) is skipped. Needs RBAC ``create`` on ``pods/eviction``. For a TrainJob
-gang (``gang=True``) the pods are its node pods, never the launcher (a CPU pod): the moment counts
-from the newest node pod's container start, and one node pod is evicted (JobSet restarts the gang whole).
+llmpack evicts the pod (``POST .../pods/NAME/eviction``), as a drain or a chaos tool does, so the
+record reads it as it reads a spot reclaim (:mod:`llmpack.k8s.preemption`). The moment is the step's
+container start plus ``at_s`` (or a drawn rate), once per run; a refusing PodDisruptionBudget is
+retried, a pod already gone skipped; a gang's node pod, never its launcher. Needs ``create`` on
+``pods/eviction``. In full: docs/pod-watcher.md.
 """
 
 from __future__ import annotations

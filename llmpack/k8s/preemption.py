@@ -1,34 +1,14 @@
 """Preemption as its own outcome: which attempts were preempted, and what each preemption cost.
 
-A retry after a preemption is not a retry after a failure: the code did nothing wrong, the
-cluster took the GPU away. Users ask their orchestrators for that split (argoproj/argo-workflows
-#2881, #9880; kubeflow/pipelines#4333); this module makes it in the record, from what Kubernetes
-and Kueue say, never from exit codes:
+A retry after a preemption is not a retry after a failure; this module makes that split in the
+record from what Kubernetes and Kueue say, never from exit codes: the pod's ``DisruptionTarget``
+condition, its node's termination while it ran, Kueue's ``Evicted``/``Preempted`` Workload
+conditions. Every attempt is ``succeeded``, ``failed``, ``preempted`` or ``running``
+(:func:`attempt_outcome`); :func:`preemption_metrics` prices each preemption's waste (GPU time since
+the last checkpoint plus the retry's spin-up) and ``time_to_recover_s``; a TrainJob gang is one
+attempt of all its node pods (:func:`gang_attempts`). Pure functions; stdlib only.
 
-- the pod's ``DisruptionTarget`` condition (Kubernetes 1.26+, status True): its reason is who
-  took the pod: ``PreemptionByScheduler`` (a higher-priority pod), ``DeletionByTaintManager``
-  (a ``NoExecute`` taint, e.g. the node going away), ``EvictionByEvictionAPI`` (a drain, a chaos
-  tool, ``llmpack compare --preempt`` on a real cluster), ``DeletionByPodGC`` (an orphan on a
-  node that is gone), ``TerminationByKubelet`` (node-pressure eviction, graceful node shutdown);
-- the node's termination while the pod ran: a ``deletionTimestamp`` or a termination taint on
-  the node (a spot reclaim, a cluster-autoscaler or Karpenter removal) before the pod finished;
-- Kueue's ``Evicted`` / ``Preempted`` Workload conditions (:func:`workload_disruption`): a
-  TrainJob gang evicted by Kueue to make room is preempted as a whole.
-
-Every attempt is then ``succeeded``, ``failed``, ``preempted`` or ``running``
-(:func:`attempt_outcome`); :func:`preemption_metrics` prices each preemption's **waste**: the GPU
-time the preempted attempt spent since its last checkpoint (everything since its container
-started when it had none: that work is redone), plus the new pod's spin-up and model load up to
-its first step (GPU time that only exists because of the preemption). ``time_to_recover_s`` is
-preemption to the retry's first step. Goodput counts only the training that was kept: the
-preempted attempt's steps up to its checkpoint and the retry's.
-
-A TrainJob gang (:func:`gang_attempts`) is one attempt of all its node pods: when one node pod is
-preempted, JobSet restarts the gang whole (every node pod created again, ``restart-attempt`` + 1),
-so the k-th pod of every node rank is gang attempt k. Its waste is every node pod's GPU time since
-the gang's last checkpoint plus every new node pod's spin-up to the restarted gang's first step.
-
-Pure functions on the watcher's rows and the step's records; stdlib only.
+Each signal and each figure: docs/pod-watcher.md and docs/preemption.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
-"""Our GPU-hours and cost beside Argo's and OpenCost's, and why they differ.
+"""Our GPU-hours and cost beside the orchestrator's own and OpenCost's, and why they differ.
 
-Three accounts of one run's GPUs, each right by its own rule:
-
-- **ours** (:mod:`llmpack.k8s.billing`): node billing, as clouds bill: each GPU node from Ready
-  (or the first pod's scheduling) to its removal or the last pod plus the scale-down delay, times
-  its GPUs, at our price (the node's capacity type: its spot column when the price table has one);
-  ``gpu_hours`` is the container account (GPU pods from container start to finish, plus a node's
-  provisioning).
-- **Argo** (Argo path only): ``status.nodes[].resourcesDuration``, each pod's GPU request times
-  its containers' run time in whole seconds (the Argo backend's ``own_metrics`` of what
-  :func:`argo_workflows.submit.pod_resources_duration` read at the end of the wait). No node, no
-  provisioning, no price.
-- **OpenCost** (``--opencost URL``): its allocation API (``/allocation/compute``) aggregated by
-  the run's labels (:data:`AGGREGATE`: ``llmpack.io/pipeline-run``, and the run-id label of each
-  backend whose pods cannot carry ours: KFP's ``pipeline/runid``), one window over the whole comparison. Pod
-  billing: pod minutes at its query resolution times GPU requests, at the price OpenCost holds
-  (billing data: discounts, spot).
-
-:func:`explain` splits the gap between ours and OpenCost's GPU cost exactly in two:
-``(our GPU-h - theirs) x our price`` (node time no pod held: provisioning, idle GPUs, the
-scale-down tail) plus ``their GPU-h x (our price - theirs)`` (price source).
+Three accounts of one run's GPUs, each right by its own rule: ours (node billing,
+:mod:`llmpack.k8s.billing`), the orchestrator's own (a backend's ``own_metrics``, such as a pod's GPU
+request times its run time), and OpenCost's allocation API aggregated by the run's labels
+(:data:`AGGREGATE`). :func:`explain` splits the gap between ours and OpenCost's GPU cost exactly
+in two: node time no pod held, and the price source. Each account's rule: docs/pod-watcher.md.
 """
 
 from __future__ import annotations

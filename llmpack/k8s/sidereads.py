@@ -1,25 +1,11 @@
 """What the pod watcher reads beside its watch: the nodes its pods ran on, and their image-pull events.
 
-Nodes are read, not watched: a node watch needs list/watch on every node of the cluster, a read
-needs get on the few we use. Each node is read once, when a pod lands on it (a GPU node may be
-scaled away before the run ends), and re-read periodically and at the end to see its removal for
-node billing: its ``deletionTimestamp`` or the autoscaler's ``ToBeDeletedByClusterAutoscaler``
-taint, or, when a re-read finds it gone (404), the time of that re-read (an upper bound). A run
-group of a thousand pods lands on a hundred nodes or more, so reads go out several at a time
-(:data:`NODE_READERS`): one after the other, the round trips alone would outlast the watch.
-
-Image-pull events are listed once, then watched (:meth:`SideReads.watch_events`): the API server
-keeps events for an hour (``--event-ttl``), so a run longer than that would lose its first
-pulls to a listing at the end. Only ``Pulling``/``Pulled`` of our pods are kept, and kept after
-the server deletes them. An event of a pod the pod watch has not delivered yet waits in a small
-bounded buffer. At the end the events are listed once more only when the watch did not run
-or a pod that started a container has no ``Pulled`` event (:meth:`SideReads.events_complete`).
-Where the watch is refused or gives up, events are listed periodically and at the end, as
-before. A 403 on nodes or on listing events degrades to one warning.
-
-:attr:`SideReads.version` moves only when what was read changed, so the watcher's rows, cached
-on it, are not recomputed for a re-read that found the same node. Thread-safe; ``kubernetes``
-is imported inside the functions.
+Nodes are read, not watched (get on the few we use, several at a time: :data:`NODE_READERS`),
+once when a pod lands and again periodically and at the end, to see a node's removal for node
+billing. Image-pull events are listed once and then watched (the API server keeps events an hour),
+listed again at the end only where the watch left a gap; a 403 degrades to one warning.
+:attr:`SideReads.version` moves only when what was read changed. Thread-safe; ``kubernetes`` is
+imported inside the functions. Each choice and why: docs/pod-watcher.md.
 """
 
 from __future__ import annotations

@@ -1,37 +1,15 @@
 """Watch the pods of one run group with the real ``kubernetes`` client; return their phases.
 
-One ``kubernetes.watch.Watch().stream(CoreV1Api.list_namespaced_pod, ...)`` per label selector:
-``llmpack.io/run-group=<id>`` (Argo and MLflow pods carry it), plus, when KFP run ids are given,
-``pipelines.kubeflow.org/v2_component=true,!llmpack.io/run-group,pipeline/runid in (...)``: KFP
-pod labels are fixed at compile time, so KFP's pods (its driver pods and the step executors)
-are found by the run id KFP puts on them. A finetune TrainJob's node pods (``--nodes N``) carry
-the run's ``llmpack.io/*`` labels on every path (the launcher sets them at run time, through the
-TrainJob's ``runtimePatches``), so the first selector finds them in the launcher's namespace;
-their rows carry ``gang``/``gang_node`` (:func:`~llmpack.k8s.podphases.gang_of`).
+One watch per label selector: ``llmpack.io/run-group=<id>``, plus, for a backend whose pods cannot
+carry our labels, its own run-id selector (KFP's ``pipeline/runid``); a TrainJob gang's node pods
+carry our labels. Memory is proportional to pods, not events (:func:`~llmpack.k8s.slim.slim_pod`);
+watch expiry (410) is survived by re-listing (:class:`~llmpack.k8s.resumable.ResumableWatch`);
+nodes and image-pull events are read beside the watch (:mod:`~llmpack.k8s.sidereads`). It stops
+when ``until(rows)`` holds, at ``timeout_s``, or on :meth:`PodWatcher.stop`, and returns
+:func:`~llmpack.k8s.podphases.analyze` rows.
 
-- Memory is proportional to pods, not events: the watcher keeps the latest state of each pod,
-  trimmed to the fields the analysis reads (:func:`~llmpack.k8s.slim.slim_pod`).
-- Watch expiry (an ``ERROR`` event or HTTP status 410 Gone) is survived: re-list for a fresh
-  ``resourceVersion`` and resume (:class:`~llmpack.k8s.resumable.ResumableWatch`, the loop the
-  event watch runs too); pods missing from the re-list were deleted meanwhile and keep their
-  last known state.
-- Nodes are read once each, when a pod lands on them, and re-read every ``nodes_every_s`` and at
-  the end, to see a node's removal for node billing (:meth:`PodWatcher.nodes`); image-pull events
-  are listed once and then watched, so the API server's one-hour event TTL loses none of a long
-  run's; listed again at the end only where the watch left a gap, and every ``events_every_s``
-  where RBAC refuses the watch (:mod:`~llmpack.k8s.sidereads`). A watcher
-  stopped at the run's end rarely sees a removal (the autoscaler waits its scale-down delay
-  first); the billing then adds that delay.
-- Thousands of events a second (``benchmarks/watcher_bench.py``): each event is one
-  ``json.loads`` and one slim copy; the O(pods) analysis runs only when the stop condition could
-  be met (see :meth:`PodWatcher.run`) and is not redone for an unchanged state (:meth:`PodWatcher.rows`).
-- It stops when ``until(rows)`` is true (default: :func:`~llmpack.k8s.podphases.all_terminated`), at ``timeout_s``, or
-  on :meth:`PodWatcher.stop` from another thread, and returns
-  :func:`~llmpack.k8s.podphases.analyze` rows (plus ``deleted``).
-
-Errors a user can act on (unreachable endpoint, 401/403, unknown namespace, no kubeconfig and no
-endpoint) raise :class:`components.errors.InputError` with one line; no message ever carries the
-token. ``kubernetes`` is imported inside the functions, so importing this module is cheap.
+Errors a user can act on are one :class:`components.errors.InputError` line, never with the token.
+``kubernetes`` is imported inside the functions. Each choice and why: docs/pod-watcher.md.
 """
 
 from __future__ import annotations

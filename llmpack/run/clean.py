@@ -1,20 +1,10 @@
 """``llmpack clean``: remove old failed run directories (``<run>.failed``) from the runs directory.
 
-A failed or interrupted run is kept as ``llmpack-runs/<pipeline_run>.failed`` so that it can be
-looked at (logs, checkpoints, the JSONL records). This removes the ones older than a given age.
-
-Decisions
----------
-* **What counts.** Only real directories directly in ``--runs-dir`` whose name ends in
-  ``.failed``: successful runs, the staging directories of runs in progress (``.<run>.partial``),
-  files and symbolic links are never touched, and links are not followed (a link named
-  ``x.failed`` is left alone, wherever it points; :func:`shutil.rmtree` removes a link inside a
-  run directory, not its target).
-* **Age** is the directory's modification time: a run directory's summary is written into it as
-  the run ends, so that is when the run ended.
-* **Unsent records are kept.** A run whose ``summary.json`` says ``"tracking": "not sent"`` holds
-  the only copy of its records; it is kept (and named, with the ``llmpack sync`` command) unless
-  ``--include-unsent`` is given.
+A failed or interrupted run is kept as ``llmpack-runs/<pipeline_run>.failed`` to be looked at; this
+removes the ones older than a given age (the directory's modification time). Only real
+``.failed`` directories directly in ``--runs-dir``: never a link, a staging directory or a
+successful run; a run whose records were never sent is kept unless ``--include-unsent``. The
+decisions: docs/run-directories.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """A run whose client died: found, its record closed KILLED and its records sent, exactly once.
 
-``llmpack run`` works in a staging directory, ``<runs>/.<pipeline_run>.partial``, moved to its
-final name at the end (:mod:`llmpack.run.local`). A client killed with SIGKILL (or by the OOM killer, or
-a lost terminal's SIGHUP where none is caught) never gets there: its steps die with it
-(:mod:`components.process.lifeline`), but the staging directory stays, with every step's JSONL,
-and the run's MLflow record stays RUNNING.
-
-So the client writes :data:`OWNER_FILE` into the staging directory as it makes it: its pid, its
-start time in clock ticks since boot and the boot's id (a pid alone is reused), the run's identity,
-its record's id, its tags and parameters, and the store's URI without credentials. The next
-``llmpack sync`` of that directory, or ``llmpack clean`` of the runs directory, asks whether that
-process still lives; only when it does not is the run taken over (:func:`take_over`): its
-records and a summary saying ``killed`` are written, the directory is moved to
-``<pipeline_run>.failed`` as an interrupted run's is, and ``llmpack sync`` sends it, finding
-the record by its tags and logging only what it lacks, so a second sync sends nothing more.
-
-A directory still held open by some process (a step finishing on its death signal) is waited for
-a few seconds, then left alone: a live run is never touched.
+A client killed with SIGKILL leaves its staging directory (``<runs>/.<pipeline_run>.partial``) and a
+RUNNING record. The client writes :data:`OWNER_FILE` there as it makes it (pid, start time, boot id,
+the run's identity and record); the next ``llmpack sync`` or ``llmpack clean`` takes the run over
+(:func:`take_over`) only when that process no longer lives: a summary saying ``killed``, the
+directory moved to ``<pipeline_run>.failed``, sent once. A live run is never touched. In full:
+docs/run-directories.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """``llmpack sync RUN_DIR``: send a run directory's records to MLflow, after a tracking outage.
 
-A local run keeps everything it measured in its directory (``llmpack-runs/<pipeline_run>``, or
-``<pipeline_run>.failed``): ``events.jsonl`` (every step's records) and ``summary.json`` (the
-derived metrics, tags, parameters and status). When the tracking store did not answer within the
-run's bounded wait, the summary says ``"tracking": "not sent"`` and the run printed this command.
-
-Sync finds the run's record the way every upload does (tags ``llmpack.record=pipeline`` and
-``llmpack.pipeline_run``), creates it only when there is none, logs the keys it lacks, the summary
-and the parameters, and closes it with the run's own status. So a record opened before the
-outage is completed, not doubled, and a second sync changes nothing.
-
-Decisions
----------
-* **Where it sends.** ``--tracking-uri``; else the URI the run itself used (``summary.json``, when
-  it was stored without credentials); else ``MLFLOW_TRACKING_URI``; else ``sqlite:///mlflow.db``.
-* **Bounded.** The same retry as a run's own upload (``LLMPACK_TRACKING_MAX_WAIT_S``, default
-  30 s). A store still unreachable after it: one line, exit 1, and nothing in RUN_DIR changed.
-  A store that refuses (4xx): one line, exit 1. A RUN_DIR that is not a run directory: exit 2.
-* **After a successful sync** ``summary.json`` says ``"tracking": "sent"`` and names the record
-  (written atomically); the records themselves are never rewritten.
-* **Step files too.** Records are read from ``events.jsonl`` and every step's
-  ``llmpack-events.jsonl`` under RUN_DIR (one key, one record), so a run cut short before its
-  ``events.jsonl`` was written loses nothing. Records of another ``pipeline_run`` are ignored.
+A local run keeps ``events.jsonl`` and ``summary.json`` in its directory; when the tracking store
+did not answer within the run's bounded wait, the summary says ``"tracking": "not sent"``. Sync
+finds the run's record by its tags, creates it only when there is none, logs what it lacks and
+closes it with the run's own status: a record opened before the outage is completed, not doubled,
+and a second sync changes nothing. Where it sends, its bound, what it writes after, and the step
+files it reads too: docs/run-directories.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,9 @@
 """A stand-in Argo Server (Workflows REST API) on 127.0.0.1, for Hera's ``WorkflowsService``.
 
 It speaks what ``argo submit`` and Hera's ``WorkflowsService`` send to an Argo Server (the
-gRPC gateway's JSON, camelCase Kubernetes objects, errors as ``{"code": <gRPC code>, "message"}``):
+gRPC gateway's JSON, camelCase Kubernetes objects, errors as ``{"code": <gRPC code>, "message"}``).
 
-- ``POST /api/v1/workflows/{namespace}`` with a ``WorkflowCreateRequest``
-  (``{"namespace", "workflow", "serverDryRun"?, "createOptions"?}``): the Workflow is checked as
-  the server's validation does for the things a compiler can get wrong (``kind``/``apiVersion``,
-  an ``entrypoint`` naming a template, every DAG task's template exists, every
-  ``{{workflow.parameters.X}}`` is a declared argument, argument names are unique), then stored
-  with ``metadata.name`` from ``generateName`` plus five random characters, ``uid``,
-  ``resourceVersion``, ``creationTimestamp`` and the ``workflows.argoproj.io/creator`` label the
-  server adds. An unknown namespace is 404 ``namespaces "x" not found`` (the Kubernetes API's
-  answer, passed through); a namespace in ``forbidden_namespaces`` is 403.
-- ``GET /api/v1/workflows/{namespace}/{name}``: the Workflow with a ``status`` that moves one
-  phase along ``phases`` (default ``Pending, Running, Succeeded``) per read, or as
-  :meth:`ArgoServerStandIn.set_phase` sets it; 404 for an unknown name.
-- ``GET /api/v1/workflows/{namespace}``: a ``WorkflowList``; ``GET /api/v1/version``.
-- With :meth:`ArgoServerStandIn.watch_pods` (the fake cluster calls it), each read fills
-  ``status.nodes`` from the Kubernetes stand-in's pods of the Workflow (label
-  ``workflows.argoproj.io/workflow``), as the controller does: a ``Pod`` node per pod (id
-  ``<workflow>-<hash>``, ``name`` its ``workflows.argoproj.io/node-name``, ``startedAt``/``finishedAt``,
-  ``hostNodeName``) with its ``resourcesDuration`` (:func:`resources_duration`), under the DAG
-  root node, and ``status.resourcesDuration`` their sum.
-
-Auth: with ``token`` set, ``Authorization: Bearer <token>`` is required, else 401 ``token not
-valid``, as the server answers in ``--auth-mode=client``. Every request is recorded in
-:attr:`ArgoServerStandIn.requests` without its ``Authorization`` header.
+In full: docs/stand-ins.md, "The Argo Server stand-in".
 """
 
 from __future__ import annotations

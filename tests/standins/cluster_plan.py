@@ -236,3 +236,13 @@ def _hash_digits(seed: str) -> str:
     import hashlib
 
     return str(int(hashlib.sha256(seed.encode()).hexdigest()[:8], 16))
+
+
+def command_params(command: list[str]) -> dict[str, str]:
+    """The ``--param=NAME=VALUE`` arguments of the MLflow ``main`` command (an argv, already split)."""
+    out = {}
+    for arg in command:
+        if arg.startswith("--param="):
+            key, _, value = arg[len("--param="):].partition("=")
+            out[key] = value
+    return out

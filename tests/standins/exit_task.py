@@ -6,17 +6,9 @@ Every compiled path ends with the summarizing task (:mod:`components.record.clos
 ``on_exit`` (the tests of ``compare --cluster`` measure the client's own closing, and keep it so);
 :class:`ExitTask` is that hook. It runs the real :func:`components.record.close.close` when the
 run's last pod has finished, before the orchestrator reports the end (as an exit handler runs
-before the run is done), with what the exit pod's environment holds on a cluster:
+before the run is done), with what the exit pod's environment holds on a cluster.
 
-* ``MLFLOW_TRACKING_URI`` (the Secret ``llmpack-mlflow``), so it reads the events the steps logged
-  and closes the pipeline's record there, and sends the run's trace to the server's OTLP ingest;
-* on Argo, a W3C ``TRACEPARENT``, as Argo 4.1 injects one into every main container: the
-  workflow's trace id (the same for every pod of the workflow) and the exit node's span. The
-  values it planted are in :attr:`ExitTask.traceparents`, for the test to check the trace joined.
-
-Its process start, which the real task takes as the run's end, is the exit pod's start in the
-run's virtual time: ``hand_over_s`` after the last pod finished. A closing that raises is kept in
-:attr:`ExitTask.errors` and, as the real task's ``main`` does, never changes the run's outcome.
+In full: docs/stand-ins.md, "The closing task played for real".
 """
 
 from __future__ import annotations

@@ -43,9 +43,11 @@ from standins.cluster_plan import RunScript as RunScript
 from standins.cluster_plan import Timings as Timings
 from standins.cluster_plan import _floor as _floor
 from standins.cluster_plan import _suffix as _suffix
+from standins.cluster_plan import command_params as command_params
 from standins.cluster_plan import fused_members as fused_members
 from standins.fake_gang import GangPlayer
 from standins.k8s_api import _iso, iter_pod_states, node_object, pull_events
+from standins.k8s_objects import present_event
 
 
 class FakeCluster(GangPlayer):
@@ -313,7 +315,8 @@ class FakeCluster(GangPlayer):
                                   message_seconds=f"{times['pull_s']}s"):
                 actions.append((times["started"], 1, "event", ev))
         else:
-            actions.append((times["started"], 1, "event", _present_event(states[0], namespace, container, times["started"])))
+            actions.append((times["started"], 1, "event",
+                            present_event(states[0], namespace, container, times["started"], image=IMAGE)))
         return actions
 
     def _removal(self, script: RunScript) -> list[tuple[float, int, str, Any]]:
@@ -584,39 +587,3 @@ class FakeCluster(GangPlayer):
             if argo and any(k.startswith("pipelines.kubeflow.org") for k in labels):
                 st["spec"]["initContainers"].append({"name": "kfp-launcher", "image": KFP_LAUNCHER})
         return states
-
-
-def _present_event(pod: dict[str, Any], namespace: str, container: str, when: float) -> dict[str, Any]:
-    name = pod["metadata"]["name"]
-    t = _iso(when)
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{name}.present.{container}", "namespace": namespace},
-        "involvedObject": {"kind": "Pod", "name": name, "namespace": namespace, "uid": pod["metadata"]["uid"],
-                           "fieldPath": f"spec.containers{{{container}}}"},
-        "reason": "Pulled",
-        "message": f'Container image "{IMAGE}" already present on machine',
-        "type": "Normal",
-        "count": 1,
-        "eventTime": None,
-        "firstTimestamp": t,
-        "lastTimestamp": t,
-        "source": {"component": "kubelet"},
-    }
-
-
-
-
-
-
-
-
-def command_params(command: list[str]) -> dict[str, str]:
-    """The ``--param=NAME=VALUE`` arguments of the MLflow ``main`` command (an argv, already split)."""
-    out = {}
-    for arg in command:
-        if arg.startswith("--param="):
-            key, _, value = arg[len("--param="):].partition("=")
-            out[key] = value
-    return out

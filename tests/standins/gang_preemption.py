@@ -3,23 +3,9 @@
 With ``FakeCluster(preempt=Preemption.parse("finetune@4s"))`` and a 2-node TrainJob (``--nodes 2``),
 the finetune step's GPUs are the gang's node pods, not the launcher's (a CPU pod). So
 :func:`script_gang` plays, ``at_s`` virtual seconds after the gang's last node pod started (the
-gang is ready then: torchrun's rendezvous waits for every node):
+gang is ready then: torchrun's rendezvous waits for every node).
 
-1. at the moment P the last node pod gets ``DisruptionTarget`` (``PreemptionByScheduler``) and a
-   ``deletionTimestamp``; rank 0 had checkpointed every ``checkpoint_every_s`` of training (the
-   newest before P is the gang's ``checkpoint_saved``; none when P came first);
-2. ``grace_s`` later every node pod of the gang is terminated (exit 143), Failed and deleted: the
-   failed Job fails the JobSet, whose restart deletes all its Jobs (the other ranks included);
-   (with ``Preemption(..., real=RealGang(...))``, :mod:`standins.real_gang`, the checkpoint is the real
-   gang's, written in the grace after P, and what the restarted gang resumed is what it says);
-3. ``retry_gap_s`` after P JobSet creates every node pod again (``jobset.sigs.k8s.io/restart-attempt``
-   1, new pod names, the same Job names and hostnames) on the nodes still there, image present; the
-   ranks meet again, load the model, resume from the run's checkpoint and train what was not kept.
-
-The launcher pod runs on (the TrainJob is the same object) and finishes after the restarted gang.
-The preempted gang's events are logged as the step's attempt 0, the restarted gang's as attempt 1
-(:meth:`Preemption.attempts`). :func:`end_states` is the preempted pods' ending, shared with
-:meth:`Preemption.pod_actions`.
+In full: docs/stand-ins.md, "A preempted TrainJob gang".
 """
 
 from __future__ import annotations

@@ -17,11 +17,9 @@ Each route and behaviour, in full: docs/stand-ins.md, "The Kubernetes API stand-
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import copy
 import json
-import sys
 import threading
 import time
 import uuid
@@ -581,33 +579,8 @@ class KubeAPIStandIn(CustomObjects, StandInServer):
             job["status"] = dict(status)
             job["metadata"]["resourceVersion"] = str(self._rv)
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Serve a stand-in Kubernetes API on 127.0.0.1 until stdin closes.")
-    parser.add_argument("--token", default="standin-token")
-    parser.add_argument("--namespace", default="llmpack")
-    parser.add_argument("--synthetic", metavar="PODS,EVENTS", help="play a synthetic run group once a watch is open")
-    parser.add_argument("--run-group", default="bench")
-    parser.add_argument("--watches", type=int, default=1, help="open watches to wait for before playing")
-    parser.add_argument("--burst", action="store_true",
-                        help="render the synthetic events before serving, log them at once when the watches are open")
-    parser.add_argument("--pulls-in-stream", action="store_true",
-                        help="the image-pull events come in the stream at their times, not stored before it")
-    args = parser.parse_args(argv)
-    api = KubeAPIStandIn(token=args.token, namespaces=("default", args.namespace)).start()
-    if args.synthetic:
-        n_pods, n_events = (int(x) for x in args.synthetic.split(","))
-        nodes, pulls, stream = synthetic_run_group(n_pods, n_events, run_group=args.run_group, namespace=args.namespace,
-                                                   pulls_in_stream=args.pulls_in_stream)
-        for node in nodes:
-            api.add_node(node)
-        for event in pulls:
-            api.add_event(event)
-        api.play([api.burst(stream)] if args.burst else stream, wait_for_watches=args.watches, wait_timeout=60)
-    print(api.url, flush=True)
-    sys.stdin.read()
-    api.close()
-    return 0
 
+if __name__ == "__main__":  # the server's command line: standins.k8s_serve
+    from standins.k8s_serve import main
 
-if __name__ == "__main__":
     raise SystemExit(main())

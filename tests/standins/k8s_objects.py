@@ -416,3 +416,25 @@ def _keyed(i: int, times: list[float], states: Iterable[dict[str, Any]]) -> Iter
 
 def _parse_iso(text: str) -> float:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+def present_event(pod: dict[str, Any], namespace: str, container: str, when: float, *,
+                  image: str) -> dict[str, Any]:
+    """The kubelet's ``Pulled`` event for a container whose image was already on the node."""
+    name = pod["metadata"]["name"]
+    t = _iso(when)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name}.present.{container}", "namespace": namespace},
+        "involvedObject": {"kind": "Pod", "name": name, "namespace": namespace, "uid": pod["metadata"]["uid"],
+                           "fieldPath": f"spec.containers{{{container}}}"},
+        "reason": "Pulled",
+        "message": f'Container image "{image}" already present on machine',
+        "type": "Normal",
+        "count": 1,
+        "eventTime": None,
+        "firstTimestamp": t,
+        "lastTimestamp": t,
+        "source": {"component": "kubelet"},
+    }

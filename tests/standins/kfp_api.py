@@ -4,28 +4,9 @@ It answers what ``kfp.Client`` sends while it is constructed and in
 ``create_run_from_pipeline_package`` / ``get_run`` (read from kfp/client/client.py and the
 generated ``kfp_server_api`` services), JSON over HTTP/1.1 as the KFP API server's gRPC gateway
 writes it (snake_case field names, RFC 3339 times, errors as ``{"error", "code", "message",
-"details"}`` with gRPC codes):
+"details"}`` with gRPC codes).
 
-- ``GET /apis/v2beta1/healthz``: ``{"commit_sha", "tag_name", "multi_user", "pipeline_store"}``;
-- ``GET /apis/v2beta1/experiments`` (``filter`` = the JSON filter kfp sends, ``namespace``,
-  ``page_size``, ``page_token``, ``sort_by``), ``POST /apis/v2beta1/experiments``,
-  ``GET /apis/v2beta1/experiments/{id}``;
-- ``POST /apis/v2beta1/runs``: the ``V2beta1Run`` body is checked as the API server checks it:
-  the experiment exists, ``pipeline_spec`` (or ``{"pipeline_spec", "platform_spec"}``) parses as
-  a KFP ``PipelineSpec``, every runtime parameter is declared by the pipeline's root with a
-  value of its type. The run is stored with ``state`` ``PENDING``;
-- ``GET /apis/v2beta1/runs/{id}``: each read moves the run one state along ``run_states``
-  (default ``PENDING, RUNNING, SUCCEEDED``), or :meth:`KFPAPIStandIn.set_run_state` sets it;
-- ``GET /apis/v2beta1/runs`` lists them.
-
-Auth: with ``token`` set, every request needs ``Authorization: Bearer <token>`` (an auth proxy in
-front of KFP), else 401 ``UNAUTHENTICATED``. ``multi_user=True`` behaves as a multi-user
-deployment: experiments must be listed and created in a namespace among ``namespaces`` (else
-400, or 403 ``PERMISSION_DENIED`` for an unknown namespace, as the API server's authorization
-check answers); in single-user mode a namespace filter is a 400, as the real server answers.
-
-Every request is recorded in :attr:`KFPAPIStandIn.requests` (method, path, query, JSON body,
-whether it was authorized; the ``Authorization`` header itself is never kept).
+In full: docs/stand-ins.md, "The KFP API stand-in".
 """
 
 from __future__ import annotations

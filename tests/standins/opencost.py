@@ -2,32 +2,9 @@
 
 OpenCost prices what pods held from its own view of the cluster; ``llmpack compare --cluster
 --opencost URL`` shows its figures beside ours. This stand-in speaks the allocation API as
-OpenCost serves it on port 9003:
+OpenCost serves it on port 9003.
 
-- ``GET /allocation`` and ``GET /allocation/compute`` with ``window`` (required: ``30m``/``12h``/``7d``
-  back from now, an RFC 3339 pair ``start,end``, or a unix-seconds pair), ``aggregate``
-  (comma-separated ``cluster``, ``namespace``, ``node``, ``pod``, ``container``... or ``label:NAME``;
-  the key of an aggregated allocation is the values joined by ``/``, ``__unallocated__`` for a pod
-  without the label; label names compared as OpenCost sees them, Prometheus-sanitised:
-  ``llmpack.io/pipeline-run`` is ``llmpack_io_pipeline_run``), ``resolution`` (default ``1m``);
-  ``step``/``accumulate`` are accepted and the window is one set. The answer is
-  ``{"code": 200, "data": [{key: allocation}]}``, each allocation with OpenCost's fields
-  (``name``, ``properties``, ``window``, ``start``, ``end``, ``minutes``, ``cpuCoreHours``,
-  ``cpuCost``, ``gpuCount``, ``gpuHours``, ``gpuCost``, ``ramByteHours``, ``ramCost``,
-  ``totalCost``...). A bad window is 400 with OpenCost's ``{"code": 400, "message"}``.
-
-What it prices: every pod the Kubernetes stand-in holds, from its first container start to its
-last container finish (still running: now), widened to whole ``resolution`` steps (OpenCost sees a
-pod through samples taken every ``resolution``) and clipped to the window; GPUs are the
-containers' ``nvidia.com/gpu`` requests (else limits), priced at the node's GPU price:
-``spot_gpu_hourly`` on a spot node (:func:`llmpack.k8s.objects.capacity_type` of its labels)
-when given, else ``gpu_hourly``, less ``discount`` (a negotiated discount, as OpenCost's custom
-pricing or billing integration applies it). CPU and memory requests are priced at OpenCost's
-default custom prices. Pod billing: a node's time that no pod held (provisioning, the scale-down
-tail, GPUs nobody requested) is in none of these allocations (OpenCost's ``__idle__``, not served).
-
-:func:`spot_nodes` is the fake cluster's ``gpu_node_hook`` that makes every GPU node a spot node,
-labelled as a provider's provisioner labels it.
+In full: docs/stand-ins.md, "The OpenCost stand-in".
 """
 
 from __future__ import annotations

@@ -3,23 +3,9 @@
 :class:`Preemption` (``FakeCluster(preempt=Preemption.parse("finetune@4s"))``) takes the step's
 GPU pod away ``at_s`` virtual seconds after its container started (or at the moments a rate
 draws, the same seed for every path: :meth:`llmpack.k8s.preemption.PreemptSpec.moments`), the
-way Kubernetes does it:
+way Kubernetes does it.
 
-1. at the moment P the pod gets the ``DisruptionTarget`` condition (reason
-   ``PreemptionByScheduler`` by default) and a ``deletionTimestamp``; the step's SIGTERM handler
-   has checkpointed every ``checkpoint_every_s`` of training (``checkpoint_saved``: the newest one
-   before P; none when P came before the first);
-2. ``grace_s`` later the container is terminated (exit 143) and the pod is Failed, then deleted;
-3. ``retry_gap_s`` after P the orchestrator's retry makes a new pod (an Argo retry node, KFP's
-   retry, the Job's next pod) on the node that is still there; it loads the model, resumes from
-   the checkpoint (``resumed_from_step``) and trains only what was not kept.
-
-The preempted attempt's events are logged as attempt 0, the retry's as attempt 1, as a step's
-runtime logs them on a cluster. KFP and Argo pods of one unfused step
-(:meth:`Preemption.script_step`); the MLflow Job's one pod (:meth:`Preemption.script_job`) is
-restarted whole by the Job: the next pod reruns the steps before the preempted one, then resumes it
-(there the moment counts from when the step began in the pod). A TrainJob gang's node pod, and
-the gang restarted whole: :mod:`standins.gang_preemption`.
+In full: docs/stand-ins.md, "A preempted GPU pod".
 """
 
 from __future__ import annotations

@@ -2,26 +2,9 @@
 
 :mod:`standins.gang_preemption` plays a 2-node gang's preemption in the loopback cluster's virtual
 time; with ``Preemption(..., real=RealGang(...))`` what the gang keeps is measured from a real gang,
-run the way the Trainer's ``torch-distributed`` runtime would run it:
+run the way the Trainer's ``torch-distributed`` runtime would run it.
 
-- **every node pod is the TrainJob's own command** (``torchrun -m components.run ...``, from
-  :func:`components.process.gang.build_trainjob` on the run's gang spec, the ``trainjob`` parameter
-  of the compiled artifact), with the TrainJob's ``spec.trainer.env`` (the launcher's settings and
-  the checkpoint volume's ``LLMPACK_CHECKPOINT_ROOT``) and the ``PET_*`` variables the runtime
-  injects (nodes, node rank, processes per node, the rendezvous on 127.0.0.1); each claim mounted
-  by the ``runtimePatches`` is a temp dir standing for it;
-- real upstream outputs (``tokens``), the gang's output in the shared volume's stand-in;
-- **the gang's attempt 0**: at the preemption moment (the optimizer step its virtual moment falls
-  in) the last node pod gets SIGTERM (the kubelet's, for the pod marked ``DisruptionTarget``); its
-  torchrun passes it to its rank, every rank agrees to stop after the same step, rank 0 writes the
-  checkpoint to the volume and they exit 143; when the victim's pod is gone JobSet deletes the
-  other node pods (SIGTERM to any still running). All of it must fit the pod's grace period;
-- **the gang's attempt 1**: JobSet creates every node pod again (the same command and output
-  directory: the TrainJob is the same object); the ranks meet again, resume from this run's
-  checkpoint on the volume and train to the end.
-
-:attr:`RealGang.played` keeps each run's gangs (exit codes, output, the adapter) for the test to
-compare with an uninterrupted gang (:meth:`RealGang.uninterrupted`).
+In full: docs/stand-ins.md, "Real finetune ranks for a preempted gang".
 """
 
 from __future__ import annotations

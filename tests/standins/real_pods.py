@@ -2,24 +2,9 @@
 
 :class:`standins.preemption.Preemption` plays a preemption in the loopback cluster's virtual time;
 with ``Preemption(..., real=RealFinetune(...))`` what the step keeps is no longer computed but
-measured from the real step, run the way the pod would run it:
+measured from the real step, run the way the pod would run it.
 
-- **the pod's environment from the compiled artifact of that path** (the finetune container's
-  ``LLMPACK_*`` variables: the KFP executor's ``env`` and its ``pvcMount``, the Argo template's
-  ``env``/``volumeMounts``/``volumes``, the MLflow Job container's), the checkpoint claim's mount
-  (``LLMPACK_CHECKPOINT_ROOT``, what ``--checkpoint-pvc`` sets) mapped to a temp dir standing for
-  the PersistentVolumeClaim, and the pipeline run id as the task's ``pipeline_run`` parameter;
-- real upstream outputs (``tokens``: the real ``prepare_data`` + ``tokenize``, made once by the test);
-- **attempt 0** is SIGTERMed at the preemption moment (the optimizer step its virtual moment falls
-  in: the fraction of the step's training before the moment); the step finishes the step in
-  flight, checkpoints in its grace and exits 143; it must do so within the pod's grace period;
-- **attempt 1** (a fresh output directory: a new pod; ``LLMPACK_ATTEMPT=1``) resumes from the
-  volume and trains to the end.
-
-The record then carries what the real step wrote: the preempted attempt's ``checkpoint_saved``
-(in virtual time: the moment plus the real delay from SIGTERM to the written checkpoint) and the
-retry's ``resumed_from_step``. :attr:`RealFinetune.played` keeps each run's attempts (exit codes,
-output dirs, the adapter) for the test to compare with an uninterrupted run.
+In full: docs/stand-ins.md, "Real finetune processes for a preempted pod".
 """
 
 from __future__ import annotations
