@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -171,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.kubeconfig:
             subprocess.run([str(TOOLS / "down.sh")], capture_output=True, text=True, timeout=300,
                            env={**os.environ, "LLMPACK_CLUSTER_DIR": str(state)})
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
