@@ -49,11 +49,11 @@ class _PipedStdout(io.TextIOBase):
 
 
 err = Console(stderr=True)
-# A terminal gets its own width. A pipe gets 160 columns for tables unless COLUMNS says otherwise, lines
-# never wrapped (a verdict is one line, for grep) and no trailing spaces.
+# A terminal gets its own width. A pipe gets no trailing spaces, and unless COLUMNS names a width to wrap
+# at, 160 columns for tables and lines never wrapped (a verdict is one line, for grep).
 _PIPED = not sys.stdout.isatty()
-out = Console(width=160 if _PIPED and not os.environ.get("COLUMNS") else None, soft_wrap=_PIPED,
-              file=_PipedStdout() if _PIPED else None)
+_UNWRAPPED = _PIPED and not os.environ.get("COLUMNS")
+out = Console(width=160 if _UNWRAPPED else None, soft_wrap=_UNWRAPPED, file=_PipedStdout() if _PIPED else None)
 
 # Libraries that log INFO lines or warn at the client (MLflow's database set-up, alembic, kfp, hera).
 LIBRARY_LOGGERS = ("mlflow", "alembic", "sqlalchemy", "huey", "kfp", "hera", "urllib3", "git", "py.warnings")
