@@ -20,7 +20,10 @@ table for the node a run landed on and for ``--gpu-type``'s names.
 Shared memory: PyTorch's NCCL and data-loader workers exchange tensors through ``/dev/shm``, which
 a container runtime sizes 64 MiB by default; every pod with more than one GPU mounts a
 memory-backed ``emptyDir`` there (:data:`SHM_VOLUME` at :data:`SHM_MOUNT`), as the MLflow Job
-always has. Its size counts against the pod's memory limit.
+always has. Its size counts against the pod's memory limit, so it is bounded: :func:`shm_size_limit`,
+:data:`SHM_GI_PER_GPU` per GPU (NCCL's buffers and a few data-loader batches per rank, with margin;
+an 8-GPU pod gets 64Gi of its 512Gi), the ``sizeLimit`` every path writes. Past it the kubelet
+evicts the pod rather than the node running out of memory.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 SHM_VOLUME = "dshm"
 SHM_MOUNT = "/dev/shm"
+SHM_GI_PER_GPU = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,3 +107,13 @@ def placement(execution: Any) -> tuple[dict[str, str], dict[str, Any] | None]:
 def needs_shm(gpus: int) -> bool:
     """Whether a pod with ``gpus`` GPUs mounts the memory-backed ``/dev/shm`` (more than one: NCCL)."""
     return gpus > 1
+
+
+def shm_size_limit(gpus: int) -> str:
+    """The ``sizeLimit`` of a pod's memory-backed ``/dev/shm``: :data:`SHM_GI_PER_GPU` Gi per GPU (1Gi without)."""
+    return f"{gpus * SHM_GI_PER_GPU if gpus > 0 else 1}Gi"
+
+
+def shm_volume(gpus: int) -> dict[str, object]:
+    """The memory-backed ``/dev/shm`` volume of a pod with ``gpus`` GPUs, bounded by :func:`shm_size_limit`."""
+    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size_limit(gpus)}}

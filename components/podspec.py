@@ -233,3 +233,23 @@ def keeps_checkpoints(extras: PodExtras) -> bool:
     from components import settings
 
     return any(name == settings.CHECKPOINT_ROOT.name for name, _ in extras.env)
+
+
+# --------------------------------------------------------------------------- one hardening for every pod
+# Pod Security ``restricted`` and a read-only root on every pod of every path (KFP, Argo, the MLflow
+# Job, the TrainJob's node pods, the prepull DaemonSet): the one directory a step writes outside its
+# volumes is /tmp (the image's HF_HOME and MPLCONFIGDIR, Argo's artifact paths, torchrun's logs), an
+# emptyDir here. KFP's IR cannot carry readOnlyRootFilesystem nor the token setting (docs/cluster.md).
+
+TMP_VOLUME = "tmp"
+TMP_MOUNT = "/tmp"
+# The ServiceAccount of the TrainJob's node pods: no Role, and no token mounted (the TrainJob's
+# runtimePatches cannot say automountServiceAccountToken; the account itself says it).
+NODE_SERVICE_ACCOUNT = "llmpack-trainer"
+CONTAINER_HARDENING: dict[str, object] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                          "readOnlyRootFilesystem": True, "runAsNonRoot": True}
+
+
+def tmp_volume() -> tuple[dict[str, object], dict[str, object]]:
+    """``(volume, volumeMount)`` of the writable /tmp a read-only root needs."""
+    return {"name": TMP_VOLUME, "emptyDir": {}}, {"name": TMP_VOLUME, "mountPath": TMP_MOUNT}

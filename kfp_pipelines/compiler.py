@@ -47,6 +47,16 @@ Limits of the KFP format, and what we do about them
 * ``submitted_at`` defaults to 0.0: a run created with ``kfp run submit`` directly has no client
   timestamp (``llmpack submit kfp`` passes one). ``orchestrator`` defaults to ``kfp`` and
   ``mode`` to ``cluster``, what the committed YAML is for; local runs pass ``mode=local``.
+* Least privilege and hardening (kfp-kubernetes 2.17): the platform spec has no
+  ``automountServiceAccountToken``, no per-task ``serviceAccountName`` and no
+  ``readOnlyRootFilesystem``; every pod of a KFP run mounts the run's service-account token (KFP's
+  own launcher in the step container reads the API with it) and has a writable root. What the
+  backend adds itself (``allowPrivilegeEscalation: false``, all capabilities dropped,
+  ``seccompProfile: RuntimeDefault``) and what we set (non-root identity, CPU/memory limits equal
+  to the requests, ``/dev/shm``'s ``sizeLimit``) pass Pod Security ``restricted``. So create the
+  KFP run with a service account granted no more than ``trainjob/launcher-rbac.yaml``'s Role
+  (``llmpack-launcher`` when the run launches a TrainJob), never the namespace's ``default-editor``
+  (docs/cluster.md, "Least privilege").
 """
 
 from __future__ import annotations
@@ -69,7 +79,7 @@ from components.dsl import (
     Task,
     iter_param_args,
 )
-from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement
+from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement, shm_size_limit
 from components.podspec import PodExtras, labels_env, pod_labels_of, recommended_labels
 from components.record.close import CLOSE_TASK, billed_uses, uses_json
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
@@ -329,7 +339,8 @@ def configure_task(pipe: Pipeline, task: Task, kt: Any) -> None:
         kubernetes.mount_pvc(kt, pvc_name=ex.cache_pvc, mount_path=HF_CACHE_MOUNT)
         kt.set_env_variable("HF_HOME", HF_CACHE_MOUNT)
     if needs_shm(res.gpus):
-        kubernetes.empty_dir_mount(kt, volume_name=SHM_VOLUME, mount_path=SHM_MOUNT, medium="Memory")
+        kubernetes.empty_dir_mount(kt, volume_name=SHM_VOLUME, mount_path=SHM_MOUNT, medium="Memory",
+                                   size_limit=shm_size_limit(res.gpus))
     use_pod_extras(kt, ex.pod)
 
 

@@ -21,7 +21,7 @@ import yaml
 from components.backend import ONE_POD_STEP
 from components.dsl import HF_CACHE_MOUNT, Pipeline, Toleration
 from components.errors import PipelineValidationError
-from components.gpu_nodes import node_affinity, placement
+from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, node_affinity, placement, shm_volume
 from components.podspec import (
     PodExtras,
     grace_fields,
@@ -77,8 +77,33 @@ def _toleration(t: Toleration) -> dict[str, Any]:
     return out
 
 
+def on_cpu(pipe: Pipeline) -> Pipeline:
+    """The pipeline as the Job of a TrainJob gang runs it: every step on CPU, nowhere GPU-only.
+
+    With ``llmpack compile --nodes N`` finetune's GPUs are the gang's; a GPU in the one Job pod would
+    sit idle (and billed) while the gang trains, so the Job asks for none: the other steps
+    (evaluate) run on its CPUs, and its pod goes to any node (no GPU selector, affinity or
+    toleration).
+    """
+    from dataclasses import replace
+
+    from components.gpu_nodes import GPU_PRESENT_LABEL
+
+    def cpu_only(task: Any) -> Any:
+        ex = task.step.execution
+        ex = replace(ex, resources=replace(ex.resources, gpus=0, gpu_type=None),
+                     node_selector={k: v for k, v in ex.node_selector.items() if k != GPU_PRESENT_LABEL},
+                     tolerations=tuple(t for t in ex.tolerations if t.key != GPU_RESOURCE))
+        return replace(task, step=replace(task.step, execution=ex))
+
+    return replace(pipe, tasks={name: cpu_only(t) for name, t in pipe.tasks.items()})
+
+
 def pipeline_needs(pipe: Pipeline) -> dict[str, Any]:
-    """What one pod running every step needs: the largest step's numbers, every step's placement."""
+    """What one pod running every step needs: the largest step's numbers, every step's placement (on CPU
+    when a step launches a TrainJob gang: :func:`on_cpu`)."""
+    if launches_trainjob(pipe):
+        pipe = on_cpu(pipe)
     tasks = pipe.task_order()
     gpu_task = max(tasks, key=lambda t: t.step.execution.resources.gpus)
     gpus = gpu_task.step.execution.resources.gpus
@@ -228,13 +253,13 @@ def kubernetes_job_template(
         "volumeMounts": [
             {"name": "artifacts", "mountPath": ARTIFACTS_MOUNT},
             {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": SHM_VOLUME, "mountPath": SHM_MOUNT},
         ],
     }]
     pod_spec["volumes"] = [
         {"name": "artifacts", "persistentVolumeClaim": {"claimName": ARTIFACTS_PVC}},
         {"name": "tmp", "emptyDir": {}},
-        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        shm_volume(needs["gpus"]),  # bounded: it counts against the pod's memory
     ]
     if hf_pvc:  # llmpack compile --cache-pvc: the Hugging Face cache outlives the pod
         pod_spec["containers"][0]["volumeMounts"].append({"name": HF_CACHE_VOLUME, "mountPath": HF_CACHE_MOUNT})

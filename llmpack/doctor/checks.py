@@ -474,6 +474,50 @@ def endpoint(path: str, host: str, token: str | None, verify: bool | str) -> Che
     return Check(True, f"{what} at {url} answers (version {version})")
 
 
+# --------------------------------------------------------------------------- the tracking server
+
+TRACKING_READ = "/api/2.0/mlflow/experiments/search?max_results=1"  # one read every role may make
+
+
+def tracking_server(uri: str, *, username: str | None, password: str | None, token: str | None,
+                    verify: bool | str) -> Check:
+    """The MLflow tracking server answers an authenticated read (an experiments search), with the credentials
+    MLflow's client would send (``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` as basic auth, else ``..._TOKEN``).
+
+    Three outcomes, each its own line: it answers; it refuses the credentials (401/403); it is
+    unreachable. Neither the password nor the token appears in a line: the URI is shown without
+    its userinfo (:func:`components.redaction.redact_uri`).
+    """
+    import requests
+
+    from components.redaction import redact_uri
+
+    shown = redact_uri(uri.rstrip("/"))
+    auth = (username, password) if username and password else None
+    headers = {"Authorization": f"Bearer {token}"} if token and auth is None else {}
+    what = f"MLflow tracking server at {shown}"
+    try:
+        response = requests.get(uri.rstrip("/") + TRACKING_READ, auth=auth, headers=headers, timeout=10,
+                                verify=verify, allow_redirects=False)
+    except requests.RequestException as exc:
+        return Check(False, f"{what} unreachable ({type(exc).__name__})",
+                     "kubectl -n mlflow port-forward svc/mlflow 5000:5000  # then --tracking-uri http://localhost:5000")
+    if response.status_code in (401, 403):
+        sent = "basic auth" if auth else "a token" if headers else "no credentials"
+        return Check(False, f"{what} refused the read with {sent} (HTTP {response.status_code})",
+                     "export MLFLOW_TRACKING_USERNAME=... MLFLOW_TRACKING_PASSWORD=...  # the Secret's username/"
+                     "password, which the pods send")
+    try:
+        answered = response.ok and "experiments" in response.json() or response.json() == {}
+    except ValueError:
+        answered = False
+    if not answered:
+        return Check(False, f"{what}: HTTP {response.status_code} from {TRACKING_READ.split('?')[0]} (not an MLflow "
+                     "tracking server?)", f"curl -sS {shown}/health")
+    how = "an authenticated read" if auth or headers else "a read (no credentials sent)"
+    return Check(True, f"{what} answers {how}")
+
+
 # --------------------------------------------------------------------------- pod-spec references (components.podspec)
 
 

@@ -70,6 +70,15 @@ class DoctorOptions:
     pull_secrets: tuple[str, ...] = ()
     # --checkpoint-pvc's claim: Bound, and ReadWriteMany for a gang (every node pod resumes from it; issue 24).
     checkpoint_pvc: str | None = None
+    tracking_uri: str | None = None  # --tracking-uri, else MLFLOW_TRACKING_URI: the server as seen from here
+
+
+def settings_tracking_uri() -> str | None:
+    """``MLFLOW_TRACKING_URI`` when it names a server (http/https): the one doctor reads as the default."""
+    import os
+
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or ""
+    return uri if uri.startswith(("http://", "https://")) else None
 
 
 def parse_paths(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -114,7 +123,8 @@ def check_endpoints(opts: DoctorOptions, env: dict[str, str] | None = None) -> N
     probes = {path: probe for path in opts.paths if (probe := backend(path).doctor.probe) is not None}
     named = {settings.K8S_HOST.name: env.get(settings.K8S_HOST.name),
              **{probe.host_env: env.get(probe.host_env) for probe in probes.values()},
-             **{f"--{path}-host": opts.hosts.get(path) for path in probes if opts.hosts.get(path)}}
+             **{f"--{path}-host": opts.hosts.get(path) for path in probes if opts.hosts.get(path)},
+             "--tracking-uri": opts.tracking_uri}
     for flag, value in named.items():
         problem = uri_problem(normalize_host(value)) if value else None
         if problem is not None:
@@ -230,6 +240,22 @@ def endpoint_checks(opts: DoctorOptions, tls: dict[str, Any]) -> list[Any]:
             for path, host in hosts.items() if host]
 
 
+def tracking_checks(opts: DoctorOptions, tls: dict[str, Any], env: Mapping[str, str] | None = None) -> list[Any]:
+    """The tracking server's authenticated read (:func:`llmpack.doctor.checks.tracking_server`), when its URI is known;
+    the credentials from MLflow's own variables, never printed."""
+    import os
+
+    from components.servers.remote import tls_verify
+    from llmpack.doctor import checks as dc
+
+    env = dict(os.environ) if env is None else env
+    if not opts.tracking_uri:
+        return []
+    return [dc.tracking_server(opts.tracking_uri, username=env.get("MLFLOW_TRACKING_USERNAME"),
+                               password=env.get("MLFLOW_TRACKING_PASSWORD"), token=env.get("MLFLOW_TRACKING_TOKEN"),
+                               verify=tls_verify(tls["ca_cert"], tls["insecure_skip_tls_verify"]))]
+
+
 def server_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Each cluster backend's server flag (its ``compare --cluster`` endpoint flag: ``--kfp-host``...), to check it."""
     from llmpack.backends import cluster_paths
@@ -311,13 +337,17 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
 @click.option("--hf-token-secret", default=None, metavar="NAME[:KEY]", help="HF_TOKEN's Secret: it and its key exist.")
 @click.option("--image-pull-secret", "image_pull_secrets", multiple=True, metavar="NAME",
               help="Image pull Secret (repeatable): exists, a registry credential.")
+@click.option("--tracking-uri", default=None, metavar="URI",
+              help="MLflow tracking server as reached from here (default: MLFLOW_TRACKING_URI): it must answer an "
+                   "authenticated read with MLFLOW_TRACKING_USERNAME/PASSWORD (or _TOKEN), never printed.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead.")
 def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None, context: str | None,
            ca_cert: str | None, insecure_skip_tls_verify: bool, gpus: int | None, gpu_type: str | None, nodes: int,
            queue: str | None,
            cache_pvc: str | None, compiled: Path | None,
            argo_controller_namespace: str, as_json: bool, model_pvc: str | None, data_pvc: str | None,
-           hf_token_secret: str | None, image_pull_secrets: tuple[str, ...], checkpoint_pvc: str | None, **per_path: str | None) -> None:
+           hf_token_secret: str | None, image_pull_secrets: tuple[str, ...], checkpoint_pvc: str | None,
+           tracking_uri: str | None = None, **per_path: str | None) -> None:
     """Check, before a run spends GPU-hours, that the cluster has what the compiled
     artifacts reference: namespace, RBAC, GPU nodes and taints, the MLflow Secret,
     Pod Security, Argo's artifact repository; with --nodes the Trainer runtime, the
@@ -346,6 +376,7 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
                          gpu_type=None if gpu_type is None else resolve_gpu_type(gpu_type), nodes=nodes, queue=queue, cache_pvc=cache_pvc, compiled=compiled or root,
                          hosts=server_hosts(per_path), pod_namespaces=pod_namespaces(per_path), argo_controller_namespace=argo_controller_namespace,
                          checkpoint_pvc=checkpoint_claim(checkpoint_pvc),
+                         tracking_uri=tracking_uri or settings_tracking_uri(),
                          **submit_references(model_pvc, data_pvc, hf_token_secret, image_pull_secrets))
     check_options(opts)
     specs = {path: pod_specs(opts.compiled, path, gang=nodes > 1) for path in opts.paths}  # bad files: exit 2 first
@@ -359,6 +390,7 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
     checks = run_checks(opts, cluster, specs, claims, refs, needs)
     if len(checks) > 1:  # the API answered
         checks += endpoint_checks(opts, tls)
+        checks += tracking_checks(opts, tls)
     from components.redaction import redact_text  # a server's message may quote a URL or a token
 
     if as_json:

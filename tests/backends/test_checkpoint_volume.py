@@ -79,7 +79,8 @@ def test_argo_finetune_mounts_the_claim_read_write_and_retries_lost_pods_apart(c
     templates = {t["name"]: t for t in argo(compiled["one"])["spec"]["templates"] if "container" in t}
     for name, tmpl in templates.items():
         env = env_of(tmpl["container"])
-        claims = {v["persistentVolumeClaim"]["claimName"]: v["persistentVolumeClaim"] for v in tmpl.get("volumes") or []}
+        claims = {v["persistentVolumeClaim"]["claimName"]: v["persistentVolumeClaim"] for v in tmpl.get("volumes") or []
+                  if "persistentVolumeClaim" in v}
         if name == "finetune":
             assert env[ROOT] == "/checkpoints" and env[settings.CHECKPOINT_MINUTES.name] == "10"
             assert env[settings.GRACE_PERIOD_S.name] == str(GRACE)
