@@ -76,6 +76,7 @@ from components.podspec import (
     labels_env,
     pod_labels_of,
     recommended_labels,
+    tracking_secret_of,
 )
 from components.record.close import CLOSE_TASK, billed_uses, record_args, uses_json
 from components.record.cost import GpuUse
@@ -211,13 +212,13 @@ def _finetune_metrics(task: Task, use: GpuUse | None) -> list[Any]:
     ]
 
 
-def tracking_env() -> list[Any]:
-    """The MLflow Secret as the MLflow Job maps it: the URI required (no Secret, no pod: never a sqlite
-    file in the pod), ``username``/``password``/``token`` each optional."""
+def tracking_env(secret: str = MLFLOW_SECRET) -> list[Any]:
+    """The MLflow Secret (``secret``: ``--tracking-secret``'s) as the MLflow Job maps it: the URI required (no
+    Secret, no pod: never a sqlite file in the pod), ``username``/``password``/``token`` each optional."""
     from hera.workflows import SecretEnv
 
-    return [SecretEnv(name="MLFLOW_TRACKING_URI", secret_name=MLFLOW_SECRET, secret_key=MLFLOW_SECRET_KEY),
-            *(SecretEnv(name=env, secret_name=MLFLOW_SECRET, secret_key=key, optional=True)
+    return [SecretEnv(name="MLFLOW_TRACKING_URI", secret_name=secret, secret_key=MLFLOW_SECRET_KEY),
+            *(SecretEnv(name=env, secret_name=secret, secret_key=key, optional=True)
               for key, env in TRACKING_CREDENTIALS.items())]
 
 
@@ -302,7 +303,7 @@ def _container(pipe: Pipeline, task: Task, use: GpuUse | None = None) -> Any:
         ],
         outputs=[Artifact(name=name, path=out_path(name)) for name in step.outputs],
         env=[
-            *tracking_env(),
+            *tracking_env(tracking_secret_of(ex.pod)),
             *([Env(name="HF_HOME", value=HF_CACHE_MOUNT)] if ex.cache_pvc else []),
             *(SecretEnv(name=s.env, secret_name=s.secret, secret_key=s.key) for s in ex.pod.secret_env),
             *(Env(name=name, value=value) for name, value in ex.pod.env),  # the checkpoint volume's settings
@@ -385,7 +386,7 @@ def _close_container(pipe: Pipeline) -> Any:
         image=image,
         command=["python"],
         args=args,
-        env=[*tracking_env(), *(Env(name=k, value=v) for k, v in labels_env(extras).items())],
+        env=[*tracking_env(tracking_secret_of(extras)), *(Env(name=k, value=v) for k, v in labels_env(extras).items())],
         image_pull_policy=extras.pull_policy,
         resources=Resources(cpu_request="250m", cpu_limit="250m", memory_request="512Mi", memory_limit="512Mi"),
         security_context=_hardened(SecurityContext, Capabilities),

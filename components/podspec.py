@@ -16,6 +16,8 @@ so that ``llmpack compile --model-pvc ... --image ...`` gives every pod the same
   ``--checkpoint-save-s``, ``--checkpoint-minutes``: the checkpointing step's volume (read-write),
   the variables that point it there, and its pod's ``terminationGracePeriodSeconds`` (the block
   at the end; docs/preemption.md).
+- ``--tracking-secret NAME``: the Secret every pod reads the MLflow tracking URI and credentials
+  from (default ``llmpack-mlflow``, :data:`components.record.tracking.TRACKING_SECRET`).
 - ``--label KEY=VALUE`` (repeatable) on every pod, beside the recommended ``app.kubernetes.io/*``
   labels every pod carries (:func:`recommended_labels`), and as ``llmpack.label.KEY`` tags on the
   pipeline run's MLflow record (:data:`LABELS_ENV`, read by the closing task): OpenCost and
@@ -88,6 +90,7 @@ class PodExtras:
     env: tuple[tuple[str, str], ...] = ()  # plain (name, value) variables: the checkpoint settings
     grace_s: int | None = None  # terminationGracePeriodSeconds
     labels: tuple[tuple[str, str], ...] = ()  # --label KEY=VALUE, in order
+    tracking_secret: str | None = None  # --tracking-secret: the MLflow Secret's name (None: TRACKING_SECRET's)
 
     def merged(self, other: PodExtras) -> PodExtras:
         """Both steps' needs in one pod (``--fuse``): the union, in order; the longer grace period."""
@@ -97,7 +100,15 @@ class PodExtras:
                          pull_policy=self.pull_policy or other.pull_policy,
                          pull_secrets=tuple(dict.fromkeys((*self.pull_secrets, *other.pull_secrets))),
                          env=tuple(dict.fromkeys((*self.env, *other.env))), grace_s=max(graces) if graces else None,
-                         labels=tuple({**dict(self.labels), **dict(other.labels)}.items()))
+                         labels=tuple({**dict(self.labels), **dict(other.labels)}.items()),
+                         tracking_secret=self.tracking_secret or other.tracking_secret)
+
+
+def tracking_secret_of(extras: PodExtras) -> str:
+    """The MLflow Secret this pod reads: ``--tracking-secret``'s, else the default ``llmpack-mlflow``."""
+    from components.record.tracking import TRACKING_SECRET
+
+    return extras.tracking_secret or TRACKING_SECRET
 
 
 def default_pull_policy(image: str) -> str:

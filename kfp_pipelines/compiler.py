@@ -80,7 +80,7 @@ from components.dsl import (
     iter_param_args,
 )
 from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement, shm_size_limit
-from components.podspec import PodExtras, labels_env, pod_labels_of, recommended_labels
+from components.podspec import PodExtras, labels_env, pod_labels_of, recommended_labels, tracking_secret_of
 from components.record.close import CLOSE_TASK, billed_uses, uses_json
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
 
@@ -271,14 +271,14 @@ def close_labels(pipe: Pipeline, extras: PodExtras) -> dict[str, str]:
     return pod_labels_of(recommended_labels(name=pipe.name, component=CLOSE_TASK, managed_by=ORCHESTRATOR), own, extras)
 
 
-def use_tracking_secret(kt: Any) -> None:
+def use_tracking_secret(kt: Any, secret: str = MLFLOW_SECRET) -> None:
     """The MLflow Secret as the MLflow Job maps it: the URI required (no Secret, no pod: never a sqlite
     file in the pod), ``username``/``password``/``token`` each optional. kfp-kubernetes marks a
     whole ``secretAsEnv`` optional or not, so the two halves are two entries of the same Secret."""
     from kfp import kubernetes
 
-    kubernetes.use_secret_as_env(kt, secret_name=MLFLOW_SECRET, secret_key_to_env={MLFLOW_SECRET_KEY: MLFLOW_ENV})
-    kubernetes.use_secret_as_env(kt, secret_name=MLFLOW_SECRET, secret_key_to_env=dict(TRACKING_CREDENTIALS),
+    kubernetes.use_secret_as_env(kt, secret_name=secret, secret_key_to_env={MLFLOW_SECRET_KEY: MLFLOW_ENV})
+    kubernetes.use_secret_as_env(kt, secret_name=secret, secret_key_to_env=dict(TRACKING_CREDENTIALS),
                                  optional=True)
 
 
@@ -334,7 +334,7 @@ def configure_task(pipe: Pipeline, task: Task, kt: Any) -> None:
     if ex.timeout_s > 0:
         kubernetes.set_timeout(kt, seconds=ex.timeout_s)
     kubernetes.set_security_context(kt, run_as_user=RUN_AS_USER, run_as_group=RUN_AS_GROUP, run_as_non_root=True)
-    use_tracking_secret(kt)
+    use_tracking_secret(kt, tracking_secret_of(ex.pod))
     if ex.cache_pvc:
         kubernetes.mount_pvc(kt, pvc_name=ex.cache_pvc, mount_path=HF_CACHE_MOUNT)
         kt.set_env_variable("HF_HOME", HF_CACHE_MOUNT)
@@ -355,7 +355,7 @@ def configure_close_task(kt: Any, pipe: Pipeline) -> None:
     for key, value in close_labels(pipe, pod).items():
         kubernetes.add_pod_label(kt, label_key=key, label_value=value)
     kubernetes.set_security_context(kt, run_as_user=RUN_AS_USER, run_as_group=RUN_AS_GROUP, run_as_non_root=True)
-    use_tracking_secret(kt)
+    use_tracking_secret(kt, tracking_secret_of(pod))
     for name, value in labels_env(pod).items():  # the user's labels: the record's llmpack.label.* tags
         kt.set_env_variable(name, value)
     if first is not None:

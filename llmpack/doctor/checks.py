@@ -130,30 +130,32 @@ def _secret_keys(secret: Mapping[str, Any]) -> set[str]:
     return {k for k, v in (secret.get("data") or {}).items() if v} | {k for k, v in (secret.get("stringData") or {}).items() if v}
 
 
-def tracking_secret(cluster: ClusterReader, namespace: str) -> Check:
-    """The MLflow Secret every pod maps: ``tracking-uri`` required and not empty; names the optional keys it has."""
+def tracking_secret(cluster: ClusterReader, namespace: str, name: str | None = None) -> Check:
+    """The MLflow Secret every pod maps (``name``: ``--tracking-secret``'s, default ``llmpack-mlflow``):
+    ``tracking-uri`` required and not empty; names the optional keys it has."""
     from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
 
-    create = (f"kubectl -n {_q(namespace)} create secret generic {TRACKING_SECRET} "
+    secret_name = name or TRACKING_SECRET
+    create = (f"kubectl -n {_q(namespace)} create secret generic {secret_name} "
               f"--from-literal={TRACKING_URI_KEY}={EXAMPLE_URI}")
     try:
-        secret = cluster.secret(namespace, TRACKING_SECRET)
+        secret = cluster.secret(namespace, secret_name)
     except Unanswered as exc:
-        return _unread(exc, f"Secret {TRACKING_SECRET} in {namespace}", namespace)
+        return _unread(exc, f"Secret {secret_name} in {namespace}", namespace)
     if secret is None:
-        return Check(False, f"Secret {TRACKING_SECRET} missing in {namespace} (every pod reads {TRACKING_URI_KEY} "
+        return Check(False, f"Secret {secret_name} missing in {namespace} (every pod reads {TRACKING_URI_KEY} "
                      "from it)", create)
     keys = _secret_keys(secret)
     if TRACKING_URI_KEY not in keys:
-        patch = f"kubectl -n {_q(namespace)} patch secret {TRACKING_SECRET} -p " + _q(
+        patch = f"kubectl -n {_q(namespace)} patch secret {secret_name} -p " + _q(
             '{"stringData":{"' + TRACKING_URI_KEY + '":"' + EXAMPLE_URI + '"}}')
-        return Check(False, f"Secret {TRACKING_SECRET} in {namespace} has no {TRACKING_URI_KEY} key", patch)
+        return Check(False, f"Secret {secret_name} in {namespace} has no {TRACKING_URI_KEY} key", patch)
     uri = _decoded((secret.get("data") or {}).get(TRACKING_URI_KEY)) or str((secret.get("stringData") or {}).get(TRACKING_URI_KEY, ""))
     if not uri.startswith(("http://", "https://", "databricks")):
-        return Check(False, f"Secret {TRACKING_SECRET} in {namespace}: {TRACKING_URI_KEY} is not an http(s) URL "
-                     "(a pod's MLflow must reach a server)", f"kubectl -n {_q(namespace)} edit secret {TRACKING_SECRET}")
+        return Check(False, f"Secret {secret_name} in {namespace}: {TRACKING_URI_KEY} is not an http(s) URL "
+                     "(a pod's MLflow must reach a server)", f"kubectl -n {_q(namespace)} edit secret {secret_name}")
     optional = sorted(keys & set(TRACKING_CREDENTIALS))
-    return Check(True, f"Secret {TRACKING_SECRET} in {namespace} has {TRACKING_URI_KEY}"
+    return Check(True, f"Secret {secret_name} in {namespace} has {TRACKING_URI_KEY}"
                  + (f" and {', '.join(optional)}" if optional else ""))
 
 

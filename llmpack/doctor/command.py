@@ -70,6 +70,7 @@ class DoctorOptions:
     pull_secrets: tuple[str, ...] = ()
     # --checkpoint-pvc's claim: Bound, and ReadWriteMany for a gang (every node pod resumes from it; issue 24).
     checkpoint_pvc: str | None = None
+    tracking_secret: str | None = None  # --tracking-secret: the MLflow Secret the artifacts were compiled with
     tracking_uri: str | None = None  # --tracking-uri, else MLFLOW_TRACKING_URI: the server as seen from here
 
 
@@ -175,7 +176,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         checks.append(check)
         if found is None:
             continue  # everything below would fail for the same reason
-        checks.append(dc.tracking_secret(cluster, namespace))
+        checks.append(dc.tracking_secret(cluster, namespace, opts.tracking_secret))
         checks += capacity.served(cluster, namespace, {k: f for p in paths for k, f in needs.kinds.get(p, {}).items()})
         checks += capacity.admission(cluster, namespace, paths, needs)
         for path in paths:
@@ -196,7 +197,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         found_refs = [(refs or {}).get(path, (set(), set())) for path in paths]
         secrets = {(n, k): e for n, k, e in sorted(set().union(*(r for r, _ in found_refs)) | set(opts.secrets))}
         for (name, key), env in secrets.items():  # --hf-token-secret: required secretKeyRefs (the MLflow one: above)
-            if name != TRACKING_SECRET:
+            if name != (opts.tracking_secret or TRACKING_SECRET):
                 checks.append(dc.secret_key(cluster, namespace, name, key, env))
         for name in sorted(set().union(*(p for _, p in found_refs)) | set(opts.pull_secrets)):  # --image-pull-secret
             checks.append(dc.pull_secret(cluster, namespace, name))
@@ -337,6 +338,9 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
 @click.option("--hf-token-secret", default=None, metavar="NAME[:KEY]", help="HF_TOKEN's Secret: it and its key exist.")
 @click.option("--image-pull-secret", "image_pull_secrets", multiple=True, metavar="NAME",
               help="Image pull Secret (repeatable): exists, a registry credential.")
+@click.option("--tracking-secret", default=None, metavar="NAME",
+              help="The MLflow Secret the artifacts were compiled with (llmpack compile --tracking-secret; "
+                   "default llmpack-mlflow).")
 @click.option("--tracking-uri", default=None, metavar="URI",
               help="MLflow tracking server as reached from here (default: MLFLOW_TRACKING_URI): it must answer an "
                    "authenticated read with MLFLOW_TRACKING_USERNAME/PASSWORD (or _TOKEN), never printed.")
@@ -347,7 +351,7 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
            cache_pvc: str | None, compiled: Path | None,
            argo_controller_namespace: str, as_json: bool, model_pvc: str | None, data_pvc: str | None,
            hf_token_secret: str | None, image_pull_secrets: tuple[str, ...], checkpoint_pvc: str | None,
-           tracking_uri: str | None = None, **per_path: str | None) -> None:
+           tracking_uri: str | None = None, tracking_secret: str | None = None, **per_path: str | None) -> None:
     """Check, before a run spends GPU-hours, that the cluster has what the compiled
     artifacts reference: namespace, RBAC, GPU nodes and taints, the MLflow Secret,
     Pod Security, Argo's artifact repository; with --nodes the Trainer runtime, the
@@ -377,6 +381,7 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
                          hosts=server_hosts(per_path), pod_namespaces=pod_namespaces(per_path), argo_controller_namespace=argo_controller_namespace,
                          checkpoint_pvc=checkpoint_claim(checkpoint_pvc),
                          tracking_uri=tracking_uri or settings_tracking_uri(),
+                         tracking_secret=tracking_secret,
                          **submit_references(model_pvc, data_pvc, hf_token_secret, image_pull_secrets))
     check_options(opts)
     specs = {path: pod_specs(opts.compiled, path, gang=nodes > 1) for path in opts.paths}  # bad files: exit 2 first

@@ -109,6 +109,9 @@ def kfp_executor_pods(out: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     platform spec's volumes, and the context the backend adds itself (tests/backends/test_pod_security.py)."""
     for where, spec in kfp_pods(out / "kfp_pipelines" / "finetune.yaml"):
         pod = copy.deepcopy(spec)
+        for container in pod["containers"]:  # the IR's proto JSON writes int64 fields as strings; the pod has ints
+            sc = container["securityContext"]
+            sc.update({k: int(v) for k, v in sc.items() if k in ("runAsUser", "runAsGroup")})
         pod["restartPolicy"] = "Never"
         pod["securityContext"] = {"runAsNonRoot": True}  # the backend's pod level: the rest is on the container
         yield f"kfp {where} pod", {"apiVersion": "v1", "kind": "Pod",
