@@ -303,7 +303,7 @@ def _container(pipe: Pipeline, task: Task, use: GpuUse | None = None) -> Any:
         ],
         outputs=[Artifact(name=name, path=out_path(name)) for name in step.outputs],
         env=[
-            *tracking_env(tracking_secret_of(ex.pod)),
+            *tracking_env(tracking_secret_of(ex.pod, MLFLOW_SECRET)),
             *([Env(name="HF_HOME", value=HF_CACHE_MOUNT)] if ex.cache_pvc else []),
             *(SecretEnv(name=s.env, secret_name=s.secret, secret_key=s.key) for s in ex.pod.secret_env),
             *(Env(name=name, value=value) for name, value in ex.pod.env),  # the checkpoint volume's settings
@@ -386,7 +386,8 @@ def _close_container(pipe: Pipeline) -> Any:
         image=image,
         command=["python"],
         args=args,
-        env=[*tracking_env(tracking_secret_of(extras)), *(Env(name=k, value=v) for k, v in labels_env(extras).items())],
+        env=[*tracking_env(tracking_secret_of(extras, MLFLOW_SECRET)),
+             *(Env(name=k, value=v) for k, v in labels_env(extras).items())],
         image_pull_policy=extras.pull_policy,
         resources=Resources(cpu_request="250m", cpu_limit="250m", memory_request="512Mi", memory_limit="512Mi"),
         security_context=_hardened(SecurityContext, Capabilities),

@@ -104,11 +104,10 @@ class PodExtras:
                          tracking_secret=self.tracking_secret or other.tracking_secret)
 
 
-def tracking_secret_of(extras: PodExtras) -> str:
-    """The MLflow Secret this pod reads: ``--tracking-secret``'s, else the default ``llmpack-mlflow``."""
-    from components.record.tracking import TRACKING_SECRET
-
-    return extras.tracking_secret or TRACKING_SECRET
+def tracking_secret_of(extras: PodExtras, default: str) -> str:
+    """The MLflow Secret this pod reads: ``--tracking-secret``'s, else ``default`` (the compilers pass
+    :data:`components.record.tracking.TRACKING_SECRET`, ``llmpack-mlflow``)."""
+    return extras.tracking_secret or default
 
 
 def default_pull_policy(image: str) -> str:

@@ -334,7 +334,7 @@ def configure_task(pipe: Pipeline, task: Task, kt: Any) -> None:
     if ex.timeout_s > 0:
         kubernetes.set_timeout(kt, seconds=ex.timeout_s)
     kubernetes.set_security_context(kt, run_as_user=RUN_AS_USER, run_as_group=RUN_AS_GROUP, run_as_non_root=True)
-    use_tracking_secret(kt, tracking_secret_of(ex.pod))
+    use_tracking_secret(kt, tracking_secret_of(ex.pod, MLFLOW_SECRET))
     if ex.cache_pvc:
         kubernetes.mount_pvc(kt, pvc_name=ex.cache_pvc, mount_path=HF_CACHE_MOUNT)
         kt.set_env_variable("HF_HOME", HF_CACHE_MOUNT)
@@ -355,7 +355,7 @@ def configure_close_task(kt: Any, pipe: Pipeline) -> None:
     for key, value in close_labels(pipe, pod).items():
         kubernetes.add_pod_label(kt, label_key=key, label_value=value)
     kubernetes.set_security_context(kt, run_as_user=RUN_AS_USER, run_as_group=RUN_AS_GROUP, run_as_non_root=True)
-    use_tracking_secret(kt, tracking_secret_of(pod))
+    use_tracking_secret(kt, tracking_secret_of(pod, MLFLOW_SECRET))
     for name, value in labels_env(pod).items():  # the user's labels: the record's llmpack.label.* tags
         kt.set_env_variable(name, value)
     if first is not None:

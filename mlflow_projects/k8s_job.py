@@ -223,7 +223,7 @@ def kubernetes_job_template(
         pod_spec["tolerations"] = needs["tolerations"]
 
     def secret_env(name: str, key: str, optional: bool) -> dict[str, Any]:
-        ref: dict[str, Any] = {"name": tracking_secret_of(extras), "key": key}
+        ref: dict[str, Any] = {"name": tracking_secret_of(extras, TRACKING_SECRET), "key": key}
         if optional:
             ref["optional"] = True
         return {"name": name, "valueFrom": {"secretKeyRef": ref}}
@@ -300,7 +300,8 @@ def render_job_template(pipe: Pipeline, *, namespace: str = NAMESPACE) -> str:
         "# a repeated name, so the appended MLFLOW_TRACKING_URI (the submitter's, or KUBE_MLFLOW_TRACKING_URI when\n"
         "# set) wins over the Secret's. It is a literal value in the Job spec: use a URI without credentials; they\n"
         "# stay in the Secret (username/password/token, optional keys). `llmpack submit mlflow` appends no URI.\n"
-        f"# Needs, in namespace {namespace!r}: Secret {tracking_secret_of(extras)!r} and PersistentVolumeClaim {ARTIFACTS_PVC!r}"
+        f"# Needs, in namespace {namespace!r}: Secret {tracking_secret_of(extras, TRACKING_SECRET)!r} and "
+        f"PersistentVolumeClaim {ARTIFACTS_PVC!r}"
         + (f" (artifacts) and {cache_pvc(pipe)!r} (the Hugging Face cache)" if cache_pvc(pipe) else "")
         + claims + secrets + pulls + ".\n"
         + (f"# The finetune step creates a TrainJob as ServiceAccount {LAUNCHER_SERVICE_ACCOUNT!r}: apply {RBAC_FILE}\n"
