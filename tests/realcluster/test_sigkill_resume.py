@@ -104,8 +104,10 @@ def _claim(real_cluster: RealCluster) -> None:
 def _job() -> dict[str, Any]:
     """The finetune Job: the compiled Job's retry rules and checkpoint settings, on the process node."""
     container = {
-        "name": "finetune", "image": f"{IMAGE}:0.1.0", "command": ["python", *step_args("/work/tokens", "/work/out/$(POD_NAME)")],
+        "name": "finetune", "image": f"{IMAGE}:0.1.0", "command": ["python", *step_args("$(TOKENS)", "$(OUT_ROOT)/$(POD_NAME)")],
+        # paths by variable, as a compiled step names its volumes' paths: the kubelet maps env values onto volumes
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "TOKENS", "value": "/work/tokens"}, {"name": "OUT_ROOT", "value": "/work/out"},
                 {"name": settings.CHECKPOINT_ROOT.name, "value": "/work/checkpoints"},
                 {"name": settings.CHECKPOINT_MINUTES.name, "value": str(EVERY_MINUTES)},
                 {"name": "LLMPACK_MLFLOW_LOGGING", "value": "0"}],
