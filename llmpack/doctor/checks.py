@@ -314,6 +314,7 @@ def training_runtime(cluster: ClusterReader) -> Check:
 
 def launcher_rbac(cluster: ClusterReader, namespace: str) -> Check:
     """The ServiceAccount, Role and RoleBinding of ``trainjob/launcher-rbac.yaml``, the Role allowing the launcher's calls."""
+    from components.podspec import NODE_SERVICE_ACCOUNT
     from components.servers.trainjob_launch import LAUNCHER_SERVICE_ACCOUNT, RBAC_FILE, RBAC_VERBS
     from components.servers.trainjob_launch import launcher_rbac as wanted
 
@@ -329,6 +330,13 @@ def launcher_rbac(cluster: ClusterReader, namespace: str) -> Check:
     if missing:
         return Check(False, f"launcher RBAC in {namespace}: {', '.join(missing)} {name} missing (the gang launcher "
                      "creates its TrainJob as it)", fix)
+    try:
+        node_account = cluster.service_account(namespace, NODE_SERVICE_ACCOUNT)
+    except Unanswered as exc:
+        return _unread(exc, f"ServiceAccount {NODE_SERVICE_ACCOUNT} in {namespace}", namespace)
+    if node_account is None:
+        return Check(False, f"launcher RBAC in {namespace}: ServiceAccount {NODE_SERVICE_ACCOUNT} missing (the "
+                     "TrainJob's node pods run as it: without it none is created)", fix)
     rule = wanted()[1]["rules"][0]
     group, plural = rule["apiGroups"][0], rule["resources"][0]
     granted = {v for r in role.get("rules") or [] if group in (r.get("apiGroups") or []) or "*" in (r.get("apiGroups") or [])
