@@ -74,15 +74,19 @@ DAG_TASK_RUN = {"name", "template", "arguments", "dependencies"}
 
 
 def shm_only(volumes: Any, mounts: bool = False) -> bool:
-    """Whether a template's ``volumes`` (or a container's ``volumeMounts``) are only the memory-backed
-    ``/dev/shm`` of a multi-GPU pod (components.gpu_nodes): cluster-only, a local process has the host's."""
+    """Whether a template's ``volumes`` (or a container's ``volumeMounts``) are only pod scratch space: the
+    memory-backed ``/dev/shm`` of a multi-GPU pod (components.gpu_nodes) and the /tmp of a read-only root
+    (components.podspec). Cluster-only: a local process has the host's."""
     from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME
+    from components.podspec import TMP_MOUNT, TMP_VOLUME
 
+    scratch = {SHM_VOLUME: SHM_MOUNT, TMP_VOLUME: TMP_MOUNT}
     if not isinstance(volumes, list) or not volumes:
         return False
     if mounts:
-        return all(isinstance(m, dict) and m == {"name": SHM_VOLUME, "mountPath": SHM_MOUNT} for m in volumes)
-    return all(isinstance(v, dict) and v.get("name") == SHM_VOLUME and set(v) == {"name", "emptyDir"} for v in volumes)
+        return all(isinstance(m, dict) and set(m) == {"name", "mountPath"} and scratch.get(m["name"]) == m["mountPath"]
+                   for m in volumes)
+    return all(isinstance(v, dict) and v.get("name") in scratch and set(v) == {"name", "emptyDir"} for v in volumes)
 DAG_TASK_NAMED = {
     "withItems": "withItems loops",
     "withParam": "withParam loops",

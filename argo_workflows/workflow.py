@@ -11,10 +11,15 @@ values and artifact directories go. The module-level ``w`` is the fine-tuning pi
 
 Cluster mapping of a step's :class:`components.dsl.Execution`:
 
-- resources: CPU and memory requests, ``nvidia.com/gpu`` requests and limits (Hera ``gpus=``);
+- resources: CPU and memory requests and equal limits, ``nvidia.com/gpu`` requests and limits (Hera ``gpus=``);
 - placement: node selector, the GPU type's required node affinity
   (:func:`components.gpu_nodes.placement`), tolerations;
-- a memory-backed ``/dev/shm`` (``emptyDir``) on a pod of several GPUs;
+- a memory-backed ``/dev/shm`` (``emptyDir``, ``sizeLimit`` by the GPU count) on a pod of several GPUs;
+- Pod Security ``restricted`` and a read-only root on every container, /tmp an ``emptyDir``; no
+  service-account token in any step container (``automountServiceAccountToken: false``) but the
+  gang's launcher, which runs as ``llmpack-launcher`` (Argo's executor containers use
+  :data:`EXECUTOR_SERVICE_ACCOUNT`'s); the Workflow's own ``activeDeadlineSeconds``,
+  ``ttlStrategy`` and ``podGC``;
 - retries: ``retryStrategy`` with ``retryPolicy: Always`` (a preempted or evicted pod is an
   Argo *error*, not a failure, and must be retried too), exponential backoff whose per-retry
   ceiling is ``backoff.cap``, written only where it binds (Argo's ``maxDuration`` is a deadline
@@ -59,26 +64,40 @@ from components.dsl import (
     Task,
     iter_param_args,
 )
-from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement
+from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement, shm_size_limit
 from components.podspec import (
     PREEMPTION_MESSAGE,
     PREEMPTION_RETRIES,
+    TMP_MOUNT,
+    TMP_VOLUME,
     PodExtras,
     grace_fields,
     keeps_checkpoints,
     labels_env,
     pod_labels_of,
     recommended_labels,
+    tracking_secret_of,
 )
 from components.record.close import CLOSE_TASK, billed_uses, record_args, uses_json
 from components.record.cost import GpuUse
 from components.record.telemetry import TRAIN_STEP
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
+from components.servers.trainjob_rbac import LAUNCHER_SERVICE_ACCOUNT
 
 ORCHESTRATOR = "argo"
 IN_DIR = "/tmp/llmpack/in"
 OUT_DIR = "/tmp/llmpack/out"
 RUN_AS_USER = 1000
+# Argo's own init and wait containers keep a token (they write the step's results); the step's own
+# container mounts none (``automountServiceAccountToken: false``), but the gang's launcher, which
+# runs as the launcher's account (components.servers.trainjob_rbac).
+EXECUTOR_SERVICE_ACCOUNT = "default"
+# A finished Workflow and its pods are kept this long for inspection, then removed (ttlStrategy,
+# podGC: a succeeded pod at once, a failed one with the Workflow).
+KEEP_FINISHED_S = 7 * 24 * 3600
+# The Workflow's own deadline beyond its steps' (their activeDeadlineSeconds, retries and backoff
+# included, bounded): a stuck controller or a step that never starts ends the run.
+WORKFLOW_DEADLINE_MARGIN_S = 3600
 MLFLOW_SECRET = TRACKING_SECRET
 MLFLOW_SECRET_KEY = TRACKING_URI_KEY
 LABEL_PREFIX = "llmpack.io/"
@@ -193,13 +212,13 @@ def _finetune_metrics(task: Task, use: GpuUse | None) -> list[Any]:
     ]
 
 
-def tracking_env() -> list[Any]:
-    """The MLflow Secret as the MLflow Job maps it: the URI required (no Secret, no pod: never a sqlite
-    file in the pod), ``username``/``password``/``token`` each optional."""
+def tracking_env(secret: str = MLFLOW_SECRET) -> list[Any]:
+    """The MLflow Secret (``secret``: ``--tracking-secret``'s) as the MLflow Job maps it: the URI required (no
+    Secret, no pod: never a sqlite file in the pod), ``username``/``password``/``token`` each optional."""
     from hera.workflows import SecretEnv
 
-    return [SecretEnv(name="MLFLOW_TRACKING_URI", secret_name=MLFLOW_SECRET, secret_key=MLFLOW_SECRET_KEY),
-            *(SecretEnv(name=env, secret_name=MLFLOW_SECRET, secret_key=key, optional=True)
+    return [SecretEnv(name="MLFLOW_TRACKING_URI", secret_name=secret, secret_key=MLFLOW_SECRET_KEY),
+            *(SecretEnv(name=env, secret_name=secret, secret_key=key, optional=True)
               for key, env in TRACKING_CREDENTIALS.items())]
 
 
@@ -211,8 +230,8 @@ def _affinity(affinity: dict[str, Any] | None) -> Any:
 
 
 def _volumes(ex: Any) -> list[Any] | None:
-    """The ``--cache-pvc`` volume, ``--model-pvc``/``--data-pvc`` (read-only) and, on a pod of several
-    GPUs, the memory-backed ``/dev/shm``."""
+    """The ``--cache-pvc`` volume, ``--model-pvc``/``--data-pvc`` (read-only), on a pod of several
+    GPUs the memory-backed ``/dev/shm`` (bounded), and /tmp (the container's root is read-only)."""
     from hera.workflows import EmptyDirVolume, ExistingVolume
 
     volumes: list[Any] = []
@@ -221,8 +240,10 @@ def _volumes(ex: Any) -> list[Any] | None:
     volumes += [ExistingVolume(name=m.volume, claim_name=m.claim, mount_path=m.path, read_only=m.read_only or None)
                 for m in ex.pod.mounts]
     if needs_shm(ex.resources.gpus):
-        volumes.append(EmptyDirVolume(name=SHM_VOLUME, mount_path=SHM_MOUNT, medium="Memory"))
-    return volumes or None
+        volumes.append(EmptyDirVolume(name=SHM_VOLUME, mount_path=SHM_MOUNT, medium="Memory",
+                                      size_limit=shm_size_limit(ex.resources.gpus)))
+    volumes.append(EmptyDirVolume(name=TMP_VOLUME, mount_path=TMP_MOUNT))  # the read-only root's one writable place
+    return volumes
 
 
 def retry_strategy(ex: Any) -> tuple[int, str]:
@@ -244,9 +265,12 @@ def _container(pipe: Pipeline, task: Task, use: GpuUse | None = None) -> Any:
     from hera.workflows import Artifact, Container, Env, Parameter, Resources, RetryStrategy, SecretEnv
     from hera.workflows.models import Backoff, Capabilities, IntOrString, SecurityContext, Toleration
 
+    from components.process.gang import task_gang
+
     step = task.step
     ex = step.execution
     res = ex.resources
+    launcher = task_gang(pipe, task) is not None
     param_names = [key for key, _ in iter_param_args(task)]
     args = step_args(
         task,
@@ -279,7 +303,7 @@ def _container(pipe: Pipeline, task: Task, use: GpuUse | None = None) -> Any:
         ],
         outputs=[Artifact(name=name, path=out_path(name)) for name in step.outputs],
         env=[
-            *tracking_env(),
+            *tracking_env(tracking_secret_of(ex.pod, MLFLOW_SECRET)),
             *([Env(name="HF_HOME", value=HF_CACHE_MOUNT)] if ex.cache_pvc else []),
             *(SecretEnv(name=s.env, secret_name=s.secret, secret_key=s.key) for s in ex.pod.secret_env),
             *(Env(name=name, value=value) for name, value in ex.pod.env),  # the checkpoint volume's settings
@@ -289,16 +313,15 @@ def _container(pipe: Pipeline, task: Task, use: GpuUse | None = None) -> Any:
         volumes=_volumes(ex),
         resources=Resources(
             cpu_request=cpu_quantity(res.cpu),
+            cpu_limit=cpu_quantity(res.cpu),
             memory_request=res.memory,
+            memory_limit=res.memory,
             gpus=res.gpus if res.gpus > 0 else None,
         ),
-        security_context=SecurityContext(
-            run_as_non_root=True,
-            run_as_user=RUN_AS_USER,
-            allow_privilege_escalation=False,
-            privileged=False,
-            capabilities=Capabilities(drop=["ALL"]),
-        ),
+        security_context=_hardened(SecurityContext, Capabilities),
+        # Only the gang's launcher talks to the API, as the launcher's account (trainjob/launcher-rbac.yaml).
+        service_account_name=LAUNCHER_SERVICE_ACCOUNT if launcher else None,
+        automount_service_account_token=True if launcher else None,
         node_selector=selector or None,
         affinity=_affinity(affinity),
         tolerations=[
@@ -311,6 +334,12 @@ def _container(pipe: Pipeline, task: Task, use: GpuUse | None = None) -> Any:
         annotations={"workflows.argoproj.io/description": step.description} if step.description else None,
         metrics=_finetune_metrics(task, use) if step.name == TRAIN_STEP else None,
     )
+
+
+def _hardened(security_context: Any, capabilities: Any) -> Any:
+    """Every step container's context: Pod Security ``restricted`` and a read-only root (/tmp an emptyDir)."""
+    return security_context(run_as_non_root=True, run_as_user=RUN_AS_USER, allow_privilege_escalation=False,
+                            privileged=False, read_only_root_filesystem=True, capabilities=capabilities(drop=["ALL"]))
 
 
 def _dag_task(task: Task) -> Any:
@@ -338,7 +367,7 @@ def _dag_task(task: Task) -> Any:
 
 def _close_container(pipe: Pipeline) -> Any:
     """The ``onExit`` template: close the run's record with the workflow's final status."""
-    from hera.workflows import Container, Env, Parameter, Resources
+    from hera.workflows import Container, EmptyDirVolume, Env, Parameter, Resources
     from hera.workflows.models import Capabilities, SecurityContext, ValueFrom
 
     first = next(iter(pipe.task_order()), None)
@@ -357,12 +386,12 @@ def _close_container(pipe: Pipeline) -> Any:
         image=image,
         command=["python"],
         args=args,
-        env=[*tracking_env(), *(Env(name=k, value=v) for k, v in labels_env(extras).items())],
+        env=[*tracking_env(tracking_secret_of(extras, MLFLOW_SECRET)),
+             *(Env(name=k, value=v) for k, v in labels_env(extras).items())],
         image_pull_policy=extras.pull_policy,
-        resources=Resources(cpu_request="250m", memory_request="512Mi"),
-        security_context=SecurityContext(run_as_non_root=True, run_as_user=RUN_AS_USER,
-                                         allow_privilege_escalation=False, privileged=False,
-                                         capabilities=Capabilities(drop=["ALL"])),
+        resources=Resources(cpu_request="250m", cpu_limit="250m", memory_request="512Mi", memory_limit="512Mi"),
+        security_context=_hardened(SecurityContext, Capabilities),
+        volumes=[EmptyDirVolume(name=TMP_VOLUME, mount_path=TMP_MOUNT)],
         labels=pod_labels(pipe, None, extras),
         outputs=[Parameter(name=name, value_from=ValueFrom(path=f"{OUT_DIR}/prometheus/{name}", default=""))
                  for name in RUN_METRICS],
@@ -387,10 +416,28 @@ def _run_metrics(use: GpuUse | None) -> list[Any]:
     ]
 
 
+def workflow_deadline_s(pipe: Pipeline) -> int:
+    """The Workflow's ``activeDeadlineSeconds``: every step's attempts end to end (each attempt's deadline and
+    its longest backoff), plus :data:`WORKFLOW_DEADLINE_MARGIN_S`."""
+    total = 0
+    for task in pipe.task_order():
+        ex = task.step.execution
+        attempts = 1 + retry_strategy(ex)[0] if ex.retry.limit > 0 else 1
+        total += attempts * (ex.timeout_s + ex.retry.max_backoff_s)
+    return total + WORKFLOW_DEADLINE_MARGIN_S
+
+
 def build_workflow(pipe: Pipeline) -> Any:
     """The Argo Workflow (a ``hera.workflows.Workflow``) for a validated pipeline object."""
     from hera.workflows import DAG, Parameter, Workflow
-    from hera.workflows.models import LocalObjectReference, PodSecurityContext, SeccompProfile
+    from hera.workflows.models import (
+        ExecutorConfig,
+        LocalObjectReference,
+        PodGC,
+        PodSecurityContext,
+        SeccompProfile,
+        TTLStrategy,
+    )
 
     pipe.validate()
     order = pipe.task_order()
@@ -414,6 +461,11 @@ def build_workflow(pipe: Pipeline) -> Any:
         ),
         templates=[dag, *(_container(pipe, t, uses.get(t.name)) for t in order), _close_container(pipe)],
         image_pull_secrets=[LocalObjectReference(name=n) for n in pull_secrets] or None,  # every pod of the Workflow
+        automount_service_account_token=False,  # the launcher template alone says otherwise
+        executor=ExecutorConfig(service_account_name=EXECUTOR_SERVICE_ACCOUNT),
+        active_deadline_seconds=workflow_deadline_s(pipe),
+        ttl_strategy=TTLStrategy(seconds_after_completion=KEEP_FINISHED_S),
+        pod_gc=PodGC(strategy="OnPodSuccess"),
     )
 
 

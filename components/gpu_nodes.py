@@ -4,8 +4,9 @@ Every compiled pod of a known ``resources.gpu_type`` selects that type by a requ
 whose terms are ORed, one per way a cluster names its GPUs (:data:`GPU_NODES`: GPU Feature
 Discovery, GKE, Karpenter, instance types); a type not in the table keeps its spec's node
 selector. :func:`placement` is what every backend writes; ``llmpack.gpu_catalogue`` reads the same
-table. A pod with more than one GPU mounts a memory-backed ``/dev/shm`` (:data:`SHM_VOLUME`). The
-table's labels and why: docs/scaling.md, "Which nodes a GPU step may run on".
+table. A pod with more than one GPU mounts a memory-backed ``/dev/shm`` (:data:`SHM_VOLUME`) bounded
+by :func:`shm_size_limit` (:data:`SHM_GI_PER_GPU` a GPU). The table's labels and why:
+docs/scaling.md, "Which nodes a GPU step may run on".
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 SHM_VOLUME = "dshm"
 SHM_MOUNT = "/dev/shm"
+SHM_GI_PER_GPU = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,3 +90,13 @@ def placement(execution: Any) -> tuple[dict[str, str], dict[str, Any] | None]:
 def needs_shm(gpus: int) -> bool:
     """Whether a pod with ``gpus`` GPUs mounts the memory-backed ``/dev/shm`` (more than one: NCCL)."""
     return gpus > 1
+
+
+def shm_size_limit(gpus: int) -> str:
+    """The ``sizeLimit`` of a pod's memory-backed ``/dev/shm``: :data:`SHM_GI_PER_GPU` Gi per GPU (1Gi without)."""
+    return f"{gpus * SHM_GI_PER_GPU if gpus > 0 else 1}Gi"
+
+
+def shm_volume(gpus: int) -> dict[str, object]:
+    """The memory-backed ``/dev/shm`` volume of a pod with ``gpus`` GPUs, bounded by :func:`shm_size_limit`."""
+    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size_limit(gpus)}}

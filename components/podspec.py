@@ -16,6 +16,8 @@ so that ``llmpack compile --model-pvc ... --image ...`` gives every pod the same
   ``--checkpoint-save-s``, ``--checkpoint-minutes``: the checkpointing step's volume (read-write),
   the variables that point it there, and its pod's ``terminationGracePeriodSeconds`` (the block
   at the end; docs/preemption.md).
+- ``--tracking-secret NAME``: the Secret every pod reads the MLflow tracking URI and credentials
+  from (default ``llmpack-mlflow``, :data:`components.record.tracking.TRACKING_SECRET`).
 - ``--label KEY=VALUE`` (repeatable) on every pod, beside the recommended ``app.kubernetes.io/*``
   labels every pod carries (:func:`recommended_labels`), and as ``llmpack.label.KEY`` tags on the
   pipeline run's MLflow record (:data:`LABELS_ENV`, read by the closing task): OpenCost and
@@ -88,6 +90,7 @@ class PodExtras:
     env: tuple[tuple[str, str], ...] = ()  # plain (name, value) variables: the checkpoint settings
     grace_s: int | None = None  # terminationGracePeriodSeconds
     labels: tuple[tuple[str, str], ...] = ()  # --label KEY=VALUE, in order
+    tracking_secret: str | None = None  # --tracking-secret: the MLflow Secret's name (None: TRACKING_SECRET's)
 
     def merged(self, other: PodExtras) -> PodExtras:
         """Both steps' needs in one pod (``--fuse``): the union, in order; the longer grace period."""
@@ -97,7 +100,14 @@ class PodExtras:
                          pull_policy=self.pull_policy or other.pull_policy,
                          pull_secrets=tuple(dict.fromkeys((*self.pull_secrets, *other.pull_secrets))),
                          env=tuple(dict.fromkeys((*self.env, *other.env))), grace_s=max(graces) if graces else None,
-                         labels=tuple({**dict(self.labels), **dict(other.labels)}.items()))
+                         labels=tuple({**dict(self.labels), **dict(other.labels)}.items()),
+                         tracking_secret=self.tracking_secret or other.tracking_secret)
+
+
+def tracking_secret_of(extras: PodExtras, default: str) -> str:
+    """The MLflow Secret this pod reads: ``--tracking-secret``'s, else ``default`` (the compilers pass
+    :data:`components.record.tracking.TRACKING_SECRET`, ``llmpack-mlflow``)."""
+    return extras.tracking_secret or default
 
 
 def default_pull_policy(image: str) -> str:
@@ -233,3 +243,23 @@ def keeps_checkpoints(extras: PodExtras) -> bool:
     from components import settings
 
     return any(name == settings.CHECKPOINT_ROOT.name for name, _ in extras.env)
+
+
+# --------------------------------------------------------------------------- one hardening for every pod
+# Pod Security ``restricted`` and a read-only root on every pod of every path (KFP, Argo, the MLflow
+# Job, the TrainJob's node pods, the prepull DaemonSet): the one directory a step writes outside its
+# volumes is /tmp (the image's HF_HOME and MPLCONFIGDIR, Argo's artifact paths, torchrun's logs), an
+# emptyDir here. KFP's IR cannot carry readOnlyRootFilesystem nor the token setting (docs/cluster.md).
+
+TMP_VOLUME = "tmp"
+TMP_MOUNT = "/tmp"
+# The ServiceAccount of the TrainJob's node pods: no Role, and no token mounted (the TrainJob's
+# runtimePatches cannot say automountServiceAccountToken; the account itself says it).
+NODE_SERVICE_ACCOUNT = "llmpack-trainer"
+CONTAINER_HARDENING: dict[str, object] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                          "readOnlyRootFilesystem": True, "runAsNonRoot": True}
+
+
+def tmp_volume() -> tuple[dict[str, object], dict[str, object]]:
+    """``(volume, volumeMount)`` of the writable /tmp a read-only root needs."""
+    return {"name": TMP_VOLUME, "emptyDir": {}}, {"name": TMP_VOLUME, "mountPath": TMP_MOUNT}

@@ -125,6 +125,13 @@ PARKED_MEMBER = declare(Setting(name="LLMPACK_PARKED_MEMBER", type=int, default=
 #: ``1``: each rank of a gang writes its own events file (merged later).
 RANK_EVENTS = declare(Setting(name="LLMPACK_RANK_EVENTS", type=bool, default=False, audience="internal",
                               doc="1: each rank of a gang writes llmpack-events.rank<R>.jsonl (merged later)."))
+#: ``llmpack compile --nodes N`` warns past this many nodes (a typo of 1000 for 10 is 8000 GPUs).
+NODES_WARN = declare(Setting(name="LLMPACK_NODES_WARN", type=int, default=64,
+                             doc="llmpack compile warns when --nodes is above this many nodes."))
+#: Compiled into a gang launcher's pod: the digests of the gang specs its ``trainjob`` parameter may be.
+GANG_SPECS = declare(Setting(name="LLMPACK_GANG_SPECS", type=str, default=None, audience="internal",
+                             doc="Comma-separated sha256 digests of the compiled gang specs a run's trainjob parameter "
+                                 "may choose among (set by llmpack compile --nodes)."))
 # Checkpoints that outlive the pod (llmpack compile --checkpoint-pvc/--grace-period/--checkpoint-minutes; docs/preemption.md).
 #: The checkpoint volume's mount: finetune writes under ``<root>/<pipeline run>/<step>``, keyed by run.
 CHECKPOINT_ROOT = declare(Setting(name="LLMPACK_CHECKPOINT_ROOT", type=str, default=None, audience="internal",

@@ -47,6 +47,16 @@ Limits of the KFP format, and what we do about them
 * ``submitted_at`` defaults to 0.0: a run created with ``kfp run submit`` directly has no client
   timestamp (``llmpack submit kfp`` passes one). ``orchestrator`` defaults to ``kfp`` and
   ``mode`` to ``cluster``, what the committed YAML is for; local runs pass ``mode=local``.
+* Least privilege and hardening (kfp-kubernetes 2.17): the platform spec has no
+  ``automountServiceAccountToken``, no per-task ``serviceAccountName`` and no
+  ``readOnlyRootFilesystem``; every pod of a KFP run mounts the run's service-account token (KFP's
+  own launcher in the step container reads the API with it) and has a writable root. What the
+  backend adds itself (``allowPrivilegeEscalation: false``, all capabilities dropped,
+  ``seccompProfile: RuntimeDefault``) and what we set (non-root identity, CPU/memory limits equal
+  to the requests, ``/dev/shm``'s ``sizeLimit``) pass Pod Security ``restricted``. So create the
+  KFP run with a service account granted no more than ``trainjob/launcher-rbac.yaml``'s Role
+  (``llmpack-launcher`` when the run launches a TrainJob), never the namespace's ``default-editor``
+  (docs/cluster.md, "Least privilege").
 """
 
 from __future__ import annotations
@@ -69,8 +79,8 @@ from components.dsl import (
     Task,
     iter_param_args,
 )
-from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement
-from components.podspec import PodExtras, labels_env, pod_labels_of, recommended_labels
+from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement, shm_size_limit
+from components.podspec import PodExtras, labels_env, pod_labels_of, recommended_labels, tracking_secret_of
 from components.record.close import CLOSE_TASK, billed_uses, uses_json
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
 
@@ -261,14 +271,14 @@ def close_labels(pipe: Pipeline, extras: PodExtras) -> dict[str, str]:
     return pod_labels_of(recommended_labels(name=pipe.name, component=CLOSE_TASK, managed_by=ORCHESTRATOR), own, extras)
 
 
-def use_tracking_secret(kt: Any) -> None:
+def use_tracking_secret(kt: Any, secret: str = MLFLOW_SECRET) -> None:
     """The MLflow Secret as the MLflow Job maps it: the URI required (no Secret, no pod: never a sqlite
     file in the pod), ``username``/``password``/``token`` each optional. kfp-kubernetes marks a
     whole ``secretAsEnv`` optional or not, so the two halves are two entries of the same Secret."""
     from kfp import kubernetes
 
-    kubernetes.use_secret_as_env(kt, secret_name=MLFLOW_SECRET, secret_key_to_env={MLFLOW_SECRET_KEY: MLFLOW_ENV})
-    kubernetes.use_secret_as_env(kt, secret_name=MLFLOW_SECRET, secret_key_to_env=dict(TRACKING_CREDENTIALS),
+    kubernetes.use_secret_as_env(kt, secret_name=secret, secret_key_to_env={MLFLOW_SECRET_KEY: MLFLOW_ENV})
+    kubernetes.use_secret_as_env(kt, secret_name=secret, secret_key_to_env=dict(TRACKING_CREDENTIALS),
                                  optional=True)
 
 
@@ -324,12 +334,13 @@ def configure_task(pipe: Pipeline, task: Task, kt: Any) -> None:
     if ex.timeout_s > 0:
         kubernetes.set_timeout(kt, seconds=ex.timeout_s)
     kubernetes.set_security_context(kt, run_as_user=RUN_AS_USER, run_as_group=RUN_AS_GROUP, run_as_non_root=True)
-    use_tracking_secret(kt)
+    use_tracking_secret(kt, tracking_secret_of(ex.pod, MLFLOW_SECRET))
     if ex.cache_pvc:
         kubernetes.mount_pvc(kt, pvc_name=ex.cache_pvc, mount_path=HF_CACHE_MOUNT)
         kt.set_env_variable("HF_HOME", HF_CACHE_MOUNT)
     if needs_shm(res.gpus):
-        kubernetes.empty_dir_mount(kt, volume_name=SHM_VOLUME, mount_path=SHM_MOUNT, medium="Memory")
+        kubernetes.empty_dir_mount(kt, volume_name=SHM_VOLUME, mount_path=SHM_MOUNT, medium="Memory",
+                                   size_limit=shm_size_limit(res.gpus))
     use_pod_extras(kt, ex.pod)
 
 
@@ -344,7 +355,7 @@ def configure_close_task(kt: Any, pipe: Pipeline) -> None:
     for key, value in close_labels(pipe, pod).items():
         kubernetes.add_pod_label(kt, label_key=key, label_value=value)
     kubernetes.set_security_context(kt, run_as_user=RUN_AS_USER, run_as_group=RUN_AS_GROUP, run_as_non_root=True)
-    use_tracking_secret(kt)
+    use_tracking_secret(kt, tracking_secret_of(pod, MLFLOW_SECRET))
     for name, value in labels_env(pod).items():  # the user's labels: the record's llmpack.label.* tags
         kt.set_env_variable(name, value)
     if first is not None:

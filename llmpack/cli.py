@@ -236,13 +236,15 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
       llmpack compile --pipeline examples.custom_step:with_report
                                                your own pipeline (on every path)
     """
-    from llmpack.compile.artifacts import checkpoint_note, compile_all
+    from llmpack.compile.artifacts import checkpoint_note, compile_all, compile_warnings
     from llmpack.run.user_pipeline import load_pipeline
 
     pipe = load_pipeline(pipeline) if pipeline else None
     for path in compile_all(out, pipe, fuse=fuse, prepull=prepull, cache_pvc=cache_pvc, gpus=gpus, nodes=nodes,
                             queue=queue, gpu_type=gpu_type, pod=(options := pod_options_of(pod))):
         echo_out(str(path))
+    for warning in compile_warnings(options, nodes=nodes, gpus=gpus):
+        click.echo(warning, err=True)
     if note := checkpoint_note(options):
         click.echo(note, err=True)
 

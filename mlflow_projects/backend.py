@@ -71,9 +71,14 @@ class MlflowBackend(Backend):
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None, **k8s: str) -> list[Path]:
         """``k8s``: the Job's ``namespace`` and the config's ``repository_uri`` (``llmpack compile --namespace
         --mlflow-repository-uri``), when given."""
+        import os
+
         from mlflow_projects.compiler import write_project
 
-        typed = ((final_dir or out_dir) / ARTIFACT_DIR).as_posix()
+        final = (final_dir or out_dir) / ARTIFACT_DIR
+        # As seen from where `llmpack compile` runs (and `mlflow run` is typed): relative, so the config names
+        # no directory of the compiling machine even for an absolute --out.
+        typed = Path(os.path.relpath(final, Path.cwd())).as_posix() if final.is_absolute() else final.as_posix()
         dirs = write_project(pipe, out_dir / ARTIFACT_DIR, typed_dir=typed, **k8s)
         return sorted(p for d in dirs.values() for p in d.rglob("*") if p.is_file())
 

@@ -30,8 +30,9 @@ Where ``mlflow run`` is typed (decision)
     (``mlflow.projects._parse_kubernetes_config``). Every documented command is typed from the
     directory ``llmpack compile`` ran in (the repository root), so the compiler writes the
     template's path as that directory sees it: ``typed_dir`` (default ``mlflow_projects``, the
-    committed copies; ``llmpack compile --out DIR`` passes ``DIR/mlflow_projects``, absolute when
-    ``DIR`` is). The MLproject comments show the commands with the same paths.
+    committed copies; ``llmpack compile --out DIR`` passes ``DIR/mlflow_projects``, relative to the directory
+    compile ran in even when ``DIR`` is absolute: the config never names a directory of the
+    compiling machine). The MLproject comments show the commands with the same paths.
 
 A user's own steps travel in the project (decision)
     MLflow runs every entry point with the project directory as its working directory, so a
@@ -293,22 +294,22 @@ def pipeline_spec(pipe: Pipeline, *, kubernetes: bool) -> dict[str, Any]:
 
 
 def job_uses(pipe: Pipeline) -> list[Any]:
-    """What the run is billed for on this path: :func:`billed_uses`, plus the Job's own GPUs while a gang trains.
+    """What the run is billed for on this path: :func:`billed_uses`, as the Job's pod holds it.
 
     MLflow runs every step in one Job, sized for its largest step. With a TrainJob gang
-    (``llmpack compile --nodes N``) finetune is the gang's launcher, but the one pod still holds
-    evaluate's GPU while the gang trains: idle, and billed here with finetune's N x G, as the
-    cluster bills it. (KFP and Argo run the launcher in its own pod, which holds no GPU.)
+    (``llmpack compile --nodes N``) finetune is the gang's launcher and the Job runs on CPU
+    (:func:`mlflow_projects.k8s_job.on_cpu`: no GPU idles in it while the gang trains), so the
+    record bills the gang's N x G GPUs and no other step's.
     """
     from dataclasses import replace
 
     from components.process.gang import task_gang
 
     uses = billed_uses(pipe)
-    needs = pipeline_needs(pipe)
     gangs = {t.name for t in pipe.task_order() if task_gang(pipe, t) is not None}
-    return [replace(u, gpus=u.gpus + needs["gpus"], cpu=u.cpu + needs["cpu"]) if u.step in gangs and needs["gpus"] else u
-            for u in uses]
+    if not gangs:
+        return uses
+    return [u if u.step in gangs else replace(u, gpus=0, gpu_type=None) for u in uses]
 
 
 def pipeline_image(pipe: Pipeline, image: str | None = None) -> str:

@@ -21,7 +21,7 @@ import yaml
 from components.backend import ONE_POD_STEP
 from components.dsl import HF_CACHE_MOUNT, Pipeline, Toleration
 from components.errors import PipelineValidationError
-from components.gpu_nodes import node_affinity, placement
+from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, node_affinity, placement, shm_volume
 from components.podspec import (
     PodExtras,
     grace_fields,
@@ -30,6 +30,7 @@ from components.podspec import (
     pod_volumes,
     pull_fields,
     recommended_labels,
+    tracking_secret_of,
 )
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_URI_KEY
 from components.servers.trainjob_launch import LAUNCHER_SERVICE_ACCOUNT, RBAC_FILE
@@ -77,8 +78,33 @@ def _toleration(t: Toleration) -> dict[str, Any]:
     return out
 
 
+def on_cpu(pipe: Pipeline) -> Pipeline:
+    """The pipeline as the Job of a TrainJob gang runs it: every step on CPU, nowhere GPU-only.
+
+    With ``llmpack compile --nodes N`` finetune's GPUs are the gang's; a GPU in the one Job pod would
+    sit idle (and billed) while the gang trains, so the Job asks for none: the other steps
+    (evaluate) run on its CPUs, and its pod goes to any node (no GPU selector, affinity or
+    toleration).
+    """
+    from dataclasses import replace
+
+    from components.gpu_nodes import GPU_PRESENT_LABEL
+
+    def cpu_only(task: Any) -> Any:
+        ex = task.step.execution
+        ex = replace(ex, resources=replace(ex.resources, gpus=0, gpu_type=None),
+                     node_selector={k: v for k, v in ex.node_selector.items() if k != GPU_PRESENT_LABEL},
+                     tolerations=tuple(t for t in ex.tolerations if t.key != GPU_RESOURCE))
+        return replace(task, step=replace(task.step, execution=ex))
+
+    return replace(pipe, tasks={name: cpu_only(t) for name, t in pipe.tasks.items()})
+
+
 def pipeline_needs(pipe: Pipeline) -> dict[str, Any]:
-    """What one pod running every step needs: the largest step's numbers, every step's placement."""
+    """What one pod running every step needs: the largest step's numbers, every step's placement (on CPU
+    when a step launches a TrainJob gang: :func:`on_cpu`)."""
+    if launches_trainjob(pipe):
+        pipe = on_cpu(pipe)
     tasks = pipe.task_order()
     gpu_task = max(tasks, key=lambda t: t.step.execution.resources.gpus)
     gpus = gpu_task.step.execution.resources.gpus
@@ -197,7 +223,7 @@ def kubernetes_job_template(
         pod_spec["tolerations"] = needs["tolerations"]
 
     def secret_env(name: str, key: str, optional: bool) -> dict[str, Any]:
-        ref: dict[str, Any] = {"name": TRACKING_SECRET, "key": key}
+        ref: dict[str, Any] = {"name": tracking_secret_of(extras, TRACKING_SECRET), "key": key}
         if optional:
             ref["optional"] = True
         return {"name": name, "valueFrom": {"secretKeyRef": ref}}
@@ -228,13 +254,13 @@ def kubernetes_job_template(
         "volumeMounts": [
             {"name": "artifacts", "mountPath": ARTIFACTS_MOUNT},
             {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": SHM_VOLUME, "mountPath": SHM_MOUNT},
         ],
     }]
     pod_spec["volumes"] = [
         {"name": "artifacts", "persistentVolumeClaim": {"claimName": ARTIFACTS_PVC}},
         {"name": "tmp", "emptyDir": {}},
-        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        shm_volume(needs["gpus"]),  # bounded: it counts against the pod's memory
     ]
     if hf_pvc:  # llmpack compile --cache-pvc: the Hugging Face cache outlives the pod
         pod_spec["containers"][0]["volumeMounts"].append({"name": HF_CACHE_VOLUME, "mountPath": HF_CACHE_MOUNT})
@@ -274,7 +300,8 @@ def render_job_template(pipe: Pipeline, *, namespace: str = NAMESPACE) -> str:
         "# a repeated name, so the appended MLFLOW_TRACKING_URI (the submitter's, or KUBE_MLFLOW_TRACKING_URI when\n"
         "# set) wins over the Secret's. It is a literal value in the Job spec: use a URI without credentials; they\n"
         "# stay in the Secret (username/password/token, optional keys). `llmpack submit mlflow` appends no URI.\n"
-        f"# Needs, in namespace {namespace!r}: Secret {TRACKING_SECRET!r} and PersistentVolumeClaim {ARTIFACTS_PVC!r}"
+        f"# Needs, in namespace {namespace!r}: Secret {tracking_secret_of(extras, TRACKING_SECRET)!r} and "
+        f"PersistentVolumeClaim {ARTIFACTS_PVC!r}"
         + (f" (artifacts) and {cache_pvc(pipe)!r} (the Hugging Face cache)" if cache_pvc(pipe) else "")
         + claims + secrets + pulls + ".\n"
         + (f"# The finetune step creates a TrainJob as ServiceAccount {LAUNCHER_SERVICE_ACCOUNT!r}: apply {RBAC_FILE}\n"

@@ -5,9 +5,10 @@ is a *launcher* in a small CPU pod, the same on every backend: it copies the ste
 the shared volume, creates a ``TrainJob`` of N nodes with G GPUs each running ``torchrun`` on the
 same step (:mod:`components.servers.trainjob`), follows it to its end (deleting it when the run is
 cancelled), then copies the outputs back and merges every rank's events. The gang's pod spec
-travels in the ``trainjob`` pipeline parameter (:class:`GangSpec`); its security context is
-always the TrainJob builder's ``restricted`` one. In full: docs/step-process.md and
-docs/scaling.md.
+travels in the ``trainjob`` pipeline parameter (:class:`GangSpec`), pinned at compile: the launcher
+refuses a value whose digest is not in its ``LLMPACK_GANG_SPECS`` (:func:`check_compiled`); its
+security context is always the TrainJob builder's ``restricted`` one. In full: docs/step-process.md
+and docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -91,6 +92,22 @@ class GangSpec:
             raise InputError(f"{where}: not a gang spec as llmpack compile --nodes writes it ({exc})") from None
 
 
+def spec_digest(spec: GangSpec) -> str:
+    """The sha256 of the spec's canonical JSON (:meth:`GangSpec.to_json`): what compile pins for the launcher."""
+    return hashlib.sha256(spec.to_json().encode()).hexdigest()
+
+
+def check_compiled(spec: GangSpec, where: str, env: Mapping[str, str] | None = None) -> None:
+    """Refuse a gang spec that is none of those compiled into the launcher's pod (``LLMPACK_GANG_SPECS``).
+
+    A launcher compiled without the list (a hand-written pod, the tests' processes) takes any spec.
+    """
+    allowed = [d for d in (settings.GANG_SPECS.get(env) or "").split(",") if d]
+    if allowed and spec_digest(spec) not in allowed:
+        raise InputError(f"{where}: not a gang spec compiled into this pipeline (image {spec.image!r}); a run may "
+                         "choose only among the compiled ones: compile another with llmpack compile --nodes --image")
+
+
 def spec_for(execution: Execution, *, claim: str, queue: str | None = None, pipeline: str = "") -> GangSpec:
     """The gang spec of a step whose execution asks for ``resources.nodes`` > 1 (compile side)."""
     from components.gpu_nodes import placement
@@ -128,13 +145,18 @@ def task_gang(pipe: Any, task: Any) -> tuple[int, GangSpec] | None:
     return nodes, GangSpec.from_json(str(spec), f"task {task.name!r} parameter {TRAINJOB_PARAM!r}")
 
 
-def launcher_execution(execution: Execution) -> Execution:
-    """The orchestrator's pod for a gang step: a small CPU pod (the GPUs are the TrainJob's)."""
+def launcher_execution(execution: Execution, spec: GangSpec | None = None) -> Execution:
+    """The orchestrator's pod for a gang step: a small CPU pod (the GPUs are the TrainJob's), with ``spec``'s
+    digest in its environment: the only gang spec its ``trainjob`` parameter may be (:func:`check_compiled`)."""
     from dataclasses import replace
 
     from components.dsl import Resources
 
-    return replace(execution, resources=Resources(cpu=0.5, memory="1Gi"), node_selector={}, tolerations=())
+    pod = execution.pod
+    if spec is not None:
+        pinned = (settings.GANG_SPECS.name, spec_digest(spec))
+        pod = replace(pod, env=(*(e for e in pod.env if e[0] != settings.GANG_SPECS.name), pinned))
+    return replace(execution, resources=Resources(cpu=0.5, memory="1Gi"), node_selector={}, tolerations=(), pod=pod)
 
 
 def gang_labels(spec: GangSpec, *, run_group: str, pipeline_run: str, orchestrator: str, step: str) -> dict[str, str]:
@@ -202,7 +224,9 @@ def launch(step_ref: str, step_name: str, ctx: Any, inputs: Mapping[str, str], o
 
     if not 1 < nodes <= MAX_NODES:
         raise InputError(f"{NNODES_PARAM}={nodes}: must be between 2 and {MAX_NODES} for a gang")
-    spec = GangSpec.from_json(str(values.get(TRAINJOB_PARAM) or ""), f"step {step_name!r} parameter {TRAINJOB_PARAM!r}")
+    where = f"step {step_name!r} parameter {TRAINJOB_PARAM!r}"
+    spec = GangSpec.from_json(str(values.get(TRAINJOB_PARAM) or ""), where)
+    check_compiled(spec, where)  # before anything is copied or created
     root = Path(spec.mount)
     if not root.is_dir():
         raise InputError(f"step {step_name!r}: the shared volume is not mounted at {root} (compile with --cache-pvc)")

@@ -35,7 +35,10 @@ Written against Kubeflow Trainer v2.3.0 (``kubeflow/trainer`` tag ``v2.3.0``: th
   the same patch always sets the pod's ``securityContext`` (non-root uid/gid :data:`RUN_AS`, the
   image's user; ``fsGroup`` so that user may write the shared volume; ``seccompProfile``
   ``RuntimeDefault``) and the ``node`` container's (no privilege escalation, every capability
-  dropped). Without them such a namespace rejects the node pods while the launcher waits out the
+  dropped, a read-only root with /tmp an ``emptyDir``), the pod's ServiceAccount
+  :data:`~components.podspec.NODE_SERVICE_ACCOUNT` (no Role, no token mounted: PodSpecPatch has no
+  ``automountServiceAccountToken``, the account says it) and CPU/memory limits equal to the
+  requests. Without them such a namespace rejects the node pods while the launcher waits out the
   TrainJob's deadline. The torch-distributed runtime's pods have no other container. Fixed here,
   not taken from the caller, so the ``trainjob`` run parameter cannot loosen it.
 - ``node_affinity``: the GPU type's nodes (:mod:`components.gpu_nodes`), as ``spec.affinity``;
@@ -52,8 +55,17 @@ from typing import Any
 
 from components.dsl import Toleration, is_dns1123_label
 from components.errors import InputError
-from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm
-from components.podspec import PodExtras, grace_fields, pod_env, pod_volumes, pull_fields
+from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, shm_volume
+from components.podspec import (
+    CONTAINER_HARDENING,
+    NODE_SERVICE_ACCOUNT,
+    PodExtras,
+    grace_fields,
+    pod_env,
+    pod_volumes,
+    pull_fields,
+    tmp_volume,
+)
 
 API_GROUP = "trainer.kubeflow.org"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -73,7 +85,7 @@ TRAINER_RELEASES = {"2.2": "v2.2.0", "2.3": "v2.3.0"}
 DEFAULT_TRAINER = "2.3"
 POD_SECURITY = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
                 "seccompProfile": {"type": "RuntimeDefault"}}
-CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}
+CONTAINER_SECURITY = dict(CONTAINER_HARDENING)  # read-only root: /tmp is an emptyDir (components.podspec)
 GPU_RESOURCE = "nvidia.com/gpu"
 # Set by the Trainer's torch plugin on the trainer container; the webhook rejects them in env.
 TORCHRUN_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
@@ -270,12 +282,12 @@ class TrainJobSpec:
     # ------------------------------------------------------------------------- build
 
     def resources(self) -> dict[str, dict[str, str]]:
-        """``resourcesPerNode``: CPU and memory requested (as on the other paths); GPUs requested and limited."""
+        """``resourcesPerNode``: CPU, memory and GPUs requested and limited alike (Guaranteed, as on every path)."""
         requests = {"cpu": cpu_quantity(self.cpu), "memory": self.memory}
         if not self.gpus_per_node:
-            return {"requests": requests}
+            return {"limits": dict(requests), "requests": requests}
         gpus = str(self.gpus_per_node)
-        return {"limits": {GPU_RESOURCE: gpus}, "requests": {**requests, GPU_RESOURCE: gpus}}
+        return {"limits": {**requests, GPU_RESOURCE: gpus}, "requests": {**requests, GPU_RESOURCE: gpus}}
 
     def pod_patch(self) -> dict[str, Any]:
         """The ``runtimePatches`` entry: pod labels, placement, volumes and the restricted security context."""
@@ -284,7 +296,9 @@ class TrainJobSpec:
         pod_template: dict[str, Any] = {}
         if self.labels:
             pod_template["metadata"] = {"labels": dict(self.labels)}
-        pod_spec: dict[str, Any] = {"securityContext": copy.deepcopy(POD_SECURITY)}
+        # No token in the node pods: their account has none mounted (launcher-rbac.yaml writes it).
+        pod_spec: dict[str, Any] = {"serviceAccountName": NODE_SERVICE_ACCOUNT,
+                                    "securityContext": copy.deepcopy(POD_SECURITY)}
         if self.node_selector:
             pod_spec["nodeSelector"] = dict(self.node_selector)
         if self.node_affinity:
@@ -292,14 +306,15 @@ class TrainJobSpec:
         if self.tolerations:
             pod_spec["tolerations"] = [_toleration(t) for t in self.tolerations]
         # PodSpecPatch allows volumes and a container's volumeMounts and securityContext.
-        volumes: list[dict[str, Any]] = []
-        mounts: list[dict[str, Any]] = []
+        tmp, tmp_mount = tmp_volume()
+        volumes: list[dict[str, Any]] = [tmp]
+        mounts: list[dict[str, Any]] = [tmp_mount]
         if self.volume is not None:
             claim, mount = self.volume
             volumes.append({"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": claim}})
             mounts.append({"name": VOLUME_NAME, "mountPath": mount})
         if needs_shm(self.gpus_per_node):
-            volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}})
+            volumes.append(shm_volume(self.gpus_per_node))
             mounts.append({"name": SHM_VOLUME, "mountPath": SHM_MOUNT})
         claim_volumes, claim_mounts = pod_volumes(self.extras)
         volumes += claim_volumes

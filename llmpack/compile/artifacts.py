@@ -135,7 +135,7 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
         task = pipe.tasks[TRAIN_STEP]
         execution = replace(task.step.execution, cache_pvc=claim)
         spec = gang.spec_for(execution, claim=claim or "", queue=queue, pipeline=pipe.name)
-        launcher = replace(task, step=replace(task.step, execution=gang.launcher_execution(execution)))
+        launcher = replace(task, step=replace(task.step, execution=gang.launcher_execution(execution, spec)))
         pipe = replace(pipe, tasks={**pipe.tasks, TRAIN_STEP: launcher})
         defaults.update({gang.NNODES_PARAM: nodes, gang.TRAINJOB_PARAM: spec.to_json()})
     for name, value in defaults.items():
@@ -232,11 +232,12 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
             for name in BACKENDS:  # each writes its own artifacts (components.backend.Backend.compile)
                 backend(name).compile(pipe, tmp, final_dir=out, **artifact_settings(name, pod))
             if (nodes or 1) > 1:
+                from components.backend import DEFAULT_NAMESPACE
                 from components.servers.trainjob_launch import launcher_rbac_yaml
 
                 (tmp / TRAINJOB_FILE).parent.mkdir(parents=True, exist_ok=True)
                 (tmp / TRAINJOB_FILE).write_text(trainjob_yaml(pipe, namespace=(pod and pod.namespace) or "default"))
-                (tmp / RBAC_FILE).write_text(launcher_rbac_yaml())
+                (tmp / RBAC_FILE).write_text(launcher_rbac_yaml(namespace=(pod and pod.namespace) or DEFAULT_NAMESPACE))
             if prepull:
                 from llmpack.compile.prepull import PREPULL_FILE, daemonset_yaml
 
@@ -256,6 +257,25 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         return written
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def compile_warnings(pod: PodOptions | None, *, nodes: int | None, gpus: int | None,
+                     env: Mapping[str, str] | None = None) -> list[str]:
+    """The lines ``llmpack compile`` prints on stderr before its note: what compiles but is likely a mistake.
+
+    ``--nodes`` past ``LLMPACK_NODES_WARN`` (default 64), and an ``--image`` with no tag or digest: Kubernetes
+    pulls it ``Always`` and runs whatever the registry's ``latest`` is at each pod start.
+    """
+    out = []
+    limit = settings.NODES_WARN.get(env)
+    if nodes is not None and limit is not None and nodes > limit:
+        out.append(f"llmpack: warning: --nodes {nodes} (x --gpus {gpus or 1} = {nodes * (gpus or 1)} GPUs) is past "
+                   f"{limit} nodes; check the number (set {settings.NODES_WARN.name} to move this warning)")
+    image = pod.image if pod is not None else None
+    if image and "@" not in image and not image.rsplit("/", 1)[-1].partition(":")[2]:
+        out.append(f"llmpack: warning: --image {image} has no tag or digest: every pod pulls it Always and runs "
+                   "whatever 'latest' is then; pin a tag or, better, a digest (repo@sha256:...)")
+    return out
 
 
 def checkpoint_note(pod: PodOptions) -> str | None:

@@ -98,7 +98,8 @@ def gpu_pods(root: Path, path: str, *, gang: bool) -> list[GpuPod]:
             trainer = ((job or {}).get("spec") or {}).get("trainer") or {}
             res = trainer.get("resourcesPerNode") or {}
             limits = _amounts(res.get("limits"))
-            pods.append(GpuPod("TrainJob node pod", {**limits, **_amounts(res.get("requests"))}, limits,
+            pods.append(GpuPod("TrainJob node pod", {**{k: v for k, v in limits.items() if k == GPU_RESOURCE},
+                                                     **_amounts(res.get("requests"))}, limits,
                                count=int(trainer.get("numNodes") or 1)))
     return pods
 

@@ -110,30 +110,32 @@ def _secret_keys(secret: Mapping[str, Any]) -> set[str]:
     return {k for k, v in (secret.get("data") or {}).items() if v} | {k for k, v in (secret.get("stringData") or {}).items() if v}
 
 
-def tracking_secret(cluster: ClusterReader, namespace: str) -> Check:
-    """The MLflow Secret every pod maps: ``tracking-uri`` required and not empty; names the optional keys it has."""
+def tracking_secret(cluster: ClusterReader, namespace: str, name: str | None = None) -> Check:
+    """The MLflow Secret every pod maps (``name``: ``--tracking-secret``'s, default ``llmpack-mlflow``):
+    ``tracking-uri`` required and not empty; names the optional keys it has."""
     from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
 
-    create = (f"kubectl -n {_q(namespace)} create secret generic {TRACKING_SECRET} "
+    secret_name = name or TRACKING_SECRET
+    create = (f"kubectl -n {_q(namespace)} create secret generic {secret_name} "
               f"--from-literal={TRACKING_URI_KEY}={EXAMPLE_URI}")
     try:
-        secret = cluster.secret(namespace, TRACKING_SECRET)
+        secret = cluster.secret(namespace, secret_name)
     except Unanswered as exc:
-        return unread(exc, f"Secret {TRACKING_SECRET} in {namespace}", namespace)
+        return unread(exc, f"Secret {secret_name} in {namespace}", namespace)
     if secret is None:
-        return Check(False, f"Secret {TRACKING_SECRET} missing in {namespace} (every pod reads {TRACKING_URI_KEY} "
+        return Check(False, f"Secret {secret_name} missing in {namespace} (every pod reads {TRACKING_URI_KEY} "
                      "from it)", create)
     keys = _secret_keys(secret)
     if TRACKING_URI_KEY not in keys:
-        patch = f"kubectl -n {_q(namespace)} patch secret {TRACKING_SECRET} -p " + _q(
+        patch = f"kubectl -n {_q(namespace)} patch secret {secret_name} -p " + _q(
             '{"stringData":{"' + TRACKING_URI_KEY + '":"' + EXAMPLE_URI + '"}}')
-        return Check(False, f"Secret {TRACKING_SECRET} in {namespace} has no {TRACKING_URI_KEY} key", patch)
+        return Check(False, f"Secret {secret_name} in {namespace} has no {TRACKING_URI_KEY} key", patch)
     uri = _decoded((secret.get("data") or {}).get(TRACKING_URI_KEY)) or str((secret.get("stringData") or {}).get(TRACKING_URI_KEY, ""))
     if not uri.startswith(("http://", "https://", "databricks")):
-        return Check(False, f"Secret {TRACKING_SECRET} in {namespace}: {TRACKING_URI_KEY} is not an http(s) URL "
-                     "(a pod's MLflow must reach a server)", f"kubectl -n {_q(namespace)} edit secret {TRACKING_SECRET}")
+        return Check(False, f"Secret {secret_name} in {namespace}: {TRACKING_URI_KEY} is not an http(s) URL "
+                     "(a pod's MLflow must reach a server)", f"kubectl -n {_q(namespace)} edit secret {secret_name}")
     optional = sorted(keys & set(TRACKING_CREDENTIALS))
-    return Check(True, f"Secret {TRACKING_SECRET} in {namespace} has {TRACKING_URI_KEY}"
+    return Check(True, f"Secret {secret_name} in {namespace} has {TRACKING_URI_KEY}"
                  + (f" and {', '.join(optional)}" if optional else ""))
 
 
@@ -292,6 +294,7 @@ def training_runtime(cluster: ClusterReader) -> Check:
 
 def launcher_rbac(cluster: ClusterReader, namespace: str) -> Check:
     """The ServiceAccount, Role and RoleBinding of ``trainjob/launcher-rbac.yaml``, the Role allowing the launcher's calls."""
+    from components.podspec import NODE_SERVICE_ACCOUNT
     from components.servers.trainjob_launch import LAUNCHER_SERVICE_ACCOUNT, RBAC_FILE, RBAC_VERBS
     from components.servers.trainjob_launch import launcher_rbac as wanted
 
@@ -307,6 +310,13 @@ def launcher_rbac(cluster: ClusterReader, namespace: str) -> Check:
     if missing:
         return Check(False, f"launcher RBAC in {namespace}: {', '.join(missing)} {name} missing (the gang launcher "
                      "creates its TrainJob as it)", fix)
+    try:
+        node_account = cluster.service_account(namespace, NODE_SERVICE_ACCOUNT)
+    except Unanswered as exc:
+        return unread(exc, f"ServiceAccount {NODE_SERVICE_ACCOUNT} in {namespace}", namespace)
+    if node_account is None:
+        return Check(False, f"launcher RBAC in {namespace}: ServiceAccount {NODE_SERVICE_ACCOUNT} missing (the "
+                     "TrainJob's node pods run as it: without it none is created)", fix)
     rule = wanted()[1]["rules"][0]
     group, plural = rule["apiGroups"][0], rule["resources"][0]
     granted = {v for r in role.get("rules") or [] if group in (r.get("apiGroups") or []) or "*" in (r.get("apiGroups") or [])
@@ -424,6 +434,50 @@ def endpoint(path: str, host: str, token: str | None, verify: bool | str) -> Che
     if not response.ok or version is None:
         return Check(False, f"{what} at {url}: HTTP {response.status_code} from {suffix}", f"curl -sS {url}{suffix}")
     return Check(True, f"{what} at {url} answers (version {version})")
+
+
+# --------------------------------------------------------------------------- the tracking server
+
+TRACKING_READ = "/api/2.0/mlflow/experiments/search?max_results=1"  # one read every role may make
+
+
+def tracking_server(uri: str, *, username: str | None, password: str | None, token: str | None,
+                    verify: bool | str) -> Check:
+    """The MLflow tracking server answers an authenticated read (an experiments search), with the credentials
+    MLflow's client would send (``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` as basic auth, else ``..._TOKEN``).
+
+    Three outcomes, each its own line: it answers; it refuses the credentials (401/403); it is
+    unreachable. Neither the password nor the token appears in a line: the URI is shown without
+    its userinfo (:func:`components.redaction.redact_uri`).
+    """
+    import requests
+
+    from components.redaction import redact_uri
+
+    shown = redact_uri(uri.rstrip("/"))
+    auth = (username, password) if username and password else None
+    headers = {"Authorization": f"Bearer {token}"} if token and auth is None else {}
+    what = f"MLflow tracking server at {shown}"
+    try:
+        response = requests.get(uri.rstrip("/") + TRACKING_READ, auth=auth, headers=headers, timeout=10,
+                                verify=verify, allow_redirects=False)
+    except requests.RequestException as exc:
+        return Check(False, f"{what} unreachable ({type(exc).__name__})",
+                     "kubectl -n mlflow port-forward svc/mlflow 5000:5000  # then --tracking-uri http://localhost:5000")
+    if response.status_code in (401, 403):
+        sent = "basic auth" if auth else "a token" if headers else "no credentials"
+        return Check(False, f"{what} refused the read with {sent} (HTTP {response.status_code})",
+                     "export MLFLOW_TRACKING_USERNAME=... MLFLOW_TRACKING_PASSWORD=...  # the Secret's username/"
+                     "password, which the pods send")
+    try:
+        answered = response.ok and "experiments" in response.json() or response.json() == {}
+    except ValueError:
+        answered = False
+    if not answered:
+        return Check(False, f"{what}: HTTP {response.status_code} from {TRACKING_READ.split('?')[0]} (not an MLflow "
+                     "tracking server?)", f"curl -sS {shown}/health")
+    how = "an authenticated read" if auth or headers else "a read (no credentials sent)"
+    return Check(True, f"{what} answers {how}")
 
 
 # --------------------------------------------------------------------------- pod-spec references (components.podspec)

@@ -55,6 +55,16 @@ class DoctorOptions:
     pull_secrets: tuple[str, ...] = ()
     # --checkpoint-pvc's claim: Bound, and ReadWriteMany for a gang (every node pod resumes from it).
     checkpoint_pvc: str | None = None
+    tracking_secret: str | None = None  # --tracking-secret: the MLflow Secret the artifacts were compiled with
+    tracking_uri: str | None = None  # --tracking-uri, else MLFLOW_TRACKING_URI: the server as seen from here
+
+
+def settings_tracking_uri() -> str | None:
+    """``MLFLOW_TRACKING_URI`` when it names a server (http/https): the one doctor reads as the default."""
+    import os
+
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or ""
+    return uri if uri.startswith(("http://", "https://")) else None
 
 
 def parse_paths(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -99,7 +109,8 @@ def check_endpoints(opts: DoctorOptions, env: dict[str, str] | None = None) -> N
     probes = {path: probe for path in opts.paths if (probe := backend(path).doctor.probe) is not None}
     named = {settings.K8S_HOST.name: env.get(settings.K8S_HOST.name),
              **{probe.host_env: env.get(probe.host_env) for probe in probes.values()},
-             **{f"--{path}-host": opts.hosts.get(path) for path in probes if opts.hosts.get(path)}}
+             **{f"--{path}-host": opts.hosts.get(path) for path in probes if opts.hosts.get(path)},
+             "--tracking-uri": opts.tracking_uri}
     for flag, value in named.items():
         problem = uri_problem(normalize_host(value)) if value else None
         if problem is not None:
@@ -151,7 +162,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         checks.append(check)
         if found is None:
             continue  # everything below would fail for the same reason
-        checks.append(dc.tracking_secret(cluster, namespace))
+        checks.append(dc.tracking_secret(cluster, namespace, opts.tracking_secret))
         checks += capacity.served(cluster, namespace, {k: f for p in paths for k, f in needs.kinds.get(p, {}).items()})
         checks += capacity.admission(cluster, namespace, paths, needs)
         for path in paths:
@@ -171,7 +182,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         found_refs = [(refs or {}).get(path, (set(), set())) for path in paths]
         secrets = {(n, k): e for n, k, e in sorted(set().union(*(r for r, _ in found_refs)) | set(opts.secrets))}
         for (name, key), env in secrets.items():  # --hf-token-secret: required secretKeyRefs (the MLflow one: above)
-            if name != TRACKING_SECRET:
+            if name != (opts.tracking_secret or TRACKING_SECRET):
                 checks.append(dc.secret_key(cluster, namespace, name, key, env))
         for name in sorted(set().union(*(p for _, p in found_refs)) | set(opts.pull_secrets)):  # --image-pull-secret
             checks.append(dc.pull_secret(cluster, namespace, name))
@@ -213,6 +224,22 @@ def endpoint_checks(opts: DoctorOptions, tls: dict[str, Any]) -> list[Any]:
     hosts = {path: opts.hosts.get(path) or os.environ.get(probe.host_env) for path, probe in probes.items()}
     return [dc.endpoint(path, host, os.environ.get(probes[path].token_env) or None, verify)
             for path, host in hosts.items() if host]
+
+
+def tracking_checks(opts: DoctorOptions, tls: dict[str, Any], env: Mapping[str, str] | None = None) -> list[Any]:
+    """The tracking server's authenticated read (:func:`llmpack.doctor.checks.tracking_server`), when its URI is known;
+    the credentials from MLflow's own variables, never printed."""
+    import os
+
+    from components.servers.remote import tls_verify
+    from llmpack.doctor import checks as dc
+
+    env = dict(os.environ) if env is None else env
+    if not opts.tracking_uri:
+        return []
+    return [dc.tracking_server(opts.tracking_uri, username=env.get("MLFLOW_TRACKING_USERNAME"),
+                               password=env.get("MLFLOW_TRACKING_PASSWORD"), token=env.get("MLFLOW_TRACKING_TOKEN"),
+                               verify=tls_verify(tls["ca_cert"], tls["insecure_skip_tls_verify"]))]
 
 
 def server_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -314,13 +341,20 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
 @click.option("--hf-token-secret", default=None, metavar="NAME[:KEY]", help="HF_TOKEN's Secret: it and its key exist.")
 @click.option("--image-pull-secret", "image_pull_secrets", multiple=True, metavar="NAME",
               help="Image pull Secret (repeatable): exists, a registry credential.")
+@click.option("--tracking-secret", default=None, metavar="NAME",
+              help="The MLflow Secret the artifacts were compiled with (llmpack compile --tracking-secret; "
+                   "default llmpack-mlflow).")
+@click.option("--tracking-uri", default=None, metavar="URI",
+              help="MLflow tracking server as reached from here (default: MLFLOW_TRACKING_URI): it must answer an "
+                   "authenticated read with MLFLOW_TRACKING_USERNAME/PASSWORD (or _TOKEN), never printed.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead.")
 def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None, context: str | None,
            ca_cert: str | None, insecure_skip_tls_verify: bool, gpus: int | None, gpu_type: str | None, nodes: int,
            queue: str | None,
            cache_pvc: str | None, compiled: Path | None,
            as_json: bool, model_pvc: str | None, data_pvc: str | None,
-           hf_token_secret: str | None, image_pull_secrets: tuple[str, ...], checkpoint_pvc: str | None, **per_path: str | None) -> None:
+           hf_token_secret: str | None, image_pull_secrets: tuple[str, ...], checkpoint_pvc: str | None,
+           tracking_uri: str | None = None, tracking_secret: str | None = None, **per_path: str | None) -> None:
     """Check, before a run spends GPU-hours, that the cluster has what the compiled
     artifacts reference: namespace, RBAC, GPU nodes and taints, the MLflow Secret,
     Pod Security, Argo's artifact repository; with --nodes the Trainer runtime, the
@@ -350,6 +384,8 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
                          hosts=server_hosts(per_path), pod_namespaces=pod_namespaces(per_path),
                          flags=backend_flag_values(per_path),
                          checkpoint_pvc=checkpoint_claim(checkpoint_pvc),
+                         tracking_uri=tracking_uri or settings_tracking_uri(),
+                         tracking_secret=tracking_secret,
                          **submit_references(model_pvc, data_pvc, hf_token_secret, image_pull_secrets))
     check_options(opts)
     specs = {path: pod_specs(opts.compiled, path, gang=nodes > 1) for path in opts.paths}  # bad files: exit 2 first
@@ -363,6 +399,7 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
     checks = run_checks(opts, cluster, specs, claims, refs, needs)
     if len(checks) > 1:  # the API answered
         checks += endpoint_checks(opts, tls)
+        checks += tracking_checks(opts, tls)
     from components.redaction import redact_text  # a server's message may quote a URL or a token
 
     if as_json:

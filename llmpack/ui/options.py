@@ -188,6 +188,9 @@ def pod_options(*, namespace: bool = False) -> Callable[[Callable[..., Any]], Ca
         click.option("--hf-token-secret", default=None, metavar="NAME[:KEY]",
                      help="HF_TOKEN from Secret NAME, key KEY (default token), on the steps that load the model (a "
                           "gated HF hub model); required: a missing Secret fails the pod."),
+        click.option("--tracking-secret", default=None, metavar="NAME",
+                     help="Secret every pod reads the MLflow tracking URI (key tracking-uri) and optional "
+                          "username/password/token from (default llmpack-mlflow)."),
         click.option("--mlflow-repository-uri", "repository_uri", default=None, metavar="REPO",
                      help="MLflow path: the repository-uri of kubernetes_config.json (where `mlflow run --backend "
                           "kubernetes` pushes the image it builds; default IMAGE's repository + -mlflow-project)."),

@@ -44,7 +44,8 @@ from components.podspec import (
 )
 
 # The pod-spec flags in one line's words (a command that takes them only with --cluster names them so).
-POD_FLAGS = "--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*/--label/--checkpoint-*/--grace-period"
+POD_FLAGS = ("--image/--model-pvc/--data-pvc/--hf-token-secret/--image-pull-*/--label/--checkpoint-*/--grace-period"
+             "/--tracking-secret")
 
 # A container image reference as Docker's distribution/reference grammar spells it (simplified):
 # [registry[:port]/]path[:tag][@digest], path components lower-case.
@@ -267,13 +268,15 @@ class PodOptions:
     checkpoints: CheckpointOptions = CheckpointOptions()
     labels: tuple[tuple[str, str], ...] = ()  # --label KEY=VALUE
     trainer_version: str | None = None  # --trainer-version: the Trainer release the TrainJob is for (None: the default)
+    tracking_secret: str | None = None  # --tracking-secret: the MLflow Secret every pod reads (None: llmpack-mlflow)
 
     @classmethod
     def from_flags(cls, *, image: str | None = None, model_pvc: str | None = None, data_pvc: str | None = None,
                    hf_token_secret: str | None = None, image_pull_policy: str | None = None,
                    image_pull_secrets: tuple[str, ...] = (), namespace: str | None = None,
                    repository_uri: str | None = None, checkpoints: CheckpointOptions | None = None,
-                   labels: tuple[str, ...] = (), trainer_version: str | None = None) -> PodOptions:
+                   labels: tuple[str, ...] = (), trainer_version: str | None = None,
+                   tracking_secret: str | None = None) -> PodOptions:
         """Every flag checked now (one line naming it), before any slow import."""
         if image is not None:
             check_digest(image)
@@ -305,6 +308,8 @@ class PodOptions:
             pull_secrets=tuple(dict.fromkeys(check_name(n, "--image-pull-secret", "Secret") for n in image_pull_secrets)),
             namespace=namespace, repository_uri=repository_uri, checkpoints=checkpoints,
             labels=parse_labels(labels), trainer_version=trainer_version,
+            tracking_secret=None if tracking_secret is None else check_name(tracking_secret, "--tracking-secret",
+                                                                              "Secret"),
         )
 
     @property
@@ -318,7 +323,7 @@ class PodOptions:
         mounts = [m for m, wanted in ((self.model_pvc, model), (self.data_pvc, reads_data(task))) if m and wanted]
         return PodExtras(mounts=tuple(mounts), secret_env=(self.hf_token,) if self.hf_token and model else (),
                          pull_policy=self.pull_policy, pull_secrets=self.pull_secrets,
-                         labels=self.labels).merged(self.checkpoints.extras(task))
+                         labels=self.labels, tracking_secret=self.tracking_secret).merged(self.checkpoints.extras(task))
 
     def apply(self, pipe: Pipeline) -> Pipeline:
         """A copy of ``pipe`` whose steps carry these options (image and :class:`PodExtras`)."""
@@ -356,4 +361,5 @@ def pod_options_of(kw: dict[str, Any]) -> PodOptions:
         hf_token_secret=kw.pop("hf_token_secret", None), image_pull_policy=kw.pop("image_pull_policy", None),
         image_pull_secrets=tuple(kw.pop("image_pull_secrets", None) or ()), namespace=kw.pop("compile_namespace", None),
         repository_uri=kw.pop("repository_uri", None), checkpoints=checkpoint_options_of(kw),
-        labels=tuple(kw.pop("labels", None) or ()), trainer_version=kw.pop("trainer_version", None))
+        labels=tuple(kw.pop("labels", None) or ()), trainer_version=kw.pop("trainer_version", None),
+        tracking_secret=kw.pop("tracking_secret", None))

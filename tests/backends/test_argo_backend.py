@@ -107,7 +107,8 @@ def test_gpu_placement_retries_and_deadline():
     assert rs["expression"] == "asInt(lastRetry.exitCode) != 2"
     # CPU steps ask for no GPU and carry no retry strategy (their Retry.limit is 0).
     prep = templates["prepare-data"]
-    assert "limits" not in prep["container"]["resources"]
+    # CPU and memory limited as requested (Guaranteed-style: no step can take a node's memory)
+    assert prep["container"]["resources"]["limits"] == {k: v for k, v in prep["container"]["resources"]["requests"].items()}
     assert "nvidia.com/gpu" not in prep["container"]["resources"]["requests"]
     assert "retryStrategy" not in prep and "tolerations" not in prep
 

@@ -79,7 +79,8 @@ def test_argo_finetune_mounts_the_claim_read_write_and_retries_lost_pods_apart(c
     templates = {t["name"]: t for t in argo(compiled["one"])["spec"]["templates"] if "container" in t}
     for name, tmpl in templates.items():
         env = env_of(tmpl["container"])
-        claims = {v["persistentVolumeClaim"]["claimName"]: v["persistentVolumeClaim"] for v in tmpl.get("volumes") or []}
+        claims = {v["persistentVolumeClaim"]["claimName"]: v["persistentVolumeClaim"] for v in tmpl.get("volumes") or []
+                  if "persistentVolumeClaim" in v}
         if name == "finetune":
             assert env[ROOT] == "/checkpoints" and env[settings.CHECKPOINT_MINUTES.name] == "10"
             assert env[settings.GRACE_PERIOD_S.name] == str(GRACE)
@@ -194,7 +195,7 @@ def test_bad_checkpoint_flags_are_one_line_exit_2(tmp_path: Path, args: tuple[st
 
 def test_compare_takes_the_checkpoint_flags_only_with_cluster(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["compare", "--checkpoint-pvc", "ckpt", "--output-dir", str(tmp_path)])
-    assert result.exit_code == 2 and "--checkpoint-*/--grace-period: only with --cluster" in result.output, result.output
+    assert result.exit_code == 2 and "--checkpoint-*/--grace-period/--tracking-secret: only with --cluster" in result.output, result.output
 
 
 @pytest.mark.slow  # a whole compile beside the submit: seconds

@@ -135,15 +135,18 @@ def test_the_trainjob_selects_labels_sizes_and_prices_the_type(compiled: dict[st
     assert pod["metadata"]["labels"]["llmpack.io/gpu-type"] == A100 == obj["metadata"]["labels"]["llmpack.io/gpu-type"]
     # 4 GPUs a node: 4 x the spec's 8 CPUs and 64Gi per GPU, not the single-GPU pod's
     assert obj["spec"]["trainer"]["resourcesPerNode"]["requests"] == {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "4"}
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["spec"]["volumes"]
-    # the launcher pods hold no GPU; every path bills the gang's 8 A100s (MLflow: + its Job's evaluate GPU)
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in pod["spec"]["volumes"]  # 8Gi a GPU
+    # the launcher pods hold no GPU; every path bills the gang's 8 A100s, and only them (MLflow's Job runs on CPU)
     _, configs = kfp(base)
     assert "nodeAffinity" not in configs["exec-finetune"]
     assert configs["exec-finetune"]["podMetadata"]["labels"]["llmpack.io/gpu-type"] == "none"
     assert "affinity" not in argo_templates(base)["finetune"]
     gang = {path: next(u for u in uses if u.step == "finetune") for path, uses in uses_by_path(base).items()}
-    assert {p: (u.gpus, u.gpu_type) for p, u in gang.items()} == {"kfp": (8, A100), "argo": (8, A100), "mlflow": (9, A100)}
-    assert job_pod(base)["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"  # evaluate's
+    assert {p: (u.gpus, u.gpu_type) for p, u in gang.items()} == {"kfp": (8, A100), "argo": (8, A100), "mlflow": (8, A100)}
+    assert [u.step for u in uses_by_path(base)["mlflow"]] == ["finetune"]  # no other step billed a GPU
+    job = job_pod(base)["spec"]
+    assert "nvidia.com/gpu" not in job["containers"][0]["resources"]["limits"]  # no idle GPU while the gang trains
+    assert "affinity" not in job and "tolerations" not in job
 
 
 def test_a_pod_of_several_gpus_gets_cpus_memory_and_shm_per_gpu(compiled: dict[str, Path]) -> None:
@@ -151,13 +154,14 @@ def test_a_pod_of_several_gpus_gets_cpus_memory_and_shm_per_gpu(compiled: dict[s
     spec, configs = kfp(base)
     res = spec["deploymentSpec"]["executors"]["exec-finetune"]["container"]["resources"]
     assert (res["resourceCpuRequest"], res["resourceMemoryRequest"], res["accelerator"]["count"]) == ("32", "256Gi", "4")
-    assert configs["exec-finetune"]["emptyDirMounts"] == [{"medium": "Memory", "mountPath": "/dev/shm", "volumeName": "dshm"}]
+    assert configs["exec-finetune"]["emptyDirMounts"] == [{"medium": "Memory", "mountPath": "/dev/shm", "volumeName": "dshm",
+                                                         "sizeLimit": "32Gi"}]
     assert "emptyDirMounts" not in configs["exec-evaluate"]  # one GPU: no NCCL between GPUs
     tmpl = argo_templates(base)["finetune"]
     assert tmpl["container"]["resources"]["requests"]["cpu"] == "32"
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in tmpl["volumes"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in tmpl["volumes"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in tmpl["container"]["volumeMounts"]
-    assert "volumes" not in argo_templates(base)["evaluate"]
+    assert argo_templates(base)["evaluate"]["volumes"] == [{"name": "tmp", "emptyDir": {}}]  # one GPU: no /dev/shm
     limits = job_pod(base)["spec"]["containers"][0]["resources"]["limits"]
     assert (limits["cpu"], limits["memory"], limits["nvidia.com/gpu"]) == ("32", "256Gi", "4")
 

@@ -37,8 +37,9 @@ VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
 
 
 def _rbac() -> dict[str, dict[str, Any]]:
-    docs = list(yaml.safe_load_all((MULTINODE / RBAC_FILE).read_text()))
-    return {d["kind"]: d for d in docs}
+    docs = [d for d in yaml.safe_load_all((MULTINODE / RBAC_FILE).read_text()) if d]
+    return {d["kind"] if d["metadata"]["name"] == trainjob_launch.LAUNCHER_SERVICE_ACCOUNT else "node " + d["kind"]: d
+            for d in docs}
 
 
 def _job(base: Path) -> dict[str, Any]:
@@ -47,7 +48,17 @@ def _job(base: Path) -> dict[str, Any]:
 
 def test_the_rbac_grants_what_the_launcher_calls_to_the_account_the_job_runs_as() -> None:
     rbac = _rbac()
-    assert sorted(rbac) == ["Role", "RoleBinding", "ServiceAccount"]
+    assert sorted(rbac) == ["Role", "RoleBinding", "ServiceAccount", "node ServiceAccount"]
+    # every object in the compiled namespace (examples/multinode: the default, llmpack), the header saying so
+    assert {d["metadata"]["namespace"] for d in rbac.values()} == {"llmpack"}
+    assert "kubectl apply -n llmpack -f launcher-rbac.yaml" in (MULTINODE / RBAC_FILE).read_text()
+    # the node pods' account: no Role binds it, no token mounted; the TrainJob's pods run as it
+    node = rbac["node ServiceAccount"]
+    assert node["automountServiceAccountToken"] is False
+    trainjob = yaml.safe_load((MULTINODE / "trainjob" / "finetune-trainjob.yaml").read_text())
+    (patch,) = trainjob["spec"]["runtimePatches"]
+    node_pod = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert node_pod["spec"]["serviceAccountName"] == node["metadata"]["name"]
     account = rbac["ServiceAccount"]["metadata"]["name"]
     assert account == trainjob_launch.LAUNCHER_SERVICE_ACCOUNT
     (rule,) = rbac["Role"]["rules"]
@@ -55,7 +66,7 @@ def test_the_rbac_grants_what_the_launcher_calls_to_the_account_the_job_runs_as(
     binding = rbac["RoleBinding"]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": rbac["Role"]["metadata"]["name"]}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account}]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "llmpack"}]
     pod = _job(MULTINODE)["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == account and pod["automountServiceAccountToken"] is True
     # one node: no step talks to the API, no token in the pod

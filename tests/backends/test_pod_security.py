@@ -126,7 +126,11 @@ def argo_pods(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     spec = wf["spec"]
     for tmpl in spec["templates"]:
         if "container" in tmpl:
+            token = tmpl.get("automountServiceAccountToken", spec.get("automountServiceAccountToken"))
+            account = tmpl.get("serviceAccountName", spec.get("serviceAccountName"))
             yield f"template {tmpl['name']}", {
+                **({"automountServiceAccountToken": token} if token is not None else {}),
+                **({"serviceAccountName": account} if account else {}),
                 "securityContext": spec.get("securityContext"),
                 "containers": [tmpl["container"], *(tmpl.get("sidecars") or [])],
                 "initContainers": tmpl.get("initContainers") or [],
@@ -150,14 +154,22 @@ def kfp_pods(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         volumes += [{"name": m["volumeName"], "emptyDir": {k: v for k, v in m.items() if k in ("medium", "sizeLimit")}}
                     for m in cfg.get("emptyDirMounts") or []]
         volumes += [{"name": f"secret-{i}", "secret": {}} for i, _ in enumerate(cfg.get("secretAsVolume") or [])]
-        yield f"executor {name}", {"containers": [{"name": "main", "securityContext": {**sc, **KFP_BACKEND_CONTAINER_DEFAULTS}}],
+        ir = spec["deploymentSpec"]["executors"][name]["container"]
+        res = ir.get("resources") or {}
+        resources = {"requests": {k: v for k, v in (("cpu", res.get("resourceCpuRequest")),
+                                                     ("memory", res.get("resourceMemoryRequest"))) if v},
+                     "limits": {k: v for k, v in (("cpu", res.get("resourceCpuLimit")),
+                                                   ("memory", res.get("resourceMemoryLimit"))) if v}}
+        yield f"executor {name}", {"containers": [{"name": "main", "image": ir["image"], "resources": resources,
+                                                   "securityContext": {**sc, **KFP_BACKEND_CONTAINER_DEFAULTS}}],
                                    "volumes": volumes}
 
 
 def trainjob_pod(obj: dict[str, Any]) -> dict[str, Any]:
     """The torch-distributed runtime's node pod as the TrainJob's ``runtimePatches`` leave it."""
     trainer = obj["spec"]["trainer"]
-    pod: dict[str, Any] = {"containers": [{"name": "node", "image": trainer["image"], "command": trainer["command"]}]}
+    pod: dict[str, Any] = {"containers": [{"name": "node", "image": trainer["image"], "command": trainer["command"],
+                                           "resources": copy.deepcopy(trainer.get("resourcesPerNode") or {})}]}
     for patch in obj["spec"].get("runtimePatches") or []:
         for job in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
             patched = copy.deepcopy(job["template"]["spec"]["template"].get("spec") or {})
@@ -214,12 +226,68 @@ def test_compiled_pod_passes_pod_security_restricted(where: str, pod: dict[str, 
     assert restricted_violations(pod) == []
 
 
+def hardening_gaps(where: str, pod: dict[str, Any]) -> list[str]:
+    """What in pod spec ``pod`` misses llmpack's one hardening beyond Pod Security ``restricted`` ([] when none).
+
+    Every container: CPU and memory requests and limits, a read-only root (not KFP: its IR cannot say it,
+    kfp_pipelines/compiler.py); a memory-backed ``/dev/shm`` with a ``sizeLimit``; no service-account token
+    but the gang launcher's (``llmpack-launcher``), the TrainJob's node pods by their account (which mounts
+    none), KFP's by the run's (its IR cannot say it either).
+    """
+    out = []
+    kfp = where.split(": ")[0].endswith("kfp_pipelines/finetune.yaml") or where.startswith("kfp ")
+    for c in [*(pod.get("initContainers") or []), *pod["containers"]]:
+        res = c.get("resources") or {}
+        for kind in ("requests", "limits"):
+            missing = {"cpu", "memory"} - set(res.get(kind) or {})
+            if missing:
+                out.append(f"container {c.get('name')!r}: no {kind} of {sorted(missing)}")
+        if not kfp and (c.get("securityContext") or {}).get("readOnlyRootFilesystem") is not True:
+            out.append(f"container {c.get('name')!r}: root filesystem writable")
+    for v in pod.get("volumes") or []:
+        if (v.get("emptyDir") or {}).get("medium") == "Memory" and not v["emptyDir"].get("sizeLimit"):
+            out.append(f"volume {v['name']!r}: memory-backed with no sizeLimit")
+    account = pod.get("serviceAccountName")
+    if not kfp and account != "llmpack-trainer":
+        token = pod.get("automountServiceAccountToken")
+        if account == "llmpack-launcher":
+            if token is not True:
+                out.append("the launcher's pod mounts no token")
+        elif token is not False:
+            out.append(f"a token mounted (automountServiceAccountToken {token}, account {account or 'default'})")
+    return out
+
+
+@pytest.mark.parametrize(("where", "pod"), GOLDEN_PODS, ids=[w for w, _ in GOLDEN_PODS])
+def test_compiled_pod_is_hardened_alike_on_every_path(where: str, pod: dict[str, Any]) -> None:
+    """Limits, read-only root, a bounded /dev/shm and no token but the launcher's: on every pod of every path."""
+    assert hardening_gaps(where, pod) == []
+
+
+@pytest.mark.parametrize(("mutate", "needle"), [
+    (lambda p: p["containers"][0]["resources"].pop("limits"), "no limits"),
+    (lambda p: p["containers"][0]["securityContext"].pop("readOnlyRootFilesystem"), "root filesystem writable"),
+    (lambda p: p["volumes"].append({"name": "dshm", "emptyDir": {"medium": "Memory"}}), "no sizeLimit"),
+    (lambda p: p.pop("automountServiceAccountToken"), "a token mounted"),
+    (lambda p: p.update(serviceAccountName="llmpack-launcher"), "mounts no token"),
+])
+def test_the_hardening_check_finds_each_gap(mutate: Any, needle: str) -> None:
+    pod = _good_pod()
+    pod.update(automountServiceAccountToken=False)
+    pod["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+    pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] = True
+    assert hardening_gaps("argo", pod) == []
+    mutate(pod)
+    assert needle in " | ".join(hardening_gaps("argo", pod))
+
+
 def test_the_prepull_daemonset_passes_pod_security_restricted(tmp_path: Path) -> None:
     from components.finetune_pipeline import build
     from llmpack.compile.prepull import daemonset
 
     pod = daemonset(build())["spec"]["template"]["spec"]
     assert restricted_violations(pod) == []
+    assert hardening_gaps("prepull", pod) == []
 
 
 def test_kfp_backend_still_says_it_enforces_the_rest_of_restricted() -> None:

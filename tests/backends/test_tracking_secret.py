@@ -36,38 +36,39 @@ EXPECTED = {  # env var -> (secret key, optional)
 Mapping = dict[str, tuple[str, bool]]
 
 
-def _from_env_list(env: list[dict[str, Any]]) -> Mapping:
+def _from_env_list(env: list[dict[str, Any]], secret: str = SECRET) -> Mapping:
     out: Mapping = {}
     for var in env:
         ref = (var.get("valueFrom") or {}).get("secretKeyRef")
         if ref is not None:
-            assert ref["name"] == SECRET, var
+            assert ref["name"] == secret, var
             out[var["name"]] = (ref["key"], bool(ref.get("optional", False)))
     return out
 
 
-def kfp_pods(base: Path) -> dict[str, Mapping]:
+def kfp_pods(base: Path, secret: str = SECRET) -> dict[str, Mapping]:
     _, platform = yaml.safe_load_all((base / "kfp_pipelines" / "finetune.yaml").read_text())
     pods = {}
     for name, cfg in platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"].items():
         found: Mapping = {}
         for entry in cfg.get("secretAsEnv", []):
-            assert entry["secretName"] == SECRET, name
+            assert entry["secretName"] == secret, name
             for pair in entry["keyToEnv"]:
                 found[pair["envVar"]] = (pair["secretKey"], bool(entry.get("optional", False)))
         pods[name] = found
     return pods
 
 
-def argo_pods(base: Path) -> dict[str, Mapping]:
+def argo_pods(base: Path, secret: str = SECRET) -> dict[str, Mapping]:
     wf = yaml.safe_load((base / "argo_workflows" / "finetune.yaml").read_text())
-    return {t["name"]: _from_env_list(t["container"].get("env", [])) for t in wf["spec"]["templates"] if "container" in t}
+    return {t["name"]: _from_env_list(t["container"].get("env", []), secret) for t in wf["spec"]["templates"]
+            if "container" in t}
 
 
-def mlflow_pods(base: Path) -> dict[str, Mapping]:
+def mlflow_pods(base: Path, secret: str = SECRET) -> dict[str, Mapping]:
     job = yaml.safe_load((base / "mlflow_projects" / "finetune-k8s" / "kubernetes_job_template.yaml").read_text())
     (container,) = job["spec"]["template"]["spec"]["containers"]
-    return {"job": _from_env_list(container["env"])}
+    return {"job": _from_env_list(container["env"], secret)}
 
 
 @pytest.mark.parametrize("base", VARIANT_DIRS, ids=str)
@@ -79,6 +80,26 @@ def test_every_pod_of_every_path_maps_the_same_secret_keys(base: Path) -> None:
     assert sum(k.startswith("kfp ") for k in pods) == sum(k.startswith("argo ") for k in pods) >= 5 and "mlflow job" in pods
     for where, found in pods.items():
         assert found == EXPECTED, where
+
+
+def test_tracking_secret_names_the_secret_every_pod_of_every_path_reads(tmp_path: Path) -> None:
+    """``llmpack compile --tracking-secret team-mlflow``: the same keys, from that Secret, on every pod of every
+    path (the gang's launcher and the summarizing tasks included); a bad name is one line, exit 2."""
+    from tests.conftest import llmpack
+
+    done = llmpack("compile", "--out", str(tmp_path / "out"), "--tracking-secret", "team-mlflow", "--nodes", "2",
+                   "--cache-pvc", "shared", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    base = tmp_path / "out"
+    pods = {f"kfp {k}": v for k, v in kfp_pods(base, "team-mlflow").items()}
+    pods |= {f"argo {k}": v for k, v in argo_pods(base, "team-mlflow").items()}
+    pods |= {f"mlflow {k}": v for k, v in mlflow_pods(base, "team-mlflow").items()}
+    assert len(pods) >= 11 and all(found == EXPECTED for found in pods.values()), pods
+    assert "Secret 'team-mlflow'" in (base / "mlflow_projects/finetune-k8s/kubernetes_job_template.yaml").read_text()
+    bad = llmpack("compile", "--out", str(tmp_path / "bad"), "--tracking-secret", "Team_MLflow", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "llmpack: error: --tracking-secret 'Team_MLflow': not a Secret name (lower-case letters, digits, '-' and '.')"]
+    assert not (tmp_path / "bad").exists()
 
 
 def _step_env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -156,3 +156,64 @@ def test_a_hand_edited_gang_spec_of_the_wrong_shape_is_one_line(field: str) -> N
     text = '{"image": "x", "gpus_per_node": 1, "cpu": 1, "memory": "1Gi", "claim": "c", ' + field + "}"
     with pytest.raises(InputError, match="^trainjob: not a gang spec as llmpack compile --nodes writes it"):
         GangSpec.from_json(text, "trainjob")
+
+
+def _compiled_launcher() -> tuple[str, str]:
+    """The committed multinode Argo Workflow's finetune launcher: its pinned digests and its ``trainjob`` default."""
+    from components import settings
+    from tests.conftest import REPO
+
+    wf = yaml.safe_load((REPO / "examples" / "multinode" / "argo_workflows" / "finetune.yaml").read_text())
+    (tmpl,) = [t for t in wf["spec"]["templates"] if t["name"] == "finetune"]
+    env = {e["name"]: e.get("value") for e in tmpl["container"]["env"]}
+    params = {p["name"]: p["value"] for p in wf["spec"]["arguments"]["parameters"]}
+    return env[settings.GANG_SPECS.name], params[gang.TRAINJOB_PARAM]
+
+
+def test_the_compiled_gang_spec_is_pinned_in_the_launchers_environment_on_every_path() -> None:
+    """Compile writes the spec's digest into the launcher pod (not a parameter); the compiled value passes."""
+    from components import settings
+    from tests.conftest import REPO
+
+    pinned, default = _compiled_launcher()
+    spec = gang.GangSpec.from_json(default, "trainjob")
+    assert pinned == gang.spec_digest(spec)
+    gang.check_compiled(spec, "trainjob", env={settings.GANG_SPECS.name: pinned})
+    base = REPO / "examples" / "multinode"
+    for rel in ("kfp_pipelines/finetune.yaml", "mlflow_projects/finetune-k8s/kubernetes_job_template.yaml"):
+        assert f"value: {pinned}" in (base / rel).read_text(), rel
+
+
+def test_a_run_whose_trainjob_parameter_names_another_image_is_refused(tmp_path: Path) -> None:
+    """The launcher as every path runs it (``python -m components.run`` finetune, nnodes=2), with the compiled
+    environment and a ``trainjob`` run parameter naming another image: exit 2, one line, no TrainJob created."""
+    from components import settings
+
+    pinned, default = _compiled_launcher()
+    shared = tmp_path / "pvc"
+    shared.mkdir()
+    evil = json.loads(default)
+    evil.update(image="ghcr.io/attacker/miner:latest", mount=str(shared))
+    honest = {**json.loads(default), "mount": str(shared)}
+    (tmp_path / "tokens").mkdir()
+    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", settings.GANG_SPECS.name: pinned}
+    with KubeAPIStandIn(token=TOKEN, namespaces=(NS,)) as kube:
+        created: list[dict] = []
+        kube.on_custom_object_created = created.append
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
+        for spec in (evil, honest):  # the mount moved too: a placement change is refused alike
+            r = run_step(TUNE, f"--input=tokens={tmp_path / 'tokens'}", f"--output=model={tmp_path / 'out'}",
+                         "--param=nnodes=2", f"--param=trainjob={json.dumps(spec)}", "--param=pipeline_run=run-x",
+                         cwd=tmp_path, env={**env, "KUBECONFIG": str(kubeconfig)})
+            assert r.returncode == 2, r.stdout + r.stderr
+            lines = [ln for ln in r.stderr.strip().splitlines() if "not a gang spec compiled" in ln]
+            assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+            assert f"image {spec['image']!r}" in lines[0]
+        # the compiled value itself passes the check (and stops at the next one here: no volume at its mount)
+        r = run_step(TUNE, f"--input=tokens={tmp_path / 'tokens'}", f"--output=model={tmp_path / 'out'}",
+                     "--param=nnodes=2", f"--param=trainjob={default}", "--param=pipeline_run=run-x",
+                     cwd=tmp_path, env={**env, "KUBECONFIG": str(kubeconfig)})
+        assert r.returncode == 2 and "not a gang spec compiled" not in r.stderr, r.stderr
+        assert "the shared volume is not mounted" in r.stderr, r.stderr
+        assert created == []  # refused before anything reached the API
+        assert not (shared / gang.GANG_DIR).exists()  # nor the shared volume

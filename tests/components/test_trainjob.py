@@ -213,7 +213,7 @@ def test_two_nodes_four_gpus_fields():
     trainer = obj["spec"]["trainer"]
     assert trainer["numNodes"] == 2 and trainer["numProcPerNode"] == 4
     assert trainer["command"] == COMMAND and trainer["image"] == "ghcr.io/llmpack/llmpack:0.1.0"
-    assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": "4"},
+    assert trainer["resourcesPerNode"] == {"limits": {"cpu": "16", "memory": "128Gi", "nvidia.com/gpu": "4"},
                                            "requests": {"cpu": "16", "memory": "128Gi", "nvidia.com/gpu": "4"}}
     assert trainer["env"] == [{"name": "PYTHONUNBUFFERED", "value": "1"}]
     (patch,) = obj["spec"]["runtimePatches"]
@@ -223,16 +223,21 @@ def test_two_nodes_four_gpus_fields():
     pod = job["template"]["spec"]["template"]
     assert pod["metadata"] == {"labels": LABELS}  # the pods carry the llmpack.io labels, not the queue's
     assert pod["spec"] == {
+        "serviceAccountName": "llmpack-trainer",  # no Role, no token mounted (launcher-rbac.yaml)
         "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                         {"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoExecute"}],
         # 4 GPUs a node: NCCL's shared memory, memory-backed as on every path's multi-GPU pod
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        # bounded at 8Gi a GPU (it counts against the pod's memory); /tmp: the read-only root's one writable place
+        "volumes": [{"name": "tmp", "emptyDir": {}},
+                    {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}}],
         "containers": [{"name": "node", "securityContext": {"allowPrivilegeEscalation": False,
-                                                            "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True},
-                        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}],
+                                                            "capabilities": {"drop": ["ALL"]},
+                                                            "readOnlyRootFilesystem": True, "runAsNonRoot": True},
+                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
+                                         {"name": "dshm", "mountPath": "/dev/shm"}]}],
     }
 
 
@@ -242,7 +247,11 @@ def test_without_queue_there_is_no_kueue_label_and_without_placement_only_the_se
     assert "labels" not in bare["metadata"] and "env" not in bare["spec"]["trainer"]
     (patch,) = bare["spec"]["runtimePatches"]  # Pod Security restricted, whatever else is asked
     pod = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-    assert pod == {"spec": {"securityContext": POD_SECURITY, "containers": [{"name": "node", "securityContext": CONTAINER_SECURITY}]}}
+    assert pod == {"spec": {"serviceAccountName": "llmpack-trainer", "securityContext": POD_SECURITY,
+                            "volumes": [{"name": "tmp", "emptyDir": {}}],
+                            "containers": [{"name": "node", "securityContext": CONTAINER_SECURITY,
+                                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}]}}
+    assert CONTAINER_SECURITY["readOnlyRootFilesystem"] is True
 
 
 def test_a_gpu_types_affinity_and_the_shared_volume_reach_the_node_pods():
@@ -251,13 +260,15 @@ def test_a_gpu_types_affinity_and_the_shared_volume_reach_the_node_pods():
     assert pod["spec"]["template"]["spec"]["affinity"] == {"nodeAffinity": node_affinity("nvidia-a100-80gb")}
     assert "nodeSelector" not in pod["spec"]["template"]["spec"]
     (node,) = pod["spec"]["template"]["spec"]["containers"]
-    assert node["volumeMounts"] == [{"name": "llmpack-shared", "mountPath": "/var/cache/llmpack/huggingface"},
+    assert node["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"},
+                                    {"name": "llmpack-shared", "mountPath": "/var/cache/llmpack/huggingface"},
                                     {"name": "dshm", "mountPath": "/dev/shm"}]
 
 
 def test_cpu_only_requests_no_gpu_and_runs_one_process_per_node():
     trainer = spec(**CASES["1x0-cpu"]).build()["spec"]["trainer"]
-    assert trainer["resourcesPerNode"] == {"requests": {"cpu": "500m", "memory": "2Gi"}}
+    assert trainer["resourcesPerNode"] == {"requests": {"cpu": "500m", "memory": "2Gi"},
+                                           "limits": {"cpu": "500m", "memory": "2Gi"}}
     assert trainer["numProcPerNode"] == 1 and trainer["numNodes"] == 1
 
 

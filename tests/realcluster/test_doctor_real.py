@@ -295,6 +295,97 @@ FAULTS.update({
         make=_lose, undo=_rebind),
 })
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+NOWHERE = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+TRACKING: dict[str, Any] = {}  # the guarded tracking server while a fault runs it
+TRACKING_USER, TRACKING_PASSWORD = "ml-platform", "doctor-real-Pa55"
+
+
+def _guarded_tracking_server(cluster: RealCluster, password: str) -> None:
+    """The real MLflow tracking server app on loopback behind basic auth (as an ingress with auth fronts it), and
+    MLflow's credential variables set to ``password`` for the doctor's process."""
+    import os
+    import threading
+
+    from mlflow.server.constants import ARTIFACT_ROOT_ENV_VAR, BACKEND_STORE_URI_ENV_VAR
+    from werkzeug.serving import make_server
+
+    from tests.llmpack.doctor.test_doctor_tracking import basic_auth
+
+    root = Path(str(cluster.state_dir)) / "tracking"
+    root.mkdir(exist_ok=True)
+    os.environ[BACKEND_STORE_URI_ENV_VAR] = f"sqlite:///{root / 'mlflow.db'}"
+    os.environ[ARTIFACT_ROOT_ENV_VAR] = str(root / "artifacts")
+    from mlflow.server import app
+
+    server = make_server("127.0.0.1", 0, basic_auth(app, TRACKING_USER, TRACKING_PASSWORD), threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    TRACKING["server"] = server
+    COMPILED["tracking"] = f"http://127.0.0.1:{server.server_port}"  # type: ignore[assignment] - a flag's value
+    os.environ.update(MLFLOW_TRACKING_USERNAME=TRACKING_USER, MLFLOW_TRACKING_PASSWORD=password)
+
+
+def _stop_tracking_server(cluster: RealCluster) -> None:
+    import os
+
+    TRACKING.pop("server").shutdown()
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        os.environ.pop(name, None)
+
+
+def _tracking_secret(cluster: RealCluster, data: dict[str, str]) -> None:
+    _core(cluster).replace_namespaced_secret("llmpack-mlflow", NS, {"metadata": {"name": "llmpack-mlflow"},
+                                                                     "stringData": data})
+
+
+def _good_tracking_secret(cluster: RealCluster) -> None:
+    _core(cluster).delete_namespaced_secret("llmpack-mlflow", NS)
+    _restore_secret(cluster)
+
+
+FAULTS.update({
+    "tracking server unreachable": Fault(
+        expect=f"✗ MLflow tracking server at {NOWHERE} unreachable (ConnectionError)", make=_nothing,
+        flags=("--tracking-uri", NOWHERE), fix="port-forward"),
+    "tracking server refuses the credentials": Fault(
+        expect="✗ MLflow tracking server at http://127.0.0.1:", make=lambda c: _guarded_tracking_server(c, "wrong"),
+        undo=_stop_tracking_server, flags=("--tracking-uri", "{tracking}"), fix="MLFLOW_TRACKING_PASSWORD"),
+    "tracking Secret without its tracking-uri key": Fault(
+        expect=f"✗ Secret llmpack-mlflow in {NS} has no tracking-uri key",
+        make=lambda c: _tracking_secret(c, {"username": "u"}), undo=_good_tracking_secret),
+    "tracking-uri not a server's URL": Fault(
+        expect=f"✗ Secret llmpack-mlflow in {NS}: tracking-uri is not an http(s) URL",
+        make=lambda c: _tracking_secret(c, {"tracking-uri": "sqlite:///mlflow.db"}), undo=_good_tracking_secret),
+    "HF token Secret missing": Fault(expect=f"✗ Secret hf-token missing in {NS}", make=_nothing,
+                                     flags=("--hf-token-secret", "hf-token")),
+    "image pull Secret missing": Fault(expect=f"✗ image pull Secret regcred missing in {NS}", make=_nothing,
+                                       flags=("--image-pull-secret", "regcred")),
+    "model PVC missing": Fault(expect=f"✗ PersistentVolumeClaim models missing in {NS}", make=_nothing,
+                               flags=("--model-pvc", "models")),
+    "checkpoint PVC missing": Fault(expect=f"✗ PersistentVolumeClaim ckpt missing in {NS}", make=_nothing,
+                                    flags=("--checkpoint-pvc", "ckpt")),
+})
+
+
+def test_the_tracking_server_answers_good_credentials_and_the_password_never_shows(good: RealCluster) -> None:
+    """The guarded tracking server with the right password: ✓ its own line, exit 0, the password nowhere."""
+    _guarded_tracking_server(good, TRACKING_PASSWORD)
+    try:
+        done = doctor(good.kubeconfig, "--tracking-uri", "{tracking}")
+    finally:
+        _stop_tracking_server(good)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"✓ MLflow tracking server at {COMPILED['tracking']} answers an authenticated read" in done.stdout
+    assert TRACKING_PASSWORD not in done.stdout + done.stderr
+
+
 # fault -> the real component's words refusing a pod of the compiled MLflow Job's size (asserted beside the ✗ line)
 REAL: dict[str, str] = {
     "GPU nodes too small for the pod's CPU and memory": "Insufficient cpu",  # the real scheduler's reason
@@ -335,8 +426,8 @@ def _mlflow_sized_pod(cluster: RealCluster) -> dict[str, Any]:
 
 
 def test_enough_real_faults() -> None:
-    """Each fault below is made for real and gives its own ✗ line."""
-    assert len(FAULTS) >= 15, len(FAULTS)
+    """Each fault below is made for real and gives its own ✗ line: at least 25 distinct ones."""
+    assert len(FAULTS) >= 25, len(FAULTS)
 
 
 @pytest.mark.parametrize("name", list(FAULTS), ids=[n.replace(" ", "-") for n in FAULTS])

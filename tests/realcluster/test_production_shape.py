@@ -18,7 +18,9 @@ labelled ``pod-security.kubernetes.io/enforce=restricted``:
   container template as a pod (``argo_pods``; Argo's injected executor containers are not in the
   artifact).
 
-KFP's IR is not a Kubernetes object (the KFP backend makes the pods): not applied here.
+KFP's IR is not a Kubernetes object: each executor is applied as the pod the KFP backend makes of it
+(``kfp_executor_pods``: the IR's image, resources and identity, the platform spec's volumes, the
+context the backend adds).
 
 What the real server refuses today is written down in :data:`REFUSED`, with the server's exact
 words, and asserted refused with them: a fix that makes the server accept one fails its case
@@ -37,7 +39,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.backends.test_pod_security import argo_pods, trainjob_pod
+from tests.backends.test_pod_security import argo_pods, hardening_gaps, kfp_pods, trainjob_pod
 from tests.conftest import REPO
 from tests.realcluster import crds
 from tests.realcluster.apiserver import Answer, create, make_namespace
@@ -94,12 +96,26 @@ def template_pods(out: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """Each Argo container template as a pod (Argo names the container ``main`` and adds its executor)."""
     wf = yaml.safe_load((out / "argo_workflows" / "finetune.yaml").read_text())
     for where, spec in argo_pods(out / "argo_workflows" / "finetune.yaml"):
-        spec = {k: v for k, v in spec.items() if v}
+        spec = {k: v for k, v in spec.items() if v or v is False}  # automountServiceAccountToken: false kept
         spec["containers"] = [{"name": "main", **c} if "name" not in c else c for c in spec["containers"]]
         spec["imagePullSecrets"] = wf["spec"].get("imagePullSecrets") or []
         spec["restartPolicy"] = "Never"
         yield f"argo {where} pod", {"apiVersion": "v1", "kind": "Pod",
                                     "metadata": {"name": where.split()[-1].lower()}, "spec": spec}
+
+
+def kfp_executor_pods(out: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each KFP executor as the pod the KFP backend makes of it: the IR's image, resources and identity, the
+    platform spec's volumes, and the context the backend adds itself (tests/backends/test_pod_security.py)."""
+    for where, spec in kfp_pods(out / "kfp_pipelines" / "finetune.yaml"):
+        pod = copy.deepcopy(spec)
+        for container in pod["containers"]:  # the IR's proto JSON writes int64 fields as strings; the pod has ints
+            sc = container["securityContext"]
+            sc.update({k: int(v) for k, v in sc.items() if k in ("runAsUser", "runAsGroup")})
+        pod["restartPolicy"] = "Never"
+        pod["securityContext"] = {"runAsNonRoot": True}  # the backend's pod level: the rest is on the container
+        yield f"kfp {where} pod", {"apiVersion": "v1", "kind": "Pod",
+                                   "metadata": {"name": where.split()[-1].lower().replace("_", "-")}, "spec": pod}
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +126,8 @@ def shape(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
     assert done.returncode == 0, done.stderr
     objects: dict[str, dict[str, Any]] = {}
     for doc in _docs(out / "trainjob" / "launcher-rbac.yaml"):
-        objects[f"launcher {doc['kind']}"] = doc
+        node = doc["metadata"]["name"] == "llmpack-trainer"
+        objects[f"launcher {'node ' if node else ''}{doc['kind']}"] = doc
     job = mlflow_job(out)
     objects["mlflow Job"] = job
     objects["mlflow Job pod"] = pod_of(job["spec"]["template"], "llm-finetune-job-pod")
@@ -123,6 +140,7 @@ def shape(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
                                     "spec": trainjob_pod(trainjob)}
     objects["argo Workflow"] = yaml.safe_load((out / "argo_workflows" / "finetune.yaml").read_text())
     objects.update(template_pods(out))
+    objects.update(kfp_executor_pods(out))
     v22 = tmp_path_factory.mktemp("production-shape-trainer-2.2")
     done = compile_shape(v22, *TRAINER_22_FLAGS)
     assert done.returncode == 0, done.stderr
@@ -156,7 +174,7 @@ def _case(name: str) -> Any:
     return pytest.param(name, id=name.replace(" ", "-"))
 
 
-LAUNCHER = ("launcher ServiceAccount", "launcher Role", "launcher RoleBinding")
+LAUNCHER = ("launcher ServiceAccount", "launcher Role", "launcher RoleBinding", "launcher node ServiceAccount")
 CORE_CASES = ["mlflow Job", "mlflow Job pod", "prepull DaemonSet", "prepull DaemonSet pod", "TrainJob node pod"]
 
 
@@ -194,6 +212,63 @@ def test_every_argo_template_pod_strictly_valid_under_restricted(real_cluster: R
         if answer.status not in (200, 201):
             refused[case] = answer.message
     assert refused == {k: v for k, v in REFUSED.items() if k.startswith("argo template")}
+
+
+def _pod_cases(shape: dict[str, dict[str, Any]]) -> list[str]:
+    return sorted(k for k, obj in shape.items() if obj.get("kind") == "Pod")
+
+
+def test_every_pod_of_every_path_strictly_valid_under_restricted(real_cluster: RealCluster, restricted: str,
+                                                                launcher: dict[str, Answer],
+                                                                shape: dict[str, dict[str, Any]]) -> None:
+    """All the production shape's pods, KFP's executors too: accepted under ``restricted`` with no warning,
+    and each hardened alike (limits, read-only root but KFP's, bounded /dev/shm, no token but the launcher's)."""
+    cases = _pod_cases(shape)
+    paths = {c.split()[0] for c in cases}
+    assert {"kfp", "argo", "mlflow", "prepull", "TrainJob"} <= paths, paths
+    assert sum(c.startswith("kfp ") for c in cases) >= 5 and sum(c.startswith("argo ") for c in cases) >= 5, cases
+    refused, gaps = {}, {}
+    for case in cases:
+        answer = _strict(real_cluster, shape[case], restricted)
+        if answer.status not in (200, 201) or [w for w in answer.warnings if "restricted" in w]:
+            refused[case] = (answer.status, answer.message, answer.warnings)
+        if found := hardening_gaps(case, shape[case]["spec"]):
+            gaps[case] = found
+    assert refused == {} and gaps == {}
+
+
+def test_only_the_launcher_account_may_create_and_delete_trainjobs(real_cluster: RealCluster, restricted: str,
+                                                                    launcher: dict[str, Answer],
+                                                                    shape: dict[str, dict[str, Any]]) -> None:
+    """The real API server's RBAC authorizer, asked by SubjectAccessReview: the compiled launcher account may
+    create, get and delete TrainJobs in the compiled namespace; the namespace's ``default`` account (which every
+    pod ran as before), the node pods' account and the launcher in another namespace may not."""
+    from kubernetes import client
+
+    assert shape["launcher RoleBinding"]["metadata"]["namespace"] == NAMESPACE
+
+    def allowed(account: str, verb: str, namespace: str = NAMESPACE) -> bool:
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
+            "user": f"system:serviceaccount:{NAMESPACE}:{account}",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}", "system:authenticated"],
+            "resourceAttributes": {"group": "trainer.kubeflow.org", "resource": "trainjobs", "verb": verb,
+                                   "namespace": namespace}}}
+        return bool(client.AuthorizationV1Api(real_cluster.api).create_subject_access_review(review).status.allowed)
+
+    for verb in ("create", "get", "delete"):
+        assert allowed("llmpack-launcher", verb), verb
+        assert not allowed("default", verb), verb
+        assert not allowed("llmpack-trainer", verb), verb
+        assert not allowed("llmpack-launcher", verb, namespace="default"), verb
+    assert not allowed("llmpack-launcher", "list") and not allowed("llmpack-launcher", "update")
+    # who runs as which account, in the objects as applied
+    assert shape["mlflow Job pod"]["spec"]["serviceAccountName"] == "llmpack-launcher"
+    argo_launchers = [c for c in _pod_cases(shape) if c.startswith("argo ")
+                      and shape[c]["spec"].get("serviceAccountName") == "llmpack-launcher"]
+    assert argo_launchers == ["argo template finetune pod"], argo_launchers
+    assert shape["argo Workflow"]["spec"]["automountServiceAccountToken"] is False
+    assert shape["TrainJob node pod"]["spec"]["serviceAccountName"] == "llmpack-trainer"
+    assert shape["launcher node ServiceAccount"]["automountServiceAccountToken"] is False
 
 
 def test_argo_v36_full_crd_is_refused_by_the_api_server(real_cluster: RealCluster) -> None:

@@ -70,13 +70,14 @@ def test_argo_templates_mount_the_pvc_and_set_hf_home(compiled: tuple[str, dict[
     wf = arts["argo"]
     api = ApiClient()
     containers = {t["name"]: t for t in wf["spec"]["templates"] if "container" in t}
-    mounted = {name for name, t in containers.items() if t.get("volumes")}
+    mounted = {name for name, t in containers.items() if any("persistentVolumeClaim" in v for v in t.get("volumes") or [])}
     assert mounted == FUSED[mode]
+    tmp = ({"name": "tmp", "emptyDir": {}}, {"name": "tmp", "mountPath": "/tmp"})  # every template: read-only root
     for name in mounted:
         tmpl = containers[name]
-        assert tmpl["volumes"] == [{"name": "hf-cache", "persistentVolumeClaim": {"claimName": PVC}}]
+        assert tmpl["volumes"] == [{"name": "hf-cache", "persistentVolumeClaim": {"claimName": PVC}}, tmp[0]]
         c = tmpl["container"]
-        assert c["volumeMounts"] == [{"name": "hf-cache", "mountPath": HF_CACHE_MOUNT}]
+        assert c["volumeMounts"] == [{"name": "hf-cache", "mountPath": HF_CACHE_MOUNT}, tmp[1]]
         assert {"name": "HF_HOME", "value": HF_CACHE_MOUNT} in c["env"]
         # The real client's models take every field and give the same objects back.
         pairs = [(tmpl["volumes"][0], "V1Volume"), (c["volumeMounts"][0], "V1VolumeMount"),
@@ -85,7 +86,7 @@ def test_argo_templates_mount_the_pvc_and_set_hf_home(compiled: tuple[str, dict[
             model = api._ApiClient__deserialize(obj, kind)  # noqa: SLF001 - the client's own deserializer
             assert api.sanitize_for_serialization(model) == obj
     for name in set(containers) - mounted:
-        assert "volumeMounts" not in containers[name]["container"]
+        assert containers[name]["container"]["volumeMounts"] == [tmp[1]]
     assert argo_problems(wf) == []
     assert credential_findings(yaml.safe_dump(wf)) == []
 
@@ -111,7 +112,7 @@ def test_without_cache_pvc_nothing_is_mounted(tmp_path: Path):
     arts = _compiled(tmp_path)
     _, platform = arts["kfp"]
     assert not any(cfg.get("pvcMount") for cfg in platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"].values())
-    assert not any(t.get("volumes") for t in arts["argo"]["spec"]["templates"])
+    assert not any("persistentVolumeClaim" in v for t in arts["argo"]["spec"]["templates"] for v in t.get("volumes") or [])
     pod = arts["job"]["spec"]["template"]["spec"]
     assert "hf-cache" not in {v["name"] for v in pod["volumes"]}
     assert [e["value"] for e in pod["containers"][0]["env"] if e["name"] == "HF_HOME"] == ["/tmp/huggingface"]

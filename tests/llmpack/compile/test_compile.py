@@ -40,9 +40,12 @@ def test_a_toy_extra_step_appears_in_all_three_outputs(tmp_path: Path) -> None:
     assert "toy-audit" in [t["name"] for t in dag["dag"]["tasks"]]
     mlproject = yaml.safe_load((tmp_path / "mlflow_projects/finetune/MLproject").read_text())
     assert "toy_audit" in mlproject["entry_points"]
-    # An absolute --out: the MLflow job template path works wherever `mlflow run` is typed.
+    # An absolute --out: the config names no directory of the compiling machine, only the path from where
+    # compile ran (and `mlflow run` is typed) to the template.
     config = json.loads((tmp_path / "mlflow_projects/finetune-k8s/kubernetes_config.json").read_text())
-    assert config["kube-job-template-path"] == str(tmp_path / "mlflow_projects/finetune-k8s/kubernetes_job_template.yaml")
+    typed = config["kube-job-template-path"]
+    assert not Path(typed).is_absolute()
+    assert (Path.cwd() / typed).resolve() == tmp_path / "mlflow_projects/finetune-k8s/kubernetes_job_template.yaml"
     spec = json.loads((tmp_path / "mlflow_projects/finetune/pipeline.json").read_text())
     assert "toy-audit" in json.dumps(spec)
 

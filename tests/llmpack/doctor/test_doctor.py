@@ -136,6 +136,15 @@ def test_ready_gang_passes_every_check(ready: Ready) -> None:
         assert expected in out, (expected, out)
 
 
+def test_a_gang_without_the_node_pods_account_fails_its_own_line(ready: Ready) -> None:
+    """launcher-rbac.yaml's ServiceAccount llmpack-trainer (the TrainJob's node pods run as it) missing: its own ✗."""
+    ready.kube.delete_custom_object("serviceaccounts", "llmpack", "llmpack-trainer")
+    code, out = ready.doctor(*GANG)
+    assert code == 1, out
+    assert failed_lines(out) == ["✗ launcher RBAC in llmpack: ServiceAccount llmpack-trainer missing (the TrainJob's "
+                                 "node pods run as it: without it none is created)"], out
+
+
 def test_checkpoint_pvc_is_checked_readwritemany_only_for_a_gang(ready: Ready) -> None:
     """--checkpoint-pvc: Bound on one node; a gang's node pods all resume from it, so ReadWriteMany."""
     ready.kube.apply_custom_object({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
