@@ -109,7 +109,7 @@ def test_the_cli_prints_each_outcome_on_its_own_line_and_never_the_password(guar
 
     tls = {"ca_cert": None, "insecure_skip_tls_verify": False}
     opts = DoctorOptions(paths=("argo",), namespace="llmpack", gpus=None, nodes=1, gpu_type=None, queue=None,
-                         cache_pvc=None, compiled=Path("."), argo_controller_namespace="argo",
+                         cache_pvc=None, compiled=Path("."), flags={"argo_controller_namespace": "argo"},
                          tracking_uri=guarded_server)
     good = {"MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": PASSWORD}
     bad = {**good, "MLFLOW_TRACKING_PASSWORD": "wrong"}
