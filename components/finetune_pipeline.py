@@ -51,7 +51,7 @@ def finetune_pipeline(
     model: str = "tiny",
     data: str = "builtin",
     seed: int = 0,
-    max_steps: int = 60,
+    max_steps: int = 120,
     method: str = "lora",
     seq_len: int = 128,
     batch_size: int = 8,
