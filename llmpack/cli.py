@@ -161,6 +161,7 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
     """Run the fine-tuning pipeline once through one backend on this machine."""
     from llmpack.run.local import RunOptions, prepare
     from llmpack.ui.display import library_logs_to, run_with_progress, summary_table
+    from llmpack.ui.outcome import outcome_line
 
     if not local:
         raise InputError(f"--cluster: use `llmpack submit {'|'.join(ORCHESTRATORS)}` or `llmpack compare --cluster`")
@@ -172,6 +173,9 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], **kwa
         click.echo(json.dumps(summary, sort_keys=True))
     else:
         summary_table([summary])
+        line = outcome_line(summary)  # the last line: base -> tuned on the task (llmpack.ui.outcome)
+        if line:
+            click.echo(line)
     if summary["status"] != "succeeded":
         click.echo(f"llmpack: error: {summary['orchestrator']}: {summary['error']}", err=True)
         sys.exit(1)
