@@ -60,7 +60,7 @@ def main() -> None:
                                   betas=(0.9, 0.95))
 
     def exact_match(model: object) -> str:
-        got = greedy_answers(model, rows, tokenizer=tok, eos_id=tiny.EOS_ID, pad_id=tiny.PAD_ID, batch_size=16,
+        got = greedy_answers(model, rows, tokenizer=tok, eos_id=tiny.EOS_ID, pad_id=tiny.PAD_ID,
                              device=torch.device("cpu"), amp_dtype=None)
         s = score(got, rows)
         net.train()

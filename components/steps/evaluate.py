@@ -109,8 +109,7 @@ def evaluate(
         if tokenizer is None:
             return score([], [])
         eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else pad_id
-        got = greedy_answers(net, rows, tokenizer=tokenizer, eos_id=eos, pad_id=pad_id, batch_size=batch_size,
-                             device=device, amp_dtype=amp_dtype)
+        got = greedy_answers(net, rows, tokenizer=tokenizer, eos_id=eos, pad_id=pad_id, device=device, amp_dtype=amp_dtype)
         return score(got, rows)
 
     kept = take_tuned(model.path)  # fused with finetune: the tuned model is still in memory

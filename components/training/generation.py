@@ -22,6 +22,9 @@ TASK_FILE = "eval_prompts.jsonl"
 # included), at most MAX_NEW_TOKENS. An answer longer than the expected one cannot match exactly.
 MAX_TASK_ROWS = 256
 MAX_NEW_TOKENS = 64
+# Tokens (prompt width + new tokens, times rows) in one generation batch: the 200 built-in prompts
+# of the default run in one batch; about 85 rows of a 128-token prompt for a larger model.
+MAX_BATCH_TOKENS = 16384
 
 GateMetric = Literal["auto", "eval_loss", "exact_match", "normalised_match"]
 GATE_METRICS: tuple[str, ...] = ("auto", "eval_loss", "exact_match", "normalised_match")
@@ -95,19 +98,37 @@ def decode_answer(tokenizer: Any, ids: list[int]) -> str:
     return tokenizer.decode(ids, skip_special_tokens=True)
 
 
-def greedy_answers(net: Any, rows: list[dict[str, Any]], *, tokenizer: Any, eos_id: int, pad_id: int, batch_size: int,
-                   device: Any, amp_dtype: Any) -> list[str]:
+def batches(rows: list[dict[str, Any]], max_tokens: int) -> list[list[dict[str, Any]]]:
+    """The rows in order, cut into batches of at most ``max_tokens`` (prompt width + new tokens, times rows).
+
+    Few, large batches: each ``generate`` call has a fixed cost, and on a CPU a batch of 16 took
+    five times as long per row as one of 256. At least one row per batch, however long.
+    """
+    out: list[list[dict[str, Any]]] = []
+    batch: list[dict[str, Any]] = []
+    width = new = 0
+    for row in rows:
+        w, n = max(width, len(row["prompt_ids"])), max(new, min(MAX_NEW_TOKENS, row["answer_tokens"]))
+        if batch and (len(batch) + 1) * (w + n) > max_tokens:
+            out.append(batch)
+            batch, w, n = [], len(row["prompt_ids"]), min(MAX_NEW_TOKENS, row["answer_tokens"])
+        batch.append(row)
+        width, new = w, n
+    return out + ([batch] if batch else [])
+
+
+def greedy_answers(net: Any, rows: list[dict[str, Any]], *, tokenizer: Any, eos_id: int, pad_id: int, device: Any,
+                   amp_dtype: Any, max_batch_tokens: int = MAX_BATCH_TOKENS) -> list[str]:
     """Each row's greedy answer, cut at the end token, decoded.
 
-    Batches are left-padded (with an attention mask) in the rows' order, so every path builds the
-    same batches and, with the CPU's deterministic algorithms, gives the same tokens.
+    Batches (:func:`batches`) are left-padded, with an attention mask, in the rows' order, so every
+    path builds the same batches and, with the CPU's deterministic algorithms, gives the same tokens.
     """
     import torch
 
     answers: list[str] = []
     net.eval()
-    for start in range(0, len(rows), batch_size):
-        batch = rows[start : start + batch_size]
+    for batch in batches(rows, max_batch_tokens):
         width = max(len(r["prompt_ids"]) for r in batch)
         ids = torch.tensor([[pad_id] * (width - len(r["prompt_ids"])) + r["prompt_ids"] for r in batch], device=device)
         mask = torch.tensor([[0] * (width - len(r["prompt_ids"])) + [1] * len(r["prompt_ids"]) for r in batch], device=device)

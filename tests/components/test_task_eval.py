@@ -14,6 +14,7 @@ from components.training.data import builtin_rows, builtin_task, read_jsonl
 from components.training.generation import (
     MAX_TASK_ROWS,
     TASK_FILE,
+    batches,
     choose_gate,
     gate_improvement,
     greedy_answers,
@@ -94,8 +95,9 @@ def test_greedy_answers_on_tiny_are_deterministic_and_bounded() -> None:
             for p, n in (("Reverse: apple", 6), ("Add: 1+2", 2), ("Uppercase: tiger ocean", 12))]
     net = build_tiny_model()
     kwargs = {"tokenizer": tok, "eos_id": EOS_ID, "pad_id": PAD_ID, "device": torch.device("cpu"), "amp_dtype": None}
-    first = greedy_answers(net, rows, batch_size=2, **kwargs)
-    assert first == greedy_answers(net, rows, batch_size=2, **kwargs)
+    first = greedy_answers(net, rows, max_batch_tokens=80, **kwargs)  # two batches: the first two rows, the third
+    assert [len(b) for b in batches(rows, 80)] == [2, 1]
+    assert first == greedy_answers(net, rows, max_batch_tokens=80, **kwargs)
     # a batch gets as many new tokens as its longest expected answer (end token included), no more
     assert len(first) == 3 and all(len(a) <= 6 for a in first[:2]) and len(first[2]) <= 12  # a byte is at most a character
 
