@@ -17,6 +17,7 @@ from components.steps.finetune import finetune
 from components.steps.prepare_data import prepare_data
 from components.steps.register import register
 from components.steps.tokenize import tokenize
+from components.training.generation import GATE_METRICS
 
 PIPELINE_NAME = "llm-finetune"
 
@@ -43,6 +44,9 @@ PARAM_RULES: dict[str, Rule] = {
     "strategy": (lambda v: v in ("ddp", "fsdp"), "'ddp' or 'fsdp' (FSDP2: weights sharded over the ranks)"),
     "max_steps": (lambda v: v >= 1, "a positive number of steps (at least 1)"),
     "nnodes": (lambda v: 1 <= v <= 1024, "between 1 and 1024 (nodes of finetune; a TrainJob above 1)"),
+    "gate_metric": (lambda v: v in GATE_METRICS,
+                    "'auto' (exact match where the eval rows have answers, else eval loss), 'eval_loss', 'exact_match' "
+                    "or 'normalised_match'"),
 }
 
 
@@ -51,7 +55,7 @@ def finetune_pipeline(
     model: str = "tiny",
     data: str = "builtin",
     seed: int = 0,
-    max_steps: int = 60,
+    max_steps: int = 120,
     method: str = "lora",
     seq_len: int = 128,
     batch_size: int = 8,
@@ -75,6 +79,7 @@ def finetune_pipeline(
     trainjob: str = "",
     promote: bool = True,
     merge: bool = False,
+    gate_metric: str = "auto",
 ):
     prepared = prepare_data(
         data=data, seed=seed, skip_bad_rows=skip_bad_rows, eval_fraction=eval_fraction, builtin_size=builtin_size
@@ -101,7 +106,7 @@ def finetune_pipeline(
         trainjob=trainjob,
     )
     scored = evaluate(tokens=tokens.outputs["tokens"], model=tuned.outputs["model"], min_improvement=min_improvement,
-                      batch_size=eval_batch_size)
+                      batch_size=eval_batch_size, gate_metric=gate_metric)
     register(model=tuned.outputs["model"], metrics=scored.outputs["metrics"], model_name=model_name, promote=promote,
              merge=merge)
 

@@ -166,7 +166,7 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_pr
     """Run the fine-tuning pipeline once through one backend on this machine."""
     from llmpack.run.local import RunOptions, prepare
     from llmpack.ui.display import library_logs_to, run_with_progress, summary_table
-    from llmpack.ui.outcome import promotion_phrase
+    from llmpack.ui.outcome import outcome_line, promotion_phrase
 
     if not local:
         raise InputError(f"--cluster: use `llmpack submit {'|'.join(ORCHESTRATORS)}` or `llmpack compare --cluster`")
@@ -181,8 +181,9 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_pr
         click.echo(json.dumps(summary, sort_keys=True))
     else:
         summary_table([summary])
-        if phrase:
-            click.echo(f"llmpack: {phrase}")
+        line = outcome_line(summary)  # the last line: base -> tuned on the task; the registry's decision
+        if line:
+            click.echo(line)
     if summary["status"] != "succeeded":
         click.echo(f"llmpack: error: {summary['orchestrator']}: {summary['error']}", err=True)
         sys.exit(1)

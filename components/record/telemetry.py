@@ -340,7 +340,20 @@ def derive_metrics(
         "eval_loss": ev.metrics.get("eval_loss"),
         "base_eval_loss": ev.metrics.get("base_eval_loss"),
         "perplexity": ev.metrics.get("perplexity"),
+        **task_metrics(ev.metrics),
     }
+
+
+# evaluate's task metrics (components.training.generation), carried into every run's record as
+# logged: base and tuned exact and normalised match, their per-task exact match
+# (``tuned_exact_match_reverse``), the gate's improvement and which metric it judged (``gated_by_*``).
+TASK_METRIC_PREFIXES = ("base_exact_match", "tuned_exact_match", "base_normalised_match", "tuned_normalised_match",
+                        "task_rows", "gate_improvement", "gated_by_")
+
+
+def task_metrics(logged: dict[str, float]) -> dict[str, float]:
+    """evaluate's task metrics among ``logged`` (none from a run before task evaluation)."""
+    return {k: v for k, v in sorted(logged.items()) if k.startswith(TASK_METRIC_PREFIXES)}
 
 
 def clean_number(value: Any) -> float | None:

@@ -82,7 +82,8 @@ def _points(files: Iterable[Path]) -> list[tuple[int, float]]:
 
 
 # The headline numbers a KFP run's comparison view shows (the summarizing task's Output[Metrics] scalars).
-HEADLINE = ("final_loss", "eval_loss", "base_eval_loss", "perplexity", "tokens_per_s", "train_s", "mfu",
+HEADLINE = ("final_loss", "eval_loss", "base_eval_loss", "perplexity", "base_exact_match", "tuned_exact_match",
+            "tokens_per_s", "train_s", "mfu",
             "spinup_s", "time_to_first_step_s", "total_s", "spinup_from_first_pod_s",
             "time_to_first_step_from_first_pod_s", "total_from_first_pod_s", "gpu_hours", "cost_usd", "goodput")
 SCALARS_FILE = "scalars.json"

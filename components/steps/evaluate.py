@@ -1,4 +1,8 @@
-"""evaluate: eval loss and perplexity of the base model vs the tuned one, and a quality gate."""
+"""evaluate: eval loss, perplexity and task metrics of the base model vs the tuned one, and a quality gate.
+
+The task metrics (docs/evaluation.md) are exact and normalised match of greedy answers to the
+held-out prompts; the gate judges ``gate_metric`` (``auto``: exact match where there are answers).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,16 @@ from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Metrics, M
 from components.errors import StepFailed
 from components.reporting import emit, metric
 from components.serving.promotion import eval_set_fingerprint
+from components.training.generation import (
+    TASK_FILE,
+    TASK_METRICS,
+    TaskScore,
+    choose_gate,
+    gate_improvement,
+    greedy_answers,
+    read_task_rows,
+    score,
+)
 from components.training.modeling import MODEL_META, device_and_dtype, load_base_model, load_pretrained, take_tuned
 
 
@@ -34,6 +48,29 @@ def mean_token_loss(net: Any, input_ids: Any, labels: Any, batch_size: int, devi
     return total / max(1, count)
 
 
+def task_metrics(base: TaskScore, tuned: TaskScore) -> dict[str, float]:
+    """The task metrics as evaluate logs them: ``base_exact_match``, ``tuned_exact_match_reverse``..."""
+    out: dict[str, float] = {"task_rows": float(tuned.rows)}
+    for name, s in (("base", base), ("tuned", tuned)):
+        for key in TASK_METRICS:
+            out[f"{name}_{key}"] = getattr(s, key)
+        for task, value in s.per_task.items():
+            out[f"{name}_exact_match_{task}"] = value
+    return out
+
+
+def gate_line(gate: str, result: dict[str, Any]) -> str:
+    """Why the gate failed, in one line naming the metric."""
+    if gate == "eval_loss":
+        return (f"quality gate: eval loss improved by {result['gate_improvement']:.4f} "
+                f"(base {result['base_eval_loss']:.4f} -> tuned {result['eval_loss']:.4f}), "
+                f"below min_improvement {result['min_improvement']}")
+    label = gate.replace("_", " ")
+    return (f"quality gate: {label} improved by {result['gate_improvement']:.4f} "
+            f"(base {result[f'base_{gate}']:.4f} -> tuned {result[f'tuned_{gate}']:.4f}), "
+            f"below min_improvement {result['min_improvement']}")
+
+
 @step(
     execution=Execution(
         resources=Resources(cpu=8, memory="64Gi", gpu_type="nvidia-h100-80gb", gpus=1),
@@ -48,10 +85,13 @@ def evaluate(
     metrics: Output[Metrics],
     min_improvement: float = 0.0,
     batch_size: int = 16,
+    gate_metric: str = "auto",
 ) -> None:
-    """Eval loss and perplexity, base vs tuned; fails when the improvement is below the gate."""
+    """Eval loss, perplexity and task metrics, base vs tuned; fails when the gated metric improved less than min_improvement."""
     import numpy as np
     import torch
+
+    from components.steps.tokenize import load_tokenizer
 
     device, amp_dtype = device_and_dtype()
     if device.type == "cpu":
@@ -60,17 +100,32 @@ def evaluate(
     input_ids = torch.from_numpy(np.load(src / "eval_input_ids.npy"))
     labels = torch.from_numpy(np.load(src / "eval_labels.npy"))
     meta = json.loads((Path(model.path) / MODEL_META).read_text())
+    rows = read_task_rows(src / TASK_FILE)
+    gate = choose_gate(gate_metric, len(rows))  # a bad name fails before any model is loaded
+    tokenizer = load_tokenizer(meta["base_model"]) if rows else None
+    pad_id = int(json.loads((src / "meta.json").read_text())["pad_id"])
+
+    def answers(net: Any) -> TaskScore:
+        """``net``'s greedy answers to the held-out prompts, scored."""
+        if tokenizer is None:
+            return score([], [])
+        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else pad_id
+        got = greedy_answers(net, rows, tokenizer=tokenizer, eos_id=eos, pad_id=pad_id, device=device, amp_dtype=amp_dtype)
+        return score(got, rows)
 
     kept = take_tuned(model.path)  # fused with finetune: the tuned model is still in memory
     if kept is not None and meta["method"] == "lora":
         emit("model_loaded")
         with kept.disable_adapter():  # the frozen base weights, exactly as loaded before training
             base_loss = mean_token_loss(kept, input_ids, labels, batch_size, device, amp_dtype)
+            base_task = answers(kept)
         eval_loss = mean_token_loss(kept, input_ids, labels, batch_size, device, amp_dtype)
+        tuned_task = answers(kept)
     else:
         base = load_base_model(meta["base_model"]).to(device)
         emit("model_loaded")
         base_loss = mean_token_loss(base, input_ids, labels, batch_size, device, amp_dtype)
+        base_task = answers(base)
         if kept is not None:  # full fine-tuning: the tuned weights replaced the base ones in memory
             tuned = kept
         elif meta["method"] == "lora":
@@ -80,21 +135,24 @@ def evaluate(
         else:
             tuned = load_pretrained(str(Path(model.path) / "full")).to(device)
         eval_loss = mean_token_loss(tuned, input_ids, labels, batch_size, device, amp_dtype)
-    result = {
+        tuned_task = answers(tuned)
+    task = task_metrics(base_task, tuned_task) if rows else {"task_rows": 0.0}
+    result: dict[str, Any] = {
         "base_eval_loss": base_loss,
         "eval_loss": eval_loss,
         "perplexity": math.exp(eval_loss),
         "base_perplexity": math.exp(base_loss),
         "improvement": base_loss - eval_loss,
         "min_improvement": min_improvement,
-        "passed": base_loss - eval_loss >= min_improvement,
         "eval_set": eval_set_fingerprint(src),  # what promotion compares versions on (components.serving.promotion)
+        **task,
+        "gate_metric": gate,  # the metric min_improvement applied to
     }
+    result["gate_improvement"] = gate_improvement(gate, result)
+    result["passed"] = result["gate_improvement"] >= min_improvement
     (Path(metrics.path) / "metrics.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    for key in ("base_eval_loss", "eval_loss", "perplexity", "improvement"):
+    for key in ("base_eval_loss", "eval_loss", "perplexity", "improvement", *task, "gate_improvement"):
         metric(key, result[key])
+    metric(f"gated_by_{gate}", 1.0)  # which metric the gate judged, as a metric name every record carries
     if not result["passed"]:
-        raise StepFailed(
-            f"quality gate: eval loss improved by {result['improvement']:.4f} "
-            f"(base {base_loss:.4f} -> tuned {eval_loss:.4f}), below min_improvement {min_improvement}"
-        )
+        raise StepFailed(gate_line(gate, result))

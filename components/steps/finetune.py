@@ -40,6 +40,7 @@ from components.training.checkpointing import (
 )
 from components.training.modeling import MODEL_META, device_and_dtype, keep_tuned, load_base_model, lora_target_modules
 from components.training.progress import PROGRESS_FILE, ProgressFile
+from components.training.tiny import TINY, TINY_MODULES_TO_SAVE
 from components.training.trainer_status import TrainerStatus
 
 
@@ -123,7 +124,9 @@ def build_model(base_model: str, method: str, *, lora_r: int, lora_alpha: int) -
         from peft import LoraConfig, get_peft_model
 
         targets = lora_target_modules(net)  # every linear layer but the head, from the architecture
-        config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM")
+        whole = list(TINY_MODULES_TO_SAVE) if base_model == TINY else None  # the random base's head and embeddings
+        config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM",
+                            modules_to_save=whole)
         net = get_peft_model(net, config)
         net.peft_config["default"].base_model_name_or_path = base_model
         net.peft_config["default"].target_modules = targets  # peft keeps a set: its saved order follows the hash seed
@@ -178,8 +181,9 @@ def save_outputs(out: Path, net: Any, whole: dict[str, Any] | None, *, method: s
     weights_dir = out / ("adapter" if method == "lora" else "full")
     extra: dict[str, Any] = {"state_dict": whole} if whole is not None else {}
     if method == "lora":
-        # Our LoRA targets linear layers only and never resizes the vocabulary, so the embeddings
-        # are never saved; peft's "auto" would ask the hub for the base model's config.json to
+        # Our LoRA targets linear layers only and never resizes the vocabulary, so no embedding
+        # layer is saved as a LoRA target (``tiny``'s trained copies are saved as modules_to_save
+        # all the same); peft's "auto" would ask the hub for the base model's config.json to
         # find that out (a network request for `tiny`, which is no hub id).
         extra["save_embedding_layers"] = False
     net.save_pretrained(weights_dir, safe_serialization=True, **extra)
@@ -203,7 +207,7 @@ def finetune(
     model: Output[Model],
     base_model: str = "tiny",
     method: str = "lora",
-    max_steps: int = 60,
+    max_steps: int = 120,
     batch_size: int = 8,
     grad_accum: int = 1,
     lr: float = 3e-3,

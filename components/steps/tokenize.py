@@ -1,4 +1,4 @@
-"""tokenize: rows -> fixed-length packed sequences, prompt tokens masked out of the loss."""
+"""tokenize: rows -> fixed-length packed sequences, prompt tokens masked out of the loss; the held-out prompts to answer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 
 from components.dsl import Dataset, Execution, Input, Output, Resources, step
 from components.errors import InputError
-from components.training.data import read_split
+from components.training.data import builtin_task, read_split
+from components.training.generation import TASK_FILE, task_rows, write_task_rows
 from components.training.tiny import TINY, ByteTokenizer
 
 IGNORE = -100
@@ -85,7 +86,12 @@ def tokenize(dataset: Input[Dataset], tokens: Output[Dataset], model: str = "tin
     out = Path(tokens.path)
     counts = {}
     for split, keep_tail in (("train", False), ("eval", True)):
-        pairs = [pair_ids(tokenizer, row) for row in read_split(Path(dataset.path) / f"{split}.jsonl")]
+        rows = read_split(Path(dataset.path) / f"{split}.jsonl")
+        pairs = [pair_ids(tokenizer, row) for row in rows]
+        if split == "eval":  # the held-out prompts evaluate answers, with their expected answers
+            answerable, too_long = task_rows(pairs, rows, max_prompt_tokens=seq_len, task_of=builtin_task)
+            write_task_rows(out / TASK_FILE, answerable)
+            metric("task_rows_too_long", too_long)
         blocks, labels = pack(pairs, seq_len, pad_id, keep_tail=keep_tail)
         if not blocks:
             raise InputError(f"{split} split has fewer than {seq_len} tokens; lower seq_len or add data")

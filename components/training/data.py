@@ -47,6 +47,17 @@ def builtin_rows(n: int = 2000, seed: int = 0) -> list[dict[str, str]]:
     return rows
 
 
+# The built-in tasks by the word that starts their prompts (``Reverse: maple``): task evaluation
+# reports exact match per task for rows that start so (components.training.generation).
+BUILTIN_TASKS = {"Uppercase": "uppercase", "Reverse": "reverse", "Add": "add"}
+
+
+def builtin_task(prompt: str) -> str | None:
+    """The built-in task a prompt asks for (``uppercase``, ``reverse``, ``add``), or None for any other prompt."""
+    head, colon, _ = prompt.partition(": ")
+    return BUILTIN_TASKS.get(head) if colon else None
+
+
 def _text(value: Any, field: str, where: str) -> str:
     """A string field that can be written back as UTF-8 (JSON's ``\\ud800`` escapes can make one that cannot)."""
     if not isinstance(value, str):

@@ -21,7 +21,7 @@ from typing import Any
 
 from components.errors import InputError
 from components.fusion import path_of
-from llmpack.report import beside
+from llmpack.report import beside, task
 from llmpack.report import estimate as estimate_vs_actual
 from llmpack.report.charts import chart_boxes, chart_cost, chart_timeline, path_colour
 from llmpack.report.facts import (
@@ -171,6 +171,7 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         lines += ["", "## Failed runs", ""]
         lines += [f"- **{md_text(r['orchestrator'])}** {md_text(r['pipeline_run'])}: {md_text(r.get('error') or r['status'])}"
                   for r in failed]
+    lines += task.markdown(result["runs"])
     lines += ["", "## What the money went on", ""]
     lines += [f"- **{o}**: {text}" for o, text in _cost_lines(result, splits)] or ["- no priced runs"]
     retries = retry_lines(result["runs"])
@@ -341,6 +342,7 @@ img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 <p class="note">{html.escape(glossary.define('delta'))}; {html.escape(glossary.define('ci'))}. Method: {html.escape(result.get('verdict_method', ''))}.</p>
 {img('timeline')}
 {img('spinup_boxplot')}
+{task.html_section(result['runs'], _badge)}
 <h2>What the money went on</h2>
 <ul>{costs or '<li>no priced runs</li>'}</ul>
 {retries}

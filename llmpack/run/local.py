@@ -56,7 +56,7 @@ class RunOptions:
     backend: str = "direct"
     model: str = "tiny"
     data: str = BUILTIN
-    max_steps: int = 60
+    max_steps: int = 120
     seed: int = 0
     output_dir: Path = Path("llmpack-runs")
     tracking_uri: str | None = None

@@ -169,8 +169,8 @@ RUN_COLUMNS = (
     ("cost_usd", "cost"),
     ("goodput", "goodput"),
 )
-# The glossary terms the run summary shows, printed under it (llmpack.ui.glossary).
-RUN_TERMS = ("spinup", "time_to_first_step", "pipeline_overhead", "eval_loss", "base_loss", "cost", "goodput")
+# The glossary terms the run summary shows, printed under it (llmpack.ui.glossary); exact match: the outcome line.
+RUN_TERMS = ("spinup", "time_to_first_step", "pipeline_overhead", "eval_loss", "base_loss", "cost", "goodput", "exact_match")
 
 
 def packaging(summary: dict[str, Any]) -> str:

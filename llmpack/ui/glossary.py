@@ -74,6 +74,21 @@ TERMS: tuple[Term, ...] = (
          short="the same eval loss of the base model, before fine-tuning",
          detail="Measured by the evaluate step on the same held-out split: eval loss below base loss is what the "
                 "fine-tuning bought."),
+    Term(key="exact_match", name="exact match", metric="tuned_exact_match",
+         short="share of held-out prompts answered exactly (greedy), base → tuned",
+         detail="The evaluate step answers each held-out prompt greedily (at most 256 prompts; new tokens bounded by "
+                "the longest expected answer, at most 64) and compares the answer with the expected one byte for "
+                "byte; `base_exact_match` is the base model's, per built-in task `tuned_exact_match_reverse`... "
+                "Identical on every path for the same seed (docs/evaluation.md)."),
+    Term(key="normalised_match", name="normalised match", metric="tuned_normalised_match",
+         short="exact match after strip, casefold and whitespace collapsed",
+         detail="Forgives `Paris ` for `paris`; never a different word. `base_normalised_match` is the base model's."),
+    Term(key="gate_metric", name="gate metric", metric="gate_improvement",
+         short="what min_improvement judges: exact match where answers exist",
+         detail="Pipeline parameter `gate_metric`: `auto` (default: exact match when the held-out split has prompts "
+                "to answer, else eval loss), `eval_loss`, `exact_match` or `normalised_match`. The run records "
+                "which one gated as the metric `gated_by_<name>` and the improvement it judged as `gate_improvement` "
+                "(tuned − base for a match, base − tuned for a loss)."),
     # ------------------------------------------------------------------ money
     Term(key="cost", name="cost", metric="cost_usd", group="money",
          short="GPUs × billed seconds × price per GPU-hour / 3600, every attempt",

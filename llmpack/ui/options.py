@@ -49,7 +49,7 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--model", default="tiny", show_default=True, help="tiny (built in), a local HF model directory, or an HF id."),
         click.option("--data", default="builtin", show_default=True, help="builtin, a JSONL file (prompt/response or messages), or an HF dataset id."),
-        click.option("--max-steps", type=int, default=60, show_default=True, help="Optimizer steps for finetune."),
+        click.option("--max-steps", type=int, default=120, show_default=True, help="Optimizer steps for finetune."),
         click.option("--seed", type=int, default=0, show_default=True, help="Random seed (data order, initial weights)."),
         click.option("--output-dir", type=click.Path(path_type=Path), default=Path("llmpack-runs"), show_default=True,
                      help="Where each run's directory is written (atomically)."),
@@ -144,7 +144,7 @@ def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--model", default=None, help="Model (a path inside the image/volume, or an HF id)."),
         click.option("--data", default=None, help="Data (a path inside the image/volume, builtin, or an HF dataset id)."),
-        click.option("--max-steps", type=int, default=None, help="Optimizer steps for finetune (default: the pipeline's, 60)."),
+        click.option("--max-steps", type=int, default=None, help="Optimizer steps for finetune (default: the pipeline's, 120)."),
         click.option("--seed", type=int, default=None, help="Random seed (default: the pipeline's, 0)."),
         click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter."),
         click.option("--no-promote", "no_promote", is_flag=True, help=NO_PROMOTE_HELP),

@@ -61,7 +61,7 @@ def test_workflow_arguments_are_all_pipeline_params_with_argo_defaults():
     args = {p["name"]: p["value"] for p in _doc()["spec"]["arguments"]["parameters"]}
     assert list(args) == list(pipe.all_params)
     assert args["orchestrator"] == "argo" and args["mode"] == "cluster"
-    assert args["max_steps"] == "60" and args["lr"] == "0.003"
+    assert args["max_steps"] == "120" and args["lr"] == "0.003"
     assert _doc()["metadata"]["generateName"] == "llm-finetune-"
 
 

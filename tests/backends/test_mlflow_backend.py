@@ -131,7 +131,7 @@ def test_main_entry_point_takes_every_pipeline_parameter():
     assert set(main.parameters) == {*pipe.all_params, "artifacts_dir", "base_dir"}
     assert main.parameters["orchestrator"].default == "mlflow"
     assert main.parameters["mode"].default == "local"
-    assert main.parameters["max_steps"].default == 60
+    assert main.parameters["max_steps"].default == 120
     assert main.parameters["base_dir"].type == "path"
     k8s_main = _load(K8S).get_entry_point("main")
     assert set(k8s_main.parameters) == {*pipe.all_params, "artifacts_dir"}

@@ -195,6 +195,8 @@ def test_pipeline_fine_tunes_a_real_model_dir_on_chat_data(arch: str, backend: s
     assert s["status"] == "succeeded" and s["orchestrator"] == backend
     m = s["metrics"]
     assert m["eval_loss"] < m["base_eval_loss"] - 0.05, m  # evaluate scores the base model on the same blocks
+    # and answers the held-out chat prompts through the model's own tokenizer and chat template
+    assert m["task_rows"] > 0 and 0.0 <= m["base_exact_match"] <= 1.0 and 0.0 <= m["tuned_normalised_match"] <= 1.0, m
     model_dir = Path(s["artifacts"]["model_dir"])
     meta = json.loads((model_dir / "llmpack-model.json").read_text())
     assert meta["base_model"] == str(model_dirs[arch]) and meta["steps"] == MAX_STEPS
@@ -205,3 +207,4 @@ def test_pipeline_fine_tunes_a_real_model_dir_on_chat_data(arch: str, backend: s
     if direct is not None and backend != "direct":  # every path trains the same adapter
         assert _adapter_sha(s) == _adapter_sha(direct)
         assert m["eval_loss"] == direct["metrics"]["eval_loss"]
+        assert m["tuned_exact_match"] == direct["metrics"]["tuned_exact_match"]

@@ -54,7 +54,7 @@ def test_a_planted_delay_is_decided_and_decided_paths_leave_the_rounds() -> None
     # the warm-up run is the first path's, in its own group, a start-up run; round 1 is the whole pipeline
     warm, *counted = fake.calls
     assert warm["group"] == "rg-test-warmup" and warm["tasks"] == ["prepare-data", "tokenize", "finetune"]
-    assert [c["tasks"] for c in counted[:3]] == [None, None, None] and counted[0]["max_steps"] == 60
+    assert [c["tasks"] for c in counted[:3]] == [None, None, None] and counted[0]["max_steps"] == 120
     assert all(c["max_steps"] == 1 and c["tags"]["llmpack.round_kind"] == "startup" for c in counted[3:])
     assert {c["tags"]["llmpack.round"] for c in counted[:3]} == {"1"}
     # total and cost come from round 1 only: n=1, shown, not judged
