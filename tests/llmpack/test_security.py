@@ -1,29 +1,11 @@
 """Security of every manifest the pack compiles or submits.
 
-Scanned: the committed compiled artifacts (``kfp_pipelines/finetune.yaml`` with its kfp-kubernetes
-platform spec, ``argo_workflows/finetune.yaml``, ``mlflow_projects/finetune-k8s/kubernetes_job_template.yaml``)
-and what ``llmpack submit`` actually sent, as captured by the stand-in servers. Every pod spec must
-run as non-root, without privilege escalation, with all capabilities dropped and unprivileged; no
-hostPath volume and no host namespaces; secrets only by ``secretKeyRef`` (or the KFP equivalent,
-``secretAsEnv``); and no literal token, password, bearer string, key or credential anywhere.
-
-What a format cannot express (asserted below, so a change in the format shows up here):
-
-* KFP: the kfp-kubernetes platform spec's ``securityContext`` has only ``runAsUser``,
-  ``runAsGroup`` and ``runAsNonRoot`` (``kubernetes_executor_config.proto``), and no field for
-  privileged mode, capabilities, privilege escalation or hostPath volumes. The KFP backend sets
-  ``allowPrivilegeEscalation: false``, drops ALL capabilities and sets ``seccompProfile:
-  RuntimeDefault`` on the pods it creates (kfp-kubernetes' ``set_security_context`` docstring);
-  that is the cluster's KFP version's doing, not something the IR can carry or this test can see.
-  Pod-level ``fsGroup``/``seccompProfile`` are likewise not expressible.
-* Argo: the Workflow carries the main containers' and the pod's security context; the ``init``
-  and ``wait`` executor containers Argo injects get theirs from the workflow controller's
-  ``executor`` configuration (``workflow-controller-configmap``), outside the Workflow. Argo's
-  executor needs the service account token, so ``automountServiceAccountToken`` is not disabled.
-* MLflow: the Job template expresses everything. ``llmpack submit mlflow`` appends
-  ``MLFLOW_RUN_ID``/``MLFLOW_EXPERIMENT_ID`` as literal env values (ids) and takes the tracking
-  URI from the Secret by reference; MLflow's own Kubernetes backend also writes
-  ``MLFLOW_TRACKING_URI`` literally (documented: use a URI without credentials there).
+Scanned: the committed compiled artifacts and what ``llmpack submit`` actually sent, as captured by
+the stand-in servers. Every pod spec must run as non-root, without privilege escalation, with all
+capabilities dropped and unprivileged; no hostPath volume and no host namespaces; secrets only by
+reference; and no literal token, password, bearer string, key or credential anywhere. What a
+format cannot express is asserted below, so a change in the format shows up here; each format's
+limits: docs/pod-security.md.
 """
 
 from __future__ import annotations
