@@ -28,3 +28,15 @@ def test_no_promote_is_the_pipeline_parameter_promote_false() -> None:
     assert "promote" not in parse_params(with_promote(("lr=0.001",), False))
     assert parse_params(with_promote(("promote=true",), True))["promote"] is False  # the flag comes last and wins
     assert parse_params(("merge=true",))["merge"] is True
+
+
+def test_the_last_line_joins_the_task_outcome_and_the_registry_decision(tmp_path) -> None:
+    from llmpack.ui.outcome import REGISTRATION_DIR, outcome_line
+
+    (tmp_path / "registration.json").write_text(json.dumps({"promotion": "version 3 -> champion (no champion yet)"}))
+    summary = {"metrics": {"base_exact_match": 0.0, "tuned_exact_match": 0.17, "task_rows": 200.0,
+                           "gated_by_exact_match": 1.0},
+               "artifacts": {REGISTRATION_DIR: str(tmp_path)}}
+    assert outcome_line(summary) == ("outcome: exact match base 0.0% -> tuned 17.0% on 200 held-out prompts "
+                                     "(gate: exact match); version 3 -> champion (no champion yet)")
+    assert outcome_line({"artifacts": {REGISTRATION_DIR: str(tmp_path)}}) is None  # nothing evaluated: no line
