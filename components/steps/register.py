@@ -116,6 +116,7 @@ def register(
             version = str(mc.create_model_version(model_name, source=source, run_id=run_id,
                                                   tags={**tags, **decision.tags}).version)
             promotion.set_aliases(mc, model_name, version, decision)
+            mc.set_tag(run_id, promotion.TAG, decision.phrase(version))  # the run's side, for its report
             record.update(registered=True, version=version, champion=decision.champion,
                           promotion=decision.phrase(version))
         else:  # a measurement round (llmpack compare): the weights are on the run, no version per round

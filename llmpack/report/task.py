@@ -12,6 +12,8 @@ from typing import Any
 
 from llmpack.ui.outcome import gated_on, percent
 
+PROMOTION_TAG = "llmpack.promotion"  # what the register step decided for the version it registered
+
 TITLE = "Does the tuned model do the task?"
 NOTE = ("Greedy answers to the held-out prompts, scored by exact match (normalised: case and spacing forgiven); "
         "base model -> tuned model (docs/evaluation.md).")
@@ -25,10 +27,13 @@ def _span(values: list[float]) -> str:
 def task_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """``(path, "exact match 0.0% -> 17.0% ...")`` for each path whose runs scored answers, in run order."""
     by_path: dict[str, list[dict[str, float]]] = {}
+    promotions: dict[str, str] = {}  # each path's newest registry decision (the register step's run tag)
     for run in runs:
         m = run.get("metrics") or {}
         if m.get("tuned_exact_match") is not None and m.get("base_exact_match") is not None:
             by_path.setdefault(run["orchestrator"], []).append(m)
+            if decided := (run.get("tags") or {}).get(PROMOTION_TAG):
+                promotions[run["orchestrator"]] = decided
     lines = []
     for orch, ms in by_path.items():
         text = f"exact match {_span([m['base_exact_match'] for m in ms])} -> {_span([m['tuned_exact_match'] for m in ms])}"
@@ -44,6 +49,8 @@ def task_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
         gate = gated_on(ms[0])
         text += f"; gate: {gate.replace('_', ' ')}" if gate else ""
         text += f"; {len(ms)} run{'s' if len(ms) > 1 else ''}"
+        if decided := promotions.get(orch):
+            text += f"; registry: {decided}"
         lines.append((orch, text))
     return lines
 

@@ -38,3 +38,11 @@ def test_the_written_report_carries_the_task_section(tmp_path: Path) -> None:
     out = write_report(result, tmp_path / "rep")
     assert "Does the tuned model do the task?" in (out / "report.md").read_text()
     assert "exact match 0.0% -&gt; 17.0%" in (out / "report.html").read_text()
+
+
+def test_the_report_shows_the_registry_decision_the_run_carries() -> None:
+    runs = synthetic_runs(n=1, paths=("direct", "kfp"))
+    runs[0]["tags"] = {**runs[0].get("tags", {}), task.PROMOTION_TAG: "version 3 -> champion (beat v2: 0.9 < 1.1)"}
+    lines = dict(task.task_lines(runs))
+    assert lines["direct"].endswith("; registry: version 3 -> champion (beat v2: 0.9 < 1.1)")
+    assert "registry:" not in lines["kfp"]  # a compare round registers nothing: no decision to show
