@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,15 +57,17 @@ def _bin_dir() -> Path:
     return Path(done.stdout.strip())
 
 
-@pytest.fixture(scope="session")
-def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
-    """etcd, kube-apiserver, controller-manager, scheduler and kwok with tools/cluster/nodes.json's GPU nodes."""
+@contextmanager
+def started_cluster(state: Path, *, settings: dict[str, str] | None = None,
+                    unset: tuple[str, ...] = ()) -> Iterator[RealCluster]:
+    """A control plane started by up.sh in ``state`` with ``settings`` (LLMPACK_CLUSTER_*) and ``unset``
+    left out of the environment (besides LLMPACK_CLUSTER_NODES: always the default node set), torn down after."""
     import kubernetes
 
     bin_dir = _bin_dir()
-    state = tmp_path_factory.mktemp("realcluster") / "state"
-    env = {**os.environ, "LLMPACK_CLUSTER_DIR": str(state), "GO": _go() or "go"}
-    env.pop("LLMPACK_CLUSTER_NODES", None)
+    env = {**os.environ, "LLMPACK_CLUSTER_DIR": str(state), "GO": _go() or "go", **(settings or {})}
+    for name in ("LLMPACK_CLUSTER_NODES", *unset):
+        env.pop(name, None)
     up = subprocess.run([str(TOOLS / "up.sh")], capture_output=True, text=True, env=env, timeout=300)
     try:
         assert up.returncode == 0, f"up.sh failed ({up.returncode}): {up.stderr[-3000:]}"
@@ -73,3 +76,10 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
         yield RealCluster(kubeconfig=kubeconfig, state_dir=state, bin_dir=bin_dir, api=api)
     finally:
         subprocess.run([str(TOOLS / "down.sh")], capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """etcd, kube-apiserver, controller-manager, scheduler and kwok with tools/cluster/nodes.json's GPU nodes."""
+    with started_cluster(tmp_path_factory.mktemp("realcluster") / "state") as cluster:
+        yield cluster

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from tests.realcluster.apiserver import create, make_namespace, wait_until
-from tests.realcluster.conftest import TOOLS, RealCluster, _bin_dir, _go
+from tests.realcluster.conftest import TOOLS, RealCluster, _go, started_cluster
 from tests.realcluster.test_production_shape import compile_shape
 
 pytestmark = pytest.mark.cluster
@@ -40,26 +40,15 @@ GANG_FLAGS = ("--nodes", "2", "--gpus", "8", "--gpu-type", "h100", "--cache-pvc"
 @pytest.fixture(scope="module")
 def gang_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     """A control plane with the JobSet and Trainer controllers running (skips where they are not built)."""
-    import kubernetes
-
-    bin_dir = _bin_dir()
     env = {**os.environ, "GO": _go() or "go"}
     mode = [] if os.environ.get("LLMPACK_CLUSTER_BUILD") == "1" else ["--cached"]
     built = subprocess.run([str(TOOLS / "build.sh"), "--controllers", *mode], capture_output=True, text=True, env=env,
                            timeout=7200)
     if built.returncode != 0:
         pytest.skip(f"JobSet/Trainer controllers not built: {built.stderr.strip().splitlines()[-1]}")
-    state = tmp_path_factory.mktemp("gangcluster") / "state"
-    env.update(LLMPACK_CLUSTER_DIR=str(state), LLMPACK_CLUSTER_CONTROLLERS="jobset,trainer")
-    env.pop("LLMPACK_CLUSTER_NODES", None)
-    up = subprocess.run([str(TOOLS / "up.sh")], capture_output=True, text=True, env=env, timeout=300)
-    try:
-        assert up.returncode == 0, f"up.sh failed ({up.returncode}): {up.stderr[-3000:]}"
-        kubeconfig = state / "kubeconfig"
-        api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
-        yield RealCluster(kubeconfig=kubeconfig, state_dir=state, bin_dir=bin_dir, api=api)
-    finally:
-        subprocess.run([str(TOOLS / "down.sh")], capture_output=True, text=True, env=env, timeout=120)
+    with started_cluster(tmp_path_factory.mktemp("gangcluster") / "state",
+                         settings={"LLMPACK_CLUSTER_CONTROLLERS": "jobset,trainer"}) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +121,11 @@ def test_compiled_trainjob_runs_as_a_gang_through_the_real_controllers(gang_clus
     assert done.returncode == 0, done.stderr
     job = _trainjob(tmp_path)
     name = job["metadata"]["name"]
+    # As a user applies it first: the launcher's Role and the accounts (the node pods run as llmpack-trainer)
+    for doc in yaml.safe_load_all((tmp_path / "trainjob" / "launcher-rbac.yaml").read_text()):
+        if doc:
+            made_rbac = create(gang_cluster.api, doc, namespace=gang_ns, dry_run=False)
+            assert made_rbac.status in (201, 409), made_rbac  # 409: the module's other test made it
     answer = create(gang_cluster.api, job, namespace=gang_ns, dry_run=False)
     assert answer.status == 201, answer
     custom, core, batch = _custom(gang_cluster.api), client.CoreV1Api(gang_cluster.api), client.BatchV1Api(gang_cluster.api)

@@ -20,8 +20,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import threading
 import time
 import urllib.request
@@ -31,7 +29,7 @@ from typing import Any
 import pytest
 
 from tests.realcluster.apiserver import make_namespace, wait_until
-from tests.realcluster.conftest import TOOLS, RealCluster, _bin_dir, _go
+from tests.realcluster.conftest import RealCluster, started_cluster
 
 pytestmark = pytest.mark.cluster
 
@@ -51,21 +49,9 @@ def _job(name: str, run_group: str, completions: int, parallelism: int) -> dict[
 @pytest.fixture(scope="module")
 def etcd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     """A control plane whose API server serves watches from etcd (no watch cache)."""
-    import kubernetes
-
-    bin_dir = _bin_dir()
-    state = tmp_path_factory.mktemp("etcdwatch") / "state"
-    env = {**os.environ, "LLMPACK_CLUSTER_DIR": str(state), "GO": _go() or "go", "LLMPACK_CLUSTER_WATCH_CACHE": "0"}
-    env.pop("LLMPACK_CLUSTER_NODES", None)
-    env.pop("LLMPACK_CLUSTER_CONTROLLERS", None)
-    up = subprocess.run([str(TOOLS / "up.sh")], capture_output=True, text=True, env=env, timeout=300)
-    try:
-        assert up.returncode == 0, f"up.sh failed ({up.returncode}): {up.stderr[-3000:]}"
-        kubeconfig = state / "kubeconfig"
-        api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
-        yield RealCluster(kubeconfig=kubeconfig, state_dir=state, bin_dir=bin_dir, api=api)
-    finally:
-        subprocess.run([str(TOOLS / "down.sh")], capture_output=True, text=True, env=env, timeout=120)
+    with started_cluster(tmp_path_factory.mktemp("etcdwatch") / "state", settings={"LLMPACK_CLUSTER_WATCH_CACHE": "0"},
+                         unset=("LLMPACK_CLUSTER_CONTROLLERS",)) as cluster:
+        yield cluster
 
 
 def _etcd(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
