@@ -268,11 +268,12 @@ def test_the_mlflow_job_runs_its_steps_in_a_pod_of_the_real_job_controller(
     monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(real_cluster.kubeconfig))
     monkeypatch.setenv("KUBECONFIG", str(real_cluster.kubeconfig))
     monkeypatch.setenv("KUBE_MLFLOW_TRACKING_URI", uri)
-    monkeypatch.chdir(out)  # as a user types it where `llmpack compile` wrote: the config's template path is relative
+    # As a user types it where `llmpack compile` ran (the repository): the config's template path is relative to there
+    monkeypatch.chdir(REPO)
     mlflow.set_tracking_uri(uri)
     try:
-        submitted = mlflow.projects.run("mlflow_projects/finetune-k8s", entry_point="main", backend="kubernetes",
-                                        backend_config="mlflow_projects/finetune-k8s/kubernetes_config.json",
+        submitted = mlflow.projects.run(str(project), entry_point="main", backend="kubernetes",
+                                        backend_config=str(project / "kubernetes_config.json"),
                                         parameters={"max_steps": "2"}, experiment_name="llmpack", synchronous=False)
         finished = submitted.wait()
     finally:
