@@ -110,6 +110,8 @@ def test_first_version_is_champion_a_worse_one_stays_challenger_a_better_one_tak
     assert tags["llmpack.promotion.baseline_run_id"] == first["run_id"] and tags["llmpack.run_id"] == worse["run_id"]
     assert tags["llmpack.eval_set"] == mc.get_model_version(NAME, "1").tags["llmpack.eval_set"]
     assert mc.get_model_version(NAME, "3").tags["llmpack.promotion.baseline_version"] == "1"
+    # the run that registered a version carries its decision too (the report shows it)
+    assert mc.get_run(worse["run_id"]).data.tags["llmpack.promotion"] == worse["promotion"]
 
 
 def test_promote_false_registers_a_challenger_only(three_runs: dict[str, Any], tokens: Path, finetuned: Path) -> None:
