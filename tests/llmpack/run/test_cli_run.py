@@ -128,7 +128,8 @@ def test_the_first_version_is_champion_and_the_same_run_again_ties_and_stays_cha
     r = llmpack("run", "--backend", "direct", "--max-steps", "2", "--no-promote", "--tracking-uri",
                 a["artifacts"]["tracking_uri"], cwd=root)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip().splitlines()[-1] == "llmpack: version 3 stays challenger (promote=false)"
+    last = r.stdout.strip().splitlines()[-1]  # one last line: the task outcome, then the registry's decision
+    assert last.startswith("outcome: exact match base ") and last.endswith("; version 3 stays challenger (promote=false)")
 
     from mlflow.tracking import MlflowClient
 
