@@ -34,10 +34,14 @@ def env(cert: tuple[Path, Path], tmp_path: Path) -> Iterator[tuple[dict[str, str
                CA_ENV: str(cert[0]), TOKEN_ENV: str(token_file)}, server
 
 
-def _train(progress: ProgressFile, steps: int, step_s: float = 0.0) -> None:
+def _train(progress: ProgressFile, steps: int, step_s: float = 0.0, server: TrainerStatusStandIn | None = None) -> None:
     for done in range(1, steps + 1):
         time.sleep(step_s)
         progress.update(done, tokens=done * 128, elapsed_s=done * 0.5, loss=4.0 / done)
+        if done == 1 and server is not None:  # a real step takes seconds: the first post goes out before the next
+            deadline = time.monotonic() + 10.0
+            while not server.statuses and time.monotonic() < deadline:
+                time.sleep(0.01)
     progress.close()
 
 
@@ -51,7 +55,7 @@ def test_first_and_last_steps_are_posted_with_loss_eta_and_time_to_first_step(
     submitted = time.time() - 42.0
     progress = ProgressFile(tmp_path / "p.json", start_step=0, max_steps=20, status=TrainerStatus.from_env(settings),
                             submitted_at=submitted)
-    _train(progress, 20)
+    _train(progress, 20, server=server)  # without the wait, a loaded machine let the last supersede the first unsent
     first, last = server.statuses[0], server.statuses[-1]
     assert len(server.statuses) == 2  # throttled to one post per 5 s: only the forced first and last went out
     assert first["progressPercentage"] == 5 and last["progressPercentage"] == 100
