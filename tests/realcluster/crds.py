@@ -83,4 +83,27 @@ def install(api: Any, name: str) -> list[str]:
             if time.monotonic() > deadline:
                 raise AssertionError(f"CRD {crd_name} not Established within 60 s")
             time.sleep(0.2)
+    _wait_served(api, [crd for crd in crds(name) if crd["metadata"]["name"] in names])
     return names
+
+
+def _wait_served(api: Any, installed: list[dict[str, Any]]) -> None:
+    """Until discovery lists each CRD's kind at its served versions: Established comes first, discovery after
+    (a loaded machine showed a Workflow 'not served' right after its CRD was Established)."""
+    from kubernetes.dynamic import DynamicClient
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+    client = DynamicClient(api)
+    for crd in installed:
+        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+        for version in [v["name"] for v in crd["spec"]["versions"] if v.get("served")]:
+            deadline = time.monotonic() + 60
+            while True:
+                client.resources.invalidate_cache()
+                try:
+                    client.resources.get(api_version=f"{group}/{version}", kind=kind)
+                    break
+                except ResourceNotFoundError:
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"{group}/{version} {kind} not served within 60 s") from None
+                    time.sleep(0.2)
