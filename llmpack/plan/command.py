@@ -96,14 +96,14 @@ def check_provider(provider: str, price_file: str | None) -> None:
 def write_out(out: Path, result: dict[str, Any], plan: Plan) -> list[Path]:
     """``plan.json`` and ``plan.png`` into ``out`` (created), each written whole or not at all."""
     from llmpack.plan.chart import chart_plan
-    from llmpack.project.command import _write_atomic
+    from llmpack.project.command import write_atomic
 
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"--out {out}: cannot create it ({exc.strerror or exc})") from None
-    _write_atomic(out / CHART, lambda p: chart_plan(plan.rows, plan.choice, p))
-    _write_atomic(out / "plan.json", lambda p: p.write_text(json.dumps(result, indent=2) + "\n"))
+    write_atomic(out / CHART, lambda p: chart_plan(plan.rows, plan.choice, p))
+    write_atomic(out / "plan.json", lambda p: p.write_text(json.dumps(result, indent=2) + "\n"))
     return [out / CHART, out / "plan.json"]
 
 

@@ -15,18 +15,10 @@ from typing import Any
 from llmpack.plan.choice import Choice
 from llmpack.plan.estimate import HEADLINES, OptionEstimate
 from llmpack.project.model import Estimate
+from llmpack.project.render import seconds
 
 WIDTH = 80
 NAMES = {"spin_up_s": "spin-up", "first_step_s": "first step", "total_s": "total"}
-
-
-def seconds(value: float) -> str:
-    """42 s, 12.4 min, 2.1 h."""
-    if value < 600:
-        return f"{value:.0f} s"
-    if value < 36_000:
-        return f"{value / 60:.1f} min"
-    return f"{value / 3600:.1f} h"
 
 
 def _interval(e: Estimate) -> str:

@@ -58,7 +58,7 @@ def gang_sizes(nodes: str, gpus: str | None, gpus_per_node: int | None) -> list[
     return [t // gpus_per_node for t in totals]
 
 
-def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """``write`` to a temporary file beside ``path``, then rename: a reader sees all of it or none."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
     os.close(fd)
@@ -78,11 +78,11 @@ def write_out(out: Path, result: dict[str, Any], text: str, projections: Any) ->
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"--out {out}: cannot create it ({exc.strerror or exc})") from None
-    _write_atomic(out / CHARTS[0], lambda p: charts.chart_gang_ready(projections, p))
-    _write_atomic(out / CHARTS[1], lambda p: charts.chart_cost(projections, p))
-    _write_atomic(out / "projection.json", lambda p: p.write_text(json.dumps(result, indent=2) + "\n"))
+    write_atomic(out / CHARTS[0], lambda p: charts.chart_gang_ready(projections, p))
+    write_atomic(out / CHARTS[1], lambda p: charts.chart_cost(projections, p))
+    write_atomic(out / "projection.json", lambda p: p.write_text(json.dumps(result, indent=2) + "\n"))
     page = render.as_html(text, result["summary"], CHARTS)
-    _write_atomic(out / "index.html", lambda p: p.write_text(page))
+    write_atomic(out / "index.html", lambda p: p.write_text(page))
     return [out / n for n in (*CHARTS, "projection.json", "index.html")]
 
 

@@ -18,7 +18,7 @@ def wrapped(sentences: Sequence[str]) -> str:
     return "\n".join(textwrap.fill(s, WIDTH, subsequent_indent="  ") for s in sentences)
 
 
-def _s(value: float) -> str:
+def seconds(value: float) -> str:
     """Seconds, short: 42 s, 318 s, 12.4 min, 2.1 h (sentences)."""
     if value < 600:
         return f"{value:.0f} s"
@@ -39,7 +39,7 @@ def _usd(value: float) -> str:
     return f"${value:,.2f}" if value < 100 else f"${value:,.0f}"
 
 
-def _cell(e: Estimate, fmt: Any = _s) -> str:
+def _cell(e: Estimate, fmt: Any = seconds) -> str:
     return f"{fmt(e.value)} ({fmt(e.low)}-{fmt(e.high)}){'*' if e.extrapolated else ''}"
 
 
@@ -79,8 +79,8 @@ def summary(projections: Mapping[str, Sequence[Projection]], flip: Mapping[str, 
         r = rows[-1]
         qs = list(r.gang_ready)
         mid, top = r.gang_ready[qs[0]], r.gang_ready[qs[-1]]
-        text = (f"{name}: {r.nodes} nodes ({r.gpus} GPUs) ready in {_s(mid.value)} at {qs[0]} "
-                f"({_s(mid.low)} to {_s(mid.high)}), {_s(top.value)} at {qs[-1]}"
+        text = (f"{name}: {r.nodes} nodes ({r.gpus} GPUs) ready in {seconds(mid.value)} at {qs[0]} "
+                f"({seconds(mid.low)} to {seconds(mid.high)}), {seconds(top.value)} at {qs[-1]}"
                 f"{' (extrapolated)' if top.extrapolated else ''}")
         if r.cost_usd:
             waste, total = r.cost_usd["straggler_waste"].value, r.cost_usd["total"].value
