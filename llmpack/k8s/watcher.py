@@ -407,9 +407,9 @@ class PodWatcher:
                 fresh.add(self._apply_locked(index, "MODIFIED", obj))
             for key in self._members[index] - fresh:
                 self._deleted.add(key)  # deleted while we were not watching: keep the last state
+            self.stats["relists"] += 1  # before the notify: a reader woken by it sees the count
             self._version += 1
             self._lock.notify_all()
-        self.stats["relists"] += 1
         return rv
 
     # ------------------------------------------------------------------ state

@@ -111,6 +111,7 @@ class KubeAPIStandIn(CustomObjects, StandInServer):
         self._expire_gen = 0
         self._expire_next = 0
         self._expire_next_http = 0
+        self._expire_resource = "pods"  # the resource whose next watches expire_next_watches refuses
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
         self._nodes: dict[str, dict[str, Any]] = {}
         self._events: dict[tuple[str, str], dict[str, Any]] = {}
@@ -310,13 +311,14 @@ class KubeAPIStandIn(CustomObjects, StandInServer):
             self._expire_gen += 1
             self._cond.notify_all()
 
-    def expire_next_watches(self, count: int = 1, *, as_http_status: bool = False) -> None:
-        """The next ``count`` watch requests get an immediate 410, whatever resourceVersion they ask.
+    def expire_next_watches(self, count: int = 1, *, as_http_status: bool = False, resource: str = "pods") -> None:
+        """The next ``count`` watch requests of ``resource`` get an immediate 410, whatever resourceVersion they ask.
 
         As an ``ERROR`` watch event (what the API server sends for a too-old resourceVersion), or
         with ``as_http_status`` as the HTTP status of the response itself (410 Gone + ``Status``).
         """
         with self._cond:
+            self._expire_resource = resource
             if as_http_status:
                 self._expire_next_http += count
             else:
@@ -452,7 +454,7 @@ class KubeAPIStandIn(CustomObjects, StandInServer):
         bookmarks = self.bookmarks and query.get("allowWatchBookmarks", "").lower() in ("true", "1")
         requested = query.get("resourceVersion") or ""
         with self._cond:
-            gone = self._expire_next_http > 0
+            gone = self._expire_next_http > 0 and resource == self._expire_resource
             self._expire_next_http -= 1 if gone else 0
         if gone:
             self.expired_sent += 1
@@ -481,7 +483,7 @@ class KubeAPIStandIn(CustomObjects, StandInServer):
             gen = self._expire_gen
             initial: list[bytes] = []
             refused = False
-            if self._expire_next > 0:
+            if self._expire_next > 0 and resource == self._expire_resource:
                 self._expire_next -= 1
                 initial.append(expired(requested or "0"))
                 refused = True
