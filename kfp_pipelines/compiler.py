@@ -46,7 +46,8 @@ Limits of the KFP format, and what we do about them
   itself has no IR field; with the shipped settings no wait reaches it.
 * ``submitted_at`` defaults to 0.0: a run created with ``kfp run submit`` directly has no client
   timestamp (``llmpack submit kfp`` passes one). ``orchestrator`` defaults to ``kfp`` and
-  ``mode`` to ``cluster``, what the committed YAML is for; local runs pass ``mode=local``.
+  ``mode`` to ``auto`` (``cluster`` inside a pod, ``local`` in a plain ``kfp.local`` run of the package);
+  llmpack's local runs pass ``mode=local``.
 * Least privilege and hardening (kfp-kubernetes 2.17): the platform spec has no
   ``automountServiceAccountToken``, no per-task ``serviceAccountName`` and no
   ``readOnlyRootFilesystem``; every pod of a KFP run mounts the run's service-account token (KFP's
@@ -83,6 +84,7 @@ from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement, sh
 from components.podspec import PodExtras, labels_env, pod_labels_of, recommended_labels, tracking_secret_of
 from components.record.close import CLOSE_TASK, billed_uses, uses_json
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
+from components.record.uniform import AUTO_MODE
 
 ORCHESTRATOR = "kfp"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -93,7 +95,8 @@ RUN_AS_USER = 1000
 RUN_AS_GROUP = 1000
 LABEL_PREFIX = "llmpack.io/"
 # Defaults of the telemetry parameters in the compiled pipeline (the rest keep TELEMETRY_PARAMS').
-TELEMETRY_DEFAULTS = {"orchestrator": ORCHESTRATOR, "mode": "cluster"}
+# mode=auto: kfp.local runs this package with its defaults, so the step decides (cluster only in a pod)
+TELEMETRY_DEFAULTS = {"orchestrator": ORCHESTRATOR, "mode": AUTO_MODE}
 
 # Names the generated body uses; a step parameter with one of these names is refused.
 _BODY_NAMES = {"_llmpack_os", "_llmpack_sys", "_llmpack_fmt", "_llmpack_main", "_llmpack_argv", "_llmpack_code",

@@ -5,7 +5,7 @@ docstrings, comments and messages are out of it: an identifier with ``kfp`` or `
 ``_``-separated words, an import of a backend's package, or a backend's name (``"kfp"``, ``"argo"``,
 ``"mlflow"``) compared, looked up or listed. ``mlflow`` in an identifier names the tracking library,
 not the backend; the strings that name a library are :data:`LIBRARIES`, each with its reason.
-:data:`LEFT` lists what still names a backend, to move onto it; the test fails on anything new
+:data:`LEFT` lists what still names a backend, to move onto it (empty now); the test fails on anything new
 and on an entry that no longer holds, so the list only shrinks. The rule: docs/architecture.md,
 "The backend contract".
 """
@@ -34,12 +34,7 @@ LIBRARIES = {
     *{(m, n) for m in ("llmpack/ui/display.py", "llmpack/ui/terminal.py") for n in ("'mlflow'", "'kfp'")},  # loggers
 }
 # Still naming a backend: to move onto the backend (components.backend), each in its own folder.
-LEFT = {
-    # In the step process, which has no registry and reads only the compiled package's values: KFP's
-    # compiled mode default outside a pod, and the record's tag names for its MLflow plugin's run. The
-    # backend cannot tell the step without a change to its compiled package (the golden artifacts).
-    *{("components/record/uniform.py", n) for n in ("'kfp'", "KFP_PLUGIN_RUN_TAG", "KFP_PLUGIN_EXPERIMENT_TAG")},
-}
+LEFT: set[tuple[str, str]] = set()  # empty: every backend fact is declared on its backend
 
 
 def _identifiers(node: ast.AST) -> Iterator[str]:

@@ -157,8 +157,8 @@ def run(argv: Sequence[str]) -> int:
     telemetry_values["pipeline_run"] = telemetry_values["pipeline_run"] or orchestrator_run_id
     telemetry_values["run_group"] = telemetry_values["run_group"] or telemetry_values["pipeline_run"]
     names.check_identity(telemetry_values, f"step {step.name!r} parameter")  # a path segment, a filter value, a label
-    # a KFP package run here (kfp.local) is local, whatever its compiled default says
-    telemetry_values["mode"] = uniform.effective_mode(telemetry_values["mode"], telemetry_values["orchestrator"])
+    # a package compiled with mode=auto (KFP's, which kfp.local runs here as compiled) decides it here
+    telemetry_values["mode"] = uniform.effective_mode(telemetry_values["mode"])
     ctx = RunContext(**telemetry_values)
     if not distributed.is_rank():  # a rank's records go through the process that launched it
         from components.record import tracking

@@ -206,7 +206,7 @@ def close(
         raise InputError("pipeline_run: empty, and the orchestrator gave no run id to use instead")
     orchestrator = str(values.get("orchestrator") or "")
     base = RunContext(run_group=run_group, pipeline_run=pipeline_run, orchestrator=orchestrator,
-                      mode=uniform.effective_mode(str(values.get("mode") or ""), orchestrator, env), submitted_at=0.0)
+                      mode=uniform.effective_mode(str(values.get("mode") or ""), env), submitted_at=0.0)
     records = telemetry.read_records(telemetry.find_event_files(records_dir)) if records_dir else []
     client_uploads = env.get(settings.CLIENT_UPLOADS.name) == "1"
     mlflow_on = not client_uploads and env.get(settings.MLFLOW_LOGGING.name, "1") != "0"

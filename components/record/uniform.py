@@ -39,16 +39,21 @@ def record_params(values: Mapping[str, Any], *, run_group: str, pipeline_run: st
     return params
 
 
-def effective_mode(mode: str, orchestrator: str, env: Mapping[str, str] | None = None) -> str:
-    """A KFP package's ``mode=cluster`` (its compiled default) only inside a Kubernetes pod.
+AUTO_MODE = "auto"  # a package's compiled default where its own local runner passes no mode: decided in the step
 
-    ``kfp.local`` runs the same package on this machine with the package's defaults: that run is
-    ``local``. Only KFP: Argo and MLflow packages are run locally by llmpack itself, which passes
-    ``mode=local``, and a step told ``cluster`` outside a pod must still refuse to log to a sqlite
-    file (:func:`components.record.tracking.require_cluster_uri`).
+
+def effective_mode(mode: str, env: Mapping[str, str] | None = None) -> str:
+    """``auto`` is ``cluster`` inside a Kubernetes pod and ``local`` outside; any other mode as given.
+
+    A backend whose orchestrator also runs the same package on this machine with its compiled
+    defaults (KFP's ``kfp.local``) compiles ``mode=auto``; the others compile ``cluster``, and a
+    step told ``cluster`` outside a pod must still refuse to log to a sqlite file
+    (:func:`components.record.tracking.require_cluster_uri`).
     """
     env = os.environ if env is None else env
-    return "local" if mode == "cluster" and orchestrator == "kfp" and not env.get(IN_CLUSTER_ENV) else mode
+    if mode != AUTO_MODE:
+        return mode
+    return "cluster" if env.get(IN_CLUSTER_ENV) else "local"
 
 
 def name_from_submit(metrics: Mapping[str, float | None], source: str) -> dict[str, float | None]:
@@ -116,14 +121,15 @@ def read_scalars(directory: str | os.PathLike[str]) -> dict[str, float]:
     return out
 
 
-# KFP 2.17's MLflow plugin (KEP-12862) with user env injection: the task's own nested run, in KFP's experiment.
-KFP_PLUGIN_RUN_TAG = "llmpack.kfp_mlflow_run_id"
-KFP_PLUGIN_EXPERIMENT_TAG = "llmpack.kfp_mlflow_experiment_id"
+# An MLflow run the orchestrator injected into the step's environment (KFP 2.17's MLflow plugin,
+# KEP-12862, injects the task's own nested run, in its own experiment): linked, never logged to.
+INJECTED_RUN_TAG = "llmpack.injected_mlflow_run_id"
+INJECTED_EXPERIMENT_TAG = "llmpack.injected_mlflow_experiment_id"
 
 
 def foreign_run_tags(orchestrator_run_id: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Cross-links to the MLflow run the environment names (``MLFLOW_RUN_ID``) when it is not the run's own
-    orchestrator run: KFP's MLflow plugin injects its own into every step; {} when none is named.
+    orchestrator run (KFP's MLflow plugin injects its own into every step); {} when none is named.
 
     Inside ``mlflow run`` the same variables name the run ``mlflow run`` created, which is the
     orchestrator's run (``orchestrator_run_id``) and which the driver links itself.
@@ -131,7 +137,7 @@ def foreign_run_tags(orchestrator_run_id: str, env: Mapping[str, str] | None = N
     env = os.environ if env is None else env
     if not env.get("MLFLOW_RUN_ID") or env["MLFLOW_RUN_ID"] == orchestrator_run_id:
         return {}
-    tags = {KFP_PLUGIN_RUN_TAG: env["MLFLOW_RUN_ID"]}
+    tags = {INJECTED_RUN_TAG: env["MLFLOW_RUN_ID"]}
     if env.get("MLFLOW_EXPERIMENT_ID"):
-        tags[KFP_PLUGIN_EXPERIMENT_TAG] = env["MLFLOW_EXPERIMENT_ID"]
+        tags[INJECTED_EXPERIMENT_TAG] = env["MLFLOW_EXPERIMENT_ID"]
     return tags

@@ -70,7 +70,7 @@ def test_parameters_and_defaults(ir: tuple[dict, dict]) -> None:
     for name, p in pipe.all_params.items():
         assert params[name]["parameterType"] == kinds[p.type], name
     assert params["orchestrator"]["defaultValue"] == "kfp"
-    assert params["mode"]["defaultValue"] == "cluster"
+    assert params["mode"]["defaultValue"] == "auto"  # kfp.local runs it as compiled: the step decides
     assert params["max_steps"]["defaultValue"] == pipe.params["max_steps"].default
 
 

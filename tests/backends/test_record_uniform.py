@@ -58,11 +58,17 @@ def test_metrics_from_the_first_pod_are_named_for_it_and_submit_instants_keep_sp
                        "total_from_first_pod_s": 9.0, "eval_loss": 1.0}
 
 
-def test_a_kfp_package_is_cluster_only_inside_a_pod():
-    assert uniform.effective_mode("cluster", "kfp", {}) == "local"  # a plain kfp.local call
-    assert uniform.effective_mode("cluster", "kfp", {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) == "cluster"
-    assert uniform.effective_mode("cluster", "argo", {}) == "cluster"  # still refuses a sqlite file outside a pod
-    assert uniform.effective_mode("local", "kfp", {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) == "local"
+def test_mode_auto_is_cluster_only_inside_a_pod():
+    assert uniform.effective_mode("auto", {}) == "local"  # a plain kfp.local call of a KFP package
+    assert uniform.effective_mode("auto", {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) == "cluster"
+    assert uniform.effective_mode("cluster", {}) == "cluster"  # still refuses a sqlite file outside a pod
+    assert uniform.effective_mode("local", {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) == "local"
+
+
+def test_the_kfp_package_compiles_mode_auto():
+    from kfp_pipelines.compiler import TELEMETRY_DEFAULTS
+
+    assert TELEMETRY_DEFAULTS["mode"] == uniform.AUTO_MODE
 
 
 def test_the_loss_curve_is_read_by_step_and_a_cut_last_line_is_skipped(tmp_path: Path):
@@ -111,8 +117,8 @@ def test_with_kfps_mlflow_plugin_the_record_stays_in_llmpack_and_links_to_kfps_r
     rec = mc.get_run(summary["mlflow_run_id"])
     assert mc.get_experiment(rec.info.experiment_id).name == "llmpack"
     assert not mc.search_runs([env["MLFLOW_EXPERIMENT_ID"]], "tags.`llmpack.record` = 'pipeline'")  # none beside KFP's
-    assert rec.data.tags[uniform.KFP_PLUGIN_RUN_TAG] == env["MLFLOW_RUN_ID"]
-    assert rec.data.tags[uniform.KFP_PLUGIN_EXPERIMENT_TAG] == env["MLFLOW_EXPERIMENT_ID"]
+    assert rec.data.tags[uniform.INJECTED_RUN_TAG] == env["MLFLOW_RUN_ID"]
+    assert rec.data.tags[uniform.INJECTED_EXPERIMENT_TAG] == env["MLFLOW_EXPERIMENT_ID"]
     assert rec.data.tags["llmpack.mode"] == "cluster" and rec.info.status == "FINISHED"
     assert set(rec.data.params) == set(values) and rec.data.params["run_group"] == "kfp-job-1"
     curve = mc.get_metric_history(rec.info.run_id, uniform.LOSS_CURVE)
