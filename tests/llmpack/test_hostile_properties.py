@@ -22,8 +22,9 @@ from llmpack.report import parse_control_plane
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20))
-json_values = st.recursive(json_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                                 st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+json_values = st.recursive(json_scalars,
+                           lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                   st.dictionaries(st.text(max_size=10), inner, max_size=4)),
                            max_leaves=12)
 good_rows = st.one_of(
     st.fixed_dictionaries({"prompt": st.text(max_size=30), "response": st.text(min_size=1, max_size=30)}),
@@ -61,7 +62,8 @@ def test_jsonl_reader_gives_rows_or_one_line_naming_file_and_line(
 
 
 @PROPERTY
-@given(rows=st.lists(st.fixed_dictionaries({"prompt": st.text(max_size=30), "response": st.text(min_size=1, max_size=30)}),
+@given(rows=st.lists(st.fixed_dictionaries({"prompt": st.text(max_size=30),
+                                            "response": st.text(min_size=1, max_size=30)}),
                      min_size=1, max_size=5), crlf=st.booleans())
 def test_any_text_round_trips_through_the_jsonl_reader(
         rows: list[dict[str, str]], crlf: bool, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -73,9 +75,9 @@ def test_any_text_round_trips_through_the_jsonl_reader(
 
 
 # YAML-ish token soup: flow and block syntax, anchors, explicit tags PyYAML cannot always build.
-YAML_TOKENS = ("prices:", "\n", "  - ", "- ", "{", "}", "[", "]", ": ", ", ", "gpu", "per_gpu_hour", "provider", "nvidia-l4",
-               "1.5", "-1", "0", "1e400", ".nan", "yes", "~", "null", "!!int ", "!!float ", "!!timestamp ", "!!bool ",
-               "!!binary ", "!!set ", "&a ", "*a", "? ", "'", '"', "# ", "|", ">", "\t", "kfp", "Argo", "x")
+YAML_TOKENS = ("prices:", "\n", "  - ", "- ", "{", "}", "[", "]", ": ", ", ", "gpu", "per_gpu_hour", "provider",
+               "nvidia-l4", "1.5", "-1", "0", "1e400", ".nan", "yes", "~", "null", "!!int ", "!!float ", "!!timestamp ",
+               "!!bool ", "!!binary ", "!!set ", "&a ", "*a", "? ", "'", '"', "# ", "|", ">", "\t", "kfp", "Argo", "x")
 yaml_soup = st.lists(st.sampled_from(YAML_TOKENS), max_size=30).map("".join)
 
 yaml_texts = st.one_of(
@@ -84,7 +86,8 @@ yaml_texts = st.one_of(
     st.sampled_from(["!!int x", "!!float abc", "!!timestamp x", "!!bool maybe", "[" * 800])
     .map(lambda bad: f"prices:\n  - {{gpu: nvidia-l4, per_gpu_hour: {bad}}}\n"),
     json_values.map(lambda v: yaml.safe_dump({"prices": v})),
-    st.lists(st.dictionaries(st.sampled_from(["gpu", "per_gpu_hour", "source", "as_of", "provider"]), json_values, max_size=5),
+    st.lists(st.dictionaries(st.sampled_from(["gpu", "per_gpu_hour", "source", "as_of", "provider"]), json_values,
+                             max_size=5),
              max_size=3).map(lambda v: yaml.safe_dump({"prices": v})),
     st.lists(st.fixed_dictionaries({"gpu": st.text(max_size=12), "per_gpu_hour": json_scalars}), max_size=3)
     .map(lambda v: yaml.safe_dump({"prices": v})),

@@ -79,12 +79,15 @@ def test_a_child_dies_with_a_parent_killed_by_sigkill(tmp_path: Path) -> None:
     assert orphans.process_identity(child) is None, "the child outlived its SIGKILLed parent"
 
 
-def _owned_staging(root: Path, pid: int, *, run: str = "direct-20261204-000000-abcdef", uri: str = "sqlite:///x.db") -> Path:
+def _owned_staging(root: Path, pid: int, *, run: str = "direct-20261204-000000-abcdef",
+                   uri: str = "sqlite:///x.db") -> Path:
     staging = root / f".{run}.partial"
     (staging / "finetune" / "model").mkdir(parents=True)
-    identity = {"run_group": "rg-k", "pipeline_run": run, "orchestrator": "direct", "mode": "local", "submitted_at": 1.0}
-    rec = {"key": f"{run}/finetune/event/process_started", "kind": "event", "step": "finetune", "name": "process_started",
-           "value": 2.0, "run_group": "rg-k", "pipeline_run": run, "orchestrator": "direct", "mode": "local", "attempt": 0}
+    identity = {"run_group": "rg-k", "pipeline_run": run, "orchestrator": "direct", "mode": "local",
+                "submitted_at": 1.0}
+    rec = {"key": f"{run}/finetune/event/process_started", "kind": "event", "step": "finetune",
+           "name": "process_started", "value": 2.0, "run_group": "rg-k", "pipeline_run": run,
+           "orchestrator": "direct", "mode": "local", "attempt": 0}
     (staging / "finetune" / "model" / telemetry.EVENTS_FILE).write_text(json.dumps(rec) + "\ngarbage\n")
     orphans.write_owner(staging, identity=identity, run_id=None, tracking_uri=uri, tags={}, params={}, pid=pid)
     return staging
@@ -105,12 +108,14 @@ def test_a_dead_clients_run_is_taken_over_as_killed(tmp_path: Path) -> None:
     assert not staging.exists() and kept == tmp_path / "direct-20261204-000000-abcdef.failed"
     summary = json.loads((kept / "summary.json").read_text())
     assert summary["status"] == "killed" and summary["tracking"] == "not sent" and summary["failed_step"] == "finetune"
-    assert [json.loads(line)["name"] for line in (kept / "events.jsonl").read_text().splitlines()] == ["process_started"]
+    assert ([json.loads(line)["name"] for line in (kept / "events.jsonl").read_text().splitlines()]
+            == ["process_started"])
     assert orphans.taken_over(staging) == kept
 
 
 def _dead_pid() -> int:
-    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout)
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True).stdout)
 
 
 def test_clean_takes_over_a_dead_clients_run_and_sends_it_but_a_dry_run_changes_nothing(tmp_path: Path) -> None:
@@ -119,7 +124,8 @@ def test_clean_takes_over_a_dead_clients_run_and_sends_it_but_a_dry_run_changes_
     assert dry.returncode == 0 and f"would take over {staging}" in dry.stdout and staging.is_dir(), dry.stdout
     real = _llmpack("clean", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert real.returncode == 0, real.stderr
-    assert f"took over {staging} (its client died)" in real.stdout and "KILLED, 1 record(s) sent" in real.stdout, real.stdout
+    assert (f"took over {staging} (its client died)" in real.stdout
+            and "KILLED, 1 record(s) sent" in real.stdout), real.stdout
     kept = tmp_path / "runs" / "direct-20261204-000000-abcdef.failed"
     assert not staging.exists() and json.loads((kept / "summary.json").read_text())["tracking"] == "sent"
 

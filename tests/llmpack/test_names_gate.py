@@ -92,8 +92,9 @@ def test_mlflow_run_refuses_a_pipeline_run_that_escapes(value: str, tmp_path: Pa
     assert ours == [f"llmpack: error: parameter pipeline_run: {value!r} must be a DNS-1123 label (lower-case letters, "
                     "digits, '-'; at most 63): it names the run's directory and its record"], proc.stderr
     assert "Traceback" not in proc.stderr
-    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "m.db" not in p.name and "mlruns" not in p.parts) == [
-        Path("w"), Path("w/a")]  # nothing made: no run directory, no X two levels up, no step log
+    # nothing made: no run directory, no X two levels up, no step log
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")
+                  if "m.db" not in p.name and "mlruns" not in p.parts) == [Path("w"), Path("w/a")]
 
 
 def test_report_md_escapes_tag_values_and_errors(tmp_path: Path) -> None:
@@ -122,8 +123,9 @@ def _run_dir(root: Path, lines: list[str]) -> Path:
             for i, n in enumerate(("process_started", "model_loaded", "finished"))]
     (run / "events.jsonl").write_text("\n".join(good + lines) + "\n")
     (run / "summary.json").write_text(json.dumps({
-        "run_group": "rg-1", "pipeline_run": "direct-1", "orchestrator": "direct", "mode": "local", "status": "succeeded",
-        "submitted_at": 1.0, "finished_at": 20.0, "metrics": {}, "tags": {}, "params": {}, "tracking": "not sent"}))
+        "run_group": "rg-1", "pipeline_run": "direct-1", "orchestrator": "direct", "mode": "local",
+        "status": "succeeded", "submitted_at": 1.0, "finished_at": 20.0, "metrics": {}, "tags": {}, "params": {},
+        "tracking": "not sent"}))
     return run
 
 

@@ -47,7 +47,8 @@ def _run(root: Path, cmd: str, form: str, debug: bool) -> subprocess.CompletedPr
     cwd = root / f"{cmd}-{form}-{int(debug)}"
     cwd.mkdir(parents=True)
     argv = [sys.executable, "-m", "llmpack", *(["--debug"] if debug else []), *COMMANDS[cmd](URIS[form])]
-    return subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,8 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, b
 @pytest.mark.parametrize(("cmd", "form", "debug"), CASES,
                          ids=[f"{c}-{f}{'-debug' if d else ''}" for c, f, d in CASES])
 def test_a_uri_with_a_password_is_one_line_exit_2_and_never_printed(
-        cmd: str, form: str, debug: bool, observed: dict[tuple[str, str, bool], subprocess.CompletedProcess[str]]) -> None:
+        cmd: str, form: str, debug: bool,
+        observed: dict[tuple[str, str, bool], subprocess.CompletedProcess[str]]) -> None:
     result = observed[(cmd, form, debug)]
     both = result.stdout + result.stderr
     assert CANARY not in both, both

@@ -45,7 +45,8 @@ KEY_VALUE = re.compile(r"(?P<key>[A-Za-z0-9_.-]+)[\"']?[ \t]*[:=][ \t]*[\"']?(?P
 def secretish_key(key: str) -> bool:
     """``HF_TOKEN``, ``apiKey``, ``--password``, ``client_secret``: yes; ``tokenize``, ``tokens``: no."""
     parts = [p.lower() for p in re.split(r"[_.\-]+|(?<=[a-z0-9])(?=[A-Z])", key) if p]
-    return bool(SECRET_WORDS.intersection(parts)) or any(pair in SECRET_PAIRS for pair in zip(parts, parts[1:], strict=False))
+    return (bool(SECRET_WORDS.intersection(parts))
+            or any(pair in SECRET_PAIRS for pair in zip(parts, parts[1:], strict=False)))
 
 
 CREDENTIAL_PATTERNS: dict[str, re.Pattern[str]] = {
@@ -272,7 +273,8 @@ def test_the_checks_catch_what_they_look_for() -> None:
 
     bad_job = committed()["job"]
     pod = bad_job["spec"]["template"]["spec"]
-    pod["containers"][0]["securityContext"] = {"runAsUser": 0, "privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}
+    pod["containers"][0]["securityContext"] = {"runAsUser": 0, "privileged": True,
+                                               "capabilities": {"add": ["SYS_ADMIN"]}}
     pod["volumes"].append({"name": "docker", "hostPath": {"path": "/var/run/docker.sock"}})
     pod["hostNetwork"] = True
     problems = " | ".join(job_problems(bad_job))
@@ -308,8 +310,9 @@ def submitted(tmp_path_factory: pytest.TempPathFactory, tracking_uri: str) -> di
                 "users": [{"name": "u", "user": {"token": TOKENS["k8s"]}}],
                 "contexts": [{"name": "c", "context": {"cluster": "s", "user": "u"}}],
             }))
-            mlflow_submit.submit(mlflow_submit.Request(kubeconfig=str(kubeconfig), tracking_uri=tracking_uri, params=params,
-                                 cluster_tracking_uri="http://mlflow.llmpack.svc:5000"))
+            mlflow_submit.submit(mlflow_submit.Request(kubeconfig=str(kubeconfig), tracking_uri=tracking_uri,
+                                                       params=params,
+                                                       cluster_tracking_uri="http://mlflow.llmpack.svc:5000"))
             return {
                 "kfp": kfp_api.recorded("POST", "/apis/v2beta1/runs")[0].body,
                 "argo": argo.recorded("POST", "/api/v1/workflows/")[0].body,

@@ -25,10 +25,12 @@ def test_run_id_picks_yours_and_first_pod_timings_are_shown(tmp_path: Path) -> N
     mc = MlflowClient(uri)
     exp = mc.create_experiment("t")
     # start times set apart: two runs made in the same millisecond have no "newest"
-    mine = mc.create_run(exp, start_time=1_700_000_000_000, tags={tracking.RECORD_TAG: "pipeline", "llmpack.orchestrator": "kfp",
-                                    "llmpack.submit_time_source": "first_pod"}).info.run_id
+    mine = mc.create_run(exp, start_time=1_700_000_000_000,
+                         tags={tracking.RECORD_TAG: "pipeline", "llmpack.orchestrator": "kfp",
+                               "llmpack.submit_time_source": "first_pod"}).info.run_id
     mc.log_metric(mine, "spinup_from_first_pod_s", 4.25)
-    newer = mc.create_run(exp, start_time=1_700_000_060_000, tags={tracking.RECORD_TAG: "pipeline", "llmpack.orchestrator": "argo"}).info.run_id
+    newer = mc.create_run(exp, start_time=1_700_000_060_000,
+                          tags={tracking.RECORD_TAG: "pipeline", "llmpack.orchestrator": "argo"}).info.run_id
     mc.log_metric(newer, "spinup_s", 2.5)
 
     r = _show(uri, "--run-id", mine)

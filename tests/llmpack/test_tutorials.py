@@ -62,7 +62,8 @@ def run_tutorial(name: str, workdir: Path, cluster: dict) -> subprocess.Complete
         HF_HUB_OFFLINE="1",
         KFP_ENDPOINT=cluster["kfp"].url, KFP_TOKEN=KFP_TOKEN,
         ARGO_SERVER=cluster["argo"].url, ARGO_TOKEN=ARGO_TOKEN, ARGO_NAMESPACE="llmpack", ARGO_SECURE="false",
-        KUBECONFIG=str(write_kubeconfig(workdir.parent / f"{workdir.name}.kubeconfig", cluster["kube"].url)),  # not a tutorial output
+        # not a tutorial output
+        KUBECONFIG=str(write_kubeconfig(workdir.parent / f"{workdir.name}.kubeconfig", cluster["kube"].url)),
     )
     script = "set -euo pipefail\n" + "\n".join(bash_blocks(TUTORIALS / name))
     return subprocess.run(["bash", "-c", script], cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
@@ -99,8 +100,10 @@ def closed_record(db: Path, orchestrator: str, source: str):
     assert tags["llmpack.gpu_type"] == "nvidia-h100-80gb" and tags["llmpack.price_source"].startswith("aws")
     assert mc.get_experiment(rec.info.experiment_id).name == "llmpack"  # whoever started the run
     assert [p.step for p in mc.get_metric_history(rec.info.run_id, "train_loss")] == [1, 2, 3, 4, 5]  # the loss curve
-    # Measured from the submit instant only when there is one; from the first pod, named for it (components.record.uniform).
-    named = {k: (k if source != "first_pod" or k not in FROM_SUBMIT else f"{k[:-2]}_from_first_pod_s") for k in HEADLINE}
+    # Measured from the submit instant only when there is one; from the first pod, named for it
+    # (components.record.uniform).
+    named = {k: (k if source != "first_pod" or k not in FROM_SUBMIT else f"{k[:-2]}_from_first_pod_s")
+             for k in HEADLINE}
     assert all(named[key] in m for key in HEADLINE), sorted(m)
     assert source != "first_pod" or not [k for k in FROM_SUBMIT if k in m], sorted(m)
     assert 0 < m[named["spinup_s"]] < m[named["time_to_first_step_s"]] < m[named["total_s"]]
@@ -148,7 +151,8 @@ def test_mlflow_tutorial(tmp_path: Path, cluster: dict):
     printed = re.findall(r"=== Run \(ID '([0-9a-f]+)'\) succeeded ===", proc.stderr)
     # The run `mlflow run` printed lives in `Default`; the record, in `llmpack`, and the two link to each other.
     (shell,) = [r for r in runs if r.info.run_id == printed[-1]]
-    assert rec.data.tags["llmpack.mlflow_run_id"] == shell.info.run_id and shell.data.tags["llmpack.record_run_id"] == rec.info.run_id
+    assert (rec.data.tags["llmpack.mlflow_run_id"] == shell.info.run_id
+            and shell.data.tags["llmpack.record_run_id"] == rec.info.run_id)
     assert shell.info.status == "FINISHED" and shell.info.experiment_id != rec.info.experiment_id
     assert len([r for r in runs if r.data.tags.get("mlflow.parentRunId") == rec.info.run_id]) == 5
     assert rec.data.tags["llmpack.pipeline_run"] == f"mlflow-{shell.info.run_id[:12]}"

@@ -23,7 +23,8 @@ from components.errors import InputError
 from tests.conftest import REPO
 
 BOMB = "\n".join(['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]'] + [
-    f"{cur}: &{cur} [" + ",".join([f"*{prev}"] * 9) + "]" for prev, cur in zip("abcdefgh", "bcdefghi", strict=True)]) + "\n"
+    f"{cur}: &{cur} [" + ",".join([f"*{prev}"] * 9) + "]"
+    for prev, cur in zip("abcdefgh", "bcdefghi", strict=True)]) + "\n"
 PEAK_RSS_LIMIT_MB = 300  # measured: about 30 MB when refused; the expanded bomb takes gigabytes
 # The child's exit code, output and peak memory (its own: the wrapper has no other child), as JSON.
 MEASURED = """
@@ -42,7 +43,8 @@ def test_the_bomb_is_the_reported_size() -> None:
     ("run", "--price-file", "bomb.yaml", "--output-dir", "runs"),
     ("compare", "--control-plane-costs", "bomb.yaml", "--output-dir", "runs", "--report", "report"),
 ], ids=["price-file", "control-plane-costs"])
-def test_an_alias_bomb_is_one_short_line_exit_2_quickly_in_bounded_memory(tmp_path: Path, argv: tuple[str, ...]) -> None:
+def test_an_alias_bomb_is_one_short_line_exit_2_quickly_in_bounded_memory(
+        tmp_path: Path, argv: tuple[str, ...]) -> None:
     (tmp_path / "bomb.yaml").write_text(BOMB)
     began = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", MEASURED, sys.executable, "-m", "llmpack", *argv], cwd=tmp_path,

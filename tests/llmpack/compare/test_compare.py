@@ -48,7 +48,8 @@ def test_p99_is_not_pretended_below_ten_runs() -> None:
 
 def _priced(orch: str, cost: float, n: int = 5) -> list[dict]:
     # n runs of one training GPU-hour each, costs spread by +-1% around ``cost``.
-    return [{"orchestrator": orch, "status": "succeeded", "metrics": {"cost_usd": cost * (1 + (i - n // 2) / 100), "train_s": 3600.0},
+    return [{"orchestrator": orch, "status": "succeeded",
+             "metrics": {"cost_usd": cost * (1 + (i - n // 2) / 100), "train_s": 3600.0},
              "tags": {"llmpack.gpu_count": "1"}} for i in range(n)]
 
 
@@ -69,7 +70,8 @@ def test_break_even_within_noise_is_not_claimed() -> None:
     assert be["significant"] is False and not be["segments"]
     assert be["sentence"].startswith("No break-even claimed") and "too few runs" in be["sentence"]
     noisy = [dict(r, metrics={"cost_usd": c, "train_s": 3600.0}) for r, c in
-             zip(_priced("kfp", 1.0) + _priced("argo", 1.0), [20.0, 19.5, 20.5, 19.8, 20.2, 19.9, 20.4, 19.6, 20.1, 19.7], strict=True)]
+             zip(_priced("kfp", 1.0) + _priced("argo", 1.0),
+                 [20.0, 19.5, 20.5, 19.8, 20.2, 19.9, 20.4, 19.6, 20.1, 19.7], strict=True)]
     be = break_even(noisy, {"kfp": 450.0, "argo": 120.0})
     assert be["significant"] is False and "no clear difference" in be["sentence"]
     assert "control-plane cost decides: argo ($120/month)" in be["sentence"]
@@ -78,7 +80,8 @@ def test_break_even_within_noise_is_not_claimed() -> None:
 def test_a_single_paths_control_plane_cost_is_used() -> None:
     be = break_even(_priced("kfp", 4.0) + _priced("argo", 6.0), {"kfp": 450.0})
     assert be is not None and be["assumed_zero"] == ["argo"] and be["control_plane_usd_month"]["kfp"] == 450.0
-    assert "argo $0/month (not given: $0)" in be["sentence"] and "cheapest up to 225 training GPU-hours/month" in be["sentence"]
+    assert ("argo $0/month (not given: $0)" in be["sentence"]
+            and "cheapest up to 225 training GPU-hours/month" in be["sentence"])
 
 
 @pytest.mark.parametrize(("flag", "message"), [
@@ -201,7 +204,8 @@ def test_report_for_a_missing_run_group(tmp_path: Path, tracking_uri: str) -> No
     from components.record import tracking
 
     tracking.experiment_id(tracking.client(tracking_uri))  # the store exists; the group does not
-    r = llmpack("report", "--run-group", "rg-nope", "--tracking-uri", tracking_uri, "--out", str(tmp_path / "rep"), cwd=tmp_path)
+    r = llmpack("report", "--run-group", "rg-nope", "--tracking-uri", tracking_uri, "--out", str(tmp_path / "rep"),
+                cwd=tmp_path)
     assert r.returncode == 2 and "run group 'rg-nope': no llmpack runs" in r.stderr
     assert not (tmp_path / "rep").exists()
 
@@ -210,7 +214,8 @@ def test_report_for_a_missing_run_group(tmp_path: Path, tracking_uri: str) -> No
 def repeated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("compare")
     r = llmpack("compare", "--repeats", "3", "--json", *FAST, "--report", str(root / "report"),
-                "--control-plane-cost", "kfp=450", "--control-plane-cost", "argo=120", "--control-plane-cost", "mlflow=200",
+                "--control-plane-cost", "kfp=450", "--control-plane-cost", "argo=120",
+                "--control-plane-cost", "mlflow=200",
                 "--tracking-uri", f"sqlite:///{root / 'mlflow.db'}", cwd=root, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
     return root, json.loads(r.stdout)
@@ -243,7 +248,8 @@ def test_compare_json_schema(repeated: tuple[Path, dict]) -> None:
 @pytest.mark.slow
 def test_all_paths_give_identical_weights_and_metrics(repeated: tuple[Path, dict]) -> None:
     _, out = repeated
-    weights = {Path(r["artifacts"]["model_dir"], "adapter", "adapter_model.safetensors").read_bytes() for r in out["runs"]}
+    weights = {Path(r["artifacts"]["model_dir"], "adapter", "adapter_model.safetensors").read_bytes()
+               for r in out["runs"]}
     assert len(weights) == 1, "every path and repeat must produce byte-identical adapter weights"
     assert len({(r["metrics"]["eval_loss"], r["metrics"]["base_eval_loss"]) for r in out["runs"]}) == 1
 
@@ -275,7 +281,8 @@ def test_report_files_and_rebuild_from_mlflow(repeated: tuple[Path, dict]) -> No
 def test_a_failed_path_keeps_the_others(tmp_path: Path) -> None:
     bad = tmp_path / "one.jsonl"
     bad.write_text('{"prompt": "a", "response": "b"}\n' * 2)  # valid, but too few tokens to pack
-    r = llmpack("compare", "--backends", "direct,argo", "--data", str(bad), "--json", *FAST, "--report", str(tmp_path / "rep"),
+    r = llmpack("compare", "--backends", "direct,argo", "--data", str(bad), "--json", *FAST,
+                "--report", str(tmp_path / "rep"),
                 "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, timeout=600)
     assert r.returncode == 1
     out = json.loads(r.stdout)

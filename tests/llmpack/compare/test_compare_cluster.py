@@ -291,7 +291,8 @@ def test_gpu_type_from_the_node() -> None:
     assert gpu_catalogue.gpu_type_for_instance("m6i.4xlarge") is None
 
     # The product wins; the instance type names the provider whose list price applies.
-    gpu = gpu_catalogue.node_gpu({"gpu_product": "NVIDIA-H100-80GB-HBM3", "instance_type": "a3-highgpu-8g"}, "nvidia-a100-80gb")
+    gpu = gpu_catalogue.node_gpu({"gpu_product": "NVIDIA-H100-80GB-HBM3", "instance_type": "a3-highgpu-8g"},
+                                 "nvidia-a100-80gb")
     assert (gpu.gpu_type, gpu.provider) == ("nvidia-h100-80gb", "gcp")
     price = gpu_catalogue.resolve_node_price(gpu)
     assert (price.per_gpu_hour, price.provider) == (11.061, "gcp")
@@ -300,7 +301,8 @@ def test_gpu_type_from_the_node() -> None:
     assert (gpu.gpu_type, gpu.source) == ("nvidia-h100-80gb", "node instance type p5.48xlarge")
     assert gpu_catalogue.resolve_node_price(gpu).per_gpu_hour == 6.88
     # An unknown product is reported under its own name: unpriced, unless the user prices it.
-    gpu = gpu_catalogue.node_gpu({"gpu_product": "NVIDIA-H100-PCIe", "instance_type": "p5.48xlarge"}, "nvidia-h100-80gb")
+    gpu = gpu_catalogue.node_gpu({"gpu_product": "NVIDIA-H100-PCIe", "instance_type": "p5.48xlarge"},
+                                 "nvidia-h100-80gb")
     assert gpu.gpu_type == "nvidia-h100-pcie" and gpu_catalogue.resolve_node_price(gpu) is None
     assert gpu_catalogue.resolve_node_price(gpu, flag="2.5").per_gpu_hour == 2.5
     # No node information at all: the pipeline spec's type.

@@ -246,9 +246,10 @@ def test_the_cli_compare_cluster_variants(tmp_path: Path, tracking_uri: str) -> 
     env.update(ARGO_TOKEN=ARGO_TOKEN, HOME=str(tmp_path / "home"))
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "llmpack", "compare", "--cluster", "--backends", "argo", "--variants", "default,fuse-all",
-             "--max-steps", "7", "--argo-host", c.argo.url, "--kubeconfig", str(c.kubeconfig), "--tracking-uri", tracking_uri,
-             "--poll", "0.05", "--timeout", "60", "--no-report", "--json"],
+            [sys.executable, "-m", "llmpack", "compare", "--cluster", "--backends", "argo",
+             "--variants", "default,fuse-all",
+             "--max-steps", "7", "--argo-host", c.argo.url, "--kubeconfig", str(c.kubeconfig),
+             "--tracking-uri", tracking_uri, "--poll", "0.05", "--timeout", "60", "--no-report", "--json"],
             env=env, capture_output=True, text=True, timeout=300)
         c.fake.wait_idle()
     finally:
@@ -256,7 +257,8 @@ def test_the_cli_compare_cluster_variants(tmp_path: Path, tracking_uri: str) -> 
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout)
     assert result["backends"] == ["argo", "argo+fuse-all"]
-    assert sorted(c.fake.scripts[run["pipeline_run"]].tasks == TASKS[run["fuse"]] for run in result["runs"]) == [True, True]
+    assert sorted(c.fake.scripts[run["pipeline_run"]].tasks == TASKS[run["fuse"]]
+                  for run in result["runs"]) == [True, True]
 
 
 def test_the_cli_refuses_fused_variants_of_a_many_gpu_finetune(tmp_path: Path) -> None:

@@ -209,8 +209,9 @@ def test_the_cli_compare_cluster_nodes(tmp_path: Path, tracking_uri: str) -> Non
     env.update(ARGO_TOKEN=ARGO_TOKEN, HOME=str(tmp_path / "home"))
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "llmpack", "compare", "--cluster", "--backends", "argo", "--nodes", "2", "--gpus", "4",
-             "--cache-pvc", "team-shared", "--max-steps", "7", "--argo-host", c.argo.url, "--kubeconfig", str(c.kubeconfig),
+            [sys.executable, "-m", "llmpack", "compare", "--cluster", "--backends", "argo",
+             "--nodes", "2", "--gpus", "4", "--cache-pvc", "team-shared", "--max-steps", "7",
+             "--argo-host", c.argo.url, "--kubeconfig", str(c.kubeconfig),
              "--tracking-uri", tracking_uri, "--poll", "0.05", "--timeout", "60", "--no-report"],
             env=env, capture_output=True, text=True, timeout=300)
         c.fake.wait_idle()
@@ -247,11 +248,13 @@ def test_gpus_alone_compiles_one_bigger_finetune_pod(tmp_path: Path, tracking_ur
     script = c.fake.scripts[run["pipeline_run"]]
     assert not script.gang and "gang_ready_s" not in run["metrics"] and run["tags"]["llmpack.gpu_count"] == str(GPUS)
     ft, ev = script.pods["finetune"], script.pods["evaluate"]
-    expected = GPUS * (ft["finished"] - ft["started"] + ft["node_ready"] - ft["created"]) + ev["finished"] - ev["started"]
+    expected = (GPUS * (ft["finished"] - ft["started"] + ft["node_ready"] - ft["created"])
+                + ev["finished"] - ev["started"])
     assert run["metrics"]["gpu_hours"] == pytest.approx(expected / 3600, abs=1e-9)
 
 
-def test_kueue_splits_the_gangs_queueing_into_quota_wait_and_admission_checks(tmp_path: Path, tracking_uri: str) -> None:
+def test_kueue_splits_the_gangs_queueing_into_quota_wait_and_admission_checks(
+        tmp_path: Path, tracking_uri: str) -> None:
     """``--queue``: the TrainJob carries Kueue's queue label, its pods wait for the Workload's admission,
     and the run's ``quota_wait_s`` / ``admission_checks_s`` are the Workload's condition times, to the second."""
     c = LoopbackCluster(tmp_path, tracking_uri)
@@ -264,7 +267,8 @@ def test_kueue_splits_the_gangs_queueing_into_quota_wait_and_admission_checks(tm
         wl = script.gang["workload"]
         assert script.gang["object"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
         assert run["metrics"]["quota_wait_s"] == wl["quota_reserved"] - wl["created"] == c.fake.timings.kueue_quota_s
-        assert run["metrics"]["admission_checks_s"] == wl["admitted"] - wl["quota_reserved"] == c.fake.timings.kueue_admit_s
+        assert (run["metrics"]["admission_checks_s"] == wl["admitted"] - wl["quota_reserved"]
+                == c.fake.timings.kueue_admit_s)
         assert result["summary"]["argo"]["quota_wait_s"]["p50"] == c.fake.timings.kueue_quota_s
         assert min(p["created"] for p in script.gang["pods"]) > wl["admitted"]  # suspended until admitted
     finally:

@@ -51,7 +51,8 @@ def kfp_driver(pod: Any) -> bool:
     return pod.spec.containers[-1].image.startswith("ghcr.io/kubeflow/kfp-driver")
 
 
-def test_every_pod_of_every_path_carries_the_labels(compared: tuple[dict[str, Any], LoopbackCluster], tmp_path: Path) -> None:
+def test_every_pod_of_every_path_carries_the_labels(compared: tuple[dict[str, Any], LoopbackCluster],
+                                                    tmp_path: Path) -> None:
     result, c = compared
     runs = {r["orchestrator"]: r for r in result["runs"]}
     assert list(runs) == ["kfp", "argo", "mlflow"] and result["failed"] == []

@@ -85,7 +85,8 @@ def test_a_planted_3s_is_found_with_a_ci_that_holds_it_95_percent_of_the_time(me
     for path in PATHS:
         found = 0
         for _ in range(SIMULATED):
-            d = simulate(rng, residuals("direct", metric), residuals(path, metric), delta=3.0, margin=margin, design=design)
+            d = simulate(rng, residuals("direct", metric), residuals(path, metric), delta=3.0, margin=margin,
+                         design=design)
             found += d.verdict == "higher" and d.ci_low is not None and d.ci_low <= 3.0 <= d.ci_high
         assert found / SIMULATED >= 0.95, (path, metric, found)
 
@@ -103,7 +104,8 @@ def test_the_error_budget_is_spent_exactly_little_first_most_last() -> None:
 def test_decide_names_a_difference_an_equivalence_or_nothing() -> None:
     design = Design.fixed(6)
     slower = decide([3.1, 2.9, 3.0, 3.2, 2.8, 3.05], margin=1.0, design=design)
-    assert slower.verdict == "higher" and slower.ci_low <= 3.0 <= slower.ci_high and slower.confidence == pytest.approx(0.95)
+    assert (slower.verdict == "higher" and slower.ci_low <= 3.0 <= slower.ci_high
+            and slower.confidence == pytest.approx(0.95))
     assert decide([-3.1, -2.9, -3.0, -3.2, -2.8, -3.05], margin=1.0, design=design).verdict == "lower"
     same = decide([0.1, -0.1, 0.05, -0.05, 0.0, 0.02], margin=1.0, design=design)
     assert same.verdict == "equivalent" and same.within_margin

@@ -89,7 +89,8 @@ def test_each_cluster_path_sends_one_trace_linked_to_its_record(server: MlflowSe
         assert tags[TRACE_TAG] == found.info.trace_id.removeprefix("tr-")
         if orch == "argo":  # joined the workflow's trace that Argo injected into the exit pod
             planted = parse_traceparent(exit_task.traceparents[pipeline_run])
-            assert planted is not None and tags[TRACE_TAG] == planted[0] and tags[PARENT_TAG] == exit_task.traceparents[pipeline_run]
+            assert (planted is not None and tags[TRACE_TAG] == planted[0]
+                    and tags[PARENT_TAG] == exit_task.traceparents[pipeline_run])
             (root,) = [s for s in found.data.spans if s.parent_id is None]
             assert root.attributes["llmpack.parent_span_id"] == planted[1]
         spans = found.data.spans

@@ -18,7 +18,8 @@ PATHS = [Path_(backend=b, fuse="none") for b in ("direct", "kfp", "argo")]
 class FakeRuns:
     """Runs no pipeline: answers each run with metrics drawn around a path's start, and advances a clock."""
 
-    def __init__(self, start: dict[str, float], *, noise: float = 0.1, seed: int = 0, failing: tuple[str, ...] = ()) -> None:
+    def __init__(self, start: dict[str, float], *, noise: float = 0.1, seed: int = 0,
+                 failing: tuple[str, ...] = ()) -> None:
         self.start, self.noise, self.rng, self.failing = start, noise, random.Random(seed), failing
         self.now, self.calls = 0.0, []
 
@@ -33,9 +34,9 @@ class FakeRuns:
         ttfs = self.start[opts.backend] + self.rng.gauss(0, self.noise)
         self.now += ttfs + (0.5 if pipe is not None else 20.0)
         if opts.backend in self.failing:  # a bad input: fails in its first step, every time
-            return {"pipeline_run": f"{opts.backend}-{len(self.calls)}", "orchestrator": opts.backend, "fuse": opts.fuse,
-                    "status": "failed", "error": "fewer than 1 block", "mode": "local", "tags": dict(kw.get("tags", {})),
-                    "metrics": {}}
+            return {"pipeline_run": f"{opts.backend}-{len(self.calls)}", "orchestrator": opts.backend,
+                    "fuse": opts.fuse, "status": "failed", "error": "fewer than 1 block", "mode": "local",
+                    "tags": dict(kw.get("tags", {})), "metrics": {}}
         return {"pipeline_run": f"{opts.backend}-{len(self.calls)}", "orchestrator": opts.backend, "fuse": opts.fuse,
                 "status": "succeeded", "error": None, "mode": "local", "tags": dict(kw.get("tags", {})),
                 "metrics": {"time_to_first_step_s": ttfs, "spinup_s": ttfs - 6.0, "total_s": ttfs + 20.0,
@@ -58,7 +59,8 @@ def test_a_planted_delay_is_decided_and_decided_paths_leave_the_rounds() -> None
     assert all(c["max_steps"] == 1 and c["tags"]["llmpack.round_kind"] == "startup" for c in counted[3:])
     assert {c["tags"]["llmpack.round"] for c in counted[:3]} == {"1"}
     # total and cost come from round 1 only: n=1, shown, not judged
-    assert result["verdicts"]["total_s"]["argo"]["verdict"] == "undecided" and result["summary"]["argo"]["total_s"]["n"] == 1
+    assert (result["verdicts"]["total_s"]["argo"]["verdict"] == "undecided"
+            and result["summary"]["argo"]["total_s"]["n"] == 1)
     assert result["summary"]["argo"]["time_to_first_step_s"]["n"] == result["rounds"] or \
         result["summary"]["argo"]["time_to_first_step_s"]["n"] < result["rounds"]
 
@@ -81,7 +83,8 @@ def test_the_budget_stops_the_rounds_and_leaves_the_verdict_undecided_with_what_
     fake = FakeRuns({"direct": 7.0, "kfp": 7.6, "argo": 7.0}, noise=1.5, seed=4)
     lines: list[str] = []
     result = compare_until_decided(RunOptions(), PATHS, run=fake, run_group="rg-b", baseline="direct",
-                                   budget_s=150.0, margins=parse_margins("ttfs=0.2s"), say=lines.append, clock=fake.clock)
+                                   budget_s=150.0, margins=parse_margins("ttfs=0.2s"), say=lines.append,
+                                   clock=fake.clock)
     assert result["stopped"] == "budget" and fake.now <= 150.0 + 30
     kfp = result["verdicts"]["time_to_first_step_s"]["kfp"]
     assert kfp["verdict"] == "undecided" and "undecided after" in kfp["text"] and "would" in kfp["text"]
@@ -97,7 +100,8 @@ def test_a_path_that_decides_leaves_while_a_slow_one_goes_on() -> None:
     assert per_path["argo"] <= per_path["direct"]
 
 
-@pytest.mark.parametrize("text, seconds", [("270", 270.0), ("90s", 90.0), ("4.5m", 270.0), ("1h", 3600.0), (None, 285.0)])
+@pytest.mark.parametrize("text, seconds",
+                         [("270", 270.0), ("90s", 90.0), ("4.5m", 270.0), ("1h", 3600.0), (None, 285.0)])
 def test_budget_spellings(text: str | None, seconds: float) -> None:
     assert parse_budget(text) == seconds
 
@@ -113,7 +117,8 @@ def test_margin_spellings_and_refusals() -> None:
     assert m["spinup"].of(100.0) == 0.5 and m["ttfs"].of(7.0) == pytest.approx(0.7) and m["cost"].of(1.0) == 0.001
     assert parse_margins("1s")["cost"] == parse_margins(None)["cost"]  # seconds do not apply to dollars
     assert parse_margins(None)["ttfs"].of(1.0) == 0.5  # the default's floor for times
-    for bad, why in [("speed=1s", "not a headline"), ("cost=1s", "dollars"), ("150%", "below 100%"), ("abc", "expected")]:
+    for bad, why in [("speed=1s", "not a headline"), ("cost=1s", "dollars"), ("150%", "below 100%"),
+                     ("abc", "expected")]:
         with pytest.raises(InputError, match=why):
             parse_margins(bad)
 

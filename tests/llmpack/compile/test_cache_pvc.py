@@ -70,7 +70,8 @@ def test_argo_templates_mount_the_pvc_and_set_hf_home(compiled: tuple[str, dict[
     wf = arts["argo"]
     api = ApiClient()
     containers = {t["name"]: t for t in wf["spec"]["templates"] if "container" in t}
-    mounted = {name for name, t in containers.items() if any("persistentVolumeClaim" in v for v in t.get("volumes") or [])}
+    mounted = {name for name, t in containers.items()
+               if any("persistentVolumeClaim" in v for v in t.get("volumes") or [])}
     assert mounted == FUSED[mode]
     tmp = ({"name": "tmp", "emptyDir": {}}, {"name": "tmp", "mountPath": "/tmp"})  # every template: read-only root
     for name in mounted:
@@ -111,8 +112,10 @@ def test_without_cache_pvc_nothing_is_mounted(tmp_path: Path):
     compile_all(tmp_path)
     arts = _compiled(tmp_path)
     _, platform = arts["kfp"]
-    assert not any(cfg.get("pvcMount") for cfg in platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"].values())
-    assert not any("persistentVolumeClaim" in v for t in arts["argo"]["spec"]["templates"] for v in t.get("volumes") or [])
+    assert not any(cfg.get("pvcMount")
+                   for cfg in platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"].values())
+    assert not any("persistentVolumeClaim" in v
+                   for t in arts["argo"]["spec"]["templates"] for v in t.get("volumes") or [])
     pod = arts["job"]["spec"]["template"]["spec"]
     assert "hf-cache" not in {v["name"] for v in pod["volumes"]}
     assert [e["value"] for e in pod["containers"][0]["env"] if e["name"] == "HF_HOME"] == ["/tmp/huggingface"]

@@ -90,7 +90,8 @@ def test_the_custom_step_example_compiles_everywhere(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, str(REPO / "examples" / "custom_step.py"), str(tmp_path)], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, str(REPO / "examples" / "custom_step.py"), str(tmp_path)],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "data-report" in (tmp_path / "kfp_pipelines/finetune.yaml").read_text()
     assert "data-report" in (tmp_path / "argo_workflows/finetune.yaml").read_text()

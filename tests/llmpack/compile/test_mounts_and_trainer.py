@@ -37,7 +37,8 @@ def test_a_claim_at_the_hf_cache_with_cache_pvc_names_both_flags(flag: str) -> N
 
 
 def test_a_checkpoint_pvc_at_the_hf_cache_too() -> None:
-    pod = PodOptions.from_flags(checkpoints=CheckpointOptions.from_flags(checkpoint_pvc="c:/var/cache/llmpack/huggingface"))
+    pod = PodOptions.from_flags(
+        checkpoints=CheckpointOptions.from_flags(checkpoint_pvc="c:/var/cache/llmpack/huggingface"))
     with pytest.raises(InputError, match="--checkpoint-pvc c:/var/cache/llmpack/huggingface with --cache-pvc s"):
         check_cache_mount(pod, "s")
 
@@ -48,8 +49,11 @@ def test_trainer_22_refuses_a_grace_period_only_with_a_trainjob() -> None:
     check_trainer_version(v22, 1)  # no TrainJob: nothing to refuse
     check_trainer_version(PodOptions.from_flags(checkpoints=ckpt, trainer_version="2.3"), 2)
     check_trainer_version(PodOptions.from_flags(trainer_version="2.2"), 2)  # no grace period: v2.2 takes it
-    for pod in (v22, PodOptions.from_flags(checkpoints=CheckpointOptions.from_flags(grace_period=60), trainer_version="2.2")):
-        with pytest.raises(InputError, match="--trainer-version 2.2: its TrainJob has no terminationGracePeriodSeconds"):
+    for pod in (v22,
+                PodOptions.from_flags(checkpoints=CheckpointOptions.from_flags(grace_period=60),
+                                      trainer_version="2.2")):
+        with pytest.raises(InputError,
+                           match="--trainer-version 2.2: its TrainJob has no terminationGracePeriodSeconds"):
             check_trainer_version(pod, 2)
 
 

@@ -98,11 +98,13 @@ def test_no_quota_api_is_no_quota(mlflow_pods: list[capacity.GpuPod]) -> None:
 
 
 @pytest.mark.parametrize(("item", "words"), [
-    ({"type": "Container", "max": {"memory": "16Gi"}}, "caps a Container's memory at 16Gi memory; mlflow pod asks 64Gi"),
+    ({"type": "Container", "max": {"memory": "16Gi"}},
+     "caps a Container's memory at 16Gi memory; mlflow pod asks 64Gi"),
     ({"type": "Container", "max": {"cpu": "64"}}, None),
     ({"type": "PersistentVolumeClaim", "max": {"storage": "1Gi"}}, None),
 ])
-def test_a_limit_range_caps_or_admits(mlflow_pods: list[capacity.GpuPod], item: dict[str, Any], words: str | None) -> None:
+def test_a_limit_range_caps_or_admits(mlflow_pods: list[capacity.GpuPod], item: dict[str, Any],
+                                      words: str | None) -> None:
     check = capacity.limit_ranges(Reader(limitranges=[{"metadata": {"name": "lr"}, "spec": {"limits": [item]}}]), "ns",
                                   mlflow_pods)
     assert check.ok is (words is None) and (words is None or words in check.what), check
@@ -111,7 +113,8 @@ def test_a_limit_range_caps_or_admits(mlflow_pods: list[capacity.GpuPod], item: 
 def test_a_default_limit_below_the_request_is_refused() -> None:
     pod = capacity.GpuPod("p", {"cpu": Decimal(8), "nvidia.com/gpu": Decimal(1)}, {"nvidia.com/gpu": Decimal(1)})
     item = {"type": "Container", "default": {"cpu": "2"}}
-    check = capacity.limit_ranges(Reader(limitranges=[{"metadata": {"name": "lr"}, "spec": {"limits": [item]}}]), "ns", [pod])
+    check = capacity.limit_ranges(Reader(limitranges=[{"metadata": {"name": "lr"}, "spec": {"limits": [item]}}]),
+                                  "ns", [pod])
     assert not check.ok and "default cpu limit of 2 cpu, below its request 8 cpu" in check.what
 
 

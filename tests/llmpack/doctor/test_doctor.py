@@ -75,7 +75,8 @@ def failed_lines(output: str) -> list[str]:
 
 
 def assert_no_secret(output: str) -> None:
-    for secret in (K8S_TOKEN, KFP_TOKEN, ARGO_TOKEN, SECRET_PASSWORD, base64.b64encode(SECRET_PASSWORD.encode()).decode(),
+    for secret in (K8S_TOKEN, KFP_TOKEN, ARGO_TOKEN, SECRET_PASSWORD,
+                   base64.b64encode(SECRET_PASSWORD.encode()).decode(),
                    TRACKING_URI, HF_TOKEN_VALUE, base64.b64encode(HF_TOKEN_VALUE.encode()).decode()):
         assert secret not in output
 
@@ -86,8 +87,10 @@ def test_ready_cluster_passes_every_check(ready: Ready) -> None:
     assert not failed_lines(out)
     checks = [line for line in out.splitlines() if line.startswith("✓")]
     for expected in ("Kubernetes API", "node(s) of GPU type nvidia-h100-80gb", "tolerate", "allocatable nvidia.com/gpu",
-                     "namespace llmpack exists", "namespace kubeflow exists", "Secret llmpack-mlflow in llmpack has "
-                     "tracking-uri and password, username", "RBAC (mlflow): you may create/get/delete jobs.batch, list/watch pods, list/watch events in llmpack",
+                     "namespace llmpack exists", "namespace kubeflow exists",
+                     "Secret llmpack-mlflow in llmpack has tracking-uri and password, username",
+                     "RBAC (mlflow): you may create/get/delete jobs.batch, list/watch pods, "
+                     "list/watch events in llmpack",
                      "RBAC (argo): you may create/get workflows.argoproj.io", "Pod Security (kfp)",
                      "Argo artifact repository", "KFP API at", "Argo Server at"):
         assert any(expected in line for line in checks), (expected, out)
@@ -104,8 +107,9 @@ def test_ready_pod_references_pass(ready: Ready) -> None:
     """The submit flags' references: the model/data PVCs Bound, the HF token Secret and key, the pull Secret."""
     code, out = ready.doctor(*POD_FLAGS)
     assert code == 0, out
-    for expected in ("✓ PersistentVolumeClaim llmpack-models in llmpack is Bound", "✓ PersistentVolumeClaim llmpack-data in "
-                     "kubeflow is Bound", "✓ Secret hf-token in llmpack has token (HF_TOKEN)",
+    for expected in ("✓ PersistentVolumeClaim llmpack-models in llmpack is Bound",
+                     "✓ PersistentVolumeClaim llmpack-data in kubeflow is Bound",
+                     "✓ Secret hf-token in llmpack has token (HF_TOKEN)",
                      "✓ image pull Secret regcred in kubeflow exists (kubernetes.io/dockerconfigjson)"):
         assert expected in out, (expected, out)
     assert_no_secret(out)
@@ -113,7 +117,8 @@ def test_ready_pod_references_pass(ready: Ready) -> None:
 
 @pytest.mark.slow  # a compile of its own
 def test_compiled_references_are_checked_without_flags(ready: Ready, tmp_path: Path) -> None:
-    """What `llmpack compile --model-pvc --hf-token-secret --image-pull-secret` wrote is read back from the artifacts."""
+    """What `llmpack compile --model-pvc --hf-token-secret --image-pull-secret` wrote is read back from the
+    artifacts."""
     from llmpack.compile.artifacts import compile_all
     from llmpack.ui.pod_options import PodOptions
 
@@ -124,15 +129,18 @@ def test_compiled_references_are_checked_without_flags(ready: Ready, tmp_path: P
     assert failed_lines(out) == ["✗ Secret hf-token in llmpack has no other key (the pods read HF_TOKEN from it)"], out
     assert "✓ PersistentVolumeClaim llmpack-models in llmpack is Bound" in out and "✓ image pull Secret regcred" in out
     code, out = ready.doctor("--path", "kfp", "--compiled", str(tmp_path))  # KFP's own IR spelling, read the same
-    assert "✓ PersistentVolumeClaim llmpack-models in kubeflow" in out and "✗ Secret hf-token in kubeflow has no other" in out
+    assert ("✓ PersistentVolumeClaim llmpack-models in kubeflow" in out
+            and "✗ Secret hf-token in kubeflow has no other" in out)
 
 
 def test_ready_gang_passes_every_check(ready: Ready) -> None:
     code, out = ready.doctor(*GANG)
     assert code == 0, out
-    for expected in ("ClusterTrainingRuntime torch-distributed exists", "launcher RBAC in llmpack: llmpack-launcher may "
-                     "create, get, delete trainjobs.trainer.kubeflow.org", "llmpack-shared in llmpack is Bound, "
-                     "ReadWriteMany", "Kueue LocalQueue team-a in llmpack", "2 tolerated GPU node(s) with 4 allocatable"):
+    for expected in ("ClusterTrainingRuntime torch-distributed exists",
+                     "launcher RBAC in llmpack: llmpack-launcher may "
+                     "create, get, delete trainjobs.trainer.kubeflow.org",
+                     "llmpack-shared in llmpack is Bound, ReadWriteMany", "Kueue LocalQueue team-a in llmpack",
+                     "2 tolerated GPU node(s) with 4 allocatable"):
         assert expected in out, (expected, out)
 
 
@@ -158,7 +166,8 @@ def test_checkpoint_pvc_is_checked_readwritemany_only_for_a_gang(ready: Ready) -
     assert code == 1, out
     assert failed_lines(out) == [f"✗ PersistentVolumeClaim {CKPT_PVC} in llmpack is ReadWriteOnce, not ReadWriteMany "
                                  "(every node pod of the gang mounts it)"], out
-    code, out = ready.doctor("--path", "argo", *GANG, "--checkpoint-pvc", "llmpack-shared")  # the gang's own claim: once
+    code, out = ready.doctor("--path", "argo", *GANG,
+                             "--checkpoint-pvc", "llmpack-shared")  # the gang's own claim: once
     assert code == 0 and out.count("llmpack-shared in llmpack is Bound") == 1, out
     code, out = ready.doctor("--path", "argo", "--checkpoint-pvc", "Ckpt")
     assert code == 2 and "--checkpoint-pvc" in out and "Traceback" not in out, out
@@ -167,7 +176,8 @@ def test_checkpoint_pvc_is_checked_readwritemany_only_for_a_gang(ready: Ready) -
 # fault: (extra flags, what its ✗ line says, what its fix says)
 CASES = {
     "no-namespace": ((), "namespace llmpack does not exist", "kubectl create namespace llmpack"),
-    "rbac-denied": ((), "RBAC (mlflow): you may not create jobs.batch in llmpack", "--verb=create --resource=jobs.batch"),
+    "rbac-denied": ((), "RBAC (mlflow): you may not create jobs.batch in llmpack",
+                    "--verb=create --resource=jobs.batch"),
     "no-gpu-nodes": ((), "no node is a nvidia-h100-80gb node by its labels",
                      "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"),
     "taint-not-tolerated": ((), "dedicated=training:NoSchedule", "kubectl taint node gpu-node-0 dedicated:NoSchedule-"),
@@ -176,11 +186,13 @@ CASES = {
     "no-launcher-rbac": (GANG, "RoleBinding llmpack-launcher missing", "launcher-rbac.yaml"),
     "pvc-rwo": (GANG, "llmpack-shared in llmpack is ReadWriteOnce, not ReadWriteMany", "delete pvc llmpack-shared"),
     "pvc-pending": (GANG, "llmpack-shared in llmpack is Pending, not Bound", "describe pvc llmpack-shared"),
-    "no-artifacts-pvc": ((), "PersistentVolumeClaim llmpack-artifacts missing in llmpack", "accessModes: [ReadWriteOnce]"),
+    "no-artifacts-pvc": ((), "PersistentVolumeClaim llmpack-artifacts missing in llmpack",
+                         "accessModes: [ReadWriteOnce]"),
     "no-queue": (GANG, "LocalQueue team-a missing in llmpack", "kind: LocalQueue"),
     "no-secret": ((), "Secret llmpack-mlflow missing in llmpack", "create secret generic llmpack-mlflow "
                   "--from-literal=tracking-uri="),
-    "secret-without-uri": ((), "Secret llmpack-mlflow in llmpack has no tracking-uri key", "patch secret llmpack-mlflow"),
+    "secret-without-uri": ((), "Secret llmpack-mlflow in llmpack has no tracking-uri key",
+                           "patch secret llmpack-mlflow"),
     "no-argo-repository": ((), "Argo has no artifact repository for llmpack", "artifact-repositories.yaml"),
     "psa-restricted": ((), "Pod Security (kfp): kubeflow enforces restricted; kfp exec-", "enforce=baseline"),
     "ckpt-pvc-rwo": ((*GANG, *CKPT), "llmpack-ckpt in llmpack is ReadWriteOnce, not ReadWriteMany",
@@ -190,7 +202,8 @@ CASES = {
     "no-hf-secret": (POD_FLAGS, "Secret hf-token missing in llmpack (the pods read HF_TOKEN from its key token",
                      "create secret generic hf-token --from-literal=token="),
     "hf-secret-without-key": (POD_FLAGS, "Secret hf-token in llmpack has no token key", "patch secret hf-token"),
-    "no-pull-secret": (POD_FLAGS, "image pull Secret regcred missing in llmpack", "create secret docker-registry regcred"),
+    "no-pull-secret": (POD_FLAGS, "image pull Secret regcred missing in llmpack",
+                       "create secret docker-registry regcred"),
 }
 
 
@@ -202,7 +215,8 @@ def test_every_fault_has_a_case() -> None:
 QUICK_FAULTS = {"no-namespace", "rbac-denied", "no-gpu-nodes", "no-secret", "no-model-pvc", "psa-restricted"}
 
 
-@pytest.mark.parametrize("fault", [f if f in QUICK_FAULTS else pytest.param(f, marks=pytest.mark.slow) for f in sorted(CASES)])
+@pytest.mark.parametrize("fault",
+                         [f if f in QUICK_FAULTS else pytest.param(f, marks=pytest.mark.slow) for f in sorted(CASES)])
 def test_each_fault_gives_its_own_line_and_fix(ready: Ready, fault: str) -> None:
     flags, line, fix = CASES[fault]
     code, before = ready.doctor(*flags)
@@ -258,7 +272,8 @@ def test_unauthorized_and_unreachable_are_one_failed_line_without_the_token(read
 ])
 def test_bad_input_is_one_line_exit_2(ready: Ready, args: tuple[str, ...], message: str) -> None:
     code, out = ready.doctor(*args)
-    assert code == 2 and out.strip().startswith(f"llmpack: error: {message}") and len(out.strip().splitlines()) == 1, out
+    assert (code == 2 and out.strip().startswith(f"llmpack: error: {message}")
+            and len(out.strip().splitlines()) == 1), out
     assert not ready.kube.recorded("POST", "selfsubjectaccessreviews")  # nothing sent
 
 

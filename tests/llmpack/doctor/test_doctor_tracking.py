@@ -99,7 +99,8 @@ def test_an_unreachable_tracking_server_is_its_own_failure() -> None:
 def test_credentials_in_the_uri_are_never_shown(guarded_server: str) -> None:
     """A URI carrying userinfo: shown without it, whatever the outcome."""
     host = guarded_server.removeprefix("http://")
-    check = dc.tracking_server(f"http://{USER}:{PASSWORD}@{host}", username=None, password=None, token=None, verify=True)
+    check = dc.tracking_server(f"http://{USER}:{PASSWORD}@{host}", username=None, password=None, token=None,
+                               verify=True)
     assert PASSWORD not in check.what + check.fix
 
 

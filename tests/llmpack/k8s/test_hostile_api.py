@@ -50,7 +50,8 @@ def broken_events(h: http.server.BaseHTTPRequestHandler) -> None:
     if path.endswith(f"/namespaces/{NS}"):
         _send(h, json.dumps({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": NS}}).encode())
         return
-    _send(h, json.dumps({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": "5"}, "items": []}).encode())
+    _send(h,
+          json.dumps({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": "5"}, "items": []}).encode())
 
 
 def slow(h: http.server.BaseHTTPRequestHandler) -> None:

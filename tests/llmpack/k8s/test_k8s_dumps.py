@@ -51,7 +51,8 @@ def _error(fn, *args, **kwargs) -> str:
 
 
 def test_malformed_json_names_file_line_and_column(tmp_path):
-    path = _write(tmp_path, "pods.json", '{\n  "items": [\n    {"metadata": {"name": "a"}}\n    {"metadata": {}}\n  ]\n}\n')
+    path = _write(tmp_path, "pods.json",
+                  '{\n  "items": [\n    {"metadata": {"name": "a"}}\n    {"metadata": {}}\n  ]\n}\n')
     message = _error(timeline_from_files, path)
     assert message.startswith(f"{path}: line 4 column 5: not valid JSON")
 

@@ -40,7 +40,8 @@ def ts(hms: str, day: str = "2025-03-14") -> float:
 @pytest.fixture(scope="module")
 def rows() -> dict[str, dict]:
     """The run group's rows; KFP pods cannot carry per-run labels, so its run id says which are ours."""
-    return {r["pod"]: r for r in timeline_from_files(PODS, NODES, EVENTS, run_group=RUN_GROUP, runs={KFP_RUN_ID: KFP_RUN})}
+    return {r["pod"]: r for r in timeline_from_files(PODS, NODES, EVENTS, run_group=RUN_GROUP,
+                                                     runs={KFP_RUN_ID: KFP_RUN})}
 
 
 def _items(path: Path) -> list[dict]:
@@ -166,7 +167,8 @@ def test_format_table(rows):
 
 def _ctx(orchestrator: str, pipeline_run: str) -> RunContext:
     return RunContext(
-        run_group=RUN_GROUP, pipeline_run=pipeline_run, orchestrator=orchestrator, mode="cluster", submitted_at=ts("09:00:00")
+        run_group=RUN_GROUP, pipeline_run=pipeline_run, orchestrator=orchestrator, mode="cluster",
+        submitted_at=ts("09:00:00")
     )
 
 
@@ -216,13 +218,16 @@ def test_to_step_records_filters_steps_and_runs(rows):
 
 
 def test_to_step_records_numbers_every_attempt_by_pod_creation():
-    base = {k: None for k in ROW_FIELDS} | {"orchestrator": "argo", "role": "executor", "step": "finetune", "pipeline_run": "p"}
+    base = {k: None for k in ROW_FIELDS} | {"orchestrator": "argo", "role": "executor", "step": "finetune",
+                                            "pipeline_run": "p"}
     first = base | {"pod": "a", "created": 100.0, "scheduled": 101.0, "container_started": 110.0}
     retry = base | {"pod": "b", "created": 500.0, "scheduled": 501.0, "container_started": 505.0}
     ctx = RunContext(run_group="g", pipeline_run="p", orchestrator="argo", mode="cluster", submitted_at=90.0)
     records = to_step_records([retry, first], ctx)
-    assert [(r.attempt, r.value) for r in records] == [(0, 100.0), (0, 101.0), (0, 110.0), (1, 500.0), (1, 501.0), (1, 505.0)]
-    assert records[0].key == "p/finetune/event/pod_created" and records[3].key == "p/finetune/event/pod_created/attempt1"
+    assert [(r.attempt, r.value) for r in records] == [(0, 100.0), (0, 101.0), (0, 110.0),
+                                                       (1, 500.0), (1, 501.0), (1, 505.0)]
+    assert (records[0].key == "p/finetune/event/pod_created"
+            and records[3].key == "p/finetune/event/pod_created/attempt1")
     assert records[3].mlflow_key == "event.finetune.pod_created.attempt1"
     finetune = group_by_step(records)["finetune"]
     assert finetune.events["container_started"] == 505.0  # the step's own view: its last attempt
@@ -318,14 +323,20 @@ def _pod(name: str, *, labels=None, annotations=None, containers=("main",), stat
 
 def test_kfp_roles_and_steps_from_node_names():
     wf = {"workflows.argoproj.io/workflow": "wf-1", "pipelines.kubeflow.org/v2_component": "true"}
-    driver = _pod("wf-1-2650378426", labels=wf, annotations={"workflows.argoproj.io/node-name": "wf-1.root.tokenize-driver"})
-    executor = _pod("wf-1-1183460071", labels=wf, annotations={"workflows.argoproj.io/node-name": "wf-1.root.tokenize.executor(0)"})
-    root = _pod("wf-1-system-dag-driver-77", labels=wf, annotations={"workflows.argoproj.io/node-name": "wf-1.root-driver"})
+    driver = _pod("wf-1-2650378426", labels=wf,
+                  annotations={"workflows.argoproj.io/node-name": "wf-1.root.tokenize-driver"})
+    executor = _pod("wf-1-1183460071", labels=wf,
+                    annotations={"workflows.argoproj.io/node-name": "wf-1.root.tokenize.executor(0)"})
+    root = _pod("wf-1-system-dag-driver-77", labels=wf,
+                annotations={"workflows.argoproj.io/node-name": "wf-1.root-driver"})
     by_image = _pod("wf-1-9", labels=wf)
-    by_image["spec"]["containers"] = [{"name": "wait"}, {"name": "main", "image": "gcr.io/ml-pipeline/kfp-driver:2.3.0"}]
+    by_image["spec"]["containers"] = [{"name": "wait"},
+                                      {"name": "main", "image": "gcr.io/ml-pipeline/kfp-driver:2.3.0"}]
     rows = {r["pod"]: r for r in analyze([driver, executor, root, by_image])}
-    assert (rows[driver["metadata"]["name"]]["role"], rows[driver["metadata"]["name"]]["step"]) == ("driver", "tokenize")
-    assert (rows[executor["metadata"]["name"]]["role"], rows[executor["metadata"]["name"]]["step"]) == ("executor", "tokenize")
+    assert ((rows[driver["metadata"]["name"]]["role"], rows[driver["metadata"]["name"]]["step"])
+            == ("driver", "tokenize"))
+    assert ((rows[executor["metadata"]["name"]]["role"], rows[executor["metadata"]["name"]]["step"])
+            == ("executor", "tokenize"))
     assert (rows[root["metadata"]["name"]]["role"], rows[root["metadata"]["name"]]["step"]) == ("driver", "root")
     assert rows["wf-1-9"]["role"] == "driver"
     assert all(r["orchestrator"] == "kfp" for r in rows.values())
@@ -347,14 +358,16 @@ def test_mlflow_job_pod_recognised_without_our_labels():
     pod["spec"]["containers"][0]["env"] = [{"name": "MLFLOW_RUN_ID", "value": "abc"}]
     plain_job = _pod("other-job-x", labels={"job-name": "other-job"})
     [row] = analyze([pod, plain_job])
-    assert (row["pod"], row["orchestrator"], row["step"], row["orchestrator_run"]) == ("proj-2025-x", "mlflow", None, "proj-2025")
+    assert ((row["pod"], row["orchestrator"], row["step"], row["orchestrator_run"])
+            == ("proj-2025-x", "mlflow", None, "proj-2025"))
 
 
 def test_unknown_orchestrator_label_value_and_unscheduled_pod():
     pod = _pod(
         "p",
         labels={"llmpack.io/orchestrator": "airflow", "llmpack.io/step": "finetune"},
-        conditions=[{"type": "PodScheduled", "status": "False", "lastTransitionTime": "2025-03-14T09:00:00Z", "reason": "Unschedulable"}],
+        conditions=[{"type": "PodScheduled", "status": "False", "lastTransitionTime": "2025-03-14T09:00:00Z",
+                     "reason": "Unschedulable"}],
     )
     [row] = analyze([pod])
     assert row["orchestrator"] == "unknown"

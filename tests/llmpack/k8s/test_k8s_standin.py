@@ -84,7 +84,8 @@ def test_list_pages_and_selectors_through_the_client(api):
     core = k8s.CoreV1Api(build_api_client(host=api.url, token=TOKEN))
     page = core.list_namespaced_pod("llmpack", label_selector="llmpack.io/run-group=g", limit=2)
     assert [p.metadata.name for p in page.items] == ["p1", "p3"] and page.metadata._continue
-    rest = core.list_namespaced_pod("llmpack", label_selector="llmpack.io/run-group=g", limit=2, _continue=page.metadata._continue)
+    rest = core.list_namespaced_pod("llmpack", label_selector="llmpack.io/run-group=g", limit=2,
+                                    _continue=page.metadata._continue)
     assert [p.metadata.name for p in rest.items] == ["p5"] and not rest.metadata._continue
     assert int(page.metadata.resource_version) == api.resource_version
     assert core.read_namespace("llmpack").status.phase == "Active"
@@ -121,8 +122,9 @@ def test_synthetic_run_group_shape():
     items = list(stream)
     assert none_apart == [] and len(items) == 130 + 40
     for pod in last:  # each pod's pulls come after its initialized state and before its container starts
-        kinds = [("Event", i["reason"]) if i.get("kind") == "Event" else ("Pod", bool(i["status"].get("containerStatuses")
-                 and "running" in i["status"]["containerStatuses"][0].get("state", {})))
+        kinds = [("Event", i["reason"]) if i.get("kind") == "Event"
+                 else ("Pod", bool(i["status"].get("containerStatuses")
+                                   and "running" in i["status"]["containerStatuses"][0].get("state", {})))
                  for i in items if (i.get("involvedObject") or i["metadata"])["name"] == pod]
         pulling, pulled = kinds.index(("Event", "Pulling")), kinds.index(("Event", "Pulled"))
         assert 2 < pulling < pulled < kinds.index(("Pod", True))

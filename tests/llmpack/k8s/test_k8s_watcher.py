@@ -26,7 +26,8 @@ RG = "cmp-test-1"
 T0 = datetime.fromisoformat("2025-03-14T09:00:00+00:00").timestamp()
 
 
-def labels(step: str, *, run_group: str = RG, workflow: str = "llm-finetune-w1", run: str = "argo-w1") -> dict[str, str]:
+def labels(step: str, *, run_group: str = RG, workflow: str = "llm-finetune-w1",
+           run: str = "argo-w1") -> dict[str, str]:
     return {
         "llmpack.io/run-group": run_group,
         "llmpack.io/pipeline-run": run,
@@ -63,11 +64,13 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> Callable[
 def two_pods():
     """prepare-data on an old CPU node, finetune waiting for an autoscaled GPU node."""
     cpu = node_object("cpu-1", created=T0 - 86400, ready=T0 - 86000, instance_type="m6i.2xlarge")
-    gpu = node_object("gpu-1", created=T0 + 40, ready=T0 + 150, instance_type="p5.48xlarge", gpu_product="NVIDIA-H100-80GB-HBM3")
+    gpu = node_object("gpu-1", created=T0 + 40, ready=T0 + 150, instance_type="p5.48xlarge",
+                      gpu_product="NVIDIA-H100-80GB-HBM3")
     prep = pod_states(
         "llm-finetune-w1-prepare-data-11", namespace=NS, labels=labels("prepare-data"),
         annotations={"workflows.argoproj.io/node-name": "llm-finetune-w1.prepare-data"},
-        created=T0, scheduled=T0 + 1, node="cpu-1", sandbox=T0 + 2, initialized=T0 + 3, started=T0 + 5, finished=T0 + 20,
+        created=T0, scheduled=T0 + 1, node="cpu-1", sandbox=T0 + 2, initialized=T0 + 3, started=T0 + 5,
+        finished=T0 + 20,
     )
     tune = pod_states(
         "llm-finetune-w1-finetune-22", namespace=NS, labels=labels("finetune"),
@@ -110,7 +113,8 @@ def run_watcher(watcher: PodWatcher, **kwargs):
 def test_watch_receives_pods_over_time(api, client):
     cpu, gpu, prep, tune = two_pods()
     api.add_node(cpu)
-    for event in pull_events("llm-finetune-w1-finetune-22", namespace=NS, pulling=T0 + 161, pulled=T0 + 188, message_seconds="27.5s"):
+    for event in pull_events("llm-finetune-w1-finetune-22", namespace=NS, pulling=T0 + 161, pulled=T0 + 188,
+                             message_seconds="27.5s"):
         api.add_event(event)
     api.apply_pod(prep[0])  # already there when the watcher lists
     steps = [("apply", s) for s in prep[1:]] + [("node", gpu)] + [("apply", s) for s in tune]
@@ -137,10 +141,12 @@ def test_watch_survives_410_expiry_mid_watch(api, client):
     cpu, gpu, prep, tune = two_pods()
     api.add_node(cpu)
     api.add_node(gpu)
-    for event in pull_events("llm-finetune-w1-finetune-22", namespace=NS, pulling=T0 + 161, pulled=T0 + 188, message_seconds="27.5s"):
+    for event in pull_events("llm-finetune-w1-finetune-22", namespace=NS, pulling=T0 + 161, pulled=T0 + 188,
+                             message_seconds="27.5s"):
         api.add_event(event)
     watcher = PodWatcher(client, NS, RG, window_s=5)
-    other_group = pod_states("other-1", namespace=NS, labels=labels("finetune", run_group="cmp-other"), created=T0, scheduled=T0 + 1, node="cpu-1")
+    other_group = pod_states("other-1", namespace=NS, labels=labels("finetune", run_group="cmp-other"), created=T0,
+                             scheduled=T0 + 1, node="cpu-1")
     steps = (
         [("apply", s) for s in prep]
         + [("apply", s) for s in tune[:3]]
@@ -197,7 +203,8 @@ def test_kfp_pods_are_found_by_their_run_id(api, client):
     )
     executor = pod_states(
         f"{wf}-system-container-impl-2", namespace=NS,
-        labels=kfp | {"llmpack.io/orchestrator": "kfp", "llmpack.io/step": "finetune", "llmpack.io/pipeline": "llm-finetune"},
+        labels=kfp | {"llmpack.io/orchestrator": "kfp", "llmpack.io/step": "finetune",
+                      "llmpack.io/pipeline": "llm-finetune"},
         annotations={"workflows.argoproj.io/node-name": f"{wf}.root.finetune.executor"},
         created=T0 + 8, scheduled=T0 + 9, node="cpu-1", initialized=T0 + 10, started=T0 + 12, finished=T0 + 30,
     )
@@ -215,8 +222,10 @@ def test_kfp_pods_are_found_by_their_run_id(api, client):
     by_pod = {r["pod"]: r for r in rows}
     assert set(by_pod) == {driver[0]["metadata"]["name"], executor[0]["metadata"]["name"], argo[0]["metadata"]["name"]}
     d, e = by_pod[driver[0]["metadata"]["name"]], by_pod[executor[0]["metadata"]["name"]]
-    assert (d["role"], d["step"], d["run_group"], d["pipeline_run"], d["start_s"]) == ("driver", "finetune", RG, "kfp-r1", 2.0)
-    assert (e["role"], e["step"], e["run_group"], e["pipeline_run"], e["start_s"]) == ("executor", "finetune", RG, "kfp-r1", 4.0)
+    assert ((d["role"], d["step"], d["run_group"], d["pipeline_run"], d["start_s"])
+            == ("driver", "finetune", RG, "kfp-r1", 2.0))
+    assert ((e["role"], e["step"], e["run_group"], e["pipeline_run"], e["start_s"])
+            == ("executor", "finetune", RG, "kfp-r1", 4.0))
     selectors = {r.query["labelSelector"] for r in api.recorded("GET", "/pods") if r.is_watch}
     assert selectors == {f"llmpack.io/run-group={RG}",
                          "pipelines.kubeflow.org/v2_component=true,!llmpack.io/run-group,pipeline/runid in (r-1)"}
@@ -225,8 +234,9 @@ def test_kfp_pods_are_found_by_their_run_id(api, client):
 
 def test_memory_is_one_object_per_pod(api, client):
     pods = [
-        pod_states(f"llm-finetune-w1-s{i}-{i}", namespace=NS, labels=labels(f"s{i}"), created=T0 + i, scheduled=T0 + i + 1,
-                   node="cpu-1", initialized=T0 + i + 2, started=T0 + i + 3, finished=T0 + i + 60, extra_running_updates=40)
+        pod_states(f"llm-finetune-w1-s{i}-{i}", namespace=NS, labels=labels(f"s{i}"), created=T0 + i,
+                   scheduled=T0 + i + 1, node="cpu-1", initialized=T0 + i + 2, started=T0 + i + 3,
+                   finished=T0 + i + 60, extra_running_updates=40)
         for i in range(3)
     ]
     steps = [("apply", s) for group in zip(*pods, strict=True) for s in group]
@@ -330,7 +340,8 @@ def test_pull_events_are_watched_and_kept_after_the_server_expires_them(api, cli
     cpu, gpu, prep, tune = two_pods()
     api.add_node(cpu)
     api.add_node(gpu)
-    pulls = pull_events("llm-finetune-w1-finetune-22", namespace=NS, pulling=T0 + 161, pulled=T0 + 188, message_seconds="27.5s")
+    pulls = pull_events("llm-finetune-w1-finetune-22", namespace=NS, pulling=T0 + 161, pulled=T0 + 188,
+                        message_seconds="27.5s")
     prep_pulls = pull_events("llm-finetune-w1-prepare-data-11", namespace=NS, pulling=T0 + 3, pulled=T0 + 4)
     watcher = PodWatcher(client, NS, RG, window_s=5)
     steps = (
@@ -397,7 +408,8 @@ def test_the_event_watch_survives_410_expiry(api, client):
     [row] = watcher.run(until=all_terminated(steps=["prepare-data"]), timeout_s=10)
     api.join_players()
     assert row["image_pull_s"] == 2.0 and not watcher.warnings
-    assert len(_event_requests(api, watch=False)) == 2  # the first listing and the re-list after the 410; none at the end
+    # the first listing and the re-list after the 410; none at the end
+    assert len(_event_requests(api, watch=False)) == 2
 
 
 def test_an_error_beside_the_started_pod_watch_leaves_no_watch_running(api, client, monkeypatch):
@@ -443,7 +455,8 @@ def test_wrong_token_is_a_clear_401_without_the_token(api, caplog, capsys):
     caplog.set_level(logging.DEBUG)
     client = build_api_client(host=api.url, token=WRONG)
     message = _input_error(lambda: PodWatcher(client, NS, RG, window_s=1).run(timeout_s=5))
-    assert message == f"Kubernetes API at {api.url}: 401 Unauthorized: the token or kubeconfig credentials were rejected"
+    assert message == (f"Kubernetes API at {api.url}: 401 Unauthorized: "
+                       "the token or kubeconfig credentials were rejected")
     captured = capsys.readouterr()
     assert WRONG not in caplog.text + captured.out + captured.err
     assert not any(r.authorized for r in api.requests)
@@ -453,7 +466,8 @@ def test_forbidden_pods_is_a_clear_403():
     with KubeAPIStandIn(token=TOKEN, namespaces=(NS,), forbidden={"pods"}) as api:
         client = build_api_client(host=api.url, token=TOKEN)
         message = _input_error(lambda: PodWatcher(client, NS, RG).run(timeout_s=5))
-    assert message.startswith(f"Kubernetes API at {api.url}: 403 Forbidden: not allowed to list pods in namespace 'llmpack'")
+    assert message.startswith(f"Kubernetes API at {api.url}: 403 Forbidden: "
+                              "not allowed to list pods in namespace 'llmpack'")
 
 
 def test_unknown_namespace(api, client):
@@ -479,7 +493,8 @@ def test_no_kubeconfig_and_no_endpoint(tmp_path, monkeypatch):
     message = _input_error(build_api_client)
     assert message.startswith("no Kubernetes cluster configured") and "--kubeconfig" in message
     assert "host and token" in message
-    assert _input_error(lambda: build_api_client(kubeconfig=tmp_path / "missing")) == f"--kubeconfig {tmp_path / 'missing'}: no such file"
+    assert (_input_error(lambda: build_api_client(kubeconfig=tmp_path / "missing"))
+            == f"--kubeconfig {tmp_path / 'missing'}: no such file")
     assert "http" in _input_error(lambda: build_api_client(host="127.0.0.1:6443"))
 
 
@@ -530,7 +545,8 @@ def test_token_with_bearer_prefix_and_from_a_file(api, tmp_path):
     rows = PodWatcher(build_api_client(host=api.url, token=f"Bearer {TOKEN}"), NS, RG, window_s=1).run(timeout_s=5)
     assert [r["phase"] for r in rows] == ["Succeeded"]
     (tmp_path / "token").write_text(TOKEN + "\n")
-    rows = PodWatcher(build_api_client(host=api.url, token_file=tmp_path / "token"), NS, RG, window_s=1).run(timeout_s=5)
+    rows = PodWatcher(build_api_client(host=api.url, token_file=tmp_path / "token"), NS, RG,
+                      window_s=1).run(timeout_s=5)
     assert [r["phase"] for r in rows] == ["Succeeded"]
     assert _input_error(lambda: build_api_client(host=api.url, token_file=tmp_path / "nope")).startswith(
         f"{tmp_path / 'nope'}: cannot read the token file"

@@ -14,7 +14,8 @@ NS = "llmpack"
 
 def _workload(version: str, owner: str) -> dict:
     return {"apiVersion": f"kueue.x-k8s.io/{version}", "kind": "Workload",
-            "metadata": {"name": f"trainjob-{owner}-x1y2z", "namespace": NS, "creationTimestamp": "2026-12-02T10:00:00Z",
+            "metadata": {"name": f"trainjob-{owner}-x1y2z", "namespace": NS,
+                         "creationTimestamp": "2026-12-02T10:00:00Z",
                          "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
                                               "name": owner, "uid": "u-1", "controller": True}]},
             "status": {"conditions": [

@@ -95,12 +95,14 @@ def _run_dir(root: Path, mc: Any) -> tuple[Path, str, list[telemetry.Record]]:
     ctx = telemetry.RunContext(run_group="rg-load-check", pipeline_run=f"direct-load-{uuid.uuid4().hex[:8]}",
                                orchestrator="direct", mode="local", submitted_at=1_700_000_000.5)
     records = [telemetry.make_record(ctx, "event", step, name, ctx.submitted_at + i)
-               for i, (step, name) in enumerate((s, n) for s in ("tokenize", "finetune") for n in telemetry.STEP_EVENTS)]
+               for i, (step, name) in enumerate((s, n) for s in ("tokenize", "finetune")
+                                                for n in telemetry.STEP_EVENTS)]
     records.append(telemetry.make_record(ctx, "metric", "finetune", "train_s", 1.25))
     metrics = {"total_s": 9.0, "eval_loss": 4.5, "mfu": None}
     run_dir = root / ctx.pipeline_run
     run_dir.mkdir(parents=True)
-    write_run_files(run_dir, records, {"pipeline_run": ctx.pipeline_run, "run_group": ctx.run_group, "metrics": metrics})
+    write_run_files(run_dir, records,
+                    {"pipeline_run": ctx.pipeline_run, "run_group": ctx.run_group, "metrics": metrics})
     upload = tracking.RunUpload(ctx=ctx, records=records, metrics=metrics, tags=ctx.tags(), status="FINISHED",
                                 finished_at=ctx.submitted_at + 10)
     run_id, logged = tracking.upload_run(mc, upload, tracking.UploadRetry(max_wait_s=0))
@@ -112,7 +114,8 @@ def test_record_checks_find_missing_doubled_wrong_and_stray_values(tmp_path: Pat
     mc = tracking.client(tracking_uri)
     run_dir, run_id, records = _run_dir(tmp_path, mc)
     clean = load_mlflow.check_run(mc, run_dir)
-    assert (clean.expected, clean.found, clean.derived_expected, clean.derived_found) == (len(records), len(records), 2, 2)
+    assert ((clean.expected, clean.found, clean.derived_expected, clean.derived_found)
+            == (len(records), len(records), 2, 2))
     assert clean.problems == [] and clean.mlflow_records == 1
 
     now = int(time.time() * 1000)

@@ -59,7 +59,8 @@ def test_disruption_target_makes_the_attempt_preempted_and_slim_keeps_it(reason:
 def test_a_plain_failure_is_failed_and_a_success_succeeded() -> None:
     rows = analyze([pod("a", created=T0, finished=T0 + 30, failed=True), pod("b", created=T0 + 40, finished=T0 + 80)],
                    [gpu_node()])
-    assert [(r["pod"], r["outcome"], r["disruption"]) for r in rows] == [("a", "failed", None), ("b", "succeeded", None)]
+    assert [(r["pod"], r["outcome"], r["disruption"]) for r in rows] == [("a", "failed", None),
+                                                                         ("b", "succeeded", None)]
     assert attempt_outcome({"phase": "Running"}) == "running"
     assert attempt_outcome({"phase": "Running", "deleted": True}) == "failed"
 
@@ -68,7 +69,8 @@ def test_the_node_going_away_while_the_pod_ran_is_a_preemption() -> None:
     spot = {"spec": {"taints": [{"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule",
                                  "timeAdded": _iso(T0 + 20)}]}}
     rows = analyze([pod("a", created=T0, finished=T0 + 30, failed=True)], [slim_node(gpu_node(**spot))])
-    assert (rows[0]["outcome"], rows[0]["disruption"], rows[0]["disrupted_at"]) == ("preempted", "NodeTermination", T0 + 20)
+    assert ((rows[0]["outcome"], rows[0]["disruption"], rows[0]["disrupted_at"])
+            == ("preempted", "NodeTermination", T0 + 20))
     # removed after the pod finished: the usual scale-down, no preemption
     later = gpu_node(metadata={"deletionTimestamp": _iso(T0 + 600)})
     assert analyze([pod("a", created=T0, finished=T0 + 30)], [later])[0]["outcome"] == "succeeded"
@@ -87,7 +89,8 @@ def test_kueue_evicted_or_preempted_workload() -> None:
 
 
 def test_waste_is_gpu_time_since_the_checkpoint_plus_the_retrys_spin_up() -> None:
-    """A 2-GPU finetune pod preempted at T0+33 (checkpoint at T0+30); the retry pod starts at T0+43, its first step T0+50."""
+    """A 2-GPU finetune pod preempted at T0+33 (checkpoint at T0+30); the retry pod starts at T0+43, its first step
+    T0+50."""
     rows = analyze([pod("a", created=T0, finished=T0 + 34, failed=True, disruption="PreemptionByScheduler"),
                     pod("b", created=T0 + 40, finished=T0 + 90)], [gpu_node()])
     a0 = StepTimes(step="finetune", events={"process_started": T0 + 4, "model_loaded": T0 + 6, "first_step": T0 + 8,
@@ -208,7 +211,7 @@ def test_the_injector_does_nothing_when_the_cluster_preempted_first() -> None:
     assert inject.step() is True and inject.evictions == []
 
 
-# --------------------------------------------------------------------------- a TrainJob gang: one attempt of all its node pods
+# -------------------------------------------------------------------- a TrainJob gang: one attempt of all its node pods
 
 
 def gang_row(pod: str, node: int, *, created: float, started: float, finished: float, ok: bool,

@@ -38,7 +38,8 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     for ref, args in (("components.steps.prepare_data:prepare_data", [f"--output=dataset={root / 'data'}",
                                                                       "--param=builtin_size=64"]),
                       ("components.steps.tokenize:tokenize", [f"--input=dataset={root / 'data'}",
-                                                              f"--output=tokens={root / 'tokens'}", "--param=seq_len=64"])):
+                                                              f"--output=tokens={root / 'tokens'}",
+                                                              "--param=seq_len=64"])):
         r = subprocess.run([sys.executable, "-m", "components.run", ref, *args], cwd=REPO, env=base_env(),
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
@@ -50,7 +51,8 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def compare(loop: LoopbackCluster, report: Path, *extra: str) -> None:
-    """``llmpack compare --cluster --checkpoint-pvc ckpt`` of the three paths on the loopback cluster, in a subprocess."""
+    """``llmpack compare --cluster --checkpoint-pvc ckpt`` of the three paths on the loopback cluster, in a
+    subprocess."""
     env = client_env()
     env.update(KFP_TOKEN=KFP_TOKEN, ARGO_TOKEN=ARGO_TOKEN, HOME=str(report.parent / "home"), COLUMNS="80")
     r = subprocess.run(
@@ -64,7 +66,8 @@ def compare(loop: LoopbackCluster, report: Path, *extra: str) -> None:
 
 def test_real_finetune_pods_preempted_and_retried_resume_byte_identical_on_every_path(
         upstream: dict[str, Any], tracking_uri: str, tmp_path: Path) -> None:
-    real = RealFinetune(tokens=upstream["tokens"], workdir=tmp_path / "pods", steps=STEPS, batch_size=BATCH, every=EVERY)
+    real = RealFinetune(tokens=upstream["tokens"], workdir=tmp_path / "pods", steps=STEPS, batch_size=BATCH,
+                        every=EVERY)
     plan = Preemption.parse("finetune@4s", grace_s=GRACE_S, retry_gap_s=GRACE_S + 1, real=real)
     report = tmp_path / "report"
     with LoopbackCluster(tmp_path, tracking_uri, preempt=plan) as loop:

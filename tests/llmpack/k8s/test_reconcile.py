@@ -21,7 +21,8 @@ from components.record import cost
 from llmpack.k8s import reconcile
 from llmpack.k8s.objects import capacity_type
 
-SPOT_FILE = "prices:\n  - {gpu: nvidia-h200, provider: aws, per_gpu_hour: 7.5, spot_per_gpu_hour: 3.1, source: ours, as_of: 2026-12}\n"
+SPOT_FILE = ("prices:\n  - {gpu: nvidia-h200, provider: aws, per_gpu_hour: 7.5, spot_per_gpu_hour: 3.1, "
+             "source: ours, as_of: 2026-12}\n")
 
 
 # --------------------------------------------------------------------------- capacity type and spot prices
@@ -167,7 +168,8 @@ def test_the_difference_with_opencost_splits_exactly_into_node_time_and_price() 
     assert "no spot price in the table: priced on-demand" in why[0]
     assert "+0.100 GPU-h" in why[1]  # container account minus Argo's
     assert "adds CPU and memory" in why[3]
-    gang = reconcile.explain(_run(node_gpu_hours=2.0, cost_usd=8.0, gpu_hours=0.5, argo_gpu_hours=0.0, gang_ready_s=40.0))
+    gang = reconcile.explain(_run(node_gpu_hours=2.0, cost_usd=8.0, gpu_hours=0.5, argo_gpu_hours=0.0,
+                                  gang_ready_s=40.0))
     assert "TrainJob's node pods" in gang[1]
     (row,) = reconcile.rows([run, _run(node_gpu_hours=1.0)])  # a run with neither figure has no row
     assert row["label"] == "argo" and row["ours_gpu_hours"] == 2.0 and row["opencost_gpu_cost_usd"] == 1.5
@@ -190,7 +192,8 @@ def test_run_allocation_takes_the_runs_label_and_its_kfp_run_ids() -> None:
               "kfp-1/__unallocated__": {"gpuHours": 0.25, "gpuCost": 0.5, "totalCost": 0.5},  # the KFP run's gang pods
               "other/__unallocated__": {"gpuHours": 9.0, "gpuCost": 9.0, "totalCost": 9.0}}
     assert reconcile.run_allocation(allocs, "argo-1") == {"gpuHours": 1.0, "gpuCost": 2.0, "totalCost": 3.0}
-    assert reconcile.run_allocation(allocs, "kfp-1", ["kfp-uid"]) == {"gpuHours": 0.75, "gpuCost": 1.5, "totalCost": 2.0}
+    assert reconcile.run_allocation(allocs, "kfp-1", ["kfp-uid"]) == {"gpuHours": 0.75, "gpuCost": 1.5,
+                                                                      "totalCost": 2.0}
     assert reconcile.run_allocation(allocs, "nope", ["__unallocated__"]) is None
 
 
@@ -208,7 +211,8 @@ def test_opencost_unreachable_is_a_warning_not_a_failure() -> None:
             reconcile.check_opencost_url(bad)
 
 
-@pytest.mark.parametrize("data", [[["not", "a", "set"]], [{"run/x": {"gpuHours": {"a": 1}}}], [{"run/x": {"gpuCost": "n/a"}}]])
+@pytest.mark.parametrize("data",
+                         [[["not", "a", "set"]], [{"run/x": {"gpuHours": {"a": 1}}}], [{"run/x": {"gpuCost": "n/a"}}]])
 def test_a_malformed_opencost_answer_is_a_warning_not_a_traceback(data: list) -> None:
     """An OpenCost (or a proxy before it) answering nonsense costs the comparison one warning per run."""
     import threading

@@ -76,7 +76,8 @@ def test_spin_up_grows_with_the_gang_by_max_of_n_and_first_step_adds_the_load() 
         assert r.times["spin_up_s"]["p90"].value > r.times["spin_up_s"]["p50"].value
     assert big.cost["straggler_waste"].value > small.cost["straggler_waste"].value
     assert big.cost["compute"].value == pytest.approx(4 * small.cost["compute"].value)
-    eight = _row(run.plan(samples, run.PlanInputs(nodes=2, gpus_per_node=8, **inputs), today=TODAY), "argo", "nvidia-h200")
+    eight = _row(run.plan(samples, run.PlanInputs(nodes=2, gpus_per_node=8, **inputs), today=TODAY), "argo",
+                 "nvidia-h200")
     assert eight.gpus == 16 and eight.cost["compute"].value == pytest.approx(8 * small.cost["compute"].value)
     assert eight.times["spin_up_s"]["p50"].value == small.times["spin_up_s"]["p50"].value  # the nodes' pace, not G
 
@@ -93,7 +94,8 @@ def test_spot_adds_the_expected_preemption_waste_from_the_given_rate_or_says_it_
     plan = run.plan(samples, run.PlanInputs(spot_interruptions_per_hour=0.5, **base), today=TODAY)
     spot, od = _row(plan, "argo", "nvidia-h200", "spot"), _row(plan, "argo", "nvidia-h200")
     p = spot.preemption
-    held_h = (spot.samples.load_s and sorted(spot.samples.load_s)[len(spot.samples.load_s) // 2] or 0) / 3600 + 600 / 3600
+    held_h = ((spot.samples.load_s and sorted(spot.samples.load_s)[len(spot.samples.load_s) // 2] or 0) / 3600
+              + 600 / 3600)
     assert p["expected"] == pytest.approx(0.5 * 2 * held_h, rel=0.05)
     assert p["lost_s"] > 60.0  # half the 120 s interval, plus a node's re-spin-up and the load
     assert spot.cost["preemption_waste"].value == pytest.approx(p["expected"] * 2 * p["lost_s"] * 3.0 / 3600)
@@ -113,10 +115,12 @@ def test_the_choice_follows_the_objective_and_the_limits_and_says_why() -> None:
     od = {"capacities": ("on-demand",)}
     cheap = run.plan(samples, run.PlanInputs(objective="cost", **od), today=TODAY).choice
     assert cheap.chosen.samples.option.gpu_type == "nvidia-l4"
-    assert cheap.why.startswith("chosen: argo nvidia-l4 on-demand: cheapest at $") and "next argo nvidia-h200" in cheap.why
+    assert (cheap.why.startswith("chosen: argo nvidia-l4 on-demand: cheapest at $")
+            and "next argo nvidia-h200" in cheap.why)
     fast = run.plan(samples, run.PlanInputs(objective="time", **od), today=TODAY).choice
     assert fast.chosen.samples.option.gpu_type == "nvidia-h200" and "fastest" in fast.why
-    l4_p90 = _row(run.plan(samples, run.PlanInputs(**od), today=TODAY), "argo", "nvidia-l4").times["total_s"]["p90"].value
+    l4_p90 = _row(run.plan(samples, run.PlanInputs(**od), today=TODAY),
+                  "argo", "nvidia-l4").times["total_s"]["p90"].value
     tight = run.plan(samples, run.PlanInputs(objective="cost", deadline_s=l4_p90 - 1, **od), today=TODAY).choice
     assert tight.chosen.samples.option.gpu_type == "nvidia-h200" and "1 over it" in tight.why
     broke = run.plan(samples, run.PlanInputs(max_cost=0.01, **od), today=TODAY).choice
@@ -183,12 +187,14 @@ def test_the_pipelines_other_gpu_time_is_the_node_bill_less_the_gang_and_is_pric
     for i in range(10):
         r = gang_run("mlflow", "nvidia-h200", i, random.Random(i), provision=(20.0, 40.0), price=8.0)
         e = r["events"]["finetune"]
-        r["metrics"]["node_gpu_hours"] = sum(e["finished"] - e[f"node_ready.node{k}"] + 600 for k in range(2)) / 3600 + 0.25
+        r["metrics"]["node_gpu_hours"] = (sum(e["finished"] - e[f"node_ready.node{k}"] + 600 for k in range(2)) / 3600
+                                          + 0.25)
         records.append(r)
     plan = run.plan(samples_of_runs(records), run.PlanInputs(capacities=("on-demand",)), today=TODAY)
     row = _row(plan, "mlflow", "nvidia-h200")
     other = row.cost["other_gpu"]
-    assert other.value == pytest.approx(0.25 * row.price.per_gpu_hour, rel=1e-6) and other.low <= other.value <= other.high
+    assert (other.value == pytest.approx(0.25 * row.price.per_gpu_hour, rel=1e-6)
+            and other.low <= other.value <= other.high)
     parts = sum(row.cost[k].value for k in ("compute", "straggler_waste", "overhead", "other_gpu"))
     assert row.cost["total"].value == pytest.approx(parts)
     assert "other gpu $" in "\n".join(render.block(row, False))

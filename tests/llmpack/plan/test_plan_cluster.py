@@ -85,7 +85,8 @@ def test_the_plan_holds_on_the_next_runs_and_chooses_what_they_show_cheapest(tmp
 
     md = (write_report(result, tmp_path / "report") / "report.md").read_text()
     assert "## Estimate vs actual" in md and md.count(" | first step | ") == 2 * RUNS
-    assert sorted(section.rows(runs_from_mlflow(tracking.client(uri), result["run_group"]))) == sorted(section.rows(result["runs"]))
+    assert (sorted(section.rows(runs_from_mlflow(tracking.client(uri), result["run_group"])))
+            == sorted(section.rows(result["runs"])))
     # Coverage: per headline, over the 40 planned runs.
     report = calibration.calibration(history.from_mlflow(
         [g for g in history.all_groups(uri) if g not in groups], uri))

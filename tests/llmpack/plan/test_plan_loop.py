@@ -57,10 +57,12 @@ def test_max_cost_refuses_submit_in_one_line_before_anything_is_sent(plan_json: 
     args = ["submit", "argo", "--host", "http://127.0.0.1:9", "--plan", plan]
     res = CliRunner().invoke(main, [*args, "--max-cost", "0.01"])
     assert res.exit_code == 2, res.output
-    assert res.output.strip() == (f"llmpack: error: --max-cost 0.01: the estimate for argo nvidia-h200 on-demand is up to "
-                                  f"${high:.2f} a run (${plan_json['options'][0]['cost_usd']['total']['value']:.2f}, "
+    assert res.output.strip() == (f"llmpack: error: --max-cost 0.01: the estimate for argo nvidia-h200 on-demand "
+                                  f"is up to ${high:.2f} a run "
+                                  f"(${plan_json['options'][0]['cost_usd']['total']['value']:.2f}, "
                                   "95% interval upper bound); not submitted")
-    res = CliRunner().invoke(main, ["compare", "--cluster", "--backends", "argo,kfp", "--plan", plan, "--max-cost", "0.01"])
+    res = CliRunner().invoke(main,
+                             ["compare", "--cluster", "--backends", "argo,kfp", "--plan", plan, "--max-cost", "0.01"])
     assert res.exit_code == 2 and "--max-cost 0.01: the estimate for argo nvidia-h200" in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1
     for argv, message in ((["compare", "--plan", plan], "--plan: only with --cluster"),
@@ -81,8 +83,8 @@ def _planned_run(i: int, plan_json: dict, *, slow: float = 0.0) -> dict:
 
 
 def test_the_report_section_says_where_each_actual_fell(plan_json: dict) -> None:
-    runs = [_planned_run(0, plan_json), _planned_run(1, plan_json, slow=400.0), gang_run("kfp", "x", 9, random.Random(1),
-                                                                                       provision=(1, 2))]
+    runs = [_planned_run(0, plan_json), _planned_run(1, plan_json, slow=400.0),
+            gang_run("kfp", "x", 9, random.Random(1), provision=(1, 2))]
     found = section.rows(runs)
     assert {r[0] for r in found} == {"argo-nvidia-h200-100", "argo-nvidia-h200-101"}  # the unplanned run has none
     slow = {r[1]: r for r in found if r[0] == "argo-nvidia-h200-101"}
@@ -95,7 +97,8 @@ def test_the_report_section_says_where_each_actual_fell(plan_json: dict) -> None
 
 
 def test_calibration_counts_how_often_each_quantile_held(plan_json: dict) -> None:
-    runs = [_planned_run(i, plan_json) for i in range(8)] + [_planned_run(20 + i, plan_json, slow=400.0) for i in range(2)]
+    runs = ([_planned_run(i, plan_json) for i in range(8)]
+            + [_planned_run(20 + i, plan_json, slow=400.0) for i in range(2)])
     report = calibration.calibration(samples_of_runs(runs))
     first = report["headlines"]["first_step_s"]
     assert report["planned_runs"] == 10 and first["runs"] == 10

@@ -58,5 +58,5 @@ def test_a_price_file_overrides_the_catalogue(tmp_path: Path) -> None:
     mine.write_text("prices:\n  - {gpu: nvidia-l4, provider: ours, per_gpu_hour: 0.5, spot_per_gpu_hour: 0.2, "
                     "as_of: 2026-12-01, source: contract, url: 'https://example.invalid/rates'}\n")
     got = prices.price_of("nvidia-l4", "spot", price_file=str(mine), today=dt.date(2026, 12, 5))
-    assert (got.per_gpu_hour, got.source, got.url, got.stale) == (0.2, "file:ours.yaml", "https://example.invalid/rates",
-                                                                  False)
+    assert (got.per_gpu_hour, got.source, got.url, got.stale) == (0.2, "file:ours.yaml",
+                                                                  "https://example.invalid/rates", False)

@@ -67,7 +67,8 @@ def test_past_the_sample_the_tail_is_extrapolated_and_the_interval_still_covers_
             assert e.low <= truth <= e.high, (row.nodes, q, e, truth)
             assert e.low <= e.value <= e.high
     # The interval widens as the projection leaves the measured range.
-    assert big.gang_ready["p90"].high - big.gang_ready["p90"].low > small.gang_ready["p90"].high - small.gang_ready["p90"].low
+    assert (big.gang_ready["p90"].high - big.gang_ready["p90"].low
+            > small.gang_ready["p90"].high - small.gang_ready["p90"].low)
 
 
 def test_straggler_waste_is_n_g_times_the_expected_gap_to_the_slowest() -> None:
@@ -127,9 +128,11 @@ def _project(*args: str) -> object:
     (["--nodes", "0,2"], "llmpack: error: --nodes '0,2': every value must be 1 or more"),
     (["--gpus", "64,100", "--gpus-per-node", "8"], "llmpack: error: --gpus 100: not a multiple of --gpus-per-node 8"),
     (["--paths", "argo,kfp"], "llmpack: error: path 'kfp': no measured gangs of it (measured: argo, mlflow)"),
-    (["--quantiles", "50,100"], "llmpack: error: --quantiles '50,100': percentiles must be between 0 and 100 (e.g. 50,90,99)"),
-    (["--quantiles", "50,99.9"], "llmpack: error: path argo: 104 node samples, too few for p99.9 (needs 1000); measure more "
-                                 "gang runs or leave p99.9 out of --quantiles"),
+    (["--quantiles", "50,100"],
+     "llmpack: error: --quantiles '50,100': percentiles must be between 0 and 100 (e.g. 50,90,99)"),
+    (["--quantiles", "50,99.9"],
+     "llmpack: error: path argo: 104 node samples, too few for p99.9 (needs 1000); measure more "
+     "gang runs or leave p99.9 out of --quantiles"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], line: str) -> None:
     res = _project(*args)
@@ -144,7 +147,8 @@ def test_no_source_and_a_dump_without_gangs_are_one_line(tmp_path: Path) -> None
                                                          "labels": {"llmpack.io/step": "finetune"}}}]}))
     res = CliRunner().invoke(main, ["project", "--pods", str(empty)])
     assert res.exit_code == 2 and res.output.strip().splitlines() == [
-        f"llmpack: error: {empty}: no TrainJob node pods (label jobset.sigs.k8s.io/jobset-name): no gang to project from"]
+        f"llmpack: error: {empty}: no TrainJob node pods (label jobset.sigs.k8s.io/jobset-name): "
+        "no gang to project from"]
 
 
 @pytest.fixture(scope="module")

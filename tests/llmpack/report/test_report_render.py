@@ -88,10 +88,12 @@ def _legend_labels(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return labels
 
 
-def test_timeline_names_every_step_and_lists_only_phases_that_occur(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_timeline_names_every_step_and_lists_only_phases_that_occur(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     labels = _legend_labels(monkeypatch)
     chart_timeline(runs(n=1, paths=("direct",)), tmp_path / "t.png")
-    assert labels[:5] == ["prepare_data", "tokenize", "finetune", "evaluate", "register"]  # the step legend, in run order
+    # the step legend, in run order
+    assert labels[:5] == ["prepare_data", "tokenize", "finetune", "evaluate", "register"]
     assert "to first step" in labels and any(lbl.startswith("working") for lbl in labels)
     assert "queue" not in labels and "provision" not in labels and "pull + container start" not in labels
 
@@ -106,8 +108,10 @@ def test_boxes_only_from_three_runs_dots_always(n: int, tmp_path: Path, monkeypa
     boxed: list[int] = []
     dots: list[int] = []
     box, scatter = matplotlib.axes.Axes.boxplot, matplotlib.axes.Axes.scatter
-    monkeypatch.setattr(matplotlib.axes.Axes, "boxplot", lambda self, data, **kw: boxed.append(len(data)) or box(self, data, **kw))
-    monkeypatch.setattr(matplotlib.axes.Axes, "scatter", lambda self, x, y, **kw: dots.append(len(y)) or scatter(self, x, y, **kw))
+    monkeypatch.setattr(matplotlib.axes.Axes, "boxplot",
+                        lambda self, data, **kw: boxed.append(len(data)) or box(self, data, **kw))
+    monkeypatch.setattr(matplotlib.axes.Axes, "scatter",
+                        lambda self, x, y, **kw: dots.append(len(y)) or scatter(self, x, y, **kw))
     chart_boxes(runs(n=n), tmp_path / "b.png")
     assert boxed == ([4, 4] if n >= 3 else [])  # both panels, every path
     assert dots == [n] * 8
@@ -123,7 +127,8 @@ def test_cost_chart_legend_is_never_empty_with_retried_runs(tmp_path: Path) -> N
     splits: dict = {r["pipeline_run"]: cost_split(r, gpu_steps()) for r in rs}
     cheapest = min(rs, key=lambda r: r["metrics"]["cost_usd"])
     splits[cheapest["pipeline_run"]] = None
-    cheapest["retried_attempts"] = [{"step": "finetune", "attempt": 0, "billed_s": None, "gpu_hours": 0.0, "cost_usd": 0.0}]
+    cheapest["retried_attempts"] = [{"step": "finetune", "attempt": 0, "billed_s": None, "gpu_hours": 0.0,
+                                     "cost_usd": 0.0}]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         chart_cost(rs, tmp_path / "c.png", splits)
@@ -208,7 +213,8 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     png = Path(os.environ.get("LLMPACK_SCREENSHOT_OUT", tmp_path / "report.png"))
     png.parent.mkdir(parents=True, exist_ok=True)  # Chromium writes no screenshot into a missing folder
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={png}",
-                    "--window-size=1280,2000", (out / "report.html").as_uri()], check=True, capture_output=True, timeout=120)
+                    "--window-size=1280,2000", (out / "report.html").as_uri()], check=True, capture_output=True,
+                   timeout=120)
     img = Image.open(png).convert("L")
     lo, hi = img.getextrema()
     assert hi - lo > 100, "the screenshot is blank"
@@ -249,7 +255,8 @@ def test_the_report_carries_every_run_as_an_otlp_trace(tmp_path: Path) -> None:
     assert {s["traceId"] for s in spans} == {trace_id_of(r["pipeline_run"]) for r in result["runs"]}
     run = result["runs"][0]
     training = [s for s in spans if s["traceId"] == trace_id_of(run["pipeline_run"]) and s["name"] == "training"]
-    assert [int(s["startTimeUnixNano"]) / 1e9 for s in training] == pytest.approx([run["events"]["finetune"]["first_step"]])
+    assert ([int(s["startTimeUnixNano"]) / 1e9 for s in training]
+            == pytest.approx([run["events"]["finetune"]["first_step"]]))
 
 
 def _checkpointed_runs() -> tuple[list[dict], list[dict]]:
@@ -274,8 +281,8 @@ def test_the_measured_checkpoint_write_is_shown_against_the_grace_period() -> No
     section = md.split("## Checkpoint write vs grace period\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert section == [
         f"- **argo** {argo[0]['pipeline_run']}: longest checkpoint write 12.00 s, fits the 150 s grace period",
-        f"- **argo** {argo[1]['pipeline_run']}: longest checkpoint write 40.00 s, does NOT fit the 15 s grace period: a "
-        "preempted pod loses the steps since its last checkpoint (raise --grace-period, or bound them with "
+        f"- **argo** {argo[1]['pipeline_run']}: longest checkpoint write 40.00 s, does NOT fit the 15 s grace period: "
+        "a preempted pod loses the steps since its last checkpoint (raise --grace-period, or bound them with "
         "--checkpoint-minutes)",
         f"- **argo** {argo[2]['pipeline_run']}: longest checkpoint write 3.50 s, no grace period compiled in "
         "(Kubernetes' default: 30 s)"], section

@@ -15,7 +15,8 @@ def test_the_outcome_line_says_base_to_tuned_exact_match_and_the_gate() -> None:
     assert outcome_line({"metrics": metrics}) == \
         "outcome: exact match base 0.0% -> tuned 17.0% on 200 held-out prompts (gate: exact match)"
     # a record from before task evaluation: the loss, as it was gated
-    assert outcome_line({"metrics": {"eval_loss": 0.9, "base_eval_loss": 5.6}}) == "outcome: eval loss base 5.600 -> tuned 0.900"
+    assert (outcome_line({"metrics": {"eval_loss": 0.9, "base_eval_loss": 5.6}})
+            == "outcome: eval loss base 5.600 -> tuned 0.900")
     assert outcome_line({"metrics": {"total_s": 3.0}}) is None  # failed before evaluate
 
 

@@ -63,7 +63,8 @@ def test_same_seed_gives_byte_identical_adapters(two_runs: tuple[Path, list[dict
 
 
 def _bad(tmp_path: Path, *args: str) -> str:
-    r = llmpack("run", *args, "--output-dir", str(tmp_path / "runs"), "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path)
+    r = llmpack("run", *args, "--output-dir", str(tmp_path / "runs"),
+                "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path)
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("llmpack: error: "), r.stderr
@@ -129,7 +130,8 @@ def test_the_first_version_is_champion_and_the_same_run_again_ties_and_stays_cha
                 a["artifacts"]["tracking_uri"], cwd=root)
     assert r.returncode == 0, r.stderr
     last = r.stdout.strip().splitlines()[-1]  # one last line: the task outcome, then the registry's decision
-    assert last.startswith("outcome: exact match base ") and last.endswith("; version 3 stays challenger (promote=false)")
+    assert (last.startswith("outcome: exact match base ")
+            and last.endswith("; version 3 stays challenger (promote=false)"))
 
     from mlflow.tracking import MlflowClient
 

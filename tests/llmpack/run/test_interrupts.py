@@ -121,7 +121,8 @@ def _run_dir(root: Path) -> Path:
     write_run_files(run_dir, records, {
         "pipeline_run": ctx.pipeline_run, "run_group": ctx.run_group, "orchestrator": "direct", "mode": "local",
         "submitted_at": ctx.submitted_at, "finished_at": ctx.submitted_at + 9, "status": "succeeded",
-        "metrics": {"total_s": 9.0}, "tags": ctx.tags(), "tracking": "not sent", "artifacts": {"run_dir": str(run_dir)}})
+        "metrics": {"total_s": 9.0}, "tags": ctx.tags(), "tracking": "not sent",
+        "artifacts": {"run_dir": str(run_dir)}})
     return run_dir
 
 

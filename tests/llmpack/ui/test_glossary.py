@@ -15,7 +15,8 @@ from tests.synthetic_runs import runs
 
 def test_glossary_page_is_the_rendered_glossary() -> None:
     page = (REPO / "docs" / "glossary.md").read_text(encoding="utf-8")
-    assert page == glossary.render(), "docs/glossary.md is stale: regenerate it with `python -m llmpack.ui.glossary > docs/glossary.md`"
+    assert page == glossary.render(), ("docs/glossary.md is stale: "
+                                       "regenerate it with `python -m llmpack.ui.glossary > docs/glossary.md`")
 
 
 def test_every_legend_line_fits_80_columns_and_the_two_overheads_have_two_names() -> None:
@@ -39,8 +40,9 @@ def test_money_has_one_format(usd: float | None, text: str) -> None:
     assert quantity(usd, "$") == text  # compare's table writes dollars the same way
 
 
-@pytest.mark.parametrize(("value", "text"), [(5625.648, "5,626"), (12.345, "12.3"), (2.1934, "2.19"), (0.026194, "0.0262"),
-                                             (900.0, "900"), (0.0, "0")])
+@pytest.mark.parametrize(("value", "text"),
+                         [(5625.648, "5,626"), (12.345, "12.3"), (2.1934, "2.19"), (0.026194, "0.0262"),
+                          (900.0, "900"), (0.0, "0")])
 def test_figures_at_three_significant_figures(value: float, text: str) -> None:
     assert figure(value) == text
 

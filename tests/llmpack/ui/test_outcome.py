@@ -10,12 +10,14 @@ from llmpack.ui.outcome import REGISTRATION_DIR, promotion_phrase
 
 def test_the_phrase_comes_from_registration_json_or_is_none(tmp_path: Path) -> None:
     (tmp_path / "registration.json").write_text(json.dumps({"promotion": "version 2 stays challenger (promote=false)"}))
-    assert promotion_phrase({"artifacts": {REGISTRATION_DIR: str(tmp_path)}}) == "version 2 stays challenger (promote=false)"
+    assert (promotion_phrase({"artifacts": {REGISTRATION_DIR: str(tmp_path)}})
+            == "version 2 stays challenger (promote=false)")
     fused = {"artifacts": {"prepare-data-tokenize-finetune-evaluate-register.register_registration_dir": str(tmp_path)}}
     assert promotion_phrase(fused) == "version 2 stays challenger (promote=false)"  # --fuse all
     assert promotion_phrase({"artifacts": {}}) is None  # a failed run: no register output
     assert promotion_phrase({"artifacts": {REGISTRATION_DIR: str(tmp_path / "gone")}}) is None
-    (tmp_path / "registration.json").write_text(json.dumps({"registered": False, "skipped": "LLMPACK_REGISTER_VERSION=0"}))
+    (tmp_path / "registration.json").write_text(json.dumps({"registered": False,
+                                                            "skipped": "LLMPACK_REGISTER_VERSION=0"}))
     assert promotion_phrase({"artifacts": {REGISTRATION_DIR: str(tmp_path)}}) is None
     (tmp_path / "registration.json").write_text("[not json")
     assert promotion_phrase({"artifacts": {REGISTRATION_DIR: str(tmp_path)}}) is None

@@ -70,7 +70,8 @@ def test_status_line_stays_on_one_80_column_line() -> None:
     console = Console(width=80, record=True, file=io.StringIO())
     console.print(status_text("mlflow (10/10)", "finetune 1000/1000 · 123,456 tok/s · ETA 1:02:03", 1234.5, 78))
     console.print(status_text("kfp", "finetune 23/60 · 1,234 tok/s · ETA 0:12", 41.2, 78))
-    console.print(status_text("a-very-long-label-for-a-comparison-run", "finetune 1000/1000 · 123,456 tok/s · ETA 1:02:03", 9.0, 78))
+    console.print(status_text("a-very-long-label-for-a-comparison-run",
+                              "finetune 1000/1000 · 123,456 tok/s · ETA 1:02:03", 9.0, 78))
     lines = console.export_text().splitlines()
     assert len(lines) == 3 and all(len(line) <= 78 for line in lines)  # 2 more: the spinner
     assert lines[1] == "kfp · finetune 23/60 · 1,234 tok/s · ETA 0:12 ·  41.2s"

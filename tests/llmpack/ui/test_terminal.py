@@ -85,9 +85,11 @@ def test_help_fits_80_columns_and_breaks_no_word(path: tuple[str, ...], command:
     assert [line for line in listed if "..." in line] == []
 
 
-@pytest.mark.parametrize(("path", "command"), [(p, c) for p, c, _ in COMMANDS], ids=[" ".join(p) for p, _, _ in COMMANDS])
+@pytest.mark.parametrize(("path", "command"), [(p, c) for p, c, _ in COMMANDS],
+                         ids=[" ".join(p) for p, _, _ in COMMANDS])
 def test_every_option_says_what_it_does(path: tuple[str, ...], command: click.Command) -> None:
-    silent = [opt.opts[0] for opt in command.params if isinstance(opt, click.Option) and not opt.hidden and not opt.help]
+    silent = [opt.opts[0] for opt in command.params
+              if isinstance(opt, click.Option) and not opt.hidden and not opt.help]
     assert silent == [], f"{' '.join(path)}: options without a help text"
 
 
@@ -176,7 +178,8 @@ def test_run_group_lookup_answers_only_absent(tmp_path: Path) -> None:
         ("r3", "llmpack.run_group", "rg-deleted"), ("r3", "llmpack.record", "pipeline"),
     ], deleted=("r3",))
     assert not run_group_absent(uri, "rg-here")
-    assert run_group_absent(uri, "nosuch") and run_group_absent(uri, "rg-steps-only") and run_group_absent(uri, "rg-deleted")
+    assert (run_group_absent(uri, "nosuch") and run_group_absent(uri, "rg-steps-only")
+            and run_group_absent(uri, "rg-deleted"))
     (tmp_path / "garbage.db").write_text("not a database")
     (tmp_path / "empty.db").touch()
     for unknown in (f"sqlite:///{tmp_path / 'garbage.db'}", f"sqlite:///{tmp_path / 'empty.db'}",
