@@ -1,4 +1,5 @@
-"""Shared fixtures: a clean LLMPACK_* environment, MLflow sqlite stores, a tokenized dataset and its finetune, helpers to run the CLI."""
+"""Shared fixtures: a clean LLMPACK_* environment, MLflow sqlite stores, a tokenized dataset and its finetune,
+helpers to run the CLI."""
 
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ def mlflow_template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     db = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
     make = "import sys; from mlflow.tracking import MlflowClient; MlflowClient(sys.argv[1]).search_experiments()"
     # in a process of its own, in the template's folder: MLflow makes ./mlruns where a store is made
-    subprocess.run([sys.executable, "-c", make, f"sqlite:///{db}"], cwd=db.parent, check=True, capture_output=True, timeout=300)
+    subprocess.run([sys.executable, "-c", make, f"sqlite:///{db}"], cwd=db.parent, check=True, capture_output=True,
+                   timeout=300)
     return db
 
 
@@ -98,7 +100,8 @@ def fresh_store(template: Path, db: Path) -> str:
     db.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(template, db)
     with closing(sqlite3.connect(db)) as con, con:
-        con.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0", (str(db.parent / "mlruns" / "0"),))
+        con.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
+                    (str(db.parent / "mlruns" / "0"),))
     return f"sqlite:///{db}"
 
 
@@ -119,7 +122,8 @@ def step_env(tracking_uri: str) -> dict[str, str]:
     return {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def llmpack(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+def llmpack(*args: str, cwd: Path, env: dict[str, str] | None = None,
+            timeout: int = 600) -> subprocess.CompletedProcess[str]:
     """Run the real ``llmpack`` console entry point in a subprocess."""
     return subprocess.run(
         [sys.executable, "-m", "llmpack", *args],
@@ -133,7 +137,8 @@ def llmpack(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: i
 
 def run_step(ref: str, *args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "components.run", ref, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "components.run", ref, *args], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=300
     )
 
 
@@ -142,11 +147,11 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Built-in data (600 rows) prepared and tokenized (seq_len 64) once, for the step-level tests; read only."""
     root = tmp_path_factory.mktemp("tok")
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0"}
-    r = run_step("components.steps.prepare_data:prepare_data", f"--output=dataset={root / 'data'}", "--param=builtin_size=600",
-                 cwd=root, env=env)
+    r = run_step("components.steps.prepare_data:prepare_data", f"--output=dataset={root / 'data'}",
+                 "--param=builtin_size=600", cwd=root, env=env)
     assert r.returncode == 0, r.stderr
-    r = run_step("components.steps.tokenize:tokenize", f"--input=dataset={root / 'data'}", f"--output=tokens={root / 'tok'}",
-                 "--param=seq_len=64", cwd=root, env=env)
+    r = run_step("components.steps.tokenize:tokenize", f"--input=dataset={root / 'data'}",
+                 f"--output=tokens={root / 'tok'}", "--param=seq_len=64", cwd=root, env=env)
     assert r.returncode == 0, r.stderr
     return root / "tok"
 
@@ -157,7 +162,8 @@ SIX_STEPS = ("--param=max_steps=6", "--param=batch_size=4")
 
 @pytest.fixture(scope="session")
 def finetuned(tokens: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The 6-step LoRA finetune of ``tokens`` (batch 4, one process, no MLflow) once, for the step-level tests: its model directory; read only."""
+    """The 6-step LoRA finetune of ``tokens`` (batch 4, one process, no MLflow) once, for the step-level tests:
+    its model directory; read only."""
     root = tmp_path_factory.mktemp("tuned")
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
     r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={root / 'model'}", *SIX_STEPS, cwd=root, env=env)

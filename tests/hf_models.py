@@ -21,7 +21,8 @@ SYSTEM_PROMPT = "You are a helpful assistant."
 ROLES = ("system", "user", "assistant")
 # transformers' Qwen2 pre-tokenizer pattern (models/qwen2/tokenization_qwen2.py).
 QWEN2_PRETOKENIZE_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
+    r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 
 # Special tokens and chat template per architecture (the shapes of the real Llama 3 and Qwen2 ones).

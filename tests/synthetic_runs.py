@@ -21,7 +21,8 @@ def run(orch: str, i: int, *, ttfs: float, spinup: float, total: float, cost: fl
         "tokenize": {"process_started": t0 + 1.0, "finished": t0 + 1.4},
         "finetune": {"process_started": t0 + spinup, "model_loaded": t0 + spinup + 0.5,
                      "first_step": t0 + ttfs, "finished": t0 + total - 1.5},
-        "evaluate": {"process_started": t0 + total - 1.3, "model_loaded": t0 + total - 1.0, "finished": t0 + total - 0.4},
+        "evaluate": {"process_started": t0 + total - 1.3, "model_loaded": t0 + total - 1.0,
+                     "finished": t0 + total - 0.4},
         "register": {"process_started": t0 + total - 0.3, "finished": t0 + total - 0.05},
     }
     return {
@@ -38,7 +39,8 @@ def run(orch: str, i: int, *, ttfs: float, spinup: float, total: float, cost: fl
     }
 
 
-def runs(shift: dict[str, float] | None = None, *, n: int = 5, paths: tuple[str, ...] = ("direct", "kfp", "argo", "mlflow"),
+def runs(shift: dict[str, float] | None = None, *, n: int = 5,
+         paths: tuple[str, ...] = ("direct", "kfp", "argo", "mlflow"),
          seed: int = 1, jitter: float = 0.15) -> list[dict[str, Any]]:
     """``n`` interleaved runs per path; ``shift[path]`` seconds added to that path's start (a planted delay)."""
     rng = random.Random(seed)

@@ -1,4 +1,5 @@
-"""docs/architecture.md's tree is the tree: every room of ``llmpack/`` it lists exists, and every one that exists is listed.
+"""docs/architecture.md's tree is the tree: every room of ``llmpack/`` it lists exists, and every one that
+exists is listed.
 
 The rooms are the lines ``  NAME/`` under ``llmpack/`` in the page's first code block; the
 folders are ``llmpack``'s packages (a directory with ``__init__.py``). Each room's ``__init__``

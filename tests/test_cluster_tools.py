@@ -1,4 +1,5 @@
-"""tools/cluster/nodes.py (no Go needed): the node groups become kwok-managed GPU nodes, and a bad file is one line, exit 2."""
+"""tools/cluster/nodes.py (no Go needed): the node groups become kwok-managed GPU nodes, and a bad file is one
+line, exit 2."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ NODES_PY = REPO / "tools" / "cluster" / "nodes.py"
 def _print(groups: object, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "nodes.json"
     path.write_text(json.dumps(groups))
-    return subprocess.run([sys.executable, str(NODES_PY), "--print", str(path)], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, str(NODES_PY), "--print", str(path)], capture_output=True, text=True,
+                          timeout=60)
 
 
 def test_the_default_groups_are_gpu_nodes_kwok_manages(tmp_path: Path) -> None:

@@ -69,7 +69,8 @@ def test_components_imports_no_backend_and_not_llmpack():
 
 
 def test_backends_import_neither_llmpack_nor_each_other():
-    bad = {(m, d) for m, deps in GRAPH.items() if _top(m) in BACKENDS for d in deps if _top(d) not in ("components", _top(m))}
+    bad = {(m, d) for m, deps in GRAPH.items() if _top(m) in BACKENDS
+           for d in deps if _top(d) not in ("components", _top(m))}
     assert not bad, f"a backend reaches llmpack or another backend: {sorted(bad)}"
 
 

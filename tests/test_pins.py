@@ -30,7 +30,8 @@ def declared(name: str) -> Requirement:
 
 def base_image_torch(dockerfile: str) -> Version:
     """The torch version of the Dockerfile's default base image (``pytorch/pytorch:<version>-cuda...``)."""
-    match = re.search(r"^ARG BASE_IMAGE=pytorch/pytorch:(\d+\.\d+(?:\.\d+)?)-cuda[\w.]+-cudnn\d+-\w+(?:@sha256:[0-9a-f]{64})?$",
+    match = re.search(r"^ARG BASE_IMAGE=pytorch/pytorch:(\d+\.\d+(?:\.\d+)?)"
+                      r"-cuda[\w.]+-cudnn\d+-\w+(?:@sha256:[0-9a-f]{64})?$",
                       dockerfile, re.MULTILINE)
     assert match, "Dockerfile: no `ARG BASE_IMAGE=pytorch/pytorch:<torch>-cuda<x.y>-cudnn<n>-<flavour>` line"
     return Version(match.group(1))
@@ -38,7 +39,8 @@ def base_image_torch(dockerfile: str) -> Version:
 
 def out_of_range(dockerfile: str, torch_range: SpecifierSet) -> str | None:
     have = base_image_torch(dockerfile)
-    return None if torch_range.contains(have) else f"Dockerfile's base image has torch {have}, outside torch{torch_range}"
+    return (None if torch_range.contains(have)
+            else f"Dockerfile's base image has torch {have}, outside torch{torch_range}")
 
 
 def test_dockerfile_base_torch_is_inside_the_declared_range():

@@ -1,6 +1,7 @@
 """The Argo path: the compiled Workflow (golden file, Argo's schema, the hera CLI) and a local run.
 
-The golden file itself is checked against a fresh compile in tests/backends/test_golden.py (``make golden`` regenerates it).
+The golden file itself is checked against a fresh compile in tests/backends/test_golden.py (``make golden``
+regenerates it).
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def test_dag_follows_the_pipeline_object():
     for t in dag:
         assert t.get("dependencies", []) == pipe.tasks[t["name"]].upstream()
     evaluate_task = next(t for t in dag if t["name"] == "evaluate")
-    assert {"name": "model", "from": "{{tasks.finetune.outputs.artifacts.model}}"} in evaluate_task["arguments"]["artifacts"]
+    assert ({"name": "model", "from": "{{tasks.finetune.outputs.artifacts.model}}"}
+            in evaluate_task["arguments"]["artifacts"])
 
 
 def test_container_command_is_the_shared_step_command():
@@ -108,7 +110,8 @@ def test_gpu_placement_retries_and_deadline():
     # CPU steps ask for no GPU and carry no retry strategy (their Retry.limit is 0).
     prep = templates["prepare-data"]
     # CPU and memory limited as requested (Guaranteed-style: no step can take a node's memory)
-    assert prep["container"]["resources"]["limits"] == {k: v for k, v in prep["container"]["resources"]["requests"].items()}
+    assert (prep["container"]["resources"]["limits"]
+            == {k: v for k, v in prep["container"]["resources"]["requests"].items()})
     assert "nvidia.com/gpu" not in prep["container"]["resources"]["requests"]
     assert "retryStrategy" not in prep and "tolerations" not in prep
 
@@ -168,7 +171,8 @@ def test_exit_handler_emits_spinup_and_time_to_first_step_per_run():
         assert metric["gauge"]["value"] == f"{{{{outputs.parameters.{name}}}}}"
         assert name in metric["when"]  # nothing emitted when the run never got there (the file's default "")
         labels = {lab["key"]: lab["value"] for lab in metric["labels"]}
-        assert labels["pipeline_run"] == "{{workflow.parameters.pipeline_run}}" and labels["workflow"] == "{{workflow.name}}"
+        assert (labels["pipeline_run"] == "{{workflow.parameters.pipeline_run}}"
+                and labels["workflow"] == "{{workflow.name}}")
         assert params[name]["default"] == "" and params[name]["path"].endswith(name)
         assert f"--metric-file={key}={{{{outputs.parameters.{name}.path}}}}" in args
 
@@ -245,7 +249,8 @@ def test_an_added_step_appears_in_the_compiled_workflow():
     assert tmpl["container"]["resources"]["requests"] == {"cpu": "500m", "memory": "256Mi"}
     (task,) = [t for t in templates["llm-finetune-plus"]["dag"]["tasks"] if t["name"] == "toy-report"]
     assert task["dependencies"] == ["evaluate"]
-    assert task["arguments"]["artifacts"] == [{"name": "metrics", "from": "{{tasks.evaluate.outputs.artifacts.metrics}}"}]
+    assert task["arguments"]["artifacts"] == [
+        {"name": "metrics", "from": "{{tasks.evaluate.outputs.artifacts.metrics}}"}]
     # Literal arguments are passed as values, pipeline parameters by reference.
     prep = next(t for t in templates["llm-finetune-plus"]["dag"]["tasks"] if t["name"] == "prepare-data")
     params = {p["name"]: p["value"] for p in prep["arguments"]["parameters"]}

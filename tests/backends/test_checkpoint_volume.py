@@ -1,4 +1,5 @@
-"""Preemption in the compiled artifacts: finetune's checkpoints on a volume keyed by run, a grace period that fits, retries.
+"""Preemption in the compiled artifacts: finetune's checkpoints on a volume keyed by run, a grace period
+that fits, retries.
 
 Compiled with ``--checkpoint-pvc ckpt --checkpoint-minutes 10 --checkpoint-save-s 20`` (one node) and
 as a 2 x 4 GPU TrainJob gang whose checkpoints share the ``--cache-pvc`` claim (``--checkpoint-pvc
@@ -41,7 +42,8 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert one.stderr.splitlines() == [  # the policy compiled, in one line
         "llmpack: note: finetune checkpoints to --checkpoint-pvc ckpt every 10 min (--checkpoint-minutes), every "
         "checkpoint_every steps and on SIGTERM; a retry resumes from the newest"]
-    pod = PodOptions.from_flags(checkpoints=CheckpointOptions.from_flags(checkpoint_pvc="shared:/ckpt", grace_period=200))
+    pod = PodOptions.from_flags(
+        checkpoints=CheckpointOptions.from_flags(checkpoint_pvc="shared:/ckpt", grace_period=200))
     compile_all(root / "gang", pod=pod, nodes=2, gpus=4, cache_pvc="shared")
     return {"one": root / "one", "gang": root / "gang"}
 
@@ -50,7 +52,8 @@ def env_of(container: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value") for e in container.get("env") or []}
 
 
-def test_compile_says_in_one_line_when_retries_restart_from_step_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compile_says_in_one_line_when_retries_restart_from_step_0(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """What the command prints around the compile (the artifacts themselves: the other tests)."""
     import llmpack.compile.artifacts
 
@@ -88,7 +91,8 @@ def test_argo_finetune_mounts_the_claim_read_write_and_retries_lost_pods_apart(c
             assert {"name": "llmpack-checkpoints", "mountPath": "/checkpoints"} in tmpl["container"]["volumeMounts"]
         else:
             assert ROOT not in env and "ckpt" not in claims, name
-        assert (tmpl.get("podSpecPatch") == f'{{"terminationGracePeriodSeconds": {GRACE}}}') == (name in GPU_STEPS), name
+        assert ((tmpl.get("podSpecPatch") == f'{{"terminationGracePeriodSeconds": {GRACE}}}')
+                == (name in GPU_STEPS)), name
     strategy = templates["finetune"]["retryStrategy"]
     assert strategy["limit"] == str(2 + PREEMPTION_RETRIES)
     assert strategy["expression"].startswith("lastRetry.message matches '") and "pod deleted" in strategy["expression"]
@@ -143,7 +147,8 @@ def test_trainjob_node_pods_share_the_cache_claim_for_checkpoints_with_the_grace
 
 
 @pytest.mark.parametrize("variant", ["one", "gang"])
-def test_pods_with_the_checkpoint_volume_still_pass_pod_security_restricted(compiled: dict[str, Any], variant: str) -> None:
+def test_pods_with_the_checkpoint_volume_still_pass_pod_security_restricted(compiled: dict[str, Any],
+                                                                            variant: str) -> None:
     base = compiled[variant]
     pods = [*argo_pods(base / "argo_workflows" / "finetune.yaml"),
             *job_pods(base / "mlflow_projects" / "finetune-k8s" / "kubernetes_job_template.yaml")]
@@ -183,7 +188,8 @@ def test_the_grace_period_comes_from_the_flag_the_measured_save_or_the_default()
     (("--grace-period", "20", "--checkpoint-save-s", "5"), "--grace-period with --checkpoint-save-s: give one"),
     (("--checkpoint-pvc", "Ckpt"), "--checkpoint-pvc 'Ckpt': not a PersistentVolumeClaim name"),
     (("--checkpoint-pvc", "ckpt:rel"), "--checkpoint-pvc 'ckpt:rel': the mount path must be an absolute directory"),
-    (("--checkpoint-pvc", "ckpt:/models", "--model-pvc", "weights"), "--checkpoint-pvc: mount path /models is --model-pvc's too"),
+    (("--checkpoint-pvc", "ckpt:/models", "--model-pvc", "weights"),
+     "--checkpoint-pvc: mount path /models is --model-pvc's too"),
     (("--data-pvc", "d:/models/", "--model-pvc", "weights"), "--data-pvc: mount path /models is --model-pvc's too"),
 ])
 def test_bad_checkpoint_flags_are_one_line_exit_2(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
@@ -195,7 +201,8 @@ def test_bad_checkpoint_flags_are_one_line_exit_2(tmp_path: Path, args: tuple[st
 
 def test_compare_takes_the_checkpoint_flags_only_with_cluster(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["compare", "--checkpoint-pvc", "ckpt", "--output-dir", str(tmp_path)])
-    assert result.exit_code == 2 and "--checkpoint-*/--grace-period/--tracking-secret: only with --cluster" in result.output, result.output
+    assert (result.exit_code == 2
+            and "--checkpoint-*/--grace-period/--tracking-secret: only with --cluster" in result.output), result.output
 
 
 @pytest.mark.slow  # a whole compile beside the submit: seconds

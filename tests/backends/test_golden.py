@@ -48,7 +48,8 @@ VARIANTS = {v.name: v for v in (
 
 
 def _targets() -> dict[str, tuple[Path, ...]]:
-    """What each golden target owns, relative to a variant's ``--out``: each backend's artifacts, the TrainJob and its launcher's RBAC."""
+    """What each golden target owns, relative to a variant's ``--out``: each backend's artifacts, the TrainJob
+    and its launcher's RBAC."""
     owned = {name: backend(name).artifacts for name in BACKENDS}
     return {**{name: paths for name, paths in owned.items() if paths}, "trainjob": (TRAINJOB_FILE, RBAC_FILE)}
 

@@ -72,7 +72,8 @@ def uses_by_path(base: Path) -> dict[str, list[Any]]:
 
 
 def affinity_terms(affinity: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    return [t["matchExpressions"] for t in affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]]
+    return [t["matchExpressions"]
+            for t in affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]]
 
 
 def products(terms: list[list[dict[str, Any]]]) -> set[str]:
@@ -104,7 +105,8 @@ def test_argo_gpu_pods_select_label_and_price_the_type(compiled: dict[str, Path]
         assert products(affinity_terms(tmpl["affinity"]["nodeAffinity"])) == {"NVIDIA-A100-SXM4-80GB"}
         assert GPU_PRESENT_LABEL not in (tmpl.get("nodeSelector") or {})
         assert tmpl["metadata"]["labels"]["llmpack.io/gpu-type"] == A100
-    metric_labels = {label["key"]: label["value"] for label in templates["finetune"]["metrics"]["prometheus"][0]["labels"]}
+    metric_labels = {label["key"]: label["value"]
+                     for label in templates["finetune"]["metrics"]["prometheus"][0]["labels"]}
     assert metric_labels["gpu_type"] == A100
     assert "affinity" not in templates["prepare-data"]
 
@@ -134,15 +136,18 @@ def test_the_trainjob_selects_labels_sizes_and_prices_the_type(compiled: dict[st
     assert products(affinity_terms(pod["spec"]["affinity"]["nodeAffinity"])) == {"NVIDIA-A100-SXM4-80GB"}
     assert pod["metadata"]["labels"]["llmpack.io/gpu-type"] == A100 == obj["metadata"]["labels"]["llmpack.io/gpu-type"]
     # 4 GPUs a node: 4 x the spec's 8 CPUs and 64Gi per GPU, not the single-GPU pod's
-    assert obj["spec"]["trainer"]["resourcesPerNode"]["requests"] == {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "4"}
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in pod["spec"]["volumes"]  # 8Gi a GPU
+    assert obj["spec"]["trainer"]["resourcesPerNode"]["requests"] == {"cpu": "32", "memory": "256Gi",
+                                                                      "nvidia.com/gpu": "4"}
+    # 8Gi a GPU
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in pod["spec"]["volumes"]
     # the launcher pods hold no GPU; every path bills the gang's 8 A100s, and only them (MLflow's Job runs on CPU)
     _, configs = kfp(base)
     assert "nodeAffinity" not in configs["exec-finetune"]
     assert configs["exec-finetune"]["podMetadata"]["labels"]["llmpack.io/gpu-type"] == "none"
     assert "affinity" not in argo_templates(base)["finetune"]
     gang = {path: next(u for u in uses if u.step == "finetune") for path, uses in uses_by_path(base).items()}
-    assert {p: (u.gpus, u.gpu_type) for p, u in gang.items()} == {"kfp": (8, A100), "argo": (8, A100), "mlflow": (8, A100)}
+    assert ({p: (u.gpus, u.gpu_type) for p, u in gang.items()}
+            == {"kfp": (8, A100), "argo": (8, A100), "mlflow": (8, A100)})
     assert [u.step for u in uses_by_path(base)["mlflow"]] == ["finetune"]  # no other step billed a GPU
     job = job_pod(base)["spec"]
     assert "nvidia.com/gpu" not in job["containers"][0]["resources"]["limits"]  # no idle GPU while the gang trains
@@ -153,9 +158,10 @@ def test_a_pod_of_several_gpus_gets_cpus_memory_and_shm_per_gpu(compiled: dict[s
     base = compiled["h100-4"]
     spec, configs = kfp(base)
     res = spec["deploymentSpec"]["executors"]["exec-finetune"]["container"]["resources"]
-    assert (res["resourceCpuRequest"], res["resourceMemoryRequest"], res["accelerator"]["count"]) == ("32", "256Gi", "4")
-    assert configs["exec-finetune"]["emptyDirMounts"] == [{"medium": "Memory", "mountPath": "/dev/shm", "volumeName": "dshm",
-                                                         "sizeLimit": "32Gi"}]
+    assert ((res["resourceCpuRequest"], res["resourceMemoryRequest"], res["accelerator"]["count"])
+            == ("32", "256Gi", "4"))
+    assert configs["exec-finetune"]["emptyDirMounts"] == [{"medium": "Memory", "mountPath": "/dev/shm",
+                                                           "volumeName": "dshm", "sizeLimit": "32Gi"}]
     assert "emptyDirMounts" not in configs["exec-evaluate"]  # one GPU: no NCCL between GPUs
     tmpl = argo_templates(base)["finetune"]
     assert tmpl["container"]["resources"]["requests"]["cpu"] == "32"
@@ -224,7 +230,8 @@ def test_cpus_and_memory_are_per_gpu_times_gpus(res: Resources, gpus: int, cpu: 
 
 
 def test_scale_memory_rounds_up_in_mi_and_refuses_what_it_cannot_read() -> None:
-    assert scale_memory("64Gi", 0.5) == "32Gi" and scale_memory("1G", 3) == "3G" and scale_memory("1Gi", 1 / 3) == "342Mi"
+    assert (scale_memory("64Gi", 0.5) == "32Gi" and scale_memory("1G", 3) == "3G"
+            and scale_memory("1Gi", 1 / 3) == "342Mi")
     with pytest.raises(InputError, match="memory"):
         scale_memory("lots", 2)
 

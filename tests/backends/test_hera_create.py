@@ -89,7 +89,8 @@ def test_an_unknown_parameter_is_one_line():
 
 
 def test_builds_and_renders_offline_with_no_server_configured():
-    """No ARGO_SERVER, no global_config.host: the Workflow is built and rendered as compiled (hera generate yaml, review)."""
+    """No ARGO_SERVER, no global_config.host: the Workflow is built and rendered as compiled (hera generate yaml,
+    review)."""
     wf = finetune_workflow(max_steps=5)
     rendered = yaml.safe_load(wf.to_yaml())
     golden = yaml.safe_load((REPO / "argo_workflows" / "finetune.yaml").read_text())
@@ -112,7 +113,8 @@ def test_creating_without_a_server_names_the_fix_in_one_line(argo: ArgoServerSta
     monkeypatch.setenv("ARGO_TOKEN", TOKEN)
     created = wf.create()
     (post,) = argo.recorded("POST")
-    assert post.authorized and post.path == "/api/v1/workflows/llmpack" and created.metadata.name.startswith("llm-finetune-")
+    assert (post.authorized and post.path == "/api/v1/workflows/llmpack"
+            and created.metadata.name.startswith("llm-finetune-"))
 
 
 @pytest.mark.parametrize(("params", "says"), [

@@ -86,7 +86,8 @@ def test_tasks_are_the_pipeline_steps(ir: tuple[dict, dict]) -> None:
         image = spec["deploymentSpec"]["executors"][f"exec-{name}"]["container"]["image"]
         assert image == task.step.execution.image
     # inside the exit handler, KFP passes pipeline parameters through as channels
-    assert tasks["finetune"]["inputs"]["parameters"]["base_model"] == {"componentInputParameter": "pipelinechannel--model"}
+    assert (tasks["finetune"]["inputs"]["parameters"]["base_model"]
+            == {"componentInputParameter": "pipelinechannel--model"})
 
 
 def test_component_runs_the_pack_without_installing(ir: tuple[dict, dict]) -> None:
@@ -133,7 +134,8 @@ def test_platform_spec(ir: tuple[dict, dict]) -> None:
     # the step's GPU type (H100 80GB) by a required node affinity, one term per label naming it
     assert "nodeSelector" not in ft
     assert [t["matchExpressions"] for t in ft["nodeAffinity"]] == [
-        term["matchExpressions"] for term in node_affinity("nvidia-h100-80gb")["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]]
+        term["matchExpressions"] for term in
+        node_affinity("nvidia-h100-80gb")["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]]
     assert ft["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert ft["podMetadata"]["labels"] == {
         "llmpack.io/step": "finetune",
@@ -252,7 +254,8 @@ def test_added_step_appears_in_compiled_output(tmp_path: Path) -> None:
     source = spec["deploymentSpec"]["executors"]["exec-summarize"]["container"]["command"][-1]
     assert component_source(pipe.tasks["summarize"]) in source
     assert f"_llmpack_argv = [{summarize.ref!r}]" in source
-    labels = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-summarize"]["podMetadata"]["labels"]
+    labels = (platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-summarize"]
+              ["podMetadata"]["labels"])
     assert labels["llmpack.io/step"] == "summarize"
     from kfp import components
 
@@ -294,7 +297,8 @@ def test_local_run_matches_direct(tmp_path: Path) -> None:
     assert "\x1b[" not in (logs / "kfp.log").read_text()
     # What ran is what was compiled: the shipped pipeline's package is the committed golden.
     assert (tmp_path / "kfp" / "pipeline.yaml").read_bytes() == PACKAGE_PATH.read_bytes()
-    events = [json.loads(line) for line in (kfp_out["finetune.model"] / "llmpack-events.jsonl").read_text().splitlines()]
+    events = [json.loads(line)
+              for line in (kfp_out["finetune.model"] / "llmpack-events.jsonl").read_text().splitlines()]
     assert {(e["orchestrator"], e["mode"], e["pipeline_run"]) for e in events} == {("kfp", "local", "k")}
 
 

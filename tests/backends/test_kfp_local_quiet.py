@@ -1,4 +1,5 @@
-"""kfp.local's noise in our runner only: its per-task no-op warnings ignored, the executor's input dump out of the task logs."""
+"""kfp.local's noise in our runner only: its per-task no-op warnings ignored, the executor's input dump out
+of the task logs."""
 
 from __future__ import annotations
 

@@ -67,7 +67,8 @@ def kfp_pod_labels(path: Path) -> dict[str, dict[str, str]]:
 def argo_pod_labels(path: Path) -> dict[str, dict[str, str]]:
     wf = yaml.safe_load(path.read_text())
     assert wf["spec"]["onExit"] in [t["name"] for t in wf["spec"]["templates"] if "container" in t]
-    return {t["name"]: (t.get("metadata") or {}).get("labels") or {} for t in wf["spec"]["templates"] if "container" in t}
+    return {t["name"]: (t.get("metadata") or {}).get("labels") or {}
+            for t in wf["spec"]["templates"] if "container" in t}
 
 
 def job_labels(path: Path) -> dict[str, dict[str, str]]:
@@ -79,7 +80,8 @@ def trainjob_labels(path: Path) -> dict[str, dict[str, str]]:
     obj = yaml.safe_load(path.read_text())
     [patch] = obj["spec"]["runtimePatches"]
     [job] = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
-    return {"trainjob": obj["metadata"]["labels"], "node pod": job["template"]["spec"]["template"]["metadata"]["labels"]}
+    return {"trainjob": obj["metadata"]["labels"],
+            "node pod": job["template"]["spec"]["template"]["metadata"]["labels"]}
 
 
 def every_pod(out: Path, *, gang_too: bool = True) -> dict[str, dict[str, str]]:
@@ -98,7 +100,8 @@ def every_pod(out: Path, *, gang_too: bool = True) -> dict[str, dict[str, str]]:
 def test_every_pod_on_every_path_carries_the_recommended_labels_and_the_users(compiled: Path) -> None:
     pods = every_pod(compiled)
     tasks = len(build().tasks)
-    assert len(pods) == 2 * (tasks + 1) + 2 + 2 + 1  # kfp, argo: each task + the exit handler; Job + pod; TrainJob + pod; DaemonSet
+    # kfp, argo: each task + the exit handler; Job + pod; TrainJob + pod; DaemonSet
+    assert len(pods) == 2 * (tasks + 1) + 2 + 2 + 1
     for where, labels in pods.items():
         wanted = static_only(where)
         assert set(wanted) <= set(labels), (where, sorted(set(wanted) - set(labels)))
@@ -110,7 +113,8 @@ def test_every_pod_on_every_path_carries_the_recommended_labels_and_the_users(co
     assert {v[INSTANCE_LABEL] for v in argo.values()} == {"{{workflow.parameters.pipeline_run}}"}
     assert {v[MANAGED_BY_LABEL] for v in argo.values()} == {"argo"}
     kfp = kfp_pod_labels(compiled / "kfp_pipelines" / "finetune.yaml")
-    assert kfp["exec-evaluate"][COMPONENT_LABEL] == "evaluate" and kfp["exec-close-record"][COMPONENT_LABEL] == "close-record"
+    assert (kfp["exec-evaluate"][COMPONENT_LABEL] == "evaluate"
+            and kfp["exec-close-record"][COMPONENT_LABEL] == "close-record")
     assert not any(INSTANCE_LABEL in v for v in kfp.values())  # KFP cannot template a label per run (docs/decisions.md)
     assert {v[MANAGED_BY_LABEL] for v in kfp.values()} == {"kfp"}
     assert pods["mlflow pod"][MANAGED_BY_LABEL] == "mlflow" and pods["mlflow pod"][COMPONENT_LABEL] == "main"
@@ -222,4 +226,5 @@ def test_the_record_is_tagged_with_the_labels(tmp_path: Path) -> None:
     summary = close.close(values={"pipeline_run": "p1", "run_group": "g", "orchestrator": "argo", "mode": "cluster"},
                           status="Succeeded", uses=[], finished_at=10.0, records_dir=tmp_path, env=env)
     assert {k: v for k, v in summary["tags"].items() if k.startswith("llmpack.label.")} == {
-        "llmpack.label.team": "ml-platform", "llmpack.label.example.com/cost-center": "cc-42", "llmpack.label.owner": ""}
+        "llmpack.label.team": "ml-platform", "llmpack.label.example.com/cost-center": "cc-42",
+        "llmpack.label.owner": ""}

@@ -1,4 +1,5 @@
-"""The MLflow path's gang launcher creates its TrainJob as the service account ``llmpack compile --nodes`` writes RBAC for.
+"""The MLflow path's gang launcher creates its TrainJob as the service account ``llmpack compile --nodes``
+writes RBAC for.
 
 ``compile --nodes 2 --gpus 4`` (the committed examples/multinode, kept fresh by test_golden.py) writes
 ``trainjob/launcher-rbac.yaml`` (ServiceAccount, Role, RoleBinding) and an MLflow Job that runs as
@@ -62,7 +63,8 @@ def test_the_rbac_grants_what_the_launcher_calls_to_the_account_the_job_runs_as(
     account = rbac["ServiceAccount"]["metadata"]["name"]
     assert account == trainjob_launch.LAUNCHER_SERVICE_ACCOUNT
     (rule,) = rbac["Role"]["rules"]
-    assert rule == {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["create", "get", "delete"]}
+    assert rule == {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
+                    "verbs": ["create", "get", "delete"]}
     binding = rbac["RoleBinding"]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": rbac["Role"]["metadata"]["name"]}
@@ -97,7 +99,8 @@ def _pod_files(tmp_path: Path, ca: Path, namespace: str) -> Path:
 
 
 def _finetune_command(tmp_path: Path, shared: Path) -> str:
-    """The finetune entry point's command as MLflow builds it from the compiled project (compiled defaults, run paths)."""
+    """The finetune entry point's command as MLflow builds it from the compiled project (compiled defaults,
+    run paths)."""
     from mlflow.projects.utils import get_entry_point_command, load_project
 
     project = load_project(str(MULTINODE / "mlflow_projects" / "finetune-k8s"))

@@ -276,7 +276,8 @@ def test_mlflow_kubernetes_backend_submits_the_job(tmp_path: Path, monkeypatch: 
         # read once, when kubernetes is imported: point it at the stand-in for this test
         monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
         config = json.loads((K8S / "kubernetes_config.json").read_text())
-        # As docs/native-tools.md types it, from the repository root: the config file and its template path as committed.
+        # As docs/native-tools.md types it, from the repository root: the config file and its template path
+        # as committed.
         monkeypatch.chdir(REPO)
         mlflow.set_tracking_uri(uri)
         try:
@@ -292,7 +293,8 @@ def test_mlflow_kubernetes_backend_submits_the_job(tmp_path: Path, monkeypatch: 
                                       "conditions": [{"type": "Complete", "status": "True"}]})
         assert submitted.wait()
 
-    assert built["base_image"] == "ghcr.io/llmpack/llmpack:0.1.0" and built["repository_uri"] == config["repository-uri"]
+    assert (built["base_image"] == "ghcr.io/llmpack/llmpack:0.1.0"
+            and built["repository_uri"] == config["repository-uri"])
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["image"] == Image.tags[0] + "@sha256:" + "a" * 64
     assert container["command"][:3] == ["python", "main.py", "--artifacts-dir=/mnt/llmpack/artifacts"]
@@ -317,7 +319,8 @@ def test_job_template_accepts_per_run_labels():
 def test_image_is_a_parameter(monkeypatch: pytest.MonkeyPatch):
     files = render_k8s_project(build(), image="registry.example.com:5000/team/llmpack:1.2")
     assert yaml.safe_load(files["MLproject"])["docker_env"]["image"] == "registry.example.com:5000/team/llmpack:1.2"
-    assert json.loads(files["kubernetes_config.json"])["repository-uri"] == "registry.example.com:5000/team/llmpack-mlflow-project"
+    assert (json.loads(files["kubernetes_config.json"])["repository-uri"]
+            == "registry.example.com:5000/team/llmpack-mlflow-project")
     monkeypatch.setenv(compiler.IMAGE_ENV, "example.org/llmpack:dev")
     assert yaml.safe_load(render_k8s_project(build())["MLproject"])["docker_env"]["image"] == "example.org/llmpack:dev"
 
@@ -447,7 +450,8 @@ def test_toy_run_through_mlflow_run(toy_pipe: Pipeline, toy_env: dict[str, str],
     from mlflow.tracking import MlflowClient
 
     text = "a b'c $HOME"  # through three shells' worth of quoting
-    values = pipeline_values(toy_pipe, {"text": text, "fail_times": 1, "pipeline_run": "toy-1", "orchestrator": "mlflow"})
+    values = pipeline_values(toy_pipe, {"text": text, "fail_times": 1, "pipeline_run": "toy-1",
+                                        "orchestrator": "mlflow"})
     out = run_local(toy_pipe, values, tmp_path / "work", toy_env)
     assert set(out) == {"toy-make.out", "toy-flaky.out"}
     assert (out["toy-flaky.out"] / "data.txt").read_text() == text.upper()
@@ -477,7 +481,8 @@ def test_toy_run_through_mlflow_run(toy_pipe: Pipeline, toy_env: dict[str, str],
 
 
 @pytest.mark.parametrize(("overrides", "message", "attempts"), [
-    pytest.param({"bad_input": True}, "toy: the input is bad", None, marks=pytest.mark.slow),  # not retried, as deliberate
+    # not retried, as deliberate
+    pytest.param({"bad_input": True}, "toy: the input is bad", None, marks=pytest.mark.slow),
     ({"gate": 2.5}, "toy: gate 2.5 not met", "1"),
     ({"fail_times": 9}, "RuntimeError: toy: planned failure 3", "3"),
 ], ids=["bad-input", "deliberate", "crash"])
@@ -572,7 +577,8 @@ def test_local_run_matches_direct(tmp_path: Path):
     ours = run_local(pipe, values, tmp_path / "m", env)
     assert set(ours) == set(direct)
     assert _adapter(ours["finetune.model"]) == _adapter(direct["finetune.model"])
-    assert (ours["evaluate.metrics"] / "metrics.json").read_text() == (direct["evaluate.metrics"] / "metrics.json").read_text()
+    assert ((ours["evaluate.metrics"] / "metrics.json").read_text()
+            == (direct["evaluate.metrics"] / "metrics.json").read_text())
 
     mc = MlflowClient(env["MLFLOW_TRACKING_URI"])
     runs = mc.search_runs([e.experiment_id for e in mc.search_experiments()],

@@ -104,7 +104,8 @@ def first_shout(data: Input[Dataset], out: Output[Dataset]) -> None:
 
 
 def _steps_module(tmp_path: Path, name: str, source: str) -> Any:
-    """Steps written to ``tmp_path/<name>.py``: the step processes import it by name (PYTHONPATH), this one from its file."""
+    """Steps written to ``tmp_path/<name>.py``: the step processes import it by name (PYTHONPATH), this one
+    from its file."""
     import importlib.util
 
     (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
@@ -153,7 +154,8 @@ def test_plain_mlflow_run_starts_the_first_step_first_and_keeps_one_record(tmp_p
     (parent,) = [r for r in runs if r.data.tags.get("llmpack.record") == "pipeline"]
     (shell,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags and r is not parent]
     assert shell.data.tags["llmpack.record_run_id"] == parent.info.run_id
-    children = {r.data.tags["llmpack.step"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    children = {r.data.tags["llmpack.step"]: r
+                for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
     assert sorted(children) == ["first-make", "first-shout"]
     assert all(r.info.status == "FINISHED" for r in runs)
     # The first step's process started before its run existed: MLflow's set-up ran beside its start-up ...

@@ -1,4 +1,5 @@
-"""Every pod we compile passes Pod Security ``restricted``: KFP, Argo, the MLflow Job, the TrainJob, the prepull DaemonSet.
+"""Every pod we compile passes Pod Security ``restricted``: KFP, Argo, the MLflow Job, the TrainJob, the
+prepull DaemonSet.
 
 :func:`restricted_violations` checks one pod spec against the rules of the Kubernetes Pod Security
 Standards ("Restricted", which includes "Baseline") that a spec can break. The pods are read from
@@ -251,7 +252,8 @@ def test_compiled_pod_is_hardened_alike_on_every_path(where: str, pod: dict[str,
 def test_the_hardening_check_finds_each_gap(mutate: Any, needle: str) -> None:
     pod = _good_pod()
     pod.update(automountServiceAccountToken=False)
-    pod["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+    pod["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"},
+                                         "limits": {"cpu": "1", "memory": "1Gi"}}
     pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] = True
     assert hardening_gaps("argo", pod) == []
     mutate(pod)

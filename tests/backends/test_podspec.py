@@ -86,7 +86,8 @@ def test_argo_mounts_model_and_data_read_only_and_maps_hf_token(compiled: dict[s
     templates = {t["name"]: t for t in argo(compiled[variant])["spec"]["templates"] if "container" in t}
     for name, tmpl in templates.items():
         mounts = {m["mountPath"]: m for m in tmpl["container"].get("volumeMounts") or []}
-        claims = {v["name"]: v["persistentVolumeClaim"] for v in tmpl.get("volumes") or [] if "persistentVolumeClaim" in v}
+        claims = {v["name"]: v["persistentVolumeClaim"]
+                  for v in tmpl.get("volumes") or [] if "persistentVolumeClaim" in v}
         reads_model, reads_data = name in MODEL_STEPS, name == "prepare-data"
         assert ("/models" in mounts) == reads_model and ("/datasets" in mounts) == reads_data, name
         for path, claim in (("/models", "llmpack-models"), ("/datasets", "llmpack-data")):
@@ -103,7 +104,8 @@ def test_mlflow_job_mounts_both_and_maps_hf_token(compiled: dict[str, Path]) -> 
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert mounts["/models"]["readOnly"] and mounts["/datasets"]["readOnly"]
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes[mounts["/models"]["name"]]["persistentVolumeClaim"] == {"claimName": "llmpack-models", "readOnly": True}
+    assert (volumes[mounts["/models"]["name"]]["persistentVolumeClaim"]
+            == {"claimName": "llmpack-models", "readOnly": True})
     assert HF_TOKEN in container["env"]
     assert doc["metadata"]["namespace"] == "team-a"  # compile --namespace
     config = json.loads((compiled["one"] / "mlflow_projects" / "finetune-k8s" / "kubernetes_config.json").read_text())
@@ -157,14 +159,16 @@ def all_pods(base: Path) -> list[tuple[str, str, str | None, list[dict[str, str]
         out.append(("TrainJob node pods", obj["spec"]["trainer"]["image"], node.get("imagePullPolicy", "IfNotPresent"),
                     node.get("imagePullSecrets") or []))
     if (base / "prepull").is_dir():
-        ds = yaml.safe_load((base / "prepull" / "llmpack-prepull-daemonset.yaml").read_text())["spec"]["template"]["spec"]
+        ds = yaml.safe_load(
+            (base / "prepull" / "llmpack-prepull-daemonset.yaml").read_text())["spec"]["template"]["spec"]
         for c in ds["initContainers"]:
             out.append((f"prepull {c['name']}", c["image"], c.get("imagePullPolicy"), ds.get("imagePullSecrets") or []))
     return out
 
 
 @pytest.mark.parametrize("variant", ["one", "gang"])
-def test_every_pod_on_every_path_has_the_same_image_policy_and_pull_secrets(compiled: dict[str, Path], variant: str) -> None:
+def test_every_pod_on_every_path_has_the_same_image_policy_and_pull_secrets(compiled: dict[str, Path],
+                                                                            variant: str) -> None:
     pods = all_pods(compiled[variant])
     paths = {where.split()[0] for where, *_ in pods}
     assert paths == ({"kfp", "argo", "mlflow"} | ({"TrainJob", "prepull"} if variant == "gang" else set()))
@@ -177,7 +181,8 @@ def test_every_pod_on_every_path_has_the_same_image_policy_and_pull_secrets(comp
 def test_the_pause_image_is_pinned_by_digest_and_pulled_like_the_rest(compiled: dict[str, Path]) -> None:
     ds = yaml.safe_load((compiled["gang"] / "prepull" / "llmpack-prepull-daemonset.yaml").read_text())
     (idle,) = ds["spec"]["template"]["spec"]["containers"]
-    assert idle["image"] == PAUSE_IMAGE and PAUSE_IMAGE.split("@")[1].startswith("sha256:") and len(PAUSE_IMAGE.split(":")[-1]) == 64
+    assert (idle["image"] == PAUSE_IMAGE and PAUSE_IMAGE.split("@")[1].startswith("sha256:")
+            and len(PAUSE_IMAGE.split(":")[-1]) == 64)
     assert ds["spec"]["template"]["spec"]["imagePullSecrets"] == PULL_SECRETS
 
 
@@ -238,7 +243,8 @@ def test_pods_with_the_volumes_still_pass_pod_security_restricted(compiled: dict
     (("--image", "ghcr.io/o/llmpack@sha256:abc"), "--image 'ghcr.io/o/llmpack@sha256:abc': digest 'sha256:abc' is not "
                                                   "sha256:<64 lower-case hex digits>"),
     (("--image", "ghcr.io/o/llmpack@sha256:" + "A" * 64), "is not sha256:<64 lower-case hex digits>"),
-    (("--image-pull-policy", "Sometimes"), "--image-pull-policy 'Sometimes': must be one of Always, IfNotPresent, Never"),
+    (("--image-pull-policy", "Sometimes"),
+     "--image-pull-policy 'Sometimes': must be one of Always, IfNotPresent, Never"),
     (("--model-pvc", "Models"), "--model-pvc 'Models': not a PersistentVolumeClaim name"),
     (("--data-pvc", "data:relative"), "--data-pvc 'data:relative': the mount path must be an absolute directory"),
     (("--hf-token-secret", "hf:bad key"), "--hf-token-secret 'hf:bad key': key 'bad key' is not a Secret key"),
@@ -257,9 +263,10 @@ def test_submit_with_a_model_under_models_and_no_volume_fails_naming_the_flag() 
     for path in ("kfp", "argo", "mlflow"):
         result = CliRunner().invoke(main, ["submit", path, "--model", "/models/llama-3.2-1b"])
         assert result.exit_code == 2, result.output
-        assert result.output.strip() == ("llmpack: error: --model /models/llama-3.2-1b: no volume is mounted at /models "
-                                         "in the pods; pass --model-pvc NAME (the PersistentVolumeClaim that holds it), "
-                                         "or an HF hub id with --hf-token-secret")
+        assert result.output.strip() == (
+            "llmpack: error: --model /models/llama-3.2-1b: no volume is mounted at /models "
+            "in the pods; pass --model-pvc NAME (the PersistentVolumeClaim that holds it), "
+            "or an HF hub id with --hf-token-secret")
 
 
 @pytest.mark.slow  # a compile of its own
@@ -268,7 +275,8 @@ def test_submit_compiles_with_the_pod_flags_and_refuses_them_with_a_named_artifa
         wf = yaml.safe_load(Path(artifact["workflow_path"]).read_text())
         assert {t["container"]["image"] for t in wf["spec"]["templates"] if "container" in t} == {IMAGE}
     assert not Path(artifact["workflow_path"]).exists()  # removed after the submission
-    with pytest.raises(InputError, match="not with --package"), compiled_for_submit("kfp", None, {"package_path": "x"}, pod=POD):
+    with (pytest.raises(InputError, match="not with --package"),
+          compiled_for_submit("kfp", None, {"package_path": "x"}, pod=POD)):
         pass
     # MLflow's submit takes the Job's image itself: --image with --project is passed through, not compiled
     with compiled_for_submit("mlflow", None, {"project_dir": "p"}, pod=PodOptions.from_flags(image=IMAGE)) as extra:

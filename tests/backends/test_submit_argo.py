@@ -166,11 +166,13 @@ def test_workflow_file_checks(argo: ArgoServerStandIn, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no argument 'seed'"):
         argo_submit.submit(argo_submit.Request(host=argo.url, token=TOKEN, workflow_path=missing, params={"seed": 1}))
     with pytest.raises(InputError, match="not an Argo Workflow"):
-        argo_submit.submit(argo_submit.Request(host=argo.url, token=TOKEN, workflow_path=REPO / "mlflow_projects" / "finetune-k8s" /
-                           "kubernetes_job_template.yaml"))
+        argo_submit.submit(argo_submit.Request(
+            host=argo.url, token=TOKEN,
+            workflow_path=REPO / "mlflow_projects" / "finetune-k8s" / "kubernetes_job_template.yaml"))
     assert argo.requests == []
     # Not given, seed is still referenced by the tasks: the server refuses to resolve it (400).
-    with pytest.raises(InputError, match=r"refused the Workflow \(400\): failed to resolve \{\{workflow.parameters.seed\}\}"):
+    with pytest.raises(InputError,
+                       match=r"refused the Workflow \(400\): failed to resolve \{\{workflow.parameters.seed\}\}"):
         argo_submit.submit(argo_submit.Request(host=argo.url, token=TOKEN, workflow_path=missing))
 
     # What only the server checks: a DAG task naming a template that does not exist (400).

@@ -76,7 +76,8 @@ def test_submit_sends_the_committed_pipeline_with_run_parameters(kfp_api: KFPAPI
     (run,) = kfp_api.runs.values()
     assert summary["run_id"] == summary["server_id"] == run["run_id"]
     (exp,) = kfp_api.experiments.values()
-    assert exp["display_name"] == "llmpack" and body["experiment_id"] == exp["experiment_id"] == summary["experiment_id"]
+    assert (exp["display_name"] == "llmpack"
+            and body["experiment_id"] == exp["experiment_id"] == summary["experiment_id"])
     assert summary["mode"] == "cluster" and summary["orchestrator"] == "kfp"
     assert summary["url"].endswith(f"/#/runs/details/{run['run_id']}")
     # Every request carried the token; the experiment was resolved before the clock started.
@@ -207,7 +208,8 @@ def test_server_side_validation_of_parameters(kfp_api: KFPAPIStandIn, tmp_path: 
     package = tmp_path / "pipeline.yaml"
     package.write_text(yaml.safe_dump(spec) + "---\n" + yaml.safe_dump(platform))
     with pytest.raises(InputError, match="400.*max_steps requires type BOOLEAN"):
-        kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, package_path=package, params={"max_steps": 2}))
+        kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, package_path=package,
+                                             params={"max_steps": 2}))
 
 
 def test_mlflow_record_when_a_tracking_uri_is_given(kfp_api: KFPAPIStandIn, tracking_uri: str) -> None:

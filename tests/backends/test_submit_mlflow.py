@@ -139,7 +139,8 @@ def test_submit_creates_the_job_from_the_compiled_template(kube: KubeAPIStandIn,
     assert tags["llmpack.cpu_to_gpu_ratio"] == "8"
     assert float(run.data.params["submitted_at"]) == summary["submitted_at"]
     assert run.info.start_time == int(summary["submitted_at"] * 1000)
-    assert tracking.find_pipeline_run(tracking.client(tracking_uri), summary["pipeline_run"]) == summary["mlflow_run_id"]
+    assert (tracking.find_pipeline_run(tracking.client(tracking_uri), summary["pipeline_run"])
+            == summary["mlflow_run_id"])
     assert all(r.authorized for r in kube.requests)
     assert TOKEN not in repr(summary)
 
@@ -149,7 +150,8 @@ def test_the_tracking_uri_is_never_a_literal_in_the_job(kube: KubeAPIStandIn, ku
     """Unlike MLflow's own backend, which appends KUBE_MLFLOW_TRACKING_URI (or the submitter's URI) as a value."""
     cluster_uri = "http://mlflow.llmpack.svc:5000"
     monkeypatch.setenv("KUBE_MLFLOW_TRACKING_URI", cluster_uri)
-    summary = mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri, image="registry.example/llmpack:9"))
+    summary = mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri,
+                                                         image="registry.example/llmpack:9"))
     job = kube.jobs[("llmpack", summary["job_name"])]
     container = job["spec"]["template"]["spec"]["containers"][0]
     (uri,) = [e for e in container["env"] if e["name"] == "MLFLOW_TRACKING_URI"]
@@ -197,9 +199,10 @@ def test_wait_for_completion_follows_the_job_and_ends_the_mlflow_run(kube: KubeA
 
 def test_wait_reports_a_failed_job(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str) -> None:
     summary = mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri))
-    kube.set_job_status("llmpack", summary["job_name"], {"startTime": "2026-01-01T00:00:00Z", "failed": 1, "conditions": [
-        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
-         "message": "Container llm-finetune for pod llmpack/x-abc failed with exit code 1 matching FailJob rule"}]})
+    kube.set_job_status("llmpack", summary["job_name"], {
+        "startTime": "2026-01-01T00:00:00Z", "failed": 1, "conditions": [
+            {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+             "message": "Container llm-finetune for pod llmpack/x-abc failed with exit code 1 matching FailJob rule"}]})
     result = mlflow_submit.wait_for_job(summary["job_name"], namespace="llmpack", kubeconfig=kubeconfig,
                                                mlflow_run_id=summary["mlflow_run_id"], tracking_uri=tracking_uri,
                                                poll_s=0.01, timeout_s=5)
@@ -213,7 +216,8 @@ def test_bad_token_is_one_line_without_the_token(kube: KubeAPIStandIn, tmp_path:
     caplog.set_level(logging.DEBUG)
     config = write_kubeconfig(tmp_path / "bad", kube.url, BAD_TOKEN)
     with pytest.raises(InputError) as info:
-        mlflow_submit.submit(mlflow_submit.Request(kubeconfig=config, tracking_uri=tracking_uri, pipeline_run="mlflow-bad-token-1"))
+        mlflow_submit.submit(mlflow_submit.Request(kubeconfig=config, tracking_uri=tracking_uri,
+                                                   pipeline_run="mlflow-bad-token-1"))
     message = str(info.value)
     assert "401" in message and "\n" not in message
     out, err = capsys.readouterr()
@@ -243,7 +247,8 @@ def test_no_cluster_configured(tracking_uri: str, tmp_path: Path, monkeypatch: p
 
 def test_namespace_not_found(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str) -> None:
     with pytest.raises(InputError, match="namespace 'team-z' not found"):
-        mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri, namespace="team-z"))
+        mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri,
+                                                   namespace="team-z"))
     assert kube.jobs == {}
 
 
@@ -256,7 +261,9 @@ def test_forbidden(tmp_path: Path, tracking_uri: str) -> None:
 
 def test_bad_parameters_fail_before_any_request(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str) -> None:
     with pytest.raises(InputError, match="unknown pipeline parameter"):
-        mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri, params={"steps": 3}))
+        mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri,
+                                                   params={"steps": 3}))
     with pytest.raises(InputError, match="--run-group"):
-        mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri, run_group="Run Group!"))
+        mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri,
+                                                   run_group="Run Group!"))
     assert kube.requests == []

@@ -82,7 +82,8 @@ def test_tls_verify_is_on_unless_skipped_by_name(cert: tuple[Path, Path]) -> Non
         tls_verify("/nonexistent/ca.pem")
 
 
-def test_kfp_untrusted_certificate_is_one_line_and_ca_cert_trusts_it(kfp_api: KFPAPIStandIn, cert: tuple[Path, Path]) -> None:
+def test_kfp_untrusted_certificate_is_one_line_and_ca_cert_trusts_it(kfp_api: KFPAPIStandIn,
+                                                                     cert: tuple[Path, Path]) -> None:
     assert kfp_api.url.startswith("https://")
     with pytest.raises(InputError) as err:
         kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=KFP_TOKEN, params={"max_steps": 2}))
@@ -90,7 +91,8 @@ def test_kfp_untrusted_certificate_is_one_line_and_ca_cert_trusts_it(kfp_api: KF
     assert "TLS certificate not trusted" in msg and "--ca-cert" in msg and "--insecure-skip-tls-verify" in msg, msg
     assert "\n" not in msg and KFP_TOKEN not in msg
     assert not kfp_api.recorded("POST")  # nothing was created
-    summary = kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=KFP_TOKEN, params={"max_steps": 2}, ca_cert=str(cert[0])))
+    summary = kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=KFP_TOKEN, params={"max_steps": 2},
+                                                   ca_cert=str(cert[0])))
     assert len(kfp_api.recorded("POST", "/apis/v2beta1/runs")) == 1
     done = kfp_submit.wait_for_completion(summary, token=KFP_TOKEN, ca_cert=str(cert[0]), poll_s=0.01, timeout_s=5)
     assert done["status"] == "succeeded"
@@ -103,7 +105,8 @@ def test_argo_untrusted_certificate_is_one_line_and_ca_cert_trusts_it(argo_api: 
     msg = str(err.value)
     assert "TLS certificate not trusted" in msg and "--ca-cert" in msg and ARGO_TOKEN not in msg, msg
     assert not argo_api.recorded("POST")
-    summary = argo_submit.submit(argo_submit.Request(host=argo_api.url, token=ARGO_TOKEN, params={"max_steps": 2}, ca_cert=str(cert[0])))
+    summary = argo_submit.submit(argo_submit.Request(host=argo_api.url, token=ARGO_TOKEN, params={"max_steps": 2},
+                                                     ca_cert=str(cert[0])))
     assert summary["workflow_name"]
     skipped = argo_submit.submit(argo_submit.Request(host=argo_api.url, token=ARGO_TOKEN, params={"max_steps": 2},
                                  insecure_skip_tls_verify=True))
@@ -151,8 +154,8 @@ def exec_kubeconfig(path: Path, server: str, ca: Path | None, plugin_log: Path) 
     return str(path)
 
 
-def test_exec_credential_plugin_and_kubeconfig_ca(kube: KubeAPIStandIn, cert: tuple[Path, Path], fresh_tracking_uri: str,
-                                                  tmp_path: Path) -> None:
+def test_exec_credential_plugin_and_kubeconfig_ca(kube: KubeAPIStandIn, cert: tuple[Path, Path],
+                                                  fresh_tracking_uri: str, tmp_path: Path) -> None:
     tracking_uri = fresh_tracking_uri
     calls = tmp_path / "plugin-calls"
     trusted = exec_kubeconfig(tmp_path / "kubeconfig", kube.url, cert[0], calls)
@@ -168,5 +171,6 @@ def test_exec_credential_plugin_and_kubeconfig_ca(kube: KubeAPIStandIn, cert: tu
     assert "TLS certificate not trusted" in str(err.value) and EXEC_TOKEN not in str(err.value), err.value
     assert len(kube.jobs) == before
     # --ca-cert supplies what the kubeconfig lacks, as kubectl's --certificate-authority does.
-    again = mlflow_submit.submit(mlflow_submit.Request(kubeconfig=untrusted, tracking_uri=tracking_uri, ca_cert=str(cert[0])))
+    again = mlflow_submit.submit(mlflow_submit.Request(kubeconfig=untrusted, tracking_uri=tracking_uri,
+                                                       ca_cert=str(cert[0])))
     assert ("llmpack", again["job_name"]) in kube.jobs

@@ -77,7 +77,8 @@ def test_every_pod_of_every_path_maps_the_same_secret_keys(base: Path) -> None:
     pods |= {f"argo {k}": v for k, v in argo_pods(REPO / base).items()}
     pods |= {f"mlflow {k}": v for k, v in mlflow_pods(REPO / base).items()}
     # every task's pod and the summarizing task's on KFP and Argo (fewer when fused), and the MLflow Job
-    assert sum(k.startswith("kfp ") for k in pods) == sum(k.startswith("argo ") for k in pods) >= 5 and "mlflow job" in pods
+    assert (sum(k.startswith("kfp ") for k in pods) == sum(k.startswith("argo ") for k in pods) >= 5
+            and "mlflow job" in pods)
     for where, found in pods.items():
         assert found == EXPECTED, where
 
@@ -123,11 +124,13 @@ def test_a_cluster_step_without_a_tracking_uri_fails_in_one_line_and_writes_no_s
     assert not list(tmp_path.rglob("*.db")) and not (tmp_path / "out" / "llmpack-events.jsonl").exists()
 
     # an empty key is no URI either
-    proc = subprocess.run([*argv, "--param=mode=cluster"], cwd=tmp_path, env=_step_env(tmp_path, MLFLOW_TRACKING_URI=" "),
+    proc = subprocess.run([*argv, "--param=mode=cluster"], cwd=tmp_path,
+                          env=_step_env(tmp_path, MLFLOW_TRACKING_URI=" "),
                           capture_output=True, text=True, timeout=300)
     assert "MLFLOW_TRACKING_URI is empty" in _one_error_line(proc)
     # the same step that does not log to MLflow (or runs locally) needs no server
-    for extra, mode in (({settings.MLFLOW_LOGGING.name: "0"}, "cluster"), ({settings.MLFLOW_LOGGING.name: "0"}, "local")):
+    for extra, mode in (({settings.MLFLOW_LOGGING.name: "0"}, "cluster"),
+                        ({settings.MLFLOW_LOGGING.name: "0"}, "local")):
         proc = subprocess.run([*argv, f"--param=mode={mode}"], cwd=tmp_path, env=_step_env(tmp_path, **extra),
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
@@ -135,12 +138,14 @@ def test_a_cluster_step_without_a_tracking_uri_fails_in_one_line_and_writes_no_s
 
 
 def test_the_summarizing_task_in_cluster_mode_refuses_to_log_to_a_sqlite_file(tmp_path: Path) -> None:
-    args = record.record_args(status="Succeeded", uses=record.uses_json([GpuUse(step="finetune", gpus=1, gpu_type="x")]),
+    args = record.record_args(status="Succeeded",
+                              uses=record.uses_json([GpuUse(step="finetune", gpus=1, gpu_type="x")]),
                               run_id="wf-1", created_at="", params={"submitted_at": "0.0", "pipeline_run": "",
                                                                    "run_group": "", "orchestrator": "kfp",
                                                                    "mode": "cluster"})
     # inside a pod (Kubernetes sets KUBERNETES_SERVICE_HOST); outside one a KFP package run is kfp.local's, mode local
-    proc = subprocess.run([sys.executable, *args], cwd=tmp_path, env=_step_env(tmp_path, KUBERNETES_SERVICE_HOST="10.96.0.1"),
+    proc = subprocess.run([sys.executable, *args], cwd=tmp_path,
+                          env=_step_env(tmp_path, KUBERNETES_SERVICE_HOST="10.96.0.1"),
                           capture_output=True, text=True, timeout=300)
     assert f"Secret {SECRET!r} key 'tracking-uri'" in _one_error_line(proc)
     assert not list(tmp_path.rglob("*.db"))

@@ -38,8 +38,10 @@ def retried_records() -> list[telemetry.Record]:
     second = [("process_started", 1008.0), ("model_loaded", 1010.0), ("first_step", 1011.0), ("finished", 1030.0)]
     out = [make_record(CTX, "event", "finetune", n, v, 0) for n, v in first]
     out += [make_record(CTX, "event", "finetune", n, v, 1) for n, v in second]
-    out += [make_record(CTX, "metric", "finetune", "train_s", 18.0, 1), make_record(CTX, "metric", "finetune", "train_tokens", 9000.0, 1)]
-    out += [make_record(CTX, "event", "evaluate", "process_started", 1031.0), make_record(CTX, "event", "evaluate", "finished", 1035.0)]
+    out += [make_record(CTX, "metric", "finetune", "train_s", 18.0, 1),
+            make_record(CTX, "metric", "finetune", "train_tokens", 9000.0, 1)]
+    out += [make_record(CTX, "event", "evaluate", "process_started", 1031.0),
+            make_record(CTX, "event", "evaluate", "finished", 1035.0)]
     return out
 
 
@@ -49,7 +51,8 @@ def retried_records() -> list[telemetry.Record]:
 def test_a_retry_has_keys_of_its_own_and_the_first_attempt_keeps_the_old_ones() -> None:
     a0 = make_record(CTX, "event", "finetune", "process_started", 1.0)
     a1 = make_record(CTX, "event", "finetune", "process_started", 2.0, 1)
-    assert (a0.attempt, a0.key, a0.mlflow_key) == (0, "pr-a/finetune/event/process_started", "event.finetune.process_started")
+    assert (a0.attempt, a0.key, a0.mlflow_key) == (0, "pr-a/finetune/event/process_started",
+                                                   "event.finetune.process_started")
     assert (a1.attempt, a1.key, a1.mlflow_key) == (1, "pr-a/finetune/event/process_started/attempt1",
                                                    "event.finetune.process_started.attempt1")
     # Through MLflow's metric names and back (what the summarizing task and the cluster path read).
@@ -136,11 +139,12 @@ def test_injected_failures() -> None:
 # --------------------------------------------------------------------------- the report
 
 
-def _run(path: str, retried: list[dict[str, Any]], cost_usd: float = 0.05, retry_cost: float | None = 0.01) -> dict[str, Any]:
+def _run(path: str, retried: list[dict[str, Any]], cost_usd: float = 0.05,
+         retry_cost: float | None = 0.01) -> dict[str, Any]:
     metrics = {"spinup_s": 1.0, "time_to_first_step_s": 2.0, "total_s": 30.0, "cost_usd": cost_usd, "goodput": 0.4,
                "retries": float(len(retried)), "retry_cost_usd": retry_cost, "train_s": 10.0}
-    return {"run_group": "rg", "pipeline_run": f"{path}-1", "orchestrator": path, "mode": "local", "status": "succeeded",
-            "error": None, "submitted_at": 1000.0, "metrics": metrics, "events": {},
+    return {"run_group": "rg", "pipeline_run": f"{path}-1", "orchestrator": path, "mode": "local",
+            "status": "succeeded", "error": None, "submitted_at": 1000.0, "metrics": metrics, "events": {},
             "tags": {"llmpack.price_per_gpu_hour": "11.06", "llmpack.gpu_count": "1"}, "retried_attempts": retried,
             "artifacts": {}}
 
@@ -194,8 +198,9 @@ def toy_prepare(out: Output[Dataset], text: str = "hello") -> None:
     (Path(out.path) / "data.txt").write_text(text)
 
 
-@step(name="finetune", execution=Execution(resources=Resources(cpu=1, memory="1Gi", gpu_type="nvidia-h100-80gb", gpus=1),
-                                           retry=Retry(limit=2, backoff_s=0)))
+@step(name="finetune",
+      execution=Execution(resources=Resources(cpu=1, memory="1Gi", gpu_type="nvidia-h100-80gb", gpus=1),
+                          retry=Retry(limit=2, backoff_s=0)))
 def toy_finetune(data: Input[Dataset], model: Output[Model], hold_s: float = 0.3) -> None:
     """"Train" for hold_s seconds on one GPU."""
     reporting.emit("model_loaded")

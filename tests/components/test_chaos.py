@@ -234,7 +234,8 @@ def test_a_retry_pod_resumes_this_runs_checkpoint_from_the_volume_byte_identical
     for ref, args in (("components.steps.prepare_data:prepare_data", [f"--output=dataset={tmp_path / 'data'}",
                                                                       "--param=builtin_size=64"]),
                       ("components.steps.tokenize:tokenize", [f"--input=dataset={tmp_path / 'data'}",
-                                                              f"--output=tokens={tmp_path / 'tokens'}", "--param=seq_len=64"])):
+                                                              f"--output=tokens={tmp_path / 'tokens'}",
+                                                              "--param=seq_len=64"])):
         r = subprocess.run([sys.executable, "-m", "components.run", ref, *args], cwd=REPO, env=_env(tmp_path / "none"),
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
@@ -257,7 +258,8 @@ def test_a_retry_pod_resumes_this_runs_checkpoint_from_the_volume_byte_identical
     assert kept is not None and int(kept.name.split("-")[1]) >= 6, out
 
     # Attempt 1 of run A (a new pod: fresh output) and run B (same settings) side by side on the volume.
-    a1 = subprocess.Popen(_finetune(tokens, tmp_path / "a1", "run-a"), cwd=REPO, env={**_env(pvc), "LLMPACK_ATTEMPT": "1"},
+    a1 = subprocess.Popen(_finetune(tokens, tmp_path / "a1", "run-a"), cwd=REPO,
+                          env={**_env(pvc), "LLMPACK_ATTEMPT": "1"},
                           text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     b0 = subprocess.Popen(_finetune(tokens, tmp_path / "b0", "run-b"), cwd=REPO, env=_env(pvc), text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -292,11 +294,13 @@ def test_checkpoint_minutes_checkpoints_by_time_and_the_write_time_is_logged(tmp
     for ref, args in (("components.steps.prepare_data:prepare_data", [f"--output=dataset={tmp_path / 'data'}",
                                                                       "--param=builtin_size=32"]),
                       ("components.steps.tokenize:tokenize", [f"--input=dataset={tmp_path / 'data'}",
-                                                              f"--output=tokens={tmp_path / 'tokens'}", "--param=seq_len=64"])):
+                                                              f"--output=tokens={tmp_path / 'tokens'}",
+                                                              "--param=seq_len=64"])):
         r = subprocess.run([sys.executable, "-m", "components.run", ref, *args], cwd=REPO, env=_env(tmp_path / "none"),
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
-    env = _env(tmp_path / "pvc", **{settings.CHECKPOINT_MINUTES.name: str(1 / 60000), settings.GRACE_PERIOD_S.name: "45"})
+    env = _env(tmp_path / "pvc", **{settings.CHECKPOINT_MINUTES.name: str(1 / 60000),
+                                    settings.GRACE_PERIOD_S.name: "45"})
     cmd = [sys.executable, "-m", "components.run", *TUNE, f"--input=tokens={tmp_path / 'tokens'}",
            f"--output=model={tmp_path / 'out'}", "--param=max_steps=5", "--param=batch_size=4",
            f"--param=checkpoint_dir={tmp_path / 'kept'}", "--param=pipeline_run=run-t"]

@@ -188,6 +188,7 @@ def test_the_finetune_step_resumes_past_a_planted_pickle_without_running_it(toke
     again = finetune("again")
     assert again.returncode == 0, again.stdout + again.stderr
     assert not marker.exists(), "a planted pickle ran in the finetune step"
-    assert "skipping unreadable checkpoint" in again.stdout and f"resumed from {ckpt / 'step-00000002'} at step 2" in again.stdout
+    assert ("skipping unreadable checkpoint" in again.stdout
+            and f"resumed from {ckpt / 'step-00000002'} at step 2" in again.stdout)
     adapter = Path("adapter") / "adapter_model.safetensors"
     assert (tmp_path / "again" / adapter).read_bytes() == (tmp_path / "first" / adapter).read_bytes()

@@ -1,4 +1,5 @@
-"""docs/configuration.md is the settings registry rendered (``python -m llmpack.configuration``), never edited by hand."""
+"""docs/configuration.md is the settings registry rendered (``python -m llmpack.configuration``), never edited
+by hand."""
 
 from __future__ import annotations
 

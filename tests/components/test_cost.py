@@ -51,9 +51,11 @@ def _steps(**events: dict[str, float]) -> dict[str, StepTimes]:
 
 
 def test_cost_formula_local_bills_process_start_to_finish() -> None:
-    steps = _steps(finetune={"process_started": 100.0, "finished": 460.0}, evaluate={"process_started": 470.0, "finished": 500.0})
+    steps = _steps(finetune={"process_started": 100.0, "finished": 460.0},
+                   evaluate={"process_started": 470.0, "finished": 500.0})
     steps["finetune"].metrics.update(train_s=300.0, train_tokens=2_000_000)
-    uses = [cost.GpuUse(step="finetune", gpus=2, cpu=16), cost.GpuUse(step="evaluate", gpus=1), cost.GpuUse(step="register", gpus=0)]
+    uses = [cost.GpuUse(step="finetune", gpus=2, cpu=16), cost.GpuUse(step="evaluate", gpus=1),
+            cost.GpuUse(step="register", gpus=0)]
     price = cost.Price(gpu_type="nvidia-h100-80gb", per_gpu_hour=6.0, source="test")
     m = cost.cost_metrics(steps, uses, price)
     gpu_seconds = 2 * 360 + 1 * 30
@@ -65,7 +67,8 @@ def test_cost_formula_local_bills_process_start_to_finish() -> None:
 
 
 def test_cluster_billing_adds_node_provisioning() -> None:
-    steps = _steps(finetune={"pod_created": 0.0, "node_ready": 90.0, "container_started": 120.0, "process_started": 121.0, "finished": 720.0})
+    steps = _steps(finetune={"pod_created": 0.0, "node_ready": 90.0, "container_started": 120.0,
+                             "process_started": 121.0, "finished": 720.0})
     assert cost.billed_seconds(steps["finetune"]) == pytest.approx(600 + 90)
 
 
@@ -125,7 +128,9 @@ def test_goodput_a_slower_path_never_looks_better(more: str) -> None:
 def test_goodput_divides_by_the_gpus_held_from_submit_to_end_or_the_billed_if_more() -> None:
     billed = 2 * 40.0 + 1 * 5.0
     assert cost.goodput(train_gpu_s=60.0, billed_gpu_s=billed, held_gpus=2, wall_s=100.0) == pytest.approx(60 / 200)
-    assert cost.goodput(train_gpu_s=60.0, billed_gpu_s=900.0, held_gpus=2, wall_s=100.0) == pytest.approx(60 / 900)  # node tail
-    assert cost.goodput(train_gpu_s=60.0, billed_gpu_s=billed, wall_s=None) == pytest.approx(60 / billed)  # no submit time
+    # node tail
+    assert cost.goodput(train_gpu_s=60.0, billed_gpu_s=900.0, held_gpus=2, wall_s=100.0) == pytest.approx(60 / 900)
+    # no submit time
+    assert cost.goodput(train_gpu_s=60.0, billed_gpu_s=billed, wall_s=None) == pytest.approx(60 / billed)
     assert cost.goodput(train_gpu_s=None, billed_gpu_s=billed, held_gpus=2, wall_s=100.0) is None
     assert cost.goodput(train_gpu_s=0.0, billed_gpu_s=0.0, held_gpus=0, wall_s=100.0) is None

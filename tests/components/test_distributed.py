@@ -34,7 +34,8 @@ def env() -> dict[str, str]:
 
 
 class Tuned:
-    """The same finetune on 1 process, on 2 (DDP) and on 2 sharded (FSDP2): ``tuned[1 | 2 | "fsdp"]``, its model directory.
+    """The same finetune on 1 process, on 2 (DDP) and on 2 sharded (FSDP2): ``tuned[1 | 2 | "fsdp"]``, its model
+    directory.
 
     Each many-process run is made when a test first asks for it (the FSDP ones are slow tests);
     the one-process run is the session's ``finetuned``.
@@ -102,8 +103,8 @@ def test_every_rank_is_recorded_and_the_gang_starts_with_its_last_rank(tuned: Tu
 def test_a_sigterm_two_process_run_resumes_to_the_same_weights(tokens: Path, tuned: Tuned, strategy: str,
                                                                  env: dict[str, str], tmp_path: Path) -> None:
     ckpt, resumed = tmp_path / "ckpt", tmp_path / "resumed"
-    cmd = [sys.executable, "-m", "components.run", TUNE, f"--input=tokens={tokens}", f"--output=model={resumed}", *STEPS,
-           "--param=nproc_per_node=2", f"--param=strategy={strategy}", "--param=checkpoint_every=3",
+    cmd = [sys.executable, "-m", "components.run", TUNE, f"--input=tokens={tokens}", f"--output=model={resumed}",
+           *STEPS, "--param=nproc_per_node=2", f"--param=strategy={strategy}", "--param=checkpoint_every=3",
            f"--param=checkpoint_dir={ckpt}"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 180
@@ -194,7 +195,8 @@ def test_two_processes_on_every_local_path_end_where_one_does(tmp_path: Path) ->
     for backend in ("direct", "kfp", "argo", "mlflow"):
         summary = run("--backend", backend, "--nproc-per-node", "2")
         assert math.isclose(summary["metrics"]["eval_loss"], one, rel_tol=1e-3), (backend, summary["metrics"])
-        names = {r.name for r in read_records([p for p in Path(summary["artifacts"]["run_dir"]).rglob("llmpack-events.jsonl")])
+        names = {r.name
+                 for r in read_records([p for p in Path(summary["artifacts"]["run_dir"]).rglob("llmpack-events.jsonl")])
                  if r.step == "finetune"}
         assert {"first_step.rank0", "first_step.rank1", "first_step", "world_size"} <= names, (backend, names)
     from mlflow.tracking import MlflowClient

@@ -73,7 +73,8 @@ def test_cycle_is_named() -> None:
         t = train(data=d.outputs["out"])
         d.after(t)
 
-    with pytest.raises(PipelineValidationError, match=r"cycle .*make-data -> train -> make-data|cycle .*train -> make-data -> train"):
+    with pytest.raises(PipelineValidationError,
+                       match=r"cycle .*make-data -> train -> make-data|cycle .*train -> make-data -> train"):
         cyclic()
 
 
@@ -178,7 +179,8 @@ def test_import_components_is_light() -> None:
     code = (
         "import sys, time; t = time.perf_counter(); import components, components.finetune_pipeline; "
         "dt = time.perf_counter() - t; "
-        "heavy = [m for m in ('torch','transformers','peft','mlflow','kfp','hera','kubernetes','numpy') if m in sys.modules]; "
+        "heavy = [m for m in ('torch','transformers','peft','mlflow','kfp','hera','kubernetes','numpy') "
+        "if m in sys.modules]; "
         "print(heavy); print(dt)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")

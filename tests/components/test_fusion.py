@@ -179,7 +179,8 @@ def test_fused_runs_give_byte_identical_adapters_and_metrics(backend: str, mode:
     got = _run(backend, mode, tmp_path)
     assert {"finetune.model", "evaluate.metrics", "tokenize.tokens"} <= set(got)
     assert _sha(got["finetune.model"] / ADAPTER) == _sha(reference["finetune.model"] / ADAPTER)
-    assert (got["evaluate.metrics"] / "metrics.json").read_text() == (reference["evaluate.metrics"] / "metrics.json").read_text()
+    assert ((got["evaluate.metrics"] / "metrics.json").read_text()
+            == (reference["evaluate.metrics"] / "metrics.json").read_text())
     # The record still shows both steps, each with its own timeline; evaluate starts when finetune ended.
     train, ev = _events(got["finetune.model"]), _events(got["evaluate.metrics"])
     for events in (train, ev):
@@ -217,7 +218,8 @@ def test_prepull_daemonset_is_a_valid_kubernetes_object_that_passes_the_security
     assert pull["image"] == "registry.example.com/team/llmpack:1.2.3" and pull["command"] == ["true"]
     # It goes where the GPU steps go, and holds no GPU there.
     gpu_step = build().tasks["finetune"].step.execution
-    assert "nodeSelector" not in spec and spec["affinity"] == {"nodeAffinity": node_affinity(gpu_step.resources.gpu_type)}
+    assert ("nodeSelector" not in spec
+            and spec["affinity"] == {"nodeAffinity": node_affinity(gpu_step.resources.gpu_type)})
     assert [t["key"] for t in spec["tolerations"]] == [t.key for t in gpu_step.tolerations]
     assert "nvidia.com/gpu" not in json.dumps([c["resources"] for c in (*spec["initContainers"], *spec["containers"])])
 

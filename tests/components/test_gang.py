@@ -1,11 +1,12 @@
 """finetune on many nodes: the launcher creates a TrainJob, the gang trains, the record has every rank.
 
 ``llmpack compile --nodes 2 --gpus 4`` is checked against the Trainer API's models and its CRD schema
-(its committed golden copies, examples/multinode/, in tests/backends/test_golden.py). The launcher runs for real (``python -m
-components.run`` with ``nnodes=2``, a slow test) against the loopback Kubernetes API and the real ``kubernetes``
-client; a stand-in Trainer controller plays the ``torch-distributed`` runtime: it starts the
-TrainJob's command once per node, with the ``PET_*`` variables the runtime sets, as local
-processes sharing a directory (the PVC), and sets the TrainJob ``Complete`` or ``Failed``.
+(its committed golden copies, examples/multinode/, in tests/backends/test_golden.py). The launcher
+runs for real (``python -m components.run`` with ``nnodes=2``, a slow test) against the loopback
+Kubernetes API and the real ``kubernetes`` client; a stand-in Trainer controller plays the
+``torch-distributed`` runtime: it starts the TrainJob's command once per node, with the ``PET_*``
+variables the runtime sets, as local processes sharing a directory (the PVC), and sets the TrainJob
+``Complete`` or ``Failed``.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ def write_kubeconfig(path: Path, server: str) -> Path:
 
 
 @pytest.mark.slow  # four torch processes; the quick many-process run is test_distributed's
-def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens: Path, finetuned: Path, tmp_path: Path) -> None:
+def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens: Path, finetuned: Path,
+                                                                         tmp_path: Path) -> None:
     shared = tmp_path / "pvc"
     shared.mkdir()
     spec = gang.GangSpec(image="ghcr.io/llmpack/llmpack:0.1.0", gpus_per_node=0, cpu=1, memory="2Gi",
@@ -133,7 +135,8 @@ def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens:
         assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
 
     # the same steps as one process: 2 nodes x 1 rank over the same global batch
-    losses = [[json.loads(x)["loss"] for x in (d / "train_log.jsonl").read_text().splitlines()] for d in (finetuned, out)]
+    losses = [[json.loads(x)["loss"] for x in (d / "train_log.jsonl").read_text().splitlines()]
+              for d in (finetuned, out)]
     assert all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(*losses, strict=True)) and len(losses[1]) == 6
     assert (out / "adapter" / "adapter_model.safetensors").is_file()
     assert not list(out.glob("llmpack-events.rank*.jsonl")) and not (shared / gang.GANG_DIR / "run-g1").exists()
@@ -141,7 +144,8 @@ def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens:
     ev = step.events
     for rank in (0, 1):
         assert {f"process_started.rank{rank}", f"first_step.rank{rank}", f"finished.rank{rank}"} <= set(ev), sorted(ev)
-    assert ev["process_started"] < ev["trainjob_created"] < min(ev["process_started.rank0"], ev["process_started.rank1"])
+    assert (ev["process_started"] < ev["trainjob_created"]
+            < min(ev["process_started.rank0"], ev["process_started.rank1"]))
     assert ev["first_step"] == max(ev["first_step.rank0"], ev["first_step.rank1"]) <= ev["finished"]
     assert step.metrics["world_size"] == 2
 

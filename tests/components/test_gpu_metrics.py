@@ -64,7 +64,8 @@ def test_summary_and_the_runs_figures_per_node() -> None:
     s = gpu_metrics.summary(samples, started=100.0, first_step=103.0, threshold=5.0)
     assert s == {"gpu_util_mean_pct": 37.5, "gpu_mem_max_mb": 1.0, "gpus_sampled": 1.0,
                  "gpu_idle_before_first_step_s": pytest.approx(2.0)}
-    assert "gpu_idle_before_first_step_s" not in gpu_metrics.summary(samples, started=100.0, first_step=None, threshold=5)
+    assert "gpu_idle_before_first_step_s" not in gpu_metrics.summary(samples, started=100.0, first_step=None,
+                                                                     threshold=5)
     assert gpu_metrics.summary([], started=100.0, first_step=103.0, threshold=5.0) == {}
     gang = {"gpu_idle_before_first_step_s.node0": 4.0, "gpu_idle_before_first_step_s.node1": 9.0,
             "gpu_util_mean_pct.node0": 40.0, "gpu_util_mean_pct.node1": 60.0, "train_s": 3.0}
@@ -73,14 +74,16 @@ def test_summary_and_the_runs_figures_per_node() -> None:
 
 
 def test_the_derived_record_has_the_idle_time_only_where_a_gpu_was_sampled() -> None:
-    ctx = telemetry.RunContext(run_group="g", pipeline_run="p", orchestrator="direct", mode="local", submitted_at=1000.0)
+    ctx = telemetry.RunContext(run_group="g", pipeline_run="p", orchestrator="direct", mode="local",
+                               submitted_at=1000.0)
     recs = [telemetry.make_record(ctx, "event", "finetune", "process_started", 1001.0),
             telemetry.make_record(ctx, "event", "finetune", "first_step", 1009.0),
             telemetry.make_record(ctx, "event", "finetune", "finished", 1010.0)]
     cpu = telemetry.derive_metrics(telemetry.group_by_step(recs), submitted_at=1000.0)
     assert cpu["gpu_idle_before_first_step_s"] is None and cpu["gpu_util_mean_pct"] is None
     recs.append(telemetry.make_record(ctx, "metric", "finetune", "gpu_idle_before_first_step_s", 6.5))
-    assert telemetry.derive_metrics(telemetry.group_by_step(recs), submitted_at=1000.0)["gpu_idle_before_first_step_s"] == 6.5
+    assert (telemetry.derive_metrics(telemetry.group_by_step(recs), submitted_at=1000.0)
+            ["gpu_idle_before_first_step_s"] == 6.5)
 
 
 # --------------------------------------------------------------------------- the sources
@@ -171,13 +174,15 @@ def test_a_gang_nodes_metrics_end_in_its_node_and_measure_to_its_ranks_first_ste
 # --------------------------------------------------------------------------- a real step process
 
 
-def _run_probe(tmp_path: Path, path_dir: Path, extra: dict[str, str], *params: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+def _run_probe(tmp_path: Path, path_dir: Path, extra: dict[str, str],
+               *params: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LLMPACK_"))}
     env.update(PYTHONPATH=str(REPO), PATH=str(path_dir), LLMPACK_GPU_SAMPLE_INTERVAL_S="0.1", **extra)
     out = tmp_path / "out"
     tmp_path.mkdir(exist_ok=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "components.run", PROBE, f"--output=out={out}", f"--param=busy_marker={tmp_path / 'busy'}",
+        [sys.executable, "-m", "components.run", PROBE, f"--output=out={out}",
+         f"--param=busy_marker={tmp_path / 'busy'}",
          "--param=pipeline_run=gpu-probe", "--param=orchestrator=direct", "--param=mode=local",
          f"--param=submitted_at={time.time()}", *params],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
@@ -297,7 +302,8 @@ def test_llmpack_run_on_a_gpu_records_the_idle_time_and_the_series(tmp_path: Pat
     nvidia_smi.install(bin_dir, gpus=1)  # idle all along: finetune's idle time is its process start to first step
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "LLMPACK_GPU_SAMPLE_INTERVAL_S": "0.2"}
-    r = llmpack("run", "--backend", "direct", "--max-steps", "4", "--json", "--tracking-uri", uri, cwd=tmp_path, env=env)
+    r = llmpack("run", "--backend", "direct", "--max-steps", "4", "--json", "--tracking-uri", uri,
+                cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     recs = telemetry.group_by_step(telemetry.read_records([Path(summary["artifacts"]["events_file"])]))
@@ -311,7 +317,8 @@ def test_llmpack_run_on_a_gpu_records_the_idle_time_and_the_series(tmp_path: Pat
 
     mc = MlflowClient(uri)
     run = mc.get_run(summary["artifacts"]["mlflow_run_id"])
-    assert run.data.metrics["gpu_idle_before_first_step_s"] == pytest.approx(summary["metrics"]["gpu_idle_before_first_step_s"])
+    assert (run.data.metrics["gpu_idle_before_first_step_s"]
+            == pytest.approx(summary["metrics"]["gpu_idle_before_first_step_s"]))
     history = mc.get_metric_history(run.info.run_id, "system/finetune/gpu_0_utilization_percentage")
     assert len(history) >= 2 and [m.step for m in history] == list(range(len(history)))
     assert {m.value for m in history} == {0.0} and "system/evaluate/gpu_0_memory_usage_megabytes" in run.data.metrics

@@ -42,7 +42,8 @@ def chat_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("arch", ARCHS)
 def test_model_dir_is_a_loadable_hf_model_whose_vocab_matches_its_tokenizer(arch: str, model_dirs: dict[str, Path]):
     d = model_dirs[arch]
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {p.name for p in d.iterdir()}
+    assert ({"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+            <= {p.name for p in d.iterdir()})
     config = json.loads((d / "config.json").read_text())
     assert config["model_type"] == arch and config["num_hidden_layers"] == 2 and config["hidden_size"] == 64
     net = load_base_model(str(d))
@@ -165,7 +166,8 @@ def test_lora_targets_follow_the_architecture():
 # launch the steps and pass parameters and artifacts, which the llama runs cover on each; qwen2
 # adds a second architecture, tokenizer class (Qwen2Tokenizer) and chat template, which do not
 # depend on the backend. Two qwen2 runs rather than four keep the test under ~4 minutes on 2 cores.
-RUNS = [("llama", "direct"), ("llama", "kfp"), ("llama", "argo"), ("llama", "mlflow"), ("qwen2", "direct"), ("qwen2", "argo")]
+RUNS = [("llama", "direct"), ("llama", "kfp"), ("llama", "argo"), ("llama", "mlflow"),
+        ("qwen2", "direct"), ("qwen2", "argo")]
 MAX_STEPS, SEQ_LEN = 30, 64
 # One intra-op thread per step process: these models are far too small to gain from more, and on
 # a busy 2-core machine two spinning OpenMP threads made a training step ~70x slower (1.2 s vs 17 ms).
@@ -179,7 +181,8 @@ def run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _adapter_sha(summary: dict[str, Any]) -> str:
-    return hashlib.sha256(Path(summary["artifacts"]["model_dir"], "adapter", "adapter_model.safetensors").read_bytes()).hexdigest()
+    return hashlib.sha256(
+        Path(summary["artifacts"]["model_dir"], "adapter", "adapter_model.safetensors").read_bytes()).hexdigest()
 
 
 @pytest.mark.slow

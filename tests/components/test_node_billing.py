@@ -68,7 +68,8 @@ def test_a_shared_node_is_billed_once_and_split_by_pod_gpu_seconds() -> None:
     bills = bill_nodes(new_node(), pods)
     node_s = 8 * (375 + 600 - 65)
     assert bills["r1"].gpu_seconds + bills["r2"].gpu_seconds == pytest.approx(node_s)
-    assert bills["r1"].gpu_seconds == pytest.approx(node_s / 4) and bills["r2"].gpu_seconds == pytest.approx(node_s * 3 / 4)
+    assert (bills["r1"].gpu_seconds == pytest.approx(node_s / 4)
+            and bills["r2"].gpu_seconds == pytest.approx(node_s * 3 / 4))
     assert bills["r1"].tail_gpus == pytest.approx(2) and bills["r2"].tail_gpus == pytest.approx(6)
 
 
@@ -109,17 +110,19 @@ def test_recorded_shared_node_mlflow_and_argo() -> None:
 def test_node_facts_see_removal_through_slim_node() -> None:
     base = {"metadata": {"name": "n", "creationTimestamp": "2027-01-15T08:00:00Z",
                          "labels": {"nvidia.com/gpu.count": "4"}},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2027-01-15T08:01:00Z"}]}}
+            "status": {"conditions": [{"type": "Ready", "status": "True",
+                                       "lastTransitionTime": "2027-01-15T08:01:00Z"}]}}
     facts = node_facts(slim_node(base))
     assert (facts["gpus"], facts["ready"] - facts["created"], facts["removed"]) == (4, 60.0, None)
     deleting = {**base, "metadata": {**base["metadata"], "deletionTimestamp": "2027-01-15T09:00:00Z"}}
     assert node_facts(slim_node(deleting))["removed"] - facts["created"] == 3600.0
-    tainted = {**base, "spec": {"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "value": str(int(facts["created"]) + 1800),
-                                            "effect": "NoSchedule"}, {"key": "other", "value": "x"}]},
+    tainted = {**base, "spec": {"taints": [{"key": "ToBeDeletedByClusterAutoscaler",
+                                            "value": str(int(facts["created"]) + 1800), "effect": "NoSchedule"},
+                                           {"key": "other", "value": "x"}]},
                "status": {**base["status"], "capacity": {"nvidia.com/gpu": "8", "cpu": "96"}}}
     slim = slim_node(tainted)
-    assert slim["spec"]["taints"] == [{"key": "ToBeDeletedByClusterAutoscaler", "value": str(int(facts["created"]) + 1800),
-                                       "timeAdded": None}]
+    assert slim["spec"]["taints"] == [{"key": "ToBeDeletedByClusterAutoscaler",
+                                       "value": str(int(facts["created"]) + 1800), "timeAdded": None}]
     assert node_facts(slim)["removed"] - facts["created"] == 1800.0 and node_facts(slim)["gpus"] == 8
 
 
@@ -141,7 +144,8 @@ def test_node_cost_splits_compute_and_overhead() -> None:
 def test_rebill_with_another_delay_is_linear_in_the_tail() -> None:
     run = {"metrics": {"node_gpu_hours": 2.0, "node_tail_gpus": 8.0, "cost_usd": 20.0, "cost_compute_usd": 1.0,
                        "cost_overhead_usd": 19.0, "usd_per_1m_tokens": 20.0, "goodput": 0.1},
-           "tags": {"llmpack.cost_basis": "node", "llmpack.scale_down_delay_s": "600", "llmpack.price_per_gpu_hour": "10"}}
+           "tags": {"llmpack.cost_basis": "node", "llmpack.scale_down_delay_s": "600",
+                    "llmpack.price_per_gpu_hour": "10"}}
     billing.rebill([run], 150)
     m = run["metrics"]
     assert m["node_gpu_hours"] == pytest.approx(2.0 - 8 * 450 / 3600) and m["cost_usd"] == pytest.approx(10.0)
@@ -164,15 +168,17 @@ def test_the_watcher_sees_a_node_removed_before_it_stops() -> None:
     from llmpack.k8s.api import build_api_client
     from llmpack.k8s.watcher import PodWatcher
 
-    labels = {"llmpack.io/run-group": "rg-nodes", "llmpack.io/pipeline-run": "argo-n1", "llmpack.io/orchestrator": "argo",
-              "llmpack.io/step": "finetune", "workflows.argoproj.io/workflow": "wf-n1"}
+    labels = {"llmpack.io/run-group": "rg-nodes", "llmpack.io/pipeline-run": "argo-n1",
+              "llmpack.io/orchestrator": "argo", "llmpack.io/step": "finetune",
+              "workflows.argoproj.io/workflow": "wf-n1"}
     with KubeAPIStandIn(token="tok-nodes-1", namespaces=("llmpack",)) as api:
         for name in ("gpu-1", "gpu-2"):
             api.add_node(node_object(name, created=T0 + 5, ready=T0 + 65, instance_type="p5.48xlarge",
                                      gpu_product="NVIDIA-H100-80GB-HBM3"))
         for i, name in enumerate(("gpu-1", "gpu-2")):
-            api.apply_pod(pod_states(f"wf-n1-finetune-{i}", namespace="llmpack", labels=labels, created=T0, scheduled=T0 + 66,
-                                     node=name, sandbox=T0 + 67, initialized=T0 + 68, started=T0 + 70, finished=T0 + 170)[-1])
+            api.apply_pod(pod_states(f"wf-n1-finetune-{i}", namespace="llmpack", labels=labels, created=T0,
+                                     scheduled=T0 + 66, node=name, sandbox=T0 + 67, initialized=T0 + 68,
+                                     started=T0 + 70, finished=T0 + 170)[-1])
         watcher = PodWatcher(build_api_client(host=api.url, token="tok-nodes-1"), "llmpack", "rg-nodes").start()
         end = time.monotonic() + 5
         while len(watcher.nodes()) < 2 and time.monotonic() < end:

@@ -16,7 +16,8 @@ def test_every_step_parameter_is_wired_to_a_pipeline_parameter() -> None:
     for task in pipe.tasks.values():
         for name in task.step.params:
             arg = task.arguments.get(name)
-            assert isinstance(arg, PipelineParamRef), f"{task.name}.{name} is fixed at its step default; make it a pipeline parameter"
+            assert isinstance(arg, PipelineParamRef), (
+                f"{task.name}.{name} is fixed at its step default; make it a pipeline parameter")
             assert arg.name in pipe.params
 
 

@@ -153,7 +153,8 @@ def compiled_uses(base: Path) -> dict[str, str]:
     source = "\n".join(spec["deploymentSpec"]["executors"][f"exec-{record.CLOSE_TASK}"]["container"]["command"])
     (found["kfp"],) = re.findall(r"'--uses=(\[[^']*\])'", source)
     for project in ("finetune", "finetune-k8s"):  # main's final block passes pipeline.json's uses
-        found[f"mlflow {project}"] = json.dumps(json.loads((base / "mlflow_projects" / project / "pipeline.json").read_text())["uses"])
+        found[f"mlflow {project}"] = json.dumps(
+            json.loads((base / "mlflow_projects" / project / "pipeline.json").read_text())["uses"])
     return found
 
 
@@ -240,8 +241,8 @@ def _native_env() -> dict[str, str]:
 def test_an_interrupted_run_exits_with_the_signal_and_leaves_nothing_running(tmp_path: Path, sig: int, code: int,
                                                                               backend: str):
     env = {**_native_env(), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
-    proc = subprocess.Popen([str(LLMPACK_CLI), "run", "--backend", backend, "--max-steps", "200"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([str(LLMPACK_CLI), "run", "--backend", backend, "--max-steps", "200"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and not list((tmp_path / "llmpack-runs").rglob("finetune.log")):
         time.sleep(0.2)

@@ -44,7 +44,8 @@ def test_redact_uri(uri: str, want: str) -> None:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scheme=st.sampled_from(["http", "https", "", "s3", "HTTPS"]), user=st.text(max_size=8),
-       password=st.text(alphabet=string.ascii_letters + string.digits + "!$%&'()*+,;=:#?[]~-._", min_size=6, max_size=16),
+       password=st.text(alphabet=string.ascii_letters + string.digits + "!$%&'()*+,;=:#?[]~-._",
+                        min_size=6, max_size=16),
        host=st.text(max_size=30), tail=st.text(max_size=30))
 def test_redact_uri_never_raises_and_never_shows_the_password(scheme: str, user: str, password: str, host: str,
                                                               tail: str) -> None:
@@ -87,7 +88,8 @@ def test_redact_text_cleans_headers_pairs_and_secrets_from_the_environment() -> 
     out = redact_text(text, found)
     assert "CANARY" not in out, out
     assert "Authorization: Bearer ***" in out and "password=***" in out and "https://***@h:50OO/x" in out
-    assert redact_text("token: missing; max_tokens=5, tokens_per_s=3.1") == "token: missing; max_tokens=5, tokens_per_s=3.1"
+    assert (redact_text("token: missing; max_tokens=5, tokens_per_s=3.1")
+            == "token: missing; max_tokens=5, tokens_per_s=3.1")
 
 
 def test_mlflows_own_invalid_url_message_and_traceback_are_redacted() -> None:
@@ -125,7 +127,8 @@ def test_a_placeholder_in_a_printed_command_is_kept(placeholder: str) -> None:
     """doctor's fix lines name where the user's secret goes; a placeholder is no secret to blank."""
     from components.redaction import redact_text
 
-    assert redact_text(f"fix: kubectl create secret x {placeholder}", secrets=()) == f"fix: kubectl create secret x {placeholder}"
+    assert (redact_text(f"fix: kubectl create secret x {placeholder}", secrets=())
+            == f"fix: kubectl create secret x {placeholder}")
 
 
 @pytest.mark.parametrize("real", ["--docker-password=Tr0ub4dor", '"token":"ghp_abc123def"', "password=hunter2",

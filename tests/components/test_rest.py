@@ -105,7 +105,8 @@ def test_a_step_process_logs_its_records_without_importing_mlflow(tmp_path: Path
             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "llmpack: warning" not in proc.stderr, proc.stderr[-3000:]
-        imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+        imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                    if line.startswith("import time:")]
         assert "components.record.rest" in imported
         assert not [m for m in imported if m.split(".")[0] == "mlflow"]
         expected = {r.mlflow_key: r.value for r in telemetry.read_records([out / telemetry.EVENTS_FILE])}
@@ -205,7 +206,8 @@ def test_retry_bound_5xx_retried_4xx_at_once_dead_server_given_up_in_time() -> N
         srv.fail_next = [403]
         fake = FakeClock()
         with pytest.raises(rest.RestError) as refused:
-            tracking.with_retries(lambda: client.get_experiment_by_name("llmpack"), retry, sleep=fake.sleep, clock=fake.clock)
+            tracking.with_retries(lambda: client.get_experiment_by_name("llmpack"), retry, sleep=fake.sleep,
+                                  clock=fake.clock)
         assert refused.value.status == 403 and fake.sleeps == [] and len(srv.requests) == 5
         port = srv.port
     dead = rest.RestClient(f"http://127.0.0.1:{port}", timeout_s=1)
@@ -280,7 +282,8 @@ def test_client_and_rest_uploads_store_identical_records(mlflow_server: str, mon
     assert history["metric.finetune.tokens_per_s"] == [(12345.678901234567, 0, retry_started)]
 
 
-def _register(uri: str, model: Path, metrics: Path, out: Path, name: str, **env: str) -> tuple[dict[str, object], list[str]]:
+def _register(uri: str, model: Path, metrics: Path, out: Path, name: str,
+              **env: str) -> tuple[dict[str, object], list[str]]:
     """The register step as its own process; its registration.json and the modules it imported."""
     run_env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LLMPACK_"))}
     run_env.update(PYTHONPATH=str(REPO), MLFLOW_TRACKING_URI=uri, **env)
@@ -296,7 +299,8 @@ def _register(uri: str, model: Path, metrics: Path, out: Path, name: str, **env:
 
 
 @pytest.mark.slow
-def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(mlflow_server: str, tmp_path: Path) -> None:
+def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(mlflow_server: str,
+                                                                               tmp_path: Path) -> None:
     model, metrics = tmp_path / "model", tmp_path / "metrics"
     (model / "adapter" / "nested").mkdir(parents=True)
     metrics.mkdir()
@@ -318,7 +322,8 @@ def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(m
         assert mv.source == record["source"] and mv.run_id == record["run_id"] and mv.status == "READY"
         files = mc.download_artifacts(record["run_id"], "", str(tmp_path / f"down-{way}"))
         stored = {p.relative_to(files).as_posix(): p.read_bytes() for p in Path(files).rglob("*") if p.is_file()}
-        weights = {"model/adapter/adapter_model.safetensors": (model / "adapter/adapter_model.safetensors").read_bytes(),
+        weights = {"model/adapter/adapter_model.safetensors":
+                   (model / "adapter/adapter_model.safetensors").read_bytes(),
                    "model/adapter/nested/config.json": b'{"r": 8}',
                    f"model/{MODEL_META}": (model / MODEL_META).read_bytes(),
                    "evaluation/metrics.json": (metrics / "metrics.json").read_bytes()}

@@ -33,7 +33,8 @@ PROMPTS = ["Reverse: apple", "Uppercase: river stone", "Add: 12+30"]
 
 def _tune_eval_register(root: Path, tokens: Path, steps: int, tracking_uri: str, *extra: str,
                         model: Path | None = None, batch_size: int = 4) -> tuple[Path, dict[str, Any]]:
-    """One run's finetune (unless ``model`` is given), evaluate and register: (its model directory, registration.json)."""
+    """One run's finetune (unless ``model`` is given), evaluate and register: (its model directory,
+    registration.json)."""
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
     if model is None:
         model = root / "model"
@@ -43,7 +44,8 @@ def _tune_eval_register(root: Path, tokens: Path, steps: int, tracking_uri: str,
     r = run_step(EVAL, f"--input=tokens={tokens}", f"--input=model={model}", f"--output=metrics={root / 'eval'}",
                  cwd=root, env=env)
     assert r.returncode == 0, r.stderr
-    r = run_step(REG, f"--input=model={model}", f"--input=metrics={root / 'eval'}", f"--output=registration={root / 'reg'}", f"--param=model_name={NAME}",
+    r = run_step(REG, f"--input=model={model}", f"--input=metrics={root / 'eval'}",
+                 f"--output=registration={root / 'reg'}", f"--param=model_name={NAME}",
                  f"--param=pipeline_run=pr-{root.name}", "--param=run_group=rg-serving", *extra, cwd=root,
                  env={**env, "LLMPACK_MLFLOW_LOGGING": "1", "MLFLOW_TRACKING_URI": tracking_uri})
     assert r.returncode == 0, r.stderr
@@ -63,7 +65,8 @@ def three_runs(tokens: Path, finetuned: Path, mlflow_template_db: Path,
     root = tmp_path_factory.mktemp("serving")
     uri = fresh_store(mlflow_template_db, root / "mlflow.db")
     runs = {}
-    for label, steps, batch, extra in (("first", 6, 4, ()), ("worse", 2, 4, ()), ("better", 60, 8, ("--param=merge=true",))):
+    for label, steps, batch, extra in (("first", 6, 4, ()), ("worse", 2, 4, ()),
+                                       ("better", 60, 8, ("--param=merge=true",))):
         (root / label).mkdir()
         runs[label] = _tune_eval_register(root / label, tokens, steps, uri, *extra, batch_size=batch,
                                           model=finetuned if label == "first" else None)
@@ -92,7 +95,8 @@ def _greedy(net: Any, prompts: list[str], max_new_tokens: int, tok: Any, eos: in
     return answers
 
 
-def test_first_version_is_champion_a_worse_one_stays_challenger_a_better_one_takes_over(three_runs: dict[str, Any]) -> None:
+def test_first_version_is_champion_a_worse_one_stays_challenger_a_better_one_takes_over(
+        three_runs: dict[str, Any]) -> None:
     from mlflow.tracking import MlflowClient
 
     first, worse, better = three_runs["first"][1], three_runs["worse"][1], three_runs["better"][1]
@@ -169,10 +173,12 @@ def test_merged_weights_load_with_transformers_and_answer_as_base_plus_adapter(t
     assert record["merged"] is True
     local = mlflow.artifacts.download_artifacts(run_id=record["run_id"], artifact_path="merged",
                                                 dst_path=str(tmp_path), tracking_uri=three_runs["uri"])
-    assert sorted(p.name for p in Path(local).iterdir()) == ["config.json", "generation_config.json", "model.safetensors"]
+    assert sorted(p.name for p in Path(local).iterdir()) == ["config.json", "generation_config.json",
+                                                             "model.safetensors"]
     merged = AutoModelForCausalLM.from_pretrained(local, dtype=torch.float32).eval()
     assert not any("lora" in name for name, _ in merged.named_parameters())
-    assert _greedy(merged, PROMPTS, 64, ByteTokenizer(), EOS_ID, PAD_ID, torch) == _greedy_with_adapter(model_dir, PROMPTS)
+    assert (_greedy(merged, PROMPTS, 64, ByteTokenizer(), EOS_ID, PAD_ID, torch)
+            == _greedy_with_adapter(model_dir, PROMPTS))
 
 
 def _free_port() -> int:
@@ -239,9 +245,10 @@ def test_a_hugging_face_base_serves_with_its_own_tokenizer_and_chat_template(tmp
         ids = torch.tensor([tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
                                                     tokenize=True, return_dict=False)])
         with torch.no_grad():
-            out = net.eval().generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
-                                      eos_token_id=tok.eos_token_id,
-                                      pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+            out = net.eval().generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8,
+                                      do_sample=False, eos_token_id=tok.eos_token_id,
+                                      pad_token_id=(tok.pad_token_id if tok.pad_token_id is not None
+                                                    else tok.eos_token_id))
         new = out[0, ids.shape[1]:].tolist()
         new = new[: new.index(tok.eos_token_id)] if tok.eos_token_id in new else new
         expected.append(tok.decode(new, skip_special_tokens=True))

@@ -19,7 +19,8 @@ def test_the_hand_written_mlmodel_is_mlflow_s_own_for_a_models_from_code_pyfunc(
     (ours / "llmpack-model.json").write_text(json.dumps({"base_model": "tiny", "method": "lora"}))
     write_servable(ours, ours)
     theirs = tmp_path / "theirs"
-    mlflow.pyfunc.save_model(path=str(theirs), python_model=str(CODE_FILE), pip_requirements=serving_requirements("lora"),
+    mlflow.pyfunc.save_model(path=str(theirs), python_model=str(CODE_FILE),
+                             pip_requirements=serving_requirements("lora"),
                              artifacts={"serving": str(ours / SERVING_SPEC), "weights": str(ours / "adapter"),
                                         "base": str(ours / "base")})
     mine, mlflows = (yaml.safe_load((d / "MLmodel").read_text()) for d in (ours, theirs))

@@ -75,7 +75,8 @@ def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _run(probe_dir: Path, name: str) -> dict:
     out = probe_dir / name
-    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "PYTHONPATH": f"{probe_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0",
+           "PYTHONPATH": f"{probe_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     r = run_step(f"llmpack_gc_probe:{name}", f"--output=out={out}", cwd=probe_dir, env=env)
     assert r.returncode == 0, r.stderr
     return json.loads((out / "gc.json").read_text())

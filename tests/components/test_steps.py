@@ -57,7 +57,8 @@ def test_prepare_data_from_jsonl_with_chat_messages(tmp_path: Path, step_env: di
     assert r.returncode == 0, r.stderr
     meta = json.loads((tmp_path / "out" / "meta.json").read_text())
     assert meta == {"source": str(data), "rows": 9, "train": 8, "eval": 1, "skipped": 0}
-    all_rows = [json.loads(x) for f in ("train", "eval") for x in (tmp_path / "out" / f"{f}.jsonl").read_text().splitlines()]
+    all_rows = [json.loads(x) for f in ("train", "eval")
+                for x in (tmp_path / "out" / f"{f}.jsonl").read_text().splitlines()]
     chat = next(x for x in all_rows if "messages" in x)
     assert chat["prompt"] == "user: hi" and chat["response"] == "hello"
     events = (tmp_path / "out" / "llmpack-events.jsonl").read_text()
@@ -70,7 +71,8 @@ def test_prepare_data_from_jsonl_with_chat_messages(tmp_path: Path, step_env: di
         ('{"prompt": "a", "response": "b"}\n{"prompt": "a", "resp\n', r"bad\.jsonl:2: malformed JSON"),
         ('{"prompt": "a", "response": "b"}\n\n{"prompt": "a"}\n', r"bad\.jsonl:3: missing field 'response'"),
         ("", r"bad\.jsonl: no rows \(empty file\)"),
-        ('{"messages": [{"role": "user", "content": "x"}]}\n', r"bad\.jsonl:1: the last message must have role 'assistant'"),
+        ('{"messages": [{"role": "user", "content": "x"}]}\n',
+         r"bad\.jsonl:1: the last message must have role 'assistant'"),
         ('[1, 2]\n', r"bad\.jsonl:1: expected a JSON object"),
     ],
 )
@@ -125,7 +127,8 @@ def test_schedule_and_data_order() -> None:
 
 
 @pytest.mark.slow  # two finetune processes (~40 s)
-def test_finetune_resumes_from_a_checkpoint_with_identical_result(tokens: Path, finetuned: Path, tmp_path: Path) -> None:
+def test_finetune_resumes_from_a_checkpoint_with_identical_result(tokens: Path, finetuned: Path,
+                                                                  tmp_path: Path) -> None:
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
     straight = finetuned  # the same 6 steps, uninterrupted
     events = (straight / "llmpack-events.jsonl").read_text()
@@ -140,7 +143,8 @@ def test_finetune_resumes_from_a_checkpoint_with_identical_result(tokens: Path, 
     ckpt = tmp_path / "ckpt"
     resumed = tmp_path / "resumed"
     cmd = [sys.executable, "-m", "components.run", TUNE, f"--input=tokens={tokens}", f"--output=model={resumed}",
-           "--param=max_steps=6", "--param=batch_size=4", "--param=checkpoint_every=3", f"--param=checkpoint_dir={ckpt}"]
+           "--param=max_steps=6", "--param=batch_size=4", "--param=checkpoint_every=3",
+           f"--param=checkpoint_dir={ckpt}"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 120
     while newest_checkpoint(ckpt) is None and proc.poll() is None and time.time() < deadline:
@@ -159,7 +163,8 @@ def test_finetune_resumes_from_a_checkpoint_with_identical_result(tokens: Path, 
 def test_evaluate_gate_fails_the_step(tokens: Path, finetuned: Path, fresh_tracking_uri: str, tmp_path: Path) -> None:
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
     model = finetuned
-    ok = run_step(EVAL, f"--input=tokens={tokens}", f"--input=model={model}", f"--output=metrics={tmp_path / 'e1'}", cwd=tmp_path, env=env)
+    ok = run_step(EVAL, f"--input=tokens={tokens}", f"--input=model={model}", f"--output=metrics={tmp_path / 'e1'}",
+                  cwd=tmp_path, env=env)
     assert ok.returncode == 0, ok.stderr
     metrics = json.loads((tmp_path / "e1" / "metrics.json").read_text())
     assert metrics["eval_loss"] < metrics["base_eval_loss"] and metrics["passed"]
@@ -169,7 +174,8 @@ def test_evaluate_gate_fails_the_step(tokens: Path, finetuned: Path, fresh_track
     assert gate.returncode == 1
     assert "quality gate" in gate.stderr and "Traceback" not in gate.stderr
 
-    reg = run_step(REG, f"--input=model={model}", f"--input=metrics={tmp_path / 'e1'}", f"--output=registration={tmp_path / 'r'}",
+    reg = run_step(REG, f"--input=model={model}", f"--input=metrics={tmp_path / 'e1'}",
+                   f"--output=registration={tmp_path / 'r'}",
                    "--param=model_name=test-model", "--param=pipeline_run=pr-reg", "--param=run_group=rg-reg",
                    cwd=tmp_path, env={**env, "LLMPACK_MLFLOW_LOGGING": "1", "MLFLOW_TRACKING_URI": fresh_tracking_uri})
     assert reg.returncode == 0, reg.stderr
@@ -182,8 +188,10 @@ def test_evaluate_gate_fails_the_step(tokens: Path, finetuned: Path, fresh_track
     assert mv.tags["llmpack.eval_set"] == metrics["eval_set"] and mv.tags["llmpack.promotion"] == "champion"
     assert record["promotion"].startswith("version 1 -> champion (no champion yet")
     # a compare round (LLMPACK_REGISTER_VERSION=0): the weights go on its run, no model version
-    quiet = run_step(REG, f"--input=model={model}", f"--input=metrics={tmp_path / 'e1'}", f"--output=registration={tmp_path / 'q'}",
-                     "--param=model_name=test-model", "--param=pipeline_run=pr-cmp", "--param=run_group=rg-cmp", cwd=tmp_path,
+    quiet = run_step(REG, f"--input=model={model}", f"--input=metrics={tmp_path / 'e1'}",
+                     f"--output=registration={tmp_path / 'q'}",
+                     "--param=model_name=test-model", "--param=pipeline_run=pr-cmp", "--param=run_group=rg-cmp",
+                     cwd=tmp_path,
                      env={**env, "LLMPACK_MLFLOW_LOGGING": "1", "MLFLOW_TRACKING_URI": fresh_tracking_uri,
                           "LLMPACK_REGISTER_VERSION": "0"})
     assert quiet.returncode == 0, quiet.stderr

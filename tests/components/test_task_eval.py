@@ -43,8 +43,8 @@ def test_exact_match_is_exact_and_normalised_match_forgives_case_and_spacing() -
 def test_per_task_exact_match_for_the_builtin_tasks() -> None:
     assert [builtin_task(r["prompt"]) for r in builtin_rows(3)] == ["uppercase", "reverse", "add"]
     assert builtin_task("Summarise: a text") is None and builtin_task("Reverse apple") is None
-    rows = [{"response": "ab", "task": "reverse"}, {"response": "cd", "task": "reverse"}, {"response": "3", "task": "add"},
-            {"response": "z", "task": None}]
+    rows = [{"response": "ab", "task": "reverse"}, {"response": "cd", "task": "reverse"},
+            {"response": "3", "task": "add"}, {"response": "z", "task": None}]
     got = score(["ab", "xx", "3", "z"], rows)
     assert got.per_task == {"add": 1.0, "reverse": 0.5}
     assert got.exact_match == pytest.approx(3 / 4)
@@ -67,7 +67,8 @@ def test_user_jsonl_prompt_response_and_chat_messages_become_prompts_to_answer(t
     # the chat row's prompt is its messages before the answer, as training saw them
     assert tok.decode(kept[1]["prompt_ids"]) == "system: Be brief.\nuser: 2+2?\n"
     assert kept[0]["answer_tokens"] == len("Paris") + 1  # the answer and its end token
-    many, _ = task_rows([pair_ids(tok, r) for r in rows[:1]] * 300, rows[:1] * 300, max_prompt_tokens=64, task_of=builtin_task)
+    many, _ = task_rows([pair_ids(tok, r) for r in rows[:1]] * 300, rows[:1] * 300, max_prompt_tokens=64,
+                        task_of=builtin_task)
     assert len(many) == MAX_TASK_ROWS
 
 
@@ -99,10 +100,12 @@ def test_greedy_answers_on_tiny_are_deterministic_and_bounded() -> None:
     assert [len(b) for b in batches(rows, 80)] == [2, 1]
     assert first == greedy_answers(net, rows, max_batch_tokens=80, **kwargs)
     # a batch gets as many new tokens as its longest expected answer (end token included), no more
-    assert len(first) == 3 and all(len(a) <= 6 for a in first[:2]) and len(first[2]) <= 12  # a byte is at most a character
+    # a byte is at most a character
+    assert len(first) == 3 and all(len(a) <= 6 for a in first[:2]) and len(first[2]) <= 12
 
 
-def test_evaluate_logs_task_metrics_and_gates_on_the_chosen_metric(tokens: Path, finetuned: Path, tmp_path: Path) -> None:
+def test_evaluate_logs_task_metrics_and_gates_on_the_chosen_metric(tokens: Path, finetuned: Path,
+                                                                   tmp_path: Path) -> None:
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
     held_out = read_task_rows(tokens / TASK_FILE)
     assert held_out and {r["task"] for r in held_out} == {"uppercase", "reverse", "add"}
@@ -117,8 +120,9 @@ def test_evaluate_logs_task_metrics_and_gates_on_the_chosen_metric(tokens: Path,
         assert 0.0 <= m[key] <= 1.0, key
     events = (tmp_path / "e" / "llmpack-events.jsonl").read_text()
     assert '"gated_by_eval_loss"' in events and '"tuned_exact_match"' in events
-    gate = run_step(EVAL, f"--input=tokens={tokens}", f"--input=model={finetuned}", f"--output=metrics={tmp_path / 'g'}",
-                    "--param=min_improvement=0.5", cwd=tmp_path, env=env)  # auto: exact match, which cannot rise by 0.5 in 6 steps
+    # auto: exact match, which cannot rise by 0.5 in 6 steps
+    gate = run_step(EVAL, f"--input=tokens={tokens}", f"--input=model={finetuned}",
+                    f"--output=metrics={tmp_path / 'g'}", "--param=min_improvement=0.5", cwd=tmp_path, env=env)
     assert gate.returncode == 1
     assert "quality gate: exact match improved by" in gate.stderr and "Traceback" not in gate.stderr
 

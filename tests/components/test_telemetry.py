@@ -24,8 +24,10 @@ def records() -> list[telemetry.Record]:
         ("evaluate", "process_started", 1031.0), ("evaluate", "finished", 1035.0),
     ]
     out = [make_record(CTX, "event", s, n, v) for s, n, v in ev]
-    out += [make_record(CTX, "metric", "finetune", "train_s", 20.0), make_record(CTX, "metric", "finetune", "tokens_per_s", 500.0),
-            make_record(CTX, "metric", "evaluate", "eval_loss", 2.0), make_record(CTX, "metric", "evaluate", "base_eval_loss", 3.0)]
+    out += [make_record(CTX, "metric", "finetune", "train_s", 20.0),
+            make_record(CTX, "metric", "finetune", "tokens_per_s", 500.0),
+            make_record(CTX, "metric", "evaluate", "eval_loss", 2.0),
+            make_record(CTX, "metric", "evaluate", "base_eval_loss", 3.0)]
     return out
 
 
@@ -42,7 +44,8 @@ def test_derived_metrics_from_fixed_timestamps() -> None:
 
 def test_cluster_events_take_precedence_for_spinup() -> None:
     recs = records() + [make_record(CTX, "event", "finetune", n, v) for n, v in
-                        (("pod_created", 1002.0), ("pod_scheduled", 1002.5), ("node_ready", 1004.0), ("container_started", 1005.0))]
+                        (("pod_created", 1002.0), ("pod_scheduled", 1002.5), ("node_ready", 1004.0),
+                         ("container_started", 1005.0))]
     m = telemetry.derive_metrics(telemetry.group_by_step(recs), submitted_at=1000.0)
     assert m["spinup_s"] == 5.0
     assert m["queue_s"] == 0.5
@@ -70,7 +73,8 @@ def test_process_start_time_comes_from_the_os() -> None:
 
 def test_mlflow_upload_is_idempotent(tracking_uri: str) -> None:
     mc = tracking.client(tracking_uri)
-    ctx = RunContext(run_group="rg-x", pipeline_run=f"pr-{time.time_ns()}", orchestrator="argo", mode="local", submitted_at=1000.0)
+    ctx = RunContext(run_group="rg-x", pipeline_run=f"pr-{time.time_ns()}", orchestrator="argo", mode="local",
+                     submitted_at=1000.0)
     run_id = tracking.open_pipeline_run(mc, ctx, {"llmpack.gpu_type": "nvidia-l4"})
     assert tracking.open_pipeline_run(mc, ctx) == run_id  # found again by tag
     recs = [make_record(ctx, "event", "finetune", "first_step", 1009.5)]

@@ -29,7 +29,8 @@ def _records(retry_finetune: bool = False) -> list[Any]:
     recs = [make_record(CTX, "event", step, name, CTX.submitted_at + t)
             for step, events in EVENTS.items() for name, t in events.items()]
     if retry_finetune:  # a first attempt that died after loading the model; the second is EVENTS' finetune
-        recs = [make_record(CTX, "event", r.step, r.name, r.value, attempt=1) if r.step == "finetune" else r for r in recs]
+        recs = [make_record(CTX, "event", r.step, r.name, r.value, attempt=1) if r.step == "finetune" else r
+                for r in recs]
         recs += [make_record(CTX, "event", "finetune", "process_started", 104.2, attempt=0),
                  make_record(CTX, "event", "finetune", "model_loaded", 104.6, attempt=0)]
     return recs
@@ -65,7 +66,8 @@ def test_spans_are_the_jsonl_events_in_a_run_step_attempt_phase_tree() -> None:
               ("hand-over", 104.0, 105.0)]
     for name, start, end in phases:
         (span,) = named[name]
-        assert (_seconds(span, "startTimeUnixNano"), _seconds(span, "endTimeUnixNano")) == pytest.approx((start, end)), name
+        assert ((_seconds(span, "startTimeUnixNano"), _seconds(span, "endTimeUnixNano"))
+                == pytest.approx((start, end))), name
     assert ids[named["training"][0]["parentSpanId"]]["name"] == "finetune attempt 0"
     assert ids[named["finetune attempt 0"][0]["parentSpanId"]]["name"] == "step finetune"
     assert ids[named["step finetune"][0]["parentSpanId"]]["name"] == "pipeline llm-finetune"
@@ -77,7 +79,8 @@ def test_a_retried_step_has_one_span_per_attempt_and_the_failed_one_is_an_error(
                                            submitted_at=100.0).otlp()))
     first, second = named["finetune attempt 0"][0], named["finetune attempt 1"][0]
     assert first["status"]["code"] == 2 and second["status"]["code"] == 1
-    assert {a["key"]: a["value"] for a in first["attributes"]}["cicd.pipeline.task.run.result"] == {"stringValue": "failure"}
+    assert ({a["key"]: a["value"] for a in first["attributes"]}["cicd.pipeline.task.run.result"]
+            == {"stringValue": "failure"})
     assert len(named["loading the model"]) == 2 and len(named["training"]) == 1
 
 
@@ -120,15 +123,18 @@ def collector() -> Iterator[tuple[str, type[_Collector]]]:
     server.server_close()
 
 
-def test_otlp_endpoint_and_headers_from_the_otel_settings(collector: tuple[str, type[_Collector]], tmp_path: Path) -> None:
+def test_otlp_endpoint_and_headers_from_the_otel_settings(collector: tuple[str, type[_Collector]],
+                                                          tmp_path: Path) -> None:
     url, handler = collector
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_EXPORTER_OTLP_HEADERS": "x-team=ml%20platform,authorization=Bearer abc"}
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": url,
+           "OTEL_EXPORTER_OTLP_HEADERS": "x-team=ml%20platform,authorization=Bearer abc"}
     note = export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env=env, out_dir=tmp_path)
     assert note == "sent"
     ((headers, body),) = handler.received
     assert headers["x-team"] == "ml platform" and headers["authorization"] == "Bearer abc"
     assert headers["content-type"] == "application/json"
-    assert json.loads((tmp_path / trace_export.TRACE_FILE).read_text()) == body  # the file beside the records is what was sent
+    # the file beside the records is what was sent
+    assert json.loads((tmp_path / trace_export.TRACE_FILE).read_text()) == body
 
 
 def test_mlflow_target_links_the_run_and_carries_mlflow_credentials() -> None:
@@ -140,7 +146,8 @@ def test_mlflow_target_links_the_run_and_carries_mlflow_credentials() -> None:
     assert trace_export.target({}, tracking_uri="sqlite:///mlflow.db", experiment_id="7", run_id="abc") is None
 
 
-def test_a_refusing_or_absent_endpoint_never_fails_the_run(collector: tuple[str, type[_Collector]], tmp_path: Path) -> None:
+def test_a_refusing_or_absent_endpoint_never_fails_the_run(collector: tuple[str, type[_Collector]],
+                                                           tmp_path: Path) -> None:
     url, handler = collector
     handler.status = 503
     note = export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0,
@@ -152,13 +159,15 @@ def test_a_refusing_or_absent_endpoint_never_fails_the_run(collector: tuple[str,
     assert closed.startswith("trace not sent") and time.monotonic() - t0 < 6
     assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env={}, out_dir=None) == "no trace endpoint"
     grpc = {"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}
-    assert "gRPC is not supported" in export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env=grpc, out_dir=None)
+    assert "gRPC is not supported" in export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env=grpc,
+                                                   out_dir=None)
 
 
 def test_the_closing_task_joins_a_planted_traceparent(collector: tuple[str, type[_Collector]]) -> None:
     """What Argo 4.1 injects into the main container: the run's spans land in the workflow's trace."""
     url, handler = collector
-    env = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": url, "TRACEPARENT": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    env = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": url,
+           "TRACEPARENT": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
     assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env=env, out_dir=None) == "sent"
     spans = from_otlp(handler.received[0][1])
     assert {s["traceId"] for s in spans} == {"0af7651916cd43dd8448eb211c80319c"}
@@ -172,10 +181,12 @@ def _gang_records() -> list[Any]:
             for name, t in {"process_started": 5.0, "model_loaded": 30.0, "first_step": 31.0, "finished": 40.0}.items()]
     for node, late in ((0, 0.0), (1, 3.0)):
         recs += [make_record(CTX, "event", "finetune", f"{name}.node{node}", CTX.submitted_at + t + late)
-                 for name, t in {"pod_created": 7.0, "pod_scheduled": 15.0, "node_ready": 14.0, "container_started": 20.0}.items()]
+                 for name, t in {"pod_created": 7.0, "pod_scheduled": 15.0, "node_ready": 14.0,
+                                 "container_started": 20.0}.items()]
     for rank in range(4):
         recs += [make_record(CTX, "event", "finetune", f"{name}.rank{rank}", CTX.submitted_at + t + rank * 0.1)
-                 for name, t in {"process_started": 24.0, "model_loaded": 29.0, "first_step": 30.5, "finished": 38.0}.items()]
+                 for name, t in {"process_started": 24.0, "model_loaded": 29.0, "first_step": 30.5,
+                                 "finished": 38.0}.items()]
     return recs
 
 
@@ -241,15 +252,18 @@ def test_a_later_sending_joins_the_traceparent_the_record_kept(collector: tuple[
     run_id = mc.create_run("0").info.run_id
     parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     otlp = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": url}
-    assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env={**otlp, "TRACEPARENT": parent}, out_dir=None,
-                        mc=mc, run_id=run_id) == "sent"
+    assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env={**otlp, "TRACEPARENT": parent},
+                        out_dir=None, mc=mc, run_id=run_id) == "sent"
     tags = mc.get_run(run_id).data.tags
-    assert tags[trace_export.TRACE_TAG] == "0af7651916cd43dd8448eb211c80319c" and tags[trace_export.PARENT_TAG] == parent
-    assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env=otlp, out_dir=None, mc=mc, run_id=run_id) == "sent"
+    assert (tags[trace_export.TRACE_TAG] == "0af7651916cd43dd8448eb211c80319c"
+            and tags[trace_export.PARENT_TAG] == parent)
+    assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env=otlp, out_dir=None, mc=mc,
+                        run_id=run_id) == "sent"
     first, again = (from_otlp(body) for _, body in handler.received)
     assert again == first  # the same trace, the same spans: the store updates them in place
     other = mc.create_run("0").info.run_id  # a record that joined nothing keeps its own trace id, no parent tag
-    assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env=otlp, out_dir=None, mc=mc, run_id=other) == "sent"
+    assert export_trace(_records(), ctx=CTX, tags={}, finished_at=109.0, env=otlp, out_dir=None, mc=mc,
+                        run_id=other) == "sent"
     assert trace_export.PARENT_TAG not in mc.get_run(other).data.tags
     assert mc.get_run(other).data.tags[trace_export.TRACE_TAG] == trace_id_of(CTX.pipeline_run)
 

@@ -261,8 +261,9 @@ def test_a_run_cut_short_during_an_outage_is_kept_syncable(tmp_path: Path, track
     _abandon(KeyboardInterrupt(), mc=None, run_id=None, ctx=ctx, uri="http://127.0.0.1:9", record_tags={},
              overrides={"max_steps": 2}, staging=staging, kept=kept)
     assert not staging.exists() and kept.is_dir()
-    assert capsys.readouterr().err.strip() == (f"llmpack: warning: tracking server unreachable; records kept in {kept}; "
-                                               f"send them later with: llmpack sync {kept}")
+    assert capsys.readouterr().err.strip() == (
+        f"llmpack: warning: tracking server unreachable; records kept in {kept}; "
+        f"send them later with: llmpack sync {kept}")
     summary = json.loads((kept / "summary.json").read_text())
     assert summary["status"] == "killed" and summary["tracking"] == "not sent"
     result = sync_run(kept, tracking_uri)
@@ -333,10 +334,12 @@ def test_clean_removes_only_old_failed_run_directories(tmp_path: Path) -> None:
     staging = _failed_run(runs, ".direct-e.partial", 30 * 86400, now)
 
     dry = clean_runs(runs, parse_age("7d"), dry_run=True, now=now)
-    assert [(i.path.name, i.action) for i in dry] == [("direct-a.failed", "would remove"), ("direct-c.failed", "kept unsent")]
+    assert [(i.path.name, i.action) for i in dry] == [("direct-a.failed", "would remove"),
+                                                      ("direct-c.failed", "kept unsent")]
     assert old.exists()
     done = clean_runs(runs, parse_age("7d"), now=now)
-    assert [(i.path.name, i.action) for i in done] == [("direct-a.failed", "removed"), ("direct-c.failed", "kept unsent")]
+    assert [(i.path.name, i.action) for i in done] == [("direct-a.failed", "removed"),
+                                                       ("direct-c.failed", "kept unsent")]
     assert not old.exists() and young.exists() and unsent.exists() and ok.exists() and staging.exists()
     assert target.exists() and (target / "finetune" / "log.txt").exists() and (runs / "link.failed").is_symlink()
     assert (runs / "file.failed").exists() and outside.exists()
@@ -411,7 +414,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
 
 
 def _run_args(srv: MlflowServer, out: Path) -> list[str]:
-    return ["run", "--backend", "direct", "--max-steps", "2", "--json", "--tracking-uri", srv.uri, "--output-dir", str(out)]
+    return ["run", "--backend", "direct", "--max-steps", "2", "--json", "--tracking-uri", srv.uri,
+            "--output-dir", str(out)]
 
 
 def _sync_twice(srv: MlflowServer, run_dir: Path, cwd: Path, *, synced_before: bool = False) -> None:

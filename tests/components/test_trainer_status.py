@@ -84,8 +84,9 @@ def test_no_status_url_means_no_reporter() -> None:
 
 
 @pytest.mark.parametrize("failure", ["refused", "http-500", "bad-token", "untrusted-ca", "closed-port"])
-def test_a_failing_status_server_never_fails_or_stalls_training(failure: str, env: tuple[dict[str, str], TrainerStatusStandIn],
-                                                                tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_failing_status_server_never_fails_or_stalls_training(
+        failure: str, env: tuple[dict[str, str], TrainerStatusStandIn], tmp_path: Path,
+        capfd: pytest.CaptureFixture[str]) -> None:
     settings, server = env
     if failure == "http-500":
         server.fail_with = 500

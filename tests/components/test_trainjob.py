@@ -46,7 +46,8 @@ def spec(**overrides: Any) -> TrainJobSpec:
         name="llm-finetune-abc123", namespace="ml-team", image="ghcr.io/llmpack/llmpack:0.1.0",
         command=COMMAND, num_nodes=2, gpus_per_node=4, cpu=16, memory="128Gi",
         node_selector={"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
-        tolerations=(GPU_TOLERATION, Toleration(key="dedicated", operator="Equal", value="training", effect="NoExecute")),
+        tolerations=(GPU_TOLERATION,
+                     Toleration(key="dedicated", operator="Equal", value="training", effect="NoExecute")),
         labels=LABELS, env={"PYTHONUNBUFFERED": "1"}, queue="gpu-queue",
     )
     kwargs.update(overrides)
@@ -60,7 +61,8 @@ CASES = {
     "1x0-cpu": dict(num_nodes=1, gpus_per_node=0, cpu=0.5, memory="2Gi", tolerations=()),
     "8x8-namespaced-runtime-deadline": dict(num_nodes=8, gpus_per_node=8, runtime="llm-torch",
                                             runtime_kind="TrainingRuntime", active_deadline_s=86400),
-    "only-tolerations": dict(node_selector={}, labels={}, queue=None, tolerations=(Toleration(key="", operator="Exists", effect=""),)),
+    "only-tolerations": dict(node_selector={}, labels={}, queue=None,
+                             tolerations=(Toleration(key="", operator="Exists", effect=""),)),
     "2x8-gpu-type-affinity": dict(gpus_per_node=8, node_selector={}, node_affinity=node_affinity("nvidia-a100-80gb"),
                                   volume=("llmpack-shared", "/var/cache/llmpack/huggingface")),
 }
@@ -160,13 +162,16 @@ def schema_errors(value: Any, schema: dict[str, Any], path: str = "") -> list[st
             errors.append(f"{where}: duplicate set items")
     elif kind == "string":
         if len(value) > schema.get("maxLength", len(value)) or len(value) < schema.get("minLength", 0):
-            errors.append(f"{where}: length {len(value)} outside [{schema.get('minLength', 0)}, {schema.get('maxLength')}]")
+            errors.append(f"{where}: length {len(value)} outside "
+                          f"[{schema.get('minLength', 0)}, {schema.get('maxLength')}]")
         if "pattern" in schema and not re.search(schema["pattern"], value):
             errors.append(f"{where}: {value!r} does not match {schema['pattern']}")
     elif kind in ("integer", "number"):
         low, high = INT_RANGE.get(schema.get("format", ""), (None, None))
-        low = max(x for x in (low, schema.get("minimum")) if x is not None) if (low, schema.get("minimum")) != (None, None) else None
-        high = min(x for x in (high, schema.get("maximum")) if x is not None) if (high, schema.get("maximum")) != (None, None) else None
+        low = (max(x for x in (low, schema.get("minimum")) if x is not None)
+               if (low, schema.get("minimum")) != (None, None) else None)
+        high = (min(x for x in (high, schema.get("maximum")) if x is not None)
+                if (high, schema.get("maximum")) != (None, None) else None)
         if (low is not None and value < low) or (high is not None and value > high):
             errors.append(f"{where}: {value} outside [{low}, {high}]")
     for rule in schema.get("x-kubernetes-validations", []):
@@ -199,7 +204,8 @@ def test_golden_trainjob_yaml_two_nodes_four_gpus():
     fresh = to_yaml(spec().build())
     if os.environ.get("LLMPACK_REGEN_GOLDEN") == "1":
         GOLDEN.write_text(fresh, encoding="utf-8")
-    assert fresh == GOLDEN.read_text(encoding="utf-8"), f"{GOLDEN.name} is stale: regenerate with LLMPACK_REGEN_GOLDEN=1"
+    assert fresh == GOLDEN.read_text(encoding="utf-8"), (
+        f"{GOLDEN.name} is stale: regenerate with LLMPACK_REGEN_GOLDEN=1")
     assert yaml.safe_load(fresh) == spec().build()
 
 
@@ -374,14 +380,17 @@ def test_schema_fixture_names_its_source_and_license():
     (dict(image=""), "image '' must be"),
     (dict(command=[]), "command must be 1 to 128 strings"),
     (dict(command="torchrun train.py"), "command: expected a list, got str"),
-    (dict(command=["torchrun", "--nnodes=2", "train.py"]), "command sets torchrun's --nnodes; the torch-distributed runtime"),
-    (dict(command=["/usr/bin/torchrun", "--max-restarts", "3", "--node_rank", "0", "x.py"]), "sets torchrun's --node_rank"),
+    (dict(command=["torchrun", "--nnodes=2", "train.py"]),
+     "command sets torchrun's --nnodes; the torch-distributed runtime"),
+    (dict(command=["/usr/bin/torchrun", "--max-restarts", "3", "--node_rank", "0", "x.py"]),
+     "sets torchrun's --node_rank"),
     (dict(command=["python3", "-m", "torch.distributed.run", "--standalone", "-m", "components.run"]),
      "sets torchrun's --standalone"),
     (dict(cpu=0), "cpu 0 must be a number of cores"),
     (dict(memory="lots"), "memory 'lots' is not a positive Kubernetes quantity"),
     (dict(memory="0Gi"), "memory '0Gi' is not a positive"),
-    (dict(runtime_kind="PyTorchJob"), "runtime_kind 'PyTorchJob' must be one of ClusterTrainingRuntime, TrainingRuntime"),
+    (dict(runtime_kind="PyTorchJob"),
+     "runtime_kind 'PyTorchJob' must be one of ClusterTrainingRuntime, TrainingRuntime"),
     (dict(runtime="Torch Distributed"), "runtime 'Torch Distributed' is not a valid DNS-1123 subdomain"),
     (dict(queue="gpu queue"), "queue 'gpu queue' is not a valid Kueue LocalQueue name"),
     (dict(labels={"llmpack.io/run group": "x"}), "label key 'llmpack.io/run group' is not a valid"),
@@ -391,7 +400,8 @@ def test_schema_fixture_names_its_source_and_license():
     (dict(node_selector=["gpu"]), "node_selector: expected a mapping, got list"),
     (dict(env={"PET_NODE_RANK": "0"}), "env PET_NODE_RANK is set by the torch-distributed runtime"),
     (dict(env={"1BAD": "x"}), "env name '1BAD' is not a valid"),
-    (dict(tolerations=(Toleration(key="gpu", operator="In"),)), "toleration 'gpu': operator 'In' must be Exists or Equal"),
+    (dict(tolerations=(Toleration(key="gpu", operator="In"),)),
+     "toleration 'gpu': operator 'In' must be Exists or Equal"),
     (dict(tolerations=(Toleration(key="gpu", value="x"),)), "toleration 'gpu': operator Exists takes no value"),
     (dict(tolerations=({"key": "gpu"},)), "tolerations must be components.dsl.Toleration, got dict"),
     (dict(active_deadline_s=0), "active_deadline_s 0 must be"),
@@ -414,7 +424,8 @@ def test_only_torchruns_own_flags_are_checked(command, flags):
     from components.servers.trainjob import torchrun_flags
 
     assert torchrun_flags(command) == flags
-    assert spec(command=command).build()["spec"]["trainer"]["command"] == command  # the script's own flags are its business
+    # the script's own flags are its business
+    assert spec(command=command).build()["spec"]["trainer"]["command"] == command
 
 
 def test_to_yaml_reads_back_as_the_same_object():

@@ -43,9 +43,11 @@ def api_client(kube: KubeAPIStandIn, token: str = TOKEN) -> k8s.ApiClient:
     return k8s.ApiClient(cfg)
 
 
-def trainjob(name: str = "ft-run-7", labels: dict[str, str] | None = None, image: str = "ghcr.io/llmpack/llmpack:0.1.0") -> dict:
+def trainjob(name: str = "ft-run-7", labels: dict[str, str] | None = None,
+             image: str = "ghcr.io/llmpack/llmpack:0.1.0") -> dict:
     return TrainJobSpec(name=name, namespace=NS, image=image, num_nodes=2, gpus_per_node=8, cpu=8, memory="64Gi",
-                        command=["torchrun", "-m", "components.run", "components.steps.finetune:finetune", "--param=nnodes=2"],
+                        command=["torchrun", "-m", "components.run", "components.steps.finetune:finetune",
+                                 "--param=nnodes=2"],
                         labels=LABELS if labels is None else labels, queue="gpu").build()
 
 
@@ -120,7 +122,8 @@ def test_an_adopted_trainjob_that_already_failed_is_replaced(kube: KubeAPIStandI
     result = launch.create_and_wait(trainjob(), namespace=NS, api=api_client(kube), poll_s=0.05)
     assert result.succeeded and not result.adopted and result.uid != old["metadata"]["uid"]
     (delete,) = kube.recorded("DELETE")
-    assert delete.body["propagationPolicy"] == "Foreground" and delete.body["preconditions"] == {"uid": old["metadata"]["uid"]}
+    assert (delete.body["propagationPolicy"] == "Foreground"
+            and delete.body["preconditions"] == {"uid": old["metadata"]["uid"]})
     # replace_failed=False: the old failure is the answer
     kube.set_trainjob_condition(NS, "ft-run-7", "Failed", reason="FailedJobs")
     kube.on_custom_object_created = None
@@ -130,8 +133,10 @@ def test_an_adopted_trainjob_that_already_failed_is_replaced(kube: KubeAPIStandI
 
 def test_a_same_named_trainjob_of_another_run_is_refused_and_left_alone(kube: KubeAPIStandIn) -> None:
     custom = k8s.CustomObjectsApi(api_client(kube))
-    theirs = custom.create_namespaced_custom_object(G, V, NS, P, trainjob(labels={**LABELS, "llmpack.io/pipeline-run": "run-6"}))
-    with pytest.raises(InputError, match=r"already exists and is not this run's \(label llmpack.io/pipeline-run='run-6'"):
+    theirs = custom.create_namespaced_custom_object(G, V, NS, P,
+                                                    trainjob(labels={**LABELS, "llmpack.io/pipeline-run": "run-6"}))
+    with pytest.raises(InputError,
+                       match=r"already exists and is not this run's \(label llmpack.io/pipeline-run='run-6'"):
         launch.create_and_wait(trainjob(), namespace=NS, api=api_client(kube), poll_s=0.05)
     custom.create_namespaced_custom_object(G, V, NS, P, trainjob("ft-run-9"))
     other_image = trainjob("ft-run-9", image="ghcr.io/llmpack/llmpack:0.2.0")
@@ -211,12 +216,14 @@ def test_forbidden_names_the_rbac_rule(kube: KubeAPIStandIn) -> None:
             launch.create_and_wait(trainjob(), namespace=NS, api=api_client(api))
     message = str(info.value)
     assert "\n" not in message and TOKEN not in message
-    assert "403 Forbidden: system:serviceaccount:llmpack:llmpack-runner may not create trainjobs.trainer.kubeflow.org" in message
+    assert ("403 Forbidden: system:serviceaccount:llmpack:llmpack-runner "
+            "may not create trainjobs.trainer.kubeflow.org" in message)
     assert 'apiGroups ["trainer.kubeflow.org"], resources ["trainjobs"], verbs ["create", "get", "delete"]' in message
 
 
 @pytest.mark.parametrize("case, error, pattern", [
-    ("no-crd", InputError, r"does not serve trainjobs.trainer.kubeflow.org/v1alpha1 .*: is Kubeflow Trainer v2 installed\?"),
+    ("no-crd", InputError,
+     r"does not serve trainjobs.trainer.kubeflow.org/v1alpha1 .*: is Kubeflow Trainer v2 installed\?"),
     ("namespace", InputError, "namespace 'team-z' not found"),
     ("token", InputError, r"rejected the credentials \(401 Unauthorized\)"),
     ("unreachable", StepFailed, "is unreachable"),
@@ -269,7 +276,8 @@ def write_kubeconfig(path: Path, server: str, namespace: str | None) -> Path:
         "apiVersion": "v1", "kind": "Config", "current-context": "standin",
         "clusters": [{"name": "standin", "cluster": {"server": server}}],
         "users": [{"name": "runner", "user": {"token": TOKEN}}],
-        "contexts": [{"name": "standin", "context": context}, {"name": "other", "context": {**context, "namespace": "team-b"}}],
+        "contexts": [{"name": "standin", "context": context},
+                     {"name": "other", "context": {**context, "namespace": "team-b"}}],
     }))
     return path
 
@@ -347,7 +355,8 @@ def test_standin_serves_custom_objects_through_the_client(kube: KubeAPIStandIn) 
     assert info.value.status == 404 and json.loads(info.value.body)["reason"] == "NotFound"
 
     patched = custom.patch_namespaced_custom_object_status(
-        G, V, NS, P, "ft-run-7", {"status": {"conditions": [{"type": "Suspended", "status": "True"}]}, "spec": {"x": 1}})
+        G, V, NS, P, "ft-run-7",
+        {"status": {"conditions": [{"type": "Suspended", "status": "True"}]}, "spec": {"x": 1}})
     assert patched["status"]["conditions"][0]["type"] == "Suspended" and "x" not in patched["spec"]
     assert custom.get_namespaced_custom_object_status(G, V, NS, P, "ft-run-7")["status"] == patched["status"]
     relabelled = custom.patch_namespaced_custom_object(G, V, NS, P, "ft-run-7",
@@ -367,7 +376,8 @@ def test_standin_serves_custom_objects_through_the_client(kube: KubeAPIStandIn) 
     assert info.value.status == 409 and "Precondition failed" in json.loads(info.value.body)["message"]
     gone = custom.delete_namespaced_custom_object(G, V, NS, P, "ft-run-7", propagation_policy="Foreground")
     assert gone["metadata"]["deletionTimestamp"] and "foregroundDeletion" in gone["metadata"]["finalizers"]
-    assert (NS, "ft-run-7") not in kube.trainjobs and kube.recorded("DELETE")[-1].query["propagationPolicy"] == "Foreground"
+    assert ((NS, "ft-run-7") not in kube.trainjobs
+            and kube.recorded("DELETE")[-1].query["propagationPolicy"] == "Foreground")
 
     # Kueue workloads are served from the same table; unknown resources are 404 as without the CRD
     wl = custom.create_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", NS, "workloads", {
@@ -406,8 +416,9 @@ def test_standin_forbids_one_verb_and_rejects_json_patch() -> None:
         custom.create_namespaced_custom_object(G, V, NS, P, trainjob())
         with pytest.raises(ApiException) as info:
             custom.delete_namespaced_custom_object(G, V, NS, P, "ft-run-7")
-        assert info.value.status == 403 and 'cannot delete resource "trainjobs" in API group "trainer.kubeflow.org"' in (
-            json.loads(info.value.body)["message"])
+        assert info.value.status == 403 and (
+            'cannot delete resource "trainjobs" in API group "trainer.kubeflow.org"'
+            in json.loads(info.value.body)["message"])
         with pytest.raises(ApiException) as info:  # a merge patch must be an object
             custom.patch_namespaced_custom_object(G, V, NS, P, "ft-run-7", [{"op": "add", "path": "/x", "value": 1}])
         assert info.value.status == 400

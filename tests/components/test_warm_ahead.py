@@ -48,7 +48,8 @@ def _nothing_to_warm() -> None:
 def peek(registration: Input[Metrics], seen: Output[Metrics], hold_s: float = 0.0) -> None:
     """A later parked member: what its process sees, then a hold (to signal it mid-turn)."""
     import os, time
-    (Path(seen.path) / "seen.json").write_text(json.dumps({"pid": os.getpid(), "parked_env": "LLMPACK_PARKED_MEMBER" in os.environ}))
+    (Path(seen.path) / "seen.json").write_text(json.dumps({"pid": os.getpid(),
+                                                           "parked_env": "LLMPACK_PARKED_MEMBER" in os.environ}))
     time.sleep(hold_s)
 
 
@@ -85,7 +86,8 @@ def _args(root: Path, *params: str) -> list[str]:
 
 def _env(probe_dir: Path, root: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMPACK_")}
-    return {**env, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "LLMPACK_CLIENT_UPLOADS": "1",  # as local runs
+    return {**env, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
+            "LLMPACK_CLIENT_UPLOADS": "1",  # as local runs
             "PYTHONPATH": f"{probe_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **extra}
 
 
@@ -137,8 +139,10 @@ def test_a_parked_member_gives_the_same_registration_and_record(probe_dir: Path,
 
 def test_a_sigterm_in_a_parked_members_turn_ends_it_and_the_fused_step_with_143(probe_dir: Path, tmp_path: Path):
     root = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "components.run", "llmpack_warm_probe:fused", *_args(root, "--param=hold_s=60")],
-                            cwd=probe_dir, env=_env(probe_dir, root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "components.run", "llmpack_warm_probe:fused",
+                             *_args(root, "--param=hold_s=60")],
+                            cwd=probe_dir, env=_env(probe_dir, root), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     seen = root / "seen" / "seen.json"
     deadline = time.time() + 120
     while not seen.exists() and time.time() < deadline and proc.poll() is None:

@@ -67,8 +67,8 @@ class ToyClusterBackend(Backend):
                                submit_options=("host", "plan_path", *TLS_OPTIONS), wait_options=("host", *TLS_OPTIONS))
     pod_marks = PodMarks(run_labels=(RUN_LABEL,), workflow_labels=(RUN_LABEL,))
     doctor = DoctorFacts(verbs=(("create", "configmaps", ""),),  # what its submission would need in the run's namespace
-                         probe=VersionProbe(what="Toy server", path="/api/version", field="version", token_env="TOY_TOKEN",
-                                            host_env="TOY_HOST", scheme="http"),
+                         probe=VersionProbe(what="Toy server", path="/api/version", field="version",
+                                            token_env="TOY_TOKEN", host_env="TOY_HOST", scheme="http"),
                          pod_artifact=ARTIFACT.as_posix())
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
