@@ -153,7 +153,8 @@ def _env(toy_dir: Path, uri: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LLMPACK_"))}
     path = os.pathsep.join(p for p in (str(toy_dir), os.environ.get("PYTHONPATH", "")) if p)
     bindir = str(Path(sys.executable).parent)
-    return {**env, "PYTHONPATH": path, "MLFLOW_TRACKING_URI": uri, "PATH": os.pathsep.join([bindir, env.get("PATH", "")])}
+    return {**env, "PYTHONPATH": path, "MLFLOW_TRACKING_URI": uri,
+            "PATH": os.pathsep.join([bindir, env.get("PATH", "")])}
 
 
 def _the_record(uri: str):
