@@ -1,19 +1,9 @@
 """The phase model: which measured samples an option (path x GPU type x capacity) is estimated from,
 and which of them it borrows.
 
-A run's start-up is split into phases by what they depend on (docs/plan.md):
-
-=========  ===========================================  ==================================
-phase      span                                         depends on
-=========  ===========================================  ==================================
-overhead   submit -> the gang's pods created            the path (the orchestrator's work)
-provision  pod created -> its node Ready (queue incl.)  the GPU type and capacity (cloud)
-pull       node Ready -> container started              neither: the same image anywhere
-load       gang ready -> first optimizer step           neither: model load, first batch
-train      first step -> training finished              the GPU type
-post       training finished -> run finished            the path (evaluate, register)
-other      GPU node-hours outside the finetune gang     the path (evaluate's node, a Job pod)
-=========  ===========================================  ==================================
+A run's start-up is split into phases by what they depend on: overhead (the path), provision (the
+GPU type and capacity), pull and load (neither), train (the GPU type), post and other (the path);
+their spans and the order of sources each borrows from: docs/plan.md, 'The model'.
 
 Each phase takes the option's own runs first (same path and GPU type; for ``provision`` the same
 capacity too), then the sources :data:`BORROW` lists, in order; a phase taken from anything but the
