@@ -85,9 +85,8 @@ def warm_up(opts: RunOptions, paths: list[Path_], run: RunOne, group: str) -> No
                 importlib.import_module(backend.local_module)
             try:
                 backend.compile(load_pipeline(opts.pipeline), Path(tmp) / p.label)
-            # a backend that compiles nothing, or fails here, fails in its run
             except Exception:  # noqa: BLE001 - warming only
-                pass
+                pass  # a backend that compiles nothing, or fails here, fails in its run
     first = paths[0]
     run(replace(opts, backend=first.backend, fuse=first.fuse, run_group=group, max_steps=1),
         f"{first.label} (warm-up, not counted)", pipe=_startup_pipe(first, opts))

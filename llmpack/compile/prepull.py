@@ -62,7 +62,8 @@ def daemonset(pipe: Pipeline, *, namespace: str = NAMESPACE) -> dict[str, Any]:
                      **({"value": tol.value} if tol.value is not None else {})}
             if entry not in tolerations:
                 tolerations.append(entry)
-    match = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "llmpack"}  # the selector: immutable, never more
+    # the selector: immutable, never more
+    match = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "llmpack"}
     # Every label a step pod has but the run's (the DaemonSet outlives runs: its instance is itself), and the user's.
     labels = pod_labels_of(recommended_labels(name=NAME, component="prepull", managed_by="llmpack", instance=NAME),
                            {}, extras)

@@ -172,7 +172,8 @@ def option_samples(samples: Sequence[RunSample], option: Option) -> OptionSample
         train_s=statistics.median(_values(picked["train"], lambda s: s.train_s)),
         post_s=statistics.median(_values(picked["post"], lambda s: s.post_s)) if picked["post"] else 0.0,
         other_gpu_h=_values(picked["other"], lambda s: s.other_gpu_h),
-        step_s=_median_or_none(_values(picked["train"], lambda s: s.train_s / s.steps if s.train_s and s.steps else None)),
+        step_s=_median_or_none(_values(picked["train"],
+                                       lambda s: s.train_s / s.steps if s.train_s and s.steps else None)),
         gpus_per_node=max(per_node) if per_node else 1, runs=own_runs, borrowed=borrowed, assumed=assumed,
         preemptions=sum(s.preemptions for s in spot), spot_gang_hours=sum(s.gang_hours for s in spot))
 

@@ -360,8 +360,8 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
     try:
         run_id, _ = tracking.upload_run(mc, upload, retry, run_id=run_id)
         sent = True
-    except Exception:  # noqa: BLE001 - an outage or a refusal: the JSONL stays the source of truth, llmpack sync sends it
-        sent = False
+    except Exception:  # noqa: BLE001 - an outage or a refusal: the JSONL stays the source of truth,
+        sent = False  # and llmpack sync sends it
     trace_sent = record.export_trace(records, ctx=ctx, tags=tags, finished_at=finished_at,
                                      env={**os.environ, "MLFLOW_TRACKING_URI": uri}, out_dir=staging,
                                      mc=mc if sent else None, run_id=run_id if sent else None)
