@@ -26,8 +26,7 @@ from llmpack.run.sync import sync as sync_command
 from llmpack.ui.options import (
     COMPILED_GPU_HELP,
     NO_PROMOTE_HELP,
-    TLS_OPTIONS,
-    compare_path_options,
+    compare_cluster_options,
     known_gpu_type,
     parse_params,
     pod_options,
@@ -138,7 +137,8 @@ def kept_hint(kept: Path) -> str:
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="llmpack")
-@click.option("--debug", is_flag=True, help="On an error, print its traceback too (URIs, tokens and passwords redacted).")
+@click.option("--debug", is_flag=True,
+              help="On an error, print its traceback too (URIs, tokens and passwords redacted).")
 def main(debug: bool) -> None:
     """llmpack: one LLM fine-tuning pipeline, compiled to Kubeflow Pipelines, Argo Workflows and
     MLflow Projects, run side by side and measured the same way.
@@ -158,7 +158,8 @@ def main(debug: bool) -> None:
 
 @main.command(short_help="Run the pipeline once through one backend, on this machine.")
 @click.option("--backend", default="direct", show_default=True, help=" | ".join(BACKENDS))
-@click.option("--local/--cluster", "local", default=True, help="Run on this machine (default) or submit to a cluster (see `llmpack submit`).")
+@click.option("--local/--cluster", "local", default=True,
+              help="Run on this machine (default) or submit to a cluster (see `llmpack submit`).")
 @run_options
 @click.option("--no-promote", "no_promote", is_flag=True, help=NO_PROMOTE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout; progress goes to stderr.")
@@ -192,8 +193,9 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_pr
 @main.command(short_help="Compile the pipeline to KFP, Argo and MLflow artifacts.")
 # The default is llmpack.compile.artifacts.DEFAULT_OUT, spelled out so that `llmpack --help` imports nothing more.
 @click.option("--out", "out", type=click.Path(path_type=Path), default=Path("build/llmpack"), show_default=True,
-              help="Directory to write kfp_pipelines/finetune.yaml, argo_workflows/finetune.yaml, mlflow_projects/finetune*/ "
-                   "into. `--out .` in the repository root rewrites the committed (golden) copies.")
+              help="Directory to write kfp_pipelines/finetune.yaml, argo_workflows/finetune.yaml, "
+                   "mlflow_projects/finetune*/ into. `--out .` in the repository root rewrites the committed "
+                   "(golden) copies.")
 @pod_options(namespace=True)
 @click.option("--fuse", default="none", show_default=True, metavar="none|gpu|all",
               help="Fewer pods, same steps: gpu = finetune+evaluate in one pod, all = every step in one pod.")
@@ -207,7 +209,8 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_pr
               "with one rank per GPU (DDP).")
 @click.option("--nodes", type=int, default=None, help="Nodes for finetune; above 1 its pod creates a Kubeflow Trainer "
               "TrainJob of that many GPU pods (also written to OUT/trainjob/); needs --cache-pvc (ReadWriteMany).")
-@click.option("--queue", default=None, metavar="NAME", help="Kueue LocalQueue for the finetune TrainJob (with --nodes).")
+@click.option("--queue", default=None, metavar="NAME",
+              help="Kueue LocalQueue for the finetune TrainJob (with --nodes).")
 @click.option("--gpu-type", default=None, metavar="TYPE", callback=known_gpu_type, help=COMPILED_GPU_HELP)
 @click.option("--pipeline", default=None, metavar="MODULE:NAME",
               help="Your own pipeline (a @pipeline function or a Pipeline), e.g. examples.custom_step:with_report, "
@@ -274,9 +277,9 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
               help="The path the others are judged against (default: direct locally, or a single backend's default "
                    "packaging with --variants; none on a cluster).")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path), default=None,
-              help="Write the report (report.md, report.html, report.json, PNG charts) into exactly DIR; refused before "
-                   "any run if DIR holds a report, unless --force. Default: a new llmpack-report/<UTC time>-<run group>/, "
-                   "with llmpack-report/latest pointing at it.")
+              help="Write the report (report.md, report.html, report.json, PNG charts) into exactly DIR; "
+                   "refused before any run if DIR holds a report, unless --force. Default: a new "
+                   "llmpack-report/<UTC time>-<run group>/, with llmpack-report/latest pointing at it.")
 @click.option("--force", is_flag=True, help="Replace the report in --report DIR.")
 @click.option("--no-report", is_flag=True, help="Skip writing the report.")
 @click.option("--control-plane-cost", "control_plane", multiple=True, metavar="ORCH=USD",
@@ -285,41 +288,18 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
 @click.option("--inject-start-delay", default=None, metavar="SECONDS|PATH=SECONDS[,...]",
               help="Fault injection: delay the finetune step's process start on every path (2) or on some (argo=3); "
                    "a known difference the verdicts must find.")
-@click.option("--wide", is_flag=True, help="Every column in the table (p50/p90/p99 and costs); the default fits 80 columns.")
+@click.option("--wide", is_flag=True,
+              help="Every column in the table (p50/p90/p99 and costs); the default fits 80 columns.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout; progress goes to stderr.")
-@click.option("--concurrency", type=int, default=1, show_default=True, help="--cluster: submissions in flight at once.")
-@compare_path_options(endpoint=True)
-@click.option("--namespace", default=None, help="--cluster: namespace for Argo workflows and the MLflow Job (default llmpack).")
-@click.option("--kubeconfig", default=None, help="--cluster: kubeconfig for the pod watcher and the MLflow Job.")
-@click.option("--context", default=None, help="--cluster: kubeconfig context.")
-@TLS_OPTIONS[0]
-@TLS_OPTIONS[1]
-@compare_path_options(endpoint=False)
-@pod_options()
-@click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True, help="--cluster: seconds to wait per run.")
-@click.option("--poll", "poll_s", type=float, default=10.0, show_default=True, help="--cluster: status poll interval, seconds.")
-@click.option("--scale-down-delay-s", "scale_down_delay_s", type=float, default=None,
-              help="--cluster: seconds the autoscaler keeps an empty GPU node (default 600); billed after a node's "
-                   "last pod when its removal was not seen.")
-@click.option("--cache-pvc", "cache_pvc", default=None, metavar="NAME",
-              help="--cluster with --nodes N: the ReadWriteMany PVC the finetune TrainJob's node pods and its launcher "
-                   "share (default llmpack-shared); also the Hugging Face cache, as llmpack compile --cache-pvc.")
-@click.option("--queue", default=None, metavar="NAME",
-              help="--cluster with --nodes N: the Kueue LocalQueue of the finetune TrainJob; its Workload's quota "
-                   "wait and admission checks are measured.")
-@click.option("--opencost", default=None, metavar="URL",
-              help="--cluster: OpenCost's API (http://localhost:9003): its GPU-hours and cost for each run's pods "
-                   "shown beside ours, the difference explained.")
-@click.option("--preempt", default=None, metavar="STEP@WHEN",
-              help="--cluster: the preemptions every path runs under (finetune@30s, or finetune@rate=0.5/h[,seed=N]); "
-                   "the report shows each path's time to recover and waste (docs/preemption.md).")
+@compare_cluster_options  # --concurrency ... --preempt: what only --cluster reads
 @plan_options  # --plan FILE, --max-cost USD: the estimate on each run (docs/plan.md)
-def compare(backends: str, repeats: int | None, budget: str | None, margin: str | None, warmup: int | None, local: bool, variants: str | None, baseline: str | None,
-            report_dir: Path | None, force: bool, no_report: bool,
+def compare(backends: str, repeats: int | None, budget: str | None, margin: str | None, warmup: int | None, local: bool,
+            variants: str | None, baseline: str | None, report_dir: Path | None, force: bool, no_report: bool,
             control_plane: tuple[str, ...], control_plane_file: str | None, inject_start_delay: str | None, wide: bool,
             as_json: bool, params: tuple[str, ...], concurrency: int,
-            namespace: str | None, kubeconfig: str | None, context: str | None, wait_timeout: float, poll_s: float, scale_down_delay_s: float | None,
-            cache_pvc: str | None, queue: str | None, ca_cert: str | None, insecure_skip_tls_verify: bool,
+            namespace: str | None, kubeconfig: str | None, context: str | None, wait_timeout: float, poll_s: float,
+            scale_down_delay_s: float | None, cache_pvc: str | None, queue: str | None, ca_cert: str | None,
+            insecure_skip_tls_verify: bool,
             opencost: str | None = None, preempt: str | None = None, **kwargs: Any) -> None:
     """Run the pipeline through several paths side by side and compare them.
 
@@ -347,15 +327,16 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
         raise InputError(f"{POD_FLAGS}: only with --cluster")
     for flag in ("--model", "--data") if not local else ():  # /models/x with no volume: the flag that mounts it
         pod.check_mounted(kwargs[flag[2:]], flag)
-    cluster = {"pod": pod, "concurrency": concurrency, "own": own, "namespace": namespace, "kubeconfig": kubeconfig, "context": context,
-               "timeout_s": wait_timeout, "poll_s": poll_s, "scale_down_delay_s": scale_down_delay_s,
-               "cache_pvc": cache_pvc, "queue": queue, "opencost": opencost, "preempt": preempt,
-               "tls": {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}}
+    cluster = {"pod": pod, "concurrency": concurrency, "own": own, "namespace": namespace, "kubeconfig": kubeconfig,
+               "context": context, "timeout_s": wait_timeout, "poll_s": poll_s,
+               "scale_down_delay_s": scale_down_delay_s, "cache_pvc": cache_pvc, "queue": queue, "opencost": opencost,
+               "preempt": preempt, "tls": {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}}
     if not local and kwargs["pipeline"] is not None:
         raise InputError("--pipeline: local compares only; on a cluster compile it (llmpack compile --pipeline "
                          "MODULE:NAME) and submit the artifacts")
     if local and queue is not None:
-        raise InputError("--queue: only with --cluster --nodes N (compile local artifacts with llmpack compile --queue)")
+        raise InputError("--queue: only with --cluster --nodes N "
+                         "(compile local artifacts with llmpack compile --queue)")
     if local and cache_pvc is not None:
         raise InputError("--cache-pvc: only with --cluster --nodes N (compile local artifacts with llmpack compile)")
     if local and scale_down_delay_s is not None:
@@ -473,21 +454,25 @@ def check_report_target(target: Path | None, flag: str, *, force: bool) -> None:
         if not (target / "report.json").exists():
             raise InputError(f"{flag} {target}: not empty and not an llmpack report; choose another directory")
         if not force:
-            raise InputError(f"{flag} {target}: holds a report already; pass --force to replace it, or choose another directory")
+            raise InputError(f"{flag} {target}: holds a report already; pass --force to replace it, "
+                             "or choose another directory")
 
 
-def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: tuple[str, ...], cluster: dict[str, Any],
-                     kwargs: dict[str, Any], inject_start_delay: float | None) -> dict[str, Any]:
-    """``compare --cluster``: submit every path (in every packaging of ``modes``) to one cluster, watch its pods, measure."""
-
+def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: tuple[str, ...],
+                     cluster: dict[str, Any], kwargs: dict[str, Any],
+                     inject_start_delay: float | None) -> dict[str, Any]:
+    """``compare --cluster``: submit every path (in every packaging of ``modes``) to one cluster, watch its pods,
+    measure."""
     from llmpack.compare.cluster import compare_cluster
     from llmpack.ui.display import err
 
     if "direct" in names:
         raise InputError("--cluster: 'direct' has no cluster path; use --backends kfp,argo,mlflow")
-    for flag, value in (("--nproc-per-node", kwargs.get("nproc_per_node")), ("--inject-start-delay", inject_start_delay)):
+    for flag, value in (("--nproc-per-node", kwargs.get("nproc_per_node")),
+                        ("--inject-start-delay", inject_start_delay)):
         if value is not None:
-            raise InputError(f"{flag}: not with --cluster (the compiled artifacts fix the GPU spec; the node's GPU prices the run)")
+            raise InputError(f"{flag}: not with --cluster "
+                             "(the compiled artifacts fix the GPU spec; the node's GPU prices the run)")
     if cluster.get("cache_pvc") is not None and (kwargs.get("nodes") or 1) <= 1:
         raise InputError("--cache-pvc: with --cluster only for --nodes 2 or more (the TrainJob's shared volume)")
     # --gpus G / --nodes N: every path is compiled for them (llmpack compile --gpus G --nodes N) and submitted.
@@ -511,11 +496,12 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
              "host": settings.K8S_HOST.get(), "token": settings.K8S_TOKEN.get(),
              "ca_cert": tls["ca_cert"], "verify_ssl": not tls["insecure_skip_tls_verify"]},
         tracking_uri=kwargs.get("tracking_uri"), price_per_gpu_hour=kwargs.get("price_per_gpu_hour"),
-        price_file=kwargs.get("price_file"), timeout_s=cluster["timeout_s"], poll_s=cluster["poll_s"], progress=progress,
+        price_file=kwargs.get("price_file"), timeout_s=cluster["timeout_s"], poll_s=cluster["poll_s"],
+        progress=progress,
         **({} if cluster["scale_down_delay_s"] is None else {"scale_down_delay_s": cluster["scale_down_delay_s"]}),
-        gpus=kwargs.get("gpus"), nodes=kwargs.get("nodes"), cache_pvc=cluster.get("cache_pvc"), queue=cluster.get("queue"),
-        gpu_type=kwargs.get("gpu_type"), variants=modes, pod=cluster["pod"], opencost=cluster.get("opencost"),
-        preempt=cluster.get("preempt"),
+        gpus=kwargs.get("gpus"), nodes=kwargs.get("nodes"), cache_pvc=cluster.get("cache_pvc"),
+        queue=cluster.get("queue"), gpu_type=kwargs.get("gpu_type"), variants=modes, pod=cluster["pod"],
+        opencost=cluster.get("opencost"), preempt=cluster.get("preempt"),
     )
 
 
@@ -525,7 +511,8 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
               help="Write the report into exactly OUT (an existing report there only with --force). "
                    "Default: a new llmpack-report/<UTC time>-<run group>/, with llmpack-report/latest pointing at it.")
 @click.option("--force", is_flag=True, help="Replace the report in --out OUT.")
-@click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")
+@click.option("--tracking-uri", default=None,
+              help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")
 @click.option("--baseline", default=None, help="The path the others are judged against (default: direct when present).")
 @click.option("--control-plane-cost", "control_plane", multiple=True, metavar="ORCH=USD",
               help="Monthly control-plane cost per orchestrator, for the break-even (repeatable; kfp, argo, mlflow).")
@@ -570,14 +557,16 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
 
 @main.command(short_help="Pod phases (queue, pull, start) from kubectl dumps, offline.")
 @click.option("--pods", required=True, type=str, help="`kubectl get pods -o json` dump.")
-@click.option("--nodes", default=None, type=str, help="`kubectl get nodes -o json` dump (for provisioning and GPU product).")
+@click.option("--nodes", default=None, type=str,
+              help="`kubectl get nodes -o json` dump (for provisioning and GPU product).")
 @click.option("--events", default=None, type=str, help="`kubectl get events -o json` dump (for image pull times).")
 @click.option("--run-group", default=None, help="Keep only this run group's pods.")
 @click.option("--run-id", "--kfp-run", "run_ids", multiple=True, metavar="RUN_ID=PIPELINE_RUN",
               help="Attribute an orchestrator run's pods by its own run id (pods that carry no llmpack run "
                    "labels: KFP's; --kfp-run is the same).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON list, one object per pod.")
-def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | None, run_ids: tuple[str, ...], as_json: bool) -> None:
+def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | None, run_ids: tuple[str, ...],
+             as_json: bool) -> None:
     """Pod-level phases (queue, provision, image pull, container start) from kubectl dumps, offline."""
     from components.commands import parse_pairs
     from llmpack.k8s.timeline import format_table, timeline_from_files

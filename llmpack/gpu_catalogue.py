@@ -142,7 +142,8 @@ def resolve_node_price(gpu: NodeGpu, *, flag: Any = None, price_file: str | None
         return None
     provider = None if os.environ.get(settings.PRICE_PROVIDER.name) else gpu.provider
     capacity = gpu.capacity_type or "unknown"
-    price = cost.resolve_price(gpu.gpu_type, flag=flag, price_file=price_file, provider=provider, capacity_type=capacity)
+    price = cost.resolve_price(gpu.gpu_type, flag=flag, price_file=price_file, provider=provider,
+                               capacity_type=capacity)
     if price is None and provider:
         price = cost.resolve_price(gpu.gpu_type, flag=flag, price_file=price_file, capacity_type=capacity)
     return price

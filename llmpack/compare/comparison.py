@@ -253,7 +253,8 @@ def is_startup_run(run: dict[str, Any]) -> bool:
 
 
 STARTUP_TAG = "llmpack.round_kind"
-DESIGN_TAG = "llmpack.design_rounds"  # a start-up run's design (its last round): a report rebuilt from MLflow judges alike
+# a start-up run's design (its last round): a report rebuilt from MLflow judges alike
+DESIGN_TAG = "llmpack.design_rounds"
 
 
 def design_of(runs: list[dict[str, Any]]) -> sequential.Design | None:
@@ -301,14 +302,17 @@ def verdicts(runs: list[dict[str, Any]], backends: list[str], baseline: str | No
             entry: dict[str, Any] = {"value": value, "n": len(rounds), "baseline": baseline, "delta": None, "ci": None,
                                      "confidence": None, "margin": None, "n_baseline": len(base)}
             if baseline is None:
-                entry["verdict"], entry["text"] = "no baseline", f"{orch}: {h.label} {quantity(value, h.unit)} (n={len(rounds)})"
+                entry["verdict"], entry["text"] = ("no baseline",
+                                                   f"{orch}: {h.label} {quantity(value, h.unit)} (n={len(rounds)})")
             elif orch == baseline:
-                entry["verdict"], entry["text"] = "baseline", f"{orch} is the baseline: {h.label} {quantity(value, h.unit)} (n={len(rounds)})"
+                entry["verdict"], entry["text"] = ("baseline", f"{orch} is the baseline: {h.label} "
+                                                               f"{quantity(value, h.unit)} (n={len(rounds)})")
             else:
                 paired = [rounds[k] - base[k] for k in sorted(rounds.keys() & base.keys())]
                 seq = design is not None and h.startup
                 d = sequential.decide(paired, margin=margins[h.key].of(base_median),
-                                      design=design if seq and design is not None else sequential.Design.fixed(len(paired)))
+                                      design=design if seq and design is not None
+                                      else sequential.Design.fixed(len(paired)))
                 word = {"higher": h.higher, "lower": h.lower}.get(d.verdict, d.verdict)
                 entry.update(delta=d.delta, ci=None if d.ci_low is None else [d.ci_low, d.ci_high],
                              confidence=d.confidence, margin=d.margin, verdict=word, rounds=d.n,
@@ -324,10 +328,12 @@ def _verdict_text(h: Headline, orch: str, baseline: str, d: sequential.Decision,
 
     rounds = f"{d.n} round{'' if d.n == 1 else 's'}"
     margin = f"±{quantity(d.margin, h.unit)}"
-    ci = "" if d.ci_low is None or d.confidence is None else f"{confidence_text(d.confidence)} CI {q(d.ci_low)} to {q(d.ci_high)}"
+    ci = ("" if d.ci_low is None or d.confidence is None
+          else f"{confidence_text(d.confidence)} CI {q(d.ci_low)} to {q(d.ci_high)}")
     if word in (h.lower, h.higher) and d.delta is not None:
         inside = f"; inside the {margin} margin" if d.within_margin else ""
-        return f"{orch} is {word} than {baseline} on {h.label} by {quantity(abs(d.delta), h.unit)} ({ci}; {rounds}{inside})"
+        return (f"{orch} is {word} than {baseline} on {h.label} by {quantity(abs(d.delta), h.unit)} "
+                f"({ci}; {rounds}{inside})")
     if word == "equivalent":
         return f"{orch} ≈ {baseline} on {h.label}: Δ {q(d.delta)} ({ci}), inside the {margin} margin ({rounds})"
     if d.delta is None:
@@ -376,7 +382,8 @@ def comparison(run_group: str, backends: list[str], runs: list[dict[str, Any]], 
     }
 
 
-def with_baseline(result: dict[str, Any], baseline: str | None, margins: dict[str, Margin] | None = None) -> dict[str, Any]:
+def with_baseline(result: dict[str, Any], baseline: str | None,
+                  margins: dict[str, Margin] | None = None) -> dict[str, Any]:
     """The same comparison judged against another baseline (``--baseline`` on a cluster)."""
     check_baseline(baseline, result["backends"])
     d = result.get("design")
@@ -386,7 +393,8 @@ def with_baseline(result: dict[str, Any], baseline: str | None, margins: dict[st
             "verdicts": verdicts(result["runs"], result["backends"], baseline, design=design, margins=margins)}
 
 
-def begin(opts: RunOptions, plan: ComparePlan, baseline: Any, on_start: Any, run_one: Any) -> tuple[str | None, str, Any]:
+def begin(opts: RunOptions, plan: ComparePlan, baseline: Any, on_start: Any,
+          run_one: Any) -> tuple[str | None, str, Any]:
     """Before a local compare's first run: every input checked, the run group named and announced.
 
     Returns the baseline, the run group and the function that runs one pipeline,
@@ -464,7 +472,8 @@ def parse_start_delays(text: str | None, backends: list[str]) -> dict[str, float
     for item in items:
         name, sep, value = item.rpartition("=")
         if sep and name not in backends:
-            raise InputError(f"--inject-start-delay {item!r}: {name!r} is not among the compared paths ({', '.join(backends)})")
+            raise InputError(f"--inject-start-delay {item!r}: {name!r} is not among the compared paths "
+                             f"({', '.join(backends)})")
         try:
             seconds = float(value)
         except ValueError:

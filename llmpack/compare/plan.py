@@ -63,7 +63,8 @@ class PlannedRun:
     label: str
     warmup: bool = False
     round: int = 0  # 1, 2...: the counted round it belongs to (0: a warm-up run)
-    startup: bool = False  # a start-up round's run: the pipeline through finetune's first step (llmpack.compare.until_decided)
+    # a start-up round's run: the pipeline through finetune's first step (llmpack.compare.until_decided)
+    startup: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +100,8 @@ class ComparePlan:
                     label = f"{name} (warm-up{f' {i + 1}/{rounds}' if rounds > 1 else ''}, not counted)"
                 else:
                     label = f"{name} ({i + 1}/{rounds})" if rounds > 1 else name
-                out.append(PlannedRun(backend=backend, fuse=fuse, label=label, warmup=warmup, round=0 if warmup else i + 1))
+                out.append(PlannedRun(backend=backend, fuse=fuse, label=label, warmup=warmup,
+                                      round=0 if warmup else i + 1))
         return out
 
 

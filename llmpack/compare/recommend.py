@@ -98,7 +98,8 @@ def recommend(result: dict[str, Any]) -> Recommendation:
         slower = [p for p in others if per_path[p]["verdict"] == h.higher]
         same = [p for p in others if per_path[p]["verdict"] == "equivalent"]
         mixed = [p for p in others if per_path[p]["verdict"] == h.lower]  # better here, decidedly worse elsewhere
-        said = [f"{', '.join(f'{p} is {h.higher} by {_by(per_path[p], h)}' for p in slower)} on {h.label}"] if slower else []
+        said = ([f"{', '.join(f'{p} is {h.higher} by {_by(per_path[p], h)}' for p in slower)} on {h.label}"]
+                if slower else [])
         said += [f"{p} is {h.lower} on {h.label} but " + " and ".join(
             f"{x.higher} on {x.label}" for x in decided if verdicts[x.metric][p]["verdict"] == x.higher) for p in mixed]
         text = f"use {baseline}: {'; '.join(said)}" + (f"; {', '.join(same)} equivalent" if same else "")

@@ -84,7 +84,8 @@ class Decision:
 
     @property
     def within_margin(self) -> bool:
-        return self.ci_low is not None and self.ci_high is not None and -self.margin < self.ci_low and self.ci_high < self.margin
+        return (self.ci_low is not None and self.ci_high is not None
+                and -self.margin < self.ci_low and self.ci_high < self.margin)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -122,7 +123,8 @@ def decide(diffs: Sequence[float], *, margin: float, design: Design) -> Decision
     else:
         verdict = "undecided"
     return Decision(delta=delta, ci_low=low, ci_high=high, confidence=1 - spent, n=n, margin=margin, verdict=verdict,
-                    rounds_to_decide=None if verdict != "undecided" else _rounds_to_decide(delta, sd, margin, design, n))
+                    rounds_to_decide=None if verdict != "undecided"
+                    else _rounds_to_decide(delta, sd, margin, design, n))
 
 
 def _rounds_to_decide(delta: float, sd: float, margin: float, design: Design, n: int, limit: int = 200) -> int | None:

@@ -70,7 +70,8 @@ def parse_budget(text: str | None) -> float:
 
 
 def warm_up(opts: RunOptions, paths: list[Path_], run: RunOne, group: str) -> None:
-    """Not counted: every path's client modules loaded here (by compiling it once), then the first path's start-up run."""
+    """Not counted: every path's client modules loaded here (by compiling it once), then the first path's
+    start-up run."""
     import tempfile
     from pathlib import Path
 
@@ -84,8 +85,8 @@ def warm_up(opts: RunOptions, paths: list[Path_], run: RunOne, group: str) -> No
                 importlib.import_module(backend.local_module)
             try:
                 backend.compile(load_pipeline(opts.pipeline), Path(tmp) / p.label)
-            except Exception:  # noqa: BLE001 - warming only: a backend that compiles nothing, or fails here, fails in its run
-                pass
+            except Exception:  # noqa: BLE001 - warming only
+                pass  # a backend that compiles nothing, or fails here, fails in its run
     first = paths[0]
     run(replace(opts, backend=first.backend, fuse=first.fuse, run_group=group, max_steps=1),
         f"{first.label} (warm-up, not counted)", pipe=_startup_pipe(first, opts))
@@ -102,7 +103,8 @@ def _startup_pipe(path: Path_, opts: RunOptions) -> Any:
 
 def compare(opts: RunOptions, backends: list[str], *, variants: list[str] | None = None, baseline: Any = "default",
             on_start: Any = None, run_one: RunOne | None = None, **kw: Any) -> dict[str, Any]:
-    """``llmpack compare`` without ``--repeats``: inputs checked, then :func:`compare_until_decided` in a new run group."""
+    """``llmpack compare`` without ``--repeats``: inputs checked, then :func:`compare_until_decided` in a new run
+    group."""
     plan = ComparePlan(backends=tuple(backends), variants=tuple(variants or [opts.fuse]))
     base, run_group, run = begin(opts, plan, baseline, on_start, run_one)
     return compare_until_decided(opts, [Path_(backend=b, fuse=f) for b, f in plan.paths], run=run,
@@ -126,7 +128,8 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
     def one(p: Path_, k: int, startup: bool, of: int | None) -> None:
         t0 = clock()
         kind = "startup" if startup and p.fuse == "none" else "full"
-        o = replace(opts, backend=p.backend, fuse=p.fuse, run_group=run_group, max_steps=1 if kind == "startup" else opts.max_steps)
+        o = replace(opts, backend=p.backend, fuse=p.fuse, run_group=run_group,
+                    max_steps=1 if kind == "startup" else opts.max_steps)
         label = f"{p.label} (round {k}{f'/{of}' if of else ''}{', start-up' if kind == 'startup' else ''})"
         tags = {ROUND_TAG: str(k), STARTUP_TAG: kind, **({DESIGN_TAG: str(of)} if of else {})}
         summary = run(o, label, pipe=_startup_pipe(p, opts) if kind == "startup" else None, tags=tags)
@@ -185,7 +188,8 @@ def adapt_budget(budget_s: float, before_s: float, round_s: float) -> dict[str, 
     if need > MAX_ADAPT * budget_s:
         return {"from_s": budget_s, "to_s": budget_s, "text": (
             f"this machine is slow: warm-up and round 1 took {clock(before_s)}; {sequential.FIRST_LOOK} rounds "
-            f"would need {clock(need)}, over {MAX_ADAPT:g}x the {clock(budget_s)} budget: the end says what would decide")}
+            f"would need {clock(need)}, over {MAX_ADAPT:g}x the {clock(budget_s)} budget: "
+            "the end says what would decide")}
     to = math.ceil(need / 10.0) * 10.0
     return {"from_s": budget_s, "to_s": to, "text": (
         f"this machine is slow: warm-up and round 1 took {clock(before_s)}; budget raised from {clock(budget_s)} "

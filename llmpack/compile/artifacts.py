@@ -27,7 +27,9 @@ from typing import Any
 from components import settings
 from components.dsl import Pipeline
 from components.errors import InputError
-from llmpack.ui.pod_options import IMAGE_REF, POD_FLAGS, PodOptions, check_image  # noqa: F401 - check_image, IMAGE_REF: importable here too
+
+# check_image, IMAGE_REF: importable here too
+from llmpack.ui.pod_options import IMAGE_REF, POD_FLAGS, PodOptions, check_image  # noqa: F401
 
 DEFAULT_OUT = Path("build/llmpack")
 
@@ -159,11 +161,14 @@ def trainjob_yaml(pipe: Pipeline, *, namespace: str = "default") -> str:
     command = gang.trainer_command("components.steps.finetune:finetune", {"tokens": str(work / "in" / "tokens")},
                                    {"model": str(work / "out" / "model")}, params)
     labels = gang.gang_labels(spec, run_group=EXAMPLE_RUN, pipeline_run=EXAMPLE_RUN, orchestrator="", step="finetune")
-    env = {settings.LAUNCHER.name: "1", settings.ATTEMPT.name: "0", settings.RANK_EVENTS.name: "1", "HF_HOME": spec.mount}
+    env = {settings.LAUNCHER.name: "1", settings.ATTEMPT.name: "0", settings.RANK_EVENTS.name: "1",
+           "HF_HOME": spec.mount}
     obj = gang.build_trainjob(spec, name=gang.trainjob_name(EXAMPLE_RUN, "finetune", 0), namespace=namespace,
                               nodes=int(values[gang.NNODES_PARAM]), command=command, labels=labels, env=env)
-    return ("# The TrainJob the finetune launcher creates for one run (llmpack compile --nodes; components/process/gang.py).\n"
-            f"# Run values are an example's ({EXAMPLE_RUN}, namespace {namespace}): each run names its own.\n" + to_yaml(obj))
+    return ("# The TrainJob the finetune launcher creates for one run "
+            "(llmpack compile --nodes; components/process/gang.py).\n"
+            f"# Run values are an example's ({EXAMPLE_RUN}, namespace {namespace}): each run names its own.\n"
+            + to_yaml(obj))
 
 
 def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = None, fuse: str = "none",
@@ -212,8 +217,8 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         kube_default = default_pull_policy(pod.image or (pipe or build()).tasks["finetune"].step.execution.image)
         if pod.pull_policy != kube_default:  # every pod on every path pulls the same way, or the flag is refused
             raise InputError(f"--image-pull-policy {pod.pull_policy} with --nodes {nodes}: a TrainJob's trainer has no "
-                             f"pull policy (Kubeflow Trainer v2.3), so its node pods pull as Kubernetes defaults for the "
-                             f"image ({kube_default}); drop the flag or use an image reference that defaults to it")
+                             f"pull policy (Kubeflow Trainer v2.3), so its node pods pull as Kubernetes defaults for "
+                             f"the image ({kube_default}); drop the flag or use an image reference that defaults to it")
     pipe = pipe or build()
     if pod is not None:  # first: the gang spec (with_gpus) and fused pods carry the image, volumes and secrets
         pipe = pod.apply(pipe)
@@ -242,7 +247,8 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
                 from llmpack.compile.prepull import PREPULL_FILE, daemonset_yaml
 
                 (tmp / PREPULL_FILE).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / PREPULL_FILE).write_text(daemonset_yaml(pipe, **({"namespace": pod.namespace} if pod and pod.namespace else {})))
+                (tmp / PREPULL_FILE).write_text(daemonset_yaml(
+                    pipe, **({"namespace": pod.namespace} if pod and pod.namespace else {})))
         except OSError as exc:  # a full disk or a quota: nothing has reached ``out`` yet
             shutil.rmtree(tmp, ignore_errors=True)
             _remove_empty(created)
@@ -283,14 +289,16 @@ def checkpoint_note(pod: PodOptions) -> str | None:
     checkpoints die with its pod."""
     ckpt = pod.checkpoints
     if ckpt.claim is not None:
-        return (f"llmpack: note: finetune checkpoints to --checkpoint-pvc {ckpt.claim.claim} every {ckpt.minutes:g} min "
-                "(--checkpoint-minutes), every checkpoint_every steps and on SIGTERM; a retry resumes from the newest")
+        return (f"llmpack: note: finetune checkpoints to --checkpoint-pvc {ckpt.claim.claim} "
+                f"every {ckpt.minutes:g} min (--checkpoint-minutes), every checkpoint_every steps and on SIGTERM; "
+                "a retry resumes from the newest")
     return ("llmpack: note: no --checkpoint-pvc: finetune's checkpoints stay in its pod, so an orchestrator retry "
             "restarts training from step 0 (docs/preemption.md)")
 
 
 def artifact_settings(backend_name: str, pod: PodOptions | None) -> dict[str, Any]:
-    """What a backend's compile takes beyond the pipeline: the pod options it declares (``compile_options``), when given."""
+    """What a backend's compile takes beyond the pipeline: the pod options it declares (``compile_options``),
+    when given."""
     from llmpack.backends import backend
 
     if pod is None:
@@ -309,7 +317,8 @@ def _remove_empty(created: list[Path]) -> None:
 
 @contextmanager
 def compiled_for_submit(orchestrator: str, gpu_type: str | None, options: Mapping[str, Any], *,
-                        pod: PodOptions | None = None, values: Mapping[str, Any] | None = None) -> Iterator[dict[str, str]]:
+                        pod: PodOptions | None = None,
+                        values: Mapping[str, Any] | None = None) -> Iterator[dict[str, str]]:
     """``llmpack submit ORCH --gpu-type T`` (or ``--image``, ``--model-pvc``...): the path's artifact compiled for them.
 
     Yields the submit options to add: the one naming the compiled artifact (``package_path``,

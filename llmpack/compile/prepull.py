@@ -3,18 +3,11 @@
 A multi-GB CUDA image pulled when a GPU pod lands on a fresh node is minutes of spin-up, paid on
 every new node (the watcher's ``image_pull_s``). The DaemonSet puts one small pod on every node
 the GPU steps may land on (their node selector and tolerations); its init container is the step
-image, so the kubelet pulls it, and runs nothing but ``true``; then the pod idles on the
-``pause`` image (a few hundred KB, a few MB of memory). When a run's GPU pod arrives the image is
-"already present on machine" and ``image_pull_s`` is 0. Its pods carry the recommended
-``app.kubernetes.io/*`` labels (``instance`` the DaemonSet itself: it serves every run) and the
-user's ``--label``s; its selector stays the two labels it always had (a selector cannot change).
-
-Decisions: no GPU is requested (the prepull pod must not hold one); non-root, no privilege
-escalation, all capabilities dropped, read-only root file system, no service-account token; the
-init container's command is ``true`` rather than Python so that an image without the pack still
-pulls (any image with coreutils). A node that joins later gets the pod as soon as it is Ready,
-which is what an autoscaled GPU pool needs; the pull then overlaps the time before the first
-GPU pod is scheduled on it.
+image running only ``true``, then the pod idles on the ``pause`` image, so a run's GPU pod finds
+the image "already present on machine". No GPU requested, non-root, nothing privileged. Its pods
+carry the recommended ``app.kubernetes.io/*`` labels and the user's ``--label``s; its selector
+stays the two labels it always had (a selector cannot change).
+Why, and the decisions: docs/spinup.md, 'Image pre-pull (`--prepull`)'.
 
     llmpack compile --prepull --image ghcr.io/your-org/llmpack:0.1.0
     kubectl apply -f build/llmpack/prepull/llmpack-prepull-daemonset.yaml
@@ -69,7 +62,8 @@ def daemonset(pipe: Pipeline, *, namespace: str = NAMESPACE) -> dict[str, Any]:
                      **({"value": tol.value} if tol.value is not None else {})}
             if entry not in tolerations:
                 tolerations.append(entry)
-    match = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "llmpack"}  # the selector: immutable, never more
+    # the selector: immutable, never more
+    match = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "llmpack"}
     # Every label a step pod has but the run's (the DaemonSet outlives runs: its instance is itself), and the user's.
     labels = pod_labels_of(recommended_labels(name=NAME, component="prepull", managed_by="llmpack", instance=NAME),
                            {}, extras)

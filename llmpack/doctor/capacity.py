@@ -140,7 +140,8 @@ def node_fit(cluster: ClusterReader, placement: GpuPlacement, pods: list[GpuPod]
         checks.append(Check(False, f"{pod.where} ({pod.shown()}) fits {len(fits)} GPU node(s), needs {pod.count}: "
                             f"{worst['metadata']['name']} lacks {'; '.join(_short(worst, pod))}",
                             "kubectl describe node " + _q(worst["metadata"]["name"]) + "  # Allocatable; a larger "
-                            "instance type, or llmpack compile --gpus fewer (the pod's CPU and memory follow its GPUs)"))
+                            "instance type, or llmpack compile --gpus fewer "
+                            "(the pod's CPU and memory follow its GPUs)"))
     return checks
 
 
@@ -165,7 +166,8 @@ def _quota_need(key: str, pods: list[GpuPod]) -> tuple[Decimal, list[str]] | Non
 
 
 def _namespaced(cluster: ClusterReader, namespace: str, plural: str, kind: str) -> tuple[list[Any], Check | None]:
-    """The ``plural`` objects in ``namespace`` (none where the kind is not served), or the line saying they went unread."""
+    """The ``plural`` objects in ``namespace`` (none where the kind is not served), or the line saying they went
+    unread."""
     try:
         return cluster.listed("", "v1", namespace, plural), None
     except Missing:
@@ -189,14 +191,16 @@ def quotas(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> Check:
                 continue
             amount, unset = need
             left = limit - used.get(key, Decimal(0))
-            fix = f"kubectl -n {_q(namespace)} describe resourcequota {_q(name)}  # ask for {key}: {amount.normalize():f} more"
+            fix = (f"kubectl -n {_q(namespace)} describe resourcequota {_q(name)}"
+                   f"  # ask for {key}: {amount.normalize():f} more")
             if unset:
                 return Check(False, f"ResourceQuota {name} in {namespace} tracks {key}, which {unset[0]} does not set "
                              "(admission refuses it)", fix)
             if amount > left:
                 return Check(False, f"ResourceQuota {name} in {namespace} leaves {left.normalize():f} {key}; the run's "
                              f"GPU pods need {amount.normalize():f}", fix)
-    return Check(True, f"ResourceQuota in {namespace}: " + (f"{len(found)} admit the run's GPU pods" if found else "none"))
+    return Check(True, f"ResourceQuota in {namespace}: "
+                 + (f"{len(found)} admit the run's GPU pods" if found else "none"))
 
 
 def limit_ranges(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> Check:
@@ -253,7 +257,8 @@ def served(cluster: ClusterReader, namespace: str, kinds: Mapping[tuple[str, str
             cluster.listed(group, version, namespace, kind.lower() + "s", limit=1)
         except Missing:
             fix = trainer_install() if group == "trainer.kubeflow.org" else (
-                f"kubectl api-resources --api-group={group}  # install the CRDs of {group} (docs/first-run-on-a-cluster.md)")
+                f"kubectl api-resources --api-group={group}"
+                f"  # install the CRDs of {group} (docs/first-run-on-a-cluster.md)")
             checks.append(Check(False, f"{kind} ({api_version}) is not served by this API server; {file} creates one",
                                 fix))
             continue
@@ -299,7 +304,8 @@ class Needs:
 
 def needs_of(root: Path, paths: tuple[str, ...], *, gang: bool, source: str | None = None) -> Needs:
     """Read from the artifacts under ``root`` (an unreadable file: an InputError naming it, exit 2)."""
-    return Needs({p: gpu_pods(root, p, gang=gang) for p in paths}, {p: created_kinds(root, p, gang=gang) for p in paths},
+    return Needs({p: gpu_pods(root, p, gang=gang) for p in paths},
+                 {p: created_kinds(root, p, gang=gang) for p in paths},
                  compiled_namespace(root), source or "the committed artifacts")
 
 

@@ -79,7 +79,8 @@ def gpu_placement(gpus: int | None = None, gpu_type: str | None = None) -> GpuPl
                 execution = replace(execution, resources=replace(execution.resources, gpu_type=gpu_type))
             own, affinity = gpu_nodes.placement(execution)
             selector.update(own)
-            for term in (affinity or {}).get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", []):
+            for term in ((affinity or {}).get("requiredDuringSchedulingIgnoredDuringExecution", {})
+                         .get("nodeSelectorTerms", [])):
                 text = ",".join(f"{e['key']} in ({','.join(e['values'])})" for e in term["matchExpressions"])
                 if text not in terms:
                     terms.append(text)
@@ -107,7 +108,8 @@ def namespace_exists(cluster: ClusterReader, namespace: str) -> tuple[Check, dic
 
 def _secret_keys(secret: Mapping[str, Any]) -> set[str]:
     """The keys of a Secret that hold a value (``data`` or ``stringData``)."""
-    return {k for k, v in (secret.get("data") or {}).items() if v} | {k for k, v in (secret.get("stringData") or {}).items() if v}
+    return ({k for k, v in (secret.get("data") or {}).items() if v}
+            | {k for k, v in (secret.get("stringData") or {}).items() if v})
 
 
 def tracking_secret(cluster: ClusterReader, namespace: str, name: str | None = None) -> Check:
@@ -130,7 +132,8 @@ def tracking_secret(cluster: ClusterReader, namespace: str, name: str | None = N
         patch = f"kubectl -n {_q(namespace)} patch secret {secret_name} -p " + _q(
             '{"stringData":{"' + TRACKING_URI_KEY + '":"' + EXAMPLE_URI + '"}}')
         return Check(False, f"Secret {secret_name} in {namespace} has no {TRACKING_URI_KEY} key", patch)
-    uri = _decoded((secret.get("data") or {}).get(TRACKING_URI_KEY)) or str((secret.get("stringData") or {}).get(TRACKING_URI_KEY, ""))
+    uri = (_decoded((secret.get("data") or {}).get(TRACKING_URI_KEY))
+           or str((secret.get("stringData") or {}).get(TRACKING_URI_KEY, "")))
     if not uri.startswith(("http://", "https://", "databricks")):
         return Check(False, f"Secret {secret_name} in {namespace}: {TRACKING_URI_KEY} is not an http(s) URL "
                      "(a pod's MLflow must reach a server)", f"kubectl -n {_q(namespace)} edit secret {secret_name}")
@@ -236,7 +239,8 @@ def gpu_nodes(cluster: ClusterReader, placement: GpuPlacement, nodes_needed: int
         return [Check(False, f"no node has the labels the GPU pods select: {shown} (a pool scaled to 0 counts as none)",
                       f"kubectl label node YOUR_GPU_NODE {first[0]}={first[1]}  # or install the NVIDIA GPU operator, "
                       "which labels GPU nodes")]
-    checks = [Check(True, f"{len(nodes)} node(s) of {shown}" if placement.terms else f"{len(nodes)} node(s) labelled {shown}")]
+    checks = [Check(True, f"{len(nodes)} node(s) of {shown}" if placement.terms
+                    else f"{len(nodes)} node(s) labelled {shown}")]
     usable = [n for n in nodes if not blocking_taints(n, placement.tolerations)]
     if not usable:
         node = nodes[0]
@@ -245,7 +249,8 @@ def gpu_nodes(cluster: ClusterReader, placement: GpuPlacement, nodes_needed: int
         allowed = ", ".join(f"{t.key}:{t.effect}" for t in placement.tolerations) or "none"
         name = node["metadata"]["name"]
         fix = (f"kubectl uncordon {_q(name)}  # cordoned: the API server's own taint goes with it"
-               if taint.get("key") == UNSCHEDULABLE_TAINT else f"kubectl taint node {name} {taint.get('key')}:{taint.get('effect')}-")
+               if taint.get("key") == UNSCHEDULABLE_TAINT
+               else f"kubectl taint node {name} {taint.get('key')}:{taint.get('effect')}-")
         checks.append(Check(False, f"every GPU node has a taint the GPU pods do not tolerate (e.g. {spelled} on "
                             f"{name}; tolerated: {allowed})", fix))
         return checks
@@ -254,7 +259,8 @@ def gpu_nodes(cluster: ClusterReader, placement: GpuPlacement, nodes_needed: int
     want = f"{placement.gpus} allocatable {GPU_RESOURCE}"
     if len(enough) < nodes_needed:
         most = max((_gpus(n) for n in usable), default=0)
-        checks.append(Check(False, f"{len(enough)} tolerated GPU node(s) with {want}, need {nodes_needed} (most: {most})",
+        checks.append(Check(False,
+                            f"{len(enough)} tolerated GPU node(s) with {want}, need {nodes_needed} (most: {most})",
                             "kubectl get nodes -o custom-columns=NAME:.metadata.name,GPUS:.status.allocatable."
                             "nvidia\\.com/gpu  # 0 or none: install the NVIDIA device plugin (GPU operator)"))
     else:
@@ -262,7 +268,7 @@ def gpu_nodes(cluster: ClusterReader, placement: GpuPlacement, nodes_needed: int
     return checks
 
 
-# --------------------------------------------------------------------------- gang: runtime, launcher RBAC, shared PVC, queue
+# --------------------------------------------------------------------------- gang: runtime, launcher RBAC, PVC, queue
 
 
 def trainer_install(version: str | None = None) -> str:
@@ -293,12 +299,14 @@ def training_runtime(cluster: ClusterReader) -> Check:
 
 
 def launcher_rbac(cluster: ClusterReader, namespace: str) -> Check:
-    """The ServiceAccount, Role and RoleBinding of ``trainjob/launcher-rbac.yaml``, the Role allowing the launcher's calls."""
+    """The ServiceAccount, Role and RoleBinding of ``trainjob/launcher-rbac.yaml``, the Role allowing the
+    launcher's calls."""
     from components.podspec import NODE_SERVICE_ACCOUNT
     from components.servers.trainjob_launch import LAUNCHER_SERVICE_ACCOUNT, RBAC_FILE, RBAC_VERBS
     from components.servers.trainjob_launch import launcher_rbac as wanted
 
-    fix = f"kubectl apply -n {_q(namespace)} -f build/2x4/{RBAC_FILE}  # written by llmpack compile --nodes N --out build/2x4"
+    fix = (f"kubectl apply -n {_q(namespace)} -f build/2x4/{RBAC_FILE}"
+           "  # written by llmpack compile --nodes N --out build/2x4")
     name = LAUNCHER_SERVICE_ACCOUNT
     try:
         account = cluster.service_account(namespace, name)
@@ -306,7 +314,8 @@ def launcher_rbac(cluster: ClusterReader, namespace: str) -> Check:
         binding = cluster.role_binding(namespace, name)
     except Unanswered as exc:
         return unread(exc, f"Role {name} in {namespace}", namespace)
-    missing = [kind for kind, obj in (("ServiceAccount", account), ("Role", role), ("RoleBinding", binding)) if obj is None]
+    missing = [kind for kind, obj in (("ServiceAccount", account), ("Role", role), ("RoleBinding", binding))
+               if obj is None]
     if missing:
         return Check(False, f"launcher RBAC in {namespace}: {', '.join(missing)} {name} missing (the gang launcher "
                      "creates its TrainJob as it)", fix)
@@ -319,15 +328,17 @@ def launcher_rbac(cluster: ClusterReader, namespace: str) -> Check:
                      "TrainJob's node pods run as it: without it none is created)", fix)
     rule = wanted()[1]["rules"][0]
     group, plural = rule["apiGroups"][0], rule["resources"][0]
-    granted = {v for r in role.get("rules") or [] if group in (r.get("apiGroups") or []) or "*" in (r.get("apiGroups") or [])
-               if plural in (r.get("resources") or []) or "*" in (r.get("resources") or []) for v in r.get("verbs") or []}
+    granted = {v for r in role.get("rules") or []
+               if group in (r.get("apiGroups") or []) or "*" in (r.get("apiGroups") or [])
+               if plural in (r.get("resources") or []) or "*" in (r.get("resources") or [])
+               for v in r.get("verbs") or []}
     lacking = [v for v in RBAC_VERBS if v not in granted and "*" not in granted]
     if lacking:
         return Check(False, f"launcher RBAC in {namespace}: Role {name} does not allow {', '.join(lacking)} "
                      f"{plural}.{group}", fix)
     ref = binding.get("roleRef") or {}
-    bound = any(s.get("kind") == "ServiceAccount" and s.get("name") == name and s.get("namespace", namespace) == namespace
-                for s in binding.get("subjects") or [])
+    bound = any(s.get("kind") == "ServiceAccount" and s.get("name") == name
+                and s.get("namespace", namespace) == namespace for s in binding.get("subjects") or [])
     if ref.get("kind") != "Role" or ref.get("name") != name or not bound:
         return Check(False, f"launcher RBAC in {namespace}: RoleBinding {name} does not bind Role {name} to "
                      f"ServiceAccount {name}", fix)
@@ -495,7 +506,8 @@ def secret_key(cluster: ClusterReader, namespace: str, name: str, key: str, env:
                      f"--from-literal={key}=\"$HF_TOKEN\"")
     if key not in _secret_keys(secret):
         return Check(False, f"Secret {name} in {namespace} has no {key} key (the pods read {env} from it)",
-                     f"kubectl -n {_q(namespace)} patch secret {name} -p " + _q('{"stringData":{"' + key + '":"<token>"}}'))
+                     f"kubectl -n {_q(namespace)} patch secret {name} -p "
+                     + _q('{"stringData":{"' + key + '":"<token>"}}'))
     return Check(True, f"Secret {name} in {namespace} has {key} ({env})")
 
 

@@ -177,7 +177,8 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         if ckpt and ckpt != shared:  # the same claim as the gang's shared one: checked ReadWriteMany above
             checks.append(dc.shared_pvc(cluster, namespace, ckpt, shared=gang))
         mounted = set().union(*(claims[path] for path in paths)) | ({opts.cache_pvc} if opts.cache_pvc else set())
-        for name in sorted((mounted - {shared} | set(opts.pvcs)) - {ckpt}):  # what the compiled pods mount, --cache-pvc, --model-pvc...
+        # what the compiled pods mount, --cache-pvc, --model-pvc...
+        for name in sorted((mounted - {shared} | set(opts.pvcs)) - {ckpt}):
             checks.append(dc.shared_pvc(cluster, namespace, name, shared=False))
         found_refs = [(refs or {}).get(path, (set(), set())) for path in paths]
         secrets = {(n, k): e for n, k, e in sorted(set().union(*(r for r, _ in found_refs)) | set(opts.secrets))}
@@ -270,7 +271,8 @@ def pod_namespace_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--NAME-namespace`` for each path whose pods run in their own namespace, its default the backend's."""
     for path in reversed(_own_namespace_paths()):
         func = click.option(f"--{path.name}-namespace", f"{path.name}_namespace", default=path.default_namespace,
-                            show_default=True, help=f"Namespace {path.name} runs its pods in (multi-user: the profile's).")(func)
+                            show_default=True,
+                            help=f"Namespace {path.name} runs its pods in (multi-user: the profile's).")(func)
     return func
 
 
@@ -334,8 +336,10 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
                    "with --nodes: examples/multinode).")
 @server_options
 @backend_flag_options
-@click.option("--model-pvc", default=None, metavar="NAME[:MOUNT]", help="The model's PVC (as llmpack compile): exists, Bound.")
-@click.option("--data-pvc", default=None, metavar="NAME[:MOUNT]", help="The data's PVC (as llmpack compile): exists, Bound.")
+@click.option("--model-pvc", default=None, metavar="NAME[:MOUNT]",
+              help="The model's PVC (as llmpack compile): exists, Bound.")
+@click.option("--data-pvc", default=None, metavar="NAME[:MOUNT]",
+              help="The data's PVC (as llmpack compile): exists, Bound.")
 @click.option("--checkpoint-pvc", default=None, metavar="NAME[:MOUNT]",
               help="finetune's checkpoint PVC (as llmpack compile): exists, Bound; with --nodes: ReadWriteMany.")
 @click.option("--hf-token-secret", default=None, metavar="NAME[:KEY]", help="HF_TOKEN's Secret: it and its key exist.")
@@ -380,7 +384,8 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
         raise InputError(f"--compiled {compiled}: no such directory")
     namespace = namespace or compiled_namespace(compiled or root) or DEFAULT_NAMESPACE
     opts = DoctorOptions(paths=parse_paths(paths), namespace=namespace, gpus=gpus,
-                         gpu_type=None if gpu_type is None else resolve_gpu_type(gpu_type), nodes=nodes, queue=queue, cache_pvc=cache_pvc, compiled=compiled or root,
+                         gpu_type=None if gpu_type is None else resolve_gpu_type(gpu_type), nodes=nodes, queue=queue,
+                         cache_pvc=cache_pvc, compiled=compiled or root,
                          hosts=server_hosts(per_path), pod_namespaces=pod_namespaces(per_path),
                          flags=backend_flag_values(per_path),
                          checkpoint_pvc=checkpoint_claim(checkpoint_pvc),
@@ -403,8 +408,9 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
     from components.redaction import redact_text  # a server's message may quote a URL or a token
 
     if as_json:
-        click.echo(redact_text(json.dumps({"ok": all(c.ok for c in checks), "host": cluster.host, "paths": list(opts.paths),
-                                           "checks": [c.as_dict() for c in checks]}, sort_keys=True)))
+        click.echo(redact_text(json.dumps({"ok": all(c.ok for c in checks), "host": cluster.host,
+                                           "paths": list(opts.paths), "checks": [c.as_dict() for c in checks]},
+                                          sort_keys=True)))
     else:
         click.echo(redact_text(render(checks, opts, cluster.host)))
     if not all(c.ok for c in checks):

@@ -55,7 +55,8 @@ def pod_specs(root: Path, path: str, *, gang: bool) -> list[PodSpec]:
         specs += [PodSpec(f"TrainJob {s.where}", s.pod, s.containers, s.host_path)
                   for s in pod_specs_in((load_compiled(root / TRAINJOB_ARTIFACT) or [{}])[0])]
         if not any(s.where.startswith("TrainJob") for s in specs):
-            specs.append(PodSpec("TrainJob node pods"))  # no pod spec patched in: the runtime's pods, no context of ours
+            # no pod spec patched in: the runtime's pods, no context of ours
+            specs.append(PodSpec("TrainJob node pods"))
     return specs
 
 
@@ -90,7 +91,8 @@ def referenced_secrets(root: Path, path: str, *, gang: bool) -> tuple[set[tuple[
             ref = doc.get("secretKeyRef")
             if isinstance(ref, Mapping) and not ref.get("optional") and "{{" not in str(ref.get("name")):
                 refs.add((str(ref.get("name")), str(ref.get("key")), env))
-            if isinstance(doc.get("secretName"), str) and isinstance(doc.get("keyToEnv"), list) and not doc.get("optional"):
+            if (isinstance(doc.get("secretName"), str) and isinstance(doc.get("keyToEnv"), list)
+                    and not doc.get("optional")):
                 refs.update((doc["secretName"], str(k.get("secretKey")), str(k.get("envVar"))) for k in doc["keyToEnv"])
             for item in doc.get("imagePullSecrets") or []:  # a pod spec's
                 pulls.add(str(item.get("name")))
@@ -110,7 +112,8 @@ def load_compiled(file: Path) -> list[Any]:
     try:
         return [doc for doc in yamltext.load_file(file, str(file), documents=True) if doc is not None]
     except OSError as exc:
-        raise InputError(f"{file}: {exc.strerror or exc} (point --compiled at what llmpack compile --out wrote)") from None
+        raise InputError(f"{file}: {exc.strerror or exc} "
+                         "(point --compiled at what llmpack compile --out wrote)") from None
 
 
 def violations(spec: PodSpec, level: str) -> list[str]:

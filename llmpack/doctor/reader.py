@@ -114,7 +114,8 @@ class ClusterReader:
                 continue
         raise Missing(f"{plural}.{group} is not served (at {', '.join(versions)})")
 
-    def listed(self, group: str, version: str, namespace: str, plural: str, limit: int | None = None) -> list[dict[str, Any]]:
+    def listed(self, group: str, version: str, namespace: str, plural: str,
+               limit: int | None = None) -> list[dict[str, Any]]:
         """The objects of ``plural`` in ``namespace`` (``group`` "" for the core API); :class:`Missing` when the
         resource is not served."""
         base = f"/apis/{group}/{version}" if group else f"/api/{version}"
@@ -167,6 +168,7 @@ def unread(exc: Exception, what: str, namespace: str = "") -> DoctorCheck:
     """The failed check of a read that raised :class:`Unanswered`: forbidden (with the can-i line) or unanswered."""
     if isinstance(exc, Forbidden):
         scope = f" -n {shlex.quote(namespace)}" if namespace else ""
-        return DoctorCheck(False, f"{what}: you may not read it ({exc})", f"kubectl auth can-i get {what.split()[0].lower()}s"
+        return DoctorCheck(False, f"{what}: you may not read it ({exc})",
+                           f"kubectl auth can-i get {what.split()[0].lower()}s"
                            f"{scope}  # ask your cluster admin for read access")
     return DoctorCheck(False, f"{what}: the API did not answer ({exc})", "kubectl cluster-info")

@@ -7,7 +7,8 @@
 - :mod:`llmpack.k8s.dumps` and :mod:`llmpack.k8s.timeline`: ``llmpack timeline`` (dump files in, a table out).
 - :mod:`llmpack.k8s.slim`: objects trimmed to what the analysis and node billing read (the watcher keeps these).
 - :mod:`llmpack.k8s.billing`: pods and nodes billed (GPU-seconds per pod, node spans, node cost).
-- :mod:`llmpack.k8s.api`: the Kubernetes API client (host and token, kubeconfig or in-cluster) and its errors in one line.
+- :mod:`llmpack.k8s.api`: the Kubernetes API client (host and token, kubeconfig or in-cluster) and its
+  errors in one line.
 - :mod:`llmpack.k8s.watcher`: :class:`~llmpack.k8s.watcher.PodWatcher`, one watch per run group
   with the real ``kubernetes`` client, feeding the same analysis.
 

@@ -121,8 +121,8 @@ def read_json(resp: Any) -> Any:
         return json.loads(data)
     except ValueError:
         text = bytes(data or b"")[:60].decode("utf-8", errors="replace")
-        raise InputError(f"the Kubernetes API answered with something that is not JSON (it starts {redact_text(text)!r}); "
-                         "is the host a Kubernetes API server?") from None
+        raise InputError("the Kubernetes API answered with something that is not JSON "
+                         f"(it starts {redact_text(text)!r}); is the host a Kubernetes API server?") from None
     finally:
         resp.release_conn()
 

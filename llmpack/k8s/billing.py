@@ -110,7 +110,8 @@ def pod_attempts(rows: Iterable[Mapping[str, Any]]) -> dict[int, tuple[int, bool
             by_step.setdefault(row["step"], []).append(row)
     out: dict[int, tuple[int, bool]] = {}
     for mine in by_step.values():
-        mine.sort(key=lambda r: (math.inf if r.get("created") is None else float(r["created"]), str(r.get("pod") or "")))
+        mine.sort(key=lambda r: (math.inf if r.get("created") is None else float(r["created"]),
+                                 str(r.get("pod") or "")))
         for n, row in enumerate(mine):
             out[id(row)] = (n, n == len(mine) - 1)
     return out

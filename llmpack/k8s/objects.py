@@ -113,7 +113,8 @@ def _parse_text(value: str) -> float:
     if len(value) == 20:  # what the API server writes, "2025-03-14T10:00:00Z": no regex, no generator
         m = _PLAIN_UTC.match(value)
         if m:
-            month, day, hour, minute, second = int(value[5:7]), int(value[8:10]), int(value[11:13]), int(value[14:16]), int(value[17:19])
+            month, day, hour, minute, second = (int(value[5:7]), int(value[8:10]), int(value[11:13]),
+                                                int(value[14:16]), int(value[17:19]))
             if not (1 <= month <= 12 and 1 <= day <= 31 and hour <= 23 and minute <= 59 and second <= 60):
                 raise ValueError(value)
             return float(_days_since_epoch(int(value[:4]), month, day) * 86400 + hour * 3600 + minute * 60 + second)

@@ -100,7 +100,8 @@ def is_llmpack_pod(pod: Mapping[str, Any]) -> bool:
 
 
 def _node_name_parts(pod: Mapping[str, Any]) -> list[str]:
-    """The workflow node name (Argo's) split on dots, retry/loop suffixes stripped: ['wf', 'root', 'finetune', 'executor']."""
+    """The workflow node name (Argo's) split on dots, retry/loop suffixes stripped:
+    ['wf', 'root', 'finetune', 'executor']."""
     annotations = annotations_of(pod)
     node_name = next((annotations[k] for k in all_pod_marks().node_annotations if annotations.get(k)), "")
     parts = [re.sub(r"(\(\d+\)|\[\d+\])+$", "", p) for p in node_name.split(".")]
@@ -116,7 +117,8 @@ def _template(pod: Mapping[str, Any], drivers: Drivers) -> str | None:
 
 
 def role_of(pod: Mapping[str, Any], orchestrator: str) -> str:
-    """``driver`` for an orchestrator's own driver pods (KFP v2: system-dag-driver, system-container-driver), else ``executor``."""
+    """``driver`` for an orchestrator's own driver pods (KFP v2: system-dag-driver, system-container-driver),
+    else ``executor``."""
     drivers = pod_marks(orchestrator).drivers
     if drivers is None:
         return "executor"
@@ -286,7 +288,8 @@ def gang_of(pod: Mapping[str, Any]) -> tuple[str, int | None, int | None] | None
 
 def orchestrator_run_of(pod: Mapping[str, Any]) -> str | None:
     """The orchestrator's own run id (its :attr:`~components.backend.PodMarks.run_labels`): KFP ``pipeline/runid``,
-    the Argo workflow, the MLflow Job (a TrainJob's node pods carry their own Job's name: none of the orchestrator's)."""
+    the Argo workflow, the MLflow Job (a TrainJob's node pods carry their own Job's name: none of the
+    orchestrator's)."""
     labels = labels_of(pod)
     if labels.get(JOBSET_NAME_LABEL):
         return None
@@ -500,8 +503,9 @@ def to_step_records(
     the first pod's ``pod_created``, and every attempt is billed; see
     :mod:`components.record.telemetry`). A TrainJob's node pods (rows with ``gang``) are not attempts:
     they belong to the attempt of the launcher pod before them (:func:`gang_attempt`) and give
-    ``<event>.node<rank>`` records (``node_ready.node1``), one set per node. On a cluster this numbering is the attempt's authority: a retry
-    is a fresh pod whose step cannot count its attempts in its own JSONL. KFP driver pods are the
+    ``<event>.node<rank>`` records (``node_ready.node1``), one set per node. On a cluster this
+    numbering is the attempt's authority: a retry is a fresh pod whose step cannot count its
+    attempts in its own JSONL. KFP driver pods are the
     orchestrator's overhead, not a step, and give no records; ``node_ready`` only appears when a
     node was provisioned for the pod.
     """

@@ -57,13 +57,15 @@ class PreemptInjector:
     def step(self) -> bool:
         """One look at the rows: evict when due. True when there is nothing more to do."""
         mine = sorted((r for r in self.rows() if r.get("step") in self.pod_steps and r.get("role") != "driver"
-                       and bool(r.get("gang")) == self.gang), key=lambda r: (r.get("created") or 0.0, str(r.get("pod"))))
+                       and bool(r.get("gang")) == self.gang),
+                      key=lambda r: (r.get("created") or 0.0, str(r.get("pod"))))
         evicted = {e["pod"] for e in self.evictions}
         preempted = [r for r in mine if r.get("disruption") or r.get("pod") in evicted]
         moments = self.spec.moments(float("inf")) if self.spec.rate_per_h is not None else [self.spec.at_s or 0.0]
         if len(preempted) >= len(moments):
             return True
-        live = [r for r in mine if r.get("container_started") is not None and r.get("phase") not in ("Succeeded", "Failed")
+        live = [r for r in mine if r.get("container_started") is not None
+                and r.get("phase") not in ("Succeeded", "Failed")
                 and not r.get("deleted") and r.get("pod") not in evicted]
         if not live:
             return bool(mine) and all(r.get("phase") == "Succeeded" for r in mine)  # the step finished unpreempted

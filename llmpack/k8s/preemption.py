@@ -160,10 +160,12 @@ _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
 def parse_preempt(text: str, steps: Sequence[str], flag: str = "--preempt") -> PreemptSpec:
-    """``finetune@30s``, ``finetune@2m``, ``finetune@rate=0.5/h`` or ``finetune@rate=2/h,seed=7``; one-line error else."""
+    """``finetune@30s``, ``finetune@2m``, ``finetune@rate=0.5/h`` or ``finetune@rate=2/h,seed=7``; one-line
+    error else."""
     step, at, rest = str(text).strip().partition("@")
     if not at or not step or not rest:
-        raise InputError(f"{flag} {text!r}: expected STEP@DURATION (finetune@30s) or STEP@rate=R/h (finetune@rate=0.5/h)")
+        raise InputError(f"{flag} {text!r}: expected STEP@DURATION (finetune@30s) "
+                         "or STEP@rate=R/h (finetune@rate=0.5/h)")
     if step not in steps:
         raise InputError(f"{flag} {text!r}: no step {step!r} (choose among {', '.join(steps)})")
     m = _DURATION.match(rest)
@@ -190,7 +192,8 @@ def _order(row: Mapping[str, Any]) -> tuple[float, str]:
 
 
 def _gpu_start(row: Mapping[str, Any]) -> float | None:
-    """When a pod began holding GPU time as billed: its node's Ready when brought up for it, else its container start."""
+    """When a pod began holding GPU time as billed: its node's Ready when brought up for it, else its container
+    start."""
     created, ready = row.get("created"), row.get("node_ready")
     if created is not None and ready is not None and ready > created:
         return float(ready)
@@ -300,7 +303,8 @@ def _gang_waste(a: dict[str, Any], nxt: dict[str, Any] | None, row_of: Mapping[A
 
 def preemption_metrics(rows: Iterable[Mapping[str, Any]], steps: Mapping[str, Any], gpus_by_step: Mapping[str, int],
                        price: float | None, *, retry_gpu_hours: float | None = None,
-                       aliases: Mapping[str, str] | None = None) -> tuple[dict[str, float | None], list[dict[str, Any]]]:
+                       aliases: Mapping[str, str] | None = None
+                       ) -> tuple[dict[str, float | None], list[dict[str, Any]]]:
     """The run's preemption metrics and its attempts (each preempted one with its waste).
 
     Metrics: ``preemptions``; ``preempted_gpu_hours`` (the preempted attempts' whole GPU time);

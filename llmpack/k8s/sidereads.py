@@ -116,7 +116,8 @@ class SideReads:
             if isinstance(node, ApiException):
                 if node.status == 403:
                     self._nodes_denied = True
-                    self.warnings.append("not allowed to read nodes: instance type, GPU product and node_ready are unknown")
+                    self.warnings.append("not allowed to read nodes: instance type, GPU product and node_ready "
+                                         "are unknown")
                     return
                 if node.status == 404:  # scaled away already
                     with self._lock:
@@ -132,7 +133,8 @@ class SideReads:
         from kubernetes.client.exceptions import ApiException
 
         with self._lock:
-            names = sorted(n for n, node in self._nodes.items() if n not in self._gone and node_facts(node)["removed"] is None)
+            names = sorted(n for n, node in self._nodes.items()
+                           if n not in self._gone and node_facts(node)["removed"] is None)
         for name, node in self._read_nodes(names):
             if isinstance(node, ApiException):
                 if node.status == 404:

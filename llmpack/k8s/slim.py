@@ -115,7 +115,8 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
         },
         "status": {
             "phase": _intern(status.get("phase")),
-            "conditions": [_slim_condition(c) for c in status.get("conditions") or () if c.get("type") in _SLIM_CONDITIONS],
+            "conditions": [_slim_condition(c) for c in status.get("conditions") or ()
+                           if c.get("type") in _SLIM_CONDITIONS],
             "containerStatuses": [cstatus(st) for st in status.get("containerStatuses") or ()],
         },
     }
@@ -123,7 +124,8 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 def _slim_condition(c: Mapping[str, Any]) -> dict[str, Any]:
     """type, status and time; a ``DisruptionTarget``'s reason too (who took the pod: a preemption's cause)."""
-    out = {"type": _intern(c.get("type")), "status": _intern(c.get("status")), "lastTransitionTime": c.get("lastTransitionTime")}
+    out = {"type": _intern(c.get("type")), "status": _intern(c.get("status")),
+           "lastTransitionTime": c.get("lastTransitionTime")}
     if c.get("type") == DISRUPTION_CONDITION:
         out["reason"] = _intern(c.get("reason"))
     return out

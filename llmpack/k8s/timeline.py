@@ -26,7 +26,8 @@ def timeline_from_files(
     ``run_group`` keeps that run group's pods; ``runs`` adds pods by orchestrator run id (a KFP
     run id -> its pipeline_run), see :func:`select_pods`.
     """
-    files = {"pods": str(pods), "nodes": str(nodes) if nodes else "nodes", "events": str(events) if events else "events"}
+    files = {"pods": str(pods), "nodes": str(nodes) if nodes else "nodes",
+             "events": str(events) if events else "events"}
     pod_items = load_pods(pods)
     node_items = load_nodes(nodes) if nodes else []
     event_items = load_events(events) if events else []
@@ -55,7 +56,8 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """A plain-text table of the rows (seconds, one decimal; '-' for not applicable / unknown).
 
     A TrainJob node pod's step reads ``finetune/node<rank>``: every node of the gang has its row."""
-    header = ("POD", "ORCH", "ROLE", "STEP", "NODE TYPE", "QUEUE_S", "PROVISION_S", "PULL_S", "START_S", "RUN_S", "PHASE")
+    header = ("POD", "ORCH", "ROLE", "STEP", "NODE TYPE", "QUEUE_S", "PROVISION_S", "PULL_S", "START_S", "RUN_S",
+              "PHASE")
     table = [header]
     for r in rows:
         table.append(
@@ -77,6 +79,7 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     numeric = {5, 6, 7, 8, 9}
     out = []
     for line in table:
-        cells = [str(v).rjust(w) if c in numeric else str(v).ljust(w) for c, (v, w) in enumerate(zip(line, widths, strict=True))]
+        cells = [str(v).rjust(w) if c in numeric else str(v).ljust(w)
+                 for c, (v, w) in enumerate(zip(line, widths, strict=True))]
         out.append("  ".join(cells).rstrip())
     return "\n".join(out)

@@ -57,9 +57,10 @@ class PodWatcher:
     ``run_ids`` (an orchestrator's own run id -> pipeline_run, or just run ids) adds a watch for
     the pods of those runs, for each cluster backend whose pods cannot carry
     ``llmpack.io/run-group`` (labels fixed at compile time: KFP's drivers and executors): found by
-    its ``PodMarks.unlabelled_selector`` and run-id label, the run id coming back at submit. ``window_s`` is the server-side
-    ``timeoutSeconds`` of each watch request (the watch resumes from the last resourceVersion
-    after each); ``request_timeout_s`` bounds connects and non-watch calls.
+    its ``PodMarks.unlabelled_selector`` and run-id label, the run id coming back at submit.
+    ``window_s`` is the server-side ``timeoutSeconds`` of each watch request (the watch resumes
+    from the last resourceVersion after each); ``request_timeout_s`` bounds connects and
+    non-watch calls.
     """
 
     def __init__(
@@ -107,7 +108,8 @@ class PodWatcher:
         self._relisting = threading.Lock()
         self._side = SideReads(self._core, namespace, self._timeout, self.warnings, self._is_ours, self._relisting)
         self._version = 0
-        self._rows: tuple[tuple[int, int], Rows] | None = None  # the last analysis, by (pod version, side reads version)
+        # the last analysis, by (pod version, side reads version)
+        self._rows: tuple[tuple[int, int], Rows] | None = None
         self._stop_requested = False
         self._stopping = False
         self._error: BaseException | None = None
@@ -142,7 +144,8 @@ class PodWatcher:
             self._rows = None  # not kept alive while the next analysis builds its rows
             nodes, events = self._side.snapshot()
             rows = analyze([p for _, p in pods], nodes, events, run_group=self.run_group, runs=self.run_ids)
-            deleted_names = {(p["metadata"].get("namespace") or "", p["metadata"]["name"]) for k, p in pods if k in deleted}
+            deleted_names = {(p["metadata"].get("namespace") or "", p["metadata"]["name"])
+                             for k, p in pods if k in deleted}
             for row in rows:
                 row["deleted"] = (row["namespace"], row["pod"]) in deleted_names
                 row["outcome"] = attempt_outcome(row)  # a pod deleted unfinished failed, unless disrupted
@@ -158,7 +161,8 @@ class PodWatcher:
         """Cheap check on the stored pods (no analysis): one that is neither finished nor deleted."""
         with self._lock:
             return any(
-                p["status"].get("phase") not in TERMINAL_PHASES and key not in self._deleted for key, p in self._pods.items()
+                p["status"].get("phase") not in TERMINAL_PHASES and key not in self._deleted
+                for key, p in self._pods.items()
             )
 
     @property
@@ -339,7 +343,8 @@ class PodWatcher:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            read_json(self._core().read_namespace(self.namespace, _preload_content=False, _request_timeout=self._timeout()))
+            read_json(self._core().read_namespace(self.namespace, _preload_content=False,
+                                                  _request_timeout=self._timeout()))
         except ApiException as exc:
             if exc.status == 404:
                 host = self.api_client.configuration.host

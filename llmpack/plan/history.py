@@ -208,7 +208,8 @@ def from_dumps(pods: str, nodes: str | None, events: str | None, progress: Progr
     out = []
     for g in gangs_from_rows(rows):
         pairs = tuple(NodePhases(provision_s=n.provision_s if n.provision_s is not None else n.ready_s,
-                                 pull_s=max(0.0, n.ready_s - (n.provision_s if n.provision_s is not None else n.ready_s)))
+                                 pull_s=max(0.0, n.ready_s - (n.provision_s if n.provision_s is not None
+                                                              else n.ready_s)))
                       for n in g.nodes)
         out.append(RunSample(run=g.run, path=g.path, gpu_type=gpu.gpu_type or "unknown", capacity=capacity, nodes=pairs,
                              overhead_s=g.overhead_s, load_s=None, train_s=g.train_s, post_s=None,

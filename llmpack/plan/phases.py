@@ -1,19 +1,9 @@
 """The phase model: which measured samples an option (path x GPU type x capacity) is estimated from,
 and which of them it borrows.
 
-A run's start-up is split into phases by what they depend on (docs/plan.md):
-
-=========  ===========================================  ==================================
-phase      span                                         depends on
-=========  ===========================================  ==================================
-overhead   submit -> the gang's pods created            the path (the orchestrator's work)
-provision  pod created -> its node Ready (queue incl.)  the GPU type and capacity (cloud)
-pull       node Ready -> container started              neither: the same image anywhere
-load       gang ready -> first optimizer step           neither: model load, first batch
-train      first step -> training finished              the GPU type
-post       training finished -> run finished            the path (evaluate, register)
-other      GPU node-hours outside the finetune gang     the path (evaluate's node, a Job pod)
-=========  ===========================================  ==================================
+A run's start-up is split into phases by what they depend on: overhead (the path), provision (the
+GPU type and capacity), pull and load (neither), train (the GPU type), post and other (the path);
+their spans and the order of sources each borrows from: docs/plan.md, 'The model'.
 
 Each phase takes the option's own runs first (same path and GPU type; for ``provision`` the same
 capacity too), then the sources :data:`BORROW` lists, in order; a phase taken from anything but the
@@ -182,7 +172,8 @@ def option_samples(samples: Sequence[RunSample], option: Option) -> OptionSample
         train_s=statistics.median(_values(picked["train"], lambda s: s.train_s)),
         post_s=statistics.median(_values(picked["post"], lambda s: s.post_s)) if picked["post"] else 0.0,
         other_gpu_h=_values(picked["other"], lambda s: s.other_gpu_h),
-        step_s=_median_or_none(_values(picked["train"], lambda s: s.train_s / s.steps if s.train_s and s.steps else None)),
+        step_s=_median_or_none(_values(picked["train"],
+                                       lambda s: s.train_s / s.steps if s.train_s and s.steps else None)),
         gpus_per_node=max(per_node) if per_node else 1, runs=own_runs, borrowed=borrowed, assumed=assumed,
         preemptions=sum(s.preemptions for s in spot), spot_gang_hours=sum(s.gang_hours for s in spot))
 

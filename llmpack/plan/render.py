@@ -45,7 +45,8 @@ def _wrap(text: str, indent: str = "    ") -> list[str]:
 def block(e: OptionEstimate, chosen: bool) -> list[str]:
     """One option's lines."""
     o = e.samples.option
-    head = f"{'*' if chosen else ' '} {o.path} {short_gpu(o.gpu_type)} {o.capacity}, {e.nodes}x{e.samples.gpus_per_node} GPUs"
+    head = (f"{'*' if chosen else ' '} {o.path} {short_gpu(o.gpu_type)} {o.capacity}, "
+            f"{e.nodes}x{e.samples.gpus_per_node} GPUs")
     if not e.estimated:
         return [head, *_wrap(e.note)]
     if e.cost:

@@ -163,6 +163,7 @@ def from_dumps(pods: str, nodes: str | None, events: str | None, price_flag: Any
     rows = timeline_from_files(pods, nodes=nodes, events=events)
     gang_rows = [r for r in rows if r.get("gang")]
     if not gang_rows:
-        raise InputError(f"{pods}: no TrainJob node pods (label jobset.sigs.k8s.io/jobset-name): no gang to project from")
+        raise InputError(f"{pods}: no TrainJob node pods (label jobset.sigs.k8s.io/jobset-name): "
+                         "no gang to project from")
     price = resolve_node_price(node_gpu(gang_rows[0], None), flag=price_flag)
     return gangs_from_rows(rows, price.per_gpu_hour if price else None)

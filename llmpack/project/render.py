@@ -59,9 +59,11 @@ def table(fits: Mapping[str, PathFit], projections: Mapping[str, Sequence[Projec
         unit, fmt = _unit(rows)
         lines.append(f"{'nodes':>5} {'GPUs':>5}  " + "".join(f"{'ready ' + q + ' ' + unit:<21}" for q in qs).rstrip())
         for r in rows:
-            lines.append(f"{r.nodes:>5} {r.gpus:>5}  " + "".join(f"{_cell(r.gang_ready[q], fmt):<21}" for q in qs).rstrip())
+            lines.append(f"{r.nodes:>5} {r.gpus:>5}  "
+                         + "".join(f"{_cell(r.gang_ready[q], fmt):<21}" for q in qs).rstrip())
         if rows[0].cost_usd:
-            lines.append(f"{'nodes':>5} {'GPU-h':>7}  {'compute':>9} {'waste':>9} {'overhead':>9}  total $/run (95% CI)")
+            lines.append(f"{'nodes':>5} {'GPU-h':>7}  {'compute':>9} {'waste':>9} {'overhead':>9}  "
+                         "total $/run (95% CI)")
             for r in rows:
                 c = r.cost_usd
                 lines.append(f"{r.nodes:>5} {r.gpu_hours.value:>7.1f}  {_usd(c['compute'].value):>9} "

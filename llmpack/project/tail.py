@@ -49,7 +49,8 @@ def quantiles(samples: Any, levels: Any, tail_scale: Any = None) -> Any:
     pos = lv * (n - 1)
     lo = np.minimum(np.floor(pos).astype(int), n - 1)
     hi = np.minimum(lo + 1, n - 1)
-    empirical = np.take_along_axis(x, lo, 1) + (pos - lo) * (np.take_along_axis(x, hi, 1) - np.take_along_axis(x, lo, 1))
+    empirical = (np.take_along_axis(x, lo, 1)
+                 + (pos - lo) * (np.take_along_axis(x, hi, 1) - np.take_along_axis(x, lo, 1)))
     k = min(tail_size(n), n - 1)
     if k < 1:
         return empirical

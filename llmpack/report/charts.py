@@ -110,15 +110,16 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
     ax.set_ylim(len(lanes) - 0.5, -0.6)  # inverted: the first run on top
     ax.set_xlim(left=0)
     ax.set_xlabel("seconds since submit")
-    ax.set_title("Timeline per run: steps (top band) and their phases; gaps = pipeline overhead; ▼ = first training step",
-                 fontsize=10)
+    ax.set_title("Timeline per run: steps (top band) and their phases; gaps = pipeline overhead; "
+                 "▼ = first training step", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     step_handles = [Patch(color=c, label=s) for s, c in colours.items()]
-    phase_handles = ([Patch(facecolor="#eeeeee", edgecolor="#bbbbbb", label="submit → first step's process")] if gap else []) + [
-        Patch(color=c, label=lbl) for lbl, _, _, c in PHASES if lbl in seen]
+    phase_handles = ([Patch(facecolor="#eeeeee", edgecolor="#bbbbbb", label="submit → first step's process")]
+                     if gap else []) + [Patch(color=c, label=lbl) for lbl, _, _, c in PHASES if lbl in seen]
     if step_handles:
-        steps_legend = ax.legend(handles=step_handles, title="step (top band)", loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                                 fontsize=8, title_fontsize=8, frameon=False, alignment="left")
+        steps_legend = ax.legend(handles=step_handles, title="step (top band)", loc="upper left",
+                                 bbox_to_anchor=(1.01, 1.0), fontsize=8, title_fontsize=8, frameon=False,
+                                 alignment="left")
         ax.add_artist(steps_legend)
     if phase_handles:
         ax.legend(handles=phase_handles, title="phase (bar)", loc="lower left", bbox_to_anchor=(1.01, 0.0),
@@ -150,8 +151,8 @@ def chart_boxes(runs: list[dict[str, Any]], path: Path) -> None:
                  and r["metrics"].get(metric) is not None] for o in orchs]
         boxed = [i for i, d in enumerate(data, start=1) if len(d) >= MIN_N_FOR_BOX]
         if boxed:
-            box = ax.boxplot([data[i - 1] for i in boxed], positions=boxed, patch_artist=True, showmeans=False, showfliers=False, widths=0.5,
-                             medianprops={"color": "black"})
+            box = ax.boxplot([data[i - 1] for i in boxed], positions=boxed, patch_artist=True, showmeans=False,
+                             showfliers=False, widths=0.5, medianprops={"color": "black"})
             for patch, i in zip(box["boxes"], boxed, strict=False):
                 patch.set_facecolor(path_colour(orchs[i - 1]))
                 patch.set_alpha(0.45)
@@ -167,9 +168,11 @@ def chart_boxes(runs: list[dict[str, Any]], path: Path) -> None:
         ax.set_xlim(0.5, len(orchs) + 0.9)
         ax.set_title(f"{term(key).name.capitalize()} (s) — lower is better", fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-    few = any(0 < len([r for r in runs if path_of(r) == o and r["status"] == "succeeded"]) < MIN_N_FOR_BOX for o in orchs)
+    few = any(0 < len([r for r in runs if path_of(r) == o and r["status"] == "succeeded"]) < MIN_N_FOR_BOX
+              for o in orchs)
     if few:
-        fig.text(0.01, 0.01, f"each dot is a run; boxes (quartiles, median line) only for paths with n >= {MIN_N_FOR_BOX}",
+        fig.text(0.01, 0.01,
+                 f"each dot is a run; boxes (quartiles, median line) only for paths with n >= {MIN_N_FOR_BOX}",
                  fontsize=8, color="#555555")
     fig.tight_layout(rect=(0, 0.04 if few else 0, 1, 1))
     fig.savefig(path, dpi=110)

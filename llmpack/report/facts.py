@@ -341,7 +341,8 @@ def summary_sentence(result: dict[str, Any], be: dict[str, Any] | None) -> str:
     unjudged: list[str] = []
     for h in HEADLINES:  # every decided verdict (a difference or an equivalence), with its CI
         per_path = verdicts.get(h.metric, {})
-        parts += [e["text"] for o, e in per_path.items() if o != baseline and e["verdict"] in (h.lower, h.higher, "equivalent")]
+        parts += [e["text"] for o, e in per_path.items()
+                  if o != baseline and e["verdict"] in (h.lower, h.higher, "equivalent")]
         words = {o: verdict_word(e) for o, e in per_path.items() if o != baseline}
         rest = [o for o, w in words.items() if w == "undecided"]
         if any(w == "not judged" for w in words.values()):

@@ -80,7 +80,8 @@ def html_section(result: dict[str, Any], badge: Any) -> str:
     head = "".join(f"<th>{html.escape(h)}" + (f" <span class=unit>({html.escape(u)})</span>" if u else "") + "</th>"
                    for h, u, _ in COLUMNS.values())
     body = "".join(f"<tr><th>{badge(path)}</th>"
-                   + "".join(f"<td>{html.escape(_fmt(vals[k], u, d))}</td>" for k, (_, u, d) in COLUMNS.items()) + "</tr>"
+                   + "".join(f"<td>{html.escape(_fmt(vals[k], u, d))}</td>" for k, (_, u, d) in COLUMNS.items())
+                   + "</tr>"
                    for path, vals in rows.items())
     return (f"<h2>{html.escape(_title(result))}</h2><p class=note>{html.escape(_note())}</p>"
             f"<table class=num><tr><th>path</th>{head}</tr>{body}</table>")

@@ -54,8 +54,8 @@ TABLE_COLUMNS = (
 REPORT_TERMS = ("spinup", "time_to_first_step", "total", "step_compute", "pipeline_overhead", "percentiles", "cost",
                 "projected", "gpu_compute", "billed_non_compute", "goodput", "n", "baseline", "delta", "ci")
 COST_FORMULA = ("Cost: GPU count × billed seconds (container start, or process start locally, to finish) × price per "
-                "GPU-hour / 3600; GPU compute = each GPU step's model loaded to finished, billed non-compute = the rest "
-                "of the billed time.")
+                "GPU-hour / 3600; GPU compute = each GPU step's model loaded to finished, billed non-compute = the "
+                "rest of the billed time.")
 
 
 def _num(v: Any, unit: str = "") -> str:
@@ -97,7 +97,8 @@ def _cost_lines(result: dict[str, Any], splits: dict[str, dict[str, float] | Non
     """Per path: median GPU compute and billed non-compute cost per run, and the non-compute share."""
     out = []
     for orch in result.get("backends") or dict.fromkeys(path_of(r) for r in result["runs"]):
-        mine = [splits[r["pipeline_run"]] for r in result["runs"] if path_of(r) == orch and splits.get(r["pipeline_run"])]
+        mine = [splits[r["pipeline_run"]] for r in result["runs"]
+                if path_of(r) == orch and splits.get(r["pipeline_run"])]
         if not mine:
             continue
         compute = statistics.median(s["compute_usd"] for s in mine)
@@ -133,8 +134,8 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         "",
         sentence,
         "",
-        f"Mode: {facts['mode']} · GPU: {facts['gpu_count']}x {facts['gpu_type']} · price: ${facts['price_per_gpu_hour']}/GPU-hour "
-        f"({facts['price_source']}) · {facts['cost_note']}.",
+        f"Mode: {facts['mode']} · GPU: {facts['gpu_count']}x {facts['gpu_type']} · "
+        f"price: ${facts['price_per_gpu_hour']}/GPU-hour ({facts['price_source']}) · {facts['cost_note']}.",
         "",
         "## Verdicts against the baseline" + (f" ({result.get('baseline')})" if result.get("baseline") else ""),
         "",
@@ -145,7 +146,8 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
     unjudged = [e["text"] for metric, per_path in result.get("verdicts", {}).items() if not _is_judged(result, metric)
                 for e in per_path.values() if e["verdict"] != "baseline"]
     if unjudged:
-        lines += ["", "Not judged (one run per path: a single noisy figure, not a verdict; `--repeats 5` judges them):", ""]
+        lines += ["", "Not judged (one run per path: a single noisy figure, not a verdict; `--repeats 5` judges them):",
+                  ""]
         lines += [f"- _{e}_" for e in unjudged]
     lines += [
         "",
@@ -159,24 +161,27 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
     ]
     for orch, stats in summary.items():
         n = stats["total_s"]["n"]
-        lines.append(f"| {orch} | {n} | " + " | ".join(_cell(stats.get(k, {}), True, u) for k, _, u in TABLE_COLUMNS) + " |")
+        lines.append(f"| {orch} | {n} | "
+                     + " | ".join(_cell(stats.get(k, {}), True, u) for k, _, u in TABLE_COLUMNS) + " |")
     for title, note, rows in _measure_tables(result):  # gang and queue; GPU utilisation
         lines += ["", f"## {title}", "", note, "",
-                  "| measure | " + " | ".join(f"{orch} (n)" for orch in summary) + " |", "|---|" + "---|" * len(summary)]
+                  "| measure | " + " | ".join(f"{orch} (n)" for orch in summary) + " |",
+                  "|---|" + "---|" * len(summary)]
         for label, per_path in rows:
             cells = [f"{_cell(per_path[o], True, 's')} ({per_path[o]['n']})" if o in per_path else "-" for o in summary]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     failed = [r for r in result["runs"] if r["status"] != "succeeded"]
     if failed:
         lines += ["", "## Failed runs", ""]
-        lines += [f"- **{md_text(r['orchestrator'])}** {md_text(r['pipeline_run'])}: {md_text(r.get('error') or r['status'])}"
-                  for r in failed]
+        lines += [f"- **{md_text(r['orchestrator'])}** {md_text(r['pipeline_run'])}: "
+                  f"{md_text(r.get('error') or r['status'])}" for r in failed]
     lines += task.markdown(result["runs"])
     lines += ["", "## What the money went on", ""]
     lines += [f"- **{o}**: {text}" for o, text in _cost_lines(result, splits)] or ["- no priced runs"]
     retries = retry_lines(result["runs"])
     if retries:
-        lines += ["", "## Retried attempts", "", "Every attempt is billed: these are in the runs' cost, GPU-hours and goodput.", ""]
+        lines += ["", "## Retried attempts", "",
+                  "Every attempt is billed: these are in the runs' cost, GPU-hours and goodput.", ""]
         lines += [f"- **{o}** {text}" for o, text in retries]
     lines += beside.markdown(result["runs"])
     lines += estimate_vs_actual.markdown(result["runs"], md_text)
@@ -184,7 +189,8 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
     saves = checkpoint_lines(result["runs"])  # preemption: the measured checkpoint write against the grace period
     if saves:
         lines += ["", "## Checkpoint write vs grace period", ""] + [f"- **{o}** {text}" for o, text in saves]
-    lines += ["", "## Break-even", "", be["sentence"] if be else "No control-plane costs given (use --control-plane-cost kfp=USD ...)."]
+    lines += ["", "## Break-even", "",
+              be["sentence"] if be else "No control-plane costs given (use --control-plane-cost kfp=USD ...)."]
     lines += [
         "",
         "## Charts",
@@ -216,9 +222,11 @@ def _measure_tables(result: dict[str, Any]) -> list[tuple[str, str, list[tuple[s
     """The measure-by-path tables some run measured: (title, note, rows); none that no run has."""
     from llmpack.compare.comparison import gang_rows, gpu_rows
 
-    tables = [("Gang and queue", "Multi-node finetune (a TrainJob gang) on a cluster; p50 / p90 seconds.", gang_rows(result)),
+    tables = [("Gang and queue", "Multi-node finetune (a TrainJob gang) on a cluster; p50 / p90 seconds.",
+               gang_rows(result)),
               ("GPU utilisation", "Sampled on the GPU steps (NVML or nvidia-smi, per node for a gang); idle is below "
-               "LLMPACK_GPU_IDLE_UTIL_PCT from the step's process start to its first step; p50 / p90.", gpu_rows(result))]
+               "LLMPACK_GPU_IDLE_UTIL_PCT from the step's process start to its first step; p50 / p90.",
+               gpu_rows(result))]
     return [t for t in tables if t[2]]
 
 
@@ -243,10 +251,12 @@ def _card(label: str, unit: str, per_path: dict[str, dict[str, Any]], *, judged:
         verdict = verdict_word(e) if e["verdict"] not in ("baseline", "no baseline") else ""
         strong = " strong" if verdict in ("faster", "slower", "cheaper", "costlier", "equivalent") else ""
         rows.append(
-            f"<tr><th>{_badge(orch)}</th><td class=v>{html.escape(quantity(e['value'], unit))}<span class=n>n={e['n']}</span></td>"
-            f"<td class=d>{delta}</td><td class='w{strong}'>{html.escape(verdict)}</td></tr>")
+            f"<tr><th>{_badge(orch)}</th><td class=v>{html.escape(quantity(e['value'], unit))}"
+            f"<span class=n>n={e['n']}</span></td><td class=d>{delta}</td>"
+            f"<td class='w{strong}'>{html.escape(verdict)}</td></tr>")
     dim = "" if judged else " dim"
-    return f'<div class="card{dim}"><div class="label">{html.escape(label)}</div><table class="ct">{"".join(rows)}</table></div>'
+    return (f'<div class="card{dim}"><div class="label">{html.escape(label)}</div>'
+            f'<table class="ct">{"".join(rows)}</table></div>')
 
 
 def _badge(orch: str | None) -> str:
@@ -271,7 +281,8 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
         cells = "".join(f"<td>{html.escape(_cell(stats.get(k, {}), True, u))}</td>" for k, _, u in TABLE_COLUMNS)
         rows.append(f"<tr><th>{_badge(orch)}</th><td>{stats['total_s']['n']}</td>{cells}</tr>")
     failed = "".join(
-        f"<li>{_badge(r['orchestrator'])} <code>{html.escape(r['pipeline_run'])}</code>: {html.escape(str(r.get('error')))}</li>"
+        f"<li>{_badge(r['orchestrator'])} <code>{html.escape(r['pipeline_run'])}</code>: "
+        f"{html.escape(str(r.get('error')))}</li>"
         for r in result["runs"]
         if r["status"] != "succeeded"
     )
@@ -299,22 +310,27 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
             + "".join(f"<td>{html.escape(_cell(per_path[o], True))} <span class=note>n={per_path[o]['n']}</span></td>"
                       if o in per_path else "<td>-</td>" for o in summary) + "</tr>"
             for label, per_path in measures)
-        gangs += (f"<h2>{html.escape(title)}</h2><p class=note>{html.escape(note)}</p><table class=num><tr><th>measure</th>"
+        gangs += (f"<h2>{html.escape(title)}</h2><p class=note>{html.escape(note)}</p>"
+                  "<table class=num><tr><th>measure</th>"
                   + "".join(f"<th>{_badge(o)}</th>" for o in summary) + f"</tr>{body}</table>")
     baseline = result.get("baseline")
     terms = "".join(f"<dt>{html.escape(t.name)}</dt><dd>{html.escape(t.short)}</dd>" for t in _terms(result))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>llmpack comparison {html.escape(result['run_group'])}</title>
 <style>
-body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}}
-.summary{{font-size:1.15em;line-height:1.45;background:#f6f8fa;border-left:4px solid #1f77b4;padding:.8em 1em;margin:1em 0}}
+body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;\
+padding:0 1em;color:#222}}
+.summary{{font-size:1.15em;line-height:1.45;background:#f6f8fa;border-left:4px solid #1f77b4;\
+padding:.8em 1em;margin:1em 0}}
 .facts{{display:flex;flex-wrap:wrap;gap:.4em 1.5em;color:#444;font-size:.95em;margin:.5em 0}} .facts b{{color:#222}}
 .hero{{display:grid;grid-template-columns:repeat(auto-fit,minmax(440px,1fr));gap:1em;margin:1em 0}}
-.card{{border:1px solid #ddd;border-radius:8px;padding:.8em 1em;min-width:0}} .card.dim{{opacity:.55;border-style:dashed}}
+.card{{border:1px solid #ddd;border-radius:8px;padding:.8em 1em;min-width:0}} \
+.card.dim{{opacity:.55;border-style:dashed}}
 .rec{{font-size:1.2em;line-height:1.45;background:#eef7ee;border-left:4px solid #2ca02c;padding:.8em 1em;margin:1em 0}}
 .rec.open{{background:#fff6e5;border-left-color:#e6a23c}}
 .card .label{{color:#555;font-size:.95em;font-weight:600;margin-bottom:.4em}}
-.ct{{width:100%;border-collapse:collapse;font-size:.9em}} .ct td,.ct th{{border:0;padding:.25em .4em;text-align:left;vertical-align:top}}
+.ct{{width:100%;border-collapse:collapse;font-size:.9em}} \
+.ct td,.ct th{{border:0;padding:.25em .4em;text-align:left;vertical-align:top}}
 .ct th,.ct td,.ct td.w{{white-space:nowrap}} .ct td.v{{font-weight:600;text-align:right}}
 .ct .n{{display:block;color:#666;font-weight:400;font-size:.85em}}
 .ct td.d{{width:100%}} .ci{{display:block;color:#666;font-size:.85em;white-space:nowrap}}
@@ -324,12 +340,14 @@ table.num{{border-collapse:collapse;width:100%;font-size:.9em}}
 table.num td,table.num th{{border-bottom:1px solid #eee;padding:.35em .5em;text-align:right;white-space:nowrap}}
 table.num th:first-child{{text-align:left}} table.num tr:first-child th{{vertical-align:bottom;font-weight:600}}
 table.num .unit{{font-weight:400;color:#666}}
-dl.terms{{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em;font-size:.9em}} dl.terms dt{{font-weight:600}}
+dl.terms{{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em;font-size:.9em}} \
+dl.terms dt{{font-weight:600}}
 dl.terms dd{{margin:0;color:#444}}
 img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 </style></head><body>
 <h1>llmpack comparison</h1>
-<p class="rec{'' if rec.path else ' open'}"><b>{html.escape(rec.text)}</b>{''.join(f'<br>{html.escape(x)}' for x in rec.lines()[1:])}</p>
+<p class="rec{'' if rec.path else ' open'}"><b>{html.escape(rec.text)}</b>\
+{''.join(f'<br>{html.escape(x)}' for x in rec.lines()[1:])}</p>
 <p class="summary">{html.escape(sentence)}</p>
 <div class="facts"><span>mode <b>{html.escape(facts['mode'])}</b></span>
 <span>GPU <b>{html.escape(facts['gpu_count'])}&times; {html.escape(facts['gpu_type'])}</b></span>
@@ -339,7 +357,8 @@ img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 <span>run group <code>{html.escape(result['run_group'])}</code></span></div>
 <p class="note">{html.escape(facts['cost_note'])}.</p>
 <div class="hero">{cards}</div>
-<p class="note">{html.escape(glossary.define('delta'))}; {html.escape(glossary.define('ci'))}. Method: {html.escape(result.get('verdict_method', ''))}.</p>
+<p class="note">{html.escape(glossary.define('delta'))}; {html.escape(glossary.define('ci'))}. \
+Method: {html.escape(result.get('verdict_method', ''))}.</p>
 {img('timeline')}
 {img('spinup_boxplot')}
 {task.html_section(result['runs'], _badge)}
@@ -351,10 +370,12 @@ img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 {preemption_html(result, _badge)}
 {img('cost_per_run')}
 <p class="note">{html.escape(COST_FORMULA)}</p>
-<h2>Break-even</h2><p>{html.escape(be['sentence']) if be else 'No control-plane costs given (use --control-plane-cost kfp=USD ...).'}</p>
+<h2>Break-even</h2>\
+<p>{html.escape(be['sentence']) if be else 'No control-plane costs given (use --control-plane-cost kfp=USD ...).'}</p>
 <h2>Numbers</h2>
 <p class="note">p50 / p90 ({html.escape(result['percentile_method'])}); p99 only with n &ge; 10 (see report.json).</p>
-<table class="num"><tr><th>orchestrator</th><th>n</th>{''.join(f'<th>{_header_html(h, u)}</th>' for _, h, u in TABLE_COLUMNS)}</tr>
+<table class="num"><tr><th>orchestrator</th><th>n</th>\
+{''.join(f'<th>{_header_html(h, u)}</th>' for _, h, u in TABLE_COLUMNS)}</tr>
 {''.join(rows)}</table>
 {gangs}
 {('<h2>Failed runs</h2><ul>' + failed + '</ul>') if failed else ''}
@@ -428,7 +449,8 @@ def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str,
         splits = {r["pipeline_run"]: cost_split(r, steps) for r in whole}
         facts = report_facts(result)
         sentence = summary_sentence(result, be)
-        charts = {"timeline": tmp / "timeline.png", "spinup_boxplot": tmp / "spinup_boxplot.png", "cost_per_run": tmp / "cost_per_run.png"}
+        charts = {"timeline": tmp / "timeline.png", "spinup_boxplot": tmp / "spinup_boxplot.png",
+                  "cost_per_run": tmp / "cost_per_run.png"}
         chart_timeline(runs, charts["timeline"])
         chart_boxes(runs, charts["spinup_boxplot"])
         chart_cost(whole, charts["cost_per_run"], splits)

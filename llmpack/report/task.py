@@ -36,11 +36,13 @@ def task_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
                 promotions[run["orchestrator"]] = decided
     lines = []
     for orch, ms in by_path.items():
-        text = f"exact match {_span([m['base_exact_match'] for m in ms])} -> {_span([m['tuned_exact_match'] for m in ms])}"
+        text = (f"exact match {_span([m['base_exact_match'] for m in ms])} -> "
+                f"{_span([m['tuned_exact_match'] for m in ms])}")
         if all(m.get("tuned_normalised_match") is not None for m in ms):
             text += (f" (normalised {_span([m.get('base_normalised_match', 0.0) for m in ms])} -> "
                      f"{_span([m['tuned_normalised_match'] for m in ms])})")
-        tasks = sorted({k.removeprefix("tuned_exact_match_") for m in ms for k in m if k.startswith("tuned_exact_match_")})
+        tasks = sorted({k.removeprefix("tuned_exact_match_") for m in ms for k in m
+                        if k.startswith("tuned_exact_match_")})
         if tasks:
             text += "; tuned by task: " + ", ".join(f"{t} {_span([m.get(f'tuned_exact_match_{t}', 0.0) for m in ms])}"
                                                      for t in tasks)

@@ -28,7 +28,8 @@ def run_trace(run: dict[str, Any]) -> dict[str, Any]:
                      submitted_at=float(run["submitted_at"]))
     records = [make_record(ctx, "event", step, name, t)
                for step, events in (run.get("events") or {}).items() for name, t in events.items()]
-    tags = {**ctx.tags(), **{k: str(v) for k, v in (run.get("tags") or {}).items()}, "llmpack.status": str(run["status"])}
+    tags = {**ctx.tags(), **{k: str(v) for k, v in (run.get("tags") or {}).items()},
+            "llmpack.status": str(run["status"])}
     return build_trace(records, pipeline_run=ctx.pipeline_run, submitted_at=ctx.submitted_at, tags=tags).otlp()
 
 

@@ -79,7 +79,8 @@ def clean_runs(
     now: float | None = None,
     remove: Callable[[Path], None] = shutil.rmtree,
 ) -> list[CleanItem]:
-    """Remove (or with ``dry_run`` list) the ``*.failed`` run directories in ``runs_dir`` older than ``older_than_s``."""
+    """Remove (or with ``dry_run`` list) the ``*.failed`` run directories in ``runs_dir`` older than
+    ``older_than_s``."""
     runs_dir = Path(runs_dir)
     if not runs_dir.is_dir():
         raise InputError(f"--runs-dir {runs_dir}: no such directory")
@@ -137,7 +138,8 @@ def take_over_dead_runs(runs_dir: Path, *, dry_run: bool = False) -> list[str]:
             except InputError as exc:
                 lines.append(f"left {staging}: {str(exc).split(': ', 1)[-1]}")
                 continue
-            lines.append(f"left {staging}: its run is in progress" if alive else f"would take over {staging} (its client died)")
+            lines.append(f"left {staging}: its run is in progress" if alive
+                         else f"would take over {staging} (its client died)")
             continue
         try:
             kept = orphans.take_over(staging)
@@ -146,7 +148,7 @@ def take_over_dead_runs(runs_dir: Path, *, dry_run: bool = False) -> list[str]:
             continue
         try:
             result = sync_run(kept)
-        except Exception as exc:  # noqa: BLE001 - an outage or a refusal: the run is kept unsent, named with its command
+        except Exception as exc:  # noqa: BLE001 - an outage or a refusal: kept unsent, named with its command
             lines.append(f"took over {staging} (its client died) as {kept}; not sent ({type(exc).__name__}): "
                          f"llmpack sync {kept}")
             continue

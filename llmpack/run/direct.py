@@ -22,7 +22,8 @@ from components.errors import RunFailed
 from components.record.close import CLOSE_TASK, gpu_uses, record_args, uses_json
 
 
-def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Mapping[str, str], log: IO[str] | None = None) -> dict[str, Path]:
+def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Mapping[str, str],
+              log: IO[str] | None = None) -> dict[str, Path]:
     """Run the pipeline, then its summarizing task; returns the artifact directories as ``{"task.output": path}``."""
     status = "Failed"
     try:
@@ -53,7 +54,8 @@ def _run_steps(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Ma
                                           params=task_params(task, values))]
         retry = task.step.execution.retry
         for attempt in range(retry.limit + 1):
-            rc, last = run_logged(cmd, env={**env, settings.ATTEMPT.name: str(attempt)}, log_path=workdir / "logs" / f"{task.name}.log")
+            rc, last = run_logged(cmd, env={**env, settings.ATTEMPT.name: str(attempt)},
+                                  log_path=workdir / "logs" / f"{task.name}.log")
             if rc == 0:
                 break
             if rc == 2 or attempt == retry.limit:  # bad input is not retried

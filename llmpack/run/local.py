@@ -8,18 +8,11 @@ The sequence is the same for every backend, which is what makes them comparable:
 4. read every step's JSONL events, derive the metrics of docs/telemetry-and-cost.md and cost, log them to MLflow;
 5. move the staging directory to its final name (``<pipeline_run>`` or ``<pipeline_run>.failed``).
 
-A tracking outage never holds up training. At the start the store is asked once (no retries);
-an HTTP server that does not answer is taken for down and the run goes on without its record,
-and without the register step's model registration (that step would wait for the store, then
-fail the run). After the run every record is uploaded with the bounded retry of
-:func:`components.record.tracking.with_retries`; when that fails too, ``summary.json`` says
-``"tracking": "not sent"`` and one line names ``llmpack sync RUN_DIR``, which sends the run
-directory's ``events.jsonl`` and ``summary.json`` later (:mod:`llmpack.run.sync`). The register
-step's own MLflow calls are bounded through MLflow's retry settings
-(:func:`components.record.tracking.mlflow_http_env`), or, over the REST API to an HTTP store
-(:mod:`components.record.rest`), each request by the same ``with_retries`` bound; an outage that outlasts them
-while that step runs fails it, as any failure to register does. A URI that answers "no" (4xx) or a local store that
-cannot be opened is still bad input (exit 2).
+A tracking outage never holds up training: a store that does not answer at the start is taken for
+down and the run goes on without its record (and without model registration); afterwards every record
+is uploaded with :func:`components.record.tracking.with_retries`, else ``summary.json`` says ``"tracking":
+"not sent"`` for ``llmpack sync RUN_DIR``. A URI that answers "no" (4xx) or a local store that cannot be
+opened is still bad input (exit 2). Why, and the register step's bounds: docs/cli.md, 'Tracking outages'.
 """
 
 from __future__ import annotations
@@ -367,8 +360,8 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
     try:
         run_id, _ = tracking.upload_run(mc, upload, retry, run_id=run_id)
         sent = True
-    except Exception:  # noqa: BLE001 - an outage or a refusal: the JSONL stays the source of truth, llmpack sync sends it
-        sent = False
+    except Exception:  # noqa: BLE001 - an outage or a refusal: the JSONL stays the source of truth,
+        sent = False  # and llmpack sync sends it
     trace_sent = record.export_trace(records, ctx=ctx, tags=tags, finished_at=finished_at,
                                      env={**os.environ, "MLFLOW_TRACKING_URI": uri}, out_dir=staging,
                                      mc=mc if sent else None, run_id=run_id if sent else None)

@@ -63,7 +63,8 @@ def read_owner(staging: Path) -> dict[str, Any]:
                          "it was started by an older llmpack: leave it, or remove it by hand") from None
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: not readable as JSON ({type(exc).__name__})") from None
-    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int) or not isinstance(owner.get("identity"), dict):
+    if (not isinstance(owner, dict) or not isinstance(owner.get("pid"), int)
+            or not isinstance(owner.get("identity"), dict)):
         raise InputError(f"{path}: not an llmpack owner record")
     return owner
 
@@ -103,7 +104,8 @@ def partial_name(path: Path) -> str | None:
 def find_partial_runs(runs_dir: Path) -> list[Path]:
     """The staging directories directly in ``runs_dir`` (real directories; links are not followed)."""
     with os.scandir(runs_dir) as entries:
-        return sorted(runs_dir / e.name for e in entries if partial_name(Path(e.name)) and e.is_dir(follow_symlinks=False))
+        return sorted(runs_dir / e.name for e in entries
+                      if partial_name(Path(e.name)) and e.is_dir(follow_symlinks=False))
 
 
 def take_over(staging: Path, *, wait_s: float = HOLD_WAIT_S, sleep: Any = time.sleep) -> Path:
@@ -131,7 +133,8 @@ def take_over(staging: Path, *, wait_s: float = HOLD_WAIT_S, sleep: Any = time.s
     records = telemetry.read_records(telemetry.find_event_files(staging))
     started = [r for r in records if r.kind == "event" and r.name == "process_started"]
     error = f"the llmpack client (pid {owner['pid']}) died before the run ended"
-    finished_at = max((r.value for r in records if r.kind == "event"), default=float(owner.get("written_at") or time.time()))
+    finished_at = max((r.value for r in records if r.kind == "event"),
+                      default=float(owner.get("written_at") or time.time()))
     summary = {
         **identity, "status": "killed", "error": error,
         "failed_step": max(started, key=lambda r: r.value).step if started else None,

@@ -87,7 +87,8 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
                                         kw.get("gpu_type"))  # --max-cost refuses here, before anything is sent
     pod = pod_options_of(kw)  # --image, --model-pvc...: compiled first, as --gpu-type
     with compiled_for_submit(orchestrator, kw.pop("gpu_type", None), kw, pod=pod, values=values) as artifact:
-        run = backend.submit(conn, params=values, **{**kw, **artifact})  # the compiled artifact replaces an unset option
+        # the compiled artifact replaces an unset option
+        run = backend.submit(conn, params=values, **{**kw, **artifact})
     summary = run.summary
     plan_record.after_submit(planned, summary)
     for warning in summary.get("warnings", []):
@@ -95,8 +96,8 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
     if wait:
         try:
             run.wait(wait_timeout)
-        except (KeyboardInterrupt, Interrupted) as exc:  # stop waiting; the run is the cluster's (as with argo submit --wait)
-            exc.add_note(run.still_running())
+        except (KeyboardInterrupt, Interrupted) as exc:  # stop waiting; the run is the cluster's
+            exc.add_note(run.still_running())  # as with argo submit --wait
             raise
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True, default=str))

@@ -145,7 +145,8 @@ def send_trace_once(mc: Any, run_id: str, upload: Any, uri: str, run_dir: Path) 
 @command("sync", short_help="Send a run's records to MLflow after a tracking outage.")
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--tracking-uri", default=None,
-              help="MLflow tracking URI (default: the one the run used, else MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")
+              help="MLflow tracking URI (default: the one the run used, else MLFLOW_TRACKING_URI, "
+                   "else sqlite:///mlflow.db).")
 def sync(run_dir: Path, tracking_uri: str | None) -> None:
     """Send a run directory's records to MLflow after a tracking outage (idempotent).
 
@@ -155,8 +156,8 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
     <run>.failed directory without a summary.json had its record closed when it stopped: there
     is nothing to send. A staging directory (<runs>/.<run>.partial) whose llmpack client died is
     taken over first (kept as <run>.failed, its record closed KILLED); one whose client lives is
-    refused (exit 2). Lines of the JSONL that are not records are skipped and counted. Waits at most LLMPACK_TRACKING_MAX_WAIT_S seconds (default 30) for the
-    server.
+    refused (exit 2). Lines of the JSONL that are not records are skipped and counted. Waits at
+    most LLMPACK_TRACKING_MAX_WAIT_S seconds (default 30) for the server.
 
     Exit codes: 0 sent (or nothing to send); 1 the server did not answer or refused (nothing
     changed); 2 bad RUN_DIR.
@@ -183,8 +184,8 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
         try:
             result = sync_run(run_dir, tracking_uri)
         except tracking.TrackingUnavailable as exc:
-            click.echo(redact_text(f"llmpack: error: {exc}; nothing changed in {run_dir}; run this again when it is back"),
-                       err=True)
+            click.echo(redact_text(f"llmpack: error: {exc}; nothing changed in {run_dir}; "
+                                   "run this again when it is back"), err=True)
             sys.exit(EXIT_NOT_SENT)
         except InputError:
             raise

@@ -154,7 +154,8 @@ def run_with_progress(opts: Any, label: str | None = None, **kwargs: Any) -> dic
     mark = "[green]ok[/]" if summary["status"] == "succeeded" else f"[red]failed[/] ({summary['error']})"
     total = summary["metrics"].get("total_s")
     err.print(f"{name}: {mark} in {fmt(total, 1)}s →")
-    err.print(summary["artifacts"]["run_dir"], soft_wrap=True, markup=False, highlight=False)  # a path whole, on its own line
+    # a path whole, on its own line
+    err.print(summary["artifacts"]["run_dir"], soft_wrap=True, markup=False, highlight=False)
     return summary
 
 
@@ -170,7 +171,8 @@ RUN_COLUMNS = (
     ("goodput", "goodput"),
 )
 # The glossary terms the run summary shows, printed under it (llmpack.ui.glossary); exact match: the outcome line.
-RUN_TERMS = ("spinup", "time_to_first_step", "pipeline_overhead", "eval_loss", "base_loss", "cost", "goodput", "exact_match")
+RUN_TERMS = ("spinup", "time_to_first_step", "pipeline_overhead", "eval_loss", "base_loss", "cost", "goodput",
+             "exact_match")
 
 
 def packaging(summary: dict[str, Any]) -> str:
@@ -197,7 +199,8 @@ def packaging(summary: dict[str, Any]) -> str:
     nproc = int((summary.get("params") or {}).get("nproc_per_node") or 1)
     nodes = int(summary.get("nodes") or 1)
     if nproc > 1 or nodes > 1:
-        text += f"; finetune: {nproc} process{'es' if nproc > 1 else ''} (ranks) per node on {nodes} node{'s' if nodes > 1 else ''}"
+        text += (f"; finetune: {nproc} process{'es' if nproc > 1 else ''} (ranks) per node "
+                 f"on {nodes} node{'s' if nodes > 1 else ''}")
     return text
 
 
@@ -232,14 +235,15 @@ def summary_table(summaries: list[dict[str, Any]]) -> None:
     out.print(table)
     for s in summaries:
         tags = s["tags"]
-        gpus = f"{tags.get('llmpack.gpu_count')}x {tags.get('llmpack.gpu_type')} at ${tags.get('llmpack.price_per_gpu_hour')}/GPU-h " \
-               f"({tags.get('llmpack.price_source')})"
+        gpus = (f"{tags.get('llmpack.gpu_count')}x {tags.get('llmpack.gpu_type')} "
+                f"at ${tags.get('llmpack.price_per_gpu_hour')}/GPU-h ({tags.get('llmpack.price_source')})")
         local = s.get("mode", tags.get("llmpack.mode")) == "local"
         priced = f"cost projected as if on {gpus}; no GPU was billed" if local else f"billed on {gpus}"
         out.print(f"[dim]{escape(s['pipeline_run'])}: {escape(packaging(s))}; {escape(priced)}; "
                   f"model: {escape(str(s['artifacts'].get('model_dir', '-')))}[/]")
     _retry_lines(summaries, out)
-    terms = [k for k in RUN_TERMS if k != "cost"] + (["projected"] if any(s.get("mode") == "local" for s in summaries) else ["cost"])
+    terms = [k for k in RUN_TERMS if k != "cost"] + (["projected"] if any(s.get("mode") == "local" for s in summaries)
+                                                     else ["cost"])
     for line in glossary.legend(terms):
         out.print(f"[dim]{escape(line)}[/]")
 
@@ -354,7 +358,8 @@ def _narrow_table(result: dict[str, Any], console: Console) -> None:
         table.add_column(f"{short[h.metric]}\np50", justify="right", no_wrap=True)
     verdicts = result.get("verdicts", {})
     for orch in result["backends"]:
-        n = result["summary"].get(orch, {}).get("time_to_first_step_s", {}).get("n", 0)  # rounds it ran, start-up included
+        # rounds it ran, start-up included
+        n = result["summary"].get(orch, {}).get("time_to_first_step_s", {}).get("n", 0)
         if n == 0:
             table.add_row(orch, "0", "[red]failed[/]", *[""] * (len(shown) - 1))
             continue
@@ -397,7 +402,8 @@ def _verdict_lines(result: dict[str, Any], console: Console) -> None:
     if result.get("design"):
         why = {"decided": "every start-up verdict decided", "budget": "the --budget ran out",
                "max rounds": "the design's last round",
-               "failed": "the baseline, or every other path, failed its whole run"}.get(result.get("stopped", ""), result.get("stopped", ""))
+               "failed": "the baseline, or every other path, failed its whole run"}.get(result.get("stopped", ""),
+                                                                                        result.get("stopped", ""))
         rounds = int(result.get("rounds") or 0)
         console.print(f"{rounds} round{'' if rounds == 1 else 's'} ({why}):")
         if (result.get("budget_adapted") or {}).get("text"):
@@ -429,7 +435,8 @@ def _wide_table(result: dict[str, Any], console: Console) -> None:
         stats = result["summary"].get(orch, {})
         n = stats.get("total_s", {}).get("n", 0)
         if n == 0:
-            table.add_row(orch, "0", f"[red]failed: {failed.get(orch, 'no run')}[/]", *[""] * (len(COMPARE_COLUMNS) + len(SINGLE_COLUMNS) - 1))
+            table.add_row(orch, "0", f"[red]failed: {failed.get(orch, 'no run')}[/]",
+                          *[""] * (len(COMPARE_COLUMNS) + len(SINGLE_COLUMNS) - 1))
             continue
         cells = []
         for key, _ in COMPARE_COLUMNS:
@@ -437,6 +444,7 @@ def _wide_table(result: dict[str, Any], console: Console) -> None:
             p99 = fmt(s["p99"]) if s["p99"] is not None else "n<10"
             cells.append(f"{fmt(s['p50'])}/{fmt(s['p90'])}/{p99}")
         for key, _ in SINGLE_COLUMNS:
-            cells.append(money(stats[key]["p50"]) if key in ("cost_usd", "usd_per_1m_tokens") else figure(stats[key]["p50"]))
+            cells.append(money(stats[key]["p50"]) if key in ("cost_usd", "usd_per_1m_tokens")
+                         else figure(stats[key]["p50"]))
         table.add_row(orch, str(n), *cells)
     console.print(table)

@@ -1,4 +1,5 @@
-"""The options ``llmpack`` commands share, declared once: the run options, TLS, ``--param``, submit's.
+"""The options ``llmpack`` commands share, declared once: the run options, TLS, ``--param``, submit's,
+``compare --cluster``'s.
 
 Split from :mod:`llmpack.cli` (which builds the commands from them). Parsing here is checking:
 a bad value is a one-line :class:`~components.errors.InputError` naming the flag.
@@ -47,24 +48,31 @@ def gpu_type_name(_ctx: click.Context, _param: click.Parameter, value: str | Non
 def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Options shared by ``run`` and ``compare``."""
     options = [
-        click.option("--model", default="tiny", show_default=True, help="tiny (built in), a local HF model directory, or an HF id."),
-        click.option("--data", default="builtin", show_default=True, help="builtin, a JSONL file (prompt/response or messages), or an HF dataset id."),
+        click.option("--model", default="tiny", show_default=True,
+                     help="tiny (built in), a local HF model directory, or an HF id."),
+        click.option("--data", default="builtin", show_default=True,
+                     help="builtin, a JSONL file (prompt/response or messages), or an HF dataset id."),
         click.option("--max-steps", type=int, default=120, show_default=True, help="Optimizer steps for finetune."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Random seed (data order, initial weights)."),
+        click.option("--seed", type=int, default=0, show_default=True,
+                     help="Random seed (data order, initial weights)."),
         click.option("--output-dir", type=click.Path(path_type=Path), default=Path("llmpack-runs"), show_default=True,
                      help="Where each run's directory is written (atomically)."),
-        click.option("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."),
+        click.option("--tracking-uri", default=None,
+                     help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."),
         click.option("--gpu-type", default=None, metavar="TYPE", callback=gpu_type_name, help=GPU_HELP),
-        click.option("--gpus", type=int, default=None, help="GPUs of the finetune step, per node (default: its spec's, 1); "
-                     "above 1 it runs one rank per GPU (torchrun, DDP). 0: every GPU step on CPUs."),
-        click.option("--nodes", type=int, default=None, help="Nodes of the finetune step (default 1; above 1: a Kubeflow "
-                     "Trainer TrainJob gang, on a cluster only)."),
+        click.option("--gpus", type=int, default=None,
+                     help="GPUs of the finetune step, per node (default: its spec's, 1); "
+                          "above 1 it runs one rank per GPU (torchrun, DDP). 0: every GPU step on CPUs."),
+        click.option("--nodes", type=int, default=None,
+                     help="Nodes of the finetune step (default 1; above 1: a Kubeflow "
+                          "Trainer TrainJob gang, on a cluster only)."),
         click.option("--nproc-per-node", "nproc_per_node", type=int, default=None,
                      help="Processes of the finetune step on this machine (torchrun; Gloo on CPU, NCCL on GPU); "
                           "default: --gpus when above 1, else 1."),
         click.option("--price-per-gpu-hour", default=None, help="Override the price (USD per GPU-hour)."),
         click.option("--price-file", default=None, type=str, help="A price YAML like components/record/prices.yaml."),
-        click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter, e.g. --param lr=0.001."),
+        click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+                     help="Any other pipeline parameter, e.g. --param lr=0.001."),
         click.option("--run-group", default=None, help="Join this run group (default: a new one)."),
         click.option("--pipeline", default=None, metavar="MODULE:NAME",
                      help="Your own pipeline (a @pipeline function or a Pipeline), e.g. "
@@ -143,8 +151,10 @@ def with_promote(params: tuple[str, ...], no_promote: bool) -> tuple[str, ...]:
 def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--model", default=None, help="Model (a path inside the image/volume, or an HF id)."),
-        click.option("--data", default=None, help="Data (a path inside the image/volume, builtin, or an HF dataset id)."),
-        click.option("--max-steps", type=int, default=None, help="Optimizer steps for finetune (default: the pipeline's, 120)."),
+        click.option("--data", default=None,
+                     help="Data (a path inside the image/volume, builtin, or an HF dataset id)."),
+        click.option("--max-steps", type=int, default=None,
+                     help="Optimizer steps for finetune (default: the pipeline's, 120)."),
         click.option("--seed", type=int, default=None, help="Random seed (default: the pipeline's, 0)."),
         click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter."),
         click.option("--no-promote", "no_promote", is_flag=True, help=NO_PROMOTE_HELP),
@@ -153,11 +163,13 @@ def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--price-per-gpu-hour", default=None, help="Override the price (USD per GPU-hour) on the record."),
         click.option("--price-file", default=None, help="A price YAML like components/record/prices.yaml."),
         click.option("--gpu-type", default=None, metavar="TYPE", callback=known_gpu_type, help=SUBMIT_GPU_HELP),
-        click.option("--namespace", default=None, help="kfp: the KFP namespace (default kubeflow); argo: the Workflow's (default ARGO_NAMESPACE, else llmpack); "
-                     "mlflow: the Job's (default: its template's)."),
+        click.option("--namespace", default=None,
+                     help="kfp: the KFP namespace (default kubeflow); argo: the Workflow's (default ARGO_NAMESPACE, "
+                          "else llmpack); mlflow: the Job's (default: its template's)."),
         *TLS_OPTIONS,
         click.option("--wait/--no-wait", default=False, help="Wait for the run to finish."),
-        click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True, help="Seconds to wait with --wait."),
+        click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True,
+                     help="Seconds to wait with --wait."),
         click.option("--json", "as_json", is_flag=True, help="Print the submission summary as JSON."),
     ]
     for option in reversed(options):
@@ -180,8 +192,8 @@ def pod_options(*, namespace: bool = False) -> Callable[[Callable[..., Any]], Ca
         click.option("--image-pull-secret", "image_pull_secrets", multiple=True, metavar="NAME",
                      help="Secret for a private registry, in imagePullSecrets of every pod (repeatable)."),
         click.option("--model-pvc", default=None, metavar="NAME[:MOUNT]",
-                     help="PersistentVolumeClaim holding the model, mounted read-only at MOUNT (default /models) in the "
-                          "steps that load it: then --model /models/NAME."),
+                     help="PersistentVolumeClaim holding the model, mounted read-only at MOUNT (default /models) in "
+                          "the steps that load it: then --model /models/NAME."),
         click.option("--data-pvc", default=None, metavar="NAME[:MOUNT]",
                      help="PersistentVolumeClaim holding the data, mounted read-only at MOUNT (default /data) in "
                           "prepare_data: then --data /data/FILE.jsonl."),
@@ -228,3 +240,45 @@ def pod_options(*, namespace: bool = False) -> Callable[[Callable[..., Any]], Ca
         return func
 
     return apply
+
+
+def compare_cluster_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The flags only ``compare --cluster`` reads, in the order ``--help`` lists them: the paths' endpoints,
+    namespace and kubeconfig, TLS, the paths' other flags, the pod-spec flags, then waiting, billing, faults."""
+    options = [
+        click.option("--concurrency", type=int, default=1, show_default=True,
+                     help="--cluster: submissions in flight at once."),
+        compare_path_options(endpoint=True),
+        click.option("--namespace", default=None,
+                     help="--cluster: namespace for Argo workflows and the MLflow Job (default llmpack)."),
+        click.option("--kubeconfig", default=None,
+                     help="--cluster: kubeconfig for the pod watcher and the MLflow Job."),
+        click.option("--context", default=None, help="--cluster: kubeconfig context."),
+        *TLS_OPTIONS,
+        compare_path_options(endpoint=False),
+        pod_options(),
+        click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True,
+                     help="--cluster: seconds to wait per run."),
+        click.option("--poll", "poll_s", type=float, default=10.0, show_default=True,
+                     help="--cluster: status poll interval, seconds."),
+        click.option("--scale-down-delay-s", "scale_down_delay_s", type=float, default=None,
+                     help="--cluster: seconds the autoscaler keeps an empty GPU node (default 600); billed after a "
+                          "node's last pod when its removal was not seen."),
+        click.option("--cache-pvc", "cache_pvc", default=None, metavar="NAME",
+                     help="--cluster with --nodes N: the ReadWriteMany PVC the finetune TrainJob's node pods and its "
+                          "launcher share (default llmpack-shared); also the Hugging Face cache, as llmpack compile "
+                          "--cache-pvc."),
+        click.option("--queue", default=None, metavar="NAME",
+                     help="--cluster with --nodes N: the Kueue LocalQueue of the finetune TrainJob; its Workload's "
+                          "quota wait and admission checks are measured."),
+        click.option("--opencost", default=None, metavar="URL",
+                     help="--cluster: OpenCost's API (http://localhost:9003): its GPU-hours and cost for each run's "
+                          "pods shown beside ours, the difference explained."),
+        click.option("--preempt", default=None, metavar="STEP@WHEN",
+                     help="--cluster: the preemptions every path runs under (finetune@30s, or "
+                          "finetune@rate=0.5/h[,seed=N]); the report shows each path's time to recover and waste "
+                          "(docs/preemption.md)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func

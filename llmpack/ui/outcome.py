@@ -31,7 +31,8 @@ def gated_on(metrics: Mapping[str, Any]) -> str | None:
 
 
 def task_text(metrics: Mapping[str, Any]) -> str | None:
-    """``exact match base 0.0% -> tuned 17.0% on 200 held-out prompts``, or the eval loss where no answers were scored."""
+    """``exact match base 0.0% -> tuned 17.0% on 200 held-out prompts``, or the eval loss where no answers were
+    scored."""
     base, tuned = metrics.get("base_exact_match"), metrics.get("tuned_exact_match")
     if base is not None and tuned is not None:
         rows = metrics.get("task_rows")
@@ -56,7 +57,8 @@ def outcome_line(summary: Mapping[str, Any]) -> str | None:
 
 
 def promotion_phrase(summary: Mapping[str, Any]) -> str | None:
-    """``version 3 -> champion (beat v2: ...)`` or ``version 3 stays challenger (...)``; None when nothing was registered."""
+    """``version 3 -> champion (beat v2: ...)`` or ``version 3 stays challenger (...)``; None when nothing was
+    registered."""
     artifacts = summary.get("artifacts") or {}
     where = artifacts.get(REGISTRATION_DIR) or next(
         (v for k, v in sorted(artifacts.items()) if k.endswith(FUSED_REGISTRATION_DIR)), None)

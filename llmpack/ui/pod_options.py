@@ -3,9 +3,9 @@
 ``--image``, ``--image-pull-policy``, ``--image-pull-secret``, ``--model-pvc``, ``--data-pvc``,
 ``--hf-token-secret``, ``--label``, the checkpoint block (``--checkpoint-pvc``, ``--grace-period``,
 ``--checkpoint-save-s``, ``--checkpoint-minutes``; :mod:`components.podspec` says what each becomes
-in a pod) and, for the artifacts that name them, ``--namespace`` and ``--mlflow-repository-uri``. :meth:`PodOptions.apply`
-puts them on every step's :class:`~components.dsl.Execution` before the GPU overrides and fusion, so
-the TrainJob gang spec and fused pods carry them too.
+in a pod) and, for the artifacts that name them, ``--namespace`` and ``--mlflow-repository-uri``.
+:meth:`PodOptions.apply` puts them on every step's :class:`~components.dsl.Execution` before the GPU
+overrides and fusion, so the TrainJob gang spec and fused pods carry them too.
 
 Decision: nothing is written unless asked. With ``--image`` and no ``--image-pull-policy`` the policy
 is what Kubernetes would pick (``Always`` for ``latest`` or no tag, else ``IfNotPresent``), written
@@ -60,7 +60,8 @@ def check_image(image: str) -> None:
     """``--image`` must be an image reference a container runtime accepts."""
     if not IMAGE_REF.fullmatch(image):
         hint = "; repository paths are lower-case" if IMAGE_REF.fullmatch(image.lower()) else ""
-        raise InputError(f"--image {image!r}: not a container image reference (e.g. ghcr.io/your-org/llmpack:0.1.0){hint}")
+        raise InputError(f"--image {image!r}: not a container image reference "
+                         f"(e.g. ghcr.io/your-org/llmpack:0.1.0){hint}")
 
 
 # sha256 digests are 64 lower-case hex digits (OCI image spec, "Digests"); other algorithms are refused.
@@ -118,12 +119,15 @@ def parse_claim(value: str, flag: str, default_mount: str, volume: str) -> Claim
     name, sep, mount = value.partition(":")
     check_name(name, flag, "PersistentVolumeClaim")
     mount = mount if sep else default_mount
-    if not mount.startswith("/") or mount == "/" or any(part in ("..", ".") for part in mount.split("/")) or ":" in mount:
-        raise InputError(f"{flag} {value!r}: the mount path must be an absolute directory other than / (e.g. {default_mount})")
+    if (not mount.startswith("/") or mount == "/" or any(part in ("..", ".") for part in mount.split("/"))
+            or ":" in mount):
+        raise InputError(f"{flag} {value!r}: the mount path must be an absolute directory other than / "
+                         f"(e.g. {default_mount})")
     mount = re.sub("/+", "/", mount).rstrip("/")
     problem = mount_problem(mount)
     if problem:
-        raise InputError(f"{flag} {value!r}: {problem}; mount the claim at a directory of its own (e.g. {default_mount})")
+        raise InputError(f"{flag} {value!r}: {problem}; mount the claim at a directory of its own "
+                         f"(e.g. {default_mount})")
     return ClaimMount(volume=volume, claim=name, path=mount)
 
 
@@ -200,7 +204,8 @@ MAX_SECONDS = 86_400  # a day: longer grace periods or checkpoint intervals are 
 
 @dataclass(frozen=True, kw_only=True)
 class CheckpointOptions:
-    """``--checkpoint-pvc``, ``--grace-period``, ``--checkpoint-save-s``, ``--checkpoint-minutes``; none: nothing written."""
+    """``--checkpoint-pvc``, ``--grace-period``, ``--checkpoint-save-s``, ``--checkpoint-minutes``; none: nothing
+    written."""
 
     claim: ClaimMount | None = None
     grace_s: int | None = None  # terminationGracePeriodSeconds of the GPU and checkpointing pods
@@ -208,7 +213,8 @@ class CheckpointOptions:
 
     @classmethod
     def from_flags(cls, *, checkpoint_pvc: str | None = None, grace_period: int | None = None,
-                   checkpoint_save_s: float | None = None, checkpoint_minutes: float | None = None) -> CheckpointOptions:
+                   checkpoint_save_s: float | None = None,
+                   checkpoint_minutes: float | None = None) -> CheckpointOptions:
         """The grace period: ``--grace-period``, else :func:`~components.podspec.grace_for` the measured write time
         (``--checkpoint-save-s``, else :data:`~components.podspec.DEFAULT_SAVE_S`) once checkpoints outlive the pod."""
         from components.podspec import DEFAULT_SAVE_S
@@ -216,7 +222,8 @@ class CheckpointOptions:
         if grace_period is not None and not 0 < grace_period <= MAX_SECONDS:
             raise InputError(f"--grace-period {grace_period}: must be a whole number of seconds, 1 to {MAX_SECONDS}")
         if checkpoint_save_s is not None and not 0 < checkpoint_save_s <= MAX_SECONDS:  # NaN and inf fail too
-            raise InputError(f"--checkpoint-save-s {checkpoint_save_s}: must be a number of seconds > 0, at most {MAX_SECONDS}")
+            raise InputError(f"--checkpoint-save-s {checkpoint_save_s}: must be a number of seconds > 0, "
+                             f"at most {MAX_SECONDS}")
         if grace_period is not None and checkpoint_save_s is not None:
             raise InputError("--grace-period with --checkpoint-save-s: give one (the save time sets the grace period)")
         if checkpoint_minutes is not None and not 0 < checkpoint_minutes <= MAX_SECONDS / 60:
@@ -305,7 +312,8 @@ class PodOptions:
             data_pvc=data,
             hf_token=None if hf_token_secret is None else parse_secret(hf_token_secret, "--hf-token-secret"),
             pull_policy=image_pull_policy or (default_pull_policy(image) if image else None),
-            pull_secrets=tuple(dict.fromkeys(check_name(n, "--image-pull-secret", "Secret") for n in image_pull_secrets)),
+            pull_secrets=tuple(dict.fromkeys(check_name(n, "--image-pull-secret", "Secret")
+                                             for n in image_pull_secrets)),
             namespace=namespace, repository_uri=repository_uri, checkpoints=checkpoints,
             labels=parse_labels(labels), trainer_version=trainer_version,
             tracking_secret=None if tracking_secret is None else check_name(tracking_secret, "--tracking-secret",

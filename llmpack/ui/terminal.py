@@ -22,7 +22,8 @@ import click
 # The third-party packages whose own warnings are silenced (their import names), and only theirs.
 LIBRARY_PACKAGES = ("mlflow", "sqlalchemy", "alembic", "kfp", "hera", "kubernetes", "google", "pydantic", "huey",
                     "git", "databricks", "opentelemetry", "graphene", "flask", "pkg_resources", "setuptools")
-LIBRARY_MODULES = rf"({'|'.join(LIBRARY_PACKAGES)})(\.|$)"  # ``module`` of warnings.filterwarnings (matched at its start)
+# ``module`` of warnings.filterwarnings (matched at its start)
+LIBRARY_MODULES = rf"({'|'.join(LIBRARY_PACKAGES)})(\.|$)"
 
 _HELD_HYPHEN = "\u2011"  # NON-BREAKING HYPHEN: one column, and textwrap does not break at it
 
