@@ -126,13 +126,21 @@ def namespaces_of(opts: DoctorOptions) -> dict[str, list[str]]:
     return out
 
 
+def tracking_secrets(given: str | None, found_refs: list[tuple[set[tuple[str, str, str]], set[str]]]) -> list[str]:
+    """The MLflow Secrets to check: those the compiled pods read the tracking URI from, and ``--tracking-secret``'s;
+    the default name when neither says one (artifacts compiled with another name are checked by that name)."""
+    from components.record.tracking import TRACKING_SECRET, TRACKING_URI_KEY
+
+    compiled = {name for found, _ in found_refs for name, key, _env in found if key == TRACKING_URI_KEY}
+    return sorted((compiled | {given}) if given else compiled) or [TRACKING_SECRET]
+
+
 def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], claims: dict[str, set[str]],
                refs: dict[str, tuple[set[tuple[str, str, str]], set[str]]] | None = None,
                needs: Any = None) -> list[Any]:
     """Every check, in order (``specs``, ``claims``, ``refs``: each path's compiled pod specs, PVC names, and the
     Secrets its pods read and pull with; ``needs``: their GPU pods, created kinds and namespace,
     :class:`llmpack.doctor.capacity.Needs`); only the first when the API does not answer."""
-    from components.record.tracking import TRACKING_SECRET
     from llmpack.backends import backend
     from llmpack.doctor import capacity
     from llmpack.doctor import checks as dc
@@ -162,7 +170,9 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         checks.append(check)
         if found is None:
             continue  # everything below would fail for the same reason
-        checks.append(dc.tracking_secret(cluster, namespace, opts.tracking_secret))
+        found_refs = [(refs or {}).get(path, (set(), set())) for path in paths]
+        trackers = tracking_secrets(opts.tracking_secret, found_refs)
+        checks += [dc.tracking_secret(cluster, namespace, name) for name in trackers]
         checks += capacity.served(cluster, namespace, {k: f for p in paths for k, f in needs.kinds.get(p, {}).items()})
         checks += capacity.admission(cluster, namespace, paths, needs)
         for path in paths:
@@ -180,10 +190,9 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         # what the compiled pods mount, --cache-pvc, --model-pvc...
         for name in sorted((mounted - {shared} | set(opts.pvcs)) - {ckpt}):
             checks.append(dc.shared_pvc(cluster, namespace, name, shared=False))
-        found_refs = [(refs or {}).get(path, (set(), set())) for path in paths]
         secrets = {(n, k): e for n, k, e in sorted(set().union(*(r for r, _ in found_refs)) | set(opts.secrets))}
         for (name, key), env in secrets.items():  # --hf-token-secret: required secretKeyRefs (the MLflow one: above)
-            if name != (opts.tracking_secret or TRACKING_SECRET):
+            if name not in trackers:
                 checks.append(dc.secret_key(cluster, namespace, name, key, env))
         for name in sorted(set().union(*(p for _, p in found_refs)) | set(opts.pull_secrets)):  # --image-pull-secret
             checks.append(dc.pull_secret(cluster, namespace, name))
@@ -347,7 +356,7 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
               help="Image pull Secret (repeatable): exists, a registry credential.")
 @click.option("--tracking-secret", default=None, metavar="NAME",
               help="The MLflow Secret the artifacts were compiled with (llmpack compile --tracking-secret; "
-                   "default llmpack-mlflow).")
+                   "default: the one the compiled pods read, else llmpack-mlflow).")
 @click.option("--tracking-uri", default=None, metavar="URI",
               help="MLflow tracking server as reached from here (default: MLFLOW_TRACKING_URI): it must answer an "
                    "authenticated read with MLFLOW_TRACKING_USERNAME/PASSWORD (or _TOKEN), never printed.")

@@ -296,3 +296,28 @@ def test_gang_pod_security_reads_the_compiled_trainjob(ready: Ready, tmp_path: P
     code, out = ready.doctor(*GANG, "--path", "argo", "--compiled", str(compiled))
     assert code == 1 and "✗ Pod Security (argo): llmpack enforces restricted;" in out, out
     assert violations(specs[-1], "baseline") == []  # baseline admits pods that say nothing
+
+
+def test_the_tracking_secrets_are_the_compiled_ones_and_the_flag_s() -> None:
+    from llmpack.doctor.command import tracking_secrets
+
+    compiled = [({("team-mlflow", "tracking-uri", "MLFLOW_TRACKING_URI"), ("hf", "token", "HF_TOKEN")}, set())]
+    assert tracking_secrets(None, compiled) == ["team-mlflow"]
+    assert tracking_secrets("llmpack-mlflow", compiled) == ["llmpack-mlflow", "team-mlflow"]
+    assert tracking_secrets(None, [(set(), set())]) == ["llmpack-mlflow"]  # nothing compiled says: the default
+    assert tracking_secrets("mine", [(set(), set())]) == ["mine"]
+
+
+@pytest.mark.slow  # a compile of its own
+def test_artifacts_compiled_with_another_tracking_secret_are_checked_by_its_name(ready: Ready, tmp_path: Path) -> None:
+    """`llmpack compile --tracking-secret team-mlflow`, then doctor without the flag: it checks the Secret the
+    pods read (missing here: one line), not the default one the cluster happens to have."""
+    from llmpack.compile.artifacts import compile_all
+    from llmpack.ui.pod_options import PodOptions
+
+    compile_all(tmp_path, pod=PodOptions.from_flags(tracking_secret="team-mlflow"))
+    code, out = ready.doctor("--path", "argo", "--compiled", str(tmp_path))
+    assert code == 1, out
+    assert [line for line in failed_lines(out) if "team-mlflow" in line] == [
+        "✗ Secret team-mlflow missing in llmpack (every pod reads tracking-uri from it)"], out  # once, not twice
+    assert "Secret llmpack-mlflow" not in out, out
