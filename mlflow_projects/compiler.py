@@ -1,57 +1,17 @@
 """Compile the pipeline object to MLflow project directories.
 
 ``write_project(pipe, out_dir)`` writes two projects, both generated from the one
-:class:`~components.dsl.Pipeline`:
+:class:`~components.dsl.Pipeline`: ``finetune/`` for ``mlflow run --env-manager local`` (or
+``virtualenv|uv`` with ``python_env.yaml``), and ``finetune-k8s/``, a ``docker_env`` project with the
+Kubernetes Job MLflow submits (:mod:`mlflow_projects.k8s_job`). Each has one entry point per task,
+running the command every backend runs, plus ``main``: a shim that runs
+:func:`mlflow_projects.driver.main` on ``pipeline.json``, every step a child run in DAG order.
+MLflow's Kubernetes backend runs one entry point as one Job, so the Job asks for the largest
+step's GPUs, CPU and memory.
 
-``finetune/``
-    for ``mlflow run mlflow_projects/finetune --env-manager local``: ``MLproject`` with one
-    entry point per task (``prepare_data``, ``tokenize``...; each runs
-    ``python -m components.run REF --input ... --output ... --param ...``, the command every
-    backend runs) plus ``main``, which runs them all as nested child runs in DAG order
-    (``main.py``, a shim that runs :func:`mlflow_projects.driver.main` on ``pipeline.json``);
-    ``python_env.yaml`` for ``--env-manager virtualenv|uv``.
-``finetune-k8s/``
-    for ``mlflow run mlflow_projects/finetune-k8s --backend kubernetes --backend-config
-    kubernetes_config.json``: the same entry points in a ``docker_env`` project (the step image
-    from the repository's ``Dockerfile``), ``kubernetes_config.json`` and
-    ``kubernetes_job_template.yaml``: the Job MLflow submits, sized from the step specs (GPU
-    limits, tolerations, node selector, the GPU type's node affinity:
-    :func:`components.gpu_nodes.placement`), Pod Security ``restricted``, with the tracking
-    URI from a Secret.
-
-MLflow's Kubernetes backend runs one entry point as one Job, so ``main`` runs the whole
-pipeline in one pod, each step a child run in it; the Job therefore asks for the largest
-step's GPUs, CPU and memory. With ``cache_pvc`` on any step (``llmpack compile --cache-pvc``) the pod
-mounts that PVC at ``HF_CACHE_MOUNT`` and ``HF_HOME`` points there instead of ``/tmp``.
-
-Where ``mlflow run`` is typed (decision)
-    MLflow opens ``kube-job-template-path`` of the backend config as given, relative to the
-    directory ``mlflow run`` is typed in, not to the config file or the project
-    (``mlflow.projects._parse_kubernetes_config``). Every documented command is typed from the
-    directory ``llmpack compile`` ran in (the repository root), so the compiler writes the
-    template's path as that directory sees it: ``typed_dir`` (default ``mlflow_projects``, the
-    committed copies; ``llmpack compile --out DIR`` passes ``DIR/mlflow_projects``, relative to the directory
-    compile ran in even when ``DIR`` is absolute: the config never names a directory of the
-    compiling machine). The MLproject comments show the commands with the same paths.
-
-A user's own steps travel in the project (decision)
-    MLflow runs every entry point with the project directory as its working directory, so a
-    step of the user's own module (``examples.custom_step:data_report``) could not be imported
-    there, while KFP and Argo, run from the user's checkout, found it. The compiler copies each
-    step module that is not part of the installed pack into the project at its package path
-    (``examples/custom_step.py``, with its packages' ``__init__.py``): ``python -m`` puts the
-    working directory first on ``sys.path``, so the same command finds it, locally and in the
-    image MLflow builds from the project. Only the module itself travels: one that imports
-    sibling modules of its own needs them installed.
-
-Pinning llmpack for ``--env-manager virtualenv|uv`` (decision)
-    ``python_env.yaml`` does not name a bare ``llmpack``: that name is not ours on PyPI, and pip
-    would install whatever is published under it. It pins ``llmpack @ file://${LLMPACK_SOURCE}``:
-    pip (and uv) expand ``${VAR}`` in requirements files, and MLflow hands the dependencies to
-    ``pip install -r`` as a requirements file written in a temporary directory
-    (``mlflow.utils.virtualenv._create_virtualenv``), so a relative path cannot work but an
-    absolute one from the environment does. Unset, the URL stays ``file://${LLMPACK_SOURCE}`` and
-    the install fails: nothing is fetched from an index in its place.
+The decisions (where ``mlflow run`` is typed, so the paths the config names; a user's own step
+modules copied into the project; pinning llmpack by ``file://${LLMPACK_SOURCE}``):
+docs/backend-internals.md, "MLflow: the project compiler".
 """
 
 from __future__ import annotations
