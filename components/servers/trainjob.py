@@ -4,46 +4,14 @@ A pure builder: no Kubernetes client, no cluster. :class:`TrainJobSpec` checks i
 is made (each bad one an :class:`InputError` of one line) and :meth:`TrainJobSpec.build` returns the
 object to hand to ``CustomObjectsApi.create_namespaced_custom_object`` (group
 ``trainer.kubeflow.org``, version ``v1alpha1``, plural ``trainjobs``) or to print with
-:func:`to_yaml` for ``kubectl apply -f -``.
+:func:`to_yaml` for ``kubectl apply -f -``. Written against Kubeflow Trainer v2.3.0: the
+``torch-distributed`` runtime's ``PET_*`` variables stand in for torchrun's flags (which are
+refused), placement, labels and Pod Security ``restricted`` go through ``spec.runtimePatches``
+(fixed here, so the ``trainjob`` run parameter cannot loosen them), and ``queue`` is Kueue's
+queue-name label.
 
-Written against Kubeflow Trainer v2.3.0 (``kubeflow/trainer`` tag ``v2.3.0``: the CRD
-``manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml`` and
-``pkg/apis/trainer/v1alpha1/trainjob_types.go``; the ``kubeflow-trainer-api`` 2.3.0 models):
-
-- ``spec.runtimeRef`` names the runtime; the default ``torch-distributed``
-  ClusterTrainingRuntime runs one replicated job, ``node``, whose container ``node`` gets
-  ``spec.trainer``'s image, command, env and ``resourcesPerNode``; ``numNodes`` sets how many
-  pods (one per node) it runs.
-- The torch plugin injects ``PET_NNODES`` (numNodes), ``PET_NPROC_PER_NODE`` (numProcPerNode, or
-  ``auto``: one process per GPU), ``PET_NODE_RANK`` (the pod's Job completion index),
-  ``PET_MASTER_ADDR`` (``<name>-node-0-0.<name>``) and ``PET_MASTER_PORT`` into that container.
-  ``torchrun`` reads every ``PET_<FLAG>`` variable as the default of its ``--<flag>``, so the
-  command is ``torchrun`` plus the script and its arguments, *without* ``--nnodes``,
-  ``--node-rank``, ``--nproc-per-node``, ``--master-addr`` or ``--master-port`` (an explicit flag
-  would override the runtime's value, e.g. pin every pod to rank 0). Those flags in a torchrun
-  command, and ``PET_*`` names in ``env`` (the Trainer webhook rejects them), are input errors.
-- Placement and pod labels go through ``spec.runtimePatches``: v2.3.0 has neither
-  ``podSpecOverrides`` (v2.0) nor ``podTemplateOverrides`` (v2.1; replaced by runtimePatches in
-  v2.2.0, kubeflow/trainer#3309). One patch entry owned by manager ``llmpack.io/trainjob`` (the
-  webhook wants a domain-prefixed path) targets the replicated job ``node`` and sets the Pod
-  template's ``metadata.labels`` and its ``spec.nodeSelector`` / ``spec.tolerations`` — the
-  Pod-level fields PodSpecPatch allows. Kueue writes its own entry (``kueue.x-k8s.io/manager``)
-  beside ours.
-- ``queue``: the ``kueue.x-k8s.io/queue-name`` label on the TrainJob's own metadata, which is where
-  Kueue's TrainJob integration reads it.
-- Pod Security ``restricted`` (the level a namespace may enforce: ``pod-security.kubernetes.io/enforce``):
-  the same patch always sets the pod's ``securityContext`` (non-root uid/gid :data:`RUN_AS`, the
-  image's user; ``fsGroup`` so that user may write the shared volume; ``seccompProfile``
-  ``RuntimeDefault``) and the ``node`` container's (no privilege escalation, every capability
-  dropped, a read-only root with /tmp an ``emptyDir``), the pod's ServiceAccount
-  :data:`~components.podspec.NODE_SERVICE_ACCOUNT` (no Role, no token mounted: PodSpecPatch has no
-  ``automountServiceAccountToken``, the account says it) and CPU/memory limits equal to the
-  requests. Without them such a namespace rejects the node pods while the launcher waits out the
-  TrainJob's deadline. The torch-distributed runtime's pods have no other container. Fixed here,
-  not taken from the caller, so the ``trainjob`` run parameter cannot loosen it.
-- ``node_affinity``: the GPU type's nodes (:mod:`components.gpu_nodes`), as ``spec.affinity``;
-  with more than one GPU per node a memory-backed ``emptyDir`` at ``/dev/shm`` (NCCL), as on
-  every path's multi-GPU pod.
+Each field and why: docs/scaling.md, "The TrainJob object"; how the launcher creates and follows
+it: docs/decisions.md, "The TrainJob launcher".
 """
 
 from __future__ import annotations
