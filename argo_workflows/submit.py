@@ -58,7 +58,8 @@ TERMINAL = {"Succeeded": "succeeded", "Failed": "failed", "Error": "error"}
 
 
 def connection(host: str | None, token: str | None, namespace: str | None, env: Mapping[str, str], *,
-               ca_cert: str | None = None, insecure_skip_tls_verify: bool = False) -> tuple[str, str | None, str, bool | str]:
+               ca_cert: str | None = None,
+               insecure_skip_tls_verify: bool = False) -> tuple[str, str | None, str, bool | str]:
     """``(server URL, token or None, namespace, TLS verify)`` from the flags, else the ``argo`` CLI's environment.
 
     TLS verify is requests' ``verify``: True, a CA file (``--ca-cert``) or False
@@ -119,7 +120,8 @@ def _error(exc: BaseException, host: str, namespace: str, token: str | None) -> 
     inner = re.match(r"^Server returned status code \d+ with message: `(.*)`$", text, re.S)
     message = one_line(inner.group(1) if inner else text, (token,))
     if isinstance(exc, Unauthorized):
-        return InputError(f"Argo Server at {host} rejected the credentials (401 Unauthorized): check --token / ARGO_TOKEN")
+        return InputError(f"Argo Server at {host} rejected the credentials (401 Unauthorized): "
+                          "check --token / ARGO_TOKEN")
     if isinstance(exc, Forbidden):
         return InputError(
             f"Argo Server at {host} refused access to namespace {namespace!r} (403 Forbidden): "
@@ -153,7 +155,8 @@ def load_workflow(path: str | os.PathLike[str] | None = None) -> Any:
     except OSError as exc:
         raise InputError(f"--workflow {path}: cannot read ({exc.strerror})") from None
     if not isinstance(doc, dict) or doc.get("kind") != "Workflow":
-        raise InputError(f"--workflow {path}: not an Argo Workflow (kind is {doc.get('kind') if isinstance(doc, dict) else None!r})")
+        raise InputError(f"--workflow {path}: not an Argo Workflow "
+                         f"(kind is {doc.get('kind') if isinstance(doc, dict) else None!r})")
     try:
         return WorkflowModel.model_validate(doc)
     except ValidationError as exc:

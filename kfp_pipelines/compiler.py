@@ -217,7 +217,8 @@ def pod_labels(pipe: Pipeline, task: Task) -> dict[str, str]:
         f"{LABEL_PREFIX}gpu-count": str(ex.resources.gpus),
         f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR,
     }
-    return pod_labels_of(recommended_labels(name=pipe.name, component=task.step.name, managed_by=ORCHESTRATOR), own, ex.pod)
+    return pod_labels_of(recommended_labels(name=pipe.name, component=task.step.name, managed_by=ORCHESTRATOR),
+                         own, ex.pod)
 
 
 def close_labels(pipe: Pipeline, extras: PodExtras) -> dict[str, str]:

@@ -174,7 +174,8 @@ def _root_parameters(package: Path) -> dict[str, str]:
     try:
         params = spec["root"]["inputDefinitions"]["parameters"]
     except (KeyError, TypeError):
-        raise InputError(f"--package {package}: no root.inputDefinitions.parameters (not a compiled KFP pipeline)") from None
+        raise InputError(f"--package {package}: no root.inputDefinitions.parameters "
+                         "(not a compiled KFP pipeline)") from None
     return {name: p.get("parameterType", "") for name, p in params.items()}
 
 

@@ -119,7 +119,8 @@ def _check_names(pipe: Pipeline) -> None:
     for task in pipe.task_order():
         ep = entry_point_name(task)
         if ep == "main":
-            raise PipelineValidationError(f"task {task.name!r}: the name 'main' is taken by the MLflow main entry point")
+            raise PipelineValidationError(f"task {task.name!r}: the name 'main' is taken "
+                                          "by the MLflow main entry point")
         if ep in seen:
             raise PipelineValidationError(f"task {task.name!r}: entry point {ep!r} clashes with task {seen[ep]!r}")
         seen[ep] = task.name
@@ -131,7 +132,8 @@ def _check_names(pipe: Pipeline) -> None:
                 )
     for name in pipe.params:
         if name in ("artifacts_dir", "base_dir"):
-            raise PipelineValidationError(f"pipeline {pipe.name!r}: parameter {name!r} is reserved by the MLflow backend")
+            raise PipelineValidationError(f"pipeline {pipe.name!r}: parameter {name!r} "
+                                          "is reserved by the MLflow backend")
 
 
 # --------------------------------------------------------------------------- MLproject
@@ -184,7 +186,8 @@ def render_mlproject(pipe: Pipeline, *, kubernetes: bool, image: str | None = No
             "# typed in the directory `llmpack compile` ran in (for the committed copies: the repository root):\n"
             f"#   mlflow run {project_dir} --backend kubernetes \\\n"
             f"#     --backend-config {project_dir}/kubernetes_config.json -P max_steps=200\n"
-            "# (MLflow opens kube-job-template-path in kubernetes_config.json relative to where you type `mlflow run`.)\n"
+            "# (MLflow opens kube-job-template-path in kubernetes_config.json"
+            " relative to where you type `mlflow run`.)\n"
             "# MLflow builds an image FROM docker_env.image with this directory in it and pushes it to the\n"
             "# config's repository-uri; docker_env.image is the step image built from the repository's Dockerfile.\n"
         )
@@ -373,7 +376,10 @@ def render_local_project(pipe: Pipeline, *, typed_dir: str = TYPED_DIR) -> dict[
 
 def render_k8s_project(pipe: Pipeline, *, image: str | None = None, typed_dir: str = TYPED_DIR,
                        namespace: str = NAMESPACE, repository_uri: str | None = None) -> dict[str, str]:
-    """File name -> text of the ``finetune-k8s/`` project (the Job in ``namespace``; MLflow pushes to ``repository_uri``)."""
+    """File name -> text of the ``finetune-k8s/`` project.
+
+    The Job runs in ``namespace``; MLflow pushes its image to ``repository_uri``.
+    """
     _check_names(pipe)
     img = pipeline_image(pipe, image)
     return {

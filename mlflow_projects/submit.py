@@ -58,7 +58,8 @@ PROJECT_DIR = Path(__file__).with_name("finetune-k8s")
 # Where the Dockerfile puts the repository (WORKDIR /opt/llmpack; COPY mlflow_projects/ ...).
 PROJECT_DIR_IN_IMAGE = "/opt/llmpack/mlflow_projects/finetune-k8s"
 # What the Job takes from Secret llmpack-mlflow by reference and never as a literal env value.
-SECRET_ONLY_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
+SECRET_ONLY_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD",
+                   "MLFLOW_TRACKING_TOKEN")
 
 
 # --------------------------------------------------------------------------- the Kubernetes API
@@ -97,7 +98,8 @@ def _kube_error(exc: BaseException, host: str, namespace: str, secrets: tuple[st
     if failed.api_exception:
         message = one_line(failed.message or failed.reason, secrets)
         if failed.status == 401:
-            return InputError(f"Kubernetes API at {host} rejected the credentials (401 Unauthorized): check the kubeconfig")
+            return InputError(f"Kubernetes API at {host} rejected the credentials (401 Unauthorized): "
+                              "check the kubeconfig")
         if failed.status == 403:
             return InputError(f"Kubernetes API at {host} refused (403 Forbidden): {message}")
         if failed.status == 404 and "namespace" in message.lower():
@@ -177,7 +179,8 @@ def _tracking_secret(path: Path, template: Mapping[str, Any]) -> str:
 
 
 def _cluster_tracking_uri(explicit: str | None, local_uri: str, secret: str) -> tuple[str | None, str | None]:
-    """How the cluster reaches the tracking store (for the summary only), and a warning when the record is out of its reach.
+    """How the cluster reaches the tracking store (for the summary only), and a warning when the record is out of
+    its reach.
 
     The Job's URI always comes from the Secret; a record made in a local store (sqlite, a file)
     cannot be the run the Job's ``main`` continues.
@@ -327,7 +330,8 @@ def submit(request: Request) -> dict[str, Any]:
         command=command,
         working_dir=request.project_dir_in_image,
         env=env,
-        labels={RUN_GROUP_LABEL: run_group, PIPELINE_RUN_LABEL: pipeline_run, INSTANCE_LABEL: label_value(pipeline_run)},
+        labels={RUN_GROUP_LABEL: run_group, PIPELINE_RUN_LABEL: pipeline_run,
+                INSTANCE_LABEL: label_value(pipeline_run)},
     )
     try:
         created = k8s.BatchV1Api(api_client).create_namespaced_job(namespace=ns, body=job,
@@ -400,7 +404,10 @@ def wait_for_job(job_name: str, *, namespace: str, kubeconfig: str | None = None
 
 
 def wait_for_completion(summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
-    """:func:`wait_for_job` on the Job of a :func:`submit` summary (its namespace, MLflow run and store unless given)."""
+    """:func:`wait_for_job` on the Job of a :func:`submit` summary.
+
+    Its namespace, MLflow run and store, unless given.
+    """
     kwargs.setdefault("namespace", summary.get("namespace"))
     kwargs.setdefault("mlflow_run_id", summary.get("mlflow_run_id"))
     kwargs.setdefault("tracking_uri", summary.get("tracking_uri"))
