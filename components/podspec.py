@@ -106,8 +106,12 @@ def default_pull_policy(image: str) -> str:
 
 
 def pod_env(extras: PodExtras) -> list[dict[str, object]]:
-    """``extras.secret_env`` (secretKeyRef, never optional), then ``extras.env`` and the labels' env, as Kubernetes ``EnvVar``s."""
-    return ([{"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}} for s in extras.secret_env]
+    """``extras.secret_env`` (secretKeyRef, never optional), then ``extras.env`` and the labels' env.
+
+    As Kubernetes ``EnvVar``s.
+    """
+    return ([{"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
+             for s in extras.secret_env]
             + [{"name": name, "value": value} for name, value in extras.env]
             + [{"name": k, "value": v} for k, v in labels_env(extras).items()])
 
