@@ -199,7 +199,10 @@ def cpu_quantity(cpu: float) -> str:
 
 
 def retry_window_s(task: Task) -> int:
-    """Total seconds within which every attempt of the task can start (see module docstring)."""
+    """Total seconds within which every attempt of the task can start.
+
+    Why not the step's ``max_backoff_s``: docs/backend-internals.md, "KFP: the compiler".
+    """
     ex = task.step.execution
     r = ex.retry
     waits = sum(min(r.backoff_s * r.factor**n, r.max_backoff_s) for n in range(r.limit))

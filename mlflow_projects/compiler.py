@@ -52,8 +52,9 @@ from mlflow_projects.settings import IMAGE, SOURCE
 
 LOCAL_DIR = "finetune"
 IMAGE_ENV = IMAGE.name
-# TYPED_DIR (mlflow_projects.k8s_job): the projects' parent as typed on the command line (see the docstring)
-SOURCE_ENV = SOURCE.name  # python_env.yaml installs llmpack from this checkout (see the docstring)
+# TYPED_DIR (mlflow_projects.k8s_job): the projects' parent as typed on the command line; SOURCE_ENV: python_env.yaml
+# installs llmpack from this checkout (why both: docs/backend-internals.md, "MLflow: the project compiler")
+SOURCE_ENV = SOURCE.name
 
 # MLflow checks only `path` and `uri` parameters; the others are labels for the reader (MLflow's own
 # examples write `int`). main.py checks every value against pipeline.json before any step starts.
@@ -421,7 +422,8 @@ def write_project(pipe: Pipeline, out_dir: str | os.PathLike[str], *, image: str
                   typed_dir: str = TYPED_DIR, **k8s: Any) -> dict[str, Path]:
     """Write ``out_dir/finetune/`` and ``out_dir/finetune-k8s/``; returns their paths.
 
-    ``typed_dir`` is ``out_dir`` as the user types it in ``mlflow run`` (see the module docstring).
+    ``typed_dir`` is ``out_dir`` as the user types it in ``mlflow run`` (docs/backend-internals.md,
+    "MLflow: the project compiler").
     """
     out = Path(out_dir)
     return {

@@ -50,7 +50,8 @@ class HubCodec:
     def prompt_ids(self, prompt: str) -> list[int]:
         if getattr(self.tokenizer, "chat_template", None):
             return list(self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                           add_generation_prompt=True, tokenize=True, return_dict=False))
+                                                           add_generation_prompt=True, tokenize=True,
+                                                           return_dict=False))
         return list(self.tokenizer(prompt + "\n")["input_ids"])
 
     def decode(self, ids: list[int]) -> str:
@@ -58,7 +59,10 @@ class HubCodec:
 
 
 def prompts_of(model_input: Any) -> list[str]:
-    """The prompts in a request: a string, a list of strings, a DataFrame's ``prompt`` (or only) column, a dict's ``prompt``."""
+    """The prompts in a request.
+
+    A string, a list of strings, a DataFrame's ``prompt`` (or only) column, a dict's ``prompt``.
+    """
     if isinstance(model_input, str):
         return [model_input]
     if hasattr(model_input, "columns"):  # a pandas DataFrame, as `mlflow models serve` hands a JSON request over
