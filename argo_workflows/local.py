@@ -3,33 +3,14 @@
 No cluster and no Argo controller: the executor reads the Workflow *YAML*, checks it against
 Hera's Argo models, and walks its DAG in dependency order, running each task's own container
 command (``python -m components.run ...``, with ``python`` replaced by this interpreter) as a
-subprocess. What it does, in Argo's terms:
+subprocess. It honours workflow arguments, the placeholders the compiled Workflows use,
+artifacts as directories under ``workdir``, ``retryStrategy`` (each attempt's ``{{retries}}`` in
+``LLMPACK_ATTEMPT``), ``spec.onExit`` and literal ``env`` values; cluster-only fields are accepted
+and have no local effect. Anything else is refused before anything runs, with one line naming
+the feature and where it is.
 
-- workflow arguments: the YAML's defaults, overridden by ``arguments`` (unknown names and values
-  outside an ``enum`` are refused, as ``argo submit -p`` does);
-- placeholders: ``{{workflow.parameters.*}}``, ``{{workflow.name}}``, ``{{workflow.uid}}``,
-  ``{{workflow.creationTimestamp}}`` (RFC 3339, when the run was planned), ``{{workflow.status}}``
-  (in the exit handler: ``Succeeded`` or ``Failed``), ``{{inputs.parameters.*}}``, ``{{inputs.artifacts.*.path}}``,
-  ``{{outputs.artifacts.*.path}}``,
-  ``{{outputs.parameters.*.path}}`` (a file under ``workdir``; output parameters feed only metrics),
-  ``{{retries}}`` and, in a DAG task's artifact ``from``, ``{{tasks.*.outputs.artifacts.*}}``;
-- artifacts: directories under ``workdir`` (``workdir/<task>/<artifact>``); an input artifact is
-  its producer's directory;
-- ``retryStrategy``: ``limit``, ``retryPolicy`` (a non-zero exit is a *failure*: retried under
-  ``Always`` and ``OnFailure``), ``expression`` of the form ``asInt(lastRetry.exitCode) OP N``,
-  and ``backoff`` (capped at one second locally); each attempt's process gets its ``{{retries}}``
-  in ``LLMPACK_ATTEMPT``, so its records are its own and every attempt is billed (the step would
-  count its attempts in its own JSONL anyway: retries here reuse the task's output directory);
-- ``spec.onExit``: a container template without inputs, run after the DAG whether it succeeded
-  or failed (not after an interrupt: then the caller closes what is open);
-- literal ``env`` values; ``secretKeyRef`` variables are the cluster's, so locally the caller's
-  environment stands in for them.
-
-Cluster-only fields (image, resources, node selector and affinity, tolerations, security
-contexts, metadata, metrics, ``activeDeadlineSeconds``, a multi-GPU pod's memory-backed
-``/dev/shm`` volume: a local process has the host's) are accepted and have no local effect.
-Anything else (``steps`` or ``script`` templates, loops, ``when``, ``depends``, task-level hooks, other volumes, other
-placeholders...) is refused before anything runs, with one line naming the feature and where it is.
+What each of those means in Argo's terms, and the full lists: docs/backend-internals.md, "Argo:
+the local executor".
 """
 
 from __future__ import annotations

@@ -1,28 +1,15 @@
 """The fine-tuning pipeline as a Hera ``Workflow``, for Hera users: import, parameterize, ``.create()``.
 
 Hera has no submit command; its users build a ``Workflow`` and call ``.create()`` (and
-``.wait()``) with a ``WorkflowsService``. This module gives them the pipeline that way::
+``.wait()``). :func:`finetune_workflow` is :func:`argo_workflows.workflow.build_workflow` of the one
+pipeline object, so it is ``argo_workflows/finetune.yaml`` with the parameters given (through the
+pipeline's one gate, :meth:`components.dsl.Pipeline.bind`: bad values are refused when the
+Workflow is built). It is sent to a ``workflows_service`` you pass, else Hera's ``global_config``,
+else the environment the ``argo`` CLI reads; ``.create()`` without a server is one
+:class:`InputError` line saying how to name one.
 
-    from argo_workflows.pipeline import finetune_workflow
-
-    wf = finetune_workflow(max_steps=200, model="/models/llama-3-8b")  # any pipeline parameter
-    wf.create()           # POST /api/v1/workflows/{namespace}, as `argo submit` does
-    wf.wait()             # until Succeeded / Failed / Error
-
-The Workflow is :func:`argo_workflows.workflow.build_workflow` of the one pipeline object, so it
-is the same as ``argo_workflows/finetune.yaml``: its ``onExit`` task closes the run's MLflow
-record (metrics, cost tags, submit time from the workflow's ``creationTimestamp``), whoever
-created it. Parameters not given keep the compiled defaults (``mode=cluster``; an empty
-``pipeline_run`` becomes the workflow's name).
-
-Where it is sent: a ``workflows_service`` you pass, else Hera's own ``global_config`` when you
-set its ``host``, else the environment the ``argo`` CLI reads (``ARGO_SERVER``, ``ARGO_TOKEN``,
-``ARGO_NAMESPACE``, ``ARGO_SECURE``, ``ARGO_INSECURE_SKIP_VERIFY``, ``ARGO_BASE_HREF``), so a
-shell set up for ``argo submit`` works for ``.create()`` unchanged. The Workflow is built without
-any of them (``finetune_workflow().to_yaml()`` works offline); ``.create()`` without a server is
-one :class:`InputError` line saying how to name one. Parameters go through the pipeline's one
-gate (:meth:`components.dsl.Pipeline.bind`): ``max_steps="abc"`` is refused when the Workflow is
-built, not by a failed step on the cluster.
+An example, and where it is sent in full: docs/native-tools.md, "Hera: Workflow.create()";
+docs/backend-internals.md, "Argo: the Workflow for Hera users".
 """
 
 from __future__ import annotations

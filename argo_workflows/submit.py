@@ -2,33 +2,17 @@
 
 Hera has no submit command; this is it. ``llmpack submit argo`` and ``llmpack compare --cluster``
 come here through :mod:`llmpack.backends` (the ``cluster_module`` of its
-:class:`components.backend.Backend`). What every submission shares (the parameters, ids, ``submitted_at``, cost tags, the
-MLflow record) is :mod:`components.servers.submission`.
+:class:`components.backend.Backend`). What every submission shares (the parameters, ids,
+``submitted_at``, cost tags, the MLflow record) is :mod:`components.servers.submission`.
 
-:func:`submit`
-    ``argo_workflows/finetune.yaml`` is loaded into Hera's Argo models
-    (``hera.workflows.models.Workflow``, :func:`load_workflow`), its ``spec.arguments.parameters``
-    get the run's values, two per-run labels are added to the Workflow's metadata
-    (``llmpack.io/run-group``, ``llmpack.io/pipeline-run``; the step pods get them from the
-    compiled pod labels), and ``WorkflowsService.create_workflow`` POSTs
-    ``/api/v1/workflows/{namespace}``, as ``argo submit`` does. The rest of the Workflow is sent
-    exactly as compiled. Endpoint: ``--host`` or ``ARGO_SERVER`` (``host:port`` as the ``argo``
-    CLI takes it: https unless ``ARGO_SECURE=false``; ``ARGO_INSECURE_SKIP_VERIFY=true`` skips
-    TLS verification; ``ARGO_BASE_HREF`` is appended); token: ``--token`` or ``ARGO_TOKEN``
-    (with or without ``Bearer``); namespace: ``--namespace``, ``ARGO_NAMESPACE``, else
-    ``llmpack`` (where the Secret ``llmpack-mlflow`` lives, as for the MLflow Job).
-    ``tracking_uri`` (or ``MLFLOW_TRACKING_URI``), when set, also creates the pipeline run's
-    MLflow record with the cost tags, after the Workflow is created.
+:func:`submit` loads ``argo_workflows/finetune.yaml`` into Hera's models (:func:`load_workflow`),
+sets the run's arguments and per-run labels and POSTs it as ``argo submit`` does;
+:func:`wait_for_completion` / :func:`wait_for_workflow` poll it to an end phase. Hera's quirks are
+wrapped once each (:func:`_session`). Errors are :class:`components.errors.InputError` with one line
+naming what to fix (:func:`_error`). Tokens are never printed, logged, put in a summary or in an
+error message.
 
-:func:`wait_for_completion` / :func:`wait_for_workflow`
-    Poll the Workflow until its phase is Succeeded, Failed or Error, or the timeout passes.
-
-Hera's quirks, each wrapped once: its service sends no request timeout (:func:`_session`), and it
-serializes with pydantic's deprecated ``.json()`` (the warning is silenced around the call).
-Errors (no server configured, unreachable, 401/403, namespace not found, a Workflow the server
-refuses, an argument the compiled Workflow does not declare) are
-:class:`components.errors.InputError` with one line naming what to fix (:func:`_error`). Tokens are
-never printed, logged, put in a summary or in an error message.
+Endpoint, token, namespace and the quirks: docs/backend-internals.md, "Argo: submission to Argo Server".
 """
 
 from __future__ import annotations
@@ -74,7 +58,8 @@ TERMINAL = {"Succeeded": "succeeded", "Failed": "failed", "Error": "error"}
 
 
 def connection(host: str | None, token: str | None, namespace: str | None, env: Mapping[str, str], *,
-               ca_cert: str | None = None, insecure_skip_tls_verify: bool = False) -> tuple[str, str | None, str, bool | str]:
+               ca_cert: str | None = None,
+               insecure_skip_tls_verify: bool = False) -> tuple[str, str | None, str, bool | str]:
     """``(server URL, token or None, namespace, TLS verify)`` from the flags, else the ``argo`` CLI's environment.
 
     TLS verify is requests' ``verify``: True, a CA file (``--ca-cert``) or False
@@ -135,7 +120,8 @@ def _error(exc: BaseException, host: str, namespace: str, token: str | None) -> 
     inner = re.match(r"^Server returned status code \d+ with message: `(.*)`$", text, re.S)
     message = one_line(inner.group(1) if inner else text, (token,))
     if isinstance(exc, Unauthorized):
-        return InputError(f"Argo Server at {host} rejected the credentials (401 Unauthorized): check --token / ARGO_TOKEN")
+        return InputError(f"Argo Server at {host} rejected the credentials (401 Unauthorized): "
+                          "check --token / ARGO_TOKEN")
     if isinstance(exc, Forbidden):
         return InputError(
             f"Argo Server at {host} refused access to namespace {namespace!r} (403 Forbidden): "
@@ -169,7 +155,8 @@ def load_workflow(path: str | os.PathLike[str] | None = None) -> Any:
     except OSError as exc:
         raise InputError(f"--workflow {path}: cannot read ({exc.strerror})") from None
     if not isinstance(doc, dict) or doc.get("kind") != "Workflow":
-        raise InputError(f"--workflow {path}: not an Argo Workflow (kind is {doc.get('kind') if isinstance(doc, dict) else None!r})")
+        raise InputError(f"--workflow {path}: not an Argo Workflow "
+                         f"(kind is {doc.get('kind') if isinstance(doc, dict) else None!r})")
     try:
         return WorkflowModel.model_validate(doc)
     except ValidationError as exc:

@@ -7,46 +7,12 @@
 one DAG task and one container template per pipeline task, each running the same command line
 every backend runs (:func:`components.commands.step_args`), with Argo placeholders where the
 values and artifact directories go. The module-level ``w`` is the fine-tuning pipeline, for the
-``hera`` CLI; ``argo_workflows/finetune.yaml`` is its committed output.
+``hera`` CLI; ``argo_workflows/finetune.yaml`` is its committed output. ``spec.onExit`` runs the
+``close-record`` template, which closes the run's record whatever the DAG's outcome.
 
-Cluster mapping of a step's :class:`components.dsl.Execution`:
-
-- resources: CPU and memory requests and equal limits, ``nvidia.com/gpu`` requests and limits (Hera ``gpus=``);
-- placement: node selector, the GPU type's required node affinity
-  (:func:`components.gpu_nodes.placement`), tolerations;
-- a memory-backed ``/dev/shm`` (``emptyDir``, ``sizeLimit`` by the GPU count) on a pod of several GPUs;
-- Pod Security ``restricted`` and a read-only root on every container, /tmp an ``emptyDir``; no
-  service-account token in any step container (``automountServiceAccountToken: false``) but the
-  gang's launcher, which runs as ``llmpack-launcher`` (Argo's executor containers use
-  :data:`EXECUTOR_SERVICE_ACCOUNT`'s); the Workflow's own ``activeDeadlineSeconds``,
-  ``ttlStrategy`` and ``podGC``;
-- retries: ``retryStrategy`` with ``retryPolicy: Always`` (a preempted or evicted pod is an
-  Argo *error*, not a failure, and must be retried too), exponential backoff whose per-retry
-  ceiling is ``backoff.cap``, written only where it binds (Argo's ``maxDuration`` is a deadline
-  from the *first* attempt, which would forbid retrying a long training run preempted after that
-  deadline, so it is not set),
-  and ``expression: asInt(lastRetry.exitCode) != 2`` so that bad input (exit code 2) fails at once,
-  as on every other path;
-- timeout: ``activeDeadlineSeconds`` per attempt;
-- ``cache_pvc`` (``llmpack compile --cache-pvc``): volume ``hf-cache`` from that PVC at
-  ``HF_CACHE_MOUNT``, with ``HF_HOME`` pointing there;
-- ``execution.pod`` (:mod:`components.podspec`): the model and data PVCs read-only, ``HF_TOKEN``
-  from a required ``secretKeyRef``, the container's ``imagePullPolicy``, and the Workflow's
-  ``imagePullSecrets`` (Argo applies them to every pod it creates);
-- pod labels for cost attribution: the recommended ``app.kubernetes.io/*`` ones (``instance`` the
-  ``pipeline_run`` parameter), ``llmpack.io/...`` and the user's ``--label``s; non-root unprivileged pods, and the MLflow
-  tracking URI from the Secret ``llmpack-mlflow`` (key ``tracking-uri``, required), never a literal, and
-  its optional keys ``username``/``password``/``token`` as ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``/``TOKEN``;
-- the training template's Prometheus metrics, labelled with the GPUs the step is billed for.
-
-The run closes its own record: ``spec.onExit`` runs the ``close-record`` template
-(:mod:`components.record`) after the DAG, whatever its outcome, with ``{{workflow.status}}``,
-``{{workflow.name}}`` (the run id an empty ``pipeline_run`` falls back to; every step gets it
-too) and ``{{workflow.creationTimestamp}}`` (the submit time when no client passed one).
-
-Argo's int-or-string fields (``activeDeadlineSeconds``, ``retryStrategy.limit``,
-``backoff.factor``) are written as strings: the Workflow CRD accepts both forms, and Argo's
-published JSON schema (used by IDEs and schema stores) accepts only the string form.
+How a step's :class:`components.dsl.Execution` maps to the cluster (resources, placement, security,
+retries without ``maxDuration``, volumes, labels, metrics) and why int-or-string fields are
+strings: docs/backend-internals.md, "Argo: the Workflow builder".
 """
 
 from __future__ import annotations

@@ -67,7 +67,8 @@ def pipeline_values(pipe: Pipeline, overrides: Mapping[str, Any]) -> dict[str, A
     return {name: overrides.get(name, p.default) for name, p in pipe.all_params.items()}
 
 
-def run_logged(cmd: Sequence[str], *, env: Mapping[str, str], log_path: Path, cwd: str | Path | None = None) -> tuple[int, str]:
+def run_logged(cmd: Sequence[str], *, env: Mapping[str, str], log_path: Path,
+               cwd: str | Path | None = None) -> tuple[int, str]:
     """Run a command with its output appended to ``log_path``; returns (exit code, last error line)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("a", encoding="utf-8") as log:

@@ -50,7 +50,8 @@ PARAM_RULES: dict[str, Rule] = {
 }
 
 
-@pipeline(name=PIPELINE_NAME, description="Fine-tune a causal LM with LoRA, evaluate it, register it.", rules=PARAM_RULES)
+@pipeline(name=PIPELINE_NAME, description="Fine-tune a causal LM with LoRA, evaluate it, register it.",
+          rules=PARAM_RULES)
 def finetune_pipeline(
     model: str = "tiny",
     data: str = "builtin",

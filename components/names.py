@@ -26,7 +26,8 @@ def identity_problem(value: str) -> str | None:
     """Why ``value`` cannot be a ``pipeline_run``/``run_group`` id, or None."""
     if value == "" or is_dns1123_label(value):
         return None
-    return "must be a DNS-1123 label (lower-case letters, digits, '-'; at most 63): it names the run's directory and its record"
+    return ("must be a DNS-1123 label (lower-case letters, digits, '-'; at most 63): "
+            "it names the run's directory and its record")
 
 
 def model_name_problem(value: str) -> str | None:
@@ -54,7 +55,10 @@ def check(value: str, problem: Callable[[str], str | None], what: str) -> str:
 
 
 def check_identity(values: Mapping[str, Any], flag: str) -> None:
-    """The run's identity values (``pipeline_run``, ``run_group``) held to their rule; one InputError naming ``flag``."""
+    """The run's identity values (``pipeline_run``, ``run_group``) held to their rule.
+
+    A value that breaks it is one InputError naming ``flag``.
+    """
     for name in IDENTITY_NAMES:
         if name in values and values[name] is not None:
             check(str(values[name]), identity_problem, f"{flag} {name}")
@@ -78,5 +82,6 @@ def filter_literal(value: str) -> str:
     that means something else.
     """
     if any(c in value for c in "'\"`\\") or any(ord(c) < 32 for c in value):
-        raise InputError(f"{shown(value)}: cannot be searched for in MLflow (quotes, backslashes or control characters)")
+        raise InputError(f"{shown(value)}: cannot be searched for in MLflow "
+                         "(quotes, backslashes or control characters)")
     return f"'{value}'"

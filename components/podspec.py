@@ -1,31 +1,17 @@
 """What a step's pod takes from the cluster besides CPUs and GPUs: model and data volumes, secrets, image pulls.
 
 One table, every path (KFP, Argo, the MLflow Job, the TrainJob's node pods, the prepull DaemonSet),
-so that ``llmpack compile --model-pvc ... --image ...`` gives every pod the same spec:
+so that ``llmpack compile --model-pvc ... --image ...`` gives every pod the same spec: the model and
+data PVCs (read-only, in the steps that read them), ``HF_TOKEN`` from a required ``secretKeyRef``,
+image pull policy and secrets, the checkpointing step's volume and grace period
+(docs/preemption.md), the tracking Secret's name, and the user's ``--label``s beside the
+recommended ``app.kubernetes.io/*`` labels every pod carries (:func:`recommended_labels`; also
+``llmpack.label.KEY`` tags on the run's record, :data:`LABELS_ENV`).
 
-- ``--model-pvc NAME[:MOUNT]`` (default mount :data:`MODEL_MOUNT`) and ``--data-pvc NAME[:MOUNT]``
-  (default :data:`DATA_MOUNT`): PersistentVolumeClaims mounted **read-only** into the steps that read
-  them. A step reads the data when it takes the ``data`` pipeline parameter; it reads the model
-  when it takes the ``model`` parameter or a ``Model`` artifact (the tuned model names its base:
-  evaluate loads it again). ``--model /models/x --data /data/y`` then resolve inside the pods.
-- ``--hf-token-secret NAME[:KEY]`` (default key ``token``): ``HF_TOKEN`` from that Secret on the
-  steps that read the model, by ``secretKeyRef`` (never the value) and **not optional**: a missing
-  Secret fails the pod at once rather than a gated download failing, or being skipped, later.
-- ``--image-pull-policy`` and ``--image-pull-secret`` (repeatable) on every pod.
-- ``--checkpoint-pvc NAME[:MOUNT]`` (default mount :data:`CHECKPOINT_MOUNT`), ``--grace-period``,
-  ``--checkpoint-save-s``, ``--checkpoint-minutes``: the checkpointing step's volume (read-write),
-  the variables that point it there, and its pod's ``terminationGracePeriodSeconds`` (the block
-  at the end; docs/preemption.md).
-- ``--tracking-secret NAME``: the Secret every pod reads the MLflow tracking URI and credentials
-  from (default ``llmpack-mlflow``, :data:`components.record.tracking.TRACKING_SECRET`).
-- ``--label KEY=VALUE`` (repeatable) on every pod, beside the recommended ``app.kubernetes.io/*``
-  labels every pod carries (:func:`recommended_labels`), and as ``llmpack.label.KEY`` tags on the
-  pipeline run's MLflow record (:data:`LABELS_ENV`, read by the closing task): OpenCost and
-  Kubecost group cost by pod label (``aggregate=label:team``), MLflow by tag.
-
-Why on :class:`components.dsl.Execution` (``execution.pod``): fusion and the gang launcher copy a
-step's execution, so the volumes and secrets travel with the step they belong to. Nothing but the
-recommended labels is set by default, so the committed (golden) artifacts change by those alone.
+Each flag and what every pod gets: docs/cluster.md, "Model, data, the HF token and the image: the
+pod-spec flags". Why on :class:`components.dsl.Execution` (``execution.pod``: fusion and the gang
+launcher copy a step's execution, so volumes and secrets travel with their step) and why nothing
+else is written by default: docs/decisions.md, "Packaging".
 """
 
 from __future__ import annotations
@@ -120,8 +106,12 @@ def default_pull_policy(image: str) -> str:
 
 
 def pod_env(extras: PodExtras) -> list[dict[str, object]]:
-    """``extras.secret_env`` (secretKeyRef, never optional), then ``extras.env`` and the labels' env, as Kubernetes ``EnvVar``s."""
-    return ([{"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}} for s in extras.secret_env]
+    """``extras.secret_env`` (secretKeyRef, never optional), then ``extras.env`` and the labels' env.
+
+    As Kubernetes ``EnvVar``s.
+    """
+    return ([{"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
+             for s in extras.secret_env]
             + [{"name": name, "value": value} for name, value in extras.env]
             + [{"name": k, "value": v} for k, v in labels_env(extras).items()])
 

@@ -25,11 +25,13 @@ _SECRET_KEY = re.compile(
     r"|^x_amz_(signature|credential|security_token)$|^x_goog_(signature|credential)$|^sv$|^se$")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _URI_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
-_HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key|cookie|set-cookie)(['\"]?\s*[:=]\s*['\"]?)"
+_HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key|cookie|set-cookie)"
+                     r"(['\"]?\s*[:=]\s*['\"]?)"
                      r"(?:(bearer|basic|token)\s+)?[^\s'\",;}]+")
 _SCHEME_TOKEN = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
 # ``password=x``, ``"token": "x"``: a secret-looking key and its value (a bare ``token: missing`` is prose, not a pair).
-_PAIR = re.compile(r"(?i)\b([A-Za-z0-9_.-]*(?:token|password|passwd|secret|api_?key|access_?key|account_?key|signature))"
+_PAIR = re.compile(r"(?i)\b([A-Za-z0-9_.-]*"
+                   r"(?:token|password|passwd|secret|api_?key|access_?key|account_?key|signature))"
                    r"(\s*=\s*['\"]?|['\"]\s*:\s*['\"])(?!\*\*\*)([^\s'\"&;,)}]+)")
 # A value that stands for a secret in a command we print for the user to fill in (doctor's fix lines:
 # ``--docker-password=TOKEN``, ``"token":"<token>"``, ``$HF_TOKEN``): kept, since it holds none.
@@ -58,7 +60,9 @@ def _redact_uri(uri: str) -> str:
     rest = uri[start:]
     authority_end = rest.find("/")
     authority = rest if authority_end < 0 else rest[:authority_end]
-    if "@" in authority:  # userinfo (a bare host:port may carry it too): everything up to the last '@' before the path, '#' and '?' included
+    # userinfo (a bare host:port may carry it too): everything up to the last '@' before the path,
+    # '#' and '?' included
+    if "@" in authority:
         at = authority.rfind("@")
         rest = MASK + rest[at:]
         authority = MASK + authority[at:]
@@ -121,8 +125,8 @@ def redact_text(text: object, secrets: Iterable[str] | None = None) -> str:
         out = _URI_IN_TEXT.sub(_redact_match, out)
         out = _HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{(m.group(3) + ' ') if m.group(3) else ''}{MASK}", out)
         out = _SCHEME_TOKEN.sub(lambda m: f"{m.group(1)} {MASK}", out)
-        return _PAIR.sub(lambda m: m.group(0) if _PLACEHOLDER.fullmatch(m.group(3)) else f"{m.group(1)}{m.group(2)}{MASK}",
-                         out)
+        return _PAIR.sub(lambda m: m.group(0) if _PLACEHOLDER.fullmatch(m.group(3))
+                         else f"{m.group(1)}{m.group(2)}{MASK}", out)
     except Exception:  # noqa: BLE001 - a redactor that raised would put the secret in its traceback
         return "<a message that could not be redacted>"
 

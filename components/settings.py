@@ -86,13 +86,15 @@ TRACKING_MAX_WAIT_S = declare(Setting(name="LLMPACK_TRACKING_MAX_WAIT_S", type=f
                                       doc="Seconds an upload to the tracking server is retried, in all."))
 #: ``0``: step processes log through MLflow's client even to an HTTP tracking server (the lean REST path off).
 TRACKING_REST = declare(Setting(name="LLMPACK_TRACKING_REST", type=bool, default=True,
-                                doc="0: step processes import MLflow's client to log, even to an http(s) tracking server."))
+                                doc="0: step processes import MLflow's client to log, "
+                                    "even to an http(s) tracking server."))
 #: ``0`` turns the MLflow sink of the steps off (the JSONL beside each step stays).
 MLFLOW_LOGGING = declare(Setting(name="LLMPACK_MLFLOW_LOGGING", type=bool, default=True,
                                  doc="0: steps log nothing to MLflow (the JSONL beside each step stays)."))
 #: ``0``: the register step logs the weights to the run but creates no model version (compare's runs).
 REGISTER_VERSION = declare(Setting(name="LLMPACK_REGISTER_VERSION", type=bool, default=True,
-                                   doc="0: register logs the weights but creates no model version (llmpack compare sets it)."))
+                                   doc="0: register logs the weights but creates no model version "
+                                       "(llmpack compare sets it)."))
 #: ``0``: no warm-ahead processes in fused steps (the strict one-process pod).
 WARM_AHEAD = declare(Setting(name="LLMPACK_WARM_AHEAD", type=bool, default=True,
                              doc="0: a fused step runs no parked warm-ahead process (strictly one process)."))
@@ -115,7 +117,8 @@ RECORDS_DIR = declare(Setting(name="LLMPACK_RECORDS_DIR", type=str, default=None
                               doc="Directory of the run's step records, read by the closing task."))
 #: Set by an MLflow project's ``main`` on a first step it started before its run existed.
 RUN_ID_FILE = declare(Setting(name="LLMPACK_RUN_ID_FILE", type=str, default=None, audience="internal",
-                              doc="File where main writes the step's MLflow run id once it exists; read before uploading."))
+                              doc="File where main writes the step's MLflow run id once it exists; "
+                                  "read before uploading."))
 #: Set by llmpack's torchrun launcher for its ranks: it records start/finish and uploads.
 LAUNCHER = declare(Setting(name="LLMPACK_LAUNCHER", type=bool, default=False, audience="internal",
                            doc="1: this rank runs under llmpack's torchrun launcher (set by the launcher)."))
@@ -132,16 +135,21 @@ NODES_WARN = declare(Setting(name="LLMPACK_NODES_WARN", type=int, default=64,
 GANG_SPECS = declare(Setting(name="LLMPACK_GANG_SPECS", type=str, default=None, audience="internal",
                              doc="Comma-separated sha256 digests of the compiled gang specs a run's trainjob parameter "
                                  "may choose among (set by llmpack compile --nodes)."))
-# Checkpoints that outlive the pod (llmpack compile --checkpoint-pvc/--grace-period/--checkpoint-minutes; docs/preemption.md).
+# Checkpoints that outlive the pod
+# (llmpack compile --checkpoint-pvc/--grace-period/--checkpoint-minutes; docs/preemption.md).
 #: The checkpoint volume's mount: finetune writes under ``<root>/<pipeline run>/<step>``, keyed by run.
 CHECKPOINT_ROOT = declare(Setting(name="LLMPACK_CHECKPOINT_ROOT", type=str, default=None, audience="internal",
-                                  doc="Checkpoint volume mount: finetune checkpoints under ROOT/<pipeline run>/<step>."))
+                                  doc="Checkpoint volume mount: "
+                                      "finetune checkpoints under ROOT/<pipeline run>/<step>."))
 #: Minutes between checkpoints, besides every ``checkpoint_every`` steps (whichever comes first).
-CHECKPOINT_MINUTES = declare(Setting(name="LLMPACK_CHECKPOINT_MINUTES", type=float, default=0.0, audience="internal",
-                                     doc="Also checkpoint every T minutes (whichever of steps or minutes comes first)."))
+CHECKPOINT_MINUTES = declare(Setting(name="LLMPACK_CHECKPOINT_MINUTES", type=float, default=0.0,
+                                     audience="internal",
+                                     doc="Also checkpoint every T minutes "
+                                         "(whichever of steps or minutes comes first)."))
 #: The pod's terminationGracePeriodSeconds as compiled, logged beside the measured checkpoint write time.
 GRACE_PERIOD_S = declare(Setting(name="LLMPACK_GRACE_PERIOD_S", type=int, default=None, audience="internal",
-                                 doc="The pod's compiled grace period, logged as grace_period_s beside checkpoint_save_s."))
+                                 doc="The pod's compiled grace period, "
+                                     "logged as grace_period_s beside checkpoint_save_s."))
 #: The user's ``--label KEY=VALUE``s as JSON, compiled into the closing task's pod: its record's tags.
 LABELS = declare(Setting(name="LLMPACK_LABELS", type=str, default=None, audience="internal",
                          doc="JSON of the --label KEY=VALUEs compiled in; the record tags them llmpack.label.KEY."))
@@ -161,11 +169,13 @@ CHAOS_CHECKPOINT_PAUSE_S = declare(Setting(name="LLMPACK_CHAOS_CHECKPOINT_PAUSE_
 
 #: GPU utilisation on GPU steps (components.record.gpu_metrics): on unless set to 0.
 GPU_METRICS = declare(Setting(name="LLMPACK_GPU_METRICS", type=bool, default=True,
-                              doc="Sample GPU utilisation and memory on GPU steps (NVML, else nvidia-smi); 0 turns it off."))
+                              doc="Sample GPU utilisation and memory on GPU steps (NVML, else nvidia-smi); "
+                                  "0 turns it off."))
 GPU_SAMPLE_INTERVAL_S = declare(Setting(name="LLMPACK_GPU_SAMPLE_INTERVAL_S", type=float, default=1.0,
                                         doc="Seconds between GPU samples on a GPU step."))
 GPU_IDLE_UTIL_PCT = declare(Setting(name="LLMPACK_GPU_IDLE_UTIL_PCT", type=float, default=5.0,
-                                    doc="A GPU below this utilisation (%) counts as idle in gpu_idle_before_first_step_s."))
+                                    doc="A GPU below this utilisation (%) counts as idle "
+                                        "in gpu_idle_before_first_step_s."))
 
 
 def render_markdown() -> str:

@@ -1,63 +1,15 @@
 """Compile the pipeline object to a KFP v2 pipeline (IR YAML), one lightweight component per task.
 
-How a task becomes a KFP component
-----------------------------------
-For every task of :class:`components.dsl.Pipeline` (in DAG order) this module writes the source
-text of a small Python function whose signature is the step's typed interface: each input
-artifact as ``Input[Dataset|Model|Metrics]``, each output as ``Output[...]``, each parameter the
-task wires (user parameters, then the telemetry parameters every task receives) as ``int``,
-``float``, ``str`` or ``bool``. Its body creates the output directories and calls the installed
-pack, :func:`components.runtime.main`, with exactly the argument list every other backend runs
-(the one :func:`components.commands.step_args` builds: ``REF --input=n=DIR --output=n=DIR
---param=k=v``, values formatted by :func:`components.commands.format_value`). The source is
-compiled with a registered :mod:`linecache` entry, so ``kfp.dsl.component`` (which reads the
-function's source with :func:`inspect.getsource`) embeds that text in the IR. Nothing is written
-by hand per step: add a step to ``components/finetune_pipeline.py`` and it appears here.
+For every task (in DAG order) it writes the source of a small Python function whose signature is
+the step's typed interface and whose body calls :func:`components.runtime.main` with the argument
+list every backend runs (:func:`components.commands.step_args`); the source gets a :mod:`linecache`
+entry, so ``kfp.dsl.component`` embeds it in the IR. Nothing is written by hand per step. Each
+task carries its step's :class:`components.dsl.Execution` as resources, retry policy and
+kfp-kubernetes platform config; caching is off (every run is a measurement).
 
-Components are built with ``install_kfp_package=False`` and ``packages_to_install=[]``: the
-step's image (``execution.image``) carries kfp and llmpack, and the same compiled package runs
-on a cluster and under ``kfp.local.SubprocessRunner`` (which runs it in this Python).
-
-Per task the compiled pipeline carries, from the step's :class:`components.dsl.Execution`:
-CPU and memory requests and limits, ``nvidia.com/gpu`` accelerator type and limit, the retry
-policy, and (kfp-kubernetes platform config) the node selector and the GPU type's required node
-affinity (:func:`components.gpu_nodes.placement`: one term per node label that names the type),
-a memory-backed ``/dev/shm`` on a pod of several GPUs, tolerations, a pod timeout
-(``activeDeadlineSeconds``), a non-root security context, the MLflow tracking URI from the
-Secret ``llmpack-mlflow`` (key ``tracking-uri``, required, never a literal; optional keys
-``username``/``password``/``token`` as ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``/``TOKEN``), and the static pod
-labels ``llmpack.io/step``, ``llmpack.io/gpu-type``, ``llmpack.io/gpu-count``,
-``llmpack.io/orchestrator=kfp``, ``llmpack.io/pipeline``, the recommended ``app.kubernetes.io/*``
-labels but ``instance``, the user's ``--label``s (exit handler too), and with ``cache_pvc`` (``llmpack
-compile --cache-pvc``) that PVC mounted at ``HF_CACHE_MOUNT`` with ``HF_HOME`` pointing there.
-Caching is off: every run is a measurement.
-
-Limits of the KFP format, and what we do about them
----------------------------------------------------
-* Pod labels in KFP are static strings fixed at compile time (kfp-kubernetes ``add_pod_label``
-  takes no pipeline parameter), so the per-run values ``run_group``, ``pipeline_run`` and
-  ``mode`` cannot be pod labels here, nor ``app.kubernetes.io/instance`` (left out). They reach every step as pipeline parameters and end up
-  as MLflow tags (``llmpack.run_group``...). For cost attribution by run, use the pod labels KFP
-  itself sets (``pipeline/runid``) together with the ``llmpack.pipeline_run`` tag, or Argo.
-* KFP's ``backoff_max_duration`` is the total window within which retries may start (Argo's
-  ``backoff.maxDuration``), not a cap on one wait. Mapping the step's ``max_backoff_s`` to it
-  would stop a GPU step preempted after an hour from ever being retried, so the window is set
-  to cover every attempt: ``(limit + 1) * timeout_s`` plus the capped waits. The per-wait cap
-  itself has no IR field; with the shipped settings no wait reaches it.
-* ``submitted_at`` defaults to 0.0: a run created with ``kfp run submit`` directly has no client
-  timestamp (``llmpack submit kfp`` passes one). ``orchestrator`` defaults to ``kfp`` and
-  ``mode`` to ``auto`` (``cluster`` inside a pod, ``local`` in a plain ``kfp.local`` run of the package);
-  llmpack's local runs pass ``mode=local``.
-* Least privilege and hardening (kfp-kubernetes 2.17): the platform spec has no
-  ``automountServiceAccountToken``, no per-task ``serviceAccountName`` and no
-  ``readOnlyRootFilesystem``; every pod of a KFP run mounts the run's service-account token (KFP's
-  own launcher in the step container reads the API with it) and has a writable root. What the
-  backend adds itself (``allowPrivilegeEscalation: false``, all capabilities dropped,
-  ``seccompProfile: RuntimeDefault``) and what we set (non-root identity, CPU/memory limits equal
-  to the requests, ``/dev/shm``'s ``sizeLimit``) pass Pod Security ``restricted``. So create the
-  KFP run with a service account granted no more than ``trainjob/launcher-rbac.yaml``'s Role
-  (``llmpack-launcher`` when the run launches a TrainJob), never the namespace's ``default-editor``
-  (docs/cluster.md, "Least privilege").
+What each task carries, and the limits of the KFP format with what we do about them (static pod
+labels, ``backoff_max_duration``, parameter defaults, least privilege): docs/backend-internals.md,
+"KFP: the compiler".
 """
 
 from __future__ import annotations
@@ -247,7 +199,10 @@ def cpu_quantity(cpu: float) -> str:
 
 
 def retry_window_s(task: Task) -> int:
-    """Total seconds within which every attempt of the task can start (see module docstring)."""
+    """Total seconds within which every attempt of the task can start.
+
+    Why not the step's ``max_backoff_s``: docs/backend-internals.md, "KFP: the compiler".
+    """
     ex = task.step.execution
     r = ex.retry
     waits = sum(min(r.backoff_s * r.factor**n, r.max_backoff_s) for n in range(r.limit))
@@ -265,7 +220,8 @@ def pod_labels(pipe: Pipeline, task: Task) -> dict[str, str]:
         f"{LABEL_PREFIX}gpu-count": str(ex.resources.gpus),
         f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR,
     }
-    return pod_labels_of(recommended_labels(name=pipe.name, component=task.step.name, managed_by=ORCHESTRATOR), own, ex.pod)
+    return pod_labels_of(recommended_labels(name=pipe.name, component=task.step.name, managed_by=ORCHESTRATOR),
+                         own, ex.pod)
 
 
 def close_labels(pipe: Pipeline, extras: PodExtras) -> dict[str, str]:

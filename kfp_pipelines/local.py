@@ -1,26 +1,14 @@
 """Run the compiled KFP pipeline on this machine with ``kfp.local.SubprocessRunner``.
 
-:func:`run_local` has the contract of :func:`llmpack.run.direct.run_local`. It compiles the pipeline
-object to ``WORKDIR/pipeline.yaml`` with :func:`kfp_pipelines.compiler.compile_pipeline` (for the
-shipped pipeline that file equals the committed ``kfp_pipelines/finetune.yaml``), loads it back
-with ``kfp.components.load_component_from_file`` and runs that package with kfp.local, the
-pipeline root being ``WORKDIR/kfp-root``. Every task runs the component's own command (KFP's
-executor, then the step) as a subprocess of this Python, never a container.
+:func:`run_local` has the contract of :func:`llmpack.run.direct.run_local`: it compiles the pipeline
+to ``WORKDIR/pipeline.yaml``, loads it back and runs that package with kfp.local, every task's own
+command a subprocess, never a container. kfp.local keeps process-wide state and its tasks inherit
+``os.environ``, so the run happens in a child process (``python -m kfp_pipelines.local``) whose
+environment is exactly ``env``; its output goes to ``WORKDIR/logs/kfp.log`` and each task's part to
+``WORKDIR/logs/<task>.log``. Waits between retries are capped at :data:`LOCAL_MAX_BACKOFF_S`.
 
-kfp.local keeps process-wide state (its config singleton, the root logger, a patched
-``builtins.print``) and its tasks inherit ``os.environ``, so the run happens in a child process
-(``python -m kfp_pipelines.local``) whose environment is exactly ``env``. That keeps the caller's
-process untouched and lets several backends run side by side. Its output, ANSI colours removed,
-goes to ``WORKDIR/logs/kfp.log``, and each task's part of it to ``WORKDIR/logs/<task>.log``
-as with the direct backend.
-
-kfp.local honours the compiled retry policy. Locally each wait between attempts is capped at
-:data:`LOCAL_MAX_BACKOFF_S` (the direct backend does the same); retry counts are unchanged.
-KFP has no placeholder for the attempt number and kfp.local retries inside its own loop, so the
-step counts its attempts itself: a retry runs in the same output directory, where the JSONL
-already holds the earlier attempts' ``process_started`` (:func:`components.record.telemetry.attempt_number`);
-every attempt is billed.
-kfp.local ignores resources, placement and the Kubernetes platform config (it warns, in the log).
+Why, and how attempts are counted and billed: docs/backend-internals.md, "KFP: a local run with
+kfp.local".
 """
 
 from __future__ import annotations

@@ -4,27 +4,13 @@
 (the ``cluster_module`` of its :class:`components.backend.Backend`). What every submission shares (the
 parameters, ids, ``submitted_at``, cost tags, the MLflow record) is :mod:`components.servers.submission`.
 
-:func:`submit`
-    ``kfp.Client(host=..., existing_token=...)``, then ``create_run_from_pipeline_package`` on
-    ``kfp_pipelines/finetune.yaml`` (pipeline spec and platform spec, as ``kfp run submit``
-    sends them), run name = ``pipeline_run``. The experiment is resolved (get or create) first
-    and passed by id, so ``submitted_at`` is not skewed by the experiment look-up. One healthz
-    call with a timeout comes first (:func:`_preflight`): ``kfp.Client``'s own healthz retries
-    five times, five seconds apart, on any error, which would turn a wrong token into a
-    25-second hang. Endpoint: ``--host``, ``KFP_HOST``, ``KF_PIPELINES_ENDPOINT``; token:
-    ``--token``, ``KFP_TOKEN``, or the file named by ``KF_PIPELINES_SA_TOKEN_PATH``;
-    ``--namespace`` is the Kubeflow profile namespace of a multi-user deployment (leave it out on
-    single-user KFP; on multi-user KFP without it, the namespace kfp keeps in its context file).
-    ``tracking_uri`` (or ``MLFLOW_TRACKING_URI``), when set, also creates the pipeline run's
-    MLflow record with the cost tags, after the run is created (the steps find and extend it).
+:func:`submit` creates the run from ``kfp_pipelines/finetune.yaml`` after one healthz call with a
+timeout (:func:`_preflight`); :func:`wait_for_completion` / :func:`wait_for_run` poll it to an end state.
+Errors are :class:`components.errors.InputError` with one line naming what to fix (:func:`_error`).
+Tokens are never printed, logged, put in a summary or in an error message.
 
-:func:`wait_for_completion` / :func:`wait_for_run`
-    Poll the run until it is SUCCEEDED, FAILED, SKIPPED or CANCELED, or the timeout passes.
-
-Errors (no endpoint configured, endpoint unreachable, 401/403, namespace not found, a parameter
-the compiled package does not declare) are :class:`components.errors.InputError` with one line
-naming what to fix (:func:`_error`). Tokens are never printed, logged, put in a summary or in an
-error message.
+Endpoints, tokens, namespaces and why the preflight: docs/backend-internals.md, "KFP: submission
+with ``kfp.Client``".
 """
 
 from __future__ import annotations
@@ -188,7 +174,8 @@ def _root_parameters(package: Path) -> dict[str, str]:
     try:
         params = spec["root"]["inputDefinitions"]["parameters"]
     except (KeyError, TypeError):
-        raise InputError(f"--package {package}: no root.inputDefinitions.parameters (not a compiled KFP pipeline)") from None
+        raise InputError(f"--package {package}: no root.inputDefinitions.parameters "
+                         "(not a compiled KFP pipeline)") from None
     return {name: p.get("parameterType", "") for name, p in params.items()}
 
 

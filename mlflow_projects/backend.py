@@ -88,7 +88,8 @@ class MlflowBackend(Backend):
         return [click.option("--kubeconfig", default=None, help="kubeconfig for the Job (default: KUBECONFIG, else the "
                              "in-cluster service account, else ~/.kube/config)."),
                 click.option("--context", default=None, help="kubeconfig context (default: its current one)."),
-                click.option("--cluster-tracking-uri", default=None, help="Tracking URI as seen from inside the cluster.")]
+                click.option("--cluster-tracking-uri", default=None,
+                             help="Tracking URI as seen from inside the cluster.")]
 
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         return f"kubectl delete job {summary.get('server_id')} -n {summary.get('namespace') or 'default'}"

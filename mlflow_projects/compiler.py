@@ -1,57 +1,17 @@
 """Compile the pipeline object to MLflow project directories.
 
 ``write_project(pipe, out_dir)`` writes two projects, both generated from the one
-:class:`~components.dsl.Pipeline`:
+:class:`~components.dsl.Pipeline`: ``finetune/`` for ``mlflow run --env-manager local`` (or
+``virtualenv|uv`` with ``python_env.yaml``), and ``finetune-k8s/``, a ``docker_env`` project with the
+Kubernetes Job MLflow submits (:mod:`mlflow_projects.k8s_job`). Each has one entry point per task,
+running the command every backend runs, plus ``main``: a shim that runs
+:func:`mlflow_projects.driver.main` on ``pipeline.json``, every step a child run in DAG order.
+MLflow's Kubernetes backend runs one entry point as one Job, so the Job asks for the largest
+step's GPUs, CPU and memory.
 
-``finetune/``
-    for ``mlflow run mlflow_projects/finetune --env-manager local``: ``MLproject`` with one
-    entry point per task (``prepare_data``, ``tokenize``...; each runs
-    ``python -m components.run REF --input ... --output ... --param ...``, the command every
-    backend runs) plus ``main``, which runs them all as nested child runs in DAG order
-    (``main.py``, a shim that runs :func:`mlflow_projects.driver.main` on ``pipeline.json``);
-    ``python_env.yaml`` for ``--env-manager virtualenv|uv``.
-``finetune-k8s/``
-    for ``mlflow run mlflow_projects/finetune-k8s --backend kubernetes --backend-config
-    kubernetes_config.json``: the same entry points in a ``docker_env`` project (the step image
-    from the repository's ``Dockerfile``), ``kubernetes_config.json`` and
-    ``kubernetes_job_template.yaml``: the Job MLflow submits, sized from the step specs (GPU
-    limits, tolerations, node selector, the GPU type's node affinity:
-    :func:`components.gpu_nodes.placement`), Pod Security ``restricted``, with the tracking
-    URI from a Secret.
-
-MLflow's Kubernetes backend runs one entry point as one Job, so ``main`` runs the whole
-pipeline in one pod, each step a child run in it; the Job therefore asks for the largest
-step's GPUs, CPU and memory. With ``cache_pvc`` on any step (``llmpack compile --cache-pvc``) the pod
-mounts that PVC at ``HF_CACHE_MOUNT`` and ``HF_HOME`` points there instead of ``/tmp``.
-
-Where ``mlflow run`` is typed (decision)
-    MLflow opens ``kube-job-template-path`` of the backend config as given, relative to the
-    directory ``mlflow run`` is typed in, not to the config file or the project
-    (``mlflow.projects._parse_kubernetes_config``). Every documented command is typed from the
-    directory ``llmpack compile`` ran in (the repository root), so the compiler writes the
-    template's path as that directory sees it: ``typed_dir`` (default ``mlflow_projects``, the
-    committed copies; ``llmpack compile --out DIR`` passes ``DIR/mlflow_projects``, relative to the directory
-    compile ran in even when ``DIR`` is absolute: the config never names a directory of the
-    compiling machine). The MLproject comments show the commands with the same paths.
-
-A user's own steps travel in the project (decision)
-    MLflow runs every entry point with the project directory as its working directory, so a
-    step of the user's own module (``examples.custom_step:data_report``) could not be imported
-    there, while KFP and Argo, run from the user's checkout, found it. The compiler copies each
-    step module that is not part of the installed pack into the project at its package path
-    (``examples/custom_step.py``, with its packages' ``__init__.py``): ``python -m`` puts the
-    working directory first on ``sys.path``, so the same command finds it, locally and in the
-    image MLflow builds from the project. Only the module itself travels: one that imports
-    sibling modules of its own needs them installed.
-
-Pinning llmpack for ``--env-manager virtualenv|uv`` (decision)
-    ``python_env.yaml`` does not name a bare ``llmpack``: that name is not ours on PyPI, and pip
-    would install whatever is published under it. It pins ``llmpack @ file://${LLMPACK_SOURCE}``:
-    pip (and uv) expand ``${VAR}`` in requirements files, and MLflow hands the dependencies to
-    ``pip install -r`` as a requirements file written in a temporary directory
-    (``mlflow.utils.virtualenv._create_virtualenv``), so a relative path cannot work but an
-    absolute one from the environment does. Unset, the URL stays ``file://${LLMPACK_SOURCE}`` and
-    the install fails: nothing is fetched from an index in its place.
+The decisions (where ``mlflow run`` is typed, so the paths the config names; a user's own step
+modules copied into the project; pinning llmpack by ``file://${LLMPACK_SOURCE}``):
+docs/backend-internals.md, "MLflow: the project compiler".
 """
 
 from __future__ import annotations
@@ -92,8 +52,9 @@ from mlflow_projects.settings import IMAGE, SOURCE
 
 LOCAL_DIR = "finetune"
 IMAGE_ENV = IMAGE.name
-# TYPED_DIR (mlflow_projects.k8s_job): the projects' parent as typed on the command line (see the docstring)
-SOURCE_ENV = SOURCE.name  # python_env.yaml installs llmpack from this checkout (see the docstring)
+# TYPED_DIR (mlflow_projects.k8s_job): the projects' parent as typed on the command line; SOURCE_ENV: python_env.yaml
+# installs llmpack from this checkout (why both: docs/backend-internals.md, "MLflow: the project compiler")
+SOURCE_ENV = SOURCE.name
 
 # MLflow checks only `path` and `uri` parameters; the others are labels for the reader (MLflow's own
 # examples write `int`). main.py checks every value against pipeline.json before any step starts.
@@ -159,7 +120,8 @@ def _check_names(pipe: Pipeline) -> None:
     for task in pipe.task_order():
         ep = entry_point_name(task)
         if ep == "main":
-            raise PipelineValidationError(f"task {task.name!r}: the name 'main' is taken by the MLflow main entry point")
+            raise PipelineValidationError(f"task {task.name!r}: the name 'main' is taken "
+                                          "by the MLflow main entry point")
         if ep in seen:
             raise PipelineValidationError(f"task {task.name!r}: entry point {ep!r} clashes with task {seen[ep]!r}")
         seen[ep] = task.name
@@ -171,7 +133,8 @@ def _check_names(pipe: Pipeline) -> None:
                 )
     for name in pipe.params:
         if name in ("artifacts_dir", "base_dir"):
-            raise PipelineValidationError(f"pipeline {pipe.name!r}: parameter {name!r} is reserved by the MLflow backend")
+            raise PipelineValidationError(f"pipeline {pipe.name!r}: parameter {name!r} "
+                                          "is reserved by the MLflow backend")
 
 
 # --------------------------------------------------------------------------- MLproject
@@ -224,7 +187,8 @@ def render_mlproject(pipe: Pipeline, *, kubernetes: bool, image: str | None = No
             "# typed in the directory `llmpack compile` ran in (for the committed copies: the repository root):\n"
             f"#   mlflow run {project_dir} --backend kubernetes \\\n"
             f"#     --backend-config {project_dir}/kubernetes_config.json -P max_steps=200\n"
-            "# (MLflow opens kube-job-template-path in kubernetes_config.json relative to where you type `mlflow run`.)\n"
+            "# (MLflow opens kube-job-template-path in kubernetes_config.json"
+            " relative to where you type `mlflow run`.)\n"
             "# MLflow builds an image FROM docker_env.image with this directory in it and pushes it to the\n"
             "# config's repository-uri; docker_env.image is the step image built from the repository's Dockerfile.\n"
         )
@@ -413,7 +377,10 @@ def render_local_project(pipe: Pipeline, *, typed_dir: str = TYPED_DIR) -> dict[
 
 def render_k8s_project(pipe: Pipeline, *, image: str | None = None, typed_dir: str = TYPED_DIR,
                        namespace: str = NAMESPACE, repository_uri: str | None = None) -> dict[str, str]:
-    """File name -> text of the ``finetune-k8s/`` project (the Job in ``namespace``; MLflow pushes to ``repository_uri``)."""
+    """File name -> text of the ``finetune-k8s/`` project.
+
+    The Job runs in ``namespace``; MLflow pushes its image to ``repository_uri``.
+    """
     _check_names(pipe)
     img = pipeline_image(pipe, image)
     return {
@@ -455,7 +422,8 @@ def write_project(pipe: Pipeline, out_dir: str | os.PathLike[str], *, image: str
                   typed_dir: str = TYPED_DIR, **k8s: Any) -> dict[str, Path]:
     """Write ``out_dir/finetune/`` and ``out_dir/finetune-k8s/``; returns their paths.
 
-    ``typed_dir`` is ``out_dir`` as the user types it in ``mlflow run`` (see the module docstring).
+    ``typed_dir`` is ``out_dir`` as the user types it in ``mlflow run`` (docs/backend-internals.md,
+    "MLflow: the project compiler").
     """
     out = Path(out_dir)
     return {

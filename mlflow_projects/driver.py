@@ -343,7 +343,8 @@ def run_task(
             try:
                 mc.log_artifact(child_id, str(log_path), artifact_path="logs")
             except Exception as exc:  # noqa: BLE001 - the log stays in the run directory
-                print(redact_text(f"llmpack: warning: could not log {log_path.name} to MLflow ({exc})"), file=sys.stderr)
+                print(redact_text(f"llmpack: warning: could not log {log_path.name} to MLflow ({exc})"),
+                      file=sys.stderr)
 
 
 def finish_first_step(first: FirstStep, mc: Any, run_id: str) -> None:
@@ -415,12 +416,14 @@ def bind_record(mc: Any, parent: Any, spec: Mapping[str, Any], values: Mapping[s
             "llmpack.run_group": values["run_group"], "llmpack.orchestrator": values["orchestrator"],
             "llmpack.mode": values["mode"], "llmpack.artifacts": str(run_dir)}
     if parent.info.experiment_id == tracking.experiment_id(mc):
-        mc.log_batch(parent.info.run_id, tags=[RunTag(k, v) for k, v in {tracking.RECORD_TAG: "pipeline", **tags}.items()])
+        mc.log_batch(parent.info.run_id,
+                     tags=[RunTag(k, v) for k, v in {tracking.RECORD_TAG: "pipeline", **tags}.items()])
         return parent
     ctx = record_context(values, parent.info.start_time / 1000.0)
     record_id = tracking.open_pipeline_run(mc, ctx, {**tags, "llmpack.mlflow_run_id": parent.info.run_id,
                                                       "llmpack.mlflow_experiment_id": parent.info.experiment_id})
-    mc.log_batch(parent.info.run_id, tags=[RunTag(k, v) for k, v in {**tags, "llmpack.record_run_id": record_id}.items()])
+    mc.log_batch(parent.info.run_id,
+                 tags=[RunTag(k, v) for k, v in {**tags, "llmpack.record_run_id": record_id}.items()])
     print(f"llmpack: the run's record is run {record_id} in experiment {tracking.experiment_name()!r} "
           f"(this MLflow run, in experiment {parent.info.experiment_id}, links to it)", file=sys.stderr, flush=True)
     return mc.get_run(record_id)

@@ -1,33 +1,16 @@
 """Start the pipeline's first step before ``main`` imports MLflow: its start-up overlaps ``main``'s.
 
-Under ``mlflow run``, ``main`` knows everything the first step's command needs without MLflow:
-its parent run (``MLFLOW_RUN_ID``, which ``mlflow run`` sets), hence the ``pipeline_run`` id,
-the artifact paths, the parameters, and the entry point's command in ``MLproject``. What it
-needs MLflow for (importing it, opening the store, tagging the parent, creating the step's
-child run) took ~2 s before the first step could start: the first step now starts
-first, and those run beside its start-up.
+Under ``mlflow run``, ``main`` knows everything the first step's command needs without MLflow (its
+parent run ``MLFLOW_RUN_ID``, the parameters, the entry point's command in ``MLproject``), so the
+first step starts first, running the command MLflow's local backend would run, and MLflow's
+import, store and child run (~2 s) run beside its start-up. The child run's id is handed over
+later through the file named by ``LLMPACK_RUN_ID_FILE`` (:mod:`components.process.handoff`),
+before the step uploads its records. While the set-up is not done, each step that succeeds is
+followed at once by the next (:func:`run_ahead`, the set-up in :class:`InBackground`).
 
-The command is the one MLflow's local backend would run (``EntryPoint.compute_command``:
-declared parameters in order, defaults filled, values shell-quoted, undeclared ones appended as
-``--name value``; a ``path`` that exists locally made absolute), in ``bash -c`` in its own session, in the project directory, with the same
-environment except ``MLFLOW_RUN_ID``: the child run does not exist yet, so the step is told
-it later. Once ``main`` has tagged the parent as the pipeline's record and created the child
-run, it writes the child's id to the file named by ``LLMPACK_RUN_ID_FILE``
-(:mod:`components.process.handoff`); the step reads it before it uploads its records, so its
-records never land before the record they belong to is marked (the step would otherwise
-open a record of its own). A first entry point with a ``uri`` or a remote ``path`` parameter, or no
-``MLFLOW_RUN_ID`` (``main.py`` run by hand), starts its first step the usual way, after MLflow.
-
-**Steps ahead of the record** (:func:`run_ahead`): MLflow's set-up runs in a thread
-(:class:`InBackground`) while the first step runs. A first step that is done before it (the
-pipeline's ``prepare-data`` takes a tenth of a second) used to leave the second waiting ~1.3 s
-for MLflow's import; now, while the set-up is not done, each step that ends with exit code 0 is
-followed at once by the next one in DAG order, started the same way (its own run-id file), and
-the set-up, once done, creates their child runs in order and hands each its id. A step that
-uploads its own records waits for its id before it exits, so under plain ``mlflow run`` this
-changes little; under ``llmpack run``/``compare`` the client uploads and the steps go on. A step
-that fails, a signal, or an entry point MLflow must resolve stops running ahead: from there each
-step starts after its run exists, with its retries, as before.
+How the command is computed, when a first step starts the usual way instead, and when running
+ahead stops: docs/backend-internals.md, "MLflow: the first step before MLflow"; the driver:
+docs/decisions.md, "The MLflow path's driver".
 """
 
 from __future__ import annotations

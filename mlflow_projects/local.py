@@ -68,7 +68,8 @@ def run_local(
     run_env = {k: v for k, v in env.items() if k not in _FOREIGN_ENV}
     # MLproject commands say `python`: make that this interpreter, as an activated venv would.
     bindir = str(Path(sys.executable).parent)
-    run_env["PATH"] = os.pathsep.join([bindir, *(p for p in run_env.get("PATH", os.defpath).split(os.pathsep) if p != bindir)])
+    run_env["PATH"] = os.pathsep.join(
+        [bindir, *(p for p in run_env.get("PATH", os.defpath).split(os.pathsep) if p != bindir)])
     cmd = [
         *mlflow_command(), "run", str(project),
         "-e", "main",
@@ -92,7 +93,8 @@ def run_local(
     run_dir = Path(status["run_dir"]) if status.get("run_dir") else artifacts / str(values["pipeline_run"])
     if log is not None:
         print(f"mlflow: {len(pipe.tasks)} steps done in {run_dir}", file=log)
-    return {f"{task.name}.{name}": run_dir / task.name / name for task in pipe.task_order() for name in task.step.outputs}
+    return {f"{task.name}.{name}": run_dir / task.name / name
+            for task in pipe.task_order() for name in task.step.outputs}
 
 
 _MLFLOW_LOG_LINE = re.compile(r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARNING|ERROR) mlflow")

@@ -3,51 +3,16 @@
 ``llmpack submit mlflow`` and ``llmpack compare --cluster`` come here through
 :mod:`llmpack.backends` (the ``cluster_module`` of its :class:`components.backend.Backend`). What every
 submission shares (the parameters, ids, ``submitted_at``, cost tags, the MLflow record) is
-:mod:`components.servers.submission`.
+:mod:`components.servers.submission`. Not ``mlflow run --backend kubernetes``: that builds and
+pushes an image with a local Docker daemon even with ``--build-image`` off (mlflow/mlflow#8118).
 
-Why not ``mlflow run --backend kubernetes``
-    That backend (``mlflow.projects.run(backend="kubernetes")``) always builds an image FROM
-    ``docker_env.image`` with a local Docker daemon and pushes it to the config's
-    ``repository-uri``, even with ``--build-image`` off (mlflow/mlflow#8118): no use on a machine
-    without Docker or push rights, and it puts an image build and push inside the measured submit
-    time. So :func:`submit` does what that backend does *after* the push, with the prebuilt step
-    image.
+:func:`submit` creates the MLflow run ``main`` runs in, fills the compiled Job template as MLflow
+does (:func:`build_mlflow_job`: the prebuilt image, no literal tracking URI) and creates the Job;
+:func:`wait_for_completion` / :func:`wait_for_job` poll it and end the run as ``mlflow run`` does.
+Errors are one :class:`components.errors.InputError` line naming what to fix (:func:`_kube_error`).
+Tokens are never printed, logged, put in a summary or in an error message.
 
-:func:`submit`
-    Creates the MLflow run that ``main`` runs in (the pipeline record,
-    :func:`components.record.tracking.open_pipeline_run`, ``mode=cluster``, with the cost tags), fills
-    the compiled ``mlflow_projects/finetune-k8s/kubernetes_job_template.yaml`` the way MLflow's
-    ``_get_kubernetes_job_definition`` does (:func:`build_mlflow_job`: name, container name,
-    image, the ``main`` entry point's command as MLflow's project loader computes it,
-    ``MLFLOW_RUN_ID`` / ``MLFLOW_EXPERIMENT_ID`` appended to env), and creates the Job with the
-    real ``kubernetes`` client (``BatchV1Api.create_namespaced_job``).
-    Differences from MLflow's backend, on purpose: the image is the prebuilt step image
-    (``docker_env.image``; the project directory is in it at :data:`PROJECT_DIR_IN_IMAGE`, see
-    the Dockerfile), so the container's ``workingDir`` is set there instead of MLflow's
-    ``/mlflow/projects/code``; the Job is named after ``pipeline_run`` and carries the per-run
-    labels; the command is the entry point's argv (MLflow shell-quotes each token again, which
-    corrupts values with spaces); ``MLFLOW_TRACKING_URI`` is never appended: MLflow's backend
-    appends the submitter's URI (or ``KUBE_MLFLOW_TRACKING_URI``) as a literal value, readable by
-    anyone who may read Jobs, where this path leaves the template's reference to the Secret
-    (``valueFrom.secretKeyRef``, as every other compiled artifact has it) the only tracking URI.
-    So the record is made in the store the Secret names: submit with ``--tracking-uri`` set to
-    that server; ``--cluster-tracking-uri`` / ``KUBE_MLFLOW_TRACKING_URI`` say how the cluster
-    reaches it (the summary's ``job_tracking_uri``, nothing more); a record made in a local store
-    the cluster cannot reach gets a warning. ``submitted_at`` is taken before the MLflow run is created, as
-    ``mlflow run`` creates its run before it submits the Job: the record is part of this path's
-    submit overhead. A Job the cluster refuses deletes the record again (a submission that never
-    reached the cluster is not a run). Cluster access: ``--kubeconfig`` / ``KUBECONFIG``, else the in-cluster
-    service account, else ``~/.kube/config`` (:func:`kube_api_client`, by the one precedence of
-    :mod:`components.servers.kube`).
-
-:func:`wait_for_completion` / :func:`wait_for_job`
-    Poll the Job until it is Complete or Failed, or the timeout passes; then end the MLflow run
-    as ``mlflow run`` does (FINISHED or FAILED, unless ``main`` already ended it).
-
-Errors (no cluster configured, API unreachable, 401/403, namespace not found, a Job name in use,
-a parameter the project's ``main`` does not declare) are :class:`components.errors.InputError`
-with one line naming what to fix (:func:`_kube_error`). Tokens are never printed, logged, put in a
-summary or in an error message.
+Each difference from MLflow's backend, and why: docs/backend-internals.md, "MLflow: submission as a Kubernetes Job".
 """
 
 from __future__ import annotations
@@ -93,7 +58,8 @@ PROJECT_DIR = Path(__file__).with_name("finetune-k8s")
 # Where the Dockerfile puts the repository (WORKDIR /opt/llmpack; COPY mlflow_projects/ ...).
 PROJECT_DIR_IN_IMAGE = "/opt/llmpack/mlflow_projects/finetune-k8s"
 # What the Job takes from Secret llmpack-mlflow by reference and never as a literal env value.
-SECRET_ONLY_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
+SECRET_ONLY_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD",
+                   "MLFLOW_TRACKING_TOKEN")
 
 
 # --------------------------------------------------------------------------- the Kubernetes API
@@ -132,7 +98,8 @@ def _kube_error(exc: BaseException, host: str, namespace: str, secrets: tuple[st
     if failed.api_exception:
         message = one_line(failed.message or failed.reason, secrets)
         if failed.status == 401:
-            return InputError(f"Kubernetes API at {host} rejected the credentials (401 Unauthorized): check the kubeconfig")
+            return InputError(f"Kubernetes API at {host} rejected the credentials (401 Unauthorized): "
+                              "check the kubeconfig")
         if failed.status == 403:
             return InputError(f"Kubernetes API at {host} refused (403 Forbidden): {message}")
         if failed.status == 404 and "namespace" in message.lower():
@@ -212,7 +179,8 @@ def _tracking_secret(path: Path, template: Mapping[str, Any]) -> str:
 
 
 def _cluster_tracking_uri(explicit: str | None, local_uri: str, secret: str) -> tuple[str | None, str | None]:
-    """How the cluster reaches the tracking store (for the summary only), and a warning when the record is out of its reach.
+    """How the cluster reaches the tracking store (for the summary only), and a warning when the record is out of
+    its reach.
 
     The Job's URI always comes from the Secret; a record made in a local store (sqlite, a file)
     cannot be the run the Job's ``main`` continues.
@@ -362,7 +330,8 @@ def submit(request: Request) -> dict[str, Any]:
         command=command,
         working_dir=request.project_dir_in_image,
         env=env,
-        labels={RUN_GROUP_LABEL: run_group, PIPELINE_RUN_LABEL: pipeline_run, INSTANCE_LABEL: label_value(pipeline_run)},
+        labels={RUN_GROUP_LABEL: run_group, PIPELINE_RUN_LABEL: pipeline_run,
+                INSTANCE_LABEL: label_value(pipeline_run)},
     )
     try:
         created = k8s.BatchV1Api(api_client).create_namespaced_job(namespace=ns, body=job,
@@ -435,7 +404,10 @@ def wait_for_job(job_name: str, *, namespace: str, kubeconfig: str | None = None
 
 
 def wait_for_completion(summary: Mapping[str, Any], **kwargs: Any) -> dict[str, Any]:
-    """:func:`wait_for_job` on the Job of a :func:`submit` summary (its namespace, MLflow run and store unless given)."""
+    """:func:`wait_for_job` on the Job of a :func:`submit` summary.
+
+    Its namespace, MLflow run and store, unless given.
+    """
     kwargs.setdefault("namespace", summary.get("namespace"))
     kwargs.setdefault("mlflow_run_id", summary.get("mlflow_run_id"))
     kwargs.setdefault("tracking_uri", summary.get("tracking_uri"))

@@ -30,7 +30,8 @@ from components.podspec import ClaimMount, PodExtras, SecretEnv, label_value, po
 
 NNODES_PARAM = "nnodes"
 TRAINJOB_PARAM = "trainjob"
-_OPTIONAL = ("mounts", "secret_env", "pull_secrets", "env", "grace_s", "labels", "pipeline")  # GangSpec fields left out of its JSON when empty
+# GangSpec fields left out of its JSON when empty
+_OPTIONAL = ("mounts", "secret_env", "pull_secrets", "env", "grace_s", "labels", "pipeline")
 GANG_DIR = "llmpack-gang"  # under the shared volume's mount: one directory per run and step attempt
 MAX_NODES = 1024
 MANAGED_BY = "kubeflow-trainer"  # app.kubernetes.io/managed-by of the node pods: the Trainer starts them
@@ -69,7 +70,8 @@ class GangSpec:
     def extras(self) -> PodExtras:
         """The node pods' volumes, secret env and pull secrets (:mod:`components.podspec`)."""
         return PodExtras(mounts=tuple(ClaimMount(**m) for m in self.mounts),
-                         secret_env=tuple(SecretEnv(**e) for e in self.secret_env), pull_secrets=tuple(self.pull_secrets),
+                         secret_env=tuple(SecretEnv(**e) for e in self.secret_env),
+                         pull_secrets=tuple(self.pull_secrets),
                          env=tuple(self.env.items()), grace_s=self.grace_s,
                          labels=tuple(self.labels.items()))
 
@@ -118,7 +120,9 @@ def spec_for(execution: Execution, *, claim: str, queue: str | None = None, pipe
                     gpu_type=res.gpu_type, node_selector=selector, node_affinity=affinity,
                     tolerations=[{k: v for k, v in asdict(t).items() if v is not None} for t in execution.tolerations],
                     queue=queue, active_deadline_s=execution.timeout_s,
-                    mounts=[{k: v for k, v in asdict(m).items() if k != "read_only" or not v} for m in execution.pod.mounts], secret_env=[asdict(e) for e in execution.pod.secret_env],
+                    mounts=[{k: v for k, v in asdict(m).items() if k != "read_only" or not v}
+                            for m in execution.pod.mounts],
+                    secret_env=[asdict(e) for e in execution.pod.secret_env],
                     pull_secrets=list(execution.pod.pull_secrets), env=dict(execution.pod.env),
                     grace_s=execution.pod.grace_s, labels=dict(execution.pod.labels), pipeline=pipeline)
 

@@ -20,7 +20,10 @@ DEATH_SIGNAL = signal.SIGTERM
 
 
 def die_with_parent(sig: int = DEATH_SIGNAL) -> bool:
-    """Ask the kernel to send ``sig`` to this process when its parent (the thread that forked it) ends; False off Linux."""
+    """Ask the kernel to send ``sig`` to this process when its parent (the thread that forked it) ends.
+
+    False off Linux.
+    """
     if not sys.platform.startswith("linux"):
         return False
     libc = ctypes.CDLL(None, use_errno=True)

@@ -64,7 +64,8 @@ def _injected_start_delay(step: Step) -> float:
     try:
         delay = float(delays[step.name])
     except ValueError:
-        raise InputError(f"{settings.INJECT_START_DELAY.name}={spec!r}: {delays[step.name]!r} is not a number of seconds") from None
+        raise InputError(f"{settings.INJECT_START_DELAY.name}={spec!r}: "
+                         f"{delays[step.name]!r} is not a number of seconds") from None
     t0 = time.monotonic()
     time.sleep(max(0.0, delay))
     return time.monotonic() - t0
@@ -94,7 +95,8 @@ def _upload(tel: StepTelemetry, outputs: dict[str, str], gpu_series: dict[str, l
     except Exception as exc:  # noqa: BLE001 - the JSONL file keeps everything
         from components.redaction import redact_text  # MLflow's message may quote the tracking URI whole
 
-        print(redact_text(f"llmpack: warning: MLflow logging failed ({type(exc).__name__}: {exc}); events kept in JSONL"),
+        print(redact_text(f"llmpack: warning: MLflow logging failed ({type(exc).__name__}: {exc}); "
+                          "events kept in JSONL"),
               file=sys.stderr)
 
 
@@ -133,7 +135,8 @@ def run(argv: Sequence[str]) -> int:
     # fused: per member; a rank under our launcher: the launcher slept it
     injected = 0.0 if isinstance(step, FusedStep) or distributed.under_our_launcher() else _injected_start_delay(step)
 
-    inputs, outputs, raw = parse_pairs(args.input, "--input"), parse_pairs(args.output, "--output"), parse_pairs(args.param, "--param")
+    inputs, outputs, raw = (parse_pairs(args.input, "--input"), parse_pairs(args.output, "--output"),
+                            parse_pairs(args.param, "--param"))
     known = {**step.params, **TELEMETRY_PARAMS, **RUNTIME_PARAMS}
     for key in raw:
         if key not in known:
@@ -176,7 +179,8 @@ def run(argv: Sequence[str]) -> int:
         run_step(step, ctx, inputs, outputs, values, started=started + injected, injected=injected)
         return 0
     if nproc > 1 or nodes > 1:
-        raise InputError(f"step {step.name!r}: {distributed.NPROC_PARAM}={nproc}, {gang.NNODES_PARAM}={nodes} in a fused step; "
+        raise InputError(f"step {step.name!r}: {distributed.NPROC_PARAM}={nproc}, {gang.NNODES_PARAM}={nodes} "
+                         "in a fused step; "
                          "run the many-process step unfused (no --fuse)")
     # A fused step: its members one after the other in this process, each with its own record.
     # A later member starts when the one before it handed over; a planted delay applies per member.
@@ -258,7 +262,8 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
         reporting.end()
 
 
-def _around_launcher(step: Step, ctx: RunContext, outputs: dict[str, str], launch: Callable[[RunContext, StepTelemetry], int],
+def _around_launcher(step: Step, ctx: RunContext, outputs: dict[str, str],
+                     launch: Callable[[RunContext, StepTelemetry], int],
                      *, started: float, injected: float = 0.0, on_this_node: bool = False) -> int:
     """Record the step around a process that launches its real work (ranks, a TrainJob); upload every record once.
 
@@ -309,7 +314,8 @@ def launch_ranks(step: Step, ctx: RunContext, outputs: dict[str, str], argv: Seq
     if rc in (128 + signal.SIGTERM, 128 + signal.SIGINT):
         return rc
     if rc != 0:
-        raise StepFailed(f"step {step.name!r}: a rank of {nproc} failed (torchrun exit {rc}); see the ranks' output above")
+        raise StepFailed(f"step {step.name!r}: a rank of {nproc} failed (torchrun exit {rc}); "
+                         "see the ranks' output above")
     return 0
 
 

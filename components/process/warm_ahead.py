@@ -107,7 +107,8 @@ class Parked:
         if signalled is not None:
             return 128 + signalled
         if rc < 0:  # killed, and not by us: say so (a member's own error is already in its output)
-            print(f"llmpack: error: step {self.task!r}: its process was killed by signal {-rc}", file=sys.stderr, flush=True)
+            print(f"llmpack: error: step {self.task!r}: its process was killed by signal {-rc}", file=sys.stderr,
+                  flush=True)
             return 128 - rc
         return rc
 

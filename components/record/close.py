@@ -119,7 +119,8 @@ def billed_uses(pipe: Any) -> list[cost.GpuUse]:
     for use in gpu_uses(pipe):
         if use.step in gangs:
             nodes, spec = gangs[use.step]
-            use = cost.GpuUse(step=use.step, gpus=nodes * spec.gpus_per_node, cpu=nodes * spec.cpu, gpu_type=spec.gpu_type)
+            use = cost.GpuUse(step=use.step, gpus=nodes * spec.gpus_per_node, cpu=nodes * spec.cpu,
+                              gpu_type=spec.gpu_type)
         uses.append(use)
     return uses
 
@@ -162,7 +163,8 @@ def summarize(
     return metrics, tags
 
 
-def retried_attempts(records: Iterable[Record], uses: list[cost.GpuUse], price: cost.Price | None) -> list[dict[str, Any]]:
+def retried_attempts(records: Iterable[Record], uses: list[cost.GpuUse],
+                     price: cost.Price | None) -> list[dict[str, Any]]:
     """The run's retried attempts (every attempt of a step but its last) with their GPU time and cost,
     as JSON-ready dicts: ``summary["retried_attempts"]``, what the report lists."""
     steps = telemetry.group_by_step(records)
@@ -229,7 +231,8 @@ def close(
         logged = tracking.records_from_run(logged_metrics, base)
         records = list({r.key: r for r in [*logged, *records]}.values())
 
-    submitted_at, source = resolve_submit_time(float(values.get("submitted_at") or 0.0), orchestrator_created_at, records)
+    submitted_at, source = resolve_submit_time(float(values.get("submitted_at") or 0.0), orchestrator_created_at,
+                                               records)
     ctx = RunContext(run_group=run_group, pipeline_run=pipeline_run, orchestrator=base.orchestrator, mode=base.mode,
                      submitted_at=submitted_at)
     price = price_for(uses, env)
@@ -250,7 +253,8 @@ def close(
     if mc is not None and run_id is not None:
         from components.record import tracking
 
-        params = uniform.record_params({**values, "mode": base.mode}, run_group=run_group, pipeline_run=pipeline_run, submitted_at=submitted_at)
+        params = uniform.record_params({**values, "mode": base.mode}, run_group=run_group, pipeline_run=pipeline_run,
+                                       submitted_at=submitted_at)
         upload = tracking.RunUpload(ctx=ctx, records=records, metrics=metrics, tags=tags, status=final, params=params,
                                     finished_at=time.time(), curve=uniform.loss_curve(records_dir),
                                     series=gpu_metrics.read_series(records_dir))
@@ -353,9 +357,11 @@ def _main(argv: Sequence[str] | None, started: float) -> int:
     parser.add_argument("--run-id", default="", help="the orchestrator's own run id")
     parser.add_argument("--created-at", default="", help="when the orchestrator created the run (RFC 3339 or epoch)")
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
-    parser.add_argument("--scalars-out", default="", help="a directory for the headline numbers as JSON (KFP's Output[Metrics])")
+    parser.add_argument("--scalars-out", default="",
+                        help="a directory for the headline numbers as JSON (KFP's Output[Metrics])")
     parser.add_argument("--metric-file", action="append", default=[], metavar="METRIC=PATH",
-                        help="write the run's METRIC (e.g. spinup_s) alone to PATH when measured (Argo's output parameters)")
+                        help="write the run's METRIC (e.g. spinup_s) alone to PATH when measured "
+                             "(Argo's output parameters)")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         values = dict(item.partition("=")[::2] for item in args.param)

@@ -85,7 +85,8 @@ def _load_table(path: Path) -> list[dict[str, Any]]:
         entry["per_gpu_hour"] = parse_price(entry["per_gpu_hour"], f"{where}.per_gpu_hour")
         if entry.get("spot_per_gpu_hour") is not None:
             if isinstance(entry["spot_per_gpu_hour"], bool):
-                raise InputError(f"{where}.spot_per_gpu_hour: price {yamltext.excerpt(entry['spot_per_gpu_hour'])} is not a number")
+                raise InputError(f"{where}.spot_per_gpu_hour: "
+                                 f"price {yamltext.excerpt(entry['spot_per_gpu_hour'])} is not a number")
             entry["spot_per_gpu_hour"] = parse_price(entry["spot_per_gpu_hour"], f"{where}.spot_per_gpu_hour")
         out.append(entry)
     return out
@@ -100,7 +101,8 @@ def known_gpu_types() -> list[str]:
     return sorted({e["gpu"] for e in shipped_table()})
 
 
-def _pick(entries: list[dict[str, Any]] | tuple[dict[str, Any], ...], gpu_type: str, provider: str | None) -> dict[str, Any] | None:
+def _pick(entries: list[dict[str, Any]] | tuple[dict[str, Any], ...], gpu_type: str,
+          provider: str | None) -> dict[str, Any] | None:
     matches = [e for e in entries if e["gpu"] == gpu_type]
     if provider:
         matches = [e for e in matches if e.get("provider") == provider] or []
@@ -129,15 +131,17 @@ def resolve_price(
         return Price(gpu_type=gpu_type, per_gpu_hour=parse_price(flag, "--price-per-gpu-hour"), source="flag",
                      capacity_type=capacity_type)
     if env.get(settings.PRICE_PER_GPU_HOUR.name):
-        return Price(gpu_type=gpu_type, per_gpu_hour=parse_price(env[settings.PRICE_PER_GPU_HOUR.name], settings.PRICE_PER_GPU_HOUR.name), source="env",
-                     capacity_type=capacity_type)
+        return Price(gpu_type=gpu_type,
+                     per_gpu_hour=parse_price(env[settings.PRICE_PER_GPU_HOUR.name], settings.PRICE_PER_GPU_HOUR.name),
+                     source="env", capacity_type=capacity_type)
     user_file = price_file or env.get(settings.PRICE_FILE.name)
     user_table = _load_table(Path(user_file)) if user_file else []
     if not provider and env.get(settings.PRICE_PROVIDER.name):
         provider = env[settings.PRICE_PROVIDER.name]
         known = sorted({e.get("provider", "") for e in (*user_table, *shipped_table())} - {""})
         if provider not in known:
-            raise InputError(f"{settings.PRICE_PROVIDER.name}={provider!r}: no price list from that provider (known: {', '.join(known)})")
+            raise InputError(f"{settings.PRICE_PROVIDER.name}={provider!r}: no price list from that provider "
+                             f"(known: {', '.join(known)})")
     if user_file:
         entry = _pick(user_table, gpu_type, provider)
         if entry:
@@ -149,7 +153,10 @@ def resolve_price(
 
 
 def _entry_price(gpu_type: str, entry: Mapping[str, Any], *, source: str, capacity_type: str = "") -> Price:
-    """The price a table row gives ``gpu_type``, credited to ``source``: its spot column for a spot node that has one."""
+    """The price a table row gives ``gpu_type``, credited to ``source``.
+
+    Its spot column for a spot node that has one.
+    """
     spot = capacity_type == "spot" and entry.get("spot_per_gpu_hour") is not None
     as_of = entry.get("spot_as_of", entry.get("as_of", "")) if spot else entry.get("as_of", "")
     if spot and source.endswith(f"@{entry.get('as_of')}"):  # a shipped row's spot figure has its own date
@@ -242,7 +249,8 @@ def cost_metrics(
                         retries=len(retried), retry_gpu_hours=retry_hours, wall_s=wall_s, held_gpus=held_gpus)
 
 
-def goodput(*, train_gpu_s: float | None, billed_gpu_s: float, held_gpus: int = 0, wall_s: float | None = None) -> float | None:
+def goodput(*, train_gpu_s: float | None, billed_gpu_s: float, held_gpus: int = 0,
+            wall_s: float | None = None) -> float | None:
     """Training GPU-seconds over the GPU-seconds the run held: its GPUs from submit to end
     (``held_gpus x wall_s``), or the billed GPU-seconds where those are more (a node's scale-down
     tail, GPU steps side by side).

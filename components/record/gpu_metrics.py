@@ -220,7 +220,8 @@ def idle_seconds(samples: Sequence[Sample], start: float, end: float, threshold:
     return sum(per_gpu.values()) / len(per_gpu) if per_gpu else None
 
 
-def summary(samples: Sequence[Sample], *, started: float, first_step: float | None, threshold: float) -> dict[str, float]:
+def summary(samples: Sequence[Sample], *, started: float, first_step: float | None,
+            threshold: float) -> dict[str, float]:
     """The step's GPU metrics from its samples ({} without samples; no idle figure without a first step)."""
     readings = [r for s in samples for r in s.readings]
     if not readings:

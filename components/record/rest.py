@@ -166,7 +166,10 @@ def _file_credentials() -> tuple[str | None, str | None]:
 
 
 def credentials(env: Mapping[str, str] | None = None) -> Credentials:
-    """MLflow's precedence: username and password (env, else the credentials file) as Basic, else the token as Bearer."""
+    """MLflow's precedence: username and password (env, else the credentials file) as Basic.
+
+    Else the token as Bearer.
+    """
     env = os.environ if env is None else env
     file_user, file_password = _file_credentials()
     user = env.get("MLFLOW_TRACKING_USERNAME") or file_user
@@ -227,7 +230,8 @@ def _int(value: Any) -> int | None:
 def _run(obj: Mapping[str, Any]) -> Run:
     info, data = obj.get("info", {}), obj.get("data", {})
     return Run(
-        info=RunInfo(run_id=info.get("run_id") or info.get("run_uuid", ""), experiment_id=str(info.get("experiment_id", "")),
+        info=RunInfo(run_id=info.get("run_id") or info.get("run_uuid", ""),
+                     experiment_id=str(info.get("experiment_id", "")),
                      status=info.get("status", ""), start_time=_int(info.get("start_time")),
                      end_time=_int(info.get("end_time")), artifact_uri=info.get("artifact_uri", "")),
         data=RunData(metrics={m["key"]: float(m.get("value", 0.0)) for m in data.get("metrics", [])},
@@ -317,7 +321,8 @@ class RestClient:
             raise self._error(method, endpoint, exc.code, exc.read()) from None
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, ssl.SSLCertVerificationError):
-                raise RestError(f"{method} {endpoint}: the server's certificate is not trusted ({exc.reason.verify_message}); "
+                raise RestError(f"{method} {endpoint}: the server's certificate is not trusted "
+                                f"({exc.reason.verify_message}); "
                                 "set MLFLOW_TRACKING_SERVER_CERT_PATH to its CA bundle", status=None) from None
             raise
         except http.client.HTTPException as exc:  # a broken answer: as good as none
@@ -327,8 +332,8 @@ class RestClient:
         except ValueError:
             answer = None
         if not isinstance(answer, dict):  # a login page, a proxy's: not an MLflow server at this URI
-            raise RestError(f"{method} {endpoint}: the answer is not MLflow's JSON (is MLFLOW_TRACKING_URI the tracking "
-                            "server?)", status=None)
+            raise RestError(f"{method} {endpoint}: the answer is not MLflow's JSON "
+                            "(is MLFLOW_TRACKING_URI the tracking server?)", status=None)
         return answer
 
     @staticmethod
@@ -370,7 +375,10 @@ class RestClient:
 
     def create_run(self, experiment_id: str, start_time: int | None = None, tags: Mapping[str, str] | None = None,
                    run_name: str | None = None) -> Run:
-        """As ``MlflowClient.create_run``: ``user_id`` from the ``mlflow.user`` tag, else ``unknown``; start now by default."""
+        """As ``MlflowClient.create_run``: ``user_id`` from the ``mlflow.user`` tag, else ``unknown``.
+
+        The run starts now by default.
+        """
         tags = dict(tags or {})
         body: dict[str, Any] = {"experiment_id": str(experiment_id), "user_id": tags.get("mlflow.user", "unknown"),
                                 "start_time": start_time or int(time.time() * 1000),
@@ -452,14 +460,19 @@ class RestClient:
 
     def create_model_version(self, name: str, source: str, run_id: str, tags: Mapping[str, str],
                              await_creation_s: float = 300.0) -> ModelVersion:
-        """A new version, awaited while the registry says ``PENDING_REGISTRATION`` (at most 300 s, as MLflow's client)."""
+        """A new version, awaited while the registry says ``PENDING_REGISTRATION``.
+
+        At most 300 s, as MLflow's client.
+        """
         obj = self.call("POST", "model-versions/create", {
-            "name": name, "source": source, "run_id": run_id, "tags": [{"key": k, "value": str(v)} for k, v in tags.items()]})
+            "name": name, "source": source, "run_id": run_id,
+            "tags": [{"key": k, "value": str(v)} for k, v in tags.items()]})
         version = obj["model_version"]
         deadline = time.monotonic() + await_creation_s
         while version.get("status") == "PENDING_REGISTRATION" and time.monotonic() < deadline:
             time.sleep(1.0)
-            version = self.call("GET", "model-versions/get", {"name": name, "version": version["version"]})["model_version"]
+            version = self.call("GET", "model-versions/get",
+                                {"name": name, "version": version["version"]})["model_version"]
         return ModelVersion(name=name, version=str(version["version"]), status=str(version.get("status", "")))
 
     def get_model_version_by_alias(self, name: str, alias: str) -> ModelVersion:

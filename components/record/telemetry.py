@@ -205,7 +205,8 @@ def attempt_number(ctx: RunContext, step: str, events_path: str | os.PathLike[st
     except ValueError:
         told = 0
     seen = [r.attempt for r in read_records([events_path])
-            if r.step == step and r.pipeline_run == ctx.pipeline_run and r.kind == "event" and r.name == "process_started"]
+            if r.step == step and r.pipeline_run == ctx.pipeline_run and r.kind == "event"
+            and r.name == "process_started"]
     return max(told, max(seen, default=-1) + 1)
 
 
@@ -223,7 +224,8 @@ def injected_failure(step: str, attempt: int, env: dict[str, str] | None = None)
             if attempt < int(count):
                 return max(0.0, float(hold or 0.0))
         except ValueError:
-            raise ValueError(f"{settings.INJECT_FAILURES.name}={env[settings.INJECT_FAILURES.name]!r}: expected STEP=N[:SECONDS]") from None
+            raise ValueError(f"{settings.INJECT_FAILURES.name}={env[settings.INJECT_FAILURES.name]!r}: "
+                             "expected STEP=N[:SECONDS]") from None
     return None
 
 

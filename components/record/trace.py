@@ -19,7 +19,8 @@ from typing import Any
 
 from components.record.telemetry import ALL_EVENTS, Record, StepTimes, group_by_step
 
-PIPELINE_NAME = "llm-finetune"  # the pipeline's own name (components.finetune_pipeline.PIPELINE_NAME; tests/components/test_trace.py)
+# the pipeline's own name (components.finetune_pipeline.PIPELINE_NAME; tests/components/test_trace.py)
+PIPELINE_NAME = "llm-finetune"
 SCOPE = "llmpack"
 
 # The span between an event and the next event an attempt recorded (in time order), named by what it
@@ -96,7 +97,8 @@ class Trace:
         detach = self.joined if root else None
         return {"resourceSpans": [{
             "resource": {"attributes": [_attribute(k, v) for k, v in sorted(self.resource.items())]},
-            "scopeSpans": [{"scope": {"name": SCOPE}, "spans": [s.otlp(self.trace_id, detach=detach) for s in self.spans]}],
+            "scopeSpans": [{"scope": {"name": SCOPE},
+                            "spans": [s.otlp(self.trace_id, detach=detach) for s in self.spans]}],
         }]}
 
 
@@ -122,7 +124,8 @@ def build_trace(records: Iterable[Record], *, pipeline_run: str, submitted_at: f
     trace_id = joined[0] if joined else trace_id_of(pipeline_run)
     sid = _span_ids(pipeline_run)
     steps = group_by_step(r for r in records if r.pipeline_run == pipeline_run)
-    ordered = sorted(steps.values(), key=lambda s: (s.first_start if s.first_start is not None else float("inf"), s.step))
+    ordered = sorted(steps.values(),
+                     key=lambda s: (s.first_start if s.first_start is not None else float("inf"), s.step))
     finishes = [s.events["finished"] for s in ordered if "finished" in s.events]
     end = finished_at if finished_at is not None else max(finishes, default=submitted_at)
     status = status or tags.get("llmpack.status")
@@ -216,7 +219,8 @@ def _gang_spans(step: str, events: Mapping[str, float], attempt_id: str, sid: An
 
 def in_order(events: Mapping[str, float]) -> list[tuple[str, float]]:
     """The events of :data:`ALL_EVENTS` among ``events``, in time order (ties in the order they happen)."""
-    return sorted(((e, events[e]) for e in ALL_EVENTS if e in events), key=lambda item: (item[1], ALL_EVENTS.index(item[0])))
+    return sorted(((e, events[e]) for e in ALL_EVENTS if e in events),
+                  key=lambda item: (item[1], ALL_EVENTS.index(item[0])))
 
 
 def phase_name(step: str, event: str, following: str) -> str:
@@ -258,4 +262,5 @@ def _attribute(key: str, value: str | float | int) -> dict[str, Any]:
 
 def from_otlp(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The spans of an OTLP/JSON body, flattened (for tests and ``llmpack report``'s reader)."""
-    return [span for rs in body.get("resourceSpans", []) for ss in rs.get("scopeSpans", []) for span in ss.get("spans", [])]
+    return [span for rs in body.get("resourceSpans", []) for ss in rs.get("scopeSpans", [])
+            for span in ss.get("spans", [])]

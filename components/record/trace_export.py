@@ -43,7 +43,8 @@ def target(env: Mapping[str, str], *, tracking_uri: str | None = None, experimen
     if not endpoint and env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         endpoint = env["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces"
     if endpoint:
-        headers = _parse_headers(env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS") or "")
+        headers = _parse_headers(env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS")
+                                 or "")
         return Target(url=endpoint, headers=headers, kind="otlp")
     uri = tracking_uri or env.get("MLFLOW_TRACKING_URI") or ""
     if not uri.startswith(("http://", "https://")) or not experiment_id:

@@ -58,11 +58,14 @@ def require_cluster_uri(mode: str, env: Mapping[str, str] | None = None) -> None
     does not log (``LLMPACK_MLFLOW_LOGGING=0``, or a client uploads for it).
     """
     env = os.environ if env is None else env
-    if mode != "cluster" or env.get(settings.MLFLOW_LOGGING.name, "1") == "0" or env.get(settings.CLIENT_UPLOADS.name) == "1":
+    if (mode != "cluster" or env.get(settings.MLFLOW_LOGGING.name, "1") == "0"
+            or env.get(settings.CLIENT_UPLOADS.name) == "1"):
         return
     if not (env.get("MLFLOW_TRACKING_URI") or "").strip():
-        raise InputError(f"MLFLOW_TRACKING_URI is empty in cluster mode: the pod reads it from Secret {TRACKING_SECRET!r} "
-                         f"key {TRACKING_URI_KEY!r}, which is missing or empty in this namespace (kubectl create secret "
+        raise InputError("MLFLOW_TRACKING_URI is empty in cluster mode: "
+                         f"the pod reads it from Secret {TRACKING_SECRET!r} "
+                         f"key {TRACKING_URI_KEY!r}, which is missing or empty in this namespace "
+                         "(kubectl create secret "
                          f"generic {TRACKING_SECRET} --from-literal={TRACKING_URI_KEY}=http://mlflow...:5000); "
                          f"refusing to log to a sqlite file inside the pod")
 
@@ -220,7 +223,8 @@ def experiment_name(env: Mapping[str, str] | None = None) -> str:
 def find_pipeline_run(mc: MlflowClient, pipeline_run: str) -> str | None:
     runs = mc.search_runs(
         [experiment_id(mc)],
-        filter_string=f"tags.`llmpack.pipeline_run` = {filter_literal(pipeline_run)} and tags.`{RECORD_TAG}` = 'pipeline'",
+        filter_string=f"tags.`llmpack.pipeline_run` = {filter_literal(pipeline_run)} "
+                      f"and tags.`{RECORD_TAG}` = 'pipeline'",
         max_results=1,
     )
     return runs[0].info.run_id if runs else None
@@ -403,7 +407,8 @@ _http_env_saved: dict[str, str | None] = {}
 
 @contextmanager
 def _one_retry_layer(request_timeout_s: int) -> Iterator[None]:
-    """MLflow's own HTTP retries off, its request timeout capped and its run links unprinted, while a bounded upload runs.
+    """MLflow's own HTTP retries off, its request timeout capped and its run links unprinted, while a bounded
+    upload runs.
 
     MLflow reads ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` (default 7, backoff factor 2, jitter 1 s) and
     ``MLFLOW_HTTP_REQUEST_TIMEOUT`` (default 120 s) from the environment at every request and takes
@@ -416,7 +421,8 @@ def _one_retry_layer(request_timeout_s: int) -> Iterator[None]:
     global _http_env_users
     with _http_env_lock:
         if _http_env_users == 0:
-            names = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT")
+            names = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT",
+                     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT")
             _http_env_saved.clear()
             _http_env_saved.update({name: os.environ.get(name) for name in names})
             try:
@@ -482,7 +488,8 @@ class RunUpload:
     status: RecordStatus
     finished_at: float
     curve: list[tuple[int, float]] = field(default_factory=list)  # the training loss by step (uniform.LOSS_CURVE)
-    series: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)  # GPU samples (gpu_metrics.read_series)
+    # GPU samples (gpu_metrics.read_series)
+    series: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)
 
 
 def upload_run(

@@ -32,7 +32,8 @@ TRAIN_LOG = "train_log.jsonl"
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # Kubernetes sets it in every pod (components.servers.kube)
 
 
-def record_params(values: Mapping[str, Any], *, run_group: str, pipeline_run: str, submitted_at: float) -> dict[str, str]:
+def record_params(values: Mapping[str, Any], *, run_group: str, pipeline_run: str,
+                  submitted_at: float) -> dict[str, str]:
     """The record's parameters: every pipeline parameter in ``values``, the run's identity as resolved."""
     params = {name: format_value(value) for name, value in values.items()}
     params.update(run_group=run_group, pipeline_run=pipeline_run, submitted_at=repr(float(submitted_at)))

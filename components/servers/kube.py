@@ -30,7 +30,10 @@ SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 def secrets_of(cfg: Any) -> tuple[str, ...]:
-    """What a client configuration holds that must never be printed: tokens (with and without ``Bearer``), a password."""
+    """What a client configuration holds that must never be printed.
+
+    Tokens (with and without ``Bearer``), a password.
+    """
     found: list[str] = []
     for value in [*(getattr(cfg, "api_key", None) or {}).values(), getattr(cfg, "password", None)]:
         if value:
@@ -98,7 +101,8 @@ def from_host(host: str, token: str | None, token_file: str | os.PathLike[str] |
         except OSError as exc:
             raise InputError(f"{token_file}: cannot read the token file ({exc.strerror or exc})") from None
     token = (token or "").strip().removeprefix("Bearer ").strip() or None
-    return client.Configuration(host=str(host).rstrip("/"), api_key={"authorization": f"Bearer {token}"} if token else None)
+    return client.Configuration(host=str(host).rstrip("/"),
+                                api_key={"authorization": f"Bearer {token}"} if token else None)
 
 
 def _from_kubeconfig(path: str, context: str | None) -> tuple[Any, str | None]:

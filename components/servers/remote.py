@@ -104,7 +104,8 @@ def tls_failure(exc: BaseException, host: str) -> str | None:
         if seen is None:
             break
         text += f" {type(seen).__name__} {seen}"
-        seen = seen.__cause__ or seen.__context__ or (seen.args[0] if seen.args and isinstance(seen.args[0], BaseException) else None)
+        seen = (seen.__cause__ or seen.__context__
+                or (seen.args[0] if seen.args and isinstance(seen.args[0], BaseException) else None))
     if "CERTIFICATE_VERIFY_FAILED" not in text and "certificate verify failed" not in text:
         return None
     why = re.search(r"certificate verify failed: ([^(\)'\"]+)", text)

@@ -65,7 +65,10 @@ def user_parameters(pipe: Pipeline, params: Mapping[str, Any] | None) -> dict[st
 
 
 def cost_tags(pipe: Pipeline, price_per_gpu_hour: str | None, price_file: str | None) -> dict[str, str]:
-    """The cost tags (docs/telemetry-and-cost.md) for the pipeline as compiled (an unknown price is reported as unknown)."""
+    """The cost tags (docs/telemetry-and-cost.md) for the pipeline as compiled.
+
+    An unknown price is reported as unknown.
+    """
     from components.record.close import billed_uses
 
     uses = billed_uses(pipe)  # a TrainJob gang's finetune holds its nodes x GPUs, as the summarizing task bills it
@@ -101,17 +104,22 @@ def connect_tracking(uri: str) -> Any:
     try:
         mc = tracking.client(uri)  # an unsupported scheme fails here, before any request
     except Exception as exc:  # noqa: BLE001 - MLflow's many store errors: one line for the user
-        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: MLflow cannot open it ({type(exc).__name__}); "
+        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: "
+                         f"MLflow cannot open it ({type(exc).__name__}); "
                          "use http(s)://, sqlite:///PATH or databricks") from None
     try:
         tracking.experiment_id(mc)
     except Exception as exc:  # noqa: BLE001 - one line for the user
-        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)} does not answer ({type(exc).__name__})") from None
+        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)} "
+                         f"does not answer ({type(exc).__name__})") from None
     return mc
 
 
 def optional_tracking(tracking_uri: str | None, env: Mapping[str, str]) -> tuple[str | None, Any]:
-    """``(uri, client)`` when ``tracking_uri`` or ``MLFLOW_TRACKING_URI`` names a store that answers, else ``(None, None)``."""
+    """``(uri, client)`` when ``tracking_uri`` or ``MLFLOW_TRACKING_URI`` names a store that answers.
+
+    Else ``(None, None)``.
+    """
     uri = tracking_uri or env.get("MLFLOW_TRACKING_URI")
     return (uri, connect_tracking(uri)) if uri else (None, None)
 

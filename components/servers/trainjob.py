@@ -4,46 +4,14 @@ A pure builder: no Kubernetes client, no cluster. :class:`TrainJobSpec` checks i
 is made (each bad one an :class:`InputError` of one line) and :meth:`TrainJobSpec.build` returns the
 object to hand to ``CustomObjectsApi.create_namespaced_custom_object`` (group
 ``trainer.kubeflow.org``, version ``v1alpha1``, plural ``trainjobs``) or to print with
-:func:`to_yaml` for ``kubectl apply -f -``.
+:func:`to_yaml` for ``kubectl apply -f -``. Written against Kubeflow Trainer v2.3.0: the
+``torch-distributed`` runtime's ``PET_*`` variables stand in for torchrun's flags (which are
+refused), placement, labels and Pod Security ``restricted`` go through ``spec.runtimePatches``
+(fixed here, so the ``trainjob`` run parameter cannot loosen them), and ``queue`` is Kueue's
+queue-name label.
 
-Written against Kubeflow Trainer v2.3.0 (``kubeflow/trainer`` tag ``v2.3.0``: the CRD
-``manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml`` and
-``pkg/apis/trainer/v1alpha1/trainjob_types.go``; the ``kubeflow-trainer-api`` 2.3.0 models):
-
-- ``spec.runtimeRef`` names the runtime; the default ``torch-distributed``
-  ClusterTrainingRuntime runs one replicated job, ``node``, whose container ``node`` gets
-  ``spec.trainer``'s image, command, env and ``resourcesPerNode``; ``numNodes`` sets how many
-  pods (one per node) it runs.
-- The torch plugin injects ``PET_NNODES`` (numNodes), ``PET_NPROC_PER_NODE`` (numProcPerNode, or
-  ``auto``: one process per GPU), ``PET_NODE_RANK`` (the pod's Job completion index),
-  ``PET_MASTER_ADDR`` (``<name>-node-0-0.<name>``) and ``PET_MASTER_PORT`` into that container.
-  ``torchrun`` reads every ``PET_<FLAG>`` variable as the default of its ``--<flag>``, so the
-  command is ``torchrun`` plus the script and its arguments, *without* ``--nnodes``,
-  ``--node-rank``, ``--nproc-per-node``, ``--master-addr`` or ``--master-port`` (an explicit flag
-  would override the runtime's value, e.g. pin every pod to rank 0). Those flags in a torchrun
-  command, and ``PET_*`` names in ``env`` (the Trainer webhook rejects them), are input errors.
-- Placement and pod labels go through ``spec.runtimePatches``: v2.3.0 has neither
-  ``podSpecOverrides`` (v2.0) nor ``podTemplateOverrides`` (v2.1; replaced by runtimePatches in
-  v2.2.0, kubeflow/trainer#3309). One patch entry owned by manager ``llmpack.io/trainjob`` (the
-  webhook wants a domain-prefixed path) targets the replicated job ``node`` and sets the Pod
-  template's ``metadata.labels`` and its ``spec.nodeSelector`` / ``spec.tolerations`` — the
-  Pod-level fields PodSpecPatch allows. Kueue writes its own entry (``kueue.x-k8s.io/manager``)
-  beside ours.
-- ``queue``: the ``kueue.x-k8s.io/queue-name`` label on the TrainJob's own metadata, which is where
-  Kueue's TrainJob integration reads it.
-- Pod Security ``restricted`` (the level a namespace may enforce: ``pod-security.kubernetes.io/enforce``):
-  the same patch always sets the pod's ``securityContext`` (non-root uid/gid :data:`RUN_AS`, the
-  image's user; ``fsGroup`` so that user may write the shared volume; ``seccompProfile``
-  ``RuntimeDefault``) and the ``node`` container's (no privilege escalation, every capability
-  dropped, a read-only root with /tmp an ``emptyDir``), the pod's ServiceAccount
-  :data:`~components.podspec.NODE_SERVICE_ACCOUNT` (no Role, no token mounted: PodSpecPatch has no
-  ``automountServiceAccountToken``, the account says it) and CPU/memory limits equal to the
-  requests. Without them such a namespace rejects the node pods while the launcher waits out the
-  TrainJob's deadline. The torch-distributed runtime's pods have no other container. Fixed here,
-  not taken from the caller, so the ``trainjob`` run parameter cannot loosen it.
-- ``node_affinity``: the GPU type's nodes (:mod:`components.gpu_nodes`), as ``spec.affinity``;
-  with more than one GPU per node a memory-backed ``emptyDir`` at ``/dev/shm`` (NCCL), as on
-  every path's multi-GPU pod.
+Each field and why: docs/scaling.md, "The TrainJob object"; how the launcher creates and follows
+it: docs/decisions.md, "The TrainJob launcher".
 """
 
 from __future__ import annotations
@@ -100,7 +68,8 @@ _RFC1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _LABEL_VALUE = _LABEL_NAME
-_QUANTITY = re.compile(r"^(\+)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+_QUANTITY = re.compile(r"^(\+)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+                       r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _OPERATORS = ("Exists", "Equal")
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute", "")  # "": every effect
@@ -141,7 +110,8 @@ def torchrun_flags(command: Sequence[str]) -> list[str]:
     words = list(command)
     if words and words[0].rsplit("/", 1)[-1] == "torchrun":
         rest = words[1:]
-    elif len(words) >= 3 and words[0].rsplit("/", 1)[-1].startswith("python") and words[1:3] == ["-m", "torch.distributed.run"]:
+    elif (len(words) >= 3 and words[0].rsplit("/", 1)[-1].startswith("python")
+          and words[1:3] == ["-m", "torch.distributed.run"]):
         rest = words[3:]
     else:
         return []
@@ -207,9 +177,11 @@ class TrainJobSpec:
         for attr, kind in (("command", tuple), ("tolerations", tuple), ("node_selector", dict), ("labels", dict),
                            ("env", dict)):
             value = getattr(self, attr)
-            ok = isinstance(value, Mapping) if kind is dict else isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+            ok = (isinstance(value, Mapping) if kind is dict
+                  else isinstance(value, Sequence) and not isinstance(value, (str, bytes)))
             if not ok:
-                raise InputError(f"TrainJob {attr}: expected a {'mapping' if kind is dict else 'list'}, got {type(value).__name__}")
+                raise InputError(f"TrainJob {attr}: expected a {'mapping' if kind is dict else 'list'}, "
+                                 f"got {type(value).__name__}")
             object.__setattr__(self, attr, kind(value))
         self._validate()
 
@@ -218,13 +190,16 @@ class TrainJobSpec:
         if not isinstance(self.name, str) or len(self.name) > 63 or not _RFC1035_LABEL.fullmatch(self.name):
             raise InputError(f"TrainJob name {self.name!r}: must be a DNS-1123 (RFC 1035) label: lower-case letters, "
                              "digits and '-', a letter first, at most 63")
-        if _is_count(self.num_nodes) and self.num_nodes >= 1 and len(hostname := _hostname(self.name, self.num_nodes)) > 63:
-            raise InputError(f"TrainJob name {self.name!r}: too long for {self.num_nodes} nodes (its last pod's hostname "
-                             f"{hostname} must fit in 63 characters)")
+        if (_is_count(self.num_nodes) and self.num_nodes >= 1
+                and len(hostname := _hostname(self.name, self.num_nodes)) > 63):
+            raise InputError(f"TrainJob name {self.name!r}: too long for {self.num_nodes} nodes "
+                             f"(its last pod's hostname {hostname} must fit in 63 characters)")
         if not isinstance(self.namespace, str) or not is_dns1123_label(self.namespace):
             raise InputError(f"{where}: namespace {self.namespace!r} is not a valid DNS-1123 label")
-        if not isinstance(self.image, str) or not self.image.strip() or len(self.image) > 500 or self.image != self.image.strip():
-            raise InputError(f"{where}: image {self.image!r} must be a non-empty image reference of at most 500 characters")
+        if (not isinstance(self.image, str) or not self.image.strip() or len(self.image) > 500
+                or self.image != self.image.strip()):
+            raise InputError(f"{where}: image {self.image!r} must be a non-empty image reference "
+                             "of at most 500 characters")
         if not self.command or not all(isinstance(a, str) for a in self.command) or len(self.command) > 128:
             raise InputError(f"{where}: command must be 1 to 128 strings, got {list(self.command)!r}")
         fixed = [flag for flag in torchrun_flags(self.command) if flag in _TORCHRUN_FIXED]
@@ -235,7 +210,8 @@ class TrainJobSpec:
             raise InputError(f"{where}: num_nodes {self.num_nodes!r} must be a whole number >= 1")
         if not _is_count(self.gpus_per_node) or not 0 <= self.gpus_per_node <= _INT32_MAX:
             raise InputError(f"{where}: gpus_per_node {self.gpus_per_node!r} must be a whole number >= 0")
-        if isinstance(self.cpu, bool) or not isinstance(self.cpu, (int, float)) or not 0 < self.cpu < 1e6 or round(self.cpu * 1000) < 1:
+        if (isinstance(self.cpu, bool) or not isinstance(self.cpu, (int, float)) or not 0 < self.cpu < 1e6
+                or round(self.cpu * 1000) < 1):
             raise InputError(f"{where}: cpu {self.cpu!r} must be a number of cores >= 0.001")
         if not isinstance(self.memory, str) or not _QUANTITY.fullmatch(self.memory) or not _positive(self.memory):
             raise InputError(f"{where}: memory {self.memory!r} is not a positive Kubernetes quantity (e.g. 64Gi)")
@@ -243,16 +219,19 @@ class TrainJobSpec:
             raise InputError(f"{where}: runtime {self.runtime!r} is not a valid DNS-1123 subdomain")
         if self.runtime_kind not in RUNTIME_KINDS:
             raise InputError(f"{where}: runtime_kind {self.runtime_kind!r} must be one of {', '.join(RUNTIME_KINDS)}")
-        if self.queue is not None and (not isinstance(self.queue, str) or not _is_label_value(self.queue) or not self.queue):
+        if self.queue is not None and (not isinstance(self.queue, str) or not _is_label_value(self.queue)
+                                       or not self.queue):
             raise InputError(f"{where}: queue {self.queue!r} is not a valid Kueue LocalQueue name (a label value)")
         if self.active_deadline_s is not None and (not _is_count(self.active_deadline_s) or self.active_deadline_s < 1):
-            raise InputError(f"{where}: active_deadline_s {self.active_deadline_s!r} must be a whole number of seconds >= 1")
+            raise InputError(f"{where}: active_deadline_s {self.active_deadline_s!r} "
+                             "must be a whole number of seconds >= 1")
         for what, mapping in (("label", self.labels), ("node selector", self.node_selector)):
             for key, value in mapping.items():
                 if not isinstance(key, str) or not _is_label_key(key):
                     raise InputError(f"{where}: {what} key {key!r} is not a valid Kubernetes label key")
                 if not isinstance(value, str) or not _is_label_value(value):
-                    raise InputError(f"{where}: {what} {key}={value!r}: not a valid label value (at most 63 of [A-Za-z0-9-_.])")
+                    raise InputError(f"{where}: {what} {key}={value!r}: "
+                                     "not a valid label value (at most 63 of [A-Za-z0-9-_.])")
         if self.node_affinity is not None and not isinstance(self.node_affinity, Mapping):
             raise InputError(f"{where}: node_affinity must be a Kubernetes NodeAffinity mapping, "
                              f"got {type(self.node_affinity).__name__}")
@@ -271,7 +250,8 @@ class TrainJobSpec:
             if tol.operator not in _OPERATORS:
                 raise InputError(f"{where}: toleration {tol.key!r}: operator {tol.operator!r} must be Exists or Equal")
             if tol.effect not in _EFFECTS:
-                raise InputError(f"{where}: toleration {tol.key!r}: effect {tol.effect!r} must be one of {', '.join(_EFFECTS)}")
+                raise InputError(f"{where}: toleration {tol.key!r}: "
+                                 f"effect {tol.effect!r} must be one of {', '.join(_EFFECTS)}")
             if tol.key and not _is_label_key(tol.key):
                 raise InputError(f"{where}: toleration key {tol.key!r} is not a valid Kubernetes label key")
             if tol.operator == "Exists" and tol.value:

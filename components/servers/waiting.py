@@ -35,7 +35,10 @@ def wait_options(options: WaitOptions) -> dict[str, Any]:
 
 def poll_object(fetch: Callable[[], T], state: Callable[[T], tuple[str | None, dict[str, Any]]],
                 error: Callable[[BaseException], InputError], options: WaitOptions) -> dict[str, Any]:
-    """Read the object with ``fetch`` until ``state`` says it ended (or the timeout); a failed read raises ``error(exc)``."""
+    """Read the object with ``fetch`` until ``state`` says it ended (or the timeout).
+
+    A failed read raises ``error(exc)``.
+    """
     opts = wait_options(options)
 
     def read() -> tuple[str | None, dict[str, Any]]:

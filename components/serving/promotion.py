@@ -104,7 +104,10 @@ def parse_figure(text: str | None) -> float | None:
 
 
 def eval_set_fingerprint(tokens_dir: str | Path) -> str:
-    """``sha256:<16 hex>`` of the eval split's token ids and labels: equal exactly when two runs scored the same data."""
+    """``sha256:<16 hex>`` of the eval split's token ids and labels.
+
+    Equal exactly when two runs scored the same data.
+    """
     digest = hashlib.sha256()
     for name in EVAL_SET_FILES:
         path = Path(tokens_dir) / name

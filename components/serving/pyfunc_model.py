@@ -1,19 +1,18 @@
 """The served model: an MLflow pyfunc "model from code" that answers prompts with greedy generations.
 
-This file is copied into every logged model and executed by ``mlflow.pyfunc.load_model`` and
-``mlflow models serve``: it imports no llmpack module, only torch, transformers, peft (for an
-adapter) and MLflow, the model's declared requirements. It is code, not a pickle: MLflow's
-models-from-code runs this file instead of unpickling a Python object from the artifact store.
+This file is copied into every logged model and executed by ``mlflow.pyfunc.load_model`` and ``mlflow
+models serve``: it imports no llmpack module, only torch, transformers, peft (for an adapter) and MLflow,
+the model's declared requirements. It is code, not a pickle: MLflow's models-from-code runs this file
+instead of unpickling a Python object from the artifact store.
 
-Artifacts (``components.serving.package`` writes them): ``serving`` (serving.json: how prompts
-are encoded and how many tokens to generate), ``weights`` (a peft adapter or full weights),
-``base`` (the base model, Hugging Face layout, when the adapter needs one that is logged with it)
-and ``tokenizer`` (a Hugging Face tokenizer; absent for the built-in byte-level model, whose
-encoding is the few lines of :class:`ByteCodec`).
+Artifacts (``components.serving.package`` writes them): ``serving`` (serving.json: how prompts are encoded
+and how many tokens to generate), ``weights`` (a peft adapter or full weights), ``base`` (the base model,
+Hugging Face layout, when the adapter needs one that is logged with it) and ``tokenizer`` (a Hugging Face
+tokenizer; absent for the built-in byte-level model, whose encoding is the few lines of :class:`ByteCodec`).
 
-The prompt format is the training format: the built-in model was trained on ``BOS + prompt +
-newline``, then the response and EOS; a Hugging Face tokenizer with a chat template gets the
-prompt as one user message and the generation prompt, as the tokenize step did.
+The prompt format is the training format: the built-in model was trained on ``BOS + prompt + newline``,
+then the response and EOS; a Hugging Face tokenizer with a chat template gets the prompt as one user
+message and the generation prompt, as the tokenize step did.
 """
 
 from __future__ import annotations
@@ -51,7 +50,8 @@ class HubCodec:
     def prompt_ids(self, prompt: str) -> list[int]:
         if getattr(self.tokenizer, "chat_template", None):
             return list(self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                           add_generation_prompt=True, tokenize=True, return_dict=False))
+                                                           add_generation_prompt=True, tokenize=True,
+                                                           return_dict=False))
         return list(self.tokenizer(prompt + "\n")["input_ids"])
 
     def decode(self, ids: list[int]) -> str:
@@ -59,7 +59,10 @@ class HubCodec:
 
 
 def prompts_of(model_input: Any) -> list[str]:
-    """The prompts in a request: a string, a list of strings, a DataFrame's ``prompt`` (or only) column, a dict's ``prompt``."""
+    """The prompts in a request.
+
+    A string, a list of strings, a DataFrame's ``prompt`` (or only) column, a dict's ``prompt``.
+    """
     if isinstance(model_input, str):
         return [model_input]
     if hasattr(model_input, "columns"):  # a pandas DataFrame, as `mlflow models serve` hands a JSON request over

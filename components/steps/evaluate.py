@@ -42,7 +42,8 @@ def mean_token_loss(net: Any, input_ids: Any, labels: Any, batch_size: int, devi
             with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                 logits = net(input_ids=x).logits
             logits, target = logits[:, :-1].float(), y[:, 1:]
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100, reduction="sum")
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
+                                   reduction="sum")
             total += loss.item()
             count += int((target != -100).sum())
     return total / max(1, count)
@@ -87,7 +88,7 @@ def evaluate(
     batch_size: int = 16,
     gate_metric: str = "auto",
 ) -> None:
-    """Eval loss, perplexity and task metrics, base vs tuned; fails when the gated metric improved less than min_improvement."""
+    """Eval loss, perplexity and task metrics, base vs tuned; fails when the gated metric improved less than min_improvement."""  # noqa: E501 - the step's description in every compiled artifact
     import numpy as np
     import torch
 
@@ -110,7 +111,8 @@ def evaluate(
         if tokenizer is None:
             return score([], [])
         eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else pad_id
-        got = greedy_answers(net, rows, tokenizer=tokenizer, eos_id=eos, pad_id=pad_id, device=device, amp_dtype=amp_dtype)
+        got = greedy_answers(net, rows, tokenizer=tokenizer, eos_id=eos, pad_id=pad_id, device=device,
+                             amp_dtype=amp_dtype)
         return score(got, rows)
 
     kept = take_tuned(model.path)  # fused with finetune: the tuned model is still in memory

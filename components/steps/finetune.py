@@ -117,7 +117,8 @@ def check_arguments(*, max_steps: int, method: str, batch_size: int, grad_accum:
 
 
 def build_model(base_model: str, method: str, *, lora_r: int, lora_alpha: int) -> tuple[Any, set[str]]:
-    """The model to train (LoRA adapters on every linear layer but the head, or all weights) and its block class names."""
+    """The model to train (LoRA adapters on every linear layer but the head, or all weights) and its block class
+    names."""
     net = load_base_model(base_model)
     blocks = set(getattr(net, "_no_split_modules", None) or ())  # the decoder block class names FSDP shards by
     if method == "lora":
@@ -125,8 +126,8 @@ def build_model(base_model: str, method: str, *, lora_r: int, lora_alpha: int) -
 
         targets = lora_target_modules(net)  # every linear layer but the head, from the architecture
         whole = list(TINY_MODULES_TO_SAVE) if base_model == TINY else None  # the random base's head and embeddings
-        config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM",
-                            modules_to_save=whole)
+        config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=targets,
+                            task_type="CAUSAL_LM", modules_to_save=whole)
         net = get_peft_model(net, config)
         net.peft_config["default"].base_model_name_or_path = base_model
         net.peft_config["default"].target_modules = targets  # peft keeps a set: its saved order follows the hash seed
@@ -242,7 +243,8 @@ def finetune(
     check_arguments(max_steps=max_steps, method=method, batch_size=batch_size, grad_accum=grad_accum, strategy=strategy)
     world = distributed.world_from_env() if distributed.is_rank() else distributed.World()
     if world.distributed and batch_size % world.size:
-        raise InputError(f"batch_size {batch_size} does not split over {world.size} processes; use a multiple of {world.size}")
+        raise InputError(f"batch_size {batch_size} does not split over {world.size} processes; "
+                         f"use a multiple of {world.size}")
     chaos_pause_s = float(os.environ.get(settings.CHAOS_CHECKPOINT_PAUSE_S.name) or 0)  # a test hook, 0 in real runs
     every_s = checkpoint_minutes() * 60.0
 
@@ -274,8 +276,9 @@ def finetune(
     # ---- resume: the newest checkpoint of these very settings and data whose files all match
     # its manifest (a shared checkpoint_dir must not hand one run's state to another)
     ckpt_root, scratch = checkpoint_root(checkpoint_dir, Path(model.path))
-    fingerprint = run_fingerprint([base_model, method, max_steps, batch_size, grad_accum, lr, warmup_steps, weight_decay,
-                                   lora_r, lora_alpha, seed] + ([world.size, strategy] if world.distributed else []),
+    fingerprint = run_fingerprint([base_model, method, max_steps, batch_size, grad_accum, lr, warmup_steps,
+                                   weight_decay, lora_r, lora_alpha, seed]
+                                  + ([world.size, strategy] if world.distributed else []),
                                   input_ids.numpy().tobytes())
     # An explicit checkpoint_dir may be resumed by a rerun of the same settings; on the volume, only by this run.
     owner = checkpoint_owner()
@@ -308,7 +311,8 @@ def finetune(
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step_no, lr=lr, warmup=warmup_steps, total=max_steps)
             loss_sum, seen = train_step(train_net, input_ids, labels, step_no=step_no, grad_accum=grad_accum,
-                                        batch_size=batch_size, seed=seed, world=world, device=device, amp_dtype=amp_dtype)
+                                        batch_size=batch_size, seed=seed, world=world, device=device,
+                                        amp_dtype=amp_dtype)
             tokens_seen += seen
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -316,7 +320,8 @@ def finetune(
             if not first_done:
                 distributed.gather_time(world, "first_step")
                 first_done = True
-            log.write(json.dumps({"step": step_no + 1, "loss": round(loss_sum, 6), "lr": optimizer.param_groups[0]["lr"]}) + "\n")
+            log.write(json.dumps({"step": step_no + 1, "loss": round(loss_sum, 6),
+                                  "lr": optimizer.param_groups[0]["lr"]}) + "\n")
             done = step_no + 1
             if progress is not None:
                 progress.update(done, tokens_seen, time.perf_counter() - t0, loss_sum)  # loss.item() waited for the GPU
@@ -326,9 +331,10 @@ def finetune(
                 began = time.perf_counter()
                 state = train_state(net, optimizer, sharded=True) if sharded else None  # a collective under FSDP
                 if world.main:
-                    save_checkpoint(ckpt_root, done, net, optimizer, fingerprint, chaos_pause_s=chaos_pause_s, state=state,
-                                    owner=owner)
-                    emit_step("checkpoint_saved")  # the newest whole checkpoint: what a preemption keeps (llmpack.k8s.preemption)
+                    save_checkpoint(ckpt_root, done, net, optimizer, fingerprint, chaos_pause_s=chaos_pause_s,
+                                    state=state, owner=owner)
+                    # the newest whole checkpoint: what a preemption keeps (llmpack.k8s.preemption)
+                    emit_step("checkpoint_saved")
                 distributed.barrier(world)
                 save_s, last_save = max(save_s, time.perf_counter() - began), time.monotonic()
             if stopping:

@@ -23,7 +23,10 @@ from components.training.modeling import MODEL_META
 
 
 def open_tracking() -> None:
-    """register's start-up: open the tracking store (an http(s) one: nothing to import; else MLflow, which keeps it per URI)."""
+    """register's start-up: open the tracking store.
+
+    An http(s) one: nothing to import; else MLflow, which keeps it per URI.
+    """
     if os.environ.get(settings.MLFLOW_LOGGING.name, "1") != "0":
         from components.record import tracking
 
@@ -31,7 +34,8 @@ def open_tracking() -> None:
 
 
 def model_client(mc: Any, run_id: str) -> Any:
-    """``mc`` when it is the REST client and the server both keeps the run's artifacts and is the registry, else MLflow's.
+    """``mc`` when it is the REST client and the server both keeps the run's artifacts and is the registry, else
+    MLflow's.
 
     ``mlflow server`` proxies artifacts by default (``mlflow-artifacts:/``); artifacts in S3, GCS or
     a path on the server, or a separate ``MLFLOW_REGISTRY_URI``, need MLflow's own client.
@@ -89,9 +93,11 @@ def register(
             work = Path(scratch)
             mc.log_artifacts(run_id, str(weights), artifact_path=f"model/{weights.name}")
             mc.log_artifact(run_id, str(model_dir / MODEL_META), artifact_path="model")
-            if versioned:  # a compare round's weights only: building the servable (torch, a model) is no part of what it measures
+            # a compare round's weights only: building the servable (torch, a model) is no part of what it measures
+            if versioned:
                 servable = write_servable(model_dir, work / "pyfunc")
-                mc.log_artifacts(run_id, str(servable), artifact_path="model")  # MLmodel beside the weights: a pyfunc model
+                # MLmodel beside the weights: a pyfunc model
+                mc.log_artifacts(run_id, str(servable), artifact_path="model")
             if merge:
                 mc.log_artifacts(run_id, str(write_merged(model_dir, work / "merged")), artifact_path="merged")
         mc.log_artifact(run_id, str(Path(metrics.path) / "metrics.json"), artifact_path="evaluation")
@@ -101,7 +107,8 @@ def register(
         except Exception:  # noqa: BLE001 - already registered
             pass
         run_tags = {k: v for k, v in run.data.tags.items() if k.startswith("llmpack.") and k != "llmpack.record"}
-        tags = {**run_tags, **tel.ctx.tags(), "llmpack.base_model": meta["base_model"], "llmpack.method": meta["method"],
+        tags = {**run_tags, **tel.ctx.tags(), "llmpack.base_model": meta["base_model"],
+                "llmpack.method": meta["method"],
                 "llmpack.eval_loss": f"{evaluation['eval_loss']:.6f}", "llmpack.run_id": run_id,
                 **promotion.figure_tags(evaluation), **record_figures(run)}
         if merge:

@@ -1,4 +1,5 @@
-"""tokenize: rows -> fixed-length packed sequences, prompt tokens masked out of the loss; the held-out prompts to answer."""
+"""tokenize: rows -> fixed-length packed sequences, prompt tokens masked out of the loss; the held-out prompts
+to answer."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def pair_ids(tokenizer: Any, row: dict[str, Any]) -> tuple[list[int], list[int]]
         {"role": "assistant", "content": row["response"]},
     ]
     if getattr(tokenizer, "chat_template", None):
-        prompt = list(tokenizer.apply_chat_template(messages[:-1], add_generation_prompt=True, tokenize=True, return_dict=False))
+        prompt = list(tokenizer.apply_chat_template(messages[:-1], add_generation_prompt=True, tokenize=True,
+                                                    return_dict=False))
         full = list(tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False))
         if full[: len(prompt)] != prompt:
             raise InputError("tokenizer chat template does not extend the prompt; cannot mask prompt tokens")
@@ -36,7 +38,8 @@ def pair_ids(tokenizer: Any, row: dict[str, Any]) -> tuple[list[int], list[int]]
     return prompt, response
 
 
-def pack(pairs: list[tuple[list[int], list[int]]], seq_len: int, pad_id: int, *, keep_tail: bool) -> tuple[list[list[int]], list[list[int]]]:
+def pack(pairs: list[tuple[list[int], list[int]]], seq_len: int, pad_id: int, *,
+         keep_tail: bool) -> tuple[list[list[int]], list[list[int]]]:
     """Concatenate examples into one stream and cut it into ``seq_len`` blocks (no padding waste).
 
     Labels are the token ids with prompt tokens set to -100. The last partial block is dropped
@@ -98,6 +101,7 @@ def tokenize(dataset: Input[Dataset], tokens: Output[Dataset], model: str = "tin
         np.save(out / f"{split}_input_ids.npy", np.asarray(blocks, dtype=np.int64))
         np.save(out / f"{split}_labels.npy", np.asarray(labels, dtype=np.int64))
         counts[split] = len(blocks)
-    meta = {"model": model, "seq_len": seq_len, "pad_id": int(pad_id), "train_blocks": counts["train"], "eval_blocks": counts["eval"]}
+    meta = {"model": model, "seq_len": seq_len, "pad_id": int(pad_id), "train_blocks": counts["train"],
+            "eval_blocks": counts["eval"]}
     (out / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     metric("train_tokens_available", counts["train"] * seq_len)

@@ -83,7 +83,10 @@ def _key(key: Any) -> Any:
 
 
 def write_state(directory: Path, state: dict[str, Any]) -> None:
-    """The state as ``state.safetensors`` and ``state.json`` in ``directory`` (not yet flushed: the manifest does that)."""
+    """The state as ``state.safetensors`` and ``state.json`` in ``directory``.
+
+    Not yet flushed: the manifest does that.
+    """
     from safetensors.torch import save_file
 
     tensors: dict[str, Any] = {}

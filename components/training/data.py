@@ -65,7 +65,8 @@ def _text(value: Any, field: str, where: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise InputError(f"{where}: field {field!r} holds a lone surrogate escape (\\ud800-\\udfff), not text") from None
+        raise InputError(f"{where}: field {field!r} holds a lone surrogate escape (\\ud800-\\udfff), "
+                         "not text") from None
     return value
 
 
@@ -162,7 +163,8 @@ def load_hf_dataset(dataset_id: str, split: str = "train") -> list[dict[str, Any
     try:
         import datasets  # type: ignore[import-not-found]
     except ImportError:
-        raise InputError(f"data {dataset_id!r}: Hugging Face ids need the 'datasets' package (pip install datasets)") from None
+        raise InputError(f"data {dataset_id!r}: Hugging Face ids need the 'datasets' package "
+                         "(pip install datasets)") from None
     try:
         ds = datasets.load_dataset(dataset_id, split=split)
     except Exception as exc:  # noqa: BLE001 - any hub failure is one line for the user
@@ -174,7 +176,8 @@ def is_file_ref(source: str) -> bool:
     return source.endswith((".jsonl", ".json")) or "/" not in source or source.startswith((".", "/", "~"))
 
 
-def load_rows(source: str, *, seed: int = 0, skip_bad_rows: bool = False, builtin_size: int = 2000) -> tuple[list[dict[str, Any]], int]:
+def load_rows(source: str, *, seed: int = 0, skip_bad_rows: bool = False,
+              builtin_size: int = 2000) -> tuple[list[dict[str, Any]], int]:
     """Rows from ``builtin``, a JSONL file, or a Hugging Face dataset id. Returns (rows, skipped)."""
     if source == BUILTIN:
         return builtin_rows(builtin_size, seed), 0
@@ -183,7 +186,8 @@ def load_rows(source: str, *, seed: int = 0, skip_bad_rows: bool = False, builti
     return load_hf_dataset(source), 0
 
 
-def split_rows(rows: list[dict[str, Any]], *, seed: int, eval_fraction: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_rows(rows: list[dict[str, Any]], *, seed: int,
+               eval_fraction: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Seeded shuffle, then the last ``eval_fraction`` (at least one row) is the eval split."""
     if not 0.0 < eval_fraction < 1.0:
         raise InputError(f"eval_fraction {eval_fraction} must be between 0 and 1")

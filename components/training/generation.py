@@ -131,7 +131,8 @@ def greedy_answers(net: Any, rows: list[dict[str, Any]], *, tokenizer: Any, eos_
     for batch in batches(rows, max_batch_tokens):
         width = max(len(r["prompt_ids"]) for r in batch)
         ids = torch.tensor([[pad_id] * (width - len(r["prompt_ids"])) + r["prompt_ids"] for r in batch], device=device)
-        mask = torch.tensor([[0] * (width - len(r["prompt_ids"])) + [1] * len(r["prompt_ids"]) for r in batch], device=device)
+        mask = torch.tensor([[0] * (width - len(r["prompt_ids"])) + [1] * len(r["prompt_ids"]) for r in batch],
+                            device=device)
         new_tokens = min(MAX_NEW_TOKENS, max(r["answer_tokens"] for r in batch))
         with torch.no_grad(), torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             out = net.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False,

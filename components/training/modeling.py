@@ -98,7 +98,8 @@ def load_base_model(model: str) -> Any:
     try:
         loaded = load_pretrained(str(Path(model).expanduser()) if Path(model).expanduser().exists() else model)
     except Exception as exc:  # noqa: BLE001 - one line for the user
-        raise InputError(f"model {model}: cannot load with AutoModelForCausalLM ({type(exc).__name__}: {exc})".split("\n")[0]) from None
+        raise InputError(f"model {model}: cannot load with AutoModelForCausalLM ({type(exc).__name__}: {exc})"
+                         .split("\n")[0]) from None
     return loaded
 
 
