@@ -106,7 +106,8 @@ def _finished(real_cluster: RealCluster, kubelet: ProcessKubelet, name: str) -> 
         raise AssertionError(f"{err}: {core.read_namespaced_pod(name, NS).status}; kubelet: {kubelet.errors}") from None
 
 
-def test_the_node_is_ready_and_a_pod_runs_with_its_env_and_volumes(real_cluster: RealCluster, kubelet: ProcessKubelet) -> None:
+def test_the_node_is_ready_and_a_pod_runs_with_its_env_and_volumes(real_cluster: RealCluster,
+                                                                   kubelet: ProcessKubelet) -> None:
     """Secret and fieldRef env, an emptyDir and a claim mapped to folders, its paths rewritten; Succeeded, exit 0."""
     from kubernetes import client
 
@@ -121,7 +122,8 @@ def test_the_node_is_ready_and_a_pod_runs_with_its_env_and_volumes(real_cluster:
            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
            {"name": "OUT", "value": "/data"}]
     core.create_namespaced_pod(NS, _pod("says-hello", code, container={
-        "env": env, "volumeMounts": [{"name": "data", "mountPath": "/data"}]}, volumes=[{"name": "data", "emptyDir": {}}]))
+        "env": env, "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+        volumes=[{"name": "data", "emptyDir": {}}]))
     pod = _finished(real_cluster, kubelet, "says-hello")
     assert pod.spec.node_name == NODE and pod.status.phase == "Succeeded", pod.status
     (state,) = pod.status.container_statuses
@@ -131,7 +133,8 @@ def test_the_node_is_ready_and_a_pod_runs_with_its_env_and_volumes(real_cluster:
     assert said.read_text() == f"hello says-hello {NODE}"
 
 
-def test_an_exit_code_and_a_pod_it_cannot_run_are_reported_failed(real_cluster: RealCluster, kubelet: ProcessKubelet) -> None:
+def test_an_exit_code_and_a_pod_it_cannot_run_are_reported_failed(real_cluster: RealCluster,
+                                                                  kubelet: ProcessKubelet) -> None:
     from kubernetes import client
 
     core = client.CoreV1Api(real_cluster.api)
@@ -184,7 +187,8 @@ def _record(uri: str) -> Any:
     mc = MlflowClient(uri)
     runs = mc.search_runs([e.experiment_id for e in mc.search_experiments()])
     (rec,) = [r for r in runs if r.data.tags.get("llmpack.record") == "pipeline"]
-    steps = sorted(r.data.tags.get("llmpack.step", "") for r in runs if r.data.tags.get("mlflow.parentRunId") == rec.info.run_id)
+    steps = sorted(r.data.tags.get("llmpack.step", "") for r in runs
+                   if r.data.tags.get("mlflow.parentRunId") == rec.info.run_id)
     return rec, steps
 
 
@@ -306,7 +310,8 @@ def test_the_mlflow_job_runs_its_steps_in_a_pod_of_the_real_job_controller(
 
 def test_the_real_main_exiting_2_on_bad_input_fails_the_job_by_its_pod_failure_policy(
         real_cluster: RealCluster, kubelet: ProcessKubelet, mlflow_project: tuple[Path, Path, str]) -> None:
-    """``main.py`` refuses ``max_steps=two`` with exit code 2 in the pod; the compiled ``FailJob`` rule ends the Job at once."""
+    """``main.py`` refuses ``max_steps=two`` with exit code 2 in the pod; the compiled ``FailJob`` rule ends the Job
+    at once."""
     from kubernetes import client
     from mlflow.projects.kubernetes import _get_kubernetes_job_definition
 

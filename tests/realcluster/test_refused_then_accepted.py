@@ -92,7 +92,8 @@ def test_the_model_claim_compiled_now_is_scheduled_on_a_gpu_node(real_cluster: R
                          "--namespace", NS)
     assert done.returncode == 0, done.stderr
     core, batch = client.CoreV1Api(real_cluster.api), client.BatchV1Api(real_cluster.api)
-    for claim, mode, size in (("llmpack-models", "ReadOnlyMany", "1Ti"), ("llmpack-artifacts", "ReadWriteOnce", "50Gi")):
+    for claim, mode, size in (("llmpack-models", "ReadOnlyMany", "1Ti"),
+                              ("llmpack-artifacts", "ReadWriteOnce", "50Gi")):
         core.create_persistent_volume({"metadata": {"name": f"before-after-{claim}"},
                                        "spec": {"capacity": {"storage": size}, "accessModes": [mode],
                                                 "storageClassName": "",

@@ -39,7 +39,8 @@ PODS = 8  # two Jobs of 4
 def _job(name: str, run_group: str, completions: int, parallelism: int) -> dict[str, Any]:
     container = {"name": "main", "image": "registry.example/x@sha256:" + "0" * 64, "command": ["true"],
                  "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
-    labels = {"llmpack.io/run-group": run_group, "llmpack.io/step": "prepare_data", "llmpack.io/pipeline-run": run_group}
+    labels = {"llmpack.io/run-group": run_group, "llmpack.io/step": "prepare_data",
+              "llmpack.io/pipeline-run": run_group}
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": labels},
             "spec": {"completions": completions, "parallelism": parallelism, "backoffLimit": 0,
                      "template": {"metadata": {"labels": labels},
@@ -152,7 +153,8 @@ def test_the_watcher_relists_after_etcd_compaction_and_keeps_every_pod_once(etcd
     assert watcher.stopped_by == "condition", (watcher.stopped_by, watcher.warnings, watcher.stats)
     assert expired_before_second >= 1, (compactions, watcher.stats)  # a resumed watch met a compacted revision: 410
     assert watcher.stats["relists"] >= watcher.stats["expired"] >= 1, watcher.stats  # each 410 answered by a re-list
-    real = {p.metadata.name: p for p in core.list_namespaced_pod(ns, label_selector="llmpack.io/run-group=rg-compact").items}
+    real = {p.metadata.name: p
+            for p in core.list_namespaced_pod(ns, label_selector="llmpack.io/run-group=rg-compact").items}
     assert len(real) == PODS
     assert sorted(r["pod"] for r in rows) == sorted(real), rows  # every pod of both Jobs, once
     for row in rows:
