@@ -92,7 +92,8 @@ def _result(proc: subprocess.Popen[str]) -> dict[str, Any]:
 def _pod(i: int, owner: dict[str, Any]) -> dict[str, Any]:
     container = {"name": "main", "image": "registry.example/bench@sha256:" + "0" * 64, "command": ["true"],
                  "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}
-    labels = {"llmpack.io/run-group": RUN_GROUP, "llmpack.io/step": "prepare_data", "llmpack.io/pipeline-run": RUN_GROUP}
+    labels = {"llmpack.io/run-group": RUN_GROUP, "llmpack.io/step": "prepare_data",
+              "llmpack.io/pipeline-run": RUN_GROUP}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"bench-{i:05d}", "labels": labels, "ownerReferences": [owner]},
             "spec": {"restartPolicy": "Never", "containers": [container]}}

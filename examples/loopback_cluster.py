@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault", choices=sorted(FAULTS), help="break one thing of the ready cluster")
     parser.add_argument("--list-faults", action="store_true", help="list the faults and exit")
     parser.add_argument("--dir", type=Path, default=None, help="where the kubeconfig and MLflow store go")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND...: run it against the cluster, then stop")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="-- COMMAND...: run it against the cluster, then stop")
     args = parser.parse_args(argv)
     if args.list_faults:
         for name, (what, _) in FAULTS.items():
