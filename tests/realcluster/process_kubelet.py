@@ -1,30 +1,16 @@
 """A kubelet for pods that must run code: each pod bound to a "process" node runs as local processes.
 
-kwok plays the kubelets of the simulated GPU nodes, and their pods run nothing. A pipeline's step
-code has to run somewhere for its record to exist, so :class:`ProcessKubelet` registers nodes of its
-own on the real API server (not annotated ``kwok.x-k8s.io/node=fake``, so kwok leaves them alone),
-keeps their ``Ready`` condition and their Lease fresh, watches the pods the real scheduler binds to
-them and runs each container's command as a process on this machine, as the stand-ins in
-``tests/standins/real_pods.py`` do, then reports what happened through ``pods/status`` as a kubelet
-does: ``Running`` with the containers' ``startedAt``, then ``Succeeded`` or ``Failed`` with each
-container's exit code and ``finishedAt``. Controllers (the Job controller's ``podFailurePolicy``
-reads those exit codes) act on that status as on any kubelet's.
+kwok plays the kubelets of the simulated GPU nodes, and their pods run nothing. :class:`ProcessKubelet`
+registers nodes of its own on the real API server (without kwok's annotation, so kwok leaves them
+alone), keeps their ``Ready`` condition and Lease fresh, runs the containers of the pods the real
+scheduler binds to them as processes on this machine, and reports through ``pods/status`` as a
+kubelet does, so the real controllers act on it. An image is a local folder (``images``: repository
+-> folder), what it has installed ``base_env`` (``python`` is this ``sys.executable``); volumes are
+local folders, paths under a ``mountPath`` rewritten to them. A pod it cannot run is ``Failed`` with
+the reason, never left Pending. Everything is bounded: a container runs at most ``deadline_s``;
+:meth:`ProcessKubelet.close` ends the process groups it started (by pid) and deletes its nodes.
 
-What an image would hold is a local folder (``images``: repository -> folder; the container's
-working directory); what it has installed is ``base_env``, the environment of this interpreter
-(``python`` in a command is this ``sys.executable``). Volumes are local folders: an ``emptyDir``
-one per pod, a ``persistentVolumeClaim`` one per claim (shared by the pods that mount it), a
-``secret``/``configMap`` written out from the API. A container's paths under a ``mountPath`` (in
-its env values, its arguments, its ``workingDir``) are rewritten to the volume's folder, the deepest
-mount first. ``env``/``envFrom`` are resolved from the API as the kubelet does: Secrets and
-ConfigMaps (``optional`` ones may be absent), ``fieldRef``, the last of a repeated name winning.
-
-Not played: user ids, ``readOnlyRootFilesystem`` and resource limits (the process runs as this
-user, unconfined), restarts (a pod runs once: ``restartPolicy: Never``), probes, images by their
-entrypoint (a container needs a ``command``). A pod it cannot run (an unknown image, a volume kind
-it does not map, a missing Secret) is ``Failed`` with the reason, never left Pending. Everything is
-bounded: a container runs at most ``deadline_s``, :meth:`ProcessKubelet.close` ends the processes
-it started (their process groups, by pid) and deletes its nodes.
+What it maps and what it does not play: docs/real-cluster.md, "Pods that run code: the process kubelet".
 """
 
 from __future__ import annotations

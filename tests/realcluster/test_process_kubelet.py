@@ -1,22 +1,15 @@
 """Pods that run code: the process kubelet (``process_kubelet.py``) under the real control plane.
 
-A node of its own, shaped as one H100 of a p5.48xlarge (one ``nvidia.com/gpu``, the GPU product and
-instance-type labels, the ``nvidia.com/gpu`` taint) and tainted ``llmpack.io/process-node`` so that
-only pods tolerating that land on it (the other tests' pods keep to kwok's nodes). The real
-scheduler binds pods to it, the process kubelet runs their commands here and reports their status;
-the real Job controller acts on that status.
+A node of its own, shaped as one H100 of a p5.48xlarge and tainted ``llmpack.io/process-node`` so
+that only pods tolerating that land on it. The real scheduler binds pods to it, the process kubelet
+runs their commands here and reports their status; the real Job controller acts on that status.
 
 The MLflow path end to end: ``mlflow run finetune-k8s --backend kubernetes`` by MLflow's own code
-(only its docker build and push stubbed: no daemon here), its Job created on the real API server in
-a namespace enforcing Pod Security ``restricted``, its pod made by the real Job controller and
-placed by the compiled GPU affinity, toleration and requests (compiled for one H100, not ``--gpus
-0``: the placement is the artifact's, only a node selector and a toleration for the process node
-are added), ``python main.py`` run in the project's folder (the image's working directory), every
-step a child run, the record closed in a sqlite store the pod reaches through the
-``MLFLOW_TRACKING_URI`` MLflow wrote into the Job. Its record has the metric names, parameter names
-and ``llmpack.*`` tag keys of a local ``llmpack run --backend mlflow``, but for what MLflow's launcher
-and the absent llmpack client make differ (``MLFLOW_BACKEND_PARAMS``, ``MLFLOW_BACKEND_TAGS``,
-``CLIENT_ONLY_TAGS``), asserted as they are so that a change flips them.
+(its docker build and push stubbed), the Job and its pod made for real, ``python main.py`` run in the
+project's folder into a sqlite store. Its record is compared with a local ``llmpack run --backend
+mlflow``'s; what MLflow's launcher and the absent llmpack client make differ
+(``MLFLOW_BACKEND_PARAMS``, ``MLFLOW_BACKEND_TAGS``, ``CLIENT_ONLY_TAGS``) is asserted as it is, so
+that a change flips it. In full: docs/real-cluster.md, "Which tests use it" and "Pods that run code".
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """Every compiled artifact of the production shape, created on the real API server with strict field validation.
 
-The shape a platform engineer applies: ``llmpack compile --nodes 2 --gpus 8 --gpu-type h100`` with
-the image by digest, a pull secret, model/data/checkpoint/cache PVCs, the HF token Secret, a
-namespace, a label and a Kueue queue. Each object is POSTed with ``fieldValidation=Strict`` and
-``dryRun=All`` (admission and validation run in full, nothing is stored) into a namespace
-labelled ``pod-security.kubernetes.io/enforce=restricted``:
-
-- the MLflow Job as MLflow's own Kubernetes backend fills the template
-  (``mlflow.projects.kubernetes._get_kubernetes_job_definition``), and the Pod its Job
-  controller would make from it (Pod Security enforces on pods, and only warns on workloads);
-- the prepull DaemonSet and its pod; the launcher's ServiceAccount, Role and RoleBinding;
-- the TrainJob against Kubeflow Trainer's own TrainJob CRD of v2.2.0 and of v2.3.0, and its node
-  pod as the ``runtimePatches`` leave it (``trainjob_pod``: the runtime's own pod fields are not
-  in the artifact);
-- the Argo Workflow against Argo's own full (schema-carrying) Workflow CRD of v3.7.3 (v3.6.2's is
-  refused by the server: not structural), and each
-  container template as a pod (``argo_pods``; Argo's injected executor containers are not in the
-  artifact).
-
-KFP's IR is not a Kubernetes object: each executor is applied as the pod the KFP backend makes of it
-(``kfp_executor_pods``: the IR's image, resources and identity, the platform spec's volumes, the
-context the backend adds).
+``llmpack compile --nodes 2 --gpus 8 --gpu-type h100`` with everything a platform engineer sets;
+each object POSTed with ``fieldValidation=Strict`` and ``dryRun=All`` (admission and validation run
+in full, nothing is stored) into a namespace enforcing Pod Security ``restricted``: the MLflow Job
+as MLflow's own backend fills it and the Pod its controller would make (Pod Security enforces on
+pods, and only warns on workloads), the prepull DaemonSet and its pod, the launcher's RBAC, the
+TrainJob against Trainer's own CRDs and its node pod (``trainjob_pod``), the Argo Workflow against
+Argo's full CRD and each template as a pod (``argo_pods``), each KFP executor as the pod the KFP
+backend makes of it (``kfp_executor_pods``). The list: docs/real-cluster.md, "Which tests use it".
 
 What the real server refuses today is written down in :data:`REFUSED`, with the server's exact
 words, and asserted refused with them: a fix that makes the server accept one fails its case

@@ -1,20 +1,16 @@
 """The pod watcher through the real API server's watch bookmarks and a real etcd compaction (410 Gone).
 
-- **Bookmarks** (the session's control plane, watch cache on, as every cluster runs): the watcher
-  asks for them (``allowWatchBookmarks``); while nothing of its run group changes, other pods'
-  writes advance the pods' resourceVersion, and the server's BOOKMARK carries it to the watcher:
-  its next watch request resumes from a version newer than any object it was sent. Seen by
-  recording the ``resourceVersion`` of each watch request the real client makes.
+- **Bookmarks** (the session's control plane, watch cache on): while nothing of its run group
+  changes, the server's BOOKMARK carries other pods' newer resourceVersion to the watcher, seen in
+  the ``resourceVersion`` of each watch request the real client makes.
 - **410 after a compaction** (a control plane of this module's own with
-  ``LLMPACK_CLUSTER_WATCH_CACHE=0``: with the watch cache on, the API server answers a resumed
-  watch from its cache, so a compaction alone never reaches the client; without it, every watch is
-  etcd's, as in the cluster whose cache window a slow client has fallen behind): one watch over two
-  Jobs of a run group, run one after the other under kwok. Between them, while nothing of the run
-  group changes, the test writes to etcd and compacts it to its current revision again and again
-  (etcd's own ``/v3/kv/compaction``): the watcher's one-second watch windows resume from a
-  compacted revision and get 410 Gone; it
-  re-lists and goes on. Asserted: the 410s happened and were each followed by a re-list, and the
-  rows hold every pod once, each Succeeded on the node the API says, none taken for deleted.
+  ``LLMPACK_CLUSTER_WATCH_CACHE=0``, so that every watch is etcd's, as in a cluster whose cache
+  window a slow client has fallen behind): one watch over two Jobs of a run group; between them the
+  test compacts etcd (its own ``/v3/kv/compaction``) again and again, the watcher's resumed windows
+  get 410 Gone, it re-lists and goes on. Asserted: each 410 followed by a re-list, every pod once
+  in the rows, Succeeded on the node the API says, none taken for deleted.
+
+Why each setting: docs/real-cluster.md, "Which tests use it" (``test_watch_compaction_real.py``).
 """
 
 from __future__ import annotations
