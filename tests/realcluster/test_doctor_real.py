@@ -201,9 +201,8 @@ def _allocatable(cluster: RealCluster, cpu: str, memory: str) -> None:
 
 def _quota(cluster: RealCluster, on: bool, name: str = "no-gpus", hard: dict[str, str] | None = None) -> None:
     if on:
-        _core(cluster).create_namespaced_resource_quota(NS, {"metadata": {"name": name},
-                                                             "spec": {"hard": hard or
-                                                                      {"requests.nvidia.com/gpu": "0"}}})
+        _core(cluster).create_namespaced_resource_quota(
+            NS, {"metadata": {"name": name}, "spec": {"hard": hard or {"requests.nvidia.com/gpu": "0"}}})
     else:
         _core(cluster).delete_namespaced_resource_quota(name, NS)
 
