@@ -46,8 +46,8 @@ def _check_parameters(spec: dict[str, Any], parameters: dict[str, Any]) -> str |
         ptype = declared[name].get("parameterType")
         ok = {
             "STRING": isinstance(value, str),
-            "NUMBER_INTEGER": isinstance(value, (int, float)) and not isinstance(value, bool)
-            and float(value).is_integer(),
+            "NUMBER_INTEGER": (isinstance(value, (int, float)) and not isinstance(value, bool)
+                               and float(value).is_integer()),
             "NUMBER_DOUBLE": isinstance(value, (int, float)) and not isinstance(value, bool),
             "BOOLEAN": isinstance(value, bool),
             "LIST": isinstance(value, list),

@@ -119,8 +119,8 @@ class Preemption:
         if saves:
             before[self.spec.step][CHECKPOINT_EVENT] = round(saves[-1], 6)
         if self.real is not None:
-            before[self.spec.step][CHECKPOINT_EVENT], kept_s, resumed_step = self._real(cluster, script,
-                                                                                        trained_from, at)
+            before[self.spec.step][CHECKPOINT_EVENT], kept_s, resumed_step = self._real(
+                cluster, script, trained_from, at)
         retry = cluster._pod_times(script, at + self.retry_gap_s, True, False)
         cursor = retry["started"] + t.process_s
         for step in steps:  # main.py again: every step, the preempted one resumed
