@@ -225,7 +225,8 @@ def landed(*, pid: int, out: Path, ckpt: Path, events_offset: int, log_offset: i
 def run_trial(index: int, plan: KillPlan, tokens: Path, root: Path, ref: Reference, s: Settings) -> Trial:
     out, ckpt = root / f"trial-{index:02d}", root / f"trial-{index:02d}-ckpt"
     cmd = finetune_cmd(tokens, out, ckpt, s)
-    env = _env({settings.CHAOS_CHECKPOINT_PAUSE_S.name: str(s.pause_s)} if plan.phase == "checkpoint" else None, s.threads)
+    env = _env({settings.CHAOS_CHECKPOINT_PAUSE_S.name: str(s.pause_s)} if plan.phase == "checkpoint" else None,
+               s.threads)
 
     # ---- the attempt that gets killed
     events_offset, log_offset = _size(out / EVENTS_FILE), _size(out / "train_log.jsonl")
@@ -244,7 +245,8 @@ def run_trial(index: int, plan: KillPlan, tokens: Path, root: Path, ref: Referen
     # ---- the restart: the same command, to the end
     events_offset = _size(out / EVENTS_FILE)
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=s.timeout_s)
-    resumed = [x["value"] for x in _records_since(out / EVENTS_FILE, events_offset) if x.get("name") == "resumed_from_step"]
+    resumed = [x["value"] for x in _records_since(out / EVENTS_FILE, events_offset)
+               if x.get("name") == "resumed_from_step"]
     adapter = out / ADAPTER
     return Trial(plan=plan, killed=killed, kill_at_s=kill_at_s, landed=where, intact_steps=intact, torn_steps=torn,
                  resumed_from=int(resumed[-1]) if resumed else 0,
@@ -259,7 +261,8 @@ def run_trial(index: int, plan: KillPlan, tokens: Path, root: Path, ref: Referen
 
 def render_row(i: int, t: Trial) -> str:
     target = {"startup": "startup", "step": f"inside step {t.plan.at_step + 1}",
-              "checkpoint": f"checkpoint {t.plan.at_step} write", "between": f"after checkpoint {t.plan.at_step}"}[t.plan.phase]
+              "checkpoint": f"checkpoint {t.plan.at_step} write",
+              "between": f"after checkpoint {t.plan.at_step}"}[t.plan.phase]
     kill = f"{t.kill_at_s:6.2f} s / {t.landed}" if t.killed else "no kill (finished first)"
     resumed = f"step {t.resumed_from}" if t.resumed_from else "start (none)"
     verdict = "yes" if t.identical else "NO"

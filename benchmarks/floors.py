@@ -107,7 +107,8 @@ class Floors:
     def kfp(self) -> Floor:
         self._kfp_runs += 1
         pipeline_root = self.root / f"kfp-floor-{self._kfp_runs}"
-        return _timed([sys.executable, str(self.kfp_script), str(pipeline_root)], env={**self.env, "PYTHONUNBUFFERED": "1"},
+        return _timed([sys.executable, str(self.kfp_script), str(pipeline_root)],
+                      env={**self.env, "PYTHONUNBUFFERED": "1"},
                       cwd=self.root, marker="floor-tick")
 
 
@@ -139,10 +140,12 @@ def report(rounds: list[dict[str, float]], *, steps: int, max_steps: int) -> str
         ("argo: total vs direct", m["argo_total"], m["direct_total"], m["argo_total_above"], "(today +0)"),
     ]
     out = [f"{'what':<31} {'ours s':>8} {'floor s':>8} {'above s':>8}  target"]
-    out += [f"{name:<31} {ours:>8.2f} {floor:>8.2f} {above:>+8.2f}  {target}" for name, ours, floor, above, target in rows]
+    out += [f"{name:<31} {ours:>8.2f} {floor:>8.2f} {above:>+8.2f}  {target}"
+            for name, ours, floor, above, target in rows]
     out += [
         "",
-        f"floors: mlflow run (trivial) first line {m['floor_mlflow_first']:.2f} s, exit {m['floor_mlflow_total']:.2f} s; "
+        f"floors: mlflow run (trivial) first line {m['floor_mlflow_first']:.2f} s, "
+        f"exit {m['floor_mlflow_total']:.2f} s; "
         f"kfp.local (trivial, {steps} steps) exit {m['floor_kfp_total']:.2f} s ({m['floor_kfp_per_step']:.2f} s/step)",
         f"paths: direct {m['direct_total']:.2f} s (1st step {m['direct_first']:.2f}), kfp {m['kfp_total']:.2f} s "
         f"(1st {m['kfp_first']:.2f}), argo {m['argo_total']:.2f} s (1st {m['argo_first']:.2f}), "

@@ -37,7 +37,8 @@ print(time.time() - process_start_time(), time.time(), flush=True)
 
 def one(paused: bool) -> tuple[float, float]:
     """(start-up s, exit s) of one fresh interpreter."""
-    proc = subprocess.run([sys.executable, "-c", CODE.format(paused=paused)], capture_output=True, text=True, check=True)
+    proc = subprocess.run([sys.executable, "-c", CODE.format(paused=paused)], capture_output=True, text=True,
+                          check=True)
     gone = time.time()
     startup_s, last_line = (float(x) for x in proc.stdout.split())
     return startup_s, gone - last_line
@@ -58,7 +59,8 @@ def main() -> None:
         print(f"{label:<28}{med[paused][0]:>12.2f}{med[paused][1]:>10.2f}")
     saved = (med[False][0] - med[True][0], med[False][1] - med[True][1])
     print(f"{'saved per step process':<28}{saved[0]:>12.2f}{saved[1]:>10.2f}")
-    print(f"medians of {args.rounds} fresh interpreters per setting, alternating; torch, transformers, peft + tiny model")
+    print(f"medians of {args.rounds} fresh interpreters per setting, alternating; "
+          "torch, transformers, peft + tiny model")
 
 
 if __name__ == "__main__":

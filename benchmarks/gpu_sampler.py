@@ -47,7 +47,8 @@ def main() -> None:
     if source is None:
         source, what = gpu_metrics.smi_source(), "nvidia-smi"
     if source is None:
-        source, what = gpu_metrics.smi_source(str(nvidia_smi.install(tmp / "bin", gpus=8))), "the stand-in nvidia-smi (no GPU here)"
+        source, what = (gpu_metrics.smi_source(str(nvidia_smi.install(tmp / "bin", gpus=8))),
+                        "the stand-in nvidia-smi (no GPU here)")
     assert source is not None
     reads = []
     for _ in range(20):
@@ -64,7 +65,8 @@ def main() -> None:
     slow = statistics.median((b - s) / b for b, s in zip(bare, sampled, strict=True))
     print(f"sampler at {args.interval:g} s: ~{statistics.median(reads) / args.interval * 1000:.1f} ms of reading per "
           f"second of step ({statistics.median(counts):.0f} samples per {args.seconds:g} s round)")
-    print(f"CPU loop with the sampler vs without: {slow:+.2%} median slowdown over {args.rounds} rounds (noise: a quiet machine)")
+    print(f"CPU loop with the sampler vs without: {slow:+.2%} median slowdown over {args.rounds} rounds "
+          "(noise: a quiet machine)")
 
 
 if __name__ == "__main__":

@@ -216,10 +216,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, help="timed steps per mode (default 50; --tiny 3)")
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--lora-r", type=int, default=16)
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model (compile time is in the warm-up)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model (compile time is in the warm-up)")
     parser.add_argument("--liger", choices=("auto", "on", "off"), default="auto")
     parser.add_argument("--grad-ckpt", action="store_true", help="activation (gradient) checkpointing")
-    parser.add_argument("--budget-s", type=float, default=420.0, help="stop timed steps once this much wall time is spent")
+    parser.add_argument("--budget-s", type=float, default=420.0,
+                        help="stop timed steps once this much wall time is spent")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="OUT", help="also write the figures to this JSON file")
     parser.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny config, a few fp32 steps")
@@ -252,7 +254,8 @@ def main() -> int:
           f"{cfg['num_hidden_layers']} layers, {cfg['num_attention_heads']} heads / {cfg['num_key_value_heads']} kv, "
           f"ffn {cfg['intermediate_size']}, vocab {cfg['vocab_size']})", flush=True)
     print(f"batch {args.batch} × seq {args.seq} = {args.batch * args.seq} tokens/step · {args.warmup} warm-up + "
-          f"{args.steps} timed steps per mode · {recipe} · liger {liger_note} · compile {'on' if args.compile else 'off'} · "
+          f"{args.steps} timed steps per mode · {recipe} · liger {liger_note} · "
+          f"compile {'on' if args.compile else 'off'} · "
           f"grad ckpt {'on' if args.grad_ckpt else 'off'}", flush=True)
 
     results: dict[str, dict[str, Any]] = {}

@@ -19,10 +19,12 @@ CODE = (
 def main() -> None:
     times, heavy = [], ""
     for _ in range(10):
-        out = subprocess.run([sys.executable, "-X", "frozen_modules=on", "-c", CODE], capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-X", "frozen_modules=on", "-c", CODE], capture_output=True, text=True,
+                             check=True)
         t, heavy = out.stdout.splitlines()[0], (out.stdout.splitlines() + [""])[1]
         times.append(float(t))
-    print(f"import components: median {statistics.median(times) * 1000:.1f} ms, max {max(times) * 1000:.1f} ms over 10 fresh interpreters")
+    print(f"import components: median {statistics.median(times) * 1000:.1f} ms, "
+          f"max {max(times) * 1000:.1f} ms over 10 fresh interpreters")
     print(f"heavy modules imported: {heavy or 'none'}")
 
 

@@ -192,7 +192,8 @@ def _events_match(got: dict[str, dict[str, float]], want: dict[str, dict[str, fl
         got[s].keys() == want[s].keys() and all(_same(got[s][n], want[s][n]) for n in want[s]) for s in want)
 
 
-def compare_report(report: dict[str, Any], expected: dict[str, dict[str, dict[str, float]]], check: ReportCheck) -> None:
+def compare_report(report: dict[str, Any], expected: dict[str, dict[str, dict[str, float]]],
+                   check: ReportCheck) -> None:
     """``report.json``'s runs against ``expected`` (pipeline run -> its JSONL events)."""
     by_run = {r["pipeline_run"]: r for r in report.get("runs") or ()}
     check.runs = len(report.get("runs") or ())

@@ -1,13 +1,15 @@
 """How long `llmpack project`'s model takes as the measured nodes grow, and how well its intervals cover.
 
-    PYTHONPATH=$PWD python benchmarks/project_bench.py [--samples 100,1000,10000] [--trials 40] [--coverage-samples 24,100]
+    PYTHONPATH=$PWD python benchmarks/project_bench.py [--samples 100,1000,10000] [--trials 40] \\
+        [--coverage-samples 24,100]
 
 Part 1 (speed): one path projected to 1..32 nodes at p50/p90/p99 (2000 bootstrap resamples) from
 n synthetic node samples; prints the wall seconds per projection. Part 2 (coverage): for an
 exponential and a lognormal node distribution, ``--trials`` seeded sets of n node samples
-(``--coverage-samples``: 24 is 12 2-node gangs), the share of 8- and 16-node true gang quantiles inside the projected 95% interval
-(closed form for the exponential, a 200 000-gang simulation for the lognormal). A figure well below
-0.95 says the interval is optimistic there (docs/projection.md: "when not to trust it").
+(``--coverage-samples``: 24 is 12 2-node gangs), the share of 8- and 16-node true gang quantiles
+inside the projected 95% interval (closed form for the exponential, a 200 000-gang simulation for
+the lognormal). A figure well below 0.95 says the interval is optimistic there (docs/projection.md:
+"when not to trust it").
 """
 
 from __future__ import annotations

@@ -82,7 +82,8 @@ def measure() -> dict[str, str]:
     sections["table"] = "\n".join([
         "| what | command | figure |",
         "|---|---|---|",
-        f"| `import components` | `python benchmarks/import_time.py` | {import_line}; heavy modules imported: {heavy} |",
+        f"| `import components` | `python benchmarks/import_time.py` | {import_line}; "
+        f"heavy modules imported: {heavy} |",
         f"| `llmpack run --backend direct` (defaults, 60 steps) | `time llmpack run` | {run_wall:.0f} s wall, "
         f"including creating the MLflow database (goal: under 60 s); eval loss {metrics['eval_loss']:.2f} tuned "
         f"vs {metrics['base_eval_loss']:.2f} base |",

@@ -74,13 +74,15 @@ def main() -> None:
                                        say=lambda line: None, clock=sim.clock)
         ok = True
         for p in paths[1:]:
-            both = all(result["verdicts"][m][p.label]["verdict"] != "undecided" for m in ("spinup_s", "time_to_first_step_s"))
+            both = all(result["verdicts"][m][p.label]["verdict"] != "undecided"
+                       for m in ("spinup_s", "time_to_first_step_s"))
             decided[p.label] += both
             ok &= both
         all_decided += ok
         n_rounds.append(result["rounds"])
         seconds.append(sim.now)
-    print(f"{args.compares} simulated default compares (budget {args.budget:.0f} s, margin {args.margin or 'default 25%'}), "
+    print(f"{args.compares} simulated default compares (budget {args.budget:.0f} s, "
+          f"margin {args.margin or 'default 25%'}), "
           f"noise from {NOISE.relative_to(Path.cwd()) if NOISE.is_relative_to(Path.cwd()) else NOISE}:")
     for p in paths[1:]:
         print(f"  {p.label:7s} spin-up and time to first step decided: {decided[p.label] / args.compares:.0%}")

@@ -73,16 +73,19 @@ def measure(backend: str, pairs: int, max_steps: int, root: Path) -> dict[str, A
             rows[label].append({"wall_s": m["total_s"], "spinup_s": m["spinup_s"], "ttfs_s": m["time_to_first_step_s"],
                                 "model_load_s": model_load_s(s), "cost_usd": m.get("cost_usd")})
             prints[label].add(fingerprint(s))
-            print(f"  {backend} round {i + 1}/{pairs} {label:<15} wall {m['total_s']:6.2f} s", file=sys.stderr, flush=True)
+            print(f"  {backend} round {i + 1}/{pairs} {label:<15} wall {m['total_s']:6.2f} s", file=sys.stderr,
+                  flush=True)
     out: dict[str, Any] = {}
     default = labels[0]
     # each round's wall time over the default's in the same round: the rounds pair them
-    ratios = {label: [r["wall_s"] / d["wall_s"] for r, d in zip(rows[label], rows[default], strict=True)] for label in labels}
+    ratios = {label: [r["wall_s"] / d["wall_s"] for r, d in zip(rows[label], rows[default], strict=True)]
+              for label in labels}
     for label, (mode, _) in VARIANTS.items():
         col = rows[label]
         out[label] = {
             **{k: statistics.median(r[k] for r in col) for k in ("wall_s", "spinup_s", "ttfs_s", "model_load_s")},
-            "cost_usd": statistics.median(r["cost_usd"] for r in col) if all(r["cost_usd"] is not None for r in col) else None,
+            "cost_usd": (statistics.median(r["cost_usd"] for r in col)
+                         if all(r["cost_usd"] is not None for r in col) else None),
             "pods_per_run": len(fuse(build(), mode).tasks),
             "wall_vs_default": statistics.median(ratios[label]),
             "wall_vs_default_ci95": bootstrap_median_ci(ratios[label]),
@@ -114,7 +117,8 @@ def main() -> int:
                 print(f"{backend:<6} {label:<15} {r['wall_s']:6.2f} {(r['wall_vs_default'] - 1) * 100:+6.0f}% "
                       f"{r['spinup_s']:7.2f} {r['ttfs_s']:8.2f} {r['model_load_s']:6.2f} {r['pods_per_run']:4d} "
                       f"{cost:>8} {'yes' if r['same_outputs_as_default'] else 'NO'}")
-        print(f"medians of {args.pairs} rounds per variant ({args.max_steps} steps), {time.time() - started:.0f} s in all;")
+        print(f"medians of {args.pairs} rounds per variant ({args.max_steps} steps), "
+              f"{time.time() - started:.0f} s in all;")
         print("nowarm: warm-ahead off (LLMPACK_WARM_AHEAD=0)")
         for backend, variants in result.items():
             cis = [f"{label} {(ci[0] - 1) * 100:+.0f}% to {(ci[1] - 1) * 100:+.0f}%"

@@ -43,7 +43,8 @@ def commands(root: Path, fused: bool, max_steps: int, tag: str) -> list[list[str
         inputs = {name: str(root / tag / ref.task / ref.output) for name, ref in task.arguments.items()
                   if isinstance(ref, OutputRef)}
         outputs = {name: str(root / tag / task.name / name) for name in task.step.outputs}
-        cmds.append([sys.executable, *step_args(task, inputs=inputs, outputs=outputs, params=task_params(task, values))])
+        cmds.append([sys.executable,
+                     *step_args(task, inputs=inputs, outputs=outputs, params=task_params(task, values))])
     return cmds
 
 
@@ -83,7 +84,8 @@ def main() -> None:
         for rnd in range(args.rounds + 1):
             for case in CASES[rnd % len(CASES):] + CASES[: rnd % len(CASES)]:
                 wall, ttfs, tag = run_case(root, case[0] == "fused", case[1], args.max_steps, env)
-                print(f"  round {rnd}/{args.rounds} {case[0]:<7} {case[1]:<10} wall {wall:6.2f} s", file=sys.stderr, flush=True)
+                print(f"  round {rnd}/{args.rounds} {case[0]:<7} {case[1]:<10} wall {wall:6.2f} s", file=sys.stderr,
+                      flush=True)
                 if rnd:
                     got[case].append((wall, ttfs))
                 if case[1] != "no upload":
@@ -95,7 +97,8 @@ def main() -> None:
             (wall, ttfs), (floor_wall, floor_ttfs) = med[case], med[(case[0], "no upload")]
             extra = "" if case[1] == "no upload" else f"{wall - floor_wall:>+8.2f}{ttfs - floor_ttfs:>+11.2f}"
             print(f"{case[0]:<8}{case[1]:<12}{wall:>8.2f}{ttfs:>11.2f}{extra}")
-        print(f"medians of {args.rounds} rounds (finetune: {args.max_steps} steps), {time.time() - started:.0f} s in all;")
+        print(f"medians of {args.rounds} rounds (finetune: {args.max_steps} steps), "
+              f"{time.time() - started:.0f} s in all;")
         print("step processes one after the other, records to a real mlflow server on")
         print("127.0.0.1; '+': over no upload")
         missing = []

@@ -53,7 +53,8 @@ def main() -> None:
     if a.method == "lora":
         from peft import LoraConfig, get_peft_model
 
-        config = LoraConfig(r=a.lora_r, lora_alpha=2 * a.lora_r, lora_dropout=0.0, target_modules=lora_target_modules(net),
+        config = LoraConfig(r=a.lora_r, lora_alpha=2 * a.lora_r, lora_dropout=0.0,
+                            target_modules=lora_target_modules(net),
                             task_type="CAUSAL_LM", modules_to_save=[m for m in a.save.split(",") if m] or None)
         net = get_peft_model(net, config)
     optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=a.lr, weight_decay=0.0,

@@ -121,14 +121,16 @@ def main(argv: list[str] | None = None) -> int:
         fast = measure(args.pods, counts[0], trace=False, live=args.live)
         rates.append(fast["events_per_s"])
         per_cpu.append(fast["events"] / fast["cpu_s"])
-        print(f"  throughput  {fast['events']:>6} events in {fast['seconds']:.2f} s = {fast['events_per_s']:,.0f} events/s; "
+        print(f"  throughput  {fast['events']:>6} events in {fast['seconds']:.2f} s = "
+              f"{fast['events_per_s']:,.0f} events/s; "
               f"{fast['cpu_s']:.2f} CPU s = {per_cpu[-1]:,.0f} events per CPU s; "
               f"+{fast['pull_events']:,} pull events watched, {fast['event_listings']} listing(s)")
         if args.marginal and len(counts) > 1:
             # the same pods with more events, right after: the difference is what the extra events cost
             more = measure(args.pods, counts[-1], trace=False, live=args.live)
             marginal.append((more["events"] - fast["events"]) / max(1e-9, more["seconds"] - fast["seconds"]))
-            print(f"  throughput  {more['events']:>6} events in {more['seconds']:.2f} s = {more['events_per_s']:,.0f} events/s; "
+            print(f"  throughput  {more['events']:>6} events in {more['seconds']:.2f} s = "
+                  f"{more['events_per_s']:,.0f} events/s; "
                   f"the {more['events'] - fast['events']:,} more: {marginal[-1]:,.0f} events/s")
     print(f"  throughput  median {statistics.median(rates):,.0f} events/s, best {max(rates):,.0f}; "
           f"median {statistics.median(per_cpu):,.0f} events per CPU s ({len(rates)} runs, end to end, no tracemalloc)")
@@ -141,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         peaks.append(result["peak_mib"])
         print(
             f"  memory      {result['events']:>6} events: peak {result['peak_mib']:.1f} MiB "
-            f"({result['peak_mib'] * 2**20 / args.pods / 1024:.1f} KiB/pod), retained {result['retained_mib']:.1f} MiB, "
+            f"({result['peak_mib'] * 2**20 / args.pods / 1024:.1f} KiB/pod), "
+            f"retained {result['retained_mib']:.1f} MiB, "
             f"maxrss {result['maxrss_mib']:.0f} MiB, {result['pods_kept']} pods kept, "
             f"{result['complete_rows']} complete rows, {result['events_per_s']:,.0f} events/s under tracemalloc"
         )

@@ -104,7 +104,8 @@ def serve(spec: str) -> int:
     player.stopped = True
     api.close()
     print(json.dumps({"played": player.played, "expiries": player.expiries, "expired_sent": api.expired_sent,
-                      "last_phase": dict(player.last_phase), "errors": [repr(e) for e in api.player_errors]}), flush=True)
+                      "last_phase": dict(player.last_phase), "errors": [repr(e) for e in api.player_errors]}),
+          flush=True)
     return 0
 
 
@@ -174,7 +175,8 @@ def _stop_standin(proc: subprocess.Popen[str]) -> dict[str, Any]:
     return json.loads(lines[-1]) if lines else {"errors": [f"stand-in exited {proc.returncode} without a report"]}
 
 
-def _watch(url: str, pods: int, timeout_s: float, traced: bool) -> tuple[Any, list[dict[str, Any]], float, tuple[int, int]]:
+def _watch(url: str, pods: int, timeout_s: float,
+           traced: bool) -> tuple[Any, list[dict[str, Any]], float, tuple[int, int]]:
     from llmpack.k8s.api import build_api_client
     from llmpack.k8s.podphases import all_terminated
     from llmpack.k8s.watcher import PodWatcher
@@ -223,11 +225,13 @@ def measure(pods: int, events: int, *, expire_every: int = 1000, gap: int = 10, 
 
 
 def describe(r: LoadResult) -> str:
-    memory = (f", peak {r.peak_mib:.1f} MiB ({r.peak_mib * 1024 / r.pods:.1f} KiB/pod), retained {r.retained_mib:.1f} MiB"
+    memory = (f", peak {r.peak_mib:.1f} MiB ({r.peak_mib * 1024 / r.pods:.1f} KiB/pod), "
+              f"retained {r.retained_mib:.1f} MiB"
               if r.peak_mib is not None else "")
     return (f"  {r.pods:>5} pods {r.events:>6} events{' (tracemalloc)' if r.traced else '              '}: "
             f"{r.seconds:6.1f} s, {r.events_per_s:>6,.0f} events/s; pods seen {r.pods_seen}/{r.pods_created}, "
-            f"lost {r.pods_lost}, stale {r.pods_stale}; 410s {r.expired_sent} sent / {r.expired_handled}+{r.events_expired} "
+            f"lost {r.pods_lost}, stale {r.pods_stale}; 410s {r.expired_sent} sent / "
+            f"{r.expired_handled}+{r.events_expired} "
             f"handled (pods+events), "
             f"{r.relists} re-lists, {r.watch_events} events by watch{memory}")
 

@@ -1,33 +1,17 @@
 """The pod watcher against the real API server: 1,000 kwok nodes, 10,000 pods, events/s end to end and memory.
 
-The stand-in's figures (``benchmarks/watcher_bench.py``, ``watcher_load.py``) measure the watcher
-taking a stream our own server makes; this one puts it on the real control plane
-(``tools/cluster/up.sh``, docs/real-cluster.md): etcd, kube-apiserver (its watch cache and
-event stream), the scheduler binding every pod and kwok playing the kubelets of 1,000 simulated
-GPU nodes, moving each pod Pending -> Running -> Succeeded.
-
-One run group of ``--pods`` pods, created by this process (16 at a time) as bare pods owned (not
-controlled) by a suspended Job, so that kwok's stages complete them as a Job's pods while the Job
-controller, which would create them at its own pace, stays out of the figure. In a fresh process,
-:class:`llmpack.k8s.watcher.PodWatcher` lists and watches them from before the first is created
-until every one has terminated:
-
-- **live**: events the watcher took / its wall time, from its first list to its stop condition:
-  the end-to-end rate, bounded by how fast the cluster makes the events (the pods terminated per
-  second is printed beside it); the watcher's own CPU seconds and events per CPU second; its
-  peak Python memory (tracemalloc) and ``ru_maxrss``;
-- **backlog**: then a second fresh watcher on the same run group, stopped at its first analysis:
-  one list of every pod, the node reads and the analysis, its time and peak memory.
+The stand-in's figures (``watcher_bench.py``, ``watcher_load.py``) measure the watcher taking a stream
+our own server makes; this one puts it on the real control plane (``tools/cluster/up.sh``): one run
+group of ``--pods`` pods, created here as bare pods owned (not controlled) by a suspended Job, which
+kwok completes; :class:`llmpack.k8s.watcher.PodWatcher` in a fresh process watches them from before
+the first is created until every one has terminated (**live**: events/s end to end, CPU, peak memory),
+then a second fresh watcher stops at its first analysis (**backlog**: one list of every pod).
 
     python benchmarks/watcher_real.py [--nodes 1000] [--pods 10000] [--kubeconfig FILE [--existing]] [--timeout S]
 
-``--existing`` watches a run group an earlier run left (in flight or done) from now on, without
-creating it: the figures then start mid-run. A live watch that reaches ``--timeout`` before every
-pod has terminated prints INCOMPLETE with how far it got (the events/s still hold for that span).
-
-Without ``--kubeconfig`` it starts its own control plane (``up.sh`` with a node file of
-``--nodes`` H100 nodes, ``LLMPACK_CLUSTER_API_QPS=500``, in a temporary state directory) and
-stops it at the end; needs ``make cluster-build``. Loopback only. Minutes on 2 cores.
+Without ``--kubeconfig`` it starts and stops its own control plane; needs ``make cluster-build``.
+Loopback only. Minutes on 2 cores. What each figure means, ``--existing`` and INCOMPLETE:
+docs/real-cluster.md, "The watcher benchmark on the real control plane"; the figures: docs/measurements.md.
 """
 
 from __future__ import annotations
@@ -92,7 +76,8 @@ def _result(proc: subprocess.Popen[str]) -> dict[str, Any]:
 def _pod(i: int, owner: dict[str, Any]) -> dict[str, Any]:
     container = {"name": "main", "image": "registry.example/bench@sha256:" + "0" * 64, "command": ["true"],
                  "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}
-    labels = {"llmpack.io/run-group": RUN_GROUP, "llmpack.io/step": "prepare_data", "llmpack.io/pipeline-run": RUN_GROUP}
+    labels = {"llmpack.io/run-group": RUN_GROUP, "llmpack.io/step": "prepare_data",
+              "llmpack.io/pipeline-run": RUN_GROUP}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"bench-{i:05d}", "labels": labels, "ownerReferences": [owner]},
             "spec": {"restartPolicy": "Never", "containers": [container]}}

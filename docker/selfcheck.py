@@ -54,7 +54,8 @@ def check_training() -> None:
     if not isinstance(net, LlamaForCausalLM) or {p.dtype for p in net.parameters()} != {torch.float32}:
         raise SystemExit(f"selfcheck: the tiny checkpoint loaded as {type(net).__name__} "
                          f"{sorted({str(p.dtype) for p in net.parameters()})}, not LlamaForCausalLM in float32")
-    net = get_peft_model(net, LoraConfig(r=4, lora_alpha=8, target_modules=lora_target_modules(net), task_type="CAUSAL_LM"))
+    net = get_peft_model(net, LoraConfig(r=4, lora_alpha=8, target_modules=lora_target_modules(net),
+                                         task_type="CAUSAL_LM"))
     trainable = [p for p in net.parameters() if p.requires_grad]
     before = [p.detach().clone() for p in trainable]
     ids = torch.randint(0, VOCAB_SIZE, (2, 16), generator=torch.Generator().manual_seed(0))
@@ -63,7 +64,8 @@ def check_training() -> None:
     torch.optim.AdamW(trainable, lr=1e-2).step()
     if not torch.isfinite(loss) or all(torch.equal(a, b.detach()) for a, b in zip(before, trainable, strict=True)):
         raise SystemExit(f"selfcheck: one LoRA training step did not train (loss {loss.item()})")
-    print(f"selfcheck: tiny Llama loaded in float32, LoRA on {len(trainable)} tensors, one step (loss {loss.item():.3f}): ok")
+    print(f"selfcheck: tiny Llama loaded in float32, LoRA on {len(trainable)} tensors, "
+          f"one step (loss {loss.item():.3f}): ok")
 
 
 def main() -> int:

@@ -1,23 +1,18 @@
 """Try every cluster command without a cluster: the loopback stand-ins, ready for a first run.
 
-Starts, on 127.0.0.1, the stand-ins the tests use: a Kubernetes API, a KFP API and an Argo Server
-that speak the real wire protocols, made one cluster by a fake controller that plays each
-submitted run (pods, nodes, events, the run's MLflow record). The Kubernetes API holds what
-docs/first-run-on-a-cluster.md says to apply (namespaces, GPU nodes, the MLflow Secret, Argo's
-artifact repository, the launcher's RBAC, the shared PVC, the Trainer runtime, a LocalQueue), so
-``llmpack doctor`` passes; ``--fault NAME`` breaks one thing, to see its line and fix.
-
-Run from the repository root (it imports the stand-ins from tests/):
+Starts, on 127.0.0.1, the stand-ins the tests use (a Kubernetes API, a KFP API and an Argo Server that
+speak the real wire protocols, one cluster by a fake controller that plays each submitted run), holding
+what docs/first-run-on-a-cluster.md says to apply, so ``llmpack doctor`` passes; ``--fault NAME``
+breaks one thing, to see its line and fix. Run from the repository root (it imports tests/standins/):
 
     python examples/loopback_cluster.py -- llmpack doctor          # run one command against it, then stop
     python examples/loopback_cluster.py --fault pvc-rwo -- llmpack doctor --nodes 2 --gpus 4
     python examples/loopback_cluster.py                            # serve; paste the printed exports
     python examples/loopback_cluster.py --list-faults
 
-Without a command it prints ``export`` lines (KUBECONFIG, KFP_HOST, KFP_TOKEN, ARGO_SERVER,
-ARGO_TOKEN, ARGO_NAMESPACE, ARGO_SECURE, MLFLOW_TRACKING_URI) for another shell and serves until Ctrl-C. The tokens are the
-stand-ins' own, made up here. The kubeconfig and the MLflow store go into ``--dir``
-(default: a new temporary directory).
+Without a command it prints ``export`` lines for another shell and serves until Ctrl-C; the kubeconfig
+and the MLflow store go into ``--dir`` (default: a new temporary directory). The walk-through:
+docs/first-run-on-a-cluster.md, "Try it without a cluster".
 """
 
 from __future__ import annotations
@@ -50,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault", choices=sorted(FAULTS), help="break one thing of the ready cluster")
     parser.add_argument("--list-faults", action="store_true", help="list the faults and exit")
     parser.add_argument("--dir", type=Path, default=None, help="where the kubeconfig and MLflow store go")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND...: run it against the cluster, then stop")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="-- COMMAND...: run it against the cluster, then stop")
     args = parser.parse_args(argv)
     if args.list_faults:
         for name, (what, _) in FAULTS.items():

@@ -33,7 +33,8 @@ def main(argv: list[str]) -> int:
     mc = tracking.client()
     if run_id:
         if not RUN_ID.match(run_id):
-            print(f"show_record.py: --run-id {run_id[:40]!r}: expected 32 hex digits (an MLflow run id)", file=sys.stderr)
+            print(f"show_record.py: --run-id {run_id[:40]!r}: expected 32 hex digits (an MLflow run id)",
+                  file=sys.stderr)
             return 2
         try:
             run = mc.get_run(run_id)

@@ -1,4 +1,5 @@
-"""Calls on the real API server as kubectl makes them: create with strict field validation and dry run, the answer kept whole."""
+"""Calls on the real API server as kubectl makes them: create with strict field validation and dry run, the answer
+kept whole."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def create(api: Any, obj: dict[str, Any], *, namespace: str | None = None, dry_r
         body = json.loads(err.body or "{}")
         return Answer(status=err.status, message=body.get("message", ""), body=body,
                       warnings=tuple(_warnings(err.headers)))
-    return Answer(status=status, message="", body=json.loads(response.data or b"{}"), warnings=tuple(_warnings(headers)))
+    return Answer(status=status, message="", body=json.loads(response.data or b"{}"),
+                  warnings=tuple(_warnings(headers)))
 
 
 def _warnings(headers: Any) -> list[str]:
@@ -74,7 +76,8 @@ def wait_until(check: Callable[[], Any], *, timeout_s: float, what: str) -> Any:
 
 
 def make_namespace(api: Any, name: str, labels: dict[str, str] | None = None) -> str:
-    """Create namespace ``name`` and wait for its ``default`` ServiceAccount (the controller-manager makes it; pods need it)."""
+    """Create namespace ``name`` and wait for its ``default`` ServiceAccount (the controller-manager makes it; pods
+    need it)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 

@@ -21,7 +21,8 @@ import yaml
 
 from tests.conftest import REPO
 
-PINS = {k: v for k, v in json.loads((REPO / "tools" / "cluster" / "crds.json").read_text()).items() if not k.startswith("_")}
+PINS = {k: v for k, v in json.loads((REPO / "tools" / "cluster" / "crds.json").read_text()).items()
+        if not k.startswith("_")}
 
 
 def module_dir(name: str) -> Path:

@@ -1,30 +1,16 @@
 """A kubelet for pods that must run code: each pod bound to a "process" node runs as local processes.
 
-kwok plays the kubelets of the simulated GPU nodes, and their pods run nothing. A pipeline's step
-code has to run somewhere for its record to exist, so :class:`ProcessKubelet` registers nodes of its
-own on the real API server (not annotated ``kwok.x-k8s.io/node=fake``, so kwok leaves them alone),
-keeps their ``Ready`` condition and their Lease fresh, watches the pods the real scheduler binds to
-them and runs each container's command as a process on this machine, as the stand-ins in
-``tests/standins/real_pods.py`` do, then reports what happened through ``pods/status`` as a kubelet
-does: ``Running`` with the containers' ``startedAt``, then ``Succeeded`` or ``Failed`` with each
-container's exit code and ``finishedAt``. Controllers (the Job controller's ``podFailurePolicy``
-reads those exit codes) act on that status as on any kubelet's.
+kwok plays the kubelets of the simulated GPU nodes, and their pods run nothing. :class:`ProcessKubelet`
+registers nodes of its own on the real API server (without kwok's annotation, so kwok leaves them
+alone), keeps their ``Ready`` condition and Lease fresh, runs the containers of the pods the real
+scheduler binds to them as processes on this machine, and reports through ``pods/status`` as a
+kubelet does, so the real controllers act on it. An image is a local folder (``images``: repository
+-> folder), what it has installed ``base_env`` (``python`` is this ``sys.executable``); volumes are
+local folders, paths under a ``mountPath`` rewritten to them. A pod it cannot run is ``Failed`` with
+the reason, never left Pending. Everything is bounded: a container runs at most ``deadline_s``;
+:meth:`ProcessKubelet.close` ends the process groups it started (by pid) and deletes its nodes.
 
-What an image would hold is a local folder (``images``: repository -> folder; the container's
-working directory); what it has installed is ``base_env``, the environment of this interpreter
-(``python`` in a command is this ``sys.executable``). Volumes are local folders: an ``emptyDir``
-one per pod, a ``persistentVolumeClaim`` one per claim (shared by the pods that mount it), a
-``secret``/``configMap`` written out from the API. A container's paths under a ``mountPath`` (in
-its env values, its arguments, its ``workingDir``) are rewritten to the volume's folder, the deepest
-mount first. ``env``/``envFrom`` are resolved from the API as the kubelet does: Secrets and
-ConfigMaps (``optional`` ones may be absent), ``fieldRef``, the last of a repeated name winning.
-
-Not played: user ids, ``readOnlyRootFilesystem`` and resource limits (the process runs as this
-user, unconfined), restarts (a pod runs once: ``restartPolicy: Never``), probes, images by their
-entrypoint (a container needs a ``command``). A pod it cannot run (an unknown image, a volume kind
-it does not map, a missing Secret) is ``Failed`` with the reason, never left Pending. Everything is
-bounded: a container runs at most ``deadline_s``, :meth:`ProcessKubelet.close` ends the processes
-it started (their process groups, by pid) and deletes its nodes.
+What it maps and what it does not play: docs/real-cluster.md, "Pods that run code: the process kubelet".
 """
 
 from __future__ import annotations
@@ -63,7 +49,8 @@ class ProcessNode:
         labels = {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
                   PROCESS_LABEL: "true", **self.labels}
         return {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": self.name, "labels": labels, "annotations": {"llmpack.io/process-kubelet": "true"}},
+                "metadata": {"name": self.name, "labels": labels,
+                             "annotations": {"llmpack.io/process-kubelet": "true"}},
                 "spec": {"taints": [dict(t) for t in self.taints]}}
 
     def resources(self) -> dict[str, str]:
@@ -94,7 +81,8 @@ def _safe(name: str, what: str) -> str:
 
 
 def rewrite(value: str, mounts: Mapping[str, Path]) -> str:
-    """``value`` (or the part after a ``--flag=``) under a mount path, moved to the mount's folder (deepest mount first)."""
+    """``value`` (or the part after a ``--flag=``) under a mount path, moved to the mount's folder (deepest mount
+    first)."""
     head, sep, tail = value.partition("=") if value.startswith("-") else ("", "", value)
     for mount, local in sorted(mounts.items(), key=lambda m: -len(m[0])):
         root = mount.rstrip("/") or "/"
@@ -110,7 +98,8 @@ def expand(value: str, env: Mapping[str, str]) -> str:
 
 
 class ProcessKubelet:
-    """The kubelet of ``nodes`` on the real API server ``api`` (a ``kubernetes.client.ApiClient``), its volumes under ``root``."""
+    """The kubelet of ``nodes`` on the real API server ``api`` (a ``kubernetes.client.ApiClient``), its volumes
+    under ``root``."""
 
     def __init__(self, api: Any, nodes: list[ProcessNode], *, root: Path, images: Mapping[str, Path],
                  base_env: Mapping[str, str], python: str = sys.executable, deadline_s: float = 900.0) -> None:
@@ -138,7 +127,8 @@ class ProcessKubelet:
             self._report_node(node)
             self._renew_lease(node)
         for target in (self._heartbeat, self._watch):
-            t = threading.Thread(target=self._guard, args=(target,), name=f"process-kubelet-{target.__name__}", daemon=True)
+            t = threading.Thread(target=self._guard, args=(target,), name=f"process-kubelet-{target.__name__}",
+                                 daemon=True)
             t.start()
             self._threads.append(t)
         return self
@@ -158,10 +148,12 @@ class ProcessKubelet:
                  for t, r, m in (("MemoryPressure", "SufficientMemory", "kubelet has sufficient memory available"),
                                  ("DiskPressure", "NoDiskPressure", "kubelet has no disk pressure"),
                                  ("PIDPressure", "SufficientPID", "kubelet has sufficient PID available"))]
-        conds.append({"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "process kubelet is posting ready status",
+        conds.append({"type": "Ready", "status": "True", "reason": "KubeletReady",
+                      "message": "process kubelet is posting ready status",
                       "lastHeartbeatTime": stamp, "lastTransitionTime": stamp})
         status = {"capacity": node.resources(), "allocatable": node.resources(), "conditions": conds,
-                      "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": node.name}],
+                      "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                                    {"type": "Hostname", "address": node.name}],
                       "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
                       "nodeInfo": {"machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": os.uname().release,
                                    "osImage": "llmpack process kubelet", "containerRuntimeVersion": "process://local",
@@ -230,7 +222,8 @@ class ProcessKubelet:
         if uid in self._seen or pod.status.phase in ("Succeeded", "Failed"):
             return
         self._seen.add(uid)
-        t = threading.Thread(target=self._guard, args=(lambda: self._run(pod),), name=f"pod-{pod.metadata.name}", daemon=True)
+        t = threading.Thread(target=self._guard, args=(lambda: self._run(pod),), name=f"pod-{pod.metadata.name}",
+                             daemon=True)
         t.start()
         self._threads.append(t)
 
@@ -262,7 +255,8 @@ class ProcessKubelet:
             return
         begun = now()
         self._status(ns, name, phase="Running", started=started,
-                     containers=[self._state(c, p, {"running": {"startedAt": begun}}) for (c, *_), p in zip(mains, procs, strict=True)])
+                     containers=[self._state(c, p, {"running": {"startedAt": begun}})
+                                 for (c, *_), p in zip(mains, procs, strict=True)])
         codes = [self._wait(p) for p in procs]
         done = now()
         states = [self._state(c, p, {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
@@ -273,14 +267,16 @@ class ProcessKubelet:
             self._procs.pop(uid, None)
 
     def _volumes(self, pod: dict[str, Any], ns: str, uid: str) -> dict[str, Path]:
-        """Each volume's local folder: emptyDir per pod, a claim per namespace and claim, Secret/ConfigMap written out."""
+        """Each volume's local folder: emptyDir per pod, a claim per namespace and claim, Secret/ConfigMap written
+        out."""
         out = {}
         for vol in pod["spec"].get("volumes") or []:
             vname = _safe(vol["name"], "volume")
             if "emptyDir" in vol:
                 path = self.root / "pods" / _safe(uid, "pod uid") / vname
             elif "persistentVolumeClaim" in vol:
-                path = self.root / "claims" / _safe(ns, "namespace") / _safe(vol["persistentVolumeClaim"]["claimName"], "claim")
+                path = (self.root / "claims" / _safe(ns, "namespace")
+                        / _safe(vol["persistentVolumeClaim"]["claimName"], "claim"))
             elif "secret" in vol or "configMap" in vol:
                 path = self.root / "pods" / _safe(uid, "pod uid") / vname
                 self._write_keys(path, ns, vol)
@@ -290,7 +286,8 @@ class ProcessKubelet:
                     self._project(path, pod, source)
             else:
                 kind = next((k for k in vol if k != "name"), "?")
-                raise CannotRun("UnsupportedVolume", f"volume {vname}: kind {kind} is not mapped by the process kubelet")
+                raise CannotRun("UnsupportedVolume",
+                                f"volume {vname}: kind {kind} is not mapped by the process kubelet")
             path.mkdir(parents=True, exist_ok=True)
             out[vname] = path
         return out
@@ -298,7 +295,8 @@ class ProcessKubelet:
     def _write_keys(self, path: Path, ns: str, vol: dict[str, Any]) -> None:
         secret = "secret" in vol
         ref = vol["secret"] if secret else vol["configMap"]
-        data = self._source(ns, ref.get("secretName") or ref.get("name") or "", secret=secret, optional=bool(ref.get("optional")))
+        data = self._source(ns, ref.get("secretName") or ref.get("name") or "", secret=secret,
+                            optional=bool(ref.get("optional")))
         path.mkdir(parents=True, exist_ok=True)
         for key, value in (data or {}).items():
             if not KEY.match(key) or key in (".", ".."):
@@ -308,7 +306,8 @@ class ProcessKubelet:
             target.chmod(0o600)
 
     def _project(self, path: Path, pod: dict[str, Any], source: dict[str, Any]) -> None:
-        """One source of a projected volume: a token from the real TokenRequest API, ConfigMap/Secret keys, pod fields."""
+        """One source of a projected volume: a token from the real TokenRequest API, ConfigMap/Secret keys, pod
+        fields."""
         ns = pod["metadata"]["namespace"]
         path.mkdir(parents=True, exist_ok=True)
         files: dict[str, str] = {}
@@ -347,7 +346,8 @@ class ProcessKubelet:
 
         what = "secret" if secret else "configmap"
         try:
-            obj = (self.core.read_namespaced_secret if secret else self.core.read_namespaced_config_map)(_safe(name, what), ns)
+            obj = (self.core.read_namespaced_secret if secret
+                   else self.core.read_namespaced_config_map)(_safe(name, what), ns)
         except ApiException as err:
             if err.status == 404 and optional:
                 return None
@@ -359,7 +359,8 @@ class ProcessKubelet:
         return dict(obj.data or {})
 
     def _env(self, pod: dict[str, Any], c: dict[str, Any]) -> dict[str, str]:
-        """The container's environment as the kubelet makes it: envFrom first, then env in order (the last name wins)."""
+        """The container's environment as the kubelet makes it: envFrom first, then env in order (the last name
+        wins)."""
         ns = pod["metadata"]["namespace"]
         env: dict[str, str] = {}
         for src in c.get("envFrom") or []:
@@ -392,7 +393,8 @@ class ProcessKubelet:
         if m:
             return (meta.get(m.group(1)) or {}).get(m.group(2), "")
         known = {"metadata.name": meta["name"], "metadata.namespace": meta["namespace"], "metadata.uid": meta["uid"],
-                 "spec.nodeName": pod["spec"]["nodeName"], "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
+                 "spec.nodeName": pod["spec"]["nodeName"],
+                 "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
                  "status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1"}
         if path not in known:
             raise CannotRun("CreateContainerConfigError", f"fieldRef {path} is not played")
@@ -414,7 +416,8 @@ class ProcessKubelet:
         env = {k: rewrite(v, mounts) for k, v in self._env(pod, c).items()}
         argv = [expand(a, env) for a in (c.get("command") or []) + (c.get("args") or [])]
         if not argv:
-            raise CannotRun("CreateContainerConfigError", f"container {c['name']}: no command (an image's entrypoint is not known)")
+            raise CannotRun("CreateContainerConfigError",
+                            f"container {c['name']}: no command (an image's entrypoint is not known)")
         argv = [rewrite(a, mounts) for a in argv]
         if argv[0] in ("python", "python3"):
             argv[0] = self.python
@@ -469,7 +472,8 @@ class ProcessKubelet:
             stamp, up = now(), phase == "Running"
             done = "PodCompleted" if phase in ("Succeeded", "Failed") else ""
             conds = [c for c in status.get("conditions") or [] if c["type"] == "PodScheduled"]
-            conds += [{"type": t, "status": "True" if (up or t in ("Initialized", "PodReadyToStartContainers")) else "False",
+            conds += [{"type": t,
+                       "status": "True" if (up or t in ("Initialized", "PodReadyToStartContainers")) else "False",
                        **({"reason": done} if done and t in ("Ready", "ContainersReady") else {}),
                        "lastTransitionTime": stamp}
                       for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")]

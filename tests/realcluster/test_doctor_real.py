@@ -55,7 +55,8 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """``llmpack compile --namespace llmpack-doctor``, and the same as a 2 x 8 GPU gang."""
     for name, flags in (("single", ()), ("gang", GANG_FLAGS)):
         out = tmp_path_factory.mktemp(f"compiled-{name}")
-        done = subprocess.run([sys.executable, "-m", "llmpack", "compile", "--namespace", NS, "--out", str(out), *flags],
+        done = subprocess.run([sys.executable, "-m", "llmpack", "compile", "--namespace", NS, "--out", str(out),
+                               *flags],
                               cwd=REPO, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         COMPILED[name] = out
@@ -76,7 +77,8 @@ def good(real_cluster: RealCluster, compiled: dict[str, Path]) -> RealCluster:
                                             "storageClassName": "", "nfs": {"server": "127.0.0.1", "path": "/a"}}})
     core.create_namespaced_persistent_volume_claim(NS, {
         "metadata": {"name": "llmpack-artifacts"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "resources": {"requests": {"storage": "50Gi"}}}})
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                 "resources": {"requests": {"storage": "50Gi"}}}})
     wait_until(lambda: core.read_namespaced_persistent_volume_claim("llmpack-artifacts", NS).status.phase == "Bound",
                timeout_s=60, what="PVC llmpack-artifacts Bound by the PV controller")
     return real_cluster
@@ -148,7 +150,8 @@ def _nobody_kubeconfig(cluster: RealCluster, tmp: Path) -> Path:
 
     core = _core(cluster)
     core.create_namespaced_service_account(NS, {"metadata": {"name": "nobody"}})
-    token = core.create_namespaced_service_account_token("nobody", NS, {"spec": {"expirationSeconds": 3600}}).status.token
+    token = core.create_namespaced_service_account_token("nobody", NS,
+                                                         {"spec": {"expirationSeconds": 3600}}).status.token
     admin = yaml.safe_load(cluster.kubeconfig.read_text())
     admin["users"] = [{"name": "nobody", "user": {"token": token}}]
     admin["contexts"] = [{"name": "llmpack", "context": {"cluster": "llmpack", "user": "nobody"}}]
@@ -164,7 +167,8 @@ def _unbind(cluster: RealCluster) -> None:
     wait_until(lambda: not core.list_namespaced_persistent_volume_claim(NS).items, timeout_s=30, what="PVC deleted")
     core.create_namespaced_persistent_volume_claim(NS, {
         "metadata": {"name": "llmpack-artifacts"},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "resources": {"requests": {"storage": "5Ti"}}}})
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                 "resources": {"requests": {"storage": "5Ti"}}}})
 
 
 def _rebind(cluster: RealCluster) -> None:
@@ -179,7 +183,8 @@ def _rebind(cluster: RealCluster) -> None:
                                             "storageClassName": "", "nfs": {"server": "127.0.0.1", "path": "/a"}}})
     core.create_namespaced_persistent_volume_claim(NS, {
         "metadata": {"name": "llmpack-artifacts"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "resources": {"requests": {"storage": "50Gi"}}}})
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                 "resources": {"requests": {"storage": "50Gi"}}}})
     wait_until(lambda: core.read_namespaced_persistent_volume_claim("llmpack-artifacts", NS).status.phase == "Bound",
                timeout_s=60, what="PVC Bound again")
 
@@ -196,8 +201,8 @@ def _allocatable(cluster: RealCluster, cpu: str, memory: str) -> None:
 
 def _quota(cluster: RealCluster, on: bool, name: str = "no-gpus", hard: dict[str, str] | None = None) -> None:
     if on:
-        _core(cluster).create_namespaced_resource_quota(NS, {"metadata": {"name": name},
-                                                             "spec": {"hard": hard or {"requests.nvidia.com/gpu": "0"}}})
+        _core(cluster).create_namespaced_resource_quota(
+            NS, {"metadata": {"name": name}, "spec": {"hard": hard or {"requests.nvidia.com/gpu": "0"}}})
     else:
         _core(cluster).delete_namespaced_resource_quota(name, NS)
 
@@ -215,7 +220,8 @@ def _uninstall_trainer(cluster: RealCluster) -> None:
     from kubernetes import client
 
     ext = client.ApiextensionsV1Api(cluster.api)
-    names = [c.metadata.name for c in ext.list_custom_resource_definition().items if c.spec.group == "trainer.kubeflow.org"]
+    names = [c.metadata.name for c in ext.list_custom_resource_definition().items
+             if c.spec.group == "trainer.kubeflow.org"]
     for name in names:
         ext.delete_custom_resource_definition(name)
     wait_until(lambda: not [c for c in ext.list_custom_resource_definition().items
@@ -237,28 +243,33 @@ def _lose(cluster: RealCluster) -> None:
 
 FAULTS = {
     "GPU nodes cordoned": Fault(
-        expect="✗ every GPU node has a taint the GPU pods do not tolerate (e.g. node.kubernetes.io/unschedulable:NoSchedule",
+        expect="✗ every GPU node has a taint the GPU pods do not tolerate "
+               "(e.g. node.kubernetes.io/unschedulable:NoSchedule",
         make=lambda c: _cordon(c, True), undo=lambda c: _cordon(c, False), fix="kubectl uncordon h100-"),
     "GPU nodes tainted": Fault(
         expect="✗ every GPU node has a taint the GPU pods do not tolerate (e.g. example.com/maintenance=true:NoExecute",
         make=lambda c: _taint(c, True), undo=lambda c: _taint(c, False)),
     "no node of the GPU type": Fault(expect="✗ no node is a nvidia-a100-80gb node by its labels", make=_nothing,
                                      flags=("--gpu-type", "a100")),
-    "GPUs per node too few": Fault(expect="✗ 0 tolerated GPU node(s) with 16 allocatable nvidia.com/gpu, need 1 (most: 8)",
+    "GPUs per node too few": Fault(expect="✗ 0 tolerated GPU node(s) with 16 allocatable nvidia.com/gpu, "
+                                          "need 1 (most: 8)",
                                    make=_nothing, flags=("--gpus", "16")),
     "tracking Secret missing": Fault(expect="✗ Secret llmpack-mlflow missing in llmpack-doctor",
                                      make=_delete_secret, undo=_restore_secret),
     # the committed artifacts, compiled for namespace llmpack, which this cluster lacks
     "namespace missing": Fault(expect="✗ namespace llmpack does not exist", make=_nothing,
-                               flags=("--namespace", "llmpack", "--compiled", str(REPO)), fix="kubectl create namespace llmpack"),
+                               flags=("--namespace", "llmpack", "--compiled", str(REPO)),
+                               fix="kubectl create namespace llmpack"),
     "PVC Pending (no volume fits)": Fault(
-        expect="✗ PersistentVolumeClaim llmpack-artifacts in llmpack-doctor is Pending, not Bound", make=_unbind, undo=_rebind),
+        expect="✗ PersistentVolumeClaim llmpack-artifacts in llmpack-doctor is Pending, not Bound",
+        make=_unbind, undo=_rebind),
     "TrainJob API not served": Fault(
         expect="✗ TrainJob (trainer.kubeflow.org/v1alpha1) is not served by this API server; "
-               "trainjob/finetune-trainjob.yaml creates one", make=_nothing, flags=(*GANG_FLAGS, "--compiled", "{gang}"),
-        alone=False, fix="runtimes?ref=v2.3.0"),
-    "RBAC: a real ServiceAccount with no Role": Fault(expect="✗ RBAC (pod watcher): you may not list nodes in the cluster",
-                                                      make=_nothing, kubeconfig=_nobody_kubeconfig, alone=False),
+               "trainjob/finetune-trainjob.yaml creates one",
+        make=_nothing, flags=(*GANG_FLAGS, "--compiled", "{gang}"), alone=False, fix="runtimes?ref=v2.3.0"),
+    "RBAC: a real ServiceAccount with no Role": Fault(
+        expect="✗ RBAC (pod watcher): you may not list nodes in the cluster",
+        make=_nothing, kubeconfig=_nobody_kubeconfig, alone=False),
 }
 
 FAULTS.update({
@@ -278,14 +289,16 @@ FAULTS.update({
         make=lambda c: _quota(c, True, "few-cpus", {"requests.cpu": "4"}),
         undo=lambda c: _quota(c, False, "few-cpus")),
     "LimitRange caps the pod's memory": Fault(
-        expect=f"✗ LimitRange small-containers in {NS} caps a Container's memory at 16Gi memory; mlflow pod asks 64Gi memory",
+        expect=f"✗ LimitRange small-containers in {NS} caps a Container's memory at 16Gi memory; "
+               "mlflow pod asks 64Gi memory",
         make=lambda c: _limit_range(c, True), undo=lambda c: _limit_range(c, False)),
     "Trainer installed, no ClusterTrainingRuntime": Fault(
         expect="✗ ClusterTrainingRuntime torch-distributed missing (the TrainJob's runtimeRef)",
         make=lambda c: crds.install(c.api, "trainer-v2.3"), undo=_uninstall_trainer,
         flags=(*GANG_FLAGS, "--compiled", "{gang}"), alone=False, fix="runtimes?ref=v2.3.0"),
     "Argo Workflow API not served": Fault(
-        expect="✗ Workflow (argoproj.io/v1alpha1) is not served by this API server; argo_workflows/finetune.yaml creates one",
+        expect="✗ Workflow (argoproj.io/v1alpha1) is not served by this API server; "
+               "argo_workflows/finetune.yaml creates one",
         make=_nothing, flags=("--path", "argo"), alone=False),
     "artifacts compiled for another namespace": Fault(
         expect=f"✗ the artifacts in {REPO} are compiled for namespace llmpack, not {NS}",

@@ -53,7 +53,8 @@ def gang_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
 
 @pytest.fixture(scope="module")
 def gang_ns(gang_cluster: RealCluster) -> str:
-    """Namespace ``ml-gang`` under ``restricted``, with the shared cache PVC Bound (ReadWriteMany) by the PV controller."""
+    """Namespace ``ml-gang`` under ``restricted``, with the shared cache PVC Bound (ReadWriteMany) by the PV
+    controller."""
     from kubernetes import client
 
     core = client.CoreV1Api(gang_cluster.api)
@@ -64,7 +65,8 @@ def gang_ns(gang_cluster: RealCluster) -> str:
                                             "storageClassName": "", "nfs": {"server": "127.0.0.1", "path": "/c"}}})
     core.create_namespaced_persistent_volume_claim(NS, {
         "metadata": {"name": "llmpack-cache"},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "resources": {"requests": {"storage": "5Ti"}}}})
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                 "resources": {"requests": {"storage": "5Ti"}}}})
     wait_until(lambda: core.read_namespaced_persistent_volume_claim("llmpack-cache", NS).status.phase == "Bound",
                timeout_s=60, what="PVC llmpack-cache Bound by the PV controller")
     return NS
@@ -82,13 +84,15 @@ def _custom(api: Any) -> Any:
 
 
 def _condition(obj: dict[str, Any], kind: str) -> bool:
-    return any(c.get("type") == kind and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or [])
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
 
 
 def test_controllers_serve_their_webhooks(gang_cluster: RealCluster) -> None:
     """Trainer's and JobSet's webhooks are registered by URL on loopback, and the runtime llmpack names is served."""
     hooks = gang_cluster.kubectl("get", "validatingwebhookconfigurations,mutatingwebhookconfigurations",
-                                 "-o", "jsonpath={range .items[*]}{.metadata.name}{' '}{.webhooks[0].clientConfig.url}{'\\n'}{end}")
+                                 "-o", "jsonpath={range .items[*]}{.metadata.name}{' '}"
+                                 "{.webhooks[0].clientConfig.url}{'\\n'}{end}")
     names = dict(line.split(" ", 1) for line in hooks.stdout.splitlines() if line)
     assert {"llmpack-jobset-validating-webhook-configuration", "llmpack-jobset-mutating-webhook-configuration",
             "llmpack-trainer-validating-webhook-configuration",
@@ -108,13 +112,15 @@ def test_trainers_webhook_refuses_what_its_crd_admits(gang_cluster: RealCluster,
     job["spec"]["runtimeRef"]["name"] = "no-such-runtime"
     answer = create(gang_cluster.api, job, namespace=gang_ns)
     assert answer.status in (400, 403, 422), answer
-    assert 'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request' in answer.message, answer.message
+    assert ('admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request'
+            in answer.message), answer.message
     assert "no-such-runtime" in answer.message, answer.message
 
 
 def test_compiled_trainjob_runs_as_a_gang_through_the_real_controllers(gang_cluster: RealCluster, gang_ns: str,
                                                                        tmp_path: Path) -> None:
-    """TrainJob -> JobSet (Trainer) -> Job (JobSet) -> 2 pods (Job controller) on 2 H100 nodes (scheduler) -> Complete."""
+    """TrainJob -> JobSet (Trainer) -> Job (JobSet) -> 2 pods (Job controller) on 2 H100 nodes (scheduler) ->
+    Complete."""
     from kubernetes import client
 
     done = compile_shape(tmp_path, *GANG_FLAGS)
@@ -128,7 +134,8 @@ def test_compiled_trainjob_runs_as_a_gang_through_the_real_controllers(gang_clus
             assert made_rbac.status in (201, 409), made_rbac  # 409: the module's other test made it
     answer = create(gang_cluster.api, job, namespace=gang_ns, dry_run=False)
     assert answer.status == 201, answer
-    custom, core, batch = _custom(gang_cluster.api), client.CoreV1Api(gang_cluster.api), client.BatchV1Api(gang_cluster.api)
+    custom, core, batch = (_custom(gang_cluster.api), client.CoreV1Api(gang_cluster.api),
+                           client.BatchV1Api(gang_cluster.api))
 
     def jobset() -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
@@ -154,7 +161,8 @@ def test_compiled_trainjob_runs_as_a_gang_through_the_real_controllers(gang_clus
     assert {"name": "llmpack-shared", "persistentVolumeClaim": {"claimName": "llmpack-cache"}} in pod_spec["volumes"]
     assert pod_spec["securityContext"]["runAsNonRoot"] is True, pod_spec["securityContext"]
 
-    jobs = wait_until(lambda: batch.list_namespaced_job(gang_ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items,
+    jobs = wait_until(lambda: batch.list_namespaced_job(
+                          gang_ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items,
                       timeout_s=60, what="the JobSet controller's Job")
     assert len(jobs) == 1 and jobs[0].metadata.owner_references[0].kind == "JobSet", jobs
 

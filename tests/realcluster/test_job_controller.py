@@ -38,7 +38,8 @@ def compiled_job(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFac
     core = client.CoreV1Api(real_cluster.api)
     core.create_namespaced_secret(NS, {"metadata": {"name": "llmpack-mlflow"}, "stringData": {"tracking-uri": "http://m:5000"}})
     core.create_persistent_volume({"metadata": {"name": "jobs-artifacts"},
-                                   "spec": {"capacity": {"storage": "50Gi"}, "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+                                   "spec": {"capacity": {"storage": "50Gi"},
+                                            "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
                                             "storageClassName": "", "nfs": {"server": "127.0.0.1", "path": "/j"}}})
     job = mlflow_job(out)
     for volume in job["spec"]["template"]["spec"].get("volumes") or []:
@@ -46,7 +47,8 @@ def compiled_job(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFac
         if claim:
             core.create_namespaced_persistent_volume_claim(NS, {
                 "metadata": {"name": claim},
-                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "resources": {"requests": {"storage": "1Gi"}}}})
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                         "resources": {"requests": {"storage": "1Gi"}}}})
     return job
 
 
@@ -76,7 +78,8 @@ def _pods(real_cluster: RealCluster, name: str) -> list[Any]:
     return client.CoreV1Api(real_cluster.api).list_namespaced_pod(NS, label_selector=f"job-name={name}").items
 
 
-def test_the_compiled_job_runs_on_an_h100_node_and_completes(real_cluster: RealCluster, compiled_job: dict[str, Any]) -> None:
+def test_the_compiled_job_runs_on_an_h100_node_and_completes(real_cluster: RealCluster,
+                                                             compiled_job: dict[str, Any]) -> None:
     """Admitted under ``restricted``, scheduled onto a simulated H100 node, Complete by the real Job controller."""
     batch = _run(real_cluster, compiled_job, "llm-finetune-ok")
     complete = wait_until(lambda: _condition(batch, "llm-finetune-ok", "Complete"), timeout_s=90, what="Job Complete")
@@ -103,6 +106,7 @@ def test_another_exit_code_is_retried_within_the_backoff_limit(real_cluster: Rea
     assert compiled_job["spec"]["backoffLimit"] == 2
     batch = _run(real_cluster, compiled_job, "llm-finetune-oom", labels={FAIL_LABEL: "true"},
                  annotations={f"{FAIL_LABEL}/exit-code": "137"})
-    wait_until(lambda: len(_pods(real_cluster, "llm-finetune-oom")) >= 2, timeout_s=90, what="a second pod after exit 137")
+    wait_until(lambda: len(_pods(real_cluster, "llm-finetune-oom")) >= 2, timeout_s=90,
+               what="a second pod after exit 137")
     status = batch.read_namespaced_job_status("llm-finetune-oom", NS).status
     assert status.failed >= 1 and not _condition(batch, "llm-finetune-oom", "Failed")

@@ -26,9 +26,11 @@ def _pod(name: str, *, requests: dict[str, str], gpu: bool = True, mounts: list[
          volumes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A small Pod Security ``restricted`` pod asking for ``requests`` (GPU pods tolerate the GPU taint)."""
     container = {"name": "main", "image": "registry.example/x@sha256:" + "0" * 64, "command": ["true"],
-                 "resources": {"requests": requests, "limits": {k: v for k, v in requests.items() if k == "nvidia.com/gpu"}},
+                 "resources": {"requests": requests,
+                               "limits": {k: v for k, v in requests.items() if k == "nvidia.com/gpu"}},
                  "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                                     "runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+                                     "runAsNonRoot": True, "runAsUser": 1000,
+                                     "seccompProfile": {"type": "RuntimeDefault"}},
                  "volumeMounts": mounts or []}
     spec: dict[str, Any] = {"containers": [container], "volumes": volumes or [], "restartPolicy": "Never"}
     if gpu:
@@ -37,7 +39,8 @@ def _pod(name: str, *, requests: dict[str, str], gpu: bool = True, mounts: list[
 
 
 def test_kubectl_lists_the_simulated_gpu_nodes_ready(real_cluster: RealCluster) -> None:
-    """`kubectl get nodes` with the written kubeconfig: every node of nodes.json, Ready, with its GPUs, labels and taints."""
+    """`kubectl get nodes` with the written kubeconfig: every node of nodes.json, Ready, with its GPUs, labels and
+    taints."""
     listed = real_cluster.kubectl("get", "nodes", "-o", "json")
     nodes = {n["metadata"]["name"]: n for n in json.loads(listed.stdout)["items"]}
     want = {f"{g['name']}-{i}" for g in GROUPS for i in range(g["count"])}
@@ -48,7 +51,8 @@ def test_kubectl_lists_the_simulated_gpu_nodes_ready(real_cluster: RealCluster) 
             ready = [c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready"]
             assert ready == ["True"], node["status"]["conditions"]
             assert node["status"]["allocatable"]["cpu"] == group["cpu"]
-            assert node["status"]["allocatable"].get("nvidia.com/gpu") == (str(group["gpus"]) if group.get("gpus") else None)
+            assert node["status"]["allocatable"].get("nvidia.com/gpu") == (str(group["gpus"]) if group.get("gpus")
+                                                                           else None)
             labels = node["metadata"]["labels"]
             assert labels["node.kubernetes.io/instance-type"] == group["instanceType"]
             assert labels.get("nvidia.com/gpu.product") == group.get("gpuProduct")
@@ -79,7 +83,8 @@ def test_a_pod_larger_than_any_node_stays_pending_unschedulable(real_cluster: Re
 
 
 def test_a_pod_that_fits_is_bound_to_a_gpu_node_and_kwok_runs_it(real_cluster: RealCluster) -> None:
-    """8 GPUs with the GPU taint tolerated and the H100 product selected: bound to an h100 node, Running by kwok's stages."""
+    """8 GPUs with the GPU taint tolerated and the H100 product selected: bound to an h100 node, Running by kwok's
+    stages."""
     from kubernetes import client
 
     core = client.CoreV1Api(real_cluster.api)
@@ -96,8 +101,11 @@ def test_the_api_server_refuses_two_mounts_at_one_path(real_cluster: RealCluster
     """Pod validation (not Pod Security, not a schema): a duplicate mountPath is a 422 naming the field."""
     make_namespace(real_cluster.api, "dup-mount")
     pod = _pod("dup", requests={"cpu": "1"}, gpu=False,
-               mounts=[{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "m", "mountPath": "/dev/shm", "readOnly": True}],
-               volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "m", "persistentVolumeClaim": {"claimName": "m"}}])
+               mounts=[{"name": "dshm", "mountPath": "/dev/shm"},
+                       {"name": "m", "mountPath": "/dev/shm", "readOnly": True}],
+               volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory"}},
+                        {"name": "m", "persistentVolumeClaim": {"claimName": "m"}}])
     answer = create(real_cluster.api, pod, namespace="dup-mount")
     assert answer.status == 422
-    assert 'spec.containers[0].volumeMounts[1].mountPath: Invalid value: "/dev/shm": must be unique' in answer.message, answer.message
+    assert ('spec.containers[0].volumeMounts[1].mountPath: Invalid value: "/dev/shm": must be unique'
+            in answer.message), answer.message

@@ -1,22 +1,15 @@
 """Pods that run code: the process kubelet (``process_kubelet.py``) under the real control plane.
 
-A node of its own, shaped as one H100 of a p5.48xlarge (one ``nvidia.com/gpu``, the GPU product and
-instance-type labels, the ``nvidia.com/gpu`` taint) and tainted ``llmpack.io/process-node`` so that
-only pods tolerating that land on it (the other tests' pods keep to kwok's nodes). The real
-scheduler binds pods to it, the process kubelet runs their commands here and reports their status;
-the real Job controller acts on that status.
+A node of its own, shaped as one H100 of a p5.48xlarge and tainted ``llmpack.io/process-node`` so
+that only pods tolerating that land on it. The real scheduler binds pods to it, the process kubelet
+runs their commands here and reports their status; the real Job controller acts on that status.
 
 The MLflow path end to end: ``mlflow run finetune-k8s --backend kubernetes`` by MLflow's own code
-(only its docker build and push stubbed: no daemon here), its Job created on the real API server in
-a namespace enforcing Pod Security ``restricted``, its pod made by the real Job controller and
-placed by the compiled GPU affinity, toleration and requests (compiled for one H100, not ``--gpus
-0``: the placement is the artifact's, only a node selector and a toleration for the process node
-are added), ``python main.py`` run in the project's folder (the image's working directory), every
-step a child run, the record closed in a sqlite store the pod reaches through the
-``MLFLOW_TRACKING_URI`` MLflow wrote into the Job. Its record has the metric names, parameter names
-and ``llmpack.*`` tag keys of a local ``llmpack run --backend mlflow``, but for what MLflow's launcher
-and the absent llmpack client make differ (``MLFLOW_BACKEND_PARAMS``, ``MLFLOW_BACKEND_TAGS``,
-``CLIENT_ONLY_TAGS``), asserted as they are so that a change flips them.
+(its docker build and push stubbed), the Job and its pod made for real, ``python main.py`` run in the
+project's folder into a sqlite store. Its record is compared with a local ``llmpack run --backend
+mlflow``'s; what MLflow's launcher and the absent llmpack client make differ
+(``MLFLOW_BACKEND_PARAMS``, ``MLFLOW_BACKEND_TAGS``, ``CLIENT_ONLY_TAGS``) is asserted as it is, so
+that a change flips it. In full: docs/real-cluster.md, "Which tests use it" and "Pods that run code".
 """
 
 from __future__ import annotations
@@ -106,7 +99,8 @@ def _finished(real_cluster: RealCluster, kubelet: ProcessKubelet, name: str) -> 
         raise AssertionError(f"{err}: {core.read_namespaced_pod(name, NS).status}; kubelet: {kubelet.errors}") from None
 
 
-def test_the_node_is_ready_and_a_pod_runs_with_its_env_and_volumes(real_cluster: RealCluster, kubelet: ProcessKubelet) -> None:
+def test_the_node_is_ready_and_a_pod_runs_with_its_env_and_volumes(real_cluster: RealCluster,
+                                                                   kubelet: ProcessKubelet) -> None:
     """Secret and fieldRef env, an emptyDir and a claim mapped to folders, its paths rewritten; Succeeded, exit 0."""
     from kubernetes import client
 
@@ -121,7 +115,8 @@ def test_the_node_is_ready_and_a_pod_runs_with_its_env_and_volumes(real_cluster:
            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
            {"name": "OUT", "value": "/data"}]
     core.create_namespaced_pod(NS, _pod("says-hello", code, container={
-        "env": env, "volumeMounts": [{"name": "data", "mountPath": "/data"}]}, volumes=[{"name": "data", "emptyDir": {}}]))
+        "env": env, "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+        volumes=[{"name": "data", "emptyDir": {}}]))
     pod = _finished(real_cluster, kubelet, "says-hello")
     assert pod.spec.node_name == NODE and pod.status.phase == "Succeeded", pod.status
     (state,) = pod.status.container_statuses
@@ -131,7 +126,8 @@ def test_the_node_is_ready_and_a_pod_runs_with_its_env_and_volumes(real_cluster:
     assert said.read_text() == f"hello says-hello {NODE}"
 
 
-def test_an_exit_code_and_a_pod_it_cannot_run_are_reported_failed(real_cluster: RealCluster, kubelet: ProcessKubelet) -> None:
+def test_an_exit_code_and_a_pod_it_cannot_run_are_reported_failed(real_cluster: RealCluster,
+                                                                  kubelet: ProcessKubelet) -> None:
     from kubernetes import client
 
     core = client.CoreV1Api(real_cluster.api)
@@ -184,7 +180,8 @@ def _record(uri: str) -> Any:
     mc = MlflowClient(uri)
     runs = mc.search_runs([e.experiment_id for e in mc.search_experiments()])
     (rec,) = [r for r in runs if r.data.tags.get("llmpack.record") == "pipeline"]
-    steps = sorted(r.data.tags.get("llmpack.step", "") for r in runs if r.data.tags.get("mlflow.parentRunId") == rec.info.run_id)
+    steps = sorted(r.data.tags.get("llmpack.step", "") for r in runs
+                   if r.data.tags.get("mlflow.parentRunId") == rec.info.run_id)
     return rec, steps
 
 
@@ -306,7 +303,8 @@ def test_the_mlflow_job_runs_its_steps_in_a_pod_of_the_real_job_controller(
 
 def test_the_real_main_exiting_2_on_bad_input_fails_the_job_by_its_pod_failure_policy(
         real_cluster: RealCluster, kubelet: ProcessKubelet, mlflow_project: tuple[Path, Path, str]) -> None:
-    """``main.py`` refuses ``max_steps=two`` with exit code 2 in the pod; the compiled ``FailJob`` rule ends the Job at once."""
+    """``main.py`` refuses ``max_steps=two`` with exit code 2 in the pod; the compiled ``FailJob`` rule ends the Job
+    at once."""
     from kubernetes import client
     from mlflow.projects.kubernetes import _get_kubernetes_job_definition
 

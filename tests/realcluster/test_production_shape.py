@@ -1,26 +1,13 @@
 """Every compiled artifact of the production shape, created on the real API server with strict field validation.
 
-The shape a platform engineer applies: ``llmpack compile --nodes 2 --gpus 8 --gpu-type h100`` with
-the image by digest, a pull secret, model/data/checkpoint/cache PVCs, the HF token Secret, a
-namespace, a label and a Kueue queue. Each object is POSTed with ``fieldValidation=Strict`` and
-``dryRun=All`` (admission and validation run in full, nothing is stored) into a namespace
-labelled ``pod-security.kubernetes.io/enforce=restricted``:
-
-- the MLflow Job as MLflow's own Kubernetes backend fills the template
-  (``mlflow.projects.kubernetes._get_kubernetes_job_definition``), and the Pod its Job
-  controller would make from it (Pod Security enforces on pods, and only warns on workloads);
-- the prepull DaemonSet and its pod; the launcher's ServiceAccount, Role and RoleBinding;
-- the TrainJob against Kubeflow Trainer's own TrainJob CRD of v2.2.0 and of v2.3.0, and its node
-  pod as the ``runtimePatches`` leave it (``trainjob_pod``: the runtime's own pod fields are not
-  in the artifact);
-- the Argo Workflow against Argo's own full (schema-carrying) Workflow CRD of v3.7.3 (v3.6.2's is
-  refused by the server: not structural), and each
-  container template as a pod (``argo_pods``; Argo's injected executor containers are not in the
-  artifact).
-
-KFP's IR is not a Kubernetes object: each executor is applied as the pod the KFP backend makes of it
-(``kfp_executor_pods``: the IR's image, resources and identity, the platform spec's volumes, the
-context the backend adds).
+``llmpack compile --nodes 2 --gpus 8 --gpu-type h100`` with everything a platform engineer sets;
+each object POSTed with ``fieldValidation=Strict`` and ``dryRun=All`` (admission and validation run
+in full, nothing is stored) into a namespace enforcing Pod Security ``restricted``: the MLflow Job
+as MLflow's own backend fills it and the Pod its controller would make (Pod Security enforces on
+pods, and only warns on workloads), the prepull DaemonSet and its pod, the launcher's RBAC, the
+TrainJob against Trainer's own CRDs and its node pod (``trainjob_pod``), the Argo Workflow against
+Argo's full CRD and each template as a pod (``argo_pods``), each KFP executor as the pod the KFP
+backend makes of it (``kfp_executor_pods``). The list: docs/real-cluster.md, "Which tests use it".
 
 What the real server refuses today is written down in :data:`REFUSED`, with the server's exact
 words, and asserted refused with them: a fix that makes the server accept one fails its case
@@ -151,7 +138,8 @@ def shape(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
 @pytest.fixture(scope="module")
 def restricted(real_cluster: RealCluster) -> str:
     """Namespace ``ml-train``, enforcing (and warning on) Pod Security ``restricted`` at the server's version."""
-    labels = {"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
+    labels = {"pod-security.kubernetes.io/enforce": "restricted",
+              "pod-security.kubernetes.io/enforce-version": "latest",
               "pod-security.kubernetes.io/warn": "restricted"}
     return make_namespace(real_cluster.api, NAMESPACE, labels)
 
@@ -180,7 +168,8 @@ CORE_CASES = ["mlflow Job", "mlflow Job pod", "prepull DaemonSet", "prepull Daem
 
 @pytest.fixture(scope="module")
 def launcher(real_cluster: RealCluster, restricted: str, shape: dict[str, dict[str, Any]]) -> dict[str, Answer]:
-    """launcher-rbac.yaml created for real (strict), as its header says to apply it first: pods name its ServiceAccount."""
+    """launcher-rbac.yaml created for real (strict), as its header says to apply it first: pods name its
+    ServiceAccount."""
     return {case: create(real_cluster.api, shape[case], namespace=restricted, dry_run=False) for case in LAUNCHER}
 
 
@@ -192,9 +181,11 @@ def test_launcher_rbac_created_strictly(launcher: dict[str, Answer]) -> None:
 
 
 @pytest.mark.parametrize("case", [_case(c) for c in CORE_CASES])
-def test_core_objects_strictly_valid_under_restricted(real_cluster: RealCluster, restricted: str, launcher: dict[str, Answer],
+def test_core_objects_strictly_valid_under_restricted(real_cluster: RealCluster, restricted: str,
+                                                     launcher: dict[str, Answer],
                                                      shape: dict[str, dict[str, Any]], case: str) -> None:
-    """Accepted by the real API server: schema, strict fields, pod validation, Pod Security ``restricted``, quota and limits."""
+    """Accepted by the real API server: schema, strict fields, pod validation, Pod Security ``restricted``, quota
+    and limits."""
     answer = _strict(real_cluster, shape[case], restricted)
     expect(case, answer)
     assert not [w for w in answer.warnings if "restricted" in w], answer.warnings
@@ -272,7 +263,8 @@ def test_only_the_launcher_account_may_create_and_delete_trainjobs(real_cluster:
 
 
 def test_argo_v36_full_crd_is_refused_by_the_api_server(real_cluster: RealCluster) -> None:
-    """Argo v3.6.2's full (schema-carrying) Workflow CRD is not structural: the real server refuses it (v3.7.3's installs).
+    """Argo v3.6.2's full (schema-carrying) Workflow CRD is not structural: the real server refuses it (v3.7.3's
+    installs).
 
     So a cluster on Argo 3.6 validates Workflows against the minimal CRD only (any field passes);
     the strict check below uses v3.7.3's.
@@ -282,14 +274,16 @@ def test_argo_v36_full_crd_is_refused_by_the_api_server(real_cluster: RealCluste
     with pytest.raises(ApiException) as refused:
         crds.install(real_cluster.api, "argo-v3.6")
     assert refused.value.status == 422
-    assert ("spec.validation.openAPIV3Schema.properties[spec].properties[templateDefaults].properties[dag].properties[tasks]"
-            ".items.properties[inline].type: Required value: must not be empty for specified object fields") in refused.value.body.decode()
+    assert ("spec.validation.openAPIV3Schema.properties[spec].properties[templateDefaults].properties[dag]"
+            ".properties[tasks].items.properties[inline].type: Required value: must not be empty for specified "
+            "object fields") in refused.value.body.decode()
 
 
 @pytest.mark.parametrize("case", [_case("argo Workflow")])
 def test_argo_workflow_strictly_valid_against_argos_own_crd(real_cluster: RealCluster, restricted: str,
                                                             shape: dict[str, dict[str, Any]], case: str) -> None:
-    """The Workflow against Argo v3.7.3's full Workflow CRD (its OpenAPI schema, strict), as ``argo submit -n`` creates it."""
+    """The Workflow against Argo v3.7.3's full Workflow CRD (its OpenAPI schema, strict), as ``argo submit -n``
+    creates it."""
     crds.install(real_cluster.api, "argo-v3.7")
     expect(case, _strict(real_cluster, shape[case], restricted))
 
@@ -321,7 +315,8 @@ def test_trainer_22_with_a_checkpoint_volume_is_refused_at_compile(tmp_path: Pat
                  ("--model-pvc", "--cache-pvc"), id="hf-cache"),
     pytest.param(("--model-pvc", "m:/tmp"), ("--model-pvc", "/tmp"), id="tmp"),
 ])
-def test_mount_collisions_are_refused_at_compile(tmp_path: Path, flags: tuple[str, ...], named: tuple[str, ...]) -> None:
+def test_mount_collisions_are_refused_at_compile(tmp_path: Path, flags: tuple[str, ...],
+                                                 named: tuple[str, ...]) -> None:
     """A claim at one of the pack's own mount paths: refused by compile in one line naming both, exit 2.
 
     Compiled, each gave a pod with two volumes at one path; the real API server refused the MLflow
@@ -335,7 +330,8 @@ def test_mount_collisions_are_refused_at_compile(tmp_path: Path, flags: tuple[st
     assert not (tmp_path / "out").exists()
 
 
-def test_the_server_refuses_what_compile_now_refuses(real_cluster: RealCluster, restricted: str, tmp_path: Path) -> None:
+def test_the_server_refuses_what_compile_now_refuses(real_cluster: RealCluster, restricted: str,
+                                                     tmp_path: Path) -> None:
     """Why compile refuses ``--model-pvc m:/dev/shm``: the MLflow Job with the model at the GPU pod's ``/dev/shm``,
     made by hand from a good compile, is refused by the real API server (two mounts at one path)."""
     done = compile_shape(tmp_path, "--gpus", "8", "--model-pvc", "m", "--namespace", NAMESPACE)

@@ -1,23 +1,15 @@
 """The review's cases, refused by the real components in their old shape and accepted (and scheduled) as compiled now.
 
-Where each half lives:
-
-- Trainer v2.2 and ``terminationGracePeriodSeconds``: here, both halves against Trainer v2.2.0's
-  own TrainJob CRD. The old shape is what compile wrote for every cluster before
-  ``--trainer-version`` (the production shape, checkpoint volume and its grace period
-  included); now ``--trainer-version 2.2`` leaves the grace period out (and refuses
-  ``--checkpoint-pvc`` beside it: ``test_production_shape``). The v2.3 TrainJob running as a
-  gang through the real Trainer and JobSet controllers: ``test_gang_controllers``.
-- A duplicate mount path: the old shape (``--gpus 8 --model-pvc m:/dev/shm``, the model over the
-  GPU pod's ``/dev/shm``) refused by pod validation in ``test_production_shape``
-  (``test_the_server_refuses_what_compile_now_refuses``); here the half after: ``--gpus 8
-  --model-pvc m`` as compiled now, its Job created for real under ``restricted``, its pod made by
-  the Job controller and bound to an H100 node by the scheduler.
-- A pod larger than any node: ``test_doctor_real`` (the scheduler's ``Insufficient cpu`` and
-  ``Insufficient memory`` for a pod of the compiled size on too-small nodes, beside doctor's ✗
-  line that used to be ✓) and ``test_nodes_and_scheduling``; the compiled pods scheduled on
-  nodes that hold them: ``test_gang_controllers`` (two 8-GPU pods, 64 CPUs and 512Gi each) and
-  the mount case here.
+Here: Trainer v2.2.0's own TrainJob CRD refuses the old TrainJob (``terminationGracePeriodSeconds``
+from the checkpoint volume, as compile wrote it before ``--trainer-version``) and accepts
+``--trainer-version 2.2``'s; ``--gpus 8 --model-pvc m`` as compiled now (the model beside, not over,
+the GPU pod's ``/dev/shm``) is created for real under ``restricted``, its pod made by the Job
+controller and bound to an H100 node by the scheduler. The other halves live in
+``test_production_shape`` (the old duplicate mount refused by pod validation; compile refusing
+``--checkpoint-pvc`` beside ``--trainer-version 2.2``), ``test_doctor_real`` and
+``test_nodes_and_scheduling`` (a pod larger than any node) and ``test_gang_controllers`` (the v2.3
+gang scheduled: two 8-GPU pods, 64 CPUs and 512Gi each). Where each half lives:
+docs/real-cluster.md, "Which tests use it" (``test_refused_then_accepted.py``).
 """
 
 from __future__ import annotations
@@ -92,7 +84,8 @@ def test_the_model_claim_compiled_now_is_scheduled_on_a_gpu_node(real_cluster: R
                          "--namespace", NS)
     assert done.returncode == 0, done.stderr
     core, batch = client.CoreV1Api(real_cluster.api), client.BatchV1Api(real_cluster.api)
-    for claim, mode, size in (("llmpack-models", "ReadOnlyMany", "1Ti"), ("llmpack-artifacts", "ReadWriteOnce", "50Gi")):
+    for claim, mode, size in (("llmpack-models", "ReadOnlyMany", "1Ti"),
+                              ("llmpack-artifacts", "ReadWriteOnce", "50Gi")):
         core.create_persistent_volume({"metadata": {"name": f"before-after-{claim}"},
                                        "spec": {"capacity": {"storage": size}, "accessModes": [mode],
                                                 "storageClassName": "",

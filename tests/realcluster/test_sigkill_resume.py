@@ -36,7 +36,8 @@ NS = "llmpack-sigkill"
 NODE = "proc-sigkill-0"
 IMAGE = "registry.example.com/llmpack/llmpack"
 RUN = "run-sigkill"
-STEPS, BATCH = 120, 4  # long enough that a quiet machine cannot finish before the kill (16 steps of the 2-layer tiny could)
+# long enough that a quiet machine cannot finish before the kill (16 steps of the 2-layer tiny could)
+STEPS, BATCH = 120, 4
 EVERY_MINUTES = 0.1 / 60  # a checkpoint whenever 0.1 s have passed since the last: by time, not by step count
 ADAPTER = Path("adapter") / "adapter_model.safetensors"
 RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
@@ -76,7 +77,8 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     for ref, args in (("components.steps.prepare_data:prepare_data", [f"--output=dataset={root / 'data'}",
                                                                       "--param=builtin_size=64"]),
                       ("components.steps.tokenize:tokenize", [f"--input=dataset={root / 'data'}",
-                                                              f"--output=tokens={root / 'tokens'}", "--param=seq_len=64"])):
+                                                              f"--output=tokens={root / 'tokens'}",
+                                                              "--param=seq_len=64"])):
         r = subprocess.run([sys.executable, "-m", "components.run", ref, *args], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
@@ -104,7 +106,8 @@ def _claim(real_cluster: RealCluster) -> None:
 def _job() -> dict[str, Any]:
     """The finetune Job: the compiled Job's retry rules and checkpoint settings, on the process node."""
     container = {
-        "name": "finetune", "image": f"{IMAGE}:0.1.0", "command": ["python", *step_args("$(TOKENS)", "$(OUT_ROOT)/$(POD_NAME)")],
+        "name": "finetune", "image": f"{IMAGE}:0.1.0",
+        "command": ["python", *step_args("$(TOKENS)", "$(OUT_ROOT)/$(POD_NAME)")],
         # paths by variable, as a compiled step names its volumes' paths: the kubelet maps env values onto volumes
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": "TOKENS", "value": "/work/tokens"}, {"name": "OUT_ROOT", "value": "/work/out"},
@@ -163,11 +166,13 @@ def test_a_sigkilled_finetune_resumes_from_its_last_periodic_checkpoint_byte_ide
 
     job, done = wait_until(finished, timeout_s=400, what="the Job complete or failed")
     killed, *retries = pods()
-    logs = {p.metadata.name: "\n".join(f.read_text()[-3000:] for f in (kubelet.root / "logs" / NS / p.metadata.name).glob("*.log"))
+    logs = {p.metadata.name: "\n".join(f.read_text()[-3000:]
+                                       for f in (kubelet.root / "logs" / NS / p.metadata.name).glob("*.log"))
             for p in (killed, *retries)}
     assert done == ["Complete"], logs
     assert killed.metadata.name == first.metadata.name and killed.status.phase == "Failed"
-    assert killed.status.container_statuses[0].state.terminated.exit_code == -signal.SIGKILL  # the process kubelet's code
+    # the process kubelet's code
+    assert killed.status.container_statuses[0].state.terminated.exit_code == -signal.SIGKILL
     (retry,) = retries  # the real Job controller's one replacement pod
     assert retry.status.phase == "Succeeded" and retry.metadata.owner_references[0].kind == "Job"
     resumed = [line for line in logs[retry.metadata.name].splitlines() if "finetune: resumed from" in line]

@@ -1,20 +1,16 @@
 """The pod watcher through the real API server's watch bookmarks and a real etcd compaction (410 Gone).
 
-- **Bookmarks** (the session's control plane, watch cache on, as every cluster runs): the watcher
-  asks for them (``allowWatchBookmarks``); while nothing of its run group changes, other pods'
-  writes advance the pods' resourceVersion, and the server's BOOKMARK carries it to the watcher:
-  its next watch request resumes from a version newer than any object it was sent. Seen by
-  recording the ``resourceVersion`` of each watch request the real client makes.
+- **Bookmarks** (the session's control plane, watch cache on): while nothing of its run group
+  changes, the server's BOOKMARK carries other pods' newer resourceVersion to the watcher, seen in
+  the ``resourceVersion`` of each watch request the real client makes.
 - **410 after a compaction** (a control plane of this module's own with
-  ``LLMPACK_CLUSTER_WATCH_CACHE=0``: with the watch cache on, the API server answers a resumed
-  watch from its cache, so a compaction alone never reaches the client; without it, every watch is
-  etcd's, as in the cluster whose cache window a slow client has fallen behind): one watch over two
-  Jobs of a run group, run one after the other under kwok. Between them, while nothing of the run
-  group changes, the test writes to etcd and compacts it to its current revision again and again
-  (etcd's own ``/v3/kv/compaction``): the watcher's one-second watch windows resume from a
-  compacted revision and get 410 Gone; it
-  re-lists and goes on. Asserted: the 410s happened and were each followed by a re-list, and the
-  rows hold every pod once, each Succeeded on the node the API says, none taken for deleted.
+  ``LLMPACK_CLUSTER_WATCH_CACHE=0``, so that every watch is etcd's, as in a cluster whose cache
+  window a slow client has fallen behind): one watch over two Jobs of a run group; between them the
+  test compacts etcd (its own ``/v3/kv/compaction``) again and again, the watcher's resumed windows
+  get 410 Gone, it re-lists and goes on. Asserted: each 410 followed by a re-list, every pod once
+  in the rows, Succeeded on the node the API says, none taken for deleted.
+
+Why each setting: docs/real-cluster.md, "Which tests use it" (``test_watch_compaction_real.py``).
 """
 
 from __future__ import annotations
@@ -39,7 +35,8 @@ PODS = 8  # two Jobs of 4
 def _job(name: str, run_group: str, completions: int, parallelism: int) -> dict[str, Any]:
     container = {"name": "main", "image": "registry.example/x@sha256:" + "0" * 64, "command": ["true"],
                  "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
-    labels = {"llmpack.io/run-group": run_group, "llmpack.io/step": "prepare_data", "llmpack.io/pipeline-run": run_group}
+    labels = {"llmpack.io/run-group": run_group, "llmpack.io/step": "prepare_data",
+              "llmpack.io/pipeline-run": run_group}
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": labels},
             "spec": {"completions": completions, "parallelism": parallelism, "backoffLimit": 0,
                      "template": {"metadata": {"labels": labels},
@@ -152,7 +149,8 @@ def test_the_watcher_relists_after_etcd_compaction_and_keeps_every_pod_once(etcd
     assert watcher.stopped_by == "condition", (watcher.stopped_by, watcher.warnings, watcher.stats)
     assert expired_before_second >= 1, (compactions, watcher.stats)  # a resumed watch met a compacted revision: 410
     assert watcher.stats["relists"] >= watcher.stats["expired"] >= 1, watcher.stats  # each 410 answered by a re-list
-    real = {p.metadata.name: p for p in core.list_namespaced_pod(ns, label_selector="llmpack.io/run-group=rg-compact").items}
+    real = {p.metadata.name: p
+            for p in core.list_namespaced_pod(ns, label_selector="llmpack.io/run-group=rg-compact").items}
     assert len(real) == PODS
     assert sorted(r["pod"] for r in rows) == sorted(real), rows  # every pod of both Jobs, once
     for row in rows:

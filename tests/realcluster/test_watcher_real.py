@@ -29,8 +29,10 @@ def _job() -> dict[str, Any]:
     container = {"name": "main", "image": "registry.example/x@sha256:" + "0" * 64, "command": ["true"],
                  "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
                  "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                                     "runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}}}
-    labels = {"llmpack.io/run-group": RUN_GROUP, "llmpack.io/step": "prepare_data", "llmpack.io/pipeline-run": RUN_GROUP}
+                                     "runAsNonRoot": True, "runAsUser": 1000,
+                                     "seccompProfile": {"type": "RuntimeDefault"}}}
+    labels = {"llmpack.io/run-group": RUN_GROUP, "llmpack.io/step": "prepare_data",
+              "llmpack.io/pipeline-run": RUN_GROUP}
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "watched", "labels": labels},
             "spec": {"completions": PODS, "parallelism": 10, "backoffLimit": 0,
                      "template": {"metadata": {"labels": labels},

@@ -83,12 +83,16 @@ def workflow_nodes(wf: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str, 
         nodes[node_id] = {
             "id": node_id, "name": node_name, "displayName": node_name.split(".", 1)[-1], "type": "Pod",
             "templateName": meta["name"][len(name) + 1:].rsplit("-", 1)[0], "boundaryID": name,
-            "phase": {"Succeeded": "Succeeded", "Failed": "Failed", "Running": "Running"}.get(status.get("phase"), "Pending"),
-            "startedAt": meta.get("creationTimestamp"), "finishedAt": max((t["finishedAt"] for t in term if t.get("finishedAt")), default=None),
+            "phase": {"Succeeded": "Succeeded", "Failed": "Failed",
+                      "Running": "Running"}.get(status.get("phase"), "Pending"),
+            "startedAt": meta.get("creationTimestamp"),
+            "finishedAt": max((t["finishedAt"] for t in term if t.get("finishedAt")), default=None),
             "hostNodeName": (pod.get("spec") or {}).get("nodeName"), "resourcesDuration": used, "progress": "1/1",
         }
-    nodes[name] = {"id": name, "name": name, "displayName": name, "type": "DAG", "templateName": wf["spec"]["entrypoint"],
-                   "phase": (wf.get("status") or {}).get("phase") or "Running", "children": [k for k in nodes if k != name],
+    nodes[name] = {"id": name, "name": name, "displayName": name, "type": "DAG",
+                   "templateName": wf["spec"]["entrypoint"],
+                   "phase": (wf.get("status") or {}).get("phase") or "Running",
+                   "children": [k for k in nodes if k != name],
                    "resourcesDuration": dict(total)}
     return nodes
 
@@ -102,7 +106,8 @@ def validate_workflow(wf: Any) -> str | None:
     if not isinstance(wf, dict):
         return "workflow is required"
     if wf.get("apiVersion") != "argoproj.io/v1alpha1" or wf.get("kind") != "Workflow":
-        return f"invalid workflow: apiVersion/kind must be argoproj.io/v1alpha1/Workflow, got {wf.get('apiVersion')}/{wf.get('kind')}"
+        return ("invalid workflow: apiVersion/kind must be argoproj.io/v1alpha1/Workflow, "
+                f"got {wf.get('apiVersion')}/{wf.get('kind')}")
     meta = wf.get("metadata") or {}
     if not meta.get("name") and not meta.get("generateName"):
         return "workflow must have a name or generateName"
@@ -204,7 +209,8 @@ class ArgoServerStandIn(StandInServer):
             return 400, error_body(INVALID_ARGUMENT, problem)
         meta = wf["metadata"]
         if meta.get("namespace") and meta["namespace"] != namespace:
-            return 400, error_body(INVALID_ARGUMENT, f"workflow namespace {meta['namespace']} does not match {namespace}")
+            return 400, error_body(INVALID_ARGUMENT,
+                                   f"workflow namespace {meta['namespace']} does not match {namespace}")
         if not meta.get("name"):
             alphabet = string.ascii_lowercase + string.digits
             meta["name"] = meta["generateName"] + "".join(secrets.choice(alphabet) for _ in range(5))
@@ -255,7 +261,8 @@ def _make_handler(api: ArgoServerStandIn) -> type[BaseHTTPRequestHandler]:
                 return self._json(404, error_body(NOT_FOUND, "Not Found"))
             rest = rest[2:]
             if rest == ["version"] and method == "GET":
-                return self._json(200, {"version": api.version, "buildDate": "2025-01-01T00:00:00Z", "gitCommit": "0" * 40,
+                return self._json(200, {"version": api.version, "buildDate": "2025-01-01T00:00:00Z",
+                                        "gitCommit": "0" * 40,
                                         "gitTag": api.version, "gitTreeState": "clean", "goVersion": "go1.23.4",
                                         "compiler": "gc", "platform": "linux/amd64"})
             if len(rest) == 2 and rest[0] == "workflows":

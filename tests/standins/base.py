@@ -62,7 +62,8 @@ class StandInServer:
         if self.tls is not None:  # the handshake happens at accept(); a client that refuses it is dropped there
             self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
         self._port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": self.poll_interval_s},
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": self.poll_interval_s},
                                         name=self.thread_name, daemon=True)
         self._thread.start()
         return self

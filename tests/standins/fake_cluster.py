@@ -85,7 +85,8 @@ class FakeCluster(GangPlayer):
         self.scale_down_s = scale_down_s
         self.prepulled = prepulled  # GPU nodes come up with the image on them: no pull
         self.node_paces = node_paces  # standins.node_paces.NodePaces: gang nodes drawn, not cycled
-        self.gpu_node_hook = gpu_node_hook  # node object -> node object, for every GPU node (standins.opencost.spot_nodes)
+        # node object -> node object, for every GPU node (standins.opencost.spot_nodes)
+        self.gpu_node_hook = gpu_node_hook
         self.on_exit = on_exit  # standins.exit_task.ExitTask: the pipeline's closing task, played before the end
         self.preempt = preempt  # standins.preemption.Preemption: a GPU pod taken away mid-step, then retried
         self.scripts: dict[str, RunScript] = {}
@@ -179,7 +180,8 @@ class FakeCluster(GangPlayer):
             n = self._nodes
         t = self.timings
         created = pod_created + t.node_create_s
-        return {"name": f"ip-10-2-{n}-{n * 7 % 250}.ec2.internal", "created": created, "ready": created + t.node_ready_s}
+        return {"name": f"ip-10-2-{n}-{n * 7 % 250}.ec2.internal", "created": created,
+                "ready": created + t.node_ready_s}
 
     def _step_events(self, script: RunScript, step: str, process_started: float) -> float:
         """The in-container events of one step from its process start; returns ``finished``."""
@@ -393,7 +395,8 @@ class FakeCluster(GangPlayer):
             run_id = tracking.open_pipeline_run(mc, ctx)
         attempts = (self.preempt.attempts(script, step) if self.preempt is not None else None) or [script.events[step]]
         records = [make_record(ctx, "event", step, k, v, n) for n, ev in enumerate(attempts) for k, v in ev.items()]
-        records += [make_record(ctx, "metric", step, k, v, len(attempts) - 1) for k, v in script.metrics.get(step, {}).items()]
+        records += [make_record(ctx, "metric", step, k, v, len(attempts) - 1)
+                    for k, v in script.metrics.get(step, {}).items()]
         tracking.log_records(mc, run_id, records)
 
     def _mlflow_actions(self, script: RunScript, steps: list[str]) -> list[tuple[float, int, str, Any]]:
@@ -408,7 +411,8 @@ class FakeCluster(GangPlayer):
         executors = (((platform.get("platforms") or {}).get("kubernetes") or {}).get("deploymentSpec") or {}).get(
             "executors") or {}
         ns = self.kfp_namespace
-        script = RunScript("kfp", str(params["pipeline_run"]), str(params["run_group"]), float(params["submitted_at"]), ns)
+        script = RunScript("kfp", str(params["pipeline_run"]), str(params["run_group"]),
+                           float(params["submitted_at"]), ns)
         script.artifact = run
         self.scripts[script.pipeline_run] = script
         wf = f"llm-finetune-{_suffix(run['run_id'], 5)}"
@@ -526,14 +530,16 @@ class FakeCluster(GangPlayer):
                 break
         times["finished"] = _floor(cursor) + 1
         times["failed"] = script.failed_step is not None
-        if self.preempt is not None and gang is None:  # standins.preemption: the Job's next pod, after the preempted one
+        # standins.preemption: the Job's next pod, after the preempted one
+        if self.preempt is not None and gang is None:
             times = self.preempt.script_job(self, script, times, tuple(ran)) or times
         script.pods["main"] = times
         script.tasks["main"] = tuple(ran)
         pod = f"{name}-{_suffix(name, 5)}"
         uid = job["metadata"].get("uid", "")
         labels = {**(template.get("metadata") or {}).get("labels", {}), "job-name": name,
-                  "batch.kubernetes.io/job-name": name, "controller-uid": uid, "batch.kubernetes.io/controller-uid": uid}
+                  "batch.kubernetes.io/job-name": name, "controller-uid": uid,
+                  "batch.kubernetes.io/controller-uid": uid}
         states = self._states(pod, ns, labels, {}, times, argo=False, image=container["image"], main=container["name"],
                               gpu=True)
         for st in states:
@@ -575,8 +581,9 @@ class FakeCluster(GangPlayer):
                 gpu: bool = False) -> list[dict[str, Any]]:
         states = list(iter_pod_states(
             pod, namespace=namespace, labels=labels, annotations=annotations, created=times["created"],
-            scheduled=times["scheduled"], node=times["node"], sandbox=times["scheduled"], initialized=times["initialized"],
-            started=times["started"], finished=times["finished"], failed=bool(times.get("failed")), main=main, argo=argo,
+            scheduled=times["scheduled"], node=times["node"], sandbox=times["scheduled"],
+            initialized=times["initialized"], started=times["started"], finished=times["finished"],
+            failed=bool(times.get("failed")), main=main, argo=argo,
             image=image,
         ))
         assert len(states) == 5, pod

@@ -123,7 +123,8 @@ class GangPlayer:
                              env=trainer_env(spec, 0))
         gang["object"] = obj
         patch = (obj["spec"].get("runtimePatches") or [{}])[0]
-        jobs = (((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
+        jobs = ((((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {})
+                .get("replicatedJobs") or [])
         pod_labels = dict(((((jobs[0] if jobs else {}).get("template") or {}).get("spec") or {}).get("template") or {})
                           .get("metadata", {}).get("labels") or {})
         actions: list[tuple[float, int, str, Any]] = [(gang["created"], 1, "trainjob", obj)]
@@ -133,7 +134,8 @@ class GangPlayer:
                         "metadata": {"name": f"trainjob-{name}-{_suffix(name, 5)}", "namespace": namespace,
                                      "creationTimestamp": _iso(wl["created"]),
                                      "labels": {"kueue.x-k8s.io/job-uid": _uid(f"{namespace}/{name}")},
-                                     "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                     "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1",
+                                                          "kind": "TrainJob",
                                                           "name": name, "uid": _uid(f"{namespace}/{name}"),
                                                           "controller": True, "blockOwnerDeletion": True}]},
                         "spec": {"queueName": spec.queue, "podSets": [{"name": "node", "count": gang["nodes"]}]},
@@ -143,7 +145,8 @@ class GangPlayer:
             admitted = copy.deepcopy(workload)
             admitted["status"] = {"admission": {"clusterQueue": "gpu-cluster-queue"}, "conditions": [
                 {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
-                 "message": "Quota reserved in ClusterQueue gpu-cluster-queue", "lastTransitionTime": _iso(wl["quota_reserved"])},
+                 "message": "Quota reserved in ClusterQueue gpu-cluster-queue",
+                 "lastTransitionTime": _iso(wl["quota_reserved"])},
                 {"type": "Admitted", "status": "True", "reason": "Admitted",
                  "message": "The workload is admitted", "lastTransitionTime": _iso(wl["admitted"])}]}
             actions += [(wl["created"], 1, "workload", workload), (wl["admitted"], 1, "workload", admitted)]

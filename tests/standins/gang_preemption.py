@@ -74,7 +74,8 @@ def script_gang(plan: Any, cluster: Any, script: Any, step: str) -> float | None
     new = []
     for p in old:  # JobSet's restart: every node pod again, on its node (still there), the image present
         i = p["index"]
-        times = {"created": created, "node": p["node"], "node_created": p["node_created"], "node_ready": p["node_ready"],
+        times = {"created": created, "node": p["node"], "node_created": p["node_created"],
+                 "node_ready": p["node_ready"],
                  "scheduled": created + t.bind_s, "index": i, "restart": 1, "pull_s": 0, "node_obj": p["node_obj"],
                  "pod": f"{name}-node-0-{i}-{_suffix(name + str(i) + 'restart1', 5)}"}
         times["initialized"] = times["scheduled"] + t.init_s
@@ -105,7 +106,8 @@ def script_gang(plan: Any, cluster: Any, script: Any, step: str) -> float | None
     script.metrics[step] = metrics
     plan.done[(script.pipeline_run, GANG)] = {
         "at": at, "began": ready, "kept_s": kept_s, "checkpoint": ev0.get(CHECKPOINT_EVENT), "victim": victim,
-        "old": [p["pod"] for p in old], "new": [p["pod"] for p in new], "retry": {"started": min(p["started"] for p in new)},
+        "old": [p["pod"] for p in old], "new": [p["pod"] for p in new],
+        "retry": {"started": min(p["started"] for p in new)},
         "attempts": {step: [ev0]}}
     return ev1["finished"]
 

@@ -217,7 +217,8 @@ class KubeAPIStandIn(CustomObjects, StandInServer):
         def log() -> None:
             with self._cond:
                 if self._rv != first:
-                    raise RuntimeError(f"state changed between burst() and its step (resourceVersion {first} -> {self._rv})")
+                    raise RuntimeError("state changed between burst() and its step "
+                                       f"(resourceVersion {first} -> {self._rv})")
                 self._rv = rv
                 self._pods.update(latest)
                 self._events.update(latest_events)
@@ -338,8 +339,9 @@ class KubeAPIStandIn(CustomObjects, StandInServer):
 
         ``("apply", pod)``, ``("delete", (namespace, name))``, ``("expire", None)``,
         ``("sleep", seconds)``, ``("node", node)``, ``("event", event)``, ``("wait_watches", n)``,
-        a bare pod dict (apply), or a callable (called in order: a synchronisation point). ``delay`` sleeps between steps; ``wait_for_watches`` waits
-        first until that many watch streams are open, so the client sees the changes live.
+        a bare pod dict (apply), or a callable (called in order: a synchronisation point). ``delay`` sleeps
+        between steps; ``wait_for_watches`` waits first until that many watch streams are open, so the client
+        sees the changes live.
         """
 
         def run() -> None:
@@ -431,7 +433,8 @@ class KubeAPIStandIn(CustomObjects, StandInServer):
     ) -> None:
         match_labels = parse_label_selector(query.get("labelSelector"))
         custom = self._custom_by_resource(resource) if resource not in ("pods", "events") else None
-        store = self._pods if resource == "pods" else self._events if resource == "events" else self.custom_objects[resource]
+        store = (self._pods if resource == "pods" else self._events if resource == "events"
+                 else self.custom_objects[resource])
         match_object: Callable[[Mapping[str, Any] | None], bool] = lambda obj: True  # noqa: E731
         if resource == "pods":  # as before, no field selector on pod watches
             bookmark_type = {"kind": "Pod", "apiVersion": "v1"}
@@ -491,7 +494,8 @@ class KubeAPIStandIn(CustomObjects, StandInServer):
                 for obj in store.values():
                     if (namespace is None or obj["metadata"].get("namespace") == namespace) and match_labels(
                         obj["metadata"].get("labels") or {}
-                    ) and match_name(obj["metadata"].get("namespace", ""), obj["metadata"]["name"]) and match_object(obj):
+                    ) and match_name(obj["metadata"].get("namespace", ""),
+                                     obj["metadata"]["name"]) and match_object(obj):
                         initial.append((json.dumps({"type": "ADDED", "object": obj}) + "\n").encode())
                 pos = len(self._log)
             elif int(requested) < self._compacted:
@@ -557,7 +561,8 @@ class KubeAPIStandIn(CustomObjects, StandInServer):
         with self._cond:
             if key in self.jobs:
                 return 409, status_object(
-                    409, "AlreadyExists", f'jobs.batch "{name}" already exists', {"name": name, "group": "batch", "kind": "jobs"}
+                    409, "AlreadyExists", f'jobs.batch "{name}" already exists',
+                    {"name": name, "group": "batch", "kind": "jobs"}
                 )
             self._rv += 1
             meta.update(

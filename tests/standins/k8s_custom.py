@@ -95,7 +95,8 @@ class CustomObjects:
     def _custom_by_resource(self, resource: str) -> CustomResource:
         """The served resource named ``{plural}.{group}`` or, when unambiguous, ``{plural}``."""
         # one resource served at several versions shares one store: any of them will do
-        found = list({r.resource: r for r in self.custom_resources.values() if resource in (r.resource, r.plural)}.values())
+        found = list({r.resource: r for r in self.custom_resources.values()
+                      if resource in (r.resource, r.plural)}.values())
         if len(found) != 1:
             raise KeyError(f"custom resource {resource!r}: {'ambiguous' if found else 'not served'}")
         return found[0]
@@ -106,7 +107,8 @@ class CustomObjects:
         return self.custom_objects.get(TRAINJOBS.resource, {})
 
     def custom_object(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """A copy of one stored object (``resource``: ``trainjobs`` or ``trainjobs.trainer.kubeflow.org``), else None."""
+        """A copy of one stored object (``resource``: ``trainjobs`` or ``trainjobs.trainer.kubeflow.org``), else
+        None."""
         res = self._custom_by_resource(resource)
         with self._cond:
             return copy.deepcopy(self.custom_objects[res.resource].get((namespace, name)))
@@ -122,8 +124,8 @@ class CustomObjects:
         """Create or replace an object as a controller would (status kept). Returns the stored copy."""
         body = copy.deepcopy(dict(obj))
         group, _, version = str(body.get("apiVersion", "")).rpartition("/")
-        res = next((r for r in self.custom_resources.values() if (r.group, r.version, r.kind) == (group, version, body.get("kind"))),
-                   None)
+        res = next((r for r in self.custom_resources.values()
+                    if (r.group, r.version, r.kind) == (group, version, body.get("kind"))), None)
         if res is None:
             raise KeyError(f"{body.get('apiVersion')} {body.get('kind')}: not a served custom resource")
         meta = body.setdefault("metadata", {})
@@ -164,7 +166,8 @@ class CustomObjects:
                 "type": type,
                 "status": status,
                 "observedGeneration": obj["metadata"].get("generation", 1),
-                "lastTransitionTime": old["lastTransitionTime"] if old and old.get("status") == status else base.utc_now(),
+                "lastTransitionTime": (old["lastTransitionTime"] if old and old.get("status") == status
+                                       else base.utc_now()),
                 "reason": reason or type,
                 "message": message,
             }
@@ -187,7 +190,8 @@ class CustomObjects:
 
     def _create_custom(self, res: CustomResource, namespace: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if body.get("apiVersion") != res.api_version or body.get("kind") != res.kind:
-            return 400, status_object(400, "BadRequest", f"the API version in the data ({body.get('apiVersion')}) does not "
+            return 400, status_object(400, "BadRequest",
+                                      f"the API version in the data ({body.get('apiVersion')}) does not "
                                       f"match the expected API version ({res.api_version}), or the kind "
                                       f"({body.get('kind')}) is not {res.kind}")
         meta = body.setdefault("metadata", {})
@@ -198,7 +202,8 @@ class CustomObjects:
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         name = meta.get("name")
         if not name:
-            return 422, status_object(422, "Invalid", f'{res.kind}.{res.group} "" is invalid: metadata.name: Required value')
+            return 422, status_object(422, "Invalid",
+                                      f'{res.kind}.{res.group} "" is invalid: metadata.name: Required value')
         key = (namespace, name)
         with self._cond:
             store = self.custom_objects[res.resource]
@@ -219,7 +224,8 @@ class CustomObjects:
                       status_only: bool) -> tuple[int, dict[str, Any]]:
         if content_type.split(";")[0].strip().lower() != "application/merge-patch+json":
             return 415, status_object(415, "UnsupportedMediaType",
-                                      f"the body of the request was in an unknown format - accepted media types include: "
+                                      "the body of the request was in an unknown format - accepted media types "
+                                      "include: "
                                       f"application/merge-patch+json (got {content_type or 'none'})")
         if not isinstance(patch, dict):
             return 400, status_object(400, "BadRequest", "the body of the request was in an unknown format")
@@ -229,7 +235,8 @@ class CustomObjects:
                 return self._not_found(res, name)
             wanted_rv = ((patch.get("metadata") or {}).get("resourceVersion"))
             if wanted_rv and wanted_rv != obj["metadata"]["resourceVersion"]:
-                return 409, status_object(409, "Conflict", f'Operation cannot be fulfilled on {res.resource} "{name}": the '
+                return 409, status_object(409, "Conflict",
+                                          f'Operation cannot be fulfilled on {res.resource} "{name}": the '
                                           "object has been modified; please apply your changes to the latest version "
                                           "and try again", {"name": name, "group": res.group, "kind": res.plural})
             merged = merge_patch(obj, patch)
@@ -264,7 +271,8 @@ class CustomObjects:
             if want_uid and want_uid != obj["metadata"]["uid"]:
                 return 409, status_object(409, "Conflict", f'Operation cannot be fulfilled on {res.resource} "{name}": '
                                           f"Precondition failed: UID in precondition: {want_uid}, UID in object meta: "
-                                          f"{obj['metadata']['uid']}", {"name": name, "group": res.group, "kind": res.plural})
+                                          f"{obj['metadata']['uid']}",
+                                          {"name": name, "group": res.group, "kind": res.plural})
             del store[(namespace, name)]
             obj["metadata"]["deletionTimestamp"] = base.utc_now()
             policy = options.get("propagationPolicy") or query.get("propagationPolicy")

@@ -161,7 +161,8 @@ def iter_pod_states(
     uid = _uid_for("pod", namespace, name)
     containers: list[dict[str, Any]] = []
     if argo:
-        containers.append({"name": "wait", "image": "quay.io/argoproj/argoexec:v3.5.10", "command": ["argoexec", "wait"]})
+        containers.append({"name": "wait", "image": "quay.io/argoproj/argoexec:v3.5.10",
+                           "command": ["argoexec", "wait"]})
     containers.append(
         {
             "name": main,
@@ -192,7 +193,8 @@ def iter_pod_states(
     }
 
     def cond(ctype: str, status: bool, t: float, reason: str | None = None) -> dict[str, Any]:
-        c = {"type": ctype, "status": "True" if status else "False", "lastProbeTime": None, "lastTransitionTime": _iso(t)}
+        c = {"type": ctype, "status": "True" if status else "False", "lastProbeTime": None,
+             "lastTransitionTime": _iso(t)}
         if reason:
             c["reason"] = reason
         return c
@@ -212,7 +214,8 @@ def iter_pod_states(
         return obj
 
     def cstatus(cname: str, state: dict[str, Any], ready: bool) -> dict[str, Any]:
-        return {"name": cname, "image": image, "imageID": "", "ready": ready, "restartCount": 0, "started": ready, "state": state}
+        return {"name": cname, "image": image, "imageID": "", "ready": ready, "restartCount": 0, "started": ready,
+                "state": state}
 
     yield snapshot([], "Pending", None)
     if scheduled is None:
@@ -258,7 +261,8 @@ def iter_pod_states(
     yield snapshot(done, "Failed" if failed else "Succeeded", [cstatus(c["name"], term, False) for c in containers])
 
 
-def node_object(name: str, *, created: float, ready: float, instance_type: str, gpu_product: str | None = None) -> dict[str, Any]:
+def node_object(name: str, *, created: float, ready: float, instance_type: str,
+                gpu_product: str | None = None) -> dict[str, Any]:
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
@@ -266,7 +270,8 @@ def node_object(name: str, *, created: float, ready: float, instance_type: str, 
         "topology.kubernetes.io/zone": "us-east-1a",
     }
     if gpu_product:
-        labels.update({"nvidia.com/gpu.product": gpu_product, "nvidia.com/gpu.count": "8", "nvidia.com/gpu.present": "true"})
+        labels.update({"nvidia.com/gpu.product": gpu_product, "nvidia.com/gpu.count": "8",
+                       "nvidia.com/gpu.present": "true"})
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -304,8 +309,10 @@ def pull_events(
             {
                 "apiVersion": "v1",
                 "kind": "Event",
-                "metadata": {"name": f"{pod}.{hashlib.md5((pod + reason + container).encode()).hexdigest()[:16]}", "namespace": namespace},
-                "involvedObject": {"kind": "Pod", "name": pod, "namespace": namespace, "uid": uid, "fieldPath": field_path},
+                "metadata": {"name": f"{pod}.{hashlib.md5((pod + reason + container).encode()).hexdigest()[:16]}",
+                             "namespace": namespace},
+                "involvedObject": {"kind": "Pod", "name": pod, "namespace": namespace, "uid": uid,
+                                   "fieldPath": field_path},
                 "reason": reason,
                 "message": text,
                 "type": "Normal",
@@ -397,9 +404,11 @@ def synthetic_run_group(
             started + (finished - started) * (k + 1) / (n_extra + 1) for k in range(n_extra)
         ] + [finished]
         pod_stream: Iterable[tuple[tuple[float, int, float], dict[str, Any]]] = _keyed(i, times, states)
-        pod_pulls = pull_events(name, namespace=namespace, pulling=initialized, pulled=started - 1, message_seconds="18.5s")
+        pod_pulls = pull_events(name, namespace=namespace, pulling=initialized, pulled=started - 1,
+                                message_seconds="18.5s")
         if pulls_in_stream:  # Pulling just after the initialized state (k 2), Pulled a second before the start (k 3)
-            pod_stream = heapq.merge(pod_stream, [((initialized, i, 2.5), pod_pulls[0]), ((started - 1, i, 2.7), pod_pulls[1])],
+            pod_stream = heapq.merge(pod_stream,
+                                     [((initialized, i, 2.5), pod_pulls[0]), ((started - 1, i, 2.7), pod_pulls[1])],
                                      key=lambda item: item[0])
         else:
             pulls.extend(pod_pulls)
@@ -408,7 +417,8 @@ def synthetic_run_group(
     return nodes, pulls, merged
 
 
-def _keyed(i: int, times: list[float], states: Iterable[dict[str, Any]]) -> Iterator[tuple[tuple[float, int, float], dict[str, Any]]]:
+def _keyed(i: int, times: list[float],
+           states: Iterable[dict[str, Any]]) -> Iterator[tuple[tuple[float, int, float], dict[str, Any]]]:
     """Pod ``i``'s states keyed (time, pod, index) for the merge (a function: ``i`` bound now, not late)."""
     for k, (t, state) in enumerate(zip(times, states, strict=True)):
         yield (t, i, k), state

@@ -131,7 +131,8 @@ def make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
         # -------------------------------------------------------------- routes
 
         def _not_allowed(self, method: str) -> None:
-            self._status(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource ({method})")
+            self._status(405, "MethodNotAllowed",
+                         f"the server does not allow this method on the requested resource ({method})")
 
         def _r_pods(self, method: str, query: dict[str, str], body: Any, ns: str | None = None) -> None:
             if method != "GET":
@@ -174,7 +175,8 @@ def make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
 
         def _r_namespaces(self, method: str, query: dict[str, str], body: Any) -> None:
             items = [namespace_object(n, api.namespace_labels.get(n)) for n in sorted(api.namespaces)]
-            self._json(200, {"kind": "NamespaceList", "apiVersion": "v1", "metadata": {"resourceVersion": str(api._rv)}, "items": items})
+            self._json(200, {"kind": "NamespaceList", "apiVersion": "v1",
+                             "metadata": {"resourceVersion": str(api._rv)}, "items": items})
 
         def _r_namespace(self, method: str, query: dict[str, str], body: Any, ns: str) -> None:
             if ns not in api.namespaces:
@@ -184,14 +186,16 @@ def make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
         def _r_jobs(self, method: str, query: dict[str, str], body: Any, ns: str) -> None:
             if method == "POST":
                 if ns not in api.namespaces:
-                    return self._status(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
+                    return self._status(404, "NotFound", f'namespaces "{ns}" not found',
+                                        {"name": ns, "kind": "namespaces"})
                 if not isinstance(body, dict):
                     return self._status(400, "BadRequest", "the body of the request was in an unknown format")
                 code, obj = api._create_job(ns, body)
                 return self._json(code, obj)
             if method != "GET":
                 return self._not_allowed(method)
-            self._json(200, api._list({k: v for k, v in api.jobs.items()}, query, ns, "Job") | {"apiVersion": "batch/v1"})
+            self._json(200, api._list({k: v for k, v in api.jobs.items()}, query, ns, "Job")
+                       | {"apiVersion": "batch/v1"})
 
         def _r_job(self, method: str, query: dict[str, str], body: Any, ns: str, name: str, status: str | None) -> None:
             with api._cond:
@@ -200,10 +204,12 @@ def make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
                     del api.jobs[(ns, name)]
                 job = copy.deepcopy(job)
             if job is None:
-                return self._status(404, "NotFound", f'jobs.batch "{name}" not found', {"name": name, "group": "batch", "kind": "jobs"})
+                return self._status(404, "NotFound", f'jobs.batch "{name}" not found',
+                                    {"name": name, "group": "batch", "kind": "jobs"})
             if method == "DELETE":
                 return self._json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                                        "details": {"name": name, "group": "batch", "kind": "jobs", "uid": job["metadata"]["uid"]}})
+                                        "details": {"name": name, "group": "batch", "kind": "jobs",
+                                                    "uid": job["metadata"]["uid"]}})
             self._json(200, job)
 
         def _r_version(self, method: str, query: dict[str, str], body: Any) -> None:
@@ -217,10 +223,12 @@ def make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
             if name is None:
                 if method == "POST" and ns is not None:
                     if ns not in api.namespaces:
-                        return self._status(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
+                        return self._status(404, "NotFound", f'namespaces "{ns}" not found',
+                                            {"name": ns, "kind": "namespaces"})
                     if not isinstance(body, dict):
                         return self._status(400, "BadRequest", "the body of the request was in an unknown format")
-                    return self._json(*api._create_custom(res, ns, copy.deepcopy(body)))  # the record keeps what was sent
+                    # the record keeps what was sent
+                    return self._json(*api._create_custom(res, ns, copy.deepcopy(body)))
                 if method != "GET":
                     return self._not_allowed(method)
                 if query.get("watch", "").lower() in ("true", "1"):
@@ -258,7 +266,8 @@ def make_handler(api: KubeAPIStandIn) -> type[BaseHTTPRequestHandler]:
             self._r_custom(method, query, body, "", version, plural, ns, name, status)
 
         def _r_access_review(self, method: str, query: dict[str, str], body: Any) -> None:
-            """``SelfSubjectAccessReview``: allowed unless :attr:`KubeAPIStandIn.forbidden` names the resource or verb."""
+            """``SelfSubjectAccessReview``: allowed unless :attr:`KubeAPIStandIn.forbidden` names the resource or
+            verb."""
             if method != "POST" or not isinstance(body, dict):
                 return self._not_allowed(method)
             attrs = (body.get("spec") or {}).get("resourceAttributes") or {}

@@ -46,7 +46,8 @@ def _check_parameters(spec: dict[str, Any], parameters: dict[str, Any]) -> str |
         ptype = declared[name].get("parameterType")
         ok = {
             "STRING": isinstance(value, str),
-            "NUMBER_INTEGER": isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer(),
+            "NUMBER_INTEGER": (isinstance(value, (int, float)) and not isinstance(value, bool)
+                               and float(value).is_integer()),
             "NUMBER_DOUBLE": isinstance(value, (int, float)) and not isinstance(value, bool),
             "BOOLEAN": isinstance(value, bool),
             "LIST": isinstance(value, list),
@@ -127,14 +128,17 @@ class KFPAPIStandIn(StandInServer):
     def _experiment(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         name = body.get("display_name") or ""
         if not name:
-            return 400, error_body(INVALID_ARGUMENT, "Invalid input error: Experiment name is empty. Please specify a valid experiment name")
+            return 400, error_body(INVALID_ARGUMENT, "Invalid input error: Experiment name is empty. "
+                                   "Please specify a valid experiment name")
         namespace = body.get("namespace") or ""
         problem = self._namespace_problem(namespace, "CreateExperiment")
         if problem:
             return problem
         with self._lock:
-            if any(e["display_name"] == name and e.get("namespace", "") == namespace for e in self.experiments.values()):
-                return 409, error_body(6, f"Already exist error: Failed to create a new experiment. The name {name} already exists. Please specify a new name")
+            if any(e["display_name"] == name and e.get("namespace", "") == namespace
+                   for e in self.experiments.values()):
+                return 409, error_body(6, f"Already exist error: Failed to create a new experiment. "
+                                          f"The name {name} already exists. Please specify a new name")
             exp = {
                 "experiment_id": str(uuid.uuid4()),
                 "display_name": name,
@@ -150,14 +154,16 @@ class KFPAPIStandIn(StandInServer):
     def _namespace_problem(self, namespace: str, api: str) -> tuple[int, dict[str, Any]] | None:
         if not self.multi_user:
             if namespace:
-                return 400, error_body(INVALID_ARGUMENT, f"Invalid input error: In single-user mode, {api} cannot filter by namespace.")
+                return 400, error_body(INVALID_ARGUMENT,
+                                       f"Invalid input error: In single-user mode, {api} cannot filter by namespace.")
             return None
         if not namespace:
-            return 400, error_body(INVALID_ARGUMENT, f"Invalid input error: In multi-user mode, {api} must filter by namespace.")
+            return 400, error_body(INVALID_ARGUMENT,
+                                   f"Invalid input error: In multi-user mode, {api} must filter by namespace.")
         if namespace not in self.namespaces:
             return 403, error_body(
                 PERMISSION_DENIED,
-                f"Failed to authorize with API: PermissionDenied: User 'system:serviceaccount:kubeflow:pipeline-runner' "
+                "Failed to authorize with API: PermissionDenied: User 'system:serviceaccount:kubeflow:pipeline-runner' "
                 f"is not authorized with reason: namespace \"{namespace}\" not found (request: {{Namespace:{namespace} "
                 "Verb:list Group:pipelines.kubeflow.org Resource:experiments}})",
             )
@@ -172,10 +178,13 @@ class KFPAPIStandIn(StandInServer):
         if exp is None:
             return 404, error_body(NOT_FOUND, f"Failed to create a run: experiment {experiment_id} not found")
         if not body.get("display_name"):
-            return 400, error_body(INVALID_ARGUMENT, "Invalid input error: The run name is empty. Please specify a valid name")
+            return 400, error_body(INVALID_ARGUMENT,
+                                   "Invalid input error: The run name is empty. Please specify a valid name")
         if body.get("pipeline_spec") is None and body.get("pipeline_version_reference") is None:
-            return 400, error_body(INVALID_ARGUMENT, "Invalid input error: Failed to create a run: pipeline spec or version is required")
-        spec, problem = _parse_pipeline_spec(body.get("pipeline_spec")) if body.get("pipeline_spec") is not None else (None, None)
+            return 400, error_body(INVALID_ARGUMENT,
+                                   "Invalid input error: Failed to create a run: pipeline spec or version is required")
+        spec, problem = (_parse_pipeline_spec(body.get("pipeline_spec")) if body.get("pipeline_spec") is not None
+                         else (None, None))
         if problem:
             return 400, error_body(INVALID_ARGUMENT, problem)
         runtime = body.get("runtime_config") or {}
@@ -238,7 +247,8 @@ def _make_handler(api: KFPAPIStandIn) -> type[BaseHTTPRequestHandler]:
         def _handle(self, method: str) -> None:
             parts, query, body, authorized = self._receive(api, method)
             if not authorized:
-                return self._json(401, error_body(UNAUTHENTICATED, "Unauthenticated: the request has no valid bearer token"))
+                return self._json(401, error_body(UNAUTHENTICATED,
+                                                  "Unauthenticated: the request has no valid bearer token"))
             path = parts.path.rstrip("/")
             prefix = "/apis/v2beta1/"
             if not path.startswith(prefix):
@@ -265,7 +275,8 @@ def _make_handler(api: KFPAPIStandIn) -> type[BaseHTTPRequestHandler]:
                 with api._lock:
                     exp = copy.deepcopy(api.experiments.get(rest[1]))
                 if exp is None:
-                    return self._json(404, error_body(NOT_FOUND, f"Failed to get experiment: experiment {rest[1]} not found"))
+                    return self._json(404, error_body(NOT_FOUND,
+                                                      f"Failed to get experiment: experiment {rest[1]} not found"))
                 return self._json(200, exp)
             if rest == ["runs"]:
                 if method == "POST":

@@ -58,8 +58,10 @@ class MlflowRestStandIn(StandInServer):
                 if api.authorization is not None and header != api.authorization:
                     return self._json(401, {"error_code": "UNAUTHENTICATED", "message": "credentials refused"})
                 if api.fail_next:
-                    return self._json(api.fail_next.pop(0), {"error_code": "TEMPORARILY_UNAVAILABLE", "message": "busy"})
-                code, obj = api.answer(method, parts.path.removeprefix("/api/2.0/mlflow/"), query if method == "GET" else body)
+                    return self._json(api.fail_next.pop(0),
+                                      {"error_code": "TEMPORARILY_UNAVAILABLE", "message": "busy"})
+                code, obj = api.answer(method, parts.path.removeprefix("/api/2.0/mlflow/"),
+                                       query if method == "GET" else body)
                 self._json(code, obj)
 
         return Handler
@@ -82,8 +84,10 @@ class MlflowRestStandIn(StandInServer):
         if endpoint == "runs/create":
             run_id = uuid.uuid4().hex
             self.runs[run_id] = {"info": {"run_id": run_id, "experiment_id": req["experiment_id"], "status": "RUNNING",
-                                          "start_time": req.get("start_time"), "artifact_uri": f"mlflow-artifacts:/{run_id}"},
-                                 "tags": {t["key"]: t["value"] for t in req.get("tags", [])}, "params": {}, "metrics": {}}
+                                          "start_time": req.get("start_time"),
+                                          "artifact_uri": f"mlflow-artifacts:/{run_id}"},
+                                 "tags": {t["key"]: t["value"] for t in req.get("tags", [])}, "params": {},
+                                 "metrics": {}}
             return 200, {"run": self._run(self.runs[run_id])}
         run = self.runs.get(req.get("run_id", ""))
         if run is None:

@@ -116,7 +116,8 @@ class OpenCostStandIn(StandInServer):
              resolution_s: float) -> dict[str, Any] | None:
         meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
         states = [c.get("state") or {} for c in status.get("containerStatuses") or []]
-        began = [_epoch(s[k]["startedAt"]) for s in states for k in ("running", "terminated") if (s.get(k) or {}).get("startedAt")]
+        began = [_epoch(s[k]["startedAt"]) for s in states for k in ("running", "terminated")
+                 if (s.get(k) or {}).get("startedAt")]
         if not began:
             return None
         ended = [_epoch(s["terminated"]["finishedAt"]) for s in states if (s.get("terminated") or {}).get("finishedAt")]
@@ -143,13 +144,16 @@ class OpenCostStandIn(StandInServer):
         name = "/".join(props[k] for k in ("cluster", "node", "namespace", "pod", "container"))
         return {"name": name, "properties": props, "window": {"start": _rfc3339(start), "end": _rfc3339(end)},
                 "start": _rfc3339(s), "end": _rfc3339(e), "minutes": (e - s) / 60.0,
-                "cpuCores": cpu, "cpuCoreRequestAverage": cpu, "cpuCoreUsageAverage": cpu * 0.8, "cpuCoreHours": cpu * hours,
+                "cpuCores": cpu, "cpuCoreRequestAverage": cpu, "cpuCoreUsageAverage": cpu * 0.8,
+                "cpuCoreHours": cpu * hours,
                 "cpuCost": cpu_cost, "cpuCostAdjustment": 0.0, "cpuEfficiency": 0.8,
                 "gpuCount": gpus, "gpuHours": gpus * hours, "gpuCost": gpu_cost, "gpuCostAdjustment": 0.0,
                 "networkCost": 0.0, "loadBalancerCost": 0.0, "pvCost": 0.0,
-                "ramBytes": ram, "ramByteRequestAverage": ram, "ramByteUsageAverage": ram * 0.5, "ramByteHours": ram * hours,
+                "ramBytes": ram, "ramByteRequestAverage": ram, "ramByteUsageAverage": ram * 0.5,
+                "ramByteHours": ram * hours,
                 "ramCost": ram_cost, "ramCostAdjustment": 0.0, "ramEfficiency": 0.5,
-                "sharedCost": 0.0, "externalCost": 0.0, "totalCost": gpu_cost + cpu_cost + ram_cost, "totalEfficiency": 0.65}
+                "sharedCost": 0.0, "externalCost": 0.0, "totalCost": gpu_cost + cpu_cost + ram_cost,
+                "totalEfficiency": 0.65}
 
 
 _SUMMED = ("cpuCoreHours", "cpuCost", "gpuHours", "gpuCost", "ramByteHours", "ramCost", "totalCost")

@@ -32,7 +32,8 @@ class Preemption:
     retry_gap_s: int = 2
     reason: str = "PreemptionByScheduler"
     real: Any = None  # standins.real_pods.RealFinetune: the real step, SIGTERMed at the moment, says what it kept
-    done: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (pipeline_run, task) -> the preempted attempt
+    # (pipeline_run, task) -> the preempted attempt
+    done: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, text: str, **options: Any) -> Preemption:
@@ -85,13 +86,16 @@ class Preemption:
         return retry, ev1["finished"]
 
     def script_gang(self, cluster: Any, script: Any, step: str) -> float | None:
-        """A node pod of the run's TrainJob gang preempted, the gang restarted whole (:mod:`standins.gang_preemption`)."""
+        """A node pod of the run's TrainJob gang preempted, the gang restarted whole
+        (:mod:`standins.gang_preemption`)."""
         return script_gang(self, cluster, script, step) if self.spec.step == step else None
 
-    def gang_pod(self, p: dict[str, Any], states: list[dict[str, Any]], actions: list[Any], namespace: str) -> list[Any]:
+    def gang_pod(self, p: dict[str, Any], states: list[dict[str, Any]], actions: list[Any],
+                 namespace: str) -> list[Any]:
         return gang_pod_end(self, p, states, actions, namespace)
 
-    def script_job(self, cluster: Any, script: Any, times: dict[str, Any], steps: tuple[str, ...]) -> dict[str, Any] | None:
+    def script_job(self, cluster: Any, script: Any, times: dict[str, Any],
+                   steps: tuple[str, ...]) -> dict[str, Any] | None:
         """The MLflow Job's one pod preempted in the step (``at_s`` after the step began in it); the Job's
         next pod reruns ``main`` from the start (the steps before, again), the step resumes from its
         checkpoint. Returns the retry pod's times, or None when no moment falls inside the step."""
@@ -115,7 +119,8 @@ class Preemption:
         if saves:
             before[self.spec.step][CHECKPOINT_EVENT] = round(saves[-1], 6)
         if self.real is not None:
-            before[self.spec.step][CHECKPOINT_EVENT], kept_s, resumed_step = self._real(cluster, script, trained_from, at)
+            before[self.spec.step][CHECKPOINT_EVENT], kept_s, resumed_step = self._real(
+                cluster, script, trained_from, at)
         retry = cluster._pod_times(script, at + self.retry_gap_s, True, False)
         cursor = retry["started"] + t.process_s
         for step in steps:  # main.py again: every step, the preempted one resumed
@@ -131,7 +136,8 @@ class Preemption:
         retry["finished"] = math.floor(cursor) + 1
         self.done[(script.pipeline_run, "main")] = {
             "times": {**times, "finished": at + self.grace_s, "failed": True}, "events": before[self.spec.step],
-            "at": at, "began": began, "kept_s": kept_s, "checkpoint": before[self.spec.step].get(CHECKPOINT_EVENT), "retry": retry,
+            "at": at, "began": began, "kept_s": kept_s, "checkpoint": before[self.spec.step].get(CHECKPOINT_EVENT),
+            "retry": retry,
             "attempts": {s: [e] for s, e in before.items()}}
         return retry
 

@@ -42,7 +42,8 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def gpu_node(name: str, *, gpus: int = 8, labelled: bool = True, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
+def gpu_node(name: str, *, gpus: int = 8, labelled: bool = True,
+             taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """A GPU node as the NVIDIA GPU operator leaves it: labels, the usual taint, allocatable GPUs."""
     now = time.time() - 3600
     node = node_object(name, created=now, ready=now + 60, instance_type="p5.48xlarge" if labelled else "m5.xlarge",
@@ -52,7 +53,8 @@ def gpu_node(name: str, *, gpus: int = 8, labelled: bool = True, taints: list[di
     return node
 
 
-def secret(namespace: str, data: dict[str, str], *, name: str = "llmpack-mlflow", kind: str = "Opaque") -> dict[str, Any]:
+def secret(namespace: str, data: dict[str, str], *, name: str = "llmpack-mlflow",
+           kind: str = "Opaque") -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Secret", "type": kind,
             "metadata": {"name": name, "namespace": namespace},
             "data": {k: _b64(v) for k, v in data.items()}}
@@ -62,7 +64,8 @@ def pvc(namespace: str = RUN_NAMESPACE, *, modes: tuple[str, ...] = ("ReadWriteM
         name: str = SHARED_PVC) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"accessModes": list(modes), "resources": {"requests": {"storage": "50Gi"}}, "storageClassName": "nfs"},
+            "spec": {"accessModes": list(modes), "resources": {"requests": {"storage": "50Gi"}},
+                     "storageClassName": "nfs"},
             "status": {"phase": phase, "accessModes": list(modes) if phase == "Bound" else []}}
 
 
@@ -99,7 +102,8 @@ def plant_ready(api: KubeAPIStandIn) -> KubeAPIStandIn:
         api.apply_custom_object(secret(namespace, {".dockerconfigjson": '{"auths": {}}'}, name=PULL_SECRET,
                                        kind="kubernetes.io/dockerconfigjson"))
     api.apply_custom_object({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-                             "metadata": {"name": "torch-distributed"}, "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}}})
+                             "metadata": {"name": "torch-distributed"},
+                             "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}}})
     return api
 
 
@@ -136,17 +140,21 @@ FAULTS: dict[str, tuple[str, Callable[[KubeAPIStandIn], Any]]] = {
                            _delete("configmaps", RUN_NAMESPACE, "artifact-repositories")),
     "ckpt-pvc-rwo": ("the checkpoint PVC (--checkpoint-pvc) is ReadWriteOnce",
                      lambda api: api.apply_custom_object(pvc(modes=("ReadWriteOnce",), name=CKPT_PVC))),
-    "no-model-pvc": ("the model's PVC (--model-pvc) is missing", _delete("persistentvolumeclaims", RUN_NAMESPACE, MODEL_PVC)),
+    "no-model-pvc": ("the model's PVC (--model-pvc) is missing",
+                     _delete("persistentvolumeclaims", RUN_NAMESPACE, MODEL_PVC)),
     "data-pvc-pending": ("the data's PVC (--data-pvc) is Pending",
-                         lambda api: api.apply_custom_object(pvc(modes=("ReadOnlyMany",), name=DATA_PVC, phase="Pending"))),
-    "no-hf-secret": ("the HF token Secret (--hf-token-secret) is missing", _delete("secrets", RUN_NAMESPACE, HF_SECRET)),
+                         lambda api: api.apply_custom_object(pvc(modes=("ReadOnlyMany",), name=DATA_PVC,
+                                                                 phase="Pending"))),
+    "no-hf-secret": ("the HF token Secret (--hf-token-secret) is missing",
+                     _delete("secrets", RUN_NAMESPACE, HF_SECRET)),
     "hf-secret-without-key": ("the HF token Secret has no token key",
                               lambda api: api.apply_custom_object(secret(RUN_NAMESPACE, {"hf": HF_TOKEN_VALUE},
                                                                          name=HF_SECRET))),
     "no-pull-secret": ("the image pull Secret (--image-pull-secret) is missing",
                        _delete("secrets", RUN_NAMESPACE, PULL_SECRET)),
     "psa-restricted": ("the KFP namespace enforces Pod Security restricted",
-                       lambda api: api.add_namespace(KFP_NAMESPACE, {"pod-security.kubernetes.io/enforce": "restricted"})),
+                       lambda api: api.add_namespace(KFP_NAMESPACE,
+                                                     {"pod-security.kubernetes.io/enforce": "restricted"})),
 }
 
 

@@ -148,7 +148,8 @@ class RealFinetune:
             if p0.returncode != 143 or "checkpoint_saved" not in ev0:
                 raise AssertionError(f"{run}: attempt 0 did not checkpoint on SIGTERM (exit {p0.returncode}): {text0}")
             if exited - sent > grace_s:
-                raise AssertionError(f"{run}: the SIGTERM checkpoint took {exited - sent:.2f} s, over the {grace_s} s grace")
+                raise AssertionError(f"{run}: the SIGTERM checkpoint took {exited - sent:.2f} s, "
+                                     f"over the {grace_s} s grace")
             out1, p1 = self._start(run, 1, env)
             text1, _ = p1.communicate(timeout=300)
             if p1.returncode != 0:

@@ -84,7 +84,8 @@ def build_nodes(doc: Any) -> list[dict[str, Any]]:
             resources["nvidia.com/gpu"] = str(gpus)
             labels["nvidia.com/gpu.count"] = str(gpus)
             labels["nvidia.com/gpu.present"] = "true"
-        for key, label in (("gpuProduct", "nvidia.com/gpu.product"), ("instanceType", "node.kubernetes.io/instance-type")):
+        for key, label in (("gpuProduct", "nvidia.com/gpu.product"),
+                           ("instanceType", "node.kubernetes.io/instance-type")):
             if key in g:
                 labels.update([_label(name, label, g[key])])
         taints = []
@@ -123,7 +124,8 @@ def create_nodes(nodes: list[dict[str, Any]], *, server: str, ca: Path, cert: Pa
         except urllib.error.HTTPError as err:
             if err.code != 409:
                 detail = json.loads(err.read() or b"{}").get("message", "")
-                raise BadInput(f"node {node['metadata']['name']}: the API server answered {err.code}: {detail}") from None
+                raise BadInput(f"node {node['metadata']['name']}: "
+                               f"the API server answered {err.code}: {detail}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
