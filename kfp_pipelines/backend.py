@@ -81,7 +81,11 @@ class KfpBackend(Backend):
         return [click.option("--host", default=None, help="KFP API endpoint (default: KFP_HOST)."),
                 click.option("--experiment", default="llmpack", show_default=True, help="KFP experiment of the run."),
                 click.option("--package", "package_path", default=None,
-                             help="Compiled package (default: kfp_pipelines/finetune.yaml).")]
+                             help="Compiled package (default: kfp_pipelines/finetune.yaml)."),
+                click.option("--service-account", default=None, metavar="NAME",
+                             help="Service account of every pod of the run (KFP sets one per run); default: "
+                                  "llmpack-launcher for a TrainJob gang (its launcher creates the TrainJob), "
+                                  "else KFP's own.")]
 
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         return f"kfp.Client(host=...).terminate_run({summary.get('server_id')!r}) or the KFP UI"

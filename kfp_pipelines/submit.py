@@ -25,6 +25,7 @@ from typing import Any, Unpack
 from components.backend import SubmitRequest
 from components.errors import InputError
 from components.params import TELEMETRY_PARAMS
+from components.process.gang import NNODES_PARAM
 from components.servers.remote import (
     is_unreachable,
     normalize_host,
@@ -44,6 +45,7 @@ from components.servers.submission import (
     telemetry_values,
     user_parameters,
 )
+from components.servers.trainjob_rbac import LAUNCHER_SERVICE_ACCOUNT
 from components.servers.waiting import WaitOptions, poll_object, wait_options
 from kfp_pipelines import PACKAGE_PATH
 
@@ -165,6 +167,20 @@ def _client(host: str, token: str | None, namespace: str | None, verify: bool | 
 
 def _root_parameters(package: Path) -> dict[str, str]:
     """Root input parameters of a compiled KFP package: name -> parameterType."""
+    return {name: p.get("parameterType", "") for name, p in _root_inputs(package).items()}
+
+
+def _launches_a_gang(package: Path, values: Mapping[str, Any]) -> bool:
+    """Whether the run's finetune is a TrainJob gang: ``nnodes`` above 1, as given or compiled."""
+    nodes = values.get(NNODES_PARAM, _root_inputs(package).get(NNODES_PARAM, {}).get("defaultValue", 1))
+    try:
+        return int(float(nodes)) > 1
+    except (TypeError, ValueError):
+        return False
+
+
+def _root_inputs(package: Path) -> dict[str, dict[str, Any]]:
+    """Root input parameters of a compiled KFP package as compiled (type, default)."""
     from components import yamltext
 
     try:
@@ -176,7 +192,7 @@ def _root_parameters(package: Path) -> dict[str, str]:
     except (KeyError, TypeError):
         raise InputError(f"--package {package}: no root.inputDefinitions.parameters "
                          "(not a compiled KFP pipeline)") from None
-    return {name: p.get("parameterType", "") for name, p in params.items()}
+    return {name: p if isinstance(p, dict) else {} for name, p in params.items()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,7 +215,8 @@ def submit(request: Request) -> dict[str, Any]:
         namespace: the Kubeflow profile namespace (multi-user KFP only).
         experiment: the KFP experiment, got or created by name.
         package_path: the compiled package (default: the committed ``kfp_pipelines/finetune.yaml``).
-        service_account: the Kubernetes service account the run's pods use.
+        service_account: the Kubernetes service account the run's pods use (default: ``llmpack-launcher``
+            when finetune is a TrainJob gang, whose launcher creates the TrainJob; else KFP's).
         ca_cert, insecure_skip_tls_verify: how the server's certificate is checked (see
             :func:`components.servers.remote.tls_verify`; on by default).
     """
@@ -210,6 +227,8 @@ def submit(request: Request) -> dict[str, Any]:
     for key in [*values, *TELEMETRY_PARAMS]:
         if key not in declared:
             raise InputError(f"--package {package}: the compiled pipeline has no parameter {key!r}")
+    # KFP gives a whole run one account: a gang's launcher must create the TrainJob, so its Role's account
+    account = request.service_account or (LAUNCHER_SERVICE_ACCOUNT if _launches_a_gang(package, values) else None)
     host_url, secret = connection(request.host, request.token, os.environ)
     verify = tls_verify(request.ca_cert, request.insecure_skip_tls_verify)
     run_group, pipeline_run = run_ids(ORCHESTRATOR, request.run_group, request.pipeline_run)
@@ -229,7 +248,7 @@ def submit(request: Request) -> dict[str, Any]:
                 arguments=arguments,
                 run_name=pipeline_run,
                 experiment_id=exp.experiment_id,
-                service_account=request.service_account,
+                service_account=account,
             )
     except InputError:
         raise
@@ -249,6 +268,8 @@ def submit(request: Request) -> dict[str, Any]:
         "parameters": arguments,
         "tags": tags,
     }
+    if account:
+        summary["service_account"] = account
     summary.update(record_fields(mc, uri, ctx, {**tags, "llmpack.kfp.run_id": result.run_id}))
     return summary
 

@@ -225,3 +225,18 @@ def test_mlflow_record_when_a_tracking_uri_is_given(kfp_api: KFPAPIStandIn, trac
                 "llmpack.cpu_to_gpu_ratio"):
         assert tags[key]
     assert float(run.data.params["submitted_at"]) == summary["submitted_at"]
+
+
+def test_a_gang_runs_as_the_launcher_account_and_the_flag_wins(kfp_api: KFPAPIStandIn) -> None:
+    """KFP gives a whole run one service account: a package whose finetune is a TrainJob gang runs as
+    ``llmpack-launcher`` (the one account its Role lets create the TrainJob); one-node runs keep KFP's own."""
+    multinode = REPO / "examples" / "multinode" / "kfp_pipelines" / "finetune.yaml"
+    gang = kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, package_path=multinode))
+    one = kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN))
+    mine = kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, package_path=multinode,
+                                                service_account="team-launcher"))
+    accounts = [r.body.get("service_account") or None for r in kfp_api.recorded("POST", "/apis/v2beta1/runs")]
+    assert accounts == ["llmpack-launcher", None, "team-launcher"]
+    assert (gang["service_account"], "service_account" in one, mine["service_account"]) == (
+        "llmpack-launcher", False, "team-launcher")
+    assert kfp_api.runs[gang["run_id"]]["service_account"] == "llmpack-launcher"
