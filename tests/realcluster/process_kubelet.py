@@ -443,11 +443,13 @@ class ProcessKubelet:
         return procs
 
     def _wait(self, proc: subprocess.Popen[bytes]) -> int:
+        """The exit code as a container runtime reports it: 128 + N for a process ended by signal N (137: SIGKILL)."""
         try:
-            return proc.wait(timeout=self.deadline_s)
+            code = proc.wait(timeout=self.deadline_s)
         except subprocess.TimeoutExpired:
             _kill(proc, 0)
-            return proc.wait()
+            code = proc.wait()
+        return 128 - code if code < 0 else code
 
     @staticmethod
     def _state(c: dict[str, Any], proc: subprocess.Popen[bytes], state: dict[str, Any]) -> dict[str, Any]:
