@@ -181,6 +181,11 @@ TERMS: tuple[Term, ...] = (
     Term(key="path", name="path", group="words",
          short="one backend in one packaging, as compare runs it (argo+fuse-gpu)",
          detail="What `compare` and the report set side by side. Elsewhere, as in any program, a path is a file's."),
+    Term(key="mode", name="mode", group="words",
+         short="where a run's steps ran: local (this machine) or cluster (pods)",
+         detail="The record's `llmpack.mode`. A compiled package says `cluster` (llmpack's local runs pass `local`), "
+                "or `auto` where its orchestrator also runs it here as compiled (KFP's `kfp.local`): `cluster` "
+                "inside a Kubernetes pod, else `local`. A step told `cluster` logs to a tracking server only."),
     Term(key="mlflow_roles", name="MLflow, twice", group="words",
          short="the mlflow backend, and the tracking library every path uses",
          detail="`--backend mlflow` runs MLflow Projects (`mlflow_projects/`). `import mlflow`, "
