@@ -16,6 +16,7 @@ What it plays, in full: docs/stand-ins.md, "The fake cluster".
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import threading
@@ -449,6 +450,9 @@ class FakeCluster(GangPlayer):
                 actions += self.preempt.pod_actions(self, script, step, states[0], ns)
         actions += self._gang_actions(script, ns)
         actions += self._mlflow_actions(script, self._ran(script))
+        if self.preempt is not None:  # its preempted pod is deleted: a watcher started after that never sees it
+            with contextlib.suppress(TimeoutError):  # (a real run's pods come seconds after the run: wait for the
+                self.kube.wait_for_watches(1, 10.0, selecting=run["run_id"])  # watch the run's id selects)
 
         def finish() -> None:
             if script.failed_step:

@@ -118,6 +118,7 @@ class KubeAPIStandIn(CustomObjects, StandInServer):
         self._log: list[_Entry] = []
         self._log_rvs: list[int] = []
         self._open_watches = 0
+        self.watch_selectors: list[str] = []  # each watch's labelSelector as asked, in order
         self._closing = False
         self._players: list[threading.Thread] = []
         self.player_errors: list[BaseException] = []
@@ -387,13 +388,14 @@ class KubeAPIStandIn(CustomObjects, StandInServer):
         else:
             raise ValueError(f"unknown step {action!r}")
 
-    def wait_for_watches(self, count: int, timeout: float = 10.0) -> None:
+    def wait_for_watches(self, count: int, timeout: float = 10.0, *, selecting: str = "") -> None:
+        """Until ``count`` watches are open (with ``selecting``: until one was asked whose selector has it)."""
         end = time.monotonic() + timeout
         with self._cond:
-            while self._open_watches < count:
+            while (not any(selecting in s for s in self.watch_selectors) if selecting else self._open_watches < count):
                 left = end - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"{self._open_watches} watch(es) open, waited for {count}")
+                    raise TimeoutError(f"{self._open_watches} watch(es) open, waited for {count} {selecting}")
                 self._cond.wait(left)
 
     def join_players(self, timeout: float = 10.0) -> None:
@@ -482,6 +484,7 @@ class KubeAPIStandIn(CustomObjects, StandInServer):
         pos = 0
         with self._cond:
             self._open_watches += 1
+            self.watch_selectors.append(query.get("labelSelector") or "")
             self._cond.notify_all()
             gen = self._expire_gen
             initial: list[bytes] = []
