@@ -170,9 +170,9 @@ def _root_parameters(package: Path) -> dict[str, str]:
     return {name: p.get("parameterType", "") for name, p in _root_inputs(package).items()}
 
 
-def _launches_a_gang(package: Path, values: Mapping[str, Any]) -> bool:
-    """Whether the run's finetune is a TrainJob gang: ``nnodes`` above 1, as given or compiled."""
-    nodes = values.get(NNODES_PARAM, _root_inputs(package).get(NNODES_PARAM, {}).get("defaultValue", 1))
+def _launches_a_gang(inputs: Mapping[str, Mapping[str, Any]], values: Mapping[str, Any]) -> bool:
+    """Whether the run's finetune is a TrainJob gang: ``nnodes`` above 1, as given or compiled (``inputs``)."""
+    nodes = values.get(NNODES_PARAM, (inputs.get(NNODES_PARAM) or {}).get("defaultValue", 1))
     try:
         return int(float(nodes)) > 1
     except (TypeError, ValueError):
@@ -223,12 +223,13 @@ def submit(request: Request) -> dict[str, Any]:
     pipe = shipped_pipeline()
     values = user_parameters(pipe, request.params)
     package = Path(request.package_path) if request.package_path else PACKAGE_PATH
-    declared = _root_parameters(package)
+    inputs = _root_inputs(package)  # read once: the declared parameters and nnodes' compiled default
+    declared = {name: p.get("parameterType", "") for name, p in inputs.items()}
     for key in [*values, *TELEMETRY_PARAMS]:
         if key not in declared:
             raise InputError(f"--package {package}: the compiled pipeline has no parameter {key!r}")
     # KFP gives a whole run one account: a gang's launcher must create the TrainJob, so its Role's account
-    account = request.service_account or (LAUNCHER_SERVICE_ACCOUNT if _launches_a_gang(package, values) else None)
+    account = request.service_account or (LAUNCHER_SERVICE_ACCOUNT if _launches_a_gang(inputs, values) else None)
     host_url, secret = connection(request.host, request.token, os.environ)
     verify = tls_verify(request.ca_cert, request.insecure_skip_tls_verify)
     run_group, pipeline_run = run_ids(ORCHESTRATOR, request.run_group, request.pipeline_run)
