@@ -213,33 +213,42 @@ def _busy_cores(n: int, seconds: float) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(n)]
 
 
-@pytest.mark.slow  # two finetunes under two planted busy processes (~40 s)
+@pytest.mark.slow  # three finetunes under two planted busy processes (~45 s)
 def test_tokens_per_s_of_one_and_two_ranks_agree_on_a_busy_machine(tokens: Path, env: dict[str, str],
                                                                     tmp_path: Path) -> None:
-    """tokens/s is the global batch's tokens per second of training, counted once over the ranks.
+    """tokens/s is the global batch's tokens over the training seconds, counted once over the ranks.
 
-    Two ranks on 2 cores can at most double one rank's rate. The step's processes get the
-    library defaults a user's would (no OMP_NUM_THREADS from this suite), under a planted load of
-    two busy processes: with OpenMP's spinning wait, one rank with a thread per core ran 9x slower
-    there and two ranks reported 13x its tokens/s.
+    Under a planted load of two busy processes on the same fixed work: one rank with one thread (what
+    torchrun gives each rank), two ranks, and one rank with the library defaults a user's would get (a
+    thread per core, no OMP_NUM_THREADS from this suite). Two ranks can at most double one rank's
+    rate on equal threads per rank. A thread per core under load is slower for real (its threads
+    wait for each other at every op: CI saw two ranks at 3.7x its rate), and more so with OpenMP's
+    spinning wait, which every step process turns off (test_startup.py); its figure is printed,
+    not judged: how slow depends on the machine's load.
     """
     user_env = {k: v for k, v in env.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY")}
-    load = _busy_cores(2, 120)
+    runs = {"one thread": (1, {**user_env, "OMP_NUM_THREADS": "1"}), "two ranks": (2, user_env),
+            "thread per core": (1, user_env)}
+    load = _busy_cores(2, 180)
     try:
-        rates, counts = {}, {}
-        for n in (1, 2):
-            out = tmp_path / f"p{n}"
+        metrics = {}
+        for name, (n, run_env) in runs.items():
+            out = tmp_path / name.replace(" ", "-")
             r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={out}", "--param=max_steps=12",
-                         "--param=batch_size=4", f"--param=nproc_per_node={n}", cwd=tmp_path, env=user_env)
+                         "--param=batch_size=4", f"--param=nproc_per_node={n}", cwd=tmp_path, env=run_env)
             assert r.returncode == 0, r.stdout + r.stderr
-            metrics = group_by_step(read_records(out.glob("*.jsonl")))["finetune"].metrics
-            rates[n], counts[n] = metrics["tokens_per_s"], metrics["train_tokens"]
+            metrics[name] = group_by_step(read_records(out.glob("*.jsonl")))["finetune"].metrics
     finally:
         for proc in load:
             proc.kill()
             proc.wait()
-    assert counts[1] == counts[2] == 12 * 4 * tokens_seq_len(tokens)  # every token once, whatever the ranks
-    assert rates[2] / rates[1] < 2 * 1.5, rates  # at most the 2x two ranks can give, with room for the noise
+    rates = {name: m["tokens_per_s"] for name, m in metrics.items()}
+    print("tokens/s under two busy processes:", {name: round(rate) for name, rate in rates.items()})
+    for m in metrics.values():  # every token once, whatever the ranks, over the training seconds
+        assert m["train_tokens"] == 12 * 4 * tokens_seq_len(tokens), metrics
+        assert math.isclose(m["tokens_per_s"], m["train_tokens"] / m["train_s"], rel_tol=1e-9), metrics
+    # at most the 2x two ranks can give over one on equal threads per rank, with room for the noise
+    assert rates["two ranks"] / rates["one thread"] < 2 * 1.5, rates
 
 
 def tokens_seq_len(tokens: Path) -> int:

@@ -37,6 +37,14 @@ def probe_model(out: Output[Dataset]) -> None:
 def probe_plain(out: Output[Dataset]) -> None:
     """A step with no model: paused for all of it."""
     (Path(out.path) / "gc.json").write_text(json.dumps({"during": _state()}))
+
+
+@step(name="probe-threads")
+def probe_threads(out: Output[Dataset]) -> None:
+    """The thread settings the step's libraries read from the environment."""
+    import os
+    names = ("OMP_WAIT_POLICY", "OMP_DYNAMIC", "MKL_DYNAMIC")
+    (Path(out.path) / "gc.json").write_text(json.dumps({n: os.environ.get(n) for n in names}))
 '''
 
 
@@ -73,9 +81,10 @@ def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _run(probe_dir: Path, name: str) -> dict:
-    out = probe_dir / name
-    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0",
+def _run(probe_dir: Path, name: str, **user: str) -> dict:
+    out = probe_dir / name / "-".join(user)
+    env = {**{k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_DYNAMIC", "MKL_DYNAMIC")},
+           "LLMPACK_MLFLOW_LOGGING": "0", **user,
            "PYTHONPATH": f"{probe_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     r = run_step(f"llmpack_gc_probe:{name}", f"--output=out={out}", cwd=probe_dir, env=env)
     assert r.returncode == 0, r.stderr
@@ -92,3 +101,12 @@ def test_a_step_process_is_paused_until_its_model_is_loaded(probe_dir: Path) -> 
 def test_a_step_with_no_model_is_paused_while_it_runs(probe_dir: Path) -> None:
     seen = _run(probe_dir, "probe_plain")
     assert tuple(seen["during"]["thresholds"]) == startup._START_UP_THRESHOLDS
+
+
+def test_a_step_process_waits_passively_and_keeps_its_thread_count_unless_the_user_says_otherwise(
+        probe_dir: Path) -> None:
+    """Idle OpenMP threads sleep (a thread per core trained 2.7-9x slower spinning on a shared CPU,
+    docs/decisions.md) and the libraries never pick fewer threads per call (byte-identical weights)."""
+    assert _run(probe_dir, "probe_threads") == {"OMP_WAIT_POLICY": "PASSIVE", "OMP_DYNAMIC": "FALSE",
+                                                "MKL_DYNAMIC": "FALSE"}
+    assert _run(probe_dir, "probe_threads", OMP_WAIT_POLICY="ACTIVE")["OMP_WAIT_POLICY"] == "ACTIVE"
