@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from components import settings
+from components.backend import DEFAULT_NAMESPACE
 from components.dsl import Pipeline
 from components.errors import InputError
 
@@ -145,7 +146,7 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
     return pipe
 
 
-def trainjob_yaml(pipe: Pipeline, *, namespace: str = "default") -> str:
+def trainjob_yaml(pipe: Pipeline, *, namespace: str = DEFAULT_NAMESPACE) -> str:
     """The TrainJob the finetune launcher creates, with an example run's values (components.process.gang)."""
     from components.finetune_pipeline import build
     from components.process import gang
@@ -236,13 +237,13 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
         try:
             for name in BACKENDS:  # each writes its own artifacts (components.backend.Backend.compile)
                 backend(name).compile(pipe, tmp, final_dir=out, **artifact_settings(name, pod))
-            if (nodes or 1) > 1:
-                from components.backend import DEFAULT_NAMESPACE
+            if (nodes or 1) > 1:  # the TrainJob lands where the launcher runs: the RBAC's namespace
                 from components.servers.trainjob_launch import launcher_rbac_yaml
 
+                namespace = (pod and pod.namespace) or DEFAULT_NAMESPACE
                 (tmp / TRAINJOB_FILE).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / TRAINJOB_FILE).write_text(trainjob_yaml(pipe, namespace=(pod and pod.namespace) or "default"))
-                (tmp / RBAC_FILE).write_text(launcher_rbac_yaml(namespace=(pod and pod.namespace) or DEFAULT_NAMESPACE))
+                (tmp / TRAINJOB_FILE).write_text(trainjob_yaml(pipe, namespace=namespace))
+                (tmp / RBAC_FILE).write_text(launcher_rbac_yaml(namespace=namespace))
             if prepull:
                 from llmpack.compile.prepull import PREPULL_FILE, daemonset_yaml
 

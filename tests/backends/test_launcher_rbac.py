@@ -57,6 +57,7 @@ def test_the_rbac_grants_what_the_launcher_calls_to_the_account_the_job_runs_as(
     node = rbac["node ServiceAccount"]
     assert node["automountServiceAccountToken"] is False
     trainjob = yaml.safe_load((MULTINODE / "trainjob" / "finetune-trainjob.yaml").read_text())
+    assert trainjob["metadata"]["namespace"] == "llmpack"  # where the launcher, and so its TrainJob, runs
     (patch,) = trainjob["spec"]["runtimePatches"]
     node_pod = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     assert node_pod["spec"]["serviceAccountName"] == node["metadata"]["name"]
