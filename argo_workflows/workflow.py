@@ -346,6 +346,7 @@ def _close_container(pipe: Pipeline) -> Any:
         run_id=RUN_ID,
         created_at="{{workflow.creationTimestamp}}",
         params={name: f"{{{{workflow.parameters.{name}}}}}" for name in pipe.all_params},  # the record logs them all
+        fuse=pipe.fuse,
     ) + [f"--metric-file={key}={{{{outputs.parameters.{name}.path}}}}" for name, (key, _) in RUN_METRICS.items()]
     return Container(
         name=CLOSE_TASK,

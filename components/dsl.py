@@ -117,6 +117,7 @@ class Pipeline:
     description: str = ""
     module: str = ""  # the module that defines it: a fused step of it is resolved there (components.fusion)
     rules: dict[str, Rule] = field(default_factory=dict)  # what each parameter's value must be (bind checks them)
+    fuse: str = "none"  # how its tasks are packaged: components.fusion.fuse sets it, the record's llmpack.fuse tag
 
     def bind(self, values: Mapping[str, Any], *, flag: str = "parameter") -> dict[str, Any]:
         """The one parameter gate: ``values`` coerced, type-checked and held to the rules, or one InputError.

@@ -103,7 +103,7 @@ def fuse(pipe: Pipeline, mode: str) -> Pipeline:
     fused = pipe
     for group in groups(pipe, mode):
         fused = _fuse_group(fused, [t.name for t in group])
-    return fused
+    return fused if mode == "none" else replace(fused, fuse=mode)  # the record tags the mode asked for
 
 
 def _fuse_group(pipe: Pipeline, names: list[str]) -> Pipeline:

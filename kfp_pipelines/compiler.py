@@ -34,7 +34,7 @@ from components.dsl import (
 )
 from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, placement, shm_size_limit
 from components.podspec import PodExtras, labels_env, pod_labels_of, recommended_labels, tracking_secret_of
-from components.record.close import CLOSE_TASK, billed_uses, uses_json
+from components.record.close import CLOSE_TASK, billed_uses, fuse_args, uses_json
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
 from components.record.uniform import AUTO_MODE
 
@@ -151,7 +151,8 @@ def close_record_source(pipe: Pipeline) -> str:
         f"    _llmpack_os.makedirs({HEADLINE_OUTPUT}.path, exist_ok=True)",
         "    _llmpack_argv = ['--status=' + status.state, "
         f"{'--uses=' + uses_json(billed_uses(pipe))!r}, "
-        f"'--run-id=' + orchestrator_run_id, '--scalars-out=' + {HEADLINE_OUTPUT}.path]",
+        f"'--run-id=' + orchestrator_run_id, '--scalars-out=' + {HEADLINE_OUTPUT}.path"
+        + "".join(f", {arg!r}" for arg in fuse_args(pipe.fuse)) + "]",
         *(f"    _llmpack_argv.append({f'--param={n}='!r} + _llmpack_fmt({n}))" for n in params),
         "    _llmpack_code = _llmpack_main(_llmpack_argv)",
         *_log_scalars([HEADLINE_OUTPUT]),

@@ -254,6 +254,7 @@ def pipeline_spec(pipe: Pipeline, *, kubernetes: bool) -> dict[str, Any]:
         ],
         "tasks": tasks,
         "uses": json.loads(uses_json(job_uses(pipe))),
+        **({"fuse": pipe.fuse} if pipe.fuse != "none" else {}),  # the record's llmpack.fuse tag
     }
 
 

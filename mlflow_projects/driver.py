@@ -164,7 +164,7 @@ def close_record(spec: Mapping[str, Any], values: Mapping[str, str], parent: Any
     try:
         record.close(values=values, status=status, uses=record.parse_uses(json.dumps(spec.get("uses", []))),
                      orchestrator_run_id=parent.info.run_id, orchestrator_created_at=parent.info.start_time / 1000.0,
-                     records_dir=Path(records_dir))
+                     records_dir=Path(records_dir), fuse=str(spec.get("fuse", "none")))
     except Exception as exc:  # noqa: BLE001 - the steps' JSONL keeps everything; the run's own status stands
         print(redact_text(f"llmpack: warning: could not close the run's record ({type(exc).__name__}: {exc})"),
               file=sys.stderr)

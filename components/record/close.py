@@ -188,6 +188,7 @@ def close(
     finished_at: float | None = None,
     records_dir: Path | None = None,
     env: Mapping[str, str] | None = None,
+    fuse: str = "none",
 ) -> dict[str, Any]:
     """Derive the run's metrics and tags, log them on its record and end it; returns the summary.
 
@@ -200,7 +201,11 @@ def close(
         finished_at: the run's end; default: now (the command line passes when its process started).
         records_dir: a directory whose ``llmpack-events.jsonl`` files are the run's step records.
         env: the environment (price, tracking URI, client mode); default ``os.environ``.
+        fuse: how the compiled pipeline's steps are packaged (``Pipeline.fuse``): tag ``llmpack.fuse`` when fused.
     """
+    from components.fusion import FUSE_TAG, check_mode
+
+    check_mode(fuse)
     env = dict(os.environ if env is None else env)
     finished_at = time.time() if finished_at is None else finished_at
     run_group, pipeline_run = identity(values, orchestrator_run_id)
@@ -241,6 +246,8 @@ def close(
     final = record_status(status)
     tags.update(uniform.foreign_run_tags(orchestrator_run_id, env))
     tags.update(label_tags(env))  # --label KEY=VALUE: llmpack.label.KEY (components.podspec)
+    if fuse != "none":  # a fused run's history is its own path's (llmpack plan, report); readers take none for none
+        tags[FUSE_TAG] = fuse
     tags.update({"llmpack.submit_time_source": source, "llmpack.record": "pipeline",
                  "llmpack.status": "succeeded" if final == "FINISHED" else final.lower()})
     train = telemetry.group_by_step(records).get(telemetry.TRAIN_STEP)
@@ -335,10 +342,16 @@ def read_summary(records_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def record_args(*, status: str, uses: str, run_id: str, created_at: str, params: Mapping[str, str]) -> list[str]:
+def record_args(*, status: str, uses: str, run_id: str, created_at: str, params: Mapping[str, str],
+                fuse: str = "none") -> list[str]:
     """Arguments after ``python``: the summarizing task's command line (every backend runs this)."""
     args = ["-m", MODULE, f"--status={status}", f"--uses={uses}", f"--run-id={run_id}", f"--created-at={created_at}"]
-    return args + [f"--param={k}={v}" for k, v in params.items()]
+    return args + fuse_args(fuse) + [f"--param={k}={v}" for k, v in params.items()]
+
+
+def fuse_args(fuse: str) -> list[str]:
+    """``--fuse=MODE`` for a fused pipeline's summarizing task; nothing for an unfused one."""
+    return [] if fuse == "none" else [f"--fuse={fuse}"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -357,6 +370,7 @@ def _main(argv: Sequence[str] | None, started: float) -> int:
     parser.add_argument("--run-id", default="", help="the orchestrator's own run id")
     parser.add_argument("--created-at", default="", help="when the orchestrator created the run (RFC 3339 or epoch)")
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--fuse", default="none", help="how the compiled steps are packaged (none, gpu, all)")
     parser.add_argument("--scalars-out", default="",
                         help="a directory for the headline numbers as JSON (KFP's Output[Metrics])")
     parser.add_argument("--metric-file", action="append", default=[], metavar="METRIC=PATH",
@@ -368,7 +382,7 @@ def _main(argv: Sequence[str] | None, started: float) -> int:
         records_dir = os.environ.get(settings.RECORDS_DIR.name)
         summary = close(values=values, status=args.status, uses=parse_uses(args.uses), orchestrator_run_id=args.run_id,
                         orchestrator_created_at=args.created_at, finished_at=started,
-                        records_dir=Path(records_dir) if records_dir else None)
+                        records_dir=Path(records_dir) if records_dir else None, fuse=args.fuse)
     except InputError as exc:
         from components.redaction import redact_text
 

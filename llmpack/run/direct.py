@@ -34,7 +34,7 @@ def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Map
         raise
     finally:
         close = record_args(status=status, uses=uses_json(gpu_uses(pipe)), run_id="", created_at="",
-                            params={k: format_value(values[k]) for k in pipe.all_params})
+                            params={k: format_value(values[k]) for k in pipe.all_params}, fuse=pipe.fuse)
         run_logged([sys.executable, *close], env=env, log_path=workdir / "logs" / f"{CLOSE_TASK}.log")
     if log is not None:
         print(f"direct: {len(pipe.tasks)} steps done in {workdir}", file=log)

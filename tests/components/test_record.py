@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import settings
+from components import fusion, settings
+from components.fusion import FUSE_TAG
 from components.record import close as record
 from components.record import telemetry
 from components.record.cost import GpuUse
@@ -115,6 +116,37 @@ def test_the_command_line_runs_as_compiled(tmp_path: Path):
     summary = record.read_summary(tmp_path)
     assert summary["pipeline_run"] == "wf-abc" and summary["status"] == "FAILED"
     assert summary["submit_time_source"] == "none"
+
+
+@pytest.mark.parametrize("fuse", ["none", "gpu", "all", "GPU"])
+def test_a_fused_pipeline_closes_its_record_tagged_with_its_packaging(tmp_path: Path, fuse: str):
+    """A record closed on the cluster without the client says how its steps were packaged, so a fused
+    run's history is its own path's (llmpack plan, report), as a client-closed record's is."""
+    args = record.record_args(status="Succeeded", uses="[]", run_id="wf-f", created_at="", fuse=fuse,
+                              params={"submitted_at": "0.0", "pipeline_run": "", "run_group": "",
+                                      "orchestrator": "argo", "mode": "cluster"})
+    env = {**os.environ, settings.CLIENT_UPLOADS.name: "1", settings.RECORDS_DIR.name: str(tmp_path)}
+    proc = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=120)
+    if fuse == "GPU":  # a mode the compiler never writes: one line, nothing written
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+            "llmpack: error: --fuse 'GPU': choose one of none, gpu, all; did you mean 'gpu'?"], proc.stderr
+        assert record.read_summary(tmp_path) is None
+        return
+    assert proc.returncode == 0, proc.stderr
+    tags = record.read_summary(tmp_path)["tags"]
+    assert tags.get(FUSE_TAG, "none") == fuse and (FUSE_TAG in tags) == (fuse != "none")
+    assert fusion.path_of({"orchestrator": "argo", "tags": tags}) == fusion.path_label("argo", fuse)
+
+
+def test_every_path_compiled_fused_tells_its_summarizing_task_so() -> None:
+    golden = REPO / "tests" / "fixtures" / "golden" / "fuse-gpu"
+    assert "- --fuse=gpu\n" in (golden / "argo_workflows" / "finetune.yaml").read_text()
+    assert "'--fuse=gpu'" in (golden / "kfp_pipelines" / "finetune.yaml").read_text()
+    for project in ("finetune", "finetune-k8s"):
+        spec = json.loads((golden / "mlflow_projects" / project / "pipeline.json").read_text())
+        assert spec["fuse"] == "gpu"
+    assert "fuse" not in json.loads((REPO / "mlflow_projects" / "finetune" / "pipeline.json").read_text())
+    assert "--fuse" not in (REPO / "argo_workflows" / "finetune.yaml").read_text()
 
 
 # --------------------------------------------------------------------------- compiled artifacts
