@@ -270,8 +270,10 @@ def test_a_retry_pod_resumes_this_runs_checkpoint_from_the_volume_byte_identical
     assert "resumed from" not in out_b  # B never reads A's state, though its fingerprint is the same
     assert (tmp_path / "a1" / ADAPTER).read_bytes() == reference == (tmp_path / "b0" / ADAPTER).read_bytes()
 
-    # Run C, attempt 0: SIGKILL inside the write of step 8's checkpoint (step 4's is whole).
-    c0 = subprocess.Popen(_finetune(tokens, tmp_path / "c0", "run-c"), cwd=REPO, env=slow_writes, text=True,
+    # Run C, attempt 0: SIGKILL inside the write of step 8's checkpoint (step 4's is whole). Its writes pause
+    # 5 s, not 0.4: it is killed in the pause anyway, and a loaded machine may take longer than 0.4 s to kill it.
+    killed_in_writes = _env(pvc, **{settings.CHAOS_CHECKPOINT_PAUSE_S.name: "5"})
+    c0 = subprocess.Popen(_finetune(tokens, tmp_path / "c0", "run-c"), cwd=REPO, env=killed_in_writes, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     _wait_for(lambda: any((pvc / "run-c" / "finetune").glob(".tmp-step-00000008-*")), c0)
     time.sleep(0.1)

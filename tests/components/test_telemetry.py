@@ -65,10 +65,11 @@ def test_jsonl_roundtrip_and_idempotent_keys(tmp_path: Path) -> None:
 
 def test_process_start_time_comes_from_the_os() -> None:
     t0 = time.time()
-    code = "import time; time.sleep(0.5); from components.record.telemetry import process_start_time as p; print(p())"
+    code = "import time; time.sleep(2); from components.record.telemetry import process_start_time as p; print(p())"
     started = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
-    # The process began before its 0.5 s sleep, not when Python got to the call.
-    assert t0 - 0.05 <= started <= t0 + 0.4
+    # The process began before its 2 s sleep, not when Python got to the call (a loaded machine may take
+    # a second to start it).
+    assert t0 - 0.05 <= started <= t0 + 1.5
 
 
 def test_mlflow_upload_is_idempotent(tracking_uri: str) -> None:

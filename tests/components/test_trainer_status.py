@@ -73,7 +73,13 @@ def test_updates_between_are_throttled_not_dropped_for_good(env: tuple[dict[str,
     assert status is not None
     status.every_s = 0.05
     progress = ProgressFile(tmp_path / "p.json", start_step=0, max_steps=10, status=status)
-    _train(progress, 10, step_s=0.03)
+    for done in range(1, 11):  # each step waits until the sender has taken what was queued, as a real step's
+        time.sleep(0.03)       # seconds would: a slow first post (TLS on a loaded machine) superseded all between
+        progress.update(done, tokens=done * 128, elapsed_s=done * 0.5, loss=4.0 / done)
+        deadline = time.monotonic() + 10.0
+        while status._pending is not None and time.monotonic() < deadline:
+            time.sleep(0.005)
+    progress.close()
     percents = [s["progressPercentage"] for s in server.statuses]
     assert percents[0] == 10 and percents[-1] == 100 and 3 <= len(percents) <= 10 and percents == sorted(percents)
     assert "time_to_first_step_s" not in _metrics(server.statuses[0])  # no submit time known: not made up

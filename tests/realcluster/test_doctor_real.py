@@ -203,6 +203,9 @@ def _quota(cluster: RealCluster, on: bool, name: str = "no-gpus", hard: dict[str
     if on:
         _core(cluster).create_namespaced_resource_quota(
             NS, {"metadata": {"name": name}, "spec": {"hard": hard or {"requests.nvidia.com/gpu": "0"}}})
+        # until the quota controller fills in status.hard, admission answers "status unknown for quota"
+        wait_until(lambda: (_core(cluster).read_namespaced_resource_quota(name, NS).status.hard or {}) != {},
+                   timeout_s=60, what=f"ResourceQuota {name} status")
     else:
         _core(cluster).delete_namespaced_resource_quota(name, NS)
 

@@ -75,6 +75,20 @@ def _record_watch_versions(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, i
     return seen
 
 
+def _settled_version(core: Any, ns: str, name: str, quiet_s: float = 2.0, timeout_s: float = 60.0) -> int:
+    """The pod's resourceVersion once it has not changed for ``quiet_s`` (kwok writes status in steps)."""
+    deadline = time.monotonic() + timeout_s
+    version, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        now = int(core.read_namespaced_pod(name, ns).metadata.resource_version)
+        if now != version:
+            version, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return now
+        time.sleep(0.2)
+    raise AssertionError(f"pod {name}: its resourceVersion kept changing for {timeout_s:.0f} s")
+
+
 def test_a_bookmark_moves_the_watch_past_other_pods_writes(real_cluster: RealCluster,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """One pod of the run group, Running and unchanged; 20 pods elsewhere created meanwhile: a later watch
@@ -91,8 +105,7 @@ def test_a_bookmark_moves_the_watch_past_other_pods_writes(real_cluster: RealClu
     core.create_namespaced_pod(ns, pod)
     wait_until(lambda: core.read_namespaced_pod("steady", ns).status.phase == "Running", timeout_s=60,
                what="kwok runs the run group's pod")
-    time.sleep(2)  # kwok's last status write lands before the watch starts
-    pod_rv = int(core.read_namespaced_pod("steady", ns).metadata.resource_version)
+    pod_rv = _settled_version(core, ns, "steady")  # kwok's last status write lands before the watch starts
     seen = _record_watch_versions(monkeypatch)
     watcher = PodWatcher(real_cluster.api, ns, "rg-bookmark", window_s=5)
     watcher.start(timeout_s=60)

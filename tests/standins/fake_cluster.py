@@ -452,7 +452,7 @@ class FakeCluster(GangPlayer):
         actions += self._mlflow_actions(script, self._ran(script))
         if self.preempt is not None:  # its preempted pod is deleted: a watcher started after that never sees it
             with contextlib.suppress(TimeoutError):  # (a real run's pods come seconds after the run: wait for the
-                self.kube.wait_for_watches(1, 10.0, selecting=run["run_id"])  # watch the run's id selects)
+                self.kube.wait_for_watches(1, 60.0, selecting=run["run_id"])  # watch the run's id selects)
 
         def finish() -> None:
             if script.failed_step:

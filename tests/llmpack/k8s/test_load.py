@@ -77,7 +77,9 @@ def test_a_watcher_whose_relist_drops_the_list_is_caught(monkeypatch: pytest.Mon
         return rv
 
     monkeypatch.setattr(PodWatcher, "_relist", relist_dropping_items)
-    r = watcher_load.measure(pods, events, expire_every=every, gap=gap, timeout_s=4)
+    # it never sees its run end, so it stops at the deadline: long enough for a loaded machine to play it all
+    r = watcher_load.measure(pods, events, expire_every=every, gap=gap, timeout_s=10)
+    assert r.played == events, (r.played, events)  # else the count below would judge half a stream
     assert r.stopped_by == "deadline"
     assert r.pods_stale + r.pods_lost >= len(hidden_ends)
     # a pod that ended behind a 410 shows stale when the watcher saw it before, lost when it never did:
