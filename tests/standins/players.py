@@ -158,13 +158,8 @@ class OrchestratorPlayers:
             states = self._states(pod, ns, labels, {"workflows.argoproj.io/node-name": node_name,
                                                     "pipelines.kubeflow.org/v2_component": "true"},
                                   times, argo=True, image=IMAGE, gpu=times.get("gpu", task.gpu))
-            self._fused_command(states, task)
-            node = script.node if "node_created" in times else None
-            actions += self._pod_actions(states, times, namespace=ns, container="main", node=node)
-            if self.preempt is not None:
-                actions += self.preempt.pod_actions(self, script, step, states[0], ns)
-        actions += self._gang_actions(script, ns)
-        actions += self._mlflow_actions(script, self._ran(script))
+            actions += self._task_pod_actions(script, step, task, states, times, ns)
+        actions += self._gang_actions(script, ns) + self._mlflow_actions(script, self._ran(script))
         if self.preempt is not None:  # its preempted pod is deleted: a watcher started after that never sees it
             with contextlib.suppress(TimeoutError):  # (a real run's pods come seconds after the run: wait for the
                 self.kube.wait_for_watches(1, 60.0, selecting=run["run_id"])  # watch the run's id selects)
@@ -176,6 +171,16 @@ class OrchestratorPlayers:
                 self.kfp.set_run_state(run["run_id"], "SUCCEEDED")
 
         self._play(script, actions, finish)
+
+    def _task_pod_actions(self, script: RunScript, step: str, task: PlannedTask, states: list[dict[str, Any]],
+                          times: dict[str, Any], ns: str) -> list[tuple[float, int, str, Any]]:
+        """A KFP executor's or an Argo step's pod played: its states, on the run's node, preempted if planned."""
+        self._fused_command(states, task)
+        node = script.node if "node_created" in times else None
+        actions = self._pod_actions(states, times, namespace=ns, container="main", node=node)
+        if self.preempt is not None:
+            actions += self.preempt.pod_actions(self, script, step, states[0], ns)
+        return actions
 
     # Argo ---------------------------------------------------------------
 
@@ -204,13 +209,8 @@ class OrchestratorPlayers:
             pod = f"{name}-{tmpl['name']}-{_hash_digits(name + step)}"
             states = self._states(pod, ns, labels, annotations, times, argo=True, image=IMAGE,
                                   gpu=times.get("gpu", task.gpu))
-            self._fused_command(states, task)
-            node = script.node if "node_created" in times else None
-            actions += self._pod_actions(states, times, namespace=ns, container="main", node=node)
-            if self.preempt is not None:
-                actions += self.preempt.pod_actions(self, script, step, states[0], ns)
-        actions += self._gang_actions(script, ns)
-        actions += self._mlflow_actions(script, self._ran(script))
+            actions += self._task_pod_actions(script, step, task, states, times, ns)
+        actions += self._gang_actions(script, ns) + self._mlflow_actions(script, self._ran(script))
 
         def finish() -> None:
             if script.failed_step:
