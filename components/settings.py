@@ -105,6 +105,13 @@ K8S_HOST = declare(Setting(name="LLMPACK_K8S_HOST", type=str, default=None,
 K8S_TOKEN = declare(Setting(name="LLMPACK_K8S_TOKEN", type=str, default=None,
                             doc="Bearer token for LLMPACK_K8S_HOST (never printed)."))
 
+#: The provenance key itself, hex (components/provenance.py); on a cluster from a Secret.
+SIGNING_KEY = declare(Setting(name="LLMPACK_SIGNING_KEY", type=str, default=None,
+                              doc="Provenance key, hex, 32+ bytes (else the key file); never printed."))
+#: Where the provenance key file lives (generated 0600 on first use).
+SIGNING_KEY_FILE = declare(Setting(name="LLMPACK_SIGNING_KEY_FILE", type=str, default=None,
+                                   doc="Provenance key file (default ~/.config/llmpack/signing.key, made 0600)."))
+
 # How llmpack's own processes talk to each other.
 #: The orchestrator's attempt number of the running step (0: the first).
 ATTEMPT = declare(Setting(name="LLMPACK_ATTEMPT", type=int, default=None, audience="internal",

@@ -70,14 +70,23 @@ def clear_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture(scope="session")
+def _session_signing_key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this test session's provenance key lives (made on first use): never the user's own key file."""
+    return tmp_path_factory.mktemp("signing") / "signing.key"
+
+
 @pytest.fixture(autouse=True)
-def _clean_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+def _clean_settings(monkeypatch: pytest.MonkeyPatch, _session_signing_key_file: Path) -> None:
     """No test sees an ``LLMPACK_*`` setting it did not set itself.
 
     Autouse and in this conftest, so it runs before every fixture a test asks for: what a test or
-    its fixtures set on purpose (``LLMPACK_MLFLOW_LOGGING=0`` for a step...) is set after it.
+    its fixtures set on purpose (``LLMPACK_MLFLOW_LOGGING=0`` for a step...) is set after it. The
+    provenance key file is the session's own (components/provenance.py), so no test writes the
+    user's ``~/.config/llmpack/signing.key``.
     """
     clear_settings(monkeypatch)
+    monkeypatch.setenv("LLMPACK_SIGNING_KEY_FILE", str(_session_signing_key_file))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,113 @@
+"""Bounded readers: every file llmpack reads that someone else could have written goes through here.
+
+A regular file is required (a FIFO would block for ever, a device such as ``/dev/zero`` never ends,
+a symlink may point anywhere: each refused before a byte is read); the size is capped before
+parsing; JSON nesting is capped (CPython's decoder recurses); JSONL lines are capped one by one.
+Every refusal is one :class:`InputError` line naming the file and the limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from components.errors import InputError
+
+MAX_JSON_BYTES = 8 << 20  # a summary, manifest, state or metrics file: KiBs in practice
+MAX_JSONL_BYTES = 256 << 20  # an events file or a data set
+MAX_LINE_BYTES = 1 << 20  # one JSONL record
+MAX_DEPTH = 64  # nesting of a JSON value
+
+
+def open_regular(path: str | Path, *, follow_symlinks: bool = False) -> int:
+    """A read-only descriptor on ``path`` when it is a regular file; else one :class:`InputError`.
+
+    Opened non-blocking (a FIFO cannot hang the open) and, unless ``follow_symlinks``, without
+    following a final symlink. The caller closes the descriptor.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: O_NOFOLLOW met a symlink
+            raise InputError(f"{path}: a symlink where a regular file is expected") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise InputError(f"{path}: not a regular file (a FIFO, device or directory is refused)")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_bytes(path: str | Path, limit: int = MAX_JSON_BYTES, *, follow_symlinks: bool = False) -> bytes:
+    """The whole file, when it is a regular file of at most ``limit`` bytes."""
+    fd = open_regular(path, follow_symlinks=follow_symlinks)
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{path}: larger than the {_size(limit)} limit for this file")
+    return data
+
+
+def depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and dicts (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, level + 1)
+            stack.extend((child, level + 1) for child in item if isinstance(child, (dict, list)))
+    return deepest
+
+
+def loads(text: str | bytes, where: str, max_depth: int = MAX_DEPTH) -> Any:
+    """JSON parsed with NaN/Infinity refused and nesting capped; else one :class:`InputError` naming ``where``."""
+
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        value = json.loads(text, parse_constant=no_constant)
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested deeper than {max_depth} levels") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{where}: not valid JSON ({str(exc)[:80]})") from None
+    if depth(value) > max_depth:
+        raise InputError(f"{where}: JSON nested deeper than {max_depth} levels")
+    return value
+
+
+def read_json(path: str | Path, limit: int = MAX_JSON_BYTES, max_depth: int = MAX_DEPTH,
+              *, follow_symlinks: bool = False) -> Any:
+    """A JSON file: regular, at most ``limit`` bytes, nested at most ``max_depth``."""
+    return loads(read_bytes(path, limit, follow_symlinks=follow_symlinks), str(path), max_depth)
+
+
+def iter_lines(path: str | Path, max_line: int = MAX_LINE_BYTES, limit: int = MAX_JSONL_BYTES,
+               *, follow_symlinks: bool = False) -> Iterator[bytes]:
+    """The file's lines (newline stripped), each at most ``max_line`` bytes, ``limit`` bytes in all."""
+    fd = open_regular(path, follow_symlinks=follow_symlinks)
+    total = 0
+    with os.fdopen(fd, "rb") as fh:
+        while True:
+            line = fh.readline(max_line + 2)
+            if not line:
+                return
+            total += len(line)
+            if total > limit:
+                raise InputError(f"{path}: larger than the {_size(limit)} limit for this file")
+            body = line.rstrip(b"\r\n")
+            if len(body) > max_line:
+                raise InputError(f"{path}: a line longer than the {_size(max_line)} limit per line")
+            yield body
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
