@@ -16,7 +16,7 @@ PROMOTION_TAG = "llmpack.promotion"  # what the register step decided for the ve
 
 TITLE = "Does the tuned model do the task?"
 NOTE = ("Greedy answers to the held-out prompts, scored by exact match (normalised: case and spacing forgiven); "
-        "base model -> tuned model (docs/evaluation.md).")
+        "base model -> tuned model (docs/serving.md).")
 
 
 def _span(values: list[float]) -> str:
