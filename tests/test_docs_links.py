@@ -108,3 +108,14 @@ def test_the_checks_find_a_broken_link_and_a_stale_path(tmp_path: Path) -> None:
                                     "planted.md: (cli.md#no-such-heading) no heading #no-such-heading"]
     assert stale_doc_paths([page]) == ["planted.md: docs/nowhere.md no such page"]
     assert slugs("# A `b`, c/d (e)\n## A b c/d (e)\n") == {"a-b-cd-e", "a-b-cd-e-1"}
+
+
+def test_the_readme_is_a_small_front_door() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    quickstart = readme.partition("\n## Quickstart\n")[2].partition("\n## ")[0]
+    commands = re.search(r"^```bash\n(.*?)^```", quickstart, re.S | re.M)
+    assert commands and [line.split("#")[0].strip() for line in commands.group(1).splitlines()] == [
+        "make compare", "make test"]
+    assert "`.venv/bin/llmpack" in quickstart and "`. .venv/bin/activate`" in quickstart
+    assert "make cluster-up" in readme
