@@ -4,7 +4,7 @@
 run it in the next resume. So the state is ``state.safetensors`` (every tensor) and ``state.json``
 (everything else, each tensor a reference), which :func:`decode` turns back into the very
 structure ``optimizer.load_state_dict`` was given. Anything else is refused at save time; a file
-that does not decode is :class:`UnreadableState`. The encoding: docs/step-process.md.
+that does not decode is :class:`UnreadableState`. The encoding: docs/internals/step-process.md.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ files and before the rename that publishes the directory, so :func:`newest_check
 only a whole one and refuses another run's or other settings'. On a cluster the checkpoints live
 on a volume keyed by the pipeline run (:func:`run_checkpoint_dir`), found by every retry.
 ``benchmarks/chaos_sigkill.py`` checks a killed step resumes byte-identical. Why each rule:
-docs/step-process.md.
+docs/internals/step-process.md.
 """
 
 from __future__ import annotations
