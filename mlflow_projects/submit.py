@@ -31,6 +31,7 @@ from components.commands import format_value
 from components.errors import InputError
 from components.params import TELEMETRY_PARAMS
 from components.podspec import INSTANCE_LABEL, label_value
+from components.process.gang import check_pinned
 from components.record import tracking
 from components.servers import kube
 from components.servers.remote import (
@@ -286,6 +287,8 @@ def submit(request: Request) -> dict[str, Any]:
     for key in [*values, *TELEMETRY_PARAMS]:
         if key not in entry.parameters:
             raise InputError(f"--project {project_path}: the main entry point has no parameter {key!r}")
+    check_pinned(values, f"--project {project_path}",
+                 compiled={k: getattr(p, "default", None) for k, p in entry.parameters.items()})
     template_path, template = _job_template(project_path)
     secret = _tracking_secret(template_path, template)
     image = request.image or (project.docker_env or {}).get("image")

@@ -144,6 +144,8 @@ def run(argv: Sequence[str]) -> int:
     for key, text in raw.items():
         names.check_length(key, text, f"step {step.name!r} parameter")
     values = {k: coerce(v, known[k].type, f"step {step.name!r} parameter {k!r}") for k, v in raw.items()}
+    if not distributed.is_rank():  # no gang compiled into this pod: nnodes 1, no trainjob (a gang's ranks: its own)
+        gang.check_pinned(values, f"step {step.name!r} parameter")
     for name in step.inputs:
         if name not in inputs:
             raise InputError(f"step {step.name!r}: missing --input {name}=DIR")
