@@ -200,7 +200,7 @@ class ClusterPath:
     name: str
     artifact_option: str  # the submit option that names what it submits
     artifact_path: str  # where `llmpack compile --out DIR` writes it, under DIR
-    submit_options: tuple[str, ...]  # options its submit takes (passed to llmpack.run.submit)
+    submit_options: tuple[str, ...]  # options its submit takes (passed to llmpack.cluster.submit)
     wait_options: tuple[str, ...]  # those its wait needs too
     own_options: tuple[str, ...] = ()  # options read here, not passed to its submit
     namespace_options: tuple[str, ...] = ("namespace",)  # where its pods run: the first option given...
@@ -238,7 +238,7 @@ class Drivers:
 class PodMarks:
     """What the pod watcher reads of an orchestrator's own pods, besides :meth:`Backend.recognise_pod`.
 
-    Stated once here, so that :mod:`llmpack.k8s` names no orchestrator: it asks the registry for
+    Stated once here, so that :mod:`llmpack.cluster.k8s` names no orchestrator: it asks the registry for
     the union over the cluster backends (:func:`llmpack.backends.all_pod_marks`). The watcher keeps
     (slims a pod to) llmpack's own labels plus every label and annotation named here.
     """
@@ -300,7 +300,7 @@ class DoctorCheck:
 
 
 class DoctorReader(Protocol):
-    """What a backend's own doctor checks may read of the cluster (``llmpack.doctor.reader.ClusterReader``)."""
+    """What a backend's own doctor checks may read of the cluster (``llmpack.cluster.doctor.reader.ClusterReader``)."""
 
     Unanswered: type[Exception]  # raised by a read that failed (forbidden, or no answer)
 

@@ -16,12 +16,13 @@ import click
 from components import settings
 from components.errors import InputError, Interrupted
 from llmpack.backends import BACKENDS, ORCHESTRATORS, cluster_paths
-from llmpack.doctor.command import doctor as doctor_command
-from llmpack.plan.command import plan as plan_command
-from llmpack.plan.record import options as plan_options
-from llmpack.project.command import project as project_command
+from llmpack.cluster.doctor.command import doctor as doctor_command
+from llmpack.cluster.plan.command import plan as plan_command
+from llmpack.cluster.plan.project.command import project as project_command
+from llmpack.cluster.plan.record import options as plan_options
+from llmpack.cluster.submit_command import submit as submit_command
+from llmpack.compile.pod_options import POD_FLAGS, pod_options_of
 from llmpack.run.clean import clean as clean_command
-from llmpack.run.submit_command import submit as submit_command
 from llmpack.run.sync import sync as sync_command
 from llmpack.ui.options import (
     COMPILED_GPU_HELP,
@@ -34,7 +35,6 @@ from llmpack.ui.options import (
     tls_connection,
     with_promote,
 )
-from llmpack.ui.pod_options import POD_FLAGS, pod_options_of
 from llmpack.ui.terminal import Group, LocalFirstCommand, quiet_library_warnings
 
 DEFAULT_REPORTS = Path("llmpack-report")  # where timestamped reports go when no directory is named
@@ -322,7 +322,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
 
     own = {o.dest: kwargs.pop(o.dest) for path in cluster_paths().values() for o in path.compare_options}
     plan_file, max_cost = kwargs.pop("plan_file"), kwargs.pop("max_cost")
-    pod = pod_options_of(kwargs)  # --image, --model-pvc...: every path compiled with them (llmpack.ui.pod_options)
+    pod = pod_options_of(kwargs)  # --image, --model-pvc...: every path compiled with them (llmpack.compile.pod_options)
     if local and pod.compiles:
         raise InputError(f"{POD_FLAGS}: only with --cluster")
     for flag in ("--model", "--data") if not local else ():  # /models/x with no volume: the flag that mounts it
@@ -344,7 +344,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     if local and opencost is not None:
         raise InputError("--opencost: only with --cluster (OpenCost prices a cluster's pods)")
     if opencost is not None:
-        from llmpack.k8s.reconcile import check_opencost_url
+        from llmpack.cluster.k8s.reconcile import check_opencost_url
 
         check_opencost_url(opencost)  # before anything slow is imported
     if local and preempt is not None:
@@ -372,7 +372,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     fusion.check_mode(kwargs["fuse"])
     modes = cmp.parse_variants(variants) or [kwargs["fuse"]]  # the packagings compared: --variants, else --fuse
     labels = [fusion.path_label(b, f) for f in modes for b in names]
-    from llmpack.plan import record as plan_record
+    from llmpack.cluster.plan import record as plan_record
 
     planned = plan_record.before_compare(plan_file, max_cost, labels=labels, gpu_type=kwargs.get("gpu_type"),
                                          cluster=not local)  # --max-cost refuses before the first run
@@ -463,7 +463,7 @@ def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: t
                      inject_start_delay: float | None) -> dict[str, Any]:
     """``compare --cluster``: submit every path (in every packaging of ``modes``) to one cluster, watch its pods,
     measure."""
-    from llmpack.compare.cluster import compare_cluster
+    from llmpack.cluster.compare.cluster import compare_cluster
     from llmpack.ui.display import err
 
     if "direct" in names:
@@ -533,7 +533,7 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
     costs = parse_control_plane(control_plane, control_plane_file)
     check_report_target(out, "--out", force=force)
     if scale_down_delay_s is not None:
-        from llmpack.k8s.billing import check_scale_down_delay
+        from llmpack.cluster.k8s.billing import check_scale_down_delay
 
         check_scale_down_delay(scale_down_delay_s, "--scale-down-delay-s")
     check_id(run_group, "--run-group")
@@ -546,7 +546,7 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
         quiet_library_warnings()  # library_logs_to shows every warning once; the libraries' own are not news
         runs = runs_from_mlflow(connect_tracking(uri), run_group)
         if scale_down_delay_s is not None:
-            from llmpack.k8s.billing import rebill
+            from llmpack.cluster.k8s.billing import rebill
 
             rebill(runs, scale_down_delay_s)
         check_control_plane(costs, list(dict.fromkeys(r["orchestrator"] for r in runs)))
@@ -569,7 +569,7 @@ def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | 
              as_json: bool) -> None:
     """Pod-level phases (queue, provision, image pull, container start) from kubectl dumps, offline."""
     from components.commands import parse_pairs
-    from llmpack.k8s.timeline import format_table, timeline_from_files
+    from llmpack.cluster.k8s.timeline import format_table, timeline_from_files
 
     runs = parse_pairs(run_ids, "--run-id", "RUN_ID=PIPELINE_RUN")
     rows = timeline_from_files(pods, nodes=nodes, events=events, run_group=run_group, runs=runs or None)
@@ -577,7 +577,7 @@ def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | 
 
 
 # Tracking outages and housekeeping: `llmpack sync RUN_DIR`, `llmpack clean` (docs/cli.md).
-main.add_command(submit_command)  # one subcommand per cluster backend: llmpack.run.submit_command
+main.add_command(submit_command)  # one subcommand per cluster backend: llmpack.cluster.submit_command
 main.add_command(sync_command)
 main.add_command(clean_command)
 main.add_command(doctor_command)  # before a first cluster run: docs/first-run-on-a-cluster.md

@@ -178,8 +178,8 @@ def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def pod_options(*, namespace: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The pod-spec flags of ``compile``, ``submit`` and ``compare --cluster`` (:mod:`llmpack.ui.pod_options`),
-    declared once; :func:`llmpack.ui.pod_options.pod_options_of` reads them back. ``namespace``: also
+    """The pod-spec flags of ``compile``, ``submit`` and ``compare --cluster`` (:mod:`llmpack.compile.pod_options`),
+    declared once; :func:`llmpack.compile.pod_options.pod_options_of` reads them back. ``namespace``: also
     ``--namespace`` (``compile``: the commands that submit have their own)."""
     options = [
         click.option("--image", default=None, metavar="IMAGE",

@@ -10,10 +10,10 @@ import pytest
 
 from components.errors import InputError
 from components.record.cost import DEFAULT_SCALE_DOWN_DELAY_S, NodeSpan, PodSpan, bill_nodes
-from llmpack.k8s import billing
-from llmpack.k8s.dumps import load_events, load_nodes, load_pods
-from llmpack.k8s.podphases import analyze
-from llmpack.k8s.slim import node_facts, slim_node
+from llmpack.cluster.k8s import billing
+from llmpack.cluster.k8s.dumps import load_events, load_nodes, load_pods
+from llmpack.cluster.k8s.podphases import analyze
+from llmpack.cluster.k8s.slim import node_facts, slim_node
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "k8s"
 T0 = 1_800_000_000.0
@@ -165,8 +165,8 @@ def test_the_watcher_sees_a_node_removed_before_it_stops() -> None:
 
     from standins.k8s_api import KubeAPIStandIn, node_object, pod_states
 
-    from llmpack.k8s.api import build_api_client
-    from llmpack.k8s.watcher import PodWatcher
+    from llmpack.cluster.k8s.api import build_api_client
+    from llmpack.cluster.k8s.watcher import PodWatcher
 
     labels = {"llmpack.io/run-group": "rg-nodes", "llmpack.io/pipeline-run": "argo-n1",
               "llmpack.io/orchestrator": "argo", "llmpack.io/step": "finetune",

@@ -12,7 +12,7 @@ from llmpack.ui.progress import INTERRUPTED_TEXT, LogLines, Snapshot, tasks_done
 
 def test_pipeline_tasks_are_never_called_steps() -> None:
     """``finetune 0/60`` counts optimizer steps; the pipeline's own progress counts tasks."""
-    from llmpack.compare.session import describe
+    from llmpack.cluster.compare.session import describe
 
     assert tasks_done(1) == "1 task done" and tasks_done(2) == "2 tasks done" and tasks_done(0) == "0 tasks done"
     rows = [{"step": "prepare-data", "pod": "a", "phase": "Succeeded", "created": 1.0},
