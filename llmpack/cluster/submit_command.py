@@ -16,8 +16,10 @@ import click
 
 from components.errors import InputError, Interrupted
 from llmpack.backends import ORCHESTRATORS
+from llmpack.cluster.options import submit_options
 from llmpack.compile.pod_options import pod_options_of
-from llmpack.ui.options import parse_params, submit_options, tls_connection, with_promote
+from llmpack.run.user_pipeline import parse_params
+from llmpack.ui.options import tls_connection, with_promote
 from llmpack.ui.terminal import Command, Group
 
 

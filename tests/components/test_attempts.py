@@ -172,7 +172,7 @@ def test_terminal_shows_retried_attempts() -> None:
     from rich.console import Console
 
     from llmpack.compare.comparison import comparison
-    from llmpack.ui.display import compare_table
+    from llmpack.compare.table import compare_table
 
     buf = io.StringIO()
     compare_table(comparison("rg", ["direct", "argo"], [_run("direct", []), _run("argo", RETRIED)]),

@@ -25,9 +25,9 @@ from components.record import cost, tracking
 from llmpack.backends import ORCHESTRATORS, cluster_paths
 from llmpack.cluster.compare.measure import MODE, bill_across_runs
 from llmpack.cluster.compare.session import Plan, Progress, Session, preflight
-from llmpack.cluster.k8s.billing import check_scale_down_delay
 from llmpack.cluster.k8s.reconcile import check_opencost_url, log_opencost, opencost_reconcile
 from llmpack.compare.plan import ComparePlan, parse_backends, run_all
+from llmpack.report.rebill import check_scale_down_delay
 
 DEFAULT_TIMEOUT_S = 24 * 3600.0
 DEFAULT_POLL_S = 10.0

@@ -25,10 +25,10 @@ from llmpack.cluster.k8s.billing import (
     node_spans,
     pod_gpus_by_step,
     pod_spans,
-    recorded_price,
     retried_pods,
 )
 from llmpack.gpu_catalogue import node_gpu, resolve_node_price
+from llmpack.report.rebill import recorded_price
 
 MODE = "cluster"
 

@@ -3,7 +3,7 @@
 Three accounts of one run's GPUs, each right by its own rule: ours (node billing,
 :mod:`llmpack.cluster.k8s.billing`), the orchestrator's own (a backend's ``own_metrics``, such as a pod's GPU
 request times its run time), and OpenCost's allocation API aggregated by the run's labels
-(:data:`AGGREGATE`). :func:`explain` splits the gap between ours and OpenCost's GPU cost exactly
+(:data:`AGGREGATE`). :func:`llmpack.report.accounts.explain` splits the gap between ours and OpenCost's GPU cost exactly
 in two: node time no pod held, and the price source. Each account's rule: docs/pod-watcher.md.
 """
 
@@ -19,7 +19,8 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from components.errors import InputError
-from llmpack.backends import own_metric_notes, pod_marks, run_id_selectors
+from llmpack.backends import pod_marks, run_id_selectors
+from llmpack.report.accounts import METRICS
 
 RUN_LABEL = "llmpack.io/pipeline-run"
 
@@ -36,7 +37,6 @@ def _aggregate() -> str:
 AGGREGATE = _aggregate()  # "label:llmpack_io_pipeline_run,label:pipeline_runid" with the shipped backends
 UNALLOCATED = "__unallocated__"
 WINDOW_MARGIN_S = 120.0  # either side of the comparison: OpenCost widens pods to whole resolution steps
-METRICS = ("argo_gpu_hours", "opencost_gpu_hours", "opencost_gpu_cost_usd", "opencost_cost_usd")
 
 
 def check_opencost_url(url: str) -> str:
@@ -151,80 +151,3 @@ def log_opencost(uri: str, runs: list[dict[str, Any]]) -> None:
             tracking.client(uri).log_batch(run_id, metrics=values)
         except Exception as exc:  # noqa: BLE001 - the result still carries the figures
             run.setdefault("warnings", []).append(f"MLflow: OpenCost figures not logged ({type(exc).__name__})")
-
-
-def ours(run: Mapping[str, Any]) -> tuple[float | None, float | None, float | None]:
-    """(GPU-hours, cost, price per GPU-hour) as we bill the run: node-billed where it was, else container."""
-    m, tags = run.get("metrics") or {}, run.get("tags") or {}
-    hours = m.get("node_gpu_hours") if tags.get("llmpack.cost_basis") == "node" else None
-    hours = m.get("gpu_hours") if hours is None else hours
-    try:
-        price = float(tags.get("llmpack.price_per_gpu_hour", ""))
-    except ValueError:
-        price = None
-    return hours, m.get("cost_usd"), price
-
-
-def has_reconcile(runs: Iterable[Mapping[str, Any]]) -> bool:
-    return any((r.get("metrics") or {}).get(k) is not None for r in runs for k in METRICS)
-
-
-def explain(run: Mapping[str, Any]) -> list[str]:
-    """Why our figures and Argo's / OpenCost's differ, one sentence each (empty when neither was read)."""
-    m, tags = run.get("metrics") or {}, run.get("tags") or {}
-    hours, usd, price = ours(run)
-    out = []
-    capacity = tags.get("llmpack.capacity_type")
-    if capacity:
-        column = tags.get("llmpack.price_column", "")
-        note = " (no spot price in the table: priced on-demand)" if capacity == "spot" and column == "on-demand" else ""
-        if column == "flag":  # --price-per-gpu-hour: the price whatever the node
-            out.append(f"our price {_usd(price)}/GPU-h: given by --price-per-gpu-hour ({capacity} node)")
-        else:
-            out.append(f"our price {_usd(price)}/GPU-h: {capacity} node, {column} price of "
-                       f"{tags.get('llmpack.price_source', '?')}{note}")
-    container_h = m.get("gpu_hours")
-    out += own_metric_notes(m)  # each backend's own account beside ours (Argo's GPU-hours)
-    their_h, their_usd = m.get("opencost_gpu_hours"), m.get("opencost_gpu_cost_usd")
-    opencost = their_h is not None and their_usd is not None
-    if (not opencost and tags.get("llmpack.cost_basis") == "node" and hours is not None and container_h is not None
-            and hours > container_h):  # OpenCost's sentence says this where it was read
-        out.append(f"our {hours:.3f} GPU-h bills the GPU nodes (every GPU from the node's start to its removal or "
-                   f"the scale-down delay), not only the {container_h:.3f} GPU-h our pods' containers held")
-    if opencost and hours is not None and usd is not None and price is not None:
-        their_price = their_usd / their_h if their_h > 0 else None
-        node_part = (hours - their_h) * price
-        price_part = their_h * (price - their_price) if their_price is not None else 0.0
-        out.append(f"OpenCost bills pods ({their_h:.3f} GPU-h at {_usd(their_price)}/GPU-h = {_usd(their_usd)}); "
-                   f"we bill nodes ({hours:.3f} GPU-h = {_usd(usd)}): {_usd(usd - their_usd, sign=True)} = "
-                   f"{_usd(node_part, sign=True)} node time no pod held (provisioning, idle GPUs, scale-down tail) "
-                   f"{_usd(price_part, sign=True)} price (ours {_usd(price)} vs OpenCost's {_usd(their_price)}/GPU-h)")
-        if m.get("opencost_cost_usd") is not None and m["opencost_cost_usd"] > their_usd:
-            out.append(f"OpenCost's total {_usd(m['opencost_cost_usd'])} adds CPU and memory, which we do not bill")
-    return out
-
-
-def _usd(value: float | None, *, sign: bool = False) -> str:
-    if value is None or not math.isfinite(value):
-        return "?"
-    return f"{'-' if value < 0 else '+' if sign else ''}${abs(value):,.2f}"
-
-
-def rows(runs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per run that has Argo's or OpenCost's figures: label, ours, Argo's, OpenCost's."""
-    from components.fusion import path_label
-
-    out = []
-    for run in runs:
-        m = run.get("metrics") or {}
-        if not any(m.get(k) is not None for k in METRICS):
-            continue
-        hours, usd, _ = ours(run)
-        label = path_label(str(run.get("orchestrator") or "?"), str(run.get("fuse") or "none"))
-        out.append({"label": label, "pipeline_run": run.get("pipeline_run"), "ours_gpu_hours": hours, "ours_usd": usd,
-                    "basis": (run.get("tags") or {}).get("llmpack.cost_basis", "container"),
-                    "argo_gpu_hours": m.get("argo_gpu_hours"), "opencost_gpu_hours": m.get("opencost_gpu_hours"),
-                    "opencost_gpu_cost_usd": m.get("opencost_gpu_cost_usd"),
-                    "opencost_cost_usd": m.get("opencost_cost_usd"),
-                    "why": explain(run)})
-    return out

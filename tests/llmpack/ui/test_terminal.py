@@ -347,6 +347,7 @@ def test_log_lines_are_never_wrapped(tmp_path: Path) -> None:
 def test_run_with_progress_writes_log_lines_when_stderr_is_not_a_terminal(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from llmpack.run import local as runs
+    from llmpack.run import show
     from llmpack.ui import display
 
     console = _log_console()
@@ -361,7 +362,7 @@ def test_run_with_progress_writes_log_lines_when_stderr_is_not_a_terminal(tmp_pa
         return {"status": "succeeded", "metrics": {"total_s": 1.0}, "artifacts": {"run_dir": str(tmp_path)}}
 
     monkeypatch.setattr(runs, "run_pipeline", run_pipeline)
-    display.run_with_progress(type("Opts", (), {"backend": "argo"})())
+    show.run_with_progress(type("Opts", (), {"backend": "argo"})())
     out = _lines(console)
     progress = [line for line in out if " argo · " in line]
     assert progress and all(TIME.match(line) for line in progress), out

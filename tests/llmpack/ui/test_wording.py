@@ -45,7 +45,7 @@ def _result(rounds: int) -> dict:
 
 
 def test_plurals_and_piped_lines_without_trailing_spaces() -> None:
-    from llmpack.ui.display import compare_table
+    from llmpack.compare.table import compare_table
 
     for rounds, word in ((1, "1 round ("), (5, "5 rounds (")):
         buf = io.StringIO()

@@ -15,8 +15,7 @@ from components.errors import InputError
 from components.record import cost, tracking
 from llmpack import gpu_catalogue
 from llmpack.cluster.compare import cluster
-from llmpack.cluster.k8s import billing
-from llmpack.report import runs_from_mlflow, write_report
+from llmpack.report import rebill, runs_from_mlflow, write_report
 
 CLUSTER_EVENTS = ("pod_created", "pod_scheduled", "node_ready", "container_started")
 # The order they happen in for a pod that needs a new node: the scheduler binds it once the node is Ready.
@@ -157,7 +156,7 @@ def test_compare_cluster_measures_every_path_with_the_cluster_phases(fake: Loopb
         assert run["tags"].items() <= again["tags"].items()
 
     # llmpack report --scale-down-delay-s 60: the same runs re-billed with a 1-minute delay.
-    for again in billing.rebill(list(rebuilt.values()), 60):
+    for again in rebill.rebill(list(rebuilt.values()), 60):
         script = fake.fake.scripts[again["pipeline_run"]]
         assert again["metrics"]["cost_usd"] == pytest.approx(expected_node_gpu_seconds(script, 60) * H200_AWS / 3600)
 

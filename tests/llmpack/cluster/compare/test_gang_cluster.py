@@ -132,7 +132,7 @@ def test_gang_ready_s_is_the_last_node_pods_start(compared) -> None:
     # compare's output says it, per path.
     from rich.console import Console
 
-    from llmpack.ui.display import compare_table
+    from llmpack.compare.table import compare_table
 
     console = Console(record=True, width=200)
     compare_table(result, console=console)

@@ -20,6 +20,7 @@ from components.errors import InputError
 from components.record import cost
 from llmpack.cluster.k8s import reconcile
 from llmpack.cluster.k8s.objects import capacity_type
+from llmpack.report import accounts
 
 SPOT_FILE = ("prices:\n  - {gpu: nvidia-h200, provider: aws, per_gpu_hour: 7.5, spot_per_gpu_hour: 3.1, "
              "source: ours, as_of: 2026-12}\n")
@@ -162,16 +163,16 @@ def _run(**metrics: float) -> dict:
 def test_the_difference_with_opencost_splits_exactly_into_node_time_and_price() -> None:
     run = _run(node_gpu_hours=2.0, cost_usd=8.0, gpu_hours=0.5, argo_gpu_hours=0.4,
                opencost_gpu_hours=0.5, opencost_gpu_cost_usd=1.5, opencost_cost_usd=1.7)
-    why = reconcile.explain(run)
+    why = accounts.explain(run)
     # 8 - 1.5 = (2 - 0.5) x 4 [node time] + 0.5 x (4 - 3) [price]
     assert "+$6.50 = +$6.00 node time" in why[2] and "+$0.50 price (ours $4.00 vs OpenCost's $3.00/GPU-h)" in why[2]
     assert "no spot price in the table: priced on-demand" in why[0]
     assert "+0.100 GPU-h" in why[1]  # container account minus Argo's
     assert "adds CPU and memory" in why[3]
-    gang = reconcile.explain(_run(node_gpu_hours=2.0, cost_usd=8.0, gpu_hours=0.5, argo_gpu_hours=0.0,
+    gang = accounts.explain(_run(node_gpu_hours=2.0, cost_usd=8.0, gpu_hours=0.5, argo_gpu_hours=0.0,
                                   gang_ready_s=40.0))
     assert "TrainJob's node pods" in gang[1]
-    (row,) = reconcile.rows([run, _run(node_gpu_hours=1.0)])  # a run with neither figure has no row
+    (row,) = accounts.rows([run, _run(node_gpu_hours=1.0)])  # a run with neither figure has no row
     assert row["label"] == "argo" and row["ours_gpu_hours"] == 2.0 and row["opencost_gpu_cost_usd"] == 1.5
 
 
@@ -179,11 +180,11 @@ def test_without_opencost_a_flag_price_and_node_billing_are_said_plainly() -> No
     run = _run(node_gpu_hours=1.4, cost_usd=5.6, gpu_hours=0.006, argo_gpu_hours=0.003)
     run["tags"].update({"llmpack.capacity_type": "unknown", "llmpack.price_column": "flag",
                         "llmpack.price_source": "flag"})
-    why = reconcile.explain(run)
+    why = accounts.explain(run)
     assert why[0] == "our price $4.00/GPU-h: given by --price-per-gpu-hour (unknown node)"
     assert "our 1.400 GPU-h bills the GPU nodes" in why[2] and "0.006 GPU-h our pods' containers held" in why[2]
     run["tags"]["llmpack.cost_basis"] = "container"  # billed by container: nothing more to explain
-    assert len(reconcile.explain(run)) == 2
+    assert len(accounts.explain(run)) == 2
 
 
 def test_run_allocation_takes_the_runs_label_and_its_kfp_run_ids() -> None:
@@ -277,8 +278,8 @@ def test_compare_cluster_prints_argo_and_opencost_beside_ours_on_spot_nodes(
     from rich.console import Console
 
     from llmpack.cluster.compare import cluster
+    from llmpack.compare.table import compare_table
     from llmpack.report import write_report
-    from llmpack.ui.display import compare_table
 
     prices = tmp_path / "prices.yaml"
     prices.write_text(SPOT_FILE)
