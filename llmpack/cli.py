@@ -89,7 +89,7 @@ class OneLineErrors(Group):
     """
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [*super().list_commands(ctx), "cluster"]
+        return sorted([*super().list_commands(ctx), "cluster"])
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name == "cluster":
@@ -111,10 +111,13 @@ class OneLineErrors(Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The commands and their short help; ``cluster``'s without importing the lab."""
-        rows = [(name, command.get_short_help_str(limit=10_000)) for name in Group.list_commands(self, ctx)
-                if (command := Group.get_command(self, ctx, name)) is not None and not command.hidden]
+        rows = []
+        for name in self.list_commands(ctx):
+            command = None if name == "cluster" else Group.get_command(self, ctx, name)
+            if command is None or not command.hidden:
+                rows.append((name, LAB_HELP if command is None else command.get_short_help_str(limit=10_000)))
         with formatter.section("Commands"):
-            formatter.write_dl([*rows, ("cluster", LAB_HELP)])
+            formatter.write_dl(rows)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         kwargs["standalone_mode"] = False

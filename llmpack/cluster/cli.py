@@ -28,8 +28,8 @@ def cluster() -> None:
     cost, read pod timelines from kubectl dumps.
 
     \b
-      llmpack cluster doctor                   is this cluster ready for a first run?
-      llmpack cluster submit argo --host URL   one run through one orchestrator
+      llmpack cluster doctor                   ready for a first run?
+      llmpack cluster submit argo --host URL   one run, one orchestrator
       llmpack cluster compare --backends kfp,argo --kfp-host URL --argo-host URL
       llmpack cluster plan --paths argo --gpu-type h100,a100
       llmpack cluster plan project --nodes 2,4,8

@@ -67,35 +67,35 @@ def compare_cluster_options(func: Callable[..., Any]) -> Callable[..., Any]:
     namespace and kubeconfig, TLS, the paths' other flags, the pod-spec flags, then waiting, billing, faults."""
     options = [
         click.option("--concurrency", type=int, default=1, show_default=True,
-                     help="--cluster: submissions in flight at once."),
+                     help="Submissions in flight at once."),
         compare_path_options(endpoint=True),
         click.option("--namespace", default=None,
-                     help="--cluster: namespace for Argo workflows and the MLflow Job (default llmpack)."),
+                     help="Namespace for Argo workflows and the MLflow Job (default llmpack)."),
         click.option("--kubeconfig", default=None,
-                     help="--cluster: kubeconfig for the pod watcher and the MLflow Job."),
-        click.option("--context", default=None, help="--cluster: kubeconfig context."),
+                     help="Kubeconfig for the pod watcher and the MLflow Job."),
+        click.option("--context", default=None, help="Kubeconfig context."),
         *TLS_OPTIONS,
         compare_path_options(endpoint=False),
         pod_options(),
         click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True,
-                     help="--cluster: seconds to wait per run."),
+                     help="Seconds to wait per run."),
         click.option("--poll", "poll_s", type=float, default=10.0, show_default=True,
-                     help="--cluster: status poll interval, seconds."),
+                     help="Status poll interval, seconds."),
         click.option("--scale-down-delay-s", "scale_down_delay_s", type=float, default=None,
-                     help="--cluster: seconds the autoscaler keeps an empty GPU node (default 600); billed after a "
+                     help="Seconds the autoscaler keeps an empty GPU node (default 600); billed after a "
                           "node's last pod when its removal was not seen."),
         click.option("--cache-pvc", "cache_pvc", default=None, metavar="NAME",
-                     help="--cluster with --nodes N: the ReadWriteMany PVC the finetune TrainJob's node pods and its "
+                     help="With --nodes N: the ReadWriteMany PVC the finetune TrainJob's node pods and its "
                           "launcher share (default llmpack-shared); also the Hugging Face cache, as llmpack compile "
                           "--cache-pvc."),
         click.option("--queue", default=None, metavar="NAME",
-                     help="--cluster with --nodes N: the Kueue LocalQueue of the finetune TrainJob; its Workload's "
+                     help="With --nodes N: the Kueue LocalQueue of the finetune TrainJob; its Workload's "
                           "quota wait and admission checks are measured."),
         click.option("--opencost", default=None, metavar="URL",
-                     help="--cluster: OpenCost's API (http://localhost:9003): its GPU-hours and cost for each run's "
+                     help="OpenCost's API (http://localhost:9003): its GPU-hours and cost for each run's "
                           "pods shown beside ours, the difference explained."),
         click.option("--preempt", default=None, metavar="STEP@WHEN",
-                     help="--cluster: the preemptions every path runs under (finetune@30s, or "
+                     help="The preemptions every path runs under (finetune@30s, or "
                           "finetune@rate=0.5/h[,seed=N]); the report shows each path's time to recover and waste "
                           "(docs/preemption.md)."),
     ]
