@@ -146,7 +146,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     """
     from components import fusion
     from llmpack.compare import comparison as cmp
-    from llmpack.compare import until_decided
+    from llmpack.compare import rounds, until_decided
     from llmpack.report import check_control_plane, parse_control_plane
     from llmpack.report.target import check_report_target
     from llmpack.run.local import RunOptions, prepare
@@ -176,7 +176,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     cmp.check_baseline(base, labels)
     if not no_report:
         check_report_target(report_dir, "--report", force=force)
-    delays = cmp.parse_start_delays(inject_start_delay, names)
+    delays = rounds.parse_start_delays(inject_start_delay, names)
     output_dir = Path(kwargs["output_dir"])
     opts = RunOptions(params=parse_params(params, kwargs["pipeline"]), **kwargs)
     prepare(opts)  # data, model, price: refused before MLflow's slow import (compare() checks every path again)
@@ -185,7 +185,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
         err.print(f"run group [bold]{run_group}[/] (rebuild its report: llmpack report --run-group {run_group})")
 
     def run_one(o: RunOptions, label: str, **kw: Any) -> dict[str, Any]:
-        return run_with_progress(o, label, env=cmp.start_delay_env(delays, o.backend), **kw)
+        return run_with_progress(o, label, env=rounds.start_delay_env(delays, o.backend), **kw)
 
     with library_logs_to(output_dir / "llmpack-client.log"):
         if repeats is None:
@@ -193,7 +193,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
                                            run_one=run_one, budget_s=budget_s, margins=margins,
                                            say=lambda line: note(line, err), adapt=budget is None)
         else:
-            result = cmp.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes,
+            result = rounds.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes,
                                  warmup=warmup, margins=margins, run_one=run_one)
         finish(result, delays=delays, report_dir=report_dir, costs=costs, force=force, no_report=no_report)
     show(result, as_json=as_json, wide=wide)

@@ -363,7 +363,8 @@ def test_loopback_cluster_pod_that_fails_once_then_succeeds() -> None:
 
     from llmpack.cluster.k8s.api import build_api_client
     from llmpack.cluster.k8s.billing import cluster_cost, retried_pods
-    from llmpack.cluster.k8s.podphases import all_terminated, to_step_records
+    from llmpack.cluster.k8s.podphases import all_terminated
+    from llmpack.cluster.k8s.step_records import to_step_records
     from llmpack.cluster.k8s.watcher import PodWatcher
 
     t0, ns, rg, run = 1_741_942_800.0, "llmpack", "rg-retry", "argo-retry-1"

@@ -52,6 +52,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     from llmpack.cluster.k8s.reconcile import check_opencost_url
     from llmpack.cluster.plan import record as plan_record
     from llmpack.compare import comparison as cmp
+    from llmpack.compare import rounds
     from llmpack.compile.pod_options import pod_options_of
     from llmpack.report import check_control_plane, parse_control_plane
     from llmpack.report.target import check_report_target
@@ -98,7 +99,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     cmp.check_baseline(baseline, labels)
     if not no_report:
         check_report_target(report_dir, "--report", force=force)
-    delays = cmp.parse_start_delays(inject_start_delay, names)
+    delays = rounds.parse_start_delays(inject_start_delay, names)
     output_dir = Path(kwargs["output_dir"])
     RunOptions(params=parse_params(params, kwargs["pipeline"]), **kwargs)  # the run options, checked as locally
 

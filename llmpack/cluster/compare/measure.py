@@ -216,7 +216,7 @@ def close_run(session: Session, mc: Any, run_id: str, ctx: telemetry.RunContext,
 def measure(session: Session, plan: Plan, summary: Mapping[str, Any], result: Mapping[str, Any],
             rows: list[dict[str, Any]], record: dict[str, Any]) -> None:
     """Fill ``record`` (in place) with the ended run's status, metrics, tags, events and pods."""
-    from llmpack.cluster.k8s.podphases import to_step_records
+    from llmpack.cluster.k8s.step_records import to_step_records
 
     orch = plan.orchestrator
     pipe = session.pipe_of(plan.fuse)

@@ -33,10 +33,10 @@ def fused_tasks(pipe: Any) -> dict[str, tuple[str, ...]]:
 
 
 def pod_step_aliases(fused: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
-    """Whose spin-up a pod's phases are (:func:`~llmpack.cluster.k8s.podphases.to_step_records`): the MLflow
+    """Whose spin-up a pod's phases are (:func:`~llmpack.cluster.k8s.step_records.to_step_records`): the MLflow
     Job's ``main`` pod and a fused pod that trains count as ``finetune``'s, the way one pod that
     runs the training step starts it; a fused pod that does not train, as its first member's."""
-    from llmpack.cluster.k8s.podphases import DEFAULT_STEP_ALIASES
+    from llmpack.cluster.k8s.step_records import DEFAULT_STEP_ALIASES
 
     out = dict(DEFAULT_STEP_ALIASES)
     for task, members in fused.items():

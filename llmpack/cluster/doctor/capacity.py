@@ -20,7 +20,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from llmpack.cluster.doctor.checks import GPU_RESOURCE, Check, GpuPlacement, blocking_taints, trainer_install
+from llmpack.cluster.doctor.checks import GPU_RESOURCE, Check, GpuPlacement, blocking_taints
+from llmpack.cluster.doctor.gang import trainer_install
 from llmpack.cluster.doctor.reader import ClusterReader, Missing, Unanswered, unread
 
 _q = shlex.quote

@@ -144,6 +144,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
     from llmpack.backends import backend
     from llmpack.cluster.doctor import capacity
     from llmpack.cluster.doctor import checks as dc
+    from llmpack.cluster.doctor import gang as gang_checks
     from llmpack.cluster.doctor.reader import Unanswered
 
     needs = needs or capacity.Needs()
@@ -164,7 +165,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         checks += capacity.node_fit(cluster, placement, gpu_pods)
     checks.append(dc.access(cluster, "pod watcher", "", dc.NODE_VERBS))
     if gang:
-        checks.append(dc.training_runtime(cluster))
+        checks.append(gang_checks.training_runtime(cluster))
     for namespace, paths in namespaces_of(opts).items():
         check, found = dc.namespace_exists(cluster, namespace)
         checks.append(check)
@@ -181,15 +182,15 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
             checks += backend(path).doctor_checks(cluster, namespace, opts.flags)
         shared = (opts.cache_pvc or DEFAULT_SHARED_PVC) if gang else None
         if gang:
-            checks.append(dc.launcher_rbac(cluster, namespace))
-            checks.append(dc.shared_pvc(cluster, namespace, shared, shared=True))
+            checks.append(gang_checks.launcher_rbac(cluster, namespace))
+            checks.append(gang_checks.shared_pvc(cluster, namespace, shared, shared=True))
         ckpt = opts.checkpoint_pvc
         if ckpt and ckpt != shared:  # the same claim as the gang's shared one: checked ReadWriteMany above
-            checks.append(dc.shared_pvc(cluster, namespace, ckpt, shared=gang))
+            checks.append(gang_checks.shared_pvc(cluster, namespace, ckpt, shared=gang))
         mounted = set().union(*(claims[path] for path in paths)) | ({opts.cache_pvc} if opts.cache_pvc else set())
         # what the compiled pods mount, --cache-pvc, --model-pvc...
         for name in sorted((mounted - {shared} | set(opts.pvcs)) - {ckpt}):
-            checks.append(dc.shared_pvc(cluster, namespace, name, shared=False))
+            checks.append(gang_checks.shared_pvc(cluster, namespace, name, shared=False))
         secrets = {(n, k): e for n, k, e in sorted(set().union(*(r for r, _ in found_refs)) | set(opts.secrets))}
         for (name, key), env in secrets.items():  # --hf-token-secret: required secretKeyRefs (the MLflow one: above)
             if name not in trackers:
@@ -197,7 +198,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         for name in sorted(set().union(*(p for _, p in found_refs)) | set(opts.pull_secrets)):  # --image-pull-secret
             checks.append(dc.pull_secret(cluster, namespace, name))
         if opts.queue:
-            checks.append(dc.local_queue(cluster, namespace, opts.queue))
+            checks.append(gang_checks.local_queue(cluster, namespace, opts.queue))
     return checks
 
 

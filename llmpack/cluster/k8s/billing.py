@@ -102,7 +102,7 @@ def cluster_cost(
 
 def pod_attempts(rows: Iterable[Mapping[str, Any]]) -> dict[int, tuple[int, bool]]:
     """Per executor pod row (by ``id``): its attempt (the step's pods numbered by creation, as
-    :func:`~llmpack.cluster.k8s.podphases.to_step_records` numbers them) and whether it is the step's last.
+    :func:`~llmpack.cluster.k8s.step_records.to_step_records` numbers them) and whether it is the step's last.
     A TrainJob's node pods (``gang``) are not attempts: they are left out (never retries)."""
     by_step: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:

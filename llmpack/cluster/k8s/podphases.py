@@ -4,19 +4,17 @@ Pure analysis, stdlib only, on the API's JSON form (``kubectl get pods|nodes|eve
 watch's objects). Per pod (:func:`analyze`): who made it, its role and step, where it ran, when
 each phase began (UTC epoch seconds), the derived ``queue_s``, ``provision_s``, ``start_s``,
 ``run_s``, and how the attempt ended (:mod:`llmpack.cluster.k8s.preemption`); a TrainJob's node pods carry
-``gang``, ``gang_node``, ``gang_gpus``. :func:`to_step_records` turns one run's rows into the
-record's cluster events. Every field: docs/pod-watcher.md.
+``gang``, ``gang_node``, ``gang_gpus``. :func:`llmpack.cluster.k8s.step_records.to_step_records` turns one
+run's rows into the record's cluster events. Every field: docs/pod-watcher.md.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from components.backend import Drivers
-from components.record.telemetry import Record, RunContext, make_record
 from llmpack.backends import ORCHESTRATORS, all_pod_marks, orchestrator_of_pod, pod_marks
 from llmpack.cluster.k8s import LABEL_PREFIX, ORCHESTRATOR_LABEL, PIPELINE_RUN_LABEL, RUN_GROUP_LABEL, STEP_LABEL
 from llmpack.cluster.k8s.objects import (
@@ -26,7 +24,6 @@ from llmpack.cluster.k8s.objects import (
     JOBSET_NAME_LABEL,
     POD_GPU_COUNT_LABEL,
     TERMINAL_PHASES,
-    DumpError,
     Where,
     annotations_of,
     capacity_type,
@@ -36,9 +33,9 @@ from llmpack.cluster.k8s.objects import (
     labels_of,
     minus,
     object_condition_time,
-    pull_seconds_from_message,
 )
 from llmpack.cluster.k8s.preemption import attempt_outcome, disruption_fields
+from llmpack.cluster.k8s.pulls import PullIndex
 
 # The columns of a row, in order (the JSON of `llmpack timeline --json` has exactly these keys).
 ROW_FIELDS = (
@@ -73,14 +70,6 @@ ROW_FIELDS = (
     "outcome",
     "disruption",
     "disrupted_at",
-)
-
-# Row field -> telemetry event name (components.record.telemetry.CLUSTER_EVENTS).
-STEP_EVENT_FIELDS = (
-    ("pod_created", "created"),
-    ("pod_scheduled", "scheduled"),
-    ("node_ready", "node_ready"),
-    ("container_started", "container_started"),
 )
 
 
@@ -194,74 +183,6 @@ def _container_times(pod: Mapping[str, Any], name: str | None, where: Where) -> 
     return (min(starts) if starts else None), finished
 
 
-# --------------------------------------------------------------------------- events
-
-
-def _event_time(event: Mapping[str, Any], where: Where) -> float | None:
-    """When an event first happened: eventTime (micro time) else firstTimestamp else lastTimestamp."""
-    for field in ("eventTime", "firstTimestamp", "lastTimestamp"):
-        t = where.time(event.get(field), field)
-        if t is not None:
-            return t
-    return None
-
-
-def _container_of_field_path(field_path: str | None) -> str | None:
-    m = re.match(r"^spec\.(?:initContainers|containers|ephemeralContainers)\{([^}]*)\}$", field_path or "")
-    return m.group(1) if m else None
-
-
-class _PullIndex:
-    """Image-pull times per (namespace, pod, container), from Pulling/Pulled events."""
-
-    def __init__(self, events: Sequence[Mapping[str, Any]]) -> None:
-        # (ns, pod) -> container -> {"pulling": t, "pulled": t, "stated": seconds, "uid": uid}
-        self.by_pod: dict[tuple[str, str], dict[str | None, dict[str, Any]]] = {}
-        for i, event in enumerate(events):
-            if not isinstance(event, Mapping):
-                raise DumpError("events", i, ": not an object")
-            reason = event.get("reason")
-            if reason not in ("Pulling", "Pulled"):
-                continue
-            obj = event.get("involvedObject") or event.get("regarding") or {}
-            if obj.get("kind", "Pod") != "Pod" or not obj.get("name"):
-                continue
-            where = Where("events", i, event)
-            ns = obj.get("namespace") or dig(event, "metadata", "namespace") or ""
-            container = _container_of_field_path(obj.get("fieldPath"))
-            slot = self.by_pod.setdefault((ns, obj["name"]), {}).setdefault(container, {"uid": obj.get("uid")})
-            t = _event_time(event, where)
-            if reason == "Pulling":
-                if t is not None and (slot.get("pulling") is None or t < slot["pulling"]):
-                    slot["pulling"] = t
-            else:
-                if t is not None and (slot.get("pulled") is None or t < slot["pulled"]):
-                    slot["pulled"] = t
-                stated = pull_seconds_from_message(str(event.get("message") or ""))
-                if stated is not None and "stated" not in slot:
-                    slot["stated"] = stated
-
-    def seconds(self, namespace: str, pod: str, uid: str | None, container: str | None) -> float | None:
-        slots = self.by_pod.get((namespace, pod))
-        if not slots:
-            return None
-        slots = {c: s for c, s in slots.items() if not (uid and s.get("uid") and s["uid"] != uid)}
-        if container in slots:
-            chosen = [slots[container]]
-        elif set(slots) == {None}:  # events without fieldPath: the pod's pulls together
-            chosen = [slots[None]]
-        else:
-            return None
-        total, found = 0.0, False
-        for slot in chosen:
-            value = slot.get("stated")
-            if value is None and slot.get("pulling") is not None and slot.get("pulled") is not None:
-                value = max(0.0, slot["pulled"] - slot["pulling"])
-            if value is not None:
-                total, found = total + value, True
-        return round(total, 6) if found else None
-
-
 def _workflow_keys(pod: Mapping[str, Any]) -> set[tuple[str, str, str]]:
     labels = labels_of(pod)
     ns = dig(pod, "metadata", "namespace") or ""
@@ -365,7 +286,7 @@ def analyze(
     check_objects("nodes", nodes)
     check_objects("events", events, named=False)
     node_by_name = {n["metadata"]["name"]: (i, n) for i, n in enumerate(nodes)}
-    pulls = _PullIndex(events)
+    pulls = PullIndex(events)
     rows = []
     for i, fill in sorted(_select(pods, run_group, runs).items()):
         row = _analyze_pod(pods[i], Where("pods", i, pods[i]), node_by_name, pulls)
@@ -380,7 +301,7 @@ def _analyze_pod(
     pod: Mapping[str, Any],
     where: Where,
     node_by_name: Mapping[str, tuple[int, Mapping[str, Any]]],
-    pulls: _PullIndex,
+    pulls: PullIndex,
 ) -> dict[str, Any]:
     meta = pod["metadata"]
     labels = labels_of(pod)
@@ -467,88 +388,3 @@ def all_terminated(*, steps: Iterable[str] = (), min_pods: int = 1) -> Callable[
 
     done.requires_all_terminal = True  # type: ignore[attr-defined]  # lets the watcher skip the analysis
     return done
-
-
-# --------------------------------------------------------------------------- telemetry records
-
-
-def _row_matches(row: Mapping[str, Any], ctx: RunContext) -> bool:
-    if row.get("run_group") and ctx.run_group and row["run_group"] != ctx.run_group:
-        return False
-    if row.get("pipeline_run"):
-        return row["pipeline_run"] == ctx.pipeline_run
-    return row.get("orchestrator") == ctx.orchestrator
-
-
-# The MLflow Kubernetes Job runs the whole pipeline (the ``main`` entry point) in one pod, labelled
-# ``llmpack.io/step=main``: its pod phases are the training step's spin-up.
-DEFAULT_STEP_ALIASES = {"main": "finetune"}
-
-
-def to_step_records(
-    rows: Iterable[Mapping[str, Any]],
-    ctx: RunContext,
-    *,
-    steps: Iterable[str] | None = None,
-    aliases: Mapping[str, str] | None = None,
-) -> list[Record]:
-    """Cluster events of one pipeline run as telemetry records, ready for the JSONL sink / MLflow.
-
-    Rows are those of ``ctx``'s pipeline run (``pipeline_run``, from the ``llmpack.io/pipeline-run``
-    label or, for KFP pods, from the ``runs`` given to :func:`analyze`; rows with none match on
-    orchestrator). A pod's step is renamed through ``aliases`` (default
-    :data:`DEFAULT_STEP_ALIASES`: the MLflow Job's ``main`` pod counts as ``finetune``). Per step
-    (all, or ``steps``) every executor pod counts, numbered by creation: the first-created is
-    attempt 0, a retried pod attempt 1, and so on (records keyed by attempt: a retry never moves
-    the first pod's ``pod_created``, and every attempt is billed; see
-    :mod:`components.record.telemetry`). A TrainJob's node pods (rows with ``gang``) are not attempts:
-    they belong to the attempt of the launcher pod before them (:func:`gang_attempt`) and give
-    ``<event>.node<rank>`` records (``node_ready.node1``), one set per node. On a cluster this
-    numbering is the attempt's authority: a retry is a fresh pod whose step cannot count its
-    attempts in its own JSONL. KFP driver pods are the
-    orchestrator's overhead, not a step, and give no records; ``node_ready`` only appears when a
-    node was provisioned for the pod.
-    """
-    aliases = DEFAULT_STEP_ALIASES if aliases is None else aliases
-    wanted = None if steps is None else set(steps)
-    pods: dict[str, list[Mapping[str, Any]]] = {}
-    gangs: dict[str, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        step = aliases.get(row.get("step") or "", row.get("step"))
-        if not step or row.get("role") == "driver" or not _row_matches(row, ctx):
-            continue
-        if wanted is not None and step not in wanted:
-            continue
-        (gangs if row.get("gang") else pods).setdefault(step, []).append(row)
-    ordered = {step: sorted(mine, key=_creation_order) for step, mine in pods.items()}
-    records = []
-    for step in sorted(ordered, key=lambda s: (ordered[s][0].get("created") or 0.0, s)):
-        for attempt, row in enumerate(ordered[step]):
-            for event, field in STEP_EVENT_FIELDS:
-                if row.get(field) is not None:
-                    records.append(make_record(ctx, "event", step, event, row[field], attempt))
-    for step, mine in sorted(gangs.items()):
-        launchers = ordered.get(step, [])
-        for row in sorted(mine, key=_creation_order):
-            node = row.get("gang_node")
-            if node is None:
-                continue
-            attempt = gang_attempt(row, launchers)
-            for event, field in STEP_EVENT_FIELDS:
-                if row.get(field) is not None:
-                    records.append(make_record(ctx, "event", step, f"{event}.node{node}", row[field], attempt))
-    return records
-
-
-def gang_attempt(row: Mapping[str, Any], launchers: Sequence[Mapping[str, Any]]) -> int:
-    """The attempt a TrainJob node pod belongs to: that of the step's last pod (its launcher, or
-    the MLflow Job's pod) created before it. A gang's pods are one attempt, never retries."""
-    created = _creation_order(row)[0]
-    before = [n for n, r in enumerate(launchers) if _creation_order(r)[0] <= created]
-    return before[-1] if before else 0
-
-
-def _creation_order(row: Mapping[str, Any]) -> tuple[float, str]:
-    """Pods in the order they were created (one never seen created last), then by name."""
-    created = row.get("created")
-    return (math.inf if created is None else float(created), str(row.get("pod") or ""))

@@ -18,10 +18,10 @@ from llmpack.compare.comparison import (
     GANG_METRICS,
     comparison,
     parse_backends,
-    parse_start_delays,
     percentile,
     summarize_runs,
 )
+from llmpack.compare.rounds import parse_start_delays
 from llmpack.report import break_even, parse_control_plane, write_report
 from llmpack.run.local import RunOptions, run_pipeline
 from tests.conftest import llmpack

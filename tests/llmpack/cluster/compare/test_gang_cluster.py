@@ -20,7 +20,7 @@ from standins.loopback import ARGO_TOKEN, KFP_TOKEN, LoopbackCluster, client_env
 from components.errors import InputError
 from llmpack.cluster.compare import cluster
 from llmpack.cluster.k8s.objects import JOB_COMPLETION_INDEX, JOBSET_NAME_LABEL
-from llmpack.cluster.k8s.podphases import to_step_records
+from llmpack.cluster.k8s.step_records import to_step_records
 from llmpack.cluster.k8s.timeline import format_table
 
 NODES, GPUS = 2, 4

@@ -14,8 +14,9 @@ from components.errors import InputError
 from components.record.cost import billed_seconds
 from components.record.telemetry import RunContext, derive_metrics, group_by_step, make_record
 from llmpack.cluster.k8s.objects import parse_go_duration, parse_time, pull_seconds_from_message
-from llmpack.cluster.k8s.podphases import ROW_FIELDS, analyze, to_step_records
+from llmpack.cluster.k8s.podphases import ROW_FIELDS, analyze
 from llmpack.cluster.k8s.slim import slim_event, slim_node, slim_pod
+from llmpack.cluster.k8s.step_records import to_step_records
 from llmpack.cluster.k8s.timeline import format_table, timeline_from_files
 
 FIXTURES = Path(__file__).parents[3] / "fixtures" / "k8s"
