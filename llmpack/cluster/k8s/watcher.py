@@ -22,8 +22,9 @@ from typing import Any
 from components.errors import InputError
 from llmpack.backends import run_id_selectors
 from llmpack.cluster.k8s import RUN_GROUP_LABEL
-from llmpack.cluster.k8s.api import api_error, is_network_error, read_json
+from llmpack.cluster.k8s.api import api_error, is_network_error
 from llmpack.cluster.k8s.objects import TERMINAL_PHASES
+from llmpack.cluster.k8s.pod_reads import PodReads
 from llmpack.cluster.k8s.podphases import all_terminated, analyze
 from llmpack.cluster.k8s.preemption import attempt_outcome
 from llmpack.cluster.k8s.resumable import ResumableWatch
@@ -50,7 +51,7 @@ def _rv_int(obj: Mapping[str, Any]) -> int | None:
         return None
 
 
-class PodWatcher:
+class PodWatcher(PodReads):
     """Watches the pods of run group ``run_group`` in ``namespace``; :meth:`run` returns their rows.
 
     ``api_client`` is a ``kubernetes.client.ApiClient`` (see :func:`~llmpack.cluster.k8s.api.build_api_client`).
@@ -323,68 +324,6 @@ class PodWatcher:
 
     def _is_ours(self, namespace: str, name: str) -> bool:
         return (namespace, name) in self._names
-
-    # ------------------------------------------------------------------ API calls
-
-    def _core(self) -> Any:
-        from kubernetes import client
-
-        return client.CoreV1Api(self.api_client)
-
-    def _timeout(self, read_s: float | None = None) -> tuple[float, float]:
-        connect_s, read_s = self.request_timeout_s, read_s if read_s is not None else self.request_timeout_s
-        by = getattr(self, "_prepare_by", None)
-        if by is not None:  # a slow server must not hold the first reads past the run's deadline
-            left = max(0.5, by - time.monotonic())
-            connect_s, read_s = min(connect_s, left), min(read_s, left)
-        return (connect_s, read_s)
-
-    def _check_namespace(self) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            read_json(self._core().read_namespace(self.namespace, _preload_content=False,
-                                                  _request_timeout=self._timeout()))
-        except ApiException as exc:
-            if exc.status == 404:
-                host = self.api_client.configuration.host
-                raise InputError(f"namespace {self.namespace!r} not found on the Kubernetes API at {host}") from None
-            if exc.status == 403:  # namespaced credentials often cannot read Namespace objects: go on
-                return
-            raise api_error(exc, self.api_client, f"read namespace {self.namespace!r}") from None
-        except Exception as exc:
-            if is_network_error(exc):
-                raise api_error(exc, self.api_client, f"read namespace {self.namespace!r}") from None
-            raise
-
-    def _list_pods(self, selector: str) -> tuple[list[dict[str, Any]], str]:
-        """All pods for a selector (paged, each slimmed as its page arrives), and the list's resourceVersion."""
-        from kubernetes.client.exceptions import ApiException
-
-        items: list[dict[str, Any]] = []
-        token, rv = None, ""
-        while True:
-            kwargs: dict[str, Any] = {"label_selector": selector, "limit": 500}
-            if token:
-                kwargs["_continue"] = token
-            try:
-                resp = self._core().list_namespaced_pod(
-                    self.namespace, _preload_content=False, _request_timeout=self._timeout(), **kwargs
-                )
-            except ApiException as exc:
-                if exc.status == 410 and token:  # the continue token expired: start over
-                    items, token = [], None
-                    continue
-                raise
-            data = read_json(resp)
-            # Slimmed page by page: a first list of 10,000 raw pods held whole peaked at 214 MiB.
-            items.extend(slim_pod(obj) for obj in data.get("items") or ())
-            meta = data.get("metadata") or {}
-            rv = meta.get("resourceVersion") or rv
-            token = meta.get("continue")
-            if not token:
-                self.stats["lists"] += 1
-                return items, rv
 
     def _initial_list(self, index: int, selector: str) -> str:
         try:
