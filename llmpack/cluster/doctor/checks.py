@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from components.backend import DoctorCheck
+from components.doctor_facts import DoctorCheck
 from components.dsl import Toleration
 from llmpack.cluster.doctor.reader import ClusterReader, Unanswered, unread
 

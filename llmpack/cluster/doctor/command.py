@@ -24,7 +24,8 @@ from typing import Any
 import click
 
 from components import settings
-from components.backend import ClusterPath, DoctorFlag
+from components.backend import ClusterPath
+from components.doctor_facts import DoctorFlag
 from components.errors import InputError
 from llmpack.backends import ORCHESTRATORS, cluster_path
 from llmpack.ui.options import TLS_OPTIONS, tls_connection
@@ -292,7 +293,7 @@ def pod_namespaces(per_path: Mapping[str, str | None]) -> dict[str, str]:
 
 
 def _backend_flags() -> list[DoctorFlag]:
-    """The cluster backends' own doctor options (:attr:`components.backend.DoctorFacts.flags`), in registry order."""
+    """The cluster backends' own doctor options (:attr:`components.doctor_facts.DoctorFacts.flags`), in registry order."""
     from llmpack.backends import backend
 
     return [flag for name in PATHS for flag in backend(name).doctor.flags]

@@ -11,7 +11,7 @@ import json
 import shlex
 from typing import Any
 
-from components.backend import DoctorCheck
+from components.doctor_facts import DoctorCheck
 from components.servers import kube
 from components.servers.remote import one_line
 
