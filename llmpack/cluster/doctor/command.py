@@ -293,7 +293,8 @@ def pod_namespaces(per_path: Mapping[str, str | None]) -> dict[str, str]:
 
 
 def _backend_flags() -> list[DoctorFlag]:
-    """The cluster backends' own doctor options (:attr:`components.doctor_facts.DoctorFacts.flags`), in registry order."""
+    """The cluster backends' own doctor options (:attr:`components.doctor_facts.DoctorFacts.flags`), in registry
+    order."""
     from llmpack.backends import backend
 
     return [flag for name in PATHS for flag in backend(name).doctor.flags]
