@@ -17,15 +17,12 @@ from components.backend import (
     ClickOption,
     ClusterPath,
     CompareOption,
-    DoctorCheck,
-    DoctorFacts,
-    DoctorReader,
     PodMarks,
     ServerConnection,
-    VersionProbe,
     pod_labels,
 )
 from components.compiled_pods import PodSpec
+from components.doctor_facts import DoctorCheck, DoctorFacts, DoctorReader, VersionProbe
 from components.dsl import Pipeline
 
 ARTIFACT = Path("argo_workflows/finetune.yaml")

@@ -14,8 +14,8 @@ import shlex
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from components.backend import DoctorCheck, DoctorFlag, DoctorReader
 from components.compiled_pods import PodSpec
+from components.doctor_facts import DoctorCheck, DoctorFlag, DoctorReader
 
 REPOSITORIES = "artifact-repositories"  # Argo's per-namespace default artifact repository ConfigMap
 DEFAULT_ANNOTATION = "workflows.argoproj.io/default-artifact-repository"

@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from llmpack.project.fit import PathFit
-from llmpack.project.model import project_path
+from llmpack.cluster.plan.project.fit import PathFit
+from llmpack.cluster.plan.project.model import project_path
 
 SIZES, QS = [1, 2, 4, 8, 16, 32], [0.5, 0.9, 0.99]
 

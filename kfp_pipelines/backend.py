@@ -16,15 +16,14 @@ from components.backend import (
     ClickOption,
     ClusterPath,
     CompareOption,
-    DoctorFacts,
     Drivers,
     PodMarks,
     ServerConnection,
-    VersionProbe,
     pod_annotations,
     pod_labels,
 )
 from components.compiled_pods import PodSpec
+from components.doctor_facts import DoctorFacts, VersionProbe
 from components.dsl import Pipeline
 
 ARTIFACT = Path("kfp_pipelines/finetune.yaml")

@@ -98,7 +98,7 @@ def cluster_submitter(name: str) -> Backend:
 def orchestrator_of_pod(pod: Mapping[str, Any]) -> str:
     """The cluster backend whose own marks ``pod`` carries (by its ``recognise_pod``), else ``unknown``.
 
-    For :func:`llmpack.k8s.podphases.orchestrator_of` after its check of llmpack's own label.
+    For :func:`llmpack.cluster.k8s.podphases.orchestrator_of` after its check of llmpack's own label.
     Asked in registry order: a KFP v2 pod carries Argo's marks too.
     """
     return next((name for name, recognise in _recognisers() if recognise(pod)), "unknown")

@@ -19,11 +19,11 @@ from components.backend import (
     ClusterPath,
     CompareOption,
     Connection,
-    DoctorFacts,
     PodMarks,
     pod_labels,
 )
 from components.compiled_pods import PodSpec
+from components.doctor_facts import DoctorFacts
 from components.dsl import Pipeline
 from mlflow_projects.settings import IMAGE, SOURCE
 

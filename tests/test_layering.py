@@ -132,3 +132,45 @@ def test_importing_a_step_loads_no_runner_launcher_fusion_or_server_code():
                                        cwd=REPO).stdout)
     assert "components.steps.prepare_data" in loaded
     assert not [m for m in loaded if m.startswith((*STEP_RUNNER, "components.servers"))], loaded
+
+
+# The pack and the lab (docs/architecture.md): llmpack.cluster may import the pack; nothing of the pack imports it.
+LAB = "llmpack.cluster"
+# What llmpack.ui may import of llmpack: itself and the leaves below every room.
+UI_MAY_IMPORT = ("llmpack.ui", "llmpack.backends", "llmpack.gpu_catalogue", "llmpack.configuration")
+
+
+def _in_lab(module: str) -> bool:
+    return module == LAB or module.startswith(LAB + ".")
+
+
+def pack_imports_of_the_lab(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {(m, d) for m, deps in graph.items() if not _in_lab(m) for d in deps if _in_lab(d)}
+
+
+def test_the_pack_imports_nothing_of_the_lab():
+    assert any(_in_lab(m) for m in MODULES) and any(not _in_lab(m) and _top(m) == "llmpack" for m in MODULES)
+    bad = pack_imports_of_the_lab(GRAPH)
+    assert not bad, f"the pack reaches into the lab: {sorted(bad)}"
+
+
+def test_the_lab_check_finds_a_planted_import():
+    planted = {**GRAPH, "llmpack.report.render": GRAPH["llmpack.report.render"] | {"llmpack.cluster.k8s.watcher"}}
+    assert pack_imports_of_the_lab(planted) == {("llmpack.report.render", "llmpack.cluster.k8s.watcher")}
+
+
+def test_ui_imports_nothing_above_it():
+    bad = {(m, d) for m, deps in GRAPH.items() if m.startswith("llmpack.ui") for d in deps
+           if _top(d) == "llmpack" and not d.startswith(UI_MAY_IMPORT)}
+    assert not bad, f"llmpack.ui reaches above itself: {sorted(bad)}"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["compare", "--help"], ["run", "--help"], ["compile", "--help"],
+                                  ["report", "--help"], ["sync", "--help"], ["clean", "--help"]])
+def test_the_packs_commands_load_no_module_of_the_lab(argv: list[str]):
+    code = ("import json, sys\nfrom llmpack.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('llmpack.cluster'))), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True, cwd=REPO)
+    assert "Usage: " in done.stdout
+    assert json.loads(done.stderr.splitlines()[-1]) == []

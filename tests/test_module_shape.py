@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 MAX_LINES = 15
 MAX_MODULE_LINES = 600
 # What the three squeezed modules (cluster_session, trainjob_launch, dsl) were split into, by job.
-SPLIT_BY_JOB = ("llmpack/compare/session.py", "llmpack/compare/measure.py", "components/dsl.py",
+SPLIT_BY_JOB = ("llmpack/cluster/compare/session.py", "llmpack/cluster/compare/measure.py", "components/dsl.py",
                 "components/wiring.py", "components/binding.py", "components/validation.py",
                 *(f"components/servers/trainjob{part}.py"
                   for part in ("", "_cancel", "_client", "_launch", "_rbac", "_status")))

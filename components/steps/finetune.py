@@ -333,7 +333,7 @@ def finetune(
                 if world.main:
                     save_checkpoint(ckpt_root, done, net, optimizer, fingerprint, chaos_pause_s=chaos_pause_s,
                                     state=state, owner=owner)
-                    # the newest whole checkpoint: what a preemption keeps (llmpack.k8s.preemption)
+                    # the newest whole checkpoint: what a preemption keeps (llmpack.cluster.k8s.preemption)
                     emit_step("checkpoint_saved")
                 distributed.barrier(world)
                 save_s, last_save = max(save_s, time.perf_counter() - began), time.monotonic()

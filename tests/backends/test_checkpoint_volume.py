@@ -22,7 +22,7 @@ from components import settings
 from components.podspec import DEFAULT_SAVE_S, PREEMPTION_RETRIES, grace_for
 from llmpack.cli import main
 from llmpack.compile.artifacts import compile_all
-from llmpack.ui.pod_options import CheckpointOptions, PodOptions
+from llmpack.compile.pod_options import CheckpointOptions, PodOptions
 from tests.backends.test_pod_security import argo_pods, job_pods, restricted_violations, trainjob_pods
 from tests.backends.test_podspec import argo, job, kfp, trainjob
 from tests.components.test_trainjob import _schema, schema_errors, trainer_api_errors

@@ -211,7 +211,7 @@ def test_submit_gpu_type_compiles_first_and_refuses_a_named_artifact() -> None:
 
 
 def test_compare_cluster_takes_gpu_type_and_checks_it_before_submitting() -> None:
-    from llmpack.compare.cluster import compare_cluster
+    from llmpack.cluster.compare.cluster import compare_cluster
 
     with pytest.raises(InputError, match="unknown GPU type"):
         compare_cluster(backends="argo", repeats=1, params={}, gpu_type="b200")

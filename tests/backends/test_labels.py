@@ -5,7 +5,7 @@ Read back from the compiled artifacts of every path, with and without ``--label`
 its pod template, the TrainJob's node pods (``runtimePatches``, labelled by the launcher at run
 time), the prepull DaemonSet. The committed artifacts carry the recommended labels too. A bad
 ``--label`` is one line and exit 2. The labels reach the record's tags through the closing task's
-environment. (The loopback cluster's pods: tests/llmpack/compare/test_labels_cluster.py.)
+environment. (The loopback cluster's pods: tests/llmpack/cluster/compare/test_labels_cluster.py.)
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from components.podspec import (
 from components.process import gang
 from llmpack.cli import main
 from llmpack.compile.artifacts import compile_all
-from llmpack.ui.pod_options import LABEL_NAME, PodOptions, parse_label
+from llmpack.compile.pod_options import LABEL_NAME, PodOptions, parse_label
 
 ROOT = Path(__file__).resolve().parents[2]
 USER = {"team": "ml-platform", "example.com/cost-center": "cc-42", "owner": ""}

@@ -22,8 +22,8 @@ from click.testing import CliRunner
 from components.errors import InputError
 from llmpack.cli import main
 from llmpack.compile.artifacts import compile_all, compiled_for_submit
+from llmpack.compile.pod_options import PodOptions
 from llmpack.compile.prepull import PAUSE_IMAGE
-from llmpack.ui.pod_options import PodOptions
 from tests.backends.test_pod_security import argo_pods, job_pods, kfp_pods, restricted_violations, trainjob_pods
 from tests.components.test_trainjob import _schema, schema_errors, trainer_api_errors
 

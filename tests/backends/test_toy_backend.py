@@ -84,7 +84,7 @@ PODS = [
 @pytest.mark.parametrize("pod", PODS)
 def test_each_backend_recognises_its_own_pods_as_the_watcher_does(pod: dict) -> None:
     from llmpack.backends import orchestrator_of_pod
-    from llmpack.k8s.podphases import orchestrator_of
+    from llmpack.cluster.k8s.podphases import orchestrator_of
 
     assert orchestrator_of_pod(pod) == orchestrator_of(pod)
 
@@ -147,7 +147,7 @@ def test_the_toy_cluster_is_compiled_listed_and_its_pods_recognised(tmp_path: Pa
 
     code = (
         "import json; from llmpack.backends import ORCHESTRATORS, cluster_paths; "
-        "from llmpack.k8s.podphases import orchestrator_of; from llmpack.k8s.slim import slim_pod; "
+        "from llmpack.cluster.k8s.podphases import orchestrator_of; from llmpack.cluster.k8s.slim import slim_pod; "
         "pod = {'metadata': {'name': 'p', 'namespace': 'llmpack', 'labels': {'toy.example/run': 'r-1', 'x': 'y'}},"
         " 'spec': {'containers': [{'name': 'main'}]}, 'status': {}}; "
         "print(json.dumps({'orchestrators': list(ORCHESTRATORS), 'paths': list(cluster_paths()),"

@@ -445,15 +445,15 @@ ELSEWHERE: tuple[Elsewhere, ...] = (
     Elsewhere(surface="Kubernetes API", input="a server that answers every call with an HTML page, not JSON",
               behaviour="one line `the Kubernetes API answered with something that is not JSON (it starts ...)`, "
               "a short redacted excerpt, no traceback",
-              test="tests/llmpack/k8s/test_hostile_api.py::test_an_answer_that_is_not_json_is_one_line"),
+              test="tests/llmpack/cluster/k8s/test_hostile_api.py::test_an_answer_that_is_not_json_is_one_line"),
     Elsewhere(surface="Kubernetes API",
               input="a watch stream with a line that is not JSON and an event whose object is "
               "a string", behaviour="both passed over; the watch ends at its deadline with the rows it has",
-              test="tests/llmpack/k8s/test_hostile_api.py::test_broken_watch_events_are_passed_over"),
+              test="tests/llmpack/cluster/k8s/test_hostile_api.py::test_broken_watch_events_are_passed_over"),
     Elsewhere(surface="Kubernetes API", input="a server that takes 20 s to answer, the watch given 3 s",
               behaviour="one line `... (timed out) while trying to read namespace ...` within the deadline (a "
               "timed-out read is not retried; the first reads are bounded by the run's deadline)",
-              test="tests/llmpack/k8s/test_hostile_api.py::test_a_slow_server_cannot_hold_the_watch_past_its_deadline"),
+              test="tests/llmpack/cluster/k8s/test_hostile_api.py::test_a_slow_server_cannot_hold_the_watch_past_its_deadline"),
     # ============================================================== checkpoints, redaction, YAML bombs, the canary scan
     Elsewhere(surface="checkpoints",
               input="a pickle whose `__reduce__` creates a file, planted as every state file of the "

@@ -348,7 +348,7 @@ def test_jobset_and_kueue_crds_install_and_the_queue_doctor_proposes_is_valid(re
                                                                               restricted: str) -> None:
     """JobSet's and Kueue's own CRDs are served; the LocalQueue ``llmpack doctor``'s fix line creates, pasted as
     printed (its placeholder ClusterQueue included), passes strictly; a misspelt field does not."""
-    from llmpack.doctor.checks import CLUSTER_QUEUE_PLACEHOLDER
+    from llmpack.cluster.doctor.checks import CLUSTER_QUEUE_PLACEHOLDER
 
     assert crds.install(real_cluster.api, "jobset") == ["jobsets.jobset.x-k8s.io"]
     assert "localqueues.kueue.x-k8s.io" in crds.install(real_cluster.api, "kueue")

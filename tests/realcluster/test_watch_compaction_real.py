@@ -99,7 +99,7 @@ def test_a_bookmark_moves_the_watch_past_other_pods_writes(real_cluster: RealClu
     request of the watcher resumes from a version newer than its pod's, which only a BOOKMARK can have given."""
     from kubernetes import client
 
-    from llmpack.k8s.watcher import PodWatcher
+    from llmpack.cluster.k8s.watcher import PodWatcher
 
     core = client.CoreV1Api(real_cluster.api)
     ns, other = make_namespace(real_cluster.api, "llmpack-bookmark"), make_namespace(real_cluster.api, "llmpack-noise")
@@ -128,8 +128,8 @@ def test_the_watcher_relists_after_etcd_compaction_and_keeps_every_pod_once(etcd
     """Compactions mid-watch: 410 Gone on the watcher's resumed watches, a re-list each, every pod once, Succeeded."""
     from kubernetes import client
 
-    from llmpack.k8s.podphases import all_terminated
-    from llmpack.k8s.watcher import PodWatcher
+    from llmpack.cluster.k8s.podphases import all_terminated
+    from llmpack.cluster.k8s.watcher import PodWatcher
 
     etcd = (etcd_cluster.state_dir / "etcd-url").read_text().strip()
     assert etcd.startswith("https://127.0.0.1:"), etcd

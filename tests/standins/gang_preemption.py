@@ -14,7 +14,7 @@ import copy
 import math
 from typing import Any
 
-from llmpack.k8s.preemption import CHECKPOINT_EVENT, RESUMED_METRIC
+from llmpack.cluster.k8s.preemption import CHECKPOINT_EVENT, RESUMED_METRIC
 from standins.k8s_api import _iso
 
 GANG = "gang"  # the key of a gang's preemption in Preemption.done: (pipeline_run, GANG)

@@ -92,7 +92,7 @@ class OpenCostStandIn(StandInServer):
 
     def gpu_price(self, node: Mapping[str, Any] | None) -> float:
         """The node's GPU-hour price as this OpenCost prices it (spot column on a spot node, less the discount)."""
-        from llmpack.k8s.objects import capacity_type
+        from llmpack.cluster.k8s.objects import capacity_type
 
         spot = node is not None and capacity_type((node.get("metadata") or {}).get("labels") or {}) == "spot"
         base = self.spot_gpu_hourly if spot and self.spot_gpu_hourly is not None else self.gpu_hourly

@@ -22,13 +22,12 @@ from components.backend import (
     Backend,
     ClickOption,
     ClusterPath,
-    DoctorFacts,
     PodMarks,
     ServerConnection,
     SubmitRequest,
-    VersionProbe,
     pod_labels,
 )
+from components.doctor_facts import DoctorFacts, VersionProbe
 from components.dsl import Pipeline
 from components.errors import InputError
 from components.servers.submission import new_id
