@@ -1,6 +1,6 @@
 """What ``llmpack cluster doctor`` knows of a cluster backend, declared on its :class:`~components.backend.Backend`
 (``doctor``, ``doctor_checks``): the RBAC its submission needs, its server's version probe, its own options, and
-the checklist line every check returns. Part of the backend contract (docs/architecture.md).
+the checklist line every check returns. Part of the backend contract (docs/internals/architecture.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 which failures are worth asking again, and the one retry layer around a call (MLflow's own off inside it).
 
 :mod:`components.record.tracking` uploads through :func:`with_retries` and keeps these names as its own
-(``tracking.with_retries``). The retry rules: docs/record-internals.md.
+(``tracking.with_retries``). The retry rules: docs/internals/record-internals.md.
 """
 
 from __future__ import annotations

@@ -79,5 +79,5 @@ def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | 
 cluster.add_command(submit)  # one subcommand per cluster backend: llmpack.cluster.submit_command
 cluster.add_command(compare)
 cluster.add_command(doctor)  # before a first cluster run: docs/first-run-on-a-cluster.md
-cluster.add_command(plan)  # estimates before submitting (docs/plan.md); plan project: docs/projection.md
+cluster.add_command(plan)  # estimates before submitting (docs/plan.md); plan project: docs/plan.md
 cluster.add_command(timeline)

@@ -2,7 +2,7 @@
 
 Read from the run's metrics and tags alone (no cluster): the report's and the terminal's "beside ours"
 rows and the sentences that say why they differ. :mod:`llmpack.cluster.k8s.reconcile` reads OpenCost
-into those metrics during a cluster compare; each account's rule: docs/pod-watcher.md.
+into those metrics during a cluster compare; each account's rule: docs/internals/pod-watcher.md.
 """
 
 from __future__ import annotations

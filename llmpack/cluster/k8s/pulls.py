@@ -1,5 +1,5 @@
 """Image-pull times from Pulling/Pulled events, per (namespace, pod, container): one of the phases
-:func:`llmpack.cluster.k8s.podphases.analyze` puts on a pod's row (docs/pod-watcher.md).
+:func:`llmpack.cluster.k8s.podphases.analyze` puts on a pod's row (docs/internals/pod-watcher.md).
 """
 
 from __future__ import annotations

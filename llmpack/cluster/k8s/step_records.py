@@ -1,5 +1,5 @@
 """One run's pod rows as its record's cluster events: each step's attempts in creation order, a TrainJob gang's
-node pods numbered by the launcher attempt before them (docs/pod-watcher.md).
+node pods numbered by the launcher attempt before them (docs/internals/pod-watcher.md).
 """
 
 from __future__ import annotations
