@@ -166,7 +166,7 @@ def _read_data(directory: Path, want: Mapping[str, Any] | None) -> Any:
     """``state.json`` parsed (NaN allowed: an optimizer may hold one), at most 64 levels deep."""
     fd = _open_state_file(directory, DATA_FILE, want)
     with os.fdopen(fd, "rb") as fh:
-        raw = fh.read(size_cap(DATA_FILE) + 1)
+        raw = fh.read(os.fstat(fd).st_size + 1)  # its checked size: read(n) allocates n bytes up front
     if want is not None and (len(raw) != want["bytes"] or hashlib.sha256(raw).hexdigest() != want["sha256"]):
         raise UnreadableState(f"{DATA_FILE} changed while it was read")
     try:
