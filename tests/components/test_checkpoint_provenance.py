@@ -184,7 +184,7 @@ def test_the_finetune_step_trains_past_a_forged_final_checkpoint(tokens: Path, t
     forged = plant(pvc / "run-f" / "finetune", {"pipeline_run": "run-f", "step": "finetune"})
     vol = finetune("vol", "--param=pipeline_run=run-f", **{settings.CHECKPOINT_ROOT.name: str(pvc)})
     assert vol.returncode == 0, vol.stdout + vol.stderr
-    assert len(_lines(vol.stdout, f"refusing checkpoint {forged}")) == 1 and "resumed from" not in vol.stdout
+    assert len(_lines(vol.stdout, f"refusing checkpoint {forged}")) == 1 and "finetune: resumed from" not in vol.stdout
     assert len((tmp_path / "vol" / "train_log.jsonl").read_text().splitlines()) == 6  # all six steps trained
     assert (tmp_path / "vol" / adapter).read_bytes() == (tmp_path / "honest" / adapter).read_bytes()
 
