@@ -1,23 +1,13 @@
 """A checkpoint's manifest: its files (size and sha256), whose it is, signed with the user's key.
 
-A checksum list proves nothing against someone who can write the checkpoint directory (they
-rewrite the list too), and the settings fingerprint is computable by anyone who knows the
-settings. So ``manifest.json`` carries a provenance signature (:mod:`components.provenance`, kind
-``checkpoint``) over all of it: step, settings fingerprint, owner (pipeline run and step) and every
-file's size and sha256. A checkpoint is trusted only in this order, each check before the next
-touches anything:
-
-1. the ``step-*`` entry is a real directory (lstat: a symlink is refused);
-2. ``manifest.json`` is read bounded (regular file, at most :data:`MAX_MANIFEST_BYTES`, nesting capped);
-3. its shape: each entry a plain file name directly inside the checkpoint (no ``/``, ``..`` or
-   absolute path: refused before any stat, so no entry probes the disk), sizes within their caps,
-   at most :data:`MAX_ENTRIES` entries, the step the directory's name says;
-4. its signature verifies with the user's key: unsigned or wrongly signed is :class:`Untrusted`;
-5. each file is a regular file (no symlink, FIFO or device) of exactly the signed size, by fstat,
-   before a byte of it is hashed.
-
-:class:`Incomplete` is a torn or damaged checkpoint (skipped); :class:`Untrusted` one that is not
-the user's to resume (refused). Why: docs/step-process.md.
+A checksum list proves nothing against whoever can write the checkpoint directory, and the settings
+fingerprint is computable by anyone who knows the settings; so ``manifest.json`` carries a
+provenance signature (:mod:`components.provenance`, kind ``checkpoint``) over all of it: step,
+fingerprint, owner and every file's size and sha256. It is checked in an order where nothing a
+manifest names is looked at before the manifest is bounded-read, shaped (plain names inside the
+checkpoint, sizes under their caps) and verified, and no file is read before fstat shows it a
+regular file of its signed size. :class:`Incomplete` (torn: skipped) and :class:`Untrusted`
+(not the user's: refused). The order and why: docs/step-process.md.
 """
 
 from __future__ import annotations

@@ -6,10 +6,8 @@ run it in the next resume. So the state is ``state.safetensors`` (every tensor) 
 structure ``optimizer.load_state_dict`` was given. Anything else is refused at save time; a file
 that does not decode is :class:`UnreadableState`. The encoding: docs/step-process.md.
 
-Both files are read bounded (:mod:`components.bounded`): regular files only (a FIFO, device or
-symlink is refused before a byte is read), ``state.json`` at most :data:`MAX_DATA_BYTES` and 64
-levels deep, and, given the signed manifest's entries, each file's size and sha256 are checked on
-the very bytes that are decoded (no window to swap a file between the check and the load).
+Both are read bounded (regular files only, size caps, nesting capped) and, given the signed
+manifest's entries, checked for size and sha256 on the very bytes decoded.
 """
 
 from __future__ import annotations

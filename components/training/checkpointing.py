@@ -5,11 +5,9 @@ call its checkpointer. A checkpoint is data, never code (:mod:`components.traini
 ``manifest.json`` (each file's size and sha256, whose checkpoint it is, and a signature with the
 user's key over all of it: :mod:`components.training.checkpoint_manifest`) is written after the
 files and before the rename that publishes the directory, so :func:`newest_checkpoint` trusts
-only a whole one, refuses an unsigned or forged one, and another run's or other settings'. On a
-cluster the checkpoints live on a volume keyed by the pipeline run (:func:`run_checkpoint_dir`),
-in a run directory that must be a real directory (:func:`real_run_dir`), found by every retry.
-``benchmarks/chaos_sigkill.py`` checks a killed step resumes byte-identical. Why each rule:
-docs/step-process.md.
+only a whole one and refuses an unsigned or forged one, another run's or other settings'. On a
+cluster they live on a volume keyed by the pipeline run (:func:`run_checkpoint_dir`), in a real
+directory (:func:`real_run_dir`), found by every retry. Why each rule: docs/step-process.md.
 """
 
 from __future__ import annotations

@@ -5,11 +5,8 @@ with no signature, even of the final step with chosen weights) is refused in one
 loaded, whether the checkpoint dir is explicit (no owner check) or the run's own on the volume;
 the finetune step then trains. Item 9: manifests and state are read bounded (deep nesting, a FIFO,
 a sparse file, a huge ``state.json``, entries naming files outside the checkpoint or symlinks).
-Item 10: a run directory on the checkpoint volume that is a symlink is refused, and nothing it
-points at is written or removed.
-
-The attacker's key is set as ``LLMPACK_SIGNING_KEY`` while they write; the test session's own key
-(tests/conftest.py) is the user's.
+Item 10: a symlinked run directory on the volume is refused; nothing it points at is written or
+removed. The attacker writes under ``LLMPACK_SIGNING_KEY``; the session's key file is the user's.
 """
 
 from __future__ import annotations
