@@ -12,7 +12,7 @@ wrapped once each (:func:`_session`). Errors are :class:`components.errors.Input
 naming what to fix (:func:`_error`). Tokens are never printed, logged, put in a summary or in an
 error message.
 
-Endpoint, token, namespace and the quirks: docs/backend-internals.md, "Argo: submission to Argo Server".
+Endpoint, token, namespace and the quirks: docs/internals/backend-internals.md, "Argo: submission to Argo Server".
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ seconds: ``--layers`` sets the tiny model's depth, ``--save`` the modules LoRA t
 (peft's ``modules_to_save``; empty: none), ``--method full`` trains every weight. It prints the
 training loss every 20 steps, the seconds training took, and the exact match of the base and the
 tuned model on the held-out split, overall and per task, as evaluate scores it
-(components.training.generation). What it measured is in docs/decisions.md ("Task evaluation").
+(components.training.generation). What it measured is in docs/internals/decisions.md ("Task evaluation").
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def main() -> None:
     import components.training.tiny as tiny
     from components.steps.finetune import batch_indices, lr_at
     from components.steps.tokenize import pack, pair_ids
-    from components.training.data import builtin_rows, builtin_task, split_rows
+    from components.training.data import builtin_split, builtin_task
     from components.training.generation import greedy_answers, score, task_rows
     from components.training.modeling import lora_target_modules
 
@@ -42,7 +42,7 @@ def main() -> None:
 
     torch.use_deterministic_algorithms(True)
     tok = tiny.ByteTokenizer()
-    train, held_out = split_rows(builtin_rows(2000, 0), seed=0, eval_fraction=0.1)
+    train, held_out = builtin_split(2000, 0, 0.1)  # eval made only of unseen words and numbers
     blocks, labels = pack([pair_ids(tok, r) for r in train], 128, tiny.PAD_ID, keep_tail=False)
     x, y = torch.tensor(blocks), torch.tensor(labels)
     rows, _ = task_rows([pair_ids(tok, r) for r in held_out], held_out, max_prompt_tokens=128, task_of=builtin_task)

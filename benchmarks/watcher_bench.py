@@ -5,7 +5,7 @@ synthetic run group over its watch protocol; this process runs the real kubernet
 :class:`llmpack.k8s.watcher.PodWatcher` until every pod has terminated (list, watch, node reads,
 image-pull events and the final analysis all inside the timed window).
 
-How to run it, what it prints and why: docs/benchmarks.md.
+How to run it, what it prints and why: docs/internals/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python benchmarks/watcher_load.py [--pods 100,1000] [--events 10000,50000] [--expire-every 1000] [--gap 10]
                                       [--timeout 600] [--json]
 
-How to run it, what it prints and why: docs/benchmarks.md.
+How to run it, what it prints and why: docs/internals/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ then a second fresh watcher stops at its first analysis (**backlog**: one list o
 
 Without ``--kubeconfig`` it starts and stops its own control plane; needs ``make cluster-build``.
 Loopback only. Minutes on 2 cores. What each figure means, ``--existing`` and INCOMPLETE:
-docs/real-cluster.md, "The watcher benchmark on the real control plane"; the figures: docs/measurements.md.
+docs/internals/real-cluster.md, "The watcher benchmark on the real control plane";
+the figures: docs/internals/measurements.md.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ one registry line: its name, settings and golden artifacts; :meth:`Backend.compi
 :class:`ClusterPath`, :class:`PodMarks` and :class:`DoctorFacts`, so that no module of
 ``llmpack`` names a backend.
 
-Each field and method, and the test that holds llmpack to it: docs/architecture.md, "The backend
+Each field and method, and the test that holds llmpack to it: docs/internals/architecture.md, "The backend
 contract". Heavy libraries stay inside the methods that need them.
 """
 

@@ -5,7 +5,7 @@ quote what they were given. :func:`redact_uri` blanks a URI's userinfo and secre
 values and never raises, however malformed; :func:`redact_text` does that to every URI in free text,
 blanks bearer tokens and ``password=`` pairs and every secret this process was handed, wherever it
 reappears; :func:`uri_problem` refuses a bad http(s) host or port up front, quoting only the host.
-Stdlib only: the CLI's error path imports it. In full: docs/names-and-secrets.md.
+Stdlib only: the CLI's error path imports it. In full: docs/internals/names-and-secrets.md.
 """
 
 from __future__ import annotations

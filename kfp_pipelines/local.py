@@ -7,7 +7,7 @@ command a subprocess, never a container. kfp.local keeps process-wide state and 
 environment is exactly ``env``; its output goes to ``WORKDIR/logs/kfp.log`` and each task's part to
 ``WORKDIR/logs/<task>.log``. Waits between retries are capped at :data:`LOCAL_MAX_BACKOFF_S`.
 
-Why, and how attempts are counted and billed: docs/backend-internals.md, "KFP: a local run with
+Why, and how attempts are counted and billed: docs/internals/backend-internals.md, "KFP: a local run with
 kfp.local".
 """
 

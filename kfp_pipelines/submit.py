@@ -9,7 +9,7 @@ timeout (:func:`_preflight`); :func:`wait_for_completion` / :func:`wait_for_run`
 Errors are :class:`components.errors.InputError` with one line naming what to fix (:func:`_error`).
 Tokens are never printed, logged, put in a summary or in an error message.
 
-Endpoints, tokens, namespaces and why the preflight: docs/backend-internals.md, "KFP: submission
+Endpoints, tokens, namespaces and why the preflight: docs/internals/backend-internals.md, "KFP: submission
 with ``kfp.Client``".
 """
 

@@ -1,7 +1,7 @@
 """The one registry of backends: the ``--backend`` names (and ``llmpack.orchestrator`` tags), one line each.
 
 Each backend is declared once, in its own package, by the contract in :mod:`components.backend`
-(docs/architecture.md, the backend contract); this registry names where to find it, and imports
+(docs/internals/architecture.md, the backend contract); this registry names where to find it, and imports
 it only when first asked for, so ``llmpack --help`` stays fast. ``direct`` is the reference with
 no orchestrator: local only.
 

@@ -582,7 +582,7 @@ main.add_command(sync_command)
 main.add_command(clean_command)
 main.add_command(doctor_command)  # before a first cluster run: docs/first-run-on-a-cluster.md
 main.add_command(plan_command)  # estimates before submitting: docs/plan.md
-main.add_command(project_command)  # scale projection: docs/projection.md
+main.add_command(project_command)  # scale projection: docs/plan.md
 
 if __name__ == "__main__":  # pragma: no cover
     main()

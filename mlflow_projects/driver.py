@@ -8,7 +8,7 @@ task a child run of the pipeline run's record, started in DAG order, retried per
 its output in ``<run dir>/logs/<task>.log``; under ``mlflow run`` the first step starts before
 MLflow is imported (:mod:`mlflow_projects.first_step`); in a ``docker_env`` project each entry
 point's command runs in place. Why each of these, where the record lives and where artifacts
-go: docs/decisions.md (The MLflow path's driver).
+go: docs/internals/decisions.md (The MLflow path's driver).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ does (:func:`build_mlflow_job`: the prebuilt image, no literal tracking URI) and
 Errors are one :class:`components.errors.InputError` line naming what to fix (:func:`_kube_error`).
 Tokens are never printed, logged, put in a summary or in an error message.
 
-Each difference from MLflow's backend, and why: docs/backend-internals.md, "MLflow: submission as a Kubernetes Job".
+Each difference from MLflow's backend, and why: docs/internals/backend-internals.md (MLflow: submission).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""docs/architecture.md's tree is the tree: every room of ``llmpack/`` it lists exists, and every one that
+"""docs/internals/architecture.md's tree is the tree: every room of ``llmpack/`` it lists exists, and every one that
 exists is listed.
 
 The rooms are the lines ``  NAME/`` under ``llmpack/`` in the page's first code block; the
@@ -14,7 +14,7 @@ import re
 
 from tests.conftest import REPO
 
-PAGE = REPO / "docs" / "architecture.md"
+PAGE = REPO / "docs" / "internals" / "architecture.md"
 
 
 def _listed_rooms() -> list[str]:
@@ -36,7 +36,7 @@ def _rooms() -> list[str]:
 
 def test_the_tree_on_the_page_is_the_tree() -> None:
     listed = _listed_rooms()
-    assert sorted(listed) == _rooms(), f"docs/architecture.md lists {sorted(listed)}, llmpack/ has {_rooms()}"
+    assert sorted(listed) == _rooms(), f"docs/internals/architecture.md lists {sorted(listed)}, llmpack/ has {_rooms()}"
 
 
 def test_every_room_says_what_it_does_and_imports_nothing_itself() -> None:

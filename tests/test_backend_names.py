@@ -6,7 +6,7 @@ docstrings, comments and messages are out of it: an identifier with ``kfp`` or `
 ``"mlflow"``) compared, looked up or listed. ``mlflow`` in an identifier names the tracking library,
 not the backend; the strings that name a library are :data:`LIBRARIES`, each with its reason.
 :data:`LEFT` lists what still names a backend, to move onto it (empty now); the test fails on anything new
-and on an entry that no longer holds, so the list only shrinks. The rule: docs/architecture.md,
+and on an entry that no longer holds, so the list only shrinks. The rule: docs/internals/architecture.md,
 "The backend contract".
 """
 

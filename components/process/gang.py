@@ -7,7 +7,7 @@ same step (:mod:`components.servers.trainjob`), follows it to its end (deleting 
 cancelled), then copies the outputs back and merges every rank's events. The gang's pod spec
 travels in the ``trainjob`` pipeline parameter (:class:`GangSpec`), pinned at compile: the launcher
 refuses a value whose digest is not in its ``LLMPACK_GANG_SPECS`` (:func:`check_compiled`); its
-security context is always the TrainJob builder's ``restricted`` one. In full: docs/step-process.md
+security context is always the TrainJob builder's ``restricted`` one. In full: docs/internals/step-process.md
 and docs/scaling.md.
 """
 

@@ -6,7 +6,7 @@ member that declares one, the fused process starts a *parked* process at once, t
 for the hand-over; its exit code is the member's. The member's work, outputs and records, the pod
 count and the order are unchanged. A parked process whose turn never comes runs nothing;
 ``LLMPACK_WARM_AHEAD=0`` turns it off. Why a process and not a thread, and each failure:
-docs/step-process.md.
+docs/internals/step-process.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ A pipeline run's record is the MLflow run tagged ``llmpack.record=pipeline`` and
 bounded (:func:`with_retries`, ``LLMPACK_TRACKING_MAX_WAIT_S``), with one retry layer (MLflow's own
 off inside it); what an outage held back is sent by :func:`upload_run` (``llmpack sync``). Step
 processes get their client from :func:`step_client` (REST without MLflow to an http(s) store).
-The retry rules: docs/record-internals.md.
+The retry rules: docs/internals/record-internals.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """evaluate: eval loss, perplexity and task metrics of the base model vs the tuned one, and a quality gate.
 
-The task metrics (docs/evaluation.md) are exact and normalised match of greedy answers to the
+The task metrics (docs/serving.md) are exact and normalised match of greedy answers to the
 held-out prompts; the gate judges ``gate_metric`` (``auto``: exact match where there are answers).
 """
 

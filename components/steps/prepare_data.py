@@ -7,7 +7,7 @@ from pathlib import Path
 
 from components.dsl import Dataset, Execution, Output, Resources, step
 from components.reporting import metric
-from components.training.data import load_rows, split_rows, write_jsonl
+from components.training.data import BUILTIN, builtin_split, load_rows, split_rows, write_jsonl
 
 
 @step(execution=Execution(resources=Resources(cpu=1, memory="2Gi"), hf_cache=True))
@@ -20,12 +20,21 @@ def prepare_data(
     builtin_size: int = 2000,
 ) -> None:
     """Load instruction/response rows, validate every row, and split train/eval by seed."""
-    rows, skipped = load_rows(data, seed=seed, skip_bad_rows=skip_bad_rows, builtin_size=builtin_size)
-    train, evaluation = split_rows(rows, seed=seed, eval_fraction=eval_fraction)
+    # The built-in set is split by construction (eval made only of held-out words and numbers); a
+    # user's rows by prompt identity, so no eval prompt is in training; duplicates are counted.
+    if data == BUILTIN:
+        train, evaluation = builtin_split(builtin_size, seed, eval_fraction)
+        skipped = duplicates = 0
+        rows = train + evaluation
+    else:
+        rows, skipped = load_rows(data, seed=seed, skip_bad_rows=skip_bad_rows, builtin_size=builtin_size)
+        train, evaluation, duplicates = split_rows(rows, seed=seed, eval_fraction=eval_fraction)
     out = Path(dataset.path)
     write_jsonl(out / "train.jsonl", train)
     write_jsonl(out / "eval.jsonl", evaluation)
-    meta = {"source": data, "rows": len(rows), "train": len(train), "eval": len(evaluation), "skipped": skipped}
+    meta = {"source": data, "rows": len(rows), "train": len(train), "eval": len(evaluation), "skipped": skipped,
+            "duplicate_rows": duplicates}
     (out / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     metric("rows", len(rows))
     metric("skipped_rows", skipped)
+    metric("duplicate_rows", duplicates)

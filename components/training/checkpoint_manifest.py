@@ -7,7 +7,7 @@ fingerprint, owner and every file's size and sha256. It is checked in an order w
 manifest names is looked at before the manifest is bounded-read, shaped (plain names inside the
 checkpoint, sizes under their caps) and verified, and no file is read before fstat shows it a
 regular file of its signed size. :class:`Incomplete` (torn: skipped) and :class:`Untrusted`
-(not the user's: refused). The order and why: docs/step-process.md.
+(not the user's: refused). The order and why: docs/internals/step-process.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 run it in the next resume. So the state is ``state.safetensors`` (every tensor) and ``state.json``
 (everything else, each tensor a reference), which :func:`decode` turns back into the very
 structure ``optimizer.load_state_dict`` was given. Anything else is refused at save time; a file
-that does not decode is :class:`UnreadableState`. The encoding: docs/step-process.md.
+that does not decode is :class:`UnreadableState`. The encoding: docs/internals/step-process.md.
 
 Both are read bounded (regular files only, size caps, nesting capped) and, given the signed
 manifest's entries, checked for size and sha256 on the very bytes decoded.

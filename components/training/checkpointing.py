@@ -7,7 +7,7 @@ user's key over all of it: :mod:`components.training.checkpoint_manifest`) is wr
 files and before the rename that publishes the directory, so :func:`newest_checkpoint` trusts
 only a whole one and refuses an unsigned or forged one, another run's or other settings'. On a
 cluster they live on a volume keyed by the pipeline run (:func:`run_checkpoint_dir`), in a real
-directory (:func:`real_run_dir`), found by every retry. Why each rule: docs/step-process.md.
+directory (:func:`real_run_dir`), found by every retry. Why each rule: docs/internals/step-process.md.
 """
 
 from __future__ import annotations

@@ -20,31 +20,78 @@ from components.errors import InputError
 BUILTIN = "builtin"
 HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
-_WORDS = (
-    "apple river stone cloud tiger maple ocean pixel rocket garden silver laser "
-    "violet falcon quartz ember lemon harbor meadow nickel orbit piano"
-).split()
+_CONSONANTS = "bcdfghjklmnprstvwz"
+_VOWELS = "aeiou"
+VOCABULARY_SIZE = 4000  # distinct words the built-in set draws from, made from the seed
+NUMBER_RANGE = 1000  # Add draws its two numbers from 0..NUMBER_RANGE-1
+
+
+def builtin_vocabulary(seed: int = 0, size: int = VOCABULARY_SIZE) -> list[str]:
+    """``size`` distinct pronounceable words (2-3 syllables), made from ``seed``: no fixed word list to memorise."""
+    rng = random.Random(f"llmpack-vocabulary-{seed}")
+    words: dict[str, None] = {}
+    while len(words) < size:
+        syllables = rng.randint(2, 3)
+        words["".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(syllables))] = None
+    return list(words)
+
+
+def _held_out(items: list, fraction: float, rng: random.Random) -> tuple[list, list]:
+    """``items`` split into (train pool, eval pool): about ``fraction`` of them held out, each pool non-empty."""
+    order = list(items)
+    rng.shuffle(order)
+    n_eval = min(max(1, round(len(order) * fraction)), len(order) - 1)
+    return order[n_eval:], order[:n_eval]
+
+
+def _builtin_row(task: int, words: list[str], numbers: list[int], rng: random.Random) -> dict[str, str]:
+    if task == 0:
+        phrase = " ".join(rng.choice(words) for _ in range(rng.randint(1, 3)))
+        return {"prompt": f"Uppercase: {phrase}", "response": phrase.upper()}
+    if task == 1:
+        word = rng.choice(words)
+        return {"prompt": f"Reverse: {word}", "response": word[::-1]}
+    a, b = rng.choice(numbers), rng.choice(numbers)
+    return {"prompt": f"Add: {a}+{b}", "response": str(a + b)}
+
+
+def builtin_split(n: int = 2000, seed: int = 0,
+                  eval_fraction: float = 0.1) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """The built-in set, split by construction: (train, eval), ``n`` rows in all.
+
+    Three tasks with exact answers computable for any input: upper-case a phrase, reverse a word,
+    add two numbers. The vocabulary (:func:`builtin_vocabulary`) and the numbers 0..999 are each
+    split first: eval rows are made only of held-out words and numbers, train rows only of the
+    rest, so no eval prompt, nor any word or number in it, appears in training ("unseen" means
+    unseen). Eval prompts are distinct.
+    """
+    if not 0.0 < eval_fraction < 1.0:
+        raise InputError(f"eval_fraction {eval_fraction} must be between 0 and 1")
+    if n < 2:
+        raise InputError(f"need at least 2 rows to split into train and eval, got {n}")
+    rng = random.Random(f"llmpack-builtin-{seed}")
+    pool_fraction = min(max(eval_fraction, 0.2), 0.5)  # enough held-out inputs for distinct eval prompts
+    train_words, eval_words = _held_out(builtin_vocabulary(seed), pool_fraction, rng)
+    train_numbers, eval_numbers = _held_out(list(range(NUMBER_RANGE)), pool_fraction, rng)
+    n_eval = min(max(1, int(round(n * eval_fraction))), n - 1)
+    train = [_builtin_row(i % 3, train_words, train_numbers, rng) for i in range(n - n_eval)]
+    evaluation: list[dict[str, str]] = []
+    seen: set[str] = set()
+    i = 0
+    while len(evaluation) < n_eval:
+        row = _builtin_row(i % 3, eval_words, eval_numbers, rng)
+        i += 1
+        if row["prompt"] not in seen or i > 50 * n_eval:  # distinct prompts (a guard for tiny pools)
+            seen.add(row["prompt"])
+            evaluation.append(row)
+    return train, evaluation
 
 
 def builtin_rows(n: int = 2000, seed: int = 0) -> list[dict[str, str]]:
-    """Deterministic synthetic instructions a tiny byte-level model can visibly learn.
-
-    Three tasks with exact answers: upper-case a phrase, reverse a word, add two numbers.
-    """
-    rng = random.Random(f"llmpack-builtin-{seed}")
-    rows = []
-    for i in range(n):
-        task = i % 3
-        if task == 0:
-            phrase = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 3)))
-            rows.append({"prompt": f"Uppercase: {phrase}", "response": phrase.upper()})
-        elif task == 1:
-            word = rng.choice(_WORDS)
-            rows.append({"prompt": f"Reverse: {word}", "response": word[::-1]})
-        else:
-            a, b = rng.randint(0, 99), rng.randint(0, 99)
-            rows.append({"prompt": f"Add: {a}+{b}", "response": str(a + b)})
-    return rows
+    """``n`` built-in rows (train rows of :func:`builtin_split`, cycling the three tasks); for tests and tools."""
+    rng = random.Random(f"llmpack-builtin-rows-{seed}")
+    words, numbers = builtin_vocabulary(seed), list(range(NUMBER_RANGE))
+    return [_builtin_row(i % 3, words, numbers, rng) for i in range(n)]
 
 
 # The built-in tasks by the word that starts their prompts (``Reverse: maple``): task evaluation
@@ -186,18 +233,34 @@ def load_rows(source: str, *, seed: int = 0, skip_bad_rows: bool = False,
     return load_hf_dataset(source), 0
 
 
+def prompt_key(row: dict[str, Any]) -> str:
+    """A row's identity across splits: its prompt with runs of whitespace collapsed."""
+    return " ".join(str(row["prompt"]).split())
+
+
 def split_rows(rows: list[dict[str, Any]], *, seed: int,
-               eval_fraction: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Seeded shuffle, then the last ``eval_fraction`` (at least one row) is the eval split."""
+               eval_fraction: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """Split by prompt identity: (train, eval, duplicates).
+
+    Rows are grouped by :func:`prompt_key`; the groups are shuffled by ``seed`` and about
+    ``eval_fraction`` of the rows' groups (at least one) go to eval, so a prompt is never on both
+    sides. Eval keeps one row per prompt; train keeps every copy. ``duplicates`` counts the rows
+    beyond the first of each prompt (reported by prepare_data).
+    """
     if not 0.0 < eval_fraction < 1.0:
         raise InputError(f"eval_fraction {eval_fraction} must be between 0 and 1")
-    if len(rows) < 2:
-        raise InputError(f"need at least 2 rows to split into train and eval, got {len(rows)}")
-    order = list(range(len(rows)))
-    random.Random(seed).shuffle(order)
-    n_eval = min(max(1, int(round(len(rows) * eval_fraction))), len(rows) - 1)
-    shuffled = [rows[i] for i in order]
-    return shuffled[:-n_eval], shuffled[-n_eval:]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(prompt_key(row), []).append(row)
+    if len(groups) < 2:
+        raise InputError(f"need at least 2 distinct prompts to split into train and eval, got {len(groups)}"
+                         f" ({len(rows)} rows)")
+    keys = list(groups)
+    random.Random(seed).shuffle(keys)
+    n_eval = min(max(1, int(round(len(keys) * eval_fraction))), len(keys) - 1)
+    evaluation = [groups[k][0] for k in keys[-n_eval:]]
+    train = [row for k in keys[:-n_eval] for row in groups[k]]
+    return train, evaluation, len(rows) - len(groups)
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:

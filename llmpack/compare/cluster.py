@@ -9,7 +9,7 @@ its MLflow record, the record read back, the metrics derived, nodes billed once 
 comparison. Bad input for the whole comparison is one :class:`~components.errors.InputError`
 before anything is submitted; a path whose server refuses fails on its own and the others go on.
 
-Where ``total_s`` ends, how nodes are billed and the GPU type found: docs/decisions.md (Measuring
+Where ``total_s`` ends, how nodes are billed and the GPU type found: docs/internals/decisions.md (Measuring
 a run, Cost) and docs/telemetry-and-cost.md (node billing on a cluster); the steps: docs/cluster.md.
 """
 

@@ -184,7 +184,7 @@ class Margin:
 
 # A quarter of the baseline's median (times: at least half a second). Chosen as the smallest
 # difference that would change which orchestrator a platform team picks for start-up, not from
-# the noise; docs/decisions.md says why, and what a narrower margin costs in rounds.
+# the noise; docs/internals/decisions.md says why, and what a narrower margin costs in rounds.
 DEFAULT_MARGINS = {h.key: Margin(value=0.25, relative=True, floor=MARGIN_FLOOR_S if h.unit == "s" else 0.0)
                    for h in HEADLINES}
 

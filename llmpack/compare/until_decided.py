@@ -8,7 +8,7 @@ finetune's first step, :meth:`components.dsl.Pipeline.through`), interleaved. Af
 (:mod:`llmpack.compare.sequential`); a decided path leaves the rounds, and the compare stops when
 none is left, when the next round would overrun ``budget_s``, or after the design's last round.
 
-The design and why stopping early cannot raise the error rate: docs/comparison.md.
+The design and why stopping early cannot raise the error rate: docs/internals/comparison.md.
 """
 
 from __future__ import annotations

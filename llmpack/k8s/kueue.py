@@ -4,7 +4,7 @@ A queued TrainJob (``llmpack compile --queue``) is suspended until Kueue admits 
 ``quota_wait_s`` is Workload created to ``QuotaReserved``, ``admission_checks_s`` from there to
 ``Admitted``; :func:`evicted` reads Kueue taking the quota back (the gang recorded as preempted).
 Without Kueue both are None: it is optional. The newest served version is read (``v1beta2``, then
-``v1beta1``). Conditions and versions: docs/pod-watcher.md.
+``v1beta1``). Conditions and versions: docs/internals/pod-watcher.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ watch's objects). Per pod (:func:`analyze`): who made it, its role and step, whe
 each phase began (UTC epoch seconds), the derived ``queue_s``, ``provision_s``, ``start_s``,
 ``run_s``, and how the attempt ended (:mod:`llmpack.k8s.preemption`); a TrainJob's node pods carry
 ``gang``, ``gang_node``, ``gang_gpus``. :func:`to_step_records` turns one run's rows into the
-record's cluster events. Every field: docs/pod-watcher.md.
+record's cluster events. Every field: docs/internals/pod-watcher.md.
 """
 
 from __future__ import annotations

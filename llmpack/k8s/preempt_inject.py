@@ -4,7 +4,7 @@ llmpack evicts the pod (``POST .../pods/NAME/eviction``), as a drain or a chaos 
 record reads it as it reads a spot reclaim (:mod:`llmpack.k8s.preemption`). The moment is the step's
 container start plus ``at_s`` (or a drawn rate), once per run; a refusing PodDisruptionBudget is
 retried, a pod already gone skipped; a gang's node pod, never its launcher. Needs ``create`` on
-``pods/eviction``. In full: docs/pod-watcher.md.
+``pods/eviction``. In full: docs/internals/pod-watcher.md.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ conditions. Every attempt is ``succeeded``, ``failed``, ``preempted`` or ``runni
 the last checkpoint plus the retry's spin-up) and ``time_to_recover_s``; a TrainJob gang is one
 attempt of all its node pods (:func:`gang_attempts`). Pure functions; stdlib only.
 
-Each signal and each figure: docs/pod-watcher.md and docs/preemption.md.
+Each signal and each figure: docs/internals/pod-watcher.md and docs/preemption.md.
 """
 
 from __future__ import annotations

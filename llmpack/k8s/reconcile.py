@@ -4,7 +4,7 @@ Three accounts of one run's GPUs, each right by its own rule: ours (node billing
 :mod:`llmpack.k8s.billing`), the orchestrator's own (a backend's ``own_metrics``, such as a pod's GPU
 request times its run time), and OpenCost's allocation API aggregated by the run's labels
 (:data:`AGGREGATE`). :func:`explain` splits the gap between ours and OpenCost's GPU cost exactly
-in two: node time no pod held, and the price source. Each account's rule: docs/pod-watcher.md.
+in two: node time no pod held, and the price source. Each account's rule: docs/internals/pod-watcher.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ once when a pod lands and again periodically and at the end, to see a node's rem
 billing. Image-pull events are listed once and then watched (the API server keeps events an hour),
 listed again at the end only where the watch left a gap; a 403 degrades to one warning.
 :attr:`SideReads.version` moves only when what was read changed. Thread-safe; ``kubernetes`` is
-imported inside the functions. Each choice and why: docs/pod-watcher.md.
+imported inside the functions. Each choice and why: docs/internals/pod-watcher.md.
 """
 
 from __future__ import annotations

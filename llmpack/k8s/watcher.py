@@ -9,7 +9,7 @@ when ``until(rows)`` holds, at ``timeout_s``, or on :meth:`PodWatcher.stop`, and
 :func:`~llmpack.k8s.podphases.analyze` rows.
 
 Errors a user can act on are one :class:`components.errors.InputError` line, never with the token.
-``kubernetes`` is imported inside the functions. Each choice and why: docs/pod-watcher.md.
+``kubernetes`` is imported inside the functions. Each choice and why: docs/internals/pod-watcher.md.
 """
 
 from __future__ import annotations

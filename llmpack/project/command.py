@@ -113,7 +113,7 @@ def project(run_groups: tuple[str, ...], tracking_uri: str | None, pods: str | N
             price_per_gpu_hour: str | None, as_json: bool, out: Path | None) -> None:
     """Project measured gangs to more nodes: gang-ready p50/p90/p99, time to first step, GPU-hours and
     cost per run (compute, straggler waste, overhead), each with a 95% bootstrap interval; with
-    --paths, the GPU count where two paths' monthly costs cross. Model: docs/projection.md."""
+    --paths, the GPU count where two paths' monthly costs cross. Model: docs/plan.md."""
     from llmpack.project import run
 
     result, text = run.project(

@@ -15,8 +15,9 @@ from llmpack.ui.outcome import gated_on, percent
 PROMOTION_TAG = "llmpack.promotion"  # what the register step decided for the version it registered
 
 TITLE = "Does the tuned model do the task?"
-NOTE = ("Greedy answers to the held-out prompts, scored by exact match (normalised: case and spacing forgiven); "
-        "base model -> tuned model (docs/evaluation.md).")
+NOTE = ("Greedy answers to unseen prompts (no eval prompt, nor on the built-in data any word or number in it, "
+        "is in training), scored by exact match (normalised: case and spacing forgiven); base model -> tuned "
+        "model (docs/serving.md).")
 
 
 def _span(values: list[float]) -> str:
@@ -47,7 +48,7 @@ def task_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
             text += "; tuned by task: " + ", ".join(f"{t} {_span([m.get(f'tuned_exact_match_{t}', 0.0) for m in ms])}"
                                                      for t in tasks)
         rows = ms[0].get("task_rows")
-        text += f"; {int(rows)} held-out prompts" if rows else ""
+        text += f"; {int(rows)} unseen prompts" if rows else ""
         gate = gated_on(ms[0])
         text += f"; gate: {gate.replace('_', ' ')}" if gate else ""
         text += f"; {len(ms)} run{'s' if len(ms) > 1 else ''}"

@@ -4,7 +4,7 @@ A failed or interrupted run is kept as ``llmpack-runs/<pipeline_run>.failed`` to
 removes the ones older than a given age (the directory's modification time). Only real
 ``.failed`` directories directly in ``--runs-dir``: never a link, a staging directory or a
 successful run; a run whose records were never sent is kept unless ``--include-unsent``. The
-decisions: docs/run-directories.md.
+decisions: docs/internals/run-directories.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ did not answer within the run's bounded wait, the summary says ``"tracking": "no
 finds the run's record by its tags, creates it only when there is none, logs what it lacks and
 closes it with the run's own status: a record opened before the outage is completed, not doubled,
 and a second sync changes nothing. Where it sends, its bound, what it writes after, and the step
-files it reads too: docs/run-directories.md.
+files it reads too: docs/internals/run-directories.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The run's outcome in one line: does the tuned model do the task better than the base one?
 
-``llmpack run`` ends with it, e.g. ``outcome: exact match base 0.0% -> tuned 17.0% on 200
-held-out prompts (gate: exact match); version 3 -> champion (...)``. The task half comes from the
-run's metrics alone (evaluate's task metrics, docs/evaluation.md); the registry's decision from the
+``llmpack run`` ends with it, e.g. ``outcome: exact match base 0.0% -> tuned 0.0% on 200
+unseen prompts (gate: exact match); version 3 -> champion (...)``. The task half comes from the
+run's metrics alone (evaluate's task metrics, docs/serving.md); the registry's decision from the
 register step's ``registration.json`` in the run's directory
 (:func:`components.serving.promotion.Decision.phrase`, docs/serving.md).
 """
@@ -31,12 +31,12 @@ def gated_on(metrics: Mapping[str, Any]) -> str | None:
 
 
 def task_text(metrics: Mapping[str, Any]) -> str | None:
-    """``exact match base 0.0% -> tuned 17.0% on 200 held-out prompts``, or the eval loss where no answers were
+    """``exact match base 0.0% -> tuned 0.0% on 200 unseen prompts``, or the eval loss where no answers were
     scored."""
     base, tuned = metrics.get("base_exact_match"), metrics.get("tuned_exact_match")
     if base is not None and tuned is not None:
         rows = metrics.get("task_rows")
-        where = f" on {int(rows)} held-out prompts" if rows else ""
+        where = f" on {int(rows)} unseen prompts" if rows else ""
         return f"exact match base {percent(base)} -> tuned {percent(tuned)}{where}"
     base_loss, loss = metrics.get("base_eval_loss"), metrics.get("eval_loss")
     if base_loss is not None and loss is not None:

@@ -115,7 +115,8 @@ def test_every_pod_on_every_path_carries_the_recommended_labels_and_the_users(co
     kfp = kfp_pod_labels(compiled / "kfp_pipelines" / "finetune.yaml")
     assert (kfp["exec-evaluate"][COMPONENT_LABEL] == "evaluate"
             and kfp["exec-close-record"][COMPONENT_LABEL] == "close-record")
-    assert not any(INSTANCE_LABEL in v for v in kfp.values())  # KFP cannot template a label per run (docs/decisions.md)
+    # KFP cannot template a label per run (docs/internals/decisions.md)
+    assert not any(INSTANCE_LABEL in v for v in kfp.values())
     assert {v[MANAGED_BY_LABEL] for v in kfp.values()} == {"kfp"}
     assert pods["mlflow pod"][MANAGED_BY_LABEL] == "mlflow" and pods["mlflow pod"][COMPONENT_LABEL] == "main"
     assert pods["gang node pod"][INSTANCE_LABEL] == "example-run"  # the launcher's: the run it serves

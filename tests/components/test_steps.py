@@ -41,10 +41,11 @@ def test_builtin_data_is_deterministic_and_learnable_shaped() -> None:
 
 def test_split_is_seeded_and_disjoint() -> None:
     rows = builtin_rows(100)
-    train, ev = split_rows(rows, seed=3, eval_fraction=0.1)
-    assert len(ev) == 10 and len(train) == 90
-    assert split_rows(rows, seed=3, eval_fraction=0.1) == (train, ev)
+    train, ev, dups = split_rows(rows, seed=3, eval_fraction=0.1)
+    assert len(ev) + len(train) == 100 and 1 <= len(ev) <= 12
+    assert split_rows(rows, seed=3, eval_fraction=0.1) == (train, ev, dups)
     assert split_rows(rows, seed=4, eval_fraction=0.1)[1] != ev
+    assert not {r["prompt"] for r in ev} & {r["prompt"] for r in train}
 
 
 def test_prepare_data_from_jsonl_with_chat_messages(tmp_path: Path, step_env: dict[str, str]) -> None:
@@ -56,7 +57,7 @@ def test_prepare_data_from_jsonl_with_chat_messages(tmp_path: Path, step_env: di
                  env={**step_env, "LLMPACK_MLFLOW_LOGGING": "0"})
     assert r.returncode == 0, r.stderr
     meta = json.loads((tmp_path / "out" / "meta.json").read_text())
-    assert meta == {"source": str(data), "rows": 9, "train": 8, "eval": 1, "skipped": 0}
+    assert meta == {"source": str(data), "rows": 9, "train": 8, "eval": 1, "skipped": 0, "duplicate_rows": 0}
     all_rows = [json.loads(x) for f in ("train", "eval")
                 for x in (tmp_path / "out" / f"{f}.jsonl").read_text().splitlines()]
     chat = next(x for x in all_rows if "messages" in x)

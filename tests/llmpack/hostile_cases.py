@@ -1,7 +1,7 @@
 """The hostile-input cases ``test_hostile_input.py`` runs: each surface's inputs and the line each must give.
 
 :data:`CASES` are run as real commands in a fresh directory; :data:`ELSEWHERE` are the cases one
-command's one line cannot show, each naming its own test (docs/hostile-input.md, "Kept by hand").
+command's one line cannot show, each naming its own test (docs/internals/hostile-input.md, "Kept by hand").
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ The MLflow path end to end: ``mlflow run finetune-k8s --backend kubernetes`` by 
 project's folder into a sqlite store. Its record is compared with a local ``llmpack run --backend
 mlflow``'s; what MLflow's launcher and the absent llmpack client make differ
 (``MLFLOW_BACKEND_PARAMS``, ``MLFLOW_BACKEND_TAGS``, ``CLIENT_ONLY_TAGS``) is asserted as it is, so
-that a change flips it. In full: docs/real-cluster.md, "Which tests use it" and "Pods that run code".
+that a change flips it. In full: docs/internals/real-cluster.md, "Which tests use it" and "Pods that run code".
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ as MLflow's own backend fills it and the Pod its controller would make (Pod Secu
 pods, and only warns on workloads), the prepull DaemonSet and its pod, the launcher's RBAC, the
 TrainJob against Trainer's own CRDs and its node pod (``trainjob_pod``), the Argo Workflow against
 Argo's full CRD and each template as a pod (``argo_pods``), each KFP executor as the pod the KFP
-backend makes of it (``kfp_executor_pods``). The list: docs/real-cluster.md, "Which tests use it".
+backend makes of it (``kfp_executor_pods``). The list: docs/internals/real-cluster.md, "Which tests use it".
 
 What the real server refuses today is written down in :data:`REFUSED`, with the server's exact
 words, and asserted refused with them: a fix that makes the server accept one fails its case

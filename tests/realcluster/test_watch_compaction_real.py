@@ -10,7 +10,7 @@
   get 410 Gone, it re-lists and goes on. Asserted: each 410 followed by a re-list, every pod once
   in the rows, Succeeded on the node the API says, none taken for deleted.
 
-Why each setting: docs/real-cluster.md, "Which tests use it" (``test_watch_compaction_real.py``).
+Why each setting: docs/internals/real-cluster.md, "Which tests use it" (``test_watch_compaction_real.py``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the finetune step's GPUs are the gang's node pods, not the launcher's (a CPU pod
 :func:`script_gang` plays, ``at_s`` virtual seconds after the gang's last node pod started (the
 gang is ready then: torchrun's rendezvous waits for every node).
 
-In full: docs/stand-ins.md, "A preempted TrainJob gang".
+In full: docs/internals/stand-ins.md, "A preempted TrainJob gang".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ OpenCost prices what pods held from its own view of the cluster; ``llmpack compa
 --opencost URL`` shows its figures beside ours. This stand-in speaks the allocation API as
 OpenCost serves it on port 9003.
 
-In full: docs/stand-ins.md, "The OpenCost stand-in".
+In full: docs/internals/stand-ins.md, "The OpenCost stand-in".
 """
 
 from __future__ import annotations

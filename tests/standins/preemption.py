@@ -5,7 +5,7 @@ GPU pod away ``at_s`` virtual seconds after its container started (or at the mom
 draws, the same seed for every path: :meth:`llmpack.k8s.preemption.PreemptSpec.moments`), the
 way Kubernetes does it.
 
-In full: docs/stand-ins.md, "A preempted GPU pod".
+In full: docs/internals/stand-ins.md, "A preempted GPU pod".
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def _pods(c: LoopbackCluster, selector: str) -> list[Any]:
 
 def kfp_driver(pod: Any) -> bool:
     """KFP's own driver pods (its image, its pod spec): KFP puts a task's ``podMetadata`` on the executor
-    pod only, so no label of ours reaches them (they carry KFP's ``pipeline/runid``; docs/decisions.md)."""
+    pod only, so no label of ours reaches them (they carry KFP's ``pipeline/runid``; docs/internals/decisions.md)."""
     return pod.spec.containers[-1].image.startswith("ghcr.io/kubeflow/kfp-driver")
 
 

@@ -53,5 +53,5 @@ def test_page_commands_print_what_the_page_shows(tmp_path: Path, command: str, s
 
 def test_the_check_section_shows_the_same_output() -> None:
     text = PAGE.read_text(encoding="utf-8")
-    shown = re.findall(r"^```text\n(.*?)^```", section(text, "Check it: `llmpack doctor`"), re.S | re.M)
+    shown = re.findall(r"^```text\n(.*?)^```", section(text, "Check it: `llmpack cluster doctor`"), re.S | re.M)
     assert shown == [tried()[0][1]]

@@ -13,7 +13,7 @@ def test_the_outcome_line_says_base_to_tuned_exact_match_and_the_gate() -> None:
     metrics = {"base_exact_match": 0.0, "tuned_exact_match": 0.17, "task_rows": 200.0, "gated_by_exact_match": 1.0,
                "eval_loss": 0.9, "base_eval_loss": 5.6}
     assert outcome_line({"metrics": metrics}) == \
-        "outcome: exact match base 0.0% -> tuned 17.0% on 200 held-out prompts (gate: exact match)"
+        "outcome: exact match base 0.0% -> tuned 17.0% on 200 unseen prompts (gate: exact match)"
     # a record from before task evaluation: the loss, as it was gated
     assert (outcome_line({"metrics": {"eval_loss": 0.9, "base_eval_loss": 5.6}})
             == "outcome: eval loss base 5.600 -> tuned 0.900")
@@ -25,7 +25,7 @@ def test_the_report_shows_each_path_base_to_tuned() -> None:
     runs[-1]["metrics"] = {**runs[-1]["metrics"], "tuned_exact_match": 0.2}  # one kfp run differs: shown as a spread
     lines = dict(task.task_lines(runs))
     assert lines["direct"].startswith("exact match 0.0% -> 17.0% (normalised 0.0% -> 17.0%); tuned by task: add 0.0%, "
-                                      "reverse 45.2%; 200 held-out prompts; gate: exact match; 2 runs")
+                                      "reverse 45.2%; 200 unseen prompts; gate: exact match; 2 runs")
     assert lines["kfp"].startswith("exact match 0.0% -> 17.0%-20.0%")
     assert "## Does the tuned model do the task?" in "\n".join(task.markdown(runs))
     assert "exact match 0.0% -&gt; 17.0%" in task.html_section(runs, lambda o: o or "")

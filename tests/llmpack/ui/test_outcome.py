@@ -39,6 +39,6 @@ def test_the_last_line_joins_the_task_outcome_and_the_registry_decision(tmp_path
     summary = {"metrics": {"base_exact_match": 0.0, "tuned_exact_match": 0.17, "task_rows": 200.0,
                            "gated_by_exact_match": 1.0},
                "artifacts": {REGISTRATION_DIR: str(tmp_path)}}
-    assert outcome_line(summary) == ("outcome: exact match base 0.0% -> tuned 17.0% on 200 held-out prompts "
+    assert outcome_line(summary) == ("outcome: exact match base 0.0% -> tuned 17.0% on 200 unseen prompts "
                                      "(gate: exact match); version 3 -> champion (no champion yet)")
     assert outcome_line({"artifacts": {REGISTRATION_DIR: str(tmp_path)}}) is None  # nothing evaluated: no line
