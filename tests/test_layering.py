@@ -134,7 +134,8 @@ def test_importing_a_step_loads_no_runner_launcher_fusion_or_server_code():
     assert not [m for m in loaded if m.startswith((*STEP_RUNNER, "components.servers"))], loaded
 
 
-# The pack and the lab (docs/internals/architecture.md): llmpack.cluster may import the pack; nothing of the pack imports it.
+# The pack and the lab (docs/internals/architecture.md): llmpack.cluster may import the pack;
+# nothing of the pack imports it.
 LAB = "llmpack.cluster"
 # What llmpack.ui may import of llmpack: itself and the leaves below every room.
 UI_MAY_IMPORT = ("llmpack.ui", "llmpack.backends", "llmpack.gpu_catalogue", "llmpack.configuration")
