@@ -15,7 +15,8 @@ llmpack compile --image ghcr.io/YOUR_ORG/llmpack:0.1.0
 #      llmpack cluster doctor --model-pvc llmpack-models --data-pvc llmpack-data --hf-token-secret hf-token --image-pull-secret regcred
 B=build/llmpack
 kubectl create namespace llmpack
-kubectl -n llmpack create secret generic llmpack-mlflow --from-literal=tracking-uri=http://mlflow.mlflow.svc:5000
+kubectl -n llmpack create secret generic llmpack-mlflow --from-literal=tracking-uri=http://mlflow.mlflow.svc:5000 \
+    --from-literal=signing-key="$(openssl rand -hex 32)"
 # Argo: a default artifact repository (tasks pass artifacts; see the README) and RBAC for the
 # emissary executor, as the workflow's service account (`default`: the Workflow names none).
 kubectl -n llmpack create role argo-executor --verb=create,patch --resource=workflowtaskresults.argoproj.io

@@ -60,7 +60,7 @@ PROJECT_DIR = Path(__file__).with_name("finetune-k8s")
 PROJECT_DIR_IN_IMAGE = "/opt/llmpack/mlflow_projects/finetune-k8s"
 # What the Job takes from Secret llmpack-mlflow by reference and never as a literal env value.
 SECRET_ONLY_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD",
-                   "MLFLOW_TRACKING_TOKEN")
+                   "MLFLOW_TRACKING_TOKEN", "LLMPACK_SIGNING_KEY")
 
 
 # --------------------------------------------------------------------------- the Kubernetes API

@@ -46,8 +46,10 @@ RecordStatus = Literal["FINISHED", "FAILED", "KILLED"]
 # the URI key is required, the credential keys optional, each read as the variable MLflow takes.
 TRACKING_SECRET = "llmpack-mlflow"
 TRACKING_URI_KEY = "tracking-uri"
+# ``signing-key`` is the provenance key (components/provenance.py): every pod of a run must sign and verify
+# checkpoints and evaluations with the same one, so it travels with the tracking Secret.
 TRACKING_CREDENTIALS = {"username": "MLFLOW_TRACKING_USERNAME", "password": "MLFLOW_TRACKING_PASSWORD",
-                        "token": "MLFLOW_TRACKING_TOKEN"}
+                        "token": "MLFLOW_TRACKING_TOKEN", "signing-key": "LLMPACK_SIGNING_KEY"}
 
 
 def require_cluster_uri(mode: str, env: Mapping[str, str] | None = None) -> None:
