@@ -34,6 +34,7 @@ NODE_LABELS = {
     H200: {"nvidia.com/gpu.product": "NVIDIA-H200", "node.kubernetes.io/instance-type": "p5en.48xlarge"},
 }
 SHORT = {H100: "h100", H200: "h200"}
+GPU_TYPE_OCTET = {H100: 1, H200: 2}
 
 
 def stamp(t: float) -> str:
@@ -118,17 +119,15 @@ def run_objects(gpu: str, index: int, t0: float, g: dict[str, np.ndarray], r: in
         })
         ref = {"kind": "Pod", "namespace": NAMESPACE, "name": name, "uid": uid, "fieldPath": "spec.containers{node}"}
         pull_s = float(g["pull"][r, k])
-        for reason, t, msg in (("Pulling", t_ready, f'Pulling image "{IMAGE}"'),
-                               ("Pulled", t_pulled, f'Successfully pulled image "{IMAGE}" in {pull_s:.0f}s '
-                                                    f"({pull_s:.0f}s including waiting). Image size: 9876543210 bytes.")):
+        pulled = (f'Successfully pulled image "{IMAGE}" in {pull_s:.0f}s ({pull_s:.0f}s including waiting). '
+                  "Image size: 9876543210 bytes.")
+        for reason, t, msg in (("Pulling", t_ready, f'Pulling image "{IMAGE}"'), ("Pulled", t_pulled, pulled)):
             events.append({"apiVersion": "v1", "kind": "Event",
                            "metadata": {"name": f"{name}.{_hex(name, reason, n=16)}", "namespace": NAMESPACE},
                            "involvedObject": ref, "reason": reason, "message": msg, "type": "Normal",
                            "eventTime": None, "firstTimestamp": stamp(t), "lastTimestamp": stamp(t)})
     return pods, nodes, events, finished + 2
 
-
-GPU_TYPE_OCTET = {H100: 1, H200: 2}
 
 
 def dumps(histories: Sequence[tuple[str, dict[str, np.ndarray]]], tag: str) -> dict[str, dict[str, Any]]:
