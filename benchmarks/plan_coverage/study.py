@@ -2,6 +2,7 @@
 
     python benchmarks/plan_coverage/study.py [--seeds 12] [--sizes 5,10,30] [--tails light,heavy]
         [--gang-sizes 2,8] [--layout merged|separate] [--out DIR] [--keep-dumps DIR]
+    python benchmarks/plan_coverage/study.py --report DIR/coverage.json     # the tables again
 
 Per cell (tail x history gang size x runs x GPU type x planned gang size) and seed: both GPU types'
 histories (:mod:`generators`) are written as kubectl dumps (:mod:`kubedump`) into a temporary
@@ -234,6 +235,33 @@ def table(summary: dict[str, Any], stated: float = STATED) -> str:
     return "\n".join(lines)
 
 
+def by_tail_and_size(results: list[dict[str, Any]], headline: str) -> str:
+    """Stated vs held per tail and history size (every GPU type and gang size together)."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["tail"], r["runs"]), []).append(r)
+    lines = [f"{headline} by tail and history size: stated {STATED:.0%}, held (Wilson 95%)"]
+    for (tail, runs), rs in groups.items():
+        parts = []
+        for q in QS:
+            k = sum(r[f"{headline}.{q}"]["held"] for r in rs)
+            lo, hi = wilson(k, len(rs))
+            parts.append(f"{q} {k}/{len(rs)} = {100 * k / len(rs):.0f}% ({100 * lo:.0f}-{100 * hi:.0f}%)")
+        lines.append(f"  {tail:5} {runs:>2} runs: " + "; ".join(parts))
+    return "\n".join(lines)
+
+
+def report(doc: dict[str, Any]) -> None:
+    results = doc["results"]
+    f = doc.get("facts") or {}
+    print(f"command: {' '.join(doc['command'])}; layout {doc['layout']}; {doc['seeds']} seeds; "
+          f"{f.get('calls')} calls, {f.get('seconds_per_call')} s each")
+    for h in HEADLINES:
+        print()
+        print(table(summarize(results, h)))
+        print(by_tail_and_size(results, h))
+
+
 def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
 
@@ -249,7 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--truth", type=Path, default=truth_mod.DEFAULT_OUT)
     ap.add_argument("--out", type=Path, default=None, help="write coverage.json here")
     ap.add_argument("--keep-dumps", type=Path, default=None, help="keep every dump written under this directory")
+    ap.add_argument("--report", type=Path, default=None, help="instead: print the tables of a coverage.json")
     a = ap.parse_args(argv)
+    if a.report is not None:
+        report(json.loads(a.report.read_text(encoding="utf-8")))
+        return 0
     tails = [t for t in a.tails.split(",") if t]
     if any(t not in generators.TAILS for t in tails) or a.seeds < 1:
         print(f"--tails: of {', '.join(generators.TAILS)}; --seeds at least 1", file=sys.stderr)
@@ -259,17 +291,13 @@ def main(argv: list[str] | None = None) -> int:
     results, facts = study(a.seeds, _ints(a.sizes), tails, _ints(a.gang_sizes), a.layout, truth, a.keep_dumps)
     facts["wall_seconds"] = round(time.monotonic() - t0, 1)
     summaries = {h: summarize(results, h) for h in HEADLINES}
-    print(f"command: {' '.join(PLAN_COMMAND[1:])} --pods ... --nodes-dump ... --events ... --nodes N "
-          f"{' '.join(PLAN_FLAGS)}; layout {a.layout}; {a.seeds} seeds; {facts['calls']} calls, "
-          f"{facts['seconds_per_call']} s each")
-    for h in HEADLINES:
-        print()
-        print(table(summaries[h]))
+    doc = {"command": [*PLAN_COMMAND[1:], "--pods", "...", "--nodes-dump", "...", "--events", "...", "--nodes", "N",
+                       *PLAN_FLAGS],
+           "layout": a.layout, "seeds": a.seeds, "stated": STATED, "facts": facts, "families": truth["families"],
+           "truth": truth["truth"], "summary": summaries, "results": results}
+    report(doc)
     if a.out is not None:
         a.out.mkdir(parents=True, exist_ok=True)
-        doc = {"command": list(PLAN_COMMAND[1:]) + list(PLAN_FLAGS), "layout": a.layout, "seeds": a.seeds,
-               "stated": STATED, "facts": facts, "families": truth["families"], "truth": truth["truth"],
-               "summary": summaries, "results": results}
         (a.out / "coverage.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         print(f"\nwrote {a.out / 'coverage.json'}")
     return 0
