@@ -101,17 +101,32 @@ def split_uri(uri: str) -> SplitUri:
     return SplitUri(uri[:start], userinfo, rest[:cut], rest[cut:])
 
 
+def _secret_pair(match: re.Match[str]) -> bool:
+    value = match.group(2)
+    return bool(value) and not value.startswith(MASK) and (_secret_key(match.group(1)) or random_looking(value))
+
+
 def _redact_pair(match: re.Match[str]) -> str:
-    key, value = match.group(1), match.group(2)
-    if value and not value.startswith(MASK) and (_secret_key(key) or random_looking(value)):
-        return f"{key}={MASK}"
-    return match.group(0)
+    return f"{match.group(1)}={MASK}" if _secret_pair(match) else match.group(0)
 
 
 def _redact_uri(uri: str) -> str:
+    """``uri`` with its userinfo and its secret pairs' values blanked, all found in the URI as given (a raw ``@``
+    in a query secret, or ``?pw=`` in a password, then blanks the union: more, never less)."""
     parts = split_uri(uri)
-    userinfo = "" if parts.userinfo is None else MASK + "@"
-    return parts.prefix + userinfo + parts.host + _QUERY_PAIR.sub(_redact_pair, parts.tail)
+    spans = [m.span(2) for m in _QUERY_PAIR.finditer(uri) if _secret_pair(m)]
+    if parts.userinfo is not None:
+        spans.append((len(parts.prefix), len(parts.prefix) + len(parts.userinfo)))
+    out, pos = [], 0
+    for start, end in sorted(spans):
+        if end <= pos:
+            continue
+        if start > pos:
+            out += [uri[pos:start], MASK]
+        elif not out or out[-1] != MASK:
+            out.append(MASK)
+        pos = end
+    return "".join(out) + uri[pos:]
 
 
 def redact_uri(uri: str) -> str:
@@ -144,10 +159,9 @@ def _uri_secrets(uri: str) -> set[str]:
     if parts.userinfo:
         password = parts.userinfo.partition(":")[2]
         out |= {parts.userinfo, password, unquote(password)}
-    for match in _QUERY_PAIR.finditer(parts.tail):
-        value = match.group(2)
-        if value and (_secret_key(match.group(1)) or random_looking(value)):
-            out |= {value, unquote(value)}
+    for match in _QUERY_PAIR.finditer(uri):
+        if _secret_pair(match):
+            out |= {match.group(2), unquote(match.group(2))}
     return {s for s in out if s}
 
 
@@ -171,9 +185,8 @@ def redact_text(text: object, secrets: Iterable[str] | None = None) -> str:
 
 
 def _redact_run(match: re.Match[str]) -> str:
-    """A URI found in text, up to white space: its userinfo (to the run's last '@') blanked, the rest kept."""
-    parts = split_uri(match.group(0))
-    return parts.prefix + ("" if parts.userinfo is None else MASK + "@") + parts.host + parts.tail
+    """A URI found in text, up to white space (its userinfo ends at the run's last '@'), redacted."""
+    return _redact_uri(match.group(0))
 
 
 def uri_problem(uri: str) -> str | None:

@@ -187,7 +187,9 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
     if orphans.partial_name(run_dir):  # a staging directory: its client died, or the run is in progress
         kept = orphans.taken_over(run_dir)
         if kept is None:
-            store_for(orphans.read_owner(run_dir).get("tracking_uri"), tracking_uri, what=f"RUN_DIR {run_dir}")
+            owner = orphans.read_owner(run_dir)
+            if not orphans.owner_alive(owner):  # a planted store: refused before the directory is touched
+                store_for(owner.get("tracking_uri"), tracking_uri, what=f"RUN_DIR {run_dir}")
             kept = orphans.take_over(run_dir)
             click.echo(f"took over {run_dir}: its llmpack client died; the run is kept as {kept}")
         run_dir = kept
