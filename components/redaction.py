@@ -34,10 +34,10 @@ _SECRET_KEY = re.compile(
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _NO_AUTHORITY = re.compile(r"(?i)(models|runs|file|dbfs|mlflow-artifacts):/|[/.~]")  # models:/m@alias, /p: no userinfo
 # A URI in free text: its scheme, then everything up to white space (a password may hold quotes and brackets).
-_URI_RUN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
+_URI_RUN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S*")  # a bounded scheme: linear in the text
 # ``?token=x``, ``&jwt=x``, ``;pw=x``, ``#access_token=x`` in a URI or a bare path (urllib3 logs ``/api?token=x``):
 # the value runs to white space or the next ``&name=`` / ``;name=`` (a raw '&' or '#' in a secret is blanked too).
-_QUERY_PAIR = re.compile(r"(?<=[?&;#])([A-Za-z0-9_.%-]+)=((?:[^\s&;]|[&;](?![A-Za-z0-9_.%-]+=))*)")
+_QUERY_PAIR = re.compile(r"(?<=[?&;#])([A-Za-z0-9_.%-]{1,128})=((?:[^\s&;]|[&;](?![A-Za-z0-9_.%-]{1,128}=))*)")
 _HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key|cookie|set-cookie)"
                      r"(['\"]?\s*[:=]\s*['\"]?)"
                      r"(?:(bearer|basic|token)\s+)?[^\s'\",;}]+")
@@ -50,7 +50,7 @@ _TOKEN_FORM = re.compile(r"\beyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9
 _PAIR = re.compile(r"(?i)\b([A-Za-z0-9_.-]*"
                    r"(?:token|password|passwd|pwd|passphrase|jwt|secret|api_?key|access_?key|account_?key|signature"
                    r"|credentials?))"
-                   r"(\s*=\s*['\"]?|['\"]\s*:\s*['\"])(?!\*\*\*)([^\s'\"&;,)}]+)")
+                   r"(\s*=\s*['\"]?|['\"]\s*:\s*['\"])(?!\*\*\*(?:[\s'\"&;,)}]|$))([^\s'\"&;,)}]+)")
 # A value that stands for a secret in a command we print for the user to fill in (doctor's fix lines:
 # ``--docker-password=TOKEN``, ``"token":"<token>"``, ``$HF_TOKEN``): kept, since it holds none.
 _PLACEHOLDER = re.compile(r"<[A-Za-z_ -]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|TOKEN|PASSWORD|SECRET|KEY|YOUR_[A-Z_]+")
@@ -65,14 +65,15 @@ def _secret_key(key: str) -> bool:
 
 
 def random_looking(value: str) -> bool:
-    """A long value that looks like a key or token (upper, lower and digits, many distinct characters, no dots);
-    hex digests and run ids (one case) are not."""
+    """A token by its form (a JWT, ``ghp_``...), or a long value that looks random (upper, lower and digits, many
+    distinct characters, no dots); hex digests and run ids (one case) are not."""
     from urllib.parse import unquote
 
     value = unquote(value)
-    return (len(value) >= RANDOM_MIN_CHARS and re.fullmatch(r"[A-Za-z0-9_+/=~-]+", value) is not None
-            and sum(c.isdigit() for c in value) >= 2 and sum(c.isupper() for c in value) >= 2
-            and sum(c.islower() for c in value) >= 2 and len(set(value)) >= 12)
+    return _TOKEN_FORM.fullmatch(value) is not None or (
+        len(value) >= RANDOM_MIN_CHARS and re.fullmatch(r"[A-Za-z0-9_+/=~-]+", value) is not None
+        and sum(c.isdigit() for c in value) >= 2 and sum(c.isupper() for c in value) >= 2
+        and sum(c.islower() for c in value) >= 2 and len(set(value)) >= 12)
 
 
 class SplitUri(NamedTuple):
@@ -103,7 +104,7 @@ def split_uri(uri: str) -> SplitUri:
 
 def _secret_pair(match: re.Match[str]) -> bool:
     value = match.group(2)
-    return bool(value) and not value.startswith(MASK) and (_secret_key(match.group(1)) or random_looking(value))
+    return bool(value) and value != MASK and (_secret_key(match.group(1)) or random_looking(value))
 
 
 def _redact_pair(match: re.Match[str]) -> str:
