@@ -32,7 +32,7 @@ _SECRET_KEY = re.compile(
     r"|auth|authorization|credential|credentials|cred|creds|code|session|assertion|client_assertion|otp|cookie)$"
     r"|^x_amz_(signature|credential|security_token)$|^x_goog_(signature|credential)$|^sv$|^se$")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-_NO_AUTHORITY = re.compile(r"(?i)(models|runs|file|dbfs|mlflow-artifacts):/|[/.~]")  # models:/m@alias, /p: no userinfo
+_NO_AUTHORITY = re.compile(r"(?i)(models|runs|file|dbfs|mlflow-artifacts):/|/")  # models:/m@alias, /p: no userinfo
 # A URI in free text: its scheme, then everything up to white space (a password may hold quotes and brackets).
 _URI_RUN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S*")  # a bounded scheme: linear in the text
 # ``?token=x``, ``&jwt=x``, ``;pw=x``, ``#access_token=x`` in a URI or a bare path (urllib3 logs ``/api?token=x``):
@@ -50,7 +50,7 @@ _TOKEN_FORM = re.compile(r"\beyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9
 _PAIR = re.compile(r"(?i)\b([A-Za-z0-9_.-]*"
                    r"(?:token|password|passwd|pwd|passphrase|jwt|secret|api_?key|access_?key|account_?key|signature"
                    r"|credentials?))"
-                   r"(\s*=\s*['\"]?|['\"]\s*:\s*['\"])(?!\*\*\*(?:[\s'\"&;,)}]|$))([^\s'\"&;,)}]+)")
+                   r"(\s*=\s*['\"]?|['\"]\s*:\s*['\"])([^\s'\"&;,)}]+)")
 # A value that stands for a secret in a command we print for the user to fill in (doctor's fix lines:
 # ``--docker-password=TOKEN``, ``"token":"<token>"``, ``$HF_TOKEN``): kept, since it holds none.
 _PLACEHOLDER = re.compile(r"<[A-Za-z_ -]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|TOKEN|PASSWORD|SECRET|KEY|YOUR_[A-Z_]+")
@@ -102,20 +102,29 @@ def split_uri(uri: str) -> SplitUri:
     return SplitUri(uri[:start], userinfo, rest[:cut], rest[cut:])
 
 
-def _secret_pair(match: re.Match[str]) -> bool:
+def _value_end(match: re.Match[str]) -> int:
+    """Where a pair's value ends, short of the sentence's punctuation after it (``URI?token=x: problem``): at most
+    two such characters, so a secret ending in them shows no more than two."""
     value = match.group(2)
+    return match.end(2) - min(2, len(value) - len(value.rstrip(".,:!?)]'\"")))
+
+
+def _secret_pair(match: re.Match[str]) -> bool:
+    value = match.string[match.start(2):_value_end(match)]
     return bool(value) and value != MASK and (_secret_key(match.group(1)) or random_looking(value))
 
 
 def _redact_pair(match: re.Match[str]) -> str:
-    return f"{match.group(1)}={MASK}" if _secret_pair(match) else match.group(0)
+    if not _secret_pair(match):
+        return match.group(0)
+    return f"{match.group(1)}={MASK}{match.string[_value_end(match):match.end()]}"
 
 
 def _redact_uri(uri: str) -> str:
     """``uri`` with its userinfo and its secret pairs' values blanked, all found in the URI as given (a raw ``@``
     in a query secret, or ``?pw=`` in a password, then blanks the union: more, never less)."""
     parts = split_uri(uri)
-    spans = [m.span(2) for m in _QUERY_PAIR.finditer(uri) if _secret_pair(m)]
+    spans = [(m.start(2), _value_end(m)) for m in _QUERY_PAIR.finditer(uri) if _secret_pair(m)]
     if parts.userinfo is not None:
         spans.append((len(parts.prefix), len(parts.prefix) + len(parts.userinfo)))
     out, pos = [], 0
@@ -162,7 +171,8 @@ def _uri_secrets(uri: str) -> set[str]:
         out |= {parts.userinfo, password, unquote(password)}
     for match in _QUERY_PAIR.finditer(uri):
         if _secret_pair(match):
-            out |= {match.group(2), unquote(match.group(2))}
+            trimmed = uri[match.start(2):_value_end(match)]
+            out |= {match.group(2), unquote(match.group(2)), trimmed, unquote(trimmed)}
     return {s for s in out if s}
 
 
@@ -179,10 +189,18 @@ def redact_text(text: object, secrets: Iterable[str] | None = None) -> str:
         out = _HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{(m.group(3) + ' ') if m.group(3) else ''}{MASK}", out)
         out = _SCHEME_TOKEN.sub(lambda m: f"{m.group(1)} {MASK}", out)
         out = _TOKEN_FORM.sub(MASK, out)
-        return _PAIR.sub(lambda m: m.group(0) if _PLACEHOLDER.fullmatch(m.group(3))
-                         else f"{m.group(1)}{m.group(2)}{MASK}", out)
+        return _PAIR.sub(_redact_kv, out)
     except Exception:  # noqa: BLE001 - a redactor that raised would put the secret in its traceback
         return "<a message that could not be redacted>"
+
+
+def _redact_kv(match: re.Match[str]) -> str:
+    """``password=x``: the value blanked (a placeholder or a blank already kept; the sentence's ':' or '.' kept)."""
+    value = match.group(3)
+    core = value[:len(value) - min(2, len(value) - len(value.rstrip(".,:!?]")))]
+    if core == MASK or _PLACEHOLDER.fullmatch(value) or _PLACEHOLDER.fullmatch(core):
+        return match.group(0)
+    return f"{match.group(1)}{match.group(2)}{MASK}{value[len(core):]}"
 
 
 def _redact_run(match: re.Match[str]) -> str:
