@@ -58,6 +58,7 @@ _PLACEHOLDER = re.compile(r"<[A-Za-z_ -]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|TOKEN|
 _SECRET_ENV = re.compile(r"(?i)(token|password|passwd|secret|secret_key|api_?key|access_?key|account_?key|credentials?"
                          r"|private_?key|connection_string|passphrase|jwt)$")
 RANDOM_MIN_CHARS = 20  # a query value this long that looks random is blanked whatever its name
+_OWN_SECRETS: dict[str, Any] = {}  # secrets_in() of this process, and the argv and environment it was worked out from
 
 
 def _secret_key(key: str) -> bool:
@@ -149,6 +150,11 @@ def redact_uri(uri: str) -> str:
 
 def secrets_in(argv: Iterable[str] | None = None, env: Mapping[str, str] | None = None) -> set[str]:
     """The secrets this process was handed, to blank verbatim wherever they reappear (see the module docstring)."""
+    if argv is None and env is None:  # this process's own: worked out again only when they change (a log record each)
+        key = (tuple(sys.argv), tuple(os.environ.items()))
+        if _OWN_SECRETS.get("key") != key:
+            _OWN_SECRETS.update(key=key, found=secrets_in(list(key[0]), dict(key[1])))
+        return set(_OWN_SECRETS["found"])
     argv = sys.argv if argv is None else argv
     env = os.environ if env is None else env
     found: set[str] = set()
