@@ -121,6 +121,9 @@ class OneLineErrors(Group):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         kwargs["standalone_mode"] = False
+        from components.redaction import install_log_redaction
+
+        install_log_redaction()  # urllib3's retry lines, MLflow's logs, every warning: through the one redaction path
         quiet_library_warnings()
         _raise_on_sigterm()
         try:
