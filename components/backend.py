@@ -19,18 +19,17 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
-from components.doctor_facts import DoctorCheck, DoctorFacts, DoctorReader
+from components.doctor_facts import DoctorFacts
 from components.errors import InputError
 from components.servers.remote import REQUEST_TIMEOUT_S
 from components.settings import Setting
 
 if TYPE_CHECKING:  # only named in annotations: the registry (llmpack --help) imports this module
-    from components.compiled_pods import PodSpec
     from components.dsl import Pipeline
 
 
@@ -285,7 +284,9 @@ class Backend:
     # The pod options (``llmpack compile --namespace``...) its compile takes as keywords, when given.
     compile_options: ClassVar[tuple[str, ...]] = ()
     colour: ClassVar[str] = "#444444"  # its colour in the report's charts
-    doctor: ClassVar[DoctorFacts] = DoctorFacts()  # what `llmpack doctor` checks for it
+    # what `llmpack cluster doctor` checks for it, when its package has no doctor module declaring DOCTOR
+    # (llmpack.backends.doctor_facts: the lab loads that module, the pack never does)
+    doctor: ClassVar[DoctorFacts] = DoctorFacts()
 
     @property
     def cluster(self) -> bool:
@@ -371,18 +372,6 @@ class Backend:
     def explain_own_metrics(self, metrics: Mapping[str, Any]) -> list[str]:
         """Why its own account (:meth:`own_metrics`) differs from ours, one sentence each; none by default."""
         return []
-
-    def doctor_checks(self, cluster: DoctorReader, namespace: str, flags: Mapping[str, str]) -> list[DoctorCheck]:
-        """``llmpack doctor``'s checks of what its runs in ``namespace`` need of the cluster beyond every path's
-        (``flags``: its :attr:`~components.doctor_facts.DoctorFacts.flags` values by ``dest``); none by default."""
-        return []
-
-    def compiled_pods(self, docs: list[Any]) -> Iterable[PodSpec]:
-        """The pods of its compiled file (:attr:`~components.doctor_facts.DoctorFacts.pod_artifact`, its YAML
-        documents), for doctor's Pod Security check; by default every pod spec found in it."""
-        from components.compiled_pods import pods_of
-
-        return pods_of(docs)
 
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         """True when ``pod`` (a Pod object as ``kubectl get pods -o json`` lists it) was made by this orchestrator.

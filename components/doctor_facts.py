@@ -5,8 +5,12 @@ the checklist line every check returns. Part of the backend contract (docs/inter
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from components.compiled_pods import PodSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,10 +69,11 @@ class DoctorReader(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class DoctorFacts:
-    """What ``llmpack doctor`` checks for a cluster backend, besides what every path needs.
+    """What ``llmpack cluster doctor`` checks for a cluster backend, besides what every path needs.
 
-    Its own checks and the reader of its compiled pods are :meth:`~components.backend.Backend.doctor_checks` and
-    :meth:`~components.backend.Backend.compiled_pods`.
+    Declared in the backend's optional second module, ``<its package>.doctor``'s ``DOCTOR``, which only the lab
+    loads (:func:`llmpack.backends.doctor_facts`); a backend without one may set :attr:`Backend.doctor
+    <components.backend.Backend.doctor>`.
     """
 
     # (verb, resource, API group) its submission needs in the run's namespace
@@ -77,3 +82,7 @@ class DoctorFacts:
     # the compiled file (under compile --out) whose pods Pod Security is checked against
     pod_artifact: str | None = None
     flags: tuple[DoctorFlag, ...] = ()  # the doctor options its own checks read
+    # its own checks, given the values of its ``flags`` by ``dest`` (Argo's artifact repository); none by default
+    checks: Callable[[DoctorReader, str, Mapping[str, str]], list[DoctorCheck]] | None = None
+    # how to read its compiled file's pods (its YAML documents); default: every pod spec found in it
+    compiled_pods: Callable[[list[Any]], Iterable[PodSpec]] | None = None

@@ -22,6 +22,7 @@ from typing import Any
 
 from components import settings
 from components.backend import ONE_POD_STEP, Backend, ClusterPath, PodMarks
+from components.doctor_facts import DoctorFacts
 from components.errors import InputError
 
 EXTRA = settings.declare(settings.Setting(
@@ -136,6 +137,22 @@ def run_id_selectors() -> tuple[tuple[str, str], ...]:
     """(selector, run-id label) of each cluster backend whose pods cannot carry llmpack's run group."""
     marks = [pod_marks(name) for name in ORCHESTRATORS]
     return tuple((m.unlabelled_selector, m.run_labels[0]) for m in marks if m.unlabelled_selector and m.run_labels)
+
+
+@functools.cache
+def doctor_facts(name: str) -> DoctorFacts:
+    """Cluster backend ``name``'s doctor facts: ``DOCTOR`` of its optional second module, ``<its package>.doctor``,
+    imported here only when the lab asks (``llmpack cluster doctor``); else those its Backend declares."""
+    entry = BACKENDS[cluster_submitter(name).name]
+    module = f"{entry.module.rpartition('.')[0]}.doctor"
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        return backend(name).doctor
+    facts = getattr(found, "DOCTOR", None)
+    return facts if isinstance(facts, DoctorFacts) else backend(name).doctor
 
 
 def own_metric_notes(metrics: Mapping[str, Any]) -> list[str]:

@@ -27,9 +27,9 @@ REGISTRY = "llmpack/backends.py"
 
 # A string naming a library, not a backend.
 LIBRARIES = {
-    ("components/record/rest.py", "'mlflow'"),  # the [mlflow] section of MLflow's credentials file
+    ("components/record/rest_auth.py", "'mlflow'"),  # the [mlflow] section of MLflow's credentials file
     ("components/record/trace_export.py", "'mlflow'"),  # a trace sent to an MLflow tracking server
-    ("components/record/tracking.py", "'mlflow'"),  # whether the mlflow library is imported (sys.modules)
+    ("components/record/retries.py", "'mlflow'"),  # whether the mlflow library is imported (sys.modules)
     ("components/serving/package.py", "'mlflow'"),  # the served model's pip requirement on the mlflow library
     *{(m, n) for m in ("llmpack/ui/display.py", "llmpack/ui/terminal.py") for n in ("'mlflow'", "'kfp'")},  # loggers
 }

@@ -168,10 +168,22 @@ def test_ui_imports_nothing_above_it():
 
 @pytest.mark.parametrize("argv", [["--help"], ["compare", "--help"], ["run", "--help"], ["compile", "--help"],
                                   ["report", "--help"], ["sync", "--help"], ["clean", "--help"]])
-def test_the_packs_commands_load_no_module_of_the_lab(argv: list[str]):
+def test_the_packs_commands_load_no_module_of_the_lab_nor_a_backends_lab_module(argv: list[str]):
     code = ("import json, sys\nfrom llmpack.cli import main\n"
             "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('llmpack.cluster'))), file=sys.stderr)")
+            "lab = [m for m in sys.modules if m.startswith('llmpack.cluster') or m.endswith('.doctor')]\n"
+            "print(json.dumps(sorted(lab)), file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True, cwd=REPO)
     assert "Usage: " in done.stdout
     assert json.loads(done.stderr.splitlines()[-1]) == []
+
+
+def test_a_backends_doctor_facts_are_in_its_second_module_which_only_the_lab_imports():
+    from llmpack.backends import ORCHESTRATORS, doctor_facts
+
+    modules = {f"{e.module.rpartition('.')[0]}.doctor" for e in SHIPPED if e.cluster}
+    assert modules == {f"{b}.doctor" for b in BACKENDS}
+    importers = {m for m, deps in GRAPH.items() for d in deps if d in modules and _top(m) == "llmpack"}
+    assert importers == set()  # the registry finds them by name (importlib), the lab asks the registry
+    facts = {name: doctor_facts(name) for name in ORCHESTRATORS}
+    assert facts["argo"].checks is not None and facts["kfp"].probe is not None and facts["mlflow"].verbs

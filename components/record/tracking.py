@@ -198,7 +198,7 @@ def experiment_id(mc: MlflowClient, name: str | None = None) -> str:
     plugin (KEP-12862) in every step container, and the same three variables cannot tell the two
     apart; adopting it put native ``mlflow run`` records in ``Default`` and KFP-plugin runs' records
     beside KFP's own. The MLflow driver links its own run to the record instead
-    (:func:`mlflow_projects.driver.bind_record`).
+    (:func:`mlflow_projects.driver_record.bind_record`).
     """
     name = name or experiment_name()
     exp = mc.get_experiment_by_name(name)

@@ -27,7 +27,6 @@ from components.backend import (
     SubmitRequest,
     pod_labels,
 )
-from components.doctor_facts import DoctorFacts, VersionProbe
 from components.dsl import Pipeline
 from components.errors import InputError
 from components.servers.submission import new_id
@@ -65,10 +64,6 @@ class ToyClusterBackend(Backend):
     cluster_path = ClusterPath(name="toyc", artifact_option="plan_path", artifact_path=ARTIFACT.as_posix(),
                                submit_options=("host", "plan_path", *TLS_OPTIONS), wait_options=("host", *TLS_OPTIONS))
     pod_marks = PodMarks(run_labels=(RUN_LABEL,), workflow_labels=(RUN_LABEL,))
-    doctor = DoctorFacts(verbs=(("create", "configmaps", ""),),  # what its submission would need in the run's namespace
-                         probe=VersionProbe(what="Toy server", path="/api/version", field="version",
-                                            token_env="TOY_TOKEN", host_env="TOY_HOST", scheme="http"),
-                         pod_artifact=ARTIFACT.as_posix())
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         path = out_dir / ARTIFACT

@@ -28,9 +28,9 @@ WATCHER_VERBS = (("list", "pods", ""), ("watch", "pods", ""), ("list", "events",
 
 def path_verbs(path: str) -> tuple[tuple[str, str, str], ...]:
     """What a path's submission and the pod watcher need in its namespace (the backend's ``doctor.verbs``)."""
-    from llmpack.backends import backend
+    from llmpack.backends import doctor_facts
 
-    return (*backend(path).doctor.verbs, *WATCHER_VERBS)
+    return (*doctor_facts(path).verbs, *WATCHER_VERBS)
 
 NODE_VERBS = (("list", "nodes", ""),)  # node provisioning and GPU product, cluster-wide
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -296,9 +296,9 @@ def endpoint(path: str, host: str, token: str | None, verify: bool | str) -> Che
     import requests
 
     from components.servers.remote import normalize_host
-    from llmpack.backends import backend
+    from llmpack.backends import doctor_facts
 
-    probe = backend(path).doctor.probe
+    probe = doctor_facts(path).probe
     assert probe is not None, path  # endpoint_checks asks only the paths that have one
     what, suffix, field, variable = probe.what, probe.path, probe.field, probe.token_env
     url = normalize_host(host, default_scheme=probe.scheme)

@@ -6,7 +6,7 @@ the kubeconfig or the environment and every message from a server is scrubbed of
 
 In order: the Kubernetes API answers, the namespace is the one compiled for, the GPU nodes
 (labels, taints, allocatable GPUs, each compiled GPU pod's fit), then per namespace its kinds,
-quotas, Secret, RBAC, Pod Security, each backend's own checks (:meth:`Backend.doctor_checks`),
+quotas, Secret, RBAC, Pod Security, each backend's own checks (:attr:`~components.doctor_facts.DoctorFacts.checks`),
 the PVCs and Secrets the compiled pods use; with ``--nodes N`` the gang's runtime, RBAC and shared
 PVC; last the servers' version calls. The checks themselves: :mod:`llmpack.cluster.doctor.checks`. Each
 check and its fix: docs/first-run-on-a-cluster.md, "Check it: llmpack doctor", and docs/cli.md.
@@ -104,10 +104,10 @@ def check_endpoints(opts: DoctorOptions, env: dict[str, str] | None = None) -> N
 
     from components.redaction import redact_uri, uri_problem
     from components.servers.remote import normalize_host
-    from llmpack.backends import backend
+    from llmpack.backends import doctor_facts
 
     env = dict(os.environ) if env is None else env
-    probes = {path: probe for path in opts.paths if (probe := backend(path).doctor.probe) is not None}
+    probes = {path: probe for path in opts.paths if (probe := doctor_facts(path).probe) is not None}
     named = {settings.K8S_HOST.name: env.get(settings.K8S_HOST.name),
              **{probe.host_env: env.get(probe.host_env) for probe in probes.values()},
              **{f"--{path}-host": opts.hosts.get(path) for path in probes if opts.hosts.get(path)},
@@ -142,7 +142,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
     """Every check, in order (``specs``, ``claims``, ``refs``: each path's compiled pod specs, PVC names, and the
     Secrets its pods read and pull with; ``needs``: their GPU pods, created kinds and namespace,
     :class:`llmpack.cluster.doctor.capacity.Needs`); only the first when the API does not answer."""
-    from llmpack.backends import backend
+    from llmpack.backends import doctor_facts
     from llmpack.cluster.doctor import capacity
     from llmpack.cluster.doctor import checks as dc
     from llmpack.cluster.doctor import gang as gang_checks
@@ -180,7 +180,8 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         for path in paths:
             checks.append(dc.access(cluster, path, namespace, dc.path_verbs(path)))
             checks.append(dc.pod_security(path, namespace, found, specs[path]))
-            checks += backend(path).doctor_checks(cluster, namespace, opts.flags)
+            own = doctor_facts(path).checks
+            checks += own(cluster, namespace, opts.flags) if own is not None else []
         shared = (opts.cache_pvc or DEFAULT_SHARED_PVC) if gang else None
         if gang:
             checks.append(gang_checks.launcher_rbac(cluster, namespace))
@@ -228,11 +229,11 @@ def endpoint_checks(opts: DoctorOptions, tls: dict[str, Any]) -> list[Any]:
     import os
 
     from components.servers.remote import tls_verify
-    from llmpack.backends import backend
+    from llmpack.backends import doctor_facts
     from llmpack.cluster.doctor import checks as dc
 
     verify = tls_verify(tls["ca_cert"], tls["insecure_skip_tls_verify"])
-    probes = {path: probe for path in opts.paths if (probe := backend(path).doctor.probe) is not None}
+    probes = {path: probe for path in opts.paths if (probe := doctor_facts(path).probe) is not None}
     hosts = {path: opts.hosts.get(path) or os.environ.get(probe.host_env) for path, probe in probes.items()}
     return [dc.endpoint(path, host, os.environ.get(probes[path].token_env) or None, verify)
             for path, host in hosts.items() if host]
@@ -295,9 +296,9 @@ def pod_namespaces(per_path: Mapping[str, str | None]) -> dict[str, str]:
 def _backend_flags() -> list[DoctorFlag]:
     """The cluster backends' own doctor options (:attr:`components.doctor_facts.DoctorFacts.flags`), in registry
     order."""
-    from llmpack.backends import backend
+    from llmpack.backends import doctor_facts
 
-    return [flag for name in PATHS for flag in backend(name).doctor.flags]
+    return [flag for name in PATHS for flag in doctor_facts(name).flags]
 
 
 def backend_flag_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -2,7 +2,7 @@
 security settings, for ``llmpack doctor``'s Pod Security check.
 
 Each path's pod specs come from its own artifact (the files a user submits), read by its backend
-(:meth:`components.backend.Backend.compiled_pods`: KFP's platform spec, the Argo Workflow, the
+(:attr:`components.doctor_facts.DoctorFacts.compiled_pods`: KFP's platform spec, the Argo Workflow, the
 MLflow Kubernetes Job template), and with a gang the TrainJob (every pod spec its
 ``runtimePatches`` carry). Containers the orchestrators add themselves are not in the artifacts
 and are not judged here.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from components import yamltext
-from components.compiled_pods import PodSpec, pod_specs_in
+from components.compiled_pods import PodSpec, pod_specs_in, pods_of
 from components.errors import InputError
 
 LEVELS = ("privileged", "baseline", "restricted")  # weakest first
@@ -37,9 +37,9 @@ def committed_root() -> Path:
 
 def artifact_of(path: str) -> str:
     """The compiled file whose pods are checked for ``path`` (the backend's ``doctor.pod_artifact``)."""
-    from llmpack.backends import backend
+    from llmpack.backends import doctor_facts
 
-    artifact = backend(path).doctor.pod_artifact
+    artifact = doctor_facts(path).pod_artifact
     if artifact is None:
         raise InputError(f"--path {path}: its backend declares no compiled pods to check")
     return artifact
@@ -48,9 +48,10 @@ def artifact_of(path: str) -> str:
 def pod_specs(root: Path, path: str, *, gang: bool) -> list[PodSpec]:
     """The pod specs of ``path``'s artifact under ``root`` (``llmpack compile --out root``), and the TrainJob's
     with ``gang``. A missing or unreadable artifact is an :class:`InputError` naming it."""
-    from llmpack.backends import backend
+    from llmpack.backends import doctor_facts
 
-    specs = list(backend(path).compiled_pods(load_compiled(root / artifact_of(path))))
+    read = doctor_facts(path).compiled_pods or pods_of
+    specs = list(read(load_compiled(root / artifact_of(path))))
     if gang:
         specs += [PodSpec(f"TrainJob {s.where}", s.pod, s.containers, s.host_path)
                   for s in pod_specs_in((load_compiled(root / TRAINJOB_ARTIFACT) or [{}])[0])]

@@ -336,7 +336,7 @@ def test_the_cli_compare_cluster_writes_a_report_with_cluster_phases(fake: Loopb
     env = client_env()
     env.update(KFP_TOKEN=KFP_TOKEN, ARGO_TOKEN=ARGO_TOKEN, HOME=str(tmp_path / "home"))
     r = subprocess.run(
-        [sys.executable, "-m", "llmpack", "compare", "--cluster", "--backends", "kfp,argo,mlflow", "--max-steps", "7",
+        [sys.executable, "-m", "llmpack", "cluster", "compare", "--backends", "kfp,argo,mlflow", "--max-steps", "7",
          "--kfp-host", fake.kfp.url, "--argo-host", fake.argo.url, "--kubeconfig", str(fake.kubeconfig),
          "--tracking-uri", fake.tracking_uri, "--poll", "0.05", "--timeout", "60", "--report", str(report), "--json"],
         env=env, capture_output=True, text=True, timeout=300,

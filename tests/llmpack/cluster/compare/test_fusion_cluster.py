@@ -247,7 +247,7 @@ def test_the_cli_compare_cluster_variants(tmp_path: Path, tracking_uri: str) -> 
     env.update(ARGO_TOKEN=ARGO_TOKEN, HOME=str(tmp_path / "home"))
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "llmpack", "compare", "--cluster", "--backends", "argo",
+            [sys.executable, "-m", "llmpack", "cluster", "compare", "--backends", "argo",
              "--variants", "default,fuse-all",
              "--max-steps", "7", "--argo-host", c.argo.url, "--kubeconfig", str(c.kubeconfig),
              "--tracking-uri", tracking_uri, "--poll", "0.05", "--timeout", "60", "--no-report", "--json"],
@@ -267,7 +267,7 @@ def test_the_cli_refuses_fused_variants_of_a_many_gpu_finetune(tmp_path: Path) -
 
     from llmpack.cli import main
 
-    r = CliRunner().invoke(main, ["compare", "--cluster", "--backends", "argo", "--variants", "default,fuse-gpu",
+    r = CliRunner().invoke(main, ["cluster", "compare", "--backends", "argo", "--variants", "default,fuse-gpu",
                                   "--gpus", "2", "--no-report"])
     assert r.exit_code == 2 and "the many-process finetune runs unfused" in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1

@@ -209,7 +209,7 @@ def test_the_cli_compare_cluster_nodes(tmp_path: Path, tracking_uri: str) -> Non
     env.update(ARGO_TOKEN=ARGO_TOKEN, HOME=str(tmp_path / "home"))
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "llmpack", "compare", "--cluster", "--backends", "argo",
+            [sys.executable, "-m", "llmpack", "cluster", "compare", "--backends", "argo",
              "--nodes", "2", "--gpus", "4", "--cache-pvc", "team-shared", "--max-steps", "7",
              "--argo-host", c.argo.url, "--kubeconfig", str(c.kubeconfig),
              "--tracking-uri", tracking_uri, "--poll", "0.05", "--timeout", "60", "--no-report"],
@@ -231,7 +231,7 @@ def test_the_cli_refuses_cache_pvc_without_nodes(tmp_path: Path) -> None:
 
     r = CliRunner().invoke(main, ["compare", "--cache-pvc", "x", "--no-report"])
     assert r.exit_code != 0 and "--cache-pvc: only with --cluster" in r.output
-    r = CliRunner().invoke(main, ["compare", "--cluster", "--backends", "argo", "--cache-pvc", "x", "--no-report"])
+    r = CliRunner().invoke(main, ["cluster", "compare", "--backends", "argo", "--cache-pvc", "x", "--no-report"])
     assert r.exit_code != 0 and "--cache-pvc: with --cluster only for --nodes 2" in r.output
 
 

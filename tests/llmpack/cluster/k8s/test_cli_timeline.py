@@ -11,7 +11,7 @@ FIX = REPO / "tests" / "fixtures" / "k8s"
 
 
 def test_timeline_json_phases_to_the_second(tmp_path: Path) -> None:
-    r = llmpack("timeline", "--pods", str(FIX / "pods.json"), "--nodes", str(FIX / "nodes.json"),
+    r = llmpack("cluster", "timeline", "--pods", str(FIX / "pods.json"), "--nodes", str(FIX / "nodes.json"),
                 "--events", str(FIX / "events.json"), "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     rows = {row["pod"]: row for row in json.loads(r.stdout)}
@@ -32,20 +32,21 @@ def test_timeline_json_phases_to_the_second(tmp_path: Path) -> None:
 def test_timeline_bad_dumps_are_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "pods.json"
     bad.write_text("{\n  oops")
-    r = llmpack("timeline", "--pods", str(bad), cwd=tmp_path)
+    r = llmpack("cluster", "timeline", "--pods", str(bad), cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "pods.json: line 2" in r.stderr
     empty = tmp_path / "empty.json"
     empty.write_text('{"kind": "List", "apiVersion": "v1", "items": []}')
-    r = llmpack("timeline", "--pods", str(empty), cwd=tmp_path)
+    r = llmpack("cluster", "timeline", "--pods", str(empty), cwd=tmp_path)
     assert r.returncode == 2 and "empty.json" in r.stderr and "Traceback" not in r.stderr
-    r = llmpack("timeline", "--pods", str(tmp_path / "missing.json"), cwd=tmp_path)
+    r = llmpack("cluster", "timeline", "--pods", str(tmp_path / "missing.json"), cwd=tmp_path)
     assert r.returncode == 2 and "missing.json" in r.stderr
 
 
 def test_timeline_attributes_an_orchestrator_run_by_its_own_id(tmp_path: Path) -> None:
     """``--run-id`` (and its old name ``--kfp-run``): pods with no llmpack labels join the run group by their run id."""
     pair = "3f2b6c1e-9d4a-4b8e-a1c7-5e0f2d9b8a61=kfp-20250314-090001-1a2b3c"
-    base = ("timeline", "--pods", str(FIX / "pods.json"), "--run-group", "rg-20250314-085958-7f3a9c", "--json")
+    base = ("cluster", "timeline", "--pods", str(FIX / "pods.json"), "--run-group", "rg-20250314-085958-7f3a9c",
+            "--json")
     alone = {row["pod"] for row in json.loads(llmpack(*base, cwd=tmp_path).stdout)}
     for flag in ("--run-id", "--kfp-run"):
         r = llmpack(*base, flag, pair, cwd=tmp_path)

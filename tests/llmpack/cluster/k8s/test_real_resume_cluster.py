@@ -56,7 +56,7 @@ def compare(loop: LoopbackCluster, report: Path, *extra: str) -> None:
     env = client_env()
     env.update(KFP_TOKEN=KFP_TOKEN, ARGO_TOKEN=ARGO_TOKEN, HOME=str(report.parent / "home"), COLUMNS="80")
     r = subprocess.run(
-        [sys.executable, "-m", "llmpack", "compare", "--cluster", "--backends", "kfp,argo,mlflow",
+        [sys.executable, "-m", "llmpack", "cluster", "compare", "--backends", "kfp,argo,mlflow",
          "--checkpoint-pvc", "ckpt", "--price-per-gpu-hour", str(PRICE),
          "--kfp-host", loop.kfp.url, "--argo-host", loop.argo.url, "--kubeconfig", str(loop.kubeconfig),
          "--tracking-uri", loop.tracking_uri, "--poll", "0.05", "--timeout", "400", "--report", str(report), *extra],

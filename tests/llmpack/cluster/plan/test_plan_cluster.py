@@ -97,7 +97,8 @@ def test_the_plan_holds_on_the_next_runs_and_chooses_what_they_show_cheapest(tmp
         lines.append(f"{name}: p50 held {c['held']['p50']} of {c['runs']}, p90 held {c['held']['p90']} of {c['runs']}")
         assert c["runs"] == 4 * RUNS and c["ok"], (h, c)
     # The same counts through the CLI, as `llmpack plan --calibration` prints them.
-    cli = CliRunner().invoke(__import__("llmpack.cli").cli.main, ["plan", "--calibration", "--tracking-uri", uri])
+    cli = CliRunner().invoke(__import__("llmpack.cli").cli.main, ["cluster", "plan", "--calibration",
+                                                                  "--tracking-uri", uri])
     assert cli.exit_code == 0 and f"p90 held {report['headlines']['first_step_s']['held']['p90']} of 40" in cli.stdout
 
     # The choice against what the runs showed.

@@ -121,7 +121,7 @@ def test_fit_refuses_a_single_run_and_mixed_gpus_per_node() -> None:
 def _project(*args: str) -> object:
     dumps = ["--pods", str(EXAMPLES / "pods.json"), "--nodes-dump", str(EXAMPLES / "nodes.json"),
              "--events", str(EXAMPLES / "events.json")]
-    return CliRunner().invoke(main, ["project", *dumps, *args])
+    return CliRunner().invoke(main, ["cluster", "plan", "project", *dumps, *args])
 
 
 @pytest.mark.parametrize(("args", "line"), [
@@ -140,12 +140,12 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], line: str) -> None:
 
 
 def test_no_source_and_a_dump_without_gangs_are_one_line(tmp_path: Path) -> None:
-    res = CliRunner().invoke(main, ["project"])
+    res = CliRunner().invoke(main, ["cluster", "plan", "project"])
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and "--run-group" in res.output
     empty = tmp_path / "pods.json"
     empty.write_text(json.dumps({"items": [{"metadata": {"name": "p", "namespace": "x",
                                                          "labels": {"llmpack.io/step": "finetune"}}}]}))
-    res = CliRunner().invoke(main, ["project", "--pods", str(empty)])
+    res = CliRunner().invoke(main, ["cluster", "plan", "project", "--pods", str(empty)])
     assert res.exit_code == 2 and res.output.strip().splitlines() == [
         f"llmpack: error: {empty}: no TrainJob node pods (label jobset.sigs.k8s.io/jobset-name): "
         "no gang to project from"]
