@@ -5,7 +5,8 @@ handful of numbers, so against an ``http(s)://`` server a step speaks the few en
 with the standard library: :class:`RestClient` answers the calls :mod:`components.record.tracking`
 makes, with the same bodies (``tests/components/test_rest.py`` compares the stores). It honours
 MLflow's HTTP settings (:func:`components.record.rest_auth.credentials`), never retries on its own, and
-leaves what it cannot do as MLflow does to MLflow's client (:func:`usable`). The settings: docs/internals/record-internals.md.
+leaves what it cannot do as MLflow does to MLflow's client (:func:`usable`). The settings:
+docs/internals/record-internals.md.
 """
 
 from __future__ import annotations
