@@ -11,15 +11,16 @@ is (the straggler). Spin-up = overhead + max over the N nodes. Every phase is dr
 rounded to whole seconds, as the API server stamps them, so the dump holds exactly the drawn
 values and the Monte-Carlo truth (:mod:`truth`) is of that same rounded quantity.
 
-Training (first step -> finished) is W / N seconds (perfect scaling of a fixed amount of work W,
-per GPU type) times a small lognormal noise; model load is 0 s (the dumps cannot carry it: no
-in-container events). Families (:data:`FAMILIES`), each with distinct parameters per GPU type:
-
-- ``light``: every phase lognormal (provision sigma 0.35 / 0.45).
-- ``heavy``: H100 provisioning is a lognormal body plus, with probability 0.20, a capacity-shortage
-  delay from a Lomax (Pareto II, shape 2.0: finite mean, infinite variance); H200 provisioning is a
-  shifted log-logistic of shape 3.0 (tail index 3). Pulls lognormal with sigma 0.45-0.5.
+More in the comment below the docstring.
 """
+# Training (first step -> finished) is W / N seconds (perfect scaling of a fixed amount of work W,
+# per GPU type) times a small lognormal noise; model load is 0 s (the dumps cannot carry it: no
+# in-container events). Families (:data:`FAMILIES`), each with distinct parameters per GPU type:
+#
+# - ``light``: every phase lognormal (provision sigma 0.35 / 0.45).
+# - ``heavy``: H100 provisioning is a lognormal body plus, with probability 0.20, a capacity-shortage
+#   delay from a Lomax (Pareto II, shape 2.0: finite mean, infinite variance); H200 provisioning is a
+#   shifted log-logistic of shape 3.0 (tail index 3). Pulls lognormal with sigma 0.45-0.5.
 
 from __future__ import annotations
 

@@ -11,12 +11,13 @@ type -- and :data:`PLAN_COMMAND` is run on them as a subprocess with ``--nodes N
 history's gang size and 8. Each GPU type's on-demand row is read back and its stated 95% intervals
 for spin-up p50/p90 (and total p50/p90) checked against the Monte-Carlo truth (:mod:`truth`).
 
-A refused plan (exit 2, or a row saying "too few") counts as *refused*; a GPU type with no row or a
-row saying "no measurement" as *no measurement* (a failure of "each GPU type planned from its own
-runs"); neither holds. A row estimated from more or fewer runs than its own type's is *pooled*.
-Prints the coverage table (held of seeds per cell, Wilson 95% interval, overall) and, with ``--out``,
-writes ``coverage.json`` there. The plan is run in an empty temporary working directory.
+More in the comment below the docstring.
 """
+# A refused plan (exit 2, or a row saying "too few") counts as *refused*; a GPU type with no row or a
+# row saying "no measurement" as *no measurement* (a failure of "each GPU type planned from its own
+# runs"); neither holds. A row estimated from more or fewer runs than its own type's is *pooled*.
+# Prints the coverage table (held of seeds per cell, Wilson 95% interval, overall) and, with ``--out``,
+# writes ``coverage.json`` there. The plan is run in an empty temporary working directory.
 
 from __future__ import annotations
 
