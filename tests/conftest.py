@@ -74,6 +74,10 @@ def clear_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 #: Where this test process's provenance key lives (made on first use): never the user's own key file.
 #: Pods a test plays as processes get it too (their ``base_env``), as a cluster's pods share one key.
 SESSION_SIGNING_KEY_FILE = Path(tempfile.mkdtemp(prefix="llmpack-signing-")) / "signing.key"
+# Set for the whole process too, not only per test: module- and session-scoped fixtures run before the
+# autouse one below, and the steps they start must sign with this key, never the user's.
+os.environ.pop("LLMPACK_SIGNING_KEY", None)
+os.environ["LLMPACK_SIGNING_KEY_FILE"] = str(SESSION_SIGNING_KEY_FILE)
 
 
 @pytest.fixture(scope="session")
