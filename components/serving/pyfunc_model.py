@@ -121,7 +121,7 @@ class TunedModel(PythonModel):
             return int(self.spec["max_new_tokens"])
         limit = int(self.spec["max_new_tokens_limit"])
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
-            raise refuse(f"max_new_tokens {str(value)[:40]!r}: must be an integer from 1 to {limit}")
+            raise refuse(f"max_new_tokens {repr(value)[:40]}: must be an integer from 1 to {limit}")
         return value
 
     def bounded_prompts(self, model_input: Any) -> list[str]:
