@@ -34,7 +34,7 @@ LIMITS = {"max_new_tokens": 64, "max_new_tokens_limit": 256, "max_prompt_chars":
 
 def refuse(message: str) -> MlflowException:
     """A request the model does not take: one line, ``INVALID_PARAMETER_VALUE`` (HTTP 400 when served)."""
-    return MlflowException(message, error_code="INVALID_PARAMETER_VALUE")
+    return MlflowException.invalid_parameter_value(message)
 
 
 class ByteCodec:
