@@ -1,23 +1,16 @@
 """Promotion: every registered version is the ``challenger``; ``champion`` moves only to a better one.
 
-The decision (:func:`decide`) is a pure function of plain values, so every case (no champion, a
-champion scored on another eval set, a tie, a failed gate, ``promote=false``) is tested without a
+The decision (:func:`decide`) is a pure function of plain values, tested case by case without a
 registry; :func:`current_champion` and :func:`set_aliases` are the two registry calls around it.
+Which figure decides is data (:class:`PromotionMetric`), not code; versions are compared only on
+the same eval set (:func:`eval_set_fingerprint`): a champion scored on other data is not beaten or
+kept by arithmetic, the new version stays ``challenger`` and its tags say why (docs/serving.md).
 
-Which figure decides is data (:class:`PromotionMetric`), not code: a version records every figure
-of its evaluation as a ``llmpack.metric.<name>`` tag, so a later change of the deciding metric
-compares versions registered since that change and leaves older champions uncompared (said so).
-Versions are compared only on the same eval set (:func:`eval_set_fingerprint`): a champion scored
-on other rows (or other tokens of them) is not beaten or kept by arithmetic, the new version stays
-``challenger`` and its tags say why; move the alias by hand then (docs/serving.md).
-
-Only signed figures are compared: the champion's value and eval set are read from its signed
-provenance payload (:mod:`components.serving.signed`), never from its loose ``llmpack.metric.*``
-tags, which anyone who can write the registry can edit. A champion whose signature does not verify
-with the user's key is not compared (the new version stays ``challenger`` and says why).
-
-Two registrations at the same moment can both read the old champion and both move the alias;
-the later one wins. Runs of one model name are sequential in practice, so no lock is taken.
+Only signed figures are compared: the champion's value and eval set come from its signed
+provenance payload (:mod:`components.serving.signed`), never from its ``llmpack.metric.*`` tags,
+which anyone who can write the registry can edit; a champion whose signature does not verify is
+not compared. Two registrations at the same moment can both move the alias; the later one wins
+(runs of one model name are sequential in practice, so no lock is taken).
 """
 
 from __future__ import annotations

@@ -1,22 +1,17 @@
 """The served model: an MLflow pyfunc "model from code" that answers prompts with greedy generations.
 
-This file is copied into every logged model and executed by ``mlflow.pyfunc.load_model`` and ``mlflow
-models serve``: it imports no llmpack module, only torch, transformers, peft (for an adapter) and MLflow,
-the model's declared requirements. It is code, not a pickle: MLflow's models-from-code runs this file
-instead of unpickling a Python object from the artifact store.
+Copied into every logged model and run by ``mlflow.pyfunc.load_model`` and ``mlflow models serve``
+(models-from-code: this file, never a pickle); it imports no llmpack module, only torch,
+transformers, peft (for an adapter) and MLflow, the model's declared requirements. Artifacts
+(``components.serving.package`` writes them): ``serving`` (serving.json: encoding, generation
+length, limits), ``weights`` (adapter or full weights), ``base`` (a logged base model) and
+``tokenizer`` (a Hugging Face one; the built-in byte-level model's is :class:`ByteCodec`). The
+prompt format is the training format: ``BOS + prompt + newline`` for the built-in model, the chat
+template's user message and generation prompt for a Hugging Face tokenizer that has one.
 
-Artifacts (``components.serving.package`` writes them): ``serving`` (serving.json: how prompts are encoded
-and how many tokens to generate), ``weights`` (a peft adapter or full weights), ``base`` (the base model,
-Hugging Face layout, when the adapter needs one that is logged with it) and ``tokenizer`` (a Hugging Face
-tokenizer; absent for the built-in byte-level model, whose encoding is the few lines of :class:`ByteCodec`).
-
-The prompt format is the training format: the built-in model was trained on ``BOS + prompt + newline``,
-then the response and EOS; a Hugging Face tokenizer with a chat template gets the prompt as one user
-message and the generation prompt, as the tokenize step did.
-
-A request is bounded (serving.json's limits, these defaults where an older one has none):
+A request is bounded (serving.json's limits; these defaults where an older one has none):
 ``params={"max_new_tokens": n}`` from 1 to 256 (64 unless asked), at most 64 prompts of at most
-4,096 characters each, and prompt plus answer within the model's context. Anything more is one
+4,096 characters each, prompt plus answer within the model's context. Anything more is one
 ``MlflowException`` line (HTTP 400 from ``mlflow models serve``) before any token is generated.
 """
 
