@@ -2,16 +2,14 @@
 
 Two kinds of :mod:`components.provenance` signature (HMAC with the user's key):
 
-- ``evaluation``: the evaluate step signs its ``metrics.json`` (every figure, the gate's settings,
-  the eval set) together with what it scored: the sha256 of every file of the model it evaluated
-  and the pipeline run. The register step verifies it before anything is logged, checks that the
-  model it registers is the model that was scored, and recomputes the gate from the signed figures:
-  a ``passed`` field, or a file someone wrote by hand, decides nothing.
-- ``model-version``: the register step signs, for each version it creates, its name, version, run
-  id and source, the sha256 and size of every file of the logged model, and the signed figures
-  promotion compares. The payload and the signature are tags of the version (:data:`PAYLOAD_TAG`,
-  :data:`SIGNATURE_TAG`); the verified loader (:mod:`components.serving.verify`) and promotion
-  (:func:`components.serving.promotion.current_champion`) read nothing else of a version as fact.
+- ``evaluation``: evaluate signs its ``metrics.json`` (every figure, the gate's settings, the eval
+  set) with the sha256 of every model file it scored and the pipeline run, in
+  ``metrics.signature.json`` beside it. Register verifies it before anything is logged, checks the
+  model it registers is the one scored, and recomputes the gate from the signed figures.
+- ``model-version``: register signs each version's name, version, run id and source, the sha256
+  and size of every file of the logged model, and the figures promotion compares; payload and
+  signature are the version's tags :data:`PAYLOAD_TAG` and :data:`SIGNATURE_TAG`. The verified
+  loader (:mod:`components.serving.verify`) and promotion read nothing else of a version as fact.
 """
 
 from __future__ import annotations
@@ -29,7 +27,9 @@ from components.errors import InputError
 
 EVALUATION = "evaluation"
 MODEL_VERSION = "model-version"
-SIGNATURE_FIELD = "signature"  # in metrics.json, beside what it signs
+EVALUATION_FILE = "metrics.json"
+SIGNATURE_FILE = "metrics.signature.json"  # beside metrics.json: the files scored, the run, the signature
+SIGNATURE_FIELD = "signature"
 PAYLOAD_TAG = "llmpack.provenance"  # on a model version: the signed payload, canonical JSON
 SIGNATURE_TAG = "llmpack.provenance.signature"
 MAX_PAYLOAD_CHARS = 1 << 20
@@ -103,35 +103,44 @@ def figures(evaluation: Mapping[str, Any]) -> dict[str, float]:
 # --------------------------------------------------------------------------- evaluations
 
 
-def sign_evaluation(result: Mapping[str, Any], *, model: Mapping[str, Any], pipeline_run: str) -> dict[str, Any]:
-    """``result`` as metrics.json holds it: bound to the model files scored and the run, then signed."""
-    body = finite({**result, "model_files": dict(model), "pipeline_run": pipeline_run})
-    return {**body, SIGNATURE_FIELD: provenance.sign(EVALUATION, body)}
+def sign_evaluation(result: Mapping[str, Any], *, model: Mapping[str, Any],
+                    pipeline_run: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``metrics.json``'s content (NaN and infinity as null) and its :data:`SIGNATURE_FILE`'s.
+
+    The signature covers the figures, the sha256 of every model file scored and the pipeline run;
+    it lives beside ``metrics.json`` so the figures stay byte-identical on every path.
+    """
+    metrics = finite(dict(result))
+    bound = {"model_files": dict(model), "pipeline_run": pipeline_run}
+    return metrics, {**bound, SIGNATURE_FIELD: provenance.sign(EVALUATION, {"metrics": metrics, **bound})}
 
 
-def verified_evaluation(path: Path, *, model: Mapping[str, Any], pipeline_run: str) -> dict[str, Any]:
-    """The signed evaluation at ``path``, when the user's key signed it for these model files and this run.
+def verified_evaluation(metrics_dir: Path, *, model: Mapping[str, Any], pipeline_run: str) -> dict[str, Any]:
+    """The evaluation in ``metrics_dir``, when the user's key signed it for these model files and this run.
 
     Else one :class:`InputError` line: unsigned or edited (a figure, ``passed``, ``eval_set``), of
-    another model, or of another pipeline run.
+    other model files, or of another pipeline run (one signed with no run name is taken in any).
     """
-    data = bounded.read_json(path)
-    if not isinstance(data, dict):
+    path = metrics_dir / EVALUATION_FILE
+    metrics = bounded.read_json(path)
+    signature = metrics_dir / SIGNATURE_FILE
+    seal = bounded.read_json(signature) if signature.exists() or signature.is_symlink() else {}
+    if not isinstance(metrics, dict) or not isinstance(seal, dict):
         raise InputError(f"{path}: not an evaluation (a JSON object is expected)")
-    signature = data.pop(SIGNATURE_FIELD, None)
-    if not provenance.verify(EVALUATION, data, signature):
+    bound = {"model_files": seal.get("model_files"), "pipeline_run": seal.get("pipeline_run")}
+    if not provenance.verify(EVALUATION, {"metrics": metrics, **bound}, seal.get(SIGNATURE_FIELD)):
         raise InputError(f"{path}: not signed by this environment's key (edited, forged or written by hand); "
                          "nothing registered or promoted")
-    scored = data.get("model_files")
+    scored = bound["model_files"] if isinstance(bound["model_files"], dict) else {}
     if scored != dict(model):
-        changed = sorted(k for k in {*(scored or {}), *model} if (scored or {}).get(k) != model.get(k))
+        changed = sorted(k for k in {*scored, *model} if scored.get(k) != model.get(k))
         raise InputError(f"{path}: the evaluation scored other model files ({', '.join(changed[:3])} differ); "
                          "nothing registered or promoted")
-    signed_run = str(data.get("pipeline_run") or "")
+    signed_run = str(bound["pipeline_run"] or "")
     if signed_run and pipeline_run and signed_run != pipeline_run:
         raise InputError(f"{path}: the evaluation is of pipeline run {signed_run!r}, not {pipeline_run!r}; "
                          "nothing registered or promoted")
-    return data
+    return metrics
 
 
 def gate_passed(evaluation: Mapping[str, Any]) -> bool:

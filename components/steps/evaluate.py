@@ -2,9 +2,9 @@
 
 The task metrics (docs/evaluation.md) are exact and normalised match of greedy answers to the
 held-out prompts; the gate judges ``gate_metric`` (``auto``: exact match where there are answers).
-``metrics.json`` is signed with the user's key (:func:`components.serving.signed.sign_evaluation`),
-bound to the sha256 of the model files scored and the pipeline run: the register step trusts
-nothing else.
+``metrics.json`` is signed with the user's key (``metrics.signature.json`` beside it:
+:func:`components.serving.signed.sign_evaluation`), bound to the sha256 of the model files scored
+and the pipeline run: the register step trusts nothing else.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Metrics, M
 from components.errors import StepFailed
 from components.reporting import current, emit, metric
 from components.serving.promotion import eval_set_fingerprint
-from components.serving.signed import model_files, sign_evaluation
+from components.serving.signed import SIGNATURE_FILE, model_files, sign_evaluation
 from components.training.generation import (
     TASK_FILE,
     TASK_METRICS,
@@ -159,8 +159,9 @@ def evaluate(
     result["gate_improvement"] = gate_improvement(gate, result)
     result["passed"] = result["gate_improvement"] >= min_improvement  # for people; register recomputes it
     tel = current()
-    signed = sign_evaluation(result, model=scored, pipeline_run=tel.ctx.pipeline_run if tel is not None else "")
-    (Path(metrics.path) / "metrics.json").write_text(json.dumps(signed, indent=2, sort_keys=True) + "\n")
+    figures, seal = sign_evaluation(result, model=scored, pipeline_run=tel.ctx.pipeline_run if tel is not None else "")
+    (Path(metrics.path) / SIGNATURE_FILE).write_text(json.dumps(seal, indent=2, sort_keys=True) + "\n")
+    (Path(metrics.path) / "metrics.json").write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
     for key in ("base_eval_loss", "eval_loss", "perplexity", "improvement", *task, "gate_improvement"):
         metric(key, result[key])
     metric(f"gated_by_{gate}", 1.0)  # which metric the gate judged, as a metric name every record carries

@@ -90,7 +90,7 @@ def register(
     weights = model_dir / ("adapter" if meta["method"] == "lora" else "full")
     files = signed.model_files(model_dir, weights.name, MODEL_META)
     # before anything is logged: the user's key signed this evaluation, of these files, in this run
-    evaluation = signed.verified_evaluation(Path(metrics.path) / "metrics.json", model=files,
+    evaluation = signed.verified_evaluation(Path(metrics.path), model=files,
                                             pipeline_run=tel.ctx.pipeline_run if tel is not None else "")
     record: dict[str, Any] = {"model_name": model_name, "weights": weights.name, "base_model": meta["base_model"],
                               "registered": False, "merged": merge}

@@ -204,17 +204,19 @@ def _refused(r: subprocess.CompletedProcess[str], store: dict[str, Any], before:
     assert _versions(store) == before and _champion(store) == champion, "the refused input changed the registry"
 
 
-def _signed_metrics(store: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **changes: Any) -> Path:
+def _signed_metrics(store: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, pipeline_run: str = "",
+                    **changes: Any) -> Path:
     """The real evaluation with ``changes``, signed with the user's key (as a genuine evaluation would be)."""
-    from components import provenance
+    from components.serving.signed import SIGNATURE_FILE, sign_evaluation
 
     monkeypatch.setenv("LLMPACK_SIGNING_KEY_FILE", str(store["key"]))
-    data = json.loads((store["eval"] / "metrics.json").read_text())
-    data.pop("signature")
-    data.update(changes)
+    metrics = {**json.loads((store["eval"] / "metrics.json").read_text()), **changes}
+    scored = json.loads((store["eval"] / SIGNATURE_FILE).read_text())["model_files"]
+    figures, seal = sign_evaluation(metrics, model=scored, pipeline_run=pipeline_run)
     out = tmp_path / "metrics"
     out.mkdir(parents=True)
-    (out / "metrics.json").write_text(json.dumps({**data, "signature": provenance.sign("evaluation", data)}))
+    (out / "metrics.json").write_text(json.dumps(figures))
+    (out / SIGNATURE_FILE).write_text(json.dumps(seal))
     return out
 
 
@@ -227,7 +229,7 @@ def test_a_hand_written_or_edited_metrics_json_registers_nothing(store: dict[str
     r = _register(tmp_path, store["model"], forged, store["uri"], store["key"], "pr-forged")
     _refused(r, store, before, champion, "metrics.json: not signed by this environment's key")
     edited = tmp_path / "edited"
-    edited.mkdir()
+    shutil.copytree(store["eval"], edited)  # the genuine signature beside an edited figure
     genuine = json.loads((store["eval"] / "metrics.json").read_text())
     (edited / "metrics.json").write_text(json.dumps({**genuine, "eval_loss": genuine["eval_loss"] / 2}))
     r = _register(tmp_path, store["model"], edited, store["uri"], store["key"], "pr-edited")
