@@ -251,6 +251,7 @@ def test_a_signed_evaluation_of_other_files_or_another_run_registers_nothing(
     _refused(r, store, before, champion, "the evaluation is of pipeline run 'pr-elsewhere', not 'pr-here'")
 
 
+@pytest.mark.slow  # registers a version (two): ~30 s each on a quiet machine
 def test_the_gate_is_recomputed_from_signed_figures_never_a_passed_field(
         store: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     champion = _champion(store)
@@ -265,6 +266,7 @@ def test_the_gate_is_recomputed_from_signed_figures_never_a_passed_field(
     assert _champion(store) == champion
 
 
+@pytest.mark.slow  # registers a version (two): ~30 s each on a quiet machine
 def test_promotion_compares_the_champion_s_signed_figures_not_its_tags(
         store: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mc = _client(store)
