@@ -24,6 +24,7 @@ EVAL = "components.steps.evaluate:evaluate"
 REG = "components.steps.register:register"
 NAME = "signed-model"
 PAYLOAD_TAG, SIGNATURE_TAG = "llmpack.provenance", "llmpack.provenance.signature"
+SIGNATURE_FILE = "metrics.signature.json"  # beside metrics.json (components.serving.signed)
 MARKER_CODE = """
 from pathlib import Path
 Path({marker!r}).write_text("the store's code ran")
@@ -206,16 +207,18 @@ def _refused(r: subprocess.CompletedProcess[str], store: dict[str, Any], before:
 
 def _signed_metrics(store: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, pipeline_run: str = "",
                     **changes: Any) -> Path:
-    """The real evaluation with ``changes``, signed with the user's key (as a genuine evaluation would be)."""
-    from components.serving.signed import SIGNATURE_FILE, sign_evaluation
+    """The real evaluation with ``changes``, signed with the user's key as evaluate signs one
+    (components.serving.signed: the figures, the model files scored and the run, beside metrics.json)."""
+    from components import provenance
 
     monkeypatch.setenv("LLMPACK_SIGNING_KEY_FILE", str(store["key"]))
     metrics = {**json.loads((store["eval"] / "metrics.json").read_text()), **changes}
-    scored = json.loads((store["eval"] / SIGNATURE_FILE).read_text())["model_files"]
-    figures, seal = sign_evaluation(metrics, model=scored, pipeline_run=pipeline_run)
+    bound = {"model_files": json.loads((store["eval"] / SIGNATURE_FILE).read_text())["model_files"],
+             "pipeline_run": pipeline_run}
     out = tmp_path / "metrics"
     out.mkdir(parents=True)
-    (out / "metrics.json").write_text(json.dumps(figures))
+    (out / "metrics.json").write_text(json.dumps(metrics))
+    seal = {**bound, "signature": provenance.sign("evaluation", {"metrics": metrics, **bound})}
     (out / SIGNATURE_FILE).write_text(json.dumps(seal))
     return out
 
