@@ -276,8 +276,14 @@ def printable(text: str, limit: int = 200) -> str:
 
 # ----------------------------------------------------------------- log records and warnings: the same path
 
-LOGGERS = ("urllib3", "mlflow", "requests", "kubernetes", "py.warnings", "alembic", "sqlalchemy", "kfp", "hera",
-           "huey", "git", "httpx", "botocore", "boto3", "azure", "google")
+def _loggers_with_handlers() -> list[logging.Logger]:
+    """The root logger and every logger that has handlers of its own now (urllib3's, a tracking client's...):
+    found, not named, so a library added later is covered the same way."""
+    found = [logging.getLogger()]
+    for logger in list(logging.root.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger) and logger.handlers:
+            found.append(logger)
+    return found
 
 
 def _redact_record(record: logging.LogRecord) -> None:
@@ -307,8 +313,9 @@ class RedactingFilter(logging.Filter):
 
 def install_log_redaction() -> None:
     """Every log record (any logger's: a filter on ``urllib3`` would not see ``urllib3.connectionpool``'s, so
-    records are redacted as they are made, and :class:`RedactingFilter` sits on :data:`LOGGERS` and the root's
-    handlers too) and every warning shown or logged goes through :func:`redact_text`. Idempotent."""
+    records are redacted as they are made, and :class:`RedactingFilter` sits on the root, every logger that has
+    handlers of its own, and their handlers too) and every warning shown or logged goes through
+    :func:`redact_text`. Idempotent."""
     made = logging.getLogRecordFactory()
     if not getattr(made, "_llmpack_redacts", False):
         def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
@@ -318,7 +325,7 @@ def install_log_redaction() -> None:
 
         factory._llmpack_redacts = True  # type: ignore[attr-defined]
         logging.setLogRecordFactory(factory)
-    for logger in [logging.getLogger(name) for name in LOGGERS] + [logging.getLogger()]:
+    for logger in _loggers_with_handlers():
         for holder in [logger, *logger.handlers]:
             if not any(isinstance(f, RedactingFilter) for f in holder.filters):
                 holder.addFilter(RedactingFilter())

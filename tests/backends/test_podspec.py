@@ -285,7 +285,7 @@ def test_submit_compiles_with_the_pod_flags_and_refuses_them_with_a_named_artifa
 
 def test_compare_takes_the_pod_flags_only_with_cluster() -> None:
     result = CliRunner().invoke(main, ["compare", "--image", IMAGE])
-    assert result.exit_code == 2 and "only with --cluster" in result.output, result.output
+    assert result.exit_code == 2 and "llmpack cluster compare" in result.output, result.output
     result = CliRunner().invoke(main, ["cluster", "compare", "--backends", "argo", "--model", "/models/x"])
     assert result.exit_code == 2 and "pass --model-pvc NAME" in result.output, result.output
 

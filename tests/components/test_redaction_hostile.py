@@ -150,13 +150,14 @@ def test_tokens_known_by_their_form_are_blanked_anywhere(text: str) -> None:
 @pytest.fixture()
 def log_redaction() -> Iterator[None]:
     """Whatever :func:`install_log_redaction` changes is put back after the test."""
-    from components.redaction import LOGGERS, RedactingFilter
+    from components.redaction import RedactingFilter
 
     factory, formatwarning = logging.getLogRecordFactory(), warnings.formatwarning
     yield
     logging.setLogRecordFactory(factory)
     warnings.formatwarning = formatwarning
-    for logger in [logging.getLogger(name) for name in LOGGERS] + [logging.getLogger()]:
+    loggers = [v for v in logging.root.manager.loggerDict.values() if isinstance(v, logging.Logger)]
+    for logger in [*loggers, logging.getLogger()]:
         for holder in [logger, *logger.handlers]:
             holder.filters = [f for f in holder.filters if not isinstance(f, RedactingFilter)]
 
