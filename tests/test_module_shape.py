@@ -16,7 +16,15 @@ REPO = Path(__file__).resolve().parents[1]
 MAX_LINES = 15
 MAX_MODULE_LINES = 600  # any tracked Python file (tests, benchmarks, tools)
 MAX_PRODUCT_LINES = 450  # a module of the pack or the lab (issue 47)
-PRODUCT = ("components/", "kfp_pipelines/", "argo_workflows/", "mlflow_projects/", "llmpack/")
+def _product_folders() -> tuple[str, ...]:
+    """components/, llmpack/ and every registered backend's package folder (a new backend is checked too)."""
+    from llmpack.backends import SHIPPED
+
+    packages = {entry.module.split(".", 1)[0] for entry in SHIPPED}
+    return tuple(sorted({"components/", "llmpack/", *(f"{p}/" for p in packages)}))
+
+
+PRODUCT = _product_folders()
 # What the three squeezed modules (cluster_session, trainjob_launch, dsl) were split into, by job.
 SPLIT_BY_JOB = ("llmpack/cluster/compare/session.py", "llmpack/cluster/compare/measure.py", "components/dsl.py",
                 "components/wiring.py", "components/binding.py", "components/validation.py",
