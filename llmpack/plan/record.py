@@ -70,7 +70,7 @@ def check_row(row: Mapping[str, Any], where: str = "--plan") -> None:
                 _interval(per_q[q], f"times_s.{h}.{q}", f"{where}: {label}")
     if total := (row.get("cost_usd") or {}).get("total"):
         _interval(total, "cost_usd.total", f"{where}: {label}")
-    borrowed = row.get("borrowed") or ()
+    borrowed = row.get("borrowed") or []
     if not isinstance(borrowed, (dict, list)) or not all(isinstance(x, str) for x in borrowed):
         raise InputError(f"{where}: {label}: 'borrowed' names something that is not a string")
 
