@@ -282,10 +282,10 @@ def test_the_measured_checkpoint_write_is_shown_against_the_grace_period() -> No
     assert section == [
         f"- **argo** {argo[0]['pipeline_run']}: longest checkpoint write 12.00 s, fits the 150 s grace period",
         f"- **argo** {argo[1]['pipeline_run']}: longest checkpoint write 40.00 s, does NOT fit the 15 s grace period: "
-        "a preempted pod loses the steps since its last checkpoint (raise --grace-period, or bound them with "
-        "--checkpoint-minutes)",
+        "a preempted pod loses the steps since its last checkpoint \\(raise --grace-period, or bound them with "
+        "--checkpoint-minutes\\)",
         f"- **argo** {argo[2]['pipeline_run']}: longest checkpoint write 3.50 s, no grace period compiled in "
-        "(Kubernetes' default: 30 s)"], section
+        "\\(Kubernetes' default: 30 s\\)"], section  # escaped: the text holds a store's names
 
 
 @pytest.mark.slow  # a whole report, charts and all
