@@ -97,9 +97,7 @@ def test_a_100_mb_style_line_in_the_training_data_is_refused_skip_bad_rows_or_no
         with pytest.raises(InputError, match=r"data.jsonl: a line longer than the 1 MiB limit per line$"):
             read_jsonl(data, skip_bad_rows=skip)
     _one_line_exit_2(["run", "--data", str(data)], "a line longer than the 1 MiB limit per line")
-
-
-def test_the_data_reader_keeps_its_old_answers(tmp_path: Path) -> None:
+    # and what it read before, it reads as before: a BOM, CRLF, U+2028 inside a string, no final newline
     good = tmp_path / "good.jsonl"
     good.write_bytes(b"\xef\xbb\xbf" + b'{"prompt": "a\xe2\x80\xa8b", "response": "c"}\r\n\n{"prompt": "d", '
                      b'"response": "e"}')

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from llmpack.compare import comparison as cmp
-from llmpack.report import escape, facts, preemption, write_report
+from llmpack.report import facts, preemption, write_report
 from llmpack.report.render import markdown
 from llmpack.report.task import PROMOTION_TAG
 
@@ -59,6 +59,8 @@ def test_store_texts_are_inert_in_report_md_and_html(tmp_path: Path) -> None:
 
 
 def test_the_one_helper_shows_every_controlling_character() -> None:
+    from llmpack.report import escape
+
     for c in [*map(chr, range(0x20)), "\x7f", *map(chr, range(0x80, 0xA0)), "\u200e", "\u2028", "\u202a", "\u202e",
               "\u2066", "\u2069", "\ufeff"]:
         for shown in (escape.inert(f"a{c}b"), escape.md(f"a{c}b"), escape.html_text(f"a{c}b"),
