@@ -17,9 +17,12 @@ from typing import Any
 
 FUTURE_SLACK_S = 3600.0  # clocks of a laptop and a cluster disagree; an hour past now is no clock skew
 MAX_SPAN_S = 366 * 86400.0  # an event more than a year from its run's submission (or before it) is no run's
-# Figures that cannot be negative: durations and rates (``_s``), GPU-hours, money, counts and shares.
-NON_NEGATIVE_SUFFIXES = ("_s", "_hours", "_usd", "_pct", "_tokens", "_bytes", "_mb")
-NON_NEGATIVE = frozenset({"goodput", "preemptions", "gpu_count", "tokens", "steps"})
+# Figures no run can have below zero: the verdicts' and the Numbers table's durations and rates, GPU-hours,
+# money, counts and shares. Not every ``_s``: a pipeline's overhead (total less the steps' compute) is
+# negative when steps overlap, a provision wait when the node was up before the pod.
+NON_NEGATIVE_SUFFIXES = ("_hours", "_usd", "_pct")
+NON_NEGATIVE = frozenset({"spinup_s", "time_to_first_step_s", "total_s", "train_s", "time_to_recover_s",
+                          "tokens_per_s", "usd_per_1m_tokens", "goodput", "preemptions", "train_tokens"})
 
 
 def _number(value: Any) -> bool:
@@ -33,13 +36,13 @@ def _when(t: float) -> str:
         return f"{t:g} s since 1970"
 
 
-def _figure_problem(name: str, value: Any) -> str | None:
+def _figure_problem(what: str, name: str, value: Any) -> str | None:
     if not _number(value):
         return None
     if not math.isfinite(value):
-        return f"{name} is {value}"
+        return f"{what} {name} is {value}"
     if value < 0 and (name.endswith(NON_NEGATIVE_SUFFIXES) or name in NON_NEGATIVE):
-        return f"{name} is negative ({value:g})"
+        return f"{what} {name} is negative ({value:g})"
     return None
 
 
@@ -59,7 +62,7 @@ def problem(run: Mapping[str, Any], now: float | None = None) -> str | None:
     if not isinstance(metrics, Mapping):
         return "its metrics are not a mapping"
     for name, value in metrics.items():
-        if found := _figure_problem(f"metric {name}", value):
+        if found := _figure_problem("metric", name, value):
             return found
     events = run.get("events") or {}
     if not isinstance(events, Mapping) or not all(isinstance(e, Mapping) for e in events.values()):
@@ -74,7 +77,7 @@ def problem(run: Mapping[str, Any], now: float | None = None) -> str | None:
                 return f"event {step}.{name} is {t - submitted:+.3g} s from the run's submission"
     for attempt in run.get("retried_attempts") or ():
         for name, value in (attempt.items() if isinstance(attempt, Mapping) else ()):
-            if found := _figure_problem(f"retried attempt's {name}", value):
+            if found := _figure_problem("retried attempt's", name, value):
                 return found
     return None
 

@@ -60,8 +60,8 @@ def test_summary_names_a_spinup_difference_that_time_to_first_step_hides() -> No
 
     planted = runs({"argo": 3.0})
     noise = iter([-9.0, 7.0, 0.0, 11.0, -4.0, 6.0, -8.0, 3.0, 9.0, -6.0] * 4)
-    for r in planted:  # bury time to first step in noise (seconds, like step imports under load)
-        r["metrics"]["time_to_first_step_s"] += next(noise)
+    for r in planted:  # bury time to first step in noise (seconds, like step imports under load), kept >= 0:
+        r["metrics"]["time_to_first_step_s"] += 10.0 + next(noise)  # a negative one is excluded (report/screen.py)
     text = summary_sentence(comparison("rg-synthetic", ["direct", "argo"], planted), None)
     assert "Undecided (more rounds would decide): time to first step for argo" in text, text
     assert "argo is slower than direct on spin-up by 2.87 s" in text, text
