@@ -67,14 +67,17 @@ def depth(value: Any) -> int:
     return deepest
 
 
-def loads(text: str | bytes, where: str, max_depth: int = MAX_DEPTH) -> Any:
-    """JSON parsed with NaN/Infinity refused and nesting capped; else one :class:`InputError` naming ``where``."""
+def loads(text: str | bytes, where: str, max_depth: int = MAX_DEPTH, *, allow_nan: bool = False) -> Any:
+    """JSON parsed with NaN/Infinity refused and nesting capped; else one :class:`InputError` naming ``where``.
+
+    ``allow_nan``: NaN and Infinity read as floats (a summary our own writer may hold them in: a diverged
+    loss), for a caller that screens numbers itself."""
 
     def no_constant(name: str) -> Any:
         raise ValueError(f"{name} is not JSON")
 
     try:
-        value = json.loads(text, parse_constant=no_constant)
+        value = json.loads(text, parse_constant=None if allow_nan else no_constant)
     except RecursionError:
         raise InputError(f"{where}: JSON nested deeper than {max_depth} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:
@@ -85,9 +88,9 @@ def loads(text: str | bytes, where: str, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def read_json(path: str | Path, limit: int = MAX_JSON_BYTES, max_depth: int = MAX_DEPTH,
-              *, follow_symlinks: bool = False) -> Any:
+              *, follow_symlinks: bool = False, allow_nan: bool = False) -> Any:
     """A JSON file: regular, at most ``limit`` bytes, nested at most ``max_depth``."""
-    return loads(read_bytes(path, limit, follow_symlinks=follow_symlinks), str(path), max_depth)
+    return loads(read_bytes(path, limit, follow_symlinks=follow_symlinks), str(path), max_depth, allow_nan=allow_nan)
 
 
 def iter_lines(path: str | Path, max_line: int = MAX_LINE_BYTES, limit: int = MAX_JSONL_BYTES,

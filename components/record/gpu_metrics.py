@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components import settings
+from components import bounded, settings
 
 SAMPLES_FILE = "llmpack-gpu.jsonl"
 SMI_QUERY = "index,utilization.gpu,memory.used,memory.total"
@@ -276,7 +276,7 @@ def read_series(root: str | os.PathLike[str] | None) -> dict[str, list[tuple[int
     client's upload and ``llmpack sync``; {} on a CPU run. A cut-short last line is skipped."""
     per_step: dict[str, dict[str | None, list[Sample]]] = {}
     for path in sorted(Path(root).rglob("llmpack-gpu*.jsonl")) if root is not None and Path(root).is_dir() else []:
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        for line in bounded.iter_lines(path):  # a symlink, FIFO or device, an over-long line: one InputError
             try:
                 row = json.loads(line)
                 sample = Sample(t=float(row["t"]), readings=tuple(

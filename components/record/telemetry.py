@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from components import settings
+from components import bounded, settings
 from components.record import gpu_metrics
 
 EVENTS_FILE = "llmpack-events.jsonl"
@@ -161,15 +161,17 @@ def read_records_counted(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[
     """``(records, skipped)``: :func:`read_records` and how many non-empty lines were not a storable record.
 
     One bad line (cut short by a killed step, garbage, a name with a newline) is left out and
-    counted, never fatal: the rest of the file still counts, and ``llmpack sync`` says how many.
+    counted, never fatal: the rest of the file still counts, and ``llmpack sync`` says how many. A file
+    that is a symlink, FIFO or device, or over :mod:`components.bounded`'s size or line limit, is one
+    :class:`~components.errors.InputError` naming it and the limit.
     """
     by_key: dict[str, Record] = {}
     skipped = 0
     for path in paths:
-        p = Path(path)
-        if not p.exists():
+        if not os.path.lexists(path):
             continue
-        for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
+        for raw in bounded.iter_lines(path):  # a symlink, FIFO or device, an over-long line: one InputError
+            line = raw.decode("utf-8", errors="replace")
             if not line.strip():
                 continue
             try:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from components import bounded
 from components.commands import format_value
 
 # Parameters ``mlflow run`` logs on its own run for the project's ``main`` entry point.
@@ -78,7 +79,7 @@ def loss_curve(root: str | os.PathLike[str] | None) -> list[tuple[int, float]]:
 def _points(files: Iterable[Path]) -> list[tuple[int, float]]:
     points: dict[int, float] = {}
     for path in files:
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        for line in bounded.iter_lines(path):  # a symlink, FIFO or device, an over-long line: one InputError
             try:
                 row = json.loads(line)
                 points[int(row["step"])] = float(row["loss"])

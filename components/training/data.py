@@ -12,9 +12,11 @@ import json
 import os
 import random
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from components import bounded
 from components.errors import InputError
 
 BUILTIN = "builtin"
@@ -142,8 +144,8 @@ def _normalise(obj: Any, where: str) -> dict[str, Any]:
     return {"prompt": obj["prompt"], "response": obj["response"]}
 
 
-def _read_bytes(p: Path) -> bytes:
-    """The file's bytes, or one line saying why not (missing, a broken link, a directory, a pipe, unreadable).
+def _check_file(p: Path) -> None:
+    """One line saying why ``p`` is not a data file (missing, a broken link, a directory, a pipe); nothing when it is.
 
     A FIFO or device is refused: validation would drain it and the prepare_data step would find
     it empty (or wait forever).
@@ -163,8 +165,13 @@ def _read_bytes(p: Path) -> bytes:
         raise InputError(f"{p}: is a directory, expected a JSONL file")
     if not p.is_file():
         raise InputError(f"{p}: not a regular file (a pipe or device?); save the data to a file first")
+
+
+def _lines(p: Path, max_line: int = bounded.MAX_LINE_BYTES, limit: int = bounded.MAX_JSONL_BYTES) -> Iterator[bytes]:
+    """The file's lines (``\\n`` only), each at most ``max_line`` bytes and ``limit`` in all (a named symlink
+    is followed to a regular file: the user named it); one line naming the limit past it."""
     try:
-        return p.read_bytes()
+        yield from bounded.iter_lines(p, max_line, limit, follow_symlinks=True)
     except OSError as exc:
         raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from None
 
@@ -173,15 +180,16 @@ def read_jsonl(path: str | Path, *, skip_bad_rows: bool = False) -> tuple[list[d
     """Read and validate every row; returns (rows, skipped). Errors name file and line.
 
     Lines end at ``\\n`` only (JSON Lines): U+2028 and friends inside a JSON string are text, not
-    line breaks, so ``str.splitlines`` is not used. A leading UTF-8 byte order mark is ignored.
+    line breaks, so ``str.splitlines`` is not used. A leading UTF-8 byte order mark is ignored. A line
+    over 1 MiB or a file over 256 MiB (:mod:`components.bounded`) is refused, ``skip_bad_rows`` or not.
     """
     p = Path(path)
-    data = _read_bytes(p)
-    if data.startswith(codecs.BOM_UTF8):
-        data = data[len(codecs.BOM_UTF8):]
+    _check_file(p)
     rows: list[dict[str, Any]] = []
     skipped = 0
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+    for lineno, raw in enumerate(_lines(p), start=1):
+        if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8):]
         where = f"{p}:{lineno}"
         try:
             try:
@@ -272,4 +280,6 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 def read_split(path: Path) -> list[dict[str, Any]]:
     """Rows :func:`write_jsonl` wrote. Lines end at ``\\n`` only: it writes U+2028, U+2029 and U+0085
     inside strings as they are (``ensure_ascii=False``), and ``str.splitlines`` would cut there."""
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+    # a written row holds its prompt twice at most (a chat row's messages and their joined prompt): 4x the limits
+    return [json.loads(line) for line in _lines(Path(path), 4 * bounded.MAX_LINE_BYTES, 4 * bounded.MAX_JSONL_BYTES)
+            if line.strip()]

@@ -353,13 +353,17 @@ def comparison(run_group: str, backends: list[str], runs: list[dict[str, Any]], 
     ``design``: the sequential design of a compare-until-decided (its start-up headlines were
     judged after every round); ``margins``: ``--margin``.
     """
+    from llmpack.report.screen import screen
+
     base = default_baseline(backends) if baseline == "default" else baseline
     check_baseline(base, backends)
+    runs, excluded = screen(runs)  # impossible values (a future time, NaN, a negative duration): apart, not judged
     design = design or design_of(runs)
     return {
         "run_group": run_group,
         "backends": backends,
         **extra,
+        **({"excluded": excluded} if excluded else {}),
         "percentile_method": PERCENTILE_METHOD,
         "runs": runs,
         "failed": [

@@ -6,11 +6,12 @@ same columns in the terminal (80 columns), report.md and report.html.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from llmpack.report import escape
 from llmpack.report.accounts import rows
+from llmpack.report.escape import html_text, md
 
 TITLE = "Beside Argo and OpenCost"
 NOTE = ("Ours bills GPU nodes (Ready to removal or scale-down); Argo's resourcesDuration and OpenCost bill pods "
@@ -36,7 +37,6 @@ def table_rows(runs: Iterable[Mapping[str, Any]]) -> list[tuple[list[str], list[
 def terminal(runs: Iterable[Mapping[str, Any]], console: Any) -> None:
     """The table and, under it, each run's reasons (nothing when no run has the figures)."""
     from rich import box
-    from rich.markup import escape
     from rich.table import Table
 
     found = table_rows(runs)
@@ -46,11 +46,11 @@ def terminal(runs: Iterable[Mapping[str, Any]], console: Any) -> None:
     for name, key in COLUMNS:
         table.add_column(name, justify="left" if key == "path" else "right", no_wrap=True)
     for cells, _ in found:
-        table.add_row(*(escape(c) for c in cells))
+        table.add_row(*(escape.terminal(c) for c in cells))
     console.print(table)
     for cells, why in found:
         for line in why:
-            console.print(f"[dim]{escape(cells[0])}:[/] {escape(line)}")
+            console.print(f"[dim]{escape.terminal(cells[0])}:[/] {escape.terminal(line)}")
 
 
 def markdown(runs: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -59,8 +59,8 @@ def markdown(runs: Iterable[Mapping[str, Any]]) -> list[str]:
         return []
     lines = ["", f"## {TITLE}", "", NOTE, "", "| " + " | ".join(n for n, _ in COLUMNS) + " |",
              "|" + "|".join("---" if k == "path" else "---:" for _, k in COLUMNS) + "|"]
-    lines += ["| " + " | ".join(cells) + " |" for cells, _ in found]
-    lines += [""] + [f"- **{cells[0]}**: {line}" for cells, why in found for line in why]
+    lines += ["| " + " | ".join(md(c) for c in cells) + " |" for cells, _ in found]
+    lines += [""] + [f"- **{md(cells[0])}**: {md(line)}" for cells, why in found for line in why]
     return lines
 
 
@@ -68,9 +68,9 @@ def html_section(runs: Iterable[Mapping[str, Any]]) -> str:
     found = table_rows(runs)
     if not found:
         return ""
-    head = "".join(f"<th>{html.escape(n)}</th>" for n, _ in COLUMNS)
-    body = "".join("<tr>" + "".join(f"<{'th' if i == 0 else 'td'}>{html.escape(c)}</{'th' if i == 0 else 'td'}>"
+    head = "".join(f"<th>{html_text(n)}</th>" for n, _ in COLUMNS)
+    body = "".join("<tr>" + "".join(f"<{'th' if i == 0 else 'td'}>{html_text(c)}</{'th' if i == 0 else 'td'}>"
                                     for i, c in enumerate(cells)) + "</tr>" for cells, _ in found)
-    why = "".join(f"<li><b>{html.escape(cells[0])}</b>: {html.escape(line)}</li>" for cells, w in found for line in w)
-    return (f"<h2>{TITLE}</h2><p class=note>{html.escape(NOTE)}</p><table class=num><tr>{head}</tr>{body}</table>"
+    why = "".join(f"<li><b>{html_text(cells[0])}</b>: {html_text(line)}</li>" for cells, w in found for line in w)
+    return (f"<h2>{TITLE}</h2><p class=note>{html_text(NOTE)}</p><table class=num><tr>{head}</tr>{body}</table>"
             f"<ul>{why}</ul>")

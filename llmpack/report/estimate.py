@@ -10,9 +10,10 @@ below the p90 nine times in ten and below the p50 half the time, which ``llmpack
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from llmpack.report.escape import html_text, md
 
 TITLE = "Estimate vs actual"
 NOTE = ("The plan's p50 and p90 (95% intervals) for each run submitted with --plan, and what the run measured. "
@@ -72,19 +73,19 @@ def rows(runs: Iterable[Mapping[str, Any]]) -> list[list[str]]:
     return out
 
 
-def markdown(runs: Iterable[Mapping[str, Any]], text: Callable[[Any], str] = str) -> list[str]:
-    """The section in Markdown; ``text`` makes a run's name inert (the report's ``md_text``)."""
+def markdown(runs: Iterable[Mapping[str, Any]], text: Callable[[Any], str] = md) -> list[str]:
+    """The section in Markdown, every cell through ``text`` (:func:`llmpack.report.escape.md`)."""
     found = rows(runs)
     if not found:
         return []
     lines = ["", f"## {TITLE}", "", NOTE, "", "| " + " | ".join(COLUMNS) + " |", "|---|---|---:|---:|---:|---|"]
-    return lines + ["| " + " | ".join([text(r[0]), *r[1:]]) + " |" for r in found]
+    return lines + ["| " + " | ".join(text(c) for c in r) + " |" for r in found]
 
 
 def html_section(runs: Iterable[Mapping[str, Any]]) -> str:
     found = rows(runs)
     if not found:
         return ""
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in found)
-    return f"<h2>{TITLE}</h2><p class=note>{html.escape(NOTE)}</p><table class=num><tr>{head}</tr>{body}</table>"
+    head = "".join(f"<th>{html_text(c)}</th>" for c in COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in r) + "</tr>" for r in found)
+    return f"<h2>{TITLE}</h2><p class=note>{html_text(NOTE)}</p><table class=num><tr>{head}</tr>{body}</table>"

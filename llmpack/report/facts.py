@@ -8,6 +8,7 @@ rests on, and the plain-language summary sentence. No matplotlib, no files writt
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ def runs_from_mlflow(mc: Any, run_group: str) -> list[dict[str, Any]]:
                 "mode": tags.get("llmpack.mode", "unknown"),
                 "status": status,
                 "error": tags.get("llmpack.error"),
-                "submitted_at": float(r.data.params.get("submitted_at", r.info.start_time / 1000)),
+                "submitted_at": _epoch(r.data.params.get("submitted_at"), r.info.start_time / 1000),
                 "metrics": metrics,
                 "tags": tags,
                 "events": events,
@@ -58,6 +59,17 @@ def runs_from_mlflow(mc: Any, run_group: str) -> list[dict[str, Any]]:
         raise InputError(f"run group {run_group!r}: no llmpack runs in MLflow at "
                          f"{tracking.redact_uri(str(mc.tracking_uri))}")
     return runs
+
+
+def _epoch(text: Any, default: float) -> float:
+    """A ``submitted_at`` param as epoch seconds; NaN when it is not a number (the run is then excluded,
+    with its reason, by :mod:`llmpack.report.screen`, never a traceback)."""
+    if text is None:
+        return default
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def _attempts_from_metrics(metrics: dict[str, float],

@@ -10,9 +10,10 @@ cost, apart), from the runs' metrics (:mod:`llmpack.cluster.k8s.preemption`).
 
 from __future__ import annotations
 
-import html
 import statistics
 from typing import Any
+
+from llmpack.report.escape import html_text, inert, md
 
 # metric -> (column header, unit, digits)
 COLUMNS = {
@@ -69,7 +70,7 @@ def markdown_lines(result: dict[str, Any]) -> list[str]:
     head = " | ".join(f"{h} ({u})" if u else h for h, u, _ in COLUMNS.values())
     lines = ["", f"## {_title(result)}", "", _note(), "", f"| path | {head} |", "|---|" + "---|" * len(COLUMNS)]
     for path, vals in rows.items():
-        lines.append(f"| {path} | " + " | ".join(_fmt(vals[k], u, d) for k, (_, u, d) in COLUMNS.items()) + " |")
+        lines.append(f"| {md(path)} | " + " | ".join(_fmt(vals[k], u, d) for k, (_, u, d) in COLUMNS.items()) + " |")
     return lines
 
 
@@ -77,13 +78,13 @@ def html_section(result: dict[str, Any], badge: Any) -> str:
     rows = preemption_rows(result)
     if not rows:
         return ""
-    head = "".join(f"<th>{html.escape(h)}" + (f" <span class=unit>({html.escape(u)})</span>" if u else "") + "</th>"
+    head = "".join(f"<th>{html_text(h)}" + (f" <span class=unit>({html_text(u)})</span>" if u else "") + "</th>"
                    for h, u, _ in COLUMNS.values())
     body = "".join(f"<tr><th>{badge(path)}</th>"
-                   + "".join(f"<td>{html.escape(_fmt(vals[k], u, d))}</td>" for k, (_, u, d) in COLUMNS.items())
+                   + "".join(f"<td>{html_text(_fmt(vals[k], u, d))}</td>" for k, (_, u, d) in COLUMNS.items())
                    + "</tr>"
                    for path, vals in rows.items())
-    return (f"<h2>{html.escape(_title(result))}</h2><p class=note>{html.escape(_note())}</p>"
+    return (f"<h2>{html_text(_title(result))}</h2><p class=note>{html_text(_note())}</p>"
             f"<table class=num><tr><th>path</th>{head}</tr>{body}</table>")
 
 
@@ -92,7 +93,7 @@ def terminal_lines(result: dict[str, Any]) -> list[str]:
     out = []
     for path, vals in preemption_rows(result).items():
         usd = vals["preemption_waste_usd"]
-        out.append(f"{path} preempted {_fmt(vals['preemptions'], '', 0)} · recover "
+        out.append(f"{inert(path)} preempted {_fmt(vals['preemptions'], '', 0)} · recover "
                    f"{_fmt(vals['time_to_recover_s'], 's', 1)} s · waste "
                    f"{_fmt(vals['preemption_waste_gpu_hours'], 'GPU-h', 4)} GPU-h"
                    + ("" if usd is None else f" {_fmt(usd, '$', 4)}"))

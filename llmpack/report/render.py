@@ -9,10 +9,8 @@ so a reader never sees half a report; :func:`new_report_dir`, :func:`check_repor
 from __future__ import annotations
 
 import base64
-import html
 import json
 import os
-import re
 import shutil
 import statistics
 import tempfile
@@ -21,9 +19,10 @@ from typing import Any
 
 from components.errors import InputError
 from components.fusion import path_of
-from llmpack.report import beside, task
+from llmpack.report import beside, screen, task
 from llmpack.report import estimate as estimate_vs_actual
 from llmpack.report.charts import chart_boxes, chart_cost, chart_timeline, path_colour
+from llmpack.report.escape import html_text, md
 from llmpack.report.facts import (
     break_even,
     checkpoint_lines,
@@ -81,7 +80,7 @@ def _header(name: str, unit: str) -> str:
 def _header_html(name: str, unit: str) -> str:
     """A Numbers column head on two lines (a long name broken between words, the unit below), so the
     table's cells, none of them wrapped, fit a 1280 px window."""
-    words = html.escape(name).split()
+    words = html_text(name).split()
     half = (len(words) + 1) // 2
     head = " ".join(words[:half]) + "<br>" + " ".join(words[half:]) if len(words) > 2 else " ".join(words)
     return head + (f"<br><span class=unit>({unit})</span>" if unit and unit != "$" else "")
@@ -109,14 +108,7 @@ def _cost_lines(result: dict[str, Any], splits: dict[str, dict[str, float] | Non
     return out
 
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#])")
-
-
-def md_text(value: Any) -> str:
-    """A value from the store (a tag, an error, a run id) as inert Markdown text: one line, HTML escaped, and
-    Markdown's own characters backslash-escaped, so ``<script>`` or ``| x |`` in a tag is shown, never rendered."""
-    text = html.escape(" ".join(str(value).split()), quote=False)
-    return _MD_SPECIAL.sub(r"\\\1", text)
+md_text = md  # the one escaping (llmpack.report.escape): a value from the store as inert Markdown text
 
 
 def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
@@ -127,33 +119,33 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
     facts = {k: md_text(v) for k, v in facts.items()}
     rec = recommend(result)
     lines = [
-        f"# llmpack comparison — run group `{result['run_group']}`",
+        f"# llmpack comparison — run group {md(result['run_group'])}",
         "",
         "**" + md_text(rec.text) + "**",
         *[f"\n{md_text(x)}" for x in rec.lines()[1:]],
         "",
-        sentence,
+        md(sentence),
         "",
         f"Mode: {facts['mode']} · GPU: {facts['gpu_count']}x {facts['gpu_type']} · "
         f"price: ${facts['price_per_gpu_hour']}/GPU-hour ({facts['price_source']}) · {facts['cost_note']}.",
         "",
-        "## Verdicts against the baseline" + (f" ({result.get('baseline')})" if result.get("baseline") else ""),
+        "## Verdicts against the baseline" + (f" ({md(result.get('baseline'))})" if result.get("baseline") else ""),
         "",
     ]
     for metric, per_path in result.get("verdicts", {}).items():
         if _is_judged(result, metric):
-            lines += [f"- {e['text']}" for e in per_path.values()]
+            lines += [f"- {md(e['text'])}" for e in per_path.values()]
     unjudged = [e["text"] for metric, per_path in result.get("verdicts", {}).items() if not _is_judged(result, metric)
                 for e in per_path.values() if e["verdict"] != "baseline"]
     if unjudged:
         lines += ["", "Not judged (one run per path: a single noisy figure, not a verdict; `--repeats 5` judges them):",
                   ""]
-        lines += [f"- _{e}_" for e in unjudged]
+        lines += [f"- _{md(e)}_" for e in unjudged]
     lines += [
         "",
-        f"Method: {result.get('verdict_method', '')}.",
+        f"Method: {md(result.get('verdict_method', ''))}.",
         "",
-        f"Cells are p50 / p90 over n runs ({result['percentile_method']}); p99 needs n >= 10 and is "
+        f"Cells are p50 / p90 over n runs ({md(result['percentile_method'])}); p99 needs n >= 10 and is "
         "reported in report.json only when estimated.",
         "",
         "| orchestrator | n | " + " | ".join(_header(h, u) for _, h, u in TABLE_COLUMNS) + " |",
@@ -161,11 +153,11 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
     ]
     for orch, stats in summary.items():
         n = stats["total_s"]["n"]
-        lines.append(f"| {orch} | {n} | "
+        lines.append(f"| {md(orch)} | {n} | "
                      + " | ".join(_cell(stats.get(k, {}), True, u) for k, _, u in TABLE_COLUMNS) + " |")
     for title, note, rows in _measure_tables(result):  # gang and queue; GPU utilisation
         lines += ["", f"## {title}", "", note, "",
-                  "| measure | " + " | ".join(f"{orch} (n)" for orch in summary) + " |",
+                  "| measure | " + " | ".join(f"{md(orch)} (n)" for orch in summary) + " |",
                   "|---|" + "---|" * len(summary)]
         for label, per_path in rows:
             cells = [f"{_cell(per_path[o], True, 's')} ({per_path[o]['n']})" if o in per_path else "-" for o in summary]
@@ -175,22 +167,23 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         lines += ["", "## Failed runs", ""]
         lines += [f"- **{md_text(r['orchestrator'])}** {md_text(r['pipeline_run'])}: "
                   f"{md_text(r.get('error') or r['status'])}" for r in failed]
+    lines += screen.markdown_lines(result.get("excluded") or [])
     lines += task.markdown(result["runs"])
     lines += ["", "## What the money went on", ""]
-    lines += [f"- **{o}**: {text}" for o, text in _cost_lines(result, splits)] or ["- no priced runs"]
+    lines += [f"- **{md(o)}**: {md(text)}" for o, text in _cost_lines(result, splits)] or ["- no priced runs"]
     retries = retry_lines(result["runs"])
     if retries:
         lines += ["", "## Retried attempts", "",
                   "Every attempt is billed: these are in the runs' cost, GPU-hours and goodput.", ""]
-        lines += [f"- **{o}** {text}" for o, text in retries]
+        lines += [f"- **{md(o)}** {md(text)}" for o, text in retries]
     lines += beside.markdown(result["runs"])
     lines += estimate_vs_actual.markdown(result["runs"], md_text)
     lines += preemption_markdown(result)
     saves = checkpoint_lines(result["runs"])  # preemption: the measured checkpoint write against the grace period
     if saves:
-        lines += ["", "## Checkpoint write vs grace period", ""] + [f"- **{o}** {text}" for o, text in saves]
+        lines += ["", "## Checkpoint write vs grace period", ""] + [f"- **{md(o)}** {md(text)}" for o, text in saves]
     lines += ["", "## Break-even", "",
-              be["sentence"] if be else "No control-plane costs given (use --control-plane-cost kfp=USD ...)."]
+              md(be["sentence"]) if be else "No control-plane costs given (use --control-plane-cost kfp=USD ...)."]
     lines += [
         "",
         "## Charts",
@@ -251,18 +244,18 @@ def _card(label: str, unit: str, per_path: dict[str, dict[str, Any]], *, judged:
         verdict = verdict_word(e) if e["verdict"] not in ("baseline", "no baseline") else ""
         strong = " strong" if verdict in ("faster", "slower", "cheaper", "costlier", "equivalent") else ""
         rows.append(
-            f"<tr><th>{_badge(orch)}</th><td class=v>{html.escape(quantity(e['value'], unit))}"
+            f"<tr><th>{_badge(orch)}</th><td class=v>{html_text(quantity(e['value'], unit))}"
             f"<span class=n>n={e['n']}</span></td><td class=d>{delta}</td>"
-            f"<td class='w{strong}'>{html.escape(verdict)}</td></tr>")
+            f"<td class='w{strong}'>{html_text(verdict)}</td></tr>")
     dim = "" if judged else " dim"
-    return (f'<div class="card{dim}"><div class="label">{html.escape(label)}</div>'
+    return (f'<div class="card{dim}"><div class="label">{html_text(label)}</div>'
             f'<table class="ct">{"".join(rows)}</table></div>')
 
 
 def _badge(orch: str | None) -> str:
     if not orch:
         return "—"
-    return f'<span class="badge" style="background:{path_colour(orch)}">{html.escape(orch)}</span>'
+    return f'<span class="badge" style="background:{path_colour(orch)}">{html_text(orch)}</span>'
 
 
 def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
@@ -278,11 +271,11 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
 
     rows = []
     for orch, stats in summary.items():
-        cells = "".join(f"<td>{html.escape(_cell(stats.get(k, {}), True, u))}</td>" for k, _, u in TABLE_COLUMNS)
+        cells = "".join(f"<td>{html_text(_cell(stats.get(k, {}), True, u))}</td>" for k, _, u in TABLE_COLUMNS)
         rows.append(f"<tr><th>{_badge(orch)}</th><td>{stats['total_s']['n']}</td>{cells}</tr>")
     failed = "".join(
-        f"<li>{_badge(r['orchestrator'])} <code>{html.escape(r['pipeline_run'])}</code>: "
-        f"{html.escape(str(r.get('error')))}</li>"
+        f"<li>{_badge(r['orchestrator'])} <code>{html_text(r['pipeline_run'])}</code>: "
+        f"{html_text(str(r.get('error')))}</li>"
         for r in result["runs"]
         if r["status"] != "succeeded"
     )
@@ -295,28 +288,28 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
                   '--repeats 5 judges them):</p><div class="hero">'
                   + "".join(_card(h.label, h.unit, verdicts[h.metric], judged=False) for h in unjudged))
     rec = recommend(result)
-    costs = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in _cost_lines(result, splits))
-    retries = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in retry_lines(result["runs"]))
+    costs = "".join(f"<li>{_badge(o)} {html_text(text)}</li>" for o, text in _cost_lines(result, splits))
+    retries = "".join(f"<li>{_badge(o)} {html_text(text)}</li>" for o, text in retry_lines(result["runs"]))
     if retries:
         retries = ("<h2>Retried attempts</h2><p class=note>Every attempt is billed: these are in the runs' cost, "
                    f"GPU-hours and goodput.</p><ul>{retries}</ul>")
-    saves = "".join(f"<li>{_badge(o)} {html.escape(text)}</li>" for o, text in checkpoint_lines(result["runs"]))
+    saves = "".join(f"<li>{_badge(o)} {html_text(text)}</li>" for o, text in checkpoint_lines(result["runs"]))
     if saves:  # preemption: the measured checkpoint write against the grace period
         retries += f"<h2>Checkpoint write vs grace period</h2><ul>{saves}</ul>"
     gangs = ""  # gang and queue; GPU utilisation
     for title, note, measures in _measure_tables(result):
         body = "".join(
-            f"<tr><th>{html.escape(label)}</th>"
-            + "".join(f"<td>{html.escape(_cell(per_path[o], True))} <span class=note>n={per_path[o]['n']}</span></td>"
+            f"<tr><th>{html_text(label)}</th>"
+            + "".join(f"<td>{html_text(_cell(per_path[o], True))} <span class=note>n={per_path[o]['n']}</span></td>"
                       if o in per_path else "<td>-</td>" for o in summary) + "</tr>"
             for label, per_path in measures)
-        gangs += (f"<h2>{html.escape(title)}</h2><p class=note>{html.escape(note)}</p>"
+        gangs += (f"<h2>{html_text(title)}</h2><p class=note>{html_text(note)}</p>"
                   "<table class=num><tr><th>measure</th>"
                   + "".join(f"<th>{_badge(o)}</th>" for o in summary) + f"</tr>{body}</table>")
     baseline = result.get("baseline")
-    terms = "".join(f"<dt>{html.escape(t.name)}</dt><dd>{html.escape(t.short)}</dd>" for t in _terms(result))
+    terms = "".join(f"<dt>{html_text(t.name)}</dt><dd>{html_text(t.short)}</dd>" for t in _terms(result))
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>llmpack comparison {html.escape(result['run_group'])}</title>
+<html lang="en"><head><meta charset="utf-8"><title>llmpack comparison {html_text(result['run_group'])}</title>
 <style>
 body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;\
 padding:0 1em;color:#222}}
@@ -346,19 +339,19 @@ dl.terms dd{{margin:0;color:#444}}
 img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
 </style></head><body>
 <h1>llmpack comparison</h1>
-<p class="rec{'' if rec.path else ' open'}"><b>{html.escape(rec.text)}</b>\
-{''.join(f'<br>{html.escape(x)}' for x in rec.lines()[1:])}</p>
-<p class="summary">{html.escape(sentence)}</p>
-<div class="facts"><span>mode <b>{html.escape(facts['mode'])}</b></span>
-<span>GPU <b>{html.escape(facts['gpu_count'])}&times; {html.escape(facts['gpu_type'])}</b></span>
-<span>price <b>${html.escape(facts['price_per_gpu_hour'])}/GPU-hour</b></span>
-<span>price source <b>{html.escape(facts['price_source'])}</b></span>
-<span>baseline <b>{html.escape(baseline or 'none')}</b></span>
-<span>run group <code>{html.escape(result['run_group'])}</code></span></div>
-<p class="note">{html.escape(facts['cost_note'])}.</p>
+<p class="rec{'' if rec.path else ' open'}"><b>{html_text(rec.text)}</b>\
+{''.join(f'<br>{html_text(x)}' for x in rec.lines()[1:])}</p>
+<p class="summary">{html_text(sentence)}</p>
+<div class="facts"><span>mode <b>{html_text(facts['mode'])}</b></span>
+<span>GPU <b>{html_text(facts['gpu_count'])}&times; {html_text(facts['gpu_type'])}</b></span>
+<span>price <b>${html_text(facts['price_per_gpu_hour'])}/GPU-hour</b></span>
+<span>price source <b>{html_text(facts['price_source'])}</b></span>
+<span>baseline <b>{html_text(baseline or 'none')}</b></span>
+<span>run group <code>{html_text(result['run_group'])}</code></span></div>
+<p class="note">{html_text(facts['cost_note'])}.</p>
 <div class="hero">{cards}</div>
-<p class="note">{html.escape(glossary.define('delta'))}; {html.escape(glossary.define('ci'))}. \
-Method: {html.escape(result.get('verdict_method', ''))}.</p>
+<p class="note">{html_text(glossary.define('delta'))}; {html_text(glossary.define('ci'))}. \
+Method: {html_text(result.get('verdict_method', ''))}.</p>
 {img('timeline')}
 {img('spinup_boxplot')}
 {task.html_section(result['runs'], _badge)}
@@ -369,16 +362,17 @@ Method: {html.escape(result.get('verdict_method', ''))}.</p>
 {estimate_vs_actual.html_section(result['runs'])}
 {preemption_html(result, _badge)}
 {img('cost_per_run')}
-<p class="note">{html.escape(COST_FORMULA)}</p>
+<p class="note">{html_text(COST_FORMULA)}</p>
 <h2>Break-even</h2>\
-<p>{html.escape(be['sentence']) if be else 'No control-plane costs given (use --control-plane-cost kfp=USD ...).'}</p>
+<p>{html_text(be['sentence']) if be else 'No control-plane costs given (use --control-plane-cost kfp=USD ...).'}</p>
 <h2>Numbers</h2>
-<p class="note">p50 / p90 ({html.escape(result['percentile_method'])}); p99 only with n &ge; 10 (see report.json).</p>
+<p class="note">p50 / p90 ({html_text(result['percentile_method'])}); p99 only with n &ge; 10 (see report.json).</p>
 <table class="num"><tr><th>orchestrator</th><th>n</th>\
 {''.join(f'<th>{_header_html(h, u)}</th>' for _, h, u in TABLE_COLUMNS)}</tr>
 {''.join(rows)}</table>
 {gangs}
 {('<h2>Failed runs</h2><ul>' + failed + '</ul>') if failed else ''}
+{screen.html_section(result.get('excluded') or [])}
 <h2>Terms</h2>
 <dl class="terms">{terms}</dl>
 </body></html>

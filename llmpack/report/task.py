@@ -6,10 +6,10 @@ figure; a spread would be a finding and is shown as one (lowest-highest).
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 from typing import Any
 
+from llmpack.report.escape import html_text, md
 from llmpack.ui.outcome import gated_on, percent
 
 PROMOTION_TAG = "llmpack.promotion"  # what the register step decided for the version it registered
@@ -62,12 +62,12 @@ def markdown(runs: list[dict[str, Any]]) -> list[str]:
     lines = task_lines(runs)
     if not lines:
         return []
-    return ["", f"## {TITLE}", "", NOTE, ""] + [f"- **{o}**: {t}" for o, t in lines]
+    return ["", f"## {TITLE}", "", NOTE, ""] + [f"- **{md(o)}**: {md(t)}" for o, t in lines]
 
 
 def html_section(runs: list[dict[str, Any]], badge: Callable[[str | None], str]) -> str:
     lines = task_lines(runs)
     if not lines:
         return ""
-    items = "".join(f"<li>{badge(o)} {html.escape(t)}</li>" for o, t in lines)
-    return f"<h2>{html.escape(TITLE)}</h2><p class=note>{html.escape(NOTE)}</p><ul>{items}</ul>"
+    items = "".join(f"<li>{badge(o)} {html_text(t)}</li>" for o, t in lines)
+    return f"<h2>{html_text(TITLE)}</h2><p class=note>{html_text(NOTE)}</p><ul>{items}</ul>"

@@ -10,7 +10,6 @@ files it reads too: docs/internals/run-directories.md.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ def closed_when_stopped(run_dir: Path) -> bool:
 def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any, int]:
     """``(summary, upload, skipped)`` of a run directory (``skipped``: JSONL lines that were not a storable
     record, left out and counted); an :class:`InputError` naming what is wrong with it."""
+    from components import bounded
     from components.record import gpu_metrics, telemetry, tracking, uniform
     from components.record.close import record_status
 
@@ -61,7 +61,7 @@ def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any, int]:
         raise InputError(f"RUN_DIR {run_dir}: no such run directory")
     path = run_dir / SUMMARY_FILE
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
+        summary = bounded.read_json(path, allow_nan=True)  # regular, not a symlink, size and depth capped
     except FileNotFoundError:
         raise InputError(f"RUN_DIR {run_dir}: no {SUMMARY_FILE}; not an llmpack run directory") from None
     except (OSError, ValueError) as exc:

@@ -109,9 +109,9 @@ def test_report_md_escapes_tag_values_and_errors(tmp_path: Path) -> None:
     out = write_report(comparison("rg-synthetic", ["direct", "kfp", "argo", "mlflow"], planted), tmp_path / "rep")
     md = (out / "report.md").read_text()
     assert "<script>" not in md and "<img" not in md
-    assert "&lt;script&gt;alert(1)&lt;/script&gt; \\| col" in md
+    assert "&lt;script&gt;alert\\(1\\)&lt;/script&gt; \\| col" in md
     assert not any(line.startswith("# not a heading") for line in md.splitlines())
-    assert "\\[x\\](javascript:y)" in md
+    assert "\\[x\\]\\(javascript:y\\)" in md  # Markdown's link syntax escaped whole (llmpack.report.escape)
 
 
 def _run_dir(root: Path, lines: list[str]) -> Path:

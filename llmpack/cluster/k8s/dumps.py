@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from components import bounded
 from components.errors import InputError
 from llmpack.cluster.k8s import LABEL_PREFIX
 from llmpack.cluster.k8s.objects import dig, object_label, shape_problem
@@ -17,6 +18,7 @@ from llmpack.cluster.k8s.podphases import is_llmpack_pod, orchestrator_of
 # --------------------------------------------------------------------------- dumps (files)
 
 _KIND = {"pods": "Pod", "nodes": "Node", "events": "Event"}
+DUMP_LIMIT = bounded.MAX_JSONL_BYTES  # a whole cluster's pods as JSON: tens of MiB for 10,000 pods
 
 
 def load_dump(path: str | Path, kind: str = "pods") -> list[dict[str, Any]]:
@@ -27,12 +29,12 @@ def load_dump(path: str | Path, kind: str = "pods") -> list[dict[str, Any]]:
     if kind not in _KIND:
         raise ValueError(f"kind must be one of {sorted(_KIND)}")
     name = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
+    if Path(path).is_dir():
+        raise InputError(f"{name}: is a directory, expected a 'kubectl get {kind} -o json' file")
+    try:  # a regular file (a named symlink is followed to one), at most DUMP_LIMIT bytes: never /dev/zero or a FIFO
+        text = bounded.read_bytes(path, DUMP_LIMIT, follow_symlinks=True).decode("utf-8")
     except FileNotFoundError:
         raise InputError(f"{name}: file not found") from None
-    except IsADirectoryError:
-        raise InputError(f"{name}: is a directory, expected a 'kubectl get {kind} -o json' file") from None
     except OSError as exc:
         raise InputError(f"{name}: cannot read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
@@ -43,10 +45,13 @@ def load_dump(path: str | Path, kind: str = "pods") -> list[dict[str, Any]]:
     # words (a whole kubectl dump here, one data row there), both held by the hostile-input table.
     try:
         data = json.loads(text)
+        deep = bounded.depth(data) > bounded.MAX_DEPTH
     except json.JSONDecodeError as exc:
         raise InputError(f"{name}: line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg})") from None
     except RecursionError:
-        raise InputError(f"{name}: JSON nested too deeply to be 'kubectl get {kind} -o json' output") from None
+        deep = True
+    if deep:
+        raise InputError(f"{name}: JSON nested too deeply to be 'kubectl get {kind} -o json' output")
     expected = _KIND[kind]
     if isinstance(data, dict) and data.get("kind") == expected and "items" not in data:
         items: Any = [data]

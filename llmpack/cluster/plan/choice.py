@@ -8,6 +8,7 @@ option is in only when the estimate's pessimistic side fits.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -27,6 +28,11 @@ def _s(value: float) -> str:
     return f"{value:.0f} s" if value < 600 else f"{value / 60:.1f} min" if value < 36_000 else f"{value / 3600:.1f} h"
 
 
+def _sane(value: float) -> bool:
+    """A figure a limit can be held to: finite and >= 0 (a NaN compares False to every limit, so it would pass)."""
+    return math.isfinite(value) and value >= 0
+
+
 def score(e: OptionEstimate, objective: Objective) -> float:
     return e.cost["total"].value if objective == "cost" else e.times["total_s"]["p50"].value
 
@@ -40,9 +46,12 @@ def choose(rows: Sequence[OptionEstimate], *, objective: Objective, deadline_s: 
         return Choice(chosen=None, why=f"nothing chosen: no option has {need} (see each row's note)")
     fits, out = [], []
     for r in estimated:
-        if deadline_s is not None and r.times["total_s"]["p90"].value > deadline_s:
+        if not _sane(score(r, objective)) or not _sane(r.times["total_s"]["p90"].value) or (
+                r.cost and not _sane(r.cost["total"].high)):  # a NaN never fits, nor is it ranked
+            out.append(f"{r.samples.option.label} (no finite estimate >= 0)")
+        elif deadline_s is not None and not r.times["total_s"]["p90"].value <= deadline_s:
             out.append(f"{r.samples.option.label} (p90 {_s(r.times['total_s']['p90'].value)})")
-        elif max_cost is not None and (not r.cost or r.cost["total"].high > max_cost):
+        elif max_cost is not None and (not r.cost or not r.cost["total"].high <= max_cost):
             out.append(f"{r.samples.option.label} (up to ${r.cost['total'].high:.2f})" if r.cost
                        else f"{r.samples.option.label} (no cost)")
         else:
@@ -50,7 +59,8 @@ def choose(rows: Sequence[OptionEstimate], *, objective: Objective, deadline_s: 
     limits = " and ".join(x for x in (f"a {_s(deadline_s)} deadline (total p90)" if deadline_s is not None else "",
                                       f"${max_cost:.2f} (cost upper bound)" if max_cost is not None else "") if x)
     if not fits:
-        return Choice(chosen=None, why=f"nothing chosen: no option keeps within {limits}; over it: "
+        within = limits or "finite estimates"
+        return Choice(chosen=None, why=f"nothing chosen: no option keeps within {within}; over it: "
                       + ", ".join(out[:3]) + (" ..." if len(out) > 3 else ""))
     ranked = sorted(fits, key=lambda r: score(r, objective))
     best = ranked[0]

@@ -10,13 +10,13 @@ A tag holds ``value,low,high`` (seconds or USD); the headline keys are
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import click
 
+from components import bounded
 from components.errors import InputError
 from llmpack.report.estimate import PREFIX, parse_triple  # noqa: F401 - the tag format, read back by the report
 
@@ -25,16 +25,54 @@ QUANTILES = ("p50", "p90")
 
 
 def load(path: str) -> dict[str, Any]:
-    """The plan JSON at ``path``; one line when it is unreadable or not a plan."""
+    """The plan JSON at ``path`` (a regular file, size and nesting capped: :mod:`components.bounded`); one
+    line when it is unreadable or not a plan."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = bounded.read_json(path, follow_symlinks=True, allow_nan=True)  # NaN/inf: refused per row, by name
     except OSError as exc:
         raise InputError(f"--plan {path}: cannot read it ({exc.strerror or exc})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise InputError(f"--plan {path}: not JSON; write one with llmpack plan --out DIR (its plan.json)") from None
+    except InputError as exc:
+        raise InputError(f"--plan {exc}; write one with llmpack plan --out DIR (its plan.json)") from None
     if not isinstance(data, dict) or not isinstance(data.get("options"), list):
         raise InputError(f"--plan {path}: not a plan (no 'options' list); write one with llmpack plan --out DIR")
     return data
+
+
+def _interval(e: Any, what: str, where: str) -> tuple[float, float, float]:
+    """A plan estimate ``{"value": v, "ci": [low, high]}`` as (v, low, high): finite, >= 0, low <= v <= high;
+    else one line naming it."""
+    try:
+        v, (lo, hi) = e["value"], e["ci"]
+        nums = tuple(float(x) for x in (v, lo, hi) if not isinstance(x, (bool, str)))
+    except (TypeError, KeyError, ValueError, OverflowError):
+        raise InputError(f"{where}: {what} is not {{'value': N, 'ci': [LOW, HIGH]}}; not a plan's estimate") from None
+    if len(nums) != 3 or not all(math.isfinite(x) and x >= 0 for x in nums) or not nums[1] <= nums[0] <= nums[2]:
+        shown = ", ".join(str(x) for x in (v, lo, hi))[:80]
+        raise InputError(f"{where}: {what} ({shown}) is not an interval of finite numbers >= 0 (low <= value <= high)")
+    return nums[0], nums[1], nums[2]
+
+
+def check_row(row: Mapping[str, Any], where: str = "--plan") -> None:
+    """Every key the run reads off the row, there and of its type (an edited or truncated plan is one line)."""
+    for key in ("path", "gpu_type", "capacity"):
+        if not isinstance(row.get(key), str) or not row[key]:
+            raise InputError(f"{where}: an option has no {key!r} (a string); not a plan llmpack wrote")
+    label = f"{row['path']} {row['gpu_type']} {row['capacity']}"
+    for key in ("times_s", "cost_usd"):
+        if not isinstance(row.get(key) or {}, dict):
+            raise InputError(f"{where}: {label}: {key!r} is not an object")
+    for h in HEADLINES:
+        per_q = (row.get("times_s") or {}).get(h) or {}
+        if not isinstance(per_q, dict):
+            raise InputError(f"{where}: {label}: times_s.{h} is not an object")
+        for q in QUANTILES:
+            if per_q.get(q):
+                _interval(per_q[q], f"times_s.{h}.{q}", f"{where}: {label}")
+    if total := (row.get("cost_usd") or {}).get("total"):
+        _interval(total, "cost_usd.total", f"{where}: {label}")
+    borrowed = row.get("borrowed") or []
+    if not isinstance(borrowed, (dict, list)) or not all(isinstance(x, str) for x in borrowed):
+        raise InputError(f"{where}: {label}: 'borrowed' names something that is not a string")
 
 
 def row_for(plan: Mapping[str, Any], path: str, gpu_type: str | None, where: str = "--plan") -> dict[str, Any]:
@@ -46,8 +84,10 @@ def row_for(plan: Mapping[str, Any], path: str, gpu_type: str | None, where: str
         gpu = f" on {gpu_type}" if gpu_type else ""
         raise InputError(f"{where}: the plan has no estimate for {path}{gpu}; plan it first (llmpack plan --paths "
                          f"{path}{' --gpu-type ' + gpu_type if gpu_type else ''} --out DIR)")
-    return next((r for r in rows if r.get("chosen")), None) or next(
+    row = next((r for r in rows if r.get("chosen")), None) or next(
         (r for r in rows if r.get("capacity") == "on-demand"), rows[0])
+    check_row(row, where)
+    return row
 
 
 def check_max_cost(row: Mapping[str, Any], max_cost: float | None) -> None:
@@ -58,10 +98,10 @@ def check_max_cost(row: Mapping[str, Any], max_cost: float | None) -> None:
     label = f"{row['path']} {row['gpu_type']} {row['capacity']}"
     if not cost:
         raise InputError(f"--max-cost {max_cost:g}: the plan has no cost for {label} (no price); not submitted")
-    high = float(cost["ci"][1])
-    if high > max_cost:
+    value, _, high = _interval(cost, "cost_usd.total", f"--max-cost {max_cost:g}: {label}")
+    if not high <= max_cost:  # written so that a NaN could never pass
         raise InputError(f"--max-cost {max_cost:g}: the estimate for {label} is up to ${high:.2f} a run "
-                         f"(${float(cost['value']):.2f}, 95% interval upper bound); not submitted")
+                         f"(${value:.2f}, 95% interval upper bound); not submitted")
 
 
 def _triple(e: Mapping[str, Any]) -> str:

@@ -61,8 +61,8 @@ def test_summary_names_a_spinup_difference_that_time_to_first_step_hides() -> No
 
     planted = runs({"argo": 3.0})
     noise = iter([-9.0, 7.0, 0.0, 11.0, -4.0, 6.0, -8.0, 3.0, 9.0, -6.0] * 4)
-    for r in planted:  # bury time to first step in noise (seconds, like step imports under load)
-        r["metrics"]["time_to_first_step_s"] += next(noise)
+    for r in planted:  # bury time to first step in noise (seconds, like step imports under load), kept >= 0:
+        r["metrics"]["time_to_first_step_s"] += 10.0 + next(noise)  # a negative one is excluded (report/screen.py)
     text = summary_sentence(comparison("rg-synthetic", ["direct", "argo"], planted), None)
     assert "Undecided (more rounds would decide): time to first step for argo" in text, text
     assert "argo is slower than direct on spin-up by 2.87 s" in text, text
@@ -283,10 +283,10 @@ def test_the_measured_checkpoint_write_is_shown_against_the_grace_period() -> No
     assert section == [
         f"- **argo** {argo[0]['pipeline_run']}: longest checkpoint write 12.00 s, fits the 150 s grace period",
         f"- **argo** {argo[1]['pipeline_run']}: longest checkpoint write 40.00 s, does NOT fit the 15 s grace period: "
-        "a preempted pod loses the steps since its last checkpoint (raise --grace-period, or bound them with "
-        "--checkpoint-minutes)",
+        "a preempted pod loses the steps since its last checkpoint \\(raise --grace-period, or bound them with "
+        "--checkpoint-minutes\\)",
         f"- **argo** {argo[2]['pipeline_run']}: longest checkpoint write 3.50 s, no grace period compiled in "
-        "(Kubernetes' default: 30 s)"], section
+        "\\(Kubernetes' default: 30 s\\)"], section  # escaped: the text holds a store's names
 
 
 @pytest.mark.slow  # a whole report, charts and all

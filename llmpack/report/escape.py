@@ -1,0 +1,53 @@
+"""The one escaping of a text from a store (a tag, an error, a path or run name) for every place it is shown.
+
+:func:`inert` makes it one line and shows every control, escape and direction-changing character
+as a visible ``\\xNN`` / ``\\uNNNN`` (C0, DEL, C1 — ESC and CSI start terminal sequences such as
+OSC 52, which writes the clipboard — bidi overrides and isolates, zero-width marks, line separators);
+:func:`md`, :func:`html_text` and :func:`terminal` add what report.md, report.html and a rich console
+each need on top. A planted tag is shown as its characters, never rendered, run or obeyed.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+# C0 and DEL and C1; zero-width and direction marks; line/paragraph separators, bidi embeddings and
+# overrides (U+202A-U+202E), bidi isolates (U+2066-U+2069); the BOM / zero-width no-break space.
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+# Markdown's own characters (emphasis, code, links and images, tables, headings, HTML) and the backslash.
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|<>~])")
+MAX_CHARS = 2000  # a tag value shown in a report: MLflow allows 8,000; the rest is cut with a count
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def inert(value: Any) -> str:
+    """``value`` as one line of plain characters: whitespace runs made one space, every invisible or
+    controlling character shown as its escape, at most :data:`MAX_CHARS` characters."""
+    text = _INVISIBLE.sub(_visible, " ".join(str(value).split()))
+    if len(text) > MAX_CHARS:
+        text = f"{text[:MAX_CHARS]}... ({len(text):,} characters)"
+    return text
+
+
+def md(value: Any) -> str:
+    """For report.md: :func:`inert`, HTML escaped (``<img onerror>`` is text), Markdown's characters
+    backslash-escaped (no link, image, table cell, emphasis or heading can start inside it)."""
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(inert(value), quote=False))
+
+
+def html_text(value: Any) -> str:
+    """For report.html (text or a quoted attribute): :func:`inert`, then HTML escaped, quotes included."""
+    return html.escape(inert(value), quote=True)
+
+
+def terminal(value: Any) -> str:
+    """For a rich console's markup: :func:`inert` (no escape byte reaches the terminal), ``[`` escaped."""
+    from rich.markup import escape
+
+    return escape(inert(value))
