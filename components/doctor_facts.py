@@ -77,3 +77,6 @@ class DoctorFacts:
     # the compiled file (under compile --out) whose pods Pod Security is checked against
     pod_artifact: str | None = None
     flags: tuple[DoctorFlag, ...] = ()  # the doctor options its own checks read
+    # the server version (of ``probe``) from which the orchestrator sets Pod Security ``restricted``'s fields on
+    # its pods itself (KFP 2.16): from it, a compiled pod that leaves them out is admitted all the same
+    secures_pods_from: tuple[int, int] | None = None

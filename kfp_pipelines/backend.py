@@ -67,7 +67,7 @@ class KfpBackend(Backend):
     doctor = DoctorFacts(  # KFP submits through its API server: no verbs of its own in the run's namespace
         probe=VersionProbe(what="KFP API", path="/apis/v2beta1/healthz", field="tag_name", token_env="KFP_TOKEN",
                            host_env="KFP_HOST", scheme="http", service_namespace=DEFAULT_POD_NAMESPACE),
-        pod_artifact=ARTIFACT.as_posix())
+        pod_artifact=ARTIFACT.as_posix(), secures_pods_from=(2, 16))
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         from kfp_pipelines.compiler import compile_pipeline

@@ -53,7 +53,7 @@ class Ready:
         if token != K8S_TOKEN:
             write_kubeconfig(self.kubeconfig, self.kube.url, token)
         env = {"KFP_TOKEN": KFP_TOKEN, "ARGO_TOKEN": ARGO_TOKEN}
-        result = CliRunner().invoke(main, ["doctor", "--kubeconfig", str(self.kubeconfig), "--kfp-host", self.kfp.url,
+        result = CliRunner().invoke(main, ["cluster", "doctor", "--kubeconfig", str(self.kubeconfig), "--kfp-host", self.kfp.url,
                                            "--argo-host", self.argo.url, *args], env=env, prog_name="llmpack")
         assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
         return result.exit_code, result.output
@@ -187,8 +187,8 @@ CASES = {
     "pvc-rwo": (GANG, "llmpack-shared in llmpack is ReadWriteOnce, not ReadWriteMany", "delete pvc llmpack-shared"),
     "pvc-pending": (GANG, "llmpack-shared in llmpack is Pending, not Bound", "describe pvc llmpack-shared"),
     "no-artifacts-pvc": ((), "PersistentVolumeClaim llmpack-artifacts missing in llmpack",
-                         "accessModes: [ReadWriteOnce]"),
-    "no-queue": (GANG, "LocalQueue team-a missing in llmpack", "kind: LocalQueue"),
+                         '"accessModes":["ReadWriteOnce"]'),
+    "no-queue": (GANG, "LocalQueue team-a missing in llmpack", '"kind":"LocalQueue"'),
     "no-secret": ((), "Secret llmpack-mlflow missing in llmpack", "create secret generic llmpack-mlflow "
                   "--from-literal=tracking-uri="),
     "secret-without-uri": ((), "Secret llmpack-mlflow in llmpack has no tracking-uri key",
@@ -197,7 +197,7 @@ CASES = {
     "psa-restricted": ((), "Pod Security (kfp): kubeflow enforces restricted; kfp exec-", "enforce=baseline"),
     "ckpt-pvc-rwo": ((*GANG, *CKPT), "llmpack-ckpt in llmpack is ReadWriteOnce, not ReadWriteMany",
                      "delete pvc llmpack-ckpt"),
-    "no-model-pvc": (POD_FLAGS, "PersistentVolumeClaim llmpack-models missing in llmpack", "name: llmpack-models"),
+    "no-model-pvc": (POD_FLAGS, "PersistentVolumeClaim llmpack-models missing in llmpack", '"name":"llmpack-models"'),
     "data-pvc-pending": (POD_FLAGS, "llmpack-data in llmpack is Pending, not Bound", "describe pvc llmpack-data"),
     "no-hf-secret": (POD_FLAGS, "Secret hf-token missing in llmpack (the pods read HF_TOKEN from its key token",
                      "create secret generic hf-token --from-literal=token="),
