@@ -53,8 +53,9 @@ class Ready:
         if token != K8S_TOKEN:
             write_kubeconfig(self.kubeconfig, self.kube.url, token)
         env = {"KFP_TOKEN": KFP_TOKEN, "ARGO_TOKEN": ARGO_TOKEN}
-        result = CliRunner().invoke(main, ["cluster", "doctor", "--kubeconfig", str(self.kubeconfig), "--kfp-host", self.kfp.url,
-                                           "--argo-host", self.argo.url, *args], env=env, prog_name="llmpack")
+        result = CliRunner().invoke(main, ["cluster", "doctor", "--kubeconfig", str(self.kubeconfig), "--kfp-host",
+                                           self.kfp.url, "--argo-host", self.argo.url, *args], env=env,
+                                    prog_name="llmpack")
         assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
         return result.exit_code, result.output
 
