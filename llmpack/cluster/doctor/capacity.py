@@ -134,8 +134,6 @@ def node_fit(cluster: ClusterReader, placement: GpuPlacement, pods: list[GpuPod]
         return [unread(exc, "Node list")]
     if not nodes:
         return []  # gpu_nodes has said why there is none
-    from llmpack.cluster.doctor.waits import held_gpus
-
     held, note = held_gpus(cluster)
     checks: list[Check] = [note] if note else []
     for pod in pods:
@@ -155,6 +153,34 @@ def node_fit(cluster: ClusterReader, placement: GpuPlacement, pods: list[GpuPod]
         checks.append(Check(False, f"{pod.where} ({pod.shown()}) fits {len(fits)} GPU node(s), needs {pod.count}: "
                             f"{name} lacks {'; '.join(lacks)}", fix))
     return checks
+
+
+# --------------------------------------------------------------------------- GPUs already held
+
+
+def held_gpus(cluster: ClusterReader) -> tuple[dict[str, Decimal], Any]:
+    """``node -> GPUs`` requested by the pods bound there and not finished (the scheduler counts them), or the
+    note saying they were not counted."""
+    from llmpack.cluster.doctor.reader import Forbidden
+    from llmpack.cluster.doctor.waits import Note
+
+    try:
+        pods = cluster.everywhere("", "v1", "pods", "status.phase!=Succeeded,status.phase!=Failed")
+    except (Forbidden, Missing) as exc:
+        return {}, Note(True, f"GPUs held by other pods not counted: you may not list pods cluster-wide ({exc})")
+    except Unanswered as exc:
+        return {}, Note(True, f"GPUs held by other pods not counted: the pod list was not answered ({exc})")
+    held: dict[str, Decimal] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            res = container.get("resources") or {}
+            asked = max(_amounts(res.get("requests")).get(GPU_RESOURCE, Decimal(0)),
+                        _amounts(res.get("limits")).get(GPU_RESOURCE, Decimal(0)))
+            held[node] = held.get(node, Decimal(0)) + asked
+    return held, None
 
 
 # --------------------------------------------------------------------------- quota and limits

@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from llmpack.cluster.doctor.command import DoctorOptions
+DoctorOptions = Any  # llmpack.cluster.doctor.command.DoctorOptions (which imports this module)
 
 DEFAULT_SHARED_PVC = "llmpack-shared"  # compare --cluster --nodes N's default --cache-pvc
 BUILTIN_ACCOUNTS = ("default",)  # made in every namespace by the ServiceAccount controller

@@ -82,33 +82,6 @@ def controller_ready(cluster: ClusterReader, ctl: Controller) -> Check:
                  f"{ctl.deployment}")
 
 
-# --------------------------------------------------------------------------- GPUs already held
-
-
-def held_gpus(cluster: ClusterReader) -> tuple[dict[str, Decimal], Note | None]:
-    """``node -> GPUs`` requested by the pods bound there and not finished (the scheduler counts them), or the
-    note saying they were not counted."""
-    from llmpack.cluster.doctor.capacity import _amounts
-
-    try:
-        pods = cluster.everywhere("", "v1", "pods", "status.phase!=Succeeded,status.phase!=Failed")
-    except (Forbidden, Missing) as exc:
-        return {}, Note(True, f"GPUs held by other pods not counted: you may not list pods cluster-wide ({exc})")
-    except Unanswered as exc:
-        return {}, Note(True, f"GPUs held by other pods not counted: the pod list was not answered ({exc})")
-    held: dict[str, Decimal] = {}
-    for pod in pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        for container in (pod.get("spec") or {}).get("containers") or []:
-            res = container.get("resources") or {}
-            asked = max(_amounts(res.get("requests")).get(GPU_RESOURCE, Decimal(0)),
-                        _amounts(res.get("limits")).get(GPU_RESOURCE, Decimal(0)))
-            held[node] = held.get(node, Decimal(0)) + asked
-    return held, None
-
-
 # --------------------------------------------------------------------------- Kueue's chain
 
 
@@ -119,6 +92,15 @@ def _cluster_queue(cluster: ClusterReader, name: str) -> dict[str, Any] | None:
         except Missing:
             continue
     raise Missing(f"clusterqueues.{KUEUE_GROUP} is not served")
+
+
+def _quantity(value: Any) -> Decimal:
+    from kubernetes.utils import parse_quantity
+
+    try:
+        return Decimal(parse_quantity(str(value)))
+    except (ValueError, ArithmeticError):
+        return Decimal(0)
 
 
 def _apply(obj: Mapping[str, Any]) -> str:
@@ -149,8 +131,6 @@ def cluster_queue(cluster: ClusterReader, namespace: str, local: Mapping[str, An
         return Check(False, f"Kueue ClusterQueue {name} missing (LocalQueue {queue} in {namespace} points at it: the "
                      "TrainJob would wait for ever)", both)
     nominal, where = Decimal(0), None
-    from llmpack.cluster.doctor.capacity import _quantity
-
     for g, group in enumerate((found.get("spec") or {}).get("resourceGroups") or []):
         for f, flavor in enumerate(group.get("flavors") or []):
             for r, resource in enumerate(flavor.get("resources") or []):

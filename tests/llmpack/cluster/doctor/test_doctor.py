@@ -288,14 +288,14 @@ def test_gang_pod_security_reads_the_compiled_trainjob(ready: Ready, tmp_path: P
     shutil.copytree(committed_root() / "examples" / "multinode", compiled)
     compliant = not any(violations(s, "restricted") for s in pod_specs(compiled, "argo", gang=True))
     ready.kube.add_namespace("llmpack", {"pod-security.kubernetes.io/enforce": "restricted"})
-    code, out = ready.doctor(*GANG, "--path", "argo", "--compiled", str(compiled))
+    code, out = ready.doctor("--nodes", "2", "--gpus", "4", "--path", "argo", "--compiled", str(compiled))
     assert ("✗ Pod Security (argo): llmpack enforces restricted" in out) is not compliant, out
     trainjob = compiled / "trainjob" / "finetune-trainjob.yaml"
     trainjob.write_text("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\n"  # no pod spec at all
                         "spec: {trainer: {numNodes: 2, resourcesPerNode: {limits: {nvidia.com/gpu: 4}}}}\n")
     specs = pod_specs(compiled, "argo", gang=True)
     assert specs[-1].where == "TrainJob node pods" and violations(specs[-1], "restricted")
-    code, out = ready.doctor(*GANG, "--path", "argo", "--compiled", str(compiled))
+    code, out = ready.doctor("--nodes", "2", "--gpus", "4", "--path", "argo", "--compiled", str(compiled))
     assert code == 1 and "✗ Pod Security (argo): llmpack enforces restricted;" in out, out
     assert violations(specs[-1], "baseline") == []  # baseline admits pods that say nothing
 
