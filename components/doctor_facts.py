@@ -86,3 +86,6 @@ class DoctorFacts:
     checks: Callable[[DoctorReader, str, Mapping[str, str]], list[DoctorCheck]] | None = None
     # how to read its compiled file's pods (its YAML documents); default: every pod spec found in it
     compiled_pods: Callable[[list[Any]], Iterable[PodSpec]] | None = None
+    # the server version (of ``probe``) from which the orchestrator sets Pod Security ``restricted``'s fields on
+    # its pods itself (KFP 2.16): from it, a compiled pod that leaves them out is admitted all the same
+    secures_pods_from: tuple[int, int] | None = None

@@ -28,4 +28,4 @@ def compiled_pods(docs: list[Any]) -> Iterator[PodSpec]:
 DOCTOR = DoctorFacts(  # KFP submits through its API server: no verbs of its own in the run's namespace
     probe=VersionProbe(what="KFP API", path="/apis/v2beta1/healthz", field="tag_name", token_env="KFP_TOKEN",
                        host_env="KFP_HOST", scheme="http", service_namespace=DEFAULT_POD_NAMESPACE),
-    pod_artifact=ARTIFACT.as_posix(), compiled_pods=compiled_pods)
+    pod_artifact=ARTIFACT.as_posix(), compiled_pods=compiled_pods, secures_pods_from=(2, 16))

@@ -469,3 +469,35 @@ def test_each_real_fault_gives_its_own_cross_and_exit_1(good: RealCluster, tmp_p
     assert len(crosses) == 1 or not fault.alone, (name, crosses)
     if fault.fix:
         assert fault.fix in lines[lines.index(mine[0]) + 1], (name, lines[lines.index(mine[0]) + 1])
+
+
+def test_a_claim_pending_under_wait_for_first_consumer_is_healthy_immediate_is_not(good: RealCluster) -> None:
+    """The real PV controller leaves a claim of a WaitForFirstConsumer class Pending until a pod uses it: doctor
+    says ✓ (it once said ✗, failing most clouds' default class); the same claim under an Immediate class with no
+    volume to bind stays Pending for good: ✗."""
+    from kubernetes import client
+
+    core, storage = client.CoreV1Api(good.api), client.StorageV1Api(good.api)
+    for mode in ("WaitForFirstConsumer", "Immediate"):
+        name = f"doctor-{mode.lower()}"
+        storage.create_storage_class({"metadata": {"name": name}, "provisioner": "example.com/none",
+                                      "volumeBindingMode": mode})
+        core.create_namespaced_persistent_volume_claim(NS, {
+            "metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": name,
+                     "resources": {"requests": {"storage": "1Gi"}}}})
+    try:
+        wait_until(lambda: all(core.read_namespaced_persistent_volume_claim(f"doctor-{m}", NS).status.phase
+                               == "Pending" for m in ("waitforfirstconsumer", "immediate")),
+                   timeout_s=30, what="both claims Pending, as the real PV controller leaves them")
+        done = doctor(good.kubeconfig, "--model-pvc", "doctor-waitforfirstconsumer")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (f"✓ PersistentVolumeClaim doctor-waitforfirstconsumer in {NS} is Pending until its first pod "
+                "(WaitForFirstConsumer)") in done.stdout, done.stdout
+        done = doctor(good.kubeconfig, "--model-pvc", "doctor-immediate")
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"✗ PersistentVolumeClaim doctor-immediate in {NS} is Pending, not Bound" in done.stdout, done.stdout
+    finally:
+        for mode in ("waitforfirstconsumer", "immediate"):
+            core.delete_namespaced_persistent_volume_claim(f"doctor-{mode}", NS)
+            storage.delete_storage_class(f"doctor-{mode}")

@@ -60,6 +60,8 @@ BUILTIN_OBJECTS = (
     CustomResource("", "v1", "configmaps", "ConfigMap"),
     CustomResource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"),
     CustomResource("", "v1", "serviceaccounts", "ServiceAccount"),
+    CustomResource("", "v1", "resourcequotas", "ResourceQuota"),
+    CustomResource("", "v1", "limitranges", "LimitRange"),
     CustomResource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     CustomResource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
 )

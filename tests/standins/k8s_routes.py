@@ -31,7 +31,7 @@ _ROUTES = [
     ("job", re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)(?P<status>/status)?$")),
     ("version", re.compile(r"^/version/?$")),
     ("core_object", re.compile(r"^/api/(?P<version>v1)/namespaces/(?P<ns>[^/]+)/(?P<plural>secrets|configmaps|"
-                               r"persistentvolumeclaims|serviceaccounts)(?:/(?P<name>[^/]+)(?P<status>/status)?)?$")),
+                               r"persistentvolumeclaims|serviceaccounts|resourcequotas|limitranges)(?:/(?P<name>[^/]+)(?P<status>/status)?)?$")),
     ("access_review", re.compile(r"^/apis/authorization\.k8s\.io/v1/selfsubjectaccessreviews$")),
     ("custom", re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
                           r"(?:/(?P<name>[^/]+)(?P<status>/status)?)?$")),

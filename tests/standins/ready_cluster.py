@@ -29,8 +29,20 @@ GPU_NODES = ("gpu-node-0", "gpu-node-1")
 TRACKING_URI = "http://mlflow.team-a.svc:5000"  # the Secret's value: doctor checks it, never prints it
 SECRET_PASSWORD = "mlflow-pass-never-shown-9f3"  # a value doctor reads past and must never print
 WORKFLOWS = CustomResource("argoproj.io", "v1alpha1", "workflows", "Workflow")
+DEPLOYMENTS = CustomResource("apps", "v1", "deployments", "Deployment")
+STORAGE_CLASSES = CustomResource("storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False)
+CLUSTER_QUEUES = CustomResource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", namespaced=False)
+PRIORITY_CLASSES = CustomResource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
 # Served on a ready cluster: the kinds the compiled artifacts create (doctor checks them served) and what they name.
-EXTRA_CRDS = (LOCALQUEUES, LOCALQUEUES_V1BETA2, CLUSTER_TRAINING_RUNTIMES, TRAINJOBS, WORKFLOWS)
+EXTRA_CRDS = (LOCALQUEUES, LOCALQUEUES_V1BETA2, CLUSTER_TRAINING_RUNTIMES, TRAINJOBS, WORKFLOWS, DEPLOYMENTS,
+              STORAGE_CLASSES, CLUSTER_QUEUES, PRIORITY_CLASSES)
+# The controllers that reconcile those kinds: (namespace, Deployment), as their install manifests name them.
+CONTROLLERS = {"trainer": ("kubeflow-system", "kubeflow-trainer-controller-manager"),
+               "jobset": ("kubeflow-system", "jobset-controller-manager"),
+               "kueue": ("kueue-system", "kueue-controller-manager"), "argo": ("argo", "workflow-controller")}
+CLUSTER_QUEUE, CLUSTER_QUEUE_GPUS = "gpus", 16  # the LocalQueues' ClusterQueue: room for a 2 x 8 gang
+WFFC_CLASS = "standard"  # the default StorageClass, WaitForFirstConsumer (most clouds' default)
+PRIORITY_CLASS = "llmpack-training"
 MODEL_PVC, DATA_PVC, HF_SECRET, PULL_SECRET = "llmpack-models", "llmpack-data", "hf-token", "regcred"
 HF_TOKEN_VALUE = "hf_never-shown-0c4d"  # the token in HF_SECRET: doctor checks the key, never prints it
 CKPT_PVC = "llmpack-ckpt"  # --checkpoint-pvc: ReadWriteMany, so a gang resumes from it too
@@ -69,6 +81,46 @@ def pvc(namespace: str = RUN_NAMESPACE, *, modes: tuple[str, ...] = ("ReadWriteM
             "status": {"phase": phase, "accessModes": list(modes) if phase == "Bound" else []}}
 
 
+def deployment(namespace: str, name: str, *, ready: int = 1) -> dict[str, Any]:
+    """A controller's Deployment as the deployment controller leaves it (``ready`` replicas ready)."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": 1}, "status": {"replicas": 1, "readyReplicas": ready, "availableReplicas": ready}}
+
+
+def cluster_queue(gpus: int = CLUSTER_QUEUE_GPUS) -> dict[str, Any]:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE},
+            "spec": {"namespaceSelector": {}, "resourceGroups": [{
+                "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                "flavors": [{"name": "default", "resources": [
+                    {"name": "cpu", "nominalQuota": "512"}, {"name": "memory", "nominalQuota": "4Ti"},
+                    {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)}]}]}]}}
+
+
+def gpu_pod(node: str, gpus: int = 8, *, name: str = "other-team-train") -> dict[str, Any]:
+    """Another team's running pod bound to ``node``, holding ``gpus`` GPUs."""
+    res = {"nvidia.com/gpu": str(gpus)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "other",
+                                                       "resources": {"requests": res, "limits": res}}]},
+            "status": {"phase": "Running"}}
+
+
+def plant_platform(api: KubeAPIStandIn) -> None:
+    """What a platform team runs beside the CRDs: the controllers (ready), the StorageClasses, the ClusterQueue."""
+    for namespace, name in CONTROLLERS.values():
+        api.apply_custom_object(deployment(namespace, name))
+    api.apply_custom_object({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                             "metadata": {"name": "nfs"}, "provisioner": "nfs.csi.k8s.io",
+                             "volumeBindingMode": "Immediate"})
+    api.apply_custom_object({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                             "metadata": {"name": WFFC_CLASS,
+                                          "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+                             "provisioner": "ebs.csi.aws.com", "volumeBindingMode": "WaitForFirstConsumer"})
+    api.apply_custom_object(cluster_queue())
+    api.apply_custom_object({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                             "metadata": {"name": PRIORITY_CLASS}, "value": 1000})
+
+
 def plant_ready(api: KubeAPIStandIn) -> KubeAPIStandIn:
     """Everything a first run (any path, a 2-node gang with queue ``team-a``) needs, in ``api``."""
     from components.servers.trainjob_launch import launcher_rbac
@@ -76,6 +128,7 @@ def plant_ready(api: KubeAPIStandIn) -> KubeAPIStandIn:
     api.install(*EXTRA_CRDS)
     for name in NAMESPACES:
         api.add_namespace(name)
+    plant_platform(api)
     for name in GPU_NODES:
         api.add_node(gpu_node(name))
     for namespace in (RUN_NAMESPACE, KFP_NAMESPACE):
@@ -92,7 +145,8 @@ def plant_ready(api: KubeAPIStandIn) -> KubeAPIStandIn:
             api.apply_custom_object(obj)
         api.apply_custom_object(pvc(namespace))
         api.apply_custom_object({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
-                                 "metadata": {"name": QUEUE, "namespace": namespace}, "spec": {"clusterQueue": "gpus"}})
+                                 "metadata": {"name": QUEUE, "namespace": namespace},
+                                 "spec": {"clusterQueue": CLUSTER_QUEUE}})
     api.apply_custom_object(pvc(modes=("ReadWriteOnce",), name=ARTIFACTS_PVC))  # the MLflow Job's artifacts
     for namespace in (RUN_NAMESPACE, KFP_NAMESPACE):  # POD_FLAGS: model and data volumes, HF token, registry login
         api.apply_custom_object(pvc(namespace, modes=("ReadOnlyMany",), name=MODEL_PVC))

@@ -112,10 +112,13 @@ def _allocatable(node: Mapping[str, Any]) -> dict[str, Decimal]:
     return _amounts((node.get("status") or {}).get("allocatable"))
 
 
-def _short(node: Mapping[str, Any], pod: GpuPod) -> list[str]:
-    """What ``node`` lacks for ``pod``'s requests (empty: it fits an empty node)."""
+def _short(node: Mapping[str, Any], pod: GpuPod, held: Mapping[str, Decimal] | None = None) -> list[str]:
+    """What ``node`` lacks for ``pod``'s requests (empty: it fits), the GPUs ``held`` by pods bound there counted."""
     have = _allocatable(node)
-    return [f"{_show(r, pod.requests[r])} (has {_show(r, have.get(r, Decimal(0)))})"
+    taken = (held or {}).get(node["metadata"]["name"], Decimal(0))
+    have[GPU_RESOURCE] = have.get(GPU_RESOURCE, Decimal(0)) - taken
+    return [f"{_show(r, pod.requests[r])} (has {_show(r, have.get(r, Decimal(0)))}"
+            + (f" free, {taken.normalize():f} held by other pods)" if r == GPU_RESOURCE and taken else ")")
             for r in FIT_RESOURCES if pod.requests.get(r, 0) > have.get(r, Decimal(0))]
 
 
@@ -131,19 +134,53 @@ def node_fit(cluster: ClusterReader, placement: GpuPlacement, pods: list[GpuPod]
         return [unread(exc, "Node list")]
     if not nodes:
         return []  # gpu_nodes has said why there is none
-    checks = []
+    held, note = held_gpus(cluster)
+    checks: list[Check] = [note] if note else []
     for pod in pods:
-        fits = [n for n in nodes if not _short(n, pod)]
+        fits = [n for n in nodes if not _short(n, pod, held)]
         if len(fits) >= pod.count:
             checks.append(Check(True, f"{pod.where} ({pod.shown()}) fits {len(fits)} GPU node(s) (need {pod.count})"))
             continue
-        worst = next((n for n in nodes if _short(n, pod)), nodes[0])
+        worst = next((n for n in nodes if _short(n, pod, held)), nodes[0])
+        name = worst["metadata"]["name"]
+        lacks = _short(worst, pod, held)
+        if not _short(worst, pod):  # it fits an empty node: other pods hold its GPUs
+            fix = (f"kubectl get pods -A --field-selector spec.nodeName={_q(name)},status.phase=Running -o wide  # "
+                   "the pods holding its GPUs: wait for them, or move them off the GPU nodes")
+        else:
+            fix = ("kubectl describe node " + _q(name) + "  # Allocatable; a larger instance type, or llmpack compile "
+                   "--gpus fewer (the pod's CPU and memory follow its GPUs)")
         checks.append(Check(False, f"{pod.where} ({pod.shown()}) fits {len(fits)} GPU node(s), needs {pod.count}: "
-                            f"{worst['metadata']['name']} lacks {'; '.join(_short(worst, pod))}",
-                            "kubectl describe node " + _q(worst["metadata"]["name"]) + "  # Allocatable; a larger "
-                            "instance type, or llmpack compile --gpus fewer "
-                            "(the pod's CPU and memory follow its GPUs)"))
+                            f"{name} lacks {'; '.join(lacks)}", fix))
     return checks
+
+
+# --------------------------------------------------------------------------- GPUs already held
+
+
+def held_gpus(cluster: ClusterReader) -> tuple[dict[str, Decimal], Any]:
+    """``node -> GPUs`` requested by the pods bound there and not finished (the scheduler counts them), or the
+    note saying they were not counted."""
+    from llmpack.cluster.doctor.reader import Forbidden
+    from llmpack.cluster.doctor.waits import Note
+
+    try:
+        pods = cluster.everywhere("", "v1", "pods", "status.phase!=Succeeded,status.phase!=Failed")
+    except (Forbidden, Missing) as exc:
+        return {}, Note(True, f"GPUs held by other pods not counted: you may not list pods cluster-wide ({exc})")
+    except Unanswered as exc:
+        return {}, Note(True, f"GPUs held by other pods not counted: the pod list was not answered ({exc})")
+    held: dict[str, Decimal] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            res = container.get("resources") or {}
+            asked = max(_amounts(res.get("requests")).get(GPU_RESOURCE, Decimal(0)),
+                        _amounts(res.get("limits")).get(GPU_RESOURCE, Decimal(0)))
+            held[node] = held.get(node, Decimal(0)) + asked
+    return held, None
 
 
 # --------------------------------------------------------------------------- quota and limits
@@ -193,7 +230,7 @@ def quotas(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> Check:
             amount, unset = need
             left = limit - used.get(key, Decimal(0))
             fix = (f"kubectl -n {_q(namespace)} describe resourcequota {_q(name)}"
-                   f"  # ask for {key}: {amount.normalize():f} more")
+                   f"  # ask for {key}: {(amount - max(left, Decimal(0))).normalize():f} more")
             if unset:
                 return Check(False, f"ResourceQuota {name} in {namespace} tracks {key}, which {unset[0]} does not set "
                              "(admission refuses it)", fix)
@@ -257,9 +294,12 @@ def served(cluster: ClusterReader, namespace: str, kinds: Mapping[tuple[str, str
         try:
             cluster.listed(group, version, namespace, kind.lower() + "s", limit=1)
         except Missing:
-            fix = trainer_install() if group == "trainer.kubeflow.org" else (
-                f"kubectl api-resources --api-group={group}"
-                f"  # install the CRDs of {group} (docs/first-run-on-a-cluster.md)")
+            from llmpack.cluster.doctor.waits import ARGO_INSTALL, KUEUE_INSTALL
+
+            installs = {"trainer.kubeflow.org": trainer_install(), "argoproj.io": ARGO_INSTALL,
+                        "kueue.x-k8s.io": KUEUE_INSTALL}
+            fix = installs.get(group) or (f"kubectl api-resources --api-group={group}"
+                                          f"  # install the CRDs of {group} (docs/first-run-on-a-cluster.md)")
             checks.append(Check(False, f"{kind} ({api_version}) is not served by this API server; {file} creates one",
                                 fix))
             continue
@@ -310,20 +350,19 @@ def needs_of(root: Path, paths: tuple[str, ...], *, gang: bool, source: str | No
                  compiled_namespace(root), source or "the committed artifacts")
 
 
-def at_once(pods: list[GpuPod]) -> list[GpuPod]:
-    """The GPU pods of one path that run at the same time: its largest step pod (its steps run one after another)
-    and the TrainJob's node pods."""
-    own = [p for p in pods if p.where != "TrainJob node pod"]
-    top = max(own, key=lambda p: tuple(p.requests.get(r, Decimal(0)) for r in (GPU_RESOURCE, "cpu", "memory")),
-              default=None)
-    return [*([top] if top else []), *(p for p in pods if p.where == "TrainJob node pod")]
+def at_once(pods: list[GpuPod]) -> list[list[GpuPod]]:
+    """The GPU pods of one path, as they overlap in time: its steps run one after another, so each step pod
+    alone, and the TrainJob's node pods together (while its launcher, a CPU pod, waits; evaluate's GPU comes after).
+    A quota must admit each group, not their sum."""
+    gang = [p for p in pods if p.where == "TrainJob node pod"]
+    return [*([p] for p in pods if p.where != "TrainJob node pod"), *([gang] if gang else [])]
 
 
 def admission(cluster: ClusterReader, namespace: str, paths: list[str], needs: Needs) -> list[Check]:
     """The namespace's ResourceQuotas and LimitRanges against each path's GPU pods: one line each (the first that
     fails, else the first)."""
     out = []
-    for judge, group in ((quotas, [at_once(needs.pods.get(p, [])) for p in paths]),
+    for judge, group in ((quotas, [g for p in paths for g in at_once(needs.pods.get(p, []))]),
                          (limit_ranges, [needs.pods.get(p, []) for p in paths])):
         results = [judge(cluster, namespace, pods) for pods in group] or [judge(cluster, namespace, [])]
         out.append(next((c for c in results if not c.ok), results[0]))

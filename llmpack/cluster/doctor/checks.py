@@ -271,28 +271,52 @@ def gpu_nodes(cluster: ClusterReader, placement: GpuPlacement, nodes_needed: int
 # --------------------------------------------------------------------------- Pod Security
 
 
-def pod_security(path: str, namespace: str, found: Mapping[str, Any], specs: list[Any]) -> Check:
-    """The namespace's enforced Pod Security level against ``path``'s compiled pods."""
+def _release(version: str | None) -> tuple[int, int] | None:
+    """``(major, minor)`` of a server's version string (``2.16.0``, ``v2.16.0-rc.1``), None when not one."""
+    import re
+
+    found = re.match(r"^v?(\d+)\.(\d+)", str(version or ""))
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def pod_security(path: str, namespace: str, found: Mapping[str, Any], specs: list[Any],
+                 server_version: str | None = None) -> Check:
+    """The namespace's enforced Pod Security level against ``path``'s compiled pods; an orchestrator that sets the
+    ``restricted`` fields itself from some release (the backend's ``doctor.secures_pods_from``: KFP 2.16) passes
+    when its server (``server_version``, from its version call) is that release or later."""
+    from llmpack.backends import doctor_facts
     from llmpack.cluster.doctor.pods import ENFORCE_LABEL, enforced_level, violations
 
     level = enforced_level(found)
     failing = [(spec.where, problems) for spec in specs if (problems := violations(spec, level))]
     labelled = ENFORCE_LABEL in ((found.get("metadata") or {}).get("labels") or {})
+    enforces = f"enforces {level}" if labelled else "enforces no level"
     if not failing:
-        enforces = f"enforces {level}" if labelled else "enforces no level"
         return Check(True, f"Pod Security ({path}): {namespace} {enforces}; the compiled pods comply")
+    since = doctor_facts(path).secures_pods_from
+    release = _release(server_version)
+    if since and release and release >= since \
+            and not any(w.startswith("TrainJob") for w, _ in failing):  # ours only: the server secures its own pods
+        return Check(True, f"Pod Security ({path}): {namespace} {enforces}; its server ({server_version}) sets the "
+                     "pods' security context itself")
     where, problems = failing[0]
     more = f" (and {len(failing) - 1} more pod specs)" if len(failing) > 1 else ""
+    relabel = (f"kubectl label namespace {_q(namespace)} {ENFORCE_LABEL}=baseline --overwrite  # or run in a "
+               "namespace that allows baseline")
+    if since:
+        wanted = ".".join(map(str, since))
+        seen = f"its server is {server_version}" if server_version else f"--{path}-host not given: version unknown"
+        relabel = (f"{relabel}; or {path} {wanted} or later, which sets these fields itself ({seen})")
     return Check(False, f"Pod Security ({path}): {namespace} enforces {level}; {where}{more} lacks "
-                 f"{', '.join(problems)}",
-                 f"kubectl label namespace {_q(namespace)} {ENFORCE_LABEL}=baseline --overwrite  # or run in a "
-                 "namespace that allows baseline")
+                 f"{', '.join(problems)}", relabel)
 
 
 # --------------------------------------------------------------------------- orchestrator endpoints
 
-def endpoint(path: str, host: str, token: str | None, verify: bool | str) -> Check:
-    """The orchestrator's server answers its version call (the backend's ``doctor.probe``; ``token`` never shown)."""
+def endpoint(path: str, host: str, token: str | None, verify: bool | str,
+             versions: dict[str, str] | None = None) -> Check:
+    """The orchestrator's server answers its version call (the backend's ``doctor.probe``; ``token`` never shown);
+    the version it gave into ``versions[path]``."""
     import requests
 
     from components.servers.remote import normalize_host
@@ -318,6 +342,8 @@ def endpoint(path: str, host: str, token: str | None, verify: bool | str) -> Che
         version = None
     if not response.ok or version is None:
         return Check(False, f"{what} at {url}: HTTP {response.status_code} from {suffix}", f"curl -sS {url}{suffix}")
+    if versions is not None:
+        versions[path] = str(version)
     return Check(True, f"{what} at {url} answers (version {version})")
 
 

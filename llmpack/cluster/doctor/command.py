@@ -27,14 +27,19 @@ from components import settings
 from components.backend import ClusterPath
 from components.doctor_facts import DoctorFlag
 from components.errors import InputError
-from llmpack.backends import ORCHESTRATORS, cluster_path
+from llmpack.backends import ORCHESTRATORS
+from llmpack.cluster.doctor.sequence import (  # noqa: F401  (re-exported: tests and callers import them here)
+    DEFAULT_SHARED_PVC,
+    namespaces_of,
+    run_checks,
+    tracking_secrets,
+)
 from llmpack.ui.options import TLS_OPTIONS, tls_connection
 from llmpack.ui.terminal import command
 
 PATHS = ORCHESTRATORS  # every cluster backend of the registry, in its order
 DEFAULT_NAMESPACE = "llmpack"  # components.backend.DEFAULT_NAMESPACE: where a path's pods run unless it says
-DEFAULT_SHARED_PVC = "llmpack-shared"  # compare --cluster --nodes N's default --cache-pvc
-OK, FAIL = "✓", "✗"
+OK, FAIL, NOTE = "✓", "✗", "·"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +63,8 @@ class DoctorOptions:
     checkpoint_pvc: str | None = None
     tracking_secret: str | None = None  # --tracking-secret: the MLflow Secret the artifacts were compiled with
     tracking_uri: str | None = None  # --tracking-uri, else MLFLOW_TRACKING_URI: the server as seen from here
+    facts: Any = None  # what the compiled artifacts ask (llmpack.cluster.doctor.compiled.Facts)
+    server_versions: Mapping[str, str] = field(default_factory=dict)  # each path's server's version, where read
 
 
 def settings_tracking_uri() -> str | None:
@@ -118,92 +125,6 @@ def check_endpoints(opts: DoctorOptions, env: dict[str, str] | None = None) -> N
             raise InputError(f"{flag} {redact_uri(value or '')}: {problem}")
 
 
-def namespaces_of(opts: DoctorOptions) -> dict[str, list[str]]:
-    """Each namespace the runs use, and the paths whose pods run there."""
-    out: dict[str, list[str]] = {}
-    for path in opts.paths:
-        conf = {"namespace": opts.namespace, "pod_namespace": opts.pod_namespaces.get(path)}
-        out.setdefault(cluster_path(path).pod_namespace(conf), []).append(path)
-    return out
-
-
-def tracking_secrets(given: str | None, found_refs: list[tuple[set[tuple[str, str, str]], set[str]]]) -> list[str]:
-    """The MLflow Secrets to check: those the compiled pods read the tracking URI from, and ``--tracking-secret``'s;
-    the default name when neither says one (artifacts compiled with another name are checked by that name)."""
-    from components.record.tracking import TRACKING_SECRET, TRACKING_URI_KEY
-
-    compiled = {name for found, _ in found_refs for name, key, _env in found if key == TRACKING_URI_KEY}
-    return sorted((compiled | {given}) if given else compiled) or [TRACKING_SECRET]
-
-
-def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], claims: dict[str, set[str]],
-               refs: dict[str, tuple[set[tuple[str, str, str]], set[str]]] | None = None,
-               needs: Any = None) -> list[Any]:
-    """Every check, in order (``specs``, ``claims``, ``refs``: each path's compiled pod specs, PVC names, and the
-    Secrets its pods read and pull with; ``needs``: their GPU pods, created kinds and namespace,
-    :class:`llmpack.cluster.doctor.capacity.Needs`); only the first when the API does not answer."""
-    from llmpack.backends import doctor_facts
-    from llmpack.cluster.doctor import capacity
-    from llmpack.cluster.doctor import checks as dc
-    from llmpack.cluster.doctor import gang as gang_checks
-    from llmpack.cluster.doctor.reader import Unanswered
-
-    needs = needs or capacity.Needs()
-
-    try:
-        version = cluster.version()
-    except Unanswered as exc:
-        return [dc.Check(False, f"Kubernetes API: {exc}", "kubectl cluster-info  # the same --kubeconfig / --context")]
-    checks = [dc.Check(True, f"Kubernetes API at {cluster.host} answers ({version})")]
-    if needs.namespace is not None:
-        checks.append(capacity.namespace_match(needs.source, needs.namespace, opts.namespace))
-    gang = opts.nodes > 1
-    placement = dc.gpu_placement(opts.gpus, opts.gpu_type)
-    nodes = dc.gpu_nodes(cluster, placement, opts.nodes)
-    checks += nodes
-    if all(c.ok for c in nodes):  # else its line has said why no node takes a GPU pod
-        gpu_pods = list({p.where: p for path in opts.paths for p in needs.pods.get(path, [])}.values())
-        checks += capacity.node_fit(cluster, placement, gpu_pods)
-    checks.append(dc.access(cluster, "pod watcher", "", dc.NODE_VERBS))
-    if gang:
-        checks.append(gang_checks.training_runtime(cluster))
-    for namespace, paths in namespaces_of(opts).items():
-        check, found = dc.namespace_exists(cluster, namespace)
-        checks.append(check)
-        if found is None:
-            continue  # everything below would fail for the same reason
-        found_refs = [(refs or {}).get(path, (set(), set())) for path in paths]
-        trackers = tracking_secrets(opts.tracking_secret, found_refs)
-        checks += [dc.tracking_secret(cluster, namespace, name) for name in trackers]
-        checks += capacity.served(cluster, namespace, {k: f for p in paths for k, f in needs.kinds.get(p, {}).items()})
-        checks += capacity.admission(cluster, namespace, paths, needs)
-        for path in paths:
-            checks.append(dc.access(cluster, path, namespace, dc.path_verbs(path)))
-            checks.append(dc.pod_security(path, namespace, found, specs[path]))
-            own = doctor_facts(path).checks
-            checks += own(cluster, namespace, opts.flags) if own is not None else []
-        shared = (opts.cache_pvc or DEFAULT_SHARED_PVC) if gang else None
-        if gang:
-            checks.append(gang_checks.launcher_rbac(cluster, namespace))
-            checks.append(gang_checks.shared_pvc(cluster, namespace, shared, shared=True))
-        ckpt = opts.checkpoint_pvc
-        if ckpt and ckpt != shared:  # the same claim as the gang's shared one: checked ReadWriteMany above
-            checks.append(gang_checks.shared_pvc(cluster, namespace, ckpt, shared=gang))
-        mounted = set().union(*(claims[path] for path in paths)) | ({opts.cache_pvc} if opts.cache_pvc else set())
-        # what the compiled pods mount, --cache-pvc, --model-pvc...
-        for name in sorted((mounted - {shared} | set(opts.pvcs)) - {ckpt}):
-            checks.append(gang_checks.shared_pvc(cluster, namespace, name, shared=False))
-        secrets = {(n, k): e for n, k, e in sorted(set().union(*(r for r, _ in found_refs)) | set(opts.secrets))}
-        for (name, key), env in secrets.items():  # --hf-token-secret: required secretKeyRefs (the MLflow one: above)
-            if name not in trackers:
-                checks.append(dc.secret_key(cluster, namespace, name, key, env))
-        for name in sorted(set().union(*(p for _, p in found_refs)) | set(opts.pull_secrets)):  # --image-pull-secret
-            checks.append(dc.pull_secret(cluster, namespace, name))
-        if opts.queue:
-            checks.append(gang_checks.local_queue(cluster, namespace, opts.queue))
-    return checks
-
-
 def submit_references(model_pvc: str | None, data_pvc: str | None, hf_token_secret: str | None,
                       pull_secrets: tuple[str, ...]) -> dict[str, Any]:
     """The submit flags' references as :class:`DoctorOptions` fields, each checked as compile checks it (exit 2)."""
@@ -224,19 +145,22 @@ def checkpoint_claim(value: str | None) -> str | None:
     return None if claim is None else claim.claim
 
 
-def endpoint_checks(opts: DoctorOptions, tls: dict[str, Any]) -> list[Any]:
-    """Each selected path's server's version call (its backend's ``doctor.probe``), where its host is known."""
+def endpoint_checks(opts: DoctorOptions, tls: dict[str, Any], versions: dict[str, str]) -> list[Any]:
+    """Each selected path's server's version call (its backend's ``doctor.probe``), the version into ``versions``;
+    where its host is not known, a note saying that server was not checked."""
     import os
 
     from components.servers.remote import tls_verify
     from llmpack.backends import doctor_facts
     from llmpack.cluster.doctor import checks as dc
+    from llmpack.cluster.doctor.waits import Note
 
     verify = tls_verify(tls["ca_cert"], tls["insecure_skip_tls_verify"])
     probes = {path: probe for path in opts.paths if (probe := doctor_facts(path).probe) is not None}
     hosts = {path: opts.hosts.get(path) or os.environ.get(probe.host_env) for path, probe in probes.items()}
-    return [dc.endpoint(path, host, os.environ.get(probes[path].token_env) or None, verify)
-            for path, host in hosts.items() if host]
+    return [dc.endpoint(path, host, os.environ.get(probes[path].token_env) or None, verify, versions) if host
+            else Note(True, f"{probes[path].what} not checked (no --{path}-host, no {probes[path].host_env})")
+            for path, host in hosts.items()]
 
 
 def tracking_checks(opts: DoctorOptions, tls: dict[str, Any], env: Mapping[str, str] | None = None) -> list[Any]:
@@ -314,14 +238,18 @@ def backend_flag_values(given: Mapping[str, str | None]) -> dict[str, str]:
 
 
 def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
+    """The checklist: ``✓``/``✗`` per check (its fix under a ``✗``), ``·`` for what was not checked."""
+    from llmpack.cluster.doctor.waits import Note
+
     lines = [f"llmpack doctor: {', '.join(opts.paths)} on {host}"
              + (f" (gang: {opts.nodes} nodes)" if opts.nodes > 1 else "")]
     for check in checks:
-        lines.append(f"{OK if check.ok else FAIL} {check.what}")
+        lines.append(f"{NOTE if isinstance(check, Note) else OK if check.ok else FAIL} {check.what}")
         if not check.ok and check.fix:
             lines.append(f"    fix: {check.fix}")
-    failed = sum(not c.ok for c in checks)
-    lines.append(f"all {len(checks)} checks hold" if not failed else f"{failed} of {len(checks)} checks fail")
+    counted = [c for c in checks if not isinstance(c, Note)]
+    failed = sum(not c.ok for c in counted)
+    lines.append(f"all {len(counted)} checks hold" if not failed else f"{failed} of {len(counted)} checks fail")
     return "\n".join(lines)
 
 
@@ -339,8 +267,9 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
 @click.option("--gpus", type=int, default=None, help="GPUs per finetune pod (default: the step's spec, 1).")
 @click.option("--gpu-type", "gpu_type", default=None,
               help="The GPU type compiled for (llmpack compile --gpu-type; default the spec's, H100 80GB).")
-@click.option("--nodes", type=int, default=1, show_default=True,
-              help="Nodes of finetune; 2 or more: check the TrainJob gang's needs.")
+@click.option("--nodes", type=int, default=None,
+              help="Nodes of finetune; 2 or more: check the TrainJob gang's needs (default: what --compiled says, "
+                   "else 1).")
 @click.option("--queue", default=None, metavar="NAME", help="Kueue LocalQueue of the TrainJob (with --nodes).")
 @click.option("--cache-pvc", "cache_pvc", default=None, metavar="NAME",
               help="PVC the runs mount (with --nodes: ReadWriteMany, default llmpack-shared).")
@@ -366,7 +295,8 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
                    "authenticated read with MLFLOW_TRACKING_USERNAME/PASSWORD (or _TOKEN), never printed.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead.")
 def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None, context: str | None,
-           ca_cert: str | None, insecure_skip_tls_verify: bool, gpus: int | None, gpu_type: str | None, nodes: int,
+           ca_cert: str | None, insecure_skip_tls_verify: bool, gpus: int | None, gpu_type: str | None,
+           nodes: int | None,
            queue: str | None,
            cache_pvc: str | None, compiled: Path | None,
            as_json: bool, model_pvc: str | None, data_pvc: str | None,
@@ -387,23 +317,34 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
       llmpack doctor --nodes 2 --gpus 4 --checkpoint-pvc llmpack-ckpt
     """
     from llmpack.cluster.doctor.capacity import compiled_namespace, needs_of
-    from llmpack.cluster.doctor.pods import claimed_pvcs, committed_root, pod_specs, referenced_secrets
+    from llmpack.cluster.doctor.compiled import contradictions, read_facts
+    from llmpack.cluster.doctor.pods import artifact_of, claimed_pvcs, committed_root, pod_specs, referenced_secrets
     from llmpack.cluster.doctor.reader import reader
-
-    root = committed_root() / ("examples/multinode" if nodes > 1 else "")  # the committed 2x4 gang, or the 1-node set
     from llmpack.gpu_catalogue import resolve_gpu_type
 
     if compiled is not None and not compiled.is_dir():
         raise InputError(f"--compiled {compiled}: no such directory")
-    namespace = namespace or compiled_namespace(compiled or root) or DEFAULT_NAMESPACE
-    opts = DoctorOptions(paths=parse_paths(paths), namespace=namespace, gpus=gpus,
+    if nodes is not None and nodes < 1:
+        raise InputError(f"--nodes {nodes}: must be 1 or more")
+    # the committed 2x4 gang, or the 1-node set
+    root = compiled or committed_root() / ("examples/multinode" if (nodes or 1) > 1 else "")
+    chosen = parse_paths(paths)
+    facts = read_facts(root, tuple(artifact_of(p) for p in chosen))
+    if compiled is not None:  # what the artifacts say rules; a flag saying otherwise is refused
+        contradictions(facts, f"the artifacts in {compiled}", nodes=nodes, gpus=gpus, queue=queue)
+    gang = facts.gang if compiled is not None or (nodes or 1) > 1 else None
+    nodes = nodes or (gang.nodes if gang else 1)
+    gpus = gpus if gpus is not None else (gang.gpus if gang and compiled is not None else None)
+    queue = queue if queue is not None else (gang.queue if gang else None)
+    namespace = namespace or compiled_namespace(root) or DEFAULT_NAMESPACE
+    opts = DoctorOptions(paths=chosen, namespace=namespace, gpus=gpus,
                          gpu_type=None if gpu_type is None else resolve_gpu_type(gpu_type), nodes=nodes, queue=queue,
-                         cache_pvc=cache_pvc, compiled=compiled or root,
+                         cache_pvc=cache_pvc, compiled=root,
                          hosts=server_hosts(per_path), pod_namespaces=pod_namespaces(per_path),
                          flags=backend_flag_values(per_path),
                          checkpoint_pvc=checkpoint_claim(checkpoint_pvc),
                          tracking_uri=tracking_uri or settings_tracking_uri(),
-                         tracking_secret=tracking_secret,
+                         tracking_secret=tracking_secret, facts=facts if gang or compiled is not None else None,
                          **submit_references(model_pvc, data_pvc, hf_token_secret, image_pull_secrets))
     check_options(opts)
     specs = {path: pod_specs(opts.compiled, path, gang=nodes > 1) for path in opts.paths}  # bad files: exit 2 first
@@ -414,9 +355,13 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
     tls = tls_connection(ca_cert, insecure_skip_tls_verify)
     cluster = reader(host=settings.K8S_HOST.get(), token=settings.K8S_TOKEN.get(), kubeconfig=kubeconfig,
                      context=context, **tls)
-    checks = run_checks(opts, cluster, specs, claims, refs, needs)
+    versions: dict[str, str] = {}
+    servers = endpoint_checks(opts, tls, versions)  # first: Pod Security reads a server's version
+    from dataclasses import replace
+
+    checks = run_checks(replace(opts, server_versions=versions), cluster, specs, claims, refs, needs)
     if len(checks) > 1:  # the API answered
-        checks += endpoint_checks(opts, tls)
+        checks += servers
         checks += tracking_checks(opts, tls)
     from components.redaction import redact_text  # a server's message may quote a URL or a token
 

@@ -27,12 +27,27 @@ def trainer_install(version: str | None = None) -> str:
             f"?ref={tag}'  # Kubeflow Trainer {tag} with its runtimes (llmpack compile --trainer-version)")
 
 
-def training_runtime(cluster: ClusterReader) -> Check:
-    """The ClusterTrainingRuntime the TrainJob names (Trainer >= 2.2 for ``runtimePatches``)."""
+def training_runtime(cluster: ClusterReader, name: str | None = None, kind: str = "ClusterTrainingRuntime",
+                     namespace: str = "") -> Check:
+    """The runtime the TrainJob names (its ``runtimeRef``: a ClusterTrainingRuntime, or a TrainingRuntime in the
+    run's namespace; Trainer >= 2.2 for ``runtimePatches``)."""
     from components.servers.trainjob import TrainJobSpec
 
-    name = TrainJobSpec.__dataclass_fields__["runtime"].default
+    name = name or TrainJobSpec.__dataclass_fields__["runtime"].default
     install = trainer_install()
+    if kind == "TrainingRuntime":
+        try:
+            found = cluster.namespaced_object(TRAINER_GROUP, (TRAINER_VERSION,), namespace, "trainingruntimes", name)
+        except Missing:
+            return Check(False, f"Kubeflow Trainer is not installed (trainingruntimes.{TRAINER_GROUP} not served)",
+                         install)
+        except Unanswered as exc:
+            return unread(exc, f"TrainingRuntime {name}", namespace)
+        if found is None:
+            return Check(False, f"TrainingRuntime {name} missing in {namespace} (the TrainJob's runtimeRef)",
+                         f"kubectl apply -n {_q(namespace)} -f build/2x4/trainjob/training-runtime.yaml  # written by "
+                         "llmpack compile --nodes N --out build/2x4")
+        return Check(True, f"TrainingRuntime {name} exists in {namespace}")
     try:
         found = cluster.cluster_object(TRAINER_GROUP, TRAINER_VERSION, RUNTIMES, name)
     except Missing:
@@ -93,40 +108,74 @@ def launcher_rbac(cluster: ClusterReader, namespace: str) -> Check:
 
 
 # Why a claim is not Bound, by its phase (a Lost claim will not bind at first use).
-PVC_PHASES = {"Pending": "no volume yet; a WaitForFirstConsumer class binds at first use, else none matches it",
+PVC_PHASES = {"Pending": "no volume yet, and its StorageClass binds at once (Immediate): none matches it",
               "Lost": "its PersistentVolume is gone: the data on it cannot be reached and it will not bind again"}
+WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 
 
-def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: bool) -> Check:
-    """The PVC ``name`` exists and is Bound; ReadWriteMany when ``shared`` (the gang's nodes and launcher mount it)."""
-    mode = "ReadWriteMany" if shared else "ReadWriteOnce"
-    example = (f"kubectl -n {_q(namespace)} apply -f - <<< '{{apiVersion: v1, kind: PersistentVolumeClaim, metadata: "
-               f"{{name: {name}}}, spec: {{accessModes: [{mode}], resources: {{requests: {{storage: 50Gi}}}}}}}}'")
+def pvc_json(name: str, mode: str) -> str:
+    """A claim as one line of JSON (valid YAML too): what ``kubectl apply -f -`` reads on every kubectl (1.32
+    parses a ``{``-led stdin as JSON, refusing YAML flow style)."""
+    import json
+
+    return json.dumps({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+                       "spec": {"accessModes": [mode], "resources": {"requests": {"storage": "50Gi"}}}},
+                      separators=(",", ":"))
+
+
+def binding_mode(cluster: ClusterReader, pvc: dict[str, object]) -> str | None:
+    """The ``volumeBindingMode`` of the claim's StorageClass (its own, else the cluster's default), None unknown."""
+    name = (pvc.get("spec") or {}).get("storageClassName")  # type: ignore[union-attr]
+    try:
+        if name:
+            found = cluster.cluster_object("storage.k8s.io", "v1", "storageclasses", str(name))
+        else:
+            found = next((c for c in cluster.everywhere("storage.k8s.io", "v1", "storageclasses")
+                          if ((c.get("metadata") or {}).get("annotations") or {}).get(DEFAULT_CLASS) == "true"), None)
+    except (Missing, Unanswered):
+        return None
+    return None if found is None else str(found.get("volumeBindingMode") or "Immediate")
+
+
+def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: bool,
+               modes: tuple[str, ...] | None = None, why: str = "every node pod of the gang mounts it") -> Check:
+    """The PVC ``name`` exists and is Bound (or Pending under a WaitForFirstConsumer class: it binds when the first
+    pod is scheduled); one of ``modes`` (default: ReadWriteMany when ``shared``, any otherwise)."""
+    modes = modes if modes is not None else (("ReadWriteMany",) if shared else ())
+    mode = modes[0] if modes else "ReadWriteOnce"
+    example = f"kubectl -n {_q(namespace)} apply -f - <<< '{pvc_json(name, mode)}'"
     try:
         pvc = cluster.pvc(namespace, name)
     except Unanswered as exc:
         return unread(exc, f"PersistentVolumeClaim {name} in {namespace}", namespace)
     if pvc is None:
         return Check(False, f"PersistentVolumeClaim {name} missing in {namespace}", example)
-    modes = (pvc.get("spec") or {}).get("accessModes") or []
-    if shared and "ReadWriteMany" not in modes:
-        return Check(False, f"PersistentVolumeClaim {name} in {namespace} is {', '.join(modes) or 'no access mode'}, "
-                     "not ReadWriteMany (every node pod of the gang mounts it)",
-                     f"kubectl -n {_q(namespace)} delete pvc {name} && {example}  # with a ReadWriteMany storage class")
+    has = (pvc.get("spec") or {}).get("accessModes") or []
+    if modes and not set(modes) & set(has):
+        return Check(False, f"PersistentVolumeClaim {name} in {namespace} is {', '.join(has) or 'no access mode'}, "
+                     f"not {' or '.join(modes)} ({why})",
+                     f"kubectl -n {_q(namespace)} delete pvc {name} && {example}  # with a {mode} storage class")
     phase = (pvc.get("status") or {}).get("phase") or "Pending"
+    shown = f", {'/'.join(m for m in modes if m in has)}" if modes else ""
+    if phase == "Pending" and binding_mode(cluster, pvc) == WAIT_FOR_FIRST_CONSUMER:
+        return Check(True, f"PersistentVolumeClaim {name} in {namespace} is Pending until its first pod "
+                     f"({WAIT_FOR_FIRST_CONSUMER}){shown}")
     if phase != "Bound":
         return Check(False, f"PersistentVolumeClaim {name} in {namespace} is {phase}, not Bound "
                      f"({PVC_PHASES.get(phase, 'a phase Kubernetes does not define')})",
                      f"kubectl -n {_q(namespace)} describe pvc {name}"
                      + ("  # then delete and recreate it, restoring its data" if phase == "Lost" else ""))
-    return Check(True, f"PersistentVolumeClaim {name} in {namespace} is Bound"
-                 + (", ReadWriteMany" if shared else ""))
+    return Check(True, f"PersistentVolumeClaim {name} in {namespace} is Bound{shown}")
 
 
 def local_queue(cluster: ClusterReader, namespace: str, name: str) -> Check:
     """The Kueue LocalQueue the TrainJob is labelled with (Kueue >= 0.17 manages TrainJobs)."""
-    example = (f"kubectl -n {_q(namespace)} apply -f - <<< '{{apiVersion: {KUEUE_GROUP}/v1beta1, kind: LocalQueue, "
-               f"metadata: {{name: {name}}}, spec: {{clusterQueue: {CLUSTER_QUEUE_PLACEHOLDER}}}}}'")
+    import json
+
+    body = json.dumps({"apiVersion": f"{KUEUE_GROUP}/v1beta1", "kind": "LocalQueue", "metadata": {"name": name},
+                       "spec": {"clusterQueue": CLUSTER_QUEUE_PLACEHOLDER}}, separators=(",", ":"))
+    example = f"kubectl -n {_q(namespace)} apply -f - <<< '{body}'"
     try:
         found = cluster.namespaced_object(KUEUE_GROUP, KUEUE_VERSIONS, namespace, "localqueues", name)
     except Missing:

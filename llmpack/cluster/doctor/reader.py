@@ -125,6 +125,16 @@ class ClusterReader:
                            _return_http_data_only=True)
         return list((found or {}).get("items") or [])
 
+    def everywhere(self, group: str, version: str, plural: str, field_selector: str = "") -> list[dict[str, Any]]:
+        """The objects of ``plural`` in every namespace (or cluster-scoped ones), ``field_selector`` applied
+        (``metadata.name=X``); :class:`Missing` when the resource is not served."""
+        base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        query = [("fieldSelector", field_selector)] if field_selector else []
+        found = self._call(self.api.call_api, f"{base}/{plural}", "GET", query_params=query,
+                           header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                           _return_http_data_only=True)
+        return list((found or {}).get("items") or [])
+
     def may(self, verb: str, resource: str, group: str = "", namespace: str = "") -> bool:
         """A ``SelfSubjectAccessReview``: whether this client's identity may ``verb`` ``resource``."""
         from kubernetes.client import V1ResourceAttributes, V1SelfSubjectAccessReview, V1SelfSubjectAccessReviewSpec

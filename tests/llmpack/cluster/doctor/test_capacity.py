@@ -35,6 +35,9 @@ class Reader:
     def nodes(self, label_selector: str) -> list[dict[str, Any]]:
         return self._nodes
 
+    def everywhere(self, group: str, version: str, plural: str, field_selector: str = "") -> list[Any]:
+        return self._lists.get(plural, [])  # no pod bound anywhere unless given
+
     def listed(self, group: str, version: str, namespace: str, plural: str, limit: int | None = None) -> list[Any]:
         if plural not in self._lists:
             raise Missing(f"{plural} not served")

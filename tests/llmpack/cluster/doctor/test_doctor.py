@@ -54,8 +54,8 @@ class Ready:
             write_kubeconfig(self.kubeconfig, self.kube.url, token)
         env = {"KFP_TOKEN": KFP_TOKEN, "ARGO_TOKEN": ARGO_TOKEN}
         result = CliRunner().invoke(main, ["cluster", "doctor", "--kubeconfig", str(self.kubeconfig), "--kfp-host",
-                                           self.kfp.url,
-                                           "--argo-host", self.argo.url, *args], env=env, prog_name="llmpack")
+                                           self.kfp.url, "--argo-host", self.argo.url, *args], env=env,
+                                    prog_name="llmpack")
         assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
         return result.exit_code, result.output
 
@@ -188,8 +188,8 @@ CASES = {
     "pvc-rwo": (GANG, "llmpack-shared in llmpack is ReadWriteOnce, not ReadWriteMany", "delete pvc llmpack-shared"),
     "pvc-pending": (GANG, "llmpack-shared in llmpack is Pending, not Bound", "describe pvc llmpack-shared"),
     "no-artifacts-pvc": ((), "PersistentVolumeClaim llmpack-artifacts missing in llmpack",
-                         "accessModes: [ReadWriteOnce]"),
-    "no-queue": (GANG, "LocalQueue team-a missing in llmpack", "kind: LocalQueue"),
+                         '"accessModes":["ReadWriteOnce"]'),
+    "no-queue": (GANG, "LocalQueue team-a missing in llmpack", '"kind":"LocalQueue"'),
     "no-secret": ((), "Secret llmpack-mlflow missing in llmpack", "create secret generic llmpack-mlflow "
                   "--from-literal=tracking-uri="),
     "secret-without-uri": ((), "Secret llmpack-mlflow in llmpack has no tracking-uri key",
@@ -198,7 +198,7 @@ CASES = {
     "psa-restricted": ((), "Pod Security (kfp): kubeflow enforces restricted; kfp exec-", "enforce=baseline"),
     "ckpt-pvc-rwo": ((*GANG, *CKPT), "llmpack-ckpt in llmpack is ReadWriteOnce, not ReadWriteMany",
                      "delete pvc llmpack-ckpt"),
-    "no-model-pvc": (POD_FLAGS, "PersistentVolumeClaim llmpack-models missing in llmpack", "name: llmpack-models"),
+    "no-model-pvc": (POD_FLAGS, "PersistentVolumeClaim llmpack-models missing in llmpack", '"name":"llmpack-models"'),
     "data-pvc-pending": (POD_FLAGS, "llmpack-data in llmpack is Pending, not Bound", "describe pvc llmpack-data"),
     "no-hf-secret": (POD_FLAGS, "Secret hf-token missing in llmpack (the pods read HF_TOKEN from its key token",
                      "create secret generic hf-token --from-literal=token="),
@@ -288,13 +288,14 @@ def test_gang_pod_security_reads_the_compiled_trainjob(ready: Ready, tmp_path: P
     shutil.copytree(committed_root() / "examples" / "multinode", compiled)
     compliant = not any(violations(s, "restricted") for s in pod_specs(compiled, "argo", gang=True))
     ready.kube.add_namespace("llmpack", {"pod-security.kubernetes.io/enforce": "restricted"})
-    code, out = ready.doctor(*GANG, "--path", "argo", "--compiled", str(compiled))
+    code, out = ready.doctor("--nodes", "2", "--gpus", "4", "--path", "argo", "--compiled", str(compiled))
     assert ("✗ Pod Security (argo): llmpack enforces restricted" in out) is not compliant, out
     trainjob = compiled / "trainjob" / "finetune-trainjob.yaml"
-    trainjob.write_text("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nspec: {}\n")  # no pod spec at all
+    trainjob.write_text("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\n"  # no pod spec at all
+                        "spec: {trainer: {numNodes: 2, resourcesPerNode: {limits: {nvidia.com/gpu: 4}}}}\n")
     specs = pod_specs(compiled, "argo", gang=True)
     assert specs[-1].where == "TrainJob node pods" and violations(specs[-1], "restricted")
-    code, out = ready.doctor(*GANG, "--path", "argo", "--compiled", str(compiled))
+    code, out = ready.doctor("--nodes", "2", "--gpus", "4", "--path", "argo", "--compiled", str(compiled))
     assert code == 1 and "✗ Pod Security (argo): llmpack enforces restricted;" in out, out
     assert violations(specs[-1], "baseline") == []  # baseline admits pods that say nothing
 
