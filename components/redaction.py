@@ -48,7 +48,8 @@ _TOKEN_FORM = re.compile(r"\beyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9
                          r"|\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
 # ``password=x``, ``"token": "x"``: a secret-looking key and its value (a bare ``token: missing`` is prose, not a pair).
 _PAIR = re.compile(r"(?i)\b([A-Za-z0-9_.-]*"
-                   r"(?:token|password|passwd|pwd|passphrase|jwt|secret|api_?key|access_?key|account_?key|signature"
+                   r"(?:token|password|passwd|pwd|passphrase|jwt|secret|api_?key|access_?key|account_?key|signing_?key"
+                   r"|signature"
                    r"|credentials?))"
                    r"(\s*=\s*['\"]?|['\"]\s*:\s*['\"])([^\s'\"&;,)}]+)")
 # A value that stands for a secret in a command we print for the user to fill in (doctor's fix lines:
@@ -56,7 +57,7 @@ _PAIR = re.compile(r"(?i)\b([A-Za-z0-9_.-]*"
 _PLACEHOLDER = re.compile(r"<[A-Za-z_ -]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|TOKEN|PASSWORD|SECRET|KEY|YOUR_[A-Z_]+")
 # Environment variables whose value is a credential: HF_TOKEN, MLFLOW_TRACKING_PASSWORD, AWS_SECRET_ACCESS_KEY...
 _SECRET_ENV = re.compile(r"(?i)(token|password|passwd|secret|secret_key|api_?key|access_?key|account_?key|credentials?"
-                         r"|private_?key|connection_string|passphrase|jwt)$")
+                         r"|private_?key|signing_?key|connection_string|passphrase|jwt)$")
 RANDOM_MIN_CHARS = 20  # a query value this long that looks random is blanked whatever its name
 _OWN_SECRETS: dict[str, Any] = {}  # secrets_in() of this process, and the argv and environment it was worked out from
 
@@ -75,6 +76,15 @@ def random_looking(value: str) -> bool:
         len(value) >= RANDOM_MIN_CHARS and re.fullmatch(r"[A-Za-z0-9_+/=~-]+", value) is not None
         and sum(c.isdigit() for c in value) >= 2 and sum(c.isupper() for c in value) >= 2
         and sum(c.islower() for c in value) >= 2 and len(set(value)) >= 12)
+
+
+def _long_path_secret(segment: str) -> bool:
+    """A path segment long and mixed enough to be a key (an S3 secret in a presigned path may hold one digit)."""
+    from urllib.parse import unquote
+
+    value = unquote(segment)
+    return (len(value) >= 32 and re.fullmatch(r"[A-Za-z0-9_+/=~-]+", value) is not None
+            and any(c.isupper() for c in value) and any(c.islower() for c in value) and len(set(value)) >= 16)
 
 
 class SplitUri(NamedTuple):
@@ -126,6 +136,13 @@ def _redact_uri(uri: str) -> str:
     in a query secret, or ``?pw=`` in a password, then blanks the union: more, never less)."""
     parts = split_uri(uri)
     spans = [(m.start(2), _value_end(m)) for m in _QUERY_PAIR.finditer(uri) if _secret_pair(m)]
+    from urllib.parse import unquote
+
+    path_at = len(parts.prefix) + (len(parts.userinfo) + 1 if parts.userinfo is not None else 0) + len(parts.host)
+    path = re.match(r"[^?#]*", uri[path_at:]).group(0)  # type: ignore[union-attr]
+    for seg in re.finditer(r"[^/]+", path):  # a presigned URL's key or signature in its path: every such segment
+        if _TOKEN_FORM.fullmatch(unquote(seg.group(0))) or _long_path_secret(seg.group(0)):
+            spans.append((path_at + seg.start(), path_at + seg.end()))
     if parts.userinfo is not None:
         spans.append((len(parts.prefix), len(parts.prefix) + len(parts.userinfo)))
     out, pos = [], 0

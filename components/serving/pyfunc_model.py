@@ -78,9 +78,14 @@ def prompts_of(model_input: Any) -> list[str]:
         return [str(v) for v in model_input[column].tolist()]
     if isinstance(model_input, dict):
         value = model_input.get("prompt", model_input.get("prompts"))
+        if not isinstance(value, (str, list, tuple)):  # None, a number, another dict: one refusal, no recursion
+            raise refuse("a request's 'prompt' must be a string or a list of strings")
         return prompts_of(value)
     if hasattr(model_input, "tolist"):  # a numpy array or a pandas Series
         return [str(v) for v in model_input.tolist()]
+    if not isinstance(model_input, (list, tuple)):
+        raise refuse(f"a request must be a string, a list of strings or a 'prompt' column, not "
+                     f"{type(model_input).__name__}")
     return [str(v) for v in model_input]
 
 

@@ -67,8 +67,12 @@ def fetch_verified(model_uri: str, dst: str | Path, *, tracking_uri: str | None 
     out.mkdir(parents=True, exist_ok=True)
     try:
         # the signed source, downloaded as bytes (nothing is imported); then every byte checked
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=payload["source"], dst_path=str(out),
-                                                         tracking_uri=tracking_uri))
+        try:
+            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=payload["source"], dst_path=str(out),
+                                                             tracking_uri=tracking_uri))
+        except Exception as exc:  # noqa: BLE001 - a planted symlink or FIFO in the store: MLflow refuses, one line
+            raise UntrustedModel(f"{model_uri}: its files could not be copied as regular files "
+                                 f"({type(exc).__name__}); not loaded") from None
         check_files(model_uri, local, payload["files"])
     except BaseException:  # nothing half-written: the directory as it was
         shutil.rmtree(out, ignore_errors=True)

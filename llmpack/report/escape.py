@@ -15,15 +15,20 @@ from typing import Any
 
 # C0 and DEL and C1; zero-width and direction marks; line/paragraph separators, bidi embeddings and
 # overrides (U+202A-U+202E), bidi isolates (U+2066-U+2069); the BOM / zero-width no-break space.
-_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+# Also: the soft hyphen, the combining grapheme joiner, the Arabic letter mark (a direction mark of the Trojan
+# Source list), the Mongolian vowel separator, Hangul fillers, variation selectors and the invisible tag characters.
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u180e\u200b-\u200f\u2028-\u202e"
+                        "\u2060-\u2069\u3164\ufe00-\ufe0f\uffa0\ufeff\U000e0000-\U000e007f\U000e0100-\U000e01ef]")
 # Markdown's own characters (emphasis, code, links and images, tables, headings, HTML) and the backslash.
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|<>~])")
+# What GitHub's Markdown turns into a live link without brackets: ``scheme:`` before ``//`` and ``www.``.
+_AUTOLINK = re.compile(r"(?i)\b(?:[a-z][a-z0-9+.-]*:(?=//)|www\.)")
 MAX_CHARS = 2000  # a tag value shown in a report: MLflow allows 8,000; the rest is cut with a count
 
 
 def _visible(match: re.Match[str]) -> str:
     code = ord(match.group())
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def inert(value: Any) -> str:
@@ -38,7 +43,8 @@ def inert(value: Any) -> str:
 def md(value: Any) -> str:
     """For report.md: :func:`inert`, HTML escaped (``<img onerror>`` is text), Markdown's characters
     backslash-escaped (no link, image, table cell, emphasis or heading can start inside it)."""
-    return _MD_SPECIAL.sub(r"\\\1", html.escape(inert(value), quote=False))
+    text = _MD_SPECIAL.sub(r"\\\1", html.escape(inert(value), quote=False))
+    return _AUTOLINK.sub(lambda m: m.group(0)[:-1] + "\\" + m.group(0)[-1], text)  # no bare link: https\:// www\.
 
 
 def html_text(value: Any) -> str:
