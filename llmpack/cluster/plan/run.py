@@ -70,12 +70,10 @@ def plan(samples: Sequence[RunSample], inputs: PlanInputs, *, today: dt.date | N
                                 provider=inputs.provider, today=today, stale_days=inputs.stale_days)
         rate = ((inputs.spot_interruptions_per_hour, "--spot-interruptions-per-hour")
                 if inputs.spot_interruptions_per_hour is not None else costs.measured_rate(s))
-        train_s = inputs.train_s
-        if train_s is None and inputs.max_steps is not None and s.step_s is not None:
-            train_s = s.step_s * inputs.max_steps  # the step count x the measured time per step
         row = estimate.estimate(s, nodes=inputs.nodes, price=price, spot_rate=rate,
-                                checkpoint_interval_s=inputs.checkpoint_interval_s, train_s=train_s)
-        if inputs.max_steps is not None and s.step_s is None and row.estimated:
+                                checkpoint_interval_s=inputs.checkpoint_interval_s, train_s=inputs.train_s,
+                                max_steps=inputs.max_steps)
+        if inputs.max_steps is not None and s.step_gpu_s is None and row.estimated:
             row = replace(row, note="; ".join(n for n in (row.note, "--max-steps: the runs record no max_steps, "
                                                           "training time as measured") if n))
         rows.append(row)

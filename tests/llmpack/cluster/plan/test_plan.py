@@ -75,10 +75,15 @@ def test_spin_up_grows_with_the_gang_by_max_of_n_and_first_step_adds_the_load() 
             assert 10.0 <= first.value - up.value <= 14.0  # the measured load, 10-14 s
         assert r.times["spin_up_s"]["p90"].value > r.times["spin_up_s"]["p50"].value
     assert big.cost["straggler_waste"].value > small.cost["straggler_waste"].value
-    assert big.cost["compute"].value == pytest.approx(4 * small.cost["compute"].value)
+    # Training scales with the gang (constant throughput per GPU, the stated prior): 4x the GPUs, a quarter
+    # of the time, the same GPU-hours; the cost is the price x the GPUs x the plan's own time at that size.
+    assert big.train_s == pytest.approx(small.train_s / 4) and "perfect scaling" in big.training
+    for r in (small, big):
+        assert r.cost["compute"].value == pytest.approx(r.price.per_gpu_hour * r.gpus * r.train_s / 3600)
     eight = _row(run.plan(samples, run.PlanInputs(nodes=2, gpus_per_node=8, **inputs), today=TODAY), "argo",
                  "nvidia-h200")
-    assert eight.gpus == 16 and eight.cost["compute"].value == pytest.approx(8 * small.cost["compute"].value)
+    assert eight.gpus == 16 and eight.train_s == pytest.approx(small.train_s / 8)
+    assert eight.cost["compute"].value == pytest.approx(small.cost["compute"].value)
     assert eight.times["spin_up_s"]["p50"].value == small.times["spin_up_s"]["p50"].value  # the nodes' pace, not G
 
 
@@ -129,7 +134,7 @@ def test_the_choice_follows_the_objective_and_the_limits_and_says_why() -> None:
 
 def test_without_history_every_row_says_no_measurement_and_how_to_get_one(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    res = CliRunner().invoke(main, ["plan", "--tracking-uri", uri, "--gpu-type", "h200,l4", "--json"])
+    res = CliRunner().invoke(main, ["cluster", "plan", "--tracking-uri", uri, "--gpu-type", "h200,l4", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["history_runs"] == 0 and out["chosen"] is None
@@ -138,7 +143,7 @@ def test_without_history_every_row_says_no_measurement_and_how_to_get_one(tmp_pa
         assert o["times_s"] == {} and o["cost_usd"] == {} and not o["estimated"]
         assert o["note"].startswith("no measurement of overhead, provision, train: llmpack compare --cluster "
                                     f"--backends {o['path']} --gpu-type {o['gpu_type']} --nodes 2 --repeats 10")
-    text = CliRunner().invoke(main, ["plan", "--tracking-uri", uri]).stdout
+    text = CliRunner().invoke(main, ["cluster", "plan", "--tracking-uri", uri]).stdout
     assert "no measurement" in text and not re.search(r"\$\d", text)
 
 
@@ -147,7 +152,8 @@ def test_the_table_fits_80_columns_and_out_writes_the_chart_and_json(tmp_path: P
 
     samples = _samples({("argo", "nvidia-h200"): FAST_DEAR, ("mlflow", "nvidia-l4"): SLOW_CHEAP})
     monkeypatch.setattr(run, "read_history", lambda *a, **k: samples)
-    res = CliRunner().invoke(main, ["plan", "--out", str(tmp_path / "out"), "--spot-interruptions-per-hour", "0.2"])
+    res = CliRunner().invoke(main, ["cluster", "plan", "--out", str(tmp_path / "out"),
+                                    "--spot-interruptions-per-hour", "0.2"])
     assert res.exit_code == 0, res.output
     lines = [ln for ln in res.stdout.splitlines() if not ln.startswith("wrote ")]  # a path is as long as it is
     assert max(len(ln) for ln in lines) <= 80, max(lines, key=len)
@@ -169,7 +175,7 @@ def test_the_table_fits_80_columns_and_out_writes_the_chart_and_json(tmp_path: P
     (["--price-per-gpu-hour", "cheap"], "--price-per-gpu-hour: price 'cheap' is not a number"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
-    res = CliRunner().invoke(main, ["plan", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", *args])
+    res = CliRunner().invoke(main, ["cluster", "plan", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", *args])
     assert res.exit_code == 2, res.output
     assert message in res.output and len(res.output.strip().splitlines()) == 1, res.output
     assert not (tmp_path / "m.db").exists()  # refused before the store was opened
@@ -202,7 +208,7 @@ def test_the_pipelines_other_gpu_time_is_the_node_bill_less_the_gang_and_is_pric
 
 def test_kubectl_dumps_are_history_too_their_unmeasured_load_said() -> None:
     examples = Path(__file__).resolve().parents[4] / "examples" / "projection"
-    res = CliRunner().invoke(main, ["plan", "--pods", str(examples / "pods.json"), "--nodes-dump",
+    res = CliRunner().invoke(main, ["cluster", "plan", "--pods", str(examples / "pods.json"), "--nodes-dump",
                                     str(examples / "nodes.json"), "--events", str(examples / "events.json"),
                                     "--nodes", "4", "--capacity", "on-demand", "--json"])
     assert res.exit_code == 0, res.output
@@ -210,7 +216,7 @@ def test_kubectl_dumps_are_history_too_their_unmeasured_load_said() -> None:
     assert out["history_runs"] == 52 and {o["path"] for o in out["options"]} == {"argo", "mlflow"}
     for o in out["options"]:
         assert o["estimated"] and o["gpu_type"] == "nvidia-h200" and o["gpus"] == 32 and o["assumed_zero"] == ["load"]
-    res = CliRunner().invoke(main, ["plan", "--events", str(examples / "events.json")])
+    res = CliRunner().invoke(main, ["cluster", "plan", "--events", str(examples / "events.json")])
     assert res.exit_code == 2 and "--nodes-dump/--events: only with --pods" in res.output
 
 
@@ -227,5 +233,5 @@ def test_max_steps_scales_the_training_by_the_measured_time_per_step() -> None:
     unknown = _row(run.plan(_samples({("argo", "nvidia-h200"): FAST_DEAR}), run.PlanInputs(max_steps=120, **od),
                             today=TODAY), "argo", "nvidia-h200")
     assert "the runs record no max_steps, training time as measured" in unknown.note
-    res = CliRunner().invoke(main, ["plan", "--max-steps", "10", "--train-time", "1h"])
+    res = CliRunner().invoke(main, ["cluster", "plan", "--max-steps", "10", "--train-time", "1h"])
     assert res.exit_code == 2 and "--max-steps: not with --train-time" in res.output

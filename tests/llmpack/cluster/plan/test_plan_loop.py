@@ -54,7 +54,7 @@ def test_max_cost_refuses_submit_in_one_line_before_anything_is_sent(plan_json: 
     high = plan_json["options"][0]["cost_usd"]["total"]["ci"][1]
     plan = _file(tmp_path, plan_json)
     # Port 9 answers nothing: had the refusal come after submitting, the error would be a connection's.
-    args = ["submit", "argo", "--host", "http://127.0.0.1:9", "--plan", plan]
+    args = ["cluster", "submit", "argo", "--host", "http://127.0.0.1:9", "--plan", plan]
     res = CliRunner().invoke(main, [*args, "--max-cost", "0.01"])
     assert res.exit_code == 2, res.output
     assert res.output.strip() == (f"llmpack: error: --max-cost 0.01: the estimate for argo nvidia-h200 on-demand "
@@ -62,14 +62,14 @@ def test_max_cost_refuses_submit_in_one_line_before_anything_is_sent(plan_json: 
                                   f"(${plan_json['options'][0]['cost_usd']['total']['value']:.2f}, "
                                   "95% interval upper bound); not submitted")
     res = CliRunner().invoke(main,
-                             ["compare", "--cluster", "--backends", "argo,kfp", "--plan", plan, "--max-cost", "0.01"])
+                             ["cluster", "compare", "--backends", "argo,kfp", "--plan", plan, "--max-cost", "0.01"])
     assert res.exit_code == 2 and "--max-cost 0.01: the estimate for argo nvidia-h200" in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1
-    for argv, message in ((["compare", "--plan", plan], "--plan: only with --cluster"),
-                          ([*args[:4], "--max-cost", "5"], "--max-cost: only with --plan FILE"),
-                          ([*args[:4], "--plan", str(tmp_path / "none.json")], "--plan " + str(tmp_path / "none.json")
+    for argv, message in ((["compare", "--plan", plan], "plan options are `llmpack cluster compare`"),
+                          ([*args[:5], "--max-cost", "5"], "--max-cost: only with --plan FILE"),
+                          ([*args[:5], "--plan", str(tmp_path / "none.json")], "--plan " + str(tmp_path / "none.json")
                            + ": cannot read it"),
-                          ([*args[:4], "--plan", _file(tmp_path, {"rows": []})], "not a plan (no 'options' list)")):
+                          ([*args[:5], "--plan", _file(tmp_path, {"rows": []})], "not a plan (no 'options' list)")):
         res = CliRunner().invoke(main, argv)
         assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, res.output
 
