@@ -71,14 +71,36 @@ def lognormal_draws(values: Sequence[float], levels: Any, rng: Any, draws: int =
     return np.exp(mu[:, None] + sigma[:, None] * z[None, :])
 
 
-def tail_draws(values: Sequence[float], level: float, rng: Any, draws: int = DRAWS) -> Any:
-    """(draws,) per-node quantiles at ``level`` from a generalized Pareto tail over the largest nodes."""
+@dataclass(frozen=True)
+class Tail:
+    """Posterior draws of a generalized Pareto tail over the ``k`` nodes above ``threshold``."""
+
+    threshold: float
+    k: int
+    n: int
+    xi: Any      # (draws,) shape
+    beta: Any    # (draws,) scale
+    zeta: Any    # (draws,) share of nodes over the threshold
+
+    def quantile(self, level: float) -> Any:
+        """(draws,) per-node quantiles at ``level`` (above the threshold's share: the fitted tail)."""
+        import numpy as np
+
+        r = np.maximum(self.zeta / max(1.0 - level, 1e-12), 1e-12)
+        small = np.abs(self.xi) < 1e-6
+        xi = np.where(small, 1.0, self.xi)
+        return self.threshold + self.beta * np.where(small, np.log(r), (r ** xi - 1.0) / xi)
+
+
+def tail_posterior(values: Sequence[float], level: float, rng: Any, draws: int = DRAWS) -> Tail:
+    """The tail fitted for a per-node ``level``: k = :func:`exceedances`, (xi, beta) drawn from their
+    posterior on a grid, the share over the threshold from its Beta posterior."""
     import numpy as np
 
     x = np.sort(np.asarray(values, dtype=float))
     n = len(x)
     k = exceedances(n, level)
-    u = x[n - k - 1]
+    u = float(x[n - k - 1])
     e = np.maximum(x[n - k:] - u, 0.5)  # whole-second stamps: a tie is half a second, not zero
     xi = np.linspace(*XI_RANGE)
     log_beta = math.log(float(np.mean(e))) + np.linspace(*LOG_BETA_SPAN)
@@ -93,13 +115,14 @@ def tail_draws(values: Sequence[float], level: float, rng: Any, draws: int = DRA
     w = np.exp(ll - ll.max()).ravel()
     pick = rng.choice(w.size, size=draws, p=w / w.sum())
     step_xi, step_lb = xi[1] - xi[0], log_beta[1] - log_beta[0]
-    xi_d = xg.ravel()[pick] + (rng.random(draws) - 0.5) * step_xi
-    beta_d = np.exp(lbg.ravel()[pick] + (rng.random(draws) - 0.5) * step_lb)
-    zeta = rng.beta(k + 0.5, n - k + 0.5, draws)  # the share of nodes over the threshold
-    r = np.maximum(zeta / max(1.0 - level, 1e-12), 1e-12)
-    small = np.abs(xi_d) < 1e-6
-    grow = np.where(small, np.log(r), (r ** np.where(small, 1.0, xi_d) - 1.0) / np.where(small, 1.0, xi_d))
-    return u + beta_d * grow
+    return Tail(threshold=u, k=k, n=n, xi=xg.ravel()[pick] + (rng.random(draws) - 0.5) * step_xi,
+                beta=np.exp(lbg.ravel()[pick] + (rng.random(draws) - 0.5) * step_lb),
+                zeta=rng.beta(k + 0.5, n - k + 0.5, draws))
+
+
+def tail_draws(values: Sequence[float], level: float, rng: Any, draws: int = DRAWS) -> Any:
+    """(draws,) per-node quantiles at ``level`` from a generalized Pareto tail over the largest nodes."""
+    return tail_posterior(values, level, rng, draws).quantile(level)
 
 
 def median_draws(values: Sequence[float], rng: Any, draws: int = DRAWS) -> Any:
@@ -192,3 +215,43 @@ def gang_times(ready: Sequence[float], overhead: Sequence[float], load: Sequence
         out["total_s"][lab] = interval([first + m[:, 0] + t[:, 0] + d + after_s
                                         for m, d in zip(models, spread, strict=True)], flag)
     return out
+
+
+def predictive_cdf(ready: Sequence[float], overhead: Sequence[float], *, nodes: int, at: float,
+                   seed: int = SEED, draws: int = 1000) -> float:
+    """P(spin-up <= ``at``) under the plan's posterior predictive: both models' draws, half each (the
+    lognormal's CDF; the tail's below its threshold the measured nodes' share, above it the Pareto
+    tail), raised to the N-th power for the slowest of ``nodes``, the overhead a bootstrap median."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = np.sort(np.asarray(ready, dtype=float))
+    over = median_draws(overhead, rng, draws)
+    node_at = np.maximum(at - over, 1e-3)
+    y = np.log(np.maximum(x, 1e-3))
+    n = len(y)
+    sigma = np.sqrt((n - 1) * float(np.var(y, ddof=1)) / rng.chisquare(max(n - 1, 1), draws))
+    mu = float(np.mean(y)) + sigma * rng.standard_normal(draws) / math.sqrt(n)
+    cdf = NormalDist().cdf
+    z = (np.log(node_at) - mu) / np.maximum(sigma, 1e-12)
+    f_ln = np.array([cdf(float(v)) for v in z])
+    if len(set(ready)) < 2:
+        f_tail = f_ln
+    else:
+        tail = tail_posterior(x, 0.5 ** (1.0 / nodes), rng, draws)
+        below = np.searchsorted(x, node_at, side="right") / n * (1 - tail.zeta) / ((n - tail.k) / n)
+        above = 1.0 - _survival_each(tail, node_at)
+        f_tail = np.where(node_at <= tail.threshold, np.minimum(below, 1 - tail.zeta), above)
+    return float(np.mean(np.concatenate([f_ln ** nodes, np.clip(f_tail, 0.0, 1.0) ** nodes])))
+
+
+def _survival_each(tail: Tail, x: Any) -> Any:
+    """Per draw d, P(node > x[d]) above the threshold: (draws,)."""
+    import numpy as np
+
+    z = np.maximum(x - tail.threshold, 0.0) / tail.beta
+    small = np.abs(tail.xi) < 1e-6
+    xi = np.where(small, 1.0, tail.xi)
+    base = 1.0 + xi * z
+    surv = np.where(small, np.exp(-z), np.where(base > 0, np.maximum(base, 1e-300) ** (-1.0 / xi), 0.0))
+    return tail.zeta * surv
