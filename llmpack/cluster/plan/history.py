@@ -54,6 +54,7 @@ class RunSample:
     price_per_gpu_hour: float | None
     actual: dict[str, float | None] = field(default_factory=dict)  # the headlines, for calibration
     planned: dict[str, str] = field(default_factory=dict)          # llmpack.plan.* tags, if planned
+    submitted_at: float | None = None                               # when the run began (the time split's order)
 
     @property
     def gang_hours(self) -> float:
@@ -103,7 +104,7 @@ def sample_of_run(run: Mapping[str, Any]) -> RunSample | None:
         actual={"spin_up_s": _float(metrics.get("gang_ready_s")), "first_step_s": first, "total_s": total,
                 "cost_usd": _float(metrics.get("cost_usd"))},
         planned={k: str(v) for k, v in tags.items() if k.startswith("llmpack.plan.")},
-        steps=_steps((run.get("params") or {}).get("max_steps")))
+        steps=_steps((run.get("params") or {}).get("max_steps")), submitted_at=_float(run.get("submitted_at")))
 
 
 def one_node_gang(run: Mapping[str, Any]) -> Any | None:
@@ -285,12 +286,18 @@ def from_dumps(pods: str, nodes: str | None, events: str | None, progress: Progr
     others = [r for r in rows if not r.get("gang")]
     out = History()
     counts: dict[str, int] = {}
+    began: dict[str, float] = {}  # a run's (or gang's) first pod: the time split's order
+    for r in rows:
+        key = r.get("pipeline_run") or r.get("gang")
+        if key and r.get("created") is not None:
+            began[key] = min(began.get(key, r["created"]), r["created"])
     for gpu, capacity in sorted({next(iter(k)) for g, k in kinds.items() if g not in mixed and len(k) == 1}):
         mine = [r for r in gang_rows if kinds[r["gang"]] == {(gpu, capacity)}]
         for g in gangs_from_rows([*others, *mine]):
             out.append(RunSample(run=g.run, path=g.path, gpu_type=gpu, capacity=capacity, nodes=_pairs(g.nodes),
                                  overhead_s=g.overhead_s, load_s=None, train_s=g.train_s, post_s=None,
-                                 gpus_per_node=g.gpus_per_node or 1, preemptions=0, price_per_gpu_hour=None))
+                                 gpus_per_node=g.gpus_per_node or 1, preemptions=0, price_per_gpu_hour=None,
+                                 submitted_at=began.get(g.run)))
             counts[gpu] = counts.get(gpu, 0) + 1
     say(f"  {len(out)} measured gangs, each on its nodes' GPU type: "
         + (", ".join(f"{n} on {gpu}" for gpu, n in counts.items()) or "none"))
