@@ -1,30 +1,17 @@
 """The plan's time quantiles with 95% intervals that hold past the slowest node measured (issue 49).
 
-A gang of N is ready when its slowest node is: the q-quantile of spin-up is the run overhead plus the
-per-node ready time's quantile at level ``q ** (1/N)`` (:mod:`llmpack.cluster.plan.project.tail`). At
-8 nodes the p90 is the per-node 98.7th percentile: past the largest of 20 measured nodes, where a
-bootstrap of the nodes cannot reach (it never draws a node slower than the slowest measured). So the
-per-node quantile is taken from two fitted models, each with its parameters' uncertainty drawn from
-their posterior, and the stated interval is the wider of the two (:data:`METHOD`):
-
-- **lognormal**: the log ready times normal, (mu, sigma) from their exact posterior under the
-  Jeffreys prior (sigma^2 = (n-1)s^2 / chi2(n-1), mu ~ N(mean, sigma^2/n)); the quantile
-  exp(mu + sigma z_p) per draw. Exact coverage when the nodes are lognormal; too light a tail when
-  they are not.
-- **tail**: a generalized Pareto tail over the k largest nodes (peaks over threshold: the
-  Pickands-Balkema-de Haan limit; k = :func:`exceedances`), its shape xi and scale beta drawn from
-  their posterior on a grid (prior xi ~ N(0.2, 0.3^2) on [-0.4, 1], flat in log beta; the share of
-  nodes over the threshold ~ Beta(k + 1/2, n - k + 1/2)); the quantile
-  u + beta/xi ((zeta/(1-p))^xi - 1) per draw. Follows a heavy tail where the lognormal cannot; the
-  prior leans to a moderately heavy tail (xi = 0.2, tail index 5), which the nodes must contradict
-  to narrow it, because a history without a capacity stall says little about the next one.
-
-Per draw the run overhead's median (a bootstrap draw of the runs) is added; per model the central
-95% of the draws is its interval; the figure is the median of both models' draws together.
-Training: per-run GPU-seconds (time x nodes x GPUs per node), lognormal with the same posterior,
-divided by the GPUs planned (constant throughput per GPU: a stated prior, :func:`training`).
-
-numpy only (imported inside the functions); ``numpy.random.default_rng(SEED)``: same input, same plan.
+The q-quantile of spin-up is the run overhead plus the per-node ready time's quantile at level
+q^(1/N) (:mod:`llmpack.cluster.plan.project.tail`); at 8 nodes the p90 is the per-node 98.7th
+percentile, past the largest of 20 measured nodes, where a bootstrap of the nodes cannot reach. So the
+per-node quantile comes from two fits with their parameters drawn from their posterior, and the stated
+interval is the wider of the two: a **lognormal** (Jeffreys prior: exact for lognormal nodes) and a
+**generalized Pareto tail** over the :func:`exceedances` largest nodes (peaks over threshold; shape
+xi ~ N(0.2, 0.3^2) a priori, leaning to a moderately heavy tail the nodes must contradict to narrow
+it). Per draw the overhead's bootstrap median is added; the figure is the median of both fits' draws.
+Training: the runs' GPU-seconds over the GPUs planned (constant throughput per GPU, a stated prior).
+:func:`predictive_cdf` is the plan's predictive distribution, for the held-out check
+(:mod:`.holdout`). Why and how well: docs/plan.md, 'The intervals'. numpy inside the functions;
+``default_rng(SEED)``: same input, same plan.
 """
 
 from __future__ import annotations

@@ -106,4 +106,4 @@ def test_calibration_counts_how_often_each_quantile_held(plan_json: dict) -> Non
     assert report["headlines"]["spin_up_s"]["held"]["p90"] == 8
     text = calibration.text(report)
     assert "p90 held 8 of 10 (stated 90%)" in text and max(len(ln) for ln in text.splitlines()) <= 80
-    assert calibration.text(calibration.calibration(samples_of_runs(runs[:0]))).startswith("no planned runs")
+    assert "no planned runs in the history" in calibration.text(calibration.calibration(samples_of_runs(runs[:0])))
