@@ -98,11 +98,12 @@ def check(samples: Sequence[RunSample]) -> dict[str, Any]:
             for q, stated in STATED.items():
                 if c[q]["below_stated"] or c[q]["above_stated"]:
                     low, high = c[q]["wilson95"]
-                    way = ("below: the plan's tail is too light for this history, or the cluster changed"
-                           if c[q]["below_stated"] else "above: the plan is too slow for this history")
+                    way = ("below its stated {:.0%}: the plan's tail is too light for this history, or the cluster "
+                           "changed" if c[q]["below_stated"] else
+                           "above its stated {:.0%}: the plan is too slow for this history (nodes not independent?)")
                     warnings.append(f"WARNING {name}, {SPLITS[split]}: {q} held {c[q]['held']} of {c['runs']} "
-                                    f"(Wilson {low:.0%}-{high:.0%}), {way} of its stated {stated:.0%}; "
-                                    "measure again before trusting it")
+                                    f"(Wilson {low:.0%}-{high:.0%}), {way.format(stated)}; measure again before "
+                                    "trusting it")
     return {"options": options, "warnings": warnings}
 
 
