@@ -103,6 +103,10 @@ def test_eight_nodes_divide_the_training_and_cost_price_x_gpus_x_their_own_time(
     assert eight["gpus"] == 32 and eight["train_s"] == pytest.approx(two["train_s"] / 4)
     for row in (two, eight):
         assert row["cost_usd"]["compute"]["value"] == pytest.approx(3.0 * row["gpus"] * row["train_s"] / 3600, rel=1e-3)
+        t = row["times_s"]
+        # The time the cost is priced at is the one the plan's total adds (no post-training in dumps).
+        assert t["total_s"]["p50"]["value"] - t["first_step_s"]["p50"]["value"] == pytest.approx(row["train_s"],
+                                                                                                 rel=0.03)
     assert eight["times_s"]["total_s"]["p50"]["value"] < two["times_s"]["total_s"]["p50"]["value"]
     text = CliRunner().invoke(main, [*args, "--nodes", "8"]).stdout
     assert "throughput per GPU taken as constant (perfect scaling, a prior, not measured)" in " ".join(text.split())
