@@ -120,7 +120,7 @@ def write_out(out: Path, result: dict[str, Any], plan: Plan) -> list[Path]:
 @click.option("--capacity", default="on-demand,spot", show_default=True, help="on-demand, spot, or both.")
 @click.option("--nodes", type=click.IntRange(min=1), default=2, show_default=True, help="Nodes in the finetune gang.")
 @click.option("--gpus", type=click.IntRange(min=1), default=None,
-              help="GPUs per node (default: the measured runs'); training time is kept as measured.")
+              help="GPUs per node (default: the measured runs'); training divides the measured GPU-seconds.")
 @click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
               help="What the chosen row minimises.")
 @click.option("--deadline", default=None, metavar="DURATION", help="Total time's p90 at most this (300s, 45m, 2h).")
@@ -139,7 +139,8 @@ def write_out(out: Path, result: dict[str, Any], plan: Plan) -> list[Path]:
 @click.option("--provider", default=None, help="Catalogue provider: aws, gcp, azure (default: the first row's).")
 @click.option("--stale-days", type=click.IntRange(min=1), default=180, show_default=True,
               help="A price older than this is flagged stale.")
-@click.option("--calibration", is_flag=True, help="Instead: how often past planned runs fell inside the estimate.")
+@click.option("--calibration", is_flag=True,
+              help="Instead: each run planned from the others (held out), and how often planned runs held.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of the table.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Write plan.json and plan.png here.")
 def plan(run_groups: tuple[str, ...], tracking_uri: str | None, pods: str | None, nodes_dump: str | None,

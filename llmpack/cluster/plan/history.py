@@ -3,14 +3,20 @@
 The runs are the pipeline records ``llmpack report`` and ``llmpack project`` read
 (:func:`llmpack.report.facts.runs_from_mlflow`, the finetune gang's per-node events by
 :func:`llmpack.cluster.plan.project.data.gang_of_run`); a run keeps its phases apart so that :mod:`.phases`
-can borrow the ones that do not depend on the GPU. Only gang runs (``--nodes`` 2 or more) carry
-per-node events, so only they are history here (docs/plan.md says so).
+can borrow the ones that do not depend on the GPU. Cluster runs are history: a gang's per-node events,
+or a one-node run's finetune pod (one node). Local runs are not (one machine: no node provisioned, no
+image pulled, no gang): :attr:`History.notes` says so rather than "none". Reading never writes: a
+sqlite store that does not exist, or a store without the llmpack experiment, is no history.
+
+From kubectl dumps each gang's GPU type is its nodes' (node labels, per node): a gang whose nodes
+are of different types is left out, one line saying so (its straggler's time is no one type's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from components.errors import InputError
@@ -48,6 +54,7 @@ class RunSample:
     price_per_gpu_hour: float | None
     actual: dict[str, float | None] = field(default_factory=dict)  # the headlines, for calibration
     planned: dict[str, str] = field(default_factory=dict)          # llmpack.plan.* tags, if planned
+    submitted_at: float | None = None                               # when the run began (the time split's order)
 
     @property
     def gang_hours(self) -> float:
@@ -76,14 +83,12 @@ def sample_of_run(run: Mapping[str, Any]) -> RunSample | None:
     """The run's sample, or None when it holds no measured gang (failed, or one node)."""
     from llmpack.cluster.plan.project.data import gang_of_run
 
-    gang = gang_of_run(run)
+    gang = gang_of_run(run) or one_node_gang(run)
     if gang is None:
         return None
     tags = run.get("tags") or {}
     metrics = run.get("metrics") or {}
-    nodes = tuple(NodePhases(provision_s=n.provision_s if n.provision_s is not None else n.ready_s,
-                             pull_s=max(0.0, n.ready_s - (n.provision_s if n.provision_s is not None else n.ready_s)))
-                  for n in gang.nodes)
+    nodes = _pairs(gang.nodes)
     first = _float(metrics.get("time_to_first_step_s"))
     total = _float(metrics.get("total_s"))
     train = gang.train_s
@@ -99,7 +104,35 @@ def sample_of_run(run: Mapping[str, Any]) -> RunSample | None:
         actual={"spin_up_s": _float(metrics.get("gang_ready_s")), "first_step_s": first, "total_s": total,
                 "cost_usd": _float(metrics.get("cost_usd"))},
         planned={k: str(v) for k, v in tags.items() if k.startswith("llmpack.plan.")},
-        steps=_steps((run.get("params") or {}).get("max_steps")))
+        steps=_steps((run.get("params") or {}).get("max_steps")), submitted_at=_float(run.get("submitted_at")))
+
+
+def one_node_gang(run: Mapping[str, Any]) -> Any | None:
+    """A succeeded one-node cluster run as a gang of one: its finetune pod's own events (pod created,
+    its node Ready, container started); None for anything else."""
+    from llmpack.cluster.plan.project.data import MeasuredGang, NodeTimes
+
+    ev = (run.get("events") or {}).get("finetune") or {}
+    if run.get("mode") != "cluster" or run.get("status") not in (None, "succeeded"):
+        return None
+    created, started = _float(ev.get("pod_created")), _float(ev.get("container_started"))
+    if created is None or started is None or any(".node" in k for k in ev):
+        return None
+    ready = _float(ev.get("node_ready"))
+    first, finished = _float(ev.get("first_step")), _float(ev.get("finished"))
+    node = NodeTimes(ready_s=started - created, provision_s=None if ready is None else ready - created,
+                     billed_s=max(0.0, started - ready) if ready is not None else 0.0)
+    ranks = sum(1 for k in ev if k.startswith("first_step.rank"))
+    try:
+        price = float((run.get("tags") or {})["llmpack.price_per_gpu_hour"])
+    except (KeyError, ValueError):
+        price = None
+    submitted = _float(run.get("submitted_at"))
+    return MeasuredGang(path=str(run.get("orchestrator") or "unknown"), run=str(run.get("pipeline_run") or ""),
+                        nodes=(node,), overhead_s=None if submitted is None else created - submitted,
+                        first_step_s=None if first is None else first - started,
+                        train_s=None if first is None or finished is None else finished - first,
+                        gpus_per_node=ranks or None, price_per_gpu_hour=price)
 
 
 def _steps(value: Any) -> int | None:
@@ -136,21 +169,56 @@ def samples_of_runs(runs: Iterable[Mapping[str, Any]]) -> list[RunSample]:
 Progress = Callable[[str], None]
 
 
+class History(list[RunSample]):
+    """The samples, and lines about what was read and left out (printed with the plan)."""
+
+    def __init__(self, samples: Iterable[RunSample] = (), notes: Iterable[str] = ()) -> None:
+        super().__init__(samples)
+        self.notes = list(notes)
+
+
+LOCAL_NOTE = ("{n} local run(s) in the store are not cluster history: one machine has no node to provision, "
+              "no image to pull and no gang to wait for; measure on a cluster (llmpack cluster compare)")
+
+
+def read_only_client(tracking_uri: str | None) -> Any | None:
+    """An MLflow client for reading, or None when there is nothing to read: a sqlite store whose file does
+    not exist is not created (a plan writes nothing), nor is the llmpack experiment."""
+    from mlflow.tracking import MlflowClient
+
+    from components.record import tracking
+
+    uri = tracking.tracking_uri(tracking_uri)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):].split("?", 1)[0]).is_file():
+        return None
+    mc = MlflowClient(tracking_uri=uri)
+    return mc if mc.get_experiment_by_name(tracking.experiment_name()) is not None else None
+
+
 def from_mlflow(run_groups: Sequence[str], tracking_uri: str | None, progress: Progress | None = None,
-                *, strict: bool = True) -> list[RunSample]:
+                *, strict: bool = True) -> History:
     """Every measured gang run of the run groups, a progress line per group (and every 20 runs);
     ``strict``: a group without one is refused (one line) rather than skipped."""
     from components.record import tracking
     from llmpack.report.facts import runs_from_mlflow
 
     say = progress or (lambda _text: None)
-    mc = tracking.client(tracking_uri)
-    out: list[RunSample] = []
+    mc = read_only_client(tracking_uri)
+    out = History()
+    if mc is None:
+        if strict and run_groups:
+            raise InputError(f"run group {run_groups[0]!r}: no tracking store with llmpack runs at "
+                             f"{tracking.redact_uri(tracking.tracking_uri(tracking_uri))}")
+        return out
+    local = 0
     for group in run_groups:
         say(f"reading run group {group}")
         runs = runs_from_mlflow(mc, group)
         found = []
         for i, run in enumerate(runs, 1):
+            if run.get("mode") == "local":
+                local += 1
+                continue
             sample = sample_of_run(with_run_details(mc, run) if run.get("status") == "succeeded" else run)
             if sample is not None:
                 found.append(sample)
@@ -158,9 +226,12 @@ def from_mlflow(run_groups: Sequence[str], tracking_uri: str | None, progress: P
                 say(f"  {group}: {i} of {len(runs)} runs read")
         say(f"  {group}: {len(found)} measured gang runs of {len(runs)}")
         if not found and strict:
-            raise InputError(f"run group {group!r}: no measured finetune gang (runs with --nodes 2 or more "
-                             "that succeeded); measure some with llmpack compare --cluster --nodes 2")
+            what = (f"its {len(runs)} runs are local (one machine: no node, pull or gang to measure)"
+                    if runs and all(r.get("mode") == "local" for r in runs) else "no succeeded cluster run")
+            raise InputError(f"run group {group!r}: {what}; measure some with llmpack cluster compare")
         out += found
+    if local:
+        out.notes.append(LOCAL_NOTE.format(n=local))
     return out
 
 
@@ -180,19 +251,23 @@ def with_run_details(mc: Any, run: dict[str, Any]) -> dict[str, Any]:
 
 
 def all_groups(tracking_uri: str | None) -> list[str]:
-    """Every run group with a pipeline record in the store, oldest first (the whole history)."""
+    """Every run group with a pipeline record in the store, oldest first (the whole history); none
+    without a store (nothing created)."""
     from components.record import tracking
 
-    mc = tracking.client(tracking_uri)
+    mc = read_only_client(tracking_uri)
+    if mc is None:
+        return []
     found = mc.search_runs([tracking.experiment_id(mc)], filter_string=f"tags.`{tracking.RECORD_TAG}` = 'pipeline'",
                            max_results=5000, order_by=["attributes.start_time ASC"])
     return list(dict.fromkeys(g for g in (r.data.tags.get("llmpack.run_group") for r in found) if g))
 
 
-def from_dumps(pods: str, nodes: str | None, events: str | None, progress: Progress | None = None) -> list[RunSample]:
-    """Every succeeded gang of kubectl dumps (as ``llmpack project --pods`` reads them). Dumps hold no
-    in-container events: no load (first step) and no post-training time, which the plan then borrows
-    or marks; the GPU type and capacity are the first gang node's (its labels)."""
+def from_dumps(pods: str, nodes: str | None, events: str | None, progress: Progress | None = None) -> History:
+    """Every succeeded gang of kubectl dumps (as ``llmpack project --pods`` reads them), each on the GPU
+    type and capacity of its nodes' labels, node by node; a gang whose nodes differ in GPU type is left
+    out (a line says how many). Dumps hold no in-container events: no load (first step) and no
+    post-training time, which the plan then borrows or marks."""
     from llmpack.cluster.k8s.timeline import timeline_from_files
     from llmpack.cluster.plan.project.data import gangs_from_rows
     from llmpack.gpu_catalogue import node_gpu
@@ -203,16 +278,43 @@ def from_dumps(pods: str, nodes: str | None, events: str | None, progress: Progr
     gang_rows = [r for r in rows if r.get("gang")]
     if not gang_rows:
         raise InputError(f"{pods}: no TrainJob node pods (label jobset.sigs.k8s.io/jobset-name): no gang to plan from")
-    gpu = node_gpu(gang_rows[0], None)
-    capacity = SPOT if gang_rows[0].get("capacity_type") == SPOT else ON_DEMAND
-    out = []
-    for g in gangs_from_rows(rows):
-        pairs = tuple(NodePhases(provision_s=n.provision_s if n.provision_s is not None else n.ready_s,
-                                 pull_s=max(0.0, n.ready_s - (n.provision_s if n.provision_s is not None
-                                                              else n.ready_s)))
-                      for n in g.nodes)
-        out.append(RunSample(run=g.run, path=g.path, gpu_type=gpu.gpu_type or "unknown", capacity=capacity, nodes=pairs,
-                             overhead_s=g.overhead_s, load_s=None, train_s=g.train_s, post_s=None,
-                             gpus_per_node=g.gpus_per_node or 1, preemptions=0, price_per_gpu_hour=None))
-    say(f"  {len(out)} measured gangs on {gpu.gpu_type or 'an unknown GPU'}")
+    kinds: dict[str, set[tuple[str, str]]] = {}
+    for r in gang_rows:
+        kind = (node_gpu(r, None).gpu_type or "unknown", SPOT if r.get("capacity_type") == SPOT else ON_DEMAND)
+        kinds.setdefault(r["gang"], set()).add(kind)
+    mixed = sorted(g for g, k in kinds.items() if len({gpu for gpu, _ in k}) > 1)
+    others = [r for r in rows if not r.get("gang")]
+    out = History()
+    counts: dict[str, int] = {}
+    began: dict[str, float] = {}  # a run's (or gang's) first pod: the time split's order
+    for r in rows:
+        key = r.get("pipeline_run") or r.get("gang")
+        if key and r.get("created") is not None:
+            began[key] = min(began.get(key, r["created"]), r["created"])
+    for gpu, capacity in sorted({next(iter(k)) for g, k in kinds.items() if g not in mixed and len(k) == 1}):
+        mine = [r for r in gang_rows if kinds[r["gang"]] == {(gpu, capacity)}]
+        for g in gangs_from_rows([*others, *mine]):
+            out.append(RunSample(run=g.run, path=g.path, gpu_type=gpu, capacity=capacity, nodes=_pairs(g.nodes),
+                                 overhead_s=g.overhead_s, load_s=None, train_s=g.train_s, post_s=None,
+                                 gpus_per_node=g.gpus_per_node or 1, preemptions=0, price_per_gpu_hour=None,
+                                 submitted_at=began.get(g.run)))
+            counts[gpu] = counts.get(gpu, 0) + 1
+    say(f"  {len(out)} measured gangs, each on its nodes' GPU type: "
+        + (", ".join(f"{n} on {gpu}" for gpu, n in counts.items()) or "none"))
+    if mixed:
+        out.notes.append(f"{len(mixed)} gang(s) left out: their nodes are of different GPU types (a gang waits for its "
+                         f"slowest node, so its time is no one type's): {', '.join(mixed[:3])}"
+                         + (" ..." if len(mixed) > 3 else ""))
+        say("  " + out.notes[-1])
+    mixed_capacity = [g for g, k in kinds.items() if g not in mixed and len(k) > 1]
+    if mixed_capacity:
+        out.notes.append(f"{len(mixed_capacity)} gang(s) left out: their nodes are of both on-demand and spot capacity")
     return out
+
+
+def _pairs(nodes: Iterable[Any]) -> tuple[NodePhases, ...]:
+    """Per node: (pod created -> node Ready, node Ready -> container started); without a node Ready, all
+    of it is provisioning."""
+    return tuple(NodePhases(provision_s=n.provision_s if n.provision_s is not None else n.ready_s,
+                            pull_s=max(0.0, n.ready_s - (n.provision_s if n.provision_s is not None else n.ready_s)))
+                 for n in nodes)

@@ -90,6 +90,9 @@ class OptionSamples:
     train_s: float = 0.0                 # median
     post_s: float = 0.0                  # median
     step_s: float | None = None          # median training seconds per optimizer step (runs with max_steps)
+    train_gpu_s: tuple[float, ...] = ()  # per run: training GPU-seconds (time x nodes x GPUs per node)
+    step_gpu_s: float | None = None      # median training GPU-seconds per optimizer step
+    train_nodes: tuple[int, ...] = ()    # the gang sizes the training was measured at
     other_gpu_h: tuple[float, ...] = ()  # per run: billed GPU-hours outside the gang (none: not measured)
     gpus_per_node: int = 1
     runs: int = 0                        # the option's own runs
@@ -127,6 +130,11 @@ def _pick(samples: Sequence[RunSample], o: Option, phase: str,
 
 def _values(found: Sequence[RunSample], get: Callable[[RunSample], float | None]) -> tuple[float, ...]:
     return tuple(v for v in (get(s) for s in found) if v is not None)
+
+
+def _gpu_seconds(s: RunSample) -> float | None:
+    """The run's training in GPU-seconds: what a gang of another size divides (constant throughput per GPU)."""
+    return None if s.train_s is None else s.train_s * max(1, len(s.nodes)) * s.gpus_per_node
 
 
 def _median_or_none(values: tuple[float, ...]) -> float | None:
@@ -174,6 +182,10 @@ def option_samples(samples: Sequence[RunSample], option: Option) -> OptionSample
         other_gpu_h=_values(picked["other"], lambda s: s.other_gpu_h),
         step_s=_median_or_none(_values(picked["train"],
                                        lambda s: s.train_s / s.steps if s.train_s and s.steps else None)),
+        train_gpu_s=_values(picked["train"], _gpu_seconds),
+        step_gpu_s=_median_or_none(_values(picked["train"],
+                                           lambda s: (_gpu_seconds(s) or 0.0) / s.steps if s.steps else None)),
+        train_nodes=tuple(sorted({len(s.nodes) for s in picked["train"]})),
         gpus_per_node=max(per_node) if per_node else 1, runs=own_runs, borrowed=borrowed, assumed=assumed,
         preemptions=sum(s.preemptions for s in spot), spot_gang_hours=sum(s.gang_hours for s in spot))
 

@@ -62,6 +62,8 @@ def block(e: OptionEstimate, chosen: bool) -> list[str]:
                           if k in e.cost and (k != "preemption_waste" or e.preemption))
         price = e.price
         lines += _wrap(f"cost: {parts}; at {usd(price.per_gpu_hour)}/GPU-h ({price.source})" if price else parts)
+    if e.training:
+        lines += _wrap(e.training)
     if e.preemption and not e.preemption.get("unknown"):
         p = e.preemption
         lines += _wrap(f"spot: {p['expected']:.2f} preemptions expected ({p['per_node_hour']:.3g}/node-h, "
@@ -98,13 +100,14 @@ def row_json(e: OptionEstimate, chosen: bool) -> dict[str, Any]:
         "price": None if price is None else {"per_gpu_hour": price.per_gpu_hour, "source": price.source,
                                              "url": price.url, "as_of": price.as_of, "stale": price.stale},
         "preemption": {k: v for k, v in e.preemption.items()} or None,
+        "train_s": None if e.train_s is None else round(e.train_s, 3), "training": e.training or None,
         "borrowed": dict(e.samples.borrowed), "missing": list(e.samples.missing),
         "assumed_zero": list(e.samples.assumed),
     }
 
 
 def as_json(rows: Sequence[OptionEstimate], choice: Choice, inputs: dict[str, Any]) -> dict[str, Any]:
-    from llmpack.cluster.plan.project.model import METHOD
+    from llmpack.cluster.plan.quantiles import METHOD
 
     return {"inputs": inputs, "method": METHOD, "options": [row_json(r, r is choice.chosen) for r in rows],
             "chosen": None if choice.chosen is None else choice.chosen.samples.option.label, "why": choice.why}

@@ -44,13 +44,21 @@ class Plan:
     choice: choice.Choice
     inputs: PlanInputs
     runs: int
+    notes: tuple[str, ...] = ()   # what the history's reading left out, and why
 
     def as_json(self) -> dict[str, Any]:
-        return {**render.as_json(self.rows, self.choice, self.inputs.as_json()), "history_runs": self.runs}
+        return {**render.as_json(self.rows, self.choice, self.inputs.as_json()), "history_runs": self.runs,
+                "history_notes": list(self.notes)}
 
     def text(self) -> str:
-        context = [f"history: {self.runs} measured gang runs" if self.runs else
-                   "history: none (no measured gang run in the tracking store)"]
+        by_gpu: dict[str, int] = {}
+        for r in self.rows:
+            if r.samples.runs:
+                by_gpu[r.samples.option.gpu_type] = by_gpu.get(r.samples.option.gpu_type, 0) + r.samples.runs
+        each = "; per GPU type: " + ", ".join(f"{g} {n}" for g, n in by_gpu.items())
+        context = [f"history: {self.runs} measured cluster runs" + (each if by_gpu else "") if self.runs else
+                   "history: no measured cluster run" + ("" if self.notes else " in the tracking store"),
+                   *self.notes]
         return render.table(self.rows, self.choice, context)
 
 
@@ -70,21 +78,20 @@ def plan(samples: Sequence[RunSample], inputs: PlanInputs, *, today: dt.date | N
                                 provider=inputs.provider, today=today, stale_days=inputs.stale_days)
         rate = ((inputs.spot_interruptions_per_hour, "--spot-interruptions-per-hour")
                 if inputs.spot_interruptions_per_hour is not None else costs.measured_rate(s))
-        train_s = inputs.train_s
-        if train_s is None and inputs.max_steps is not None and s.step_s is not None:
-            train_s = s.step_s * inputs.max_steps  # the step count x the measured time per step
         row = estimate.estimate(s, nodes=inputs.nodes, price=price, spot_rate=rate,
-                                checkpoint_interval_s=inputs.checkpoint_interval_s, train_s=train_s)
-        if inputs.max_steps is not None and s.step_s is None and row.estimated:
+                                checkpoint_interval_s=inputs.checkpoint_interval_s, train_s=inputs.train_s,
+                                max_steps=inputs.max_steps)
+        if inputs.max_steps is not None and s.step_gpu_s is None and row.estimated:
             row = replace(row, note="; ".join(n for n in (row.note, "--max-steps: the runs record no max_steps, "
                                                           "training time as measured") if n))
         rows.append(row)
     chosen = choice.choose(rows, objective=inputs.objective, deadline_s=inputs.deadline_s, max_cost=inputs.max_cost)
-    return Plan(rows=rows, choice=chosen, inputs=inputs, runs=len(samples))
+    return Plan(rows=rows, choice=chosen, inputs=inputs, runs=len(samples),
+                notes=tuple(getattr(samples, "notes", ())))
 
 
 def read_history(run_groups: Sequence[str], tracking_uri: str | None, progress: history.Progress | None,
-                 dumps: tuple[str | None, str | None, str | None] = (None, None, None)) -> list[RunSample]:
+                 dumps: tuple[str | None, str | None, str | None] = (None, None, None)) -> history.History:
     """kubectl dumps (``dumps``: pods, nodes, events), or the named run groups, or every group in the
     store when neither is named."""
     pods, nodes, events = dumps

@@ -75,10 +75,15 @@ def test_spin_up_grows_with_the_gang_by_max_of_n_and_first_step_adds_the_load() 
             assert 10.0 <= first.value - up.value <= 14.0  # the measured load, 10-14 s
         assert r.times["spin_up_s"]["p90"].value > r.times["spin_up_s"]["p50"].value
     assert big.cost["straggler_waste"].value > small.cost["straggler_waste"].value
-    assert big.cost["compute"].value == pytest.approx(4 * small.cost["compute"].value)
+    # Training scales with the gang (constant throughput per GPU, the stated prior): 4x the GPUs, a quarter
+    # of the time, the same GPU-hours; the cost is the price x the GPUs x the plan's own time at that size.
+    assert big.train_s == pytest.approx(small.train_s / 4) and "perfect scaling" in big.training
+    for r in (small, big):
+        assert r.cost["compute"].value == pytest.approx(r.price.per_gpu_hour * r.gpus * r.train_s / 3600)
     eight = _row(run.plan(samples, run.PlanInputs(nodes=2, gpus_per_node=8, **inputs), today=TODAY), "argo",
                  "nvidia-h200")
-    assert eight.gpus == 16 and eight.cost["compute"].value == pytest.approx(8 * small.cost["compute"].value)
+    assert eight.gpus == 16 and eight.train_s == pytest.approx(small.train_s / 8)
+    assert eight.cost["compute"].value == pytest.approx(small.cost["compute"].value)
     assert eight.times["spin_up_s"]["p50"].value == small.times["spin_up_s"]["p50"].value  # the nodes' pace, not G
 
 
