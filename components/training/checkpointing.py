@@ -245,8 +245,12 @@ def save_checkpoint(
 def _check_ours(tmp: Path, dir_fd: int) -> None:
     """The directory at ``tmp`` is still the private one this process made (its inode, owner and 0700); else
     one :class:`InputError` and nothing is published."""
-    at, made = os.lstat(tmp), os.fstat(dir_fd)
-    if (at.st_dev, at.st_ino) != (made.st_dev, made.st_ino) or made.st_uid != os.geteuid() or \
+    made = os.fstat(dir_fd)
+    try:
+        at = os.lstat(tmp)
+    except OSError:
+        at = None  # moved away
+    if at is None or (at.st_dev, at.st_ino) != (made.st_dev, made.st_ino) or made.st_uid != os.geteuid() or \
             stat.S_IMODE(made.st_mode) & 0o077:
         raise InputError(f"checkpoints: {tmp} was replaced or opened to others while it was written; not published")
 

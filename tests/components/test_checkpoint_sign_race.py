@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -151,11 +152,17 @@ def test_a_write_directory_replaced_while_written_is_not_published(
         (tmp / TENSORS_FILE).write_bytes(forged)
         (tmp / "state.json").write_bytes((tmp.with_name("away") / "state.json").read_bytes())
 
-    _between_state_and_manifest(monkeypatch, root, replace_dir)
+    def move_away(tmp: Path) -> None:
+        os.rename(tmp, tmp.with_name("away"))
+
     net, opt = _trained()
-    with pytest.raises(InputError, match="was replaced or opened to others while it was written; not published"):
-        save_checkpoint(root, 4, net, opt, "fp", owner=OWNER)
-    assert not (root / "step-00000004").exists() and newest_checkpoint(root) is None
+    for act in (replace_dir, move_away):
+        with monkeypatch.context() as m:
+            _between_state_and_manifest(m, root, act)
+            with pytest.raises(InputError, match="was replaced or opened to others while it was written; not pub"):
+                save_checkpoint(root, 4, net, opt, "fp", owner=OWNER)
+        assert not (root / "step-00000004").exists() and newest_checkpoint(root) is None
+        shutil.rmtree(root / "away")
 
 
 def test_the_streamed_tensors_file_is_byte_for_byte_safetensors_own(tmp_path: Path) -> None:
