@@ -200,7 +200,7 @@ def kill_at_moment(proc: subprocess.Popen[str], plan: KillPlan, ref: Reference, 
         hit = _wait(lambda: len(_lines_since(train_log, log_offset)) >= plan.at_step, proc, deadline)
         hit = hit and later(plan.fraction * ref.step_s)
     elif plan.phase == "checkpoint":
-        hit = _wait((ckpt / f".tmp-step-{plan.at_step:08d}-{proc.pid}").exists, proc, deadline)
+        hit = _wait(lambda: any(ckpt.glob(f".tmp-step-{plan.at_step:08d}-*-{proc.pid}")), proc, deadline)
         hit = hit and later(plan.fraction * s.pause_s)
     else:  # between
         hit = _wait((ckpt / f"step-{plan.at_step:08d}").exists, proc, deadline)

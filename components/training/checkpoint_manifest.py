@@ -176,9 +176,26 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def manifest_bytes(step_no: int, fingerprint: str, owner: dict[str, str] | None,
+                   files: dict[str, dict[str, Any]]) -> bytes:
+    """``manifest.json``: ``files`` (each one's size and sha256), the step and whose it is, signed with the user's key.
+
+    ``files`` must be the digests of the bytes the signer itself wrote (:func:`~components.training.
+    checkpoint_state.write_state` returns them), never of files read back from a directory someone else
+    could write: they would sign whatever another writer put there.
+    """
+    doc: dict[str, Any] = {"step": step_no, "fingerprint": fingerprint, "owner": owner or {}, "files": files}
+    doc["signature"] = provenance.sign(KIND, doc)
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
 def write_manifest(path: Path, step_no: int, fingerprint: str, owner: dict[str, str] | None = None) -> None:
-    """List every regular file in ``path`` with its size and sha256 (after flushing it), name whose it is,
-    and sign it all with the user's key."""
+    """Sign every regular file now in ``path`` (hashed from disk after flushing it) with the user's key.
+
+    Re-reads the files, so it signs whatever is there: only for a directory no one else can write (tests
+    re-signing a checkpoint they edited). ``save_checkpoint`` never calls it: it signs the digests
+    computed while it wrote (:func:`manifest_bytes`).
+    """
     files = {}
     for file in sorted(p for p in path.iterdir() if p.name != MANIFEST and stat.S_ISREG(os.lstat(p).st_mode)):
         fsync_path(file)
@@ -188,8 +205,6 @@ def write_manifest(path: Path, step_no: int, fingerprint: str, owner: dict[str, 
             files[file.name] = {"bytes": size, "sha256": sha256_fd(fd, size)}
         finally:
             os.close(fd)
-    doc: dict[str, Any] = {"step": step_no, "fingerprint": fingerprint, "owner": owner or {}, "files": files}
-    doc["signature"] = provenance.sign(KIND, doc)
     manifest = path / MANIFEST
-    manifest.write_text(json.dumps(doc, indent=2) + "\n")
+    manifest.write_bytes(manifest_bytes(step_no, fingerprint, owner, files))
     fsync_path(manifest)

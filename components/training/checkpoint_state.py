@@ -6,6 +6,9 @@ run it in the next resume. So the state is ``state.safetensors`` (every tensor) 
 structure ``optimizer.load_state_dict`` was given. Anything else is refused at save time; a file
 that does not decode is :class:`UnreadableState`. The encoding: docs/internals/step-process.md.
 
+Both are written by :func:`write_state` into new files of a directory this process made, each through its
+own descriptor (``O_CREAT|O_EXCL|O_NOFOLLOW``), hashed as the bytes go out: what the manifest signs is
+what this process produced, never bytes read back from a path another writer could have replaced.
 Both are read bounded (regular files only, size caps, nesting capped) and, given the signed
 manifest's entries, checked for size and sha256 on the very bytes decoded.
 """
@@ -15,7 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+import struct
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,13 @@ STATE_FILES = (DATA_FILE, TENSORS_FILE)
 MAX_DATA_BYTES = bounded.MAX_JSON_BYTES  # state.json (and any file but the tensors): KiBs in practice
 MAX_TENSOR_BYTES = 1 << 40  # state.safetensors: 1 TiB, past the fp32 weights and AdamW moments of a 20B model
 _TAGS = ("$tensor", "$tuple", "$dict")
+_WRITE_CHUNK = 64 << 20
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# torch's dtype -> safetensors' name, in safetensors' own order (its file lists tensors by it, widest first)
+_ST_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "float8_e5m2": "F8_E5M2", "float8_e4m3fn": "F8_E4M3",
+              "int16": "I16", "uint16": "U16", "float16": "F16", "bfloat16": "BF16", "int32": "I32", "uint32": "U32",
+              "float32": "F32", "float64": "F64", "int64": "I64", "uint64": "U64"}
+_ST_RANK = {name: rank for rank, name in enumerate(_ST_DTYPES)}
 
 
 def size_cap(name: str) -> int:
@@ -111,17 +122,62 @@ def _key(key: Any) -> Any:
     return key
 
 
-def write_state(directory: Path, state: dict[str, Any]) -> None:
-    """The state as ``state.safetensors`` and ``state.json`` in ``directory``.
+def write_file(dir_fd: int, name: str, chunks: Iterable[Any]) -> dict[str, Any]:
+    """A new file ``name`` in the directory open as ``dir_fd``: created ``O_EXCL|O_NOFOLLOW`` mode 0600 (an entry
+    already there, a symlink included, is an error), ``chunks`` (bytes-like) written through that one descriptor and
+    flushed; its ``{"bytes", "sha256"}`` of the bytes written, hashed as they went out, never read back."""
+    fd = os.open(name, _CREATE, 0o600, dir_fd=dir_fd)
+    digest, size = hashlib.sha256(), 0
+    try:
+        for chunk in chunks:
+            view = memoryview(chunk).cast("B")
+            while len(view):
+                n = os.write(fd, view[:_WRITE_CHUNK])
+                digest.update(view[:n])
+                size, view = size + n, view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return {"bytes": size, "sha256": digest.hexdigest()}
 
-    Not yet flushed: the manifest does that.
+
+def _safetensors(tensors: dict[str, Any]) -> Iterator[Any]:
+    """``tensors`` as the bytes of a safetensors file, streamed: its header, then each tensor's own memory (no copy).
+
+    Byte for byte what ``safetensors.torch.save`` makes: tensors ordered by dtype (widest first, so each is
+    aligned), then by name; the header padded with spaces to 8 bytes.
     """
-    from safetensors.torch import save_file
+    import torch
 
+    def dtype(tensor: Any) -> str:
+        name = str(tensor.dtype).removeprefix("torch.")
+        if name not in _ST_DTYPES:
+            raise TypeError(f"checkpoint state holds a {tensor.dtype} tensor: not a dtype safetensors stores")
+        return name
+
+    order = sorted(tensors.items(), key=lambda item: (-_ST_RANK[dtype(item[1])], item[0]))
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, tensor in order:
+        size = tensor.numel() * tensor.element_size()
+        header[name] = {"dtype": _ST_DTYPES[dtype(tensor)], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    yield struct.pack("<Q", len(raw)) + raw
+    for _, tensor in order:
+        if tensor.numel():
+            yield tensor.reshape(-1).view(torch.uint8).numpy()  # encode() made it CPU and contiguous
+
+
+def write_state(dir_fd: int, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The state as new files ``state.safetensors`` and ``state.json`` in the directory open as ``dir_fd``,
+    flushed; each file's ``{"bytes", "sha256"}`` as written (:func:`write_file`): what the manifest signs."""
     tensors: dict[str, Any] = {}
     data = encode(state, tensors)
-    save_file(tensors, str(directory / TENSORS_FILE))
-    (directory / DATA_FILE).write_text(json.dumps(data) + "\n", encoding="utf-8")
+    return {TENSORS_FILE: write_file(dir_fd, TENSORS_FILE, _safetensors(tensors)),
+            DATA_FILE: write_file(dir_fd, DATA_FILE, [(json.dumps(data) + "\n").encode("utf-8")])}
 
 
 def _open_state_file(directory: Path, name: str, want: Mapping[str, Any] | None) -> int:

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,10 +34,11 @@ from components.training.checkpoint_manifest import (
     foreign,
     fsync_path,
     load_manifest,
+    manifest_bytes,
     read_manifest,
     write_manifest,
 )
-from components.training.checkpoint_state import UnreadableState, read_state, write_state
+from components.training.checkpoint_state import UnreadableState, read_state, write_file, write_state
 
 __all__ = ["MANIFEST", "checkpoint_problem", "read_manifest", "write_manifest", "foreign", "newest_checkpoint",
            "resume_newest", "save_checkpoint", "load_checkpoint", "run_checkpoint_dir", "real_run_dir",
@@ -198,37 +200,59 @@ def save_checkpoint(
 
     ``state``: the (trainable, optimizer) state :func:`train_state` gathered, when the model is sharded;
     ``owner``: the pipeline run and step it belongs to, written into the manifest, which is signed with
-    the user's key (:func:`~components.training.checkpoint_manifest.write_manifest`).
+    the user's key over the sizes and sha256 of the bytes this process wrote (:func:`write_state`), never
+    over bytes read back from disk, into a directory only this user can enter (``mkdtemp``, 0700).
     """
     import numpy as np
     import torch
 
     final = root / f"step-{step_no:08d}"
-    tmp = root / f".tmp-step-{step_no:08d}-{os.getpid()}"
     for stale in root.glob(f".tmp-step-{step_no:08d}-*"):  # a killed attempt's unfinished write of this step
         _remove(stale)
-    tmp.mkdir(parents=True)
-    trainable, optimizer_state = state if state is not None else train_state(model, optimizer)
-    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
-    write_state(tmp, {
-        "step": step_no,
-        "trainable": trainable,
-        "optimizer": optimizer_state,
-        "rng": {
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "numpy": {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                      "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
-        },
-    })
-    if chaos_pause_s > 0:
-        time.sleep(chaos_pause_s)  # test hook (settings.CHAOS_CHECKPOINT_PAUSE_S.name): a window to kill the write in
-    write_manifest(tmp, step_no, fingerprint, owner)
+    root.mkdir(parents=True, exist_ok=True)
+    # private (0700, a fresh random name) and written only through descriptors this process created: the digests
+    # it signs are of the bytes it wrote, so a file swapped in by another writer is never signed, only refused
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step_no:08d}-", suffix=f"-{os.getpid()}", dir=root))
+    dir_fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        trainable, optimizer_state = state if state is not None else train_state(model, optimizer)
+        kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+        files = write_state(dir_fd, {
+            "step": step_no,
+            "trainable": trainable,
+            "optimizer": optimizer_state,
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "numpy": {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                          "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
+            },
+        })
+        if chaos_pause_s > 0:
+            time.sleep(chaos_pause_s)  # test hook (settings.CHAOS_CHECKPOINT_PAUSE_S.name): a window to kill the write
+        write_file(dir_fd, MANIFEST, [manifest_bytes(step_no, fingerprint, owner, files)])
+        os.fsync(dir_fd)
+        _check_ours(tmp, dir_fd)
+    finally:
+        os.close(dir_fd)
     _remove(final)  # this step's leftover: torn (not resumed from), another run's, or planted
     os.replace(tmp, final)
     fsync_path(root)  # the rename itself survives a node crash
     prune_checkpoints(root, final)
     return final
+
+
+def _check_ours(tmp: Path, dir_fd: int) -> None:
+    """The directory at ``tmp`` is still the private one this process made (its inode, owner and 0700); else
+    one :class:`InputError` and nothing is published."""
+    made = os.fstat(dir_fd)
+    try:
+        at = os.lstat(tmp)
+    except OSError:
+        at = None  # moved away
+    if at is None or (at.st_dev, at.st_ino) != (made.st_dev, made.st_ino) or made.st_uid != os.geteuid() or \
+            stat.S_IMODE(made.st_mode) & 0o077:
+        raise InputError(f"checkpoints: {tmp} was replaced or opened to others while it was written; not published")
 
 
 def _numpy_rng(rng: Any) -> tuple[Any, ...]:
