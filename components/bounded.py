@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +43,29 @@ def open_regular(path: str | Path, *, follow_symlinks: bool = False) -> int:
         raise InputError(f"{path}: not a regular file (a FIFO, device or directory is refused)")
     os.set_blocking(fd, True)
     return fd
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """``data`` written whole at ``path``: through a new temporary file beside it (``O_EXCL|O_NOFOLLOW``: a planted
+    link or FIFO is never opened) and a rename (which replaces the name, never a link's target). A ``path`` that
+    exists as anything but a regular file (a symlink, FIFO, device, directory) is one :class:`InputError`."""
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{path}: not a regular file (a symlink, FIFO or device is refused); nothing was written")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_bytes(path: str | Path, limit: int = MAX_JSON_BYTES, *, follow_symlinks: bool = False) -> bytes:

@@ -308,11 +308,11 @@ def export_trace(records: list[Record], *, ctx: RunContext, tags: Mapping[str, s
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` through a temporary file and a rename: never half-written."""
+    """Write JSON to ``path`` through a new temporary file and a rename: never half-written, never through a link."""
+    from components.bounded import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())  # a planted link: refused
 
 
 def write_metric_files(metrics: Mapping[str, Any], specs: Sequence[str]) -> None:

@@ -70,14 +70,27 @@ def send(trace: Trace, to: Target, *, env: Mapping[str, str] | None = None, time
     request = urllib.request.Request(to.url, data=body, method="POST",
                                      headers={"Content-Type": "application/json", **to.headers})
     context = ssl._create_unverified_context() if to.insecure else None  # noqa: S323 - the user asked for it
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirect())
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as resp:
+        with opener.open(request, timeout=timeout_s) as resp:
             resp.read()
         return None
     except urllib.error.HTTPError as exc:
+        if 300 <= exc.code < 400:
+            return (f"trace not sent to {_redact(to.url)}: HTTP {exc.code} redirect, not followed (the trace and its "
+                    "credentials go only to the configured endpoint)")
         return f"trace not sent to {_redact(to.url)}: HTTP {exc.code}"
     except (OSError, ValueError) as exc:
         return f"trace not sent to {_redact(to.url)}: {type(exc).__name__}"
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Refuses every redirect: urllib would resend the body and every header (``Authorization`` included) to
+    wherever ``Location`` points. The 3xx becomes an HTTPError, so nothing is resent."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: object, code: int, msg: str, headers: object,
+                         newurl: str) -> None:
+        return None
 
 
 def write(trace: Trace, path: Path) -> Path:

@@ -9,7 +9,6 @@ decisions: docs/internals/run-directories.md.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -30,7 +29,7 @@ from llmpack.ui.terminal import command
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 
-Action = Literal["removed", "would remove", "kept unsent", "not removed"]
+Action = Literal["removed", "would remove", "kept unsent", "not removed", "refused"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,11 +62,17 @@ def format_age(seconds: float) -> str:
 
 
 def unsent(path: Path) -> bool:
-    """The kept run's ``summary.json`` says its records were never sent to tracking."""
+    """The kept run's ``summary.json`` says its records were never sent to tracking; an :class:`InputError` when it
+    is there but not a bounded regular JSON file (a FIFO, ``/dev/zero``, a symlink, 10^6 ``[``)."""
+    from components import bounded
+
     try:
-        return json.loads((path / "summary.json").read_text(encoding="utf-8")).get("tracking") == "not sent"
-    except (OSError, ValueError, AttributeError):
+        summary = bounded.read_json(path / "summary.json", allow_nan=True)
+    except InputError:
+        raise
+    except (OSError, ValueError):
         return False
+    return isinstance(summary, dict) and summary.get("tracking") == "not sent"
 
 
 def clean_runs(
@@ -94,7 +99,12 @@ def clean_runs(
         age_s = now - entry.stat(follow_symlinks=False).st_mtime
         if older_than_s > 0 and age_s < older_than_s:  # 0: every one, even one written this second
             continue
-        if not include_unsent and unsent(path):
+        try:
+            kept_unsent = not include_unsent and unsent(path)
+        except InputError as exc:  # one line for this run directory; the others go on
+            items.append(CleanItem(path=path, age_s=age_s, action="refused", reason=str(exc)))
+            continue
+        if kept_unsent:
             items.append(CleanItem(path=path, age_s=age_s, action="kept unsent"))
             continue
         if dry_run:
@@ -120,6 +130,8 @@ def render_item(item: CleanItem) -> str:
     if item.action == "kept unsent":
         return (f"kept {item.path} ({age} old): its records were never sent to tracking; "
                 f"llmpack sync {item.path}, or pass --include-unsent")
+    if item.action == "refused":
+        return f"llmpack: error: left {item.path}: {item.reason} (remove it with --include-unsent)"
     if item.action == "not removed":
         return f"llmpack: error: could not remove {item.path}: {item.reason}"
     return f"{item.action} {item.path} ({age} old)"
@@ -135,8 +147,8 @@ def take_over_dead_runs(runs_dir: Path, *, dry_run: bool = False) -> list[str]:
     for staging in orphans.find_partial_runs(runs_dir):
         try:
             owner = orphans.read_owner(staging)
-        except InputError as exc:
-            lines.append(f"left {staging}: {str(exc).split(': ', 1)[-1]}")
+        except InputError as exc:  # unreadable, unbounded or unsealed: bad input, named, nothing touched
+            lines.append(f"llmpack: error: left {staging}: {exc}")
             continue
         if orphans.owner_alive(owner):
             lines.append(f"left {staging}: its run is in progress")
@@ -194,10 +206,11 @@ def clean(older_than: str, runs_dir: Path, dry_run: bool, include_unsent: bool) 
             click.echo(line, err=line.startswith("llmpack: error: "))
     items = clean_runs(runs_dir, parse_age(older_than), dry_run=dry_run, include_unsent=include_unsent)
     for item in items:
-        click.echo(render_item(item), err=item.action == "not removed")
+        click.echo(render_item(item), err=item.action in ("not removed", "refused"))
     if not any(item.action in ("removed", "would remove") for item in items):
         click.echo(f"no failed runs older than {older_than} to remove in {runs_dir}")
     if any(item.action == "not removed" for item in items):
         sys.exit(1)
-    if refused:  # a staging directory naming another tracking store: bad input, left as it was
+    if refused or any(item.action == "refused" for item in items):  # bad input (a planted store, an unsealed or
+        # unreadable run directory): named, left as it was
         sys.exit(2)

@@ -17,7 +17,6 @@ opened is still bad input (exit 2). Why, and the register step's bounds: docs/cl
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -283,10 +282,8 @@ def sync_hint(run_dir: Path) -> str:
 
 def write_run_files(run_dir: Path, records: list[telemetry.Record], summary: dict[str, Any]) -> None:
     """``events.jsonl`` (every step's records, in time order) and ``summary.json``: what ``llmpack sync`` reads."""
-    with (run_dir / "events.jsonl").open("w", encoding="utf-8") as fh:
-        for rec in sorted(records, key=lambda r: (r.kind != "event", r.value if r.kind == "event" else 0.0, r.key)):
-            fh.write(json.dumps(rec.__dict__, sort_keys=True) + "\n")
-    record.write_json_atomic(run_dir / "summary.json", summary)
+    orphans.write_events(run_dir / "events.jsonl", records)  # never through a link (components.bounded.write_atomic)
+    record.write_json_atomic(run_dir / "summary.json", orphans.seal(run_dir, summary))  # sync acts only on this seal
 
 
 def _abandon(exc: BaseException, *, mc: Any, run_id: str | None, ctx: telemetry.RunContext, uri: str,

@@ -10,6 +10,7 @@ docs/internals/run-directories.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -18,9 +19,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from components import bounded
 from components.errors import InputError
 
 OWNER_FILE = "llmpack-owner.json"
+SIGNATURE_KEY = "signature"  # in the owner file and summary.json: the user's key's seal (:func:`seal`)
+SEAL_KIND = "run-directory"
 FAILED_SUFFIX = ".failed"  # an interrupted or failed run's directory (llmpack.run.clean removes them)
 _PARTIAL = re.compile(r"^\.(.+)\.partial$")
 HOLD_WAIT_S = 20.0  # how long a take-over waits for processes still writing the run (a step checkpointing)
@@ -39,6 +43,31 @@ def process_identity(pid: int) -> tuple[int, str] | None:
     return int(fields[19]), boot
 
 
+def _seal_payload(directory: Path, record: Mapping[str, Any]) -> dict[str, Any]:
+    body = {k: v for k, v in record.items() if k != SIGNATURE_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True, default=str)
+    return {"directory_inode": os.lstat(directory).st_ino, "content_sha256": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def seal(directory: Path, record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` (an owner file or a summary) with the user's key's signature over all of it and the directory it is
+    in (its inode: kept by the renames a run directory goes through, not by a copy). What the directory names (run,
+    record id, status, tags) is data: :func:`check_seal` lets a command act on it only when this process wrote it."""
+    from components.provenance import sign
+
+    return {**record, SIGNATURE_KEY: sign(SEAL_KIND, _seal_payload(directory, record))}
+
+
+def check_seal(directory: Path, record: Mapping[str, Any], where: Path) -> None:
+    """Nothing when ``record`` bears the user's seal for ``directory``; else one InputError naming ``where``."""
+    from components.provenance import verify
+
+    if not verify(SEAL_KIND, _seal_payload(directory, record), record.get(SIGNATURE_KEY)):
+        raise InputError(f"{where}: {'unsigned' if SIGNATURE_KEY not in record else 'wrongly signed'} (not written by "
+                         "your llmpack in this directory, or edited or copied since); it names a run identity your "
+                         "signing key did not seal: nothing was sent and no record was touched")
+
+
 def write_owner(staging: Path, *, identity: Mapping[str, Any], run_id: str | None, tracking_uri: str,
                 tags: Mapping[str, str], params: Mapping[str, Any], pid: int | None = None) -> None:
     """The client's claim on its staging directory (``tracking_uri`` already without credentials);
@@ -48,24 +77,26 @@ def write_owner(staging: Path, *, identity: Mapping[str, Any], run_id: str | Non
     owner = {"pid": pid, "start_ticks": me[0] if me else None, "boot_id": me[1] if me else None,
              "identity": dict(identity), "mlflow_run_id": run_id, "tracking_uri": tracking_uri,
              "tags": dict(tags), "params": dict(params), "written_at": time.time()}
-    tmp = staging / f".{OWNER_FILE}.tmp"
-    tmp.write_text(json.dumps(owner, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, staging / OWNER_FILE)
+    bounded.write_atomic(staging / OWNER_FILE, (json.dumps(seal(staging, owner), sort_keys=True) + "\n").encode())
 
 
 def read_owner(staging: Path) -> dict[str, Any]:
-    """The staging directory's owner record, or an InputError naming what is wrong with it."""
+    """The staging directory's owner record, or an InputError naming what is wrong with it: not a regular file,
+    over its size or depth bound, not JSON, or not sealed by the user's key for this directory (:func:`check_seal`)."""
     path = staging / OWNER_FILE
     try:
-        owner = json.loads(path.read_text(encoding="utf-8"))
+        owner = bounded.read_json(path)  # a FIFO, /dev/zero, a symlink, 10^6 '[': one line
     except FileNotFoundError:
         raise InputError(f"RUN_DIR {staging}: a run in progress without {OWNER_FILE}; "
                          "it was started by an older llmpack: leave it, or remove it by hand") from None
+    except InputError:
+        raise
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: not readable as JSON ({type(exc).__name__})") from None
     if (not isinstance(owner, dict) or not isinstance(owner.get("pid"), int)
             or not isinstance(owner.get("identity"), dict)):
         raise InputError(f"{path}: not an llmpack owner record")
+    check_seal(staging, owner, path)
     return owner
 
 
@@ -143,12 +174,16 @@ def take_over(staging: Path, *, wait_s: float = HOLD_WAIT_S, sleep: Any = time.s
         "artifacts": {"run_dir": str(kept), "events_file": str(kept / "events.jsonl"),
                       "mlflow_run_id": owner.get("mlflow_run_id"), "tracking_uri": owner.get("tracking_uri") or ""},
     }
-    with (staging / "events.jsonl").open("w", encoding="utf-8") as fh:
-        for rec in sorted(records, key=lambda r: (r.kind != "event", r.value if r.kind == "event" else 0.0, r.key)):
-            fh.write(json.dumps(rec.__dict__, sort_keys=True) + "\n")
-    write_json_atomic(staging / "summary.json", summary)
+    write_events(staging / "events.jsonl", records)  # a planted link or FIFO there: refused, never written through
+    write_json_atomic(staging / "summary.json", seal(staging, summary))
     os.replace(staging, kept)
     return kept
+
+
+def write_events(path: Path, records: list[Any]) -> None:
+    """``events.jsonl``: the records in time order, through :func:`components.bounded.write_atomic`."""
+    ordered = sorted(records, key=lambda r: (r.kind != "event", r.value if r.kind == "event" else 0.0, r.key))
+    bounded.write_atomic(path, "".join(json.dumps(rec.__dict__, sort_keys=True) + "\n" for rec in ordered).encode())
 
 
 def taken_over(run_dir: Path) -> Path | None:

@@ -70,6 +70,7 @@ def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any, int]:
                or summary.get(k) in (None, "")]
     if missing:
         raise InputError(f"{path}: not an llmpack run summary (missing {', '.join(missing)})")
+    orphans.check_seal(run_dir, summary, path)  # a copied or planted identity: refused before anything is sent
     try:
         submitted_at, finished_at = float(summary["submitted_at"]), float(summary["finished_at"])
     except (TypeError, ValueError):
@@ -137,7 +138,7 @@ def sync_run(run_dir: Path, tracking_uri: str | None = None, *, retry: Any = Non
         summary["tracking"] = "sent"
         summary["trace"] = trace
         summary["artifacts"] = {**_mapping(summary, "artifacts"), "mlflow_run_id": run_id}
-        write_json_atomic(run_dir / SUMMARY_FILE, summary)
+        write_json_atomic(run_dir / SUMMARY_FILE, orphans.seal(run_dir, summary))
     return SyncResult(run_dir=run_dir, pipeline_run=upload.ctx.pipeline_run, mlflow_run_id=run_id,
                       tracking_uri=tracking.redact_uri(uri), logged=logged, already=len(upload.records) - logged,
                       status=upload.status, skipped=skipped)

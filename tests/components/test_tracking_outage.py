@@ -42,7 +42,8 @@ def _free_port() -> int:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LLMPACK_"))}
+    env = {k: v for k, v in os.environ.items()
+           if k == "LLMPACK_SIGNING_KEY_FILE" or not k.startswith(("MLFLOW_", "LLMPACK_"))}
     return {**env, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **extra}
 
 

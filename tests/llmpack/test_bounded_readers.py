@@ -19,6 +19,7 @@ from components.record.telemetry import read_records_counted
 from components.training.data import read_jsonl, read_split
 from llmpack.cli import main
 from llmpack.cluster.k8s import dumps
+from llmpack.run import orphans
 
 LONG_LINE = 1024 * 1024 + 10  # one byte past components.bounded.MAX_LINE_BYTES, and then some
 
@@ -57,9 +58,9 @@ def test_a_dump_over_its_limit_or_nested_past_64_is_one_line(tmp_path: Path, mon
 def _run_dir(tmp_path: Path) -> Path:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "summary.json").write_text(json.dumps(
+    (run_dir / "summary.json").write_text(json.dumps(orphans.seal(run_dir,
         {"run_group": "rg-x", "pipeline_run": "direct-x", "orchestrator": "direct", "mode": "local",
-         "status": "succeeded", "submitted_at": 1.7e9, "finished_at": 1.7e9 + 60, "tracking": "not sent"}))
+         "status": "succeeded", "submitted_at": 1.7e9, "finished_at": 1.7e9 + 60, "tracking": "not sent"})))
     return run_dir
 
 

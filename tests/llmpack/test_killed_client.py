@@ -26,7 +26,8 @@ MOMENTS = ("before-first-step", "tokenize", "finetune", "evaluate", "register")
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMPACK_", "MLFLOW_"))}
+    env = {k: v for k, v in os.environ.items()
+           if k == "LLMPACK_SIGNING_KEY_FILE" or not k.startswith(("LLMPACK_", "MLFLOW_"))}
     return {**env, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **extra}
 
 

@@ -78,7 +78,8 @@ def planter() -> Iterator[Listener]:
 
 
 def _env(configured: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMPACK_", "MLFLOW_"))}
+    env = {k: v for k, v in os.environ.items()
+           if k == "LLMPACK_SIGNING_KEY_FILE" or not k.startswith(("LLMPACK_", "MLFLOW_"))}
     return {**env, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
             "MLFLOW_TRACKING_URI": configured, "MLFLOW_TRACKING_TOKEN": TOKEN, "MLFLOW_TRACKING_USERNAME": "alice",
             "MLFLOW_TRACKING_PASSWORD": PASSWORD, "LLMPACK_TRACKING_MAX_WAIT_S": "3", **extra}
@@ -106,14 +107,15 @@ def _planted_staging(runs: Path, uri: str) -> Path:
 
 
 def _planted_run_dir(runs: Path, uri: str) -> Path:
-    """A kept run directory whose summary was edited to name ``uri``."""
+    """A kept run directory whose summary was edited to name ``uri`` (and sealed, as if by the user: a store
+    named in a run directory is refused on its own, test_run_dir_authority refuses unsealed ones)."""
     run_dir = runs / f"{RUN}.failed"
     run_dir.mkdir(parents=True)
     (run_dir / "events.jsonl").write_text("")
-    (run_dir / "summary.json").write_text(json.dumps({
+    (run_dir / "summary.json").write_text(json.dumps(orphans.seal(run_dir, {  # sealed: the store check is its own
         "run_group": "rg-planted", "pipeline_run": RUN, "orchestrator": "direct", "mode": "local",
         "status": "failed", "submitted_at": 1.0, "finished_at": 2.0, "tracking": "not sent",
-        "artifacts": {"run_dir": str(run_dir), "mlflow_run_id": None, "tracking_uri": uri}}))
+        "artifacts": {"run_dir": str(run_dir), "mlflow_run_id": None, "tracking_uri": uri}})))
     return run_dir
 
 

@@ -32,7 +32,8 @@ TOKEN = "argo-standin-token-interrupts-S3CRET"
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LLMPACK_", "ARGO_", "KFP_"))}
+    env = {k: v for k, v in os.environ.items()
+           if k == "LLMPACK_SIGNING_KEY_FILE" or not k.startswith(("MLFLOW_", "LLMPACK_", "ARGO_", "KFP_"))}
     return {**env, "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
             "HF_HUB_OFFLINE": "1", **extra}
 
