@@ -151,8 +151,9 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     from llmpack.report.target import check_report_target
     from llmpack.run.local import RunOptions, prepare
     from llmpack.run.show import run_with_progress
-    from llmpack.run.user_pipeline import parse_params
+    from llmpack.run.user_pipeline import OWN_FLAGS, run_values
     from llmpack.ui.display import err, library_logs_to
+    from llmpack.ui.options import typed_values
     from llmpack.ui.progress import note
 
     # Every input is checked here, before the first run starts.
@@ -178,7 +179,8 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
         check_report_target(report_dir, "--report", force=force)
     delays = rounds.parse_start_delays(inject_start_delay, names)
     output_dir = Path(kwargs["output_dir"])
-    opts = RunOptions(params=parse_params(params, kwargs["pipeline"]), **kwargs)
+    # the pipeline's own signature gives every value the user did not type (docs/your-pipeline.md)
+    opts = RunOptions(**{**kwargs, **run_values(kwargs["pipeline"], typed_values(OWN_FLAGS, kwargs), params)})
     prepare(opts)  # data, model, price: refused before MLflow's slow import (compare() checks every path again)
 
     def started(run_group: str) -> None:
