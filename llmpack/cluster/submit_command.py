@@ -92,15 +92,20 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
         # the compiled artifact replaces an unset option
         run = backend.submit(conn, params=values, **{**kw, **artifact})
     summary = run.summary
-    plan_record.after_submit(planned, summary)
-    for warning in summary.get("warnings", []):
-        click.echo(f"llmpack: warning: {warning}", err=True)
-    if wait:
-        try:
+    try:  # from here on the run exists on the cluster: a failure names it and how to remove it
+        plan_record.after_submit(planned, summary)
+        for warning in summary.get("warnings", []):
+            click.echo(f"llmpack: warning: {warning}", err=True)
+        if wait:
             run.wait(wait_timeout)
-        except (KeyboardInterrupt, Interrupted) as exc:  # stop waiting; the run is the cluster's
-            exc.add_note(run.still_running())  # as with argo submit --wait
-            raise
+    except (KeyboardInterrupt, Interrupted) as exc:  # stop waiting; the run is the cluster's
+        exc.add_note(run.still_running())  # as with argo submit --wait
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line: what failed, what it left, the command that removes it
+        from llmpack.cli import fail
+
+        fail(f"{orchestrator}: {exc if isinstance(exc, InputError) else f'{type(exc).__name__}: {exc}'}; "
+             f"{run.left_behind()}", 1, exc)
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True, default=str))
     else:
@@ -109,4 +114,8 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
         if wait:
             click.echo(f"{orchestrator}: {summary['result']['status']}")
     if wait and summary["result"]["status"] != "succeeded":
+        if summary["result"]["status"] == "timeout":  # still running: say so, and how to remove it
+            click.echo(f"llmpack: {run.still_running()}", err=True)
+        else:
+            click.echo(f"llmpack: {run.left_behind()}", err=True)
         sys.exit(1)
