@@ -110,6 +110,13 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, 
     return out
 
 
+def runs_counted(stats: dict[str, dict[str, Any]], metrics: list[str] | tuple[str, ...]) -> int:
+    """The ``n`` of a path's table row (``stats``: its :func:`summarize_runs` entry): the most runs behind any of
+    its figures ``metrics``, start-up rounds included (they count for spin-up and time to first step), so six
+    rounds read n=6, not the one whole run behind total."""
+    return max((int((stats.get(m) or {}).get("n") or 0) for m in metrics), default=0)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Headline:
     """A headline measure: lower is better for every one of them."""

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from llmpack.compare.comparison import runs_counted
 from llmpack.run.show import print_retry_lines
 from llmpack.ui import display
 from llmpack.ui.display import fmt
@@ -91,12 +92,6 @@ def measured_metrics(result: dict[str, Any]) -> list[str]:
     return [h.metric for h in HEADLINES if h.metric not in verdicts or measured(verdicts[h.metric])]
 
 
-def runs_counted(result: dict[str, Any], path: str, metrics: list[str]) -> int:
-    """The ``n`` of a path's table row: the most runs behind any of its figures (start-up rounds count for
-    spin-up and time to first step, whole runs for everything)."""
-    stats = result["summary"].get(path, {})
-    return max((int((stats.get(m) or {}).get("n") or 0) for m in metrics), default=0)
-
 
 def _unjudged_block(result: dict[str, Any], console: Console) -> None:
     """``not judged (one run per path): total direct 45.2 s · kfp 50.1 s`` in dim, apart from the verdicts."""
@@ -138,7 +133,7 @@ def _narrow_table(result: dict[str, Any], console: Console) -> None:
         table.add_column(f"{short[h.metric]}\np50", justify="right", no_wrap=True)
     verdicts = result.get("verdicts", {})
     for orch in result["backends"]:
-        n = runs_counted(result, orch, have)  # rounds it ran, start-up included
+        n = runs_counted(result["summary"].get(orch, {}), have)  # rounds it ran, start-up included
         if n == 0:
             table.add_row(orch, "0", "[red]failed[/]", *[""] * (len(shown) - 1))
             continue
@@ -217,7 +212,7 @@ def _wide_table(result: dict[str, Any], console: Console) -> None:
     failed = {f["orchestrator"]: f["error"] for f in result["failed"]}
     for orch in result["backends"]:
         stats = result["summary"].get(orch, {})
-        n = runs_counted(result, orch, [key for key, _ in COMPARE_COLUMNS])  # start-up rounds included
+        n = runs_counted(stats, [key for key, _ in COMPARE_COLUMNS])  # start-up rounds included
         if n == 0:
             table.add_row(orch, "0", f"[red]failed: {failed.get(orch, 'no run')}[/]",
                           *[""] * (len(COMPARE_COLUMNS) + len(SINGLE_COLUMNS) - 1))
