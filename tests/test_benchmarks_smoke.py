@@ -33,7 +33,7 @@ SMOKE: dict[str, list[str] | None] = {
     "noise_sample.py": ["--rounds", "0", "--out", "{tmp}/rounds.json"],
     "overhead.py": ["--repeats", "1", "--max-steps", "1", "--backends", "direct"],
     "project_bench.py": ["--samples", "100", "--trials", "2", "--coverage-samples", "24"],
-    "readme_figures.py": ["--check", "--sections", "gc"],
+    "readme_figures.py": ["--check", "--smoke", "--sections", "gc"],
     "sequential_sim.py": ["--compares", "3"],
     "spinup.py": ["--pairs", "1", "--max-steps", "1", "--backends", "direct"],
     "step_upload.py": ["--smoke"],

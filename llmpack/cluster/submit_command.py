@@ -18,7 +18,7 @@ from components.errors import InputError, Interrupted
 from llmpack.backends import ORCHESTRATORS
 from llmpack.cluster.options import submit_options
 from llmpack.compile.pod_options import pod_options_of
-from llmpack.run.user_pipeline import parse_params
+from llmpack.run.user_pipeline import OWN_FLAGS, load_pipeline, parse_params
 from llmpack.ui.options import tls_connection, with_promote
 from llmpack.ui.terminal import Command, Group
 
@@ -76,12 +76,10 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
     conn = backend.connect({**{k: v for k, v in kw.items() if k in fields}, **tls})
     kw = {k: v for k, v in kw.items() if k not in fields}
 
-    values: dict[str, Any] = dict(parse_params(with_promote(params, no_promote)))
-    for key, value in (("model", model), ("data", data), ("max_steps", max_steps), ("seed", seed)):
-        if value is not None:
-            values[key] = value
-    if max_steps is not None and max_steps <= 0:
-        raise InputError(f"--max-steps {max_steps}: must be a positive number of steps")
+    pipe = load_pipeline(None)  # the compiled artifacts' pipeline: its one gate, one wording (as run's)
+    typed = {"model": model, "data": data, "max_steps": max_steps, "seed": seed}
+    values: dict[str, Any] = {**parse_params(with_promote(params, no_promote), pipe),
+                              **pipe.bind(typed, flag="--param", flags=OWN_FLAGS)}
     from llmpack.cluster.plan import record as plan_record
     from llmpack.compile.artifacts import compiled_for_submit
 
