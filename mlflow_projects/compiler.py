@@ -179,24 +179,19 @@ def _indent(text: str, n: int) -> str:
 
 
 def _example_param(pipe: Pipeline, max_steps: int) -> str:
-    """The header's ``-P NAME=VALUE`` example: one of the pipeline's own parameters (``max_steps`` when it has
-    one), so a custom pipeline's project never advertises a parameter it lacks."""
-    if "max_steps" in pipe.params:
-        return f" -P max_steps={max_steps}"
+    """The header's ``-P NAME=VALUE``: ``max_steps`` when the pipeline has it, else its first parameter (a custom
+    pipeline's project never advertises a parameter it lacks)."""
     first = next(iter(pipe.params.values()), None)
-    return "" if first is None else f" -P {first.name}={shlex.quote(format_value(first.default))}"
+    if "max_steps" in pipe.params or first is None:
+        return f" -P max_steps={max_steps}" if first is not None else ""
+    return f" -P {first.name}={shlex.quote(format_value(first.default))}"
 
 
 def _example_step(pipe: Pipeline) -> str:
-    """``-e <the first step's entry point>``: the header's one-step example, a step of this pipeline."""
-    return f"-e {entry_point_name(pipe.task_order()[0])}"
-
-
-def _example_output(pipe: Pipeline) -> str:
-    """``-P out_<output>=$PWD/<dir>``: the first step's first output, where the one-step example writes it."""
+    """The header's one-step example: the pipeline's first step, its first output where it writes it."""
     task = pipe.task_order()[0]
-    out = next(iter(task.step.outputs), None)
-    return "" if out is None else f" -P out_{out}=$PWD/{'data' if out == 'dataset' else out}"
+    out = next(iter(task.step.outputs))  # every step has one (components.dsl.step)
+    return f"-e {entry_point_name(task)} --env-manager local -P out_{out}=$PWD/{'data' if out == 'dataset' else out}"
 
 
 def render_mlproject(pipe: Pipeline, *, kubernetes: bool, image: str | None = None, typed_dir: str = TYPED_DIR) -> str:
@@ -219,7 +214,7 @@ def render_mlproject(pipe: Pipeline, *, kubernetes: bool, image: str | None = No
             "# The whole pipeline, each step a child run of the main run, in the current environment:\n"
             f"#   mlflow run {project_dir} --env-manager local{_example_param(pipe, 3)}\n"
             "# One step:\n"
-            f"#   mlflow run {project_dir} {_example_step(pipe)} --env-manager local{_example_output(pipe)}\n"
+            f"#   mlflow run {project_dir} {_example_step(pipe)}\n"
             "# Artifacts go to <artifacts_dir>/<pipeline_run>/<task>/<output>; a relative artifacts_dir is taken\n"
             "# from the directory you run `mlflow run` in.\n"
         )
