@@ -69,6 +69,9 @@ class ArgoBackend(Backend):
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         return f"argo stop {summary.get('server_id')} -n {summary.get('namespace') or 'default'}"
 
+    def remove_hint(self, summary: Mapping[str, Any]) -> str:
+        return f"kubectl delete workflow {summary.get('server_id')} -n {summary.get('namespace') or 'default'}"
+
     def own_metrics(self, result: Mapping[str, Any]) -> dict[str, float]:
         return argo_metrics(result.get("resources_duration"))
 

@@ -1,6 +1,7 @@
 """What logging its own records costs a run whose steps upload them.
 
     python benchmarks/step_upload.py [--rounds 3] [--max-steps 10]
+    python benchmarks/step_upload.py --smoke      # one round of the unfused run, no upload and REST: it runs
 
 How to run it, what it prints and why: docs/internals/benchmarks.md.
 """
@@ -50,7 +51,8 @@ def commands(root: Path, fused: bool, max_steps: int, tag: str) -> list[list[str
 
 def run_case(root: Path, fused: bool, way: str, max_steps: int, env: dict[str, str]) -> tuple[float, float, str]:
     """(wall s, time to first step s, tag) of one run."""
-    tag = f"{'fused' if fused else 'steps'}-{way.replace(' ', '-')}-{uuid.uuid4().hex[:8]}"
+    # the pipeline run's id: a DNS-1123 label, as every run id is (components.names), so lower case
+    tag = f"{'fused' if fused else 'steps'}-{way.replace(' ', '-')}-{uuid.uuid4().hex[:8]}".lower()
     t0 = time.time()
     for cmd in commands(root, fused, max_steps, tag):
         proc = subprocess.run(cmd, env={**env, **WAYS[way]}, capture_output=True, text=True)
@@ -73,16 +75,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-steps", type=int, default=10)
+    parser.add_argument("--smoke", action="store_true",
+                        help="one round of the unfused run without and with REST upload, 1 step: that it runs")
     args = parser.parse_args()
+    cases = [c for c in CASES if c[0] == "5 steps" and c[1] != "client"] if args.smoke else CASES
+    if args.smoke:
+        args.rounds, args.max_steps = 1, 1
 
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp, MlflowServer(Path(tmp) / "server") as srv:
         root = Path(tmp)
         env = clean_env(MLFLOW_TRACKING_URI=srv.uri)
-        got: dict[tuple[str, str], list[tuple[float, float]]] = {case: [] for case in CASES}
+        got: dict[tuple[str, str], list[tuple[float, float]]] = {case: [] for case in cases}
         logged: dict[tuple[str, str], str] = {}
         for rnd in range(args.rounds + 1):
-            for case in CASES[rnd % len(CASES):] + CASES[: rnd % len(CASES)]:
+            for case in cases[rnd % len(cases):] + cases[: rnd % len(cases)]:
                 wall, ttfs, tag = run_case(root, case[0] == "fused", case[1], args.max_steps, env)
                 print(f"  round {rnd}/{args.rounds} {case[0]:<7} {case[1]:<10} wall {wall:6.2f} s", file=sys.stderr,
                       flush=True)
@@ -92,8 +99,8 @@ def main() -> None:
                     logged[case] = tag
         print(f"{'run':<8}{'records':<12}{'wall s':>8}{'1st step s':>11}{'+ wall':>8}{'+ 1st step':>11}")
         med = {case: (statistics.median(w for w, _ in got[case]), statistics.median(t for _, t in got[case]))
-               for case in CASES}
-        for case in CASES:
+               for case in cases}
+        for case in cases:
             (wall, ttfs), (floor_wall, floor_ttfs) = med[case], med[(case[0], "no upload")]
             extra = "" if case[1] == "no upload" else f"{wall - floor_wall:>+8.2f}{ttfs - floor_ttfs:>+11.2f}"
             print(f"{case[0]:<8}{case[1]:<12}{wall:>8.2f}{ttfs:>11.2f}{extra}")

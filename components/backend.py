@@ -143,19 +143,29 @@ class SubmittedRun:
 
         Returns ``{"status": "succeeded"|"failed"|"error"|"skipped"|"canceled"|"timeout", "state": <native>, ...}``.
         """
-        result = self.backend.wait_for_completion(self.summary, timeout_s=timeout_s, **self.connection.options(),
-                                                  **kwargs)
+        result = self.backend.wait_for_completion(self.summary, timeout_s=timeout_s, **self._given(), **kwargs)
         self.summary["result"] = result
         return result
 
     def get_status(self) -> str:
         """The run's status now: ``running`` until it ends, then as :meth:`wait` says."""
-        status = str(self.backend.wait_for_completion(self.summary, timeout_s=0, **self.connection.options())["status"])
+        status = str(self.backend.wait_for_completion(self.summary, timeout_s=0, **self._given())["status"])
         return "running" if status == "timeout" else status
+
+    def _given(self) -> dict[str, Any]:
+        """The connection's options that were given: an unset one (``namespace=None``) is left out, so the
+        wait takes the submission's own (the namespace the run was created in, from the compiled artifact)."""
+        return {k: v for k, v in self.connection.options().items() if v is not None}
 
     def stop_hint(self) -> str:
         """The orchestrator's own command that stops this run."""
         return self.backend.stop_hint(self.summary)
+
+    def left_behind(self) -> str:
+        """What a failure after the submission leaves on the cluster, and the command that removes it."""
+        return (f"{self.summary.get('orchestrator')} run {self.summary.get('pipeline_run')} was created on the "
+                f"cluster (server id {self.summary.get('server_id')}, namespace {self.summary.get('namespace')}); "
+                f"remove it with: {self.backend.remove_hint(self.summary)}")
 
     def still_running(self) -> str:
         """What an interrupted wait leaves: the run goes on, closes its own record, and how to stop it."""
@@ -360,6 +370,10 @@ class Backend:
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         """The native command that stops the run ``summary`` names."""
         return "its orchestrator"
+
+    def remove_hint(self, summary: Mapping[str, Any]) -> str:
+        """The native command that removes what the submission of ``summary`` created (default: stops it)."""
+        return self.stop_hint(summary)
 
     def own_metrics(self, result: Mapping[str, Any]) -> dict[str, float]:
         """The orchestrator's own account of a finished run, from its wait's ``result``, beside ours.

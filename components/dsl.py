@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from components.artifacts import ARTIFACT_TYPES, PARAM_TYPES, Artifact, Dataset, Input, Metrics, Model, Output
-from components.binding import MAX_VALUE, Rule, bind_params, check_length, coerce, shown
+from components.binding import MAX_VALUE, Rule, bind_params, check_length, coerce, shown, where
 from components.errors import InputError, PipelineValidationError
 from components.execution import GPU_TOLERATION, HF_CACHE_MOUNT, Execution, Resources, Retry, Toleration
 from components.params import TELEMETRY_PARAMS, Param
@@ -119,19 +119,22 @@ class Pipeline:
     rules: dict[str, Rule] = field(default_factory=dict)  # what each parameter's value must be (bind checks them)
     fuse: str = "none"  # how its tasks are packaged: components.fusion.fuse sets it, the record's llmpack.fuse tag
 
-    def bind(self, values: Mapping[str, Any], *, flag: str = "parameter") -> dict[str, Any]:
+    def bind(self, values: Mapping[str, Any], *, flag: str = "parameter",
+             flags: Mapping[str, str] | None = None) -> dict[str, Any]:
         """The one parameter gate: ``values`` coerced, type-checked and held to the rules, or one InputError.
 
         Every caller goes through it: the CLI's ``--param`` (``flag="--param"``), ``submit`` (library
         calls included) and local runs; the step process binds its own step's parameters with
         :func:`bind_params`. ``None`` values are left out (not given). Telemetry parameters are not
-        the user's: they are unknown here.
+        the user's: they are unknown here. ``flags``: the parameters the command line gives by flags of
+        their own (``{"max_steps": "--max-steps"}``), named so in an error line; an unknown one is refused
+        as an unknown ``--param`` is, with the nearest name the pipeline has.
         """
-        bound = bind_params(self.params, values, flag=flag)
+        bound = bind_params(self.params, values, flag=flag, flags=flags)
         for key, value in bound.items():
             rule = self.rules.get(key)
             if rule is not None and not rule[0](value):
-                raise InputError(f"{flag} {key}: {shown(value)} is not allowed; must be {rule[1]}")
+                raise InputError(f"{where(key, flag, flags)}: {shown(value)} is not allowed; must be {rule[1]}")
         return bound
 
     @property

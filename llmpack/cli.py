@@ -217,15 +217,17 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_pr
     """Run the fine-tuning pipeline once through one backend on this machine."""
     from llmpack.run.local import RunOptions, prepare
     from llmpack.run.show import run_with_progress, summary_table
-    from llmpack.run.user_pipeline import parse_params
+    from llmpack.run.user_pipeline import OWN_FLAGS, run_values
     from llmpack.ui.display import library_logs_to
+    from llmpack.ui.options import typed_values
     from llmpack.ui.outcome import outcome_line, promotion_phrase
 
     if not local:
         raise InputError(f"--cluster: use `llmpack cluster submit {'|'.join(ORCHESTRATORS)}` or "
                          "`llmpack cluster compare`")
-    opts = RunOptions(backend=backend, params=parse_params(with_promote(params, no_promote), kwargs["pipeline"]),
-                      **kwargs)
+    # the pipeline's own signature gives every value the user did not type (docs/your-pipeline.md)
+    values = run_values(kwargs["pipeline"], typed_values(OWN_FLAGS, kwargs), with_promote(params, no_promote))
+    opts = RunOptions(backend=backend, **{**kwargs, **values})
     prepare(opts)  # bad input fails here, in a second, not after MLflow's 4-second import below
     with library_logs_to(Path(opts.output_dir) / "llmpack-client.log"):  # MLflow's INFO lines: not the terminal
         summary = run_with_progress(opts)
@@ -303,7 +305,7 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
         echo_out(str(path))
     for warning in compile_warnings(options, nodes=nodes, gpus=gpus):
         click.echo(warning, err=True)
-    if note := checkpoint_note(options):
+    if note := checkpoint_note(options, pipe):
         click.echo(note, err=True)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -177,16 +178,32 @@ def _indent(text: str, n: int) -> str:
     return "".join(pad + line if line.strip() else line for line in text.splitlines(keepends=True))
 
 
+def _example_param(pipe: Pipeline, max_steps: int) -> str:
+    """The header's ``-P NAME=VALUE``: ``max_steps`` when the pipeline has it, else its first parameter (a custom
+    pipeline's project never advertises a parameter it lacks)."""
+    first = next(iter(pipe.params.values()), None)
+    if "max_steps" in pipe.params or first is None:
+        return f" -P max_steps={max_steps}" if first is not None else ""
+    return f" -P {first.name}={shlex.quote(format_value(first.default))}"
+
+
+def _example_step(pipe: Pipeline) -> str:
+    """The header's one-step example: the pipeline's first step, its first output where it writes it."""
+    task = pipe.task_order()[0]
+    out = next(iter(task.step.outputs))  # every step has one (components.dsl.step)
+    return f"-e {entry_point_name(task)} --env-manager local -P out_{out}=$PWD/{'data' if out == 'dataset' else out}"
+
+
 def render_mlproject(pipe: Pipeline, *, kubernetes: bool, image: str | None = None, typed_dir: str = TYPED_DIR) -> str:
     mode = "cluster" if kubernetes else "local"
     project_dir = f"{typed_dir}/{K8S_DIR if kubernetes else LOCAL_DIR}"
-    lines = [HEADER, f"# Pipeline {pipe.name!r}: {pipe.description}\n#\n"]
+    lines = [HEADER, f"# Pipeline {pipe.name!r}{f': {pipe.description}' if pipe.description else ''}\n#\n"]
     if kubernetes:
         lines.append(
             "# The whole pipeline as one Kubernetes Job (kubernetes_job_template.yaml), each step a child run,\n"
             "# typed in the directory `llmpack compile` ran in (for the committed copies: the repository root):\n"
             f"#   mlflow run {project_dir} --backend kubernetes \\\n"
-            f"#     --backend-config {project_dir}/kubernetes_config.json -P max_steps=200\n"
+            f"#     --backend-config {project_dir}/kubernetes_config.json{_example_param(pipe, 200)}\n"
             "# (MLflow opens kube-job-template-path in kubernetes_config.json"
             " relative to where you type `mlflow run`.)\n"
             "# MLflow builds an image FROM docker_env.image with this directory in it and pushes it to the\n"
@@ -195,9 +212,9 @@ def render_mlproject(pipe: Pipeline, *, kubernetes: bool, image: str | None = No
     else:
         lines.append(
             "# The whole pipeline, each step a child run of the main run, in the current environment:\n"
-            f"#   mlflow run {project_dir} --env-manager local -P max_steps=3\n"
+            f"#   mlflow run {project_dir} --env-manager local{_example_param(pipe, 3)}\n"
             "# One step:\n"
-            f"#   mlflow run {project_dir} -e prepare_data --env-manager local -P out_dataset=$PWD/data\n"
+            f"#   mlflow run {project_dir} {_example_step(pipe)}\n"
             "# Artifacts go to <artifacts_dir>/<pipeline_run>/<task>/<output>; a relative artifacts_dir is taken\n"
             "# from the directory you run `mlflow run` in.\n"
         )

@@ -154,6 +154,9 @@ def summarize(
     """The derived metrics and tags of one pipeline run from its step records."""
     steps = telemetry.group_by_step(records)
     metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=finished_at)
+    if uses and not any(u.step == telemetry.TRAIN_STEP for u in uses):  # a pipeline without finetune:
+        starts = [s.first_start for s in steps.values() if s.first_start is not None]  # its first step's spin-up
+        metrics["spinup_s"] = min(starts) - ctx.submitted_at if starts else None
     if ctx.submitted_at <= 0:  # nothing to measure from: better no number than one from 1970
         for key in ("spinup_s", "time_to_first_step_s", "total_s", "pipeline_overhead_s"):
             metrics[key] = None

@@ -18,7 +18,7 @@ from components.errors import InputError, Interrupted
 from llmpack.backends import ORCHESTRATORS
 from llmpack.cluster.options import submit_options
 from llmpack.compile.pod_options import pod_options_of
-from llmpack.run.user_pipeline import parse_params
+from llmpack.run.user_pipeline import OWN_FLAGS, load_pipeline, parse_params
 from llmpack.ui.options import tls_connection, with_promote
 from llmpack.ui.terminal import Command, Group
 
@@ -76,12 +76,10 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
     conn = backend.connect({**{k: v for k, v in kw.items() if k in fields}, **tls})
     kw = {k: v for k, v in kw.items() if k not in fields}
 
-    values: dict[str, Any] = dict(parse_params(with_promote(params, no_promote)))
-    for key, value in (("model", model), ("data", data), ("max_steps", max_steps), ("seed", seed)):
-        if value is not None:
-            values[key] = value
-    if max_steps is not None and max_steps <= 0:
-        raise InputError(f"--max-steps {max_steps}: must be a positive number of steps")
+    pipe = load_pipeline(None)  # the compiled artifacts' pipeline: its one gate, one wording (as run's)
+    typed = {"model": model, "data": data, "max_steps": max_steps, "seed": seed}
+    values: dict[str, Any] = {**parse_params(with_promote(params, no_promote), pipe),
+                              **pipe.bind(typed, flag="--param", flags=OWN_FLAGS)}
     from llmpack.cluster.plan import record as plan_record
     from llmpack.compile.artifacts import compiled_for_submit
 
@@ -92,15 +90,20 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
         # the compiled artifact replaces an unset option
         run = backend.submit(conn, params=values, **{**kw, **artifact})
     summary = run.summary
-    plan_record.after_submit(planned, summary)
-    for warning in summary.get("warnings", []):
-        click.echo(f"llmpack: warning: {warning}", err=True)
-    if wait:
-        try:
+    try:  # from here on the run exists on the cluster: a failure names it and how to remove it
+        plan_record.after_submit(planned, summary)
+        for warning in summary.get("warnings", []):
+            click.echo(f"llmpack: warning: {warning}", err=True)
+        if wait:
             run.wait(wait_timeout)
-        except (KeyboardInterrupt, Interrupted) as exc:  # stop waiting; the run is the cluster's
-            exc.add_note(run.still_running())  # as with argo submit --wait
-            raise
+    except (KeyboardInterrupt, Interrupted) as exc:  # stop waiting; the run is the cluster's
+        exc.add_note(run.still_running())  # as with argo submit --wait
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line: what failed, what it left, the command that removes it
+        from llmpack.cli import fail
+
+        fail(f"{orchestrator}: {exc if isinstance(exc, InputError) else f'{type(exc).__name__}: {exc}'}; "
+             f"{run.left_behind()}", 1, exc)
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True, default=str))
     else:
@@ -109,4 +112,8 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
         if wait:
             click.echo(f"{orchestrator}: {summary['result']['status']}")
     if wait and summary["result"]["status"] != "succeeded":
+        if summary["result"]["status"] == "timeout":  # still running: say so, and how to remove it
+            click.echo(f"llmpack: {run.still_running()}", err=True)
+        else:
+            click.echo(f"llmpack: {run.left_behind()}", err=True)
         sys.exit(1)

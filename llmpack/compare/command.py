@@ -144,6 +144,8 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     Then a table and a report in ./llmpack-report/<time>-<run group>/
     (./llmpack-report/latest points at the newest). On a cluster: llmpack cluster compare.
     """
+    from rich.text import Text
+
     from components import fusion
     from llmpack.compare import comparison as cmp
     from llmpack.compare import rounds, until_decided
@@ -151,8 +153,9 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     from llmpack.report.target import check_report_target
     from llmpack.run.local import RunOptions, prepare
     from llmpack.run.show import run_with_progress
-    from llmpack.run.user_pipeline import parse_params
-    from llmpack.ui.display import err, library_logs_to
+    from llmpack.run.user_pipeline import OWN_FLAGS, run_values
+    from llmpack.ui.display import err, library_logs_to, print_unbroken
+    from llmpack.ui.options import typed_values
     from llmpack.ui.progress import note
 
     # Every input is checked here, before the first run starts.
@@ -178,11 +181,13 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
         check_report_target(report_dir, "--report", force=force)
     delays = rounds.parse_start_delays(inject_start_delay, names)
     output_dir = Path(kwargs["output_dir"])
-    opts = RunOptions(params=parse_params(params, kwargs["pipeline"]), **kwargs)
+    # the pipeline's own signature gives every value the user did not type (docs/your-pipeline.md)
+    opts = RunOptions(**{**kwargs, **run_values(kwargs["pipeline"], typed_values(OWN_FLAGS, kwargs), params)})
     prepare(opts)  # data, model, price: refused before MLflow's slow import (compare() checks every path again)
 
     def started(run_group: str) -> None:
-        err.print(f"run group [bold]{run_group}[/] (rebuild its report: llmpack report --run-group {run_group})")
+        print_unbroken(err, "run group ", Text(run_group, style="bold"),
+                       f" (rebuild its report: llmpack report --run-group {run_group})")
 
     def run_one(o: RunOptions, label: str, **kw: Any) -> dict[str, Any]:
         return run_with_progress(o, label, env=rounds.start_delay_env(delays, o.backend), **kw)

@@ -110,6 +110,13 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, 
     return out
 
 
+def runs_counted(stats: dict[str, dict[str, Any]], metrics: list[str] | tuple[str, ...]) -> int:
+    """The ``n`` of a path's table row (``stats``: its :func:`summarize_runs` entry): the most runs behind any of
+    its figures ``metrics``, start-up rounds included (they count for spin-up and time to first step), so six
+    rounds read n=6, not the one whole run behind total."""
+    return max((int((stats.get(m) or {}).get("n") or 0) for m in metrics), default=0)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Headline:
     """A headline measure: lower is better for every one of them."""
@@ -132,6 +139,21 @@ HEADLINES = (
 )
 # What a start-up round (the pipeline through finetune's first step) measures as a full run would.
 STARTUP_METRICS = frozenset(h.metric for h in HEADLINES if h.startup)
+# The verdict of a headline no run measured (time to first step of a pipeline without finetune): never judged.
+NOT_MEASURED = "not measured"
+
+
+def untrained(runs: list[dict[str, Any]]) -> bool:
+    """Runs of a pipeline without finetune: they measured their total, and none a first training step. A
+    compare of such a pipeline ran it whole every round (a report rebuilt from MLflow sees the same)."""
+    metrics = [r.get("metrics") or {} for r in runs]
+    return (any(m.get("total_s") is not None for m in metrics)
+            and not any(m.get("time_to_first_step_s") is not None for m in metrics))
+
+
+def measured(per_path: dict[str, dict[str, Any]]) -> bool:
+    """Did any run measure this headline (its verdicts by path, as :func:`verdicts` gives them)?"""
+    return any(e.get("verdict") != NOT_MEASURED for e in per_path.values())
 
 
 def quantity(value: float | None, unit: str, *, signed: bool = False) -> str:
@@ -283,20 +305,26 @@ def verdicts(runs: list[dict[str, Any]], backends: list[str], baseline: str | No
     ``faster``/``slower`` (``cheaper``/``costlier``) when the interval excludes 0, ``equivalent``
     when it lies inside the margin, else ``undecided``. ``design``: the sequential design a
     compare-until-decided ran its start-up headlines under; without it (``--repeats N``, and the
-    headlines measured by full runs only) one look at the rounds there are.
+    headlines measured by full runs only) one look at the rounds there are; when every round ran the whole
+    pipeline (one without finetune), every headline was looked at after each round, so each is judged under
+    the design. A headline no run measured is ``not measured``, never undecided.
     """
     margins = {**DEFAULT_MARGINS, **(margins or {})}
+    whole = design is not None and untrained(runs)  # every round ran the whole pipeline: all judged each round
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for h in HEADLINES:
         per_path: dict[str, dict[str, Any]] = {}
         base = by_round(runs, baseline, h.metric) if baseline else {}
         base_median = statistics.median(base.values()) if base else None
+        any_run = any(by_round(runs, orch, h.metric) for orch in backends)
         for orch in backends:
             rounds = by_round(runs, orch, h.metric)
             value = statistics.median(rounds.values()) if rounds else None
             entry: dict[str, Any] = {"value": value, "n": len(rounds), "baseline": baseline, "delta": None, "ci": None,
                                      "confidence": None, "margin": None, "n_baseline": len(base)}
-            if baseline is None:
+            if not any_run:  # no run has it (a pipeline without finetune has no first step): not a headline
+                entry["verdict"], entry["text"] = NOT_MEASURED, f"{orch}: {h.label} not measured (no run has it)"
+            elif baseline is None:
                 entry["verdict"], entry["text"] = ("no baseline",
                                                    f"{orch}: {h.label} {quantity(value, h.unit)} (n={len(rounds)})")
             elif orch == baseline:
@@ -304,7 +332,7 @@ def verdicts(runs: list[dict[str, Any]], backends: list[str], baseline: str | No
                                                                f"{quantity(value, h.unit)} (n={len(rounds)})")
             else:
                 paired = [rounds[k] - base[k] for k in sorted(rounds.keys() & base.keys())]
-                seq = design is not None and h.startup
+                seq = design is not None and (h.startup or whole)
                 d = sequential.decide(paired, margin=margins[h.key].of(base_median),
                                       design=design if seq and design is not None
                                       else sequential.Design.fixed(len(paired)))

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from components.fusion import path_of
-from llmpack.compare.comparison import HEADLINES, Headline, confidence_text, quantity
-from llmpack.compare.until_decided import MAX_ROUNDS
+from llmpack.compare.comparison import HEADLINES, Headline, confidence_text, measured, quantity
+from llmpack.compare.until_decided import MAX_ROUNDS, WHOLE_RUN_METRICS
 
 FULL_REPEATS = 5  # what judges total and cost: --repeats 5 (the smallest that decides a 25% margin here)
 
@@ -79,8 +79,15 @@ def recommend(result: dict[str, Any]) -> Recommendation:
     if not others:
         return Recommendation(path=None, text=f"no recommendation: only {baseline} succeeded; nothing to judge it "
                                               "against", caveat=_failed_caveat(failed))
-    decided = [h for h in HEADLINES if h.metric in verdicts
+    decided = [h for h in HEADLINES if h.metric in verdicts and measured(verdicts[h.metric])
                and all(_decided(verdicts[h.metric].get(p, {})) for p in others)]
+    return _with_command(_recommend(result, baseline, others, failed, decided), result, baseline, others)
+
+
+def _recommend(result: dict[str, Any], baseline: str, others: list[str], failed: list[str],
+               decided: list[Headline]) -> Recommendation:
+    """The recommendation from the decided headlines (see the module doc), before :func:`_with_command`."""
+    verdicts = result["verdicts"]
     worse = {p for h in decided for p in others if verdicts[h.metric][p]["verdict"] == h.higher}
     for h in decided:
         per_path = verdicts[h.metric]
@@ -117,6 +124,37 @@ def _decided(entry: dict[str, Any]) -> bool:
     return entry.get("verdict") not in (None, "undecided") and judged(entry)
 
 
+def _with_command(rec: Recommendation, result: dict[str, Any], baseline: str, others: list[str]) -> Recommendation:
+    """A recommendation from the decided headlines, with ``to decide:`` when a verdict the rounds judge is
+    still undecided (the budget ran out before it): what was decided stands, and what would decide the
+    rest is said too."""
+    if rec.command or rec.path is None:
+        return rec
+    open_ = {p: [h for h in judged_each_round(result) if verdicts_of(result, h, p).get("verdict") == "undecided"
+                 and judged(verdicts_of(result, h, p))] for p in others}
+    if not any(open_.values()):
+        return rec
+    pending = _undecided(result, baseline, others, [])
+    what = "; ".join(f"{p} on {' and '.join(h.label for h in hs)}" for p, hs in open_.items() if hs)
+    return replace(rec, command=pending.command,
+                   why_command=f"undecided: {what}" + (f"; {pending.why_command}" if pending.why_command else ""))
+
+
+def judged_each_round(result: dict[str, Any]) -> list[Headline]:
+    """The headlines a compare's rounds judge, measured by some run: the start-up ones, or, when every
+    round ran the whole pipeline (one without finetune), every measured one."""
+    from llmpack.compare.comparison import untrained
+
+    verdicts = result.get("verdicts", {})
+    whole = bool(result.get("design")) and untrained(list(result.get("runs", ())))
+    return [h for h in HEADLINES if h.metric in verdicts and measured(verdicts[h.metric])
+            and (h.startup or (whole and h.metric in WHOLE_RUN_METRICS))]
+
+
+def verdicts_of(result: dict[str, Any], h: Headline, path: str) -> dict[str, Any]:
+    return result.get("verdicts", {}).get(h.metric, {}).get(path, {})
+
+
 def _by(e: dict[str, Any], h: Headline) -> str:
     """``1.20 s (95% CI -1.50 s to -0.90 s)``: the difference and its interval."""
     by = quantity(abs(e["delta"]), h.unit)
@@ -147,7 +185,7 @@ def _caveat(result: dict[str, Any], h: Headline, decided: list[Headline]) -> str
 
 def _undecided(result: dict[str, Any], baseline: str, others: list[str], failed: list[str]) -> Recommendation:
     verdicts = result["verdicts"]
-    startup = [h for h in HEADLINES if h.startup and h.metric in verdicts]
+    startup = judged_each_round(result)
     open_ = {p: [h for h in startup if not _decided(verdicts[h.metric].get(p, {}))] for p in others}
     open_ = {p: hs for p, hs in open_.items() if hs}
     need = [verdicts[h.metric][p].get("rounds_to_decide") for p, hs in open_.items() for h in hs]

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from llmpack.compare.comparison import runs_counted
 from llmpack.run.show import print_retry_lines
 from llmpack.ui import display
 from llmpack.ui.display import fmt
@@ -64,22 +65,32 @@ def recommendation_lines(result: dict[str, Any], console: Console) -> None:
     console.print(Text(rec.text, style="bold"))
     if rec.caveat:
         console.print(Text(f"  caveat: {rec.caveat}"))
-    if rec.command:
-        console.print(Text("  to decide: ") + Text(rec.command, style="bold"))
+    if rec.command:  # commands to copy: never wrapped inside (display.print_unbroken)
+        display.print_unbroken(console, "  to decide: ", Text(rec.command, style="bold"))
         if rec.why_command:
-            console.print(Text(f"  ({rec.why_command})"))
+            display.print_unbroken(console, f"  ({rec.why_command})")
 
 
 def unjudged_metrics(result: dict[str, Any]) -> list[str]:
     """The headlines no path could be judged on (one run each): shown apart and dimmed, never as a headline."""
-    from llmpack.compare.comparison import HEADLINES
+    from llmpack.compare.comparison import HEADLINES, measured
     from llmpack.compare.recommend import judged
 
     verdicts = result.get("verdicts", {})
     if not result.get("baseline"):
         return []
-    return [h.metric for h in HEADLINES if h.metric in verdicts
+    return [h.metric for h in HEADLINES if h.metric in verdicts and measured(verdicts[h.metric])
             and not any(judged(e) for o, e in verdicts[h.metric].items() if o != result["baseline"])]
+
+
+def measured_metrics(result: dict[str, Any]) -> list[str]:
+    """The headlines some run measured (a pipeline without finetune has no time to first step): the others are
+    never shown, not even as a dash."""
+    from llmpack.compare.comparison import HEADLINES, measured
+
+    verdicts = result.get("verdicts", {})
+    return [h.metric for h in HEADLINES if h.metric not in verdicts or measured(verdicts[h.metric])]
+
 
 
 def _unjudged_block(result: dict[str, Any], console: Console) -> None:
@@ -115,13 +126,14 @@ def _narrow_table(result: dict[str, Any], console: Console) -> None:
     table.add_column("n", justify="right", no_wrap=True)
     short = {"time_to_first_step_s": "to 1st step", "spinup_s": "spin-up", "total_s": "total", "cost_usd": "cost/run"}
     unjudged = unjudged_metrics(result)
-    shown = [h for h in HEADLINES if h.metric not in unjudged]  # the rest: apart, dimmed (_unjudged_block)
+    have = measured_metrics(result)
+    # the rest: apart, dimmed (_unjudged_block); a headline no run measured: not at all
+    shown = [h for h in HEADLINES if h.metric not in unjudged and h.metric in have]
     for h in shown:
         table.add_column(f"{short[h.metric]}\np50", justify="right", no_wrap=True)
     verdicts = result.get("verdicts", {})
     for orch in result["backends"]:
-        # rounds it ran, start-up included
-        n = result["summary"].get(orch, {}).get("time_to_first_step_s", {}).get("n", 0)
+        n = runs_counted(result["summary"].get(orch, {}), have)  # rounds it ran, start-up included
         if n == 0:
             table.add_row(orch, "0", "[red]failed[/]", *[""] * (len(shown) - 1))
             continue
@@ -147,7 +159,11 @@ def compare_legend(result: dict[str, Any], console: Console) -> None:
     from llmpack.ui import glossary
 
     local = any(r.get("mode") == "local" for r in result.get("runs", ()))
-    for line in glossary.legend([*COMPARE_TERMS, *(["projected"] if local else [])]):
+    from llmpack.compare.comparison import HEADLINES
+
+    unmeasured = {h.metric for h in HEADLINES} - set(measured_metrics(result))  # not under the table either
+    terms = [t for t in COMPARE_TERMS if glossary.term(t).metric not in unmeasured]
+    for line in glossary.legend([*terms, *(["projected"] if local else [])]):
         console.print(f"[dim]{escape(line)}[/]")
 
 
@@ -161,6 +177,7 @@ def _verdict_lines(result: dict[str, Any], console: Console) -> None:
         return
     verdicts = result.get("verdicts", {})
     unjudged = unjudged_metrics(result)
+    have = measured_metrics(result)
     if result.get("design"):
         why = {"decided": "every start-up verdict decided", "budget": "the --budget ran out",
                "max rounds": "the design's last round",
@@ -177,8 +194,8 @@ def _verdict_lines(result: dict[str, Any], console: Console) -> None:
             e = verdicts.get(h.metric, {}).get(orch)
             if e is None or not e.get("text"):
                 continue
-            if h.metric in unjudged:
-                continue  # one run each: in the dimmed block below, not among the verdicts
+            if h.metric in unjudged or h.metric not in have:
+                continue  # one run each: in the dimmed block below, not among the verdicts; no run: nowhere
             console.print(Text(f"  {e['text']}"))  # no Padding: a pipe would get the line padded with spaces
 
 
@@ -195,7 +212,7 @@ def _wide_table(result: dict[str, Any], console: Console) -> None:
     failed = {f["orchestrator"]: f["error"] for f in result["failed"]}
     for orch in result["backends"]:
         stats = result["summary"].get(orch, {})
-        n = stats.get("total_s", {}).get("n", 0)
+        n = runs_counted(stats, [key for key, _ in COMPARE_COLUMNS])  # start-up rounds included
         if n == 0:
             table.add_row(orch, "0", f"[red]failed: {failed.get(orch, 'no run')}[/]",
                           *[""] * (len(COMPARE_COLUMNS) + len(SINGLE_COLUMNS) - 1))

@@ -8,6 +8,10 @@ finetune's first step, :meth:`components.dsl.Pipeline.through`), interleaved. Af
 (:mod:`llmpack.compare.sequential`); a decided path leaves the rounds, and the compare stops when
 none is left, when the next round would overrun ``budget_s``, or after the design's last round.
 
+A pipeline without a ``finetune`` task has no start-up to cut a round at and no first step: every
+round runs it whole, and total and spin-up (its first step's start) are what is judged and what
+decides; time to first step is not measured, so never a headline (:func:`decisive_headlines`).
+
 The design and why stopping early cannot raise the error rate: docs/internals/comparison.md.
 """
 
@@ -23,7 +27,7 @@ from typing import Any
 from components.fusion import path_label
 from components.record.telemetry import TRAIN_STEP
 from llmpack.compare import sequential
-from llmpack.compare.comparison import DESIGN_TAG, HEADLINES, STARTUP_TAG, Margin, comparison, verdicts
+from llmpack.compare.comparison import DESIGN_TAG, HEADLINES, STARTUP_TAG, Headline, Margin, comparison, verdicts
 from llmpack.compare.plan import ComparePlan
 from llmpack.compare.rounds import begin
 from llmpack.run.local import RunOptions
@@ -33,6 +37,7 @@ MAX_ROUNDS = 30
 MAX_ADAPT = 2.0  # a slow machine's budget grows at most to twice the default (never a --budget the user gave)
 ROUND_TAG = "llmpack.round"
 STARTUP_HEADLINES = tuple(h for h in HEADLINES if h.startup)
+WHOLE_RUN_METRICS = ("spinup_s", "total_s")  # what decides a pipeline without finetune (spin-up: its first step's)
 # A start-up run goes on for this long after its first step: the 1-step save and the run's record.
 AFTER_FIRST_STEP_S = 0.6
 
@@ -121,14 +126,19 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
     ``adapt`` (the budget was not given): when round 1 shows the machine is slow, the budget grows
     to hold the fewest rounds that judge, up to :data:`MAX_ADAPT` times itself, and says so.
     """
+    from llmpack.run.user_pipeline import load_pipeline
+
     started = clock()
+    pipe = load_pipeline(opts.pipeline)
+    trains = TRAIN_STEP in pipe.tasks  # without finetune every round runs the whole pipeline, judged on total
+    decisive = decisive_headlines(trains)
     warm_up(opts, paths, run, f"{run_group[:56]}-warmup")
     runs: list[dict[str, Any]] = []
     labels = [p.label for p in paths]
 
     def one(p: Path_, k: int, startup: bool, of: int | None) -> None:
         t0 = clock()
-        kind = "startup" if startup and p.fuse == "none" else "full"
+        kind = "startup" if startup and p.fuse == "none" and trains else "full"
         o = replace(opts, backend=p.backend, fuse=p.fuse, run_group=run_group,
                     max_steps=1 if kind == "startup" else opts.max_steps)
         label = f"{p.label} (round {k}{f'/{of}' if of else ''}{', start-up' if kind == 'startup' else ''})"
@@ -166,16 +176,17 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
             stopped = "budget"
             break
         k += 1
-        say(_round_line(k, design.max_rounds, [p.label for p in in_round], elapsed, need, budget_s))
+        say(_round_line(k, design.max_rounds, [p.label for p in in_round], elapsed, need, budget_s, trains))
         for p in in_round:
             one(p, k, True, design.max_rounds)
-        decided = _decided(runs, labels, base, design, margins)
+        decided = _decided(runs, labels, base, design, margins, decisive)
         active = [p for p in active if not decided.get(p.label, False)]
     if base is not None and not active and stopped != "failed":
         stopped = "decided"
     return comparison(run_group, labels, runs, baseline=base, design=design, margins=margins, repeats=None, rounds=k,
                       stopped=stopped, budget_s=budget_s, elapsed_s=round(clock() - started, 1), plan=plan,
-                      budget_adapted=adapted, max_steps=opts.max_steps, **extra)
+                      budget_adapted=adapted, max_steps=opts.max_steps if "max_steps" in pipe.params else None,
+                      **extra)
 
 
 def adapt_budget(budget_s: float, before_s: float, round_s: float) -> dict[str, Any] | None:
@@ -213,18 +224,25 @@ def _startup_cost(runs: list[dict[str, Any]], label: str) -> float:
     return ttfs + AFTER_FIRST_STEP_S if ttfs is not None and r.get("fuse", "none") == "none" else r["wall_s"]
 
 
+def decisive_headlines(trains: bool) -> tuple[Headline, ...]:
+    """The headlines whose verdicts end the rounds: spin-up and time to first step for a pipeline with
+    finetune; total and spin-up (its first step's) for one without, whose every round runs it whole."""
+    return STARTUP_HEADLINES if trains else tuple(h for h in HEADLINES if h.metric in WHOLE_RUN_METRICS)
+
+
 def _decided(runs: list[dict[str, Any]], labels: list[str], baseline: str, design: sequential.Design,
-             margins: dict[str, Margin] | None) -> dict[str, bool]:
-    """Per path: are both start-up headlines decided at this look?"""
+             margins: dict[str, Margin] | None, decisive: tuple[Headline, ...] = STARTUP_HEADLINES) -> dict[str, bool]:
+    """Per path: is every decisive headline it was measured on decided at this look?"""
     judged = verdicts(runs, labels, baseline, design=design, margins=margins)
-    return {label: all(judged[h.metric][label]["verdict"] != "undecided" for h in STARTUP_HEADLINES)
+    return {label: all(judged[h.metric][label]["verdict"] != "undecided" for h in decisive)
             for label in labels if label != baseline}
 
 
-def _round_line(k: int, last: int, labels: list[str], elapsed: float, need: float, budget: float) -> str:
+def _round_line(k: int, last: int, labels: list[str], elapsed: float, need: float, budget: float,
+                trains: bool = True) -> str:
     """``round 3 of at most 6 (start-up): direct, kfp · 1:58 elapsed · ETA at most 2:32``."""
     from llmpack.ui.progress import clock
 
     eta = min(budget - elapsed, need * (last - k + 1))
-    return (f"round {k} of at most {last} (start-up): {', '.join(labels)} · {clock(elapsed)} elapsed · "
-            f"ETA at most {clock(eta)}")
+    return (f"round {k} of at most {last} ({'start-up' if trains else 'whole pipeline'}): {', '.join(labels)} · "
+            f"{clock(elapsed)} elapsed · ETA at most {clock(eta)}")

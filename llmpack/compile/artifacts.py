@@ -127,6 +127,7 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
     if nodes is not None and nodes > 1 and claim is None:
         raise InputError(f"--nodes {nodes}: the TrainJob's node pods and the launcher share the run's data through a "
                          "ReadWriteMany PersistentVolumeClaim; pass --cache-pvc NAME")
+    check_training_flags(pipe, gpus, nodes)
     pipe = apply_gpu_overrides(pipe, gpu_type, gpus, nodes)
     defaults: dict[str, object] = {}
     if gpus is not None and gpus > 1:
@@ -144,6 +145,27 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
     for name, value in defaults.items():
         pipe = replace(pipe, params={**pipe.params, name: replace(pipe.params[name], default=value)})
     return pipe
+
+
+def check_training_flags(pipe: Pipeline, gpus: int | None, nodes: int | None) -> None:
+    """``--gpus N``/``--nodes N`` (above 1) size the pipeline's ``finetune`` task through its parameters
+    (``nproc_per_node``; ``nnodes``, ``trainjob``): a pipeline without them refuses the flag in one line,
+    as an unknown ``--param`` is refused."""
+    from components.binding import unknown_parameter
+    from components.process import gang
+    from components.record.telemetry import TRAIN_STEP
+    from components.training import distributed
+
+    for flag, value, needs in (("--gpus", gpus, (distributed.NPROC_PARAM,)),
+                               ("--nodes", nodes, (gang.NNODES_PARAM, gang.TRAINJOB_PARAM))):
+        if value is None or value <= 1:
+            continue
+        if TRAIN_STEP not in pipe.tasks:
+            raise InputError(f"{flag} {value}: pipeline {pipe.name!r} has no {TRAIN_STEP!r} task for it to size "
+                             f"(its tasks: {', '.join(pipe.tasks)})")
+        for name in needs:
+            if name not in pipe.params:
+                raise unknown_parameter(pipe.params, name, "--param", {name: f"{flag} {value}"})
 
 
 def trainjob_yaml(pipe: Pipeline, *, namespace: str = DEFAULT_NAMESPACE) -> str:
@@ -285,9 +307,13 @@ def compile_warnings(pod: PodOptions | None, *, nodes: int | None, gpus: int | N
     return out
 
 
-def checkpoint_note(pod: PodOptions) -> str | None:
+def checkpoint_note(pod: PodOptions, pipe: Pipeline | None = None) -> str | None:
     """The one line ``llmpack compile`` prints on stderr: the checkpoint policy compiled, or that finetune's
-    checkpoints die with its pod."""
+    checkpoints die with its pod; none for a pipeline (``pipe``, default the shipped one) without finetune."""
+    from components.record.telemetry import TRAIN_STEP
+
+    if pipe is not None and TRAIN_STEP not in pipe.tasks:
+        return None
     ckpt = pod.checkpoints
     if ckpt.claim is not None:
         return (f"llmpack: note: finetune checkpoints to --checkpoint-pvc {ckpt.claim.claim} "

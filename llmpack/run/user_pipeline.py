@@ -13,9 +13,13 @@ import importlib
 import os
 import re
 import sys
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from components.errors import InputError
+
+if TYPE_CHECKING:
+    from components.dsl import Pipeline
 
 PIPELINE_REF = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$", re.ASCII)
 EXAMPLE = "examples.custom_step:with_report"
@@ -77,19 +81,39 @@ def step_pythonpath(ref: str | None, env: dict[str, str]) -> dict[str, str]:
     return env if here in parts else {**env, "PYTHONPATH": os.pathsep.join([here, *parts])}
 
 
+# The pipeline parameters the run commands give by flags of their own (``--max-steps 5``, not ``--param``).
 OWN_FLAGS = {"model": "--model", "data": "--data", "seed": "--seed", "max_steps": "--max-steps",
              "nproc_per_node": "--nproc-per-node"}
+# Those of them that are run options (:class:`llmpack.run.local.RunOptions` fields, always set): untyped, the
+# pipeline's own default.
+RUN_FIELDS = ("model", "data", "seed", "max_steps")
 
 
-def parse_params(items: tuple[str, ...], pipeline: str | None = None) -> dict[str, Any]:
+def parse_params(items: tuple[str, ...], pipeline: str | Pipeline | None = None) -> dict[str, Any]:
     """``--param NAME=VALUE`` pairs through the pipeline's one gate (:meth:`components.dsl.Pipeline.bind`):
-    the built-in pipeline's, or ``--pipeline``'s."""
+    the built-in pipeline's, or ``--pipeline``'s (its reference, or the pipeline itself)."""
+    pipe = load_pipeline(pipeline) if pipeline is None or isinstance(pipeline, str) else pipeline
     raw: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
             raise InputError(f"--param {item!r}: expected NAME=VALUE")
-        if key in OWN_FLAGS:
+        if key in OWN_FLAGS and key in pipe.params:
             raise InputError(f"--param {key}: use {OWN_FLAGS[key]} (it is validated there)")
         raw[key] = value
-    return load_pipeline(pipeline).bind(raw, flag="--param")
+    return pipe.bind(raw, flag="--param")
+
+
+def run_values(pipeline: str | None, typed: Mapping[str, Any], items: tuple[str, ...]) -> dict[str, Any]:
+    """The values of a run command (``run``, ``compare``) as the pipeline's own signature has them.
+
+    ``typed``: the flags of :data:`OWN_FLAGS` the user typed (``click``'s parameter source, not their
+    defaults), by parameter name. Each goes through the pipeline's one gate, so a flag for a parameter
+    the pipeline lacks is refused as an unknown ``--param`` is; an untyped one is the pipeline's default
+    (``max_steps: int = 30`` runs 30 steps, not the shipped pipeline's 120). Returns the
+    :class:`~llmpack.run.local.RunOptions` fields: :data:`RUN_FIELDS` the pipeline has, and ``params``.
+    """
+    pipe = load_pipeline(pipeline)
+    given = pipe.bind({k: v for k, v in typed.items() if v is not None}, flag="--param", flags=OWN_FLAGS)
+    own = {name: given.get(name, pipe.params[name].default) for name in RUN_FIELDS if name in pipe.params}
+    return {**own, "params": parse_params(items, pipe)}

@@ -127,3 +127,13 @@ def status_text(name: str, step: str, elapsed: float, width: int) -> Text:
     line = Text.assemble((name, "bold"), f" · {step} · {elapsed:5.1f}s")
     line.truncate(width, overflow="ellipsis")
     return line
+
+
+def print_unbroken(console: Console, *parts: str | Text) -> None:
+    """One line made of ``parts`` that the console never wraps (``soft_wrap``): a line that holds a command to
+    copy (``to decide: llmpack compare --budget 13.5m``) stays one line at any width; a narrow terminal folds
+    it only on screen, and a copy gets it whole."""
+    line = Text()
+    for part in parts:
+        line.append(part if isinstance(part, Text) else Text(part))
+    console.print(line, soft_wrap=True)

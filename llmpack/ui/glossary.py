@@ -37,7 +37,8 @@ TERMS: tuple[Term, ...] = (
     Term(key="spinup", name="spin-up", metric="spinup_s",
          short="submit → training step's process (local) or container (cluster) start",
          detail="First attempt. What the orchestrator costs before training can begin: scheduling, pod creation, "
-                "image pull, the hand-overs of the steps before finetune."),
+                "image pull, the hand-overs of the steps before finetune. A pipeline without a finetune step: "
+                "its first step's start (its first pod)."),
     Term(key="time_to_first_step", name="time to first step", metric="time_to_first_step_s",
          short="submit → first optimizer step done",
          detail="Spin-up, imports, model load and one step: how long until the GPUs do useful work."),

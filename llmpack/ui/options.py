@@ -7,7 +7,7 @@ a bad value is a one-line :class:`~components.errors.InputError` naming the flag
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +39,30 @@ def gpu_type_name(_ctx: click.Context, _param: click.Parameter, value: str | Non
 
 
 
+def typed_values(names: Iterable[str], values: Mapping[str, Any]) -> dict[str, Any]:
+    """Of ``names``, the options the user gave (command line or environment: ``click``'s parameter source),
+    with their values; an option left at its default is not here, so the pipeline's own default wins."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    return {name: values[name] for name in names if name in values
+            and ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)}
+
+
 def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Options shared by ``run`` and ``compare``."""
     options = [
-        click.option("--model", default="tiny", show_default=True,
-                     help="tiny (built in), a local HF model directory, or an HF id."),
-        click.option("--data", default="builtin", show_default=True,
-                     help="builtin, a JSONL file (prompt/response or messages), or an HF dataset id."),
-        click.option("--max-steps", type=int, default=120, show_default=True, help="Optimizer steps for finetune."),
-        click.option("--seed", type=int, default=0, show_default=True,
-                     help="Random seed (data order, initial weights)."),
+        click.option("--model", default="tiny",
+                     help="tiny (built in), a local HF model directory, or an HF id (default: the pipeline's; "
+                          "tiny for the shipped one)."),
+        click.option("--data", default="builtin",
+                     help="builtin, a JSONL file (prompt/response or messages), or an HF dataset id (default: the "
+                          "pipeline's; builtin for the shipped one)."),
+        click.option("--max-steps", type=int, default=120,
+                     help="Optimizer steps for finetune (default: the pipeline's; 120 for the shipped one)."),
+        click.option("--seed", type=int, default=0,
+                     help="Random seed: data order, initial weights (default: the pipeline's; 0 for the shipped "
+                          "one)."),
         click.option("--output-dir", type=click.Path(path_type=Path), default=Path("llmpack-runs"), show_default=True,
                      help="Where each run's directory is written (atomically)."),
         click.option("--tracking-uri", default=None,

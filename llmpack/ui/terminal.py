@@ -1,8 +1,9 @@
 """What every ``llmpack`` command shows on a terminal besides its own output: help and library noise.
 
-* **Help** wraps to 80 columns without breaking a word, a flag or a path: click wraps with
-  :mod:`textwrap`, which breaks at hyphens (``llmpack-`` / ``report/latest``, ``--runs-`` /
-  ``dir``), so :class:`HelpFormatter` wraps with the hyphens held; and a group lists each
+* **Help** wraps to 80 columns without breaking a word, a flag, a path or a backquoted command: click
+  wraps with :mod:`textwrap`, which breaks at hyphens (``llmpack-`` / ``report/latest``, ``--runs-`` /
+  ``dir``) and at every space, so :class:`HelpFormatter` wraps with the hyphens, and the spaces inside
+  backquotes, held (:func:`hold`); and a group lists each
   command's whole short help (wrapped when long), never cut with ``...``. Every command of the
   CLI is a :class:`Command` or :class:`Group`, so all of them format their help this way.
 * **Library warnings** (MLflow's SQLAlchemy ``SADeprecationWarning``, kfp's and Hera's
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -37,19 +39,31 @@ def quiet_library_warnings() -> None:
     warnings.filterwarnings("ignore", module=LIBRARY_MODULES)
 
 
+_HELD_SPACE = "\u00a0"  # NO-BREAK SPACE: textwrap splits only at ASCII whitespace
+_COMMAND_SPAN = re.compile(r"`[^`\n]+`")  # a backquoted command or path: copied whole, so never wrapped inside
+
+
+def hold(text: str) -> str:
+    """``text`` with its hyphens, and the spaces inside a backquoted span, held together for :mod:`textwrap`."""
+    text = _COMMAND_SPAN.sub(lambda m: m.group(0).replace(" ", _HELD_SPACE), text)
+    return text.replace("-", _HELD_HYPHEN)
+
+
 def _held(write: Callable[[], None], formatter: click.HelpFormatter, start: int) -> None:
     write()
-    formatter.buffer[start:] = [s.replace(_HELD_HYPHEN, "-") for s in formatter.buffer[start:]]
+    formatter.buffer[start:] = [s.replace(_HELD_HYPHEN, "-").replace(_HELD_SPACE, " ")
+                                for s in formatter.buffer[start:]]
 
 
 class HelpFormatter(click.HelpFormatter):
-    """click's help formatter, except that text is never wrapped at a hyphen (only at spaces)."""
+    """click's help formatter, except that text is never wrapped at a hyphen (only at spaces), nor inside a
+    backquoted command such as `llmpack cluster submit mlflow`: a command a user copies is on one line."""
 
     def write_text(self, text: str) -> None:
-        _held(lambda: super(HelpFormatter, self).write_text(text.replace("-", _HELD_HYPHEN)), self, len(self.buffer))
+        _held(lambda: super(HelpFormatter, self).write_text(hold(text)), self, len(self.buffer))
 
     def write_dl(self, rows: Iterable[tuple[str, str]], col_max: int = 30, col_spacing: int = 2) -> None:
-        held = [(term, text.replace("-", _HELD_HYPHEN)) for term, text in rows]
+        held = [(term, hold(text)) for term, text in rows]
         _held(lambda: super(HelpFormatter, self).write_dl(held, col_max, col_spacing), self, len(self.buffer))
 
 

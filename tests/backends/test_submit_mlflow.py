@@ -267,3 +267,42 @@ def test_bad_parameters_fail_before_any_request(kube: KubeAPIStandIn, kubeconfig
         mlflow_submit.submit(mlflow_submit.Request(kubeconfig=kubeconfig, tracking_uri=tracking_uri,
                                                    run_group="Run Group!"))
     assert kube.requests == []
+
+
+def test_cli_submit_wait_without_namespace_waits_in_the_compiled_one(kube: KubeAPIStandIn, kubeconfig: str,
+                                                                   tracking_uri: str) -> None:
+    """issue 52 item 5: `llmpack cluster submit mlflow --wait` with no --namespace waits on the Job where it was
+    created (the compiled template's namespace), not namespace None; a run still going at --timeout is named
+    with the command that removes it."""
+    from click.testing import CliRunner
+
+    from llmpack.cli import main
+
+    result = CliRunner().invoke(main, ["cluster", "submit", "mlflow", "--kubeconfig", kubeconfig, "--tracking-uri",
+                                       tracking_uri, "--wait", "--timeout", "0.2"])
+    ((namespace, name),) = kube.jobs
+    assert result.exit_code == 1 and namespace == "llmpack", result.output
+    assert "ApiValueError" not in result.output and "Missing the required parameter" not in result.output
+    assert f"kubectl delete job {name} -n llmpack" in result.stderr and "keeps running" in result.stderr
+    assert "mlflow: timeout" in result.stdout
+
+
+def test_cli_submit_a_failure_after_the_job_exists_names_it_and_how_to_remove_it(
+        kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from components.backend import SubmittedRun
+    from llmpack.cli import main
+
+    def broken(self: SubmittedRun, timeout_s: float, **kwargs: object) -> dict:
+        raise InputError("Kubernetes API at https://x: 503 Service Unavailable")
+
+    monkeypatch.setattr(SubmittedRun, "wait", broken)
+    result = CliRunner().invoke(main, ["cluster", "submit", "mlflow", "--kubeconfig", kubeconfig, "--tracking-uri",
+                                       tracking_uri, "--wait"])
+    ((_, name),) = kube.jobs
+    line = result.stderr.splitlines()[-1]  # after the submission's own warnings
+    assert result.exit_code == 1, result.stderr
+    assert line.startswith("llmpack: error: mlflow: Kubernetes API at https://x: 503 Service Unavailable; ")
+    assert f"was created on the cluster (server id {name}, namespace llmpack)" in line
+    assert line.endswith(f"remove it with: kubectl delete job {name} -n llmpack")

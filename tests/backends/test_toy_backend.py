@@ -110,8 +110,8 @@ def test_a_submitted_run_waits_reports_and_says_how_to_stop_it() -> None:
                        fake.connect({"host": "http://h", "other": 1}))
     assert run.get_status() == "running"
     assert run.wait(5)["status"] == "succeeded" and run.summary["result"]["status"] == "succeeded"
-    assert calls[-1] == {"timeout_s": 5, "host": "http://h", "namespace": None, "ca_cert": None,
-                         "insecure_skip_tls_verify": False}
+    # an option not given is left out, so the wait takes the submission's own (its namespace: issue 52 item 5)
+    assert calls[-1] == {"timeout_s": 5, "host": "http://h", "insecure_skip_tls_verify": False}
     assert run.still_running().endswith("stop it with: fake stop r1")
 
 

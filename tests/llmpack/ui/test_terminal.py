@@ -82,6 +82,8 @@ def test_help_fits_80_columns_and_breaks_no_word(path: tuple[str, ...], command:
     wide = command.context_class(command, info_name=path[-1], parent=parent,
                                  **{**command.context_settings, "terminal_width": 10_000, "max_content_width": 10_000})
     assert result.output.split() == command.get_help(wide).split()
+    # No backquoted command cut in half (issue 52 item 8): each line holds whole `...` spans.
+    assert [line for line in lines if line.count("`") % 2] == []
     # A command list shows each description whole (click cuts a long one with "...").
     listed = lines[lines.index("Commands:") + 1:] if "Commands:" in lines else []
     assert [line for line in listed if "..." in line] == []
@@ -93,6 +95,23 @@ def test_every_option_says_what_it_does(path: tuple[str, ...], command: click.Co
     silent = [opt.opts[0] for opt in command.params
               if isinstance(opt, click.Option) and not opt.hidden and not opt.help]
     assert silent == [], f"{' '.join(path)}: options without a help text"
+
+
+def test_a_backquoted_command_is_never_wrapped_inside() -> None:
+    """Issue 52 item 8: help wraps between words, never inside a command a user copies; the lines that hold a
+    command to type (``to decide:``, the run group's ``llmpack report``) are never wrapped at all."""
+    from llmpack.ui.display import print_unbroken
+    from llmpack.ui.terminal import Command
+
+    span = "`llmpack cluster submit mlflow --namespace llmpack --wait`"
+    for pad in range(0, 40, 3):  # the span lands across the 80-column edge at some padding
+        cmd = Command("x", help=f"{'word ' * pad}then type {span} to submit it.")
+        text = CliRunner().invoke(cmd, ["--help"], terminal_width=WIDTH).output
+        assert any(span in line for line in text.splitlines()), text
+        assert " ".join(text.split()).count(span) == 1
+    console = Console(width=40, record=True)
+    print_unbroken(console, "  to decide: ", "llmpack compare --budget 13.5m --backends direct,kfp,argo")
+    assert console.export_text() == "  to decide: llmpack compare --budget 13.5m --backends direct,kfp,argo\n"
 
 
 def test_top_level_list_names_every_command_on_one_line() -> None:
