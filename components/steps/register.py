@@ -18,7 +18,7 @@ from typing import Any
 from components import settings
 from components.dsl import Execution, Input, Metrics, Model, Output, Resources, step
 from components.reporting import current
-from components.serving import promotion
+from components.serving import promotion, spread
 from components.training.modeling import MODEL_META
 
 
@@ -118,7 +118,7 @@ def register(
             metric = promotion.PROMOTION_METRIC
             decision = promotion.decide(
                 metric=metric, value=promotion.parse_figure(str(evaluation.get(metric.name))),
-                eval_set=str(evaluation.get("eval_set") or ""), passed=bool(evaluation.get("passed", True)),
+                eval_set=str(evaluation.get("eval_set") or ""), passed=spread.gate_passed(evaluation),
                 promote=promote, champion=promotion.current_champion(mc, model_name, metric))
             version = str(mc.create_model_version(model_name, source=source, run_id=run_id,
                                                   tags={**tags, **decision.tags}).version)

