@@ -1,7 +1,7 @@
 """Does a real pretrained model learn the built-in tasks, on prompts it never saw? Base -> tuned, over seeds.
 
     python benchmarks/pretrained_outcome.py [--model smollm2-135m] [--steps 120] [--seeds 0,1,2]
-        [--eval-rows 60] [--lr 3e-3] [--batch-size 8] [--seq-len 128] [--json-out FILE]
+        [--eval-rows 60] [--lr 3e-3] [--batch-size 8] [--seq-len 128] [--jobs 1] [--json-out FILE]
 
 The pipeline's own pieces in one process, as benchmarks/tiny_task_learning.py does, for each seed:
 prepare_data's built-in split (the seed makes the vocabulary and splits it: eval prompts only of
@@ -9,7 +9,8 @@ held-out words and numbers), tokenize's chat-template pairs and packing, finetun
 every linear layer but the head), schedule and batch order, and evaluate's greedy answers and
 exact match, on the first ``--eval-rows`` unseen prompts (the three tasks in turn). It prints base
 -> tuned exact match per task and overall for each seed, then the mean and 95% interval over the
-seeds (components.serving.spread). The figures and the command are in docs/evaluation.md.
+seeds (components.serving.spread). ``--jobs J`` runs J seeds at once, one torch thread each (the
+same work; on a shared CPU, one thread per process wastes less). Figures: docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -20,9 +21,16 @@ import time
 from typing import Any
 
 
-def one_seed(a: argparse.Namespace, seed: int, tok: Any, pad_id: int) -> dict[str, Any]:
+def one_seed(a: argparse.Namespace, seed: int) -> dict[str, Any]:
     import torch
 
+    from components.steps.tokenize import load_tokenizer
+
+    if a.jobs > 1:
+        torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    tok = load_tokenizer(a.model)
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)  # as tokenize chooses
     from components.steps.finetune import batch_indices, build_model, lr_at
     from components.steps.tokenize import pack, pair_ids
     from components.training.data import builtin_split, builtin_task
@@ -53,6 +61,7 @@ def one_seed(a: argparse.Namespace, seed: int, tok: Any, pad_id: int) -> dict[st
     with net.disable_adapter():
         base = exact(net)
     base_s = time.perf_counter() - began
+    print(f"  seed {seed} base exact match {100 * base['exact_match']:.1f}% ({base_s:.0f}s)", flush=True)
     net.train()
     began = time.perf_counter()
     for step in range(a.steps):
@@ -98,10 +107,6 @@ def summary(results: list[dict[str, Any]]) -> list[str]:
 
 
 def main() -> None:
-    import torch
-
-    from components.steps.tokenize import load_tokenizer
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--steps", type=int, default=120)
@@ -113,17 +118,21 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--json-out", default="", help="write every figure here as JSON")
+    ap.add_argument("--jobs", type=int, default=1, help="seeds run at once (processes)")
     a = ap.parse_args()
 
-    torch.use_deterministic_algorithms(True)
-    tok = load_tokenizer(a.model)
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)  # as tokenize chooses
-    results = []
-    for seed in (int(s) for s in a.seeds.split(",") if s.strip()):
-        r = one_seed(a, seed, tok, pad_id)
+    seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
+    if a.jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(one_seed, [a] * len(seeds), seeds))
+    else:
+        results = [one_seed(a, seed) for seed in seeds]
+    for r in results:
         print(line(r), flush=True)
         print(f"  e.g. expected -> answered: {r['tuned']['examples']}", flush=True)
-        results.append(r)
     for text in summary(results):
         print(text)
     print({k: v for k, v in vars(a).items() if k != "json_out"})
