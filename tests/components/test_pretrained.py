@@ -149,7 +149,10 @@ def test_the_pipeline_runs_on_the_pretrained_model_offline(tmp_path: Path) -> No
     m = summary["metrics"]
     assert summary["params"]["model"] == ALIAS
     assert m["task_rows"] == 15.0 and 0.0 <= m["base_exact_match"] <= 1.0 and 0.0 <= m["tuned_exact_match"] <= 1.0
-    assert m["params"] > 100e6  # a 135M-parameter model, not the tiny one
+    model = Path(summary["artifacts"]["model_dir"])
+    assert json.loads((model / "llmpack-model.json").read_text())["base_model"] == ALIAS
+    adapter = json.loads((model / "adapter" / "adapter_config.json").read_text())
+    assert "q_proj" in adapter["target_modules"] and not adapter.get("modules_to_save")  # a pretrained head: kept
     tokens = next(Path(v) for k, v in summary["artifacts"].items() if k.endswith("tokens_dir"))
     first = json.loads((tokens / "eval_prompts.jsonl").read_text().splitlines()[0])
     from components.steps.tokenize import load_tokenizer
