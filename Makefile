@@ -57,7 +57,7 @@ report-screenshot: $(BIN)/.installed
 	LLMPACK_SCREENSHOT=1 LLMPACK_SCREENSHOT_OUT=$(CURDIR)/build/report-screenshot.png \
 		$(BIN)/python -m pytest -q tests/llmpack/report/test_report_render.py -k chromium
 
-# A real Kubernetes control plane on loopback (docs/real-cluster.md): etcd, kube-apiserver,
+# A real Kubernetes control plane on loopback (docs/internals/real-cluster.md): etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler and kwok's simulated GPU nodes, built with Go from the
 # modules pinned in tools/cluster/go.mod into ~/.cache/llmpack-cluster/<hash of the pins>
 # (cold: tens of minutes on 2 cores; then reused), and the JobSet and Kubeflow Trainer

@@ -6,26 +6,20 @@ Compiles with Hera (:mod:`argo_workflows.workflow`), runs the compiled YAML's DA
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from argo_workflows.doctor import CONTROLLER_NAMESPACE
 from components.backend import (
     TLS_OPTIONS,
     Backend,
     ClickOption,
     ClusterPath,
     CompareOption,
-    DoctorCheck,
-    DoctorFacts,
-    DoctorReader,
     PodMarks,
     ServerConnection,
-    VersionProbe,
     pod_labels,
 )
-from components.compiled_pods import PodSpec
 from components.dsl import Pipeline
 
 ARTIFACT = Path("argo_workflows/finetune.yaml")
@@ -56,13 +50,6 @@ class ArgoBackend(Backend):
     )
     pod_marks = PodMarks(run_labels=(WORKFLOW_LABEL,), workflow_labels=(WORKFLOW_LABEL,), node_annotations=(NODE_NAME,),
                          helper_containers=("wait", "init"))  # Argo's executor sidecar and init container
-
-    doctor = DoctorFacts(
-        verbs=(("create", "workflows", "argoproj.io"), ("get", "workflows", "argoproj.io")),
-        probe=VersionProbe(what="Argo Server", path="/api/v1/version", field="version", token_env="ARGO_TOKEN",
-                           host_env="ARGO_SERVER", service_namespace="argo"),
-        pod_artifact=ARTIFACT.as_posix(),
-        flags=(CONTROLLER_NAMESPACE,))
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         from argo_workflows.workflow import build_workflow
@@ -95,16 +82,6 @@ class ArgoBackend(Backend):
                     f"our container account {container_h:.3f} GPU-h also bills a new node's provisioning "
                     f"({container_h - own_h:+.3f} GPU-h)"]
         return []
-
-    def doctor_checks(self, cluster: DoctorReader, namespace: str, flags: Mapping[str, str]) -> list[DoctorCheck]:
-        from argo_workflows.doctor import checks
-
-        return checks(cluster, namespace, flags)
-
-    def compiled_pods(self, docs: list[Any]) -> Iterable[PodSpec]:
-        from argo_workflows.doctor import compiled_pods
-
-        return compiled_pods(docs)
 
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         return WORKFLOW_LABEL in pod_labels(pod)

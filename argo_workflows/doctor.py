@@ -1,4 +1,5 @@
-"""What ``llmpack doctor`` checks of the Argo backend beyond what every path needs.
+"""What ``llmpack cluster doctor`` checks of the Argo backend beyond what every path needs (its :data:`DOCTOR`,
+loaded by the lab only): the RBAC its submission needs, its server's version call, and:
 
 * Its compiled Workflow's pods (:func:`compiled_pods`): the pod-level ``securityContext`` and each
   template's container; Argo's own ``init``/``wait`` containers are not in the artifact.
@@ -14,8 +15,9 @@ import shlex
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from components.backend import DoctorCheck, DoctorFlag, DoctorReader
+from argo_workflows.backend import ARTIFACT
 from components.compiled_pods import PodSpec
+from components.doctor_facts import DoctorCheck, DoctorFacts, DoctorFlag, DoctorReader, VersionProbe
 
 REPOSITORIES = "artifact-repositories"  # Argo's per-namespace default artifact repository ConfigMap
 DEFAULT_ANNOTATION = "workflows.argoproj.io/default-artifact-repository"
@@ -66,3 +68,11 @@ def artifact_repository(cluster: DoctorReader, namespace: str, controller_namesp
     return DoctorCheck(False, f"Argo has no artifact repository for {namespace} (no ConfigMap {REPOSITORIES} there, "
                        f"no artifactRepository in {controller_namespace}/{CONTROLLER_CONFIG}); the steps pass outputs "
                        "as artifacts", fix)
+
+
+DOCTOR = DoctorFacts(
+    verbs=(("create", "workflows", "argoproj.io"), ("get", "workflows", "argoproj.io")),
+    probe=VersionProbe(what="Argo Server", path="/api/v1/version", field="version", token_env="ARGO_TOKEN",
+                       host_env="ARGO_SERVER", service_namespace="argo"),
+    pod_artifact=ARTIFACT.as_posix(),
+    flags=(CONTROLLER_NAMESPACE,), checks=checks, compiled_pods=compiled_pods)

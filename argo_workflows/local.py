@@ -9,7 +9,7 @@ artifacts as directories under ``workdir``, ``retryStrategy`` (each attempt's ``
 and have no local effect. Anything else is refused before anything runs, with one line naming
 the feature and where it is.
 
-What each of those means in Argo's terms, and the full lists: docs/backend-internals.md, "Argo:
+What each of those means in Argo's terms, and the full lists: docs/internals/backend-internals.md, "Argo:
 the local executor".
 """
 

@@ -9,7 +9,7 @@ else the environment the ``argo`` CLI reads; ``.create()`` without a server is o
 :class:`InputError` line saying how to name one.
 
 An example, and where it is sent in full: docs/native-tools.md, "Hera: Workflow.create()";
-docs/backend-internals.md, "Argo: the Workflow for Hera users".
+docs/internals/backend-internals.md, "Argo: the Workflow for Hera users".
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ wrapped once each (:func:`_session`). Errors are :class:`components.errors.Input
 naming what to fix (:func:`_error`). Tokens are never printed, logged, put in a summary or in an
 error message.
 
-Endpoint, token, namespace and the quirks: docs/backend-internals.md, "Argo: submission to Argo Server".
+Endpoint, token, namespace and the quirks: docs/internals/backend-internals.md, "Argo: submission to Argo Server".
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from components.backend import SubmitRequest
 from components.commands import format_value
 from components.errors import InputError
 from components.params import TELEMETRY_PARAMS
+from components.process.gang import check_pinned
 from components.servers.remote import (
     is_unreachable,
     normalize_host,
@@ -197,6 +198,8 @@ def submit(request: Request) -> dict[str, Any]:
     values = user_parameters(pipe, request.params)
     path = Path(request.workflow_path) if request.workflow_path else WORKFLOW_PATH
     wf = load_workflow(path)
+    declared = (wf.spec.arguments.parameters or []) if wf.spec.arguments else []
+    check_pinned(values, f"--workflow {path}", compiled={p.name: p.value for p in declared})
     host_url, secret, ns, verify = connection(request.host, request.token, request.namespace, os.environ,
                                               ca_cert=request.ca_cert,
                                               insecure_skip_tls_verify=request.insecure_skip_tls_verify)

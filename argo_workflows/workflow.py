@@ -12,7 +12,7 @@ values and artifact directories go. The module-level ``w`` is the fine-tuning pi
 
 How a step's :class:`components.dsl.Execution` maps to the cluster (resources, placement, security,
 retries without ``maxDuration``, volumes, labels, metrics) and why int-or-string fields are
-strings: docs/backend-internals.md, "Argo: the Workflow builder".
+strings: docs/internals/backend-internals.md, "Argo: the Workflow builder".
 """
 
 from __future__ import annotations

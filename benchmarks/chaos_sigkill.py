@@ -2,7 +2,7 @@
 
     python benchmarks/chaos_sigkill.py [--kills 20] [--seed 0] [--max-steps 12] [--checkpoint-every 2]
 
-How to run it, what it prints and why: docs/benchmarks.md.
+How to run it, what it prints and why: docs/internals/benchmarks.md.
 """
 
 from __future__ import annotations

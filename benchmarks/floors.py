@@ -3,7 +3,7 @@
 Used by ``python benchmarks/overhead.py --floors``. Two trivial runs stand for what the
 orchestrators cost by themselves, measured in the same rounds as our paths.
 
-How to run it, what it prints and why: docs/benchmarks.md.
+How to run it, what it prints and why: docs/internals/benchmarks.md.
 """
 
 from __future__ import annotations

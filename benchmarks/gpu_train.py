@@ -3,7 +3,7 @@
     python benchmarks/gpu_train.py [--modes lora,full] [--batch 4] [--seq 2048] [--warmup 5] [--steps 50]
                                    [--compile] [--liger auto|on|off] [--grad-ckpt] [--json OUT] [--tiny]
 
-How to run it, what it prints and why: docs/benchmarks.md.
+How to run it, what it prints and why: docs/internals/benchmarks.md.
 """
 
 from __future__ import annotations

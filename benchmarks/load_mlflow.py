@@ -3,7 +3,7 @@
     python benchmarks/load_mlflow.py [--runs 20] [--concurrency 4] [--max-steps 2] [--param NAME=VALUE ...]
                                      [--workers 1] [--json]
 
-How to run it, what it prints and why: docs/benchmarks.md.
+How to run it, what it prints and why: docs/internals/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ and from the last finish until the client saw the run complete.
 
 ``--floors`` runs, in the same interleaved rounds, the orchestrators' own floors beside the four
 paths (``mlflow run`` and kfp.local on trivial projects: :mod:`floors`) and prints what of each
-path's cost is ours above its orchestrator's (docs/measurements.md's targets beside each line).
+path's cost is ours above its orchestrator's (docs/internals/measurements.md's targets beside each line).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ every linear layer but the head), schedule and batch order, and evaluate's greed
 exact match, on the first ``--eval-rows`` unseen prompts (the three tasks in turn). It prints base
 -> tuned exact match per task and overall for each seed, then the mean and 95% interval over the
 seeds (components.serving.spread). ``--jobs J`` runs J seeds at once, one torch thread each (the
-same work; on a shared CPU, one thread per process wastes less). Figures: docs/evaluation.md.
+same work; on a shared CPU, one thread per process wastes less). Figures: docs/serving.md.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ n synthetic node samples; prints the wall seconds per projection. Part 2 (covera
 exponential and a lognormal node distribution, ``--trials`` seeded sets of n node samples
 (``--coverage-samples``: 24 is 12 2-node gangs), the share of 8- and 16-node true gang quantiles
 inside the projected 95% interval (closed form for the exponential, a 200 000-gang simulation for
-the lognormal). A figure well below 0.95 says the interval is optimistic there (docs/projection.md:
+the lognormal). A figure well below 0.95 says the interval is optimistic there (docs/plan.md:
 "when not to trust it").
 """
 
@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from llmpack.project.fit import PathFit
-from llmpack.project.model import project_path
+from llmpack.cluster.plan.project.fit import PathFit
+from llmpack.cluster.plan.project.model import project_path
 
 SIZES, QS = [1, 2, 4, 8, 16, 32], [0.5, 0.9, 0.99]
 

@@ -3,7 +3,7 @@
     python benchmarks/readme_figures.py            # measure (about 6 minutes on 2 cores), rewrite the files
     python benchmarks/readme_figures.py --check    # measure, print, leave the files alone
 
-How to run it, what it prints and why: docs/benchmarks.md.
+How to run it, what it prints and why: docs/internals/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-MEASUREMENTS = REPO / "docs" / "measurements.md"
+MEASUREMENTS = REPO / "docs" / "internals" / "measurements.md"
 BIN = Path(sys.executable).parent
 SECTIONS = ("compare", "table", "overhead", "spinup", "spinup-quick", "gc", "upload")
 # The file each section is written into: the Quickstart's output in the README, the rest with the lab notes.

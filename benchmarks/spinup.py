@@ -2,7 +2,7 @@
 
     python benchmarks/spinup.py [--pairs 5] [--backends direct] [--max-steps 60] [--json]
 
-How to run it, what it prints and why: docs/benchmarks.md.
+How to run it, what it prints and why: docs/internals/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     python benchmarks/step_upload.py [--rounds 3] [--max-steps 10]
 
-How to run it, what it prints and why: docs/benchmarks.md.
+How to run it, what it prints and why: docs/internals/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ seconds: ``--layers`` sets the tiny model's depth, ``--save`` the modules LoRA t
 (peft's ``modules_to_save``; empty: none), ``--method full`` trains every weight. It prints the
 training loss every 20 steps, the seconds training took, and the exact match of the base and the
 tuned model on the held-out split, overall and per task, as evaluate scores it
-(components.training.generation). What it measured is in docs/decisions.md ("Task evaluation").
+(components.training.generation). What it measured is in docs/internals/decisions.md ("Task evaluation").
 """
 
 from __future__ import annotations

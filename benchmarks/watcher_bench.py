@@ -2,10 +2,10 @@
 
 The stand-in Kubernetes API (tests/standins/k8s_api.py) runs in a separate process and streams a
 synthetic run group over its watch protocol; this process runs the real kubernetes client and
-:class:`llmpack.k8s.watcher.PodWatcher` until every pod has terminated (list, watch, node reads,
+:class:`llmpack.cluster.k8s.watcher.PodWatcher` until every pod has terminated (list, watch, node reads,
 image-pull events and the final analysis all inside the timed window).
 
-How to run it, what it prints and why: docs/benchmarks.md.
+How to run it, what it prints and why: docs/internals/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ def _serve(pods: int, events: int, *, live: bool) -> tuple[subprocess.Popen[str]
 
 
 def measure(pods: int, events: int, *, trace: bool, live: bool = False) -> dict[str, float]:
-    from llmpack.k8s.api import build_api_client
-    from llmpack.k8s.podphases import all_terminated
-    from llmpack.k8s.watcher import PodWatcher
+    from llmpack.cluster.k8s.api import build_api_client
+    from llmpack.cluster.k8s.podphases import all_terminated
+    from llmpack.cluster.k8s.watcher import PodWatcher
 
     proc, url = _serve(pods, events, live=live)
     try:

@@ -3,7 +3,7 @@
     python benchmarks/watcher_load.py [--pods 100,1000] [--events 10000,50000] [--expire-every 1000] [--gap 10]
                                       [--timeout 600] [--json]
 
-How to run it, what it prints and why: docs/benchmarks.md.
+How to run it, what it prints and why: docs/internals/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -177,9 +177,9 @@ def _stop_standin(proc: subprocess.Popen[str]) -> dict[str, Any]:
 
 def _watch(url: str, pods: int, timeout_s: float,
            traced: bool) -> tuple[Any, list[dict[str, Any]], float, tuple[int, int]]:
-    from llmpack.k8s.api import build_api_client
-    from llmpack.k8s.podphases import all_terminated
-    from llmpack.k8s.watcher import PodWatcher
+    from llmpack.cluster.k8s.api import build_api_client
+    from llmpack.cluster.k8s.podphases import all_terminated
+    from llmpack.cluster.k8s.watcher import PodWatcher
 
     watcher = PodWatcher(build_api_client(host=url, token=TOKEN), NAMESPACE, RUN_GROUP, window_s=30)
     if traced:

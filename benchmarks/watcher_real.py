@@ -3,7 +3,7 @@
 The stand-in's figures (``watcher_bench.py``, ``watcher_load.py``) measure the watcher taking a stream
 our own server makes; this one puts it on the real control plane (``tools/cluster/up.sh``): one run
 group of ``--pods`` pods, created here as bare pods owned (not controlled) by a suspended Job, which
-kwok completes; :class:`llmpack.k8s.watcher.PodWatcher` in a fresh process watches them from before
+kwok completes; :class:`llmpack.cluster.k8s.watcher.PodWatcher` in a fresh process watches them from before
 the first is created until every one has terminated (**live**: events/s end to end, CPU, peak memory),
 then a second fresh watcher stops at its first analysis (**backlog**: one list of every pod).
 
@@ -11,7 +11,8 @@ then a second fresh watcher stops at its first analysis (**backlog**: one list o
 
 Without ``--kubeconfig`` it starts and stops its own control plane; needs ``make cluster-build``.
 Loopback only. Minutes on 2 cores. What each figure means, ``--existing`` and INCOMPLETE:
-docs/real-cluster.md, "The watcher benchmark on the real control plane"; the figures: docs/measurements.md.
+docs/internals/real-cluster.md, "The watcher benchmark on the real control plane";
+the figures: docs/internals/measurements.md.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ def watch(kubeconfig: str, pods: int, timeout_s: float, *, backlog: bool = False
     """One PodWatcher run in this process, traced: its figures. ``backlog``: stop at the first analysis (the list)."""
     import kubernetes
 
-    from llmpack.k8s.podphases import all_terminated
-    from llmpack.k8s.watcher import PodWatcher
+    from llmpack.cluster.k8s.podphases import all_terminated
+    from llmpack.cluster.k8s.watcher import PodWatcher
 
     api = kubernetes.config.new_client_from_config(config_file=kubeconfig)
     watcher = PodWatcher(api, NAMESPACE, RUN_GROUP, window_s=60)

@@ -7,10 +7,10 @@ one registry, :mod:`llmpack.backends`, which imports it only when asked for. Mod
 one registry line: its name, settings and golden artifacts; :meth:`Backend.compile` and
 :meth:`Backend.run_local`; for a cluster backend its :class:`Connection`, its ``submit`` of one
 :class:`SubmitRequest` returning a :class:`SubmittedRun`, :meth:`~Backend.recognise_pod`, its
-:class:`ClusterPath`, :class:`PodMarks` and :class:`DoctorFacts`, so that no module of
+:class:`ClusterPath`, :class:`PodMarks` and :class:`~components.doctor_facts.DoctorFacts`, so that no module of
 ``llmpack`` names a backend.
 
-Each field and method, and the test that holds llmpack to it: docs/architecture.md, "The backend
+Each field and method, and the test that holds llmpack to it: docs/internals/architecture.md, "The backend
 contract". Heavy libraries stay inside the methods that need them.
 """
 
@@ -19,17 +19,17 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
+from components.doctor_facts import DoctorFacts
 from components.errors import InputError
 from components.servers.remote import REQUEST_TIMEOUT_S
 from components.settings import Setting
 
 if TYPE_CHECKING:  # only named in annotations: the registry (llmpack --help) imports this module
-    from components.compiled_pods import PodSpec
     from components.dsl import Pipeline
 
 
@@ -200,7 +200,7 @@ class ClusterPath:
     name: str
     artifact_option: str  # the submit option that names what it submits
     artifact_path: str  # where `llmpack compile --out DIR` writes it, under DIR
-    submit_options: tuple[str, ...]  # options its submit takes (passed to llmpack.run.submit)
+    submit_options: tuple[str, ...]  # options its submit takes (passed to llmpack.cluster.submit)
     wait_options: tuple[str, ...]  # those its wait needs too
     own_options: tuple[str, ...] = ()  # options read here, not passed to its submit
     namespace_options: tuple[str, ...] = ("namespace",)  # where its pods run: the first option given...
@@ -238,7 +238,7 @@ class Drivers:
 class PodMarks:
     """What the pod watcher reads of an orchestrator's own pods, besides :meth:`Backend.recognise_pod`.
 
-    Stated once here, so that :mod:`llmpack.k8s` names no orchestrator: it asks the registry for
+    Stated once here, so that :mod:`llmpack.cluster.k8s` names no orchestrator: it asks the registry for
     the union over the cluster backends (:func:`llmpack.backends.all_pod_marks`). The watcher keeps
     (slims a pod to) llmpack's own labels plus every label and annotation named here.
     """
@@ -258,75 +258,6 @@ class PodMarks:
     def labels(self) -> tuple[str, ...]:
         """Every label named here, once each."""
         return tuple(dict.fromkeys((*self.keep_labels, *self.run_labels, *self.workflow_labels)))
-
-
-@dataclass(frozen=True, kw_only=True)
-class VersionProbe:
-    """How ``llmpack doctor`` asks a backend's server for its version (with its token, never shown)."""
-
-    what: str  # "KFP API"
-    path: str  # the version call under the host
-    field: str  # the answer's JSON field holding the version
-    token_env: str  # the variable holding the token
-    host_env: str  # the variable naming the host when no flag does
-    scheme: str = "https"  # of a host given without one
-    service_namespace: str = "default"  # where its server's Service usually is (the fix's kubectl)
-
-
-@dataclass(frozen=True, kw_only=True)
-class DoctorFlag:
-    """A ``llmpack doctor`` option a backend's own checks read: a Kubernetes name (``--argo-controller-namespace``)."""
-
-    flag: str  # "--argo-controller-namespace"
-    default: str
-    help: str
-
-    @property
-    def dest(self) -> str:
-        """The keyword click gives it, and its key in the values :meth:`Backend.doctor_checks` is given."""
-        return self.flag.lstrip("-").replace("-", "_")
-
-
-@dataclass(frozen=True)
-class DoctorCheck:
-    """One line of ``llmpack doctor``'s checklist: whether it holds, what was checked, and the command that fixes it."""
-
-    ok: bool
-    what: str
-    fix: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "what": self.what, **({"fix": self.fix} if self.fix else {})}
-
-
-class DoctorReader(Protocol):
-    """What a backend's own doctor checks may read of the cluster (``llmpack.doctor.reader.ClusterReader``)."""
-
-    Unanswered: type[Exception]  # raised by a read that failed (forbidden, or no answer)
-
-    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The ConfigMap, ``None`` when there is none."""
-        ...
-
-    def unread(self, exc: Exception, what: str, namespace: str = "") -> DoctorCheck:
-        """The failed check of a read that raised :attr:`Unanswered`, with its fix."""
-        ...
-
-
-@dataclass(frozen=True, kw_only=True)
-class DoctorFacts:
-    """What ``llmpack doctor`` checks for a cluster backend, besides what every path needs.
-
-    Its own checks and the reader of its compiled pods are :meth:`Backend.doctor_checks` and
-    :meth:`Backend.compiled_pods`.
-    """
-
-    # (verb, resource, API group) its submission needs in the run's namespace
-    verbs: tuple[tuple[str, str, str], ...] = ()
-    probe: VersionProbe | None = None  # its server's version call, when it has a server
-    # the compiled file (under compile --out) whose pods Pod Security is checked against
-    pod_artifact: str | None = None
-    flags: tuple[DoctorFlag, ...] = ()  # the doctor options its own checks read
 
 
 ClickOption = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -353,7 +284,9 @@ class Backend:
     # The pod options (``llmpack compile --namespace``...) its compile takes as keywords, when given.
     compile_options: ClassVar[tuple[str, ...]] = ()
     colour: ClassVar[str] = "#444444"  # its colour in the report's charts
-    doctor: ClassVar[DoctorFacts] = DoctorFacts()  # what `llmpack doctor` checks for it
+    # what `llmpack cluster doctor` checks for it, when its package has no doctor module declaring DOCTOR
+    # (llmpack.backends.doctor_facts: the lab loads that module, the pack never does)
+    doctor: ClassVar[DoctorFacts] = DoctorFacts()
 
     @property
     def cluster(self) -> bool:
@@ -439,18 +372,6 @@ class Backend:
     def explain_own_metrics(self, metrics: Mapping[str, Any]) -> list[str]:
         """Why its own account (:meth:`own_metrics`) differs from ours, one sentence each; none by default."""
         return []
-
-    def doctor_checks(self, cluster: DoctorReader, namespace: str, flags: Mapping[str, str]) -> list[DoctorCheck]:
-        """``llmpack doctor``'s checks of what its runs in ``namespace`` need of the cluster beyond every path's
-        (``flags``: its :attr:`DoctorFacts.flags` values by ``dest``); none by default."""
-        return []
-
-    def compiled_pods(self, docs: list[Any]) -> Iterable[PodSpec]:
-        """The pods of its compiled file (:attr:`DoctorFacts.pod_artifact`, its YAML documents), for doctor's
-        Pod Security check; by default every pod spec found in it."""
-        from components.compiled_pods import pods_of
-
-        return pods_of(docs)
 
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         """True when ``pod`` (a Pod object as ``kubectl get pods -o json`` lists it) was made by this orchestrator.

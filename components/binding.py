@@ -2,7 +2,7 @@
 
 The one parameter gate (:meth:`components.dsl.Pipeline.bind`) is built from these, and so is the
 step process's own binding of its step's parameters; :mod:`components.names` names the length rule
-beside its other rules (docs/hostile-input.md).
+beside its other rules (docs/internals/hostile-input.md).
 """
 
 from __future__ import annotations

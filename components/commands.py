@@ -17,6 +17,11 @@ from components.errors import InputError
 from components.process import lifeline
 
 STEP_MODULE = "components.run"
+#: Every process a local run starts begins with a safe ``sys.path`` (``python -P``, Python >= 3.11): the working
+#: directory is not on it, so a ``tokenize.py`` there is never imported. The variable reaches what those processes
+#: start in turn (torchrun's ranks, kfp.local's executors, ``mlflow run``'s entry point); ``--pipeline`` puts its
+#: own directory on ``PYTHONPATH`` explicitly (llmpack.run.user_pipeline). docs/internals/step-process.md, "Safe path".
+SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}
 
 
 def format_value(value: Any) -> str:
@@ -74,7 +79,7 @@ def run_logged(cmd: Sequence[str], *, env: Mapping[str, str], log_path: Path,
     with log_path.open("a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
-        proc = subprocess.Popen(list(cmd), env=dict(env), stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
+        proc = subprocess.Popen(list(cmd), env={**env, **SAFE_PATH_ENV}, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
                                 start_new_session=True, preexec_fn=lifeline.preexec())  # dies with us, however we die
         rc = wait_or_end_group(proc)
     return rc, last_error_line(log_path.read_text(encoding="utf-8", errors="replace"))

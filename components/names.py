@@ -6,7 +6,7 @@ a query is one :class:`InputError` before anything is written: identities (``pip
 ``run_group``) are empty or DNS-1123 labels; ``model_name`` follows MLflow's registered-model rule
 (at most :data:`MAX_MODEL_NAME`); any text parameter is at most :data:`MAX_VALUE` characters; a
 filter value is quoted only when it can be (:func:`filter_literal`). Each rule and why:
-docs/names-and-secrets.md.
+docs/internals/names-and-secrets.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :data:`TELEMETRY_PARAMS` (every task gets them, to measure against the client's submit time),
 :data:`RUNTIME_PARAMS` (filled by each orchestrator) and :data:`CLOSE_TASK` (the summarizing
-task every compiled pipeline ends with) belong to the record (docs/record.md), not to the
+task every compiled pipeline ends with) belong to the record (docs/internals/record.md), not to the
 authoring model in :mod:`components.dsl`.
 """
 

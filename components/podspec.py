@@ -11,7 +11,7 @@ recommended ``app.kubernetes.io/*`` labels every pod carries (:func:`recommended
 Each flag and what every pod gets: docs/cluster.md, "Model, data, the HF token and the image: the
 pod-spec flags". Why on :class:`components.dsl.Execution` (``execution.pod``: fusion and the gang
 launcher copy a step's execution, so volumes and secrets travel with their step) and why nothing
-else is written by default: docs/decisions.md, "Packaging".
+else is written by default: docs/internals/decisions.md, "Packaging".
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def recommended_labels(*, name: str, component: str, managed_by: str, instance: 
     ``instance`` the pipeline run, ``managed-by`` the tool that creates the pod.
 
     ``instance`` is left out where the run is not known when the pod spec is written (KFP: labels are
-    fixed at compile time; docs/decisions.md); an orchestrator placeholder (Argo's
+    fixed at compile time; docs/internals/decisions.md); an orchestrator placeholder (Argo's
     ``{{workflow.parameters.pipeline_run}}``) is kept as is, a literal run id made a label value.
     """
     labels = {NAME_LABEL: label_value(name), COMPONENT_LABEL: label_value(component), PART_OF_LABEL: PART_OF,

@@ -1,18 +1,16 @@
 """Provenance: a keyed signature (HMAC-SHA256) over what llmpack wrote, so state found on disk or in a
-store is trusted only when the user's own key signed it.
+store is trusted only when the user's own key signed it (a checksum list proves nothing: whoever can
+write the files rewrites the list too). The key, in the order looked up:
 
-A checksum list proves nothing against someone who can write the files (they rewrite the list too);
-an HMAC with a key only the user's environment holds does. The key, in the order looked up:
-
-1. ``LLMPACK_SIGNING_KEY``: the key itself, hex (at least 32 bytes). On a cluster it comes from a
-   Kubernetes Secret as an environment variable, so every pod of a run shares it.
+1. ``LLMPACK_SIGNING_KEY``: the key itself, hex (at least 32 bytes). On a cluster every compiled pod
+   reads it from key ``signing-key`` of the tracking Secret ``llmpack-mlflow``.
 2. ``LLMPACK_SIGNING_KEY_FILE`` or, unset, ``~/.config/llmpack/signing.key`` (``$XDG_CONFIG_HOME``
    honoured): generated on first use, 32 random bytes hex, mode 0600. A key file that is a symlink,
    not a regular file, or readable by anyone but its owner is refused (one :class:`InputError`).
 
-Each signature is bound to a *kind* (``checkpoint``, ``evaluation``, ``model-version``...), so a
-signature made for one kind of object never verifies as another. Payloads are canonical JSON
-(sorted keys, no spaces, no NaN): the same mapping signs the same on every path.
+Each signature is bound to a *kind* (``checkpoint``, ``evaluation``, ``model-version``...), so one
+made for one kind never verifies as another. Payloads are canonical JSON (sorted keys, no NaN).
+In full: docs/internals/step-process.md ("Provenance").
 """
 
 from __future__ import annotations
@@ -99,7 +97,13 @@ def signing_key() -> bytes:
         return _parse_key(text, SIGNING_KEY.name)
     path = Path(SIGNING_KEY_FILE.get() or default_key_file()).expanduser()
     if not os.path.lexists(path):
-        _create_key_file(path)
+        try:
+            _create_key_file(path)
+        except OSError as exc:  # a read-only home (a cluster pod's root filesystem)
+            raise InputError(f"no signing key: {SIGNING_KEY.name} is unset and {path} cannot be made "
+                             f"({exc.strerror}); on a cluster add key 'signing-key' to the Secret llmpack-mlflow "
+                             "(kubectl create secret generic llmpack-mlflow ... "
+                             "--from-literal=signing-key=$(openssl rand -hex 32))") from None
     return _read_key_file(path)
 
 

@@ -1,78 +1,143 @@
 """The one redaction path: every message that can hold a URI, a header or a credential goes through here.
 
 A URI carries its password, a presigned URL its signature, a header its token, and libraries
-quote what they were given. :func:`redact_uri` blanks a URI's userinfo and secret-looking query
-values and never raises, however malformed; :func:`redact_text` does that to every URI in free text,
-blanks bearer tokens and ``password=`` pairs and every secret this process was handed, wherever it
-reappears; :func:`uri_problem` refuses a bad http(s) host or port up front, quoting only the host.
-Stdlib only: the CLI's error path imports it. In full: docs/names-and-secrets.md.
+quote what they were given. :func:`split_uri` is the one URI parser: userinfo is everything before
+the URI's last ``@`` (so ``/ # ? @ :`` inside a password never move its end; an ``@`` in a path makes it
+blank more, never less). :func:`redact_uri` blanks a URI's userinfo and secret query/fragment values
+(known names, or a long random-looking value) and never raises, however malformed; :func:`redact_text`
+does that to every URI in free text, blanks bearer tokens, JWTs, known token formats, ``password=``
+and ``?token=`` pairs and every secret this process was handed, wherever it reappears;
+:func:`uri_problem` refuses a bad http(s) host or port up front, quoting only the host;
+:func:`install_log_redaction` puts every log record and warning (urllib3's, MLflow's...) through it.
+Stdlib only: the CLI's error path imports it. In full: docs/internals/names-and-secrets.md.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
 import sys
+import warnings
 from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 MASK = "***"
 MIN_SECRET_CHARS = 6  # a shorter value blanked verbatim would blank ordinary words too; the structure covers it
 # A query or fragment key whose value is a credential (lower-cased, '-' read as '_').
 _SECRET_KEY = re.compile(
-    r"(^|_)(token|access_token|id_token|refresh_token|password|passwd|pwd|pass|secret|client_secret|sig|signature"
-    r"|key|api_key|apikey|access_key|secret_key|auth|authorization|credential|credentials|code|session)$"
+    r"(^|_)(token|access_token|id_token|refresh_token|session_token|security_token|jwt|password|passwd|pwd|pw|pass"
+    r"|passphrase|secret|client_secret|sig|signature|key|api_key|apikey|access_key|secret_key|private_key|privatekey"
+    r"|auth|authorization|credential|credentials|cred|creds|code|session|assertion|client_assertion|otp|cookie)$"
     r"|^x_amz_(signature|credential|security_token)$|^x_goog_(signature|credential)$|^sv$|^se$")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-_URI_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+_NO_AUTHORITY = re.compile(r"(?i)(models|runs|file|dbfs|mlflow-artifacts):/|/")  # models:/m@alias, /p: no userinfo
+# A URI in free text: its scheme, then everything up to white space (a password may hold quotes and brackets).
+_URI_RUN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S*")  # a bounded scheme: linear in the text
+# ``?token=x``, ``&jwt=x``, ``;pw=x``, ``#access_token=x`` in a URI or a bare path (urllib3 logs ``/api?token=x``):
+# the value runs to white space or the next ``&name=`` / ``;name=`` (a raw '&' or '#' in a secret is blanked too).
+_QUERY_PAIR = re.compile(r"(?<=[?&;#])([A-Za-z0-9_.%-]{1,128})=((?:[^\s&;]|[&;](?![A-Za-z0-9_.%-]{1,128}=))*)")
 _HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key|cookie|set-cookie)"
                      r"(['\"]?\s*[:=]\s*['\"]?)"
                      r"(?:(bearer|basic|token)\s+)?[^\s'\",;}]+")
 _SCHEME_TOKEN = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
+# Tokens known by their form wherever they stand: a JWT, GitHub/GitLab/Hugging Face/Slack/OpenAI keys, AWS key ids.
+_TOKEN_FORM = re.compile(r"\beyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]*"
+                         r"|\b(?:gh[pousr]_|github_pat_|glpat-|hf_|xox[abprs]-|sk-(?:proj-|ant-)?)[A-Za-z0-9_-]{20,}"
+                         r"|\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
 # ``password=x``, ``"token": "x"``: a secret-looking key and its value (a bare ``token: missing`` is prose, not a pair).
 _PAIR = re.compile(r"(?i)\b([A-Za-z0-9_.-]*"
-                   r"(?:token|password|passwd|secret|api_?key|access_?key|account_?key|signature))"
-                   r"(\s*=\s*['\"]?|['\"]\s*:\s*['\"])(?!\*\*\*)([^\s'\"&;,)}]+)")
+                   r"(?:token|password|passwd|pwd|passphrase|jwt|secret|api_?key|access_?key|account_?key|signature"
+                   r"|credentials?))"
+                   r"(\s*=\s*['\"]?|['\"]\s*:\s*['\"])([^\s'\"&;,)}]+)")
 # A value that stands for a secret in a command we print for the user to fill in (doctor's fix lines:
 # ``--docker-password=TOKEN``, ``"token":"<token>"``, ``$HF_TOKEN``): kept, since it holds none.
 _PLACEHOLDER = re.compile(r"<[A-Za-z_ -]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|TOKEN|PASSWORD|SECRET|KEY|YOUR_[A-Z_]+")
 # Environment variables whose value is a credential: HF_TOKEN, MLFLOW_TRACKING_PASSWORD, AWS_SECRET_ACCESS_KEY...
 _SECRET_ENV = re.compile(r"(?i)(token|password|passwd|secret|secret_key|api_?key|access_?key|account_?key|credentials?"
-                         r"|private_?key|connection_string)$")
+                         r"|private_?key|connection_string|passphrase|jwt)$")
+RANDOM_MIN_CHARS = 20  # a query value this long that looks random is blanked whatever its name
+_OWN_SECRETS: dict[str, Any] = {}  # secrets_in() of this process, and the argv and environment it was worked out from
 
 
 def _secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key.strip().lower().replace("-", "_")))
 
 
-def _redact_pairs(part: str) -> str:
-    """``a=1&token=x;sig=y`` with each secret-looking value blanked."""
-    out = []
-    for piece in re.split(r"([&;])", part):
-        key, sep, value = piece.partition("=")
-        out.append(f"{key}={MASK}" if sep and value and _secret_key(key) else piece)
-    return "".join(out)
+def random_looking(value: str) -> bool:
+    """A token by its form (a JWT, ``ghp_``...), or a long value that looks random (upper, lower and digits, many
+    distinct characters, no dots); hex digests and run ids (one case) are not."""
+    from urllib.parse import unquote
+
+    value = unquote(value)
+    return _TOKEN_FORM.fullmatch(value) is not None or (
+        len(value) >= RANDOM_MIN_CHARS and re.fullmatch(r"[A-Za-z0-9_+/=~-]+", value) is not None
+        and sum(c.isdigit() for c in value) >= 2 and sum(c.isupper() for c in value) >= 2
+        and sum(c.islower() for c in value) >= 2 and len(set(value)) >= 12)
 
 
-def _redact_uri(uri: str) -> str:
+class SplitUri(NamedTuple):
+    """A URI as ``prefix`` (``scheme://`` or empty), ``userinfo`` (None: no ``@``), ``host`` (host[:port]), ``tail``."""
+
+    prefix: str
+    userinfo: str | None
+    host: str
+    tail: str
+
+
+def split_uri(uri: str) -> SplitUri:
+    """The one URI parser: userinfo is everything before the last ``@`` after the scheme (a password may hold any
+    of ``/ # ? @ :``); the host runs from there to the first ``/ ? #``. ``scheme:///path`` has no authority."""
     scheme = _SCHEME.match(uri)
     start = scheme.end() if scheme else 0
     rest = uri[start:]
-    authority_end = rest.find("/")
-    authority = rest if authority_end < 0 else rest[:authority_end]
-    # userinfo (a bare host:port may carry it too): everything up to the last '@' before the path,
-    # '#' and '?' included
-    if "@" in authority:
-        at = authority.rfind("@")
-        rest = MASK + rest[at:]
-        authority = MASK + authority[at:]
-    head, sep, fragment = rest.partition("#")
-    path, qsep, query = head.partition("?")
-    if qsep:
-        path += qsep + _redact_pairs(query)
-    if sep:
-        path += sep + _redact_pairs(fragment)
-    return uri[:start] + path
+    userinfo = None
+    if rest.startswith("/") or (not scheme and _NO_AUTHORITY.match(rest)):
+        return SplitUri(uri[:start], None, "", rest)
+    at = rest.rfind("@")
+    if at >= 0:
+        userinfo, rest = rest[:at], rest[at + 1:]
+    end = re.search(r"[/?#]", rest)
+    cut = end.start() if end else len(rest)
+    return SplitUri(uri[:start], userinfo, rest[:cut], rest[cut:])
+
+
+def _value_end(match: re.Match[str]) -> int:
+    """Where a pair's value ends, short of the sentence's punctuation after it (``URI?token=x: problem``): at most
+    two such characters, so a secret ending in them shows no more than two."""
+    value = match.group(2)
+    return match.end(2) - min(2, len(value) - len(value.rstrip(".,:!?)]'\"")))
+
+
+def _secret_pair(match: re.Match[str]) -> bool:
+    value = match.string[match.start(2):_value_end(match)]
+    return bool(value) and value != MASK and (_secret_key(match.group(1)) or random_looking(value))
+
+
+def _redact_pair(match: re.Match[str]) -> str:
+    if not _secret_pair(match):
+        return match.group(0)
+    return f"{match.group(1)}={MASK}{match.string[_value_end(match):match.end()]}"
+
+
+def _redact_uri(uri: str) -> str:
+    """``uri`` with its userinfo and its secret pairs' values blanked, all found in the URI as given (a raw ``@``
+    in a query secret, or ``?pw=`` in a password, then blanks the union: more, never less)."""
+    parts = split_uri(uri)
+    spans = [(m.start(2), _value_end(m)) for m in _QUERY_PAIR.finditer(uri) if _secret_pair(m)]
+    if parts.userinfo is not None:
+        spans.append((len(parts.prefix), len(parts.prefix) + len(parts.userinfo)))
+    out, pos = [], 0
+    for start, end in sorted(spans):
+        if end <= pos:
+            continue
+        if start > pos:
+            out += [uri[pos:start], MASK]
+        elif not out or out[-1] != MASK:
+            out.append(MASK)
+        pos = end
+    return "".join(out) + uri[pos:]
 
 
 def redact_uri(uri: str) -> str:
@@ -85,6 +150,11 @@ def redact_uri(uri: str) -> str:
 
 def secrets_in(argv: Iterable[str] | None = None, env: Mapping[str, str] | None = None) -> set[str]:
     """The secrets this process was handed, to blank verbatim wherever they reappear (see the module docstring)."""
+    if argv is None and env is None:  # this process's own: worked out again only when they change (a log record each)
+        key = (tuple(sys.argv), tuple(os.environ.items()))
+        if _OWN_SECRETS.get("key") != key:
+            _OWN_SECRETS.update(key=key, found=secrets_in(list(key[0]), dict(key[1])))
+        return set(_OWN_SECRETS["found"])
     argv = sys.argv if argv is None else argv
     env = os.environ if env is None else env
     found: set[str] = set()
@@ -92,7 +162,7 @@ def secrets_in(argv: Iterable[str] | None = None, env: Mapping[str, str] | None 
         if value and _SECRET_ENV.search(name) and not name.startswith("LLMPACK_TEST_"):
             found.add(value)
     for text in [*argv, *env.values()]:
-        for match in _URI_IN_TEXT.finditer(str(text)):
+        for match in _URI_RUN.finditer(str(text)):
             found |= _uri_secrets(match.group(0))
     return {s for s in found if len(s) >= MIN_SECRET_CHARS}
 
@@ -101,41 +171,47 @@ def _uri_secrets(uri: str) -> set[str]:
     from urllib.parse import unquote
 
     out: set[str] = set()
-    rest = uri[_SCHEME.match(uri).end():] if _SCHEME.match(uri) else uri
-    authority = rest.split("/", 1)[0]
-    if "@" in authority:
-        userinfo = authority[: authority.rfind("@")]
-        password = userinfo.partition(":")[2]
-        out |= {userinfo, password, unquote(password)}
-    for part in re.split(r"[?#&;]", rest)[1:]:
-        key, sep, value = part.partition("=")
-        if sep and _secret_key(key):
-            out |= {value, unquote(value)}
+    parts = split_uri(uri)
+    if parts.userinfo:
+        password = parts.userinfo.partition(":")[2]
+        out |= {parts.userinfo, password, unquote(password)}
+    for match in _QUERY_PAIR.finditer(uri):
+        if _secret_pair(match):
+            trimmed = uri[match.start(2):_value_end(match)]
+            out |= {match.group(2), unquote(match.group(2)), trimmed, unquote(trimmed)}
     return {s for s in out if s}
 
 
 def redact_text(text: object, secrets: Iterable[str] | None = None) -> str:
-    """Free text (a message, a traceback) with every URI redacted, header and ``password=`` values and every
+    """Free text (a message, a traceback) with every URI redacted, header, token and ``password=`` values and every
     known secret (``secrets``, default :func:`secrets_in`) blanked; never raises."""
     try:
         out = str(text)
         for secret in sorted(secrets_in() if secrets is None else secrets, key=len, reverse=True):
             if secret:
                 out = out.replace(secret, MASK)
-        out = _URI_IN_TEXT.sub(_redact_match, out)
+        out = _URI_RUN.sub(_redact_run, out)
+        out = _QUERY_PAIR.sub(_redact_pair, out)  # the URIs' queries, and bare paths' (``/api?token=x``)
         out = _HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{(m.group(3) + ' ') if m.group(3) else ''}{MASK}", out)
         out = _SCHEME_TOKEN.sub(lambda m: f"{m.group(1)} {MASK}", out)
-        return _PAIR.sub(lambda m: m.group(0) if _PLACEHOLDER.fullmatch(m.group(3))
-                         else f"{m.group(1)}{m.group(2)}{MASK}", out)
+        out = _TOKEN_FORM.sub(MASK, out)
+        return _PAIR.sub(_redact_kv, out)
     except Exception:  # noqa: BLE001 - a redactor that raised would put the secret in its traceback
         return "<a message that could not be redacted>"
 
 
-def _redact_match(match: re.Match[str]) -> str:
-    """A URI found in text, redacted; the sentence's punctuation after it (``URI: problem``) kept as it was."""
-    uri = match.group(0)
-    core = uri.rstrip(".,:;!?)")
-    return redact_uri(core) + uri[len(core):]
+def _redact_kv(match: re.Match[str]) -> str:
+    """``password=x``: the value blanked (a placeholder or a blank already kept; the sentence's ':' or '.' kept)."""
+    value = match.group(3)
+    core = value[:len(value) - min(2, len(value) - len(value.rstrip(".,:!?]")))]
+    if core == MASK or _PLACEHOLDER.fullmatch(value) or _PLACEHOLDER.fullmatch(core):
+        return match.group(0)
+    return f"{match.group(1)}{match.group(2)}{MASK}{value[len(core):]}"
+
+
+def _redact_run(match: re.Match[str]) -> str:
+    """A URI found in text, up to white space (its userinfo ends at the run's last '@'), redacted."""
+    return _redact_uri(match.group(0))
 
 
 def uri_problem(uri: str) -> str | None:
@@ -143,11 +219,13 @@ def uri_problem(uri: str) -> str | None:
 
     Other schemes (sqlite, file, databricks...) are left to their library: they hold no port.
     """
-    scheme = _SCHEME.match(uri)
-    if not scheme or scheme.group(0).lower() not in ("http://", "https://"):
+    parts = split_uri(uri)
+    if parts.prefix.lower() not in ("http://", "https://"):
         return None
-    authority = re.split(r"[/?#]", uri[scheme.end():], maxsplit=1)[0]
-    host = authority[authority.rfind("@") + 1:]
+    if parts.userinfo is not None and re.search(r"[/?#\s]", parts.userinfo):
+        return ("its user name or password (not shown) holds a '/', '?', '#' or a space: percent-encode them "
+                "(%2F, %3F, %23, %20); an '@' in the path or query: %40")
+    host = parts.host
     if host.startswith("["):
         close = host.find("]")
         if close < 0:
@@ -171,3 +249,90 @@ def uri_problem(uri: str) -> str | None:
     if port and (not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536):
         return f"port {port[:20]!r} is not a number from 1 to 65535"
     return None
+
+
+def store_key(uri: str) -> tuple[str, ...]:
+    """What names a store, never its credentials: ``(scheme, host, port)`` of a URI with a host (the default port
+    filled in, the host lower-cased), else ``(scheme, the rest)`` (``sqlite:///p``: its path; ``databricks``)."""
+    parts = split_uri(uri.strip())
+    scheme = parts.prefix[:-3].lower() if parts.prefix else uri.partition(":")[0].lower() if ":" in uri else ""
+    if not parts.host:
+        return (scheme, parts.tail if parts.prefix else uri.strip())
+    host, port = parts.host.lower(), ""
+    if host.startswith("["):
+        host, _, port = host.partition("]")
+        port = port.lstrip(":")
+    elif ":" in host:
+        host, _, port = host.rpartition(":")
+    port = port or {"http": "80", "https": "443"}.get(scheme, "")
+    return (scheme, host.rstrip("."), port)
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """``text`` (a stranger's) safe on a terminal line: redacted, control and escape bytes as '?', cut to ``limit``."""
+    out = "".join(c if c.isprintable() else "?" for c in redact_text(text))
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
+# ----------------------------------------------------------------- log records and warnings: the same path
+
+def _loggers_with_handlers() -> list[logging.Logger]:
+    """The root logger and every logger that has handlers of its own now (urllib3's, a tracking client's...):
+    found, not named, so a library added later is covered the same way."""
+    found = [logging.getLogger()]
+    for logger in list(logging.root.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger) and logger.handlers:
+            found.append(logger)
+    return found
+
+
+def _redact_record(record: logging.LogRecord) -> None:
+    if getattr(record, "_llmpack_redacted", False):
+        return
+    try:
+        message = record.getMessage()
+    except Exception:  # noqa: BLE001 - a record whose args do not fit its format: both, redacted
+        message = f"{record.msg} {record.args!r}"
+    record.msg, record.args = redact_text(message), None
+    if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+        import traceback
+
+        record.exc_text = redact_text("".join(traceback.format_exception(*record.exc_info))).rstrip("\n")
+    if record.stack_info:
+        record.stack_info = redact_text(record.stack_info)
+    record._llmpack_redacted = True
+
+
+class RedactingFilter(logging.Filter):
+    """A logger's or handler's filter: each record's message, traceback and stack go through :func:`redact_text`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        _redact_record(record)
+        return True
+
+
+def install_log_redaction() -> None:
+    """Every log record (any logger's: a filter on ``urllib3`` would not see ``urllib3.connectionpool``'s, so
+    records are redacted as they are made, and :class:`RedactingFilter` sits on the root, every logger that has
+    handlers of its own, and their handlers too) and every warning shown or logged goes through
+    :func:`redact_text`. Idempotent."""
+    made = logging.getLogRecordFactory()
+    if not getattr(made, "_llmpack_redacts", False):
+        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = made(*args, **kwargs)
+            _redact_record(record)
+            return record
+
+        factory._llmpack_redacts = True  # type: ignore[attr-defined]
+        logging.setLogRecordFactory(factory)
+    for logger in _loggers_with_handlers():
+        for holder in [logger, *logger.handlers]:
+            if not any(isinstance(f, RedactingFilter) for f in holder.filters):
+                holder.addFilter(RedactingFilter())
+    shown = warnings.formatwarning
+    if not getattr(shown, "_llmpack_redacts", False):
+        def formatwarning(message: Any, category: Any, filename: str, lineno: int, line: str | None = None) -> str:
+            return redact_text(shown(message, category, filename, lineno, line))
+
+        formatwarning._llmpack_redacts = True  # type: ignore[attr-defined]
+        warnings.formatwarning = formatwarning

@@ -2,7 +2,7 @@
 
 Names are DNS-1123 labels, no task takes the summarizing task's name or a telemetry parameter's,
 resources are sane, every input is another task's output of the wanted type, every parameter
-argument fits its type (docs/architecture.md, "The pipeline and its steps").
+argument fits its type (docs/internals/architecture.md, "The pipeline and its steps").
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def read_text(path: Path, where: str, *, not_text: str | None = None) -> str:
     """:func:`read_bytes` as UTF-8 text; unreadable is ``WHERE: cannot read (why)``, other bytes ``not_text``.
 
     ``not_text``: the caller's line for a file that is not UTF-8 (default ``WHERE: not UTF-8 text``),
-    for the callers whose words the hostile-input table (docs/hostile-input.md) already holds.
+    for the callers whose words the hostile-input table (docs/internals/hostile-input.md) already holds.
     """
     try:
         return read_bytes(path, where).decode("utf-8")

@@ -12,10 +12,11 @@ llmpack compile --image ghcr.io/YOUR_ORG/llmpack:0.1.0
 #    every pod of every path gets them; then add --model /models/llama-3.2-1b --data /data/train.jsonl below:
 #      llmpack compile --image ghcr.io/YOUR_ORG/llmpack@sha256:DIGEST --image-pull-secret regcred \
 #        --model-pvc llmpack-models --data-pvc llmpack-data --hf-token-secret hf-token
-#      llmpack doctor --model-pvc llmpack-models --data-pvc llmpack-data --hf-token-secret hf-token --image-pull-secret regcred
+#      llmpack cluster doctor --model-pvc llmpack-models --data-pvc llmpack-data --hf-token-secret hf-token --image-pull-secret regcred
 B=build/llmpack
 kubectl create namespace llmpack
-kubectl -n llmpack create secret generic llmpack-mlflow --from-literal=tracking-uri=http://mlflow.mlflow.svc:5000
+kubectl -n llmpack create secret generic llmpack-mlflow --from-literal=tracking-uri=http://mlflow.mlflow.svc:5000 \
+    --from-literal=signing-key="$(openssl rand -hex 32)"
 # Argo: a default artifact repository (tasks pass artifacts; see the README) and RBAC for the
 # emissary executor, as the workflow's service account (`default`: the Workflow names none).
 kubectl -n llmpack create role argo-executor --verb=create,patch --resource=workflowtaskresults.argoproj.io
@@ -23,12 +24,12 @@ kubectl -n llmpack create rolebinding argo-executor --role=argo-executor --servi
 
 # 1. KFP, with its own CLI or ours (ours passes submitted_at / run_group / pipeline_run):
 kfp run submit -e llmpack -f $B/kfp_pipelines/finetune.yaml -r finetune-1 submitted_at=$(date +%s.%N) max_steps=200
-KFP_HOST=http://localhost:8888 llmpack submit kfp --package $B/kfp_pipelines/finetune.yaml --max-steps 200 --run-group rg-demo --wait
+KFP_HOST=http://localhost:8888 llmpack cluster submit kfp --package $B/kfp_pipelines/finetune.yaml --max-steps 200 --run-group rg-demo --wait
 
-# 2. Argo, with its own CLI or ours (Hera has no submit command; `llmpack submit argo` is it):
+# 2. Argo, with its own CLI or ours (Hera has no submit command; `llmpack cluster submit argo` is it):
 argo submit -n llmpack $B/argo_workflows/finetune.yaml -p submitted_at=$(date +%s.%N) -p max_steps=200 --watch
 ARGO_SERVER=localhost:2746 ARGO_TOKEN="$(argo auth token)" \
-  llmpack submit argo --workflow $B/argo_workflows/finetune.yaml --max-steps 200 --run-group rg-demo --wait
+  llmpack cluster submit argo --workflow $B/argo_workflows/finetune.yaml --max-steps 200 --run-group rg-demo --wait
 
 # 3. MLflow: `mlflow run --backend kubernetes` builds and pushes an image with a local Docker
 #    daemon (mlflow/mlflow#8118), and puts KUBE_MLFLOW_TRACKING_URI (else MLFLOW_TRACKING_URI) into the
@@ -36,14 +37,14 @@ ARGO_SERVER=localhost:2746 ARGO_TOKEN="$(argo auth token)" \
 #    kube-job-template-path is relative to where `mlflow run` is typed.
 KUBE_MLFLOW_TRACKING_URI=http://mlflow.mlflow.svc:5000 mlflow run $B/mlflow_projects/finetune-k8s \
   --backend kubernetes --backend-config $B/mlflow_projects/finetune-k8s/kubernetes_config.json
-#    `llmpack submit mlflow` creates the run and the Job directly; the Job's tracking URI comes only
+#    `llmpack cluster submit mlflow` creates the run and the Job directly; the Job's tracking URI comes only
 #    from the Secret, so the record goes to that server (as this machine reaches it):
 MLFLOW_TRACKING_URI=http://localhost:5000 \
-  llmpack submit mlflow --image ghcr.io/YOUR_ORG/llmpack:0.1.0 --max-steps 200 --run-group rg-demo --wait
+  llmpack cluster submit mlflow --image ghcr.io/YOUR_ORG/llmpack:0.1.0 --max-steps 200 --run-group rg-demo --wait
 
 # 4. Pod-level phases, offline from kubectl dumps, and the report from MLflow:
 kubectl -n llmpack get pods -l llmpack.io/run-group=rg-demo -o json > pods.json
 kubectl get nodes -o json > nodes.json
 kubectl -n llmpack get events -o json > events.json
-llmpack timeline --pods pods.json --nodes nodes.json --events events.json
+llmpack cluster timeline --pods pods.json --nodes nodes.json --events events.json
 llmpack report --run-group rg-demo --out llmpack-report

@@ -6,7 +6,7 @@ submits with ``kfp.Client`` (:mod:`kfp_pipelines.submit`). Each is imported when
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +16,12 @@ from components.backend import (
     ClickOption,
     ClusterPath,
     CompareOption,
-    DoctorFacts,
     Drivers,
     PodMarks,
     ServerConnection,
-    VersionProbe,
     pod_annotations,
     pod_labels,
 )
-from components.compiled_pods import PodSpec
 from components.dsl import Pipeline
 
 ARTIFACT = Path("kfp_pipelines/finetune.yaml")
@@ -65,11 +62,6 @@ class KfpBackend(Backend):
         unlabelled_selector=f"{V2_LABEL}=true",
     )
 
-    doctor = DoctorFacts(  # KFP submits through its API server: no verbs of its own in the run's namespace
-        probe=VersionProbe(what="KFP API", path="/apis/v2beta1/healthz", field="tag_name", token_env="KFP_TOKEN",
-                           host_env="KFP_HOST", scheme="http", service_namespace=DEFAULT_POD_NAMESPACE),
-        pod_artifact=ARTIFACT.as_posix())
-
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         from kfp_pipelines.compiler import compile_pipeline
 
@@ -89,11 +81,6 @@ class KfpBackend(Backend):
 
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         return f"kfp.Client(host=...).terminate_run({summary.get('server_id')!r}) or the KFP UI"
-
-    def compiled_pods(self, docs: list[Any]) -> Iterable[PodSpec]:
-        from kfp_pipelines.doctor import compiled_pods
-
-        return compiled_pods(docs)
 
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         labels = pod_labels(pod)

@@ -8,7 +8,7 @@ task carries its step's :class:`components.dsl.Execution` as resources, retry po
 kfp-kubernetes platform config; caching is off (every run is a measurement).
 
 What each task carries, and the limits of the KFP format with what we do about them (static pod
-labels, ``backoff_max_duration``, parameter defaults, least privilege): docs/backend-internals.md,
+labels, ``backoff_max_duration``, parameter defaults, least privilege): docs/internals/backend-internals.md,
 "KFP: the compiler".
 """
 
@@ -202,7 +202,7 @@ def cpu_quantity(cpu: float) -> str:
 def retry_window_s(task: Task) -> int:
     """Total seconds within which every attempt of the task can start.
 
-    Why not the step's ``max_backoff_s``: docs/backend-internals.md, "KFP: the compiler".
+    Why not the step's ``max_backoff_s``: docs/internals/backend-internals.md, "KFP: the compiler".
     """
     ex = task.step.execution
     r = ex.retry

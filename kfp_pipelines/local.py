@@ -7,7 +7,7 @@ command a subprocess, never a container. kfp.local keeps process-wide state and 
 environment is exactly ``env``; its output goes to ``WORKDIR/logs/kfp.log`` and each task's part to
 ``WORKDIR/logs/<task>.log``. Waits between retries are capped at :data:`LOCAL_MAX_BACKOFF_S`.
 
-Why, and how attempts are counted and billed: docs/backend-internals.md, "KFP: a local run with
+Why, and how attempts are counted and billed: docs/internals/backend-internals.md, "KFP: a local run with
 kfp.local".
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from components import yamltext
-from components.commands import end_group, last_error_line, pipeline_values
+from components.commands import SAFE_PATH_ENV, end_group, last_error_line, pipeline_values
 from components.dsl import Pipeline
 from components.errors import InputError, RunFailed
 from components.names import check_values
@@ -64,7 +64,7 @@ def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Map
     args_path = workdir / "kfp-arguments.json"
     args_path.write_text(json.dumps(_arguments(pipe, values), indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
-    cmd = [sys.executable, "-m", "kfp_pipelines.local", str(package), "--pipeline-root", str(root),
+    cmd = [sys.executable, "-P", "-m", "kfp_pipelines.local", str(package), "--pipeline-root", str(root),
            "--arguments", str(args_path)]
     rc, statuses, inner_failed = _run_child(cmd, env=env, logs=logs)
 
@@ -104,7 +104,7 @@ def _arguments(pipe: Pipeline, values: Mapping[str, Any]) -> dict[str, Any]:
 def _run_child(cmd: Sequence[str], *, env: Mapping[str, str], logs: Path) -> tuple[int, dict[str, str], str]:
     """Run the kfp.local child; split its output into kfp.log and one log per task."""
     task_files: dict[str, IO[str]] = {}
-    child_env = {**env, "PYTHONUNBUFFERED": "1"}
+    child_env = {**env, "PYTHONUNBUFFERED": "1", **SAFE_PATH_ENV}  # its executors too: nothing from the cwd
     try:
         with (logs / LOG_NAME).open("a", encoding="utf-8") as main_log:
             main_log.write(f"$ {' '.join(cmd)}\n")

@@ -9,7 +9,7 @@ timeout (:func:`_preflight`); :func:`wait_for_completion` / :func:`wait_for_run`
 Errors are :class:`components.errors.InputError` with one line naming what to fix (:func:`_error`).
 Tokens are never printed, logged, put in a summary or in an error message.
 
-Endpoints, tokens, namespaces and why the preflight: docs/backend-internals.md, "KFP: submission
+Endpoints, tokens, namespaces and why the preflight: docs/internals/backend-internals.md, "KFP: submission
 with ``kfp.Client``".
 """
 
@@ -25,7 +25,7 @@ from typing import Any, Unpack
 from components.backend import SubmitRequest
 from components.errors import InputError
 from components.params import TELEMETRY_PARAMS
-from components.process.gang import NNODES_PARAM
+from components.process.gang import NNODES_PARAM, check_pinned
 from components.servers.remote import (
     is_unreachable,
     normalize_host,
@@ -224,6 +224,7 @@ def submit(request: Request) -> dict[str, Any]:
     values = user_parameters(pipe, request.params)
     package = Path(request.package_path) if request.package_path else PACKAGE_PATH
     inputs = _root_inputs(package)  # read once: the declared parameters and nnodes' compiled default
+    check_pinned(values, f"--package {package}", compiled={n: p.get("defaultValue") for n, p in inputs.items()})
     declared = {name: p.get("parameterType", "") for name, p in inputs.items()}
     for key in [*values, *TELEMETRY_PARAMS]:
         if key not in declared:

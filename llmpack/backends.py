@@ -1,7 +1,7 @@
 """The one registry of backends: the ``--backend`` names (and ``llmpack.orchestrator`` tags), one line each.
 
 Each backend is declared once, in its own package, by the contract in :mod:`components.backend`
-(docs/architecture.md, the backend contract); this registry names where to find it, and imports
+(docs/internals/architecture.md, the backend contract); this registry names where to find it, and imports
 it only when first asked for, so ``llmpack --help`` stays fast. ``direct`` is the reference with
 no orchestrator: local only.
 
@@ -22,6 +22,7 @@ from typing import Any
 
 from components import settings
 from components.backend import ONE_POD_STEP, Backend, ClusterPath, PodMarks
+from components.doctor_facts import DoctorFacts
 from components.errors import InputError
 
 EXTRA = settings.declare(settings.Setting(
@@ -98,7 +99,7 @@ def cluster_submitter(name: str) -> Backend:
 def orchestrator_of_pod(pod: Mapping[str, Any]) -> str:
     """The cluster backend whose own marks ``pod`` carries (by its ``recognise_pod``), else ``unknown``.
 
-    For :func:`llmpack.k8s.podphases.orchestrator_of` after its check of llmpack's own label.
+    For :func:`llmpack.cluster.k8s.podphases.orchestrator_of` after its check of llmpack's own label.
     Asked in registry order: a KFP v2 pod carries Argo's marks too.
     """
     return next((name for name, recognise in _recognisers() if recognise(pod)), "unknown")
@@ -136,6 +137,22 @@ def run_id_selectors() -> tuple[tuple[str, str], ...]:
     """(selector, run-id label) of each cluster backend whose pods cannot carry llmpack's run group."""
     marks = [pod_marks(name) for name in ORCHESTRATORS]
     return tuple((m.unlabelled_selector, m.run_labels[0]) for m in marks if m.unlabelled_selector and m.run_labels)
+
+
+@functools.cache
+def doctor_facts(name: str) -> DoctorFacts:
+    """Cluster backend ``name``'s doctor facts: ``DOCTOR`` of its optional second module, ``<its package>.doctor``,
+    imported here only when the lab asks (``llmpack cluster doctor``); else those its Backend declares."""
+    entry = BACKENDS[cluster_submitter(name).name]
+    module = f"{entry.module.rpartition('.')[0]}.doctor"
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        return backend(name).doctor
+    facts = getattr(found, "DOCTOR", None)
+    return facts if isinstance(facts, DoctorFacts) else backend(name).doctor
 
 
 def own_metric_notes(metrics: Mapping[str, Any]) -> list[str]:

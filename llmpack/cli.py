@@ -13,31 +13,21 @@ from typing import Any
 
 import click
 
-from components import settings
 from components.errors import InputError, Interrupted
-from llmpack.backends import BACKENDS, ORCHESTRATORS, cluster_paths
-from llmpack.doctor.command import doctor as doctor_command
-from llmpack.plan.command import plan as plan_command
-from llmpack.plan.record import options as plan_options
-from llmpack.project.command import project as project_command
+from llmpack.backends import BACKENDS, ORCHESTRATORS
+from llmpack.compare.command import compare as compare_command
 from llmpack.run.clean import clean as clean_command
-from llmpack.run.submit_command import submit as submit_command
 from llmpack.run.sync import sync as sync_command
 from llmpack.ui.options import (
     COMPILED_GPU_HELP,
     NO_PROMOTE_HELP,
-    compare_cluster_options,
     known_gpu_type,
-    parse_params,
     pod_options,
     run_options,
-    tls_connection,
     with_promote,
 )
-from llmpack.ui.pod_options import POD_FLAGS, pod_options_of
-from llmpack.ui.terminal import Group, LocalFirstCommand, quiet_library_warnings
+from llmpack.ui.terminal import Group, quiet_library_warnings
 
-DEFAULT_REPORTS = Path("llmpack-report")  # where timestamped reports go when no directory is named
 DEBUG = {"on": False}  # --debug: an error's traceback is printed too (redacted), before its one line
 
 
@@ -69,11 +59,71 @@ def echo_out(text: str) -> None:
         raise InputError(f"standard output: cannot write the result ({exc.strerror or exc})") from None
 
 
+LAB = "llmpack.cluster.cli"  # the lab's `cluster` group: imported by name, only when a cluster command is asked for
+LAB_HELP = "Cluster commands: submit, compare, doctor, plan, timeline (pip install 'llmpack[cluster]')."
+# The spellings from before the lab had its group: they still work, hidden, and say the new one on stderr.
+OLD_SPELLINGS = {"submit": ("submit",), "doctor": ("doctor",), "plan": ("plan",), "project": ("plan", "project"),
+                 "timeline": ("timeline",)}
+
+
+def lab() -> click.Group:
+    """The ``cluster`` group, imported now (one line naming the extra when the lab cannot be imported)."""
+    import importlib
+
+    try:
+        return importlib.import_module(LAB).cluster
+    except ImportError as exc:
+        raise InputError(f"llmpack cluster: cannot import the lab ({exc}); install it with "
+                         "pip install 'llmpack[cluster]'") from None
+
+
+def said_instead(old: str, new: str) -> None:
+    click.echo(f"llmpack: `llmpack {old}` is now `llmpack {new}`", err=True)
+
+
 class OneLineErrors(Group):
-    """Usage errors and InputError become one line on stderr with exit code 2; library warnings are not shown."""
+    """Usage errors and InputError become one line on stderr with exit code 2; library warnings are not shown.
+
+    The front door: the pack's commands, and ``cluster``, the lab's group, loaded by name only when asked
+    for; the old spellings of the lab's commands are hidden aliases that say the new one first.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), "cluster"])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name == "cluster":
+            return lab()
+        if cmd_name in OLD_SPELLINGS:
+            said_instead(cmd_name, " ".join(("cluster", *OLD_SPELLINGS[cmd_name])))
+            found: Any = lab()
+            for part in OLD_SPELLINGS[cmd_name]:
+                found = found.get_command(ctx, part)
+            return found
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                            list[str]]:
+        if args[:1] == ["compare"] and "--cluster" in args[1:]:  # the old `compare --cluster`
+            said_instead("compare --cluster", "cluster compare")
+            return "compare", lab().get_command(ctx, "compare"), [a for a in args[1:] if a != "--cluster"]
+        return super().resolve_command(ctx, args)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands and their short help; ``cluster``'s without importing the lab."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = None if name == "cluster" else Group.get_command(self, ctx, name)
+            if command is None or not command.hidden:
+                rows.append((name, LAB_HELP if command is None else command.get_short_help_str(limit=10_000)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         kwargs["standalone_mode"] = False
+        from components.redaction import install_log_redaction
+
+        install_log_redaction()  # urllib3's retry lines, MLflow's logs, every warning: through the one redaction path
         quiet_library_warnings()
         _raise_on_sigterm()
         try:
@@ -159,7 +209,7 @@ def main(debug: bool) -> None:
 @main.command(short_help="Run the pipeline once through one backend, on this machine.")
 @click.option("--backend", default="direct", show_default=True, help=" | ".join(BACKENDS))
 @click.option("--local/--cluster", "local", default=True,
-              help="Run on this machine (default) or submit to a cluster (see `llmpack submit`).")
+              help="Run on this machine (default) or submit to a cluster (see `llmpack cluster submit`).")
 @run_options
 @click.option("--no-promote", "no_promote", is_flag=True, help=NO_PROMOTE_HELP)
 @click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
@@ -169,11 +219,14 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_pr
         **kwargs: Any) -> None:
     """Run the fine-tuning pipeline once through one backend on this machine."""
     from llmpack.run.local import RunOptions, prepare
-    from llmpack.ui.display import library_logs_to, run_with_progress, summary_table
+    from llmpack.run.show import run_with_progress, summary_table
+    from llmpack.run.user_pipeline import parse_params
+    from llmpack.ui.display import library_logs_to
     from llmpack.ui.outcome import outcome_line, promotion_phrase
 
     if not local:
-        raise InputError(f"--cluster: use `llmpack submit {'|'.join(ORCHESTRATORS)}` or `llmpack compare --cluster`")
+        raise InputError(f"--cluster: use `llmpack cluster submit {'|'.join(ORCHESTRATORS)}` or "
+                         "`llmpack cluster compare`")
     opts = RunOptions(backend=backend, params=parse_params(with_promote(params, no_promote), kwargs["pipeline"]),
                       **kwargs)
     prepare(opts)  # bad input fails here, in a second, not after MLflow's 4-second import below
@@ -249,6 +302,7 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
                                                your own pipeline (on every path)
     """
     from llmpack.compile.artifacts import checkpoint_note, compile_all, compile_warnings
+    from llmpack.compile.pod_options import pod_options_of
     from llmpack.run.user_pipeline import load_pipeline
 
     pipe = load_pipeline(pipeline) if pipeline else None
@@ -259,258 +313,6 @@ def compile(out: Path, fuse: str, prepull: bool,  # noqa: A001 - the command's n
         click.echo(warning, err=True)
     if note := checkpoint_note(options):
         click.echo(note, err=True)
-
-
-@main.command(cls=LocalFirstCommand, short_help="Run the pipeline through several paths and compare them.")
-@click.option("--backends", default=",".join(BACKENDS), show_default=True, help="Comma-separated paths to compare.")
-@click.option("--repeats", type=int, default=None,
-              help="Fixed rounds of the whole pipeline per path (interleaved), every headline judged after the "
-                   "last. Default: one full round, then start-up rounds until spin-up and time to first step "
-                   "are decided (--budget); on a cluster: 1.")
-@click.option("--budget", "budget", default=None, metavar="DURATION",
-              help="Local compare without --repeats: stop starting rounds after this long (270, 4.5m, 1h; "
-                   "default 285s, raised up to twice that when round 1 shows a slow machine, and said so).")
-@click.option("--margin", "margin", default=None, metavar="SPEC",
-              help="Equivalence margin: 25% (of the baseline's median; the default, at least 0.5 s for "
-                   "times), 1s, $0.001, or per headline: spinup=0.5s,ttfs=10%,total=2s,cost=10%.")
-@click.option("--warmup", type=int, default=None,
-              help="With --repeats: full runs per path before measuring, not counted (default: 1 with "
-                   "--repeats > 1, else 0).")
-@click.option("--local/--cluster", "local", default=True, help="Local paths (default) or a cluster (see README).")
-@run_options
-@click.option("--variants", default=None, metavar="default,fuse-gpu,fuse-all",
-              help="Run each path in these packagings side by side (labelled argo, argo+fuse-gpu...); see --fuse. "
-                   "With --cluster each is compiled (llmpack compile --fuse) and submitted.")
-@click.option("--baseline", default=None,
-              help="The path the others are judged against (default: direct locally, or a single backend's default "
-                   "packaging with --variants; none on a cluster).")
-@click.option("--report", "report_dir", type=click.Path(path_type=Path), default=None,
-              help="Write the report (report.md, report.html, report.json, PNG charts) into exactly DIR; "
-                   "refused before any run if DIR holds a report, unless --force. Default: a new "
-                   "llmpack-report/<UTC time>-<run group>/, with llmpack-report/latest pointing at it.")
-@click.option("--force", is_flag=True, help="Replace the report in --report DIR.")
-@click.option("--no-report", is_flag=True, help="Skip writing the report.")
-@click.option("--control-plane-cost", "control_plane", multiple=True, metavar="ORCH=USD",
-              help="Monthly control-plane cost per orchestrator, for the break-even (repeatable; kfp, argo, mlflow).")
-@click.option("--control-plane-costs", "control_plane_file", default=None, help="YAML of monthly control-plane costs.")
-@click.option("--inject-start-delay", default=None, metavar="SECONDS|PATH=SECONDS[,...]",
-              help="Fault injection: delay the finetune step's process start on every path (2) or on some (argo=3); "
-                   "a known difference the verdicts must find.")
-@click.option("--wide", is_flag=True,
-              help="Every column in the table (p50/p90/p99 and costs); the default fits 80 columns.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout; progress goes to stderr.")
-@compare_cluster_options  # --concurrency ... --preempt: what only --cluster reads
-@plan_options  # --plan FILE, --max-cost USD: the estimate on each run (docs/plan.md)
-def compare(backends: str, repeats: int | None, budget: str | None, margin: str | None, warmup: int | None, local: bool,
-            variants: str | None, baseline: str | None, report_dir: Path | None, force: bool, no_report: bool,
-            control_plane: tuple[str, ...], control_plane_file: str | None, inject_start_delay: str | None, wide: bool,
-            as_json: bool, params: tuple[str, ...], concurrency: int,
-            namespace: str | None, kubeconfig: str | None, context: str | None, wait_timeout: float, poll_s: float,
-            scale_down_delay_s: float | None, cache_pvc: str | None, queue: str | None, ca_cert: str | None,
-            insecure_skip_tls_verify: bool,
-            opencost: str | None = None, preempt: str | None = None, **kwargs: Any) -> None:
-    """Run the pipeline through several paths side by side and compare them.
-
-    With no arguments: the tiny model on built-in data through direct, kfp, argo
-    and mlflow, locally and one at a time: one round of the whole pipeline, then
-    start-up rounds (through finetune's first step) until every path's spin-up
-    and time to first step are decided against direct, or --budget runs out.
-    Decided: the interval of the difference excludes 0 (faster/slower), or lies
-    inside the --margin (equivalent); the error rate is 5% across every look.
-    Then a table and a report in ./llmpack-report/<time>-<run group>/
-    (./llmpack-report/latest points at the newest).
-    """
-    from components import fusion
-    from llmpack.compare import comparison as cmp
-    from llmpack.compare import until_decided
-    from llmpack.report import check_control_plane, parse_control_plane
-    from llmpack.run.local import RunOptions, prepare
-    from llmpack.ui.display import compare_table, err, library_logs_to, run_with_progress
-    from llmpack.ui.progress import note
-
-    own = {o.dest: kwargs.pop(o.dest) for path in cluster_paths().values() for o in path.compare_options}
-    plan_file, max_cost = kwargs.pop("plan_file"), kwargs.pop("max_cost")
-    pod = pod_options_of(kwargs)  # --image, --model-pvc...: every path compiled with them (llmpack.ui.pod_options)
-    if local and pod.compiles:
-        raise InputError(f"{POD_FLAGS}: only with --cluster")
-    for flag in ("--model", "--data") if not local else ():  # /models/x with no volume: the flag that mounts it
-        pod.check_mounted(kwargs[flag[2:]], flag)
-    cluster = {"pod": pod, "concurrency": concurrency, "own": own, "namespace": namespace, "kubeconfig": kubeconfig,
-               "context": context, "timeout_s": wait_timeout, "poll_s": poll_s,
-               "scale_down_delay_s": scale_down_delay_s, "cache_pvc": cache_pvc, "queue": queue, "opencost": opencost,
-               "preempt": preempt, "tls": {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}}
-    if not local and kwargs["pipeline"] is not None:
-        raise InputError("--pipeline: local compares only; on a cluster compile it (llmpack compile --pipeline "
-                         "MODULE:NAME) and submit the artifacts")
-    if local and queue is not None:
-        raise InputError("--queue: only with --cluster --nodes N "
-                         "(compile local artifacts with llmpack compile --queue)")
-    if local and cache_pvc is not None:
-        raise InputError("--cache-pvc: only with --cluster --nodes N (compile local artifacts with llmpack compile)")
-    if local and scale_down_delay_s is not None:
-        raise InputError("--scale-down-delay-s: only with --cluster (local runs bill no nodes)")
-    if local and opencost is not None:
-        raise InputError("--opencost: only with --cluster (OpenCost prices a cluster's pods)")
-    if opencost is not None:
-        from llmpack.k8s.reconcile import check_opencost_url
-
-        check_opencost_url(opencost)  # before anything slow is imported
-    if local and preempt is not None:
-        raise InputError("--preempt: only with --cluster (a preemption takes a pod away)")
-    if local and (ca_cert or insecure_skip_tls_verify):
-        raise InputError("--ca-cert / --insecure-skip-tls-verify: only with --cluster (local runs talk to no server)")
-    if not local:
-        tls_connection(ca_cert, insecure_skip_tls_verify)
-    # Every input is checked here, before the first run starts.
-    names = cmp.parse_backends(backends)
-    if repeats is not None:
-        cmp.check_repeats(repeats)
-    elif not local:
-        repeats = 1  # a cluster compare runs fixed rounds (each costs GPU-hours)
-    if budget is not None and (repeats is not None or not local):
-        raise InputError("--budget: only for a local compare without --repeats (it bounds the rounds until decided)")
-    budget_s = until_decided.parse_budget(budget)
-    margins = cmp.parse_margins(margin)
-    if warmup is not None and repeats is None:
-        raise InputError("--warmup: only with --repeats (a compare until decided warms up by itself)")
-    if warmup is not None:
-        cmp.check_warmup(warmup)
-        if warmup and not local:
-            raise InputError("--warmup: local runs only (on a cluster, warm nodes with llmpack compile --prepull)")
-    fusion.check_mode(kwargs["fuse"])
-    modes = cmp.parse_variants(variants) or [kwargs["fuse"]]  # the packagings compared: --variants, else --fuse
-    labels = [fusion.path_label(b, f) for f in modes for b in names]
-    from llmpack.plan import record as plan_record
-
-    planned = plan_record.before_compare(plan_file, max_cost, labels=labels, gpu_type=kwargs.get("gpu_type"),
-                                         cluster=not local)  # --max-cost refuses before the first run
-    costs = parse_control_plane(control_plane, control_plane_file)
-    check_control_plane(costs, names)
-    base = (baseline if baseline is not None else cmp.default_baseline(labels)) if local else baseline
-    cmp.check_baseline(base, labels)
-    if not no_report:
-        check_report_target(report_dir, "--report", force=force)
-    delays = cmp.parse_start_delays(inject_start_delay, names)
-    output_dir = Path(kwargs["output_dir"])
-    opts = RunOptions(params=parse_params(params, kwargs["pipeline"]), **kwargs)
-    if local:
-        prepare(opts)  # data, model, price: refused before MLflow's slow import (compare() checks every path again)
-
-    def started(run_group: str) -> None:
-        err.print(f"run group [bold]{run_group}[/] (rebuild its report: llmpack report --run-group {run_group})")
-
-    with library_logs_to(output_dir / "llmpack-client.log"):
-        if not local:
-            result = cmp.with_baseline(_compare_cluster(names, modes, repeats, params, cluster, kwargs,
-                                                        inject_start_delay), base, margins)
-            plan_record.after_compare(planned, result)
-        else:
-            def run_one(o: RunOptions, label: str, **kw: Any) -> dict[str, Any]:
-                return run_with_progress(o, label, env=cmp.start_delay_env(delays, o.backend), **kw)
-
-            if repeats is None:
-                result = until_decided.compare(opts, names, baseline=base, on_start=started, variants=modes,
-                                               run_one=run_one, budget_s=budget_s, margins=margins,
-                                               say=lambda line: note(line, err), adapt=budget is None)
-            else:
-                result = cmp.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes,
-                                     warmup=warmup, margins=margins, run_one=run_one)
-        if delays:
-            result["injected_start_delay_s"] = delays
-        result["argv"] = _compare_argv(sys.argv)  # the recommendation's command repeats the user's own flags
-        from llmpack.compare.recommend import recommend
-
-        result["recommendation"] = recommend(result).as_dict()
-        if not no_report:
-            written = _write_report(result, report_dir, costs, force=force)
-            click.echo("report:", err=True)
-            click.echo(str(written), err=True)  # whole, on its own line: a path to copy
-    if as_json:
-        click.echo(json.dumps(result, sort_keys=True, default=str))
-    else:
-        compare_table(result, wide=wide)
-    if result["failed"]:
-        sys.exit(1)
-
-
-def _compare_argv(argv: list[str]) -> list[str]:
-    """The flags after ``compare`` on the command line (none when it was called otherwise, as in a test)."""
-    return argv[argv.index("compare") + 1:] if "compare" in argv[1:] else []
-
-
-def _write_report(result: dict[str, Any], target: Path | None, costs: dict[str, float], *, force: bool) -> Path:
-    """Into ``target`` exactly (replacing a report only with ``force``), or else a new timestamped
-    directory under :data:`DEFAULT_REPORTS` with ``latest`` pointed at it. Returns report.html."""
-    from llmpack.report import link_latest, new_report_dir, write_report
-
-    if target is not None:
-        return write_report(result, target, costs, replace=force) / "report.html"
-    out = write_report(result, new_report_dir(DEFAULT_REPORTS, result["run_group"]), costs)
-    link_latest(DEFAULT_REPORTS, out)
-    return out / "report.html"
-
-
-def check_report_target(target: Path | None, flag: str, *, force: bool) -> None:
-    """Before any run: the report can be written, and no existing report would be replaced without ``--force``."""
-    from llmpack.report import check_report_parent
-
-    if target is None:
-        check_report_parent(DEFAULT_REPORTS, flag)
-        return
-    check_report_parent(target, flag)
-    if target.is_dir() and any(target.iterdir()):
-        if not (target / "report.json").exists():
-            raise InputError(f"{flag} {target}: not empty and not an llmpack report; choose another directory")
-        if not force:
-            raise InputError(f"{flag} {target}: holds a report already; pass --force to replace it, "
-                             "or choose another directory")
-
-
-def _compare_cluster(names: list[str], modes: list[str], repeats: int, params: tuple[str, ...],
-                     cluster: dict[str, Any], kwargs: dict[str, Any],
-                     inject_start_delay: float | None) -> dict[str, Any]:
-    """``compare --cluster``: submit every path (in every packaging of ``modes``) to one cluster, watch its pods,
-    measure."""
-    from llmpack.compare.cluster import compare_cluster
-    from llmpack.ui.display import err
-
-    if "direct" in names:
-        raise InputError("--cluster: 'direct' has no cluster path; use --backends kfp,argo,mlflow")
-    for flag, value in (("--nproc-per-node", kwargs.get("nproc_per_node")),
-                        ("--inject-start-delay", inject_start_delay)):
-        if value is not None:
-            raise InputError(f"{flag}: not with --cluster "
-                             "(the compiled artifacts fix the GPU spec; the node's GPU prices the run)")
-    if cluster.get("cache_pvc") is not None and (kwargs.get("nodes") or 1) <= 1:
-        raise InputError("--cache-pvc: with --cluster only for --nodes 2 or more (the TrainJob's shared volume)")
-    # --gpus G / --nodes N: every path is compiled for them (llmpack compile --gpus G --nodes N) and submitted.
-    values = dict(parse_params(params))
-    for key in ("model", "data", "max_steps", "seed"):
-        values[key] = kwargs[key]
-    tls = cluster["tls"]
-    shared = {k: cluster[k] for k in ("namespace", "kubeconfig", "context")}
-    paths = {name: {**{o.key: cluster["own"][o.dest] for o in path.compare_options},
-                    **{k: shared[k] for k in path.shared_options if shared[k]}, **tls}
-             for name, path in cluster_paths().items()}  # each path's submit options, as it declares them
-
-    def progress(label: str, message: str, elapsed: float) -> None:
-        err.print(f"[bold]{label}[/] · {message} · {elapsed:5.1f}s")
-
-    return compare_cluster(
-        backends=names, repeats=repeats, concurrency=cluster["concurrency"], params=values,
-        run_group=kwargs.get("run_group"),
-        **paths,
-        k8s={"kubeconfig": cluster["kubeconfig"], "context": cluster["context"],
-             "host": settings.K8S_HOST.get(), "token": settings.K8S_TOKEN.get(),
-             "ca_cert": tls["ca_cert"], "verify_ssl": not tls["insecure_skip_tls_verify"]},
-        tracking_uri=kwargs.get("tracking_uri"), price_per_gpu_hour=kwargs.get("price_per_gpu_hour"),
-        price_file=kwargs.get("price_file"), timeout_s=cluster["timeout_s"], poll_s=cluster["poll_s"],
-        progress=progress,
-        **({} if cluster["scale_down_delay_s"] is None else {"scale_down_delay_s": cluster["scale_down_delay_s"]}),
-        gpus=kwargs.get("gpus"), nodes=kwargs.get("nodes"), cache_pvc=cluster.get("cache_pvc"),
-        queue=cluster.get("queue"), gpu_type=kwargs.get("gpu_type"), variants=modes, pod=cluster["pod"],
-        opencost=cluster.get("opencost"), preempt=cluster.get("preempt"),
-    )
 
 
 @main.command(short_help="Rebuild a comparison report from MLflow alone.")
@@ -535,14 +337,14 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
     from components.servers.submission import check_id, connect_tracking
     from llmpack.compare import comparison as cmp
     from llmpack.report import check_control_plane, parse_control_plane, runs_from_mlflow
+    from llmpack.report.rebill import check_scale_down_delay, rebill
     from llmpack.report.run_group_lookup import run_group_absent
+    from llmpack.report.target import check_report_target, write_report_to
     from llmpack.ui.display import library_logs_to
 
     costs = parse_control_plane(control_plane, control_plane_file)
     check_report_target(out, "--out", force=force)
     if scale_down_delay_s is not None:
-        from llmpack.k8s.billing import check_scale_down_delay
-
         check_scale_down_delay(scale_down_delay_s, "--scale-down-delay-s")
     check_id(run_group, "--run-group")
     uri = tracking.tracking_uri(tracking_uri)
@@ -554,43 +356,17 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
         quiet_library_warnings()  # library_logs_to shows every warning once; the libraries' own are not news
         runs = runs_from_mlflow(connect_tracking(uri), run_group)
         if scale_down_delay_s is not None:
-            from llmpack.k8s.billing import rebill
-
             rebill(runs, scale_down_delay_s)
         check_control_plane(costs, list(dict.fromkeys(r["orchestrator"] for r in runs)))
         names = list(dict.fromkeys(cmp.path_of(r) for r in runs))
         result = cmp.comparison(run_group, names, runs, **({"baseline": baseline} if baseline else {}))
-        click.echo(str(_write_report(result, out, costs, force=force)))
-
-
-@main.command(short_help="Pod phases (queue, pull, start) from kubectl dumps, offline.")
-@click.option("--pods", required=True, type=str, help="`kubectl get pods -o json` dump.")
-@click.option("--nodes", default=None, type=str,
-              help="`kubectl get nodes -o json` dump (for provisioning and GPU product).")
-@click.option("--events", default=None, type=str, help="`kubectl get events -o json` dump (for image pull times).")
-@click.option("--run-group", default=None, help="Keep only this run group's pods.")
-@click.option("--run-id", "--kfp-run", "run_ids", multiple=True, metavar="RUN_ID=PIPELINE_RUN",
-              help="Attribute an orchestrator run's pods by its own run id (pods that carry no llmpack run "
-                   "labels: KFP's; --kfp-run is the same).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON list, one object per pod.")
-def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | None, run_ids: tuple[str, ...],
-             as_json: bool) -> None:
-    """Pod-level phases (queue, provision, image pull, container start) from kubectl dumps, offline."""
-    from components.commands import parse_pairs
-    from llmpack.k8s.timeline import format_table, timeline_from_files
-
-    runs = parse_pairs(run_ids, "--run-id", "RUN_ID=PIPELINE_RUN")
-    rows = timeline_from_files(pods, nodes=nodes, events=events, run_group=run_group, runs=runs or None)
-    echo_out(json.dumps(rows, indent=2, sort_keys=True) if as_json else format_table(rows))
+        click.echo(str(write_report_to(result, out, costs, force=force)))
 
 
 # Tracking outages and housekeeping: `llmpack sync RUN_DIR`, `llmpack clean` (docs/cli.md).
-main.add_command(submit_command)  # one subcommand per cluster backend: llmpack.run.submit_command
+main.add_command(compare_command)
 main.add_command(sync_command)
 main.add_command(clean_command)
-main.add_command(doctor_command)  # before a first cluster run: docs/first-run-on-a-cluster.md
-main.add_command(plan_command)  # estimates before submitting: docs/plan.md
-main.add_command(project_command)  # scale projection: docs/projection.md
 
 if __name__ == "__main__":  # pragma: no cover
     main()

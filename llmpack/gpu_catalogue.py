@@ -101,7 +101,8 @@ class NodeGpu:
     source: str
     gpu_product: str | None = None
     instance_type: str | None = None
-    capacity_type: str | None = None  # the node's (llmpack.k8s.objects.capacity_type): spot nodes take the spot column
+    # the node's (llmpack.cluster.k8s.objects.capacity_type): spot nodes take the spot column
+    capacity_type: str | None = None
 
 
 def node_gpu(row: Mapping[str, Any] | None, spec_gpu_type: str | None) -> NodeGpu:

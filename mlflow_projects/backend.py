@@ -7,7 +7,7 @@ Compiles to MLproject directories (:mod:`mlflow_projects.compiler`), runs them w
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,11 +19,9 @@ from components.backend import (
     ClusterPath,
     CompareOption,
     Connection,
-    DoctorFacts,
     PodMarks,
     pod_labels,
 )
-from components.compiled_pods import PodSpec
 from components.dsl import Pipeline
 from mlflow_projects.settings import IMAGE, SOURCE
 
@@ -64,8 +62,6 @@ class MlflowBackend(Backend):
         shared_options=("namespace", "kubeconfig", "context"),
     )
     pod_marks = PodMarks(run_labels=JOB_NAME_LABELS, keep_env=(RUN_ID_ENV,))
-    doctor = DoctorFacts(verbs=(("create", "jobs", "batch"), ("get", "jobs", "batch"), ("delete", "jobs", "batch")),
-                         pod_artifact=(ARTIFACT_DIR / "finetune-k8s" / "kubernetes_job_template.yaml").as_posix())
     compile_options = ("namespace", "repository_uri")  # the Job's namespace, the config's repository
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None, **k8s: str) -> list[Path]:
@@ -93,11 +89,6 @@ class MlflowBackend(Backend):
 
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         return f"kubectl delete job {summary.get('server_id')} -n {summary.get('namespace') or 'default'}"
-
-    def compiled_pods(self, docs: list[Any]) -> Iterable[PodSpec]:
-        from mlflow_projects.doctor import compiled_pods
-
-        return compiled_pods(docs)
 
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         """A Job's pod whose container has MLflow's run id in its environment (the MLflow Kubernetes backend's Job)."""

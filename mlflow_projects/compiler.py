@@ -11,7 +11,7 @@ step's GPUs, CPU and memory.
 
 The decisions (where ``mlflow run`` is typed, so the paths the config names; a user's own step
 modules copied into the project; pinning llmpack by ``file://${LLMPACK_SOURCE}``):
-docs/backend-internals.md, "MLflow: the project compiler".
+docs/internals/backend-internals.md, "MLflow: the project compiler".
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from mlflow_projects.settings import IMAGE, SOURCE
 LOCAL_DIR = "finetune"
 IMAGE_ENV = IMAGE.name
 # TYPED_DIR (mlflow_projects.k8s_job): the projects' parent as typed on the command line; SOURCE_ENV: python_env.yaml
-# installs llmpack from this checkout (why both: docs/backend-internals.md, "MLflow: the project compiler")
+# installs llmpack from this checkout (why both: docs/internals/backend-internals.md, "MLflow: the project compiler")
 SOURCE_ENV = SOURCE.name
 
 # MLflow checks only `path` and `uri` parameters; the others are labels for the reader (MLflow's own
@@ -423,7 +423,7 @@ def write_project(pipe: Pipeline, out_dir: str | os.PathLike[str], *, image: str
                   typed_dir: str = TYPED_DIR, **k8s: Any) -> dict[str, Path]:
     """Write ``out_dir/finetune/`` and ``out_dir/finetune-k8s/``; returns their paths.
 
-    ``typed_dir`` is ``out_dir`` as the user types it in ``mlflow run`` (docs/backend-internals.md,
+    ``typed_dir`` is ``out_dir`` as the user types it in ``mlflow run`` (docs/internals/backend-internals.md,
     "MLflow: the project compiler").
     """
     out = Path(out_dir)

@@ -8,7 +8,7 @@ task a child run of the pipeline run's record, started in DAG order, retried per
 its output in ``<run dir>/logs/<task>.log``; under ``mlflow run`` the first step starts before
 MLflow is imported (:mod:`mlflow_projects.first_step`); in a ``docker_env`` project each entry
 point's command runs in place. Why each of these, where the record lives and where artifacts
-go: docs/decisions.md (The MLflow path's driver).
+go: docs/internals/decisions.md (The MLflow path's driver).
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from components.process import lifeline
 from components.redaction import redact_text
 from mlflow_projects import main_signals
+from mlflow_projects.driver_output import ERROR_MARK, deliberate, error_line, tee_output
+from mlflow_projects.driver_record import bind_record, close_open_children, end_linked, open_parent, set_up
 from mlflow_projects.first_step import (
     FirstStep,
     InBackground,
@@ -53,7 +53,6 @@ if __name__ == "__main__":
 HERE = Path(__file__).resolve().parent
 SPEC_FILE = "pipeline.json"
 STATUS_FILE = "llmpack-mlflow-run.json"
-ERROR_MARK = "llmpack: error:"
 ATTEMPT_ENV = "LLMPACK_ATTEMPT"  # components.record.telemetry.ATTEMPT_ENV (this file imports only MLflow)
 
 
@@ -168,56 +167,6 @@ def close_record(spec: Mapping[str, Any], values: Mapping[str, str], parent: Any
     except Exception as exc:  # noqa: BLE001 - the steps' JSONL keeps everything; the run's own status stands
         print(redact_text(f"llmpack: warning: could not close the run's record ({type(exc).__name__}: {exc})"),
               file=sys.stderr)
-
-
-# --------------------------------------------------------------------------- step output
-
-
-@contextmanager
-def tee_output(log_path: Path) -> Iterator[None]:
-    """Send this process's stdout and stderr (and its children's) to the terminal and a log."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved_out, saved_err = os.dup(1), os.dup(2)
-    read_end, write_end = os.pipe()
-    os.dup2(write_end, 1)
-    os.dup2(write_end, 2)
-    os.close(write_end)
-
-    def pump() -> None:
-        with log_path.open("ab") as log:
-            while chunk := os.read(read_end, 65536):
-                os.write(saved_out, chunk)
-                log.write(chunk)
-                log.flush()
-
-    thread = threading.Thread(target=pump, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved_out, 1)
-        os.dup2(saved_err, 2)
-        thread.join()
-        for fd in (read_end, saved_out, saved_err):
-            os.close(fd)
-
-
-def error_line(text: str) -> str:
-    """The step's ``llmpack: error:`` message, else its last line (same rule as every backend)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if ERROR_MARK in line:
-            return line.split(ERROR_MARK, 1)[1].strip()
-    return lines[-1] if lines else "no output"
-
-
-def deliberate(text: str) -> bool:
-    """Did the step fail on purpose (bad input, quality gate) rather than crash?"""
-    return ERROR_MARK in text
 
 
 # --------------------------------------------------------------------------- running
@@ -382,97 +331,6 @@ def announce(spec: Mapping[str, Any], values: Mapping[str, str], root: Path) -> 
     print(f"llmpack: pipeline {spec['pipeline']!r} run {values['pipeline_run']!r}: "
           f"{len(spec['tasks'])} steps, artifacts in {run_dir}", file=sys.stderr, flush=True)
     return run_dir
-
-
-def close_open_children(mc: Any, parent: Any, status: str) -> None:
-    """End every step run of ``parent`` still RUNNING: a signal can land between a step's run being
-    created and the code that would end it (or while MLflow cancels the step), and no run may be
-    left RUNNING after ``main``."""
-    try:
-        runs = mc.search_runs([parent.info.experiment_id],
-                              f"tags.mlflow.parentRunId = '{parent.info.run_id}' and attributes.status = 'RUNNING'")
-        for run in runs:
-            mc.set_terminated(run.info.run_id, status)
-    except Exception as exc:  # noqa: BLE001 - the record itself still closes
-        print(redact_text(f"llmpack: warning: could not close the step runs of {parent.info.run_id} ({exc})"),
-              file=sys.stderr)
-
-
-def bind_record(mc: Any, parent: Any, spec: Mapping[str, Any], values: Mapping[str, str], run_dir: Path) -> Any:
-    """The pipeline run's record: ``parent`` itself when it lives in the llmpack experiment, else a run opened there.
-
-    ``llmpack`` runs and submits the project into the llmpack experiment (``LLMPACK_EXPERIMENT``), so
-    there the run ``mlflow run`` created is the record. A plain ``mlflow run`` puts its run in
-    ``Default`` (or whatever ``--experiment-name`` says), and MLflow cannot move a run: the record
-    is then opened in the llmpack experiment, as every other path opens it, starting when
-    ``parent`` started; the two link to each other (tags ``llmpack.record_run_id`` and
-    ``llmpack.mlflow_run_id``) and the steps' child runs hang under the record.
-    """
-    from mlflow.entities import RunTag
-
-    from components.record import tracking
-
-    tags = {"llmpack.pipeline": spec["pipeline"], "llmpack.pipeline_run": values["pipeline_run"],
-            "llmpack.run_group": values["run_group"], "llmpack.orchestrator": values["orchestrator"],
-            "llmpack.mode": values["mode"], "llmpack.artifacts": str(run_dir)}
-    if parent.info.experiment_id == tracking.experiment_id(mc):
-        mc.log_batch(parent.info.run_id,
-                     tags=[RunTag(k, v) for k, v in {tracking.RECORD_TAG: "pipeline", **tags}.items()])
-        return parent
-    ctx = record_context(values, parent.info.start_time / 1000.0)
-    record_id = tracking.open_pipeline_run(mc, ctx, {**tags, "llmpack.mlflow_run_id": parent.info.run_id,
-                                                      "llmpack.mlflow_experiment_id": parent.info.experiment_id})
-    mc.log_batch(parent.info.run_id,
-                 tags=[RunTag(k, v) for k, v in {**tags, "llmpack.record_run_id": record_id}.items()])
-    print(f"llmpack: the run's record is run {record_id} in experiment {tracking.experiment_name()!r} "
-          f"(this MLflow run, in experiment {parent.info.experiment_id}, links to it)", file=sys.stderr, flush=True)
-    return mc.get_run(record_id)
-
-
-def record_context(values: Mapping[str, str], started: float) -> Any:
-    """The record's identity for :func:`bind_record`, opened at the parent run's start (its submit instant)."""
-    from components.record.telemetry import RunContext
-
-    return RunContext(run_group=values["run_group"], pipeline_run=values["pipeline_run"],
-                      orchestrator=values["orchestrator"], mode=values["mode"], submitted_at=started)
-
-
-def end_linked(mc: Any, shell: Any, record: Any, status: str) -> None:
-    """End the run ``mlflow run`` created, when it is not the record itself, with the record's status.
-
-    Ended here, ``mlflow run`` leaves it as it is (it only ends runs still RUNNING); so an
-    interrupted run ends KILLED, not the FAILED MLflow would write.
-    """
-    if shell.info.run_id != record.info.run_id:
-        try:
-            mc.set_terminated(shell.info.run_id, status)
-        except Exception as exc:  # noqa: BLE001 - the record itself is closed
-            print(f"llmpack: warning: could not end MLflow run {shell.info.run_id} ({exc})", file=sys.stderr)
-
-
-def set_up(spec: Mapping[str, Any], values: Mapping[str, str], run_dir: Path) -> tuple[Any, Any, bool, Any]:
-    """Under ``mlflow run``, beside the early steps: MLflow's import, the run it made, the record."""
-    import mlflow
-
-    shell, owned = open_parent(os.environ.get("MLFLOW_EXPERIMENT_ID"))
-    mc = mlflow.MlflowClient()
-    return mc, shell, owned, bind_record(mc, shell, spec, values, run_dir)  # the record: `shell`, or linked to it
-
-
-def open_parent(experiment_hint: str | None) -> tuple[Any, bool]:
-    """The run ``mlflow run`` created for main, or a new one when main.py runs by hand."""
-    import mlflow
-
-    mc = mlflow.MlflowClient()
-    run_id = os.environ.get("MLFLOW_RUN_ID")
-    if run_id:
-        return mc.get_run(run_id), False
-    from components.record import tracking
-
-    # by hand there is no `mlflow run` experiment to keep: the run is made where the record lives, and is it
-    run = mc.create_run(experiment_hint or tracking.experiment_id(mc), tags={"mlflow.source.type": "PROJECT",
-                                                      "mlflow.project.entryPoint": "main"})
-    return run, True
 
 
 def main(argv: list[str] | None = None, *, project_dir: Path | None = None) -> int:

@@ -9,8 +9,8 @@ before the step uploads its records. While the set-up is not done, each step tha
 followed at once by the next (:func:`run_ahead`, the set-up in :class:`InBackground`).
 
 How the command is computed, when a first step starts the usual way instead, and when running
-ahead stops: docs/backend-internals.md, "MLflow: the first step before MLflow"; the driver:
-docs/decisions.md, "The MLflow path's driver".
+ahead stops: docs/internals/backend-internals.md, "MLflow: the first step before MLflow"; the driver:
+docs/internals/decisions.md, "The MLflow path's driver".
 """
 
 from __future__ import annotations

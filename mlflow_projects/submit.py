@@ -12,7 +12,7 @@ does (:func:`build_mlflow_job`: the prebuilt image, no literal tracking URI) and
 Errors are one :class:`components.errors.InputError` line naming what to fix (:func:`_kube_error`).
 Tokens are never printed, logged, put in a summary or in an error message.
 
-Each difference from MLflow's backend, and why: docs/backend-internals.md, "MLflow: submission as a Kubernetes Job".
+Each difference from MLflow's backend, and why: docs/internals/backend-internals.md (MLflow: submission).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from components.commands import format_value
 from components.errors import InputError
 from components.params import TELEMETRY_PARAMS
 from components.podspec import INSTANCE_LABEL, label_value
+from components.process.gang import check_pinned
 from components.record import tracking
 from components.servers import kube
 from components.servers.remote import (
@@ -59,7 +60,7 @@ PROJECT_DIR = Path(__file__).with_name("finetune-k8s")
 PROJECT_DIR_IN_IMAGE = "/opt/llmpack/mlflow_projects/finetune-k8s"
 # What the Job takes from Secret llmpack-mlflow by reference and never as a literal env value.
 SECRET_ONLY_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD",
-                   "MLFLOW_TRACKING_TOKEN")
+                   "MLFLOW_TRACKING_TOKEN", "LLMPACK_SIGNING_KEY")
 
 
 # --------------------------------------------------------------------------- the Kubernetes API
@@ -286,6 +287,8 @@ def submit(request: Request) -> dict[str, Any]:
     for key in [*values, *TELEMETRY_PARAMS]:
         if key not in entry.parameters:
             raise InputError(f"--project {project_path}: the main entry point has no parameter {key!r}")
+    check_pinned(values, f"--project {project_path}",
+                 compiled={k: getattr(p, "default", None) for k, p in entry.parameters.items()})
     template_path, template = _job_template(project_path)
     secret = _tracking_secret(template_path, template)
     image = request.image or (project.docker_env or {}).get("image")

@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -70,10 +71,18 @@ def clear_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+#: Where this test process's provenance key lives (made on first use): never the user's own key file.
+#: Pods a test plays as processes get it too (their ``base_env``), as a cluster's pods share one key.
+SESSION_SIGNING_KEY_FILE = Path(tempfile.mkdtemp(prefix="llmpack-signing-")) / "signing.key"
+# Set for the whole process too, not only per test: module- and session-scoped fixtures run before the
+# autouse one below, and the steps they start must sign with this key, never the user's.
+os.environ.pop("LLMPACK_SIGNING_KEY", None)
+os.environ["LLMPACK_SIGNING_KEY_FILE"] = str(SESSION_SIGNING_KEY_FILE)
+
+
 @pytest.fixture(scope="session")
-def _session_signing_key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where this test session's provenance key lives (made on first use): never the user's own key file."""
-    return tmp_path_factory.mktemp("signing") / "signing.key"
+def _session_signing_key_file() -> Path:
+    return SESSION_SIGNING_KEY_FILE
 
 
 @pytest.fixture(autouse=True)

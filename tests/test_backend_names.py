@@ -6,7 +6,7 @@ docstrings, comments and messages are out of it: an identifier with ``kfp`` or `
 ``"mlflow"``) compared, looked up or listed. ``mlflow`` in an identifier names the tracking library,
 not the backend; the strings that name a library are :data:`LIBRARIES`, each with its reason.
 :data:`LEFT` lists what still names a backend, to move onto it (empty now); the test fails on anything new
-and on an entry that no longer holds, so the list only shrinks. The rule: docs/architecture.md,
+and on an entry that no longer holds, so the list only shrinks. The rule: docs/internals/architecture.md,
 "The backend contract".
 """
 
@@ -27,9 +27,9 @@ REGISTRY = "llmpack/backends.py"
 
 # A string naming a library, not a backend.
 LIBRARIES = {
-    ("components/record/rest.py", "'mlflow'"),  # the [mlflow] section of MLflow's credentials file
+    ("components/record/rest_auth.py", "'mlflow'"),  # the [mlflow] section of MLflow's credentials file
     ("components/record/trace_export.py", "'mlflow'"),  # a trace sent to an MLflow tracking server
-    ("components/record/tracking.py", "'mlflow'"),  # whether the mlflow library is imported (sys.modules)
+    ("components/record/retries.py", "'mlflow'"),  # whether the mlflow library is imported (sys.modules)
     ("components/serving/package.py", "'mlflow'"),  # the served model's pip requirement on the mlflow library
     *{(m, n) for m in ("llmpack/ui/display.py", "llmpack/ui/terminal.py") for n in ("'mlflow'", "'kfp'")},  # loggers
 }

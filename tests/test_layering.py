@@ -132,3 +132,58 @@ def test_importing_a_step_loads_no_runner_launcher_fusion_or_server_code():
                                        cwd=REPO).stdout)
     assert "components.steps.prepare_data" in loaded
     assert not [m for m in loaded if m.startswith((*STEP_RUNNER, "components.servers"))], loaded
+
+
+# The pack and the lab (docs/internals/architecture.md): llmpack.cluster may import the pack;
+# nothing of the pack imports it.
+LAB = "llmpack.cluster"
+# What llmpack.ui may import of llmpack: itself and the leaves below every room.
+UI_MAY_IMPORT = ("llmpack.ui", "llmpack.backends", "llmpack.gpu_catalogue", "llmpack.configuration")
+
+
+def _in_lab(module: str) -> bool:
+    return module == LAB or module.startswith(LAB + ".")
+
+
+def pack_imports_of_the_lab(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {(m, d) for m, deps in graph.items() if not _in_lab(m) for d in deps if _in_lab(d)}
+
+
+def test_the_pack_imports_nothing_of_the_lab():
+    assert any(_in_lab(m) for m in MODULES) and any(not _in_lab(m) and _top(m) == "llmpack" for m in MODULES)
+    bad = pack_imports_of_the_lab(GRAPH)
+    assert not bad, f"the pack reaches into the lab: {sorted(bad)}"
+
+
+def test_the_lab_check_finds_a_planted_import():
+    planted = {**GRAPH, "llmpack.report.render": GRAPH["llmpack.report.render"] | {"llmpack.cluster.k8s.watcher"}}
+    assert pack_imports_of_the_lab(planted) == {("llmpack.report.render", "llmpack.cluster.k8s.watcher")}
+
+
+def test_ui_imports_nothing_above_it():
+    bad = {(m, d) for m, deps in GRAPH.items() if m.startswith("llmpack.ui") for d in deps
+           if _top(d) == "llmpack" and not d.startswith(UI_MAY_IMPORT)}
+    assert not bad, f"llmpack.ui reaches above itself: {sorted(bad)}"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["compare", "--help"], ["run", "--help"], ["compile", "--help"],
+                                  ["report", "--help"], ["sync", "--help"], ["clean", "--help"]])
+def test_the_packs_commands_load_no_module_of_the_lab_nor_a_backends_lab_module(argv: list[str]):
+    code = ("import json, sys\nfrom llmpack.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "lab = [m for m in sys.modules if m.startswith('llmpack.cluster') or m.endswith('.doctor')]\n"
+            "print(json.dumps(sorted(lab)), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True, cwd=REPO)
+    assert "Usage: " in done.stdout
+    assert json.loads(done.stderr.splitlines()[-1]) == []
+
+
+def test_a_backends_doctor_facts_are_in_its_second_module_which_only_the_lab_imports():
+    from llmpack.backends import ORCHESTRATORS, doctor_facts
+
+    modules = {f"{e.module.rpartition('.')[0]}.doctor" for e in SHIPPED if e.cluster}
+    assert modules == {f"{b}.doctor" for b in BACKENDS}
+    importers = {m for m, deps in GRAPH.items() for d in deps if d in modules and _top(m) == "llmpack"}
+    assert importers == set()  # the registry finds them by name (importlib), the lab asks the registry
+    facts = {name: doctor_facts(name) for name in ORCHESTRATORS}
+    assert facts["argo"].checks is not None and facts["kfp"].probe is not None and facts["mlflow"].verbs

@@ -98,3 +98,10 @@ def test_the_floors_check_pins_every_direct_dependency_to_its_floor(tmp_path: Pa
 def test_ci_runs_the_floors_check_after_the_tests():
     run = (REPO / ".ci" / "run").read_text()
     assert "bash .ci/floors" in run and run.index("make test-slow") < run.index("bash .ci/floors")
+
+
+def test_the_lab_is_an_extra_and_dev_includes_it():
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    cluster = {Requirement(d).name: str(Requirement(d).specifier) for d in extras["cluster"]}
+    dev = {Requirement(d).name: str(Requirement(d).specifier) for d in extras["dev"]}
+    assert "kubernetes" in cluster and cluster.items() <= dev.items()

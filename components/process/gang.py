@@ -6,8 +6,10 @@ the shared volume, creates a ``TrainJob`` of N nodes with G GPUs each running ``
 same step (:mod:`components.servers.trainjob`), follows it to its end (deleting it when the run is
 cancelled), then copies the outputs back and merges every rank's events. The gang's pod spec
 travels in the ``trainjob`` pipeline parameter (:class:`GangSpec`), pinned at compile: the launcher
-refuses a value whose digest is not in its ``LLMPACK_GANG_SPECS`` (:func:`check_compiled`); its
-security context is always the TrainJob builder's ``restricted`` one. In full: docs/step-process.md
+refuses a value whose digest is not in its ``LLMPACK_GANG_SPECS`` (:func:`check_compiled`), and a
+pipeline compiled without ``--nodes`` refuses any ``nnodes`` but 1 and any ``trainjob`` at all, in its
+step process and at submit (:func:`check_pinned`); its security context is always the TrainJob builder's
+``restricted`` one. In full: docs/internals/step-process.md
 and docs/scaling.md.
 """
 
@@ -102,12 +104,29 @@ def spec_digest(spec: GangSpec) -> str:
 def check_compiled(spec: GangSpec, where: str, env: Mapping[str, str] | None = None) -> None:
     """Refuse a gang spec that is none of those compiled into the launcher's pod (``LLMPACK_GANG_SPECS``).
 
-    A launcher compiled without the list (a hand-written pod, the tests' processes) takes any spec.
+    A pod compiled without the list (without ``--nodes``) launches no gang at all (:func:`check_pinned`).
     """
     allowed = [d for d in (settings.GANG_SPECS.get(env) or "").split(",") if d]
-    if allowed and spec_digest(spec) not in allowed:
+    if not allowed:
+        raise InputError(f"{where}: {UNPINNED}")
+    if spec_digest(spec) not in allowed:
         raise InputError(f"{where}: not a gang spec compiled into this pipeline (image {spec.image!r}); a run may "
                          "choose only among the compiled ones: compile another with llmpack compile --nodes --image")
+
+
+UNPINNED = ("this pipeline was compiled without --nodes, so its finetune runs on one node and no run may make it a "
+            "TrainJob (compile one with llmpack compile --nodes N --cache-pvc PVC)")
+
+
+def check_pinned(values: Mapping[str, Any], where: str, *, compiled: Mapping[str, Any] | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
+    """Refuse a run's ``nnodes``/``trainjob`` other than 1/empty where no gang was compiled: in the step process
+    (no ``LLMPACK_GANG_SPECS`` in its pod), or at submit (``compiled``: the package's defaults, ``trainjob`` empty)."""
+    gang = bool(compiled.get(TRAINJOB_PARAM)) if compiled is not None else bool(settings.GANG_SPECS.get(env))
+    nodes, spec = values.get(NNODES_PARAM, 1), values.get(TRAINJOB_PARAM) or ""
+    if not gang and (str(nodes).strip() != "1" or spec):
+        shown = f"{NNODES_PARAM}={str(nodes)[:20]!r}" + (f", {TRAINJOB_PARAM} set" if spec else "")
+        raise InputError(f"{where}: {shown}: {UNPINNED}")
 
 
 def spec_for(execution: Execution, *, claim: str, queue: str | None = None, pipeline: str = "") -> GangSpec:

@@ -4,7 +4,7 @@ Step processes and local runners run in sessions of their own, so an interrupt r
 group; a client killed with SIGKILL ends nothing. Linux's ``PR_SET_PDEATHSIG`` closes that gap:
 :func:`preexec` in every ``Popen`` of ours, :func:`at_start` first thing in every process a library
 may start. The signal is SIGTERM (a training step checkpoints on it). A no-op off Linux. Why
-two places: docs/step-process.md.
+two places: docs/internals/step-process.md.
 """
 
 from __future__ import annotations

@@ -144,6 +144,8 @@ def run(argv: Sequence[str]) -> int:
     for key, text in raw.items():
         names.check_length(key, text, f"step {step.name!r} parameter")
     values = {k: coerce(v, known[k].type, f"step {step.name!r} parameter {k!r}") for k, v in raw.items()}
+    if not distributed.is_rank():  # no gang compiled into this pod: nnodes 1, no trainjob (a gang's ranks: its own)
+        gang.check_pinned(values, f"step {step.name!r} parameter")
     for name in step.inputs:
         if name not in inputs:
             raise InputError(f"step {step.name!r}: missing --input {name}=DIR")
@@ -321,20 +323,21 @@ def launch_ranks(step: Step, ctx: RunContext, outputs: dict[str, str], argv: Seq
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from components.redaction import install_log_redaction, redact_text
+
+    install_log_redaction()  # every library's log line and warning in this step goes through the one redaction path
     lifeline.at_start()  # the step dies with whatever started it (a killed client leaves no step behind)
     startup.pause_full_collections()  # until the model is loaded (components.process.startup)
     try:
         return run(argv)
     except (InputError, StepFailed) as exc:
-        from components.redaction import redact_text
-
         print(redact_text(f"llmpack: error: {exc}"), file=sys.stderr)
         return exc.exit_code
     except Interrupted as exc:  # a gang's launcher cancelled: its TrainJob deleted (components.servers.trainjob_launch)
         print(f"llmpack: {exc}; the step's TrainJob was deleted", file=sys.stderr)
         return exc.exit_code
-    except Exception:  # noqa: BLE001 - a crash in a step: show where, exit 1
-        traceback.print_exc()
+    except Exception:  # noqa: BLE001 - a crash in a step: show where (redacted: a frame may quote a URI), exit 1
+        print(redact_text(traceback.format_exc()).rstrip("\n"), file=sys.stderr)
         return 1
     finally:
         startup.settle()  # the exit then has (almost) nothing left to scan

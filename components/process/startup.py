@@ -4,7 +4,7 @@ Importing torch, transformers and peft makes millions of objects that CPython's 
 walk, on start-up and again at exit, freeing nothing that matters. So a step process starts with
 full collections paused (young ones still run); when the step has loaded its model (or returns),
 :func:`settle` freezes what exists and restores the thresholds. Results do not change.
-``python benchmarks/gc_startup.py`` prints what this saves; why: docs/step-process.md.
+``python benchmarks/gc_startup.py`` prints what this saves; why: docs/internals/step-process.md.
 """
 
 from __future__ import annotations

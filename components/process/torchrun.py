@@ -15,13 +15,14 @@ import sys
 from collections.abc import Sequence
 
 from components import settings
-from components.commands import wait_passing_signals
+from components.commands import SAFE_PATH_ENV, wait_passing_signals
 from components.process import lifeline
 
 
 def launch_command(nproc: int, argv: Sequence[str]) -> list[str]:
-    """``torchrun --standalone --nproc-per-node P -m components.run ARGV`` with this interpreter."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+    """``torchrun --standalone --nproc-per-node P -m components.run ARGV`` with this interpreter, safe path (``-P``;
+    the ranks, which torchrun starts as ``python -u -m``, get it from ``PYTHONSAFEPATH``: :func:`launch`)."""
+    return [sys.executable, "-P", "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
             "-m", "components.run", *argv]
 
 
@@ -31,7 +32,7 @@ def launch(nproc: int, argv: Sequence[str], *, attempt: int) -> int:
     SIGTERM and SIGINT are passed on to torchrun, which passes them to every rank: a SIGTERM'd
     finetune checkpoints on every rank's agreement and exits 143, as a single process does.
     """
-    env = {**os.environ, settings.LAUNCHER.name: "1", settings.ATTEMPT.name: str(attempt)}
+    env = {**os.environ, settings.LAUNCHER.name: "1", settings.ATTEMPT.name: str(attempt), **SAFE_PATH_ENV}
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # --standalone: every rank is on this host
     proc = subprocess.Popen(launch_command(nproc, argv), env=env, preexec_fn=lifeline.preexec())
     rc, signalled = wait_passing_signals(proc, (signal.SIGTERM, signal.SIGINT))

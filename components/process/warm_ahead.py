@@ -6,7 +6,7 @@ member that declares one, the fused process starts a *parked* process at once, t
 for the hand-over; its exit code is the member's. The member's work, outputs and records, the pod
 count and the order are unchanged. A parked process whose turn never comes runs nothing;
 ``LLMPACK_WARM_AHEAD=0`` turns it off. Why a process and not a thread, and each failure:
-docs/step-process.md.
+docs/internals/step-process.md.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
 from components import settings
-from components.commands import wait_passing_signals
+from components.commands import SAFE_PATH_ENV, wait_passing_signals
 from components.dsl import Step
 
 if TYPE_CHECKING:
@@ -78,8 +78,8 @@ class Parked:
 
     @classmethod
     def start(cls, index: int, task: str, argv: Sequence[str]) -> Parked:
-        proc = subprocess.Popen([sys.executable, "-m", "components.run", *argv], stdin=subprocess.PIPE, text=True,
-                                env={**os.environ, settings.PARKED_MEMBER.name: str(index)})
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "components.run", *argv], stdin=subprocess.PIPE, text=True,
+                                env={**os.environ, settings.PARKED_MEMBER.name: str(index), **SAFE_PATH_ENV})
         return cls(task=task, proc=proc)
 
     def go(self, started: float, delay: float) -> int | None:

@@ -6,7 +6,7 @@ Each path runs it once, whether the steps succeeded or failed (each backend's na
 It reads the run's step records, derives every metric and cost tag with :func:`summarize` (the one
 function ``llmpack`` itself uses), logs them on the pipeline's record and ends it FINISHED, FAILED
 or KILLED. The submit time's source, the run's identity, the end of the run, every attempt
-billed, and who writes: docs/record-internals.md.
+billed, and who writes: docs/internals/record-internals.md.
 """
 
 from __future__ import annotations

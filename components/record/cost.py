@@ -4,14 +4,14 @@ Price per GPU-hour, first found wins: the ``--price-per-gpu-hour`` flag, the
 ``LLMPACK_PRICE_PER_GPU_HOUR`` env var, a user price YAML (``--price-file`` or
 ``LLMPACK_PRICE_FILE``, same format as ``components/record/prices.yaml``), the shipped table.
 An unknown GPU type with no price is reported as unknown, never guessed. A spot node (its
-capacity type read from the node's labels, :func:`llmpack.k8s.objects.capacity_type`) is priced
+capacity type read from the node's labels, :func:`llmpack.cluster.k8s.objects.capacity_type`) is priced
 from a row's ``spot_per_gpu_hour`` when the row has one, else on-demand; :func:`cost_tags` says which.
 
 ``cost_usd = gpu_count x billed seconds x price / 3600``, billed from container start
 (local: process start) to finish, plus node provisioning time when a node was brought up;
 summed over every attempt of a retried step (:func:`cost_metrics`).
 On a cluster, :func:`bill_nodes` bills GPU nodes instead, the way clouds bill them (node
-Ready to removal, or last pod + the autoscaler's scale-down delay; see ``llmpack.compare.cluster``).
+Ready to removal, or last pod + the autoscaler's scale-down delay; see ``llmpack.cluster.compare.cluster``).
 """
 
 from __future__ import annotations

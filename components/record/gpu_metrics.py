@@ -5,7 +5,7 @@ so a GPU step's process samples its node's GPUs from its start (:class:`Sampler`
 ``gpu_idle_before_first_step_s`` (:func:`idle_seconds`), ``gpu_util_mean_pct``, ``gpu_mem_max_mb``,
 ``gpus_sampled`` and the samples as MLflow system-metric series; in a gang each node's first rank
 samples its node. NVML first, else ``nvidia-smi``. No GPU: nothing sampled, nothing logged, never
-a failed step. Why not MLflow's own monitor: docs/record-internals.md.
+a failed step. Why not MLflow's own monitor: docs/internals/record-internals.md.
 """
 
 from __future__ import annotations

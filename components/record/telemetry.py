@@ -6,7 +6,7 @@ epoch seconds; each record has an idempotency ``key``, so an upload twice duplic
 their key and MLflow name, so a retry never replaces the attempt before it; a step knows its
 attempt from the orchestrator or its own JSONL file (:func:`attempt_number`), and
 :func:`group_by_step` derives a step's metrics from its last attempt while billing every attempt.
-Import-light (stdlib only). Keys, attempts and derivation in full: docs/record-internals.md.
+Import-light (stdlib only). Keys, attempts and derivation in full: docs/internals/record-internals.md.
 """
 
 from __future__ import annotations

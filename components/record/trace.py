@@ -6,7 +6,7 @@ a run span, per step a step span and per attempt an attempt span (a gang's node 
 inside), phase spans between consecutive events (:data:`PHASES`), spin-up and hand-over spans.
 Attributes follow OpenTelemetry's CI/CD conventions where they exist. The output is OTLP/JSON,
 sent by :mod:`components.record.trace_export`. Stdlib only. The spans in full:
-docs/record-internals.md.
+docs/internals/record-internals.md.
 """
 
 from __future__ import annotations

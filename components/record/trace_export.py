@@ -3,7 +3,7 @@
 First match wins (:func:`target`): the OpenTelemetry SDK's ``OTEL_EXPORTER_OTLP_*`` endpoint (OTLP/HTTP
 JSON), else an HTTP(S) MLflow server's ``/v1/traces`` linked to the pipeline's run, else nowhere
 (the trace file beside the run still is). One bounded try: what was not sent is sent by ``llmpack
-sync``, once (``llmpack.trace_id``). The targets in full: docs/record-internals.md.
+sync``, once (``llmpack.trace_id``). The targets in full: docs/internals/record-internals.md.
 """
 
 from __future__ import annotations

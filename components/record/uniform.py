@@ -6,7 +6,7 @@ these functions make those records comparable: every parameter with the values t
 for what they were measured from (:func:`name_from_submit`), an orchestrator's own MLflow run as
 cross-link tags (:func:`foreign_run_tags`), the scalars KFP's UI compares (:func:`headline`,
 :func:`read_scalars`) and the training-loss curve (:func:`loss_curve`). Import-light (stdlib only).
-Each rule: docs/record-internals.md and docs/record.md.
+Each rule: docs/internals/record-internals.md and docs/internals/record.md.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ refused), placement, labels and Pod Security ``restricted`` go through ``spec.ru
 queue-name label.
 
 Each field and why: docs/scaling.md, "The TrainJob object"; how the launcher creates and follows
-it: docs/decisions.md, "The TrainJob launcher".
+it: docs/internals/decisions.md, "The TrainJob launcher".
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ it. Its jobs live beside it: RBAC (:mod:`~components.servers.trainjob_rbac`), cl
 errors (:mod:`~components.servers.trainjob_client`), status
 (:mod:`~components.servers.trainjob_status`), cancellation
 (:mod:`~components.servers.trainjob_cancel`). Why the plain ``CustomObjectsApi`` and polling,
-and how adoption works: docs/decisions.md (the TrainJob launcher).
+and how adoption works: docs/internals/decisions.md (the TrainJob launcher).
 """
 
 from __future__ import annotations

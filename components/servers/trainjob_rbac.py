@@ -1,7 +1,7 @@
 """The launcher's RBAC: the ServiceAccount, Role and RoleBinding that allow exactly the TrainJob calls it makes.
 
 ``llmpack compile --nodes N`` writes them to ``trainjob/launcher-rbac.yaml``; ``llmpack doctor``
-checks a cluster against them. Why these three verbs: docs/decisions.md (the TrainJob launcher).
+checks a cluster against them. Why these three verbs: docs/internals/decisions.md (the TrainJob launcher).
 """
 
 from __future__ import annotations

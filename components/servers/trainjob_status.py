@@ -1,6 +1,6 @@
 """A TrainJob's status: its conditions, whether it ended, and how (:class:`TrainJobResult`).
 
-The condition types are Trainer v2's (``Suspended``, ``Complete``, ``Failed``); docs/decisions.md
+The condition types are Trainer v2's (``Suspended``, ``Complete``, ``Failed``); docs/internals/decisions.md
 (the TrainJob launcher) says where each comes from.
 """
 

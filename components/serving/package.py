@@ -33,6 +33,11 @@ SERVING_SPEC = "serving.json"
 # The longest answer a request gets unless it asks (``params={"max_new_tokens": n}``): the
 # built-in tasks' answers are under 30 bytes; a longer default only slows a wrong answer down.
 MAX_NEW_TOKENS = 64
+# What one request may ask (serving.json carries them; the served model refuses more in one line):
+# generation is token by token and attention quadratic in the prompt, so each bound caps a request's time.
+MAX_NEW_TOKENS_LIMIT = 256
+MAX_PROMPT_CHARS = 4096
+MAX_PROMPTS = 64
 # MLflow's loader for a models-from-code pyfunc model (what ``mlflow.pyfunc.save_model(python_model=
 # "file.py")`` writes); tests/components/test_serving_package.py holds this file to MLflow's own.
 CODE_MODEL_LOADER = "mlflow.pyfunc.loaders.code_model"
@@ -58,14 +63,25 @@ def _save_tokenizer(base_model: str, out: Path) -> None:
     load_tokenizer(base_model).save_pretrained(str(out))
 
 
+def params_signature(max_new_tokens: int) -> dict[str, Any]:
+    """The model signature: no input schema (a string, a list, a DataFrame column), one parameter.
+
+    A pyfunc model without a params schema has its ``params`` dropped by MLflow (with a warning),
+    on load as over HTTP; declared, ``mlflow models serve`` passes ``{"params": {...}}`` through.
+    """
+    spec = [{"name": "max_new_tokens", "default": max_new_tokens, "shape": None, "type": "long"}]
+    return {"inputs": None, "outputs": None, "params": json.dumps(spec)}
+
+
 def render_mlmodel(artifacts: dict[str, str], *, python_version: str, mlflow_version: str, created: datetime,
-                   model_uuid: str) -> str:
+                   model_uuid: str, max_new_tokens: int = MAX_NEW_TOKENS) -> str:
     """The ``MLmodel`` file of a models-from-code pyfunc model, written without importing MLflow.
 
     The register step logs through MLflow's REST API without importing MLflow (its 2-4 s import);
     ``mlflow.pyfunc.save_model`` would import it. The file is the one ``save_model`` writes for
     ``python_model="pyfunc_model.py"`` with these artifacts (paths relative to the model), less
-    ``cloudpickle_version`` (nothing is pickled) and the absolute source paths it records.
+    ``cloudpickle_version`` (nothing is pickled) and the absolute source paths it records, plus the
+    signature that declares ``max_new_tokens`` (:func:`params_signature`).
     """
     import yaml
 
@@ -81,6 +97,7 @@ def render_mlmodel(artifacts: dict[str, str], *, python_version: str, mlflow_ver
         }},
         "mlflow_version": mlflow_version,
         "model_uuid": model_uuid,
+        "signature": params_signature(max_new_tokens),
         "utc_time_created": created.strftime("%Y-%m-%d %H:%M:%S.%f"),
     }
     return yaml.safe_dump(doc, sort_keys=True, default_flow_style=False)
@@ -117,8 +134,11 @@ def write_servable(model_dir: Path, out: Path, *, max_new_tokens: int = MAX_NEW_
     meta = model_meta(model_dir)
     method, base_model = meta["method"], meta["base_model"]
     out.mkdir(parents=True, exist_ok=True)
+    if not 1 <= max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
+        raise ValueError(f"max_new_tokens {max_new_tokens}: must be 1 to {MAX_NEW_TOKENS_LIMIT}")
     spec: dict[str, Any] = {"weights": "adapter" if method == "lora" else "full", "base_model": base_model,
-                            "max_new_tokens": max_new_tokens}
+                            "max_new_tokens": max_new_tokens, "max_new_tokens_limit": MAX_NEW_TOKENS_LIMIT,
+                            "max_prompt_chars": MAX_PROMPT_CHARS, "max_prompts": MAX_PROMPTS}
     artifacts = {"serving": SERVING_SPEC, "weights": spec["weights"]}
     if base_model == TINY:
         spec.update(tokenizer="bytes", bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID)
@@ -136,7 +156,7 @@ def write_servable(model_dir: Path, out: Path, *, max_new_tokens: int = MAX_NEW_
         (out / name).write_text(text)
     (out / "MLmodel").write_text(render_mlmodel(artifacts, python_version=python_version,
                                                 mlflow_version=version("mlflow"), created=datetime.now(timezone.utc),
-                                                model_uuid=uuid.uuid4().hex))
+                                                model_uuid=uuid.uuid4().hex, max_new_tokens=max_new_tokens))
     return out
 
 

@@ -1,18 +1,16 @@
 """Promotion: every registered version is the ``challenger``; ``champion`` moves only to a better one.
 
-The decision (:func:`decide`) is a pure function of plain values, so every case (no champion, a
-champion scored on another eval set, a tie, a failed gate, ``promote=false``) is tested without a
+The decision (:func:`decide`) is a pure function of plain values, tested case by case without a
 registry; :func:`current_champion` and :func:`set_aliases` are the two registry calls around it.
+Which figure decides is data (:class:`PromotionMetric`), not code; versions are compared only on
+the same eval set (:func:`eval_set_fingerprint`): a champion scored on other data is not beaten or
+kept by arithmetic, the new version stays ``challenger`` and its tags say why (docs/serving.md).
 
-Which figure decides is data (:class:`PromotionMetric`), not code: a version records every figure
-of its evaluation as a ``llmpack.metric.<name>`` tag, so a later change of the deciding metric
-compares versions registered since that change and leaves older champions uncompared (said so).
-Versions are compared only on the same eval set (:func:`eval_set_fingerprint`): a champion scored
-on other rows (or other tokens of them) is not beaten or kept by arithmetic, the new version stays
-``challenger`` and its tags say why; move the alias by hand then (docs/serving.md).
-
-Two registrations at the same moment can both read the old champion and both move the alias;
-the later one wins. Runs of one model name are sequential in practice, so no lock is taken.
+Only signed figures are compared: the champion's value and eval set come from its signed
+provenance payload (:mod:`components.serving.signed`), never from its ``llmpack.metric.*`` tags,
+which anyone who can write the registry can edit; a champion whose signature does not verify is
+not compared. Two registrations at the same moment can both move the alias; the later one wins
+(runs of one model name are sequential in practice, so no lock is taken).
 """
 
 from __future__ import annotations
@@ -59,6 +57,7 @@ class Standing:
     eval_set: str
     run_id: str = ""
     figures: Mapping[str, str] | None = None  # RECORD_FIGURES the version was tagged with
+    untrusted: str = ""  # why its figures cannot be compared (not signed with the user's key), else empty
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +158,8 @@ def decide(*, metric: PromotionMetric, value: float | None, eval_set: str, passe
         return result(False, f"no {metric.name} in the evaluation")
     if champion is None:
         return result(True, f"no {CHAMPION} yet; {metric.name} {_number(value)}")
+    if champion.untrusted:
+        return result(False, f"not compared: v{champion.version}'s figures are not signed ({champion.untrusted})")
     if not eval_set:
         return result(False, "not compared: this version's eval set is unknown (the evaluation names none)")
     if champion.eval_set != eval_set:
@@ -185,14 +186,42 @@ def _no_alias(exc: Exception) -> bool:
 
 
 def current_champion(mc: Any, model_name: str, metric: PromotionMetric) -> Standing | None:
-    """The version ``champion`` points at, as a :class:`Standing`, or None when there is none."""
+    """The version ``champion`` points at, as a :class:`Standing` of its signed figures, or None when there is none.
+
+    Its value and eval set come from its verified provenance payload; a champion whose signature
+    does not verify is a :class:`Standing` with ``untrusted`` saying why (never compared).
+    """
+    from components.serving import signed
+
     try:
         mv = mc.get_model_version_by_alias(model_name, CHAMPION)
     except Exception as exc:
         if _no_alias(exc):
             return None
         raise
-    return standing_from_tags(str(mv.version), str(mv.run_id or ""), dict(mv.tags or {}), metric)
+    version, run_id, tags = str(mv.version), str(mv.run_id or ""), dict(mv.tags or {})
+    try:
+        payload = signed.verified_version(f"model {model_name}", name=model_name, version=version, run_id=run_id,
+                                          source=getattr(mv, "source", None), tags=tags)
+    except signed.UntrustedModel as exc:
+        loose = standing_from_tags(version, run_id, tags, metric)
+        return Standing(version=version, value=None, eval_set=loose.eval_set, run_id=run_id, figures=loose.figures,
+                        untrusted=exc.reason)
+    figures = payload.get("figures") if isinstance(payload.get("figures"), dict) else {}
+    trusted = {**{k: v for k, v in tags.items() if k.startswith("llmpack.") and k.removeprefix("llmpack.")
+                  in RECORD_FIGURES},
+               **{METRIC_TAG + k: _exact(v) for k, v in figures.items() if isinstance(v, (int, float))},
+               EVAL_SET_TAG: str(payload.get("eval_set") or "")}
+    return standing_from_tags(version, run_id, trusted, metric)
+
+
+def set_version_tag(mc: Any, model_name: str, version: str, key: str, value: str) -> None:
+    """One tag on a model version, with MLflow's client or the REST one (``model-versions/set-tag``)."""
+    if hasattr(mc, "set_model_version_tag"):
+        mc.set_model_version_tag(model_name, version, key, value)
+    else:
+        mc.call("POST", "model-versions/set-tag", {"name": model_name, "version": str(version), "key": key,
+                                                   "value": value})
 
 
 def set_aliases(mc: Any, model_name: str, version: str, decision: Decision) -> None:

@@ -1,18 +1,18 @@
 """The served model: an MLflow pyfunc "model from code" that answers prompts with greedy generations.
 
-This file is copied into every logged model and executed by ``mlflow.pyfunc.load_model`` and ``mlflow
-models serve``: it imports no llmpack module, only torch, transformers, peft (for an adapter) and MLflow,
-the model's declared requirements. It is code, not a pickle: MLflow's models-from-code runs this file
-instead of unpickling a Python object from the artifact store.
+Copied into every logged model and run by ``mlflow.pyfunc.load_model`` and ``mlflow models serve``
+(models-from-code: this file, never a pickle); it imports no llmpack module, only torch,
+transformers, peft (for an adapter) and MLflow, the model's declared requirements. Artifacts
+(``components.serving.package`` writes them): ``serving`` (serving.json: encoding, generation
+length, limits), ``weights`` (adapter or full weights), ``base`` (a logged base model) and
+``tokenizer`` (a Hugging Face one; the built-in byte-level model's is :class:`ByteCodec`). The
+prompt format is the training format: ``BOS + prompt + newline`` for the built-in model, the chat
+template's user message and generation prompt for a Hugging Face tokenizer that has one.
 
-Artifacts (``components.serving.package`` writes them): ``serving`` (serving.json: how prompts are encoded
-and how many tokens to generate), ``weights`` (a peft adapter or full weights), ``base`` (the base model,
-Hugging Face layout, when the adapter needs one that is logged with it) and ``tokenizer`` (a Hugging Face
-tokenizer; absent for the built-in byte-level model, whose encoding is the few lines of :class:`ByteCodec`).
-
-The prompt format is the training format: the built-in model was trained on ``BOS + prompt + newline``,
-then the response and EOS; a Hugging Face tokenizer with a chat template gets the prompt as one user
-message and the generation prompt, as the tokenize step did.
+A request is bounded (serving.json's limits; these defaults where an older one has none):
+``params={"max_new_tokens": n}`` from 1 to 256 (64 unless asked), at most 64 prompts of at most
+4,096 characters each, prompt plus answer within the model's context. Anything more is one
+``MlflowException`` line (HTTP 400 from ``mlflow models serve``) before any token is generated.
 """
 
 from __future__ import annotations
@@ -21,7 +21,15 @@ import json
 from typing import Any
 
 import mlflow
+from mlflow.exceptions import MlflowException
 from mlflow.pyfunc import PythonModel
+
+LIMITS = {"max_new_tokens": 64, "max_new_tokens_limit": 256, "max_prompt_chars": 4096, "max_prompts": 64}
+
+
+def refuse(message: str) -> MlflowException:
+    """A request the model does not take: one line, ``INVALID_PARAMETER_VALUE`` (HTTP 400 when served)."""
+    return MlflowException.invalid_parameter_value(message)
 
 
 class ByteCodec:
@@ -84,7 +92,7 @@ class TunedModel(PythonModel):
         from transformers import AutoModelForCausalLM
 
         with open(context.artifacts["serving"], encoding="utf-8") as fh:
-            self.spec = json.load(fh)
+            self.spec = {**LIMITS, **json.load(fh)}
         if self.spec["tokenizer"] == "bytes":
             self.codec: Any = ByteCodec(self.spec["bos_id"], self.spec["eos_id"], self.spec["pad_id"])
         else:
@@ -99,12 +107,45 @@ class TunedModel(PythonModel):
         else:
             self.net = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
         self.net.eval()
+        self.context_tokens = int(getattr(self.net.config, "max_position_embeddings", 0) or 0)
 
-    def generate(self, prompt: str, max_new_tokens: int) -> str:
+    def max_new_tokens(self, params: Any) -> int:
+        """``params["max_new_tokens"]`` when it is an integer within the limit, else the default."""
+        value = (params or {}).get("max_new_tokens")
+        if value is None:
+            return int(self.spec["max_new_tokens"])
+        limit = int(self.spec["max_new_tokens_limit"])
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            raise refuse(f"max_new_tokens {repr(value)[:40]}: must be an integer from 1 to {limit}")
+        return value
+
+    def bounded_prompts(self, model_input: Any) -> list[str]:
+        """The request's prompts, when there are at most ``max_prompts`` of at most ``max_prompt_chars`` each."""
+        prompts = prompts_of(model_input)
+        most, longest = int(self.spec["max_prompts"]), int(self.spec["max_prompt_chars"])
+        if not prompts:
+            raise refuse("no prompt in the request")
+        if len(prompts) > most:
+            raise refuse(f"{len(prompts)} prompts in one request; at most {most}")
+        for i, prompt in enumerate(prompts):
+            if len(prompt) > longest:
+                raise refuse(f"prompt {i}: {len(prompt):,} characters; at most {longest:,}")
+        return prompts
+
+    def encoded(self, prompts: list[str], max_new_tokens: int) -> list[list[int]]:
+        """Every prompt's token ids, when each with ``max_new_tokens`` fits the model's context."""
+        out = [self.codec.prompt_ids(prompt) for prompt in prompts]
+        for i, ids in enumerate(out):
+            if self.context_tokens and len(ids) + max_new_tokens > self.context_tokens:
+                raise refuse(f"prompt {i}: {len(ids)} tokens plus max_new_tokens {max_new_tokens} exceed the "
+                             f"model's context of {self.context_tokens} tokens")
+        return out
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> str:
         """The greedy answer: at most ``max_new_tokens``, ending at EOS (not included)."""
         import torch
 
-        ids = torch.tensor([self.codec.prompt_ids(prompt)], dtype=torch.long)
+        ids = torch.tensor([prompt_ids], dtype=torch.long)
         with torch.no_grad():
             out = self.net.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                     do_sample=False, eos_token_id=self.codec.eos_id, pad_token_id=self.codec.pad_id)
@@ -115,8 +156,9 @@ class TunedModel(PythonModel):
 
     def predict(self, context, model_input, params=None):
         """One greedy answer per prompt. Not annotated: MLflow reads ``predict``'s hints as an input schema."""
-        max_new_tokens = int((params or {}).get("max_new_tokens", self.spec["max_new_tokens"]))
-        return [self.generate(prompt, max_new_tokens) for prompt in prompts_of(model_input)]
+        max_new_tokens = self.max_new_tokens(params)
+        encoded = self.encoded(self.bounded_prompts(model_input), max_new_tokens)  # every check before any token
+        return [self.generate(ids, max_new_tokens) for ids in encoded]
 
 
 mlflow.models.set_model(TunedModel())

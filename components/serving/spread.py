@@ -93,12 +93,20 @@ def parse_improvements(text: str) -> list[float]:
     return out
 
 
-def gate_passed(evaluation: Mapping[str, Any], env: Mapping[str, str] | None = None) -> bool:
-    """Whether the version passed the quality gate: this run's own, and where earlier seeds' improvements are
-    given, the interval over them and this one (:func:`spread_gate`)."""
-    own = bool(evaluation.get("passed", True))
+def gate_passed(evaluation: Mapping[str, Any], env: Mapping[str, str] | None = None, *,
+                own: bool | None = None) -> bool:
+    """Whether the version passed the quality gate: this run's own (``own``, as register recomputed it; else the
+    evaluation's ``passed``), and where earlier seeds' improvements are given, the interval over them and this one
+    (:func:`spread_gate`)."""
+    own = bool(evaluation.get("passed", True)) if own is None else own
     raw = settings.SEED_IMPROVEMENTS.raw(env)
-    if not raw or "gate_improvement" not in evaluation:
+    if not raw:
         return own
-    improvements = [*parse_improvements(raw), float(evaluation["gate_improvement"])]
-    return own and spread_gate(improvements, float(evaluation.get("min_improvement", 0.0)))[0]
+    from components.training.generation import gate_improvement
+
+    try:  # this seed's improvement recomputed from its figures, as the single run's gate is
+        mine = float(gate_improvement(str(evaluation.get("gate_metric")), dict(evaluation)))
+        floor = float(evaluation.get("min_improvement", 0.0))
+    except (KeyError, TypeError, ValueError):
+        return False
+    return own and spread_gate([*parse_improvements(raw), mine], floor)[0]

@@ -1,7 +1,10 @@
 """evaluate: eval loss, perplexity and task metrics of the base model vs the tuned one, and a quality gate.
 
-The task metrics (docs/evaluation.md) are exact and normalised match of greedy answers to the
+The task metrics (docs/serving.md) are exact and normalised match of greedy answers to the
 held-out prompts; the gate judges ``gate_metric`` (``auto``: exact match where there are answers).
+``metrics.json`` is signed with the user's key (``metrics.signature.json`` beside it:
+:func:`components.serving.signed.sign_evaluation`), bound to the sha256 of the model files scored
+and the pipeline run: the register step trusts nothing else.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from typing import Any
 
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Metrics, Model, Output, Resources, step
 from components.errors import StepFailed
-from components.reporting import emit, metric
+from components.reporting import current, emit, metric
 from components.serving.promotion import eval_set_fingerprint
+from components.serving.signed import SIGNATURE_FILE, model_files, sign_evaluation
 from components.training.generation import (
     TASK_FILE,
     TASK_METRICS,
@@ -101,6 +105,8 @@ def evaluate(
     input_ids = torch.from_numpy(np.load(src / "eval_input_ids.npy"))
     labels = torch.from_numpy(np.load(src / "eval_labels.npy"))
     meta = json.loads((Path(model.path) / MODEL_META).read_text())
+    # what is scored, hashed before it is loaded: the signed evaluation names these very files
+    scored = model_files(Path(model.path), "adapter" if meta["method"] == "lora" else "full", MODEL_META)
     rows = read_task_rows(src / TASK_FILE)
     gate = choose_gate(gate_metric, len(rows))  # a bad name fails before any model is loaded
     tokenizer = load_tokenizer(meta["base_model"]) if rows else None
@@ -151,8 +157,11 @@ def evaluate(
         "gate_metric": gate,  # the metric min_improvement applied to
     }
     result["gate_improvement"] = gate_improvement(gate, result)
-    result["passed"] = result["gate_improvement"] >= min_improvement
-    (Path(metrics.path) / "metrics.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    result["passed"] = result["gate_improvement"] >= min_improvement  # for people; register recomputes it
+    tel = current()
+    figures, seal = sign_evaluation(result, model=scored, pipeline_run=tel.ctx.pipeline_run if tel is not None else "")
+    (Path(metrics.path) / SIGNATURE_FILE).write_text(json.dumps(seal, indent=2, sort_keys=True) + "\n")
+    (Path(metrics.path) / "metrics.json").write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
     for key in ("base_eval_loss", "eval_loss", "perplexity", "improvement", *task, "gate_improvement"):
         metric(key, result[key])
     metric(f"gated_by_{gate}", 1.0)  # which metric the gate judged, as a metric name every record carries

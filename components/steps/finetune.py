@@ -17,11 +17,9 @@ progress whichever orchestrator ran it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -32,6 +30,8 @@ from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Out
 from components.errors import InputError
 from components.reporting import emit_step, metric, submitted_at
 from components.training.checkpointing import (
+    real_run_dir,
+    remove_scratch,
     resume_newest,
     run_checkpoint_dir,
     run_fingerprint,
@@ -67,7 +67,8 @@ def checkpoint_root(checkpoint_dir: str, out: Path) -> tuple[Path, bool]:
 
     ``checkpoint_dir`` when given (kept); else, with a checkpoint volume (``LLMPACK_CHECKPOINT_ROOT``),
     this run's directory on it (:func:`~components.training.checkpointing.run_checkpoint_dir`: the
-    pipeline run, never the attempt); else ``<output>/checkpoints``, which dies with the pod.
+    pipeline run, never the attempt; made, or checked, a real directory: a symlink is one line, exit 2);
+    else ``<output>/checkpoints``, which dies with the pod.
     """
     if checkpoint_dir:
         return Path(checkpoint_dir), False
@@ -75,7 +76,8 @@ def checkpoint_root(checkpoint_dir: str, out: Path) -> tuple[Path, bool]:
     if not root:
         return out / "checkpoints", True
     tel = reporting.current()
-    return run_checkpoint_dir(Path(root), tel.ctx.pipeline_run if tel else "", tel.step if tel else "finetune"), True
+    path = run_checkpoint_dir(Path(root), tel.ctx.pipeline_run if tel else "", tel.step if tel else "finetune")
+    return real_run_dir(Path(root), path), True
 
 
 def checkpoint_owner() -> dict[str, str]:
@@ -273,8 +275,9 @@ def finetune(
     trainable = [p for p in net.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
 
-    # ---- resume: the newest checkpoint of these very settings and data whose files all match
-    # its manifest (a shared checkpoint_dir must not hand one run's state to another)
+    # ---- resume: the newest checkpoint signed with the user's key, of these very settings and data,
+    # whose files all match its manifest (a shared checkpoint_dir must not hand one run's state to
+    # another; an unsigned or forged one, even of the final step, is refused and never skips training)
     ckpt_root, scratch = checkpoint_root(checkpoint_dir, Path(model.path))
     fingerprint = run_fingerprint([base_model, method, max_steps, batch_size, grad_accum, lr, warmup_steps,
                                    weight_decay, lora_r, lora_alpha, seed]
@@ -333,7 +336,7 @@ def finetune(
                 if world.main:
                     save_checkpoint(ckpt_root, done, net, optimizer, fingerprint, chaos_pause_s=chaos_pause_s,
                                     state=state, owner=owner)
-                    # the newest whole checkpoint: what a preemption keeps (llmpack.k8s.preemption)
+                    # the newest whole checkpoint: what a preemption keeps (llmpack.cluster.k8s.preemption)
                     emit_step("checkpoint_saved")
                 distributed.barrier(world)
                 save_s, last_save = max(save_s, time.perf_counter() - began), time.monotonic()
@@ -365,10 +368,7 @@ def finetune(
                  meta={"base_model": base_model, "method": method, "seq_len": int(seq_len), "steps": max_steps,
                        "seed": seed})
     if scratch:  # this run's checkpoints (in the output, or on the volume) are scratch once the weights are saved
-        shutil.rmtree(ckpt_root, ignore_errors=True)
-        if settings.CHECKPOINT_ROOT.get():
-            with contextlib.suppress(OSError):  # the run's own directory on the volume, when nothing else is in it
-                ckpt_root.parent.rmdir()
+        remove_scratch(ckpt_root, Path(settings.CHECKPOINT_ROOT.get() or out))  # checked real directories first
     log_checkpoint_timing(save_s)
     tokens_per_s = tokens_seen / train_s if train_s > 0 else float("nan")
     metric("train_s", train_s)

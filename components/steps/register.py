@@ -5,6 +5,12 @@ pyfunc model (:mod:`components.serving.package`) that ``mlflow.pyfunc.load_model
 ``mlflow models serve`` load without llmpack; ``merge=true`` adds ``merged/``, full weights in the
 Hugging Face layout. The new version is the ``challenger``; it becomes the ``champion`` when
 :func:`components.serving.promotion.decide` says so (``promote=false``: never).
+
+Nothing on disk is taken at its word: the evaluation must carry the user's signature for the very
+model files being registered (:func:`components.serving.signed.verified_evaluation`; else one line,
+exit 2, nothing logged), the gate is recomputed from its signed figures, and each new version is
+signed over its name, version, run, source, the sha256 of every model file and the figures
+promotion compares (:func:`components.serving.signed.version_tags`).
 """
 
 from __future__ import annotations
@@ -15,10 +21,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from components import settings
+from components import bounded, settings
 from components.dsl import Execution, Input, Metrics, Model, Output, Resources, step
+from components.errors import InputError
 from components.reporting import current
-from components.serving import promotion, spread
+from components.serving import promotion, signed, spread
 from components.training.modeling import MODEL_META
 
 
@@ -77,9 +84,14 @@ def register(
 
     tel = current()
     model_dir = Path(model.path)
-    meta = json.loads((model_dir / MODEL_META).read_text())
-    evaluation = json.loads((Path(metrics.path) / "metrics.json").read_text())
+    meta = bounded.read_json(model_dir / MODEL_META)
+    if not isinstance(meta, dict) or meta.get("method") not in ("lora", "full"):
+        raise InputError(f"{model_dir / MODEL_META}: not a finetune output's metadata (method lora or full)")
     weights = model_dir / ("adapter" if meta["method"] == "lora" else "full")
+    files = signed.model_files(model_dir, weights.name, MODEL_META)
+    # before anything is logged: the user's key signed this evaluation, of these files, in this run
+    evaluation = signed.verified_evaluation(Path(metrics.path), model=files,
+                                            pipeline_run=tel.ctx.pipeline_run if tel is not None else "")
     record: dict[str, Any] = {"model_name": model_name, "weights": weights.name, "base_model": meta["base_model"],
                               "registered": False, "merged": merge}
     if os.environ.get(settings.MLFLOW_LOGGING.name, "1") != "0" and tel is not None:
@@ -96,6 +108,7 @@ def register(
             # a compare round's weights only: building the servable (torch, a model) is no part of what it measures
             if versioned:
                 servable = write_servable(model_dir, work / "pyfunc")
+                files.update(signed.tree_digests(servable))  # every file under model/, as the loader will see it
                 # MLmodel beside the weights: a pyfunc model
                 mc.log_artifacts(run_id, str(servable), artifact_path="model")
             if merge:
@@ -107,9 +120,10 @@ def register(
         except Exception:  # noqa: BLE001 - already registered
             pass
         run_tags = {k: v for k, v in run.data.tags.items() if k.startswith("llmpack.") and k != "llmpack.record"}
+        loss = promotion.parse_figure(str(evaluation.get("eval_loss")))
         tags = {**run_tags, **tel.ctx.tags(), "llmpack.base_model": meta["base_model"],
                 "llmpack.method": meta["method"],
-                "llmpack.eval_loss": f"{evaluation['eval_loss']:.6f}", "llmpack.run_id": run_id,
+                "llmpack.eval_loss": f"{loss if loss is not None else float('nan'):.6f}", "llmpack.run_id": run_id,
                 **promotion.figure_tags(evaluation), **record_figures(run)}
         if merge:
             tags["llmpack.merged_weights"] = f"{run.info.artifact_uri}/merged"
@@ -118,10 +132,15 @@ def register(
             metric = promotion.PROMOTION_METRIC
             decision = promotion.decide(
                 metric=metric, value=promotion.parse_figure(str(evaluation.get(metric.name))),
-                eval_set=str(evaluation.get("eval_set") or ""), passed=spread.gate_passed(evaluation),
+                eval_set=str(evaluation.get("eval_set") or ""),
+                passed=spread.gate_passed(evaluation, own=signed.gate_passed(evaluation)),  # over seeds, where given
                 promote=promote, champion=promotion.current_champion(mc, model_name, metric))
             version = str(mc.create_model_version(model_name, source=source, run_id=run_id,
                                                   tags={**tags, **decision.tags}).version)
+            payload = signed.version_payload(name=model_name, version=version, run_id=run_id, source=source,
+                                             files=files, evaluation=evaluation)
+            for key, value in signed.version_tags(payload).items():  # signed before any alias points at it
+                promotion.set_version_tag(mc, model_name, version, key, value)
             promotion.set_aliases(mc, model_name, version, decision)
             mc.set_tag(run_id, promotion.TAG, decision.phrase(version))  # the run's side, for its report
             record.update(registered=True, version=version, champion=decision.champion,

@@ -4,19 +4,48 @@
 run it in the next resume. So the state is ``state.safetensors`` (every tensor) and ``state.json``
 (everything else, each tensor a reference), which :func:`decode` turns back into the very
 structure ``optimizer.load_state_dict`` was given. Anything else is refused at save time; a file
-that does not decode is :class:`UnreadableState`. The encoding: docs/step-process.md.
+that does not decode is :class:`UnreadableState`. The encoding: docs/internals/step-process.md.
+
+Both are read bounded (regular files only, size caps, nesting capped) and, given the signed
+manifest's entries, checked for size and sha256 on the very bytes decoded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from components import bounded
+from components.errors import InputError
 
 TENSORS_FILE = "state.safetensors"
 DATA_FILE = "state.json"
 STATE_FILES = (DATA_FILE, TENSORS_FILE)
+MAX_DATA_BYTES = bounded.MAX_JSON_BYTES  # state.json (and any file but the tensors): KiBs in practice
+MAX_TENSOR_BYTES = 1 << 40  # state.safetensors: 1 TiB, past the fp32 weights and AdamW moments of a 20B model
 _TAGS = ("$tensor", "$tuple", "$dict")
+
+
+def size_cap(name: str) -> int:
+    """The most bytes a checkpoint's file ``name`` may hold: :data:`MAX_TENSOR_BYTES` for the tensors, else
+    :data:`MAX_DATA_BYTES`."""
+    return MAX_TENSOR_BYTES if name == TENSORS_FILE else MAX_DATA_BYTES
+
+
+def sha256_fd(fd: int, size: int) -> str:
+    """The sha256 of the first ``size`` bytes of an open file (read by offset: the descriptor's position stays)."""
+    digest, offset = hashlib.sha256(), 0
+    while offset < size:
+        chunk = os.pread(fd, min(1 << 20, size - offset), offset)
+        if not chunk:
+            break  # shorter than its size: the digest cannot match
+        digest.update(chunk)
+        offset += len(chunk)
+    return digest.hexdigest()
 
 
 class UnreadableState(ValueError):
@@ -95,19 +124,66 @@ def write_state(directory: Path, state: dict[str, Any]) -> None:
     (directory / DATA_FILE).write_text(json.dumps(data) + "\n", encoding="utf-8")
 
 
-def read_state(directory: Path) -> dict[str, Any]:
-    """The whole state, decoded and checked for shape before anything is applied; else :class:`UnreadableState`."""
+def _open_state_file(directory: Path, name: str, want: Mapping[str, Any] | None) -> int:
+    """A descriptor on a regular state file of the manifest's size (when ``want`` gives one) and under its cap."""
+    try:
+        fd = bounded.open_regular(directory / name)
+    except InputError:
+        raise UnreadableState(f"{name} is not a regular file (a symlink, FIFO or device is refused)") from None
+    except OSError as exc:
+        raise UnreadableState(f"{name} cannot be opened ({exc.strerror})") from None
+    size = os.fstat(fd).st_size
+    why = (f"{name} has {size} bytes, over the {size_cap(name)} byte cap" if size > size_cap(name)
+           else f"{name} has {size} bytes, the manifest says {want['bytes']}" if want and size != want["bytes"]
+           else None)  # both from fstat: nothing is read from a file of the wrong size
+    if why is not None:
+        os.close(fd)
+        raise UnreadableState(why)
+    if want is not None and sha256_fd(fd, size) != want["sha256"]:
+        os.close(fd)
+        raise UnreadableState(f"{name} does not match the sha256 in the manifest")
+    return fd
+
+
+def _read_tensors(directory: Path, want: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``state.safetensors``, mapped from the descriptor that was checked (``/proc/self/fd``) where there is one."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    fd = _open_state_file(directory, TENSORS_FILE, want)
     try:
-        tensors = load_file(str(directory / TENSORS_FILE))
+        proc = f"/proc/self/fd/{fd}"
+        return load_file(proc if os.path.exists(proc) else str(directory / TENSORS_FILE))
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise UnreadableState(f"{TENSORS_FILE} is not a safetensors file ({_first_line(exc)})") from None
+    finally:
+        os.close(fd)
+
+
+def _read_data(directory: Path, want: Mapping[str, Any] | None) -> Any:
+    """``state.json`` parsed (NaN allowed: an optimizer may hold one), at most 64 levels deep."""
+    fd = _open_state_file(directory, DATA_FILE, want)
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read(os.fstat(fd).st_size + 1)  # its checked size: read(n) allocates n bytes up front
+    if want is not None and (len(raw) != want["bytes"] or hashlib.sha256(raw).hexdigest() != want["sha256"]):
+        raise UnreadableState(f"{DATA_FILE} changed while it was read")
     try:
-        data = json.loads((directory / DATA_FILE).read_bytes().decode("utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
         raise UnreadableState(f"{DATA_FILE} is not JSON ({type(exc).__name__})") from None
+    if bounded.depth(data) > bounded.MAX_DEPTH:
+        raise UnreadableState(f"{DATA_FILE} is nested deeper than {bounded.MAX_DEPTH} levels")
+    return data
+
+
+def read_state(directory: Path, files: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The whole state, decoded and checked for shape before anything is applied; else :class:`UnreadableState`.
+
+    ``files``: the signed manifest's entries; each state file must then have the size and sha256 they
+    say, checked on the bytes decoded. Without them (a benchmark's own files) only the caps apply.
+    """
+    data = _read_data(directory, files.get(DATA_FILE) if files is not None else None)
+    tensors = _read_tensors(directory, files.get(TENSORS_FILE) if files is not None else None)
     try:
         state = decode(data, tensors)
     except RecursionError:

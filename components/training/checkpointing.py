@@ -1,13 +1,13 @@
-"""Checkpoints of a training run: written atomically, trusted only when whole, resumed exactly.
+"""Checkpoints of a training run: written atomically, signed, trusted only when whole and the user's own.
 
 The finetune step calls :func:`save_checkpoint` and :func:`resume_newest`, as torchtune's recipes
 call its checkpointer. A checkpoint is data, never code (:mod:`components.training.checkpoint_state`);
-``manifest.json`` (each file's size and sha256, and whose checkpoint it is) is written after the
+``manifest.json`` (each file's size and sha256, whose checkpoint it is, and a signature with the
+user's key over all of it: :mod:`components.training.checkpoint_manifest`) is written after the
 files and before the rename that publishes the directory, so :func:`newest_checkpoint` trusts
-only a whole one and refuses another run's or other settings'. On a cluster the checkpoints live
-on a volume keyed by the pipeline run (:func:`run_checkpoint_dir`), found by every retry.
-``benchmarks/chaos_sigkill.py`` checks a killed step resumes byte-identical. Why each rule:
-docs/step-process.md.
+only a whole one and refuses an unsigned or forged one, another run's or other settings'. On a
+cluster they live on a volume keyed by the pipeline run (:func:`run_checkpoint_dir`), in a real
+directory (:func:`real_run_dir`), found by every retry. Why each rule: docs/internals/step-process.md.
 """
 
 from __future__ import annotations
@@ -17,14 +17,30 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from components.training.checkpoint_state import STATE_FILES, UnreadableState, read_state, write_state
+from components.errors import InputError
+from components.training.checkpoint_manifest import (
+    MANIFEST,
+    Incomplete,
+    Untrusted,
+    check_files,
+    checkpoint_problem,
+    foreign,
+    fsync_path,
+    load_manifest,
+    read_manifest,
+    write_manifest,
+)
+from components.training.checkpoint_state import UnreadableState, read_state, write_state
 
-MANIFEST = "manifest.json"
+__all__ = ["MANIFEST", "checkpoint_problem", "read_manifest", "write_manifest", "foreign", "newest_checkpoint",
+           "resume_newest", "save_checkpoint", "load_checkpoint", "run_checkpoint_dir", "real_run_dir",
+           "remove_scratch", "checkpoint_candidates"]
 
 
 def run_fingerprint(settings: list[Any], data: bytes) -> str:
@@ -50,121 +66,115 @@ def run_checkpoint_dir(root: Path, pipeline_run: str, step: str) -> Path:
     return root / part(pipeline_run) / part(step)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+def real_run_dir(root: Path, path: Path) -> Path:
+    """``path`` (below ``root``), each directory under ``root`` made if missing and checked a real one; else one
+    :class:`InputError`.
+
+    ``mkdir`` never follows a symlink where it creates, and lstat sees the entry itself: a run
+    directory planted as a symlink on the volume is refused, so no checkpoint is written into, nor
+    anything removed from, the place it points at.
+    """
+    root.mkdir(parents=True, exist_ok=True)  # the volume's mount: the user's own setting
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        try:
+            os.mkdir(current)
+        except FileExistsError:
+            pass
+        why = _not_a_real_dir(current)
+        if why is not None:
+            raise InputError(f"checkpoints: {current} is {why}; the checkpoint root's run directory must be a "
+                             "real directory (remove it and rerun)")
+    return path
 
 
-def _fsync(path: Path) -> None:
-    """Flush a file's (or a directory's entries') data to the disk, not just to the page cache."""
-    fd = os.open(path, os.O_RDONLY)
+def _not_a_real_dir(path: Path) -> str | None:
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return "missing"
+    return None if stat.S_ISDIR(mode) else "a symlink" if stat.S_ISLNK(mode) else "not a directory"
 
 
-def read_manifest(path: Path) -> dict[str, Any] | None:
-    """A checkpoint directory's manifest, or None when it has no readable one."""
-    try:
-        manifest = json.loads((path / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
+def remove_scratch(path: Path, root: Path) -> None:
+    """Remove a finished run's checkpoints at ``path`` and then each emptied directory up to ``root``.
 
-
-def checkpoint_problem(path: Path) -> str | None:
-    """Why ``path`` is not a complete checkpoint; None when every file matches its manifest."""
-    manifest = read_manifest(path)
-    if manifest is None:
-        return f"no valid {MANIFEST}"
-    for name in STATE_FILES:
-        if name not in manifest["files"]:
-            return f"{MANIFEST} lists no {name}"
-    for name, want in manifest["files"].items():
-        file = path / name
-        if not isinstance(want, dict):
-            return f"{MANIFEST} entry for {name} is not an object"
-        if not file.is_file():
-            return f"{name} is missing"
-        if file.stat().st_size != want.get("bytes"):
-            return f"{name} has {file.stat().st_size} bytes, the manifest says {want.get('bytes')}"
-        if _sha256(file) != want.get("sha256"):
-            return f"{name} does not match the sha256 in the manifest"
-    return None
-
-
-def foreign(manifest: dict[str, Any], fingerprint: str | None, owner: dict[str, str] | None) -> str | None:
-    """Why a checkpoint's manifest says it is not this run's to resume from; None when it is."""
-    if fingerprint is not None and manifest.get("fingerprint") != fingerprint:
-        theirs_fp = str(manifest.get("fingerprint"))[:16]
-        return f"its manifest is for other settings or data (fingerprint {theirs_fp!r}, this run's {fingerprint!r})"
-    theirs = manifest.get("owner")
-    if owner is not None and theirs != owner:
-        mine = ", ".join(f"{k} {v!r}" for k, v in owner.items())
-        return f"its manifest is for another run or step (this run: {mine})"
-    return None
+    Each directory from ``root`` down to ``path`` is checked a real directory first (lstat): when one
+    became a symlink, nothing is removed and one line says so (the run's outputs are already saved).
+    """
+    levels = [root.joinpath(*path.relative_to(root).parts[: i + 1]) for i in range(len(path.relative_to(root).parts))]
+    for level in levels:
+        why = _not_a_real_dir(level)
+        if why == "missing":
+            return  # no checkpoint was ever written
+        if why is not None:
+            print(f"finetune: not removing checkpoints under {level}: it is {why}", flush=True)
+            return
+    shutil.rmtree(path, ignore_errors=True)
+    for level in reversed(levels[:-1]):
+        try:
+            level.rmdir()  # the run's own directory on the volume, when nothing else is in it
+        except OSError:
+            return
 
 
 def checkpoint_candidates(
     root: Path, fingerprint: str | None = None, on_skip: Callable[[Path, str], None] | None = None, *,
-    owner: dict[str, str] | None = None, on_refuse: Callable[[Path, str], None] | None = None,
+    owner: dict[str, str] | None = None, on_refuse: Callable[[Path, str], None] | None = None, digests: bool = True,
 ) -> Iterator[Path]:
-    """This run's complete checkpoints, newest first (:func:`newest_checkpoint` takes the first).
+    """This run's complete checkpoints signed by the user's key, newest first (:func:`newest_checkpoint` takes the
+    first).
 
-    Each incomplete one passed over is reported to ``on_skip(path, why)``; each whose manifest names
-    other settings (``fingerprint``) or another owner (``owner``: pipeline run and step, checked when
-    given) to ``on_refuse(path, why)``.
+    Each incomplete one passed over is reported to ``on_skip(path, why)``; each unsigned, forged or
+    symlinked one, and each whose signed manifest names other settings (``fingerprint``) or another
+    owner (``owner``: pipeline run and step, checked when given), to ``on_refuse(path, why)``.
+    ``digests=False``: files are checked for size only (the loader hashes the bytes it decodes).
     """
     for path in sorted(root.glob("step-*"), reverse=True):
-        manifest = read_manifest(path)
-        if manifest is not None:
+        try:
+            manifest = load_manifest(path)
             why = foreign(manifest, fingerprint, owner)
             if why is not None:
-                if on_refuse is not None:
-                    on_refuse(path, why)
-                continue  # another run's checkpoint in a shared checkpoint_dir, or one planted there
-        problem = checkpoint_problem(path)
-        if problem is None:
+                raise Untrusted(why)  # another run's checkpoint in a shared checkpoint_dir
+            check_files(path, manifest, digests=digests)
+        except Untrusted as exc:
+            if on_refuse is not None:
+                on_refuse(path, str(exc))
+        except Incomplete as exc:
+            if on_skip is not None:
+                on_skip(path, str(exc))
+        else:
             yield path
-        elif on_skip is not None:
-            on_skip(path, problem)
 
 
 def newest_checkpoint(
     root: Path, fingerprint: str | None = None, on_skip: Callable[[Path, str], None] | None = None, *,
     owner: dict[str, str] | None = None, on_refuse: Callable[[Path, str], None] | None = None,
 ) -> Path | None:
-    """The newest complete checkpoint, of this very run's settings when ``fingerprint`` is given.
+    """The newest complete, signed checkpoint, of this very run's settings when ``fingerprint`` is given.
 
-    Newest first, the first ``step-*`` directory whose files match its manifest wins (see
+    Newest first, the first ``step-*`` directory whose files match its signed manifest wins (see
     :func:`checkpoint_candidates` for what is reported on the way).
     """
     return next(checkpoint_candidates(root, fingerprint, on_skip, owner=owner, on_refuse=on_refuse), None)
 
 
-def write_manifest(path: Path, step_no: int, fingerprint: str, owner: dict[str, str] | None = None) -> None:
-    """List every file in ``path`` with its size and sha256, after flushing them to disk; name whose it is."""
-    files = {}
-    for file in sorted(p for p in path.iterdir() if p.is_file() and p.name != MANIFEST):
-        _fsync(file)
-        files[file.name] = {"bytes": file.stat().st_size, "sha256": _sha256(file)}
-    manifest = path / MANIFEST
-    doc = {"step": step_no, "fingerprint": fingerprint, "owner": owner or {}, "files": files}
-    manifest.write_text(json.dumps(doc, indent=2) + "\n")
-    _fsync(manifest)
+def _remove(path: Path) -> None:
+    """Remove a directory, or a symlink planted where one goes (never what it points at)."""
+    if os.path.islink(path):
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def prune_checkpoints(root: Path, newest: Path) -> None:
     """Keep the newest two checkpoints; remove older ones and unfinished writes of earlier steps."""
     for old in sorted(p for p in root.glob("step-*") if p != newest)[:-1]:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
     for stale in root.glob(".tmp-step-*"):
         if stale.name < f".tmp-{newest.name}":  # ".tmp-step-00000004-<pid>" sorts before ".tmp-step-00000006"
-            shutil.rmtree(stale, ignore_errors=True)
+            _remove(stale)
 
 
 def train_state(model: Any, optimizer: Any, *, sharded: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -187,7 +197,8 @@ def save_checkpoint(
     """Write to a temporary directory, manifest last, then rename: a checkpoint is complete or absent.
 
     ``state``: the (trainable, optimizer) state :func:`train_state` gathered, when the model is sharded;
-    ``owner``: the pipeline run and step it belongs to, written into the manifest.
+    ``owner``: the pipeline run and step it belongs to, written into the manifest, which is signed with
+    the user's key (:func:`~components.training.checkpoint_manifest.write_manifest`).
     """
     import numpy as np
     import torch
@@ -195,7 +206,7 @@ def save_checkpoint(
     final = root / f"step-{step_no:08d}"
     tmp = root / f".tmp-step-{step_no:08d}-{os.getpid()}"
     for stale in root.glob(f".tmp-step-{step_no:08d}-*"):  # a killed attempt's unfinished write of this step
-        shutil.rmtree(stale, ignore_errors=True)
+        _remove(stale)
     tmp.mkdir(parents=True)
     trainable, optimizer_state = state if state is not None else train_state(model, optimizer)
     kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
@@ -213,9 +224,9 @@ def save_checkpoint(
     if chaos_pause_s > 0:
         time.sleep(chaos_pause_s)  # test hook (settings.CHAOS_CHECKPOINT_PAUSE_S.name): a window to kill the write in
     write_manifest(tmp, step_no, fingerprint, owner)
-    shutil.rmtree(final, ignore_errors=True)  # this step's leftover: torn (not resumed from) or another run's
+    _remove(final)  # this step's leftover: torn (not resumed from), another run's, or planted
     os.replace(tmp, final)
-    _fsync(root)  # the rename itself survives a node crash
+    fsync_path(root)  # the rename itself survives a node crash
     prune_checkpoints(root, final)
     return final
 
@@ -239,14 +250,20 @@ def _numpy_rng(rng: Any) -> tuple[Any, ...]:
 def load_checkpoint(path: Path, model: Any, optimizer: Any, *, sharded: bool = False) -> int:
     """Restore weights, optimizer and RNG states from a checkpoint ``newest_checkpoint`` chose; its step.
 
-    The whole state is decoded and checked before anything is restored: a checkpoint that does not
-    decode, or whose weights do not fit this model, is :class:`UnreadableState` with the model,
-    optimizer and RNGs untouched. ``sharded`` (FSDP): every rank reads the whole state and keeps its shards.
+    Its manifest is verified again (signature, shape) and the state files' sizes and sha256 are
+    checked on the very bytes decoded: unsigned or forged is :class:`Untrusted`. The whole state is
+    decoded and checked before anything is restored: a checkpoint that does not decode, whose step
+    is not its manifest's, or whose weights do not fit this model, is :class:`UnreadableState` with
+    the model, optimizer and RNGs untouched. ``sharded`` (FSDP): every rank reads the whole state and
+    keeps its shards.
     """
     import numpy as np
     import torch
 
-    state = read_state(path)
+    manifest = load_manifest(path)
+    state = read_state(path, manifest["files"])
+    if state["step"] != manifest["step"]:
+        raise UnreadableState(f"its state is step {state['step']}, its manifest step {manifest['step']}")
     numpy_rng = _numpy_rng(state["rng"])
     torch_rng, cuda_rng = state["rng"].get("torch"), state["rng"].get("cuda") or []
     if not isinstance(torch_rng, torch.Tensor) or not isinstance(cuda_rng, list):
@@ -286,14 +303,20 @@ def resume_newest(
 ) -> tuple[Path, int] | None:
     """``(checkpoint, its step)`` restored from the newest of this run's checkpoints that loads, else None.
 
-    Newest first: an incomplete one is skipped with one line (:func:`report_skipped`), one that is not
-    this run's refused with one line (:func:`report_refused`), and one that matches its manifest but
-    does not decode skipped with one line (:func:`report_unreadable`), the one before it tried next.
+    Newest first: an incomplete one is skipped with one line (:func:`report_skipped`); one that is not
+    signed with the user's key (unsigned, forged, under another key), names files outside itself or is
+    not this run's is refused with one line (:func:`report_refused`) and never loaded; one that
+    matches its manifest but does not decode is skipped with one line (:func:`report_unreadable`).
+    Each time the one before it is tried next; when none is left, training starts from step 0.
     """
-    for path in checkpoint_candidates(root, fingerprint, report_skipped, owner=owner, on_refuse=report_refused):
+    candidates = checkpoint_candidates(root, fingerprint, report_skipped, owner=owner, on_refuse=report_refused,
+                                       digests=False)  # load_checkpoint hashes the bytes it decodes
+    for path in candidates:
         try:
             return path, load_checkpoint(path, model, optimizer, sharded=sharded)
-        except UnreadableState as exc:
+        except Untrusted as exc:  # changed since it was listed
+            report_refused(path, str(exc))
+        except (UnreadableState, Incomplete) as exc:
             report_unreadable(path, str(exc))
     return None
 

@@ -6,7 +6,7 @@ forwards SIGTERM/SIGINT, records ``finished`` and uploads the ranks' records onc
 the step with a :class:`World` of its own and records its own ``.rank<R>`` events; the step's
 ``model_loaded`` and ``first_step`` are the last rank's, its metrics rank 0's reduced over the
 ranks. Rank 0 writes outputs and checkpoints. Gloo on CPU, NCCL on GPU. The telemetry in full:
-docs/step-process.md.
+docs/internals/step-process.md.
 """
 
 from __future__ import annotations

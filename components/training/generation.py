@@ -3,7 +3,7 @@
 Loss says the tuned model got closer to the answers; this says whether it *gives* them
 (``Reverse: apple`` -> ``elppa``). tokenize writes the held-out prompts as token ids with their
 expected answers (:data:`TASK_FILE`); evaluate answers each one greedily, base and tuned, in the
-same batches on every path, so every path scores the same figures (docs/evaluation.md).
+same batches on every path, so every path scores the same figures (docs/serving.md).
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ TINY_CONFIG: dict[str, Any] = {
     "vocab_size": VOCAB_SIZE,
     "hidden_size": 128,
     "intermediate_size": 352,
-    "num_hidden_layers": 2,  # two, not four: it learns the built-in tasks in the default steps (docs/decisions.md)
+    # two, not four: it learns the built-in tasks in the default steps (docs/internals/decisions.md)
+    "num_hidden_layers": 2,
     "num_attention_heads": 4,
     "num_key_value_heads": 4,
     "max_position_embeddings": 512,

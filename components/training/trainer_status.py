@@ -5,7 +5,7 @@ and a token; a POST of progress, ETA and metrics lands in the TrainJob's ``statu
 (the body the kubeflow SDK's ``update_runtime_status`` sends). It never fails or blocks training
 (one background thread, a refusal said once), posts at most every 5 s (the first and last step
 always), and sends ``loss``, ``step``, ``tokens_per_s`` and ``time_to_first_step_s``. Stdlib only;
-rank 0 alone reports. The variables and decisions: docs/step-process.md.
+rank 0 alone reports. The variables and decisions: docs/internals/step-process.md.
 """
 
 from __future__ import annotations

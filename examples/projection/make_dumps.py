@@ -27,9 +27,9 @@ def main() -> None:
     from standins.loopback import LoopbackCluster, isolate
     from standins.node_paces import NodePaces, fixed, lognormal, uniform
 
-    from llmpack.compare import cluster
-    from llmpack.k8s.api import build_api_client
-    from llmpack.k8s.slim import slim_event, slim_node, slim_pod
+    from llmpack.cluster.compare import cluster
+    from llmpack.cluster.k8s.api import build_api_client
+    from llmpack.cluster.k8s.slim import slim_event, slim_node, slim_pod
 
     stacks = {"argo": NodePaces(node_create=fixed(30), node_ready=lognormal(300, 0.45), pull=lognormal(90, 0.5),
                                 start=fixed(2), seed=11),

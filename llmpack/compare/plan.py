@@ -5,8 +5,8 @@ warm-up rounds first that are not counted. :class:`ComparePlan` is that, checked
 made; :meth:`ComparePlan.runs` lists the runs in the one order both runners keep (every path once
 per round, interleaved: a, b, c, a, b, c..., so a slow drift of the machine touches every path
 alike), and :func:`run_all` runs them, one after the other or ``concurrency`` at a time.
-:func:`llmpack.compare.comparison.compare` runs a plan locally, :func:`llmpack.compare.cluster.compare_cluster` on a
-cluster; neither has a loop of its own.
+:func:`llmpack.compare.rounds.compare` runs a plan locally,
+:func:`llmpack.cluster.compare.cluster.compare_cluster` on a cluster; neither has a loop of its own.
 """
 
 from __future__ import annotations

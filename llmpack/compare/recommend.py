@@ -6,7 +6,7 @@ Only decided verdicts recommend (:mod:`llmpack.compare.sequential` bounds their 
 decidedly worse on any decided headline is never recommended; among the decidedly better, the
 largest difference; with none better, the baseline. Undecided, the command (``--budget``,
 ``--max-steps`` or ``--repeats``) is computed from the rounds the verdicts need at the noise seen.
-Pure: a comparison result in, a :class:`Recommendation` out. The rules in full: docs/comparison.md.
+Pure: a comparison result in, a :class:`Recommendation` out. The rules in full: docs/internals/comparison.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ across the looks by Kim and DeMets' power family), so every interval of every lo
 with probability at least ``1 - ALPHA``. Decided is a difference or practical equivalence within
 ``±margin``; anything else is undecided, with the rounds that would likely decide it.
 ``tests/llmpack/compare/test_sequential.py`` proves the rates by simulation. Pure: floats in, a
-:class:`Decision` out. The method in full (the report cites :data:`METHOD`): docs/comparison.md.
+:class:`Decision` out. The method in full (the report cites :data:`METHOD`): docs/internals/comparison.md.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ finetune's first step, :meth:`components.dsl.Pipeline.through`), interleaved. Af
 (:mod:`llmpack.compare.sequential`); a decided path leaves the rounds, and the compare stops when
 none is left, when the next round would overrun ``budget_s``, or after the design's last round.
 
-The design and why stopping early cannot raise the error rate: docs/comparison.md.
+The design and why stopping early cannot raise the error rate: docs/internals/comparison.md.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from typing import Any
 from components.fusion import path_label
 from components.record.telemetry import TRAIN_STEP
 from llmpack.compare import sequential
-from llmpack.compare.comparison import DESIGN_TAG, HEADLINES, STARTUP_TAG, Margin, begin, comparison, verdicts
+from llmpack.compare.comparison import DESIGN_TAG, HEADLINES, STARTUP_TAG, Margin, comparison, verdicts
 from llmpack.compare.plan import ComparePlan
+from llmpack.compare.rounds import begin
 from llmpack.run.local import RunOptions
 
 DEFAULT_BUDGET_S = 285.0  # 4 min 45 s of runs: `make compare` ends within 5 minutes on a quiet 2-core machine

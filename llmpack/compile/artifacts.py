@@ -30,7 +30,7 @@ from components.dsl import Pipeline
 from components.errors import InputError
 
 # check_image, IMAGE_REF: importable here too
-from llmpack.ui.pod_options import IMAGE_REF, POD_FLAGS, PodOptions, check_image  # noqa: F401
+from llmpack.compile.pod_options import IMAGE_REF, POD_FLAGS, PodOptions, check_image  # noqa: F401
 
 DEFAULT_OUT = Path("build/llmpack")
 

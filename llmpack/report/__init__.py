@@ -26,7 +26,8 @@ from llmpack.report.facts import (
     runs_from_mlflow,
     summary_sentence,
 )
-from llmpack.report.render import check_report_parent, html_page, link_latest, markdown, new_report_dir, write_report
+from llmpack.report.render import html_page, markdown, write_report
+from llmpack.report.target import check_report_parent, link_latest, new_report_dir
 
 __all__ = [
     "break_even",

@@ -1,6 +1,6 @@
 """Our GPU-hours and cost beside Argo's and OpenCost's: the terminal table, the report's section.
 
-The figures and the reasons are :mod:`llmpack.k8s.reconcile`'s; this is how they are shown, the
+The figures and the reasons are :mod:`llmpack.report.accounts`'; this is how they are shown, the
 same columns in the terminal (80 columns), report.md and report.html.
 """
 
@@ -10,7 +10,7 @@ import html
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from llmpack.k8s.reconcile import rows
+from llmpack.report.accounts import rows
 
 TITLE = "Beside Argo and OpenCost"
 NOTE = ("Ours bills GPU nodes (Ready to removal or scale-down); Argo's resourcesDuration and OpenCost bill pods "

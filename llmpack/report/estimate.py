@@ -1,5 +1,5 @@
 """Estimate vs actual: the report's section for runs submitted with ``--plan`` (their ``llmpack.plan.*``
-tags, :mod:`llmpack.plan.record`), one row per run and headline: the planned p50 and p90 with their
+tags, :mod:`llmpack.cluster.plan.record`), one row per run and headline: the planned p50 and p90 with their
 95% intervals, what the run measured, and where it fell.
 
 Where it fell, per headline: ``<= p50`` when the actual is at most the p50 interval's upper end,
@@ -21,7 +21,7 @@ NOTE = ("The plan's p50 and p90 (95% intervals) for each run submitted with --pl
 METRICS = {"spin_up_s": "gang_ready_s", "first_step_s": "time_to_first_step_s", "total_s": "total_s"}
 NAMES = {"spin_up_s": "spin-up", "first_step_s": "first step", "total_s": "total", "cost_usd": "cost"}
 COLUMNS = ("run", "headline", "p50", "p90", "actual", "fell")
-PREFIX = "llmpack.plan."  # the estimate's tags on a run (written by llmpack.plan.record)
+PREFIX = "llmpack.plan."  # the estimate's tags on a run (written by llmpack.cluster.plan.record)
 
 
 def parse_triple(text: str | None) -> tuple[float, float, float] | None:

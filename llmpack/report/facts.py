@@ -110,7 +110,7 @@ def retry_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
             held = quantity(a.get("billed_s"), "s") if a.get("billed_s") is not None else "no finish recorded"
             what = f", {figure(a['gpu_hours'])} GPU-h" if a.get("gpu_hours") else ""
             priced = f", {quantity(a['cost_usd'], '$')}" if a.get("cost_usd") else ""
-            verb = "was preempted" if a.get("outcome") == "preempted" else "failed"  # llmpack.k8s.preemption
+            verb = "was preempted" if a.get("outcome") == "preempted" else "failed"  # llmpack.cluster.k8s.preemption
             parts.append(f"{a['step']} attempt {int(a['attempt']) + 1} {verb} after {held}{what}{priced}")
         total = r["metrics"].get("retry_cost_usd")
         share = ""

@@ -5,7 +5,7 @@ Shown when any run of the comparison had a preempted attempt (``llmpack compare 
 ``preemptions``, ``time_to_recover_s`` (preemption to the retry's first step),
 ``preemption_waste_gpu_hours`` and ``preemption_waste_usd`` (GPU time since the last checkpoint
 plus the retry's spin-up and model load) and ``failure_retry_gpu_hours`` (retries a *failure*
-cost, apart), from the runs' metrics (:mod:`llmpack.k8s.preemption`).
+cost, apart), from the runs' metrics (:mod:`llmpack.cluster.k8s.preemption`).
 """
 
 from __future__ import annotations

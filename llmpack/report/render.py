@@ -385,43 +385,6 @@ Method: {html.escape(result.get('verdict_method', ''))}.</p>
 """
 
 
-def new_report_dir(parent: Path, run_group: str, now: float | None = None) -> Path:
-    """``PARENT/<UTC yyyymmdd-HHMMSS>-<run group>``: every compare gets its own report, none is replaced."""
-    import time
-
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
-    path = Path(parent) / f"{stamp}-{run_group}"
-    i = 1
-    while path.exists():
-        i += 1
-        path = Path(parent) / f"{stamp}-{run_group}-{i}"
-    return path
-
-
-def check_report_parent(parent: Path, flag: str) -> None:
-    """Before any run: the report parent is a directory we can write in (or can be created)."""
-    parent = Path(parent)
-    if parent.exists() and not parent.is_dir():
-        raise InputError(f"{flag} {parent}: exists and is not a directory")
-    probe = next((p for p in [parent, *parent.resolve().parents] if p.exists()), None)
-    if probe is None or not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise InputError(f"{flag} {parent}: cannot write a report there (no write permission)")
-
-
-def link_latest(parent: Path, report_dir: Path) -> None:
-    """``PARENT/latest`` points at the newest report (a relative symlink, replaced atomically)."""
-    link = Path(parent) / "latest"
-    tmp = Path(parent) / f".latest-{os.getpid()}"
-    try:
-        if tmp.is_symlink():
-            tmp.unlink()
-        os.symlink(report_dir.name, tmp)
-        os.replace(tmp, link)
-    except OSError:  # a file system without symlinks: the printed path is enough
-        if tmp.is_symlink():
-            tmp.unlink()
-
-
 def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str, float] | None = None, *,
                  replace: bool = False) -> Path:
     """Write the whole report into ``out_dir`` atomically (a temp dir renamed at the end).

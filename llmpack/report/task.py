@@ -17,7 +17,7 @@ PROMOTION_TAG = "llmpack.promotion"  # what the register step decided for the ve
 TITLE = "Does the tuned model do the task?"
 NOTE = ("Greedy answers to unseen prompts (no eval prompt, nor on the built-in data any word or number in it, "
         "is in training), scored by exact match (normalised: case and spacing forgiven); base model -> tuned "
-        "model (docs/evaluation.md).")
+        "model (docs/serving.md).")
 
 
 def _span(values: list[float]) -> str:

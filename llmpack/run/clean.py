@@ -4,7 +4,7 @@ A failed or interrupted run is kept as ``llmpack-runs/<pipeline_run>.failed`` to
 removes the ones older than a given age (the directory's modification time). Only real
 ``.failed`` directories directly in ``--runs-dir``: never a link, a staging directory or a
 successful run; a run whose records were never sent is kept unless ``--include-unsent``. The
-decisions: docs/run-directories.md.
+decisions: docs/internals/run-directories.md.
 """
 
 from __future__ import annotations
@@ -127,19 +127,27 @@ def render_item(item: CleanItem) -> str:
 
 def take_over_dead_runs(runs_dir: Path, *, dry_run: bool = False) -> list[str]:
     """Every staging directory in ``runs_dir`` whose client died: taken over and sent (:mod:`llmpack.run.orphans`);
-    one line each. One whose client lives is not touched; one the store cannot take now stays unsent."""
-    from llmpack.run.sync import sync_run
+    one line each. One whose client lives is not touched; one the store cannot take now stays unsent. One that
+    names a store other than the configured one is not touched either: its line is an error (``llmpack: error:``)."""
+    from llmpack.run.sync import store_for, sync_run
 
     lines = []
     for staging in orphans.find_partial_runs(runs_dir):
+        try:
+            owner = orphans.read_owner(staging)
+        except InputError as exc:
+            lines.append(f"left {staging}: {str(exc).split(': ', 1)[-1]}")
+            continue
+        if orphans.owner_alive(owner):
+            lines.append(f"left {staging}: its run is in progress")
+            continue
+        try:  # a store planted in the directory: refused before anything is touched or sent
+            store_for(owner.get("tracking_uri"), None, what=f"left {staging}")
+        except InputError as exc:
+            lines.append(f"llmpack: error: {exc} of llmpack sync {shlex.quote(str(staging))}")
+            continue
         if dry_run:
-            try:
-                alive = orphans.owner_alive(orphans.read_owner(staging))
-            except InputError as exc:
-                lines.append(f"left {staging}: {str(exc).split(': ', 1)[-1]}")
-                continue
-            lines.append(f"left {staging}: its run is in progress" if alive
-                         else f"would take over {staging} (its client died)")
+            lines.append(f"would take over {staging} (its client died)")
             continue
         try:
             kept = orphans.take_over(staging)
@@ -171,15 +179,19 @@ def clean(older_than: str, runs_dir: Path, dry_run: bool, include_unsent: bool) 
     First takes over each run whose llmpack client died (<run>.partial; see llmpack sync) and
     sends it. Never touches successful runs, runs in progress, or anything outside --runs-dir (symbolic
     links are neither followed nor removed). A failed run whose records were never sent to the
-    tracking server is kept unless --include-unsent.
+    tracking server is kept unless --include-unsent. A dead client's run that names a tracking
+    store other than the configured one (MLFLOW_TRACKING_URI, else the default) is left untouched
+    and named (send it with llmpack sync --tracking-uri).
 
-    Exit codes: 0 ok; 1 a directory could not be removed; 2 bad input.
+    Exit codes: 0 ok; 1 a directory could not be removed; 2 bad input (such a run).
     """
     import sys
 
+    refused = False
     if runs_dir.is_dir():
         for line in take_over_dead_runs(runs_dir, dry_run=dry_run):
-            click.echo(line)
+            refused |= line.startswith("llmpack: error: ")
+            click.echo(line, err=line.startswith("llmpack: error: "))
     items = clean_runs(runs_dir, parse_age(older_than), dry_run=dry_run, include_unsent=include_unsent)
     for item in items:
         click.echo(render_item(item), err=item.action == "not removed")
@@ -187,3 +199,5 @@ def clean(older_than: str, runs_dir: Path, dry_run: bool, include_unsent: bool) 
         click.echo(f"no failed runs older than {older_than} to remove in {runs_dir}")
     if any(item.action == "not removed" for item in items):
         sys.exit(1)
+    if refused:  # a staging directory naming another tracking store: bad input, left as it was
+        sys.exit(2)

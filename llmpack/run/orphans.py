@@ -5,7 +5,7 @@ RUNNING record. The client writes :data:`OWNER_FILE` there as it makes it (pid, 
 the run's identity and record); the next ``llmpack sync`` or ``llmpack clean`` takes the run over
 (:func:`take_over`) only when that process no longer lives: a summary saying ``killed``, the
 directory moved to ``<pipeline_run>.failed``, sent once. A live run is never touched. In full:
-docs/run-directories.md.
+docs/internals/run-directories.md.
 """
 
 from __future__ import annotations

@@ -5,12 +5,13 @@ did not answer within the run's bounded wait, the summary says ``"tracking": "no
 finds the run's record by its tags, creates it only when there is none, logs what it lacks and
 closes it with the run's own status: a record opened before the outage is completed, not doubled,
 and a second sync changes nothing. Where it sends, its bound, what it writes after, and the step
-files it reads too: docs/run-directories.md.
+files it reads too: docs/internals/run-directories.md.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,14 +93,27 @@ def _mapping(summary: dict[str, Any], key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def sync_uri(explicit: str | None, summary: dict[str, Any]) -> str:
-    """``--tracking-uri``, else the run's own URI (unless it was stored redacted), else the usual default."""
+def store_for(recorded: object, explicit: str | None, *, what: str) -> str:
+    """The store a run directory's records go to: the user's (``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else
+    the default), never the one the directory names (``recorded``: anyone who can write the directory wrote it).
+    A store whose scheme, host and port (or path) differ from the configured one is one :class:`InputError` line
+    naming both, unless ``--tracking-uri`` was given: nothing in a run directory selects where credentials go."""
     from components.record import tracking
+    from components.redaction import printable, store_key
 
-    recorded = str(_mapping(summary, "artifacts").get("tracking_uri") or "")
-    if explicit or not recorded or "***" in recorded:
-        return tracking.tracking_uri(explicit)
-    return recorded
+    uri = tracking.tracking_uri(explicit)
+    hint = recorded if isinstance(recorded, str) else "" if recorded is None else repr(recorded)
+    if explicit or not hint.strip() or store_key(hint) == store_key(uri):
+        return uri
+    source = "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "the default store"
+    raise InputError(f"{what}: it names the tracking store {printable(hint)}, not the configured one "
+                     f"{printable(uri)} ({source}); nothing was sent (a run directory cannot choose where your "
+                     "credentials go): to send it there, pass that store's URI as --tracking-uri")
+
+
+def sync_uri(explicit: str | None, summary: dict[str, Any], run_dir: Path | str = "RUN_DIR") -> str:
+    """Where RUN_DIR's records go (:func:`store_for`): its summary's ``artifacts.tracking_uri`` is only checked."""
+    return store_for(_mapping(summary, "artifacts").get("tracking_uri"), explicit, what=f"RUN_DIR {run_dir}")
 
 
 def sync_run(run_dir: Path, tracking_uri: str | None = None, *, retry: Any = None) -> SyncResult:
@@ -113,7 +127,7 @@ def sync_run(run_dir: Path, tracking_uri: str | None = None, *, retry: Any = Non
 
     run_dir = Path(run_dir)
     summary, upload, skipped = read_run_dir(run_dir)
-    uri = sync_uri(tracking_uri, summary)
+    uri = sync_uri(tracking_uri, summary, run_dir)
     retry = retry or tracking.upload_retry()
     mc = tracking.client(uri)
     run_id, logged = tracking.upload_run(mc, upload, retry)
@@ -145,8 +159,8 @@ def send_trace_once(mc: Any, run_id: str, upload: Any, uri: str, run_dir: Path) 
 @command("sync", short_help="Send a run's records to MLflow after a tracking outage.")
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--tracking-uri", default=None,
-              help="MLflow tracking URI (default: the one the run used, else MLFLOW_TRACKING_URI, "
-                   "else sqlite:///mlflow.db).")
+              help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db). A run that "
+                   "names another store is refused unless this names it.")
 def sync(run_dir: Path, tracking_uri: str | None) -> None:
     """Send a run directory's records to MLflow after a tracking outage (idempotent).
 
@@ -156,8 +170,11 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
     <run>.failed directory without a summary.json had its record closed when it stopped: there
     is nothing to send. A staging directory (<runs>/.<run>.partial) whose llmpack client died is
     taken over first (kept as <run>.failed, its record closed KILLED); one whose client lives is
-    refused (exit 2). Lines of the JSONL that are not records are skipped and counted. Waits at
-    most LLMPACK_TRACKING_MAX_WAIT_S seconds (default 30) for the server.
+    refused (exit 2). The records go only to the store you configure (--tracking-uri, else
+    MLFLOW_TRACKING_URI, else the default): a run directory that names another one is refused
+    (exit 2, nothing sent) unless --tracking-uri is given. Lines of the JSONL that are not
+    records are skipped and counted. Waits at most LLMPACK_TRACKING_MAX_WAIT_S seconds
+    (default 30) for the server.
 
     Exit codes: 0 sent (or nothing to send); 1 the server did not answer or refused (nothing
     changed); 2 bad RUN_DIR.
@@ -170,6 +187,9 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
     if orphans.partial_name(run_dir):  # a staging directory: its client died, or the run is in progress
         kept = orphans.taken_over(run_dir)
         if kept is None:
+            owner = orphans.read_owner(run_dir)
+            if not orphans.owner_alive(owner):  # a planted store: refused before the directory is touched
+                store_for(owner.get("tracking_uri"), tracking_uri, what=f"RUN_DIR {run_dir}")
             kept = orphans.take_over(run_dir)
             click.echo(f"took over {run_dir}: its llmpack client died; the run is kept as {kept}")
         run_dir = kept
@@ -177,7 +197,8 @@ def sync(run_dir: Path, tracking_uri: str | None) -> None:
         click.echo(f"nothing to send: {run_dir} is an interrupted run whose MLflow record was sent and closed "
                    "when it stopped")
         return
-    read_run_dir(run_dir)  # a RUN_DIR that is not one: exit 2 before MLflow is even imported
+    # a RUN_DIR that is not one, or names another store: exit 2 before MLflow is even imported
+    sync_uri(tracking_uri, read_run_dir(run_dir)[0], run_dir)
     from llmpack.ui.display import library_logs_to
 
     with library_logs_to(run_dir.parent / "llmpack-client.log"):

@@ -75,3 +75,21 @@ def step_pythonpath(ref: str | None, env: dict[str, str]) -> dict[str, str]:
     here = os.getcwd()
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     return env if here in parts else {**env, "PYTHONPATH": os.pathsep.join([here, *parts])}
+
+
+OWN_FLAGS = {"model": "--model", "data": "--data", "seed": "--seed", "max_steps": "--max-steps",
+             "nproc_per_node": "--nproc-per-node"}
+
+
+def parse_params(items: tuple[str, ...], pipeline: str | None = None) -> dict[str, Any]:
+    """``--param NAME=VALUE`` pairs through the pipeline's one gate (:meth:`components.dsl.Pipeline.bind`):
+    the built-in pipeline's, or ``--pipeline``'s."""
+    raw: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InputError(f"--param {item!r}: expected NAME=VALUE")
+        if key in OWN_FLAGS:
+            raise InputError(f"--param {key}: use {OWN_FLAGS[key]} (it is validated there)")
+        raw[key] = value
+    return load_pipeline(pipeline).bind(raw, flag="--param")

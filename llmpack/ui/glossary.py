@@ -79,7 +79,7 @@ TERMS: tuple[Term, ...] = (
          detail="The evaluate step answers each held-out prompt greedily (at most 256 prompts; new tokens bounded by "
                 "the longest expected answer, at most 64) and compares the answer with the expected one byte for "
                 "byte; `base_exact_match` is the base model's, per built-in task `tuned_exact_match_reverse`... "
-                "Identical on every path for the same seed (docs/evaluation.md)."),
+                "Identical on every path for the same seed (docs/serving.md)."),
     Term(key="normalised_match", name="normalised match", metric="tuned_normalised_match",
          short="exact match after strip, casefold and whitespace collapsed",
          detail="Forgives `Paris ` for `paris`; never a different word. `base_normalised_match` is the base model's."),
@@ -109,7 +109,7 @@ TERMS: tuple[Term, ...] = (
     Term(key="straggler_waste", name="straggler waste", group="money",
          short="GPU time billed while a gang waits for its slowest node",
          detail="Sum over the gang's GPUs of (gang ready − the GPU's own node ready) × price: every GPU that is "
-                "up early is billed while the last node comes up (`llmpack project`, docs/projection.md)."),
+                "up early is billed while the last node comes up (`llmpack project`, docs/plan.md)."),
     Term(key="usd_per_1m_tokens", name="$/1M tokens", metric="usd_per_1m_tokens", group="money",
          short="cost / training tokens × 10⁶"),
     Term(key="preemption_waste", name="preemption waste", metric="preemption_waste_usd", group="money",
@@ -153,7 +153,7 @@ TERMS: tuple[Term, ...] = (
     Term(key="extrapolated", name="extrapolated", group="stats",
          short="projected past the data: nodes × samples needed > samples measured",
          detail="`llmpack project`: the q-quantile of a max over N nodes needs about N / (1 − q) node samples; "
-                "with fewer it rests on an exponential tail fitted past the largest sample (docs/projection.md)."),
+                "with fewer it rests on an exponential tail fitted past the largest sample (docs/plan.md)."),
     Term(key="plan_estimate", name="plan (estimate)", group="stats",
          short="`llmpack plan`'s figures for a run not yet submitted",
          detail="p50 and p90 with 95% intervals per path × GPU type × on-demand/spot, from the user's own "

@@ -1,7 +1,7 @@
-"""The options ``llmpack`` commands share, declared once: the run options, TLS, ``--param``, submit's,
-``compare --cluster``'s.
+"""The options ``llmpack`` commands share, declared once: the run options, TLS, the pod-spec flags, ``--no-promote``.
 
-Split from :mod:`llmpack.cli` (which builds the commands from them). Parsing here is checking:
+The lab's own (``cluster submit``'s, ``cluster compare``'s) are :mod:`llmpack.cluster.options`; ``--param`` is
+parsed by :func:`llmpack.run.user_pipeline.parse_params`. Parsing here is checking:
 a bad value is a one-line :class:`~components.errors.InputError` naming the flag.
 """
 
@@ -13,16 +13,10 @@ from typing import Any
 
 import click
 
-from components.errors import InputError
-
-OWN_FLAGS = {"model": "--model", "data": "--data", "seed": "--seed", "max_steps": "--max-steps",
-             "nproc_per_node": "--nproc-per-node"}
 GPU_HELP = ("GPU type of the GPU steps: their price and, with --cluster, the nodes their pods select "
             "(h100, a100, l4..., or a full id such as nvidia-a100-80gb).")
 COMPILED_GPU_HELP = ("GPU type of every GPU step: the nodes its pods select, their llmpack.io/gpu-type label and "
                      "the run's price (h100, a100, a100-40gb, l4..., or a full id such as nvidia-a100-80gb).")
-SUBMIT_GPU_HELP = ("Compile for this GPU type first and submit that (as `llmpack compile --gpu-type`); not with "
-                   "--package/--workflow/--project.")
 
 
 def known_gpu_type(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -96,21 +90,6 @@ TLS_OPTIONS = (
 )
 
 
-def compare_path_options(*, endpoint: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The cluster paths' own ``compare --cluster`` flags (:attr:`components.backend.ClusterPath.compare_options`):
-    the servers' endpoints, or the others; in registry order, their values in ``**kwargs`` by their ``dest``."""
-    from llmpack.backends import cluster_paths
-
-    options = [o for path in cluster_paths().values() for o in path.compare_options if o.endpoint == endpoint]
-
-    def apply(func: Callable[..., Any]) -> Callable[..., Any]:
-        for option in reversed(options):
-            func = click.option(option.flag, option.dest, default=None, help=option.help)(func)
-        return func
-
-    return apply
-
-
 def tls_connection(ca_cert: str | None, insecure_skip_tls_verify: bool) -> dict[str, Any]:
     """The TLS part of a connection, checked now (before anything is sent); warns when verification is off."""
     from components.servers.remote import tls_verify
@@ -124,22 +103,6 @@ def tls_connection(ca_cert: str | None, insecure_skip_tls_verify: bool) -> dict[
     return {"ca_cert": ca_cert, "insecure_skip_tls_verify": insecure_skip_tls_verify}
 
 
-def parse_params(items: tuple[str, ...], pipeline: str | None = None) -> dict[str, Any]:
-    """``--param NAME=VALUE`` pairs through the pipeline's one gate (:meth:`components.dsl.Pipeline.bind`):
-    the built-in pipeline's, or ``--pipeline``'s."""
-    from llmpack.run.user_pipeline import load_pipeline
-
-    raw: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise InputError(f"--param {item!r}: expected NAME=VALUE")
-        if key in OWN_FLAGS:
-            raise InputError(f"--param {key}: use {OWN_FLAGS[key]} (it is validated there)")
-        raw[key] = value
-    return load_pipeline(pipeline).bind(raw, flag="--param")
-
-
 NO_PROMOTE_HELP = ("Register the model version as the challenger only; never move the champion alias to it "
                    "(the pipeline parameter promote=false).")
 
@@ -149,38 +112,9 @@ def with_promote(params: tuple[str, ...], no_promote: bool) -> tuple[str, ...]:
     return (*params, "promote=false") if no_promote else params
 
 
-def submit_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option("--model", default=None, help="Model (a path inside the image/volume, or an HF id)."),
-        click.option("--data", default=None,
-                     help="Data (a path inside the image/volume, builtin, or an HF dataset id)."),
-        click.option("--max-steps", type=int, default=None,
-                     help="Optimizer steps for finetune (default: the pipeline's, 120)."),
-        click.option("--seed", type=int, default=None, help="Random seed (default: the pipeline's, 0)."),
-        click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Any other pipeline parameter."),
-        click.option("--no-promote", "no_promote", is_flag=True, help=NO_PROMOTE_HELP),
-        click.option("--run-group", default=None, help="Join an existing run group (default: a new one)."),
-        click.option("--tracking-uri", default=None, help="MLflow tracking server for the run record."),
-        click.option("--price-per-gpu-hour", default=None, help="Override the price (USD per GPU-hour) on the record."),
-        click.option("--price-file", default=None, help="A price YAML like components/record/prices.yaml."),
-        click.option("--gpu-type", default=None, metavar="TYPE", callback=known_gpu_type, help=SUBMIT_GPU_HELP),
-        click.option("--namespace", default=None,
-                     help="kfp: the KFP namespace (default kubeflow); argo: the Workflow's (default ARGO_NAMESPACE, "
-                          "else llmpack); mlflow: the Job's (default: its template's)."),
-        *TLS_OPTIONS,
-        click.option("--wait/--no-wait", default=False, help="Wait for the run to finish."),
-        click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True,
-                     help="Seconds to wait with --wait."),
-        click.option("--json", "as_json", is_flag=True, help="Print the submission summary as JSON."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return pod_options()(func)  # --image, --model-pvc...: the artifact is compiled with them first
-
-
 def pod_options(*, namespace: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The pod-spec flags of ``compile``, ``submit`` and ``compare --cluster`` (:mod:`llmpack.ui.pod_options`),
-    declared once; :func:`llmpack.ui.pod_options.pod_options_of` reads them back. ``namespace``: also
+    """The pod-spec flags of ``compile``, ``submit`` and ``compare --cluster`` (:mod:`llmpack.compile.pod_options`),
+    declared once; :func:`llmpack.compile.pod_options.pod_options_of` reads them back. ``namespace``: also
     ``--namespace`` (``compile``: the commands that submit have their own)."""
     options = [
         click.option("--image", default=None, metavar="IMAGE",
@@ -241,45 +175,3 @@ def pod_options(*, namespace: bool = False) -> Callable[[Callable[..., Any]], Ca
         return func
 
     return apply
-
-
-def compare_cluster_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The flags only ``compare --cluster`` reads, in the order ``--help`` lists them: the paths' endpoints,
-    namespace and kubeconfig, TLS, the paths' other flags, the pod-spec flags, then waiting, billing, faults."""
-    options = [
-        click.option("--concurrency", type=int, default=1, show_default=True,
-                     help="--cluster: submissions in flight at once."),
-        compare_path_options(endpoint=True),
-        click.option("--namespace", default=None,
-                     help="--cluster: namespace for Argo workflows and the MLflow Job (default llmpack)."),
-        click.option("--kubeconfig", default=None,
-                     help="--cluster: kubeconfig for the pod watcher and the MLflow Job."),
-        click.option("--context", default=None, help="--cluster: kubeconfig context."),
-        *TLS_OPTIONS,
-        compare_path_options(endpoint=False),
-        pod_options(),
-        click.option("--timeout", "wait_timeout", type=float, default=24 * 3600.0, show_default=True,
-                     help="--cluster: seconds to wait per run."),
-        click.option("--poll", "poll_s", type=float, default=10.0, show_default=True,
-                     help="--cluster: status poll interval, seconds."),
-        click.option("--scale-down-delay-s", "scale_down_delay_s", type=float, default=None,
-                     help="--cluster: seconds the autoscaler keeps an empty GPU node (default 600); billed after a "
-                          "node's last pod when its removal was not seen."),
-        click.option("--cache-pvc", "cache_pvc", default=None, metavar="NAME",
-                     help="--cluster with --nodes N: the ReadWriteMany PVC the finetune TrainJob's node pods and its "
-                          "launcher share (default llmpack-shared); also the Hugging Face cache, as llmpack compile "
-                          "--cache-pvc."),
-        click.option("--queue", default=None, metavar="NAME",
-                     help="--cluster with --nodes N: the Kueue LocalQueue of the finetune TrainJob; its Workload's "
-                          "quota wait and admission checks are measured."),
-        click.option("--opencost", default=None, metavar="URL",
-                     help="--cluster: OpenCost's API (http://localhost:9003): its GPU-hours and cost for each run's "
-                          "pods shown beside ours, the difference explained."),
-        click.option("--preempt", default=None, metavar="STEP@WHEN",
-                     help="--cluster: the preemptions every path runs under (finetune@30s, or "
-                          "finetune@rate=0.5/h[,seed=N]); the report shows each path's time to recover and waste "
-                          "(docs/preemption.md)."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func

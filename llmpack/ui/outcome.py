@@ -2,7 +2,7 @@
 
 ``llmpack run`` ends with it, e.g. ``outcome: exact match base 0.0% -> tuned 0.0% on 200
 unseen prompts (gate: exact match); version 3 -> champion (...)``. The task half comes from the
-run's metrics alone (evaluate's task metrics, docs/evaluation.md); the registry's decision from the
+run's metrics alone (evaluate's task metrics, docs/serving.md); the registry's decision from the
 register step's ``registration.json`` in the run's directory
 (:func:`components.serving.promotion.Decision.phrase`, docs/serving.md).
 """

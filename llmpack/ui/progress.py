@@ -5,7 +5,7 @@ the training step also keeps ``llmpack-progress.json`` there (step k of N, token
 are found by walking the staging directory, so direct, kfp, argo and mlflow runs show the same
 line: ``finetune 23/60 · 1,234 tok/s · ETA 0:12``.
 
-In a terminal that line is live (:func:`llmpack.ui.display.run_with_progress`); when stderr is not a
+In a terminal that line is live (:func:`llmpack.run.show.run_with_progress`); when stderr is not a
 terminal (a CI log), :class:`LogLines` writes plain timestamped lines at each step boundary and each
 tenth of training instead, and :func:`note` is the same for any other loop's progress line.
 """

@@ -68,6 +68,7 @@ class LocalFirstCommand(Command):
     the local options first, then those under their own heading, so a local user reads a short page."""
 
     first_cluster_option = "concurrency"  # the dest of the first cluster-only option, in declaration order
+    cluster_title = "Cluster options"
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         params = self.get_params(ctx)
@@ -76,7 +77,7 @@ class LocalFirstCommand(Command):
         help_option = self.get_help_option(ctx)
         local = [p for p in params[:cut]] + ([help_option] if help_option in params[cut:] else [])
         cluster = [p for p in params[cut:] if p is not help_option]
-        for title, group in (("Options", local), ("Cluster options (with --cluster)", cluster)):
+        for title, group in (("Options", local), (self.cluster_title, cluster)):
             rows = [r for r in (p.get_help_record(ctx) for p in group) if r is not None]
             if rows:
                 with formatter.section(title):

@@ -22,7 +22,7 @@ from components import settings
 from components.podspec import DEFAULT_SAVE_S, PREEMPTION_RETRIES, grace_for
 from llmpack.cli import main
 from llmpack.compile.artifacts import compile_all
-from llmpack.ui.pod_options import CheckpointOptions, PodOptions
+from llmpack.compile.pod_options import CheckpointOptions, PodOptions
 from tests.backends.test_pod_security import argo_pods, job_pods, restricted_violations, trainjob_pods
 from tests.backends.test_podspec import argo, job, kfp, trainjob
 from tests.components.test_trainjob import _schema, schema_errors, trainer_api_errors
@@ -213,7 +213,8 @@ def test_submit_argo_with_the_checkpoint_volume_sends_it_through_the_stand_in(mo
     for name in ("ARGO_SERVER", "ARGO_NAMESPACE", "ARGO_SECURE", "MLFLOW_TRACKING_URI", "LLMPACK_PRICE_PER_GPU_HOUR"):
         monkeypatch.delenv(name, raising=False)
     with ArgoServerStandIn(token="argo-ckpt-token") as argo_server:
-        result = CliRunner().invoke(main, ["submit", "argo", "--host", argo_server.url, "--checkpoint-pvc", "ckpt",
+        result = CliRunner().invoke(main, ["cluster", "submit", "argo", "--host", argo_server.url,
+                                           "--checkpoint-pvc", "ckpt",
                                            "--grace-period", "90", "--json"], env={"ARGO_TOKEN": "argo-ckpt-token"})
         assert result.exit_code == 0, result.output
         (post,) = argo_server.recorded("POST")

@@ -206,12 +206,12 @@ def test_submit_gpu_type_compiles_first_and_refuses_a_named_artifact() -> None:
     assert not where.exists()  # removed once submitted
     with pytest.raises(InputError, match="not with --package"), compiled_for_submit("kfp", "l4", {"package_path": "x"}):
         pass
-    result = CliRunner().invoke(main, ["submit", "kfp", "--gpu-type", "z9", "--host", "http://127.0.0.1:9"])
+    result = CliRunner().invoke(main, ["cluster", "submit", "kfp", "--gpu-type", "z9", "--host", "http://127.0.0.1:9"])
     assert result.exit_code == 2 and "unknown GPU type" in result.output
 
 
 def test_compare_cluster_takes_gpu_type_and_checks_it_before_submitting() -> None:
-    from llmpack.compare.cluster import compare_cluster
+    from llmpack.cluster.compare.cluster import compare_cluster
 
     with pytest.raises(InputError, match="unknown GPU type"):
         compare_cluster(backends="argo", repeats=1, params={}, gpu_type="b200")

@@ -5,7 +5,7 @@ Read back from the compiled artifacts of every path, with and without ``--label`
 its pod template, the TrainJob's node pods (``runtimePatches``, labelled by the launcher at run
 time), the prepull DaemonSet. The committed artifacts carry the recommended labels too. A bad
 ``--label`` is one line and exit 2. The labels reach the record's tags through the closing task's
-environment. (The loopback cluster's pods: tests/llmpack/compare/test_labels_cluster.py.)
+environment. (The loopback cluster's pods: tests/llmpack/cluster/compare/test_labels_cluster.py.)
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from components.podspec import (
 from components.process import gang
 from llmpack.cli import main
 from llmpack.compile.artifacts import compile_all
-from llmpack.ui.pod_options import LABEL_NAME, PodOptions, parse_label
+from llmpack.compile.pod_options import LABEL_NAME, PodOptions, parse_label
 
 ROOT = Path(__file__).resolve().parents[2]
 USER = {"team": "ml-platform", "example.com/cost-center": "cc-42", "owner": ""}
@@ -115,7 +115,8 @@ def test_every_pod_on_every_path_carries_the_recommended_labels_and_the_users(co
     kfp = kfp_pod_labels(compiled / "kfp_pipelines" / "finetune.yaml")
     assert (kfp["exec-evaluate"][COMPONENT_LABEL] == "evaluate"
             and kfp["exec-close-record"][COMPONENT_LABEL] == "close-record")
-    assert not any(INSTANCE_LABEL in v for v in kfp.values())  # KFP cannot template a label per run (docs/decisions.md)
+    # KFP cannot template a label per run (docs/internals/decisions.md)
+    assert not any(INSTANCE_LABEL in v for v in kfp.values())
     assert {v[MANAGED_BY_LABEL] for v in kfp.values()} == {"kfp"}
     assert pods["mlflow pod"][MANAGED_BY_LABEL] == "mlflow" and pods["mlflow pod"][COMPONENT_LABEL] == "main"
     assert pods["gang node pod"][INSTANCE_LABEL] == "example-run"  # the launcher's: the run it serves
@@ -195,7 +196,7 @@ def test_a_label_given_twice_differently_is_refused_and_the_same_twice_is_one() 
 
 def test_labels_on_submit_and_compare_too() -> None:
     """Declared once with the pod flags: compile, submit and compare take --label."""
-    for command in (["compile"], ["submit", "argo"], ["compare"]):
+    for command in (["compile"], ["cluster", "submit", "argo"], ["compare"]):
         result = CliRunner().invoke(main, [*command, "--help"])
         assert "--label KEY=VALUE" in result.output, command
 

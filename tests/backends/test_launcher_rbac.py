@@ -99,9 +99,10 @@ def _pod_files(tmp_path: Path, ca: Path, namespace: str) -> Path:
     return shim
 
 
-def _finetune_command(tmp_path: Path, shared: Path) -> str:
+def _finetune_command(tmp_path: Path, shared: Path) -> tuple[str, str]:
     """The finetune entry point's command as MLflow builds it from the compiled project (compiled defaults,
-    run paths)."""
+    run paths), and the gang spec's digest as the Job's pod pins it (``LLMPACK_GANG_SPECS``: the spec with this
+    test's mount, as a compile for that mount would write)."""
     from mlflow.projects.utils import get_entry_point_command, load_project
 
     project = load_project(str(MULTINODE / "mlflow_projects" / "finetune-k8s"))
@@ -113,7 +114,8 @@ def _finetune_command(tmp_path: Path, shared: Path) -> str:
     (tokens / "tokens.bin").write_bytes(b"\0" * 16)
     params = {"in_tokens": str(tokens), "out_model": str(tmp_path / "model"), gang.TRAINJOB_PARAM: trainjob,
               "pipeline_run": "mlflow-rbac-1", "run_group": "rg-rbac"}
-    return " ".join(get_entry_point_command(project, "finetune", params, None))
+    return " ".join(get_entry_point_command(project, "finetune", params, None)), gang.spec_digest(
+        gang.GangSpec.from_json(trainjob, "MLproject"))
 
 
 def test_the_mlflow_jobs_launcher_creates_its_trainjob_with_the_service_account_token(
@@ -123,7 +125,7 @@ def test_the_mlflow_jobs_launcher_creates_its_trainjob_with_the_service_account_
     shared = tmp_path / "pvc"
     shared.mkdir()
     shim = _pod_files(tmp_path, cert[0], namespace)
-    command = _finetune_command(tmp_path, shared)
+    command, pinned = _finetune_command(tmp_path, shared)
     assert command.startswith("python -m components.run components.steps.finetune:finetune ")
     assert f"--param={gang.NNODES_PARAM}=2" in command
 
@@ -141,7 +143,8 @@ def test_the_mlflow_jobs_launcher_creates_its_trainjob_with_the_service_account_
         env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", "LLMPACK_", "MLFLOW_"))}
         env.update({"HOME": str(tmp_path), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
                     "PYTHONPATH": os.pathsep.join([str(shim), str(REPO)]), "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-                    "KUBERNETES_SERVICE_PORT": str(api.port), "LLMPACK_MLFLOW_LOGGING": "0"})
+                    "KUBERNETES_SERVICE_PORT": str(api.port), "LLMPACK_MLFLOW_LOGGING": "0",
+                    "LLMPACK_GANG_SPECS": pinned})
         proc = subprocess.run(["bash", "-c", command], cwd=MULTINODE / "mlflow_projects" / "finetune-k8s", env=env,
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -161,12 +164,14 @@ def test_without_the_role_the_launcher_says_which_rule_is_missing(tmp_path: Path
     shim = _pod_files(tmp_path, cert[0], namespace)
     api = KubeAPIStandIn(token=SA_TOKEN, namespaces=(namespace,), forbidden={"trainjobs"})
     api.tls = server_tls(cert)
+    command, pinned = _finetune_command(tmp_path, shared)
     with api:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", "LLMPACK_", "MLFLOW_"))}
         env.update({"HOME": str(tmp_path), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
                     "PYTHONPATH": os.pathsep.join([str(shim), str(REPO)]), "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-                    "KUBERNETES_SERVICE_PORT": str(api.port), "LLMPACK_MLFLOW_LOGGING": "0"})
-        proc = subprocess.run(["bash", "-c", _finetune_command(tmp_path, shared)],
+                    "KUBERNETES_SERVICE_PORT": str(api.port), "LLMPACK_MLFLOW_LOGGING": "0",
+                    "LLMPACK_GANG_SPECS": pinned})
+        proc = subprocess.run(["bash", "-c", command],
                               cwd=MULTINODE / "mlflow_projects" / "finetune-k8s", env=env, capture_output=True,
                               text=True, timeout=300)
     errors = [line for line in proc.stderr.splitlines() if "llmpack: error:" in line]

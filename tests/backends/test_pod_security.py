@@ -6,7 +6,7 @@ Standards ("Restricted", which includes "Baseline") that a spec can break. The p
 the committed compiled artifacts (every golden variant, the TrainJob's), as the cluster would make
 them; what the orchestrators add themselves (Argo's executor containers, the KFP backend's own
 security fields) is asserted where the installed libraries say it. The rules and each format:
-docs/pod-security.md.
+docs/internals/pod-security.md.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from click.testing import CliRunner
 from components.errors import InputError
 from llmpack.cli import main
 from llmpack.compile.artifacts import compile_all, compiled_for_submit
+from llmpack.compile.pod_options import PodOptions
 from llmpack.compile.prepull import PAUSE_IMAGE
-from llmpack.ui.pod_options import PodOptions
 from tests.backends.test_pod_security import argo_pods, job_pods, kfp_pods, restricted_violations, trainjob_pods
 from tests.components.test_trainjob import _schema, schema_errors, trainer_api_errors
 
@@ -261,7 +261,7 @@ def test_bad_pod_flags_are_one_line_exit_2(tmp_path: Path, args: tuple[str, ...]
 
 def test_submit_with_a_model_under_models_and_no_volume_fails_naming_the_flag() -> None:
     for path in ("kfp", "argo", "mlflow"):
-        result = CliRunner().invoke(main, ["submit", path, "--model", "/models/llama-3.2-1b"])
+        result = CliRunner().invoke(main, ["cluster", "submit", path, "--model", "/models/llama-3.2-1b"])
         assert result.exit_code == 2, result.output
         assert result.output.strip() == (
             "llmpack: error: --model /models/llama-3.2-1b: no volume is mounted at /models "
@@ -285,8 +285,8 @@ def test_submit_compiles_with_the_pod_flags_and_refuses_them_with_a_named_artifa
 
 def test_compare_takes_the_pod_flags_only_with_cluster() -> None:
     result = CliRunner().invoke(main, ["compare", "--image", IMAGE])
-    assert result.exit_code == 2 and "only with --cluster" in result.output, result.output
-    result = CliRunner().invoke(main, ["compare", "--cluster", "--backends", "argo", "--model", "/models/x"])
+    assert result.exit_code == 2 and "llmpack cluster compare" in result.output, result.output
+    result = CliRunner().invoke(main, ["cluster", "compare", "--backends", "argo", "--model", "/models/x"])
     assert result.exit_code == 2 and "pass --model-pvc NAME" in result.output, result.output
 
 
@@ -298,7 +298,8 @@ def test_submit_argo_with_the_flags_sends_the_volumes_through_the_stand_in(monke
     for name in ("ARGO_SERVER", "ARGO_NAMESPACE", "ARGO_SECURE", "MLFLOW_TRACKING_URI", "LLMPACK_PRICE_PER_GPU_HOUR"):
         monkeypatch.delenv(name, raising=False)
     with ArgoServerStandIn(token="argo-podspec-token") as argo_server:
-        result = CliRunner().invoke(main, ["submit", "argo", "--host", argo_server.url, "--model", "/models/llama",
+        result = CliRunner().invoke(main, ["cluster", "submit", "argo", "--host", argo_server.url, "--model",
+                                           "/models/llama",
                                            "--model-pvc", "llmpack-models", "--hf-token-secret", "hf-token",
                                            "--image", IMAGE, "--image-pull-secret", "regcred", "--json"],
                                     env={"ARGO_TOKEN": "argo-podspec-token"})

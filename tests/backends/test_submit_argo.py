@@ -14,7 +14,7 @@ from standins.argo_server import ArgoServerStandIn
 
 from argo_workflows import submit as argo_submit
 from components.errors import InputError
-from llmpack.run import submit
+from llmpack.cluster import submit
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "argo_workflows" / "finetune.yaml"

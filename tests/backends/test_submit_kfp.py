@@ -13,7 +13,7 @@ from standins.kfp_api import KFPAPIStandIn
 
 from components.errors import InputError
 from kfp_pipelines import submit as kfp_submit
-from llmpack.run import submit
+from llmpack.cluster import submit
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "kfp_pipelines" / "finetune.yaml"

@@ -18,7 +18,7 @@ from standins.k8s_api import KubeAPIStandIn
 
 from components.errors import InputError
 from components.record import tracking
-from llmpack.run import submit
+from llmpack.cluster import submit
 from mlflow_projects import submit as mlflow_submit
 
 REPO = Path(__file__).resolve().parents[2]

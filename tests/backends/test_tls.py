@@ -122,7 +122,8 @@ def test_argo_untrusted_certificate_is_one_line_and_ca_cert_trusts_it(argo_api: 
 def test_cli_submit_kfp_tls_flags(kfp_api: KFPAPIStandIn, cert: tuple[Path, Path], tmp_path: Path,
                                   flags: tuple[str, ...], code: int, expect: str) -> None:
     args = [f.format(ca=cert[0]) for f in flags]
-    r = llmpack("submit", "kfp", "--host", kfp_api.url, *args, cwd=tmp_path, env={**os.environ, "KFP_TOKEN": KFP_TOKEN})
+    r = llmpack("cluster", "submit", "kfp", "--host", kfp_api.url, *args, cwd=tmp_path, env={**os.environ,
+                "KFP_TOKEN": KFP_TOKEN})
     out = r.stdout + r.stderr
     assert r.returncode == code, out
     assert expect in out and "Traceback" not in out and KFP_TOKEN not in out

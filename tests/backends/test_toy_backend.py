@@ -53,7 +53,7 @@ def test_cli_compiles_the_toy_beside_the_shipped_backends(tmp_path: Path) -> Non
 
 
 def test_the_toy_is_not_a_cluster_backend(tmp_path: Path) -> None:
-    r = llmpack("submit", "toy", cwd=tmp_path, env=toy_env())
+    r = llmpack("cluster", "submit", "toy", cwd=tmp_path, env=toy_env())
     assert r.returncode == 2 and "No such command 'toy'" in r.stderr
 
 
@@ -84,7 +84,7 @@ PODS = [
 @pytest.mark.parametrize("pod", PODS)
 def test_each_backend_recognises_its_own_pods_as_the_watcher_does(pod: dict) -> None:
     from llmpack.backends import orchestrator_of_pod
-    from llmpack.k8s.podphases import orchestrator_of
+    from llmpack.cluster.k8s.podphases import orchestrator_of
 
     assert orchestrator_of_pod(pod) == orchestrator_of(pod)
 
@@ -131,7 +131,8 @@ def test_cli_submits_to_the_toy_cluster_and_waits(tmp_path: Path) -> None:
     from tests.toy_backend.server import ToyServer
 
     with ToyServer() as server:
-        r = llmpack("submit", "toyc", "--host", server.host, "--max-steps", "3", "--wait", "--json", cwd=tmp_path,
+        r = llmpack("cluster", "submit", "toyc", "--host", server.host, "--max-steps", "3", "--wait", "--json",
+                    cwd=tmp_path,
                     env={**toy_env(), "LLMPACK_BACKENDS": TOY_CLUSTER})
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
@@ -147,7 +148,7 @@ def test_the_toy_cluster_is_compiled_listed_and_its_pods_recognised(tmp_path: Pa
 
     code = (
         "import json; from llmpack.backends import ORCHESTRATORS, cluster_paths; "
-        "from llmpack.k8s.podphases import orchestrator_of; from llmpack.k8s.slim import slim_pod; "
+        "from llmpack.cluster.k8s.podphases import orchestrator_of; from llmpack.cluster.k8s.slim import slim_pod; "
         "pod = {'metadata': {'name': 'p', 'namespace': 'llmpack', 'labels': {'toy.example/run': 'r-1', 'x': 'y'}},"
         " 'spec': {'containers': [{'name': 'main'}]}, 'status': {}}; "
         "print(json.dumps({'orchestrators': list(ORCHESTRATORS), 'paths': list(cluster_paths()),"
@@ -175,7 +176,8 @@ def test_doctor_checks_the_toy_cluster(tmp_path: Path) -> None:
     with KubeAPIStandIn(token="toy-k8s-token", namespaces=()) as kube, ToyServer() as server:
         plant_ready(kube)
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url, "toy-k8s-token")
-        r = llmpack("doctor", "--path", "toyc", "--kubeconfig", str(kubeconfig), "--compiled", str(tmp_path / "out"),
+        r = llmpack("cluster", "doctor", "--path", "toyc", "--kubeconfig", str(kubeconfig), "--compiled",
+                    str(tmp_path / "out"),
                     cwd=tmp_path, env={**env, "TOY_HOST": server.host})
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()

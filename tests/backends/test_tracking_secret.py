@@ -31,6 +31,7 @@ EXPECTED = {  # env var -> (secret key, optional)
     "MLFLOW_TRACKING_USERNAME": ("username", True),
     "MLFLOW_TRACKING_PASSWORD": ("password", True),
     "MLFLOW_TRACKING_TOKEN": ("token", True),
+    "LLMPACK_SIGNING_KEY": ("signing-key", True),  # the provenance key every pod of a run shares
 }
 
 Mapping = dict[str, tuple[str, bool]]

@@ -172,7 +172,7 @@ def test_terminal_shows_retried_attempts() -> None:
     from rich.console import Console
 
     from llmpack.compare.comparison import comparison
-    from llmpack.ui.display import compare_table
+    from llmpack.compare.table import compare_table
 
     buf = io.StringIO()
     compare_table(comparison("rg", ["direct", "argo"], [_run("direct", []), _run("argo", RETRIED)]),
@@ -361,10 +361,11 @@ def test_loopback_cluster_pod_that_fails_once_then_succeeds() -> None:
     """The finetune pod fails once, its retry succeeds: both pods are attempts, both are billed."""
     from standins.k8s_api import KubeAPIStandIn, node_object, pod_states
 
-    from llmpack.k8s.api import build_api_client
-    from llmpack.k8s.billing import cluster_cost, retried_pods
-    from llmpack.k8s.podphases import all_terminated, to_step_records
-    from llmpack.k8s.watcher import PodWatcher
+    from llmpack.cluster.k8s.api import build_api_client
+    from llmpack.cluster.k8s.billing import cluster_cost, retried_pods
+    from llmpack.cluster.k8s.podphases import all_terminated
+    from llmpack.cluster.k8s.step_records import to_step_records
+    from llmpack.cluster.k8s.watcher import PodWatcher
 
     t0, ns, rg, run = 1_741_942_800.0, "llmpack", "rg-retry", "argo-retry-1"
 

@@ -118,7 +118,8 @@ def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens:
     spec = gang.GangSpec(image="ghcr.io/llmpack/llmpack:0.1.0", gpus_per_node=0, cpu=1, memory="2Gi",
                          claim="shared", mount=str(shared), queue="team-a")
     steps = ("--param=max_steps=6", "--param=batch_size=4")
-    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1",
+           "LLMPACK_GANG_SPECS": gang.spec_digest(spec)}  # as compile --nodes pins it in the launcher's pod
 
     with KubeAPIStandIn(token=TOKEN, namespaces=(NS,)) as kube:
         controller = TrainerController(kube)
@@ -221,3 +222,76 @@ def test_a_run_whose_trainjob_parameter_names_another_image_is_refused(tmp_path:
         assert "the shared volume is not mounted" in r.stderr, r.stderr
         assert created == []  # refused before anything reached the API
         assert not (shared / gang.GANG_DIR).exists()  # nor the shared volume
+
+
+# --------------------------------------------------------------------------- no --nodes: no gang at all
+
+def _hostile_spec(shared: Path) -> dict:
+    """A gang spec a run might pass to a pipeline compiled without --nodes: another image, a Secret, a PVC."""
+    return {"image": "ghcr.io/attacker/miner:latest", "gpus_per_node": 8, "cpu": 1, "memory": "1Gi",
+            "claim": "other-team-data", "mount": str(shared),
+            "secret_env": [{"env": "T", "secret": "other-team-token", "key": "token"}],
+            "mounts": [{"volume": "loot", "claim": "other-team-models", "path": "/loot"}]}
+
+
+def test_a_pipeline_compiled_without_nodes_launches_no_gang_whatever_the_run_says(tmp_path: Path) -> None:
+    """The finetune step as the committed (no --nodes) pipelines run it: no ``LLMPACK_GANG_SPECS`` in its pod.
+    Any ``nnodes`` but 1, or any ``trainjob``, is one line and exit 2; nothing reaches the API or the volume."""
+    from tests.conftest import REPO
+
+    wf = yaml.safe_load((REPO / "argo_workflows" / "finetune.yaml").read_text())
+    (tmpl,) = [t for t in wf["spec"]["templates"] if t["name"] == "finetune"]
+    assert "LLMPACK_GANG_SPECS" not in json.dumps(tmpl)  # the committed pod pins no gang
+    shared = tmp_path / "pvc"
+    shared.mkdir()
+    (tmp_path / "tokens").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "LLMPACK_GANG_SPECS"}
+    with KubeAPIStandIn(token=TOKEN, namespaces=(NS,)) as kube:
+        created: list[dict] = []
+
+        def fail_it(obj: dict) -> None:  # were one created, end it at once (the test must not hang)
+            created.append(obj)
+            meta = obj["metadata"]
+            threading.Timer(0.2, kube.set_trainjob_condition,
+                            (meta["namespace"], meta["name"], "Failed", "True")).start()
+
+        kube.on_custom_object_created = fail_it
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
+        spec = json.dumps(_hostile_spec(shared))
+        for params in (("--param=nnodes=2", f"--param=trainjob={spec}"),
+                       ("--param=nnodes=1", f"--param=trainjob={spec}"), ("--param=nnodes=3",)):
+            r = run_step(TUNE, f"--input=tokens={tmp_path / 'tokens'}", f"--output=model={tmp_path / 'out'}", *params,
+                         "--param=pipeline_run=run-x", cwd=tmp_path,
+                         env={**env, "LLMPACK_MLFLOW_LOGGING": "0", "KUBECONFIG": str(kubeconfig)})
+            assert r.returncode == 2, (params, r.stdout + r.stderr)
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1 and "compiled without --nodes" in lines[0], (params, r.stderr)
+            assert "attacker" not in r.stderr and "other-team" not in r.stderr
+        assert created == []
+        assert list(shared.iterdir()) == [] and not (tmp_path / "out").exists()  # nothing copied, nothing made
+
+
+def test_submit_refuses_a_gang_on_a_package_compiled_without_nodes(tmp_path: Path) -> None:
+    """``submit kfp/argo/mlflow`` of the committed (no --nodes) packages with ``nnodes``/``trainjob`` set: one
+    InputError before any connection (KFP would have picked the launcher's service account for it)."""
+    from argo_workflows import submit as argo_submit
+    from components.errors import InputError
+    from kfp_pipelines import submit as kfp_submit
+    from mlflow_projects import submit as mlflow_submit
+
+    spec = json.dumps(_hostile_spec(tmp_path))
+    nowhere = "http://127.0.0.1:9"  # nothing listens: reaching the network would be another error
+    for params in ({"nnodes": 2, "trainjob": spec}, {"trainjob": spec}, {"nnodes": "4"}):
+        for submit in (lambda p: kfp_submit.submit(kfp_submit.Request(host=nowhere, token="t", params=p)),
+                       lambda p: argo_submit.submit(argo_submit.Request(host=nowhere, token="t", params=p)),
+                       lambda p: mlflow_submit.submit(mlflow_submit.Request(
+                           kubeconfig=str(tmp_path / "none"), tracking_uri=f"sqlite:///{tmp_path}/m.db", params=p))):
+            with pytest.raises(InputError, match="compiled without --nodes") as info:
+                submit(params)
+            assert "attacker" not in str(info.value)
+    # a package compiled with --nodes keeps nnodes a run parameter (the spec stays pinned by its digest)
+    pinned, default = _compiled_launcher()
+    gang.check_pinned({"nnodes": 4}, "x", compiled={"nnodes": 2, "trainjob": default})
+    gang.check_pinned({"nnodes": 4, "trainjob": default}, "x", env={"LLMPACK_GANG_SPECS": pinned})
+    with pytest.raises(InputError, match="compiled without --nodes"):
+        gang.check_compiled(gang.GangSpec.from_json(default, "trainjob"), "trainjob", env={})

@@ -275,7 +275,8 @@ def test_each_gang_node_samples_its_gpus_and_the_run_takes_the_slowest(tokens: P
     shared.mkdir()
     spec = gang.GangSpec(image="ghcr.io/llmpack/llmpack:0.1.0", gpus_per_node=0, cpu=1, memory="2Gi",
                          claim="shared", mount=str(shared))
-    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1", "LLMPACK_GPU_SAMPLE_INTERVAL_S": "0.2"}
+    env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1", "LLMPACK_GPU_SAMPLE_INTERVAL_S": "0.2",
+           "LLMPACK_GANG_SPECS": gang.spec_digest(spec)}  # as compile --nodes pins it in the launcher's pod
     monkeypatch.setenv("LLMPACK_GPU_SAMPLE_INTERVAL_S", "0.2")
     with KubeAPIStandIn(token=TOKEN, namespaces=(NS,)) as kube:
         TrainerController(kube)

@@ -1,7 +1,8 @@
 """The load dtype: fp32 weights whatever a checkpoint was saved in, autocast only on a GPU with bf16.
 
 transformers 5 keeps a checkpoint's own dtype unless told, so without ``dtype=`` a bf16
-checkpoint would be fine-tuned with AdamW on bf16 weights (docs/decisions.md, "Dependencies and the step image").
+checkpoint would be fine-tuned with AdamW on bf16 weights (docs/internals/decisions.md, "Dependencies and
+the step image").
 """
 
 from __future__ import annotations

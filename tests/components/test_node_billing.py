@@ -10,10 +10,11 @@ import pytest
 
 from components.errors import InputError
 from components.record.cost import DEFAULT_SCALE_DOWN_DELAY_S, NodeSpan, PodSpan, bill_nodes
-from llmpack.k8s import billing
-from llmpack.k8s.dumps import load_events, load_nodes, load_pods
-from llmpack.k8s.podphases import analyze
-from llmpack.k8s.slim import node_facts, slim_node
+from llmpack.cluster.k8s import billing
+from llmpack.cluster.k8s.dumps import load_events, load_nodes, load_pods
+from llmpack.cluster.k8s.podphases import analyze
+from llmpack.cluster.k8s.slim import node_facts, slim_node
+from llmpack.report import rebill
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "k8s"
 T0 = 1_800_000_000.0
@@ -146,16 +147,16 @@ def test_rebill_with_another_delay_is_linear_in_the_tail() -> None:
                        "cost_overhead_usd": 19.0, "usd_per_1m_tokens": 20.0, "goodput": 0.1},
            "tags": {"llmpack.cost_basis": "node", "llmpack.scale_down_delay_s": "600",
                     "llmpack.price_per_gpu_hour": "10"}}
-    billing.rebill([run], 150)
+    rebill.rebill([run], 150)
     m = run["metrics"]
     assert m["node_gpu_hours"] == pytest.approx(2.0 - 8 * 450 / 3600) and m["cost_usd"] == pytest.approx(10.0)
     assert m["cost_compute_usd"] == 1.0 and m["cost_overhead_usd"] == pytest.approx(9.0)
     assert m["usd_per_1m_tokens"] == pytest.approx(10.0) and m["goodput"] == pytest.approx(0.2)
     assert run["tags"]["llmpack.scale_down_delay_s"] == "150"
     container = {"metrics": {"cost_usd": 5.0}, "tags": {"llmpack.cost_basis": "container"}}
-    assert billing.rebill([container], 0)[0]["metrics"] == {"cost_usd": 5.0}
+    assert rebill.rebill([container], 0)[0]["metrics"] == {"cost_usd": 5.0}
     with pytest.raises(InputError, match="--scale-down-delay-s"):
-        billing.rebill([run], -1)
+        rebill.rebill([run], -1)
 
 
 def test_the_watcher_sees_a_node_removed_before_it_stops() -> None:
@@ -165,8 +166,8 @@ def test_the_watcher_sees_a_node_removed_before_it_stops() -> None:
 
     from standins.k8s_api import KubeAPIStandIn, node_object, pod_states
 
-    from llmpack.k8s.api import build_api_client
-    from llmpack.k8s.watcher import PodWatcher
+    from llmpack.cluster.k8s.api import build_api_client
+    from llmpack.cluster.k8s.watcher import PodWatcher
 
     labels = {"llmpack.io/run-group": "rg-nodes", "llmpack.io/pipeline-run": "argo-n1",
               "llmpack.io/orchestrator": "argo", "llmpack.io/step": "finetune",

@@ -7,7 +7,7 @@ import yaml
 
 from components.dsl import PipelineParamRef
 from components.finetune_pipeline import build
-from llmpack.cli import parse_params
+from llmpack.run.user_pipeline import parse_params
 from tests.conftest import REPO
 
 

@@ -307,10 +307,17 @@ def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(m
     (model / MODEL_META).write_text(json.dumps({"method": "lora", "base_model": "tiny"}))
     (model / "adapter" / "adapter_model.safetensors").write_bytes(os.urandom(50_000))
     (model / "adapter" / "nested" / "config.json").write_text('{"r": 8}')
-    (metrics / "metrics.json").write_text(json.dumps({"eval_loss": 1.25}))
+    from components.serving.signed import SIGNATURE_FILE, model_files, sign_evaluation
+
+    figures, seal = sign_evaluation({"eval_loss": 1.25, "base_eval_loss": 2.0, "gate_metric": "eval_loss",
+                                     "min_improvement": 0.0}, model=model_files(model, "adapter", MODEL_META),
+                                    pipeline_run="")
+    (metrics / "metrics.json").write_text(json.dumps(figures))
+    (metrics / SIGNATURE_FILE).write_text(json.dumps(seal))
     tag = uuid.uuid4().hex[:6]
     got = {}
-    for way, env in (("client", {settings.TRACKING_REST.name: "0"}), ("rest", {})):
+    key = {"LLMPACK_SIGNING_KEY_FILE": os.environ["LLMPACK_SIGNING_KEY_FILE"]}  # the key that signed the evaluation
+    for way, env in (("client", {settings.TRACKING_REST.name: "0", **key}), ("rest", key)):
         got[way] = _register(mlflow_server, model, metrics, tmp_path / f"reg-{way}", f"m-{way}-{tag}", **env)
     assert [m for m in got["rest"][1] if m.split(".")[0] == "mlflow"] == []
     assert [m for m in got["client"][1] if m.split(".")[0] == "mlflow"] != []  # the check can see MLflow's import
@@ -334,6 +341,7 @@ def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(m
                     "model/base/generation_config.json", "model/base/model.safetensors"}
         assert set(stored) - set(weights) == servable
         versions[way] = {k: v for k, v in mv.tags.items() if k not in ("llmpack.pipeline_run", "llmpack.run_group",
-                                                                       "llmpack.run_id")}
+                                                                       "llmpack.run_id", "llmpack.provenance",
+                                                                       "llmpack.provenance.signature")}
         assert str(mc.get_model_version_by_alias(f"m-{way}-{tag}", "champion").version) == "1"
     assert versions["rest"] == versions["client"] and versions["rest"]["llmpack.eval_loss"] == "1.250000"

@@ -106,7 +106,7 @@ def test_a_step_with_no_model_is_paused_while_it_runs(probe_dir: Path) -> None:
 def test_a_step_process_waits_passively_and_keeps_its_thread_count_unless_the_user_says_otherwise(
         probe_dir: Path) -> None:
     """Idle OpenMP threads sleep (a thread per core trained 2.7-9x slower spinning on a shared CPU,
-    docs/decisions.md) and the libraries never pick fewer threads per call (byte-identical weights)."""
+    docs/internals/decisions.md) and the libraries never pick fewer threads per call (byte-identical weights)."""
     assert _run(probe_dir, "probe_threads") == {"OMP_WAIT_POLICY": "PASSIVE", "OMP_DYNAMIC": "FALSE",
                                                 "MKL_DYNAMIC": "FALSE"}
     assert _run(probe_dir, "probe_threads", OMP_WAIT_POLICY="ACTIVE")["OMP_WAIT_POLICY"] == "ACTIVE"

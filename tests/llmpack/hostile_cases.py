@@ -1,7 +1,7 @@
 """The hostile-input cases ``test_hostile_input.py`` runs: each surface's inputs and the line each must give.
 
 :data:`CASES` are run as real commands in a fresh directory; :data:`ELSEWHERE` are the cases one
-command's one line cannot show, each naming its own test (docs/hostile-input.md, "Kept by hand").
+command's one line cannot show, each naming its own test (docs/internals/hostile-input.md, "Kept by hand").
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ CASES: tuple[Case, ...] = (
     Case(id="param-no-equals", surface="--param", input="`run --param lr`", argv=run("--param", "lr"),
          expect="--param 'lr': expected NAME=VALUE"),
     Case(id="param-submit", surface="--param", input="`submit kfp --param seq_len=4` (checked before any request)",
-         argv=("submit", "kfp", "--host", "http://127.0.0.1:9", "--param", "seq_len=4"),
+         argv=("cluster", "submit", "kfp", "--host", "http://127.0.0.1:9", "--param", "seq_len=4"),
          expect="--param seq_len: 4 is not allowed; must be at least 8"),
     # ------------------------------------------------------------------ price YAML
     Case(id="price-latin1", surface="price YAML", input="`run --price-file p.yaml`: Latin-1 bytes",
@@ -231,32 +231,37 @@ CASES: tuple[Case, ...] = (
     # ------------------------------------------------------------------ kubectl dumps
     Case(id="pods-labels-list", surface="kubectl dumps",
          input="`timeline --pods pods.json`: `metadata.labels` is a list",
-         files={"pods.json": pods_with(_set("metadata.labels", ["a"]))}, argv=("timeline", "--pods", "pods.json"),
+         files={"pods.json": pods_with(_set("metadata.labels", ["a"]))},
+         argv=("cluster", "timeline", "--pods", "pods.json"),
          expect="pods.json: items[1] (pod llmpack/llm-finetune-7tq4m-system-container-impl-1183460071): "
                 "metadata.labels is an array"),
     Case(id="pods-name-number", surface="kubectl dumps", input="`timeline --pods pods.json`: `metadata.name: 7`",
-         files={"pods.json": pods_with(_set("metadata.name", 7, 0))}, argv=("timeline", "--pods", "pods.json"),
+         files={"pods.json": pods_with(_set("metadata.name", 7, 0))},
+         argv=("cluster", "timeline", "--pods", "pods.json"),
          expect="pods.json: items[0]: metadata.name is a number, expected a string"),
     Case(id="pods-statuses-object", surface="kubectl dumps",
          input="`timeline --pods pods.json`: `containerStatuses` is an object",
          files={"pods.json": pods_with(_set("status.containerStatuses", {"main": {}}))},
-         argv=("timeline", "--pods", "pods.json"), expect="status.containerStatuses is an object, expected an array"),
+         argv=("cluster", "timeline", "--pods", "pods.json"),
+         expect="status.containerStatuses is an object, expected an array"),
     Case(id="pods-deep", surface="kubectl dumps", input="`timeline --pods pods.json`: nested 100,000 deep",
-         files={"pods.json": '{"items": ' + DEEP_JSON + "}"}, argv=("timeline", "--pods", "pods.json"),
+         files={"pods.json": '{"items": ' + DEEP_JSON + "}"}, argv=("cluster", "timeline", "--pods", "pods.json"),
          expect="pods.json: JSON nested too deeply"),
     Case(id="pods-utf16", surface="kubectl dumps", input="`timeline --pods pods.json`: saved as UTF-16",
-         files={"pods.json": json.dumps(POD_DUMP).encode("utf-16")}, argv=("timeline", "--pods", "pods.json"),
+         files={"pods.json": json.dumps(POD_DUMP).encode("utf-16")},
+         argv=("cluster", "timeline", "--pods", "pods.json"),
          expect="pods.json: not UTF-8 text"),
     Case(id="events-dir", surface="kubectl dumps", input="`timeline --events events/`: a directory",
          files={"pods.json": json.dumps(POD_DUMP)}, setup=lambda d: (d / "events").mkdir(),
-         argv=("timeline", "--pods", "pods.json", "--events", "events"),
+         argv=("cluster", "timeline", "--pods", "pods.json", "--events", "events"),
          expect="events: is a directory, expected a 'kubectl get events -o json' file"),
     Case(id="pods-unreadable", surface="unreadable files", input="`timeline --pods pods.json`: mode 000",
-         files={"pods.json": json.dumps(POD_DUMP)}, unreadable=("pods.json",), argv=("timeline", "--pods", "pods.json"),
+         files={"pods.json": json.dumps(POD_DUMP)}, unreadable=("pods.json",),
+         argv=("cluster", "timeline", "--pods", "pods.json"),
          expect="pods.json: cannot read (Permission denied)"),
     Case(id="timeline-stdout-full", surface="full disk", input="`timeline --json > /dev/full`: stdout on a full device",
          files={"pods.json": json.dumps(POD_DUMP)}, stdout="/dev/full",
-         argv=("timeline", "--pods", "pods.json", "--json"),
+         argv=("cluster", "timeline", "--pods", "pods.json", "--json"),
          expect="standard output: cannot write the result (No space left on device)"),
     # ------------------------------------------------------------------ compiled YAML to a local runner
     Case(id="argo-kfp-package", surface="compiled YAML, local runner", program="argo",
@@ -315,7 +320,7 @@ CASES: tuple[Case, ...] = (
          argv=compare("--run-group", "rg-ü"), expect="--run-group 'rg-ü': must be a DNS-1123 label"),
     Case(id="rg-space-submit", surface="run-group ids",
          input="`submit argo --run-group 'x y'` (checked before any request)",
-         argv=("submit", "argo", "--host", "127.0.0.1:9", "--run-group", "x y"),
+         argv=("cluster", "submit", "argo", "--host", "127.0.0.1:9", "--run-group", "x y"),
          expect="--run-group 'x y': must be a DNS-1123 label"),
     Case(id="rg-empty-report", surface="run-group ids", input="`report --run-group ''`",
          argv=("report", "--run-group", ""), expect="--run-group '': must be a DNS-1123 label"),
@@ -348,7 +353,7 @@ CASES: tuple[Case, ...] = (
          env={"MLFLOW_TRACKING_URI": f"https://alice:{CANARY}@host:50OO"}, argv=run(),
          expect="MLFLOW_TRACKING_URI https://***@host:50OO: port '50OO' is not a number"),
     Case(id="uri-doctor-host", surface="secrets in URIs", input="`doctor --kfp-host 'alice:CANARYPASS@host:50OO'`",
-         argv=("doctor", "--kfp-host", f"alice:{CANARY}@host:50OO"),
+         argv=("cluster", "doctor", "--kfp-host", f"alice:{CANARY}@host:50OO"),
          expect="--kfp-host ***@host:50OO: port '50OO' is not a number"),
     Case(id="yaml-bomb-price", surface="YAML bombs",
          input="`run --price-file bomb.yaml`: nine levels of nine aliases (342 bytes)",
@@ -421,7 +426,7 @@ CASES: tuple[Case, ...] = (
          expect="--checkpoint-pvc 'ck:/var/run/secrets': /var/run/secrets is in the system directory /var/run/secrets"),
     Case(id="gate-data-pvc-var", surface="pod flags",
          input="`submit argo --data-pvc d:/var` (test `gate-data-pvc-var`)",
-         argv=("submit", "argo", "--host", "127.0.0.1:9", "--data-pvc", "d:/var"),
+         argv=("cluster", "submit", "argo", "--host", "127.0.0.1:9", "--data-pvc", "d:/var"),
          expect="--data-pvc 'd:/var': /var would hide the system directory"),
     Case(id="gate-repository-uri-shell", surface="pod flags",
          input="`compile --mlflow-repository-uri '$(id)'` (test `gate-repository-uri-shell`)",
@@ -445,15 +450,15 @@ ELSEWHERE: tuple[Elsewhere, ...] = (
     Elsewhere(surface="Kubernetes API", input="a server that answers every call with an HTML page, not JSON",
               behaviour="one line `the Kubernetes API answered with something that is not JSON (it starts ...)`, "
               "a short redacted excerpt, no traceback",
-              test="tests/llmpack/k8s/test_hostile_api.py::test_an_answer_that_is_not_json_is_one_line"),
+              test="tests/llmpack/cluster/k8s/test_hostile_api.py::test_an_answer_that_is_not_json_is_one_line"),
     Elsewhere(surface="Kubernetes API",
               input="a watch stream with a line that is not JSON and an event whose object is "
               "a string", behaviour="both passed over; the watch ends at its deadline with the rows it has",
-              test="tests/llmpack/k8s/test_hostile_api.py::test_broken_watch_events_are_passed_over"),
+              test="tests/llmpack/cluster/k8s/test_hostile_api.py::test_broken_watch_events_are_passed_over"),
     Elsewhere(surface="Kubernetes API", input="a server that takes 20 s to answer, the watch given 3 s",
               behaviour="one line `... (timed out) while trying to read namespace ...` within the deadline (a "
               "timed-out read is not retried; the first reads are bounded by the run's deadline)",
-              test="tests/llmpack/k8s/test_hostile_api.py::test_a_slow_server_cannot_hold_the_watch_past_its_deadline"),
+              test="tests/llmpack/cluster/k8s/test_hostile_api.py::test_a_slow_server_cannot_hold_the_watch_past_its_deadline"),
     # ============================================================== checkpoints, redaction, YAML bombs, the canary scan
     Elsewhere(surface="checkpoints",
               input="a pickle whose `__reduce__` creates a file, planted as every state file of the "

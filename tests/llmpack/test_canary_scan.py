@@ -27,7 +27,7 @@ import pytest
 from tests.conftest import REPO
 
 # Every credential variable a user may set for llmpack, its libraries or its clusters (docs/configuration.md,
-# docs/cli.md, docs/cluster.md, docs/record.md; components/settings.py).
+# docs/cli.md, docs/cluster.md, docs/internals/record.md; components/settings.py).
 CREDENTIAL_VARIABLES = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", "HF_TOKEN",
                         "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
                         "AZURE_STORAGE_ACCESS_KEY", "KFP_TOKEN", "ARGO_TOKEN", "LLMPACK_K8S_TOKEN", "DATABRICKS_TOKEN")

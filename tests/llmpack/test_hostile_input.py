@@ -6,7 +6,7 @@ command exits 2 with exactly one non-empty stderr line, ``llmpack: error: ...``,
 row's ``expect`` text, prints nothing on stdout, and leaves the directory exactly as it found it.
 Every row fails during validation, before any pipeline step could start.
 
-The table of what was observed is ``docs/hostile-input.md``; ``LLMPACK_REGEN_GOLDEN=1`` rewrites it
+The table of what was observed is ``docs/internals/hostile-input.md``; ``LLMPACK_REGEN_GOLDEN=1`` rewrites it
 (``make golden``). The cases themselves are in ``tests/llmpack/hostile_cases.py``; Hypothesis
 properties of the readers are in ``tests/llmpack/test_hostile_properties.py``.
 """
@@ -28,7 +28,7 @@ import pytest
 from tests.conftest import REPO
 from tests.llmpack.hostile_cases import CANARY, CASES, DROP_READ_CAPS, ELSEWHERE, PROGRAMS, Case
 
-TABLE = REPO / "docs" / "hostile-input.md"
+TABLE = REPO / "docs" / "internals" / "hostile-input.md"
 REGEN_ENV = "LLMPACK_REGEN_GOLDEN"
 # The page's generated table ends here; what follows (cases that are more than one line and exit 2,
 # each naming its test) is kept by hand and left as it is by a regeneration.

@@ -1,7 +1,7 @@
 """Hypothesis properties of the readers hostile input reaches: the JSONL reader, the price and control-plane loaders.
 
 Each gives its rows or one :class:`InputError` line naming the file (and line), never a traceback
-(docs/hostile-input.md); the dump parser's are in ``tests/llmpack/k8s/test_k8s_dumps.py``.
+(docs/internals/hostile-input.md); the dump parser's are in ``tests/llmpack/cluster/k8s/test_k8s_dumps.py``.
 """
 
 from __future__ import annotations

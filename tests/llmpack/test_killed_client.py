@@ -119,7 +119,8 @@ def _dead_pid() -> int:
 
 
 def test_clean_takes_over_a_dead_clients_run_and_sends_it_but_a_dry_run_changes_nothing(tmp_path: Path) -> None:
-    staging = _owned_staging(tmp_path / "runs", _dead_pid(), uri=f"sqlite:///{tmp_path / 'm.db'}")
+    # the store the run names is the configured one (the default, mlflow.db where clean runs): sent there
+    staging = _owned_staging(tmp_path / "runs", _dead_pid(), uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     dry = _llmpack("clean", "--runs-dir", str(tmp_path / "runs"), "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0 and f"would take over {staging}" in dry.stdout and staging.is_dir(), dry.stdout
     real = _llmpack("clean", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
@@ -207,7 +208,7 @@ def _killed_then_synced(moment: str, tmp_path: Path, store: str, backend: str) -
     run = orphans.partial_name(staging)
     assert run
 
-    first = _llmpack("sync", str(staging), cwd=tmp_path)
+    first = _llmpack("sync", str(staging), "--tracking-uri", store, cwd=tmp_path)  # the store the run named
     assert first.returncode == 0, first.stderr
     assert "took over" in first.stdout and "KILLED" in first.stdout
     assert not processes_naming(run), "a step outlived its client"  # sync waited for them; none is left
@@ -222,7 +223,7 @@ def _killed_then_synced(moment: str, tmp_path: Path, store: str, backend: str) -
     history = {r.mlflow_key: len(mc.get_metric_history(found[0].info.run_id, r.mlflow_key)) for r in records}
     assert all(n == 1 for n in history.values()), history
 
-    second = _llmpack("sync", str(staging), cwd=tmp_path)
+    second = _llmpack("sync", str(staging), "--tracking-uri", store, cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert " 0 record(s) sent" in second.stdout
     again = _record(store, run)

@@ -31,7 +31,7 @@ COMMANDS = {
     "report": lambda uri: ("report", "--run-group", "rg-x", "--tracking-uri", uri, "--out", "report"),
     "sync": lambda uri: ("sync", "runs/rg-x", "--tracking-uri", uri),
     "compare": lambda uri: ("compare", "--tracking-uri", uri, "--output-dir", "runs", "--report", "report"),
-    "doctor": lambda uri: ("doctor", "--kfp-host", uri),
+    "doctor": lambda uri: ("cluster", "doctor", "--kfp-host", uri),
 }
 DEBUG_FORMS = ("port-letters", "ipv6-query-token")  # --debug: a traceback each; two forms keep the quick suite quick
 CASES = [(cmd, form, debug) for cmd in COMMANDS for form in URIS for debug in (False, True)

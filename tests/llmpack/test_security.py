@@ -5,7 +5,7 @@ the stand-in servers. Every pod spec must run as non-root, without privilege esc
 capabilities dropped and unprivileged; no hostPath volume and no host namespaces; secrets only by
 reference; and no literal token, password, bearer string, key or credential anywhere. What a
 format cannot express is asserted below, so a change in the format shows up here; each format's
-limits: docs/pod-security.md.
+limits: docs/internals/pod-security.md.
 """
 
 from __future__ import annotations

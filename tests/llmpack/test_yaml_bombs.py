@@ -106,7 +106,7 @@ def test_every_other_loader_of_a_file_refuses_the_bomb(tmp_path: Path) -> None:
     from argo_workflows import local as argo_local
     from argo_workflows import submit as argo_submit
     from kfp_pipelines import submit as kfp_submit
-    from llmpack.doctor import pods as doctor_pods
+    from llmpack.cluster.doctor import pods as doctor_pods
     from mlflow_projects import submit as mlflow_submit
 
     bomb = tmp_path / "bomb.yaml"

@@ -10,7 +10,7 @@ local folders, paths under a ``mountPath`` rewritten to them. A pod it cannot ru
 the reason, never left Pending. Everything is bounded: a container runs at most ``deadline_s``;
 :meth:`ProcessKubelet.close` ends the process groups it started (by pid) and deletes its nodes.
 
-What it maps and what it does not play: docs/real-cluster.md, "Pods that run code: the process kubelet".
+What it maps and what it does not play: docs/internals/real-cluster.md, "Pods that run code: the process kubelet".
 """
 
 from __future__ import annotations

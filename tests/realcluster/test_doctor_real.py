@@ -333,7 +333,7 @@ def _guarded_tracking_server(cluster: RealCluster, password: str) -> None:
     from mlflow.server.constants import ARTIFACT_ROOT_ENV_VAR, BACKEND_STORE_URI_ENV_VAR
     from werkzeug.serving import make_server
 
-    from tests.llmpack.doctor.test_doctor_tracking import basic_auth
+    from tests.llmpack.cluster.doctor.test_doctor_tracking import basic_auth
 
     root = Path(str(cluster.state_dir)) / "tracking"
     root.mkdir(exist_ok=True)

@@ -9,7 +9,7 @@ The MLflow path end to end: ``mlflow run finetune-k8s --backend kubernetes`` by 
 project's folder into a sqlite store. Its record is compared with a local ``llmpack run --backend
 mlflow``'s; what MLflow's launcher and the absent llmpack client make differ
 (``MLFLOW_BACKEND_PARAMS``, ``MLFLOW_BACKEND_TAGS``, ``CLIENT_ONLY_TAGS``) is asserted as it is, so
-that a change flips it. In full: docs/real-cluster.md, "Which tests use it" and "Pods that run code".
+that a change flips it. In full: docs/internals/real-cluster.md, "Which tests use it" and "Pods that run code".
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, SESSION_SIGNING_KEY_FILE
 from tests.realcluster.apiserver import make_namespace, wait_until
 from tests.realcluster.conftest import RealCluster
 from tests.realcluster.process_kubelet import PROCESS_LABEL, ProcessKubelet, ProcessNode
@@ -55,7 +55,8 @@ CLIENT_ONLY_TAGS = {"llmpack.fuse"}
 
 def base_env() -> dict[str, str]:
     """What the image would have installed: this interpreter, this checkout, no network for the hub."""
-    return {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]), "PYTHONPATH": str(REPO),
+    return {"LLMPACK_SIGNING_KEY_FILE": str(SESSION_SIGNING_KEY_FILE),  # one key for every pod, as a Secret gives
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]), "PYTHONPATH": str(REPO),
             "HF_HUB_OFFLINE": "1", "LANG": "C.UTF-8"}
 
 

@@ -7,7 +7,7 @@ as MLflow's own backend fills it and the Pod its controller would make (Pod Secu
 pods, and only warns on workloads), the prepull DaemonSet and its pod, the launcher's RBAC, the
 TrainJob against Trainer's own CRDs and its node pod (``trainjob_pod``), the Argo Workflow against
 Argo's full CRD and each template as a pod (``argo_pods``), each KFP executor as the pod the KFP
-backend makes of it (``kfp_executor_pods``). The list: docs/real-cluster.md, "Which tests use it".
+backend makes of it (``kfp_executor_pods``). The list: docs/internals/real-cluster.md, "Which tests use it".
 
 What the real server refuses today is written down in :data:`REFUSED`, with the server's exact
 words, and asserted refused with them: a fix that makes the server accept one fails its case
@@ -348,7 +348,7 @@ def test_jobset_and_kueue_crds_install_and_the_queue_doctor_proposes_is_valid(re
                                                                               restricted: str) -> None:
     """JobSet's and Kueue's own CRDs are served; the LocalQueue ``llmpack doctor``'s fix line creates, pasted as
     printed (its placeholder ClusterQueue included), passes strictly; a misspelt field does not."""
-    from llmpack.doctor.checks import CLUSTER_QUEUE_PLACEHOLDER
+    from llmpack.cluster.doctor.checks import CLUSTER_QUEUE_PLACEHOLDER
 
     assert crds.install(real_cluster.api, "jobset") == ["jobsets.jobset.x-k8s.io"]
     assert "localqueues.kueue.x-k8s.io" in crds.install(real_cluster.api, "kueue")

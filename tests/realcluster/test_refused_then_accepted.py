@@ -9,7 +9,7 @@ controller and bound to an H100 node by the scheduler. The other halves live in
 ``--checkpoint-pvc`` beside ``--trainer-version 2.2``), ``test_doctor_real`` and
 ``test_nodes_and_scheduling`` (a pod larger than any node) and ``test_gang_controllers`` (the v2.3
 gang scheduled: two 8-GPU pods, 64 CPUs and 512Gi each). Where each half lives:
-docs/real-cluster.md, "Which tests use it" (``test_refused_then_accepted.py``).
+docs/internals/real-cluster.md, "Which tests use it" (``test_refused_then_accepted.py``).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import pytest
 
 from components import settings
 from components.training.checkpointing import newest_checkpoint, run_checkpoint_dir
-from tests.conftest import REPO
+from tests.conftest import REPO, SESSION_SIGNING_KEY_FILE
 from tests.realcluster.apiserver import make_namespace, wait_until
 from tests.realcluster.conftest import RealCluster
 from tests.realcluster.process_kubelet import PROCESS_LABEL, ProcessKubelet, ProcessNode
@@ -46,7 +46,8 @@ RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"
 
 def base_env() -> dict[str, str]:
     """What the image would have installed: this interpreter, this checkout, offline, one thread."""
-    return {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]), "PYTHONPATH": str(REPO),
+    return {"LLMPACK_SIGNING_KEY_FILE": str(SESSION_SIGNING_KEY_FILE),  # one key for every pod, as a Secret gives
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]), "PYTHONPATH": str(REPO),
             "HF_HUB_OFFLINE": "1", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 

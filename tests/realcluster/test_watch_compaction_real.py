@@ -10,16 +10,18 @@
   get 410 Gone, it re-lists and goes on. Asserted: each 410 followed by a re-list, every pod once
   in the rows, Succeeded on the node the API says, none taken for deleted.
 
-Why each setting: docs/real-cluster.md, "Which tests use it" (``test_watch_compaction_real.py``).
+Why each setting: docs/internals/real-cluster.md, "Which tests use it" (``test_watch_compaction_real.py``).
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,11 +53,13 @@ def etcd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
         yield cluster
 
 
-def _etcd(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    """One call on etcd's JSON gateway (loopback, the URL up.sh wrote)."""
+def _etcd(url: str, path: str, body: dict[str, Any], pki: Path) -> dict[str, Any]:
+    """One call on etcd's JSON gateway (loopback, the URL up.sh wrote; TLS with the etcd CA's client pair)."""
+    tls = ssl.create_default_context(cafile=str(pki / "etcd-ca.crt"))
+    tls.load_cert_chain(pki / "apiserver-etcd-client.crt", pki / "apiserver-etcd-client.key")
     request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=10, context=tls) as response:
         return json.loads(response.read())
 
 
@@ -95,7 +99,7 @@ def test_a_bookmark_moves_the_watch_past_other_pods_writes(real_cluster: RealClu
     request of the watcher resumes from a version newer than its pod's, which only a BOOKMARK can have given."""
     from kubernetes import client
 
-    from llmpack.k8s.watcher import PodWatcher
+    from llmpack.cluster.k8s.watcher import PodWatcher
 
     core = client.CoreV1Api(real_cluster.api)
     ns, other = make_namespace(real_cluster.api, "llmpack-bookmark"), make_namespace(real_cluster.api, "llmpack-noise")
@@ -124,11 +128,12 @@ def test_the_watcher_relists_after_etcd_compaction_and_keeps_every_pod_once(etcd
     """Compactions mid-watch: 410 Gone on the watcher's resumed watches, a re-list each, every pod once, Succeeded."""
     from kubernetes import client
 
-    from llmpack.k8s.podphases import all_terminated
-    from llmpack.k8s.watcher import PodWatcher
+    from llmpack.cluster.k8s.podphases import all_terminated
+    from llmpack.cluster.k8s.watcher import PodWatcher
 
     etcd = (etcd_cluster.state_dir / "etcd-url").read_text().strip()
-    assert etcd.startswith("http://127.0.0.1:"), etcd
+    assert etcd.startswith("https://127.0.0.1:"), etcd
+    pki = etcd_cluster.state_dir / "pki"
     core, batch = client.CoreV1Api(etcd_cluster.api), client.BatchV1Api(etcd_cluster.api)
     ns = make_namespace(etcd_cluster.api, "llmpack-compact")
     watcher = PodWatcher(etcd_cluster.api, ns, "rg-compact", window_s=1)
@@ -149,8 +154,8 @@ def test_the_watcher_relists_after_etcd_compaction_and_keeps_every_pod_once(etcd
     compactions = []
     for i in range(25):  # ~3 s of the run group's quiet: the watcher resumes from a version compacted meanwhile
         core.create_namespaced_config_map(ns, {"metadata": {"name": f"churn-{i}"}})  # a newer revision
-        revision = int(_etcd(etcd, "/v3/kv/range", {"key": "AA=="})["header"]["revision"])
-        _etcd(etcd, "/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        revision = int(_etcd(etcd, "/v3/kv/range", {"key": "AA=="}, pki)["header"]["revision"])
+        _etcd(etcd, "/v3/kv/compaction", {"revision": str(revision), "physical": True}, pki)
         compactions.append(revision)
         time.sleep(0.1)
     expired_before_second = watcher.stats["expired"]

@@ -1,4 +1,4 @@
-"""The pod watcher (``llmpack.k8s.watcher.PodWatcher``) on the real API server's list and watch.
+"""The pod watcher (``llmpack.cluster.k8s.watcher.PodWatcher``) on the real API server's list and watch.
 
 A run group of pods made by the real Job controller (one Job, 20 completions, 10 at a time),
 bound by the real scheduler to the simulated nodes and moved Pending → Running → Succeeded by
@@ -43,8 +43,8 @@ def test_the_watcher_sees_every_pod_of_a_run_group_terminate(real_cluster: RealC
     """Every pod the Job controller made, each with its node and a terminal phase, from the real list and watch."""
     from kubernetes import client
 
-    from llmpack.k8s.podphases import all_terminated
-    from llmpack.k8s.watcher import PodWatcher
+    from llmpack.cluster.k8s.podphases import all_terminated
+    from llmpack.cluster.k8s.watcher import PodWatcher
 
     make_namespace(real_cluster.api, NS)
     client.BatchV1Api(real_cluster.api).create_namespaced_job(NS, _job())

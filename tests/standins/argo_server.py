@@ -3,7 +3,7 @@
 It speaks what ``argo submit`` and Hera's ``WorkflowsService`` send to an Argo Server (the
 gRPC gateway's JSON, camelCase Kubernetes objects, errors as ``{"code": <gRPC code>, "message"}``).
 
-In full: docs/stand-ins.md, "The Argo Server stand-in".
+In full: docs/internals/stand-ins.md, "The Argo Server stand-in".
 """
 
 from __future__ import annotations

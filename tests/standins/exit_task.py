@@ -8,7 +8,7 @@ Every compiled path ends with the summarizing task (:mod:`components.record.clos
 run's last pod has finished, before the orchestrator reports the end (as an exit handler runs
 before the run is done), with what the exit pod's environment holds on a cluster.
 
-In full: docs/stand-ins.md, "The closing task played for real".
+In full: docs/internals/stand-ins.md, "The closing task played for real".
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ events written to the run's MLflow record, the run reported finished or failed; 
 launcher and node pods. Time is virtual and compressed (:class:`Timings`), consistent to the
 second; :attr:`FakeCluster.scripts` keeps every run's timestamps for the test to compare.
 
-What it plays, in full: docs/stand-ins.md, "The fake cluster".
+What it plays, in full: docs/internals/stand-ins.md, "The fake cluster".
 """
 
 from __future__ import annotations

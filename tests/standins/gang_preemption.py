@@ -5,7 +5,7 @@ the finetune step's GPUs are the gang's node pods, not the launcher's (a CPU pod
 :func:`script_gang` plays, ``at_s`` virtual seconds after the gang's last node pod started (the
 gang is ready then: torchrun's rendezvous waits for every node).
 
-In full: docs/stand-ins.md, "A preempted TrainJob gang".
+In full: docs/internals/stand-ins.md, "A preempted TrainJob gang".
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import copy
 import math
 from typing import Any
 
-from llmpack.k8s.preemption import CHECKPOINT_EVENT, RESUMED_METRIC
+from llmpack.cluster.k8s.preemption import CHECKPOINT_EVENT, RESUMED_METRIC
 from standins.k8s_api import _iso
 
 GANG = "gang"  # the key of a gang's preemption in Preemption.done: (pipeline_run, GANG)

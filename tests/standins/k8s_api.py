@@ -12,7 +12,7 @@ pods, nodes, events, namespaces, Jobs, custom resources (TrainJobs, Kueue worklo
 ``forbidden`` names. Tests script it (:meth:`KubeAPIStandIn.apply_pod`, :meth:`expire`,
 :meth:`play`); ``python -m standins.k8s_api --synthetic PODS,EVENTS`` serves from its own process.
 
-Each route and behaviour, in full: docs/stand-ins.md, "The Kubernetes API stand-in".
+Each route and behaviour, in full: docs/internals/stand-ins.md, "The Kubernetes API stand-in".
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 With ``--synthetic PODS,EVENTS`` it plays a synthetic run group once a watch is open (the watcher
 benchmark measures the client alone); ``--burst`` renders the events before serving, so they reach
-the watch as one backlog (docs/stand-ins.md, "The Kubernetes API stand-in").
+the watch as one backlog (docs/internals/stand-ins.md, "The Kubernetes API stand-in").
 """
 
 from __future__ import annotations

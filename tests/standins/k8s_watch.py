@@ -4,7 +4,7 @@ these read): one page of a list, a chunked watch stream of the log from a ``reso
 on (selectors, BOOKMARKs), and the 410s a test scripts (:meth:`ListWatch.expire`,
 :meth:`ListWatch.expire_next_watches`). Split from :mod:`standins.k8s_api`.
 
-Each behaviour, in full: docs/stand-ins.md, "The Kubernetes API stand-in".
+Each behaviour, in full: docs/internals/stand-ins.md, "The Kubernetes API stand-in".
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ generated ``kfp_server_api`` services), JSON over HTTP/1.1 as the KFP API server
 writes it (snake_case field names, RFC 3339 times, errors as ``{"error", "code", "message",
 "details"}`` with gRPC codes).
 
-In full: docs/stand-ins.md, "The KFP API stand-in".
+In full: docs/internals/stand-ins.md, "The KFP API stand-in".
 """
 
 from __future__ import annotations

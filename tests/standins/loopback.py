@@ -1,8 +1,8 @@
 """The loopback cluster: the three stand-ins (Kubernetes API, KFP API, Argo Server) on 127.0.0.1 made
 one cluster by :class:`standins.fake_cluster.FakeCluster`, with a kubeconfig naming it.
 
-One copy for every test that submits to it (tests/llmpack/compare/test_compare_cluster.py, test_fusion_cluster.py,
-test_gang_cluster.py), so the servers, tokens and connection options are set up the same way
+One copy for every test that submits to it (tests/llmpack/cluster/compare/test_compare_cluster.py,
+test_fusion_cluster.py, test_gang_cluster.py), so the servers, tokens and connection options are set up the same way
 everywhere; :func:`isolate` is the environment those tests run in (no developer's endpoint,
 token or kubeconfig reaches the real clients).
 """
@@ -90,7 +90,7 @@ class LoopbackCluster:
     def run(self, orchestrator: str, compiled: Path) -> dict[str, Any]:
         """Submit one compiled variant (``llmpack compile --out compiled``) through the real client, wait for
         its end; the summary."""
-        from llmpack.run import submit
+        from llmpack.cluster import submit
 
         artifact = {"kfp": {"package_path": str(compiled / "kfp_pipelines" / "finetune.yaml")},
                     "argo": {"workflow_path": str(compiled / "argo_workflows" / "finetune.yaml")},
@@ -106,7 +106,7 @@ class LoopbackCluster:
         """The run's pods as the Kubernetes API lists them (KFP: by the run id KFP puts on its pods)."""
         from kubernetes import client
 
-        from llmpack.k8s.api import build_api_client
+        from llmpack.cluster.k8s.api import build_api_client
 
         core = client.CoreV1Api(build_api_client(host=self.kube.url, token=self.k8s_token))
         if orchestrator == "kfp":

@@ -4,7 +4,7 @@ OpenCost prices what pods held from its own view of the cluster; ``llmpack compa
 --opencost URL`` shows its figures beside ours. This stand-in speaks the allocation API as
 OpenCost serves it on port 9003.
 
-In full: docs/stand-ins.md, "The OpenCost stand-in".
+In full: docs/internals/stand-ins.md, "The OpenCost stand-in".
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class OpenCostStandIn(StandInServer):
 
     def gpu_price(self, node: Mapping[str, Any] | None) -> float:
         """The node's GPU-hour price as this OpenCost prices it (spot column on a spot node, less the discount)."""
-        from llmpack.k8s.objects import capacity_type
+        from llmpack.cluster.k8s.objects import capacity_type
 
         spot = node is not None and capacity_type((node.get("metadata") or {}).get("labels") or {}) == "spot"
         base = self.spot_gpu_hourly if spot and self.spot_gpu_hourly is not None else self.gpu_hourly

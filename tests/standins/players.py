@@ -4,7 +4,7 @@ Workflow or an MLflow Job (:class:`OrchestratorPlayers`, a mixin of
 machinery: nodes, pod times, pod states and the play loop).
 
 KFP and Argo run one pod per task (:meth:`OrchestratorPlayers._script_steps`); MLflow's Job runs
-every step in its one pod. What each plays, in full: docs/stand-ins.md, "The fake cluster".
+every step in its one pod. What each plays, in full: docs/internals/stand-ins.md, "The fake cluster".
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 :class:`Preemption` (``FakeCluster(preempt=Preemption.parse("finetune@4s"))``) takes the step's
 GPU pod away ``at_s`` virtual seconds after its container started (or at the moments a rate
-draws, the same seed for every path: :meth:`llmpack.k8s.preemption.PreemptSpec.moments`), the
+draws, the same seed for every path: :meth:`llmpack.cluster.k8s.preemption.PreemptSpec.moments`), the
 way Kubernetes does it.
 
-In full: docs/stand-ins.md, "A preempted GPU pod".
+In full: docs/internals/stand-ins.md, "A preempted GPU pod".
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmpack.k8s.preemption import CHECKPOINT_EVENT, RESUMED_METRIC, PreemptSpec, parse_preempt
+from llmpack.cluster.k8s.preemption import CHECKPOINT_EVENT, RESUMED_METRIC, PreemptSpec, parse_preempt
 from standins.gang_preemption import end_states, gang_pod_end, script_gang
 from standins.k8s_api import _iso, status_object
 

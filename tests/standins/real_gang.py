@@ -4,7 +4,7 @@
 time; with ``Preemption(..., real=RealGang(...))`` what the gang keeps is measured from a real gang,
 run the way the Trainer's ``torch-distributed`` runtime would run it.
 
-In full: docs/stand-ins.md, "Real finetune ranks for a preempted gang".
+In full: docs/internals/stand-ins.md, "Real finetune ranks for a preempted gang".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 with ``Preemption(..., real=RealFinetune(...))`` what the step keeps is no longer computed but
 measured from the real step, run the way the pod would run it.
 
-In full: docs/stand-ins.md, "Real finetune processes for a preempted pod".
+In full: docs/internals/stand-ins.md, "Real finetune processes for a preempted pod".
 """
 
 from __future__ import annotations

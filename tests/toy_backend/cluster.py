@@ -22,11 +22,9 @@ from components.backend import (
     Backend,
     ClickOption,
     ClusterPath,
-    DoctorFacts,
     PodMarks,
     ServerConnection,
     SubmitRequest,
-    VersionProbe,
     pod_labels,
 )
 from components.dsl import Pipeline
@@ -66,10 +64,6 @@ class ToyClusterBackend(Backend):
     cluster_path = ClusterPath(name="toyc", artifact_option="plan_path", artifact_path=ARTIFACT.as_posix(),
                                submit_options=("host", "plan_path", *TLS_OPTIONS), wait_options=("host", *TLS_OPTIONS))
     pod_marks = PodMarks(run_labels=(RUN_LABEL,), workflow_labels=(RUN_LABEL,))
-    doctor = DoctorFacts(verbs=(("create", "configmaps", ""),),  # what its submission would need in the run's namespace
-                         probe=VersionProbe(what="Toy server", path="/api/version", field="version",
-                                            token_env="TOY_TOKEN", host_env="TOY_HOST", scheme="http"),
-                         pod_artifact=ARTIFACT.as_posix())
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         path = out_dir / ARTIFACT

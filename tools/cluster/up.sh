@@ -5,6 +5,9 @@
 # build.sh (built from the pinned modules on first use). Everything it makes lives in the state
 # directory ($LLMPACK_CLUSTER_DIR, default build/cluster): certificates and keys made here with
 # openssl, etcd's data, logs, pids and the kubeconfig written for the user. down.sh removes it.
+# etcd speaks TLS only and wants a client certificate of its own CA (etcd-ca, not the cluster's: the
+# controller-manager signs CSRs with that one), which only the API server holds: no local user reads
+# Secrets from etcd around the API server's TLS and RBAC.
 #
 # Settings (environment):
 #   LLMPACK_CLUSTER_DIR    state directory (default <repo>/build/cluster)
@@ -75,8 +78,8 @@ EOF
 server="https://127.0.0.1:$api_port"
 
 # --------------------------------------------------------------------------- certificates and keys
-cert() {  # cert NAME SUBJECT [SAN]: a key and a certificate signed by the cluster CA
-    local name=$1 subj=$2 san=${3:-}
+cert() {  # cert NAME SUBJECT [SAN [CA]]: a key and a certificate signed by the cluster CA (or CA: etcd-ca)
+    local name=$1 subj=$2 san=${3:-} ca=${4:-ca}
     openssl ecparam -name prime256v1 -genkey -noout -out "$pki/$name.key" 2>/dev/null
     openssl req -new -key "$pki/$name.key" -subj "$subj" -out "$pki/$name.csr" 2>/dev/null
     local ext="$pki/$name.ext"
@@ -85,14 +88,21 @@ cert() {  # cert NAME SUBJECT [SAN]: a key and a certificate signed by the clust
     else
         printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >"$ext"
     fi
-    openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+    openssl x509 -req -in "$pki/$name.csr" -CA "$pki/$ca.crt" -CAkey "$pki/$ca.key" -CAcreateserial \
         -days 30 -sha256 -extfile "$ext" -out "$pki/$name.crt" 2>/dev/null
     rm -f "$pki/$name.csr" "$ext"
 }
-openssl ecparam -name prime256v1 -genkey -noout -out "$pki/ca.key" 2>/dev/null
-openssl req -x509 -new -key "$pki/ca.key" -subj "/CN=llmpack-cluster-ca" -days 30 -sha256 \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
-    -out "$pki/ca.crt" 2>/dev/null
+ca() {  # ca NAME CN: a self-signed CA
+    openssl ecparam -name prime256v1 -genkey -noout -out "$pki/$1.key" 2>/dev/null
+    openssl req -x509 -new -key "$pki/$1.key" -subj "/CN=$2" -days 30 -sha256 \
+        -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+        -out "$pki/$1.crt" 2>/dev/null
+}
+ca ca llmpack-cluster-ca
+ca etcd-ca llmpack-etcd-ca
+# etcd's serving (and peer) certificate, and the API server's client certificate to etcd
+cert etcd-server "/CN=etcd" "IP:127.0.0.1,DNS:localhost" etcd-ca
+cert apiserver-etcd-client "/CN=kube-apiserver-etcd-client" "" etcd-ca
 cert apiserver "/CN=kube-apiserver" \
     "IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
 cert admin "/O=system:masters/CN=llmpack-admin"
@@ -164,16 +174,25 @@ wait_for() {  # wait_for WHAT SECONDS CMD...: poll CMD until it succeeds
 }
 api() { curl -sf --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "$server$1"; }
 
+# TLS with client certificates of etcd-ca on the client and the peer URL (unexercised on a live cluster when
+# written: issue 46, item 12; tests/test_cluster_tools.py checks the flags and the certificates)
 start etcd "$bin/etcd" --name llmpack --data-dir "$state/etcd" \
-    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
-    --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
-    --initial-cluster "llmpack=http://127.0.0.1:$peer_port" --listen-metrics-urls "" \
+    --listen-client-urls "https://127.0.0.1:$etcd_port" --advertise-client-urls "https://127.0.0.1:$etcd_port" \
+    --cert-file "$pki/etcd-server.crt" --key-file "$pki/etcd-server.key" \
+    --client-cert-auth --trusted-ca-file "$pki/etcd-ca.crt" \
+    --listen-peer-urls "https://127.0.0.1:$peer_port" --initial-advertise-peer-urls "https://127.0.0.1:$peer_port" \
+    --peer-cert-file "$pki/etcd-server.crt" --peer-key-file "$pki/etcd-server.key" \
+    --peer-client-cert-auth --peer-trusted-ca-file "$pki/etcd-ca.crt" \
+    --initial-cluster "llmpack=https://127.0.0.1:$peer_port" --listen-metrics-urls "" \
     --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn
-wait_for etcd 20 curl -sf "http://127.0.0.1:$etcd_port/health"
-echo "http://127.0.0.1:$etcd_port" >"$state/etcd-url"  # for tests that compact it
+etcd_tls=(--cacert "$pki/etcd-ca.crt" --cert "$pki/apiserver-etcd-client.crt" --key "$pki/apiserver-etcd-client.key")
+wait_for etcd 20 curl -sf "${etcd_tls[@]}" "https://127.0.0.1:$etcd_port/health"
+echo "https://127.0.0.1:$etcd_port" >"$state/etcd-url"  # for tests that compact it (with the client pair in pki/)
 
 start kube-apiserver "$bin/kube-apiserver" \
-    --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --etcd-servers "https://127.0.0.1:$etcd_port" \
+    --etcd-cafile "$pki/etcd-ca.crt" --etcd-certfile "$pki/apiserver-etcd-client.crt" \
+    --etcd-keyfile "$pki/apiserver-etcd-client.key" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
     --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
     --client-ca-file "$pki/ca.crt" \

@@ -18,10 +18,10 @@ from llmpack.compare.comparison import (
     GANG_METRICS,
     comparison,
     parse_backends,
-    parse_start_delays,
     percentile,
     summarize_runs,
 )
+from llmpack.compare.rounds import parse_start_delays
 from llmpack.report import break_even, parse_control_plane, write_report
 from llmpack.run.local import RunOptions, run_pipeline
 from tests.conftest import llmpack
@@ -134,18 +134,16 @@ def test_a_second_compare_never_silently_replaces_a_report(tmp_path: Path) -> No
 
 
 def test_default_reports_are_timestamped_and_latest_points_at_the_newest(tmp_path: Path) -> None:
-    from llmpack.cli import _write_report
+    from llmpack.report import target
 
     result = comparison("rg-synthetic", ["direct", "argo"], synthetic_runs(n=2, paths=("direct", "argo")))
-    import llmpack.cli as cli
-
-    old = cli.DEFAULT_REPORTS
-    cli.DEFAULT_REPORTS = tmp_path / "llmpack-report"
+    old = target.DEFAULT_REPORTS
+    target.DEFAULT_REPORTS = tmp_path / "llmpack-report"
     try:
-        first = _write_report(result, None, {}, force=False)
-        second = _write_report(result, None, {}, force=False)
+        first = target.write_report_to(result, None, {}, force=False)
+        second = target.write_report_to(result, None, {}, force=False)
     finally:
-        cli.DEFAULT_REPORTS = old
+        target.DEFAULT_REPORTS = old
     assert first != second and first.exists() and second.exists()
     assert (tmp_path / "llmpack-report" / "latest").resolve() == second.parent.resolve()
 

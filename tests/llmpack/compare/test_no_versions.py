@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llmpack.compare.comparison import begin
 from llmpack.compare.plan import ComparePlan
+from llmpack.compare.rounds import begin
 from llmpack.run.local import RunOptions
 
 

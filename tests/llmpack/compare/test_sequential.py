@@ -65,7 +65,7 @@ def test_aa_compares_name_a_difference_at_most_5_percent_of_the_time(metric: str
     Not covered: two paths whose noise differs in *shape* at equal means. mlflow's spin-up is
     bimodal here (two runs in six ~1 s early); against direct's, at equal means, six draws all
     from its upper mode (9% of compares) look like a shift to any test at n <= 6: measured 6-9%
-    wrong verdicts (docs/decisions.md).
+    wrong verdicts (docs/internals/decisions.md).
     """
     rng = random.Random(20261203)
     margin = MARGIN[metric].of(statistics.median(measured("direct", metric)))

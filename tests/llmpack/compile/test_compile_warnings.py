@@ -16,7 +16,7 @@ import yaml
 
 from components import settings
 from llmpack.compile.artifacts import compile_warnings
-from llmpack.ui.pod_options import PodOptions
+from llmpack.compile.pod_options import PodOptions
 from tests.conftest import REPO, llmpack
 
 

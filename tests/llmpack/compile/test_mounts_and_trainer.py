@@ -12,7 +12,7 @@ import pytest
 
 from components.errors import InputError
 from llmpack.compile.artifacts import check_cache_mount, check_trainer_version
-from llmpack.ui.pod_options import CheckpointOptions, PodOptions
+from llmpack.compile.pod_options import CheckpointOptions, PodOptions
 
 
 @pytest.mark.parametrize(("flags", "words"), [
@@ -68,7 +68,7 @@ def test_compile_refuses_before_writing(tmp_path: Path) -> None:
 
 def test_doctor_installs_the_release_compiled_for() -> None:
     from components.servers.trainjob import DEFAULT_TRAINER, TRAINER_RELEASES
-    from llmpack.doctor.checks import trainer_install
+    from llmpack.cluster.doctor.gang import trainer_install
 
     assert DEFAULT_TRAINER == "2.3" and "ref=v2.3.0'" in trainer_install()
     assert "ref=v2.2.0'" in trainer_install("2.2") and TRAINER_RELEASES["2.2"] == "v2.2.0"

@@ -14,8 +14,9 @@ import pytest
 from rich.console import Console
 
 from llmpack.compare.comparison import comparison
+from llmpack.compare.table import compare_table
 from llmpack.report import chart_timeline, cost_split, gpu_steps, write_report
-from llmpack.ui.display import compare_table, library_logs_to
+from llmpack.ui.display import library_logs_to
 from tests.synthetic_runs import runs
 
 PATHS = ["direct", "kfp", "argo", "mlflow"]

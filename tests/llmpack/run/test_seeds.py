@@ -34,12 +34,15 @@ def test_the_gate_over_seeds_needs_the_lower_end_above_min_improvement() -> None
 
 
 def test_register_gates_on_the_interval_when_earlier_seeds_are_given() -> None:
-    evaluation = {"passed": True, "gate_improvement": 0.6, "min_improvement": 0.0}
+    evaluation = {"passed": True, "gate_metric": "exact_match", "base_exact_match": 0.1, "tuned_exact_match": 0.7,
+                  "min_improvement": 0.0}
     assert gate_passed(evaluation, env={})  # no earlier seeds: the run's own gate
     env = {settings.SEED_IMPROVEMENTS.name: "0.0,0.0"}
     assert not gate_passed(evaluation, env=env)  # 0, 0, 0.6: the interval reaches below 0
     assert gate_passed(evaluation, env={settings.SEED_IMPROVEMENTS.name: "0.58,0.61"})
     assert not gate_passed({**evaluation, "passed": False}, env={settings.SEED_IMPROVEMENTS.name: "0.58,0.61"})
+    assert not gate_passed(evaluation, env={settings.SEED_IMPROVEMENTS.name: "0.58,0.61"}, own=False)  # recomputed
+    assert not gate_passed({**evaluation, "tuned_exact_match": None}, env={settings.SEED_IMPROVEMENTS.name: "0.6"})
     with pytest.raises(InputError, match="LLMPACK_SEED_IMPROVEMENTS: 'nan' is not a finite number"):
         gate_passed(evaluation, env={settings.SEED_IMPROVEMENTS.name: "0.1,nan"})
 

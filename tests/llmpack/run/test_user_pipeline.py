@@ -39,7 +39,7 @@ def test_bad_pipeline_is_one_line_and_exit_2(tmp_path: Path) -> None:
     # --param binds against that pipeline: lr is the built-in pipeline's, not with_report's
     r = llmpack("run", "--pipeline", REF, "--param", "lr=0.1", "--output-dir", str(tmp_path / "runs"), cwd=REPO)
     assert r.returncode == 2 and "unknown pipeline parameter (known: model, data, seed, max_steps)" in r.stderr
-    r = llmpack("compare", "--pipeline", REF, "--cluster", cwd=REPO)
+    r = llmpack("cluster", "compare", "--pipeline", REF, cwd=REPO)
     assert r.returncode == 2 and "--pipeline: local compares only" in r.stderr
 
 

@@ -7,6 +7,8 @@ import io
 import pytest
 from rich.console import Console
 
+from llmpack.compare import table
+from llmpack.run import show
 from llmpack.ui import display, glossary
 from llmpack.ui.numbers import figure, money
 from tests.conftest import REPO
@@ -58,7 +60,7 @@ def _run_summary(fuse: str, nproc: int = 1) -> dict:
 def _printed(summary: dict, monkeypatch: pytest.MonkeyPatch) -> str:
     console = Console(width=80, file=io.StringIO(), force_terminal=False)
     monkeypatch.setattr(display, "out", console)
-    display.summary_table([summary])
+    show.summary_table([summary])
     return console.file.getvalue()
 
 
@@ -77,8 +79,8 @@ def test_compare_table_prints_its_terms_from_the_glossary() -> None:
     from llmpack.compare.comparison import comparison
 
     buf = io.StringIO()
-    display.compare_table(comparison("rg-synthetic", ["direct", "kfp"], runs(n=1, paths=("direct", "kfp"))),
+    table.compare_table(comparison("rg-synthetic", ["direct", "kfp"], runs(n=1, paths=("direct", "kfp"))),
                           console=Console(width=80, file=buf, force_terminal=False))
     text = buf.getvalue()
-    for key in (*display.COMPARE_TERMS, "projected"):
+    for key in (*table.COMPARE_TERMS, "projected"):
         assert glossary.define(key) in text, key

@@ -24,7 +24,8 @@ def test_the_phrase_comes_from_registration_json_or_is_none(tmp_path: Path) -> N
 
 
 def test_no_promote_is_the_pipeline_parameter_promote_false() -> None:
-    from llmpack.ui.options import parse_params, with_promote
+    from llmpack.run.user_pipeline import parse_params
+    from llmpack.ui.options import with_promote
 
     assert parse_params(with_promote(("lr=0.001",), True))["promote"] is False
     assert "promote" not in parse_params(with_promote(("lr=0.001",), False))

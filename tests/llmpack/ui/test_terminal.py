@@ -63,7 +63,9 @@ COMMANDS = list(_commands(main, ("llmpack",)))
 def test_the_walk_finds_every_command() -> None:
     names = {" ".join(path) for path, _, _ in COMMANDS}
     assert {"llmpack run", "llmpack compare", "llmpack report", "llmpack sync", "llmpack clean",
-            "llmpack submit kfp", "llmpack submit argo", "llmpack submit mlflow"} <= names
+            "llmpack cluster submit kfp", "llmpack cluster submit argo", "llmpack cluster submit mlflow",
+            "llmpack cluster compare", "llmpack cluster doctor", "llmpack cluster plan", "llmpack cluster plan project",
+            "llmpack cluster timeline"} <= names
 
 
 @pytest.mark.parametrize(("path", "command", "parent"), COMMANDS, ids=[" ".join(p) for p, _, _ in COMMANDS])
@@ -148,7 +150,7 @@ def test_offline_commands_print_no_warnings_or_log_lines(tmp_path: Path) -> None
         (("clean", "--help"), 0, 0),
         (("report", "--run-group", "nosuch"), 2, 1),
         (("compile", "--out", str(tmp_path / "compiled")), 0, 1),  # the one line: no --checkpoint-pvc
-        (("timeline", "--pods", str(fixtures / "pods.json"), "--nodes", str(fixtures / "nodes.json"),
+        (("cluster", "timeline", "--pods", str(fixtures / "pods.json"), "--nodes", str(fixtures / "nodes.json"),
           "--events", str(fixtures / "events.json")), 0, 0),
         (("sync", str(kept)), 0, 0),
         (("clean", "--dry-run"), 0, 0),
@@ -347,6 +349,7 @@ def test_log_lines_are_never_wrapped(tmp_path: Path) -> None:
 def test_run_with_progress_writes_log_lines_when_stderr_is_not_a_terminal(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from llmpack.run import local as runs
+    from llmpack.run import show
     from llmpack.ui import display
 
     console = _log_console()
@@ -361,7 +364,7 @@ def test_run_with_progress_writes_log_lines_when_stderr_is_not_a_terminal(tmp_pa
         return {"status": "succeeded", "metrics": {"total_s": 1.0}, "artifacts": {"run_dir": str(tmp_path)}}
 
     monkeypatch.setattr(runs, "run_pipeline", run_pipeline)
-    display.run_with_progress(type("Opts", (), {"backend": "argo"})())
+    show.run_with_progress(type("Opts", (), {"backend": "argo"})())
     out = _lines(console)
     progress = [line for line in out if " argo · " in line]
     assert progress and all(TIME.match(line) for line in progress), out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import threading
 
 from rich.console import Console
@@ -12,7 +13,7 @@ from llmpack.ui.progress import INTERRUPTED_TEXT, LogLines, Snapshot, tasks_done
 
 def test_pipeline_tasks_are_never_called_steps() -> None:
     """``finetune 0/60`` counts optimizer steps; the pipeline's own progress counts tasks."""
-    from llmpack.compare.session import describe
+    from llmpack.cluster.compare.session import describe
 
     assert tasks_done(1) == "1 task done" and tasks_done(2) == "2 tasks done" and tasks_done(0) == "0 tasks done"
     rows = [{"step": "prepare-data", "pod": "a", "phase": "Succeeded", "created": 1.0},
@@ -45,7 +46,7 @@ def _result(rounds: int) -> dict:
 
 
 def test_plurals_and_piped_lines_without_trailing_spaces() -> None:
-    from llmpack.ui.display import compare_table
+    from llmpack.compare.table import compare_table
 
     for rounds, word in ((1, "1 round ("), (5, "5 rounds (")):
         buf = io.StringIO()
@@ -64,17 +65,24 @@ def test_eval_loss_and_base_loss_are_in_the_glossary() -> None:
     assert glossary.term("not_judged").short
 
 
-def test_compare_help_lists_local_options_first_and_cluster_ones_under_their_heading() -> None:
+def _flags(help_text: str) -> set[str]:
+    """The options a help text lists (each at the start of its line)."""
+    return set(re.findall(r"^  (?:-\w, )?(--[\w-]+)", help_text, re.M))
+
+
+def test_compare_help_is_local_and_cluster_compare_lists_the_cluster_options_under_their_heading() -> None:
     from click.testing import CliRunner
 
     from llmpack.cli import main
 
-    out = CliRunner().invoke(main, ["compare", "--help"], prog_name="llmpack", terminal_width=80).output
-    local, _, cluster = out.partition("Cluster options (with --cluster):")
-    assert cluster and "--max-steps" in local and "--budget" in local and "--pipeline" in local
-    for flag in ("--kubeconfig", "--namespace", "--opencost", "--preempt", "--concurrency", "--image"):
-        assert flag in cluster and flag not in local, flag
-    assert max(len(line) for line in out.splitlines()) <= 80
+    local = CliRunner().invoke(main, ["compare", "--help"], prog_name="llmpack", terminal_width=80).output
+    out = CliRunner().invoke(main, ["cluster", "compare", "--help"], prog_name="llmpack", terminal_width=80).output
+    shared, _, cluster = (_flags(part) for part in out.partition("Cluster options:"))
+    assert {"--max-steps", "--budget", "--pipeline"} <= _flags(local)
+    assert "--max-steps" in shared and "--budget" not in shared | cluster  # local-only: hidden on a cluster
+    for flag in ("--kubeconfig", "--namespace", "--opencost", "--preempt", "--concurrency", "--image", "--plan"):
+        assert flag in cluster and flag not in shared and flag not in _flags(local), flag
+    assert max(len(line) for line in (*out.splitlines(), *local.splitlines())) <= 80
 
 
 def test_piped_stdout_keeps_a_long_verdict_on_one_line_and_cuts_table_padding(monkeypatch) -> None:

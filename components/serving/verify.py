@@ -1,0 +1,113 @@
+"""llmpack's loader of a registered model: the files are checked against the version's signature first.
+
+``mlflow.pyfunc.load_model("models:/NAME@champion")`` runs whatever ``pyfunc_model.py`` the store
+holds now; anyone who can write the artifact store can replace it (or the weights) and the alias
+still points at it. :func:`load_model` instead resolves the version, verifies its provenance
+signature (:mod:`components.serving.signed`: the user's key, over its name, version, run, source
+and the sha256 of every model file), downloads the files, checks every one byte for byte (none
+missing, none added, nothing but regular files), and only then hands that local, checked copy to
+MLflow, which imports the model's code from it. A failed check is one :class:`UntrustedModel`
+line naming the file; nothing from the store has been imported.
+
+``python -m components.serving.verify models:/NAME@ALIAS DIR`` does the same and leaves the
+checked copy in ``DIR`` (``mlflow models serve -m DIR`` serves it). docs/serving.md says what this
+does not cover.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from components.errors import InputError
+from components.serving.signed import UntrustedModel, check_files, verified_version
+
+_MODELS_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>[0-9]+))/?$")
+
+__all__ = ["UntrustedModel", "fetch_verified", "load_model", "main"]
+
+
+def _resolve(model_uri: str, tracking_uri: str | None) -> Any:
+    """The registry's model version a ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION`` URI names."""
+    from mlflow.tracking import MlflowClient
+
+    match = _MODELS_URI.match(model_uri)
+    if match is None:
+        raise InputError(f"{model_uri}: not a registered model URI (models:/NAME@ALIAS or models:/NAME/VERSION): "
+                         "only a registry version carries the signature to check")
+    client = MlflowClient(tracking_uri=tracking_uri)
+    try:
+        if match["alias"]:
+            return client.get_model_version_by_alias(match["name"], match["alias"])
+        return client.get_model_version(match["name"], match["version"])
+    except Exception as exc:  # noqa: BLE001 - MLflow's error for a missing model, alias or version: one line
+        first = (str(getattr(exc, "message", "") or exc).strip().splitlines() or [""])[0][:200]
+        raise InputError(f"{model_uri}: the registry has no such version ({type(exc).__name__}: {first})") from None
+
+
+def fetch_verified(model_uri: str, dst: str | Path, *, tracking_uri: str | None = None) -> Path:
+    """The registered model's files in ``dst`` (new or empty), each checked against its signed sha256.
+
+    One :class:`UntrustedModel` (an :class:`InputError`) when the version is unsigned, signed with
+    another key, names another run or source, or any file differs; ``dst`` is then emptied.
+    """
+    import mlflow.artifacts
+
+    mv = _resolve(model_uri, tracking_uri)
+    payload = verified_version(model_uri, name=str(mv.name), version=str(mv.version), run_id=str(mv.run_id or ""),
+                               source=str(mv.source or ""), tags=dict(mv.tags or {}))
+    out = Path(dst)
+    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
+        raise InputError(f"{out}: exists and is not an empty directory; the checked copy needs one of its own")
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        # the signed source, downloaded as bytes (nothing is imported); then every byte checked
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=payload["source"], dst_path=str(out),
+                                                         tracking_uri=tracking_uri))
+        check_files(model_uri, local, payload["files"])
+    except BaseException:  # nothing half-written: the directory as it was
+        shutil.rmtree(out, ignore_errors=True)
+        if not created:
+            out.mkdir()
+        raise
+    return local
+
+
+def load_model(model_uri: str, *, tracking_uri: str | None = None, dst: str | Path | None = None) -> Any:
+    """``mlflow.pyfunc.load_model`` of a registered model whose files were verified first (see the module).
+
+    The checked copy is loaded from ``dst`` when given (kept), else from a temporary directory removed
+    once the model is in memory.
+    """
+    import mlflow.pyfunc
+
+    if dst is not None:
+        return mlflow.pyfunc.load_model(str(fetch_verified(model_uri, dst, tracking_uri=tracking_uri)))
+    with tempfile.TemporaryDirectory(prefix="llmpack-verified-") as scratch:
+        return mlflow.pyfunc.load_model(str(fetch_verified(model_uri, Path(scratch) / "model",
+                                                           tracking_uri=tracking_uri)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m components.serving.verify MODEL_URI DIR``: the checked copy in DIR, or one line and exit 2."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m components.serving.verify models:/NAME@ALIAS DIR", file=sys.stderr)
+        return 2
+    try:
+        local = fetch_verified(args[0], args[1])
+    except InputError as exc:
+        print(f"llmpack: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args[0]}: every file matches its signed sha256; checked copy in {local} "
+          f"(serve it: mlflow models serve -m {local})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

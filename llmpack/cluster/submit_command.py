@@ -1,0 +1,112 @@
+"""``llmpack submit <orchestrator>``: the compiled pipeline to a cluster, through each orchestrator's own client.
+
+One subcommand per cluster backend of the registry (:mod:`llmpack.backends`), built when asked
+for, so listing them imports no backend. The run it starts closes its own record on the cluster;
+:mod:`llmpack.cli` registers the group.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from components.errors import InputError, Interrupted
+from llmpack.backends import ORCHESTRATORS
+from llmpack.cluster.options import submit_options
+from llmpack.compile.pod_options import pod_options_of
+from llmpack.run.user_pipeline import parse_params
+from llmpack.ui.options import tls_connection, with_promote
+from llmpack.ui.terminal import Command, Group
+
+
+class SubmitCommands(Group):
+    """``llmpack submit <name>``: one subcommand per cluster backend of the registry, built when asked for.
+
+    Each backend declares its own options (``Backend.submit_options``); :func:`submit_options`
+    adds the shared ones. Listing the names imports no backend, so ``--help`` stays fast.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(ORCHESTRATORS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        from llmpack.backends import cluster_submitter
+
+        if cmd_name not in ORCHESTRATORS:
+            return None
+        backend = cluster_submitter(cmd_name)
+
+        def command(**kw: Any) -> None:
+            _submit(cmd_name, **kw)
+
+        from llmpack.cluster.plan import record as plan_record
+
+        func: Callable[..., Any] = plan_record.options(submit_options(command))  # --plan, --max-cost
+        for option in reversed(backend.submit_options()):
+            func = option(func)
+        return click.command(cmd_name, cls=Command, help=backend.submit_help)(func)
+
+
+@click.group(cls=SubmitCommands, short_help="Submit the compiled pipeline to a cluster.")
+def submit() -> None:
+    """Submit the compiled pipeline to a cluster through each orchestrator's own client.
+
+    Tokens come from the environment, never flags: KFP_TOKEN or KF_PIPELINES_SA_TOKEN_PATH,
+    ARGO_TOKEN, and your kubeconfig for the MLflow Job. They are never printed or logged.
+
+    The run closes its own MLflow record on the cluster (KFP exit handler, Argo onExit, MLflow
+    main), as it does when started with `kfp run create`, `argo submit`, Hera's
+    Workflow.create() or `mlflow run`; submitting here adds the exact submit time. Hera users:
+    `from argo_workflows.pipeline import finetune_workflow`, then .create().
+    """
+
+
+def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps: int | None,
+            seed: int | None, params: tuple[str, ...], no_promote: bool, wait: bool, wait_timeout: float, as_json: bool,
+            ca_cert: str | None, insecure_skip_tls_verify: bool, **kw: Any) -> None:
+    from llmpack.backends import cluster_submitter
+
+    backend = cluster_submitter(orchestrator)
+    tls = tls_connection(ca_cert, insecure_skip_tls_verify)
+    fields = backend.connection_fields()
+    conn = backend.connect({**{k: v for k, v in kw.items() if k in fields}, **tls})
+    kw = {k: v for k, v in kw.items() if k not in fields}
+
+    values: dict[str, Any] = dict(parse_params(with_promote(params, no_promote)))
+    for key, value in (("model", model), ("data", data), ("max_steps", max_steps), ("seed", seed)):
+        if value is not None:
+            values[key] = value
+    if max_steps is not None and max_steps <= 0:
+        raise InputError(f"--max-steps {max_steps}: must be a positive number of steps")
+    from llmpack.cluster.plan import record as plan_record
+    from llmpack.compile.artifacts import compiled_for_submit
+
+    planned = plan_record.before_submit(kw.pop("plan_file", None), kw.pop("max_cost", None), orchestrator,
+                                        kw.get("gpu_type"))  # --max-cost refuses here, before anything is sent
+    pod = pod_options_of(kw)  # --image, --model-pvc...: compiled first, as --gpu-type
+    with compiled_for_submit(orchestrator, kw.pop("gpu_type", None), kw, pod=pod, values=values) as artifact:
+        # the compiled artifact replaces an unset option
+        run = backend.submit(conn, params=values, **{**kw, **artifact})
+    summary = run.summary
+    plan_record.after_submit(planned, summary)
+    for warning in summary.get("warnings", []):
+        click.echo(f"llmpack: warning: {warning}", err=True)
+    if wait:
+        try:
+            run.wait(wait_timeout)
+        except (KeyboardInterrupt, Interrupted) as exc:  # stop waiting; the run is the cluster's
+            exc.add_note(run.still_running())  # as with argo submit --wait
+            raise
+    if as_json:
+        click.echo(json.dumps(summary, sort_keys=True, default=str))
+    else:
+        click.echo(f"{orchestrator}: submitted {summary['pipeline_run']} (run group {summary['run_group']}, "
+                   f"server id {summary.get('server_id')})")
+        if wait:
+            click.echo(f"{orchestrator}: {summary['result']['status']}")
+    if wait and summary["result"]["status"] != "succeeded":
+        sys.exit(1)

@@ -1,0 +1,143 @@
+"""One run on the terminal: ``llmpack run``'s live progress line and its summary table.
+
+The consoles, the number format and the library logs are :mod:`llmpack.ui.display`'s; the words of the
+legend are :mod:`llmpack.ui.glossary`'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from llmpack.ui import display
+from llmpack.ui.display import fmt, status_text
+
+
+def run_with_progress(opts: Any, label: str | None = None, **kwargs: Any) -> dict[str, Any]:  # noqa: D401
+    """Run one pipeline with a live ``backend · step · elapsed`` line on stderr.
+
+    While the training step runs, the step part is its own ``finetune 23/60 · 1,234 tok/s · ETA 0:12``
+    (see :mod:`llmpack.ui.progress`). The line never wraps: on a narrow terminal its end is cut.
+    """
+    from llmpack.run.local import run_pipeline
+    from llmpack.ui.progress import INTERRUPTED_TEXT, LogLines, interrupt_flag
+
+    name = label or opts.backend
+    with interrupt_flag() as interrupted:  # after Ctrl-C the steps' last events are not progress ("finetune done")
+        if not display.err.is_terminal:  # a log (CI): timestamped lines at step boundaries and each tenth of training
+            summary = run_pipeline(opts, progress=LogLines(name, display.err, interrupted=interrupted), **kwargs)
+        else:
+            with display.err.status(f"[bold]{name}[/] starting", spinner="dots") as status:
+
+                def update(step: str, done: int, elapsed: float) -> None:
+                    shown = INTERRUPTED_TEXT if interrupted.is_set() else step
+                    width = display.err.width - 2  # 2: the spinner and a space
+                    status.update(status_text(name, shown, elapsed, width=width))
+
+                summary = run_pipeline(opts, progress=update, **kwargs)
+    mark = "[green]ok[/]" if summary["status"] == "succeeded" else f"[red]failed[/] ({summary['error']})"
+    total = summary["metrics"].get("total_s")
+    display.err.print(f"{name}: {mark} in {fmt(total, 1)}s →")
+    # a path whole, on its own line
+    display.err.print(summary["artifacts"]["run_dir"], soft_wrap=True, markup=False, highlight=False)
+    return summary
+
+
+RUN_COLUMNS = (
+    ("spinup_s", "spin-up s"),
+    ("time_to_first_step_s", "to 1st step s"),
+    ("total_s", "total s"),
+    ("pipeline_overhead_s", "pipeline overhead s"),
+    ("tokens_per_s", "tokens/s"),
+    ("eval_loss", "eval loss"),
+    ("base_eval_loss", "base loss"),
+    ("cost_usd", "cost"),
+    ("goodput", "goodput"),
+)
+# The glossary terms the run summary shows, printed under it (llmpack.ui.glossary); exact match: the outcome line.
+RUN_TERMS = ("spinup", "time_to_first_step", "pipeline_overhead", "eval_loss", "base_loss", "cost", "goodput",
+             "exact_match")
+
+
+def packaging(summary: dict[str, Any]) -> str:
+    """How the run was packaged: which steps shared a process (``--fuse``), finetune's processes
+    (``--nproc-per-node``) and nodes, e.g. ``fused: prepare_data+tokenize+finetune+evaluate+register
+    in 1 process``."""
+    from components import fusion
+    from components.finetune_pipeline import build
+
+    fuse = str(summary.get("fuse") or summary.get("tags", {}).get(fusion.FUSE_TAG) or "none")
+    try:
+        groups = fusion.groups(build(), fuse)
+    except Exception:  # noqa: BLE001 - an unknown packaging in an old record: say it as recorded
+        groups = []
+    if groups:
+        parts = [f"fused: {'+'.join(t.name for t in g)} in 1 process" for g in groups]
+        fused = {t.name for g in groups for t in g}
+        alone = [t.name for t in build().task_order() if t.name not in fused]
+        if alone:
+            parts.append(f"{', '.join(alone)}: one process each")
+        text = "; ".join(parts)
+    else:
+        text = "each step in its own process" if fuse == "none" else f"--fuse {fuse}"
+    nproc = int((summary.get("params") or {}).get("nproc_per_node") or 1)
+    nodes = int(summary.get("nodes") or 1)
+    if nproc > 1 or nodes > 1:
+        text += (f"; finetune: {nproc} process{'es' if nproc > 1 else ''} (ranks) per node "
+                 f"on {nodes} node{'s' if nodes > 1 else ''}")
+    return text
+
+
+def cost_text(summary: dict[str, Any]) -> str:
+    """The run's cost in the one money format, ``projected`` when it was run locally (priced as if on
+    the spec's GPU type; no GPU was billed)."""
+    from llmpack.ui.numbers import money
+
+    usd = summary["metrics"].get("cost_usd")
+    if usd is None:
+        return "-"
+    return money(usd) + (" projected" if summary.get("mode", summary["tags"].get("llmpack.mode")) == "local" else "")
+
+
+def summary_table(summaries: list[dict[str, Any]]) -> None:
+    """One column per run, one row per measure: narrow enough for 80 columns whatever the values;
+    then per run what was run (packaging, GPUs, price) and the terms the table uses."""
+    from llmpack.ui import glossary
+    from llmpack.ui.numbers import figure
+
+    table = Table(title="llmpack run", title_justify="left")
+    table.add_column("measure")
+    for s in summaries:
+        table.add_column(s["orchestrator"], justify="right")
+    table.add_row("status", *[s["status"] for s in summaries])
+    for key, header in RUN_COLUMNS:
+        if key == "cost_usd":
+            table.add_row(header, *[cost_text(s) for s in summaries])
+        else:
+            table.add_row(header, *[fmt(s["metrics"].get(key), 3) if "loss" in key else figure(s["metrics"].get(key))
+                                    for s in summaries])
+    display.out.print(table)
+    for s in summaries:
+        tags = s["tags"]
+        gpus = (f"{tags.get('llmpack.gpu_count')}x {tags.get('llmpack.gpu_type')} "
+                f"at ${tags.get('llmpack.price_per_gpu_hour')}/GPU-h ({tags.get('llmpack.price_source')})")
+        local = s.get("mode", tags.get("llmpack.mode")) == "local"
+        priced = f"cost projected as if on {gpus}; no GPU was billed" if local else f"billed on {gpus}"
+        display.out.print(f"[dim]{escape(s['pipeline_run'])}: {escape(packaging(s))}; {escape(priced)}; "
+                  f"model: {escape(str(s['artifacts'].get('model_dir', '-')))}[/]")
+    print_retry_lines(summaries, display.out)
+    terms = [k for k in RUN_TERMS if k != "cost"] + (["projected"] if any(s.get("mode") == "local" for s in summaries)
+                                                     else ["cost"])
+    for line in glossary.legend(terms):
+        display.out.print(f"[dim]{escape(line)}[/]")
+
+
+def print_retry_lines(runs: list[dict[str, Any]], console: Console) -> None:
+    """Retried attempts and what they cost (every attempt is billed: they are in the cost and goodput)."""
+    from llmpack.report import retry_lines
+
+    for path, text in retry_lines(runs):
+        console.print(f"[yellow]{escape(path)} retried:[/] {escape(text)}")
