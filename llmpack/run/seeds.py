@@ -120,7 +120,7 @@ def run_command(opts: Any, n: int, *, as_json: bool, echo: Callable[[str], None]
 
     1 when a run failed or the gate over the seeds failed, else 0.
     """
-    from llmpack.ui.display import run_with_progress
+    from llmpack.run.show import run_with_progress
     from llmpack.ui.outcome import outcome_line, promotion_phrase
 
     def one(o: Any, env: dict[str, str] | None) -> dict[str, Any]:

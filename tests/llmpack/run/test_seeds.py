@@ -95,7 +95,7 @@ def test_run_seeds_prints_each_seed_then_the_spread_and_fails_on_the_gate(tmp_pa
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
-    import llmpack.ui.display as display
+    import llmpack.run.show as display
     from llmpack.cli import main
 
     def fake(opts: RunOptions, label: str, **kw: Any) -> dict[str, Any]:
