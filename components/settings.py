@@ -135,6 +135,10 @@ PARKED_MEMBER = declare(Setting(name="LLMPACK_PARKED_MEMBER", type=int, default=
 #: ``1``: each rank of a gang writes its own events file (merged later).
 RANK_EVENTS = declare(Setting(name="LLMPACK_RANK_EVENTS", type=bool, default=False, audience="internal",
                               doc="1: each rank of a gang writes llmpack-events.rank<R>.jsonl (merged later)."))
+#: Set by ``llmpack run --seeds N`` on its last seed's run: the earlier seeds' gate improvements.
+SEED_IMPROVEMENTS = declare(Setting(name="LLMPACK_SEED_IMPROVEMENTS", type=str, default=None, audience="internal",
+                                    doc="Comma list of the earlier seeds' gate improvements (llmpack run --seeds "
+                                        "sets it): register gates on their interval."))
 #: ``llmpack compile --nodes N`` warns past this many nodes (a typo of 1000 for 10 is 8000 GPUs).
 NODES_WARN = declare(Setting(name="LLMPACK_NODES_WARN", type=int, default=64,
                              doc="llmpack compile warns when --nodes is above this many nodes."))

@@ -212,8 +212,11 @@ def main(debug: bool) -> None:
               help="Run on this machine (default) or submit to a cluster (see `llmpack cluster submit`).")
 @run_options
 @click.option("--no-promote", "no_promote", is_flag=True, help=NO_PROMOTE_HELP)
+@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run N times (seeds --seed..--seed+N-1): mean and 95% interval over them; the gate on the interval.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout; progress goes to stderr.")
-def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_promote: bool, **kwargs: Any) -> None:
+def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_promote: bool, seeds: int,
+        **kwargs: Any) -> None:
     """Run the fine-tuning pipeline once through one backend on this machine."""
     from llmpack.run.local import RunOptions, prepare
     from llmpack.run.show import run_with_progress, summary_table
@@ -229,6 +232,11 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_pr
     values = run_values(kwargs["pipeline"], typed_values(OWN_FLAGS, kwargs), with_promote(params, no_promote))
     opts = RunOptions(backend=backend, **{**kwargs, **values})
     prepare(opts)  # bad input fails here, in a second, not after MLflow's 4-second import below
+    if seeds > 1:  # llmpack/run/seeds.py: one run per seed, then the spread and the gate over it
+        from llmpack.run.seeds import run_command
+
+        with library_logs_to(Path(opts.output_dir) / "llmpack-client.log"):
+            sys.exit(run_command(opts, seeds, as_json=as_json, echo=click.echo))
     with library_logs_to(Path(opts.output_dir) / "llmpack-client.log"):  # MLflow's INFO lines: not the terminal
         summary = run_with_progress(opts)
     if phrase := promotion_phrase(summary):

@@ -25,7 +25,7 @@ from components import bounded, settings
 from components.dsl import Execution, Input, Metrics, Model, Output, Resources, step
 from components.errors import InputError
 from components.reporting import current
-from components.serving import promotion, signed
+from components.serving import promotion, signed, spread
 from components.training.modeling import MODEL_META
 
 
@@ -132,7 +132,8 @@ def register(
             metric = promotion.PROMOTION_METRIC
             decision = promotion.decide(
                 metric=metric, value=promotion.parse_figure(str(evaluation.get(metric.name))),
-                eval_set=str(evaluation.get("eval_set") or ""), passed=signed.gate_passed(evaluation),
+                eval_set=str(evaluation.get("eval_set") or ""),
+                passed=spread.gate_passed(evaluation, own=signed.gate_passed(evaluation)),  # over seeds, where given
                 promote=promote, champion=promotion.current_champion(mc, model_name, metric))
             version = str(mc.create_model_version(model_name, source=source, run_id=run_id,
                                                   tags={**tags, **decision.tags}).version)

@@ -11,6 +11,7 @@ from components.dsl import Dataset, Execution, Input, Output, Resources, step
 from components.errors import InputError
 from components.training.data import builtin_task, read_split
 from components.training.generation import TASK_FILE, task_rows, write_task_rows
+from components.training.pretrained import is_alias
 from components.training.tiny import TINY, ByteTokenizer
 
 IGNORE = -100
@@ -66,11 +67,16 @@ def pack(pairs: list[tuple[list[int], list[int]]], seq_len: int, pad_id: int, *,
 def load_tokenizer(model: str) -> Any:
     if model == TINY:
         return ByteTokenizer()
+    from components.training.modeling import check_model_ref, local_source
+
+    if is_alias(model):
+        check_model_ref(model)  # one line saying how to install it
     from transformers import AutoTokenizer
 
-    local = Path(model).expanduser()  # as load_base_model reads it: "~/models/x" is a directory, not a hub id
+    # as load_base_model reads it: "~/models/x" is a directory, not a hub id; an alias, its cached directory
+    source = local_source(model)
     try:
-        return AutoTokenizer.from_pretrained(str(local) if local.exists() else model)
+        return AutoTokenizer.from_pretrained(source)
     except Exception as exc:  # noqa: BLE001 - one line for the user
         raise InputError(f"model {model!r}: cannot load its tokenizer ({type(exc).__name__})") from None
 

@@ -1,4 +1,5 @@
-"""Loading a base model: the built-in ``tiny`` one, a local HF directory, or a hub id."""
+"""Loading a base model: the built-in ``tiny`` one, a pretrained alias (``smollm2-135m``,
+:mod:`components.training.pretrained`), a local HF directory, or a hub id."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import InputError
+from components.training.pretrained import check_available, is_alias
+from components.training.pretrained import model_dir as alias_dir
 from components.training.tiny import TINY, build_tiny_model
 
 MODEL_META = "llmpack-model.json"
@@ -30,6 +33,9 @@ _kept: dict[Path, Any] = {}
 def check_model_ref(model: str) -> None:
     """Fail fast, with one line, on a model reference that cannot be a model."""
     if model == TINY:
+        return
+    if is_alias(model):  # installed (the wheel, and gguf until the model is cached), or one line saying how
+        check_available(model)
         return
     path = Path(model).expanduser()
     if path.exists():
@@ -56,7 +62,7 @@ def check_hub_model(model: str) -> None:
     that the tokenizer could not be loaded (the cause is in a log). A local directory, ``tiny``
     and an id already in the local Hugging Face cache pass without a request.
     """
-    if model == TINY or Path(model).expanduser().exists():
+    if model == TINY or is_alias(model) or Path(model).expanduser().exists():
         return
     import huggingface_hub
     import huggingface_hub.errors
@@ -91,12 +97,20 @@ def load_pretrained(source: str) -> Any:
     return AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, LOAD_DTYPE))
 
 
+def local_source(model: str) -> str:
+    """What transformers loads for ``model``: an alias's cached directory (made on first use), a local
+    directory's path, or the hub id as given."""
+    if is_alias(model):
+        return str(alias_dir(model))
+    return str(Path(model).expanduser()) if Path(model).expanduser().exists() else model
+
+
 def load_base_model(model: str) -> Any:
     if model == TINY:
         return build_tiny_model()  # built in fp32
     check_model_ref(model)
     try:
-        loaded = load_pretrained(str(Path(model).expanduser()) if Path(model).expanduser().exists() else model)
+        loaded = load_pretrained(local_source(model))
     except Exception as exc:  # noqa: BLE001 - one line for the user
         raise InputError(f"model {model}: cannot load with AutoModelForCausalLM ({type(exc).__name__}: {exc})"
                          .split("\n")[0]) from None

