@@ -34,13 +34,13 @@ def _one_line_exit_2(argv: list[str], *needles: str) -> str:
 
 
 def test_timeline_refuses_dev_zero_and_a_fifo_as_pods(tmp_path: Path) -> None:
-    _one_line_exit_2(["timeline", "--pods", "/dev/zero"], "/dev/zero", "not a regular file")
+    _one_line_exit_2(["cluster", "timeline", "--pods", "/dev/zero"], "/dev/zero", "not a regular file")
     fifo = tmp_path / "pods.json"
     os.mkfifo(fifo)  # nobody writes it: a reader that opened it blocking would wait for ever
-    _one_line_exit_2(["timeline", "--pods", str(fifo)], "not a regular file")
+    _one_line_exit_2(["cluster", "timeline", "--pods", str(fifo)], "not a regular file")
     link = tmp_path / "link.json"
     link.symlink_to("/dev/zero")
-    _one_line_exit_2(["timeline", "--pods", str(link)], "not a regular file")
+    _one_line_exit_2(["cluster", "timeline", "--pods", str(link)], "not a regular file")
 
 
 def test_a_dump_over_its_limit_or_nested_past_64_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

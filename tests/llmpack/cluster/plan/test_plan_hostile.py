@@ -26,7 +26,7 @@ def _submit(tmp_path: Path, text: str, max_cost: str = "5") -> Any:
     path = tmp_path / "plan.json"
     path.write_text(text)
     # Port 9 answers nothing: a plan the gate let through would fail later, on the connection, not in one line.
-    return CliRunner().invoke(main, ["submit", "argo", "--host", "http://127.0.0.1:9", "--plan", str(path),
+    return CliRunner().invoke(main, ["cluster", "submit", "argo", "--host", "http://127.0.0.1:9", "--plan", str(path),
                                      "--max-cost", max_cost])
 
 
@@ -64,7 +64,7 @@ def test_a_deeply_nested_plan_is_one_line(tmp_path: Path) -> None:
 def test_a_plan_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
     link = tmp_path / "zero.json"
     link.symlink_to("/dev/zero")
-    res = CliRunner().invoke(main, ["submit", "argo", "--host", "http://127.0.0.1:9", "--plan", str(link)])
+    res = CliRunner().invoke(main, ["cluster", "submit", "argo", "--host", "http://127.0.0.1:9", "--plan", str(link)])
     assert res.exit_code == 2 and "not a regular file" in res.output, res.output
 
 
