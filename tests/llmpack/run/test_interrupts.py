@@ -62,7 +62,8 @@ def argo() -> Iterator[ArgoServerStandIn]:
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_submit_wait_interrupted_leaves_the_run_to_the_cluster(argo: ArgoServerStandIn, tmp_path: Path,
                                                                sig: int, code: int) -> None:
-    proc = subprocess.Popen([str(LLMPACK_CLI), "cluster", "submit", "argo", "--host", argo.url, "--wait", "--timeout", "600"],
+    proc = subprocess.Popen([str(LLMPACK_CLI), "cluster", "submit", "argo", "--host", argo.url, "--wait",
+                             "--timeout", "600"],
                             cwd=tmp_path, env=_env(ARGO_TOKEN=TOKEN, ARGO_SECURE="false"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = _interrupt_when(proc, lambda: len(argo.recorded("GET")) >= 1, sig)
