@@ -180,8 +180,9 @@ def write_state(dir_fd: int, state: dict[str, Any]) -> dict[str, dict[str, Any]]
             DATA_FILE: write_file(dir_fd, DATA_FILE, [(json.dumps(data) + "\n").encode("utf-8")])}
 
 
-def _open_state_file(directory: Path, name: str, want: Mapping[str, Any] | None) -> int:
-    """A descriptor on a regular state file of the manifest's size (when ``want`` gives one) and under its cap."""
+def _open_state_file(directory: Path, name: str, want: Mapping[str, Any] | None, *, hash_it: bool = True) -> int:
+    """A descriptor on a regular state file of the manifest's size (when ``want`` gives one) and under its cap;
+    its sha256 checked too unless ``hash_it`` is False (the caller then hashes the very bytes it decodes)."""
     try:
         fd = bounded.open_regular(directory / name)
     except InputError:
@@ -195,25 +196,27 @@ def _open_state_file(directory: Path, name: str, want: Mapping[str, Any] | None)
     if why is not None:
         os.close(fd)
         raise UnreadableState(why)
-    if want is not None and sha256_fd(fd, size) != want["sha256"]:
+    if hash_it and want is not None and sha256_fd(fd, size) != want["sha256"]:
         os.close(fd)
         raise UnreadableState(f"{name} does not match the sha256 in the manifest")
     return fd
 
 
 def _read_tensors(directory: Path, want: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``state.safetensors``, mapped from the descriptor that was checked (``/proc/self/fd``) where there is one."""
+    """``state.safetensors``, read once into memory: the bytes hashed are the bytes decoded, so a writer who
+    rewrites the file in place while it loads gets it refused, never loaded (a second read could differ)."""
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors.torch import load
 
-    fd = _open_state_file(directory, TENSORS_FILE, want)
+    fd = _open_state_file(directory, TENSORS_FILE, want, hash_it=False)
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read(os.fstat(fh.fileno()).st_size + 1)
+    if want is not None and (len(raw) != want["bytes"] or hashlib.sha256(raw).hexdigest() != want["sha256"]):
+        raise UnreadableState(f"{TENSORS_FILE} does not match the sha256 in the manifest")
     try:
-        proc = f"/proc/self/fd/{fd}"
-        return load_file(proc if os.path.exists(proc) else str(directory / TENSORS_FILE))
+        return load(raw)
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise UnreadableState(f"{TENSORS_FILE} is not a safetensors file ({_first_line(exc)})") from None
-    finally:
-        os.close(fd)
 
 
 def _read_data(directory: Path, want: Mapping[str, Any] | None) -> Any:

@@ -191,3 +191,31 @@ def test_the_streamed_tensors_file_is_byte_for_byte_safetensors_own(tmp_path: Pa
     assert all(torch.equal(back[k], v) and back[k].dtype == v.dtype for k, v in tensors.items())
     with pytest.raises(TypeError, match="complex64 tensor"):
         list(_safetensors({"c": torch.zeros(2, dtype=torch.complex64)}))
+
+
+def test_a_state_file_rewritten_in_place_while_it_loads_is_refused_never_loaded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second tester's payload: the same inode and size, other bytes, written after the file was opened.
+
+    The sha256 used to be taken through the descriptor, then safetensors read the file again (42 of 300
+    loads restored the forged weights); now the bytes hashed are the bytes decoded."""
+    from components.training import checkpoint_state
+
+    net, opt = _trained()
+    final = save_checkpoint(tmp_path / "ckpt", 4, net, opt, "fp", owner=OWNER)
+    forged = _forged_tensors(tmp_path)
+    assert len(forged) == (final / TENSORS_FILE).stat().st_size  # same size: only the bytes differ
+    opened = checkpoint_state._open_state_file
+
+    def open_then_rewrite(directory: Path, name: str, want: Any, **kwargs: Any) -> int:
+        fd = opened(directory, name, want, **kwargs)
+        if name == TENSORS_FILE:
+            with open(directory / name, "r+b") as fh:  # in place: same inode
+                fh.write(forged)
+        return fd
+
+    monkeypatch.setattr(checkpoint_state, "_open_state_file", open_then_rewrite)
+    fresh, fresh_opt = _trained(fill=0.0)
+    with pytest.raises((UnreadableState, InputError)):
+        load_checkpoint(final, fresh, fresh_opt)
+    assert not any(float(p.detach().abs().max()) == 42.0 for p in fresh.parameters())
