@@ -157,6 +157,10 @@ def take_over(staging: Path, *, wait_s: float = HOLD_WAIT_S, sleep: Any = time.s
         sleep(0.2)
     if held:
         raise InputError(f"RUN_DIR {staging}: still in use by pid {', '.join(map(str, held))}; nothing was touched")
+    if os.path.lexists(staging / "summary.json"):  # a run its client published (the second check's n1: a
+        # finished run renamed to .<run>.partial keeps its owner file and inode): never a dead client's to close
+        raise InputError(f"RUN_DIR {staging}: it holds a run's summary.json, so its client finished it; a finished "
+                         "run is never taken over (rename it back to its run's name); nothing was touched")
     kept = staging.parent / f"{run}{FAILED_SUFFIX}"
     if kept.exists():
         raise InputError(f"RUN_DIR {staging}: {kept} exists already; move one of them away")

@@ -230,3 +230,17 @@ def test_clean_takes_over_only_a_staging_directory_the_users_llmpack_sealed(tmp_
     assert any(str(stranger) in line and "unsigned" in line for line in lines)
     assert any(str(replay) in line and "wrongly signed" in line for line in lines)
     assert sorted(p.relative_to(runs) for p in runs.rglob("*")) == before  # nothing taken over, nothing written
+
+
+def test_a_finished_run_renamed_to_a_staging_name_is_never_taken_over(tmp_path: Path) -> None:
+    """The second tester's n1: no byte forged, the user's finished run directory renamed ``.<run>.partial``
+    (its sealed owner file and inode kept). It holds the run's summary.json: never a dead client's to close."""
+    staging = tmp_path / "runs" / ".direct-20261204-000000-done.partial"
+    staging.mkdir(parents=True)
+    orphans.write_owner(staging, identity=IDENTITY, run_id="0123abcd", tracking_uri="", tags={}, params={},
+                        pid=_dead_pid())
+    (staging / "summary.json").write_text(json.dumps({"status": "succeeded"}))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(InputError, match="never taken over"):
+        orphans.take_over(staging, wait_s=0)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
