@@ -150,12 +150,14 @@ def summarize(
     uses: list[cost.GpuUse],
     price: cost.Price | None,
     finished_at: float,
+    untrained: bool = False,
 ) -> tuple[dict[str, float | None], dict[str, str]]:
-    """The derived metrics and tags of one pipeline run from its step records."""
+    """The derived metrics and tags of one pipeline run from its step records. ``untrained``: the run is of a
+    pipeline without finetune (it succeeded with no finetune record), whose spin-up is its first step's."""
     steps = telemetry.group_by_step(records)
     metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=finished_at)
-    if uses and not any(u.step == telemetry.TRAIN_STEP for u in uses):  # a pipeline without finetune:
-        starts = [s.first_start for s in steps.values() if s.first_start is not None]  # its first step's spin-up
+    if untrained and telemetry.TRAIN_STEP not in steps:  # spin-up: its first step's start (its first pod)
+        starts = [s.first_start for s in steps.values() if s.first_start is not None]
         metrics["spinup_s"] = min(starts) - ctx.submitted_at if starts else None
     if ctx.submitted_at <= 0:  # nothing to measure from: better no number than one from 1970
         for key in ("spinup_s", "time_to_first_step_s", "total_s", "pipeline_overhead_s"):
@@ -244,9 +246,10 @@ def close(
     ctx = RunContext(run_group=run_group, pipeline_run=pipeline_run, orchestrator=base.orchestrator, mode=base.mode,
                      submitted_at=submitted_at)
     price = price_for(uses, env)
-    metrics, tags = summarize(ctx=ctx, records=records, uses=uses, price=price, finished_at=finished_at)
-    metrics = uniform.name_from_submit(metrics, source)
     final = record_status(status)
+    metrics, tags = summarize(ctx=ctx, records=records, uses=uses, price=price, finished_at=finished_at,
+                              untrained=final == "FINISHED")  # succeeded: no finetune record, no finetune
+    metrics = uniform.name_from_submit(metrics, source)
     tags.update(uniform.foreign_run_tags(orchestrator_run_id, env))
     tags.update(label_tags(env))  # --label KEY=VALUE: llmpack.label.KEY (components.podspec)
     if fuse != "none":  # a fused run's history is its own path's (llmpack plan, report); readers take none for none

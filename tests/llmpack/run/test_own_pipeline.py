@@ -273,7 +273,7 @@ def test_a_decided_recommendation_still_says_what_would_decide_the_rest() -> Non
     assert "argo on time to first step" in (rec.why_command or "")
 
 
-def test_a_pipeline_without_finetune_records_its_first_steps_spin_up() -> None:
+def test_a_pipeline_without_finetune_records_its_first_steps_spin_up(tmp_path: Path) -> None:
     """``spinup_s`` of a pipeline without finetune is its first step's start (its first pod), never None."""
     from components.record import close
     from components.record.cost import GpuUse
@@ -288,11 +288,16 @@ def test_a_pipeline_without_finetune_records_its_first_steps_spin_up() -> None:
                rec("count-rows", "process_started", 103.4), rec("count-rows", "finished", 104.0)]
     uses = [GpuUse(step="prepare-data", gpus=0, cpu=1.0, gpu_type=None),
             GpuUse(step="count-rows", gpus=0, cpu=1.0, gpu_type=None)]
-    metrics, _ = close.summarize(ctx=ctx, records=records, uses=uses, price=None, finished_at=104.5)
+    metrics, _ = close.summarize(ctx=ctx, records=records, uses=uses, price=None, finished_at=104.5, untrained=True)
     assert metrics["spinup_s"] == pytest.approx(1.5) and metrics["time_to_first_step_s"] is None
-    with_finetune = [*uses, GpuUse(step="finetune", gpus=1, cpu=4.0, gpu_type="nvidia-h100-80gb")]
-    metrics, _ = close.summarize(ctx=ctx, records=records, uses=with_finetune, price=None, finished_at=104.5)
-    assert metrics["spinup_s"] is None  # finetune never started: no spin-up, not another step's
+    metrics, _ = close.summarize(ctx=ctx, records=records, uses=uses, price=None, finished_at=104.5)
+    assert metrics["spinup_s"] is None  # a run that failed before finetune: no spin-up, not another step's
+    (tmp_path / "llmpack-events.jsonl").write_text("".join(json.dumps(r.__dict__) + "\n" for r in records))
+    for status, spinup in (("Succeeded", 1.5), ("Failed", None)):  # what the summarizing task decides it from
+        summary = close.close(values={"submitted_at": 100.0, "run_group": "g", "pipeline_run": "p",
+                                      "orchestrator": "direct", "mode": "local"}, status=status, uses=[],
+                              finished_at=104.5, records_dir=tmp_path, env={"LLMPACK_MLFLOW_LOGGING": "0"})
+        assert summary["metrics"]["spinup_s"] == (spinup and pytest.approx(spinup))
 
 
 @pytest.mark.slow
@@ -304,7 +309,7 @@ def test_a_newcomers_pipelines_through_run_and_compare(pipes: Path) -> None:
     r = llmpack("run", "--pipeline", "own_pipes_52:own_defaults", "--json", "--tracking-uri", uri, cwd=pipes, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     s = json.loads(r.stdout)
-    assert s["params"]["max_steps"] == 30 and s["events"]["finetune"]["first_step"] > 0
+    assert s["params"]["max_steps"] == "30" and s["events"]["finetune"]["first_step"] > 0
     r = llmpack("compare", "--pipeline", "own_pipes_52:no_training", "--backends", "direct,argo", "--budget", "40s",
                 "--json", "--no-report", "--tracking-uri", uri, cwd=pipes, env=env)
     assert r.returncode == 0, r.stderr[-2000:]

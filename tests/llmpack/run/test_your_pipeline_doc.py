@@ -56,7 +56,7 @@ def test_the_pages_commands_run_as_typed(tmp_path: Path) -> None:
                           text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run = json.loads((tmp_path / "run.json").read_text())
-    assert run["status"] == "succeeded" and run["params"]["top"] == 5
+    assert run["status"] == "succeeded" and run["params"]["top"] == "5"
     counts = next(Path(run["artifacts"]["run_dir"]).rglob("counts.json"))
     assert len(json.loads(counts.read_text())) == 5
     header = (tmp_path / "build" / "words" / "mlflow_projects" / "finetune" / "MLproject").read_text()
