@@ -17,7 +17,7 @@ from typing import Any
 
 from argo_workflows.backend import ARTIFACT
 from components.compiled_pods import PodSpec
-from components.doctor_facts import DoctorCheck, DoctorFacts, DoctorFlag, DoctorReader, VersionProbe
+from components.doctor_facts import ControllerFact, DoctorCheck, DoctorFacts, DoctorFlag, DoctorReader, VersionProbe
 
 REPOSITORIES = "artifact-repositories"  # Argo's per-namespace default artifact repository ConfigMap
 DEFAULT_ANNOTATION = "workflows.argoproj.io/default-artifact-repository"
@@ -70,7 +70,14 @@ def artifact_repository(cluster: DoctorReader, namespace: str, controller_namesp
                        "as artifacts", fix)
 
 
+ARGO_RELEASE = "v3.7.3"  # the Argo release the Workflow is validated against (tools/cluster/crds.json)
+ARGO_INSTALL = ("kubectl create namespace argo --dry-run=client -o yaml | kubectl apply -f - && kubectl apply "
+                "--server-side -n argo -f https://github.com/argoproj/argo-workflows/releases/download/"
+                f"{ARGO_RELEASE}/install.yaml  # Argo Workflows {ARGO_RELEASE}: its CRDs and workflow-controller")
+
 DOCTOR = DoctorFacts(
+    controller=ControllerFact("Argo", "workflow-controller", "the Workflow stays Pending, no pod is made", ARGO_INSTALL,
+                              "argoproj.io"),
     verbs=(("create", "workflows", "argoproj.io"), ("get", "workflows", "argoproj.io")),
     probe=VersionProbe(what="Argo Server", path="/api/v1/version", field="version", token_env="ARGO_TOKEN",
                        host_env="ARGO_SERVER", service_namespace="argo"),

@@ -67,6 +67,18 @@ class DoctorReader(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class ControllerFact:
+    """The controller a backend's objects need reconciled: its Deployment (in its install manifests), what waits for
+    ever without it, the command that installs it, and the API group whose types it serves."""
+
+    what: str
+    deployment: str
+    waits: str
+    install: str
+    api_group: str
+
+
 @dataclass(frozen=True, kw_only=True)
 class DoctorFacts:
     """What ``llmpack cluster doctor`` checks for a cluster backend, besides what every path needs.
@@ -89,3 +101,5 @@ class DoctorFacts:
     # the server version (of ``probe``) from which the orchestrator sets Pod Security ``restricted``'s fields on
     # its pods itself (KFP 2.16): from it, a compiled pod that leaves them out is admitted all the same
     secures_pods_from: tuple[int, int] | None = None
+    # the orchestrator's own controller in the cluster (Argo's workflow-controller); None: none of its own
+    controller: ControllerFact | None = None

@@ -60,7 +60,7 @@ def echo_out(text: str) -> None:
 
 
 LAB = "llmpack.cluster.cli"  # the lab's `cluster` group: imported by name, only when a cluster command is asked for
-LAB_HELP = "Cluster commands: submit, compare, doctor, plan, timeline (pip install 'llmpack[cluster]')."
+LAB_HELP = "The cluster lab: submit, compare, doctor, plan, timeline."
 # The spellings from before the lab had its group: they still work, hidden, and say the new one on stderr.
 OLD_SPELLINGS = {"submit": ("submit",), "doctor": ("doctor",), "plan": ("plan",), "project": ("plan", "project"),
                  "timeline": ("timeline",)}

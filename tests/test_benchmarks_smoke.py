@@ -32,6 +32,7 @@ SMOKE: dict[str, list[str] | None] = {
     "mlflow_server.py": None,
     "noise_sample.py": ["--rounds", "0", "--out", "{tmp}/rounds.json"],
     "overhead.py": ["--repeats", "1", "--max-steps", "1", "--backends", "direct"],
+    "pretrained_outcome.py": ["--model", "tiny", "--steps", "1", "--seeds", "0", "--eval-rows", "3", "--rows", "40"],
     "project_bench.py": ["--samples", "100", "--trials", "2", "--coverage-samples", "24"],
     "readme_figures.py": ["--check", "--smoke", "--sections", "gc"],
     "sequential_sim.py": ["--compares", "3"],

@@ -31,20 +31,8 @@ GANG_LABELS = {
     "admission_checks_s": "Kueue admission checks (QuotaReserved -> Admitted)",
 }
 GANG_METRICS = tuple(GANG_LABELS)
-SUMMARY_METRICS = (
-    "spinup_s",
-    "time_to_first_step_s",
-    "total_s",
-    "pipeline_overhead_s",
-    "train_s",
-    "tokens_per_s",
-    "eval_loss",
-    "cost_usd",
-    "usd_per_1m_tokens",
-    "goodput",
-    "gpu_hours",
-    *GANG_METRICS,
-)
+SUMMARY_METRICS = ("spinup_s", "time_to_first_step_s", "total_s", "pipeline_overhead_s", "train_s", "tokens_per_s",
+                   "eval_loss", "cost_usd", "usd_per_1m_tokens", "goodput", "gpu_hours", *GANG_METRICS)
 PERCENTILE_METHOD = "linear interpolation between closest ranks (numpy 'linear', Hyndman-Fan type 7)"
 MIN_N_FOR_P99 = 10
 

@@ -294,10 +294,14 @@ def served(cluster: ClusterReader, namespace: str, kinds: Mapping[tuple[str, str
         try:
             cluster.listed(group, version, namespace, kind.lower() + "s", limit=1)
         except Missing:
-            from llmpack.cluster.doctor.waits import ARGO_INSTALL, KUEUE_INSTALL
+            from llmpack.backends import ORCHESTRATORS, doctor_facts
+            from llmpack.cluster.doctor.waits import KUEUE_INSTALL
 
-            installs = {"trainer.kubeflow.org": trainer_install(), "argoproj.io": ARGO_INSTALL,
-                        "kueue.x-k8s.io": KUEUE_INSTALL}
+            installs = {"trainer.kubeflow.org": trainer_install(), "kueue.x-k8s.io": KUEUE_INSTALL}
+            for name in ORCHESTRATORS:  # each orchestrator's own types (Argo's Workflow), declared on its backend
+                own = doctor_facts(name).controller
+                if own is not None:
+                    installs[own.api_group] = own.install
             fix = installs.get(group) or (f"kubectl api-resources --api-group={group}"
                                           f"  # install the CRDs of {group} (docs/first-run-on-a-cluster.md)")
             checks.append(Check(False, f"{kind} ({api_version}) is not served by this API server; {file} creates one",

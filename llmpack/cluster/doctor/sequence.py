@@ -73,7 +73,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         gpu_pods = list({p.where: p for path in opts.paths for p in needs.pods.get(path, [])}.values())
         checks += capacity.node_fit(cluster, placement, gpu_pods)
     checks.append(dc.access(cluster, "pod watcher", "", dc.NODE_VERBS))
-    for ctl in waits.controllers(gang=gang, queue=bool(opts.queue), argo="argo" in opts.paths):
+    for ctl in waits.controllers(gang=gang, queue=bool(opts.queue), paths=list(opts.paths)):
         checks.append(waits.controller_ready(cluster, ctl))
     runtime = facts.gang
     if gang and (runtime is None or runtime.runtime_kind != "TrainingRuntime"):

@@ -16,10 +16,6 @@ from typing import Any
 from llmpack.cluster.doctor.checks import GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSIONS, Check, _q
 from llmpack.cluster.doctor.reader import ClusterReader, Forbidden, Missing, Unanswered, unread
 
-ARGO_RELEASE = "v3.7.3"  # the Argo release the Workflow is validated against (tools/cluster/crds.json)
-ARGO_INSTALL = ("kubectl create namespace argo --dry-run=client -o yaml | kubectl apply -f - && kubectl apply "
-                "--server-side -n argo -f https://github.com/argoproj/argo-workflows/releases/download/"
-                f"{ARGO_RELEASE}/install.yaml  # Argo Workflows {ARGO_RELEASE}: its CRDs and workflow-controller")
 KUEUE_INSTALL = ("helm install kueue oci://registry.k8s.io/kueue/charts/kueue --version 0.17.0 -n kueue-system "
                  "--create-namespace")
 
@@ -38,7 +34,7 @@ class Controller:
     install: str
 
 
-def controllers(*, gang: bool, queue: bool, argo: bool) -> list[Controller]:
+def controllers(*, gang: bool, queue: bool, paths: list[str]) -> list[Controller]:
     from llmpack.cluster.doctor.gang import trainer_install
 
     out = []
@@ -50,9 +46,12 @@ def controllers(*, gang: bool, queue: bool, argo: bool) -> list[Controller]:
     if queue:
         out.append(Controller("Kueue", "kueue-controller-manager", "the TrainJob stays suspended, never admitted",
                               KUEUE_INSTALL))
-    if argo:
-        out.append(Controller("Argo", "workflow-controller", "the Workflow stays Pending, no pod is made",
-                              ARGO_INSTALL))
+    from llmpack.backends import doctor_facts
+
+    for path in paths:  # an orchestrator's own controller, declared on its backend (Argo's workflow-controller)
+        own = doctor_facts(path).controller
+        if own is not None:
+            out.append(Controller(own.what, own.deployment, own.waits, own.install))
     return out
 
 
