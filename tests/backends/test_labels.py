@@ -195,8 +195,8 @@ def test_a_label_given_twice_differently_is_refused_and_the_same_twice_is_one() 
 
 
 def test_labels_on_submit_and_compare_too() -> None:
-    """Declared once with the pod flags: compile, submit and compare take --label."""
-    for command in (["compile"], ["cluster", "submit", "argo"], ["compare"]):
+    """Declared once with the pod flags: compile, cluster submit and cluster compare take --label."""
+    for command in (["compile"], ["cluster", "submit", "argo"], ["cluster", "compare"]):
         result = CliRunner().invoke(main, [*command, "--help"])
         assert "--label KEY=VALUE" in result.output, command
 

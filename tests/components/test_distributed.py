@@ -133,7 +133,7 @@ def test_a_rank_that_fails_fails_the_step_in_one_line(tokens: Path, env: dict[st
 @pytest.mark.parametrize(("args", "says"), [
     (("--nodes", "2"), "--nodes 2: more than one node needs a cluster"),
     (("--nodes", "0"), "--nodes 0: must be >= 1"),
-    (("--nproc-per-node", "0"), "--nproc-per-node: 0 processes"),
+    (("--nproc-per-node", "0"), "--nproc-per-node: 0 is not allowed"),
     (("--nproc-per-node", "2", "--fuse", "gpu"), "--fuse gpu: the many-process finetune runs unfused"),
     (("--nproc-per-node", "3"), "batch_size 8 does not split over the processes"),
     (("--param", "nproc_per_node=2"), "--param nproc_per_node: use --nproc-per-node"),

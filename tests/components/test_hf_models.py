@@ -76,7 +76,9 @@ def test_tokenizer_round_trips_and_is_the_one_trained(arch: str, model_dirs: dic
         assert tok.decode(ids) == text  # byte-level: every string encodes and comes back
     # The merges were learned from the data: far fewer tokens than bytes.
     sample = " ".join(texts[:30])
-    assert len(tok(sample, add_special_tokens=False)["input_ids"]) < 0.6 * len(sample.encode())
+    # merges learned: fewer tokens than bytes (the built-in words are made from the seed now, 4,000 of them,
+    # so less repeats than the old 22-word list: about 0.63 of the bytes where it was under 0.6)
+    assert len(tok(sample, add_special_tokens=False)["input_ids"]) < 0.75 * len(sample.encode())
     if SPECIAL[arch]["bos"]:
         assert tok("hi")["input_ids"][0] == tok.bos_token_id
 

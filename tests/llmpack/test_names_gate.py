@@ -122,15 +122,18 @@ def _run_dir(root: Path, lines: list[str]) -> Path:
     good = [json.dumps({**base, "key": f"direct-1/finetune/event/{n}", "name": n, "value": 10.0 + i})
             for i, n in enumerate(("process_started", "model_loaded", "finished"))]
     (run / "events.jsonl").write_text("\n".join(good + lines) + "\n")
-    (run / "summary.json").write_text(json.dumps({
+    from llmpack.run.orphans import seal
+
+    (run / "summary.json").write_text(json.dumps(seal(run, {  # sealed with the user's key, as llmpack writes it
         "run_group": "rg-1", "pipeline_run": "direct-1", "orchestrator": "direct", "mode": "local",
         "status": "succeeded", "submitted_at": 1.0, "finished_at": 20.0, "metrics": {}, "tags": {}, "params": {},
-        "tracking": "not sent"}))
+        "tracking": "not sent"})))
     return run
 
 
 def _sync(run: Path, uri: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMPACK_", "MLFLOW_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LLMPACK_", "MLFLOW_")) or k == "LLMPACK_SIGNING_KEY_FILE"}  # the test's own key
     return subprocess.run([sys.executable, "-m", "llmpack", "sync", str(run), "--tracking-uri", uri], cwd=run.parent,
                           env={**env, "PYTHONPATH": str(REPO)}, text=True, capture_output=True, timeout=180)
 

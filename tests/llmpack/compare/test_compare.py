@@ -278,14 +278,14 @@ def test_report_files_and_rebuild_from_mlflow(repeated: tuple[Path, dict]) -> No
 
 def test_a_failed_path_keeps_the_others(tmp_path: Path) -> None:
     bad = tmp_path / "one.jsonl"
-    bad.write_text('{"prompt": "a", "response": "b"}\n' * 2)  # valid, but too few tokens to pack
+    bad.write_text('{"prompt": "a", "response": "b"}\n' * 2)  # valid rows, but one prompt: nothing to hold out
     r = llmpack("compare", "--backends", "direct,argo", "--data", str(bad), "--json", *FAST,
                 "--report", str(tmp_path / "rep"),
                 "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, timeout=600)
     assert r.returncode == 1
     out = json.loads(r.stdout)
     assert {f["orchestrator"] for f in out["failed"]} == {"direct", "argo"}
-    assert all("fewer than" in f["error"] for f in out["failed"])
+    assert all("2 distinct prompts" in f["error"] for f in out["failed"]), out["failed"]
     assert (tmp_path / "rep" / "report.html").exists()
 
 

@@ -39,7 +39,7 @@ class FakeRuns:
                     "tags": dict(kw.get("tags", {})), "metrics": {}}
         return {"pipeline_run": f"{opts.backend}-{len(self.calls)}", "orchestrator": opts.backend, "fuse": opts.fuse,
                 "status": "succeeded", "error": None, "mode": "local", "tags": dict(kw.get("tags", {})),
-                "metrics": {"time_to_first_step_s": ttfs, "spinup_s": ttfs - 6.0, "total_s": ttfs + 20.0,
+                "metrics": {"time_to_first_step_s": ttfs, "spinup_s": max(0.05, ttfs - 6.0), "total_s": ttfs + 20.0,
                             "cost_usd": 0.01 + ttfs / 1e4}}
 
 

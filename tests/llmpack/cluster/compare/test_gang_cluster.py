@@ -230,7 +230,7 @@ def test_the_cli_refuses_cache_pvc_without_nodes(tmp_path: Path) -> None:
     from llmpack.cli import main
 
     r = CliRunner().invoke(main, ["compare", "--cache-pvc", "x", "--no-report"])
-    assert r.exit_code != 0 and "--cache-pvc: only with --cluster" in r.output
+    assert r.exit_code != 0 and "llmpack cluster compare" in r.output
     r = CliRunner().invoke(main, ["cluster", "compare", "--backends", "argo", "--cache-pvc", "x", "--no-report"])
     assert r.exit_code != 0 and "--cache-pvc: with --cluster only for --nodes 2" in r.output
 

@@ -145,7 +145,7 @@ def test_opencost_is_refused_off_a_cluster_and_a_bad_url_is_one_line() -> None:
     from llmpack.cli import main
 
     res = CliRunner().invoke(main, ["compare", "--opencost", "http://localhost:9003"])
-    assert res.exit_code == 2 and "--opencost: only with --cluster" in res.output
+    assert res.exit_code == 2 and "llmpack cluster compare" in res.output
     res = CliRunner().invoke(main, ["cluster", "compare", "--backends", "argo", "--opencost", "localhost:9003"])
     assert res.exit_code == 2 and "--opencost 'localhost:9003': expected the URL" in res.output
     assert "Traceback" not in res.output
