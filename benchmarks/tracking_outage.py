@@ -101,7 +101,8 @@ def mid_run(srv: Server, root: Path, max_steps: int, max_wait: float) -> tuple[f
 
 def sync(srv: Server, run_dir: Path, max_wait: float) -> tuple[float, str]:
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "llmpack", "sync", str(run_dir)], env=env(max_wait), capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "llmpack", "sync", str(run_dir), "--tracking-uri", srv.uri],
+                       env=env(max_wait), capture_output=True,
                        text=True)
     if r.returncode != 0:
         raise SystemExit(f"llmpack sync {run_dir}: exit {r.returncode}: {r.stderr}")

@@ -73,7 +73,12 @@ def clear_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 #: Where this test process's provenance key lives (made on first use): never the user's own key file.
 #: Pods a test plays as processes get it too (their ``base_env``), as a cluster's pods share one key.
-SESSION_SIGNING_KEY_FILE = Path(tempfile.mkdtemp(prefix="llmpack-signing-")) / "signing.key"
+#: pytest imports this file as ``conftest`` and tests import it again as ``tests.conftest``: the second import
+#: must find the first one's key file (``_LLMPACK_TESTS_KEY_FILE``, this process's and its children's), or the
+#: steps a module fixture starts sign with a key the test then does not verify with.
+SESSION_SIGNING_KEY_FILE = Path(os.environ.get("_LLMPACK_TESTS_KEY_FILE")
+                                or Path(tempfile.mkdtemp(prefix="llmpack-signing-")) / "signing.key")
+os.environ["_LLMPACK_TESTS_KEY_FILE"] = str(SESSION_SIGNING_KEY_FILE)
 # Set for the whole process too, not only per test: module- and session-scoped fixtures run before the
 # autouse one below, and the steps they start must sign with this key, never the user's.
 os.environ.pop("LLMPACK_SIGNING_KEY", None)

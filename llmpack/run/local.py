@@ -275,10 +275,17 @@ def _open_record(mc: Any, ctx: telemetry.RunContext, tags: dict[str, str]) -> st
         return None
 
 
-def sync_hint(run_dir: Path) -> str:
-    """The one line a run prints when its records could not be sent."""
+def sync_hint(run_dir: Path, uri: str) -> str:
+    """The one line a run prints when its records could not be sent: the ``llmpack sync`` command that sends them,
+    naming the store with ``--tracking-uri`` when it is not the configured one (sync never takes it from RUN_DIR)."""
+    import shlex
+
+    from components.redaction import store_key
+
+    store = "" if store_key(uri) == store_key(tracking.tracking_uri(None)) else \
+        f" --tracking-uri {shlex.quote(tracking.redact_uri(uri))}"
     return (f"llmpack: warning: tracking server unreachable; records kept in {run_dir}; "
-            f"send them later with: llmpack sync {run_dir}")
+            f"send them later with: llmpack sync {run_dir}{store}")
 
 
 def write_run_files(run_dir: Path, records: list[telemetry.Record], summary: dict[str, Any]) -> None:
@@ -322,7 +329,7 @@ def _abandon(exc: BaseException, *, mc: Any, run_id: str | None, ctx: telemetry.
             })
         os.replace(staging, kept)
     if not sent:
-        print(sync_hint(kept), file=sys.stderr)
+        print(sync_hint(kept, uri), file=sys.stderr)
     if isinstance(exc, Interrupted):
         exc.kept.append(str(kept))
     elif isinstance(exc, KeyboardInterrupt):
@@ -401,5 +408,5 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
         shutil.rmtree(final)
     os.replace(staging, final)
     if not sent:
-        print(sync_hint(final), file=sys.stderr)
+        print(sync_hint(final, uri), file=sys.stderr)
     return summary

@@ -113,7 +113,7 @@ def test_a_sigterm_two_process_run_resumes_to_the_same_weights(tokens: Path, tun
     proc.send_signal(signal.SIGTERM)  # to the launcher, as a kubelet would: it passes it to torchrun and the ranks
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode in (0, 143), out
-    assert newest_checkpoint(ckpt) is not None
+    assert newest_checkpoint(ckpt) is not None, (out, sorted(p.name for p in ckpt.glob("*")) if ckpt.exists() else None)
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "resumed from" in again.stdout

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -264,7 +265,7 @@ def test_a_run_cut_short_during_an_outage_is_kept_syncable(tmp_path: Path, track
     assert not staging.exists() and kept.is_dir()
     assert capsys.readouterr().err.strip() == (
         f"llmpack: warning: tracking server unreachable; records kept in {kept}; "
-        f"send them later with: llmpack sync {kept}")
+        f"send them later with: llmpack sync {kept} --tracking-uri http://127.0.0.1:9")
     summary = json.loads((kept / "summary.json").read_text())
     assert summary["status"] == "killed" and summary["tracking"] == "not sent"
     result = sync_run(kept, tracking_uri)
@@ -423,10 +424,10 @@ def _sync_twice(srv: MlflowServer, run_dir: Path, cwd: Path, *, synced_before: b
     """``llmpack sync`` (to the URI the run used) twice, or once more after an earlier one; then the key check."""
     n = len(_jsonl_records(run_dir))
     if not synced_before:
-        first = llmpack("sync", str(run_dir), cwd=cwd, env=_env())
+        first = llmpack("sync", str(run_dir), "--tracking-uri", srv.uri, cwd=cwd, env=_env())
         assert first.returncode == 0, first.stderr
         assert first.stdout.strip().endswith("already there") and srv.uri in first.stdout, first.stdout
-    second = llmpack("sync", str(run_dir), cwd=cwd, env=_env())
+    second = llmpack("sync", str(run_dir), "--tracking-uri", srv.uri, cwd=cwd, env=_env())
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip().endswith(f"0 record(s) sent, {n} already there"), second.stdout
     _assert_each_key_once(srv.uri, run_dir)
@@ -445,15 +446,17 @@ def test_server_down_at_start_training_completes_then_sync_sends_everything_once
     assert s["trace"] != "sent" and (run_dir / "trace.otlp.json").is_file()  # kept beside the records for sync
     warnings = [line for line in r.stderr.splitlines() if line.startswith("llmpack: warning")]
     assert warnings == [f"llmpack: warning: tracking server unreachable; records kept in {run_dir}; "
-                        f"send them later with: llmpack sync {run_dir}"], r.stderr
+                        f"send them later with: llmpack sync {run_dir} --tracking-uri {server.uri}"], r.stderr
     # The pipeline ended at finished_at; the upload waited the bound, not more (plus the close-out).
     assert WAIT_S <= ended - s["finished_at"] < WAIT_S + 30, ended - s["finished_at"]
     assert s["metrics"]["time_to_first_step_s"] < 60  # training did not wait for the store
     assert json.loads((run_dir / "register" / "registration" / "registration.json").read_text())["registered"] is False
 
-    # The server comes back while `llmpack sync` waits for it (bounded retries with backoff)...
+    # The server comes back while the warning's own `llmpack sync` command waits for it (bounded retries)...
     n = len(_jsonl_records(run_dir))
-    proc = subprocess.Popen([sys.executable, "-m", "llmpack", "sync", str(run_dir)], cwd=tmp_path,
+    command = shlex.split(warnings[0].split("send them later with: ", 1)[1])
+    assert command[:2] == ["llmpack", "sync"], command
+    proc = subprocess.Popen([sys.executable, "-m", "llmpack", *command[1:]], cwd=tmp_path,
                             env=_env(LLMPACK_TRACKING_MAX_WAIT_S="300"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:

