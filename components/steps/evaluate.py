@@ -2,7 +2,9 @@
 
 The task metrics (docs/serving.md) are exact and normalised match of greedy answers to the
 held-out prompts; the gate judges ``gate_metric`` (``auto``: exact match where there are answers).
-``metrics.json`` is signed with the user's key (``metrics.signature.json`` beside it:
+The model scored is the one finetune sealed, copied once into a private directory and loaded from
+there (:mod:`components.serving.sealed`). ``metrics.json`` is signed with the user's key
+(``metrics.signature.json`` beside it:
 :func:`components.serving.signed.sign_evaluation`), bound to the sha256 of the model files scored
 and the pipeline run: the register step trusts nothing else.
 """
@@ -11,14 +13,17 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from components import bounded
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Metrics, Model, Output, Resources, step
-from components.errors import StepFailed
+from components.errors import InputError, StepFailed
 from components.reporting import current, emit, metric
 from components.serving.promotion import eval_set_fingerprint
-from components.serving.signed import SIGNATURE_FILE, model_files, sign_evaluation
+from components.serving.sealed import private_copy, verified_seal
+from components.serving.signed import SIGNATURE_FILE, sign_evaluation
 from components.training.generation import (
     TASK_FILE,
     TASK_METRICS,
@@ -104,46 +109,52 @@ def evaluate(
     src = Path(tokens.path)
     input_ids = torch.from_numpy(np.load(src / "eval_input_ids.npy"))
     labels = torch.from_numpy(np.load(src / "eval_labels.npy"))
-    meta = json.loads((Path(model.path) / MODEL_META).read_text())
-    # what is scored, hashed before it is loaded: the signed evaluation names these very files
-    scored = model_files(Path(model.path), "adapter" if meta["method"] == "lora" else "full", MODEL_META)
-    rows = read_task_rows(src / TASK_FILE)
-    gate = choose_gate(gate_metric, len(rows))  # a bad name fails before any model is loaded
-    tokenizer = load_tokenizer(meta["base_model"]) if rows else None
-    pad_id = int(json.loads((src / "meta.json").read_text())["pad_id"])
+    tel = current()
+    pipeline_run = tel.ctx.pipeline_run if tel is not None else ""
+    # what is scored: the files finetune sealed, copied once into a private directory and loaded from there
+    scored = verified_seal(Path(model.path), pipeline_run)["files"]
+    with tempfile.TemporaryDirectory(prefix="llmpack-evaluate-") as private:
+        copy = private_copy(Path(model.path), scored, Path(private) / "model")
+        meta = bounded.read_json(copy / MODEL_META)
+        if not isinstance(meta, dict) or meta.get("method") not in ("lora", "full"):
+            raise InputError(f"{MODEL_META}: not a finetune output's metadata (method lora or full)")
+        rows = read_task_rows(src / TASK_FILE)
+        gate = choose_gate(gate_metric, len(rows))  # a bad name fails before any model is loaded
+        tokenizer = load_tokenizer(meta["base_model"]) if rows else None
+        pad_id = int(json.loads((src / "meta.json").read_text())["pad_id"])
 
-    def answers(net: Any) -> TaskScore:
-        """``net``'s greedy answers to the held-out prompts, scored."""
-        if tokenizer is None:
-            return score([], [])
-        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else pad_id
-        got = greedy_answers(net, rows, tokenizer=tokenizer, eos_id=eos, pad_id=pad_id, device=device,
-                             amp_dtype=amp_dtype)
-        return score(got, rows)
+        def answers(net: Any) -> TaskScore:
+            """``net``'s greedy answers to the held-out prompts, scored."""
+            if tokenizer is None:
+                return score([], [])
+            eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else pad_id
+            got = greedy_answers(net, rows, tokenizer=tokenizer, eos_id=eos, pad_id=pad_id, device=device,
+                                 amp_dtype=amp_dtype)
+            return score(got, rows)
 
-    kept = take_tuned(model.path)  # fused with finetune: the tuned model is still in memory
-    if kept is not None and meta["method"] == "lora":
-        emit("model_loaded")
-        with kept.disable_adapter():  # the frozen base weights, exactly as loaded before training
-            base_loss = mean_token_loss(kept, input_ids, labels, batch_size, device, amp_dtype)
-            base_task = answers(kept)
-        eval_loss = mean_token_loss(kept, input_ids, labels, batch_size, device, amp_dtype)
-        tuned_task = answers(kept)
-    else:
-        base = load_base_model(meta["base_model"]).to(device)
-        emit("model_loaded")
-        base_loss = mean_token_loss(base, input_ids, labels, batch_size, device, amp_dtype)
-        base_task = answers(base)
-        if kept is not None:  # full fine-tuning: the tuned weights replaced the base ones in memory
-            tuned = kept
-        elif meta["method"] == "lora":
-            from peft import PeftModel
-
-            tuned = PeftModel.from_pretrained(base, str(Path(model.path) / "adapter")).to(device)
+        kept = take_tuned(model.path)  # fused with finetune: the tuned model is still in memory
+        if kept is not None and meta["method"] == "lora":
+            emit("model_loaded")
+            with kept.disable_adapter():  # the frozen base weights, exactly as loaded before training
+                base_loss = mean_token_loss(kept, input_ids, labels, batch_size, device, amp_dtype)
+                base_task = answers(kept)
+            eval_loss = mean_token_loss(kept, input_ids, labels, batch_size, device, amp_dtype)
+            tuned_task = answers(kept)
         else:
-            tuned = load_pretrained(str(Path(model.path) / "full")).to(device)
-        eval_loss = mean_token_loss(tuned, input_ids, labels, batch_size, device, amp_dtype)
-        tuned_task = answers(tuned)
+            base = load_base_model(meta["base_model"]).to(device)
+            emit("model_loaded")
+            base_loss = mean_token_loss(base, input_ids, labels, batch_size, device, amp_dtype)
+            base_task = answers(base)
+            if kept is not None:  # full fine-tuning: the tuned weights replaced the base ones in memory
+                tuned = kept
+            elif meta["method"] == "lora":
+                from peft import PeftModel
+
+                tuned = PeftModel.from_pretrained(base, str(copy / "adapter")).to(device)
+            else:
+                tuned = load_pretrained(str(copy / "full")).to(device)
+            eval_loss = mean_token_loss(tuned, input_ids, labels, batch_size, device, amp_dtype)
+            tuned_task = answers(tuned)
     task = task_metrics(base_task, tuned_task) if rows else {"task_rows": 0.0}
     result: dict[str, Any] = {
         "base_eval_loss": base_loss,
@@ -158,8 +169,7 @@ def evaluate(
     }
     result["gate_improvement"] = gate_improvement(gate, result)
     result["passed"] = result["gate_improvement"] >= min_improvement  # for people; register recomputes it
-    tel = current()
-    figures, seal = sign_evaluation(result, model=scored, pipeline_run=tel.ctx.pipeline_run if tel is not None else "")
+    figures, seal = sign_evaluation(result, model=scored, pipeline_run=pipeline_run)
     (Path(metrics.path) / SIGNATURE_FILE).write_text(json.dumps(seal, indent=2, sort_keys=True) + "\n")
     (Path(metrics.path) / "metrics.json").write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
     for key in ("base_eval_loss", "eval_loss", "perplexity", "improvement", *task, "gate_improvement"):

@@ -29,6 +29,7 @@ from components import reporting, settings
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Output, Resources, Retry, step
 from components.errors import InputError
 from components.reporting import emit_step, metric, submitted_at
+from components.serving.sealed import save_sealed
 from components.training.checkpointing import (
     real_run_dir,
     remove_scratch,
@@ -181,7 +182,6 @@ def train_step(train_net: Any, input_ids: Any, labels: Any, *, step_no: int, gra
 def save_outputs(out: Path, net: Any, whole: dict[str, Any] | None, *, method: str, fused_evaluate: bool,
                  meta: dict[str, Any]) -> None:
     """The tuned weights (adapter or full), the in-memory hand-over to a fused evaluate, and the model's metadata."""
-    weights_dir = out / ("adapter" if method == "lora" else "full")
     extra: dict[str, Any] = {"state_dict": whole} if whole is not None else {}
     if method == "lora":
         # Our LoRA targets linear layers only and never resizes the vocabulary, so no embedding
@@ -189,10 +189,14 @@ def save_outputs(out: Path, net: Any, whole: dict[str, Any] | None, *, method: s
         # all the same); peft's "auto" would ask the hub for the base model's config.json to
         # find that out (a network request for `tiny`, which is no hub id).
         extra["save_embedding_layers"] = False
-    net.save_pretrained(weights_dir, safe_serialization=True, **extra)
+    tel = reporting.current()
+    # saved where only this user writes, hashed there, signed: evaluate and register take exactly these bytes
+    save_sealed(out, "adapter" if method == "lora" else "full",
+                lambda weights_dir: net.save_pretrained(weights_dir, safe_serialization=True, **extra),
+                MODEL_META, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode(),
+                tel.ctx.pipeline_run if tel is not None else "")
     if fused_evaluate:
         keep_tuned(out, net)  # for evaluate, when it runs fused in this process
-    (out / MODEL_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
 
 @step(

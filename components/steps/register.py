@@ -6,7 +6,9 @@ pyfunc model (:mod:`components.serving.package`) that ``mlflow.pyfunc.load_model
 Hugging Face layout. The new version is the ``challenger``; it becomes the ``champion`` when
 :func:`components.serving.promotion.decide` says so (``promote=false``: never).
 
-Nothing on disk is taken at its word: the evaluation must carry the user's signature for the very
+Nothing on disk is taken at its word: the model must be the one finetune sealed
+(:mod:`components.serving.sealed`; what is logged is a private copy of exactly those bytes), the
+evaluation must carry the user's signature for the very
 model files being registered (:func:`components.serving.signed.verified_evaluation`; else one line,
 exit 2, nothing logged), the gate is recomputed from its signed figures, and each new version is
 signed over its name, version, run, source, the sha256 of every model file and the figures
@@ -25,7 +27,7 @@ from components import bounded, settings
 from components.dsl import Execution, Input, Metrics, Model, Output, Resources, step
 from components.errors import InputError
 from components.reporting import current
-from components.serving import promotion, signed, spread
+from components.serving import promotion, sealed, signed, spread
 from components.training.modeling import MODEL_META
 
 
@@ -79,19 +81,29 @@ def register(
     (nor build a servable model around the weights, nor move an alias). The eval set the version
     was scored on is the evaluation's ``eval_set`` (:func:`components.serving.promotion.eval_set_fingerprint`).
     """
+    tel = current()
+    pipeline_run = tel.ctx.pipeline_run if tel is not None else ""
+    model_dir = Path(model.path)
+    sealed_files = sealed.verified_seal(model_dir, pipeline_run)["files"]  # what finetune wrote, signed
+    # before anything is logged: the user's key signed this evaluation, of these files, in this run
+    evaluation = signed.verified_evaluation(Path(metrics.path), model=sealed_files, pipeline_run=pipeline_run)
+    with tempfile.TemporaryDirectory(prefix="llmpack-register-") as scratch:
+        # logged, packaged and merged from a private copy of exactly the sealed bytes (read once)
+        copy = sealed.private_copy(model_dir, sealed_files, Path(scratch) / "model")
+        _register(copy, Path(registration.path), Path(scratch), tel=tel, evaluation=evaluation,
+                  files=dict(sealed_files), model_name=model_name, promote=promote, merge=merge)
+
+
+def _register(model_dir: Path, registration_dir: Path, scratch: Path, *, tel: Any,
+              evaluation: dict[str, Any], files: dict[str, Any], model_name: str, promote: bool, merge: bool) -> None:
+    """register's work on the verified private copy ``model_dir``: log it, register a version, promote it or not."""
     from components.record import tracking
     from components.serving.package import write_merged, write_servable
 
-    tel = current()
-    model_dir = Path(model.path)
     meta = bounded.read_json(model_dir / MODEL_META)
     if not isinstance(meta, dict) or meta.get("method") not in ("lora", "full"):
-        raise InputError(f"{model_dir / MODEL_META}: not a finetune output's metadata (method lora or full)")
+        raise InputError(f"{MODEL_META}: not a finetune output's metadata (method lora or full)")
     weights = model_dir / ("adapter" if meta["method"] == "lora" else "full")
-    files = signed.model_files(model_dir, weights.name, MODEL_META)
-    # before anything is logged: the user's key signed this evaluation, of these files, in this run
-    evaluation = signed.verified_evaluation(Path(metrics.path), model=files,
-                                            pipeline_run=tel.ctx.pipeline_run if tel is not None else "")
     record: dict[str, Any] = {"model_name": model_name, "weights": weights.name, "base_model": meta["base_model"],
                               "registered": False, "merged": merge}
     if os.environ.get(settings.MLFLOW_LOGGING.name, "1") != "0" and tel is not None:
@@ -101,19 +113,20 @@ def register(
         run = mc.get_run(run_id)  # read once: logging artifacts changes neither its artifact URI nor its tags
         mc = model_client(mc, run_id)
         versioned = os.environ.get(settings.REGISTER_VERSION.name, "1") != "0"
-        with tempfile.TemporaryDirectory(prefix="llmpack-register-") as scratch:
-            work = Path(scratch)
-            mc.log_artifacts(run_id, str(weights), artifact_path=f"model/{weights.name}")
-            mc.log_artifact(run_id, str(model_dir / MODEL_META), artifact_path="model")
-            # a compare round's weights only: building the servable (torch, a model) is no part of what it measures
-            if versioned:
-                servable = write_servable(model_dir, work / "pyfunc")
-                files.update(signed.tree_digests(servable))  # every file under model/, as the loader will see it
-                # MLmodel beside the weights: a pyfunc model
-                mc.log_artifacts(run_id, str(servable), artifact_path="model")
-            if merge:
-                mc.log_artifacts(run_id, str(write_merged(model_dir, work / "merged")), artifact_path="merged")
-        mc.log_artifact(run_id, str(Path(metrics.path) / "metrics.json"), artifact_path="evaluation")
+        mc.log_artifacts(run_id, str(weights), artifact_path=f"model/{weights.name}")
+        mc.log_artifact(run_id, str(model_dir / MODEL_META), artifact_path="model")
+        # a compare round's weights only: building the servable (torch, a model) is no part of what it measures
+        if versioned:
+            servable = write_servable(model_dir, scratch / "pyfunc")
+            files.update(signed.tree_digests(servable))  # every file under model/, as the loader will see it
+            # MLmodel beside the weights: a pyfunc model
+            mc.log_artifacts(run_id, str(servable), artifact_path="model")
+        if merge:
+            mc.log_artifacts(run_id, str(write_merged(model_dir, scratch / "merged")), artifact_path="merged")
+        logged = scratch / "evaluation" / "metrics.json"  # the verified figures, not the file read again
+        logged.parent.mkdir()
+        logged.write_text(json.dumps(evaluation, indent=2, sort_keys=True) + "\n")
+        mc.log_artifact(run_id, str(logged), artifact_path="evaluation")
         source = f"{run.info.artifact_uri}/model"
         try:
             mc.create_registered_model(model_name)
@@ -147,4 +160,4 @@ def register(
                           promotion=decision.phrase(version))
         else:  # a measurement round (llmpack compare): the weights are on the run, no version per round
             record["skipped"] = f"{settings.REGISTER_VERSION.name}=0"
-    (Path(registration.path) / "registration.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    (registration_dir / "registration.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,124 @@
+"""The model evaluate scores and register logs is the one finetune wrote (components/serving/sealed.py).
+
+An adapter swapped on disk between finetune and evaluate was scored, signed and registered (the
+second independent check's n3): evaluate hashed whatever was there. Now finetune signs the digests
+of what it wrote, and evaluate and register read only a private copy checked against them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from components.errors import InputError
+from components.serving import sealed
+from components.training.modeling import MODEL_META
+from tests.conftest import run_step
+
+EVAL = "components.steps.evaluate:evaluate"
+REG = "components.steps.register:register"
+ADAPTER = "adapter/adapter_model.safetensors"
+
+
+@pytest.fixture()
+def env() -> dict[str, str]:
+    return {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
+
+
+def _copy(finetuned: Path, tmp_path: Path) -> Path:
+    model = tmp_path / "model"
+    shutil.copytree(finetuned, model)
+    return model
+
+
+def _evaluate(tokens: Path, model: Path, out: Path, env: dict[str, str], *params: str):
+    return run_step(EVAL, f"--input=tokens={tokens}", f"--input=model={model}", f"--output=metrics={out}", *params,
+                    cwd=out.parent, env=env)
+
+
+def _refused(r, says: str) -> None:
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert says in lines[-1] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_finetune_seals_what_it_wrote(finetuned: Path) -> None:
+    seal = sealed.verified_seal(finetuned, "")
+    assert seal["weights"] == "adapter" and MODEL_META in seal["files"] and ADAPTER in seal["files"]
+    assert not any(p.name.startswith(".llmpack-weights-") for p in finetuned.iterdir())  # the staging is gone
+
+
+def test_an_adapter_swapped_after_finetune_is_not_scored(tokens: Path, finetuned: Path, tmp_path: Path,
+                                                         env: dict[str, str]) -> None:
+    model = _copy(finetuned, tmp_path)
+    swapped = bytearray((model / ADAPTER).read_bytes())
+    swapped[-1] ^= 0x01  # one bit of one weight: same size, other bytes
+    (model / ADAPTER).write_bytes(bytes(swapped))
+    r = _evaluate(tokens, model, tmp_path / "m", env)
+    _refused(r, "not the file finetune sealed")
+    assert not (tmp_path / "m" / "metrics.json").exists()
+
+
+def test_an_unsealed_or_resealed_model_is_not_scored(tokens: Path, finetuned: Path, tmp_path: Path,
+                                                     env: dict[str, str]) -> None:
+    model = _copy(finetuned, tmp_path)
+    seal = json.loads((model / sealed.SEAL_FILE).read_text())
+    (model / sealed.SEAL_FILE).unlink()
+    _refused(_evaluate(tokens, model, tmp_path / "a", env), "no llmpack-model.seal.json")
+    # the swapped file's digest written into the seal: the signature no longer verifies
+    (model / ADAPTER).write_bytes(b"\0" * 64)
+    seal["files"][ADAPTER] = {"bytes": 64, "sha256": "b5" * 32}
+    (model / sealed.SEAL_FILE).write_text(json.dumps(seal))
+    _refused(_evaluate(tokens, model, tmp_path / "b", env), "not signed by this environment's key")
+
+
+def test_a_symlink_where_a_sealed_file_was_is_refused(tokens: Path, finetuned: Path, tmp_path: Path,
+                                                      env: dict[str, str]) -> None:
+    model = _copy(finetuned, tmp_path)
+    real = tmp_path / "elsewhere.safetensors"
+    os.replace(model / ADAPTER, real)
+    os.symlink(real, model / ADAPTER)  # the very bytes, through a link someone else controls
+    _refused(_evaluate(tokens, model, tmp_path / "m", env), "a symlink where a regular file is expected")
+
+
+def test_an_adapter_swapped_after_evaluate_is_not_registered(tokens: Path, finetuned: Path, tmp_path: Path,
+                                                             env: dict[str, str]) -> None:
+    model = _copy(finetuned, tmp_path)
+    assert _evaluate(tokens, model, tmp_path / "m", env).returncode == 0
+    (model / ADAPTER).write_bytes((model / ADAPTER).read_bytes()[:-1] + b"\0")
+    r = run_step(REG, f"--input=model={model}", f"--input=metrics={tmp_path / 'm'}",
+                 f"--output=registration={tmp_path / 'r'}", cwd=tmp_path, env=env)
+    _refused(r, "not the file finetune sealed")
+    assert not (tmp_path / "r" / "registration.json").exists()
+
+
+def _save(out: Path, run: str) -> None:
+    def weights(d: Path) -> None:
+        d.mkdir()
+        (d / "w.bin").write_bytes(b"weights")
+    sealed.save_sealed(out, "adapter", weights, MODEL_META, b'{"method": "lora"}\n', run)
+
+
+def test_a_model_sealed_in_another_pipeline_run_is_refused(tmp_path: Path) -> None:
+    _save(tmp_path / "m", "run-a")
+    assert sealed.verified_seal(tmp_path / "m", "run-a")["files"]["adapter/w.bin"]["bytes"] == 7
+    with pytest.raises(InputError, match="pipeline run 'run-a''s, not 'run-b''s"):
+        sealed.verified_seal(tmp_path / "m", "run-b")
+
+
+def test_the_private_copy_is_exactly_the_sealed_bytes_or_nothing(tmp_path: Path) -> None:
+    _save(tmp_path / "m", "")
+    files = sealed.verified_seal(tmp_path / "m", "")["files"]
+    copy = sealed.private_copy(tmp_path / "m", files, tmp_path / "c")
+    assert (copy / "adapter" / "w.bin").read_bytes() == b"weights" and oct(copy.stat().st_mode)[-3:] == "700"
+    (tmp_path / "m" / "adapter" / "w.bin").write_bytes(b"weights and more")  # longer: read stops at the seal's size
+    with pytest.raises(InputError, match="not the file finetune sealed"):
+        sealed.private_copy(tmp_path / "m", files, tmp_path / "d")
+    assert not (tmp_path / "d").exists()  # nothing half-copied is left
+    bad = {"../escape": files["adapter/w.bin"]}
+    with pytest.raises(InputError, match="only files inside the model directory"):
+        sealed.private_copy(tmp_path / "m", bad, tmp_path / "e")
