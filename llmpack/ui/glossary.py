@@ -203,6 +203,10 @@ TERMS: tuple[Term, ...] = (
                 "same eval set (`llmpack.eval_set`), or when there is none; a tie keeps the incumbent, a champion "
                 "scored on other data is not compared, `--no-promote` never moves it. Serve it as "
                 "`models:/NAME@champion` (docs/serving.md)."),
+    Term(key="seal", name="seal", group="model",
+         short="finetune's signature over the sha256 of each tuned model file it wrote",
+         detail="In `llmpack-model.seal.json`, bound to the pipeline run. Evaluate and register score and log only a "
+                "private copy checked against it, so a file swapped between the steps is refused (docs/serving.md)."),
 )
 
 _BY_KEY = {t.key: t for t in TERMS}

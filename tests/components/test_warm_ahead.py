@@ -33,14 +33,18 @@ def trained(model: Output[Model], metrics: Output[Metrics], fail: bool = False, 
     """What finetune and evaluate leave for register."""
     if fail:
         raise RuntimeError("trained: asked to fail")
-    (Path(model.path) / "adapter").mkdir(exist_ok=True)
-    (Path(model.path) / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
-    (Path(model.path) / "llmpack-model.json").write_text(json.dumps({"method": "lora", "base_model": "tiny"}))
-    if not no_metrics:  # an evaluation as evaluate writes it: signed, for these files (components.serving.signed)
-        from components.serving.signed import SIGNATURE_FILE, model_files, sign_evaluation
+    from components.serving.sealed import save_sealed
 
-        figures, seal = sign_evaluation({"eval_loss": 1.25}, pipeline_run="",
-                                        model=model_files(Path(model.path), "adapter", "llmpack-model.json"))
+    def weights(d: Path) -> None:
+        d.mkdir()
+        (d / "adapter_model.safetensors").write_bytes(b"weights")
+    # sealed as finetune seals its output (components.serving.sealed)
+    files = save_sealed(Path(model.path), "adapter", weights, "llmpack-model.json",
+                        json.dumps({"method": "lora", "base_model": "tiny"}).encode(), "")
+    if not no_metrics:  # an evaluation as evaluate writes it: signed, for these files (components.serving.signed)
+        from components.serving.signed import SIGNATURE_FILE, sign_evaluation
+
+        figures, seal = sign_evaluation({"eval_loss": 1.25}, pipeline_run="", model=files)
         (Path(metrics.path) / "metrics.json").write_text(json.dumps(figures))
         (Path(metrics.path) / SIGNATURE_FILE).write_text(json.dumps(seal))
 
