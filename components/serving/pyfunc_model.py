@@ -75,18 +75,34 @@ def prompts_of(model_input: Any) -> list[str]:
         return [model_input]
     if hasattr(model_input, "columns"):  # a pandas DataFrame, as `mlflow models serve` hands a JSON request over
         column = "prompt" if "prompt" in model_input.columns else model_input.columns[0]
-        return [str(v) for v in model_input[column].tolist()]
+        return _texts(model_input[column].tolist())
     if isinstance(model_input, dict):
         value = model_input.get("prompt", model_input.get("prompts"))
         if not isinstance(value, (str, list, tuple)):  # None, a number, another dict: one refusal, no recursion
             raise refuse("a request's 'prompt' must be a string or a list of strings")
         return prompts_of(value)
     if hasattr(model_input, "tolist"):  # a numpy array or a pandas Series
-        return [str(v) for v in model_input.tolist()]
+        return _texts(model_input.tolist())
     if not isinstance(model_input, (list, tuple)):
         raise refuse(f"a request must be a string, a list of strings or a 'prompt' column, not "
                      f"{type(model_input).__name__}")
-    return [str(v) for v in model_input]
+    return _texts(model_input)
+
+
+def _texts(values: Any) -> list[str]:
+    """``values`` when each is a string (a number is taken as its digits); a list, a dict or anything else nested
+    is one refusal naming its index (never its text: a 100,000-deep list has no printable form)."""
+    if not isinstance(values, (list, tuple)):
+        values = [values]
+    out = []
+    for i, v in enumerate(values):
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out.append(str(v))
+        else:
+            raise refuse(f"prompt {i} is not text ({type(v).__name__})")
+    return out
 
 
 class TunedModel(PythonModel):

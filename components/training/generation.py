@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from components import bounded
 from components.errors import InputError
 from components.training.tiny import ByteTokenizer
 
@@ -88,7 +89,7 @@ def read_task_rows(path: Path) -> list[dict[str, Any]]:
     """The rows :func:`write_task_rows` wrote; none when the file is absent (tokens from an older run)."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+    return [bounded.loads(line, str(path)) for line in bounded.iter_lines(path) if line.strip()]
 
 
 def decode_answer(tokenizer: Any, ids: list[int]) -> str:

@@ -9,10 +9,12 @@ register step's ``registration.json`` in the run's directory
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from components import bounded
+from components.errors import InputError
 
 GATE_PREFIX = "gated_by_"
 REGISTRATION_DIR = "register.registration_dir"  # the register step's output in a local run's summary
@@ -65,8 +67,8 @@ def promotion_phrase(summary: Mapping[str, Any]) -> str | None:
     if not where:
         return None
     try:
-        record = json.loads((Path(where) / "registration.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # a failed run has no registration: nothing to say
+        record = bounded.read_json(Path(where) / "registration.json", 64 << 10)
+    except (OSError, ValueError, InputError):  # a failed run has no registration: nothing to say
         return None
     phrase = record.get("promotion") if isinstance(record, dict) else None
     return phrase if isinstance(phrase, str) else None

@@ -12,7 +12,6 @@ tenth of training instead, and :func:`note` is the same for any other loop's pro
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +23,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from components import bounded
+from components.errors import InputError
 from components.record.telemetry import find_event_files, group_by_step, read_records
 from components.training.progress import PROGRESS_FILE
 
@@ -42,7 +43,7 @@ class TrainProgress:
 def read_train_progress(path: Path) -> TrainProgress | None:
     """The progress file at ``path``, or None when it is absent or not (yet) a progress file."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = bounded.read_json(path, 64 << 10, 4)  # a few numbers; a FIFO, link or huge file is not one
         return TrainProgress(
             step=int(raw["step"]),
             max_steps=int(raw["max_steps"]),
@@ -50,7 +51,7 @@ def read_train_progress(path: Path) -> TrainProgress | None:
             eta_s=None if raw.get("eta_s") is None else float(raw["eta_s"]),
             updated_at=float(raw["updated_at"]),
         )
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError, InputError):
         return None
 
 

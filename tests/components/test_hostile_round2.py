@@ -51,3 +51,24 @@ def test_a_request_whose_prompt_is_not_text_is_one_refusal(request_body: object)
 
     with pytest.raises(MlflowException, match="must be"):
         prompts_of(request_body)
+
+
+def _deep(n: int) -> list:
+    value: list = []
+    for _ in range(n):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("request_body", [
+    [_deep(100_000)],  # a prompt that is a 100,000-deep list: str() of it was a RecursionError
+    ["ok", {"prompt": "x"}],
+    {"prompt": ["ok", ["nested"]]},
+])
+def test_a_prompt_that_is_a_list_or_a_dict_is_one_refusal_naming_its_index(request_body: object) -> None:
+    from mlflow.exceptions import MlflowException
+
+    from components.serving.pyfunc_model import prompts_of
+
+    with pytest.raises(MlflowException, match=r"^prompt \d is not text \((list|dict)\)$"):
+        prompts_of(request_body)
