@@ -29,7 +29,7 @@ MIN_SECRET_CHARS = 6  # a shorter value blanked verbatim would blank ordinary wo
 _SECRET_KEY = re.compile(
     r"(^|_)(token|access_token|id_token|refresh_token|session_token|security_token|jwt|password|passwd|pwd|pw|pass"
     r"|passphrase|secret|client_secret|sig|signature|key|api_key|apikey|access_key|secret_key|private_key|privatekey"
-    r"|auth|authorization|credential|credentials|cred|creds|code|session|assertion|client_assertion|otp|cookie)$"
+    r"|auth|authorization|credential|credentials|cred|creds|code|session|sessionid|session_id|jsessionid|sid|assertion|client_assertion|otp|cookie)$"
     r"|^x_amz_(signature|credential|security_token)$|^x_goog_(signature|credential)$|^sv$|^se$")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _NO_AUTHORITY = re.compile(r"(?i)(models|runs|file|dbfs|mlflow-artifacts):/|/")  # models:/m@alias, /p: no userinfo
@@ -37,7 +37,7 @@ _NO_AUTHORITY = re.compile(r"(?i)(models|runs|file|dbfs|mlflow-artifacts):/|/") 
 _URI_RUN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S*")  # a bounded scheme: linear in the text
 # ``?token=x``, ``&jwt=x``, ``;pw=x``, ``#access_token=x`` in a URI or a bare path (urllib3 logs ``/api?token=x``):
 # the value runs to white space or the next ``&name=`` / ``;name=`` (a raw '&' or '#' in a secret is blanked too).
-_QUERY_PAIR = re.compile(r"(?<=[?&;#])([A-Za-z0-9_.%-]{1,128})=((?:[^\s&;]|[&;](?![A-Za-z0-9_.%-]{1,128}=))*)")
+_QUERY_PAIR = re.compile(r"(?<=[?&;#])([A-Za-z0-9_.%-]{1,128})=((?:[^\s&;#]|[&;#](?![A-Za-z0-9_.%-]{1,128}=))*)")
 _HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key|cookie|set-cookie)"
                      r"(['\"]?\s*[:=]\s*['\"]?)"
                      r"(?:(bearer|basic|token)\s+)?[^\s'\",;}]+")
@@ -63,7 +63,11 @@ _OWN_SECRETS: dict[str, Any] = {}  # secrets_in() of this process, and the argv 
 
 
 def _secret_key(key: str) -> bool:
-    return bool(_SECRET_KEY.search(key.strip().lower().replace("-", "_")))
+    """``key`` names a credential: percent-decoded (``to%6Ben``), camelCase split (``accessToken``), case folded."""
+    from urllib.parse import unquote
+
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", unquote(key.strip()))
+    return bool(_SECRET_KEY.search(words.lower().replace("-", "_")))
 
 
 def random_looking(value: str) -> bool:

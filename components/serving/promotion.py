@@ -27,7 +27,7 @@ CHALLENGER = "challenger"
 TAG = "llmpack.promotion"
 METRIC_TAG = "llmpack.metric."  # + the figure's name, e.g. llmpack.metric.eval_loss
 EVAL_SET_TAG = "llmpack.eval_set"
-EVAL_SET_FILES = ("eval_input_ids.npy", "eval_labels.npy")  # the tokenize step's eval split
+EVAL_SET_FILES = ("eval_input_ids.npy", "eval_labels.npy", "eval_prompts.jsonl")  # the eval split, its answers
 # Figures the run's record may hold when register runs, copied onto the version (and read back
 # from the champion's): the record adds cost and spin-up when the run closes, so a version
 # registered inside the run has them only where an earlier step logged them.
@@ -103,7 +103,7 @@ def parse_figure(text: str | None) -> float | None:
 
 
 def eval_set_fingerprint(tokens_dir: str | Path) -> str:
-    """``sha256:<16 hex>`` of the eval split's token ids and labels.
+    """``sha256:<16 hex>`` of the eval split's token ids and labels, and its prompts with their answers.
 
     Equal exactly when two runs scored the same data.
     """

@@ -1,94 +1,141 @@
-"""The tuned model as finetune wrote it: a seal over its files, and a private copy that is exactly them.
+"""A step's output as the step wrote it: a seal over its files, and a private copy that is exactly them.
 
-finetune saves the weights into a directory of its own (``mkdtemp``: mode 0700, inside its output),
-hashes every file there, moves them into place and signs the digests with the pipeline run
-(:data:`KIND`, :data:`SEAL_FILE` beside the weights): the digests are of what it wrote, never of
-whatever sits in the output later. evaluate and register never load or log the output itself:
-:func:`private_copy` copies each sealed file once into a private directory, hashing as it copies,
-and refuses the copy unless every file is the signed one (a file swapped, edited, added to the seal
-or missing since finetune); they read only the copy, so what is scored, signed, logged and
-registered is what finetune wrote.
+Two outputs are sealed: the tokenize step's (:data:`TOKENS`: the eval split, its prompts and
+answers, which evaluate scores and promotion compares) and finetune's tuned model (:data:`MODEL`).
+The step writes them into a directory of its own process (``mkdtemp`` in the step's temporary
+directory: the pod's own filesystem, never the shared volume its output is on), then
+:func:`sealed_output` copies each file into the output, hashing the bytes as it writes them, and
+signs those digests with the pipeline run (``<kind>.seal.json`` beside them): what is signed is
+what the step wrote, whatever a writer of the volume does to the output later or meanwhile.
+evaluate and register never read a sealed output itself: :func:`private_copy` copies each sealed
+file once into a private directory, hashing as it copies, and refuses the copy unless every file is
+the signed one (swapped, edited or missing since); they read only the copy.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from components import bounded, provenance
 from components.errors import InputError
 
-KIND = "tuned-model"
-SEAL_FILE = "llmpack-model.seal.json"
 MAX_SEAL_BYTES = 1 << 20
 MAX_FILES = 4096
 _CHUNK = 1 << 20
 
 
+@dataclass(frozen=True)
+class Kind:
+    """What is sealed: the signature's kind, and the seal's file name in the output."""
+
+    name: str
+    seal_file: str
+    what: str  # how a refusal names the output's writer
+
+
+TOKENS = Kind("tokens", "llmpack-tokens.seal.json", "the tokenize step")
+MODEL = Kind("tuned-model", "llmpack-model.seal.json", "finetune")
+SEAL_FILE = MODEL.seal_file
+
+
 def _problem(name: object) -> str | None:
-    """Why ``name`` is not a relative path inside the model directory; None when it is."""
+    """Why ``name`` is not a relative path inside the output; None when it is."""
     if not isinstance(name, str) or not name or len(name) > 1024 or "\\" in name or "\0" in name:
         return f"an entry {name!r:.80} that is not a file path"
     parts = name.split("/")
-    if name.startswith("/") or any(p in ("", ".", "..") for p in parts) or name == SEAL_FILE:
-        return f"{name!r:.80}: only files inside the model directory may be named (no '..' or absolute path)"
+    if name.startswith("/") or any(p in ("", ".", "..") for p in parts) or name.endswith(".seal.json"):
+        return f"{name!r:.80}: only files inside the output may be named (no '..' or absolute path)"
     return None
 
 
-def save_sealed(out: Path, weights: str, save: Callable[[Path], None], meta_name: str, meta: bytes,
-                pipeline_run: str) -> dict[str, dict[str, Any]]:
-    """``save(dir)`` writes the weights into a private directory; they and ``meta`` go to ``out/weights`` and
-    ``out/meta_name``, and their digests, signed, to ``out/SEAL_FILE``. Returns the digests."""
-    from components.serving.signed import model_files
+def _clear(path: Path) -> None:
+    """Remove what is at ``path`` (a planted link is unlinked, never followed)."""
+    if os.path.islink(path) or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
 
-    out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".llmpack-weights-", dir=out))  # 0700: only this user writes it
+
+def _copy_hashing(src: Path, dst: Path) -> dict[str, Any]:
+    """``src`` (in the step's private directory) written to ``dst``: the digest of the bytes written."""
+    tmp = dst.with_name(f".{dst.name}.{secrets.token_hex(4)}.tmp")
+    digest, size = hashlib.sha256(), 0
+    out_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
-        save(staging / weights)
-        bounded.write_atomic(staging / meta_name, meta)
-        files = model_files(staging, weights, meta_name)  # hashed where no one else can write
-        target = out / weights
-        if os.path.islink(target) or target.is_file():
-            target.unlink()
-        elif target.exists():
-            shutil.rmtree(target)
-        os.replace(staging / weights, target)
-        os.replace(staging / meta_name, out / meta_name)
+        with open(src, "rb") as fh, os.fdopen(out_fd, "wb") as out:
+            while chunk := fh.read(_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+                out.write(chunk)
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return {"sha256": digest.hexdigest(), "bytes": size}
+
+
+@contextmanager
+def sealed_output(out: Path, kind: Kind, pipeline_run: str, **fields: str) -> Iterator[Path]:
+    """A private directory to write the output in; on a clean exit its files go to ``out`` and are sealed.
+
+    ``fields`` (strings) are signed with the digests (the model's ``weights`` and ``meta``).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix="llmpack-seal-"))  # the step's own temporary directory, 0700
+    try:
+        yield staging
+        files: dict[str, dict[str, Any]] = {}
+        for top in sorted(os.listdir(staging)):
+            _clear(out / top)
+        for directory, dirs, names in os.walk(staging):
+            dirs.sort()
+            rel_dir = Path(directory).relative_to(staging)
+            (out / rel_dir).mkdir(exist_ok=True)
+            if not stat.S_ISDIR(os.lstat(out / rel_dir).st_mode):  # a link planted since: never written through
+                raise InputError(f"{out / rel_dir}: not a directory (a symlink is refused); the output is not sealed")
+            for name in sorted(names):
+                src = Path(directory) / name
+                if not stat.S_ISREG(os.lstat(src).st_mode):
+                    raise InputError(f"{src}: not a regular file; a sealed output holds regular files only")
+                rel = (rel_dir / name).as_posix()
+                files[rel] = _copy_hashing(src, out / rel)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    doc = {"weights": weights, "meta": meta_name, "files": files, "pipeline_run": pipeline_run}
-    bounded.write_atomic(out / SEAL_FILE, (provenance.canonical({**doc, "signature": provenance.sign(KIND, doc)})
-                                           + b"\n"))
-    return files
+    doc = {**fields, "files": files, "pipeline_run": pipeline_run}
+    seal = provenance.canonical({**doc, "signature": provenance.sign(kind.name, doc)}) + b"\n"
+    bounded.write_atomic(out / kind.seal_file, seal)
 
 
-def verified_seal(model_dir: Path, pipeline_run: str) -> dict[str, Any]:
-    """The seal finetune signed for ``model_dir``: ``weights``, ``meta`` and ``files``; else one :class:`InputError`.
+def verified_seal(out: Path, pipeline_run: str, kind: Kind = MODEL) -> dict[str, Any]:
+    """The seal ``kind.what`` signed for ``out``: its ``files`` (and fields); else one :class:`InputError`.
 
     Unsigned, signed with another key, edited, or of another pipeline run (one signed with no run name is
-    taken in any): nothing of the model is read.
+    taken in any): nothing of the output is read.
     """
-    path = model_dir / SEAL_FILE
+    path = out / kind.seal_file
     try:
         doc = bounded.read_json(path, MAX_SEAL_BYTES, max_depth=6)
     except FileNotFoundError:
-        raise InputError(f"{model_dir}: no {SEAL_FILE}: not a model llmpack's finetune wrote with your key "
-                         "(evaluate and register take no unsealed model)") from None
+        raise InputError(f"{out}: no {kind.seal_file}: not an output {kind.what} wrote with your key "
+                         "(evaluate and register take no unsealed input)") from None
     if not isinstance(doc, dict):
-        raise InputError(f"{path}: not a model seal (a JSON object is expected)")
+        raise InputError(f"{path}: not a seal (a JSON object is expected)")
     signed = {k: v for k, v in doc.items() if k != "signature"}
-    if not provenance.verify(KIND, signed, doc.get("signature")):
+    if not provenance.verify(kind.name, signed, doc.get("signature")):
         raise InputError(f"{path}: not signed by this environment's key (edited, forged or written by hand); "
-                         "the model is not trusted")
-    files, weights, meta = doc.get("files"), doc.get("weights"), doc.get("meta")
-    if not isinstance(files, dict) or not 0 < len(files) <= MAX_FILES or not isinstance(weights, str) \
-            or not isinstance(meta, str) or meta not in files:
+                         "not trusted")
+    files = doc.get("files")
+    if not isinstance(files, dict) or not 0 < len(files) <= MAX_FILES:
         raise InputError(f"{path}: a seal without its files")
     for name, want in files.items():
         bad = _problem(name)
@@ -97,12 +144,21 @@ def verified_seal(model_dir: Path, pipeline_run: str) -> dict[str, Any]:
             raise InputError(f"{path}: {bad or f'no digest for {name!r:.80}'}")
     signed_run = str(doc.get("pipeline_run") or "")
     if signed_run and pipeline_run and signed_run != pipeline_run:
-        raise InputError(f"{path}: the model is pipeline run {signed_run!r}'s, not {pipeline_run!r}'s; not trusted")
+        raise InputError(f"{path}: the output is pipeline run {signed_run!r}'s, not {pipeline_run!r}'s; not trusted")
     return signed
 
 
-def private_copy(model_dir: Path, files: Mapping[str, Mapping[str, Any]], dest: Path) -> Path:
-    """Each of ``files`` copied once from ``model_dir`` into ``dest`` (made 0700), hashed as it is copied.
+def verified_model(model_dir: Path, pipeline_run: str) -> dict[str, Any]:
+    """finetune's seal for ``model_dir``, naming its ``weights`` directory and its ``meta`` file among its files."""
+    seal = verified_seal(model_dir, pipeline_run, MODEL)
+    weights, meta = seal.get("weights"), seal.get("meta")
+    if weights not in ("adapter", "full") or not isinstance(meta, str) or meta not in seal["files"]:
+        raise InputError(f"{model_dir / MODEL.seal_file}: a model seal without its weights and metadata")
+    return seal
+
+
+def private_copy(src_dir: Path, files: Mapping[str, Mapping[str, Any]], dest: Path) -> Path:
+    """Each of ``files`` copied once from ``src_dir`` into ``dest`` (made 0700), hashed as it is copied.
 
     A file that is not a regular file, or whose bytes are not its signed size and sha256, is one
     :class:`InputError` naming it; ``dest`` is then removed. Returns ``dest``.
@@ -112,13 +168,13 @@ def private_copy(model_dir: Path, files: Mapping[str, Mapping[str, Any]], dest: 
         for name, want in files.items():
             bad = _problem(name)
             if bad is not None:
-                raise InputError(f"{model_dir}: {bad}")
+                raise InputError(f"{src_dir}: {bad}")
             target = dest / name
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             try:
-                fd = bounded.open_regular(model_dir / name)
+                fd = bounded.open_regular(src_dir / name)
             except FileNotFoundError:
-                raise InputError(f"{model_dir / name}: missing since finetune sealed the model; not trusted") from None
+                raise InputError(f"{src_dir / name}: missing since it was sealed; not trusted") from None
             digest, size, limit = hashlib.sha256(), 0, int(want["bytes"])
             with os.fdopen(fd, "rb") as src, open(target, "xb") as dst:
                 while chunk := src.read(min(_CHUNK, limit - size + 1)):
@@ -128,7 +184,7 @@ def private_copy(model_dir: Path, files: Mapping[str, Mapping[str, Any]], dest: 
                     digest.update(chunk)
                     dst.write(chunk)
             if size != limit or digest.hexdigest() != want["sha256"]:
-                raise InputError(f"{model_dir / name}: not the file finetune sealed (changed since: other bytes); "
+                raise InputError(f"{src_dir / name}: not the file that was sealed (changed since: other bytes); "
                                  "not trusted, nothing scored or registered")
             os.chmod(target, stat.S_IRUSR)
     except BaseException:

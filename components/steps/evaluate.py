@@ -22,7 +22,7 @@ from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Metrics, M
 from components.errors import InputError, StepFailed
 from components.reporting import current, emit, metric
 from components.serving.promotion import eval_set_fingerprint
-from components.serving.sealed import private_copy, verified_seal
+from components.serving.sealed import TOKENS, private_copy, verified_model, verified_seal
 from components.serving.signed import SIGNATURE_FILE, sign_evaluation
 from components.training.generation import (
     TASK_FILE,
@@ -35,6 +35,9 @@ from components.training.generation import (
     score,
 )
 from components.training.modeling import MODEL_META, device_and_dtype, load_base_model, load_pretrained, take_tuned
+
+#: the tokenize step's files evaluate reads: the eval split, its prompts and answers, the pad id
+EVAL_INPUTS = frozenset({"eval_input_ids.npy", "eval_labels.npy", TASK_FILE, "meta.json"})
 
 
 def mean_token_loss(net: Any, input_ids: Any, labels: Any, batch_size: int, device: Any, amp_dtype: Any) -> float:
@@ -106,14 +109,18 @@ def evaluate(
     device, amp_dtype = device_and_dtype()
     if device.type == "cpu":
         torch.use_deterministic_algorithms(True)
-    src = Path(tokens.path)
-    input_ids = torch.from_numpy(np.load(src / "eval_input_ids.npy"))
-    labels = torch.from_numpy(np.load(src / "eval_labels.npy"))
     tel = current()
     pipeline_run = tel.ctx.pipeline_run if tel is not None else ""
-    # what is scored: the files finetune sealed, copied once into a private directory and loaded from there
-    scored = verified_seal(Path(model.path), pipeline_run)["files"]
+    # what is scored, and on what: the files finetune and tokenize sealed, each copied once into a private
+    # directory and read only there (components.serving.sealed)
+    scored = verified_model(Path(model.path), pipeline_run)["files"]
+    token_files = verified_seal(Path(tokens.path), pipeline_run, TOKENS)["files"]
+    needed = {name: want for name, want in token_files.items() if name in EVAL_INPUTS}
     with tempfile.TemporaryDirectory(prefix="llmpack-evaluate-") as private:
+        src = private_copy(Path(tokens.path), needed, Path(private) / "tokens")
+        eval_set = eval_set_fingerprint(src)  # of the very bytes scored
+        input_ids = torch.from_numpy(np.load(src / "eval_input_ids.npy"))
+        labels = torch.from_numpy(np.load(src / "eval_labels.npy"))
         copy = private_copy(Path(model.path), scored, Path(private) / "model")
         meta = bounded.read_json(copy / MODEL_META)
         if not isinstance(meta, dict) or meta.get("method") not in ("lora", "full"):
@@ -121,7 +128,7 @@ def evaluate(
         rows = read_task_rows(src / TASK_FILE)
         gate = choose_gate(gate_metric, len(rows))  # a bad name fails before any model is loaded
         tokenizer = load_tokenizer(meta["base_model"]) if rows else None
-        pad_id = int(json.loads((src / "meta.json").read_text())["pad_id"])
+        pad_id = int(bounded.read_json(src / "meta.json")["pad_id"])
 
         def answers(net: Any) -> TaskScore:
             """``net``'s greedy answers to the held-out prompts, scored."""
@@ -163,7 +170,7 @@ def evaluate(
         "base_perplexity": math.exp(base_loss),
         "improvement": base_loss - eval_loss,
         "min_improvement": min_improvement,
-        "eval_set": eval_set_fingerprint(src),  # what promotion compares versions on (components.serving.promotion)
+        "eval_set": eval_set,  # what promotion compares versions on (components.serving.promotion)
         **task,
         "gate_metric": gate,  # the metric min_improvement applied to
     }

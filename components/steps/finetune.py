@@ -29,7 +29,7 @@ from components import reporting, settings
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Output, Resources, Retry, step
 from components.errors import InputError
 from components.reporting import emit_step, metric, submitted_at
-from components.serving.sealed import save_sealed
+from components.serving.sealed import MODEL, sealed_output
 from components.training.checkpointing import (
     real_run_dir,
     remove_scratch,
@@ -190,11 +190,13 @@ def save_outputs(out: Path, net: Any, whole: dict[str, Any] | None, *, method: s
         # find that out (a network request for `tiny`, which is no hub id).
         extra["save_embedding_layers"] = False
     tel = reporting.current()
-    # saved where only this user writes, hashed there, signed: evaluate and register take exactly these bytes
-    save_sealed(out, "adapter" if method == "lora" else "full",
-                lambda weights_dir: net.save_pretrained(weights_dir, safe_serialization=True, **extra),
-                MODEL_META, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode(),
-                tel.ctx.pipeline_run if tel is not None else "")
+    weights = "adapter" if method == "lora" else "full"
+    # written in this process's own directory, copied out hashing what is written, signed: evaluate and register
+    # take exactly these bytes (components.serving.sealed)
+    with sealed_output(out, MODEL, tel.ctx.pipeline_run if tel is not None else "", weights=weights,
+                       meta=MODEL_META) as private:
+        net.save_pretrained(private / weights, safe_serialization=True, **extra)
+        (private / MODEL_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     if fused_evaluate:
         keep_tuned(out, net)  # for evaluate, when it runs fused in this process
 

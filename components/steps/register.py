@@ -84,7 +84,7 @@ def register(
     tel = current()
     pipeline_run = tel.ctx.pipeline_run if tel is not None else ""
     model_dir = Path(model.path)
-    sealed_files = sealed.verified_seal(model_dir, pipeline_run)["files"]  # what finetune wrote, signed
+    sealed_files = sealed.verified_model(model_dir, pipeline_run)["files"]  # what finetune wrote, signed
     # before anything is logged: the user's key signed this evaluation, of these files, in this run
     evaluation = signed.verified_evaluation(Path(metrics.path), model=sealed_files, pipeline_run=pipeline_run)
     with tempfile.TemporaryDirectory(prefix="llmpack-register-") as scratch:

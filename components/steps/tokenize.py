@@ -9,6 +9,7 @@ from typing import Any
 
 from components.dsl import Dataset, Execution, Input, Output, Resources, step
 from components.errors import InputError
+from components.serving.sealed import TOKENS, sealed_output
 from components.training.data import builtin_task, read_split
 from components.training.generation import TASK_FILE, task_rows, write_task_rows
 from components.training.pretrained import is_alias
@@ -86,28 +87,30 @@ def tokenize(dataset: Input[Dataset], tokens: Output[Dataset], model: str = "tin
     """Tokenize (byte-level for tiny, the model's own tokenizer otherwise) and pack to seq_len."""
     import numpy as np
 
-    from components.reporting import metric
+    from components.reporting import current, metric
 
     if seq_len < 8:
         raise InputError(f"seq_len {seq_len} is too small (minimum 8)")
     tokenizer = load_tokenizer(model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    out = Path(tokens.path)
+    tel = current()
     counts = {}
-    for split, keep_tail in (("train", False), ("eval", True)):
-        rows = read_split(Path(dataset.path) / f"{split}.jsonl")
-        pairs = [pair_ids(tokenizer, row) for row in rows]
-        if split == "eval":  # the held-out prompts evaluate answers, with their expected answers
-            answerable, too_long = task_rows(pairs, rows, max_prompt_tokens=seq_len, task_of=builtin_task)
-            write_task_rows(out / TASK_FILE, answerable)
-            metric("task_rows_too_long", too_long)
-        blocks, labels = pack(pairs, seq_len, pad_id, keep_tail=keep_tail)
-        if not blocks:
-            raise InputError(f"{split} split has fewer than {seq_len} tokens; lower seq_len or add data")
-        np.save(out / f"{split}_input_ids.npy", np.asarray(blocks, dtype=np.int64))
-        np.save(out / f"{split}_labels.npy", np.asarray(labels, dtype=np.int64))
-        counts[split] = len(blocks)
-    meta = {"model": model, "seq_len": seq_len, "pad_id": int(pad_id), "train_blocks": counts["train"],
-            "eval_blocks": counts["eval"]}
-    (out / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    # written in this process's own directory, then copied out and sealed: evaluate scores exactly these bytes
+    with sealed_output(Path(tokens.path), TOKENS, tel.ctx.pipeline_run if tel is not None else "") as out:
+        for split, keep_tail in (("train", False), ("eval", True)):
+            rows = read_split(Path(dataset.path) / f"{split}.jsonl")
+            pairs = [pair_ids(tokenizer, row) for row in rows]
+            if split == "eval":  # the held-out prompts evaluate answers, with their expected answers
+                answerable, too_long = task_rows(pairs, rows, max_prompt_tokens=seq_len, task_of=builtin_task)
+                write_task_rows(out / TASK_FILE, answerable)
+                metric("task_rows_too_long", too_long)
+            blocks, labels = pack(pairs, seq_len, pad_id, keep_tail=keep_tail)
+            if not blocks:
+                raise InputError(f"{split} split has fewer than {seq_len} tokens; lower seq_len or add data")
+            np.save(out / f"{split}_input_ids.npy", np.asarray(blocks, dtype=np.int64))
+            np.save(out / f"{split}_labels.npy", np.asarray(labels, dtype=np.int64))
+            counts[split] = len(blocks)
+        meta = {"model": model, "seq_len": seq_len, "pad_id": int(pad_id), "train_blocks": counts["train"],
+                "eval_blocks": counts["eval"]}
+        (out / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     metric("train_tokens_available", counts["train"] * seq_len)

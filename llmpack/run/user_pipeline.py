@@ -73,12 +73,17 @@ def load_pipeline(ref: str | None) -> Any:
 
 
 def step_pythonpath(ref: str | None, env: dict[str, str]) -> dict[str, str]:
-    """The step processes' environment: the current directory on ``PYTHONPATH`` when a ``--pipeline`` is run."""
-    if ref is None:
-        return env
-    here = os.getcwd()
+    """The step processes' environment: the current directory on ``PYTHONPATH`` when a ``--pipeline`` is run.
+
+    An empty entry (``PYTHONPATH=:/x``, what ``export PYTHONPATH=$PYTHONPATH:/x`` makes when it was unset) is
+    the working directory to Python, even under ``-P``: it is dropped, so nothing from there is imported
+    (``sitecustomize.py``...) unless ``--pipeline`` asks for it."""
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return env if here in parts else {**env, "PYTHONPATH": os.pathsep.join([here, *parts])}
+    if ref is not None and os.getcwd() not in parts:
+        parts.insert(0, os.getcwd())
+    if parts:
+        return {**env, "PYTHONPATH": os.pathsep.join(parts)}
+    return {k: v for k, v in env.items() if k != "PYTHONPATH"}
 
 
 # The pipeline parameters the run commands give by flags of their own (``--max-steps 5``, not ``--param``).

@@ -247,14 +247,15 @@ def test_a_signed_evaluation_of_other_files_or_another_run_registers_nothing(
     weights = other / "adapter" / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1] + b"\1")
     r = _register(tmp_path, other, store["eval"], store["uri"], store["key"], "pr-other-files")
-    _refused(r, store, before, champion, "adapter_model.safetensors: not the file finetune sealed")  # by the seal
+    _refused(r, store, before, champion, "adapter_model.safetensors: not the file that was sealed")  # by the seal
     # another model finetune sealed with the user's key, beside the evaluation of the first: the evaluation's refusal
-    from components.serving.sealed import save_sealed
+    from components.serving.sealed import MODEL, sealed_output
 
     monkeypatch.setenv("LLMPACK_SIGNING_KEY_FILE", str(store["key"]))
     resealed = tmp_path / "resealed"
-    save_sealed(resealed, "adapter", lambda d: shutil.copytree(other / "adapter", d), "llmpack-model.json",
-                (other / "llmpack-model.json").read_bytes(), "")
+    with sealed_output(resealed, MODEL, "", weights="adapter", meta="llmpack-model.json") as private:
+        shutil.copytree(other / "adapter", private / "adapter")
+        shutil.copy(other / "llmpack-model.json", private / "llmpack-model.json")
     r = _register(tmp_path, resealed, store["eval"], store["uri"], store["key"], "pr-other-files")
     _refused(r, store, before, champion,
              "the evaluation scored other model files (adapter/adapter_model.safetensors differ)")

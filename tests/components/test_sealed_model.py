@@ -59,7 +59,7 @@ def test_an_adapter_swapped_after_finetune_is_not_scored(tokens: Path, finetuned
     swapped[-1] ^= 0x01  # one bit of one weight: same size, other bytes
     (model / ADAPTER).write_bytes(bytes(swapped))
     r = _evaluate(tokens, model, tmp_path / "m", env)
-    _refused(r, "not the file finetune sealed")
+    _refused(r, "not the file that was sealed")
     assert not (tmp_path / "m" / "metrics.json").exists()
 
 
@@ -68,7 +68,7 @@ def test_an_unsealed_or_resealed_model_is_not_scored(tokens: Path, finetuned: Pa
     model = _copy(finetuned, tmp_path)
     seal = json.loads((model / sealed.SEAL_FILE).read_text())
     (model / sealed.SEAL_FILE).unlink()
-    _refused(_evaluate(tokens, model, tmp_path / "a", env), "no llmpack-model.seal.json")
+    _refused(_evaluate(tokens, model, tmp_path / "a", env), "no llmpack-model.seal.json: not an output finetune wrote")
     # the swapped file's digest written into the seal: the signature no longer verifies
     (model / ADAPTER).write_bytes(b"\0" * 64)
     seal["files"][ADAPTER] = {"bytes": 64, "sha256": "b5" * 32}
@@ -92,15 +92,15 @@ def test_an_adapter_swapped_after_evaluate_is_not_registered(tokens: Path, finet
     (model / ADAPTER).write_bytes((model / ADAPTER).read_bytes()[:-1] + b"\0")
     r = run_step(REG, f"--input=model={model}", f"--input=metrics={tmp_path / 'm'}",
                  f"--output=registration={tmp_path / 'r'}", cwd=tmp_path, env=env)
-    _refused(r, "not the file finetune sealed")
+    _refused(r, "not the file that was sealed")
     assert not (tmp_path / "r" / "registration.json").exists()
 
 
 def _save(out: Path, run: str) -> None:
-    def weights(d: Path) -> None:
-        d.mkdir()
-        (d / "w.bin").write_bytes(b"weights")
-    sealed.save_sealed(out, "adapter", weights, MODEL_META, b'{"method": "lora"}\n', run)
+    with sealed.sealed_output(out, sealed.MODEL, run, weights="adapter", meta=MODEL_META) as private:
+        (private / "adapter").mkdir()
+        (private / "adapter" / "w.bin").write_bytes(b"weights")
+        (private / MODEL_META).write_text('{"method": "lora"}\n')
 
 
 def test_a_model_sealed_in_another_pipeline_run_is_refused(tmp_path: Path) -> None:
@@ -116,9 +116,64 @@ def test_the_private_copy_is_exactly_the_sealed_bytes_or_nothing(tmp_path: Path)
     copy = sealed.private_copy(tmp_path / "m", files, tmp_path / "c")
     assert (copy / "adapter" / "w.bin").read_bytes() == b"weights" and oct(copy.stat().st_mode)[-3:] == "700"
     (tmp_path / "m" / "adapter" / "w.bin").write_bytes(b"weights and more")  # longer: read stops at the seal's size
-    with pytest.raises(InputError, match="not the file finetune sealed"):
+    with pytest.raises(InputError, match="not the file that was sealed"):
         sealed.private_copy(tmp_path / "m", files, tmp_path / "d")
     assert not (tmp_path / "d").exists()  # nothing half-copied is left
     bad = {"../escape": files["adapter/w.bin"]}
-    with pytest.raises(InputError, match="only files inside the model directory"):
+    with pytest.raises(InputError, match="only files inside the output"):
         sealed.private_copy(tmp_path / "m", bad, tmp_path / "e")
+
+
+def test_the_output_is_written_outside_the_volume_and_sealed_as_written(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The third check's race: peft wrote into a staging directory inside the output, and the seal hashed the files
+    back from there, so a writer of the volume flipping a bit in between had its bytes signed. Now the staging is
+    the process's own temporary directory, and the digest is of the bytes as they are copied out."""
+    out = tmp_path / "volume" / "model"
+    real_replace = os.replace
+
+    def flip_after_write(src: str | Path, dst: str | Path) -> None:  # a writer of the volume, just after each write
+        real_replace(src, dst)
+        if Path(dst).name == "w.bin":
+            Path(dst).write_bytes(b"weightz")
+
+    with sealed.sealed_output(out, sealed.MODEL, "", weights="adapter", meta=MODEL_META) as private:
+        assert not private.resolve().is_relative_to(out.parent.resolve())
+        (private / "adapter").mkdir()
+        (private / "adapter" / "w.bin").write_bytes(b"weights")
+        (private / MODEL_META).write_text('{"method": "lora"}\n')
+        monkeypatch.setattr(os, "replace", flip_after_write)
+    monkeypatch.undo()
+    files = sealed.verified_model(out, "")["files"]
+    with pytest.raises(InputError, match="w.bin: not the file that was sealed"):  # the seal holds what was written
+        sealed.private_copy(out, files, tmp_path / "copy")
+
+
+@pytest.mark.parametrize("victim", ["eval_prompts.jsonl", "eval_labels.npy", "meta.json"])
+def test_a_tokens_file_changed_after_tokenize_is_not_scored(tokens: Path, finetuned: Path, tmp_path: Path,
+                                                            env: dict[str, str], victim: str) -> None:
+    """The eval split, its answers (the gate's exact match) and its meta: sealed by tokenize, read from a private
+    copy by evaluate, so rewriting the answers to what the adapter says, or swapping the split for the scoring and
+    back for the fingerprint, is refused."""
+    tok = tmp_path / "tok"
+    shutil.copytree(tokens, tok)
+    path = tok / victim
+    if victim == "meta.json":
+        path.unlink()
+        os.mkfifo(path)  # a reader that opened it would block for ever
+    else:
+        data = bytearray(path.read_bytes())
+        data[-2] ^= 0x01
+        path.write_bytes(bytes(data))
+    r = _evaluate(tok, finetuned, tmp_path / "m", env)
+    _refused(r, "a FIFO" if victim == "meta.json" else "not the file that was sealed")
+    assert not (tmp_path / "m" / "metrics.json").exists()
+
+
+def test_the_eval_set_fingerprint_covers_the_answers(tmp_path: Path) -> None:
+    from components.serving.promotion import eval_set_fingerprint
+
+    for d, answer in (("a", "olleh"), ("b", "hello")):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "eval_prompts.jsonl").write_text(json.dumps({"answer": answer}) + "\n")
+    assert eval_set_fingerprint(tmp_path / "a") != eval_set_fingerprint(tmp_path / "b")

@@ -33,14 +33,14 @@ def trained(model: Output[Model], metrics: Output[Metrics], fail: bool = False, 
     """What finetune and evaluate leave for register."""
     if fail:
         raise RuntimeError("trained: asked to fail")
-    from components.serving.sealed import save_sealed
+    from components.serving.sealed import MODEL, sealed_output, verified_model
 
-    def weights(d: Path) -> None:
-        d.mkdir()
-        (d / "adapter_model.safetensors").write_bytes(b"weights")
     # sealed as finetune seals its output (components.serving.sealed)
-    files = save_sealed(Path(model.path), "adapter", weights, "llmpack-model.json",
-                        json.dumps({"method": "lora", "base_model": "tiny"}).encode(), "")
+    with sealed_output(Path(model.path), MODEL, "", weights="adapter", meta="llmpack-model.json") as private:
+        (private / "adapter").mkdir()
+        (private / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
+        (private / "llmpack-model.json").write_text(json.dumps({"method": "lora", "base_model": "tiny"}))
+    files = verified_model(Path(model.path), "")["files"]
     if not no_metrics:  # an evaluation as evaluate writes it: signed, for these files (components.serving.signed)
         from components.serving.signed import SIGNATURE_FILE, sign_evaluation
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from components import bounded
 from components.errors import InputError
+from components.redaction import printable
 from llmpack.cluster.k8s import LABEL_PREFIX
 from llmpack.cluster.k8s.objects import dig, object_label, shape_problem
 from llmpack.cluster.k8s.podphases import is_llmpack_pod, orchestrator_of
@@ -63,14 +64,16 @@ def load_dump(path: str | Path, kind: str = "pods") -> list[dict[str, Any]]:
             raise InputError(f"{name}: 'items' is a {type(items).__name__}, expected a list of {expected} objects")
     else:
         other = data.get("kind") if isinstance(data, dict) else None
-        what = f"a {other} object" if other and not str(other).endswith("List") else "no 'items' list"
+        shown = printable(str(other), 60)
+        what = f"a {shown} object" if other and not str(other).endswith("List") else "no 'items' list"
         raise InputError(f"{name}: not a 'kubectl get {kind} -o json' dump ({what})")
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise InputError(f"{name}: items[{i}] is not an object")
         item_kind = item.get("kind")
         if item_kind and item_kind != expected:
-            raise InputError(f"{name}: items[{i}] is a {item_kind}, expected a {expected} (is this the {kind} dump?)")
+            raise InputError(f"{name}: items[{i}] is a {printable(str(item_kind), 60)}, expected a {expected} "
+                             f"(is this the {kind} dump?)")
         if not dig(item, "metadata", "name"):
             raise InputError(f"{name}: items[{i}]: missing metadata.name")
         problem = shape_problem(kind, item)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import InputError
+from components.redaction import printable
 from llmpack.cluster.k8s import LABEL_PREFIX, RUN_GROUP_LABEL
 from llmpack.cluster.k8s.dumps import load_events, load_nodes, load_pods
 from llmpack.cluster.k8s.objects import DumpError, join_detail
@@ -75,6 +76,8 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
                 r["phase"] or "-",
             )
         )
+    # a dump's names and annotations (the Argo node name is free text) shown, never obeyed: no escape bytes
+    table = [table[0], *(tuple(printable(str(cell), 80) for cell in line) for line in table[1:])]
     widths = [max(len(str(line[c])) for line in table) for c in range(len(header))]
     numeric = {5, 6, 7, 8, 9}
     out = []

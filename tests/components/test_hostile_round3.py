@@ -1,0 +1,61 @@
+"""The third independent check's findings that are not about the sealed outputs (test_sealed_model.py has those).
+
+Each failed before its fix: the outage hint printed a query or fragment token, a Python started with an
+empty PYTHONPATH entry imported from the working directory, and `cluster timeline` printed escape bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from components.redaction import printable
+
+
+@pytest.mark.parametrize("uri", [
+    "http://127.0.0.1:9/?run=7#token=hunter2pass", "http://h/?a=1?token=hunter2pass", "http://h/?a=1,token=hunter2pass",
+    "http://h/#a=1#pw=hunter2pass", "http://h/?accessToken=hunter2pass", "http://h/?authToken=hunter2pass",
+    "http://h/?apiToken=hunter2pass", "http://h/?sessionid=hunter2pass", "http://h/?to%6Ben=hunter2pass",
+    "http://u:hunter2pass@h:5000",
+])
+def test_the_outage_hint_names_the_store_without_its_secret(uri: str, monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    from llmpack.run.local import sync_hint
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'm.db'}")
+    line = sync_hint(tmp_path / "run", uri)
+    assert "--tracking-uri" in line and "hunter2pass" not in line, line
+    assert "hunter2pass" not in printable(uri, 400)
+
+
+def test_an_empty_pythonpath_entry_is_dropped_from_the_step_processes(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    from llmpack.run.user_pipeline import step_pythonpath
+
+    monkeypatch.chdir(tmp_path)
+    env = step_pythonpath(None, {"PYTHONPATH": ":/opt/x:", "HOME": "/h"})
+    assert env["PYTHONPATH"] == "/opt/x"  # '' would be the working directory, even under -P
+    assert "PYTHONPATH" not in step_pythonpath(None, {"PYTHONPATH": ":"})
+    assert step_pythonpath("mine:pipe", {"PYTHONPATH": ":"})["PYTHONPATH"] == str(tmp_path)  # --pipeline: asked for
+
+
+def test_cluster_timeline_prints_no_escape_byte_from_a_dump(tmp_path: Path) -> None:
+    from llmpack.cluster.k8s.timeline import format_table
+
+    evil = "\x1b]52;c;cHduZWQ=\x07\u202e\x9b31m"
+    row = {"pod": "p" + evil, "orchestrator": "argo", "role": "step", "step": "finetune" + evil, "instance_type": None,
+           "queue_s": 1.0, "provision_s": None, "image_pull_s": None, "start_s": 2.0, "run_s": 3.0,
+           "phase": "Succeeded"}
+    out = format_table([row])
+    assert not any(not c.isprintable() for c in out.replace("\n", "")), repr(out)
+    from components.errors import InputError
+    from llmpack.cluster.k8s.dumps import load_dump
+
+    (tmp_path / "pods.json").write_text(json.dumps({"kind": "Evil" + evil}))
+    with pytest.raises(InputError) as err:
+        load_dump(tmp_path / "pods.json")
+    assert all(c.isprintable() for c in str(err.value)), repr(str(err.value))
+    assert os.path.exists(tmp_path / "pods.json")
