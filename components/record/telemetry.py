@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from components import bounded, settings
+from components.errors import InputError
 from components.record import gpu_metrics
 
 EVENTS_FILE = "llmpack-events.jsonl"
@@ -157,6 +158,10 @@ def record_problem(rec: Record) -> str | None:
     return None
 
 
+MAX_RECORDS_BYTES = 64 << 20  # every event file of a run read together
+MAX_EVENT_FILES = 10_000
+
+
 def read_records_counted(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Record], int]:
     """``(records, skipped)``: :func:`read_records` and how many non-empty lines were not a storable record.
 
@@ -166,10 +171,14 @@ def read_records_counted(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[
     :class:`~components.errors.InputError` naming it and the limit.
     """
     by_key: dict[str, Record] = {}
-    skipped = 0
-    for path in paths:
+    skipped = total = 0
+    for n, path in enumerate(paths):
         if not os.path.lexists(path):
             continue
+        total += os.lstat(path).st_size
+        if total > MAX_RECORDS_BYTES or n >= MAX_EVENT_FILES:  # many planted files, each under its own limit
+            raise InputError(f"{path}: the event files read together pass {MAX_EVENT_FILES:,} files or "
+                             f"{MAX_RECORDS_BYTES >> 20} MiB in all (a run's records are KiBs); refused")
         for raw in bounded.iter_lines(path):  # a symlink, FIFO or device, an over-long line: one InputError
             line = raw.decode("utf-8", errors="replace")
             if not line.strip():

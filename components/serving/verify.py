@@ -66,10 +66,16 @@ def fetch_verified(model_uri: str, dst: str | Path, *, tracking_uri: str | None 
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        # the signed source, downloaded as bytes (nothing is imported); then every byte checked
+        # the store's listing first: a file added or of another size is refused before a byte is downloaded
+        listed = _listing(model_uri, payload["source"], tracking_uri)
+        check_listing(model_uri, listed, payload["files"])
+        # then the signed files only, one by one, as bytes (nothing is imported); then every byte checked
+        local = out / Path(str(payload["source"]).rstrip("/")).name
         try:
-            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=payload["source"], dst_path=str(out),
-                                                             tracking_uri=tracking_uri))
+            for rel in sorted(payload["files"]):
+                (local / rel).parent.mkdir(parents=True, exist_ok=True)
+                mlflow.artifacts.download_artifacts(artifact_uri=f"{payload['source'].rstrip('/')}/{rel}",
+                                                    dst_path=str((local / rel).parent), tracking_uri=tracking_uri)
         except Exception as exc:  # noqa: BLE001 - a planted symlink or FIFO in the store: MLflow refuses, one line
             raise UntrustedModel(f"{model_uri}: its files could not be copied as regular files "
                                  f"({type(exc).__name__}); not loaded") from None
@@ -80,6 +86,45 @@ def fetch_verified(model_uri: str, dst: str | Path, *, tracking_uri: str | None 
             out.mkdir()
         raise
     return local
+
+
+def _listing(model_uri: str, source: str, tracking_uri: str | None) -> dict[str, int | None]:
+    """Every file under the signed source in the store, by its ``/`` path: its size as the store lists it."""
+    import mlflow.artifacts
+
+    found: dict[str, int | None] = {}
+    pending = [""]
+    while pending:
+        prefix = pending.pop()
+        try:
+            entries = mlflow.artifacts.list_artifacts(artifact_uri=f"{source.rstrip('/')}/{prefix}".rstrip("/"),
+                                                      tracking_uri=tracking_uri)
+        except Exception as exc:  # noqa: BLE001 - the store's own error: one line
+            raise UntrustedModel(f"{model_uri}: its files could not be listed ({type(exc).__name__}); not loaded") \
+                from None
+        for entry in entries:
+            rel = f"{prefix}/{Path(entry.path).name}".lstrip("/")
+            if len(found) + len(pending) > 10_000:
+                raise UntrustedModel(f"{model_uri}: more than 10,000 files in the store; not loaded")
+            if entry.is_dir:
+                pending.append(rel)
+            else:
+                found[rel] = entry.file_size
+    return found
+
+
+def check_listing(where: str, listed: dict[str, int | None], files: dict[str, Any]) -> None:
+    """The store lists exactly the signed files, each at its signed size (where it gives one)."""
+    for rel in sorted({*listed, *files}):
+        if rel not in files:
+            raise UntrustedModel(f"{where}: model file {rel} was not there at registration; refusing to load the model")
+        if rel not in listed:
+            raise UntrustedModel(f"{where}: model file {rel} is missing (signed at registration); "
+                                 "refusing to load the model")
+        size, want = listed[rel], files[rel].get("bytes") if isinstance(files[rel], dict) else None
+        if size is not None and size != want:
+            raise UntrustedModel(f"{where}: model file {rel} does not match the sha256 signed at registration "
+                                 "(replaced in the store?); refusing to load the model")
 
 
 def load_model(model_uri: str, *, tracking_uri: str | None = None, dst: str | Path | None = None) -> Any:

@@ -59,3 +59,18 @@ def test_cluster_timeline_prints_no_escape_byte_from_a_dump(tmp_path: Path) -> N
         load_dump(tmp_path / "pods.json")
     assert all(c.isprintable() for c in str(err.value)), repr(str(err.value))
     assert os.path.exists(tmp_path / "pods.json")
+
+
+def test_many_planted_event_files_are_refused_together_not_each(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each event file was capped, their number was not: four planted 32 MiB files took sync to 432 MB."""
+    from components.errors import InputError
+    from components.record import telemetry
+
+    monkeypatch.setattr(telemetry, "MAX_RECORDS_BYTES", 4096)
+    for i in range(4):
+        d = tmp_path / f"s{i}"
+        d.mkdir()
+        (d / telemetry.EVENTS_FILE).write_text("{}\n" * 600)  # 1,800 bytes each
+    with pytest.raises(InputError, match="read together pass 10,000 files or 0 MiB in all"):
+        telemetry.read_records_counted(telemetry.find_event_files(tmp_path))

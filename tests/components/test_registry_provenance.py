@@ -146,6 +146,28 @@ def test_replaced_weights_an_added_file_or_a_removed_one_are_refused(store: dict
     assert "model file serving.json is missing" in _verified_load_refuses(store, monkeypatch, tmp_path / "c")
 
 
+def test_a_huge_planted_file_is_refused_from_the_listing_before_a_byte_is_downloaded(
+        store: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The third check: a 3 GiB sparse file beside a signed version's files was downloaded whole (25 s, written out
+    in full) before it was refused. Now the store's listing is checked first, and only the signed files are
+    downloaded."""
+    import mlflow.artifacts
+
+    asked: list[str] = []
+    real = mlflow.artifacts.download_artifacts
+    monkeypatch.setattr(mlflow.artifacts, "download_artifacts",
+                        lambda *a, **kw: asked.append(str(kw.get("artifact_uri"))) or real(*a, **kw))
+    planted = _artifact(store, "zz-planted.bin")
+    with open(planted, "wb") as fh:
+        fh.truncate(3 << 30)
+    try:
+        message = _verified_load_refuses(store, monkeypatch, tmp_path)
+    finally:
+        planted.unlink()
+    assert "model file zz-planted.bin was not there at registration" in message
+    assert asked == []  # refused from the listing: nothing was downloaded, the 3 GiB least of all
+
+
 def test_edited_or_copied_provenance_tags_are_refused(store: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
                                                       tmp_path: Path) -> None:
     """Whoever swaps a file and rewrites its digest in the tag cannot make the signature: the key is the user's."""
