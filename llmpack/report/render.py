@@ -19,6 +19,7 @@ from typing import Any
 
 from components.errors import InputError
 from components.fusion import path_of
+from llmpack.compare.comparison import runs_counted
 from llmpack.report import beside, screen, task
 from llmpack.report import estimate as estimate_vs_actual
 from llmpack.report.charts import chart_boxes, chart_cost, chart_timeline, path_colour
@@ -152,7 +153,7 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         "|---|---|" + "---|" * len(TABLE_COLUMNS),
     ]
     for orch, stats in summary.items():
-        n = stats["total_s"]["n"]
+        n = runs_counted(stats, [k for k, _, _ in TABLE_COLUMNS])  # as compare's table counts: start-up rounds too
         lines.append(f"| {md(orch)} | {n} | "
                      + " | ".join(_cell(stats.get(k, {}), True, u) for k, _, u in TABLE_COLUMNS) + " |")
     for title, note, rows in _measure_tables(result):  # gang and queue; GPU utilisation
@@ -272,7 +273,8 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
     rows = []
     for orch, stats in summary.items():
         cells = "".join(f"<td>{html_text(_cell(stats.get(k, {}), True, u))}</td>" for k, _, u in TABLE_COLUMNS)
-        rows.append(f"<tr><th>{_badge(orch)}</th><td>{stats['total_s']['n']}</td>{cells}</tr>")
+        n = runs_counted(stats, [k for k, _, _ in TABLE_COLUMNS])
+        rows.append(f"<tr><th>{_badge(orch)}</th><td>{n}</td>{cells}</tr>")
     failed = "".join(
         f"<li>{_badge(r['orchestrator'])} <code>{html_text(r['pipeline_run'])}</code>: "
         f"{html_text(str(r.get('error')))}</li>"

@@ -295,3 +295,18 @@ def test_the_checkpoint_section_is_in_the_written_report(tmp_path: Path) -> None
     page = (out / "report.html").read_text()
     assert "<h2>Checkpoint write vs grace period</h2>" in page and "does NOT fit the 15 s grace period" in page
     assert "## Checkpoint write vs grace period" in (out / "report.md").read_text()
+
+
+def test_the_report_counts_n_as_compare_does_start_up_rounds_included(tmp_path: Path) -> None:
+    """Six rounds, five of them start-up rounds: compare's table says n=6 (spin-up has six figures); the report's
+    table said n=1 (the one whole run behind total)."""
+    rs = runs(n=6, paths=("direct", "argo"))
+    for r in rs[:10]:  # the first five rounds of each path: start-up rounds
+        r["startup"] = True
+    result = comparison("rg-synthetic", ["direct", "argo"], rs)
+    assert result["summary"]["direct"]["total_s"]["n"] == 1 and result["summary"]["direct"]["spinup_s"]["n"] == 6
+    md_text = (write_report(result, tmp_path / "rep") / "report.md").read_text()
+    rows = [line for line in md_text.splitlines() if line.startswith(("| direct | ", "| argo | "))]
+    assert rows and all(line.split(" | ")[1] == "6" for line in rows), rows
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert "<td>6</td>" in page and "<td>1</td>" not in page
