@@ -37,7 +37,8 @@ _NO_AUTHORITY = re.compile(r"(?i)(models|runs|file|dbfs|mlflow-artifacts):/|/") 
 _URI_RUN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S*")  # a bounded scheme: linear in the text
 # ``?token=x``, ``&jwt=x``, ``;pw=x``, ``#access_token=x`` in a URI or a bare path (urllib3 logs ``/api?token=x``):
 # the value runs to white space or the next ``&name=`` / ``;name=`` (a raw '&' or '#' in a secret is blanked too).
-_QUERY_PAIR = re.compile(r"(?<=[?&;#])([A-Za-z0-9_.%-]{1,128})=((?:[^\s&;#]|[&;#](?![A-Za-z0-9_.%-]{1,128}=))*)")
+_QUERY_KEY = r"[A-Za-z0-9_.%\[\]-]{1,128}"
+_QUERY_PAIR = re.compile(rf"(?<=[?&;#])({_QUERY_KEY})=((?:[^\s&;#]|[&;#](?!{_QUERY_KEY}=))*)")
 _HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key|cookie|set-cookie)"
                      r"(['\"]?\s*[:=]\s*['\"]?)"
                      r"(?:(bearer|basic|token)\s+)?[^\s'\",;}]+")
@@ -66,8 +67,11 @@ def _secret_key(key: str) -> bool:
     """``key`` names a credential: percent-decoded (``to%6Ben``), camelCase split (``accessToken``), case folded."""
     from urllib.parse import unquote
 
-    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", unquote(key.strip()))
-    return bool(_SECRET_KEY.search(words.lower().replace("-", "_")))
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", unquote(unquote(key.strip()))).lower()
+    if _SECRET_KEY.search(text.replace("-", "_")):
+        return True
+    # any word of it a credential's name: access_token_v2, token2, db.pass, api.key, token[0], "api key"
+    return any(_SECRET_KEY.fullmatch(word) for word in re.split(r"[^a-z]+", text) if word)
 
 
 def random_looking(value: str) -> bool:

@@ -38,6 +38,8 @@ def fail(message: str, code: int = 2, exc: BaseException | None = None) -> None:
     if exc is not None and DEBUG["on"]:
         print_traceback(exc)
     message = " ".join(redact_text(message).splitlines())  # one line even when a value quoted in it holds a newline
+    # a value quoted in it (a dump's name, a store's text) never drives the terminal: escape and bidi bytes as '?'
+    message = "".join(c if c.isprintable() else "?" for c in message)
     click.echo(f"llmpack: error: {message}", err=True)
     sys.exit(code)
 

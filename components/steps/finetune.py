@@ -21,6 +21,7 @@ import json
 import math
 import os
 import signal
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from components import reporting, settings
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Output, Resources, Retry, step
 from components.errors import InputError
 from components.reporting import emit_step, metric, submitted_at
-from components.serving.sealed import MODEL, sealed_output
+from components.serving.sealed import MODEL, TOKENS, private_copy, sealed_output, verified_seal
 from components.training.checkpointing import (
     real_run_dir,
     remove_scratch,
@@ -179,6 +180,9 @@ def train_step(train_net: Any, input_ids: Any, labels: Any, *, step_no: int, gra
     return loss_sum, tokens
 
 
+TRAIN_INPUTS = frozenset({"train_input_ids.npy", "train_labels.npy"})  # the tokenize step's files finetune reads
+
+
 def save_outputs(out: Path, net: Any, whole: dict[str, Any] | None, *, method: str, fused_evaluate: bool,
                  meta: dict[str, Any]) -> None:
     """The tuned weights (adapter or full), the in-memory hand-over to a fused evaluate, and the model's metadata."""
@@ -266,9 +270,14 @@ def finetune(
         torch.use_deterministic_algorithms(True)
 
     # ---- data: packed blocks, prompt tokens already masked (-100)
-    src = Path(tokens.path)
-    input_ids = torch.from_numpy(np.load(src / "train_input_ids.npy"))
-    labels = torch.from_numpy(np.load(src / "train_labels.npy"))
+    # the train split tokenize sealed, read once from a private copy (components.serving.sealed)
+    tel = reporting.current()
+    sealed_tokens = verified_seal(Path(tokens.path), tel.ctx.pipeline_run if tel is not None else "", TOKENS)["files"]
+    train = {name: want for name, want in sealed_tokens.items() if name in TRAIN_INPUTS}
+    with tempfile.TemporaryDirectory(prefix="llmpack-finetune-") as private:
+        src = private_copy(Path(tokens.path), train, Path(private) / "tokens")
+        input_ids = torch.from_numpy(np.load(src / "train_input_ids.npy"))
+        labels = torch.from_numpy(np.load(src / "train_labels.npy"))
     seq_len = input_ids.shape[1]
 
     # ---- model and optimizer

@@ -213,7 +213,7 @@ def run_pipeline(
     record_tags = {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name, fusion.FUSE_TAG: opts.fuse,
                    **(tags or {})}
     run_id = _open_record(mc, ctx, record_tags) if reachable else None
-    staging.mkdir(parents=True)
+    staging.mkdir(parents=True, mode=0o700)  # while it runs, no one else writes what the steps read (MLproject)
     # whose run this is: a later sync or clean takes it over only once this process is gone (llmpack.run.orphans)
     orphans.write_owner(staging, identity=telemetry_values(ctx), run_id=run_id, tracking_uri=tracking.redact_uri(uri),
                         tags={**ctx.tags(), **record_tags}, params=params)

@@ -74,3 +74,21 @@ def test_many_planted_event_files_are_refused_together_not_each(tmp_path: Path,
         (d / telemetry.EVENTS_FILE).write_text("{}\n" * 600)  # 1,800 bytes each
     with pytest.raises(InputError, match="read together pass 10,000 files or 0 MiB in all"):
         telemetry.read_records_counted(telemetry.find_event_files(tmp_path))
+
+
+def test_the_one_error_line_never_carries_an_escape_byte(capsys: pytest.CaptureFixture[str]) -> None:
+    """The fourth check: a dump's metadata.name with OSC 52, C1 CSI and U+202E reached the terminal through the
+    error line (object_label quotes it raw); the one printer now shows them as '?'."""
+    from llmpack.cli import fail
+
+    with pytest.raises(SystemExit) as code:
+        fail("pods.json: items[0] pod 'x\x1b]52;c;cHduZWQ=\x07\u202e\x9b31m': no spec")
+    err = capsys.readouterr().err
+    assert code.value.code == 2 and err.startswith("llmpack: error: pods.json: items[0] pod 'x?]52;c;")
+    assert all(c.isprintable() for c in err.rstrip("\n")), repr(err)
+
+
+@pytest.mark.parametrize("key", ["token2", "password_", "access_token_v2", "db.pass", "api.key", "x.pw", "api%20key",
+                                 "token[0]", "to%256Ben"])
+def test_a_query_key_with_a_credential_word_in_it_is_blanked(key: str) -> None:
+    assert "hunter22x" not in printable(f"http://h/?{key}=hunter22x&z=1", 400)

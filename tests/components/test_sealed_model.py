@@ -177,3 +177,18 @@ def test_the_eval_set_fingerprint_covers_the_answers(tmp_path: Path) -> None:
         (tmp_path / d).mkdir()
         (tmp_path / d / "eval_prompts.jsonl").write_text(json.dumps({"answer": answer}) + "\n")
     assert eval_set_fingerprint(tmp_path / "a") != eval_set_fingerprint(tmp_path / "b")
+
+
+def test_a_train_split_changed_after_tokenize_is_not_trained_on(tokens: Path, tmp_path: Path,
+                                                                env: dict[str, str]) -> None:
+    """The fourth check: finetune read the train split straight from the volume, so a model trained on a volume
+    writer's data was sealed, scored and registered. It reads a private copy checked against tokenize's seal."""
+    tok = tmp_path / "tok"
+    shutil.copytree(tokens, tok)
+    data = bytearray((tok / "train_labels.npy").read_bytes())
+    data[-2] ^= 0x01
+    (tok / "train_labels.npy").write_bytes(bytes(data))
+    r = run_step("components.steps.finetune:finetune", f"--input=tokens={tok}", f"--output=model={tmp_path / 'm'}",
+                 "--param=max_steps=1", "--param=batch_size=4", cwd=tmp_path, env=env)
+    _refused(r, "train_labels.npy: not the file that was sealed")
+    assert not (tmp_path / "m" / sealed.SEAL_FILE).exists()
