@@ -35,7 +35,7 @@ test: $(BIN)/.installed
 	$(BIN)/python -m pytest -m "not slow and not cluster" -n auto --dist loadfile
 
 test-slow: $(BIN)/.installed
-	$(BIN)/python -m pytest -m "slow and not cluster"
+	$(BIN)/python -m pytest -m "slow and not cluster" -n 2 --dist loadfile
 
 test-full: $(BIN)/.installed
 	$(BIN)/python -m pytest
