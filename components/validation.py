@@ -35,6 +35,9 @@ def validate_pipeline(name: str, params: Mapping[str, Param], tasks: Mapping[str
         if p.name in TELEMETRY_PARAMS:
             raise PipelineValidationError(f"{where}: parameter {p.name!r} is reserved for telemetry")
     for task in tasks.values():
+        if name in {task.name, task.step.name.replace("_", "-")}:  # KFP's compiled spec takes one for the other
+            raise PipelineValidationError(f"{where}: a step of it has the same name (task {task.name!r}); KFP "
+                                          "would run the step as the pipeline: rename the pipeline or the step")
         _validate_task(tasks, all_params, task)
 
 

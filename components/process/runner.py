@@ -336,8 +336,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Interrupted as exc:  # a gang's launcher cancelled: its TrainJob deleted (components.servers.trainjob_launch)
         print(f"llmpack: {exc}; the step's TrainJob was deleted", file=sys.stderr)
         return exc.exit_code
-    except Exception:  # noqa: BLE001 - a crash in a step: show where (redacted: a frame may quote a URI), exit 1
+    except Exception as exc:  # noqa: BLE001 - a crash in a step: show where (redacted: a frame may quote a URI), exit 1
         print(redact_text(traceback.format_exc()).rstrip("\n"), file=sys.stderr)
+        # then the one line a client shows: the exception's type and its message's first line (not its last)
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        first = first if len(first) <= 300 else first[:297] + "..."
+        print(redact_text(f"llmpack: error: {type(exc).__name__}{': ' + first if first else ''}"), file=sys.stderr)
         return 1
     finally:
         startup.settle()  # the exit then has (almost) nothing left to scan

@@ -15,7 +15,7 @@ import click
 from llmpack.ui.options import NO_PROMOTE_HELP, TLS_OPTIONS, known_gpu_type, pod_options
 
 SUBMIT_GPU_HELP = ("Compile for this GPU type first and submit that (as `llmpack compile --gpu-type`); not with "
-                   "--package/--workflow/--project.")
+                   "a compiled file of your own (kfp's --package, argo's --workflow).")
 
 
 def compare_path_options(*, endpoint: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -87,6 +87,17 @@ def test_missing_input_is_named() -> None:
         missing()
 
 
+def test_a_pipeline_named_like_one_of_its_steps_is_refused() -> None:
+    """KFP's compiled spec took the step `make-data` for a pipeline also named `make-data` (the newcomer's trial:
+    `TypeError: word-counts() got an unexpected keyword argument`); every path refuses it at once."""
+    @pipeline(name="make-data")
+    def same() -> None:
+        make_data()
+
+    with pytest.raises(PipelineValidationError, match="pipeline 'make-data': a step of it has the same name"):
+        same()
+
+
 def test_type_mismatch_of_artifacts_is_named() -> None:
     @pipeline(name="mismatch")
     def mismatch() -> None:

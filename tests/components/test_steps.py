@@ -221,3 +221,19 @@ def test_saving_a_tiny_adapter_asks_no_hub(tmp_path: Path, monkeypatch: pytest.M
     # tiny's trained copy of its random embeddings (modules_to_save), and no LoRA on them
     assert [k for k in load_file(tmp_path / "adapter" / "adapter_model.safetensors") if "embed" in k] == \
         ["base_model.model.model.embed_tokens.weight"]
+
+
+def test_a_crashing_step_ends_with_one_line_of_its_exception_s_type_and_first_line(tmp_path: Path) -> None:
+    """The newcomer's trial: a multi-line message showed only its last line (400 x's), type and first line lost."""
+    from components.commands import last_error_line
+
+    (tmp_path / "crashing.py").write_text(
+        "from components import Dataset, Output, step\n\n\n@step()\n"
+        "def explode(out: Output[Dataset]) -> None:\n"
+        "    raise RuntimeError('first line of the problem\\nsecond line\\n' + 'x' * 400)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parents[2])]),
+           "LLMPACK_MLFLOW_LOGGING": "0"}
+    r = run_step("crashing:explode", f"--output=out={tmp_path / 'o'}", cwd=tmp_path, env=env)
+    assert r.returncode == 1 and "Traceback" in r.stderr  # where it happened, for the step's log
+    assert r.stderr.strip().splitlines()[-1] == "llmpack: error: RuntimeError: first line of the problem"
+    assert last_error_line(r.stderr) == "RuntimeError: first line of the problem"
