@@ -38,7 +38,11 @@ _URI_RUN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S*")  # a bounded scheme
 # ``?token=x``, ``&jwt=x``, ``;pw=x``, ``#access_token=x`` in a URI or a bare path (urllib3 logs ``/api?token=x``):
 # the value runs to white space or the next ``&name=`` / ``;name=`` (a raw '&' or '#' in a secret is blanked too).
 _QUERY_KEY = r"[A-Za-z0-9_.%\[\]-]{1,128}"
-_QUERY_PAIR = re.compile(rf"(?<=[?&;#])({_QUERY_KEY})=((?:[^\s&;#]|[&;#](?!{_QUERY_KEY}=))*)")
+_QUERY_PAIR = re.compile(rf"(?<=[?&;#])({_QUERY_KEY})=((?:[^\s&;]|[&;](?!{_QUERY_KEY}=))*)")
+# The same, a '#' ending a value too (``#a=1#pw=x``): both are looked for and their secret values blanked together,
+# so a secret holding a '#' is blanked whole by the first and a pair after a stray '#' by the second.
+_HASH_PAIR = re.compile(rf"(?<=[?&;#])({_QUERY_KEY})=((?:[^\s&;#]|[&;#](?!{_QUERY_KEY}=))*)")
+_PAIRS = (_QUERY_PAIR, _HASH_PAIR)
 _HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key|cookie|set-cookie)"
                      r"(['\"]?\s*[:=]\s*['\"]?)"
                      r"(?:(bearer|basic|token)\s+)?[^\s'\",;}]+")
@@ -143,7 +147,7 @@ def _redact_uri(uri: str) -> str:
     """``uri`` with its userinfo and its secret pairs' values blanked, all found in the URI as given (a raw ``@``
     in a query secret, or ``?pw=`` in a password, then blanks the union: more, never less)."""
     parts = split_uri(uri)
-    spans = [(m.start(2), _value_end(m)) for m in _QUERY_PAIR.finditer(uri) if _secret_pair(m)]
+    spans = [(m.start(2), _value_end(m)) for pairs in _PAIRS for m in pairs.finditer(uri) if _secret_pair(m)]
     from urllib.parse import unquote
 
     path_at = len(parts.prefix) + (len(parts.userinfo) + 1 if parts.userinfo is not None else 0) + len(parts.host)
@@ -200,7 +204,7 @@ def _uri_secrets(uri: str) -> set[str]:
     if parts.userinfo:
         password = parts.userinfo.partition(":")[2]
         out |= {parts.userinfo, password, unquote(password)}
-    for match in _QUERY_PAIR.finditer(uri):
+    for match in (m for pairs in _PAIRS for m in pairs.finditer(uri)):
         if _secret_pair(match):
             trimmed = uri[match.start(2):_value_end(match)]
             out |= {match.group(2), unquote(match.group(2)), trimmed, unquote(trimmed)}
@@ -216,7 +220,8 @@ def redact_text(text: object, secrets: Iterable[str] | None = None) -> str:
             if secret:
                 out = out.replace(secret, MASK)
         out = _URI_RUN.sub(_redact_run, out)
-        out = _QUERY_PAIR.sub(_redact_pair, out)  # the URIs' queries, and bare paths' (``/api?token=x``)
+        for pairs in _PAIRS:  # the URIs' queries, and bare paths' (``/api?token=x``)
+            out = pairs.sub(_redact_pair, out)
         out = _HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{(m.group(3) + ' ') if m.group(3) else ''}{MASK}", out)
         out = _SCHEME_TOKEN.sub(lambda m: f"{m.group(1)} {MASK}", out)
         out = _TOKEN_FORM.sub(MASK, out)

@@ -124,6 +124,7 @@ def test_a_replaced_pyfunc_model_py_is_refused_before_any_of_it_runs(store: dict
     # the boundary docs/serving.md states: MLflow's own loader, without the check, runs it
     import mlflow.pyfunc
 
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no __pycache__ left in the store for the next test
     mlflow.pyfunc.load_model(str(_artifact(store, "")))
     assert marker.read_text() == "the store's code ran"
 
