@@ -290,8 +290,9 @@ def sync_hint(run_dir: Path, uri: str) -> str:
 
 def write_run_files(run_dir: Path, records: list[telemetry.Record], summary: dict[str, Any]) -> None:
     """``events.jsonl`` (every step's records, in time order) and ``summary.json``: what ``llmpack sync`` reads."""
-    orphans.write_events(run_dir / "events.jsonl", records)  # never through a link (components.bounded.write_atomic)
-    record.write_json_atomic(run_dir / "summary.json", orphans.seal(run_dir, summary))  # sync acts only on this seal
+    digest = orphans.write_events(run_dir / "events.jsonl", records)  # never through a link (bounded.write_atomic)
+    sealed = orphans.seal(run_dir, {**summary, orphans.EVENTS_DIGEST: digest})  # sync acts only on this seal
+    record.write_json_atomic(run_dir / "summary.json", sealed)
 
 
 def _abandon(exc: BaseException, *, mc: Any, run_id: str | None, ctx: telemetry.RunContext, uri: str,

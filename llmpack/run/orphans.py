@@ -178,16 +178,26 @@ def take_over(staging: Path, *, wait_s: float = HOLD_WAIT_S, sleep: Any = time.s
         "artifacts": {"run_dir": str(kept), "events_file": str(kept / "events.jsonl"),
                       "mlflow_run_id": owner.get("mlflow_run_id"), "tracking_uri": owner.get("tracking_uri") or ""},
     }
-    write_events(staging / "events.jsonl", records)  # a planted link or FIFO there: refused, never written through
-    write_json_atomic(staging / "summary.json", seal(staging, summary))
+    digest = write_events(staging / "events.jsonl", records)  # a planted link or FIFO there: refused
+    write_json_atomic(staging / "summary.json", seal(staging, {**summary, EVENTS_DIGEST: digest}))
     os.replace(staging, kept)
     return kept
 
 
-def write_events(path: Path, records: list[Any]) -> None:
-    """``events.jsonl``: the records in time order, through :func:`components.bounded.write_atomic`."""
+#: a summary's key for the sha256 of the ``events.jsonl`` written beside it (sealed with the summary): ``llmpack
+#: sync`` then sends those very records and no other file's (a planted event file re-keyed a metric)
+EVENTS_DIGEST = "events_sha256"
+
+
+def write_events(path: Path, records: list[Any]) -> str:
+    """``events.jsonl``: the records in time order, through :func:`components.bounded.write_atomic`; the sha256 of
+    the bytes written."""
+    import hashlib
+
     ordered = sorted(records, key=lambda r: (r.kind != "event", r.value if r.kind == "event" else 0.0, r.key))
-    bounded.write_atomic(path, "".join(json.dumps(rec.__dict__, sort_keys=True) + "\n" for rec in ordered).encode())
+    data = "".join(json.dumps(rec.__dict__, sort_keys=True) + "\n" for rec in ordered).encode()
+    bounded.write_atomic(path, data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def taken_over(run_dir: Path) -> Path | None:

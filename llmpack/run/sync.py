@@ -76,8 +76,7 @@ def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any, int]:
     except (TypeError, ValueError):
         raise InputError(f"{path}: submitted_at and finished_at must be epoch seconds") from None
     ctx = telemetry.RunContext(**{k: str(summary[k]) for k in _IDENTITY}, submitted_at=submitted_at)
-    files = [run_dir / EVENTS_FILE, *telemetry.find_event_files(run_dir)]
-    everything, skipped = telemetry.read_records_counted(files)
+    everything, skipped = _records(run_dir, summary.get(orphans.EVENTS_DIGEST))
     records = [r for r in everything if r.pipeline_run == ctx.pipeline_run]
     metrics = {k: v for k, v in _mapping(summary, "metrics").items() if isinstance(v, (int, float))}
     tags = {**ctx.tags(), **{k: str(v) for k, v in _mapping(summary, "tags").items()}}
@@ -87,6 +86,27 @@ def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any, int]:
                                 status=record_status(str(summary["status"])), finished_at=finished_at,
                                 curve=uniform.loss_curve(run_dir), series=gpu_metrics.read_series(run_dir))
     return summary, upload, skipped
+
+
+def _records(run_dir: Path, digest: object) -> tuple[list[Any], int]:
+    """RUN_DIR's records: the sealed ``events.jsonl`` alone, read once and checked against the summary's sha256;
+    without a digest (a run directory of an earlier version), every event file under it."""
+    import hashlib
+    import tempfile
+
+    from components import bounded
+    from components.record import telemetry
+
+    if not isinstance(digest, str):
+        return telemetry.read_records_counted([run_dir / EVENTS_FILE, *telemetry.find_event_files(run_dir)])
+    data = bounded.read_bytes(run_dir / EVENTS_FILE, telemetry.MAX_RECORDS_BYTES)
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise InputError(f"{run_dir / EVENTS_FILE}: not the records sealed with the run's summary (edited since); "
+                         "nothing was sent")
+    with tempfile.TemporaryDirectory(prefix="llmpack-sync-") as private:
+        copy = Path(private) / EVENTS_FILE
+        copy.write_bytes(data)
+        return telemetry.read_records_counted([copy])
 
 
 def _mapping(summary: dict[str, Any], key: str) -> dict[str, Any]:

@@ -244,3 +244,27 @@ def test_a_finished_run_renamed_to_a_staging_name_is_never_taken_over(tmp_path: 
     with pytest.raises(InputError, match="never taken over"):
         orphans.take_over(staging, wait_s=0)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_sync_sends_the_sealed_events_only_never_a_planted_event_file(tmp_path: Path) -> None:
+    """The fourth check: a `zzz/llmpack-events.jsonl` planted under a genuine run directory re-keyed evaluate's
+    eval_loss (0.0001 stored; 5.33 measured): every event file under the run was read, the last record winning."""
+    from components.record import telemetry
+    from llmpack.run.local import write_run_files
+    from llmpack.run.sync import read_run_dir
+
+    ctx = telemetry.RunContext(**IDENTITY)
+    genuine = telemetry.make_record(ctx, "metric", "evaluate", "eval_loss", 5.33)
+    run_dir = tmp_path / f"{RUN}.failed"
+    run_dir.mkdir()
+    write_run_files(run_dir, [genuine], {
+        **IDENTITY, "status": "failed", "error": "x", "failed_step": None, "finished_at": 2.0, "metrics": {},
+        "params": {}, "tracking": "not sent", "tags": {}, "artifacts": {"mlflow_run_id": None, "tracking_uri": ""}})
+    planted = run_dir / "zzz" / telemetry.EVENTS_FILE
+    planted.parent.mkdir()
+    planted.write_text(json.dumps({**genuine.__dict__, "value": 0.0001}) + "\n")
+    records = read_run_dir(run_dir)[1].records
+    assert [r.value for r in records if r.name == "eval_loss"] == [5.33]
+    (run_dir / "events.jsonl").write_text(json.dumps({**genuine.__dict__, "value": 0.0001}) + "\n")  # edited
+    with pytest.raises(InputError, match="events.jsonl: not the records sealed with the run's summary"):
+        read_run_dir(run_dir)
