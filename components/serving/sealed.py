@@ -14,6 +14,7 @@ the signed one (swapped, edited or missing since); they read only the copy.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
@@ -66,22 +67,35 @@ def _clear(path: Path) -> None:
         shutil.rmtree(path)
 
 
-def _copy_hashing(src: Path, dst: Path) -> dict[str, Any]:
-    """``src`` (in the step's private directory) written to ``dst``: the digest of the bytes written."""
-    tmp = dst.with_name(f".{dst.name}.{secrets.token_hex(4)}.tmp")
+def _copy_hashing(src: Path, dir_fd: int, name: str) -> dict[str, Any]:
+    """``src`` (in the step's private directory) written as ``name`` in the directory open as ``dir_fd``, through a
+    new temporary file there and a rename, both relative to that descriptor (a directory swapped for a link since
+    it was opened is never written through): the digest of the bytes written."""
+    tmp = f".{name}.{secrets.token_hex(4)}.tmp"
     digest, size = hashlib.sha256(), 0
-    out_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    out_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
     try:
         with open(src, "rb") as fh, os.fdopen(out_fd, "wb") as out:
             while chunk := fh.read(_CHUNK):
                 digest.update(chunk)
                 size += len(chunk)
                 out.write(chunk)
-        os.replace(tmp, dst)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
     return {"sha256": digest.hexdigest(), "bytes": size}
+
+
+def _open_dir(name: str, dir_fd: int | None) -> int:
+    """The directory ``name`` (made if absent) open by descriptor; a symlink in its place is refused."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o755, dir_fd=dir_fd)
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        raise InputError(f"{name}: not a directory (a symlink is refused); the output is not sealed") from None
 
 
 @contextmanager
@@ -97,18 +111,22 @@ def sealed_output(out: Path, kind: Kind, pipeline_run: str, **fields: str) -> It
         files: dict[str, dict[str, Any]] = {}
         for top in sorted(os.listdir(staging)):
             _clear(out / top)
-        for directory, dirs, names in os.walk(staging):
-            dirs.sort()
-            rel_dir = Path(directory).relative_to(staging)
-            (out / rel_dir).mkdir(exist_ok=True)
-            if not stat.S_ISDIR(os.lstat(out / rel_dir).st_mode):  # a link planted since: never written through
-                raise InputError(f"{out / rel_dir}: not a directory (a symlink is refused); the output is not sealed")
-            for name in sorted(names):
-                src = Path(directory) / name
-                if not stat.S_ISREG(os.lstat(src).st_mode):
-                    raise InputError(f"{src}: not a regular file; a sealed output holds regular files only")
-                rel = (rel_dir / name).as_posix()
-                files[rel] = _copy_hashing(src, out / rel)
+        fds: dict[Path, int] = {}
+        try:
+            for directory, dirs, names in os.walk(staging):
+                dirs.sort()
+                rel_dir = Path(directory).relative_to(staging)
+                # each directory opened by descriptor, relative to its parent's: what is written goes in it
+                fds[rel_dir] = _open_dir(str(out), None) if rel_dir == Path(".") else \
+                    _open_dir(rel_dir.name, fds[rel_dir.parent])
+                for name in sorted(names):
+                    src = Path(directory) / name
+                    if not stat.S_ISREG(os.lstat(src).st_mode):
+                        raise InputError(f"{src}: not a regular file; a sealed output holds regular files only")
+                    files[(rel_dir / name).as_posix()] = _copy_hashing(src, fds[rel_dir], name)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     doc = {**fields, "files": files, "pipeline_run": pipeline_run}

@@ -132,10 +132,10 @@ def test_the_output_is_written_outside_the_volume_and_sealed_as_written(tmp_path
     out = tmp_path / "volume" / "model"
     real_replace = os.replace
 
-    def flip_after_write(src: str | Path, dst: str | Path) -> None:  # a writer of the volume, just after each write
-        real_replace(src, dst)
+    def flip_after_write(src: str | Path, dst: str | Path, **kw: int) -> None:  # a volume writer, after each write
+        real_replace(src, dst, **kw)
         if Path(dst).name == "w.bin":
-            Path(dst).write_bytes(b"weightz")
+            (out / "adapter" / "w.bin").write_bytes(b"weightz")
 
     with sealed.sealed_output(out, sealed.MODEL, "", weights="adapter", meta=MODEL_META) as private:
         assert not private.resolve().is_relative_to(out.parent.resolve())
@@ -192,3 +192,32 @@ def test_a_train_split_changed_after_tokenize_is_not_trained_on(tokens: Path, tm
                  "--param=max_steps=1", "--param=batch_size=4", cwd=tmp_path, env=env)
     _refused(r, "train_labels.npy: not the file that was sealed")
     assert not (tmp_path / "m" / sealed.SEAL_FILE).exists()
+
+
+def test_a_directory_swapped_for_a_link_during_the_copy_out_is_never_written_through(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fourth check: `model/adapter/` swapped for a symlink after the one `lstat` check; the remaining files went
+    into the directory the link named. Now each directory is written through its descriptor, opened `O_NOFOLLOW`."""
+    out, elsewhere = tmp_path / "volume" / "model", tmp_path / "victim"
+    elsewhere.mkdir()
+    (elsewhere / "b.bin").write_bytes(b"the victim's file")
+    real_open = os.open
+
+    def swap_after_first(path: str | Path, flags: int, mode: int = 0o777, **kw: int) -> int:
+        fd = real_open(path, flags, mode, **kw)
+        if str(path).startswith(".a.bin.") and (out / "adapter").is_dir() and not (out / "adapter").is_symlink():
+            os.replace(out / "adapter", tmp_path / "moved")  # the real directory moved away...
+            os.symlink(elsewhere, out / "adapter")  # ...and a link to the victim's in its place
+        return fd
+
+    with sealed.sealed_output(out, sealed.MODEL, "", weights="adapter", meta=MODEL_META) as private:
+        (private / "adapter").mkdir()
+        for name in ("a.bin", "b.bin"):
+            (private / "adapter" / name).write_bytes(b"weights " + name.encode())
+        (private / MODEL_META).write_text('{"method": "lora"}\n')
+        monkeypatch.setattr(os, "open", swap_after_first)
+    monkeypatch.undo()
+    assert (elsewhere / "b.bin").read_bytes() == b"the victim's file"  # never written through the link
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["b.bin"]
+    with pytest.raises(InputError):  # and the output the link now stands for is not the sealed one
+        sealed.private_copy(out, sealed.verified_model(out, "")["files"], tmp_path / "copy")
