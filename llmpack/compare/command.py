@@ -60,7 +60,7 @@ def compare_options(func: Callable[..., Any]) -> Callable[..., Any]:
                           "times), 1s, $0.001, or per headline: spinup=0.5s,ttfs=10%,total=2s,cost=10%."),
         click.option("--warmup", type=int, default=None,
                      help="With --repeats: full runs per path before measuring, not counted (default: 1 with "
-                          "--repeats > 1, else 0)."),
+                          "--repeats > 1, else 0). Without --repeats a compare runs one warm-up of the baseline."),
         run_options,
         click.option("--variants", default=None, metavar="default,fuse-gpu,fuse-all",
                      help="Run each path in these packagings side by side (labelled argo, argo+fuse-gpu...); see "
