@@ -143,10 +143,16 @@ def end_group(proc: subprocess.Popen[Any], grace_s: float = 15.0) -> None:
             continue
 
 
+#: the line a step prints after the traceback of a crash whose message has several lines: its type and first line
+CRASH_MARK = "llmpack: crashed:"
+
+
 def last_error_line(text: str) -> str:
-    """The most telling line of a failed step's output: its ``llmpack: error:`` line, else the last one."""
+    """The most telling line of a failed step's output: its ``llmpack: error:`` line, else its crash line (a
+    multi-line exception's type and first line), else the last one."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if "llmpack: error:" in line:
-            return line.split("llmpack: error:", 1)[1].strip()
+    for mark in ("llmpack: error:", CRASH_MARK):
+        for line in reversed(lines):
+            if mark in line:
+                return line.split(mark, 1)[1].strip()
     return lines[-1] if lines else "no output"

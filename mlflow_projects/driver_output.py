@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from components.commands import CRASH_MARK
+
 ERROR_MARK = "llmpack: error:"
 
 
@@ -50,9 +52,10 @@ def tee_output(log_path: Path) -> Iterator[None]:
 def error_line(text: str) -> str:
     """The step's ``llmpack: error:`` message, else its last line (same rule as every backend)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if ERROR_MARK in line:
-            return line.split(ERROR_MARK, 1)[1].strip()
+    for mark in (ERROR_MARK, CRASH_MARK):  # a multi-line crash's type and first line, after a deliberate failure's
+        for line in reversed(lines):
+            if mark in line:
+                return line.split(mark, 1)[1].strip()
     return lines[-1] if lines else "no output"
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from components import names, reporting, settings
-from components.commands import parse_pairs
+from components.commands import CRASH_MARK, parse_pairs
 from components.dsl import Step, coerce
 from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
@@ -338,10 +338,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - a crash in a step: show where (redacted: a frame may quote a URI), exit 1
         print(redact_text(traceback.format_exc()).rstrip("\n"), file=sys.stderr)
-        # then the one line a client shows: the exception's type and its message's first line (not its last)
-        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-        first = first if len(first) <= 300 else first[:297] + "..."
-        print(redact_text(f"llmpack: error: {type(exc).__name__}{': ' + first if first else ''}"), file=sys.stderr)
+        # a message of several lines (or a long one): then the one line a client shows, the exception's type and
+        # its first line, marked as a crash (``llmpack: error:`` means a deliberate failure, never retried)
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        if len(lines) > 1 or (lines and len(lines[0]) > 300):
+            first = lines[0] if len(lines[0]) <= 300 else lines[0][:297] + "..."
+            print(redact_text(f"{CRASH_MARK} {type(exc).__name__}: {first}"), file=sys.stderr)
         return 1
     finally:
         startup.settle()  # the exit then has (almost) nothing left to scan

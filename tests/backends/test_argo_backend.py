@@ -192,7 +192,7 @@ def test_backoff_cap_is_written_only_where_it_binds(retry: Retry, cap: str | Non
     def toy_retry(out: Output[Metrics]) -> None:
         """Toy step with retries."""
 
-    @pipeline(name="toy-retry")
+    @pipeline(name="toy-retry-pipeline")
     def toy():
         toy_retry()
 

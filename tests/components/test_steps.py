@@ -235,5 +235,5 @@ def test_a_crashing_step_ends_with_one_line_of_its_exception_s_type_and_first_li
            "LLMPACK_MLFLOW_LOGGING": "0"}
     r = run_step("crashing:explode", f"--output=out={tmp_path / 'o'}", cwd=tmp_path, env=env)
     assert r.returncode == 1 and "Traceback" in r.stderr  # where it happened, for the step's log
-    assert r.stderr.strip().splitlines()[-1] == "llmpack: error: RuntimeError: first line of the problem"
+    assert r.stderr.strip().splitlines()[-1] == "llmpack: crashed: RuntimeError: first line of the problem"
     assert last_error_line(r.stderr) == "RuntimeError: first line of the problem"
