@@ -68,6 +68,20 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         raise
 
 
+def open_append(path: str | Path, mode: int = 0o644) -> int:
+    """A descriptor to append to ``path`` (made if absent), never through a planted link (``O_NOFOLLOW``); a FIFO,
+    device or directory there is one :class:`InputError`."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be opened to append ({exc.strerror}; a symlink is refused)") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(f"{path}: not a regular file (a symlink, FIFO or device is refused)")
+    os.set_blocking(fd, True)
+    return fd
+
+
 def read_bytes(path: str | Path, limit: int = MAX_JSON_BYTES, *, follow_symlinks: bool = False) -> bytes:
     """The whole file, when it is a regular file of at most ``limit`` bytes."""
     fd = open_regular(path, follow_symlinks=follow_symlinks)

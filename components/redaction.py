@@ -37,13 +37,13 @@ _NO_AUTHORITY = re.compile(r"(?i)(models|runs|file|dbfs|mlflow-artifacts):/|/") 
 _URI_RUN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S*")  # a bounded scheme: linear in the text
 # ``?token=x``, ``&jwt=x``, ``;pw=x``, ``#access_token=x`` in a URI or a bare path (urllib3 logs ``/api?token=x``):
 # the value runs to white space or the next ``&name=`` / ``;name=`` (a raw '&' or '#' in a secret is blanked too).
-_QUERY_KEY = r"[A-Za-z0-9_.%\[\]-]{1,128}"
+_QUERY_KEY = r"[A-Za-z0-9_.%+\[\]-]{1,128}"
 _QUERY_PAIR = re.compile(rf"(?<=[?&;#])({_QUERY_KEY})=((?:[^\s&;]|[&;](?!{_QUERY_KEY}=))*)")
 # The same, a '#' ending a value too (``#a=1#pw=x``): both are looked for and their secret values blanked together,
 # so a secret holding a '#' is blanked whole by the first and a pair after a stray '#' by the second.
 _HASH_PAIR = re.compile(rf"(?<=[?&;#])({_QUERY_KEY})=((?:[^\s&;#]|[&;#](?!{_QUERY_KEY}=))*)")
 _PAIRS = (_QUERY_PAIR, _HASH_PAIR)
-_HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key|cookie|set-cookie)"
+_HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key|cookie|set-cookie|x-[a-z-]*token)"
                      r"(['\"]?\s*[:=]\s*['\"]?)"
                      r"(?:(bearer|basic|token)\s+)?[^\s'\",;}]+")
 _SCHEME_TOKEN = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
@@ -54,6 +54,7 @@ _TOKEN_FORM = re.compile(r"\beyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9
 # ``password=x``, ``"token": "x"``: a secret-looking key and its value (a bare ``token: missing`` is prose, not a pair).
 _PAIR = re.compile(r"(?i)\b([A-Za-z0-9_.-]*"
                    r"(?:token|password|passwd|pwd|passphrase|jwt|secret|api_?key|access_?key|account_?key|signing_?key"
+                   r"|secret_?key|private_?key|client_?secret|auth_?key"
                    r"|signature"
                    r"|credentials?))"
                    r"(\s*=\s*['\"]?|['\"]\s*:\s*['\"])([^\s'\"&;,)}]+)")
@@ -67,15 +68,23 @@ RANDOM_MIN_CHARS = 20  # a query value this long that looks random is blanked wh
 _OWN_SECRETS: dict[str, Any] = {}  # secrets_in() of this process, and the argv and environment it was worked out from
 
 
+_COMPOUND = re.compile(r"(token|secret|password|passwd|passphrase|pass|pwd|pw|key|sig|signature|auth|cred|creds"
+                       r"|credentials?|jwt|otp|cookie|session|sessionid)$|^(secret|passw|apikey|authkey)")
+
+
 def _secret_key(key: str) -> bool:
     """``key`` names a credential: percent-decoded (``to%6Ben``), camelCase split (``accessToken``), case folded."""
     from urllib.parse import unquote
 
-    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", unquote(unquote(key.strip()))).lower()
+    text = key.strip()
+    for _ in range(4):  # encoded, or encoded again (to%25256Ben)
+        text = unquote(text)
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", text).lower()
     if _SECRET_KEY.search(text.replace("-", "_")):
         return True
-    # any word of it a credential's name: access_token_v2, token2, db.pass, api.key, token[0], "api key"
-    return any(_SECRET_KEY.fullmatch(word) for word in re.split(r"[^a-z]+", text) if word)
+    # any word of it a credential's name (access_token_v2, token2, db.pass, api.key, token[0], "api key"), or one
+    # written as one word with it (secretkey, dbpass, adminpw, authkey, urlsig): more blanked, never less
+    return any(_SECRET_KEY.fullmatch(word) or _COMPOUND.search(word) for word in re.split(r"[^a-z]+", text) if word)
 
 
 def random_looking(value: str) -> bool:

@@ -59,12 +59,16 @@ def _problem(name: object) -> str | None:
     return None
 
 
-def _clear(path: Path) -> None:
-    """Remove what is at ``path`` (a planted link is unlinked, never followed)."""
-    if os.path.islink(path) or path.is_file():
-        path.unlink()
-    elif path.exists():
-        shutil.rmtree(path)
+def _clear_at(name: str, dir_fd: int) -> None:
+    """Remove ``name`` in the directory open as ``dir_fd`` (a planted link is unlinked, never followed)."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
 
 
 def _copy_hashing(src: Path, dir_fd: int, name: str) -> dict[str, Any]:
@@ -109,16 +113,17 @@ def sealed_output(out: Path, kind: Kind, pipeline_run: str, **fields: str) -> It
     try:
         yield staging
         files: dict[str, dict[str, Any]] = {}
-        for top in sorted(os.listdir(staging)):
-            _clear(out / top)
-        fds: dict[Path, int] = {}
+        # the output opened first (a link in its place refused), then everything relative to it: what is cleared
+        # and written is in the output, never where a link planted since points
+        fds: dict[Path, int] = {Path("."): _open_dir(str(out), None)}
         try:
+            for top in sorted(os.listdir(staging)):
+                _clear_at(top, fds[Path(".")])
             for directory, dirs, names in os.walk(staging):
                 dirs.sort()
                 rel_dir = Path(directory).relative_to(staging)
-                # each directory opened by descriptor, relative to its parent's: what is written goes in it
-                fds[rel_dir] = _open_dir(str(out), None) if rel_dir == Path(".") else \
-                    _open_dir(rel_dir.name, fds[rel_dir.parent])
+                if rel_dir != Path("."):  # each directory opened by descriptor, relative to its parent's
+                    fds[rel_dir] = _open_dir(rel_dir.name, fds[rel_dir.parent])
                 for name in sorted(names):
                     src = Path(directory) / name
                     if not stat.S_ISREG(os.lstat(src).st_mode):

@@ -24,6 +24,7 @@ from typing import Any
 
 from components import bounded, provenance
 from components.errors import InputError
+from components.redaction import printable
 
 EVALUATION = "evaluation"
 MODEL_VERSION = "model-version"
@@ -46,6 +47,11 @@ class UntrustedModel(InputError):
 
 def _untrusted(where: str, version: str, reason: str) -> UntrustedModel:
     return UntrustedModel(f"{where}: version {version}: {reason}; refusing to trust it", reason)
+
+
+def _shown(rel: str) -> str:
+    """A model file's name in a message: a store's name, its escape bytes as '?'."""
+    return printable(rel, 300)
 
 
 def file_digest(path: Path) -> dict[str, Any]:
@@ -215,16 +221,17 @@ def check_files(where: str, local: Path, files: Mapping[str, Any]) -> None:
             if stat.S_ISDIR(mode):
                 continue
             if not stat.S_ISREG(mode):
-                raise UntrustedModel(f"{where}: model file {rel} is not a regular file; refusing to load the model")
+                raise UntrustedModel(f"{where}: model file {_shown(rel)}"
+                                     f" is not a regular file; refusing to load the model")
             found[rel] = path
     for rel in sorted({*files, *found}):
         if rel not in found:
-            raise UntrustedModel(f"{where}: model file {rel} is missing (signed at registration); "
+            raise UntrustedModel(f"{where}: model file {_shown(rel)} is missing (signed at registration); "
                                  "refusing to load the model")
         if rel not in files:
-            raise UntrustedModel(f"{where}: model file {rel} was not there at registration; "
+            raise UntrustedModel(f"{where}: model file {_shown(rel)} was not there at registration; "
                                  "refusing to load the model")
         want = files[rel] if isinstance(files[rel], dict) else {}
         if found[rel].lstat().st_size != want.get("bytes") or file_digest(found[rel]) != want:
-            raise UntrustedModel(f"{where}: model file {rel} does not match the sha256 signed at registration "
+            raise UntrustedModel(f"{where}: model file {_shown(rel)} does not match the sha256 signed at registration "
                                  "(replaced in the store?); refusing to load the model")

@@ -177,8 +177,8 @@ def evaluate(
     result["gate_improvement"] = gate_improvement(gate, result)
     result["passed"] = result["gate_improvement"] >= min_improvement  # for people; register recomputes it
     figures, seal = sign_evaluation(result, model=scored, pipeline_run=pipeline_run)
-    (Path(metrics.path) / SIGNATURE_FILE).write_text(json.dumps(seal, indent=2, sort_keys=True) + "\n")
-    (Path(metrics.path) / "metrics.json").write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+    for name, doc in ((SIGNATURE_FILE, seal), ("metrics.json", figures)):  # never written through a planted link
+        bounded.write_atomic(Path(metrics.path) / name, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
     for key in ("base_eval_loss", "eval_loss", "perplexity", "improvement", *task, "gate_improvement"):
         metric(key, result[key])
     metric(f"gated_by_{gate}", 1.0)  # which metric the gate judged, as a metric name every record carries

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from components import reporting, settings
+from components import bounded, reporting, settings
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Output, Resources, Retry, step
 from components.errors import InputError
 from components.reporting import emit_step, metric, submitted_at
@@ -324,7 +324,7 @@ def finetune(
     if start_step >= max_steps:
         distributed.gather_time(world, "first_step")  # nothing left to train: the resumed state is the result
     # line-buffered: a killed run's log ends at its last whole step; rank 0's alone
-    with (log_path.open("a", buffering=1) if world.main else open(os.devnull, "w")) as log:
+    with (os.fdopen(bounded.open_append(log_path), "a", buffering=1) if world.main else open(os.devnull, "w")) as log:
         for step_no in range(start_step, max_steps):
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step_no, lr=lr, warmup=warmup_steps, total=max_steps)

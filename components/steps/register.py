@@ -160,4 +160,5 @@ def _register(model_dir: Path, registration_dir: Path, scratch: Path, *, tel: An
                           promotion=decision.phrase(version))
         else:  # a measurement round (llmpack compare): the weights are on the run, no version per round
             record["skipped"] = f"{settings.REGISTER_VERSION.name}=0"
-    (registration_dir / "registration.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    bounded.write_atomic(registration_dir / "registration.json",
+                         (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())

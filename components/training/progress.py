@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
 
+from components import bounded
 from components.training.trainer_status import TrainerStatus, status_body
 
 PROGRESS_FILE = "llmpack-progress.json"
@@ -71,7 +71,6 @@ class ProgressFile:
             self.status.close()
 
     def _write(self, state: dict[str, Any]) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps({**state, "updated_at": time.time()}))
-        os.replace(tmp, self.path)  # a reader sees the old file or the new one, never half of one
+        # a reader sees the old file or the new one, never half of one; never written through a planted link
+        bounded.write_atomic(self.path, json.dumps({**state, "updated_at": time.time()}).encode())
         self.written_at = time.monotonic()

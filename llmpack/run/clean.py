@@ -199,14 +199,16 @@ def clean(older_than: str, runs_dir: Path, dry_run: bool, include_unsent: bool) 
     """
     import sys
 
+    from components.redaction import printable
+
     refused = False
-    if runs_dir.is_dir():
+    if runs_dir.is_dir():  # directory names are a stranger's: shown, never obeyed (escape bytes as '?')
         for line in take_over_dead_runs(runs_dir, dry_run=dry_run):
             refused |= line.startswith("llmpack: error: ")
-            click.echo(line, err=line.startswith("llmpack: error: "))
+            click.echo(printable(line, 4000), err=line.startswith("llmpack: error: "))
     items = clean_runs(runs_dir, parse_age(older_than), dry_run=dry_run, include_unsent=include_unsent)
     for item in items:
-        click.echo(render_item(item), err=item.action in ("not removed", "refused"))
+        click.echo(printable(render_item(item), 4000), err=item.action in ("not removed", "refused"))
     if not any(item.action in ("removed", "would remove") for item in items):
         click.echo(f"no failed runs older than {older_than} to remove in {runs_dir}")
     if any(item.action == "not removed" for item in items):

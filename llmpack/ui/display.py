@@ -65,8 +65,11 @@ class _LazyFileHandler(logging.FileHandler):
         super().__init__(path, encoding="utf-8", delay=True)
 
     def _open(self) -> Any:
+        from components import bounded
+
         Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
-        return super()._open()
+        # never appended through a link planted where the log goes (a runs directory others may write)
+        return os.fdopen(bounded.open_append(self.baseFilename), "a", encoding="utf-8")
 
 
 @contextmanager

@@ -102,3 +102,63 @@ def test_the_seeds_interval_is_never_narrower_than_student_t() -> None:
 
     for df in range(1, 200):
         assert t975(df) >= stats.t.ppf(0.975, df) - 5e-4, df
+
+
+# --------------------------------------------------------------------------- the fifth check
+
+
+def test_an_output_directory_swapped_for_a_link_is_refused_before_anything_is_cleared(tmp_path: Path) -> None:
+    from components.errors import InputError
+    from components.serving import sealed
+
+    victim = tmp_path / "victim"
+    (victim / "adapter").mkdir(parents=True)
+    (victim / "adapter" / "keep.txt").write_text("mine")
+    (victim / "llmpack-model.json").write_text("mine")
+    out = tmp_path / "model"
+    out.symlink_to(victim)  # the step's output, swapped for a link while it trained
+    with pytest.raises(InputError, match="a symlink is refused"):
+        with sealed.sealed_output(out, sealed.MODEL, "", weights="adapter", meta="llmpack-model.json") as private:
+            (private / "adapter").mkdir()
+            (private / "adapter" / "w.bin").write_bytes(b"w")
+            (private / "llmpack-model.json").write_text("{}")
+    assert (victim / "adapter" / "keep.txt").read_text() == "mine" and (victim / "llmpack-model.json").exists()
+
+
+def test_files_a_step_appends_or_replaces_are_never_written_through_a_planted_link(tmp_path: Path) -> None:
+    from components import bounded
+    from components.errors import InputError
+    from components.training.progress import ProgressFile
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    (tmp_path / "train_log.jsonl").symlink_to(victim)
+    with pytest.raises(InputError, match="a symlink is refused"):
+        bounded.open_append(tmp_path / "train_log.jsonl")
+    (tmp_path / ".llmpack-progress.json.tmp").symlink_to(victim)  # the old predictable temporary name
+    ProgressFile(tmp_path / "llmpack-progress.json", start_step=0, max_steps=10)
+    assert victim.read_text() == "mine" and json.loads((tmp_path / "llmpack-progress.json").read_text())["step"] == 0
+
+
+def test_the_client_log_is_never_appended_through_a_planted_link(tmp_path: Path) -> None:
+    import logging
+
+    from llmpack.ui.display import library_logs_to
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    (tmp_path / "llmpack-client.log").symlink_to(victim)
+    with pytest.raises(Exception, match="a symlink is refused"):
+        with library_logs_to(tmp_path / "llmpack-client.log"):
+            logging.getLogger("mlflow").warning("a library's line")
+    assert victim.read_text() == "mine"
+
+
+def test_a_store_file_name_and_a_planted_run_name_print_no_escape_byte() -> None:
+    from components.serving.signed import UntrustedModel
+    from components.serving.verify import check_listing
+
+    evil = "x\x1b]52;c;cHduZWQ=\x07\x1b[2J\u202e.bin"
+    with pytest.raises(UntrustedModel) as err:
+        check_listing("models:/m/1", {evil: 1}, {})
+    assert all(c.isprintable() for c in str(err.value)), repr(str(err.value))
