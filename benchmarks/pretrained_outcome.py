@@ -129,9 +129,13 @@ def main() -> None:
         with ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             results = list(pool.map(one_seed, [a] * len(seeds), seeds))
     else:
-        results = [one_seed(a, seed) for seed in seeds]
+        results = []
+        for seed in seeds:  # each seed's line as soon as it is measured (a seed is tens of minutes on a CPU)
+            results.append(one_seed(a, seed))
+            print(line(results[-1]), flush=True)
     for r in results:
-        print(line(r), flush=True)
+        if a.jobs > 1:
+            print(line(r), flush=True)
         print(f"  e.g. expected -> answered: {r['tuned']['examples']}", flush=True)
     for text in summary(results):
         print(text)
