@@ -302,17 +302,19 @@ def _register(uri: str, model: Path, metrics: Path, out: Path, name: str,
 def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(mlflow_server: str,
                                                                                tmp_path: Path) -> None:
     model, metrics = tmp_path / "model", tmp_path / "metrics"
-    (model / "adapter" / "nested").mkdir(parents=True)
     metrics.mkdir()
-    (model / MODEL_META).write_text(json.dumps({"method": "lora", "base_model": "tiny"}))
-    (model / "adapter" / "adapter_model.safetensors").write_bytes(os.urandom(50_000))
-    (model / "adapter" / "nested" / "config.json").write_text('{"r": 8}')
-    from components.serving.signed import SIGNATURE_FILE, model_files, sign_evaluation
+    from components.serving.sealed import MODEL, sealed_output, verified_model
+    from components.serving.signed import SIGNATURE_FILE, sign_evaluation
 
+    with sealed_output(model, MODEL, "", weights="adapter", meta=MODEL_META) as private:  # as finetune seals it
+        (private / "adapter" / "nested").mkdir(parents=True)
+        (private / MODEL_META).write_text(json.dumps({"method": "lora", "base_model": "tiny"}))
+        (private / "adapter" / "adapter_model.safetensors").write_bytes(os.urandom(50_000))
+        (private / "adapter" / "nested" / "config.json").write_text('{"r": 8}')
     figures, seal = sign_evaluation({"eval_loss": 1.25, "base_eval_loss": 2.0, "gate_metric": "eval_loss",
-                                     "min_improvement": 0.0}, model=model_files(model, "adapter", MODEL_META),
+                                     "min_improvement": 0.0}, model=verified_model(model, "")["files"],
                                     pipeline_run="")
-    (metrics / "metrics.json").write_text(json.dumps(figures))
+    (metrics / "metrics.json").write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")  # as evaluate writes it
     (metrics / SIGNATURE_FILE).write_text(json.dumps(seal))
     tag = uuid.uuid4().hex[:6]
     got = {}

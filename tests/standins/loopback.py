@@ -38,9 +38,12 @@ def isolate(mp: pytest.MonkeyPatch, root: Path, names: tuple[str, ...] = CLIENT_
     """No client variable of the shell, ``HOME`` (``~/.kube``, ``~/.config``) and KFP's context file under ``root``."""
     import kfp
 
-    from tests.conftest import clear_settings
+    from tests.conftest import SESSION_SIGNING_KEY_FILE, clear_settings
 
     clear_settings(mp)  # again: a module-scoped fixture runs before conftest's function-scoped one
+    # the one key of the session, as conftest sets it: the pods a stand-in plays verify what the test's own steps
+    # sealed (a cluster's pods share one key through the tracking Secret), never a key made under the new HOME
+    mp.setenv("LLMPACK_SIGNING_KEY_FILE", str(SESSION_SIGNING_KEY_FILE))
     for name in names:
         mp.delenv(name, raising=False)
     mp.setenv("HOME", str(root / "home"))
