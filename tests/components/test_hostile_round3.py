@@ -141,16 +141,15 @@ def test_files_a_step_appends_or_replaces_are_never_written_through_a_planted_li
 
 
 def test_the_client_log_is_never_appended_through_a_planted_link(tmp_path: Path) -> None:
-    import logging
-
-    from llmpack.ui.display import library_logs_to
+    from components.errors import InputError
+    from llmpack.ui.display import _LazyFileHandler
 
     victim = tmp_path / "victim.txt"
     victim.write_text("mine")
     (tmp_path / "llmpack-client.log").symlink_to(victim)
-    with pytest.raises(Exception, match="a symlink is refused"):
-        with library_logs_to(tmp_path / "llmpack-client.log"):
-            logging.getLogger("mlflow").warning("a library's line")
+    handler = _LazyFileHandler(tmp_path / "llmpack-client.log")  # the handler alone: no global logging state touched
+    with pytest.raises(InputError, match="a symlink is refused"):
+        handler._open()
     assert victim.read_text() == "mine"
 
 
