@@ -49,7 +49,7 @@ def _untrusted(where: str, version: str, reason: str) -> UntrustedModel:
     return UntrustedModel(f"{where}: version {version}: {reason}; refusing to trust it", reason)
 
 
-def _shown(rel: str) -> str:
+def shown_name(rel: str) -> str:
     """A model file's name in a message: a store's name, its escape bytes as '?'."""
     return printable(rel, 300)
 
@@ -221,17 +221,17 @@ def check_files(where: str, local: Path, files: Mapping[str, Any]) -> None:
             if stat.S_ISDIR(mode):
                 continue
             if not stat.S_ISREG(mode):
-                raise UntrustedModel(f"{where}: model file {_shown(rel)}"
+                raise UntrustedModel(f"{where}: model file {shown_name(rel)}"
                                      f" is not a regular file; refusing to load the model")
             found[rel] = path
     for rel in sorted({*files, *found}):
         if rel not in found:
-            raise UntrustedModel(f"{where}: model file {_shown(rel)} is missing (signed at registration); "
+            raise UntrustedModel(f"{where}: model file {shown_name(rel)} is missing (signed at registration); "
                                  "refusing to load the model")
         if rel not in files:
-            raise UntrustedModel(f"{where}: model file {_shown(rel)} was not there at registration; "
+            raise UntrustedModel(f"{where}: model file {shown_name(rel)} was not there at registration; "
                                  "refusing to load the model")
         want = files[rel] if isinstance(files[rel], dict) else {}
         if found[rel].lstat().st_size != want.get("bytes") or file_digest(found[rel]) != want:
-            raise UntrustedModel(f"{where}: model file {_shown(rel)} does not match the sha256 signed at registration "
-                                 "(replaced in the store?); refusing to load the model")
+            raise UntrustedModel(f"{where}: model file {shown_name(rel)} does not match the sha256 "
+                                 "signed at registration (replaced in the store?); refusing to load the model")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import InputError
-from components.serving.signed import UntrustedModel, _shown, check_files, verified_version
+from components.serving.signed import UntrustedModel, check_files, shown_name, verified_version
 
 _MODELS_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>[0-9]+))/?$")
 
@@ -117,15 +117,15 @@ def check_listing(where: str, listed: dict[str, int | None], files: dict[str, An
     """The store lists exactly the signed files, each at its signed size (where it gives one)."""
     for rel in sorted({*listed, *files}):
         if rel not in files:
-            raise UntrustedModel(f"{where}: model file {_shown(rel)}"
+            raise UntrustedModel(f"{where}: model file {shown_name(rel)}"
                                  f" was not there at registration; refusing to load the model")
         if rel not in listed:
-            raise UntrustedModel(f"{where}: model file {_shown(rel)} is missing (signed at registration); "
+            raise UntrustedModel(f"{where}: model file {shown_name(rel)} is missing (signed at registration); "
                                  "refusing to load the model")
         size, want = listed[rel], files[rel].get("bytes") if isinstance(files[rel], dict) else None
         if size is not None and size != want:
-            raise UntrustedModel(f"{where}: model file {_shown(rel)} does not match the sha256 signed at registration "
-                                 "(replaced in the store?); refusing to load the model")
+            raise UntrustedModel(f"{where}: model file {shown_name(rel)} does not match the sha256 "
+                                 "signed at registration (replaced in the store?); refusing to load the model")
 
 
 def load_model(model_uri: str, *, tracking_uri: str | None = None, dst: str | Path | None = None) -> Any:
