@@ -8,6 +8,7 @@ Every refusal is one :class:`InputError` line naming the file and the limit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -45,36 +46,59 @@ def open_regular(path: str | Path, *, follow_symlinks: bool = False) -> int:
     return fd
 
 
+def _parent_fd(path: Path) -> int:
+    """The directory ``path`` is in, open by descriptor; that directory swapped for a symlink is refused, so what is
+    written next, relative to the descriptor, lands in it and never where a planted link points."""
+    try:
+        return os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise InputError(f"{path.parent}: not a directory to write {path.name} in ({exc.strerror}; a symlink is "
+                         "refused); nothing was written") from None
+
+
 def write_atomic(path: str | Path, data: bytes) -> None:
     """``data`` written whole at ``path``: through a new temporary file beside it (``O_EXCL|O_NOFOLLOW``: a planted
-    link or FIFO is never opened) and a rename (which replaces the name, never a link's target). A ``path`` that
-    exists as anything but a regular file (a symlink, FIFO, device, directory) is one :class:`InputError`."""
+    link or FIFO is never opened) and a rename (which replaces the name, never a link's target), both relative to
+    the directory opened first (that directory swapped for a link is refused). A ``path`` that exists as anything
+    but a regular file (a symlink, FIFO, device, directory) is one :class:`InputError`."""
     path = Path(path)
+    dir_fd = _parent_fd(path)
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        pass
-    else:
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{path}: not a regular file (a symlink, FIFO or device is refused); nothing was written")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        try:
+            st = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISREG(st.st_mode):
+                raise InputError(f"{path}: not a regular file (a symlink, FIFO or device is refused); nothing was "
+                                 "written")
+        tmp = f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+    finally:
+        os.close(dir_fd)
 
 
 def open_append(path: str | Path, mode: int = 0o644) -> int:
-    """A descriptor to append to ``path`` (made if absent), never through a planted link (``O_NOFOLLOW``); a FIFO,
-    device or directory there is one :class:`InputError`."""
+    """A descriptor to append to ``path`` (made if absent), never through a planted link (``O_NOFOLLOW``, relative to
+    its directory opened first: that directory swapped for a link is refused too); a FIFO, device or directory
+    there is one :class:`InputError`."""
+    path = Path(path)
+    dir_fd = _parent_fd(path)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+        fd = os.open(path.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, mode,
+                     dir_fd=dir_fd)
     except OSError as exc:
         raise InputError(f"{path}: cannot be opened to append ({exc.strerror}; a symlink is refused)") from None
+    finally:
+        os.close(dir_fd)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise InputError(f"{path}: not a regular file (a symlink, FIFO or device is refused)")

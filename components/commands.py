@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from components import bounded
 from components.dsl import Pipeline, PipelineParamRef, Task, iter_param_args
 from components.errors import InputError
 from components.process import lifeline
@@ -76,7 +77,7 @@ def run_logged(cmd: Sequence[str], *, env: Mapping[str, str], log_path: Path,
                cwd: str | Path | None = None) -> tuple[int, str]:
     """Run a command with its output appended to ``log_path``; returns (exit code, last error line)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("a", encoding="utf-8") as log:
+    with os.fdopen(bounded.open_append(log_path), "a", encoding="utf-8") as log:  # never through a planted link
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
         proc = subprocess.Popen(list(cmd), env={**env, **SAFE_PATH_ENV}, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,

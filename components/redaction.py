@@ -53,14 +53,16 @@ _TOKEN_FORM = re.compile(r"\beyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9
                          r"|\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
 # ``password=x``, ``"token": "x"``: a secret-looking key and its value (a bare ``token: missing`` is prose, not a pair).
 _PAIR = re.compile(r"(?i)\b([A-Za-z0-9_.-]*"
-                   r"(?:token|password|passwd|pwd|passphrase|jwt|secret|api_?key|access_?key|account_?key|signing_?key"
-                   r"|secret_?key|private_?key|client_?secret|auth_?key"
+                   r"(?:token|password|passwd|pwd|passphrase|jwt|secret|api[_-]?key|access[_-]?key|account[_-]?key"
+                   r"|signing[_-]?key|secret[_-]?key|private[_-]?key|client[_-]?secret|auth[_-]?key"
                    r"|signature"
                    r"|credentials?))"
                    r"(\s*=\s*['\"]?|['\"]\s*:\s*['\"])([^\s'\"&;,)}]+)")
 # A value that stands for a secret in a command we print for the user to fill in (doctor's fix lines:
 # ``--docker-password=TOKEN``, ``"token":"<token>"``, ``$HF_TOKEN``): kept, since it holds none.
-_PLACEHOLDER = re.compile(r"<[A-Za-z_ -]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|TOKEN|PASSWORD|SECRET|KEY|YOUR_[A-Z_]+")
+# ``$(openssl`` is a command substitution's start (``signing-key="$(openssl rand -hex 32)"``): a program, no secret.
+_PLACEHOLDER = re.compile(r"<[A-Za-z_ -]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\$\([a-z][a-z0-9_-]*|TOKEN|PASSWORD|SECRET|KEY"
+                          r"|YOUR_[A-Z_]+")
 # Environment variables whose value is a credential: HF_TOKEN, MLFLOW_TRACKING_PASSWORD, AWS_SECRET_ACCESS_KEY...
 _SECRET_ENV = re.compile(r"(?i)(token|password|passwd|secret|secret_key|api_?key|access_?key|account_?key|credentials?"
                          r"|private_?key|signing_?key|connection_string|passphrase|jwt)$")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from components import bounded, settings
+from components.errors import InputError
 
 SAMPLES_FILE = "llmpack-gpu.jsonl"
 SMI_QUERY = "index,utilization.gpu,memory.used,memory.total"
@@ -161,9 +162,9 @@ class Sampler:
                "gpus": [{"gpu": r.gpu, "util_pct": r.util_pct, "mem_used_mb": round(r.mem_used_mb, 1),
                          "mem_total_mb": round(r.mem_total_mb, 1)} for r in sample.readings]}
         try:
-            with self.path.open("a", encoding="utf-8") as fh:
+            with os.fdopen(bounded.open_append(self.path), "a", encoding="utf-8") as fh:  # never through a link
                 fh.write(json.dumps(row) + "\n")
-        except OSError:
+        except (OSError, InputError):
             pass
 
     def stop(self) -> list[Sample]:

@@ -132,7 +132,7 @@ class EventLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def append(self, record: Record) -> None:
-        with self.path.open("a", encoding="utf-8") as fh:
+        with os.fdopen(bounded.open_append(self.path), "a", encoding="utf-8") as fh:  # never through a planted link
             fh.write(json.dumps(asdict(record), sort_keys=True) + "\n")
             fh.flush()
 

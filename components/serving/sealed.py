@@ -1,13 +1,14 @@
 """A step's output as the step wrote it: a seal over its files, and a private copy that is exactly them.
 
-Two outputs are sealed: the tokenize step's (:data:`TOKENS`: the eval split, its prompts and
-answers, which evaluate scores and promotion compares) and finetune's tuned model (:data:`MODEL`).
+Three outputs are sealed: prepare_data's split (:data:`DATASET`: which rows are training and which are
+held out), the tokenize step's (:data:`TOKENS`: the eval split, its prompts and answers, which evaluate
+scores and promotion compares) and finetune's tuned model (:data:`MODEL`).
 The step writes them into a directory of its own process (``mkdtemp`` in the step's temporary
 directory: the pod's own filesystem, never the shared volume its output is on), then
 :func:`sealed_output` copies each file into the output, hashing the bytes as it writes them, and
 signs those digests with the pipeline run (``<kind>.seal.json`` beside them): what is signed is
 what the step wrote, whatever a writer of the volume does to the output later or meanwhile.
-evaluate and register never read a sealed output itself: :func:`private_copy` copies each sealed
+tokenize, finetune, evaluate and register never read a sealed output itself: :func:`private_copy` copies each sealed
 file once into a private directory, hashing as it copies, and refuses the copy unless every file is
 the signed one (swapped, edited or missing since); they read only the copy.
 """
@@ -44,6 +45,7 @@ class Kind:
     what: str  # how a refusal names the output's writer
 
 
+DATASET = Kind("dataset", "llmpack-dataset.seal.json", "prepare_data")
 TOKENS = Kind("tokens", "llmpack-tokens.seal.json", "the tokenize step")
 MODEL = Kind("tuned-model", "llmpack-model.seal.json", "finetune")
 SEAL_FILE = MODEL.seal_file
@@ -142,8 +144,8 @@ def sealed_output(out: Path, kind: Kind, pipeline_run: str, **fields: str) -> It
 def verified_seal(out: Path, pipeline_run: str, kind: Kind = MODEL) -> dict[str, Any]:
     """The seal ``kind.what`` signed for ``out``: its ``files`` (and fields); else one :class:`InputError`.
 
-    Unsigned, signed with another key, edited, or of another pipeline run (one signed with no run name is
-    taken in any): nothing of the output is read.
+    Unsigned, signed with another key, edited, or of another pipeline run (one signed with no run name, by
+    a step called outside any pipeline run, is taken in any): nothing of the output is read.
     """
     path = out / kind.seal_file
     try:

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from components.dsl import Dataset, Execution, Output, Resources, step
-from components.reporting import metric
+from components.reporting import current, metric
+from components.serving.sealed import DATASET, sealed_output
 from components.training.data import BUILTIN, builtin_split, load_rows, split_rows, write_jsonl
 
 
@@ -29,12 +30,14 @@ def prepare_data(
     else:
         rows, skipped = load_rows(data, seed=seed, skip_bad_rows=skip_bad_rows, builtin_size=builtin_size)
         train, evaluation, duplicates = split_rows(rows, seed=seed, eval_fraction=eval_fraction)
-    out = Path(dataset.path)
-    write_jsonl(out / "train.jsonl", train)
-    write_jsonl(out / "eval.jsonl", evaluation)
     meta = {"source": data, "rows": len(rows), "train": len(train), "eval": len(evaluation), "skipped": skipped,
             "duplicate_rows": duplicates}
-    (out / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    tel = current()
+    # written in this process's own directory, then copied out and sealed: tokenize reads exactly this split
+    with sealed_output(Path(dataset.path), DATASET, tel.ctx.pipeline_run if tel is not None else "") as out:
+        write_jsonl(out / "train.jsonl", train)
+        write_jsonl(out / "eval.jsonl", evaluation)
+        (out / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     metric("rows", len(rows))
     metric("skipped_rows", skipped)
     metric("duplicate_rows", duplicates)

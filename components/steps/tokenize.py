@@ -4,12 +4,13 @@ to answer."""
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from components.dsl import Dataset, Execution, Input, Output, Resources, step
 from components.errors import InputError
-from components.serving.sealed import TOKENS, sealed_output
+from components.serving.sealed import DATASET, TOKENS, private_copy, sealed_output, verified_seal
 from components.training.data import builtin_task, read_split
 from components.training.generation import TASK_FILE, task_rows, write_task_rows
 from components.training.pretrained import is_alias
@@ -94,11 +95,19 @@ def tokenize(dataset: Input[Dataset], tokens: Output[Dataset], model: str = "tin
     tokenizer = load_tokenizer(model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     tel = current()
+    pipeline_run = tel.ctx.pipeline_run if tel is not None else ""
     counts = {}
+    # the split prepare_data signed, read from a private copy (never the shared volume a writer can swap),
     # written in this process's own directory, then copied out and sealed: evaluate scores exactly these bytes
-    with sealed_output(Path(tokens.path), TOKENS, tel.ctx.pipeline_run if tel is not None else "") as out:
+    split_files = verified_seal(Path(dataset.path), pipeline_run, DATASET)["files"]
+    needed = {name: split_files[name] for name in ("train.jsonl", "eval.jsonl") if name in split_files}
+    if len(needed) != 2:
+        raise InputError(f"{dataset.path}: prepare_data's seal names no train.jsonl and eval.jsonl")
+    with tempfile.TemporaryDirectory(prefix="llmpack-split-") as private, \
+            sealed_output(Path(tokens.path), TOKENS, pipeline_run) as out:
+        split_dir = private_copy(Path(dataset.path), needed, Path(private) / "dataset")
         for split, keep_tail in (("train", False), ("eval", True)):
-            rows = read_split(Path(dataset.path) / f"{split}.jsonl")
+            rows = read_split(split_dir / f"{split}.jsonl")
             pairs = [pair_ids(tokenizer, row) for row in rows]
             if split == "eval":  # the held-out prompts evaluate answers, with their expected answers
                 answerable, too_long = task_rows(pairs, rows, max_prompt_tokens=seq_len, task_of=builtin_task)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,31 @@ def test_prepare_data_reports_the_duplicates(tmp_path: Path, step_env: dict[str,
     train = (tmp_path / "out" / "train.jsonl").read_text().splitlines()
     ev = (tmp_path / "out" / "eval.jsonl").read_text().splitlines()
     assert not {json.loads(x)["prompt"] for x in train} & {json.loads(x)["prompt"] for x in ev}
+
+
+def test_tokenize_reads_only_the_split_prepare_data_sealed(tmp_path: Path, step_env: dict[str, str]) -> None:
+    """Issue 46 (B3): a writer of the volume who swaps eval.jsonl after prepare_data (the training rows copied
+    in, so "held out" is recall again) or writes a dataset by hand gets one line from tokenize, no tokens."""
+    env = {**step_env, "LLMPACK_MLFLOW_LOGGING": "0"}
+    r = run_step(PREP, f"--output=dataset={tmp_path / 'out'}", "--param=builtin_size=200", cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    tok = "components.steps.tokenize:tokenize"
+
+    def tokenize(dataset: Path, out: str) -> subprocess.CompletedProcess[str]:
+        return run_step(tok, f"--input=dataset={dataset}", f"--output=tokens={tmp_path / out}", "--param=seq_len=64",
+                        cwd=tmp_path, env=env)
+
+    ok = tokenize(tmp_path / "out", "tok-ok")
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "tok-ok" / "llmpack-tokens.seal.json").is_file()
+    train = (tmp_path / "out" / "train.jsonl").read_bytes()
+    (tmp_path / "out" / "eval.jsonl").write_bytes(train)  # the eval split replaced by training rows
+    swapped = tokenize(tmp_path / "out", "tok-swapped")
+    assert swapped.returncode == 2 and "not the file that was sealed" in swapped.stderr, swapped.stderr
+    assert "Traceback" not in swapped.stderr and not (tmp_path / "tok-swapped" / "train_input_ids.npy").exists()
+    hand = tmp_path / "hand"
+    hand.mkdir()
+    (hand / "train.jsonl").write_bytes(train)
+    (hand / "eval.jsonl").write_bytes(train)
+    unsealed = tokenize(hand, "tok-hand")
+    assert unsealed.returncode == 2 and "no llmpack-dataset.seal.json" in unsealed.stderr, unsealed.stderr

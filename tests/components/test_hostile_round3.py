@@ -161,3 +161,28 @@ def test_a_store_file_name_and_a_planted_run_name_print_no_escape_byte() -> None
     with pytest.raises(UntrustedModel) as err:
         check_listing("models:/m/1", {evil: 1}, {})
     assert all(c.isprintable() for c in str(err.value)), repr(str(err.value))
+
+
+def test_an_output_directory_swapped_for_a_link_is_never_written_through(tmp_path: Path) -> None:
+    """Round 5: a step whose output directory was swapped for a symlink wrote its progress file, train log and
+    events into the link's target. The writers open the directory first (O_NOFOLLOW) and refuse a link."""
+    from components import bounded
+    from components.errors import InputError
+    from components.record.telemetry import EventLog, Record
+
+    target, out = tmp_path / "elsewhere", tmp_path / "out"
+    target.mkdir()
+    out.mkdir()
+    log = EventLog(out / "events.jsonl")
+    out.rmdir()
+    out.symlink_to(target)  # swapped after the step opened its output
+    with pytest.raises(InputError, match="a symlink is refused"):
+        bounded.write_atomic(out / "llmpack-progress.json", b"{}")
+    with pytest.raises(InputError, match="a symlink is refused"):
+        bounded.open_append(out / "train_log.jsonl")
+    with pytest.raises(InputError, match="a symlink is refused"):
+        log.append(Record(key="k", kind="event", step="s", name="started", value=1.0, run_group="g", pipeline_run="r",
+                          orchestrator="direct", mode="local"))
+    assert list(target.iterdir()) == []
+    bounded.write_atomic(target / "fine.json", b"{}")  # a real directory still takes the file
+    assert (target / "fine.json").read_bytes() == b"{}"

@@ -71,7 +71,8 @@ def good(real_cluster: RealCluster, compiled: dict[str, Path]) -> RealCluster:
     core = client.CoreV1Api(real_cluster.api)
     make_namespace(real_cluster.api, NS)
     core.create_namespaced_secret(NS, {"metadata": {"name": "llmpack-mlflow"},
-                                       "stringData": {"tracking-uri": "http://mlflow.mlflow.svc.cluster.local:5000"}})
+                                       "stringData": {"tracking-uri": "http://mlflow.mlflow.svc.cluster.local:5000",
+                                                      "signing-key": GOOD_KEY}})
     core.create_persistent_volume({"metadata": {"name": "doctor-artifacts"},
                                    "spec": {"capacity": {"storage": "50Gi"}, "accessModes": ["ReadWriteOnce"],
                                             "storageClassName": "", "nfs": {"server": "127.0.0.1", "path": "/a"}}})
@@ -139,9 +140,13 @@ def _delete_secret(cluster: RealCluster) -> None:
     _core(cluster).delete_namespaced_secret("llmpack-mlflow", NS)
 
 
+GOOD_KEY = "7a" * 32  # the tracking Secret's signing-key: doctor checks it is there, never prints it
+
+
 def _restore_secret(cluster: RealCluster) -> None:
     _core(cluster).create_namespaced_secret(NS, {"metadata": {"name": "llmpack-mlflow"},
-                                                 "stringData": {"tracking-uri": "http://mlflow:5000"}})
+                                                 "stringData": {"tracking-uri": "http://mlflow:5000",
+                                                                "signing-key": GOOD_KEY}})
 
 
 def _nobody_kubeconfig(cluster: RealCluster, tmp: Path) -> Path:
@@ -376,6 +381,10 @@ FAULTS.update({
     "tracking Secret without its tracking-uri key": Fault(
         expect=f"✗ Secret llmpack-mlflow in {NS} has no tracking-uri key",
         make=lambda c: _tracking_secret(c, {"username": "u"}), undo=_good_tracking_secret),
+    "tracking Secret without its signing-key": Fault(
+        expect=f"✗ Secret llmpack-mlflow in {NS} has no signing-key key",
+        make=lambda c: _tracking_secret(c, {"tracking-uri": "http://mlflow:5000"}), undo=_good_tracking_secret,
+        fix="openssl rand -hex 32"),
     "tracking-uri not a server's URL": Fault(
         expect=f"✗ Secret llmpack-mlflow in {NS}: tracking-uri is not an http(s) URL",
         make=lambda c: _tracking_secret(c, {"tracking-uri": "sqlite:///mlflow.db"}), undo=_good_tracking_secret),

@@ -28,6 +28,7 @@ QUEUE, SHARED_PVC, ARTIFACTS_PVC = "team-a", "llmpack-shared", "llmpack-artifact
 GPU_NODES = ("gpu-node-0", "gpu-node-1")
 TRACKING_URI = "http://mlflow.team-a.svc:5000"  # the Secret's value: doctor checks it, never prints it
 SECRET_PASSWORD = "mlflow-pass-never-shown-9f3"  # a value doctor reads past and must never print
+SIGNING_KEY = "5e" * 32  # the Secret's provenance key: checked present, never printed
 WORKFLOWS = CustomResource("argoproj.io", "v1alpha1", "workflows", "Workflow")
 DEPLOYMENTS = CustomResource("apps", "v1", "deployments", "Deployment")
 STORAGE_CLASSES = CustomResource("storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False)
@@ -133,7 +134,7 @@ def plant_ready(api: KubeAPIStandIn) -> KubeAPIStandIn:
         api.add_node(gpu_node(name))
     for namespace in (RUN_NAMESPACE, KFP_NAMESPACE):
         api.apply_custom_object(secret(namespace, {"tracking-uri": TRACKING_URI, "username": "runner",
-                                                   "password": SECRET_PASSWORD}))
+                                                   "password": SECRET_PASSWORD, "signing-key": SIGNING_KEY}))
     api.apply_custom_object({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "artifact-repositories", "namespace": RUN_NAMESPACE,
@@ -190,6 +191,10 @@ FAULTS: dict[str, tuple[str, Callable[[KubeAPIStandIn], Any]]] = {
     "secret-without-uri": ("the MLflow Secret has no tracking-uri",
                            lambda api: api.apply_custom_object(secret(RUN_NAMESPACE, {"username": "runner",
                                                                                       "password": SECRET_PASSWORD}))),
+    "secret-without-signing-key": ("the MLflow Secret has no signing-key",
+                                   lambda api: api.apply_custom_object(secret(RUN_NAMESPACE, {
+                                       "tracking-uri": TRACKING_URI, "username": "runner",
+                                       "password": SECRET_PASSWORD}))),
     "no-argo-repository": ("Argo has no artifact repository",
                            _delete("configmaps", RUN_NAMESPACE, "artifact-repositories")),
     "ckpt-pvc-rwo": ("the checkpoint PVC (--checkpoint-pvc) is ReadWriteOnce",

@@ -38,6 +38,8 @@ UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"  # what `kubectl cordon
 TRAINER_GROUP, TRAINER_VERSION, RUNTIMES = "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes"
 KUEUE_GROUP, KUEUE_VERSIONS = "kueue.x-k8s.io", ("v1beta2", "v1beta1")
 EXAMPLE_URI = "http://mlflow.mlflow.svc.cluster.local:5000"
+SIGNING_KEY_KEY = "signing-key"  # the tracking Secret's provenance key (tracking.TRACKING_CREDENTIALS)
+NEW_KEY = '"$(openssl rand -hex 32)"'  # a fresh key, made by the shell that runs the fix line
 # The fix line's ClusterQueue: a valid name (lower case), so the line pasted as printed is accepted and
 # the queue it names stays Pending with "ClusterQueue your-cluster-queue doesn't exist" until replaced.
 CLUSTER_QUEUE_PLACEHOLDER = "your-cluster-queue"
@@ -119,7 +121,7 @@ def tracking_secret(cluster: ClusterReader, namespace: str, name: str | None = N
 
     secret_name = name or TRACKING_SECRET
     create = (f"kubectl -n {_q(namespace)} create secret generic {secret_name} "
-              f"--from-literal={TRACKING_URI_KEY}={EXAMPLE_URI}")
+              f"--from-literal={TRACKING_URI_KEY}={EXAMPLE_URI} --from-literal={SIGNING_KEY_KEY}={NEW_KEY}")
     try:
         secret = cluster.secret(namespace, secret_name)
     except Unanswered as exc:
@@ -137,6 +139,12 @@ def tracking_secret(cluster: ClusterReader, namespace: str, name: str | None = N
     if not uri.startswith(("http://", "https://", "databricks")):
         return Check(False, f"Secret {secret_name} in {namespace}: {TRACKING_URI_KEY} is not an http(s) URL "
                      "(a pod's MLflow must reach a server)", f"kubectl -n {_q(namespace)} edit secret {secret_name}")
+    if SIGNING_KEY_KEY not in keys:  # each pod would make its own key: evaluate refuses the model finetune sealed
+        patch = f"kubectl -n {_q(namespace)} patch secret {secret_name} -p " + (
+            '"{\\"stringData\\":{\\"' + SIGNING_KEY_KEY + '\\":\\"' + NEW_KEY.strip('"') + '\\"}}"')
+        return Check(False, f"Secret {secret_name} in {namespace} has no {SIGNING_KEY_KEY} key (every pod of a run "
+                     "signs and checks its outputs with it; without it each pod makes its own and evaluate "
+                     "refuses finetune's model)", patch)
     optional = sorted(keys & set(TRACKING_CREDENTIALS))
     return Check(True, f"Secret {secret_name} in {namespace} has {TRACKING_URI_KEY}"
                  + (f" and {', '.join(optional)}" if optional else ""))

@@ -365,10 +365,11 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
         checks += tracking_checks(opts, tls)
     from components.redaction import redact_text  # a server's message may quote a URL or a token
 
-    if as_json:
-        click.echo(redact_text(json.dumps({"ok": all(c.ok for c in checks), "host": cluster.host,
-                                           "paths": list(opts.paths), "checks": [c.as_dict() for c in checks]},
-                                          sort_keys=True)))
+    if as_json:  # each string redacted before it is encoded: a blanked value never breaks the JSON's quoting
+        report = {"ok": all(c.ok for c in checks), "host": redact_text(cluster.host), "paths": list(opts.paths),
+                  "checks": [{k: redact_text(v) if isinstance(v, str) else v for k, v in c.as_dict().items()}
+                             for c in checks]}
+        click.echo(json.dumps(report, sort_keys=True))
     else:
         click.echo(redact_text(render(checks, opts, cluster.host)))
     if not all(c.ok for c in checks):

@@ -27,6 +27,7 @@ from standins.ready_cluster import (
     POD_FLAGS,
     QUEUE,
     SECRET_PASSWORD,
+    SIGNING_KEY,
     TRACKING_URI,
     plant_fault,
     plant_ready,
@@ -76,7 +77,7 @@ def failed_lines(output: str) -> list[str]:
 
 
 def assert_no_secret(output: str) -> None:
-    for secret in (K8S_TOKEN, KFP_TOKEN, ARGO_TOKEN, SECRET_PASSWORD,
+    for secret in (K8S_TOKEN, KFP_TOKEN, ARGO_TOKEN, SECRET_PASSWORD, SIGNING_KEY,
                    base64.b64encode(SECRET_PASSWORD.encode()).decode(),
                    TRACKING_URI, HF_TOKEN_VALUE, base64.b64encode(HF_TOKEN_VALUE.encode()).decode()):
         assert secret not in output
@@ -89,7 +90,7 @@ def test_ready_cluster_passes_every_check(ready: Ready) -> None:
     checks = [line for line in out.splitlines() if line.startswith("✓")]
     for expected in ("Kubernetes API", "node(s) of GPU type nvidia-h100-80gb", "tolerate", "allocatable nvidia.com/gpu",
                      "namespace llmpack exists", "namespace kubeflow exists",
-                     "Secret llmpack-mlflow in llmpack has tracking-uri and password, username",
+                     "Secret llmpack-mlflow in llmpack has tracking-uri and password, signing-key, username",
                      "RBAC (mlflow): you may create/get/delete jobs.batch, list/watch pods, "
                      "list/watch events in llmpack",
                      "RBAC (argo): you may create/get workflows.argoproj.io", "Pod Security (kfp)",
@@ -191,9 +192,12 @@ CASES = {
                          '"accessModes":["ReadWriteOnce"]'),
     "no-queue": (GANG, "LocalQueue team-a missing in llmpack", '"kind":"LocalQueue"'),
     "no-secret": ((), "Secret llmpack-mlflow missing in llmpack", "create secret generic llmpack-mlflow "
-                  "--from-literal=tracking-uri="),
+                  "--from-literal=tracking-uri=http://mlflow.mlflow.svc.cluster.local:5000 "
+                  '--from-literal=signing-key="$(openssl rand -hex 32)"'),
     "secret-without-uri": ((), "Secret llmpack-mlflow in llmpack has no tracking-uri key",
                            "patch secret llmpack-mlflow"),
+    "secret-without-signing-key": ((), "Secret llmpack-mlflow in llmpack has no signing-key key",
+                                   '"{\\"stringData\\":{\\"signing-key\\":\\"$(openssl rand -hex 32)\\"}}"'),
     "no-argo-repository": ((), "Argo has no artifact repository for llmpack", "artifact-repositories.yaml"),
     "psa-restricted": ((), "Pod Security (kfp): kubeflow enforces restricted; kfp exec-", "enforce=baseline"),
     "ckpt-pvc-rwo": ((*GANG, *CKPT), "llmpack-ckpt in llmpack is ReadWriteOnce, not ReadWriteMany",
