@@ -61,8 +61,8 @@ _PAIR = re.compile(r"(?i)\b([A-Za-z0-9_.-]*"
 # A value that stands for a secret in a command we print for the user to fill in (doctor's fix lines:
 # ``--docker-password=TOKEN``, ``"token":"<token>"``, ``$HF_TOKEN``): kept, since it holds none.
 # ``$(openssl`` is a command substitution's start (``signing-key="$(openssl rand -hex 32)"``): a program, no secret.
-_PLACEHOLDER = re.compile(r"<[A-Za-z_ -]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\$\([a-z][a-z0-9_-]*|TOKEN|PASSWORD|SECRET|KEY"
-                          r"|YOUR_[A-Z_]+")
+_PLACEHOLDER = re.compile(r"<[A-Za-z_ -]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\$\([a-z][a-z0-9_-]*"
+                          r"|TOKEN|PASSWORD|SECRET|KEY|YOUR_[A-Z_]+")
 # Environment variables whose value is a credential: HF_TOKEN, MLFLOW_TRACKING_PASSWORD, AWS_SECRET_ACCESS_KEY...
 _SECRET_ENV = re.compile(r"(?i)(token|password|passwd|secret|secret_key|api_?key|access_?key|account_?key|credentials?"
                          r"|private_?key|signing_?key|connection_string|passphrase|jwt)$")
