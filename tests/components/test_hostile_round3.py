@@ -186,3 +186,22 @@ def test_an_output_directory_swapped_for_a_link_is_never_written_through(tmp_pat
     assert list(target.iterdir()) == []
     bounded.write_atomic(target / "fine.json", b"{}")  # a real directory still takes the file
     assert (target / "fine.json").read_bytes() == b"{}"
+
+
+@pytest.mark.parametrize("text", [
+    "--from-literal=signing-key=5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e", '"signing-key":"5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e"',
+    "private-key=5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e", "secret-key=5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e",
+    "access-key=5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e", "client-secret=5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e",
+])
+def test_a_hyphenated_key_name_is_redacted_as_its_underscored_one(text: str) -> None:
+    """The tracking Secret's own key is ``signing-key``: ``signing_?key`` let its value through."""
+    from components.redaction import redact_text
+
+    assert "5e5e5e5e" not in redact_text(text, set()), redact_text(text, set())
+
+
+def test_doctors_fix_line_keeps_its_command_substitution() -> None:
+    from components.redaction import redact_text
+
+    fix = '--from-literal=signing-key="$(openssl rand -hex 32)"'
+    assert redact_text(fix, set()) == fix
