@@ -190,7 +190,8 @@ def kept_hint(kept: Path) -> str:
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="llmpack")
 @click.option("--debug", is_flag=True,
-              help="On an error, print its traceback too (URIs, tokens and passwords redacted).")
+              help="On an error, print its traceback too (a failed step's: the end of its log); URIs, tokens "
+                   "and passwords redacted.")
 def main(debug: bool) -> None:
     """llmpack: one LLM fine-tuning pipeline, compiled to Kubeflow Pipelines, Argo Workflows and
     MLflow Projects, run side by side and measured the same way.
@@ -251,8 +252,12 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_pr
         if line:
             click.echo(line)
     if summary["status"] != "succeeded":
-        click.echo(f"llmpack: error: {summary['orchestrator']}: {summary['error']}", err=True)
-        sys.exit(1)
+        from llmpack.run.show import failed_step_log, print_log_tail
+
+        log = failed_step_log(summary)  # where its traceback is: the line names it, --debug prints its end
+        if log is not None and DEBUG["on"]:
+            print_log_tail(log)
+        fail(f"{summary['orchestrator']}: {summary['error']}" + (f" (its log: {log})" if log else ""), code=1)
 
 
 @main.command(short_help="Compile the pipeline to KFP, Argo and MLflow artifacts.")

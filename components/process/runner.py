@@ -253,6 +253,9 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
     try:
         telemetry.fail_if_injected(step.name, ctx.attempt)  # LLMPACK_INJECT_FAILURES (tests of retries)
         step.func(**kwargs)
+    except BaseException:
+        tel.metric(telemetry.FAILED_METRIC, 1.0)  # "finished" below is its time, not its success
+        raise
     finally:
         startup.settle()  # a step with no model: its start-up ended with it
         tel.event("finished")
@@ -280,6 +283,8 @@ def _around_launcher(step: Step, ctx: RunContext, outputs: dict[str, str],
         if injected:
             tel.metric("injected_start_delay_s", injected)
         rc = launch(ctx, tel)
+        if rc != 0:
+            tel.metric(telemetry.FAILED_METRIC, 1.0)
         tel.event("finished")
         tel.records = [r for r in telemetry.read_records([first_out / EVENTS_FILE])  # every rank's, this attempt's
                        if r.step == step.name and r.pipeline_run == ctx.pipeline_run and r.attempt == ctx.attempt]

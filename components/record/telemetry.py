@@ -32,6 +32,9 @@ _ATTEMPT_SUFFIX = re.compile(r"^(.*)\.attempt(\d+)$")
 CLUSTER_EVENTS = ("pod_created", "pod_scheduled", "node_ready", "container_started")
 STEP_EVENTS = ("process_started", "model_loaded", "first_step", "finished")
 ALL_EVENTS = CLUSTER_EVENTS + STEP_EVENTS
+# ``finished`` is recorded however the step's function ended (its time is compute either way); this metric,
+# 1, says it ended by raising (or its launcher's ranks failed): progress and traces say "failed", never "done".
+FAILED_METRIC = "step_failed"
 
 TRAIN_STEP = "finetune"
 EVAL_STEP = "evaluate"
@@ -266,6 +269,11 @@ class StepTimes:
     def all_attempts(self) -> tuple[StepTimes, ...]:
         """Every attempt, first to last (just this one when no attempts were recorded apart)."""
         return self.attempts or (self,)
+
+    @property
+    def failed(self) -> bool:
+        """The last attempt ended by failing (``FAILED_METRIC``); a retry that finished clears it."""
+        return bool(self.all_attempts[-1].metrics.get(FAILED_METRIC))
 
     @property
     def retried(self) -> tuple[StepTimes, ...]:

@@ -165,14 +165,14 @@ def _step_spans(step: StepTimes, pipeline_run: str, run_id: str, sid: Any) -> li
                      start=min(starts), end=max(starts),
                      attributes={"cicd.pipeline.task.name": step.step, "cicd.pipeline.run.id": pipeline_run,
                                  "llmpack.attempts": len(attempts)},
-                     ok="finished" in attempts[-1].events)
+                     ok="finished" in attempts[-1].events and not step.failed)
     spans = [step_span]
     for n, attempt in enumerate(attempts):
         events = in_order(attempt.events)
         if not events:
             continue
         number = attempt.attempt if step.attempts else n
-        finished = "finished" in attempt.events
+        finished = "finished" in attempt.events and not attempt.failed
         attempt_span = Span(
             name=f"{step.step} attempt {number}", span_id=sid(f"attempt/{step.step}/{number}"),
             parent_id=step_span.span_id, start=events[0][1], end=events[-1][1],

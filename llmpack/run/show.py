@@ -6,6 +6,8 @@ legend are :mod:`llmpack.ui.glossary`'s.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -60,6 +62,9 @@ RUN_COLUMNS = (
 # The glossary terms the run summary shows, printed under it (llmpack.ui.glossary); exact match: the outcome line.
 RUN_TERMS = ("spinup", "time_to_first_step", "pipeline_overhead", "eval_loss", "base_loss", "cost", "goodput",
              "exact_match")
+TERM_COLUMN = {"spinup": "spinup_s", "time_to_first_step": "time_to_first_step_s",
+               "pipeline_overhead": "pipeline_overhead_s", "eval_loss": "eval_loss", "base_loss": "base_eval_loss",
+               "cost": "cost_usd", "goodput": "goodput"}  # the table row each term explains (exact_match: the outcome)
 
 
 def packaging(summary: dict[str, Any]) -> str:
@@ -107,30 +112,42 @@ def summary_table(summaries: list[dict[str, Any]]) -> None:
     then per run what was run (packaging, GPUs, price) and the terms the table uses."""
     from llmpack.ui import glossary
     from llmpack.ui.numbers import figure
+    from llmpack.ui.outcome import task_text
 
     table = Table(title="llmpack run", title_justify="left")
     table.add_column("measure")
     for s in summaries:
         table.add_column(s["orchestrator"], justify="right")
     table.add_row("status", *[s["status"] for s in summaries])
+    shown: set[str] = set()
     for key, header in RUN_COLUMNS:
         if key == "cost_usd":
-            table.add_row(header, *[cost_text(s) for s in summaries])
+            cells = [cost_text(s) for s in summaries]
         else:
-            table.add_row(header, *[fmt(s["metrics"].get(key), 3) if "loss" in key else figure(s["metrics"].get(key))
-                                    for s in summaries])
+            cells = [fmt(s["metrics"].get(key), 3) if "loss" in key else figure(s["metrics"].get(key))
+                     for s in summaries]
+        if key != "total_s" and all(c == "-" for c in cells):
+            continue  # a measure no run has (a pipeline without training: no tokens/s, no eval loss): no row
+        shown.add(key)
+        table.add_row(header, *cells)
     display.out.print(table)
     for s in summaries:
         tags = s["tags"]
-        gpus = (f"{tags.get('llmpack.gpu_count')}x {tags.get('llmpack.gpu_type')} "
-                f"at ${tags.get('llmpack.price_per_gpu_hour')}/GPU-h ({tags.get('llmpack.price_source')})")
         local = s.get("mode", tags.get("llmpack.mode")) == "local"
-        priced = f"cost projected as if on {gpus}; no GPU was billed" if local else f"billed on {gpus}"
-        display.out.print(f"[dim]{escape(s['pipeline_run'])}: {escape(packaging(s))}; {escape(priced)}; "
-                  f"model: {escape(str(s['artifacts'].get('model_dir', '-')))}[/]")
+        if str(tags.get("llmpack.gpu_count") or "0") in ("0", "None") or tags.get("llmpack.gpu_type") in (None, "none"):
+            priced = "no step asks for a GPU: no cost"
+        else:
+            gpus = (f"{tags.get('llmpack.gpu_count')}x {tags.get('llmpack.gpu_type')} "
+                    f"at ${tags.get('llmpack.price_per_gpu_hour')}/GPU-h ({tags.get('llmpack.price_source')})")
+            priced = f"cost projected as if on {gpus}; no GPU was billed" if local else f"billed on {gpus}"
+        model = s["artifacts"].get("model_dir")
+        display.out.print(f"[dim]{escape(s['pipeline_run'])}: {escape(packaging(s))}; {escape(priced)}"
+                          + (f"; model: {escape(str(model))}" if model else "") + "[/]")
     print_retry_lines(summaries, display.out)
-    terms = [k for k in RUN_TERMS if k != "cost"] + (["projected"] if any(s.get("mode") == "local" for s in summaries)
-                                                     else ["cost"])
+    terms = [term for term in RUN_TERMS if term != "cost" and (TERM_COLUMN.get(term) in shown or term == "exact_match"
+                                                               and any(task_text(s["metrics"]) for s in summaries))]
+    if "cost_usd" in shown:
+        terms.append("projected" if any(s.get("mode") == "local" for s in summaries) else "cost")
     for line in glossary.legend(terms):
         display.out.print(f"[dim]{escape(line)}[/]")
 
@@ -141,3 +158,33 @@ def print_retry_lines(runs: list[dict[str, Any]], console: Console) -> None:
 
     for path, text in retry_lines(runs):
         console.print(f"[yellow]{escape(path)} retried:[/] {escape(text)}")
+
+
+_LOG_TAIL_BYTES = 8192
+
+
+def failed_step_log(summary: dict[str, Any]) -> Path | None:
+    """The failed step's log in the kept run directory (``logs/<step>.log``, every local path writes one)."""
+    import re
+
+    step, run_dir = summary.get("failed_step"), (summary.get("artifacts") or {}).get("run_dir")
+    if not isinstance(step, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", step) or not run_dir:
+        return None
+    log = Path(run_dir) / "logs" / f"{step}.log"
+    return log if log.is_file() and not log.is_symlink() else None
+
+
+def print_log_tail(log: Path) -> None:
+    """The last lines of a step's log on stderr (``--debug``), redacted, escape bytes shown as '?'."""
+    from components import bounded
+    from components.redaction import redact_text
+
+    with os.fdopen(bounded.open_regular(log), "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        fh.seek(max(0, size - _LOG_TAIL_BYTES))
+        tail = fh.read(_LOG_TAIL_BYTES).decode("utf-8", "replace")
+    lines = tail.splitlines()[1 if size > _LOG_TAIL_BYTES else 0:][-40:]
+    display.err.print(f"the end of {log}:", markup=False, highlight=False, soft_wrap=True)
+    for line in redact_text("\n".join(lines)).splitlines():
+        display.err.print("  " + "".join(c if c.isprintable() else "?" for c in line), markup=False,
+                          highlight=False, soft_wrap=True)

@@ -100,8 +100,9 @@ def snapshot(root: Path, now: float | None = None) -> Snapshot:
         text = format_train(step, progress, time.time() if now is None else now)
         return Snapshot(text=text, done=len(done), running=step, train=progress)
     if done:
-        last = max(done, key=lambda s: s.events["finished"]).step
-        return Snapshot(text=f"{last} done", done=len(done), running=None, train=None)
+        last = max(done, key=lambda s: s.events["finished"])
+        return Snapshot(text=f"{last.step} {'failed' if last.failed else 'done'}", done=len(done), running=None,
+                        train=None)
     return Snapshot(text="starting", done=0, running=None, train=None)
 
 
@@ -260,3 +261,5 @@ def watch(root: Path, update: Callable[[str, int, float], None] | LogLines, inte
     finally:
         stop.set()
         thread.join()
+        if isinstance(update, LogLines):  # a log's last line is how the run ended (a step that failed in 0.1 s too)
+            update.observe(snapshot(root), time.monotonic() - t0)

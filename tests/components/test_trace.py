@@ -274,3 +274,14 @@ def test_the_run_span_names_the_pipeline_as_it_is_named() -> None:
     from components.record import trace
 
     assert trace.PIPELINE_NAME == PIPELINE_NAME
+
+
+def test_a_step_that_raised_is_a_failed_span_though_it_has_finished() -> None:
+    """``finished`` is recorded however the step ended; its failure metric makes the spans failures."""
+    from components.record.telemetry import FAILED_METRIC
+
+    recs = _records() + [make_record(CTX, "metric", "finetune", FAILED_METRIC, 1.0)]
+    named = _by_name(from_otlp(build_trace(recs, pipeline_run=CTX.pipeline_run, submitted_at=100.0).otlp()))
+    assert named["step finetune"][0]["status"]["code"] == 2 and named["step prepare_data"][0]["status"]["code"] == 1
+    (attempt,) = named["finetune attempt 0"]
+    assert attempt["status"]["code"] == 2

@@ -54,6 +54,18 @@ def own_defaults(model: str = "tiny", data: str = "builtin", seed: int = 3, max_
     prepared = prepare_data(data=data, seed=seed, builtin_size=40)
     tokens = tokenize(dataset=prepared.outputs["dataset"], model=model)
     finetune(tokens=tokens.outputs["tokens"], base_model=model, max_steps=max_steps, seed=seed)
+
+
+@step()
+def check_labels(dataset: Input[Dataset], report: Output[Metrics]) -> None:
+    """A step that fails, as a newcomer's first try does."""
+    raise ValueError("the data has no column 'label'\\nits second line")
+
+
+@pipeline(name="fails-in-a-step")
+def fails_in_a_step(seed: int = 0) -> None:
+    prepared = prepare_data(seed=seed, builtin_size=40)
+    check_labels(dataset=prepared.outputs["dataset"])
 '''
 
 
@@ -317,3 +329,20 @@ def test_a_newcomers_pipelines_through_run_and_compare(pipes: Path) -> None:
     assert {e["verdict"] for e in out["verdicts"]["time_to_first_step_s"].values()} == {"not measured"}
     assert out["summary"]["argo"]["total_s"]["n"] >= 2 and out["summary"]["argo"]["spinup_s"]["n"] >= 2
     assert "start-up" not in r.stderr and "time to first step" not in out["recommendation"]["text"]
+
+
+def test_a_failed_step_is_shown_failed_and_its_error_names_its_log(pipes: Path) -> None:
+    """Issue 52: progress said "check_labels done" for the step that raised; the error line did not say where
+    its traceback is, and --debug added nothing. Now: "failed", the log named, --debug prints its end."""
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    uri = f"sqlite:///{pipes / 'mlflow.db'}"
+    r = llmpack("--debug", "run", "--pipeline", "own_pipes_52:fails_in_a_step", "--tracking-uri", uri, cwd=pipes,
+                env=env)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "check-labels failed" in r.stderr and "check-labels done" not in r.stderr, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("llmpack: error: direct: step 'check-labels' failed: ValueError: the data has no column")
+    log = Path(last.rsplit("(its log: ", 1)[1].rstrip(")"))
+    assert log.name == "check-labels.log" and "Traceback" in log.read_text()
+    assert "the end of " in r.stderr and 'raise ValueError("the data has no column' in r.stderr  # --debug: its end
+    assert "no step asks for a GPU: no cost" in " ".join(r.stdout.split()) and "eval loss" not in r.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -84,3 +85,31 @@ def test_compare_table_prints_its_terms_from_the_glossary() -> None:
     text = buf.getvalue()
     for key in (*table.COMPARE_TERMS, "projected"):
         assert glossary.define(key) in text, key
+
+
+def test_a_run_without_training_shows_no_training_rows_terms_or_gpu_price(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 52: a pipeline of one's own with no training got eval-loss and tokens/s rows of dashes, their
+    legend lines, and "cost projected as if on 0x none at $unknown/GPU-h"."""
+    s = _run_summary("none")
+    s["metrics"] = {"total_s": 0.37, "pipeline_overhead_s": 0.085}
+    s["tags"].update({"llmpack.gpu_count": "0", "llmpack.gpu_type": "none", "llmpack.price_per_gpu_hour": "unknown"})
+    s["artifacts"] = {}
+    text = " ".join(_printed(s, monkeypatch).split())
+    assert "pipeline overhead s" in text and glossary.define("pipeline_overhead") in text
+    for word in ("eval loss", "tokens/s", "goodput", "spin-up", "0x none", "$unknown", "model: -"):
+        assert word not in text, (word, text)
+    assert "no step asks for a GPU: no cost" in text
+
+
+def test_a_failed_steps_error_line_names_its_log_and_debug_prints_its_end(tmp_path: Path) -> None:
+    from llmpack.run.show import failed_step_log
+
+    run_dir = tmp_path / "direct-1.failed"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "logs" / "boom.log").write_text("Traceback...\nValueError: no column 'label'\n")
+    summary = {"failed_step": "boom", "artifacts": {"run_dir": str(run_dir)}}
+    assert failed_step_log(summary) == run_dir / "logs" / "boom.log"
+    assert failed_step_log({**summary, "failed_step": "../../etc/passwd"}) is None  # a name, never a path
+    (run_dir / "logs" / "boom.log").unlink()
+    (run_dir / "logs" / "boom.log").symlink_to("/etc/hostname")
+    assert failed_step_log(summary) is None

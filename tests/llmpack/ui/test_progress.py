@@ -89,3 +89,19 @@ def test_progress_file_is_throttled_and_ends_on_the_last_step(tmp_path: Path) ->
     last = read_train_progress(path)
     assert last is not None and (last.step, last.max_steps, last.tokens_per_s, last.eta_s) == (5, 5, 125.0, 0.0)
     assert [p.name for p in tmp_path.iterdir()] == [PROGRESS_FILE], "no temporary file left behind"
+
+
+def test_a_step_that_failed_is_shown_failed_never_done(tmp_path: Path) -> None:
+    """Issue 52: "evaluate done" was shown for an evaluate that raised (``finished`` is its time either way)."""
+    from components.record.telemetry import FAILED_METRIC
+    from llmpack.ui.progress import snapshot
+
+    model = _staging(tmp_path)
+    _events(model, "finetune", finished=1010.0)
+    metrics = tmp_path / "evaluate" / "metrics"
+    _events(metrics, "evaluate", process_started=1011.0)
+    EventLog(metrics / EVENTS_FILE).append(make_record(CTX, "metric", "evaluate", FAILED_METRIC, 1.0))
+    _events(metrics, "evaluate", finished=1012.0)
+    assert snapshot(tmp_path, now=NOW).text == "evaluate failed"
+    _events(model, "finetune", finished=1013.0)  # a later finish elsewhere: that one is the last, and done
+    assert snapshot(tmp_path, now=NOW).text == "finetune done"
