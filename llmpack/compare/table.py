@@ -129,6 +129,13 @@ def _narrow_table(result: dict[str, Any], console: Console) -> None:
     have = measured_metrics(result)
     # the rest: apart, dimmed (_unjudged_block); a headline no run measured: not at all
     shown = [h for h in HEADLINES if h.metric not in unjudged and h.metric in have]
+    if not shown:  # nothing judged yet (one run per path): a line, not a table of two columns under a wrapped title
+        counts = " · ".join(
+            f"{orch} {n}" if (n := runs_counted(result["summary"].get(orch, {}), have)) else f"{orch} failed"
+            for orch in result["backends"])
+        console.print(Text(f"llmpack compare · {result['run_group']} · runs per path: {counts}"))
+        compare_legend(result, console)
+        return
     for h in shown:
         table.add_column(f"{short[h.metric]}\np50", justify="right", no_wrap=True)
     verdicts = result.get("verdicts", {})

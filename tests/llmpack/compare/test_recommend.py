@@ -148,3 +148,20 @@ def test_the_report_leads_with_the_recommendation_and_sets_unjudged_figures_apar
     assert rec.path != "argo" and md.index(rec.text.split(":")[0]) < md.index("## Verdicts")
     assert '<p class="rec"><b>use ' in html and html.index('class="rec"') < html.index('class="hero"')
     assert html.count('class="card dim"') == 2 and "Not judged (one run per path" in md
+
+
+def test_nothing_judged_yet_is_one_line_of_counts_not_a_two_column_table() -> None:
+    """Issue 52: with one run per path the narrow table had only ``path | n`` under a title that wrapped."""
+    import io
+
+    from rich.console import Console
+
+    from llmpack.compare.table import compare_table
+
+    result = comparison("rg-one", ["direct", "kfp"], planted_runs(n=1, paths=("direct", "kfp")))
+    console = Console(width=80, file=io.StringIO(), force_terminal=False)
+    compare_table(result, console=console)
+    text = console.file.getvalue()
+    assert "llmpack compare · rg-one · runs per path: direct 1 · kfp 1" in text, text
+    assert "not judged (one run per path" in text and "┃" not in text and "path " not in text.split("\n")[1]
+    assert max(len(line) for line in text.splitlines()) <= 80
