@@ -30,8 +30,9 @@ def prepare_data(
     else:
         rows, skipped = load_rows(data, seed=seed, skip_bad_rows=skip_bad_rows, builtin_size=builtin_size)
         train, evaluation, duplicates = split_rows(rows, seed=seed, eval_fraction=eval_fraction)
+    dropped = len(rows) - len(train) - len(evaluation)  # copies of an eval prompt: eval keeps one, train none
     meta = {"source": data, "rows": len(rows), "train": len(train), "eval": len(evaluation), "skipped": skipped,
-            "duplicate_rows": duplicates}
+            "duplicate_rows": duplicates, "dropped_rows": dropped}
     tel = current()
     # written in this process's own directory, then copied out and sealed: tokenize reads exactly this split
     with sealed_output(Path(dataset.path), DATASET, tel.ctx.pipeline_run if tel is not None else "") as out:
@@ -41,3 +42,4 @@ def prepare_data(
     metric("rows", len(rows))
     metric("skipped_rows", skipped)
     metric("duplicate_rows", duplicates)
+    metric("dropped_rows", dropped)

@@ -12,6 +12,7 @@ import json
 import os
 import random
 import re
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -242,8 +243,12 @@ def load_rows(source: str, *, seed: int = 0, skip_bad_rows: bool = False,
 
 
 def prompt_key(row: dict[str, Any]) -> str:
-    """A row's identity across splits: its prompt with runs of whitespace collapsed."""
-    return " ".join(str(row["prompt"]).split())
+    """A row's identity across splits: its prompt in Unicode's compatibility form (NFKC: a full-width or
+    ligature spelling is its plain one), case folded, without invisible format characters (zero-width
+    spaces, joiners, bidi marks), runs of whitespace collapsed. Variants a model reads as the same
+    prompt are one prompt, so none of them is trained on while another is held out."""
+    text = unicodedata.normalize("NFKC", str(row["prompt"])).casefold()
+    return " ".join("".join(c for c in text if unicodedata.category(c) != "Cf").split())
 
 
 def split_rows(rows: list[dict[str, Any]], *, seed: int,

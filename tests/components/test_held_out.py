@@ -49,6 +49,14 @@ def test_builtin_vocabulary_is_large_and_from_the_seed() -> None:
     assert builtin_split(50, 0, 0.1) == builtin_split(50, 0, 0.1) and train0 != train1
 
 
+def _full_width(text: str) -> str:
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in text)
+
+
+def _zero_width(text: str) -> str:
+    return text[:3] + "\u200b" + text[3:] + "\u200d"
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_user_rows_with_planted_duplicates_never_cross_the_split(seed: int) -> None:
     rng = random.Random(seed)
@@ -56,6 +64,8 @@ def test_user_rows_with_planted_duplicates_never_cross_the_split(seed: int) -> N
     planted = [dict(rng.choice(base)) for _ in range(150)]  # exact copies
     for row in planted[:50]:  # copies differing only in whitespace are the same prompt
         row["prompt"] = "  " + row["prompt"].replace(" ", "   ") + "\t"
+    for row in planted[50:80]:  # ... in case, full-width letters or a zero-width space too
+        row["prompt"] = rng.choice([str.upper, str.swapcase, _full_width, _zero_width])(row["prompt"])
     rows = base + planted
     rng.shuffle(rows)
     train, ev, dups = split_rows(rows, seed=seed, eval_fraction=0.2)
@@ -82,6 +92,7 @@ def test_prepare_data_reports_the_duplicates(tmp_path: Path, step_env: dict[str,
     assert r.returncode == 0, r.stderr
     meta = json.loads((tmp_path / "out" / "meta.json").read_text())
     assert meta["duplicate_rows"] == 3 and meta["rows"] == 13
+    assert meta["dropped_rows"] == 13 - meta["train"] - meta["eval"]
     train = (tmp_path / "out" / "train.jsonl").read_text().splitlines()
     ev = (tmp_path / "out" / "eval.jsonl").read_text().splitlines()
     assert not {json.loads(x)["prompt"] for x in train} & {json.loads(x)["prompt"] for x in ev}
