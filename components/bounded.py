@@ -9,11 +9,12 @@ Every refusal is one :class:`InputError` line naming the file and the limit.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,14 @@ def open_regular(path: str | Path, *, follow_symlinks: bool = False) -> int:
     flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise  # the callers' own question: absent
     except OSError as exc:
-        if exc.errno == 40:  # ELOOP: O_NOFOLLOW met a symlink
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
             raise InputError(f"{path}: a symlink where a regular file is expected") from None
+        if exc.errno in (errno.ENOTDIR, errno.EISDIR):  # a directory on the way swapped for a file, or the reverse
+            raise InputError(f"{path}: not a regular file ({exc.strerror}: a path on the way is not a directory, "
+                             "or it is one)") from None
         raise
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
@@ -46,9 +52,50 @@ def open_regular(path: str | Path, *, follow_symlinks: bool = False) -> int:
     return fd
 
 
+# The directories a step was given (its outputs, its checkpoint directory), by device and inode as they were when
+# the step began: a directory on the way to them swapped since (for a link to the user's own files) is refused
+# before anything is written or removed under it, not only a link in the last place (O_NOFOLLOW).
+_PINNED: dict[str, tuple[int, int]] = {}
+
+
+def pin_directory(path: str | Path) -> None:
+    """Remember the directory at ``path`` as it is now (the step's own output or checkpoint directory)."""
+    st = os.stat(path)
+    _PINNED[os.path.abspath(path)] = (st.st_dev, st.st_ino)
+
+
+@contextlib.contextmanager
+def pinned_directories(paths: Iterable[str | Path]) -> Iterator[None]:
+    """``paths`` pinned while the block runs (a step); the pins made inside it are dropped with them."""
+    before = dict(_PINNED)
+    try:
+        for path in paths:
+            pin_directory(path)
+        yield
+    finally:
+        _PINNED.clear()
+        _PINNED.update(before)
+
+
+def check_pinned(path: str | Path) -> None:
+    """Every pinned directory at or above ``path`` still the one pinned; else one :class:`InputError`."""
+    target = os.path.abspath(path)
+    for pinned, identity in _PINNED.items():
+        if target == pinned or target.startswith(pinned.rstrip(os.sep) + os.sep):
+            try:
+                st = os.stat(pinned)
+                now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+            except OSError:
+                now = None
+            if now != identity:
+                raise InputError(f"{pinned}: not the directory the step began with (it, or a directory on the way "
+                                 "to it, was swapped, perhaps for a link); nothing written or removed there")
+
+
 def _parent_fd(path: Path) -> int:
     """The directory ``path`` is in, open by descriptor; that directory swapped for a symlink is refused, so what is
     written next, relative to the descriptor, lands in it and never where a planted link points."""
+    check_pinned(path.parent)
     try:
         return os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as exc:

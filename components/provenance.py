@@ -39,7 +39,8 @@ def default_key_file() -> Path:
     return Path(base) / "llmpack" / "signing.key"
 
 
-def _parse_key(text: str, where: str) -> bytes:
+def parse_key(text: str, where: str) -> bytes:
+    """The key ``text`` holds (hex, at least 32 bytes); else one :class:`InputError` naming ``where``."""
     try:
         key = bytes.fromhex(text.strip())
     except ValueError:
@@ -69,7 +70,7 @@ def _read_key_file(path: Path) -> bytes:
         os.close(fd)
     if len(data) > _KEY_FILE_MAX:
         raise InputError(f"{where}: larger than {_KEY_FILE_MAX} bytes")
-    return _parse_key(data.decode("ascii", "replace"), where)
+    return parse_key(data.decode("ascii", "replace"), where)
 
 
 def _create_key_file(path: Path) -> None:
@@ -94,7 +95,7 @@ def signing_key() -> bytes:
     """The user's signing key (see the module docstring); creates the key file on first use."""
     text = SIGNING_KEY.get()
     if text:
-        return _parse_key(text, SIGNING_KEY.name)
+        return parse_key(text, SIGNING_KEY.name)
     path = Path(SIGNING_KEY_FILE.get() or default_key_file()).expanduser()
     if not os.path.lexists(path):
         try:

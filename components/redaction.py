@@ -58,6 +58,13 @@ _PAIR = re.compile(r"(?i)\b([A-Za-z0-9_.-]*"
                    r"|signature"
                    r"|credentials?))"
                    r"(\s*=\s*['\"]?|['\"]\s*:\s*['\"])([^\s'\"&;,)}]+)")
+# ``password: X`` (YAML, a Secret's stringData) and ``--password X`` (a flag and its value apart): the same names,
+# other separators, blanked only where the value has a digit and 8 characters or more, or looks random:
+# ``token: not set`` and ``--tracking-secret llmpack-mlflow`` (a Secret's name) in a message stay readable.
+_SECRET_NAME = (r"[A-Za-z0-9_.-]*(?:token|password|passwd|pwd|passphrase|secret|api[_-]?key|access[_-]?key"
+                r"|signing[_-]?key|private[_-]?key|auth[_-]?key|credentials?)")
+_YAML_PAIR = re.compile(rf"(?i)\b({_SECRET_NAME})(:[ \t]+['\"]?)([^\s'\"]+)")
+_FLAG_PAIR = re.compile(rf"(?i)(?<![\w-])(--{_SECRET_NAME})([ \t]+)([^\s'\"-][^\s'\"]*)")
 # A value that stands for a secret in a command we print for the user to fill in (doctor's fix lines:
 # ``--docker-password=TOKEN``, ``"token":"<token>"``, ``$HF_TOKEN``): kept, since it holds none.
 # ``$(openssl`` is a command substitution's start (``signing-key="$(openssl rand -hex 32)"``): a program, no secret.
@@ -236,9 +243,20 @@ def redact_text(text: object, secrets: Iterable[str] | None = None) -> str:
         out = _HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{(m.group(3) + ' ') if m.group(3) else ''}{MASK}", out)
         out = _SCHEME_TOKEN.sub(lambda m: f"{m.group(1)} {MASK}", out)
         out = _TOKEN_FORM.sub(MASK, out)
+        out = _YAML_PAIR.sub(_redact_yaml, out)
+        out = _FLAG_PAIR.sub(_redact_yaml, out)
         return _PAIR.sub(_redact_kv, out)
     except Exception:  # noqa: BLE001 - a redactor that raised would put the secret in its traceback
         return "<a message that could not be redacted>"
+
+
+def _redact_yaml(match: re.Match[str]) -> str:
+    """``password: X`` or ``--password X``: blanked when X could be a secret (a digit and 8+ characters, or
+    random-looking)."""
+    value = match.group(3)
+    if (len(value) >= 8 and any(c.isdigit() for c in value)) or random_looking(value):
+        return _redact_kv(match)
+    return match.group(0)
 
 
 def _redact_kv(match: re.Match[str]) -> str:

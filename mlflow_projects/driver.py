@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from components.process import lifeline
+from components.record import tracking
 from components.redaction import redact_text
 from mlflow_projects import main_signals
 from mlflow_projects.driver_output import ERROR_MARK, deliberate, error_line, tee_output
@@ -290,6 +291,7 @@ def run_task(
             time.sleep(delay)
         finally:
             try:
+                tracking.check_artifact_uri(mc.get_run(child_id).info.artifact_uri, tracking.tracking_uri())
                 mc.log_artifact(child_id, str(log_path), artifact_path="logs")
             except Exception as exc:  # noqa: BLE001 - the log stays in the run directory
                 print(redact_text(f"llmpack: warning: could not log {log_path.name} to MLflow ({exc})"),

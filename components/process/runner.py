@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from components import names, reporting, settings
+from components import bounded, names, reporting, settings
 from components.commands import CRASH_MARK, parse_pairs
 from components.dsl import Step, coerce
 from components.errors import InputError, Interrupted, StepFailed
@@ -252,7 +252,8 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
         kwargs[name] = typ(outputs[name])
     try:
         telemetry.fail_if_injected(step.name, ctx.attempt)  # LLMPACK_INJECT_FAILURES (tests of retries)
-        step.func(**kwargs)
+        with bounded.pinned_directories(outputs.values()):  # a directory on the way swapped later: refused
+            step.func(**kwargs)
     except BaseException:
         tel.metric(telemetry.FAILED_METRIC, 1.0)  # "finished" below is its time, not its success
         raise

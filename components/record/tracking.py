@@ -217,6 +217,49 @@ def experiment_id(mc: MlflowClient, name: str | None = None) -> str:
         return exp.experiment_id
 
 
+# Schemes whose artifact client sends the tracking store's credentials (MLflow's HttpArtifactRepository and
+# mlflow-artifacts send get_default_host_creds(): MLFLOW_TRACKING_USERNAME/PASSWORD/TOKEN) to the URI's host.
+_CREDENTIAL_SCHEMES = ("http", "https", "mlflow-artifacts")
+
+
+def artifact_uri_problem(artifact_uri: str, store_uri: str) -> str | None:
+    """Why the run's artifact URI must not be written to, or None.
+
+    The artifact URI comes from the experiment, which anyone who can write the store may have created
+    (or renamed and recreated) before the user's first run: it is data, never where credentials or a
+    model go on its word. An http(s) or ``mlflow-artifacts`` location on another host than the tracking
+    server's is refused (those clients send the tracking credentials to that host). ``mlflow-artifacts:/``
+    (the server proxies), the server's own host, a path, and cloud stores (``s3://``, ``gs://``...: their
+    own credentials, the store admin's choice) are taken as MLflow takes them.
+    """
+    from urllib.parse import urlsplit
+
+    a, s = urlsplit(str(artifact_uri)), urlsplit(str(store_uri))
+    scheme, store_scheme = a.scheme.lower(), s.scheme.lower()
+    if scheme in _CREDENTIAL_SCHEMES:
+        if scheme == "mlflow-artifacts" and not a.netloc:
+            return None
+        if store_scheme in ("http", "https") and (a.hostname, a.port or _default_port(scheme)) == (
+                s.hostname, s.port or _default_port(store_scheme)):
+            return None
+        return "an artifact location on another host than the tracking server's"
+    return None
+
+
+def _default_port(scheme: str) -> int:
+    return 443 if scheme == "https" else 80
+
+
+def check_artifact_uri(artifact_uri: str, store_uri: str) -> None:
+    """One :class:`InputError` line when :func:`artifact_uri_problem` finds one; nothing is uploaded then."""
+    problem = artifact_uri_problem(artifact_uri, store_uri)
+    if problem is not None:
+        raise InputError(f"the run's artifacts would go to {redact_uri(artifact_uri)}: {problem} "
+                         f"({redact_uri(store_uri)}); its experiment was made with that location, perhaps by "
+                         f"someone else: nothing was uploaded (name an experiment of your own with "
+                         f"{settings.EXPERIMENT.name})")
+
+
 def experiment_name(env: Mapping[str, str] | None = None) -> str:
     """The record's experiment: ``LLMPACK_EXPERIMENT``, else ``llmpack``."""
     return (os.environ if env is None else env).get(settings.EXPERIMENT.name) or DEFAULT_EXPERIMENT

@@ -117,6 +117,7 @@ def sealed_output(out: Path, kind: Kind, pipeline_run: str, **fields: str) -> It
         files: dict[str, dict[str, Any]] = {}
         # the output opened first (a link in its place refused), then everything relative to it: what is cleared
         # and written is in the output, never where a link planted since points
+        bounded.check_pinned(out)  # the output the step began with, not a directory on the way swapped since
         fds: dict[Path, int] = {Path("."): _open_dir(str(out), None)}
         try:
             for top in sorted(os.listdir(staging)):

@@ -16,6 +16,7 @@ does not cover.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -64,7 +65,13 @@ def fetch_verified(model_uri: str, dst: str | Path, *, tracking_uri: str | None 
     if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
         raise InputError(f"{out}: exists and is not an empty directory; the checked copy needs one of its own")
     created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        _check_private(out)
+    except InputError:  # someone else's directory: left as it was
+        if created:
+            out.rmdir()
+        raise
     try:
         # the store's listing first: a file added or of another size is refused before a byte is downloaded
         listed = _listing(model_uri, payload["source"], tracking_uri)
@@ -86,6 +93,22 @@ def fetch_verified(model_uri: str, dst: str | Path, *, tracking_uri: str | None 
             out.mkdir()
         raise
     return local
+
+
+def _check_private(out: Path) -> None:
+    """The checked copy only where no one else can swap it before it is served: ``out`` ours and writable by us
+    alone, in a directory ours or root's, and, when others may write in that one, sticky (as /tmp is)."""
+    import stat
+
+    me = os.geteuid()
+    st, parent = os.lstat(out), os.stat(out.resolve().parent)
+    if st.st_uid != me or st.st_mode & 0o022:
+        raise InputError(f"{out}: owned by someone else or writable by others; the checked copy needs a directory "
+                         "of your own (nothing was copied)")
+    if parent.st_uid not in (me, 0) or (parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX):
+        raise InputError(f"{out.resolve().parent}: another user may rename what is in it (owned by someone else, or "
+                         "writable by others without the sticky bit); the checked copy could be swapped before it "
+                         "is served: choose a directory of your own (nothing was copied)")
 
 
 def _listing(model_uri: str, source: str, tracking_uri: str | None) -> dict[str, int | None]:

@@ -111,6 +111,7 @@ def _register(model_dir: Path, registration_dir: Path, scratch: Path, *, tel: An
         mc = tracking.step_client(each_request=lambda send: tracking.with_retries(send, retry))
         run_id = tracking.open_pipeline_run(mc, tel.ctx)
         run = mc.get_run(run_id)  # read once: logging artifacts changes neither its artifact URI nor its tags
+        tracking.check_artifact_uri(run.info.artifact_uri, tracking.tracking_uri())  # never a stranger's host
         mc = model_client(mc, run_id)
         versioned = os.environ.get(settings.REGISTER_VERSION.name, "1") != "0"
         mc.log_artifacts(run_id, str(weights), artifact_path=f"model/{weights.name}")

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from components import bounded
 from components.errors import InputError
 from components.training.checkpoint_manifest import (
     MANIFEST,
@@ -172,6 +173,7 @@ def _remove(path: Path) -> None:
 
 def prune_checkpoints(root: Path, newest: Path) -> None:
     """Keep the newest two checkpoints; remove older ones and unfinished writes of earlier steps."""
+    bounded.check_pinned(root)  # never through a directory swapped since the step began
     for old in sorted(p for p in root.glob("step-*") if p != newest)[:-1]:
         _remove(old)
     for stale in root.glob(".tmp-step-*"):
@@ -207,6 +209,7 @@ def save_checkpoint(
     import torch
 
     final = root / f"step-{step_no:08d}"
+    bounded.check_pinned(root)  # the checkpoint directory the step began with (not swapped for a link since)
     for stale in root.glob(f".tmp-step-{step_no:08d}-*"):  # a killed attempt's unfinished write of this step
         _remove(stale)
     root.mkdir(parents=True, exist_ok=True)

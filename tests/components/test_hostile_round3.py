@@ -205,3 +205,58 @@ def test_doctors_fix_line_keeps_its_command_substitution() -> None:
 
     fix = '--from-literal=signing-key="$(openssl rand -hex 32)"'
     assert redact_text(fix, set()) == fix
+
+
+@pytest.mark.parametrize("text", [
+    "password: hunter2pass9", "  signing-key: 5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e", "--password hunter2pass9",
+    "--signing-key 5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e", 'api-token: "Zq8xK2mVb7Lp4Rt9"',
+])
+def test_yaml_and_flag_shaped_secrets_are_redacted(text: str) -> None:
+    """Round 6 (B6): ``password: X`` and ``--password X`` printed X whole."""
+    from components.redaction import redact_text
+
+    out = redact_text(text, set())
+    assert "hunter2" not in out and "5e5e5e5e" not in out and "Zq8xK2" not in out, out
+
+
+@pytest.mark.parametrize("text", ["token: not set", "the --password flag is refused",
+                                  "--tracking-secret llmpack-mlflow", "--hf-token-secret hf-token"])
+def test_words_after_a_secret_name_stay_readable(text: str) -> None:
+    from components.redaction import redact_text
+
+    assert redact_text(text, set()) == text
+
+
+def test_a_directory_on_the_way_to_the_output_swapped_for_a_link_is_refused(tmp_path: Path) -> None:
+    """Round 6 (B2): the output's parent (``VOL/run``) swapped for a link to the user's files mid-step: the seal
+    cleared and wrote the victim's ``model/`` through it. The step's directories are pinned by device and inode."""
+    from components import bounded
+    from components.errors import InputError
+    from components.serving.sealed import MODEL, sealed_output
+
+    run, victim = tmp_path / "vol" / "run", tmp_path / "victim"
+    (run / "model").mkdir(parents=True)
+    (victim / "model" / "adapter").mkdir(parents=True)
+    (victim / "model" / "adapter" / "notes.txt").write_text("mine")
+    with bounded.pinned_directories([run / "model"]):
+        run.rename(tmp_path / "vol" / "run.moved")
+        run.symlink_to(victim)  # the parent, not the output itself
+        with pytest.raises(InputError, match="not the directory the step began with"):
+            bounded.write_atomic(run / "model" / "llmpack-progress.json", b"{}")
+        with pytest.raises(InputError, match="not the directory the step began with"):
+            with sealed_output(run / "model", MODEL, "", weights="adapter", meta="m.json") as private:
+                (private / "adapter").mkdir()
+                (private / "adapter" / "w.bin").write_bytes(b"w")
+                (private / "m.json").write_text("{}")
+    assert (victim / "model" / "adapter" / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (victim / "model").iterdir()) == ["adapter"]
+
+
+def test_a_file_where_a_directory_was_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """Round 6 (B5): ``model/adapter`` replaced by a file gave NotADirectoryError's traceback."""
+    from components import bounded
+    from components.errors import InputError
+
+    (tmp_path / "adapter").write_text("a file now")
+    with pytest.raises(InputError, match="not a regular file"):
+        bounded.open_regular(tmp_path / "adapter" / "README.md")

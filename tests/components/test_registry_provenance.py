@@ -328,3 +328,35 @@ def test_promotion_compares_the_champion_s_signed_figures_not_its_tags(
     assert not record["champion"] and _champion(store) == new
     assert f"(not compared: v{new}'s figures are not signed (its provenance signature does not verify" in \
         record["promotion"]
+
+
+def test_an_experiment_made_with_a_strangers_artifact_location_gets_no_credentials(
+        store: dict[str, Any], finetuned: Path, tmp_path: Path) -> None:
+    """Round 6 (B1): a stranger made the ``llmpack`` experiment before the user's first run, with its artifact
+    location on a listener of theirs; register sent the model and ``Authorization`` there. Refused in one line."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'planted.db'}"
+    MlflowClient(uri).create_experiment("llmpack", artifact_location="http://127.0.0.1:9/steal")
+    env = {**_env(store["key"], uri), "MLFLOW_TRACKING_USERNAME": "alice", "MLFLOW_TRACKING_PASSWORD": "pw-9f3e2"}
+    out = tmp_path / "reg"
+    r = run_step(REG, f"--input=model={finetuned}", f"--input=metrics={store['eval']}", f"--output=registration={out}",
+                 f"--param=model_name={NAME}-planted", "--param=pipeline_run=pr-first", "--param=run_group=rg-prov",
+                 cwd=tmp_path, env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "an artifact location on another host than the tracking server's" in r.stderr, r.stderr[-2000:]
+    assert "pw-9f3e2" not in r.stderr and not (out / "registration.json").exists()
+
+
+def test_the_checked_copy_is_refused_in_a_directory_another_user_may_rename_in(store: dict[str, Any],
+                                                                               tmp_path: Path) -> None:
+    """Round 6 (B4): a checked copy in a directory writable by others (no sticky bit) could be swapped for the
+    stranger's files between the check and ``mlflow models serve``."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # writable by others, not sticky
+    env = _env(store["key"], store["uri"])
+    cli = [sys.executable, "-m", "components.serving.verify", f"models:/{NAME}/1", str(shared / "copy")]
+    r = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "another user may rename what is in it" in r.stderr, r.stderr[-2000:]
+    assert not (shared / "copy").exists()

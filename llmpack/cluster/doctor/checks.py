@@ -117,6 +117,8 @@ def _secret_keys(secret: Mapping[str, Any]) -> set[str]:
 def tracking_secret(cluster: ClusterReader, namespace: str, name: str | None = None) -> Check:
     """The MLflow Secret every pod maps (``name``: ``--tracking-secret``'s, default ``llmpack-mlflow``):
     ``tracking-uri`` required and not empty; names the optional keys it has."""
+    from components.errors import InputError
+    from components.provenance import parse_key
     from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
 
     secret_name = name or TRACKING_SECRET
@@ -145,6 +147,14 @@ def tracking_secret(cluster: ClusterReader, namespace: str, name: str | None = N
         return Check(False, f"Secret {secret_name} in {namespace} has no {SIGNING_KEY_KEY} key (every pod of a run "
                      "signs and checks its outputs with it; without it each pod makes its own and evaluate "
                      "refuses finetune's model)", patch)
+    key = (_decoded((secret.get("data") or {}).get(SIGNING_KEY_KEY))
+           or str((secret.get("stringData") or {}).get(SIGNING_KEY_KEY, "")))
+    try:
+        parse_key(key, f"Secret {secret_name} in {namespace}: {SIGNING_KEY_KEY}")  # as every pod reads it
+    except InputError as exc:
+        patch = f"kubectl -n {_q(namespace)} patch secret {secret_name} -p " + (
+            '"{\\"stringData\\":{\\"' + SIGNING_KEY_KEY + '\\":\\"' + NEW_KEY.strip('"') + '\\"}}"')
+        return Check(False, f"{exc} (every pod would fail where it first signs)", patch)
     optional = sorted(keys & set(TRACKING_CREDENTIALS))
     return Check(True, f"Secret {secret_name} in {namespace} has {TRACKING_URI_KEY}"
                  + (f" and {', '.join(optional)}" if optional else ""))
