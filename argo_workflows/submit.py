@@ -42,6 +42,7 @@ from components.servers.submission import (
     RUN_GROUP_LABEL,
     check_id,
     cost_tags,
+    declared_values,
     optional_tracking,
     record_fields,
     run_context,
@@ -195,10 +196,13 @@ def submit(request: Request) -> dict[str, Any]:
     from hera.workflows.models import WorkflowCreateRequest
 
     pipe = shipped_pipeline()
-    values = user_parameters(pipe, request.params)
     path = Path(request.workflow_path) if request.workflow_path else WORKFLOW_PATH
     wf = load_workflow(path)
     declared = (wf.spec.arguments.parameters or []) if wf.spec.arguments else []
+    if path.resolve() == WORKFLOW_PATH.resolve():
+        values = user_parameters(pipe, request.params)
+    else:  # a Workflow of the user's own pipeline (compile --pipeline): its own arguments (text)
+        values = declared_values(request.params, {p.name: "STRING" for p in declared}, f"--workflow {path}")
     check_pinned(values, f"--workflow {path}", compiled={p.name: p.value for p in declared})
     host_url, secret, ns, verify = connection(request.host, request.token, request.namespace, os.environ,
                                               ca_cert=request.ca_cert,

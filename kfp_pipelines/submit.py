@@ -37,6 +37,7 @@ from components.servers.remote import (
 )
 from components.servers.submission import (
     cost_tags,
+    declared_values,
     optional_tracking,
     record_fields,
     run_context,
@@ -221,9 +222,13 @@ def submit(request: Request) -> dict[str, Any]:
             :func:`components.servers.remote.tls_verify`; on by default).
     """
     pipe = shipped_pipeline()
-    values = user_parameters(pipe, request.params)
     package = Path(request.package_path) if request.package_path else PACKAGE_PATH
     inputs = _root_inputs(package)  # read once: the declared parameters and nnodes' compiled default
+    if package.resolve() == PACKAGE_PATH.resolve():
+        values = user_parameters(pipe, request.params)
+    else:  # a package of the user's own pipeline (compile --pipeline): its own parameters, as it declares them
+        values = declared_values(request.params, {n: str(p.get("parameterType", "STRING")) for n, p in inputs.items()},
+                                 f"--package {package}")
     check_pinned(values, f"--package {package}", compiled={n: p.get("defaultValue") for n, p in inputs.items()})
     declared = {name: p.get("parameterType", "") for name, p in inputs.items()}
     for key in [*values, *TELEMETRY_PARAMS]:

@@ -237,6 +237,11 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_pr
     prepare(opts)  # bad input fails here, in a second, not after MLflow's 4-second import below
     if seeds > 1:  # llmpack/run/seeds.py: one run per seed, then the spread and the gate over it
         from llmpack.run.seeds import run_command
+        from llmpack.run.user_pipeline import load_pipeline
+
+        if not any(t.step.name == "evaluate" for t in load_pipeline(kwargs["pipeline"]).tasks.values()):
+            raise InputError("--seeds: the pipeline has no evaluate step; the spread over seeds is of its "
+                             "evaluation (base -> tuned): run each seed with --seed N")
 
         with library_logs_to(Path(opts.output_dir) / "llmpack-client.log"):
             sys.exit(run_command(opts, seeds, as_json=as_json, echo=click.echo))
@@ -368,7 +373,11 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
             rebill(runs, scale_down_delay_s)
         check_control_plane(costs, list(dict.fromkeys(r["orchestrator"] for r in runs)))
         names = list(dict.fromkeys(cmp.path_of(r) for r in runs))
-        result = cmp.comparison(run_group, names, runs, **({"baseline": baseline} if baseline else {}))
+        from llmpack.run.local import PIPELINE_REF_TAG
+
+        refs = {r["tags"].get(PIPELINE_REF_TAG) for r in runs}  # the compare's --pipeline: its commands name it
+        argv = ["--pipeline", next(iter(refs))] if len(refs) == 1 and None not in refs else []
+        result = cmp.comparison(run_group, names, runs, argv=argv, **({"baseline": baseline} if baseline else {}))
         click.echo(str(write_report_to(result, out, costs, force=force)))
 
 

@@ -64,6 +64,31 @@ def user_parameters(pipe: Pipeline, params: Mapping[str, Any] | None) -> dict[st
     return pipe.bind(params or {})
 
 
+_KFP_TYPES: dict[str, type] = {"STRING": str, "NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "BOOLEAN": bool}
+
+
+def declared_values(params: Mapping[str, Any] | None, declared: Mapping[str, str], where: str) -> dict[str, Any]:
+    """The user's values for a compiled file of their own (``--package``, ``--workflow``): its pipeline is not
+    the shipped one, so each name is checked against the parameters the file declares, and a value typed as
+    the file declares it (KFP's ``parameterType``; Argo's arguments are text)."""
+    import difflib
+
+    from components.binding import coerce
+
+    out: dict[str, Any] = {}
+    for key, value in (params or {}).items():
+        if key in TELEMETRY_PARAMS:
+            raise InputError(f"parameter {key!r} is set by llmpack submit, not by the user")
+        if key not in declared:
+            near = difflib.get_close_matches(key, list(declared), n=1)
+            raise InputError(f"{where}: the compiled pipeline has no parameter {key!r}"
+                             + (f"; did you mean {near[0]!r}?" if near else "")
+                             + f" (known: {', '.join(n for n in declared if n not in TELEMETRY_PARAMS)})")
+        typ = _KFP_TYPES.get(declared[key], str)
+        out[key] = coerce(value, typ, f"{where}: parameter {key!r}") if isinstance(value, str) else value
+    return out
+
+
 def cost_tags(pipe: Pipeline, price_per_gpu_hour: str | None, price_file: str | None) -> dict[str, str]:
     """The cost tags (docs/telemetry-and-cost.md) for the pipeline as compiled.
 

@@ -43,9 +43,12 @@ class Kind:
     name: str
     seal_file: str
     what: str  # how a refusal names the output's writer
+    how: str = ""  # how a step of the user's own writes one, when it may
 
 
-DATASET = Kind("dataset", "llmpack-dataset.seal.json", "prepare_data")
+DATASET = Kind("dataset", "llmpack-dataset.seal.json", "prepare_data",
+               "a step of your own writes one inside `with split_output(dataset) as out:`, "
+               "from components.steps.prepare_data")
 TOKENS = Kind("tokens", "llmpack-tokens.seal.json", "the tokenize step")
 MODEL = Kind("tuned-model", "llmpack-model.seal.json", "finetune")
 SEAL_FILE = MODEL.seal_file
@@ -153,7 +156,8 @@ def verified_seal(out: Path, pipeline_run: str, kind: Kind = MODEL) -> dict[str,
         doc = bounded.read_json(path, MAX_SEAL_BYTES, max_depth=6)
     except FileNotFoundError:
         raise InputError(f"{out}: no {kind.seal_file}: not an output {kind.what} wrote with your key "
-                         "(evaluate and register take no unsealed input)") from None
+                         f"(no step takes an unsealed {kind.name} output"
+                         + (f"; {kind.how})" if kind.how else ")")) from None
     if not isinstance(doc, dict):
         raise InputError(f"{path}: not a seal (a JSON object is expected)")
     signed = {k: v for k, v in doc.items() if k != "signature"}

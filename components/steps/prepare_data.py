@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from components.dsl import Dataset, Execution, Output, Resources, step
 from components.reporting import current, metric
 from components.serving.sealed import DATASET, sealed_output
 from components.training.data import BUILTIN, builtin_split, load_rows, split_rows, write_jsonl
+
+
+@contextmanager
+def split_output(dataset: Output[Dataset]) -> Iterator[Path]:
+    """A private directory to write a split in, sealed as prepare_data's on a clean exit, so tokenize takes it.
+
+    For a step of your own that makes the data tokenize reads: write ``train.jsonl`` and ``eval.jsonl``
+    (one JSON object per line, ``prompt`` and ``response``) and any file of yours into the directory it
+    yields; on leaving the block they are copied into ``dataset`` and signed with your key
+    (components.serving.sealed). tokenize refuses a split written any other way, or changed since.
+    """
+    tel = current()
+    with sealed_output(Path(dataset.path), DATASET, tel.ctx.pipeline_run if tel is not None else "") as out:
+        yield out
 
 
 @step(execution=Execution(resources=Resources(cpu=1, memory="2Gi"), hf_cache=True))
@@ -33,9 +49,8 @@ def prepare_data(
     dropped = len(rows) - len(train) - len(evaluation)  # copies of an eval prompt: eval keeps one, train none
     meta = {"source": data, "rows": len(rows), "train": len(train), "eval": len(evaluation), "skipped": skipped,
             "duplicate_rows": duplicates, "dropped_rows": dropped}
-    tel = current()
     # written in this process's own directory, then copied out and sealed: tokenize reads exactly this split
-    with sealed_output(Path(dataset.path), DATASET, tel.ctx.pipeline_run if tel is not None else "") as out:
+    with split_output(dataset) as out:
         write_jsonl(out / "train.jsonl", train)
         write_jsonl(out / "eval.jsonl", evaluation)
         (out / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")

@@ -18,7 +18,7 @@ from components.errors import InputError, Interrupted
 from llmpack.backends import ORCHESTRATORS
 from llmpack.cluster.options import submit_options
 from llmpack.compile.pod_options import pod_options_of
-from llmpack.run.user_pipeline import OWN_FLAGS, load_pipeline, parse_params
+from llmpack.run.user_pipeline import OWN_FLAGS, load_pipeline, parse_params, raw_params
 from llmpack.ui.options import tls_connection, with_promote
 from llmpack.ui.terminal import Command, Group
 
@@ -76,10 +76,15 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
     conn = backend.connect({**{k: v for k, v in kw.items() if k in fields}, **tls})
     kw = {k: v for k, v in kw.items() if k not in fields}
 
-    pipe = load_pipeline(None)  # the compiled artifacts' pipeline: its one gate, one wording (as run's)
     typed = {"model": model, "data": data, "max_steps": max_steps, "seed": seed}
-    values: dict[str, Any] = {**parse_params(with_promote(params, no_promote), pipe),
-                              **pipe.bind(typed, flag="--param", flags=OWN_FLAGS)}
+    if kw.get("package_path") or kw.get("workflow_path"):  # a compiled file of one's own pipeline (compile
+        # --pipeline): the backend checks each value against the parameters that file declares
+        values: dict[str, Any] = {**raw_params(with_promote(params, no_promote)),
+                                  **{k: v for k, v in typed.items() if v is not None}}
+    else:
+        pipe = load_pipeline(None)  # the compiled artifacts' pipeline: its one gate, one wording (as run's)
+        values = {**parse_params(with_promote(params, no_promote), pipe),
+                  **pipe.bind(typed, flag="--param", flags=OWN_FLAGS)}
     from llmpack.cluster.plan import record as plan_record
     from llmpack.compile.artifacts import compiled_for_submit
 

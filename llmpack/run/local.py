@@ -43,6 +43,9 @@ from llmpack.compile.gpus import apply_gpu_overrides
 from llmpack.run import orphans
 from llmpack.ui.progress import watch
 
+# ``--pipeline MODULE:NAME`` as typed, on the record: a report rebuilt from MLflow names it in its commands.
+PIPELINE_REF_TAG = "llmpack.pipeline_ref"
+
 
 @dataclass(kw_only=True)
 class RunOptions:
@@ -211,7 +214,7 @@ def run_pipeline(
     params = uniform.record_params(values, run_group=run_group, pipeline_run=pipeline_run, submitted_at=submitted_at)
     uses = record.gpu_uses(pipe)
     record_tags = {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name, fusion.FUSE_TAG: opts.fuse,
-                   **(tags or {})}
+                   **({PIPELINE_REF_TAG: opts.pipeline} if opts.pipeline else {}), **(tags or {})}
     run_id = _open_record(mc, ctx, record_tags) if reachable else None
     staging.mkdir(parents=True, mode=0o700)  # while it runs, no one else writes what the steps read (MLproject)
     # whose run this is: a later sync or clean takes it over only once this process is gone (llmpack.run.orphans)

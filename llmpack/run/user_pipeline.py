@@ -94,6 +94,17 @@ OWN_FLAGS = {"model": "--model", "data": "--data", "seed": "--seed", "max_steps"
 RUN_FIELDS = ("model", "data", "seed", "max_steps")
 
 
+def raw_params(items: tuple[str, ...]) -> dict[str, str]:
+    """``--param NAME=VALUE`` pairs as text, for a compiled file whose own parameters check them."""
+    raw: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"--param {item!r}: expected NAME=VALUE")
+        raw[key] = value
+    return raw
+
+
 def parse_params(items: tuple[str, ...], pipeline: str | Pipeline | None = None) -> dict[str, Any]:
     """``--param NAME=VALUE`` pairs through the pipeline's one gate (:meth:`components.dsl.Pipeline.bind`):
     the built-in pipeline's, or ``--pipeline``'s (its reference, or the pipeline itself)."""
@@ -106,6 +117,9 @@ def parse_params(items: tuple[str, ...], pipeline: str | Pipeline | None = None)
         if key in OWN_FLAGS and key in pipe.params:
             raise InputError(f"--param {key}: use {OWN_FLAGS[key]} (it is validated there)")
         raw[key] = value
+    if "promote" in raw and "promote" not in pipe.params:  # --no-promote comes here as promote=false
+        raise InputError(f"--no-promote: the pipeline has no 'promote' parameter (it registers nothing to promote; "
+                         f"known: {', '.join(pipe.params) or 'none'})")
     return pipe.bind(raw, flag="--param")
 
 

@@ -57,6 +57,25 @@ def own_defaults(model: str = "tiny", data: str = "builtin", seed: int = 3, max_
 
 
 @step()
+def shout(dataset: Input[Dataset], shouted: Output[Dataset]) -> None:
+    """A data step of one's own between prepare_data and tokenize: the prompts upper-cased, sealed as a split."""
+    from components.steps.prepare_data import split_output
+
+    with split_output(shouted) as out:
+        for name in ("train.jsonl", "eval.jsonl"):
+            rows = [json.loads(line) for line in (Path(dataset.path) / name).read_text().splitlines()]
+            (out / name).write_text("".join(json.dumps({**r, "prompt": r["prompt"].upper()}) + "\\n" for r in rows))
+
+
+@pipeline(name="shouty")
+def shouty(seed: int = 0, max_steps: int = 2) -> None:
+    prepared = prepare_data(seed=seed, builtin_size=40)
+    loud = shout(dataset=prepared.outputs["dataset"])
+    tokens = tokenize(dataset=loud.outputs["shouted"], seq_len=32)
+    finetune(tokens=tokens.outputs["tokens"], max_steps=max_steps, seed=seed, batch_size=2)
+
+
+@step()
 def check_labels(dataset: Input[Dataset], report: Output[Metrics]) -> None:
     """A step that fails, as a newcomer's first try does."""
     raise ValueError("the data has no column 'label'\\nits second line")
@@ -346,3 +365,17 @@ def test_a_failed_step_is_shown_failed_and_its_error_names_its_log(pipes: Path) 
     assert log.name == "check-labels.log" and "Traceback" in log.read_text()
     assert "the end of " in r.stderr and 'raise ValueError("the data has no column' in r.stderr  # --debug: its end
     assert "no step asks for a GPU: no cost" in " ".join(r.stdout.split()) and "eval loss" not in r.stdout
+
+
+@pytest.mark.slow
+def test_a_data_step_of_ones_own_feeds_tokenize_through_split_output(pipes: Path) -> None:
+    """The newcomer's third trial: a step between prepare_data and tokenize failed in tokenize ("no
+    llmpack-dataset.seal.json"); with split_output it runs, and tokenize read its rows."""
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    uri = f"sqlite:///{pipes / 'mlflow.db'}"
+    r = llmpack("run", "--pipeline", "own_pipes_52:shouty", "--json", "--tracking-uri", uri, cwd=pipes, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run_dir = Path(json.loads(r.stdout)["artifacts"]["run_dir"])
+    (shouted,) = run_dir.glob("**/shouted")
+    prompts = [json.loads(line)["prompt"] for line in (shouted / "eval.jsonl").read_text().splitlines()]
+    assert prompts and all(p == p.upper() for p in prompts)
