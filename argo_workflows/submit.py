@@ -202,7 +202,7 @@ def submit(request: Request) -> dict[str, Any]:
     if path.resolve() == WORKFLOW_PATH.resolve():
         values = user_parameters(pipe, request.params)
     else:  # a Workflow of the user's own pipeline (compile --pipeline): its own arguments (text)
-        values = declared_values(request.params, {p.name: "STRING" for p in declared}, f"--workflow {path}")
+        values = declared_values(request.params, {p.name: str for p in declared}, f"--workflow {path}")
     check_pinned(values, f"--workflow {path}", compiled={p.name: p.value for p in declared})
     host_url, secret, ns, verify = connection(request.host, request.token, request.namespace, os.environ,
                                               ca_cert=request.ca_cert,

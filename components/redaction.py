@@ -383,6 +383,7 @@ def install_log_redaction() -> None:
             return record
 
         factory._llmpack_redacts = True  # type: ignore[attr-defined]
+        factory._llmpack_original = made  # type: ignore[attr-defined]  # what a test puts back
         logging.setLogRecordFactory(factory)
     for logger in _loggers_with_handlers():
         for holder in [logger, *logger.handlers]:
@@ -394,4 +395,5 @@ def install_log_redaction() -> None:
             return redact_text(shown(message, category, filename, lineno, line))
 
         formatwarning._llmpack_redacts = True  # type: ignore[attr-defined]
+        formatwarning._llmpack_original = shown  # type: ignore[attr-defined]
         warnings.formatwarning = formatwarning

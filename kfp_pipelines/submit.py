@@ -196,6 +196,10 @@ def _root_inputs(package: Path) -> dict[str, dict[str, Any]]:
     return {name: p if isinstance(p, dict) else {} for name, p in params.items()}
 
 
+# KFP's IR parameter types, as Python's (a package's own parameters, typed as it declares them)
+_PARAMETER_TYPES: dict[str, type] = {"STRING": str, "NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "BOOLEAN": bool}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Request(SubmitRequest):
     """A KFP run of the compiled pipeline: the shared fields (:class:`components.backend.SubmitRequest`) and
@@ -227,8 +231,8 @@ def submit(request: Request) -> dict[str, Any]:
     if package.resolve() == PACKAGE_PATH.resolve():
         values = user_parameters(pipe, request.params)
     else:  # a package of the user's own pipeline (compile --pipeline): its own parameters, as it declares them
-        values = declared_values(request.params, {n: str(p.get("parameterType", "STRING")) for n, p in inputs.items()},
-                                 f"--package {package}")
+        values = declared_values(request.params, {n: _PARAMETER_TYPES.get(str(p.get("parameterType")), str)
+                                                  for n, p in inputs.items()}, f"--package {package}")
     check_pinned(values, f"--package {package}", compiled={n: p.get("defaultValue") for n, p in inputs.items()})
     declared = {name: p.get("parameterType", "") for name, p in inputs.items()}
     for key in [*values, *TELEMETRY_PARAMS]:

@@ -64,13 +64,10 @@ def user_parameters(pipe: Pipeline, params: Mapping[str, Any] | None) -> dict[st
     return pipe.bind(params or {})
 
 
-_KFP_TYPES: dict[str, type] = {"STRING": str, "NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "BOOLEAN": bool}
-
-
-def declared_values(params: Mapping[str, Any] | None, declared: Mapping[str, str], where: str) -> dict[str, Any]:
+def declared_values(params: Mapping[str, Any] | None, declared: Mapping[str, type], where: str) -> dict[str, Any]:
     """The user's values for a compiled file of their own (``--package``, ``--workflow``): its pipeline is not
-    the shipped one, so each name is checked against the parameters the file declares, and a value typed as
-    the file declares it (KFP's ``parameterType``; Argo's arguments are text)."""
+    the shipped one, so each name is checked against the parameters the file declares (``declared``: name ->
+    the Python type the file gives it), and a value typed as the file declares it."""
     import difflib
 
     from components.binding import coerce
@@ -84,7 +81,7 @@ def declared_values(params: Mapping[str, Any] | None, declared: Mapping[str, str
             raise InputError(f"{where}: the compiled pipeline has no parameter {key!r}"
                              + (f"; did you mean {near[0]!r}?" if near else "")
                              + f" (known: {', '.join(n for n in declared if n not in TELEMETRY_PARAMS)})")
-        typ = _KFP_TYPES.get(declared[key], str)
+        typ = declared[key]
         out[key] = coerce(value, typ, f"{where}: parameter {key!r}") if isinstance(value, str) else value
     return out
 

@@ -171,10 +171,19 @@ def _failed_caveat(failed: list[str]) -> str | None:
 
 def _caveat(result: dict[str, Any], h: Headline, decided: list[Headline]) -> str:
     """What the recommendation does not cover: total and cost when not judged, else where it was measured."""
-    unjudged = [x.label for x in HEADLINES if x not in decided and not x.startup]
-    if h.startup and unjudged:
+    from llmpack.compare.comparison import measured
+
+    verdicts = result.get("verdicts", {})
+    rest = [x for x in HEADLINES if x not in decided and not x.startup and x.metric in verdicts
+            and measured(verdicts[x.metric])]  # a headline no run measured (no GPU: no cost) is not a caveat
+    unjudged = [x.label for x in rest if not any(judged(e) for e in verdicts[x.metric].values()
+                                                   if e.get("verdict") not in ("baseline", "no baseline"))]
+    undecided = [x.label for x in rest if x.label not in unjudged]
+    if h.startup and (unjudged or undecided):
         how = f"--repeats {FULL_REPEATS} judges them" if result.get("design") else "more --repeats would judge them"
-        return f"{' and '.join(unjudged)} not judged ({how}); start-up is what differs between paths"
+        parts = ([f"{' and '.join(unjudged)} not judged ({how})"] if unjudged else []) + (
+            [f"{' and '.join(undecided)} undecided"] if undecided else [])
+        return f"{'; '.join(parts)}; start-up is what differs between paths"
     cluster = any(r.get("mode") == "cluster" for r in result.get("runs", ()))
     return ("measured on this cluster with its current load" if cluster else
             "measured on this machine, locally: a cluster adds scheduling and image pulls (compare --cluster)")

@@ -9,8 +9,7 @@ import pytest
 from components.errors import InputError
 from components.servers.submission import declared_values
 
-KFP = {"data": "STRING", "seed": "NUMBER_INTEGER", "unit": "STRING", "top": "NUMBER_INTEGER",
-       "rate": "NUMBER_DOUBLE", "loud": "BOOLEAN", "pipeline_run": "STRING"}
+KFP = {"data": str, "seed": int, "unit": str, "top": int, "rate": float, "loud": bool, "pipeline_run": str}
 
 
 def test_values_take_the_compiled_files_own_names_and_types() -> None:

@@ -152,14 +152,21 @@ def log_redaction() -> Iterator[None]:
     """Whatever :func:`install_log_redaction` changes is put back after the test."""
     from components.redaction import RedactingFilter
 
+    def plain() -> None:  # no redaction installed: as before an earlier test in this process (a CLI run) installed it
+        factory = logging.getLogRecordFactory()
+        logging.setLogRecordFactory(getattr(factory, "_llmpack_original", factory))
+        warnings.formatwarning = getattr(warnings.formatwarning, "_llmpack_original", warnings.formatwarning)
+        loggers = [v for v in logging.root.manager.loggerDict.values() if isinstance(v, logging.Logger)]
+        for logger in [*loggers, logging.getLogger()]:
+            for holder in [logger, *logger.handlers]:
+                holder.filters = [f for f in holder.filters if not isinstance(f, RedactingFilter)]
+
     factory, formatwarning = logging.getLogRecordFactory(), warnings.formatwarning
+    plain()
     yield
+    plain()
     logging.setLogRecordFactory(factory)
     warnings.formatwarning = formatwarning
-    loggers = [v for v in logging.root.manager.loggerDict.values() if isinstance(v, logging.Logger)]
-    for logger in [*loggers, logging.getLogger()]:
-        for holder in [logger, *logger.handlers]:
-            holder.filters = [f for f in holder.filters if not isinstance(f, RedactingFilter)]
 
 
 def _free_port() -> int:

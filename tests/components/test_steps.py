@@ -57,7 +57,8 @@ def test_prepare_data_from_jsonl_with_chat_messages(tmp_path: Path, step_env: di
                  env={**step_env, "LLMPACK_MLFLOW_LOGGING": "0"})
     assert r.returncode == 0, r.stderr
     meta = json.loads((tmp_path / "out" / "meta.json").read_text())
-    assert meta == {"source": str(data), "rows": 9, "train": 8, "eval": 1, "skipped": 0, "duplicate_rows": 0}
+    assert meta == {"source": str(data), "rows": 9, "train": 8, "eval": 1, "skipped": 0, "duplicate_rows": 0,
+                    "dropped_rows": 0}
     all_rows = [json.loads(x) for f in ("train", "eval")
                 for x in (tmp_path / "out" / f"{f}.jsonl").read_text().splitlines()]
     chat = next(x for x in all_rows if "messages" in x)
