@@ -169,8 +169,13 @@ def compare_legend(result: dict[str, Any], console: Console) -> None:
     from llmpack.compare.comparison import HEADLINES
 
     unmeasured = {h.metric for h in HEADLINES} - set(measured_metrics(result))  # not under the table either
+    from llmpack.compare.comparison import untrained
+
     terms = [t for t in COMPARE_TERMS if glossary.term(t).metric not in unmeasured]
-    for line in glossary.legend([*terms, *(["projected"] if local else [])]):
+    if untrained(list(result.get("runs", ()))):  # without finetune: spin-up is the first step's start
+        terms = ["spinup_first" if t == "spinup" else t for t in terms]
+    costed = "cost_usd" not in unmeasured
+    for line in glossary.legend([*terms, *(["projected"] if local and costed else [])]):
         console.print(f"[dim]{escape(line)}[/]")
 
 

@@ -72,20 +72,24 @@ def packaging(summary: dict[str, Any]) -> str:
     (``--nproc-per-node``) and nodes, e.g. ``fused: prepare_data+tokenize+finetune+evaluate+register
     in 1 process``."""
     from components import fusion
-    from components.finetune_pipeline import build
+    from llmpack.run.local import PIPELINE_REF_TAG
+    from llmpack.run.user_pipeline import load_pipeline
 
     fuse = str(summary.get("fuse") or summary.get("tags", {}).get(fusion.FUSE_TAG) or "none")
-    try:
-        groups = fusion.groups(build(), fuse)
+    try:  # the run's own pipeline (--pipeline), else the built-in one
+        pipe = load_pipeline(summary.get("tags", {}).get(PIPELINE_REF_TAG))
+        groups = [g for g in fusion.groups(pipe, fuse) if len(g) > 1]
     except Exception:  # noqa: BLE001 - an unknown packaging in an old record: say it as recorded
-        groups = []
-    if groups:
+        pipe, groups = None, []
+    if groups and pipe is not None:
         parts = [f"fused: {'+'.join(t.name for t in g)} in 1 process" for g in groups]
         fused = {t.name for g in groups for t in g}
-        alone = [t.name for t in build().task_order() if t.name not in fused]
+        alone = [t.name for t in pipe.task_order() if t.name not in fused]
         if alone:
             parts.append(f"{', '.join(alone)}: one process each")
         text = "; ".join(parts)
+    elif fuse != "none" and pipe is not None:
+        text = f"--fuse {fuse}: nothing to fuse in this pipeline, each step in its own process"
     else:
         text = "each step in its own process" if fuse == "none" else f"--fuse {fuse}"
     nproc = int((summary.get("params") or {}).get("nproc_per_node") or 1)
@@ -148,6 +152,10 @@ def summary_table(summaries: list[dict[str, Any]]) -> None:
                                                                and any(task_text(s["metrics"]) for s in summaries))]
     if "cost_usd" in shown:
         terms.append("projected" if any(s.get("mode") == "local" for s in summaries) else "cost")
+    from llmpack.compare.comparison import untrained
+
+    if untrained(summaries):  # a pipeline of one's own without finetune: its spin-up is its first step's start
+        terms = ["spinup_first" if t == "spinup" else t for t in terms]
     for line in glossary.legend(terms):
         display.out.print(f"[dim]{escape(line)}[/]")
 

@@ -48,6 +48,10 @@ def load_pipeline(ref: str | None) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and not (module_name == missing or module_name.startswith(missing + ".")):
+            raise InputError(f"--pipeline {ref}: importing {module_name} failed: it imports {missing!r}, which is "
+                             "not installed in llmpack's Python") from None  # the module was found; its import was not
         raise InputError(f"--pipeline {ref}: cannot import {module_name} ({exc}); run llmpack from the directory that "
                          "holds it, or add that directory to PYTHONPATH") from None
     except InputError:

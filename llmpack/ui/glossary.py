@@ -39,6 +39,10 @@ TERMS: tuple[Term, ...] = (
          detail="First attempt. What the orchestrator costs before training can begin: scheduling, pod creation, "
                 "image pull, the hand-overs of the steps before finetune. A pipeline without a finetune step: "
                 "its first step's start (its first pod)."),
+    Term(key="spinup_first", name="spin-up (no finetune)", metric="spinup_s",
+         short="submit → first step's process or pod start",
+         detail="Spin-up of a pipeline of your own without a finetune step: its first step's start, locally its "
+                "process, on a cluster its container (docs/your-pipeline.md)."),
     Term(key="time_to_first_step", name="time to first step", metric="time_to_first_step_s",
          short="submit → first optimizer step done",
          detail="Spin-up, imports, model load and one step: how long until the GPUs do useful work."),
@@ -204,9 +208,11 @@ TERMS: tuple[Term, ...] = (
                 "scored on other data is not compared, `--no-promote` never moves it. Serve it as "
                 "`models:/NAME@champion` (docs/serving.md)."),
     Term(key="seal", name="seal", group="model",
-         short="finetune's signature over the sha256 of each tuned model file it wrote",
-         detail="In `llmpack-model.seal.json`, bound to the pipeline run. Evaluate and register score and log only a "
-                "private copy checked against it, so a file swapped between the steps is refused (docs/serving.md)."),
+         short="a step's signature over the sha256 of each file of its output",
+         detail="Your key's, bound to the pipeline run: prepare_data's split (`llmpack-dataset.seal.json`, or a step "
+                "of yours through `split_output`), tokenize's tokens (`llmpack-tokens.seal.json`), finetune's model "
+                "(`llmpack-model.seal.json`). The next steps read only a private copy checked against it, so a file "
+                "swapped between the steps is refused (docs/serving.md, docs/your-pipeline.md)."),
 )
 
 _BY_KEY = {t.key: t for t in TERMS}

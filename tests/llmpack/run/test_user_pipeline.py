@@ -19,6 +19,7 @@ def test_a_pipeline_function_or_object_loads_from_the_current_directory(tmp_path
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "my_flow.py").write_text(
         "from examples.custom_step import with_report\nPIPE = with_report()\nNOT_ONE = 3\n", encoding="utf-8")
+    (tmp_path / "needs_dep.py").write_text("import not_a_package_52\n", encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(REPO))
     assert load_pipeline("my_flow:PIPE").name == "finetune-with-report"
@@ -27,6 +28,7 @@ def test_a_pipeline_function_or_object_loads_from_the_current_directory(tmp_path
     assert step_pythonpath(None, {}) == {}
     for ref, why in [("my_flow:NOT_ONE", "not a @pipeline"), ("my_flow:nope", "has no nope"),
                      ("no_such_mod:x", "cannot import"), ("../etc:x", "expected MODULE:NAME"),
+                     ("needs_dep:x", "it imports 'not_a_package_52', which is not installed"),
                      ("a;rm -rf:x", "expected MODULE:NAME"), ("mod", "expected MODULE:NAME")]:
         with pytest.raises(InputError, match=why):
             load_pipeline(ref)
