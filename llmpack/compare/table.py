@@ -192,7 +192,7 @@ def _verdict_lines(result: dict[str, Any], console: Console) -> None:
     have = measured_metrics(result)
     if result.get("design"):
         why = {"decided": "every start-up verdict decided", "budget": "the --budget ran out",
-               "max rounds": "the design's last round",
+               "max rounds": "the most rounds it plans",
                "failed": "the baseline, or every other path, failed its whole run"}.get(result.get("stopped", ""),
                                                                                         result.get("stopped", ""))
         rounds = int(result.get("rounds") or 0)

@@ -178,8 +178,11 @@ def failed_step_log(summary: dict[str, Any]) -> Path | None:
     step, run_dir = summary.get("failed_step"), (summary.get("artifacts") or {}).get("run_dir")
     if not isinstance(step, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", step) or not run_dir:
         return None
-    log = Path(run_dir) / "logs" / f"{step}.log"
-    return log if log.is_file() and not log.is_symlink() else None
+    for log in (Path(run_dir) / "logs" / f"{step}.log",  # its own; else the runner's (mlflow run's driver)
+                Path(run_dir) / "logs" / f"{summary.get('orchestrator')}.log"):
+        if log.is_file() and not log.is_symlink():
+            return log
+    return None
 
 
 def print_log_tail(log: Path) -> None:

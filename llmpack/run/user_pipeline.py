@@ -61,9 +61,17 @@ def load_pipeline(ref: str | None) -> Any:
     try:
         obj = getattr(module, name)
     except AttributeError:
-        raise InputError(f"--pipeline {ref}: {module_name} has no {name}") from None
+        import difflib
+
+        near = difflib.get_close_matches(name, [n for n in vars(module) if not n.startswith("_")], n=1)
+        raise InputError(f"--pipeline {ref}: {module_name} has no {name}"
+                         + (f"; did you mean {module_name}:{near[0]}?" if near else "")) from None
     if isinstance(obj, Pipeline):
         return obj.validate()
+    from components.dsl import Step
+
+    if isinstance(obj, Step):
+        raise InputError(f"--pipeline {ref}: {name} is a @step; --pipeline takes a @pipeline function that calls it")
     if callable(obj):
         try:
             built = obj()
