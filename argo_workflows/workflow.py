@@ -66,7 +66,8 @@ KEEP_FINISHED_S = 7 * 24 * 3600
 WORKFLOW_DEADLINE_MARGIN_S = 3600
 MLFLOW_SECRET = TRACKING_SECRET
 MLFLOW_SECRET_KEY = TRACKING_URI_KEY
-LABEL_PREFIX = "llmpack.io/"
+from components.labels import LABEL_PREFIX  # noqa: E402 - the one home of the labels
+
 HF_CACHE_VOLUME = "hf-cache"  # the --cache-pvc volume, mounted at components.dsl.HF_CACHE_MOUNT
 NO_RETRY_EXIT_CODE = 2  # components.errors.InputError: bad input is not retried
 # Defaults of the compiled Workflow that differ from the pipeline's: it is what `argo submit` runs.

@@ -45,7 +45,8 @@ MLFLOW_SECRET_KEY = TRACKING_URI_KEY
 MLFLOW_ENV = "MLFLOW_TRACKING_URI"
 RUN_AS_USER = 1000
 RUN_AS_GROUP = 1000
-LABEL_PREFIX = "llmpack.io/"
+from components.labels import LABEL_PREFIX  # noqa: E402 - the one home of the labels
+
 # Defaults of the telemetry parameters in the compiled pipeline (the rest keep TELEMETRY_PARAMS').
 # mode=auto: kfp.local runs this package with its defaults, so the step decides (cluster only in a pod)
 TELEMETRY_DEFAULTS = {"orchestrator": ORCHESTRATOR, "mode": AUTO_MODE}

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components import settings
+from components import labels, settings
 from components.dsl import HF_CACHE_MOUNT, Execution, Toleration
 from components.errors import InputError
 from components.podspec import ClaimMount, PodExtras, SecretEnv, label_value, pod_labels_of, recommended_labels
@@ -185,9 +185,9 @@ def launcher_execution(execution: Execution, spec: GangSpec | None = None) -> Ex
 def gang_labels(spec: GangSpec, *, run_group: str, pipeline_run: str, orchestrator: str, step: str) -> dict[str, str]:
     """The node pods' labels (the TrainJob's runtimePatches), set by the launcher at run time: the
     recommended ones with ``instance`` = the pipeline run, llmpack's own, and the user's ``--label``s."""
-    own = {"llmpack.io/run-group": label_value(run_group), "llmpack.io/pipeline-run": label_value(pipeline_run),
-           "llmpack.io/step": label_value(step), "llmpack.io/orchestrator": label_value(orchestrator),
-           "llmpack.io/gpu-count": str(spec.gpus_per_node), "llmpack.io/gpu-type": label_value(spec.gpu_type or "none")}
+    own = {labels.RUN_GROUP_LABEL: label_value(run_group), labels.PIPELINE_RUN_LABEL: label_value(pipeline_run),
+           labels.STEP_LABEL: label_value(step), labels.ORCHESTRATOR_LABEL: label_value(orchestrator),
+           labels.GPU_COUNT_LABEL: str(spec.gpus_per_node), labels.GPU_TYPE_LABEL: label_value(spec.gpu_type or "none")}
     recommended = recommended_labels(name=spec.pipeline or "llmpack", component=step, managed_by=MANAGED_BY,
                                      instance=pipeline_run)
     ours = {k: v for k, v in {**recommended, **own}.items() if v}  # a run value that makes no label: none

@@ -22,12 +22,12 @@ from typing import Any
 
 from components.dsl import Pipeline, is_dns1123_label
 from components.errors import InputError
+from components.labels import PIPELINE_RUN_LABEL as PIPELINE_RUN_LABEL  # the submitters read them here
+from components.labels import RUN_GROUP_LABEL as RUN_GROUP_LABEL
 from components.params import TELEMETRY_PARAMS
 from components.record import cost, telemetry, tracking
 
 MODE = "cluster"
-RUN_GROUP_LABEL = "llmpack.io/run-group"
-PIPELINE_RUN_LABEL = "llmpack.io/pipeline-run"
 
 
 def new_id(prefix: str) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 from components.dsl import Toleration, is_dns1123_label
 from components.errors import InputError
 from components.gpu_nodes import SHM_MOUNT, SHM_VOLUME, needs_shm, shm_volume
+from components.labels import TRAINJOB_MANAGER
 from components.podspec import (
     CONTAINER_HARDENING,
     NODE_SERVICE_ACCOUNT,
@@ -41,7 +42,7 @@ KIND = "TrainJob"
 PLURAL = "trainjobs"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PATCH_MANAGER = "llmpack.io/trainjob"
+PATCH_MANAGER = TRAINJOB_MANAGER
 # The torch-distributed runtime's replicated job (and container) that runs the trainer.
 TRAINER_JOB = "node"
 VOLUME_NAME = "llmpack-shared"  # the PVC the gang's nodes and the launcher pod share (components.process.gang)

@@ -22,6 +22,7 @@ from typing import Any
 from components import settings
 from components.dsl import Model, Pipeline, PipelineParamRef, Task
 from components.errors import InputError
+from components.labels import LABEL_PREFIX
 from components.podspec import (
     CHECKPOINT_MOUNT,
     CHECKPOINT_PARAM,
@@ -162,7 +163,7 @@ def check_pull_policy(value: str, flag: str = "--image-pull-policy") -> str:
 
 # --label KEY=VALUE: Kubernetes label syntax (apimachinery validation.IsQualifiedName / IsValidLabelValue).
 LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-OWN_LABEL_PREFIX = "llmpack.io/"
+OWN_LABEL_PREFIX = LABEL_PREFIX
 
 
 def parse_label(value: str) -> tuple[str, str]:

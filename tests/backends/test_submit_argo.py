@@ -163,7 +163,7 @@ def test_workflow_file_checks(argo: ArgoServerStandIn, tmp_path: Path) -> None:
     doc["spec"]["arguments"]["parameters"] = [p for p in doc["spec"]["arguments"]["parameters"] if p["name"] != "seed"]
     missing = tmp_path / "missing-seed.yaml"
     missing.write_text(yaml.safe_dump(doc))
-    with pytest.raises(InputError, match="no argument 'seed'"):
+    with pytest.raises(InputError, match="the compiled pipeline has no parameter 'seed'"):
         argo_submit.submit(argo_submit.Request(host=argo.url, token=TOKEN, workflow_path=missing, params={"seed": 1}))
     with pytest.raises(InputError, match="not an Argo Workflow"):
         argo_submit.submit(argo_submit.Request(

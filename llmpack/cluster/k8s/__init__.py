@@ -18,12 +18,14 @@ Nothing heavy is imported here, so ``import llmpack.cluster.k8s`` stays fast.
 from __future__ import annotations
 
 # Pod labels the pack sets on every step pod (docs/telemetry-and-cost.md: pod labels use the llmpack.io/ prefix).
-LABEL_PREFIX = "llmpack.io/"
-RUN_GROUP_LABEL = "llmpack.io/run-group"
-PIPELINE_RUN_LABEL = "llmpack.io/pipeline-run"
-ORCHESTRATOR_LABEL = "llmpack.io/orchestrator"
-MODE_LABEL = "llmpack.io/mode"
-STEP_LABEL = "llmpack.io/step"
+from components.labels import (
+    LABEL_PREFIX,
+    MODE_LABEL,
+    ORCHESTRATOR_LABEL,
+    PIPELINE_RUN_LABEL,
+    RUN_GROUP_LABEL,
+    STEP_LABEL,
+)
 
 __all__ = [
     "LABEL_PREFIX",

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from components.errors import InputError
+from components.labels import GPU_COUNT_LABEL as POD_GPU_COUNT
 
 # The orchestrators' own labels and annotations are theirs to declare (components.backend.PodMarks).
 INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
@@ -28,7 +29,7 @@ SCALE_DOWN_TAINT = "ToBeDeletedByClusterAutoscaler"  # value: unix seconds when 
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # label since Kubernetes 1.28, annotation before
-POD_GPU_COUNT_LABEL = "llmpack.io/gpu-count"  # on every gang pod (the TrainJob's runtimePatches)
+POD_GPU_COUNT_LABEL = POD_GPU_COUNT  # on every gang pod (the TrainJob's runtimePatches)
 # A node's capacity type as each provisioner labels it -> the label value that means spot.
 # Karpenter: spot | on-demand | reserved; EKS managed node groups: SPOT | ON_DEMAND | CAPACITY_BLOCK;
 # GKE: cloud.google.com/gke-spot=true (and the older preemptible VMs); AKS: spot | regular.

@@ -19,10 +19,11 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from components.errors import InputError
+from components.labels import PIPELINE_RUN_LABEL
 from llmpack.backends import pod_marks, run_id_selectors
 from llmpack.report.accounts import METRICS
 
-RUN_LABEL = "llmpack.io/pipeline-run"
+RUN_LABEL = PIPELINE_RUN_LABEL
 
 
 def _aggregate() -> str:
