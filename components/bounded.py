@@ -58,19 +58,41 @@ def open_regular(path: str | Path, *, follow_symlinks: bool = False) -> int:
 _PINNED: dict[str, tuple[int, int]] = {}
 
 
-def pin_directory(path: str | Path) -> None:
-    """Remember the directory at ``path`` as it is now (the step's own output or checkpoint directory)."""
+def pin_directory(path: str | Path, *, real_levels: int = 0) -> None:
+    """Remember the directory at ``path`` as it is now (the step's own output or checkpoint directory).
+
+    ``real_levels``: that many directories, ``path`` and up, must be real ones (lstat, not a symlink): the
+    levels the orchestrator made for the run (``<run>/<task>/<output>``), where a link is never its own but
+    one a writer of the volume swapped in before the step began. Else one :class:`InputError`.
+    """
+    level = Path(os.path.abspath(path))
+    for _ in range(real_levels):
+        if level.is_symlink():
+            raise InputError(f"{level}: a symlink where the run's directory should be (swapped by a writer of the "
+                             "volume?); nothing was written there")
+        level = level.parent
     st = os.stat(path)
     _PINNED[os.path.abspath(path)] = (st.st_dev, st.st_ino)
 
 
+def check_pinned_fd(path: str | Path, fd: int) -> None:
+    """When ``path`` is pinned, the directory open as ``fd`` must be the pinned one (what is done relative to
+    ``fd`` then lands in it, whatever is swapped after: no race); else one :class:`InputError`."""
+    identity = _PINNED.get(os.path.abspath(path))
+    if identity is not None:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != identity:
+            raise InputError(f"{path}: not the directory the step began with (it, or a directory on the way to it, "
+                             "was swapped, perhaps for a link); nothing written or removed there")
+
+
 @contextlib.contextmanager
-def pinned_directories(paths: Iterable[str | Path]) -> Iterator[None]:
+def pinned_directories(paths: Iterable[str | Path], *, real_levels: int = 0) -> Iterator[None]:
     """``paths`` pinned while the block runs (a step); the pins made inside it are dropped with them."""
     before = dict(_PINNED)
     try:
         for path in paths:
-            pin_directory(path)
+            pin_directory(path, real_levels=real_levels)
         yield
     finally:
         _PINNED.clear()
@@ -97,10 +119,16 @@ def _parent_fd(path: Path) -> int:
     written next, relative to the descriptor, lands in it and never where a planted link points."""
     check_pinned(path.parent)
     try:
-        return os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as exc:
         raise InputError(f"{path.parent}: not a directory to write {path.name} in ({exc.strerror}; a symlink is "
                          "refused); nothing was written") from None
+    try:
+        check_pinned_fd(path.parent, fd)  # the directory opened is the pinned one: no race after the check above
+    except InputError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def write_atomic(path: str | Path, data: bytes) -> None:

@@ -59,12 +59,13 @@ _PAIR = re.compile(r"(?i)\b([A-Za-z0-9_.-]*"
                    r"|credentials?))"
                    r"(\s*=\s*['\"]?|['\"]\s*:\s*['\"])([^\s'\"&;,)}]+)")
 # ``password: X`` (YAML, a Secret's stringData) and ``--password X`` (a flag and its value apart): the same names,
-# other separators, blanked only where the value has a digit and 8 characters or more, or looks random:
-# ``token: not set`` and ``--tracking-secret llmpack-mlflow`` (a Secret's name) in a message stay readable.
-_SECRET_NAME = (r"[A-Za-z0-9_.-]*(?:token|password|passwd|pwd|passphrase|secret|api[_-]?key|access[_-]?key"
-                r"|signing[_-]?key|private[_-]?key|auth[_-]?key|credentials?)")
-_YAML_PAIR = re.compile(rf"(?i)\b({_SECRET_NAME})(:[ \t]+['\"]?)([^\s'\"]+)")
-_FLAG_PAIR = re.compile(rf"(?i)(?<![\w-])(--{_SECRET_NAME})([ \t]+)([^\s'\"-][^\s'\"]*)")
+# other separators (:func:`_redact_yaml` says when the value is taken for a secret).
+_SECRET_NAME = (r"[A-Za-z0-9_.-]*(?:token|password|passwd|pwd|pass|pw|passphrase|secret|api[_-]?key|access[_-]?key"
+                r"|secret[_-]?key|signing[_-]?key|private[_-]?key|auth[_-]?key|credentials?)")
+_VALUE = r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s'\"]+)"  # a quoted value whole (spaces and all), else up to white space
+_YAML_PAIR = re.compile(rf"(?i)\b({_SECRET_NAME})(\s*:\s*)(?!//){_VALUE}")
+# a flag naming a Kubernetes Secret (--tracking-secret NAME, --hf-token-secret NAME) takes its name, no secret
+_FLAG_PAIR = re.compile(rf"(?i)(?<![\w-])(--(?![\w-]*-secret\b){_SECRET_NAME})([ \t]+){_VALUE}")
 # A value that stands for a secret in a command we print for the user to fill in (doctor's fix lines:
 # ``--docker-password=TOKEN``, ``"token":"<token>"``, ``$HF_TOKEN``): kept, since it holds none.
 # ``$(openssl`` is a command substitution's start (``signing-key="$(openssl rand -hex 32)"``): a program, no secret.
@@ -251,11 +252,15 @@ def redact_text(text: object, secrets: Iterable[str] | None = None) -> str:
 
 
 def _redact_yaml(match: re.Match[str]) -> str:
-    """``password: X`` or ``--password X``: blanked when X could be a secret (a digit and 8+ characters, or
-    random-looking)."""
+    """``password: X`` or ``--password X``: X blanked when it could be a secret: quoted, or 6+ characters with a
+    digit, or 12+ characters, or random-looking (``token: not set`` stays readable)."""
     value = match.group(3)
-    if (len(value) >= 8 and any(c.isdigit() for c in value)) or random_looking(value):
-        return _redact_kv(match)
+    quoted = len(value) >= 2 and value[0] == value[-1] and value[0] in "'\""
+    core = value[1:-1] if quoted else value
+    if _PLACEHOLDER.fullmatch(core) or core == MASK:
+        return match.group(0)
+    if quoted or (len(core) >= 6 and any(c.isdigit() for c in core)) or len(core) >= 12 or random_looking(core):
+        return f"{match.group(1)}{match.group(2)}{value[0] + MASK + value[-1] if quoted else MASK}"
     return match.group(0)
 
 

@@ -250,22 +250,24 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
     for name, typ in step.outputs.items():
         Path(outputs[name]).mkdir(parents=True, exist_ok=True)
         kwargs[name] = typ(outputs[name])
-    try:
-        telemetry.fail_if_injected(step.name, ctx.attempt)  # LLMPACK_INJECT_FAILURES (tests of retries)
-        with bounded.pinned_directories(outputs.values()):  # a directory on the way swapped later: refused
+    # the outputs pinned for the whole step, its last records too: a directory on the way swapped for a link is
+    # refused (its three levels, <run>/<task>/<output>, real directories when it begins)
+    with bounded.pinned_directories(outputs.values(), real_levels=3):
+        try:
+            telemetry.fail_if_injected(step.name, ctx.attempt)  # LLMPACK_INJECT_FAILURES (tests of retries)
             step.func(**kwargs)
-    except BaseException:
-        tel.metric(telemetry.FAILED_METRIC, 1.0)  # "finished" below is its time, not its success
-        raise
-    finally:
-        startup.settle()  # a step with no model: its start-up ended with it
-        tel.event("finished")
-        if own_ends:
-            tel.step_event("finished")
-        gpu_metrics.finish(gpu, tel, started=started)  # after finished: stopping it is not step time
-        if not launched:  # the launcher uploads every rank's records once
-            _upload(tel, outputs, gpu_metrics.sampled_series(gpu))
-        reporting.end()
+        except BaseException:
+            tel.metric(telemetry.FAILED_METRIC, 1.0)  # "finished" below is its time, not its success
+            raise
+        finally:
+            startup.settle()  # a step with no model: its start-up ended with it
+            tel.event("finished")
+            if own_ends:
+                tel.step_event("finished")
+            gpu_metrics.finish(gpu, tel, started=started)  # after finished: stopping it is not step time
+            if not launched:  # the launcher uploads every rank's records once
+                _upload(tel, outputs, gpu_metrics.sampled_series(gpu))
+            reporting.end()
 
 
 def _around_launcher(step: Step, ctx: RunContext, outputs: dict[str, str],

@@ -12,6 +12,7 @@ The retry rules: docs/internals/record-internals.md.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -222,28 +223,46 @@ def experiment_id(mc: MlflowClient, name: str | None = None) -> str:
 _CREDENTIAL_SCHEMES = ("http", "https", "mlflow-artifacts")
 
 
+_AUTHORITY = re.compile(r"(?:[A-Za-z0-9._~%!$&'()*+,;=:-]*@)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::([0-9]{1,5}))?")
+# Object stores and file systems whose clients use their own credentials, never the tracking server's.
+_OWN_CREDENTIAL_SCHEMES = ("s3", "gs", "wasbs", "abfss", "dbfs", "file", "")
+
+
 def artifact_uri_problem(artifact_uri: str, store_uri: str) -> str | None:
     """Why the run's artifact URI must not be written to, or None.
 
     The artifact URI comes from the experiment, which anyone who can write the store may have created
     (or renamed and recreated) before the user's first run: it is data, never where credentials or a
-    model go on its word. An http(s) or ``mlflow-artifacts`` location on another host than the tracking
-    server's is refused (those clients send the tracking credentials to that host). ``mlflow-artifacts:/``
-    (the server proxies), the server's own host, a path, and cloud stores (``s3://``, ``gs://``...: their
-    own credentials, the store admin's choice) are taken as MLflow takes them.
+    model go on its word. Taken: ``mlflow-artifacts:/`` (the server proxies), an http(s) or
+    ``mlflow-artifacts`` location on the tracking server's own host and port, a path, and the object
+    stores (``s3://``, ``gs://``, ``wasbs://``, ``abfss://``, ``dbfs:``: their own credentials, the
+    store admin's choice). Refused: any other host (those clients send the tracking credentials to
+    it), any other scheme with a host (``ftp://``, ``sftp://``, ``hdfs://``...), and an authority not
+    plain ``[user@]host[:port]`` (a backslash, a space, a ``+`` port: parsers read those differently,
+    and the one that uploads is not the one that checked).
     """
     from urllib.parse import urlsplit
 
-    a, s = urlsplit(str(artifact_uri)), urlsplit(str(store_uri))
-    scheme, store_scheme = a.scheme.lower(), s.scheme.lower()
-    if scheme in _CREDENTIAL_SCHEMES:
-        if scheme == "mlflow-artifacts" and not a.netloc:
-            return None
-        if store_scheme in ("http", "https") and (a.hostname, a.port or _default_port(scheme)) == (
-                s.hostname, s.port or _default_port(store_scheme)):
-            return None
-        return "an artifact location on another host than the tracking server's"
-    return None
+    text = str(artifact_uri)
+    if not text.isprintable():
+        return "an artifact location with a control character"
+    try:
+        a, s = urlsplit(text), urlsplit(str(store_uri))
+        scheme, store_scheme = a.scheme.lower(), s.scheme.lower()
+        if a.netloc and _AUTHORITY.fullmatch(a.netloc) is None:
+            return "an artifact location whose host is not plain host[:port]"
+        if scheme in _CREDENTIAL_SCHEMES:
+            if scheme == "mlflow-artifacts" and not a.netloc:
+                return None
+            if store_scheme in ("http", "https") and (a.hostname, a.port or _default_port(scheme)) == (
+                    s.hostname, s.port or _default_port(store_scheme)):
+                return None
+            return "an artifact location on another host than the tracking server's"
+    except ValueError:  # a port that is not a number, an unclosed IPv6 bracket
+        return "an artifact location that does not parse as a URI"
+    if scheme in _OWN_CREDENTIAL_SCHEMES:
+        return None
+    return f"an artifact location of scheme {scheme!r}, not the tracking server's or an object store"
 
 
 def _default_port(scheme: str) -> int:

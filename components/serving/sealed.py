@@ -123,6 +123,7 @@ def sealed_output(out: Path, kind: Kind, pipeline_run: str, **fields: str) -> It
         bounded.check_pinned(out)  # the output the step began with, not a directory on the way swapped since
         fds: dict[Path, int] = {Path("."): _open_dir(str(out), None)}
         try:
+            bounded.check_pinned_fd(out, fds[Path(".")])  # and the one opened is it: cleared and written through
             for top in sorted(os.listdir(staging)):
                 _clear_at(top, fds[Path(".")])
             for directory, dirs, names in os.walk(staging):

@@ -97,18 +97,20 @@ def fetch_verified(model_uri: str, dst: str | Path, *, tracking_uri: str | None 
 
 def _check_private(out: Path) -> None:
     """The checked copy only where no one else can swap it before it is served: ``out`` ours and writable by us
-    alone, in a directory ours or root's, and, when others may write in that one, sticky (as /tmp is)."""
+    alone, and every directory above it ours or root's and, when others may write in it, sticky (as /tmp is)."""
     import stat
 
     me = os.geteuid()
-    st, parent = os.lstat(out), os.stat(out.resolve().parent)
+    st = os.lstat(out)
     if st.st_uid != me or st.st_mode & 0o022:
         raise InputError(f"{out}: owned by someone else or writable by others; the checked copy needs a directory "
                          "of your own (nothing was copied)")
-    if parent.st_uid not in (me, 0) or (parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX):
-        raise InputError(f"{out.resolve().parent}: another user may rename what is in it (owned by someone else, or "
-                         "writable by others without the sticky bit); the checked copy could be swapped before it "
-                         "is served: choose a directory of your own (nothing was copied)")
+    for above in out.resolve().parents:  # every directory up to /: any of them renamed swaps the copy's path
+        st = os.stat(above)
+        if st.st_uid not in (me, 0) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+            raise InputError(f"{above}: another user may rename what is in it (owned by someone else, or writable by "
+                             "others without the sticky bit); the checked copy could be swapped before it is "
+                             "served: choose a directory of your own (nothing was copied)")
 
 
 def _listing(model_uri: str, source: str, tracking_uri: str | None) -> dict[str, int | None]:

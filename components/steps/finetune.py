@@ -293,8 +293,12 @@ def finetune(
     # ---- resume: the newest checkpoint signed with the user's key, of these very settings and data,
     # whose files all match its manifest (a shared checkpoint_dir must not hand one run's state to
     # another; an unsigned or forged one, even of the final step, is refused and never skips training)
-    ckpt_root, scratch = checkpoint_root(checkpoint_dir, Path(model.path))
-    ckpt_root.mkdir(parents=True, exist_ok=True)
+    try:
+        ckpt_root, scratch = checkpoint_root(checkpoint_dir, Path(model.path))
+        ckpt_root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file there, a name too long, a read-only place: one line, exit 2
+        raise InputError(f"checkpoints: {exc.filename or checkpoint_dir} cannot be made a directory "
+                         f"({exc.strerror})") from None
     bounded.pin_directory(ckpt_root)  # saved to and pruned in only while it is this directory (never a link since)
     fingerprint = run_fingerprint([base_model, method, max_steps, batch_size, grad_accum, lr, warmup_steps,
                                    weight_decay, lora_r, lora_alpha, seed]

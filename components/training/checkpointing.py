@@ -107,6 +107,11 @@ def remove_scratch(path: Path, root: Path) -> None:
     became a symlink, nothing is removed and one line says so (the run's outputs are already saved).
     """
     levels = [root.joinpath(*path.relative_to(root).parts[: i + 1]) for i in range(len(path.relative_to(root).parts))]
+    try:
+        bounded.check_pinned(path)  # the checkpoint directory the step began with, not one swapped in since
+    except InputError as exc:
+        print(f"finetune: not removing checkpoints: {exc}", flush=True)
+        return
     for level in levels:
         why = _not_a_real_dir(level)
         if why == "missing":

@@ -395,3 +395,19 @@ def test_the_finetune_step_refuses_a_symlinked_run_directory_and_removes_nothing
     assert "Traceback" not in r.stderr and len(_lines(r.stderr, "is a symlink")) == 1, r.stderr
     assert (target / "finetune" / "precious").read_text() == "kept"
     assert sorted(p.name for p in target.rglob("*")) == ["finetune", "precious"]
+
+
+@pytest.mark.parametrize("where", ["checkpoint_dir", "root"])
+def test_a_checkpoint_place_that_cannot_be_a_directory_is_one_line(tokens: Path, tmp_path: Path, where: str) -> None:
+    """Round 7 (B5): ``checkpoint_dir`` (or the checkpoint volume) a file gave FileExistsError's traceback, exit 1."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1",
+           **({settings.CHECKPOINT_ROOT.name: str(afile)} if where == "root" else {})}
+    extra = [f"--param=checkpoint_dir={afile}"] if where == "checkpoint_dir" else ["--param=pipeline_run=run-f"]
+    r = subprocess.run([sys.executable, "-m", "components.run", "components.steps.finetune:finetune",
+                        f"--input=tokens={tokens}", f"--output=model={tmp_path / 'out'}", "--param=max_steps=2",
+                        "--param=batch_size=4", *extra], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert "cannot be made a directory" in r.stderr or "not a directory" in r.stderr, r.stderr

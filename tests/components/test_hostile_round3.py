@@ -260,3 +260,87 @@ def test_a_file_where_a_directory_was_is_one_line_not_a_traceback(tmp_path: Path
     (tmp_path / "adapter").write_text("a file now")
     with pytest.raises(InputError, match="not a regular file"):
         bounded.open_regular(tmp_path / "adapter" / "README.md")
+
+
+@pytest.mark.parametrize("uri", [
+    "http://127.0.0.2:5056\\@127.0.0.1:5055/stolen", "mlflow-artifacts://127.0.0.2:5058\\@127.0.0.1:5055/x",
+    "http://127.0.0.1:+5055/x", "http://127.0.0.1:abc/x", "ftp://127.0.0.1:5055/x", "sftp://evil/x", "hdfs://nn/x",
+    "http://evil:5055/x", "http://127.0.0.1:5056/x",
+])
+def test_round7_artifact_locations_a_stranger_spells_are_refused(uri: str) -> None:
+    """Round 7 (B1): urlsplit read ``STRANGER\\@TRACKING`` as TRACKING's host, urllib3 connected to STRANGER."""
+    from components.record.tracking import artifact_uri_problem
+
+    assert artifact_uri_problem(uri, "http://127.0.0.1:5055") is not None
+
+
+@pytest.mark.parametrize("uri", ["mlflow-artifacts:/1/abc/artifacts", "http://127.0.0.1:5055/api/2.0/x",
+                                 "s3://bucket/1/x", "file:///home/J D/mlruns/1", "/srv/mlruns/1"])
+def test_the_servers_own_and_object_store_locations_are_taken(uri: str) -> None:
+    from components.record.tracking import artifact_uri_problem
+
+    assert artifact_uri_problem(uri, "http://127.0.0.1:5055") is None
+
+
+def test_a_run_directory_swapped_before_the_step_began_is_refused_and_fd_checks_close_the_race(tmp_path: Path) -> None:
+    """Round 7 (B2): ``run/finetune`` swapped for a link before finetune's process began was pinned as it was;
+    and a swap between the pin check and the open won 6-9% of a flipper's races. The three levels the
+    orchestrator made must be real directories, and what is written is checked on the descriptor opened."""
+    import os
+
+    from components import bounded
+    from components.errors import InputError
+
+    victim = tmp_path / "victim" / "model"
+    victim.mkdir(parents=True)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "finetune").symlink_to(tmp_path / "victim")
+    with pytest.raises(InputError, match="a symlink where the run's directory should be"):
+        with bounded.pinned_directories([tmp_path / "run" / "finetune" / "model"], real_levels=3):
+            pass
+    out = tmp_path / "out"
+    out.mkdir()
+    with bounded.pinned_directories([out]):
+        other = tmp_path / "other"
+        other.mkdir()
+        fd = os.open(other, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises(InputError, match="not the directory the step began with"):
+                bounded.check_pinned_fd(out, fd)  # what a swap won between check and open would have opened
+        finally:
+            os.close(fd)
+
+
+def test_remove_scratch_removes_nothing_through_a_swapped_directory(tmp_path: Path) -> None:
+    from components import bounded
+    from components.training.checkpointing import remove_scratch
+
+    out, victim = tmp_path / "vol" / "model", tmp_path / "victim"
+    (out / "checkpoints").mkdir(parents=True)
+    (victim / "model" / "checkpoints").mkdir(parents=True)
+    (victim / "model" / "checkpoints" / "keep.txt").write_text("mine")
+    with bounded.pinned_directories([out / "checkpoints"]):
+        (tmp_path / "vol").rename(tmp_path / "vol.moved")
+        (tmp_path / "vol").symlink_to(victim)
+        remove_scratch(out / "checkpoints", out)
+    assert (victim / "model" / "checkpoints" / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("text", [
+    "password: hunter2", "password: correcthorsebatterystaple", 'password: "hunter2 pass 99"',
+    '--password "correct horse 42 battery"', "password:hunter2pass9", "pass: hunter2pass", "pw: hunter2pass",
+    "secret_key: sesskey_9f8e7d6c",
+])
+def test_round7_secret_shapes_are_redacted(text: str) -> None:
+    from components.redaction import redact_text
+
+    out = redact_text(text, set())
+    assert not any(w in out for w in ("hunter2", "correcthorse", "sesskey", "battery")), out
+
+
+@pytest.mark.parametrize("text", ["--tracking-secret llmpack-mlflow-v2", "--hf-token-secret hf-token-2024",
+                                  "KFP_TOKEN: missing in the environment"])
+def test_a_secrets_name_after_its_flag_stays_readable(text: str) -> None:
+    from components.redaction import redact_text
+
+    assert redact_text(text, set()) == text
