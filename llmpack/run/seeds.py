@@ -129,7 +129,8 @@ def run_command(opts: Any, n: int, *, as_json: bool, echo: Callable[[str], None]
             summary["promotion"] = phrase
         if not as_json:
             line = outcome_line(summary)
-            echo(f"seed {o.seed}: {line or summary['status']}")
+            failed = f" ({summary['error']})" if summary["status"] != "succeeded" and summary.get("error") else ""
+            echo(f"seed {o.seed}: {line or summary['status']}{failed}")
         return summary
 
     summaries = run_seeds(opts, n, one)

@@ -40,7 +40,7 @@ def run_with_progress(opts: Any, label: str | None = None, **kwargs: Any) -> dic
                     status.update(status_text(name, shown, elapsed, width=width))
 
                 summary = run_pipeline(opts, progress=update, **kwargs)
-    mark = "[green]ok[/]" if summary["status"] == "succeeded" else f"[red]failed[/] ({summary['error']})"
+    mark = "[green]ok[/]" if summary["status"] == "succeeded" else "[red]failed[/]"  # why: the error line after it
     total = summary["metrics"].get("total_s")
     display.err.print(f"{name}: {mark} in {fmt(total, 1)}s →")
     # a path whole, on its own line
