@@ -234,10 +234,12 @@ def artifact_uri_problem(artifact_uri: str, store_uri: str) -> str | None:
     The artifact URI comes from the experiment, which anyone who can write the store may have created
     (or renamed and recreated) before the user's first run: it is data, never where credentials or a
     model go on its word. Taken: ``mlflow-artifacts:/`` (the server proxies), an http(s) or
-    ``mlflow-artifacts`` location on the tracking server's own host and port, a path, and the object
-    stores (``s3://``, ``gs://``, ``wasbs://``, ``abfss://``, ``dbfs:``: their own credentials, the
-    store admin's choice). Refused: any other host (those clients send the tracking credentials to
-    it), any other scheme with a host (``ftp://``, ``sftp://``, ``hdfs://``...), and an authority not
+    ``mlflow-artifacts`` location on the tracking server's own host and port, a path for a local store
+    (sqlite, a directory), and the object stores (``s3://``, ``gs://``, ``wasbs://``, ``abfss://``,
+    ``dbfs:``: their own credentials, the store admin's choice). Refused: any other host (those clients
+    send the tracking credentials to it), a path named by a remote server (written on this machine:
+    a stranger's directory, or a link planted in it, would take the model), any other scheme with a
+    host (``ftp://``, ``sftp://``, ``hdfs://``...), and an authority not
     plain ``[user@]host[:port]`` (a backslash, a space, a ``+`` port: parsers read those differently,
     and the one that uploads is not the one that checked).
     """
@@ -260,6 +262,10 @@ def artifact_uri_problem(artifact_uri: str, store_uri: str) -> str | None:
             return "an artifact location on another host than the tracking server's"
     except ValueError:  # a port that is not a number, an unclosed IPv6 bracket
         return "an artifact location that does not parse as a URI"
+    if scheme in ("", "file") and store_scheme in ("http", "https"):
+        # a path named by a remote store is written on this machine: a stranger's directory (or a link they plant
+        # in it) would take the model, or overwrite a file of the user's through the link
+        return "a local path named by a remote tracking server (written on this machine, not the server)"
     if scheme in _OWN_CREDENTIAL_SCHEMES:
         return None
     return f"an artifact location of scheme {scheme!r}, not the tracking server's or an object store"

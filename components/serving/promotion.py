@@ -203,6 +203,9 @@ def current_champion(mc: Any, model_name: str, metric: PromotionMetric) -> Stand
     try:
         payload = signed.verified_version(f"model {model_name}", name=model_name, version=version, run_id=run_id,
                                           source=getattr(mv, "source", None), tags=tags)
+        # the alias is anyone's to move: compared only when the user's key made this version champion
+        signed.verified_champion(f"model {model_name}", name=model_name, version=version,
+                                 model_tags=model_tags(mc, model_name))
     except signed.UntrustedModel as exc:
         loose = standing_from_tags(version, run_id, tags, metric)
         return Standing(version=version, value=None, eval_set=loose.eval_set, run_id=run_id, figures=loose.figures,
@@ -224,8 +227,29 @@ def set_version_tag(mc: Any, model_name: str, version: str, key: str, value: str
                                                    "value": value})
 
 
+def set_model_tag(mc: Any, model_name: str, key: str, value: str) -> None:
+    """One tag on a registered model, with MLflow's client or the REST one (``registered-models/set-tag``)."""
+    if hasattr(mc, "set_registered_model_tag"):
+        mc.set_registered_model_tag(model_name, key, value)
+    else:
+        mc.call("POST", "registered-models/set-tag", {"name": model_name, "key": key, "value": value})
+
+
+def model_tags(mc: Any, model_name: str) -> dict[str, str]:
+    """The registered model's tags, with MLflow's client or the REST one (``registered-models/get``)."""
+    if hasattr(mc, "get_registered_model"):
+        return dict(mc.get_registered_model(model_name).tags or {})
+    found = mc.call("GET", "registered-models/get", {"name": model_name}).get("registered_model", {})
+    return {t["key"]: t.get("value", "") for t in found.get("tags", []) if isinstance(t, dict) and "key" in t}
+
+
 def set_aliases(mc: Any, model_name: str, version: str, decision: Decision) -> None:
-    """``challenger`` on the new version always; ``champion`` too when the decision says so."""
+    """``challenger`` on the new version always; ``champion`` too when the decision says so, after the signed
+    record of that promotion (:func:`components.serving.signed.champion_tags`) the alias is trusted by."""
+    from components.serving import signed
+
     mc.set_registered_model_alias(model_name, CHALLENGER, version)
     if decision.champion:
+        for key, value in signed.champion_tags(model_name, version).items():
+            set_model_tag(mc, model_name, key, value)
         mc.set_registered_model_alias(model_name, CHAMPION, version)

@@ -207,6 +207,42 @@ def verified_version(where: str, *, name: str, version: str, run_id: str, source
     return payload
 
 
+# The promotion itself, signed: a registered-model tag naming the version the user's key made champion. An alias
+# is anyone's to move (one request to the store); the alias is trusted only where this record names its version.
+CHAMPION_KIND = "champion"
+CHAMPION_TAG = "llmpack.champion"
+CHAMPION_SIGNATURE_TAG = "llmpack.champion.signature"
+
+
+def champion_tags(name: str, version: str) -> dict[str, str]:
+    """The registered model's tags that record, signed, that ``version`` was made champion by this key."""
+    payload = {"name": name, "version": str(version)}
+    return {CHAMPION_TAG: provenance.canonical(payload).decode(),
+            CHAMPION_SIGNATURE_TAG: provenance.sign(CHAMPION_KIND, payload)}
+
+
+def verified_champion(where: str, *, name: str, version: str, model_tags: Mapping[str, str]) -> None:
+    """``version`` is the one the user's key last made champion of ``name``; else one :class:`UntrustedModel`.
+
+    Moving ``@champion`` (to an older version, or to one registered with ``--no-promote``) needs no key;
+    this record does. Putting back an earlier record with its alias (a rollback to an earlier champion)
+    is not told apart: the store keeps no order the key signs.
+    """
+    text = model_tags.get(CHAMPION_TAG) or ""
+    try:
+        payload = bounded.loads(text, f"tag {CHAMPION_TAG}") if 0 < len(text) <= MAX_PAYLOAD_CHARS else None
+    except InputError:
+        payload = None
+    if not isinstance(payload, dict) or not provenance.verify(CHAMPION_KIND, payload,
+                                                               model_tags.get(CHAMPION_SIGNATURE_TAG)):
+        raise _untrusted(where, version, "@champion points at it, but no promotion signed with this environment's "
+                                         f"key says so (its {CHAMPION_TAG} tag missing or edited; the alias moved "
+                                         "by someone else?)")
+    if payload.get("name") != name or payload.get("version") != str(version):
+        raise _untrusted(where, version, f"@champion points at it, but this environment's key made version "
+                                         f"{payload.get('version')!r} champion (the alias moved by someone else?)")
+
+
 def check_files(where: str, local: Path, files: Mapping[str, Any]) -> None:
     """``local`` holds exactly the signed files, byte for byte; else one :class:`UntrustedModel` naming the file.
 

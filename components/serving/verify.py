@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import InputError
-from components.serving.signed import UntrustedModel, check_files, shown_name, verified_version
+from components.serving.promotion import CHAMPION
+from components.serving.signed import UntrustedModel, check_files, shown_name, verified_champion, verified_version
 
 _MODELS_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>[0-9]+))/?$")
 
@@ -43,11 +44,16 @@ def _resolve(model_uri: str, tracking_uri: str | None) -> Any:
     client = MlflowClient(tracking_uri=tracking_uri)
     try:
         if match["alias"]:
-            return client.get_model_version_by_alias(match["name"], match["alias"])
-        return client.get_model_version(match["name"], match["version"])
+            mv = client.get_model_version_by_alias(match["name"], match["alias"])
+            tags = dict(client.get_registered_model(match["name"]).tags or {})
+        else:
+            return client.get_model_version(match["name"], match["version"])
     except Exception as exc:  # noqa: BLE001 - MLflow's error for a missing model, alias or version: one line
         first = (str(getattr(exc, "message", "") or exc).strip().splitlines() or [""])[0][:200]
         raise InputError(f"{model_uri}: the registry has no such version ({type(exc).__name__}: {first})") from None
+    if match["alias"] == CHAMPION:  # an alias is anyone's to move: @champion only as the user's key promoted it
+        verified_champion(model_uri, name=match["name"], version=str(mv.version), model_tags=tags)
+    return mv
 
 
 def fetch_verified(model_uri: str, dst: str | Path, *, tracking_uri: str | None = None) -> Path:
@@ -105,7 +111,10 @@ def _check_private(out: Path) -> None:
     if st.st_uid != me or st.st_mode & 0o022:
         raise InputError(f"{out}: owned by someone else or writable by others; the checked copy needs a directory "
                          "of your own (nothing was copied)")
-    for above in out.resolve().parents:  # every directory up to /: any of them renamed swaps the copy's path
+    lexical = Path(os.path.abspath(out))
+    # every directory up to /, as typed (a link's own directory too: whoever may write there repoints the link
+    # after the check) and as resolved: any of them renamed swaps the copy's path
+    for above in dict.fromkeys([*lexical.parents, *out.resolve().parents]):
         st = os.stat(above)
         if st.st_uid not in (me, 0) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
             raise InputError(f"{above}: another user may rename what is in it (owned by someone else, or writable by "

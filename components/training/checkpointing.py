@@ -12,6 +12,8 @@ directory (:func:`real_run_dir`), found by every retry. Why each rule: docs/inte
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -119,7 +121,7 @@ def remove_scratch(path: Path, root: Path) -> None:
         if why is not None:
             print(f"finetune: not removing checkpoints under {level}: it is {why}", flush=True)
             return
-    shutil.rmtree(path, ignore_errors=True)
+    _remove(path)  # through descriptors, the pinned directory's own (never a path rmtree would follow)
     for level in reversed(levels[:-1]):
         try:
             level.rmdir()  # the run's own directory on the volume, when nothing else is in it
@@ -169,11 +171,51 @@ def newest_checkpoint(
 
 
 def _remove(path: Path) -> None:
-    """Remove a directory, or a symlink planted where one goes (never what it points at)."""
-    if os.path.islink(path):
-        path.unlink(missing_ok=True)
-    else:
-        shutil.rmtree(path, ignore_errors=True)
+    """Remove a directory, or a symlink planted where one goes (never what it points at).
+
+    Everything relative to descriptors: the directory it is in, opened without following a link and, when
+    pinned (the checkpoint root), checked the pinned one; then the entry itself, opened the same way, and
+    its contents removed through that descriptor. A directory on the way swapped for a link while this
+    runs removes nothing outside (what a path-based ``rmtree`` would follow).
+    """
+    try:
+        parent_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        bounded.check_pinned_fd(path.parent, parent_fd)
+        _remove_at(parent_fd, path.name, expect=path)
+    except (InputError, OSError):
+        pass  # not ours to remove (swapped, or gone): nothing is
+    finally:
+        os.close(parent_fd)
+
+
+def _remove_at(parent_fd: int, name: str, *, expect: Path | None = None) -> None:
+    """``name`` in the directory open as ``parent_fd`` removed through descriptors (a link: unlinked, never
+    followed); ``expect``: when pinned, the directory opened must be the pinned one."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+    except NotADirectoryError:
+        os.unlink(name, dir_fd=parent_fd)
+        return
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a symlink where a directory goes: the link, never its target
+            os.unlink(name, dir_fd=parent_fd)
+        return
+    try:
+        if expect is not None:
+            bounded.check_pinned_fd(expect, fd)
+        for entry in os.scandir(fd):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.name, dir_fd=fd, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(name, dir_fd=parent_fd)
 
 
 def prune_checkpoints(root: Path, newest: Path) -> None:

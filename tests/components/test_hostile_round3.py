@@ -275,11 +275,22 @@ def test_round7_artifact_locations_a_stranger_spells_are_refused(uri: str) -> No
 
 
 @pytest.mark.parametrize("uri", ["mlflow-artifacts:/1/abc/artifacts", "http://127.0.0.1:5055/api/2.0/x",
-                                 "s3://bucket/1/x", "file:///home/J D/mlruns/1", "/srv/mlruns/1"])
+                                 "s3://bucket/1/x"])
 def test_the_servers_own_and_object_store_locations_are_taken(uri: str) -> None:
     from components.record.tracking import artifact_uri_problem
 
     assert artifact_uri_problem(uri, "http://127.0.0.1:5055") is None
+
+
+@pytest.mark.parametrize("uri", ["file:///home/J D/mlruns/1", "/tmp/drop/1/artifacts"])
+def test_a_path_is_taken_from_a_local_store_never_from_a_remote_one(uri: str) -> None:
+    """Round 8 (C1): a stranger made the experiment on a shared server with ``artifact_location=/tmp/drop``:
+    the model was written on the user's machine into the stranger's directory (and through a link planted
+    there, over the user's ``.bashrc``)."""
+    from components.record.tracking import artifact_uri_problem
+
+    assert artifact_uri_problem(uri, "sqlite:////home/u/mlflow.db") is None
+    assert "a local path named by a remote tracking server" in str(artifact_uri_problem(uri, "http://h:5000"))
 
 
 def test_a_run_directory_swapped_before_the_step_began_is_refused_and_fd_checks_close_the_race(tmp_path: Path) -> None:
@@ -344,3 +355,46 @@ def test_a_secrets_name_after_its_flag_stays_readable(text: str) -> None:
     from components.redaction import redact_text
 
     assert redact_text(text, set()) == text
+
+
+def test_removal_goes_through_descriptors_never_through_a_swapped_link(tmp_path: Path) -> None:
+    """Round 8 (C2): ``remove_scratch`` checked the pin, then ``rmtree`` by path followed a link swapped in
+    between (1.5% of a flipper's tries removed the victim's directory). Removal now opens each level by
+    descriptor, checks it is the pinned one, and removes through it."""
+    import os
+
+    from components import bounded
+    from components.training import checkpointing
+
+    run, victim = tmp_path / "root" / "pr", tmp_path / "victim"
+    (run / "finetune" / "step-00000001").mkdir(parents=True)
+    (victim / "finetune").mkdir(parents=True)
+    (victim / "finetune" / "keep.txt").write_text("mine")
+    with bounded.pinned_directories([run / "finetune"]):
+        parent_fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
+        try:  # the swap lands after the parent is opened: the entry opened is not the pinned one
+            (run / "finetune").rename(tmp_path / "moved")
+            (victim / "finetune").rename(run / "finetune")
+            checkpointing._remove_at(parent_fd, "finetune", expect=run / "finetune")
+        except Exception:  # noqa: BLE001 - refused: what matters is what is left
+            pass
+        finally:
+            os.close(parent_fd)
+    assert (run / "finetune" / "keep.txt").read_text() == "mine"
+
+
+def test_the_checked_copy_through_a_link_in_a_shared_directory_is_refused(tmp_path: Path) -> None:
+    """Round 8 (C7): ``shared/served/champ`` with ``served`` a link to the user's own directory was taken (the
+    rule looked at the resolved path); whoever may write ``shared`` repoints the link after the check."""
+    from components.errors import InputError
+    from components.serving.verify import _check_private
+
+    shared, mine = tmp_path / "shared", tmp_path / "mine"
+    shared.mkdir()
+    shared.chmod(0o777)
+    mine.mkdir(mode=0o700)
+    (mine / "champ").mkdir(mode=0o700)
+    (shared / "served").symlink_to(mine)
+    with pytest.raises(InputError, match="another user may rename what is in it"):
+        _check_private(shared / "served" / "champ")
+    _check_private(mine / "champ")  # the same directory, by a path no one else controls

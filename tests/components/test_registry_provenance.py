@@ -360,3 +360,28 @@ def test_the_checked_copy_is_refused_in_a_directory_another_user_may_rename_in(s
     r = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "another user may rename what is in it" in r.stderr, r.stderr[-2000:]
     assert not (shared / "copy").exists()
+
+
+def test_champion_is_trusted_only_as_the_users_key_promoted_it(store: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    """Round 8 (C3): the alias is anyone's to move (one request): ``@champion`` moved to an older version, or to
+    one registered with ``--no-promote``, was loaded. The promotion is now a signed record on the registered
+    model; an alias that disagrees with it, or a record edited, is refused."""
+    from mlflow.tracking import MlflowClient
+
+    from components.serving.signed import CHAMPION_TAG, UntrustedModel, verified_champion
+    from components.serving.verify import fetch_verified
+
+    monkeypatch.setenv("LLMPACK_SIGNING_KEY_FILE", str(store["key"]))
+    mc = MlflowClient(store["uri"])
+    tags = dict(mc.get_registered_model(NAME).tags)
+    champion = mc.get_model_version_by_alias(NAME, "champion").version
+    verified_champion("m", name=NAME, version=champion, model_tags=tags)  # as promoted
+    with pytest.raises(UntrustedModel, match="made version .* champion"):
+        verified_champion("m", name=NAME, version=str(int(champion) + 1), model_tags=tags)  # the alias moved
+    mc.set_registered_model_tag(NAME, CHAMPION_TAG, tags[CHAMPION_TAG].replace(f'"{champion}"', '"99"'))
+    try:
+        with pytest.raises(UntrustedModel, match="no promotion signed with this environment's key"):
+            fetch_verified(f"models:/{NAME}@champion", tmp_path / "copy", tracking_uri=store["uri"])
+    finally:
+        mc.set_registered_model_tag(NAME, CHAMPION_TAG, tags[CHAMPION_TAG])
