@@ -396,8 +396,10 @@ def main(argv: list[str] | None = None) -> int:
             if not sep:
                 raise InputError(f"-p {item!r}: expected NAME=VALUE")
             arguments[name] = value
-        artifacts = run_workflow_yaml(args.workflow, arguments, args.workdir.resolve(), dict(os.environ),
-                                      log=sys.stderr)
+        env = dict(os.environ)  # the steps import what `python -m` imports here: the current directory first
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *(p for p in paths if p != os.getcwd())])
+        artifacts = run_workflow_yaml(args.workflow, arguments, args.workdir.resolve(), env, log=sys.stderr)
     except (InputError, RunFailed) as exc:
         print(redact_text(f"llmpack: error: {exc}"), file=sys.stderr)
         return 2 if isinstance(exc, InputError) else 1

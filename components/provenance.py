@@ -41,12 +41,14 @@ def default_key_file() -> Path:
 
 def parse_key(text: str, where: str) -> bytes:
     """The key ``text`` holds (hex, at least 32 bytes); else one :class:`InputError` naming ``where``."""
+    fix = ("64 hex characters or more: `openssl rand -hex 32`" + (", or remove the file to have a new one made"
+                                                                   if where.startswith("signing key file") else ""))
     try:
         key = bytes.fromhex(text.strip())
     except ValueError:
-        raise InputError(f"{where}: the signing key is not hex") from None
+        raise InputError(f"{where}: the signing key is not hex ({fix})") from None
     if len(key) < _KEY_BYTES:
-        raise InputError(f"{where}: the signing key is {len(key)} bytes; at least {_KEY_BYTES} are needed")
+        raise InputError(f"{where}: the signing key is {len(key)} bytes; at least {_KEY_BYTES} are needed ({fix})")
     return key
 
 

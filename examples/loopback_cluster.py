@@ -5,8 +5,8 @@ speak the real wire protocols, one cluster by a fake controller that plays each 
 what docs/first-run-on-a-cluster.md says to apply, so ``llmpack doctor`` passes; ``--fault NAME``
 breaks one thing, to see its line and fix. Run from the repository root (it imports tests/standins/):
 
-    python examples/loopback_cluster.py -- llmpack doctor          # run one command against it, then stop
-    python examples/loopback_cluster.py --fault pvc-rwo -- llmpack doctor --nodes 2 --gpus 4
+    python examples/loopback_cluster.py -- llmpack cluster doctor          # run one command against it, then stop
+    python examples/loopback_cluster.py --fault pvc-rwo -- llmpack cluster doctor --nodes 2 --gpus 4
     python examples/loopback_cluster.py                            # serve; paste the printed exports
     python examples/loopback_cluster.py --list-faults
 

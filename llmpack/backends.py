@@ -171,7 +171,7 @@ def cluster_path(name: str) -> ClusterPath:
     """Cluster backend ``name`` as a ``compare --cluster`` path."""
     path = cluster_paths().get(name)
     if path is None:
-        raise InputError(f"orchestrator {name!r}: not a compare --cluster path "
+        raise InputError(f"orchestrator {name!r}: not a cluster compare path "
                          f"(choose one of {', '.join(cluster_paths())})")
     return path
 

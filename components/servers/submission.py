@@ -60,7 +60,8 @@ def user_parameters(pipe: Pipeline, params: Mapping[str, Any] | None) -> dict[st
     """The user's pipeline parameters through the pipeline's one gate (strings from a command line are coerced)."""
     for key in params or {}:
         if key in TELEMETRY_PARAMS:
-            raise InputError(f"parameter {key!r} is set by llmpack submit, not by the user")
+            raise InputError(f"parameter {key!r} is set by `llmpack cluster submit` (--run-group, --pipeline-run), "
+                             "not by --param")
     return pipe.bind(params or {})
 
 
@@ -75,7 +76,8 @@ def declared_values(params: Mapping[str, Any] | None, declared: Mapping[str, typ
     out: dict[str, Any] = {}
     for key, value in (params or {}).items():
         if key in TELEMETRY_PARAMS:
-            raise InputError(f"parameter {key!r} is set by llmpack submit, not by the user")
+            raise InputError(f"parameter {key!r} is set by `llmpack cluster submit` (--run-group, --pipeline-run), "
+                             "not by --param")
         if key not in declared:
             near = difflib.get_close_matches(key, list(declared), n=1)
             raise InputError(f"{where}: the compiled pipeline has no parameter {key!r}"

@@ -186,7 +186,7 @@ def _caveat(result: dict[str, Any], h: Headline, decided: list[Headline]) -> str
         return f"{'; '.join(parts)}; start-up is what differs between paths"
     cluster = any(r.get("mode") == "cluster" for r in result.get("runs", ()))
     return ("measured on this cluster with its current load" if cluster else
-            "measured on this machine, locally: a cluster adds scheduling and image pulls (compare --cluster)")
+            "measured on this machine, locally: a cluster adds scheduling and image pulls (llmpack cluster compare)")
 
 
 # --------------------------------------------------------------------------- undecided: the command that decides

@@ -147,6 +147,11 @@ def prepare(opts: RunOptions, pipe: Pipeline | None = None) -> tuple[Pipeline, c
         opts.params = {**opts.params, distributed.NPROC_PARAM: nproc}
     if pipe is None:
         pipe = load_pipeline(opts.pipeline) if opts.pipeline else build()
+    from components import provenance
+    from llmpack.compile.artifacts import check_training_flags
+
+    check_training_flags(pipe, opts.gpus, opts.nodes)  # as compile refuses them: a pipeline without finetune
+    provenance.signing_key()  # a bad key is one line now, before a record, a run directory or a step exists
     nproc_gpus = opts.nproc_per_node if opts.nproc_per_node and opts.nproc_per_node > 1 else None
     pipe = apply_gpu_overrides(pipe, opts.gpu_type, opts.gpus, opts.nodes, train_gpus=nproc_gpus)
     pipe = fusion.fuse(pipe, opts.fuse)

@@ -196,7 +196,7 @@ def test_bad_parameters_fail_before_any_request(kfp_api: KFPAPIStandIn) -> None:
         kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, params={"max_step": 3}))
     with pytest.raises(InputError, match="max_steps"):
         kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, params={"max_steps": "many"}))
-    with pytest.raises(InputError, match="set by llmpack submit"):
+    with pytest.raises(InputError, match="set by .llmpack cluster submit."):
         kfp_submit.submit(kfp_submit.Request(host=kfp_api.url, token=TOKEN, params={"mode": "local"}))
     assert kfp_api.requests == []
 

@@ -20,7 +20,8 @@ def test_values_take_the_compiled_files_own_names_and_types() -> None:
 @pytest.mark.parametrize(("params", "message"), [
     ({"uint": "x"}, "--package p.yaml: the compiled pipeline has no parameter 'uint'; did you mean 'unit'?"),
     ({"top": "many"}, "--package p.yaml: parameter 'top': 'many' is not a valid int"),
-    ({"pipeline_run": "x"}, "parameter 'pipeline_run' is set by llmpack submit, not by the user"),
+    ({"pipeline_run": "x"}, "parameter 'pipeline_run' is set by `llmpack cluster submit` (--run-group, "
+                            "--pipeline-run), not by --param"),
 ])
 def test_a_name_or_value_the_file_does_not_take_is_one_line(params: dict[str, str], message: str) -> None:
     with pytest.raises(InputError) as err:

@@ -139,7 +139,7 @@ def compare_cluster(
         preempt = str(preempt_spec)
     unknown = sorted(set(paths) - set(cluster_paths()))
     if unknown:
-        raise InputError(f"compare --cluster: no cluster path {unknown[0]!r} "
+        raise InputError(f"cluster compare: no cluster path {unknown[0]!r} "
                          f"(choose among {', '.join(cluster_paths())})")
     conf = {name: _options(name, paths.get(name), path.submit_options) for name, path in cluster_paths().items()}
     gang = None

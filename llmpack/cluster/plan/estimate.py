@@ -64,7 +64,7 @@ def hint(s: OptionSamples, nodes: int) -> str:
     o = s.option
     backend = o.path.split("+")[0]
     fuse = f" --variants {o.path.split('+fuse-')[1]}" if "+fuse-" in o.path else ""
-    return (f"llmpack compare --cluster --backends {backend}{fuse} --gpu-type {o.gpu_type} "
+    return (f"llmpack cluster compare --backends {backend}{fuse} --gpu-type {o.gpu_type} "
             f"--nodes {nodes} --repeats 10")
 
 

@@ -141,7 +141,7 @@ def test_without_history_every_row_says_no_measurement_and_how_to_get_one(tmp_pa
     assert len(out["options"]) == 3 * 2 * 2  # kfp, argo, mlflow x two GPU types x on-demand, spot
     for o in out["options"]:
         assert o["times_s"] == {} and o["cost_usd"] == {} and not o["estimated"]
-        assert o["note"].startswith("no measurement of overhead, provision, train: llmpack compare --cluster "
+        assert o["note"].startswith("no measurement of overhead, provision, train: llmpack cluster compare "
                                     f"--backends {o['path']} --gpu-type {o['gpu_type']} --nodes 2 --repeats 10")
     text = CliRunner().invoke(main, ["cluster", "plan", "--tracking-uri", uri]).stdout
     assert "no measurement" in text and not re.search(r"\$\d", text)
