@@ -229,26 +229,33 @@ def member_values(member: Member, fused_values: dict[str, Any], fused_params: di
 _RESOLVER = "_llmpack_fused_steps"  # marks a module-level __getattr__ made by fused_steps
 
 
-def fused_steps(factory: Callable[[], Pipeline]) -> Callable[[str], FusedStep]:
-    """A module ``__getattr__`` resolving ``<module>:<task>__<task>`` to that fused step of ``factory()``.
+def fused_steps(*factories: Callable[[], Pipeline]) -> Callable[[str], FusedStep]:
+    """A module ``__getattr__`` resolving ``<module>:<task>__<task>`` to that fused step of the pipelines given.
 
-    Put ``__getattr__ = fused_steps(my_pipeline)`` in the module that defines ``my_pipeline``: the
-    step process of a fused task imports its step by that reference.
+    Put ``__getattr__ = fused_steps(my_pipeline)`` in the module that defines ``my_pipeline`` (several
+    pipelines in one module: ``fused_steps(one, other)``): the step process of a fused task imports its
+    step by that reference.
     """
+    if not factories:
+        raise TypeError("fused_steps() needs the @pipeline functions whose fused steps it resolves")
 
     def __getattr__(name: str) -> FusedStep:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        pipe = factory()
-        by_attr = {t.replace("-", "_"): t for t in pipe.tasks}
         parts = name.split("__")
-        if len(parts) < 2 or any(p not in by_attr for p in parts):
-            raise AttributeError(f"no fused step {name!r} in pipeline {pipe.name!r}")
-        fused = _fuse_group(pipe, [by_attr[p] for p in parts])
-        step = next(t.step for t in fused.tasks.values() if isinstance(t.step, FusedStep))
-        return step
+        if name.startswith("__") or len(parts) < 2:  # a step's own name mistyped: Python's own error, not ours
+            raise AttributeError(name)
+        names = []
+        for factory in factories:
+            pipe = factory()
+            names.append(pipe.name)
+            by_attr = {t.replace("-", "_"): t for t in pipe.tasks}
+            if all(p in by_attr for p in parts):
+                fused = _fuse_group(pipe, [by_attr[p] for p in parts])
+                return next(t.step for t in fused.tasks.values() if isinstance(t.step, FusedStep))
+        raise AttributeError(f"no fused step {name!r} in pipeline{'s' if len(names) > 1 else ''} "
+                             f"{', '.join(map(repr, names))}")
 
     setattr(__getattr__, _RESOLVER, True)
+    __getattr__._llmpack_factories = factories  # type: ignore[attr-defined]  # what _check_resolvable asks
     return __getattr__
 
 
@@ -260,3 +267,8 @@ def _check_resolvable(pipe: Pipeline) -> None:
         raise InputError(f"pipeline {pipe.name!r}: to run it fused, its module {pipe.module!r} must be importable "
                          "and define `__getattr__ = fused_steps(<the @pipeline function>)` "
                          "(from components.fusion import fused_steps)")
+    covered = [factory().name for factory in getattr(hook, "_llmpack_factories", ())]
+    if covered and pipe.name not in covered:
+        raise InputError(f"pipeline {pipe.name!r}: its module {pipe.module!r} resolves the fused steps of "
+                         f"{', '.join(map(repr, covered))} only: name this pipeline's function in it too "
+                         "(`__getattr__ = fused_steps(one, other)`)")

@@ -286,3 +286,31 @@ def test_the_fused_custom_pipeline_runs_and_gives_the_unfused_adapter(backend: s
     got = _run_custom(backend, mode, tmp_path)
     assert _sha(got["finetune.model"] / ADAPTER) == _sha(custom_reference["finetune.model"] / ADAPTER)
     assert (got["data-report.report"] / "data_report.json").is_file()  # the user's own step ran
+
+
+def test_a_module_of_several_pipelines_resolves_each_one_it_names(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 52 (fourth trial): ``fused_steps(short_tune)`` in a module of three pipelines; ``--fuse all`` of
+    another passed the check, ran and compiled, then failed in its step process. Now the check asks which
+    pipelines the module resolves, and ``fused_steps(one, other)`` names several."""
+    (tmp_path / "two_pipes_52.py").write_text(
+        "from components import pipeline\n"
+        "from components.fusion import fused_steps\n"
+        "from components.steps.prepare_data import prepare_data\n"
+        "from components.steps.tokenize import tokenize\n\n"
+        "@pipeline(name='one')\n"
+        "def one(seed: int = 0) -> None:\n"
+        "    tokenize(dataset=prepare_data(seed=seed).outputs['dataset'])\n\n"
+        "@pipeline(name='other')\n"
+        "def other(seed: int = 1) -> None:\n"
+        "    tokenize(dataset=prepare_data(seed=seed).outputs['dataset'])\n\n"
+        "__getattr__ = fused_steps(one)\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import two_pipes_52
+
+    assert fusion.groups(fusion.fuse(two_pipes_52.one(), "all"), "none") == []  # one: resolvable
+    with pytest.raises(InputError, match="resolves the fused steps of 'one' only"):
+        fusion.fuse(two_pipes_52.other(), "all")
+    two_pipes_52.__getattr__ = fusion.fused_steps(two_pipes_52.one, two_pipes_52.other)
+    assert len(fusion.fuse(two_pipes_52.other(), "all").tasks) == 1
+    assert two_pipes_52.prepare_data__tokenize is not None  # the step process's import resolves it
