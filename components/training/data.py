@@ -247,8 +247,21 @@ def prompt_key(row: dict[str, Any]) -> str:
     ligature spelling is its plain one), case folded, without invisible format characters (zero-width
     spaces, joiners, bidi marks), runs of whitespace collapsed. Variants a model reads as the same
     prompt are one prompt, so none of them is trained on while another is held out."""
-    text = unicodedata.normalize("NFKC", str(row["prompt"])).casefold()
-    return " ".join("".join(c for c in text if unicodedata.category(c) != "Cf").split())
+    text = unicodedata.normalize("NFKC", _visible(str(row["prompt"]))).casefold()
+    return " ".join(_visible(text).split())
+
+
+# Unicode's default-ignorable code points (DerivedCoreProperties) and format characters: invisible, so a prompt
+# with one inside is the same prompt; stripped before NFKC too (a joiner between a letter and its accent keeps
+# them from composing) and after it.
+_IGNORABLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+                        "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+                        "\U000e0000-\U000e0fff]")
+
+
+def _visible(text: str) -> str:
+    """``text`` without default-ignorable code points or format characters (category Cf)."""
+    return "".join(c for c in _IGNORABLE.sub("", text) if unicodedata.category(c) != "Cf")
 
 
 def split_rows(rows: list[dict[str, Any]], *, seed: int,

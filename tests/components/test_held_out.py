@@ -54,7 +54,9 @@ def _full_width(text: str) -> str:
 
 
 def _zero_width(text: str) -> str:
-    return text[:3] + "\u200b" + text[3:] + "\u200d"
+    """Invisible code points inside (format characters and the other default-ignorables: a grapheme joiner,
+    a variation selector, a Hangul filler), as the second check of issue 48 planted them."""
+    return text[:3] + "\u200b" + text[3:5] + "\u034f\ufe0f" + text[5:] + "\u3164\u200d"
 
 
 @pytest.mark.parametrize("seed", range(20))
