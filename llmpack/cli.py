@@ -136,7 +136,10 @@ class OneLineErrors(Group):
             click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
             sys.exit(0)
         except click.UsageError as exc:
-            fail(exc.format_message().replace("\n", " "), exc=exc)
+            message = exc.format_message().replace("\n", " ")
+            if isinstance(exc, click.NoSuchOption) and exc.option_name == "--debug":  # llmpack's own, not a command's
+                message += " (--debug goes before the command: llmpack --debug run ...)"
+            fail(message, exc=exc)
         except click.exceptions.Abort as exc:
             if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
                 _interrupted(exc.__cause__)

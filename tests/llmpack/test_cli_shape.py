@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from llmpack.cli import OLD_SPELLINGS, main
-from tests.conftest import REPO
+from tests.conftest import REPO, llmpack
 
 FIXTURES = REPO / "tests" / "fixtures" / "k8s"
 
@@ -86,3 +86,10 @@ def test_the_plan_group_still_plans_without_a_subcommand() -> None:
     assert isinstance(plan, click.Group) and plan.invoke_without_command
     result = CliRunner().invoke(main, ["cluster", "plan", "--capacity", "nonsense"], prog_name="llmpack")
     assert result.exit_code == 2 and "--capacity" in result.stderr
+
+
+def test_debug_after_the_command_says_where_it_goes() -> None:
+    """Issue 52 (fourth trial): ``llmpack run --debug`` said only "No such option '--debug'"."""
+    r = llmpack("run", "--debug", cwd=REPO)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "llmpack: error: No such option '--debug'. (--debug goes before the command: llmpack --debug run ...)")
