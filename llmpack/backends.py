@@ -76,7 +76,8 @@ _LOADED: dict[str, Backend] = {}
 def backend(name: str) -> Backend:
     """Backend ``name``, imported on first use."""
     if name not in BACKENDS:
-        close = difflib.get_close_matches(name.lower(), BACKENDS, n=1, cutoff=0.75)
+        # kpf -> kfp (ratio 0.67), never airflow -> mlflow (0.62)
+        close = difflib.get_close_matches(name.lower(), BACKENDS, n=1, cutoff=0.65)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InputError(f"--backend {name!r}: choose one of {', '.join(BACKENDS)}{hint}")
     if name not in _LOADED:

@@ -37,7 +37,11 @@ def parse_backends(given: Iterable[str] | str, allowed: Sequence[str], refusal: 
         raise InputError("--backends: give at least one of " + ", ".join(allowed))
     for name in names:
         if name not in allowed:
-            raise InputError(f"--backends: {refusal.format(name=name)} (choose from {', '.join(allowed)})")
+            import difflib
+
+            close = difflib.get_close_matches(name.lower(), list(allowed), n=1, cutoff=0.65)
+            raise InputError(f"--backends: {refusal.format(name=name)} (choose from {', '.join(allowed)})"
+                             + (f"; did you mean {close[0]!r}?" if close else ""))
     return list(dict.fromkeys(names))
 
 

@@ -93,3 +93,15 @@ def test_debug_after_the_command_says_where_it_goes() -> None:
     r = llmpack("run", "--debug", cwd=REPO)
     assert r.returncode == 2 and r.stderr.strip() == (
         "llmpack: error: No such option '--debug'. (--debug goes before the command: llmpack --debug run ...)")
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (("run", "--backend", "kpf"), "llmpack: error: --backend 'kpf': choose one of direct, kfp, argo, mlflow; "
+                                  "did you mean 'kfp'?"),
+    (("run", "--backend", "airflow"), "llmpack: error: --backend 'airflow': choose one of direct, kfp, argo, mlflow"),
+    (("compare", "--backends", "direct,argoo"), "llmpack: error: --backends: unknown backend 'argoo' (choose from "
+                                                "direct, kfp, argo, mlflow); did you mean 'argo'?"),
+])
+def test_a_mistyped_backend_gets_the_nearest_name_and_only_a_near_one(args: tuple[str, ...], line: str) -> None:
+    r = llmpack(*args, cwd=REPO)
+    assert r.returncode == 2 and r.stderr.strip() == line, r.stderr
