@@ -397,6 +397,7 @@ def test_the_finetune_step_refuses_a_symlinked_run_directory_and_removes_nothing
     assert sorted(p.name for p in target.rglob("*")) == ["finetune", "precious"]
 
 
+@pytest.mark.slow  # two finetune step processes
 @pytest.mark.parametrize("where", ["checkpoint_dir", "root"])
 def test_a_checkpoint_place_that_cannot_be_a_directory_is_one_line(tokens: Path, tmp_path: Path, where: str) -> None:
     """Round 7 (B5): ``checkpoint_dir`` (or the checkpoint volume) a file gave FileExistsError's traceback, exit 1."""

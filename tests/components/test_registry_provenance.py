@@ -330,6 +330,7 @@ def test_promotion_compares_the_champion_s_signed_figures_not_its_tags(
         record["promotion"]
 
 
+@pytest.mark.slow  # a register or verify process of its own: the slow tier
 def test_an_experiment_made_with_a_strangers_artifact_location_gets_no_credentials(
         store: dict[str, Any], finetuned: Path, tmp_path: Path) -> None:
     """Round 6 (B1): a stranger made the ``llmpack`` experiment before the user's first run, with its artifact
@@ -348,6 +349,7 @@ def test_an_experiment_made_with_a_strangers_artifact_location_gets_no_credentia
     assert "pw-9f3e2" not in r.stderr and not (out / "registration.json").exists()
 
 
+@pytest.mark.slow  # a register or verify process of its own: the slow tier
 def test_the_checked_copy_is_refused_in_a_directory_another_user_may_rename_in(store: dict[str, Any],
                                                                                tmp_path: Path) -> None:
     """Round 6 (B4): a checked copy in a directory writable by others (no sticky bit) could be swapped for the
@@ -362,6 +364,7 @@ def test_the_checked_copy_is_refused_in_a_directory_another_user_may_rename_in(s
     assert not (shared / "copy").exists()
 
 
+@pytest.mark.slow  # a register or verify process of its own: the slow tier
 def test_champion_is_trusted_only_as_the_users_key_promoted_it(store: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
                                                               tmp_path: Path) -> None:
     """Round 8 (C3): the alias is anyone's to move (one request): ``@champion`` moved to an older version, or to
