@@ -132,6 +132,8 @@ def tracking_secret(cluster: ClusterReader, namespace: str, name: str | None = N
         return Check(False, f"Secret {secret_name} missing in {namespace} (every pod reads {TRACKING_URI_KEY} "
                      "from it)", create)
     keys = _secret_keys(secret)
+    new_key_patch = f"kubectl -n {_q(namespace)} patch secret {secret_name} -p " + (  # a fresh key, made by the shell
+        '"{\\"stringData\\":{\\"' + SIGNING_KEY_KEY + '\\":\\"' + NEW_KEY.strip('"') + '\\"}}"')
     if TRACKING_URI_KEY not in keys:
         patch = f"kubectl -n {_q(namespace)} patch secret {secret_name} -p " + _q(
             '{"stringData":{"' + TRACKING_URI_KEY + '":"' + EXAMPLE_URI + '"}}')
@@ -142,19 +144,15 @@ def tracking_secret(cluster: ClusterReader, namespace: str, name: str | None = N
         return Check(False, f"Secret {secret_name} in {namespace}: {TRACKING_URI_KEY} is not an http(s) URL "
                      "(a pod's MLflow must reach a server)", f"kubectl -n {_q(namespace)} edit secret {secret_name}")
     if SIGNING_KEY_KEY not in keys:  # each pod would make its own key: evaluate refuses the model finetune sealed
-        patch = f"kubectl -n {_q(namespace)} patch secret {secret_name} -p " + (
-            '"{\\"stringData\\":{\\"' + SIGNING_KEY_KEY + '\\":\\"' + NEW_KEY.strip('"') + '\\"}}"')
         return Check(False, f"Secret {secret_name} in {namespace} has no {SIGNING_KEY_KEY} key (every pod of a run "
                      "signs and checks its outputs with it; without it each pod makes its own and evaluate "
-                     "refuses finetune's model)", patch)
+                     "refuses finetune's model)", new_key_patch)
     key = (_decoded((secret.get("data") or {}).get(SIGNING_KEY_KEY))
            or str((secret.get("stringData") or {}).get(SIGNING_KEY_KEY, "")))
     try:
         parse_key(key, f"Secret {secret_name} in {namespace}: {SIGNING_KEY_KEY}")  # as every pod reads it
     except InputError as exc:
-        patch = f"kubectl -n {_q(namespace)} patch secret {secret_name} -p " + (
-            '"{\\"stringData\\":{\\"' + SIGNING_KEY_KEY + '\\":\\"' + NEW_KEY.strip('"') + '\\"}}"')
-        return Check(False, f"{exc} (every pod would fail where it first signs)", patch)
+        return Check(False, f"{exc} (every pod would fail where it first signs)", new_key_patch)
     optional = sorted(keys & set(TRACKING_CREDENTIALS))
     return Check(True, f"Secret {secret_name} in {namespace} has {TRACKING_URI_KEY}"
                  + (f" and {', '.join(optional)}" if optional else ""))
