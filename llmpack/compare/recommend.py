@@ -72,9 +72,12 @@ def recommend(result: dict[str, Any]) -> Recommendation:
     if baseline is None:
         return Recommendation(path=None, text="no recommendation: no baseline to judge against "
                                               "(name one with --baseline PATH)")
+    if not ok and result.get("runs"):
+        return Recommendation(path=None, text="no recommendation: every run of every path failed (see each run's "
+                                              "error)")
     if baseline not in ok:
         return Recommendation(path=None, text=f"no recommendation: the baseline {baseline} failed "
-                                              "(see its error above)")
+                                              "(see its error)")
     others = [p for p in paths if p != baseline]
     if not others:
         return Recommendation(path=None, text=f"no recommendation: only {baseline} succeeded; nothing to judge it "
@@ -199,7 +202,8 @@ def _undecided(result: dict[str, Any], baseline: str, others: list[str], failed:
     open_ = {p: hs for p, hs in open_.items() if hs}
     need = [verdicts[h.metric][p].get("rounds_to_decide") for p, hs in open_.items() for h in hs]
     what = "; ".join(f"{p} on {' and '.join(h.label for h in hs)}" for p, hs in open_.items()) or "total and cost"
-    rounds_done = int(result.get("rounds") or result.get("repeats") or 1)
+    paired = max((int(e.get("rounds") or 0) for per in verdicts.values() for e in per.values()), default=0)
+    rounds_done = int(result.get("rounds") or result.get("repeats") or paired or 1)  # a rebuilt report: the verdicts'
     text = f"no recommendation yet: undecided after {rounds_done} round{'' if rounds_done == 1 else 's'} ({what})"
     caveat = _failed_caveat(failed)
     if any(n is None for n in need) or not need:

@@ -42,7 +42,8 @@ def compare_table(result: dict[str, Any], *, wide: bool = False, console: Consol
         _narrow_table(result, console)
     _verdict_lines(result, console)
     _unjudged_block(result, console)
-    console.print(f"[dim]percentiles: {result['percentile_method']}; p99 needs n >= 10 runs per path.[/]")
+    if any(r.get("status") == "succeeded" for r in result.get("runs", ())):  # else no figure to explain
+        console.print(f"[dim]percentiles: {result['percentile_method']}; p99 needs n >= 10 runs per path.[/]")
     for f in result["failed"]:
         console.print(f"[red]{f['orchestrator']} {f['pipeline_run']} failed:[/] {f['error']}")
     _gang_lines(result, console)

@@ -110,8 +110,9 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
     ax.set_ylim(len(lanes) - 0.5, -0.6)  # inverted: the first run on top
     ax.set_xlim(left=0)
     ax.set_xlabel("seconds since submit")
-    ax.set_title("Timeline per run: steps (top band) and their phases; gaps = pipeline overhead; "
-                 "▼ = first training step", fontsize=10)
+    trained = any("first_step" in ev for r in lanes for ev in r["events"].values())
+    ax.set_title("Timeline per run: steps (top band) and their phases; gaps = pipeline overhead"
+                 + ("; ▼ = first training step" if trained else ""), fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     step_handles = [Patch(color=c, label=s) for s, c in colours.items()]
     phase_handles = ([Patch(facecolor="#eeeeee", edgecolor="#bbbbbb", label="submit → first step's process")]
@@ -134,8 +135,11 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def chart_boxes(runs: list[dict[str, Any]], path: Path) -> None:
+def chart_boxes(runs: list[dict[str, Any]], path: Path, *, first_step: bool = True, untrained: bool = False) -> None:
     """Spin-up and time to first step per path from 0 s, every run a dot, the median labelled.
+
+    ``first_step=False`` (a pipeline without finetune): spin-up alone, named as the glossary names it then
+    (``untrained``: its first step's start).
 
     A box (quartiles) is drawn only for a path with at least :data:`MIN_N_FOR_BOX` runs; with
     fewer, a box collapses onto its dots and reads as an error bar, so those paths show dots only.
@@ -145,8 +149,11 @@ def chart_boxes(runs: list[dict[str, Any]], path: Path) -> None:
     from llmpack.ui.glossary import term
 
     orchs = list(dict.fromkeys(path_of(r) for r in runs if r["status"] == "succeeded"))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for ax, metric, key in ((axes[0], "spinup_s", "spinup"), (axes[1], "time_to_first_step_s", "time_to_first_step")):
+    panels = [("spinup_s", "spinup_first" if untrained else "spinup")]
+    if first_step:
+        panels.append(("time_to_first_step_s", "time_to_first_step"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(11 if first_step else 6.5, 3.8), squeeze=False)
+    for ax, (metric, key) in zip(axes[0], panels, strict=True):
         data = [[r["metrics"][metric] for r in runs if path_of(r) == o and r["status"] == "succeeded"
                  and r["metrics"].get(metric) is not None] for o in orchs]
         boxed = [i for i, d in enumerate(data, start=1) if len(d) >= MIN_N_FOR_BOX]

@@ -33,8 +33,10 @@ from llmpack.report.facts import (
     retry_lines,
     summary_sentence,
 )
+from llmpack.report.page_style import PAGE_STYLE
 from llmpack.report.preemption import html_section as preemption_html
 from llmpack.report.preemption import markdown_lines as preemption_markdown
+from llmpack.report.shown import COST_FORMULA, Shown, break_even_html, facts_html, facts_line, money_html, shown
 from llmpack.report.traces import TRACES_FILE, write_traces
 from llmpack.ui import glossary
 from llmpack.ui.numbers import figure, money
@@ -53,10 +55,6 @@ TABLE_COLUMNS = (
 # The terms the report uses, defined at its end from the one glossary (llmpack.ui.glossary).
 REPORT_TERMS = ("spinup", "time_to_first_step", "total", "step_compute", "pipeline_overhead", "percentiles", "cost",
                 "projected", "gpu_compute", "billed_non_compute", "goodput", "n", "baseline", "delta", "ci")
-COST_FORMULA = ("Cost: GPU count × billed seconds (container start, or process start locally, to finish) × price per "
-                "GPU-hour / 3600; GPU compute = each GPU step's model loaded to finished, billed non-compute = the "
-                "rest of the billed time.")
-
 
 def _num(v: Any, unit: str = "") -> str:
     """A table figure: dollars in the one money format, the rest at 3 significant figures."""
@@ -88,9 +86,23 @@ def _header_html(name: str, unit: str) -> str:
 
 
 def _terms(result: dict[str, Any]) -> list[glossary.Term]:
-    """The glossary's terms this report uses (``projected`` only where a run was local)."""
+    """The glossary's terms this report uses: those of its measures (``projected`` only where a run was local)."""
     local = any(r.get("mode") == "local" for r in result["runs"])
-    return [glossary.term(k) for k in REPORT_TERMS if k != "projected" or local]
+    return shown(result).terms(REPORT_TERMS, local=local)
+
+
+def _columns(show: Shown) -> tuple[tuple[str, str, str], ...]:
+    """The Numbers table's columns some run measured (all of them when no run succeeded)."""
+    return tuple(c for c in TABLE_COLUMNS if show.has(c[0])) or TABLE_COLUMNS
+
+
+def _missing(result: dict[str, Any], show: Shown) -> str | None:
+    """The sentence naming the headlines no run measured (a pipeline without finetune or GPU), or None."""
+    from llmpack.compare.comparison import HEADLINES
+
+    if not any(r["status"] == "succeeded" for r in result["runs"]):
+        return None
+    return show.missing_line({h.metric: h.label for h in HEADLINES})
 
 
 def _cost_lines(result: dict[str, Any], splits: dict[str, dict[str, float] | None]) -> list[tuple[str, str]]:
@@ -114,11 +126,11 @@ md_text = md  # the one escaping (llmpack.report.escape): a value from the store
 
 def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: dict[str, Any] | None,
              splits: dict[str, dict[str, float] | None]) -> str:
-    summary = result["summary"]
     from llmpack.compare.recommend import recommend
 
     facts = {k: md_text(v) for k, v in facts.items()}
     rec = recommend(result)
+    show = shown(result)
     lines = [
         f"# llmpack comparison — run group {md(result['run_group'])}",
         "",
@@ -127,42 +139,10 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         "",
         md(sentence),
         "",
-        f"Mode: {facts['mode']} · GPU: {facts['gpu_count']}x {facts['gpu_type']} · "
-        f"price: ${facts['price_per_gpu_hour']}/GPU-hour ({facts['price_source']}) · {facts['cost_note']}.",
-        "",
-        "## Verdicts against the baseline" + (f" ({md(result.get('baseline'))})" if result.get("baseline") else ""),
-        "",
+        facts_line(facts, show),
     ]
-    for metric, per_path in result.get("verdicts", {}).items():
-        if _is_judged(result, metric):
-            lines += [f"- {md(e['text'])}" for e in per_path.values()]
-    unjudged = [e["text"] for metric, per_path in result.get("verdicts", {}).items() if not _is_judged(result, metric)
-                for e in per_path.values() if e["verdict"] != "baseline"]
-    if unjudged:
-        lines += ["", "Not judged (one run per path: a single noisy figure, not a verdict; `--repeats 5` judges them):",
-                  ""]
-        lines += [f"- _{md(e)}_" for e in unjudged]
-    lines += [
-        "",
-        f"Method: {md(result.get('verdict_method', ''))}.",
-        "",
-        f"Cells are p50 / p90 over n runs ({md(result['percentile_method'])}); p99 needs n >= 10 and is "
-        "reported in report.json only when estimated.",
-        "",
-        "| orchestrator | n | " + " | ".join(_header(h, u) for _, h, u in TABLE_COLUMNS) + " |",
-        "|---|---|" + "---|" * len(TABLE_COLUMNS),
-    ]
-    for orch, stats in summary.items():
-        n = runs_counted(stats, [k for k, _, _ in TABLE_COLUMNS])  # as compare's table counts: start-up rounds too
-        lines.append(f"| {md(orch)} | {n} | "
-                     + " | ".join(_cell(stats.get(k, {}), True, u) for k, _, u in TABLE_COLUMNS) + " |")
-    for title, note, rows in _measure_tables(result):  # gang and queue; GPU utilisation
-        lines += ["", f"## {title}", "", note, "",
-                  "| measure | " + " | ".join(f"{md(orch)} (n)" for orch in summary) + " |",
-                  "|---|" + "---|" * len(summary)]
-        for label, per_path in rows:
-            cells = [f"{_cell(per_path[o], True, 's')} ({per_path[o]['n']})" if o in per_path else "-" for o in summary]
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if any(r["status"] == "succeeded" for r in result["runs"]):  # else no verdict, figure or table to show
+        lines += _numbers_markdown(result, show, _columns(show))
     failed = [r for r in result["runs"] if r["status"] != "succeeded"]
     if failed:
         lines += ["", "## Failed runs", ""]
@@ -170,8 +150,9 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
                   f"{md_text(r.get('error') or r['status'])}" for r in failed]
     lines += screen.markdown_lines(result.get("excluded") or [])
     lines += task.markdown(result["runs"])
-    lines += ["", "## What the money went on", ""]
-    lines += [f"- **{md(o)}**: {md(text)}" for o, text in _cost_lines(result, splits)] or ["- no priced runs"]
+    if show.gpu:
+        lines += ["", "## What the money went on", ""]
+        lines += [f"- **{md(o)}**: {md(text)}" for o, text in _cost_lines(result, splits)] or ["- no priced runs"]
     retries = retry_lines(result["runs"])
     if retries:
         lines += ["", "## Retried attempts", "",
@@ -183,25 +164,61 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
     saves = checkpoint_lines(result["runs"])  # preemption: the measured checkpoint write against the grace period
     if saves:
         lines += ["", "## Checkpoint write vs grace period", ""] + [f"- **{md(o)}** {md(text)}" for o, text in saves]
-    lines += ["", "## Break-even", "",
-              md(be["sentence"]) if be else "No control-plane costs given (use --control-plane-cost kfp=USD ...)."]
+    if show.gpu:
+        lines += ["", "## Break-even", "",
+                  md(be["sentence"]) if be else "No control-plane costs given (use --control-plane-cost kfp=USD ...)."]
+    boxes = "spin-up and time to first step" if show.first_step else "spin-up"
+    lines += ["", "## Charts", "", "![timeline](timeline.png)", ""]
+    if any(r["status"] == "succeeded" for r in result["runs"]):
+        lines += [f"![{boxes}](spinup_boxplot.png)", ""]
+    if show.gpu:
+        lines += ["![cost per run](cost_per_run.png)", "", COST_FORMULA, ""]
     lines += [
-        "",
-        "## Charts",
-        "",
-        "![timeline](timeline.png)",
-        "",
-        "![spin-up and time to first step](spinup_boxplot.png)",
-        "",
-        "![cost per run](cost_per_run.png)",
-        "",
-        COST_FORMULA,
-        "",
         "## Terms",
         "",
         *[f"- **{t.name}**: {t.short}" for t in _terms(result)],
     ]
     return "\n".join(lines) + "\n"
+
+
+def _numbers_markdown(result: dict[str, Any], show: Shown, columns: tuple[tuple[str, str, str], ...]) -> list[str]:
+    """The verdicts, the Numbers table and the measure tables (a report with a succeeded run)."""
+    summary = result["summary"]
+    baseline = f" ({md(result.get('baseline'))})" if result.get("baseline") else ""
+    lines = ["", f"## Verdicts against the baseline{baseline}", ""]
+    for metric, per_path in result.get("verdicts", {}).items():
+        if _is_judged(result, metric):
+            lines += [f"- {md(e['text'])}" for e in per_path.values()]
+    unjudged = [e["text"] for metric, per_path in result.get("verdicts", {}).items() if not _is_judged(result, metric)
+                and show.has(metric) for e in per_path.values() if e["verdict"] != "baseline"]
+    if unjudged:
+        lines += ["", "Not judged (one run per path: a single noisy figure, not a verdict; `--repeats 5` judges them):",
+                  ""]
+        lines += [f"- _{md(e)}_" for e in unjudged]
+    if (missing := _missing(result, show)) is not None:
+        lines += ["", md(missing)]
+    lines += [
+        "",
+        f"Method: {md(result.get('verdict_method', ''))}.",
+        "",
+        f"Cells are p50 / p90 over n runs ({md(result['percentile_method'])}); p99 needs n >= 10 and is "
+        "reported in report.json only when estimated.",
+        "",
+        "| orchestrator | n | " + " | ".join(_header(h, u) for _, h, u in columns) + " |",
+        "|---|---|" + "---|" * len(columns),
+    ]
+    for orch, stats in summary.items():
+        n = runs_counted(stats, [k for k, _, _ in TABLE_COLUMNS])  # as compare's table counts: start-up rounds too
+        lines.append(f"| {md(orch)} | {n} | "
+                     + " | ".join(_cell(stats.get(k, {}), True, u) for k, _, u in columns) + " |")
+    for title, note, rows in _measure_tables(result):  # gang and queue; GPU utilisation
+        lines += ["", f"## {title}", "", note, "",
+                  "| measure | " + " | ".join(f"{md(orch)} (n)" for orch in summary) + " |",
+                  "|---|" + "---|" * len(summary)]
+        for label, per_path in rows:
+            cells = [f"{_cell(per_path[o], True, 's')} ({per_path[o]['n']})" if o in per_path else "-" for o in summary]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _is_judged(result: dict[str, Any], metric: str) -> bool:
@@ -265,14 +282,18 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
     from llmpack.compare.recommend import recommend
 
     summary = result["summary"]
+    show = shown(result)
+    columns = _columns(show)
 
     def img(name: str) -> str:
+        if name not in charts:
+            return ""
         data = base64.b64encode(charts[name].read_bytes()).decode()
         return f'<img alt="{name}" src="data:image/png;base64,{data}">'
 
     rows = []
     for orch, stats in summary.items():
-        cells = "".join(f"<td>{html_text(_cell(stats.get(k, {}), True, u))}</td>" for k, _, u in TABLE_COLUMNS)
+        cells = "".join(f"<td>{html_text(_cell(stats.get(k, {}), True, u))}</td>" for k, _, u in columns)
         n = runs_counted(stats, [k for k, _, _ in TABLE_COLUMNS])
         rows.append(f"<tr><th>{_badge(orch)}</th><td>{n}</td>{cells}</tr>")
     failed = "".join(
@@ -282,13 +303,16 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
         if r["status"] != "succeeded"
     )
     verdicts = result.get("verdicts", {})
-    shown = [h for h in HEADLINES if h.metric in verdicts]
-    cards = "".join(_card(h.label, h.unit, verdicts[h.metric]) for h in shown if _is_judged(result, h.metric))
-    unjudged = [h for h in shown if not _is_judged(result, h.metric)]
+    shown_headlines = [h for h in HEADLINES if h.metric in verdicts]
+    cards = "".join(_card(h.label, h.unit, verdicts[h.metric]) for h in shown_headlines
+                    if _is_judged(result, h.metric))
+    unjudged = [h for h in shown_headlines if not _is_judged(result, h.metric) and show.has(h.metric)]
     if unjudged:  # one run each: shown apart and dimmed, never as a headline
         cards += ('</div><p class="note">Not judged (one run per path: a single noisy figure, not a verdict; '
                   '--repeats 5 judges them):</p><div class="hero">'
                   + "".join(_card(h.label, h.unit, verdicts[h.metric], judged=False) for h in unjudged))
+    missing = _missing(result, show)
+    missing = f'<p class="note">{html_text(missing)}</p>' if missing else ""
     rec = recommend(result)
     costs = "".join(f"<li>{_badge(o)} {html_text(text)}</li>" for o, text in _cost_lines(result, splits))
     retries = "".join(f"<li>{_badge(o)} {html_text(text)}</li>" for o, text in retry_lines(result["runs"]))
@@ -309,70 +333,40 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
                   "<table class=num><tr><th>measure</th>"
                   + "".join(f"<th>{_badge(o)}</th>" for o in summary) + f"</tr>{body}</table>")
     baseline = result.get("baseline")
+    ok = any(r["status"] == "succeeded" for r in result["runs"])  # else no verdict, figure or table to show
+    verdicts_html = (f'<div class="hero">{cards}</div>\n{missing}\n<p class="note">'
+                     f'{html_text(glossary.define("delta"))}; {html_text(glossary.define("ci"))}. '
+                     f'Method: {html_text(result.get("verdict_method", ""))}.</p>')
+    numbers = (f'<h2>Numbers</h2>\n<p class="note">p50 / p90 ({html_text(result["percentile_method"])}); p99 only '
+               'with n &ge; 10 (see report.json).</p>\n<table class="num"><tr><th>orchestrator</th><th>n</th>'
+               + "".join(f"<th>{_header_html(h, u)}</th>" for _, h, u in columns) + f"</tr>\n{''.join(rows)}</table>\n"
+               + gangs)
     terms = "".join(f"<dt>{html_text(t.name)}</dt><dd>{html_text(t.short)}</dd>" for t in _terms(result))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>llmpack comparison {html_text(result['run_group'])}</title>
 <style>
-body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;\
-padding:0 1em;color:#222}}
-.summary{{font-size:1.15em;line-height:1.45;background:#f6f8fa;border-left:4px solid #1f77b4;\
-padding:.8em 1em;margin:1em 0}}
-.facts{{display:flex;flex-wrap:wrap;gap:.4em 1.5em;color:#444;font-size:.95em;margin:.5em 0}} .facts b{{color:#222}}
-.hero{{display:grid;grid-template-columns:repeat(auto-fit,minmax(440px,1fr));gap:1em;margin:1em 0}}
-.card{{border:1px solid #ddd;border-radius:8px;padding:.8em 1em;min-width:0}} \
-.card.dim{{opacity:.55;border-style:dashed}}
-.rec{{font-size:1.2em;line-height:1.45;background:#eef7ee;border-left:4px solid #2ca02c;padding:.8em 1em;margin:1em 0}}
-.rec.open{{background:#fff6e5;border-left-color:#e6a23c}}
-.card .label{{color:#555;font-size:.95em;font-weight:600;margin-bottom:.4em}}
-.ct{{width:100%;border-collapse:collapse;font-size:.9em}} \
-.ct td,.ct th{{border:0;padding:.25em .4em;text-align:left;vertical-align:top}}
-.ct th,.ct td,.ct td.w{{white-space:nowrap}} .ct td.v{{font-weight:600;text-align:right}}
-.ct .n{{display:block;color:#666;font-weight:400;font-size:.85em}}
-.ct td.d{{width:100%}} .ci{{display:block;color:#666;font-size:.85em;white-space:nowrap}}
-.ct td.w{{color:#666}} .ct td.w.strong{{color:#111;font-weight:700}}
-.badge{{color:#fff;border-radius:4px;padding:.1em .45em;font-weight:600;display:inline-block}}
-table.num{{border-collapse:collapse;width:100%;font-size:.9em}}
-table.num td,table.num th{{border-bottom:1px solid #eee;padding:.35em .5em;text-align:right;white-space:nowrap}}
-table.num th:first-child{{text-align:left}} table.num tr:first-child th{{vertical-align:bottom;font-weight:600}}
-table.num .unit{{font-weight:400;color:#666}}
-dl.terms{{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em;font-size:.9em}} \
-dl.terms dt{{font-weight:600}}
-dl.terms dd{{margin:0;color:#444}}
-img{{max-width:100%;margin:1em 0}} .note{{color:#666;font-size:.85em}}
-</style></head><body>
+{PAGE_STYLE}</style></head><body>
 <h1>llmpack comparison</h1>
 <p class="rec{'' if rec.path else ' open'}"><b>{html_text(rec.text)}</b>\
 {''.join(f'<br>{html_text(x)}' for x in rec.lines()[1:])}</p>
 <p class="summary">{html_text(sentence)}</p>
 <div class="facts"><span>mode <b>{html_text(facts['mode'])}</b></span>
-<span>GPU <b>{html_text(facts['gpu_count'])}&times; {html_text(facts['gpu_type'])}</b></span>
-<span>price <b>${html_text(facts['price_per_gpu_hour'])}/GPU-hour</b></span>
-<span>price source <b>{html_text(facts['price_source'])}</b></span>
+{facts_html(facts, show)}
 <span>baseline <b>{html_text(baseline or 'none')}</b></span>
 <span>run group <code>{html_text(result['run_group'])}</code></span></div>
-<p class="note">{html_text(facts['cost_note'])}.</p>
-<div class="hero">{cards}</div>
-<p class="note">{html_text(glossary.define('delta'))}; {html_text(glossary.define('ci'))}. \
-Method: {html_text(result.get('verdict_method', ''))}.</p>
+{f'<p class="note">{html_text(facts["cost_note"])}.</p>' if show.gpu else ''}
+{verdicts_html if ok else ''}
 {img('timeline')}
 {img('spinup_boxplot')}
 {task.html_section(result['runs'], _badge)}
-<h2>What the money went on</h2>
-<ul>{costs or '<li>no priced runs</li>'}</ul>
+{money_html(show, costs)}
 {retries}
 {beside.html_section(result['runs'])}
 {estimate_vs_actual.html_section(result['runs'])}
 {preemption_html(result, _badge)}
 {img('cost_per_run')}
-<p class="note">{html_text(COST_FORMULA)}</p>
-<h2>Break-even</h2>\
-<p>{html_text(be['sentence']) if be else 'No control-plane costs given (use --control-plane-cost kfp=USD ...).'}</p>
-<h2>Numbers</h2>
-<p class="note">p50 / p90 ({html_text(result['percentile_method'])}); p99 only with n &ge; 10 (see report.json).</p>
-<table class="num"><tr><th>orchestrator</th><th>n</th>\
-{''.join(f'<th>{_header_html(h, u)}</th>' for _, h, u in TABLE_COLUMNS)}</tr>
-{''.join(rows)}</table>
-{gangs}
+{break_even_html(show, be)}
+{numbers if ok else ''}
 {('<h2>Failed runs</h2><ul>' + failed + '</ul>') if failed else ''}
 {screen.html_section(result.get('excluded') or [])}
 <h2>Terms</h2>
@@ -408,11 +402,15 @@ def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str,
         splits = {r["pipeline_run"]: cost_split(r, steps) for r in whole}
         facts = report_facts(result)
         sentence = summary_sentence(result, be)
-        charts = {"timeline": tmp / "timeline.png", "spinup_boxplot": tmp / "spinup_boxplot.png",
-                  "cost_per_run": tmp / "cost_per_run.png"}
+        show = shown(result)
+        charts = {"timeline": tmp / "timeline.png"}
         chart_timeline(runs, charts["timeline"])
-        chart_boxes(runs, charts["spinup_boxplot"])
-        chart_cost(whole, charts["cost_per_run"], splits)
+        if any(r["status"] == "succeeded" for r in runs):  # a figure to draw
+            charts["spinup_boxplot"] = tmp / "spinup_boxplot.png"
+            chart_boxes(runs, charts["spinup_boxplot"], first_step=show.first_step, untrained=show.untrained)
+        if show.gpu:  # a pipeline with no GPU step bills nothing: no empty chart
+            charts["cost_per_run"] = tmp / "cost_per_run.png"
+            chart_cost(whole, charts["cost_per_run"], splits)
         full = {**result, "summary_sentence": sentence, "facts": facts, "cost_split": splits, "break_even": be}
         (tmp / "report.json").write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n")
         (tmp / "report.md").write_text(markdown(result, facts, sentence, be, splits))

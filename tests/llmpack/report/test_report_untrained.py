@@ -1,0 +1,61 @@
+"""The report of a pipeline of one's own without training or GPU, and of a compare where every run failed:
+it shows what was measured and names what was not, never an empty column, card, chart or "$unknown"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from llmpack.compare.comparison import comparison
+from llmpack.compare.recommend import recommend
+from llmpack.report import write_report
+from tests.synthetic_runs import run
+
+UNTRAINED_METRICS = ("time_to_first_step_s", "cost_usd", "tokens_per_s", "usd_per_1m_tokens", "goodput", "train_s",
+                     "gpu_hours")
+
+
+def _untrained(orch: str, i: int, spinup: float, *, status: str = "succeeded") -> dict[str, Any]:
+    """A run of a two-step pipeline without finetune and without GPU, as ``llmpack run --pipeline`` records it."""
+    r = run(orch, i, ttfs=spinup, spinup=spinup, total=spinup + 0.5, status=status)
+    t0 = r["submitted_at"]
+    r["events"] = {"prepare_data": {"process_started": t0 + spinup, "finished": t0 + spinup + 0.2},
+                   "count_rows": {"process_started": t0 + spinup + 0.25, "finished": t0 + spinup + 0.45}}
+    for k in UNTRAINED_METRICS:
+        r["metrics"].pop(k)
+    r["tags"] = {"llmpack.gpu_count": "0", "llmpack.gpu_type": "none", "llmpack.price_per_gpu_hour": "unknown",
+                 "llmpack.price_source": "unknown"}
+    return r
+
+
+def _runs(status: str = "succeeded") -> list[dict[str, Any]]:
+    return [_untrained(o, 2 * i + j, (0.05 if o == "direct" else 0.7) + 0.01 * i, status=status)
+            for i in range(3) for j, o in enumerate(("direct", "kfp"))]
+
+
+def test_a_pipeline_without_training_or_gpu_reports_only_what_it_measured(tmp_path: Path) -> None:
+    out = write_report(comparison("rg-untrained", ["direct", "kfp"], _runs()), tmp_path / "rep")
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    for text in (md, page):
+        assert "$unknown" not in text and "0x none" not in text and "0&times; none" not in text
+        assert "GPU: none" in text or "GPU <b>none</b>" in text
+        assert "Not measured by these runs: time to first step, cost per run" in text
+        assert "no finetune step" in text and "spin-up (no finetune)" in text
+        assert "first optimizer step" not in text and "What the money went on" not in text
+        assert "cost is a projection" not in text and "Break-even" not in text
+    header = next(line for line in md.splitlines() if line.startswith("| orchestrator"))
+    assert header == "| orchestrator | n | spin-up (s) | total (s) | pipeline overhead (s) |"
+    assert "time to first step not measured" not in md  # not listed as "not judged" either
+    assert not (out / "cost_per_run.png").exists() and "cost_per_run" not in md + page
+    assert "![spin-up](spinup_boxplot.png)" in md
+
+
+def test_a_compare_where_every_run_failed_shows_the_failures_not_empty_verdicts(tmp_path: Path) -> None:
+    result = comparison("rg-failed", ["direct", "kfp"], _runs(status="failed"))
+    assert recommend(result).text.startswith("no recommendation: every run of every path failed")
+    out = write_report(result, tmp_path / "rep")
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    for text in (md, page):
+        assert "Verdicts against the baseline" not in text and "Numbers" not in text and "Not judged" not in text
+        assert "Failed runs" in text and "every run of every path failed" in text
+    assert not (out / "spinup_boxplot.png").exists() and "| orchestrator" not in md
