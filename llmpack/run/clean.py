@@ -2,7 +2,7 @@
 
 A failed or interrupted run is kept as ``llmpack-runs/<pipeline_run>.failed`` to be looked at; this
 removes the ones older than a given age (the directory's modification time). Only real
-``.failed`` directories directly in ``--runs-dir``: never a link, a staging directory or a
+``.failed`` directories directly in ``--output-dir``: never a link, a staging directory or a
 successful run; a run whose records were never sent is kept unless ``--include-unsent``. The
 decisions: docs/internals/run-directories.md.
 """
@@ -88,7 +88,7 @@ def clean_runs(
     ``older_than_s``."""
     runs_dir = Path(runs_dir)
     if not runs_dir.is_dir():
-        raise InputError(f"--runs-dir {runs_dir}: no such directory")
+        raise InputError(f"--output-dir {runs_dir}: no such directory")
     now = time.time() if now is None else now
     items: list[CleanItem] = []
     with os.scandir(runs_dir) as entries:
@@ -121,7 +121,7 @@ def clean_runs(
 def clean_now_command(runs_dir: Path) -> str:
     """The ``llmpack clean`` command that removes every failed run in ``runs_dir`` today (not only those 7 days old)."""
     default = runs_dir == Path("llmpack-runs")
-    return "llmpack clean --older-than 0" + ("" if default else f" --runs-dir {shlex.quote(str(runs_dir))}")
+    return "llmpack clean --older-than 0" + ("" if default else f" --output-dir {shlex.quote(str(runs_dir))}")
 
 
 def render_item(item: CleanItem) -> str:
@@ -180,8 +180,8 @@ def take_over_dead_runs(runs_dir: Path, *, dry_run: bool = False) -> list[str]:
 @command("clean", short_help="Remove old failed runs (<run>.failed) from the runs directory.")
 @click.option("--older-than", "older_than", default="7d", show_default=True,
               help="Remove failed runs at least this old (by modification time): 30m, 12h, 7d, 2w; 0: all of them.")
-@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("llmpack-runs"), show_default=True,
-              help="The runs directory (llmpack run/compare --output-dir).")
+@click.option("--output-dir", "--runs-dir", "runs_dir", type=click.Path(path_type=Path), default=Path("llmpack-runs"),
+              show_default=True, help="The runs directory, run's and compare's --output-dir (old name: --runs-dir).")
 @click.option("--dry-run", is_flag=True, help="Only print what would be removed.")
 @click.option("--include-unsent", is_flag=True,
               help="Also remove failed runs whose records were never sent to tracking (see llmpack sync).")
@@ -189,7 +189,7 @@ def clean(older_than: str, runs_dir: Path, dry_run: bool, include_unsent: bool) 
     """Remove old failed runs (<run>.failed directories) from the runs directory.
 
     First takes over each run whose llmpack client died (<run>.partial; see llmpack sync) and
-    sends it. Never touches successful runs, runs in progress, or anything outside --runs-dir (symbolic
+    sends it. Never touches successful runs, runs in progress, or anything outside --output-dir (symbolic
     links are neither followed nor removed). A failed run whose records were never sent to the
     tracking server is kept unless --include-unsent. A dead client's run that names a tracking
     store other than the configured one (MLFLOW_TRACKING_URI, else the default) is left untouched

@@ -383,6 +383,7 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
     final = out_root / (pipeline_run + (".failed" if error else ""))
     rel = {key: path.resolve().relative_to(staging) for key, path in artifacts.items()
            if path.resolve().is_relative_to(staging)}
+    by_step = telemetry.group_by_step(records)
     summary: dict[str, Any] = {
         "run_group": run_group,
         "pipeline_run": pipeline_run,
@@ -399,7 +400,8 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
         "params": overrides,
         "tracking": "sent" if sent else "not sent",
         "trace": trace_sent,
-        "events": {step: dict(st.events) for step, st in telemetry.group_by_step(records).items()},
+        "events": {step: dict(st.events) for step, st in by_step.items()},
+        "step_metrics": {step: dict(st.metrics) for step, st in by_step.items() if st.metrics},  # metric.<task>.<name>
         "retried_attempts": closed.get("retried_attempts", []),  # every attempt billed: the retried ones, priced
         "artifacts": {
             "run_dir": str(final),

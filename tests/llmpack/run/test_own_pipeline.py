@@ -39,7 +39,10 @@ from components.steps.tokenize import tokenize
 @step()
 def count_rows(dataset: Input[Dataset], counts: Output[Metrics]) -> None:
     """Count the prepared rows."""
+    from components.reporting import metric
+
     rows = (Path(dataset.path) / "train.jsonl").read_text().splitlines()
+    metric("train_rows", float(len(rows)))
     (Path(counts.path) / "counts.json").write_text(json.dumps({"train": len(rows)}))
 
 
@@ -348,6 +351,18 @@ def test_a_newcomers_pipelines_through_run_and_compare(pipes: Path) -> None:
     assert {e["verdict"] for e in out["verdicts"]["time_to_first_step_s"].values()} == {"not measured"}
     assert out["summary"]["argo"]["total_s"]["n"] >= 2 and out["summary"]["argo"]["spinup_s"]["n"] >= 2
     assert "start-up" not in r.stderr and "time to first step" not in out["recommendation"]["text"]
+
+
+def test_run_json_has_each_steps_own_metrics(pipes: Path) -> None:
+    """The fourth trial: a step's ``metric()`` reached MLflow as metric.<task>.<name> but not ``run --json``."""
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    uri = f"sqlite:///{pipes / 'mlflow.db'}"
+    r = llmpack("run", "--pipeline", "own_pipes_52:no_training", "--json", "--tracking-uri", uri, cwd=pipes, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = json.loads(r.stdout)
+    rows = len((Path(s["artifacts"]["run_dir"]).glob("**/dataset/train.jsonl").__next__()).read_text().splitlines())
+    assert s["step_metrics"]["count-rows"] == {"train_rows": float(rows)} and rows > 0
+    assert s["step_metrics"]["prepare-data"]["rows"] == 40.0  # a shipped step's own, beside it
 
 
 def test_a_failed_step_is_shown_failed_and_its_error_names_its_log(pipes: Path) -> None:

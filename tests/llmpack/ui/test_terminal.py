@@ -286,7 +286,7 @@ def test_the_clean_command_of_the_interrupt_hint_removes_the_kept_run_now(tmp_pa
 def test_the_hint_for_a_kept_run_elsewhere_names_its_runs_dir(tmp_path: Path) -> None:
     kept = _closed_kept_run(tmp_path / "my runs")
     args = _hinted_clean(kept_hint(kept))
-    assert args == ["clean", "--older-than", "0", "--runs-dir", str(tmp_path / "my runs")]
+    assert args == ["clean", "--older-than", "0", "--output-dir", str(tmp_path / "my runs")]
     result = llmpack(*args, cwd=tmp_path, env=_env(), timeout=120)
     assert result.returncode == 0 and not kept.exists(), result.stderr
 
