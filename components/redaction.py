@@ -35,6 +35,8 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _NO_AUTHORITY = re.compile(r"(?i)(models|runs|file|dbfs|mlflow-artifacts):/|/")  # models:/m@alias, /p: no userinfo
 # A URI in free text: its scheme, then everything up to white space (a password may hold quotes and brackets).
 _URI_RUN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S*")  # a bounded scheme: linear in the text
+# ``alice:pw@host[:port]`` typed without a scheme (MLflow quotes it whole in its error): the password blanked
+_BARE_USERINFO = re.compile(r"(?<![\w.%+/:@-])([A-Za-z0-9._%+-]{1,64}):([^\s@/'\"]{1,256})@(?=[A-Za-z0-9\[])")
 # ``?token=x``, ``&jwt=x``, ``;pw=x``, ``#access_token=x`` in a URI or a bare path (urllib3 logs ``/api?token=x``):
 # the value runs to white space or the next ``&name=`` / ``;name=`` (a raw '&' or '#' in a secret is blanked too).
 _QUERY_KEY = r"[A-Za-z0-9_.%+\[\]-]{1,128}"
@@ -162,11 +164,12 @@ def _redact_pair(match: re.Match[str]) -> str:
     return f"{match.group(1)}={MASK}{match.string[_value_end(match):match.end()]}"
 
 
-def _redact_uri(uri: str) -> str:
+def _redact_uri(uri: str, every_value: bool = False) -> str:
     """``uri`` with its userinfo and its secret pairs' values blanked, all found in the URI as given (a raw ``@``
     in a query secret, or ``?pw=`` in a password, then blanks the union: more, never less)."""
     parts = split_uri(uri)
-    spans = [(m.start(2), _value_end(m)) for pairs in _PAIRS for m in pairs.finditer(uri) if _secret_pair(m)]
+    spans = [(m.start(2), _value_end(m)) for pairs in _PAIRS for m in pairs.finditer(uri)
+             if every_value or _secret_pair(m)]
     from urllib.parse import unquote
 
     path_at = len(parts.prefix) + (len(parts.userinfo) + 1 if parts.userinfo is not None else 0) + len(parts.host)
@@ -188,10 +191,11 @@ def _redact_uri(uri: str) -> str:
     return "".join(out) + uri[pos:]
 
 
-def redact_uri(uri: str) -> str:
-    """A URI safe to print: userinfo and secret query/fragment values become ``***``; never raises."""
+def redact_uri(uri: str, *, every_value: bool = False) -> str:
+    """A URI safe to print: userinfo and secret query/fragment values become ``***`` (``every_value``: every query
+    and fragment value, for the user's own tracking URI, whose keys only they know); never raises."""
     try:
-        return _redact_uri(str(uri))
+        return _redact_uri(str(uri), every_value)
     except Exception:  # noqa: BLE001 - a redactor that raised would put the secret in its traceback
         return "<a URI that could not be redacted>"
 
@@ -211,11 +215,15 @@ def secrets_in(argv: Iterable[str] | None = None, env: Mapping[str, str] | None 
             found.add(value)
     for text in [*argv, *env.values()]:
         for match in _URI_RUN.finditer(str(text)):
-            found |= _uri_secrets(match.group(0))
+            found |= _uri_secrets(match.group(0), every_value=True)
+        for match in _BARE_USERINFO.finditer(str(text)):
+            found |= {f"{match.group(1)}:{match.group(2)}", match.group(2)}
     return {s for s in found if len(s) >= MIN_SECRET_CHARS}
 
 
-def _uri_secrets(uri: str) -> set[str]:
+def _uri_secrets(uri: str, *, every_value: bool = False) -> set[str]:
+    """A URI's secrets: its password, its secret pairs' values; ``every_value``: also any query or fragment value
+    that could be one (8+ characters with a digit, or 12+): a URI the user handed over, whose keys only they know."""
     from urllib.parse import unquote
 
     out: set[str] = set()
@@ -224,10 +232,14 @@ def _uri_secrets(uri: str) -> set[str]:
         password = parts.userinfo.partition(":")[2]
         out |= {parts.userinfo, password, unquote(password)}
     for match in (m for pairs in _PAIRS for m in pairs.finditer(uri)):
-        if _secret_pair(match):
+        if _secret_pair(match) or (every_value and _could_be_secret(uri[match.start(2):_value_end(match)])):
             trimmed = uri[match.start(2):_value_end(match)]
             out |= {match.group(2), unquote(match.group(2)), trimmed, unquote(trimmed)}
     return {s for s in out if s}
+
+
+def _could_be_secret(value: str) -> bool:
+    return (len(value) >= 8 and any(c.isdigit() for c in value)) or len(value) >= 12
 
 
 def redact_text(text: object, secrets: Iterable[str] | None = None) -> str:
@@ -239,6 +251,7 @@ def redact_text(text: object, secrets: Iterable[str] | None = None) -> str:
             if secret:
                 out = out.replace(secret, MASK)
         out = _URI_RUN.sub(_redact_run, out)
+        out = _BARE_USERINFO.sub(lambda m: f"{m.group(1)}:{MASK}@", out)
         for pairs in _PAIRS:  # the URIs' queries, and bare paths' (``/api?token=x``)
             out = pairs.sub(_redact_pair, out)
         out = _HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{(m.group(3) + ' ') if m.group(3) else ''}{MASK}", out)
@@ -284,6 +297,9 @@ def uri_problem(uri: str) -> str | None:
     Other schemes (sqlite, file, databricks...) are left to their library: they hold no port.
     """
     parts = split_uri(uri)
+    if not parts.prefix and parts.userinfo is not None and not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", parts.host or "-"):
+        return ("no scheme before its user name and password (not shown): write http://HOST:PORT or https://..., "
+                "the user and password in MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD")
     if parts.prefix.lower() not in ("http://", "https://"):
         return None
     if parts.userinfo is not None and re.search(r"[/?#\s]", parts.userinfo):

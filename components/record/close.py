@@ -331,12 +331,13 @@ def write_metric_files(metrics: Mapping[str, Any], specs: Sequence[str]) -> None
             continue
         path = Path(target)
         try:
+            from components.bounded import write_atomic
+
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text(repr(float(value)), encoding="utf-8")
-            os.replace(tmp, path)
-        except OSError as exc:  # the record is closed; a metric file is a bonus, never a failure
-            print(f"llmpack: warning: could not write {key} to {path} ({exc.strerror or exc})", file=sys.stderr)
+            write_atomic(path, repr(float(value)).encode())  # a new temporary file: no planted link followed
+        except (OSError, InputError) as exc:  # the record is closed; a metric file is a bonus, never a failure
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            print(f"llmpack: warning: could not write {key} to {path} ({why})", file=sys.stderr)
 
 
 def read_summary(records_dir: Path) -> dict[str, Any] | None:

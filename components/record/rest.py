@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 from urllib.parse import quote, urlencode, urlsplit
 
 from components.errors import InputError
-from components.record.rest_auth import credentials, tls_context
+from components.record.rest_auth import NoRedirect, credentials, tls_context
 
 API = "/api/2.0/mlflow/"
 ARTIFACTS_API = "/api/2.0/mlflow-artifacts/"
@@ -196,7 +196,7 @@ class RestClient:
         self._headers = {"Content-Type": "application/json", "User-Agent": "llmpack-rest"}
         if authorization:
             self._headers["Authorization"] = authorization
-        handlers: list[urllib.request.BaseHandler] = []
+        handlers: list[urllib.request.BaseHandler] = [NoRedirect()]  # credentials never follow a Location
         if parts.scheme == "https":
             handlers.append(urllib.request.HTTPSHandler(context=tls_context(self._creds, env)))
         self._opener = urllib.request.build_opener(*handlers)
@@ -240,6 +240,9 @@ class RestClient:
             with self._opener.open(request, timeout=self.timeout_s) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:  # NoRedirect: not followed, and not retried
+                raise RestError(f"{method} {endpoint}: HTTP {exc.code} redirect, not followed (credentials go only "
+                                "to MLFLOW_TRACKING_URI: set it to the server's own address)", status=None) from None
             raise self._error(method, endpoint, exc.code, exc.read()) from None
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, ssl.SSLCertVerificationError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import os
 import ssl
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,3 +95,13 @@ def _certifi() -> str | None:
     except ImportError:
         return None
     return str(certifi.where())
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Refuses every redirect: urllib would resend the body and every header (``Authorization`` included) to
+    wherever ``Location`` points. The 3xx becomes an HTTPError, so nothing is resent: credentials go only to
+    the configured address (the tracking client of every step, the trace sender)."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: object, code: int, msg: str, headers: object,
+                         newurl: str) -> None:
+        return None

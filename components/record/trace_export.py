@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.record.rest_auth import NoRedirect
 from components.record.trace import Trace
 
 TRACE_FILE = "trace.otlp.json"
@@ -70,7 +71,7 @@ def send(trace: Trace, to: Target, *, env: Mapping[str, str] | None = None, time
     request = urllib.request.Request(to.url, data=body, method="POST",
                                      headers={"Content-Type": "application/json", **to.headers})
     context = ssl._create_unverified_context() if to.insecure else None  # noqa: S323 - the user asked for it
-    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirect())
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), NoRedirect())
     try:
         with opener.open(request, timeout=timeout_s) as resp:
             resp.read()
@@ -84,21 +85,12 @@ def send(trace: Trace, to: Target, *, env: Mapping[str, str] | None = None, time
         return f"trace not sent to {_redact(to.url)}: {type(exc).__name__}"
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Refuses every redirect: urllib would resend the body and every header (``Authorization`` included) to
-    wherever ``Location`` points. The 3xx becomes an HTTPError, so nothing is resent."""
-
-    def redirect_request(self, req: urllib.request.Request, fp: object, code: int, msg: str, headers: object,
-                         newurl: str) -> None:
-        return None
-
-
 def write(trace: Trace, path: Path) -> Path:
-    """The trace as OTLP/JSON at ``path``, through a temporary file and a rename."""
+    """The trace as OTLP/JSON at ``path``, through a new temporary file and a rename (bounded.write_atomic)."""
+    from components.bounded import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(trace.otlp(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, (json.dumps(trace.otlp(), indent=1, sort_keys=True) + "\n").encode())  # no planted link followed
     return path
 
 

@@ -93,10 +93,11 @@ def tracking_uri(explicit: str | None = None) -> str:
 
 
 def redact_uri(uri: str) -> str:
-    """A tracking URI safe to print: ``https://user:pass@host`` becomes ``https://***@host`` (never raises)."""
+    """A tracking URI safe to print: ``https://user:pass@host`` becomes ``https://***@host``, and every query or
+    fragment value ``***`` (the user's own URI: only they know which keys are secret); never raises."""
     from components.redaction import redact_uri as redact
 
-    return redact(uri)
+    return redact(uri, every_value=True)
 
 
 def client(uri: str | None = None) -> MlflowClient:

@@ -204,7 +204,7 @@ def current_champion(mc: Any, model_name: str, metric: PromotionMetric) -> Stand
         payload = signed.verified_version(f"model {model_name}", name=model_name, version=version, run_id=run_id,
                                           source=getattr(mv, "source", None), tags=tags)
         # the alias is anyone's to move: compared only when the user's key made this version champion
-        signed.verified_champion(f"model {model_name}", name=model_name, version=version,
+        signed.verified_champion(f"model {model_name}", name=model_name, version=version, run_id=run_id,
                                  model_tags=model_tags(mc, model_name))
     except signed.UntrustedModel as exc:
         loose = standing_from_tags(version, run_id, tags, metric)
@@ -243,13 +243,13 @@ def model_tags(mc: Any, model_name: str) -> dict[str, str]:
     return {t["key"]: t.get("value", "") for t in found.get("tags", []) if isinstance(t, dict) and "key" in t}
 
 
-def set_aliases(mc: Any, model_name: str, version: str, decision: Decision) -> None:
+def set_aliases(mc: Any, model_name: str, version: str, decision: Decision, *, run_id: str) -> None:
     """``challenger`` on the new version always; ``champion`` too when the decision says so, after the signed
     record of that promotion (:func:`components.serving.signed.champion_tags`) the alias is trusted by."""
     from components.serving import signed
 
     mc.set_registered_model_alias(model_name, CHALLENGER, version)
     if decision.champion:
-        for key, value in signed.champion_tags(model_name, version).items():
+        for key, value in signed.champion_tags(model_name, version, run_id).items():
             set_model_tag(mc, model_name, key, value)
         mc.set_registered_model_alias(model_name, CHAMPION, version)

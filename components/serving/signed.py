@@ -214,19 +214,27 @@ CHAMPION_TAG = "llmpack.champion"
 CHAMPION_SIGNATURE_TAG = "llmpack.champion.signature"
 
 
-def champion_tags(name: str, version: str) -> dict[str, str]:
-    """The registered model's tags that record, signed, that ``version`` was made champion by this key."""
-    payload = {"name": name, "version": str(version)}
+def champion_tags(name: str, version: str, run_id: str) -> dict[str, str]:
+    """The registered model's tags that record, signed, that ``version`` (of run ``run_id``) was made champion by
+    this key. The run id binds the record to this store's version: copied to another store, or kept over a model
+    deleted and registered again (its versions numbered from 1 again), it names a run that version is not of."""
+    import time
+
+    payload = {"name": name, "version": str(version), "run_id": str(run_id), "promoted_at": round(time.time(), 3)}
     return {CHAMPION_TAG: provenance.canonical(payload).decode(),
             CHAMPION_SIGNATURE_TAG: provenance.sign(CHAMPION_KIND, payload)}
 
 
-def verified_champion(where: str, *, name: str, version: str, model_tags: Mapping[str, str]) -> None:
-    """``version`` is the one the user's key last made champion of ``name``; else one :class:`UntrustedModel`.
+def verified_champion(where: str, *, name: str, version: str, run_id: str,
+                      model_tags: Mapping[str, str]) -> dict[str, Any]:
+    """The signed promotion record when ``version`` (of run ``run_id``) is the one the user's key made champion of
+    ``name``; else one :class:`UntrustedModel`.
 
     Moving ``@champion`` (to an older version, or to one registered with ``--no-promote``) needs no key;
-    this record does. Putting back an earlier record with its alias (a rollback to an earlier champion)
-    is not told apart: the store keeps no order the key signs.
+    this record does, and it names the version's run (a record copied from another store, or from before the
+    model was deleted and registered again, is refused). Putting back this store's own earlier record with its
+    alias (a rollback to an earlier champion) is not told apart: the store keeps no order the key signs; the
+    record's ``promoted_at`` is printed by the loader so a rollback shows as an older promotion.
     """
     text = model_tags.get(CHAMPION_TAG) or ""
     try:
@@ -241,6 +249,11 @@ def verified_champion(where: str, *, name: str, version: str, model_tags: Mappin
     if payload.get("name") != name or payload.get("version") != str(version):
         raise _untrusted(where, version, f"@champion points at it, but this environment's key made version "
                                          f"{payload.get('version')!r} champion (the alias moved by someone else?)")
+    if payload.get("run_id") != str(run_id):
+        raise _untrusted(where, version, "@champion points at it, but the signed promotion record names another "
+                                         "run than this version's (copied from another store, or from before the "
+                                         "model was registered again?)")
+    return payload
 
 
 def check_files(where: str, local: Path, files: Mapping[str, Any]) -> None:

@@ -52,7 +52,14 @@ def _resolve(model_uri: str, tracking_uri: str | None) -> Any:
         first = (str(getattr(exc, "message", "") or exc).strip().splitlines() or [""])[0][:200]
         raise InputError(f"{model_uri}: the registry has no such version ({type(exc).__name__}: {first})") from None
     if match["alias"] == CHAMPION:  # an alias is anyone's to move: @champion only as the user's key promoted it
-        verified_champion(model_uri, name=match["name"], version=str(mv.version), model_tags=tags)
+        promoted = verified_champion(model_uri, name=match["name"], version=str(mv.version),
+                                     run_id=str(mv.run_id or ""), model_tags=tags)
+        when = promoted.get("promoted_at")
+        if isinstance(when, (int, float)):  # a rollback to an earlier record shows as an older promotion
+            import datetime
+
+            stamp = datetime.datetime.fromtimestamp(when, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+            print(f"{model_uri}: version {mv.version}, made champion {stamp} with your key", file=sys.stderr)
     return mv
 
 

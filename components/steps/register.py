@@ -155,7 +155,7 @@ def _register(model_dir: Path, registration_dir: Path, scratch: Path, *, tel: An
                                              files=files, evaluation=evaluation)
             for key, value in signed.version_tags(payload).items():  # signed before any alias points at it
                 promotion.set_version_tag(mc, model_name, version, key, value)
-            promotion.set_aliases(mc, model_name, version, decision)
+            promotion.set_aliases(mc, model_name, version, decision, run_id=run_id)
             mc.set_tag(run_id, promotion.TAG, decision.phrase(version))  # the run's side, for its report
             record.update(registered=True, version=version, champion=decision.champion,
                           promotion=decision.phrase(version))

@@ -321,7 +321,8 @@ def _numpy_rng(rng: Any) -> tuple[Any, ...]:
         raise UnreadableState(f"rng.numpy is not a numpy RNG state ({type(exc).__name__})") from None
 
 
-def load_checkpoint(path: Path, model: Any, optimizer: Any, *, sharded: bool = False) -> int:
+def load_checkpoint(path: Path, model: Any, optimizer: Any, *, sharded: bool = False, fingerprint: str | None = None,
+                    owner: dict[str, str] | None = None) -> int:
     """Restore weights, optimizer and RNG states from a checkpoint ``newest_checkpoint`` chose; its step.
 
     Its manifest is verified again (signature, shape) and the state files' sizes and sha256 are
@@ -329,12 +330,17 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any, *, sharded: bool = F
     decoded and checked before anything is restored: a checkpoint that does not decode, whose step
     is not its manifest's, or whose weights do not fit this model, is :class:`UnreadableState` with
     the model, optimizer and RNGs untouched. ``sharded`` (FSDP): every rank reads the whole state and
-    keeps its shards.
+    keeps its shards. ``fingerprint`` and ``owner``: the manifest read here must name this run's settings and
+    owner too (checked again on the very manifest whose digests the state is checked against: a checkpoint
+    swapped for another run's after :func:`checkpoint_candidates` listed it is :class:`Untrusted`).
     """
     import numpy as np
     import torch
 
     manifest = load_manifest(path)
+    why = foreign(manifest, fingerprint, owner)
+    if why is not None:
+        raise Untrusted(why)
     state = read_state(path, manifest["files"])
     if state["step"] != manifest["step"]:
         raise UnreadableState(f"its state is step {state['step']}, its manifest step {manifest['step']}")
@@ -387,7 +393,8 @@ def resume_newest(
                                        digests=False)  # load_checkpoint hashes the bytes it decodes
     for path in candidates:
         try:
-            return path, load_checkpoint(path, model, optimizer, sharded=sharded)
+            return path, load_checkpoint(path, model, optimizer, sharded=sharded, fingerprint=fingerprint,
+                                         owner=owner)
         except Untrusted as exc:  # changed since it was listed
             report_refused(path, str(exc))
         except (UnreadableState, Incomplete) as exc:

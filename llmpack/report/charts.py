@@ -49,6 +49,7 @@ def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # a store's text is text: "$\\x$" is never TeX to parse (or fail on)
     import matplotlib.pyplot as plt
 
     return plt

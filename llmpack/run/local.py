@@ -299,7 +299,8 @@ def sync_hint(run_dir: Path, uri: str) -> str:
 def write_run_files(run_dir: Path, records: list[telemetry.Record], summary: dict[str, Any]) -> None:
     """``events.jsonl`` (every step's records, in time order) and ``summary.json``: what ``llmpack sync`` reads."""
     digest = orphans.write_events(run_dir / "events.jsonl", records)  # never through a link (bounded.write_atomic)
-    sealed = orphans.seal(run_dir, {**summary, orphans.EVENTS_DIGEST: digest})  # sync acts only on this seal
+    extras = orphans.write_extras(run_dir)  # the curve and GPU series as they are now: sync sends these only
+    sealed = orphans.seal(run_dir, {**summary, orphans.EVENTS_DIGEST: digest, orphans.EXTRAS_DIGEST: extras})
     record.write_json_atomic(run_dir / "summary.json", sealed)
 
 

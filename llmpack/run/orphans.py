@@ -179,7 +179,8 @@ def take_over(staging: Path, *, wait_s: float = HOLD_WAIT_S, sleep: Any = time.s
                       "mlflow_run_id": owner.get("mlflow_run_id"), "tracking_uri": owner.get("tracking_uri") or ""},
     }
     digest = write_events(staging / "events.jsonl", records)  # a planted link or FIFO there: refused
-    write_json_atomic(staging / "summary.json", seal(staging, {**summary, EVENTS_DIGEST: digest}))
+    sealed = {**summary, EVENTS_DIGEST: digest, EXTRAS_DIGEST: write_extras(staging)}
+    write_json_atomic(staging / "summary.json", seal(staging, sealed))
     os.replace(staging, kept)
     return kept
 
@@ -187,6 +188,42 @@ def take_over(staging: Path, *, wait_s: float = HOLD_WAIT_S, sleep: Any = time.s
 #: a summary's key for the sha256 of the ``events.jsonl`` written beside it (sealed with the summary): ``llmpack
 #: sync`` then sends those very records and no other file's (a planted event file re-keyed a metric)
 EVENTS_DIGEST = "events_sha256"
+
+
+#: ... and of ``extras.json``, the training-loss curve and GPU series read from the run's own outputs when it closed
+#: (sync sends these, never what a walk of the directory finds later: a planted sample file re-wrote the series)
+EXTRAS_DIGEST = "extras_sha256"
+EXTRAS_FILE = "extras.json"
+
+
+def write_extras(run_dir: Path) -> str:
+    """``extras.json``: the loss curve and GPU series under ``run_dir`` now, through
+    :func:`components.bounded.write_atomic`; the sha256 of the bytes written."""
+    import hashlib
+
+    from components.record import gpu_metrics, uniform
+
+    data = json.dumps({"curve": uniform.loss_curve(run_dir), "series": gpu_metrics.read_series(run_dir)},
+                      sort_keys=True).encode()
+    bounded.write_atomic(run_dir / EXTRAS_FILE, data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_extras(run_dir: Path, digest: object) -> tuple[list[tuple[int, float]], dict[str, list[Any]]]:
+    """The sealed ``extras.json`` (checked against ``digest``): its curve and series; none for a summary sealed
+    without one (a take-over's, or an earlier version's)."""
+    import hashlib
+
+    if not isinstance(digest, str):
+        return [], {}
+    data = bounded.read_bytes(run_dir / EXTRAS_FILE, 64 << 20)
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise InputError(f"{run_dir / EXTRAS_FILE}: not the file sealed with the run's summary (edited since); "
+                         "nothing was sent")
+    extras = json.loads(data)
+    curve = [(int(step), float(loss)) for step, loss in extras.get("curve") or []]
+    series = {str(k): [tuple(p) for p in v] for k, v in (extras.get("series") or {}).items()}
+    return curve, series
 
 
 def write_events(path: Path, records: list[Any]) -> str:

@@ -82,9 +82,13 @@ def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], Any, int]:
     tags = {**ctx.tags(), **{k: str(v) for k, v in _mapping(summary, "tags").items()}}
     tags["llmpack.status"] = str(summary["status"])
     params = {**_mapping(summary, "params"), "submitted_at": repr(ctx.submitted_at)}
+    if orphans.EVENTS_DIGEST in summary:  # sealed: the curve and series sealed with it, never a walk's finds
+        curve, series = orphans.read_extras(run_dir, summary.get(orphans.EXTRAS_DIGEST))
+    else:  # a run directory of an earlier version
+        curve, series = uniform.loss_curve(run_dir), gpu_metrics.read_series(run_dir)
     upload = tracking.RunUpload(ctx=ctx, records=records, metrics=metrics, tags=tags, params=params,
                                 status=record_status(str(summary["status"])), finished_at=finished_at,
-                                curve=uniform.loss_curve(run_dir), series=gpu_metrics.read_series(run_dir))
+                                curve=curve, series=series)
     return summary, upload, skipped
 
 

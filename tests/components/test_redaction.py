@@ -39,7 +39,35 @@ CANARY = "CANARYPASS"
 ])
 def test_redact_uri(uri: str, want: str) -> None:
     assert redact_uri(uri) == want
-    assert tracking_redact_uri(uri) == want  # the tracking module's name for it is the same function
+    assert tracking_redact_uri(uri) == redact_uri(uri, every_value=True)  # the user's own URI: every value blanked
+
+
+def test_the_users_tracking_uri_prints_no_query_value_whatever_its_key() -> None:
+    """Round 9 (B8): ``?x-mlflow-tok=CANARYpw7Q9z`` (a key no list knows, a value too short to look random) was
+    printed by ``run --json`` and in ``report``'s error line."""
+    from components.redaction import redact_text, secrets_in
+
+    uri = "http://127.0.0.1:9/api?x-mlflow-tok=CANARYpw7Q9z&region=eu#frag=CANARYfr4g99"
+    assert tracking_redact_uri(uri) == "http://127.0.0.1:9/api?x-mlflow-tok=***&region=***"  # the fragment with it
+    handed = secrets_in(["llmpack", "report", "--tracking-uri", uri], {})
+    assert {"CANARYpw7Q9z", "CANARYfr4g99"} <= handed and "eu" not in handed
+    assert "CANARY" not in redact_text(f"cannot reach {uri}: refused", secrets=handed)
+
+
+def test_a_userinfo_typed_without_a_scheme_is_refused_and_never_printed() -> None:
+    """Round 9 (B6): ``sync --tracking-uri 'alice:PW@127.0.0.1:9'`` printed the password in MLflow's error."""
+    from components.errors import InputError
+    from components.record.tracking import tracking_uri
+    from components.redaction import redact_text, secrets_in
+
+    uri = "alice:CANARYpw7Q9z@127.0.0.1:9"
+    with pytest.raises(InputError) as err:
+        tracking_uri(uri)
+    assert "no scheme" in str(err.value) and "CANARY" not in str(err.value)
+    assert "CANARY" not in redact_text(f"got unsupported URI '{uri}'", secrets=())
+    assert "CANARYpw7Q9z" in secrets_in(["llmpack", "sync", "--tracking-uri", uri], {})
+    for kept in ("models:/llmpack-finetuned@champion", "user@example.com", "10:30 at 127.0.0.1"):
+        assert redact_text(kept, secrets=()) == kept
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

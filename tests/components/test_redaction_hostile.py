@@ -83,7 +83,7 @@ def test_a_userinfo_password_with_any_delimiter_never_shows(password: str, schem
         try:
             tracking_uri(uri)
         except InputError as exc:  # the one line `llmpack` prints for it
-            outputs["tracking_uri"] = (uri, str(exc))
+            outputs["tracking_uri"] = (f"--tracking-uri {uri}", str(exc))  # the line names its source
     for name, (text, out) in outputs.items():
         assert password not in out, (name, out)
         assert not _leaked(password, text, out), (name, _leaked(password, text, out), out)

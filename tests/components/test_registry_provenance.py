@@ -379,12 +379,37 @@ def test_champion_is_trusted_only_as_the_users_key_promoted_it(store: dict[str, 
     mc = MlflowClient(store["uri"])
     tags = dict(mc.get_registered_model(NAME).tags)
     champion = mc.get_model_version_by_alias(NAME, "champion").version
-    verified_champion("m", name=NAME, version=champion, model_tags=tags)  # as promoted
+    run_id = mc.get_model_version(NAME, champion).run_id
+    verified_champion("m", name=NAME, version=champion, run_id=run_id, model_tags=tags)  # as promoted
     with pytest.raises(UntrustedModel, match="made version .* champion"):
-        verified_champion("m", name=NAME, version=str(int(champion) + 1), model_tags=tags)  # the alias moved
+        verified_champion("m", name=NAME, version=str(int(champion) + 1), run_id=run_id, model_tags=tags)  # moved
     mc.set_registered_model_tag(NAME, CHAMPION_TAG, tags[CHAMPION_TAG].replace(f'"{champion}"', '"99"'))
     try:
         with pytest.raises(UntrustedModel, match="no promotion signed with this environment's key"):
             fetch_verified(f"models:/{NAME}@champion", tmp_path / "copy", tracking_uri=store["uri"])
     finally:
         mc.set_registered_model_tag(NAME, CHAMPION_TAG, tags[CHAMPION_TAG])
+
+
+@pytest.mark.slow  # the store of a register process of its own: the slow tier
+def test_promote_by_hand_writes_the_signed_record_the_loader_trusts(store: dict[str, Any],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/serving.md's hand promotion: the alias moved with MLflow's client alone is refused by the loader
+    (round 8); ``python -m components.serving.promote NAME VERSION`` writes the record with it (round 9: bound
+    to the version's run)."""
+    import json as _json
+
+    from components.errors import InputError
+    from components.serving.promote import promote
+    from components.serving.signed import CHAMPION_TAG
+
+    monkeypatch.setenv("LLMPACK_SIGNING_KEY_FILE", str(store["key"]))
+    mc = _client(store)
+    promote(NAME, "1", tracking_uri=store["uri"])
+    record = _json.loads(mc.get_registered_model(NAME).tags[CHAMPION_TAG])
+    assert record["version"] == "1" and record["run_id"] == mc.get_model_version(NAME, "1").run_id
+    assert str(mc.get_model_version_by_alias(NAME, "champion").version) == "1"
+    with pytest.raises(InputError, match="no such version"):
+        promote(NAME, "7", tracking_uri=store["uri"])
+    with pytest.raises(InputError, match="a registered version number"):
+        promote(NAME, "../1", tracking_uri=store["uri"])

@@ -347,3 +347,52 @@ def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(m
                                                                        "llmpack.provenance.signature")}
         assert str(mc.get_model_version_by_alias(f"m-{way}-{tag}", "champion").version) == "1"
     assert versions["rest"] == versions["client"] and versions["rest"]["llmpack.eval_loss"] == "1.250000"
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_redirect_is_never_followed_with_the_users_credentials(code: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round 9 (B1): a tracking server answering 3xx to another port got the Bearer token and the Basic
+    password resent there by urllib's default redirect handler. Now nothing is resent; one line says why."""
+    import http.server
+    import threading
+
+    seen: list[dict[str, str]] = []
+
+    class Catch(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            seen.append(dict(self.headers))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        do_POST = do_GET  # noqa: N815
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    catcher = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Catch)
+
+    class Redirect(Catch):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(code)
+            self.send_header("Location", f"http://127.0.0.1:{catcher.server_port}{self.path}")
+            self.end_headers()
+
+        do_POST = do_GET  # noqa: N815
+
+    redirector = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    for server in (catcher, redirector):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for env in ({"MLFLOW_TRACKING_TOKEN": "tok-CANARY-b1"},
+                    {"MLFLOW_TRACKING_USERNAME": "alice", "MLFLOW_TRACKING_PASSWORD": "pw-CANARY-b1"}):
+            client = rest.RestClient(f"http://127.0.0.1:{redirector.server_port}", env=env, timeout_s=5.0)
+            for call in (lambda c=client: c.get_experiment_by_name("llmpack"),
+                         lambda c=client: c.call("POST", "runs/create", {"experiment_id": "0"})):
+                with pytest.raises(rest.RestError, match=f"HTTP {code} redirect, not followed") as err:
+                    call()
+                assert err.value.status is None  # not retried either
+    finally:
+        for server in (catcher, redirector):
+            server.shutdown()
+    assert seen == []  # the other listener heard nothing: no token, no password, no body
