@@ -6,7 +6,7 @@
 - :mod:`argo_workflows.local`: runs a compiled Workflow YAML's DAG on this machine
   (``llmpack run --backend argo --local``).
 - :mod:`argo_workflows.submit`: ``submit(...)`` / ``wait_for_completion(summary)`` against an Argo
-  Server with Hera's ``WorkflowsService`` (``llmpack submit argo``; Hera has no submit command).
+  Server with Hera's ``WorkflowsService`` (``llmpack cluster submit argo``; Hera has no submit command).
 
 Hera is imported only by the functions that need it.
 """

@@ -1,6 +1,6 @@
 """Submit the compiled Argo Workflow to an Argo Server with Hera's ``WorkflowsService``, and wait for it.
 
-Hera has no submit command; this is it. ``llmpack submit argo`` and ``llmpack compare --cluster``
+Hera has no submit command; this is it. ``llmpack cluster submit argo`` and ``llmpack compare --cluster``
 come here through :mod:`llmpack.backends` (the ``cluster_module`` of its
 :class:`components.backend.Backend`). What every submission shares (the parameters, ids,
 ``submitted_at``, cost tags, the MLflow record) is :mod:`components.servers.submission`.

@@ -73,7 +73,7 @@ NO_RETRY_EXIT_CODE = 2  # components.errors.InputError: bad input is not retried
 # Defaults of the compiled Workflow that differ from the pipeline's: it is what `argo submit` runs.
 ARGO_DEFAULTS: dict[str, Any] = {"orchestrator": ORCHESTRATOR, "mode": "cluster"}
 RUN_ID = "{{workflow.name}}"
-PIPELINE_RUN = "{{workflow.parameters.pipeline_run}}"  # the run's app.kubernetes.io/instance (llmpack submit sets it)
+PIPELINE_RUN = "{{workflow.parameters.pipeline_run}}"  # the run's app.kubernetes.io/instance (cluster submit sets it)
 # The run's metrics the exit handler emits: Prometheus name (llmpack_<name>) -> (record metric, help).
 RUN_METRICS = {
     "spinup_seconds": ("spinup_s", "Seconds from submit to the training process start (the run's spin-up)."),

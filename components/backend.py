@@ -48,7 +48,7 @@ class LocalRunner(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class Connection:
-    """Where a cluster backend's server is, from ``llmpack submit`` flags (the environment fills the rest later).
+    """Where a cluster backend's server is, from ``llmpack cluster submit`` flags (the environment fills the rest).
 
     Frozen and checked when made (like kfp's ``SubprocessRunner``): a wrong type is a one-line
     :class:`InputError` naming the field. Tokens are never fields: they come from the environment
@@ -126,7 +126,7 @@ class SubmitRequest:
 class SubmittedRun:
     """One run started on a cluster (MLflow's ``SubmittedRun``): wait for it, ask its status, say how to stop it.
 
-    :attr:`summary` is the submission summary ``llmpack submit`` prints (telemetry fields,
+    :attr:`summary` is the submission summary ``llmpack cluster submit`` prints (telemetry fields,
     ``server_id``, ``namespace``, ``parameters``, ``tags``, the orchestrator's own ids);
     :meth:`wait` adds its ``result``.
     """
@@ -284,7 +284,7 @@ class Backend:
     env_vars: ClassVar[tuple[str, ...]] = ()  # other variables it reads (tokens, endpoints), never printed
     artifacts: ClassVar[tuple[Path, ...]] = ()  # committed compiled artifacts, relative to the repository root
     connection_type: ClassVar[type[Connection] | None] = None  # None: runs on this machine only
-    submit_help: ClassVar[str] = ""  # ``llmpack submit <name> --help``: what a submission creates
+    submit_help: ClassVar[str] = ""  # ``llmpack cluster submit <name> --help``: what a submission creates
     # Where the work is done, imported when first used (heavy libraries stay out of ``llmpack --help``):
     local_module: ClassVar[str | None] = None  # defines run_local(pipe, values, workdir, env, log)
     # defines Request, submit(request), wait_for_completion, check_connection
@@ -320,7 +320,7 @@ class Backend:
     # ------------------------------------------------------------------ a cluster
 
     def submit_options(self) -> list[ClickOption]:
-        """The backend's own ``llmpack submit <name>`` options (click decorators); the shared ones are the CLI's.
+        """The backend's own ``llmpack cluster submit <name>`` options (click decorators); the CLI has the shared ones.
 
         Options named like a :attr:`connection_type` field make the :class:`Connection`; the
         others go to :meth:`submit` as keywords.

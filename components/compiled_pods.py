@@ -1,4 +1,4 @@
-"""The pods a compiled artifact asks for, as ``llmpack doctor``'s Pod Security check reads them.
+"""The pods a compiled artifact asks for, as ``llmpack cluster doctor``'s Pod Security check reads them.
 
 Each backend reads its own artifact's shape (:meth:`components.backend.Backend.compiled_pods`);
 what they share is here: the security-relevant fields of one pod (:class:`PodSpec`) and every

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class VersionProbe:
-    """How ``llmpack doctor`` asks a backend's server for its version (with its token, never shown)."""
+    """How ``llmpack cluster doctor`` asks a backend's server for its version (with its token, never shown)."""
 
     what: str  # "KFP API"
     path: str  # the version call under the host
@@ -28,7 +28,8 @@ class VersionProbe:
 
 @dataclass(frozen=True, kw_only=True)
 class DoctorFlag:
-    """A ``llmpack doctor`` option a backend's own checks read: a Kubernetes name (``--argo-controller-namespace``)."""
+    """A ``llmpack cluster doctor`` option a backend's checks read: a Kubernetes name (``--argo-controller-namespace``).
+    """
 
     flag: str  # "--argo-controller-namespace"
     default: str
@@ -43,7 +44,7 @@ class DoctorFlag:
 
 @dataclass(frozen=True)
 class DoctorCheck:
-    """One line of ``llmpack doctor``'s checklist: whether it holds, what was checked, and the command that fixes it."""
+    """One line of ``llmpack cluster doctor``'s checklist: holds or not, what was checked, the command that fixes it."""
 
     ok: bool
     what: str

@@ -4,7 +4,7 @@ PyYAML's ``safe_load`` raises more than ``yaml.YAMLError``: an explicit tag it c
 (``!!int x``, ``!!int`` alone, ``!!timestamp x``, ``!!bool maybe``) escapes from its constructors as
 a ValueError, IndexError, AttributeError or KeyError, and deep nesting as a RecursionError. Every
 loader of user YAML (price files, control-plane costs, Workflow YAML, KFP packages, the MLflow Job
-template, the compiled artifacts ``llmpack doctor`` reads) goes through here so each of those is
+template, the compiled artifacts ``llmpack cluster doctor`` reads) goes through here so each of those is
 one line, exit 2.
 
 ``safe_load`` still expands aliases: a 344-byte "billion laughs" file (nine levels of nine ``*a``)

@@ -2,7 +2,7 @@
 
 Starts, on 127.0.0.1, the stand-ins the tests use (a Kubernetes API, a KFP API and an Argo Server that
 speak the real wire protocols, one cluster by a fake controller that plays each submitted run), holding
-what docs/first-run-on-a-cluster.md says to apply, so ``llmpack doctor`` passes; ``--fault NAME``
+what docs/first-run-on-a-cluster.md says to apply, so ``llmpack cluster doctor`` passes; ``--fault NAME``
 breaks one thing, to see its line and fix. Run from the repository root (it imports tests/standins/):
 
     python examples/loopback_cluster.py -- llmpack cluster doctor          # run one command against it, then stop

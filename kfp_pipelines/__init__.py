@@ -4,7 +4,7 @@
 - :mod:`kfp_pipelines.pipeline`: the shipped pipeline for ``kfp dsl compile --py``.
 - :mod:`kfp_pipelines.local`: ``run_local(pipe, values, workdir, env)`` with kfp.local.
 - :mod:`kfp_pipelines.submit`: ``submit(...)`` / ``wait_for_completion(summary)`` with ``kfp.Client``
-  (``llmpack submit kfp``).
+  (``llmpack cluster submit kfp``).
 - ``finetune.yaml``: the committed compiled pipeline (golden; ``kfp run submit -f`` it).
 
 kfp is imported inside the functions that need it, so importing this package stays fast.

@@ -1,6 +1,6 @@
 """Submit the compiled KFP pipeline to a Kubeflow Pipelines API with ``kfp.Client``, and wait for it.
 
-``llmpack submit kfp`` and ``llmpack compare --cluster`` come here through :mod:`llmpack.backends`
+``llmpack cluster submit kfp`` and ``llmpack compare --cluster`` come here through :mod:`llmpack.backends`
 (the ``cluster_module`` of its :class:`components.backend.Backend`). What every submission shares (the
 parameters, ids, ``submitted_at``, cost tags, the MLflow record) is :mod:`components.servers.submission`.
 

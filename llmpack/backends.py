@@ -68,7 +68,7 @@ def _extra(text: str) -> tuple[Entry, ...]:
 
 
 BACKENDS: dict[str, Entry] = {e.name: e for e in (*SHIPPED, *_extra(EXTRA.get() or ""))}
-# The backends that run on a cluster (``llmpack submit``, ``llmpack compare --cluster``).
+# The backends that run on a cluster (``llmpack cluster submit``, ``llmpack compare --cluster``).
 ORCHESTRATORS: tuple[str, ...] = tuple(name for name, e in BACKENDS.items() if e.cluster)
 _LOADED: dict[str, Backend] = {}
 

@@ -8,5 +8,5 @@
 * :mod:`mlflow_projects.backend` -- the backend as ``llmpack`` sees it (:mod:`components.backend`).
 * :mod:`mlflow_projects.local` -- ``run_local``: the backend interface of ``llmpack.run.direct``.
 * :mod:`mlflow_projects.submit` -- ``submit(...)`` / ``wait_for_completion(summary)``: the MLflow run
-  and the Kubernetes Job MLflow's Kubernetes backend would create (``llmpack submit mlflow``).
+  and the Kubernetes Job MLflow's Kubernetes backend would create (``llmpack cluster submit mlflow``).
 """

@@ -1,4 +1,4 @@
-"""The MLflow path's Kubernetes Job: the template MLflow's Kubernetes backend (and ``llmpack submit mlflow``) fills in.
+"""The MLflow path's Kubernetes Job: the template MLflow's Kubernetes backend (and ``cluster submit mlflow``) fills in.
 
 Split from :mod:`mlflow_projects.compiler` (which writes it into ``finetune-k8s/``). MLflow's
 Kubernetes backend runs one entry point as one Job, so ``main`` runs the whole pipeline in one pod,
@@ -172,7 +172,7 @@ def pod_extras(pipe: Pipeline) -> PodExtras:
 
 def pod_labels(pipe: Pipeline, needs: Mapping[str, Any], extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The Job's and its pod's labels: the recommended ones (``instance``, the run, is added by
-    ``llmpack submit mlflow``; MLflow's own backend cannot), ``llmpack.io/*``, the user's ``--label``s."""
+    ``llmpack cluster submit mlflow``; MLflow's own backend cannot), ``llmpack.io/*``, the user's ``--label``s."""
     recommended = recommended_labels(name=pipe.name, component=ONE_POD_STEP, managed_by=ORCHESTRATOR)
     own = {
         f"{LABEL_PREFIX}pipeline": pipe.name,
@@ -305,7 +305,7 @@ def render_job_template(pipe: Pipeline, *, namespace: str = NAMESPACE) -> str:
         "# MLFLOW_RUN_ID, MLFLOW_EXPERIMENT_ID and MLFLOW_TRACKING_URI to env. Kubernetes keeps the last entry of\n"
         "# a repeated name, so the appended MLFLOW_TRACKING_URI (the submitter's, or KUBE_MLFLOW_TRACKING_URI when\n"
         "# set) wins over the Secret's. It is a literal value in the Job spec: use a URI without credentials; they\n"
-        "# stay in the Secret (username/password/token, optional keys). `llmpack submit mlflow` appends no URI.\n"
+        "# stay in the Secret (username/password/token, optional keys). `llmpack cluster submit mlflow` adds no URI.\n"
         f"# Needs, in namespace {namespace!r}: Secret {tracking_secret_of(extras, TRACKING_SECRET)!r} and "
         f"PersistentVolumeClaim {ARTIFACTS_PVC!r}"
         + (f" (artifacts) and {cache_pvc(pipe)!r} (the Hugging Face cache)" if cache_pvc(pipe) else "")

@@ -252,7 +252,7 @@ def close(
     metrics = uniform.name_from_submit(metrics, source)
     tags.update(uniform.foreign_run_tags(orchestrator_run_id, env))
     tags.update(label_tags(env))  # --label KEY=VALUE: llmpack.label.KEY (components.podspec)
-    if fuse != "none":  # a fused run's history is its own path's (llmpack plan, report); readers take none for none
+    if fuse != "none":  # a fused run's history is its own path's (cluster plan, report); readers take none for none
         tags[FUSE_TAG] = fuse
     tags.update({"llmpack.submit_time_source": source, "llmpack.record": "pipeline",
                  "llmpack.status": "succeeded" if final == "FINISHED" else final.lower()})

@@ -1,6 +1,6 @@
 """What every cluster submission settles, whichever orchestrator it goes to.
 
-``llmpack submit kfp|argo|mlflow`` (:mod:`kfp_pipelines.submit`, :mod:`argo_workflows.submit`,
+``llmpack cluster submit kfp|argo|mlflow`` (:mod:`kfp_pipelines.submit`, :mod:`argo_workflows.submit`,
 :mod:`mlflow_projects.submit`) submits the *committed compiled artifact* (or one the user
 names), never a re-authored copy, with the run's parameters: the user's (``model``, ``data``,
 ``max_steps``, ``seed``...), checked here against the pipeline object, and the telemetry ones

@@ -1,6 +1,6 @@
 """The launcher's RBAC: the ServiceAccount, Role and RoleBinding that allow exactly the TrainJob calls it makes.
 
-``llmpack compile --nodes N`` writes them to ``trainjob/launcher-rbac.yaml``; ``llmpack doctor``
+``llmpack compile --nodes N`` writes them to ``trainjob/launcher-rbac.yaml``; ``llmpack cluster doctor``
 checks a cluster against them. Why these three verbs: docs/internals/decisions.md (the TrainJob launcher).
 """
 

@@ -1,4 +1,4 @@
-"""Regenerate the example dumps of ``llmpack project`` (examples/projection/README.md) on the loopback cluster.
+"""Regenerate the example dumps of ``llmpack cluster plan project`` (examples/projection/README.md), loopback cluster.
 
 Two stacks, as a user would measure them: Argo on nodes that come up slowly with a heavy
 (lognormal) tail and pull the image every time, MLflow on nodes that come up in a narrow window and

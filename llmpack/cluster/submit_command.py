@@ -1,4 +1,4 @@
-"""``llmpack submit <orchestrator>``: the compiled pipeline to a cluster, through each orchestrator's own client.
+"""``llmpack cluster submit <orchestrator>``: the compiled pipeline to a cluster, through each one's own client.
 
 One subcommand per cluster backend of the registry (:mod:`llmpack.backends`), built when asked
 for, so listing them imports no backend. The run it starts closes its own record on the cluster;
@@ -24,7 +24,7 @@ from llmpack.ui.terminal import Command, Group
 
 
 class SubmitCommands(Group):
-    """``llmpack submit <name>``: one subcommand per cluster backend of the registry, built when asked for.
+    """``llmpack cluster submit <name>``: one subcommand per cluster backend of the registry, built when asked for.
 
     Each backend declares its own options (``Backend.submit_options``); :func:`submit_options`
     adds the shared ones. Listing the names imports no backend, so ``--help`` stays fast.

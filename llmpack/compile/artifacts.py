@@ -346,7 +346,7 @@ def _remove_empty(created: list[Path]) -> None:
 def compiled_for_submit(orchestrator: str, gpu_type: str | None, options: Mapping[str, Any], *,
                         pod: PodOptions | None = None,
                         values: Mapping[str, Any] | None = None) -> Iterator[dict[str, str]]:
-    """``llmpack submit ORCH --gpu-type T`` (or ``--image``, ``--model-pvc``...): the path's artifact compiled for them.
+    """``llmpack cluster submit ORCH --gpu-type T`` (``--image``, ``--model-pvc``...): its artifact compiled for them.
 
     Yields the submit options to add: the one naming the compiled artifact (``package_path``,
     ``workflow_path``, ``project_dir``), or nothing when no flag asks for a compile; the directory

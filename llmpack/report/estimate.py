@@ -4,7 +4,7 @@ tags, :mod:`llmpack.cluster.plan.record`), one row per run and headline: the pla
 
 Where it fell, per headline: ``<= p50`` when the actual is at most the p50 interval's upper end,
 ``<= p90`` when at most the p90's, ``above p90`` otherwise (a run is one draw: it is expected
-below the p90 nine times in ten and below the p50 half the time, which ``llmpack plan
+below the p90 nine times in ten and below the p50 half the time, which ``llmpack cluster plan
 --calibration`` counts over many). The cost is ``inside`` or ``outside`` its interval.
 """
 
@@ -18,7 +18,7 @@ from llmpack.report.escape import html_text, md
 TITLE = "Estimate vs actual"
 NOTE = ("The plan's p50 and p90 (95% intervals) for each run submitted with --plan, and what the run measured. "
         "One run is one draw: below p90 nine times in ten, below p50 half the time "
-        "(llmpack plan --calibration counts them over many).")
+        "(llmpack cluster plan --calibration counts them over many).")
 METRICS = {"spin_up_s": "gang_ready_s", "first_step_s": "time_to_first_step_s", "total_s": "total_s"}
 NAMES = {"spin_up_s": "spin-up", "first_step_s": "first step", "total_s": "total", "cost_usd": "cost"}
 COLUMNS = ("run", "headline", "p50", "p90", "actual", "fell")

@@ -114,7 +114,7 @@ TERMS: tuple[Term, ...] = (
     Term(key="straggler_waste", name="straggler waste", group="money",
          short="GPU time billed while a gang waits for its slowest node",
          detail="Sum over the gang's GPUs of (gang ready − the GPU's own node ready) × price: every GPU that is "
-                "up early is billed while the last node comes up (`llmpack project`, docs/plan.md)."),
+                "up early is billed while the last node comes up (`llmpack cluster plan project`, docs/plan.md)."),
     Term(key="usd_per_1m_tokens", name="$/1M tokens", metric="usd_per_1m_tokens", group="money",
          short="cost / training tokens × 10⁶"),
     Term(key="preemption_waste", name="preemption waste", metric="preemption_waste_usd", group="money",
@@ -157,17 +157,19 @@ TERMS: tuple[Term, ...] = (
                 "can decide it."),
     Term(key="extrapolated", name="extrapolated", group="stats",
          short="projected past the data: nodes × samples needed > samples measured",
-         detail="`llmpack project`: the q-quantile of a max over N nodes needs about N / (1 − q) node samples; "
+         detail="`llmpack cluster plan project`: the q-quantile of a max over N nodes needs about N / (1 − q) "
+                "node samples; "
                 "with fewer it rests on an exponential tail fitted past the largest sample (docs/plan.md)."),
     Term(key="plan_estimate", name="plan (estimate)", group="stats",
-         short="`llmpack plan`'s figures for a run not yet submitted",
+         short="`llmpack cluster plan`'s figures for a run not yet submitted",
          detail="p50 and p90 with 95% intervals per path × GPU type × on-demand/spot, from the user's own "
                 "measured runs (docs/plan.md); a phase "
                 "measured on another GPU type or path is marked borrowed. Not the comparison's round plan "
                 "(`llmpack compare`'s which-runs-to-submit, llmpack/compare/plan.py)."),
     Term(key="borrowed", name="borrowed", group="stats",
          short="a planned figure resting on a phase measured elsewhere",
-         detail="`llmpack plan`: image pull and model load do not depend on the GPU, the orchestrator's overhead "
+         detail="`llmpack cluster plan`: image pull and model load do not depend on the GPU, the orchestrator's "
+                "overhead "
                 "not on the GPU, provisioning and training not on the path: an option lacking its own runs of "
                 "such a phase takes another GPU type's or path's and says so (docs/plan.md)."),
     Term(key="beyond_noise", name="▼ / ▲ / ≈", group="stats",

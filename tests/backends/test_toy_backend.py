@@ -181,7 +181,7 @@ def test_doctor_checks_the_toy_cluster(tmp_path: Path) -> None:
                     cwd=tmp_path, env={**env, "TOY_HOST": server.host})
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0].startswith("llmpack doctor: toyc on ")
+    assert lines[0].startswith("llmpack cluster doctor: toyc on ")
     assert "✓ RBAC (toyc): you may create configmaps, list/watch pods, list/watch events in llmpack" in lines, lines
     assert any(line.startswith("✓ Pod Security (toyc): ") for line in lines), lines
     assert f"✓ Toy server at {server.host} answers (version {VERSION})" in lines, lines

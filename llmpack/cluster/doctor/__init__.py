@@ -1,4 +1,4 @@
-"""``llmpack doctor``: before GPU-hours are spent, check that a cluster has what the compiled artifacts reference.
+"""``llmpack cluster doctor``: check, before GPU-hours are spent, that a cluster has what the artifacts need.
 
 :mod:`.command` is the click command and the order of the checks, :mod:`.checks` the checks
 themselves (each with its fix), :mod:`.reader` the one small reader over the Kubernetes API and

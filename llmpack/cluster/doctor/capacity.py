@@ -1,4 +1,4 @@
-"""What the compiled GPU pods ask of a cluster's capacity and admission, for ``llmpack doctor``.
+"""What the compiled GPU pods ask of a cluster's capacity and admission, for ``llmpack cluster doctor``.
 
 A GPU count per node is not enough to say a run will start: the scheduler also needs a node whose
 allocatable CPU, memory and ephemeral storage hold the pod's requests, and admission refuses a
@@ -333,7 +333,7 @@ def namespace_match(source: str, compiled: str | None, checked: str) -> Check:
     if compiled is None or compiled == checked:
         return Check(True, f"{source} are compiled for namespace {checked}")
     return Check(False, f"{source} are compiled for namespace {compiled}, not {checked} (the one checked here)",
-                 f"llmpack doctor --namespace {_q(compiled)}  # or llmpack compile --namespace {_q(checked)}, "
+                 f"llmpack cluster doctor --namespace {_q(compiled)}  # or llmpack compile --namespace {_q(checked)}, "
                  "and doctor --compiled on what it wrote")
 
 

@@ -1,4 +1,4 @@
-"""The checks of ``llmpack doctor``: everything a first cluster run needs, each a :class:`Check` with its fix.
+"""The checks of ``llmpack cluster doctor``: everything a first cluster run needs, each a :class:`Check` with its fix.
 
 Each function reads through a :class:`~llmpack.cluster.doctor.reader.ClusterReader` and returns its
 checks; none raises for what it finds (a 403 is a failed check saying so). What they hold the

@@ -1,4 +1,4 @@
-"""``llmpack doctor``: before GPU-hours are spent, check that a cluster has what the compiled artifacts reference.
+"""``llmpack cluster doctor``: check, before GPU-hours are spent, that a cluster has what the artifacts need.
 
 One line per check, ``✓`` or ``✗``; under each ``✗`` the command that fixes it. Exit 0 when every
 check holds, 1 otherwise, 2 for bad input (one line). Tokens are never printed: they come from
@@ -9,7 +9,7 @@ In order: the Kubernetes API answers, the namespace is the one compiled for, the
 quotas, Secret, RBAC, Pod Security, each backend's own checks (:attr:`~components.doctor_facts.DoctorFacts.checks`),
 the PVCs and Secrets the compiled pods use; with ``--nodes N`` the gang's runtime, RBAC and shared
 PVC; last the servers' version calls. The checks themselves: :mod:`llmpack.cluster.doctor.checks`. Each
-check and its fix: docs/first-run-on-a-cluster.md, "Check it: llmpack doctor", and docs/cli.md.
+check and its fix: docs/first-run-on-a-cluster.md, "Check it: llmpack cluster doctor", and docs/cli.md.
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ def render(checks: list[Any], opts: DoctorOptions, host: str) -> str:
     """The checklist: ``✓``/``✗`` per check (its fix under a ``✗``), ``·`` for what was not checked."""
     from llmpack.cluster.doctor.waits import Note
 
-    lines = [f"llmpack doctor: {', '.join(opts.paths)} on {host}"
+    lines = [f"llmpack cluster doctor: {', '.join(opts.paths)} on {host}"
              + (f" (gang: {opts.nodes} nodes)" if opts.nodes > 1 else "")]
     for check in checks:
         lines.append(f"{NOTE if isinstance(check, Note) else OK if check.ok else FAIL} {check.what}")
@@ -310,11 +310,11 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
     \b
     One line per check, with the command that fixes each failure. Exit 0 when
     all hold, 1 when one fails, 2 for bad input. Tokens are never printed.
-      llmpack doctor
-      llmpack doctor --path argo --namespace team-a
-      llmpack doctor --nodes 2 --gpus 4 --queue team-a --compiled build/2x4
-      llmpack doctor --model-pvc models --image-pull-secret reg
-      llmpack doctor --nodes 2 --gpus 4 --checkpoint-pvc llmpack-ckpt
+      llmpack cluster doctor
+      llmpack cluster doctor --path argo --namespace team-a
+      llmpack cluster doctor --nodes 2 --gpus 4 --queue team-a --compiled build/2x4
+      llmpack cluster doctor --model-pvc models --image-pull-secret reg
+      llmpack cluster doctor --nodes 2 --gpus 4 --checkpoint-pvc llmpack-ckpt
     """
     from llmpack.cluster.doctor.capacity import compiled_namespace, needs_of
     from llmpack.cluster.doctor.compiled import contradictions, read_facts

@@ -1,5 +1,5 @@
 """What the compiled artifacts ask of a cluster, read from the files ``llmpack compile`` wrote: the pods'
-security settings, for ``llmpack doctor``'s Pod Security check.
+security settings, for ``llmpack cluster doctor``'s Pod Security check.
 
 Each path's pod specs come from its own artifact (the files a user submits), read by its backend
 (:attr:`components.doctor_facts.DoctorFacts.compiled_pods`: KFP's platform spec, the Argo Workflow, the

@@ -1,4 +1,4 @@
-"""What ``llmpack doctor`` reads from a Kubernetes API: one small reader over the real ``kubernetes`` client.
+"""What ``llmpack cluster doctor`` reads from a Kubernetes API: one small reader over the real ``kubernetes`` client.
 
 Every read answers a plain dict (the object as the API server sent it), ``None`` for 404, or
 raises :class:`Unanswered` with one line that never holds a token (:func:`components.servers.kube.secrets_of`).

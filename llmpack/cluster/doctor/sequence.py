@@ -55,6 +55,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
     from llmpack.cluster.doctor.compiled import Facts
     from llmpack.cluster.doctor.reader import Unanswered
 
+    given = needs
     needs = needs or capacity.Needs()
     facts = opts.facts or Facts()
 
@@ -67,9 +68,12 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         checks.append(capacity.namespace_match(needs.source, needs.namespace, opts.namespace))
     gang = opts.nodes > 1
     placement = dc.gpu_placement(opts.gpus, opts.gpu_type)
-    nodes = dc.gpu_nodes(cluster, placement, opts.nodes)
+    asks_gpu = given is None or any(needs.pods.get(p) for p in opts.paths)
+    nodes = dc.gpu_nodes(cluster, placement, opts.nodes) if asks_gpu else []
+    if not asks_gpu:  # a pipeline of one's own without a GPU step: no GPU node is needed
+        checks.append(dc.Check(True, f"GPU nodes: not needed (no pod of {needs.source} asks for a GPU)"))
     checks += nodes
-    if all(c.ok for c in nodes):  # else its line has said why no node takes a GPU pod
+    if nodes and all(c.ok for c in nodes):  # else its line has said why no node takes a GPU pod
         gpu_pods = list({p.where: p for path in opts.paths for p in needs.pods.get(path, [])}.values())
         checks += capacity.node_fit(cluster, placement, gpu_pods)
     checks.append(dc.access(cluster, "pod watcher", "", dc.NODE_VERBS))

@@ -4,7 +4,7 @@
   of ``kubectl get ... -o json``) shares: label names, time parsing, field access, shape checks.
 - :mod:`llmpack.cluster.k8s.podphases`: pure analysis of those objects into one row per pod, and the
   telemetry records of a run's pods; no ``kubernetes`` import.
-- :mod:`llmpack.cluster.k8s.dumps` and :mod:`llmpack.cluster.k8s.timeline`: ``llmpack timeline``.
+- :mod:`llmpack.cluster.k8s.dumps` and :mod:`llmpack.cluster.k8s.timeline`: ``llmpack cluster timeline``.
 - :mod:`llmpack.cluster.k8s.slim`: objects trimmed to what the analysis and node billing read (the watcher keeps these).
 - :mod:`llmpack.cluster.k8s.billing`: pods and nodes billed (GPU-seconds per pod, node spans, node cost).
 - :mod:`llmpack.cluster.k8s.api`: the Kubernetes API client (host and token, kubeconfig or in-cluster) and its

@@ -37,7 +37,7 @@ from llmpack.cluster.k8s.objects import (
 from llmpack.cluster.k8s.preemption import attempt_outcome, disruption_fields
 from llmpack.cluster.k8s.pulls import PullIndex
 
-# The columns of a row, in order (the JSON of `llmpack timeline --json` has exactly these keys).
+# The columns of a row, in order (the JSON of `llmpack cluster timeline --json` has exactly these keys).
 ROW_FIELDS = (
     "pod",
     "namespace",

@@ -1,4 +1,4 @@
-"""``llmpack timeline``: pod phase rows from dump files, and the plain-text table they print as."""
+"""``llmpack cluster timeline``: pod phase rows from dump files, and the plain-text table they print as."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def timeline_from_files(
     run_group: str | None = None,
     runs: Mapping[str, str | None] | None = None,
 ) -> list[dict[str, Any]]:
-    """``llmpack timeline``: rows from dump files; every error is one line naming the file.
+    """``llmpack cluster timeline``: rows from dump files; every error is one line naming the file.
 
     ``run_group`` keeps that run group's pods; ``runs`` adds pods by orchestrator run id (a KFP
     run id -> its pipeline_run), see :func:`select_pods`.

@@ -1,4 +1,4 @@
-"""``llmpack plan``: before anything is submitted, each path x GPU type x on-demand/spot estimated from
+"""``llmpack cluster plan``: before anything is submitted, each path x GPU type x on-demand/spot estimated from
 the user's own measured history (docs/plan.md).
 
 Not :mod:`llmpack.compare.plan`, which is the comparison's round plan (which runs to submit).

@@ -1,4 +1,4 @@
-"""``llmpack plan --calibration``: would the plan have held on the history itself, and did it hold on
+"""``llmpack cluster plan --calibration``: would the plan have held on the history itself, and did it hold on
 the runs submitted with ``--plan``.
 
 **Held out** (:mod:`.holdout`): every measured run planned from the other runs of its option

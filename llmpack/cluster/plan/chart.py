@@ -40,7 +40,7 @@ def chart_plan(rows: Sequence[OptionEstimate], choice: Choice, path: Path) -> No
                         xytext=(-14, 14), textcoords="offset points", ha="right", fontsize=9, color="#d62728")
     ax.set_xlabel("time to first step, p50, minutes from submit (bar: 95% interval)")
     ax.set_ylabel("cost per run, USD (bar: 95% interval)")
-    ax.set_title("llmpack plan: cost vs time to first step (hollow: spot; ringed: chosen)", fontsize=10)
+    ax.set_title("llmpack cluster plan: cost vs time to first step (hollow: spot; ringed: chosen)", fontsize=10)
     ax.grid(alpha=0.3)
     if shown:
         ax.legend(fontsize=7, frameon=False, loc="best")

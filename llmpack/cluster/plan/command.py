@@ -1,4 +1,4 @@
-"""``llmpack plan``: the click command (registered in :mod:`llmpack.cli` with one line).
+"""``llmpack cluster plan``: the click command (registered in :mod:`llmpack.cli` with one line).
 
 Reads the measured history (progress on stderr), estimates every option, prints the table (or
 ``--json``) and with ``--out DIR`` writes ``plan.json`` and ``plan.png``, each whole or not at all.

@@ -1,6 +1,6 @@
 """The user's measured history in: one :class:`RunSample` per succeeded gang run of the run groups.
 
-The runs are the pipeline records ``llmpack report`` and ``llmpack project`` read
+The runs are the pipeline records ``llmpack report`` and ``llmpack cluster plan project`` read
 (:func:`llmpack.report.facts.runs_from_mlflow`, the finetune gang's per-node events by
 :func:`llmpack.cluster.plan.project.data.gang_of_run`); a run keeps its phases apart so that :mod:`.phases`
 can borrow the ones that do not depend on the GPU. Cluster runs are history: a gang's per-node events,
@@ -264,7 +264,7 @@ def all_groups(tracking_uri: str | None) -> list[str]:
 
 
 def from_dumps(pods: str, nodes: str | None, events: str | None, progress: Progress | None = None) -> History:
-    """Every succeeded gang of kubectl dumps (as ``llmpack project --pods`` reads them), each on the GPU
+    """Every succeeded gang of kubectl dumps (as ``llmpack cluster plan project --pods`` reads them), each on the GPU
     type and capacity of its nodes' labels, node by node; a gang whose nodes differ in GPU type is left
     out (a line says how many). Dumps hold no in-container events: no load (first step) and no
     post-training time, which the plan then borrows or marks."""

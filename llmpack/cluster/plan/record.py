@@ -1,8 +1,8 @@
 """The estimate on the run: ``submit --plan FILE`` and ``compare --cluster --plan FILE`` read the plan
-``llmpack plan --out`` (or ``--json``) wrote, take the row of the path and GPU type being run, refuse
+``llmpack cluster plan --out`` (or ``--json``) wrote, take the row of the path and GPU type being run, refuse
 (one line, exit 2, nothing submitted) when ``--max-cost`` is below the row's cost upper bound, and
 after submitting put the row on the run's record as ``llmpack.plan.*`` tags: the report compares them
-with what the run measured (:mod:`llmpack.report.estimate`), ``llmpack plan --calibration`` counts them.
+with what the run measured (:mod:`llmpack.report.estimate`), ``llmpack cluster plan --calibration`` counts them.
 
 A tag holds ``value,low,high`` (seconds or USD); the headline keys are
 :data:`llmpack.cluster.plan.estimate.HEADLINES` and ``cost_usd``.
@@ -32,9 +32,9 @@ def load(path: str) -> dict[str, Any]:
     except OSError as exc:
         raise InputError(f"--plan {path}: cannot read it ({exc.strerror or exc})") from None
     except InputError as exc:
-        raise InputError(f"--plan {exc}; write one with llmpack plan --out DIR (its plan.json)") from None
+        raise InputError(f"--plan {exc}; write one with llmpack cluster plan --out DIR (its plan.json)") from None
     if not isinstance(data, dict) or not isinstance(data.get("options"), list):
-        raise InputError(f"--plan {path}: not a plan (no 'options' list); write one with llmpack plan --out DIR")
+        raise InputError(f"--plan {path}: not a plan (no 'options' list); write one: llmpack cluster plan --out DIR")
     return data
 
 
@@ -82,7 +82,7 @@ def row_for(plan: Mapping[str, Any], path: str, gpu_type: str | None, where: str
             and (gpu_type is None or r.get("gpu_type") == gpu_type)]
     if not rows:
         gpu = f" on {gpu_type}" if gpu_type else ""
-        raise InputError(f"{where}: the plan has no estimate for {path}{gpu}; plan it first (llmpack plan --paths "
+        raise InputError(f"{where}: the plan has no estimate for {path}{gpu}; plan it (llmpack cluster plan --paths "
                          f"{path}{' --gpu-type ' + gpu_type if gpu_type else ''} --out DIR)")
     row = next((r for r in rows if r.get("chosen")), None) or next(
         (r for r in rows if r.get("capacity") == "on-demand"), rows[0])
@@ -138,7 +138,7 @@ def options(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), default=None, metavar="USD",
                         help="With --plan: refuse to submit when the estimate's cost upper bound exceeds this.")(func)
     return click.option("--plan", "plan_file", default=None, metavar="FILE",
-                        help="A plan.json of `llmpack plan --out`: record its estimate on the run (and "
+                        help="A plan.json of `llmpack cluster plan --out`: record its estimate on the run (and "
                              "check --max-cost).")(func)
 
 

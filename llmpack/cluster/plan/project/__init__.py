@@ -1,4 +1,4 @@
-"""``llmpack project``: from measured gangs to gangs nobody can rehearse (docs/plan.md).
+"""``llmpack cluster plan project``: from measured gangs to gangs nobody can rehearse (docs/plan.md).
 
 A gang is ready when its slowest node is, so its ready time is the maximum over N nodes; every
 GPU ready early waits, billed, for the last. The modules, in the order data flows:

@@ -1,4 +1,4 @@
-"""``llmpack project``: the click command (registered in :mod:`llmpack.cli` with one line).
+"""``llmpack cluster plan project``: the click command (registered in :mod:`llmpack.cli` with one line).
 
 Reads measured gangs (MLflow run groups, or kubectl dumps), projects each path to the gang sizes
 asked, prints the table (or ``--json``), and with ``--out DIR`` writes the two charts, the JSON

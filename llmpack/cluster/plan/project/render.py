@@ -116,6 +116,6 @@ def as_html(text: str, sentences: Sequence[str], charts: Sequence[str]) -> str:
     """A one-page summary: the sentences, the charts, the table as text."""
     items = "".join(f"<li>{html.escape(s)}</li>" for s in sentences)
     images = "".join(f'<p><img src="{html.escape(c)}" alt="{html.escape(c)}"></p>' for c in charts)
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>llmpack project</title></head><body>"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>llmpack cluster plan project</title></head><body>"
             f"<h1>Projected gangs</h1><ul>{items}</ul>{images}<pre>{html.escape(text)}</pre>"
             f"<p><small>{html.escape(METHOD)}</small></p></body></html>\n")

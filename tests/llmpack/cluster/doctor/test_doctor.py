@@ -327,3 +327,31 @@ def test_artifacts_compiled_with_another_tracking_secret_are_checked_by_its_name
     assert [line for line in failed_lines(out) if "team-mlflow" in line] == [
         "✗ Secret team-mlflow missing in llmpack (every pod reads tracking-uri from it)"], out  # once, not twice
     assert "Secret llmpack-mlflow" not in out, out
+
+
+@pytest.mark.slow  # a compile of its own
+def test_a_pipeline_without_a_gpu_step_needs_no_gpu_node(ready: Ready, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 52 (the fourth trial): ``doctor --compiled`` of one's own pipeline without a GPU step checked GPU
+    nodes, taints and fit the pipeline never asks for."""
+    import sys
+
+    from llmpack.compile.artifacts import compile_all
+
+    (tmp_path / "nogpu_52.py").write_text(
+        "import json\nfrom pathlib import Path\n"
+        "from components import Dataset, Input, Metrics, Output, pipeline, step\n"
+        "from components.steps.prepare_data import prepare_data\n\n\n"
+        "@step()\ndef count_rows(dataset: Input[Dataset], counts: Output[Metrics]) -> None:\n"
+        "    rows = (Path(dataset.path) / 'train.jsonl').read_text().splitlines()\n"
+        "    (Path(counts.path) / 'counts.json').write_text(json.dumps({'train': len(rows)}))\n\n\n"
+        "@pipeline(name='no-gpu')\ndef no_gpu(seed: int = 0) -> None:\n"
+        "    count_rows(dataset=prepare_data(seed=seed).outputs['dataset'])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "nogpu_52", raising=False)
+    from nogpu_52 import no_gpu  # type: ignore[import-not-found]
+
+    compile_all(tmp_path / "out", no_gpu())
+    code, out = ready.doctor("--path", "argo,mlflow", "--compiled", str(tmp_path / "out"))
+    assert "✓ GPU nodes: not needed (no pod of the artifacts in" in out, out
+    assert "nvidia.com/gpu" not in out and "GPU node" not in out.replace("GPU nodes: not needed", ""), out
