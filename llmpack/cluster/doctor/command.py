@@ -312,7 +312,7 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
     all hold, 1 when one fails, 2 for bad input. Tokens are never printed.
       llmpack cluster doctor
       llmpack cluster doctor --path argo --namespace team-a
-      llmpack cluster doctor --nodes 2 --gpus 4 --queue team-a --compiled build/2x4
+      llmpack cluster doctor --compiled build/2x4 --queue team-a
       llmpack cluster doctor --model-pvc models --image-pull-secret reg
       llmpack cluster doctor --nodes 2 --gpus 4 --checkpoint-pvc llmpack-ckpt
     """
