@@ -19,6 +19,8 @@ from components.serving import sealed
 from components.training.modeling import MODEL_META
 from tests.conftest import run_step
 
+pytestmark = pytest.mark.slow  # finetune, evaluate and register processes in every test: the slow tier
+
 EVAL = "components.steps.evaluate:evaluate"
 REG = "components.steps.register:register"
 ADAPTER = "adapter/adapter_model.safetensors"

@@ -162,6 +162,7 @@ def test_finetune_resumes_from_a_checkpoint_with_identical_result(tokens: Path, 
     assert a == b, "a resumed run must end with the same weights as an uninterrupted one"
 
 
+@pytest.mark.slow  # finetune and evaluate processes: the slow tier
 def test_evaluate_gate_fails_the_step(tokens: Path, finetuned: Path, fresh_tracking_uri: str, tmp_path: Path) -> None:
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
     model = finetuned

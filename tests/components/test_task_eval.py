@@ -104,6 +104,7 @@ def test_greedy_answers_on_tiny_are_deterministic_and_bounded() -> None:
     assert len(first) == 3 and all(len(a) <= 6 for a in first[:2]) and len(first[2]) <= 12
 
 
+@pytest.mark.slow  # evaluate processes: the slow tier
 def test_evaluate_logs_task_metrics_and_gates_on_the_chosen_metric(tokens: Path, finetuned: Path,
                                                                    tmp_path: Path) -> None:
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}

@@ -146,6 +146,7 @@ def test_a_parked_member_gives_the_same_registration_and_record(probe_dir: Path,
     assert results["1"] == results["0"]
 
 
+@pytest.mark.slow  # a fused step's processes: the slow tier
 def test_a_sigterm_in_a_parked_members_turn_ends_it_and_the_fused_step_with_143(probe_dir: Path, tmp_path: Path):
     root = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "components.run", "llmpack_warm_probe:fused",
@@ -182,6 +183,7 @@ def test_when_an_earlier_member_fails_the_parked_process_ends_without_running(pr
     assert not (tmp_path / "run" / "reg" / "registration.json").exists()
 
 
+@pytest.mark.slow  # a fused step's processes: the slow tier
 def test_the_parked_members_failure_is_the_fused_steps(probe_dir: Path, tmp_path: Path):
     r = _run(probe_dir, tmp_path / "run", "--param=no_metrics=true")  # register cannot read evaluate's metrics
     assert r.returncode == 1

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a whole run through a step process: the slow tier
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "tutorials" / "show_record.py"
 

@@ -276,6 +276,7 @@ def test_report_files_and_rebuild_from_mlflow(repeated: tuple[Path, dict]) -> No
         {m: {o: e["verdict"] for o, e in p.items()} for m, p in out["verdicts"].items()}
 
 
+@pytest.mark.slow  # whole runs on two paths: the slow tier
 def test_a_failed_path_keeps_the_others(tmp_path: Path) -> None:
     bad = tmp_path / "one.jsonl"
     bad.write_text('{"prompt": "a", "response": "b"}\n' * 2)  # valid rows, but one prompt: nothing to hold out
