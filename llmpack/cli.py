@@ -126,6 +126,7 @@ class OneLineErrors(Group):
         from components.redaction import install_log_redaction
 
         install_log_redaction()  # urllib3's retry lines, MLflow's logs, every warning: through the one redaction path
+        _bound_mlflow_retries()
         quiet_library_warnings()
         _raise_on_sigterm()
         try:
@@ -188,6 +189,21 @@ def kept_hint(kept: Path) -> str:
                 f"then remove it with: rm -rf {quoted}, or {clean_now_command(kept.parent)})")
     return (f"the run's MLflow record ended KILLED; kept {kept} (remove with: rm -rf {quoted}, or "
             f"{clean_now_command(kept.parent)}, which removes every failed run there)")
+
+
+def _bound_mlflow_retries() -> None:
+    """MLflow's own HTTP retries in this process bounded by ``LLMPACK_TRACKING_MAX_WAIT_S`` (a report, sync or
+    compare against an unreachable store took minutes: urllib3's 7 retries of 120 s requests); the user's own
+    MLFLOW_HTTP_REQUEST_* settings kept. A bad setting is left for the command to refuse in its own line."""
+    import os
+
+    from components.errors import InputError
+    from components.record.retries import mlflow_http_env, upload_retry
+
+    try:
+        os.environ.update(mlflow_http_env(upload_retry(), os.environ))
+    except InputError:
+        pass
 
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
