@@ -36,7 +36,10 @@ _NO_AUTHORITY = re.compile(r"(?i)(models|runs|file|dbfs|mlflow-artifacts):/|/") 
 # A URI in free text: its scheme, then everything up to white space (a password may hold quotes and brackets).
 _URI_RUN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S*")  # a bounded scheme: linear in the text
 # ``alice:pw@host[:port]`` typed without a scheme (MLflow quotes it whole in its error): the password blanked
-_BARE_USERINFO = re.compile(r"(?<![\w.%+/:@-])([A-Za-z0-9._%+-]{1,64}):([^\s@/'\"]{1,256})@(?=[A-Za-z0-9\[])")
+# (the user may be an e-mail address; the password may hold '/' and '@': it runs to the last '@' before a host)
+_BARE_USERINFO = re.compile(r"(?<![\w.%+/:@-])([A-Za-z0-9._%+-]{1,64}(?:@[A-Za-z0-9.-]{1,253})?):(?!/)"
+                            r"([^\s'\"]{1,256})@(?=(?:[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.%]{2,64}\])(?::[0-9]{1,5})?"
+                            r"(?:[\s'\"/),;\]]|$))")
 # ``?token=x``, ``&jwt=x``, ``;pw=x``, ``#access_token=x`` in a URI or a bare path (urllib3 logs ``/api?token=x``):
 # the value runs to white space or the next ``&name=`` / ``;name=`` (a raw '&' or '#' in a secret is blanked too).
 _QUERY_KEY = r"[A-Za-z0-9_.%+\[\]-]{1,128}"
@@ -297,7 +300,8 @@ def uri_problem(uri: str) -> str | None:
     Other schemes (sqlite, file, databricks...) are left to their library: they hold no port.
     """
     parts = split_uri(uri)
-    if not parts.prefix and parts.userinfo is not None and not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", parts.host or "-"):
+    if ("://" not in uri and "@" in uri and not uri.startswith(("/", ".", "~"))
+            and not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:/", uri)):  # user@host typed with no scheme: never a path
         return ("no scheme before its user name and password (not shown): write http://HOST:PORT or https://..., "
                 "the user and password in MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD")
     if parts.prefix.lower() not in ("http://", "https://"):

@@ -68,7 +68,9 @@ def connection(host: str | None, token: str | None, env: Mapping[str, str]) -> t
     if token is None and env.get("KF_PIPELINES_SA_TOKEN_PATH"):
         path = Path(env["KF_PIPELINES_SA_TOKEN_PATH"])
         try:
-            token = path.read_text(encoding="utf-8").strip() or None
+            from components.bounded import read_bytes  # a FIFO or device refused, not waited on
+
+            token = read_bytes(path, 1 << 16, follow_symlinks=True).decode("utf-8", "replace").strip() or None
         except OSError as exc:
             raise InputError(f"KF_PIPELINES_SA_TOKEN_PATH {path}: cannot read ({exc.strerror})") from None
     return normalize_host(host), token

@@ -97,7 +97,9 @@ def from_host(host: str, token: str | None, token_file: str | os.PathLike[str] |
         raise InputError(f"Kubernetes host {host!r} must be an http:// or https:// URL")
     if token_file and not token:
         try:
-            token = Path(token_file).read_text(encoding="utf-8").strip()
+            from components.bounded import read_bytes  # a FIFO or device refused, not waited on
+
+            token = read_bytes(token_file, 1 << 16, follow_symlinks=True).decode("utf-8", "replace").strip()
         except OSError as exc:
             raise InputError(f"{token_file}: cannot read the token file ({exc.strerror or exc})") from None
     token = (token or "").strip().removeprefix("Bearer ").strip() or None

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -44,9 +43,13 @@ def check_model_ref(model: str) -> None:
         config = path / "config.json"
         if not config.is_file():
             raise InputError(f"model {model}: not a model directory (no config.json)")
+        from components import bounded
+
         try:
-            cfg = json.loads(config.read_text())
-        except (OSError, json.JSONDecodeError):
+            cfg = bounded.read_json(config, follow_symlinks=True)  # size and depth capped: one line, never a traceback
+        except InputError:
+            raise
+        except (OSError, ValueError):
             raise InputError(f"{config}: not valid JSON") from None
         if not isinstance(cfg, dict) or "model_type" not in cfg:
             raise InputError(f"{config}: missing field 'model_type'")

@@ -96,11 +96,16 @@ class TrainerStatus:
         try:
             headers = {"Content-Type": "application/json"}
             if self.token_file:
-                with open(self.token_file, encoding="utf-8") as fh:  # re-read: a projected token rotates
-                    headers["Authorization"] = f"Bearer {fh.read().strip()}"
+                from components.bounded import read_bytes  # a FIFO or device refused; a projected token's link kept
+
+                token = read_bytes(self.token_file, 1 << 16, follow_symlinks=True)  # re-read: it rotates
+                headers["Authorization"] = f"Bearer {token.decode('utf-8', 'replace').strip()}"
             context = ssl.create_default_context(cafile=self.ca_file) if self.url.startswith("https") else None
             request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context) as resp:
+            from components.record.rest_auth import NoRedirect  # the token never follows a Location
+
+            opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), NoRedirect())
+            with opener.open(request, timeout=TIMEOUT_S) as resp:
                 resp.read()
             self.sent += 1
         except (OSError, ValueError, ssl.SSLError) as exc:

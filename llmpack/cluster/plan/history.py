@@ -191,8 +191,13 @@ def read_only_client(tracking_uri: str | None) -> Any | None:
     uri = tracking.tracking_uri(tracking_uri)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):].split("?", 1)[0]).is_file():
         return None
-    mc = MlflowClient(tracking_uri=uri)
-    return mc if mc.get_experiment_by_name(tracking.experiment_name()) is not None else None
+    try:
+        mc = MlflowClient(tracking_uri=uri)
+        found = mc.get_experiment_by_name(tracking.experiment_name())
+    except Exception as exc:  # noqa: BLE001 - MLflow's store errors (unsupported, unreachable): one line
+        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)} does not answer or cannot be opened "
+                         f"({type(exc).__name__})") from None
+    return mc if found is not None else None
 
 
 def from_mlflow(run_groups: Sequence[str], tracking_uri: str | None, progress: Progress | None = None,
