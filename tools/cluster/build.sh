@@ -5,9 +5,13 @@
 # go.mod/go.sum reuses it. Prints the bin directory on stdout, nothing else.
 # Nothing prebuilt is downloaded: the Go module proxy serves sources only.
 # --cached: print the bin directory if it is built, else exit 1 (builds nothing).
-# --controllers: the JobSet and Kubeflow Trainer controller managers instead, from the module
-#   of their own in controllers/ (their k8s.io pins differ from the control plane's), into a
-#   cache directory keyed by that module's pins the same way.
+# One of these builds another set instead, each from a module of its own (their k8s.io and
+# controller-runtime pins differ from the control plane's and from one another's), into a cache
+# directory keyed by that module's pins the same way:
+# --controllers: the JobSet and Kubeflow Trainer controller managers (controllers/go.mod);
+# --kueue: Kueue's controller manager (kueue/go.mod);
+# --argo: Argo Workflows' workflow-controller and argoexec (argo/go.mod, a wrapper module
+#   carrying argo-workflows' own `replace` lines).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cached=0 set=control-plane
@@ -15,7 +19,9 @@ for arg in "$@"; do
     case "$arg" in
         --cached) cached=1 ;;
         --controllers) set=controllers ;;
-        *) echo "cluster-build: unknown argument '$arg' (--cached, --controllers)" >&2; exit 2 ;;
+        --kueue) set=kueue ;;
+        --argo) set=argo ;;
+        *) echo "cluster-build: unknown argument '$arg' (--cached, --controllers, --kueue, --argo)" >&2; exit 2 ;;
     esac
 done
 go_bin="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
@@ -24,21 +30,26 @@ if [[ ! -x "$go_bin" ]]; then
     exit 2
 fi
 cache="${LLMPACK_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llmpack-cluster}"
-if [[ $set == controllers ]]; then
-    mod="$here/controllers"
-    cmds=(jobset trainer-controller-manager)
-    pkgs=(sigs.k8s.io/jobset github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager)
+if [[ $set != control-plane ]]; then
+    case $set in
+        controllers) mod="$here/controllers" cmds=(jobset trainer-controller-manager)
+            pkgs=(sigs.k8s.io/jobset github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager) ;;
+        kueue) mod="$here/kueue" cmds=(kueue) pkgs=(sigs.k8s.io/kueue/cmd/kueue) ;;
+        argo) mod="$here/argo" cmds=(workflow-controller argoexec)
+            pkgs=(github.com/argoproj/argo-workflows/v3/cmd/workflow-controller
+                  github.com/argoproj/argo-workflows/v3/cmd/argoexec) ;;
+    esac
     key="$( (cat "$mod/go.mod" "$mod/go.sum"; echo "${pkgs[*]} -s -w") | sha256sum | cut -c1-16)"
-    bin="$cache/controllers-$key/bin"
+    bin="$cache/$set-$key/bin"
     have_all=1
     for c in "${cmds[@]}"; do [[ -x "$bin/$c" ]] || have_all=0; done
     if [[ $have_all == 1 ]]; then
-        [[ $cached == 1 ]] || echo "cluster-build: controllers cached in $bin" >&2
+        [[ $cached == 1 ]] || echo "cluster-build: $set cached in $bin" >&2
         echo "$bin"
         exit 0
     fi
     if [[ $cached == 1 ]]; then
-        echo "cluster-build: the controllers are not built yet for these pins (make cluster-build)" >&2
+        echo "cluster-build: $set not built yet for these pins (make cluster-build)" >&2
         exit 1
     fi
     tmp="$bin.partial"
@@ -52,7 +63,7 @@ if [[ $set == controllers ]]; then
     done
     rm -rf "$bin"
     mv "$tmp" "$bin"
-    echo "cluster-build: controllers built in $((SECONDS - start)) s" >&2
+    echo "cluster-build: $set built in $((SECONDS - start)) s" >&2
     echo "$bin"
     exit 0
 fi
