@@ -39,7 +39,11 @@ if [[ $set != control-plane ]]; then
             pkgs=(github.com/argoproj/argo-workflows/v3/cmd/workflow-controller
                   github.com/argoproj/argo-workflows/v3/cmd/argoexec) ;;
     esac
-    key="$( (cat "$mod/go.mod" "$mod/go.sum"; echo "${pkgs[*]} -s -w") | sha256sum | cut -c1-16)"
+    ldflags="-s -w"
+    # Argo's binaries report the pinned release (the controller's default executor image tag too)
+    [[ $set != argo ]] || ldflags+=" -X github.com/argoproj/argo-workflows/v3.version=$(awk \
+        '{for (i = 1; i < NF; i++) if ($i == "github.com/argoproj/argo-workflows/v3") {print $(i + 1); exit}}' "$mod/go.mod")"
+    key="$( (cat "$mod/go.mod" "$mod/go.sum"; echo "${pkgs[*]} $ldflags") | sha256sum | cut -c1-16)"
     bin="$cache/$set-$key/bin"
     have_all=1
     for c in "${cmds[@]}"; do [[ -x "$bin/$c" ]] || have_all=0; done
@@ -57,7 +61,30 @@ if [[ $set != control-plane ]]; then
     mkdir -p "$tmp"
     echo "cluster-build: compiling ${cmds[*]} into $bin (cold: minutes on 2 cores)" >&2
     start=$SECONDS
-    (cd "$mod" && CGO_ENABLED=0 GOFLAGS=-mod=readonly "$go_bin" build -trimpath -ldflags="-s -w" -o "$tmp/" "${pkgs[@]}")
+    modfile=()
+    if [[ $set == argo ]]; then
+        # The module zip the proxy serves lacks workflow/executor/osspecific/signal_linux.go: in the
+        # repository it is a symlink to signal_darwin.go, and module zips leave symlinks out, so
+        # argoexec does not build for linux from the module as served (undefined: Setpgid). Built
+        # from a copy of the module source with that file restored, by a replace in a go.mod made
+        # here (-modfile): the pinned go.mod/go.sum are left as they are.
+        src="$(cd "$mod" && GOFLAGS=-mod=readonly "$go_bin" mod download -json github.com/argoproj/argo-workflows/v3 \
+            | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
+        work="$cache/$set-$key/src"
+        rm -rf "$work"
+        mkdir -p "$work"
+        cp -r "$src" "$work/argo-workflows"
+        chmod -R u+w "$work/argo-workflows"
+        os_dir="$work/argo-workflows/workflow/executor/osspecific"
+        [[ -e "$os_dir/signal_linux.go" ]] || cp "$os_dir/signal_darwin.go" "$os_dir/signal_linux.go"
+        cp "$mod/go.mod" "$work/go.mod"
+        cp "$mod/go.sum" "$work/go.sum"
+        echo "replace github.com/argoproj/argo-workflows/v3 => $work/argo-workflows" >>"$work/go.mod"
+        modfile=(-modfile "$work/go.mod")
+    fi
+    (cd "$mod" && CGO_ENABLED=0 GOFLAGS=-mod=readonly "$go_bin" build "${modfile[@]}" -trimpath -ldflags="$ldflags" \
+        -o "$tmp/" "${pkgs[@]}")
+    [[ $set != argo ]] || rm -rf "$work"
     for c in "${cmds[@]}"; do
         [[ -x "$tmp/$c" ]] || { echo "cluster-build: $c was not built" >&2; exit 1; }
     done

@@ -151,3 +151,33 @@ CFG
     "${kubectl[@]}" kustomize "$kueue_src/config/components/webhook" >"$state/kueue-webhooks.yaml"
     ctl_register kueue "$kueue_hook" "$kueue_src/config/components/rbac/role.yaml" "$state/kueue-webhooks.yaml"
 fi
+
+if want_ctl argo; then
+    # Argo Workflows' workflow-controller as its cluster install runs it (manifests/cluster-install:
+    # it watches Workflows in every namespace), in namespace argo. Its CRDs are the full-schema ones
+    # (manifests/base/crds/full: the API server validates Workflows against them; the release's
+    # cluster install applies the minimal ones), its RBAC the cluster install's Role and ClusterRoles
+    # with their bindings repointed at this controller's user, its ConfigMap the release's
+    # (manifests/base/workflow-controller, empty) with metrics and telemetry off (their server would
+    # bind :9090 on every interface). Its pods' init and wait containers name the executor image
+    # quay.io/argoproj/argoexec:<the pin>; a process kubelet runs it from argoexec built here.
+    # No webhooks (Argo has none); leader election off (LEADER_ELECTION_DISABLE). Its /healthz is on
+    # :6060 of every interface, fixed in cmd/workflow-controller: not used (two clusters would share
+    # it); it is ready when its log says its caches are synced (its first "Performing periodic GC").
+    argo_src="$(ctl_mod_dir github.com/argoproj/argo-workflows/v3 argo)"
+    [[ -d "$argo_src/manifests/base/crds/full" ]] || die "Argo's module source not in Go's module cache (make cluster-build-argo)"
+    "${kubectl[@]}" create namespace argo >/dev/null
+    ctl_crds "$argo_src"/manifests/base/crds/full/argoproj.io_*.yaml
+    "${kubectl[@]}" kustomize "$argo_src/manifests/cluster-install-no-crds/workflow-controller-rbac" \
+        | "${kubectl[@]}" create --dry-run=client -o json -f - \
+        | python3 "$here/controllers.py" --name argo --port 0 --ca "$pki/ca.crt" --namespace argo \
+        | "${kubectl[@]}" apply --server-side -f - >/dev/null
+    "${kubectl[@]}" create -n argo -f "$argo_src/manifests/base/workflow-controller/workflow-controller-configmap.yaml" >/dev/null
+    "${kubectl[@]}" -n argo patch configmap workflow-controller-configmap --type merge \
+        -p '{"data": {"metricsConfig": "enabled: false\n", "telemetryConfig": "enabled: false\n"}}' >/dev/null
+    cert argo-controller "/CN=llmpack-argo-controller"
+    kubeconfig argo-controller
+    start argo-controller env KUBECONFIG="$state/argo-controller.kubeconfig" LEADER_ELECTION_DISABLE=true \
+        "$argo_bin/workflow-controller" --namespace argo --configmap workflow-controller-configmap
+    wait_for "the argo controller" 60 grep -q "Performing periodic GC" "$state/logs/argo-controller.log"
+fi
