@@ -10,11 +10,7 @@ local folders, paths under a ``mountPath`` rewritten to them. A pod it cannot ru
 the reason, never left Pending. Everything is bounded: a container runs at most ``deadline_s``;
 :meth:`ProcessKubelet.close` ends the process groups it started (by pid) and deletes its nodes.
 
-With ``containers=True`` (root only: mount namespaces) each container runs as a container sees
-itself: in a mount namespace of its own where its volumes are bound at their ``mountPath``s (no
-path rewritten) and ``/tmp`` is a folder of its own unless a volume is mounted there, with the API
-server's address in ``KUBERNETES_SERVICE_HOST``/``_PORT`` and its image folder's ``bin/`` first on
-``PATH``: what Argo's executor needs (fixed paths under ``/var/run/argo``, the in-cluster config).
+With ``containers=True`` each container sees its volumes at their mount paths (``containers.py``).
 
 What it maps and what it does not play: docs/internals/real-cluster.md, "Pods that run code: the process kubelet".
 """
@@ -22,7 +18,6 @@ What it maps and what it does not play: docs/internals/real-cluster.md, "Pods th
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
 import signal
@@ -40,29 +35,6 @@ KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # a Secret/ConfigMap key
 PROCESS_LABEL = "llmpack.io/process-node"
 LEASE_NS = "kube-node-lease"
 
-# Run under `unshare --mount` (container mode), started in the image's folder: argv[1] the JSON {"mounts":
-# [[source, target], ...] shallowest target first, "cwd": a workingDir or null}, the rest the command. Every source
-# is opened first (a later mount, /tmp's, may hide it), then bound at its target through /proc/self/fd (a target
-# made where absent), then the command executed (in workingDir, which may be on a volume).
-MOUNT_AND_EXEC = """
-import ctypes, json, os, stat, sys
-spec, argv = json.loads(sys.argv[1]), sys.argv[2:]
-libc = ctypes.CDLL(None, use_errno=True)
-opened = [(os.open(src, os.O_PATH), src, target) for src, target in spec["mounts"]]
-for fd, src, target in opened:
-    if stat.S_ISDIR(os.fstat(fd).st_mode):
-        os.makedirs(target, exist_ok=True)
-    elif not os.path.exists(target):
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        open(target, "a").close()
-    if libc.mount(f"/proc/self/fd/{fd}".encode(), target.encode(), None, 4096, None) != 0:  # MS_BIND
-        err = ctypes.get_errno()
-        sys.exit(f"process kubelet: bind {src} at {target}: {os.strerror(err)}")
-    os.close(fd)
-if spec["cwd"]:
-    os.chdir(spec["cwd"])
-os.execvp(argv[0], argv)
-"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -434,8 +406,8 @@ class ProcessKubelet:
 
     def _prepare(self, pod: dict[str, Any], c: dict[str, Any],
                  volumes: Mapping[str, Path]) -> tuple[dict[str, Any], list[str], Path, dict[str, str]]:
-        """(container, argv, working dir, env) of one container, its paths moved onto the volumes' folders (or, in
-        container mode, its argv wrapped to see them at their mount paths)."""
+        """(container, argv, working dir, env) of one container, its paths moved onto the volumes' folders (container
+        mode: its argv wrapped to see them at their mount paths)."""
         image = c.get("image", "")
         repo = image.split("@", 1)[0]
         repo = repo.rsplit(":", 1)[0] if ":" in repo.rsplit("/", 1)[-1] else repo
@@ -447,7 +419,10 @@ class ProcessKubelet:
                 raise CannotRun("CreateContainerConfigError", f"volumeMount {m['name']}: no such volume")
             mounts[m["mountPath"]] = volumes[m["name"]] / m["subPath"] if m.get("subPath") else volumes[m["name"]]
         if self.containers:
-            return self._prepare_container(pod, c, mounts, self.images[repo])
+            from tests.realcluster.containers import container_argv, container_env
+
+            env = container_env(self.api, self._env(pod, c), self.images[repo], self.base_env)
+            return c, container_argv(self, pod, c, mounts, self.images[repo], env), self.images[repo], env
         env = {k: rewrite(v, mounts) for k, v in self._env(pod, c).items()}
         argv = [expand(a, env) for a in (c.get("command") or []) + (c.get("args") or [])]
         if not argv:
@@ -463,33 +438,6 @@ class ProcessKubelet:
                 raise CannotRun("CreateContainerConfigError", f"workingDir {moved} is on no volume")
             cwd = Path(moved)
         return c, argv, cwd, env
-
-    def _prepare_container(self, pod: dict[str, Any], c: dict[str, Any], mounts: dict[str, Path],
-                           image: Path) -> tuple[dict[str, Any], list[str], Path, dict[str, str]]:
-        """Container mode: the argv runs under ``unshare --mount`` through :data:`MOUNT_AND_EXEC`, which binds each
-        volume at its mount path (and a /tmp of the container's own) before it executes the command."""
-        from urllib.parse import urlsplit
-
-        api = urlsplit(self.api.configuration.host)
-        env = {"KUBERNETES_SERVICE_HOST": api.hostname or "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(api.port or 443),
-               **self._env(pod, c)}
-        env["PATH"] = os.pathsep.join([str(image / "bin"), env.get("PATH") or self.base_env.get("PATH", "/usr/bin:/bin")])
-        argv = [expand(a, env) for a in (c.get("command") or []) + (c.get("args") or [])]
-        if not argv:
-            raise CannotRun("CreateContainerConfigError",
-                            f"container {c['name']}: no command (an image's entrypoint is not known)")
-        if "/tmp" not in mounts:
-            mounts["/tmp"] = self.root / "pods" / _safe(pod["metadata"]["uid"], "pod uid") / f"tmp-{_safe(c['name'], 'container')}"
-        for local in mounts.values():
-            local.mkdir(parents=True, exist_ok=True)  # a subPath's folder, as the kubelet makes it
-        for target in mounts:  # the image's files must stay in sight once the volumes are mounted
-            if image.resolve().is_relative_to(Path(target)):
-                raise CannotRun("ErrImagePull", f"image folder {image} is under mount path {target}")
-        spec = json.dumps({"mounts": sorted([[str(local), target] for target, local in mounts.items()],
-                                            key=lambda m: len(Path(m[1]).parts)),
-                           "cwd": c.get("workingDir")})
-        return c, ["unshare", "--mount", "--propagation", "private", self.python, "-c", MOUNT_AND_EXEC, spec,
-                   *argv], image, env
 
     def _spawn(self, uid: str, prepared: list[tuple[dict[str, Any], list[str], Path, dict[str, str]]],
                logs: Path) -> list[subprocess.Popen[bytes]]:

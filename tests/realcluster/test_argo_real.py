@@ -1,20 +1,16 @@
 """Workflows run by the REAL Argo v3.7.3 workflow-controller, and their pods by the real executor (argoexec).
 
-A control plane of this module's own (``up.sh`` with ``LLMPACK_CLUSTER_CONTROLLERS=argo``): Argo's
-workflow-controller built from ``tools/cluster/argo/go.mod``'s pins, as its cluster install runs it
-(namespace ``argo``, its CRDs, RBAC and ConfigMap; ``tools/cluster/controllers.sh``).
+A control plane of this module's own (``LLMPACK_CLUSTER_CONTROLLERS=argo``): Argo's
+workflow-controller built from ``tools/cluster/argo/go.mod``'s pins, as its cluster install runs it.
 
-- A submitted Workflow is picked up by the controller: it makes the step's pod as Argo does (the
-  ``init`` container and the ``wait`` sidecar of the executor image ``quay.io/argoproj/argoexec:v3.7.3``,
-  the ``main`` container's command under ``argoexec emissary``), kwok runs it on a CPU node and the
-  Workflow goes ``Running``.
-- On a process node (``process_kubelet.py`` in container mode: each container in a mount namespace
-  of its own, its volumes at their mount paths, the in-cluster config; root only), the pods run for
-  real with ``argoexec`` built from the same module: ``argoexec init`` writes the template and copies
-  itself into ``/var/run/argo``, ``main`` runs the step under ``argoexec emissary``, ``argoexec wait``
-  waits for it, collects its outputs and writes the step's ``WorkflowTaskResult`` with the pod's
-  ServiceAccount token (the release's ``executor`` Role); the controller reads it. A one-step
-  Workflow reaches ``Succeeded``; then two steps pass an output parameter from one to the next.
+- A submitted Workflow is picked up: the controller makes Argo's pod (``init`` and ``wait`` of the
+  executor image ``quay.io/argoproj/argoexec:v3.7.3``, ``main`` under ``argoexec emissary``), kwok
+  runs it, the Workflow goes ``Running``.
+- On a process node in container mode (``containers.py``; root only) the pods run for real with
+  argoexec built from the same module: ``init`` writes the template and copies argoexec into
+  ``/var/run/argo``, ``main`` runs the step under emissary, ``wait`` writes the step's
+  ``WorkflowTaskResult`` with the pod's token (the release's ``executor`` Role). One step reaches
+  ``Succeeded``; two steps pass an output parameter. docs/internals/real-cluster.md.
 """
 
 from __future__ import annotations
@@ -184,7 +180,7 @@ def _run(api: Any, wf: dict[str, Any], kubelet: ProcessKubelet) -> tuple[dict[st
         return wait_until(ended, timeout_s=150, what=f"Workflow {name} ended"), results
     except AssertionError:
         logs = kubelet.root / "logs" / NS_PROC
-        tails = {str(p.relative_to(logs)): p.read_text()[-1500:] for p in sorted(logs.rglob("*.log"))} if logs.exists() else {}
+        tails = {str(p.relative_to(logs)): p.read_text()[-1500:] for p in sorted(logs.rglob("*.log"))}
         raise AssertionError(f"{name}: {_workflow(api, NS_PROC, name).get('status')}\n{tails}") from None
 
 

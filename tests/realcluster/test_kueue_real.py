@@ -1,19 +1,16 @@
 """The compiled TrainJob admitted, or kept waiting, by the REAL Kueue v0.17.0 from its LocalQueue and ClusterQueue.
 
-A control plane of this module's own (``up.sh`` with ``LLMPACK_CLUSTER_CONTROLLERS=jobset,trainer,kueue``):
-Kueue's controller manager built from ``tools/cluster/kueue/go.mod``'s pins, with its TrainJob
-integration (``trainer.kubeflow.org/trainjob``), its CRDs, ClusterRole and webhooks
-(``tools/cluster/controllers.sh``), beside the real Trainer and JobSet controllers.
-
-What ``llmpack compile --nodes 2 --gpus 8 --gpu-type h100 --queue Q`` writes (label
-``kueue.x-k8s.io/queue-name: Q``) is created as a user applies it: Kueue's webhook suspends it,
-Kueue makes its Workload (2 pods of 8 GPUs: 16), and
+A control plane of this module's own (``LLMPACK_CLUSTER_CONTROLLERS=jobset,trainer,kueue``): Kueue's
+controller manager built from ``tools/cluster/kueue/go.mod``'s pins with its TrainJob integration,
+CRDs, RBAC and webhooks, beside the real Trainer and JobSet controllers. What ``llmpack compile
+--nodes 2 --gpus 8 --gpu-type h100 --queue Q`` writes is created as a user applies it: Kueue's
+webhook suspends it and Kueue makes its Workload (2 pods of 8 GPUs: 16), and
 
 - from a ClusterQueue of 16 GPUs (a ResourceFlavor of the H100 nodes' label) Kueue admits it: the
-  Workload ``Admitted``, the TrainJob unsuspended with the flavor's node label injected (Kueue's
-  runtime patch), the Trainer controller makes its JobSet and the 2 pods are bound to H100 nodes;
-- from a ClusterQueue of 8 GPUs it is never admitted: the Workload stays without quota, with
-  Kueue's own reason and message, and the TrainJob stays suspended (Trainer's JobSet of it too): no pod.
+  Workload ``Admitted``, the TrainJob unsuspended with the flavor's node label (Kueue's runtime
+  patch), Trainer's JobSet running and its 2 pods bound to H100 nodes;
+- from a ClusterQueue of 8 GPUs it is never admitted: Kueue's own reason and message, and the
+  TrainJob stays suspended (Trainer's JobSet of it too): no pod.
 """
 
 from __future__ import annotations
@@ -171,7 +168,8 @@ def test_kueue_admits_the_compiled_trainjob_from_its_queue(kueue_cluster: RealCl
     trainjob = wait_until(lambda: (tj := _get_trainjob(api, "kueue-fits"))["spec"].get("suspend") is False and tj,
                           timeout_s=60, what="TrainJob kueue-fits unsuspended by Kueue")
     # Kueue's runtime patch: the flavor's node label for the node pods
-    kueue_patches = [p for p in trainjob["spec"].get("runtimePatches") or [] if p["manager"] == "kueue.x-k8s.io/manager"]
+    kueue_patches = [p for p in trainjob["spec"].get("runtimePatches") or []
+                     if p["manager"] == "kueue.x-k8s.io/manager"]
     assert GPU_PRODUCT in yaml.safe_dump(kueue_patches), trainjob["spec"].get("runtimePatches")
     jobset = wait_until(lambda: (js := _jobset(api, "kueue-fits")) and js["spec"].get("suspend") is not True and js,
                         timeout_s=60, what="Trainer's JobSet of kueue-fits, running")

@@ -1,22 +1,15 @@
 """Rewrite a controller's own RBAC and webhook manifests for a controller run as a process on loopback.
 
-Reads the JSON ``kubectl create --dry-run=client -o json`` prints for the pinned module's
-``role.yaml`` and webhook ``manifests.yaml`` on stdin and writes, on stdout, a List to apply:
+Reads the JSON ``kubectl create --dry-run=client -o json`` prints for the pinned module's manifests
+on stdin and writes, on stdout, a List to apply:
 
-- its ClusterRole, renamed ``llmpack-<name>-controller`` (so two controllers' generic
-  ``manager-role`` names cannot clash), and a ClusterRoleBinding of it to the user of the
-  controller's client certificate (``CN=llmpack-<name>-controller``): the controller acts under
-  the permissions its own release grants, nothing more; a release that binds its roles itself
-  (Argo's: a Role and ClusterRoles with their bindings to its ServiceAccount) keeps its roles and
-  bindings as they are, each binding's subjects replaced by that user (a Role and RoleBinding put
-  in ``--namespace``, the controller's namespace, as the release's kustomization puts them);
-- its Mutating/ValidatingWebhookConfigurations, renamed the same way, each webhook's
-  ``clientConfig.service`` (a Service in the controller's namespace, which no process here
-  backs) replaced by ``url: https://127.0.0.1:<port><path>`` and the cluster CA's bundle: the API
-  server calls the webhooks the controller serves on loopback with the certificate up.sh made;
-- the Service a release puts those webhooks behind (Kueue's kustomization has it) is dropped;
-- a CustomResourceDefinition (Kueue's, as its release patches them) keeps its name, its
-  conversion webhook's Service replaced by the URL and bundle the same way.
+- its ClusterRole, renamed ``llmpack-<name>-controller``, and a ClusterRoleBinding of it to the
+  user of the controller's client certificate (``CN=llmpack-<name>-controller``); a release that
+  binds its roles itself (Argo's; Kueue's Secrets Role) keeps roles and bindings, each binding's
+  subjects replaced by that user, a Role and RoleBinding put in ``--namespace``;
+- its Mutating/ValidatingWebhookConfigurations, renamed the same way, and a CRD's conversion
+  webhook (Kueue's): each ``clientConfig.service`` (which no process here backs) replaced by
+  ``url: https://127.0.0.1:<port><path>`` and the cluster CA's bundle; a Service is dropped.
 
 Standard library only, as up.sh needs no more than python3.
 """
