@@ -20,13 +20,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 # Run under `unshare --mount`, started in the image's folder: argv[1] the JSON {"mounts": [[source, target], ...]
-# shallowest target first, "cwd": a workingDir or null}, the rest the command. Every source is opened first (a
-# later mount, /tmp's, may hide it), then bound at its target through /proc/self/fd (a target made where absent),
-# then the command executed (in workingDir, which may be on a volume).
+# shallowest target first, "cwd": a workingDir or null}, the rest the command. Made at start where absent (an init
+# container may have written a subPath's file by then), every source is opened first (a later mount, /tmp's, may
+# hide it), then bound at its target through /proc/self/fd (a target made where absent), then the command executed
+# (in workingDir, which may be on a volume).
 MOUNT_AND_EXEC = """
 import ctypes, json, os, stat, sys
 spec, argv = json.loads(sys.argv[1]), sys.argv[2:]
 libc = ctypes.CDLL(None, use_errno=True)
+for src, _ in spec["mounts"]:  # a subPath absent when the container starts is made a folder, as the kubelet does
+    if not os.path.exists(src):
+        os.makedirs(src)
 opened = [(os.open(src, os.O_PATH), src, target) for src, target in spec["mounts"]]
 for fd, src, target in opened:
     if stat.S_ISDIR(os.fstat(fd).st_mode):
@@ -65,8 +69,6 @@ def container_argv(kubelet: Any, pod: dict[str, Any], c: dict[str, Any], mounts:
     if "/tmp" not in mounts:
         pod_dir = kubelet.root / "pods" / _safe(pod["metadata"]["uid"], "pod uid")
         mounts["/tmp"] = pod_dir / f"tmp-{_safe(c['name'], 'container')}"
-    for local in mounts.values():
-        local.mkdir(parents=True, exist_ok=True)  # a subPath's folder, as the kubelet makes it
     for target in mounts:  # the image's files must stay in sight once the volumes are mounted
         if image.resolve().is_relative_to(Path(target)):
             raise CannotRun("ErrImagePull", f"image folder {image} is under mount path {target}")

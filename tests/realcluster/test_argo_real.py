@@ -10,7 +10,8 @@ workflow-controller built from ``tools/cluster/argo/go.mod``'s pins, as its clus
   argoexec built from the same module: ``init`` writes the template and copies argoexec into
   ``/var/run/argo``, ``main`` runs the step under emissary, ``wait`` writes the step's
   ``WorkflowTaskResult`` with the pod's token (the release's ``executor`` Role). One step reaches
-  ``Succeeded``; two steps pass an output parameter. docs/internals/real-cluster.md.
+  ``Succeeded``; two steps pass an output parameter, then an artifact through a loopback repository
+  of Argo's ``artifactory`` type (HTTP PUT/GET). docs/internals/real-cluster.md.
 """
 
 from __future__ import annotations
@@ -236,3 +237,96 @@ def test_two_steps_pass_an_output_parameter(argo_cluster: RealCluster, executor_
     use_pod = next(p for p in (executor_kubelet.root / "logs" / NS_PROC).iterdir()
                    if p.name.startswith(name) and "use" in p.name)
     assert "got: made by step one" in (use_pod / "main.log").read_text()
+
+
+class _Repository:
+    """An artifact repository of Argo's ``artifactory`` type on 127.0.0.1: HTTP PUT stores, GET returns, under basic
+    auth (the simplest repository Argo's executor writes to; S3 would need a MinIO)."""
+
+    def __init__(self, user: str, password: str) -> None:
+        import base64
+        import http.server
+        import threading
+
+        self.stored: dict[str, bytes] = {}
+        self.requests: list[tuple[str, str, int]] = []
+        expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        repo = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self, code: int, body: bytes = b"") -> None:
+                repo.requests.append((self.command, self.path, code))
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_PUT(self) -> None:  # noqa: N802
+                if self.headers.get("Authorization") != expected:
+                    return self._answer(401)
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    data = self.rfile.read(length)
+                else:  # chunked
+                    data = b""
+                    while (size := int(self.rfile.readline().strip() or b"0", 16)) > 0:
+                        data += self.rfile.read(size)
+                        self.rfile.readline()
+                    self.rfile.readline()
+                repo.stored[self.path] = data
+                return self._answer(201)
+
+            def do_GET(self) -> None:  # noqa: N802
+                if self.headers.get("Authorization") != expected:
+                    return self._answer(401)
+                if self.path not in repo.stored:
+                    return self._answer(404)
+                return self._answer(200, repo.stored[self.path])
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/artifacts"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_two_steps_pass_an_artifact_through_the_repository(argo_cluster: RealCluster,
+                                                           executor_kubelet: ProcessKubelet) -> None:
+    """Step ``make`` writes /tmp/out/greeting.txt as output artifact ``greeting``: emissary archives it, the wait
+    container PUTs it to the namespace's artifact repository (``artifactory`` type, its credentials from a Secret);
+    step ``use``'s init container GETs it into the input-artifacts volume, mounted at /tmp/in/greeting.txt in main."""
+    from kubernetes import client
+
+    api = argo_cluster.api
+    core = client.CoreV1Api(api)
+    repo = _Repository("argo", "s3cr3t-for-the-test")
+    core.create_namespaced_secret(NS_PROC, {"metadata": {"name": "artifact-cred"},
+                                            "stringData": {"user": "argo", "password": "s3cr3t-for-the-test"}})
+    core.create_namespaced_config_map(NS_PROC, {
+        "metadata": {"name": "artifact-repositories",
+                     "annotations": {"workflows.argoproj.io/default-artifact-repository": "default"}},
+        "data": {"default": yaml.safe_dump({"artifactory": {
+            "repoURL": repo.url, "usernameSecret": {"name": "artifact-cred", "key": "user"},
+            "passwordSecret": {"name": "artifact-cred", "key": "password"}}})}})
+    code = "import os; os.makedirs('/tmp/out'); open('/tmp/out/greeting.txt', 'w').write('an artifact from step one')"
+    final, _ = _run(api, {"metadata": {"generateName": "art-"}, "spec": {"entrypoint": "main", "templates": [
+        {"name": "main", "steps": [
+            [{"name": "make", "template": "make"}],
+            [{"name": "use", "template": "use", "arguments": {"artifacts": [
+                {"name": "greeting", "from": "{{steps.make.outputs.artifacts.greeting}}"}]}}]]},
+        {"name": "make", "container": {"image": f"{STEP_IMAGE}:3.12", "command": ["python", "-c", code]},
+         "outputs": {"artifacts": [{"name": "greeting", "path": "/tmp/out/greeting.txt"}]}},
+        {"name": "use", "inputs": {"artifacts": [{"name": "greeting", "path": "/tmp/in/greeting.txt"}]},
+         "container": {"image": f"{STEP_IMAGE}:3.12",
+                       "command": ["python", "-c", "print('got:', open('/tmp/in/greeting.txt').read())"]}}]}},
+                     executor_kubelet)
+    name = final["metadata"]["name"]
+    assert final["status"]["phase"] == "Succeeded", (final["status"], repo.requests)
+    nodes = {n["displayName"]: n for n in final["status"]["nodes"].values()}
+    (saved,) = [a for a in nodes["make"]["outputs"]["artifacts"] if a["name"] == "greeting"]
+    key = saved["artifactory"]["url"].removeprefix(repo.url.rsplit("/", 1)[0])
+    assert [(m, p) for m, p, code in repo.requests if code in (200, 201) and p == key] == [("PUT", key), ("GET", key)]
+    use_pod = next(p for p in (executor_kubelet.root / "logs" / NS_PROC).iterdir()
+                   if p.name.startswith(name) and "use" in p.name)
+    assert "got: an artifact from step one" in (use_pod / "main.log").read_text()
