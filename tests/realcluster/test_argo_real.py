@@ -110,6 +110,37 @@ def test_the_controller_picks_up_a_workflow_and_makes_its_pod(argo_cluster: Real
     assert node.metadata.annotations.get("kwok.x-k8s.io/node") == "fake", node.metadata.annotations
 
 
+def test_the_compiled_workflow_passes_the_controller_and_its_first_step_is_made(argo_cluster: RealCluster,
+                                                                                 tmp_path: Path) -> None:
+    """``llmpack compile``'s Argo Workflow, created as compiled: the real controller accepts it (Running) and makes
+    the first DAG task's pod, the step's command under emissary, the executor's own token volume (the Workflow
+    sets ``automountServiceAccountToken: false`` and ``executor.serviceAccountName``). Under kwok its pods stay
+    Running (kwok completes only a Job's pods): running the steps is the process node's (below)."""
+    from kubernetes import client
+
+    from tests.realcluster.test_production_shape import compile_shape
+
+    api = argo_cluster.api
+    if NS_KWOK not in {n.metadata.name for n in client.CoreV1Api(api).list_namespace().items}:
+        make_namespace(api, NS_KWOK)
+    done = compile_shape(tmp_path, "--namespace", NS_KWOK)
+    assert done.returncode == 0, done.stderr
+    (wf,) = [d for d in yaml.safe_load_all((tmp_path / "argo_workflows" / "finetune.yaml").read_text()) if d]
+    assert wf["spec"]["automountServiceAccountToken"] is False, wf["spec"]
+    name = _submit(api, NS_KWOK, wf)
+    wait_until(lambda: _phase(api, NS_KWOK, name) == "Running", timeout_s=60, what=f"compiled Workflow {name} Running")
+    core = client.CoreV1Api(api)
+    (pod,) = wait_until(lambda: core.list_namespaced_pod(
+                            NS_KWOK, label_selector=f"workflows.argoproj.io/workflow={name}").items,
+                        timeout_s=60, what="the first step's pod")
+    assert pod.metadata.annotations["workflows.argoproj.io/node-name"] == f"{name}.prepare-data", pod.metadata
+    main = next(c for c in pod.spec.containers if c.name == "main")
+    assert main.command[:2] == ["/var/run/argo/argoexec", "emissary"], main.command
+    assert main.image == wf["spec"]["templates"][1]["container"]["image"], main.image
+    assert pod.spec.automount_service_account_token is False
+    assert "exec-sa-token" in {v.name for v in pod.spec.volumes}, [v.name for v in pod.spec.volumes]
+
+
 # --------------------------------------------------------------------------- pods run by the real executor
 
 
