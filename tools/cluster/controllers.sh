@@ -100,7 +100,7 @@ fi
 
 if want_ctl kueue; then
     kueue_src="$(ctl_mod_dir sigs.k8s.io/kueue kueue)"
-    [[ -d "$kueue_src/config/components/crd/bases" ]] || die "Kueue's module source not in Go's module cache (make cluster-build)"
+    [[ -d "$kueue_src/config/components/crd/bases" ]] || die "Kueue's module source not in Go's module cache (make cluster-build-kueue)"
     # Kueue without its own certificate management reads its metrics serving pair from a fixed
     # path (cmd/kueue/main.go: /etc/kueue/metrics/certs), even with metrics off: it runs in a
     # mount namespace of its own where this cluster's pair is bound there (so two clusters on one
