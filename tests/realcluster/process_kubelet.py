@@ -10,6 +10,8 @@ local folders, paths under a ``mountPath`` rewritten to them. A pod it cannot ru
 the reason, never left Pending. Everything is bounded: a container runs at most ``deadline_s``;
 :meth:`ProcessKubelet.close` ends the process groups it started (by pid) and deletes its nodes.
 
+With ``containers=True`` each container sees its volumes at their mount paths (``containers.py``).
+
 What it maps and what it does not play: docs/internals/real-cluster.md, "Pods that run code: the process kubelet".
 """
 
@@ -32,6 +34,7 @@ NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a DNS-1123 name:
 KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # a Secret/ConfigMap key
 PROCESS_LABEL = "llmpack.io/process-node"
 LEASE_NS = "kube-node-lease"
+
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,8 +105,9 @@ class ProcessKubelet:
     under ``root``."""
 
     def __init__(self, api: Any, nodes: list[ProcessNode], *, root: Path, images: Mapping[str, Path],
-                 base_env: Mapping[str, str], python: str = sys.executable, deadline_s: float = 900.0) -> None:
-        self.api, self.nodes, self.root = api, {n.name: n for n in nodes}, root
+                 base_env: Mapping[str, str], python: str = sys.executable, deadline_s: float = 900.0,
+                 containers: bool = False) -> None:
+        self.api, self.nodes, self.root, self.containers = api, {n.name: n for n in nodes}, root, containers
         self.images, self.base_env, self.python, self.deadline_s = dict(images), dict(base_env), python, deadline_s
         self._stop = threading.Event()
         self._seen: set[str] = set()
@@ -402,7 +406,8 @@ class ProcessKubelet:
 
     def _prepare(self, pod: dict[str, Any], c: dict[str, Any],
                  volumes: Mapping[str, Path]) -> tuple[dict[str, Any], list[str], Path, dict[str, str]]:
-        """(container, argv, working dir, env) of one container, its paths moved onto the volumes' folders."""
+        """(container, argv, working dir, env) of one container, its paths moved onto the volumes' folders (container
+        mode: its argv wrapped to see them at their mount paths)."""
         image = c.get("image", "")
         repo = image.split("@", 1)[0]
         repo = repo.rsplit(":", 1)[0] if ":" in repo.rsplit("/", 1)[-1] else repo
@@ -413,6 +418,11 @@ class ProcessKubelet:
             if m["name"] not in volumes:
                 raise CannotRun("CreateContainerConfigError", f"volumeMount {m['name']}: no such volume")
             mounts[m["mountPath"]] = volumes[m["name"]] / m["subPath"] if m.get("subPath") else volumes[m["name"]]
+        if self.containers:
+            from tests.realcluster.containers import container_argv, container_env
+
+            env = container_env(self.api, self._env(pod, c), self.images[repo], self.base_env)
+            return c, container_argv(self, pod, c, mounts, self.images[repo], env), self.images[repo], env
         env = {k: rewrite(v, mounts) for k, v in self._env(pod, c).items()}
         argv = [expand(a, env) for a in (c.get("command") or []) + (c.get("args") or [])]
         if not argv:

@@ -5,9 +5,13 @@
 # go.mod/go.sum reuses it. Prints the bin directory on stdout, nothing else.
 # Nothing prebuilt is downloaded: the Go module proxy serves sources only.
 # --cached: print the bin directory if it is built, else exit 1 (builds nothing).
-# --controllers: the JobSet and Kubeflow Trainer controller managers instead, from the module
-#   of their own in controllers/ (their k8s.io pins differ from the control plane's), into a
-#   cache directory keyed by that module's pins the same way.
+# One of these builds another set instead, each from a module of its own (their k8s.io and
+# controller-runtime pins differ from the control plane's and from one another's), into a cache
+# directory keyed by that module's pins the same way:
+# --controllers: the JobSet and Kubeflow Trainer controller managers (controllers/go.mod);
+# --kueue: Kueue's controller manager (kueue/go.mod);
+# --argo: Argo Workflows' workflow-controller and argoexec (argo/go.mod, a wrapper module
+#   carrying argo-workflows' own `replace` lines).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cached=0 set=control-plane
@@ -15,7 +19,9 @@ for arg in "$@"; do
     case "$arg" in
         --cached) cached=1 ;;
         --controllers) set=controllers ;;
-        *) echo "cluster-build: unknown argument '$arg' (--cached, --controllers)" >&2; exit 2 ;;
+        --kueue) set=kueue ;;
+        --argo) set=argo ;;
+        *) echo "cluster-build: unknown argument '$arg' (--cached, --controllers, --kueue, --argo)" >&2; exit 2 ;;
     esac
 done
 go_bin="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
@@ -24,21 +30,30 @@ if [[ ! -x "$go_bin" ]]; then
     exit 2
 fi
 cache="${LLMPACK_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llmpack-cluster}"
-if [[ $set == controllers ]]; then
-    mod="$here/controllers"
-    cmds=(jobset trainer-controller-manager)
-    pkgs=(sigs.k8s.io/jobset github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager)
-    key="$( (cat "$mod/go.mod" "$mod/go.sum"; echo "${pkgs[*]} -s -w") | sha256sum | cut -c1-16)"
-    bin="$cache/controllers-$key/bin"
+if [[ $set != control-plane ]]; then
+    case $set in
+        controllers) mod="$here/controllers" cmds=(jobset trainer-controller-manager)
+            pkgs=(sigs.k8s.io/jobset github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager) ;;
+        kueue) mod="$here/kueue" cmds=(kueue) pkgs=(sigs.k8s.io/kueue/cmd/kueue) ;;
+        argo) mod="$here/argo" cmds=(workflow-controller argoexec)
+            pkgs=(github.com/argoproj/argo-workflows/v3/cmd/workflow-controller
+                  github.com/argoproj/argo-workflows/v3/cmd/argoexec) ;;
+    esac
+    ldflags="-s -w"
+    # Argo's binaries report the pinned release (the controller's default executor image tag too)
+    [[ $set != argo ]] || ldflags+=" -X github.com/argoproj/argo-workflows/v3.version=$(awk \
+        '{for (i = 1; i < NF; i++) if ($i == "github.com/argoproj/argo-workflows/v3") {print $(i + 1); exit}}' "$mod/go.mod")"
+    key="$( (cat "$mod/go.mod" "$mod/go.sum"; echo "${pkgs[*]} $ldflags") | sha256sum | cut -c1-16)"
+    bin="$cache/$set-$key/bin"
     have_all=1
     for c in "${cmds[@]}"; do [[ -x "$bin/$c" ]] || have_all=0; done
     if [[ $have_all == 1 ]]; then
-        [[ $cached == 1 ]] || echo "cluster-build: controllers cached in $bin" >&2
+        [[ $cached == 1 ]] || echo "cluster-build: $set cached in $bin" >&2
         echo "$bin"
         exit 0
     fi
     if [[ $cached == 1 ]]; then
-        echo "cluster-build: the controllers are not built yet for these pins (make cluster-build)" >&2
+        echo "cluster-build: $set not built yet for these pins (make cluster-build)" >&2
         exit 1
     fi
     tmp="$bin.partial"
@@ -46,13 +61,36 @@ if [[ $set == controllers ]]; then
     mkdir -p "$tmp"
     echo "cluster-build: compiling ${cmds[*]} into $bin (cold: minutes on 2 cores)" >&2
     start=$SECONDS
-    (cd "$mod" && CGO_ENABLED=0 GOFLAGS=-mod=readonly "$go_bin" build -trimpath -ldflags="-s -w" -o "$tmp/" "${pkgs[@]}")
+    modfile=()
+    if [[ $set == argo ]]; then
+        # The module zip the proxy serves lacks workflow/executor/osspecific/signal_linux.go: in the
+        # repository it is a symlink to signal_darwin.go, and module zips leave symlinks out, so
+        # argoexec does not build for linux from the module as served (undefined: Setpgid). Built
+        # from a copy of the module source with that file restored, by a replace in a go.mod made
+        # here (-modfile): the pinned go.mod/go.sum are left as they are.
+        src="$(cd "$mod" && GOFLAGS=-mod=readonly "$go_bin" mod download -json github.com/argoproj/argo-workflows/v3 \
+            | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
+        work="$cache/$set-$key/src"
+        rm -rf "$work"
+        mkdir -p "$work"
+        cp -r "$src" "$work/argo-workflows"
+        chmod -R u+w "$work/argo-workflows"
+        os_dir="$work/argo-workflows/workflow/executor/osspecific"
+        [[ -e "$os_dir/signal_linux.go" ]] || cp "$os_dir/signal_darwin.go" "$os_dir/signal_linux.go"
+        cp "$mod/go.mod" "$work/go.mod"
+        cp "$mod/go.sum" "$work/go.sum"
+        echo "replace github.com/argoproj/argo-workflows/v3 => $work/argo-workflows" >>"$work/go.mod"
+        modfile=(-modfile "$work/go.mod")
+    fi
+    (cd "$mod" && CGO_ENABLED=0 GOFLAGS=-mod=readonly "$go_bin" build "${modfile[@]}" -trimpath -ldflags="$ldflags" \
+        -o "$tmp/" "${pkgs[@]}")
+    [[ $set != argo ]] || rm -rf "$work"
     for c in "${cmds[@]}"; do
         [[ -x "$tmp/$c" ]] || { echo "cluster-build: $c was not built" >&2; exit 1; }
     done
     rm -rf "$bin"
     mv "$tmp" "$bin"
-    echo "cluster-build: controllers built in $((SECONDS - start)) s" >&2
+    echo "cluster-build: $set built in $((SECONDS - start)) s" >&2
     echo "$bin"
     exit 0
 fi

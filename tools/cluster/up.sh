@@ -20,10 +20,10 @@
 #   LLMPACK_CLUSTER_WATCH_CACHE  0: the API server serves watches from etcd, not its watch cache
 #                          (a watch from a compacted revision then gets 410 Gone, as etcd answers)
 #   LLMPACK_CLUSTER_CONTROLLERS  controllers to run beside the control plane, comma-separated:
-#                          jobset, trainer (needs jobset) or none (the default; make cluster-up
-#                          passes jobset,trainer). Each gets its pinned module's CRDs, ClusterRole
-#                          and webhooks (served on loopback with a certificate made here); see
-#                          controllers.sh.
+#                          jobset, trainer (needs jobset), kueue (needs jobset,trainer: its TrainJob
+#                          integration), argo, or none (the default; make cluster-up passes
+#                          jobset,trainer). Each gets its pinned module's CRDs, RBAC and webhooks
+#                          (served on loopback with a certificate made here); see controllers.sh.
 # Prints `export KUBECONFIG=...` on stdout when the control plane answers /readyz and kwok has
 # made every node Ready.
 set -euo pipefail
@@ -43,10 +43,18 @@ api_qps="${LLMPACK_CLUSTER_API_QPS:-}"
 watch_cache="${LLMPACK_CLUSTER_WATCH_CACHE:-1}"
 [[ "$watch_cache" == 0 || "$watch_cache" == 1 ]] || die "LLMPACK_CLUSTER_WATCH_CACHE '$watch_cache': 0 or 1"
 controllers="${LLMPACK_CLUSTER_CONTROLLERS:-none}"
-case ",$controllers," in
-    ,none,|,jobset,|,jobset,trainer,|,trainer,jobset,) ;;
-    *) die "LLMPACK_CLUSTER_CONTROLLERS '$controllers': one of none, jobset, jobset,trainer" ;;
-esac
+want_ctl() { [[ ",$controllers," == *",$1,"* ]]; }
+if [[ $controllers != none ]]; then
+    bad=""
+    IFS=, read -ra ctl_list <<<"$controllers"
+    for c in "${ctl_list[@]}"; do
+        case "$c" in jobset|trainer|kueue|argo) ;; *) bad=1 ;; esac
+    done
+    want_ctl trainer && ! want_ctl jobset && bad=1
+    want_ctl kueue && ! want_ctl trainer && bad=1
+    [[ -z $bad && ${#ctl_list[@]} -gt 0 ]] \
+        || die "LLMPACK_CLUSTER_CONTROLLERS '$controllers': none, or a comma-separated set of jobset, trainer (needs jobset), kueue (needs jobset,trainer), argo"
+fi
 [[ -f "$nodes_file" ]] || die "LLMPACK_CLUSTER_NODES '$nodes_file': no such file"
 python3 "$here/nodes.py" --print "$nodes_file" >/dev/null || exit 2
 for tool in openssl curl python3; do
@@ -57,7 +65,9 @@ if [[ -f "$state/pids" ]]; then
 fi
 
 bin="$("$here/build.sh")"
-[[ $controllers == none ]] || ctl_bin="$("$here/build.sh" --controllers)"
+! want_ctl jobset || ctl_bin="$("$here/build.sh" --controllers)"
+! want_ctl kueue || kueue_bin="$("$here/build.sh" --kueue)"
+! want_ctl argo || argo_bin="$("$here/build.sh" --argo)"
 mkdir -p "$state"/{pki,logs,etcd}
 chmod 700 "$state"
 pki="$state/pki"
@@ -65,9 +75,9 @@ pki="$state/pki"
 
 # --------------------------------------------------------------------------- ports: free ones, loopback only
 read -r etcd_port peer_port api_port kcm_port sched_port kwok_port jobset_hook jobset_health trainer_hook \
-    trainer_health < <(python3 - <<'EOF'
+    trainer_health kueue_hook kueue_health argo_health < <(python3 - <<'EOF'
 import socket
-socks = [socket.socket() for _ in range(10)]
+socks = [socket.socket() for _ in range(13)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
