@@ -66,15 +66,17 @@ report-screenshot: $(BIN)/.installed
 # export; `make test-cluster` runs the tests marked `cluster` (tests/realcluster/) on a control
 # plane of their own. Needs Go 1.26, openssl and curl; `make test` needs none of them.
 # Kueue (tools/cluster/kueue/go.mod) and Argo's workflow-controller and argoexec
-# (tools/cluster/argo/go.mod) build on their own targets (minutes each, cold), not yet in
-# cluster-build; their tests skip until built. `make cluster-up
-# CLUSTER_CONTROLLERS=jobset,trainer,kueue,argo` runs them too.
+# (tools/cluster/argo/go.mod) are built by cluster-build too (each its own target; about 4-5
+# minutes each cold on 2 cores, then reused); `make cluster-up
+# CLUSTER_CONTROLLERS=jobset,trainer,kueue,argo` runs them (Kueue and Argo's real pods need root).
 CLUSTER := tools/cluster
 CLUSTER_CONTROLLERS ?= jobset,trainer
 .PHONY: cluster-build cluster-build-kueue cluster-build-argo cluster-up cluster-down test-cluster
 cluster-build:
 	$(CLUSTER)/build.sh >/dev/null
 	$(CLUSTER)/build.sh --controllers >/dev/null
+	$(CLUSTER)/build.sh --kueue >/dev/null
+	$(CLUSTER)/build.sh --argo >/dev/null
 
 cluster-build-kueue:
 	$(CLUSTER)/build.sh --kueue >/dev/null
