@@ -37,9 +37,8 @@ _NO_AUTHORITY = re.compile(r"(?i)(models|runs|file|dbfs|mlflow-artifacts):/|/") 
 _URI_RUN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S*")  # a bounded scheme: linear in the text
 # ``alice:pw@host[:port]`` typed without a scheme (MLflow quotes it whole in its error): the password blanked
 # (the user may be an e-mail address; the password may hold '/' and '@': it runs to the last '@' before a host)
-_BARE_USERINFO = re.compile(r"(?<![\w.%+/:@-])([A-Za-z0-9._%+-]{1,64}(?:@[A-Za-z0-9.-]{1,253})?):(?!/)"
-                            r"([^\s'\"]{1,256})@(?=(?:[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.%]{2,64}\])(?::[0-9]{1,5})?"
-                            r"(?:[\s'\"/),;\]]|$))")
+_BARE_USERINFO = re.compile(r"(?<![\w.%+:@-])([A-Za-z0-9._%+-]{1,64}(?:@[A-Za-z0-9.-]{1,253})?):(?!/)"
+                            r"([^\s'\"]{1,256})@(?=[^\s@'\"/]{1,253})")
 # ``?token=x``, ``&jwt=x``, ``;pw=x``, ``#access_token=x`` in a URI or a bare path (urllib3 logs ``/api?token=x``):
 # the value runs to white space or the next ``&name=`` / ``;name=`` (a raw '&' or '#' in a secret is blanked too).
 _QUERY_KEY = r"[A-Za-z0-9_.%+\[\]-]{1,128}"
@@ -203,13 +202,40 @@ def redact_uri(uri: str, *, every_value: bool = False) -> str:
         return "<a URI that could not be redacted>"
 
 
+_REMEMBERED: set[str] = set()  # secrets read from a file the user named (a kubeconfig's): see remember_secrets
+
+
+def remember_secrets(values: Iterable[str]) -> None:
+    """Secrets this process read from a file the user named (a kubeconfig's tokens, passwords, its server's
+    userinfo, its exec plugin's env and args): blanked wherever they reappear, as argv's and the environment's
+    are (a failing exec plugin echoes them; a library's error quotes the server)."""
+    _REMEMBERED.update(v for v in values if v and len(v) >= MIN_SECRET_CHARS)
+
+
+def text_secrets(text: str) -> set[str]:
+    """The secrets a URI-shaped ``text`` holds, with or without a scheme: its password (and userinfo), and its
+    query and fragment values that could be secrets."""
+    found = _uri_secrets(text, every_value=True) if "://" in text else set()
+    parts = split_uri(text)
+    if parts.userinfo:
+        found |= {parts.userinfo, parts.userinfo.partition(":")[2]}
+    for match in _BARE_USERINFO.finditer(text):
+        found |= {f"{match.group(1)}:{match.group(2)}", match.group(2)}
+    return {f for f in found if f}
+
+
+def could_be_secret(value: str) -> bool:
+    """A value that could be a secret by its shape alone: 8+ characters with a digit, or 12+."""
+    return _could_be_secret(value)
+
+
 def secrets_in(argv: Iterable[str] | None = None, env: Mapping[str, str] | None = None) -> set[str]:
     """The secrets this process was handed, to blank verbatim wherever they reappear (see the module docstring)."""
     if argv is None and env is None:  # this process's own: worked out again only when they change (a log record each)
         key = (tuple(sys.argv), tuple(os.environ.items()))
         if _OWN_SECRETS.get("key") != key:
             _OWN_SECRETS.update(key=key, found=secrets_in(list(key[0]), dict(key[1])))
-        return set(_OWN_SECRETS["found"])
+        return set(_OWN_SECRETS["found"]) | _REMEMBERED
     argv = sys.argv if argv is None else argv
     env = os.environ if env is None else env
     found: set[str] = set()

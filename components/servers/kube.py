@@ -107,10 +107,50 @@ def from_host(host: str, token: str | None, token_file: str | os.PathLike[str] |
                                 api_key={"authorization": f"Bearer {token}"} if token else None)
 
 
+def kubeconfig_secrets(path: str) -> set[str]:
+    """What the kubeconfig files at ``path`` hold that must never be printed: each server's userinfo and
+    secret query values, each user's token, password and key data, its auth-provider's config values, its exec
+    plugin's env values and the args that could be secrets (a failing plugin echoes them). An unreadable file
+    gives none (the client's own error follows)."""
+    from components import bounded, yamltext
+    from components.redaction import could_be_secret, text_secrets
+
+    found: set[str] = set()
+    for one in filter(None, path.split(os.pathsep)):
+        try:
+            doc = yamltext.safe_load(bounded.read_bytes(one, 4 << 20, follow_symlinks=True).decode("utf-8", "replace"),
+                                     one)
+        except (OSError, InputError):
+            continue
+        doc = doc if isinstance(doc, dict) else {}
+        for entry in doc.get("clusters") or []:
+            server = ((entry or {}).get("cluster") or {}).get("server") if isinstance(entry, dict) else None
+            if isinstance(server, str):
+                found |= text_secrets(server)
+        for entry in doc.get("users") or []:
+            user = (entry or {}).get("user") if isinstance(entry, dict) else None
+            if not isinstance(user, dict):
+                continue
+            found |= {str(user[k]) for k in ("token", "password", "client-key-data") if user.get(k)}
+            provider = (user.get("auth-provider") or {}).get("config") or {}
+            found |= {str(v) for v in provider.values() if v} if isinstance(provider, dict) else set()
+            plugin = user.get("exec") if isinstance(user.get("exec"), dict) else {}
+            found |= {str(e.get("value")) for e in plugin.get("env") or [] if isinstance(e, dict) and e.get("value")}
+            found |= {str(a) for a in plugin.get("args") or [] if isinstance(a, str) and could_be_secret(a)}
+    return found
+
+
 def _from_kubeconfig(path: str, context: str | None) -> tuple[Any, str | None]:
-    """A configuration from the kubeconfig at ``path`` (``os.pathsep``-joined files) and its context's namespace."""
+    """A configuration from the kubeconfig at ``path`` (``os.pathsep``-joined files) and its context's namespace.
+
+    Its secrets are remembered first (:func:`components.redaction.remember_secrets`): every printed line, log
+    record and traceback of this process blanks them, whatever the client or an exec plugin says."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
+
+    from components.redaction import remember_secrets
+
+    remember_secrets(kubeconfig_secrets(path))
 
     cfg = client.Configuration()
     try:

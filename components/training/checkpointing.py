@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,7 +34,6 @@ from components.training.checkpoint_manifest import (
     check_files,
     checkpoint_problem,
     foreign,
-    fsync_path,
     load_manifest,
     manifest_bytes,
     read_manifest,
@@ -252,18 +250,43 @@ def save_checkpoint(
     the user's key over the sizes and sha256 of the bytes this process wrote (:func:`write_state`), never
     over bytes read back from disk, into a directory only this user can enter (``mkdtemp``, 0700).
     """
-    import numpy as np
-    import torch
 
     final = root / f"step-{step_no:08d}"
     bounded.check_pinned(root)  # the checkpoint directory the step began with (not swapped for a link since)
     for stale in root.glob(f".tmp-step-{step_no:08d}-*"):  # a killed attempt's unfinished write of this step
         _remove(stale)
     root.mkdir(parents=True, exist_ok=True)
+    # Everything below relative to the root opened once and checked the pinned one: the root swapped for a link
+    # after this (a flipper between the check and a path-based mkdtemp published signed checkpoints in another
+    # directory) changes nothing where this writes, renames or removes.
+    try:
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InputError(f"checkpoints: {root} was moved or replaced (perhaps by a link) while the step ran "
+                         f"({exc.strerror}); nothing was written") from None
+    try:
+        bounded.check_pinned_fd(root, root_fd)
+        return _save_at(root, root_fd, final, step_no, model, optimizer, fingerprint, chaos_pause_s=chaos_pause_s,
+                        state=state, owner=owner)
+    finally:
+        os.close(root_fd)
+
+
+def _save_at(root: Path, root_fd: int, final: Path, step_no: int, model: Any, optimizer: Any, fingerprint: str, *,
+             chaos_pause_s: float, state: tuple[dict[str, Any], dict[str, Any]] | None,
+             owner: dict[str, str] | None) -> Path:
+    """:func:`save_checkpoint`'s write, every name relative to ``root_fd``."""
+    import secrets
+
+    import numpy as np
+    import torch
+
     # private (0700, a fresh random name) and written only through descriptors this process created: the digests
     # it signs are of the bytes it wrote, so a file swapped in by another writer is never signed, only refused
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step_no:08d}-", suffix=f"-{os.getpid()}", dir=root))
-    dir_fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    name = f".tmp-step-{step_no:08d}-{secrets.token_hex(6)}-{os.getpid()}"
+    os.mkdir(name, 0o700, dir_fd=root_fd)
+    tmp = root / name
+    dir_fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
     try:
         trainable, optimizer_state = state if state is not None else train_state(model, optimizer)
         kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
@@ -282,22 +305,22 @@ def save_checkpoint(
             time.sleep(chaos_pause_s)  # test hook (settings.CHAOS_CHECKPOINT_PAUSE_S.name): a window to kill the write
         write_file(dir_fd, MANIFEST, [manifest_bytes(step_no, fingerprint, owner, files)])
         os.fsync(dir_fd)
-        _check_ours(tmp, dir_fd)
+        _check_ours(tmp, dir_fd, root_fd)
     finally:
         os.close(dir_fd)
-    _remove(final)  # this step's leftover: torn (not resumed from), another run's, or planted
-    os.replace(tmp, final)
-    fsync_path(root)  # the rename itself survives a node crash
+    _remove_at(root_fd, final.name)  # this step's leftover: torn (not resumed from), another run's, or planted
+    os.replace(name, final.name, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+    os.fsync(root_fd)  # the rename itself survives a node crash
     prune_checkpoints(root, final)
     return final
 
 
-def _check_ours(tmp: Path, dir_fd: int) -> None:
-    """The directory at ``tmp`` is still the private one this process made (its inode, owner and 0700); else
-    one :class:`InputError` and nothing is published."""
+def _check_ours(tmp: Path, dir_fd: int, root_fd: int) -> None:
+    """The directory ``tmp`` names in the root open as ``root_fd`` is still the private one this process made (its
+    inode, owner and 0700); else one :class:`InputError` and nothing is published."""
     made = os.fstat(dir_fd)
     try:
-        at = os.lstat(tmp)
+        at = os.stat(tmp.name, dir_fd=root_fd, follow_symlinks=False)
     except OSError:
         at = None  # moved away
     if at is None or (at.st_dev, at.st_ino) != (made.st_dev, made.st_ino) or made.st_uid != os.geteuid() or \
