@@ -81,7 +81,13 @@ class MlflowBackend(Backend):
     def submit_options(self) -> list[ClickOption]:
         import click
 
-        return [click.option("--kubeconfig", default=None, help="kubeconfig for the Job (default: KUBECONFIG, else the "
+        return [click.option("--project", "project_dir", default=None,
+                             help="Compiled MLflow project (default: mlflow_projects/finetune-k8s; yours: `llmpack "
+                                  "compile --pipeline ... --out DIR`, then DIR/mlflow_projects/finetune-k8s)."),
+                click.option("--project-dir-in-image", default=None,
+                             help="Where the step image holds that project: the Job's workingDir (default: "
+                                  "/opt/llmpack/mlflow_projects/finetune-k8s, the shipped one's)."),
+                click.option("--kubeconfig", default=None, help="kubeconfig for the Job (default: KUBECONFIG, else the "
                              "in-cluster service account, else ~/.kube/config)."),
                 click.option("--context", default=None, help="kubeconfig context (default: its current one)."),
                 click.option("--cluster-tracking-uri", default=None,

@@ -45,6 +45,7 @@ from components.servers.submission import (
     check_id,
     connect_tracking,
     cost_tags,
+    declared_values,
     open_record,
     run_context,
     run_ids,
@@ -254,7 +255,7 @@ class Request(SubmitRequest):
 
     project_dir: str | os.PathLike[str] | None = None
     image: str | None = None
-    project_dir_in_image: str = PROJECT_DIR_IN_IMAGE
+    project_dir_in_image: str | None = None  # None: PROJECT_DIR_IN_IMAGE
     kubeconfig: str | None = None
     context: str | None = None
     cluster_tracking_uri: str | None = None
@@ -277,13 +278,18 @@ def submit(request: Request) -> dict[str, Any]:
     from kubernetes import client as k8s
 
     pipe = shipped_pipeline()
-    values = user_parameters(pipe, request.params)
     project_path = Path(request.project_dir) if request.project_dir else PROJECT_DIR
     project = _load_project(project_path)
     try:
         entry = project.get_entry_point("main")
     except Exception:  # noqa: BLE001 - MLflow raises ExecutionException
         raise InputError(f"--project {project_path}: no 'main' entry point") from None
+    if project_path.resolve() == PROJECT_DIR.resolve():
+        values = user_parameters(pipe, request.params)
+    else:  # a project of the user's own pipeline (compile --pipeline): its main entry point's own parameters
+        declared = {k: {"float": float, "int": int}.get(str(getattr(p, "type", "")), str)
+                    for k, p in entry.parameters.items() if k not in TELEMETRY_PARAMS}
+        values = declared_values(request.params, declared, f"--project {project_path}")
     for key in [*values, *TELEMETRY_PARAMS]:
         if key not in entry.parameters:
             raise InputError(f"--project {project_path}: the main entry point has no parameter {key!r}")
@@ -331,7 +337,7 @@ def submit(request: Request) -> dict[str, Any]:
         namespace=ns,
         image=image,
         command=command,
-        working_dir=request.project_dir_in_image,
+        working_dir=request.project_dir_in_image or PROJECT_DIR_IN_IMAGE,
         env=env,
         labels={RUN_GROUP_LABEL: run_group, PIPELINE_RUN_LABEL: pipeline_run,
                 INSTANCE_LABEL: label_value(pipeline_run)},

@@ -77,8 +77,9 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
     kw = {k: v for k, v in kw.items() if k not in fields}
 
     typed = {"model": model, "data": data, "max_steps": max_steps, "seed": seed}
-    if kw.get("package_path") or kw.get("workflow_path"):  # a compiled file of one's own pipeline (compile
-        # --pipeline): the backend checks each value against the parameters that file declares
+    own = backend.cluster_path.artifact_option if backend.cluster_path else None  # --package, --workflow, --project
+    if own and kw.get(own):  # a compiled artifact of one's own pipeline (compile --pipeline): the backend
+        # checks each value against the parameters that artifact declares
         values: dict[str, Any] = {**raw_params(with_promote(params, no_promote)),
                                   **{k: v for k, v in typed.items() if v is not None}}
     else:
