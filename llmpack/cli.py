@@ -392,12 +392,22 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
             rebill(runs, scale_down_delay_s)
         check_control_plane(costs, list(dict.fromkeys(r["orchestrator"] for r in runs)))
         names = list(dict.fromkeys(cmp.path_of(r) for r in runs))
-        from llmpack.run.local import PIPELINE_REF_TAG
-
-        refs = {r["tags"].get(PIPELINE_REF_TAG) for r in runs}  # the compare's --pipeline: its commands name it
-        argv = ["--pipeline", next(iter(refs))] if len(refs) == 1 and None not in refs else []
-        result = cmp.comparison(run_group, names, runs, argv=argv, **({"baseline": baseline} if baseline else {}))
+        result = cmp.comparison(run_group, names, runs, argv=rebuilt_argv(runs, names),
+                                **({"baseline": baseline} if baseline else {}))
         click.echo(str(write_report_to(result, out, costs, force=force)))
+
+
+def rebuilt_argv(runs: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """The compare flags a report rebuilt from MLflow can tell from its runs, for its `to decide:` command: the
+    compare's ``--pipeline`` (its runs' ``llmpack.pipeline_ref`` tag) and its ``--backends`` when not the default."""
+    from llmpack.compare.comparison import DEFAULT_BACKENDS
+    from llmpack.run.local import PIPELINE_REF_TAG
+
+    refs = {r["tags"].get(PIPELINE_REF_TAG) for r in runs}
+    argv = ["--pipeline", str(next(iter(refs)))] if len(refs) == 1 and None not in refs else []
+    if set(names) != set(DEFAULT_BACKENDS):  # the paths the compare ran: its `to decide:` runs those only
+        argv += ["--backends", ",".join(names)]
+    return argv
 
 
 # Tracking outages and housekeeping: `llmpack sync RUN_DIR`, `llmpack clean` (docs/cli.md).

@@ -173,6 +173,9 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     fusion.check_mode(kwargs["fuse"])
     modes = cmp.parse_variants(variants) or [kwargs["fuse"]]  # the packagings compared: --variants, else --fuse
     labels = [fusion.path_label(b, f) for f in modes for b in names]
+    if len(labels) < 2:  # one path, one packaging: nothing to compare it with
+        raise InputError(f"--backends {','.join(names)}: a compare needs two paths (or --variants of one); one "
+                         "path runs with llmpack run (--seeds N for its spread)")
     costs = parse_control_plane(control_plane, control_plane_file)
     check_control_plane(costs, names)
     base = baseline if baseline is not None else cmp.default_baseline(labels)

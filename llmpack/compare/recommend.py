@@ -79,6 +79,9 @@ def recommend(result: dict[str, Any]) -> Recommendation:
         return Recommendation(path=None, text=f"no recommendation: the baseline {baseline} failed "
                                               "(see its error)")
     others = [p for p in paths if p != baseline]
+    if len(result.get("backends", ())) < 2:
+        return Recommendation(path=None, text=f"no recommendation: one path only ({baseline}) in this run group; "
+                                              "nothing to judge it against")
     if not others:
         return Recommendation(path=None, text=f"no recommendation: only {baseline} succeeded; nothing to judge it "
                                               "against", caveat=_failed_caveat(failed))

@@ -348,6 +348,8 @@ def summary_sentence(result: dict[str, Any], be: dict[str, Any] | None) -> str:
     if baseline is None:
         return (f"{where}: no baseline, so no path is named faster or cheaper (name one with --baseline PATH); "
                 "the medians are below.")
+    if len(result.get("backends") or []) < 2:  # a run group of one path (an `llmpack run`'s): nothing beside it
+        return f"{where}: only {baseline} ran in this run group; nothing to compare it with (its medians are below)."
     parts: list[str] = []
     undecided: list[str] = []
     unjudged: list[str] = []

@@ -88,7 +88,9 @@ def _header_html(name: str, unit: str) -> str:
 def _terms(result: dict[str, Any]) -> list[glossary.Term]:
     """The glossary's terms this report uses: those of its measures (``projected`` only where a run was local)."""
     local = any(r.get("mode") == "local" for r in result["runs"])
-    return shown(result).terms(REPORT_TERMS, local=local)
+    judged = len(result.get("backends") or []) > 1 and any(r["status"] == "succeeded" for r in result["runs"])
+    keys = REPORT_TERMS if judged else tuple(k for k in REPORT_TERMS if k not in ("baseline", "delta", "ci"))
+    return shown(result).terms(keys, local=local)
 
 
 def _columns(show: Shown) -> tuple[tuple[str, str, str], ...]:
@@ -185,21 +187,21 @@ def _numbers_markdown(result: dict[str, Any], show: Shown, columns: tuple[tuple[
     """The verdicts, the Numbers table and the measure tables (a report with a succeeded run)."""
     summary = result["summary"]
     baseline = f" ({md(result.get('baseline'))})" if result.get("baseline") else ""
-    lines = ["", f"## Verdicts against the baseline{baseline}", ""]
+    alone = len(result.get("backends") or []) < 2  # one path (an `llmpack run`'s group): no verdict to give
+    lines = [] if alone else ["", f"## Verdicts against the baseline{baseline}", ""]
     for metric, per_path in result.get("verdicts", {}).items():
-        if _is_judged(result, metric):
+        if _is_judged(result, metric) and not alone:
             lines += [f"- {md(e['text'])}" for e in per_path.values()]
     unjudged = [e["text"] for metric, per_path in result.get("verdicts", {}).items() if not _is_judged(result, metric)
-                and show.has(metric) for e in per_path.values() if e["verdict"] != "baseline"]
+                and show.has(metric) and not alone for e in per_path.values() if e["verdict"] != "baseline"]
     if unjudged:
         lines += ["", "Not judged (one run per path: a single noisy figure, not a verdict; `--repeats 5` judges them):",
                   ""]
         lines += [f"- _{md(e)}_" for e in unjudged]
     if (missing := _missing(result, show)) is not None:
         lines += ["", md(missing)]
+    lines += [] if alone else ["", f"Method: {md(result.get('verdict_method', ''))}."]
     lines += [
-        "",
-        f"Method: {md(result.get('verdict_method', ''))}.",
         "",
         f"Cells are p50 / p90 over n runs ({md(result['percentile_method'])}); p99 needs n >= 10 and is "
         "reported in report.json only when estimated.",
@@ -355,7 +357,7 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
 <span>baseline <b>{html_text(baseline or 'none')}</b></span>
 <span>run group <code>{html_text(result['run_group'])}</code></span></div>
 {f'<p class="note">{html_text(facts["cost_note"])}.</p>' if show.gpu else ''}
-{verdicts_html if ok else ''}
+{verdicts_html if ok and len(result.get('backends') or []) > 1 else missing}
 {img('timeline')}
 {img('spinup_boxplot')}
 {task.html_section(result['runs'], _badge)}

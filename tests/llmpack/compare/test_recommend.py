@@ -165,3 +165,13 @@ def test_nothing_judged_yet_is_one_line_of_counts_not_a_two_column_table() -> No
     assert "llmpack compare · rg-one · runs per path: direct 1 · kfp 1" in text, text
     assert "not judged (one run per path" in text and "┃" not in text and "path " not in text.split("\n")[1]
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_a_rebuilt_report_keeps_the_compares_pipeline_and_paths() -> None:
+    """The fifth trial: `llmpack report` of a `compare --pipeline P --backends direct,argo` said `to decide:
+    llmpack compare --pipeline P --repeats 3`, which runs kfp and mlflow too."""
+    from llmpack.cli import rebuilt_argv
+
+    runs = [{"tags": {"llmpack.pipeline_ref": "mymod:mine"}}] * 2
+    assert rebuilt_argv(runs, ["direct", "argo"]) == ["--pipeline", "mymod:mine", "--backends", "direct,argo"]
+    assert rebuilt_argv([{"tags": {}}], ["direct", "kfp", "argo", "mlflow"]) == []

@@ -59,3 +59,26 @@ def test_a_compare_where_every_run_failed_shows_the_failures_not_empty_verdicts(
         assert "Verdicts against the baseline" not in text and "Numbers" not in text and "Not judged" not in text
         assert "Failed runs" in text and "every run of every path failed" in text
     assert not (out / "spinup_boxplot.png").exists() and "| orchestrator" not in md
+
+
+def test_a_run_group_of_one_path_reports_its_medians_and_no_empty_verdicts(tmp_path: Path) -> None:
+    """The fifth trial: `llmpack report` on one `llmpack run`'s group said "against direct: ." above an empty
+    Verdicts section, and "--repeats 5 judges them" when nothing could be judged."""
+    runs = [r for r in _runs() if r["orchestrator"] == "direct"]
+    result = comparison("rg-one", ["direct"], runs)
+    assert recommend(result).text.startswith("no recommendation: one path only (direct)")
+    out = write_report(result, tmp_path / "rep")
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    for text in (md, page):
+        assert "only direct ran in this run group" in text and "against direct: ." not in text
+        assert "Verdicts against the baseline" not in text and "judges them" not in text and "Δ" not in text
+    assert "| direct | 3 |" in md
+
+
+def test_compare_refuses_one_path_without_variants() -> None:
+    from click.testing import CliRunner
+
+    from llmpack.cli import main
+
+    r = CliRunner().invoke(main, ["compare", "--backends", "direct", "--repeats", "2"])
+    assert r.exit_code == 2 and "a compare needs two paths" in r.output
