@@ -18,6 +18,7 @@ token (:func:`secrets_of`); a failed call is read once, by :func:`failure`. Exec
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,16 +113,24 @@ def kubeconfig_secrets(path: str) -> set[str]:
     secret query values, each user's token, password and key data, its auth-provider's config values, its exec
     plugin's env values and the args that could be secrets (a failing plugin echoes them). An unreadable file
     gives none (the client's own error follows)."""
-    from components import bounded, yamltext
+    import yaml
+
+    from components import bounded
     from components.redaction import could_be_secret, text_secrets
 
     found: set[str] = set()
     for one in filter(None, path.split(os.pathsep)):
+        one = os.path.expanduser(one)  # as the client expands it (`~/kc.yaml` quoted, or in KUBECONFIG)
         try:
-            doc = yamltext.safe_load(bounded.read_bytes(one, 4 << 20, follow_symlinks=True).decode("utf-8", "replace"),
-                                     one)
-        except (OSError, InputError):
-            continue
+            data = bounded.read_bytes(one, MAX_KUBECONFIG_BYTES, follow_symlinks=True)
+        except FileNotFoundError:
+            continue  # the client's own error follows
+        except OSError as exc:
+            raise InputError(f"kubeconfig {one}: cannot read ({exc.strerror or exc})") from None
+        try:  # read as the client reads it (aliases too): what it can load, this reads first, or nothing loads
+            doc = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a SafeLoader
+        except (yaml.YAMLError, RecursionError, ValueError):
+            raise InputError(f"kubeconfig {one}: not valid YAML") from None
         doc = doc if isinstance(doc, dict) else {}
         for entry in doc.get("clusters") or []:
             server = ((entry or {}).get("cluster") or {}).get("server") if isinstance(entry, dict) else None
@@ -136,8 +145,18 @@ def kubeconfig_secrets(path: str) -> set[str]:
             found |= {str(v) for v in provider.values() if v} if isinstance(provider, dict) else set()
             plugin = user.get("exec") if isinstance(user.get("exec"), dict) else {}
             found |= {str(e.get("value")) for e in plugin.get("env") or [] if isinstance(e, dict) and e.get("value")}
-            found |= {str(a) for a in plugin.get("args") or [] if isinstance(a, str) and could_be_secret(a)}
+            args = [a for a in plugin.get("args") or [] if isinstance(a, str)]
+            found |= {a for a in args if could_be_secret(a)}
+            found |= {value for flag, value in zip(["", *args], args, strict=False)  # `--client-secret X`, whatever X
+                      if flag.startswith("-") and _SECRET_FLAG.search(flag)}
+            found |= {a.split("=", 1)[1] for a in args if a.startswith("-") and "=" in a
+                      and _SECRET_FLAG.search(a.split("=", 1)[0])}
     return found
+
+
+# A kubeconfig larger than this is refused before the client loads it (its secrets could not all be read first).
+MAX_KUBECONFIG_BYTES = 64 << 20
+_SECRET_FLAG = re.compile(r"(?i)secret|token|passw|pwd|key|credential|auth")
 
 
 def _from_kubeconfig(path: str, context: str | None) -> tuple[Any, str | None]:

@@ -148,11 +148,12 @@ def _with_command(rec: Recommendation, result: dict[str, Any], baseline: str, ot
 
 def judged_each_round(result: dict[str, Any]) -> list[Headline]:
     """The headlines a compare's rounds judge, measured by some run: the start-up ones, or, when every
-    round ran the whole pipeline (one without finetune), every measured one."""
+    round ran the whole pipeline (``--repeats``, a rebuilt report whose `to decide:` is ``--repeats N``, or a
+    pipeline without finetune), every measured one."""
     from llmpack.compare.comparison import untrained
 
     verdicts = result.get("verdicts", {})
-    whole = bool(result.get("design")) and untrained(list(result.get("runs", ())))
+    whole = not result.get("design") or untrained(list(result.get("runs", ())))
     return [h for h in HEADLINES if h.metric in verdicts and measured(verdicts[h.metric])
             and (h.startup or (whole and h.metric in WHOLE_RUN_METRICS))]
 

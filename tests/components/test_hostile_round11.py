@@ -85,3 +85,34 @@ def test_the_checkpoint_root_swapped_after_its_pin_check_gets_nothing_written_el
     with bounded.pinned_directories([root]), pytest.raises(InputError, match="moved or replaced"):
         ck.save_checkpoint(root, 1, net, opt, "fp", owner={"pipeline_run": "r", "step": "finetune"})
     assert list(victim.iterdir()) == []
+
+
+@pytest.mark.parametrize("shape", ["alias", "tilde-flag", "tilde-env", "big", "short-arg"])
+def test_every_kubeconfig_the_client_loads_has_its_secrets_read_first(tmp_path: Path, shape: str) -> None:
+    """Round 12 (helper-35): the round-11 reader skipped a kubeconfig it could not read as strictly as it reads
+    its own YAML (an alias anywhere), a path given as `~/kc.yaml` (quoted, or in KUBECONFIG), or one past 4 MiB,
+    while the client loaded it and its exec plugin's echo was printed; and `--client-secret Pa55wd7` (too short
+    for the value rule) after a secret-named flag."""
+    from tests.conftest import llmpack
+
+    home = tmp_path / "home"
+    home.mkdir()
+    kc = _kubeconfig(tmp_path)
+    text = kc.read_text()
+    if shape == "alias":
+        text = "preferences: {x: &a 1, y: *a}\n" + text
+    if shape == "big":
+        text = "#" + "x" * (5 << 20) + "\n" + text
+    if shape == "short-arg":
+        text = text.replace('"ArgSecretCANARY5566bb"', '"Pa55wd7"')
+    (home / "kc.yaml").write_text(text)
+    env = {**os.environ, "HOME": str(home)}
+    where = ["--kubeconfig", str(home / "kc.yaml")]
+    if shape == "tilde-flag":
+        where = ["--kubeconfig", "~/kc.yaml"]
+    if shape == "tilde-env":
+        where, env["KUBECONFIG"] = [], "~/kc.yaml"
+    r = llmpack("cluster", "doctor", *where, "--context", "b", "--path", "argo", cwd=tmp_path, env=env, timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1 and "Kubernetes API" in out, out[-2000:]
+    assert not [c for c in (*CANARIES, "Pa55wd7") if c in out], out[-3000:]

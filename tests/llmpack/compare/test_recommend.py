@@ -175,3 +175,19 @@ def test_a_rebuilt_report_keeps_the_compares_pipeline_and_paths() -> None:
     runs = [{"tags": {"llmpack.pipeline_ref": "mymod:mine"}}] * 2
     assert rebuilt_argv(runs, ["direct", "argo"]) == ["--pipeline", "mymod:mine", "--backends", "direct,argo"]
     assert rebuilt_argv([{"tags": {}}], ["direct", "kfp", "argo", "mlflow"]) == []
+
+
+def test_a_fixed_repeats_compare_asks_for_the_rounds_every_headline_needs() -> None:
+    """The fifth trial: with --repeats, total needed ~9 rounds and cost ~11, yet `to decide:` said --repeats 7
+    (the start-up headlines' rounds only), though every round of --repeats runs the whole pipeline."""
+    from llmpack.compare.comparison import HEADLINES
+
+    need = {"time_to_first_step_s": 7, "spinup_s": 5, "total_s": 9, "cost_usd": 11}
+    verdicts = {h.metric: {"direct": {"verdict": "baseline", "n": 2, "value": 7.0},
+                           "kfp": {"verdict": "undecided", "n": 2, "rounds": 2, "delta": 0.3, "value": 7.3,
+                                   "rounds_to_decide": need[h.metric]}} for h in HEADLINES if h.metric in need}
+    runs = [{"orchestrator": p, "status": "succeeded", "metrics": {"time_to_first_step_s": 7.0}, "tags": {}}
+            for p in ("direct", "kfp")]
+    rec = recommend({"backends": ["direct", "kfp"], "baseline": "direct", "runs": runs, "verdicts": verdicts,
+                     "repeats": 2, "argv": ["--repeats", "2"]})
+    assert rec.command is not None and rec.command.endswith("--repeats 11"), rec.command
