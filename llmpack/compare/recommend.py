@@ -153,9 +153,10 @@ def judged_each_round(result: dict[str, Any]) -> list[Headline]:
     from llmpack.compare.comparison import untrained
 
     verdicts = result.get("verdicts", {})
-    whole = not result.get("design") or untrained(list(result.get("runs", ())))
+    fixed = not result.get("design")  # --repeats N: every headline judged after the last round
+    whole = untrained(list(result.get("runs", ())))
     return [h for h in HEADLINES if h.metric in verdicts and measured(verdicts[h.metric])
-            and (h.startup or (whole and h.metric in WHOLE_RUN_METRICS))]
+            and (h.startup or fixed or (whole and h.metric in WHOLE_RUN_METRICS))]
 
 
 def verdicts_of(result: dict[str, Any], h: Headline, path: str) -> dict[str, Any]:
