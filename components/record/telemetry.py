@@ -331,6 +331,17 @@ def _sub(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
+# A process's start time is read from /proc in clock ticks (10 ms): a step started within a tick of the submit can
+# read as a few ms before it. Such a spin-up is 0, never negative; a larger gap (clock skew) is left as it is.
+START_RESOLUTION_S = 0.05
+
+
+def since_submit(start: float | None, submitted_at: float | None) -> float | None:
+    """``start - submitted_at``, a difference inside :data:`START_RESOLUTION_S` below 0 read as 0."""
+    d = _sub(start, submitted_at)
+    return 0.0 if d is not None and -START_RESOLUTION_S < d < 0 else d
+
+
 def derive_metrics(
     steps: dict[str, StepTimes],
     *,
@@ -345,7 +356,7 @@ def derive_metrics(
     total = _sub(end, submitted_at)
     computes = [c for c in (s.total_compute_s for s in steps.values()) if c is not None]
     return {
-        "spinup_s": _sub(train.first_start, submitted_at),
+        "spinup_s": since_submit(train.first_start, submitted_at),
         "time_to_first_step_s": _sub(train.get("first_step"), submitted_at),
         "queue_s": _sub(train.get("pod_scheduled"), train.get("pod_created")),
         "provision_s": _sub(train.get("node_ready"), train.get("pod_created")),

@@ -87,3 +87,12 @@ def test_mlflow_upload_is_idempotent(tracking_uri: str) -> None:
     assert run.data.tags["llmpack.orchestrator"] == "argo" and run.data.tags["llmpack.gpu_type"] == "nvidia-l4"
     rebuilt = tracking.records_from_run(run.data.metrics, ctx)
     assert rebuilt[0].step == "finetune" and rebuilt[0].name == "first_step"
+
+
+def test_a_start_within_a_clock_tick_before_the_submit_is_no_negative_spinup() -> None:
+    """The fifth trial: `spin-up s -0.00194` (a /proc start time in 10 ms ticks read a few ms before the
+    submit). Within the resolution it is 0; a larger gap (clock skew) is kept, for the screen to exclude."""
+    from components.record.telemetry import since_submit
+
+    assert since_submit(99.998, 100.0) == 0.0 and since_submit(100.25, 100.0) == 0.25
+    assert since_submit(99.0, 100.0) == -1.0 and since_submit(None, 100.0) is None
