@@ -97,9 +97,14 @@ def groups(pipe: Pipeline, mode: str) -> list[list[Task]]:
 
 
 def fuse(pipe: Pipeline, mode: str) -> Pipeline:
-    """A copy of ``pipe`` with each group of ``mode`` as one task (``none``: ``pipe`` itself)."""
+    """A copy of ``pipe`` with each group of ``mode`` as one task (``none``: ``pipe`` itself); a mode that finds
+    nothing to fuse in ``pipe`` is one :class:`InputError` (it would run unfused under a fused label)."""
     if groups(pipe, mode):
         _check_resolvable(pipe)
+    elif mode != "none":
+        what = "two consecutive GPU steps" if mode == "gpu" else "two steps"
+        raise InputError(f"--fuse {mode}: pipeline {pipe.name!r} has no {what} to fuse (it would run unfused); "
+                         "drop --fuse")
     fused = pipe
     for group in groups(pipe, mode):
         fused = _fuse_group(fused, [t.name for t in group])

@@ -4,7 +4,7 @@ From the repository root (docs/your-pipeline.md):
 
     llmpack run --pipeline examples.custom_step:with_report
     llmpack compare --pipeline examples.custom_step:with_report
-    llmpack compile --pipeline examples.custom_step:with_report --fuse gpu --out build/custom-gpu
+    llmpack compile --pipeline examples.custom_step:with_report --fuse all --out build/custom-all
     python examples/custom_step.py build/custom        # the same compile, from Python
 
 A step is a typed function; calling it inside a @pipeline wires it. The same object compiles

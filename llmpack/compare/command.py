@@ -187,6 +187,13 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     # the pipeline's own signature gives every value the user did not type (docs/your-pipeline.md)
     opts = RunOptions(**{**kwargs, **run_values(kwargs["pipeline"], typed_values(OWN_FLAGS, kwargs), params)})
     prepare(opts)  # data, model, price: refused before MLflow's slow import (compare() checks every path again)
+    if margin and kwargs.get("pipeline") and "ttfs=" in margin.replace(" ", ""):
+        from components.record.telemetry import TRAIN_STEP
+        from llmpack.run.user_pipeline import load_pipeline
+
+        if TRAIN_STEP not in load_pipeline(kwargs["pipeline"]).tasks:  # no first step to measure, so none to judge
+            raise InputError(f"--margin {margin}: ttfs (time to first step) is not measured for a pipeline without "
+                             "a finetune step; give margins for spinup, total or cost")
 
     def started(run_group: str) -> None:
         print_unbroken(err, "run group ", Text(run_group, style="bold"),

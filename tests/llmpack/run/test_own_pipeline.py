@@ -394,3 +394,17 @@ def test_a_data_step_of_ones_own_feeds_tokenize_through_split_output(pipes: Path
     (shouted,) = run_dir.glob("**/shouted")
     prompts = [json.loads(line)["prompt"] for line in (shouted / "eval.jsonl").read_text().splitlines()]
     assert prompts and all(p == p.upper() for p in prompts)
+
+
+def test_a_mode_or_margin_the_pipeline_cannot_have_is_one_line(pipes: Path) -> None:
+    """The fifth trial: `--fuse gpu` on a pipeline without two GPU steps ran unfused under a fused label, and
+    `--margin ttfs=10%` was taken for a pipeline with no time to first step."""
+    for argv in (["run", "--pipeline", "own_pipes_52:no_training", "--fuse", "gpu"],
+                 ["compile", "--pipeline", "own_pipes_52:no_training", "--fuse", "all", "--out", str(pipes / "o")],
+                 ["compare", "--pipeline", "own_pipes_52:no_training", "--backends", "direct,kfp", "--repeats", "2",
+                  "--margin", "ttfs=10%"]):
+        r = CliRunner().invoke(main, argv)
+        assert r.exit_code == 2, (argv, r.output)
+        assert r.output.count("\n") == 1 and ("no two consecutive GPU steps" in r.output or "fused_steps" in r.output
+                                               or "ttfs (time to first step) is not measured" in r.output), r.output
+    assert not (pipes / "o").exists() and not (pipes / "llmpack-runs").exists()

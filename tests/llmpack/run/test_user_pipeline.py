@@ -46,7 +46,7 @@ def test_bad_pipeline_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_compile_pipeline_plain_and_fused(tmp_path: Path) -> None:
-    for fuse in ("none", "gpu"):
+    for fuse in ("none", "all"):
         out = tmp_path / fuse
         r = llmpack("compile", "--pipeline", REF, "--fuse", fuse, "--out", str(out), cwd=REPO)
         assert r.returncode == 0, r.stderr
