@@ -25,6 +25,7 @@ from components.record.telemetry import ALL_EVENTS, group_by_step
 def runs_from_mlflow(mc: Any, run_group: str) -> list[dict[str, Any]]:
     """Rebuild the run records of a run group from MLflow alone."""
     from components.record import tracking
+    from llmpack.report import own_metrics
 
     found = mc.search_runs(
         [tracking.experiment_id(mc)],
@@ -51,6 +52,7 @@ def runs_from_mlflow(mc: Any, run_group: str) -> list[dict[str, Any]]:
                 "metrics": metrics,
                 "tags": tags,
                 "events": events,
+                "step_metrics": own_metrics.from_mlflow_metrics(r.data.metrics),
                 "retried_attempts": retried,
                 "artifacts": {"mlflow_run_id": r.info.run_id},
             }

@@ -20,7 +20,7 @@ from typing import Any
 from components.errors import InputError
 from components.fusion import path_of
 from llmpack.compare.comparison import runs_counted
-from llmpack.report import beside, screen, task
+from llmpack.report import beside, own_metrics, screen, task
 from llmpack.report import estimate as estimate_vs_actual
 from llmpack.report.charts import chart_boxes, chart_cost, chart_timeline, path_colour
 from llmpack.report.escape import html_text, md
@@ -152,6 +152,7 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
                   f"{md_text(r.get('error') or r['status'])}" for r in failed]
     lines += screen.markdown_lines(result.get("excluded") or [])
     lines += task.markdown(result["runs"])
+    lines += own_metrics.markdown_lines(result["runs"])
     if show.gpu:
         lines += ["", "## What the money went on", ""]
         lines += [f"- **{md(o)}**: {md(text)}" for o, text in _cost_lines(result, splits)] or ["- no priced runs"]
@@ -361,6 +362,7 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
 {img('timeline')}
 {img('spinup_boxplot')}
 {task.html_section(result['runs'], _badge)}
+{own_metrics.html_section(result['runs'], _badge)}
 {money_html(show, costs)}
 {retries}
 {beside.html_section(result['runs'])}

@@ -82,3 +82,18 @@ def test_compare_refuses_one_path_without_variants() -> None:
 
     r = CliRunner().invoke(main, ["compare", "--backends", "direct", "--repeats", "2"])
     assert r.exit_code == 2 and "a compare needs two paths" in r.output
+
+
+def test_the_report_shows_the_metrics_ones_own_steps_log(tmp_path: Path) -> None:
+    """The fifth trial: `mean_prompt_words` reached MLflow and `--json` but neither report.md nor report.html."""
+    from llmpack.report.own_metrics import from_mlflow_metrics
+
+    runs = _runs()
+    for i, r in enumerate(runs):
+        r["step_metrics"] = {"count-rows": {"mean_prompt_words": 10.0 + i}, "prepare-data": {"rows": 40.0}}
+    out = write_report(comparison("rg-own", ["direct", "kfp"], runs), tmp_path / "rep")
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "| count-rows.mean\\_prompt\\_words | 12.0 (3) | 13.0 (3) |" in md, md
+    assert "count-rows.mean_prompt_words" in page and "prepare-data.rows" not in md + page  # shipped steps' aside
+    assert from_mlflow_metrics({"metric.count-rows.n": 3.0, "total_s": 1.0, "event.x.finished": 2.0}) == \
+        {"count-rows": {"n": 3.0}}
