@@ -10,8 +10,9 @@
 # directory keyed by that module's pins the same way:
 # --controllers: the JobSet and Kubeflow Trainer controller managers (controllers/go.mod);
 # --kueue: Kueue's controller manager (kueue/go.mod);
-# --argo: Argo Workflows' workflow-controller and argoexec (argo/go.mod, a wrapper module
-#   carrying argo-workflows' own `replace` lines).
+# --argo: Argo Workflows' workflow-controller, argoexec and the argo CLI (`argo server`: the REST API
+#   Hera and `llmpack cluster compare` submit to), from argo/go.mod, a wrapper module carrying
+#   argo-workflows' own `replace` lines.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cached=0 set=control-plane
@@ -35,9 +36,10 @@ if [[ $set != control-plane ]]; then
         controllers) mod="$here/controllers" cmds=(jobset trainer-controller-manager)
             pkgs=(sigs.k8s.io/jobset github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager) ;;
         kueue) mod="$here/kueue" cmds=(kueue) pkgs=(sigs.k8s.io/kueue/cmd/kueue) ;;
-        argo) mod="$here/argo" cmds=(workflow-controller argoexec)
+        argo) mod="$here/argo" cmds=(workflow-controller argoexec argo)
             pkgs=(github.com/argoproj/argo-workflows/v3/cmd/workflow-controller
-                  github.com/argoproj/argo-workflows/v3/cmd/argoexec) ;;
+                  github.com/argoproj/argo-workflows/v3/cmd/argoexec
+                  github.com/argoproj/argo-workflows/v3/cmd/argo) ;;
     esac
     ldflags="-s -w"
     # Argo's binaries report the pinned release (the controller's default executor image tag too)
@@ -77,6 +79,11 @@ if [[ $set != control-plane ]]; then
         chmod -R u+w "$work/argo-workflows"
         os_dir="$work/argo-workflows/workflow/executor/osspecific"
         [[ -e "$os_dir/signal_linux.go" ]] || cp "$os_dir/signal_darwin.go" "$os_dir/signal_linux.go"
+        # `argo server` embeds the UI's built files (ui/dist/app, made by yarn, not in the module): built
+        # without them, as Argo's own Makefile does with STATIC_FILES=false (a placeholder index.html).
+        mkdir -p "$work/argo-workflows/ui/dist/app"
+        [[ -e "$work/argo-workflows/ui/dist/app/index.html" ]] \
+            || echo "Argo Workflows UI: built without static files" >"$work/argo-workflows/ui/dist/app/index.html"
         cp "$mod/go.mod" "$work/go.mod"
         cp "$mod/go.sum" "$work/go.sum"
         echo "replace github.com/argoproj/argo-workflows/v3 => $work/argo-workflows" >>"$work/go.mod"

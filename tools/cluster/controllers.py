@@ -81,7 +81,7 @@ def rewrite(objects: list[dict[str, Any]], name: str, port: int, ca_pem: bytes,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--name", required=True, choices=["jobset", "trainer", "kueue", "argo"])
+    parser.add_argument("--name", required=True, choices=["jobset", "trainer", "kueue", "argo", "argo-server"])
     parser.add_argument("--port", required=True, type=int)
     parser.add_argument("--ca", required=True, help="the cluster CA's PEM file")
     parser.add_argument("--namespace", help="the controller's namespace: where a release's own Roles go")

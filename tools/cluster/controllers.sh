@@ -180,4 +180,20 @@ if want_ctl argo; then
     start argo-controller env KUBECONFIG="$state/argo-controller.kubeconfig" LEADER_ELECTION_DISABLE=true \
         "$argo_bin/workflow-controller" --namespace argo --configmap workflow-controller-configmap
     wait_for "the argo controller" 60 grep -q "Performing periodic GC" "$state/logs/argo-controller.log"
+    # The Argo Server (`argo server`, the same module's cmd/argo): the REST API Hera's WorkflowsService,
+    # `llmpack cluster submit argo` and `llmpack cluster compare --argo-host` talk to. --auth-mode client:
+    # each request carries a Kubernetes bearer token and acts as that token's user (its own RBAC, the
+    # release's argo-server-rbac bound to its certificate's user, covers only its own informers); plain
+    # HTTP (--secure=false). It listens on :PORT of EVERY interface (fixed in server/apiserver); the port
+    # is a free one, written to argo-server-url. Its UI is the placeholder page (built without the UI).
+    "${kubectl[@]}" kustomize "$argo_src/manifests/cluster-install-no-crds/argo-server-rbac" \
+        | "${kubectl[@]}" create --dry-run=client -o json -f - \
+        | python3 "$here/controllers.py" --name argo-server --port 0 --ca "$pki/ca.crt" --namespace argo \
+        | "${kubectl[@]}" apply --server-side -f - >/dev/null
+    cert argo-server-controller "/CN=llmpack-argo-server-controller"
+    kubeconfig argo-server-controller
+    start argo-server env KUBECONFIG="$state/argo-server-controller.kubeconfig" "$argo_bin/argo" server \
+        --namespace argo --auth-mode client --secure=false --port "$argo_server_port"
+    wait_for "the argo server" 60 curl -sf "http://127.0.0.1:$argo_server_port/"
+    echo "http://127.0.0.1:$argo_server_port" >"$state/argo-server-url"
 fi

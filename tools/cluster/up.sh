@@ -75,9 +75,9 @@ pki="$state/pki"
 
 # --------------------------------------------------------------------------- ports: free ones, loopback only
 read -r etcd_port peer_port api_port kcm_port sched_port kwok_port jobset_hook jobset_health trainer_hook \
-    trainer_health kueue_hook kueue_health argo_health < <(python3 - <<'EOF'
+    trainer_health kueue_hook kueue_health argo_health argo_server_port < <(python3 - <<'EOF'
 import socket
-socks = [socket.socket() for _ in range(13)]
+socks = [socket.socket() for _ in range(14)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
