@@ -130,7 +130,7 @@ def kubeconfig_secrets(path: str) -> set[str]:
         try:  # read as the client reads it (aliases too): what it can load, this reads first, or nothing loads
             doc = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a SafeLoader
         except (yaml.YAMLError, RecursionError, ValueError):
-            raise InputError(f"kubeconfig {one}: not valid YAML") from None
+            raise InputError(f"kubeconfig {one}: not a usable kubeconfig (not valid YAML)") from None
         doc = doc if isinstance(doc, dict) else {}
         for entry in doc.get("clusters") or []:
             server = ((entry or {}).get("cluster") or {}).get("server") if isinstance(entry, dict) else None

@@ -20,6 +20,8 @@ import pytest
 
 from tests.conftest import run_step
 
+pytestmark = pytest.mark.slow  # a register process behind every test (the store fixture): the slow tier
+
 EVAL = "components.steps.evaluate:evaluate"
 REG = "components.steps.register:register"
 NAME = "signed-model"
@@ -27,8 +29,6 @@ PAYLOAD_TAG, SIGNATURE_TAG = "llmpack.provenance", "llmpack.provenance.signature
 SIGNATURE_FILE = "metrics.signature.json"  # beside metrics.json (components.serving.signed)
 MARKER_CODE = """
 from pathlib import Path
-
-pytestmark = pytest.mark.slow  # a register process behind every test (the store fixture): the slow tier
 Path({marker!r}).write_text("the store's code ran")
 """
 

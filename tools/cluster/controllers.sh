@@ -186,6 +186,9 @@ if want_ctl argo; then
     # release's argo-server-rbac bound to its certificate's user, covers only its own informers); plain
     # HTTP (--secure=false). It listens on :PORT of EVERY interface (fixed in server/apiserver); the port
     # is a free one, written to argo-server-url. Its UI is the placeholder page (built without the UI).
+    # Opt-in (LLMPACK_CLUSTER_CONTROLLERS=...,argo,argo-server): every other listener of cluster-up is loopback-only.
+fi
+if want_ctl argo-server; then
     "${kubectl[@]}" kustomize "$argo_src/manifests/cluster-install-no-crds/argo-server-rbac" \
         | "${kubectl[@]}" create --dry-run=client -o json -f - \
         | python3 "$here/controllers.py" --name argo-server --port 0 --ca "$pki/ca.crt" --namespace argo \

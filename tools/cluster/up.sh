@@ -48,12 +48,13 @@ if [[ $controllers != none ]]; then
     bad=""
     IFS=, read -ra ctl_list <<<"$controllers"
     for c in "${ctl_list[@]}"; do
-        case "$c" in jobset|trainer|kueue|argo) ;; *) bad=1 ;; esac
+        case "$c" in jobset|trainer|kueue|argo|argo-server) ;; *) bad=1 ;; esac
     done
     want_ctl trainer && ! want_ctl jobset && bad=1
     want_ctl kueue && ! want_ctl trainer && bad=1
+    want_ctl argo-server && ! want_ctl argo && bad=1
     [[ -z $bad && ${#ctl_list[@]} -gt 0 ]] \
-        || die "LLMPACK_CLUSTER_CONTROLLERS '$controllers': none, or a comma-separated set of jobset, trainer (needs jobset), kueue (needs jobset,trainer), argo"
+        || die "LLMPACK_CLUSTER_CONTROLLERS '$controllers': none, or a comma-separated set of jobset, trainer (needs jobset), kueue (needs jobset,trainer), argo, argo-server (needs argo; listens on every interface)"
 fi
 [[ -f "$nodes_file" ]] || die "LLMPACK_CLUSTER_NODES '$nodes_file': no such file"
 python3 "$here/nodes.py" --print "$nodes_file" >/dev/null || exit 2
