@@ -222,6 +222,7 @@ QUICK_FAULTS = {"no-namespace", "rbac-denied", "no-gpu-nodes", "no-secret", "no-
 
 @pytest.mark.parametrize("fault",
                          [f if f in QUICK_FAULTS else pytest.param(f, marks=pytest.mark.slow) for f in sorted(CASES)])
+@pytest.mark.slow  # a doctor per fault, the matrix in the slow tier (CI runs it whole); the ready cluster stays quick
 def test_each_fault_gives_its_own_line_and_fix(ready: Ready, fault: str) -> None:
     flags, line, fix = CASES[fault]
     code, before = ready.doctor(*flags)

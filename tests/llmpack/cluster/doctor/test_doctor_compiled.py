@@ -155,6 +155,7 @@ def test_the_ready_cluster_passes_from_the_compiled_folder_alone(cluster: Cluste
         assert words in out, (words, out)
 
 
+@pytest.mark.slow  # a doctor per fault, the matrix in the slow tier (CI runs it whole); the ready cluster stays quick
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_each_review_fault_is_its_own_line_with_its_fix(cluster: Cluster, fault: str) -> None:
     plant, line, fix = FAULTS[fault]
@@ -193,6 +194,7 @@ HEALTHY: dict[str, tuple[Callable[[KubeAPIStandIn], Any], str]] = {
 }
 
 
+@pytest.mark.slow  # a doctor per fault, the matrix in the slow tier (CI runs it whole); the ready cluster stays quick
 @pytest.mark.parametrize("variant", sorted(HEALTHY))
 def test_healthy_variants_pass(cluster: Cluster, variant: str) -> None:
     plant, words = HEALTHY[variant]
@@ -217,6 +219,7 @@ def test_kfp_before_2_16_under_restricted_still_fails_and_says_why(cluster: Clus
     (("--gpus", "4"), "--gpus 4: the artifacts in DIR give each gang node 8 GPUs"),
     (("--queue", "team-b"), "--queue team-b: the artifacts in DIR label the TrainJob with queue team-a"),
 ])
+@pytest.mark.slow  # a doctor per fault, the matrix in the slow tier (CI runs it whole); the ready cluster stays quick
 def test_a_flag_contradicting_the_artifacts_is_one_line_exit_2(cluster: Cluster, flags: tuple[str, ...],
                                                               message: str) -> None:
     code, out = cluster.doctor(*flags)
