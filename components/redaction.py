@@ -7,14 +7,13 @@ blank more, never less). :func:`redact_uri` blanks a URI's userinfo and secret q
 (known names, or a long random-looking value) and never raises, however malformed; :func:`redact_text`
 does that to every URI in free text, blanks bearer tokens, JWTs, known token formats, ``password=``
 and ``?token=`` pairs and every secret this process was handed, wherever it reappears;
-:func:`uri_problem` refuses a bad http(s) host or port up front, quoting only the host;
+:func:`components.uri_checks.uri_problem` refuses a bad http(s) host or port up front, quoting only the host;
 :func:`install_log_redaction` puts every log record and warning (urllib3's, MLflow's...) through it.
 Stdlib only: the CLI's error path imports it. In full: docs/internals/names-and-secrets.md.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import re
@@ -37,8 +36,8 @@ _NO_AUTHORITY = re.compile(r"(?i)(models|runs|file|dbfs|mlflow-artifacts):/|/") 
 _URI_RUN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S*")  # a bounded scheme: linear in the text
 # ``alice:pw@host[:port]`` typed without a scheme (MLflow quotes it whole in its error): the password blanked
 # (the user may be an e-mail address; the password may hold '/' and '@': it runs to the last '@' before a host)
-_BARE_USERINFO = re.compile(r"(?<![\w.%+:@-])([A-Za-z0-9._%+-]{1,64}(?:@[A-Za-z0-9.-]{1,253})?):(?!/)"
-                            r"([^\s'\"]{1,256})@(?=[^\s@'\"/]{1,253})")
+_BARE_USERINFO = re.compile(r"(?<![\w.%+:@-])([A-Za-z0-9._%+!$&'()*,;=-]{0,64}(?:@[A-Za-z0-9.-]{1,253})?):(?!/)"
+                            r"([^\s]{1,256})@(?=[^\s@'\"/]{1,253})")
 # ``?token=x``, ``&jwt=x``, ``;pw=x``, ``#access_token=x`` in a URI or a bare path (urllib3 logs ``/api?token=x``):
 # the value runs to white space or the next ``&name=`` / ``;name=`` (a raw '&' or '#' in a secret is blanked too).
 _QUERY_KEY = r"[A-Za-z0-9_.%+\[\]-]{1,128}"
@@ -224,6 +223,13 @@ def text_secrets(text: str) -> set[str]:
     return {f for f in found if f}
 
 
+def secret_name(name: str) -> bool:
+    """``name`` (a key, a flag without its dashes) names a credential, as the redactor's own rules read names:
+    token, password, pass, pw, jwt, otp, cookie, session, secret, api key... (percent-decoded, camelCase split)."""
+    bare = name.lstrip("-")
+    return _secret_key(bare) or bool(re.search(r"(?i)jwt|otp|cookie|session|passcode|bearer", bare))
+
+
 def could_be_secret(value: str) -> bool:
     """A value that could be a secret by its shape alone: 8+ characters with a digit, or 12+."""
     return _could_be_secret(value)
@@ -318,64 +324,6 @@ def _redact_kv(match: re.Match[str]) -> str:
 def _redact_run(match: re.Match[str]) -> str:
     """A URI found in text, up to white space (its userinfo ends at the run's last '@'), redacted."""
     return _redact_uri(match.group(0))
-
-
-def uri_problem(uri: str) -> str | None:
-    """What is wrong with an http(s) URI's host or port (quoting only the host part), else None.
-
-    Other schemes (sqlite, file, databricks...) are left to their library: they hold no port.
-    """
-    parts = split_uri(uri)
-    if ("://" not in uri and "@" in uri and not uri.startswith(("/", ".", "~"))
-            and not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:/", uri)):  # user@host typed with no scheme: never a path
-        return ("no scheme before its user name and password (not shown): write http://HOST:PORT or https://..., "
-                "the user and password in MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD")
-    if parts.prefix.lower() not in ("http://", "https://"):
-        return None
-    if parts.userinfo is not None and re.search(r"[/?#\s]", parts.userinfo):
-        return ("its user name or password (not shown) holds a '/', '?', '#' or a space: percent-encode them "
-                "(%2F, %3F, %23, %20); an '@' in the path or query: %40")
-    host = parts.host
-    if host.startswith("["):
-        close = host.find("]")
-        if close < 0:
-            return f"host {host[:60]!r}: an IPv6 address needs its closing ']'"
-        literal, port = host[1:close], host[close + 1:]
-        try:
-            ipaddress.IPv6Address(literal.split("%", 1)[0])
-        except ValueError:
-            return f"host [{literal[:60]}]: not an IPv6 address"
-        if port and not port.startswith(":"):
-            return f"host {host[:60]!r}: expected ':PORT' after the IPv6 address"
-        port = port[1:] if port else ""
-    else:
-        if host.count(":") > 1:
-            return f"host {host[:60]!r}: more than one ':' (an IPv6 address goes in [brackets])"
-        name, _, port = host.partition(":")
-        if not name:
-            return "no host"
-        if not re.fullmatch(r"[A-Za-z0-9._~%!$&'()*+,;=-]+", name):
-            return f"host {name[:60]!r} is not a host name"
-    if port and (not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536):
-        return f"port {port[:20]!r} is not a number from 1 to 65535"
-    return None
-
-
-def store_key(uri: str) -> tuple[str, ...]:
-    """What names a store, never its credentials: ``(scheme, host, port)`` of a URI with a host (the default port
-    filled in, the host lower-cased), else ``(scheme, the rest)`` (``sqlite:///p``: its path; ``databricks``)."""
-    parts = split_uri(uri.strip())
-    scheme = parts.prefix[:-3].lower() if parts.prefix else uri.partition(":")[0].lower() if ":" in uri else ""
-    if not parts.host:
-        return (scheme, parts.tail if parts.prefix else uri.strip())
-    host, port = parts.host.lower(), ""
-    if host.startswith("["):
-        host, _, port = host.partition("]")
-        port = port.lstrip(":")
-    elif ":" in host:
-        host, _, port = host.rpartition(":")
-    port = port or {"http": "80", "https": "443"}.get(scheme, "")
-    return (scheme, host.rstrip("."), port)
 
 
 def printable(text: str, limit: int = 200) -> str:

@@ -80,7 +80,7 @@ def tracking_uri(explicit: str | None = None) -> str:
     :class:`InputError` line here, its credentials blanked, before MLflow quotes it whole in an error.
     """
     from components.redaction import redact_uri as redact
-    from components.redaction import uri_problem
+    from components.uri_checks import uri_problem
 
     uri = explicit or os.environ.get("MLFLOW_TRACKING_URI")
     if uri:

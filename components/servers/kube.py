@@ -18,7 +18,6 @@ token (:func:`secrets_of`); a failed call is read once, by :func:`failure`. Exec
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,7 +115,7 @@ def kubeconfig_secrets(path: str) -> set[str]:
     import yaml
 
     from components import bounded
-    from components.redaction import could_be_secret, text_secrets
+    from components.redaction import could_be_secret, secret_name, text_secrets
 
     found: set[str] = set()
     for one in filter(None, path.split(os.pathsep)):
@@ -132,31 +131,45 @@ def kubeconfig_secrets(path: str) -> set[str]:
         except (yaml.YAMLError, RecursionError, ValueError):
             raise InputError(f"kubeconfig {one}: not a usable kubeconfig (not valid YAML)") from None
         doc = doc if isinstance(doc, dict) else {}
-        for entry in doc.get("clusters") or []:
-            server = ((entry or {}).get("cluster") or {}).get("server") if isinstance(entry, dict) else None
+        for entry in _entries(doc, "clusters"):
+            cluster = entry.get("cluster")
+            server = cluster.get("server") if isinstance(cluster, dict) else None
             if isinstance(server, str):
                 found |= text_secrets(server)
-        for entry in doc.get("users") or []:
-            user = (entry or {}).get("user") if isinstance(entry, dict) else None
+        for entry in _entries(doc, "users"):
+            user = entry.get("user")
             if not isinstance(user, dict):
                 continue
-            found |= {str(user[k]) for k in ("token", "password", "client-key-data") if user.get(k)}
-            provider = (user.get("auth-provider") or {}).get("config") or {}
-            found |= {str(v) for v in provider.values() if v} if isinstance(provider, dict) else set()
+            found |= {_text(user[k]) for k in ("token", "password", "client-key-data") if user.get(k)}
+            provider = user.get("auth-provider")
+            config = provider.get("config") if isinstance(provider, dict) else None
+            found |= {_text(v) for v in config.values() if v} if isinstance(config, dict) else set()
             plugin = user.get("exec") if isinstance(user.get("exec"), dict) else {}
-            found |= {str(e.get("value")) for e in plugin.get("env") or [] if isinstance(e, dict) and e.get("value")}
-            args = [a for a in plugin.get("args") or [] if isinstance(a, str)]
+            envs = plugin.get("env") if isinstance(plugin.get("env"), list) else []
+            found |= {_text(e.get("value")) for e in envs if isinstance(e, dict) and e.get("value")}
+            args = [_text(a) for a in plugin.get("args") or [] if a is not None] \
+                if isinstance(plugin.get("args"), list) else []
             found |= {a for a in args if could_be_secret(a)}
             found |= {value for flag, value in zip(["", *args], args, strict=False)  # `--client-secret X`, whatever X
-                      if flag.startswith("-") and _SECRET_FLAG.search(flag)}
+                      if flag.startswith("-") and secret_name(flag)}
             found |= {a.split("=", 1)[1] for a in args if a.startswith("-") and "=" in a
-                      and _SECRET_FLAG.search(a.split("=", 1)[0])}
+                      and secret_name(a.split("=", 1)[0])}
     return found
 
 
 # A kubeconfig larger than this is refused before the client loads it (its secrets could not all be read first).
 MAX_KUBECONFIG_BYTES = 64 << 20
-_SECRET_FLAG = re.compile(r"(?i)secret|token|passw|pwd|key|credential|auth")
+
+
+def _entries(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """A kubeconfig's ``clusters`` or ``users`` list, its entries that are mappings (any other shape: none)."""
+    value = doc.get(key)
+    return [e for e in value if isinstance(e, dict)] if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str:
+    """A kubeconfig value as the exec plugin or the client sees it (``!!binary``: its bytes as text)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _from_kubeconfig(path: str, context: str | None) -> tuple[Any, str | None]:

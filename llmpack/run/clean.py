@@ -164,7 +164,7 @@ def take_over_dead_runs(runs_dir: Path, *, dry_run: bool = False) -> list[str]:
         try:
             kept = orphans.take_over(staging)
         except InputError as exc:
-            lines.append(f"left {staging}: {str(exc).split(': ', 1)[-1]}")
+            lines.append(f"llmpack: error: left {staging}: {exc}")  # whole: the file it names is the news
             continue
         try:
             result = sync_run(kept)

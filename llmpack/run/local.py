@@ -288,7 +288,8 @@ def sync_hint(run_dir: Path, uri: str) -> str:
     naming the store with ``--tracking-uri`` when it is not the configured one (sync never takes it from RUN_DIR)."""
     import shlex
 
-    from components.redaction import printable, store_key
+    from components.redaction import printable
+    from components.uri_checks import store_key
 
     store = "" if store_key(uri) == store_key(tracking.tracking_uri(None)) else \
         f" --tracking-uri {shlex.quote(printable(uri, 400))}"  # the fuller redaction: query, fragment, userinfo

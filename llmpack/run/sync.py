@@ -124,7 +124,8 @@ def store_for(recorded: object, explicit: str | None, *, what: str) -> str:
     A store whose scheme, host and port (or path) differ from the configured one is one :class:`InputError` line
     naming both, unless ``--tracking-uri`` was given: nothing in a run directory selects where credentials go."""
     from components.record import tracking
-    from components.redaction import printable, store_key
+    from components.redaction import printable
+    from components.uri_checks import store_key
 
     uri = tracking.tracking_uri(explicit)
     hint = recorded if isinstance(recorded, str) else "" if recorded is None else repr(recorded)

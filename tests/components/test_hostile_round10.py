@@ -61,7 +61,8 @@ def test_the_trainer_status_token_never_follows_a_redirect(tmp_path: Path) -> No
 def test_a_schemeless_userinfo_with_any_password_is_refused_and_blanked(uri: str) -> None:
     """R10-2: a port after the host passed ``uri_problem``; '/' or '@' in the password, or an e-mail user, passed
     the redactor (``cluster plan --tracking-uri`` printed it in a traceback; ``doctor --json`` from a kubeconfig)."""
-    from components.redaction import redact_text, secrets_in, uri_problem
+    from components.redaction import redact_text, secrets_in
+    from components.uri_checks import uri_problem
 
     password = uri.rsplit("@", 1)[0].split(":", 1)[1]
     assert uri_problem(uri) is not None and password not in (uri_problem(uri) or "")

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from components.record.tracking import redact_uri as tracking_redact_uri
-from components.redaction import redact_text, redact_uri, secrets_in, uri_problem
+from components.redaction import redact_text, redact_uri, secrets_in
+from components.uri_checks import uri_problem
 
 CANARY = "CANARYPASS"
 

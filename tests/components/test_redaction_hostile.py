@@ -31,7 +31,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from components.errors import InputError
-from components.redaction import MASK, redact_text, redact_uri, secrets_in, uri_problem
+from components.redaction import MASK, redact_text, redact_uri, secrets_in
+from components.uri_checks import uri_problem
 from tests.conftest import REPO
 
 DELIMITERS = ":/?#[]@!$&'()*+,;=%\"<>\\^`{|}~"

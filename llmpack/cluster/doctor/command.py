@@ -109,8 +109,9 @@ def check_endpoints(opts: DoctorOptions, env: dict[str, str] | None = None) -> N
     (components.redaction), before any request."""
     import os
 
-    from components.redaction import redact_uri, uri_problem
+    from components.redaction import redact_uri
     from components.servers.remote import normalize_host
+    from components.uri_checks import uri_problem
     from llmpack.backends import doctor_facts
 
     env = dict(os.environ) if env is None else env
