@@ -71,6 +71,22 @@ def step_colours(runs: list[dict[str, Any]]) -> dict[str, str]:
     return {step: STEP_COLOURS[i % len(STEP_COLOURS)] for i, step in enumerate(order)}
 
 
+FAILED_EDGE = "#d62728"
+
+
+def failed_step(run: dict[str, Any]) -> str | None:
+    """The step whose failure ended ``run``: its ``failed_step``, else the one its error names
+    (``step 'boom' failed: ...``, as a record rebuilt from MLflow keeps it); None for a run that did not fail."""
+    import re
+
+    if run.get("status") == "succeeded":
+        return None
+    if run.get("failed_step"):
+        return str(run["failed_step"])
+    found = re.match(r"step '([^']{1,200})' failed", str(run.get("error") or ""))
+    return found.group(1) if found else None
+
+
 def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
     """One lane per run from submit (0 s): a band naming each step over the bar of its phases.
 
@@ -85,7 +101,7 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(12, 1.6 + 0.62 * max(1, len(lanes))), layout="constrained")
     seen: dict[str, str] = {}
     names = []
-    gap = False
+    gap = any_failed = False
     for y, run in enumerate(lanes):
         t0 = run["submitted_at"]
         steps = sorted(run["events"].items(), key=lambda kv: min(kv[1].values()))
@@ -93,10 +109,14 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
         if first_start > t0:
             gap = True
             ax.barh(y + 0.1, first_start - t0, left=0, color="#eeeeee", edgecolor="#bbbbbb", height=0.5)
+        failed = failed_step(run)
         for step, ev in steps:
             start, end = min(ev.values()), max(ev.values())
-            band = ax.barh(y - 0.3, end - start, left=start - t0, height=0.26, color=colours[step], edgecolor="white",
-                           linewidth=0.6)
+            broke = step == failed
+            band = ax.barh(y - 0.3, end - start, left=start - t0, height=0.26, color=colours[step],
+                           edgecolor=FAILED_EDGE if broke else "white", linewidth=1.6 if broke else 0.6,
+                           hatch="xx" if broke else None)
+            any_failed = any_failed or broke
             names.append((ax.text(start - t0 + (end - start) / 2, y - 0.3, step, fontsize=7, ha="center", va="center",
                                   clip_on=True), band.patches[0]))
             for label, s, e, colour in _phase_spans(ev):
@@ -116,6 +136,8 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
                  + ("; ▼ = first training step" if trained else ""), fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     step_handles = [Patch(color=c, label=s) for s, c in colours.items()]
+    if any_failed:  # the step whose failure ended its run: hatched, edged red
+        step_handles.append(Patch(facecolor="white", edgecolor=FAILED_EDGE, hatch="xx", label="failed"))
     phase_handles = ([Patch(facecolor="#eeeeee", edgecolor="#bbbbbb", label="submit → first step's process")]
                      if gap else []) + [Patch(color=c, label=lbl) for lbl, _, _, c in PHASES if lbl in seen]
     if step_handles:

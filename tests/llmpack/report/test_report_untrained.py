@@ -97,3 +97,13 @@ def test_the_report_shows_the_metrics_ones_own_steps_log(tmp_path: Path) -> None
     assert "count-rows.mean_prompt_words" in page and "prepare-data.rows" not in md + page  # shipped steps' aside
     assert from_mlflow_metrics({"metric.count-rows.n": 3.0, "total_s": 1.0, "event.x.finished": 2.0}) == \
         {"count-rows": {"n": 3.0}}
+
+
+def test_the_timeline_marks_the_step_that_failed() -> None:
+    """The fifth trial: in an all-failed compare's timeline the failing step looked like a successful one."""
+    from llmpack.report.charts import failed_step
+
+    assert failed_step({"status": "failed", "failed_step": "boom"}) == "boom"
+    assert failed_step({"status": "failed", "error": "step 'strict-check' failed: ValueError: x"}) == "strict-check"
+    assert failed_step({"status": "succeeded", "error": "step 'x' failed"}) is None
+    assert failed_step({"status": "killed", "error": "the llmpack client died"}) is None
