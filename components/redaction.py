@@ -36,8 +36,8 @@ _NO_AUTHORITY = re.compile(r"(?i)(models|runs|file|dbfs|mlflow-artifacts):/|/") 
 _URI_RUN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S*")  # a bounded scheme: linear in the text
 # ``alice:pw@host[:port]`` typed without a scheme (MLflow quotes it whole in its error): the password blanked
 # (the user may be an e-mail address; the password may hold '/' and '@': it runs to the last '@' before a host)
-_BARE_USERINFO = re.compile(r"(?<![\w.%+:@-])([A-Za-z0-9._%+!$&'()*,;=-]{0,64}(?:@[A-Za-z0-9.-]{1,253})?):(?!/)"
-                            r"([^\s]{1,256})@(?=[^\s@'\"/]{1,253})")
+_BARE_USERINFO = re.compile(r"(?<![\w.%+:@-])([A-Za-z0-9._%+!$&'()*,;=-]{0,512}(?:@[A-Za-z0-9.-]{1,253})?):(?!/)"
+                            r"([^\s]{1,4096})@(?=[^\s@'\"/]{1,253})")
 # ``?token=x``, ``&jwt=x``, ``;pw=x``, ``#access_token=x`` in a URI or a bare path (urllib3 logs ``/api?token=x``):
 # the value runs to white space or the next ``&name=`` / ``;name=`` (a raw '&' or '#' in a secret is blanked too).
 _QUERY_KEY = r"[A-Za-z0-9_.%+\[\]-]{1,128}"
@@ -253,6 +253,11 @@ def secrets_in(argv: Iterable[str] | None = None, env: Mapping[str, str] | None 
             found |= _uri_secrets(match.group(0), every_value=True)
         for match in _BARE_USERINFO.finditer(str(text)):
             found |= {f"{match.group(1)}:{match.group(2)}", match.group(2)}
+        whole = str(text).strip()
+        if "@" in whole and ":" in whole:  # the whole value as one URI: a password may hold spaces
+            userinfo = split_uri(whole).userinfo
+            if userinfo and ":" in userinfo:
+                found |= {userinfo, userinfo.split(":", 1)[1]}
     return {s for s in found if len(s) >= MIN_SECRET_CHARS}
 
 

@@ -115,7 +115,7 @@ def kubeconfig_secrets(path: str) -> set[str]:
     import yaml
 
     from components import bounded
-    from components.redaction import could_be_secret, secret_name, text_secrets
+    from components.redaction import text_secrets
 
     found: set[str] = set()
     for one in filter(None, path.split(os.pathsep)):
@@ -140,20 +140,20 @@ def kubeconfig_secrets(path: str) -> set[str]:
             user = entry.get("user")
             if not isinstance(user, dict):
                 continue
-            found |= {_text(user[k]) for k in ("token", "password", "client-key-data") if user.get(k)}
-            provider = user.get("auth-provider")
-            config = provider.get("config") if isinstance(provider, dict) else None
-            found |= {_text(v) for v in config.values() if v} if isinstance(config, dict) else set()
-            plugin = user.get("exec") if isinstance(user.get("exec"), dict) else {}
-            envs = plugin.get("env") if isinstance(plugin.get("env"), list) else []
-            found |= {_text(e.get("value")) for e in envs if isinstance(e, dict) and e.get("value")}
-            args = [_text(a) for a in plugin.get("args") or [] if a is not None] \
-                if isinstance(plugin.get("args"), list) else []
-            found |= {a for a in args if could_be_secret(a)}
-            found |= {value for flag, value in zip(["", *args], args, strict=False)  # `--client-secret X`, whatever X
-                      if flag.startswith("-") and secret_name(flag)}
-            found |= {a.split("=", 1)[1] for a in args if a.startswith("-") and "=" in a
-                      and secret_name(a.split("=", 1)[0])}
+            # every value of a user entry is its credentials' (a token, a password, key data, an auth-provider's
+            # config, an exec plugin's env and args, a field the client does not know but quotes in its error):
+            # all known, more blanked, never less
+            found |= _leaves(user, depth=0)
+            token_file = user.get("tokenFile")
+            if isinstance(token_file, str) and token_file:  # the client reads it unbounded: checked first
+                try:
+                    found.add(bounded.read_bytes(os.path.expanduser(token_file), 1 << 20,
+                                                 follow_symlinks=True).decode("utf-8", "replace").strip())
+                except FileNotFoundError:
+                    pass
+                except (OSError, InputError) as exc:
+                    raise InputError(f"kubeconfig {one}: its tokenFile {token_file!r}: "
+                                     f"{exc.strerror if isinstance(exc, OSError) else exc}") from None
     return found
 
 
@@ -165,6 +165,20 @@ def _entries(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
     """A kubeconfig's ``clusters`` or ``users`` list, its entries that are mappings (any other shape: none)."""
     value = doc.get(key)
     return [e for e in value if isinstance(e, dict)] if isinstance(value, list) else []
+
+
+def _leaves(value: Any, *, depth: int) -> set[str]:
+    """Every text (``!!binary`` as text) under ``value`` but mapping keys, at most 16 levels down."""
+    if depth > 16:
+        return set()
+    if isinstance(value, dict):
+        return {t for v in value.values() for t in _leaves(v, depth=depth + 1)}
+    if isinstance(value, list):
+        return {t for v in value for t in _leaves(v, depth=depth + 1)}
+    if isinstance(value, (str, bytes)):
+        text = _text(value)
+        return {text, text.split("=", 1)[1]} if text.startswith("-") and "=" in text else {text}
+    return set()
 
 
 def _text(value: Any) -> str:

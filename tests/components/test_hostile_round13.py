@@ -48,7 +48,7 @@ def test_odd_entry_shapes_read_as_none_never_a_traceback(tmp_path: Path, extra: 
     path = tmp_path / "kc.yaml"
     path.write_text(extra + "clusters:\n- {name: c, cluster: [1, 2]}\n- 7\nusers:\n- {name: u, user: {auth-provider: x,"
                     " exec: {args: 3, env: 4}}}\n- {name: v, user: [1]}\n")
-    assert kubeconfig_secrets(str(path)) == set()
+    assert kubeconfig_secrets(str(path)) <= {"x"}  # read, never a traceback
 
 
 @pytest.mark.parametrize("text", [":Pw9x7qZ@127.0.0.1:6443", "alice!:Pw9x7qZ@127.0.0.1:6443",
@@ -61,3 +61,34 @@ def test_the_bare_userinfo_rule_takes_any_user_part(text: str) -> None:
     line = f"llmpack: error: Kubernetes host {text!r} must be an http:// or https:// URL"
     assert "x7qZ" not in redact_text(line, secrets=()), redact_text(line, secrets=())
     assert any("x7qZ" in s for s in secrets_in([], {"LLMPACK_K8S_HOST": text}))
+
+
+@pytest.mark.parametrize("host", ["a" * 70 + ":Pw9x7qZ@127.0.0.1:6443", "alice:" + "Ab1" * 90 + "@127.0.0.1:6443",
+                                  "alice:Qz7 mP2@127.0.0.1:6443", "https://alice:Qz7 mP2xy@127.0.0.1:6443"])
+def test_round14_a_handed_userinfo_of_any_length_or_with_a_space_is_known(host: str) -> None:
+    """R14-B1, B2: a user over 64 characters, a password over 256, or a space in the password (with or without a
+    scheme) handed in the environment or argv was neither known nor blanked."""
+    from components.redaction import redact_text, secrets_in
+
+    password = host.rsplit("@", 1)[0].split("//")[-1].split(":", 1)[1]
+    for handed in (secrets_in([], {"LLMPACK_K8S_HOST": host}), secrets_in(["llmpack", "--host", host], {})):
+        assert password in handed
+        out = redact_text(f"llmpack: error: Kubernetes host {host!r} must be an http:// or https:// URL",
+                          secrets=handed)
+        assert password not in out and "Qz7" not in out and "Pw9x7qZ" not in out, out
+
+
+def test_round14_every_value_of_a_kubeconfig_user_is_known_and_its_token_file_bounded(tmp_path: Path) -> None:
+    """R14-B3: `-p Qz7mP2x`, `--pin 482915`, `-P pizzapie` (short or unnamed flags) and a field the client quotes
+    in its error were printed; R14-B4: `tokenFile: /dev/zero` was read by the client without a bound."""
+    from components.errors import InputError
+    from components.servers.kube import kubeconfig_secrets
+
+    user = ("    pin: '731234'\n    exec:\n      command: get-creds\n"
+            "      args: ['-p', 'Qz7mP2x', '--pin', '482915', '-P', 'pizzapie']\n")
+    assert {"Qz7mP2x", "482915", "pizzapie", "731234"} <= kubeconfig_secrets(str(_kc(tmp_path, user)))
+    with pytest.raises(InputError, match="tokenFile '/dev/zero'"):
+        kubeconfig_secrets(str(_kc(tmp_path, "    tokenFile: /dev/zero\n")))
+    token = tmp_path / "token"
+    token.write_text("tokFILE77aa\n")
+    assert "tokFILE77aa" in kubeconfig_secrets(str(_kc(tmp_path, f"    tokenFile: {token}\n")))
