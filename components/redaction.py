@@ -254,6 +254,8 @@ def secrets_in(argv: Iterable[str] | None = None, env: Mapping[str, str] | None 
         for match in _BARE_USERINFO.finditer(str(text)):
             found |= {f"{match.group(1)}:{match.group(2)}", match.group(2)}
         whole = str(text).strip()
+        if whole.startswith("-") and "=" in whole:  # --flag=VALUE: its value
+            whole = whole.split("=", 1)[1]
         if "@" in whole and ":" in whole:  # the whole value as one URI: a password may hold spaces
             userinfo = split_uri(whole).userinfo
             if userinfo and ":" in userinfo:

@@ -147,7 +147,8 @@ def kubeconfig_secrets(path: str) -> set[str]:
             token_file = user.get("tokenFile")
             if isinstance(token_file, str) and token_file:  # the client reads it unbounded: checked first
                 try:
-                    found.add(bounded.read_bytes(os.path.expanduser(token_file), 1 << 20,
+                    where = os.path.join(os.path.dirname(os.path.abspath(one)), token_file)  # as the client: beside
+                    found.add(bounded.read_bytes(where, 1 << 20,  # the kubeconfig, no ~ expansion
                                                  follow_symlinks=True).decode("utf-8", "replace").strip())
                 except FileNotFoundError:
                     pass
@@ -175,7 +176,7 @@ def _leaves(value: Any, *, depth: int) -> set[str]:
         return {t for v in value.values() for t in _leaves(v, depth=depth + 1)}
     if isinstance(value, list):
         return {t for v in value for t in _leaves(v, depth=depth + 1)}
-    if isinstance(value, (str, bytes)):
+    if isinstance(value, (str, bytes, int, float)) and not isinstance(value, bool):
         text = _text(value)
         return {text, text.split("=", 1)[1]} if text.startswith("-") and "=" in text else {text}
     return set()

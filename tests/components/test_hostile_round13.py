@@ -48,7 +48,7 @@ def test_odd_entry_shapes_read_as_none_never_a_traceback(tmp_path: Path, extra: 
     path = tmp_path / "kc.yaml"
     path.write_text(extra + "clusters:\n- {name: c, cluster: [1, 2]}\n- 7\nusers:\n- {name: u, user: {auth-provider: x,"
                     " exec: {args: 3, env: 4}}}\n- {name: v, user: [1]}\n")
-    assert kubeconfig_secrets(str(path)) <= {"x"}  # read, never a traceback
+    assert kubeconfig_secrets(str(path)) <= {"x", "3", "4"}  # read (short ones are never blanked), no traceback
 
 
 @pytest.mark.parametrize("text", [":Pw9x7qZ@127.0.0.1:6443", "alice!:Pw9x7qZ@127.0.0.1:6443",
@@ -92,3 +92,24 @@ def test_round14_every_value_of_a_kubeconfig_user_is_known_and_its_token_file_bo
     token = tmp_path / "token"
     token.write_text("tokFILE77aa\n")
     assert "tokFILE77aa" in kubeconfig_secrets(str(_kc(tmp_path, f"    tokenFile: {token}\n")))
+
+
+def test_round15_a_relative_token_file_is_read_where_the_client_reads_it(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """R15-1: `tokenFile: tok` is beside the kubeconfig for the client, but was looked for in the working
+    directory, so a FIFO or /dev/zero there was read by the client unbounded."""
+    import os
+
+    from components.errors import InputError
+    from components.redaction import secrets_in
+    from components.servers.kube import kubeconfig_secrets
+
+    (tmp_path / "kc").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    os.mkfifo(tmp_path / "kc" / "tok")
+    kc = _kc(tmp_path, "    tokenFile: tok\n")
+    (tmp_path / "kc" / "config").write_text(kc.read_text())
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    with pytest.raises(InputError, match="tokenFile 'tok'.*FIFO"):
+        kubeconfig_secrets(str(tmp_path / "kc" / "config"))
+    assert "Qz7 mP2xy" in secrets_in(["llmpack", "--tracking-uri=http://alice:Qz7 mP2xy@127.0.0.1:9/x"], {})
