@@ -158,6 +158,8 @@ def decide(*, metric: PromotionMetric, value: float | None, eval_set: str, passe
         return result(False, f"no {metric.name} in the evaluation")
     if champion is None:
         return result(True, f"no {CHAMPION} yet; {metric.name} {_number(value)}")
+    if champion.untrusted and champion.version == "?":  # no @champion, though versions exist
+        return result(False, f"not compared: {champion.untrusted}")
     if champion.untrusted:
         return result(False, f"not compared: v{champion.version}'s figures are not signed ({champion.untrusted})")
     if not eval_set:
@@ -196,9 +198,14 @@ def current_champion(mc: Any, model_name: str, metric: PromotionMetric) -> Stand
     try:
         mv = mc.get_model_version_by_alias(model_name, CHAMPION)
     except Exception as exc:
-        if _no_alias(exc):
-            return None
-        raise
+        if not _no_alias(exc):
+            raise
+        if not _has_versions(mc, model_name):
+            return None  # the first version: no champion yet
+        # versions, yet no @champion: deleted by someone (one request, no key); never "no champion yet"
+        return Standing(version="?", value=None, eval_set="", untrusted=(
+            "the model has versions but no @champion (removed by someone else?); promote one by hand: "
+            f"python -m components.serving.promote {model_name} VERSION"))
     version, run_id, tags = str(mv.version), str(mv.run_id or ""), dict(mv.tags or {})
     try:
         payload = signed.verified_version(f"model {model_name}", name=model_name, version=version, run_id=run_id,
@@ -216,6 +223,19 @@ def current_champion(mc: Any, model_name: str, metric: PromotionMetric) -> Stand
                **{METRIC_TAG + k: _exact(v) for k, v in figures.items() if isinstance(v, (int, float))},
                EVAL_SET_TAG: str(payload.get("eval_set") or "")}
     return standing_from_tags(version, run_id, trusted, metric)
+
+
+def _has_versions(mc: Any, model_name: str) -> bool:
+    """Whether the registered model exists with a version (MLflow's client, or the REST one)."""
+    try:
+        if hasattr(mc, "get_registered_model"):
+            return bool(mc.get_registered_model(model_name).latest_versions)
+        found = mc.call("GET", "registered-models/get", {"name": model_name}).get("registered_model", {})
+        return bool(found.get("latest_versions"))
+    except Exception as exc:
+        if _no_alias(exc):  # no such registered model
+            return False
+        raise
 
 
 def set_version_tag(mc: Any, model_name: str, version: str, key: str, value: str) -> None:

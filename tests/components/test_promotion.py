@@ -109,3 +109,35 @@ def test_the_eval_set_fingerprint_follows_the_eval_tokens_only(tmp_path: Path) -
     np.save(tmp_path / "b" / "eval_labels.npy", np.arange(1, 7, dtype=np.int64))
     assert eval_set_fingerprint(tmp_path / "a") != eval_set_fingerprint(tmp_path / "b")
     assert eval_set_fingerprint(tmp_path / "a").startswith("sha256:")
+
+
+def test_a_deleted_champion_alias_is_never_no_champion_yet() -> None:
+    """Round 16 (C1, helper-39): deleting @champion (one store request, no key) made the next version champion as
+    "no champion yet", a worse one included. With versions registered and no alias, nothing is compared and the
+    new version stays challenger; only a model without versions has no champion yet."""
+    from types import SimpleNamespace
+
+    from components.serving import promotion
+
+    class Gone(Exception):
+        status = 404
+
+    class Store:
+        def __init__(self, versions: list[str]) -> None:
+            self.versions = versions
+
+        def get_model_version_by_alias(self, name: str, alias: str) -> None:
+            raise Gone()
+
+        def get_registered_model(self, name: str) -> SimpleNamespace:
+            if not self.versions:
+                raise Gone()
+            return SimpleNamespace(latest_versions=self.versions, tags={})
+
+    metric = promotion.PROMOTION_METRIC
+    assert promotion.current_champion(Store([]), "m", metric) is None
+    standing = promotion.current_champion(Store(["1", "2"]), "m", metric)
+    assert standing is not None and "no @champion" in standing.untrusted
+    decision = promotion.decide(metric=metric, value=1.0, eval_set="sha256:x", passed=True, promote=True,
+                                champion=standing)
+    assert not decision.champion and "promote one by hand" in decision.phrase("3")
