@@ -223,18 +223,6 @@ def text_secrets(text: str) -> set[str]:
     return {f for f in found if f}
 
 
-def secret_name(name: str) -> bool:
-    """``name`` (a key, a flag without its dashes) names a credential, as the redactor's own rules read names:
-    token, password, pass, pw, jwt, otp, cookie, session, secret, api key... (percent-decoded, camelCase split)."""
-    bare = name.lstrip("-")
-    return _secret_key(bare) or bool(re.search(r"(?i)jwt|otp|cookie|session|passcode|bearer", bare))
-
-
-def could_be_secret(value: str) -> bool:
-    """A value that could be a secret by its shape alone: 8+ characters with a digit, or 12+."""
-    return _could_be_secret(value)
-
-
 def secrets_in(argv: Iterable[str] | None = None, env: Mapping[str, str] | None = None) -> set[str]:
     """The secrets this process was handed, to blank verbatim wherever they reappear (see the module docstring)."""
     if argv is None and env is None:  # this process's own: worked out again only when they change (a log record each)

@@ -36,10 +36,10 @@ from tests.realcluster.test_argo_real import (
     _argo_bin,
     _argo_src,
     _can_mount,
-    _Repository,
     _submit,
     _workflow,
     argo_cluster,  # noqa: F401 (the module's own control plane)
+    use_repository,
 )
 from tests.realcluster.test_production_shape import compile_shape
 
@@ -77,24 +77,6 @@ def grant_executor(api: Any, ns: str) -> None:
         "metadata": {"name": "executor-default"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
         "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}]})
-
-
-def use_repository(api: Any, ns: str) -> _Repository:
-    """A loopback ``artifactory`` repository as the namespace's default artifact repository (its credentials from a
-    Secret)."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(api)
-    repo = _Repository("argo", "s3cr3t-for-the-test")
-    core.create_namespaced_secret(ns, {"metadata": {"name": "artifact-cred"},
-                                       "stringData": {"user": "argo", "password": "s3cr3t-for-the-test"}})
-    core.create_namespaced_config_map(ns, {
-        "metadata": {"name": "artifact-repositories",
-                     "annotations": {"workflows.argoproj.io/default-artifact-repository": "default"}},
-        "data": {"default": yaml.safe_dump({"artifactory": {
-            "repoURL": repo.url, "usernameSecret": {"name": "artifact-cred", "key": "user"},
-            "passwordSecret": {"name": "artifact-cred", "key": "password"}}})}})
-    return repo
 
 
 def on_process_node(wf: dict[str, Any], max_steps: int) -> dict[str, Any]:

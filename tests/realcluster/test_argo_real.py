@@ -322,24 +322,32 @@ class _Repository:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-def test_two_steps_pass_an_artifact_through_the_repository(argo_cluster: RealCluster,
-                                                           executor_kubelet: ProcessKubelet) -> None:
-    """Step ``make`` writes /tmp/out/greeting.txt as output artifact ``greeting``: emissary archives it, the wait
-    container PUTs it to the namespace's artifact repository (``artifactory`` type, its credentials from a Secret);
-    step ``use``'s init container GETs it into the input-artifacts volume, mounted at /tmp/in/greeting.txt in main."""
+def use_repository(api: Any, ns: str) -> _Repository:
+    """A loopback ``artifactory`` repository as the namespace's default artifact repository (its credentials from a
+    Secret)."""
     from kubernetes import client
 
-    api = argo_cluster.api
     core = client.CoreV1Api(api)
     repo = _Repository("argo", "s3cr3t-for-the-test")
-    core.create_namespaced_secret(NS_PROC, {"metadata": {"name": "artifact-cred"},
-                                            "stringData": {"user": "argo", "password": "s3cr3t-for-the-test"}})
-    core.create_namespaced_config_map(NS_PROC, {
+    core.create_namespaced_secret(ns, {"metadata": {"name": "artifact-cred"},
+                                       "stringData": {"user": "argo", "password": "s3cr3t-for-the-test"}})
+    core.create_namespaced_config_map(ns, {
         "metadata": {"name": "artifact-repositories",
                      "annotations": {"workflows.argoproj.io/default-artifact-repository": "default"}},
         "data": {"default": yaml.safe_dump({"artifactory": {
             "repoURL": repo.url, "usernameSecret": {"name": "artifact-cred", "key": "user"},
             "passwordSecret": {"name": "artifact-cred", "key": "password"}}})}})
+    return repo
+
+
+def test_two_steps_pass_an_artifact_through_the_repository(argo_cluster: RealCluster,
+                                                           executor_kubelet: ProcessKubelet) -> None:
+    """Step ``make`` writes /tmp/out/greeting.txt as output artifact ``greeting``: emissary archives it, the wait
+    container PUTs it to the namespace's artifact repository (``artifactory`` type, its credentials from a Secret);
+    step ``use``'s init container GETs it into the input-artifacts volume, mounted at /tmp/in/greeting.txt in main."""
+
+    api = argo_cluster.api
+    repo = use_repository(api, NS_PROC)
     code = "import os; os.makedirs('/tmp/out'); open('/tmp/out/greeting.txt', 'w').write('an artifact from step one')"
     final, _ = _run(api, {"metadata": {"generateName": "art-"}, "spec": {"entrypoint": "main", "templates": [
         {"name": "main", "steps": [
