@@ -179,6 +179,20 @@ def verified_seal(out: Path, pipeline_run: str, kind: Kind = MODEL) -> dict[str,
     return signed
 
 
+def seal_id(signed: Mapping[str, Any]) -> str:
+    """The identity of a verified seal (the digest of what its signature covers): a step that consumed it signs this
+    with its own output, so a later step can tell which of the run's outputs that output came from."""
+    return hashlib.sha256(provenance.canonical(signed)).hexdigest()
+
+
+def check_trained_on(model_seal: Mapping[str, Any], tokens_seal: Mapping[str, Any], model_dir: Path) -> None:
+    """Refuse a model not trained on ``tokens_seal``'s split: scoring it on another tokenize output of the run (a
+    writer of the volume swapping two genuine ones) could score it on its own training rows."""
+    if model_seal.get("tokens_seal") != seal_id(tokens_seal):
+        raise InputError(f"{model_dir / MODEL.seal_file}: the model was not trained on the tokens it is scored on "
+                         "(another tokenize output of this run in their place); not trusted")
+
+
 def verified_model(model_dir: Path, pipeline_run: str) -> dict[str, Any]:
     """finetune's seal for ``model_dir``, naming its ``weights`` directory and its ``meta`` file among its files."""
     seal = verified_seal(model_dir, pipeline_run, MODEL)

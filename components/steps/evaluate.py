@@ -22,7 +22,7 @@ from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Metrics, M
 from components.errors import InputError, StepFailed
 from components.reporting import current, emit, metric
 from components.serving.promotion import eval_set_fingerprint
-from components.serving.sealed import TOKENS, private_copy, verified_model, verified_seal
+from components.serving.sealed import TOKENS, check_trained_on, private_copy, verified_model, verified_seal
 from components.serving.signed import SIGNATURE_FILE, sign_evaluation
 from components.training.generation import (
     TASK_FILE,
@@ -113,8 +113,11 @@ def evaluate(
     pipeline_run = tel.ctx.pipeline_run if tel is not None else ""
     # what is scored, and on what: the files finetune and tokenize sealed, each copied once into a private
     # directory and read only there (components.serving.sealed)
-    scored = verified_model(Path(model.path), pipeline_run)["files"]
-    token_files = verified_seal(Path(tokens.path), pipeline_run, TOKENS)["files"]
+    model_seal = verified_model(Path(model.path), pipeline_run)
+    scored = model_seal["files"]
+    tokens_seal = verified_seal(Path(tokens.path), pipeline_run, TOKENS)
+    check_trained_on(model_seal, tokens_seal, Path(model.path))  # scored on the split it was trained beside
+    token_files = tokens_seal["files"]
     needed = {name: want for name, want in token_files.items() if name in EVAL_INPUTS}
     with tempfile.TemporaryDirectory(prefix="llmpack-evaluate-") as private:
         src = private_copy(Path(tokens.path), needed, Path(private) / "tokens")

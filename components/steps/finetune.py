@@ -30,7 +30,7 @@ from components import bounded, reporting, settings
 from components.dsl import GPU_TOLERATION, Dataset, Execution, Input, Model, Output, Resources, Retry, step
 from components.errors import InputError
 from components.reporting import emit_step, metric, submitted_at
-from components.serving.sealed import MODEL, TOKENS, private_copy, sealed_output, verified_seal
+from components.serving.sealed import MODEL, TOKENS, private_copy, seal_id, sealed_output, verified_seal
 from components.training.checkpointing import (
     real_run_dir,
     remove_scratch,
@@ -184,8 +184,9 @@ TRAIN_INPUTS = frozenset({"train_input_ids.npy", "train_labels.npy"})  # the tok
 
 
 def save_outputs(out: Path, net: Any, whole: dict[str, Any] | None, *, method: str, fused_evaluate: bool,
-                 meta: dict[str, Any]) -> None:
-    """The tuned weights (adapter or full), the in-memory hand-over to a fused evaluate, and the model's metadata."""
+                 meta: dict[str, Any], tokens_seal: str) -> None:
+    """The tuned weights (adapter or full), the in-memory hand-over to a fused evaluate, and the model's metadata;
+    the seal names the tokens seal trained on (``tokens_seal``: :func:`~components.serving.sealed.seal_id`)."""
     extra: dict[str, Any] = {"state_dict": whole} if whole is not None else {}
     if method == "lora":
         # Our LoRA targets linear layers only and never resizes the vocabulary, so no embedding
@@ -198,7 +199,7 @@ def save_outputs(out: Path, net: Any, whole: dict[str, Any] | None, *, method: s
     # written in this process's own directory, copied out hashing what is written, signed: evaluate and register
     # take exactly these bytes (components.serving.sealed)
     with sealed_output(out, MODEL, tel.ctx.pipeline_run if tel is not None else "", weights=weights,
-                       meta=MODEL_META) as private:
+                       meta=MODEL_META, tokens_seal=tokens_seal) as private:
         net.save_pretrained(private / weights, safe_serialization=True, **extra)
         (private / MODEL_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     if fused_evaluate:
@@ -272,8 +273,8 @@ def finetune(
     # ---- data: packed blocks, prompt tokens already masked (-100)
     # the train split tokenize sealed, read once from a private copy (components.serving.sealed)
     tel = reporting.current()
-    sealed_tokens = verified_seal(Path(tokens.path), tel.ctx.pipeline_run if tel is not None else "", TOKENS)["files"]
-    train = {name: want for name, want in sealed_tokens.items() if name in TRAIN_INPUTS}
+    tokens_seal = verified_seal(Path(tokens.path), tel.ctx.pipeline_run if tel is not None else "", TOKENS)
+    train = {name: want for name, want in tokens_seal["files"].items() if name in TRAIN_INPUTS}
     with tempfile.TemporaryDirectory(prefix="llmpack-finetune-") as private:
         src = private_copy(Path(tokens.path), train, Path(private) / "tokens")
         input_ids = torch.from_numpy(np.load(src / "train_input_ids.npy"))
@@ -387,7 +388,7 @@ def finetune(
     out = Path(model.path)
     save_outputs(out, net, whole, method=method, fused_evaluate=not world.distributed,
                  meta={"base_model": base_model, "method": method, "seq_len": int(seq_len), "steps": max_steps,
-                       "seed": seed})
+                       "seed": seed}, tokens_seal=seal_id(tokens_seal))
     if scratch:  # this run's checkpoints (in the output, or on the volume) are scratch once the weights are saved
         remove_scratch(ckpt_root, Path(settings.CHECKPOINT_ROOT.get() or out))  # checked real directories first
     log_checkpoint_timing(save_s)

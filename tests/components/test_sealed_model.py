@@ -172,6 +172,24 @@ def test_a_tokens_file_changed_after_tokenize_is_not_scored(tokens: Path, finetu
     assert not (tmp_path / "m" / "metrics.json").exists()
 
 
+def test_another_genuine_tokenize_output_is_not_scored_in_place_of_the_one_trained_beside(
+        tokens: Path, finetuned: Path, tmp_path: Path, env: dict[str, str]) -> None:
+    """Issue 46, round 16: a seal named its kind and run only, so a writer of the volume could put another tokenize
+    output of the same run (sealed with the same key) where evaluate reads its tokens: one whose eval split is the
+    training rows scores recall as held-out. finetune now signs which tokens seal it trained on."""
+    other = tmp_path / "other-tokens"
+    with sealed.sealed_output(other, sealed.TOKENS, "") as private:  # as the run's own tokenize would seal it
+        for f in tokens.iterdir():
+            if not f.name.endswith(".seal.json"):
+                shutil.copy2(f, private / f.name)
+        shutil.copy2(tokens / "train_input_ids.npy", private / "eval_input_ids.npy")  # eval = the training rows
+        shutil.copy2(tokens / "train_labels.npy", private / "eval_labels.npy")
+    _refused(_evaluate(other, finetuned, tmp_path / "m", env), "not trained on the tokens it is scored on")
+    assert not (tmp_path / "m" / "metrics.json").exists()
+    seal = sealed.verified_seal(finetuned, "")
+    assert seal["tokens_seal"] == sealed.seal_id(sealed.verified_seal(tokens, "", sealed.TOKENS))
+
+
 def test_the_eval_set_fingerprint_covers_the_answers(tmp_path: Path) -> None:
     from components.serving.promotion import eval_set_fingerprint
 

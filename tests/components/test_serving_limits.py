@@ -34,7 +34,8 @@ def servable(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     out = tmp_path_factory.mktemp("servable")
     net, _ = build_model("tiny", "lora", lora_r=4, lora_alpha=8)
-    save_outputs(out, net, None, method="lora", fused_evaluate=False, meta={"base_model": "tiny", "method": "lora"})
+    save_outputs(out, net, None, method="lora", fused_evaluate=False, meta={"base_model": "tiny", "method": "lora"},
+                 tokens_seal="")
     write_servable(out, out)
     return out
 
