@@ -14,6 +14,7 @@ Stdlib only: the CLI's error path imports it. In full: docs/internals/names-and-
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -76,7 +77,7 @@ _PLACEHOLDER = re.compile(r"<[A-Za-z_ -]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\$\([a
                           r"|TOKEN|PASSWORD|SECRET|KEY|YOUR_[A-Z_]+")
 # Environment variables whose value is a credential: HF_TOKEN, MLFLOW_TRACKING_PASSWORD, AWS_SECRET_ACCESS_KEY...
 _SECRET_ENV = re.compile(r"(?i)(token|password|passwd|secret|secret_key|api_?key|access_?key|account_?key|credentials?"
-                         r"|private_?key|signing_?key|connection_string|passphrase|jwt)$")
+                         r"|private_?key|signing_?key|connection_string|passphrase|jwt|pass|pwd|sshpass)$")
 RANDOM_MIN_CHARS = 20  # a query value this long that looks random is blanked whatever its name
 _OWN_SECRETS: dict[str, Any] = {}  # secrets_in() of this process, and the argv and environment it was worked out from
 
@@ -272,14 +273,65 @@ def _could_be_secret(value: str) -> bool:
     return (len(value) >= 8 and any(c.isdigit() for c in value)) or len(value) >= 12
 
 
+_B64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-=")
+
+
+@functools.lru_cache(maxsize=1024)
+def _encoded(secret: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """How a known ``secret`` also appears: percent-encoded (every way :mod:`urllib.parse` writes it), and the
+    base64 characters that depend on its bytes only, at each of the three byte alignments (a Basic credential
+    ``user:secret``), standard and URL-safe: ``(percent forms, base64 cores)``."""
+    import base64
+    from urllib.parse import quote, quote_plus
+
+    forms = {quote(secret, safe=""), quote(secret), quote_plus(secret), quote(secret, safe="").lower()} - {secret}
+    cores: set[str] = set()
+    raw = secret.encode()
+    for pad in range(3):
+        encoded = base64.b64encode(b"\0" * pad + raw).decode()
+        core = encoded[(4 if pad else 0):((pad + len(raw)) // 3) * 4]
+        if len(core) >= 8:
+            cores |= {core, core.replace("+", "-").replace("/", "_")}
+    return tuple(sorted(forms, key=len, reverse=True)), tuple(sorted(cores))
+
+
+def _blank_runs(text: str, core: str) -> str:
+    """Every run of base64 characters in ``text`` that holds ``core``, blanked whole (linear: no regex)."""
+    start = text.find(core)
+    while start >= 0:
+        left, right = start, start + len(core)
+        while left > 0 and text[left - 1] in _B64:
+            left -= 1
+        while right < len(text) and text[right] in _B64:
+            right += 1
+        text = f"{text[:left]}{MASK}{text[right:]}"
+        start = text.find(core, left + len(MASK))
+    return text
+
+
+def blank_known(text: str, secrets: Iterable[str] | None = None) -> str:
+    """``text`` with every known secret (``secrets``, default :func:`secrets_in`) blanked, as typed, percent-encoded
+    or inside base64; nothing else changed (a tag value, a store's text)."""
+    for secret in sorted(secrets_in() if secrets is None else secrets, key=len, reverse=True):
+        if not secret:
+            continue
+        text = text.replace(secret, MASK)
+        if len(secret) >= MIN_SECRET_CHARS:
+            forms, cores = _encoded(secret)
+            for form in forms:
+                text = text.replace(form, MASK)
+            for core in cores:
+                if core in text:
+                    text = _blank_runs(text, core)
+    return text
+
+
 def redact_text(text: object, secrets: Iterable[str] | None = None) -> str:
     """Free text (a message, a traceback) with every URI redacted, header, token and ``password=`` values and every
-    known secret (``secrets``, default :func:`secrets_in`) blanked; never raises."""
+    known secret (``secrets``, default :func:`secrets_in`: as typed, percent-encoded or in base64) blanked; never
+    raises."""
     try:
-        out = str(text)
-        for secret in sorted(secrets_in() if secrets is None else secrets, key=len, reverse=True):
-            if secret:
-                out = out.replace(secret, MASK)
+        out = blank_known(str(text), secrets)
         out = _URI_RUN.sub(_redact_run, out)
         out = _BARE_USERINFO.sub(lambda m: f"{m.group(1)}:{MASK}@", out)
         for pairs in _PAIRS:  # the URIs' queries, and bare paths' (``/api?token=x``)

@@ -16,10 +16,12 @@ the first one (:class:`_no_alias_loader`), and a file is read only up to :data:`
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from components import bounded
 from components.errors import InputError
 
 MAX_FILE_BYTES = 16 << 20  # any YAML file the CLI or a runner reads; the compiled artifacts are < 100 KiB
@@ -29,9 +31,14 @@ EXCERPT_CHARS = 60  # how much of a value an error line quotes back
 def read_bytes(path: Path, where: str) -> bytes:
     """The file's bytes, up to :data:`MAX_FILE_BYTES`; past it one :class:`InputError` line ``WHERE: ...``.
 
-    An OSError (missing, unreadable, a directory) is raised as is: each caller names it in its own words.
+    An OSError (missing, unreadable) is raised as is: each caller names it in its own words. A FIFO, device or
+    directory is one :class:`InputError` (a FIFO would block the read for ever); the user's own symlink is followed.
     """
-    with Path(path).open("rb") as fh:
+    try:
+        fd = bounded.open_regular(path, follow_symlinks=True)
+    except InputError:
+        raise InputError(f"{where}: not a regular file (a FIFO, device or directory is refused)") from None
+    with os.fdopen(fd, "rb") as fh:
         data = fh.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
         raise InputError(f"{where}: larger than the {MAX_FILE_BYTES >> 20} MiB limit for a YAML file; "

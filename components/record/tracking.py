@@ -32,6 +32,7 @@ from components.record.retries import (  # the record's callers reach these as t
     with_retries,
 )
 from components.record.telemetry import Record, RunContext
+from components.redaction import blank_known
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -336,7 +337,7 @@ def open_pipeline_run(mc: MlflowClient, ctx: RunContext, extra_tags: dict[str, s
 
 def set_tags(mc: MlflowClient, run_id: str, tags: dict[str, str]) -> None:
     _, _, RunTag = _entities(mc)  # noqa: N806 - a class, as mlflow.entities names it
-    mc.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    mc.log_batch(run_id, tags=[RunTag(k, blank_known(str(v))) for k, v in tags.items()])
 
 
 def metric_keys(mc: MlflowClient, run_id: str) -> set[str]:
@@ -365,8 +366,9 @@ def log_summary(
     Metric, Param, RunTag = _entities(mc)  # noqa: N806 - classes, as mlflow.entities names them
     values = [Metric(k, float(v), 0, 0) for k, v in metrics.items() if v is not None]
     present = set(mc.get_run(run_id).data.params)
-    new_params = [Param(k, str(v)) for k, v in (params or {}).items() if k not in present]
-    mc.log_batch(run_id, metrics=values, params=new_params, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    new_params = [Param(k, blank_known(str(v))) for k, v in (params or {}).items() if k not in present]
+    mc.log_batch(run_id, metrics=values, params=new_params,
+                 tags=[RunTag(k, blank_known(str(v))) for k, v in tags.items()])
 
 
 def log_curve(mc: MlflowClient, run_id: str, key: str, points: list[tuple[int, float]], *,

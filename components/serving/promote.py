@@ -16,18 +16,15 @@ from components.errors import InputError
 
 def promote(name: str, version: str, *, tracking_uri: str | None = None) -> None:
     """Make ``version`` of ``name`` champion, as the register step would: record signed first, alias after."""
-    from mlflow.tracking import MlflowClient
-
-    from components.serving import promotion, signed
+    from components.serving import promotion, registry_store, signed
 
     if not version.isdigit():
         raise InputError(f"VERSION {version!r}: a registered version number (1, 2, ...)")
-    mc = MlflowClient(tracking_uri=tracking_uri)
+    mc = registry_store.client(registry_store.store_uri(tracking_uri))
     try:
         mv = mc.get_model_version(name, version)
-    except Exception as exc:  # noqa: BLE001 - MLflow's error for a missing model or version: one line
-        raise InputError(f"models:/{name}/{version}: the registry has no such version ({type(exc).__name__})") \
-            from None
+    except Exception as exc:  # noqa: BLE001 - MLflow's error for a missing model or version, or no store: one line
+        raise registry_store.lookup_error(f"models:/{name}/{version}", exc) from None
     run_id = str(mv.run_id or "")
     signed.verified_version(f"models:/{name}/{version}", name=name, version=version, run_id=run_id,
                             source=str(mv.source or ""), tags=dict(mv.tags or {}))  # only a version this key signed
@@ -41,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m components.serving.promote NAME VERSION", file=sys.stderr)
         return 2
+    from components.serving.registry_store import bound_retries
+
+    bound_retries()
     try:
         promote(args[0], args[1])
     except InputError as exc:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import InputError
+from components.serving import registry_store
 from components.serving.promotion import CHAMPION
 from components.serving.signed import UntrustedModel, check_files, shown_name, verified_champion, verified_version
 
@@ -41,7 +42,7 @@ def _resolve(model_uri: str, tracking_uri: str | None) -> Any:
     if match is None:
         raise InputError(f"{model_uri}: not a registered model URI (models:/NAME@ALIAS or models:/NAME/VERSION): "
                          "only a registry version carries the signature to check")
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = registry_store.client(tracking_uri) if tracking_uri else MlflowClient()
     try:
         if match["alias"]:
             mv = client.get_model_version_by_alias(match["name"], match["alias"])
@@ -49,8 +50,7 @@ def _resolve(model_uri: str, tracking_uri: str | None) -> Any:
         else:
             return client.get_model_version(match["name"], match["version"])
     except Exception as exc:  # noqa: BLE001 - MLflow's error for a missing model, alias or version: one line
-        first = (str(getattr(exc, "message", "") or exc).strip().splitlines() or [""])[0][:200]
-        raise InputError(f"{model_uri}: the registry has no such version ({type(exc).__name__}: {first})") from None
+        raise registry_store.lookup_error(model_uri, exc) from None
     if match["alias"] == CHAMPION:  # an alias is anyone's to move: @champion only as the user's key promoted it
         promoted = verified_champion(model_uri, name=match["name"], version=str(mv.version),
                                      run_id=str(mv.run_id or ""), model_tags=tags)
@@ -190,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m components.serving.verify models:/NAME@ALIAS DIR", file=sys.stderr)
         return 2
+    registry_store.bound_retries()
     try:
-        local = fetch_verified(args[0], args[1])
+        local = fetch_verified(args[0], args[1], tracking_uri=registry_store.store_uri())
     except InputError as exc:
         from components.redaction import printable
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import re
+import unicodedata
 from typing import Any
 
 # C0 and DEL and C1; zero-width and direction marks; line/paragraph separators, bidi embeddings and
@@ -26,15 +27,30 @@ _AUTOLINK = re.compile(r"(?i)\b(?:[a-z][a-z0-9+.-]*:(?=//)|www\.)")
 MAX_CHARS = 2000  # a tag value shown in a report: MLflow allows 8,000; the rest is cut with a count
 
 
-def _visible(match: re.Match[str]) -> str:
-    code = ord(match.group())
+def _format_chars(text: str) -> str:
+    """Every character of Unicode's format category (Cf: U+0600, U+06DD, U+FFF9, U+1D173...) not already in
+    :data:`_INVISIBLE`, shown as its escape."""
+    if text.isascii():
+        return text
+    return "".join(_visible_char(c) if unicodedata.category(c) == "Cf" else c for c in text)
+
+
+def _visible_char(char: str) -> str:
+    code = ord(char)
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
+def _visible(match: re.Match[str]) -> str:
+    return _visible_char(match.group())
+
+
 def inert(value: Any) -> str:
-    """``value`` as one line of plain characters: whitespace runs made one space, every invisible or
-    controlling character shown as its escape, at most :data:`MAX_CHARS` characters."""
-    text = _INVISIBLE.sub(_visible, " ".join(str(value).split()))
+    """``value`` as one line of plain characters: credentials redacted (a URI's password, a secret query value, every
+    secret this process knows, typed or encoded), whitespace runs made one space, every invisible or controlling
+    character (Unicode's whole format category too) shown as its escape, at most :data:`MAX_CHARS` characters."""
+    from components.redaction import redact_text
+
+    text = _format_chars(_INVISIBLE.sub(_visible, " ".join(redact_text(value).split())))
     if len(text) > MAX_CHARS:
         text = f"{text[:MAX_CHARS]}... ({len(text):,} characters)"
     return text

@@ -19,6 +19,7 @@ from typing import Any
 
 from components.errors import InputError
 from components.fusion import path_of
+from components.redaction import blank_known
 from llmpack.compare.comparison import runs_counted
 from llmpack.report import beside, own_metrics, screen, task
 from llmpack.report import estimate as estimate_vs_actual
@@ -416,7 +417,7 @@ def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str,
             charts["cost_per_run"] = tmp / "cost_per_run.png"
             chart_cost(whole, charts["cost_per_run"], splits)
         full = {**result, "summary_sentence": sentence, "facts": facts, "cost_split": splits, "break_even": be}
-        (tmp / "report.json").write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n")
+        (tmp / "report.json").write_text(blank_known(json.dumps(full, indent=2, sort_keys=True, default=str)) + "\n")
         (tmp / "report.md").write_text(markdown(result, facts, sentence, be, splits))
         (tmp / "report.html").write_text(html_page(result, facts, sentence, be, charts, splits))
         write_traces(runs, tmp / TRACES_FILE)
