@@ -18,6 +18,16 @@ from llmpack.ui import display
 from llmpack.ui.display import fmt, status_text
 
 
+def measured_only(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` as ``--json`` prints it: its ``metrics`` only those the run measured (docs/cli.md).
+
+    The run's record keeps every measure of the closing step, a null where one does not apply (no
+    training: no ``perplexity``, ``eval_loss``, ``mfu``; no GPU price: no ``cost_usd``); the JSON a
+    user reads leaves those out instead of listing them as null.
+    """
+    return {**summary, "metrics": {k: v for k, v in (summary.get("metrics") or {}).items() if v is not None}}
+
+
 def run_with_progress(opts: Any, label: str | None = None, **kwargs: Any) -> dict[str, Any]:  # noqa: D401
     """Run one pipeline with a live ``backend · step · elapsed`` line on stderr.
 
