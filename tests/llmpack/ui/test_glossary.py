@@ -80,11 +80,26 @@ def test_compare_table_prints_its_terms_from_the_glossary() -> None:
     from llmpack.compare.comparison import comparison
 
     buf = io.StringIO()
-    table.compare_table(comparison("rg-synthetic", ["direct", "kfp"], runs(n=1, paths=("direct", "kfp"))),
+    table.compare_table(comparison("rg-synthetic", ["direct", "kfp"], runs(n=5, paths=("direct", "kfp"))),
                           console=Console(width=80, file=buf, force_terminal=False))
     text = buf.getvalue()
+    assert "p50" in text  # the table the legend explains
     for key in (*table.COMPARE_TERMS, "projected"):
         assert glossary.define(key) in text, key
+
+
+def test_a_compare_of_one_round_prints_no_legend_without_its_table() -> None:
+    """newcomer5: a --budget compare of 1 round printed the terms' legend but no table (one run per path is a
+    line and the dimmed "not judged" figures): the legend comes only with the table it explains."""
+    from llmpack.compare.comparison import comparison
+
+    buf = io.StringIO()
+    table.compare_table(comparison("rg-synthetic", ["direct", "kfp"], runs(n=1, paths=("direct", "kfp"))),
+                        console=Console(width=80, file=buf, force_terminal=False))
+    text = buf.getvalue()
+    assert "runs per path: direct 1 · kfp 1" in text and "not judged" in text and "p50" not in text
+    for key in (*table.COMPARE_TERMS, "projected"):
+        assert glossary.define(key) not in text, key
 
 
 def test_a_run_without_training_shows_no_training_rows_terms_or_gpu_price(monkeypatch: pytest.MonkeyPatch) -> None:
