@@ -24,7 +24,7 @@ __all__ = ["finetune_workflow", "service_from_env"]
 
 NO_SERVER = ("no Argo Server to send the Workflow to: set ARGO_SERVER (e.g. https://localhost:2746 after "
              "`kubectl -n argo port-forward svc/argo-server 2746`), Hera's global_config.host, "
-             "or pass workflows_service= to finetune_workflow()")
+             "or pass workflows_service= to finetune_workflow() (or set wf.workflows_service)")
 
 
 def service_from_env(env: Mapping[str, str] | None = None) -> Any:
@@ -40,19 +40,24 @@ def service_from_env(env: Mapping[str, str] | None = None) -> Any:
     return WorkflowsService(host=host_url, token=token, namespace=namespace, verify_ssl=verify)
 
 
-def _service_when_used(namespace: str) -> Any:
-    """A ``WorkflowsService`` that reads the ``argo`` CLI's environment when first sent a request.
+def service_when_used(namespace: str | None) -> Any:
+    """A ``WorkflowsService`` that finds its server when first sent a request: Hera's ``global_config.host``
+    (and token) as set by then, else the ``argo`` CLI's environment.
 
     Building and rendering the Workflow (``.to_yaml()``, ``hera generate yaml``) needs no server;
-    ``.create()``, ``.wait()``, ``.lint()`` do, and without one they raise :data:`NO_SERVER`, one line.
+    ``.create()``, ``.wait()``, ``.lint()`` do, and without one they raise :data:`NO_SERVER`, one line
+    (Hera's own service, made when the Workflow is built, keeps the host of that moment: none, and then
+    ``AttributeError: 'NoneType' object has no attribute 'startswith'``).
     """
+    from hera.shared import global_config
     from hera.workflows import WorkflowsService
 
     class _FromEnvironment(WorkflowsService):
         @property
         def host(self) -> str:
             if self._host is None:
-                service = service_from_env()  # InputError(NO_SERVER) without ARGO_SERVER
+                # global_config set after building; else InputError(NO_SERVER) without ARGO_SERVER
+                service = WorkflowsService(namespace=self.namespace) if global_config.host else service_from_env()
                 self._host, self.verify_ssl = service.host, service.verify_ssl
                 self.token = self.token or service.token
             return self._host
@@ -93,7 +98,7 @@ def finetune_workflow(*, workflows_service: Any = None, namespace: str | None = 
                     for p in wf.arguments]
     if workflows_service is None and not global_config.host:
         env_namespace = namespace or os.environ.get("ARGO_NAMESPACE") or DEFAULT_NAMESPACE
-        workflows_service = service_from_env() if os.environ.get("ARGO_SERVER") else _service_when_used(env_namespace)
+        workflows_service = service_from_env() if os.environ.get("ARGO_SERVER") else service_when_used(env_namespace)
     if workflows_service is not None:
         wf.workflows_service = workflows_service
         namespace = namespace or workflows_service.namespace

@@ -144,6 +144,16 @@ def _error(exc: BaseException, host: str, namespace: str, token: str | None) -> 
     return InputError(f"Argo Server at {host}: {type(exc).__name__}: {message}")
 
 
+def _compiled(path: Path) -> list[Any]:
+    """The Workflow file's documents, as compiled (its GPU uses and name: the cost tags)."""
+    from components import yamltext
+
+    try:
+        return list(yamltext.load_file(path, f"--workflow {path}", documents=True))
+    except OSError as exc:
+        raise InputError(f"--workflow {path}: cannot read ({exc.strerror})") from None
+
+
 def load_workflow(path: str | os.PathLike[str] | None = None) -> Any:
     """The compiled Workflow YAML as Hera's Argo model (``hera.workflows.models.Workflow``)."""
     from hera.workflows.models import Workflow as WorkflowModel
@@ -208,7 +218,9 @@ def submit(request: Request) -> dict[str, Any]:
                                               ca_cert=request.ca_cert,
                                               insecure_skip_tls_verify=request.insecure_skip_tls_verify)
     run_group, pipeline_run = run_ids(ORCHESTRATOR, request.run_group, request.pipeline_run)
-    tags = cost_tags(pipe, request.price_per_gpu_hour, request.price_file)
+    # a Workflow of one's own: its GPUs and name, not the shipped pipeline's
+    tags = cost_tags(pipe, request.price_per_gpu_hour, request.price_file,
+                     compiled=None if path.resolve() == WORKFLOW_PATH.resolve() else _compiled(path))
     uri, mc = optional_tracking(request.tracking_uri, os.environ)
 
     _set_arguments(wf, {**values, **dict.fromkeys(TELEMETRY_PARAMS, "")}, str(path))  # every name declared

@@ -396,7 +396,11 @@ def workflow_deadline_s(pipe: Pipeline) -> int:
 
 
 def build_workflow(pipe: Pipeline) -> Any:
-    """The Argo Workflow (a ``hera.workflows.Workflow``) for a validated pipeline object."""
+    """The Argo Workflow (a ``hera.workflows.Workflow``) for a validated pipeline object.
+
+    Built offline; ``.create()`` finds its server then: Hera's ``global_config.host``, else ``ARGO_SERVER``,
+    else one :class:`~components.errors.InputError` line, as :func:`argo_workflows.pipeline.finetune_workflow`.
+    """
     from hera.workflows import DAG, Parameter, Workflow
     from hera.workflows.models import (
         ExecutorConfig,
@@ -406,6 +410,8 @@ def build_workflow(pipe: Pipeline) -> Any:
         SeccompProfile,
         TTLStrategy,
     )
+
+    from argo_workflows.pipeline import service_when_used
 
     pipe.validate()
     order = pipe.task_order()
@@ -434,6 +440,7 @@ def build_workflow(pipe: Pipeline) -> Any:
         active_deadline_seconds=workflow_deadline_s(pipe),
         ttl_strategy=TTLStrategy(seconds_after_completion=KEEP_FINISHED_S),
         pod_gc=PodGC(strategy="OnPodSuccess"),
+        workflows_service=service_when_used(None),  # not rendered: only .create()/.wait()/.lint() use it
     )
 
 

@@ -182,6 +182,16 @@ def _launches_a_gang(inputs: Mapping[str, Mapping[str, Any]], values: Mapping[st
         return False
 
 
+def _compiled(package: Path) -> list[Any]:
+    """The package's documents, as compiled (its GPU uses and name: the cost tags)."""
+    from components import yamltext
+
+    try:
+        return list(yamltext.load_file(package, f"--package {package}", documents=True))
+    except OSError as exc:
+        raise InputError(f"--package {package}: cannot read ({exc.strerror})") from None
+
+
 def _root_inputs(package: Path) -> dict[str, dict[str, Any]]:
     """Root input parameters of a compiled KFP package as compiled (type, default)."""
     from components import yamltext
@@ -245,7 +255,9 @@ def submit(request: Request) -> dict[str, Any]:
     host_url, secret = connection(request.host, request.token, os.environ)
     verify = tls_verify(request.ca_cert, request.insecure_skip_tls_verify)
     run_group, pipeline_run = run_ids(ORCHESTRATOR, request.run_group, request.pipeline_run)
-    tags = cost_tags(pipe, request.price_per_gpu_hour, request.price_file)
+    own = package.resolve() != PACKAGE_PATH.resolve()  # a package of one's own: its GPUs, not the shipped one's
+    tags = cost_tags(pipe, request.price_per_gpu_hour, request.price_file,
+                     compiled=_compiled(package) if own else None)
     uri, mc = optional_tracking(request.tracking_uri, os.environ)
 
     namespace = _preflight(host_url, secret, request.namespace, request.timeout_s, verify)

@@ -241,7 +241,7 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_pr
         **kwargs: Any) -> None:
     """Run the fine-tuning pipeline once through one backend on this machine."""
     from llmpack.run.local import RunOptions, prepare
-    from llmpack.run.show import run_with_progress, summary_table
+    from llmpack.run.show import measured_only, run_with_progress, summary_table
     from llmpack.run.user_pipeline import OWN_FLAGS, run_values
     from llmpack.ui.display import library_logs_to
     from llmpack.ui.options import typed_values
@@ -269,7 +269,7 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_pr
     if phrase := promotion_phrase(summary):
         summary["promotion"] = phrase
     if as_json:
-        click.echo(json.dumps(summary, sort_keys=True))
+        click.echo(json.dumps(measured_only(summary), sort_keys=True))
     else:
         summary_table([summary])
         line = outcome_line(summary)  # the last line: base -> tuned on the task; the registry's decision

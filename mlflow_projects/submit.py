@@ -124,6 +124,19 @@ def _api_secrets(api_client: Any) -> tuple[str | None, ...]:
 # --------------------------------------------------------------------------- the project and its Job
 
 
+def _compiled(project_dir: Path) -> Any:
+    """The project's ``pipeline.json`` (its GPU uses and name: the cost tags); None when it has none."""
+    from components import yamltext
+
+    found = project_dir / "pipeline.json"
+    if not found.is_file():
+        return None
+    try:
+        return yamltext.load_file(found, f"--project {project_dir}: pipeline.json")
+    except OSError as exc:
+        raise InputError(f"--project {project_dir}: cannot read pipeline.json ({exc.strerror})") from None
+
+
 def _load_project(project_dir: Path) -> Any:
     from mlflow.exceptions import MlflowException
     from mlflow.projects._project_spec import load_project
@@ -303,7 +316,9 @@ def submit(request: Request) -> dict[str, Any]:
     ns = request.namespace or template.get("metadata", {}).get("namespace") or "default"
     check_id(ns, "--namespace")
     run_group, pipeline_run = run_ids(ORCHESTRATOR, request.run_group, request.pipeline_run)
-    tags = cost_tags(pipe, request.price_per_gpu_hour, request.price_file)
+    # a project of one's own: its GPUs and name (its pipeline.json), not the shipped pipeline's
+    tags = cost_tags(pipe, request.price_per_gpu_hour, request.price_file,
+                     compiled=None if project_path.resolve() == PROJECT_DIR.resolve() else _compiled(project_path))
     api_client = kube_api_client(request.kubeconfig, request.context, ca_cert=request.ca_cert,
                                  insecure_skip_tls_verify=request.insecure_skip_tls_verify)
     kube_host = api_client.configuration.host

@@ -14,6 +14,8 @@ the cost tags (docs/telemetry-and-cost.md) of the pipeline as compiled, and the 
 
 from __future__ import annotations
 
+import json
+import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -88,19 +90,58 @@ def declared_values(params: Mapping[str, Any] | None, declared: Mapping[str, typ
     return out
 
 
-def cost_tags(pipe: Pipeline, price_per_gpu_hour: str | None, price_file: str | None) -> dict[str, str]:
+def cost_tags(pipe: Pipeline, price_per_gpu_hour: str | None, price_file: str | None,
+              compiled: Any = None) -> dict[str, str]:
     """The cost tags (docs/telemetry-and-cost.md) for the pipeline as compiled.
 
-    An unknown price is reported as unknown.
+    ``compiled``: the submitted artifact's document when it is not the shipped pipeline's (a pipeline of
+    one's own, ``compile --pipeline``): its GPUs and name are the artifact's own (:func:`compiled_facts`),
+    never the shipped pipeline's. An unknown price is reported as unknown.
     """
     from components.record.close import billed_uses
 
-    uses = billed_uses(pipe)  # a TrainJob gang's finetune holds its nodes x GPUs, as the summarizing task bills it
+    found = compiled_facts(compiled) if compiled is not None else None
+    if found is not None:
+        uses, name = found
+        pipe_name = name or pipe.name
+    else:  # a TrainJob gang's finetune holds its nodes x GPUs, as the summarizing task bills it
+        uses, pipe_name = billed_uses(pipe), pipe.name
     gpu_types = sorted({u.gpu_type for u in uses if u.gpus > 0 and u.gpu_type})
     if len(gpu_types) > 1:
         raise InputError(f"the pipeline mixes GPU types {gpu_types}; cost needs one")
     price = cost.resolve_price(gpu_types[0], flag=price_per_gpu_hour, price_file=price_file) if gpu_types else None
-    return {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe.name}
+    return {**cost.cost_tags(uses, price), "llmpack.pipeline": pipe_name}
+
+
+_USES_ARG = re.compile(r"--uses=(\[[^\]]*\])")
+PIPELINE_LABEL = "llmpack.io/pipeline"
+
+
+def compiled_facts(doc: Any) -> tuple[list[cost.GpuUse], str | None] | None:
+    """What a compiled artifact bills and is named: the GPU uses its summarizing task takes (``--uses=[...]``,
+    the argument every compiled close task has, or the ``uses`` of an MLflow project's ``pipeline.json``) and
+    its ``llmpack.io/pipeline`` label (or ``pipeline`` name); None when it holds no ``--uses``."""
+    from components.record.close import parse_uses
+
+    uses: list[cost.GpuUse] | None = None
+    name: str | None = None
+    stack = [doc]
+    while stack and (uses is None or name is None):
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            if uses is None and isinstance(item.get("uses"), list) and isinstance(item.get("tasks"), list):
+                uses = parse_uses(json.dumps(item["uses"]))
+            label = item.get(PIPELINE_LABEL)
+            if name is None and isinstance(label, str) and "{{" not in label:
+                name = label
+            if name is None and isinstance(item.get("pipeline"), str) and isinstance(item.get("tasks"), list):
+                name = item["pipeline"]  # an MLflow project's pipeline.json
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and uses is None and (m := _USES_ARG.search(item)):
+            uses = parse_uses(m.group(1))
+    return None if uses is None else (uses, name)
 
 
 def run_context(orchestrator: str, run_group: str, pipeline_run: str) -> telemetry.RunContext:

@@ -34,7 +34,14 @@ from components.training.generation import (
     read_task_rows,
     score,
 )
-from components.training.modeling import MODEL_META, device_and_dtype, load_base_model, load_pretrained, take_tuned
+from components.training.modeling import (
+    MODEL_META,
+    device_and_dtype,
+    load_base_model,
+    load_pretrained,
+    peft_wrapping,
+    take_tuned,
+)
 
 #: the tokenize step's files evaluate reads: the eval split, its prompts and answers, the pad id
 EVAL_INPUTS = frozenset({"eval_input_ids.npy", "eval_labels.npy", TASK_FILE, "meta.json"})
@@ -160,7 +167,8 @@ def evaluate(
             elif meta["method"] == "lora":
                 from peft import PeftModel
 
-                tuned = PeftModel.from_pretrained(base, str(copy / "adapter")).to(device)
+                with peft_wrapping():  # peft reads transformers' deprecated is_gradient_checkpointing
+                    tuned = PeftModel.from_pretrained(base, str(copy / "adapter")).to(device)
             else:
                 tuned = load_pretrained(str(copy / "full")).to(device)
             eval_loss = mean_token_loss(tuned, input_ids, labels, batch_size, device, amp_dtype)

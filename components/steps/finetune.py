@@ -40,7 +40,14 @@ from components.training.checkpointing import (
     save_checkpoint,
     train_state,
 )
-from components.training.modeling import MODEL_META, device_and_dtype, keep_tuned, load_base_model, lora_target_modules
+from components.training.modeling import (
+    MODEL_META,
+    device_and_dtype,
+    keep_tuned,
+    load_base_model,
+    lora_target_modules,
+    peft_wrapping,
+)
 from components.training.progress import PROGRESS_FILE, ProgressFile
 from components.training.tiny import TINY, TINY_MODULES_TO_SAVE
 from components.training.trainer_status import TrainerStatus
@@ -132,7 +139,8 @@ def build_model(base_model: str, method: str, *, lora_r: int, lora_alpha: int) -
         whole = list(TINY_MODULES_TO_SAVE) if base_model == TINY else None  # the random base's head and embeddings
         config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules=targets,
                             task_type="CAUSAL_LM", modules_to_save=whole)
-        net = get_peft_model(net, config)
+        with peft_wrapping():  # peft reads transformers' deprecated is_gradient_checkpointing
+            net = get_peft_model(net, config)
         net.peft_config["default"].base_model_name_or_path = base_model
         net.peft_config["default"].target_modules = targets  # peft keeps a set: its saved order follows the hash seed
     return net, blocks

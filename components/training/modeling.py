@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +121,22 @@ def load_base_model(model: str) -> Any:
         raise InputError(f"model {model}: cannot load with AutoModelForCausalLM ({type(exc).__name__}: {exc})"
                          .split("\n")[0]) from None
     return loaded
+
+
+# What peft's PeftModel.__init__ reads of every model it wraps (``getattr(model, "is_gradient_checkpointing",
+# True)``, peft 0.18-0.21): transformers 5 made that property a deprecated alias of is_activation_checkpointing
+# that warns on each read. Our code never reads it; peft does, once per get_peft_model/PeftModel.from_pretrained.
+_PEFT_READS_DEPRECATED = r"`is_gradient_checkpointing` is deprecated"
+
+
+@contextmanager
+def peft_wrapping() -> Iterator[None]:
+    """Around peft's wrapping of a model: its read of the deprecated alias does not print transformers'
+    ``FutureWarning: is_gradient_checkpointing is deprecated`` into the step's output (the terminal on the
+    mlflow path). Only that warning, only inside the block; every other warning is shown as before."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_PEFT_READS_DEPRECATED, category=FutureWarning)
+        yield
 
 
 def lora_target_modules(net: Any) -> list[str]:

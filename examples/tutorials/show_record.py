@@ -22,6 +22,14 @@ METRICS = ("spinup_s", "time_to_first_step_s", "total_s", "pipeline_overhead_s",
 TAGS = ("llmpack.orchestrator", "llmpack.pipeline_run", "llmpack.submit_time_source", "llmpack.gpu_type",
         "llmpack.gpu_count", "llmpack.price_per_gpu_hour", "llmpack.price_source", "llmpack.status")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+PRICE_TAGS = ("llmpack.price_per_gpu_hour", "llmpack.price_source")
+NO_GPU = "n/a (no step asks for a GPU)"
+
+
+def tag_lines(tags: dict[str, str]) -> list[str]:
+    """The record's tags, one line each; a pipeline with no GPU step has no price: not applicable, not unknown."""
+    no_gpu = tags.get("llmpack.gpu_count") == "0"
+    return [f"  {key:36} {NO_GPU if no_gpu and key in PRICE_TAGS else tags.get(key, '-')}" for key in TAGS]
 
 
 def main(argv: list[str]) -> int:
@@ -50,8 +58,7 @@ def main(argv: list[str]) -> int:
             return 1
         run = found[0]
     print(f"run {run.info.run_id}  status {run.info.status}")
-    for key in TAGS:
-        print(f"  {key:36} {run.data.tags.get(key, '-')}")
+    print("\n".join(tag_lines(run.data.tags)))
     for key in METRICS:
         value = run.data.metrics.get(key)
         first_pod = key.removesuffix("_s") + "_from_first_pod_s"

@@ -209,6 +209,6 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
                                            say=lambda line: note(line, err), adapt=budget is None)
         else:
             result = rounds.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes,
-                                 warmup=warmup, margins=margins, run_one=run_one)
+                                    warmup=warmup, margins=margins, run_one=run_one, say=lambda line: note(line, err))
         finish(result, delays=delays, report_dir=report_dir, costs=costs, force=force, no_report=no_report)
     show(result, as_json=as_json, wide=wide)

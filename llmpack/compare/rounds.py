@@ -17,6 +17,7 @@ from components.servers.submission import new_id
 from llmpack.compare.comparison import Margin, check_baseline, comparison, default_baseline
 from llmpack.compare.plan import ComparePlan, PlannedRun, run_all
 from llmpack.run.local import RunOptions, prepare
+from llmpack.ui.progress import note
 
 
 def begin(opts: RunOptions, plan: ComparePlan, baseline: Any, on_start: Any,
@@ -54,6 +55,7 @@ def compare(
     variants: list[str] | None = None,
     warmup: int | None = None,
     margins: dict[str, Margin] | None = None,
+    say: Callable[[str], None] = note,
 ) -> dict[str, Any]:
     """Every path ``repeats`` times, interleaved (a, b, c, a, b, c...), in one run group; every headline
     judged at one look after the last round. (Without ``--repeats``, the CLI runs
@@ -68,6 +70,10 @@ def compare(
     cache. Measured on a quiet 2-core machine: the first run's finetune took 9.3 s from process
     start to a loaded model, the next four 6.0-6.3 s. Warm-up runs go to their own run group
     (``<run group>-warmup``), so ``llmpack report --run-group`` never mixes them in.
+
+    A round (a warm-up one too) in which every path failed in the same step with the same error ends
+    the compare: ``say`` gets one line, and the result (``stopped: "failed"``) keeps those failures
+    for the report; the rounds left would only repeat them.
     """
     plan = ComparePlan(backends=tuple(backends), variants=tuple(variants or [opts.fuse]), repeats=repeats,
                        warmup=default_warmup(repeats) if warmup is None else warmup)
@@ -79,9 +85,42 @@ def compare(
             return summary if r.warmup else {**summary, "round": r.round}
         return one
 
-    run_all(plan.runs(warmup=True), in_group(f"{run_group[:56]}-warmup"))
-    runs = run_all(plan.runs(), in_group(run_group))
+    width = len(plan.paths)
+    warm, counted = plan.runs(warmup=True), plan.runs()
+    warm_group = f"{run_group[:56]}-warmup"
+    for start in range(0, len(warm), width):
+        done = run_all(warm[start:start + width], in_group(warm_group))
+        if (way := failed_alike(done)) is not None:  # the counted rounds would fail the same way: none is run
+            say(stopped_line("the warm-up round", way, f"its runs are in run group {warm_group}"))
+            return comparison(run_group, plan.labels, done, baseline=base, margins=margins, repeats=repeats,
+                              warmup=plan.warmup, rounds=0, stopped="failed", stopped_why=way)
+    runs: list[dict[str, Any]] = []
+    for start in range(0, len(counted), width):
+        runs += run_all(counted[start:start + width], in_group(run_group))
+        if (way := failed_alike(runs[start:]) if start + width < len(counted) else None) is not None:
+            rounds = start // width + 1
+            say(stopped_line(f"round {rounds} of {repeats}", way, "the report lists the failures"))
+            return comparison(run_group, plan.labels, runs, baseline=base, margins=margins, repeats=repeats,
+                              warmup=plan.warmup, rounds=rounds, stopped="failed", stopped_why=way)
     return comparison(run_group, plan.labels, runs, baseline=base, margins=margins, repeats=repeats, warmup=plan.warmup)
+
+
+def failed_alike(runs: list[dict[str, Any]]) -> str | None:
+    """The one error of a round whose every run failed, in the same step with the same error; else None.
+
+    A bad input or a bug in a step fails every round the same way: the rounds left would only repeat it."""
+    if not runs or any(r.get("status") == "succeeded" for r in runs):
+        return None
+    ways = {(r.get("failed_step"), r.get("error")) for r in runs}
+    if len(ways) != 1:
+        return None
+    (step, error), = ways
+    return str(error or (f"step {step!r} failed" if step else "failed"))
+
+
+def stopped_line(where: str, way: str, then: str) -> str:
+    """``stopped: every path failed the same way in round 1 of 3 (step 'x' failed: ...); ...``: one line."""
+    return f"stopped: every path failed the same way in {where} ({way}); no further rounds run; {then}"
 
 
 def default_warmup(repeats: int) -> int:

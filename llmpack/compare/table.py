@@ -135,8 +135,7 @@ def _narrow_table(result: dict[str, Any], console: Console) -> None:
             f"{orch} {n}" if (n := runs_counted(result["summary"].get(orch, {}), have)) else f"{orch} failed"
             for orch in result["backends"])
         console.print(Text(f"llmpack compare · {result['run_group']} · runs per path: {counts}"))
-        compare_legend(result, console)
-        return
+        return  # no table: no legend of its columns either
     for h in shown:
         table.add_column(f"{short[h.metric]}\np50", justify="right", no_wrap=True)
     verdicts = result.get("verdicts", {})

@@ -87,10 +87,16 @@ def _header_html(name: str, unit: str) -> str:
 
 
 def _terms(result: dict[str, Any]) -> list[glossary.Term]:
-    """The glossary's terms this report uses: those of its measures (``projected`` only where a run was local)."""
+    """The glossary's terms this report uses: those of its measures (``projected`` only where a run was local).
+
+    Baseline, Δ and CI only beside verdicts (two paths or more, a run succeeded); with no run succeeded the
+    page has no figures, no Numbers table and no verdicts: only the cost terms of its money section, if any."""
     local = any(r.get("mode") == "local" for r in result["runs"])
-    judged = len(result.get("backends") or []) > 1 and any(r["status"] == "succeeded" for r in result["runs"])
+    ok = any(r["status"] == "succeeded" for r in result["runs"])
+    judged = len(result.get("backends") or []) > 1 and ok
     keys = REPORT_TERMS if judged else tuple(k for k in REPORT_TERMS if k not in ("baseline", "delta", "ci"))
+    if not ok:
+        keys = tuple(k for k in keys if k in ("cost", "projected", "gpu_compute", "billed_non_compute"))
     return shown(result).terms(keys, local=local)
 
 
@@ -177,12 +183,9 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         lines += [f"![{boxes}](spinup_boxplot.png)", ""]
     if show.gpu:
         lines += ["![cost per run](cost_per_run.png)", "", COST_FORMULA, ""]
-    lines += [
-        "## Terms",
-        "",
-        *[f"- **{t.name}**: {t.short}" for t in _terms(result)],
-    ]
-    return "\n".join(lines) + "\n"
+    if terms := _terms(result):  # a page defines only the terms it uses: none, no section
+        lines += ["## Terms", "", *[f"- **{t.name}**: {t.short}" for t in terms]]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _numbers_markdown(result: dict[str, Any], show: Shown, columns: tuple[tuple[str, str, str], ...]) -> list[str]:
@@ -374,8 +377,7 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
 {numbers if ok else ''}
 {('<h2>Failed runs</h2><ul>' + failed + '</ul>') if failed else ''}
 {screen.html_section(result.get('excluded') or [])}
-<h2>Terms</h2>
-<dl class="terms">{terms}</dl>
+{f'<h2>Terms</h2>{chr(10)}<dl class="terms">{terms}</dl>' if terms else ''}
 </body></html>
 """
 

@@ -120,7 +120,7 @@ def run_command(opts: Any, n: int, *, as_json: bool, echo: Callable[[str], None]
 
     1 when a run failed or the gate over the seeds failed, else 0.
     """
-    from llmpack.run.show import run_with_progress
+    from llmpack.run.show import measured_only, run_with_progress
     from llmpack.ui.outcome import outcome_line, promotion_phrase
 
     def one(o: Any, env: dict[str, str] | None) -> dict[str, Any]:
@@ -136,7 +136,7 @@ def run_command(opts: Any, n: int, *, as_json: bool, echo: Callable[[str], None]
     summaries = run_seeds(opts, n, one)
     agg = aggregate(summaries, min_improvement_of(opts))
     if as_json:
-        echo(json.dumps({"spread": agg, "runs": summaries}, sort_keys=True, default=str))
+        echo(json.dumps({"spread": agg, "runs": [measured_only(s) for s in summaries]}, sort_keys=True, default=str))
     else:
         for line in spread_lines(agg):
             echo(line)

@@ -18,6 +18,16 @@ from llmpack.ui import display
 from llmpack.ui.display import fmt, status_text
 
 
+def measured_only(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` as ``--json`` prints it: its ``metrics`` only those the run measured (docs/cli.md).
+
+    The run's record keeps every measure of the closing step, a null where one does not apply (no
+    training: no ``perplexity``, ``eval_loss``, ``mfu``; no GPU price: no ``cost_usd``); the JSON a
+    user reads leaves those out instead of listing them as null.
+    """
+    return {**summary, "metrics": {k: v for k, v in (summary.get("metrics") or {}).items() if v is not None}}
+
+
 def run_with_progress(opts: Any, label: str | None = None, **kwargs: Any) -> dict[str, Any]:  # noqa: D401
     """Run one pipeline with a live ``backend · step · elapsed`` line on stderr.
 
@@ -172,14 +182,23 @@ _LOG_TAIL_BYTES = 8192
 
 
 def failed_step_log(summary: dict[str, Any]) -> Path | None:
-    """The failed step's log in the kept run directory (``logs/<step>.log``, every local path writes one)."""
+    """The failed step's own log in the kept run directory, every local path writes one: ``logs/<step>.log``,
+    on the mlflow path the driver's ``artifacts/<pipeline_run>/logs/<step>.log``; else the runner's
+    (``logs/mlflow.log``: ``mlflow run`` failed before the step wrote its own)."""
     import re
 
+    def name(value: Any) -> bool:
+        return isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", value) is not None and \
+            value not in (".", "..")
+
     step, run_dir = summary.get("failed_step"), (summary.get("artifacts") or {}).get("run_dir")
-    if not isinstance(step, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", step) or not run_dir:
+    if not name(step) or not run_dir:
         return None
-    for log in (Path(run_dir) / "logs" / f"{step}.log",  # its own; else the runner's (mlflow run's driver)
-                Path(run_dir) / "logs" / f"{summary.get('orchestrator')}.log"):
+    found = [Path(run_dir) / "logs" / f"{step}.log"]
+    if name(summary.get("pipeline_run")):
+        found.append(Path(run_dir) / "artifacts" / summary["pipeline_run"] / "logs" / f"{step}.log")
+    found.append(Path(run_dir) / "logs" / f"{summary.get('orchestrator')}.log")
+    for log in found:
         if log.is_file() and not log.is_symlink():
             return log
     return None

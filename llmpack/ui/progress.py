@@ -80,6 +80,8 @@ class Snapshot:
     done: int  # steps finished
     running: str | None  # the step running now
     train: TrainProgress | None  # the running step's training progress, while it reports it
+    # every step finished so far, in the order they finished: (step, "<step> done" or "<step> failed")
+    finished: tuple[tuple[str, str], ...] = ()
 
 
 def snapshot(root: Path, now: float | None = None) -> Snapshot:
@@ -90,19 +92,19 @@ def snapshot(root: Path, now: float | None = None) -> Snapshot:
         steps = group_by_step(read_records(files))
     except (OSError, ValueError, TypeError):
         return Snapshot(text="", done=0, running=None, train=None)
-    done = [s for s in steps.values() if "finished" in s.events]
+    done = sorted((s for s in steps.values() if "finished" in s.events), key=lambda s: s.events["finished"])
+    finished = tuple((s.step, f"{s.step} {'failed' if s.failed else 'done'}") for s in done)
     running = [s for s in steps.values() if "finished" not in s.events and "process_started" in s.events]
     if running:
         step = running[-1].step
         progress = _progress_of(step, files)
         if progress is None:
-            return Snapshot(text=f"{step} · {tasks_done(len(done))}", done=len(done), running=step, train=None)
+            return Snapshot(text=f"{step} · {tasks_done(len(done))}", done=len(done), running=step, train=None,
+                            finished=finished)
         text = format_train(step, progress, time.time() if now is None else now)
-        return Snapshot(text=text, done=len(done), running=step, train=progress)
+        return Snapshot(text=text, done=len(done), running=step, train=progress, finished=finished)
     if done:
-        last = max(done, key=lambda s: s.events["finished"])
-        return Snapshot(text=f"{last.step} {'failed' if last.failed else 'done'}", done=len(done), running=None,
-                        train=None)
+        return Snapshot(text=finished[-1][1], done=len(done), running=None, train=None, finished=finished)
     return Snapshot(text="starting", done=0, running=None, train=None)
 
 
@@ -177,7 +179,8 @@ class LogLines:
     reading, instead of a live line that a log would show only at its end.
 
     A line when a step starts or finishes, and while the training step runs, when it passes each
-    tenth of its steps::
+    tenth of its steps. Every finished step gets its ``<step> done`` line once, also one that started
+    and finished between two observations (or finished beside another)::
 
         14:03:27 kfp · finetune 6/60 · 1,234 tok/s · ETA 0:54 ·  12.0s
 
@@ -192,6 +195,7 @@ class LogLines:
         self._said_interrupted = False
         self._step: tuple[int, str | None] | None = None  # (steps done, step running) last written
         self._tenth: int = -1  # the running training step's last tenth written
+        self._finished: set[str] = set()  # steps whose "<step> done" line is written
 
     def observe(self, state: Snapshot, elapsed: float) -> None:
         if self.interrupted is not None and self.interrupted.is_set():
@@ -199,6 +203,10 @@ class LogLines:
                 self._said_interrupted = True
                 self.write(f"{self.label} · {INTERRUPTED_TEXT} · {elapsed:5.1f}s")
             return
+        for name, text in state.finished:  # each finished step once, in the order they finished
+            if name not in self._finished:
+                self._finished.add(name)
+                self.write(f"{self.label} · {text} · {elapsed:5.1f}s")
         step = (state.done, state.running)
         tenth = -1
         if state.train is not None and state.train.max_steps > 0:
@@ -208,6 +216,8 @@ class LogLines:
         if step != self._step:
             self._tenth = -1
         self._step, self._tenth = step, max(self._tenth, tenth)
+        if state.running is None and state.finished:
+            return  # the text is the last finished step's line, written above
         self.write(f"{self.label} · {state.text} · {elapsed:5.1f}s")
 
     def write(self, text: str) -> None:

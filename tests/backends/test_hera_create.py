@@ -133,3 +133,24 @@ def test_parameters_are_coerced_as_the_cli_coerces_them():
     wf = finetune_workflow(max_steps="200", lr=1, run_group="rg-1")
     args = {p.name: p.value for p in wf.arguments}
     assert args["max_steps"] == "200" and args["lr"] == "1.0" and args["run_group"] == "rg-1"
+
+
+def test_your_own_pipelines_workflow_without_a_server_is_the_same_one_line(argo: ArgoServerStandIn) -> None:
+    """newcomer5: ``build_workflow(my_pipeline()).create()`` with no host gave Hera's own ``AttributeError:
+    'NoneType' object has no attribute 'startswith'``; now finetune_workflow()'s one line. Hera's global_config
+    set after building (your-pipeline.md's recipe) is then the server it creates on."""
+    from hera.shared import global_config
+
+    from argo_workflows.workflow import build_workflow
+    from components.finetune_pipeline import build
+
+    wf = build_workflow(build())
+    wf.namespace = "llmpack"  # as your-pipeline.md's recipe
+    with pytest.raises(InputError) as info:
+        wf.create()
+    assert "\n" not in str(info.value) and "set ARGO_SERVER" in str(info.value)
+    assert argo.recorded() == []
+    global_config.host, global_config.token = argo.url, TOKEN
+    created = wf.create()
+    (post,) = argo.recorded("POST")
+    assert post.authorized and post.path == "/api/v1/workflows/llmpack" and created.metadata.name

@@ -162,6 +162,29 @@ def test_lora_targets_follow_the_architecture():
     assert set(lora_target_modules(net)) == _peft_all_linear_leaves(net)
 
 
+def test_peft_wrapping_a_model_prints_no_deprecation_of_transformers(tmp_path: Path) -> None:
+    """newcomer5: the finetune step's output (the terminal of ``mlflow run``) had transformers' ``FutureWarning:
+    is_gradient_checkpointing is deprecated``: peft's PeftModel reads that alias of every model it wraps. Not
+    shown from finetune's get_peft_model nor evaluate's PeftModel.from_pretrained; other warnings still are."""
+    import warnings
+
+    from peft import PeftModel
+
+    from components.steps.finetune import build_model
+    from components.training.modeling import peft_wrapping
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        net, _ = build_model(TINY, "lora", lora_r=4, lora_alpha=8)
+        net.save_pretrained(tmp_path / "adapter")
+        with peft_wrapping():
+            PeftModel.from_pretrained(load_base_model(TINY), str(tmp_path / "adapter"))
+            warnings.warn("another library's deprecation", FutureWarning, stacklevel=1)
+    said = [str(w.message) for w in seen]
+    assert not [m for m in said if "is_gradient_checkpointing" in m], said
+    assert "another library's deprecation" in said
+
+
 # --------------------------------------------------------------------------- the whole pipeline
 
 # llama on every local backend; qwen2 on direct and argo. The backends differ only in how they

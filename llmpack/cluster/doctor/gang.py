@@ -108,7 +108,7 @@ def launcher_rbac(cluster: ClusterReader, namespace: str) -> Check:
 
 
 # Why a claim is not Bound, by its phase (a Lost claim will not bind at first use).
-PVC_PHASES = {"Pending": "no volume yet, and its StorageClass binds at once (Immediate): none matches it",
+PVC_PHASES = {"Pending": "no volume yet, and no PersistentVolume matches it",  # the classes unread: pending_why
               "Lost": "its PersistentVolume is gone: the data on it cannot be reached and it will not bind again"}
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
@@ -138,6 +138,35 @@ def binding_mode(cluster: ClusterReader, pvc: dict[str, object]) -> str | None:
     return None if found is None else str(found.get("volumeBindingMode") or "Immediate")
 
 
+def pending_why(cluster: ClusterReader, pvc: dict[str, object]) -> str:
+    """Why a Pending claim (not under a WaitForFirstConsumer class) has no volume, by the StorageClass it would
+    get: none at all in the cluster, none by that name, no default, or one that binds at once (Immediate)."""
+    spec = pvc.get("spec") or {}
+    name = spec.get("storageClassName")  # type: ignore[union-attr]
+    try:
+        classes = cluster.everywhere("storage.k8s.io", "v1", "storageclasses")
+    except (Missing, Unanswered):
+        return PVC_PHASES["Pending"]
+    if name == "":
+        return 'no volume yet: the claim asks for no StorageClass (storageClassName ""), and no PersistentVolume ' \
+               "without a class matches it"
+    if not classes:
+        return "no volume yet: the cluster has no StorageClass to provision one, and no PersistentVolume matches it"
+    if name:
+        found = next((c for c in classes if (c.get("metadata") or {}).get("name") == name), None)
+        if found is None:
+            return f"no volume yet: there is no StorageClass {name}, and no PersistentVolume of that class matches it"
+        return f"no volume yet, and its StorageClass {name} binds at once (Immediate): it provisioned none and no " \
+               "PersistentVolume matches it"
+    default = next((c for c in classes
+                    if ((c.get("metadata") or {}).get("annotations") or {}).get(DEFAULT_CLASS) == "true"), None)
+    if default is None:
+        return "no volume yet: the claim names no StorageClass and none is the cluster's default, and no " \
+               "PersistentVolume matches it"
+    return f"no volume yet, and the default StorageClass {(default.get('metadata') or {}).get('name')} binds at " \
+           "once (Immediate): it provisioned none and no PersistentVolume matches it"
+
+
 def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: bool,
                modes: tuple[str, ...] | None = None, why: str = "every node pod of the gang mounts it") -> Check:
     """The PVC ``name`` exists and is Bound (or Pending under a WaitForFirstConsumer class: it binds when the first
@@ -162,8 +191,9 @@ def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: boo
         return Check(True, f"PersistentVolumeClaim {name} in {namespace} is Pending until its first pod "
                      f"({WAIT_FOR_FIRST_CONSUMER}){shown}")
     if phase != "Bound":
-        return Check(False, f"PersistentVolumeClaim {name} in {namespace} is {phase}, not Bound "
-                     f"({PVC_PHASES.get(phase, 'a phase Kubernetes does not define')})",
+        why = pending_why(cluster, pvc) if phase == "Pending" else \
+            PVC_PHASES.get(phase, "a phase Kubernetes does not define")
+        return Check(False, f"PersistentVolumeClaim {name} in {namespace} is {phase}, not Bound ({why})",
                      f"kubectl -n {_q(namespace)} describe pvc {name}"
                      + ("  # then delete and recreate it, restoring its data" if phase == "Lost" else ""))
     return Check(True, f"PersistentVolumeClaim {name} in {namespace} is Bound{shown}")

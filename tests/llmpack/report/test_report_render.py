@@ -165,6 +165,31 @@ def test_every_term_the_report_uses_is_defined_from_the_glossary(tmp_path: Path)
         assert f"<dt>{html_escape(t.name)}</dt><dd>{html_escape(t.short)}</dd>" in page, key
 
 
+def _all_failed(gpu: bool) -> dict:
+    """Every run of two paths failed in a step, as a real failed run records it: no figures but total."""
+    rs = []
+    for r in runs(n=2, paths=("direct", "argo")):
+        tags = r["tags"] if gpu else {**r["tags"], "llmpack.gpu_count": "0", "llmpack.gpu_type": "none"}
+        rs.append({**r, "status": "failed", "error": "step 'strict-check' failed: RuntimeError: too many rows",
+                   "metrics": {"total_s": 1.8, "pipeline_overhead_s": 0.7}, "tags": tags})
+    return comparison("rg-failed", ["direct", "argo"], rs)
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_a_report_with_no_run_succeeded_defines_no_term_it_does_not_show(tmp_path: Path, gpu: bool) -> None:
+    """newcomer5: every run failed, and "Terms" still defined Δ, CI, baseline and p50 / p90, which the page (its
+    failures and a timeline) never shows. Now only the cost terms of its money section, if any; else no section."""
+    out = write_report(_all_failed(gpu), tmp_path / "rep")
+    page, md = (out / "report.html").read_text(), (out / "report.md").read_text()
+    assert "step 'strict-check' failed" in md and "## Failed runs" in md
+    for name in ("p50 / p90", "**n**", "**baseline**", "**Δ**", "**CI**", "**total**", "**step compute**"):
+        assert name not in md, (name, md)
+    assert ("<h2>Terms</h2>" in page) == gpu and ("## Terms" in md) == gpu
+    if gpu:
+        assert "- **GPU compute**:" in md and "<dt>GPU compute</dt>" in page  # the cost formula's words
+    assert md.endswith("\n") and not md.endswith("\n\n")
+
+
 @pytest.mark.parametrize("kind", ["planted", "one run", "failed path"])
 def test_the_compare_table_fits_80_columns_without_truncation(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")

@@ -363,6 +363,9 @@ def test_run_json_has_each_steps_own_metrics(pipes: Path) -> None:
     rows = len((Path(s["artifacts"]["run_dir"]).glob("**/dataset/train.jsonl").__next__()).read_text().splitlines())
     assert s["step_metrics"]["count-rows"] == {"train_rows": float(rows)} and rows > 0
     assert s["step_metrics"]["prepare-data"]["rows"] == 40.0  # a shipped step's own, beside it
+    # newcomer5: a pipeline without training listed ~15 training measures as null; only what was measured now
+    assert s["metrics"]["total_s"] > 0 and None not in s["metrics"].values(), s["metrics"]
+    assert not {"perplexity", "eval_loss", "mfu", "tokens_per_s", "time_to_first_step_s"} & set(s["metrics"])
 
 
 def test_a_failed_step_is_shown_failed_and_its_error_names_its_log(pipes: Path) -> None:
@@ -408,3 +411,35 @@ def test_a_mode_or_margin_the_pipeline_cannot_have_is_one_line(pipes: Path) -> N
         assert r.output.count("\n") == 1 and ("no two consecutive GPU steps" in r.output or "fused_steps" in r.output
                                                or "ttfs (time to first step) is not measured" in r.output), r.output
     assert not (pipes / "o").exists() and not (pipes / "llmpack-runs").exists()
+
+
+def test_cluster_submit_of_your_compiled_pipeline_tags_its_own_gpus_not_the_shipped_ones(pipes: Path) -> None:
+    """newcomer5: ``llmpack cluster submit`` of one's own compiled file tagged the run with the shipped pipeline's
+    facts (1x nvidia-h100-80gb, llm-finetune). Each submitter now reads the submitted artifact's own: the close
+    task's ``--uses`` (kfp, argo) or pipeline.json's ``uses`` (mlflow), and its pipeline name."""
+    from standins.argo_server import ArgoServerStandIn
+
+    from argo_workflows import submit as argo_submit
+    from components.record import tracking
+    from components.servers.submission import cost_tags
+    from kfp_pipelines import submit as kfp_submit
+    from llmpack.compile.artifacts import compile_all
+    from llmpack.run.user_pipeline import load_pipeline
+    from mlflow_projects import submit as mlflow_submit
+
+    out = pipes / "build"
+    compile_all(out, load_pipeline("own_pipes_52:no_training"))
+    shipped = argo_submit.shipped_pipeline()
+    assert cost_tags(shipped, None, None)["llmpack.gpu_count"] == "1"  # what every own file was tagged with
+    for compiled in (kfp_submit._compiled(out / "kfp_pipelines" / "finetune.yaml"),
+                     argo_submit._compiled(out / "argo_workflows" / "finetune.yaml"),
+                     mlflow_submit._compiled(out / "mlflow_projects" / "finetune-k8s")):
+        tags = cost_tags(shipped, None, None, compiled=compiled)
+        assert (tags["llmpack.gpu_count"], tags["llmpack.gpu_type"], tags["llmpack.pipeline"]) == \
+            ("0", "none", "no-training"), tags
+    uri = f"sqlite:///{pipes / 'mlflow.db'}"
+    with ArgoServerStandIn(token="t0k") as argo:  # the whole submit, as `llmpack cluster submit argo --workflow`
+        summary = argo_submit.submit(argo_submit.Request(host=argo.url, token="t0k", tracking_uri=uri,
+                                                         workflow_path=str(out / "argo_workflows" / "finetune.yaml")))
+    tags = tracking.client(uri).get_run(summary["mlflow_run_id"]).data.tags
+    assert tags["llmpack.gpu_count"] == "0" and tags["llmpack.pipeline"] == "no-training", tags

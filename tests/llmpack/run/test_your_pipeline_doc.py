@@ -42,11 +42,27 @@ def page_env(workdir: Path) -> dict[str, str]:
 
 def test_the_pages_step_and_its_tests_pass(tmp_path: Path) -> None:
     bash = write_files(tmp_path)
-    assert {p.name for p in tmp_path.glob("*.py")} == {"word_steps.py", "test_word_steps.py"} and bash
+    assert {p.name for p in tmp_path.glob("*.py")} == {"word_steps.py", "test_word_steps.py", "kfp_words.py",
+                                                     "hera_words.py"} and bash
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_word_steps.py"],
                           cwd=tmp_path, env=page_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "3 passed" in done.stdout
+
+
+def test_the_pages_kfp_and_hera_recipes_compile_your_pipeline_as_llmpack_compile_does(tmp_path: Path) -> None:
+    """newcomer5: the page gave no ``kfp dsl compile`` recipe for one's own pipeline, nor said that ``hera generate
+    yaml`` of a module importing it from the current directory needs ``PYTHONPATH=.``. Its block, as typed (its
+    ``cmp`` lines fail the script if a byte differs), after the page's ``llmpack compile``."""
+    (recipe,) = [b for b in write_files(tmp_path) if "kfp dsl compile" in b]
+    assert "PYTHONPATH=. hera generate yaml" in recipe
+    env = page_env(tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join([".", env["PYTHONPATH"]])  # the checkout importable, as installed
+    script = ("set -euo pipefail\nllmpack compile --pipeline word_steps:word_count_pipeline --out build/words\n"
+              + recipe.replace("PYTHONPATH=. ", ""))
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (tmp_path / "words-kfp.yaml").stat().st_size > 0 and (tmp_path / "words-argo.yaml").stat().st_size > 0
 
 
 @pytest.mark.slow

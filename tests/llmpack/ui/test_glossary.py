@@ -80,11 +80,26 @@ def test_compare_table_prints_its_terms_from_the_glossary() -> None:
     from llmpack.compare.comparison import comparison
 
     buf = io.StringIO()
-    table.compare_table(comparison("rg-synthetic", ["direct", "kfp"], runs(n=1, paths=("direct", "kfp"))),
+    table.compare_table(comparison("rg-synthetic", ["direct", "kfp"], runs(n=5, paths=("direct", "kfp"))),
                           console=Console(width=80, file=buf, force_terminal=False))
     text = buf.getvalue()
+    assert "p50" in text  # the table the legend explains
     for key in (*table.COMPARE_TERMS, "projected"):
         assert glossary.define(key) in text, key
+
+
+def test_a_compare_of_one_round_prints_no_legend_without_its_table() -> None:
+    """newcomer5: a --budget compare of 1 round printed the terms' legend but no table (one run per path is a
+    line and the dimmed "not judged" figures): the legend comes only with the table it explains."""
+    from llmpack.compare.comparison import comparison
+
+    buf = io.StringIO()
+    table.compare_table(comparison("rg-synthetic", ["direct", "kfp"], runs(n=1, paths=("direct", "kfp"))),
+                        console=Console(width=80, file=buf, force_terminal=False))
+    text = buf.getvalue()
+    assert "runs per path: direct 1 · kfp 1" in text and "not judged" in text and "p50" not in text
+    for key in (*table.COMPARE_TERMS, "projected"):
+        assert glossary.define(key) not in text, key
 
 
 def test_a_run_without_training_shows_no_training_rows_terms_or_gpu_price(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,3 +128,22 @@ def test_a_failed_steps_error_line_names_its_log_and_debug_prints_its_end(tmp_pa
     (run_dir / "logs" / "boom.log").unlink()
     (run_dir / "logs" / "boom.log").symlink_to("/etc/hostname")
     assert failed_step_log(summary) is None
+
+
+def test_the_mlflow_paths_failed_step_names_the_steps_own_log_not_mlflow_log(tmp_path: Path) -> None:
+    """newcomer5: the mlflow path's error named ``logs/mlflow.log`` (mlflow run's whole output) while the others
+    name ``logs/<step>.log``; its driver writes the step's own under ``artifacts/<pipeline_run>/logs/``."""
+    from llmpack.run.show import failed_step_log
+
+    run_dir = tmp_path / "mlflow-1.failed"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "logs" / "mlflow.log").write_text("mlflow run ...\n")
+    own = run_dir / "artifacts" / "mlflow-1" / "logs" / "strict-check.log"
+    own.parent.mkdir(parents=True)
+    own.write_text("Traceback...\nRuntimeError: nc5: too many rows\n")
+    summary = {"failed_step": "strict-check", "orchestrator": "mlflow", "pipeline_run": "mlflow-1",
+               "artifacts": {"run_dir": str(run_dir)}}
+    assert failed_step_log(summary) == own
+    assert failed_step_log({**summary, "pipeline_run": ".."}) == run_dir / "logs" / "mlflow.log"
+    own.unlink()  # mlflow run failed before the step wrote its log: the runner's
+    assert failed_step_log(summary) == run_dir / "logs" / "mlflow.log"

@@ -349,10 +349,31 @@ def test_log_lines_at_step_boundaries_and_each_tenth_of_training(tmp_path: Path)
     assert all(line.startswith(f"{timestamp(3600.0 * 13 + 60 * 4 + 5)} kfp · ") for line in out)
     texts = [line.split(" · ", 1)[1].rsplit(" · ", 1)[0] for line in out]
     training = [t for t in texts if t.startswith("finetune ") and "/60" in t]
-    assert texts[:3] == ["starting", "prepare_data · 0 tasks done", "finetune · 1 task done"]
+    assert texts[:4] == ["starting", "prepare_data · 0 tasks done", "prepare_data done", "finetune · 1 task done"]
     assert [t.split()[1] for t in training] == [f"{k}/60" for k in range(0, 61, 6)]  # each tenth, once
     assert training[1] == "finetune 6/60 · 1,234 tok/s · ETA 0:54"
-    assert texts[-1] == "finetune done" and len(texts) == 3 + 11 + 1
+    assert texts[-1] == "finetune done" and len(texts) == 4 + 11 + 1
+
+
+def test_log_lines_say_every_finished_step_once_even_one_between_two_observations(tmp_path: Path) -> None:
+    """Issue 52 (newcomer5): a quick step that starts and finishes between two polls, or finishes beside another,
+    still gets its ``<step> done`` line (docs/cli.md: one when a step finishes), once, in finish order."""
+    console = _log_console()
+    lines = LogLines("direct", console, clock=lambda: 0.0)
+    elapsed = iter(range(1000))
+
+    def observe() -> None:
+        lines.observe(snapshot(tmp_path, now=2000.0), float(next(elapsed)))
+
+    _events(tmp_path / "prepare-data" / "dataset", "prepare-data", process_started=1001.0, finished=1001.2)
+    observe()  # prepare-data started and finished before the first look
+    _events(tmp_path / "prompt-lengths" / "stats", "prompt-lengths", process_started=1001.3, finished=1001.4)
+    _events(tmp_path / "vocab-size" / "vocab", "vocab-size", process_started=1001.3, finished=1001.6)
+    observe()  # both finished between two looks
+    observe()
+    observe()
+    texts = [line.split(" · ", 1)[1].rsplit(" · ", 1)[0] for line in _lines(console)]
+    assert texts == ["prepare-data done", "prompt-lengths done", "vocab-size done"]
 
 
 def test_log_lines_are_never_wrapped(tmp_path: Path) -> None:

@@ -356,3 +356,41 @@ def test_a_pipeline_without_a_gpu_step_needs_no_gpu_node(ready: Ready, tmp_path:
     code, out = ready.doctor("--path", "argo,mlflow", "--compiled", str(tmp_path / "out"))
     assert "✓ GPU nodes: not needed (no pod of the artifacts in" in out, out
     assert "nvidia.com/gpu" not in out and "GPU node" not in out.replace("GPU nodes: not needed", ""), out
+
+
+class _Classes:
+    """A cluster reader that has one Pending claim and the StorageClasses given."""
+
+    def __init__(self, claim_class: str | None, classes: list[dict]) -> None:
+        spec = {"accessModes": ["ReadWriteOnce"]} | ({} if claim_class is None else {"storageClassName": claim_class})
+        self.claim = {"metadata": {"name": "data"}, "spec": spec, "status": {"phase": "Pending"}}
+        self.classes = classes
+
+    def pvc(self, namespace: str, name: str) -> dict:
+        return self.claim
+
+    def cluster_object(self, group: str, version: str, plural: str, name: str) -> dict | None:
+        return next((c for c in self.classes if c["metadata"]["name"] == name), None)
+
+    def everywhere(self, group: str, version: str, plural: str, field_selector: str = "") -> list[dict]:
+        return self.classes
+
+
+@pytest.mark.parametrize(("claim_class", "classes", "why"), [
+    (None, [], "(no volume yet: the cluster has no StorageClass to provision one, and no PersistentVolume matches it)"),
+    ("fast", [], "(no volume yet: the cluster has no StorageClass to provision one"),
+    ("fast", [{"metadata": {"name": "nfs"}}], "(no volume yet: there is no StorageClass fast, and no PersistentVolume"),
+    (None, [{"metadata": {"name": "nfs"}}], "the claim names no StorageClass and none is the cluster's default"),
+    ("nfs", [{"metadata": {"name": "nfs"}, "volumeBindingMode": "Immediate"}],
+     "(no volume yet, and its StorageClass nfs binds at once (Immediate): it provisioned none and no Persistent"),
+])
+def test_a_pending_claim_says_which_storage_class_it_lacks(claim_class: str | None, classes: list[dict],
+                                                           why: str) -> None:
+    """newcomer5: with no StorageClass at all doctor said "its StorageClass binds at once (Immediate): none matches
+    it"; now it says there is none (or none by that name, or no default), and that no PersistentVolume matches."""
+    from llmpack.cluster.doctor.gang import shared_pvc
+
+    check = shared_pvc(_Classes(claim_class, classes), "llmpack", "data", shared=False)  # type: ignore[arg-type]
+    assert not check.ok and why in check.what, check.what
+    if not classes:
+        assert "binds at once" not in check.what
