@@ -77,7 +77,8 @@ _PLACEHOLDER = re.compile(r"<[A-Za-z_ -]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\$\([a
                           r"|TOKEN|PASSWORD|SECRET|KEY|YOUR_[A-Z_]+")
 # Environment variables whose value is a credential: HF_TOKEN, MLFLOW_TRACKING_PASSWORD, AWS_SECRET_ACCESS_KEY...
 _SECRET_ENV = re.compile(r"(?i)(token|password|passwd|secret|secret_key|api_?key|access_?key|account_?key|credentials?"
-                         r"|private_?key|signing_?key|connection_string|passphrase|jwt|pass|pwd|sshpass)$")
+                         r"|private_?key|signing_?key|connection_string|passphrase|jwt|sshpass|(?:^|_)(?:pass|pwd))$")
+_NOT_SECRET_ENV = frozenset({"PWD", "OLDPWD"})  # the shell's working directories, not a password
 RANDOM_MIN_CHARS = 20  # a query value this long that looks random is blanked whatever its name
 _OWN_SECRETS: dict[str, Any] = {}  # secrets_in() of this process, and the argv and environment it was worked out from
 
@@ -235,7 +236,8 @@ def secrets_in(argv: Iterable[str] | None = None, env: Mapping[str, str] | None 
     env = os.environ if env is None else env
     found: set[str] = set()
     for name, value in env.items():
-        if value and _SECRET_ENV.search(name) and not name.startswith("LLMPACK_TEST_"):
+        if value and _SECRET_ENV.search(name) and name.upper() not in _NOT_SECRET_ENV \
+                and not name.startswith("LLMPACK_TEST_"):
             found.add(value)
     for text in [*argv, *env.values()]:
         for match in _URI_RUN.finditer(str(text)):

@@ -19,7 +19,10 @@ from typing import Any
 # Also: the soft hyphen, the combining grapheme joiner, the Arabic letter mark (a direction mark of the Trojan
 # Source list), the Mongolian vowel separator, Hangul fillers, variation selectors and the invisible tag characters.
 _INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u180e\u200b-\u200f\u2028-\u202e"
-                        "\u2060-\u2069\u3164\ufe00-\ufe0f\uffa0\ufeff\U000e0000-\U000e007f\U000e0100-\U000e01ef]")
+                        "\u2060-\u2069\u3164\ufe00-\ufe0f\uffa0\ufeff\U000e0000-\U000e0fff"
+                        # Khmer's inherent vowels, Mongolian's free variation selectors, the braille blank, the
+                        # combining overlays (blank, or strike a text through)
+                        "\u17b4\u17b5\u180b-\u180f\u2800\u0334-\u0338]")
 # Markdown's own characters (emphasis, code, links and images, tables, headings, HTML) and the backslash.
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|<>~])")
 # What GitHub's Markdown turns into a live link without brackets: ``scheme:`` before ``//`` and ``www.``.

@@ -419,7 +419,7 @@ def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str,
             charts["cost_per_run"] = tmp / "cost_per_run.png"
             chart_cost(whole, charts["cost_per_run"], splits)
         full = {**result, "summary_sentence": sentence, "facts": facts, "cost_split": splits, "break_even": be}
-        (tmp / "report.json").write_text(blank_known(json.dumps(full, indent=2, sort_keys=True, default=str)) + "\n")
+        (tmp / "report.json").write_text(json.dumps(_blanked(full), indent=2, sort_keys=True, default=str) + "\n")
         (tmp / "report.md").write_text(markdown(result, facts, sentence, be, splits))
         (tmp / "report.html").write_text(html_page(result, facts, sentence, be, charts, splits))
         write_traces(runs, tmp / TRACES_FILE)
@@ -435,3 +435,15 @@ def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str,
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def _blanked(value: Any) -> Any:
+    """``value`` (report.json's data) with every known secret blanked in each string, key or value, before it is
+    JSON-encoded (a secret with a quote, a backslash or a non-ASCII letter is escaped by the encoding)."""
+    if isinstance(value, str):
+        return blank_known(value)
+    if isinstance(value, dict):
+        return {_blanked(k) if isinstance(k, str) else k: _blanked(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_blanked(v) for v in value]
+    return value if isinstance(value, (int, float, bool)) or value is None else blank_known(str(value))

@@ -179,7 +179,11 @@ def test_the_finetune_step_trains_past_a_forged_final_checkpoint(tokens: Path, t
     pvc = tmp_path / "pvc"
     (pvc / "run-f" / "finetune").mkdir(parents=True)
     forged = plant(pvc / "run-f" / "finetune", {"pipeline_run": "run-f", "step": "finetune"})
-    vol = finetune("vol", "--param=pipeline_run=run-f", **{settings.CHECKPOINT_ROOT.name: str(pvc)})
+    from tests.sealing import for_run
+
+    run_tokens = for_run(tokens, tmp_path / "run-f-tokens", "run-f")  # a run takes only its own run's outputs
+    vol = finetune("vol", "--param=pipeline_run=run-f", f"--input=tokens={run_tokens}",
+                   **{settings.CHECKPOINT_ROOT.name: str(pvc)})
     assert vol.returncode == 0, vol.stdout + vol.stderr
     assert len(_lines(vol.stdout, f"refusing checkpoint {forged}")) == 1 and "finetune: resumed from" not in vol.stdout
     assert len((tmp_path / "vol" / "train_log.jsonl").read_text().splitlines()) == 6  # all six steps trained

@@ -28,6 +28,7 @@ from components.process import gang
 from components.record.telemetry import group_by_step, read_records
 from tests.components.test_trainjob import _schema, schema_errors, trainer_api_errors
 from tests.conftest import llmpack, run_step
+from tests.sealing import for_run
 
 TOKEN = "gang-standin-token-4471"
 NS = "llmpack"
@@ -125,7 +126,8 @@ def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens:
         controller = TrainerController(kube)
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
         out = tmp_path / "gang"
-        r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={out}", *steps, "--param=nnodes=2",
+        run_tokens = for_run(tokens, tmp_path / "run-g1-tokens", "run-g1")  # a run takes only its own run's outputs
+        r = run_step(TUNE, f"--input=tokens={run_tokens}", f"--output=model={out}", *steps, "--param=nnodes=2",
                      f"--param=trainjob={spec.to_json()}", "--param=pipeline_run=run-g1", "--param=run_group=rg-g1",
                      cwd=tmp_path, env={**env, "KUBECONFIG": str(kubeconfig)})
         assert r.returncode == 0, r.stdout + r.stderr

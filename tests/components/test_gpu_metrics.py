@@ -282,7 +282,10 @@ def test_each_gang_node_samples_its_gpus_and_the_run_takes_the_slowest(tokens: P
         TrainerController(kube)
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
         out = tmp_path / "gang"
-        r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={out}", "--param=max_steps=2",
+        from tests.sealing import for_run
+
+        run_tokens = for_run(tokens, tmp_path / "run-tokens", "run-gpu-gang")  # a run takes only its own outputs
+        r = run_step(TUNE, f"--input=tokens={run_tokens}", f"--output=model={out}", "--param=max_steps=2",
                      "--param=batch_size=4", "--param=nnodes=2", f"--param=trainjob={spec.to_json()}",
                      "--param=pipeline_run=run-gpu-gang", cwd=tmp_path, env={**env, "KUBECONFIG": str(kubeconfig)})
         assert r.returncode == 0, r.stdout + r.stderr

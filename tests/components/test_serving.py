@@ -35,18 +35,23 @@ def _tune_eval_register(root: Path, tokens: Path, steps: int, tracking_uri: str,
                         model: Path | None = None, batch_size: int = 4) -> tuple[Path, dict[str, Any]]:
     """One run's finetune (unless ``model`` is given), evaluate and register: (its model directory,
     registration.json)."""
+    from tests.sealing import chain_for_run
+
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
+    run = f"pr-{root.name}"  # every step of this run takes only its own run's outputs
+    root.mkdir(parents=True, exist_ok=True)
+    tokens, model = chain_for_run(tokens, model, root, run)
     if model is None:
         model = root / "model"
         r = run_step(TUNE, f"--input=tokens={tokens}", f"--output=model={model}", f"--param=max_steps={steps}",
-                     f"--param=batch_size={batch_size}", cwd=root, env=env)
+                     f"--param=batch_size={batch_size}", f"--param=pipeline_run={run}", cwd=root, env=env)
         assert r.returncode == 0, r.stderr
     r = run_step(EVAL, f"--input=tokens={tokens}", f"--input=model={model}", f"--output=metrics={root / 'eval'}",
-                 cwd=root, env=env)
+                 f"--param=pipeline_run={run}", cwd=root, env=env)
     assert r.returncode == 0, r.stderr
     r = run_step(REG, f"--input=model={model}", f"--input=metrics={root / 'eval'}",
                  f"--output=registration={root / 'reg'}", f"--param=model_name={NAME}",
-                 f"--param=pipeline_run=pr-{root.name}", "--param=run_group=rg-serving", *extra, cwd=root,
+                 f"--param=pipeline_run={run}", "--param=run_group=rg-serving", *extra, cwd=root,
                  env={**env, "LLMPACK_MLFLOW_LOGGING": "1", "MLFLOW_TRACKING_URI": tracking_uri})
     assert r.returncode == 0, r.stderr
     return model, json.loads((root / "reg" / "registration.json").read_text())

@@ -165,15 +165,17 @@ def test_finetune_resumes_from_a_checkpoint_with_identical_result(tokens: Path, 
 @pytest.mark.slow  # finetune and evaluate processes: the slow tier
 def test_evaluate_gate_fails_the_step(tokens: Path, finetuned: Path, fresh_tracking_uri: str, tmp_path: Path) -> None:
     env = {**os.environ, "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1"}
-    model = finetuned
-    ok = run_step(EVAL, f"--input=tokens={tokens}", f"--input=model={model}", f"--output=metrics={tmp_path / 'e1'}",
-                  cwd=tmp_path, env=env)
+    from tests.sealing import chain_for_run
+
+    tok, model = chain_for_run(tokens, finetuned, tmp_path, "pr-reg")  # a run's steps take its own run's outputs
+    ok = run_step(EVAL, f"--input=tokens={tok}", f"--input=model={model}", f"--output=metrics={tmp_path / 'e1'}",
+                  "--param=pipeline_run=pr-reg", cwd=tmp_path, env=env)
     assert ok.returncode == 0, ok.stderr
     metrics = json.loads((tmp_path / "e1" / "metrics.json").read_text())
     assert metrics["eval_loss"] < metrics["base_eval_loss"] and metrics["passed"]
     assert metrics["eval_set"].startswith("sha256:")  # what promotion compares versions on
-    gate = run_step(EVAL, f"--input=tokens={tokens}", f"--input=model={model}", f"--output=metrics={tmp_path / 'e2'}",
-                    "--param=min_improvement=100", cwd=tmp_path, env=env)
+    gate = run_step(EVAL, f"--input=tokens={tokens}", f"--input=model={finetuned}",
+                    f"--output=metrics={tmp_path / 'e2'}", "--param=min_improvement=100", cwd=tmp_path, env=env)
     assert gate.returncode == 1
     assert "quality gate" in gate.stderr and "Traceback" not in gate.stderr
 
@@ -191,7 +193,11 @@ def test_evaluate_gate_fails_the_step(tokens: Path, finetuned: Path, fresh_track
     assert mv.tags["llmpack.eval_set"] == metrics["eval_set"] and mv.tags["llmpack.promotion"] == "champion"
     assert record["promotion"].startswith("version 1 -> champion (no champion yet")
     # a compare round (LLMPACK_REGISTER_VERSION=0): the weights go on its run, no model version
-    quiet = run_step(REG, f"--input=model={model}", f"--input=metrics={tmp_path / 'e1'}",
+    tok, model = chain_for_run(tokens, finetuned, tmp_path, "pr-cmp")
+    again = run_step(EVAL, f"--input=tokens={tok}", f"--input=model={model}", f"--output=metrics={tmp_path / 'e3'}",
+                     "--param=pipeline_run=pr-cmp", cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr
+    quiet = run_step(REG, f"--input=model={model}", f"--input=metrics={tmp_path / 'e3'}",
                      f"--output=registration={tmp_path / 'q'}",
                      "--param=model_name=test-model", "--param=pipeline_run=pr-cmp", "--param=run_group=rg-cmp",
                      cwd=tmp_path,

@@ -59,7 +59,7 @@ class RealGang(RealFinetune):
         out.mkdir(parents=True, exist_ok=True)
         params = {"max_steps": self.steps, "batch_size": self.batch_size, "checkpoint_every": self.every,
                   "pipeline_run": run}
-        command = trainer_command(STEP_REF, {"tokens": str(self.tokens)}, {"model": str(out)}, params)
+        command = trainer_command(STEP_REF, {"tokens": str(self.tokens_for(run))}, {"model": str(out)}, params)
         return build_trainjob(spec, name=trainjob_name(run, STEP, 0), namespace=NAMESPACE, nodes=nodes,
                               command=command, labels={}, env=trainer_env(spec, 0))
 

@@ -79,6 +79,9 @@ def events_in(path: Path) -> tuple[dict[str, float], dict[str, float]]:
     return events, metrics
 
 
+_SEALING = threading.Lock()  # one run's tokens sealed once, whichever pod asks first
+
+
 @dataclass
 class RealFinetune:
     """Runs a preempted run's finetune attempts for real (see the module doc); one run at a time."""
@@ -93,6 +96,17 @@ class RealFinetune:
 
     def claim_dir(self, claim: str) -> Path:
         return self.workdir / "pvc" / claim
+
+    def tokens_for(self, run: str) -> Path:
+        """The tokens sealed for ``run``, as the run's own tokenize would have (a run's steps take only its own
+        run's outputs: tests/sealing.py)."""
+        from tests.sealing import for_run
+
+        dest = self.workdir / "tokens" / run
+        with _SEALING:
+            if not dest.exists():
+                for_run(self.tokens, dest, run)
+        return dest
 
     def on_claims(self, env: dict[str, str], mounts: dict[str, str], where: str,
                   keep: tuple[str, ...] = ()) -> dict[str, str]:
@@ -119,7 +133,8 @@ class RealFinetune:
 
     def _start(self, run: str, attempt: int, env: dict[str, str]) -> tuple[Path, subprocess.Popen[str]]:
         out = self.workdir / "pods" / f"{run}-{attempt}"
-        cmd = finetune_command(self.tokens, out, run, steps=self.steps, batch_size=self.batch_size, every=self.every)
+        cmd = finetune_command(self.tokens_for(run), out, run, steps=self.steps, batch_size=self.batch_size,
+                               every=self.every)
         proc = subprocess.Popen(cmd, cwd=REPO, env={**base_env(), **env, "LLMPACK_ATTEMPT": str(attempt)}, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         return out, proc

@@ -43,7 +43,10 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         r = subprocess.run([sys.executable, "-m", "components.run", ref, *args], cwd=REPO, env=base_env(),
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
-    cmd = finetune_command(root / "tokens", root / "ref", "ref", steps=STEPS, batch_size=BATCH, every=EVERY)
+    from tests.sealing import for_run
+
+    ref_tokens = for_run(root / "tokens", root / "ref-tokens", "ref")  # a run takes only its own run's outputs
+    cmd = finetune_command(ref_tokens, root / "ref", "ref", steps=STEPS, batch_size=BATCH, every=EVERY)
     r = subprocess.run(cmd, cwd=REPO, env={**base_env(), ROOT_ENV: str(root / "ref-pvc")}, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
