@@ -38,9 +38,10 @@ _URI_RUN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S*")  # a bounded scheme
 # ``alice:pw@host[:port]`` typed without a scheme (MLflow quotes it whole in its error): the password blanked
 # (the user may be an e-mail address; the password may hold '/' and '@': it runs to the last '@' before a host)
 _BARE_USERINFO = re.compile(r"(?<![\w.%+:@-])([A-Za-z0-9._%+!$&'()*,;=-]{0,512}(?:@[A-Za-z0-9.-]{1,253})?):(?!/)"
-                            r"([^\s]{1,4096})@(?=[^\s@'\"/]{1,253})")
+                            r"([^\s]{1,4096})@(?!sha(?:256|384|512):)(?=[^\s@'\"/]{1,253})")  # @sha256: a digest
 # ``?token=x``, ``&jwt=x``, ``;pw=x``, ``#access_token=x`` in a URI or a bare path (urllib3 logs ``/api?token=x``):
 # the value runs to white space or the next ``&name=`` / ``;name=`` (a raw '&' or '#' in a secret is blanked too).
+_DIGEST = re.compile(r"@sha(?:256|384|512):[0-9a-fA-F]{32,}")  # an image pinned by digest: no userinfo
 _QUERY_KEY = r"[A-Za-z0-9_.%+\[\]-]{1,128}"
 _QUERY_PAIR = re.compile(rf"(?<=[?&;#])({_QUERY_KEY})=((?:[^\s&;]|[&;](?!{_QUERY_KEY}=))*)")
 # The same, a '#' ending a value too (``#a=1#pw=x``): both are looked for and their secret values blanked together,
@@ -225,6 +226,12 @@ def text_secrets(text: str) -> set[str]:
     return {f for f in found if f}
 
 
+def _a_directory(name: str, value: str) -> bool:
+    """A ``*_PWD`` variable that holds an absolute path to a directory (``HOST_PWD=$PWD`` of a dev container): a
+    working directory, not a password."""
+    return name.upper().endswith("PWD") and value.startswith("/") and os.path.isdir(value)
+
+
 def secrets_in(argv: Iterable[str] | None = None, env: Mapping[str, str] | None = None) -> set[str]:
     """The secrets this process was handed, to blank verbatim wherever they reappear (see the module docstring)."""
     if argv is None and env is None:  # this process's own: worked out again only when they change (a log record each)
@@ -237,7 +244,7 @@ def secrets_in(argv: Iterable[str] | None = None, env: Mapping[str, str] | None 
     found: set[str] = set()
     for name, value in env.items():
         if value and _SECRET_ENV.search(name) and name.upper() not in _NOT_SECRET_ENV \
-                and not name.startswith("LLMPACK_TEST_"):
+                and not name.startswith("LLMPACK_TEST_") and not _a_directory(name, value):
             found.add(value)
     for text in [*argv, *env.values()]:
         for match in _URI_RUN.finditer(str(text)):
@@ -247,7 +254,7 @@ def secrets_in(argv: Iterable[str] | None = None, env: Mapping[str, str] | None 
         whole = str(text).strip()
         if whole.startswith("-") and "=" in whole:  # --flag=VALUE: its value
             whole = whole.split("=", 1)[1]
-        if "@" in whole and ":" in whole:  # the whole value as one URI: a password may hold spaces
+        if "@" in whole and ":" in whole and not _DIGEST.search(whole):  # one URI: a password may hold spaces
             userinfo = split_uri(whole).userinfo
             if userinfo and ":" in userinfo:
                 found |= {userinfo, userinfo.split(":", 1)[1]}
@@ -271,6 +278,13 @@ def _uri_secrets(uri: str, *, every_value: bool = False) -> set[str]:
     return {s for s in out if s}
 
 
+def strong_secrets() -> set[str]:
+    """The known secrets (:func:`secrets_in`) that could not be an ordinary word of a store's text: 8+ characters
+    with a digit, or 12+. A report blanks these in what it reads from a store; a weak password such as ``mlflow``
+    would blank the orchestrator's own name there (its URI forms are still redacted by their structure)."""
+    return {s for s in secrets_in() if _could_be_secret(s)}
+
+
 def _could_be_secret(value: str) -> bool:
     return (len(value) >= 8 and any(c.isdigit() for c in value)) or len(value) >= 12
 
@@ -286,7 +300,8 @@ def _encoded(secret: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     import base64
     from urllib.parse import quote, quote_plus
 
-    forms = {quote(secret, safe=""), quote(secret), quote_plus(secret), quote(secret, safe="").lower()} - {secret}
+    lower_hex = re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), quote(secret, safe=""))  # %2f, not the letters
+    forms = {quote(secret, safe=""), quote(secret), quote_plus(secret), lower_hex} - {secret}
     cores: set[str] = set()
     raw = secret.encode()
     for pad in range(3):

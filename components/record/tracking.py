@@ -335,9 +335,19 @@ def open_pipeline_run(mc: MlflowClient, ctx: RunContext, extra_tags: dict[str, s
     return run_id
 
 
+FREE_TEXT_TAGS = frozenset({"llmpack.error"})  # a message (an exception's words): the one tag that may quote a secret
+
+
+def _stored(key: str, value: object) -> str:
+    """A tag's value as it goes to the store: a free-text one with every known secret blanked (typed, percent-encoded
+    or in base64); the others exact (identity tags such as ``llmpack.pipeline_run`` are matched later, and a weak
+    password equal to one of llmpack's words would otherwise blank them for good)."""
+    return blank_known(str(value)) if key in FREE_TEXT_TAGS else str(value)
+
+
 def set_tags(mc: MlflowClient, run_id: str, tags: dict[str, str]) -> None:
     _, _, RunTag = _entities(mc)  # noqa: N806 - a class, as mlflow.entities names it
-    mc.log_batch(run_id, tags=[RunTag(k, blank_known(str(v))) for k, v in tags.items()])
+    mc.log_batch(run_id, tags=[RunTag(k, _stored(k, v)) for k, v in tags.items()])
 
 
 def metric_keys(mc: MlflowClient, run_id: str) -> set[str]:
@@ -366,9 +376,8 @@ def log_summary(
     Metric, Param, RunTag = _entities(mc)  # noqa: N806 - classes, as mlflow.entities names them
     values = [Metric(k, float(v), 0, 0) for k, v in metrics.items() if v is not None]
     present = set(mc.get_run(run_id).data.params)
-    new_params = [Param(k, blank_known(str(v))) for k, v in (params or {}).items() if k not in present]
-    mc.log_batch(run_id, metrics=values, params=new_params,
-                 tags=[RunTag(k, blank_known(str(v))) for k, v in tags.items()])
+    new_params = [Param(k, str(v)) for k, v in (params or {}).items() if k not in present]
+    mc.log_batch(run_id, metrics=values, params=new_params, tags=[RunTag(k, _stored(k, v)) for k, v in tags.items()])
 
 
 def log_curve(mc: MlflowClient, run_id: str, key: str, points: list[tuple[int, float]], *,

@@ -19,7 +19,8 @@ def store_uri(explicit: str | None = None) -> str:
     from components.record import tracking
 
     uri = tracking.tracking_uri(explicit)
-    if uri.startswith(SQLITE) and not Path(uri[len(SQLITE):]).is_file():
+    path = Path(uri[len(SQLITE):]) if uri.startswith(SQLITE) else None
+    if path is not None and (not path.is_file() or path.stat().st_size == 0):  # an empty file: no store either
         raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: no such database "
                          "(set MLFLOW_TRACKING_URI to the store the model was registered in)")
     return uri

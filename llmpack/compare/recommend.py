@@ -320,6 +320,10 @@ def _command(result: dict[str, Any], flags: dict[str, str]) -> str:
         kept.append(arg)
     for flag, value in flags.items():
         kept += [flag, value]
-    from components.redaction import redact_text
+    from components.redaction import blank_known, redact_uri
 
-    return redact_text(shlex.join(["llmpack", "compare", *kept]))  # a --tracking-uri may carry a password
+    def shown(arg: str) -> str:  # a --tracking-uri's password (URI or --flag=URI)
+        flag, sep, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        return f"{flag}{sep}{redact_uri(value, every_value=True)}" if "://" in value else arg
+
+    return blank_known(shlex.join(["llmpack", "compare", *map(shown, kept)]))  # and the secrets it was handed

@@ -51,9 +51,9 @@ def inert(value: Any) -> str:
     """``value`` as one line of plain characters: credentials redacted (a URI's password, a secret query value, every
     secret this process knows, typed or encoded), whitespace runs made one space, every invisible or controlling
     character (Unicode's whole format category too) shown as its escape, at most :data:`MAX_CHARS` characters."""
-    from components.redaction import redact_text
+    from components.redaction import redact_text, strong_secrets
 
-    text = _format_chars(_INVISIBLE.sub(_visible, " ".join(redact_text(value).split())))
+    text = _format_chars(_INVISIBLE.sub(_visible, " ".join(redact_text(value, strong_secrets()).split())))
     if len(text) > MAX_CHARS:
         text = f"{text[:MAX_CHARS]}... ({len(text):,} characters)"
     return text

@@ -19,7 +19,7 @@ from typing import Any
 
 from components.errors import InputError
 from components.fusion import path_of
-from components.redaction import blank_known
+from components.redaction import blank_known, strong_secrets
 from llmpack.compare.comparison import runs_counted
 from llmpack.report import beside, own_metrics, screen, task
 from llmpack.report import estimate as estimate_vs_actual
@@ -438,12 +438,15 @@ def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str,
 
 
 def _blanked(value: Any) -> Any:
-    """``value`` (report.json's data) with every known secret blanked in each string, key or value, before it is
-    JSON-encoded (a secret with a quote, a backslash or a non-ASCII letter is escaped by the encoding)."""
+    """``value`` (report.json's data) with every strong known secret (:func:`~components.redaction.strong_secrets`)
+    blanked in each string, key or value, before it is JSON-encoded (the encoding escapes a quote, a backslash or a
+    non-ASCII letter of a secret)."""
     if isinstance(value, str):
-        return blank_known(value)
-    if isinstance(value, dict):
+        return blank_known(value, strong_secrets())
+    if isinstance(value, dict):  # a store's tag names too (strong secrets only: run ids and names stay exact)
         return {_blanked(k) if isinstance(k, str) else k: _blanked(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_blanked(v) for v in value]
-    return value if isinstance(value, (int, float, bool)) or value is None else blank_known(str(value))
+    if isinstance(value, (int, float, bool)) or value is None:
+        return value
+    return blank_known(str(value), strong_secrets())
