@@ -303,7 +303,8 @@ def _duration(seconds: float) -> str:
 
 
 def _command(result: dict[str, Any], flags: dict[str, str]) -> str:
-    """``llmpack compare`` with the user's own flags (``result['argv']``), ``flags`` set over them."""
+    """``llmpack compare`` (``llmpack cluster compare`` for a comparison on a cluster: ``llmpack compare`` refuses its
+    flags) with the user's own flags (``result['argv']``), ``flags`` set over them."""
     argv = list(result.get("argv") or [])
     kept: list[str] = []
     skip = False
@@ -322,4 +323,5 @@ def _command(result: dict[str, Any], flags: dict[str, str]) -> str:
         kept += [flag, value]
     from components.redaction import redact_text
 
-    return redact_text(shlex.join(["llmpack", "compare", *kept]))  # a --tracking-uri may carry a password
+    command = ["llmpack", "cluster", "compare"] if result.get("mode") == "cluster" else ["llmpack", "compare"]
+    return redact_text(shlex.join([*command, *kept]))  # a --tracking-uri may carry a password  # a --tracking-uri may carry a password

@@ -24,8 +24,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,18 +31,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
-from tests.realcluster.apiserver import make_namespace
+from tests.realcluster.compare_stage import CPU_NODE, GPU_NODE, command, stage
 from tests.realcluster.conftest import RealCluster, started_cluster
-from tests.realcluster.process_kubelet import ProcessKubelet, ProcessNode
-from tests.realcluster.test_argo_pipeline_real import grant_executor
-from tests.realcluster.test_argo_real import EXECUTOR_IMAGE, _argo_bin, _can_mount, use_repository
+from tests.realcluster.process_kubelet import ProcessKubelet
+from tests.realcluster.test_argo_real import _argo_bin, _can_mount
 
 pytestmark = pytest.mark.cluster
 
-NS = "llmpack"  # the compiled artifacts' namespace
-LLMPACK_IMAGE = "ghcr.io/llmpack/llmpack"  # every step's image: a folder whose opt/llmpack is this checkout
-GPU_NODE, CPU_NODE = "proc-h100-0", "proc-cpu-0"
 DELAY_MS, JITTER_MS = 3000, 2000  # each pod's provisioning delay: 3 s + uniform(0, 2 s), seeded
 ARGO_STEPS = ("prepare-data", "tokenize", "finetune", "evaluate", "register", "close-record")
 REPEATS = int(os.environ.get("LLMPACK_COMPARE_REAL_REPEATS", "2"))
@@ -62,69 +55,19 @@ def compare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCl
 
 
 @pytest.fixture(scope="module")
-def staged(compare_cluster: RealCluster, request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
-    """Namespace llmpack as docs/first-run-on-a-cluster.md sets it up (the tracking Secret, the artifacts claim
-    bound, the executor Role, an artifact repository, a submitter's token), kwok's nodes cordoned and the process
-    nodes up: what the CLI needs, as a dict."""
-    from kubernetes import client
-
-    api = compare_cluster.api
-    core = client.CoreV1Api(api)
-    for node in core.list_node().items:  # kwok's pods run nothing: none of this comparison's may land there
-        core.patch_node(node.metadata.name, {"spec": {"unschedulable": True}})
-    make_namespace(api, NS)
-    grant_executor(api, NS)
-    repo = use_repository(api, NS)
-    root = Path(tempfile.mkdtemp(prefix="llmpack-compare-real-", dir="/var/tmp"))  # not /tmp: each pod's own
-    request.addfinalizer(lambda: shutil.rmtree(root, ignore_errors=True))
-    (root / "argoexec" / "bin").mkdir(parents=True)
-    shutil.copy(_argo_bin() / "argoexec", root / "argoexec" / "bin" / "argoexec")
-    (root / "llmpack" / "opt").mkdir(parents=True)
-    (root / "llmpack" / "opt" / "llmpack").symlink_to(REPO)  # the Dockerfile's WORKDIR /opt/llmpack
-    for folder in ("home", "store", "report"):
-        (root / folder).mkdir()
-    uri = f"sqlite:///{root / 'store' / 'mlflow.db'}"
-    core.create_namespaced_secret(NS, {"metadata": {"name": "llmpack-mlflow"}, "stringData": {"tracking-uri": uri}})
-    core.create_persistent_volume({"metadata": {"name": "compare-artifacts"},
-                                   "spec": {"capacity": {"storage": "50Gi"}, "accessModes": ["ReadWriteOnce"],
-                                            "storageClassName": "", "nfs": {"server": "127.0.0.1", "path": "/a"}}})
-    core.create_namespaced_persistent_volume_claim(NS, {"metadata": {"name": "llmpack-artifacts"}, "spec": {
-        "accessModes": ["ReadWriteOnce"], "storageClassName": "", "resources": {"requests": {"storage": "1Gi"}}}})
-    # the submitter: a ServiceAccount bound to the namespace's admin (Argo's aggregate-to-admin role among it)
-    core.create_namespaced_service_account(NS, {"metadata": {"name": "submitter"}})
-    client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(NS, {
-        "metadata": {"name": "submitter-admin"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": "submitter", "namespace": NS}]})
-    token = core.create_namespaced_service_account_token("submitter", NS, {"spec": {"expirationSeconds": 7200}})
-    key = root / "signing.key"  # one key for the client and every pod, as a Secret gives
-    env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]), "LANG": "C.UTF-8",
-           "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HOME": str(root / "home"),
-           "LLMPACK_SIGNING_KEY_FILE": str(key)}
-    gpu = ProcessNode(name=GPU_NODE, cpu="16", memory="128Gi", gpus=1,
-                      labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "1",
-                              "node.kubernetes.io/instance-type": "p5.48xlarge"},
-                      taints=({"key": "nvidia.com/gpu", "effect": "NoSchedule"},))
-    cpu = ProcessNode(name=CPU_NODE, cpu="16", memory="64Gi", labels={"node.kubernetes.io/instance-type": "m6i.4xlarge"})
-    with ProcessKubelet(api, [gpu, cpu], root=root / "kubelet", containers=True, base_env=env, deadline_s=600,
-                        pod_delay_ms=DELAY_MS, pod_jitter_ms=JITTER_MS, seed=51,
-                        images={EXECUTOR_IMAGE: root / "argoexec", LLMPACK_IMAGE: root / "llmpack"}) as k:
-        yield {"kubelet": k, "uri": uri, "root": root, "repo": repo, "token": token.status.token, "env": env,
-               "argo_host": (compare_cluster.state_dir / "argo-server-url").read_text().strip()}
-        assert not k.errors, k.errors
+def staged(compare_cluster: RealCluster) -> Iterator[dict[str, Any]]:
+    """Namespace llmpack staged for the CLI and the process nodes up (``compare_stage.stage``)."""
+    with stage(compare_cluster.api, compare_cluster.state_dir, delay_ms=DELAY_MS, jitter_ms=JITTER_MS) as staged:
+        yield staged
+        assert not staged["kubelet"].errors, staged["kubelet"].errors
 
 
 def _compare(cluster: RealCluster, staged: dict[str, Any]) -> tuple[subprocess.CompletedProcess[str], float]:
-    root: Path = staged["root"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LLMPACK_", "ARGO_", "KUBE"))}
     env.update(staged["env"], ARGO_TOKEN=staged["token"], KUBECONFIG=str(cluster.kubeconfig), COLUMNS="100")
-    argv = [sys.executable, "-m", "llmpack", "cluster", "compare", "--backends", "argo,mlflow",
-            "--repeats", str(REPEATS), "--max-steps", "2", "--baseline", "argo",
-            "--argo-host", staged["argo_host"], "--namespace", NS, "--kubeconfig", str(cluster.kubeconfig),
-            "--tracking-uri", staged["uri"], "--poll", "1", "--timeout", "900",
-            "--output-dir", str(root / "runs"), "--report", str(root / "report" / "out")]
     t0 = time.monotonic()
-    done = subprocess.run(argv, cwd=root / "home", env=env, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(command(staged, cluster.kubeconfig, repeats=REPEATS), cwd=staged["root"] / "home", env=env,
+                          capture_output=True, text=True, timeout=1800)
     return done, time.monotonic() - t0
 
 
@@ -170,7 +113,7 @@ def test_compare_decides_argo_vs_mlflow_on_spinup_from_the_real_controllers(comp
             (pod,) = pods
             assert pod["step"] == "main" and pod["node"] == GPU_NODE and pod["gpu_product"], pod
     assert all(DELAY_MS / 1000 <= d <= (DELAY_MS + JITTER_MS) / 1000 for d in kubelet.delays.values())
-    jobs = client.BatchV1Api(compare_cluster.api).list_namespaced_job(NS).items
+    jobs = client.BatchV1Api(compare_cluster.api).list_namespaced_job("llmpack").items
     assert len(jobs) == REPEATS and all(j.status.succeeded == 1 for j in jobs), jobs  # the real Job controller's
 
     # spin-up and time to first step from the pods: never below the first pod's provisioning delay
