@@ -324,4 +324,4 @@ def _command(result: dict[str, Any], flags: dict[str, str]) -> str:
     from components.redaction import redact_text
 
     command = ["llmpack", "cluster", "compare"] if result.get("mode") == "cluster" else ["llmpack", "compare"]
-    return redact_text(shlex.join([*command, *kept]))  # a --tracking-uri may carry a password  # a --tracking-uri may carry a password
+    return redact_text(shlex.join([*command, *kept]))  # a --tracking-uri may carry a password

@@ -2,20 +2,15 @@
 
 :func:`stage` sets up namespace ``llmpack`` as docs/first-run-on-a-cluster.md does (the tracking
 Secret, the artifacts claim bound, the emissary ``executor`` Role and its token Secret, a loopback
-``artifactory`` repository for Argo's artifacts, a ServiceAccount ``submitter`` bound to the
-namespace's ``admin`` whose token the Argo Server takes), cordons kwok's nodes (their pods run
-nothing) and starts the process kubelet in container mode (root only) with two nodes shaped as
-production's: one H100 of a p5.48xlarge and an m6i.4xlarge. Each pod waits ``delay_ms`` +
-uniform(0, ``jitter_ms``) after it is bound before its containers start: kwok's pod stage delay
-(``LLMPACK_KWOK_POD_DELAY_MS``/``_JITTER_MS``), played on the process nodes.
+``artifactory`` repository, a ServiceAccount ``submitter`` bound to ``admin`` whose token the Argo
+Server takes), cordons kwok's nodes (their pods run nothing) and starts the process kubelet in
+container mode (root only): one H100 of a p5.48xlarge and an m6i.4xlarge, each pod started
+``delay_ms`` + uniform(0, ``jitter_ms``) after it is bound (kwok's pod stage delay, played here).
 
-By hand, on a control plane started with ``LLMPACK_CLUSTER_CONTROLLERS=argo,argo-server``::
-
-    LLMPACK_CLUSTER_DIR=build/cluster python -m tests.realcluster.compare_stage   # prints the command; Ctrl-C ends
-
-It prints the environment and the ``llmpack cluster compare`` command to run in another shell,
-and keeps the process nodes up until interrupted. docs/internals/real-cluster.md, "compare on the
-real controllers".
+By hand, on a control plane started with ``LLMPACK_CLUSTER_CONTROLLERS=argo,argo-server``:
+``LLMPACK_CLUSTER_DIR=build/cluster python -m tests.realcluster.compare_stage`` prints the
+``llmpack cluster compare`` line to run in another shell and keeps the process nodes up until
+Ctrl-C. docs/internals/real-cluster.md, "compare on the real controllers".
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """``llmpack cluster compare`` on the REAL control plane: argo vs mlflow, spin-up from the real controllers.
 
-A control plane of this module's own with Argo's workflow-controller and the Argo Server
-(``LLMPACK_CLUSTER_CONTROLLERS=argo,argo-server``); kwok's nodes cordoned, so every pod lands on
-the process kubelet's two nodes (container mode: root only), shaped as production's: one H100 of
-a p5.48xlarge (the ``nvidia.com/gpu`` taint the compiled GPU steps tolerate) and an m6i.4xlarge
-for the CPU steps. Nothing is rewritten for the test: the committed artifacts are what the CLI
-submits (the argo path's Workflow through the real Argo Server, with a ServiceAccount token, run
-by the real workflow-controller and argoexec; the mlflow path's Job made by the real Job
-controller, its container run in ``/opt/llmpack/mlflow_projects/finetune-k8s`` of the image
-folder). Each pod waits the node provisioning delay ``DELAY_MS`` + uniform(0, ``JITTER_MS``)
-before its containers start (kwok's stage delay, played by the process kubelet), so spin-up is
-not "Ready at once". kfp is not in it: the KFP API server and KFP's own compiler are out of reach
-(docs/internals/stand-ins.md), so kfp stays the loopback stand-in's.
-
-The CLI runs as a user types it (a subprocess); its table is printed on the test's output (``-s``)
-and written to ``$LLMPACK_COMPARE_REAL_OUT`` when set. docs/internals/real-cluster.md, "compare
-on the real controllers".
+A control plane of this module's own with Argo's workflow-controller and the Argo Server; kwok's
+nodes cordoned, every pod run on the process kubelet's nodes (container mode: root only), one H100
+of a p5.48xlarge and an m6i.4xlarge (``compare_stage.py``). The committed artifacts are what the
+CLI submits, unchanged: the argo path's Workflow through the real Argo Server (a ServiceAccount
+token), run by the real controller and argoexec; the mlflow path's Job made by the real Job
+controller, run in ``/opt/llmpack/mlflow_projects/finetune-k8s`` of the image folder. Each pod waits
+``DELAY_MS`` + uniform(0, ``JITTER_MS``) before it starts (kwok's stage delay, played by the process
+kubelet), so spin-up is not "Ready at once". kfp is not in it: the KFP API server and KFP's own
+compiler are out of reach (docs/internals/stand-ins.md). The CLI runs as a user types it (a
+subprocess); its table is printed (``-s``) and written to ``$LLMPACK_COMPARE_REAL_OUT`` when set.
+docs/internals/real-cluster.md, "compare on the real controllers".
 """
 
 from __future__ import annotations
