@@ -303,7 +303,8 @@ def _duration(seconds: float) -> str:
 
 
 def _command(result: dict[str, Any], flags: dict[str, str]) -> str:
-    """``llmpack compare`` with the user's own flags (``result['argv']``), ``flags`` set over them."""
+    """``llmpack compare`` (``llmpack cluster compare`` for a comparison on a cluster: ``llmpack compare`` refuses its
+    flags) with the user's own flags (``result['argv']``), ``flags`` set over them."""
     argv = list(result.get("argv") or [])
     kept: list[str] = []
     skip = False
@@ -326,4 +327,5 @@ def _command(result: dict[str, Any], flags: dict[str, str]) -> str:
         flag, sep, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
         return f"{flag}{sep}{redact_uri(value, every_value=True)}" if "://" in value else arg
 
-    return blank_known(shlex.join(["llmpack", "compare", *map(shown, kept)]))  # and the secrets it was handed
+    command = ["llmpack", "cluster", "compare"] if result.get("mode") == "cluster" else ["llmpack", "compare"]
+    return blank_known(shlex.join([*command, *map(shown, kept)]))  # and the secrets it was handed

@@ -66,6 +66,14 @@ def container_argv(kubelet: Any, pod: dict[str, Any], c: dict[str, Any], mounts:
     if not argv:
         raise CannotRun("CreateContainerConfigError",
                         f"container {c['name']}: no command (an image's entrypoint is not known)")
+    cwd = c.get("workingDir")
+    if cwd and not any(Path(cwd).is_relative_to(target) for target in mounts):
+        # a workingDir on no volume is in the image: the image folder's copy of that path (``<image>/opt/...``),
+        # bound there, as MLflow's Job runs in the project folder its image holds
+        held = image / cwd.lstrip("/")
+        if not held.is_dir():
+            raise CannotRun("CreateContainerConfigError", f"workingDir {cwd} is on no volume and not in image {image}")
+        mounts[cwd] = held
     if "/tmp" not in mounts:
         pod_dir = kubelet.root / "pods" / _safe(pod["metadata"]["uid"], "pod uid")
         mounts["/tmp"] = pod_dir / f"tmp-{_safe(c['name'], 'container')}"

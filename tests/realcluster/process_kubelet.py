@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 import re
 import signal
 import subprocess
@@ -106,8 +107,12 @@ class ProcessKubelet:
 
     def __init__(self, api: Any, nodes: list[ProcessNode], *, root: Path, images: Mapping[str, Path],
                  base_env: Mapping[str, str], python: str = sys.executable, deadline_s: float = 900.0,
-                 containers: bool = False) -> None:
+                 containers: bool = False, pod_delay_ms: int = 0, pod_jitter_ms: int = 0, seed: int = 0) -> None:
         self.api, self.nodes, self.root, self.containers = api, {n.name: n for n in nodes}, root, containers
+        # kwok's pod stage delay, played on these nodes: each pod waits delay + uniform(0, jitter) after it is bound
+        # before its containers start (the node's provisioning and image pull, as up.sh's LLMPACK_KWOK_POD_*_MS)
+        self.pod_delay_ms, self.pod_jitter_ms, self._random = pod_delay_ms, pod_jitter_ms, random.Random(seed)
+        self.delays: dict[str, float] = {}  # pod name -> the delay it was given (s)
         self.images, self.base_env, self.python, self.deadline_s = dict(images), dict(base_env), python, deadline_s
         self._stop = threading.Event()
         self._seen: set[str] = set()
@@ -235,6 +240,15 @@ class ProcessKubelet:
         ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
         raw = self.api.sanitize_for_serialization(pod)
         spec = raw["spec"]
+        if self.pod_delay_ms or self.pod_jitter_ms:
+            with self._lock:
+                delay = (self.pod_delay_ms + self._random.uniform(0, self.pod_jitter_ms)) / 1000
+            self.delays[name] = delay
+            if self._stop.wait(delay):
+                return
+            with self._lock:
+                if uid in self._deleted:
+                    return
         started = now()
         try:
             mounts_by_volume = self._volumes(raw, ns, uid)

@@ -191,3 +191,19 @@ def test_a_fixed_repeats_compare_asks_for_the_rounds_every_headline_needs() -> N
     rec = recommend({"backends": ["direct", "kfp"], "baseline": "direct", "runs": runs, "verdicts": verdicts,
                      "repeats": 2, "argv": ["--repeats", "2"]})
     assert rec.command is not None and rec.command.endswith("--repeats 11"), rec.command
+
+
+def test_a_cluster_compare_asks_to_rerun_llmpack_cluster_compare() -> None:
+    """Found on the real control plane (issue 51): after `llmpack cluster compare`, `to decide:` said `llmpack compare
+    --argo-host ...`, which refuses the cluster flags."""
+    from llmpack.compare.comparison import HEADLINES
+
+    verdicts = {h.metric: {"argo": {"verdict": "baseline", "n": 2, "value": 30.0},
+                           "mlflow": {"verdict": "undecided", "n": 2, "rounds": 2, "delta": -20.0, "value": 10.0,
+                                      "rounds_to_decide": 4}} for h in HEADLINES}
+    runs = [{"orchestrator": p, "status": "succeeded", "metrics": {"spinup_s": 9.0}, "tags": {}}
+            for p in ("argo", "mlflow")]
+    rec = recommend({"backends": ["argo", "mlflow"], "baseline": "argo", "runs": runs, "verdicts": verdicts,
+                     "repeats": 2, "mode": "cluster", "argv": ["--backends", "argo,mlflow", "--argo-host", "h:2746"]})
+    assert rec.command is not None and shlex.split(rec.command)[:3] == ["llmpack", "cluster", "compare"], rec.command
+    assert rec.command.endswith("--argo-host h:2746 --repeats 4"), rec.command
