@@ -391,8 +391,11 @@ def test_the_finetune_step_refuses_a_symlinked_run_directory_and_removes_nothing
     (pvc / "run-s").symlink_to(target, target_is_directory=True)
     env = {**os.environ, "PYTHONPATH": str(REPO), "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1",
            settings.CHECKPOINT_ROOT.name: str(pvc)}
+    from tests.sealing import for_run
+
+    run_tokens = for_run(tokens, tmp_path / "run-s-tokens", "run-s")  # a run takes only its own run's outputs
     r = subprocess.run([sys.executable, "-m", "components.run", "components.steps.finetune:finetune",
-                        f"--input=tokens={tokens}", f"--output=model={tmp_path / 'out'}", "--param=max_steps=2",
+                        f"--input=tokens={run_tokens}", f"--output=model={tmp_path / 'out'}", "--param=max_steps=2",
                         "--param=batch_size=4", "--param=pipeline_run=run-s"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stdout + r.stderr
@@ -409,7 +412,11 @@ def test_a_checkpoint_place_that_cannot_be_a_directory_is_one_line(tokens: Path,
     afile.write_text("not a directory")
     env = {**os.environ, "PYTHONPATH": str(REPO), "LLMPACK_MLFLOW_LOGGING": "0", "HF_HUB_OFFLINE": "1",
            **({settings.CHECKPOINT_ROOT.name: str(afile)} if where == "root" else {})}
-    extra = [f"--param=checkpoint_dir={afile}"] if where == "checkpoint_dir" else ["--param=pipeline_run=run-f"]
+    from tests.sealing import for_run
+
+    run_tokens = for_run(tokens, tmp_path / "run-f-tokens", "run-f")  # a run takes only its own run's outputs
+    extra = ([f"--param=checkpoint_dir={afile}"] if where == "checkpoint_dir"
+             else ["--param=pipeline_run=run-f", f"--input=tokens={run_tokens}"])
     r = subprocess.run([sys.executable, "-m", "components.run", "components.steps.finetune:finetune",
                         f"--input=tokens={tokens}", f"--output=model={tmp_path / 'out'}", "--param=max_steps=2",
                         "--param=batch_size=4", *extra], cwd=REPO, env=env, capture_output=True, text=True,

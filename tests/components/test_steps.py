@@ -221,7 +221,7 @@ def test_saving_a_tiny_adapter_asks_no_hub(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(peft_saving, "check_file_exists_on_hf_hub", lambda repo, name, **_: asked.append(repo))
     net, _ = build_model("tiny", "lora", lora_r=4, lora_alpha=8)
-    save_outputs(tmp_path, net, None, method="lora", fused_evaluate=False, meta={"base_model": "tiny"})
+    save_outputs(tmp_path, net, None, method="lora", fused_evaluate=False, meta={"base_model": "tiny"}, tokens_seal="")
     assert asked == []
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
     from safetensors.torch import load_file
