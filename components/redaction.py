@@ -289,6 +289,7 @@ def _could_be_secret(value: str) -> bool:
     return (len(value) >= 8 and any(c.isdigit() for c in value)) or len(value) >= 12
 
 
+MLFLOW_NO_URL = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"  # MLflow's switch for its "View run at: <URI>" line
 _B64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-=")
 
 
@@ -437,7 +438,10 @@ def install_log_redaction() -> None:
     """Every log record (any logger's: a filter on ``urllib3`` would not see ``urllib3.connectionpool``'s, so
     records are redacted as they are made, and :class:`RedactingFilter` sits on the root, every logger that has
     handlers of its own, and their handlers too) and every warning shown or logged goes through
-    :func:`redact_text`. Idempotent."""
+    :func:`redact_text`. And MLflow is told not to print a run's address when the run ends: it writes the tracking
+    URI whole, password included, straight to stdout (no log record), which a step's log and its uploaded artifacts
+    kept (round 20); set in the environment, so every process this one starts inherits it. Idempotent."""
+    os.environ[MLFLOW_NO_URL] = "true"
     made = logging.getLogRecordFactory()
     if not getattr(made, "_llmpack_redacts", False):
         def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:

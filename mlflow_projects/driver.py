@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -292,7 +293,11 @@ def run_task(
         finally:
             try:
                 tracking.check_artifact_uri(mc.get_run(child_id).info.artifact_uri, tracking.tracking_uri())
-                mc.log_artifact(child_id, str(log_path), artifact_path="logs")
+                with tempfile.TemporaryDirectory(prefix="llmpack-log-") as scratch:  # what the store keeps: redacted
+                    shown = Path(scratch) / log_path.name
+                    shown.write_text(redact_text(log_path.read_text(encoding="utf-8", errors="replace")),
+                                     encoding="utf-8")
+                    mc.log_artifact(child_id, str(shown), artifact_path="logs")
             except Exception as exc:  # noqa: BLE001 - the log stays in the run directory
                 print(redact_text(f"llmpack: warning: could not log {log_path.name} to MLflow ({exc})"),
                       file=sys.stderr)
@@ -338,6 +343,9 @@ def announce(spec: Mapping[str, Any], values: Mapping[str, str], root: Path) -> 
 def main(argv: list[str] | None = None, *, project_dir: Path | None = None) -> int:
     """Run the project in ``project_dir`` (the generated ``main.py``'s directory; default: this file's)."""
     global HERE  # noqa: PLW0603 - the project this process runs, one per process
+    from components.redaction import install_log_redaction
+
+    install_log_redaction()  # its step processes inherit MLflow's no-URL switch; its own records redacted
     lifeline.at_start()  # `mlflow run` started it: SIGTERM (the steps ended, the record KILLED) when that dies
     if project_dir is not None:
         HERE = Path(project_dir)

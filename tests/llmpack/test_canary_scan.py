@@ -56,7 +56,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str
 
 
 @pytest.mark.slow
-def test_no_canary_in_anything_a_run_writes_or_prints(server: tuple[Path, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["direct", "mlflow"])  # mlflow: MLflow printed the URI whole at each run's end
+def test_no_canary_in_anything_a_run_writes_or_prints(server: tuple[Path, str], tmp_path: Path, backend: str) -> None:
     server_root, plain_uri = server
     uri = plain_uri.replace("http://", f"http://{URI_USER}:{URI_PASSWORD}@")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMPACK_", "MLFLOW_", "KFP_", "ARGO_"))}
@@ -73,13 +74,13 @@ def test_no_canary_in_anything_a_run_writes_or_prints(server: tuple[Path, str], 
                 assert form.decode() not in r.stdout + r.stderr, (args, secret, r.stdout + r.stderr)
         return r
 
-    run = llmpack("run", "--backend", "direct", "--max-steps", "2", "--run-group", "rg-canary", "--output-dir", "runs",
-                  "--tracking-uri", uri)
+    run = llmpack("run", "--backend", backend, "--max-steps", "2", "--run-group", f"rg-canary-{backend}",
+                  "--output-dir", "runs", "--tracking-uri", uri)
     assert run.returncode == 0, run.stdout + run.stderr
     (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir() and (p / "summary.json").exists()]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["tracking"] == "sent", summary  # the store was reached through the URI with the password
-    report = llmpack("report", "--run-group", "rg-canary", "--out", "report")  # the URI from MLFLOW_TRACKING_URI
+    report = llmpack("report", "--run-group", f"rg-canary-{backend}", "--out", "report")  # URI: MLFLOW_TRACKING_URI
     assert report.returncode == 0, report.stdout + report.stderr
     sync = llmpack("sync", str(run_dir), "--tracking-uri", uri)  # already sent: nothing new, and says so
     assert sync.returncode == 0, sync.stdout + sync.stderr

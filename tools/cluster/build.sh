@@ -5,6 +5,8 @@
 # go.mod/go.sum reuses it. Prints the bin directory on stdout, nothing else.
 # Nothing prebuilt is downloaded: the Go module proxy serves sources only.
 # --cached: print the bin directory if it is built, else exit 1 (builds nothing).
+# --fetch: only download the modules the build needs into Go's module cache (network, little CPU: CI runs it
+#   beside the Python tiers so that the build later only compiles); nothing when the set is built already.
 # One of these builds another set instead, each from a module of its own (their k8s.io and
 # controller-runtime pins differ from the control plane's and from one another's), into a cache
 # directory keyed by that module's pins the same way:
@@ -15,14 +17,15 @@
 #   argo-workflows' own `replace` lines.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cached=0 set=control-plane
+cached=0 fetch=0 set=control-plane
 for arg in "$@"; do
     case "$arg" in
         --cached) cached=1 ;;
+        --fetch) fetch=1 ;;
         --controllers) set=controllers ;;
         --kueue) set=kueue ;;
         --argo) set=argo ;;
-        *) echo "cluster-build: unknown argument '$arg' (--cached, --controllers, --kueue, --argo)" >&2; exit 2 ;;
+        *) echo "cluster-build: unknown argument '$arg' (--cached, --fetch, --controllers, --kueue, --argo)" >&2; exit 2 ;;
     esac
 done
 go_bin="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
@@ -57,6 +60,10 @@ if [[ $set != control-plane ]]; then
     if [[ $cached == 1 ]]; then
         echo "cluster-build: $set not built yet for these pins (make cluster-build)" >&2
         exit 1
+    fi
+    if [[ $fetch == 1 ]]; then  # the modules of every package the build compiles (errors are the build's to tell)
+        (cd "$mod" && GOFLAGS=-mod=readonly "$go_bin" list -e -deps "${pkgs[@]}" >/dev/null)
+        exit 0
     fi
     tmp="$bin.partial"
     rm -rf "$tmp"
@@ -141,6 +148,11 @@ fi
 if [[ $cached == 1 ]]; then
     echo "cluster-build: not built yet for these pins (make cluster-build)" >&2
     exit 1
+fi
+if [[ $fetch == 1 ]]; then
+    (cd "$here" && GOFLAGS=-mod=readonly "$go_bin" list -e -deps "${pkgs[@]}" >/dev/null)
+    download_crd_modules
+    exit 0
 fi
 tmp="$cache/$key/bin.partial"
 rm -rf "$tmp"
