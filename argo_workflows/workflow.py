@@ -411,7 +411,7 @@ def build_workflow(pipe: Pipeline) -> Any:
         TTLStrategy,
     )
 
-    from argo_workflows.pipeline import service_when_used
+    from argo_workflows.service import service_when_used
 
     pipe.validate()
     order = pipe.task_order()
@@ -444,11 +444,7 @@ def build_workflow(pipe: Pipeline) -> Any:
     )
 
 
-def _module_workflow() -> Any:
-    from components.finetune_pipeline import build
-
-    return build_workflow(build())
-
-
 # For `hera generate yaml argo_workflows/workflow.py`: the fine-tuning pipeline's Workflow.
-w = _module_workflow()
+from components.finetune_pipeline import build as _shipped  # noqa: E402 - the pipeline, once the builders exist
+
+w = build_workflow(_shipped())

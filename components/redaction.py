@@ -14,7 +14,6 @@ Stdlib only: the CLI's error path imports it. In full: docs/internals/names-and-
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import re
@@ -22,6 +21,8 @@ import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
+
+from components.secret_forms import blank_encoded
 
 MASK = "***"
 MIN_SECRET_CHARS = 6  # a shorter value blanked verbatim would blank ordinary words too; the structure covers it
@@ -290,43 +291,6 @@ def _could_be_secret(value: str) -> bool:
 
 
 MLFLOW_NO_URL = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"  # MLflow's switch for its "View run at: <URI>" line
-_B64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-=")
-
-
-@functools.lru_cache(maxsize=1024)
-def _encoded(secret: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """How a known ``secret`` also appears: percent-encoded (every way :mod:`urllib.parse` writes it), and the
-    base64 characters that depend on its bytes only, at each of the three byte alignments (a Basic credential
-    ``user:secret``), standard and URL-safe: ``(percent forms, base64 cores)``."""
-    import base64
-    from urllib.parse import quote, quote_plus
-
-    lower_hex = re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), quote(secret, safe=""))  # %2f, not the letters
-    forms = {quote(secret, safe=""), quote(secret), quote_plus(secret), lower_hex} - {secret}
-    cores: set[str] = set()
-    raw = secret.encode()
-    for pad in range(3):
-        encoded = base64.b64encode(b"\0" * pad + raw).decode()
-        core = encoded[(4 if pad else 0):((pad + len(raw)) // 3) * 4]
-        if len(core) >= 8:
-            cores |= {core, core.replace("+", "-").replace("/", "_")}
-    return tuple(sorted(forms, key=len, reverse=True)), tuple(sorted(cores))
-
-
-def _blank_runs(text: str, core: str) -> str:
-    """Every run of base64 characters in ``text`` that holds ``core``, blanked whole (linear: no regex)."""
-    start = text.find(core)
-    while start >= 0:
-        left, right = start, start + len(core)
-        while left > 0 and text[left - 1] in _B64:
-            left -= 1
-        while right < len(text) and text[right] in _B64:
-            right += 1
-        text = f"{text[:left]}{MASK}{text[right:]}"
-        start = text.find(core, left + len(MASK))
-    return text
-
-
 def blank_known(text: str, secrets: Iterable[str] | None = None) -> str:
     """``text`` with every known secret (``secrets``, default :func:`secrets_in`) blanked, as typed, percent-encoded
     or inside base64; nothing else changed (a tag value, a store's text)."""
@@ -335,12 +299,7 @@ def blank_known(text: str, secrets: Iterable[str] | None = None) -> str:
             continue
         text = text.replace(secret, MASK)
         if len(secret) >= MIN_SECRET_CHARS:
-            forms, cores = _encoded(secret)
-            for form in forms:
-                text = text.replace(form, MASK)
-            for core in cores:
-                if core in text:
-                    text = _blank_runs(text, core)
+            text = blank_encoded(text, secret, MASK)
     return text
 
 

@@ -16,6 +16,7 @@ the first one (:class:`_no_alias_loader`), and a file is read only up to :data:`
 
 from __future__ import annotations
 
+import errno
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -34,6 +35,8 @@ def read_bytes(path: Path, where: str) -> bytes:
     An OSError (missing, unreadable) is raised as is: each caller names it in its own words. A FIFO, device or
     directory is one :class:`InputError` (a FIFO would block the read for ever); the user's own symlink is followed.
     """
+    if Path(path).is_dir():  # as open() says it: the callers word it ("cannot read ... (Is a directory)")
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     try:
         fd = bounded.open_regular(path, follow_symlinks=True)
     except InputError:

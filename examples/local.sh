@@ -14,7 +14,7 @@ llmpack run --backend mlflow --data examples/sample.jsonl --param seq_len=32
 llmpack run --backend argo --nproc-per-node 2 --max-steps 30
 
 # All paths side by side, three repeats each, a report with a break-even sentence.
-llmpack compare --repeats 3 --report llmpack-report \
+llmpack compare --repeats 3 --report llmpack-report-costs \
   --control-plane-cost kfp=450 --control-plane-cost argo=120 --control-plane-cost mlflow=200
 
 # The native tools on the committed artifacts, locally. `kfp dsl compile` and `hera generate yaml`
@@ -24,4 +24,4 @@ hera generate yaml argo_workflows/workflow.py --to /tmp/finetune-argo.yaml    # 
 mlflow run mlflow_projects/finetune --env-manager local -P max_steps=10 --experiment-name llmpack-native
 
 # Rebuild a report later from MLflow alone:
-#   llmpack report --run-group rg-... --out llmpack-report
+#   llmpack report --run-group rg-... --out llmpack-report-rebuilt

@@ -230,8 +230,8 @@ def main(debug: bool) -> None:
 
 @main.command(short_help="Run the pipeline once through one backend, on this machine.")
 @click.option("--backend", default="direct", show_default=True, help=" | ".join(BACKENDS))
-@click.option("--local/--cluster", "local", default=True,
-              help="Run on this machine (default) or submit to a cluster (see `llmpack cluster submit`).")
+@click.option("--local/--cluster", "local", default=True, hidden=True,  # --cluster: says which command submits
+              help="Run on this machine (default); a cluster run is `llmpack cluster submit`.")
 @run_options
 @click.option("--no-promote", "no_promote", is_flag=True, help=NO_PROMOTE_HELP)
 @click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,

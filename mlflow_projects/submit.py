@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -313,6 +314,10 @@ def submit(request: Request) -> dict[str, Any]:
     image = request.image or (project.docker_env or {}).get("image")
     if not image:
         raise InputError(f"--project {project_path}: no docker_env image; pass --image")
+    if project_path.resolve() != PROJECT_DIR.resolve() and not request.project_dir_in_image:
+        print(f"llmpack: warning: --project {project_path} is not the shipped project, but the Job runs the one the "
+              f"image holds at {PROJECT_DIR_IN_IMAGE} (name where your image holds yours: --project-dir-in-image)",
+              file=sys.stderr)
     ns = request.namespace or template.get("metadata", {}).get("namespace") or "default"
     check_id(ns, "--namespace")
     run_group, pipeline_run = run_ids(ORCHESTRATOR, request.run_group, request.pipeline_run)

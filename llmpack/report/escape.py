@@ -76,3 +76,20 @@ def terminal(value: Any) -> str:
     from rich.markup import escape
 
     return escape(inert(value))
+
+
+def blanked_data(value: Any) -> Any:
+    """``value`` (report.json's data) with every strong known secret (:func:`~components.redaction.strong_secrets`)
+    blanked in each string, key or value, before it is JSON-encoded (the encoding escapes a quote, a backslash or a
+    non-ASCII letter of a secret)."""
+    from components.redaction import blank_known, strong_secrets
+
+    if isinstance(value, str):
+        return blank_known(value, strong_secrets())
+    if isinstance(value, dict):  # a store's tag names too (strong secrets only: run ids and names stay exact)
+        return {blanked_data(k) if isinstance(k, str) else k: blanked_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [blanked_data(v) for v in value]
+    if isinstance(value, (int, float, bool)) or value is None:
+        return value
+    return blank_known(str(value), strong_secrets())

@@ -19,12 +19,11 @@ from typing import Any
 
 from components.errors import InputError
 from components.fusion import path_of
-from components.redaction import blank_known, strong_secrets
 from llmpack.compare.comparison import runs_counted
 from llmpack.report import beside, own_metrics, screen, task
 from llmpack.report import estimate as estimate_vs_actual
 from llmpack.report.charts import chart_boxes, chart_cost, chart_timeline, path_colour
-from llmpack.report.escape import html_text, md
+from llmpack.report.escape import blanked_data, html_text, md
 from llmpack.report.facts import (
     break_even,
     checkpoint_lines,
@@ -419,7 +418,7 @@ def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str,
             charts["cost_per_run"] = tmp / "cost_per_run.png"
             chart_cost(whole, charts["cost_per_run"], splits)
         full = {**result, "summary_sentence": sentence, "facts": facts, "cost_split": splits, "break_even": be}
-        (tmp / "report.json").write_text(json.dumps(_blanked(full), indent=2, sort_keys=True, default=str) + "\n")
+        (tmp / "report.json").write_text(json.dumps(blanked_data(full), indent=2, sort_keys=True, default=str) + "\n")
         (tmp / "report.md").write_text(markdown(result, facts, sentence, be, splits))
         (tmp / "report.html").write_text(html_page(result, facts, sentence, be, charts, splits))
         write_traces(runs, tmp / TRACES_FILE)
@@ -435,18 +434,3 @@ def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str,
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
-
-
-def _blanked(value: Any) -> Any:
-    """``value`` (report.json's data) with every strong known secret (:func:`~components.redaction.strong_secrets`)
-    blanked in each string, key or value, before it is JSON-encoded (the encoding escapes a quote, a backslash or a
-    non-ASCII letter of a secret)."""
-    if isinstance(value, str):
-        return blank_known(value, strong_secrets())
-    if isinstance(value, dict):  # a store's tag names too (strong secrets only: run ids and names stay exact)
-        return {_blanked(k) if isinstance(k, str) else k: _blanked(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_blanked(v) for v in value]
-    if isinstance(value, (int, float, bool)) or value is None:
-        return value
-    return blank_known(str(value), strong_secrets())

@@ -81,8 +81,8 @@ def validate(opts: RunOptions) -> None:
         raise InputError(f"--nodes {opts.nodes}: must be >= 1")
     if opts.nodes is not None and opts.nodes > 1:
         raise InputError(f"--nodes {opts.nodes}: more than one node needs a cluster "
-                         "(llmpack compile/submit, or compare "
-                         "--cluster, with --nodes); on this machine use --nproc-per-node")
+                         "(llmpack compile, cluster submit or cluster compare, with --nodes); "
+                         "on this machine use --nproc-per-node")
     if opts.nproc_per_node is not None:
         distributed.check_nproc(opts.nproc_per_node, "--nproc-per-node")
     batch = int(opts.params.get("batch_size", 8))

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-GPU_HELP = ("GPU type of the GPU steps: their price and, with --cluster, the nodes their pods select "
+GPU_HELP = ("GPU type of the GPU steps: their price and, on a cluster, the nodes their pods select "
             "(h100, a100, l4..., or a full id such as nvidia-a100-80gb).")
 COMPILED_GPU_HELP = ("GPU type of every GPU step: the nodes its pods select, their llmpack.io/gpu-type label and "
                      "the run's price (h100, a100, a100-40gb, l4..., or a full id such as nvidia-a100-80gb).")

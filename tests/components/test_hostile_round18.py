@@ -21,7 +21,7 @@ def test_the_shells_working_directories_are_not_secrets(tmp_path) -> None:  # no
 def test_report_json_blanks_a_secret_the_encoding_escapes(secret: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
-    from llmpack.report.render import _blanked
+    from llmpack.report.escape import blanked_data as _blanked
 
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", secret)
     data = {"runs": [{"tags": {"llmpack.promotion": f"promoted; note {secret}", secret: 1}}], "n": 2, "x": None}

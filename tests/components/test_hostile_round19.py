@@ -33,8 +33,8 @@ def test_identity_tags_reach_the_store_exact_and_only_the_error_is_blanked(monke
 
 
 def test_a_weak_password_does_not_blank_a_reports_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmpack.report.escape import blanked_data as _blanked
     from llmpack.report.escape import md
-    from llmpack.report.render import _blanked
 
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "mlflow")
     assert md("mlflow") == "mlflow" and md("mlflow-20261207-1") == "mlflow-20261207-1"
