@@ -23,8 +23,9 @@ _INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u180e\u
                         # Khmer's inherent vowels, Mongolian's free variation selectors, the braille blank, the
                         # combining overlays (blank, or strike a text through)
                         "\u17b4\u17b5\u180b-\u180f\u2800\u0334-\u0338]")
-# Markdown's own characters (emphasis, code, links and images, tables, headings, HTML, maths) and the backslash.
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|<>~$])")  # $: GitHub's inline maths
+# Markdown's own characters (emphasis, code, links and images, tables, headings, HTML) and the backslash. Not $:
+# the money figures a report line carries (GitHub's maths changes how $x$ looks, nothing it links or runs).
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|<>~])")
 # What GitHub's Markdown turns into a live link without brackets: ``scheme:`` before ``//`` and ``www.``.
 _AUTOLINK = re.compile(r"(?i)\b(?:[a-z][a-z0-9+.-]*:(?=//)|www\.)")
 MAX_CHARS = 2000  # a tag value shown in a report: MLflow allows 8,000; the rest is cut with a count
