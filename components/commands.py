@@ -75,14 +75,32 @@ def pipeline_values(pipe: Pipeline, overrides: Mapping[str, Any]) -> dict[str, A
 
 def run_logged(cmd: Sequence[str], *, env: Mapping[str, str], log_path: Path,
                cwd: str | Path | None = None) -> tuple[int, str]:
-    """Run a command with its output appended to ``log_path``; returns (exit code, last error line)."""
+    """Run a command with its output appended to ``log_path``, line by line through the one redaction path (a
+    library's own print or traceback, MLflow's CLI's with the tracking URI whole: round 21); returns (exit code,
+    last error line)."""
+    import threading
+
+    from components.redaction import redact_text, secrets_in
+
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    known = secrets_in()  # this process's (its argv's tracking URI, its environment's tokens), once
     with os.fdopen(bounded.open_append(log_path), "a", encoding="utf-8") as log:  # never through a planted link
-        log.write(f"$ {' '.join(cmd)}\n")
+        log.write(redact_text(f"$ {' '.join(cmd)}", known) + "\n")
         log.flush()
-        proc = subprocess.Popen(list(cmd), env={**env, **SAFE_PATH_ENV}, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
-                                start_new_session=True, preexec_fn=lifeline.preexec())  # dies with us, however we die
+        proc = subprocess.Popen(list(cmd), env={**env, **SAFE_PATH_ENV}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True,
+                                preexec_fn=lifeline.preexec())  # dies with us, however we die
+
+        def copy() -> None:
+            assert proc.stdout is not None
+            for raw in iter(proc.stdout.readline, b""):
+                log.write(redact_text(raw.decode("utf-8", errors="replace").rstrip("\n"), known) + "\n")
+                log.flush()
+
+        copier = threading.Thread(target=copy, daemon=True)
+        copier.start()
         rc = wait_or_end_group(proc)
+        copier.join(timeout=30)  # the group's last writers gone: the pipe ends
     return rc, last_error_line(log_path.read_text(encoding="utf-8", errors="replace"))
 
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -341,7 +342,16 @@ def announce(spec: Mapping[str, Any], values: Mapping[str, str], root: Path) -> 
 
 
 def main(argv: list[str] | None = None, *, project_dir: Path | None = None) -> int:
-    """Run the project in ``project_dir`` (the generated ``main.py``'s directory; default: this file's)."""
+    """Run the project in ``project_dir`` (the generated ``main.py``'s directory; default: this file's); an error
+    nothing below handles (MLflow's, the tracking URI whole in it: round 21) printed redacted, traceback too, exit 1."""
+    try:
+        return _main(argv, project_dir=project_dir)
+    except Exception:  # noqa: BLE001 - printed through the one redaction path instead of Python's handler
+        print(redact_text(traceback.format_exc()), file=sys.stderr, flush=True)
+        return 1
+
+
+def _main(argv: list[str] | None, *, project_dir: Path | None) -> int:
     global HERE  # noqa: PLW0603 - the project this process runs, one per process
     from components.redaction import install_log_redaction
 

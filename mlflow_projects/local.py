@@ -22,7 +22,7 @@ from typing import IO, Any
 from components import settings
 from components.commands import format_value, last_error_line, run_logged
 from components.dsl import Pipeline
-from components.errors import RunFailed
+from components.errors import InputError, RunFailed
 from mlflow_projects.compiler import write_local_project
 from mlflow_projects.driver import STATUS_FILE
 
@@ -55,7 +55,15 @@ def experiment_id(env: Mapping[str, str]) -> str:
     from components.record import tracking
 
     mc = tracking.client(env.get("MLFLOW_TRACKING_URI"))
-    return tracking.experiment_id(mc, env.get(settings.EXPERIMENT.name, tracking.DEFAULT_EXPERIMENT))
+    try:
+        return tracking.experiment_id(mc, env.get(settings.EXPERIMENT.name, tracking.DEFAULT_EXPERIMENT))
+    except Exception as exc:  # noqa: BLE001 - MLflow's error for a store it cannot reach: one line
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"the mlflow path needs its tracking store ({type(exc).__name__} from "
+                         f"{tracking.redact_uri(tracking.tracking_uri(env.get('MLFLOW_TRACKING_URI')))}): `mlflow run` "
+                         "records each step there; start it, or run --backend direct (it records offline and "
+                         "`llmpack sync` sends later)") from None
 
 
 def run_local(
@@ -102,10 +110,12 @@ _MLFLOW_LOG_LINE = re.compile(r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARNING|ER
 
 def _failure_line(text: str) -> str:
     """Why ``mlflow run`` failed before main.py ran a step: skip MLflow's own ``=== ... ===`` lines."""
+    from components.redaction import redact_text
+
     if "llmpack: error:" in text:
-        return last_error_line(text)
+        return redact_text(last_error_line(text))
     lines = [line for line in text.splitlines() if line.strip() and not _MLFLOW_LOG_LINE.match(line)]
-    return last_error_line("\n".join(lines)) if lines else last_error_line(text)
+    return redact_text(last_error_line("\n".join(lines)) if lines else last_error_line(text))
 
 
 def _status(artifacts: Path) -> dict[str, Any]:
