@@ -130,9 +130,11 @@ def resolve_price(pipe: Pipeline, opts: RunOptions) -> cost.Price | None:
         return None
     price = cost.resolve_price(gpu_types[0], flag=opts.price_per_gpu_hour, price_file=opts.price_file)
     if price is None:
+        from llmpack.gpu_catalogue import describe_known  # the names compile and submit take, short and full
+
         raise InputError(
             f"--gpu-type {gpu_types[0]!r}: no known price; pass --price-per-gpu-hour or a price file "
-            f"(known: {', '.join(cost.known_gpu_types())})"
+            f"(known: {describe_known()})"
         )
     return price
 
