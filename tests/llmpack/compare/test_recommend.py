@@ -225,3 +225,23 @@ def test_a_rebuilt_report_plans_the_same_budget_as_the_compare_printed() -> None
     assert (again.command, again.why_command.split("; or shorter")[0]) == \
         (live.command, live.why_command.split("; or shorter")[0])
     assert float(result["runs"][-1]["tags"]["llmpack.before_rounds_s"]) == result["plan"]["before_rounds_s"]
+
+
+def test_the_numbers_table_gives_each_cell_its_own_n(tmp_path) -> None:
+    """Issue 52 (item 7): the Numbers table read n=4 on every row while total and cost were one run's figure
+    (start-up rounds count for spin-up and time to first step only) under "Cells are p50 / p90 over n runs"."""
+    from llmpack.report import write_report
+
+    result = _until_decided({"direct": 7.0, "kfp": 7.0, "argo": 10.0, "mlflow": 7.0})
+    for r in result["runs"]:
+        r.update(submitted_at=1.7e9, events={}, retried_attempts=[])
+    out = write_report(result, tmp_path / "rep", {})
+    md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
+    head = next(line for line in md.splitlines() if line.startswith("| orchestrator |"))
+    row = next(line for line in md.splitlines() if line.startswith("| direct |"))
+    cols = [c.strip() for c in head.strip("|").split("|")]
+    cells = dict(zip(cols, (c.strip() for c in row.strip("|").split("|")), strict=True))
+    n = int(cells["n"])
+    assert n > 1 and "(n=" not in cells[next(c for c in cols if c.startswith("time to first step"))]
+    assert cells[next(c for c in cols if c.startswith("total"))].endswith("(n=1)")
+    assert "or the n a cell gives" in md and "or the n a cell gives" in html and "(n=1)</td>" in html
