@@ -35,3 +35,26 @@ def test_every_local_paths_end_line_counts_in_the_singular_too(module: str) -> N
     text = (REPO / module).read_text(encoding="utf-8")
     assert not re.search(r"\{len\([^)]*\)\} (steps|tasks) done", text)
     assert re.search(r"\{len\(([^)]*)\)\} (step|task)\{'' if len\(\1\) == 1 else 's'\} done", text)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_too_few_distinct_prompts_is_one_line_exit_2_before_any_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     rows: int) -> None:
+    """A 1-row ``--data`` (or rows of one prompt) failed prepare_data's split: exit 1, a step failed, where a
+    malformed file is exit 2 before anything runs. The split's need (2 distinct prompts) is checked up front."""
+    import json
+
+    from click.testing import CliRunner
+
+    from llmpack.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "one.jsonl"
+    data.write_text("".join(json.dumps({"prompt": "same", "response": f"r{i}"}) + "\n" for i in range(rows)))
+    result = CliRunner().invoke(main, ["run", "--data", str(data), "--output-dir", str(tmp_path / "runs")],
+                                prog_name="llmpack")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"llmpack: error: --data {data}: need at least 2 distinct prompts to split into train and eval, got 1 "
+        f"({rows} row{'' if rows == 1 else 's'})"]
+    assert not (tmp_path / "runs").exists()
