@@ -325,7 +325,7 @@ def run_workflow_yaml(
             on_exit.scope["workflow.status"] = status
             run_logged(on_exit.command(0), env=on_exit.env(env, 0), log_path=workdir / "logs" / f"{on_exit.name}.log")
     if log is not None:
-        print(f"argo: {len(steps)} tasks done in {workdir}", file=log)
+        print(f"argo: {len(steps)} task{'' if len(steps) == 1 else 's'} done in {workdir}", file=log)
     return artifacts
 
 

@@ -80,7 +80,7 @@ def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Map
 
     artifacts = _artifact_dirs(pipe, root)
     if log is not None:
-        print(f"kfp: {len(pipe.tasks)} steps done in {workdir}", file=log)
+        print(f"kfp: {len(pipe.tasks)} step{'' if len(pipe.tasks) == 1 else 's'} done in {workdir}", file=log)
     return artifacts
 
 

@@ -39,6 +39,7 @@ INSTANCE_TYPES = (
     (r"p5\.(4|48)xlarge", "nvidia-h100-80gb", "aws"),
     (r"p4de\.24xlarge", "nvidia-a100-80gb", "aws"),
     (r"p4d\.24xlarge", "nvidia-a100-40gb", "aws"),
+    (r"g6e\.\d*x?large", "nvidia-l40s", "aws"),
     (r"g6\.\d*x?large", "nvidia-l4", "aws"),
     (r"g5\.\d*x?large", "nvidia-a10g", "aws"),
     (r"g4dn\.\d*x?large", "nvidia-t4", "aws"),

@@ -100,7 +100,7 @@ def run_local(
         raise RunFailed("main", _failure_line(log_path.read_text(encoding="utf-8", errors="replace")))
     run_dir = Path(status["run_dir"]) if status.get("run_dir") else artifacts / str(values["pipeline_run"])
     if log is not None:
-        print(f"mlflow: {len(pipe.tasks)} steps done in {run_dir}", file=log)
+        print(f"mlflow: {len(pipe.tasks)} step{'' if len(pipe.tasks) == 1 else 's'} done in {run_dir}", file=log)
     return {f"{task.name}.{name}": run_dir / task.name / name
             for task in pipe.task_order() for name in task.step.outputs}
 

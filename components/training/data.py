@@ -280,7 +280,7 @@ def split_rows(rows: list[dict[str, Any]], *, seed: int,
         groups.setdefault(prompt_key(row), []).append(row)
     if len(groups) < 2:
         raise InputError(f"need at least 2 distinct prompts to split into train and eval, got {len(groups)}"
-                         f" ({len(rows)} rows)")
+                         f" ({len(rows)} row{'' if len(rows) == 1 else 's'})")
     keys = list(groups)
     random.Random(seed).shuffle(keys)
     n_eval = min(max(1, int(round(len(keys) * eval_fraction))), len(keys) - 1)

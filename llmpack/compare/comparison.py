@@ -260,6 +260,8 @@ def is_startup_run(run: dict[str, Any]) -> bool:
 STARTUP_TAG = "llmpack.round_kind"
 # a start-up run's design (its last round): a report rebuilt from MLflow judges alike
 DESIGN_TAG = "llmpack.design_rounds"
+# a start-up run's record of what warm-up and round 1 took: the compare and a rebuilt report plan alike
+BEFORE_ROUNDS_TAG = "llmpack.before_rounds_s"
 
 
 def design_of(runs: list[dict[str, Any]]) -> sequential.Design | None:

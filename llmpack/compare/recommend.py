@@ -220,7 +220,7 @@ def _undecided(result: dict[str, Any], baseline: str, others: list[str], failed:
         return Recommendation(path=None, text=text, caveat=caveat,
                               command=_command(result, {"--repeats": str(rounds)}),
                               why_command=f"{rounds} rounds, as the noise so far needs")
-    plan = result.get("plan") or plan_from_runs(result)
+    plan = plan_from_runs(result) or result.get("plan") or {}
     before, per_round = plan.get("before_rounds_s"), plan.get("round_s")
     if before is None or not per_round:
         return Recommendation(path=None, text=text, caveat=caveat, command=_command(result, {"--repeats": str(rounds)}),
@@ -246,10 +246,12 @@ def _undecided(result: dict[str, Any], baseline: str, others: list[str], failed:
 
 
 def plan_from_runs(result: dict[str, Any]) -> dict[str, Any]:
-    """What a round cost, from the runs themselves (a report rebuilt from MLflow has no ``plan``): each path's
-    start-up runs' median total, and round 1's whole runs summed (the uncounted warm-up left out)."""
+    """What a round cost, from the runs themselves, so that the compare's last word and a report rebuilt from
+    MLflow (which has no ``plan``) say the same: each path's start-up runs' median total; before the rounds, what
+    the compare recorded on its start-up runs (warm-up and round 1, :data:`BEFORE_ROUNDS_TAG`), else round 1's
+    whole runs summed. Empty without start-up runs."""
     from components.fusion import path_of
-    from llmpack.compare.comparison import is_startup_run
+    from llmpack.compare.comparison import BEFORE_ROUNDS_TAG, is_startup_run
 
     ok = [r for r in result.get("runs", ()) if r.get("status") == "succeeded" and r["metrics"].get("total_s")]
     per_path: dict[str, float] = {}
@@ -257,17 +259,21 @@ def plan_from_runs(result: dict[str, Any]) -> dict[str, Any]:
         times = sorted(r["metrics"]["total_s"] for r in ok if path_of(r) == path and is_startup_run(r))
         if times:
             per_path[path] = times[len(times) // 2]
-    whole = [r["metrics"]["total_s"] for r in ok if not is_startup_run(r)]
+    whole = [r for r in ok if not is_startup_run(r)]
     if not per_path or not whole:
         return {}
-    return {"before_rounds_s": sum(whole), "round_s": sum(per_path.values()), "path_round_s": per_path}
+    recorded = [float(t) for r in ok if (t := (r.get("tags") or {}).get(BEFORE_ROUNDS_TAG)) is not None]
+    before = max(recorded) if recorded else sum(r["metrics"]["total_s"] for r in whole)
+    train = sum(r["metrics"].get("train_s") or 0.0 for r in whole)
+    return {"before_rounds_s": before, "round_s": sum(per_path.values()), "path_round_s": per_path,
+            "round1_train_s": round(train, 1) or None}
 
 
 def _budget_for(result: dict[str, Any], baseline: str, by_path: dict[str, int], paths: list[str], *,
                 why: str = "") -> tuple[str, str] | None:
     """``llmpack compare --budget N`` (with ``--backends`` when fewer paths) that holds the rounds ``paths``
     need, at what a round of them cost here; None when they need more than a compare runs."""
-    plan = result.get("plan") or plan_from_runs(result)
+    plan = plan_from_runs(result) or result.get("plan") or {}
     rounds = max(by_path[p] for p in paths)
     if rounds > MAX_ROUNDS:
         return None

@@ -27,7 +27,16 @@ from typing import Any
 from components.fusion import path_label
 from components.record.telemetry import TRAIN_STEP
 from llmpack.compare import sequential
-from llmpack.compare.comparison import DESIGN_TAG, HEADLINES, STARTUP_TAG, Headline, Margin, comparison, verdicts
+from llmpack.compare.comparison import (
+    BEFORE_ROUNDS_TAG,
+    DESIGN_TAG,
+    HEADLINES,
+    STARTUP_TAG,
+    Headline,
+    Margin,
+    comparison,
+    verdicts,
+)
 from llmpack.compare.plan import ComparePlan
 from llmpack.compare.rounds import begin
 from llmpack.run.local import RunOptions
@@ -135,6 +144,7 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
     warm_up(opts, paths, run, f"{run_group[:56]}-warmup")
     runs: list[dict[str, Any]] = []
     labels = [p.label for p in paths]
+    plan: dict[str, Any] = {}
 
     def one(p: Path_, k: int, startup: bool, of: int | None) -> None:
         t0 = clock()
@@ -142,17 +152,20 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
         o = replace(opts, backend=p.backend, fuse=p.fuse, run_group=run_group,
                     max_steps=1 if kind == "startup" else opts.max_steps)
         label = f"{p.label} (round {k}{f'/{of}' if of else ''}{', start-up' if kind == 'startup' else ''})"
-        tags = {ROUND_TAG: str(k), STARTUP_TAG: kind, **({DESIGN_TAG: str(of)} if of else {})}
+        tags = {ROUND_TAG: str(k), STARTUP_TAG: kind, **({DESIGN_TAG: str(of)} if of else {}),
+                # what warm-up and round 1 took, on the record: a report rebuilt from MLflow plans alike
+                **({BEFORE_ROUNDS_TAG: str(plan["before_rounds_s"])} if "before_rounds_s" in plan else {})}
         summary = run(o, label, pipe=_startup_pipe(p, opts) if kind == "startup" else None, tags=tags)
-        runs.append({**summary, "round": k, "startup": kind == "startup", "wall_s": clock() - t0})
+        runs.append({**summary, "round": k, "startup": kind == "startup", "wall_s": clock() - t0,
+                     "tags": {**(summary.get("tags") or {}), **tags}})
 
     for p in paths:
         one(p, 1, False, None)
     cost = {p.label: _startup_cost(runs, p.label) for p in paths}
     before_s = clock() - started
-    plan = {"before_rounds_s": round(before_s, 1), "round_s": round(sum(cost.values()), 1),
+    plan.update({"before_rounds_s": round(before_s, 1), "round_s": round(sum(cost.values()), 1),
             "path_round_s": {k: round(v, 1) for k, v in cost.items()},
-            "round1_train_s": round(sum(r["metrics"].get("train_s") or 0.0 for r in runs), 1) or None}
+            "round1_train_s": round(sum(r["metrics"].get("train_s") or 0.0 for r in runs), 1) or None})
     adapted = None
     if adapt:
         adapted = adapt_budget(budget_s, before_s, sum(cost.values()))

@@ -72,6 +72,14 @@ def _cell(stats: dict[str, Any], with_p90: bool, unit: str = "") -> str:
     return text
 
 
+def _row_cell(stats: dict[str, Any], key: str, unit: str, n: int) -> str:
+    """A Numbers cell; over fewer runs than its row's n (total, cost, goodput: the whole runs, not the start-up
+    rounds that count for spin-up and time to first step), it says its own n."""
+    own = (stats.get(key) or {}).get("n")
+    cell = _cell(stats.get(key, {}), True, unit)
+    return f"{cell} (n={own})" if cell != "-" and own and own != n else cell
+
+
 def _header(name: str, unit: str) -> str:
     return f"{name} ({unit})" if unit and unit != "$" else name
 
@@ -207,7 +215,8 @@ def _numbers_markdown(result: dict[str, Any], show: Shown, columns: tuple[tuple[
     lines += [] if alone else ["", f"Method: {md(result.get('verdict_method', ''))}."]
     lines += [
         "",
-        f"Cells are p50 / p90 over n runs ({md(result['percentile_method'])}); p99 needs n >= 10 and is "
+        f"Cells are p50 / p90 over the n runs of its row, or the n a cell gives ({md(result['percentile_method'])}); "
+        "p99 needs n >= 10 and is "
         "reported in report.json only when estimated.",
         "",
         "| orchestrator | n | " + " | ".join(_header(h, u) for _, h, u in columns) + " |",
@@ -215,8 +224,7 @@ def _numbers_markdown(result: dict[str, Any], show: Shown, columns: tuple[tuple[
     ]
     for orch, stats in summary.items():
         n = runs_counted(stats, [k for k, _, _ in TABLE_COLUMNS])  # as compare's table counts: start-up rounds too
-        lines.append(f"| {md(orch)} | {n} | "
-                     + " | ".join(_cell(stats.get(k, {}), True, u) for k, _, u in columns) + " |")
+        lines.append(f"| {md(orch)} | {n} | " + " | ".join(_row_cell(stats, k, u, n) for k, _, u in columns) + " |")
     for title, note, rows in _measure_tables(result):  # gang and queue; GPU utilisation
         lines += ["", f"## {title}", "", note, "",
                   "| measure | " + " | ".join(f"{md(orch)} (n)" for orch in summary) + " |",
@@ -299,8 +307,8 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
 
     rows = []
     for orch, stats in summary.items():
-        cells = "".join(f"<td>{html_text(_cell(stats.get(k, {}), True, u))}</td>" for k, _, u in columns)
         n = runs_counted(stats, [k for k, _, _ in TABLE_COLUMNS])
+        cells = "".join(f"<td>{html_text(_row_cell(stats, k, u, n))}</td>" for k, _, u in columns)
         rows.append(f"<tr><th>{_badge(orch)}</th><td>{n}</td>{cells}</tr>")
     failed = "".join(
         f"<li>{_badge(r['orchestrator'])} <code>{html_text(r['pipeline_run'])}</code>: "
@@ -343,7 +351,8 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
     verdicts_html = (f'<div class="hero">{cards}</div>\n{missing}\n<p class="note">'
                      f'{html_text(glossary.define("delta"))}; {html_text(glossary.define("ci"))}. '
                      f'Method: {html_text(result.get("verdict_method", ""))}.</p>')
-    numbers = (f'<h2>Numbers</h2>\n<p class="note">p50 / p90 ({html_text(result["percentile_method"])}); p99 only '
+    numbers = (f'<h2>Numbers</h2>\n<p class="note">p50 / p90 over the n runs of its row, or the n a cell gives '
+               f'({html_text(result["percentile_method"])}); p99 only '
                'with n &ge; 10 (see report.json).</p>\n<table class="num"><tr><th>orchestrator</th><th>n</th>'
                + "".join(f"<th>{_header_html(h, u)}</th>" for _, h, u in columns) + f"</tr>\n{''.join(rows)}</table>\n"
                + gangs)

@@ -37,7 +37,7 @@ def run_local(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Map
                             params={k: format_value(values[k]) for k in pipe.all_params}, fuse=pipe.fuse)
         run_logged([sys.executable, *close], env=env, log_path=workdir / "logs" / f"{CLOSE_TASK}.log")
     if log is not None:
-        print(f"direct: {len(pipe.tasks)} steps done in {workdir}", file=log)
+        print(f"direct: {len(pipe.tasks)} step{'' if len(pipe.tasks) == 1 else 's'} done in {workdir}", file=log)
     return artifacts
 
 

@@ -35,7 +35,7 @@ from components.record import close as record
 from components.record import cost, gpu_metrics, telemetry, tracking, uniform
 from components.servers.submission import check_id, new_id, telemetry_values
 from components.training import distributed
-from components.training.data import BUILTIN, load_rows
+from components.training.data import BUILTIN, load_rows, split_rows
 from components.training.modeling import check_hub_model, check_model_ref
 from components.training.pretrained import is_alias
 from llmpack.backends import local_runner
@@ -105,7 +105,11 @@ def validate(opts: RunOptions) -> None:
     check_hub_model(opts.model)
     if opts.data != BUILTIN:
         skip = str(opts.params.get("skip_bad_rows", False)).lower() in ("true", "1", "yes")
-        load_rows(opts.data, seed=opts.seed, skip_bad_rows=skip)  # validates every row; names file and line
+        rows, _ = load_rows(opts.data, seed=opts.seed, skip_bad_rows=skip)  # every row valid; names file and line
+        try:  # too few rows for prepare_data's train/eval split: one line now, not a failed step later
+            split_rows(rows, seed=opts.seed, eval_fraction=0.5)  # any fraction splits 2 distinct prompts
+        except InputError as exc:
+            raise InputError(f"--data {opts.data}: {exc}") from None
     out = Path(opts.output_dir)
     if out.exists() and not out.is_dir():
         raise InputError(f"--output-dir {out}: exists and is not a directory")
@@ -130,9 +134,11 @@ def resolve_price(pipe: Pipeline, opts: RunOptions) -> cost.Price | None:
         return None
     price = cost.resolve_price(gpu_types[0], flag=opts.price_per_gpu_hour, price_file=opts.price_file)
     if price is None:
+        from llmpack.gpu_catalogue import describe_known  # the names compile and submit take, short and full
+
         raise InputError(
             f"--gpu-type {gpu_types[0]!r}: no known price; pass --price-per-gpu-hour or a price file "
-            f"(known: {', '.join(cost.known_gpu_types())})"
+            f"(known: {describe_known()})"
         )
     return price
 

@@ -254,3 +254,24 @@ def test_the_local_argo_executor_takes_a_multi_gpu_pods_shm_and_no_other_volume(
     finetune["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
     with pytest.raises(InputError, match="unsupported feature volumes"):
         load_workflow(yaml.safe_dump(doc))
+
+
+def test_every_listed_gpu_type_is_one_answer_for_run_and_compile(tmp_path: Path) -> None:
+    """Issue 52 (item 6): ``run --gpu-type l40s`` failed "no known price" while listing ``nvidia-l40s`` as known,
+    and ``compile --gpu-type nvidia-l40s`` said "unknown GPU type": the price table knew a type the node table did
+    not. Every type either lists, by its full id or its short name, now resolves alike for run (and is priced) and
+    for compile (and is placed)."""
+    from components.record import cost
+    from llmpack.gpu_catalogue import short_names
+    from llmpack.ui.options import gpu_type_name
+
+    assert set(cost.known_gpu_types()) == set(known_gpu_types()) == set(GPU_NODES)
+    names = {**{t: t for t in known_gpu_types()}, **short_names()}
+    assert "l40s" in names and "nvidia-l40s" in names
+    for name, full in names.items():
+        for typed in (name, name.upper()):
+            ran = gpu_type_name(None, None, typed)  # type: ignore[arg-type]
+            assert ran == full and resolve_gpu_type(typed) == full, typed
+            assert cost.resolve_price(ran) is not None and node_affinity(full) is not None, typed
+    result = CliRunner().invoke(main, ["compile", "--gpu-type", "l40s", "--out", str(tmp_path / "l40s")])
+    assert result.exit_code == 0, result.output

@@ -5,6 +5,8 @@ with its fix; read through a :class:`~llmpack.cluster.doctor.reader.ClusterReade
 
 from __future__ import annotations
 
+from typing import Any
+
 from llmpack.cluster.doctor.checks import (
     CLUSTER_QUEUE_PLACEHOLDER,
     KUEUE_GROUP,
@@ -124,6 +126,21 @@ def pvc_json(name: str, mode: str) -> str:
                       separators=(",", ":"))
 
 
+def pv_json(pvc: dict[str, Any]) -> str:
+    """A PersistentVolume that binds the Pending claim ``pvc`` (its class, size and access modes), as one JSON line;
+    its NFS server and path are the user's to fill in."""
+    import json
+
+    spec, meta = pvc.get("spec") or {}, pvc.get("metadata") or {}
+    modes = spec.get("accessModes") or ["ReadWriteMany"]
+    size = ((spec.get("resources") or {}).get("requests") or {}).get("storage") or "50Gi"
+    body = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{meta.get('name', 'llmpack')}-pv"},
+            "spec": {**({"storageClassName": spec["storageClassName"]} if spec.get("storageClassName") else {}),
+                     "capacity": {"storage": size}, "accessModes": modes,
+                     "nfs": {"server": "NFS_SERVER", "path": "/exports/llmpack"}}}
+    return json.dumps(body, separators=(",", ":"))
+
+
 def binding_mode(cluster: ClusterReader, pvc: dict[str, object]) -> str | None:
     """The ``volumeBindingMode`` of the claim's StorageClass (its own, else the cluster's default), None unknown."""
     name = (pvc.get("spec") or {}).get("storageClassName")  # type: ignore[union-attr]
@@ -193,9 +210,11 @@ def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: boo
     if phase != "Bound":
         why = pending_why(cluster, pvc) if phase == "Pending" else \
             PVC_PHASES.get(phase, "a phase Kubernetes does not define")
-        return Check(False, f"PersistentVolumeClaim {name} in {namespace} is {phase}, not Bound ({why})",
-                     f"kubectl -n {_q(namespace)} describe pvc {name}"
-                     + ("  # then delete and recreate it, restoring its data" if phase == "Lost" else ""))
+        fix = (f"kubectl apply -f - <<< '{pv_json(pvc)}'  # a volume for it (your NFS export), or a StorageClass "
+               "that provisions one" if phase == "Pending" else
+               f"kubectl -n {_q(namespace)} describe pvc {name}"
+               + ("  # then delete and recreate it, restoring its data" if phase == "Lost" else ""))
+        return Check(False, f"PersistentVolumeClaim {name} in {namespace} is {phase}, not Bound ({why})", fix)
     return Check(True, f"PersistentVolumeClaim {name} in {namespace} is Bound{shown}")
 
 

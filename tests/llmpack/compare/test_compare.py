@@ -278,15 +278,14 @@ def test_report_files_and_rebuild_from_mlflow(repeated: tuple[Path, dict]) -> No
 
 @pytest.mark.slow  # whole runs on two paths: the slow tier
 def test_a_failed_path_keeps_the_others(tmp_path: Path) -> None:
-    bad = tmp_path / "one.jsonl"
-    bad.write_text('{"prompt": "a", "response": "b"}\n' * 2)  # valid rows, but one prompt: nothing to hold out
-    r = llmpack("compare", "--backends", "direct,argo", "--data", str(bad), "--json", *FAST,
-                "--report", str(tmp_path / "rep"),
-                "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, timeout=600)
+    # prepare-data fails every attempt (data of one prompt is refused up front since Issue 52: exit 2, no run)
+    env = {**os.environ, "LLMPACK_INJECT_FAILURES": "prepare-data=99"}
+    r = llmpack("compare", "--backends", "direct,argo", "--json", *FAST, "--report", str(tmp_path / "rep"),
+                "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, env=env, timeout=600)
     assert r.returncode == 1
     out = json.loads(r.stdout)
     assert {f["orchestrator"] for f in out["failed"]} == {"direct", "argo"}
-    assert all("2 distinct prompts" in f["error"] for f in out["failed"]), out["failed"]
+    assert all("failed on purpose" in f["error"] for f in out["failed"]), out["failed"]
     assert (tmp_path / "rep" / "report.html").exists()
 
 

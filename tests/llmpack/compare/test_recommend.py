@@ -207,3 +207,41 @@ def test_a_cluster_compare_asks_to_rerun_llmpack_cluster_compare() -> None:
                      "repeats": 2, "mode": "cluster", "argv": ["--backends", "argo,mlflow", "--argo-host", "h:2746"]})
     assert rec.command is not None and shlex.split(rec.command)[:3] == ["llmpack", "cluster", "compare"], rec.command
     assert rec.command.endswith("--argo-host h:2746 --repeats 4"), rec.command
+
+
+def test_a_rebuilt_report_plans_the_same_budget_as_the_compare_printed() -> None:
+    """Issue 52 (item 5): ``llmpack report --run-group`` of an undecided compare printed ``--budget 540s (12 rounds
+    at 25 s a round)`` where the compare had printed ``--budget 15m (12 rounds at 53 s a round)``: the compare
+    planned from round 1's time to first step and its clock, the rebuilt report from the start-up runs' totals.
+    Both now read the runs: start-up runs' median totals, and what warm-up and round 1 took (a tag on them)."""
+    result = _until_decided({"direct": 7.0, "kfp": 7.6, "argo": 7.0, "mlflow": 7.0}, budget_s=200.0, noise=0.8, seed=2)
+    result["argv"] = []
+    assert result["rounds"] > 1  # start-up rounds ran (a compare of round 1 alone records no design)
+    as_stored = [{k: v for k, v in r.items() if k not in ("startup", "wall_s")} | {"round": None}
+                 for r in result["runs"]]  # what runs_from_mlflow gives back: metrics and tags
+    rebuilt = comparison("rg-rec", [p.backend for p in PATHS], as_stored, argv=[])
+    live, again = recommend(result), recommend(rebuilt)
+    assert live.path is None and live.command is not None and "--budget" in live.command
+    assert (again.command, again.why_command.split("; or shorter")[0]) == \
+        (live.command, live.why_command.split("; or shorter")[0])
+    assert float(result["runs"][-1]["tags"]["llmpack.before_rounds_s"]) == result["plan"]["before_rounds_s"]
+
+
+def test_the_numbers_table_gives_each_cell_its_own_n(tmp_path) -> None:
+    """Issue 52 (item 7): the Numbers table read n=4 on every row while total and cost were one run's figure
+    (start-up rounds count for spin-up and time to first step only) under "Cells are p50 / p90 over n runs"."""
+    from llmpack.report import write_report
+
+    result = _until_decided({"direct": 7.0, "kfp": 7.0, "argo": 10.0, "mlflow": 7.0})
+    for r in result["runs"]:
+        r.update(submitted_at=1.7e9, events={}, retried_attempts=[])
+    out = write_report(result, tmp_path / "rep", {})
+    md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
+    head = next(line for line in md.splitlines() if line.startswith("| orchestrator |"))
+    row = next(line for line in md.splitlines() if line.startswith("| direct |"))
+    cols = [c.strip() for c in head.strip("|").split("|")]
+    cells = dict(zip(cols, (c.strip() for c in row.strip("|").split("|")), strict=True))
+    n = int(cells["n"])
+    assert n > 1 and "(n=" not in cells[next(c for c in cols if c.startswith("time to first step"))]
+    assert cells[next(c for c in cols if c.startswith("total"))].endswith("(n=1)")
+    assert "or the n a cell gives" in md and "or the n a cell gives" in html and "(n=1)</td>" in html

@@ -32,14 +32,15 @@ class FakeRuns:
                            "tasks": None if pipe is None else list(pipe.tasks), "tags": kw.get("tags", {}),
                            "group": opts.run_group})
         ttfs = self.start[opts.backend] + self.rng.gauss(0, self.noise)
-        self.now += ttfs + (0.5 if pipe is not None else 20.0)
+        after = 0.5 if pipe is not None else 20.0  # a start-up run ends just after its first step
+        self.now += ttfs + after
         if opts.backend in self.failing:  # a bad input: fails in its first step, every time
             return {"pipeline_run": f"{opts.backend}-{len(self.calls)}", "orchestrator": opts.backend,
                     "fuse": opts.fuse, "status": "failed", "error": "fewer than 1 block", "mode": "local",
                     "tags": dict(kw.get("tags", {})), "metrics": {}}
         return {"pipeline_run": f"{opts.backend}-{len(self.calls)}", "orchestrator": opts.backend, "fuse": opts.fuse,
                 "status": "succeeded", "error": None, "mode": "local", "tags": dict(kw.get("tags", {})),
-                "metrics": {"time_to_first_step_s": ttfs, "spinup_s": max(0.05, ttfs - 6.0), "total_s": ttfs + 20.0,
+                "metrics": {"time_to_first_step_s": ttfs, "spinup_s": max(0.05, ttfs - 6.0), "total_s": ttfs + after,
                             "cost_usd": 0.01 + ttfs / 1e4}}
 
 

@@ -187,7 +187,7 @@ CASES = {
     "no-runtime": (GANG, "ClusterTrainingRuntime torch-distributed missing", "manifests/overlays/runtimes"),
     "no-launcher-rbac": (GANG, "RoleBinding llmpack-launcher missing", "launcher-rbac.yaml"),
     "pvc-rwo": (GANG, "llmpack-shared in llmpack is ReadWriteOnce, not ReadWriteMany", "delete pvc llmpack-shared"),
-    "pvc-pending": (GANG, "llmpack-shared in llmpack is Pending, not Bound", "describe pvc llmpack-shared"),
+    "pvc-pending": (GANG, "llmpack-shared in llmpack is Pending, not Bound", '"kind":"PersistentVolume"'),
     "no-artifacts-pvc": ((), "PersistentVolumeClaim llmpack-artifacts missing in llmpack",
                          '"accessModes":["ReadWriteOnce"]'),
     "no-queue": (GANG, "LocalQueue team-a missing in llmpack", '"kind":"LocalQueue"'),
@@ -203,7 +203,7 @@ CASES = {
     "ckpt-pvc-rwo": ((*GANG, *CKPT), "llmpack-ckpt in llmpack is ReadWriteOnce, not ReadWriteMany",
                      "delete pvc llmpack-ckpt"),
     "no-model-pvc": (POD_FLAGS, "PersistentVolumeClaim llmpack-models missing in llmpack", '"name":"llmpack-models"'),
-    "data-pvc-pending": (POD_FLAGS, "llmpack-data in llmpack is Pending, not Bound", "describe pvc llmpack-data"),
+    "data-pvc-pending": (POD_FLAGS, "llmpack-data in llmpack is Pending, not Bound", '"kind":"PersistentVolume"'),
     "no-hf-secret": (POD_FLAGS, "Secret hf-token missing in llmpack (the pods read HF_TOKEN from its key token",
                      "create secret generic hf-token --from-literal=token="),
     "hf-secret-without-key": (POD_FLAGS, "Secret hf-token in llmpack has no token key", "patch secret hf-token"),
@@ -238,6 +238,23 @@ def test_each_fault_gives_its_own_line_and_fix(ready: Ready, fault: str) -> None
     assert_no_secret(out)
     # docs/first-run-on-a-cluster.md shows this very line and fix
     assert failed in PAGE and lines[lines.index(failed) + 1].strip() in PAGE, (failed, "not in", PAGE_PATH)
+
+
+@pytest.mark.parametrize("fault", ["pvc-pending", "data-pvc-pending"])
+def test_a_pending_pvcs_fix_creates_the_volume_it_waits_for(ready: Ready, fault: str) -> None:
+    """Issue 52 (newcomer6, item 10): a Pending claim's fix was ``kubectl describe pvc``, which fixes nothing: now a
+    PersistentVolume that binds it (its class, size and access modes; the NFS export the user's), or a
+    StorageClass that provisions one, as this page says; the page shows this very line."""
+    flags, line, _ = CASES[fault]
+    plant_fault(ready.kube, fault)
+    code, out = ready.doctor(*flags)
+    (failed,) = failed_lines(out)
+    fix = out.splitlines()[out.splitlines().index(failed) + 1].strip()
+    assert code == 1 and line in failed and fix.startswith("fix: kubectl apply -f - <<< '")
+    pv = json.loads(fix.split("'")[1])
+    assert pv["kind"] == "PersistentVolume" and pv["spec"]["storageClassName"] == "nfs"
+    assert pv["spec"]["accessModes"] and "StorageClass" in fix and "describe" not in fix
+    assert fix in PAGE, fix
 
 
 def test_path_selects_the_checks(ready: Ready) -> None:
