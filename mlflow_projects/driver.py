@@ -296,8 +296,7 @@ def run_task(
                 tracking.check_artifact_uri(mc.get_run(child_id).info.artifact_uri, tracking.tracking_uri())
                 with tempfile.TemporaryDirectory(prefix="llmpack-log-") as scratch:  # what the store keeps: redacted
                     shown = Path(scratch) / log_path.name
-                    shown.write_text(redact_text(log_path.read_text(encoding="utf-8", errors="replace")),
-                                     encoding="utf-8")
+                    shown.write_bytes(redact_text(log_path.read_bytes().decode(errors="replace")).encode())
                     mc.log_artifact(child_id, str(shown), artifact_path="logs")
             except Exception as exc:  # noqa: BLE001 - the log stays in the run directory
                 print(redact_text(f"llmpack: warning: could not log {log_path.name} to MLflow ({exc})"),
@@ -336,8 +335,9 @@ def announce(spec: Mapping[str, Any], values: Mapping[str, str], root: Path) -> 
     """The run's directory, made; one line saying what runs where."""
     run_dir = root / values["pipeline_run"]
     run_dir.mkdir(parents=True, exist_ok=True)
-    print(f"llmpack: pipeline {spec['pipeline']!r} run {values['pipeline_run']!r}: "
-          f"{len(spec['tasks'])} steps, artifacts in {run_dir}", file=sys.stderr, flush=True)
+    n = len(spec["tasks"])
+    print(f"llmpack: pipeline {spec['pipeline']!r} run {values['pipeline_run']!r}: {n} step{'s' * (n != 1)}, "
+          f"artifacts in {run_dir}", file=sys.stderr, flush=True)
     return run_dir
 
 
