@@ -344,6 +344,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Interrupted as exc:  # a gang's launcher cancelled: its TrainJob deleted (components.servers.trainjob_launch)
         print(f"llmpack: {exc}; the step's TrainJob was deleted", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # Ctrl-C of a step: one line, not Python's traceback (its context may quote a URI)
+        print("llmpack: interrupted", file=sys.stderr, flush=True)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # and end by the signal, as Python's own handler would
+        os.kill(os.getpid(), signal.SIGINT)
+        return 130
     except Exception as exc:  # noqa: BLE001 - a crash in a step: show where (redacted: a frame may quote a URI), exit 1
         print(redact_text(traceback.format_exc()).rstrip("\n"), file=sys.stderr)
         # a message of several lines (or a long one): then the one line a client shows, the exception's type and

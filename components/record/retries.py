@@ -164,5 +164,7 @@ def with_retries(
             remaining = deadline - clock()
             if remaining <= 0:
                 raise TrackingUnavailable(clock() - start, exc) from exc
-            sleep(min(backoff, remaining))
-            backoff = min(backoff * retry.backoff_factor, retry.max_backoff_s)
+        # the wait outside the except block: a Ctrl-C in it carries no context of the store's error (MLflow's
+        # words hold the tracking URI whole: round 22)
+        sleep(min(backoff, remaining))
+        backoff = min(backoff * retry.backoff_factor, retry.max_backoff_s)
