@@ -301,31 +301,41 @@ def _register(uri: str, model: Path, metrics: Path, out: Path, name: str,
 @pytest.mark.slow
 def test_register_over_rest_logs_the_same_artifacts_and_version_without_mlflow(mlflow_server: str,
                                                                                tmp_path: Path) -> None:
-    model, metrics = tmp_path / "model", tmp_path / "metrics"
-    metrics.mkdir()
     from components.serving.sealed import MODEL, sealed_output, verified_model
     from components.serving.signed import SIGNATURE_FILE, sign_evaluation
 
-    with sealed_output(model, MODEL, "", weights="adapter", meta=MODEL_META) as private:  # as finetune seals it
-        (private / "adapter" / "nested").mkdir(parents=True)
-        (private / MODEL_META).write_text(json.dumps({"method": "lora", "base_model": "tiny"}))
-        (private / "adapter" / "adapter_model.safetensors").write_bytes(os.urandom(50_000))
-        (private / "adapter" / "nested" / "config.json").write_text('{"r": 8}')
-    figures, seal = sign_evaluation({"eval_loss": 1.25, "base_eval_loss": 2.0, "gate_metric": "eval_loss",
-                                     "min_improvement": 0.0}, model=verified_model(model, "")["files"],
-                                    pipeline_run="")
-    (metrics / "metrics.json").write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")  # as evaluate writes it
-    (metrics / SIGNATURE_FILE).write_text(json.dumps(seal))
+    weights_bytes = os.urandom(50_000)
     tag = uuid.uuid4().hex[:6]
-    got = {}
+
+    def made(way: str) -> tuple[Path, Path]:
+        """The model as finetune seals it and its evaluation as evaluate signs it, in pipeline run m-WAY-TAG (a
+        run's steps take only its own run's outputs)."""
+        run = f"m-{way}-{tag}"
+        model, metrics = tmp_path / f"model-{way}", tmp_path / f"metrics-{way}"
+        metrics.mkdir()
+        with sealed_output(model, MODEL, run, weights="adapter", meta=MODEL_META) as private:
+            (private / "adapter" / "nested").mkdir(parents=True)
+            (private / MODEL_META).write_text(json.dumps({"method": "lora", "base_model": "tiny"}))
+            (private / "adapter" / "adapter_model.safetensors").write_bytes(weights_bytes)
+            (private / "adapter" / "nested" / "config.json").write_text('{"r": 8}')
+        figures, seal = sign_evaluation({"eval_loss": 1.25, "base_eval_loss": 2.0, "gate_metric": "eval_loss",
+                                         "min_improvement": 0.0}, model=verified_model(model, run)["files"],
+                                        pipeline_run=run)
+        (metrics / "metrics.json").write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")  # as evaluate does
+        (metrics / SIGNATURE_FILE).write_text(json.dumps(seal))
+        return model, metrics
+
+    got, inputs = {}, {}
     key = {"LLMPACK_SIGNING_KEY_FILE": os.environ["LLMPACK_SIGNING_KEY_FILE"]}  # the key that signed the evaluation
     for way, env in (("client", {settings.TRACKING_REST.name: "0", **key}), ("rest", key)):
-        got[way] = _register(mlflow_server, model, metrics, tmp_path / f"reg-{way}", f"m-{way}-{tag}", **env)
+        inputs[way] = made(way)
+        got[way] = _register(mlflow_server, *inputs[way], tmp_path / f"reg-{way}", f"m-{way}-{tag}", **env)
     assert [m for m in got["rest"][1] if m.split(".")[0] == "mlflow"] == []
     assert [m for m in got["client"][1] if m.split(".")[0] == "mlflow"] != []  # the check can see MLflow's import
     mc = tracking.client(mlflow_server)
     versions = {}
     for way, (record, _) in got.items():
+        model, metrics = inputs[way]
         assert record["registered"] is True and record["version"] == "1"
         mv = mc.get_model_version(f"m-{way}-{tag}", "1")
         assert mv.source == record["source"] and mv.run_id == record["run_id"] and mv.status == "READY"
