@@ -80,7 +80,9 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                       ("components.steps.tokenize:tokenize", [f"--input=dataset={root / 'data'}",
                                                               f"--output=tokens={root / 'tokens'}",
                                                               "--param=seq_len=64"])):
-        r = subprocess.run([sys.executable, "-m", "components.run", ref, *args], cwd=REPO, env=env,
+        # in the run the finetune pods are of: a run's steps take only its own run's outputs
+        r = subprocess.run([sys.executable, "-m", "components.run", ref, *args, f"--param=pipeline_run={RUN}"],
+                           cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
     r = subprocess.run([sys.executable, *step_args(str(root / "tokens"), str(root / "ref"))], cwd=REPO,
