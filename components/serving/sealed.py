@@ -150,7 +150,8 @@ def verified_seal(out: Path, pipeline_run: str, kind: Kind = MODEL) -> dict[str,
     """The seal ``kind.what`` signed for ``out``: its ``files`` (and fields); else one :class:`InputError`.
 
     Unsigned, signed with another key, edited, or of another pipeline run (one signed with no run name, by a
-    step called outside any pipeline run, is taken only by a step outside any run too): nothing of it is read.
+    step the user ran by hand outside any pipeline run, is taken: the user's own output; docs/internals/
+    hostile-input.md, round 17): nothing of the output is read.
     """
     path = out / kind.seal_file
     try:
@@ -174,9 +175,8 @@ def verified_seal(out: Path, pipeline_run: str, kind: Kind = MODEL) -> dict[str,
                 or not isinstance(want.get("sha256"), str):
             raise InputError(f"{path}: {bad or f'no digest for {name!r:.80}'}")
     signed_run = str(doc.get("pipeline_run") or "")
-    if pipeline_run and signed_run != pipeline_run:  # one sealed outside any run is taken only outside any run
-        whose = f"pipeline run {signed_run!r}'s" if signed_run else "of a step run outside any pipeline run"
-        raise InputError(f"{path}: the output is {whose}, not {pipeline_run!r}'s; not trusted")
+    if signed_run and pipeline_run and signed_run != pipeline_run:  # (one sealed by hand, outside any run: taken)
+        raise InputError(f"{path}: the output is pipeline run {signed_run!r}'s, not {pipeline_run!r}'s; not trusted")
     return signed
 
 

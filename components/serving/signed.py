@@ -143,10 +143,9 @@ def verified_evaluation(metrics_dir: Path, *, model: Mapping[str, Any], pipeline
         raise InputError(f"{path}: the evaluation scored other model files ({', '.join(changed[:3])} differ); "
                          "nothing registered or promoted")
     signed_run = str(bound["pipeline_run"] or "")
-    if pipeline_run and signed_run != pipeline_run:  # one made outside any run is taken only outside any run
-        raise InputError(f"{path}: the evaluation is of "
-                         + (f"pipeline run {signed_run!r}" if signed_run else "a step run outside any pipeline run")
-                         + f", not {pipeline_run!r}; nothing registered or promoted")
+    if signed_run and pipeline_run and signed_run != pipeline_run:  # (one made by hand, outside any run: taken)
+        raise InputError(f"{path}: the evaluation is of pipeline run {signed_run!r}, not {pipeline_run!r}; "
+                         "nothing registered or promoted")
     return metrics
 
 

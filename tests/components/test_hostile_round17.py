@@ -1,7 +1,7 @@
 """The seventeenth independent round's findings (helper-40, issue 46), replayed: an output sealed outside any
-pipeline run taken by every run (F1), a FIFO handed as a YAML file (F2), the hand-run serving commands without the
-CLI's guards (F3), a known secret percent-encoded or inside base64 (F4), a store's text in a report (F5), Unicode
-format characters (F6)."""
+pipeline run taken by every run (F1, kept as a limit: the user's own by-hand output), a FIFO handed as a YAML file
+(F2), the hand-run serving commands without the CLI's guards (F3), a known secret percent-encoded or inside base64
+(F4), a store's text in a report (F5), Unicode format characters (F6)."""
 
 from __future__ import annotations
 
@@ -26,30 +26,17 @@ def _seal(out: Path, run: str) -> None:
         (private / "train.jsonl").write_text('{"prompt": "a", "answer": "b"}\n')
 
 
-def test_an_output_sealed_outside_any_run_is_not_taken_by_a_run(tmp_path: Path) -> None:
-    """F1: a seal with no run name (a step run by hand) was taken in any pipeline run; now only outside any run."""
+def test_an_output_sealed_by_hand_outside_any_run_is_the_users_own_and_another_runs_is_refused(
+        tmp_path: Path) -> None:
+    """F1, kept as a limit: a step the user ran by hand (no run name) seals with the user's key, and a run takes
+    it (the user's own output, as a by-hand debugging session hands it on); another run's output is refused."""
     from components.serving import sealed
 
     _seal(tmp_path / "hand", "")
-    with pytest.raises(InputError, match="of a step run outside any pipeline run, not 'pr-b''s"):
-        sealed.verified_seal(tmp_path / "hand", "pr-b", sealed.DATASET)
-    assert sealed.verified_seal(tmp_path / "hand", "", sealed.DATASET)["files"]  # by hand, outside any run: taken
-    _seal(tmp_path / "run", "pr-b")
-    assert sealed.verified_seal(tmp_path / "run", "pr-b", sealed.DATASET)["files"]
-
-
-def test_an_evaluation_signed_outside_any_run_is_not_taken_by_a_run(tmp_path: Path) -> None:
-    """F1, the evaluation's side: register in a named run refuses one signed with no run name."""
-    import json
-
-    from components.serving.signed import SIGNATURE_FILE, sign_evaluation, verified_evaluation
-
-    files = {"adapter/a.safetensors": {"sha256": "0" * 64, "bytes": 1}}
-    figures, seal = sign_evaluation({"eval_loss": 1.0}, pipeline_run="", model=files)
-    (tmp_path / "metrics.json").write_text(json.dumps(figures))
-    (tmp_path / SIGNATURE_FILE).write_text(json.dumps(seal))
-    with pytest.raises(InputError, match="a step run outside any pipeline run, not 'pr-b'"):
-        verified_evaluation(tmp_path, model=files, pipeline_run="pr-b")
+    assert sealed.verified_seal(tmp_path / "hand", "pr-b", sealed.DATASET)["files"]
+    _seal(tmp_path / "run", "pr-a")
+    with pytest.raises(InputError, match="the output is pipeline run 'pr-a''s, not 'pr-b''s"):
+        sealed.verified_seal(tmp_path / "run", "pr-b", sealed.DATASET)
 
 
 def test_a_fifo_handed_as_a_yaml_file_is_one_line_never_a_hang(tmp_path: Path) -> None:
