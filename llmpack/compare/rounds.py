@@ -91,7 +91,8 @@ def compare(
     for start in range(0, len(warm), width):
         done = run_all(warm[start:start + width], in_group(warm_group))
         if (way := failed_alike(done)) is not None:  # the counted rounds would fail the same way: none is run
-            say(stopped_line("the warm-up round", way, f"its runs are in run group {warm_group}"))
+            say(stopped_line("the warm-up round", way, f"its runs are in run group {warm_group}: llmpack report "
+                             f"--run-group {warm_group}"))
             return comparison(run_group, plan.labels, done, baseline=base, margins=margins, repeats=repeats,
                               warmup=plan.warmup, rounds=0, stopped="failed", stopped_why=way)
     runs: list[dict[str, Any]] = []

@@ -36,6 +36,7 @@ def test_every_path_failing_the_warm_up_alike_runs_no_counted_round(tmp_path: Pa
     assert labels == ["direct (warm-up, not counted)", "argo (warm-up, not counted)"]
     assert len(said) == 1 and said[0].startswith("stopped: every path failed the same way in the warm-up round")
     assert ERROR in said[0] and "-warmup" in said[0]
+    assert "llmpack report --run-group rg-" in said[0] and said[0].rstrip(")").endswith("-warmup")  # trial 7
     assert result["stopped"] == "failed" and [f["error"] for f in result["failed"]] == [ERROR, ERROR]
 
 
