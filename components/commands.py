@@ -101,6 +101,8 @@ def run_logged(cmd: Sequence[str], *, env: Mapping[str, str], log_path: Path,
         copier.start()
         rc = wait_or_end_group(proc)
         copier.join(timeout=30)  # the group's last writers gone: the pipe ends
+        if not copier.is_alive() and proc.stdout is not None:
+            proc.stdout.close()
     return rc, last_error_line(log_path.read_text(encoding="utf-8", errors="replace"))
 
 
