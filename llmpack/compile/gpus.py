@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from components.dsl import Pipeline
+from components.errors import InputError
 from components.record.telemetry import TRAIN_STEP
 from llmpack.gpu_catalogue import resources_for_gpus
 
@@ -26,6 +27,9 @@ def apply_gpu_overrides(pipe: Pipeline, gpu_type: str | None, gpus: int | None, 
     """
     if gpu_type is None and gpus is None and nodes is None and train_gpus is None:
         return pipe
+    if gpu_type is not None and not any(t.step.execution.resources.gpus > 0 for t in pipe.tasks.values()):
+        raise InputError(f"--gpu-type {gpu_type}: pipeline {pipe.name!r} has no step that asks for a GPU "
+                         "(it would place and price nothing); drop --gpu-type")
     want = gpus if gpus is not None else train_gpus
     tasks = {}
     for name, task in pipe.tasks.items():

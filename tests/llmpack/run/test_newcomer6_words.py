@@ -58,3 +58,26 @@ def test_too_few_distinct_prompts_is_one_line_exit_2_before_any_step(tmp_path: P
         f"llmpack: error: --data {data}: need at least 2 distinct prompts to split into train and eval, got 1 "
         f"({rows} row{'' if rows == 1 else 's'})"]
     assert not (tmp_path / "runs").exists()
+
+
+def test_gpu_type_for_a_pipeline_without_a_gpu_step_is_refused_as_gpus_is() -> None:
+    """Trial 7: `compile --gpu-type h200` of a pipeline whose steps ask for no GPU was accepted silently (placing and
+    pricing nothing) while `--gpus 2` was refused."""
+    import pytest
+
+    from components.dsl import pipeline
+    from components.errors import InputError
+    from components.steps.prepare_data import prepare_data
+    from components.steps.tokenize import tokenize
+    from llmpack.compile.gpus import apply_gpu_overrides
+
+    @pipeline(name="no-gpu-7")
+    def no_gpu(seed: int = 0) -> None:
+        tokenize(dataset=prepare_data(seed=seed).outputs["dataset"])
+
+    with pytest.raises(InputError, match="--gpu-type nvidia-h200: pipeline 'no-gpu-7' has no step that asks for a GPU"):
+        apply_gpu_overrides(no_gpu(), "nvidia-h200", None)
+    from components.finetune_pipeline import build
+
+    assert apply_gpu_overrides(build(), "nvidia-h200", None).tasks["finetune"].step.execution.resources.gpu_type \
+        == "nvidia-h200"
