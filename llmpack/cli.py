@@ -381,8 +381,8 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
         check_scale_down_delay(scale_down_delay_s, "--scale-down-delay-s")
     check_id(run_group, "--run-group")
     uri = tracking.tracking_uri(tracking_uri)
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
-        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: no such database")
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():  # absent, a FIFO, a device
+        raise InputError(f"MLflow tracking URI {tracking.redact_uri(uri)}: no such database (or not a regular file)")
     if run_group_absent(uri, run_group):  # a mistyped ID, answered by sqlite3 before MLflow's seconds of set-up
         raise InputError(f"run group {run_group!r}: no llmpack runs in MLflow at {tracking.redact_uri(uri)}")
     with library_logs_to(None):

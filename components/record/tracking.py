@@ -156,6 +156,8 @@ def check_sqlite_writable(uri: str) -> None:
     where = f"MLflow tracking store {path}"
     if path.is_dir():
         raise InputError(f"{where}: is a directory, not a sqlite file")
+    if path.exists() and not path.is_file():  # a FIFO or a device: SQLite's open would block or read for ever
+        raise InputError(f"{where}: not a regular file (a FIFO or device), not a sqlite file")
     if not path.parent.is_dir():
         raise InputError(f"{where}: the directory {path.parent} does not exist")
     if path.exists() and not os.access(path, os.R_OK | os.W_OK):
