@@ -18,3 +18,12 @@ def test_a_fifo_as_the_sqlite_store_is_one_line_for_run_and_report(tmp_path: Pat
                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert says in r.stderr.strip().splitlines()[-1], r.stderr
+
+
+def test_max_cost_must_be_a_finite_amount() -> None:
+    """F3: `--max-cost inf` passed any estimate; `nan` was taken and then refused with an odd line."""
+    for args in (["cluster", "plan"], ["cluster", "submit", "argo", "--plan", "x.json"]):
+        for value in ("inf", "nan"):
+            r = subprocess.run([sys.executable, "-m", "llmpack", *args, "--max-cost", value], capture_output=True,
+                               text=True, timeout=60)
+            assert r.returncode == 2 and r.stderr.strip().endswith(f"{value}: not a finite amount of USD"), r.stderr

@@ -17,6 +17,12 @@ import click
 from components.errors import InputError
 from llmpack.ui.terminal import command
 
+
+def _finite_cost(ctx: Any, param: Any, value: float | None) -> float | None:
+    from llmpack.cluster.plan.record import finite_cost  # the one check, loaded when the flag is given
+
+    return finite_cost(ctx, param, value)
+
 if TYPE_CHECKING:
     from llmpack.cluster.plan.run import Plan
 
@@ -125,7 +131,7 @@ def write_out(out: Path, result: dict[str, Any], plan: Plan) -> list[Path]:
               help="What the chosen row minimises.")
 @click.option("--deadline", default=None, metavar="DURATION", help="Total time's p90 at most this (300s, 45m, 2h).")
 @click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), default=None, metavar="USD",
-              help="The cost's upper bound at most this, per run.")
+              callback=lambda c, p, v: _finite_cost(c, p, v), help="The cost's upper bound at most this, per run.")
 @click.option("--spot-interruptions-per-hour", type=click.FloatRange(min=0), default=None,
               help="Spot preemptions per node-hour (default: measured from the history's spot runs).")
 @click.option("--checkpoint-interval", default=None, metavar="DURATION",

@@ -133,9 +133,17 @@ def set_on_record(tracking_uri: str | None, run_id: str, tags: Mapping[str, str]
     tracking.set_tags(tracking.client(tracking_uri), run_id, dict(tags))
 
 
+def finite_cost(_ctx: Any, _param: Any, value: float | None) -> float | None:
+    """``--max-cost``: a finite amount (``inf`` passed every estimate, ``nan`` was refused with an odd line)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value}: not a finite amount of USD")
+    return value
+
+
 def options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--plan FILE`` and ``--max-cost USD`` (submit, compare --cluster)."""
     func = click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), default=None, metavar="USD",
+                        callback=finite_cost,
                         help="With --plan: refuse to submit when the estimate's cost upper bound exceeds this.")(func)
     return click.option("--plan", "plan_file", default=None, metavar="FILE",
                         help="A plan.json of `llmpack cluster plan --out`: record its estimate on the run (and "
