@@ -310,7 +310,7 @@ FAULTS.update({
         make=_nothing, flags=("--path", "argo"), alone=False),
     "artifacts compiled for another namespace": Fault(
         expect=f"✗ the artifacts in {REPO} are compiled for namespace llmpack, not {NS}",
-        make=_nothing, flags=("--compiled", str(REPO)), fix="llmpack doctor --namespace llmpack"),
+        make=_nothing, flags=("--compiled", str(REPO)), fix="llmpack cluster doctor --namespace llmpack"),
     "PVC Lost (its volume gone)": Fault(
         expect=f"✗ PersistentVolumeClaim llmpack-artifacts in {NS} is Lost, not Bound (its PersistentVolume is gone",
         make=_lose, undo=_rebind),
