@@ -23,6 +23,8 @@ PIPELINE_NAME = "llm-finetune"
 
 # What each parameter's value must be; checked before any run or submit (``--param``), so a bad
 # value is one line up front, not a step failing minutes later (the steps check again).
+MAX_STEPS = 10_000_000  # a bound, so that a typo such as 10**23 is one line, not a run that never ends
+
 PARAM_RULES: dict[str, Rule] = {
     "method": (lambda v: v in ("lora", "full"), "'lora' or 'full'"),
     "seq_len": (lambda v: v >= 8, "at least 8"),
@@ -42,7 +44,7 @@ PARAM_RULES: dict[str, Rule] = {
     "builtin_size": (lambda v: v >= 2, "at least 2 (a train and an eval row)"),
     "nproc_per_node": (lambda v: 1 <= v <= 64, "between 1 and 64 (processes of finetune; torchrun above 1)"),
     "strategy": (lambda v: v in ("ddp", "fsdp"), "'ddp' or 'fsdp' (FSDP2: weights sharded over the ranks)"),
-    "max_steps": (lambda v: v >= 1, "a positive number of steps (at least 1)"),
+    "max_steps": (lambda v: 1 <= v <= MAX_STEPS, f"a positive number of steps, at most {MAX_STEPS:,}"),
     "nnodes": (lambda v: 1 <= v <= 1024, "between 1 and 1024 (nodes of finetune; a TrainJob above 1)"),
     "gate_metric": (lambda v: v in GATE_METRICS,
                     "'auto' (exact match where the eval rows have answers, else eval loss), 'eval_loss', 'exact_match' "

@@ -17,6 +17,7 @@ import click
 from components.errors import InputError, Interrupted
 from llmpack.backends import ORCHESTRATORS
 from llmpack.cluster.options import submit_options
+from llmpack.compile.artifacts import shipped_artifact
 from llmpack.compile.pod_options import pod_options_of
 from llmpack.run.user_pipeline import OWN_FLAGS, load_pipeline, parse_params, raw_params
 from llmpack.ui.options import tls_connection, with_promote
@@ -89,11 +90,13 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
     from llmpack.cluster.plan import record as plan_record
     from llmpack.compile.artifacts import compiled_for_submit
 
-    planned = plan_record.before_submit(kw.pop("plan_file", None), kw.pop("max_cost", None), orchestrator,
-                                        kw.get("gpu_type"))  # --max-cost refuses here, before anything is sent
+    plan_file, max_cost = kw.pop("plan_file", None), kw.pop("max_cost", None)
     pod = pod_options_of(kw)  # --image, --model-pvc...: compiled first, as --gpu-type
     with compiled_for_submit(orchestrator, kw.pop("gpu_type", None), kw, pod=pod, values=values) as artifact:
-        # the compiled artifact replaces an unset option
+        # the compiled artifact replaces an unset option; --max-cost checks the estimate of the GPU type it asks
+        # for, and refuses here, before anything is sent
+        submitted = artifact.get(own or "") or kw.get(own or "") or shipped_artifact(orchestrator)
+        planned = plan_record.before_submit(plan_file, max_cost, orchestrator, str(submitted))
         run = backend.submit(conn, params=values, **{**kw, **artifact})
     summary = run.summary
     try:  # from here on the run exists on the cluster: a failure names it and how to remove it

@@ -387,3 +387,12 @@ def compiled_for_submit(orchestrator: str, gpu_type: str | None, options: Mappin
         yield {path.artifact_option: str(tmp / "out" / path.artifact_path)}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def shipped_artifact(orchestrator: str) -> Path:
+    """The committed artifact ``llmpack cluster submit ORCH`` sends when no file is named (``--package``,
+    ``--workflow``, ``--project``): where ``llmpack compile --out`` of the install's root put it."""
+    import components
+    from llmpack.backends import cluster_paths
+
+    return Path(components.__file__).resolve().parent.parent / cluster_paths()[orchestrator].artifact_path

@@ -31,6 +31,7 @@ from components import fusion, settings
 from components.commands import pipeline_values
 from components.dsl import Pipeline
 from components.errors import InputError, Interrupted, RunFailed
+from components.finetune_pipeline import MAX_STEPS
 from components.record import close as record
 from components.record import cost, gpu_metrics, telemetry, tracking, uniform
 from components.servers.submission import check_id, new_id, telemetry_values
@@ -73,8 +74,8 @@ def validate(opts: RunOptions) -> None:
     """Every check that can fail on the user's input, before anything is written."""
     local_runner(opts.backend)  # an unknown --backend is refused here, before anything is written
     fusion.check_mode(opts.fuse)
-    if opts.max_steps <= 0:
-        raise InputError(f"--max-steps {opts.max_steps}: must be a positive number of steps")
+    if not 1 <= opts.max_steps <= MAX_STEPS:
+        raise InputError(f"--max-steps {opts.max_steps}: must be a positive number of steps, at most {MAX_STEPS:,}")
     if opts.gpus is not None and opts.gpus < 0:
         raise InputError(f"--gpus {opts.gpus}: must be >= 0")
     if opts.nodes is not None and opts.nodes < 1:

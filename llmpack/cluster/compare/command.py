@@ -92,7 +92,12 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     fusion.check_mode(kwargs["fuse"])
     modes = cmp.parse_variants(variants) or [kwargs["fuse"]]  # the packagings compared: --variants, else --fuse
     labels = [fusion.path_label(b, f) for f in modes for b in names]
-    planned = plan_record.before_compare(plan_file, max_cost, labels=labels, gpu_type=kwargs.get("gpu_type"),
+    gpu_type = kwargs.get("gpu_type")
+    if plan_file is not None and gpu_type is None:  # the committed artifacts' GPU type: the one that will run
+        from llmpack.compile.artifacts import shipped_artifact
+
+        gpu_type = plan_record.submitted_gpu_type(str(shipped_artifact(names[0])))
+    planned = plan_record.before_compare(plan_file, max_cost, labels=labels, gpu_type=gpu_type,
                                          cluster=True)  # --max-cost refuses before the first run
     costs = parse_control_plane(control_plane, control_plane_file)
     check_control_plane(costs, names)

@@ -150,15 +150,41 @@ def options(func: Callable[..., Any]) -> Callable[..., Any]:
                              "check --max-cost).")(func)
 
 
+def submitted_gpu_type(artifact: str) -> str | None:
+    """The GPU type the compiled artifact about to be submitted asks for: a file's YAML documents (KFP
+    package, Argo Workflow), a directory's ``pipeline.json`` (MLflow project); None when it asks for no GPU
+    or does not say. The row --max-cost checks is this type's, never another one the plan chose."""
+    from pathlib import Path
+
+    from components import yamltext
+    from components.servers.submission import compiled_facts
+
+    where = Path(artifact)
+    try:
+        if where.is_dir():
+            found = where / "pipeline.json"
+            doc = yamltext.load_file(found, f"{artifact}: pipeline.json") if found.is_file() else None
+        else:
+            doc = list(yamltext.load_file(where, artifact, documents=True))
+    except OSError as exc:
+        raise InputError(f"{artifact}: cannot read it ({exc.strerror or exc})") from None
+    facts = compiled_facts(doc) if doc is not None else None
+    types = sorted({u.gpu_type for u in facts[0] if u.gpus > 0 and u.gpu_type}) if facts else []
+    if len(types) > 1:
+        raise InputError(f"{artifact}: the pipeline mixes GPU types {types}; --plan needs one")
+    return types[0] if types else None
+
+
 def before_submit(plan_file: str | None, max_cost: float | None, path: str,
-                  gpu_type: str | None) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(plan, row) for the run about to be submitted, refused here by --max-cost; None without --plan."""
+                  artifact: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(plan, row) for ``artifact``, the compiled file about to be submitted on ``path``, refused here by
+    --max-cost; None without --plan. The row is the one of the GPU type the artifact asks for."""
     if plan_file is None:
         if max_cost is not None:
             raise InputError("--max-cost: only with --plan FILE (the estimate it is checked against)")
         return None
     plan = load(plan_file)
-    row = row_for(plan, path, gpu_type)
+    row = row_for(plan, path, submitted_gpu_type(artifact))
     check_max_cost(row, max_cost)
     return plan, row
 

@@ -55,14 +55,14 @@ def test_max_cost_refuses_submit_in_one_line_before_anything_is_sent(plan_json: 
     plan = _file(tmp_path, plan_json)
     # Port 9 answers nothing: had the refusal come after submitting, the error would be a connection's.
     args = ["cluster", "submit", "argo", "--host", "http://127.0.0.1:9", "--plan", plan]
-    res = CliRunner().invoke(main, [*args, "--max-cost", "0.01"])
+    res = CliRunner().invoke(main, [*args, "--gpu-type", "nvidia-h200", "--max-cost", "0.01"])
     assert res.exit_code == 2, res.output
     assert res.output.strip() == (f"llmpack: error: --max-cost 0.01: the estimate for argo nvidia-h200 on-demand "
                                   f"is up to ${high:.2f} a run "
                                   f"(${plan_json['options'][0]['cost_usd']['total']['value']:.2f}, "
                                   "95% interval upper bound); not submitted")
-    res = CliRunner().invoke(main,
-                             ["cluster", "compare", "--backends", "argo,kfp", "--plan", plan, "--max-cost", "0.01"])
+    res = CliRunner().invoke(main, ["cluster", "compare", "--backends", "argo,kfp", "--gpu-type", "nvidia-h200",
+                                    "--plan", plan, "--max-cost", "0.01"])
     assert res.exit_code == 2 and "--max-cost 0.01: the estimate for argo nvidia-h200" in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1
     for argv, message in ((["compare", "--plan", plan], "plan options are `llmpack cluster compare`"),
