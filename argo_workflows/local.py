@@ -401,7 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *(p for p in paths if p != os.getcwd())])
         artifacts = run_workflow_yaml(args.workflow, arguments, args.workdir.resolve(), env, log=sys.stderr)
     except (InputError, RunFailed) as exc:
-        print(redact_text(f"llmpack: error: {exc}"), file=sys.stderr)
+        log = args.workdir / "logs" / f"{exc.step}.log" if isinstance(exc, RunFailed) else None
+        where = f" (its log: {log})" if log is not None and log.is_file() else ""  # trial 7: the line named none
+        print(redact_text(f"llmpack: error: {exc}{where}"), file=sys.stderr)
         return 2 if isinstance(exc, InputError) else 1
     print(f"argo: artifacts in {args.workdir} ({len(artifacts)} outputs)", file=sys.stderr)
     return 0

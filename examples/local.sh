@@ -19,8 +19,9 @@ llmpack compare --repeats 3 --report llmpack-report-costs \
 
 # The native tools on the committed artifacts, locally. `kfp dsl compile` and `hera generate yaml`
 # import the pack: run them where it is installed (`pip install -e .`, or the .venv of `make install`).
-kfp dsl compile --py kfp_pipelines/pipeline.py --output /tmp/finetune.yaml   # == kfp_pipelines/finetune.yaml
-hera generate yaml argo_workflows/workflow.py --to /tmp/finetune-argo.yaml    # == argo_workflows/finetune.yaml
+mkdir -p llmpack-native  # here, not the shared /tmp
+kfp dsl compile --py kfp_pipelines/pipeline.py --output llmpack-native/finetune.yaml   # == kfp_pipelines/finetune.yaml
+hera generate yaml argo_workflows/workflow.py --to llmpack-native/finetune-argo.yaml  # == argo_workflows/finetune.yaml
 mlflow run mlflow_projects/finetune --env-manager local -P max_steps=10 --experiment-name llmpack-native
 
 # Rebuild a report later from MLflow alone:

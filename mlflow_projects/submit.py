@@ -35,6 +35,7 @@ from components.podspec import INSTANCE_LABEL, label_value
 from components.process.gang import check_pinned
 from components.record import tracking
 from components.servers import kube
+from components.servers.pending import pending_reason
 from components.servers.remote import (
     one_line,
     tls_failure,
@@ -421,6 +422,8 @@ def wait_for_job(job_name: str, *, namespace: str, kubeconfig: str | None = None
         result = poll_object(
             lambda: batch.read_namespaced_job_status(job_name, namespace, _request_timeout=opts["request_timeout_s"]),
             state, lambda exc: _kube_error(exc, host, namespace, secrets), opts)
+        if result["status"] == "timeout":  # say why it has not started (a claim missing, no node...)
+            result["waiting_on"] = pending_reason(api_client, namespace, f"job-name={job_name}", secrets)
     finally:
         api_client.close()
     if mlflow_run_id and result["status"] in ("succeeded", "failed"):

@@ -204,6 +204,8 @@ class AttemptBill:
     billed_s: float | None  # container (local: process) start to finish; None when it left no finish
     gpu_hours: float
     cost_usd: float | None
+    started_at: float | None = None  # its first event and its last (epoch seconds): the report's timeline draws it
+    ended_at: float | None = None
 
 
 def retried_attempts(steps: Mapping[str, StepTimes], uses: list[GpuUse], price: Price | None) -> list[AttemptBill]:
@@ -214,8 +216,10 @@ def retried_attempts(steps: Mapping[str, StepTimes], uses: list[GpuUse], price: 
         for a in st.retried:
             billed = billed_seconds(a)
             hours = max(0, gpus.get(name, 0)) * (billed or 0.0) / 3600.0
+            seen = list(a.events.values())
             out.append(AttemptBill(step=name, attempt=a.attempt, billed_s=billed, gpu_hours=hours,
-                                   cost_usd=None if price is None else hours * price.per_gpu_hour))
+                                   cost_usd=None if price is None else hours * price.per_gpu_hour,
+                                   started_at=min(seen, default=None), ended_at=max(seen, default=None)))
     return out
 
 

@@ -121,7 +121,9 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
         if wait:
             click.echo(f"{orchestrator}: {summary['result']['status']}")
     if wait and summary["result"]["status"] != "succeeded":
-        if summary["result"]["status"] == "timeout":  # still running: say so, and how to remove it
+        if summary["result"]["status"] == "timeout":  # still running: say so, why it waits, and how to remove it
+            if summary["result"].get("waiting_on"):
+                click.echo(f"llmpack: still waiting: {summary['result']['waiting_on']}", err=True)
             click.echo(f"llmpack: {run.still_running()}", err=True)
         else:
             click.echo(f"llmpack: {run.left_behind()}", err=True)

@@ -93,7 +93,8 @@ def compare(
         if (way := failed_alike(done)) is not None:  # the counted rounds would fail the same way: none is run
             say(stopped_line("the warm-up round", way, f"its runs are in run group {warm_group}: llmpack report "
                              f"--run-group {warm_group}"))
-            return comparison(run_group, plan.labels, done, baseline=base, margins=margins, repeats=repeats,
+            # the report is the warm-up group's, the one that holds these runs (trial 7: it named an empty group)
+            return comparison(warm_group, plan.labels, done, baseline=base, margins=margins, repeats=repeats,
                               warmup=plan.warmup, rounds=0, stopped="failed", stopped_why=way)
     runs: list[dict[str, Any]] = []
     for start in range(0, len(counted), width):

@@ -101,7 +101,7 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(12, 1.6 + 0.62 * max(1, len(lanes))), layout="constrained")
     seen: dict[str, str] = {}
     names = []
-    gap = any_failed = False
+    gap = any_failed = retried = False
     for y, run in enumerate(lanes):
         t0 = run["submitted_at"]
         steps = sorted(run["events"].items(), key=lambda kv: min(kv[1].values()))
@@ -124,6 +124,11 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
                 ax.barh(y + 0.1, e - s, left=s - t0, color=colour, height=0.5, edgecolor="white", linewidth=0.4)
             if "first_step" in ev:
                 ax.plot(ev["first_step"] - t0, y + 0.1, marker="v", color="black", markersize=7)
+        for a in run.get("retried_attempts") or []:  # an attempt retried: its band faded and hatched (trial 7)
+            if a.get("started_at") is not None and a.get("ended_at") is not None and a["step"] in colours:
+                retried = True
+                ax.barh(y - 0.3, a["ended_at"] - a["started_at"], left=a["started_at"] - t0, height=0.26,
+                        color=colours[a["step"]], alpha=0.45, hatch="//", edgecolor="white", linewidth=0.6)
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels([f"{path_of(r)} · {r['pipeline_run'][-6:]}" for r in lanes])
     for tick, run in zip(ax.get_yticklabels(), lanes, strict=False):
@@ -138,6 +143,8 @@ def chart_timeline(runs: list[dict[str, Any]], path: Path) -> None:
     step_handles = [Patch(color=c, label=s) for s, c in colours.items()]
     if any_failed:  # the step whose failure ended its run: hatched, edged red
         step_handles.append(Patch(facecolor="white", edgecolor=FAILED_EDGE, hatch="xx", label="failed"))
+    if retried:
+        step_handles.append(Patch(facecolor="#cccccc", hatch="//", label="attempt retried"))
     phase_handles = ([Patch(facecolor="#eeeeee", edgecolor="#bbbbbb", label="submit → first step's process")]
                      if gap else []) + [Patch(color=c, label=lbl) for lbl, _, _, c in PHASES if lbl in seen]
     if step_handles:

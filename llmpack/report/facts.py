@@ -105,12 +105,16 @@ def retried_attempts(run: dict[str, Any]) -> list[dict[str, Any]]:
     return list(run.get("retried_attempts") or [])
 
 
-def retry_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """Per run with retries, ``(path, text)``: each retried attempt, its seconds and what its GPUs cost.
+def retry_note(runs: list[dict[str, Any]]) -> str:
+    """The note over the retried attempts: billed when one of them held a GPU, else time only (trial 7)."""
+    if any(a.get("gpu_hours") for r in runs for a in retried_attempts(r)):
+        return "Every attempt is billed: these are in the runs' cost, GPU-hours and goodput."
+    return "These attempts held no GPU: they are in the runs' times, not in any bill."
 
-    Those seconds are in the run's ``gpu_hours``, ``cost_usd`` and goodput (every attempt is billed);
-    this says how much of the bill the retries were.
-    """
+
+def retry_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Per run with retries, ``(path, text)``: each retried attempt, its seconds and what its GPUs cost (every
+    attempt is billed: in the run's ``gpu_hours``, ``cost_usd`` and goodput; this says how much were retries)."""
     from llmpack.compare.comparison import quantity
     from llmpack.ui.numbers import figure
 

@@ -31,6 +31,7 @@ from llmpack.report.facts import (
     gpu_steps,
     report_facts,
     retry_lines,
+    retry_note,
     summary_sentence,
 )
 from llmpack.report.page_style import PAGE_STYLE
@@ -172,8 +173,7 @@ def markdown(result: dict[str, Any], facts: dict[str, str], sentence: str, be: d
         lines += [f"- **{md(o)}**: {md(text)}" for o, text in _cost_lines(result, splits)] or ["- no priced runs"]
     retries = retry_lines(result["runs"])
     if retries:
-        lines += ["", "## Retried attempts", "",
-                  "Every attempt is billed: these are in the runs' cost, GPU-hours and goodput.", ""]
+        lines += ["", "## Retried attempts", "", retry_note(result["runs"]), ""]
         lines += [f"- **{md(o)}** {md(text)}" for o, text in retries]
     lines += beside.markdown(result["runs"])
     lines += estimate_vs_actual.markdown(result["runs"], md_text)
@@ -331,8 +331,7 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
     costs = "".join(f"<li>{_badge(o)} {html_text(text)}</li>" for o, text in _cost_lines(result, splits))
     retries = "".join(f"<li>{_badge(o)} {html_text(text)}</li>" for o, text in retry_lines(result["runs"]))
     if retries:
-        retries = ("<h2>Retried attempts</h2><p class=note>Every attempt is billed: these are in the runs' cost, "
-                   f"GPU-hours and goodput.</p><ul>{retries}</ul>")
+        retries = f"<h2>Retried attempts</h2><p class=note>{retry_note(result['runs'])}</p><ul>{retries}</ul>"
     saves = "".join(f"<li>{_badge(o)} {html_text(text)}</li>" for o, text in checkpoint_lines(result["runs"]))
     if saves:  # preemption: the measured checkpoint write against the grace period
         retries += f"<h2>Checkpoint write vs grace period</h2><ul>{saves}</ul>"

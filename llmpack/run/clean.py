@@ -49,7 +49,7 @@ def parse_age(text: str, flag: str = "--older-than") -> float:
         return 0.0
     match = _DURATION.match(text or "")
     if not match:
-        raise InputError(f"{flag} {text!r}: give a number and a unit (s, m, h, d, w), e.g. 7d or 12h")
+        raise InputError(f"{flag} {text!r}: give a number and a unit (s, m, h, d, w), e.g. 7d or 12h, or 0 (any age)")
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 

@@ -281,3 +281,19 @@ def test_unparseable_yaml_and_missing_file_are_refused(tmp_path: Path):
         run_workflow_yaml(tmp_path / "missing.yaml", {}, tmp_path, {})
     with pytest.raises(InputError, match="does not exist"):
         run_workflow_yaml(str(tmp_path / "missing.yaml"), {}, tmp_path, {})
+
+
+def test_the_command_line_names_the_failed_steps_log(toy_pipe: Pipeline, toy_dir: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
+    """Trial 7: `python -m argo_workflows.local` on a failed step said one line with no log to read."""
+    from argo_workflows.local import main
+
+    wf = tmp_path / "toy.yaml"
+    wf.write_text(build_workflow(toy_pipe).to_yaml())
+    monkeypatch.chdir(toy_dir)  # the steps import what `python -m` imports here: the current directory first
+    monkeypatch.setenv("LLMPACK_MLFLOW_LOGGING", "0")
+    assert main([str(wf), "-p", "bad_input=true", "--workdir", str(tmp_path / "w")]) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    log = tmp_path / "w" / "logs" / "toy-shout.log"
+    assert line.startswith("llmpack: error: step 'toy-shout' failed: ") and line.endswith(f"(its log: {log})"), line
+    assert log.is_file()

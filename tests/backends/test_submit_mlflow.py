@@ -187,6 +187,7 @@ def test_wait_for_completion_follows_the_job_and_ends_the_mlflow_run(kube: KubeA
     name = summary["job_name"]
     pending = submit.wait_for_completion(summary, kubeconfig=kubeconfig, poll_s=0.01, timeout_s=0.1)
     assert pending["status"] == "timeout" and pending["state"] == "Pending"
+    assert pending["waiting_on"] == "no pod was created yet"  # the stand-in makes no pod of a Job
     kube.set_job_status("llmpack", name, {"startTime": "2026-01-01T00:00:00Z", "active": 1})
     running = submit.wait_for_completion(summary, kubeconfig=kubeconfig, poll_s=0.01, timeout_s=0.1)
     assert running["state"] == "Running"

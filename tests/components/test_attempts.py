@@ -87,6 +87,7 @@ def test_cost_gpu_hours_and_goodput_bill_every_attempt() -> None:
     assert m["retry_cost_usd"] == pytest.approx(2 * 5.0 * H100.per_gpu_hour / 3600)
     (bill,) = cost.retried_attempts(steps, uses, H100)
     assert (bill.step, bill.attempt, bill.billed_s) == ("finetune", 0, 5.0)
+    assert (bill.started_at, bill.ended_at) == (1002.0, 1007.0)  # where the report's timeline draws it (trial 7)
 
 
 def test_timeline_spinup_is_the_first_attempt_and_compute_counts_every_attempt() -> None:

@@ -38,6 +38,7 @@ def test_every_path_failing_the_warm_up_alike_runs_no_counted_round(tmp_path: Pa
     assert ERROR in said[0] and "-warmup" in said[0]
     assert "llmpack report --run-group rg-" in said[0] and said[0].rstrip(")").endswith("-warmup")  # trial 7
     assert result["stopped"] == "failed" and [f["error"] for f in result["failed"]] == [ERROR, ERROR]
+    assert result["run_group"].endswith("-warmup")  # the report's header names the group that holds the runs
 
 
 def test_every_path_failing_a_counted_round_alike_ends_the_rounds(tmp_path: Path) -> None:

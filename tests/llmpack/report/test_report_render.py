@@ -335,3 +335,31 @@ def test_the_report_counts_n_as_compare_does_start_up_rounds_included(tmp_path: 
     assert rows and all(line.split(" | ")[1] == "6" for line in rows), rows
     page = (tmp_path / "rep" / "report.html").read_text()
     assert "<td>6</td>" in page and "<td>1</td>" not in page
+
+
+def test_retried_attempts_say_billed_only_when_one_held_a_gpu() -> None:
+    """Trial 7: "Every attempt is billed" was printed over retries of a step that held no GPU."""
+    from llmpack.report.facts import retry_note
+
+    rs = runs(n=1)
+    rs[0]["retried_attempts"] = [{"step": "boom", "attempt": 0, "billed_s": 1.5, "gpu_hours": 0.0, "cost_usd": 0.0}]
+    assert retry_note(rs) == "These attempts held no GPU: they are in the runs' times, not in any bill."
+    rs[0]["retried_attempts"][0]["gpu_hours"] = 0.01
+    assert retry_note(rs).startswith("Every attempt is billed")
+
+
+def test_the_timeline_draws_a_retried_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trial 7: a retried step's first attempt was an unexplained gap; it is a faded, hatched band now."""
+    from matplotlib.axes import Axes
+
+    rs = runs(n=1)
+    start = min(rs[0]["events"]["finetune"].values())
+    rs[0]["retried_attempts"] = [{"step": "finetune", "attempt": 0, "billed_s": 1.0, "gpu_hours": 0.0,
+                                  "cost_usd": 0.0, "started_at": start - 1.5, "ended_at": start - 0.5}]
+    hatched: list[tuple[float, float]] = []
+    barh = Axes.barh
+    monkeypatch.setattr(Axes, "barh", lambda self, y, w, **kw: (kw.get("hatch") == "//" and hatched.append(
+        (kw["left"], w))) or barh(self, y, w, **kw))
+    chart_timeline(rs, tmp_path / "t.png")
+    t0 = rs[0]["submitted_at"]
+    assert hatched == [(pytest.approx(start - 1.5 - t0), pytest.approx(1.0))]
