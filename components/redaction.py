@@ -323,6 +323,24 @@ def redact_text(text: object, secrets: Iterable[str] | None = None) -> str:
         return "<a message that could not be redacted>"
 
 
+def redact_data(value: Any) -> Any:
+    """``value`` (a summary a command prints as JSON) with :func:`redact_text` on every string, key or value, before
+    it is encoded: a URI's userinfo and query credentials and every known secret (round 24: ``cluster submit
+    --json`` printed the tracking URI and the server's address whole). Known secrets: the strong ones only
+    (:func:`strong_secrets`), so that a weak password such as ``mlflow`` leaves the path names exact."""
+    return _redacted(value, strong_secrets())
+
+
+def _redacted(value: Any, secrets: set[str]) -> Any:
+    if isinstance(value, str):
+        return redact_text(value, secrets)
+    if isinstance(value, dict):
+        return {redact_text(k, secrets) if isinstance(k, str) else k: _redacted(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redacted(v, secrets) for v in value]
+    return value
+
+
 def _redact_yaml(match: re.Match[str]) -> str:
     """``password: X`` or ``--password X``: X blanked when it could be a secret: quoted, or 6+ characters with a
     digit, or 12+ characters, or random-looking (``token: not set`` stays readable)."""

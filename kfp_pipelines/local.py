@@ -127,14 +127,18 @@ def _run_child(cmd: Sequence[str], *, env: Mapping[str, str], logs: Path) -> tup
 
 def _split_output(proc: subprocess.Popen[str], main_log: IO[str], logs: Path,
                   task_files: dict[str, IO[str]]) -> tuple[dict[str, str], str]:
-    """Copy the child's output to kfp.log and each task's lines to ``<task>.log``; collect task statuses."""
+    """Copy the child's output to kfp.log and each task's lines to ``<task>.log``, line by line through the one
+    redaction path (round 24: a step's own raw write of a secret stayed in both); collect task statuses."""
+    from components.redaction import redact_text, secrets_in
+
+    known = secrets_in()
     statuses: dict[str, str] = {}
     inner_failed = ""
     current: IO[str] | None = None
     in_json = False  # inside the executor's "Got executor_input:" dump (kept in kfp.log, not in the task's log)
     assert proc.stdout is not None
     for raw in proc.stdout:
-        line = _ANSI.sub("", raw)
+        line = redact_text(_ANSI.sub("", raw).rstrip("\n"), known) + "\n"
         main_log.write(line)
         main_log.flush()
         if in_json:

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from components.errors import InputError, Interrupted
+from components.redaction import redact_data
 from llmpack.backends import BACKENDS, ORCHESTRATORS
 from llmpack.compare.command import compare as compare_command
 from llmpack.run.clean import clean as clean_command
@@ -269,7 +270,7 @@ def run(backend: str, local: bool, as_json: bool, params: tuple[str, ...], no_pr
     if phrase := promotion_phrase(summary):
         summary["promotion"] = phrase
     if as_json:
-        click.echo(json.dumps(measured_only(summary), sort_keys=True))
+        click.echo(json.dumps(redact_data(measured_only(summary)), sort_keys=True))
     else:
         summary_table([summary])
         line = outcome_line(summary)  # the last line: base -> tuned on the task; the registry's decision

@@ -5,13 +5,17 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
+from components import bounded
 from components.commands import CRASH_MARK
+from components.redaction import redact_text, secrets_in
 
 ERROR_MARK = "llmpack: error:"
 
@@ -29,11 +33,8 @@ def tee_output(log_path: Path) -> Iterator[None]:
     os.close(write_end)
 
     def pump() -> None:
-        with log_path.open("ab") as log:
-            while chunk := os.read(read_end, 65536):
-                os.write(saved_out, chunk)
-                log.write(chunk)
-                log.flush()
+        with os.fdopen(bounded.open_append(log_path), "ab") as log:
+            copy_redacted(lambda: os.read(read_end, 65536), saved_out, log)
 
     thread = threading.Thread(target=pump, daemon=True)
     thread.start()
@@ -47,6 +48,34 @@ def tee_output(log_path: Path) -> Iterator[None]:
         thread.join()
         for fd in (read_end, saved_out, saved_err):
             os.close(fd)
+
+
+def copy_redacted(read: Callable[[], bytes], out_fd: int, log: IO[bytes]) -> None:
+    """Copy ``read()``'s chunks (until b"") to ``out_fd`` and ``log``, whole lines (``\n`` or ``\r`` ended, or 64 KiB)
+    through the one redaction path: a step's own raw write of a secret is blanked (round 24)."""
+    known = secrets_in()  # this process's (its argv's tracking URI, its environment's tokens), once
+    pending = b""
+    while chunk := read():
+        pending += chunk
+        cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
+        if cut < 0 and len(pending) < 65536:
+            continue
+        done, pending = (pending[:cut + 1], pending[cut + 1:]) if cut >= 0 else (pending, b"")
+        out = redacted_lines(done, known)
+        os.write(out_fd, out)
+        log.write(out)
+        log.flush()
+    if pending:
+        out = redacted_lines(pending, known)
+        os.write(out_fd, out)
+        log.write(out)
+        log.flush()
+
+
+def redacted_lines(data: bytes, secrets: set[str]) -> bytes:
+    """``data`` (whole lines, their ends kept) with each line through :func:`~components.redaction.redact_text`."""
+    parts = re.split(r"(\r\n|\n|\r)", data.decode("utf-8", errors="replace"))
+    return "".join(p if i % 2 else redact_text(p, secrets) if p else "" for i, p in enumerate(parts)).encode()
 
 
 def error_line(text: str) -> str:

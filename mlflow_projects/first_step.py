@@ -129,13 +129,12 @@ def launch(project_dir: Path, command: str, run_dir: Path, log_path: Path, *, en
 
 
 def _copy_output(proc: subprocess.Popen[bytes], log_path: Path) -> None:
-    """The step's output, as it comes, to this process's stdout and the step's log."""
+    """The step's output, as it comes (whole lines, redacted), to this process's stdout and the step's log."""
+    from mlflow_projects.driver_output import copy_redacted
+
     assert proc.stdout is not None
     with log_path.open("ab") as log:
-        for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
-            os.write(1, chunk)
-            log.write(chunk)
-            log.flush()
+        copy_redacted(lambda: proc.stdout.read1(65536), 1, log)  # type: ignore[union-attr]
 
 
 def tell_step(first: Any, run_id: str) -> None:

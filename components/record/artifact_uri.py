@@ -26,7 +26,8 @@ def artifact_uri_problem(artifact_uri: str, store_uri: str) -> str | None:
     The artifact URI comes from the experiment, which anyone who can write the store may have created
     (or renamed and recreated) before the user's first run: it is data, never where credentials or a
     model go on its word. Taken: ``mlflow-artifacts:/`` (the server proxies), an http(s) or
-    ``mlflow-artifacts`` location on the tracking server's own host and port, a path for a local store
+    ``mlflow-artifacts`` location on the tracking server's own host and port (never plain http under an https
+    store: the credentials would go in clear text), a path for a local store
     (sqlite, a directory), and the object stores (``s3://``, ``gs://``, ``wasbs://``, ``abfss://``,
     ``dbfs:``: their own credentials, the store admin's choice). Refused: any other host (those clients
     send the tracking credentials to it), a path named by a remote server (written on this machine:
@@ -50,6 +51,8 @@ def artifact_uri_problem(artifact_uri: str, store_uri: str) -> str | None:
                 return None
             if store_scheme in ("http", "https") and (a.hostname, a.port or _default_port(scheme)) == (
                     s.hostname, s.port or _default_port(store_scheme)):
+                if store_scheme == "https" and scheme == "http":  # the credentials would go in clear text (round 24)
+                    return "an artifact location over plain http on an https tracking server"
                 return None
             return "an artifact location on another host than the tracking server's"
     except ValueError:  # a port that is not a number, an unclosed IPv6 bracket

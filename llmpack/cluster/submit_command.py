@@ -15,6 +15,8 @@ from typing import Any
 import click
 
 from components.errors import InputError, Interrupted
+from components.finetune_pipeline import MAX_STEPS
+from components.redaction import redact_data
 from llmpack.backends import ORCHESTRATORS
 from llmpack.cluster.options import submit_options
 from llmpack.compile.artifacts import shipped_artifact
@@ -81,6 +83,8 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
     own = backend.cluster_path.artifact_option if backend.cluster_path else None  # --package, --workflow, --project
     if own and kw.get(own):  # a compiled artifact of one's own pipeline (compile --pipeline): the backend
         # checks each value against the parameters that artifact declares
+        if max_steps is not None and not 1 <= max_steps <= MAX_STEPS:  # the pack's bound, whatever the file declares
+            raise InputError(f"--max-steps {max_steps}: must be a positive number of steps, at most {MAX_STEPS:,}")
         values: dict[str, Any] = {**raw_params(with_promote(params, no_promote)),
                                   **{k: v for k, v in typed.items() if v is not None}}
     else:
@@ -96,7 +100,7 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
         # the compiled artifact replaces an unset option; --max-cost checks the estimate of the GPU type it asks
         # for, and refuses here, before anything is sent
         submitted = artifact.get(own or "") or kw.get(own or "") or shipped_artifact(orchestrator)
-        planned = plan_record.before_submit(plan_file, max_cost, orchestrator, str(submitted))
+        planned = plan_record.before_submit(plan_file, max_cost, orchestrator, str(submitted), values)
         run = backend.submit(conn, params=values, **{**kw, **artifact})
     summary = run.summary
     try:  # from here on the run exists on the cluster: a failure names it and how to remove it
@@ -114,7 +118,7 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
         fail(f"{orchestrator}: {exc if isinstance(exc, InputError) else f'{type(exc).__name__}: {exc}'}; "
              f"{run.left_behind()}", 1, exc)
     if as_json:
-        click.echo(json.dumps(summary, sort_keys=True, default=str))
+        click.echo(json.dumps(redact_data(summary), sort_keys=True, default=str))  # round 24: URIs whole
     else:
         click.echo(f"{orchestrator}: submitted {summary['pipeline_run']} (run group {summary['run_group']}, "
                    f"server id {summary.get('server_id')})")

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from components.errors import InputError
+from components.redaction import redact_data
 from llmpack.backends import BACKENDS
 from llmpack.ui.options import run_options
 from llmpack.ui.terminal import Command
@@ -119,7 +120,7 @@ def show(result: dict[str, Any], *, as_json: bool, wide: bool) -> None:
     from llmpack.compare.table import compare_table
 
     if as_json:
-        click.echo(json.dumps(result, sort_keys=True, default=str))
+        click.echo(json.dumps(redact_data(result), sort_keys=True, default=str))
     else:
         compare_table(result, wide=wide)
     if result["failed"]:

@@ -191,6 +191,10 @@ def _caveat(result: dict[str, Any], h: Headline, decided: list[Headline]) -> str
         how = f"--repeats {FULL_REPEATS} judges them" if result.get("design") else "more --repeats would judge them"
         parts = ([f"{' and '.join(unjudged)} not judged ({how})"] if unjudged else []) + (
             [f"{' and '.join(undecided)} undecided"] if undecided else [])
+        from llmpack.compare.comparison import untrained
+
+        if untrained(list(result.get("runs", ()))):  # every round ran the pipeline whole: rounds would decide them
+            return f"{'; '.join(parts)} (more --repeats would decide {'it' if len(rest) == 1 else 'them'})"
         return f"{'; '.join(parts)}; start-up is what differs between paths"
     cluster = any(r.get("mode") == "cluster" for r in result.get("runs", ()))
     return ("measured on this cluster with its current load" if cluster else

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from components import settings
+from components.redaction import redact_data
 from components.serving.spread import interval, spread_gate
 
 # The figures whose spread is stated, where every run that succeeded has them: exact match on the
@@ -136,7 +137,8 @@ def run_command(opts: Any, n: int, *, as_json: bool, echo: Callable[[str], None]
     summaries = run_seeds(opts, n, one)
     agg = aggregate(summaries, min_improvement_of(opts))
     if as_json:
-        echo(json.dumps({"spread": agg, "runs": [measured_only(s) for s in summaries]}, sort_keys=True, default=str))
+        echo(json.dumps(redact_data({"spread": agg, "runs": [measured_only(s) for s in summaries]}), sort_keys=True,
+                        default=str))
     else:
         for line in spread_lines(agg):
             echo(line)

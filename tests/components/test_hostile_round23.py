@@ -31,7 +31,7 @@ def test_max_cost_must_be_a_finite_amount() -> None:
 
 def _row(gpu_type: str, cost: float, *, chosen: bool) -> dict:
     return {"path": "argo", "gpu_type": gpu_type, "capacity": "on-demand", "estimated": True, "chosen": chosen,
-            "times_s": {}, "cost_usd": {"total": {"value": cost, "ci": [cost / 2, cost]}}}
+            "times_s": {}, "nodes": 1, "gpus": 1, "cost_usd": {"total": {"value": cost, "ci": [cost / 2, cost]}}}
 
 
 def test_max_cost_checks_the_gpu_type_the_submitted_file_asks_for(tmp_path: Path) -> None:

@@ -92,13 +92,18 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     fusion.check_mode(kwargs["fuse"])
     modes = cmp.parse_variants(variants) or [kwargs["fuse"]]  # the packagings compared: --variants, else --fuse
     labels = [fusion.path_label(b, f) for f in modes for b in names]
-    gpu_type = kwargs.get("gpu_type")
-    if plan_file is not None and gpu_type is None:  # the committed artifacts' GPU type: the one that will run
+    gpu_type, shape = kwargs.get("gpu_type"), None
+    if plan_file is not None:  # the committed artifacts' GPU type and size, unless the flags compile others
         from llmpack.compile.artifacts import shipped_artifact
 
-        gpu_type = plan_record.submitted_gpu_type(str(shipped_artifact(names[0])))
-    planned = plan_record.before_compare(plan_file, max_cost, labels=labels, gpu_type=gpu_type,
-                                         cluster=True)  # --max-cost refuses before the first run
+        shipped = str(shipped_artifact(names[0]))
+        gpu_type = gpu_type or plan_record.submitted_gpu_type(shipped)
+        base_nodes, base_gpus, _, default_steps = plan_record.artifact_shape(shipped, {})
+        nodes = kwargs.get("nodes") or base_nodes or 1
+        per_node = kwargs.get("gpus") or (base_gpus or 0) // (base_nodes or 1)
+        shape = (nodes, nodes * per_node, kwargs.get("max_steps") or default_steps, default_steps)
+    planned = plan_record.before_compare(plan_file, max_cost, labels=labels, gpu_type=gpu_type, cluster=True,
+                                         shape=shape)  # --max-cost refuses before the first run
     costs = parse_control_plane(control_plane, control_plane_file)
     check_control_plane(costs, names)
     cmp.check_baseline(baseline, labels)

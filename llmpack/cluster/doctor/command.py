@@ -27,6 +27,7 @@ from components import settings
 from components.backend import ClusterPath
 from components.doctor_facts import DoctorFlag
 from components.errors import InputError
+from components.redaction import redact_data
 from llmpack.backends import ORCHESTRATORS
 from llmpack.cluster.doctor.sequence import (  # noqa: F401  (re-exported: tests and callers import them here)
     DEFAULT_SHARED_PVC,
@@ -370,7 +371,7 @@ def doctor(paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None
         report = {"ok": all(c.ok for c in checks), "host": redact_text(cluster.host), "paths": list(opts.paths),
                   "checks": [{k: redact_text(v) if isinstance(v, str) else v for k, v in c.as_dict().items()}
                              for c in checks]}
-        click.echo(json.dumps(report, sort_keys=True))
+        click.echo(json.dumps(redact_data(report), sort_keys=True))
     else:
         click.echo(redact_text(render(checks, opts, cluster.host)))
     if not all(c.ok for c in checks):

@@ -150,24 +150,29 @@ def options(func: Callable[..., Any]) -> Callable[..., Any]:
                              "check --max-cost).")(func)
 
 
-def submitted_gpu_type(artifact: str) -> str | None:
-    """The GPU type the compiled artifact about to be submitted asks for: a file's YAML documents (KFP
-    package, Argo Workflow), a directory's ``pipeline.json`` (MLflow project); None when it asks for no GPU
-    or does not say. The row --max-cost checks is this type's, never another one the plan chose."""
+def _compiled(artifact: str) -> Any:
+    """The compiled artifact's documents: a file's YAML (KFP package, Argo Workflow), a directory's
+    ``pipeline.json`` (MLflow project; None without one)."""
     from pathlib import Path
 
     from components import yamltext
-    from components.servers.submission import compiled_facts
 
     where = Path(artifact)
     try:
         if where.is_dir():
             found = where / "pipeline.json"
-            doc = yamltext.load_file(found, f"{artifact}: pipeline.json") if found.is_file() else None
-        else:
-            doc = list(yamltext.load_file(where, artifact, documents=True))
+            return yamltext.load_file(found, f"{artifact}: pipeline.json") if found.is_file() else None
+        return list(yamltext.load_file(where, artifact, documents=True))
     except OSError as exc:
         raise InputError(f"{artifact}: cannot read it ({exc.strerror or exc})") from None
+
+
+def submitted_gpu_type(artifact: str) -> str | None:
+    """The GPU type the compiled artifact about to be submitted asks for; None when it asks for no GPU or does
+    not say. The row --max-cost checks is this type's, never another one the plan chose."""
+    from components.servers.submission import compiled_facts
+
+    doc = _compiled(artifact)
     facts = compiled_facts(doc) if doc is not None else None
     types = sorted({u.gpu_type for u in facts[0] if u.gpus > 0 and u.gpu_type}) if facts else []
     if len(types) > 1:
@@ -175,16 +180,80 @@ def submitted_gpu_type(artifact: str) -> str | None:
     return types[0] if types else None
 
 
-def before_submit(plan_file: str | None, max_cost: float | None, path: str,
-                  artifact: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(plan, row) for ``artifact``, the compiled file about to be submitted on ``path``, refused here by
-    --max-cost; None without --plan. The row is the one of the GPU type the artifact asks for."""
+def _defaults(doc: Any) -> dict[str, Any]:
+    """The compiled parameters' defaults: an MLflow project's ``params``, an Argo Workflow's arguments, a KFP
+    package's root inputs."""
+    docs = doc if isinstance(doc, list) else [doc]
+    for d in docs:
+        if not isinstance(d, dict):
+            continue
+        if isinstance(d.get("params"), list):
+            return {p.get("name"): p.get("default") for p in d["params"] if isinstance(p, dict)}
+        args = ((d.get("spec") or {}).get("arguments") or {}).get("parameters") if d.get("kind") else None
+        if isinstance(args, list):
+            return {p.get("name"): p.get("value") for p in args if isinstance(p, dict)}
+        inputs = (((d.get("root") or {}).get("inputDefinitions") or {}).get("parameters"))
+        if isinstance(inputs, dict):
+            return {k: v.get("defaultValue") for k, v in inputs.items() if isinstance(v, dict)}
+    return {}
+
+
+def _whole(value: Any, what: str) -> int | None:
+    try:
+        return None if value is None else int(float(value))
+    except (TypeError, ValueError):
+        raise InputError(f"--plan: {what} {value!r} is not a whole number") from None
+
+
+def artifact_shape(artifact: str, values: Mapping[str, Any]) -> tuple[int | None, int | None, int | None, int | None]:
+    """(nodes, GPUs in all, max_steps, the compiled max_steps) of ``artifact`` run with ``values``: the compiled gang
+    or ``--param nnodes``, the training step's GPUs; nodes and GPUs None when it trains on none."""
+    from components.record.telemetry import TRAIN_STEP
+    from components.servers.submission import compiled_facts
+
+    doc = _compiled(artifact)
+    facts = compiled_facts(doc) if doc is not None else None
+    train = next((u for u in facts[0] if u.step == TRAIN_STEP and u.gpus > 0), None) if facts else None
+    defaults = _defaults(doc)
+    compiled_steps = _whole(defaults.get("max_steps"), "max_steps")
+    steps = _whole(values.get("max_steps"), "max_steps") or compiled_steps
+    if train is None:
+        return None, None, steps, compiled_steps
+    compiled_nodes = _whole(defaults.get("nnodes"), "nnodes") or 1
+    nodes = _whole(values.get("nnodes"), "nnodes") or compiled_nodes
+    return nodes, nodes * max(1, train.gpus // compiled_nodes), steps, compiled_steps
+
+
+def check_shape(plan: Mapping[str, Any], row: Mapping[str, Any], nodes: int | None, gpus: int | None,
+                steps: int | None, default_steps: int | None) -> None:
+    """Refuse, in one line, a run whose size is not the row's: its nodes and GPUs, and its ``max_steps`` (the
+    plan's ``--max-steps``, else ``default_steps``: the measured runs' training stands for the default).
+    Round 24: a 2-node row's cost passed a run of 64 nodes, or of 10M steps."""
+    label = f"{row['path']} {row['gpu_type']} {row['capacity']}"
+    if nodes is not None and (nodes, gpus) != (row.get("nodes"), row.get("gpus")):
+        raise InputError(f"--plan: the estimate for {label} is for {row.get('nodes')} node(s), {row.get('gpus')} "
+                         f"GPU(s); this run is {nodes} node(s), {gpus} GPU(s); plan it (llmpack cluster plan "
+                         f"--paths {row['path']} --gpu-type {row['gpu_type']} --nodes {nodes} --out DIR); "
+                         "not submitted")
+    planned = _whole((plan.get("inputs") or {}).get("max_steps"), "max_steps")
+    if steps is not None and steps != (planned or default_steps):
+        said = f"{planned:,} steps (its --max-steps)" if planned else "the measured runs' training"
+        raise InputError(f"--plan: the estimate for {label} is for {said}; this run is {steps:,} steps; plan it "
+                         f"(llmpack cluster plan --max-steps {steps} --out DIR); not submitted")
+
+
+def before_submit(plan_file: str | None, max_cost: float | None, path: str, artifact: str,
+                  values: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(plan, row) for ``artifact``, the compiled file about to be submitted on ``path`` with ``values``, refused
+    here by --max-cost; None without --plan. The row is the one of the GPU type the artifact asks for, and
+    the run must be the row's size (:func:`check_shape`)."""
     if plan_file is None:
         if max_cost is not None:
             raise InputError("--max-cost: only with --plan FILE (the estimate it is checked against)")
         return None
     plan = load(plan_file)
     row = row_for(plan, path, submitted_gpu_type(artifact))
+    check_shape(plan, row, *artifact_shape(artifact, values or {}))
     check_max_cost(row, max_cost)
     return plan, row
 
@@ -197,9 +266,10 @@ def after_submit(planned: tuple[dict[str, Any], dict[str, Any]] | None, summary:
 
 
 def before_compare(plan_file: str | None, max_cost: float | None, *, labels: list[str], gpu_type: str | None,
-                   cluster: bool) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
-    """compare --cluster --plan: each path label's (plan, row), every one checked against --max-cost
-    before the first run is submitted; {} without --plan."""
+                   cluster: bool, shape: tuple[int | None, int | None, int | None, int | None] | None = None,
+                   ) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """compare --cluster --plan: each path label's (plan, row), every one checked against --max-cost (and the
+    runs' ``shape``, :func:`check_shape`'s arguments) before the first run is submitted; {} without --plan."""
     if plan_file is None:
         if max_cost is not None:
             raise InputError("--max-cost: only with --plan FILE (the estimate it is checked against)")
@@ -210,6 +280,8 @@ def before_compare(plan_file: str | None, max_cost: float | None, *, labels: lis
     planned = {}
     for label in labels:
         row = row_for(plan, label, gpu_type)
+        if shape is not None:
+            check_shape(plan, row, *shape)
         check_max_cost(row, max_cost)
         planned[label] = (plan, row)
     return planned

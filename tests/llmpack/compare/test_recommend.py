@@ -245,3 +245,23 @@ def test_the_numbers_table_gives_each_cell_its_own_n(tmp_path) -> None:
     assert n > 1 and "(n=" not in cells[next(c for c in cols if c.startswith("time to first step"))]
     assert cells[next(c for c in cols if c.startswith("total"))].endswith("(n=1)")
     assert "or the n a cell gives" in md and "or the n a cell gives" in html and "(n=1)</td>" in html
+
+
+def test_a_pipeline_without_training_is_not_told_start_up_is_what_differs() -> None:
+    """Trial 7: a compare of a pipeline without finetune (every round whole) said `caveat: total undecided;
+    start-up is what differs between paths`, the stock line of the shipped pipeline's design."""
+    from llmpack.compare.comparison import HEADLINES
+
+    verdicts = {"spinup_s": {"direct": {"verdict": "baseline", "n": 4, "value": 0.3},
+                             "argo": {"verdict": "equivalent", "n": 4, "rounds": 4, "delta": 0.01, "value": 0.31,
+                                      "margin": 0.1, "ci": [-0.02, 0.03], "confidence": 0.95}},
+                "total_s": {"direct": {"verdict": "baseline", "n": 4, "value": 2.0},
+                            "argo": {"verdict": "undecided", "n": 4, "rounds": 4, "delta": 0.4, "value": 2.4,
+                                     "rounds_to_decide": 6}}}
+    assert {"spinup_s", "total_s"} <= {h.metric for h in HEADLINES}
+    runs = [{"orchestrator": p, "status": "succeeded", "metrics": {"spinup_s": 0.3, "total_s": 2.0}, "tags": {}}
+            for p in ("direct", "argo")]
+    rec = recommend({"backends": ["direct", "argo"], "baseline": "direct", "runs": runs, "verdicts": verdicts,
+                     "repeats": 4, "argv": ["--repeats", "4"]})
+    assert rec.text.startswith("use direct or any: argo equivalent to direct on spin-up"), rec.text
+    assert rec.caveat == "total undecided (more --repeats would decide it)", rec.caveat

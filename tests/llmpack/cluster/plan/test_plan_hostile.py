@@ -18,7 +18,7 @@ from llmpack.cluster.plan import choice
 
 def _plan(cost: Any = None, **row: Any) -> dict[str, Any]:
     option = {"path": "argo", "gpu_type": "nvidia-h100-80gb", "capacity": "on-demand", "estimated": True,
-              "chosen": True, "times_s": {},
+              "chosen": True, "times_s": {}, "nodes": 1, "gpus": 1,
               "cost_usd": {"total": cost if cost is not None else {"value": 2.0, "ci": [1.0, 3.0]}}}
     return {"options": [{**option, **row}], "history_runs": 3}
 

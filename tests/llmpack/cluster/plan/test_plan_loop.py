@@ -28,7 +28,8 @@ TODAY = dt.date(2026, 12, 5)
 def plan_json() -> dict:
     samples = samples_of_runs(make_history({("argo", "nvidia-h200"): {"provision": (20.0, 40.0), "price": 7.9},
                                             ("kfp", "nvidia-h200"): {"provision": (20.0, 40.0), "price": 7.9}}))
-    return run.plan(samples, run.PlanInputs(capacities=("on-demand",)), today=TODAY).as_json()
+    # one node: the size `cluster submit` of the committed artifacts (or compiled for --gpu-type) runs
+    return run.plan(samples, run.PlanInputs(capacities=("on-demand",), nodes=1), today=TODAY).as_json()
 
 
 def _file(tmp_path: Path, data: dict) -> str:
