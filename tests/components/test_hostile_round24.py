@@ -1,5 +1,4 @@
-"""The twenty-fourth independent round's findings (helper sec24, issue 46). Each test is one finding and FAILS on
-the code it was written against (d4d08d4): it reproduces the finding, it does not fix it.
+"""The twenty-fourth independent round's findings (helper-52, issue 46); each test failed on d4d08d4, before the fix.
 
 F1 (medium): ``cluster submit --plan --max-cost`` checks the row of the submitted file's GPU type, but not its size:
     a Workflow compiled for 2 nodes run with ``--param nnodes=64`` and ``--max-steps 10,000,000`` (or a file compiled
