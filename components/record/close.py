@@ -157,7 +157,7 @@ def summarize(
     steps = telemetry.group_by_step(records)
     metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=finished_at)
     if untrained and telemetry.TRAIN_STEP not in steps:  # spin-up: its first step's start (its first pod)
-        starts = [s.first_start for s in steps.values() if s.first_start is not None]
+        starts = [s.first_process_start for s in steps.values() if s.first_process_start is not None]
         metrics["spinup_s"] = telemetry.since_submit(min(starts), ctx.submitted_at) if starts else None
     if ctx.submitted_at <= 0:  # nothing to measure from: better no number than one from 1970
         for key in ("spinup_s", "time_to_first_step_s", "total_s", "pipeline_overhead_s"):

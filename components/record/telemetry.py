@@ -290,8 +290,16 @@ class StepTimes:
 
     @property
     def first_start(self) -> float | None:
-        """The first attempt's start: the orchestrator's spin-up, whatever the step did after."""
+        """The first attempt's start (its container's on a cluster, else its process's): billing's."""
         return next((a.start for a in self.all_attempts if a.start is not None), None)
+
+    @property
+    def first_process_start(self) -> float | None:
+        """The first attempt's process start, else :attr:`first_start`: spin-up's end on every path, so that a
+        pod running the steps before this one (the MLflow Job, a fused pod) counts them as separate pods do
+        (issue 51's check: the container start left them out on one path only)."""
+        return next((a.events["process_started"] for a in self.all_attempts if "process_started" in a.events),
+                    self.first_start)
 
     @property
     def compute_s(self) -> float | None:
@@ -356,7 +364,7 @@ def derive_metrics(
     total = _sub(end, submitted_at)
     computes = [c for c in (s.total_compute_s for s in steps.values()) if c is not None]
     return {
-        "spinup_s": since_submit(train.first_start, submitted_at),
+        "spinup_s": since_submit(train.first_process_start, submitted_at),
         "time_to_first_step_s": _sub(train.get("first_step"), submitted_at),
         "queue_s": _sub(train.get("pod_scheduled"), train.get("pod_created")),
         "provision_s": _sub(train.get("node_ready"), train.get("pod_created")),

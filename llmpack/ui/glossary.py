@@ -35,14 +35,15 @@ GROUPS = (
 TERMS: tuple[Term, ...] = (
     # ------------------------------------------------------------------ time
     Term(key="spinup", name="spin-up", metric="spinup_s",
-         short="submit → training step's process (local) or container (cluster) start",
-         detail="First attempt. What the orchestrator costs before training can begin: scheduling, pod creation, "
-                "image pull, the hand-overs of the steps before finetune. A pipeline without a finetune step: "
-                "its first step's start (its first pod)."),
+         short="submit → the training step's process start (first attempt)",
+         detail="What the orchestrator costs before training can begin: scheduling, pod creation, image pull, the "
+                "steps before finetune and their hand-overs, on every path alike (a pod that runs those steps "
+                "first, the MLflow Job's or a fused one, counts them as separate pods do). A pipeline without a "
+                "finetune step: its first step's process start."),
     Term(key="spinup_first", name="spin-up (no finetune)", metric="spinup_s",
          short="submit → first step's process or pod start",
-         detail="Spin-up of a pipeline of your own without a finetune step: its first step's start, locally its "
-                "process, on a cluster its container (docs/your-pipeline.md)."),
+         detail="Spin-up of a pipeline of your own without a finetune step: its first step's process start "
+                "(docs/your-pipeline.md)."),
     Term(key="time_to_first_step", name="time to first step", metric="time_to_first_step_s",
          short="submit → first optimizer step done",
          detail="Spin-up, imports, model load and one step: how long until the GPUs do useful work."),

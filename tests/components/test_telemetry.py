@@ -42,12 +42,16 @@ def test_derived_metrics_from_fixed_timestamps() -> None:
     assert (m["train_s"], m["tokens_per_s"], m["eval_loss"], m["base_eval_loss"]) == (20.0, 500.0, 2.0, 3.0)
 
 
-def test_cluster_events_take_precedence_for_spinup() -> None:
+def test_spinup_is_the_training_process_start_on_a_cluster_too() -> None:
+    """Issue 51's check: spin-up from the container start left out the steps an MLflow Job's (or a fused) pod runs
+    before finetune, which separate pods count; one end on every path, the pod phases beside it."""
     recs = records() + [make_record(CTX, "event", "finetune", n, v) for n, v in
                         (("pod_created", 1002.0), ("pod_scheduled", 1002.5), ("node_ready", 1004.0),
                          ("container_started", 1005.0))]
     m = telemetry.derive_metrics(telemetry.group_by_step(recs), submitted_at=1000.0)
-    assert m["spinup_s"] == 5.0
+    assert m["spinup_s"] == 6.0  # finetune's process start, not its container's (1005.0)
+    no_process = [r for r in recs if not (r.step == "finetune" and r.name == "process_started")]
+    assert telemetry.derive_metrics(telemetry.group_by_step(no_process), submitted_at=1000.0)["spinup_s"] == 5.0
     assert m["queue_s"] == 0.5
     assert m["provision_s"] == 2.0
     assert m["total_s"] == 35.0  # no client finish time: the last step's finish

@@ -13,8 +13,10 @@
 #   LLMPACK_CLUSTER_DIR    state directory (default <repo>/build/cluster)
 #   LLMPACK_CLUSTER_NODES  node-group JSON (default tools/cluster/nodes.json; see nodes.py)
 #   LLMPACK_KWOK_POD_DELAY_MS   kwok's base delay of each pod stage (default 1000; kwok's own);
-#                          one pod sets its own with the annotation <stage>.stage.kwok.x-k8s.io/delay
-#   LLMPACK_KWOK_POD_JITTER_MS  the stages' random extra delay, at most (default 0: repeatable)
+#                          one pod sets its own with both annotations <stage>.stage.kwok.x-k8s.io/delay and
+#                          .../jitter-delay (kwok reads the jitter as the delay's upper bound: give jitter-delay >= delay)
+#   LLMPACK_KWOK_POD_JITTER_MS  the stages' random extra delay, at most (default 0: repeatable); each stage
+#                          waits DELAY + uniform(0, JITTER) (kwok's jitterDurationMilliseconds is written DELAY+JITTER)
 #   LLMPACK_CLUSTER_API_QPS  the controller-manager's and scheduler's client rate (queries/s; burst
 #                          twice that), for scale runs (default: theirs, 20 and 50)
 #   LLMPACK_CLUSTER_WATCH_CACHE  0: the API server serves watches from etcd, not its watch cache
@@ -153,14 +155,15 @@ kwok_dir="$(cd "$here" && GOFLAGS=-mod=readonly "${GO:-$(command -v go || echo /
         echo "---"
         cat "$f"
     done
-    # kwok's general pod stages (each waits 1 s plus up to 5 s of jitter: both settable here) and
+    # kwok's general pod stages (each waits DELAY + uniform(0, JITTER): kwok's jitter is the delay's upper bound, so
+    # its jitterDurationMilliseconds is DELAY+JITTER; a jitter at or below the delay would replace the delay) and
     # its chaos stage that fails the containers of a pod labelled
     # pod-container-running-failed.stage.kwok.x-k8s.io=true (exit code by annotation)
     for f in "$kwok_dir"/kustomize/stage/pod/general/pod-*.yaml \
              "$kwok_dir"/kustomize/stage/pod/chaos/pod-container-running-failed.yaml; do
         echo "---"
         sed -E -e "s/^    durationMilliseconds: [0-9]+$/    durationMilliseconds: $delay_ms/" \
-            -e "s/^    jitterDurationMilliseconds: [0-9]+$/    jitterDurationMilliseconds: $jitter_ms/" "$f"
+            -e "s/^    jitterDurationMilliseconds: [0-9]+$/    jitterDurationMilliseconds: $((delay_ms + jitter_ms))/" "$f"
     done
 } >"$state/kwok.yaml"
 

@@ -92,7 +92,7 @@ def test_compare_cluster_measures_every_path_with_the_cluster_phases(fake: Loopb
 
         assert m["queue_s"] == pytest.approx(pod["scheduled"] - pod["created"], abs=0.01)
         assert m["provision_s"] == pytest.approx(pod["node_ready"] - pod["created"], abs=0.01)
-        assert m["spinup_s"] == pytest.approx(pod["started"] - t0, abs=0.01)
+        assert m["spinup_s"] == pytest.approx(ev["process_started"] - t0, abs=0.01)  # the training process starts
         assert m["time_to_first_step_s"] == pytest.approx(script.events["finetune"]["first_step"] - t0, abs=0.01)
         last = max([p["finished"] for p in script.pods.values()] + [d["finished"] for d in script.drivers])
         assert m["total_s"] == pytest.approx(last - t0, abs=0.01)
