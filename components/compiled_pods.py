@@ -1,6 +1,6 @@
 """The pods a compiled artifact asks for, as ``llmpack cluster doctor``'s Pod Security check reads them.
 
-Each backend reads its own artifact's shape (:meth:`components.backend.Backend.compiled_pods`);
+Each backend reads its own artifact's shape (:attr:`components.doctor_facts.DoctorFacts.compiled_pods`);
 what they share is here: the security-relevant fields of one pod (:class:`PodSpec`) and every
 pod spec found inside a document (:func:`pod_specs_in`), which is also how a backend's artifact
 of no known shape, and the TrainJob's, are read (docs/first-run-on-a-cluster.md).

@@ -1,6 +1,7 @@
-"""What ``llmpack cluster doctor`` knows of a cluster backend, declared on its :class:`~components.backend.Backend`
-(``doctor``, ``doctor_checks``): the RBAC its submission needs, its server's version probe, its own options, and
-the checklist line every check returns. Part of the backend contract (docs/internals/architecture.md).
+"""What ``llmpack cluster doctor`` knows of a cluster backend, declared in its optional second module (``DOCTOR``)
+or on its :class:`~components.backend.Backend` (``doctor``): the RBAC its submission needs, its server's version
+probe, its own options, and the checklist line every check returns. Part of the backend contract
+(docs/internals/architecture.md).
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ class DoctorFlag:
 
     @property
     def dest(self) -> str:
-        """The keyword click gives it, and its key in the values
-        :meth:`~components.backend.Backend.doctor_checks` is given."""
+        """The keyword click gives it, and its key in the values the backend's :attr:`DoctorFacts.checks` is given."""
         return self.flag.lstrip("-").replace("-", "_")
 
 

@@ -116,10 +116,10 @@ class TaskBuilder:
 
     def add(self, step_: Step, kwargs: dict[str, Any]) -> Task:
         name = step_.name
-        n = 2
-        while name in self.tasks:
-            name = f"{step_.name}-{n}"
-            n += 1
+        if name in self.tasks:  # trial 8: the second use's events and metrics overwrote the first's in the record
+            raise PipelineValidationError(f"step {name!r} is called twice in the pipeline: a run's record keys each "
+                                          "step's events and metrics by its name, so each use needs a step of its "
+                                          "own (a second @step with another name=)")
         task = Task(name=name, step=step_, arguments=dict(kwargs))
         self.tasks[name] = task
         return task

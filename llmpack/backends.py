@@ -43,6 +43,9 @@ class Entry:
         backend = getattr(importlib.import_module(self.module), self.attr)
         if not isinstance(backend, Backend) or backend.name != self.name:
             raise InputError(f"backend {self.name!r}: {self.module}:{self.attr} is not its components.backend.Backend")
+        if self.cluster and (backend.connection_type is None or backend.cluster_path is None):
+            raise InputError(f"backend {self.name!r}: registered +cluster, but {self.module}:{self.attr} declares no "
+                             "connection_type and cluster_path (components.backend.ClusterPath: what submit sends)")
         return backend
 
 
@@ -115,8 +118,12 @@ def _recognisers() -> tuple[tuple[str, Callable[[Mapping[str, Any]], bool]], ...
 
 @functools.cache
 def pod_marks(name: str | None) -> PodMarks:
-    """Cluster backend ``name``'s own marks on its pods; none for any other name (``unknown``)."""
-    return backend(name).pod_marks if name in ORCHESTRATORS else PodMarks()
+    """Cluster backend ``name``'s own marks on its pods: ``POD_MARKS`` of its optional second module, else those its
+    Backend declares; none for any other name (``unknown``)."""
+    if name not in ORCHESTRATORS:
+        return PodMarks()
+    marks = getattr(_second_module(name), "POD_MARKS", None)
+    return marks if isinstance(marks, PodMarks) else backend(name).pod_marks
 
 
 @functools.cache
@@ -140,19 +147,27 @@ def run_id_selectors() -> tuple[tuple[str, str], ...]:
     return tuple((m.unlabelled_selector, m.run_labels[0]) for m in marks if m.unlabelled_selector and m.run_labels)
 
 
-@functools.cache
-def doctor_facts(name: str) -> DoctorFacts:
-    """Cluster backend ``name``'s doctor facts: ``DOCTOR`` of its optional second module, ``<its package>.doctor``,
-    imported here only when the lab asks (``llmpack cluster doctor``); else those its Backend declares."""
+def _second_module(name: str) -> types.ModuleType | None:
+    """Cluster backend ``name``'s optional second module, ``<its package>.doctor``: its lab facts (``DOCTOR``,
+    ``POD_MARKS``), imported only when the lab asks; None when it has none (or is a module outside a package)."""
     entry = BACKENDS[cluster_submitter(name).name]
-    module = f"{entry.module.rpartition('.')[0]}.doctor"
+    package = entry.module.rpartition(".")[0]
+    if not package:  # a top-level module: no package to hold a second module
+        return None
+    module = f"{package}.doctor"
     try:
-        found = importlib.import_module(module)
+        return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name != module:
             raise
-        return backend(name).doctor
-    facts = getattr(found, "DOCTOR", None)
+        return None
+
+
+@functools.cache
+def doctor_facts(name: str) -> DoctorFacts:
+    """Cluster backend ``name``'s doctor facts: ``DOCTOR`` of its optional second module (:func:`_second_module`,
+    loaded when ``llmpack cluster doctor`` asks); else those its Backend declares."""
+    facts = getattr(_second_module(name), "DOCTOR", None)
     return facts if isinstance(facts, DoctorFacts) else backend(name).doctor
 
 

@@ -58,9 +58,11 @@ def copy_redacted(read: Callable[[], bytes], out_fd: int, log: IO[bytes]) -> Non
     while chunk := read():
         pending += chunk
         cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
-        if cut < 0 and len(pending) < 65536:
+        if cut < 0 and len(pending) < LINE_LIMIT:
             continue
-        done, pending = (pending[:cut + 1], pending[cut + 1:]) if cut >= 0 else (pending, b"")
+        if cut < 0:  # a line with no end yet: cut where no secret can straddle the cut (round 25)
+            cut = safe_cut(pending, known)
+        done, pending = pending[:cut + 1], pending[cut + 1:]
         out = redacted_lines(done, known)
         os.write(out_fd, out)
         log.write(out)
@@ -70,6 +72,27 @@ def copy_redacted(read: Callable[[], bytes], out_fd: int, log: IO[bytes]) -> Non
         os.write(out_fd, out)
         log.write(out)
         log.flush()
+
+
+LINE_LIMIT = 65536  # a line longer than this goes out in pieces
+
+
+def safe_cut(data: bytes, secrets: set[str]) -> int:
+    """The index of the last byte of ``data`` (no line end in it) to send now: after its last space or tab in the
+    second half, else where no known secret's beginning is left at the end and no UTF-8 character is split."""
+    space = max(data.rfind(b" "), data.rfind(b"\t"))
+    if space >= len(data) // 2:
+        return space
+    end = len(data)
+    for secret in secrets:  # hold back the longest tail that begins a known secret (it may end in the next read)
+        raw = secret.encode("utf-8", errors="ignore")
+        for k in range(min(len(raw) - 1, end), 0, -1):
+            if data.endswith(raw[:k], 0, len(data)):
+                end = min(end, len(data) - k)
+                break
+    while 0 < end < len(data) and data[end] & 0xC0 == 0x80:  # never inside a UTF-8 character
+        end -= 1
+    return max(end, 1) - 1
 
 
 def redacted_lines(data: bytes, secrets: set[str]) -> bytes:

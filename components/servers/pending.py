@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from components.redaction import printable
 from components.servers.remote import one_line
 
 LIST_LIMIT = 20  # pods read: a run's are few
@@ -38,5 +39,6 @@ def pending_reason(api_client: Any, namespace: str, selector: str, secrets: Iter
         why = why or next((f"{s.state.waiting.reason}: {s.state.waiting.message or ''}".rstrip(": ")
                            for s in status.container_statuses or []
                            if s.state and s.state.waiting and s.state.waiting.reason), None)
-        return f"pod {pod.metadata.name} is Pending" + (f": {one_line(why, tuple(secrets))}" if why else "")
+        said = printable(one_line(why, tuple(secrets)), 300) if why else ""  # a stranger's text: redacted, no escapes
+        return f"pod {printable(str(pod.metadata.name), 80)} is Pending" + (f": {said}" if said else "")
     return None

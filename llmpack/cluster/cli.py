@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from components.redaction import redact_data
 from llmpack.cluster.compare.command import compare
 from llmpack.cluster.doctor.command import doctor
 from llmpack.cluster.plan.command import plan as plan_command
@@ -73,7 +74,7 @@ def timeline(pods: str, nodes: str | None, events: str | None, run_group: str | 
 
     runs = parse_pairs(run_ids, "--run-id", "RUN_ID=PIPELINE_RUN")
     rows = timeline_from_files(pods, nodes=nodes, events=events, run_group=run_group, runs=runs or None)
-    echo_out(json.dumps(rows, indent=2, sort_keys=True) if as_json else format_table(rows))
+    echo_out(json.dumps(redact_data(rows), indent=2, sort_keys=True) if as_json else format_table(rows))
 
 
 cluster.add_command(submit)  # one subcommand per cluster backend: llmpack.cluster.submit_command

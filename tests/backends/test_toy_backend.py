@@ -202,3 +202,41 @@ def test_no_module_outside_the_toy_folder_names_it() -> None:
     shared = [name for name in ("pyproject.toml", "Makefile", "Dockerfile", ".ci/run") if (REPO / name).exists()
               and names.search((REPO / name).read_text(encoding="utf-8"))]
     assert not named and not shared, named + shared
+
+
+def test_a_plugins_second_module_carries_its_pod_marks_and_a_bad_registration_is_one_line(tmp_path: Path) -> None:
+    """Issue 47's check (helper-56): pod marks could not go in the lab's second module; a `+cluster` backend without
+    a cluster path was a KeyError in `cluster submit`; a top-level module crashed every cluster command."""
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "plug"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "backend.py").write_text(
+        "from components.backend import Backend, ClusterPath, ServerConnection\n"
+        "class Plug(Backend):\n    name = 'plug'\n    connection_type = ServerConnection\n"
+        "    cluster_path = ClusterPath(name='plug', artifact_option='job_path', artifact_path='plug/job.json',\n"
+        "                               submit_options=(), wait_options=())\n"
+        "BACKEND = Plug()\n"
+        "class Bare(Backend):\n    name = 'bare'\n    connection_type = ServerConnection\n"
+        "BARE = Bare()\n")
+    (pkg / "doctor.py").write_text("from components.backend import PodMarks\n"
+                                   "POD_MARKS = PodMarks(run_labels=('plug.example/run',))\n")
+    (tmp_path / "lonely.py").write_text("from plug.backend import Plug\nBACKEND = Plug()\n")
+    code = ("from llmpack import backends as b\n"
+            "print(b.pod_marks('plug').run_labels, b.doctor_facts('plug').pod_artifact)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]),
+           "LLMPACK_BACKENDS": "plug+cluster=plug.backend"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "('plug.example/run',) None", done.stdout + done.stderr
+    for registered, says in (("bare+cluster=plug.backend:BARE", "declares no connection_type and cluster_path"),
+                             ("plug+cluster=lonely", None)):
+        run = subprocess.run([sys.executable, "-m", "llmpack", "cluster", "doctor", "--path", registered.split("+")[0],
+                              "--help"], env={**env, "LLMPACK_BACKENDS": registered}, capture_output=True, text=True,
+                             timeout=120)
+        assert "Traceback" not in run.stderr, run.stderr
+        if says:
+            assert run.returncode == 2 and says in run.stderr.strip().splitlines()[-1], run.stderr
+        else:
+            assert run.returncode == 0, run.stderr

@@ -196,3 +196,24 @@ def test_import_components_is_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]", f"heavy modules imported by `import components`: {out[0]}"
+
+
+def test_a_step_called_twice_is_one_line_not_a_record_that_loses_a_task() -> None:
+    """Trial 8: a step used twice ran as `count-rows` and `count-rows-2`, but the record keys events and metrics by
+    the step's name: the second use's metrics were filed under the first, the first's lost."""
+    import pytest as _pytest
+
+    from components.dsl import pipeline, step
+    from components.errors import PipelineValidationError
+
+    @step(name="count-rows-t8")
+    def count(out: Output[Dataset], min_len: int = 0) -> None:
+        """Count."""
+
+    @pipeline(name="twice-t8")
+    def twice() -> None:
+        count()
+        count(min_len=20)
+
+    with _pytest.raises(PipelineValidationError, match=r"^step 'count-rows-t8' is called twice in the pipeline"):
+        twice()

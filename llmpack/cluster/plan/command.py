@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from components.errors import InputError
+from components.redaction import redact_data
 from llmpack.ui.terminal import command
 
 
@@ -167,7 +168,7 @@ def plan(run_groups: tuple[str, ...], tracking_uri: str | None, pods: str | None
         from llmpack.cluster.plan import calibration as cal
 
         report = cal.calibration(run.read_history(run_groups, tracking_uri, note, (pods, nodes_dump, events)))
-        click.echo(json.dumps(report, indent=2) if as_json else cal.text(report))
+        click.echo(json.dumps(redact_data(report), indent=2) if as_json else cal.text(report))
         return
     if price_per_gpu_hour is not None:
         from components.record.cost import parse_price
@@ -190,7 +191,7 @@ def plan(run_groups: tuple[str, ...], tracking_uri: str | None, pods: str | None
     result = run.plan(run.read_history(run_groups, tracking_uri, note, (pods, nodes_dump, events)), inputs)
     payload = result.as_json()
     written = write_out(out, payload, result) if out is not None else []
-    click.echo(json.dumps(payload, indent=2) if as_json else result.text())
+    click.echo(json.dumps(redact_data(payload), indent=2) if as_json else result.text())
     for path in written:
         if not as_json:
             click.echo(f"wrote {path}")

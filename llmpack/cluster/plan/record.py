@@ -10,6 +10,7 @@ A tag holds ``value,low,high`` (seconds or USD); the headline keys are
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -199,38 +200,64 @@ def _defaults(doc: Any) -> dict[str, Any]:
 
 
 def _whole(value: Any, what: str) -> int | None:
+    """A count (nodes, steps) as a whole number >= 1; None when not given; one line otherwise (``inf``, ``2.9``,
+    ``true``, a 400-digit number: round 25)."""
+    if value is None or value == "":
+        return None
     try:
-        return None if value is None else int(float(value))
-    except (TypeError, ValueError):
-        raise InputError(f"--plan: {what} {value!r} is not a whole number") from None
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value)
+        if not (math.isfinite(number) and number.is_integer() and 1 <= number <= 10**9):
+            raise ValueError
+        return int(number)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"--plan: {what} {str(value)[:40]!r} is not a whole number from 1 to 10^9; "
+                         "not submitted") from None
 
 
-def artifact_shape(artifact: str, values: Mapping[str, Any]) -> tuple[int | None, int | None, int | None, int | None]:
-    """(nodes, GPUs in all, max_steps, the compiled max_steps) of ``artifact`` run with ``values``: the compiled gang
-    or ``--param nnodes``, the training step's GPUs; nodes and GPUs None when it trains on none."""
+def _gang_spec(values: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``trainjob`` parameter's gang spec (given, else compiled), parsed; {} when none."""
+    text = values.get("trainjob", defaults.get("trainjob"))
+    try:
+        spec = json.loads(text) if isinstance(text, str) and text.strip() else {}
+    except ValueError:
+        raise InputError("--plan: the trainjob parameter is not a gang spec (JSON); not submitted") from None
+    return spec if isinstance(spec, dict) else {}
+
+
+def artifact_shape(artifact: str, values: Mapping[str, Any]) -> tuple[int, int, int | None, int | None]:
+    """(nodes, GPUs in all, max_steps, the compiled max_steps) of ``artifact`` run with ``values``: the gang spec
+    (``trainjob``) or the closing task's ``--uses`` for the GPUs a node, ``nnodes`` for the nodes. A file that does
+    not say what its training step holds is one line: a run of unknown size is never checked as fitting."""
     from components.record.telemetry import TRAIN_STEP
     from components.servers.submission import compiled_facts
 
     doc = _compiled(artifact)
     facts = compiled_facts(doc) if doc is not None else None
     train = next((u for u in facts[0] if u.step == TRAIN_STEP and u.gpus > 0), None) if facts else None
+    if train is None:
+        raise InputError(f"--plan: {artifact} does not say what its training step holds (no finetune GPUs in its "
+                         "closing task's --uses or pipeline.json): the plan cannot be checked against it; not "
+                         "submitted")
     defaults = _defaults(doc)
     compiled_steps = _whole(defaults.get("max_steps"), "max_steps")
     steps = _whole(values.get("max_steps"), "max_steps") or compiled_steps
-    if train is None:
-        return None, None, steps, compiled_steps
     compiled_nodes = _whole(defaults.get("nnodes"), "nnodes") or 1
     nodes = _whole(values.get("nnodes"), "nnodes") or compiled_nodes
-    return nodes, nodes * max(1, train.gpus // compiled_nodes), steps, compiled_steps
+    per_node = _gang_spec(values, defaults).get("gpus_per_node")
+    if not (isinstance(per_node, int) and not isinstance(per_node, bool) and per_node >= 1):
+        per_node = max(1, train.gpus // compiled_nodes)
+    return nodes, nodes * per_node, steps, compiled_steps
 
 
-def check_shape(plan: Mapping[str, Any], row: Mapping[str, Any], nodes: int | None, gpus: int | None,
+def check_shape(plan: Mapping[str, Any], row: Mapping[str, Any], nodes: int, gpus: int,
                 steps: int | None, default_steps: int | None) -> None:
     """Refuse, in one line, a run whose size is not the row's: its nodes and GPUs, and its ``max_steps`` (the
     plan's ``--max-steps``, else ``default_steps``: the measured runs' training stands for the default).
     Round 24: a 2-node row's cost passed a run of 64 nodes, or of 10M steps."""
     label = f"{row['path']} {row['gpu_type']} {row['capacity']}"
-    if nodes is not None and (nodes, gpus) != (row.get("nodes"), row.get("gpus")):
+    if (nodes, gpus) != (row.get("nodes"), row.get("gpus")):
         raise InputError(f"--plan: the estimate for {label} is for {row.get('nodes')} node(s), {row.get('gpus')} "
                          f"GPU(s); this run is {nodes} node(s), {gpus} GPU(s); plan it (llmpack cluster plan "
                          f"--paths {row['path']} --gpu-type {row['gpu_type']} --nodes {nodes} --out DIR); "
@@ -252,8 +279,10 @@ def before_submit(plan_file: str | None, max_cost: float | None, path: str, arti
             raise InputError("--max-cost: only with --plan FILE (the estimate it is checked against)")
         return None
     plan = load(plan_file)
-    row = row_for(plan, path, submitted_gpu_type(artifact))
-    check_shape(plan, row, *artifact_shape(artifact, values or {}))
+    shape = artifact_shape(artifact, values or {})  # first: a file that does not say its size is refused
+    gpu_type = _gang_spec(values or {}, _defaults(_compiled(artifact))).get("gpu_type") or submitted_gpu_type(artifact)
+    row = row_for(plan, path, gpu_type)
+    check_shape(plan, row, *shape)
     check_max_cost(row, max_cost)
     return plan, row
 

@@ -118,6 +118,8 @@ def test_margin_spellings_and_refusals() -> None:
     assert m["spinup"].of(100.0) == 0.5 and m["ttfs"].of(7.0) == pytest.approx(0.7) and m["cost"].of(1.0) == 0.001
     assert parse_margins("1s")["cost"] == parse_margins(None)["cost"]  # seconds do not apply to dollars
     assert parse_margins(None)["ttfs"].of(1.0) == 0.5  # the default's floor for times
+    # trial 8: `--margin 50%` (the wider margin `to decide:` suggests) dropped that floor: 0.32 s for a 0.64 s spin-up
+    assert parse_margins("50%")["spinup"].of(0.64) == 0.5 and parse_margins("50%")["cost"].of(0.02) == 0.01
     for bad, why in [("speed=1s", "not a headline"), ("cost=1s", "dollars"), ("150%", "below 100%"),
                      ("abc", "expected")]:
         with pytest.raises(InputError, match=why):

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from components.errors import InputError
+from components.redaction import redact_data
 from llmpack.ui.terminal import command
 
 DEFAULT_NODES = "1,2,4,8,16,32"
@@ -127,7 +128,7 @@ def project(run_groups: tuple[str, ...], tracking_uri: str | None, pods: str | N
     else:
         result.pop("_projections")
         written = []
-    click.echo(json.dumps(result, indent=2) if as_json else text)
+    click.echo(json.dumps(redact_data(result), indent=2) if as_json else text)
     for path in written:
         if not as_json:
             click.echo(f"wrote {path}")
