@@ -188,6 +188,16 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
     # the pipeline's own signature gives every value the user did not type (docs/your-pipeline.md)
     opts = RunOptions(**{**kwargs, **run_values(kwargs["pipeline"], typed_values(OWN_FLAGS, kwargs), params)})
     prepare(opts)  # data, model, price: refused before MLflow's slow import (compare() checks every path again)
+    if variants:  # each packaging fusable, said as typed (trial 8: a `--fuse gpu` line for `--variants fuse-gpu`)
+        from llmpack.run.user_pipeline import load_pipeline
+
+        pipe = load_pipeline(kwargs["pipeline"])
+        for mode in modes:
+            try:
+                fusion.fuse(pipe, mode)
+            except InputError as exc:
+                raise InputError(str(exc).replace(f"--fuse {mode}:", f"--variants fuse-{mode}:", 1)
+                                 .replace("drop --fuse", f"drop fuse-{mode} from --variants")) from None
     if margin and kwargs.get("pipeline") and "ttfs=" in margin.replace(" ", ""):
         from components.record.telemetry import TRAIN_STEP
         from llmpack.run.user_pipeline import load_pipeline

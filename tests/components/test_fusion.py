@@ -285,6 +285,16 @@ def test_the_custom_pipeline_has_no_gpu_steps_to_fuse_so_fuse_gpu_is_refused():
 
     with pytest.raises(InputError, match="no two consecutive GPU steps"):
         fusion.fuse(with_report(), "gpu")
+    import subprocess
+    import sys
+
+    # trial 8: asked for in --variants, the refusal names --variants, not a --fuse the user did not type
+    done = subprocess.run([sys.executable, "-m", "llmpack", "compare", "--pipeline", "examples.custom_step:with_report",
+                           "--variants", "default,fuse-gpu"], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parents[2])
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
+        "llmpack: error: --variants fuse-gpu: pipeline 'finetune-with-report' has no two consecutive GPU steps to "
+        "fuse (it would run unfused); drop fuse-gpu from --variants"), done.stderr
 
 
 @pytest.mark.slow

@@ -155,9 +155,36 @@ def binding_mode(cluster: ClusterReader, pvc: dict[str, object]) -> str | None:
     return None if found is None else str(found.get("volumeBindingMode") or "Immediate")
 
 
+def _available_pv(cluster: ClusterReader, pvc: dict[str, object]) -> str | None:
+    """The name of an Available PersistentVolume that would bind ``pvc`` (its class and access modes, not claimed
+    by another; its capacity is the binder's to judge); None when none (or the volumes cannot be read)."""
+    spec: dict = pvc.get("spec") or {}  # type: ignore[assignment]
+    want_class, want_modes = spec.get("storageClassName"), set(spec.get("accessModes") or ())
+    try:
+        volumes = cluster.everywhere("", "v1", "persistentvolumes")
+    except (Missing, Unanswered):
+        return None
+    for pv in volumes:
+        pv_spec, meta = pv.get("spec") or {}, pv.get("metadata") or {}
+        ref = pv_spec.get("claimRef") or {}
+        if (pv.get("status") or {}).get("phase") != "Available" or (ref and ref.get("name") != (
+                pvc.get("metadata") or {}).get("name")):  # type: ignore[union-attr]
+            continue
+        if (pv_spec.get("storageClassName") or "") != (want_class or "") or not want_modes <= set(
+                pv_spec.get("accessModes") or ()):
+            continue
+        return str(meta.get("name"))
+    return None
+
+
 def pending_why(cluster: ClusterReader, pvc: dict[str, object]) -> str:
     """Why a Pending claim (not under a WaitForFirstConsumer class) has no volume, by the StorageClass it would
-    get: none at all in the cluster, none by that name, no default, or one that binds at once (Immediate)."""
+    get: none at all in the cluster, none by that name, no default, or one that binds at once (Immediate); an
+    Available PersistentVolume that matches it is said (trial 8: the binder takes up to a minute)."""
+    found_pv = _available_pv(cluster, pvc)
+    if found_pv is not None:
+        return (f"no volume yet, though PersistentVolume {found_pv} (Available) matches it: the PV controller binds "
+                "it within about a minute; run doctor again then")
     spec = pvc.get("spec") or {}
     name = spec.get("storageClassName")  # type: ignore[union-attr]
     try:

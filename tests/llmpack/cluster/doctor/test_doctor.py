@@ -411,3 +411,27 @@ def test_a_pending_claim_says_which_storage_class_it_lacks(claim_class: str | No
     assert not check.ok and why in check.what, check.what
     if not classes:
         assert "binds at once" not in check.what
+
+
+def test_a_pending_claim_with_an_available_volume_that_matches_it_says_so() -> None:
+    """Trial 8: after doctor's own PersistentVolume fix, doctor still said "no PersistentVolume matches it" (it read
+    only the StorageClasses) while the binder took 15-30 s to bind the claim."""
+    from llmpack.cluster.doctor.gang import pending_why
+
+    claim = {"metadata": {"name": "llmpack-artifacts"}, "spec": {"storageClassName": "", "accessModes":
+                                                                 ["ReadWriteMany"]}}
+    pv = {"metadata": {"name": "nfs-artifacts"}, "status": {"phase": "Available"},
+          "spec": {"storageClassName": "", "accessModes": ["ReadWriteMany"]}}
+
+    class Reader:
+        def __init__(self, volumes: list) -> None:
+            self.volumes = volumes
+
+        def everywhere(self, group: str, version: str, plural: str, field_selector: str = "") -> list:
+            return self.volumes if plural == "persistentvolumes" else []
+
+    said = pending_why(Reader([pv]), claim)  # type: ignore[arg-type]
+    assert said.startswith("no volume yet, though PersistentVolume nfs-artifacts (Available) matches it"), said
+    for other in ({**pv, "spec": {**pv["spec"], "accessModes": ["ReadWriteOnce"]}},
+                  {**pv, "status": {"phase": "Bound"}}, {**pv, "spec": {**pv["spec"], "storageClassName": "fast"}}):
+        assert "no PersistentVolume" in pending_why(Reader([other]), claim)  # type: ignore[arg-type]
