@@ -129,6 +129,9 @@ def _fuse_group(pipe: Pipeline, names: list[str]) -> Pipeline:
         for out, typ in task.step.outputs.items():
             outputs[artifact_name(OutputRef(task.name, out))] = typ
     name = ALL_STEPS_TASK if len(names) == len(pipe.tasks) else "-".join(names)
+    if name in pipe.tasks and name not in inside:  # round 26: a step of that name was silently replaced
+        raise InputError(f"--fuse: the fused task {name!r} would take the name of the pipeline's own step {name!r}; "
+                         "rename that step (@step(name=...)) to fuse this pipeline")
     step = FusedStep(
         name=name,
         func=_not_called,

@@ -60,8 +60,13 @@ def copy_redacted(read: Callable[[], bytes], out_fd: int, log: IO[bytes]) -> Non
         cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
         if cut < 0 and len(pending) < LINE_LIMIT:
             continue
-        if cut < 0:  # a line with no end yet: cut where no secret can straddle the cut (round 25)
-            cut = safe_cut(pending, known)
+        if cut < 0:  # a long line with no end yet: cut at its last space or tab, which no URI, token or encoded
+            # form spans (rounds 25, 26); none in a whole MiB: cut where no known secret's beginning is left
+            cut = max(pending.rfind(b" "), pending.rfind(b"\t"))
+            if cut < 0 and len(pending) < HARD_LIMIT:
+                continue
+            if cut < 0:
+                cut = safe_cut(pending, known)
         done, pending = pending[:cut + 1], pending[cut + 1:]
         out = redacted_lines(done, known)
         os.write(out_fd, out)
@@ -74,7 +79,8 @@ def copy_redacted(read: Callable[[], bytes], out_fd: int, log: IO[bytes]) -> Non
         log.flush()
 
 
-LINE_LIMIT = 65536  # a line longer than this goes out in pieces
+LINE_LIMIT = 65536  # a line longer than this goes out in pieces, each ending at a space or tab
+HARD_LIMIT = 1 << 20  # ...or, with none in it, a MiB at a time
 
 
 def safe_cut(data: bytes, secrets: set[str]) -> int:

@@ -298,8 +298,10 @@ class StepTimes:
         """The first attempt's process start, else :attr:`first_start`: spin-up's end on every path, so that a
         pod running the steps before this one (the MLflow Job, a fused pod) counts them as separate pods do
         (issue 51's check: the container start left them out on one path only)."""
-        return next((a.events["process_started"] for a in self.all_attempts if "process_started" in a.events),
-                    self.first_start)
+        first = next((a for a in self.all_attempts if a.start is not None or "process_started" in a.events), None)
+        if first is None:  # the first attempt that started: its process, else its container (round 26: never a retry's)
+            return None
+        return first.events.get("process_started", first.start)
 
     @property
     def compute_s(self) -> float | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.redaction import printable
 from llmpack.cluster.doctor.checks import (
     CLUSTER_QUEUE_PLACEHOLDER,
     KUEUE_GROUP,
@@ -164,16 +165,20 @@ def _available_pv(cluster: ClusterReader, pvc: dict[str, object]) -> str | None:
         volumes = cluster.everywhere("", "v1", "persistentvolumes")
     except (Missing, Unanswered):
         return None
+    def field(obj: object, key: str) -> Any:  # a cluster's object read as data: any other shape is no match
+        return obj.get(key) if isinstance(obj, dict) else None
+
+    claim = field(pvc.get("metadata"), "name")
     for pv in volumes:
-        pv_spec, meta = pv.get("spec") or {}, pv.get("metadata") or {}
-        ref = pv_spec.get("claimRef") or {}
-        if (pv.get("status") or {}).get("phase") != "Available" or (ref and ref.get("name") != (
-                pvc.get("metadata") or {}).get("name")):  # type: ignore[union-attr]
+        pv_spec, ref, modes = field(pv, "spec"), field(field(pv, "spec"), "claimRef"), field(field(pv, "spec"),
+                                                                                              "accessModes")
+        if field(field(pv, "status"), "phase") != "Available" or (ref and field(ref, "name") != claim):
             continue
-        if (pv_spec.get("storageClassName") or "") != (want_class or "") or not want_modes <= set(
-                pv_spec.get("accessModes") or ()):
+        if not isinstance(modes, list) or not all(isinstance(m, str) for m in modes):
             continue
-        return str(meta.get("name"))
+        if (field(pv_spec, "storageClassName") or "") != (want_class or "") or not want_modes <= set(modes):
+            continue
+        return printable(str(field(field(pv, "metadata"), "name")), 80)
     return None
 
 

@@ -199,6 +199,27 @@ def _defaults(doc: Any) -> dict[str, Any]:
     return {}
 
 
+def _project_defaults(artifact: str) -> dict[str, Any]:
+    """An MLflow project's ``main`` entry point's parameter defaults, from its ``MLproject``: where ``mlflow run``
+    takes them from (round 26: a ``pipeline.json`` left as compiled hid an MLproject's 64 nodes); {} for a file."""
+    from pathlib import Path
+
+    from components import yamltext
+
+    found = Path(artifact) / "MLproject"
+    if not Path(artifact).is_dir() or not found.exists():
+        return {}
+    try:
+        project = yamltext.load_file(found, f"{artifact}: MLproject")
+    except OSError as exc:
+        raise InputError(f"{artifact}: cannot read its MLproject ({exc.strerror or exc})") from None
+    main = ((project or {}).get("entry_points") or {}).get("main") if isinstance(project, dict) else None
+    params = main.get("parameters") if isinstance(main, dict) else None
+    if not isinstance(params, dict):
+        return {}
+    return {k: v.get("default") if isinstance(v, dict) else v for k, v in params.items()}
+
+
 def _whole(value: Any, what: str) -> int | None:
     """A count (nodes, steps) as a whole number >= 1; None when not given; one line otherwise (``inf``, ``2.9``,
     ``true``, a 400-digit number: round 25)."""
@@ -221,9 +242,13 @@ def _gang_spec(values: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[s
     text = values.get("trainjob", defaults.get("trainjob"))
     try:
         spec = json.loads(text) if isinstance(text, str) and text.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         raise InputError("--plan: the trainjob parameter is not a gang spec (JSON); not submitted") from None
-    return spec if isinstance(spec, dict) else {}
+    if not isinstance(spec, dict):
+        return {}
+    if spec.get("gpu_type") is not None and not isinstance(spec["gpu_type"], str):  # round 26: a list crashed
+        raise InputError("--plan: the trainjob parameter's gpu_type is not a name; not submitted")
+    return spec
 
 
 def artifact_shape(artifact: str, values: Mapping[str, Any]) -> tuple[int, int, int | None, int | None]:
@@ -240,7 +265,7 @@ def artifact_shape(artifact: str, values: Mapping[str, Any]) -> tuple[int, int, 
         raise InputError(f"--plan: {artifact} does not say what its training step holds (no finetune GPUs in its "
                          "closing task's --uses or pipeline.json): the plan cannot be checked against it; not "
                          "submitted")
-    defaults = _defaults(doc)
+    defaults = {**_defaults(doc), **_project_defaults(artifact)}
     compiled_steps = _whole(defaults.get("max_steps"), "max_steps")
     steps = _whole(values.get("max_steps"), "max_steps") or compiled_steps
     compiled_nodes = _whole(defaults.get("nnodes"), "nnodes") or 1
