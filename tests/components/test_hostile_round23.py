@@ -52,10 +52,9 @@ def test_max_cost_checks_the_gpu_type_the_submitted_file_asks_for(tmp_path: Path
     assert res.exit_code == 2, res.output
     assert res.output.strip() == ("llmpack: error: --max-cost 10: the estimate for argo nvidia-h100-80gb on-demand is "
                                   "up to $90.00 a run ($90.00, 95% interval upper bound); not submitted"), res.output
-    own = tmp_path / "h200.yaml"  # a Workflow compiled for the H200 (as `llmpack compile --gpu-type` writes it)
-    own.write_text((Path(__file__).parents[2] / "argo_workflows/finetune.yaml").read_text()
-                   .replace("nvidia-h100-80gb", "nvidia-h200"))
-    res = CliRunner().invoke(main, [*args, "--workflow", str(own)])
+    res = CliRunner().invoke(main, ["compile", "--gpu-type", "nvidia-h200", "--out", str(tmp_path / "h200")])
+    assert res.exit_code == 0, res.output  # a Workflow compiled for the H200
+    res = CliRunner().invoke(main, [*args, "--workflow", str(tmp_path / "h200/argo_workflows/finetune.yaml")])
     assert "Argo Server at http://127.0.0.1:9 is unreachable" in res.output, res.output  # the H200's $3 passed the gate
 
 

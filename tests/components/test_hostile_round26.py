@@ -74,8 +74,6 @@ def test_f1_a_real_step_writing_a_long_line_with_a_uri_password(tmp_path: Path) 
     assert URI_PASSWORD.encode() not in log.read_bytes(), "a step's long line kept a URI's password in its log"
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 46, round 26 F2): --plan reads the compiled --uses, not a "
-                   "hand-edited pod's GPU request or node selector")
 def test_f2_the_size_check_reads_the_pods_gpus_not_only_the_billing_list(tmp_path: Path) -> None:
     from llmpack.cli import main
 
