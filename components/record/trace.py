@@ -141,7 +141,7 @@ def build_trace(records: Iterable[Record], *, pipeline_run: str, submitted_at: f
     spans = [run]
     first = ordered[0].first_start if ordered else None
     if first is not None:
-        spans.append(Span(name="spin-up", span_id=sid("spin-up"), parent_id=run.span_id, start=submitted_at,
+        spans.append(Span(name="to the first step", span_id=sid("spin-up"), parent_id=run.span_id, start=submitted_at,
                           end=first, attributes={"cicd.pipeline.run.id": pipeline_run}))
     previous: StepTimes | None = None
     for step in ordered:

@@ -337,5 +337,6 @@ def _command(result: dict[str, Any], flags: dict[str, str]) -> str:
         flag, sep, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
         return f"{flag}{sep}{redact_uri(value, every_value=True)}" if "://" in value else arg
 
-    command = ["llmpack", "cluster", "compare"] if result.get("mode") == "cluster" else ["llmpack", "compare"]
+    on_cluster = result.get("mode") == "cluster" or any(r.get("mode") == "cluster" for r in result.get("runs", ()))
+    command = ["llmpack", "cluster", "compare"] if on_cluster else ["llmpack", "compare"]  # a rebuilt report: its runs
     return blank_known(shlex.join([*command, *map(shown, kept)]))  # and the secrets it was handed

@@ -62,7 +62,7 @@ def test_spans_are_the_jsonl_events_in_a_run_step_attempt_phase_tree() -> None:
     ids = {s["spanId"]: s for s in spans}
     phases = [("queued", 101.0, 101.5), ("provisioning", 101.5, 101.5), ("pulling and starting", 101.5, 103.0),
               ("starting", 103.0, 103.2), ("running", 103.2, 104.0), ("loading the model", 105.0, 106.0),
-              ("first step", 106.0, 106.5), ("training", 106.5, 109.0), ("spin-up", 100.0, 103.0),
+              ("first step", 106.0, 106.5), ("training", 106.5, 109.0), ("to the first step", 100.0, 103.0),
               ("hand-over", 104.0, 105.0)]
     for name, start, end in phases:
         (span,) = named[name]

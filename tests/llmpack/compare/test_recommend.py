@@ -207,6 +207,12 @@ def test_a_cluster_compare_asks_to_rerun_llmpack_cluster_compare() -> None:
                      "repeats": 2, "mode": "cluster", "argv": ["--backends", "argo,mlflow", "--argo-host", "h:2746"]})
     assert rec.command is not None and shlex.split(rec.command)[:3] == ["llmpack", "cluster", "compare"], rec.command
     assert rec.command.endswith("--argo-host h:2746 --repeats 4"), rec.command
+    # a report rebuilt from MLflow has no `mode` of its own: its runs' (issue 51's recheck, helper-59)
+    for r in runs:
+        r["mode"] = "cluster"
+    rebuilt = recommend({"backends": ["argo", "mlflow"], "baseline": "argo", "runs": runs, "verdicts": verdicts,
+                         "repeats": 2, "argv": ["--backends", "argo,mlflow"]})
+    assert rebuilt.command is not None and shlex.split(rebuilt.command)[:3] == ["llmpack", "cluster", "compare"]
 
 
 def test_a_rebuilt_report_plans_the_same_budget_as_the_compare_printed() -> None:
