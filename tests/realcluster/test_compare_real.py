@@ -116,6 +116,9 @@ def test_compare_decides_argo_vs_mlflow_on_spinup_from_the_real_controllers(comp
         m = r["metrics"]
         assert m["spinup_s"] >= DELAY_MS / 1000, (r["orchestrator"], m["spinup_s"])
         assert m["time_to_first_step_s"] >= m["spinup_s"], (r["orchestrator"], m)
+        # one end on both paths: finetune's own process start (the MLflow Job's pod ran two steps before it)
+        assert m["spinup_s"] == pytest.approx(r["events"]["finetune"]["process_started"] - r["submitted_at"],
+                                              abs=0.01), (r["orchestrator"], m["spinup_s"], r["events"]["finetune"])
         assert r["tags"]["llmpack.mode"] == "cluster"
     # argo's first step to run finetune is its third pod: its spin-up waits out three provisioning delays
     for r in (r for r in runs if r["orchestrator"] == "argo"):
