@@ -127,7 +127,11 @@ def _fuse_group(pipe: Pipeline, names: list[str]) -> Pipeline:
                 inputs[artifact_name(value)] = task.step.inputs[key]
                 arguments[artifact_name(value)] = value
         for out, typ in task.step.outputs.items():
-            outputs[artifact_name(OutputRef(task.name, out))] = typ
+            fused_name = artifact_name(OutputRef(task.name, out))
+            if fused_name in outputs:  # round 27: `ft`'s `x_model` and `ft-x`'s `model` replaced one another
+                raise InputError(f"--fuse: {task.name}'s output {out!r} and another member's would both be "
+                                 f"{fused_name!r} in the fused task; rename one of them to fuse this pipeline")
+            outputs[fused_name] = typ
     name = ALL_STEPS_TASK if len(names) == len(pipe.tasks) else "-".join(names)
     if name in pipe.tasks and name not in inside:  # round 26: a step of that name was silently replaced
         raise InputError(f"--fuse: the fused task {name!r} would take the name of the pipeline's own step {name!r}; "

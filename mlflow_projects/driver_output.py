@@ -65,8 +65,7 @@ def copy_redacted(read: Callable[[], bytes], out_fd: int, log: IO[bytes]) -> Non
             cut = max(pending.rfind(b" "), pending.rfind(b"\t"))
             if cut < 0 and len(pending) < HARD_LIMIT:
                 continue
-            if cut < 0:
-                cut = safe_cut(pending, known)
+            cut = safe_cut(pending, known, cut + 1 if cut >= 0 else None)
         done, pending = pending[:cut + 1], pending[cut + 1:]
         out = redacted_lines(done, known)
         os.write(out_fd, out)
@@ -83,20 +82,18 @@ LINE_LIMIT = 65536  # a line longer than this goes out in pieces, each ending at
 HARD_LIMIT = 1 << 20  # ...or, with none in it, a MiB at a time
 
 
-def safe_cut(data: bytes, secrets: set[str]) -> int:
-    """The index of the last byte of ``data`` (no line end in it) to send now: after its last space or tab in the
-    second half, else where no known secret's beginning is left at the end and no UTF-8 character is split."""
-    space = max(data.rfind(b" "), data.rfind(b"\t"))
-    if space >= len(data) // 2:
-        return space
-    end = len(data)
-    for secret in secrets:  # hold back the longest tail that begins a known secret (it may end in the next read)
+def safe_cut(data: bytes, secrets: set[str], end: int | None = None) -> int:
+    """The index of the last byte of ``data[:end]`` (default: all of it) to send now: before the longest tail that
+    begins a known secret (it may end in the next read: a passphrase with a space in it, round 27), never inside a
+    UTF-8 character."""
+    end = len(data) if end is None else end
+    for secret in secrets:
         raw = secret.encode("utf-8", errors="ignore")
         for k in range(min(len(raw) - 1, end), 0, -1):
-            if data.endswith(raw[:k], 0, len(data)):
-                end = min(end, len(data) - k)
+            if data.endswith(raw[:k], 0, end):
+                end -= k
                 break
-    while 0 < end < len(data) and data[end] & 0xC0 == 0x80:  # never inside a UTF-8 character
+    while 0 < end < len(data) and data[end] & 0xC0 == 0x80:
         end -= 1
     return max(end, 1) - 1
 

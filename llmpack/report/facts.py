@@ -129,7 +129,9 @@ def retry_lines(runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
             what = f", {figure(a['gpu_hours'])} GPU-h" if a.get("gpu_hours") else ""
             priced = f", {quantity(a['cost_usd'], '$')}" if a.get("cost_usd") else ""
             verb = "was preempted" if a.get("outcome") == "preempted" else "failed"  # llmpack.cluster.k8s.preemption
-            parts.append(f"{a['step']} attempt {int(a['attempt']) + 1} {verb} after {held}{what}{priced}")
+            n = int(a["attempt"])  # as the JSON and the .attempt<N> keys count them (trial 9: the text said N + 1)
+            which = f"{a['step']} first attempt" if n == 0 else f"{a['step']} retry {n}"
+            parts.append(f"{which} {verb} after {held}{what}{priced}")
         total = r["metrics"].get("retry_cost_usd")
         share = ""
         if total is not None and r["metrics"].get("cost_usd"):

@@ -159,14 +159,15 @@ def test_report_shows_retried_attempts_and_their_cost(tmp_path: Path) -> None:
 
     runs = [_run("direct", []), _run("argo", RETRIED)]
     lines = retry_lines(runs)
-    assert lines == [("argo", "argo-1 [succeeded]: 1 retried attempt: finetune attempt 1 failed after 3.25 s, "
+    assert lines == [("argo", "argo-1 [succeeded]: 1 retried attempt: finetune first attempt failed after 3.25 s, "
                               "0.000903 GPU-h, $0.0100 ($0.0100 of $0.0500 billed, in the cost)")]
     result = comparison("rg", ["direct", "argo"], runs)
     out = write_report(result, tmp_path / "report")
     md = (out / "report.md").read_text()
-    assert "## Retried attempts" in md and "finetune attempt 1 failed after 3.25 s" in md and "$0.0100 of $0.0500" in md
+    assert "## Retried attempts" in md and "finetune first attempt failed after 3.25 s" in md
+    assert "$0.0100 of $0.0500" in md
     page = (out / "report.html").read_text()
-    assert "<h2>Retried attempts</h2>" in page and "finetune attempt 1 failed after 3.25 s" in page
+    assert "<h2>Retried attempts</h2>" in page and "finetune first attempt failed after 3.25 s" in page
 
 
 def test_terminal_shows_retried_attempts() -> None:
@@ -179,7 +180,7 @@ def test_terminal_shows_retried_attempts() -> None:
     compare_table(comparison("rg", ["direct", "argo"], [_run("direct", []), _run("argo", RETRIED)]),
                   console=Console(file=buf, width=200, color_system=None))
     text = buf.getvalue()
-    assert "argo retried: argo-1 [succeeded]: 1 retried attempt: finetune attempt 1 failed after 3.25 s" in text
+    assert "argo retried: argo-1 [succeeded]: 1 retried attempt: finetune first attempt failed after 3.25 s" in text
     assert "direct retried" not in text
 
 
@@ -343,7 +344,7 @@ def test_llmpack_run_of_the_real_pipeline_bills_the_failed_finetune(tmp_path: Pa
     assert summary["status"] == "succeeded", summary.get("error")
     check_every_attempt_billed(Path(summary["artifacts"]["run_dir"]), summary, other_gpu_steps=("evaluate",))
     ((path, text),) = retry_lines([summary])
-    assert path == "direct" and "finetune attempt 1 failed after" in text
+    assert path == "direct" and "finetune first attempt failed after" in text
     # The MLflow record has both attempts under their own names, and the report rebuilt from it lists the retry.
     from llmpack.report import runs_from_mlflow
 

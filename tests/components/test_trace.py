@@ -285,3 +285,15 @@ def test_a_step_that_raised_is_a_failed_span_though_it_has_finished() -> None:
     assert named["step finetune"][0]["status"]["code"] == 2 and named["step prepare_data"][0]["status"]["code"] == 1
     (attempt,) = named["finetune attempt 0"]
     assert attempt["status"]["code"] == 2
+
+
+def test_a_pipeline_of_ones_own_is_named_in_its_trace() -> None:
+    """Trial 9: every trace's root span said `pipeline llm-finetune`, whatever the pipeline."""
+    from components.record.trace import build_trace
+
+    ctx = RunContext(run_group="rg-t9", pipeline_run="pr-t9", orchestrator="direct", mode="local", submitted_at=100.0)
+    records = [make_record(ctx, "event", "count", "process_started", 101.0),
+               make_record(ctx, "event", "count", "finished", 102.0)]
+    spans = build_trace(records, pipeline_run="pr-t9", submitted_at=100.0, tags={"llmpack.pipeline": "len-stats"})
+    payload = json.dumps(spans.otlp())
+    assert '"pipeline len-stats"' in payload and "llm-finetune" not in payload

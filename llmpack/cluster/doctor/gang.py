@@ -142,18 +142,31 @@ def pv_json(pvc: dict[str, Any]) -> str:
     return json.dumps(body, separators=(",", ":"))
 
 
+def _at(obj: object, *keys: str) -> Any:
+    """``obj[k1][k2]...`` of a cluster's object read as data: None where any level is not an object (round 27: a
+    StorageClass that was a string, ``metadata`` a string or ``annotations`` a list was a traceback)."""
+    for key in keys:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+def _classes(cluster: ClusterReader) -> list[dict[str, Any]]:
+    """The cluster's StorageClasses that are objects (any other item passed over)."""
+    return [c for c in cluster.everywhere("storage.k8s.io", "v1", "storageclasses") if isinstance(c, dict)]
+
+
 def binding_mode(cluster: ClusterReader, pvc: dict[str, object]) -> str | None:
     """The ``volumeBindingMode`` of the claim's StorageClass (its own, else the cluster's default), None unknown."""
-    name = (pvc.get("spec") or {}).get("storageClassName")  # type: ignore[union-attr]
+    name = _at(pvc, "spec", "storageClassName")
     try:
         if name:
             found = cluster.cluster_object("storage.k8s.io", "v1", "storageclasses", str(name))
         else:
-            found = next((c for c in cluster.everywhere("storage.k8s.io", "v1", "storageclasses")
-                          if ((c.get("metadata") or {}).get("annotations") or {}).get(DEFAULT_CLASS) == "true"), None)
+            found = next((c for c in _classes(cluster) if _at(c, "metadata", "annotations", DEFAULT_CLASS) == "true"),
+                         None)
     except (Missing, Unanswered):
         return None
-    return None if found is None else str(found.get("volumeBindingMode") or "Immediate")
+    return None if not isinstance(found, dict) else str(found.get("volumeBindingMode") or "Immediate")
 
 
 def _available_pv(cluster: ClusterReader, pvc: dict[str, object]) -> str | None:
@@ -190,10 +203,9 @@ def pending_why(cluster: ClusterReader, pvc: dict[str, object]) -> str:
     if found_pv is not None:
         return (f"no volume yet, though PersistentVolume {found_pv} (Available) matches it: the PV controller binds "
                 "it within about a minute; run doctor again then")
-    spec = pvc.get("spec") or {}
-    name = spec.get("storageClassName")  # type: ignore[union-attr]
+    name = _at(pvc, "spec", "storageClassName")
     try:
-        classes = cluster.everywhere("storage.k8s.io", "v1", "storageclasses")
+        classes = _classes(cluster)
     except (Missing, Unanswered):
         return PVC_PHASES["Pending"]
     if name == "":
@@ -202,18 +214,18 @@ def pending_why(cluster: ClusterReader, pvc: dict[str, object]) -> str:
     if not classes:
         return "no volume yet: the cluster has no StorageClass to provision one, and no PersistentVolume matches it"
     if name:
-        found = next((c for c in classes if (c.get("metadata") or {}).get("name") == name), None)
+        found = next((c for c in classes if _at(c, "metadata", "name") == name), None)
         if found is None:
             return f"no volume yet: there is no StorageClass {name}, and no PersistentVolume of that class matches it"
         return f"no volume yet, and its StorageClass {name} binds at once (Immediate): it provisioned none and no " \
                "PersistentVolume matches it"
-    default = next((c for c in classes
-                    if ((c.get("metadata") or {}).get("annotations") or {}).get(DEFAULT_CLASS) == "true"), None)
+    default = next((c for c in classes if _at(c, "metadata", "annotations", DEFAULT_CLASS) == "true"), None)
     if default is None:
         return "no volume yet: the claim names no StorageClass and none is the cluster's default, and no " \
                "PersistentVolume matches it"
-    return f"no volume yet, and the default StorageClass {(default.get('metadata') or {}).get('name')} binds at " \
-           "once (Immediate): it provisioned none and no PersistentVolume matches it"
+    shown = printable(str(_at(default, "metadata", "name")), 80)
+    return f"no volume yet, and the default StorageClass {shown} binds at once (Immediate): it provisioned none " \
+           "and no PersistentVolume matches it"
 
 
 def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: bool,
@@ -242,7 +254,10 @@ def shared_pvc(cluster: ClusterReader, namespace: str, name: str, *, shared: boo
     if phase != "Bound":
         why = pending_why(cluster, pvc) if phase == "Pending" else \
             PVC_PHASES.get(phase, "a phase Kubernetes does not define")
-        fix = (f"kubectl apply -f - <<< '{pv_json(pvc)}'  # a volume for it (your NFS export), or a StorageClass "
+        waiting = phase == "Pending" and "(Available) matches it" in why  # trial 9: the PV fix was given again
+        fix = ("nothing to apply: wait about a minute, then llmpack cluster doctor again (the PV controller binds "
+               "it)" if waiting else
+               f"kubectl apply -f - <<< '{pv_json(pvc)}'  # a volume for it (your NFS export), or a StorageClass "
                "that provisions one" if phase == "Pending" else
                f"kubectl -n {_q(namespace)} describe pvc {name}"
                + ("  # then delete and recreate it, restoring its data" if phase == "Lost" else ""))

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import click
 
 from components import bounded
 from components.errors import InputError
+from llmpack.cluster.plan.pods import check_pods
 from llmpack.report.estimate import PREFIX, parse_triple  # noqa: F401 - the tag format, read back by the report
 
 HEADLINES = ("spin_up_s", "first_step_s", "total_s")
@@ -154,7 +156,6 @@ def options(func: Callable[..., Any]) -> Callable[..., Any]:
 def _compiled(artifact: str) -> Any:
     """The compiled artifact's documents: a file's YAML (KFP package, Argo Workflow), a directory's
     ``pipeline.json`` (MLflow project; None without one)."""
-    from pathlib import Path
 
     from components import yamltext
 
@@ -202,7 +203,6 @@ def _defaults(doc: Any) -> dict[str, Any]:
 def _project_defaults(artifact: str) -> dict[str, Any]:
     """An MLflow project's ``main`` entry point's parameter defaults, from its ``MLproject``: where ``mlflow run``
     takes them from (round 26: a ``pipeline.json`` left as compiled hid an MLproject's 64 nodes); {} for a file."""
-    from pathlib import Path
 
     from components import yamltext
 
@@ -276,50 +276,6 @@ def artifact_shape(artifact: str, values: Mapping[str, Any]) -> tuple[int, int, 
     return nodes, nodes * per_node, steps, compiled_steps
 
 
-def pod_claims(doc: Any) -> tuple[int, set[tuple[str, str]]]:
-    """What the compiled pods themselves ask for: the most GPUs one container requests (``nvidia.com/gpu``, or a KFP
-    accelerator's ``resourceCount``) and every (node label, value) naming a GPU type they are placed by."""
-    from components.gpu_nodes import GKE_ACCELERATOR_LABEL, KARPENTER_GPU_LABEL, PRODUCT_LABEL
-
-    labels = (PRODUCT_LABEL, GKE_ACCELERATOR_LABEL, KARPENTER_GPU_LABEL)
-    most, placed, stack, seen = 0, set(), [doc], 0
-    while stack and seen < 200_000:  # bounded: a compiled file holds a few thousand nodes
-        item, seen = stack.pop(), seen + 1
-        if isinstance(item, Mapping):
-            count = item.get("nvidia.com/gpu")
-            if item.get("resourceType") == "nvidia.com/gpu":
-                count = item.get("resourceCount")
-            if isinstance(count, (str, int)) and not isinstance(count, bool) and str(count).isdigit():
-                most = max(most, int(str(count)[:6]))
-            if item.get("key") in labels and isinstance(item.get("values"), list):
-                placed |= {(str(item["key"]), str(v)) for v in item["values"]}
-            placed |= {(k, str(item[k])) for k in labels if isinstance(item.get(k), str)}  # a nodeSelector
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return most, placed
-
-
-def check_pods(artifact: str, gpu_type: str | None, per_pod: int) -> None:
-    """Refuse a file whose pods ask for more GPUs a pod than its ``--uses`` bill, or are placed on another GPU type's
-    nodes (round 26: a hand-edited request of 8 B200s passed as the 1 H200 its bill said)."""
-    from components.gpu_nodes import GKE_ACCELERATOR_LABEL, GPU_NODES, KARPENTER_GPU_LABEL, PRODUCT_LABEL
-
-    most, placed = pod_claims(_compiled(artifact))
-    if most > per_pod:
-        raise InputError(f"--plan: {artifact}'s pods ask for {most} GPUs a pod, its closing task's --uses bill "
-                         f"{per_pod}: not as llmpack compile wrote it; not submitted")
-    nodes = GPU_NODES.get(gpu_type or "")
-    if nodes is None:
-        return
-    known = {(PRODUCT_LABEL, v) for v in nodes.products} | {(GKE_ACCELERATOR_LABEL, v) for v in nodes.gke} | {
-        (KARPENTER_GPU_LABEL, v) for v in nodes.karpenter}
-    other = sorted(placed - known)
-    if other:
-        raise InputError(f"--plan: {artifact}'s pods are placed by {other[0][0]}={other[0][1]}, not a {gpu_type} "
-                         "node as its --uses bill; not submitted")
-
-
 def check_shape(plan: Mapping[str, Any], row: Mapping[str, Any], nodes: int, gpus: int,
                 steps: int | None, default_steps: int | None) -> None:
     """Refuse, in one line, a run whose size is not the row's: its nodes and GPUs, and its ``max_steps`` (the
@@ -350,7 +306,7 @@ def before_submit(plan_file: str | None, max_cost: float | None, path: str, arti
     plan = load(plan_file)
     shape = artifact_shape(artifact, values or {})  # first: a file that does not say its size is refused
     gpu_type = _gang_spec(values or {}, _defaults(_compiled(artifact))).get("gpu_type") or submitted_gpu_type(artifact)
-    check_pods(artifact, gpu_type, shape[1] // shape[0] if shape[0] else shape[1])
+    check_pods(artifact, _compiled(artifact), gpu_type, shape[1] // shape[0] if shape[0] else shape[1])
     row = row_for(plan, path, gpu_type)
     check_shape(plan, row, *shape)
     check_max_cost(row, max_cost)

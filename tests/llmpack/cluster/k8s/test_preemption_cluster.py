@@ -114,7 +114,7 @@ def look_at_the_report(result: dict[str, Any], out: Path, stdout: str, tmp_path:
     for run in result["runs"]:
         waste = f"${run['metrics']['preemption_waste_usd']:.4f}"
         assert waste in section  # one run per path: the median is the run's
-    assert md.count(" attempt 1 was preempted after") == 3  # the retried attempts say which kind (the Job: main)
+    assert md.count(" first attempt was preempted after") == 3  # the retried attempts say which kind (the Job: main)
     page = (out / "report.html").read_text()
     assert "Preemption (--preempt finetune@4s)" in page and "time to recover" in page
     lines = [line for line in stdout.splitlines() if " preempted 1 · recover " in line]
