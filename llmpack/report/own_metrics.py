@@ -18,12 +18,20 @@ _SHIPPED = ("prepare-data", "tokenize", "finetune", "evaluate", "register")
 
 
 def from_mlflow_metrics(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
-    """``metric.<task>.<name>`` keys of a record as ``{task: {name: value}}``."""
+    """``metric.<task>.<name>`` keys of a record as ``{task: {name: value}}``: a retried step's latest attempt's
+    (``.attempt<N>`` keys folded into the name, as ``--json`` shows them: trial 9)."""
     out: dict[str, dict[str, float]] = {}
+    attempt_of: dict[tuple[str, str], int] = {}
     for key, value in metrics.items():
         kind, _, rest = key.partition(".")
         task, _, name = rest.partition(".")
-        if kind == "metric" and task and name:
+        if kind != "metric" or not task or not name:
+            continue
+        base, _, suffix = name.rpartition(".attempt")
+        n = int(suffix) if base and suffix.isdigit() else 0
+        name = base if base and suffix.isdigit() else name
+        if n >= attempt_of.get((task, name), -1):
+            attempt_of[(task, name)] = n
             out.setdefault(task, {})[name] = value
     return out
 
@@ -40,8 +48,8 @@ def table(runs: list[dict[str, Any]]) -> tuple[list[str], list[tuple[str, dict[s
         for task, named in (r.get("step_metrics") or {}).items():
             if task in _SHIPPED or not isinstance(named, dict):
                 continue
-            for name, v in named.items():
-                if isinstance(v, (int, float)) and v == v:
+            for name, v in named.items():  # step_failed is llmpack's own mark, said in the failures, not yours
+                if name != "step_failed" and isinstance(v, (int, float)) and v == v:
                     values.setdefault(f"{task}.{name}", {}).setdefault(path_of(r), []).append(float(v))
     rows = [(key, {p: (statistics.median(vs), len(vs)) for p, vs in per.items()})
             for key, per in sorted(values.items())]

@@ -410,7 +410,7 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
         "tracking": "sent" if sent else "not sent",
         "trace": trace_sent,
         "events": {step: dict(st.events) for step, st in by_step.items()},
-        "step_metrics": {step: dict(st.metrics) for step, st in by_step.items() if st.metrics},  # metric.<task>.<name>
+        "step_metrics": {step: m for step, st in by_step.items() if (m := _step_metrics(st))},  # metric.<task>.<name>
         "retried_attempts": closed.get("retried_attempts", []),  # every attempt billed: the retried ones, priced
         "artifacts": {
             "run_dir": str(final),
@@ -430,3 +430,9 @@ def _finish(*, pipe: Pipeline, opts: RunOptions, ctx: telemetry.RunContext, mc: 
     if not sent:
         print(sync_hint(final, uri), file=sys.stderr)
     return summary
+
+
+def _step_metrics(st: telemetry.StepTimes) -> dict[str, float]:
+    """A step's own metrics as ``--json`` lists them: ``step_failed`` only when its last attempt failed (trial 9: a
+    step that succeeded on its retry kept its first attempt's 1)."""
+    return {k: v for k, v in st.metrics.items() if k != telemetry.FAILED_METRIC or st.failed}

@@ -423,3 +423,17 @@ def test_loopback_cluster_pod_that_fails_once_then_succeeds() -> None:
     assert derived["spinup_s"] == pytest.approx(22.0)  # the first attempt's process start (its container: 21 s)
     assert derived["time_to_first_step_s"] == pytest.approx(81.0)  # the retry's training
 
+
+
+def test_run_json_drops_step_failed_when_the_retry_succeeded() -> None:
+    """Trial 9: `--json`'s step_metrics kept the first attempt's step_failed 1 though the step's retry succeeded."""
+    from llmpack.run.local import _step_metrics
+
+    recs = [make_record(CTX, "metric", "picky", telemetry.FAILED_METRIC, 1.0, 0),
+            make_record(CTX, "event", "picky", "process_started", 1.0, 0),
+            make_record(CTX, "event", "picky", "process_started", 2.0, 1),
+            make_record(CTX, "metric", "picky", "rows_checked", 36.0, 1)]
+    picky = telemetry.group_by_step(recs)["picky"]
+    assert _step_metrics(picky) == {"rows_checked": 36.0}
+    failed = telemetry.group_by_step(recs[:2])["picky"]
+    assert _step_metrics(failed) == {telemetry.FAILED_METRIC: 1.0}

@@ -107,3 +107,15 @@ def test_the_timeline_marks_the_step_that_failed() -> None:
     assert failed_step({"status": "failed", "error": "step 'strict-check' failed: ValueError: x"}) == "strict-check"
     assert failed_step({"status": "succeeded", "error": "step 'x' failed"}) is None
     assert failed_step({"status": "killed", "error": "the llmpack client died"}) is None
+
+
+def test_a_retried_steps_own_metrics_are_its_last_attempts_and_step_failed_is_not_yours() -> None:
+    """Trial 9: a step that succeeded on its retry showed `picky.step_failed 1.00` among "your steps' own metrics",
+    and the rebuilt report named its metric `rows_checked.attempt1`."""
+    from llmpack.report import own_metrics
+
+    got = own_metrics.from_mlflow_metrics({"metric.picky.rows_checked": 10.0, "metric.picky.step_failed": 1.0,
+                                           "metric.picky.rows_checked.attempt1": 36.0, "event.picky.finished": 5.0})
+    assert got == {"picky": {"rows_checked": 36.0, "step_failed": 1.0}}
+    runs = [{"status": "succeeded", "orchestrator": "direct", "fuse": "none", "step_metrics": got}]
+    assert [key for key, _ in own_metrics.table(runs)[1]] == ["picky.rows_checked"]
