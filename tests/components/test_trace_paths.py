@@ -50,4 +50,4 @@ def test_each_local_path_sends_one_trace_linked_to_its_record_with_the_same_span
             assert abs(nearest - s.start_time_ns / 1e9) < 1e-6, (path, s.name, s.start_time_ns, nearest)
         assert mc.get_run(run_id).data.tags["llmpack.trace_id"] == trace.info.trace_id.removeprefix("tr-")
     assert all(names[p] == names["direct"] for p in PATHS), names
-    assert {"pipeline llm-finetune", "spin-up", "step finetune", "training", "hand-over"} <= names["direct"]
+    assert {"pipeline llm-finetune", "to the first step", "step finetune", "training", "hand-over"} <= names["direct"]

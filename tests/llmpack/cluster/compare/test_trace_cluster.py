@@ -26,7 +26,7 @@ from llmpack.cluster.compare import cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("loopback_env")]
 
-SHARED = {"pipeline llm-finetune", "spin-up", "step finetune", "finetune attempt 0", "queued", "provisioning",
+SHARED = {"pipeline llm-finetune", "to the first step", "step finetune", "finetune attempt 0", "queued", "provisioning",
           "pulling and starting", "starting", "loading the model", "first step", "training", "evaluating",
           "hand-over"}
 
