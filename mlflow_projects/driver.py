@@ -288,9 +288,8 @@ def run_task(
             delay = min(retry["backoff_s"] * retry["factor"] ** attempt, retry["max_backoff_s"])
             if spec.get("max_backoff_s") is not None:
                 delay = min(delay, spec["max_backoff_s"])
-            which = "first attempt" if attempt == 0 else f"retry {attempt}"  # as the report counts (trial 10)
-            print(f"llmpack: step {task['name']!r} failed ({which}); retrying in {delay:g}s",
-                  file=sys.stderr, flush=True)
+            print(f"llmpack: step {task['name']!r} failed ({'first attempt' if attempt == 0 else f'retry {attempt}'}); "
+                  f"retrying in {delay:g}s", file=sys.stderr, flush=True)
             time.sleep(delay)
         finally:
             try:
