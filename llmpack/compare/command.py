@@ -93,6 +93,19 @@ def compare_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+ARGV_TAG = "llmpack.compare_argv"  # the compare's own flags (redacted), read back by `llmpack report`
+
+
+def argv_tag(argv: list[str]) -> dict[str, str]:
+    """``{ARGV_TAG: JSON}`` of ``argv`` redacted (a URI's credentials, known secrets), or {} when too long to tag."""
+    import json
+
+    from components.redaction import redact_text
+
+    text = json.dumps([redact_text(a) for a in argv])
+    return {ARGV_TAG: text} if len(text) <= 4000 else {}
+
+
 def compare_argv(argv: list[str]) -> list[str]:
     """The flags after ``compare`` on the command line (none when it was called otherwise, as in a test)."""
     return argv[argv.index("compare") + 1:] if "compare" in argv[1:] else []
@@ -210,7 +223,10 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
         print_unbroken(err, "run group ", Text(run_group, style="bold"),
                        f" (rebuild its report: llmpack report --run-group {run_group})")
 
+    flags = argv_tag(compare_argv(sys.argv))  # on every run: a report rebuilt from MLflow repeats them (trial 9)
+
     def run_one(o: RunOptions, label: str, **kw: Any) -> dict[str, Any]:
+        kw["tags"] = {**(kw.get("tags") or {}), **flags}
         return run_with_progress(o, label, env=rounds.start_delay_env(delays, o.backend), **kw)
 
     with library_logs_to(output_dir / "llmpack-client.log"):

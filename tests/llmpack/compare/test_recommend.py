@@ -175,6 +175,17 @@ def test_a_rebuilt_report_keeps_the_compares_pipeline_and_paths() -> None:
     runs = [{"tags": {"llmpack.pipeline_ref": "mymod:mine"}}] * 2
     assert rebuilt_argv(runs, ["direct", "argo"]) == ["--pipeline", "mymod:mine", "--backends", "direct,argo"]
     assert rebuilt_argv([{"tags": {}}], ["direct", "kfp", "argo", "mlflow"]) == []
+    # trials 9 and 10: the compare's own flags, recorded on its runs, come back whole (--param, --margin...)
+    from llmpack.cli import recorded_margin
+    from llmpack.compare.command import ARGV_TAG, argv_tag
+
+    flags = ["--pipeline", "mymod:mine", "--param", "min_len=3", "--margin", "spinup=0.001s",
+             "--tracking-uri", "http://u:Sx9pQ2mZ7tRw@127.0.0.1:5000"]
+    tagged = [{"tags": {**r["tags"], **argv_tag(flags)}} for r in runs]
+    back = rebuilt_argv(tagged, ["direct", "argo"])
+    assert back[:6] == flags[:6] and "Sx9pQ2mZ7tRw" not in " ".join(back) and recorded_margin(back) == "spinup=0.001s"
+    odd = [{"tags": {ARGV_TAG: '{"not": "a list"}', "llmpack.pipeline_ref": "mymod:mine"}}]
+    assert rebuilt_argv(odd, ["direct", "kfp", "argo", "mlflow"]) == ["--pipeline", "mymod:mine"]  # store data checked
 
 
 def test_a_fixed_repeats_compare_asks_for_the_rounds_every_headline_needs() -> None:
