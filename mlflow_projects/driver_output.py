@@ -83,16 +83,27 @@ HARD_LIMIT = 1 << 20  # ...or, with none in it, a MiB at a time
 
 
 def safe_cut(data: bytes, secrets: set[str], end: int | None = None) -> int:
-    """The index of the last byte of ``data[:end]`` (default: all of it) to send now: before the longest tail that
-    begins a known secret (it may end in the next read: a passphrase with a space in it, round 27), never inside a
-    UTF-8 character."""
+    """The index of the last byte of ``data[:end]`` (default: all of it) to send now: never inside an occurrence of a
+    known secret in ``data``, nor after the start of a tail of ``data`` that begins one (it may end in the next read:
+    rounds 27, 28), nor inside a UTF-8 character."""
     end = len(data) if end is None else end
-    for secret in secrets:
-        raw = secret.encode("utf-8", errors="ignore")
-        for k in range(min(len(raw) - 1, end), 0, -1):
-            if data.endswith(raw[:k], 0, end):
-                end -= k
-                break
+    raws = [r for r in (s.encode("utf-8", errors="ignore") for s in secrets) if r]
+    for _ in range(8):  # each move can only go left; a few passes settle it
+        moved = end
+        for raw in raws:
+            for k in range(min(len(raw) - 1, len(data)), 0, -1):  # the buffer's tail begins this secret
+                if data.endswith(raw[:k]):
+                    moved = min(moved, len(data) - k)
+                    break
+            start = data.find(raw, max(0, moved - len(raw) + 1))
+            while 0 <= start < moved:  # an occurrence across the cut: cut before it
+                if start + len(raw) > moved:
+                    moved = start
+                    break
+                start = data.find(raw, start + 1)
+        if moved == end:
+            break
+        end = moved
     while 0 < end < len(data) and data[end] & 0xC0 == 0x80:
         end -= 1
     return max(end, 1) - 1

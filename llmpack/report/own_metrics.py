@@ -28,8 +28,9 @@ def from_mlflow_metrics(metrics: dict[str, float]) -> dict[str, dict[str, float]
         if kind != "metric" or not task or not name:
             continue
         base, _, suffix = name.rpartition(".attempt")
-        n = int(suffix) if base and suffix.isdigit() else 0
-        name = base if base and suffix.isdigit() else name
+        numbered = bool(base) and suffix.isascii() and suffix.isdigit() and len(suffix) <= 6  # round 28: '²'
+        n = int(suffix) if numbered else 0
+        name = base if numbered else name
         if n >= attempt_of.get((task, name), -1):
             attempt_of[(task, name)] = n
             out.setdefault(task, {})[name] = value

@@ -5,6 +5,7 @@ requests and the GPU type's nodes they are placed on, checked against what its c
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,20 +15,24 @@ from components.errors import InputError
 WALK_LIMIT = 200_000  # the nodes a compiled file's walk may visit: more is refused, never let through
 
 
+# A quantity of a sane size: up to 7 digits, a fraction, a small exponent or a suffix (m, k, Ki...).
+_QUANTITY = re.compile(r"[0-9]{1,7}(\.[0-9]{1,6})?([eE][0-9]|[a-zA-Z]{1,2})?")
+
+
 def _gpus(value: Any) -> int:
     """A GPU count as Kubernetes reads it (``8``, ``'8000m'``, ``'8e0'``); a value it cannot read is one line."""
     from kubernetes.utils import parse_quantity
 
     try:
-        if isinstance(value, bool):
+        if isinstance(value, bool) or not _QUANTITY.fullmatch(str(value)):  # round 28: `1e2000000` took minutes
             raise ValueError
         amount = parse_quantity(value)
         if not amount.is_finite() or amount < 0:
             raise ValueError
         return int(amount.to_integral_value(rounding="ROUND_CEILING"))
     except (ValueError, TypeError, ArithmeticError):
-        raise InputError(f"--plan: a GPU count {str(value)[:40]!r} in the compiled pods is not a number; not "
-                         "submitted") from None
+        raise InputError(f"--plan: a GPU count {str(value)[:40]!r} in the compiled pods is not a number of GPUs; "
+                         "not submitted") from None
 
 
 def pod_claims(doc: Any) -> tuple[int, set[tuple[str, str, str]]]:
@@ -51,8 +56,9 @@ def pod_claims(doc: Any) -> tuple[int, set[tuple[str, str, str]]]:
                 most = max(most, _gpus(item.get("resourceCount") or item.get("count") or 0))
             containers = [c for key in ("containers", "initContainers", "sidecars")
                           for c in (item.get(key) if isinstance(item.get(key), list) else [])]
+            containers += [item[key] for key in ("container", "script") if isinstance(item.get(key), Mapping)]
             pod = sum(_gpus(_limits(c)) for c in containers if isinstance(c, Mapping))
-            most = max(most, pod, _gpus(_limits(item)))
+            most = max(most, pod, _gpus(_limits(item)))  # an Argo template's main container with its sidecars
             if item.get("key") in labels:
                 values = item.get("values") if isinstance(item.get("values"), list) else []
                 placed |= {(str(item["key"]), str(item.get("operator")), str(v)) for v in values} or {
