@@ -147,7 +147,9 @@ def _split_output(proc: subprocess.Popen[str], main_log: IO[str], logs: Path,
         if _EXECUTOR_INPUT.search(line):
             in_json = True
             if current is not None:
-                current.write(_EXECUTOR_INPUT.sub("Got executor_input (in kfp.log)", line))
+                # its own line (trial 10: the pattern's \s*$ took the line end, and the step's error line was
+                # joined to this one)
+                current.write(_EXECUTOR_INPUT.sub("Got executor_input (in kfp.log)", line.rstrip("\n")) + "\n")
             continue
         started = _EXECUTING.search(line)
         if started:

@@ -42,3 +42,6 @@ def test_the_executor_input_dump_stays_in_kfp_log_not_the_task_log(tmp_path: Pat
     assert statuses == {"tokenize": "SUCCESS"} and main_log.getvalue() == "".join(lines)
     assert '"inputs"' not in task_log and "Got executor_input (in kfp.log)" in task_log
     assert "tokenized 200 rows" in task_log
+    # trial 10: the marker's line keeps its end, so the step's next line (its error line) is its own
+    assert "Got executor_input (in kfp.log)\n" in task_log
+    assert any(line.strip() == "tokenized 200 rows" for line in task_log.splitlines())
