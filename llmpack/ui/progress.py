@@ -195,7 +195,7 @@ class LogLines:
         self._said_interrupted = False
         self._step: tuple[int, str | None] | None = None  # (steps done, step running) last written
         self._tenth: int = -1  # the running training step's last tenth written
-        self._finished: set[str] = set()  # steps whose "<step> done" line is written
+        self._finished: set[tuple[str, str]] = set()  # (step, its line) written: "failed", then "done" on a retry
 
     def observe(self, state: Snapshot, elapsed: float) -> None:
         if self.interrupted is not None and self.interrupted.is_set():
@@ -203,9 +203,9 @@ class LogLines:
                 self._said_interrupted = True
                 self.write(f"{self.label} · {INTERRUPTED_TEXT} · {elapsed:5.1f}s")
             return
-        for name, text in state.finished:  # each finished step once, in the order they finished
-            if name not in self._finished:
-                self._finished.add(name)
+        for name, text in state.finished:  # each finished step once, in the order they finished (a step whose
+            if (name, text) not in self._finished:  # first attempt failed and whose retry ended well: both; trial 9)
+                self._finished.add((name, text))
                 self.write(f"{self.label} · {text} · {elapsed:5.1f}s")
         step = (state.done, state.running)
         tenth = -1

@@ -434,3 +434,24 @@ def test_note_is_timestamped_plain_text_in_a_log_and_rich_in_a_terminal() -> Non
 def test_rounds_text() -> None:
     assert rounds_text(0, 5, 0.0) == "round 1 of at most 5"
     assert rounds_text(2, 5, 100.0) == "round 3 of at most 5 · ETA 2:30"
+
+
+def test_a_step_whose_retry_ended_well_gets_its_done_line_after_its_failed_one(tmp_path: Path) -> None:
+    """Trial 9: a step whose first attempt failed and whose retry succeeded showed `picky failed`, never `done`."""
+    from components.record.telemetry import FAILED_METRIC
+
+    console = _log_console()
+    lines = LogLines("direct", console, clock=lambda: 0.0)
+    out = tmp_path / "picky" / "checked"
+    log = EventLog(out / EVENTS_FILE)
+    for rec in (make_record(CTX, "event", "picky", "process_started", 1001.0, 0),
+                make_record(CTX, "metric", "picky", FAILED_METRIC, 1.0, 0),
+                make_record(CTX, "event", "picky", "finished", 1001.2, 0)):
+        log.append(rec)
+    lines.observe(snapshot(tmp_path, now=2000.0), 1.0)
+    for rec in (make_record(CTX, "event", "picky", "process_started", 1002.0, 1),
+                make_record(CTX, "event", "picky", "finished", 1002.5, 1)):
+        log.append(rec)
+    lines.observe(snapshot(tmp_path, now=2000.0), 2.0)
+    texts = [line.split(" · ", 1)[1].rsplit(" · ", 1)[0] for line in _lines(console)]
+    assert texts == ["picky failed", "picky done"]
