@@ -27,37 +27,12 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
-ROW = {"gpu_type": "nvidia-h200", "capacity": "on-demand", "estimated": True, "chosen": True, "nodes": 1, "gpus": 1,
-       "cost_usd": {"total": {"value": 1.0, "ci": [0.5, 2.0]}}}
-
-
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from llmpack.cli import main
-
-    out = tmp_path_factory.mktemp("c") / "c"
-    res = CliRunner().invoke(main, ["compile", "--out", str(out), "--gpu-type", "nvidia-h200"])
-    assert res.exit_code == 0, res.output
-    return out
-
-
-def _plan(tmp_path: Path) -> Path:
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"options": [{**ROW, "path": p} for p in ("kfp", "argo", "mlflow")]}))
-    return plan
-
-
-def _submit(args: list[str], plan: Path) -> Any:
-    from llmpack.cli import main
-
-    return CliRunner().invoke(main, ["cluster", "submit", *args, "--plan", str(plan), "--max-cost", "3"])
-
-
-def _refused(res: Any, what: str) -> None:
-    assert "unreachable" not in res.output, f"{what} sent under a 1 x H200 row: {res.output.strip()[-300:]}"
-    assert res.exit_code == 2 and "not submitted" in res.output, res.output[-600:]
+from tests.components.plan_submit import compiled_artifacts  # noqa: F401 - the `compiled` fixture
+from tests.components.plan_submit import finetune as _finetune
+from tests.components.plan_submit import plan_file as _plan
+from tests.components.plan_submit import refused as _refused
+from tests.components.plan_submit import submit as _submit
 
 
 def test_f1_the_mlflow_jobs_pods_are_read_where_submit_reads_them(compiled: Path, tmp_path: Path) -> None:
@@ -75,10 +50,6 @@ def test_f1_the_mlflow_jobs_pods_are_read_where_submit_reads_them(compiled: Path
     res = _submit(["mlflow", "--kubeconfig", str(tmp_path / "kc.yaml"), "--tracking-uri",
                    f"sqlite:///{tmp_path}/m.db", "--project", str(project)], _plan(tmp_path))
     _refused(res, "an MLflow Job of 8 x B200")
-
-
-def _finetune(wf: dict[str, Any]) -> dict[str, Any]:
-    return next(t for t in wf["spec"]["templates"] if t.get("name") == "finetune")
 
 
 def _gpus(value: Any) -> Callable[[dict[str, Any]], None]:

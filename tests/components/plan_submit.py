@@ -1,0 +1,45 @@
+"""What the hostile rounds on ``cluster submit --plan`` share (rounds 27, 28): a plan of one 1 x H200 row per path,
+the artifacts compiled for the H200, a submit against it, and the check that a run was refused, not sent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+ROW = {"gpu_type": "nvidia-h200", "capacity": "on-demand", "estimated": True, "chosen": True, "nodes": 1, "gpus": 1,
+       "cost_usd": {"total": {"value": 1.0, "ci": [0.5, 2.0]}}}
+
+
+@pytest.fixture(scope="module", name="compiled")
+def compiled_artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from llmpack.cli import main
+
+    out = tmp_path_factory.mktemp("c") / "c"
+    res = CliRunner().invoke(main, ["compile", "--out", str(out), "--gpu-type", "nvidia-h200"])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def plan_file(tmp_path: Path) -> Path:
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"options": [{**ROW, "path": p} for p in ("kfp", "argo", "mlflow")]}))
+    return plan
+
+
+def submit(args: list[str], plan: Path) -> Any:
+    from llmpack.cli import main
+
+    return CliRunner().invoke(main, ["cluster", "submit", *args, "--plan", str(plan), "--max-cost", "3"])
+
+
+def refused(res: Any, what: str) -> None:
+    assert "unreachable" not in res.output, f"{what} sent under a 1 x H200 row: {res.output.strip()[-300:]}"
+    assert res.exit_code == 2 and "not submitted" in res.output, res.output[-600:]
+
+
+def finetune(wf: dict[str, Any]) -> dict[str, Any]:
+    return next(t for t in wf["spec"]["templates"] if t.get("name") == "finetune")
