@@ -29,7 +29,6 @@ from components.backend import SubmitRequest
 from components.commands import format_value
 from components.errors import InputError
 from components.params import TELEMETRY_PARAMS
-from components.process.gang import check_pinned
 from components.servers.remote import (
     is_unreachable,
     normalize_host,
@@ -52,6 +51,7 @@ from components.servers.submission import (
     user_parameters,
 )
 from components.servers.waiting import WaitOptions, poll_object, wait_options
+from components.trainjob.gang import check_pinned
 
 ORCHESTRATOR = "argo"
 DEFAULT_NAMESPACE = "llmpack"

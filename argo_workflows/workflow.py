@@ -48,7 +48,7 @@ from components.record.close import CLOSE_TASK, billed_uses, record_args, uses_j
 from components.record.cost import GpuUse
 from components.record.telemetry import TRAIN_STEP
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_SECRET, TRACKING_URI_KEY
-from components.servers.trainjob_rbac import LAUNCHER_SERVICE_ACCOUNT
+from components.trainjob.rbac import LAUNCHER_SERVICE_ACCOUNT
 
 ORCHESTRATOR = "argo"
 IN_DIR = "/tmp/llmpack/in"
@@ -56,7 +56,7 @@ OUT_DIR = "/tmp/llmpack/out"
 RUN_AS_USER = 1000
 # Argo's own init and wait containers keep a token (they write the step's results); the step's own
 # container mounts none (``automountServiceAccountToken: false``), but the gang's launcher, which
-# runs as the launcher's account (components.servers.trainjob_rbac).
+# runs as the launcher's account (components.trainjob.rbac).
 EXECUTOR_SERVICE_ACCOUNT = "default"
 # A finished Workflow and its pods are kept this long for inspection, then removed (ttlStrategy,
 # podGC: a succeeded pod at once, a failed one with the Workflow).
@@ -232,7 +232,7 @@ def _container(pipe: Pipeline, task: Task, use: GpuUse | None = None) -> Any:
     from hera.workflows import Artifact, Container, Env, Parameter, Resources, RetryStrategy, SecretEnv
     from hera.workflows.models import Backoff, Capabilities, IntOrString, SecurityContext, Toleration
 
-    from components.process.gang import task_gang
+    from components.trainjob.gang import task_gang
 
     step = task.step
     ex = step.execution

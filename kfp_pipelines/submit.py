@@ -25,7 +25,6 @@ from typing import Any, Unpack
 from components.backend import SubmitRequest
 from components.errors import InputError
 from components.params import TELEMETRY_PARAMS
-from components.process.gang import NNODES_PARAM, check_pinned
 from components.servers.remote import (
     is_unreachable,
     normalize_host,
@@ -46,8 +45,9 @@ from components.servers.submission import (
     telemetry_values,
     user_parameters,
 )
-from components.servers.trainjob_rbac import LAUNCHER_SERVICE_ACCOUNT
 from components.servers.waiting import WaitOptions, poll_object, wait_options
+from components.trainjob.gang import NNODES_PARAM, check_pinned
+from components.trainjob.rbac import LAUNCHER_SERVICE_ACCOUNT
 from kfp_pipelines import PACKAGE_PATH
 
 ORCHESTRATOR = "kfp"

@@ -285,7 +285,7 @@ def job_uses(pipe: Pipeline) -> list[Any]:
     """
     from dataclasses import replace
 
-    from components.process.gang import task_gang
+    from components.trainjob.gang import task_gang
 
     uses = billed_uses(pipe)
     gangs = {t.name for t in pipe.task_order() if task_gang(pipe, t) is not None}

@@ -33,7 +33,7 @@ from components.podspec import (
     tracking_secret_of,
 )
 from components.record.tracking import TRACKING_CREDENTIALS, TRACKING_URI_KEY
-from components.servers.trainjob_launch import LAUNCHER_SERVICE_ACCOUNT, RBAC_FILE
+from components.trainjob.launch import LAUNCHER_SERVICE_ACCOUNT, RBAC_FILE
 
 K8S_DIR = "finetune-k8s"
 TYPED_DIR = "mlflow_projects"
@@ -148,7 +148,7 @@ def launches_trainjob(pipe: Pipeline) -> bool:
 
     Such a step talks to the API.
     """
-    from components.process.gang import task_gang
+    from components.trainjob.gang import task_gang
 
     return any(task_gang(pipe, t) is not None for t in pipe.task_order())
 

@@ -32,7 +32,6 @@ from components.commands import format_value
 from components.errors import InputError
 from components.params import TELEMETRY_PARAMS
 from components.podspec import INSTANCE_LABEL, label_value
-from components.process.gang import check_pinned
 from components.record import tracking
 from components.servers import kube
 from components.servers.pending import pending_reason
@@ -56,6 +55,7 @@ from components.servers.submission import (
     user_parameters,
 )
 from components.servers.waiting import WaitOptions, poll_object, wait_options
+from components.trainjob.gang import check_pinned
 
 ORCHESTRATOR = "mlflow"
 PROJECT_DIR = Path(__file__).with_name("finetune-k8s")

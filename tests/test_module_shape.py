@@ -28,8 +28,8 @@ PRODUCT = _product_folders()
 # What the three squeezed modules (cluster_session, trainjob_launch, dsl) were split into, by job.
 SPLIT_BY_JOB = ("llmpack/cluster/compare/session.py", "llmpack/cluster/compare/measure.py", "components/dsl.py",
                 "components/wiring.py", "components/binding.py", "components/validation.py",
-                *(f"components/servers/trainjob{part}.py"
-                  for part in ("", "_cancel", "_client", "_launch", "_rbac", "_status")))
+                *(f"components/trainjob/{part}.py"
+                  for part in ("spec", "cancel", "client", "launch", "rbac", "status")))
 
 
 def tracked_python_files() -> list[Path]:

@@ -28,11 +28,12 @@ from components.dsl import Step, coerce
 from components.errors import InputError, Interrupted, StepFailed
 from components.fusion import FusedStep, member_paths, member_values
 from components.params import RUNTIME_PARAMS, TELEMETRY_PARAMS
-from components.process import gang, handoff, lifeline, startup, torchrun, warm_ahead
+from components.process import handoff, lifeline, startup, torchrun, warm_ahead
 from components.record import gpu_metrics, telemetry, uniform
 from components.record.telemetry import EVENTS_FILE, RunContext, process_start_time
 from components.reporting import StepTelemetry
 from components.training import distributed
+from components.trainjob import gang
 
 
 def load_step(ref: str) -> Step:
@@ -174,7 +175,7 @@ def run(argv: Sequence[str]) -> int:
     distributed.check_nproc(nproc, f"step {step.name!r} parameter {distributed.NPROC_PARAM!r}")
     nodes = int(values.get(gang.NNODES_PARAM, 1))
     if not isinstance(step, FusedStep):
-        if nodes > 1 and not distributed.is_rank():  # this pod creates the step's TrainJob (components.process.gang)
+        if nodes > 1 and not distributed.is_rank():  # this pod creates the step's TrainJob (components.trainjob.gang)
             return launch_gang(args.step, step, ctx, inputs, outputs, values, nodes, started=started + injected)
         if nproc > 1 and not distributed.is_rank():  # this process launches the ranks (components.training.distributed)
             return launch_ranks(step, ctx, outputs, argv, nproc, started=started + injected, injected=injected)
@@ -231,7 +232,7 @@ def run_step(step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[
                else telemetry.attempt_number(ctx, step.name, first_out / EVENTS_FILE))
     ctx = replace(ctx, attempt=attempt)  # its records: this attempt's
     events = (gang.rank_events_file(first_out, world.rank) if world.distributed and gang.ranks_write_own_files()
-              else first_out / EVENTS_FILE)  # a gang's ranks on many nodes: a file each (components.process.gang)
+              else first_out / EVENTS_FILE)  # a gang's ranks on many nodes: a file each (components.trainjob.gang)
     tel = reporting.begin(StepTelemetry(ctx, step.name, events, rank=world.rank if world.distributed else None,
                                         on_model_loaded=startup.settle))
     own_ends = world.distributed and world.main and not launched  # no launcher of ours (a TrainJob): rank 0 has them
@@ -308,7 +309,7 @@ def _gpu_sampler(step: Step, directory: Path, *, node: str | None, mine: bool) -
 
 def launch_gang(step_ref: str, step: Step, ctx: RunContext, inputs: dict[str, str], outputs: dict[str, str],
                 values: dict[str, Any], nodes: int, *, started: float) -> int:
-    """This process creates the step's TrainJob of ``nodes`` nodes and waits for it (components.process.gang)."""
+    """This process creates the step's TrainJob of ``nodes`` nodes and waits for it (components.trainjob.gang)."""
     rc = _around_launcher(step, ctx, outputs, started=started, launch=lambda c, tel: gang.launch(
         step_ref, step.name, c, inputs, outputs, values, nodes=nodes, tel=tel))
     if rc != 0:
@@ -341,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (InputError, StepFailed) as exc:
         print(redact_text(f"llmpack: error: {exc}"), file=sys.stderr)
         return exc.exit_code
-    except Interrupted as exc:  # a gang's launcher cancelled: its TrainJob deleted (components.servers.trainjob_launch)
+    except Interrupted as exc:  # a gang's launcher cancelled: its TrainJob deleted (components.trainjob.launch)
         print(f"llmpack: {exc}; the step's TrainJob was deleted", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:  # Ctrl-C of a step: one line, not Python's traceback (its context may quote a URI)

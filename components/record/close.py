@@ -112,7 +112,7 @@ def billed_uses(pipe: Any) -> list[cost.GpuUse]:
     summarizing task takes (``--uses``); :func:`gpu_uses` stays what each *pod* holds, which the
     pod billing of a cluster run needs (the gang's node pods bill their own GPUs there).
     """
-    from components.process import gang
+    from components.trainjob import gang
 
     gangs = {name: found for name, t in pipe.tasks.items() if (found := gang.task_gang(pipe, t)) is not None}
     uses = []

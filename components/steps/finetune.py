@@ -254,7 +254,7 @@ def finetune(
     weights, gradients and optimizer state over the ranks (FSDP2 ``fully_shard`` per decoder
     block) for models whose training state does not fit one GPU; checkpoints and outputs are
     gathered whole on rank 0. ``nnodes`` N > 1 runs it as a Kubeflow Trainer TrainJob of N nodes
-    described by ``trainjob`` (components.process.gang; the ranks see only the world torchrun gives them).
+    described by ``trainjob`` (components.trainjob.gang; the ranks see only the world torchrun gives them).
     """
     import numpy as np
     import torch

@@ -90,7 +90,7 @@ def with_cache_pvc(pipe: Pipeline, name: str) -> Pipeline:
 
 
 TRAINJOB_FILE = Path("trainjob/finetune-trainjob.yaml")
-# The launcher's ServiceAccount, Role and RoleBinding (components.servers.trainjob_launch.launcher_rbac).
+# The launcher's ServiceAccount, Role and RoleBinding (components.trainjob.launch.launcher_rbac).
 RBAC_FILE = Path("trainjob/launcher-rbac.yaml")
 EXAMPLE_RUN = "example-run"  # the run id in the written TrainJob (each run names its own)
 
@@ -107,7 +107,7 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
     Above one GPU the finetune pod runs one rank per GPU: the compiled ``nproc_per_node``
     parameter defaults to ``gpus`` (components.training.distributed launches torchrun in the pod). Above
     one node the finetune task is a small launcher pod that creates a TrainJob of ``nodes`` such
-    pods (components.process.gang): the ``nnodes`` and ``trainjob`` parameters default to them, and the
+    pods (components.trainjob.gang): the ``nnodes`` and ``trainjob`` parameters default to them, and the
     shared volume is ``claim`` (``--cache-pvc``).
     """
     from components.training import distributed
@@ -133,8 +133,8 @@ def with_gpus(pipe: Pipeline, gpus: int | None, nodes: int | None, *, claim: str
     if gpus is not None and gpus > 1:
         defaults[distributed.NPROC_PARAM] = gpus
     if nodes is not None and nodes > 1:
-        from components.process import gang
         from components.record.telemetry import TRAIN_STEP
+        from components.trainjob import gang
 
         task = pipe.tasks[TRAIN_STEP]
         execution = replace(task.step.execution, cache_pvc=claim)
@@ -152,9 +152,9 @@ def check_training_flags(pipe: Pipeline, gpus: int | None, nodes: int | None) ->
     (``nproc_per_node``; ``nnodes``, ``trainjob``): a pipeline without them refuses the flag in one line,
     as an unknown ``--param`` is refused."""
     from components.binding import unknown_parameter
-    from components.process import gang
     from components.record.telemetry import TRAIN_STEP
     from components.training import distributed
+    from components.trainjob import gang
 
     for flag, value, needs in (("--gpus", gpus, (distributed.NPROC_PARAM,)),
                                ("--nodes", nodes, (gang.NNODES_PARAM, gang.TRAINJOB_PARAM))):
@@ -169,10 +169,10 @@ def check_training_flags(pipe: Pipeline, gpus: int | None, nodes: int | None) ->
 
 
 def trainjob_yaml(pipe: Pipeline, *, namespace: str = DEFAULT_NAMESPACE) -> str:
-    """The TrainJob the finetune launcher creates, with an example run's values (components.process.gang)."""
+    """The TrainJob the finetune launcher creates, with an example run's values (components.trainjob.gang)."""
     from components.finetune_pipeline import build
-    from components.process import gang
-    from components.servers.trainjob import to_yaml
+    from components.trainjob import gang
+    from components.trainjob.spec import to_yaml
 
     values = {name: p.default for name, p in pipe.params.items()}
     spec = gang.GangSpec.from_json(values[gang.TRAINJOB_PARAM], "--nodes")
@@ -189,7 +189,7 @@ def trainjob_yaml(pipe: Pipeline, *, namespace: str = DEFAULT_NAMESPACE) -> str:
     obj = gang.build_trainjob(spec, name=gang.trainjob_name(EXAMPLE_RUN, "finetune", 0), namespace=namespace,
                               nodes=int(values[gang.NNODES_PARAM]), command=command, labels=labels, env=env)
     return ("# The TrainJob the finetune launcher creates for one run "
-            "(llmpack compile --nodes; components/process/gang.py).\n"
+            "(llmpack compile --nodes; components/trainjob/gang.py).\n"
             f"# Run values are an example's ({EXAMPLE_RUN}, namespace {namespace}): each run names its own.\n"
             + to_yaml(obj))
 
@@ -260,7 +260,7 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
             for name in BACKENDS:  # each writes its own artifacts (components.backend.Backend.compile)
                 backend(name).compile(pipe, tmp, final_dir=out, **artifact_settings(name, pod))
             if (nodes or 1) > 1:  # the TrainJob lands where the launcher runs: the RBAC's namespace
-                from components.servers.trainjob_launch import launcher_rbac_yaml
+                from components.trainjob.launch import launcher_rbac_yaml
 
                 namespace = (pod and pod.namespace) or DEFAULT_NAMESPACE
                 (tmp / TRAINJOB_FILE).parent.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ from components.podspec import (
     VERSION_LABEL,
     label_tags,
 )
-from components.process import gang
+from components.trainjob import gang
 from llmpack.cli import main
 from llmpack.compile.artifacts import compile_all
 from llmpack.compile.pod_options import LABEL_NAME, PodOptions, parse_label

@@ -24,8 +24,8 @@ import pytest
 import yaml
 from standins.k8s_api import KubeAPIStandIn
 
-from components.process import gang
-from components.servers import trainjob_launch
+from components.trainjob import gang
+from components.trainjob import launch as trainjob_launch
 from llmpack.compile.artifacts import RBAC_FILE
 from tests.backends.test_tls import cert, server_tls  # noqa: F401 - the fixture: a self-signed CA for 127.0.0.1
 from tests.conftest import REPO
@@ -94,7 +94,7 @@ def _pod_files(tmp_path: Path, ca: Path, namespace: str) -> Path:
     shim = tmp_path / "pod-site"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(
-        "from components.servers import trainjob_launch\n"
+        "from components.trainjob import launch as trainjob_launch\n"
         f"trainjob_launch.load_config.__kwdefaults__['service_account_dir'] = {str(sa)!r}\n")
     return shim
 

@@ -280,7 +280,7 @@ def test_kfp_backend_still_says_it_enforces_the_rest_of_restricted() -> None:
 
 def test_gang_pods_carry_the_restricted_context_whatever_the_run_parameter_says() -> None:
     """The ``trainjob`` parameter a submitter may override holds no security field: the builder writes it."""
-    from components.process.gang import GangSpec, build_trainjob
+    from components.trainjob.gang import GangSpec, build_trainjob
 
     spec = GangSpec(image="evil:latest", gpus_per_node=8, cpu=1, memory="1Gi", claim="c")
     obj = build_trainjob(spec, name="llmpack-finetune-x", namespace="ns", nodes=2, command=["torchrun", "-m", "m"],

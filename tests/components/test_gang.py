@@ -24,8 +24,8 @@ import pytest
 import yaml
 from standins.k8s_api import KubeAPIStandIn
 
-from components.process import gang
 from components.record.telemetry import group_by_step, read_records
+from components.trainjob import gang
 from tests.components.test_trainjob import _schema, schema_errors, trainer_api_errors
 from tests.conftest import llmpack, run_step
 from tests.sealing import for_run
@@ -158,7 +158,7 @@ def test_a_two_node_finetune_trains_as_a_trainjob_and_records_every_rank(tokens:
 def test_a_hand_edited_gang_spec_of_the_wrong_shape_is_one_line(field: str) -> None:
     """The ``trainjob`` run parameter can be overridden at submit: a wrong shape fails at parse, not in the launcher."""
     from components.errors import InputError
-    from components.process.gang import GangSpec
+    from components.trainjob.gang import GangSpec
 
     text = '{"image": "x", "gpus_per_node": 1, "cpu": 1, "memory": "1Gi", "claim": "c", ' + field + "}"
     with pytest.raises(InputError, match="^trainjob: not a gang spec as llmpack compile --nodes writes it"):

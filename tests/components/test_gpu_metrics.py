@@ -264,7 +264,7 @@ def test_each_gang_node_samples_its_gpus_and_the_run_takes_the_slowest(tokens: P
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from standins.k8s_api import KubeAPIStandIn
 
-    from components.process import gang
+    from components.trainjob import gang
     from tests.components.test_gang import NS, TOKEN, TUNE, TrainerController, write_kubeconfig
     from tests.conftest import run_step
 

@@ -153,7 +153,7 @@ def _compiled(tmp_path: Path) -> Path:
 
 
 def _gpus_per_node_8(text: str) -> str:
-    from components.process.gang import GangSpec, spec_digest
+    from components.trainjob.gang import GangSpec, spec_digest
 
     found = re.search(r"- name: trainjob\n      value: '(.*)'", text)
     assert found

@@ -1,4 +1,4 @@
-"""The Kubeflow Trainer v2 TrainJob builder (components/servers/trainjob.py).
+"""The Kubeflow Trainer v2 TrainJob builder (components/trainjob/spec.py).
 
 Every built object is checked two ways against Kubeflow Trainer v2.3.0:
 
@@ -29,7 +29,7 @@ import yaml
 from components.dsl import GPU_TOLERATION, Toleration
 from components.errors import InputError
 from components.gpu_nodes import node_affinity
-from components.servers.trainjob import CONTAINER_SECURITY, POD_SECURITY, QUEUE_LABEL, TrainJobSpec, to_yaml
+from components.trainjob.spec import CONTAINER_SECURITY, POD_SECURITY, QUEUE_LABEL, TrainJobSpec, to_yaml
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "trainer"
 SCHEMA_FILE = FIXTURES / "trainjobs.schema.json"
@@ -421,7 +421,7 @@ def test_input_errors_are_one_clear_line(overrides, message):
     (["python", "train.py", "--nnodes", "2"], []),
 ])
 def test_only_torchruns_own_flags_are_checked(command, flags):
-    from components.servers.trainjob import torchrun_flags
+    from components.trainjob.spec import torchrun_flags
 
     assert torchrun_flags(command) == flags
     # the script's own flags are its business

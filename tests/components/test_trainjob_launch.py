@@ -1,4 +1,4 @@
-"""components.servers.trainjob_launch: create a TrainJob, follow it, delete it when cancelled; and the stand-in's
+"""components.trainjob.launch: create a TrainJob, follow it, delete it when cancelled; and the stand-in's
 custom-object endpoints it talks to. The real ``kubernetes`` client against tests/standins/k8s_api.py."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from kubernetes.client.exceptions import ApiException
 from standins.k8s_api import TRAINJOBS, KubeAPIStandIn
 
 from components.errors import InputError, Interrupted, StepFailed
-from components.servers import trainjob_launch as launch
-from components.servers.trainjob import TrainJobSpec
+from components.trainjob import launch
+from components.trainjob.spec import TrainJobSpec
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "trainjob-standin-token-Zq81"
@@ -172,7 +172,7 @@ def test_a_signal_during_the_create_request_still_deletes_the_new_trainjob(kube:
 SCRIPT = """
 import json, sys
 from kubernetes import client
-from components.servers import trainjob_launch
+from components.trainjob import launch as trainjob_launch
 from components.errors import Interrupted
 
 host, token, obj = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])

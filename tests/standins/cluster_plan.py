@@ -141,8 +141,8 @@ def _in_order(names: list[str], deps: Mapping[str, set[str]], members: Mapping[s
 
 
 def gang_of(values: Mapping[str, Any]) -> tuple[int, Any] | None:
-    """(nodes, :class:`components.process.gang.GangSpec`) when the run's finetune is a TrainJob gang, else None."""
-    from components.process.gang import NNODES_PARAM, TRAINJOB_PARAM, GangSpec
+    """(nodes, :class:`components.trainjob.gang.GangSpec`) when the run's finetune is a TrainJob gang, else None."""
+    from components.trainjob.gang import NNODES_PARAM, TRAINJOB_PARAM, GangSpec
 
     try:
         nodes = int(float(str(values.get(NNODES_PARAM) or 1)))

@@ -30,7 +30,7 @@ class GangPlayer:
     def _gang_events(self, script: RunScript, step: str, process_started: float, gang: tuple[int, Any]) -> float:
         """The launcher's events and its TrainJob gang (pods, nodes, ranks) from the launcher's
         process start; returns the launcher's ``finished`` (see the module doc)."""
-        from components.process.gang import trainjob_name
+        from components.trainjob.gang import trainjob_name
 
         t = self.timings
         nodes, spec = gang
@@ -110,7 +110,7 @@ class GangPlayer:
         """The TrainJob, its node pods, their nodes and image events, and its Complete condition."""
         if not script.gang:
             return []
-        from components.process.gang import build_trainjob, gang_labels, trainer_command, trainer_env
+        from components.trainjob.gang import build_trainjob, gang_labels, trainer_command, trainer_env
 
         gang = script.gang
         spec, name, step = gang["spec"], gang["trainjob"], gang["step"]

@@ -124,7 +124,7 @@ def plant_platform(api: KubeAPIStandIn) -> None:
 
 def plant_ready(api: KubeAPIStandIn) -> KubeAPIStandIn:
     """Everything a first run (any path, a 2-node gang with queue ``team-a``) needs, in ``api``."""
-    from components.servers.trainjob_launch import launcher_rbac
+    from components.trainjob.launch import launcher_rbac
 
     api.install(*EXTRA_CRDS)
     for name in NAMESPACES:

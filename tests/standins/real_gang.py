@@ -31,7 +31,7 @@ def _free_port() -> int:
 
 def trainjob_pod_env(obj: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
     """A TrainJob's node container: its plain ``spec.trainer.env`` and its claim mounts (mount path -> claim),
-    from the ``runtimePatches`` pod template (:meth:`components.servers.trainjob.TrainJobSpec.pod_patch`)."""
+    from the ``runtimePatches`` pod template (:meth:`components.trainjob.spec.TrainJobSpec.pod_patch`)."""
     env = {e["name"]: str(e["value"]) for e in obj["spec"]["trainer"].get("env") or () if "value" in e}
     mounts: dict[str, str] = {}
     for patch in obj["spec"].get("runtimePatches") or ():
@@ -52,7 +52,7 @@ class RealGang(RealFinetune):
     def trainjob(self, spec: Any, run: str, nodes: int) -> dict[str, Any]:
         """The TrainJob the run's launcher creates (attempt 0), its inputs and output in the shared volume's
         stand-in: the real builder on the run's gang spec."""
-        from components.process.gang import GANG_DIR, build_trainjob, trainer_command, trainer_env, trainjob_name
+        from components.trainjob.gang import GANG_DIR, build_trainjob, trainer_command, trainer_env, trainjob_name
 
         shared = self.claim_dir(spec.claim)
         out = shared / GANG_DIR / run / f"{STEP}-0" / "out" / "model"
@@ -103,7 +103,7 @@ class RealGang(RealFinetune):
 
         Returns ``delay_s`` (SIGTERM to the written checkpoint, real seconds), ``resumed`` (the restarted
         gang's ``resumed_from_step``) and ``kept`` (the steps the checkpoint holds)."""
-        from components.process.gang import rank_events_file
+        from components.trainjob.gang import rank_events_file
 
         run, nodes = script.pipeline_run, script.gang["nodes"]
         obj = self.trainjob(script.gang["spec"], run, nodes)

@@ -155,7 +155,7 @@ def compare_cluster(
             check_cache_pvc(cache_pvc)
         pipe = with_gpus(pipe, gpus, nodes, claim=cache_pvc, queue=queue, gpu_type=gpu_type)  # checks them now
         if (nodes or 1) > 1:
-            from components.process.gang import GangSpec
+            from components.trainjob.gang import GangSpec
 
             spec = GangSpec.from_json(str(pipe.params["trainjob"].default), "--nodes")
             gang = (int(nodes or 1), int(spec.gpus_per_node))

@@ -5,8 +5,8 @@ checks; none raises for what it finds (a 403 is a failed check saying so). What 
 cluster to comes from where the compiled artifacts get it: the GPU steps' node selector,
 tolerations and GPUs from the pipeline's step specs (:func:`gpu_placement`), the Secret's name and
 keys from :mod:`components.record.tracking`, the launcher's RBAC from
-:func:`components.servers.trainjob_launch.launcher_rbac`, the runtime's name from
-:class:`components.servers.trainjob.TrainJobSpec`.
+:func:`components.trainjob.launch.launcher_rbac`, the runtime's name from
+:class:`components.trainjob.spec.TrainJobSpec`.
 """
 
 from __future__ import annotations

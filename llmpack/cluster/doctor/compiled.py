@@ -86,7 +86,7 @@ def _claims_of(pod: Mapping[str, Any]) -> dict[str, bool]:
 
 def read_gang(job: Mapping[str, Any]) -> Gang:
     """The gang of one compiled TrainJob."""
-    from components.servers.trainjob import QUEUE_LABEL
+    from components.trainjob.spec import QUEUE_LABEL
 
     spec = job.get("spec") or {}
     trainer = spec.get("trainer") or {}

@@ -23,7 +23,7 @@ from llmpack.cluster.doctor.reader import ClusterReader, Missing, Unanswered, un
 
 def trainer_install(version: str | None = None) -> str:
     """The command that installs Trainer ``version`` (default: the one TrainJobs are compiled for) with its runtimes."""
-    from components.servers.trainjob import DEFAULT_TRAINER, TRAINER_RELEASES
+    from components.trainjob.spec import DEFAULT_TRAINER, TRAINER_RELEASES
 
     tag = TRAINER_RELEASES[version or DEFAULT_TRAINER]
     return ("kubectl apply --server-side -k 'https://github.com/kubeflow/trainer.git/manifests/overlays/runtimes"
@@ -34,7 +34,7 @@ def training_runtime(cluster: ClusterReader, name: str | None = None, kind: str 
                      namespace: str = "") -> Check:
     """The runtime the TrainJob names (its ``runtimeRef``: a ClusterTrainingRuntime, or a TrainingRuntime in the
     run's namespace; Trainer >= 2.2 for ``runtimePatches``)."""
-    from components.servers.trainjob import TrainJobSpec
+    from components.trainjob.spec import TrainJobSpec
 
     name = name or TrainJobSpec.__dataclass_fields__["runtime"].default
     install = trainer_install()
@@ -67,8 +67,8 @@ def launcher_rbac(cluster: ClusterReader, namespace: str) -> Check:
     """The ServiceAccount, Role and RoleBinding of ``trainjob/launcher-rbac.yaml``, the Role allowing the
     launcher's calls."""
     from components.podspec import NODE_SERVICE_ACCOUNT
-    from components.servers.trainjob_launch import LAUNCHER_SERVICE_ACCOUNT, RBAC_FILE, RBAC_VERBS
-    from components.servers.trainjob_launch import launcher_rbac as wanted
+    from components.trainjob.launch import LAUNCHER_SERVICE_ACCOUNT, RBAC_FILE, RBAC_VERBS
+    from components.trainjob.launch import launcher_rbac as wanted
 
     fix = (f"kubectl apply -n {_q(namespace)} -f build/2x4/{RBAC_FILE}"
            "  # written by llmpack compile --nodes N --out build/2x4")

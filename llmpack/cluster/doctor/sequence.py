@@ -125,7 +125,7 @@ def run_checks(opts: DoctorOptions, cluster: Any, specs: dict[str, list[Any]], c
         for name in sorted(set().union(*(p for _, p in found_refs)) | set(opts.pull_secrets)):  # --image-pull-secret
             checks.append(dc.pull_secret(cluster, namespace, name))
         from components.podspec import NODE_SERVICE_ACCOUNT
-        from components.servers.trainjob_launch import LAUNCHER_SERVICE_ACCOUNT
+        from components.trainjob.launch import LAUNCHER_SERVICE_ACCOUNT
 
         known = {*BUILTIN_ACCOUNTS, *((LAUNCHER_SERVICE_ACCOUNT, NODE_SERVICE_ACCOUNT) if gang else ())}
         for name in sorted(facts.accounts - known):  # launcher_rbac has checked the gang's own two

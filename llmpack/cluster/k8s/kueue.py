@@ -24,7 +24,7 @@ def owned_by(workload: Mapping[str, Any], kind: str, name: str) -> bool:
 
 def condition_time(workload: Mapping[str, Any], kind: str) -> float | None:
     """When condition ``kind`` turned True (its ``lastTransitionTime``), else None."""
-    from components.servers.trainjob_launch import parse_time
+    from components.trainjob.launch import parse_time
 
     for cond in (workload.get("status") or {}).get("conditions") or ():
         if cond.get("type") == kind and cond.get("status") == "True":
@@ -34,7 +34,7 @@ def condition_time(workload: Mapping[str, Any], kind: str) -> float | None:
 
 def waits(workload: Mapping[str, Any] | None) -> dict[str, float | None]:
     """``quota_wait_s`` and ``admission_checks_s`` of a Workload (None where a time is missing)."""
-    from components.servers.trainjob_launch import parse_time
+    from components.trainjob.launch import parse_time
 
     if workload is None:
         return {"quota_wait_s": None, "admission_checks_s": None}

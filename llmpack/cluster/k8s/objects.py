@@ -23,7 +23,7 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # NVIDIA GPU feature discovery
 GPU_RESOURCE = "nvidia.com/gpu"
 SCALE_DOWN_TAINT = "ToBeDeletedByClusterAutoscaler"  # value: unix seconds when the autoscaler began removing it
-# A Kubeflow Trainer TrainJob's node pods (components.process.gang): JobSet names its JobSet after the
+# A Kubeflow Trainer TrainJob's node pods (components.trainjob.gang): JobSet names its JobSet after the
 # TrainJob and labels every pod with it; the Job controller labels (and annotates) each pod of an
 # Indexed Job with its completion index, the torch node rank (PET_NODE_RANK).
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"

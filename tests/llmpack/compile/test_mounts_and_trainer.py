@@ -67,7 +67,7 @@ def test_compile_refuses_before_writing(tmp_path: Path) -> None:
 
 
 def test_doctor_installs_the_release_compiled_for() -> None:
-    from components.servers.trainjob import DEFAULT_TRAINER, TRAINER_RELEASES
+    from components.trainjob.spec import DEFAULT_TRAINER, TRAINER_RELEASES
     from llmpack.cluster.doctor.gang import trainer_install
 
     assert DEFAULT_TRAINER == "2.3" and "ref=v2.3.0'" in trainer_install()

@@ -3,7 +3,7 @@
 With ``nnodes`` N > 1 (``llmpack compile --nodes N --gpus G --cache-pvc PVC``) finetune's command
 is a *launcher* in a small CPU pod, the same on every backend: it copies the step's inputs into
 the shared volume, creates a ``TrainJob`` of N nodes with G GPUs each running ``torchrun`` on the
-same step (:mod:`components.servers.trainjob`), follows it to its end (deleting it when the run is
+same step (:mod:`components.trainjob.spec`), follows it to its end (deleting it when the run is
 cancelled), then copies the outputs back and merges every rank's events. The gang's pod spec
 travels in the ``trainjob`` pipeline parameter (:class:`GangSpec`), pinned at compile: the launcher
 refuses a value whose digest is not in its ``LLMPACK_GANG_SPECS`` (:func:`check_compiled`), and a
@@ -217,7 +217,7 @@ def trainer_env(spec: GangSpec, attempt: int) -> dict[str, str]:
 
 def build_trainjob(spec: GangSpec, *, name: str, namespace: str, nodes: int, command: Sequence[str],
                    labels: Mapping[str, str], env: Mapping[str, str]) -> dict[str, Any]:
-    from components.servers.trainjob import TrainJobSpec
+    from components.trainjob.spec import TrainJobSpec
 
     return TrainJobSpec(
         name=name, namespace=namespace, image=spec.image, command=list(command), num_nodes=nodes,
@@ -243,7 +243,7 @@ def launch(step_ref: str, step_name: str, ctx: Any, inputs: Mapping[str, str], o
     already recorded); every rank's records are merged into its events file before it returns.
     """
     from components.record.telemetry import EVENTS_FILE, read_records
-    from components.servers import trainjob_launch
+    from components.trainjob import launch as trainjob_launch
 
     if not 1 < nodes <= MAX_NODES:
         raise InputError(f"{NNODES_PARAM}={nodes}: must be between 2 and {MAX_NODES} for a gang")

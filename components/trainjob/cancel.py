@@ -15,8 +15,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from components.errors import InputError, Interrupted, StepFailed
-from components.servers.trainjob_client import delete
-from components.servers.trainjob_rbac import RESOURCE
+from components.trainjob.client import delete
+from components.trainjob.rbac import RESOURCE
 
 DELETE_TIMEOUT_S = 10.0  # the delete on the way out of a cancelled run (the pod's grace period is ~30 s)
 

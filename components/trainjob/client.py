@@ -19,8 +19,8 @@ from components.errors import InputError, StepFailed
 from components.servers import kube
 from components.servers.kube import SERVICE_ACCOUNT_DIR
 from components.servers.remote import REQUEST_TIMEOUT_S, is_unreachable, one_line, server_message, tls_failure
-from components.servers.trainjob import API_VERSION, PLURAL
-from components.servers.trainjob_rbac import GROUP, RBAC_VERBS, RESOURCE
+from components.trainjob.rbac import GROUP, RBAC_VERBS, RESOURCE
+from components.trainjob.spec import API_VERSION, PLURAL
 
 VERSION = API_VERSION.split("/", 1)[1]
 _TRANSIENT = frozenset((429, 500, 502, 503, 504))

@@ -45,7 +45,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PATCH_MANAGER = TRAINJOB_MANAGER
 # The torch-distributed runtime's replicated job (and container) that runs the trainer.
 TRAINER_JOB = "node"
-VOLUME_NAME = "llmpack-shared"  # the PVC the gang's nodes and the launcher pod share (components.process.gang)
+VOLUME_NAME = "llmpack-shared"  # the PVC the gang's nodes and the launcher pod share (components.trainjob.gang)
 RUN_AS = 1000  # the step image's user and group (Dockerfile: LLMPACK_UID)
 # The Trainer releases a TrainJob is compiled for (llmpack compile --trainer-version), oldest first, and
 # each one's release tag (its CRDs and runtimes: doctor's install line). docs/first-run-on-a-cluster.md's

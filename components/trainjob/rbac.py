@@ -10,7 +10,7 @@ import copy
 from typing import Any
 
 from components.podspec import NODE_SERVICE_ACCOUNT
-from components.servers.trainjob import API_GROUP, PLURAL
+from components.trainjob.spec import API_GROUP, PLURAL
 
 GROUP = API_GROUP
 RESOURCE = f"{PLURAL}.{GROUP}"  # as kubectl and RBAC messages name it
@@ -41,7 +41,7 @@ def launcher_rbac(service_account: str = LAUNCHER_SERVICE_ACCOUNT,
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": copy.deepcopy(meta),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": service_account},
          "subjects": [subject]},
-        # The TrainJob's node pods run as this one: no Role, no token mounted (components.servers.trainjob).
+        # The TrainJob's node pods run as this one: no Role, no token mounted (components.trainjob.spec).
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {**copy.deepcopy(meta), "name": NODE_SERVICE_ACCOUNT,
                       "labels": {**labels, "app.kubernetes.io/component": "trainer"}},
@@ -56,7 +56,7 @@ def launcher_rbac_yaml(service_account: str = LAUNCHER_SERVICE_ACCOUNT, namespac
     ns = namespace or "NAMESPACE"
     head = (
         "# What the finetune launcher of a TrainJob gang may do "
-        "(llmpack compile --nodes; components/servers/trainjob_launch.py):\n"
+        "(llmpack compile --nodes; components/trainjob/launch.py):\n"
         f"# create, get and delete {RESOURCE}, nothing else, as ServiceAccount {service_account} only.\n"
         f"# Apply it first, in the run's namespace ({ns}" + (", as compiled: --namespace" if namespace else "") + "):\n"
         f"#   kubectl apply -n {ns} -f launcher-rbac.yaml\n"

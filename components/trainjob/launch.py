@@ -1,13 +1,13 @@
 """Create a Kubeflow Trainer v2 ``TrainJob``, follow it to its end, and delete it when the run is cancelled.
 
 The multi-node finetune step's launcher builds the TrainJob with
-:class:`components.servers.trainjob.TrainJobSpec` and calls :func:`create_and_wait`: create it
+:class:`components.trainjob.spec.TrainJobSpec` and calls :func:`create_and_wait`: create it
 (or adopt the one a retried launcher's first attempt created; a failed one is replaced), poll
 its conditions until ``Complete`` or ``Failed``, and on SIGTERM/SIGINT or ``timeout_s`` delete
-it. Its jobs live beside it: RBAC (:mod:`~components.servers.trainjob_rbac`), client, calls and
-errors (:mod:`~components.servers.trainjob_client`), status
-(:mod:`~components.servers.trainjob_status`), cancellation
-(:mod:`~components.servers.trainjob_cancel`). Why the plain ``CustomObjectsApi`` and polling,
+it. Its jobs live beside it: RBAC (:mod:`~components.trainjob.rbac`), client, calls and
+errors (:mod:`~components.trainjob.client`), status
+(:mod:`~components.trainjob.status`), cancellation
+(:mod:`~components.trainjob.cancel`). Why the plain ``CustomObjectsApi`` and polling,
 and how adoption works: docs/internals/decisions.md (the TrainJob launcher).
 """
 
@@ -23,9 +23,8 @@ from typing import Any
 from components.dsl import is_dns1123_label
 from components.errors import InputError, Interrupted, StepFailed
 from components.servers.remote import REQUEST_TIMEOUT_S
-from components.servers.trainjob import API_VERSION, KIND
-from components.servers.trainjob_cancel import Cancel
-from components.servers.trainjob_client import (
+from components.trainjob.cancel import Cancel
+from components.trainjob.client import (
     VERSION,
     Cluster,
     _custom_api,
@@ -38,7 +37,7 @@ from components.servers.trainjob_client import (
     delete,
     load_config,
 )
-from components.servers.trainjob_rbac import (
+from components.trainjob.rbac import (
     GROUP,
     LAUNCHER_SERVICE_ACCOUNT,
     PLURAL,
@@ -48,7 +47,8 @@ from components.servers.trainjob_rbac import (
     launcher_rbac,
     launcher_rbac_yaml,
 )
-from components.servers.trainjob_status import (
+from components.trainjob.spec import API_VERSION, KIND
+from components.trainjob.status import (
     COMPLETE,
     FAILED,
     SUSPENDED,
@@ -75,7 +75,7 @@ def _prepared(obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
     if not isinstance(obj, Mapping) or obj.get("apiVersion") != API_VERSION or obj.get("kind") != KIND:
         got = f"{obj.get('apiVersion')} {obj.get('kind')}" if isinstance(obj, Mapping) else type(obj).__name__
         raise InputError(f"expected a {API_VERSION} {KIND} object "
-                         f"(components.servers.trainjob.TrainJobSpec.build()), got {got}")
+                         f"(components.trainjob.spec.TrainJobSpec.build()), got {got}")
     if not isinstance(namespace, str) or not is_dns1123_label(namespace):
         raise InputError(f"Kubernetes namespace {namespace!r} is not a valid DNS-1123 label")
     body = copy.deepcopy(dict(obj))
