@@ -34,6 +34,17 @@ def test_registry_lists_the_toy_and_loads_it_lazily() -> None:
     assert toy.artifacts == (Path("toy/finetune.json"),)
 
 
+def test_the_registry_line_and_the_class_agree_on_cluster() -> None:
+    """Issue 47: "is it a cluster backend" is one question, isinstance(ClusterBackend); +cluster must say the same."""
+    from components.errors import InputError
+    from llmpack.backends import Entry
+
+    with pytest.raises(InputError, match="registered \\+cluster, but .* is not a components.backend.ClusterBackend"):
+        Entry(name="toy", module="tests.toy_backend.backend", cluster=True).load()
+    with pytest.raises(InputError, match="is a ClusterBackend: register it as toyc\\+cluster"):
+        Entry(name="toyc", module="tests.toy_backend.cluster").load()
+
+
 @pytest.mark.parametrize("text", ["toy", "toy=", "=m", "toy+local=m"])
 def test_a_bad_registry_entry_is_one_line(text: str) -> None:
     from components.errors import InputError
