@@ -12,10 +12,13 @@ from typing import Any
 
 from components.backend import (
     TLS_OPTIONS,
-    Backend,
     ClickOption,
+    ClusterBackend,
     ClusterPath,
+    Coloured,
     CompareOption,
+    LabFacts,
+    OwnAccount,
     PodMarks,
     ServerConnection,
     pod_labels,
@@ -27,7 +30,7 @@ WORKFLOW_LABEL = "workflows.argoproj.io/workflow"  # on every pod of a Workflow
 NODE_NAME = "workflows.argoproj.io/node-name"  # annotation: the pod's node in the Workflow, <wf>.<dag>.<task>
 
 
-class ArgoBackend(Backend):
+class ArgoBackend(Coloured, LabFacts, OwnAccount, ClusterBackend):
     name = "argo"
     env_vars = ("ARGO_SERVER", "ARGO_TOKEN", "ARGO_NAMESPACE", "ARGO_SECURE", "ARGO_INSECURE_SKIP_VERIFY",
                 "ARGO_BASE_HREF")

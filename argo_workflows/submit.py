@@ -2,7 +2,7 @@
 
 Hera has no submit command; this is it. ``llmpack cluster submit argo`` and ``llmpack compare --cluster``
 come here through :mod:`llmpack.backends` (the ``cluster_module`` of its
-:class:`components.backend.Backend`). What every submission shares (the parameters, ids,
+:class:`components.backend.ClusterBackend`). What every submission shares (the parameters, ids,
 ``submitted_at``, cost tags, the MLflow record) is :mod:`components.servers.submission`.
 
 :func:`submit` loads ``argo_workflows/finetune.yaml`` into Hera's models (:func:`load_workflow`),

@@ -1,16 +1,15 @@
 """The backend contract (v2): what ``llmpack`` calls on a backend, written once.
 
-A backend is one object, :class:`Backend`, defined in its own package and found by name in the
-one registry, :mod:`llmpack.backends`, which imports it only when asked for. Modelled on MLflow's
-``AbstractBackend`` and ``SubmittedRun`` and kfp's small validated runner config. Everything
-``llmpack`` needs of a backend is declared here, so a new orchestrator touches its own folder plus
-one registry line: its name, settings and golden artifacts; :meth:`Backend.compile` and
-:meth:`Backend.run_local`; for a cluster backend its :class:`Connection`, its ``submit`` of one
-:class:`SubmitRequest` returning a :class:`SubmittedRun`, :meth:`~Backend.recognise_pod`, its
-:class:`ClusterPath`, :class:`PodMarks` and :class:`~components.doctor_facts.DoctorFacts`, so that no module of
-``llmpack`` names a backend.
+A backend is one object defined in its own package and found by name in the one registry,
+:mod:`llmpack.backends`, which imports it only when asked for (modelled on MLflow's ``AbstractBackend`` and
+``SubmittedRun``, httpx's small transport contract, kfp's validated runner config). Every backend is a
+:class:`Backend`: its name, settings and golden artifacts, :meth:`Backend.compile`, :meth:`Backend.run_local`.
+One that submits is a :class:`ClusterBackend`: its :class:`Connection`, ``submit`` of one :class:`SubmitRequest`
+returning a :class:`SubmittedRun`, its :class:`ClusterPath` and :meth:`~ClusterBackend.recognise_pod`. The rest
+are optional mixins: :class:`LabFacts` (:class:`PodMarks`, doctor facts), :class:`OwnAccount`, :class:`Coloured`.
+So a new orchestrator touches its own folder plus one registry line, and no module of ``llmpack`` names it.
 
-Each field and method, and the test that holds llmpack to it: docs/internals/architecture.md, "The backend
+Each member, and the test that holds llmpack to it: docs/internals/architecture.md, "The backend
 contract". Heavy libraries stay inside the methods that need them.
 """
 
@@ -19,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +131,7 @@ class SubmittedRun:
     :meth:`wait` adds its ``result``.
     """
 
-    def __init__(self, backend: Backend, summary: dict[str, Any], connection: Connection) -> None:
+    def __init__(self, backend: ClusterBackend, summary: dict[str, Any], connection: Connection) -> None:
         self.backend, self.summary, self.connection = backend, summary, connection
 
     @property
@@ -246,7 +246,7 @@ class Drivers:
 
 @dataclass(frozen=True, kw_only=True)
 class PodMarks:
-    """What the pod watcher reads of an orchestrator's own pods, besides :meth:`Backend.recognise_pod`.
+    """What the pod watcher reads of an orchestrator's own pods, besides :meth:`ClusterBackend.recognise_pod`.
 
     Stated once here, so that :mod:`llmpack.cluster.k8s` names no orchestrator: it asks the registry for
     the union over the cluster backends (:func:`llmpack.backends.all_pod_marks`). The watcher keeps
@@ -274,35 +274,21 @@ ClickOption = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 class Backend:
-    """One backend: declared once, in its own package. Subclass it and set the class attributes.
+    """The contract every backend keeps: what it is, :meth:`compile`, :meth:`run_local`. Subclass it, set ``name``.
 
-    The defaults describe a local-only backend that compiles nothing (``direct``).
+    A backend that submits to a cluster is a :class:`ClusterBackend`; :class:`LabFacts`, :class:`OwnAccount`
+    and :class:`Coloured` are optional mixins it lists among its bases. The defaults: a local-only backend
+    that compiles nothing (``direct``).
     """
 
     name: ClassVar[str]
     settings: ClassVar[tuple[Setting[Any], ...]] = ()  # the LLMPACK_* variables it reads (components.settings)
     env_vars: ClassVar[tuple[str, ...]] = ()  # other variables it reads (tokens, endpoints), never printed
     artifacts: ClassVar[tuple[Path, ...]] = ()  # committed compiled artifacts, relative to the repository root
-    connection_type: ClassVar[type[Connection] | None] = None  # None: runs on this machine only
-    submit_help: ClassVar[str] = ""  # ``llmpack cluster submit <name> --help``: what a submission creates
-    # Where the work is done, imported when first used (heavy libraries stay out of ``llmpack --help``):
+    # Where run_local's work is done, imported when first used (heavy libraries stay out of ``llmpack --help``):
     local_module: ClassVar[str | None] = None  # defines run_local(pipe, values, workdir, env, log)
-    # defines Request, submit(request), wait_for_completion, check_connection
-    cluster_module: ClassVar[str | None] = None
-    cluster_path: ClassVar[ClusterPath | None] = None  # a cluster backend's `compare --cluster` path
-    pod_marks: ClassVar[PodMarks] = PodMarks()  # a cluster backend's own marks on its pods
     # The pod options (``llmpack compile --namespace``...) its compile takes as keywords, when given.
     compile_options: ClassVar[tuple[str, ...]] = ()
-    colour: ClassVar[str] = "#444444"  # its colour in the report's charts
-    # what `llmpack cluster doctor` checks for it, when its package has no doctor module declaring DOCTOR
-    # (llmpack.backends.doctor_facts: the lab loads that module, the pack never does)
-    doctor: ClassVar[DoctorFacts] = DoctorFacts()
-
-    @property
-    def cluster(self) -> bool:
-        return self.connection_type is not None
-
-    # ------------------------------------------------------------------ build and run here
 
     def compile(self, pipe: Pipeline, out_dir: Path, *, final_dir: Path | None = None) -> list[Path]:
         """Write this backend's artifacts for ``pipe`` under ``out_dir``; returns the files written.
@@ -317,7 +303,26 @@ class Backend:
         """As :meth:`LocalRunner.run_local`: by default :attr:`local_module`'s ``run_local``."""
         return self._module(self.local_module, "local_module").run_local(pipe, values, workdir, env, log)
 
-    # ------------------------------------------------------------------ a cluster
+    def _module(self, name: str | None, what: str) -> Any:
+        if name is None:
+            raise NotImplementedError(f"backend {self.name!r}: no {what}")
+        return importlib.import_module(name)
+
+
+class ClusterBackend(Backend, ABC):
+    """A backend that submits to a cluster: its :class:`Connection`, ``submit`` and wait, and its pods recognised.
+
+    Required: ``connection_type``, ``cluster_path`` (the registry refuses a ``+cluster`` line without them)
+    and :meth:`recognise_pod`; ``submit_run``, ``request``, ``wait_for_completion`` and ``check_connection``
+    default to :attr:`cluster_module`'s functions. ``isinstance(b, ClusterBackend)`` is how the pack asks
+    whether a backend is one.
+    """
+
+    connection_type: ClassVar[type[Connection]]
+    cluster_path: ClassVar[ClusterPath]  # its `compare --cluster` path
+    submit_help: ClassVar[str] = ""  # ``llmpack cluster submit <name> --help``: what a submission creates
+    # defines Request, submit(request), wait_for_completion, check_connection; imported when first used
+    cluster_module: ClassVar[str | None] = None
 
     def submit_options(self) -> list[ClickOption]:
         """The backend's own ``llmpack cluster submit <name>`` options (click decorators); the CLI has the shared ones.
@@ -329,13 +334,10 @@ class Backend:
 
     def connection_fields(self) -> frozenset[str]:
         """The option names that make this backend's :class:`Connection`."""
-        kind = self.connection_type
-        return frozenset(f.name for f in dataclasses.fields(kind)) if kind is not None else frozenset()
+        return frozenset(f.name for f in dataclasses.fields(self.connection_type))
 
     def connect(self, options: Mapping[str, Any]) -> Connection:
         """The :class:`Connection` from flags (by keyword name)."""
-        if self.connection_type is None:
-            raise InputError(f"orchestrator {self.name!r}: runs on this machine only")
         return self.connection_type.from_options(options)
 
     def submit(self, connection: Connection, **kwargs: Any) -> SubmittedRun:
@@ -362,11 +364,6 @@ class Backend:
         """Raise :class:`InputError` now when ``options`` name no usable endpoint; nothing is sent."""
         self._module(self.cluster_module, "cluster_module").check_connection(options)
 
-    def _module(self, name: str | None, what: str) -> Any:
-        if name is None:
-            raise NotImplementedError(f"backend {self.name!r}: no {what}")
-        return importlib.import_module(name)
-
     def stop_hint(self, summary: Mapping[str, Any]) -> str:
         """The native command that stops the run ``summary`` names."""
         return "its orchestrator"
@@ -375,24 +372,44 @@ class Backend:
         """The native command that removes what the submission of ``summary`` created (default: stops it)."""
         return self.stop_hint(summary)
 
-    def own_metrics(self, result: Mapping[str, Any]) -> dict[str, float]:
-        """The orchestrator's own account of a finished run, from its wait's ``result``, beside ours.
-
-        Recorded with the run's metrics under the orchestrator's own names (Argo's
-        ``resourcesDuration``: ``argo_gpu_hours``); none by default.
-        """
-        return {}
-
-    def explain_own_metrics(self, metrics: Mapping[str, Any]) -> list[str]:
-        """Why its own account (:meth:`own_metrics`) differs from ours, one sentence each; none by default."""
-        return []
-
+    @abstractmethod
     def recognise_pod(self, pod: Mapping[str, Any]) -> bool:
         """True when ``pod`` (a Pod object as ``kubectl get pods -o json`` lists it) was made by this orchestrator.
 
         By the orchestrator's own marks, not llmpack's labels (KFP pods carry none).
         """
-        return False
+
+
+class LabFacts:
+    """Mixin: what the lab reads of a cluster backend's pods and checks for it, declared on the backend.
+
+    Each may instead be its package's second module's ``POD_MARKS``/``DOCTOR`` (``<package>.doctor``, which only
+    the lab loads: :func:`llmpack.backends.pod_marks`, :func:`llmpack.backends.doctor_facts`); without either, none.
+    """
+
+    pod_marks: ClassVar[PodMarks] = PodMarks()  # its own marks on its pods (the pod watcher)
+    doctor: ClassVar[DoctorFacts] = DoctorFacts()  # what `llmpack cluster doctor` checks for it
+
+
+class OwnAccount:
+    """Mixin: the orchestrator's own account of a finished run, recorded beside ours (Argo's ``resourcesDuration``)."""
+
+    def own_metrics(self, result: Mapping[str, Any]) -> dict[str, float]:
+        """Its account from its wait's ``result``, under the orchestrator's own names (``argo_gpu_hours``)."""
+        return {}
+
+    def explain_own_metrics(self, metrics: Mapping[str, Any]) -> list[str]:
+        """Why its own account (:meth:`own_metrics`) differs from ours, one sentence each."""
+        return []
+
+
+DEFAULT_COLOUR = "#444444"  # a path whose backend is not Coloured (or no longer registered)
+
+
+class Coloured:
+    """Mixin, presentation only: the backend's colour in the report's charts and badges."""
+
+    colour: ClassVar[str] = DEFAULT_COLOUR
 
 
 def pod_labels(pod: Mapping[str, Any]) -> Mapping[str, str]:

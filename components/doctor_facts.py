@@ -85,8 +85,8 @@ class DoctorFacts:
     """What ``llmpack cluster doctor`` checks for a cluster backend, besides what every path needs.
 
     Declared in the backend's optional second module, ``<its package>.doctor``'s ``DOCTOR``, which only the lab
-    loads (:func:`llmpack.backends.doctor_facts`); a backend without one may set :attr:`Backend.doctor
-    <components.backend.Backend.doctor>`.
+    loads (:func:`llmpack.backends.doctor_facts`); a backend without one may set :attr:`LabFacts.doctor
+    <components.backend.LabFacts.doctor>`.
     """
 
     # (verb, resource, API group) its submission needs in the run's namespace

@@ -12,11 +12,13 @@ from typing import Any
 
 from components.backend import (
     TLS_OPTIONS,
-    Backend,
     ClickOption,
+    ClusterBackend,
     ClusterPath,
+    Coloured,
     CompareOption,
     Drivers,
+    LabFacts,
     PodMarks,
     ServerConnection,
     pod_annotations,
@@ -31,7 +33,7 @@ NODE_NAME = "workflows.argoproj.io/node-name"  # KFP v2 runs on Argo: Argo's wor
 DEFAULT_POD_NAMESPACE = "kubeflow"  # single-user KFP runs its pods there; multi-user: the profile
 
 
-class KfpBackend(Backend):
+class KfpBackend(Coloured, LabFacts, ClusterBackend):
     name = "kfp"
     env_vars = ("KFP_HOST", "KF_PIPELINES_ENDPOINT", "KFP_TOKEN", "KF_PIPELINES_SA_TOKEN_PATH")
     colour = "#1f77b4"  # its colour in the report's charts

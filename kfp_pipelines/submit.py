@@ -1,7 +1,7 @@
 """Submit the compiled KFP pipeline to a Kubeflow Pipelines API with ``kfp.Client``, and wait for it.
 
 ``llmpack cluster submit kfp`` and ``llmpack compare --cluster`` come here through :mod:`llmpack.backends`
-(the ``cluster_module`` of its :class:`components.backend.Backend`). What every submission shares (the
+(the ``cluster_module`` of its :class:`components.backend.ClusterBackend`). What every submission shares (the
 parameters, ids, ``submitted_at``, cost tags, the MLflow record) is :mod:`components.servers.submission`.
 
 :func:`submit` creates the run from ``kfp_pipelines/finetune.yaml`` after one healthz call with a

@@ -21,7 +21,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from components import settings
-from components.backend import ONE_POD_STEP, Backend, ClusterPath, PodMarks
+from components.backend import (
+    DEFAULT_COLOUR,
+    ONE_POD_STEP,
+    Backend,
+    ClusterBackend,
+    ClusterPath,
+    Coloured,
+    LabFacts,
+    OwnAccount,
+    PodMarks,
+)
 from components.doctor_facts import DoctorFacts
 from components.errors import InputError
 
@@ -37,14 +47,20 @@ class Entry:
     name: str  # the --backend name and the llmpack.orchestrator tag
     module: str
     attr: str = "BACKEND"
-    cluster: bool = False  # submits to a cluster (known without importing it)
+    cluster: bool = False  # submits to a cluster (known without importing it): a ClusterBackend
 
     def load(self) -> Backend:
         backend = getattr(importlib.import_module(self.module), self.attr)
+        where = f"{self.module}:{self.attr}"
         if not isinstance(backend, Backend) or backend.name != self.name:
-            raise InputError(f"backend {self.name!r}: {self.module}:{self.attr} is not its components.backend.Backend")
-        if self.cluster and (backend.connection_type is None or backend.cluster_path is None):
-            raise InputError(f"backend {self.name!r}: registered +cluster, but {self.module}:{self.attr} declares no "
+            raise InputError(f"backend {self.name!r}: {where} is not its components.backend.Backend")
+        if self.cluster and not isinstance(backend, ClusterBackend):
+            raise InputError(f"backend {self.name!r}: registered +cluster, but {where} is not a "
+                             "components.backend.ClusterBackend")
+        if isinstance(backend, ClusterBackend) and not self.cluster:
+            raise InputError(f"backend {self.name!r}: {where} is a ClusterBackend: register it as {self.name}+cluster")
+        if self.cluster and not (hasattr(backend, "connection_type") and hasattr(backend, "cluster_path")):
+            raise InputError(f"backend {self.name!r}: registered +cluster, but {where} declares no "
                              "connection_type and cluster_path (components.backend.ClusterPath: what submit sends)")
         return backend
 
@@ -93,11 +109,13 @@ def local_runner(name: str) -> Backend:
     return backend(name)
 
 
-def cluster_submitter(name: str) -> Backend:
+def cluster_submitter(name: str) -> ClusterBackend:
     """Cluster backend ``name`` (``submit``, ``wait_for_completion``, ``check_connection``, ``stop_hint``)."""
     if name not in ORCHESTRATORS:
         raise InputError(f"orchestrator {name!r}: choose one of {', '.join(ORCHESTRATORS)}")
-    return backend(name)
+    found = backend(name)
+    assert isinstance(found, ClusterBackend)  # Entry.load refuses a +cluster line that is not one
+    return found
 
 
 def orchestrator_of_pod(pod: Mapping[str, Any]) -> str:
@@ -113,17 +131,20 @@ def orchestrator_of_pod(pod: Mapping[str, Any]) -> str:
 
 @functools.cache
 def _recognisers() -> tuple[tuple[str, Callable[[Mapping[str, Any]], bool]], ...]:
-    return tuple((name, backend(name).recognise_pod) for name in ORCHESTRATORS)
+    return tuple((name, cluster_submitter(name).recognise_pod) for name in ORCHESTRATORS)
 
 
 @functools.cache
 def pod_marks(name: str | None) -> PodMarks:
     """Cluster backend ``name``'s own marks on its pods: ``POD_MARKS`` of its optional second module, else those its
-    Backend declares; none for any other name (``unknown``)."""
+    Backend declares (:class:`~components.backend.LabFacts`); none for any other name (``unknown``)."""
     if name not in ORCHESTRATORS:
         return PodMarks()
     marks = getattr(_second_module(name), "POD_MARKS", None)
-    return marks if isinstance(marks, PodMarks) else backend(name).pod_marks
+    if isinstance(marks, PodMarks):
+        return marks
+    declared = backend(name)
+    return declared.pod_marks if isinstance(declared, LabFacts) else PodMarks()
 
 
 @functools.cache
@@ -166,21 +187,38 @@ def _second_module(name: str) -> types.ModuleType | None:
 @functools.cache
 def doctor_facts(name: str) -> DoctorFacts:
     """Cluster backend ``name``'s doctor facts: ``DOCTOR`` of its optional second module (:func:`_second_module`,
-    loaded when ``llmpack cluster doctor`` asks); else those its Backend declares."""
+    loaded when ``llmpack cluster doctor`` asks); else those its Backend declares
+    (:class:`~components.backend.LabFacts`); else none."""
     facts = getattr(_second_module(name), "DOCTOR", None)
-    return facts if isinstance(facts, DoctorFacts) else backend(name).doctor
+    if isinstance(facts, DoctorFacts):
+        return facts
+    declared = backend(name)
+    return declared.doctor if isinstance(declared, LabFacts) else DoctorFacts()
+
+
+def own_metrics(name: str, result: Mapping[str, Any]) -> dict[str, float]:
+    """Cluster backend ``name``'s own account of a finished run (:class:`~components.backend.OwnAccount`); else none."""
+    declared = cluster_submitter(name)
+    return declared.own_metrics(result) if isinstance(declared, OwnAccount) else {}
 
 
 def own_metric_notes(metrics: Mapping[str, Any]) -> list[str]:
-    """Why each cluster backend's own account in ``metrics`` differs from ours (:meth:`Backend.explain_own_metrics`)."""
-    return [note for name in ORCHESTRATORS for note in backend(name).explain_own_metrics(metrics)]
+    """Why each cluster backend's own account in ``metrics`` differs from ours
+    (:meth:`~components.backend.OwnAccount.explain_own_metrics`)."""
+    accounts = [b for b in map(backend, ORCHESTRATORS) if isinstance(b, OwnAccount)]
+    return [note for account in accounts for note in account.explain_own_metrics(metrics)]
+
+
+def colour(name: str) -> str:
+    """Backend ``name``'s colour in the report (:class:`~components.backend.Coloured`); else the default."""
+    declared = backend(name) if name in BACKENDS else None
+    return declared.colour if isinstance(declared, Coloured) else DEFAULT_COLOUR
 
 
 @functools.cache
 def cluster_paths() -> Mapping[str, ClusterPath]:
-    """The ``compare --cluster`` paths: every cluster backend that declares one, in registry order."""
-    paths = {name: backend(name).cluster_path for name in ORCHESTRATORS}
-    return types.MappingProxyType({name: path for name, path in paths.items() if path is not None})
+    """The ``compare --cluster`` paths: every cluster backend's, in registry order."""
+    return types.MappingProxyType({name: cluster_submitter(name).cluster_path for name in ORCHESTRATORS})
 
 
 def cluster_path(name: str) -> ClusterPath:

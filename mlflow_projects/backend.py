@@ -14,11 +14,13 @@ from typing import Any
 
 from components.backend import (
     TLS_OPTIONS,
-    Backend,
     ClickOption,
+    ClusterBackend,
     ClusterPath,
+    Coloured,
     CompareOption,
     Connection,
+    LabFacts,
     PodMarks,
     pod_labels,
 )
@@ -38,7 +40,7 @@ class MlflowConnection(Connection):
     context: str | None = None
 
 
-class MlflowBackend(Backend):
+class MlflowBackend(Coloured, LabFacts, ClusterBackend):
     name = "mlflow"
     settings = (IMAGE, SOURCE)
     env_vars = ("MLFLOW_TRACKING_URI", "KUBECONFIG", "KUBE_MLFLOW_TRACKING_URI")

@@ -1,7 +1,7 @@
 """Submit the compiled MLflow project to Kubernetes as MLflow's Kubernetes backend does, and wait for it.
 
 ``llmpack cluster submit mlflow`` and ``llmpack compare --cluster`` come here through
-:mod:`llmpack.backends` (the ``cluster_module`` of its :class:`components.backend.Backend`). What every
+:mod:`llmpack.backends` (the ``cluster_module`` of its :class:`components.backend.ClusterBackend`). What every
 submission shares (the parameters, ids, ``submitted_at``, cost tags, the MLflow record) is
 :mod:`components.servers.submission`. Not ``mlflow run --backend kubernetes``: that builds and
 pushes an image with a local Docker daemon even with ``--build-image`` off (mlflow/mlflow#8118).

@@ -1,10 +1,10 @@
 """Cluster submission, dispatched: ``submit(name, **options)`` and its wait, for ``llmpack compare --cluster``.
 
 Each orchestrator's own path lives in its package and is declared as a
-:class:`components.backend.Backend` (``kfp_pipelines/backend.py``...), found through the one
+:class:`components.backend.ClusterBackend` (``kfp_pipelines/backend.py``...), found through the one
 registry, :mod:`llmpack.backends`; what they share is :mod:`components.servers.submission` and
 :mod:`components.servers.remote`. ``llmpack cluster submit <name>`` uses the backend's
-:meth:`~components.backend.Backend.submit` and its :class:`~components.backend.SubmittedRun` directly.
+:meth:`~components.backend.ClusterBackend.submit` and its :class:`~components.backend.SubmittedRun` directly.
 """
 
 from __future__ import annotations

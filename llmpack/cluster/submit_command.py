@@ -29,7 +29,7 @@ from llmpack.ui.terminal import Command, Group
 class SubmitCommands(Group):
     """``llmpack cluster submit <name>``: one subcommand per cluster backend of the registry, built when asked for.
 
-    Each backend declares its own options (``Backend.submit_options``); :func:`submit_options`
+    Each backend declares its own options (``ClusterBackend.submit_options``); :func:`submit_options`
     adds the shared ones. Listing the names imports no backend, so ``--help`` stays fast.
     """
 

@@ -11,7 +11,6 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from components.backend import Backend
 from components.fusion import path_of
 
 PHASES = (
@@ -28,11 +27,10 @@ PHASES = (
 
 
 def path_colour(orch: str) -> str:
-    """A path's colour, its backend's (``Backend.colour``); a fused variant (``argo+fuse-gpu``) takes its backend's."""
-    from llmpack.backends import BACKENDS, backend
+    """A path's colour, its backend's (``Coloured.colour``); a fused variant (``argo+fuse-gpu``) takes its backend's."""
+    from llmpack.backends import colour
 
-    name = orch.split("+", 1)[0]
-    return backend(name).colour if name in BACKENDS else Backend.colour
+    return colour(orch.split("+", 1)[0])
 
 
 def _phase_spans(events: dict[str, float]) -> list[tuple[str, float, float, str]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from components import settings
-from components.backend import Backend
+from components.backend import Backend, Coloured
 from components.commands import format_value, run_logged, step_args, task_params
 from components.dsl import OutputRef, Pipeline
 from components.errors import RunFailed
@@ -66,7 +66,7 @@ def _run_steps(pipe: Pipeline, values: Mapping[str, Any], workdir: Path, env: Ma
     return artifacts
 
 
-class DirectBackend(Backend):
+class DirectBackend(Coloured, Backend):
     """``direct``: local only, nothing to compile (the reference path)."""
 
     name = "direct"

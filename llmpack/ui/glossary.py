@@ -177,10 +177,22 @@ TERMS: tuple[Term, ...] = (
          short="decidedly lower / higher than the baseline; ≈ equivalent"),
     # ------------------------------------------------------------------ the pack's words
     Term(key="backend", name="backend", group="words",
-         short="an orchestrator's package: compile, local run, submit, wait",
-         detail="`--backend NAME`. Declared once in its own folder against the contract (components/backend.py) "
-                "and listed one line each in llmpack/backends.py (more by `LLMPACK_BACKENDS`); its name is the "
-                "`llmpack.orchestrator` tag. `direct` is the backend with no orchestrator: the reference."),
+         short="an orchestrator's package: compile, local run; a cluster one submits",
+         detail="`--backend NAME`. Declared once in its own folder against the contract (components/backend.py: "
+                "`Backend`, what every backend does) and listed one line each in llmpack/backends.py (more by "
+                "`LLMPACK_BACKENDS`); its name is the `llmpack.orchestrator` tag. `direct` is the backend with no "
+                "orchestrator: the reference."),
+    Term(key="cluster_backend", name="cluster backend", group="words",
+         short="a backend that submits to a cluster and knows its own pods",
+         detail="`components.backend.ClusterBackend`: its connection, submit and wait, its `compare --cluster` "
+                "path, and `recognise_pod`. Registered with `+cluster` (`kfp`, `argo`, `mlflow`); the pack asks "
+                "`isinstance(backend, ClusterBackend)`, one way."),
+    Term(key="backend_mixin", name="backend mixin", group="words",
+         short="an optional capability a backend lists among its bases",
+         detail="`LabFacts` (its pod marks and doctor facts: what the lab reads), `OwnAccount` (the "
+                "orchestrator's own account of a run: Argo's GPU-hours), `Coloured` (its colour in the report). "
+                "A backend without one is asked nothing of it (docs/internals/architecture.md, the backend "
+                "contract)."),
     Term(key="orchestrator", name="orchestrator", group="words",
          short="the system a cluster backend drives: KFP, Argo Workflows, MLflow",
          detail="Named as its backend is (`kfp`, `argo`, `mlflow`); only a backend's own folder names it."),

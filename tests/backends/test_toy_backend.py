@@ -24,13 +24,25 @@ def toy_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def test_registry_lists_the_toy_and_loads_it_lazily() -> None:
-    from components.backend import Backend
+    from components.backend import Backend, ClusterBackend
     from llmpack import backends
 
     entry = backends._extra(TOY)[0]
     assert (entry.name, entry.module, entry.cluster) == ("toy", "tests.toy_backend.backend", False)
     toy = entry.load()
-    assert isinstance(toy, Backend) and not toy.cluster and toy.artifacts == (Path("toy/finetune.json"),)
+    assert isinstance(toy, Backend) and not isinstance(toy, ClusterBackend)
+    assert toy.artifacts == (Path("toy/finetune.json"),)
+
+
+def test_the_registry_line_and_the_class_agree_on_cluster() -> None:
+    """Issue 47: "is it a cluster backend" is one question, isinstance(ClusterBackend); +cluster must say the same."""
+    from components.errors import InputError
+    from llmpack.backends import Entry
+
+    with pytest.raises(InputError, match="registered \\+cluster, but .* is not a components.backend.ClusterBackend"):
+        Entry(name="toy", module="tests.toy_backend.backend", cluster=True).load()
+    with pytest.raises(InputError, match="is a ClusterBackend: register it as toyc\\+cluster"):
+        Entry(name="toyc", module="tests.toy_backend.cluster").load()
 
 
 @pytest.mark.parametrize("text", ["toy", "toy=", "=m", "toy+local=m"])
@@ -90,13 +102,16 @@ def test_each_backend_recognises_its_own_pods_as_the_watcher_does(pod: dict) -> 
 
 
 def test_a_submitted_run_waits_reports_and_says_how_to_stop_it() -> None:
-    from components.backend import Backend, ServerConnection, SubmittedRun
+    from components.backend import ClusterBackend, ServerConnection, SubmittedRun
 
     calls: list[dict] = []
 
-    class Fake(Backend):
+    class Fake(ClusterBackend):
         name = "fake"
         connection_type = ServerConnection
+
+        def recognise_pod(self, pod: object) -> bool:
+            return False
 
         def wait_for_completion(self, summary: object, **kwargs: object) -> dict:
             calls.append(kwargs)
@@ -214,12 +229,14 @@ def test_a_plugins_second_module_carries_its_pod_marks_and_a_bad_registration_is
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "backend.py").write_text(
-        "from components.backend import Backend, ClusterPath, ServerConnection\n"
-        "class Plug(Backend):\n    name = 'plug'\n    connection_type = ServerConnection\n"
+        "from components.backend import ClusterBackend, ClusterPath, ServerConnection\n"
+        "class Plug(ClusterBackend):\n    name = 'plug'\n    connection_type = ServerConnection\n"
         "    cluster_path = ClusterPath(name='plug', artifact_option='job_path', artifact_path='plug/job.json',\n"
         "                               submit_options=(), wait_options=())\n"
+        "    def recognise_pod(self, pod):\n        return False\n"
         "BACKEND = Plug()\n"
-        "class Bare(Backend):\n    name = 'bare'\n    connection_type = ServerConnection\n"
+        "class Bare(ClusterBackend):\n    name = 'bare'\n    connection_type = ServerConnection\n"
+        "    def recognise_pod(self, pod):\n        return False\n"
         "BARE = Bare()\n")
     (pkg / "doctor.py").write_text("from components.backend import PodMarks\n"
                                    "POD_MARKS = PodMarks(run_labels=('plug.example/run',))\n")

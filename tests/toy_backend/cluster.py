@@ -19,9 +19,10 @@ from typing import Any
 
 from components.backend import (
     TLS_OPTIONS,
-    Backend,
     ClickOption,
+    ClusterBackend,
     ClusterPath,
+    LabFacts,
     PodMarks,
     ServerConnection,
     SubmitRequest,
@@ -56,7 +57,7 @@ class ToyRequest(SubmitRequest):
     plan_path: str | None = None
 
 
-class ToyClusterBackend(Backend):
+class ToyClusterBackend(LabFacts, ClusterBackend):
     name = "toyc"
     artifacts = (ARTIFACT,)
     connection_type = ServerConnection

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from components.record import cost, telemetry, tracking
 from components.record.close import export_trace
-from llmpack.backends import cluster_submitter
+from llmpack.backends import own_metrics
 from llmpack.cluster.compare.pods import Plan, fused_tasks, gang_ready, kept_train_s, mine, pod_step_aliases, run_end
 from llmpack.cluster.k8s.billing import (
     cluster_cost,
@@ -148,7 +148,7 @@ def run_metrics(session: Session, plan: Plan, ctx: telemetry.RunContext, steps: 
     metrics = telemetry.derive_metrics(steps, submitted_at=ctx.submitted_at, finished_at=end)
     metrics.update(cluster_cost(steps, mine_rows, uses, orch, price, gang=session.gang, fused=fused,
                                 wall_s=metrics.get("total_s")))
-    metrics.update(cluster_submitter(orch).own_metrics(result))  # the orchestrator's own account (Argo's GPU-seconds)
+    metrics.update(own_metrics(orch, result))  # the orchestrator's own account (Argo's GPU-seconds)
     preemption, attempts = preemptions(mine_rows, steps, uses, fused, price, metrics)
     metrics.update(preemption)
     if session.gang is not None:
