@@ -324,3 +324,38 @@ def test_a_rebuilt_report_carries_the_compares_recommendation_repeats_and_warmup
     cluster = [{**r, "mode": "cluster"} for r in runs]
     assert {k: rebuilt_comparison("rg-c", ["direct", "kfp"], cluster)[k] for k in ("repeats", "warmup")} == \
         {"repeats": 3, "warmup": 0}
+
+
+def test_to_decide_says_a_path_left_out_of_the_compare_stays_undecided() -> None:
+    """Issue 52 (leftover 2): `--backends direct,kfp` ended with `to decide: llmpack compare --backends direct,kfp
+    --repeats 11` and nothing of argo, as if argo had been judged. The line now says it stays undecided."""
+    from llmpack.compare.comparison import HEADLINES
+
+    def undecided(paths: list[str], mode: str = "local") -> dict:
+        verdicts = {h.metric: {paths[0]: {"verdict": "baseline", "n": 2, "value": 7.0},
+                               **{p: {"verdict": "undecided", "n": 2, "rounds": 2, "delta": 0.3, "value": 7.3,
+                                      "rounds_to_decide": 6} for p in paths[1:]}} for h in HEADLINES}
+        runs = [{"orchestrator": p, "status": "succeeded", "metrics": {"spinup_s": 7.0}, "tags": {}, "mode": mode}
+                for p in paths]
+        return {"backends": paths, "baseline": paths[0], "runs": runs, "verdicts": verdicts, "repeats": 2,
+                "argv": ["--backends", ",".join(paths), "--repeats", "2"]}
+
+    rec = recommend(undecided(["direct", "kfp"]))
+    assert rec.command is not None and rec.command.endswith("--backends direct,kfp --repeats 6"), rec.command
+    said = "argo and mlflow not compared: they stay undecided (add them to --backends to judge)"
+    assert rec.not_compared == said and rec.lines()[-2:] == [f"to decide: {rec.command}  ({rec.why_command})", said]
+    assert rec.as_dict()["not_compared"] == said
+    assert recommend(undecided(["direct", "kfp", "mlflow"])).not_compared == \
+        "argo not compared: it stays undecided (add it to --backends to judge)"
+    assert recommend(undecided(["direct", "kfp", "argo", "mlflow"])).not_compared is None
+    on_cluster = recommend(undecided(["kfp", "mlflow"], mode="cluster"))  # direct has no cluster path
+    assert on_cluster.not_compared == "argo not compared: it stays undecided (add it to --backends to judge)"
+    import io
+
+    from rich.console import Console
+
+    from llmpack.compare.table import recommendation_lines
+
+    console = Console(width=80, file=io.StringIO(), force_terminal=False)
+    recommendation_lines(undecided(["direct", "kfp"]), console)
+    assert "argo and mlflow not compared: they stay undecided" in console.file.getvalue()
