@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from components import settings
 from components.commands import format_value, step_args
 from components.dsl import (
     HF_CACHE_MOUNT,
@@ -58,11 +59,9 @@ RUN_AS_USER = 1000
 # container mounts none (``automountServiceAccountToken: false``), but the gang's launcher, which
 # runs as the launcher's account (components.trainjob.rbac).
 EXECUTOR_SERVICE_ACCOUNT = "default"
-# A finished Workflow and its pods are kept this long for inspection, then removed (ttlStrategy,
-# podGC: a succeeded pod at once, a failed one with the Workflow).
+# A finished Workflow and its pods are kept this long (ttlStrategy; podGC: a succeeded pod at once, a failed one later).
 KEEP_FINISHED_S = 7 * 24 * 3600
-# The Workflow's own deadline beyond its steps' (their activeDeadlineSeconds, retries and backoff
-# included, bounded): a stuck controller or a step that never starts ends the run.
+# The Workflow's deadline beyond its steps' (with retries and backoff): a stuck controller ends the run.
 WORKFLOW_DEADLINE_MARGIN_S = 3600
 MLFLOW_SECRET = TRACKING_SECRET
 MLFLOW_SECRET_KEY = TRACKING_URI_KEY
@@ -274,6 +273,7 @@ def _container(pipe: Pipeline, task: Task, use: GpuUse | None = None) -> Any:
             *([Env(name="HF_HOME", value=HF_CACHE_MOUNT)] if ex.cache_pvc else []),
             *(SecretEnv(name=s.env, secret_name=s.secret, secret_key=s.key) for s in ex.pod.secret_env),
             *(Env(name=name, value=value) for name, value in ex.pod.env),  # the checkpoint volume's settings
+            *([Env(name=settings.ATTEMPT.name, value="{{retries}}")] if retry else []),  # 0: the first, as locally
         ],
         pod_spec_patch=json.dumps(grace_fields(ex.pod)) if ex.pod.grace_s is not None else None,
         image_pull_policy=ex.pod.pull_policy,

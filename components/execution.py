@@ -50,6 +50,9 @@ class Resources:
 
 GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
 
+# llmpack's own step image (the repository's Dockerfile): the shipped pipeline's code, never a user's module.
+DEFAULT_IMAGE = "ghcr.io/llmpack/llmpack:0.1.0"
+
 # Where a step with ``Execution.cache_pvc`` mounts that PersistentVolumeClaim; HF_HOME points there.
 HF_CACHE_MOUNT = "/var/cache/llmpack/huggingface"
 
@@ -58,7 +61,7 @@ HF_CACHE_MOUNT = "/var/cache/llmpack/huggingface"
 class Execution:
     """What a step needs from the cluster. Local runs ignore placement but keep the numbers."""
 
-    image: str = "ghcr.io/llmpack/llmpack:0.1.0"
+    image: str = DEFAULT_IMAGE
     resources: Resources = field(default_factory=Resources)
     retry: Retry = field(default_factory=Retry)
     timeout_s: int = 3600

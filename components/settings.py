@@ -115,8 +115,9 @@ SIGNING_KEY_FILE = declare(Setting(name="LLMPACK_SIGNING_KEY_FILE", type=str, de
 # How llmpack's own processes talk to each other.
 #: The orchestrator's attempt number of the running step (0: the first).
 ATTEMPT = declare(Setting(name="LLMPACK_ATTEMPT", type=int, default=None, audience="internal",
-                          doc="The orchestrator's attempt number of the running step (0: the first); kfp.local "
-                              "has no attempt placeholder, so a step it retries sees 0 every time."))
+                          doc="The orchestrator's attempt number of the running step (0: the first): set by "
+                              "direct, the MLflow driver and Argo (its templates with retries, from {{retries}}); "
+                              "KFP has no attempt placeholder, so a step it retries is told nothing."))
 #: Set by the llmpack client when it uploads every step's JSONL itself after a local run.
 CLIENT_UPLOADS = declare(Setting(name="LLMPACK_CLIENT_UPLOADS", type=bool, default=False, audience="internal",
                                  doc="1: the llmpack client uploads the records after a local run; steps do not."))

@@ -370,6 +370,7 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
     from components.record import tracking
     from components.servers.submission import check_id, connect_tracking
     from llmpack.compare import comparison as cmp
+    from llmpack.compare.rebuilt import rebuilt_comparison
     from llmpack.report import check_control_plane, parse_control_plane, runs_from_mlflow
     from llmpack.report.rebill import check_scale_down_delay, rebill
     from llmpack.report.run_group_lookup import run_group_absent
@@ -393,50 +394,8 @@ def report(run_group: str, out: Path | None, force: bool, tracking_uri: str | No
             rebill(runs, scale_down_delay_s)
         check_control_plane(costs, list(dict.fromkeys(r["orchestrator"] for r in runs)))
         names = list(dict.fromkeys(cmp.path_of(r) for r in runs))
-        argv = rebuilt_argv(runs, names)
-        result = cmp.comparison(run_group, names, runs, argv=argv, margins=cmp.parse_margins(recorded_margin(argv)),
-                                **({"baseline": baseline} if baseline else {}))
+        result = rebuilt_comparison(run_group, names, runs, baseline=baseline)  # report.json's keys as compare's
         click.echo(str(write_report_to(result, out, costs, force=force)))
-
-
-def rebuilt_argv(runs: list[dict[str, Any]], names: list[str]) -> list[str]:
-    """The compare flags a report rebuilt from MLflow can tell from its runs, for its `to decide:` command and its
-    margins: the compare's own (its runs' ``llmpack.compare_argv`` tag: trials 9 and 10), else its ``--pipeline``
-    (``llmpack.pipeline_ref``) and its ``--backends`` when not the default (runs of an older compare)."""
-    from llmpack.compare.command import ARGV_TAG
-    from llmpack.compare.comparison import DEFAULT_BACKENDS
-    from llmpack.run.local import PIPELINE_REF_TAG
-
-    recorded = {r["tags"].get(ARGV_TAG) for r in runs}  # the compare's own flags, when every run carries the same
-    if len(recorded) == 1 and (given := _flags(next(iter(recorded)))) is not None:
-        return given
-    refs = {r["tags"].get(PIPELINE_REF_TAG) for r in runs}
-    argv = ["--pipeline", str(next(iter(refs)))] if len(refs) == 1 and None not in refs else []
-    if set(names) != set(DEFAULT_BACKENDS):  # the paths the compare ran: its `to decide:` runs those only
-        argv += ["--backends", ",".join(names)]
-    return argv
-
-
-def _flags(text: Any) -> list[str] | None:
-    """A run's recorded compare flags (store data: a list of at most 200 short strings, else None)."""
-    import json
-
-    try:
-        flags = json.loads(text) if isinstance(text, str) and len(text) <= 4000 else None
-    except (ValueError, RecursionError):
-        return None
-    ok = isinstance(flags, list) and len(flags) <= 200 and all(isinstance(f, str) and len(f) <= 500 for f in flags)
-    return flags if ok else None
-
-
-def recorded_margin(argv: list[str]) -> str | None:
-    """``--margin``'s value among a compare's recorded flags, so that a rebuilt report judges as the compare did."""
-    for i, arg in enumerate(argv):
-        if arg == "--margin" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--margin="):
-            return arg.split("=", 1)[1]
-    return None
 
 
 # Tracking outages and housekeeping: `llmpack sync RUN_DIR`, `llmpack clean` (docs/cli.md).

@@ -325,6 +325,25 @@ def image_repository(image: str) -> str:
     return name[:colon] if colon > slash else name
 
 
+def own_project_image(project: str, image: str, dir_in_image: str | None, shipped_dir: str) -> str | None:
+    """``cluster submit mlflow --project`` of a project of one's own (docs/your-pipeline.md): refused (InputError)
+    with llmpack's default image, which holds the shipped pipeline, never the user's (the Job would run the
+    shipped project, or fail: nothing at ``dir_in_image``); without ``dir_in_image``, the one warning line (the
+    Job runs the project the image holds at ``shipped_dir``: right only for an image built with it there)."""
+    from components.errors import InputError
+    from components.execution import DEFAULT_IMAGE
+
+    if image_repository(image) == image_repository(DEFAULT_IMAGE):
+        raise InputError(f"--project {project}: image {image} is llmpack's default, which does not hold your "
+                         "pipeline: on a cluster the Job runs only what its image holds, so build an image with your "
+                         "project in it and pass --image and --project-dir-in-image (mlflow run on this machine "
+                         "needs no image)")
+    if dir_in_image:
+        return None
+    return (f"llmpack: warning: --project {project}: the Job runs the project that image {image} holds at "
+            f"{shipped_dir}, yours only if your image put it there (else name where: --project-dir-in-image)")
+
+
 def kubernetes_config(image: str, *, typed_dir: str = TYPED_DIR, repository_uri: str | None = None) -> dict[str, Any]:
     """The ``--backend-config``; its template path is relative to where ``mlflow run`` is typed.
 

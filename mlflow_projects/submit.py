@@ -56,6 +56,7 @@ from components.servers.submission import (
 )
 from components.servers.waiting import WaitOptions, poll_object, wait_options
 from components.trainjob.gang import check_pinned
+from mlflow_projects.k8s_job import own_project_image
 
 ORCHESTRATOR = "mlflow"
 PROJECT_DIR = Path(__file__).with_name("finetune-k8s")
@@ -315,10 +316,9 @@ def submit(request: Request) -> dict[str, Any]:
     image = request.image or (project.docker_env or {}).get("image")
     if not image:
         raise InputError(f"--project {project_path}: no docker_env image; pass --image")
-    if project_path.resolve() != PROJECT_DIR.resolve() and not request.project_dir_in_image:
-        print(f"llmpack: warning: --project {project_path} is not the shipped project, but the Job runs the one the "
-              f"image holds at {PROJECT_DIR_IN_IMAGE} (name where your image holds yours: --project-dir-in-image)",
-              file=sys.stderr)
+    if project_path.resolve() != PROJECT_DIR.resolve() and (line := own_project_image(
+            str(project_path), image, request.project_dir_in_image, PROJECT_DIR_IN_IMAGE)):  # exit 2 on the default
+        print(line, file=sys.stderr)
     ns = request.namespace or template.get("metadata", {}).get("namespace") or "default"
     check_id(ns, "--namespace")
     run_group, pipeline_run = run_ids(ORCHESTRATOR, request.run_group, request.pipeline_run)

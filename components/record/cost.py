@@ -301,16 +301,31 @@ def cpu_to_gpu_ratio(uses: list[GpuUse]) -> float | None:
     return train.cpu / train.gpus
 
 
+# A price tag's word (docs/glossary.md "n/a"): a run no step of which asks for a GPU has nothing to price, which is
+# not the same as a GPU step whose price was not found (UNKNOWN_PRICE).
+NOT_PRICED, UNKNOWN_PRICE = "n/a", "unknown"
+PRICE_TAGS = ("llmpack.price_per_gpu_hour", "llmpack.price_source")
+
+
+def price_tag(tags: Mapping[str, Any], key: str) -> str:
+    """A price tag as shown: :data:`NOT_PRICED` for a run without a GPU step (a record written before that word
+    says ``unknown``), else the tag (``unknown`` when absent)."""
+    if key in PRICE_TAGS and str(tags.get("llmpack.gpu_count", "")) == "0":
+        return NOT_PRICED
+    return str(tags.get(key, UNKNOWN_PRICE))
+
+
 def cost_tags(uses: list[GpuUse], price: Price | None) -> dict[str, str]:
     gpu_uses = [u for u in uses if u.gpus > 0]
     ratio = cpu_to_gpu_ratio(uses)
     spec_type = next((u.gpu_type for u in gpu_uses if u.gpu_type), None)
+    missing = UNKNOWN_PRICE if gpu_uses else NOT_PRICED  # a GPU step unpriced, or no GPU step to price
     return {
         "llmpack.gpu_type": price.gpu_type if price else (spec_type or ("unknown" if gpu_uses else "none")),
         "llmpack.gpu_count": str(max((u.gpus for u in gpu_uses), default=0)),
-        "llmpack.price_per_gpu_hour": "unknown" if price is None else f"{price.per_gpu_hour:g}",
-        "llmpack.price_source": "unknown" if price is None else price.source,
-        "llmpack.cpu_to_gpu_ratio": "n/a" if ratio is None else f"{ratio:g}",
+        "llmpack.price_per_gpu_hour": missing if price is None else f"{price.per_gpu_hour:g}",
+        "llmpack.price_source": missing if price is None else price.source,
+        "llmpack.cpu_to_gpu_ratio": NOT_PRICED if ratio is None else f"{ratio:g}",
         **({"llmpack.capacity_type": price.capacity_type, "llmpack.price_column": price_column(price)}
            if price is not None and price.capacity_type else {}),
     }

@@ -16,14 +16,14 @@ import re
 import sys
 
 from components.record import tracking
+from components.record.cost import NOT_PRICED, PRICE_TAGS
 
 METRICS = ("spinup_s", "time_to_first_step_s", "total_s", "pipeline_overhead_s", "train_s", "tokens_per_s",
            "eval_loss", "base_eval_loss", "gpu_hours", "cost_usd", "goodput")
 TAGS = ("llmpack.orchestrator", "llmpack.pipeline_run", "llmpack.submit_time_source", "llmpack.gpu_type",
         "llmpack.gpu_count", "llmpack.price_per_gpu_hour", "llmpack.price_source", "llmpack.status")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
-PRICE_TAGS = ("llmpack.price_per_gpu_hour", "llmpack.price_source")
-NO_GPU = "n/a (no step asks for a GPU)"
+NO_GPU = f"{NOT_PRICED} (no step asks for a GPU)"  # the one word for it (docs/glossary.md)
 
 
 def tag_lines(tags: dict[str, str]) -> list[str]:

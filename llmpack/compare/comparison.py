@@ -265,6 +265,7 @@ STARTUP_TAG = "llmpack.round_kind"
 DESIGN_TAG = "llmpack.design_rounds"
 # a start-up run's record of what warm-up and round 1 took: the compare and a rebuilt report plan alike
 BEFORE_ROUNDS_TAG = "llmpack.before_rounds_s"
+BUDGET_TAG, MAX_STEPS_TAG = "llmpack.budget_s", "llmpack.max_steps"  # and its budget and --max-steps
 
 
 def design_of(runs: list[dict[str, Any]]) -> sequential.Design | None:

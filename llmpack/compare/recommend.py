@@ -32,6 +32,7 @@ class Recommendation:
     caveat: str | None = None
     command: str | None = None  # undecided: what to type to decide
     why_command: str | None = None  # what the command changes, in a few words
+    not_compared: str | None = None  # with a command: the shipped paths it leaves out stay undecided (issue 52)
 
     def lines(self) -> list[str]:
         """The recommendation as the terminal and report print it: the line, its caveat, the command."""
@@ -40,11 +41,13 @@ class Recommendation:
             out.append(f"caveat: {self.caveat}")
         if self.command:
             out.append(f"to decide: {self.command}" + (f"  ({self.why_command})" if self.why_command else ""))
+        if self.command and self.not_compared:
+            out.append(self.not_compared)
         return out
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "text": self.text, "caveat": self.caveat, "command": self.command,
-                "why_command": self.why_command}
+                "why_command": self.why_command, "not_compared": self.not_compared}
 
 
 def judged(entry: dict[str, Any]) -> bool:
@@ -87,7 +90,24 @@ def recommend(result: dict[str, Any]) -> Recommendation:
                                               "against", caveat=_failed_caveat(failed))
     decided = [h for h in HEADLINES if h.metric in verdicts and measured(verdicts[h.metric])
                and all(_decided(verdicts[h.metric].get(p, {})) for p in others)]
-    return _with_command(_recommend(result, baseline, others, failed, decided), result, baseline, others)
+    rec = _with_command(_recommend(result, baseline, others, failed, decided), result, baseline, others)
+    return replace(rec, not_compared=_not_compared(result)) if rec.command else rec
+
+
+def _not_compared(result: dict[str, Any]) -> str | None:
+    """The shipped paths this compare left out (``argo not compared: it stays undecided``), said under its
+    ``to decide:`` command, which decides the compared paths only, rather than implying a verdict on the others
+    (issue 52). On a cluster ``direct`` has no path, so it is never named."""
+    from llmpack.compare.comparison import DEFAULT_BACKENDS
+
+    compared = {str(p).split("+", 1)[0] for p in result.get("backends", ())}
+    on_cluster = result.get("mode") == "cluster" or any(r.get("mode") == "cluster" for r in result.get("runs", ()))
+    left = [p for p in DEFAULT_BACKENDS if p not in compared and not (on_cluster and p == "direct")]
+    if not left:
+        return None
+    one = len(left) == 1
+    return (f"{' and '.join(left)} not compared: {'it stays' if one else 'they stay'} undecided "
+            f"(add {'it' if one else 'them'} to --backends to judge)")
 
 
 def _recommend(result: dict[str, Any], baseline: str, others: list[str], failed: list[str],

@@ -70,6 +70,8 @@ def recommendation_lines(result: dict[str, Any], console: Console) -> None:
         display.print_unbroken(console, "  to decide: ", Text(rec.command, style="bold"))
         if rec.why_command:
             display.print_unbroken(console, f"  ({rec.why_command})")
+        if rec.not_compared:  # the paths the command leaves out: a note, wrapped to the terminal
+            console.print(Text(f"  {rec.not_compared}"))
 
 
 def unjudged_metrics(result: dict[str, Any]) -> list[str]:

@@ -29,8 +29,10 @@ from components.record.telemetry import TRAIN_STEP
 from llmpack.compare import sequential
 from llmpack.compare.comparison import (
     BEFORE_ROUNDS_TAG,
+    BUDGET_TAG,
     DESIGN_TAG,
     HEADLINES,
+    MAX_STEPS_TAG,
     STARTUP_TAG,
     Headline,
     Margin,
@@ -145,6 +147,8 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
     runs: list[dict[str, Any]] = []
     labels = [p.label for p in paths]
     plan: dict[str, Any] = {}
+    max_steps = opts.max_steps if "max_steps" in pipe.params else None
+    recorded: dict[str, str] = {}  # the budget and --max-steps, on start-up runs: a rebuilt report plans alike
 
     def one(p: Path_, k: int, startup: bool, of: int | None) -> None:
         t0 = clock()
@@ -154,7 +158,8 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
         label = f"{p.label} (round {k}{f'/{of}' if of else ''}{', start-up' if kind == 'startup' else ''})"
         tags = {ROUND_TAG: str(k), STARTUP_TAG: kind, **({DESIGN_TAG: str(of)} if of else {}),
                 # what warm-up and round 1 took, on the record: a report rebuilt from MLflow plans alike
-                **({BEFORE_ROUNDS_TAG: str(plan["before_rounds_s"])} if "before_rounds_s" in plan else {})}
+                **({BEFORE_ROUNDS_TAG: str(plan["before_rounds_s"])} if "before_rounds_s" in plan else {}),
+                **(recorded if startup else {})}
         summary = run(o, label, pipe=_startup_pipe(p, opts) if kind == "startup" else None, tags=tags)
         runs.append({**summary, "round": k, "startup": kind == "startup", "wall_s": clock() - t0,
                      "tags": {**(summary.get("tags") or {}), **tags}})
@@ -172,6 +177,7 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
         if adapted is not None:
             say(adapted["text"])
             budget_s = adapted["to_s"]
+    recorded.update({BUDGET_TAG: str(budget_s), **({MAX_STEPS_TAG: str(max_steps)} if max_steps else {})})
     design = sequential.Design(max_rounds=max(sequential.FIRST_LOOK,
                                               min(MAX_ROUNDS, int(budget_s // max(sum(cost.values()), 1e-9)))))
     base = baseline
@@ -196,10 +202,9 @@ def compare_until_decided(opts: RunOptions, paths: list[Path_], *, run: RunOne, 
         active = [p for p in active if not decided.get(p.label, False)]
     if base is not None and not active and stopped != "failed":
         stopped = "decided"
-    return comparison(run_group, labels, runs, baseline=base, design=design, margins=margins, repeats=None, rounds=k,
-                      stopped=stopped, budget_s=budget_s, elapsed_s=round(clock() - started, 1), plan=plan,
-                      budget_adapted=adapted, max_steps=opts.max_steps if "max_steps" in pipe.params else None,
-                      **extra)
+    return comparison(run_group, labels, runs, baseline=base, design=design, margins=margins, repeats=None,
+                      warmup=None, rounds=k, stopped=stopped, budget_s=budget_s, elapsed_s=round(clock() - started, 1),
+                      plan=plan, budget_adapted=adapted, max_steps=max_steps, **extra)
 
 
 def adapt_budget(budget_s: float, before_s: float, round_s: float) -> dict[str, Any] | None:

@@ -330,13 +330,14 @@ def report_facts(result: dict[str, Any]) -> dict[str, str]:
     tags = ok[0]["tags"] if ok else {}
     modes = sorted({r.get("mode", "unknown") for r in result["runs"]}) or ["unknown"]
     mode = "/".join(modes)
-    price = tags.get("llmpack.price_per_gpu_hour", "unknown")
+    from components.record.cost import price_tag  # n/a without a GPU step, unknown for a GPU step unpriced
+
     return {
         "mode": mode,
         "gpu_type": str(tags.get("llmpack.gpu_type", "unknown")),
         "gpu_count": str(tags.get("llmpack.gpu_count", "?")),
-        "price_per_gpu_hour": str(price),
-        "price_source": str(tags.get("llmpack.price_source", "unknown")),
+        "price_per_gpu_hour": price_tag(tags, "llmpack.price_per_gpu_hour"),
+        "price_source": price_tag(tags, "llmpack.price_source"),
         "cost_note": ("local run: cost is a projection (these step durations priced as if on the GPU type above; "
                       "no GPU was billed)") if mode == "local" else "cluster run: billed GPU time at the price above",
     }

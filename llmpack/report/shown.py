@@ -83,14 +83,16 @@ def shown(result: dict[str, Any]) -> Shown:
 def facts_line(facts: dict[str, str], show: Shown) -> str:
     """The Markdown line of what every cost figure rests on; without a GPU step, that nothing is billed."""
     if not show.gpu:
-        return f"Mode: {facts['mode']} · GPU: none (no step asks for one): nothing is billed or projected."
+        return (f"Mode: {facts['mode']} · GPU: none (no step asks for one) · price: {facts['price_per_gpu_hour']}: "
+                "nothing is billed or projected.")
     return (f"Mode: {facts['mode']} · GPU: {facts['gpu_count']}x {facts['gpu_type']} · "
             f"price: ${facts['price_per_gpu_hour']}/GPU-hour ({facts['price_source']}) · {facts['cost_note']}.")
 
 
 def facts_html(facts: dict[str, str], show: Shown) -> str:
     if not show.gpu:
-        return "<span>GPU <b>none</b> (no step asks for one: nothing is billed or projected)</span>"
+        return ("<span>GPU <b>none</b> (no step asks for one)</span>\n"
+                f"<span>price <b>{html_text(facts['price_per_gpu_hour'])}</b> (nothing is billed or projected)</span>")
     return (f"<span>GPU <b>{html_text(facts['gpu_count'])}&times; {html_text(facts['gpu_type'])}</b></span>\n"
             f"<span>price <b>${html_text(facts['price_per_gpu_hour'])}/GPU-hour</b></span>\n"
             f"<span>price source <b>{html_text(facts['price_source'])}</b></span>")

@@ -145,11 +145,13 @@ def summary_table(summaries: list[dict[str, Any]]) -> None:
         shown.add(key)
         table.add_row(header, *cells)
     display.out.print(table)
+    from components.record.cost import NOT_PRICED
+
     for s in summaries:
         tags = s["tags"]
         local = s.get("mode", tags.get("llmpack.mode")) == "local"
         if str(tags.get("llmpack.gpu_count") or "0") in ("0", "None") or tags.get("llmpack.gpu_type") in (None, "none"):
-            priced = "no step asks for a GPU: no cost"
+            priced = f"no step asks for a GPU: price {NOT_PRICED}, no cost"
         else:
             gpus = (f"{tags.get('llmpack.gpu_count')}x {tags.get('llmpack.gpu_type')} "
                     f"at ${tags.get('llmpack.price_per_gpu_hour')}/GPU-h ({tags.get('llmpack.price_source')})")

@@ -105,6 +105,11 @@ TERMS: tuple[Term, ...] = (
          short="a local run priced as if on the spec's GPU type; no GPU billed",
          detail="A CPU run with 2 × nvidia-h100-80gb in its spec is priced at that GPU's list price, so the "
                 "paths' overheads show in dollars. Cluster runs are billed, not projected."),
+    Term(key="not_priced", name="n/a (price)", group="money",
+         short="a run no step of which asks for a GPU: nothing to price, no cost",
+         detail="Its price tags (llmpack.price_per_gpu_hour, llmpack.price_source) read n/a, in the record, "
+                "report.json, the report and show_record.py alike. Not unknown: that is a GPU step whose price was "
+                "not found (a GPU type in no price table and no --price-per-gpu-hour)."),
     Term(key="gpu_compute", name="GPU compute", group="money",
          short="GPU steps' model loaded → finished, × GPUs (training, evaluating)"),
     Term(key="billed_non_compute", name="billed non-compute", group="money",

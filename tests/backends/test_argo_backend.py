@@ -116,6 +116,23 @@ def test_gpu_placement_retries_and_deadline():
     assert "retryStrategy" not in prep and "tolerations" not in prep
 
 
+def test_a_template_with_retries_tells_its_step_the_attempt_as_the_local_runners_do(tmp_path: Path):
+    """Issue 52 (leftover 5): compiled Workflows set no LLMPACK_ATTEMPT, so a retried step on a cluster learnt
+    its attempt only from its own records. A template with a retryStrategy sets it from Argo's ``{{retries}}``
+    (0 on the first attempt, as direct, the Argo local runner and the MLflow driver count); the others none."""
+    from argo_workflows.local import load_workflow, plan
+    from components.record.telemetry import RunContext, attempt_number
+
+    for name, t in _templates(_doc()).items():
+        env = {e["name"]: e.get("value") for e in t.get("container", {}).get("env", [])}
+        assert env.get("LLMPACK_ATTEMPT") == ("{{retries}}" if "retryStrategy" in t else None), name
+    steps, _ = plan(load_workflow(GOLDEN), {}, tmp_path)
+    (ft,) = [s for s in steps if s.name == "finetune"]
+    assert [ft.env({}, k)["LLMPACK_ATTEMPT"] for k in (0, 1, 2)] == ["0", "1", "2"]  # Argo resolves it alike
+    ctx = RunContext(run_group="g", pipeline_run="r", orchestrator="argo", mode="cluster", submitted_at=0.0)
+    assert attempt_number(ctx, "finetune", tmp_path / "none.jsonl", env=ft.env({}, 1)) == 1
+
+
 def test_pod_labels_security_and_secret_reference():
     doc = _doc()
     for name, tmpl in _templates(doc).items():

@@ -309,6 +309,33 @@ def test_cli_submit_a_failure_after_the_job_exists_names_it_and_how_to_remove_it
     assert line.endswith(f"remove it with: kubectl delete job {name} -n llmpack")
 
 
+def test_a_project_of_ones_own_with_the_default_image_is_refused_in_one_line(
+        kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str, tmp_path: Path) -> None:
+    """Issue 52 (leftover 4): a project of one's own compiled without --image kept llmpack's default image, and
+    `cluster submit mlflow --project` only warned that the Job runs the project the image holds: the shipped
+    pipeline, never the user's. Refused now (exit 2, no Job, one line); with an image of one's own, one warning
+    line while the Job's project directory is the shipped one's, none once --project-dir-in-image names it."""
+    from click.testing import CliRunner
+
+    from llmpack.cli import main
+
+    own = tmp_path / "mine" / "finetune-k8s"
+    shutil.copytree(PROJECT, own)  # docker_env.image: the default, as `llmpack compile --pipeline` leaves it
+    base = ["cluster", "submit", "mlflow", "--project", str(own), "--kubeconfig", kubeconfig,
+            "--tracking-uri", tracking_uri]
+    refused = CliRunner().invoke(main, base)
+    assert refused.exit_code == 2 and not kube.jobs, refused.output
+    (line,) = refused.stderr.splitlines()
+    assert "image ghcr.io/llmpack/llmpack:0.1.0 is llmpack's default, which does not hold your pipeline" in line
+    assert "pass --image and --project-dir-in-image" in line and "mlflow run on this machine needs no image" in line
+    warned = CliRunner().invoke(main, [*base, "--image", "registry.example/mine:1"])
+    assert warned.exit_code == 0 and len(kube.jobs) == 1, warned.output
+    (line,) = [x for x in warned.stderr.splitlines() if "--project-dir-in-image" in x]
+    assert "the Job runs the project that image registry.example/mine:1 holds at /opt/llmpack/" in line
+    quiet = CliRunner().invoke(main, [*base, "--image", "registry.example/mine:1", "--project-dir-in-image", "/opt/m"])
+    assert quiet.exit_code == 0 and "--project-dir-in-image" not in quiet.stderr, quiet.output
+
+
 @pytest.mark.slow  # a compile of its own pipeline
 def test_cli_submit_a_project_of_ones_own_pipeline(kube: KubeAPIStandIn, kubeconfig: str, tracking_uri: str,
                                                     tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -338,7 +365,7 @@ def test_cli_submit_a_project_of_ones_own_pipeline(kube: KubeAPIStandIn, kubecon
     compile_all(tmp_path / "out", own_stats())
     project = tmp_path / "out" / "mlflow_projects" / "finetune-k8s"
     base = ["cluster", "submit", "mlflow", "--project", str(project), "--project-dir-in-image", "/opt/own",
-            "--kubeconfig", kubeconfig, "--tracking-uri", tracking_uri]
+            "--image", "registry.example/own:1", "--kubeconfig", kubeconfig, "--tracking-uri", tracking_uri]
     bad = CliRunner().invoke(main, [*base, "--param", "max_steps=3"])
     assert bad.exit_code == 2 and "max_steps" in bad.output and not kube.jobs, bad.output
     result = CliRunner().invoke(main, [*base, "--param", "top=5"])

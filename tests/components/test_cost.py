@@ -40,6 +40,22 @@ def test_unknown_gpu_is_unknown_never_guessed() -> None:
     assert tags["llmpack.price_per_gpu_hour"] == "unknown"
 
 
+def test_a_run_without_a_gpu_step_has_one_word_for_its_price_everywhere() -> None:
+    """Issue 52 (leftover 3): a run with no GPU step was tagged price ``unknown`` while show_record.py printed
+    ``n/a``: one word (docs/glossary.md "n/a (price)"), in the tags and wherever they are shown."""
+    from llmpack.report.facts import report_facts
+    from llmpack.ui import glossary
+
+    tags = cost.cost_tags([cost.GpuUse(step="prepare-data", gpus=0)], None)
+    assert (tags["llmpack.price_per_gpu_hour"], tags["llmpack.price_source"]) == (cost.NOT_PRICED, cost.NOT_PRICED)
+    assert cost.NOT_PRICED == "n/a" and "n/a" in glossary.define("not_priced")
+    older = {**tags, "llmpack.price_per_gpu_hour": "unknown", "llmpack.price_source": "unknown"}  # a record before
+    for t in (tags, older):
+        facts = report_facts({"runs": [{"status": "succeeded", "mode": "local", "tags": t}]})
+        assert (facts["price_per_gpu_hour"], facts["price_source"]) == ("n/a", "n/a")
+    assert cost.price_tag({"llmpack.gpu_count": "1"}, "llmpack.price_per_gpu_hour") == "unknown"
+
+
 @pytest.mark.parametrize("bad", ["abc", "nan", "-1", "inf", ""])
 def test_bad_price_is_one_clear_error(bad: str) -> None:
     with pytest.raises(InputError, match="--price-per-gpu-hour: price"):

@@ -224,4 +224,4 @@ def _compare_all(session: Session, plan: ComparePlan, concurrency: int, group: s
     if session.opencost:
         opencost_reconcile(session.opencost, runs)
         log_opencost(session.uri, runs)
-    return comparison(group, plan.labels, runs, repeats=plan.repeats, concurrency=concurrency, mode=MODE)
+    return comparison(group, plan.labels, runs, repeats=plan.repeats, warmup=0, concurrency=concurrency, mode=MODE)

@@ -274,6 +274,9 @@ def test_report_files_and_rebuild_from_mlflow(repeated: tuple[Path, dict]) -> No
         assert again["summary"][orch]["spinup_s"]["p50"] == pytest.approx(out["summary"][orch]["spinup_s"]["p50"])
     assert {m: {o: e["verdict"] for o, e in p.items()} for m, p in again["verdicts"].items()} == \
         {m: {o: e["verdict"] for o, e in p.items()} for m, p in out["verdicts"].items()}
+    # issue 52: the compare's recommendation, --repeats and --warmup come back too (from its recorded flags)
+    assert {k: again[k] for k in ("recommendation", "repeats", "warmup")} == \
+        {k: out[k] for k in ("recommendation", "repeats", "warmup")} and out["warmup"] == 1
 
 
 @pytest.mark.slow  # whole runs on two paths: the slow tier

@@ -170,14 +170,14 @@ def test_nothing_judged_yet_is_one_line_of_counts_not_a_two_column_table() -> No
 def test_a_rebuilt_report_keeps_the_compares_pipeline_and_paths() -> None:
     """The fifth trial: `llmpack report` of a `compare --pipeline P --backends direct,argo` said `to decide:
     llmpack compare --pipeline P --repeats 3`, which runs kfp and mlflow too."""
-    from llmpack.cli import rebuilt_argv
+    from llmpack.compare.rebuilt import rebuilt_argv
 
     runs = [{"tags": {"llmpack.pipeline_ref": "mymod:mine"}}] * 2
     assert rebuilt_argv(runs, ["direct", "argo"]) == ["--pipeline", "mymod:mine", "--backends", "direct,argo"]
     assert rebuilt_argv([{"tags": {}}], ["direct", "kfp", "argo", "mlflow"]) == []
     # trials 9 and 10: the compare's own flags, recorded on its runs, come back whole (--param, --margin...)
-    from llmpack.cli import recorded_margin
     from llmpack.compare.command import ARGV_TAG, argv_tag
+    from llmpack.compare.rebuilt import recorded_margin
 
     flags = ["--pipeline", "mymod:mine", "--param", "min_len=3", "--margin", "spinup=0.001s",
              "--tracking-uri", "http://u:Sx9pQ2mZ7tRw@127.0.0.1:5000"]
@@ -282,3 +282,80 @@ def test_a_pipeline_without_training_is_not_told_start_up_is_what_differs() -> N
                      "repeats": 4, "argv": ["--repeats", "4"]})
     assert rec.text.startswith("use direct or any: argo equivalent to direct on spin-up"), rec.text
     assert rec.caveat == "total undecided (more --repeats would decide it)", rec.caveat
+
+
+def test_a_rebuilt_report_carries_the_compares_recommendation_repeats_and_warmup(tmp_path) -> None:
+    """Issue 52 (leftover 1): `llmpack report --run-group` wrote a report.json without the compare's
+    ``recommendation``, ``repeats`` and ``warmup``. Rebuilt from the runs as MLflow gives them back, it has them with
+    the compare's meaning, or null with the reason in ``not_recorded``; its rendered verdict is the compare's."""
+    from llmpack.compare.command import argv_tag
+    from llmpack.compare.rebuilt import rebuilt_comparison
+    from llmpack.report import write_report
+
+    names = [p.backend for p in PATHS]
+    # until decided: repeats and warmup null (rounds say how many ran), the budget and --max-steps recorded
+    live = _until_decided({"direct": 7.0, "kfp": 7.6, "argo": 7.0, "mlflow": 7.0}, budget_s=200.0, noise=0.8, seed=2)
+    live["argv"] = []
+    live["recommendation"] = recommend(live).as_dict()
+    stored = [{k: v for k, v in r.items() if k not in ("startup", "wall_s", "round")}
+              | {"tags": {**r["tags"], **argv_tag([])}} for r in live["runs"]]
+    again = rebuilt_comparison("rg-rec", names, stored)
+    for key in ("recommendation", "repeats", "warmup", "rounds", "budget_s", "max_steps"):
+        assert again[key] == live[key], key
+    assert live["repeats"] is None and live["warmup"] is None and "not_recorded" not in again
+    md_live = write_report(live, tmp_path / "live") / "report.md"
+    md_again = write_report(again, tmp_path / "again") / "report.md"
+    said = [line for line in md_live.read_text().splitlines() if "recommendation" in line or "to decide" in line]
+    assert said and all(line in md_again.read_text() for line in said)
+    # --repeats 3 (--warmup its default, then given)
+    runs = planted_runs({"kfp": -1.0}, n=3, paths=("direct", "kfp"))
+    for argv, warmup in ((["--repeats", "3"], 1), (["--repeats=3", "--warmup", "0"], 0)):
+        live = comparison("rg-r", ["direct", "kfp"], runs, repeats=3, warmup=warmup, argv=argv)
+        tagged = [{**r, "tags": {**r["tags"], **argv_tag(argv)}} for r in runs]
+        again = rebuilt_comparison("rg-r", ["direct", "kfp"], tagged)
+        assert (again["repeats"], again["warmup"]) == (3, warmup)
+        assert again["recommendation"] == recommend(live).as_dict()
+    # an older compare, no flags recorded: what its runs cannot tell is null, and why
+    again = rebuilt_comparison("rg-r", ["direct", "kfp"], runs)
+    assert again["repeats"] == 3 and again["warmup"] is None and "--warmup" in again["not_recorded"]["warmup"]
+    one = rebuilt_comparison("rg-1", ["direct", "kfp"], planted_runs(n=1, paths=("direct", "kfp")))
+    assert one["repeats"] is None and "round 1" in one["not_recorded"]["repeats"]
+    # a cluster compare: its runs per path, no warm-up (a cluster compare refuses --warmup)
+    cluster = [{**r, "mode": "cluster"} for r in runs]
+    assert {k: rebuilt_comparison("rg-c", ["direct", "kfp"], cluster)[k] for k in ("repeats", "warmup")} == \
+        {"repeats": 3, "warmup": 0}
+
+
+def test_to_decide_says_a_path_left_out_of_the_compare_stays_undecided() -> None:
+    """Issue 52 (leftover 2): `--backends direct,kfp` ended with `to decide: llmpack compare --backends direct,kfp
+    --repeats 11` and nothing of argo, as if argo had been judged. The line now says it stays undecided."""
+    from llmpack.compare.comparison import HEADLINES
+
+    def undecided(paths: list[str], mode: str = "local") -> dict:
+        verdicts = {h.metric: {paths[0]: {"verdict": "baseline", "n": 2, "value": 7.0},
+                               **{p: {"verdict": "undecided", "n": 2, "rounds": 2, "delta": 0.3, "value": 7.3,
+                                      "rounds_to_decide": 6} for p in paths[1:]}} for h in HEADLINES}
+        runs = [{"orchestrator": p, "status": "succeeded", "metrics": {"spinup_s": 7.0}, "tags": {}, "mode": mode}
+                for p in paths]
+        return {"backends": paths, "baseline": paths[0], "runs": runs, "verdicts": verdicts, "repeats": 2,
+                "argv": ["--backends", ",".join(paths), "--repeats", "2"]}
+
+    rec = recommend(undecided(["direct", "kfp"]))
+    assert rec.command is not None and rec.command.endswith("--backends direct,kfp --repeats 6"), rec.command
+    said = "argo and mlflow not compared: they stay undecided (add them to --backends to judge)"
+    assert rec.not_compared == said and rec.lines()[-2:] == [f"to decide: {rec.command}  ({rec.why_command})", said]
+    assert rec.as_dict()["not_compared"] == said
+    assert recommend(undecided(["direct", "kfp", "mlflow"])).not_compared == \
+        "argo not compared: it stays undecided (add it to --backends to judge)"
+    assert recommend(undecided(["direct", "kfp", "argo", "mlflow"])).not_compared is None
+    on_cluster = recommend(undecided(["kfp", "mlflow"], mode="cluster"))  # direct has no cluster path
+    assert on_cluster.not_compared == "argo not compared: it stays undecided (add it to --backends to judge)"
+    import io
+
+    from rich.console import Console
+
+    from llmpack.compare.table import recommendation_lines
+
+    console = Console(width=80, file=io.StringIO(), force_terminal=False)
+    recommendation_lines(undecided(["direct", "kfp"]), console)
+    assert "argo and mlflow not compared: they stay undecided" in console.file.getvalue()

@@ -39,6 +39,7 @@ def test_a_pipeline_without_training_or_gpu_reports_only_what_it_measured(tmp_pa
     for text in (md, page):
         assert "$unknown" not in text and "0x none" not in text and "0&times; none" not in text
         assert "GPU: none" in text or "GPU <b>none</b>" in text
+        assert "price: n/a" in text or "price <b>n/a</b>" in text  # the glossary's one word (issue 52)
         assert "Not measured by these runs: time to first step, cost per run" in text
         assert "no finetune step" in text and "spin-up (no finetune)" in text
         assert "first optimizer step" not in text and "What the money went on" not in text

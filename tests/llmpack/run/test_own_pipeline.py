@@ -382,7 +382,7 @@ def test_a_failed_step_is_shown_failed_and_its_error_names_its_log(pipes: Path) 
     log = Path(last.rsplit("(its log: ", 1)[1].rstrip(")"))
     assert log.name == "check-labels.log" and "Traceback" in log.read_text()
     assert "the end of " in r.stderr and 'raise ValueError("the data has no column' in r.stderr  # --debug: its end
-    assert "no step asks for a GPU: no cost" in " ".join(r.stdout.split()) and "eval loss" not in r.stdout
+    assert "no step asks for a GPU: price n/a, no cost" in " ".join(r.stdout.split()) and "eval loss" not in r.stdout
 
 
 @pytest.mark.slow

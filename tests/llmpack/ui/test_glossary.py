@@ -113,7 +113,7 @@ def test_a_run_without_training_shows_no_training_rows_terms_or_gpu_price(monkey
     assert "pipeline overhead s" in text and glossary.define("pipeline_overhead") in text
     for word in ("eval loss", "tokens/s", "goodput", "spin-up", "0x none", "$unknown", "model: -"):
         assert word not in text, (word, text)
-    assert "no step asks for a GPU: no cost" in text
+    assert "no step asks for a GPU: price n/a, no cost" in text
 
 
 def test_a_failed_steps_error_line_names_its_log_and_debug_prints_its_end(tmp_path: Path) -> None:
