@@ -160,7 +160,19 @@ def _value_end(match: re.Match[str]) -> int:
 
 def _secret_pair(match: re.Match[str]) -> bool:
     value = match.string[match.start(2):_value_end(match)]
-    return bool(value) and value != MASK and (_secret_key(match.group(1)) or random_looking(value))
+    return bool(value) and value != MASK and (_secret_key(match.group(1)) or random_looking(value)
+                                              or _encoded_secret(value))
+
+
+def _encoded_secret(value: str, depth: int = 0) -> bool:
+    """Whether a percent-encoded value (``next=https%3A%2F%2F…%3Ftoken%3D…``, encoded up to three times) holds
+    what would be redacted once decoded: then the whole value is blanked (round 29)."""
+    from urllib.parse import unquote
+
+    if "%" not in value or depth >= 3:
+        return False
+    decoded = unquote(value)
+    return decoded != value and (redact_text(decoded, ()) != decoded or _encoded_secret(decoded, depth + 1))
 
 
 def _redact_pair(match: re.Match[str]) -> str:

@@ -316,7 +316,10 @@ def submit(request: Request) -> dict[str, Any]:
     image = request.image or (project.docker_env or {}).get("image")
     if not image:
         raise InputError(f"--project {project_path}: no docker_env image; pass --image")
-    if project_path.resolve() != PROJECT_DIR.resolve() and (line := own_project_image(
+    compiled = _compiled(project_path)
+    own = project_path.resolve() != PROJECT_DIR.resolve() and (  # the shipped pipeline compiled elsewhere is not
+        not isinstance(compiled, dict) or compiled.get("pipeline") != pipe.name)  # (compare --cluster, --gpu-type)
+    if own and (line := own_project_image(
             str(project_path), image, request.project_dir_in_image, PROJECT_DIR_IN_IMAGE)):  # exit 2 on the default
         print(line, file=sys.stderr)
     ns = request.namespace or template.get("metadata", {}).get("namespace") or "default"

@@ -100,7 +100,8 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
         # the compiled artifact replaces an unset option; --max-cost checks the estimate of the GPU type it asks
         # for, and refuses here, before anything is sent
         submitted = artifact.get(own or "") or kw.get(own or "") or shipped_artifact(orchestrator)
-        planned = plan_record.before_submit(plan_file, max_cost, orchestrator, str(submitted), values)
+        planned = plan_record.before_submit(plan_file, max_cost, orchestrator, str(submitted), values,
+                                            shipped=submitted == shipped_artifact(orchestrator))
         run = backend.submit(conn, params=values, **{**kw, **artifact})
     summary = run.summary
     try:  # from here on the run exists on the cluster: a failure names it and how to remove it

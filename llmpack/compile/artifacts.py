@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -283,6 +284,10 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dest)
             written.append(dest)
+        from llmpack.compile import signatures
+
+        if warning := signatures.write(out, written):  # what --plan trusts: the user's key over what was written
+            print(f"llmpack: warning: {warning}", file=sys.stderr)
         return written
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -319,8 +319,18 @@ def test_a_project_of_ones_own_with_the_default_image_is_refused_in_one_line(
 
     from llmpack.cli import main
 
+    import json
+
+    shipped_elsewhere = tmp_path / "shipped" / "finetune-k8s"  # the shipped pipeline compiled elsewhere (compare
+    shutil.copytree(PROJECT, shipped_elsewhere)  # --cluster, --gpu-type): the default image holds it
+    res = CliRunner().invoke(main, ["cluster", "submit", "mlflow", "--project", str(shipped_elsewhere),
+                                    "--kubeconfig", kubeconfig, "--tracking-uri", tracking_uri])
+    assert res.exit_code == 0 and len(kube.jobs) == 1 and "default" not in res.stderr, res.output
+    kube.jobs.clear()
     own = tmp_path / "mine" / "finetune-k8s"
     shutil.copytree(PROJECT, own)  # docker_env.image: the default, as `llmpack compile --pipeline` leaves it
+    described = json.loads((own / "pipeline.json").read_text())
+    (own / "pipeline.json").write_text(json.dumps({**described, "pipeline": "my-own-pipeline"}))
     base = ["cluster", "submit", "mlflow", "--project", str(own), "--kubeconfig", kubeconfig,
             "--tracking-uri", tracking_uri]
     refused = CliRunner().invoke(main, base)

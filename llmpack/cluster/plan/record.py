@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,6 @@ import click
 
 from components import bounded
 from components.errors import InputError
-from llmpack.cluster.plan.pods import check_pods
 from llmpack.report.estimate import PREFIX, parse_triple  # noqa: F401 - the tag format, read back by the report
 
 HEADLINES = ("spin_up_s", "first_step_s", "total_s")
@@ -177,6 +177,9 @@ def submitted_gpu_type(artifact: str) -> str | None:
     doc = _compiled(artifact)
     facts = compiled_facts(doc) if doc is not None else None
     types = sorted({u.gpu_type for u in facts[0] if u.gpus > 0 and u.gpu_type}) if facts else []
+    if facts and any(u.gpus > 0 and not u.gpu_type for u in facts[0]):  # round 29: any row's type would do
+        raise InputError(f"--plan: {artifact} has GPU steps of no GPU type: no row of the plan prices them "
+                         "(compile with --gpu-type); not submitted")
     if len(types) > 1:
         raise InputError(f"{artifact}: the pipeline mixes GPU types {types}; --plan needs one")
     return types[0] if types else None
@@ -294,20 +297,39 @@ def check_shape(plan: Mapping[str, Any], row: Mapping[str, Any], nodes: int, gpu
                          f"(llmpack cluster plan --max-steps {steps} --out DIR); not submitted")
 
 
+def fuse_of(artifact: str) -> str:
+    """How the compiled artifact's steps are packaged: its closing task's ``--fuse=`` (an MLflow project's
+    ``pipeline.json`` ``fuse``); ``none`` when unfused."""
+    from components.fusion import check_mode
+
+    doc = _compiled(artifact)
+    if isinstance(doc, dict) and isinstance(doc.get("fuse"), str):
+        return check_mode(doc["fuse"])
+    found = re.search(r"--fuse=(none|gpu|all)\b", json.dumps(doc))
+    return found.group(1) if found else "none"
+
+
 def before_submit(plan_file: str | None, max_cost: float | None, path: str, artifact: str,
-                  values: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+                  values: Mapping[str, Any] | None = None, *,
+                  shipped: bool = False) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(plan, row) for ``artifact``, the compiled file about to be submitted on ``path`` with ``values``, refused
-    here by --max-cost; None without --plan. The row is the one of the GPU type the artifact asks for, and
-    the run must be the row's size (:func:`check_shape`)."""
+    here by --max-cost; None without --plan. The file must be one the user's ``llmpack compile`` signed and nobody
+    changed since (:func:`llmpack.compile.signatures.verify`), or the install's own committed artifact
+    (``shipped``). The row is the one of its path (fused or not) and GPU type, and the run must be the row's size
+    (:func:`check_shape`)."""
+    from components.fusion import path_label
+    from llmpack.compile import signatures
+
     if plan_file is None:
         if max_cost is not None:
             raise InputError("--max-cost: only with --plan FILE (the estimate it is checked against)")
         return None
     plan = load(plan_file)
-    shape = artifact_shape(artifact, values or {})  # first: a file that does not say its size is refused
+    if not shipped:
+        signatures.verify(artifact)  # first: what is read below is what llmpack compile wrote (rounds 26 to 29)
+    shape = artifact_shape(artifact, values or {})  # a file that does not say its size is refused
     gpu_type = _gang_spec(values or {}, _defaults(_compiled(artifact))).get("gpu_type") or submitted_gpu_type(artifact)
-    check_pods(artifact, _compiled(artifact), gpu_type, shape[1] // shape[0] if shape[0] else shape[1])
-    row = row_for(plan, path, gpu_type)
+    row = row_for(plan, path_label(path, fuse_of(artifact)), gpu_type)
     check_shape(plan, row, *shape)
     check_max_cost(row, max_cost)
     return plan, row
