@@ -21,6 +21,7 @@ import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
+from urllib.parse import unquote
 
 from components.secret_forms import blank_encoded
 
@@ -91,8 +92,6 @@ _COMPOUND = re.compile(r"(token|secret|password|passwd|passphrase|pass|pwd|pw|ke
 
 def _secret_key(key: str) -> bool:
     """``key`` names a credential: percent-decoded (``to%6Ben``), camelCase split (``accessToken``), case folded."""
-    from urllib.parse import unquote
-
     text = key.strip()
     for _ in range(4):  # encoded, or encoded again (to%25256Ben)
         text = unquote(text)
@@ -107,8 +106,6 @@ def _secret_key(key: str) -> bool:
 def random_looking(value: str) -> bool:
     """A token by its form (a JWT, ``ghp_``...), or a long value that looks random (upper, lower and digits, many
     distinct characters, no dots); hex digests and run ids (one case) are not."""
-    from urllib.parse import unquote
-
     value = unquote(value)
     return _TOKEN_FORM.fullmatch(value) is not None or (
         len(value) >= RANDOM_MIN_CHARS and re.fullmatch(r"[A-Za-z0-9_+/=~-]+", value) is not None
@@ -118,8 +115,6 @@ def random_looking(value: str) -> bool:
 
 def _long_path_secret(segment: str) -> bool:
     """A path segment long and mixed enough to be a key (an S3 secret in a presigned path may hold one digit)."""
-    from urllib.parse import unquote
-
     value = unquote(segment)
     return (len(value) >= 32 and re.fullmatch(r"[A-Za-z0-9_+/=~-]+", value) is not None
             and any(c.isupper() for c in value) and any(c.islower() for c in value) and len(set(value)) >= 16)
@@ -165,10 +160,7 @@ def _secret_pair(match: re.Match[str]) -> bool:
 
 
 def _encoded_secret(value: str, depth: int = 0) -> bool:
-    """Whether a percent-encoded value (``next=https%3A%2F%2F…%3Ftoken%3D…``, encoded up to three times) holds
-    what would be redacted once decoded: then the whole value is blanked (round 29)."""
-    from urllib.parse import unquote
-
+    """Whether a percent-encoded value (``next=https%3A%2F%2F…%3Ftoken%3D…``, up to three times) hides a secret."""
     if "%" not in value or depth >= 3:
         return False
     decoded = unquote(value)
@@ -187,8 +179,6 @@ def _redact_uri(uri: str, every_value: bool = False) -> str:
     parts = split_uri(uri)
     spans = [(m.start(2), _value_end(m)) for pairs in _PAIRS for m in pairs.finditer(uri)
              if every_value or _secret_pair(m)]
-    from urllib.parse import unquote
-
     path_at = len(parts.prefix) + (len(parts.userinfo) + 1 if parts.userinfo is not None else 0) + len(parts.host)
     path = re.match(r"[^?#]*", uri[path_at:]).group(0)  # type: ignore[union-attr]
     for seg in re.finditer(r"[^/]+", path):  # a presigned URL's key or signature in its path: every such segment
@@ -277,8 +267,6 @@ def secrets_in(argv: Iterable[str] | None = None, env: Mapping[str, str] | None 
 def _uri_secrets(uri: str, *, every_value: bool = False) -> set[str]:
     """A URI's secrets: its password, its secret pairs' values; ``every_value``: also any query or fragment value
     that could be one (8+ characters with a digit, or 12+): a URI the user handed over, whose keys only they know."""
-    from urllib.parse import unquote
-
     out: set[str] = set()
     parts = split_uri(uri)
     if parts.userinfo:

@@ -1,34 +1,10 @@
-"""The twenty-ninth independent round's findings (helper sec29, issue 46); each test fails on 7c88c37.
-
-`cluster submit --plan FILE --max-cost USD` reads each pod *template* as compiled (pods.py's allowlist), but not how
-many times a template runs, with which values, how often it is retried, nor the TrainJob a gang launcher makes:
-
-F1 (high): pod multiplicity. An Argo dag that calls the finetune template eight times, `onExit: llm-finetune` (the
-    whole pipeline again), a dag that calls itself; a KFP dag with eight finetune tasks, a second exit-handler task:
-    every extra GPU pod is the compiled template, so all are sent under a 1 x H200 row.
-F2 (medium): the values a pod runs with. The size check reads the Workflow's / package's / MLproject's parameter
-    *defaults*; a literal in the finetune task's arguments (Argo), a task input `runtimeValue.constant` (KFP) or a
-    literal `--param=max_steps=10000000` in the MLproject's `main` command runs 10^7 steps under a 120-step row.
-F3 (high): a gang's TrainJob. Its placement (`node_affinity`), and with task arguments its size (`nnodes` 64,
-    `gpus_per_node` 8, another GPU type), come from the `trainjob` JSON the launcher reads; the launcher's pin
-    (`LLMPACK_GANG_SPECS`) is a plain sha256 in the container's env, which the allowlist lets one rewrite. Sent under
-    a 2 x 4 H200 row; `build_trainjob` makes 64 nodes x 8 GPUs on B200 nodes from it.
-F4 (medium): a `--uses` bill without a `gpu_type`. `submitted_gpu_type` is None: the plan's chosen row of any type
-    (a cheap L4) is checked, and `node_affinity(None)` is None so no pod's placement is checked at all: H100 pods sent
-    under an L4 row.
-F5 (medium-low): retries and deadlines. `retryStrategy.limit` 100000 with `retryPolicy: Always`, KFP
-    `retryPolicy.maxRetryCount` 10^6, the MLflow Job's `backoffLimit` 10^6 without its `podFailurePolicy`,
-    `activeDeadlineSeconds` 10^9: GPU hours without bound, sent.
-F6 (medium-low): every GPU pod is held to finetune's GPUs a pod, not its own bill: in a `--gpus 8` file, evaluate
-    raised from 1 GPU (its `--uses` bill) to 8 is sent.
-F7 (low, false refusal): a pipeline of one's own whose GPU step asks for more GPUs than finetune (both billed in
-    `--uses`) is refused "not as llmpack compile wrote it", exactly as compiled.
-F8 (low, false refusal / wrong row): submit looks up the orchestrator's row (`argo`) for a `--fuse gpu` file; a plan
-    of the fused path (`argo+fuse-gpu`, what `llmpack cluster plan` labels fused runs) refuses it, and with both
-    rows the unfused one's cost is the one checked.
-F9 (low): redact_text leaves a token or userinfo password inside a percent-encoded URL in a query value (next=,
-    redirect_uri=) whole when it is shorter than the long-random rule.
-"""
+"""The twenty-ninth independent round's findings (helper sec29, issue 46); each test failed on 7c88c37, when
+`cluster submit --plan` read a compiled file's pods by an allowlist: F1 more pods of one template (more tasks,
+`onExit`, a dag calling itself), F2 values in task arguments, F3 a gang spec moved or enlarged with its pin
+recomputed, F4 a bill of no GPU type, F5 retries and deadlines raised, F6 evaluate at finetune's count, F7 and F8
+false refusals (a 2-GPU step of one's own; a fused file against the unfused row), F9 a token in a percent-encoded
+URL in a query value. F1 to F6 are refused now by the compile's signature, before the file is read
+(docs/internals/hostile-input.md, "the class of rounds 26–29")."""
 
 from __future__ import annotations
 
