@@ -315,11 +315,11 @@ def test_a_project_of_ones_own_with_the_default_image_is_refused_in_one_line(
     `cluster submit mlflow --project` only warned that the Job runs the project the image holds: the shipped
     pipeline, never the user's. Refused now (exit 2, no Job, one line); with an image of one's own, one warning
     line while the Job's project directory is the shipped one's, none once --project-dir-in-image names it."""
+    import json
+
     from click.testing import CliRunner
 
     from llmpack.cli import main
-
-    import json
 
     shipped_elsewhere = tmp_path / "shipped" / "finetune-k8s"  # the shipped pipeline compiled elsewhere (compare
     shutil.copytree(PROJECT, shipped_elsewhere)  # --cluster, --gpu-type): the default image holds it
