@@ -1,7 +1,7 @@
 # The two Quickstart commands: `make compare` (the main job) and `make test` (the quick suite:
 # everything but the tests marked `slow`, which run whole pipelines or many torch processes; it
 # runs through pytest-xdist, two workers per core, at most 8 (tests/conftest.py), each test file
-# on one worker so that a file's shared fixtures are made once: 4 min 47 s on 2 quiet cores).
+# on one worker so that a file's shared fixtures are made once: 4 min 40 s on 2 quiet cores).
 # `make test-full` runs every test (the `cluster` ones skip unless `make cluster-build` was run).
 # CI (.ci/run) runs `make test`, then `make test-slow`, .ci/floors (every dependency at its
 # declared floor), then `make cluster-build` and `make test-cluster` (the real control plane).
