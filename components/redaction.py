@@ -182,7 +182,8 @@ def _redact_uri(uri: str, every_value: bool = False) -> str:
     path_at = len(parts.prefix) + (len(parts.userinfo) + 1 if parts.userinfo is not None else 0) + len(parts.host)
     path = re.match(r"[^?#]*", uri[path_at:]).group(0)  # type: ignore[union-attr]
     for seg in re.finditer(r"[^/]+", path):  # a presigned URL's key or signature in its path: every such segment
-        if _TOKEN_FORM.fullmatch(unquote(seg.group(0))) or _long_path_secret(seg.group(0)):
+        if _TOKEN_FORM.fullmatch(unquote(seg.group(0))) or _long_path_secret(seg.group(0)) or _encoded_secret(
+                seg.group(0)):  # round 30: a URL percent-encoded in a path segment
             spans.append((path_at + seg.start(), path_at + seg.end()))
     if parts.userinfo is not None:
         spans.append((len(parts.prefix), len(parts.prefix) + len(parts.userinfo)))

@@ -7,9 +7,11 @@ for, so listing them imports no backend. The run it starts closes its own record
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -96,12 +98,21 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
 
     plan_file, max_cost = kw.pop("plan_file", None), kw.pop("max_cost", None)
     pod = pod_options_of(kw)  # --image, --model-pvc...: compiled first, as --gpu-type
-    with compiled_for_submit(orchestrator, kw.pop("gpu_type", None), kw, pod=pod, values=values) as artifact:
+    with compiled_for_submit(orchestrator, kw.pop("gpu_type", None), kw, pod=pod, values=values) as artifact, \
+            contextlib.ExitStack() as stack:
         # the compiled artifact replaces an unset option; --max-cost checks the estimate of the GPU type it asks
         # for, and refuses here, before anything is sent
-        submitted = artifact.get(own or "") or kw.get(own or "") or shipped_artifact(orchestrator)
-        planned = plan_record.before_submit(plan_file, max_cost, orchestrator, str(submitted), values,
-                                            shipped=submitted == shipped_artifact(orchestrator))
+        shipped = shipped_artifact(orchestrator)
+        named = artifact.get(own or "") or kw.get(own or "")
+        if named and Path(str(named)).resolve() == shipped.resolve():
+            named = None  # the install's own committed artifact, named
+        if plan_file is not None and named:  # what --plan reads is what is sent: a private copy that verified
+            from llmpack.compile import signatures
+
+            named = str(stack.enter_context(signatures.verified(str(named))))
+            artifact = {**artifact, own: named}
+        planned = plan_record.before_submit(plan_file, max_cost, orchestrator, str(named or shipped), values,
+                                            shipped=not named)
         run = backend.submit(conn, params=values, **{**kw, **artifact})
     summary = run.summary
     try:  # from here on the run exists on the cluster: a failure names it and how to remove it

@@ -278,16 +278,20 @@ def compile_all(out: Path, pipe: Pipeline | None = None, *, image: str | None = 
             _remove_empty(created)
             raise InputError(f"--out {out}: cannot write the compiled artifacts ({exc.strerror or exc}); "
                              "nothing was written") from None
+        from llmpack.compile import signatures
+
+        files = sorted(p for p in tmp.rglob("*") if p.is_file())
+        signed = signatures.sign(tmp, files)  # what --plan trusts: the user's key over what was written, here
         written = []
-        for src in sorted(p for p in tmp.rglob("*") if p.is_file()):
+        for src in files:
             dest = out / src.relative_to(tmp)
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dest)
             written.append(dest)
-        from llmpack.compile import signatures
-
-        if warning := signatures.write(out, written):  # what --plan trusts: the user's key over what was written
-            print(f"llmpack: warning: {warning}", file=sys.stderr)
+        if isinstance(signed, str):
+            print(f"llmpack: warning: {signed}", file=sys.stderr)
+        else:
+            signatures.save(out, signed)
         return written
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

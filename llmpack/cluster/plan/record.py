@@ -297,6 +297,35 @@ def check_shape(plan: Mapping[str, Any], row: Mapping[str, Any], nodes: int, gpu
                          f"(llmpack cluster plan --max-steps {steps} --out DIR); not submitted")
 
 
+# Values a run may be given beside --plan without being another run than the one estimated: they change neither
+# the steps, nor what a step does, nor the model (round 30: grad_accum=100000 passed a row measured at 1).
+COST_NEUTRAL = frozenset({"seed", "lr", "weight_decay", "warmup_steps", "min_improvement", "model_name", "promote",
+                          "gate_metric", "skip_bad_rows"})
+
+
+def _same(given: Any, compiled: Any) -> bool:
+    if str(given).strip().lower() == str(compiled).strip().lower():
+        return True
+    try:
+        return float(given) == float(compiled)
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def check_values(artifact: str, values: Mapping[str, Any]) -> None:
+    """Refuse, in one line, a value given at submit that makes another run than the compiled defaults the estimate
+    stands for: any but :data:`COST_NEUTRAL` ones, ``max_steps`` and ``nnodes`` (checked against the row by
+    :func:`check_shape`). Round 30: per-step work (``grad_accum``, ``seq_len``, ``batch_size``), another model or
+    data, or an own pipeline's step count under another name passed unchecked."""
+    defaults = {**_defaults(_compiled(artifact)), **_project_defaults(artifact)}
+    for key, value in values.items():
+        if key in COST_NEUTRAL or key in ("max_steps", "nnodes") or _same(value, defaults.get(key)):
+            continue
+        raise InputError(f"--plan: {key}={str(value)[:40]} is not the compiled {key} ({str(defaults.get(key))[:40]}) "
+                         "the estimate stands for: another run than the one estimated (submit without --plan); "
+                         "not submitted")
+
+
 def fuse_of(artifact: str) -> str:
     """How the compiled artifact's steps are packaged: its closing task's ``--fuse=`` (an MLflow project's
     ``pipeline.json`` ``fuse``); ``none`` when unfused."""
@@ -327,6 +356,7 @@ def before_submit(plan_file: str | None, max_cost: float | None, path: str, arti
     plan = load(plan_file)
     if not shipped:
         signatures.verify(artifact)  # first: what is read below is what llmpack compile wrote (rounds 26 to 29)
+    check_values(artifact, values or {})
     shape = artifact_shape(artifact, values or {})  # a file that does not say its size is refused
     gpu_type = _gang_spec(values or {}, _defaults(_compiled(artifact))).get("gpu_type") or submitted_gpu_type(artifact)
     row = row_for(plan, path_label(path, fuse_of(artifact)), gpu_type)
