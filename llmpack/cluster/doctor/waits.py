@@ -97,11 +97,13 @@ def _leader(cluster: ClusterReader, ctl: Controller, poll_s: float = 0.5) -> Che
     except Forbidden as exc:
         return Note(True, f"{ctl.what} controller not checked: no Deployment {ctl.deployment}, and you may not "
                     f"list Leases cluster-wide ({exc})")
-    except (Unanswered, Missing) as exc:
-        return unread(exc if isinstance(exc, Unanswered) else Unanswered(str(exc)), "Lease list")
+    except Missing:  # Leases not served: no leader to read
+        leases = []
+    except Unanswered as exc:
+        return unread(exc, "Lease list")
     if not leases:
-        return Check(False, f"{ctl.what} controller not running: no Deployment {ctl.deployment} and no leader Lease "
-                     f"{ctl.lease} in any namespace ({ctl.waits})", ctl.install)
+        return Check(False, f"{ctl.what} controller not running: no Deployment {ctl.deployment} in any namespace, "
+                     f"and no leader Lease {ctl.lease} ({ctl.waits})", ctl.install)
     lease = leases[0]
     where = f"{lease['metadata'].get('namespace', '')}/{ctl.lease}"
     seen = (lease.get("spec") or {}).get("renewTime")
