@@ -11,7 +11,8 @@
 #     Secret for an in-cluster Service), and registered with the API server by URL: the real
 #     defaulting and validation webhooks judge JobSets, TrainJobs, runtimes and Kueue's objects
 #     (and JobSet's pod webhooks every pod, as in a real install);
-#   - leader election and metrics off; health probes on loopback, waited for.
+#   - leader election on, as in each release (its Lease in its release's namespace, renewed every 2 s:
+#     what `llmpack cluster doctor` reads to know it runs); metrics off; health probes on loopback, waited for.
 # Trainer also gets its torch-distributed ClusterTrainingRuntime (manifests/base/runtimes), the
 # one llmpack's TrainJob names. Kueue runs with its TrainJob and Job integrations. Argo has no
 # webhooks: its controller gets its release's ConfigMap and RBAC (kueue/argo sections below).
@@ -60,13 +61,18 @@ if want_ctl jobset; then
     "${kubectl[@]}" create --dry-run=client -o json -f "$jobset_src/config/components/rbac/role.yaml" \
         | python3 "$here/controllers.py" --name jobset --port "$jobset_hook" --ca "$pki/ca.crt" \
         | "${kubectl[@]}" apply --server-side -f - >/dev/null
+    "${kubectl[@]}" create namespace jobset-system >/dev/null
+    "${kubectl[@]}" create --dry-run=client -o json -f "$jobset_src/config/components/rbac/leader_election_role.yaml" \
+            -f "$jobset_src/config/components/rbac/leader_election_role_binding.yaml" \
+        | python3 "$here/controllers.py" --name jobset --port "$jobset_hook" --ca "$pki/ca.crt" --namespace jobset-system \
+        | "${kubectl[@]}" apply --server-side -f - >/dev/null
     cat >"$state/jobset-config.yaml" <<CFG
 apiVersion: config.jobset.x-k8s.io/v1alpha1
 kind: Configuration
 webhook: {port: $jobset_hook, host: 127.0.0.1, certDir: "$hooks"}
 health: {healthProbeBindAddress: "127.0.0.1:$jobset_health"}
 metrics: {bindAddress: "0"}
-leaderElection: {leaderElect: false}
+leaderElection: {leaderElect: true, resourceNamespace: jobset-system}
 internalCertManagement: {enable: false}
 CFG
     ctl_start jobset "$jobset_health" "$ctl_bin/jobset" --config "$state/jobset-config.yaml" --zap-log-level info
@@ -81,13 +87,15 @@ if want_ctl trainer; then
     "${kubectl[@]}" create --dry-run=client -o json -f "$trainer_src/manifests/base/rbac/role.yaml" \
         | python3 "$here/controllers.py" --name trainer --port "$trainer_hook" --ca "$pki/ca.crt" \
         | "${kubectl[@]}" apply --server-side -f - >/dev/null
+    "${kubectl[@]}" create namespace kubeflow-system >/dev/null  # its Lease's (its ClusterRole allows leases)
     cat >"$state/trainer-config.yaml" <<CFG
 apiVersion: config.trainer.kubeflow.org/v1alpha1
 kind: Configuration
 webhook: {port: $trainer_hook, host: 127.0.0.1}
 health: {healthProbeBindAddress: "127.0.0.1:$trainer_health", readinessEndpointName: readyz, livenessEndpointName: healthz}
 metrics: {bindAddress: "0"}
-leaderElection: {leaderElect: false}
+leaderElection: {leaderElect: true, resourceName: trainer.kubeflow.org, resourceNamespace: kubeflow-system,
+                 leaseDuration: 15s, renewDeadline: 10s, retryPeriod: 2s}
 certManagement: {enable: false}
 CFG
     ctl_start trainer "$trainer_health" "$ctl_bin/trainer-controller-manager" --config "$state/trainer-config.yaml"
@@ -125,6 +133,8 @@ if want_ctl kueue; then
     # and its Role on Secrets in its namespace (its release binds it to its ServiceAccount)
     "${kubectl[@]}" create --dry-run=client -o json -f "$kueue_src/config/components/rbac/manager_secrets_role.yaml" \
             -f "$kueue_src/config/components/rbac/manager_secrets_role_binding.yaml" \
+            -f "$kueue_src/config/components/rbac/leader_election_role.yaml" \
+            -f "$kueue_src/config/components/rbac/leader_election_role_binding.yaml" \
         | python3 "$here/controllers.py" --name kueue --port "$kueue_hook" --ca "$pki/ca.crt" --namespace kueue-system \
         | "${kubectl[@]}" apply --server-side -f - >/dev/null
     cat >"$state/kueue-config.yaml" <<CFG
@@ -134,7 +144,7 @@ namespace: kueue-system
 health: {healthProbeBindAddress: "127.0.0.1:$kueue_health"}
 metrics: {bindAddress: "0"}
 webhook: {port: $kueue_hook, host: 127.0.0.1, certDir: "$hooks"}
-leaderElection: {leaderElect: false}
+leaderElection: {leaderElect: true, resourceNamespace: kueue-system}
 internalCertManagement: {enable: false}
 integrations: {frameworks: ["batch/job", "trainer.kubeflow.org/trainjob"]}
 CFG

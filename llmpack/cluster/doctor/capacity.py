@@ -13,6 +13,7 @@ compiled for is compared with the one checked.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -234,7 +235,11 @@ def quotas(cluster: ClusterReader, namespace: str, pods: list[GpuPod]) -> Check:
             if unset:
                 return Check(False, f"ResourceQuota {name} in {namespace} tracks {key}, which {unset[0]} does not set "
                              "(admission refuses it)", fix)
-            if amount > left:
+            if amount > left:  # the fix raises the hard limit by the shortfall (an admin's command)
+                short = amount - max(left, Decimal(0))
+                body = json.dumps({"spec": {"hard": {key: f"{(limit + short).normalize():f}"}}}, separators=(",", ":"))
+                fix = (f"kubectl -n {_q(namespace)} patch resourcequota {_q(name)} --type merge -p '{body}'"
+                       f"  # ask for {key}: {short.normalize():f} more")
                 return Check(False, f"ResourceQuota {name} in {namespace} leaves {left.normalize():f} {key}; the run's "
                              f"GPU pods need {amount.normalize():f}", fix)
     return Check(True, f"ResourceQuota in {namespace}: "

@@ -32,6 +32,7 @@ class Controller:
     deployment: str
     waits: str  # what waits for ever without it
     install: str
+    lease: str | None = None  # its leader-election Lease (each release elects one): renewed while it runs
 
 
 def controllers(*, gang: bool, queue: bool, paths: list[str]) -> list[Controller]:
@@ -40,12 +41,12 @@ def controllers(*, gang: bool, queue: bool, paths: list[str]) -> list[Controller
     out = []
     if gang:
         out += [Controller("Kubeflow Trainer", "kubeflow-trainer-controller-manager",
-                           "the TrainJob gets no JobSet", trainer_install()),
+                           "the TrainJob gets no JobSet", trainer_install(), "trainer.kubeflow.org"),
                 Controller("JobSet", "jobset-controller-manager", "the TrainJob's JobSet gets no pods",
-                           trainer_install())]
+                           trainer_install(), "6d4f6a47.jobset.x-k8s.io")]
     if queue:
         out.append(Controller("Kueue", "kueue-controller-manager", "the TrainJob stays suspended, never admitted",
-                              KUEUE_INSTALL))
+                              KUEUE_INSTALL, "c1f6bfd2.kueue.x-k8s.io"))
     from llmpack.backends import doctor_facts
 
     for path in paths:  # an orchestrator's own controller, declared on its backend (Argo's workflow-controller)
@@ -64,6 +65,8 @@ def controller_ready(cluster: ClusterReader, ctl: Controller) -> Check:
         return Note(True, f"{ctl.what} controller not checked: you may not list Deployments cluster-wide ({exc})")
     except (Unanswered, Missing) as exc:
         return unread(exc if isinstance(exc, Unanswered) else Unanswered(str(exc)), "Deployment list")
+    if not found and ctl.lease:  # installed under another name, or not as a Deployment: its Lease says
+        return _leader(cluster, ctl)
     if not found:
         return Check(False, f"{ctl.what} controller not running: no Deployment {ctl.deployment} in any namespace "
                      f"({ctl.waits})", ctl.install)
@@ -79,6 +82,44 @@ def controller_ready(cluster: ClusterReader, ctl: Controller) -> Check:
                  f"kubectl -n {ns} scale deployment {ctl.deployment} --replicas=1 && kubectl -n {ns} rollout status "
                  f"deployment {ctl.deployment} --timeout=5m  # not ready still: kubectl -n {ns} describe deployment "
                  f"{ctl.deployment}")
+
+
+def _leader(cluster: ClusterReader, ctl: Controller, poll_s: float = 0.5) -> Check:
+    """The controller's leader Lease, renewed while doctor watches (a leader renews it every few seconds, within
+    its ``leaseDurationSeconds``): no clock is compared, so a skewed laptop clock cannot make it look alive."""
+    import time
+
+    def read() -> list[dict[str, Any]]:
+        return cluster.everywhere("coordination.k8s.io", "v1", "leases", f"metadata.name={ctl.lease}")
+
+    try:
+        leases = read()
+    except Forbidden as exc:
+        return Note(True, f"{ctl.what} controller not checked: no Deployment {ctl.deployment}, and you may not "
+                    f"list Leases cluster-wide ({exc})")
+    except Missing:  # Leases not served: no leader to read
+        leases = []
+    except Unanswered as exc:
+        return unread(exc, "Lease list")
+    if not leases:
+        return Check(False, f"{ctl.what} controller not running: no Deployment {ctl.deployment} in any namespace, "
+                     f"and no leader Lease {ctl.lease} ({ctl.waits})", ctl.install)
+    lease = leases[0]
+    where = f"{lease['metadata'].get('namespace', '')}/{ctl.lease}"
+    seen = (lease.get("spec") or {}).get("renewTime")
+    wait_s = min(float((lease.get("spec") or {}).get("leaseDurationSeconds") or 15), 30.0)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        time.sleep(poll_s)
+        try:
+            now = read()
+        except (Unanswered, Missing, Forbidden) as exc:
+            return unread(exc if isinstance(exc, Unanswered) else Unanswered(str(exc)), "Lease list")
+        if now and (now[0].get("spec") or {}).get("renewTime") != seen:
+            return Check(True, f"{ctl.what} controller runs: it renews its leader Lease {where}")
+    holder = (lease.get("spec") or {}).get("holderIdentity") or "none"
+    return Check(False, f"{ctl.what} controller not running: its leader Lease {where} was not renewed in "
+                 f"{wait_s:g} s (last holder {holder}; {ctl.waits})", ctl.install)
 
 
 # --------------------------------------------------------------------------- Kueue's chain

@@ -84,6 +84,7 @@ def quota(name: str, hard: dict[str, str], used: dict[str, str] | None = None) -
 @pytest.mark.parametrize(("hard", "used", "words"), [
     ({"requests.nvidia.com/gpu": "0"}, None, "leaves 0 requests.nvidia.com/gpu; the run's GPU pods need 1"),
     ({"requests.cpu": "16"}, {"requests.cpu": "12"}, "leaves 4 requests.cpu; the run's GPU pods need 8"),
+    ({"requests.nvidia.com/gpu": "1"}, None, None),  # exactly the pod's GPU: admitted
     ({"limits.memory": "1Ti"}, None, None),  # the pod sets its memory limit: 64Gi fits
     ({"limits.ephemeral-storage": "1Ti"}, None, "tracks limits.ephemeral-storage, which mlflow pod does not set"),
     ({"pods": "1"}, {"pods": "1"}, "leaves 0 pods; the run's GPU pods need 1"),
@@ -93,7 +94,9 @@ def test_a_quota_is_held_to_hard_less_used(mlflow_pods: list[capacity.GpuPod], h
     check = capacity.quotas(Reader(resourcequotas=[quota("q", hard, used)]), "ns", mlflow_pods)
     assert check.ok is (words is None), check
     if words:
-        assert words in check.what and check.fix.startswith("kubectl -n ns describe resourcequota q")
+        # a quota too small: a patch raising its hard limit by the shortfall; one tracking an unset field: describe
+        verb = "describe resourcequota q" if "tracks" in words else "patch resourcequota q --type merge -p '"
+        assert words in check.what and check.fix.startswith(f"kubectl -n ns {verb}"), check.fix
 
 
 def test_no_quota_api_is_no_quota(mlflow_pods: list[capacity.GpuPod]) -> None:
