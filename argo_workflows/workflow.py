@@ -401,7 +401,7 @@ def build_workflow(pipe: Pipeline) -> Any:
     Built offline; ``.create()`` finds its server then: Hera's ``global_config.host``, else ``ARGO_SERVER``,
     else one :class:`~components.errors.InputError` line, as :func:`argo_workflows.pipeline.finetune_workflow`.
     """
-    from hera.workflows import DAG, Parameter, Workflow
+    from hera.workflows import DAG, Parameter
     from hera.workflows.models import (
         ExecutorConfig,
         LocalObjectReference,
@@ -411,7 +411,7 @@ def build_workflow(pipe: Pipeline) -> Any:
         TTLStrategy,
     )
 
-    from argo_workflows.service import service_when_used
+    from argo_workflows.service import service_when_used, workflow_class
 
     pipe.validate()
     order = pipe.task_order()
@@ -419,7 +419,7 @@ def build_workflow(pipe: Pipeline) -> Any:
     defaults = workflow_defaults(pipe)
     uses = {u.step: u for u in billed_uses(pipe)}
     pull_secrets = list(dict.fromkeys(n for t in order for n in t.step.execution.pod.pull_secrets))
-    return Workflow(
+    return workflow_class()(
         generate_name=f"{pipe.name}-",
         labels={f"{LABEL_PREFIX}pipeline": pipe.name, f"{LABEL_PREFIX}orchestrator": ORCHESTRATOR},
         annotations={"workflows.argoproj.io/description": pipe.description} if pipe.description else None,

@@ -33,6 +33,7 @@ from components.errors import InputError
 from components.params import TELEMETRY_PARAMS
 from components.podspec import INSTANCE_LABEL, label_value
 from components.record import tracking
+from components.record.uniform import MLFLOW_PROJECT_PARAMS
 from components.servers import kube
 from components.servers.pending import pending_reason
 from components.servers.remote import (
@@ -304,7 +305,7 @@ def submit(request: Request) -> dict[str, Any]:
         values = user_parameters(pipe, request.params)
     else:  # a project of the user's own pipeline (compile --pipeline): its main entry point's own parameters
         declared = {k: {"float": float, "int": int}.get(str(getattr(p, "type", "")), str)
-                    for k, p in entry.parameters.items() if k not in TELEMETRY_PARAMS}
+                    for k, p in entry.parameters.items() if k not in (*TELEMETRY_PARAMS, *MLFLOW_PROJECT_PARAMS)}
         values = declared_values(request.params, declared, f"--project {project_path}")
     for key in [*values, *TELEMETRY_PARAMS]:
         if key not in entry.parameters:

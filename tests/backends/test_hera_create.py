@@ -154,3 +154,23 @@ def test_your_own_pipelines_workflow_without_a_server_is_the_same_one_line(argo:
     created = wf.create()
     (post,) = argo.recorded("POST")
     assert post.authorized and post.path == "/api/v1/workflows/llmpack" and created.metadata.name
+
+
+@pytest.mark.parametrize("namespace", [None, "argo"], ids=["default", "ARGO_NAMESPACE"])
+def test_your_own_pipelines_workflow_without_a_namespace_creates_where_finetune_workflow_would(
+        argo: ArgoServerStandIn, monkeypatch: pytest.MonkeyPatch, namespace: str | None) -> None:
+    """Trial 11: the two-line ``wf = build_workflow(mine())`` then ``wf.create()`` with ARGO_SERVER set met Hera's
+    bare ``AssertionError: workflow namespace not defined``; now ARGO_NAMESPACE, else ``llmpack``, as
+    finetune_workflow(), and the rendered YAML still has no namespace."""
+    from argo_workflows.workflow import build_workflow
+    from examples.custom_step import with_report
+
+    monkeypatch.setenv("ARGO_SERVER", argo.url)
+    monkeypatch.setenv("ARGO_TOKEN", TOKEN)
+    if namespace:
+        monkeypatch.setenv("ARGO_NAMESPACE", namespace)
+    wf = build_workflow(with_report())
+    assert "namespace" not in yaml.safe_load(wf.to_yaml())["metadata"]
+    assert wf.create().metadata.name
+    (post,) = argo.recorded("POST")
+    assert post.path == f"/api/v1/workflows/{namespace or 'llmpack'}" and post.body["workflow"]["kind"] == "Workflow"

@@ -385,3 +385,24 @@ def test_cli_submit_a_project_of_ones_own_pipeline(kube: KubeAPIStandIn, kubecon
     assert container["workingDir"] == "/opt/own"
     command = " ".join(container.get("command", []) + container.get("args", []))
     assert "top=5" in command or "--top 5" in command or "'5'" in command or " 5" in command, command
+
+
+def test_an_own_projects_unknown_parameter_lists_only_the_pipelines_own(kube: KubeAPIStandIn, kubeconfig: str,
+                                                                       tracking_uri: str, tmp_path: Path) -> None:
+    """Trial 11: `--param min_len=3` on a project of one's own listed the project's internal artifacts_dir among the
+    known parameters."""
+    import json
+
+    from click.testing import CliRunner
+
+    from llmpack.cli import main
+
+    own = tmp_path / "mine" / "finetune-k8s"
+    shutil.copytree(PROJECT, own)
+    described = json.loads((own / "pipeline.json").read_text())
+    (own / "pipeline.json").write_text(json.dumps({**described, "pipeline": "my-own-pipeline"}))
+    res = CliRunner().invoke(main, ["cluster", "submit", "mlflow", "--project", str(own), "--kubeconfig", kubeconfig,
+                                    "--tracking-uri", tracking_uri, "--image", "registry.example/mine:1",
+                                    "--param", "min_len=3"])
+    assert res.exit_code == 2 and "min_len" in res.output and "known:" in res.output, res.output
+    assert "artifacts_dir" not in res.output and "base_dir" not in res.output and not kube.jobs
