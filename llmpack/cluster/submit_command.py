@@ -104,8 +104,8 @@ def _submit(orchestrator: str, *, model: str | None, data: str | None, max_steps
         # for, and refuses here, before anything is sent
         shipped = shipped_artifact(orchestrator)
         named = artifact.get(own or "") or kw.get(own or "")
-        if named and Path(str(named)).resolve() == shipped.resolve():
-            named = None  # the install's own committed artifact, named
+        if named and Path(str(named)).resolve() == shipped.resolve():  # the install's own committed artifact: that
+            named, artifact = None, {**artifact, own: str(shipped)}  # one is sent, never the typed link read again
         if plan_file is not None and named:  # what --plan reads is what is sent: a private copy that verified
             from llmpack.compile import signatures
 

@@ -390,13 +390,16 @@ def html_page(result: dict[str, Any], facts: dict[str, str], sentence: str, be: 
 
 
 def write_report(result: dict[str, Any], out_dir: Path, control_plane: dict[str, float] | None = None, *,
-                 replace: bool = False) -> Path:
+                 replace: bool = False, follow_links: bool = True) -> Path:
     """Write the whole report into ``out_dir`` atomically (a temp dir renamed at the end).
 
     An existing report there is replaced only with ``replace=True``; a directory that is not a
-    report is never touched.
+    report is never touched. ``follow_links=False`` (a name llmpack chose): a link there is refused, never
+    followed, and the rename lands on the name itself (round 31: a planted link sent the report elsewhere).
     """
-    out_dir = Path(out_dir).resolve()
+    if not follow_links and os.path.islink(out_dir):
+        raise InputError(f"report directory {out_dir}: a symlink where a new report goes; not followed, not written")
+    out_dir = Path(out_dir).resolve() if follow_links else Path(os.path.abspath(out_dir))
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"report directory {out_dir}: exists and is not a directory")
     if out_dir.is_dir() and any(out_dir.iterdir()):

@@ -20,7 +20,7 @@ def write_report_to(result: dict[str, Any], target: Path | None, costs: dict[str
 
     if target is not None:
         return write_report(result, target, costs, replace=force) / "report.html"
-    out = write_report(result, new_report_dir(DEFAULT_REPORTS, result["run_group"]), costs)
+    out = write_report(result, new_report_dir(DEFAULT_REPORTS, result["run_group"]), costs, follow_links=False)
     link_latest(DEFAULT_REPORTS, out)
     return out / "report.html"
 
@@ -46,7 +46,7 @@ def new_report_dir(parent: Path, run_group: str, now: float | None = None) -> Pa
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
     path = Path(parent) / f"{stamp}-{run_group}"
     i = 1
-    while path.exists():
+    while os.path.lexists(path):  # round 31: a planted dangling link is taken, never followed
         i += 1
         path = Path(parent) / f"{stamp}-{run_group}-{i}"
     return path

@@ -162,7 +162,7 @@ def take_over(staging: Path, *, wait_s: float = HOLD_WAIT_S, sleep: Any = time.s
         raise InputError(f"RUN_DIR {staging}: it holds a run's summary.json, so its client finished it; a finished "
                          "run is never taken over (rename it back to its run's name); nothing was touched")
     kept = staging.parent / f"{run}{FAILED_SUFFIX}"
-    if kept.exists():
+    if os.path.lexists(kept):  # round 31: a dangling link there too, or the run was half-written, then refused
         raise InputError(f"RUN_DIR {staging}: {kept} exists already; move one of them away")
     identity = owner["identity"]
     records = telemetry.read_records(telemetry.find_event_files(staging))
