@@ -4,7 +4,10 @@ same verdict, undecided list, `to decide:` command and report.json keys as the c
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from llmpack.compare.command import argv_tag
 from llmpack.compare.comparison import comparison
@@ -13,6 +16,7 @@ from llmpack.compare.rebuilt import rebuilt_comparison
 from llmpack.compare.recommend import recommend
 from llmpack.compare.until_decided import Path_, compare_until_decided
 from llmpack.run.local import RunOptions
+from tests.conftest import llmpack
 from tests.llmpack.compare.test_until_decided import FakeRuns
 from tests.synthetic_runs import runs as planted_runs
 
@@ -104,3 +108,23 @@ def test_an_outcome_tag_is_store_data_bounded_and_checked() -> None:
     assert read_outcome([{"tags": {OUTCOME_TAG: '{"rounds": 1}'}}, {"tags": {OUTCOME_TAG: '{"rounds": 2}'}}]) is None
     secret = outcome_tag({"stopped_why": "http://u:Sx9pQ2mZ7tRw@127.0.0.1:5000 refused", "stopped": "failed"})
     assert "Sx9pQ2mZ7tRw" not in secret[OUTCOME_TAG]
+
+
+@pytest.mark.slow  # a real compare: warm-up and round 1 of the whole pipeline on two paths (~50 s on 2 cores)
+def test_a_real_one_round_compare_and_its_rebuilt_report_say_the_same(tmp_path: Path,
+                                                                       fresh_tracking_uri: str) -> None:
+    """Trial 11, end to end: `llmpack compare --budget 10s` stops after round 1; `llmpack report --run-group` of its
+    group writes a report.json with the compare's verdicts, recommendation (`to decide: ... --budget`) and keys."""
+    r = llmpack("compare", "--backends", "direct,kfp", "--budget", "10s", "--max-steps", "2", "--json",
+                "--report", str(tmp_path / "live"), "--tracking-uri", fresh_tracking_uri, cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    live = json.loads((tmp_path / "live" / "report.json").read_text())
+    assert live["rounds"] == 1 and live["stopped"] == "budget" and live["design"] is not None
+    again_run = llmpack("report", "--run-group", live["run_group"], "--tracking-uri", fresh_tracking_uri,
+                        "--out", str(tmp_path / "again"), cwd=tmp_path, timeout=600)
+    assert again_run.returncode == 0, again_run.stderr[-3000:]
+    again = json.loads((tmp_path / "again" / "report.json").read_text())
+    assert set(again) == set(live), set(again) ^ set(live)  # not_recorded absent: everything was recorded
+    for key in sorted(set(live) - {"runs"}):
+        assert again[key] == live[key], key
+    assert "--budget" in (again["recommendation"]["command"] or "") and "total" not in again["recommendation"]["text"]
