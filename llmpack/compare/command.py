@@ -238,4 +238,7 @@ def compare(backends: str, repeats: int | None, budget: str | None, margin: str 
             result = rounds.compare(opts, names, repeats, baseline=base, on_start=started, variants=modes,
                                     warmup=warmup, margins=margins, run_one=run_one, say=lambda line: note(line, err))
         finish(result, delays=delays, report_dir=report_dir, costs=costs, force=force, no_report=no_report)
+        from llmpack.compare.outcome import record_outcome
+
+        record_outcome(result, opts.tracking_uri)  # how it ended, on its runs: `llmpack report` rebuilds the same
     show(result, as_json=as_json, wide=wide)

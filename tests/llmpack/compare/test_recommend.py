@@ -289,6 +289,7 @@ def test_a_rebuilt_report_carries_the_compares_recommendation_repeats_and_warmup
     ``recommendation``, ``repeats`` and ``warmup``. Rebuilt from the runs as MLflow gives them back, it has them with
     the compare's meaning, or null with the reason in ``not_recorded``; its rendered verdict is the compare's."""
     from llmpack.compare.command import argv_tag
+    from llmpack.compare.outcome import outcome_tag
     from llmpack.compare.rebuilt import rebuilt_comparison
     from llmpack.report import write_report
 
@@ -297,8 +298,8 @@ def test_a_rebuilt_report_carries_the_compares_recommendation_repeats_and_warmup
     live = _until_decided({"direct": 7.0, "kfp": 7.6, "argo": 7.0, "mlflow": 7.0}, budget_s=200.0, noise=0.8, seed=2)
     live["argv"] = []
     live["recommendation"] = recommend(live).as_dict()
-    stored = [{k: v for k, v in r.items() if k not in ("startup", "wall_s", "round")}
-              | {"tags": {**r["tags"], **argv_tag([])}} for r in live["runs"]]
+    stored = [{k: v for k, v in r.items() if k not in ("startup", "wall_s", "round")}  # and how it ended (trial 11)
+              | {"tags": {**r["tags"], **argv_tag([]), **outcome_tag(live)}} for r in live["runs"]]
     again = rebuilt_comparison("rg-rec", names, stored)
     for key in ("recommendation", "repeats", "warmup", "rounds", "budget_s", "max_steps"):
         assert again[key] == live[key], key
