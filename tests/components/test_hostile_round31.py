@@ -150,3 +150,13 @@ def test_f3_a_report_is_never_written_where_a_planted_link_points(tmp_path: Path
     except Exception as exc:  # noqa: BLE001 - a refusal is fine; writing through the link is not
         print(f"refused: {exc}")
     assert not list(victim.iterdir()), f"the report was written where a planted link points: {list(victim.iterdir())}"
+
+
+def test_observation_one_token_stream_at_two_row_lengths_is_two_fingerprints() -> None:
+    """Round 31's observation: the fingerprint hashed the token stream's bytes without its shape, so the same stream
+    cut into rows of 256 and of 512 resumed each other's checkpoints under an explicit checkpoint_dir."""
+    from components.training.checkpointing import run_fingerprint
+
+    stream = bytes(range(256)) * 8
+    assert run_fingerprint(["tiny"], stream, shape=(8, 256)) != run_fingerprint(["tiny"], stream, shape=(4, 512))
+    assert run_fingerprint(["tiny"], stream, shape=(8, 256)) == run_fingerprint(["tiny"], stream, shape=(8, 256))
