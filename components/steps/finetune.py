@@ -312,7 +312,8 @@ def finetune(
     fingerprint = run_fingerprint([base_model, method, max_steps, batch_size, grad_accum, lr, warmup_steps,
                                    weight_decay, lora_r, lora_alpha, seed]
                                   + ([world.size, strategy] if world.distributed else []),
-                                  input_ids.numpy().tobytes(), shape=tuple(input_ids.shape))
+                                  input_ids.numpy().tobytes() + labels.numpy().tobytes(),  # round 32: the mask
+                                  shape=tuple(input_ids.shape))
     # An explicit checkpoint_dir may be resumed by a rerun of the same settings; on the volume, only by this run.
     owner = checkpoint_owner()
     start_step = 0

@@ -20,6 +20,7 @@ def write_report_to(result: dict[str, Any], target: Path | None, costs: dict[str
 
     if target is not None:
         return write_report(result, target, costs, replace=force) / "report.html"
+    check_report_parent(DEFAULT_REPORTS, "report")  # again: the link may be planted since the check before the runs
     out = write_report(result, new_report_dir(DEFAULT_REPORTS, result["run_group"]), costs, follow_links=False)
     link_latest(DEFAULT_REPORTS, out)
     return out / "report.html"
@@ -53,8 +54,12 @@ def new_report_dir(parent: Path, run_group: str, now: float | None = None) -> Pa
 
 
 def check_report_parent(parent: Path, flag: str) -> None:
-    """Before any run: the report parent is a directory we can write in (or can be created)."""
+    """Before any run: the report parent is a directory we can write in (or can be created), and not a link when
+    it is the default llmpack chose (round 32: a planted ``llmpack-report`` link took every report elsewhere)."""
     parent = Path(parent)
+    if parent == DEFAULT_REPORTS and os.path.islink(parent):
+        raise InputError(f"{flag}: ./{parent} is a symlink; reports are never written through it (remove it, or "
+                         "name a report directory)")
     if parent.exists() and not parent.is_dir():
         raise InputError(f"{flag} {parent}: exists and is not a directory")
     probe = next((p for p in [parent, *parent.resolve().parents] if p.exists()), None)

@@ -304,7 +304,8 @@ COST_NEUTRAL = frozenset({"seed", "lr", "weight_decay", "warmup_steps", "min_imp
 
 
 def _same(given: Any, compiled: Any) -> bool:
-    if str(given).strip().lower() == str(compiled).strip().lower():
+    """The same value as written (a model path's case matters), a boolean in any case, or the same number."""
+    if str(given) == str(compiled) or str(given).lower() == str(compiled).lower() in ("true", "false"):
         return True
     try:
         return float(given) == float(compiled)
