@@ -43,3 +43,28 @@ def refused(res: Any, what: str) -> None:
 
 def finetune(wf: dict[str, Any]) -> dict[str, Any]:
     return next(t for t in wf["spec"]["templates"] if t.get("name") == "finetune")
+
+
+def capture_argo(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The Workflows `cluster submit argo` sends, captured instead of sent (rounds 30 and 31: what is sent is what
+    was checked)."""
+    import argo_workflows.submit as argo_submit
+
+    sent: list[Any] = []
+
+    class Service:
+        def create_workflow(self, req: Any, namespace: str) -> Any:
+            sent.append(req.workflow)
+            raise ConnectionError("captured")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(argo_submit, "_service", lambda *a, **k: Service())
+    return sent
+
+
+def finetune_gpus(sent: list[Any]) -> list[str]:
+    """The GPU limits of the finetune template of the first Workflow sent."""
+    return [str(getattr(q, "root", q)) for t in (sent[0].spec.templates if sent else [])
+            if t.name == "finetune" for q in [t.container.resources.limits["nvidia.com/gpu"]]]

@@ -18,7 +18,9 @@ import yaml
 from click.testing import CliRunner
 
 from tests.components.plan_submit import (
+    capture_argo,
     compiled_artifacts,  # noqa: F401 - the `compiled` fixture
+    finetune_gpus,
     plan_file,
     refused,
     submit,
@@ -50,7 +52,6 @@ def test_f2_the_file_sent_is_the_file_that_verified(compiled: Path, tmp_path: Pa
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A writer of the compile's folder swaps the file once ``--plan`` has checked it (a real renameat2 flipper got
     2 of 12 submits through with 8 GPUs a pod). Shown here at one point of that window: after the row's cost."""
-    import argo_workflows.submit as argo_submit
     from llmpack.cluster.plan import record
 
     out = tmp_path / "c"
@@ -68,21 +69,10 @@ def test_f2_the_file_sent_is_the_file_that_verified(compiled: Path, tmp_path: Pa
         real_check(*args, **kwargs)
         edited.replace(target)  # the concurrent writer's rename lands here
 
-    sent: list[Any] = []
-
-    class Service:
-        def create_workflow(self, req: Any, namespace: str) -> Any:
-            sent.append(req.workflow)
-            raise ConnectionError("captured")
-
-        def close(self) -> None:
-            pass
-
+    sent = capture_argo(monkeypatch)
     monkeypatch.setattr(record, "check_max_cost", check_then_swap)
-    monkeypatch.setattr(argo_submit, "_service", lambda *a, **k: Service())
     submit(["argo", *HOST, "--workflow", str(target)], plan_file(tmp_path))
-    gpus = [str(getattr(q, "root", q)) for t in (sent[0].spec.templates if sent else [])
-            if t.name == "finetune" for q in [t.container.resources.limits["nvidia.com/gpu"]]]
+    gpus = finetune_gpus(sent)
     assert not sent or gpus == ["1"], f"a file that never verified was sent: finetune asks for {gpus} GPUs"
 
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.components.plan_submit import capture_argo, finetune_gpus, submit
 from tests.components.plan_submit import finetune as _finetune
-from tests.components.plan_submit import submit
 
 HOST = ["--host", "http://127.0.0.1:9"]
 H100 = {"gpu_type": "nvidia-h100-80gb", "capacity": "on-demand", "estimated": True, "chosen": True, "nodes": 1,
@@ -42,7 +42,6 @@ def test_f1_a_link_to_the_committed_artifact_is_not_read_again_after_the_check(t
     with ``--plan --max-cost``. The committed file is checked (no signature asked: it "is" the shipped one), then the
     link is re-pointed at an 8-GPU Workflow (shown at one point of the window: after the row's cost), and the
     backend reads the typed path again: the 8-GPU file is sent under the 1-GPU row."""
-    import argo_workflows.submit as argo_submit
     from llmpack.cluster.plan import record
     from llmpack.compile.artifacts import shipped_artifact
 
@@ -65,21 +64,10 @@ def test_f1_a_link_to_the_committed_artifact_is_not_read_again_after_the_check(t
         tmp.symlink_to(evil)
         os.replace(tmp, link)  # the stranger's rename lands here
 
-    sent: list[Any] = []
-
-    class Service:
-        def create_workflow(self, req: Any, namespace: str) -> Any:
-            sent.append(req.workflow)
-            raise ConnectionError("captured")
-
-        def close(self) -> None:
-            pass
-
+    sent = capture_argo(monkeypatch)
     monkeypatch.setattr(record, "check_max_cost", check_then_repoint)
-    monkeypatch.setattr(argo_submit, "_service", lambda *a, **k: Service())
     submit(["argo", *HOST, "--workflow", str(link)], _h100_plan(tmp_path))
-    gpus = [str(getattr(q, "root", q)) for t in (sent[0].spec.templates if sent else [])
-            if t.name == "finetune" for q in [t.container.resources.limits["nvidia.com/gpu"]]]
+    gpus = finetune_gpus(sent)
     assert not sent or gpus == ["1"], f"a file that was never checked was sent: finetune asks for {gpus} GPUs"
 
 
